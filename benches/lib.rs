@@ -1,0 +1,1 @@
+//! Criterion benchmarks for loomflow live in `benches/`.

@@ -1,0 +1,1 @@
+//! Procedural macros for loomflow. Use them through the `loomflow` crate.

@@ -1,0 +1,254 @@
+//! The error types: one enum per subsystem, collected by [`Error`].
+
+use std::fmt;
+
+/// The result type used throughout loomflow.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Any error loomflow returns.
+///
+/// Each subsystem has its own `#[non_exhaustive]` enum; this one collects them so that node
+/// bodies can use `?` on all of them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A graph failed to compile.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A run failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A value could not be converted to or from JSON.
+    #[error("json conversion failed for {what}")]
+    Json {
+        /// What was being converted (a state type, a payload, a field).
+        what: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The run asked to suspend (an interrupt or a wait).
+    ///
+    /// Node bodies propagate this with `?`; the executor recognises it as a control value, not
+    /// as a failure. Catching it does not cancel the suspension: the [`Context`](crate::Context)
+    /// remembers that the node asked to suspend.
+    #[error("node {node} suspended the run")]
+    Suspended {
+        /// The node that asked to suspend.
+        node: String,
+    },
+    /// An error raised by user code inside a node.
+    #[error("{0}")]
+    Custom(Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl Error {
+    /// Wraps any error raised by user code.
+    pub fn custom(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Self::Custom(error.into())
+    }
+
+    /// Builds an error from a message.
+    pub fn msg(message: impl fmt::Display) -> Self {
+        Self::Custom(message.to_string().into())
+    }
+
+    pub(crate) fn json(what: impl Into<String>, source: serde_json::Error) -> Self {
+        Self::Json {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// Why a graph did not compile: every problem found, each naming its node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// The graph has one or more structural problems.
+    #[error("graph {graph} is invalid: {}", join_problems(problems))]
+    Invalid {
+        /// The graph's name.
+        graph: String,
+        /// Every problem found, in a stable order.
+        problems: Vec<GraphProblem>,
+    },
+}
+
+impl GraphError {
+    /// The problems found, whatever the variant.
+    pub fn problems(&self) -> &[GraphProblem] {
+        match self {
+            Self::Invalid { problems, .. } => problems,
+        }
+    }
+}
+
+fn join_problems(problems: &[GraphProblem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One structural problem found by `compile()`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphProblem {
+    /// Two nodes share a name.
+    #[error("node {name} is declared more than once")]
+    DuplicateNode {
+        /// The repeated name.
+        name: String,
+    },
+    /// A node uses a reserved or empty name.
+    #[error("node name {name:?} is reserved or empty")]
+    ReservedName {
+        /// The offending name.
+        name: String,
+    },
+    /// An edge, branch or join names a node that was never added.
+    #[error("{context} names unknown node {name}")]
+    UnknownNode {
+        /// The missing node.
+        name: String,
+        /// Where it was named, e.g. `edge from a`.
+        context: String,
+    },
+    /// A branch lists a target that is not a node of the graph.
+    #[error("branch from {from} has undeclared target {target}")]
+    UnknownBranchTarget {
+        /// The node the branch leaves.
+        from: String,
+        /// The target that is not a node.
+        target: String,
+    },
+    /// A node has two branches; a node routes through at most one.
+    #[error("node {node} has more than one branch")]
+    DuplicateBranch {
+        /// The node.
+        node: String,
+    },
+    /// A branch declares no targets.
+    #[error("branch from {from} declares no targets")]
+    EmptyBranch {
+        /// The node the branch leaves.
+        from: String,
+    },
+    /// An edge leaves `END` or enters `START`.
+    #[error("edge {from} -> {to} uses START or END the wrong way round")]
+    MisdirectedEdge {
+        /// Source of the edge.
+        from: String,
+        /// Target of the edge.
+        to: String,
+    },
+    /// Nothing leaves `START`.
+    #[error("graph has no entry: add an edge or branch from START")]
+    NoEntry,
+    /// A node cannot be reached from `START`.
+    #[error("node {name} is unreachable from START")]
+    Unreachable {
+        /// The node.
+        name: String,
+    },
+    /// No path leads from a node to `END`.
+    #[error("node {name} has no path to END")]
+    NoPathToEnd {
+        /// The node.
+        name: String,
+    },
+}
+
+/// Why a run stopped without completing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A node returned an error.
+    #[error("node {node} failed at step {step}")]
+    NodeFailed {
+        /// The node.
+        node: String,
+        /// The superstep it ran in.
+        step: u64,
+        /// What the node returned.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A node panicked; the panic was caught and the process carries on.
+    #[error("node {node} panicked at step {step}: {message}")]
+    NodePanicked {
+        /// The node.
+        node: String,
+        /// The superstep it ran in.
+        step: u64,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+    /// Two nodes of one superstep changed the same field, which has no reducer.
+    #[error(
+        "nodes {first} and {second} both changed field {field} in step {step}, which has no reducer"
+    )]
+    MergeConflict {
+        /// The state field.
+        field: String,
+        /// The first writer, in declaration order.
+        first: String,
+        /// The second writer, in declaration order.
+        second: String,
+        /// The superstep.
+        step: u64,
+    },
+    /// A reducer could not combine the values written to its field.
+    #[error("reducer for field {field} failed in step {step}: {message}")]
+    Reducer {
+        /// The state field.
+        field: String,
+        /// The superstep.
+        step: u64,
+        /// What went wrong.
+        message: String,
+    },
+    /// A branch's router chose a target it did not declare.
+    #[error("branch from {node} chose {target}, which is not one of its declared targets")]
+    UndeclaredRoute {
+        /// The node the branch leaves.
+        node: String,
+        /// The target it chose.
+        target: String,
+    },
+    /// The run took more supersteps than its recursion limit allows.
+    #[error("recursion limit of {limit} supersteps reached; last nodes run: {}", last_nodes.join(", "))]
+    RecursionLimit {
+        /// The limit in force.
+        limit: u64,
+        /// The nodes of the last superstep that ran.
+        last_nodes: Vec<String>,
+    },
+    /// The task driving the run stopped before it finished (it was aborted or panicked).
+    #[error("run on thread {thread} was cancelled")]
+    Cancelled {
+        /// The thread.
+        thread: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_error_lists_every_problem() {
+        let err = GraphError::Invalid {
+            graph: "g".into(),
+            problems: vec![
+                GraphProblem::DuplicateNode { name: "a".into() },
+                GraphProblem::Unreachable { name: "b".into() },
+            ],
+        };
+        let text = err.to_string();
+        assert!(text.contains("node a is declared more than once"), "{text}");
+        assert!(text.contains("node b is unreachable"), "{text}");
+    }
+}

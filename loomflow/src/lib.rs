@@ -1,0 +1,8 @@
+//! loomflow: typed, durable graphs for LLM agents and workflows.
+
+extern crate self as loomflow;
+
+pub mod error;
+
+#[doc(inline)]
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Integration tests for loomflow live in `tests/` as separate test targets.
