@@ -1,1 +1,653 @@
-//! Placeholder.
+//! Graph building, compilation and superstep execution on the in-memory runtime.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::StreamExt;
+use loomflow::prelude::*;
+use loomflow::{EventKind, GraphProblem, RunError};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Doc {
+    text: String,
+    log: Vec<String>,
+    count: u32,
+    best: u32,
+}
+
+fn push(tag: &'static str) -> impl Fn(&mut Doc) + Send + Sync + 'static {
+    move |d: &mut Doc| d.log.push(tag.to_owned())
+}
+
+/// Count the characters.
+#[node]
+async fn measure(state: &mut Doc, ctx: &Context) -> loomflow::Result<()> {
+    state.count = u32::try_from(state.text.chars().count()).map_err(Error::custom)?;
+    state.log.push(format!("measure@{}", ctx.step()));
+    Ok(())
+}
+
+#[node(name = "shout out")]
+async fn shout(state: &mut Doc) {
+    state.text = state.text.to_uppercase();
+}
+
+#[tokio::test]
+async fn linear_chain_runs_in_order_with_macro_and_closure_nodes() {
+    let graph = Graph::new("linear")
+        .node(measure)
+        .node(shout)
+        .node_fn("suffix", |d: &mut Doc, _ctx| {
+            Box::pin(async move {
+                d.text.push('!');
+                Ok(())
+            })
+        })
+        .edge(START, "measure")
+        .edge("measure", "shout out")
+        .edge("shout out", "suffix")
+        .edge("suffix", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            &Runtime::in_memory(),
+            "t",
+            Doc {
+                text: "héllo".into(),
+                ..Doc::default()
+            },
+        )
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(out.text, "HÉLLO!");
+    assert_eq!(out.count, 5);
+    assert_eq!(out.log, ["measure@1"]);
+}
+
+#[test]
+fn node_macro_keeps_name_description_and_body() {
+    assert_eq!(Node::<Doc>::name(&measure), "measure");
+    assert_eq!(
+        Node::<Doc>::description(&measure),
+        Some("Count the characters.")
+    );
+    assert_eq!(Node::<Doc>::name(&shout), "shout out");
+    assert_eq!(Node::<Doc>::description(&shout), None);
+}
+
+#[tokio::test]
+async fn node_body_is_callable_directly() {
+    let mut doc = Doc {
+        text: "abc".into(),
+        ..Doc::default()
+    };
+    shout::call(&mut doc).await;
+    assert_eq!(doc.text, "ABC");
+}
+
+#[tokio::test]
+async fn branch_routes_on_the_merged_state() {
+    let graph = Graph::new("branchy")
+        .node_sync("check", |d: &mut Doc| d.count = 7)
+        .node_sync("big", push("big"))
+        .node_sync("small", push("small"))
+        .edge(START, "check")
+        .branch("check", ["big", "small"], |d: &Doc| {
+            if d.count > 5 { "big" } else { "small" }
+        })
+        .edge("big", END)
+        .edge("small", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", Doc::default())
+        .await
+        .unwrap();
+    assert_eq!(out.completed().unwrap().log, ["big"]);
+}
+
+#[tokio::test]
+async fn fan_out_runs_concurrently_on_the_step_start_state_and_merges_in_declaration_order() {
+    // Both branches wait on a barrier: the step only finishes if they truly run concurrently.
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let (b1, b2) = (barrier.clone(), barrier.clone());
+    let graph = Graph::new("fan")
+        .node_sync("root", |d: &mut Doc| d.count = 1)
+        .node_fn("slow", move |d: &mut Doc, _| {
+            let b = b1.clone();
+            Box::pin(async move {
+                b.wait().await;
+                tokio::task::yield_now().await;
+                assert_eq!(
+                    d.count, 1,
+                    "each branch sees the state as of the step start"
+                );
+                d.log.push("slow".into());
+                d.count += 10;
+                Ok(())
+            })
+        })
+        .node_fn("fast", move |d: &mut Doc, _| {
+            let b = b2.clone();
+            Box::pin(async move {
+                b.wait().await;
+                assert_eq!(d.count, 1);
+                d.log.push("fast".into());
+                d.text = "fast".into();
+                Ok(())
+            })
+        })
+        .node_sync("after", push("after"))
+        .edge(START, "root")
+        .edge("root", "slow")
+        .edge("root", "fast")
+        .edge("slow", "after")
+        .edge("fast", "after")
+        .edge("after", END)
+        .reducer("log", Reducer::append())
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", Doc::default())
+        .await
+        .unwrap();
+    let doc = out.completed().unwrap();
+    // declaration order (slow before fast), not completion order
+    assert_eq!(
+        doc.log,
+        ["slow", "fast", "after"],
+        "after ran once although two edges fired"
+    );
+    assert_eq!(doc.count, 11);
+    assert_eq!(doc.text, "fast");
+}
+
+#[tokio::test]
+async fn join_waits_for_all_its_sources() {
+    let graph = Graph::new("join")
+        .node_sync("a", push("a"))
+        .node_sync("b1", push("b1"))
+        .node_sync("b2", push("b2"))
+        .node_sync("c", push("c"))
+        .edge(START, "a")
+        .edge(START, "b1")
+        .edge("b1", "b2")
+        .join(["a", "b2"], "c")
+        .edge("c", END)
+        .reducer("log", Reducer::append())
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut stream = graph.stream(&runtime, "t", Doc::default());
+    let mut steps = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let EventKind::Step { nodes } = event.kind {
+            steps.push(nodes);
+        }
+    }
+    assert_eq!(steps, vec![vec!["a", "b1"], vec!["b2"], vec!["c"]]);
+    let doc = stream.outcome().await.unwrap().completed().unwrap();
+    assert_eq!(doc.log, ["a", "b1", "b2", "c"]);
+}
+
+#[tokio::test]
+async fn custom_reducer_folds_in_declaration_order() {
+    let graph = Graph::new("max")
+        .node_sync("x", |d: &mut Doc| d.best = 3)
+        .node_sync("y", |d: &mut Doc| d.best = 9)
+        .node_sync("z", |d: &mut Doc| d.best = 4)
+        .edge(START, "x")
+        .edge(START, "y")
+        .edge(START, "z")
+        .edge("x", END)
+        .edge("y", END)
+        .edge("z", END)
+        .reducer("best", Reducer::with(|a: u32, b: u32| a.max(b)))
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", Doc::default())
+        .await
+        .unwrap();
+    assert_eq!(out.completed().unwrap().best, 9);
+}
+
+#[tokio::test]
+async fn conflicting_writes_without_reducer_fail_the_step_and_commit_nothing() {
+    let graph = Graph::new("conflict")
+        .node_sync("first", |d: &mut Doc| d.count = 1)
+        .node_sync("left", |d: &mut Doc| {
+            d.text = "left".into();
+            d.best = 1;
+        })
+        .node_sync("right", |d: &mut Doc| d.text = "right".into())
+        .edge(START, "first")
+        .edge("first", "left")
+        .edge("first", "right")
+        .edge("left", END)
+        .edge("right", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph.invoke(&runtime, "t", Doc::default()).await.unwrap();
+    let RunOutcome::Failed { state, error } = out else {
+        panic!("expected failure")
+    };
+    match &error {
+        Error::Run(RunError::MergeConflict {
+            field,
+            first,
+            second,
+            step,
+        }) => {
+            assert_eq!(
+                (field.as_str(), first.as_str(), second.as_str(), *step),
+                ("text", "left", "right", 2)
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // last good state: after step 1, nothing of step 2 (not even left's `best`)
+    assert_eq!(
+        state,
+        Doc {
+            count: 1,
+            ..Doc::default()
+        }
+    );
+    let saved: Doc = runtime.get_state("t").await.unwrap().unwrap();
+    assert_eq!(saved, state);
+}
+
+#[tokio::test]
+async fn a_failing_node_names_itself_and_the_step_and_keeps_the_last_good_state() {
+    let graph = Graph::new("fails")
+        .node_sync("ok", |d: &mut Doc| d.count = 1)
+        .node_sync("bad", |d: &mut Doc| -> loomflow::Result<()> {
+            d.count = 99;
+            Err(Error::msg("disk on fire"))
+        })
+        .edge(START, "ok")
+        .edge("ok", "bad")
+        .edge("bad", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", Doc::default())
+        .await
+        .unwrap();
+    let RunOutcome::Failed { state, error } = out else {
+        panic!("expected failure")
+    };
+    assert_eq!(state.count, 1);
+    assert!(
+        matches!(&error, Error::Run(RunError::NodeFailed { node, step: 2, .. }) if node == "bad")
+    );
+    let chain = format!("{error}: {}", std::error::Error::source(&error).unwrap());
+    assert_eq!(chain, "node bad failed at step 2: disk on fire");
+}
+
+#[tokio::test]
+async fn a_panicking_node_becomes_an_error_and_the_process_carries_on() {
+    let graph = Graph::new("panics")
+        .node_sync("boom", |_: &mut Doc| -> () { panic!("kaboom") })
+        .node_sync("calm", |d: &mut Doc| d.count = 5)
+        .edge(START, "boom")
+        .edge(START, "calm")
+        .edge("boom", END)
+        .edge("calm", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(
+            &Runtime::in_memory(),
+            "t",
+            Doc {
+                count: 2,
+                ..Doc::default()
+            },
+        )
+        .await
+        .unwrap();
+    let RunOutcome::Failed { state, error } = out else {
+        panic!("expected failure")
+    };
+    assert_eq!(state.count, 2);
+    assert!(
+        matches!(&error, Error::Run(RunError::NodePanicked { node, step: 1, message }) if node == "boom" && message == "kaboom"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn loops_stop_at_the_recursion_limit_with_a_typed_error() {
+    let graph = Graph::new("forever")
+        .node_sync("tick", |d: &mut Doc| d.count += 1)
+        .node_sync("tock", |d: &mut Doc| d.count += 1)
+        .edge(START, "tick")
+        .edge("tick", "tock")
+        .branch("tock", ["tick", END], |d: &Doc| {
+            if d.count < 1000 { "tick" } else { END }
+        })
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph.invoke(&runtime, "t", Doc::default()).await.unwrap();
+    let RunOutcome::Failed { state, error } = out else {
+        panic!("expected failure")
+    };
+    assert_eq!(state.count, 25);
+    match &error {
+        Error::Run(RunError::RecursionLimit { limit, last_nodes }) => {
+            assert_eq!(*limit, 25);
+            assert_eq!(last_nodes, &["tick"], "step 25 ran tick");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(error.to_string().contains("recursion limit of 25"));
+
+    let out = graph
+        .run(&runtime, "t2", Doc::default())
+        .recursion_limit(5)
+        .await
+        .unwrap();
+    assert_eq!(out.state().count, 5);
+    let loops_until_ten = Graph::new("ten")
+        .node_sync("tick", |d: &mut Doc| d.count += 1)
+        .edge(START, "tick")
+        .branch("tick", ["tick", END], |d: &Doc| {
+            if d.count < 10 { "tick" } else { END }
+        })
+        .compile()
+        .unwrap();
+    assert_eq!(
+        loops_until_ten
+            .invoke(&runtime, "t3", Doc::default())
+            .await
+            .unwrap()
+            .completed()
+            .unwrap()
+            .count,
+        10
+    );
+}
+
+#[tokio::test]
+async fn undeclared_route_is_an_error_naming_the_branch() {
+    let graph = Graph::new("g")
+        .node_sync("a", push("a"))
+        .node_sync("b", push("b"))
+        .edge(START, "a")
+        .branch("a", ["b"], |_: &Doc| "nowhere")
+        .edge("b", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", Doc::default())
+        .await
+        .unwrap();
+    let RunOutcome::Failed { state, error } = out else {
+        panic!()
+    };
+    assert!(
+        state.log.is_empty(),
+        "the step whose routing failed is not committed"
+    );
+    assert_eq!(
+        error.to_string(),
+        "branch from a chose nowhere, which is not one of its declared targets"
+    );
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Inner {
+    words: Vec<String>,
+}
+
+#[tokio::test]
+async fn subgraph_runs_with_its_state_mapped_in_and_out_and_its_own_namespace() {
+    let child = Graph::new("child")
+        .node_sync("split", |s: &mut Inner| s.words.push("split".into()))
+        .node_fn("emit", |s: &mut Inner, ctx| {
+            Box::pin(async move {
+                ctx.emit("inside", json!({ "ns": ctx.namespace() }));
+                s.words.push("emit".into());
+                Ok(())
+            })
+        })
+        .edge(START, "split")
+        .edge("split", "emit")
+        .edge("emit", END)
+        .compile()
+        .unwrap();
+    let parent = Graph::new("parent")
+        .subgraph(
+            "words",
+            child,
+            |d: &Doc| Inner {
+                words: vec![d.text.clone()],
+            },
+            |d: &mut Doc, inner: Inner| d.log = inner.words,
+        )
+        .edge(START, "words")
+        .edge("words", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut stream = parent.stream(
+        &runtime,
+        "t",
+        Doc {
+            text: "hi".into(),
+            ..Doc::default()
+        },
+    );
+    let mut custom = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let EventKind::Custom { name, data } = event.kind {
+            custom.push((event.node.unwrap(), name, data));
+        }
+    }
+    assert_eq!(
+        custom,
+        vec![(
+            "words/emit".to_owned(),
+            "inside".to_owned(),
+            json!({ "ns": "words" })
+        )]
+    );
+    let doc = stream.outcome().await.unwrap().completed().unwrap();
+    assert_eq!(doc.log, ["hi", "split", "emit"]);
+    let namespaces: Vec<String> = runtime
+        .list_checkpoints("t")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.namespace)
+        .collect();
+    assert!(namespaces.contains(&"words".to_owned()));
+    assert!(namespaces.contains(&String::new()));
+}
+
+#[tokio::test]
+async fn stream_yields_node_step_custom_and_done_events_in_order() {
+    let graph = Graph::new("s")
+        .node_fn("a", |d: &mut Doc, ctx| {
+            Box::pin(async move {
+                ctx.emit("hello", d.count);
+                Ok(())
+            })
+        })
+        .edge(START, "a")
+        .edge("a", END)
+        .compile()
+        .unwrap();
+    let events: Vec<_> = graph
+        .stream(&Runtime::in_memory(), "t", Doc::default())
+        .collect()
+        .await;
+    let kinds: Vec<(u64, Option<&str>, &EventKind)> = events
+        .iter()
+        .map(|e| (e.step, e.node.as_deref(), &e.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (1, Some("a"), &EventKind::NodeStart),
+            (
+                1,
+                Some("a"),
+                &EventKind::Custom {
+                    name: "hello".into(),
+                    data: json!(0)
+                }
+            ),
+            (1, Some("a"), &EventKind::NodeEnd),
+            (
+                1,
+                None,
+                &EventKind::Step {
+                    nodes: vec!["a".into()]
+                }
+            ),
+            (1, None, &EventKind::Done),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn stream_reports_errors_with_step_and_message() {
+    let graph = Graph::new("s")
+        .node_sync("bad", |_: &mut Doc| Err::<(), _>(Error::msg("nope")))
+        .edge(START, "bad")
+        .edge("bad", END)
+        .compile()
+        .unwrap();
+    let events: Vec<_> = graph
+        .stream(&Runtime::in_memory(), "t", Doc::default())
+        .collect()
+        .await;
+    let last = events.last().unwrap();
+    assert_eq!(last.step, 1);
+    assert_eq!(
+        last.kind,
+        EventKind::Error {
+            message: "node bad failed at step 1: nope".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn started_runs_go_on_in_the_background_and_many_run_at_once() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let graph = Graph::new("bg")
+        .node_sync("count", move |d: &mut Doc| {
+            c.fetch_add(1, Ordering::SeqCst);
+            d.count += 1;
+        })
+        .edge(START, "count")
+        .edge("count", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let handles: Vec<_> = (0..50)
+        .map(|i| graph.start(&runtime, format!("t{i}"), Doc::default()))
+        .collect();
+    for handle in handles {
+        assert_eq!(handle.await.unwrap().completed().unwrap().count, 1);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 50);
+}
+
+#[tokio::test]
+async fn durability_modes_decide_how_many_checkpoints_are_written() {
+    let graph = Graph::new("d")
+        .node_sync("a", push("a"))
+        .node_sync("b", push("b"))
+        .edge(START, "a")
+        .edge("a", "b")
+        .edge("b", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    graph
+        .invoke(&runtime, "sync", Doc::default())
+        .await
+        .unwrap();
+    graph
+        .run(&runtime, "exit", Doc::default())
+        .durability(Durability::Exit)
+        .await
+        .unwrap();
+    let sync = runtime.list_checkpoints("sync").await.unwrap();
+    assert_eq!(sync.iter().map(|c| c.step).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(sync[0].next, ["b"]);
+    assert!(sync[1].next.is_empty());
+    let exit = runtime.list_checkpoints("exit").await.unwrap();
+    assert_eq!(exit.len(), 1);
+    assert_eq!(exit[0].state["log"], json!(["a", "b"]));
+}
+
+#[test]
+fn compile_reports_every_problem_naming_each_node() {
+    let err = Graph::<Doc>::new("broken")
+        .node_sync("a", push("a"))
+        .node_sync("a", push("a2"))
+        .node_sync("island", push("i"))
+        .node_sync("sink", push("s"))
+        .node_sync("loop", push("l"))
+        .edge(START, "a")
+        .edge("a", "ghost")
+        .edge("a", "sink")
+        .edge("a", END)
+        .edge("a", "loop")
+        .edge("loop", "loop")
+        .branch("a", ["sink", "phantom"], |_: &Doc| "sink")
+        .compile()
+        .unwrap_err();
+    let problems = err.problems();
+    let expect = [
+        GraphProblem::DuplicateNode { name: "a".into() },
+        GraphProblem::UnknownNode {
+            name: "ghost".into(),
+            context: "edge a -> ghost".into(),
+        },
+        GraphProblem::UnknownBranchTarget {
+            from: "a".into(),
+            target: "phantom".into(),
+        },
+        GraphProblem::Unreachable {
+            name: "island".into(),
+        },
+        GraphProblem::NoPathToEnd {
+            name: "sink".into(),
+        },
+        GraphProblem::NoPathToEnd {
+            name: "loop".into(),
+        },
+    ];
+    for p in &expect {
+        assert!(problems.contains(p), "missing {p:?} in {problems:?}");
+    }
+    assert_eq!(problems.len(), expect.len(), "{problems:?}");
+    let text = err.to_string();
+    assert!(text.starts_with("graph broken is invalid: "), "{text}");
+}
+
+#[test]
+fn compile_reports_a_graph_without_entry_and_reserved_names() {
+    let err = Graph::<Doc>::new("g")
+        .node_sync("a", push("a"))
+        .node_sync("", push("e"))
+        .edge("a", END)
+        .compile()
+        .unwrap_err();
+    assert!(err.problems().contains(&GraphProblem::NoEntry));
+    assert!(err.problems().contains(&GraphProblem::ReservedName {
+        name: String::new()
+    }));
+}

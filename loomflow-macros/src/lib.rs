@@ -1,1 +1,15 @@
-//! Procedural macros for loomflow. Use them through the `loomflow` crate.
+//! Procedural macros for loomflow. Use them through the `loomflow` crate, which re-exports
+//! them and documents them with examples.
+
+use proc_macro::TokenStream;
+
+mod common;
+mod node;
+
+/// Turns an async fn over `&mut S` (and optionally `&Context`) into a graph node.
+///
+/// See `loomflow::node` for the full documentation.
+#[proc_macro_attribute]
+pub fn node(attr: TokenStream, item: TokenStream) -> TokenStream {
+    node::expand_attribute(attr.into(), item.into()).into()
+}

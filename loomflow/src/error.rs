@@ -18,6 +18,9 @@ pub enum Error {
     /// A run failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] crate::runtime::StoreError),
     /// A value could not be converted to or from JSON.
     #[error("json conversion failed for {what}")]
     Json {

@@ -1,0 +1,84 @@
+//! A validated description of a `#[node]` function.
+
+use syn::spanned::Spanned;
+use syn::{FnArg, ItemFn, Type};
+
+use super::attr::NodeArgs;
+use crate::common::{Errors, doc_text};
+
+pub(crate) struct NodeModel {
+    pub(crate) func: ItemFn,
+    pub(crate) name: String,
+    pub(crate) description: Option<String>,
+    pub(crate) state_ty: Type,
+    pub(crate) takes_context: bool,
+    pub(crate) krate: Option<syn::Path>,
+}
+
+impl NodeModel {
+    pub(crate) fn new(args: NodeArgs, func: ItemFn) -> syn::Result<Self> {
+        let mut errors = Errors::default();
+        let sig = &func.sig;
+        if sig.asyncness.is_none() {
+            errors.push_spanned(sig.fn_token, "#[node] functions must be `async fn`");
+        }
+        if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+            errors.push_spanned(
+                &sig.generics,
+                "#[node] functions cannot be generic: the node's state type must be concrete",
+            );
+        }
+        if let Some(variadic) = &sig.variadic {
+            errors.push_spanned(variadic, "#[node] functions cannot be variadic");
+        }
+
+        let mut state_ty = None;
+        let mut takes_context = false;
+        for (i, input) in sig.inputs.iter().enumerate() {
+            match input {
+                FnArg::Receiver(receiver) => errors.push_spanned(
+                    receiver,
+                    "#[node] functions cannot take `self`: write a free function, or implement `Node` by hand",
+                ),
+                FnArg::Typed(pat_type) => match (i, &*pat_type.ty) {
+                    (0, Type::Reference(r)) if r.mutability.is_some() => {
+                        state_ty = Some((*r.elem).clone());
+                    }
+                    (0, other) => errors.push_spanned(
+                        other,
+                        "the first parameter of a #[node] function must be the state, as `&mut S`",
+                    ),
+                    (1, Type::Reference(r)) if r.mutability.is_none() => takes_context = true,
+                    (1, other) => errors.push_spanned(
+                        other,
+                        "the second parameter of a #[node] function must be `&Context`",
+                    ),
+                    (_, other) => errors.push_spanned(
+                        other,
+                        "#[node] functions take at most two parameters: `&mut S` and `&Context`",
+                    ),
+                },
+            }
+        }
+        if sig.inputs.is_empty() {
+            errors.push(syn::Error::new(
+                sig.paren_token.span.join(),
+                "#[node] functions take the state as their first parameter, as `&mut S`",
+            ));
+        }
+        errors.finish()?;
+        let state_ty =
+            state_ty.ok_or_else(|| syn::Error::new(sig.span(), "missing state parameter"))?;
+
+        Ok(Self {
+            name: args
+                .name
+                .map_or_else(|| sig.ident.to_string(), |n| n.value()),
+            description: doc_text(&func.attrs),
+            state_ty,
+            takes_context,
+            krate: args.krate,
+            func,
+        })
+    }
+}

@@ -1,0 +1,209 @@
+//! Merging the results of concurrent nodes: field-level diffs and reducers.
+//!
+//! Every node of a superstep works on its own copy of the state as it was when the step
+//! began. Afterwards each copy is compared with that starting state, top-level field by
+//! top-level field (through its JSON form), and the changed fields are merged in declaration
+//! order. A field changed by one node takes that node's value; a field changed by several
+//! needs a [`Reducer`], or the step fails naming the field and the first two writers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::RunError;
+use crate::{Error, Result};
+
+/// The pseudo-field name used when the state is not a JSON object (e.g. a number).
+pub(crate) const WHOLE_STATE: &str = "(state)";
+
+type CustomReducer = Arc<dyn Fn(Value, Value) -> Result<Value, String> + Send + Sync>;
+
+/// How concurrent writes to one state field combine.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::prelude::*;
+///
+/// #[derive(Clone, Default, Serialize, Deserialize)]
+/// struct S { log: Vec<String>, best: u32 }
+///
+/// let graph = Graph::<S>::new("g")
+///     .reducer("log", Reducer::append())
+///     .reducer("best", Reducer::with(|a: u32, b: u32| a.max(b)));
+/// # let _ = graph;
+/// ```
+#[derive(Clone)]
+pub struct Reducer(ReducerKind);
+
+#[derive(Clone)]
+enum ReducerKind {
+    Append,
+    Custom(CustomReducer),
+}
+
+impl fmt::Debug for Reducer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            ReducerKind::Append => f.write_str("Reducer::append"),
+            ReducerKind::Custom(_) => f.write_str("Reducer::with(..)"),
+        }
+    }
+}
+
+impl Reducer {
+    /// For sequence fields (`Vec`, arrays): the items each node appended are concatenated in
+    /// declaration order after the items the field held when the step began.
+    ///
+    /// A node that removed or rewrote existing items, rather than appending, fails the step.
+    pub fn append() -> Self {
+        Self(ReducerKind::Append)
+    }
+
+    /// Folds the values the nodes wrote with `f`, in declaration order:
+    /// `f(f(first, second), third)`. Each argument is a writer's whole new value of the field.
+    pub fn with<T, F>(f: F) -> Self
+    where
+        T: Serialize + DeserializeOwned,
+        F: Fn(T, T) -> T + Send + Sync + 'static,
+    {
+        Self(ReducerKind::Custom(Arc::new(move |a, b| {
+            let a: T = serde_json::from_value(a).map_err(|e| e.to_string())?;
+            let b: T = serde_json::from_value(b).map_err(|e| e.to_string())?;
+            serde_json::to_value(f(a, b)).map_err(|e| e.to_string())
+        })))
+    }
+
+    fn combine(&self, base: Option<&Value>, writes: Vec<Value>) -> Result<Value, String> {
+        match &self.0 {
+            ReducerKind::Append => {
+                let base_items = match base {
+                    Some(Value::Array(items)) => items.as_slice(),
+                    None | Some(Value::Null) => &[],
+                    Some(_) => return Err("append needs an array field".to_owned()),
+                };
+                let mut merged = base_items.to_vec();
+                for write in writes {
+                    let Value::Array(items) = write else {
+                        return Err("append needs an array field".to_owned());
+                    };
+                    if !items.starts_with(base_items) {
+                        return Err("a node changed existing items instead of appending".into());
+                    }
+                    merged.extend(items.into_iter().skip(base_items.len()));
+                }
+                Ok(Value::Array(merged))
+            }
+            ReducerKind::Custom(f) => {
+                let mut writes = writes.into_iter();
+                let first = writes.next().unwrap_or(Value::Null);
+                writes.try_fold(first, |acc, next| f(acc, next))
+            }
+        }
+    }
+}
+
+/// One node's finished copy of the state, with its name, in declaration order.
+pub(crate) struct BranchResult<'a, S> {
+    pub(crate) node: &'a str,
+    pub(crate) state: S,
+}
+
+/// Merges the copies of several nodes into a new state.
+pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
+    base_state: S,
+    branches: Vec<BranchResult<'_, S>>,
+    reducers: &std::collections::HashMap<String, Reducer>,
+    step: u64,
+) -> Result<S> {
+    let base = to_fields(&base_state)?;
+    // (field, writers in declaration order)
+    let mut writes: Vec<(String, Vec<(usize, Value)>)> = Vec::new();
+    for (b, branch) in branches.iter().enumerate() {
+        let mut fields = to_fields(&branch.state)?;
+        // A field the node removed (possible with skip_serializing_if) is a write of null.
+        for key in base.keys() {
+            if !fields.contains_key(key) {
+                fields.insert(key.clone(), Value::Null);
+            }
+        }
+        for (key, value) in fields {
+            if base.get(&key) == Some(&value) {
+                continue;
+            }
+            match writes.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, writers)) => writers.push((b, value)),
+                None => writes.push((key, vec![(b, value)])),
+            }
+        }
+    }
+    if writes.is_empty() {
+        return Ok(base_state);
+    }
+    // One writer for everything: take that node's copy as it is.
+    let sole = writes[0].1[0].0;
+    if writes.iter().all(|(_, w)| w.len() == 1 && w[0].0 == sole) {
+        return branches
+            .into_iter()
+            .nth(sole)
+            .map(|b| b.state)
+            .ok_or_else(|| Error::msg("merge lost a branch"));
+    }
+
+    let mut merged = base;
+    for (field, writers) in writes {
+        let value = if writers.len() == 1 {
+            writers
+                .into_iter()
+                .next()
+                .map(|(_, v)| v)
+                .unwrap_or(Value::Null)
+        } else if let Some(reducer) = reducers.get(&field) {
+            let values = writers.into_iter().map(|(_, v)| v).collect();
+            reducer
+                .combine(merged.get(&field), values)
+                .map_err(|message| RunError::Reducer {
+                    field: field.clone(),
+                    step,
+                    message,
+                })?
+        } else {
+            return Err(RunError::MergeConflict {
+                field,
+                first: branches[writers[0].0].node.to_owned(),
+                second: branches[writers[1].0].node.to_owned(),
+                step,
+            }
+            .into());
+        };
+        merged.insert(field, value);
+    }
+    from_fields::<S>(merged)
+}
+
+fn to_fields<S: Serialize>(state: &S) -> Result<Map<String, Value>> {
+    match serde_json::to_value(state) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => {
+            let mut map = Map::with_capacity(1);
+            map.insert(WHOLE_STATE.to_owned(), other);
+            Ok(map)
+        }
+        Err(e) => Err(Error::json(std::any::type_name::<S>(), e)),
+    }
+}
+
+fn from_fields<S: DeserializeOwned>(mut fields: Map<String, Value>) -> Result<S> {
+    let value = match fields.remove(WHOLE_STATE) {
+        Some(whole) if fields.is_empty() => whole,
+        Some(whole) => {
+            fields.insert(WHOLE_STATE.to_owned(), whole);
+            Value::Object(fields)
+        }
+        None => Value::Object(fields),
+    };
+    serde_json::from_value(value).map_err(|e| Error::json(std::any::type_name::<S>(), e))
+}

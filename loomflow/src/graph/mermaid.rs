@@ -1,0 +1,164 @@
+//! Rendering a graph's shape as a Mermaid flowchart.
+//!
+//! Node ids are generated (`n0`, `n3_1`, `j0`), never taken from node names, so any name
+//! renders: names only appear inside quoted labels, escaped with Mermaid's entity codes.
+
+use std::fmt::Write as _;
+
+use crate::graph::State;
+use crate::graph::compiled::CompiledGraph;
+use crate::graph::shape::{EdgeKind, Endpoint, GraphShape};
+use crate::graph::{END, START};
+
+impl<S: State> CompiledGraph<S> {
+    /// Renders the graph as a Mermaid flowchart.
+    ///
+    /// `START` and `END` are stadiums; plain edges are solid; branch edges are dashed and
+    /// labelled with their route; joins are small circles; subgraphs are `subgraph` blocks;
+    /// nodes that wait for the outside world are marked.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    ///
+    /// let graph = Graph::new("g")
+    ///     .node_sync("end", |n: &mut u32| *n += 1)
+    ///     .edge(START, "end")
+    ///     .edge("end", END)
+    ///     .compile()?;
+    /// let text = graph.to_mermaid();
+    /// assert!(text.starts_with("flowchart TD"));
+    /// assert!(text.contains(r#"n0["end"]"#));
+    /// # Ok::<(), loomflow::Error>(())
+    /// ```
+    pub fn to_mermaid(&self) -> String {
+        to_mermaid(self.shape())
+    }
+}
+
+/// Renders any [`GraphShape`] as a Mermaid flowchart.
+pub fn to_mermaid(shape: &GraphShape) -> String {
+    let mut out = String::from("flowchart TD\n");
+    render_body(&mut out, shape, "", 1);
+    if has_markers(shape) {
+        out.push_str("    classDef waits stroke-dasharray: 5 3\n");
+    }
+    out
+}
+
+fn has_markers(shape: &GraphShape) -> bool {
+    shape
+        .nodes
+        .iter()
+        .any(|n| !n.markers.is_empty() || n.subgraph.as_deref().is_some_and(has_markers))
+}
+
+fn render_body(out: &mut String, shape: &GraphShape, prefix: &str, depth: usize) {
+    let pad = "    ".repeat(depth);
+    let start_id = format!("{prefix}__start__");
+    let end_id = format!("{prefix}__end__");
+    let _ = writeln!(out, "{pad}{start_id}([START])");
+    for (i, node) in shape.nodes.iter().enumerate() {
+        let id = node_id(prefix, i);
+        let mut label = node.name.clone();
+        for marker in &node.markers {
+            label.push('\n');
+            label.push_str(marker);
+        }
+        if let Some(child) = &node.subgraph {
+            let _ = writeln!(out, "{pad}subgraph {id} [\"{}\"]", escape(&label));
+            let _ = writeln!(out, "{pad}    direction TB");
+            render_body(out, child, &format!("{id}_"), depth + 1);
+            let _ = writeln!(out, "{pad}end");
+        } else if node.markers.is_empty() {
+            let _ = writeln!(out, "{pad}{id}[\"{}\"]", escape(&label));
+        } else {
+            let _ = writeln!(out, "{pad}{id}{{{{\"{}\"}}}}:::waits", escape(&label));
+        }
+    }
+    let _ = writeln!(out, "{pad}{end_id}([END])");
+
+    let endpoint = |e: Endpoint| match e {
+        Endpoint::Start => start_id.clone(),
+        Endpoint::End => end_id.clone(),
+        Endpoint::Node(i) => node_id(prefix, i),
+    };
+    for edge in &shape.edges {
+        let (from, to) = (endpoint(edge.from), endpoint(edge.to));
+        match &edge.kind {
+            EdgeKind::Plain => {
+                let _ = writeln!(out, "{pad}{from} --> {to}");
+            }
+            EdgeKind::Branch { label } => {
+                let label = display_name(label);
+                let text = escape(label);
+                if text.trim().is_empty() {
+                    let _ = writeln!(out, "{pad}{from} -.-> {to}");
+                } else {
+                    let _ = writeln!(out, "{pad}{from} -.->|\"{text}\"| {to}");
+                }
+            }
+        }
+    }
+    for (j, join) in shape.joins.iter().enumerate() {
+        let id = format!("{prefix}join{j}");
+        let _ = writeln!(out, "{pad}{id}((\"join\"))");
+        for &source in &join.sources {
+            let _ = writeln!(out, "{pad}{} --> {id}", node_id(prefix, source));
+        }
+        let _ = writeln!(out, "{pad}{id} --> {}", endpoint(join.target));
+    }
+}
+
+fn node_id(prefix: &str, index: usize) -> String {
+    format!("{prefix}n{index}")
+}
+
+fn display_name(name: &str) -> &str {
+    match name {
+        START => "START",
+        END => "END",
+        other => other,
+    }
+}
+
+/// Escapes text for a quoted Mermaid label, using Mermaid's entity codes.
+pub(crate) fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '#' => escaped.push_str("#35;"),
+            '"' => escaped.push_str("#quot;"),
+            '&' => escaped.push_str("#amp;"),
+            '<' => escaped.push_str("#lt;"),
+            '>' => escaped.push_str("#gt;"),
+            '`' => escaped.push_str("#96;"),
+            '%' => escaped.push_str("#37;"),
+            '\r' => {}
+            '\n' => escaped.push_str("<br/>"),
+            other => escaped.push(other),
+        }
+    }
+    if escaped.trim().is_empty() {
+        " ".to_owned()
+    } else {
+        escaped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn escapes_every_character_mermaid_misreads() {
+        assert_eq!(
+            escape(r#"say "hi" #1 <b> & `x` 5%"#),
+            "say #quot;hi#quot; #35;1 #lt;b#gt; #amp; #96;x#96; 5#37;"
+        );
+        assert_eq!(escape("a\nb"), "a<br/>b");
+        assert_eq!(escape(""), " ");
+        assert_eq!(escape("日本語 end"), "日本語 end");
+    }
+}

@@ -1,0 +1,34 @@
+//! Graphs: the builder, compilation, the superstep executor, merging, and Mermaid.
+
+mod builder;
+mod compiled;
+mod executor;
+mod merge;
+pub mod mermaid;
+mod node;
+mod run;
+pub mod shape;
+mod subgraph;
+
+pub use builder::{DEFAULT_RECURSION_LIMIT, Graph, Route};
+pub use compiled::CompiledGraph;
+pub use merge::Reducer;
+pub use node::{BoxFuture, IntoNodeResult, Node};
+pub use run::{RunBuilder, RunHandle, RunOutcome, RunStream};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The name of a graph's entry, for edges and branches out of it.
+pub const START: &str = "__start__";
+
+/// The name of a graph's exit, for edges and branches into it.
+pub const END: &str = "__end__";
+
+/// What a graph's state must be: cloneable (each parallel node gets its own copy),
+/// serializable (checkpoints and merges go through JSON), and shareable across tasks.
+///
+/// Implemented for every type that qualifies.
+pub trait State: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
+
+impl<T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> State for T {}

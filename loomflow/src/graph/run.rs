@@ -1,0 +1,279 @@
+//! Starting runs and collecting their outcomes: [`RunBuilder`], [`RunHandle`], [`RunStream`].
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use futures_core::Stream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::context::RunShared;
+use crate::error::RunError;
+use crate::event::Event;
+use crate::graph::State;
+use crate::graph::compiled::CompiledGraph;
+use crate::graph::executor::{Execution, execute};
+use crate::runtime::{Durability, Runtime};
+use crate::{Error, Result};
+
+/// How a run ended.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunOutcome<S> {
+    /// The run reached `END` on every path.
+    Completed(S),
+    /// A node failed (returned an error, panicked), or the recursion limit was hit. `state` is
+    /// the last good state: the one the failed superstep started from.
+    Failed {
+        /// The last good state.
+        state: S,
+        /// What went wrong.
+        error: Error,
+    },
+}
+
+impl<S> RunOutcome<S> {
+    /// The final state, or the last good one.
+    pub fn state(&self) -> &S {
+        match self {
+            Self::Completed(state) | Self::Failed { state, .. } => state,
+        }
+    }
+
+    /// Consumes the outcome, returning the final or last good state.
+    pub fn into_state(self) -> S {
+        match self {
+            Self::Completed(state) | Self::Failed { state, .. } => state,
+        }
+    }
+
+    /// Whether the run completed.
+    pub fn is_completed(&self) -> bool {
+        matches!(self, Self::Completed(_))
+    }
+
+    /// The final state of a completed run.
+    ///
+    /// # Errors
+    ///
+    /// The run's error when it did not complete.
+    pub fn completed(self) -> Result<S> {
+        match self {
+            Self::Completed(state) => Ok(state),
+            Self::Failed { error, .. } => Err(error),
+        }
+    }
+}
+
+/// A run being configured: set options, then `.await` it, [`start`](RunBuilder::start) it in
+/// the background, or [`stream`](RunBuilder::stream) its events.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+/// let graph = Graph::new("loop")
+///     .node_sync("inc", |n: &mut u64| *n += 1)
+///     .edge(START, "inc")
+///     .branch("inc", ["inc", END], |n: &u64| if *n < 40 { "inc" } else { END })
+///     .compile()?;
+/// let runtime = Runtime::in_memory();
+///
+/// // 40 supersteps is over the default limit of 25:
+/// assert!(!graph.invoke(&runtime, "a", 0).await?.is_completed());
+/// let outcome = graph.run(&runtime, "b", 0).recursion_limit(50).await?;
+/// assert_eq!(outcome.completed()?, 40);
+/// # Ok(()) }
+/// ```
+#[must_use = "a run does nothing until it is awaited, started or streamed"]
+pub struct RunBuilder<S> {
+    graph: CompiledGraph<S>,
+    runtime: Runtime,
+    thread: String,
+    input: S,
+    recursion_limit: Option<u64>,
+    durability: Option<Durability>,
+}
+
+impl<S: State> RunBuilder<S> {
+    pub(crate) fn new(graph: CompiledGraph<S>, runtime: Runtime, thread: String, input: S) -> Self {
+        Self {
+            graph,
+            runtime,
+            thread,
+            input,
+            recursion_limit: None,
+            durability: None,
+        }
+    }
+
+    /// Overrides the graph's recursion limit (supersteps) for this run.
+    pub fn recursion_limit(mut self, limit: u64) -> Self {
+        self.recursion_limit = Some(limit);
+        self
+    }
+
+    /// Overrides the runtime's durability mode for this run.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = Some(durability);
+        self
+    }
+
+    fn into_execution(self, events: Option<mpsc::UnboundedSender<Event>>) -> Execution<S> {
+        let limit = self
+            .recursion_limit
+            .unwrap_or(self.graph.inner.recursion_limit);
+        let durability = self.durability.unwrap_or(self.runtime.durability());
+        Execution {
+            shared: Arc::new(RunShared {
+                thread: Arc::from(self.thread),
+                runtime: self.runtime,
+                events,
+                namespace: Arc::from(""),
+            }),
+            graph: self.graph,
+            input: self.input,
+            recursion_limit: limit,
+            durability,
+        }
+    }
+
+    /// Runs in a background task; await the handle for the outcome.
+    pub fn start(self) -> RunHandle<S> {
+        let execution = self.into_execution(None);
+        RunHandle::spawn(execution)
+    }
+
+    /// Runs in a background task and yields its events as they happen.
+    ///
+    /// Dropping the stream aborts the run.
+    pub fn stream(self) -> RunStream<S> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let execution = self.into_execution(Some(tx));
+        RunStream {
+            events: rx,
+            handle: Some(RunHandle::spawn(execution)),
+        }
+    }
+}
+
+impl<S: State> IntoFuture for RunBuilder<S> {
+    type Output = Result<RunOutcome<S>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(execute(self.into_execution(None)))
+    }
+}
+
+/// A run going on in a background task. Await it for the outcome.
+#[must_use = "dropping the handle detaches the run; await it for the outcome"]
+pub struct RunHandle<S> {
+    thread: String,
+    task: JoinHandle<Result<RunOutcome<S>>>,
+}
+
+impl<S: State> RunHandle<S> {
+    fn spawn(execution: Execution<S>) -> Self {
+        Self {
+            thread: execution.shared.thread.to_string(),
+            task: tokio::spawn(execute(execution)),
+        }
+    }
+
+    /// Stops the run at its next await point.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+impl<S> Future for RunHandle<S> {
+    type Output = Result<RunOutcome<S>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.task)
+            .poll(cx)
+            .map(|joined| match joined {
+                Ok(result) => result,
+                Err(_) => Err(RunError::Cancelled {
+                    thread: self.thread.clone(),
+                }
+                .into()),
+            })
+    }
+}
+
+/// The events of a run as they happen; see [`RunBuilder::stream`].
+///
+/// The stream ends after the run's `Done` or `Error` event. Then
+/// [`outcome`](RunStream::outcome) gives the result.
+pub struct RunStream<S> {
+    events: mpsc::UnboundedReceiver<Event>,
+    handle: Option<RunHandle<S>>,
+}
+
+impl<S> RunStream<S> {
+    /// Waits for the run to finish and returns its outcome (events not yet read are dropped).
+    ///
+    /// # Errors
+    ///
+    /// As for awaiting the run.
+    pub async fn outcome(mut self) -> Result<RunOutcome<S>> {
+        match self.handle.take() {
+            Some(handle) => handle.await,
+            None => Err(Error::msg("run outcome was already taken")),
+        }
+    }
+}
+
+impl<S> Drop for RunStream<S> {
+    fn drop(&mut self) {
+        if let Some(handle) = &self.handle {
+            handle.task.abort();
+        }
+    }
+}
+
+impl<S> Stream for RunStream<S> {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Event>> {
+        self.events.poll_recv(cx)
+    }
+}
+
+impl<S: State> CompiledGraph<S> {
+    /// Configures a run of this graph on `thread`, starting from `input`.
+    pub fn run(&self, runtime: &Runtime, thread: impl Into<String>, input: S) -> RunBuilder<S> {
+        RunBuilder::new(self.clone(), runtime.clone(), thread.into(), input)
+    }
+
+    /// Runs to the end in the current task.
+    ///
+    /// # Errors
+    ///
+    /// Store failures. A failing node is not an `Err`: it is [`RunOutcome::Failed`], which
+    /// keeps the last good state.
+    pub async fn invoke(
+        &self,
+        runtime: &Runtime,
+        thread: impl Into<String>,
+        input: S,
+    ) -> Result<RunOutcome<S>> {
+        self.run(runtime, thread, input).await
+    }
+
+    /// Runs in a background task; await the returned handle for the outcome.
+    pub fn start(&self, runtime: &Runtime, thread: impl Into<String>, input: S) -> RunHandle<S> {
+        self.run(runtime, thread, input).start()
+    }
+
+    /// Runs in a background task and streams its events.
+    pub fn stream(&self, runtime: &Runtime, thread: impl Into<String>, input: S) -> RunStream<S> {
+        self.run(runtime, thread, input).stream()
+    }
+}

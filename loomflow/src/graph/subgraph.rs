@@ -1,0 +1,82 @@
+//! A compiled graph used as one node of another graph.
+
+use std::sync::Arc;
+
+use crate::Result;
+use crate::context::{Context, RunShared};
+use crate::graph::State;
+use crate::graph::compiled::CompiledGraph;
+use crate::graph::executor::{Execution, execute};
+use crate::graph::node::{BoxFuture, Node};
+use crate::graph::run::RunOutcome;
+use crate::graph::shape::GraphShape;
+
+type MapIn<S, T> = Box<dyn Fn(&S) -> T + Send + Sync>;
+type MapOut<S, T> = Box<dyn Fn(&mut S, T) + Send + Sync>;
+
+pub(crate) struct SubgraphNode<S, T> {
+    name: String,
+    graph: CompiledGraph<T>,
+    into: MapIn<S, T>,
+    from: MapOut<S, T>,
+}
+
+impl<S, T> SubgraphNode<S, T> {
+    pub(crate) fn new(
+        name: String,
+        graph: CompiledGraph<T>,
+        into: impl Fn(&S) -> T + Send + Sync + 'static,
+        from: impl Fn(&mut S, T) + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name,
+            graph,
+            into: Box::new(into),
+            from: Box::new(from),
+        }
+    }
+}
+
+impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> Option<&str> {
+        Some(self.graph.name())
+    }
+
+    fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let parent = &ctx.run;
+            let namespace = if parent.namespace.is_empty() {
+                self.name.clone()
+            } else {
+                format!("{}/{}", parent.namespace, self.name)
+            };
+            let execution = Execution {
+                graph: self.graph.clone(),
+                shared: Arc::new(RunShared {
+                    thread: Arc::clone(&parent.thread),
+                    runtime: parent.runtime.clone(),
+                    events: parent.events.clone(),
+                    namespace: Arc::from(namespace),
+                }),
+                input: (self.into)(state),
+                recursion_limit: self.graph.inner.recursion_limit,
+                durability: parent.runtime.durability(),
+            };
+            match execute(execution).await? {
+                RunOutcome::Completed(child) => {
+                    (self.from)(state, child);
+                    Ok(())
+                }
+                RunOutcome::Failed { error, .. } => Err(error),
+            }
+        })
+    }
+
+    fn subgraph_shape(&self) -> Option<Arc<GraphShape>> {
+        Some(Arc::clone(self.graph.shape()))
+    }
+}
