@@ -1,5 +1,7 @@
 //! Graph building, compilation and superstep execution on the in-memory runtime.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -5,7 +5,7 @@
 // Usage: node check.mjs <file.mmd | dir> [...]
 //   - a directory argument is scanned (non-recursively) for `*.mmd` files
 //   - prints `ok <file>` or `FAIL <file>: <error>` per file,
-//     then `N passed, N failed`; exit code 1 if anything failed (or no input).
+//     then `mermaid: N diagrams parsed, N rejected`; exit code 1 if anything failed (or no input).
 import { readFile, readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { JSDOM } from 'jsdom';
@@ -87,6 +87,6 @@ for (const file of files) {
     failed += 1;
   }
 }
-console.log(`${passed} passed, ${failed} failed`);
+console.log(`mermaid: ${passed} diagrams parsed, ${failed} rejected`);
 if (files.length === 0) console.error('no .mmd files found');
 process.exit(failed > 0 || files.length === 0 ? 1 : 0);

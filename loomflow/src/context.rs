@@ -99,6 +99,9 @@ impl Context {
     ///     ctx.emit("progress", json!({ "done": state.len() }));
     ///     Ok(())
     /// }
+    ///
+    /// let graph = Graph::new("g").node(fetch).edge(START, "fetch").edge("fetch", END);
+    /// # let _ = graph;
     /// ```
     pub fn emit(&self, name: impl Into<String>, data: impl Serialize) {
         let name = name.into();

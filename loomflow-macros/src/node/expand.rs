@@ -1,7 +1,7 @@
 //! Code generation for `#[node]`.
 
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{quote, quote_spanned};
 
 use super::model::NodeModel;
 use crate::common::crate_path;
@@ -31,6 +31,10 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
         })
     };
 
+    let convert = quote_spanned! {model.output_span=>
+        #krate::__private::IntoNodeResult::into_node_result(output)
+    };
+
     quote! {
         #(#doc_attrs)*
         #[allow(non_camel_case_types)]
@@ -40,6 +44,7 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
         const _: () = {
             impl #ident {
                 /// The node's body, callable directly.
+                #[allow(dead_code)]
                 #(#other_attrs)*
                 #vis #sig #block
             }
@@ -59,7 +64,8 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
                     ctx: &'a #krate::Context,
                 ) -> #krate::__private::BoxFuture<'a, #krate::Result<()>> {
                     ::std::boxed::Box::pin(async move {
-                        #krate::__private::IntoNodeResult::into_node_result(#call.await)
+                        let output = #call.await;
+                        #convert
                     })
                 }
             }

@@ -12,6 +12,8 @@ pub(crate) struct NodeModel {
     pub(crate) description: Option<String>,
     pub(crate) state_ty: Type,
     pub(crate) takes_context: bool,
+    /// Where errors about the return type point.
+    pub(crate) output_span: proc_macro2::Span,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -34,13 +36,14 @@ impl NodeModel {
 
         let mut state_ty = None;
         let mut takes_context = false;
-        for (i, input) in sig.inputs.iter().enumerate() {
+        let mut typed_index = 0;
+        for input in &sig.inputs {
             match input {
                 FnArg::Receiver(receiver) => errors.push_spanned(
                     receiver,
                     "#[node] functions cannot take `self`: write a free function, or implement `Node` by hand",
                 ),
-                FnArg::Typed(pat_type) => match (i, &*pat_type.ty) {
+                FnArg::Typed(pat_type) => match (post_increment(&mut typed_index), &*pat_type.ty) {
                     (0, Type::Reference(r)) if r.mutability.is_some() => {
                         state_ty = Some((*r.elem).clone());
                     }
@@ -77,8 +80,18 @@ impl NodeModel {
             description: doc_text(&func.attrs),
             state_ty,
             takes_context,
+            output_span: match &func.sig.output {
+                syn::ReturnType::Default => func.sig.ident.span(),
+                syn::ReturnType::Type(_, ty) => ty.span(),
+            },
             krate: args.krate,
             func,
         })
     }
+}
+
+fn post_increment(counter: &mut usize) -> usize {
+    let current = *counter;
+    *counter += 1;
+    current
 }

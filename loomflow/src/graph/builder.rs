@@ -192,10 +192,10 @@ impl<S: State> Graph<S> {
     ///
     /// The router sees the state as merged at the end of the step. Choosing a target that was
     /// not declared fails the run with [`RunError::UndeclaredRoute`](crate::error::RunError).
-    pub fn branch<R, F, T, const N: usize>(
+    pub fn branch<R, F, T>(
         mut self,
         from: impl Into<String>,
-        targets: [T; N],
+        targets: impl IntoIterator<Item = T>,
         router: F,
     ) -> Self
     where
@@ -212,9 +212,9 @@ impl<S: State> Graph<S> {
     }
 
     /// Adds an explicit join: `target` runs once every node in `sources` has run.
-    pub fn join<T: Into<String>, const N: usize>(
+    pub fn join<T: Into<String>>(
         mut self,
-        sources: [T; N],
+        sources: impl IntoIterator<Item = T>,
         target: impl Into<String>,
     ) -> Self {
         self.joins.push(JoinDecl {

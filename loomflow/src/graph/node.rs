@@ -64,6 +64,10 @@ pub trait Node<S>: Send + Sync + 'static {
 
 /// What a node function may return: `()` or a `Result<(), E>` whose error converts into
 /// [`Error`]. Lets `#[node]` accept a user's own result alias.
+#[diagnostic::on_unimplemented(
+    message = "a node must return `()` or `Result<(), E>` where `E: Into<loomflow::Error>`, not `{Self}`",
+    label = "this node's return type"
+)]
 pub trait IntoNodeResult {
     /// Converts into the executor's result type.
     fn into_node_result(self) -> Result<()>;

@@ -1,0 +1,10 @@
+//! Compile-time behaviour of the macros: what must compile, and the errors for what must not.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[test]
+fn node_macro() {
+    let cases = trybuild::TestCases::new();
+    cases.pass("ui/node/pass/*.rs");
+    cases.compile_fail("ui/node/fail/*.rs");
+}

@@ -1,0 +1,11 @@
+use loomflow::prelude::*;
+
+#[derive(Clone)]
+struct NotSerde;
+
+#[node]
+async fn step(_state: &mut NotSerde) {}
+
+fn main() {
+    let _ = Graph::new("g").node(step);
+}
