@@ -21,7 +21,7 @@ use crate::graph::State;
 use crate::graph::compiled::{CompiledGraph, CompiledInner, Outgoing, Target};
 use crate::graph::merge::{BranchResult, merge_branches};
 use crate::graph::run::RunOutcome;
-use crate::runtime::{Checkpoint, Durability};
+use crate::runtime::{Checkpoint, Durability, RunStatus};
 use crate::{Error, Result};
 
 /// Everything one run needs.
@@ -153,8 +153,14 @@ fn checkpoint<S: State>(
         .map_err(|e| Error::json(format!("state of graph {}", g.name), e))?;
     Ok(Checkpoint::new(
         &*shared.thread,
+        1,
         &*shared.namespace,
         step,
+        if next.is_empty() {
+            RunStatus::Completed
+        } else {
+            RunStatus::Running
+        },
         value,
         next.iter().map(|&i| g.nodes[i].name.to_string()).collect(),
     ))

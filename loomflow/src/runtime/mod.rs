@@ -9,7 +9,10 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-pub use store::{Checkpoint, MemoryStore, Store, StoreError};
+pub use store::{
+    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush, Store,
+    StoreError, StoredSignal,
+};
 
 use crate::{Error, Result};
 
@@ -100,7 +103,7 @@ impl Runtime {
         let Some(checkpoint) = self
             .inner
             .store
-            .latest_checkpoint(thread)
+            .latest_checkpoint(thread, "")
             .await
             .map_err(Error::from)?
         else {
@@ -136,6 +139,7 @@ impl Runtime {
                 .store
                 .put_checkpoint(checkpoint)
                 .await
+                .map(drop)
                 .map_err(Error::from),
             Durability::Async => {
                 let store = Arc::clone(&self.inner.store);

@@ -1,87 +1,323 @@
 //! The [`Store`] trait: the only code that touches storage.
+//!
+//! A store keeps four kinds of rows, all values as JSON:
+//! - **checkpoints**: a snapshot of a run after each superstep (state, next nodes, join
+//!   progress, pending writes and pending interrupts), keyed by thread, run, namespace, step;
+//! - **journal entries**: results of side effects run through `ctx.step`, keyed by
+//!   [`JournalKey`];
+//! - **signals**: payloads sent to a session and not yet consumed;
+//! - nothing else: runs are numbered through their checkpoints.
+//!
+//! Backends: [`MemoryStore`] here, `SqliteStore` behind `Runtime::sqlite`. The
+//! [`conformance`] module is one test suite every backend passes.
 
+pub mod conformance;
 mod memory;
 
 pub use memory::MemoryStore;
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::graph::BoxFuture;
 
+/// How far a run got, as recorded in its newest checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// Supersteps remain to run (or the process running it crashed).
+    Running,
+    /// Suspended on one or more interrupts; waiting for `resume`.
+    Interrupted,
+    /// Reached `END`.
+    Completed,
+    /// Stopped by an error; the checkpoint holds the last good state.
+    Failed,
+}
+
+impl RunStatus {
+    /// The status as stored: `running`, `interrupted`, `completed`, `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Interrupted => "interrupted",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// A node that asked to suspend, and what it asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Interrupt {
+    /// Identifies the interrupt within its thread: `node#index`, prefixed by the namespace
+    /// inside subgraphs.
+    pub id: String,
+    /// The node.
+    pub node: String,
+    /// Which of the node's `interrupt` calls this is, from 0.
+    pub index: usize,
+    /// What the node sent out (a question for a person, a pending tool call, …).
+    pub payload: Value,
+}
+
+/// The finished copy of the state of a node whose siblings suspended: it is merged when the
+/// step completes on resume, and the node is not run again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PendingWrite {
+    /// The node.
+    pub node: String,
+    /// Its copy of the state when it finished.
+    pub state: Value,
+}
+
 /// A snapshot of a run taken after a superstep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Checkpoint {
+    /// Assigned by the store on write; 0 until then.
+    pub id: u64,
     /// The thread (session) the run belongs to.
     pub thread: String,
+    /// The run's number within its thread, from 1.
+    pub run: u64,
     /// Empty for the top-level graph; `parent/child` inside subgraphs.
     pub namespace: String,
-    /// The superstep just finished (0 for the input, before any step).
+    /// The superstep just finished (0 for the run's input).
     pub step: u64,
+    /// Where the run stands.
+    pub status: RunStatus,
     /// The state after the step, as JSON.
     pub state: Value,
-    /// The nodes that run next; empty when the run is over.
+    /// The nodes that run next; for an interrupted run, the step to run again.
     pub next: Vec<String>,
+    /// Progress of each join (which sources have run), in declaration order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<Vec<bool>>,
+    /// Finished siblings of interrupted nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_writes: Vec<PendingWrite>,
+    /// Interrupts waiting for a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interrupts: Vec<Interrupt>,
+    /// Values already given to interrupted nodes, per node, in call order.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resume_values: BTreeMap<String, Vec<Value>>,
+    /// An error message, for a failed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Checkpoint {
-    /// Builds a checkpoint.
+    /// A checkpoint of `state` with nothing pending.
     pub fn new(
         thread: impl Into<String>,
+        run: u64,
         namespace: impl Into<String>,
         step: u64,
+        status: RunStatus,
         state: Value,
         next: Vec<String>,
     ) -> Self {
         Self {
+            id: 0,
             thread: thread.into(),
+            run,
             namespace: namespace.into(),
             step,
+            status,
             state,
             next,
+            joins: Vec::new(),
+            pending_writes: Vec::new(),
+            interrupts: Vec::new(),
+            resume_values: BTreeMap::new(),
+            error: None,
         }
     }
+}
+
+/// Where a journaled step's result is filed: one side effect of one node execution.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct JournalKey {
+    /// The thread.
+    pub thread: String,
+    /// The run within the thread.
+    pub run: u64,
+    /// The graph namespace.
+    pub namespace: String,
+    /// The superstep the node ran in.
+    pub step: u64,
+    /// The node.
+    pub node: String,
+    /// The step's name, as given to `ctx.step`.
+    pub name: String,
+    /// Which call with this name within the node execution, from 0.
+    pub occurrence: u32,
+}
+
+impl JournalKey {
+    /// Builds a key.
+    pub fn new(
+        thread: impl Into<String>,
+        run: u64,
+        namespace: impl Into<String>,
+        step: u64,
+        node: impl Into<String>,
+        name: impl Into<String>,
+        occurrence: u32,
+    ) -> Self {
+        Self {
+            thread: thread.into(),
+            run,
+            namespace: namespace.into(),
+            step,
+            node: node.into(),
+            name: name.into(),
+            occurrence,
+        }
+    }
+}
+
+/// A signal kept by a durable store until it is consumed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StoredSignal {
+    /// Assigned by the store; increases with every signal stored.
+    pub seq: u64,
+    /// The session it was sent to.
+    pub session: String,
+    /// Its name.
+    pub name: String,
+    /// Its payload.
+    pub payload: Value,
+    /// The sender's idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// When it was stored, in milliseconds since the Unix epoch.
+    pub sent_at_ms: u64,
+}
+
+/// What [`Store::push_signal`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignalPush {
+    /// Stored under this sequence number.
+    Stored(u64),
+    /// A signal with the same (session, name, idempotency key) was already stored; nothing
+    /// was written.
+    Duplicate,
 }
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// The store could not be opened.
+    #[error("cannot open store at {path}: {message}")]
+    Open {
+        /// The file or connection string (without secrets).
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The file was written by a newer version of loomflow.
+    #[error("store at {path} has schema version {found}; this loomflow supports up to {supported}")]
+    NewerSchema {
+        /// The file.
+        path: String,
+        /// The version found.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
     /// The backend failed to write.
-    #[error("checkpoint write failed for thread {thread}: {message}")]
+    #[error("store write failed for thread {thread}: {message}")]
     Write {
-        /// The thread.
+        /// The thread (or session) concerned.
         thread: String,
         /// What the backend said.
         message: String,
     },
     /// The backend failed to read.
-    #[error("read failed for thread {thread}: {message}")]
+    #[error("store read failed for thread {thread}: {message}")]
     Read {
-        /// The thread.
+        /// The thread (or session) concerned.
         thread: String,
         /// What the backend said.
         message: String,
     },
+    /// A stored row did not decode.
+    #[error("stored row for thread {thread} is corrupt: {message}")]
+    Corrupt {
+        /// The thread concerned.
+        thread: String,
+        /// What did not decode.
+        message: String,
+    },
+    /// The store was closed.
+    #[error("store is closed")]
+    Closed,
 }
 
-/// Durable (or not) storage for checkpoints.
+/// Storage for runs: checkpoints, journal entries and signals.
 ///
-/// Object-safe: the runtime holds an `Arc<dyn Store>`.
+/// Object-safe: the runtime holds an `Arc<dyn Store>`. Implementations must be safe to call
+/// from many tasks at once, and must never block the async executor's threads.
 pub trait Store: Send + Sync + 'static {
-    /// Saves a checkpoint.
-    fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Saves a checkpoint and returns the id it was filed under (ids increase).
+    fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>>;
 
-    /// The newest checkpoint of a thread's top-level graph.
+    /// The newest checkpoint of a thread in a namespace (`""` for the top-level graph).
     fn latest_checkpoint<'a>(
         &'a self,
         thread: &'a str,
+        namespace: &'a str,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>>;
 
-    /// Every checkpoint of a thread, oldest first, all namespaces.
+    /// One checkpoint by id.
+    fn get_checkpoint<'a>(
+        &'a self,
+        thread: &'a str,
+        id: u64,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>>;
+
+    /// Every checkpoint of a thread, all namespaces, oldest first.
     fn list_checkpoints<'a>(
         &'a self,
         thread: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>>;
+
+    /// Records a journaled step's result. Writing the same key twice keeps the first value.
+    fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// A journaled step's recorded result, if any.
+    fn get_journal<'a>(
+        &'a self,
+        key: &'a JournalKey,
+    ) -> BoxFuture<'a, Result<Option<Value>, StoreError>>;
+
+    /// Stores a signal until it is consumed. With an idempotency key, a second signal with
+    /// the same (session, name, key) is not stored.
+    fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>>;
+
+    /// Removes a consumed signal and, in the same transaction, journals it when `journal`
+    /// is given (so that a node that received it gets it again when it re-runs).
+    ///
+    /// A consumed signal's idempotency key stays remembered for at least an hour, so that a
+    /// retried send is still recognised as a duplicate.
+    fn take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: Option<(JournalKey, Value)>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Every stored, unconsumed signal, oldest first.
+    fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>>;
 }

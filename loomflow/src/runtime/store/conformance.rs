@@ -1,0 +1,399 @@
+//! One test suite that every [`Store`] backend must pass.
+//!
+//! Backends call [`run_all`] from their tests (and [`check_reopen`] when they keep data
+//! across instances). A failed check panics with a message naming the check, like an
+//! assertion in a test.
+//!
+//! # Examples
+//!
+//! ```
+//! use loomflow::runtime::{MemoryStore, store::conformance};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! conformance::run_all(&MemoryStore::new()).await;
+//! # }
+//! ```
+
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test kit: failures panic
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{
+    Checkpoint, Interrupt, JournalKey, PendingWrite, RunStatus, SignalPush, Store, StoredSignal,
+};
+
+fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{nanos}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn signal(session: &str, name: &str, n: u64, key: Option<&str>) -> StoredSignal {
+    StoredSignal {
+        seq: 0,
+        session: session.to_owned(),
+        name: name.to_owned(),
+        payload: json!({ "n": n }),
+        idempotency_key: key.map(str::to_owned),
+        sent_at_ms: 1,
+    }
+}
+
+/// Runs every check against `store`. Each uses fresh thread and session names, so the store
+/// need not be empty.
+pub async fn run_all(store: &dyn Store) {
+    checkpoints_round_trip(store).await;
+    latest_is_per_namespace(store).await;
+    journal_keeps_the_first_value(store).await;
+    signals_are_fifo_and_taken_once(store).await;
+    idempotency_keys_are_remembered_after_consumption(store).await;
+}
+
+/// Runs [`run_all`], and checks that many writers at once lose nothing.
+pub async fn run_all_concurrent(store: Arc<dyn Store>) {
+    run_all(&*store).await;
+    concurrent_writers(store).await;
+}
+
+async fn checkpoints_round_trip(store: &dyn Store) {
+    let thread = unique("cp");
+    let mut first = Checkpoint::new(
+        &thread,
+        1,
+        "",
+        0,
+        RunStatus::Running,
+        json!({"a": 1}),
+        vec!["x".into()],
+    );
+    first.joins = vec![vec![true, false]];
+    let id1 = store.put_checkpoint(first.clone()).await.unwrap();
+    let mut second = Checkpoint::new(
+        &thread,
+        1,
+        "",
+        1,
+        RunStatus::Interrupted,
+        json!({"a": 2, "s": "é\"\n"}),
+        vec!["y".into()],
+    );
+    second.pending_writes = vec![PendingWrite {
+        node: "z".into(),
+        state: json!({"a": 3}),
+    }];
+    second.interrupts = vec![Interrupt {
+        id: "y#0".into(),
+        node: "y".into(),
+        index: 0,
+        payload: json!("ok?"),
+    }];
+    second.resume_values.insert("y".into(), vec![json!(true)]);
+    second.error = Some("boom".into());
+    let id2 = store.put_checkpoint(second.clone()).await.unwrap();
+    assert!(id2 > id1, "checkpoint ids must increase: {id1} then {id2}");
+
+    first.id = id1;
+    second.id = id2;
+    let listed = store.list_checkpoints(&thread).await.unwrap();
+    assert_eq!(
+        listed,
+        vec![first.clone(), second.clone()],
+        "list_checkpoints returns all, oldest first"
+    );
+    let latest = store.latest_checkpoint(&thread, "").await.unwrap();
+    assert_eq!(latest, Some(second), "latest_checkpoint returns the newest");
+    let by_id = store.get_checkpoint(&thread, id1).await.unwrap();
+    assert_eq!(by_id, Some(first), "get_checkpoint finds by id");
+    assert_eq!(
+        store
+            .get_checkpoint(&thread, id2 + 1_000_000)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.latest_checkpoint(&unique("none"), "").await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .list_checkpoints(&unique("none"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn latest_is_per_namespace(store: &dyn Store) {
+    let thread = unique("ns");
+    store
+        .put_checkpoint(Checkpoint::new(
+            &thread,
+            1,
+            "",
+            1,
+            RunStatus::Running,
+            json!(1),
+            vec![],
+        ))
+        .await
+        .unwrap();
+    store
+        .put_checkpoint(Checkpoint::new(
+            &thread,
+            1,
+            "sub",
+            1,
+            RunStatus::Running,
+            json!(2),
+            vec![],
+        ))
+        .await
+        .unwrap();
+    let top = store.latest_checkpoint(&thread, "").await.unwrap().unwrap();
+    assert_eq!(
+        top.state,
+        json!(1),
+        "latest_checkpoint must filter by namespace"
+    );
+    let sub = store
+        .latest_checkpoint(&thread, "sub")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(sub.state, json!(2));
+}
+
+async fn journal_keeps_the_first_value(store: &dyn Store) {
+    let thread = unique("journal");
+    let key = JournalKey::new(&thread, 1, "", 2, "pay", "charge", 0);
+    assert_eq!(store.get_journal(&key).await.unwrap(), None);
+    store
+        .put_journal(key.clone(), json!({"id": "ch_1"}))
+        .await
+        .unwrap();
+    store
+        .put_journal(key.clone(), json!({"id": "ch_2"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_journal(&key).await.unwrap(),
+        Some(json!({"id": "ch_1"})),
+        "the first recorded value wins"
+    );
+    let mut other = key.clone();
+    other.occurrence = 1;
+    assert_eq!(
+        store.get_journal(&other).await.unwrap(),
+        None,
+        "occurrences are separate entries"
+    );
+    let mut other_run = key;
+    other_run.run = 2;
+    assert_eq!(
+        store.get_journal(&other_run).await.unwrap(),
+        None,
+        "runs are separate"
+    );
+}
+
+async fn signals_are_fifo_and_taken_once(store: &dyn Store) {
+    let session = unique("sig");
+    let mut seqs = Vec::new();
+    for n in 0..3 {
+        match store
+            .push_signal(signal(&session, "go", n, None))
+            .await
+            .unwrap()
+        {
+            SignalPush::Stored(seq) => seqs.push(seq),
+            SignalPush::Duplicate => panic!("a signal without a key is never a duplicate"),
+        }
+    }
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "sequence numbers increase: {seqs:?}"
+    );
+    let mine = |all: Vec<StoredSignal>| -> Vec<u64> {
+        all.into_iter()
+            .filter(|s| s.session == session)
+            .map(|s| s.payload["n"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(mine(store.pending_signals().await.unwrap()), vec![0, 1, 2]);
+
+    let key = JournalKey::new(&session, 1, "", 1, "wait", "signal:go", 0);
+    store
+        .take_signal(&session, seqs[0], Some((key.clone(), json!({"n": 0}))))
+        .await
+        .unwrap();
+    assert_eq!(
+        mine(store.pending_signals().await.unwrap()),
+        vec![1, 2],
+        "a taken signal is gone"
+    );
+    assert_eq!(
+        store.get_journal(&key).await.unwrap(),
+        Some(json!({"n": 0})),
+        "taking journals atomically"
+    );
+    store.take_signal(&session, seqs[0], None).await.unwrap();
+    assert_eq!(
+        mine(store.pending_signals().await.unwrap()),
+        vec![1, 2],
+        "taking twice is harmless"
+    );
+}
+
+async fn idempotency_keys_are_remembered_after_consumption(store: &dyn Store) {
+    let session = unique("idem");
+    let first = store
+        .push_signal(signal(&session, "pay", 1, Some("k1")))
+        .await
+        .unwrap();
+    let SignalPush::Stored(seq) = first else {
+        panic!("first send must be stored")
+    };
+    assert_eq!(
+        store
+            .push_signal(signal(&session, "pay", 2, Some("k1")))
+            .await
+            .unwrap(),
+        SignalPush::Duplicate
+    );
+    assert!(
+        matches!(
+            store
+                .push_signal(signal(&session, "other", 3, Some("k1")))
+                .await
+                .unwrap(),
+            SignalPush::Stored(_)
+        ),
+        "keys are per name"
+    );
+    store.take_signal(&session, seq, None).await.unwrap();
+    assert_eq!(
+        store
+            .push_signal(signal(&session, "pay", 4, Some("k1")))
+            .await
+            .unwrap(),
+        SignalPush::Duplicate,
+        "a consumed signal's key is still remembered"
+    );
+}
+
+async fn concurrent_writers(store: Arc<dyn Store>) {
+    let thread = unique("conc");
+    let mut tasks = Vec::new();
+    for w in 0..16u64 {
+        let store = Arc::clone(&store);
+        let thread = format!("{thread}-{w}");
+        tasks.push(tokio::spawn(async move {
+            for step in 0..20u64 {
+                store
+                    .put_checkpoint(Checkpoint::new(
+                        &thread,
+                        1,
+                        "",
+                        step,
+                        RunStatus::Running,
+                        json!({"w": w, "step": step}),
+                        vec![],
+                    ))
+                    .await
+                    .unwrap();
+                store
+                    .put_journal(
+                        JournalKey::new(&thread, 1, "", step, "n", "s", 0),
+                        json!(step),
+                    )
+                    .await
+                    .unwrap();
+            }
+            thread
+        }));
+    }
+    for task in tasks {
+        let thread = task.await.unwrap();
+        let steps: Vec<u64> = store
+            .list_checkpoints(&thread)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.step)
+            .collect();
+        assert_eq!(
+            steps,
+            (0..20).collect::<Vec<_>>(),
+            "every concurrent write of {thread} landed, in order"
+        );
+        for step in 0..20 {
+            let key = JournalKey::new(&thread, 1, "", step, "n", "s", 0);
+            assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!(step)));
+        }
+    }
+}
+
+/// Checks that what one instance wrote is there when the same location is opened again.
+/// `open` must open the same underlying database each time.
+pub async fn check_reopen<S: Store>(open: impl Fn() -> S) {
+    let thread = unique("reopen");
+    let session = unique("reopen-sig");
+    let key = JournalKey::new(&thread, 1, "", 1, "n", "s", 0);
+    {
+        let store = open();
+        store
+            .put_checkpoint(Checkpoint::new(
+                &thread,
+                1,
+                "",
+                1,
+                RunStatus::Interrupted,
+                json!({"kept": true}),
+                vec!["n".into()],
+            ))
+            .await
+            .unwrap();
+        store
+            .put_journal(key.clone(), json!("recorded"))
+            .await
+            .unwrap();
+        store
+            .push_signal(signal(&session, "go", 7, Some("k")))
+            .await
+            .unwrap();
+    }
+    let store = open();
+    let cp = store
+        .latest_checkpoint(&thread, "")
+        .await
+        .unwrap()
+        .expect("checkpoint survives reopen");
+    assert_eq!(cp.state, json!({"kept": true}));
+    assert_eq!(cp.status, RunStatus::Interrupted);
+    assert_eq!(
+        store.get_journal(&key).await.unwrap(),
+        Some(json!("recorded"))
+    );
+    let pending: Vec<_> = store
+        .pending_signals()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.session == session)
+        .collect();
+    assert_eq!(pending.len(), 1, "signal survives reopen");
+    assert_eq!(
+        store
+            .push_signal(signal(&session, "go", 8, Some("k")))
+            .await
+            .unwrap(),
+        SignalPush::Duplicate,
+        "keys survive reopen"
+    );
+}
