@@ -25,7 +25,7 @@ fn push(tag: &'static str) -> impl Fn(&mut Doc) + Send + Sync + 'static {
 #[node]
 async fn measure(state: &mut Doc, ctx: &Context) -> loomflow::Result<()> {
     state.count = u32::try_from(state.text.chars().count()).map_err(Error::custom)?;
-    state.log.push(format!("measure@{}", ctx.step()));
+    state.log.push(format!("measure@{}", ctx.superstep()));
     Ok(())
 }
 
@@ -586,9 +586,14 @@ async fn durability_modes_decide_how_many_checkpoints_are_written() {
         .await
         .unwrap();
     let sync = runtime.list_checkpoints("sync").await.unwrap();
-    assert_eq!(sync.iter().map(|c| c.step).collect::<Vec<_>>(), [1, 2]);
-    assert_eq!(sync[0].next, ["b"]);
-    assert!(sync[1].next.is_empty());
+    assert_eq!(
+        sync.iter().map(|c| c.step).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "the input, then one per step"
+    );
+    assert_eq!(sync[0].next, ["a"]);
+    assert_eq!(sync[1].next, ["b"]);
+    assert!(sync[2].next.is_empty());
     let exit = runtime.list_checkpoints("exit").await.unwrap();
     assert_eq!(exit.len(), 1);
     assert_eq!(exit[0].state["log"], json!(["a", "b"]));

@@ -1,16 +1,24 @@
 //! [`Context`]: what a node knows about its run, and how it talks to the world.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::error::RunError;
 use crate::event::{Event, EventKind};
-use crate::runtime::Runtime;
+use crate::runtime::{Interrupt, JournalKey, Runtime};
+use crate::{Error, Result};
 
 /// What every node of one run shares.
 pub(crate) struct RunShared {
     pub(crate) thread: Arc<str>,
+    /// The run's number within its thread.
+    pub(crate) run: u64,
     pub(crate) runtime: Runtime,
     /// Where stream events go; `None` when nobody listens.
     pub(crate) events: Option<UnboundedSender<Event>>,
@@ -36,13 +44,25 @@ impl RunShared {
     }
 }
 
-/// A node's handle on its run: identity, events, and (through the runtime) the world.
+/// A node's handle on its run: identity, events, interrupts, journaled steps and (through
+/// the runtime) the world.
 ///
 /// The executor makes one per node per superstep and passes it by reference.
 pub struct Context {
     pub(crate) run: Arc<RunShared>,
     pub(crate) node: Arc<str>,
     pub(crate) step: u64,
+    /// Values given to this node's interrupts on resume, in call order.
+    resume: Vec<Value>,
+    control: Mutex<NodeControl>,
+}
+
+/// What a node did that the executor must know about, whatever the node returned.
+#[derive(Default)]
+struct NodeControl {
+    interrupts_called: usize,
+    suspension: Option<Interrupt>,
+    occurrences: HashMap<String, u32>,
 }
 
 impl std::fmt::Debug for Context {
@@ -56,8 +76,171 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    pub(crate) fn new(run: Arc<RunShared>, node: Arc<str>, step: u64) -> Self {
-        Self { run, node, step }
+    pub(crate) fn new(run: Arc<RunShared>, node: Arc<str>, step: u64, resume: Vec<Value>) -> Self {
+        Self {
+            run,
+            node,
+            step,
+            resume,
+            control: Mutex::new(NodeControl::default()),
+        }
+    }
+
+    fn control(&self) -> MutexGuard<'_, NodeControl> {
+        // The critical sections cannot panic, so a poisoned lock still holds sound data.
+        self.control
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The interrupt this node asked for, if any (taken by the executor after the node ran).
+    pub(crate) fn take_suspension(&self) -> Option<Interrupt> {
+        self.control().suspension.take()
+    }
+
+    fn qualified_node(&self) -> String {
+        if self.run.namespace.is_empty() {
+            self.node.to_string()
+        } else {
+            format!("{}/{}", self.run.namespace, self.node)
+        }
+    }
+
+    /// Suspends the run to ask the outside world for a value; on resume, returns it.
+    ///
+    /// On a first run this records an [`Interrupt`] carrying `payload` and returns
+    /// [`Error::Suspended`]: propagate it with `?`. The executor then writes a checkpoint, stops
+    /// the run and reports [`RunOutcome::Interrupted`](crate::RunOutcome::Interrupted); the
+    /// process may exit. [`CompiledGraph::resume`](crate::CompiledGraph::resume) runs the node
+    /// again from its start, and this time its k-th `interrupt` call returns the k-th resume
+    /// value, deserialized into `T`. Code before the interrupt therefore runs again: put side
+    /// effects in [`step`](Context::step) so they run once.
+    ///
+    /// Catching the error does not cancel the suspension: the node is suspended whatever it
+    /// returns, and a warning names it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Suspended`] on a first run; [`RunError::ResumeValue`] when the value given on
+    /// resume does not deserialize into `T`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    ///
+    /// #[derive(Clone, Default, Serialize, Deserialize)]
+    /// struct Draft { text: String, approved: bool }
+    ///
+    /// #[node]
+    /// async fn review(state: &mut Draft, ctx: &Context) -> loomflow::Result<()> {
+    ///     state.approved = ctx.interrupt::<bool>(json!({ "question": "publish?", "text": state.text }))?;
+    ///     Ok(())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let graph = Graph::new("g").node(review).edge(START, "review").edge("review", END).compile()?;
+    /// let runtime = Runtime::in_memory();
+    /// let outcome = graph.invoke(&runtime, "t1", Draft::default()).await?;
+    /// assert!(matches!(outcome, RunOutcome::Interrupted { .. }));
+    ///
+    /// let done = graph.resume(&runtime, "t1", true).await?.completed()?;
+    /// assert!(done.approved);
+    /// # Ok(()) }
+    /// ```
+    pub fn interrupt<T: DeserializeOwned>(&self, payload: impl Serialize) -> Result<T> {
+        let mut control = self.control();
+        let index = control.interrupts_called;
+        control.interrupts_called += 1;
+        if let Some(value) = self.resume.get(index) {
+            return serde_json::from_value(value.clone()).map_err(|source| {
+                RunError::ResumeValue {
+                    node: self.node.to_string(),
+                    index,
+                    expected: std::any::type_name::<T>(),
+                    source,
+                }
+                .into()
+            });
+        }
+        if control.suspension.is_none() {
+            let payload = serde_json::to_value(payload)
+                .map_err(|e| Error::json(format!("interrupt payload of node {}", self.node), e))?;
+            control.suspension = Some(Interrupt {
+                id: format!("{}#{index}", self.qualified_node()),
+                node: self.node.to_string(),
+                index,
+                payload,
+            });
+        }
+        Err(Error::Suspended {
+            node: self.node.to_string(),
+        })
+    }
+
+    /// Runs a side effect once per node execution and journals its result.
+    ///
+    /// The result is filed under (run, superstep, node, `name`, occurrence of `name` within
+    /// this execution). When the node runs again for the same superstep (after a resume, or
+    /// when recovering from a crash) the recorded value is returned and `f` is not called.
+    /// A failing `f` records nothing, so a retry calls it again.
+    ///
+    /// # Errors
+    ///
+    /// `f`'s error; a store failure; a recorded value that no longer deserializes into `T`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    ///
+    /// #[node]
+    /// async fn pay(state: &mut Vec<String>, ctx: &Context) -> loomflow::Result<()> {
+    ///     let id: String = ctx.step("charge", || async { Ok::<_, Error>("ch_42".to_owned()) }).await?;
+    ///     state.push(id);
+    ///     Ok(())
+    /// }
+    /// # let _ = pay;
+    /// ```
+    pub async fn step<T, E, F, Fut>(&self, name: &str, f: F) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Into<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        let key = self.journal_key(name);
+        let store = self.run.runtime.store();
+        if let Some(recorded) = store.get_journal(&key).await? {
+            return serde_json::from_value(recorded).map_err(|e| {
+                Error::json(format!("journaled step {name} of node {}", self.node), e)
+            });
+        }
+        let value = f().await.map_err(Into::into)?;
+        let json = serde_json::to_value(&value)
+            .map_err(|e| Error::json(format!("result of step {name} of node {}", self.node), e))?;
+        store.put_journal(key, json).await?;
+        Ok(value)
+    }
+
+    /// The journal key for the next call named `name` in this node execution.
+    pub(crate) fn journal_key(&self, name: &str) -> JournalKey {
+        let occurrence = {
+            let mut control = self.control();
+            let counter = control.occurrences.entry(name.to_owned()).or_insert(0);
+            let current = *counter;
+            *counter += 1;
+            current
+        };
+        JournalKey::new(
+            &*self.run.thread,
+            self.run.run,
+            &*self.run.namespace,
+            self.step,
+            &*self.node,
+            name,
+            occurrence,
+        )
     }
 
     /// The thread (session) the run belongs to.
@@ -70,8 +253,13 @@ impl Context {
         &self.node
     }
 
+    /// The run's number within its thread, from 1.
+    pub fn run_number(&self) -> u64 {
+        self.run.run
+    }
+
     /// The superstep, counted from 1.
-    pub fn step(&self) -> u64 {
+    pub fn superstep(&self) -> u64 {
         self.step
     }
 

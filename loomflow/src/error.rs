@@ -229,6 +229,61 @@ pub enum RunError {
         /// The nodes of the last superstep that ran.
         last_nodes: Vec<String>,
     },
+    /// A value given on resume did not deserialize into the type the node asked for.
+    #[error("resume value for interrupt {index} of node {node} is not a {expected}")]
+    ResumeValue {
+        /// The node.
+        node: String,
+        /// Which of its interrupts.
+        index: usize,
+        /// The type the node asked for.
+        expected: &'static str,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `resume` or `recover` named a thread with no checkpoint.
+    #[error("thread {thread} has no checkpoint to resume from")]
+    UnknownThread {
+        /// The thread.
+        thread: String,
+    },
+    /// `resume` on a thread whose newest run is not suspended on an interrupt.
+    #[error("thread {thread} is not interrupted (its newest run is {status})")]
+    NotInterrupted {
+        /// The thread.
+        thread: String,
+        /// Where its newest run stands.
+        status: &'static str,
+    },
+    /// `resume` named an interrupt that is not pending.
+    #[error("interrupt {id} is not pending on thread {thread}; pending: {}", pending.join(", "))]
+    UnknownInterrupt {
+        /// The thread.
+        thread: String,
+        /// The id given.
+        id: String,
+        /// The ids that are pending.
+        pending: Vec<String>,
+    },
+    /// `resume` with one value while several interrupts are pending.
+    #[error("thread {thread} has {} pending interrupts ({}); resume them by id", pending.len(), pending.join(", "))]
+    AmbiguousResume {
+        /// The thread.
+        thread: String,
+        /// The ids that are pending.
+        pending: Vec<String>,
+    },
+    /// A checkpoint names a node the graph does not have (the graph changed since).
+    #[error("checkpoint of thread {thread} names node {node}, which graph {graph} does not have")]
+    CheckpointMismatch {
+        /// The thread.
+        thread: String,
+        /// The graph.
+        graph: String,
+        /// The unknown node.
+        node: String,
+    },
     /// The task driving the run stopped before it finished (it was aborted or panicked).
     #[error("run on thread {thread} was cancelled")]
     Cancelled {

@@ -36,6 +36,13 @@ pub enum EventKind {
         /// Its payload.
         data: Value,
     },
+    /// A node suspended the run to ask for a value.
+    Interrupt {
+        /// The interrupt's id, for `resume`.
+        id: String,
+        /// What the node asked.
+        payload: Value,
+    },
     /// The run completed.
     Done,
     /// The run failed.

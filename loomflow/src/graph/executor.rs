@@ -4,42 +4,79 @@
 //! copy of the state as it was when the step began, merges their changes in declaration
 //! order, then follows edges, branches and joins to find the next active set. A failure
 //! anywhere in a step (a node error or panic, a merge conflict, a bad route) discards the
-//! whole step: the state stays as it was when the step began.
+//! whole step: the state stays as it was when the step began, and no checkpoint is written.
+//!
+//! A node that calls `ctx.interrupt` suspends the step instead: the checkpoint records the
+//! state the step began with, the interrupts, and the finished copies of its siblings
+//! (pending writes), so that on resume only the interrupted nodes run again.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
 use tracing::Instrument;
 
 use crate::context::{Context, RunShared};
 use crate::error::RunError;
-use crate::event::EventKind;
+use crate::event::{Event, EventKind};
 use crate::graph::State;
 use crate::graph::compiled::{CompiledGraph, CompiledInner, Outgoing, Target};
 use crate::graph::merge::{BranchResult, merge_branches};
 use crate::graph::run::RunOutcome;
-use crate::runtime::{Checkpoint, Durability, RunStatus};
+use crate::runtime::{Checkpoint, Durability, Interrupt, PendingWrite, RunStatus, Runtime};
 use crate::{Error, Result};
+
+/// Where a run begins.
+pub(crate) enum Start<S> {
+    /// A new run on the thread, from this input.
+    Fresh(S),
+    /// A new run of a subgraph, inside its parent's run.
+    Child { input: S, run: u64 },
+    /// Resume the pending interrupt (there must be exactly one) with this value.
+    ResumeOne(Value),
+    /// Resume pending interrupts by id.
+    Resume(BTreeMap<String, Value>),
+    /// Carry on from the newest checkpoint, whatever stopped the run.
+    Recover,
+}
 
 /// Everything one run needs.
 pub(crate) struct Execution<S> {
     pub(crate) graph: CompiledGraph<S>,
-    pub(crate) shared: Arc<RunShared>,
-    pub(crate) input: S,
+    pub(crate) thread: Arc<str>,
+    pub(crate) runtime: Runtime,
+    pub(crate) events: Option<UnboundedSender<Event>>,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) start: Start<S>,
     pub(crate) recursion_limit: u64,
     pub(crate) durability: Durability,
 }
 
-/// Drives a run to its end. `Err` only for store failures; node failures are outcomes.
+/// Where the loop picks up.
+struct Position<S> {
+    run: u64,
+    /// The last superstep completed.
+    step: u64,
+    state: S,
+    active: Vec<usize>,
+    joins: JoinMarks,
+    pending: Vec<PendingWrite>,
+    resume_values: BTreeMap<String, Vec<Value>>,
+}
+
+/// Drives a run to its end. `Err` for store failures and bad resume requests; node failures
+/// are outcomes.
 pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
     let span = tracing::info_span!(
         "loomflow.run",
         graph = %execution.graph.inner.name,
-        thread = %execution.shared.thread,
-        namespace = %execution.shared.namespace,
+        thread = %execution.thread,
+        namespace = %execution.namespace,
     );
     run_supersteps(execution).instrument(span).await
 }
@@ -47,20 +84,36 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
 async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
     let Execution {
         graph,
-        shared,
-        input,
+        thread,
+        runtime,
+        events,
+        namespace,
+        start,
         recursion_limit,
         durability,
     } = execution;
     let g = &*graph.inner;
-    let mut state = input;
-    let mut joins = JoinMarks::new(g);
-
-    let mut active = match route(g, [(crate::graph::START, &g.entry)], &state, &mut joins) {
-        Ok(active) => active,
-        Err(error) => return finish_failed(g, &shared, durability, 0, state, error).await,
+    let position = match locate(g, &thread, &runtime, &namespace, start, durability).await? {
+        Located::Position(position) => position,
+        Located::Finished(outcome) => return Ok(outcome),
     };
-    let mut step: u64 = 0;
+    let Position {
+        run,
+        mut step,
+        mut state,
+        mut active,
+        mut joins,
+        mut pending,
+        mut resume_values,
+    } = position;
+    let shared = Arc::new(RunShared {
+        thread,
+        run,
+        runtime,
+        events,
+        namespace,
+    });
+    let mut writer = CheckpointWriter::new(&shared.runtime, durability);
     let mut last_nodes: Vec<usize> = Vec::new();
 
     while !active.is_empty() {
@@ -74,27 +127,72 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
                     .collect(),
             }
             .into();
-            return finish_failed(g, &shared, durability, step, state, error).await;
+            writer.finish().await?;
+            return fail(g, &shared, durability, step, state, &active, error).await;
         }
 
-        let next_state = match run_step(g, &shared, &active, &state, step).await {
-            Ok(next_state) => next_state,
-            Err(error) => return finish_failed(g, &shared, durability, step, state, error).await,
+        let outcome = run_step(g, &shared, &active, &state, step, &pending, &resume_values).await;
+        let next_state = match outcome {
+            Ok(StepOutcome::Merged(next_state)) => next_state,
+            Ok(StepOutcome::Suspended {
+                pending_writes,
+                interrupts,
+            }) => {
+                writer.finish().await?;
+                let mut cp = checkpoint(
+                    g,
+                    &shared,
+                    step - 1,
+                    RunStatus::Interrupted,
+                    &state,
+                    &active,
+                )?;
+                cp.joins.clone_from(&joins.0);
+                cp.pending_writes = pending_writes;
+                cp.interrupts.clone_from(&interrupts);
+                cp.resume_values = resume_values;
+                // Suspension always reaches the store before we return: the process may exit.
+                shared.runtime.put_checkpoint(cp).await?;
+                for interrupt in &interrupts {
+                    shared.emit(
+                        step,
+                        Some(&interrupt.node),
+                        EventKind::Interrupt {
+                            id: interrupt.id.clone(),
+                            payload: interrupt.payload.clone(),
+                        },
+                    );
+                }
+                return Ok(RunOutcome::Interrupted { state, interrupts });
+            }
+            Err(error) => {
+                writer.finish().await?;
+                return fail(g, &shared, durability, step, state, &active, error).await;
+            }
         };
         let mut next_joins = joins.clone();
         let outs = active.iter().map(|&i| (&*g.nodes[i].name, &g.nodes[i].out));
         let next = match route(g, outs, &next_state, &mut next_joins) {
             Ok(next) => next,
-            Err(error) => return finish_failed(g, &shared, durability, step, state, error).await,
+            Err(error) => {
+                writer.finish().await?;
+                return fail(g, &shared, durability, step, state, &active, error).await;
+            }
         };
         state = next_state;
         joins = next_joins;
+        pending.clear();
+        resume_values.clear();
 
         if durability != Durability::Exit {
-            shared
-                .runtime
-                .commit(checkpoint(g, &shared, step, &state, &next)?, durability)
-                .await?;
+            let status = if next.is_empty() {
+                RunStatus::Completed
+            } else {
+                RunStatus::Running
+            };
+            let mut cp = checkpoint(g, &shared, step, status, &state, &next)?;
+            cp.joins.clone_from(&joins.0);
+            writer.write(cp).await?;
         }
         if shared.events.is_some() {
             let nodes = active
@@ -106,39 +204,226 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         last_nodes = std::mem::replace(&mut active, next);
     }
 
+    writer.finish().await?;
     if durability == Durability::Exit {
-        shared
-            .runtime
-            .commit(checkpoint(g, &shared, step, &state, &[])?, durability)
-            .await?;
+        let cp = checkpoint(g, &shared, step, RunStatus::Completed, &state, &[])?;
+        shared.runtime.put_checkpoint(cp).await?;
     }
     shared.emit(step, None, EventKind::Done);
     Ok(RunOutcome::Completed(state))
 }
 
-async fn finish_failed<S: State>(
+enum Located<S> {
+    Position(Position<S>),
+    Finished(RunOutcome<S>),
+}
+
+/// Works out where the run begins: a fresh input, or a checkpoint to carry on from.
+async fn locate<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    runtime: &Runtime,
+    namespace: &str,
+    start: Start<S>,
+    durability: Durability,
+) -> Result<Located<S>> {
+    let fresh = |run: u64, state: S| -> Result<Position<S>> {
+        let mut joins = JoinMarks::new(g);
+        let active = route(g, [(crate::graph::START, &g.entry)], &state, &mut joins)?;
+        Ok(Position {
+            run,
+            step: 0,
+            state,
+            active,
+            joins,
+            pending: Vec::new(),
+            resume_values: BTreeMap::new(),
+        })
+    };
+    let (position, write_input) = match start {
+        Start::Fresh(input) => {
+            let previous = runtime.store().latest_checkpoint(thread, namespace).await?;
+            let run = previous.map_or(1, |cp| cp.run + 1);
+            (fresh(run, input)?, true)
+        }
+        Start::Child { input, run } => (fresh(run, input)?, true),
+        Start::Recover => {
+            let cp = latest(runtime, thread, namespace).await?;
+            match cp.status {
+                RunStatus::Completed => {
+                    return Ok(Located::Finished(RunOutcome::Completed(decode_state(
+                        g, thread, cp.state,
+                    )?)));
+                }
+                RunStatus::Interrupted => {
+                    let interrupts = cp.interrupts.clone();
+                    return Ok(Located::Finished(RunOutcome::Interrupted {
+                        state: decode_state(g, thread, cp.state)?,
+                        interrupts,
+                    }));
+                }
+                RunStatus::Running | RunStatus::Failed => (from_checkpoint(g, thread, cp)?, false),
+            }
+        }
+        Start::ResumeOne(value) => {
+            let cp = interrupted(runtime, thread, namespace).await?;
+            let [only] = cp.interrupts.as_slice() else {
+                return Err(RunError::AmbiguousResume {
+                    thread: thread.to_owned(),
+                    pending: cp.interrupts.iter().map(|i| i.id.clone()).collect(),
+                }
+                .into());
+            };
+            let values = BTreeMap::from([(only.id.clone(), value)]);
+            (resume_position(g, thread, cp, values)?, false)
+        }
+        Start::Resume(values) => {
+            let cp = interrupted(runtime, thread, namespace).await?;
+            (resume_position(g, thread, cp, values)?, false)
+        }
+    };
+    if write_input && durability != Durability::Exit {
+        let mut cp = checkpoint_parts(
+            g,
+            thread,
+            position.run,
+            namespace,
+            0,
+            RunStatus::Running,
+            &position.state,
+            &position.active,
+        )?;
+        cp.joins.clone_from(&position.joins.0);
+        runtime.put_checkpoint(cp).await?;
+    }
+    Ok(Located::Position(position))
+}
+
+async fn latest(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Checkpoint> {
+    runtime
+        .store()
+        .latest_checkpoint(thread, namespace)
+        .await?
+        .ok_or_else(|| {
+            RunError::UnknownThread {
+                thread: thread.to_owned(),
+            }
+            .into()
+        })
+}
+
+async fn interrupted(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Checkpoint> {
+    let cp = latest(runtime, thread, namespace).await?;
+    if cp.status != RunStatus::Interrupted {
+        return Err(RunError::NotInterrupted {
+            thread: thread.to_owned(),
+            status: cp.status.as_str(),
+        }
+        .into());
+    }
+    Ok(cp)
+}
+
+fn resume_position<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    mut cp: Checkpoint,
+    values: BTreeMap<String, Value>,
+) -> Result<Position<S>> {
+    let pending_ids = || cp_ids(&cp.interrupts);
+    let mut additions: Vec<(String, usize, Value)> = Vec::with_capacity(values.len());
+    for (id, value) in values {
+        let Some(interrupt) = cp.interrupts.iter().find(|i| i.id == id) else {
+            return Err(RunError::UnknownInterrupt {
+                thread: thread.to_owned(),
+                id,
+                pending: pending_ids(),
+            }
+            .into());
+        };
+        additions.push((interrupt.node.clone(), interrupt.index, value));
+    }
+    for (node, index, value) in additions {
+        let values = cp.resume_values.entry(node).or_default();
+        values.truncate(index);
+        values.push(value);
+    }
+    from_checkpoint(g, thread, cp)
+}
+
+fn cp_ids(interrupts: &[Interrupt]) -> Vec<String> {
+    interrupts.iter().map(|i| i.id.clone()).collect()
+}
+
+fn decode_state<S: State>(g: &CompiledInner<S>, thread: &str, state: Value) -> Result<S> {
+    serde_json::from_value(state).map_err(|e| {
+        Error::json(
+            format!("checkpointed state of thread {thread} (graph {})", g.name),
+            e,
+        )
+    })
+}
+
+fn from_checkpoint<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    cp: Checkpoint,
+) -> Result<Position<S>> {
+    let mut active = Vec::with_capacity(cp.next.len());
+    for name in &cp.next {
+        let index = g
+            .nodes
+            .iter()
+            .position(|n| *n.name == **name)
+            .ok_or_else(|| RunError::CheckpointMismatch {
+                thread: thread.to_owned(),
+                graph: g.name.clone(),
+                node: name.clone(),
+            })?;
+        active.push(index);
+    }
+    active.sort_unstable();
+    let mut joins = JoinMarks::new(g);
+    if cp.joins.len() == joins.0.len()
+        && cp
+            .joins
+            .iter()
+            .zip(&joins.0)
+            .all(|(a, b)| a.len() == b.len())
+    {
+        joins.0 = cp.joins;
+    }
+    Ok(Position {
+        run: cp.run,
+        step: cp.step,
+        state: decode_state(g, thread, cp.state)?,
+        active,
+        joins,
+        pending: cp.pending_writes,
+        resume_values: cp.resume_values,
+    })
+}
+
+/// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
+/// newest), except in `Exit` mode, which has written nothing yet and records the last good
+/// state with the step to retry.
+async fn fail<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
     durability: Durability,
     step: u64,
     state: S,
+    active: &[usize],
     error: Error,
 ) -> Result<RunOutcome<S>> {
-    tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %ErrorChain(&error), "run failed");
-    if durability == Durability::Exit && step > 1 {
-        // Keep the last good state; earlier modes already wrote it.
-        shared
-            .runtime
-            .commit(checkpoint(g, shared, step - 1, &state, &[])?, durability)
-            .await?;
+    let message = ErrorChain(&error).to_string();
+    tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
+    if durability == Durability::Exit {
+        let mut cp = checkpoint(g, shared, step - 1, RunStatus::Failed, &state, active)?;
+        cp.error = Some(message.clone());
+        shared.runtime.put_checkpoint(cp).await?;
     }
-    shared.emit(
-        step,
-        None,
-        EventKind::Error {
-            message: ErrorChain(&error).to_string(),
-        },
-    );
+    shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
 }
 
@@ -146,57 +431,203 @@ fn checkpoint<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
     step: u64,
+    status: RunStatus,
+    state: &S,
+    next: &[usize],
+) -> Result<Checkpoint> {
+    checkpoint_parts(
+        g,
+        &shared.thread,
+        shared.run,
+        &shared.namespace,
+        step,
+        status,
+        state,
+        next,
+    )
+}
+
+#[allow(clippy::too_many_arguments)] // a checkpoint has this many parts
+fn checkpoint_parts<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    run: u64,
+    namespace: &str,
+    step: u64,
+    status: RunStatus,
     state: &S,
     next: &[usize],
 ) -> Result<Checkpoint> {
     let value = serde_json::to_value(state)
         .map_err(|e| Error::json(format!("state of graph {}", g.name), e))?;
     Ok(Checkpoint::new(
-        &*shared.thread,
-        1,
-        &*shared.namespace,
+        thread,
+        run,
+        namespace,
         step,
-        if next.is_empty() {
-            RunStatus::Completed
-        } else {
-            RunStatus::Running
-        },
+        status,
         value,
         next.iter().map(|&i| g.nodes[i].name.to_string()).collect(),
     ))
 }
 
-/// Runs the active nodes of one superstep and returns the merged state.
+/// Writes checkpoints as the durability mode asks: in line (`Sync`), or in order through a
+/// background task (`Async`) that [`finish`](CheckpointWriter::finish) waits for.
+enum CheckpointWriter {
+    Direct(Runtime),
+    Background {
+        queue: Option<UnboundedSender<Checkpoint>>,
+        task: Option<tokio::task::JoinHandle<Result<()>>>,
+    },
+}
+
+impl CheckpointWriter {
+    fn new(runtime: &Runtime, durability: Durability) -> Self {
+        if durability != Durability::Async {
+            return Self::Direct(runtime.clone());
+        }
+        let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Checkpoint>();
+        let runtime = runtime.clone();
+        let task = tokio::spawn(async move {
+            while let Some(cp) = rx.recv().await {
+                runtime.put_checkpoint(cp).await?;
+            }
+            Ok(())
+        });
+        Self::Background {
+            queue: Some(queue),
+            task: Some(task),
+        }
+    }
+
+    async fn write(&mut self, cp: Checkpoint) -> Result<()> {
+        match self {
+            Self::Direct(runtime) => runtime.put_checkpoint(cp).await,
+            Self::Background { queue, .. } => {
+                if let Some(queue) = queue {
+                    // A send fails only if the writer stopped on an error, which `finish` reports.
+                    let _ = queue.send(cp);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until every queued checkpoint is written.
+    async fn finish(&mut self) -> Result<()> {
+        if let Self::Background { queue, task } = self {
+            queue.take();
+            if let Some(task) = task.take() {
+                return task
+                    .await
+                    .map_err(|_| Error::msg("background checkpoint writer stopped"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+enum StepOutcome<S> {
+    Merged(S),
+    Suspended {
+        pending_writes: Vec<PendingWrite>,
+        interrupts: Vec<Interrupt>,
+    },
+}
+
+/// How one node's run ended.
+enum NodeEnd {
+    Finished,
+    Suspended(Interrupt),
+}
+
+/// Runs the active nodes of one superstep (except those with pending writes) and merges.
 async fn run_step<S: State>(
     g: &CompiledInner<S>,
     shared: &Arc<RunShared>,
     active: &[usize],
     state: &S,
     step: u64,
-) -> Result<S> {
-    if let [only] = active {
+    pending: &[PendingWrite],
+    resume_values: &BTreeMap<String, Vec<Value>>,
+) -> Result<StepOutcome<S>> {
+    let resume_for = |i: usize| {
+        resume_values
+            .get(&*g.nodes[i].name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    if let ([only], []) = (active, pending) {
         let mut working = state.clone();
-        run_node(g, shared, *only, &mut working, step).await?;
-        return Ok(working);
+        return Ok(
+            match run_node(g, shared, *only, &mut working, step, resume_for(*only)).await? {
+                NodeEnd::Finished => StepOutcome::Merged(working),
+                NodeEnd::Suspended(interrupt) => StepOutcome::Suspended {
+                    pending_writes: Vec::new(),
+                    interrupts: vec![interrupt],
+                },
+            },
+        );
     }
 
-    let runs = active.iter().map(|&i| {
+    let is_pending = |i: usize| pending.iter().any(|p| *p.node == *g.nodes[i].name);
+    let runs = active.iter().filter(|&&i| !is_pending(i)).map(|&i| {
         let mut working = state.clone();
+        let resume = resume_for(i);
         async move {
-            let result = run_node(g, shared, i, &mut working, step).await;
+            let result = run_node(g, shared, i, &mut working, step, resume).await;
             (i, result, working)
         }
     });
     let finished = join_all(runs).await;
-    let mut branches = Vec::with_capacity(finished.len());
+
+    let mut interrupts = Vec::new();
+    let mut done = Vec::with_capacity(finished.len());
     for (i, result, working) in finished {
-        result?;
-        branches.push(BranchResult {
-            node: &g.nodes[i].name,
-            state: working,
+        match result? {
+            NodeEnd::Finished => done.push((i, working)),
+            NodeEnd::Suspended(interrupt) => interrupts.push(interrupt),
+        }
+    }
+    if !interrupts.is_empty() {
+        let mut pending_writes = pending.to_vec();
+        for (i, working) in done {
+            let value = serde_json::to_value(&working)
+                .map_err(|e| Error::json(format!("state of graph {}", g.name), e))?;
+            pending_writes.push(PendingWrite {
+                node: g.nodes[i].name.to_string(),
+                state: value,
+            });
+        }
+        return Ok(StepOutcome::Suspended {
+            pending_writes,
+            interrupts,
         });
     }
-    merge_branches(state.clone(), branches, &g.reducers, step)
+
+    for write in pending {
+        let index = g
+            .nodes
+            .iter()
+            .position(|n| *n.name == *write.node)
+            .ok_or_else(|| RunError::CheckpointMismatch {
+                thread: shared.thread.to_string(),
+                graph: g.name.clone(),
+                node: write.node.clone(),
+            })?;
+        let working: S = serde_json::from_value(write.state.clone())
+            .map_err(|e| Error::json(format!("pending write of node {}", write.node), e))?;
+        done.push((index, working));
+    }
+    done.sort_by_key(|(i, _)| *i);
+    let branches = done
+        .into_iter()
+        .map(|(i, working)| BranchResult {
+            node: &g.nodes[i].name,
+            state: working,
+        })
+        .collect();
+    merge_branches(state.clone(), branches, &g.reducers, step).map(StepOutcome::Merged)
 }
 
 /// Runs one node, turning errors and panics into [`RunError`]s that name it.
@@ -206,9 +637,10 @@ async fn run_node<S: State>(
     index: usize,
     state: &mut S,
     step: u64,
-) -> Result<()> {
+    resume: Vec<Value>,
+) -> Result<NodeEnd> {
     let node = &g.nodes[index];
-    let ctx = Context::new(Arc::clone(shared), Arc::clone(&node.name), step);
+    let ctx = Context::new(Arc::clone(shared), Arc::clone(&node.name), step, resume);
     shared.emit(step, Some(&node.name), EventKind::NodeStart);
     let span = tracing::debug_span!("loomflow.node", node = %node.name, step);
     // A hand-written node may panic while building its future, or while it runs.
@@ -226,18 +658,30 @@ async fn run_node<S: State>(
         }
         Err(panic) => Err(panic),
     };
-    match outcome {
-        Ok(Ok(())) => {
-            shared.emit(step, Some(&node.name), EventKind::NodeEnd);
-            Ok(())
+    let suspension = ctx.take_suspension();
+    match (outcome, suspension) {
+        (Ok(result), Some(interrupt)) => {
+            if result.is_ok() {
+                tracing::warn!(
+                    node = %node.name,
+                    step,
+                    "node {} caught its interrupt and returned Ok; it stays suspended",
+                    node.name
+                );
+            }
+            Ok(NodeEnd::Suspended(interrupt))
         }
-        Ok(Err(source)) => Err(RunError::NodeFailed {
+        (Ok(Ok(())), None) => {
+            shared.emit(step, Some(&node.name), EventKind::NodeEnd);
+            Ok(NodeEnd::Finished)
+        }
+        (Ok(Err(source)), None) => Err(RunError::NodeFailed {
             node: node.name.to_string(),
             step,
             source: Box::new(source),
         }
         .into()),
-        Err(panic) => Err(RunError::NodePanicked {
+        (Err(panic), _) => Err(RunError::NodePanicked {
             node: node.name.to_string(),
             step,
             message: panic_message(&*panic),

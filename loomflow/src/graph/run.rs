@@ -9,13 +9,12 @@ use futures_core::Stream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::context::RunShared;
 use crate::error::RunError;
 use crate::event::Event;
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
-use crate::graph::executor::{Execution, execute};
-use crate::runtime::{Durability, Runtime};
+use crate::graph::executor::{Execution, Start, execute};
+use crate::runtime::{Durability, Interrupt, Runtime};
 use crate::{Error, Result};
 
 /// How a run ended.
@@ -24,6 +23,15 @@ use crate::{Error, Result};
 pub enum RunOutcome<S> {
     /// The run reached `END` on every path.
     Completed(S),
+    /// One or more nodes suspended the run with `ctx.interrupt`. `state` is the state the
+    /// suspended superstep began with; resume with
+    /// [`CompiledGraph::resume`](crate::CompiledGraph::resume).
+    Interrupted {
+        /// The state the suspended step began with.
+        state: S,
+        /// What the nodes asked, with the ids to resume them by.
+        interrupts: Vec<Interrupt>,
+    },
     /// A node failed (returned an error, panicked), or the recursion limit was hit. `state` is
     /// the last good state: the one the failed superstep started from.
     Failed {
@@ -38,14 +46,26 @@ impl<S> RunOutcome<S> {
     /// The final state, or the last good one.
     pub fn state(&self) -> &S {
         match self {
-            Self::Completed(state) | Self::Failed { state, .. } => state,
+            Self::Completed(state)
+            | Self::Interrupted { state, .. }
+            | Self::Failed { state, .. } => state,
         }
     }
 
     /// Consumes the outcome, returning the final or last good state.
     pub fn into_state(self) -> S {
         match self {
-            Self::Completed(state) | Self::Failed { state, .. } => state,
+            Self::Completed(state)
+            | Self::Interrupted { state, .. }
+            | Self::Failed { state, .. } => state,
+        }
+    }
+
+    /// The pending interrupts of a suspended run; empty otherwise.
+    pub fn interrupts(&self) -> &[Interrupt] {
+        match self {
+            Self::Interrupted { interrupts, .. } => interrupts,
+            _ => &[],
         }
     }
 
@@ -62,6 +82,13 @@ impl<S> RunOutcome<S> {
     pub fn completed(self) -> Result<S> {
         match self {
             Self::Completed(state) => Ok(state),
+            Self::Interrupted { interrupts, .. } => Err(Error::Suspended {
+                node: interrupts
+                    .iter()
+                    .map(|i| i.node.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
             Self::Failed { error, .. } => Err(error),
         }
     }
@@ -94,18 +121,23 @@ pub struct RunBuilder<S> {
     graph: CompiledGraph<S>,
     runtime: Runtime,
     thread: String,
-    input: S,
+    start: Start<S>,
     recursion_limit: Option<u64>,
     durability: Option<Durability>,
 }
 
 impl<S: State> RunBuilder<S> {
-    pub(crate) fn new(graph: CompiledGraph<S>, runtime: Runtime, thread: String, input: S) -> Self {
+    pub(crate) fn new(
+        graph: CompiledGraph<S>,
+        runtime: Runtime,
+        thread: String,
+        start: Start<S>,
+    ) -> Self {
         Self {
             graph,
             runtime,
             thread,
-            input,
+            start,
             recursion_limit: None,
             durability: None,
         }
@@ -129,14 +161,12 @@ impl<S: State> RunBuilder<S> {
             .unwrap_or(self.graph.inner.recursion_limit);
         let durability = self.durability.unwrap_or(self.runtime.durability());
         Execution {
-            shared: Arc::new(RunShared {
-                thread: Arc::from(self.thread),
-                runtime: self.runtime,
-                events,
-                namespace: Arc::from(""),
-            }),
             graph: self.graph,
-            input: self.input,
+            thread: Arc::from(self.thread),
+            runtime: self.runtime,
+            events,
+            namespace: Arc::from(""),
+            start: self.start,
             recursion_limit: limit,
             durability,
         }
@@ -180,7 +210,7 @@ pub struct RunHandle<S> {
 impl<S: State> RunHandle<S> {
     fn spawn(execution: Execution<S>) -> Self {
         Self {
-            thread: execution.shared.thread.to_string(),
+            thread: execution.thread.to_string(),
             task: tokio::spawn(execute(execution)),
         }
     }
@@ -249,7 +279,76 @@ impl<S> Stream for RunStream<S> {
 impl<S: State> CompiledGraph<S> {
     /// Configures a run of this graph on `thread`, starting from `input`.
     pub fn run(&self, runtime: &Runtime, thread: impl Into<String>, input: S) -> RunBuilder<S> {
-        RunBuilder::new(self.clone(), runtime.clone(), thread.into(), input)
+        RunBuilder::new(
+            self.clone(),
+            runtime.clone(),
+            thread.into(),
+            Start::Fresh(input),
+        )
+    }
+
+    /// Resumes a thread suspended on exactly one interrupt, giving it `value`.
+    ///
+    /// The interrupted node runs again from its start; its `ctx.interrupt` call returns
+    /// `value`, deserialized into the type it asks for. Siblings that finished in the
+    /// suspended superstep are not run again. Configure or `.await` the returned builder.
+    ///
+    /// Errors surface when the run is awaited: [`RunError::UnknownThread`],
+    /// [`RunError::NotInterrupted`], [`RunError::AmbiguousResume`] (several interrupts are
+    /// pending: use [`resume_with`](Self::resume_with)); a value that does not deserialize
+    /// fails the run with [`RunError::ResumeValue`] and leaves the checkpoint as it was.
+    pub fn resume(
+        &self,
+        runtime: &Runtime,
+        thread: impl Into<String>,
+        value: impl serde::Serialize,
+    ) -> RunBuilder<S> {
+        let value = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+        RunBuilder::new(
+            self.clone(),
+            runtime.clone(),
+            thread.into(),
+            Start::ResumeOne(value),
+        )
+    }
+
+    /// Resumes some or all of a thread's pending interrupts, by id.
+    ///
+    /// Interrupts not given a value suspend again when their node re-runs.
+    pub fn resume_with<I, K, V>(
+        &self,
+        runtime: &Runtime,
+        thread: impl Into<String>,
+        values: I,
+    ) -> RunBuilder<S>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: serde::Serialize,
+    {
+        let values = values
+            .into_iter()
+            .map(|(id, v)| {
+                (
+                    id.into(),
+                    serde_json::to_value(v).unwrap_or(serde_json::Value::Null),
+                )
+            })
+            .collect();
+        RunBuilder::new(
+            self.clone(),
+            runtime.clone(),
+            thread.into(),
+            Start::Resume(values),
+        )
+    }
+
+    /// Carries on a thread's newest run from its newest checkpoint: after a crash, after a
+    /// failed step (which is retried), or on a thread forked with
+    /// [`Runtime::fork`](crate::Runtime::fork). A completed run returns its final state; an
+    /// interrupted one returns its pending interrupts without running anything.
+    pub fn recover(&self, runtime: &Runtime, thread: impl Into<String>) -> RunBuilder<S> {
+        RunBuilder::new(self.clone(), runtime.clone(), thread.into(), Start::Recover)
     }
 
     /// Runs to the end in the current task.

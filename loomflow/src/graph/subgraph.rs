@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use crate::Result;
-use crate::context::{Context, RunShared};
+use crate::context::Context;
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
-use crate::graph::executor::{Execution, execute};
+use crate::graph::executor::{Execution, Start, execute};
 use crate::graph::node::{BoxFuture, Node};
 use crate::graph::run::RunOutcome;
 use crate::graph::shape::GraphShape;
+use crate::{Error, Result};
 
 type MapIn<S, T> = Box<dyn Fn(&S) -> T + Send + Sync>;
 type MapOut<S, T> = Box<dyn Fn(&mut S, T) + Send + Sync>;
@@ -56,13 +56,14 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
             };
             let execution = Execution {
                 graph: self.graph.clone(),
-                shared: Arc::new(RunShared {
-                    thread: Arc::clone(&parent.thread),
-                    runtime: parent.runtime.clone(),
-                    events: parent.events.clone(),
-                    namespace: Arc::from(namespace),
-                }),
-                input: (self.into)(state),
+                thread: Arc::clone(&parent.thread),
+                runtime: parent.runtime.clone(),
+                events: parent.events.clone(),
+                namespace: Arc::from(namespace),
+                start: Start::Child {
+                    input: (self.into)(state),
+                    run: parent.run,
+                },
                 recursion_limit: self.graph.inner.recursion_limit,
                 durability: parent.runtime.durability(),
             };
@@ -71,6 +72,15 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                     (self.from)(state, child);
                     Ok(())
                 }
+                RunOutcome::Interrupted { interrupts, .. } => Err(Error::msg(format!(
+                    "subgraph {} was interrupted ({}); interrupts inside subgraphs are not supported yet",
+                    self.name,
+                    interrupts
+                        .iter()
+                        .map(|i| i.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
                 RunOutcome::Failed { error, .. } => Err(error),
             }
         })

@@ -127,29 +127,55 @@ impl Runtime {
             .map_err(Error::from)
     }
 
-    /// Writes a checkpoint as the durability mode asks.
-    pub(crate) async fn commit(
-        &self,
-        checkpoint: Checkpoint,
-        durability: Durability,
-    ) -> Result<()> {
-        match durability {
-            Durability::Sync | Durability::Exit => self
-                .inner
-                .store
-                .put_checkpoint(checkpoint)
-                .await
-                .map(drop)
-                .map_err(Error::from),
-            Durability::Async => {
-                let store = Arc::clone(&self.inner.store);
-                tokio::spawn(async move {
-                    if let Err(error) = store.put_checkpoint(checkpoint).await {
-                        tracing::error!(%error, "background checkpoint write failed");
-                    }
-                });
-                Ok(())
-            }
-        }
+    /// Writes a checkpoint now.
+    pub(crate) async fn put_checkpoint(&self, checkpoint: Checkpoint) -> Result<()> {
+        self.inner
+            .store
+            .put_checkpoint(checkpoint)
+            .await
+            .map(drop)
+            .map_err(Error::from)
+    }
+
+    /// The interrupts a thread's newest run is suspended on (empty when it is not).
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    pub async fn pending_interrupts(&self, thread: &str) -> Result<Vec<Interrupt>> {
+        Ok(self
+            .inner
+            .store
+            .latest_checkpoint(thread, "")
+            .await?
+            .filter(|cp| cp.status == RunStatus::Interrupted)
+            .map(|cp| cp.interrupts)
+            .unwrap_or_default())
+    }
+
+    /// Starts thread `new_thread` from checkpoint `checkpoint_id` of `thread` (time travel).
+    ///
+    /// The original thread is untouched. Carry on with
+    /// [`CompiledGraph::recover`](crate::CompiledGraph::recover) (or `resume`, when the
+    /// checkpoint was interrupted) on the new thread.
+    ///
+    /// # Errors
+    ///
+    /// [`RunError::UnknownThread`](crate::RunError::UnknownThread) when `thread` has no such
+    /// checkpoint; a store failure.
+    pub async fn fork(&self, thread: &str, checkpoint_id: u64, new_thread: &str) -> Result<()> {
+        let mut checkpoint = self
+            .inner
+            .store
+            .get_checkpoint(thread, checkpoint_id)
+            .await?
+            .ok_or_else(|| crate::error::RunError::UnknownThread {
+                thread: format!("{thread} (checkpoint {checkpoint_id})"),
+            })?;
+        checkpoint.id = 0;
+        checkpoint.thread = new_thread.to_owned();
+        checkpoint.run = 1;
+        checkpoint.namespace = String::new();
+        self.put_checkpoint(checkpoint).await
     }
 }

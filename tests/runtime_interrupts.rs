@@ -1,0 +1,415 @@
+//! Interrupts, resume, journaled steps, recovery and forks (in-memory runtime; the SQLite
+//! runtime runs the same paths in `runtime_crash.rs`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loomflow::prelude::*;
+use loomflow::runtime::RunStatus;
+use loomflow::{Interrupt, RunError};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Order {
+    id: String,
+    answers: Vec<String>,
+    paid: Option<String>,
+    side: u32,
+}
+
+fn counter() -> Arc<AtomicUsize> {
+    Arc::new(AtomicUsize::new(0))
+}
+
+/// Asks two questions in a row, and pays through a journaled step before the first.
+fn two_questions(payments: Arc<AtomicUsize>, entries: Arc<AtomicUsize>) -> CompiledGraph<Order> {
+    Graph::new("two")
+        .node_fn("ask", move |o: &mut Order, ctx| {
+            let payments = payments.clone();
+            let entries = entries.clone();
+            Box::pin(async move {
+                entries.fetch_add(1, Ordering::SeqCst);
+                let charge: String = ctx
+                    .step("charge", || async {
+                        let n = payments.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, Error>(format!("ch_{n}"))
+                    })
+                    .await?;
+                o.paid = Some(charge);
+                let first: String = ctx.interrupt(json!({ "q": "colour?" }))?;
+                o.answers.push(first);
+                let second: String = ctx.interrupt(json!({ "q": "size?" }))?;
+                o.answers.push(second);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn interrupt_suspends_and_each_resume_answers_the_next_call() {
+    let (payments, entries) = (counter(), counter());
+    let graph = two_questions(payments.clone(), entries.clone());
+    let rt = Runtime::in_memory();
+
+    let out = graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    let RunOutcome::Interrupted { state, interrupts } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        state,
+        Order::default(),
+        "the suspended step is not committed"
+    );
+    let [only]: &[Interrupt] = &interrupts[..] else {
+        panic!("{interrupts:?}")
+    };
+    assert_eq!(
+        (only.id.as_str(), only.node.as_str(), only.index),
+        ("ask#0", "ask", 0)
+    );
+    assert_eq!(only.payload, json!({ "q": "colour?" }));
+    let cp = rt.list_checkpoints("t").await.unwrap().pop().unwrap();
+    assert_eq!(cp.status, RunStatus::Interrupted);
+    assert_eq!(cp.next, ["ask"]);
+    assert_eq!(rt.pending_interrupts("t").await.unwrap(), interrupts);
+
+    let out = graph.resume(&rt, "t", "red").await.unwrap();
+    assert_eq!(
+        out.interrupts()[0].id,
+        "ask#1",
+        "the second call suspends next"
+    );
+    assert_eq!(out.interrupts()[0].payload, json!({ "q": "size?" }));
+
+    let done = graph
+        .resume(&rt, "t", "large")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.answers, ["red", "large"]);
+    assert_eq!(
+        entries.load(Ordering::SeqCst),
+        3,
+        "the node re-ran from its start twice"
+    );
+    assert_eq!(
+        payments.load(Ordering::SeqCst),
+        1,
+        "the journaled charge ran once"
+    );
+    assert_eq!(done.paid.as_deref(), Some("ch_0"));
+}
+
+#[tokio::test]
+async fn siblings_that_finished_are_not_rerun_and_several_interrupts_resume_together_or_apart() {
+    let (side_runs, a_runs) = (counter(), counter());
+    let (s, a) = (side_runs.clone(), a_runs.clone());
+    let graph = Graph::new("fan")
+        .node_sync("side", move |o: &mut Order| {
+            s.fetch_add(1, Ordering::SeqCst);
+            o.side += 1;
+        })
+        .node_fn("a", move |o: &mut Order, ctx| {
+            let a = a.clone();
+            Box::pin(async move {
+                a.fetch_add(1, Ordering::SeqCst);
+                let v: String = ctx.interrupt("a?")?;
+                o.answers.push(format!("a={v}"));
+                Ok(())
+            })
+        })
+        .node_fn("b", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                let v: u32 = ctx.interrupt("b?")?;
+                o.id = format!("b={v}");
+                Ok(())
+            })
+        })
+        .node_sync("after", |o: &mut Order| o.answers.push("after".into()))
+        .edge(START, "side")
+        .edge(START, "a")
+        .edge(START, "b")
+        .join(["side", "a", "b"], "after")
+        .edge("after", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+
+    // Together, by id.
+    let out = graph
+        .invoke(&rt, "together", Order::default())
+        .await
+        .unwrap();
+    let ids: Vec<_> = out.interrupts().iter().map(|i| i.id.clone()).collect();
+    assert_eq!(ids, ["a#0", "b#0"]);
+    let cp = rt
+        .list_checkpoints("together")
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(cp.pending_writes.len(), 1, "side's finished copy is kept");
+    assert_eq!(cp.pending_writes[0].node, "side");
+    let done = graph
+        .resume_with(&rt, "together", [("a#0", json!("x")), ("b#0", json!(7))])
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.answers, ["a=x", "after"]);
+    assert_eq!(done.id, "b=7");
+    assert_eq!(done.side, 1);
+    assert_eq!(
+        side_runs.load(Ordering::SeqCst),
+        1,
+        "side is not re-run on resume"
+    );
+
+    // One at a time: the other interrupt suspends again; a's answer is kept.
+    let out = graph.invoke(&rt, "apart", Order::default()).await.unwrap();
+    assert!(matches!(
+        graph.resume(&rt, "apart", "x").await,
+        Err(Error::Run(RunError::AmbiguousResume { pending, .. })) if pending == ["a#0", "b#0"]
+    ));
+    assert_eq!(out.interrupts().len(), 2);
+    let out = graph
+        .resume_with(&rt, "apart", [("a#0", "x")])
+        .await
+        .unwrap();
+    assert_eq!(
+        out.interrupts()
+            .iter()
+            .map(|i| i.id.as_str())
+            .collect::<Vec<_>>(),
+        ["b#0"]
+    );
+    let done = graph
+        .resume(&rt, "apart", 9)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.answers, ["a=x", "after"]);
+    assert_eq!(done.id, "b=9");
+    assert_eq!(side_runs.load(Ordering::SeqCst), 2, "once per thread");
+}
+
+#[tokio::test]
+async fn a_swallowed_interrupt_still_suspends_the_node() {
+    let after = counter();
+    let a = after.clone();
+    let graph = Graph::new("swallow")
+        .node_fn("sly", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                if let Ok(v) = ctx.interrupt::<String>("?") {
+                    o.id = v;
+                }
+                Ok(()) // drops the suspension on the floor
+            })
+        })
+        .node_sync("next", move |_: &mut Order| {
+            a.fetch_add(1, Ordering::SeqCst);
+        })
+        .edge(START, "sly")
+        .edge("sly", "next")
+        .edge("next", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    let out = graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1, "still suspended: {out:?}");
+    assert_eq!(after.load(Ordering::SeqCst), 0, "the run did not go on");
+    let done = graph
+        .resume(&rt, "t", "v")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.id, "v");
+}
+
+#[tokio::test]
+async fn bad_resumes_are_clear_errors_and_leave_the_checkpoint_intact() {
+    let graph = two_questions(counter(), counter());
+    let rt = Runtime::in_memory();
+
+    let err = graph.resume(&rt, "nobody", "x").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "thread nobody has no checkpoint to resume from"
+    );
+
+    let done_graph = Graph::new("plain")
+        .node_sync("n", |o: &mut Order| o.side = 1)
+        .edge(START, "n")
+        .edge("n", END)
+        .compile()
+        .unwrap();
+    done_graph
+        .invoke(&rt, "finished", Order::default())
+        .await
+        .unwrap();
+    let err = done_graph.resume(&rt, "finished", "x").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "thread finished is not interrupted (its newest run is completed)"
+    );
+
+    graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    let before = rt.list_checkpoints("t").await.unwrap();
+    let err = graph
+        .resume_with(&rt, "t", [("ask#5", "x")])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "interrupt ask#5 is not pending on thread t; pending: ask#0"
+    );
+
+    // The node asks for a String; 42 is not one.
+    let out = graph.resume(&rt, "t", 42).await.unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}")
+    };
+    let text = format!("{error}: {}", std::error::Error::source(&error).unwrap());
+    assert!(text.starts_with("node ask failed at step 1: resume value for interrupt 0 of node ask is not a alloc::string::String"), "{text}");
+    assert_eq!(
+        rt.list_checkpoints("t").await.unwrap(),
+        before,
+        "nothing written"
+    );
+
+    // The intact checkpoint still resumes.
+    let out = graph.resume(&rt, "t", "green").await.unwrap();
+    assert_eq!(out.interrupts()[0].id, "ask#1");
+}
+
+#[tokio::test]
+async fn a_failed_journaled_step_is_not_recorded_and_recover_retries_the_step() {
+    let attempts = counter();
+    let a = attempts.clone();
+    let graph = Graph::new("flaky")
+        .node_fn("call", move |o: &mut Order, ctx| {
+            let a = a.clone();
+            Box::pin(async move {
+                let id: String = ctx
+                    .step("remote", || async {
+                        let n = a.fetch_add(1, Ordering::SeqCst);
+                        if n == 0 {
+                            Err(Error::msg("503"))
+                        } else {
+                            Ok(format!("ok{n}"))
+                        }
+                    })
+                    .await?;
+                o.id = id;
+                Ok(())
+            })
+        })
+        .edge(START, "call")
+        .edge("call", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    let out = graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    assert!(matches!(out, RunOutcome::Failed { .. }));
+    let done = graph.recover(&rt, "t").await.unwrap().completed().unwrap();
+    assert_eq!(done.id, "ok1");
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    // Recovering a completed run returns its state without running anything.
+    let again = graph.recover(&rt, "t").await.unwrap().completed().unwrap();
+    assert_eq!(again.id, "ok1");
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_later_run_on_the_same_thread_does_not_replay_the_journal() {
+    let payments = counter();
+    let graph = two_questions(payments.clone(), counter());
+    let rt = Runtime::in_memory();
+    graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    assert_eq!(payments.load(Ordering::SeqCst), 2, "run 2 pays for itself");
+    let runs: Vec<u64> = rt
+        .list_checkpoints("t")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.run)
+        .collect();
+    assert_eq!(runs, [1, 1, 2, 2]);
+}
+
+#[tokio::test]
+async fn fork_starts_a_new_thread_from_any_checkpoint_and_leaves_the_original_alone() {
+    let graph = Graph::new("count")
+        .node_sync("inc", |o: &mut Order| o.side += 1)
+        .edge(START, "inc")
+        .branch(
+            "inc",
+            ["inc", END],
+            |o: &Order| if o.side < 5 { "inc" } else { END },
+        )
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    graph.invoke(&rt, "main", Order::default()).await.unwrap();
+    let original = rt.list_checkpoints("main").await.unwrap();
+    let at_two = original
+        .iter()
+        .find(|c| c.state["side"] == json!(2))
+        .unwrap();
+
+    rt.fork("main", at_two.id, "branch").await.unwrap();
+    let forked = graph
+        .recover(&rt, "branch")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(forked.side, 5);
+    let steps: Vec<u64> = rt
+        .list_checkpoints("branch")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, [2, 3, 4, 5], "the fork carries on from step 2");
+    assert_eq!(rt.list_checkpoints("main").await.unwrap(), original);
+    assert!(rt.fork("main", 999_999, "x").await.is_err());
+}
+
+#[tokio::test]
+async fn async_durability_writes_every_checkpoint_in_order() {
+    let graph = Graph::new("count")
+        .node_sync("inc", |o: &mut Order| o.side += 1)
+        .edge(START, "inc")
+        .branch(
+            "inc",
+            ["inc", END],
+            |o: &Order| if o.side < 10 { "inc" } else { END },
+        )
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    graph
+        .run(&rt, "t", Order::default())
+        .durability(Durability::Async)
+        .await
+        .unwrap();
+    let steps: Vec<u64> = rt
+        .list_checkpoints("t")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, (0..=10).collect::<Vec<_>>());
+}
