@@ -37,6 +37,9 @@ pub enum Error {
         /// The node that asked to suspend.
         node: String,
     },
+    /// A signal was refused, or a wait for one ended without a payload.
+    #[error(transparent)]
+    Signal(#[from] crate::runtime::mailbox::SignalError),
     /// An error raised by user code inside a node.
     #[error("{0}")]
     Custom(Box<dyn std::error::Error + Send + Sync + 'static>),
@@ -53,6 +56,7 @@ impl Error {
         Self::Custom(message.to_string().into())
     }
 
+    #[allow(dead_code, reason = "used by the executor, written on another branch")]
     pub(crate) fn json(what: impl Into<String>, source: serde_json::Error) -> Self {
         Self::Json {
             what: what.into(),
