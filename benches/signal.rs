@@ -263,9 +263,26 @@ fn parked_waiters(n: usize, one_session: bool) {
     );
 }
 
+/// Runs each `parked_waiters` case in a fresh process, so that memory freed by one case
+/// (and kept by the allocator) does not hide what the next one takes.
+fn parked_waiters_isolated() {
+    const CASE: &str = "LOOMFLOW_BENCH_PARKED";
+    if let Ok(case) = std::env::var(CASE) {
+        parked_waiters(100_000, case == "one_session");
+        std::process::exit(0);
+    }
+    let exe = std::env::current_exe().expect("bench executable");
+    for case in ["one_per_session", "one_session"] {
+        let out = std::process::Command::new(&exe)
+            .env(CASE, case)
+            .output()
+            .expect("parked_waiters child");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+}
+
 fn main() {
-    parked_waiters(100_000, false);
-    parked_waiters(100_000, true);
+    parked_waiters_isolated();
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_secs(1))

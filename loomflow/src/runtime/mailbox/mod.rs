@@ -30,10 +30,14 @@
 //! A waiter that stops waiting for any reason (dropped, cancelled, timed out) takes the same
 //! lock and either finds itself still in line, and leaves it, or finds that it was handed a
 //! payload, which is then in its slot. In the second case it takes the payload back out and,
-//! still under the lock, passes it to the next waiter in line, or pushes it back to the head
-//! of the queue (a timed-out wait that finds a payload returns it instead of an error). Since
+//! still under the lock, passes it to the next waiter in line, or puts it back into the queue
+//! where it was (a timed-out wait that finds a payload returns it instead of an error). Since
 //! both sides decide under one lock, there is no interleaving in which a payload sits in an
 //! abandoned slot or reaches two waiters.
+//!
+//! Every payload carries a sequence number from one counter, so "where it was" is exact: two
+//! waiters handed payloads and cancelled in either order leave the queue in send order. A
+//! payload given back with [`Mailbox::requeue_front`] goes to the very head instead.
 //!
 //! The alternative, waking a waiter and letting it pop the queue itself, lets a concurrent
 //! `poll` or a newer waiter take the payload first and needs a second hand-off of the
@@ -59,7 +63,7 @@ use tokio::time::Instant;
 pub use error::SignalError;
 pub use wait::Wait;
 
-use state::{End, Registration, State};
+use state::{Place, Registration, State};
 
 /// The prefix of the signal names reserved for loomflow itself.
 pub const RESERVED_PREFIX: &str = "loomflow:";
@@ -352,9 +356,7 @@ impl Mailbox {
     /// drops, the mailbox and its undelivered payloads are discarded.
     pub fn open_session(&self, session: &str) -> SessionGuard {
         let session: Arc<str> = Arc::from(session);
-        self.inner
-            .lock()
-            .open(&self.inner.config, &session, Instant::now);
+        self.inner.lock().open(&self.inner.config, &session);
         SessionGuard {
             inner: Arc::clone(&self.inner),
             session,
@@ -373,16 +375,12 @@ impl Mailbox {
 
     /// How many payloads are queued for (session, name), open or pending.
     pub fn queued(&self, session: &str, name: &str) -> usize {
-        self.inner
-            .lock()
-            .queued(&self.inner.config, session, name, Instant::now())
+        self.inner.lock().queued(&self.inner.config, session, name)
     }
 
     /// How many sessions that are not open hold pending signals.
     pub fn pending_sessions(&self) -> usize {
-        self.inner
-            .lock()
-            .pending_sessions(&self.inner.config, Instant::now())
+        self.inner.lock().pending_sessions(&self.inner.config)
     }
 
     /// [`signal_with`](Self::signal_with) for loomflow's own (`loomflow:`) names.
@@ -455,7 +453,7 @@ impl Mailbox {
         {
             return Ok(Delivery::Duplicate);
         }
-        Ok(state.deliver(config, session, name, payload, End::Back))
+        Ok(state.deliver(config, session, name, payload, Place::Back))
     }
 
     fn wait_in(&self, session: &str, name: &str, timeout: Option<Duration>, scope: Scope) -> Wait {
@@ -463,10 +461,10 @@ impl Mailbox {
         if let Err(error) = check_name(session, name, scope) {
             return Wait::failed(inner, error);
         }
-        let registration =
-            self.inner
-                .lock()
-                .register(&self.inner.config, session, name, Instant::now);
+        let registration = self
+            .inner
+            .lock()
+            .register(&self.inner.config, session, name);
         match registration {
             (session, name, Registration::Ready(payload)) => {
                 Wait::ready(inner, session, name, payload)
@@ -484,10 +482,7 @@ impl Mailbox {
         scope: Scope,
     ) -> Result<Option<Value>, SignalError> {
         check_name(session, name, scope)?;
-        Ok(self
-            .inner
-            .lock()
-            .poll(&self.inner.config, session, name, Instant::now))
+        Ok(self.inner.lock().poll(&self.inner.config, session, name))
     }
 
     fn requeue_front_in(
@@ -500,7 +495,7 @@ impl Mailbox {
         check_name(session, name, scope)?;
         self.inner
             .lock()
-            .deliver(&self.inner.config, session, name, payload, End::Front);
+            .deliver(&self.inner.config, session, name, payload, Place::Front);
         Ok(())
     }
 }
@@ -531,9 +526,7 @@ impl std::fmt::Debug for SessionGuard {
 
 impl Clone for SessionGuard {
     fn clone(&self) -> Self {
-        self.inner
-            .lock()
-            .open(&self.inner.config, &self.session, Instant::now);
+        self.inner.lock().open(&self.inner.config, &self.session);
         Self {
             inner: Arc::clone(&self.inner),
             session: Arc::clone(&self.session),

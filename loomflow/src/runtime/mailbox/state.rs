@@ -12,43 +12,62 @@ use tokio::time::Instant;
 
 use super::{Delivery, MailboxConfig};
 
-/// Where a new payload goes in its queue.
+/// A payload with its place in send order.
+///
+/// Sequence numbers come from one counter, so a payload given back by a waiter that never
+/// took it can be put back exactly where it was, even after later payloads were queued.
+pub(super) struct Entry {
+    pub(super) seq: u64,
+    pub(super) payload: Value,
+}
+
+/// Where a payload goes in its queue.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum End {
-    /// After every queued payload (a new signal).
+pub(super) enum Place {
+    /// After every queued payload: a new signal.
     Back,
-    /// Before every queued payload (a payload given back).
+    /// Back where its sequence number puts it: a payload a waiter was handed but never took.
+    Return(u64),
+    /// Before every queued payload: a payload the caller took and gives back.
     Front,
 }
 
 /// The outcome of registering a waiter.
 pub(super) enum Registration {
     /// A payload was queued: the wait completes at once.
-    Ready(Value),
+    Ready(Entry),
     /// The waiter is parked; `rx` receives its payload.
     Parked {
         id: u64,
-        rx: oneshot::Receiver<Value>,
+        rx: oneshot::Receiver<Entry>,
     },
 }
 
 /// A waiter's place in line: the sending half of its slot.
 struct Waiter {
     id: u64,
-    tx: oneshot::Sender<Value>,
+    tx: oneshot::Sender<Entry>,
 }
 
-/// One (session, name) queue of an open session.
+/// One (session, name) queue of a live session.
 ///
-/// Invariant: `queue` and `waiters` are never both non-empty, because a payload meets a
-/// parked waiter as soon as both exist.
-#[derive(Default)]
+/// Invariants: `queue` is sorted by `seq`; `queue` and `waiters` are never both non-empty,
+/// because a payload meets a parked waiter as soon as both exist.
 struct Channel {
-    queue: VecDeque<Value>,
+    name: Arc<str>,
+    queue: VecDeque<Entry>,
     waiters: VecDeque<Waiter>,
 }
 
 impl Channel {
+    fn new(name: &str) -> Self {
+        Self {
+            name: Arc::from(name),
+            queue: VecDeque::new(),
+            waiters: VecDeque::new(),
+        }
+    }
+
     fn is_idle(&self) -> bool {
         self.queue.is_empty() && self.waiters.is_empty()
     }
@@ -56,6 +75,7 @@ impl Channel {
 
 /// The mailbox of a session that is open (a guard) or held (a parked waiter).
 struct Live {
+    key: Arc<str>,
     guards: usize,
     /// Parked waiters; each holds the mailbox until it leaves the line.
     holds: usize,
@@ -63,19 +83,15 @@ struct Live {
 }
 
 impl Live {
-    fn new() -> Self {
-        Self {
-            guards: 0,
-            holds: 0,
-            names: HashMap::new(),
-        }
+    fn unused(&self) -> bool {
+        self.guards == 0 && self.holds == 0
     }
 }
 
 /// A payload held for a session that is not open.
 struct Stamped {
     at: Instant,
-    payload: Value,
+    entry: Entry,
 }
 
 /// The pending mailbox of one session.
@@ -104,22 +120,59 @@ pub(super) struct State {
     /// Pending sessions by last use, least recent first.
     lru: BTreeMap<u64, Arc<str>>,
     tick: u64,
-    next_waiter: u64,
+    /// Source of payload sequence numbers and waiter ids; starts at 1 so that 0 sorts first.
+    next_id: u64,
     remembered: Remembered,
-}
-
-/// Returns the map's own key for `key`, or a new one.
-fn shared_key<V>(map: &HashMap<Arc<str>, V>, key: &str) -> Arc<str> {
-    map.get_key_value(key)
-        .map_or_else(|| Arc::from(key), |(k, _)| Arc::clone(k))
 }
 
 fn expired(at: Instant, ttl: Option<Duration>, now: Instant) -> bool {
     ttl.is_some_and(|ttl| now.saturating_duration_since(at) >= ttl)
 }
 
+/// Inserts `item` at `place` in a queue sorted by sequence number.
+fn insert_at<T>(queue: &mut VecDeque<T>, item: T, place: Place, seq: impl Fn(&T) -> u64) {
+    match place {
+        Place::Back => queue.push_back(item),
+        Place::Front => queue.push_front(item),
+        Place::Return(at) => {
+            let index = queue.partition_point(|queued| seq(queued) < at);
+            queue.insert(index, item);
+        }
+    }
+}
+
+/// Pops the oldest payload of a live session's channel, or parks waiter `id` there.
+fn register_live(live: &mut Live, name: &str, id: u64) -> (Arc<str>, Arc<str>, Registration) {
+    let session_key = Arc::clone(&live.key);
+    if let Some(channel) = live.names.get_mut(name) {
+        let name_key = Arc::clone(&channel.name);
+        if let Some(entry) = channel.queue.pop_front() {
+            if channel.is_idle() {
+                live.names.remove(name);
+            }
+            return (session_key, name_key, Registration::Ready(entry));
+        }
+        let (tx, rx) = oneshot::channel();
+        channel.waiters.push_back(Waiter { id, tx });
+        live.holds += 1;
+        return (session_key, name_key, Registration::Parked { id, rx });
+    }
+    let mut channel = Channel::new(name);
+    let name_key = Arc::clone(&channel.name);
+    let (tx, rx) = oneshot::channel();
+    channel.waiters.push_back(Waiter { id, tx });
+    live.names.insert(Arc::clone(&name_key), channel);
+    live.holds += 1;
+    (session_key, name_key, Registration::Parked { id, rx })
+}
+
 impl State {
-    /// Delivers `payload`: to the oldest parked waiter, else into the queue at `end`; to the
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Delivers `payload`: to the oldest parked waiter, else into the queue at `place`; to the
     /// pending mailbox when the session is not live.
     pub(super) fn deliver(
         &mut self,
@@ -127,42 +180,46 @@ impl State {
         session: &str,
         name: &str,
         payload: Value,
-        end: End,
+        place: Place,
     ) -> Delivery {
-        let Some(live) = self.live.get_mut(session) else {
-            return self.push_pending(config, session, name, payload, end);
+        let seq = match place {
+            Place::Back => self.next_id(),
+            Place::Return(seq) => seq,
+            Place::Front => 0,
         };
-        let key = shared_key(&live.names, name);
-        let channel = live.names.entry(key).or_default();
-        let mut payload = payload;
-        let mut woke = false;
+        let entry = Entry { seq, payload };
+        let Some(live) = self.live.get_mut(session) else {
+            self.push_pending(config, session, name, entry, place, Instant::now());
+            return Delivery::Pending;
+        };
+        let Some(channel) = live.names.get_mut(name) else {
+            let mut channel = Channel::new(name);
+            channel.queue.push_back(entry);
+            live.names.insert(Arc::clone(&channel.name), channel);
+            return Delivery::Queued;
+        };
+        let mut entry = entry;
         while let Some(waiter) = channel.waiters.pop_front() {
             live.holds -= 1;
             // Sent under the lock: a waiter that leaves the line (drop, timeout) takes the
             // lock first, so it either finds itself still in line or finds this payload in its
             // slot. A send only fails if the receiver vanished without leaving the line, which
             // `Wait` never does; the payload then goes to the next waiter.
-            match waiter.tx.send(payload) {
+            match waiter.tx.send(entry) {
                 Ok(()) => {
-                    woke = true;
-                    payload = Value::Null;
-                    break;
+                    if channel.is_idle() {
+                        live.names.remove(name);
+                    }
+                    if live.unused() {
+                        self.retire(config, session, true);
+                    }
+                    return Delivery::Woke;
                 }
-                Err(back) => payload = back,
+                Err(back) => entry = back,
             }
         }
-        if !woke {
-            match end {
-                End::Back => channel.queue.push_back(payload),
-                End::Front => channel.queue.push_front(payload),
-            }
-        }
-        self.tidy(config, session, name);
-        if woke {
-            Delivery::Woke
-        } else {
-            Delivery::Queued
-        }
+        insert_at(&mut channel.queue, entry, place, |e| e.seq);
+        Delivery::Queued
     }
 
     /// Pops the oldest payload, or parks a waiter. A session that is not live is served from
@@ -172,34 +229,16 @@ impl State {
         config: &MailboxConfig,
         session: &str,
         name: &str,
-        now: impl FnOnce() -> Instant,
     ) -> (Arc<str>, Arc<str>, Registration) {
-        if !self.live.contains_key(session) {
-            let now = now();
-            if let Some((session_key, name_key, payload)) =
-                self.pop_pending(config, session, name, now)
-            {
-                return (session_key, name_key, Registration::Ready(payload));
-            }
-            self.make_live(config, session, now);
+        let id = self.next_id();
+        if let Some(live) = self.live.get_mut(session) {
+            return register_live(live, name, id);
         }
-        let session_key = shared_key(&self.live, session);
-        let id = self.next_waiter;
-        let live = self
-            .live
-            .entry(Arc::clone(&session_key))
-            .or_insert_with(Live::new);
-        let name_key = shared_key(&live.names, name);
-        let channel = live.names.entry(Arc::clone(&name_key)).or_default();
-        if let Some(payload) = channel.queue.pop_front() {
-            self.tidy(config, session, name);
-            return (session_key, name_key, Registration::Ready(payload));
+        let now = Instant::now();
+        if let Some((session_key, name_key, entry)) = self.pop_pending(config, session, name, now) {
+            return (session_key, name_key, Registration::Ready(entry));
         }
-        let (tx, rx) = oneshot::channel();
-        channel.waiters.push_back(Waiter { id, tx });
-        live.holds += 1;
-        self.next_waiter += 1;
-        (session_key, name_key, Registration::Parked { id, rx })
+        register_live(self.make_live(config, session, now), name, id)
     }
 
     /// Takes waiter `id` out of line. Returns the payload already in its slot when it had
@@ -210,19 +249,20 @@ impl State {
         session: &str,
         name: &str,
         id: u64,
-        rx: &mut oneshot::Receiver<Value>,
-    ) -> Option<Value> {
-        if let Some(channel) = self
-            .live
-            .get_mut(session)
-            .and_then(|live| live.names.get_mut(name))
+        rx: &mut oneshot::Receiver<Entry>,
+    ) -> Option<Entry> {
+        if let Some(live) = self.live.get_mut(session)
+            && let Some(channel) = live.names.get_mut(name)
             && let Some(at) = channel.waiters.iter().position(|w| w.id == id)
         {
             channel.waiters.remove(at);
-            if let Some(live) = self.live.get_mut(session) {
-                live.holds -= 1;
+            live.holds -= 1;
+            if channel.is_idle() {
+                live.names.remove(name);
             }
-            self.tidy(config, session, name);
+            if live.unused() {
+                self.retire(config, session, true);
+            }
             return None;
         }
         rx.try_recv().ok()
@@ -234,30 +274,25 @@ impl State {
         config: &MailboxConfig,
         session: &str,
         name: &str,
-        now: impl FnOnce() -> Instant,
     ) -> Option<Value> {
         let Some(live) = self.live.get_mut(session) else {
             return self
-                .pop_pending(config, session, name, now())
-                .map(|(_, _, payload)| payload);
+                .pop_pending(config, session, name, Instant::now())
+                .map(|(_, _, entry)| entry.payload);
         };
-        let payload = live.names.get_mut(name)?.queue.pop_front();
-        self.tidy(config, session, name);
-        payload
+        let channel = live.names.get_mut(name)?;
+        let entry = channel.queue.pop_front();
+        if channel.is_idle() {
+            live.names.remove(name);
+        }
+        entry.map(|entry| entry.payload)
     }
 
     /// Opens the session for a guard, picking up its pending signals.
-    pub(super) fn open(
-        &mut self,
-        config: &MailboxConfig,
-        session: &str,
-        now: impl FnOnce() -> Instant,
-    ) {
-        if !self.live.contains_key(session) {
-            self.make_live(config, session, now());
-        }
-        if let Some(live) = self.live.get_mut(session) {
-            live.guards += 1;
+    pub(super) fn open(&mut self, config: &MailboxConfig, session: &str) {
+        match self.live.get_mut(session) {
+            Some(live) => live.guards += 1,
+            None => self.make_live(config, session, Instant::now()).guards += 1,
         }
     }
 
@@ -265,8 +300,10 @@ impl State {
     pub(super) fn close(&mut self, config: &MailboxConfig, session: &str) {
         if let Some(live) = self.live.get_mut(session) {
             live.guards = live.guards.saturating_sub(1);
+            if live.unused() {
+                self.retire(config, session, false);
+            }
         }
-        self.retire_if_unused(config, session, false);
     }
 
     /// Whether `(session, name, key)` was already seen; remembers it if not.
@@ -287,12 +324,8 @@ impl State {
             }
         }
         // Lengths make the concatenation unambiguous whatever the parts contain.
-        let joined: Arc<str> = Arc::from(format!(
-            "{}:{session}{}:{name}{key}",
-            session.len(),
-            name.len()
-        ));
-        if remembered.keys.contains(&joined) {
+        let joined = format!("{}:{session}{}:{name}{key}", session.len(), name.len());
+        if remembered.keys.contains(joined.as_str()) {
             return true;
         }
         if let Some(max) = config.max_idempotency_keys {
@@ -306,6 +339,7 @@ impl State {
                 remembered.keys.remove(&old);
             }
         }
+        let joined: Arc<str> = Arc::from(joined);
         let expiry = config.effective_key_ttl().map(|ttl| now + ttl);
         remembered.keys.insert(Arc::clone(&joined));
         remembered.order.push_back((expiry, joined));
@@ -321,19 +355,14 @@ impl State {
     }
 
     /// Payloads queued on (session, name), live or pending and not expired.
-    pub(super) fn queued(
-        &self,
-        config: &MailboxConfig,
-        session: &str,
-        name: &str,
-        now: Instant,
-    ) -> usize {
+    pub(super) fn queued(&self, config: &MailboxConfig, session: &str, name: &str) -> usize {
         if let Some(live) = self.live.get(session) {
             return live
                 .names
                 .get(name)
                 .map_or(0, |channel| channel.queue.len());
         }
+        let now = Instant::now();
         self.pending
             .get(session)
             .and_then(|pending| pending.names.get(name))
@@ -350,84 +379,74 @@ impl State {
         self.live.get(session).is_some_and(|live| live.guards > 0)
     }
 
-    /// Sessions with signals in the pending mailbox (expired ones may not be swept yet).
-    pub(super) fn pending_sessions(&mut self, config: &MailboxConfig, now: Instant) -> usize {
-        self.sweep(config, now);
+    /// Sessions with unexpired signals in the pending mailbox.
+    pub(super) fn pending_sessions(&mut self, config: &MailboxConfig) -> usize {
+        self.sweep(config, Instant::now());
         self.pending.len()
-    }
-
-    /// Drops an idle channel, and retires the session when nothing holds it any more.
-    fn tidy(&mut self, config: &MailboxConfig, session: &str, name: &str) {
-        if let Some(live) = self.live.get_mut(session)
-            && live.names.get(name).is_some_and(Channel::is_idle)
-        {
-            live.names.remove(name);
-        }
-        self.retire_if_unused(config, session, true);
     }
 
     /// Removes a live session that no guard and no waiter holds. When the last holder was a
     /// waiter (`to_pending`), queued payloads go back to the pending mailbox; when it was a
     /// guard, they are discarded with the mailbox.
-    fn retire_if_unused(&mut self, config: &MailboxConfig, session: &str, to_pending: bool) {
-        if !self
-            .live
-            .get(session)
-            .is_some_and(|live| live.guards == 0 && live.holds == 0)
-        {
-            return;
-        }
+    fn retire(&mut self, config: &MailboxConfig, session: &str, to_pending: bool) {
         let Some(live) = self.live.remove(session) else {
             return;
         };
-        let leftovers: Vec<(Arc<str>, VecDeque<Value>)> = live
-            .names
-            .into_iter()
-            .filter(|(_, channel)| !channel.queue.is_empty())
-            .map(|(name, channel)| (name, channel.queue))
-            .collect();
-        if leftovers.is_empty() {
-            return;
-        }
+        let leftovers = live.names.into_values().filter(|c| !c.queue.is_empty());
         if !to_pending {
-            let dropped: usize = leftovers.iter().map(|(_, queue)| queue.len()).sum();
-            tracing::debug!(
-                session,
-                dropped,
-                "session closed: undelivered signals discarded"
-            );
+            let dropped: usize = leftovers.map(|channel| channel.queue.len()).sum();
+            if dropped > 0 {
+                tracing::debug!(
+                    session,
+                    dropped,
+                    "session closed: undelivered signals discarded"
+                );
+            }
             return;
         }
-        for (name, queue) in leftovers {
-            for payload in queue {
-                self.push_pending(config, session, &name, payload, End::Back);
+        let now = Instant::now();
+        for channel in leftovers.collect::<Vec<_>>() {
+            for entry in channel.queue {
+                let place = Place::Return(entry.seq);
+                self.push_pending(config, session, &channel.name, entry, place, now);
             }
         }
     }
 
     /// Makes a session live, moving its unexpired pending signals into it.
-    fn make_live(&mut self, config: &MailboxConfig, session: &str, now: Instant) {
+    fn make_live(&mut self, config: &MailboxConfig, session: &str, now: Instant) -> &mut Live {
         self.sweep(config, now);
-        let mut live = Live::new();
-        let key = match self.pending.remove_entry(session) {
+        let (key, pending) = match self.pending.remove_entry(session) {
             Some((key, pending)) => {
                 self.lru.remove(&pending.tick);
-                for (name, queue) in pending.names {
-                    let queue: VecDeque<Value> = queue
-                        .into_iter()
-                        .filter(|s| !expired(s.at, config.pending_signal_ttl, now))
-                        .map(|s| s.payload)
-                        .collect();
-                    if !queue.is_empty() {
-                        let waiters = VecDeque::new();
-                        live.names.insert(name, Channel { queue, waiters });
-                    }
-                }
-                key
+                (key, Some(pending))
             }
-            None => Arc::from(session),
+            None => (Arc::from(session), None),
         };
-        self.live.insert(key, live);
+        let mut names = HashMap::new();
+        for (name, queue) in pending.into_iter().flat_map(|p| p.names) {
+            let queue: VecDeque<Entry> = queue
+                .into_iter()
+                .filter(|s| !expired(s.at, config.pending_signal_ttl, now))
+                .map(|s| s.entry)
+                .collect();
+            if !queue.is_empty() {
+                let waiters = VecDeque::new();
+                let channel = Channel {
+                    name: Arc::clone(&name),
+                    queue,
+                    waiters,
+                };
+                names.insert(name, channel);
+            }
+        }
+        let live = Live {
+            key: Arc::clone(&key),
+            guards: 0,
+            holds: 0,
+            names,
+        };
+        self.live.entry(key).or_insert(live)
     }
 
     fn push_pending(
@@ -435,14 +454,14 @@ impl State {
         config: &MailboxConfig,
         session: &str,
         name: &str,
-        payload: Value,
-        end: End,
-    ) -> Delivery {
-        let now = Instant::now();
+        entry: Entry,
+        place: Place,
+        now: Instant,
+    ) {
         self.sweep(config, now);
         if config.max_pending_signal_sessions == Some(0) {
             tracing::debug!(session, name, "pending mailbox disabled: signal dropped");
-            return Delivery::Pending;
+            return;
         }
         if !self.pending.contains_key(session) {
             if let Some(max) = config.max_pending_signal_sessions {
@@ -460,28 +479,22 @@ impl State {
                     }
                 }
             }
-            let key: Arc<str> = Arc::from(session);
-            self.pending.insert(
-                key,
-                Pending {
-                    touched: now,
-                    tick: 0,
-                    names: HashMap::new(),
-                },
-            );
+            let pending = Pending {
+                touched: now,
+                tick: 0,
+                names: HashMap::new(),
+            };
+            self.pending.insert(Arc::from(session), pending);
         }
         let Some(pending) = self.pending.get_mut(session) else {
-            return Delivery::Pending;
+            return;
         };
-        let name_key = shared_key(&pending.names, name);
-        let queue = pending.names.entry(name_key).or_default();
-        let stamped = Stamped { at: now, payload };
-        match end {
-            End::Back => queue.push_back(stamped),
-            End::Front => queue.push_front(stamped),
-        }
+        let queue = match pending.names.get_mut(name) {
+            Some(queue) => queue,
+            None => pending.names.entry(Arc::from(name)).or_default(),
+        };
+        insert_at(queue, Stamped { at: now, entry }, place, |s| s.entry.seq);
         self.touch(session, now);
-        Delivery::Pending
     }
 
     /// Pops the oldest unexpired pending payload of (session, name).
@@ -491,34 +504,31 @@ impl State {
         session: &str,
         name: &str,
         now: Instant,
-    ) -> Option<(Arc<str>, Arc<str>, Value)> {
+    ) -> Option<(Arc<str>, Arc<str>, Entry)> {
         self.sweep(config, now);
-        let pending = self.pending.get_mut(session)?;
+        let (session_key, pending) = self.pending.get_key_value(session)?;
+        let session_key = Arc::clone(session_key);
         let name_key = Arc::clone(pending.names.get_key_value(name)?.0);
+        let pending = self.pending.get_mut(session)?;
         let queue = pending.names.get_mut(name)?;
         let mut found = None;
         while let Some(stamped) = queue.pop_front() {
             if !expired(stamped.at, config.pending_signal_ttl, now) {
-                found = Some(stamped.payload);
+                found = Some(stamped.entry);
                 break;
             }
         }
         if queue.is_empty() {
             pending.names.remove(name);
         }
-        let session_key = shared_key(&self.pending, session);
-        if self
-            .pending
-            .get(session)
-            .is_some_and(|p| p.names.is_empty())
-        {
-            if let Some(gone) = self.pending.remove(session) {
-                self.lru.remove(&gone.tick);
-            }
+        if pending.names.is_empty() {
+            let tick = pending.tick;
+            self.pending.remove(session);
+            self.lru.remove(&tick);
         } else if found.is_some() {
             self.touch(session, now);
         }
-        found.map(|payload| (session_key, name_key, payload))
+        found.map(|entry| (session_key, name_key, entry))
     }
 
     /// Marks a pending session as most recently used.

@@ -157,6 +157,36 @@ fn a_dropped_waiter_puts_its_payload_back_at_the_head() {
 }
 
 #[test]
+fn payloads_given_back_out_of_order_return_to_send_order() {
+    let mb = mailbox();
+    let _open = mb.open_session("s");
+    let first = mb.wait("s", "n", None);
+    let second = mb.wait("s", "n", None);
+    mb.signal("s", "n", json!("p")).unwrap();
+    mb.signal("s", "n", json!("q")).unwrap();
+    mb.signal("s", "n", json!("r")).unwrap();
+    // Both were handed a payload; the later one gives it back first.
+    drop(second);
+    drop(first);
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("p")));
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("q")));
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("r")));
+}
+
+#[test]
+fn a_payload_given_back_after_its_session_closed_goes_to_pending_in_order() {
+    let mb = mailbox();
+    let wait = mb.wait("s", "n", None);
+    // The waiter held the session; handing it "p" releases it, so "q" goes to pending.
+    mb.signal("s", "n", json!("p")).unwrap();
+    mb.signal("s", "n", json!("q")).unwrap();
+    drop(wait);
+    assert_eq!(mb.queued("s", "n"), 2);
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("p")));
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("q")));
+}
+
+#[test]
 fn an_unpolled_ready_wait_puts_its_payload_back_when_dropped() {
     let mb = mailbox();
     let _open = mb.open_session("s");

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
-use super::state::End;
+use super::state::{Entry, Place};
 use super::{Inner, SignalError};
 
 /// A wait for the next payload of one (session, name): resolves to the oldest payload, or to
@@ -48,14 +48,14 @@ enum WaitState {
 struct Ready {
     session: Arc<str>,
     name: Arc<str>,
-    payload: Value,
+    entry: Entry,
 }
 
 struct Parked {
     session: Arc<str>,
     name: Arc<str>,
     id: u64,
-    rx: oneshot::Receiver<Value>,
+    rx: oneshot::Receiver<Entry>,
 }
 
 impl Wait {
@@ -72,14 +72,14 @@ impl Wait {
         inner: Arc<Inner>,
         session: Arc<str>,
         name: Arc<str>,
-        payload: Value,
+        entry: Entry,
     ) -> Self {
         Self {
             inner,
             state: WaitState::Ready(Ready {
                 session,
                 name,
-                payload,
+                entry,
             }),
             deadline: None,
             sleep: None,
@@ -91,7 +91,7 @@ impl Wait {
         session: Arc<str>,
         name: Arc<str>,
         id: u64,
-        rx: oneshot::Receiver<Value>,
+        rx: oneshot::Receiver<Entry>,
         timeout: Option<Duration>,
     ) -> Self {
         Self {
@@ -108,7 +108,7 @@ impl Wait {
     }
 
     /// Leaves the line; returns the payload the waiter had already been handed, if any.
-    fn leave(&self, parked: &mut Parked) -> Option<Value> {
+    fn leave(&self, parked: &mut Parked) -> Option<Entry> {
         let mut state = self.inner.lock();
         state.leave(
             &self.inner.config,
@@ -128,7 +128,7 @@ impl Future for Wait {
         let WaitState::Parked(parked) = &mut this.state else {
             return match mem::replace(&mut this.state, WaitState::Done) {
                 WaitState::Failed(error) => Poll::Ready(Err(*error)),
-                WaitState::Ready(ready) => Poll::Ready(Ok(ready.payload)),
+                WaitState::Ready(ready) => Poll::Ready(Ok(ready.entry.payload)),
                 // Polled after completion: stay pending, like a fused future.
                 WaitState::Parked(_) | WaitState::Done => Poll::Pending,
             };
@@ -139,7 +139,7 @@ impl Future for Wait {
                 name: parked.name.to_string(),
             };
             this.state = WaitState::Done;
-            return Poll::Ready(result.map_err(|_| error));
+            return Poll::Ready(result.map(|entry| entry.payload).map_err(|_| error));
         }
         let Some((deadline, timeout)) = this.deadline else {
             return Poll::Pending;
@@ -155,7 +155,7 @@ impl Future for Wait {
         };
         // A payload handed over just as the timer fired is returned rather than refused.
         Poll::Ready(match this.leave(&mut parked) {
-            Some(payload) => Ok(payload),
+            Some(entry) => Ok(entry.payload),
             None => Err(SignalError::Timeout {
                 session: parked.session.to_string(),
                 name: parked.name.to_string(),
@@ -174,21 +174,17 @@ impl Drop for Wait {
                 let mut state = self.inner.lock();
                 let config = &self.inner.config;
                 let (session, name) = (&*parked.session, &*parked.name);
-                if let Some(payload) = state.leave(config, session, name, parked.id, &mut parked.rx)
-                {
-                    state.deliver(config, session, name, payload, End::Front);
+                if let Some(entry) = state.leave(config, session, name, parked.id, &mut parked.rx) {
+                    let place = Place::Return(entry.seq);
+                    state.deliver(config, session, name, entry.payload, place);
                 }
             }
             WaitState::Ready(ready) => {
                 let mut state = self.inner.lock();
                 let config = &self.inner.config;
-                state.deliver(
-                    config,
-                    &ready.session,
-                    &ready.name,
-                    ready.payload,
-                    End::Front,
-                );
+                let place = Place::Return(ready.entry.seq);
+                let entry = ready.entry;
+                state.deliver(config, &ready.session, &ready.name, entry.payload, place);
             }
             WaitState::Failed(_) | WaitState::Done => {}
         }
