@@ -20,7 +20,7 @@ use super::{Inner, SignalError};
 /// The waiter takes its place in line when [`Mailbox::wait`](super::Mailbox::wait) is called,
 /// not when it is first polled, so waiters are served in the order they called `wait`.
 /// Dropping a `Wait` at any point never loses a payload: one already handed to it goes to the
-/// next waiter in line, or back to the head of its queue.
+/// next waiter in line, or back to its place in the queue.
 ///
 /// # Panics
 ///
@@ -134,12 +134,15 @@ impl Future for Wait {
             };
         };
         if let Poll::Ready(result) = Pin::new(&mut parked.rx).poll(cx) {
-            let error = SignalError::Closed {
-                session: parked.session.to_string(),
-                name: parked.name.to_string(),
+            let result = match result {
+                Ok(entry) => Ok(entry.payload),
+                Err(_) => Err(SignalError::Closed {
+                    session: parked.session.to_string(),
+                    name: parked.name.to_string(),
+                }),
             };
             this.state = WaitState::Done;
-            return Poll::Ready(result.map(|entry| entry.payload).map_err(|_| error));
+            return Poll::Ready(result);
         }
         let Some((deadline, timeout)) = this.deadline else {
             return Poll::Pending;
@@ -170,7 +173,7 @@ impl Drop for Wait {
         match mem::replace(&mut self.state, WaitState::Done) {
             WaitState::Parked(mut parked) => {
                 // Leave the line and, under the same lock, pass on a payload this waiter was
-                // handed but never took: the next waiter gets it, or the head of the queue.
+                // handed but never took: the next waiter gets it, or its place in the queue.
                 let mut state = self.inner.lock();
                 let config = &self.inner.config;
                 let (session, name) = (&*parked.session, &*parked.name);
