@@ -132,6 +132,50 @@ fn signal_wake(c: &mut Criterion) {
         b.iter_custom(|iters| (0..iters).map(|_| echo.once_blocking()).sum());
     });
     echo.stop();
+    drop(rt);
+
+    // Baseline without the mailbox: a bare `tokio::sync::Notify` woken from a thread, to show
+    // how much of `from_thread` is the runtime waking a sleeping worker.
+    let rt = runtime(1);
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let armed = Arc::new(AtomicU64::new(0));
+    let base = Instant::now();
+    let woke_at = Arc::new(AtomicU64::new(0));
+    let wakes = Arc::new(AtomicU64::new(0));
+    let (n, a, at, count) = (
+        notify.clone(),
+        armed.clone(),
+        woke_at.clone(),
+        wakes.clone(),
+    );
+    rt.spawn(async move {
+        loop {
+            let notified = n.notified();
+            a.fetch_add(1, Ordering::Release);
+            notified.await;
+            at.store(base.elapsed().as_nanos() as u64, Ordering::Release);
+            count.fetch_add(1, Ordering::Release);
+        }
+    });
+    group.bench_function("baseline_notify_from_thread", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let before = wakes.load(Ordering::Acquire);
+                while armed.load(Ordering::Acquire) <= before {
+                    std::hint::spin_loop();
+                }
+                let sent = base.elapsed().as_nanos() as u64;
+                notify.notify_one();
+                while wakes.load(Ordering::Acquire) == before {
+                    std::hint::spin_loop();
+                }
+                total += Duration::from_nanos(woke_at.load(Ordering::Acquire).saturating_sub(sent));
+            }
+            total
+        });
+    });
+    rt.shutdown_background();
     group.finish();
 }
 
