@@ -353,7 +353,8 @@ impl Mailbox {
     /// Opens `session` (or joins it if already open), picking up its pending signals.
     ///
     /// The mailbox stays open while any guard for the session lives; when the last one
-    /// drops, the mailbox and its undelivered payloads are discarded.
+    /// drops, the mailbox and its undelivered payloads are discarded (unless a parked
+    /// [`wait`](Self::wait) still holds it; see the [module docs](self)).
     pub fn open_session(&self, session: &str) -> SessionGuard {
         let session: Arc<str> = Arc::from(session);
         self.inner.lock().open(&self.inner.config, &session);
