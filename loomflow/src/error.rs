@@ -40,6 +40,9 @@ pub enum Error {
         /// The node that asked to suspend.
         node: String,
     },
+    /// A signal was refused, or a wait for one ended without a payload.
+    #[error(transparent)]
+    Signal(#[from] crate::runtime::mailbox::SignalError),
     /// An error raised by user code inside a node.
     #[error("{0}")]
     Custom(Box<dyn std::error::Error + Send + Sync + 'static>),

@@ -43,6 +43,13 @@ pub enum EventKind {
         /// What the node asked.
         payload: Value,
     },
+    /// A node is waiting for a signal.
+    Wait {
+        /// The signal's name.
+        signal: String,
+        /// The wait's timeout, if any, in milliseconds.
+        timeout_ms: Option<u64>,
+    },
     /// The run completed.
     Done,
     /// The run failed.

@@ -78,7 +78,7 @@ pub use graph::{
     START, State,
 };
 #[doc(inline)]
-pub use runtime::{Durability, Interrupt, Runtime};
+pub use runtime::{Durability, Interrupt, Runtime, SignalError};
 
 /// Marks an async fn as a graph node.
 ///

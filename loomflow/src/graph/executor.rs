@@ -93,6 +93,7 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         durability,
     } = execution;
     let g = &*graph.inner;
+    runtime.load_stored_signals().await?;
     let position = match locate(g, &thread, &runtime, &namespace, start, durability).await? {
         Located::Position(position) => position,
         Located::Finished(outcome) => return Ok(outcome),
@@ -106,12 +107,14 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         mut pending,
         mut resume_values,
     } = position;
+    let session = namespace.is_empty().then(|| runtime.session(&thread));
     let shared = Arc::new(RunShared {
         thread,
         run,
         runtime,
         events,
         namespace,
+        _session: session,
     });
     let mut writer = CheckpointWriter::new(&shared.runtime, durability);
     let mut last_nodes: Vec<usize> = Vec::new();

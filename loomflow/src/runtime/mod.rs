@@ -3,12 +3,16 @@
 //! The executor reaches storage only through [`Runtime`]; swapping the store behind it does
 //! not change graph code.
 
+pub mod mailbox;
+pub(crate) mod signals;
 pub mod store;
 
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+#[doc(inline)]
+pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
     Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush, Store,
     StoreError, StoredSignal,
@@ -35,6 +39,61 @@ pub enum Durability {
 struct RuntimeInner {
     store: Arc<dyn Store>,
     durability: Durability,
+    mailbox: Mailbox,
+    /// Set once a durable store's signals are in the mailbox.
+    signals_loaded: tokio::sync::OnceCell<()>,
+}
+
+/// Builds a [`Runtime`]; see [`Runtime::builder`].
+#[must_use]
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    store: Option<Arc<dyn Store>>,
+    durability: Option<Durability>,
+    signals: MailboxConfig,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("durability", &self.durability)
+            .field("signals", &self.signals)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeBuilder {
+    /// The store (default: a new [`MemoryStore`]).
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// The durability mode runs use unless they set their own (default [`Durability::Sync`]).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = Some(durability);
+        self
+    }
+
+    /// Bounds and limits of the signal mailbox: `max_pending_signal_sessions` (default
+    /// 10,000), `pending_signal_ttl` (default one hour), payload size (default 1 MiB); `None`
+    /// lifts a bound.
+    pub fn signals(mut self, config: MailboxConfig) -> Self {
+        self.signals = config;
+        self
+    }
+
+    /// Builds the runtime.
+    pub fn build(self) -> Runtime {
+        Runtime {
+            inner: Arc::new(RuntimeInner {
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                durability: self.durability.unwrap_or_default(),
+                mailbox: Mailbox::new(self.signals),
+                signals_loaded: tokio::sync::OnceCell::new(),
+            }),
+        }
+    }
 }
 
 /// Owns storage for runs. Cheap to clone; clones share everything.
@@ -74,14 +133,40 @@ impl Runtime {
         Self::with_store(MemoryStore::new())
     }
 
-    /// A runtime over any [`Store`].
+    /// A runtime over any [`Store`], with default settings.
     pub fn with_store(store: impl Store) -> Self {
-        Self {
-            inner: Arc::new(RuntimeInner {
-                store: Arc::new(store),
-                durability: Durability::default(),
-            }),
-        }
+        Self::builder().store(store).build()
+    }
+
+    /// Configures a runtime: its store, durability mode and signal bounds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loomflow::runtime::{Durability, MailboxConfig, MemoryStore, Runtime};
+    ///
+    /// let runtime = Runtime::builder()
+    ///     .store(MemoryStore::new())
+    ///     .durability(Durability::Exit)
+    ///     .signals(
+    ///         MailboxConfig::default()
+    ///             .max_pending_signal_sessions(Some(1_000))
+    ///             .pending_signal_ttl(Some(Duration::from_secs(600))),
+    ///     )
+    ///     .build();
+    /// assert_eq!(runtime.durability(), Durability::Exit);
+    /// ```
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    pub(crate) fn mailbox(&self) -> &Mailbox {
+        &self.inner.mailbox
+    }
+
+    pub(crate) fn signals_loaded(&self) -> &tokio::sync::OnceCell<()> {
+        &self.inner.signals_loaded
     }
 
     /// The durability mode runs use unless they set their own.

@@ -46,6 +46,10 @@ fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
 }
 
 impl Store for MemoryStore {
+    fn is_durable(&self) -> bool {
+        false
+    }
+
     fn put_checkpoint(&self, mut checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
         ready(self.lock().map(|mut inner| {
             inner.next_id += 1;

@@ -270,6 +270,12 @@ pub enum StoreError {
 /// Object-safe: the runtime holds an `Arc<dyn Store>`. Implementations must be safe to call
 /// from many tasks at once, and must never block the async executor's threads.
 pub trait Store: Send + Sync + 'static {
+    /// Whether what the store holds survives the process. The runtime stores signals only in
+    /// durable stores; the in-memory store says `false`.
+    fn is_durable(&self) -> bool {
+        true
+    }
+
     /// Saves a checkpoint and returns the id it was filed under (ids increase).
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>>;
 

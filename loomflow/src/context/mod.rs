@@ -1,5 +1,9 @@
 //! [`Context`]: what a node knows about its run, and how it talks to the world.
 
+mod signal;
+
+pub use signal::WaitForSignal;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,6 +28,8 @@ pub(crate) struct RunShared {
     pub(crate) events: Option<UnboundedSender<Event>>,
     /// Empty for the top-level graph; `parent/child` inside subgraphs.
     pub(crate) namespace: Arc<str>,
+    /// Keeps the thread's signal session open while the run lives (top-level runs only).
+    pub(crate) _session: Option<crate::runtime::SessionGuard>,
 }
 
 impl RunShared {

@@ -1,0 +1,187 @@
+//! Signals from inside a node: [`Context::wait_for_signal`] and [`Context::poll_signal`].
+
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+use super::Context;
+use crate::event::EventKind;
+use crate::runtime::signals::decode;
+use crate::{Error, Result};
+
+/// A wait for a signal on the run's session; configure it, then `.await` it.
+///
+/// Made by [`Context::wait_for_signal`].
+#[must_use = "a wait does nothing until it is awaited"]
+pub struct WaitForSignal<'a, T> {
+    ctx: &'a Context,
+    name: String,
+    timeout: Option<Duration>,
+    framework: bool,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> WaitForSignal<'_, T> {
+    /// Gives up after `timeout` with [`SignalError::Timeout`](crate::runtime::SignalError::Timeout).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
+    type Output = Result<T>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let ctx = self.ctx;
+            let name = self.name;
+            let key = ctx.journal_key(&format!("signal:{name}"));
+            let runtime = ctx.runtime();
+            let session = ctx.thread();
+            // A node running again for the same step gets what it received before.
+            if let Some(recorded) = runtime.store().get_journal(&key).await? {
+                return Ok(decode(session, &name, recorded)?);
+            }
+            ctx.run.emit(
+                ctx.step,
+                Some(&ctx.node),
+                EventKind::Wait {
+                    signal: name.clone(),
+                    timeout_ms: self
+                        .timeout
+                        .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                },
+            );
+            let received = runtime
+                .receive(session, &name, self.timeout, self.framework)
+                .await?;
+            let value = match decode::<T>(session, &name, received.payload.clone()) {
+                Ok(value) => value,
+                Err(error) => {
+                    runtime.give_back(session, &name, received.raw, self.framework);
+                    return Err(error.into());
+                }
+            };
+            if let Err(error) = runtime
+                .consume(session, received.seq, key, received.payload.clone())
+                .await
+            {
+                runtime.give_back(session, &name, received.raw, self.framework);
+                return Err(error);
+            }
+            Ok(value)
+        })
+    }
+}
+
+impl Context {
+    /// Waits for the signal `name` on the run's session (its thread), typed.
+    ///
+    /// Someone outside the run answers with
+    /// [`runtime.signal(thread, name, payload)`](crate::Runtime::signal). The payload is
+    /// journaled: if the node runs again for the same step (after a resume or a crash) it
+    /// gets the same payload back without waiting. A signal sent before the wait is queued
+    /// and returned at once.
+    ///
+    /// # Errors
+    ///
+    /// A timeout ([`SignalError::Timeout`](crate::runtime::SignalError::Timeout)); a payload
+    /// that is not a `T` (it stays at the head of its queue); a reserved or empty name; a
+    /// store failure.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    ///
+    /// #[derive(Clone, Default, Serialize, Deserialize)]
+    /// struct Refund { approved: Option<bool> }
+    ///
+    /// #[derive(Deserialize)]
+    /// struct Review { approved: bool }
+    ///
+    /// #[node]
+    /// async fn ask_manager(state: &mut Refund, ctx: &Context) -> loomflow::Result<()> {
+    ///     let review: Review = ctx
+    ///         .wait_for_signal("manager_review")
+    ///         .timeout(Duration::from_secs(3 * 86_400))
+    ///         .await?;
+    ///     state.approved = Some(review.approved);
+    ///     Ok(())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let graph = Graph::new("refund")
+    ///     .node(ask_manager)
+    ///     .edge(START, "ask_manager")
+    ///     .edge("ask_manager", END)
+    ///     .compile()?;
+    /// let runtime = Runtime::in_memory();
+    /// let run = graph.start(&runtime, "refund-42", Refund::default());
+    /// // elsewhere, a web handler:
+    /// runtime.signal("refund-42", "manager_review", json!({ "approved": true })).await?;
+    /// assert_eq!(run.await?.completed()?.approved, Some(true));
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_for_signal<T: DeserializeOwned>(
+        &self,
+        name: impl Into<String>,
+    ) -> WaitForSignal<'_, T> {
+        WaitForSignal {
+            ctx: self,
+            name: name.into(),
+            timeout: None,
+            framework: false,
+            _type: PhantomData,
+        }
+    }
+
+    /// A wait that may use names reserved for loomflow (`loomflow:…`).
+    #[allow(dead_code, reason = "tool approvals park on reserved names")]
+    pub(crate) fn wait_for_framework_signal<T: DeserializeOwned>(
+        &self,
+        name: impl Into<String>,
+    ) -> WaitForSignal<'_, T> {
+        WaitForSignal {
+            ctx: self,
+            name: name.into(),
+            timeout: None,
+            framework: true,
+            _type: PhantomData,
+        }
+    }
+
+    /// Takes the oldest payload of signal `name` on the run's session if one is queued;
+    /// does not wait. Journaled like [`wait_for_signal`](Self::wait_for_signal).
+    ///
+    /// # Errors
+    ///
+    /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
+    pub async fn poll_signal<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        let key = self.journal_key(&format!("signal:{name}"));
+        let runtime = self.runtime();
+        let session = self.thread();
+        if let Some(recorded) = runtime.store().get_journal(&key).await? {
+            return Ok(Some(decode(session, name, recorded)?));
+        }
+        let Some(received) = runtime.receive_now(session, name, false).await? else {
+            return Ok(None);
+        };
+        let value = match decode::<T>(session, name, received.payload.clone()) {
+            Ok(value) => value,
+            Err(error) => {
+                runtime.give_back(session, name, received.raw, false);
+                return Err(Error::from(error));
+            }
+        };
+        runtime
+            .consume(session, received.seq, key, received.payload.clone())
+            .await?;
+        Ok(Some(value))
+    }
+}

@@ -1,0 +1,65 @@
+//! [`SignalError`]: why a signal was refused or a wait ended without a payload.
+
+use std::time::Duration;
+
+/// Why a signal was refused, or why a wait ended without a payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignalError {
+    /// The signal name is empty.
+    #[error("signal name for session {session} is empty")]
+    EmptyName {
+        /// The session the signal was addressed to.
+        session: String,
+    },
+    /// The name starts with the framework's reserved prefix, `loomflow:`.
+    #[error("signal name {name} is reserved: names starting with `loomflow:` belong to loomflow")]
+    ReservedName {
+        /// The offending name.
+        name: String,
+    },
+    /// The payload serializes to more bytes than the mailbox accepts.
+    #[error("payload of signal {name} is {size} bytes, over the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The signal name.
+        name: String,
+        /// The payload's serialized size in bytes.
+        size: usize,
+        /// The configured limit ([`MailboxConfig::max_payload_bytes`](super::MailboxConfig::max_payload_bytes)).
+        limit: usize,
+    },
+    /// No payload arrived before the wait's timeout.
+    #[error("no signal {name} arrived for session {session} within {timeout:?}")]
+    Timeout {
+        /// The session waited on.
+        session: String,
+        /// The signal name waited on.
+        name: String,
+        /// The timeout that passed.
+        timeout: Duration,
+    },
+    /// A payload did not deserialize into the type the receiver asked for. The payload was
+    /// put back at the head of its queue.
+    #[error("signal {name} on session {session} is not a {expected}: {message}")]
+    Payload {
+        /// The session.
+        session: String,
+        /// The signal name.
+        name: String,
+        /// The type asked for.
+        expected: &'static str,
+        /// What serde said.
+        message: String,
+    },
+    /// The waiter's slot was closed without a payload.
+    ///
+    /// The mailbox never does this while a waiter is parked; the variant exists so that a
+    /// broken invariant surfaces as an error instead of a hang.
+    #[error("mailbox closed while waiting for signal {name} on session {session}")]
+    Closed {
+        /// The session waited on.
+        session: String,
+        /// The signal name waited on.
+        name: String,
+    },
+}

@@ -1,0 +1,606 @@
+//! The signal mailbox: per-session, per-name FIFO queues of JSON payloads that code outside a
+//! run uses to wake code parked inside it.
+//!
+//! [`Mailbox::signal`] delivers a payload; [`Mailbox::wait`] parks until one arrives (with an
+//! optional timeout); [`Mailbox::poll`] takes one if present, without blocking.
+//! [`Mailbox::open_session`] keeps a session's mailbox open for as long as its guards live.
+//!
+//! # Delivery
+//!
+//! - Payloads of one (session, name) form a FIFO; `wait` and `poll` take the oldest.
+//! - Parked waiters of one (session, name) are served oldest first, one payload each.
+//! - A payload sent before anyone waits is queued; the next `wait` returns it at once.
+//! - Sessions and names are isolated from one another.
+//! - A signal for a session that is not open waits in a *pending* mailbox, bounded by
+//!   [`MailboxConfig::max_pending_signal_sessions`] (least recently used session dropped
+//!   first) and [`MailboxConfig::pending_signal_ttl`]; opening the session picks it up.
+//! - Sessions are reference-counted: the mailbox, and any payload still in it, goes when the
+//!   last [`SessionGuard`] drops. A `wait` on a session that is not open holds the mailbox
+//!   while it is parked; when the last holder is such a waiter, payloads still queued go back
+//!   to the pending mailbox instead.
+//! - An idempotency key ([`SignalOptions::idempotency_key`]) makes a repeated send of the
+//!   same (session, name, key) deliver once while the key is remembered.
+//! - Names starting with `loomflow:` ([`RESERVED_PREFIX`]) belong to the framework (tool
+//!   approvals park on `loomflow:approval:<call id>`); the public methods refuse them.
+//!
+//! # Hand-off, and why no payload is lost
+//!
+//! A payload goes *directly* into a waiter's slot (a `tokio::sync::oneshot`): the sender pops
+//! the oldest waiter from the line and sends the payload while it holds the mailbox lock.
+//! A waiter that stops waiting for any reason (dropped, cancelled, timed out) takes the same
+//! lock and either finds itself still in line, and leaves it, or finds that it was handed a
+//! payload, which is then in its slot. In the second case it takes the payload back out and,
+//! still under the lock, passes it to the next waiter in line, or puts it back into the queue
+//! where it was (a timed-out wait that finds a payload returns it instead of an error). Since
+//! both sides decide under one lock, there is no interleaving in which a payload sits in an
+//! abandoned slot or reaches two waiters.
+//!
+//! Every payload carries a sequence number from one counter, so "where it was" is exact: two
+//! waiters handed payloads and cancelled in either order leave the queue in send order. A
+//! payload given back with [`Mailbox::requeue_front`] goes to the very head instead.
+//!
+//! The alternative, waking a waiter and letting it pop the queue itself, lets a concurrent
+//! `poll` or a newer waiter take the payload first and needs a second hand-off of the
+//! *wake-up* when the woken task is cancelled; direct hand-off needs neither.
+//!
+//! A parked waiter costs a small entry in a `VecDeque` plus one oneshot allocation; the
+//! waiting task is the caller's, so there is no task per waiter. All state sits behind one
+//! `std::sync::Mutex`, held only for map look-ups and queue operations (never across an
+//! `.await`); the pending mailbox's LRU order and the idempotency memory are global, which a
+//! sharded lock would complicate for little gain on a handful of cores.
+
+mod error;
+mod state;
+mod wait;
+
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+pub use error::SignalError;
+pub use wait::Wait;
+
+use state::{Place, Registration, State};
+
+/// The prefix of the signal names reserved for loomflow itself.
+pub const RESERVED_PREFIX: &str = "loomflow:";
+
+/// Bounds and limits of a [`Mailbox`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loomflow::runtime::mailbox::MailboxConfig;
+///
+/// let config = MailboxConfig::default()
+///     .max_pending_signal_sessions(Some(1_000))
+///     .pending_signal_ttl(Some(Duration::from_secs(600)));
+/// assert_eq!(config.max_payload_bytes, 1024 * 1024);
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct MailboxConfig {
+    /// How many sessions that are not open may hold pending signals; when a new one would
+    /// exceed it, the least recently used session's signals are dropped. `None`: no bound.
+    /// Default 10,000.
+    pub max_pending_signal_sessions: Option<usize>,
+    /// How long a pending signal is kept for a session that is not open. `None`: forever.
+    /// Default one hour.
+    pub pending_signal_ttl: Option<Duration>,
+    /// The largest payload accepted, in bytes of serialized JSON. Default 1 MiB.
+    pub max_payload_bytes: usize,
+    /// How long an idempotency key is remembered. The mailbox remembers keys for at least
+    /// [`pending_signal_ttl`](Self::pending_signal_ttl) whatever this says, so a retried send
+    /// cannot duplicate a signal still pending. `None`: forever. Default one hour.
+    pub idempotency_key_ttl: Option<Duration>,
+    /// How many idempotency keys are remembered at most; the oldest is forgotten first.
+    /// `None`: no bound. Default 100,000.
+    pub max_idempotency_keys: Option<usize>,
+}
+
+impl Default for MailboxConfig {
+    fn default() -> Self {
+        Self {
+            max_pending_signal_sessions: Some(10_000),
+            pending_signal_ttl: Some(Duration::from_secs(3_600)),
+            max_payload_bytes: 1024 * 1024,
+            idempotency_key_ttl: Some(Duration::from_secs(3_600)),
+            max_idempotency_keys: Some(100_000),
+        }
+    }
+}
+
+impl MailboxConfig {
+    /// Sets [`max_pending_signal_sessions`](Self::max_pending_signal_sessions).
+    #[must_use]
+    pub fn max_pending_signal_sessions(mut self, max: Option<usize>) -> Self {
+        self.max_pending_signal_sessions = max;
+        self
+    }
+
+    /// Sets [`pending_signal_ttl`](Self::pending_signal_ttl).
+    #[must_use]
+    pub fn pending_signal_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.pending_signal_ttl = ttl;
+        self
+    }
+
+    /// Sets [`max_payload_bytes`](Self::max_payload_bytes).
+    #[must_use]
+    pub fn max_payload_bytes(mut self, max: usize) -> Self {
+        self.max_payload_bytes = max;
+        self
+    }
+
+    /// Sets [`idempotency_key_ttl`](Self::idempotency_key_ttl).
+    #[must_use]
+    pub fn idempotency_key_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.idempotency_key_ttl = ttl;
+        self
+    }
+
+    /// Sets [`max_idempotency_keys`](Self::max_idempotency_keys).
+    #[must_use]
+    pub fn max_idempotency_keys(mut self, max: Option<usize>) -> Self {
+        self.max_idempotency_keys = max;
+        self
+    }
+
+    /// How long keys are actually remembered: the longer of the key TTL and the pending TTL.
+    fn effective_key_ttl(&self) -> Option<Duration> {
+        Some(self.idempotency_key_ttl?.max(self.pending_signal_ttl?))
+    }
+}
+
+/// Options of [`Mailbox::signal_with`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct SignalOptions {
+    /// Makes repeated sends of the same (session, name, key) deliver once, while the key is
+    /// remembered (see [`MailboxConfig::idempotency_key_ttl`]).
+    pub idempotency_key: Option<String>,
+}
+
+impl SignalOptions {
+    /// Sets [`idempotency_key`](Self::idempotency_key).
+    #[must_use]
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+}
+
+/// What became of a signal that was accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Delivery {
+    /// Handed to the oldest parked waiter, which was woken.
+    Woke,
+    /// Queued in an open (or held) session's mailbox.
+    Queued,
+    /// Held in the pending mailbox: the session is not open.
+    Pending,
+    /// Its idempotency key was already seen: nothing was delivered.
+    Duplicate,
+}
+
+/// Who may use a name: user code, or loomflow itself (reserved names allowed).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    User,
+    Framework,
+}
+
+/// Shared by every clone of a [`Mailbox`], its guards and its waits.
+struct Inner {
+    config: MailboxConfig,
+    state: Mutex<State>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding the lock, and every operation leaves the state
+        // consistent before it could, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The signal mailbox of a runtime: named FIFO queues per session.
+///
+/// `Mailbox` is a handle: cloning it is cheap (an `Arc`) and every clone shares the same
+/// queues. It is `Send + Sync`; use it from any thread or task.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::runtime::mailbox::{Mailbox, MailboxConfig};
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mailbox = Mailbox::new(MailboxConfig::default());
+/// let session = mailbox.open_session("sess-42");
+///
+/// // Park a waiter, then answer it from another task (a web handler, say).
+/// let waiter = tokio::spawn({
+///     let mailbox = mailbox.clone();
+///     async move { mailbox.wait("sess-42", "approval", None).await }
+/// });
+/// mailbox.signal("sess-42", "approval", json!({ "action": "allow" }))?;
+/// let payload = waiter.await??;
+/// assert_eq!(payload["action"], "allow");
+///
+/// // Nothing waits now: the next signal is queued and polled.
+/// mailbox.signal("sess-42", "approval", json!({ "action": "deny" }))?;
+/// assert_eq!(mailbox.poll("sess-42", "approval")?, Some(json!({ "action": "deny" })));
+/// drop(session);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Mailbox {
+    inner: Arc<Inner>,
+}
+
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Mailbox>();
+    assert_send_sync::<SessionGuard>();
+    assert_send_sync::<Wait>();
+};
+
+impl std::fmt::Debug for Mailbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mailbox")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        Self::new(MailboxConfig::default())
+    }
+}
+
+impl Mailbox {
+    /// Creates an empty mailbox.
+    pub fn new(config: MailboxConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// The mailbox's configuration.
+    pub fn config(&self) -> &MailboxConfig {
+        &self.inner.config
+    }
+
+    /// Delivers `payload` under `name` to `session`: to the oldest waiter parked there, else
+    /// to the back of the queue (the pending mailbox when the session is not open).
+    ///
+    /// # Errors
+    ///
+    /// [`SignalError::EmptyName`], [`SignalError::ReservedName`] (a `loomflow:` name) and
+    /// [`SignalError::PayloadTooLarge`].
+    pub fn signal(&self, session: &str, name: &str, payload: Value) -> Result<(), SignalError> {
+        self.send(session, name, payload, None, Scope::User)
+            .map(|_| ())
+    }
+
+    /// Like [`signal`](Self::signal), with options; tells what became of the signal.
+    ///
+    /// # Errors
+    ///
+    /// As [`signal`](Self::signal).
+    pub fn signal_with(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        options: SignalOptions,
+    ) -> Result<Delivery, SignalError> {
+        let key = options.idempotency_key.as_deref();
+        self.send(session, name, payload, key, Scope::User)
+    }
+
+    /// Waits for the oldest payload of (session, name), at most `timeout` (`None`: forever).
+    ///
+    /// The waiter joins the line now; see [`Wait`]. On a session that is not open, the wait
+    /// holds the session's mailbox while it is parked (see the [module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// The future resolves to [`SignalError::Timeout`] when the timeout passes, or to a
+    /// refusal of the name as in [`signal`](Self::signal).
+    pub fn wait(&self, session: &str, name: &str, timeout: Option<Duration>) -> Wait {
+        self.wait_in(session, name, timeout, Scope::User)
+    }
+
+    /// Takes the oldest payload of (session, name) if there is one; never blocks.
+    ///
+    /// # Errors
+    ///
+    /// [`SignalError::EmptyName`] and [`SignalError::ReservedName`].
+    pub fn poll(&self, session: &str, name: &str) -> Result<Option<Value>, SignalError> {
+        self.poll_in(session, name, Scope::User)
+    }
+
+    /// Puts `payload` back at the head of its queue, or hands it to the oldest parked waiter.
+    ///
+    /// For a payload taken from the mailbox that could not be used (it did not deserialize
+    /// into the type asked for), so that it is not lost and keeps its place.
+    ///
+    /// # Errors
+    ///
+    /// [`SignalError::EmptyName`] and [`SignalError::ReservedName`].
+    pub fn requeue_front(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+    ) -> Result<(), SignalError> {
+        self.requeue_front_in(session, name, payload, Scope::User)
+    }
+
+    /// Opens `session` (or joins it if already open), picking up its pending signals.
+    ///
+    /// The mailbox stays open while any guard for the session lives; when the last one
+    /// drops, the mailbox and its undelivered payloads are discarded (unless a parked
+    /// [`wait`](Self::wait) still holds it; see the [module docs](self)).
+    pub fn open_session(&self, session: &str) -> SessionGuard {
+        let session: Arc<str> = Arc::from(session);
+        self.inner.lock().open(&self.inner.config, &session);
+        SessionGuard {
+            inner: Arc::clone(&self.inner),
+            session,
+        }
+    }
+
+    /// Whether a [`SessionGuard`] holds `session` open.
+    pub fn is_open(&self, session: &str) -> bool {
+        self.inner.lock().is_open(session)
+    }
+
+    /// How many waiters are parked on (session, name).
+    pub fn waiting(&self, session: &str, name: &str) -> usize {
+        self.inner.lock().waiting(session, name)
+    }
+
+    /// How many payloads are queued for (session, name), open or pending.
+    pub fn queued(&self, session: &str, name: &str) -> usize {
+        self.inner.lock().queued(&self.inner.config, session, name)
+    }
+
+    /// How many sessions that are not open hold pending signals.
+    pub fn pending_sessions(&self) -> usize {
+        self.inner.lock().pending_sessions(&self.inner.config)
+    }
+
+    /// [`signal_with`](Self::signal_with) for loomflow's own (`loomflow:`) names.
+    /// Checks a name (and payload size) as `signal` would, without sending anything: the
+    /// durable runtime stores a signal before handing it to the mailbox.
+    pub(crate) fn check(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Option<&Value>,
+        framework: bool,
+    ) -> Result<(), SignalError> {
+        let scope = if framework {
+            Scope::Framework
+        } else {
+            Scope::User
+        };
+        check_name(session, name, scope)?;
+        if let Some(payload) = payload {
+            let limit = self.inner.config.max_payload_bytes;
+            let size = serialized_size(payload);
+            if size > limit {
+                return Err(SignalError::PayloadTooLarge {
+                    name: name.to_owned(),
+                    size,
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(dead_code, reason = "the approval layer sends on reserved names")]
+    pub(crate) fn signal_framework(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        options: SignalOptions,
+    ) -> Result<Delivery, SignalError> {
+        let key = options.idempotency_key.as_deref();
+        self.send(session, name, payload, key, Scope::Framework)
+    }
+
+    /// [`wait`](Self::wait) for loomflow's own (`loomflow:`) names.
+    #[allow(dead_code, reason = "the approval layer waits on reserved names")]
+    pub(crate) fn wait_framework(
+        &self,
+        session: &str,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Wait {
+        self.wait_in(session, name, timeout, Scope::Framework)
+    }
+
+    /// [`poll`](Self::poll) for loomflow's own (`loomflow:`) names.
+    #[allow(dead_code, reason = "the approval layer polls reserved names")]
+    pub(crate) fn poll_framework(
+        &self,
+        session: &str,
+        name: &str,
+    ) -> Result<Option<Value>, SignalError> {
+        self.poll_in(session, name, Scope::Framework)
+    }
+
+    /// [`requeue_front`](Self::requeue_front) for loomflow's own (`loomflow:`) names.
+    #[allow(dead_code, reason = "the approval layer requeues on reserved names")]
+    pub(crate) fn requeue_front_framework(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+    ) -> Result<(), SignalError> {
+        self.requeue_front_in(session, name, payload, Scope::Framework)
+    }
+
+    fn send(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        key: Option<&str>,
+        scope: Scope,
+    ) -> Result<Delivery, SignalError> {
+        check_name(session, name, scope)?;
+        let limit = self.inner.config.max_payload_bytes;
+        let size = serialized_size(&payload);
+        if size > limit {
+            return Err(SignalError::PayloadTooLarge {
+                name: name.to_owned(),
+                size,
+                limit,
+            });
+        }
+        let config = &self.inner.config;
+        let mut state = self.inner.lock();
+        if let Some(key) = key
+            && state.seen(config, session, name, key, Instant::now())
+        {
+            return Ok(Delivery::Duplicate);
+        }
+        Ok(state.deliver(config, session, name, payload, Place::Back))
+    }
+
+    fn wait_in(&self, session: &str, name: &str, timeout: Option<Duration>, scope: Scope) -> Wait {
+        let inner = Arc::clone(&self.inner);
+        if let Err(error) = check_name(session, name, scope) {
+            return Wait::failed(inner, error);
+        }
+        let registration = self
+            .inner
+            .lock()
+            .register(&self.inner.config, session, name);
+        match registration {
+            (session, name, Registration::Ready(payload)) => {
+                Wait::ready(inner, session, name, payload)
+            }
+            (session, name, Registration::Parked { id, rx }) => {
+                Wait::parked(inner, session, name, id, rx, timeout)
+            }
+        }
+    }
+
+    fn poll_in(
+        &self,
+        session: &str,
+        name: &str,
+        scope: Scope,
+    ) -> Result<Option<Value>, SignalError> {
+        check_name(session, name, scope)?;
+        Ok(self.inner.lock().poll(&self.inner.config, session, name))
+    }
+
+    fn requeue_front_in(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        scope: Scope,
+    ) -> Result<(), SignalError> {
+        check_name(session, name, scope)?;
+        self.inner
+            .lock()
+            .deliver(&self.inner.config, session, name, payload, Place::Front);
+        Ok(())
+    }
+}
+
+/// Keeps a session's mailbox open; see [`Mailbox::open_session`].
+///
+/// Cloning a guard opens the session once more.
+#[must_use = "the session closes when the guard drops"]
+pub struct SessionGuard {
+    inner: Arc<Inner>,
+    session: Arc<str>,
+}
+
+impl SessionGuard {
+    /// The session this guard keeps open.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+}
+
+impl std::fmt::Debug for SessionGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionGuard")
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Clone for SessionGuard {
+    fn clone(&self) -> Self {
+        self.inner.lock().open(&self.inner.config, &self.session);
+        Self {
+            inner: Arc::clone(&self.inner),
+            session: Arc::clone(&self.session),
+        }
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.inner.lock().close(&self.inner.config, &self.session);
+    }
+}
+
+fn check_name(session: &str, name: &str, scope: Scope) -> Result<(), SignalError> {
+    if name.is_empty() {
+        return Err(SignalError::EmptyName {
+            session: session.to_owned(),
+        });
+    }
+    if scope == Scope::User && name.starts_with(RESERVED_PREFIX) {
+        return Err(SignalError::ReservedName {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Bytes of `value` serialized as compact JSON, counted without building the string.
+fn serialized_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a sink that cannot fail cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,570 @@
+//! The mailbox's state, behind one lock: live sessions, the pending mailbox and the
+//! remembered idempotency keys. Every method runs with the lock held, so each is atomic with
+//! respect to every other.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Delivery, MailboxConfig};
+
+/// A payload with its place in send order.
+///
+/// Sequence numbers come from one counter, so a payload given back by a waiter that never
+/// took it can be put back exactly where it was, even after later payloads were queued.
+pub(super) struct Entry {
+    pub(super) seq: u64,
+    pub(super) payload: Value,
+}
+
+/// Where a payload goes in its queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    /// After every queued payload: a new signal.
+    Back,
+    /// Back where its sequence number puts it: a payload a waiter was handed but never took.
+    Return(u64),
+    /// Before every queued payload: a payload the caller took and gives back.
+    Front,
+}
+
+/// The outcome of registering a waiter.
+pub(super) enum Registration {
+    /// A payload was queued: the wait completes at once.
+    Ready(Entry),
+    /// The waiter is parked; `rx` receives its payload.
+    Parked {
+        id: u64,
+        rx: oneshot::Receiver<Entry>,
+    },
+}
+
+/// A waiter's place in line: the sending half of its slot.
+struct Waiter {
+    id: u64,
+    tx: oneshot::Sender<Entry>,
+}
+
+/// One (session, name) queue of a live session.
+///
+/// Invariants: `queue` is sorted by `seq`; `queue` and `waiters` are never both non-empty,
+/// because a payload meets a parked waiter as soon as both exist.
+struct Channel {
+    name: Arc<str>,
+    queue: VecDeque<Entry>,
+    waiters: VecDeque<Waiter>,
+}
+
+impl Channel {
+    fn new(name: &str) -> Self {
+        Self {
+            name: Arc::from(name),
+            queue: VecDeque::new(),
+            waiters: VecDeque::new(),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.waiters.is_empty()
+    }
+}
+
+/// The mailbox of a session that is open (a guard) or held (a parked waiter).
+struct Live {
+    key: Arc<str>,
+    guards: usize,
+    /// Parked waiters; each holds the mailbox until it leaves the line.
+    holds: usize,
+    names: HashMap<Arc<str>, Channel>,
+}
+
+impl Live {
+    fn unused(&self) -> bool {
+        self.guards == 0 && self.holds == 0
+    }
+}
+
+/// A payload held for a session that is not open.
+struct Stamped {
+    at: Instant,
+    entry: Entry,
+}
+
+/// The pending mailbox of one session.
+struct Pending {
+    /// Last push or pop; never older than the newest entry, so a session untouched for a TTL
+    /// holds only expired entries.
+    touched: Instant,
+    /// Key in [`State::lru`].
+    tick: u64,
+    names: HashMap<Arc<str>, VecDeque<Stamped>>,
+}
+
+/// Idempotency keys remembered, oldest first.
+#[derive(Default)]
+struct Remembered {
+    keys: HashSet<Arc<str>>,
+    /// Expiry order equals insertion order because every key lives equally long.
+    order: VecDeque<(Option<Instant>, Arc<str>)>,
+}
+
+/// Everything the mailbox knows.
+#[derive(Default)]
+pub(super) struct State {
+    live: HashMap<Arc<str>, Live>,
+    pending: HashMap<Arc<str>, Pending>,
+    /// Pending sessions by last use, least recent first.
+    lru: BTreeMap<u64, Arc<str>>,
+    tick: u64,
+    /// Source of payload sequence numbers and waiter ids; starts at 1 so that 0 sorts first.
+    next_id: u64,
+    remembered: Remembered,
+}
+
+fn expired(at: Instant, ttl: Option<Duration>, now: Instant) -> bool {
+    ttl.is_some_and(|ttl| now.saturating_duration_since(at) >= ttl)
+}
+
+/// Inserts `item` at `place` in a queue sorted by sequence number.
+fn insert_at<T>(queue: &mut VecDeque<T>, item: T, place: Place, seq: impl Fn(&T) -> u64) {
+    match place {
+        Place::Back => queue.push_back(item),
+        Place::Front => queue.push_front(item),
+        Place::Return(at) => {
+            let index = queue.partition_point(|queued| seq(queued) < at);
+            queue.insert(index, item);
+        }
+    }
+}
+
+/// Pops the oldest payload of a live session's channel, or parks waiter `id` there.
+fn register_live(live: &mut Live, name: &str, id: u64) -> (Arc<str>, Arc<str>, Registration) {
+    let session_key = Arc::clone(&live.key);
+    if let Some(channel) = live.names.get_mut(name) {
+        let name_key = Arc::clone(&channel.name);
+        if let Some(entry) = channel.queue.pop_front() {
+            if channel.is_idle() {
+                live.names.remove(name);
+            }
+            return (session_key, name_key, Registration::Ready(entry));
+        }
+        let (tx, rx) = oneshot::channel();
+        channel.waiters.push_back(Waiter { id, tx });
+        live.holds += 1;
+        return (session_key, name_key, Registration::Parked { id, rx });
+    }
+    let mut channel = Channel::new(name);
+    let name_key = Arc::clone(&channel.name);
+    let (tx, rx) = oneshot::channel();
+    channel.waiters.push_back(Waiter { id, tx });
+    live.names.insert(Arc::clone(&name_key), channel);
+    live.holds += 1;
+    (session_key, name_key, Registration::Parked { id, rx })
+}
+
+impl State {
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Delivers `payload`: to the oldest parked waiter, else into the queue at `place`; to the
+    /// pending mailbox when the session is not live.
+    pub(super) fn deliver(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        name: &str,
+        payload: Value,
+        place: Place,
+    ) -> Delivery {
+        let seq = match place {
+            Place::Back => self.next_id(),
+            Place::Return(seq) => seq,
+            Place::Front => 0,
+        };
+        let entry = Entry { seq, payload };
+        let Some(live) = self.live.get_mut(session) else {
+            self.push_pending(config, session, name, entry, place, Instant::now());
+            return Delivery::Pending;
+        };
+        let Some(channel) = live.names.get_mut(name) else {
+            let mut channel = Channel::new(name);
+            channel.queue.push_back(entry);
+            live.names.insert(Arc::clone(&channel.name), channel);
+            return Delivery::Queued;
+        };
+        let mut entry = entry;
+        while let Some(waiter) = channel.waiters.pop_front() {
+            live.holds -= 1;
+            // Sent under the lock: a waiter that leaves the line (drop, timeout) takes the
+            // lock first, so it either finds itself still in line or finds this payload in its
+            // slot. A send only fails if the receiver vanished without leaving the line, which
+            // `Wait` never does; the payload then goes to the next waiter.
+            match waiter.tx.send(entry) {
+                Ok(()) => {
+                    if channel.is_idle() {
+                        live.names.remove(name);
+                    }
+                    if live.unused() {
+                        self.retire(config, session, true);
+                    }
+                    return Delivery::Woke;
+                }
+                Err(back) => entry = back,
+            }
+        }
+        insert_at(&mut channel.queue, entry, place, |e| e.seq);
+        Delivery::Queued
+    }
+
+    /// Pops the oldest payload, or parks a waiter. A session that is not live is served from
+    /// the pending mailbox, or made live (held by the waiter) so that the waiter can park.
+    pub(super) fn register(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        name: &str,
+    ) -> (Arc<str>, Arc<str>, Registration) {
+        let id = self.next_id();
+        if let Some(live) = self.live.get_mut(session) {
+            return register_live(live, name, id);
+        }
+        let now = Instant::now();
+        if let Some((session_key, name_key, entry)) = self.pop_pending(config, session, name, now) {
+            return (session_key, name_key, Registration::Ready(entry));
+        }
+        register_live(self.make_live(config, session, now), name, id)
+    }
+
+    /// Takes waiter `id` out of line. Returns the payload already in its slot when it had
+    /// left the line by being handed one; `None` when it was still parked.
+    pub(super) fn leave(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        name: &str,
+        id: u64,
+        rx: &mut oneshot::Receiver<Entry>,
+    ) -> Option<Entry> {
+        if let Some(live) = self.live.get_mut(session)
+            && let Some(channel) = live.names.get_mut(name)
+            && let Some(at) = channel.waiters.iter().position(|w| w.id == id)
+        {
+            channel.waiters.remove(at);
+            live.holds -= 1;
+            if channel.is_idle() {
+                live.names.remove(name);
+            }
+            if live.unused() {
+                self.retire(config, session, true);
+            }
+            return None;
+        }
+        rx.try_recv().ok()
+    }
+
+    /// Pops the oldest payload without waiting.
+    pub(super) fn poll(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let Some(live) = self.live.get_mut(session) else {
+            return self
+                .pop_pending(config, session, name, Instant::now())
+                .map(|(_, _, entry)| entry.payload);
+        };
+        let channel = live.names.get_mut(name)?;
+        let entry = channel.queue.pop_front();
+        if channel.is_idle() {
+            live.names.remove(name);
+        }
+        entry.map(|entry| entry.payload)
+    }
+
+    /// Opens the session for a guard, picking up its pending signals.
+    pub(super) fn open(&mut self, config: &MailboxConfig, session: &str) {
+        match self.live.get_mut(session) {
+            Some(live) => live.guards += 1,
+            None => self.make_live(config, session, Instant::now()).guards += 1,
+        }
+    }
+
+    /// Closes one guard; the last one out (with no waiter holding on) discards the mailbox.
+    pub(super) fn close(&mut self, config: &MailboxConfig, session: &str) {
+        if let Some(live) = self.live.get_mut(session) {
+            live.guards = live.guards.saturating_sub(1);
+            if live.unused() {
+                self.retire(config, session, false);
+            }
+        }
+    }
+
+    /// Whether `(session, name, key)` was already seen; remembers it if not.
+    pub(super) fn seen(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        name: &str,
+        key: &str,
+        now: Instant,
+    ) -> bool {
+        let remembered = &mut self.remembered;
+        while let Some((Some(expiry), _)) = remembered.order.front()
+            && *expiry <= now
+        {
+            if let Some((_, old)) = remembered.order.pop_front() {
+                remembered.keys.remove(&old);
+            }
+        }
+        // Lengths make the concatenation unambiguous whatever the parts contain.
+        let joined = format!("{}:{session}{}:{name}{key}", session.len(), name.len());
+        if remembered.keys.contains(joined.as_str()) {
+            return true;
+        }
+        if let Some(max) = config.max_idempotency_keys {
+            if max == 0 {
+                return false;
+            }
+            while remembered.keys.len() >= max {
+                let Some((_, old)) = remembered.order.pop_front() else {
+                    break;
+                };
+                remembered.keys.remove(&old);
+            }
+        }
+        let joined: Arc<str> = Arc::from(joined);
+        let expiry = config.effective_key_ttl().map(|ttl| now + ttl);
+        remembered.keys.insert(Arc::clone(&joined));
+        remembered.order.push_back((expiry, joined));
+        false
+    }
+
+    /// Parked waiters on (session, name).
+    pub(super) fn waiting(&self, session: &str, name: &str) -> usize {
+        self.live
+            .get(session)
+            .and_then(|live| live.names.get(name))
+            .map_or(0, |channel| channel.waiters.len())
+    }
+
+    /// Payloads queued on (session, name), live or pending and not expired.
+    pub(super) fn queued(&self, config: &MailboxConfig, session: &str, name: &str) -> usize {
+        if let Some(live) = self.live.get(session) {
+            return live
+                .names
+                .get(name)
+                .map_or(0, |channel| channel.queue.len());
+        }
+        let now = Instant::now();
+        self.pending
+            .get(session)
+            .and_then(|pending| pending.names.get(name))
+            .map_or(0, |queue| {
+                queue
+                    .iter()
+                    .filter(|s| !expired(s.at, config.pending_signal_ttl, now))
+                    .count()
+            })
+    }
+
+    /// Whether a guard holds the session open.
+    pub(super) fn is_open(&self, session: &str) -> bool {
+        self.live.get(session).is_some_and(|live| live.guards > 0)
+    }
+
+    /// Sessions with unexpired signals in the pending mailbox.
+    pub(super) fn pending_sessions(&mut self, config: &MailboxConfig) -> usize {
+        self.sweep(config, Instant::now());
+        self.pending.len()
+    }
+
+    /// Removes a live session that no guard and no waiter holds. When the last holder was a
+    /// waiter (`to_pending`), queued payloads go back to the pending mailbox; when it was a
+    /// guard, they are discarded with the mailbox.
+    fn retire(&mut self, config: &MailboxConfig, session: &str, to_pending: bool) {
+        let Some(live) = self.live.remove(session) else {
+            return;
+        };
+        let leftovers = live.names.into_values().filter(|c| !c.queue.is_empty());
+        if !to_pending {
+            let dropped: usize = leftovers.map(|channel| channel.queue.len()).sum();
+            if dropped > 0 {
+                tracing::debug!(
+                    session,
+                    dropped,
+                    "session closed: undelivered signals discarded"
+                );
+            }
+            return;
+        }
+        let now = Instant::now();
+        for channel in leftovers.collect::<Vec<_>>() {
+            for entry in channel.queue {
+                let place = Place::Return(entry.seq);
+                self.push_pending(config, session, &channel.name, entry, place, now);
+            }
+        }
+    }
+
+    /// Makes a session live, moving its unexpired pending signals into it.
+    fn make_live(&mut self, config: &MailboxConfig, session: &str, now: Instant) -> &mut Live {
+        self.sweep(config, now);
+        let (key, pending) = match self.pending.remove_entry(session) {
+            Some((key, pending)) => {
+                self.lru.remove(&pending.tick);
+                (key, Some(pending))
+            }
+            None => (Arc::from(session), None),
+        };
+        let mut names = HashMap::new();
+        for (name, queue) in pending.into_iter().flat_map(|p| p.names) {
+            let queue: VecDeque<Entry> = queue
+                .into_iter()
+                .filter(|s| !expired(s.at, config.pending_signal_ttl, now))
+                .map(|s| s.entry)
+                .collect();
+            if !queue.is_empty() {
+                let waiters = VecDeque::new();
+                let channel = Channel {
+                    name: Arc::clone(&name),
+                    queue,
+                    waiters,
+                };
+                names.insert(name, channel);
+            }
+        }
+        let live = Live {
+            key: Arc::clone(&key),
+            guards: 0,
+            holds: 0,
+            names,
+        };
+        self.live.entry(key).or_insert(live)
+    }
+
+    fn push_pending(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        name: &str,
+        entry: Entry,
+        place: Place,
+        now: Instant,
+    ) {
+        self.sweep(config, now);
+        if config.max_pending_signal_sessions == Some(0) {
+            tracing::debug!(session, name, "pending mailbox disabled: signal dropped");
+            return;
+        }
+        if !self.pending.contains_key(session) {
+            if let Some(max) = config.max_pending_signal_sessions {
+                while self.pending.len() >= max {
+                    let Some((_, victim)) = self.lru.pop_first() else {
+                        break;
+                    };
+                    if let Some(evicted) = self.pending.remove(&victim) {
+                        let dropped: usize = evicted.names.values().map(VecDeque::len).sum();
+                        tracing::debug!(
+                            session = &*victim,
+                            dropped,
+                            "pending mailbox full: least recently used session dropped"
+                        );
+                    }
+                }
+            }
+            let pending = Pending {
+                touched: now,
+                tick: 0,
+                names: HashMap::new(),
+            };
+            self.pending.insert(Arc::from(session), pending);
+        }
+        let Some(pending) = self.pending.get_mut(session) else {
+            return;
+        };
+        let queue = match pending.names.get_mut(name) {
+            Some(queue) => queue,
+            None => pending.names.entry(Arc::from(name)).or_default(),
+        };
+        insert_at(queue, Stamped { at: now, entry }, place, |s| s.entry.seq);
+        self.touch(session, now);
+    }
+
+    /// Pops the oldest unexpired pending payload of (session, name).
+    fn pop_pending(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        name: &str,
+        now: Instant,
+    ) -> Option<(Arc<str>, Arc<str>, Entry)> {
+        self.sweep(config, now);
+        let (session_key, pending) = self.pending.get_key_value(session)?;
+        let session_key = Arc::clone(session_key);
+        let name_key = Arc::clone(pending.names.get_key_value(name)?.0);
+        let pending = self.pending.get_mut(session)?;
+        let queue = pending.names.get_mut(name)?;
+        let mut found = None;
+        while let Some(stamped) = queue.pop_front() {
+            if !expired(stamped.at, config.pending_signal_ttl, now) {
+                found = Some(stamped.entry);
+                break;
+            }
+        }
+        if queue.is_empty() {
+            pending.names.remove(name);
+        }
+        if pending.names.is_empty() {
+            let tick = pending.tick;
+            self.pending.remove(session);
+            self.lru.remove(&tick);
+        } else if found.is_some() {
+            self.touch(session, now);
+        }
+        found.map(|entry| (session_key, name_key, entry))
+    }
+
+    /// Marks a pending session as most recently used.
+    fn touch(&mut self, session: &str, now: Instant) {
+        let Some(pending) = self.pending.get_mut(session) else {
+            return;
+        };
+        let key = self
+            .lru
+            .remove(&pending.tick)
+            .unwrap_or_else(|| Arc::from(session));
+        self.tick += 1;
+        pending.tick = self.tick;
+        pending.touched = now;
+        self.lru.insert(self.tick, key);
+    }
+
+    /// Drops pending sessions untouched for a whole TTL, least recently used first.
+    fn sweep(&mut self, config: &MailboxConfig, now: Instant) {
+        let Some(ttl) = config.pending_signal_ttl else {
+            return;
+        };
+        while let Some((&tick, session)) = self.lru.first_key_value() {
+            let stale = self
+                .pending
+                .get(session)
+                .is_none_or(|p| now.saturating_duration_since(p.touched) >= ttl);
+            if !stale {
+                break;
+            }
+            if let Some(session) = self.lru.remove(&tick)
+                && let Some(gone) = self.pending.remove(&session)
+            {
+                let dropped: usize = gone.names.values().map(VecDeque::len).sum();
+                tracing::debug!(session = &*session, dropped, "pending signals expired");
+            }
+        }
+    }
+}

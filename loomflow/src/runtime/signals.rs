@@ -1,0 +1,356 @@
+//! The runtime's signal channel: the mailbox, typed at the edges, and made durable by the
+//! store when the store is durable.
+//!
+//! On a durable runtime a signal is written to the store before it reaches the mailbox, so
+//! once `signal` returns `Ok` it survives a crash; the mailbox carries the store's sequence
+//! number with the payload, and a consumer takes the row out of the store (journaling it, when
+//! the consumer is a node) as it receives the payload. After a restart the stored signals are
+//! loaded back into the mailbox before the first signal operation.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::Runtime;
+use super::mailbox::{Delivery, SessionGuard, SignalError, SignalOptions};
+use super::store::{JournalKey, SignalPush, StoredSignal};
+use crate::{Error, Result};
+
+/// The key under which a durable payload carries its store sequence number.
+const SEQ_KEY: &str = "__loomflow_signal_seq";
+const PAYLOAD_KEY: &str = "payload";
+
+/// A payload as it came out of the mailbox.
+pub(crate) struct Received {
+    pub(crate) payload: Value,
+    /// The store's sequence number, on a durable runtime.
+    pub(crate) seq: Option<u64>,
+    /// What the mailbox held (to give back on a typed failure).
+    pub(crate) raw: Value,
+}
+
+fn wrap(seq: u64, payload: Value) -> Value {
+    let mut map = Map::with_capacity(2);
+    map.insert(SEQ_KEY.to_owned(), Value::from(seq));
+    map.insert(PAYLOAD_KEY.to_owned(), payload);
+    Value::Object(map)
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(
+    session: &str,
+    name: &str,
+    payload: Value,
+) -> Result<T, SignalError> {
+    serde_json::from_value(payload).map_err(|e| SignalError::Payload {
+        session: session.to_owned(),
+        name: name.to_owned(),
+        expected: std::any::type_name::<T>(),
+        message: e.to_string(),
+    })
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Runtime {
+    /// Sends `payload` to the signal `name` of `session`: the oldest waiter gets it, or it
+    /// queues until someone waits (see the [mailbox](super::mailbox) for the rules).
+    ///
+    /// On a durable runtime the signal is stored first: once this returns `Ok` it survives a
+    /// crash.
+    ///
+    /// # Errors
+    ///
+    /// An empty or reserved (`loomflow:…`) name, a payload over the size limit, a payload that
+    /// does not serialize, or a store failure.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let runtime = Runtime::in_memory();
+    /// let _open = runtime.session("sess-42");
+    /// runtime.signal("sess-42", "approval", json!({ "approved": true })).await?;
+    /// let got: serde_json::Value = runtime.wait_for_signal("sess-42", "approval", None).await?;
+    /// assert_eq!(got["approved"], true);
+    /// # Ok(()) }
+    /// ```
+    pub async fn signal(
+        &self,
+        session: &str,
+        name: &str,
+        payload: impl Serialize,
+    ) -> Result<Delivery> {
+        self.signal_with(session, name, payload, SignalOptions::default())
+            .await
+    }
+
+    /// [`signal`](Self::signal) with options: an idempotency key makes a repeated send of the
+    /// same (session, name, key) deliver once (it then returns [`Delivery::Duplicate`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`signal`](Self::signal).
+    pub async fn signal_with(
+        &self,
+        session: &str,
+        name: &str,
+        payload: impl Serialize,
+        options: SignalOptions,
+    ) -> Result<Delivery> {
+        let payload = serde_json::to_value(payload)
+            .map_err(|e| Error::json(format!("payload of signal {name}"), e))?;
+        self.send(session, name, payload, options, false).await
+    }
+
+    pub(crate) async fn send(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        options: SignalOptions,
+        framework: bool,
+    ) -> Result<Delivery> {
+        let mailbox = self.mailbox();
+        mailbox.check(session, name, Some(&payload), framework)?;
+        if !self.store().is_durable() {
+            return Ok(mailbox.signal_framework(session, name, payload, options)?);
+        }
+        self.load_stored_signals().await?;
+        let stored = StoredSignal {
+            seq: 0,
+            session: session.to_owned(),
+            name: name.to_owned(),
+            payload,
+            idempotency_key: options.idempotency_key,
+            sent_at_ms: now_ms(),
+        };
+        let payload = stored.payload.clone();
+        match self.store().push_signal(stored).await? {
+            SignalPush::Duplicate => Ok(Delivery::Duplicate),
+            SignalPush::Stored(seq) => Ok(mailbox.signal_framework(
+                session,
+                name,
+                wrap(seq, payload),
+                SignalOptions::default(),
+            )?),
+        }
+    }
+
+    /// Waits for the signal `name` of `session` and returns the oldest payload, typed.
+    ///
+    /// With a `timeout`, gives up with [`SignalError::Timeout`] when it passes; a payload
+    /// that arrives afterwards stays queued. A wait on a session that is not open holds its
+    /// mailbox while it waits.
+    ///
+    /// # Errors
+    ///
+    /// [`SignalError::Timeout`]; [`SignalError::Payload`] when the payload is not a `T` (it
+    /// is put back at the head of its queue); a bad name; a store failure.
+    pub async fn wait_for_signal<T: DeserializeOwned>(
+        &self,
+        session: &str,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<T> {
+        let received = self.receive(session, name, timeout, false).await?;
+        let value = self.accept(session, name, received, false)?;
+        Ok(value.0)
+    }
+
+    /// Takes the oldest payload of signal `name` if there is one; never blocks.
+    ///
+    /// On a durable runtime the payload is taken out of the store in the background; just
+    /// after a restart, signals still being loaded from the store are not yet visible here
+    /// (the async calls wait for them).
+    ///
+    /// # Errors
+    ///
+    /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
+    pub fn poll_signal<T: DeserializeOwned>(&self, session: &str, name: &str) -> Result<Option<T>> {
+        let Some(raw) = self.mailbox().poll(session, name)? else {
+            return Ok(None);
+        };
+        let received = self.unwrap_received(raw);
+        let (value, seq) = self.accept(session, name, received, false)?;
+        if let Some(seq) = seq {
+            let runtime = self.clone();
+            let session = session.to_owned();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    if let Err(error) = runtime.store().take_signal(&session, seq, None).await {
+                        tracing::error!(%error, %session, seq, "could not remove a consumed signal");
+                    }
+                });
+            }
+        }
+        Ok(Some(value))
+    }
+
+    /// Opens a session: signals sent to it queue in its mailbox (instead of the bounded
+    /// pending mailbox) until the last guard is dropped, when undelivered ones are discarded.
+    ///
+    /// Runs open their thread's session for as long as they run.
+    pub fn session(&self, session: &str) -> SessionGuard {
+        self.mailbox().open_session(session)
+    }
+
+    /// Receives the next payload from the mailbox (framework names allowed when asked).
+    pub(crate) async fn receive(
+        &self,
+        session: &str,
+        name: &str,
+        timeout: Option<Duration>,
+        framework: bool,
+    ) -> Result<Received> {
+        self.mailbox().check(session, name, None, framework)?;
+        self.load_stored_signals().await?;
+        let raw = self
+            .mailbox()
+            .wait_framework(session, name, timeout)
+            .await?;
+        Ok(self.unwrap_received(raw))
+    }
+
+    /// Takes the next payload if one is queued (framework names allowed when asked).
+    pub(crate) async fn receive_now(
+        &self,
+        session: &str,
+        name: &str,
+        framework: bool,
+    ) -> Result<Option<Received>> {
+        self.mailbox().check(session, name, None, framework)?;
+        self.load_stored_signals().await?;
+        Ok(self
+            .mailbox()
+            .poll_framework(session, name)?
+            .map(|raw| self.unwrap_received(raw)))
+    }
+
+    fn unwrap_received(&self, raw: Value) -> Received {
+        if self.store().is_durable()
+            && let Value::Object(map) = &raw
+            && let Some(seq) = map.get(SEQ_KEY).and_then(Value::as_u64)
+        {
+            let payload = map.get(PAYLOAD_KEY).cloned().unwrap_or(Value::Null);
+            return Received {
+                payload,
+                seq: Some(seq),
+                raw,
+            };
+        }
+        Received {
+            payload: raw.clone(),
+            seq: None,
+            raw,
+        }
+    }
+
+    /// Types a received payload; on failure puts it back at the head of its queue. On
+    /// success for a runtime-level receive, removes it from the store in the background.
+    fn accept<T: DeserializeOwned>(
+        &self,
+        session: &str,
+        name: &str,
+        received: Received,
+        framework: bool,
+    ) -> Result<(T, Option<u64>)> {
+        match decode::<T>(session, name, received.payload) {
+            Ok(value) => Ok((value, received.seq)),
+            Err(error) => {
+                self.give_back(session, name, received.raw, framework);
+                Err(error.into())
+            }
+        }
+    }
+
+    pub(crate) fn give_back(&self, session: &str, name: &str, raw: Value, framework: bool) {
+        let result = if framework {
+            self.mailbox().requeue_front_framework(session, name, raw)
+        } else {
+            self.mailbox().requeue_front(session, name, raw)
+        };
+        if let Err(error) = result {
+            tracing::error!(%error, %session, %name, "could not put a signal back");
+        }
+    }
+
+    /// Records that a node consumed a payload: journals it (so the node gets it again if it
+    /// re-runs) and, on a durable runtime, removes it from the store in the same transaction.
+    pub(crate) async fn consume(
+        &self,
+        session: &str,
+        received_seq: Option<u64>,
+        key: JournalKey,
+        payload: Value,
+    ) -> Result<()> {
+        match received_seq {
+            Some(seq) => self
+                .store()
+                .take_signal(session, seq, Some((key, payload)))
+                .await
+                .map_err(Error::from),
+            None => self
+                .store()
+                .put_journal(key, payload)
+                .await
+                .map_err(Error::from),
+        }
+    }
+
+    /// Loads signals kept by a durable store into the mailbox, once per runtime.
+    pub(crate) async fn load_stored_signals(&self) -> Result<()> {
+        if !self.store().is_durable() {
+            return Ok(());
+        }
+        self.signals_loaded()
+            .get_or_try_init(|| async {
+                let stored = self.store().pending_signals().await?;
+                let count = stored.len();
+                for signal in stored {
+                    self.mailbox().signal_framework(
+                        &signal.session,
+                        &signal.name,
+                        wrap(signal.seq, signal.payload),
+                        SignalOptions::default(),
+                    )?;
+                }
+                if count > 0 {
+                    tracing::info!(count, "loaded stored signals into the mailbox");
+                }
+                Ok::<(), Error>(())
+            })
+            .await
+            .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn typed_failure_puts_the_payload_back_at_the_head() {
+        let rt = Runtime::in_memory();
+        let _open = rt.session("s");
+        rt.signal("s", "n", "not a number").await.unwrap();
+        rt.signal("s", "n", 2).await.unwrap();
+        let err = rt.wait_for_signal::<u32>("s", "n", None).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("signal n on session s is not a u32"),
+            "{err}"
+        );
+        let first: String = rt.wait_for_signal("s", "n", None).await.unwrap();
+        assert_eq!(first, "not a number");
+        assert_eq!(rt.poll_signal::<u32>("s", "n").unwrap(), Some(2));
+        assert_eq!(rt.poll_signal::<u32>("s", "n").unwrap(), None);
+    }
+}

@@ -1,0 +1,263 @@
+//! Signals seen from graphs: nodes parked on `ctx.wait_for_signal`, woken by `runtime.signal`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::StreamExt;
+use loomflow::prelude::*;
+use loomflow::runtime::{Delivery, SignalError, SignalOptions};
+use loomflow::{EventKind, RunError};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Refund {
+    approved: Option<bool>,
+    note: String,
+    asked: u32,
+}
+
+#[derive(Deserialize)]
+struct Review {
+    approved: bool,
+    note: Option<String>,
+}
+
+/// Wait for the manager's review.
+#[node]
+async fn ask_manager(state: &mut Refund, ctx: &Context) -> loomflow::Result<()> {
+    state.asked += 1;
+    let review: Review = ctx.wait_for_signal("manager_review").await?;
+    state.approved = Some(review.approved);
+    state.note = review.note.unwrap_or_default();
+    Ok(())
+}
+
+fn refund_graph() -> CompiledGraph<Refund> {
+    Graph::new("refund")
+        .node(ask_manager)
+        .edge(START, "ask_manager")
+        .edge("ask_manager", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_node_is_woken_by_a_signal_from_another_task() {
+    let graph = refund_graph();
+    let runtime = Runtime::in_memory();
+    let mut stream = graph.stream(&runtime, "refund-42", Refund::default());
+    // Wait until the node is parked, then answer from another task, as a web handler would.
+    loop {
+        let event = stream.next().await.unwrap();
+        if let EventKind::Wait { signal, .. } = &event.kind {
+            assert_eq!(signal, "manager_review");
+            assert_eq!(event.node.as_deref(), Some("ask_manager"));
+            break;
+        }
+    }
+    let handler = {
+        let runtime = runtime.clone();
+        tokio::spawn(async move {
+            runtime
+                .signal(
+                    "refund-42",
+                    "manager_review",
+                    json!({ "approved": true, "note": "ok" }),
+                )
+                .await
+        })
+    };
+    assert_eq!(handler.await.unwrap().unwrap(), Delivery::Woke);
+    let refund = stream.outcome().await.unwrap().completed().unwrap();
+    assert_eq!(
+        refund,
+        Refund {
+            approved: Some(true),
+            note: "ok".into(),
+            asked: 1
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_signal_sent_before_the_run_starts_is_picked_up() {
+    let graph = refund_graph();
+    let runtime = Runtime::in_memory();
+    let delivery = runtime
+        .signal("early", "manager_review", json!({ "approved": false }))
+        .await
+        .unwrap();
+    assert_eq!(delivery, Delivery::Pending, "the session is not open yet");
+    let refund = graph
+        .invoke(&runtime, "early", Refund::default())
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(refund.approved, Some(false));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_with_a_timeout_fails_the_node_with_a_timeout_error() {
+    let graph = Graph::new("slow")
+        .node_fn("wait", |s: &mut Refund, ctx| {
+            Box::pin(async move {
+                let r: Review = ctx
+                    .wait_for_signal("manager_review")
+                    .timeout(Duration::from_secs(60))
+                    .await?;
+                s.approved = Some(r.approved);
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph
+        .invoke(&runtime, "t", Refund::default())
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}")
+    };
+    let Error::Run(RunError::NodeFailed { source, .. }) = &error else {
+        panic!("{error:?}")
+    };
+    assert!(
+        matches!(&**source, Error::Signal(SignalError::Timeout { name, .. }) if name == "manager_review"),
+        "{source:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_payload_of_the_wrong_shape_is_an_error_and_stays_queued() {
+    let graph = refund_graph();
+    let runtime = Runtime::in_memory();
+    let _open = runtime.session("t");
+    runtime
+        .signal("t", "manager_review", json!({ "approved": "maybe" }))
+        .await
+        .unwrap();
+    let out = graph
+        .invoke(&runtime, "t", Refund::default())
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}")
+    };
+    let chain = format!("{error}: {}", std::error::Error::source(&error).unwrap());
+    assert!(
+        chain.contains("signal manager_review on session t is not a signal_graph::Review"),
+        "{chain}"
+    );
+    let kept: serde_json::Value = runtime.poll_signal("t", "manager_review").unwrap().unwrap();
+    assert_eq!(
+        kept,
+        json!({ "approved": "maybe" }),
+        "the payload was not lost"
+    );
+}
+
+#[tokio::test]
+async fn a_node_that_runs_again_gets_the_same_signal_without_waiting() {
+    let waits = Arc::new(AtomicUsize::new(0));
+    let w = waits.clone();
+    let graph = Graph::new("wait then ask")
+        .node_fn("both", move |s: &mut Refund, ctx| {
+            let w = w.clone();
+            Box::pin(async move {
+                w.fetch_add(1, Ordering::SeqCst);
+                let review: Review = ctx.wait_for_signal("manager_review").await?;
+                let confirm: bool = ctx.interrupt("confirm the refund?")?;
+                s.approved = Some(review.approved && confirm);
+                Ok(())
+            })
+        })
+        .edge(START, "both")
+        .edge("both", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    runtime
+        .signal("t", "manager_review", json!({ "approved": true }))
+        .await
+        .unwrap();
+    let out = graph
+        .invoke(&runtime, "t", Refund::default())
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts().len(), 1);
+    // No second signal is sent: the journal answers the re-run's wait.
+    let done = graph
+        .resume(&runtime, "t", true)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.approved, Some(true));
+    assert_eq!(waits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn user_code_cannot_use_reserved_or_empty_names() {
+    let runtime = Runtime::in_memory();
+    let err = runtime
+        .signal("t", "loomflow:approval:1", json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Signal(SignalError::ReservedName { .. })),
+        "{err:?}"
+    );
+    let err = runtime
+        .wait_for_signal::<bool>("t", "", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Signal(SignalError::EmptyName { .. })),
+        "{err:?}"
+    );
+    let graph = Graph::new("g")
+        .node_fn("n", |_: &mut Refund, ctx| {
+            Box::pin(async move {
+                let _: bool = ctx.wait_for_signal("loomflow:x").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "n")
+        .edge("n", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&runtime, "t", Refund::default())
+        .await
+        .unwrap();
+    assert!(format!("{:?}", out.completed().unwrap_err()).contains("ReservedName"));
+}
+
+#[tokio::test]
+async fn an_idempotency_key_delivers_a_repeated_send_once() {
+    let runtime = Runtime::in_memory();
+    let _open = runtime.session("t");
+    let key = || SignalOptions::default().idempotency_key("webhook-77");
+    assert_eq!(
+        runtime.signal_with("t", "paid", 1, key()).await.unwrap(),
+        Delivery::Queued
+    );
+    assert_eq!(
+        runtime.signal_with("t", "paid", 1, key()).await.unwrap(),
+        Delivery::Duplicate
+    );
+    assert_eq!(runtime.poll_signal::<u32>("t", "paid").unwrap(), Some(1));
+    assert_eq!(runtime.poll_signal::<u32>("t", "paid").unwrap(), None);
+    assert!(matches!(
+        runtime
+            .signal("t", "big", "x".repeat(2 * 1024 * 1024))
+            .await
+            .unwrap_err(),
+        Error::Signal(SignalError::PayloadTooLarge { .. })
+    ));
+}
