@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush, Store,
-    StoreError, StoredSignal,
+    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush,
+    SqliteOptions, SqliteStore, Store, StoreError, StoredSignal, Synchronous,
 };
 
 use crate::{Error, Result};
@@ -167,6 +167,31 @@ impl Runtime {
 
     pub(crate) fn signals_loaded(&self) -> &tokio::sync::OnceCell<()> {
         &self.inner.signals_loaded
+    }
+
+    /// A durable runtime over the SQLite file at `path`, created if it does not exist; see
+    /// [`SqliteStore`] (and [`SqliteStore::open_with`] with [`Runtime::with_store`] for
+    /// other settings).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::Runtime;
+    ///
+    /// # fn main() -> loomflow::Result<()> {
+    /// let path = std::env::temp_dir().join(format!("loomflow-doc-runtime-{}.db", std::process::id()));
+    /// let runtime = Runtime::sqlite(&path)?;
+    /// # drop(runtime);
+    /// # for suffix in ["", "-wal", "-shm"] { let _ = std::fs::remove_file(format!("{}{suffix}", path.display())); }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open`]: a missing directory, a file that is not a SQLite database
+    /// or is corrupt or locked, or one written by a newer loomflow.
+    pub fn sqlite(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        Ok(Self::with_store(SqliteStore::open(path)?))
     }
 
     /// The durability mode runs use unless they set their own.

@@ -8,13 +8,16 @@
 //! - **signals**: payloads sent to a session and not yet consumed;
 //! - nothing else: runs are numbered through their checkpoints.
 //!
-//! Backends: [`MemoryStore`] here, `SqliteStore` behind `Runtime::sqlite`. The
+//! Backends: [`MemoryStore`] here, [`SqliteStore`] behind
+//! [`Runtime::sqlite`](crate::Runtime::sqlite). The
 //! [`conformance`] module is one test suite every backend passes.
 
 pub mod conformance;
 mod memory;
+mod sqlite;
 
 pub use memory::MemoryStore;
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 use std::collections::BTreeMap;
 

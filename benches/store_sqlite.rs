@@ -1,0 +1,231 @@
+//! `store_sqlite`: raw costs of the SQLite store, below the executor.
+//!
+//! - `put_checkpoint/{normal,full}`: one small checkpoint written and committed, alone.
+//!   At `synchronous=FULL` each lone commit pays an fsync.
+//! - `concurrent_100_writers_full`: 100 tasks writing at once at FULL; criterion reports the
+//!   time per write. The grouped commit lets them share fsyncs.
+//! - Printed at the end: writes per second for one writer and for 100 (the speed-up the
+//!   grouped commit buys), and the disk bytes per small checkpoint row and per suspended run
+//!   (budget DESIGN.md §5: ≤ 1 KiB of disk per suspended run).
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // benchmarks abort loudly on setup errors
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use loomflow::runtime::{
+    Checkpoint, Interrupt, RunStatus, SqliteOptions, SqliteStore, Store, Synchronous,
+};
+use serde_json::json;
+
+/// A fresh database path; removes the file and its WAL companions when dropped.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Self(std::env::temp_dir().join(format!(
+            "loomflow-bench-{name}-{}-{nanos}.db",
+            std::process::id()
+        )))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+fn open(path: &Path, synchronous: Synchronous) -> Arc<SqliteStore> {
+    Arc::new(
+        SqliteStore::open_with(path, SqliteOptions::default().synchronous(synchronous))
+            .expect("open store"),
+    )
+}
+
+/// A small checkpoint like a short workflow's step: a few fields of state, the next node.
+fn small(thread: &str, step: u64) -> Checkpoint {
+    Checkpoint::new(
+        thread,
+        1,
+        "",
+        step,
+        RunStatus::Running,
+        json!({"order": "ord_1042", "amount_cents": 1250, "approved": null, "step": step}),
+        vec!["pay".into()],
+    )
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio")
+}
+
+/// `writers` tasks each writing `per_writer` checkpoints; returns the wall time.
+async fn concurrent(store: &Arc<SqliteStore>, writers: u64, per_writer: u64) -> Duration {
+    static ROUND: AtomicU64 = AtomicU64::new(0);
+    let round = ROUND.fetch_add(1, Ordering::Relaxed);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let store = Arc::clone(store);
+            tokio::spawn(async move {
+                let thread = format!("conc-{round}-{w}");
+                for step in 0..per_writer {
+                    store.put_checkpoint(small(&thread, step)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    start.elapsed()
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("store_sqlite");
+    for (label, synchronous) in [("normal", Synchronous::Normal), ("full", Synchronous::Full)] {
+        let db = TempDb::new(label);
+        let store = open(db.path(), synchronous);
+        let step = AtomicU64::new(0);
+        if synchronous == Synchronous::Full {
+            group
+                .sample_size(20)
+                .measurement_time(Duration::from_secs(8));
+        }
+        group.bench_function(format!("put_checkpoint/{label}"), |b| {
+            b.to_async(&rt).iter(|| {
+                let checkpoint = small("lone", step.fetch_add(1, Ordering::Relaxed));
+                let store = Arc::clone(&store);
+                async move { store.put_checkpoint(checkpoint).await.unwrap() }
+            });
+        });
+    }
+    let db = TempDb::new("conc");
+    let store = open(db.path(), Synchronous::Full);
+    group.bench_function("concurrent_100_writers_full/per_write", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let store = Arc::clone(&store);
+            async move {
+                // 100 writers share `iters` writes (at least one each); time per write.
+                let per_writer = iters.div_ceil(100).max(1);
+                let elapsed = concurrent(&store, 100, per_writer).await;
+                elapsed.mul_f64(iters as f64 / (100 * per_writer) as f64)
+            }
+        });
+    });
+    group.finish();
+}
+
+fn summary() {
+    let rt = runtime();
+    println!("\nstore_sqlite summary");
+
+    let db = TempDb::new("summary-normal");
+    let store = open(db.path(), Synchronous::Normal);
+    let n = 5_000;
+    let start = Instant::now();
+    rt.block_on(async {
+        for step in 0..n {
+            store.put_checkpoint(small("one", step)).await.unwrap();
+        }
+    });
+    let per = start.elapsed() / n as u32;
+    println!("  one writer, NORMAL: {per:?} per checkpoint");
+    drop(store);
+
+    let db = TempDb::new("summary-full");
+    let store = open(db.path(), Synchronous::Full);
+    let n = 300;
+    let start = Instant::now();
+    rt.block_on(async {
+        for step in 0..n {
+            store.put_checkpoint(small("one", step)).await.unwrap();
+        }
+    });
+    let one = n as f64 / start.elapsed().as_secs_f64();
+    let elapsed = rt.block_on(concurrent(&store, 100, 30));
+    let hundred = 3_000.0 / elapsed.as_secs_f64();
+    println!(
+        "  one writer, FULL: {one:.0} writes/s ({:.0} µs each)",
+        1e6 / one
+    );
+    println!(
+        "  100 concurrent writers, FULL: {hundred:.0} writes/s ({:.1}x one writer)",
+        hundred / one
+    );
+    drop(store);
+
+    // Disk per row: 10,000 suspended runs, each an input checkpoint and an interrupted one.
+    let db = TempDb::new("summary-disk");
+    let store = open(db.path(), Synchronous::Normal);
+    let runs = 10_000u64;
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..4u64)
+            .map(|part| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    for r in (part..runs).step_by(4) {
+                        let thread = format!("refund-{r}");
+                        store.put_checkpoint(small(&thread, 0)).await.unwrap();
+                        let mut cp = small(&thread, 1);
+                        cp.status = RunStatus::Interrupted;
+                        cp.next = vec!["ask_manager".into()];
+                        // `Interrupt` is non-exhaustive: built from JSON.
+                        let interrupt: Interrupt = serde_json::from_value(json!({
+                            "id": "ask_manager#0",
+                            "node": "ask_manager",
+                            "index": 0,
+                            "payload": {"question": "refund 12.50 EUR?"},
+                        }))
+                        .unwrap();
+                        cp.interrupts = vec![interrupt];
+                        store.put_checkpoint(cp).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    drop(store); // closing checkpoints the WAL into the file
+    let bytes = std::fs::metadata(db.path()).unwrap().len();
+    let wal = std::fs::metadata(format!("{}-wal", db.path().display())).map_or(0, |m| m.len());
+    println!(
+        "  disk: {} bytes for {runs} suspended runs ({} rows): {:.0} bytes per row, {:.0} bytes per suspended run (wal left: {wal})",
+        bytes,
+        runs * 2,
+        bytes as f64 / (runs * 2) as f64,
+        bytes as f64 / runs as f64,
+    );
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    // `cargo bench` passes --bench; `cargo test --benches` does not, and only smoke-tests.
+    if std::env::args().any(|a| a == "--bench") {
+        summary();
+    }
+}

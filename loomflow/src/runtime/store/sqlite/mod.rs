@@ -1,0 +1,606 @@
+//! The SQLite store: one file, WAL mode, a writer thread with grouped commits.
+//!
+//! # Layout
+//!
+//! Four tables: `meta` (the schema version), `checkpoints` (one row per superstep: the
+//! columns queries filter on, and the rest of the snapshot as one JSON `body`), `journal`
+//! (results of journaled steps; the first value written for a key wins) and `signals`
+//! (pending signals, and consumed ones with an idempotency key for an hour so that a
+//! retried send is recognised).
+//!
+//! # Threads
+//!
+//! SQLite calls block, so none runs on the async executor. One writer thread owns the only
+//! connection that writes: it takes every request queued, runs the group in one transaction
+//! and commits once, so that concurrent runs share an fsync (see `writer.rs`). Reads go to
+//! a few read connections, each on its own thread. A write is answered only after its
+//! group is committed, so a read issued after a write returned sees it.
+
+mod reader;
+mod schema;
+mod writer;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use self::reader::Readers;
+use self::writer::{CheckpointRow, JournalRow, Op, Outcome, Request, SignalRow, Writer};
+use super::{
+    Checkpoint, Interrupt, JournalKey, PendingWrite, RunStatus, SignalPush, Store, StoreError,
+    StoredSignal,
+};
+use crate::graph::BoxFuture;
+
+/// How hard SQLite works to get each commit onto the disk (its `synchronous` setting).
+///
+/// In WAL mode both settings keep the file consistent through a crash of the process or of
+/// the machine; they differ in what a power loss or OS crash may take back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// No fsync per commit, only at WAL checkpoints. A commit survives the process crashing,
+    /// but a power loss or OS crash may roll back the last commits (never corrupting the
+    /// file). Much faster.
+    Normal,
+    /// An fsync per commit (per group of commits: see [`SqliteStore`]). A commit that
+    /// returned survives a power loss. The default.
+    #[default]
+    Full,
+}
+
+/// Settings for [`SqliteStore::open_with`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loomflow::runtime::{SqliteOptions, Synchronous};
+///
+/// let options = SqliteOptions::default()
+///     .synchronous(Synchronous::Normal)
+///     .busy_timeout(Duration::from_millis(500));
+/// assert_eq!(options.synchronous, Synchronous::Normal);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// How hard each commit works to reach the disk. Default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// How long to wait for a lock held by another connection (another process on the same
+    /// file) before failing. Default 5 s.
+    pub busy_timeout: Duration,
+    /// How many read connections (each with its own thread) serve reads. Default 2; at
+    /// least 1 is used.
+    pub read_connections: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::default(),
+            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            read_connections: 2,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// Sets [`synchronous`](Self::synchronous).
+    #[must_use]
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Sets [`busy_timeout`](Self::busy_timeout).
+    #[must_use]
+    pub fn busy_timeout(mut self, busy_timeout: Duration) -> Self {
+        self.busy_timeout = busy_timeout;
+        self
+    }
+
+    /// Sets [`read_connections`](Self::read_connections).
+    #[must_use]
+    pub fn read_connections(mut self, read_connections: usize) -> Self {
+        self.read_connections = read_connections;
+        self
+    }
+}
+
+/// Keeps checkpoints, journal entries and signals in a SQLite file, so that runs survive
+/// the process. The store of [`Runtime::sqlite`](crate::Runtime::sqlite).
+///
+/// Writes from every task go to one writer thread, which commits all the writes waiting
+/// for it in one transaction: with [`Synchronous::Full`] a hundred concurrent runs share
+/// one fsync instead of queuing for a hundred. Reads run on their own threads. Dropping the
+/// store commits what is queued and closes the file.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::runtime::{Checkpoint, RunStatus, SqliteStore, Store};
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let path = std::env::temp_dir().join(format!("loomflow-doc-store-{}.db", std::process::id()));
+/// let store = SqliteStore::open(&path)?;
+/// let cp = Checkpoint::new("thread-1", 1, "", 0, RunStatus::Running, json!({"n": 1}), vec![]);
+/// let id = store.put_checkpoint(cp).await?;
+/// let latest = store.latest_checkpoint("thread-1", "").await?.expect("just written");
+/// assert_eq!((latest.id, latest.state), (id, json!({"n": 1})));
+/// # drop(store);
+/// # for suffix in ["", "-wal", "-shm"] { let _ = std::fs::remove_file(format!("{}{suffix}", path.display())); }
+/// # Ok(()) }
+/// ```
+pub struct SqliteStore {
+    path: PathBuf,
+    // Dropped in this order: readers first, then the writer, which flushes and closes last.
+    readers: Readers,
+    writer: Writer,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the store in the file at `path`, creating the file if it does not exist, with
+    /// default [`SqliteOptions`].
+    ///
+    /// Opening blocks the calling thread for a moment (it reads the file and may migrate
+    /// its schema): call it at start-up, or from `spawn_blocking`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Open`], naming the path, when the directory does not exist, the file is
+    /// not a SQLite database or is corrupt, or another connection keeps it locked past the
+    /// busy timeout; [`StoreError::NewerSchema`] when a newer loomflow wrote it.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens the store in the file at `path` with the given options. See [`open`](Self::open).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let thread_error = |e: std::io::Error| StoreError::Open {
+            path: path.display().to_string(),
+            message: format!("cannot start a store thread: {e}"),
+        };
+        let conn = schema::open_writer(&path, &options)?;
+        let conns = (0..options.read_connections.max(1))
+            .map(|_| schema::open_reader(&path, &options))
+            .collect::<Result<Vec<_>, _>>()?;
+        let writer = Writer::spawn(conn).map_err(thread_error)?;
+        let readers = Readers::spawn(conns).map_err(thread_error)?;
+        Ok(Self {
+            path,
+            readers,
+            writer,
+        })
+    }
+
+    /// The file this store keeps its data in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&self, op: Op) -> BoxFuture<'_, Result<Outcome, StoreError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.writer.send(Request { op, reply });
+        Box::pin(async move {
+            sent?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        })
+    }
+
+    fn read<T: Send + 'static>(
+        &self,
+        thread: &str,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
+    ) -> BoxFuture<'_, Result<T, StoreError>> {
+        let (reply, answer) = oneshot::channel();
+        let thread = thread.to_owned();
+        let sent = self.readers.send(Box::new(move |conn| {
+            let result = f(conn).unwrap_or_else(|e| {
+                Err(StoreError::Read {
+                    thread,
+                    message: e.to_string(),
+                })
+            });
+            let _ = reply.send(result);
+        }));
+        Box::pin(async move {
+            sent?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        })
+    }
+}
+
+/// The part of a checkpoint that is not in a column of its own.
+#[derive(Serialize)]
+struct BodyRef<'a> {
+    state: &'a Value,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    next: &'a [String],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    joins: &'a [Vec<bool>],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pending_writes: &'a [PendingWrite],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    interrupts: &'a [Interrupt],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    resume_values: &'a BTreeMap<String, Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: &'a Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Body {
+    state: Value,
+    #[serde(default)]
+    next: Vec<String>,
+    #[serde(default)]
+    joins: Vec<Vec<bool>>,
+    #[serde(default)]
+    pending_writes: Vec<PendingWrite>,
+    #[serde(default)]
+    interrupts: Vec<Interrupt>,
+    #[serde(default)]
+    resume_values: BTreeMap<String, Vec<Value>>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// SQLite integers are signed 64-bit.
+fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Write {
+        thread: thread.to_owned(),
+        message: format!("{what} {value} is too large for SQLite"),
+    })
+}
+
+fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Write {
+        thread: thread.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn journal_row(key: JournalKey, value: &Value) -> Result<JournalRow, StoreError> {
+    Ok(JournalRow {
+        run: to_i64(key.run, "run", &key.thread)?,
+        step: to_i64(key.step, "step", &key.thread)?,
+        value: to_json(value, &key.thread)?,
+        occurrence: i64::from(key.occurrence),
+        thread: key.thread,
+        namespace: key.namespace,
+        node: key.node,
+        name: key.name,
+    })
+}
+
+fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        thread: thread.to_owned(),
+        message: message.to_string(),
+    }
+}
+
+fn parse_status(status: &str, thread: &str) -> Result<RunStatus, StoreError> {
+    Ok(match status {
+        "running" => RunStatus::Running,
+        "interrupted" => RunStatus::Interrupted,
+        "completed" => RunStatus::Completed,
+        "failed" => RunStatus::Failed,
+        other => return Err(corrupt(thread, format!("unknown run status {other:?}"))),
+    })
+}
+
+fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| corrupt(thread, format!("negative {what} {value}")))
+}
+
+/// Columns: id, run, namespace, step, status, body.
+const CHECKPOINT_COLUMNS: &str = "id, run, namespace, step, status, body";
+
+/// Decodes a row of [`CHECKPOINT_COLUMNS`]. The outer error is SQLite's, the inner a row
+/// that does not decode.
+fn checkpoint_from_row(
+    row: &Row<'_>,
+    thread: &str,
+) -> rusqlite::Result<Result<Checkpoint, StoreError>> {
+    let id: i64 = row.get(0)?;
+    let run: i64 = row.get(1)?;
+    let namespace: String = row.get(2)?;
+    let step: i64 = row.get(3)?;
+    let status: String = row.get(4)?;
+    let body: String = row.get(5)?;
+    Ok((|| {
+        let body: Body = serde_json::from_str(&body)
+            .map_err(|e| corrupt(thread, format!("checkpoint {id}: {e}")))?;
+        Ok(Checkpoint {
+            id: to_u64(id, "checkpoint id", thread)?,
+            thread: thread.to_owned(),
+            run: to_u64(run, "run", thread)?,
+            namespace,
+            step: to_u64(step, "step", thread)?,
+            status: parse_status(&status, thread)?,
+            state: body.state,
+            next: body.next,
+            joins: body.joins,
+            pending_writes: body.pending_writes,
+            interrupts: body.interrupts,
+            resume_values: body.resume_values,
+            error: body.error,
+        })
+    })())
+}
+
+/// Flips `Option<Result<T>>` (a row that may be absent and may not decode).
+fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<T>, StoreError> {
+    row.transpose()
+}
+
+impl Store for SqliteStore {
+    fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let row = (|| {
+            let body = BodyRef {
+                state: &checkpoint.state,
+                next: &checkpoint.next,
+                joins: &checkpoint.joins,
+                pending_writes: &checkpoint.pending_writes,
+                interrupts: &checkpoint.interrupts,
+                resume_values: &checkpoint.resume_values,
+                error: &checkpoint.error,
+            };
+            Ok(CheckpointRow {
+                run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
+                step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
+                status: checkpoint.status.as_str(),
+                body: to_json(&body, &checkpoint.thread)?,
+                thread: checkpoint.thread.clone(),
+                namespace: checkpoint.namespace.clone(),
+            })
+        })();
+        let thread = checkpoint.thread;
+        match row {
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Ok(row) => {
+                let written = self.write(Op::PutCheckpoint(row));
+                Box::pin(async move {
+                    match written.await? {
+                        Outcome::Id(id) => Ok(id),
+                        other => Err(unexpected(&thread, &other)),
+                    }
+                })
+            }
+        }
+    }
+
+    fn latest_checkpoint<'a>(
+        &'a self,
+        thread: &'a str,
+        namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        let (owned_thread, namespace) = (thread.to_owned(), namespace.to_owned());
+        self.read(thread, move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints
+                 WHERE thread = ?1 AND namespace = ?2 ORDER BY id DESC LIMIT 1"
+            ))?
+            .query_row(params![owned_thread, namespace], |row| {
+                checkpoint_from_row(row, &owned_thread)
+            })
+            .optional()
+            .map(transpose)
+        })
+    }
+
+    fn get_checkpoint<'a>(
+        &'a self,
+        thread: &'a str,
+        id: u64,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        let owned_thread = thread.to_owned();
+        // An id past SQLite's range names no row.
+        let Ok(id) = i64::try_from(id) else {
+            return Box::pin(std::future::ready(Ok(None)));
+        };
+        self.read(thread, move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = ?1 AND thread = ?2"
+            ))?
+            .query_row(params![id, owned_thread], |row| {
+                checkpoint_from_row(row, &owned_thread)
+            })
+            .optional()
+            .map(transpose)
+        })
+    }
+
+    fn list_checkpoints<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>> {
+        let owned_thread = thread.to_owned();
+        self.read(thread, move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread = ?1 ORDER BY id"
+            ))?;
+            let rows = stmt
+                .query_map([&owned_thread], |row| {
+                    checkpoint_from_row(row, &owned_thread)
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows.into_iter().collect())
+        })
+    }
+
+    fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>> {
+        let thread = key.thread.clone();
+        match journal_row(key, &value) {
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Ok(row) => {
+                let written = self.write(Op::PutJournal(row));
+                Box::pin(async move {
+                    match written.await? {
+                        Outcome::Done => Ok(()),
+                        other => Err(unexpected(&thread, &other)),
+                    }
+                })
+            }
+        }
+    }
+
+    fn get_journal<'a>(
+        &'a self,
+        key: &'a JournalKey,
+    ) -> BoxFuture<'a, Result<Option<Value>, StoreError>> {
+        let (Ok(run), Ok(step)) = (i64::try_from(key.run), i64::try_from(key.step)) else {
+            return Box::pin(std::future::ready(Ok(None)));
+        };
+        let key = key.clone();
+        self.read(&key.thread.clone(), move |conn| {
+            let value: Option<String> = conn
+                .prepare_cached(
+                    "SELECT value FROM journal WHERE thread = ?1 AND run = ?2 AND namespace = ?3
+                     AND step = ?4 AND node = ?5 AND name = ?6 AND occurrence = ?7",
+                )?
+                .query_row(
+                    params![
+                        key.thread,
+                        run,
+                        key.namespace,
+                        step,
+                        key.node,
+                        key.name,
+                        key.occurrence
+                    ],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            Ok(value
+                .map(|v| {
+                    serde_json::from_str(&v).map_err(|e| {
+                        corrupt(&key.thread, format!("journal entry {}: {e}", key.name))
+                    })
+                })
+                .transpose())
+        })
+    }
+
+    fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
+        let session = signal.session.clone();
+        let row = (|| {
+            Ok(SignalRow {
+                payload: to_json(&signal.payload, &signal.session)?,
+                sent_at_ms: to_i64(signal.sent_at_ms, "sent_at_ms", &signal.session)?,
+                session: signal.session,
+                name: signal.name,
+                idempotency_key: signal.idempotency_key,
+            })
+        })();
+        match row {
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Ok(row) => {
+                let written = self.write(Op::PushSignal(row));
+                Box::pin(async move {
+                    match written.await? {
+                        Outcome::Push(push) => Ok(push),
+                        other => Err(unexpected(&session, &other)),
+                    }
+                })
+            }
+        }
+    }
+
+    fn take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: Option<(JournalKey, Value)>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let op = (|| {
+            Ok(Op::TakeSignal {
+                session: session.to_owned(),
+                seq: to_i64(seq, "signal sequence number", session)?,
+                journal: journal
+                    .map(|(key, value)| journal_row(key, &value))
+                    .transpose()?,
+            })
+        })();
+        match op {
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Ok(op) => {
+                let written = self.write(op);
+                Box::pin(async move {
+                    match written.await? {
+                        Outcome::Done => Ok(()),
+                        other => Err(unexpected(session, &other)),
+                    }
+                })
+            }
+        }
+    }
+
+    fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        self.read("", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, session, name, payload, idempotency_key, sent_at_ms FROM signals
+                 WHERE consumed_at_ms IS NULL ORDER BY seq",
+            )?;
+            let rows = stmt
+                .query_map([], |row| {
+                    let seq: i64 = row.get(0)?;
+                    let session: String = row.get(1)?;
+                    let name: String = row.get(2)?;
+                    let payload: Option<String> = row.get(3)?;
+                    let idempotency_key: Option<String> = row.get(4)?;
+                    let sent_at_ms: i64 = row.get(5)?;
+                    Ok((|| {
+                        let payload = payload.unwrap_or_default();
+                        Ok(StoredSignal {
+                            seq: to_u64(seq, "signal sequence number", &session)?,
+                            payload: serde_json::from_str(&payload).map_err(|e| {
+                                corrupt(&session, format!("signal {seq} ({name}): {e}"))
+                            })?,
+                            sent_at_ms: to_u64(sent_at_ms, "sent_at_ms", &session)?,
+                            session,
+                            name,
+                            idempotency_key,
+                        })
+                    })())
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows.into_iter().collect())
+        })
+    }
+}
+
+/// The writer answered with the result of another kind of write: a bug, reported rather
+/// than panicked on.
+fn unexpected(thread: &str, outcome: &Outcome) -> StoreError {
+    StoreError::Write {
+        thread: thread.to_owned(),
+        message: format!("the writer thread answered {outcome:?}"),
+    }
+}
+
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SqliteStore>();
+};

@@ -1,0 +1,156 @@
+//! Opening a database file: connection settings, the schema version and its migrations.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::{SqliteOptions, Synchronous};
+use crate::runtime::store::StoreError;
+
+/// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
+pub(super) const SCHEMA_VERSION: i64 = 1;
+
+/// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
+///
+/// Rows are kept compact (the budget is 1 KiB of disk per suspended run): the fields that
+/// queries filter on are columns, everything else of a checkpoint is one JSON `body`, and the
+/// journal is a `WITHOUT ROWID` table so its key is stored once.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    // 0 -> 1
+    "CREATE TABLE meta (schema_version INTEGER NOT NULL);
+     INSERT INTO meta (schema_version) VALUES (0);
+     CREATE TABLE checkpoints (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         thread TEXT NOT NULL,
+         run INTEGER NOT NULL,
+         namespace TEXT NOT NULL,
+         step INTEGER NOT NULL,
+         status TEXT NOT NULL,
+         body TEXT NOT NULL
+     );
+     CREATE INDEX checkpoints_by_thread ON checkpoints (thread, namespace, id);
+     CREATE TABLE journal (
+         thread TEXT NOT NULL,
+         run INTEGER NOT NULL,
+         namespace TEXT NOT NULL,
+         step INTEGER NOT NULL,
+         node TEXT NOT NULL,
+         name TEXT NOT NULL,
+         occurrence INTEGER NOT NULL,
+         value TEXT NOT NULL,
+         PRIMARY KEY (thread, run, namespace, step, node, name, occurrence)
+     ) WITHOUT ROWID;
+     CREATE TABLE signals (
+         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+         session TEXT NOT NULL,
+         name TEXT NOT NULL,
+         payload TEXT,
+         idempotency_key TEXT,
+         sent_at_ms INTEGER NOT NULL,
+         consumed_at_ms INTEGER
+     );
+     CREATE UNIQUE INDEX signals_by_key ON signals (session, name, idempotency_key)
+         WHERE idempotency_key IS NOT NULL;",
+];
+
+fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {
+    StoreError::Open {
+        path: path.display().to_string(),
+        message: error.to_string(),
+    }
+}
+
+/// Opens a connection with the store's settings. `create` is false for read connections,
+/// which open the file the writer already created.
+fn connect(path: &Path, options: &SqliteOptions, create: bool) -> Result<Connection, StoreError> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
+    conn.busy_timeout(options.busy_timeout)
+        .map_err(|e| open_error(path, e))?;
+    let sync = match options.synchronous {
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Full => "FULL",
+    };
+    conn.pragma_update(None, "synchronous", sync)
+        .map_err(|e| open_error(path, e))?;
+    Ok(conn)
+}
+
+/// Opens (creating if needed) the writer's connection: WAL mode, schema checked and migrated.
+pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let mut conn = connect(path, options, true)?;
+    // The first statement that reads the file: a file that is not a database, or one that
+    // is locked past the busy timeout, fails here.
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(|e| open_error(path, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(open_error(
+            path,
+            format!("could not switch to WAL mode (journal mode is {mode})"),
+        ));
+    }
+    migrate(&mut conn, path)?;
+    Ok(conn)
+}
+
+/// Opens a read connection on a file [`open_writer`] has prepared.
+pub(super) fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let conn = connect(path, options, false)?;
+    conn.pragma_update(None, "query_only", true)
+        .map_err(|e| open_error(path, e))?;
+    Ok(conn)
+}
+
+/// Brings the file to [`SCHEMA_VERSION`], or refuses a newer one. Takes the write lock, so
+/// a file another connection keeps locked past the busy timeout is reported as such.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| open_error(path, e))?;
+    let has_meta: bool = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(|e| open_error(path, e))?;
+    let found: i64 = if has_meta {
+        tx.query_row("SELECT schema_version FROM meta", [], |row| row.get(0))
+            .optional()
+            .map_err(|e| open_error(path, e))?
+            .ok_or_else(|| open_error(path, "the meta table has no schema version"))?
+    } else {
+        0
+    };
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.display().to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let from = usize::try_from(found)
+        .map_err(|_| open_error(path, format!("invalid schema version {found}")))?;
+    if from == MIGRATIONS.len() {
+        return Ok(()); // dropping the transaction ends it; nothing was written
+    }
+    for (version, migration) in MIGRATIONS.iter().enumerate().skip(from) {
+        tx.execute_batch(migration).map_err(|e| {
+            open_error(
+                path,
+                format!("migration to schema version {}: {e}", version + 1),
+            )
+        })?;
+    }
+    tx.execute("UPDATE meta SET schema_version = ?1", [SCHEMA_VERSION])
+        .map_err(|e| open_error(path, e))?;
+    tx.commit().map_err(|e| open_error(path, e))
+}
+
+/// How long a writer waits for another connection's lock before giving up, by default.
+pub(super) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,0 +1,298 @@
+//! The writer thread: the only connection that writes, and the grouped commit.
+//!
+//! Requests arrive over a channel. The thread takes every request already queued (up to
+//! [`MAX_GROUP`]), runs them all in one transaction and commits once, so that with
+//! `synchronous = FULL` concurrent runs share one fsync; then it answers each request. While
+//! it waits on the disk, new requests queue up and form the next group: the busier the
+//! store, the larger the groups, with no timer and no added latency for a lone writer.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, TransactionBehavior, params};
+use tokio::sync::oneshot;
+
+use crate::runtime::store::{SignalPush, StoreError};
+
+/// The most requests committed together; bounds the time any one of them waits.
+const MAX_GROUP: usize = 1024;
+
+/// A consumed signal's idempotency key is kept at least this long.
+const KEEP_CONSUMED_MS: i64 = 3_600_000;
+
+/// How often the writer deletes consumed signals older than [`KEEP_CONSUMED_MS`].
+const PRUNE_EVERY_MS: i64 = 60_000;
+
+/// A checkpoint, ready for its row.
+pub(super) struct CheckpointRow {
+    pub(super) thread: String,
+    pub(super) run: i64,
+    pub(super) namespace: String,
+    pub(super) step: i64,
+    pub(super) status: &'static str,
+    pub(super) body: String,
+}
+
+/// A journal entry, ready for its row.
+pub(super) struct JournalRow {
+    pub(super) thread: String,
+    pub(super) run: i64,
+    pub(super) namespace: String,
+    pub(super) step: i64,
+    pub(super) node: String,
+    pub(super) name: String,
+    pub(super) occurrence: i64,
+    pub(super) value: String,
+}
+
+/// A signal, ready for its row.
+pub(super) struct SignalRow {
+    pub(super) session: String,
+    pub(super) name: String,
+    pub(super) payload: String,
+    pub(super) idempotency_key: Option<String>,
+    pub(super) sent_at_ms: i64,
+}
+
+/// One write.
+pub(super) enum Op {
+    PutCheckpoint(CheckpointRow),
+    PutJournal(JournalRow),
+    PushSignal(SignalRow),
+    TakeSignal {
+        session: String,
+        seq: i64,
+        journal: Option<JournalRow>,
+    },
+}
+
+impl Op {
+    /// The thread or session the write concerns, for error messages.
+    fn thread(&self) -> &str {
+        match self {
+            Self::PutCheckpoint(row) => &row.thread,
+            Self::PutJournal(row) => &row.thread,
+            Self::PushSignal(row) => &row.session,
+            Self::TakeSignal { session, .. } => session,
+        }
+    }
+
+    fn apply(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<Outcome> {
+        match self {
+            Self::PutCheckpoint(row) => {
+                conn.prepare_cached(
+                    "INSERT INTO checkpoints (thread, run, namespace, step, status, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    row.thread,
+                    row.run,
+                    row.namespace,
+                    row.step,
+                    row.status,
+                    row.body
+                ])?;
+                // Row ids are positive, so the conversion only guards against the impossible.
+                Ok(Outcome::Id(
+                    u64::try_from(conn.last_insert_rowid()).unwrap_or_default(),
+                ))
+            }
+            Self::PutJournal(row) => {
+                put_journal(conn, row)?;
+                Ok(Outcome::Done)
+            }
+            Self::PushSignal(row) => {
+                let inserted = conn
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO signals
+                         (session, name, payload, idempotency_key, sent_at_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![
+                        row.session,
+                        row.name,
+                        row.payload,
+                        row.idempotency_key,
+                        row.sent_at_ms
+                    ])?;
+                Ok(Outcome::Push(if inserted == 0 {
+                    SignalPush::Duplicate
+                } else {
+                    SignalPush::Stored(u64::try_from(conn.last_insert_rowid()).unwrap_or_default())
+                }))
+            }
+            Self::TakeSignal {
+                session,
+                seq,
+                journal,
+            } => {
+                // Without a key nothing needs remembering; with one, the row stays (payload
+                // dropped) until pruned, so that a retried send is still a duplicate.
+                conn.prepare_cached(
+                    "DELETE FROM signals
+                     WHERE seq = ?1 AND session = ?2 AND idempotency_key IS NULL",
+                )?
+                .execute(params![seq, session])?;
+                conn.prepare_cached(
+                    "UPDATE signals SET consumed_at_ms = ?3, payload = NULL
+                     WHERE seq = ?1 AND session = ?2 AND consumed_at_ms IS NULL",
+                )?
+                .execute(params![seq, session, now_ms])?;
+                if let Some(row) = journal {
+                    put_journal(conn, row)?;
+                }
+                Ok(Outcome::Done)
+            }
+        }
+    }
+}
+
+fn put_journal(conn: &Connection, row: &JournalRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO journal
+         (thread, run, namespace, step, node, name, occurrence, value)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        row.thread,
+        row.run,
+        row.namespace,
+        row.step,
+        row.node,
+        row.name,
+        row.occurrence,
+        row.value
+    ])?;
+    Ok(())
+}
+
+/// What a write produced.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// A new checkpoint's id.
+    Id(u64),
+    /// Nothing to report.
+    Done,
+    /// What `push_signal` did.
+    Push(SignalPush),
+}
+
+/// A write and where its answer goes, once committed.
+pub(super) struct Request {
+    pub(super) op: Op,
+    pub(super) reply: oneshot::Sender<Result<Outcome, StoreError>>,
+}
+
+/// The handle on the writer thread. Dropping it lets the thread commit what is queued, close
+/// the connection and exit, and waits for that.
+pub(super) struct Writer {
+    tx: Option<mpsc::Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    /// Starts the thread that owns `conn`.
+    pub(super) fn spawn(conn: Connection) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("loomflow-sqlite-writer".into())
+            .spawn(move || run(conn, &rx))?;
+        Ok(Self {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues a request.
+    pub(super) fn send(&self, request: Request) -> Result<(), StoreError> {
+        self.tx
+            .as_ref()
+            .ok_or(StoreError::Closed)?
+            .send(request)
+            .map_err(|_| StoreError::Closed)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.tx = None; // the thread sees the channel close once it has drained it
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the sqlite writer thread panicked");
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>) {
+    let mut last_prune = i64::MIN;
+    let mut group = Vec::new();
+    while let Ok(first) = rx.recv() {
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(request) => group.push(request),
+                Err(_) => break,
+            }
+        }
+        let now = now_ms();
+        let prune = now.saturating_sub(last_prune) >= PRUNE_EVERY_MS;
+        match commit(&mut conn, group.iter().map(|r| &r.op), now, prune) {
+            Ok(outcomes) => {
+                if prune {
+                    last_prune = now;
+                }
+                for (request, outcome) in group.drain(..).zip(outcomes) {
+                    // The caller may have stopped waiting; its write is committed anyway.
+                    let _ = request.reply.send(Ok(outcome));
+                }
+            }
+            Err(_) => {
+                // One write failed and took the group down with it: commit each alone so
+                // that only the culprit gets the error.
+                for request in group.drain(..) {
+                    let result = commit(&mut conn, std::iter::once(&request.op), now, false)
+                        .map_err(|e| StoreError::Write {
+                            thread: request.op.thread().to_owned(),
+                            message: e.to_string(),
+                        })
+                        .and_then(|mut outcomes| {
+                            outcomes.pop().ok_or_else(|| StoreError::Write {
+                                thread: request.op.thread().to_owned(),
+                                message: "the write produced no result".into(),
+                            })
+                        });
+                    let _ = request.reply.send(result);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `ops` in one transaction and commits it.
+fn commit<'a>(
+    conn: &mut Connection,
+    ops: impl Iterator<Item = &'a Op>,
+    now_ms: i64,
+    prune: bool,
+) -> rusqlite::Result<Vec<Outcome>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let outcomes = ops
+        .map(|op| op.apply(&tx, now_ms))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if prune {
+        tx.prepare_cached(
+            "DELETE FROM signals WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < ?1",
+        )?
+        .execute([now_ms.saturating_sub(KEEP_CONSUMED_MS)])?;
+    }
+    tx.commit()?;
+    Ok(outcomes)
+}

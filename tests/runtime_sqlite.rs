@@ -1,0 +1,344 @@
+//! The SQLite store on bad input, its schema version, and its durability details.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use loomflow::runtime::{
+    Checkpoint, JournalKey, RunStatus, SignalPush, SqliteOptions, SqliteStore, Store, StoreError,
+    StoredSignal,
+};
+use loomflow::{Error, Runtime};
+use serde_json::json;
+
+/// A fresh database path; removes the file and its WAL companions when dropped.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Self(std::env::temp_dir().join(format!(
+            "loomflow-rt-{name}-{}-{nanos}.db",
+            std::process::id()
+        )))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+/// Asserts an `Open` error that names `path`, and returns its message.
+fn open_error(result: Result<SqliteStore, StoreError>, path: &Path) -> String {
+    match result {
+        Err(StoreError::Open {
+            path: named,
+            message,
+        }) => {
+            assert_eq!(
+                named,
+                path.display().to_string(),
+                "the error names the file"
+            );
+            let shown = StoreError::Open {
+                path: named,
+                message: message.clone(),
+            }
+            .to_string();
+            assert!(shown.contains(&path.display().to_string()), "{shown}");
+            message
+        }
+        Err(other) => panic!("expected an open error naming the path, got {other:?}"),
+        Ok(store) => panic!("expected an open error, opened {store:?}"),
+    }
+}
+
+fn short_timeout() -> SqliteOptions {
+    SqliteOptions::default().busy_timeout(Duration::from_millis(100))
+}
+
+#[test]
+fn runtime_sqlite_creates_the_file() {
+    let db = TempDb::new("create");
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    assert!(db.path().exists());
+    drop(runtime);
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused() {
+    let db = TempDb::new("garbage");
+    std::fs::write(
+        db.path(),
+        b"this is not a sqlite database, just some text\n".repeat(200),
+    )
+    .unwrap();
+    let message = open_error(SqliteStore::open(db.path()), db.path());
+    assert!(message.contains("not a database"), "{message}");
+    // The file is left as it was.
+    assert!(
+        std::fs::read(db.path())
+            .unwrap()
+            .starts_with(b"this is not a sqlite database")
+    );
+}
+
+#[test]
+fn runtime_sqlite_reports_a_bad_file_as_a_store_error() {
+    let db = TempDb::new("garbage-rt");
+    std::fs::write(db.path(), [0xA5u8; 8192]).unwrap();
+    match Runtime::sqlite(db.path()) {
+        Err(Error::Store(StoreError::Open { path, .. })) => {
+            assert_eq!(path, db.path().display().to_string());
+        }
+        other => panic!("expected a store open error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_directory_is_refused() {
+    let dir = TempDb::new("no-such-dir");
+    let path = dir.path().join("nested").join("journal.db");
+    let message = open_error(SqliteStore::open(&path), &path);
+    assert!(message.contains("unable to open"), "{message}");
+    assert!(!dir.path().exists(), "no directory is created");
+}
+
+#[test]
+fn a_corrupt_database_is_refused() {
+    let db = TempDb::new("corrupt");
+    drop(SqliteStore::open(db.path()).unwrap());
+    // Keep the 100-byte header (so SQLite sees a database) and smash the schema page.
+    let mut bytes = std::fs::read(db.path()).unwrap();
+    assert!(
+        bytes.len() > 4096,
+        "the file holds more than its first page"
+    );
+    for b in &mut bytes[100..4096] {
+        *b = 0x5A;
+    }
+    std::fs::write(db.path(), &bytes).unwrap();
+    let message = open_error(SqliteStore::open(db.path()), db.path());
+    assert!(message.contains("malformed"), "{message}");
+}
+
+#[test]
+fn a_database_locked_by_another_connection_is_refused() {
+    let db = TempDb::new("locked");
+    drop(SqliteStore::open(db.path()).unwrap());
+    let other = rusqlite::Connection::open(db.path()).unwrap();
+    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let message = open_error(
+        SqliteStore::open_with(db.path(), short_timeout()),
+        db.path(),
+    );
+    assert!(message.contains("locked"), "{message}");
+    other.execute_batch("COMMIT").unwrap();
+    drop(SqliteStore::open_with(db.path(), short_timeout()).unwrap());
+}
+
+#[test]
+fn a_database_locked_in_rollback_mode_is_refused() {
+    // Another program's database, not yet in WAL mode, inside an exclusive transaction:
+    // even reading it has to wait.
+    let db = TempDb::new("locked-rollback");
+    let other = rusqlite::Connection::open(db.path()).unwrap();
+    other
+        .execute_batch("CREATE TABLE t (x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);")
+        .unwrap();
+    let message = open_error(
+        SqliteStore::open_with(db.path(), short_timeout()),
+        db.path(),
+    );
+    assert!(message.contains("locked"), "{message}");
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let db = TempDb::new("newer");
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute("UPDATE meta SET schema_version = 999", [])
+        .unwrap();
+    drop(conn);
+    match SqliteStore::open(db.path()) {
+        Err(StoreError::NewerSchema {
+            path,
+            found,
+            supported,
+        }) => {
+            assert_eq!(path, db.path().display().to_string());
+            assert_eq!(found, 999);
+            assert!(supported < found);
+            let message = StoreError::NewerSchema {
+                path,
+                found,
+                supported,
+            }
+            .to_string();
+            assert!(message.contains("999"), "{message}");
+        }
+        other => panic!("expected NewerSchema, got {other:?}"),
+    }
+    // The file is untouched: the version is still the newer one.
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 999);
+}
+
+#[test]
+fn the_schema_version_is_recorded_and_reopening_keeps_it() {
+    let db = TempDb::new("version");
+    drop(SqliteStore::open(db.path()).unwrap());
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let versions: Vec<i64> = conn
+        .prepare("SELECT schema_version FROM meta")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(versions, [1]);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumed_signals_keep_only_their_key() {
+    let db = TempDb::new("consumed");
+    let store = SqliteStore::open(db.path()).unwrap();
+    // `StoredSignal` is non-exhaustive and has no constructor: build it from JSON.
+    let signal = |key: Option<&str>| -> StoredSignal {
+        serde_json::from_value(json!({
+            "seq": 0,
+            "session": "s",
+            "name": "go",
+            "payload": {"big": "x".repeat(500)},
+            "idempotency_key": key,
+            "sent_at_ms": 1,
+        }))
+        .unwrap()
+    };
+    let SignalPush::Stored(keyed) = store.push_signal(signal(Some("k"))).await.unwrap() else {
+        panic!("stored");
+    };
+    let SignalPush::Stored(plain) = store.push_signal(signal(None)).await.unwrap() else {
+        panic!("stored");
+    };
+    store.take_signal("s", keyed, None).await.unwrap();
+    store.take_signal("s", plain, None).await.unwrap();
+    assert!(store.pending_signals().await.unwrap().is_empty());
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let rows: Vec<(i64, Option<String>, Option<i64>)> = conn
+        .prepare("SELECT seq, payload, consumed_at_ms FROM signals")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), 1, "the unkeyed signal is deleted: {rows:?}");
+    assert_eq!(rows[0].0, i64::try_from(keyed).unwrap());
+    assert_eq!(rows[0].1, None, "the payload is dropped");
+    assert!(rows[0].2.is_some(), "the consumption time is kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_writes_are_committed_when_the_store_is_dropped() {
+    let db = TempDb::new("flush");
+    let store = Arc::new(SqliteStore::open(db.path()).unwrap());
+    // Start many writes and drop the store without awaiting most of them: each is queued
+    // when its call returns, and the writer commits the queue before it exits.
+    let futures: Vec<_> = (0..200u64)
+        .map(|i| {
+            store.put_checkpoint(Checkpoint::new(
+                "flush",
+                1,
+                "",
+                i,
+                RunStatus::Running,
+                json!(i),
+                vec![],
+            ))
+        })
+        .collect();
+    drop(futures);
+    drop(store);
+    let store = SqliteStore::open(db.path()).unwrap();
+    let steps: Vec<u64> = store
+        .list_checkpoints("flush")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, (0..200).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_does_not_fail_the_writes_grouped_with_it() {
+    let db = TempDb::new("group-failure");
+    let store = Arc::new(SqliteStore::open(db.path()).unwrap());
+    // A trigger makes every write to one thread fail, so groups mix good and bad writes.
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON checkpoints WHEN NEW.thread = 'bad'
+         BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END;",
+    )
+    .unwrap();
+    drop(conn);
+    let mut tasks = Vec::new();
+    for i in 0..100u64 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let thread = if i % 10 == 0 { "bad" } else { "good" };
+            let result = store
+                .put_checkpoint(Checkpoint::new(
+                    thread,
+                    1,
+                    "",
+                    i,
+                    RunStatus::Running,
+                    json!(i),
+                    vec![],
+                ))
+                .await;
+            (thread, result)
+        }));
+    }
+    for task in tasks {
+        match task.await.unwrap() {
+            ("good", result) => {
+                result.unwrap();
+            }
+            (_, Err(StoreError::Write { thread, message })) => {
+                assert_eq!(thread, "bad");
+                assert!(message.contains("refused by test trigger"), "{message}");
+            }
+            (_, other) => panic!("expected a write error for thread bad, got {other:?}"),
+        }
+    }
+    assert_eq!(store.list_checkpoints("good").await.unwrap().len(), 90);
+    assert!(store.list_checkpoints("bad").await.unwrap().is_empty());
+    let key = JournalKey::new("good", 1, "", 0, "n", "s", 0);
+    store.put_journal(key.clone(), json!(1)).await.unwrap();
+    assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!(1)));
+}

@@ -1,0 +1,66 @@
+//! The store conformance suite, run against every backend.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use loomflow::runtime::store::conformance;
+use loomflow::runtime::{MemoryStore, SqliteOptions, SqliteStore, Synchronous};
+
+/// A fresh database path; removes the file and its WAL companions when dropped.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Self(std::env::temp_dir().join(format!(
+            "loomflow-conf-{name}-{}-{nanos}.db",
+            std::process::id()
+        )))
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_conforms() {
+    conformance::run_all_concurrent(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_conforms() {
+    let db = TempDb::new("full");
+    conformance::run_all_concurrent(Arc::new(SqliteStore::open(&db.0).unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_conforms_at_normal_with_one_reader() {
+    let db = TempDb::new("normal");
+    let options = SqliteOptions::default()
+        .synchronous(Synchronous::Normal)
+        .read_connections(1);
+    conformance::run_all_concurrent(Arc::new(SqliteStore::open_with(&db.0, options).unwrap()))
+        .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn sqlite_store_conforms_on_a_current_thread_runtime() {
+    let db = TempDb::new("current");
+    conformance::run_all_concurrent(Arc::new(SqliteStore::open(&db.0).unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_keeps_data_across_reopen() {
+    let db = TempDb::new("reopen");
+    conformance::check_reopen(|| SqliteStore::open(&db.0).unwrap()).await;
+}
