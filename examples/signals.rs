@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --example signals
+//! cargo run --example signals -- --mermaid   # its diagram
 //! ```
 
 use std::time::Instant;
@@ -51,6 +52,10 @@ async fn main() -> loomflow::Result<()> {
         .edge("await_approval", "file")
         .edge("file", END)
         .compile()?;
+    if std::env::args().any(|a| a == "--mermaid") {
+        print!("{}", graph.to_mermaid());
+        return Ok(());
+    }
     let runtime = Runtime::in_memory();
     let started = Instant::now();
     let stamp = move || format!("{:>7.3} ms", started.elapsed().as_secs_f64() * 1e3);

@@ -157,3 +157,41 @@ fn diagrams_parse_in_real_mermaid() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Waits for a person.
+#[node]
+async fn waits(state: &mut S, ctx: &Context) -> loomflow::Result<()> {
+    let n: u32 = ctx.wait_for_signal("go").await?;
+    state.n = n;
+    Ok(())
+}
+
+#[node]
+async fn asks(state: &mut S, ctx: &Context) -> loomflow::Result<()> {
+    state.n = ctx.interrupt("how many?")?;
+    Ok(())
+}
+
+#[test]
+fn nodes_that_wait_for_the_outside_world_are_marked() {
+    assert_eq!(Node::<S>::markers(&waits), ["waits for signal"]);
+    assert_eq!(Node::<S>::markers(&asks), ["may interrupt"]);
+    let text = Graph::new("m")
+        .node(waits)
+        .node(asks)
+        .edge(START, "waits")
+        .edge("waits", "asks")
+        .edge("asks", END)
+        .compile()
+        .unwrap()
+        .to_mermaid();
+    assert!(
+        text.contains(r#"n0{{"waits<br/>waits for signal"}}:::waits"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"n1{{"asks<br/>may interrupt"}}:::waits"#),
+        "{text}"
+    );
+    assert!(text.contains("classDef waits"), "{text}");
+}

@@ -261,3 +261,62 @@ async fn an_idempotency_key_delivers_a_repeated_send_once() {
         Error::Signal(SignalError::PayloadTooLarge { .. })
     ));
 }
+
+#[tokio::test]
+async fn or_suspend_stops_the_run_until_the_signal_is_sent_and_recover_carries_on() {
+    let graph = Graph::new("long wait")
+        .node_fn("ask", |s: &mut Refund, ctx| {
+            Box::pin(async move {
+                s.asked += 1;
+                let r: Review = ctx.wait_for_signal("manager_review").or_suspend().await?;
+                s.approved = Some(r.approved);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph
+        .invoke(&runtime, "t", Refund::default())
+        .await
+        .unwrap();
+    let [waiting] = out.interrupts() else {
+        panic!("{out:?}")
+    };
+    assert_eq!(waiting.signal.as_deref(), Some("manager_review"));
+    assert_eq!(waiting.id, "ask#signal:manager_review");
+
+    let err = graph.resume(&runtime, "t", true).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Run(RunError::WaitsForSignal { .. })),
+        "{err:?}"
+    );
+    // Recovering before the signal came suspends again.
+    assert_eq!(
+        graph
+            .recover(&runtime, "t")
+            .await
+            .unwrap()
+            .interrupts()
+            .len(),
+        1
+    );
+
+    runtime
+        .signal("t", "manager_review", json!({ "approved": true }))
+        .await
+        .unwrap();
+    let done = graph
+        .recover(&runtime, "t")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.approved, Some(true));
+    assert_eq!(
+        done.asked, 1,
+        "the suspended step's changes were never committed"
+    );
+}

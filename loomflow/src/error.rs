@@ -269,6 +269,18 @@ pub enum RunError {
         /// The ids that are pending.
         pending: Vec<String>,
     },
+    /// `resume` named an interrupt that waits for a signal, not for a value.
+    #[error(
+        "interrupt {id} on thread {thread} waits for signal {signal}: send it, then recover the run"
+    )]
+    WaitsForSignal {
+        /// The thread.
+        thread: String,
+        /// The interrupt.
+        id: String,
+        /// The signal it waits for.
+        signal: String,
+    },
     /// `resume` with one value while several interrupts are pending.
     #[error("thread {thread} has {} pending interrupts ({}); resume them by id", pending.len(), pending.join(", "))]
     AmbiguousResume {

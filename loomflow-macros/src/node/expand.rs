@@ -18,6 +18,7 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
     let block = &func.block;
     let name = &model.name;
     let state_ty = &model.state_ty;
+    let markers = &model.markers;
     let description = match &model.description {
         Some(text) => quote!(::core::option::Option::Some(#text)),
         None => quote!(::core::option::Option::None),
@@ -56,6 +57,10 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
 
                 fn description(&self) -> ::core::option::Option<&str> {
                     #description
+                }
+
+                fn markers(&self) -> &[&'static str] {
+                    &[#(#markers),*]
                 }
 
                 fn run<'a>(

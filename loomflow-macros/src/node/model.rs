@@ -12,6 +12,8 @@ pub(crate) struct NodeModel {
     pub(crate) description: Option<String>,
     pub(crate) state_ty: Type,
     pub(crate) takes_context: bool,
+    /// Diagram markers found in the body (calls that wait for the outside world).
+    pub(crate) markers: Vec<&'static str>,
     /// Where errors about the return type point.
     pub(crate) output_span: proc_macro2::Span,
     pub(crate) krate: Option<syn::Path>,
@@ -78,6 +80,7 @@ impl NodeModel {
                 .name
                 .map_or_else(|| sig.ident.to_string(), |n| n.value()),
             description: doc_text(&func.attrs),
+            markers: markers(&func.block),
             state_ty,
             takes_context,
             output_span: match &func.sig.output {
@@ -94,4 +97,41 @@ fn post_increment(counter: &mut usize) -> usize {
     let current = *counter;
     *counter += 1;
     current
+}
+
+/// Markers for Mermaid, from the method calls the body makes: a node that calls
+/// `wait_for_signal` waits for a signal; one that calls `interrupt` may suspend.
+fn markers(block: &syn::Block) -> Vec<&'static str> {
+    use quote::ToTokens;
+
+    fn scan(tokens: proc_macro2::TokenStream, found: &mut Vec<&'static str>) {
+        let mut after_dot = false;
+        for tree in tokens {
+            match tree {
+                proc_macro2::TokenTree::Group(group) => scan(group.stream(), found),
+                proc_macro2::TokenTree::Punct(p) => {
+                    after_dot = p.as_char() == '.';
+                    continue;
+                }
+                proc_macro2::TokenTree::Ident(ident) if after_dot => {
+                    let marker = match ident.to_string().as_str() {
+                        "wait_for_signal" => Some("waits for signal"),
+                        "interrupt" => Some("may interrupt"),
+                        _ => None,
+                    };
+                    if let Some(marker) = marker
+                        && !found.contains(&marker)
+                    {
+                        found.push(marker);
+                    }
+                }
+                _ => {}
+            }
+            after_dot = false;
+        }
+    }
+
+    let mut found = Vec::new();
+    scan(block.to_token_stream(), &mut found);
+    found
 }

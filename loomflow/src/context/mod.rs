@@ -104,6 +104,23 @@ impl Context {
         self.control().suspension.take()
     }
 
+    /// Records that the node suspends until signal `name` arrives.
+    pub(crate) fn suspend_for_signal(&self, name: &str) -> Error {
+        let mut control = self.control();
+        if control.suspension.is_none() {
+            control.suspension = Some(Interrupt {
+                id: format!("{}#signal:{name}", self.qualified_node()),
+                node: self.node.to_string(),
+                index: control.interrupts_called,
+                payload: serde_json::json!({ "waiting_for_signal": name }),
+                signal: Some(name.to_owned()),
+            });
+        }
+        Error::Suspended {
+            node: self.node.to_string(),
+        }
+    }
+
     fn qualified_node(&self) -> String {
         if self.run.namespace.is_empty() {
             self.node.to_string()
@@ -177,6 +194,7 @@ impl Context {
                 node: self.node.to_string(),
                 index,
                 payload,
+                signal: None,
             });
         }
         Err(Error::Suspended {

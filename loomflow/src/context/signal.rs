@@ -8,9 +8,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 
 use super::Context;
+use crate::Result;
 use crate::event::EventKind;
-use crate::runtime::signals::decode;
-use crate::{Error, Result};
+use crate::runtime::JournalKey;
+use crate::runtime::signals::{Received, decode};
 
 /// A wait for a signal on the run's session; configure it, then `.await` it.
 ///
@@ -21,10 +22,23 @@ pub struct WaitForSignal<'a, T> {
     name: String,
     timeout: Option<Duration>,
     framework: bool,
+    suspend: bool,
     _type: PhantomData<fn() -> T>,
 }
 
 impl<T> WaitForSignal<'_, T> {
+    /// When no payload is queued, suspends the run instead of parking in memory.
+    ///
+    /// The run stops with [`RunOutcome::Interrupted`](crate::RunOutcome::Interrupted), its
+    /// interrupt naming the signal; the process may exit. Once the signal has been sent
+    /// (from any process, on a durable runtime), [`CompiledGraph::recover`](crate::CompiledGraph::recover)
+    /// runs the node again and this wait returns the payload. Use it for waits of hours or
+    /// days.
+    pub fn or_suspend(mut self) -> Self {
+        self.suspend = true;
+        self
+    }
+
     /// Gives up after `timeout` with [`SignalError::Timeout`](crate::runtime::SignalError::Timeout).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
@@ -47,6 +61,14 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             if let Some(recorded) = runtime.store().get_journal(&key).await? {
                 return Ok(decode(session, &name, recorded)?);
             }
+            if self.suspend {
+                match runtime.receive_now(session, &name, self.framework).await? {
+                    Some(received) => {
+                        return accept(ctx, &name, received, key, self.framework).await;
+                    }
+                    None => return Err(ctx.suspend_for_signal(&name)),
+                }
+            }
             ctx.run.emit(
                 ctx.step,
                 Some(&ctx.node),
@@ -60,23 +82,36 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             let received = runtime
                 .receive(session, &name, self.timeout, self.framework)
                 .await?;
-            let value = match decode::<T>(session, &name, received.payload.clone()) {
-                Ok(value) => value,
-                Err(error) => {
-                    runtime.give_back(session, &name, received.raw, self.framework);
-                    return Err(error.into());
-                }
-            };
-            if let Err(error) = runtime
-                .consume(session, received.seq, key, received.payload.clone())
-                .await
-            {
-                runtime.give_back(session, &name, received.raw, self.framework);
-                return Err(error);
-            }
-            Ok(value)
+            accept(ctx, &name, received, key, self.framework).await
         })
     }
+}
+
+/// Types a received payload and journals its consumption; gives it back on failure.
+async fn accept<T: DeserializeOwned>(
+    ctx: &Context,
+    name: &str,
+    received: Received,
+    key: JournalKey,
+    framework: bool,
+) -> Result<T> {
+    let runtime = ctx.runtime();
+    let session = ctx.thread();
+    let value = match decode::<T>(session, name, received.payload.clone()) {
+        Ok(value) => value,
+        Err(error) => {
+            runtime.give_back(session, name, received.raw, framework);
+            return Err(error.into());
+        }
+    };
+    if let Err(error) = runtime
+        .consume(session, received.seq, key, received.payload.clone())
+        .await
+    {
+        runtime.give_back(session, name, received.raw, framework);
+        return Err(error);
+    }
+    Ok(value)
 }
 
 impl Context {
@@ -137,6 +172,7 @@ impl Context {
             name: name.into(),
             timeout: None,
             framework: false,
+            suspend: false,
             _type: PhantomData,
         }
     }
@@ -152,6 +188,7 @@ impl Context {
             name: name.into(),
             timeout: None,
             framework: true,
+            suspend: false,
             _type: PhantomData,
         }
     }
@@ -169,19 +206,9 @@ impl Context {
         if let Some(recorded) = runtime.store().get_journal(&key).await? {
             return Ok(Some(decode(session, name, recorded)?));
         }
-        let Some(received) = runtime.receive_now(session, name, false).await? else {
-            return Ok(None);
-        };
-        let value = match decode::<T>(session, name, received.payload.clone()) {
-            Ok(value) => value,
-            Err(error) => {
-                runtime.give_back(session, name, received.raw, false);
-                return Err(Error::from(error));
-            }
-        };
-        runtime
-            .consume(session, received.seq, key, received.payload.clone())
-            .await?;
-        Ok(Some(value))
+        match runtime.receive_now(session, name, false).await? {
+            Some(received) => accept(self, name, received, key, false).await.map(Some),
+            None => Ok(None),
+        }
     }
 }

@@ -258,6 +258,10 @@ async fn locate<S: State>(
                         g, thread, cp.state,
                     )?)));
                 }
+                // A run waiting for signals is run again: the signals may have arrived.
+                RunStatus::Interrupted if cp.interrupts.iter().any(|i| i.signal.is_some()) => {
+                    (from_checkpoint(g, thread, cp)?, false)
+                }
                 RunStatus::Interrupted => {
                     let interrupts = cp.interrupts.clone();
                     return Ok(Located::Finished(RunOutcome::Interrupted {
@@ -344,6 +348,14 @@ fn resume_position<S: State>(
             }
             .into());
         };
+        if let Some(signal) = &interrupt.signal {
+            return Err(RunError::WaitsForSignal {
+                thread: thread.to_owned(),
+                id,
+                signal: signal.clone(),
+            }
+            .into());
+        }
         additions.push((interrupt.node.clone(), interrupt.index, value));
     }
     for (node, index, value) in additions {

@@ -86,12 +86,22 @@ async fn checkpoints_round_trip(store: &dyn Store) {
         node: "z".into(),
         state: json!({"a": 3}),
     }];
-    second.interrupts = vec![Interrupt {
-        id: "y#0".into(),
-        node: "y".into(),
-        index: 0,
-        payload: json!("ok?"),
-    }];
+    second.interrupts = vec![
+        Interrupt {
+            id: "y#0".into(),
+            node: "y".into(),
+            index: 0,
+            payload: json!("ok?"),
+            signal: None,
+        },
+        Interrupt {
+            id: "y#signal:go".into(),
+            node: "y".into(),
+            index: 1,
+            payload: json!(null),
+            signal: Some("go".into()),
+        },
+    ];
     second.resume_values.insert("y".into(), vec![json!(true)]);
     second.error = Some("boom".into());
     let id2 = store.put_checkpoint(second.clone()).await.unwrap();

@@ -66,6 +66,10 @@ pub struct Interrupt {
     pub index: usize,
     /// What the node sent out (a question for a person, a pending tool call, …).
     pub payload: Value,
+    /// Set when the node suspended to wait for this signal rather than for a resume value:
+    /// sending the signal and calling `recover` carries the run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
 }
 
 /// The finished copy of the state of a node whose siblings suspended: it is merged when the
