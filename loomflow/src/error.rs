@@ -18,6 +18,9 @@ pub enum Error {
     /// A run failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A model call failed.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
     /// A value could not be converted to or from JSON.
     #[error("json conversion failed for {what}")]
     Json {

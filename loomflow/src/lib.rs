@@ -3,6 +3,7 @@
 extern crate self as loomflow;
 
 pub mod error;
+pub mod model;
 
 #[doc(inline)]
 pub use error::{Error, Result};
