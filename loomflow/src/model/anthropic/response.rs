@@ -91,11 +91,17 @@ pub(super) fn parse(
         .map_err(|e| decode_error(target, format!("not a message: {e}")))?;
     let mut content = String::new();
     let mut tool_calls = Vec::new();
+    let mut output_seen = false;
     for block in reply.content {
         match block {
             Block::Text { text } => content.push_str(&text),
+            // The answer is the first call of the output tool; a model that calls it again
+            // does not get a second document glued to the first.
             Block::ToolUse { name, input, .. } if Some(name.as_str()) == output_tool => {
-                content.push_str(&input.to_string());
+                if !output_seen {
+                    output_seen = true;
+                    content = input.to_string();
+                }
             }
             Block::ToolUse { id, name, input } => tool_calls.push(ToolCall {
                 id,
@@ -156,7 +162,10 @@ mod tests {
     #[test]
     fn output_tool_input_becomes_the_text() {
         let body = json!({
-            "content": [{"type": "tool_use", "id": "t", "name": "answer", "input": {"n": 4}}],
+            "content": [
+                {"type": "tool_use", "id": "t", "name": "answer", "input": {"n": 4}},
+                {"type": "tool_use", "id": "u", "name": "answer", "input": {}}
+            ],
             "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}
         });
         let response = parse(body.to_string().as_bytes(), &target(), Some("answer")).unwrap();

@@ -102,6 +102,7 @@ pub(super) struct Decoder {
     output_tool: Option<String>,
     blocks: HashMap<usize, Block>,
     tool_calls: usize,
+    output_seen: bool,
     usage: WireUsage,
     stop_reason: Option<String>,
 }
@@ -113,6 +114,7 @@ impl Decoder {
             output_tool,
             blocks: HashMap::new(),
             tool_calls: 0,
+            output_seen: false,
             usage: WireUsage::default(),
             stop_reason: None,
         }
@@ -143,9 +145,16 @@ impl EventDecoder for Decoder {
                         }
                         Block::Text
                     }
+                    // only the first call of the output tool is the answer
+                    BlockStart::ToolUse { name, .. }
+                        if self.output_seen && Some(&name) == self.output_tool.as_ref() =>
+                    {
+                        Block::Other
+                    }
                     BlockStart::ToolUse { name, input, .. }
                         if Some(&name) == self.output_tool.as_ref() =>
                     {
+                        self.output_seen = true;
                         if let Some(text) = initial_input(&input) {
                             out.push_back(Ok(StreamChunk::Text { text }));
                         }
