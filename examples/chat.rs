@@ -81,6 +81,13 @@ fn build_model(args: &Args) -> Result<Arc<dyn Model>, loomflow::model::ModelErro
             }
             Ok(Arc::new(builder.build()?))
         }
+        (None, Some(model)) if args.anthropic => {
+            let mut builder = AnthropicModel::builder(model.as_str());
+            if let Some(key) = &args.api_key {
+                builder = builder.api_key(key.as_str());
+            }
+            Ok(Arc::new(builder.build()?))
+        }
         (None, Some(model)) => match &args.api_key {
             Some(key) => loomflow::model::resolve_with_key(model, key.as_str()),
             None => resolve(model),

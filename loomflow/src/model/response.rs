@@ -266,7 +266,7 @@ pub async fn collect_stream(mut stream: ChunkStream) -> Result<ModelResponse, Mo
     while let Some(chunk) = stream.next().await {
         acc.push(chunk?);
     }
-    acc.finish("stream", "unknown")
+    acc.finish("model", "(unnamed)")
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ impl SseParser {
                 bytes = &bytes[1..];
             }
         }
-        while let Some(end) = memchr_line_end(bytes) {
+        while let Some(end) = find_line_end(bytes) {
             let (line, rest) = bytes.split_at(end);
             let is_cr = rest[0] == b'\r';
             bytes = &rest[1..];
@@ -111,7 +111,7 @@ impl SseParser {
         if line[0] == b':' {
             return;
         }
-        let (field, value) = match line.iter().position(|&b| b == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(colon) => {
                 let value = &line[colon + 1..];
                 (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
@@ -146,8 +146,8 @@ impl SseParser {
     }
 }
 
-fn memchr_line_end(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n' || b == b'\r')
+fn find_line_end(bytes: &[u8]) -> Option<usize> {
+    memchr::memchr2(b'\n', b'\r', bytes)
 }
 
 #[cfg(test)]

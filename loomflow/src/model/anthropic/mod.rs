@@ -83,7 +83,8 @@ impl AnthropicModelBuilder {
         self
     }
 
-    /// Uses this key instead of the `ANTHROPIC_API_KEY` environment variable.
+    /// Uses this key. Without one, api.anthropic.com gets the `ANTHROPIC_API_KEY` environment
+    /// variable and other base URLs get no key (the variable's key is never sent elsewhere).
     pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
         self.key = Some(key.into());
         self
@@ -125,8 +126,14 @@ impl AnthropicModelBuilder {
                 message: format!("base url {base:?} does not start with http:// or https://"),
             });
         }
-        let key = self.key.or_else(|| ApiKey::from_env(ANTHROPIC_API_KEY_ENV));
-        if base.starts_with(ANTHROPIC_BASE_URL) && key.is_none() {
+        let official = base.starts_with(ANTHROPIC_BASE_URL);
+        // The environment's key is for Anthropic: it is never sent to another server.
+        let key = self.key.or_else(|| {
+            official
+                .then(|| ApiKey::from_env(ANTHROPIC_API_KEY_ENV))
+                .flatten()
+        });
+        if official && key.is_none() {
             return Err(ModelError::MissingApiKey {
                 provider: PROVIDER.to_owned(),
                 env: ANTHROPIC_API_KEY_ENV.to_owned(),
@@ -192,7 +199,14 @@ impl Inner {
             .header("anthropic-version", ANTHROPIC_VERSION)
             .body(body.to_vec());
         match &self.key {
-            Some(key) => builder.header("x-api-key", key.expose()),
+            Some(key) => match reqwest::header::HeaderValue::from_str(key.expose()) {
+                Ok(mut value) => {
+                    // keeps the key out of any Debug output of the request
+                    value.set_sensitive(true);
+                    builder.header("x-api-key", value)
+                }
+                Err(_) => builder.header("x-api-key", key.expose()),
+            },
             None => builder,
         }
     }

@@ -80,7 +80,8 @@ impl OpenAiModelBuilder {
         self
     }
 
-    /// Uses this key instead of the `OPENAI_API_KEY` environment variable.
+    /// Uses this key. Without one, api.openai.com gets the `OPENAI_API_KEY` environment
+    /// variable and other base URLs get no key (the variable's key is never sent elsewhere).
     pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
         self.key = Some(key.into());
         self
@@ -121,7 +122,12 @@ impl OpenAiModelBuilder {
             });
         }
         let official = official || provider == "openai";
-        let key = self.key.or_else(|| ApiKey::from_env(OPENAI_API_KEY_ENV));
+        // The environment's key is for OpenAI: it is never sent to another server.
+        let key = self.key.or_else(|| {
+            official
+                .then(|| ApiKey::from_env(OPENAI_API_KEY_ENV))
+                .flatten()
+        });
         if official && key.is_none() {
             return Err(ModelError::MissingApiKey {
                 provider: provider.to_owned(),
