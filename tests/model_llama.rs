@@ -6,6 +6,7 @@
 //! parameters: the tests check the protocol's shape, never the words.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::io::Write;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -22,7 +23,11 @@ fn llm_url(test: &str) -> Option<String> {
     match std::env::var("LOOMFLOW_LLM_URL") {
         Ok(url) if !url.trim().is_empty() => Some(url.trim().trim_end_matches('/').to_owned()),
         _ => {
-            println!("{test}: skipped: LOOMFLOW_LLM_URL not set");
+            // straight to stderr: the test harness captures println!, and a skip must show
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: skipped: LOOMFLOW_LLM_URL not set"
+            );
             None
         }
     }

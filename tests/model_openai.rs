@@ -459,3 +459,51 @@ async fn model_strings_resolve_to_a_compatible_server() {
     assert_eq!(sent.body["model"], "local-model");
     assert_eq!(sent.header("authorization"), None, "no key, no header");
 }
+
+#[tokio::test]
+async fn a_stalled_stream_times_out_after_its_first_chunks() {
+    let start = openai_sse(&[openai_chunk(
+        json!({"role": "assistant", "content": "Hi"}),
+        None,
+    )]);
+    let start = start.trim_end_matches("data: [DONE]\n\n").to_owned();
+    let server = MockServer::start(vec![
+        Reply::SseThenHang {
+            pieces: vec![start.into_bytes()],
+        },
+        Reply::json(
+            429,
+            json!({"error": {"message": "slow down", "type": "requests"}}),
+        )
+        .with_header("retry-after-ms", "30")
+        .with_header("retry-after", "9"),
+        Reply::json(
+            200,
+            openai_completion(json!({"role": "assistant", "content": "ok"}), "stop", 1, 1),
+        ),
+    ])
+    .await;
+    let model = OpenAiModel::builder("gpt-test")
+        .base_url(format!("{}/v1", server.url()))
+        .retry(RetryPolicy::none().max_attempts(2))
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut stream = model.stream(ModelRequest::new(vec![Message::user("Hi")]));
+    assert_eq!(
+        stream.next().await.unwrap().unwrap(),
+        StreamChunk::Text { text: "Hi".into() }
+    );
+    let err = stream.next().await.unwrap().unwrap_err();
+    assert!(matches!(err, ModelError::Timeout { .. }), "{err:?}");
+    assert!(stream.next().await.is_none());
+
+    // retry-after-ms wins over retry-after: the retry comes well before 9 s
+    let started = Instant::now();
+    let response = model
+        .complete(ModelRequest::new(vec![Message::user("Hi")]))
+        .await
+        .unwrap();
+    assert_eq!(response.content, "ok");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

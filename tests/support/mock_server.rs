@@ -40,6 +40,8 @@ pub(crate) enum Reply {
     /// An SSE body, sent as one HTTP chunk per piece. With `cut`, the connection closes
     /// after the pieces without ending the body.
     Sse { pieces: Vec<Vec<u8>>, cut: bool },
+    /// Sends the SSE pieces, then neither sends more nor closes (for idle timeouts).
+    SseThenHang { pieces: Vec<Vec<u8>> },
     /// Never answers (for timeouts); the connection stays open until the test ends.
     Hang,
 }
@@ -200,6 +202,17 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) {
                 if socket.write_all(b"0\r\n\r\n").await.is_err() {
                     return;
                 }
+            }
+            Reply::SseThenHang { pieces } => {
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                let mut out = head.as_bytes().to_vec();
+                for piece in pieces {
+                    out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    out.extend_from_slice(&piece);
+                    out.extend_from_slice(b"\r\n");
+                }
+                let _ = socket.write_all(&out).await;
+                std::future::pending::<()>().await;
             }
             Reply::Hang => {
                 std::future::pending::<()>().await;

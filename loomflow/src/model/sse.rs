@@ -124,7 +124,7 @@ impl SseParser {
                     self.data.push('\n');
                 }
                 self.has_data = true;
-                self.data.push_str(&String::from_utf8_lossy(value));
+                push_utf8(&mut self.data, value);
             }
             b"event" => self.event = Some(String::from_utf8_lossy(value).into_owned()),
             b"id" => self.id = Some(String::from_utf8_lossy(value).into_owned()),
@@ -143,6 +143,15 @@ impl SseParser {
             data: std::mem::take(&mut self.data),
             id: self.id.clone(),
         });
+    }
+}
+
+/// Appends `bytes` as text; invalid UTF-8 becomes U+FFFD. `from_utf8` first: it is much
+/// faster than the lossy path on the (usual) valid input.
+fn push_utf8(out: &mut String, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => out.push_str(text),
+        Err(_) => out.push_str(&String::from_utf8_lossy(bytes)),
     }
 }
 

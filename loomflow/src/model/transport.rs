@@ -53,11 +53,20 @@ pub(crate) async fn send_once(
     if status.is_success() {
         return Ok(response);
     }
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
+    let headers = response.headers();
+    // `retry-after-ms` (OpenAI) is the more precise of the two when both are sent.
+    let retry_after = headers
+        .get("retry-after-ms")
         .and_then(|v| v.to_str().ok())
-        .and_then(parse_retry_after);
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .map(|ms| Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0))
+        .or_else(|| {
+            headers
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after)
+        });
     let body = response.text().await.unwrap_or_default();
     Err(status_error(
         target,
