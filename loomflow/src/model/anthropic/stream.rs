@@ -231,3 +231,105 @@ fn initial_input(input: &serde_json::Value) -> Option<String> {
         other => Some(other.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::transport::sse_chunks;
+    use crate::model::{FinishReason, ModelResponse, ToolCall, collect_stream};
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn transcript() -> String {
+        let events = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                "content": [], "model": "claude-x", "stop_reason": null,
+                "usage": {"input_tokens": 20, "cache_read_input_tokens": 4, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "x"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "ping"}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Naïve "}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "plan."}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"q\": [1,"}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": " 2]}"}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 30}}),
+            json!({"type": "message_stop"}),
+        ];
+        events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect()
+    }
+
+    fn decode(pieces: Vec<Vec<u8>>) -> Result<ModelResponse, ModelError> {
+        let target = Target {
+            provider: "anthropic",
+            model: "claude-x".into(),
+            url: String::new(),
+        };
+        let body = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, reqwest::Error>));
+        let stream = sse_chunks(
+            body,
+            Decoder::new(target.clone(), None),
+            Duration::from_secs(5),
+            target,
+        );
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(collect_stream(stream))
+    }
+
+    #[test]
+    fn decodes_thinking_text_tool_use_and_usage() {
+        let response = decode(vec![transcript().into_bytes()]).unwrap();
+        assert_eq!(response.content, "Naïve plan.");
+        assert_eq!(
+            response.tool_calls,
+            vec![ToolCall::new("toolu_1", "f", json!({"q": [1, 2]}))]
+        );
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(
+            response.usage,
+            Usage {
+                input_tokens: 24,
+                output_tokens: 30,
+                cached_tokens: 4
+            }
+        );
+    }
+
+    #[test]
+    fn a_body_without_message_stop_is_cut() {
+        let text = transcript();
+        let cut = &text[..text.find("event: message_stop").unwrap()];
+        let err = decode(vec![cut.as_bytes().to_vec()]).unwrap_err();
+        assert!(matches!(err, ModelError::StreamCut { .. }), "{err:?}");
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_decodes_to_the_same_response(cuts in proptest::collection::vec(0usize..4096, 0..40)) {
+            let text = transcript().into_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut start = 0;
+            for cut in cuts {
+                pieces.push(text[start..cut].to_vec());
+                start = cut;
+            }
+            pieces.push(text[start..].to_vec());
+            prop_assert_eq!(decode(pieces).unwrap(), decode(vec![text.clone()]).unwrap());
+        }
+    }
+}

@@ -113,3 +113,93 @@ impl EventDecoder for Decoder {
         Ok(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::transport::sse_chunks;
+    use crate::model::{ModelResponse, ToolCall, collect_stream};
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn transcript() -> String {
+        let chunks = [
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Sür"}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "e."}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"x\""}},
+                {"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": ""}}
+            ]}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "function": {"arguments": ": 1}"}}]}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}),
+        ];
+        let mut text = String::from(": hello\r\n\r\n");
+        for chunk in chunks {
+            text.push_str(&format!("data: {chunk}\r\n\r\n"));
+        }
+        text + "data: [DONE]\r\n\r\n"
+    }
+
+    fn decode(pieces: Vec<Vec<u8>>) -> Result<ModelResponse, ModelError> {
+        let target = Target {
+            provider: "openai",
+            model: "m".into(),
+            url: String::new(),
+        };
+        let body = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, reqwest::Error>));
+        let stream = sse_chunks(
+            body,
+            Decoder::new(target.clone()),
+            Duration::from_secs(5),
+            target,
+        );
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(collect_stream(stream))
+    }
+
+    #[test]
+    fn decodes_text_parallel_tool_calls_and_usage() {
+        let response = decode(vec![transcript().into_bytes()]).unwrap();
+        assert_eq!(response.content, "Süre.");
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                ToolCall::new("call_a", "f", json!({"x": 1})),
+                ToolCall::new("call_b", "g", json!({}))
+            ]
+        );
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(response.usage.total_tokens(), 12);
+    }
+
+    #[test]
+    fn a_body_without_done_is_cut() {
+        let text = transcript();
+        let cut = text.trim_end_matches("data: [DONE]\r\n\r\n");
+        let err = decode(vec![cut.as_bytes().to_vec()]).unwrap_err();
+        assert!(matches!(err, ModelError::StreamCut { .. }), "{err:?}");
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_decodes_to_the_same_response(cuts in proptest::collection::vec(0usize..2048, 0..30)) {
+            let text = transcript().into_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut start = 0;
+            for cut in cuts {
+                pieces.push(text[start..cut].to_vec());
+                start = cut;
+            }
+            pieces.push(text[start..].to_vec());
+            prop_assert_eq!(decode(pieces).unwrap(), decode(vec![text.clone()]).unwrap());
+        }
+    }
+}
