@@ -27,7 +27,8 @@ struct Counter {
 }
 
 fn temp_db(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("loomflow-bench-{name}-{}.db", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("loomflow-bench-{name}-{}.db", std::process::id()));
     remove_db(&path);
     path
 }
@@ -65,7 +66,10 @@ fn chain(nodes: usize) -> CompiledGraph<Counter> {
     for i in 1..nodes {
         graph = graph.edge(format!("n{}", i - 1), format!("n{i}"));
     }
-    graph.edge(format!("n{}", nodes - 1), END).compile().unwrap()
+    graph
+        .edge(format!("n{}", nodes - 1), END)
+        .compile()
+        .unwrap()
 }
 
 fn asks_once() -> CompiledGraph<Counter> {
@@ -104,7 +108,10 @@ fn bench(c: &mut Criterion) {
                 let (graph, runtime) = (&graph, &runtime);
                 let name = format!("t{thread}");
                 async move {
-                    let out = graph.invoke(runtime, name, Counter::default()).await.unwrap();
+                    let out = graph
+                        .invoke(runtime, name, Counter::default())
+                        .await
+                        .unwrap();
                     assert_eq!(out.state().n, 100);
                 }
             });
@@ -113,7 +120,10 @@ fn bench(c: &mut Criterion) {
         let started = Instant::now();
         rt.block_on(async {
             for i in 0..runs {
-                graph.invoke(&runtime, format!("s{i}"), Counter::default()).await.unwrap();
+                graph
+                    .invoke(&runtime, format!("s{i}"), Counter::default())
+                    .await
+                    .unwrap();
             }
         });
         let per_node = started.elapsed().as_secs_f64() * 1e6 / f64::from(runs * 100);
@@ -133,7 +143,10 @@ fn bench(c: &mut Criterion) {
         let one = Instant::now();
         rt.block_on(async {
             for i in 0..5 {
-                short.invoke(&runtime, format!("one{i}"), Counter::default()).await.unwrap();
+                short
+                    .invoke(&runtime, format!("one{i}"), Counter::default())
+                    .await
+                    .unwrap();
             }
         });
         let one_rate = f64::from(5 * 20) / one.elapsed().as_secs_f64();
@@ -167,7 +180,10 @@ fn bench(c: &mut Criterion) {
                 let (ask, runtime) = (&ask, &runtime);
                 let name = format!("t{thread}");
                 async move {
-                    let out = ask.invoke(runtime, name.clone(), Counter::default()).await.unwrap();
+                    let out = ask
+                        .invoke(runtime, name.clone(), Counter::default())
+                        .await
+                        .unwrap();
                     assert_eq!(out.interrupts().len(), 1);
                     let done = ask.resume(runtime, name, 7).await.unwrap();
                     assert_eq!(done.state().n, 7);
@@ -188,7 +204,13 @@ fn bench(c: &mut Criterion) {
         rt.block_on(async {
             for chunk in 0..(runs / 100) {
                 let handles: Vec<_> = (0..100)
-                    .map(|i| ask.start(&runtime, format!("r{}", chunk * 100 + i), Counter::default()))
+                    .map(|i| {
+                        ask.start(
+                            &runtime,
+                            format!("r{}", chunk * 100 + i),
+                            Counter::default(),
+                        )
+                    })
                     .collect();
                 for handle in handles {
                     assert_eq!(handle.await.unwrap().interrupts().len(), 1);
@@ -201,7 +223,10 @@ fn bench(c: &mut Criterion) {
         rt.block_on(async {
             for chunk in 0..(runs / 100) {
                 let handles: Vec<_> = (0..100)
-                    .map(|i| ask.resume(&runtime, format!("r{}", chunk * 100 + i), 1).start())
+                    .map(|i| {
+                        ask.resume(&runtime, format!("r{}", chunk * 100 + i), 1)
+                            .start()
+                    })
                     .collect();
                 for handle in handles {
                     assert!(handle.await.unwrap().is_completed());

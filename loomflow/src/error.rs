@@ -21,6 +21,9 @@ pub enum Error {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] crate::runtime::StoreError),
+    /// A model call failed.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
     /// A value could not be converted to or from JSON.
     #[error("json conversion failed for {what}")]
     Json {

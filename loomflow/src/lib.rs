@@ -64,6 +64,7 @@ pub mod context;
 pub mod error;
 pub mod event;
 pub mod graph;
+pub mod model;
 pub mod runtime;
 
 #[doc(inline)]

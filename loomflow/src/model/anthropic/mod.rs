@@ -1,0 +1,293 @@
+//! The Anthropic Messages adapter (`POST {base}/v1/messages`), for Anthropic and any server
+//! that speaks the same API (llama.cpp does).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::retry::with_retry;
+use super::transport::{self, Target};
+use super::{
+    ApiKey, BoxFuture, ChunkStream, Model, ModelError, ModelRequest, ModelResponse, RetryPolicy,
+};
+
+mod request;
+mod response;
+mod stream;
+
+/// Anthropic's API address; the default base URL (without `/v1`).
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The environment variable the key is read from when none is given.
+pub const ANTHROPIC_API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+
+/// The `anthropic-version` header sent.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// A model behind the Anthropic Messages API.
+///
+/// Clones share one HTTP client (rustls with the `ring` provider). Non-streamed and streamed
+/// replies (`message_start` … `message_stop`), tool calls (parallel ones too), usage (cache
+/// reads count as cached input), retries and a per-request timeout. An output schema becomes
+/// a forced tool whose input is returned as the reply's text, so the response looks like any
+/// structured reply.
+///
+/// # Examples
+///
+/// ```no_run
+/// use loomflow::model::{AnthropicModel, Message, Model, ModelRequest};
+///
+/// # #[allow(dead_code)]
+/// # async fn run() -> Result<(), loomflow::model::ModelError> {
+/// let model = AnthropicModel::new("claude-sonnet-4-5")?; // key from ANTHROPIC_API_KEY
+/// let reply = model.complete(ModelRequest::new(vec![Message::user("Hi!")])).await?;
+/// println!("{}", reply.content);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct AnthropicModel {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: reqwest::Client,
+    name: String,
+    model: String,
+    url: String,
+    key: Option<ApiKey>,
+    retry: RetryPolicy,
+    timeout: Duration,
+    default_max_tokens: u32,
+}
+
+const PROVIDER: &str = "anthropic";
+
+/// Builds an [`AnthropicModel`].
+#[derive(Debug)]
+#[must_use]
+pub struct AnthropicModelBuilder {
+    model: String,
+    base_url: Option<String>,
+    key: Option<ApiKey>,
+    retry: RetryPolicy,
+    timeout: Duration,
+    default_max_tokens: u32,
+}
+
+impl AnthropicModelBuilder {
+    /// Sends requests to this base URL (without `/v1`), e.g. `http://127.0.0.1:8080`.
+    /// The default is [`ANTHROPIC_BASE_URL`].
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+
+    /// Uses this key. Without one, api.anthropic.com gets the `ANTHROPIC_API_KEY` environment
+    /// variable and other base URLs get no key (the variable's key is never sent elsewhere).
+    pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the retry policy (default: [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Sets the per-request timeout (default 120 s). When streaming it bounds the wait for
+    /// the answer's headers and then for each next piece of the body.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The `max_tokens` sent when a request sets none (the API requires one; default 4096).
+    pub fn default_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.default_max_tokens = max_tokens;
+        self
+    }
+
+    /// Builds the adapter.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::MissingApiKey`] for api.anthropic.com without a key (other base URLs may
+    /// go without one); [`ModelError::Config`] for a base URL that is not `http(s)://…` or a
+    /// TLS set-up failure.
+    pub fn build(self) -> Result<AnthropicModel, ModelError> {
+        let base = self
+            .base_url
+            .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ModelError::Config {
+                provider: PROVIDER.to_owned(),
+                message: format!("base url {base:?} does not start with http:// or https://"),
+            });
+        }
+        let official = base.starts_with(ANTHROPIC_BASE_URL);
+        // The environment's key is for Anthropic: it is never sent to another server.
+        let key = self.key.or_else(|| {
+            official
+                .then(|| ApiKey::from_env(ANTHROPIC_API_KEY_ENV))
+                .flatten()
+        });
+        if official && key.is_none() {
+            return Err(ModelError::MissingApiKey {
+                provider: PROVIDER.to_owned(),
+                env: ANTHROPIC_API_KEY_ENV.to_owned(),
+            });
+        }
+        Ok(AnthropicModel {
+            inner: Arc::new(Inner {
+                client: transport::build_client(PROVIDER)?,
+                name: format!("{PROVIDER}:{}", self.model),
+                model: self.model,
+                url: format!("{}/v1/messages", base.trim_end_matches('/')),
+                key,
+                retry: self.retry,
+                timeout: self.timeout,
+                default_max_tokens: self.default_max_tokens,
+            }),
+        })
+    }
+}
+
+impl AnthropicModel {
+    /// A builder for `model` (e.g. `claude-sonnet-4-5`).
+    pub fn builder(model: impl Into<String>) -> AnthropicModelBuilder {
+        AnthropicModelBuilder {
+            model: model.into(),
+            base_url: None,
+            key: None,
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(120),
+            default_max_tokens: 4096,
+        }
+    }
+
+    /// `model` on api.anthropic.com, with the key from `ANTHROPIC_API_KEY`.
+    ///
+    /// # Errors
+    ///
+    /// As [`AnthropicModelBuilder::build`].
+    pub fn new(model: impl Into<String>) -> Result<Self, ModelError> {
+        Self::builder(model).build()
+    }
+
+    /// The model name requests use unless they name another.
+    pub fn model(&self) -> &str {
+        &self.inner.model
+    }
+}
+
+impl Inner {
+    fn target(&self, request: &ModelRequest) -> Target {
+        Target {
+            provider: PROVIDER,
+            model: request.model.clone().unwrap_or_else(|| self.model.clone()),
+            url: self.url.clone(),
+        }
+    }
+
+    fn post(&self, body: &[u8]) -> reqwest::RequestBuilder {
+        let builder = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .body(body.to_vec());
+        match &self.key {
+            Some(key) => match reqwest::header::HeaderValue::from_str(key.expose()) {
+                Ok(mut value) => {
+                    // keeps the key out of any Debug output of the request
+                    value.set_sensitive(true);
+                    builder.header("x-api-key", value)
+                }
+                Err(_) => builder.header("x-api-key", key.expose()),
+            },
+            None => builder,
+        }
+    }
+
+    fn encode(
+        &self,
+        request: &ModelRequest,
+        target: &Target,
+        stream: bool,
+    ) -> Result<Vec<u8>, ModelError> {
+        let body = request::body(request, &target.model, stream, self.default_max_tokens);
+        serde_json::to_vec(&body)
+            .map_err(|e| transport::decode_error(target, format!("cannot encode request: {e}")))
+    }
+
+    async fn complete(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let target = self.target(&request);
+        let body = self.encode(&request, &target, false)?;
+        let bytes = with_retry(&self.retry, PROVIDER, &target.model, || async {
+            let call = async {
+                let response =
+                    transport::send_once(self.post(&body), &target, self.key.as_ref()).await?;
+                response
+                    .bytes()
+                    .await
+                    .map_err(|e| transport::transport_error(e, &target))
+            };
+            tokio::time::timeout(self.timeout, call)
+                .await
+                .map_err(|_| transport::timeout_error(&target, self.timeout))?
+        })
+        .await?;
+        let output_tool = request.output_schema.as_ref().map(|s| s.name.as_str());
+        response::parse(&bytes, &target, output_tool)
+    }
+
+    async fn open_stream(
+        self: Arc<Self>,
+        request: ModelRequest,
+    ) -> Result<ChunkStream, ModelError> {
+        let target = self.target(&request);
+        let body = self.encode(&request, &target, true)?;
+        let response = with_retry(&self.retry, PROVIDER, &target.model, || async {
+            let call = transport::send_once(self.post(&body), &target, self.key.as_ref());
+            tokio::time::timeout(self.timeout, call)
+                .await
+                .map_err(|_| transport::timeout_error(&target, self.timeout))?
+        })
+        .await?;
+        let output_tool = request.output_schema.map(|s| s.name);
+        Ok(transport::sse_chunks(
+            Box::pin(response.bytes_stream()),
+            stream::Decoder::new(target.clone(), output_tool),
+            self.timeout,
+            target,
+        ))
+    }
+}
+
+impl Model for AnthropicModel {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let span = tracing::info_span!("model.complete", model = %self.inner.name);
+        Box::pin(tracing::Instrument::instrument(
+            self.inner.complete(request),
+            span,
+        ))
+    }
+
+    fn stream(&self, request: ModelRequest) -> ChunkStream {
+        let span = tracing::info_span!("model.stream", model = %self.inner.name);
+        let open = tracing::Instrument::instrument(self.inner.clone().open_stream(request), span);
+        Box::pin(
+            futures_util::stream::once(open).flat_map(|opened| match opened {
+                Ok(stream) => stream,
+                Err(error) => transport::failed(error),
+            }),
+        )
+    }
+}

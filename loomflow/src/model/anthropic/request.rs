@@ -1,0 +1,175 @@
+//! The Messages request body.
+
+use serde_json::{Map, Value, json};
+
+use crate::model::{Message, ModelRequest, ToolChoice};
+
+pub(super) fn body(
+    request: &ModelRequest,
+    model: &str,
+    stream: bool,
+    default_max_tokens: u32,
+) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), model.into());
+    body.insert(
+        "max_tokens".into(),
+        json!(request.max_tokens.unwrap_or(default_max_tokens)),
+    );
+    let system: Vec<&str> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::System { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !system.is_empty() {
+        body.insert("system".into(), system.join("\n\n").into());
+    }
+    body.insert("messages".into(), messages(&request.messages));
+
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": tool.parameters,
+            })
+        })
+        .collect();
+    let mut choice = request.tool_choice.as_ref().map(|choice| match choice {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+    });
+    if let Some(schema) = &request.output_schema {
+        // Structured output through a forced tool: the reply is that tool's input.
+        tools.push(json!({
+            "name": schema.name,
+            "description": "Respond with the final answer, following this schema exactly.",
+            "input_schema": schema.schema,
+        }));
+        if request.tools.is_empty() {
+            choice = Some(json!({"type": "tool", "name": schema.name}));
+        } else if !matches!(request.tool_choice, Some(ToolChoice::Tool(_))) {
+            choice = Some(json!({"type": "any"}));
+        }
+    }
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(choice) = choice {
+        body.insert("tool_choice".into(), choice);
+    }
+    if let Some(t) = request.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if !request.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(request.stop));
+    }
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    Value::Object(body)
+}
+
+/// The conversation as alternating user/assistant turns: consecutive messages of one side,
+/// such as the results of parallel tool calls, merge into one turn of several blocks.
+fn messages(messages: &[Message]) -> Value {
+    let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message {
+            Message::System { .. } => continue,
+            Message::User { content } => ("user", vec![text_block(content)]),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
+                if !content.is_empty() || tool_calls.is_empty() {
+                    blocks.push(text_block(content));
+                }
+                blocks.extend(tool_calls.iter().map(|call| {
+                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+                }));
+                ("assistant", blocks)
+            }
+            Message::Tool(result) => {
+                let mut block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": result.call_id,
+                    "content": result.content,
+                });
+                if result.is_error {
+                    block["is_error"] = Value::Bool(true);
+                }
+                ("user", vec![block])
+            }
+        };
+        match turns.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+fn text_block(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{OutputSchema, ToolCall, ToolDefinition};
+
+    #[test]
+    fn parallel_tool_results_merge_into_one_user_turn() {
+        let request = ModelRequest::new(vec![
+            Message::system("be brief"),
+            Message::user("u"),
+            Message::assistant_tool_calls(vec![
+                ToolCall::new("a", "f", json!({})),
+                ToolCall::new("b", "f", json!({"x": 2})),
+            ]),
+            Message::tool_result("a", "1"),
+            Message::tool_error("b", "bad x"),
+        ])
+        .tools(vec![ToolDefinition::new(
+            "f",
+            "f",
+            json!({"type": "object"}),
+        )])
+        .tool_choice(ToolChoice::Required);
+        let body = body(&request, "claude-x", false, 100);
+        assert_eq!(body["system"], "be brief");
+        assert_eq!(body["max_tokens"], 100);
+        let turns = body["messages"].as_array().unwrap();
+        assert_eq!(turns.len(), 3);
+        assert_eq!(turns[1]["content"][1]["input"], json!({"x": 2}));
+        assert_eq!(turns[2]["role"], "user");
+        assert_eq!(turns[2]["content"][1]["is_error"], true);
+        assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+        assert_eq!(body["tool_choice"], json!({"type": "any"}));
+    }
+
+    #[test]
+    fn output_schema_forces_a_tool() {
+        let request = ModelRequest::new(vec![Message::user("u")])
+            .output_schema(OutputSchema::new("answer", json!({"type": "object"})));
+        let body = body(&request, "claude-x", true, 100);
+        assert_eq!(body["tools"][0]["name"], "answer");
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "tool", "name": "answer"})
+        );
+        assert_eq!(body["stream"], true);
+    }
+}

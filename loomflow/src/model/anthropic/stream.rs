@@ -1,0 +1,335 @@
+//! Streamed Messages: `message_start`, `content_block_start` / `_delta` / `_stop`,
+//! `message_delta`, `message_stop`, plus `ping` and `error`.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::Deserialize;
+
+use super::response::{WireUsage, finish_reason};
+use crate::model::sse::SseEvent;
+use crate::model::transport::{EventDecoder, Target, decode_error};
+use crate::model::{ModelError, StreamChunk, Usage};
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event {
+    MessageStart {
+        message: StartMessage,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: BlockStart,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: BlockDelta,
+    },
+    ContentBlockStop {},
+    MessageDelta {
+        delta: MessageDeltaBody,
+        #[serde(default)]
+        usage: WireUsage,
+    },
+    MessageStop {},
+    Ping {},
+    Error {
+        error: WireError,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Deserialize)]
+struct StartMessage {
+    #[serde(default)]
+    usage: WireUsage,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockStart {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: serde_json::Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockDelta {
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct MessageDeltaBody {
+    stop_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireError {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    message: String,
+}
+
+enum Block {
+    Text,
+    /// A tool call, numbered among the reply's tool calls.
+    Tool(usize),
+    /// The forced output-schema tool: its input streams out as text.
+    Output,
+    Other,
+}
+
+pub(super) struct Decoder {
+    target: Target,
+    output_tool: Option<String>,
+    blocks: HashMap<usize, Block>,
+    tool_calls: usize,
+    output_seen: bool,
+    usage: WireUsage,
+    stop_reason: Option<String>,
+}
+
+impl Decoder {
+    pub(super) fn new(target: Target, output_tool: Option<String>) -> Self {
+        Self {
+            target,
+            output_tool,
+            blocks: HashMap::new(),
+            tool_calls: 0,
+            output_seen: false,
+            usage: WireUsage::default(),
+            stop_reason: None,
+        }
+    }
+}
+
+impl EventDecoder for Decoder {
+    fn decode(
+        &mut self,
+        event: SseEvent,
+        out: &mut VecDeque<Result<StreamChunk, ModelError>>,
+    ) -> Result<bool, ModelError> {
+        let parsed: Event = serde_json::from_str(&event.data)
+            .map_err(|e| decode_error(&self.target, format!("bad stream event: {e}")))?;
+        match parsed {
+            Event::MessageStart { message } => {
+                self.usage = message.usage;
+                out.push_back(Ok(StreamChunk::Usage(Usage::from(self.usage))));
+            }
+            Event::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                let block = match content_block {
+                    BlockStart::Text { text } => {
+                        if !text.is_empty() {
+                            out.push_back(Ok(StreamChunk::Text { text }));
+                        }
+                        Block::Text
+                    }
+                    // only the first call of the output tool is the answer
+                    BlockStart::ToolUse { name, .. }
+                        if self.output_seen && Some(&name) == self.output_tool.as_ref() =>
+                    {
+                        Block::Other
+                    }
+                    BlockStart::ToolUse { name, input, .. }
+                        if Some(&name) == self.output_tool.as_ref() =>
+                    {
+                        self.output_seen = true;
+                        if let Some(text) = initial_input(&input) {
+                            out.push_back(Ok(StreamChunk::Text { text }));
+                        }
+                        Block::Output
+                    }
+                    BlockStart::ToolUse { id, name, input } => {
+                        let ordinal = self.tool_calls;
+                        self.tool_calls += 1;
+                        out.push_back(Ok(StreamChunk::ToolCall {
+                            index: ordinal,
+                            id: Some(id),
+                            name: Some(name),
+                            arguments: initial_input(&input).unwrap_or_default(),
+                        }));
+                        Block::Tool(ordinal)
+                    }
+                    BlockStart::Other => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            Event::ContentBlockDelta { index, delta } => {
+                match (self.blocks.get(&index), delta) {
+                    (Some(Block::Text), BlockDelta::TextDelta { text })
+                    | (Some(Block::Output), BlockDelta::InputJsonDelta { partial_json: text }) => {
+                        out.push_back(Ok(StreamChunk::Text { text }));
+                    }
+                    (Some(Block::Tool(ordinal)), BlockDelta::InputJsonDelta { partial_json }) => {
+                        out.push_back(Ok(StreamChunk::ToolCall {
+                            index: *ordinal,
+                            id: None,
+                            name: None,
+                            arguments: partial_json,
+                        }));
+                    }
+                    (None, _) => {
+                        return Err(decode_error(
+                            &self.target,
+                            format!("delta for content block {index}, which never started"),
+                        ));
+                    }
+                    _ => {} // thinking, signatures and other deltas carry no reply text
+                }
+            }
+            Event::MessageDelta { delta, usage } => {
+                self.stop_reason = delta.stop_reason.or(self.stop_reason.take());
+                self.usage = self.usage.merge(usage);
+                out.push_back(Ok(StreamChunk::Usage(Usage::from(self.usage))));
+            }
+            Event::MessageStop {} => {
+                let reason = finish_reason(self.stop_reason.as_deref(), self.tool_calls > 0);
+                out.push_back(Ok(StreamChunk::Finish { reason }));
+                return Ok(true);
+            }
+            Event::Error { error } => {
+                return Err(ModelError::StreamError {
+                    provider: self.target.provider.to_owned(),
+                    model: self.target.model.clone(),
+                    kind: error.kind,
+                    message: error.message,
+                });
+            }
+            Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
+        }
+        Ok(false)
+    }
+}
+
+/// A tool block's `input` at its start: Anthropic sends `{}` and streams the rest; a server
+/// that sends the whole input at once has it here.
+fn initial_input(input: &serde_json::Value) -> Option<String> {
+    match input {
+        serde_json::Value::Object(map) if map.is_empty() => None,
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::transport::sse_chunks;
+    use crate::model::{FinishReason, ModelResponse, ToolCall, collect_stream};
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn transcript() -> String {
+        let events = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                "content": [], "model": "claude-x", "stop_reason": null,
+                "usage": {"input_tokens": 20, "cache_read_input_tokens": 4, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "x"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "ping"}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Naïve "}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "plan."}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"q\": [1,"}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": " 2]}"}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 30}}),
+            json!({"type": "message_stop"}),
+        ];
+        events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect()
+    }
+
+    fn decode(pieces: Vec<Vec<u8>>) -> Result<ModelResponse, ModelError> {
+        let target = Target {
+            provider: "anthropic",
+            model: "claude-x".into(),
+            url: String::new(),
+        };
+        let body = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, reqwest::Error>));
+        let stream = sse_chunks(
+            body,
+            Decoder::new(target.clone(), None),
+            Duration::from_secs(5),
+            target,
+        );
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(collect_stream(stream))
+    }
+
+    #[test]
+    fn decodes_thinking_text_tool_use_and_usage() {
+        let response = decode(vec![transcript().into_bytes()]).unwrap();
+        assert_eq!(response.content, "Naïve plan.");
+        assert_eq!(
+            response.tool_calls,
+            vec![ToolCall::new("toolu_1", "f", json!({"q": [1, 2]}))]
+        );
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(
+            response.usage,
+            Usage {
+                input_tokens: 24,
+                output_tokens: 30,
+                cached_tokens: 4
+            }
+        );
+    }
+
+    #[test]
+    fn a_body_without_message_stop_is_cut() {
+        let text = transcript();
+        let cut = &text[..text.find("event: message_stop").unwrap()];
+        let err = decode(vec![cut.as_bytes().to_vec()]).unwrap_err();
+        assert!(matches!(err, ModelError::StreamCut { .. }), "{err:?}");
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_decodes_to_the_same_response(cuts in proptest::collection::vec(0usize..4096, 0..40)) {
+            let text = transcript().into_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut start = 0;
+            for cut in cuts {
+                pieces.push(text[start..cut].to_vec());
+                start = cut;
+            }
+            pieces.push(text[start..].to_vec());
+            prop_assert_eq!(decode(pieces).unwrap(), decode(vec![text.clone()]).unwrap());
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The OpenAI Chat Completions adapter, for OpenAI and any compatible server (llama.cpp,
+//! vLLM, Ollama, gateways) through a base URL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::retry::with_retry;
+use super::transport::{self, Target};
+use super::{
+    ApiKey, BoxFuture, ChunkStream, Model, ModelError, ModelRequest, ModelResponse, RetryPolicy,
+};
+
+mod request;
+mod response;
+mod stream;
+
+/// OpenAI's API address; the default base URL.
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// The environment variable the key is read from when none is given.
+pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// A model behind the OpenAI Chat Completions API (`POST {base}/chat/completions`).
+///
+/// Clones share one HTTP client (rustls with the `ring` provider). Non-streamed and streamed
+/// replies, tool calls (parallel ones too), structured output through `response_format`
+/// `json_schema`, usage (with `stream_options.include_usage` when streaming), retries and a
+/// per-request timeout.
+///
+/// # Examples
+///
+/// ```no_run
+/// use loomflow::model::{Message, Model, ModelRequest, OpenAiModel};
+///
+/// # #[allow(dead_code)]
+/// # async fn run() -> Result<(), loomflow::model::ModelError> {
+/// // any OpenAI-compatible server; the key is optional off api.openai.com
+/// let model = OpenAiModel::builder("smollm2")
+///     .base_url("http://127.0.0.1:8080/v1")
+///     .build()?;
+/// let reply = model.complete(ModelRequest::new(vec![Message::user("Hi!")])).await?;
+/// println!("{}", reply.content);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct OpenAiModel {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: reqwest::Client,
+    provider: &'static str,
+    name: String,
+    model: String,
+    url: String,
+    official: bool,
+    key: Option<ApiKey>,
+    retry: RetryPolicy,
+    timeout: Duration,
+}
+
+/// Builds an [`OpenAiModel`].
+#[derive(Debug)]
+#[must_use]
+pub struct OpenAiModelBuilder {
+    model: String,
+    base_url: Option<String>,
+    key: Option<ApiKey>,
+    retry: RetryPolicy,
+    timeout: Duration,
+}
+
+impl OpenAiModelBuilder {
+    /// Sends requests to this base URL (up to and including `/v1`), e.g.
+    /// `http://127.0.0.1:8080/v1`. The default is [`OPENAI_BASE_URL`].
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+
+    /// Uses this key. Without one, api.openai.com gets the `OPENAI_API_KEY` environment
+    /// variable and other base URLs get no key (the variable's key is never sent elsewhere).
+    pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the retry policy (default: [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Sets the per-request timeout (default 120 s). When streaming it bounds the wait for
+    /// the answer's headers and then for each next piece of the body.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Builds the adapter.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::MissingApiKey`] for api.openai.com without a key (other base URLs may go
+    /// without one); [`ModelError::Config`] for a base URL that is not `http(s)://…` or a TLS
+    /// set-up failure.
+    pub fn build(self) -> Result<OpenAiModel, ModelError> {
+        let official = self.base_url.is_none();
+        let base = self.base_url.unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
+        let provider = if official || base.starts_with(OPENAI_BASE_URL) {
+            "openai"
+        } else {
+            "openai-compatible"
+        };
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ModelError::Config {
+                provider: provider.to_owned(),
+                message: format!("base url {base:?} does not start with http:// or https://"),
+            });
+        }
+        let official = official || provider == "openai";
+        // The environment's key is for OpenAI: it is never sent to another server.
+        let key = self.key.or_else(|| {
+            official
+                .then(|| ApiKey::from_env(OPENAI_API_KEY_ENV))
+                .flatten()
+        });
+        if official && key.is_none() {
+            return Err(ModelError::MissingApiKey {
+                provider: provider.to_owned(),
+                env: OPENAI_API_KEY_ENV.to_owned(),
+            });
+        }
+        let url = format!("{}/chat/completions", base.trim_end_matches('/'));
+        Ok(OpenAiModel {
+            inner: Arc::new(Inner {
+                client: transport::build_client(provider)?,
+                provider,
+                name: format!("{provider}:{}", self.model),
+                model: self.model,
+                url,
+                official,
+                key,
+                retry: self.retry,
+                timeout: self.timeout,
+            }),
+        })
+    }
+}
+
+impl OpenAiModel {
+    /// A builder for `model` (e.g. `gpt-4o`).
+    pub fn builder(model: impl Into<String>) -> OpenAiModelBuilder {
+        OpenAiModelBuilder {
+            model: model.into(),
+            base_url: None,
+            key: None,
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// `model` on api.openai.com, with the key from `OPENAI_API_KEY`.
+    ///
+    /// # Errors
+    ///
+    /// As [`OpenAiModelBuilder::build`].
+    pub fn new(model: impl Into<String>) -> Result<Self, ModelError> {
+        Self::builder(model).build()
+    }
+
+    /// The model name requests use unless they name another.
+    pub fn model(&self) -> &str {
+        &self.inner.model
+    }
+}
+
+impl Inner {
+    fn target(&self, request: &ModelRequest) -> Target {
+        Target {
+            provider: self.provider,
+            model: request.model.clone().unwrap_or_else(|| self.model.clone()),
+            url: self.url.clone(),
+        }
+    }
+
+    fn post(&self, body: &[u8]) -> reqwest::RequestBuilder {
+        let builder = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        match &self.key {
+            Some(key) => builder.bearer_auth(key.expose()),
+            None => builder,
+        }
+    }
+
+    fn encode(
+        &self,
+        request: &ModelRequest,
+        target: &Target,
+        stream: bool,
+    ) -> Result<Vec<u8>, ModelError> {
+        serde_json::to_vec(&request::body(
+            request,
+            &target.model,
+            stream,
+            self.official,
+        ))
+        .map_err(|e| transport::decode_error(target, format!("cannot encode request: {e}")))
+    }
+
+    async fn complete(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let target = self.target(&request);
+        let body = self.encode(&request, &target, false)?;
+        let bytes = with_retry(&self.retry, self.provider, &target.model, || async {
+            let call = async {
+                let response =
+                    transport::send_once(self.post(&body), &target, self.key.as_ref()).await?;
+                response
+                    .bytes()
+                    .await
+                    .map_err(|e| transport::transport_error(e, &target))
+            };
+            tokio::time::timeout(self.timeout, call)
+                .await
+                .map_err(|_| transport::timeout_error(&target, self.timeout))?
+        })
+        .await?;
+        response::parse(&bytes, &target)
+    }
+
+    async fn open_stream(
+        self: Arc<Self>,
+        request: ModelRequest,
+    ) -> Result<ChunkStream, ModelError> {
+        let target = self.target(&request);
+        let body = self.encode(&request, &target, true)?;
+        let response = with_retry(&self.retry, self.provider, &target.model, || async {
+            let call = transport::send_once(self.post(&body), &target, self.key.as_ref());
+            tokio::time::timeout(self.timeout, call)
+                .await
+                .map_err(|_| transport::timeout_error(&target, self.timeout))?
+        })
+        .await?;
+        Ok(transport::sse_chunks(
+            Box::pin(response.bytes_stream()),
+            stream::Decoder::new(target.clone()),
+            self.timeout,
+            target,
+        ))
+    }
+}
+
+impl Model for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let span = tracing::info_span!("model.complete", model = %self.inner.name);
+        Box::pin(tracing::Instrument::instrument(
+            self.inner.complete(request),
+            span,
+        ))
+    }
+
+    fn stream(&self, request: ModelRequest) -> ChunkStream {
+        let span = tracing::info_span!("model.stream", model = %self.inner.name);
+        let open = tracing::Instrument::instrument(self.inner.clone().open_stream(request), span);
+        Box::pin(
+            futures_util::stream::once(open).flat_map(|opened| match opened {
+                Ok(stream) => stream,
+                Err(error) => transport::failed(error),
+            }),
+        )
+    }
+}

@@ -1,0 +1,163 @@
+//! The Chat Completions request body.
+
+use serde_json::{Map, Value, json};
+
+use crate::model::{Message, ModelRequest, ToolChoice};
+
+pub(super) fn body(request: &ModelRequest, model: &str, stream: bool, official: bool) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), model.into());
+    body.insert(
+        "messages".into(),
+        request.messages.iter().map(message).collect(),
+    );
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    }
+                })
+            })
+            .collect();
+        body.insert("tools".into(), tools);
+    }
+    if let Some(choice) = &request.tool_choice {
+        let choice = match choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+        };
+        body.insert("tool_choice".into(), choice);
+    }
+    if let Some(schema) = &request.output_schema {
+        body.insert(
+            "response_format".into(),
+            json!({
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema.name,
+                    "schema": schema.schema,
+                    "strict": schema.strict,
+                }
+            }),
+        );
+    }
+    if let Some(t) = request.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(max) = request.max_tokens {
+        // api.openai.com deprecated `max_tokens` (reasoning models refuse it); compatible
+        // servers mostly know only the old name.
+        let field = if official {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body.insert(field.into(), json!(max));
+    }
+    if !request.stop.is_empty() {
+        body.insert("stop".into(), json!(request.stop));
+    }
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Value::Object(body)
+}
+
+fn message(message: &Message) -> Value {
+    match message {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut m = Map::new();
+            m.insert("role".into(), "assistant".into());
+            m.insert(
+                "content".into(),
+                if content.is_empty() && !tool_calls.is_empty() {
+                    Value::Null
+                } else {
+                    content.as_str().into()
+                },
+            );
+            if !tool_calls.is_empty() {
+                let calls = tool_calls
+                    .iter()
+                    .map(|call| {
+                        json!({
+                            "id": call.id,
+                            "type": "function",
+                            "function": {
+                                "name": call.name,
+                                "arguments": call.arguments.to_string(),
+                            }
+                        })
+                    })
+                    .collect();
+                m.insert("tool_calls".into(), calls);
+            }
+            Value::Object(m)
+        }
+        // The API has no error flag for tool results: say it in the content.
+        Message::Tool(result) => json!({
+            "role": "tool",
+            "tool_call_id": result.call_id,
+            "content": if result.is_error {
+                format!("error: {}", result.content)
+            } else {
+                result.content.clone()
+            },
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{OutputSchema, ToolCall, ToolDefinition};
+
+    #[test]
+    fn body_has_the_documented_shape() {
+        let request = ModelRequest::new(vec![
+            Message::system("s"),
+            Message::user("u"),
+            Message::assistant_tool_calls(vec![ToolCall::new("c1", "f", json!({"a": 1}))]),
+            Message::tool_error("c1", "nope"),
+        ])
+        .tools(vec![ToolDefinition::new(
+            "f",
+            "does f",
+            json!({"type": "object"}),
+        )])
+        .tool_choice(ToolChoice::Tool("f".into()))
+        .output_schema(OutputSchema::new("answer", json!({"type": "object"})))
+        .max_tokens(10)
+        .stop(vec!["END".into()]);
+        let body = body(&request, "gpt-x", true, false);
+        assert_eq!(body["model"], "gpt-x");
+        assert_eq!(body["messages"][2]["content"], Value::Null);
+        assert_eq!(
+            body["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            "{\"a\":1}"
+        );
+        assert_eq!(body["messages"][3]["tool_call_id"], "c1");
+        assert_eq!(body["messages"][3]["content"], "error: nope");
+        assert_eq!(body["tools"][0]["function"]["name"], "f");
+        assert_eq!(body["tool_choice"]["function"]["name"], "f");
+        assert_eq!(body["response_format"]["type"], "json_schema");
+        assert_eq!(body["response_format"]["json_schema"]["strict"], true);
+        assert_eq!(body["max_tokens"], 10);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+}

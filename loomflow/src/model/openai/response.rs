@@ -1,0 +1,153 @@
+//! The Chat Completions reply (non-streamed), and the pieces streamed chunks share with it.
+
+use serde::Deserialize;
+
+use crate::model::response::parse_arguments;
+use crate::model::transport::{Target, decode_error};
+use crate::model::{FinishReason, ModelError, ModelResponse, ToolCall, Usage};
+
+#[derive(Deserialize)]
+struct Completion {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: WireMessage,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    content: Option<String>,
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<WireToolCall>,
+}
+
+#[derive(Deserialize)]
+struct WireToolCall {
+    #[serde(default)]
+    id: String,
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+struct WireFunction {
+    name: String,
+    /// A JSON text per the API; some compatible servers send the object itself.
+    #[serde(default)]
+    arguments: Option<serde_json::Value>,
+}
+
+/// The `usage` object of replies and of the last streamed chunk.
+#[derive(Deserialize)]
+pub(super) struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Self {
+        Usage {
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+            cached_tokens: usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
+        }
+    }
+}
+
+pub(super) fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_owned()),
+    }
+}
+
+pub(super) fn parse(bytes: &[u8], target: &Target) -> Result<ModelResponse, ModelError> {
+    let completion: Completion = serde_json::from_slice(bytes)
+        .map_err(|e| decode_error(target, format!("not a chat completion: {e}")))?;
+    let Some(choice) = completion.choices.into_iter().next() else {
+        return Err(decode_error(target, "the reply has no choices"));
+    };
+    let mut tool_calls = Vec::with_capacity(choice.message.tool_calls.len());
+    for (index, call) in choice.message.tool_calls.into_iter().enumerate() {
+        let arguments = match call.function.arguments {
+            Some(serde_json::Value::String(text)) => parse_arguments(&text).map_err(|e| {
+                decode_error(
+                    target,
+                    format!(
+                        "arguments of tool call {index} ({}): {e}",
+                        call.function.name
+                    ),
+                )
+            })?,
+            Some(serde_json::Value::Null) | None => parse_arguments("").unwrap_or_default(),
+            Some(value) => value,
+        };
+        tool_calls.push(ToolCall {
+            id: call.id,
+            name: call.function.name,
+            arguments,
+        });
+    }
+    let content = choice
+        .message
+        .content
+        .or(choice.message.refusal)
+        .unwrap_or_default();
+    Ok(ModelResponse {
+        content,
+        tool_calls,
+        finish_reason: finish_reason(choice.finish_reason.as_deref().unwrap_or("stop")),
+        usage: completion.usage.map(Usage::from).unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_parallel_tool_calls_and_usage() {
+        let body = json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-x",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "tool_calls": [
+                    {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
+                    {"id": "call_b", "type": "function", "function": {"name": "g", "arguments": ""}}
+                ]}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14,
+                      "prompt_tokens_details": {"cached_tokens": 8}}
+        });
+        let target = Target {
+            provider: "openai",
+            model: "gpt-x".into(),
+            url: String::new(),
+        };
+        let response = parse(body.to_string().as_bytes(), &target).unwrap();
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(response.tool_calls[0].arguments, json!({"x": 1}));
+        assert_eq!(response.tool_calls[1].arguments, json!({}));
+        assert_eq!(response.usage.cached_tokens, 8);
+    }
+}

@@ -1,0 +1,205 @@
+//! Streamed Chat Completions: `data: {chunk}` events ending in `data: [DONE]`.
+
+use std::collections::VecDeque;
+
+use serde::Deserialize;
+
+use super::response::{WireUsage, finish_reason};
+use crate::model::sse::SseEvent;
+use crate::model::transport::{EventDecoder, Target, decode_error, error_details};
+use crate::model::{FinishReason, ModelError, StreamChunk, Usage};
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<ChoiceDelta>,
+    usage: Option<WireUsage>,
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceDelta {
+    delta: Option<Delta>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    content: Option<String>,
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ToolDelta>,
+}
+
+#[derive(Deserialize)]
+struct ToolDelta {
+    index: Option<usize>,
+    id: Option<String>,
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+/// Decodes chunks; the finish reason is held back until `[DONE]`, so that the finish chunk is
+/// last even when usage comes after it.
+pub(super) struct Decoder {
+    target: Target,
+    finish: Option<FinishReason>,
+}
+
+impl Decoder {
+    pub(super) fn new(target: Target) -> Self {
+        Self {
+            target,
+            finish: None,
+        }
+    }
+}
+
+impl EventDecoder for Decoder {
+    fn decode(
+        &mut self,
+        event: SseEvent,
+        out: &mut VecDeque<Result<StreamChunk, ModelError>>,
+    ) -> Result<bool, ModelError> {
+        if event.is_done() {
+            let reason = self
+                .finish
+                .take()
+                .unwrap_or_else(|| FinishReason::Other("unspecified".into()));
+            out.push_back(Ok(StreamChunk::Finish { reason }));
+            return Ok(true);
+        }
+        let chunk: Chunk = serde_json::from_str(&event.data)
+            .map_err(|e| decode_error(&self.target, format!("bad stream chunk: {e}")))?;
+        if let Some(error) = chunk.error {
+            let (kind, message) = error_details(&serde_json::json!({ "error": error }).to_string());
+            return Err(ModelError::StreamError {
+                provider: self.target.provider.to_owned(),
+                model: self.target.model.clone(),
+                kind,
+                message,
+            });
+        }
+        if let Some(choice) = chunk.choices.into_iter().next() {
+            if let Some(delta) = choice.delta {
+                if let Some(text) = delta.content.or(delta.refusal).filter(|t| !t.is_empty()) {
+                    out.push_back(Ok(StreamChunk::Text { text }));
+                }
+                for (position, call) in delta.tool_calls.into_iter().enumerate() {
+                    let (name, arguments) = match call.function {
+                        Some(f) => (f.name, f.arguments.unwrap_or_default()),
+                        None => (None, String::new()),
+                    };
+                    out.push_back(Ok(StreamChunk::ToolCall {
+                        index: call.index.unwrap_or(position),
+                        id: call.id.filter(|id| !id.is_empty()),
+                        name: name.filter(|n| !n.is_empty()),
+                        arguments,
+                    }));
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish = Some(finish_reason(&reason));
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            out.push_back(Ok(StreamChunk::Usage(Usage::from(usage))));
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::transport::sse_chunks;
+    use crate::model::{ModelResponse, ToolCall, collect_stream};
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn transcript() -> String {
+        let chunks = [
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Sür"}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "e."}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"x\""}},
+                {"index": 1, "id": "call_b", "type": "function", "function": {"name": "g", "arguments": ""}}
+            ]}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "function": {"arguments": ": 1}"}}]}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 5}}),
+        ];
+        let mut text = String::from(": hello\r\n\r\n");
+        for chunk in chunks {
+            text.push_str(&format!("data: {chunk}\r\n\r\n"));
+        }
+        text + "data: [DONE]\r\n\r\n"
+    }
+
+    fn decode(pieces: Vec<Vec<u8>>) -> Result<ModelResponse, ModelError> {
+        let target = Target {
+            provider: "openai",
+            model: "m".into(),
+            url: String::new(),
+        };
+        let body = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, reqwest::Error>));
+        let stream = sse_chunks(
+            body,
+            Decoder::new(target.clone()),
+            Duration::from_secs(5),
+            target,
+        );
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(collect_stream(stream))
+    }
+
+    #[test]
+    fn decodes_text_parallel_tool_calls_and_usage() {
+        let response = decode(vec![transcript().into_bytes()]).unwrap();
+        assert_eq!(response.content, "Süre.");
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                ToolCall::new("call_a", "f", json!({"x": 1})),
+                ToolCall::new("call_b", "g", json!({}))
+            ]
+        );
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(response.usage.total_tokens(), 12);
+    }
+
+    #[test]
+    fn a_body_without_done_is_cut() {
+        let text = transcript();
+        let cut = text.trim_end_matches("data: [DONE]\r\n\r\n");
+        let err = decode(vec![cut.as_bytes().to_vec()]).unwrap_err();
+        assert!(matches!(err, ModelError::StreamCut { .. }), "{err:?}");
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_decodes_to_the_same_response(cuts in proptest::collection::vec(0usize..2048, 0..30)) {
+            let text = transcript().into_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut start = 0;
+            for cut in cuts {
+                pieces.push(text[start..cut].to_vec());
+                start = cut;
+            }
+            pieces.push(text[start..].to_vec());
+            prop_assert_eq!(decode(pieces).unwrap(), decode(vec![text.clone()]).unwrap());
+        }
+    }
+}

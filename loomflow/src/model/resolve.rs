@@ -1,0 +1,219 @@
+//! Model strings: `"gpt-4o"`, `"claude-sonnet-4-5"`, `"openai-compatible:NAME@URL"`, … to an
+//! adapter.
+
+use std::sync::Arc;
+
+use super::{AnthropicModel, ApiKey, EchoModel, Model, ModelError, OpenAiModel};
+
+/// The forms [`resolve`] accepts, as listed in [`ModelError::UnknownModel`].
+pub const ACCEPTED_FORMS: &[&str] = &[
+    "gpt-*, chatgpt-*, o1*, o3*, o4*… (OpenAI)",
+    "openai:NAME (OpenAI)",
+    "claude-* (Anthropic)",
+    "anthropic:NAME (Anthropic)",
+    "openai-compatible:NAME@http://HOST:PORT/v1 (any OpenAI-compatible server)",
+    "anthropic-compatible:NAME@http://HOST:PORT (any Anthropic-compatible server)",
+    "echo (the in-process echo model)",
+];
+
+/// Which adapter a model string names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Provider {
+    /// OpenAI Chat Completions ([`OpenAiModel`]).
+    OpenAi,
+    /// Anthropic Messages ([`AnthropicModel`]).
+    Anthropic,
+    /// [`EchoModel`].
+    Echo,
+}
+
+/// A parsed model string.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::model::{ModelSpec, Provider};
+///
+/// let spec = ModelSpec::parse("openai-compatible:smollm2@http://127.0.0.1:8080/v1")?;
+/// assert_eq!(spec.provider, Provider::OpenAi);
+/// assert_eq!(spec.model, "smollm2");
+/// assert_eq!(spec.base_url.as_deref(), Some("http://127.0.0.1:8080/v1"));
+///
+/// let err = ModelSpec::parse("llama-3").unwrap_err();
+/// assert!(err.to_string().contains("accepted forms"));
+/// # Ok::<_, loomflow::model::ModelError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelSpec {
+    /// The adapter.
+    pub provider: Provider,
+    /// The model name sent to the provider.
+    pub model: String,
+    /// A base URL other than the provider's own.
+    pub base_url: Option<String>,
+}
+
+impl ModelSpec {
+    /// Parses a model string.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::UnknownModel`], listing [`ACCEPTED_FORMS`], when it matches none.
+    pub fn parse(given: &str) -> Result<Self, ModelError> {
+        let spec = |provider, model: &str, base_url: Option<&str>| Self {
+            provider,
+            model: model.to_owned(),
+            base_url: base_url.map(str::to_owned),
+        };
+        let s = given.trim();
+        if let Some(rest) = s.strip_prefix("openai-compatible:") {
+            if let Some((model, url)) = split_at_url(rest) {
+                return Ok(spec(Provider::OpenAi, model, Some(url)));
+            }
+        } else if let Some(rest) = s.strip_prefix("anthropic-compatible:") {
+            if let Some((model, url)) = split_at_url(rest) {
+                return Ok(spec(Provider::Anthropic, model, Some(url)));
+            }
+        } else if let Some(model) = s.strip_prefix("openai:").filter(|m| !m.is_empty()) {
+            return Ok(spec(Provider::OpenAi, model, None));
+        } else if let Some(model) = s.strip_prefix("anthropic:").filter(|m| !m.is_empty()) {
+            return Ok(spec(Provider::Anthropic, model, None));
+        } else if s == "echo" {
+            return Ok(spec(Provider::Echo, s, None));
+        } else if s.starts_with("claude-") {
+            return Ok(spec(Provider::Anthropic, s, None));
+        } else if s.starts_with("gpt-") || s.starts_with("chatgpt-") || is_o_series(s) {
+            return Ok(spec(Provider::OpenAi, s, None));
+        }
+        Err(ModelError::UnknownModel {
+            given: given.to_owned(),
+            accepted: ACCEPTED_FORMS.iter().map(|f| (*f).to_owned()).collect(),
+        })
+    }
+
+    /// Builds the adapter, with `key` or the provider's environment variable.
+    ///
+    /// # Errors
+    ///
+    /// As the adapters' `build`: a missing key for the provider's own API, a bad base URL.
+    pub fn build(&self, key: Option<ApiKey>) -> Result<Arc<dyn Model>, ModelError> {
+        Ok(match self.provider {
+            Provider::OpenAi => {
+                let mut builder = OpenAiModel::builder(&self.model);
+                if let Some(url) = &self.base_url {
+                    builder = builder.base_url(url);
+                }
+                if let Some(key) = key {
+                    builder = builder.api_key(key);
+                }
+                Arc::new(builder.build()?)
+            }
+            Provider::Anthropic => {
+                let mut builder = AnthropicModel::builder(&self.model);
+                if let Some(url) = &self.base_url {
+                    builder = builder.base_url(url);
+                }
+                if let Some(key) = key {
+                    builder = builder.api_key(key);
+                }
+                Arc::new(builder.build()?)
+            }
+            Provider::Echo => Arc::new(EchoModel::new()),
+        })
+    }
+}
+
+/// `o1`, `o3-mini`, `o4-mini`…: an `o` followed by a digit.
+fn is_o_series(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next() == Some('o') && chars.next().is_some_and(|c| c.is_ascii_digit())
+}
+
+/// `NAME@http(s)://…` into the name and the URL.
+fn split_at_url(rest: &str) -> Option<(&str, &str)> {
+    let at = rest.find("@http://").or_else(|| rest.find("@https://"))?;
+    let (model, url) = (&rest[..at], &rest[at + 1..]);
+    (!model.is_empty()).then_some((model, url))
+}
+
+/// Resolves a model string to an adapter, with the key from the environment
+/// (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
+///
+/// # Errors
+///
+/// [`ModelError::UnknownModel`] listing the accepted forms; [`ModelError::MissingApiKey`] when
+/// the provider's own API is named and its variable is unset.
+///
+/// # Examples
+///
+/// ```
+/// let model = loomflow::model::resolve("echo")?;
+/// assert_eq!(model.name(), "echo");
+/// assert!(loomflow::model::resolve("mistral-large").is_err());
+/// # Ok::<_, loomflow::model::ModelError>(())
+/// ```
+pub fn resolve(model: &str) -> Result<Arc<dyn Model>, ModelError> {
+    ModelSpec::parse(model)?.build(None)
+}
+
+/// Resolves a model string to an adapter that uses `key`.
+///
+/// # Errors
+///
+/// As [`resolve`].
+pub fn resolve_with_key(model: &str, key: impl Into<ApiKey>) -> Result<Arc<dyn Model>, ModelError> {
+    ModelSpec::parse(model)?.build(Some(key.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_resolve_to_providers() {
+        for (given, provider, model) in [
+            ("gpt-4o", Provider::OpenAi, "gpt-4o"),
+            ("o3-mini", Provider::OpenAi, "o3-mini"),
+            ("o1", Provider::OpenAi, "o1"),
+            ("openai:ft:custom", Provider::OpenAi, "ft:custom"),
+            ("claude-opus-4-1", Provider::Anthropic, "claude-opus-4-1"),
+            ("anthropic:claude-x", Provider::Anthropic, "claude-x"),
+            ("echo", Provider::Echo, "echo"),
+        ] {
+            let spec = ModelSpec::parse(given).unwrap();
+            assert_eq!(
+                (spec.provider, spec.model.as_str()),
+                (provider, model),
+                "{given}"
+            );
+            assert_eq!(spec.base_url, None);
+        }
+        let spec = ModelSpec::parse("anthropic-compatible:m@https://h:1").unwrap();
+        assert_eq!(spec.base_url.as_deref(), Some("https://h:1"));
+    }
+
+    #[test]
+    fn unknown_strings_list_the_accepted_forms() {
+        for given in [
+            "",
+            "omni",
+            "llama3",
+            "openai-compatible:x",
+            "openai-compatible:@http://h",
+        ] {
+            let err = ModelSpec::parse(given).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains("claude-*"), "{text}");
+            assert!(text.contains("openai-compatible:NAME@"), "{text}");
+        }
+    }
+
+    #[test]
+    fn explicit_key_is_used_and_never_printed() {
+        let model = resolve_with_key("gpt-4o", "sk-do-not-print").unwrap();
+        assert_eq!(model.name(), "openai:gpt-4o");
+        assert!(!format!("{model:?}").contains("sk-do-not-print"));
+    }
+}

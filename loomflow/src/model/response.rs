@@ -1,0 +1,333 @@
+//! [`ModelResponse`], streamed [`StreamChunk`]s, and [`collect_stream`] which folds the one
+//! into the other.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::{ChunkStream, Message, ModelError, ToolCall};
+
+/// Why the model stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// It finished its reply, or hit a stop sequence.
+    Stop,
+    /// It hit the token limit.
+    Length,
+    /// It wants tools called.
+    ToolCalls,
+    /// The provider filtered or refused the reply.
+    ContentFilter,
+    /// Anything else, as the provider named it.
+    Other(String),
+}
+
+/// Token counts of one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens, cached ones included.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens served from the provider's cache.
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+    }
+}
+
+/// A model's complete reply.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// The reply's text; with an output schema, the JSON document.
+    pub content: String,
+    /// The tools it asked to call, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+    /// Token counts.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl ModelResponse {
+    /// A text reply that finished normally, with no usage.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            tool_calls: Vec::new(),
+            finish_reason: FinishReason::Stop,
+            usage: Usage::default(),
+        }
+    }
+
+    /// A reply that calls tools.
+    pub fn tool_calls(tool_calls: Vec<ToolCall>) -> Self {
+        Self {
+            content: String::new(),
+            tool_calls,
+            finish_reason: FinishReason::ToolCalls,
+            usage: Usage::default(),
+        }
+    }
+
+    /// Sets the usage.
+    #[must_use]
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// The reply as an assistant [`Message`], to append to the conversation.
+    pub fn message(&self) -> Message {
+        Message::Assistant {
+            content: self.content.clone(),
+            tool_calls: self.tool_calls.clone(),
+        }
+    }
+
+    /// Deserializes the reply's text (an output-schema reply) into `T`.
+    ///
+    /// # Errors
+    ///
+    /// The serde error when the text is not a `T` in JSON.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.content)
+    }
+}
+
+/// One piece of a streamed reply.
+///
+/// A well-formed stream ends with exactly one [`StreamChunk::Finish`]; everything before it
+/// may come in any number of pieces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamChunk {
+    /// More text.
+    Text {
+        /// The new text.
+        text: String,
+    },
+    /// A piece of a tool call. The first piece of a call carries its id and name; arguments
+    /// arrive as fragments of a JSON text to concatenate.
+    ToolCall {
+        /// Which call of the reply (0, 1, …) this piece belongs to.
+        index: usize,
+        /// The call's id, on its first piece.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The tool's name, on its first piece.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// A fragment of the arguments' JSON text.
+        #[serde(default)]
+        arguments: String,
+    },
+    /// Token counts so far; a later one replaces an earlier one.
+    Usage(Usage),
+    /// The reply is complete.
+    Finish {
+        /// Why the model stopped.
+        reason: FinishReason,
+    },
+}
+
+/// Folds [`StreamChunk`]s into the [`ModelResponse`] a complete call gives.
+#[derive(Debug, Default)]
+pub struct StreamAccumulator {
+    content: String,
+    calls: BTreeMap<usize, PartialCall>,
+    usage: Usage,
+    finish: Option<FinishReason>,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl StreamAccumulator {
+    /// An empty accumulator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one chunk.
+    pub fn push(&mut self, chunk: StreamChunk) {
+        match chunk {
+            StreamChunk::Text { text } => self.content.push_str(&text),
+            StreamChunk::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+            } => {
+                let call = self.calls.entry(index).or_default();
+                if let Some(id) = id {
+                    call.id = id;
+                }
+                if let Some(name) = name {
+                    call.name.push_str(&name);
+                }
+                call.arguments.push_str(&arguments);
+            }
+            StreamChunk::Usage(usage) => self.usage = usage,
+            StreamChunk::Finish { reason } => self.finish = Some(reason),
+        }
+    }
+
+    /// Whether a [`StreamChunk::Finish`] has been seen.
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// The response.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError::StreamCut`] when no finish chunk was seen; [`ModelError::Decode`] when a
+    /// tool call's arguments are not JSON. `provider` and `model` name the culprit in them.
+    pub fn finish(self, provider: &str, model: &str) -> Result<ModelResponse, ModelError> {
+        let Some(finish_reason) = self.finish else {
+            return Err(ModelError::StreamCut {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+            });
+        };
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for (index, call) in self.calls {
+            tool_calls.push(ToolCall {
+                arguments: parse_arguments(&call.arguments).map_err(|e| ModelError::Decode {
+                    provider: provider.to_owned(),
+                    model: model.to_owned(),
+                    message: format!("arguments of tool call {index} ({}): {e}", call.name),
+                })?,
+                id: call.id,
+                name: call.name,
+            });
+        }
+        Ok(ModelResponse {
+            content: self.content,
+            tool_calls,
+            finish_reason,
+            usage: self.usage,
+        })
+    }
+}
+
+/// Parses a tool call's argument text; an empty text is an empty object.
+pub(crate) fn parse_arguments(text: &str) -> Result<serde_json::Value, serde_json::Error> {
+    if text.trim().is_empty() {
+        Ok(serde_json::Value::Object(serde_json::Map::new()))
+    } else {
+        serde_json::from_str(text)
+    }
+}
+
+/// Drains a chunk stream into the [`ModelResponse`] the complete call would give.
+///
+/// # Errors
+///
+/// The first error the stream yields; [`ModelError::StreamCut`] when it ends without a
+/// finish chunk; [`ModelError::Decode`] when a tool call's arguments are not JSON.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::model::{collect_stream, EchoModel, Message, Model, ModelRequest};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let model = EchoModel::new();
+/// let stream = model.stream(ModelRequest::new(vec![Message::user("hello there")]));
+/// let response = collect_stream(stream).await?;
+/// assert_eq!(response.content, "hello there");
+/// # Ok::<_, loomflow::model::ModelError>(())
+/// # }).unwrap();
+/// ```
+pub async fn collect_stream(mut stream: ChunkStream) -> Result<ModelResponse, ModelError> {
+    let mut acc = StreamAccumulator::new();
+    while let Some(chunk) = stream.next().await {
+        acc.push(chunk?);
+    }
+    acc.finish("model", "(unnamed)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accumulator_joins_text_and_tool_call_fragments() {
+        let mut acc = StreamAccumulator::new();
+        for chunk in [
+            StreamChunk::Text { text: "Hel".into() },
+            StreamChunk::Text { text: "lo".into() },
+            StreamChunk::ToolCall {
+                index: 1,
+                id: Some("b".into()),
+                name: Some("g".into()),
+                arguments: String::new(),
+            },
+            StreamChunk::ToolCall {
+                index: 0,
+                id: Some("a".into()),
+                name: Some("f".into()),
+                arguments: "{\"x\":".into(),
+            },
+            StreamChunk::ToolCall {
+                index: 0,
+                id: None,
+                name: None,
+                arguments: "1}".into(),
+            },
+            StreamChunk::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 1,
+                cached_tokens: 0,
+            }),
+            StreamChunk::Finish {
+                reason: FinishReason::ToolCalls,
+            },
+        ] {
+            acc.push(chunk);
+        }
+        let response = acc.finish("p", "m").unwrap();
+        assert_eq!(response.content, "Hello");
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                ToolCall::new("a", "f", json!({"x": 1})),
+                ToolCall::new("b", "g", json!({}))
+            ]
+        );
+        assert_eq!(response.usage.total_tokens(), 4);
+    }
+
+    #[test]
+    fn accumulator_without_finish_is_a_cut_stream() {
+        let mut acc = StreamAccumulator::new();
+        acc.push(StreamChunk::Text { text: "x".into() });
+        assert!(matches!(
+            acc.finish("openai", "m"),
+            Err(ModelError::StreamCut { .. })
+        ));
+    }
+}

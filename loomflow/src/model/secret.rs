@@ -1,0 +1,78 @@
+//! [`ApiKey`]: a secret that never shows in Debug output, errors or logs.
+
+use std::fmt;
+
+/// An API key. Its `Debug` output is redacted and it has no `Display`, so it cannot leak
+/// through logs or error messages by accident.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::model::ApiKey;
+///
+/// let key = ApiKey::new("sk-very-secret");
+/// assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
+/// assert_eq!(key.expose(), "sk-very-secret");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// Reads a key from an environment variable; `None` when unset or empty.
+    pub fn from_env(var: &str) -> Option<Self> {
+        std::env::var(var)
+            .ok()
+            .filter(|key| !key.trim().is_empty())
+            .map(Self)
+    }
+
+    /// The key itself, for building a request header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `text` with every occurrence of the key replaced by `<redacted>`.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        if self.0.len() < 4 {
+            return text.to_owned();
+        }
+        text.replace(&self.0, "<redacted>")
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl From<String> for ApiKey {
+    fn from(key: String) -> Self {
+        Self(key)
+    }
+}
+
+impl From<&str> for ApiKey {
+    fn from(key: &str) -> Self {
+        Self(key.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrub_removes_the_key() {
+        let key = ApiKey::new("sk-abcdef");
+        assert_eq!(
+            key.scrub("Incorrect API key provided: sk-abcdef."),
+            "Incorrect API key provided: <redacted>."
+        );
+    }
+}

@@ -1,0 +1,383 @@
+//! What the HTTP adapters share: the TLS-configured client, one attempt of a call, the mapping
+//! of error answers to [`ModelError`], and the driver that turns an SSE body into chunks.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use rustls_platform_verifier::BuilderVerifierExt;
+
+use super::sse::{SseEvent, SseParser};
+use super::{ApiKey, ChunkStream, ModelError, StreamChunk};
+
+/// Who is being called: names the culprit in errors.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    pub(crate) provider: &'static str,
+    pub(crate) model: String,
+    pub(crate) url: String,
+}
+
+/// An HTTP client with rustls over the `ring` provider and the platform's certificate
+/// verifier. The provider is handed to this client only; no process-wide default is set.
+pub(crate) fn build_client(provider: &'static str) -> Result<reqwest::Client, ModelError> {
+    let config_error = |message: String| ModelError::Config {
+        provider: provider.to_owned(),
+        message,
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .and_then(|builder| builder.with_platform_verifier())
+    .map_err(|e| config_error(format!("tls set-up failed: {e}")))?
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|e| config_error(format!("http client set-up failed: {e}")))
+}
+
+/// Sends one request; a non-2xx answer becomes the matching [`ModelError`].
+pub(crate) async fn send_once(
+    request: reqwest::RequestBuilder,
+    target: &Target,
+    key: Option<&ApiKey>,
+) -> Result<reqwest::Response, ModelError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| transport_error(e, target))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let headers = response.headers();
+    // `retry-after-ms` (OpenAI) is the more precise of the two when both are sent.
+    let retry_after = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .map(|ms| Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0))
+        .or_else(|| {
+            headers
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after)
+        });
+    let body = response.text().await.unwrap_or_default();
+    Err(status_error(
+        target,
+        status.as_u16(),
+        retry_after,
+        &body,
+        key,
+    ))
+}
+
+/// `retry-after` in its seconds form (`"3"`, `"1.5"`). The HTTP-date form is ignored: the
+/// backoff applies then.
+pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
+    let secs: f64 = value.trim().parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
+}
+
+pub(crate) fn transport_error(error: reqwest::Error, target: &Target) -> ModelError {
+    if error.is_decode() {
+        return ModelError::Decode {
+            provider: target.provider.to_owned(),
+            model: target.model.clone(),
+            message: error.to_string(),
+        };
+    }
+    ModelError::Connection {
+        provider: target.provider.to_owned(),
+        url: target.url.clone(),
+        source: Box::new(error.without_url()),
+    }
+}
+
+pub(crate) fn timeout_error(target: &Target, timeout: Duration) -> ModelError {
+    ModelError::Timeout {
+        provider: target.provider.to_owned(),
+        model: target.model.clone(),
+        timeout,
+    }
+}
+
+pub(crate) fn decode_error(target: &Target, message: impl Into<String>) -> ModelError {
+    ModelError::Decode {
+        provider: target.provider.to_owned(),
+        model: target.model.clone(),
+        message: message.into(),
+    }
+}
+
+/// The provider's error type and message from an error body, in OpenAI's
+/// `{"error":{"message","type","code"}}` or Anthropic's
+/// `{"type":"error","error":{"type","message"}}` shape; the raw text otherwise.
+pub(crate) fn error_details(body: &str) -> (String, String) {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    match error {
+        Some(serde_json::Value::Object(e)) => {
+            let message = e
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let kind = e
+                .get("code")
+                .and_then(|c| c.as_str())
+                .or_else(|| e.get("type").and_then(|t| t.as_str()))
+                .unwrap_or_default()
+                .to_owned();
+            (kind, message)
+        }
+        Some(serde_json::Value::String(message)) => (String::new(), message.clone()),
+        _ => {
+            let text: String = body.trim().chars().take(500).collect();
+            (String::new(), text)
+        }
+    }
+}
+
+fn is_context_overflow(kind: &str, message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    kind == "context_length_exceeded"
+        || kind == "exceed_context_size_error"
+        || message.contains("context length")
+        || message.contains("context window")
+        || message.contains("prompt is too long")
+        || message.contains("exceeds the available context")
+        || message.contains("maximum context")
+}
+
+/// Maps a non-2xx answer to a typed error.
+pub(crate) fn status_error(
+    target: &Target,
+    status: u16,
+    retry_after: Option<Duration>,
+    body: &str,
+    key: Option<&ApiKey>,
+) -> ModelError {
+    let (kind, message) = error_details(body);
+    let message = match key {
+        Some(key) => key.scrub(&message),
+        None => message,
+    };
+    let provider = target.provider.to_owned();
+    let model = target.model.clone();
+    match status {
+        401 | 403 => ModelError::Authentication {
+            provider,
+            model,
+            status,
+            message,
+        },
+        429 if kind == "insufficient_quota" => ModelError::InvalidRequest {
+            provider,
+            model,
+            status,
+            message,
+        },
+        429 => ModelError::RateLimited {
+            provider,
+            model,
+            retry_after,
+            message,
+        },
+        400..=499 if is_context_overflow(&kind, &message) => ModelError::ContextTooLong {
+            provider,
+            model,
+            message,
+        },
+        400..=499 => ModelError::InvalidRequest {
+            provider,
+            model,
+            status,
+            message,
+        },
+        _ => ModelError::Server {
+            provider,
+            model,
+            status,
+            message,
+        },
+    }
+}
+
+/// Turns one provider's SSE events into chunks.
+pub(crate) trait EventDecoder: Send + 'static {
+    /// Handles one event, appending what it yields. Returns `Ok(true)` once the reply is
+    /// complete (its finish chunk has been appended).
+    fn decode(
+        &mut self,
+        event: SseEvent,
+        out: &mut VecDeque<Result<StreamChunk, ModelError>>,
+    ) -> Result<bool, ModelError>;
+}
+
+struct SseDriver<B, D> {
+    body: B,
+    parser: SseParser,
+    decoder: D,
+    events: Vec<SseEvent>,
+    out: VecDeque<Result<StreamChunk, ModelError>>,
+    finished: bool,
+    ended: bool,
+    idle_timeout: Duration,
+    target: Target,
+}
+
+/// Streams the chunks of an SSE body. Waiting longer than `idle_timeout` for the next bytes
+/// fails with [`ModelError::Timeout`]; a body that ends (or breaks) before the decoder saw the
+/// end of the reply fails with [`ModelError::StreamCut`].
+pub(crate) fn sse_chunks<B, C, D>(
+    body: B,
+    decoder: D,
+    idle_timeout: Duration,
+    target: Target,
+) -> ChunkStream
+where
+    B: Stream<Item = Result<C, reqwest::Error>> + Send + Unpin + 'static,
+    C: AsRef<[u8]>,
+    D: EventDecoder,
+{
+    let driver = SseDriver {
+        body,
+        parser: SseParser::new(),
+        decoder,
+        events: Vec::new(),
+        out: VecDeque::new(),
+        finished: false,
+        ended: false,
+        idle_timeout,
+        target,
+    };
+    Box::pin(futures_util::stream::unfold(driver, |mut d| async move {
+        loop {
+            if let Some(item) = d.out.pop_front() {
+                return Some((item, d));
+            }
+            if d.ended {
+                return None;
+            }
+            let next = tokio::time::timeout(d.idle_timeout, d.body.next()).await;
+            match next {
+                Err(_) => {
+                    d.ended = true;
+                    let error = timeout_error(&d.target, d.idle_timeout);
+                    return Some((Err(error), d));
+                }
+                Ok(Some(Ok(bytes))) => {
+                    d.parser.push(bytes.as_ref(), &mut d.events);
+                    let mut events = std::mem::take(&mut d.events);
+                    for event in events.drain(..) {
+                        match d.decoder.decode(event, &mut d.out) {
+                            Ok(true) => {
+                                d.finished = true;
+                                d.ended = true;
+                                break;
+                            }
+                            Ok(false) => {}
+                            Err(error) => {
+                                d.out.push_back(Err(error));
+                                d.ended = true;
+                                break;
+                            }
+                        }
+                    }
+                    d.events = events;
+                }
+                Ok(Some(Err(error))) => {
+                    d.ended = true;
+                    tracing::debug!(provider = d.target.provider, error = %error, "stream broke");
+                    return Some((Err(cut(&d.target)), d));
+                }
+                Ok(None) => {
+                    d.ended = true;
+                    if !d.finished {
+                        return Some((Err(cut(&d.target)), d));
+                    }
+                }
+            }
+        }
+    }))
+}
+
+fn cut(target: &Target) -> ModelError {
+    ModelError::StreamCut {
+        provider: target.provider.to_owned(),
+        model: target.model.clone(),
+    }
+}
+
+/// A stream whose only item is `error`.
+pub(crate) fn failed(error: ModelError) -> ChunkStream {
+    Box::pin(futures_util::stream::iter([Err(error)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target {
+            provider: "openai",
+            model: "m".into(),
+            url: "http://x".into(),
+        }
+    }
+
+    #[test]
+    fn error_bodies_of_both_providers_are_read() {
+        let openai =
+            r#"{"error":{"message":"bad tool","type":"invalid_request_error","code":null}}"#;
+        assert_eq!(
+            error_details(openai),
+            ("invalid_request_error".into(), "bad tool".into())
+        );
+        let anthropic =
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(
+            error_details(anthropic),
+            ("overloaded_error".into(), "Overloaded".into())
+        );
+    }
+
+    #[test]
+    fn statuses_map_to_typed_errors_without_leaking_the_key() {
+        let key = ApiKey::new("sk-secret-123");
+        let err = status_error(
+            &target(),
+            401,
+            None,
+            r#"{"error":{"message":"Incorrect API key provided: sk-secret-123"}}"#,
+            Some(&key),
+        );
+        assert!(matches!(err, ModelError::Authentication { .. }));
+        assert!(!format!("{err} {err:?}").contains("sk-secret-123"));
+        let err = status_error(
+            &target(),
+            400,
+            None,
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
+            None,
+        );
+        assert!(matches!(err, ModelError::ContextTooLong { .. }));
+        let err = status_error(&target(), 529, None, "overloaded", None);
+        assert!(matches!(err, ModelError::Server { status: 529, .. }));
+        assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn retry_after_seconds_form() {
+        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+}
