@@ -342,3 +342,57 @@ async fn a_failed_write_does_not_fail_the_writes_grouped_with_it() {
     store.put_journal(key.clone(), json!(1)).await.unwrap();
     assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!(1)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumed_keys_are_forgotten_after_an_hour_and_not_before() {
+    let db = TempDb::new("prune");
+    let keyed = |key: &str| -> StoredSignal {
+        serde_json::from_value(json!({
+            "seq": 0, "session": "s", "name": "go", "payload": 1,
+            "idempotency_key": key, "sent_at_ms": 1,
+        }))
+        .unwrap()
+    };
+    let store = SqliteStore::open(db.path()).unwrap();
+    for key in ["old", "recent"] {
+        let SignalPush::Stored(seq) = store.push_signal(keyed(key)).await.unwrap() else {
+            panic!("stored");
+        };
+        store.take_signal("s", seq, None).await.unwrap();
+    }
+    drop(store);
+    // Pretend "old" was consumed two hours ago and "recent" half an hour ago.
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute(
+        "UPDATE signals SET consumed_at_ms = ?1 WHERE idempotency_key = 'old'",
+        [now - 2 * 3_600_000],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE signals SET consumed_at_ms = ?1 WHERE idempotency_key = 'recent'",
+        [now - 1_800_000],
+    )
+    .unwrap();
+    drop(conn);
+    // A new store prunes before its first write.
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(
+        store.push_signal(keyed("recent")).await.unwrap(),
+        SignalPush::Duplicate,
+        "a key consumed half an hour ago is remembered"
+    );
+    assert!(
+        matches!(
+            store.push_signal(keyed("old")).await.unwrap(),
+            SignalPush::Stored(_)
+        ),
+        "a key consumed two hours ago is forgotten"
+    );
+}

@@ -474,7 +474,8 @@ impl Store for SqliteStore {
             return Box::pin(std::future::ready(Ok(None)));
         };
         let key = key.clone();
-        self.read(&key.thread.clone(), move |conn| {
+        let thread = key.thread.clone();
+        self.read(&thread, move |conn| {
             let value: Option<String> = conn
                 .prepare_cached(
                     "SELECT value FROM journal WHERE thread = ?1 AND run = ?2 AND namespace = ?3
@@ -558,7 +559,7 @@ impl Store for SqliteStore {
     }
 
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
-        self.read("", |conn| {
+        self.read("(pending signals)", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, session, name, payload, idempotency_key, sent_at_ms FROM signals
                  WHERE consumed_at_ms IS NULL ORDER BY seq",

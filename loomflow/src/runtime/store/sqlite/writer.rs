@@ -243,56 +243,79 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>) {
             }
         }
         let now = now_ms();
-        let prune = now.saturating_sub(last_prune) >= PRUNE_EVERY_MS;
-        match commit(&mut conn, group.iter().map(|r| &r.op), now, prune) {
+        if now.saturating_sub(last_prune) >= PRUNE_EVERY_MS {
+            last_prune = now;
+            prune(&conn, now);
+        }
+        commit_group(&mut conn, &mut group, now);
+    }
+}
+
+/// Commits `group` and answers every request in it, leaving it empty.
+///
+/// A write that fails (a constraint, a trigger) is answered with its error and the group
+/// is run again without it, so it does not take the others down; a failure of the
+/// transaction itself (the disk, a lock held past the busy timeout) is every write's.
+fn commit_group(conn: &mut Connection, group: &mut Vec<Request>, now_ms: i64) {
+    while !group.is_empty() {
+        match commit(conn, group, now_ms) {
             Ok(outcomes) => {
-                if prune {
-                    last_prune = now;
-                }
                 for (request, outcome) in group.drain(..).zip(outcomes) {
                     // The caller may have stopped waiting; its write is committed anyway.
                     let _ = request.reply.send(Ok(outcome));
                 }
             }
-            Err(_) => {
-                // One write failed and took the group down with it: commit each alone so
-                // that only the culprit gets the error.
+            Err(Failure::Op(index, error)) => {
+                let request = group.remove(index);
+                let _ = request.reply.send(Err(write_error(&request.op, &error)));
+            }
+            Err(Failure::Transaction(error)) => {
                 for request in group.drain(..) {
-                    let result = commit(&mut conn, std::iter::once(&request.op), now, false)
-                        .map_err(|e| StoreError::Write {
-                            thread: request.op.thread().to_owned(),
-                            message: e.to_string(),
-                        })
-                        .and_then(|mut outcomes| {
-                            outcomes.pop().ok_or_else(|| StoreError::Write {
-                                thread: request.op.thread().to_owned(),
-                                message: "the write produced no result".into(),
-                            })
-                        });
-                    let _ = request.reply.send(result);
+                    let _ = request.reply.send(Err(write_error(&request.op, &error)));
                 }
             }
         }
     }
 }
 
-/// Runs `ops` in one transaction and commits it.
-fn commit<'a>(
-    conn: &mut Connection,
-    ops: impl Iterator<Item = &'a Op>,
-    now_ms: i64,
-    prune: bool,
-) -> rusqlite::Result<Vec<Outcome>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let outcomes = ops
-        .map(|op| op.apply(&tx, now_ms))
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    if prune {
-        tx.prepare_cached(
-            "DELETE FROM signals WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < ?1",
-        )?
-        .execute([now_ms.saturating_sub(KEEP_CONSUMED_MS)])?;
+fn write_error(op: &Op, error: &rusqlite::Error) -> StoreError {
+    StoreError::Write {
+        thread: op.thread().to_owned(),
+        message: error.to_string(),
     }
-    tx.commit()?;
+}
+
+/// Why a group did not commit.
+enum Failure {
+    /// The write at this index failed.
+    Op(usize, rusqlite::Error),
+    /// Beginning or committing the transaction failed.
+    Transaction(rusqlite::Error),
+}
+
+/// Runs the group's writes in one transaction and commits it: one fsync for them all.
+fn commit(conn: &mut Connection, group: &[Request], now_ms: i64) -> Result<Vec<Outcome>, Failure> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(Failure::Transaction)?;
+    let outcomes = group
+        .iter()
+        .enumerate()
+        .map(|(i, request)| request.op.apply(&tx, now_ms).map_err(|e| Failure::Op(i, e)))
+        .collect::<Result<Vec<_>, _>>()?; // dropping `tx` rolls the group back
+    tx.commit().map_err(Failure::Transaction)?;
     Ok(outcomes)
+}
+
+/// Forgets consumed signals whose key has been remembered long enough. Best effort: a
+/// failure is logged and retried at the next prune.
+fn prune(conn: &Connection, now_ms: i64) {
+    let result = conn
+        .prepare_cached(
+            "DELETE FROM signals WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < ?1",
+        )
+        .and_then(|mut stmt| stmt.execute([now_ms.saturating_sub(KEEP_CONSUMED_MS)]));
+    if let Err(error) = result {
+        tracing::warn!(%error, "pruning consumed signals failed");
+    }
 }
