@@ -605,3 +605,59 @@ const _: fn() = || {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<SqliteStore>();
 };
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn body_of(checkpoint: &Checkpoint) -> String {
+        serde_json::to_string(&BodyRef {
+            state: &checkpoint.state,
+            next: &checkpoint.next,
+            joins: &checkpoint.joins,
+            pending_writes: &checkpoint.pending_writes,
+            interrupts: &checkpoint.interrupts,
+            resume_values: &checkpoint.resume_values,
+            error: &checkpoint.error,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_plain_checkpoint_body_holds_only_state_and_next() {
+        let cp = Checkpoint::new(
+            "t",
+            1,
+            "",
+            3,
+            RunStatus::Running,
+            json!({"n": 1}),
+            vec!["a".into()],
+        );
+        assert_eq!(body_of(&cp), r#"{"state":{"n":1},"next":["a"]}"#);
+        let done = Checkpoint::new("t", 1, "", 4, RunStatus::Completed, json!(null), vec![]);
+        assert_eq!(body_of(&done), r#"{"state":null}"#);
+        let decoded: Body = serde_json::from_str(&body_of(&done)).unwrap();
+        assert!(decoded.next.is_empty() && decoded.error.is_none());
+    }
+
+    #[test]
+    fn stored_statuses_parse_back() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Interrupted,
+            RunStatus::Completed,
+            RunStatus::Failed,
+        ] {
+            assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
+        }
+        assert!(matches!(
+            parse_status("paused", "t"),
+            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
+        ));
+    }
+}
