@@ -396,3 +396,54 @@ async fn consumed_keys_are_forgotten_after_an_hour_and_not_before() {
         "a key consumed two hours ago is forgotten"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_share_it() {
+    // As two processes would: each store has its own writer, and they take turns at the
+    // file's write lock.
+    let db = TempDb::new("two");
+    let a = Arc::new(SqliteStore::open(db.path()).unwrap());
+    let b = Arc::new(SqliteStore::open(db.path()).unwrap());
+    let mut tasks = Vec::new();
+    for (name, store) in [("a", &a), ("b", &b)] {
+        for w in 0..8u64 {
+            let store = Arc::clone(store);
+            tasks.push(tokio::spawn(async move {
+                let thread = format!("{name}-{w}");
+                for step in 0..25u64 {
+                    store
+                        .put_checkpoint(Checkpoint::new(
+                            &thread,
+                            1,
+                            "",
+                            step,
+                            RunStatus::Running,
+                            json!(step),
+                            vec![],
+                        ))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for name in ["a", "b"] {
+        for w in 0..8 {
+            let thread = format!("{name}-{w}");
+            // Each store sees what the other wrote.
+            for store in [&a, &b] {
+                let steps: Vec<u64> = store
+                    .list_checkpoints(&thread)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|c| c.step)
+                    .collect();
+                assert_eq!(steps, (0..25).collect::<Vec<_>>(), "{thread}");
+            }
+        }
+    }
+}
