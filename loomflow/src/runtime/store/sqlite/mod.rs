@@ -121,6 +121,11 @@ impl SqliteOptions {
 /// one fsync instead of queuing for a hundred. Reads run on their own threads. Dropping the
 /// store commits what is queued and closes the file.
 ///
+/// A write is queued when its method is called, not when its future is first polled, and
+/// its future resolves once the write is committed: dropping the future does not cancel the
+/// write. Several stores (or processes) may open one file; their writers take turns at its
+/// write lock, waiting up to [`SqliteOptions::busy_timeout`].
+///
 /// # Examples
 ///
 /// ```
