@@ -192,7 +192,9 @@ fn summary() {
         }
     });
     let one = n as f64 / start.elapsed().as_secs_f64();
+    let before = store.commit_stats();
     let elapsed = rt.block_on(concurrent(&store, 100, 30));
+    let after = store.commit_stats();
     let hundred = 3_000.0 / elapsed.as_secs_f64();
     println!(
         "  one writer, FULL: {one:.0} writes/s ({:.0} µs each)",
@@ -201,6 +203,12 @@ fn summary() {
     println!(
         "  100 concurrent writers, FULL: {hundred:.0} writes/s ({:.1}x one writer)",
         hundred / one
+    );
+    println!(
+        "    {} writes in {} commits: {:.1} writes per fsync",
+        after.writes - before.writes,
+        after.commits - before.commits,
+        (after.writes - before.writes) as f64 / (after.commits - before.commits).max(1) as f64
     );
     drop(store);
 

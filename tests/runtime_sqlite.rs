@@ -447,3 +447,43 @@ async fn two_stores_on_one_file_share_it() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_share_commits() {
+    let db = TempDb::new("grouped");
+    let store = Arc::new(SqliteStore::open(db.path()).unwrap()); // synchronous = FULL
+    let before = store.commit_stats();
+    let tasks: Vec<_> = (0..100u64)
+        .map(|w| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                for step in 0..5u64 {
+                    store
+                        .put_checkpoint(Checkpoint::new(
+                            format!("g-{w}"),
+                            1,
+                            "",
+                            step,
+                            RunStatus::Running,
+                            json!(step),
+                            vec![],
+                        ))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let after = store.commit_stats();
+    let (writes, commits) = (after.writes - before.writes, after.commits - before.commits);
+    assert_eq!(writes, 500, "every write is counted once");
+    // While one group waits on its fsync the others queue up behind it; one commit per
+    // write would mean no grouping at all.
+    assert!(
+        commits * 2 <= writes,
+        "{writes} writes took {commits} commits"
+    );
+}

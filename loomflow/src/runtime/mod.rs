@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 pub use store::{
-    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush,
-    SqliteOptions, SqliteStore, Store, StoreError, StoredSignal, Synchronous,
+    Checkpoint, CommitStats, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus,
+    SignalPush, SqliteOptions, SqliteStore, Store, StoreError, StoredSignal, Synchronous,
 };
 
 use crate::{Error, Result};

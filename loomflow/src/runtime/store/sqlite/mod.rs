@@ -22,6 +22,7 @@ mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -113,6 +114,16 @@ impl SqliteOptions {
     }
 }
 
+/// Writes and commits counted by [`SqliteStore::commit_stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CommitStats {
+    /// Writes committed (checkpoints, journal entries, signals stored or taken).
+    pub writes: u64,
+    /// Transactions committed; each holds one or more writes.
+    pub commits: u64,
+}
+
 /// Keeps checkpoints, journal entries and signals in a SQLite file, so that runs survive
 /// the process. The store of [`Runtime::sqlite`](crate::Runtime::sqlite).
 ///
@@ -201,6 +212,17 @@ impl SqliteStore {
     /// The file this store keeps its data in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many writes this store has committed, in how many transactions: with many
+    /// concurrent runs, `writes / commits` is the average group a single commit (and, at
+    /// [`Synchronous::Full`], a single fsync) served.
+    pub fn commit_stats(&self) -> CommitStats {
+        let counters = self.writer.counters();
+        CommitStats {
+            writes: counters.writes.load(Ordering::Relaxed),
+            commits: counters.commits.load(Ordering::Relaxed),
+        }
     }
 
     fn write(&self, op: Op) -> BoxFuture<'_, Result<Outcome, StoreError>> {

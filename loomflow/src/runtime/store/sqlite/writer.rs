@@ -6,6 +6,8 @@
 //! it waits on the disk, new requests queue up and form the next group: the busier the
 //! store, the larger the groups, with no timer and no added latency for a lone writer.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -189,19 +191,37 @@ pub(super) struct Request {
 pub(super) struct Writer {
     tx: Option<mpsc::Sender<Request>>,
     thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+}
+
+/// What the writer has done so far.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    /// Writes committed.
+    pub(super) writes: AtomicU64,
+    /// Transactions committed.
+    pub(super) commits: AtomicU64,
 }
 
 impl Writer {
     /// Starts the thread that owns `conn`.
     pub(super) fn spawn(conn: Connection) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let shared = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("loomflow-sqlite-writer".into())
-            .spawn(move || run(conn, &rx))?;
+            .spawn(move || run(conn, &rx, &shared))?;
         Ok(Self {
             tx: Some(tx),
             thread: Some(thread),
+            counters,
         })
+    }
+
+    /// Writes and transactions committed so far.
+    pub(super) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Queues a request.
@@ -231,7 +251,7 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>) {
+fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>, counters: &Counters) {
     let mut last_prune = i64::MIN;
     let mut group = Vec::new();
     while let Ok(first) = rx.recv() {
@@ -247,7 +267,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>) {
             last_prune = now;
             prune(&conn, now);
         }
-        commit_group(&mut conn, &mut group, now);
+        commit_group(&mut conn, &mut group, now, counters);
     }
 }
 
@@ -256,10 +276,14 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>) {
 /// A write that fails (a constraint, a trigger) is answered with its error and the group
 /// is run again without it, so it does not take the others down; a failure of the
 /// transaction itself (the disk, a lock held past the busy timeout) is every write's.
-fn commit_group(conn: &mut Connection, group: &mut Vec<Request>, now_ms: i64) {
+fn commit_group(conn: &mut Connection, group: &mut Vec<Request>, now_ms: i64, counters: &Counters) {
     while !group.is_empty() {
         match commit(conn, group, now_ms) {
             Ok(outcomes) => {
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .writes
+                    .fetch_add(outcomes.len() as u64, Ordering::Relaxed);
                 for (request, outcome) in group.drain(..).zip(outcomes) {
                     // The caller may have stopped waiting; its write is committed anyway.
                     let _ = request.reply.send(Ok(outcome));
