@@ -325,10 +325,33 @@ fn commit(conn: &mut Connection, group: &[Request], now_ms: i64) -> Result<Vec<O
     let outcomes = group
         .iter()
         .enumerate()
-        .map(|(i, request)| request.op.apply(&tx, now_ms).map_err(|e| Failure::Op(i, e)))
+        .map(|(i, request)| {
+            request.op.apply(&tx, now_ms).map_err(|e| {
+                if concerns_one_write(&e) {
+                    Failure::Op(i, e)
+                } else {
+                    Failure::Transaction(e)
+                }
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?; // dropping `tx` rolls the group back
     tx.commit().map_err(Failure::Transaction)?;
     Ok(outcomes)
+}
+
+/// Whether an error is about the write that hit it (a constraint, a trigger, a value too
+/// big) rather than about the database (the disk is full, an I/O error, a lock): only the
+/// former is worth retrying the group without that write.
+fn concerns_one_write(error: &rusqlite::Error) -> bool {
+    match error {
+        rusqlite::Error::SqliteFailure(e, _) => matches!(
+            e.code,
+            rusqlite::ErrorCode::ConstraintViolation
+                | rusqlite::ErrorCode::TooBig
+                | rusqlite::ErrorCode::TypeMismatch
+        ),
+        _ => true, // errors rusqlite raises itself are about the statement's values
+    }
 }
 
 /// Forgets consumed signals whose key has been remembered long enough. Best effort: a
