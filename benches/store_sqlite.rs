@@ -142,15 +142,45 @@ fn summary() {
     let db = TempDb::new("summary-normal");
     let store = open(db.path(), Synchronous::Normal);
     let n = 5_000;
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), cpu_time());
     rt.block_on(async {
         for step in 0..n {
             store.put_checkpoint(small("one", step)).await.unwrap();
         }
     });
-    let per = start.elapsed() / n as u32;
-    println!("  one writer, NORMAL: {per:?} per checkpoint");
+    let (wall, cpu) = (
+        start.elapsed() / n as u32,
+        cpu_time().zip(cpu).map(|(c, c0)| (c - c0) / n as u32),
+    );
+    println!(
+        "  one writer, NORMAL: {wall:?} wall, {} CPU (all threads) per checkpoint",
+        show(cpu)
+    );
+    let (start, cpu) = (Instant::now(), cpu_time());
+    rt.block_on(async {
+        for _ in 0..n {
+            store.latest_checkpoint("one", "").await.unwrap().unwrap();
+        }
+    });
+    let (wall, cpu) = (
+        start.elapsed() / n as u32,
+        cpu_time().zip(cpu).map(|(c, c0)| (c - c0) / n as u32),
+    );
+    println!(
+        "  latest_checkpoint of a thread with {n} checkpoints: {wall:?} wall, {} CPU",
+        show(cpu)
+    );
     drop(store);
+    let (start, cpu) = (Instant::now(), cpu_time());
+    raw_sqlite_commit(n);
+    let (wall, cpu) = (
+        start.elapsed() / n as u32,
+        cpu_time().zip(cpu).map(|(c, c0)| (c - c0) / n as u32),
+    );
+    println!(
+        "  SQLite alone (same row, one connection, no threads), NORMAL: {wall:?} wall, {} CPU per commit",
+        show(cpu)
+    );
 
     let db = TempDb::new("summary-full");
     let store = open(db.path(), Synchronous::Full);
@@ -162,7 +192,9 @@ fn summary() {
         }
     });
     let one = n as f64 / start.elapsed().as_secs_f64();
+    let before = store.commit_stats();
     let elapsed = rt.block_on(concurrent(&store, 100, 30));
+    let after = store.commit_stats();
     let hundred = 3_000.0 / elapsed.as_secs_f64();
     println!(
         "  one writer, FULL: {one:.0} writes/s ({:.0} µs each)",
@@ -171,6 +203,12 @@ fn summary() {
     println!(
         "  100 concurrent writers, FULL: {hundred:.0} writes/s ({:.1}x one writer)",
         hundred / one
+    );
+    println!(
+        "    {} writes in {} commits: {:.1} writes per fsync",
+        after.writes - before.writes,
+        after.commits - before.commits,
+        (after.writes - before.writes) as f64 / (after.commits - before.commits).max(1) as f64
     );
     drop(store);
 
@@ -217,6 +255,45 @@ fn summary() {
         bytes as f64 / (runs * 2) as f64,
         bytes as f64 / runs as f64,
     );
+}
+
+fn show(cpu: Option<Duration>) -> String {
+    cpu.map_or_else(|| "(unknown)".into(), |c| format!("{c:?}"))
+}
+
+/// CPU time used by this process so far (user + system, all threads), from /proc.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+}
+
+/// The floor: the same insert and commit on a plain connection, on the calling thread.
+fn raw_sqlite_commit(n: u64) {
+    let db = TempDb::new("raw");
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+         CREATE TABLE checkpoints (id INTEGER PRIMARY KEY AUTOINCREMENT, thread TEXT NOT NULL,
+             run INTEGER NOT NULL, namespace TEXT NOT NULL, step INTEGER NOT NULL,
+             status TEXT NOT NULL, body TEXT NOT NULL);
+         CREATE INDEX checkpoints_by_thread ON checkpoints (thread, namespace, id);",
+    )
+    .unwrap();
+    let body = serde_json::to_string(&small("one", 0).state).unwrap();
+    for step in 0..n {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        conn.prepare_cached(
+            "INSERT INTO checkpoints (thread, run, namespace, step, status, body)
+             VALUES (?1, 1, '', ?2, 'running', ?3)",
+        )
+        .unwrap()
+        .execute(rusqlite::params!["one", step as i64, body])
+        .unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+    }
 }
 
 criterion_group!(benches, bench);

@@ -342,3 +342,148 @@ async fn a_failed_write_does_not_fail_the_writes_grouped_with_it() {
     store.put_journal(key.clone(), json!(1)).await.unwrap();
     assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!(1)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumed_keys_are_forgotten_after_an_hour_and_not_before() {
+    let db = TempDb::new("prune");
+    let keyed = |key: &str| -> StoredSignal {
+        serde_json::from_value(json!({
+            "seq": 0, "session": "s", "name": "go", "payload": 1,
+            "idempotency_key": key, "sent_at_ms": 1,
+        }))
+        .unwrap()
+    };
+    let store = SqliteStore::open(db.path()).unwrap();
+    for key in ["old", "recent"] {
+        let SignalPush::Stored(seq) = store.push_signal(keyed(key)).await.unwrap() else {
+            panic!("stored");
+        };
+        store.take_signal("s", seq, None).await.unwrap();
+    }
+    drop(store);
+    // Pretend "old" was consumed two hours ago and "recent" half an hour ago.
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute(
+        "UPDATE signals SET consumed_at_ms = ?1 WHERE idempotency_key = 'old'",
+        [now - 2 * 3_600_000],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE signals SET consumed_at_ms = ?1 WHERE idempotency_key = 'recent'",
+        [now - 1_800_000],
+    )
+    .unwrap();
+    drop(conn);
+    // A new store prunes before its first write.
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(
+        store.push_signal(keyed("recent")).await.unwrap(),
+        SignalPush::Duplicate,
+        "a key consumed half an hour ago is remembered"
+    );
+    assert!(
+        matches!(
+            store.push_signal(keyed("old")).await.unwrap(),
+            SignalPush::Stored(_)
+        ),
+        "a key consumed two hours ago is forgotten"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_share_it() {
+    // As two processes would: each store has its own writer, and they take turns at the
+    // file's write lock.
+    let db = TempDb::new("two");
+    let a = Arc::new(SqliteStore::open(db.path()).unwrap());
+    let b = Arc::new(SqliteStore::open(db.path()).unwrap());
+    let mut tasks = Vec::new();
+    for (name, store) in [("a", &a), ("b", &b)] {
+        for w in 0..8u64 {
+            let store = Arc::clone(store);
+            tasks.push(tokio::spawn(async move {
+                let thread = format!("{name}-{w}");
+                for step in 0..25u64 {
+                    store
+                        .put_checkpoint(Checkpoint::new(
+                            &thread,
+                            1,
+                            "",
+                            step,
+                            RunStatus::Running,
+                            json!(step),
+                            vec![],
+                        ))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for name in ["a", "b"] {
+        for w in 0..8 {
+            let thread = format!("{name}-{w}");
+            // Each store sees what the other wrote.
+            for store in [&a, &b] {
+                let steps: Vec<u64> = store
+                    .list_checkpoints(&thread)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|c| c.step)
+                    .collect();
+                assert_eq!(steps, (0..25).collect::<Vec<_>>(), "{thread}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_share_commits() {
+    let db = TempDb::new("grouped");
+    let store = Arc::new(SqliteStore::open(db.path()).unwrap()); // synchronous = FULL
+    let before = store.commit_stats();
+    let tasks: Vec<_> = (0..100u64)
+        .map(|w| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                for step in 0..5u64 {
+                    store
+                        .put_checkpoint(Checkpoint::new(
+                            format!("g-{w}"),
+                            1,
+                            "",
+                            step,
+                            RunStatus::Running,
+                            json!(step),
+                            vec![],
+                        ))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let after = store.commit_stats();
+    let (writes, commits) = (after.writes - before.writes, after.commits - before.commits);
+    assert_eq!(writes, 500, "every write is counted once");
+    // While one group waits on its fsync the others queue up behind it; one commit per
+    // write would mean no grouping at all.
+    assert!(
+        commits * 2 <= writes,
+        "{writes} writes took {commits} commits"
+    );
+}

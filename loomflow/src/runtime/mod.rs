@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush,
-    SqliteOptions, SqliteStore, Store, StoreError, StoredSignal, Synchronous,
+    Checkpoint, CommitStats, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus,
+    SignalPush, SqliteOptions, SqliteStore, Store, StoreError, StoredSignal, Synchronous,
 };
 
 use crate::{Error, Result};

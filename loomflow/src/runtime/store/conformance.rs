@@ -52,12 +52,15 @@ pub async fn run_all(store: &dyn Store) {
     journal_keeps_the_first_value(store).await;
     signals_are_fifo_and_taken_once(store).await;
     idempotency_keys_are_remembered_after_consumption(store).await;
+    checkpoints_are_kept_per_thread(store).await;
+    signals_are_taken_only_by_their_session(store).await;
 }
 
 /// Runs [`run_all`], and checks that many writers at once lose nothing.
 pub async fn run_all_concurrent(store: Arc<dyn Store>) {
     run_all(&*store).await;
-    concurrent_writers(store).await;
+    concurrent_writers(Arc::clone(&store)).await;
+    concurrent_duplicate_sends_store_one(store).await;
 }
 
 async fn checkpoints_round_trip(store: &dyn Store) {
@@ -347,6 +350,86 @@ async fn concurrent_writers(store: Arc<dyn Store>) {
             assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!(step)));
         }
     }
+}
+
+async fn checkpoints_are_kept_per_thread(store: &dyn Store) {
+    let (mine, other) = (unique("own"), unique("own-other"));
+    let id = store
+        .put_checkpoint(Checkpoint::new(
+            &mine,
+            1,
+            "",
+            0,
+            RunStatus::Running,
+            json!(1),
+            vec![],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_checkpoint(&other, id).await.unwrap(),
+        None,
+        "get_checkpoint does not return another thread's checkpoint"
+    );
+    assert!(store.list_checkpoints(&other).await.unwrap().is_empty());
+    assert_eq!(store.latest_checkpoint(&other, "").await.unwrap(), None);
+}
+
+async fn signals_are_taken_only_by_their_session(store: &dyn Store) {
+    let (session, other) = (unique("take"), unique("take-other"));
+    let SignalPush::Stored(seq) = store
+        .push_signal(signal(&session, "go", 1, None))
+        .await
+        .unwrap()
+    else {
+        panic!("a signal without a key is stored")
+    };
+    store.take_signal(&other, seq, None).await.unwrap();
+    let pending: Vec<u64> = store
+        .pending_signals()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.session == session)
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(
+        pending,
+        vec![seq],
+        "take_signal with another session leaves the signal"
+    );
+    store.take_signal(&session, seq, None).await.unwrap();
+}
+
+async fn concurrent_duplicate_sends_store_one(store: Arc<dyn Store>) {
+    let session = unique("dup");
+    let tasks: Vec<_> = (0..16u64)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            let session = session.clone();
+            tokio::spawn(async move {
+                store
+                    .push_signal(signal(&session, "pay", n, Some("once")))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut stored = 0;
+    for task in tasks {
+        if matches!(task.await.unwrap(), SignalPush::Stored(_)) {
+            stored += 1;
+        }
+    }
+    assert_eq!(stored, 1, "concurrent sends with one key store exactly one");
+    let pending = store
+        .pending_signals()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.session == session)
+        .count();
+    assert_eq!(pending, 1);
 }
 
 /// Checks that what one instance wrote is there when the same location is opened again.

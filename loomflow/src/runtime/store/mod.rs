@@ -17,7 +17,7 @@ mod memory;
 mod sqlite;
 
 pub use memory::MemoryStore;
-pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
 
 use std::collections::BTreeMap;
 

@@ -22,6 +22,7 @@ mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -113,6 +114,16 @@ impl SqliteOptions {
     }
 }
 
+/// Writes and commits counted by [`SqliteStore::commit_stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CommitStats {
+    /// Writes committed (checkpoints, journal entries, signals stored or taken).
+    pub writes: u64,
+    /// Transactions committed; each holds one or more writes.
+    pub commits: u64,
+}
+
 /// Keeps checkpoints, journal entries and signals in a SQLite file, so that runs survive
 /// the process. The store of [`Runtime::sqlite`](crate::Runtime::sqlite).
 ///
@@ -120,6 +131,11 @@ impl SqliteOptions {
 /// for it in one transaction: with [`Synchronous::Full`] a hundred concurrent runs share
 /// one fsync instead of queuing for a hundred. Reads run on their own threads. Dropping the
 /// store commits what is queued and closes the file.
+///
+/// A write is queued when its method is called, not when its future is first polled, and
+/// its future resolves once the write is committed: dropping the future does not cancel the
+/// write. Several stores (or processes) may open one file; their writers take turns at its
+/// write lock, waiting up to [`SqliteOptions::busy_timeout`].
 ///
 /// # Examples
 ///
@@ -196,6 +212,17 @@ impl SqliteStore {
     /// The file this store keeps its data in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many writes this store has committed, in how many transactions: with many
+    /// concurrent runs, `writes / commits` is the average group a single commit (and, at
+    /// [`Synchronous::Full`], a single fsync) served.
+    pub fn commit_stats(&self) -> CommitStats {
+        let counters = self.writer.counters();
+        CommitStats {
+            writes: counters.writes.load(Ordering::Relaxed),
+            commits: counters.commits.load(Ordering::Relaxed),
+        }
     }
 
     fn write(&self, op: Op) -> BoxFuture<'_, Result<Outcome, StoreError>> {
@@ -474,7 +501,8 @@ impl Store for SqliteStore {
             return Box::pin(std::future::ready(Ok(None)));
         };
         let key = key.clone();
-        self.read(&key.thread.clone(), move |conn| {
+        let thread = key.thread.clone();
+        self.read(&thread, move |conn| {
             let value: Option<String> = conn
                 .prepare_cached(
                     "SELECT value FROM journal WHERE thread = ?1 AND run = ?2 AND namespace = ?3
@@ -558,7 +586,7 @@ impl Store for SqliteStore {
     }
 
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
-        self.read("", |conn| {
+        self.read("(pending signals)", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, session, name, payload, idempotency_key, sent_at_ms FROM signals
                  WHERE consumed_at_ms IS NULL ORDER BY seq",
@@ -604,3 +632,59 @@ const _: fn() = || {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<SqliteStore>();
 };
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn body_of(checkpoint: &Checkpoint) -> String {
+        serde_json::to_string(&BodyRef {
+            state: &checkpoint.state,
+            next: &checkpoint.next,
+            joins: &checkpoint.joins,
+            pending_writes: &checkpoint.pending_writes,
+            interrupts: &checkpoint.interrupts,
+            resume_values: &checkpoint.resume_values,
+            error: &checkpoint.error,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_plain_checkpoint_body_holds_only_state_and_next() {
+        let cp = Checkpoint::new(
+            "t",
+            1,
+            "",
+            3,
+            RunStatus::Running,
+            json!({"n": 1}),
+            vec!["a".into()],
+        );
+        assert_eq!(body_of(&cp), r#"{"state":{"n":1},"next":["a"]}"#);
+        let done = Checkpoint::new("t", 1, "", 4, RunStatus::Completed, json!(null), vec![]);
+        assert_eq!(body_of(&done), r#"{"state":null}"#);
+        let decoded: Body = serde_json::from_str(&body_of(&done)).unwrap();
+        assert!(decoded.next.is_empty() && decoded.error.is_none());
+    }
+
+    #[test]
+    fn stored_statuses_parse_back() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Interrupted,
+            RunStatus::Completed,
+            RunStatus::Failed,
+        ] {
+            assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
+        }
+        assert!(matches!(
+            parse_status("paused", "t"),
+            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
+        ));
+    }
+}

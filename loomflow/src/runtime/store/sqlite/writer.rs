@@ -6,6 +6,8 @@
 //! it waits on the disk, new requests queue up and form the next group: the busier the
 //! store, the larger the groups, with no timer and no added latency for a lone writer.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -189,19 +191,37 @@ pub(super) struct Request {
 pub(super) struct Writer {
     tx: Option<mpsc::Sender<Request>>,
     thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+}
+
+/// What the writer has done so far.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    /// Writes committed.
+    pub(super) writes: AtomicU64,
+    /// Transactions committed.
+    pub(super) commits: AtomicU64,
 }
 
 impl Writer {
     /// Starts the thread that owns `conn`.
     pub(super) fn spawn(conn: Connection) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let shared = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("loomflow-sqlite-writer".into())
-            .spawn(move || run(conn, &rx))?;
+            .spawn(move || run(conn, &rx, &shared))?;
         Ok(Self {
             tx: Some(tx),
             thread: Some(thread),
+            counters,
         })
+    }
+
+    /// Writes and transactions committed so far.
+    pub(super) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Queues a request.
@@ -231,7 +251,7 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>) {
+fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>, counters: &Counters) {
     let mut last_prune = i64::MIN;
     let mut group = Vec::new();
     while let Ok(first) = rx.recv() {
@@ -243,56 +263,106 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>) {
             }
         }
         let now = now_ms();
-        let prune = now.saturating_sub(last_prune) >= PRUNE_EVERY_MS;
-        match commit(&mut conn, group.iter().map(|r| &r.op), now, prune) {
+        if now.saturating_sub(last_prune) >= PRUNE_EVERY_MS {
+            last_prune = now;
+            prune(&conn, now);
+        }
+        commit_group(&mut conn, &mut group, now, counters);
+    }
+}
+
+/// Commits `group` and answers every request in it, leaving it empty.
+///
+/// A write that fails (a constraint, a trigger) is answered with its error and the group
+/// is run again without it, so it does not take the others down; a failure of the
+/// transaction itself (the disk, a lock held past the busy timeout) is every write's.
+fn commit_group(conn: &mut Connection, group: &mut Vec<Request>, now_ms: i64, counters: &Counters) {
+    while !group.is_empty() {
+        match commit(conn, group, now_ms) {
             Ok(outcomes) => {
-                if prune {
-                    last_prune = now;
-                }
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .writes
+                    .fetch_add(outcomes.len() as u64, Ordering::Relaxed);
                 for (request, outcome) in group.drain(..).zip(outcomes) {
                     // The caller may have stopped waiting; its write is committed anyway.
                     let _ = request.reply.send(Ok(outcome));
                 }
             }
-            Err(_) => {
-                // One write failed and took the group down with it: commit each alone so
-                // that only the culprit gets the error.
+            Err(Failure::Op(index, error)) => {
+                let request = group.remove(index);
+                let _ = request.reply.send(Err(write_error(&request.op, &error)));
+            }
+            Err(Failure::Transaction(error)) => {
                 for request in group.drain(..) {
-                    let result = commit(&mut conn, std::iter::once(&request.op), now, false)
-                        .map_err(|e| StoreError::Write {
-                            thread: request.op.thread().to_owned(),
-                            message: e.to_string(),
-                        })
-                        .and_then(|mut outcomes| {
-                            outcomes.pop().ok_or_else(|| StoreError::Write {
-                                thread: request.op.thread().to_owned(),
-                                message: "the write produced no result".into(),
-                            })
-                        });
-                    let _ = request.reply.send(result);
+                    let _ = request.reply.send(Err(write_error(&request.op, &error)));
                 }
             }
         }
     }
 }
 
-/// Runs `ops` in one transaction and commits it.
-fn commit<'a>(
-    conn: &mut Connection,
-    ops: impl Iterator<Item = &'a Op>,
-    now_ms: i64,
-    prune: bool,
-) -> rusqlite::Result<Vec<Outcome>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let outcomes = ops
-        .map(|op| op.apply(&tx, now_ms))
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    if prune {
-        tx.prepare_cached(
-            "DELETE FROM signals WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < ?1",
-        )?
-        .execute([now_ms.saturating_sub(KEEP_CONSUMED_MS)])?;
+fn write_error(op: &Op, error: &rusqlite::Error) -> StoreError {
+    StoreError::Write {
+        thread: op.thread().to_owned(),
+        message: error.to_string(),
     }
-    tx.commit()?;
+}
+
+/// Why a group did not commit.
+enum Failure {
+    /// The write at this index failed.
+    Op(usize, rusqlite::Error),
+    /// Beginning or committing the transaction failed.
+    Transaction(rusqlite::Error),
+}
+
+/// Runs the group's writes in one transaction and commits it: one fsync for them all.
+fn commit(conn: &mut Connection, group: &[Request], now_ms: i64) -> Result<Vec<Outcome>, Failure> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(Failure::Transaction)?;
+    let outcomes = group
+        .iter()
+        .enumerate()
+        .map(|(i, request)| {
+            request.op.apply(&tx, now_ms).map_err(|e| {
+                if concerns_one_write(&e) {
+                    Failure::Op(i, e)
+                } else {
+                    Failure::Transaction(e)
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?; // dropping `tx` rolls the group back
+    tx.commit().map_err(Failure::Transaction)?;
     Ok(outcomes)
+}
+
+/// Whether an error is about the write that hit it (a constraint, a trigger, a value too
+/// big) rather than about the database (the disk is full, an I/O error, a lock): only the
+/// former is worth retrying the group without that write.
+fn concerns_one_write(error: &rusqlite::Error) -> bool {
+    match error {
+        rusqlite::Error::SqliteFailure(e, _) => matches!(
+            e.code,
+            rusqlite::ErrorCode::ConstraintViolation
+                | rusqlite::ErrorCode::TooBig
+                | rusqlite::ErrorCode::TypeMismatch
+        ),
+        _ => true, // errors rusqlite raises itself are about the statement's values
+    }
+}
+
+/// Forgets consumed signals whose key has been remembered long enough. Best effort: a
+/// failure is logged and retried at the next prune.
+fn prune(conn: &Connection, now_ms: i64) {
+    let result = conn
+        .prepare_cached(
+            "DELETE FROM signals WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < ?1",
+        )
+        .and_then(|mut stmt| stmt.execute([now_ms.saturating_sub(KEEP_CONSUMED_MS)]));
+    if let Err(error) = result {
+        tracing::warn!(%error, "pruning consumed signals failed");
+    }
 }
