@@ -24,6 +24,9 @@ pub enum Error {
     /// A model call failed.
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    /// A tool call failed outside a run's tool dispatch.
+    #[error(transparent)]
+    Tool(#[from] crate::tool::ToolError),
     /// A value could not be converted to or from JSON.
     #[error("json conversion failed for {what}")]
     Json {

@@ -66,6 +66,7 @@ pub mod event;
 pub mod graph;
 pub mod model;
 pub mod runtime;
+pub mod tool;
 
 #[doc(inline)]
 pub use context::Context;

@@ -1,0 +1,160 @@
+//! Tools: functions a model can call, with typed schemas, a host that dispatches calls,
+//! permissions, approvals and hooks.
+//!
+//! A [`Tool`] has a [`ToolSpec`] (name, description, JSON schema for its arguments) and an
+//! async `call`. The [`ToolHost`] holds tools and dispatches the calls of one model turn:
+//! bad calls (unknown tool, bad arguments, a panic, a timeout) become error results the model
+//! can read; they never abort a run.
+
+mod host;
+
+pub use host::{DispatchContext, ToolHost, ToolOutcome};
+
+use serde_json::Value;
+
+use crate::graph::BoxFuture;
+use crate::model::ToolDefinition;
+
+/// What a model sees of a tool, plus the policy flags the host enforces.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ToolSpec {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema (2020-12) of the arguments: an `object` schema.
+    pub parameters: Value,
+    /// Every call needs a person's approval.
+    pub requires_approval: bool,
+    /// The tool changes or destroys something (informational, for permission policies).
+    pub destructive: bool,
+}
+
+impl ToolSpec {
+    /// A spec with no policy flags.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            requires_approval: false,
+            destructive: false,
+        }
+    }
+
+    /// Marks every call as needing a person's approval.
+    #[must_use]
+    pub fn requires_approval(mut self, yes: bool) -> Self {
+        self.requires_approval = yes;
+        self
+    }
+
+    /// Marks the tool as destructive.
+    #[must_use]
+    pub fn destructive(mut self, yes: bool) -> Self {
+        self.destructive = yes;
+        self
+    }
+
+    /// The definition sent to a model, with the schema as written.
+    pub fn definition(&self) -> ToolDefinition {
+        ToolDefinition::new(&self.name, &self.description, self.parameters.clone())
+    }
+}
+
+/// Why a tool call did not produce a value. Becomes an error result the model reads.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// No tool has that name.
+    #[error("unknown tool {name}; known tools: {}", known.join(", "))]
+    UnknownTool {
+        /// The name the model used.
+        name: String,
+        /// The tools that exist.
+        known: Vec<String>,
+    },
+    /// The arguments do not fit the tool's schema.
+    #[error("invalid arguments for tool {tool}: {message}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// Which field is wrong and what was expected.
+        message: String,
+    },
+    /// The tool ran and failed.
+    #[error("tool {tool} failed: {message}")]
+    Failed {
+        /// The tool.
+        tool: String,
+        /// The tool's error.
+        message: String,
+    },
+    /// The tool panicked; the panic was caught.
+    #[error("tool {tool} panicked: {message}")]
+    Panicked {
+        /// The tool.
+        tool: String,
+        /// The panic message.
+        message: String,
+    },
+    /// The tool took longer than the host's per-call timeout.
+    #[error("tool {tool} timed out after {seconds} s")]
+    TimedOut {
+        /// The tool.
+        tool: String,
+        /// The timeout.
+        seconds: f64,
+    },
+    /// A permission rule, an approver or a hook refused the call.
+    #[error("call to tool {tool} was denied: {reason}")]
+    Denied {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What a running tool knows about its call.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ToolContext {
+    /// The session (thread) of the run that made the call.
+    pub session: String,
+    /// The user the run acts for, if known.
+    pub user: Option<String>,
+    /// The model's id for this call.
+    pub call_id: String,
+}
+
+impl ToolContext {
+    /// A context for a call.
+    pub fn new(
+        session: impl Into<String>,
+        user: Option<String>,
+        call_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            session: session.into(),
+            user,
+            call_id: call_id.into(),
+        }
+    }
+}
+
+/// A function a model can call. Object-safe: hosts keep `Arc<dyn Tool>`.
+///
+/// Usually written with `#[tool]`; implement it by hand for tools built at run time.
+pub trait Tool: Send + Sync + 'static {
+    /// The tool's spec.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Runs the tool on arguments that already match its schema.
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>>;
+}
