@@ -24,6 +24,9 @@ pub enum Error {
     /// A model call failed.
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    /// An agent could not be built or a run could not finish.
+    #[error(transparent)]
+    Agent(#[from] crate::agent::AgentError),
     /// A tool call failed outside a run's tool dispatch.
     #[error(transparent)]
     Tool(#[from] crate::tool::ToolError),

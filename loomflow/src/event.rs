@@ -29,6 +29,12 @@ pub enum EventKind {
         /// The nodes that ran in it, in declaration order.
         nodes: Vec<String>,
     },
+    /// Something a backend did inside a node: a model's streamed chunk, a tool call or its
+    /// result, a permission decision. `data["type"]` says which.
+    Backend {
+        /// The event, as JSON with a `type` field.
+        data: Value,
+    },
     /// A custom event from [`Context::emit`](crate::Context::emit).
     Custom {
         /// The event's name.

@@ -60,6 +60,7 @@
 
 extern crate self as loomflow;
 
+pub mod agent;
 pub mod context;
 pub mod error;
 pub mod event;

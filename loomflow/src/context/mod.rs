@@ -33,6 +33,11 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
+    /// Whether anyone listens to the run's events (a stream).
+    pub(crate) fn has_listener(&self) -> bool {
+        self.events.is_some()
+    }
+
     /// Sends an event to the stream, if there is one. The node name is prefixed with the
     /// namespace so that events from inside subgraphs say where they come from.
     pub(crate) fn emit(&self, step: u64, node: Option<&str>, kind: EventKind) {

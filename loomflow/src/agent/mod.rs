@@ -1,0 +1,439 @@
+//! Agents: a model, tools and instructions, run as a ReAct loop that is a graph.
+//!
+//! An [`Agent`] compiles to a [`CompiledGraph<AgentState>`](crate::CompiledGraph) with a
+//! `model` node and a `tools` node, so it checkpoints, suspends, streams and renders like any
+//! graph, and can be a node of a larger graph ([`Agent::graph`]).
+//!
+//! # Examples
+//!
+//! ```
+//! use loomflow::agent::Agent;
+//! use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+//! use loomflow::tool::{Tool, ToolContext, ToolError, ToolSpec};
+//! use loomflow::prelude::*;
+//!
+//! struct Weather(ToolSpec);
+//!
+//! impl Tool for Weather {
+//!     fn spec(&self) -> &ToolSpec { &self.0 }
+//!     fn call<'a>(&'a self, args: serde_json::Value, _: &'a ToolContext)
+//!         -> BoxFuture<'a, Result<serde_json::Value, ToolError>> {
+//!         Box::pin(async move { Ok(json!({ "city": args["city"], "sky": "clear" })) })
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+//! let model = ScriptedModel::new([
+//!     ModelResponse::tool_calls(vec![ToolCall::new("c1", "weather", json!({ "city": "Oslo" }))]),
+//!     ModelResponse::text("Clear skies in Oslo."),
+//! ]);
+//! let agent = Agent::builder("You answer questions about the weather.")
+//!     .model(model)
+//!     .tool(Weather(ToolSpec::new("weather", "Current weather", json!({ "type": "object" }))))
+//!     .build()?;
+//! let result = agent.run("Weather in Oslo?").await?;
+//! assert_eq!(result.output, "Clear skies in Oslo.");
+//! assert_eq!(result.turns, 2);
+//! # Ok(()) }
+//! ```
+
+mod budget;
+mod react;
+mod run;
+mod state;
+
+pub use budget::Budget;
+pub use run::{AgentRun, RunResult};
+pub use state::AgentState;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::graph::CompiledGraph;
+use crate::model::{Message, Model, ModelRequest, OutputSchema};
+use crate::runtime::Runtime;
+use crate::tool::{Tool, ToolHost};
+
+/// The default number of model turns per run.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+
+/// Why an agent could not be built or a run could not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// `build()` found problems; every one is listed.
+    #[error("agent {agent} is misconfigured: {}", problems.join("; "))]
+    Invalid {
+        /// The agent's name.
+        agent: String,
+        /// Every problem found.
+        problems: Vec<String>,
+    },
+    /// The run took longer than the agent's wall-clock timeout.
+    #[error("agent {agent} timed out after {seconds} s on session {session}")]
+    Timeout {
+        /// The agent.
+        agent: String,
+        /// The session.
+        session: String,
+        /// The timeout.
+        seconds: f64,
+    },
+    /// The model's answer kept failing the output schema.
+    #[error("agent {agent}: output failed its schema after {attempts} attempts: {problem}")]
+    OutputSchema {
+        /// The agent.
+        agent: String,
+        /// How many answers were tried.
+        attempts: u32,
+        /// The last validation error.
+        problem: String,
+    },
+    /// A run was asked for on a session whose last run is suspended.
+    #[error("session {session} is suspended ({pending}); resume it instead of starting a run")]
+    SessionSuspended {
+        /// The session.
+        session: String,
+        /// What it waits for.
+        pending: String,
+    },
+}
+
+type Validator = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// The typed output an agent must produce.
+#[derive(Clone)]
+pub(crate) struct OutputSpec {
+    schema: OutputSchema,
+    validate: Validator,
+}
+
+/// What an agent is made of; shared by its graph's nodes.
+pub(crate) struct AgentCore {
+    pub(crate) name: String,
+    instructions: String,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) tools: ToolHost,
+    pub(crate) max_turns: u32,
+    pub(crate) max_schema_retries: u32,
+    pub(crate) budget: Budget,
+    pub(crate) output: Option<OutputSpec>,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+}
+
+impl AgentCore {
+    fn recursion_limit(&self) -> u64 {
+        // each turn is a model step and a tools step; schema retries add model steps
+        2 * u64::from(self.max_turns) + u64::from(self.max_schema_retries) + 4
+    }
+
+    fn request(&self, messages: &[Message]) -> ModelRequest {
+        let mut all = Vec::with_capacity(messages.len() + 1);
+        all.push(Message::system(&self.instructions));
+        all.extend_from_slice(messages);
+        let mut request = ModelRequest::new(all).tools(self.tools.definitions());
+        if let Some(output) = &self.output {
+            request = request.output_schema(output.schema.clone());
+        }
+        if let Some(t) = self.temperature {
+            request = request.temperature(t);
+        }
+        if let Some(m) = self.max_tokens {
+            request = request.max_tokens(m);
+        }
+        request
+    }
+}
+
+/// A configured agent. Cheap to clone; one agent serves many concurrent runs.
+#[derive(Clone)]
+pub struct Agent {
+    core: Arc<AgentCore>,
+    graph: CompiledGraph<AgentState>,
+    runtime: Runtime,
+    timeout: Option<Duration>,
+    /// Runs on one session take turns.
+    sessions: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.core.name)
+            .field("model", &self.core.model.name())
+            .field("tools", &self.core.tools)
+            .field("max_turns", &self.core.max_turns)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts configuring an agent with its instructions (the system prompt).
+    pub fn builder(instructions: impl Into<String>) -> AgentBuilder {
+        AgentBuilder::new(instructions.into())
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// The runtime the agent's runs are on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The ReAct loop as a compiled graph: use it as a node of a larger graph
+    /// (`graph.subgraph("research", agent.graph().clone(), ..)`), or run it directly.
+    pub fn graph(&self) -> &CompiledGraph<AgentState> {
+        &self.graph
+    }
+
+    /// The loop's Mermaid diagram, with the agent's tools listed on the `tools` node.
+    pub fn generate_graph(&self) -> String {
+        let tools: Vec<&str> = self
+            .core
+            .tools
+            .list()
+            .into_iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        let text = self.graph.to_mermaid();
+        if tools.is_empty() {
+            return text;
+        }
+        let label = crate::graph::mermaid::escape(&format!("tools\n{}", tools.join(", ")));
+        text.replace("n1[\"tools\"]", &format!("n1[\"{label}\"]"))
+    }
+
+    /// Sends a signal to one of the agent's sessions (see [`Runtime::signal`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::signal`].
+    pub async fn signal(
+        &self,
+        session: &str,
+        name: &str,
+        payload: impl serde::Serialize,
+    ) -> crate::Result<crate::runtime::Delivery> {
+        self.runtime.signal(session, name, payload).await
+    }
+
+    /// Every checkpoint of a session, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    pub async fn list_checkpoints(
+        &self,
+        session: &str,
+    ) -> crate::Result<Vec<crate::runtime::Checkpoint>> {
+        self.runtime.list_checkpoints(session).await
+    }
+
+    fn session_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(sessions.entry(session.to_owned()).or_default())
+    }
+}
+
+/// Configures an [`Agent`]; see [`Agent::builder`].
+#[must_use]
+pub struct AgentBuilder {
+    name: Option<String>,
+    instructions: String,
+    model: Option<Arc<dyn Model>>,
+    model_name: Option<String>,
+    tools: ToolHost,
+    runtime: Option<Runtime>,
+    max_turns: u32,
+    max_schema_retries: u32,
+    timeout: Option<Duration>,
+    budget: Budget,
+    output: Option<OutputSpec>,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+}
+
+impl AgentBuilder {
+    fn new(instructions: String) -> Self {
+        Self {
+            name: None,
+            instructions,
+            model: None,
+            model_name: None,
+            tools: ToolHost::new(),
+            runtime: None,
+            max_turns: DEFAULT_MAX_TURNS,
+            max_schema_retries: 2,
+            timeout: None,
+            budget: Budget::default(),
+            output: None,
+            temperature: None,
+            max_tokens: None,
+        }
+    }
+
+    /// The agent's name (default `agent`), used for its graph, errors and spans.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The model.
+    pub fn model(mut self, model: impl Model + 'static) -> Self {
+        self.model = Some(Arc::new(model));
+        self
+    }
+
+    /// The model, by name (`"gpt-4o"`, `"claude-…"`, `"openai-compatible:NAME@URL"`, …),
+    /// resolved when the agent is built; keys come from the environment.
+    pub fn model_name(mut self, model: impl Into<String>) -> Self {
+        self.model_name = Some(model.into());
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.tools.add(tool);
+        self
+    }
+
+    /// Uses this tool host (with its permissions, approver and hooks) for the agent's tools.
+    pub fn tools(mut self, host: ToolHost) -> Self {
+        self.tools = host;
+        self
+    }
+
+    /// The runtime runs go on (default: a new in-memory runtime).
+    pub fn runtime(mut self, runtime: Runtime) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// The most model turns a run may take (default 50); past it the run stops cleanly with
+    /// `interrupted` and reason `max_turns_exceeded`.
+    pub fn max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = max_turns;
+        self
+    }
+
+    /// A wall-clock limit per run; past it the run fails with [`AgentError::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Token and cost caps; past one the run stops cleanly with reason `budget:<cap>`.
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The answer must be JSON that deserializes into `T`, described to the model by
+    /// `schema` (a JSON Schema). An answer that does not fit is sent back with the error, up
+    /// to [`max_schema_retries`](Self::max_schema_retries) times.
+    pub fn output_schema<T: DeserializeOwned + 'static>(
+        mut self,
+        name: impl Into<String>,
+        schema: Value,
+    ) -> Self {
+        self.output = Some(OutputSpec {
+            schema: OutputSchema::new(name, schema),
+            validate: Arc::new(|text: &str| {
+                serde_json::from_str::<T>(text.trim())
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }),
+        });
+        self
+    }
+
+    /// How many times an answer that fails the output schema is retried (default 2).
+    pub fn max_schema_retries(mut self, retries: u32) -> Self {
+        self.max_schema_retries = retries;
+        self
+    }
+
+    /// Sampling temperature for every request.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Output token limit for every request.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Builds the agent.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::Invalid`] listing every problem: no model (or one that does not
+    /// resolve), a zero `max_turns`, an empty name.
+    pub fn build(self) -> crate::Result<Agent> {
+        let name = self.name.unwrap_or_else(|| "agent".to_owned());
+        let mut problems = Vec::new();
+        let model = match (self.model, &self.model_name) {
+            (Some(model), _) => Some(model),
+            (None, Some(spec)) => match crate::model::resolve(spec) {
+                Ok(model) => Some(model),
+                Err(error) => {
+                    problems.push(format!("model {spec} does not resolve: {error}"));
+                    None
+                }
+            },
+            (None, None) => {
+                problems.push("no model: set one with .model(..) or .model_name(..)".to_owned());
+                None
+            }
+        };
+        if self.max_turns == 0 {
+            problems.push("max_turns must be at least 1".to_owned());
+        }
+        if name.trim().is_empty() {
+            problems.push("name must not be empty".to_owned());
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            problems.push("timeout must be more than zero".to_owned());
+        }
+        let Some(model) = model.filter(|_| problems.is_empty()) else {
+            return Err(AgentError::Invalid {
+                agent: name,
+                problems,
+            }
+            .into());
+        };
+        let core = Arc::new(AgentCore {
+            name: name.clone(),
+            instructions: self.instructions,
+            model,
+            tools: self.tools,
+            max_turns: self.max_turns,
+            max_schema_retries: self.max_schema_retries,
+            budget: self.budget,
+            output: self.output,
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+        });
+        let graph = react::build(&core)?;
+        Ok(Agent {
+            core,
+            graph,
+            runtime: self.runtime.unwrap_or_default(),
+            timeout: self.timeout,
+            sessions: Arc::default(),
+        })
+    }
+}

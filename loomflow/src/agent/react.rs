@@ -1,0 +1,207 @@
+//! The ReAct loop as a graph: a `model` node and a `tools` node, with a branch on "the reply
+//! asks for tools".
+//!
+//! ```text
+//! START → model ─(tool calls)→ tools → model …
+//!               ─(schema retry)→ model
+//!               ─(answer, or a limit)→ END
+//! ```
+//!
+//! Model replies and tool results are journaled (`ctx.step`), so a run that resumes or
+//! recovers replays them instead of calling the model or the tools again.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use serde_json::json;
+
+use super::AgentCore;
+use super::state::AgentState;
+use crate::context::Context;
+use crate::error::GraphError;
+use crate::event::EventKind;
+use crate::graph::{BoxFuture, CompiledGraph, END, Graph, Node, START};
+use crate::model::{Message, ModelRequest, ModelResponse, StreamAccumulator};
+use crate::tool::DispatchContext;
+use crate::{Error, Result};
+
+pub(super) fn build(core: &Arc<AgentCore>) -> Result<CompiledGraph<AgentState>, GraphError> {
+    Graph::new(core.name.clone())
+        .node(ModelNode(Arc::clone(core)))
+        .node(ToolsNode(Arc::clone(core)))
+        .edge(START, "model")
+        .branch("model", ["tools", "model", END], |state: &AgentState| {
+            if state.stopped.is_some() {
+                END
+            } else if state
+                .last_message()
+                .is_some_and(|m| !m.tool_calls().is_empty())
+            {
+                "tools"
+            } else if state.output.is_none() {
+                "model" // the output failed its schema; the model was told why
+            } else {
+                END
+            }
+        })
+        .edge("tools", "model")
+        .recursion_limit(core.recursion_limit())
+        .compile()
+}
+
+struct ModelNode(Arc<AgentCore>);
+
+impl Node<AgentState> for ModelNode {
+    fn name(&self) -> &str {
+        "model"
+    }
+
+    fn description(&self) -> Option<&str> {
+        Some(self.0.model.name())
+    }
+
+    fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+        Box::pin(model_turn(&self.0, state, ctx))
+    }
+}
+
+async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
+    if state.turns >= core.max_turns {
+        state.stopped = Some("max_turns_exceeded".to_owned());
+        return Ok(());
+    }
+    if let Some(cap) = core.budget.exceeded(&state.usage, state.user.as_deref()) {
+        state.stopped = Some(format!("budget:{cap}"));
+        return Ok(());
+    }
+    let request = core.request(&state.messages);
+    let response: ModelResponse = ctx.step("model", || call_model(core, request, ctx)).await?;
+    state.turns += 1;
+    state.usage += response.usage;
+    core.budget.record(state.user.as_deref(), response.usage);
+    state.messages.push(response.message());
+    if !response.tool_calls.is_empty() {
+        return Ok(());
+    }
+    match &core.output {
+        None => state.output = Some(response.content),
+        Some(output) => match (output.validate)(&response.content) {
+            Ok(()) => state.output = Some(response.content),
+            Err(problem) if state.schema_retries < core.max_schema_retries => {
+                state.schema_retries += 1;
+                state.messages.push(Message::user(format!(
+                    "Your answer does not match the required output schema ({problem}). \
+                     Reply again with only JSON that matches the schema."
+                )));
+            }
+            Err(problem) => {
+                return Err(super::AgentError::OutputSchema {
+                    agent: core.name.clone(),
+                    attempts: state.schema_retries + 1,
+                    problem,
+                }
+                .into());
+            }
+        },
+    }
+    Ok(())
+}
+
+/// Calls the model; streams (and surfaces the chunks as events) when someone listens.
+async fn call_model(
+    core: &AgentCore,
+    request: ModelRequest,
+    ctx: &Context,
+) -> Result<ModelResponse> {
+    if !ctx.run.has_listener() {
+        return Ok(core.model.complete(request).await?);
+    }
+    let mut stream = core.model.stream(request);
+    let mut accumulator = StreamAccumulator::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if let Ok(data) = serde_json::to_value(&chunk) {
+            ctx.run
+                .emit(ctx.step, Some(&ctx.node), EventKind::Backend { data });
+        }
+        accumulator.push(chunk);
+    }
+    let model_name = core.model.name().to_owned();
+    Ok(accumulator.finish(&model_name, &model_name)?)
+}
+
+struct ToolsNode(Arc<AgentCore>);
+
+impl Node<AgentState> for ToolsNode {
+    fn name(&self) -> &str {
+        "tools"
+    }
+
+    fn description(&self) -> Option<&str> {
+        Some("runs the tool calls of the model's last reply")
+    }
+
+    fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+        Box::pin(tool_turn(&self.0, state, ctx))
+    }
+}
+
+async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
+    let calls = state
+        .last_message()
+        .map(|m| m.tool_calls().to_vec())
+        .unwrap_or_default();
+    let user = state.user.clone();
+    let dispatch = DispatchContext::new(ctx.thread())
+        .user(user.as_deref())
+        .runtime(ctx.runtime())
+        .node(ctx);
+    // One journaled step per call: a call that finished before a suspension or a crash is
+    // not made again.
+    let names: Vec<String> = calls.iter().map(|c| format!("tool:{}", c.id)).collect();
+    let results = join_all(calls.iter().zip(&names).map(|(call, name)| {
+        ctx.step(name, move || async move {
+            ctx.run.emit(
+                ctx.step,
+                Some(&ctx.node),
+                EventKind::Backend {
+                    data: json!({ "type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments }),
+                },
+            );
+            let outcome = core
+                .tools
+                .dispatch(std::slice::from_ref(call), dispatch)
+                .await?
+                .pop()
+                .ok_or_else(|| Error::msg(format!("tool host returned no outcome for call {}", call.id)))?;
+            Ok::<_, Error>((outcome.content, outcome.is_error))
+        })
+    }))
+    .await;
+    let mut suspended = None;
+    for (call, result) in calls.iter().zip(results) {
+        match result {
+            Ok((content, is_error)) => {
+                ctx.run.emit(
+                    ctx.step,
+                    Some(&ctx.node),
+                    EventKind::Backend {
+                        data: json!({ "type": "tool_result", "id": call.id, "name": call.name, "content": content, "is_error": is_error }),
+                    },
+                );
+                state.messages.push(if is_error {
+                    Message::tool_error(&call.id, content)
+                } else {
+                    Message::tool_result(&call.id, content)
+                });
+            }
+            Err(error @ Error::Suspended { .. }) => suspended = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    match suspended {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,227 @@
+//! Running an agent: [`AgentRun`] (configure, then await) and [`RunResult`].
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::de::DeserializeOwned;
+
+use super::{Agent, AgentError, AgentState};
+use crate::graph::{RunOutcome, RunStream};
+use crate::model::{Message, Usage};
+use crate::runtime::{Interrupt, RunStatus};
+use crate::{Error, Result};
+
+/// What an agent run produced.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RunResult {
+    /// The session the run was on (generated when none was given).
+    pub session: String,
+    /// The final answer (the last assistant text when the run stopped early).
+    pub output: String,
+    /// Tokens used by this run.
+    pub usage: Usage,
+    /// Model turns taken.
+    pub turns: u32,
+    /// Whether the run stopped before an answer: a limit, a budget, or a suspension.
+    pub interrupted: bool,
+    /// Why: `max_turns_exceeded`, `budget:<cap>`, or `suspended` (see `pending`).
+    pub reason: Option<String>,
+    /// What a suspended run waits for (tool approvals, interrupts).
+    pub pending: Vec<Interrupt>,
+    /// The whole transcript.
+    pub messages: Vec<Message>,
+}
+
+impl RunResult {
+    /// The answer parsed as `T` (for agents with an output schema).
+    ///
+    /// # Errors
+    ///
+    /// The output is not JSON for a `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(self.output.trim()).map_err(|e| Error::json("agent output", e))
+    }
+
+    fn from_state(session: String, state: AgentState, pending: Vec<Interrupt>) -> Self {
+        let suspended = !pending.is_empty();
+        let output = state.output.clone().unwrap_or_else(|| {
+            state
+                .messages
+                .iter()
+                .rev()
+                .find(|m| m.role() == crate::model::Role::Assistant && !m.text().is_empty())
+                .map(|m| m.text().to_owned())
+                .unwrap_or_default()
+        });
+        let reason = if suspended {
+            Some("suspended".to_owned())
+        } else {
+            state.stopped.clone()
+        };
+        Self {
+            session,
+            output,
+            usage: state.usage,
+            turns: state.turns,
+            interrupted: reason.is_some(),
+            reason,
+            pending,
+            messages: state.messages,
+        }
+    }
+}
+
+/// An agent run being configured; `.await` it, or [`stream`](AgentRun::stream) it.
+#[must_use = "a run does nothing until it is awaited or streamed"]
+pub struct AgentRun<'a> {
+    agent: &'a Agent,
+    prompt: String,
+    session: Option<String>,
+    user: Option<String>,
+}
+
+fn generated_session() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("session-{nanos:x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl<'a> AgentRun<'a> {
+    /// Runs on this session: the conversation continues from the session's last completed
+    /// run, and runs on one session take turns.
+    pub fn session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
+        self
+    }
+
+    /// The user the run acts for (per-user budgets and permissions use it).
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    async fn initial_state(&self, session: &str) -> Result<AgentState> {
+        let runtime = &self.agent.runtime;
+        let previous = runtime.store().latest_checkpoint(session, "").await?;
+        let mut state = match previous {
+            None => AgentState::new(&self.prompt),
+            Some(cp) if cp.status == RunStatus::Interrupted => {
+                return Err(AgentError::SessionSuspended {
+                    session: session.to_owned(),
+                    pending: cp
+                        .interrupts
+                        .iter()
+                        .map(|i| i.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+                .into());
+            }
+            Some(cp) => {
+                let previous: AgentState = serde_json::from_value(cp.state)
+                    .map_err(|e| Error::json(format!("agent state of session {session}"), e))?;
+                let mut state = AgentState::new(&self.prompt);
+                state.messages = previous.messages;
+                state.messages.push(Message::user(&self.prompt));
+                state
+            }
+        };
+        state.user.clone_from(&self.user);
+        Ok(state)
+    }
+
+    /// Runs in the background and streams the run's events: node starts and ends, model
+    /// chunks and tool calls and results (`EventKind::Backend`), then `Done` or `Error`.
+    /// Dropping the stream cancels the run.
+    ///
+    /// # Errors
+    ///
+    /// A suspended session, or a store failure while reading the session.
+    pub async fn stream(self) -> Result<RunStream<AgentState>> {
+        let session = self.session.clone().unwrap_or_else(generated_session);
+        let state = self.initial_state(&session).await?;
+        Ok(self
+            .agent
+            .graph
+            .run(&self.agent.runtime, session, state)
+            .stream())
+    }
+}
+
+impl<'a> IntoFuture for AgentRun<'a> {
+    type Output = Result<RunResult>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<RunResult>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let agent = self.agent;
+            let session = self.session.clone().unwrap_or_else(generated_session);
+            let lock = agent.session_lock(&session);
+            let _turn = lock.lock().await;
+            let state = self.initial_state(&session).await?;
+            let run = agent.graph.run(&agent.runtime, session.clone(), state);
+            let outcome = agent.with_timeout(&session, run.into_future()).await?;
+            finish(session, outcome)
+        })
+    }
+}
+
+fn finish(session: String, outcome: RunOutcome<AgentState>) -> Result<RunResult> {
+    match outcome {
+        RunOutcome::Completed(state) => Ok(RunResult::from_state(session, state, Vec::new())),
+        RunOutcome::Interrupted { state, interrupts } => {
+            Ok(RunResult::from_state(session, state, interrupts))
+        }
+        RunOutcome::Failed { error, .. } => Err(error),
+    }
+}
+
+impl Agent {
+    /// Runs the agent on a prompt. Configure with `.session(..)` and `.user(..)`, then
+    /// `.await`.
+    ///
+    /// `max_turns` and budgets stop the run cleanly (`interrupted`, with a reason) and keep
+    /// the work done so far; the wall-clock timeout is an [`AgentError::Timeout`].
+    pub fn run(&self, prompt: impl Into<String>) -> AgentRun<'_> {
+        AgentRun {
+            agent: self,
+            prompt: prompt.into(),
+            session: None,
+            user: None,
+        }
+    }
+
+    /// Carries a suspended or crashed run of `session` on: after a tool approval was
+    /// decided, after the signal it waits for was sent, or after a restart.
+    ///
+    /// # Errors
+    ///
+    /// An unknown session; a failed run's error; a timeout.
+    pub async fn resume(&self, session: &str) -> Result<RunResult> {
+        let lock = self.session_lock(session);
+        let _turn = lock.lock().await;
+        let run = self.graph.recover(&self.runtime, session);
+        let outcome = self.with_timeout(session, run.into_future()).await?;
+        finish(session.to_owned(), outcome)
+    }
+
+    async fn with_timeout<F>(&self, session: &str, run: F) -> Result<RunOutcome<AgentState>>
+    where
+        F: Future<Output = Result<RunOutcome<AgentState>>>,
+    {
+        match self.timeout {
+            None => run.await,
+            Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| {
+                Error::from(AgentError::Timeout {
+                    agent: self.core.name.clone(),
+                    session: session.to_owned(),
+                    seconds: limit.as_secs_f64(),
+                })
+            })?,
+        }
+    }
+}

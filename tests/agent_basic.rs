@@ -1,0 +1,418 @@
+//! Agents on scripted models: the ReAct loop, limits, budgets, output schemas, sessions,
+//! streaming, diagrams, and an agent inside a user's graph.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::StreamExt;
+use loomflow::EventKind;
+use loomflow::agent::{Agent, AgentError, AgentState, Budget};
+use loomflow::model::{
+    EchoModel, Message, Model, ModelError, ModelRequest, ModelResponse, ScriptedModel, ToolCall,
+    Usage,
+};
+use loomflow::prelude::*;
+use loomflow::tool::{Tool, ToolContext, ToolError, ToolSpec};
+
+/// A tool that adds two numbers and counts its calls.
+struct Add {
+    spec: ToolSpec,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Add {
+    fn new() -> (Self, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let spec = ToolSpec::new(
+            "add",
+            "Add two numbers.",
+            json!({ "type": "object", "properties": { "a": { "type": "number" }, "b": { "type": "number" } }, "required": ["a", "b"] }),
+        );
+        (
+            Self {
+                spec,
+                calls: calls.clone(),
+            },
+            calls,
+        )
+    }
+}
+
+impl Tool for Add {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn call<'a>(
+        &'a self,
+        args: serde_json::Value,
+        _: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<serde_json::Value, ToolError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            Ok(json!(
+                args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0)
+            ))
+        })
+    }
+}
+
+fn add_call(id: &str) -> ModelResponse {
+    ModelResponse::tool_calls(vec![ToolCall::new(id, "add", json!({ "a": 2, "b": 3 }))])
+}
+
+fn usage(input: u64, output: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        ..Usage::default()
+    }
+}
+
+#[tokio::test]
+async fn the_loop_calls_tools_until_the_model_answers() {
+    let (add, calls) = Add::new();
+    let model = Arc::new(ScriptedModel::new([
+        add_call("c1"),
+        ModelResponse::text("2 + 3 = 5").with_usage(usage(10, 5)),
+    ]));
+    let agent = Agent::builder("You add numbers.")
+        .model(model.clone())
+        .tool(add)
+        .build()
+        .unwrap();
+    let result = agent.run("what is 2 + 3?").await.unwrap();
+    assert_eq!(result.output, "2 + 3 = 5");
+    assert_eq!(result.turns, 2);
+    assert!(!result.interrupted);
+    assert_eq!(result.usage.total_tokens(), 15);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        result.messages.len(),
+        4,
+        "user, assistant call, tool result, answer: {:?}",
+        result.messages
+    );
+    assert_eq!(result.messages[2], Message::tool_result("c1", "5.0"));
+    // The model saw the instructions, the tools and the tool's result.
+    let requests = model.requests();
+    assert_eq!(requests[0].messages[0], Message::system("You add numbers."));
+    assert_eq!(requests[0].tools[0].name, "add");
+    assert_eq!(
+        requests[1].messages.last().unwrap(),
+        &Message::tool_result("c1", "5.0")
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_tool_becomes_an_error_result_the_model_reads() {
+    let model = ScriptedModel::new([
+        ModelResponse::tool_calls(vec![ToolCall::new("c1", "nope", json!({}))]),
+        ModelResponse::text("sorry"),
+    ]);
+    let (add, _) = Add::new();
+    let agent = Agent::builder("x").model(model).tool(add).build().unwrap();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(
+        result.messages[2],
+        Message::tool_error("c1", "unknown tool nope; known tools: add")
+    );
+    assert_eq!(result.output, "sorry");
+}
+
+#[tokio::test]
+async fn max_turns_stops_the_run_cleanly_and_keeps_the_work() {
+    let (add, calls) = Add::new();
+    let model = ScriptedModel::new((0..10).map(|i| add_call(&format!("c{i}"))));
+    let agent = Agent::builder("x")
+        .model(model)
+        .tool(add)
+        .max_turns(3)
+        .build()
+        .unwrap();
+    let result = agent.run("loop forever").await.unwrap();
+    assert!(result.interrupted);
+    assert_eq!(result.reason.as_deref(), Some("max_turns_exceeded"));
+    assert_eq!(result.turns, 3);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(result.messages.len(), 7);
+}
+
+#[tokio::test]
+async fn a_token_budget_stops_the_run_with_its_cap_as_the_reason() {
+    let (add, _) = Add::new();
+    let model =
+        ScriptedModel::new((0..10).map(|i| add_call(&format!("c{i}")).with_usage(usage(400, 100))));
+    let agent = Agent::builder("x")
+        .model(model)
+        .tool(add)
+        .budget(Budget::default().max_tokens(1_200))
+        .build()
+        .unwrap();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.reason.as_deref(), Some("budget:tokens"));
+    assert_eq!(
+        result.turns, 3,
+        "500 tokens a turn: the cap is reached after the third"
+    );
+}
+
+#[tokio::test]
+async fn a_per_user_budget_spans_runs() {
+    let model = ScriptedModel::new(
+        (0..5).map(|i| ModelResponse::text(format!("a{i}")).with_usage(usage(60, 40))),
+    );
+    let agent = Agent::builder("x")
+        .model(model)
+        .budget(Budget::default().max_tokens_per_user(150))
+        .build()
+        .unwrap();
+    assert!(!agent.run("1").user("ann").await.unwrap().interrupted);
+    assert!(!agent.run("2").user("ann").await.unwrap().interrupted);
+    let third = agent.run("3").user("ann").await.unwrap();
+    assert_eq!(third.reason.as_deref(), Some("budget:user_tokens"));
+    assert!(
+        !agent.run("4").user("bob").await.unwrap().interrupted,
+        "other users are not affected"
+    );
+}
+
+#[derive(Debug)]
+struct Never;
+
+impl Model for Never {
+    fn name(&self) -> &str {
+        "never"
+    }
+    fn complete(&self, _: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(std::future::pending())
+    }
+    fn stream(&self, _: ModelRequest) -> loomflow::model::ChunkStream {
+        Box::pin(futures_util::stream::pending())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wall_clock_timeout_is_an_error_that_says_the_seconds() {
+    let agent = Agent::builder("x")
+        .model(Never)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let err = agent.run("hello").session("s1").await.unwrap_err();
+    assert!(
+        matches!(err, Error::Agent(AgentError::Timeout { .. })),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "agent agent timed out after 30 s on session s1"
+    );
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+struct Answer {
+    city: String,
+    temp_c: f64,
+}
+
+fn answer_schema() -> serde_json::Value {
+    json!({ "type": "object", "properties": { "city": { "type": "string" }, "temp_c": { "type": "number" } }, "required": ["city", "temp_c"] })
+}
+
+#[tokio::test]
+async fn an_output_that_fails_its_schema_is_retried_with_the_error_shown() {
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text("It is warm in Rome."),
+        ModelResponse::text(r#"{"city": "Rome", "temp_c": 24.5}"#),
+    ]));
+    let agent = Agent::builder("x")
+        .model(model.clone())
+        .output_schema::<Answer>("answer", answer_schema())
+        .build()
+        .unwrap();
+    let result = agent.run("weather in Rome?").await.unwrap();
+    assert_eq!(
+        result.parse::<Answer>().unwrap(),
+        Answer {
+            city: "Rome".into(),
+            temp_c: 24.5
+        }
+    );
+    let second = &model.requests()[1];
+    assert!(
+        second.output_schema.is_some(),
+        "the schema goes to the model"
+    );
+    let feedback = second.messages.last().unwrap().text();
+    assert!(
+        feedback.contains("does not match the required output schema"),
+        "{feedback}"
+    );
+}
+
+#[tokio::test]
+async fn an_output_that_keeps_failing_its_schema_is_a_typed_error() {
+    let model = ScriptedModel::new((0..5).map(|_| ModelResponse::text("no json here")));
+    let agent = Agent::builder("x")
+        .model(model)
+        .output_schema::<Answer>("answer", answer_schema())
+        .max_schema_retries(1)
+        .build()
+        .unwrap();
+    let err = agent.run("?").await.unwrap_err();
+    let Error::Run(loomflow::RunError::NodeFailed { source, .. }) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(
+            &**source,
+            Error::Agent(AgentError::OutputSchema { attempts: 2, .. })
+        ),
+        "{source:?}"
+    );
+}
+
+#[test]
+fn build_reports_every_problem() {
+    let err = Agent::builder("x")
+        .max_turns(0)
+        .name(" ")
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("no model"), "{text}");
+    assert!(text.contains("max_turns must be at least 1"), "{text}");
+    assert!(text.contains("name must not be empty"), "{text}");
+    let err = Agent::builder("x")
+        .model_name("gpt2-of-my-own")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("does not resolve"), "{err}");
+}
+
+#[tokio::test]
+async fn a_session_continues_its_conversation_and_concurrent_runs_take_turns() {
+    let agent = Agent::builder("x").model(EchoModel::new()).build().unwrap();
+    let first = agent.run("hello").session("chat").await.unwrap();
+    assert_eq!(first.output, "hello");
+    let second = agent.run("again").session("chat").await.unwrap();
+    assert_eq!(
+        second.messages.len(),
+        4,
+        "the second run sees the first: {:?}",
+        second.messages
+    );
+
+    let runs: Vec<_> = (0..8)
+        .map(|i| {
+            let agent = agent.clone();
+            tokio::spawn(async move { agent.run(format!("m{i}")).session("busy").await.unwrap() })
+        })
+        .collect();
+    let mut lengths = Vec::new();
+    for run in runs {
+        lengths.push(run.await.unwrap().messages.len());
+    }
+    lengths.sort_unstable();
+    assert_eq!(
+        lengths,
+        (1..=8).map(|i| 2 * i).collect::<Vec<_>>(),
+        "each run saw all earlier ones whole"
+    );
+}
+
+#[tokio::test]
+async fn streaming_yields_model_chunks_tool_calls_and_results() {
+    let (add, _) = Add::new();
+    let model = ScriptedModel::new([add_call("c1"), ModelResponse::text("five")]);
+    let agent = Agent::builder("x").model(model).tool(add).build().unwrap();
+    let events: Vec<_> = agent
+        .run("2+3")
+        .session("s")
+        .stream()
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let backend: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Backend { data } => Some(data["type"].as_str().unwrap_or("?").to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert!(backend.contains(&"tool_call".to_owned()), "{backend:?}");
+    assert!(backend.contains(&"tool_result".to_owned()), "{backend:?}");
+    assert!(
+        backend.contains(&"text".to_owned()),
+        "model text chunks: {backend:?}"
+    );
+    assert_eq!(events.last().unwrap().kind, EventKind::Done);
+}
+
+#[tokio::test]
+async fn the_loop_is_a_graph_with_checkpoints_and_a_diagram_that_lists_the_tools() {
+    let (add, _) = Add::new();
+    let agent = Agent::builder("x")
+        .model(ScriptedModel::new([
+            add_call("c1"),
+            ModelResponse::text("5"),
+        ]))
+        .tool(add)
+        .build()
+        .unwrap();
+    agent.run("2+3").session("g").await.unwrap();
+    let steps: Vec<u64> = agent
+        .list_checkpoints("g")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, [0, 1, 2, 3], "input, model, tools, model");
+    let text = agent.generate_graph();
+    assert!(text.contains(r#"n1["tools<br/>add"]"#), "{text}");
+    assert!(text.contains(r#"n0 -.->|"tools"| n1"#), "{text}");
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Report {
+    question: String,
+    answer: String,
+    published: bool,
+}
+
+#[tokio::test]
+async fn an_agent_is_a_node_of_a_users_graph() {
+    let agent = Agent::builder("x").model(EchoModel::new()).build().unwrap();
+    let graph = Graph::new("report")
+        .subgraph(
+            "research",
+            agent.graph().clone(),
+            |r: &Report| AgentState::new(&r.question),
+            |r: &mut Report, s: AgentState| r.answer = s.output.unwrap_or_default(),
+        )
+        .node_sync("publish", |r: &mut Report| r.published = true)
+        .edge(START, "research")
+        .edge("research", "publish")
+        .edge("publish", END)
+        .compile()
+        .unwrap();
+    let report = graph
+        .invoke(
+            &Runtime::in_memory(),
+            "r1",
+            Report {
+                question: "why?".into(),
+                ..Report::default()
+            },
+        )
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(report.answer, "why?");
+    assert!(report.published);
+}
