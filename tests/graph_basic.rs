@@ -458,7 +458,7 @@ async fn subgraph_runs_with_its_state_mapped_in_and_out_and_its_own_namespace() 
         vec![(
             "words/emit".to_owned(),
             "inside".to_owned(),
-            json!({ "ns": "words" })
+            json!({ "ns": "words:1" })
         )]
     );
     let doc = stream.outcome().await.unwrap().completed().unwrap();
@@ -470,7 +470,7 @@ async fn subgraph_runs_with_its_state_mapped_in_and_out_and_its_own_namespace() 
         .into_iter()
         .map(|c| c.namespace)
         .collect();
-    assert!(namespaces.contains(&"words".to_owned()));
+    assert!(namespaces.contains(&"words:1".to_owned()));
     assert!(namespaces.contains(&String::new()));
 }
 

@@ -1,1 +1,43 @@
-//! Integration tests for loomflow live in `tests/` as separate test targets.
+//! Shared helpers for loomflow's integration tests (the tests themselves live beside this
+//! file, one target each).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Writes `text` to `<dir>/<name>.mmd` for `.ci/run` to parse, where `dir` is
+/// `LOOMFLOW_MERMAID_DIR` or a directory under the target dir; and, when the mermaid.js
+/// parser is installed (`.ci/mermaid/install.sh`), parses it here and returns its verdict.
+///
+/// # Errors
+///
+/// The parser's output, when it rejected the diagram; an I/O error as text.
+pub fn check_mermaid(name: &str, text: &str) -> Result<(), String> {
+    let dir = std::env::var_os("LOOMFLOW_MERMAID_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mermaid"),
+        PathBuf::from,
+    );
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join(format!("{name}.mmd"));
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace root")?;
+    if !root.join(".ci/mermaid/node_modules/mermaid").exists() {
+        eprintln!("skipped: mermaid.js parse of {name} (run .ci/mermaid/install.sh to enable)");
+        return Ok(());
+    }
+    let output = Command::new("node")
+        .arg(root.join(".ci/mermaid/check.mjs"))
+        .arg(&path)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}

@@ -61,6 +61,7 @@
 extern crate self as loomflow;
 
 pub mod agent;
+pub mod architecture;
 pub mod context;
 pub mod error;
 pub mod event;

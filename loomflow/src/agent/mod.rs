@@ -38,6 +38,7 @@
 //! ```
 
 mod budget;
+mod handoff;
 mod react;
 mod run;
 mod state;
@@ -124,9 +125,18 @@ pub(crate) struct AgentCore {
     pub(crate) output: Option<OutputSpec>,
     temperature: Option<f32>,
     max_tokens: Option<u32>,
+    /// Handoff tools (swarms): tool name → the agent it transfers to.
+    pub(crate) handoffs: Vec<(String, String)>,
 }
 
 impl AgentCore {
+    pub(crate) fn handoff_target(&self, tool: &str) -> Option<&str> {
+        self.handoffs
+            .iter()
+            .find(|(name, _)| name == tool)
+            .map(|(_, target)| target.as_str())
+    }
+
     fn recursion_limit(&self) -> u64 {
         // each turn is a model step and a tools step; schema retries add model steps
         2 * u64::from(self.max_turns) + u64::from(self.max_schema_retries) + 4
@@ -235,6 +245,39 @@ impl Agent {
         session: &str,
     ) -> crate::Result<Vec<crate::runtime::Checkpoint>> {
         self.runtime.list_checkpoints(session).await
+    }
+
+    /// A copy of this agent that can hand the conversation off to `targets` (name,
+    /// description) through `transfer_to_<name>` tools; used by swarms.
+    pub(crate) fn with_handoffs(&self, targets: &[(String, String)]) -> crate::Result<Self> {
+        let mut tools = self.core.tools.clone();
+        let mut handoffs = Vec::new();
+        for (target, description) in targets {
+            let tool = handoff::HandoffTool::new(target, description);
+            handoffs.push((tool.spec().name.clone(), target.clone()));
+            tools.add(tool);
+        }
+        let core = Arc::new(AgentCore {
+            name: self.core.name.clone(),
+            instructions: self.core.instructions.clone(),
+            model: Arc::clone(&self.core.model),
+            tools,
+            max_turns: self.core.max_turns,
+            max_schema_retries: self.core.max_schema_retries,
+            budget: self.core.budget.clone(),
+            output: self.core.output.clone(),
+            temperature: self.core.temperature,
+            max_tokens: self.core.max_tokens,
+            handoffs,
+        });
+        let graph = react::build(&core)?;
+        Ok(Self {
+            core,
+            graph,
+            runtime: self.runtime.clone(),
+            timeout: self.timeout,
+            sessions: Arc::default(),
+        })
     }
 
     fn session_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -426,6 +469,7 @@ impl AgentBuilder {
             output: self.output,
             temperature: self.temperature,
             max_tokens: self.max_tokens,
+            handoffs: Vec::new(),
         });
         let graph = react::build(&core)?;
         Ok(Agent {

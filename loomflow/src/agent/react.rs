@@ -45,7 +45,13 @@ pub(super) fn build(core: &Arc<AgentCore>) -> Result<CompiledGraph<AgentState>, 
                 END
             }
         })
-        .edge("tools", "model")
+        .branch("tools", ["model", END], |state: &AgentState| {
+            if state.handoff.is_some() {
+                END
+            } else {
+                "model"
+            }
+        })
         .recursion_limit(core.recursion_limit())
         .compile()
 }
@@ -183,6 +189,9 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     for (call, result) in calls.iter().zip(results) {
         match result {
             Ok((content, is_error)) => {
+                if let Some(target) = core.handoff_target(&call.name) {
+                    state.handoff = Some(target.to_owned());
+                }
                 ctx.run.emit(
                     ctx.step,
                     Some(&ctx.node),

@@ -26,6 +26,9 @@ pub struct AgentState {
     /// Why the loop stopped early (`max_turns_exceeded`, `budget:<cap>`), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// The agent a handoff tool transferred the conversation to (swarms), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<String>,
     /// The final answer, once there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,

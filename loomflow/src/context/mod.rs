@@ -26,7 +26,7 @@ pub(crate) struct RunShared {
     pub(crate) runtime: Runtime,
     /// Where stream events go; `None` when nobody listens.
     pub(crate) events: Option<UnboundedSender<Event>>,
-    /// Empty for the top-level graph; `parent/child` inside subgraphs.
+    /// Empty for the top-level graph; `parent:step/child:step` inside subgraphs.
     pub(crate) namespace: Arc<str>,
     /// Keeps the thread's signal session open while the run lives (top-level runs only).
     pub(crate) _session: Option<crate::runtime::SessionGuard>,
@@ -46,13 +46,26 @@ impl RunShared {
                 if self.namespace.is_empty() {
                     n.to_owned()
                 } else {
-                    format!("{}/{n}", self.namespace)
+                    format!("{}/{n}", display_namespace(&self.namespace))
                 }
             });
             // A closed receiver means the listener went away; the run carries on regardless.
             let _ = events.send(Event::new(step, node, kind));
         }
     }
+}
+
+/// A namespace without the `:step` that makes each subgraph invocation's namespace unique:
+/// `outer:2/inner:1` reads `outer/inner`.
+pub(crate) fn display_namespace(namespace: &str) -> String {
+    namespace
+        .split('/')
+        .map(|segment| match segment.rsplit_once(':') {
+            Some((name, step)) if step.chars().all(|c| c.is_ascii_digit()) => name,
+            _ => segment,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// A node's handle on its run: identity, events, interrupts, journaled steps and (through
@@ -292,7 +305,9 @@ impl Context {
         self.step
     }
 
-    /// The checkpoint namespace: empty at the top level, `parent/child` inside subgraphs.
+    /// The checkpoint namespace: empty at the top level; inside a subgraph, the subgraph
+    /// node's name and the parent's superstep, `parent:3`, nested as `outer:2/inner:1`. Each
+    /// invocation of a subgraph has its own, so journaled steps never leak between them.
     pub fn namespace(&self) -> &str {
         &self.run.namespace
     }

@@ -161,7 +161,8 @@ impl<S: State> Graph<S> {
     /// Adds a compiled graph over another state type `T` as one node.
     ///
     /// `into` builds the child's input from this graph's state; `from` writes the child's
-    /// final state back. The child checkpoints under its own namespace (`parent/name`), and
+    /// final state back. Each invocation checkpoints and journals under its own namespace
+    /// (`name:step`, nested as `outer:2/inner:1`), and
     /// its events reach this run's stream with node names prefixed by `name/`.
     pub fn subgraph<T, I, O>(
         mut self,

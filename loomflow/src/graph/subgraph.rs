@@ -49,10 +49,12 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
     fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let parent = &ctx.run;
+            // The parent's step makes each invocation's namespace (and so its checkpoints and
+            // journal) its own: a subgraph in a loop does not replay its previous invocation.
             let namespace = if parent.namespace.is_empty() {
-                self.name.clone()
+                format!("{}:{}", self.name, ctx.superstep())
             } else {
-                format!("{}/{}", parent.namespace, self.name)
+                format!("{}/{}:{}", parent.namespace, self.name, ctx.superstep())
             };
             let execution = Execution {
                 graph: self.graph.clone(),

@@ -93,7 +93,7 @@ pub struct Checkpoint {
     pub thread: String,
     /// The run's number within its thread, from 1.
     pub run: u64,
-    /// Empty for the top-level graph; `parent/child` inside subgraphs.
+    /// Empty for the top-level graph; `parent:step/child:step` inside subgraphs.
     pub namespace: String,
     /// The superstep just finished (0 for the run's input).
     pub step: u64,

@@ -1,0 +1,120 @@
+//! Multi-agent shapes, built as graphs over agents: [`Router`], [`Supervisor`], [`Swarm`],
+//! [`PlanAndExecute`].
+//!
+//! Each builder returns a [`CompiledGraph<TeamState>`](crate::CompiledGraph) whose nodes run
+//! agents (as subgraphs, each under its own checkpoint namespace), so a shape checkpoints,
+//! streams, renders to Mermaid and composes like any other graph. Run one with
+//! [`TeamState::new`] as input; `path` records which agents ran, in order.
+//!
+//! The coordinating agents speak small text protocols, described in their instructions:
+//! a router answers with a worker's name; a supervisor with `worker: instruction` or
+//! `FINISH: answer`; a planner with one step per line; a replanner with `DONE: answer` or
+//! new steps.
+
+mod plan;
+mod router;
+mod supervisor;
+mod swarm;
+
+pub use plan::PlanAndExecute;
+pub use router::Router;
+pub use supervisor::Supervisor;
+pub use swarm::Swarm;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{Agent, AgentState};
+use crate::model::Message;
+
+/// The state a multi-agent shape runs on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TeamState {
+    /// The task the team was given.
+    pub task: String,
+    /// The team's shared transcript: the task, then each agent's contribution.
+    pub messages: Vec<Message>,
+    /// The agent chosen to act next (router, supervisor), or the active agent (swarm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// What the supervisor asked the next worker to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+    /// Steps still to execute (plan-and-execute).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<String>,
+    /// Steps executed, with their results (plan-and-execute).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub done: Vec<(String, String)>,
+    /// The agents that ran, in order.
+    pub path: Vec<String>,
+    /// The team's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+impl TeamState {
+    /// A team state for a task.
+    pub fn new(task: impl Into<String>) -> Self {
+        let task = task.into();
+        Self {
+            messages: vec![Message::user(&task)],
+            task,
+            ..Self::default()
+        }
+    }
+}
+
+/// A named agent with a description its coordinator reads.
+#[derive(Clone, Debug)]
+pub(crate) struct Member {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) agent: Agent,
+}
+
+pub(crate) fn roster(members: &[Member]) -> String {
+    members
+        .iter()
+        .map(|m| format!("- {}: {}", m.name, m.description))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The final text of an agent run.
+pub(crate) fn answer(state: &AgentState) -> String {
+    state.output.clone().unwrap_or_else(|| {
+        state
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role() == crate::model::Role::Assistant && !m.text().is_empty())
+            .map(|m| m.text().to_owned())
+            .unwrap_or_default()
+    })
+}
+
+/// Splits `head: rest` (case-insensitive head), trimming both.
+pub(crate) fn split_directive(text: &str) -> (String, String) {
+    let text = text.trim();
+    match text.split_once(':') {
+        Some((head, rest)) => (head.trim().to_owned(), rest.trim().to_owned()),
+        None => (text.to_owned(), String::new()),
+    }
+}
+
+/// Finds the member a coordinator named, ignoring case, quotes and punctuation around it.
+pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a Member> {
+    let cleaned = said
+        .trim()
+        .trim_matches(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+        .to_lowercase();
+    members
+        .iter()
+        .find(|m| m.name.to_lowercase() == cleaned)
+        .or_else(|| {
+            members
+                .iter()
+                .find(|m| cleaned.contains(&m.name.to_lowercase()))
+        })
+}

@@ -1,0 +1,141 @@
+//! [`PlanAndExecute`]: plan, execute the steps with a worker, re-plan until done.
+
+use crate::agent::{Agent, AgentState};
+use crate::architecture::{TeamState, answer, split_directive};
+use crate::graph::{CompiledGraph, END, Graph, START};
+
+/// A planner writes steps, an executor carries them out one by one, and a replanner either
+/// declares the task done or writes the steps that remain.
+///
+/// ```text
+/// START → planner → executor ─(steps left)→ executor
+///                             ─(none left)→ replanner ─(DONE)→ END
+///                                                     ─(new steps)→ executor
+/// ```
+#[must_use]
+pub struct PlanAndExecute {
+    planner: Agent,
+    executor: Agent,
+    replanner: Agent,
+    max_steps: u64,
+}
+
+fn steps(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| {
+            line.trim()
+                .trim_start_matches(|c: char| {
+                    c.is_ascii_digit() || matches!(c, '.' | ')' | '-' | '*')
+                })
+                .trim()
+                .to_owned()
+        })
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+fn progress(team: &TeamState) -> String {
+    if team.done.is_empty() {
+        return "(nothing yet)".to_owned();
+    }
+    team.done
+        .iter()
+        .map(|(step, result)| format!("- {step}: {result}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl PlanAndExecute {
+    /// A team of three agents (they may be the same agent).
+    pub fn new(planner: Agent, executor: Agent, replanner: Agent) -> Self {
+        Self {
+            planner,
+            executor,
+            replanner,
+            max_steps: 20,
+        }
+    }
+
+    /// The most executor steps before the run stops with a recursion-limit error (default 20).
+    pub fn max_steps(mut self, steps: u64) -> Self {
+        self.max_steps = steps;
+        self
+    }
+
+    /// Builds the graph.
+    ///
+    /// # Errors
+    ///
+    /// Never in practice; the graph's shape is fixed.
+    pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
+        Ok(Graph::new("plan_and_execute")
+            .recursion_limit(2 * self.max_steps + 2)
+            .subgraph(
+                "planner",
+                self.planner.graph().clone(),
+                |team: &TeamState| {
+                    AgentState::new(format!(
+                        "Task: {}\n\nWrite a short plan to do it: one step per line, nothing else.",
+                        team.task
+                    ))
+                },
+                |team: &mut TeamState, state: AgentState| {
+                    team.path.push("planner".to_owned());
+                    team.plan = steps(&answer(&state));
+                },
+            )
+            .subgraph(
+                "executor",
+                self.executor.graph().clone(),
+                |team: &TeamState| {
+                    let step = team.plan.first().cloned().unwrap_or_default();
+                    AgentState::new(format!(
+                        "Task: {}\n\nDone so far:\n{}\n\nDo this step now and report the result: {step}",
+                        team.task,
+                        progress(team)
+                    ))
+                },
+                |team: &mut TeamState, state: AgentState| {
+                    team.path.push("executor".to_owned());
+                    if !team.plan.is_empty() {
+                        let step = team.plan.remove(0);
+                        team.done.push((step, answer(&state)));
+                    }
+                },
+            )
+            .subgraph(
+                "replanner",
+                self.replanner.graph().clone(),
+                |team: &TeamState| {
+                    AgentState::new(format!(
+                        "Task: {}\n\nDone so far:\n{}\n\nIf the task is complete, reply `DONE: <final answer>`. Otherwise reply with the remaining steps, one per line.",
+                        team.task,
+                        progress(team)
+                    ))
+                },
+                |team: &mut TeamState, state: AgentState| {
+                    team.path.push("replanner".to_owned());
+                    let text = answer(&state);
+                    let (head, rest) = split_directive(&text);
+                    if head.eq_ignore_ascii_case("done") {
+                        team.output = Some(rest);
+                    } else {
+                        team.plan = steps(&text);
+                        if team.plan.is_empty() {
+                            // Nothing left to do and no verdict: the last result is the answer.
+                            team.output = team.done.last().map(|(_, r)| r.clone());
+                        }
+                    }
+                },
+            )
+            .edge(START, "planner")
+            .edge("planner", "executor")
+            .branch("executor", ["executor", "replanner"], |team: &TeamState| {
+                if team.plan.is_empty() { "replanner" } else { "executor" }
+            })
+            .branch("replanner", ["executor", END], |team: &TeamState| {
+                if team.output.is_some() || team.plan.is_empty() { END } else { "executor" }
+            })
+            .compile()?)
+    }
+}

@@ -1,0 +1,94 @@
+//! [`Router`]: one classification step sends the task to one worker.
+
+use crate::agent::{Agent, AgentState};
+use crate::architecture::{Member, TeamState, answer, find_member, roster};
+use crate::graph::{CompiledGraph, END, Graph, START};
+use crate::model::Message;
+
+/// Sends a task to the one worker a classifier agent picks.
+///
+/// ```text
+/// START → router ─(worker name)→ worker → END
+/// ```
+///
+/// The classifier is told the workers' names and descriptions and answers with a name; a
+/// name that is no worker fails the run with an error naming it.
+#[must_use]
+pub struct Router {
+    classifier: Agent,
+    workers: Vec<Member>,
+}
+
+impl Router {
+    /// A router whose classification step is `classifier`.
+    pub fn new(classifier: Agent) -> Self {
+        Self {
+            classifier,
+            workers: Vec::new(),
+        }
+    }
+
+    /// Adds a worker.
+    pub fn worker(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agent: Agent,
+    ) -> Self {
+        self.workers.push(Member {
+            name: name.into(),
+            description: description.into(),
+            agent,
+        });
+        self
+    }
+
+    /// Builds the graph.
+    ///
+    /// # Errors
+    ///
+    /// A [`GraphError`](crate::GraphError) when worker names clash (with each other or with
+    /// `router`) or there are none.
+    pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
+        let roster = roster(&self.workers);
+        let workers = self.workers.clone();
+        let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        let mut graph = Graph::new("router")
+            .subgraph(
+                "router",
+                self.classifier.graph().clone(),
+                move |team: &TeamState| {
+                    AgentState::new(format!(
+                        "Task: {}\n\nWorkers:\n{roster}\n\nAnswer with the name of the one worker best suited to the task, and nothing else.",
+                        team.task
+                    ))
+                },
+                move |team: &mut TeamState, state: AgentState| {
+                    let said = answer(&state);
+                    team.path.push("router".to_owned());
+                    team.next = Some(find_member(&workers, &said).map_or(said, |m| m.name.clone()));
+                },
+            )
+            .edge(START, "router")
+            .branch("router", names, |team: &TeamState| {
+                team.next.clone().unwrap_or_default()
+            });
+        for worker in self.workers {
+            let name = worker.name.clone();
+            graph = graph
+                .subgraph(
+                    worker.name.clone(),
+                    worker.agent.graph().clone(),
+                    |team: &TeamState| AgentState::new(&team.task),
+                    move |team: &mut TeamState, state: AgentState| {
+                        let text = answer(&state);
+                        team.path.push(name.clone());
+                        team.messages.push(Message::assistant(&text));
+                        team.output = Some(text);
+                    },
+                )
+                .edge(worker.name, END);
+        }
+        Ok(graph.compile()?)
+    }
+}

@@ -1,0 +1,122 @@
+//! [`Supervisor`]: a supervisor agent picks the next worker, or finishes.
+
+use crate::agent::{Agent, AgentState};
+use crate::architecture::{Member, TeamState, answer, find_member, roster, split_directive};
+use crate::graph::{CompiledGraph, END, Graph, START};
+use crate::model::Message;
+
+/// A supervisor agent delegates to workers, one at a time, until it declares the task done.
+///
+/// ```text
+/// START → supervisor ─(worker)→ worker → supervisor …
+///                    ─(FINISH)→ END
+/// ```
+///
+/// The supervisor sees the task, the workers and the results so far, and answers
+/// `worker: instruction` or `FINISH: final answer`.
+#[must_use]
+pub struct Supervisor {
+    supervisor: Agent,
+    workers: Vec<Member>,
+    max_rounds: u64,
+}
+
+impl Supervisor {
+    /// A team led by `supervisor`.
+    pub fn new(supervisor: Agent) -> Self {
+        Self {
+            supervisor,
+            workers: Vec::new(),
+            max_rounds: 10,
+        }
+    }
+
+    /// Adds a worker.
+    pub fn worker(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agent: Agent,
+    ) -> Self {
+        self.workers.push(Member {
+            name: name.into(),
+            description: description.into(),
+            agent,
+        });
+        self
+    }
+
+    /// The most delegations before the run stops with a recursion-limit error (default 10).
+    pub fn max_rounds(mut self, rounds: u64) -> Self {
+        self.max_rounds = rounds;
+        self
+    }
+
+    /// Builds the graph.
+    ///
+    /// # Errors
+    ///
+    /// A [`GraphError`](crate::GraphError) when worker names clash or there are none.
+    pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
+        let roster = roster(&self.workers);
+        let workers = self.workers.clone();
+        let mut targets: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        targets.push(END.to_owned());
+        let mut graph = Graph::new("supervisor")
+            .recursion_limit(2 * self.max_rounds + 1)
+            .subgraph(
+                "supervisor",
+                self.supervisor.graph().clone(),
+                move |team: &TeamState| {
+                    let progress: Vec<&str> = team.messages.iter().skip(1).map(Message::text).collect();
+                    AgentState::new(format!(
+                        "Task: {}\n\nWorkers:\n{roster}\n\nProgress so far:\n{}\n\nReply with one line: `<worker>: <instruction>` to delegate, or `FINISH: <final answer>` when the task is done.",
+                        team.task,
+                        if progress.is_empty() { "(nothing yet)".to_owned() } else { progress.join("\n") }
+                    ))
+                },
+                move |team: &mut TeamState, state: AgentState| {
+                    team.path.push("supervisor".to_owned());
+                    let (head, rest) = split_directive(&answer(&state));
+                    if head.eq_ignore_ascii_case("finish") {
+                        let last = team.messages.last().map(|m| m.text().to_owned());
+                        team.output = Some(if rest.is_empty() { last.unwrap_or_default() } else { rest });
+                        team.next = None;
+                    } else {
+                        team.next = Some(find_member(&workers, &head).map_or(head, |m| m.name.clone()));
+                        team.instruction = Some(rest);
+                    }
+                },
+            )
+            .edge(START, "supervisor")
+            .branch("supervisor", targets, |team: &TeamState| {
+                team.next.clone().unwrap_or_else(|| END.to_owned())
+            });
+        for worker in self.workers {
+            let name = worker.name.clone();
+            graph = graph
+                .subgraph(
+                    worker.name.clone(),
+                    worker.agent.graph().clone(),
+                    |team: &TeamState| {
+                        let instruction = team.instruction.clone().filter(|i| !i.is_empty());
+                        AgentState::new(match instruction {
+                            Some(instruction) => {
+                                format!("{instruction}\n\n(Overall task: {})", team.task)
+                            }
+                            None => team.task.clone(),
+                        })
+                    },
+                    move |team: &mut TeamState, state: AgentState| {
+                        team.path.push(name.clone());
+                        team.messages
+                            .push(Message::assistant(format!("{name}: {}", answer(&state))));
+                        team.next = None;
+                        team.instruction = None;
+                    },
+                )
+                .edge(worker.name, "supervisor");
+        }
+        Ok(graph.compile()?)
+    }
+}

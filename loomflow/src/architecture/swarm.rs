@@ -1,0 +1,107 @@
+//! [`Swarm`]: agents hand the conversation to each other through handoff tools.
+
+use crate::agent::{Agent, AgentState};
+use crate::architecture::{Member, TeamState, answer};
+use crate::graph::{CompiledGraph, END, Graph, START};
+
+/// Agents that pass the conversation along: each gets a `transfer_to_<name>` tool for every
+/// other agent. The active agent is part of the checkpointed state (`TeamState::next`), so a
+/// resumed run carries on with the agent that had the conversation.
+///
+/// ```text
+/// START ─(active)→ a ─(handoff)→ b ─(answer)→ END
+/// ```
+#[must_use]
+pub struct Swarm {
+    agents: Vec<Member>,
+    start: Option<String>,
+}
+
+impl Default for Swarm {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Swarm {
+    /// An empty swarm.
+    pub fn new() -> Self {
+        Self {
+            agents: Vec::new(),
+            start: None,
+        }
+    }
+
+    /// Adds an agent; `description` tells the others when to hand off to it.
+    pub fn agent(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agent: Agent,
+    ) -> Self {
+        self.agents.push(Member {
+            name: name.into(),
+            description: description.into(),
+            agent,
+        });
+        self
+    }
+
+    /// The agent that takes the first turn (default: the first added).
+    pub fn start_with(mut self, name: impl Into<String>) -> Self {
+        self.start = Some(name.into());
+        self
+    }
+
+    /// Builds the graph.
+    ///
+    /// # Errors
+    ///
+    /// A [`GraphError`](crate::GraphError) when names clash or there are no agents.
+    pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
+        let names: Vec<String> = self.agents.iter().map(|a| a.name.clone()).collect();
+        let first = self
+            .start
+            .clone()
+            .or_else(|| names.first().cloned())
+            .unwrap_or_default();
+        let mut targets = names.clone();
+        targets.push(END.to_owned());
+        let mut graph =
+            Graph::new("swarm").branch(START, names.clone(), move |team: &TeamState| {
+                team.next.clone().unwrap_or_else(|| first.clone())
+            });
+        for member in &self.agents {
+            let others: Vec<(String, String)> = self
+                .agents
+                .iter()
+                .filter(|a| a.name != member.name)
+                .map(|a| (a.name.clone(), a.description.clone()))
+                .collect();
+            let agent = member.agent.with_handoffs(&others)?;
+            let name = member.name.clone();
+            graph = graph
+                .subgraph(
+                    member.name.clone(),
+                    agent.graph().clone(),
+                    |team: &TeamState| {
+                        let mut state = AgentState::new(&team.task);
+                        state.messages.clone_from(&team.messages);
+                        state
+                    },
+                    move |team: &mut TeamState, state: AgentState| {
+                        team.path.push(name.clone());
+                        team.next.clone_from(&state.handoff);
+                        if state.handoff.is_none() {
+                            team.output = Some(answer(&state));
+                        }
+                        team.messages = state.messages;
+                    },
+                )
+                .branch(member.name.clone(), targets.clone(), |team: &TeamState| {
+                    team.next.clone().unwrap_or_else(|| END.to_owned())
+                });
+        }
+        Ok(graph.compile()?)
+    }
+}
