@@ -8,3 +8,10 @@ fn node_macro() {
     cases.pass("ui/node/pass/*.rs");
     cases.compile_fail("ui/node/fail/*.rs");
 }
+
+#[test]
+fn agent_macro() {
+    let cases = trybuild::TestCases::new();
+    cases.pass("ui/agent/pass/*.rs");
+    cases.compile_fail("ui/agent/fail/*.rs");
+}

@@ -3,6 +3,7 @@
 
 use proc_macro::TokenStream;
 
+mod agent;
 mod common;
 mod node;
 
@@ -12,4 +13,12 @@ mod node;
 #[proc_macro_attribute]
 pub fn node(attr: TokenStream, item: TokenStream) -> TokenStream {
     node::expand_attribute(attr.into(), item.into()).into()
+}
+
+/// Turns a documented struct into an agent definition: `Name::builder()` and `Name::agent()`.
+///
+/// See `loomflow::agent` for the full documentation.
+#[proc_macro_attribute]
+pub fn agent(attr: TokenStream, item: TokenStream) -> TokenStream {
+    agent::expand_attribute(attr.into(), item.into()).into()
 }

@@ -109,6 +109,33 @@ pub use runtime::{Durability, Interrupt, Runtime, SignalError};
 /// ```
 pub use loomflow_macros::node;
 
+/// Declares an agent on a struct: the doc comment is its instructions, the attribute its
+/// settings; generates `Name::builder()` (an [`AgentBuilder`](agent::AgentBuilder) with
+/// everything set) and `Name::agent()` (built).
+///
+/// Attributes: `model = "..."` (a model string, see [`model::resolve`]), `tools(a, b)` (values
+/// implementing [`Tool`](tool::Tool), such as `#[tool]` functions), `max_turns = n`,
+/// `timeout_secs = n`, `temperature = x`, `max_tokens = n`, `name = "..."` (default: the
+/// struct's name in snake case), `instructions = "..."` (instead of the doc comment),
+/// `crate = path`.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::prelude::*;
+///
+/// /// You repeat what you are told.
+/// #[agent(model = "echo", max_turns = 3)]
+/// struct Parrot;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+/// let parrot = Parrot::agent()?;
+/// assert_eq!(parrot.name(), "parrot");
+/// assert_eq!(parrot.run("hello").await?.output, "hello");
+/// # Ok(()) }
+/// ```
+pub use loomflow_macros::agent;
+
 /// The common path: `use loomflow::prelude::*;`.
 pub mod prelude {
     pub use crate::context::Context;
@@ -116,7 +143,7 @@ pub mod prelude {
         BoxFuture, CompiledGraph, END, Graph, Node, Reducer, RunOutcome, START, State,
     };
     pub use crate::runtime::{Durability, Runtime};
-    pub use crate::{Error, node};
+    pub use crate::{Error, agent, node};
     pub use serde::{Deserialize, Serialize};
     pub use serde_json::json;
     pub use std::time::Duration;

@@ -1,0 +1,143 @@
+//! Parsing `#[agent(model = "...", tools(a, b), max_turns = 10, ...)]`.
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{LitFloat, LitInt, LitStr, Path, Token};
+
+use crate::common::Errors;
+
+mod kw {
+    syn::custom_keyword!(name);
+    syn::custom_keyword!(model);
+    syn::custom_keyword!(tools);
+    syn::custom_keyword!(max_turns);
+    syn::custom_keyword!(timeout_secs);
+    syn::custom_keyword!(temperature);
+    syn::custom_keyword!(max_tokens);
+    syn::custom_keyword!(instructions);
+}
+
+/// The attribute's arguments, each with the span of its key (for duplicate errors).
+#[derive(Default)]
+pub(crate) struct AgentArgs {
+    pub(crate) name: Option<LitStr>,
+    pub(crate) model: Option<LitStr>,
+    pub(crate) tools: Vec<Path>,
+    pub(crate) max_turns: Option<LitInt>,
+    pub(crate) timeout_secs: Option<LitInt>,
+    pub(crate) temperature: Option<LitFloat>,
+    pub(crate) max_tokens: Option<LitInt>,
+    pub(crate) instructions: Option<LitStr>,
+    pub(crate) krate: Option<Path>,
+}
+
+enum Arg {
+    Name(Span, LitStr),
+    Model(Span, LitStr),
+    Tools(Span, Punctuated<Path, Token![,]>),
+    MaxTurns(Span, LitInt),
+    Timeout(Span, LitInt),
+    Temperature(Span, LitFloat),
+    MaxTokens(Span, LitInt),
+    Instructions(Span, LitStr),
+    Crate(Span, Path),
+}
+
+fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
+    input.parse::<Token![=]>()?;
+    input.parse()
+}
+
+impl Parse for Arg {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let span = input.span();
+        let look = input.lookahead1();
+        if look.peek(kw::name) {
+            input.parse::<kw::name>()?;
+            Ok(Self::Name(span, value(input)?))
+        } else if look.peek(kw::model) {
+            input.parse::<kw::model>()?;
+            Ok(Self::Model(span, value(input)?))
+        } else if look.peek(kw::tools) {
+            input.parse::<kw::tools>()?;
+            let content;
+            syn::parenthesized!(content in input);
+            Ok(Self::Tools(
+                span,
+                content.parse_terminated(Path::parse, Token![,])?,
+            ))
+        } else if look.peek(kw::max_turns) {
+            input.parse::<kw::max_turns>()?;
+            Ok(Self::MaxTurns(span, value(input)?))
+        } else if look.peek(kw::timeout_secs) {
+            input.parse::<kw::timeout_secs>()?;
+            Ok(Self::Timeout(span, value(input)?))
+        } else if look.peek(kw::temperature) {
+            input.parse::<kw::temperature>()?;
+            Ok(Self::Temperature(span, value(input)?))
+        } else if look.peek(kw::max_tokens) {
+            input.parse::<kw::max_tokens>()?;
+            Ok(Self::MaxTokens(span, value(input)?))
+        } else if look.peek(kw::instructions) {
+            input.parse::<kw::instructions>()?;
+            Ok(Self::Instructions(span, value(input)?))
+        } else if look.peek(Token![crate]) {
+            input.parse::<Token![crate]>()?;
+            Ok(Self::Crate(span, value(input)?))
+        } else {
+            Err(look.error())
+        }
+    }
+}
+
+fn set<T>(slot: &mut Option<T>, value: T, span: Span, key: &str, errors: &mut Errors) {
+    if slot.is_some() {
+        errors.push(syn::Error::new(
+            span,
+            format!("duplicate `{key}` attribute"),
+        ));
+    } else {
+        *slot = Some(value);
+    }
+}
+
+impl AgentArgs {
+    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
+        let parsed = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
+        let mut args = Self::default();
+        let mut errors = Errors::default();
+        let mut tools_seen = false;
+        for arg in parsed {
+            match arg {
+                Arg::Name(s, v) => set(&mut args.name, v, s, "name", &mut errors),
+                Arg::Model(s, v) => set(&mut args.model, v, s, "model", &mut errors),
+                Arg::Tools(s, v) => {
+                    if tools_seen {
+                        errors.push(syn::Error::new(s, "duplicate `tools` attribute"));
+                    }
+                    tools_seen = true;
+                    args.tools.extend(v);
+                }
+                Arg::MaxTurns(s, v) => set(&mut args.max_turns, v, s, "max_turns", &mut errors),
+                Arg::Timeout(s, v) => {
+                    set(&mut args.timeout_secs, v, s, "timeout_secs", &mut errors)
+                }
+                Arg::Temperature(s, v) => {
+                    set(&mut args.temperature, v, s, "temperature", &mut errors)
+                }
+                Arg::MaxTokens(s, v) => set(&mut args.max_tokens, v, s, "max_tokens", &mut errors),
+                Arg::Instructions(s, v) => {
+                    set(&mut args.instructions, v, s, "instructions", &mut errors)
+                }
+                Arg::Crate(s, v) => set(&mut args.krate, v, s, "crate", &mut errors),
+            }
+        }
+        if let Some(turns) = &args.max_turns
+            && turns.base10_parse::<u32>().map_or(true, |n| n == 0)
+        {
+            errors.push_spanned(turns, "max_turns must be a whole number from 1");
+        }
+        errors.finish().map(|()| args)
+    }
+}

@@ -1,0 +1,6 @@
+use loomflow::prelude::*;
+
+#[agent(model = "echo")]
+struct Silent;
+
+fn main() {}
