@@ -170,26 +170,44 @@ fn bench(c: &mut Criterion) {
 
     // interrupt_resume
     let ask = asks_once();
-    {
-        let path = temp_db("interrupt");
-        let runtime = runtime(&path, Synchronous::Full);
+    for (label, sync) in [("normal", Synchronous::Normal), ("full", Synchronous::Full)] {
+        let path = temp_db(&format!("interrupt-{label}"));
+        let runtime = runtime(&path, sync);
         let mut thread = 0u64;
-        c.bench_function("interrupt_resume/sqlite_full", |b| {
+        c.bench_function(&format!("interrupt_resume/sqlite_{label}"), |b| {
             b.to_async(&rt).iter(|| {
                 thread += 1;
                 let (ask, runtime) = (&ask, &runtime);
                 let name = format!("t{thread}");
                 async move {
-                    let out = ask
-                        .invoke(runtime, name.clone(), Counter::default())
-                        .await
-                        .unwrap();
+                    let out = ask.invoke(runtime, name.clone(), Counter::default()).await.unwrap();
                     assert_eq!(out.interrupts().len(), 1);
                     let done = ask.resume(runtime, name, 7).await.unwrap();
                     assert_eq!(done.state().n, 7);
                 }
             });
         });
+        drop(runtime);
+        remove_db(&path);
+    }
+
+    // durable_linear at Async durability: checkpoints written behind the run
+    {
+        let path = temp_db("linear-async");
+        let runtime = runtime(&path, Synchronous::Normal);
+        let runs = 20;
+        let started = Instant::now();
+        rt.block_on(async {
+            for i in 0..runs {
+                graph
+                    .run(&runtime, format!("a{i}"), Counter::default())
+                    .durability(Durability::Async)
+                    .await
+                    .unwrap();
+            }
+        });
+        let per_node = started.elapsed().as_secs_f64() * 1e6 / f64::from(runs * 100);
+        summary.push(format!("durable_linear normal, Durability::Async: {per_node:.1} µs per node"));
         drop(runtime);
         remove_db(&path);
     }
