@@ -23,13 +23,21 @@ impl Tool for Noop {
     fn spec(&self) -> &ToolSpec {
         &self.0
     }
-    fn call<'a>(&'a self, _: serde_json::Value, _: &'a ToolContext) -> BoxFuture<'a, Result<serde_json::Value, ToolError>> {
+    fn call<'a>(
+        &'a self,
+        _: serde_json::Value,
+        _: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<serde_json::Value, ToolError>> {
         Box::pin(async { Ok(serde_json::Value::Bool(true)) })
     }
 }
 
 fn noop() -> Noop {
-    Noop(ToolSpec::new("noop", "Does nothing.", json!({ "type": "object" })))
+    Noop(ToolSpec::new(
+        "noop",
+        "Does nothing.",
+        json!({ "type": "object" }),
+    ))
 }
 
 /// Calls `noop` until the conversation holds `turns - 1` tool results, then answers.
@@ -43,7 +51,11 @@ impl Model for Looping {
         "looping"
     }
     fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        let done = request.messages.iter().filter(|m| matches!(m, Message::Tool { .. })).count();
+        let done = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Tool { .. }))
+            .count();
         let response = if done + 1 < self.turns {
             ModelResponse::tool_calls(vec![ToolCall::new(format!("c{done}"), "noop", json!({}))])
         } else {
@@ -57,9 +69,20 @@ impl Model for Looping {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let echo = Agent::builder("echo").model(EchoModel::new()).tool(noop()).build().unwrap();
-    let looping = Agent::builder("loop").model(Looping { turns: 10 }).tool(noop()).build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let echo = Agent::builder("echo")
+        .model(EchoModel::new())
+        .tool(noop())
+        .build()
+        .unwrap();
+    let looping = Agent::builder("loop")
+        .model(Looping { turns: 10 })
+        .tool(noop())
+        .build()
+        .unwrap();
 
     c.bench_function("agent_turn/echo_one_turn", |b| {
         b.to_async(&rt).iter(|| async {
@@ -89,7 +112,9 @@ fn bench(c: &mut Criterion) {
         }
     });
     let loop_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(runs);
-    println!("agent_turn: echo {echo_us:.1} µs per one-turn run; tool loop {loop_us:.1} µs per turn (budget 20), memory runtime, checkpoint per step");
+    println!(
+        "agent_turn: echo {echo_us:.1} µs per one-turn run; tool loop {loop_us:.1} µs per turn (budget 20), memory runtime, checkpoint per step"
+    );
 }
 
 criterion_group!(benches, bench);

@@ -180,7 +180,10 @@ fn bench(c: &mut Criterion) {
                 let (ask, runtime) = (&ask, &runtime);
                 let name = format!("t{thread}");
                 async move {
-                    let out = ask.invoke(runtime, name.clone(), Counter::default()).await.unwrap();
+                    let out = ask
+                        .invoke(runtime, name.clone(), Counter::default())
+                        .await
+                        .unwrap();
                     assert_eq!(out.interrupts().len(), 1);
                     let done = ask.resume(runtime, name, 7).await.unwrap();
                     assert_eq!(done.state().n, 7);
@@ -207,7 +210,9 @@ fn bench(c: &mut Criterion) {
             }
         });
         let per_node = started.elapsed().as_secs_f64() * 1e6 / f64::from(runs * 100);
-        summary.push(format!("durable_linear normal, Durability::Async: {per_node:.1} µs per node"));
+        summary.push(format!(
+            "durable_linear normal, Durability::Async: {per_node:.1} µs per node"
+        ));
         drop(runtime);
         remove_db(&path);
     }

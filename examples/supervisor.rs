@@ -15,7 +15,9 @@ use loomflow::prelude::*;
 fn scripted(name: &str, instructions: &str, replies: &[&str]) -> loomflow::Result<Agent> {
     Agent::builder(instructions)
         .name(name)
-        .model(ScriptedModel::new(replies.iter().map(|r| ModelResponse::text(*r))))
+        .model(ScriptedModel::new(
+            replies.iter().map(|r| ModelResponse::text(*r)),
+        ))
         .build()
 }
 
@@ -38,7 +40,9 @@ async fn main() -> loomflow::Result<()> {
     let writer = scripted(
         "writer",
         "You write clearly.",
-        &["The paperclip was patented in 1867. In 1940 Norwegians wore them as a symbol of resistance."],
+        &[
+            "The paperclip was patented in 1867. In 1940 Norwegians wore them as a symbol of resistance.",
+        ],
     )?;
     let team = Supervisor::new(boss)
         .worker("researcher", "finds facts", researcher)
@@ -51,7 +55,11 @@ async fn main() -> loomflow::Result<()> {
     }
 
     let runtime = Runtime::in_memory();
-    let mut run = team.stream(&runtime, "newsroom-1", TeamState::new("A short note on paperclips"));
+    let mut run = team.stream(
+        &runtime,
+        "newsroom-1",
+        TeamState::new("A short note on paperclips"),
+    );
     while let Some(event) = run.next().await {
         if let (EventKind::NodeEnd, Some(node)) = (&event.kind, &event.node)
             && !node.contains('/')

@@ -83,6 +83,9 @@ pub use graph::{
 };
 #[doc(inline)]
 pub use runtime::{Durability, Interrupt, Runtime, SignalError};
+/// schemars, which `#[tool]` uses for argument schemas: derive [`JsonSchema`](schemars::JsonSchema)
+/// on argument types (`use loomflow::prelude::*` brings the derive).
+pub use schemars;
 
 /// Marks an async fn as a graph node.
 ///
@@ -136,6 +139,75 @@ pub use loomflow_macros::node;
 /// ```
 pub use loomflow_macros::agent;
 
+/// Turns a sync or async fn into a [`Tool`](tool::Tool) a model can call.
+///
+/// The macro turns the name into a unit value implementing `Tool`: pass it to
+/// [`ToolHost::with`](tool::ToolHost::with). The tool is named after the function; the doc
+/// comment's first paragraph is its description. The original body stays callable as
+/// `name::call(...)`.
+///
+/// - **Parameters** become the properties of a JSON Schema (2020-12) made by schemars; each
+///   type must implement `Deserialize` and `JsonSchema`. Describe them with
+///   `#[tool(param(city = "..."))]`. A single parameter whose type is a struct with named
+///   fields (and no `param` description) *is* the arguments object; its field docs become
+///   the descriptions.
+/// - **`&ToolContext`** parameters (session, user, call id) are injected and not in the schema.
+/// - **The return value** is serialized. A `Result<T, E>` with `E: Display` makes a
+///   fallible tool: `Err` becomes a failed call the model reads.
+/// - **Attributes**: `name = "..."`, `description = "..."` (instead of a doc comment),
+///   `approval` (every call needs a person's approval), `destructive` (for permission
+///   policies), `crate = path` (where loomflow is), `param(x = "...", ...)`.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::prelude::*;
+/// use loomflow::tool::{Tool, ToolContext};
+///
+/// /// Get the weather for a city.
+/// ///
+/// /// Not shown to the model: only the first paragraph is.
+/// #[tool(param(city = "The city, e.g. Lyon"))]
+/// async fn weather(city: String, days: Option<u8>) -> String {
+///     format!("sunny in {city} for {} days", days.unwrap_or(1))
+/// }
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct Transfer {
+///     /// Amount in cents.
+///     amount: u64,
+///     /// Destination account.
+///     to: String,
+/// }
+///
+/// /// Move money.
+/// #[tool(approval, destructive, name = "transfer_money")]
+/// fn transfer(args: Transfer, ctx: &ToolContext) -> Result<String, String> {
+///     if args.amount == 0 { return Err("nothing to move".into()); }
+///     Ok(format!("{} sent to {} for {:?}", args.amount, args.to, ctx.user))
+/// }
+///
+/// let spec = weather.spec();
+/// assert_eq!(spec.description, "Get the weather for a city.");
+/// assert_eq!(spec.parameters["properties"]["city"]["description"], "The city, e.g. Lyon");
+/// assert_eq!(spec.parameters["required"], json!(["city"]));
+/// assert_eq!(spec.strict_parameters()["required"], json!(["city", "days"]));
+///
+/// let spec = transfer.spec();
+/// assert_eq!(spec.name, "transfer_money");
+/// assert!(spec.requires_approval && spec.destructive);
+/// assert_eq!(spec.parameters["properties"]["amount"]["description"], "Amount in cents.");
+///
+/// // The body is still an ordinary function.
+/// let ctx = ToolContext::new("session-1", None, "call-1");
+/// let nothing = Transfer { amount: 0, to: "savings".into() };
+/// assert_eq!(transfer::call(nothing, &ctx), Err("nothing to move".to_owned()));
+/// ```
+///
+/// Outside this crate's prelude, `#[derive(JsonSchema)]` needs schemars as a dependency, or
+/// `#[schemars(crate = "loomflow::schemars")]` on the type.
+pub use loomflow_macros::tool;
+
 /// The common path: `use loomflow::prelude::*;`.
 pub mod prelude {
     pub use crate::context::Context;
@@ -143,7 +215,9 @@ pub mod prelude {
         BoxFuture, CompiledGraph, END, Graph, Node, Reducer, RunOutcome, START, State,
     };
     pub use crate::runtime::{Durability, Runtime};
-    pub use crate::{Error, agent, node};
+    pub use crate::tool::{Tool, ToolContext, ToolHost};
+    pub use crate::{Error, agent, node, tool};
+    pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};
     pub use serde_json::json;
     pub use std::time::Duration;
@@ -153,6 +227,11 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::graph::{BoxFuture, IntoNodeResult};
+    pub use crate::tool::macro_support::{
+        IntoToolResult, parse_tool_arguments, plain_tool_output, tool_arguments_schema,
+        whole_argument_schema,
+    };
+    pub use schemars;
     pub use serde;
     pub use serde_json;
     pub use std;

@@ -29,6 +29,10 @@ pub const END: &str = "__end__";
 /// serializable (checkpoints and merges go through JSON), and shareable across tasks.
 ///
 /// Implemented for every type that qualifies.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a graph's state",
+    note = "a state must be Clone + Serialize + DeserializeOwned + Send + Sync + 'static; derive Clone, Serialize and Deserialize"
+)]
 pub trait State: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {}
 
 impl<T: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> State for T {}

@@ -3,6 +3,7 @@
 //! The executor reaches storage only through [`Runtime`]; swapping the store behind it does
 //! not change graph code.
 
+mod approvals;
 pub mod mailbox;
 pub(crate) mod signals;
 pub mod store;
@@ -42,6 +43,8 @@ struct RuntimeInner {
     mailbox: Mailbox,
     /// Set once a durable store's signals are in the mailbox.
     signals_loaded: tokio::sync::OnceCell<()>,
+    /// Tool calls waiting for a person's decision.
+    approvals: approvals::Approvals,
 }
 
 /// Builds a [`Runtime`]; see [`Runtime::builder`].
@@ -91,6 +94,7 @@ impl RuntimeBuilder {
                 durability: self.durability.unwrap_or_default(),
                 mailbox: Mailbox::new(self.signals),
                 signals_loaded: tokio::sync::OnceCell::new(),
+                approvals: approvals::Approvals::default(),
             }),
         }
     }
@@ -163,6 +167,10 @@ impl Runtime {
 
     pub(crate) fn mailbox(&self) -> &Mailbox {
         &self.inner.mailbox
+    }
+
+    pub(crate) fn approvals(&self) -> &approvals::Approvals {
+        &self.inner.approvals
     }
 
     pub(crate) fn signals_loaded(&self) -> &tokio::sync::OnceCell<()> {

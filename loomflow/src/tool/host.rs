@@ -1,25 +1,105 @@
 //! [`ToolHost`]: holds tools and dispatches a model turn's calls.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
+use futures_util::{FutureExt, StreamExt, TryStreamExt, stream};
 use serde_json::Value;
 
+use super::approval::{ApprovalDecision, ApprovalHandler, ApprovalRequest};
+use super::hook::{self, AfterHook, BeforeHook, HookCall, HookDecision, HookResult};
+use super::permission::{Permission, PermissionPolicy};
+use super::schema::validate;
 use super::{Tool, ToolContext, ToolError, ToolSpec};
+use crate::Error;
 use crate::context::Context;
+use crate::graph::BoxFuture;
 use crate::model::{ToolCall, ToolDefinition};
 use crate::runtime::Runtime;
 
-/// The tools a model may call, by name.
-#[derive(Clone, Default)]
+/// The tools a model may call, by name, and the rules around calling them.
+///
+/// [`dispatch`](Self::dispatch) runs the calls of one model turn, at most
+/// [`max_concurrency`](Self::max_concurrency) at a time, and answers each one in call order.
+/// For every call: the tool is looked up, its arguments are checked against the schema, the
+/// `before_tool` hooks run, the [`PermissionPolicy`] decides (asking the
+/// [`ApprovalHandler`] when it says ask), the tool runs under a timeout with panics caught,
+/// and the `after_tool` hooks see the result. Every problem becomes an error result the
+/// model can read.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::prelude::*;
+/// use loomflow::model::ToolCall;
+/// use loomflow::tool::{DispatchContext, ToolHost};
+///
+/// /// Add two numbers.
+/// #[tool]
+/// fn add(a: i64, b: i64) -> i64 {
+///     a + b
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+/// let host = ToolHost::new().with(add).timeout(Duration::from_secs(5));
+/// let calls = [
+///     ToolCall::new("c1", "add", json!({ "a": 2, "b": 3 })),
+///     ToolCall::new("c2", "add", json!({ "a": "two" })),
+///     ToolCall::new("c3", "mul", json!({})),
+/// ];
+/// let outcomes = host.dispatch(&calls, DispatchContext::new("session-1")).await?;
+/// assert_eq!(outcomes[0].content, "5");
+/// assert!(outcomes[1].is_error && outcomes[1].content.contains("field `a`"));
+/// assert!(outcomes[2].is_error && outcomes[2].content.contains("known tools: add"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
 pub struct ToolHost {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    max_concurrency: usize,
+    timeout: Duration,
+    approval_timeout: Duration,
+    hook_timeout: Duration,
+    policy: PermissionPolicy,
+    approver: Option<Arc<dyn ApprovalHandler>>,
+    before: Vec<BeforeHook>,
+    after: Vec<AfterHook>,
+    /// Remembered approvals: (user, tool) → allowed.
+    remembered: Arc<Mutex<Remembered>>,
+}
+
+impl Default for ToolHost {
+    fn default() -> Self {
+        Self {
+            tools: BTreeMap::new(),
+            max_concurrency: 8,
+            timeout: Duration::from_secs(60),
+            approval_timeout: Duration::from_secs(900),
+            hook_timeout: Duration::from_secs(5),
+            policy: PermissionPolicy::default(),
+            approver: None,
+            before: Vec::new(),
+            after: Vec::new(),
+            remembered: Arc::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ToolHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolHost")
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("max_concurrency", &self.max_concurrency)
+            .field("timeout", &self.timeout)
+            .field("approval_timeout", &self.approval_timeout)
+            .field("hook_timeout", &self.hook_timeout)
+            .field("policy", &self.policy)
+            .field("approver", &self.approver.is_some())
+            .field("before_hooks", &self.before.len())
+            .field("after_hooks", &self.after.len())
             .finish_non_exhaustive()
     }
 }
@@ -145,7 +225,87 @@ impl ToolHost {
         self.tools.values().map(|t| t.spec().definition()).collect()
     }
 
+    /// How many calls of one turn run at once (default 8; at least 1).
+    #[must_use]
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = n.max(1);
+        self
+    }
+
+    /// How long one tool may run before its call fails with [`ToolError::TimedOut`]
+    /// (default 60 s). Approvals and hooks are not counted.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long the approval handler may take before the call is denied (default 15 min).
+    #[must_use]
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
+        self
+    }
+
+    /// How long each hook may take (default 5 s): a `before_tool` hook that takes longer
+    /// denies the call; an `after_tool` hook that takes longer is logged.
+    #[must_use]
+    pub fn hook_timeout(mut self, timeout: Duration) -> Self {
+        self.hook_timeout = timeout;
+        self
+    }
+
+    /// The permission policy (default: allow, except tools that require approval).
+    #[must_use]
+    pub fn permissions(mut self, policy: PermissionPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Who settles calls the policy asks about. Without one, those calls are denied.
+    #[must_use]
+    pub fn approval_handler(mut self, handler: impl ApprovalHandler) -> Self {
+        self.approver = Some(Arc::new(handler));
+        self
+    }
+
+    /// Registers a hook that runs before every permitted-to-start call, in registration
+    /// order; the first [`HookDecision::Deny`] refuses the call. A hook that panics or takes
+    /// longer than the [hook timeout](Self::hook_timeout) denies too.
+    #[must_use]
+    pub fn before_tool<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(HookCall) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HookDecision> + Send + 'static,
+    {
+        self.before.push(hook::before(hook));
+        self
+    }
+
+    /// Registers a hook that sees every call's result, in registration order. Its failures
+    /// (an `Err`, a panic, a timeout) are logged and never change the result.
+    #[must_use]
+    pub fn after_tool<F, Fut, E>(mut self, hook: F) -> Self
+    where
+        F: Fn(HookResult) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
+    {
+        self.after.push(hook::after(hook));
+        self
+    }
+
+    /// Forgets every remembered approval decision.
+    pub fn forget_approvals(&self) {
+        self.remembered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// Runs the calls of one model turn and returns one outcome per call, in call order.
+    ///
+    /// Up to [`max_concurrency`](Self::max_concurrency) calls run at once.
     ///
     /// # Errors
     ///
@@ -156,21 +316,296 @@ impl ToolHost {
         calls: &[ToolCall],
         ctx: DispatchContext<'_>,
     ) -> crate::Result<Vec<ToolOutcome>> {
-        let mut outcomes = Vec::with_capacity(calls.len());
-        for call in calls {
-            let result = match self.tools.get(&call.name) {
-                None => Err(ToolError::UnknownTool {
-                    name: call.name.clone(),
-                    known: self.tools.keys().cloned().collect(),
-                }),
-                Some(tool) => {
-                    let tool_ctx =
-                        ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
-                    tool.call(call.arguments.clone(), &tool_ctx).await
-                }
+        // Boxed with one named lifetime: a closure returning the bare future makes the
+        // caller's future fail the `Send` check (higher-ranked lifetimes, rust#102211).
+        let runs: Vec<BoxFuture<'_, crate::Result<ToolOutcome>>> = calls
+            .iter()
+            .map(|call| Box::pin(self.run_one(call, ctx)) as BoxFuture<'_, _>)
+            .collect();
+        stream::iter(runs)
+            .buffered(self.max_concurrency)
+            .try_collect()
+            .await
+    }
+
+    async fn run_one(
+        &self,
+        call: &ToolCall,
+        ctx: DispatchContext<'_>,
+    ) -> crate::Result<ToolOutcome> {
+        let mut hook_call = HookCall {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+            session: ctx.session.to_owned(),
+            user: ctx.user.map(str::to_owned),
+        };
+        let result = self.execute(call, ctx, &mut hook_call).await?;
+        let outcome = ToolOutcome::new(call, result);
+        if !self.after.is_empty() {
+            let result = HookResult {
+                call: hook_call,
+                content: outcome.content.clone(),
+                is_error: outcome.is_error,
             };
-            outcomes.push(ToolOutcome::new(call, result));
+            self.run_after_hooks(result).await;
         }
-        Ok(outcomes)
+        Ok(outcome)
+    }
+
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        ctx: DispatchContext<'_>,
+        hook_call: &mut HookCall,
+    ) -> crate::Result<Result<Value, ToolError>> {
+        let Some(tool) = self.tools.get(&call.name) else {
+            return Ok(Err(ToolError::UnknownTool {
+                name: call.name.clone(),
+                known: self.tools.keys().cloned().collect(),
+            }));
+        };
+        let spec = tool.spec();
+        let invalid = |message: String| ToolError::InvalidArguments {
+            tool: spec.name.clone(),
+            message,
+        };
+        let mut arguments = match normalize_arguments(&call.arguments) {
+            Ok(arguments) => arguments,
+            Err(message) => return Ok(Err(invalid(message))),
+        };
+        if let Err(message) = validate(&spec.parameters, &arguments) {
+            return Ok(Err(invalid(message)));
+        }
+        hook_call.arguments = arguments.clone();
+        if let Some(reason) = self.run_before_hooks(hook_call).await {
+            return Ok(Err(denied(spec, reason)));
+        }
+        match self.permission(ctx.user, spec, &arguments) {
+            Permission::Allow => {}
+            Permission::Deny(reason) => return Ok(Err(denied(spec, reason))),
+            Permission::Ask => match self.ask(call, spec, &arguments, ctx).await? {
+                Approval::Run => {}
+                Approval::RunWith(edited) => {
+                    let edited = match normalize_arguments(&edited) {
+                        Ok(edited) => edited,
+                        Err(message) => {
+                            return Ok(Err(invalid(format!("edited by the approver: {message}"))));
+                        }
+                    };
+                    if let Err(message) = validate(&spec.parameters, &edited) {
+                        return Ok(Err(invalid(format!("edited by the approver: {message}"))));
+                    }
+                    arguments = edited;
+                    hook_call.arguments = arguments.clone();
+                }
+                Approval::Refuse(reason) => return Ok(Err(denied(spec, reason))),
+            },
+        }
+        Ok(self.run_tool(tool.as_ref(), arguments, call, ctx).await)
+    }
+
+    fn permission(&self, user: Option<&str>, spec: &ToolSpec, arguments: &Value) -> Permission {
+        match self.policy.decide(user, spec, arguments) {
+            Permission::Ask => {
+                let remembered = self
+                    .remembered
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match remembered.get(&(user.map(str::to_owned), spec.name.clone())) {
+                    Some(true) => Permission::Allow,
+                    Some(false) => Permission::Deny(
+                        "denied earlier for this user and tool (remembered)".to_owned(),
+                    ),
+                    None => Permission::Ask,
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn remember(&self, user: Option<&str>, tool: &str, allowed: bool) {
+        self.remembered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((user.map(str::to_owned), tool.to_owned()), allowed);
+    }
+
+    async fn ask(
+        &self,
+        call: &ToolCall,
+        spec: &ToolSpec,
+        arguments: &Value,
+        ctx: DispatchContext<'_>,
+    ) -> crate::Result<Approval> {
+        let Some(handler) = &self.approver else {
+            return Ok(Approval::Refuse(
+                "approval required; no approver".to_owned(),
+            ));
+        };
+        let request = ApprovalRequest {
+            call_id: call.id.clone(),
+            tool: spec.name.clone(),
+            arguments: arguments.clone(),
+            user: ctx.user.map(str::to_owned),
+            session: ctx.session.to_owned(),
+        };
+        let decision = AssertUnwindSafe(handler.decide(&request, ctx)).catch_unwind();
+        let decision = match tokio::time::timeout(self.approval_timeout, decision).await {
+            Err(_) => {
+                return Ok(Approval::Refuse(format!(
+                    "no approval decision within {:?}",
+                    self.approval_timeout
+                )));
+            }
+            Ok(Err(panic)) => {
+                tracing::warn!(tool = %spec.name, panic = %panic_message(&*panic), "approval handler panicked; denying");
+                return Ok(Approval::Refuse("the approval handler failed".to_owned()));
+            }
+            Ok(Ok(Err(error @ Error::Suspended { .. }))) => return Err(error),
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(tool = %spec.name, %error, "approval handler failed; denying");
+                return Ok(Approval::Refuse(format!(
+                    "the approval handler failed: {error}"
+                )));
+            }
+            Ok(Ok(Ok(decision))) => decision,
+        };
+        Ok(match decision {
+            ApprovalDecision::Allow => Approval::Run,
+            ApprovalDecision::Deny { reason } => Approval::Refuse(reason),
+            ApprovalDecision::Edit { arguments } => Approval::RunWith(arguments),
+            ApprovalDecision::RememberAllow => {
+                self.remember(ctx.user, &spec.name, true);
+                Approval::Run
+            }
+            ApprovalDecision::RememberDeny => {
+                self.remember(ctx.user, &spec.name, false);
+                Approval::Refuse("approval declined".to_owned())
+            }
+        })
+    }
+
+    async fn run_tool(
+        &self,
+        tool: &dyn Tool,
+        arguments: Value,
+        call: &ToolCall,
+        ctx: DispatchContext<'_>,
+    ) -> Result<Value, ToolError> {
+        let name = &tool.spec().name;
+        let panicked = |panic: Box<dyn std::any::Any + Send>| ToolError::Panicked {
+            tool: name.clone(),
+            message: panic_message(&*panic),
+        };
+        let tool_ctx = ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
+        let future =
+            match std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, &tool_ctx))) {
+                Ok(future) => future,
+                Err(panic) => return Err(panicked(panic)),
+            };
+        match tokio::time::timeout(self.timeout, AssertUnwindSafe(future).catch_unwind()).await {
+            Err(_) => Err(ToolError::TimedOut {
+                tool: name.clone(),
+                seconds: self.timeout.as_secs_f64(),
+            }),
+            Ok(Err(panic)) => Err(panicked(panic)),
+            Ok(Ok(result)) => result,
+        }
+    }
+
+    /// The first denial among the before-hooks, in registration order.
+    async fn run_before_hooks(&self, call: &HookCall) -> Option<String> {
+        for (index, hook) in self.before.iter().enumerate() {
+            let future = AssertUnwindSafe(hook(call.clone())).catch_unwind();
+            match tokio::time::timeout(self.hook_timeout, future).await {
+                Err(_) => {
+                    return Some(format!(
+                        "before_tool hook {index} did not answer within {:?}",
+                        self.hook_timeout
+                    ));
+                }
+                Ok(Err(panic)) => {
+                    tracing::warn!(tool = %call.tool, hook = index, panic = %panic_message(&*panic), "before_tool hook panicked; denying");
+                    return Some(format!("before_tool hook {index} failed"));
+                }
+                Ok(Ok(HookDecision::Deny(reason))) => return Some(reason),
+                Ok(Ok(HookDecision::Continue)) => {}
+            }
+        }
+        None
+    }
+
+    async fn run_after_hooks(&self, result: HookResult) {
+        for (index, hook) in self.after.iter().enumerate() {
+            let future = AssertUnwindSafe(hook(result.clone())).catch_unwind();
+            match tokio::time::timeout(self.hook_timeout, future).await {
+                Err(_) => {
+                    tracing::warn!(tool = %result.call.tool, hook = index, "after_tool hook timed out")
+                }
+                Ok(Err(panic)) => {
+                    tracing::warn!(tool = %result.call.tool, hook = index, panic = %panic_message(&*panic), "after_tool hook panicked")
+                }
+                Ok(Ok(Err(error))) => {
+                    tracing::warn!(tool = %result.call.tool, hook = index, %error, "after_tool hook failed")
+                }
+                Ok(Ok(Ok(()))) => {}
+            }
+        }
+    }
+}
+
+/// Remembered approvals: (user, tool) → allowed.
+type Remembered = HashMap<(Option<String>, String), bool>;
+
+/// What an approval settled.
+enum Approval {
+    Run,
+    RunWith(Value),
+    Refuse(String),
+}
+
+fn denied(spec: &ToolSpec, reason: String) -> ToolError {
+    ToolError::Denied {
+        tool: spec.name.clone(),
+        reason,
+    }
+}
+
+/// Arguments as an object: a JSON string is parsed (some models send text), `null` is `{}`.
+fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
+    let parsed = match arguments {
+        Value::String(text) if text.trim().is_empty() => {
+            return Ok(Value::Object(serde_json::Map::new()));
+        }
+        Value::String(text) => {
+            serde_json::from_str(text).map_err(|e| format!("arguments are not JSON: {e}"))?
+        }
+        Value::Null => return Ok(Value::Object(serde_json::Map::new())),
+        other => other.clone(),
+    };
+    match parsed {
+        Value::Object(_) => Ok(parsed),
+        Value::Null => Ok(Value::Object(serde_json::Map::new())),
+        other => Err(format!(
+            "arguments: expected a JSON object, got {}",
+            match other {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                _ => "something else",
+            }
+        )),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
     }
 }

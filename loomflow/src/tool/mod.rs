@@ -6,9 +6,21 @@
 //! bad calls (unknown tool, bad arguments, a panic, a timeout) become error results the model
 //! can read; they never abort a run.
 
+mod approval;
+mod hook;
 mod host;
+#[doc(hidden)]
+pub mod macro_support;
+mod permission;
+mod schema;
 
+pub use approval::{
+    ApprovalDecision, ApprovalHandler, ApprovalRequest, SignalApprover, approver_fn,
+};
+pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
+pub use permission::{Permission, PermissionPolicy};
+pub use schema::{schema_for, strict_schema};
 
 use serde_json::Value;
 
@@ -60,6 +72,18 @@ impl ToolSpec {
     /// The definition sent to a model, with the schema as written.
     pub fn definition(&self) -> ToolDefinition {
         ToolDefinition::new(&self.name, &self.description, self.parameters.clone())
+    }
+
+    /// The parameters in the form OpenAI's strict mode accepts: every property required,
+    /// optional ones nullable, `additionalProperties: false`, in nested objects too (see
+    /// [`strict_schema`]).
+    pub fn strict_parameters(&self) -> Value {
+        strict_schema(&self.parameters)
+    }
+
+    /// The definition sent to a model, with the [strict](Self::strict_parameters) schema.
+    pub fn definition_strict(&self) -> ToolDefinition {
+        ToolDefinition::new(&self.name, &self.description, self.strict_parameters())
     }
 }
 

@@ -1,0 +1,156 @@
+//! Code generation for `#[tool]`.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+
+use super::model::{Output, Param, ToolModel};
+use crate::common::crate_path;
+
+pub(crate) fn expand(model: &ToolModel) -> TokenStream {
+    let krate = crate_path(model.krate.as_ref());
+    let private = quote!(#krate::__private);
+    let func = &model.func;
+    let vis = &func.vis;
+    let ident = &func.sig.ident;
+    let (doc_attrs, other_attrs): (Vec<_>, Vec<_>) =
+        func.attrs.iter().partition(|a| a.path().is_ident("doc"));
+    let mut sig = func.sig.clone();
+    sig.ident = syn::Ident::new("call", ident.span());
+    let block = &func.block;
+    let name = &model.name;
+    let description = &model.description;
+    let approval = model.approval;
+    let destructive = model.destructive;
+    let serde_path = format!("{private}::serde");
+    let schemars_path = format!("{private}::schemars");
+
+    let mut fields = Vec::new();
+    let mut field_idents = Vec::new();
+    let mut locals = Vec::new();
+    let mut call_args = Vec::new();
+    let mut whole_ty = None;
+    for (index, param) in model.params.iter().enumerate() {
+        match param {
+            Param::Context => call_args.push(quote!(__loomflow_ctx)),
+            Param::Arg {
+                ident: field,
+                ty,
+                description,
+            } => {
+                let doc = description.as_ref().map(|text| quote!(#[doc = #text]));
+                fields.push(quote!(#doc #field: #ty));
+                field_idents.push(field.clone());
+                let local = format_ident!("__loomflow_arg_{}", index);
+                locals.push(local.clone());
+                call_args.push(quote!(#local));
+                whole_ty = Some(ty.clone());
+            }
+        }
+    }
+
+    let await_call = func.sig.asyncness.map(|_| quote!(.await));
+    let parse = match (&whole_ty, model.single_may_be_whole) {
+        (Some(ty), true) => quote! {
+            let (#(#locals,)*) = if __loomflow_setup().whole {
+                (#private::parse_tool_arguments::<#ty>(#name, __loomflow_arguments)?,)
+            } else {
+                let __loomflow_args = #private::parse_tool_arguments::<__LoomflowToolArgs>(
+                    #name,
+                    __loomflow_arguments,
+                )?;
+                (#(__loomflow_args.#field_idents,)*)
+            };
+        },
+        _ => quote! {
+            let __loomflow_args = #private::parse_tool_arguments::<__LoomflowToolArgs>(
+                #name,
+                __loomflow_arguments,
+            )?;
+            let (#(#locals,)*) = (#(__loomflow_args.#field_idents,)*);
+        },
+    };
+    let whole = match (&whole_ty, model.single_may_be_whole) {
+        (Some(ty), true) => quote!(#private::whole_argument_schema::<#ty>()),
+        _ => quote!(::core::option::Option::None),
+    };
+    let convert = match model.output {
+        Output::Plain => quote_spanned! {model.output_span=>
+            #private::plain_tool_output(#name, &__loomflow_output)
+        },
+        Output::Result => quote_spanned! {model.output_span=>
+            #private::IntoToolResult::into_tool_result(__loomflow_output, #name)
+        },
+    };
+
+    quote! {
+        #(#doc_attrs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, Default)]
+        #vis struct #ident;
+
+        const _: () = {
+            impl #ident {
+                /// The tool's body, callable directly.
+                #[allow(dead_code)]
+                #(#other_attrs)*
+                #vis #sig #block
+            }
+
+            #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
+            #[serde(crate = #serde_path)]
+            #[schemars(crate = #schemars_path)]
+            #[allow(non_camel_case_types, dead_code)]
+            struct __LoomflowToolArgs {
+                #(#fields,)*
+            }
+
+            struct __LoomflowToolSetup {
+                spec: #krate::tool::ToolSpec,
+                whole: bool,
+            }
+
+            fn __loomflow_setup() -> &'static __LoomflowToolSetup {
+                static SETUP: #private::std::sync::OnceLock<__LoomflowToolSetup> =
+                    #private::std::sync::OnceLock::new();
+                SETUP.get_or_init(|| {
+                    let whole: ::core::option::Option<#private::serde_json::Value> = #whole;
+                    let whole_found = whole.is_some();
+                    let parameters = match whole {
+                        ::core::option::Option::Some(schema) => schema,
+                        ::core::option::Option::None => {
+                            #private::tool_arguments_schema::<__LoomflowToolArgs>()
+                        }
+                    };
+                    __LoomflowToolSetup {
+                        spec: #krate::tool::ToolSpec::new(#name, #description, parameters)
+                            .requires_approval(#approval)
+                            .destructive(#destructive),
+                        whole: whole_found,
+                    }
+                })
+            }
+
+            impl #krate::tool::Tool for #ident {
+                fn spec(&self) -> &#krate::tool::ToolSpec {
+                    &__loomflow_setup().spec
+                }
+
+                fn call<'a>(
+                    &'a self,
+                    __loomflow_arguments: #private::serde_json::Value,
+                    __loomflow_ctx: &'a #krate::tool::ToolContext,
+                ) -> #private::BoxFuture<
+                    'a,
+                    ::core::result::Result<#private::serde_json::Value, #krate::tool::ToolError>,
+                > {
+                    ::std::boxed::Box::pin(async move {
+                        let _ = __loomflow_ctx;
+                        #parse
+                        let __loomflow_output = #ident::call(#(#call_args),*) #await_call;
+                        #convert
+                    })
+                }
+            }
+        };
+    }
+}

@@ -1,0 +1,198 @@
+//! A validated description of a `#[tool]` function.
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::{FnArg, Ident, ItemFn, Pat, Type};
+
+use super::attr::ToolArgs;
+use crate::common::doc_text;
+
+/// One parameter of the function, as the generated code passes it.
+pub(crate) enum Param {
+    /// Injected: the call's `&ToolContext`.
+    Context,
+    /// Comes from the model's arguments.
+    Arg {
+        ident: Ident,
+        ty: Box<Type>,
+        description: Option<String>,
+    },
+}
+
+/// How the function's return value becomes the tool's result.
+pub(crate) enum Output {
+    /// Any `Serialize` value (including `()`).
+    Plain,
+    /// `Result<T, E>`: `Ok` is serialized, `Err` becomes a failed call.
+    Result,
+}
+
+pub(crate) struct ToolModel {
+    pub(crate) func: ItemFn,
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) approval: bool,
+    pub(crate) destructive: bool,
+    pub(crate) params: Vec<Param>,
+    /// A single argument without a `param(...)` description: when its schema is an object
+    /// with properties, the model's arguments are that type itself.
+    pub(crate) single_may_be_whole: bool,
+    pub(crate) output: Output,
+    /// Where errors about the return type point.
+    pub(crate) output_span: Span,
+    pub(crate) krate: Option<syn::Path>,
+}
+
+impl ToolModel {
+    pub(crate) fn new(mut args: ToolArgs, func: ItemFn) -> syn::Result<Self> {
+        let mut errors = std::mem::take(&mut args.errors);
+        let sig = &func.sig;
+        if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+            errors.push_spanned(
+                &sig.generics,
+                "#[tool] functions cannot be generic: the argument schema needs concrete types",
+            );
+        }
+        if let Some(variadic) = &sig.variadic {
+            errors.push_spanned(variadic, "#[tool] functions cannot be variadic");
+        }
+        if let Some(constness) = &sig.constness {
+            errors.push_spanned(constness, "#[tool] functions cannot be `const`");
+        }
+
+        let mut params = Vec::new();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(receiver) => errors.push_spanned(
+                    receiver,
+                    "#[tool] functions cannot take `self`: write a free function, or implement `Tool` by hand",
+                ),
+                FnArg::Typed(pat_type) => {
+                    if is_tool_context(&pat_type.ty) {
+                        params.push(Param::Context);
+                        continue;
+                    }
+                    let ident = match &*pat_type.pat {
+                        Pat::Ident(pat) if pat.subpat.is_none() => pat.ident.clone(),
+                        other => {
+                            errors.push_spanned(
+                                other,
+                                "#[tool] parameters must be plain names: they are the argument names the model sees",
+                            );
+                            continue;
+                        }
+                    };
+                    if let Type::Reference(reference) = &*pat_type.ty {
+                        errors.push_spanned(
+                            reference,
+                            "#[tool] parameters are deserialized from the model's arguments and must be owned types (only `&ToolContext` may be a reference)",
+                        );
+                        continue;
+                    }
+                    let description = args
+                        .params
+                        .iter()
+                        .find(|(name, _)| unraw(name) == unraw(&ident))
+                        .map(|(_, text)| text.value());
+                    params.push(Param::Arg {
+                        ident,
+                        ty: pat_type.ty.clone(),
+                        description,
+                    });
+                }
+            }
+        }
+        for (name, _) in &args.params {
+            let known = params
+                .iter()
+                .any(|p| matches!(p, Param::Arg { ident, .. } if unraw(ident) == unraw(name)));
+            if !known {
+                errors.push_spanned(name, format!("no parameter named `{name}`"));
+            }
+        }
+
+        let description = match &args.description {
+            Some(text) => Some(text.value()),
+            None => doc_text(&func.attrs).map(|doc| first_paragraph(&doc)),
+        };
+        if description.is_none() {
+            errors.push_spanned(
+                &sig.ident,
+                "#[tool] functions need a description for the model: add a doc comment or `#[tool(description = \"...\")]`",
+            );
+        }
+        errors.finish()?;
+
+        let plain_args: Vec<_> = params
+            .iter()
+            .filter_map(|p| match p {
+                Param::Arg { description, .. } => Some(description.is_none()),
+                Param::Context => None,
+            })
+            .collect();
+        let single_may_be_whole = plain_args == [true];
+        let (output, output_span) = match &sig.output {
+            syn::ReturnType::Default => (Output::Plain, sig.ident.span()),
+            syn::ReturnType::Type(_, ty) => (output_kind(ty), ty.span()),
+        };
+
+        Ok(Self {
+            name: args.name.map_or_else(|| unraw(&sig.ident), |n| n.value()),
+            description: description.unwrap_or_default(),
+            approval: args.approval,
+            destructive: args.destructive,
+            params,
+            single_may_be_whole,
+            output,
+            output_span,
+            krate: args.krate,
+            func,
+        })
+    }
+}
+
+fn unraw(ident: &Ident) -> String {
+    let text = ident.to_string();
+    text.strip_prefix("r#").map_or(text.clone(), str::to_owned)
+}
+
+/// `&ToolContext` (any path ending in `ToolContext`), shared, not mutable.
+fn is_tool_context(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(reference) if reference.mutability.is_none() => match &*reference.elem {
+            Type::Path(path) => path
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "ToolContext" && s.arguments.is_none()),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// `Result<T>` or `Result<T, E>` (by its last path segment) is a fallible tool; anything
+/// else, including a bare user type named `Result`, is a plain value.
+fn output_kind(ty: &Type) -> Output {
+    if let Type::Path(path) = ty
+        && let Some(last) = path.path.segments.last()
+        && last.ident == "Result"
+        && let syn::PathArguments::AngleBracketed(generics) = &last.arguments
+        && (1..=2).contains(&generics.args.len())
+    {
+        return Output::Result;
+    }
+    Output::Plain
+}
+
+/// The first paragraph of a doc comment, its lines joined by spaces.
+fn first_paragraph(doc: &str) -> String {
+    doc.split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,200 @@
+//! Approvals: who settles a call the permissions answered with [`Permission::Ask`](super::Permission::Ask).
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::DispatchContext;
+use crate::Error;
+use crate::graph::BoxFuture;
+use crate::runtime::SignalError;
+
+/// A call waiting for a decision: exactly what would run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// The model's id for the call; the signal `loomflow:approval:<call_id>` answers it.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The exact arguments the tool would run with.
+    pub arguments: Value,
+    /// The user the run acts for, if known.
+    pub user: Option<String>,
+    /// The session (thread).
+    pub session: String,
+}
+
+/// A person's (or a program's) answer to an [`ApprovalRequest`].
+///
+/// As JSON it is tagged by `action`: `{"action":"allow"}`, `{"action":"deny","reason":".."}`,
+/// `{"action":"edit","arguments":{..}}`, `{"action":"remember_allow"}`,
+/// `{"action":"remember_deny"}`. A bare string (`"allow"`) is read as the matching action.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ApprovalDecision {
+    /// Run the call as it is.
+    Allow,
+    /// Refuse it.
+    Deny {
+        /// Why, for the model.
+        #[serde(default = "declined")]
+        reason: String,
+    },
+    /// Run it with these arguments instead (checked against the schema again).
+    Edit {
+        /// The replacement arguments.
+        arguments: Value,
+    },
+    /// Run it, and allow this tool for this user without asking for the rest of the host's
+    /// life.
+    RememberAllow,
+    /// Refuse it, and refuse this tool for this user without asking for the rest of the
+    /// host's life.
+    RememberDeny,
+}
+
+fn declined() -> String {
+    "approval declined".to_owned()
+}
+
+impl ApprovalDecision {
+    /// A denial with a reason.
+    pub fn deny(reason: impl Into<String>) -> Self {
+        Self::Deny {
+            reason: reason.into(),
+        }
+    }
+
+    /// Reads a decision from JSON; `None` when it is not one (callers deny).
+    pub fn from_json(value: &Value) -> Option<Self> {
+        if let Value::String(action) = value {
+            return Self::deserialize(serde_json::json!({ "action": action })).ok();
+        }
+        Self::deserialize(value).ok()
+    }
+}
+
+/// Settles calls that need approval. Object-safe: hosts keep `Arc<dyn ApprovalHandler>`.
+///
+/// A handler error denies the call, except [`Error::Suspended`], which
+/// [`ToolHost::dispatch`](super::ToolHost::dispatch) passes on so the run can suspend.
+pub trait ApprovalHandler: Send + Sync + 'static {
+    /// Decides one call.
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+        ctx: DispatchContext<'a>,
+    ) -> BoxFuture<'a, crate::Result<ApprovalDecision>>;
+}
+
+/// An [`ApprovalHandler`] from an async closure over the request.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::tool::{approver_fn, ApprovalDecision, ToolHost};
+///
+/// let host = ToolHost::new().approval_handler(approver_fn(|request| async move {
+///     Ok(if request.tool == "delete_file" { ApprovalDecision::deny("never") } else { ApprovalDecision::Allow })
+/// }));
+/// # let _ = host;
+/// ```
+pub fn approver_fn<F, Fut>(decide: F) -> impl ApprovalHandler
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = crate::Result<ApprovalDecision>> + Send + 'static,
+{
+    FnApprover(decide)
+}
+
+struct FnApprover<F>(F);
+
+impl<F, Fut> ApprovalHandler for FnApprover<F>
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = crate::Result<ApprovalDecision>> + Send + 'static,
+{
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+        _ctx: DispatchContext<'a>,
+    ) -> BoxFuture<'a, crate::Result<ApprovalDecision>> {
+        Box::pin((self.0)(request.clone()))
+    }
+}
+
+/// Waits for a person's decision on the framework signal `loomflow:approval:<call id>` of the
+/// run's session; while it waits, [`Runtime::pending_approvals`](crate::Runtime::pending_approvals)
+/// lists the call, and [`Runtime::decide_approval`](crate::Runtime::decide_approval) answers it.
+///
+/// Fails closed: no runtime in the dispatch context, a timeout (default ten minutes) or a
+/// payload that is not a decision all deny.
+#[derive(Clone, Debug)]
+pub struct SignalApprover {
+    timeout: Duration,
+}
+
+impl Default for SignalApprover {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SignalApprover {
+    /// An approver that waits up to ten minutes.
+    pub fn new() -> Self {
+        Self {
+            timeout: Duration::from_secs(600),
+        }
+    }
+
+    /// How long to wait for a decision before denying.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The signal name that answers a call.
+    pub fn signal_name(call_id: &str) -> String {
+        format!("loomflow:approval:{call_id}")
+    }
+}
+
+impl ApprovalHandler for SignalApprover {
+    fn decide<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+        ctx: DispatchContext<'a>,
+    ) -> BoxFuture<'a, crate::Result<ApprovalDecision>> {
+        Box::pin(async move {
+            let Some(runtime) = ctx.runtime.or_else(|| ctx.node.map(|node| node.runtime())) else {
+                return Ok(ApprovalDecision::deny(
+                    "approval needs a runtime to wait on; none was given",
+                ));
+            };
+            let name = Self::signal_name(&request.call_id);
+            let _pending = runtime.register_approval(request.clone());
+            match runtime
+                .receive(&request.session, &name, Some(self.timeout), true)
+                .await
+            {
+                Ok(received) => {
+                    runtime.forget_consumed_signal(&request.session, received.seq);
+                    Ok(ApprovalDecision::from_json(&received.payload).unwrap_or_else(|| {
+                        tracing::warn!(call_id = %request.call_id, payload = %received.payload, "unrecognised approval decision; denying");
+                        ApprovalDecision::deny("unrecognised approval decision")
+                    }))
+                }
+                Err(Error::Signal(SignalError::Timeout { .. })) => Ok(ApprovalDecision::deny(
+                    format!("no approval decision within {:?}", self.timeout),
+                )),
+                Err(error) => Err(error),
+            }
+        })
+    }
+}

@@ -1,0 +1,344 @@
+//! The tool host: add/remove/list, bad calls become error results, parallel dispatch with a
+//! concurrency limit and results in call order, per-call timeouts, caught panics.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loomflow::graph::BoxFuture;
+use loomflow::model::ToolCall;
+use loomflow::prelude::*;
+use loomflow::tool::{DispatchContext, ToolError, ToolOutcome, ToolSpec};
+use serde_json::Value;
+
+/// Add two numbers.
+#[tool]
+fn add(a: i64, b: i64) -> i64 {
+    a + b
+}
+
+/// Greet someone.
+#[tool(param(name = "Who to greet"))]
+async fn greet(name: String, tags: Option<Vec<String>>) -> String {
+    format!("hello {name} {}", tags.unwrap_or_default().join(","))
+}
+
+/// Always panics.
+#[tool]
+fn explode() -> String {
+    panic!("boom")
+}
+
+/// Sleeps for an hour.
+#[tool]
+async fn slow() -> String {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    "done".into()
+}
+
+/// Sleeps for `ms` milliseconds, then answers with `ms`.
+#[tool]
+async fn nap(ms: u64) -> u64 {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    ms
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
+    ToolCall::new(id, name, arguments)
+}
+
+async fn run(host: &ToolHost, calls: &[ToolCall]) -> Vec<ToolOutcome> {
+    host.dispatch(calls, DispatchContext::new("session-1"))
+        .await
+        .unwrap()
+}
+
+async fn run_one(host: &ToolHost, name: &str, arguments: Value) -> ToolOutcome {
+    run(host, &[call("c1", name, arguments)]).await.remove(0)
+}
+
+#[test]
+fn add_remove_list_get_and_definitions() {
+    let mut host = ToolHost::new().with(add).with(greet);
+    let names: Vec<_> = host.list().iter().map(|s| s.name.clone()).collect();
+    assert_eq!(names, ["add", "greet"]);
+    assert!(host.get("add").is_some());
+    assert_eq!(host.definitions()[1].name, "greet");
+    assert!(host.remove("add"));
+    assert!(!host.remove("add"));
+    assert!(host.get("add").is_none());
+    assert_eq!(host.list().len(), 1);
+}
+
+/// A tool written by hand, held as `Arc<dyn Tool>`: the trait is object-safe.
+struct Echo(ToolSpec);
+
+impl Tool for Echo {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move { Ok(arguments) })
+    }
+}
+
+#[tokio::test]
+async fn hand_written_tools_are_object_safe() {
+    let echo: Arc<dyn Tool> = Arc::new(Echo(ToolSpec::new(
+        "echo",
+        "Echo the arguments.",
+        json!({ "type": "object", "properties": {} }),
+    )));
+    let mut host = ToolHost::new();
+    host.add_arc(echo);
+    let out = run_one(&host, "echo", json!({ "x": 1 })).await;
+    assert_eq!(out.content, r#"{"x":1}"#);
+    assert!(!out.is_error);
+}
+
+#[tokio::test]
+async fn good_calls_return_their_serialized_values() {
+    let host = ToolHost::new().with(add).with(greet);
+    let out = run(
+        &host,
+        &[
+            call("c1", "add", json!({ "a": 2, "b": 3 })),
+            call("c2", "greet", json!({ "name": "Ada", "tags": ["x", "y"] })),
+        ],
+    )
+    .await;
+    assert_eq!(out[0].content, "5");
+    assert_eq!(out[1].content, "hello Ada x,y");
+    assert_eq!(
+        (out[0].call_id.as_str(), out[1].name.as_str()),
+        ("c1", "greet")
+    );
+    assert!(out.iter().all(|o| !o.is_error));
+}
+
+#[tokio::test]
+async fn unknown_tool_lists_the_known_ones() {
+    let host = ToolHost::new().with(add).with(greet);
+    let out = run_one(&host, "mul", json!({})).await;
+    assert!(out.is_error);
+    assert_eq!(out.content, "unknown tool mul; known tools: add, greet");
+}
+
+#[tokio::test]
+async fn arguments_that_are_not_json_are_an_error_result() {
+    let host = ToolHost::new().with(add);
+    let out = run_one(&host, "add", json!("{\"a\": 1,")).await;
+    assert!(out.is_error);
+    assert!(
+        out.content.contains("arguments are not JSON"),
+        "{}",
+        out.content
+    );
+}
+
+#[tokio::test]
+async fn arguments_given_as_json_text_are_parsed() {
+    let host = ToolHost::new().with(add);
+    let out = run_one(&host, "add", json!("{\"a\": 1, \"b\": 2}")).await;
+    assert_eq!(out.content, "3");
+}
+
+#[tokio::test]
+async fn arguments_that_are_not_an_object_are_an_error_result() {
+    let host = ToolHost::new().with(add);
+    let out = run_one(&host, "add", json!([1, 2])).await;
+    assert!(out.is_error);
+    assert!(
+        out.content.contains("expected a JSON object, got an array"),
+        "{}",
+        out.content
+    );
+}
+
+#[tokio::test]
+async fn a_missing_field_is_named() {
+    let host = ToolHost::new().with(add);
+    let out = run_one(&host, "add", json!({ "a": 1 })).await;
+    assert!(out.is_error);
+    assert_eq!(
+        out.content,
+        "invalid arguments for tool add: missing required field `b`"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_type_names_the_field_and_what_was_expected() {
+    let host = ToolHost::new().with(add).with(greet);
+    let out = run_one(&host, "add", json!({ "a": 1, "b": "two" })).await;
+    assert_eq!(
+        out.content,
+        "invalid arguments for tool add: field `b`: expected an integer, got the string \"two\""
+    );
+    let out = run_one(&host, "greet", json!({ "name": "Ada", "tags": ["ok", 3] })).await;
+    assert!(out.is_error);
+    assert!(
+        out.content.contains("field `tags[1]`: expected a string"),
+        "{}",
+        out.content
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_tool_is_an_error_result_and_the_others_still_run() {
+    let host = ToolHost::new().with(explode).with(add);
+    let out = run(
+        &host,
+        &[
+            call("c1", "explode", json!({})),
+            call("c2", "add", json!({ "a": 1, "b": 1 })),
+        ],
+    )
+    .await;
+    assert!(out[0].is_error);
+    assert_eq!(out[0].content, "tool explode panicked: boom");
+    assert_eq!(out[1].content, "2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_tool_times_out() {
+    let host = ToolHost::new()
+        .with(slow)
+        .with(add)
+        .timeout(Duration::from_secs(2));
+    let out = run(
+        &host,
+        &[
+            call("c1", "slow", json!({})),
+            call("c2", "add", json!({ "a": 1, "b": 1 })),
+        ],
+    )
+    .await;
+    assert!(out[0].is_error);
+    assert_eq!(out[0].content, "tool slow timed out after 2 s");
+    assert_eq!(out[1].content, "2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn results_come_back_in_call_order_whatever_finishes_first() {
+    let host = ToolHost::new().with(nap);
+    let calls: Vec<_> = [300, 100, 200, 0]
+        .iter()
+        .enumerate()
+        .map(|(i, ms)| call(&format!("c{i}"), "nap", json!({ "ms": ms })))
+        .collect();
+    let started = tokio::time::Instant::now();
+    let out = run(&host, &calls).await;
+    let contents: Vec<_> = out.iter().map(|o| o.content.as_str()).collect();
+    assert_eq!(contents, ["300", "100", "200", "0"]);
+    let ids: Vec<_> = out.iter().map(|o| o.call_id.as_str()).collect();
+    assert_eq!(ids, ["c0", "c1", "c2", "c3"]);
+    // They ran side by side: the turn took as long as the slowest call, not the sum.
+    assert!(started.elapsed() < Duration::from_millis(600));
+}
+
+/// A tool that records how many of its calls run at once.
+struct Gauge {
+    spec: ToolSpec,
+    running: AtomicUsize,
+    peak: AtomicUsize,
+    barrier: Option<tokio::sync::Barrier>,
+}
+
+impl Gauge {
+    fn new(barrier: Option<usize>) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new("gauge", "Count.", json!({ "type": "object" })),
+            running: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            barrier: barrier.map(tokio::sync::Barrier::new),
+        })
+    }
+}
+
+struct GaugeTool(Arc<Gauge>);
+
+impl Tool for GaugeTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.0.spec
+    }
+
+    fn call<'a>(
+        &'a self,
+        _arguments: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        let gauge = &self.0;
+        Box::pin(async move {
+            let now = gauge.running.fetch_add(1, Ordering::SeqCst) + 1;
+            gauge.peak.fetch_max(now, Ordering::SeqCst);
+            match &gauge.barrier {
+                Some(barrier) => {
+                    barrier.wait().await;
+                }
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+            gauge.running.fetch_sub(1, Ordering::SeqCst);
+            Ok(Value::Null)
+        })
+    }
+}
+
+fn gauge_calls(n: usize) -> Vec<ToolCall> {
+    (0..n)
+        .map(|i| call(&format!("c{i}"), "gauge", json!({})))
+        .collect()
+}
+
+#[tokio::test]
+async fn calls_of_one_turn_run_concurrently() {
+    // Three calls that each wait for the other two: only finishes if they run at once.
+    let gauge = Gauge::new(Some(3));
+    let host = ToolHost::new()
+        .with(GaugeTool(gauge.clone()))
+        .max_concurrency(3);
+    let out = run(&host, &gauge_calls(3)).await;
+    assert!(out.iter().all(|o| !o.is_error));
+    assert_eq!(gauge.peak.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_concurrency_limit_holds() {
+    let gauge = Gauge::new(None);
+    let host = ToolHost::new()
+        .with(GaugeTool(gauge.clone()))
+        .max_concurrency(2);
+    let out = run(&host, &gauge_calls(7)).await;
+    assert_eq!(out.len(), 7);
+    assert_eq!(gauge.peak.load(Ordering::SeqCst), 2);
+
+    let gauge = Gauge::new(None);
+    let host = ToolHost::new()
+        .with(GaugeTool(gauge.clone()))
+        .max_concurrency(1);
+    run(&host, &gauge_calls(4)).await;
+    assert_eq!(gauge.peak.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn context_reaches_the_tool() {
+    /// Who is asking.
+    #[tool]
+    fn whoami(ctx: &ToolContext) -> String {
+        format!("{} {:?} {}", ctx.session, ctx.user, ctx.call_id)
+    }
+    let host = ToolHost::new().with(whoami);
+    let out = host
+        .dispatch(
+            &[call("c9", "whoami", json!({}))],
+            DispatchContext::new("s-1").user(Some("ada")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out[0].content, r#"s-1 Some("ada") c9"#);
+}

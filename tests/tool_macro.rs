@@ -1,0 +1,254 @@
+//! `#[tool]`: descriptions, schemas (plain and strict, valid 2020-12), argument forms,
+//! injected context, return values and attributes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use loomflow::prelude::*;
+use loomflow::tool::{ToolError, ToolSpec};
+use serde_json::Value;
+
+/// Get the weather for a city.
+///
+/// Second paragraph, for people only.
+#[tool(param(city = "The city, e.g. Lyon", days = "How many days ahead"))]
+async fn weather(city: String, days: Option<u8>) -> String {
+    format!("sunny in {city} for {} days", days.unwrap_or(1))
+}
+
+/// Add two numbers.
+#[tool]
+fn add(a: i64, b: i64) -> i64 {
+    a + b
+}
+
+/// Which way to sort.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Order {
+    /// Smallest first.
+    Ascending,
+    /// Largest first.
+    Descending,
+}
+
+/// A search query.
+#[derive(Deserialize, JsonSchema)]
+struct Query {
+    /// Words to look for.
+    text: String,
+    /// At most this many hits.
+    limit: Option<u32>,
+    /// The sort order.
+    order: Order,
+    /// Filters, each a nested object.
+    filters: Vec<Filter>,
+}
+
+/// One filter.
+#[derive(Deserialize, JsonSchema)]
+#[allow(dead_code)] // read by the model, not the body
+struct Filter {
+    /// Field name.
+    field: String,
+    /// Wanted value.
+    value: Option<String>,
+}
+
+/// Search the archive.
+#[tool(name = "archive_search", destructive)]
+async fn search(query: Query, ctx: &ToolContext) -> Result<Vec<String>, String> {
+    if query.text.is_empty() {
+        return Err("empty query".into());
+    }
+    let order = match query.order {
+        Order::Ascending => "asc",
+        Order::Descending => "desc",
+    };
+    Ok(vec![format!(
+        "{} {} {:?} {} for {}",
+        query.text,
+        order,
+        query.limit,
+        query.filters.len(),
+        ctx.call_id
+    )])
+}
+
+#[tool(description = "Delete everything.", approval)]
+fn wipe(ctx: &ToolContext) {
+    let _ = ctx;
+}
+
+fn spec(tool: &impl Tool) -> &ToolSpec {
+    tool.spec()
+}
+
+fn ctx() -> ToolContext {
+    ToolContext::new("s", Some("u".into()), "call-7")
+}
+
+fn assert_valid_2020_12(schema: &Value) {
+    let meta = jsonschema::draft202012::meta::validate(schema);
+    assert!(
+        meta.is_ok(),
+        "not a valid 2020-12 schema: {meta:?}\n{schema:#}"
+    );
+    // And it compiles as a schema a real validator accepts.
+    jsonschema::draft202012::new(schema).expect("schema compiles");
+}
+
+#[test]
+fn description_is_the_first_doc_paragraph_or_the_attribute() {
+    assert_eq!(spec(&weather).description, "Get the weather for a city.");
+    assert_eq!(spec(&wipe).description, "Delete everything.");
+    assert_eq!(spec(&weather).name, "weather");
+    assert_eq!(spec(&search).name, "archive_search");
+}
+
+#[test]
+fn flags_follow_the_attributes() {
+    assert!(spec(&wipe).requires_approval && !spec(&wipe).destructive);
+    assert!(spec(&search).destructive && !spec(&search).requires_approval);
+    assert!(!spec(&add).requires_approval && !spec(&add).destructive);
+}
+
+#[test]
+fn plain_parameters_become_properties_with_descriptions() {
+    let schema = &spec(&weather).parameters;
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["properties"]["city"]["type"], "string");
+    assert_eq!(
+        schema["properties"]["city"]["description"],
+        "The city, e.g. Lyon"
+    );
+    assert_eq!(
+        schema["properties"]["days"]["description"],
+        "How many days ahead"
+    );
+    assert_eq!(schema["required"], json!(["city"]));
+    assert!(schema.get("title").is_none() && schema.get("$schema").is_none());
+}
+
+#[test]
+fn a_single_struct_argument_is_the_arguments_object() {
+    let schema = &spec(&search).parameters;
+    assert_eq!(
+        schema["properties"]["text"]["description"],
+        "Words to look for."
+    );
+    assert_eq!(
+        schema["properties"]["limit"]["description"],
+        "At most this many hits."
+    );
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(required.contains(&"text") && !required.contains(&"limit"));
+}
+
+#[test]
+fn context_parameters_are_not_in_the_schema() {
+    let schema = &spec(&wipe).parameters;
+    assert_eq!(schema["properties"], json!({}));
+    assert!(spec(&search).parameters["properties"].get("ctx").is_none());
+}
+
+#[test]
+fn every_schema_is_valid_2020_12_in_both_forms() {
+    for tool_spec in [spec(&weather), spec(&add), spec(&search), spec(&wipe)] {
+        assert_valid_2020_12(&tool_spec.parameters);
+        assert_valid_2020_12(&tool_spec.strict_parameters());
+    }
+}
+
+#[test]
+fn strict_form_requires_everything_and_forbids_extras_recursively() {
+    let strict = spec(&search).strict_parameters();
+    assert_eq!(strict["additionalProperties"], false);
+    // serde_json keeps object keys sorted.
+    assert_eq!(
+        strict["required"],
+        json!(["filters", "limit", "order", "text"])
+    );
+    assert_eq!(
+        strict["properties"]["limit"]["type"],
+        json!(["integer", "null"])
+    );
+    // Nested objects (through $defs) are strict too.
+    let filter = strict["$defs"]["Filter"].clone();
+    assert_eq!(filter["additionalProperties"], false);
+    assert_eq!(filter["required"], json!(["field", "value"]));
+    assert_eq!(
+        filter["properties"]["value"]["type"],
+        json!(["string", "null"])
+    );
+    // Plain form is untouched.
+    assert!(
+        spec(&search)
+            .parameters
+            .get("additionalProperties")
+            .is_none()
+    );
+    assert_eq!(spec(&search).definition_strict().parameters, strict);
+
+    // A strict schema accepts a call with nulls and refuses extras.
+    let validator = jsonschema::draft202012::new(&strict).unwrap();
+    let call = json!({ "text": "x", "limit": null, "order": "ascending", "filters": [{ "field": "a", "value": null }] });
+    assert!(validator.is_valid(&call));
+    let extra =
+        json!({ "text": "x", "limit": null, "order": "ascending", "filters": [], "more": 1 });
+    assert!(!validator.is_valid(&extra));
+}
+
+#[tokio::test]
+async fn async_and_sync_tools_run_and_serialize_their_results() {
+    let out = weather
+        .call(json!({ "city": "Lyon", "days": 3 }), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out, json!("sunny in Lyon for 3 days"));
+    let out = add.call(json!({ "a": 2, "b": 40 }), &ctx()).await.unwrap();
+    assert_eq!(out, json!(42));
+    let out = wipe.call(json!({}), &ctx()).await.unwrap();
+    assert_eq!(out, Value::Null);
+}
+
+#[tokio::test]
+async fn struct_argument_and_context_reach_the_body() {
+    let args = json!({ "text": "cats", "order": "descending", "filters": [{ "field": "a" }] });
+    let out = search.call(args, &ctx()).await.unwrap();
+    assert_eq!(out, json!(["cats desc None 1 for call-7"]));
+}
+
+#[tokio::test]
+async fn an_err_becomes_a_failed_call() {
+    let args = json!({ "text": "", "order": "ascending", "filters": [] });
+    let error = search.call(args, &ctx()).await.unwrap_err();
+    assert!(
+        matches!(&error, ToolError::Failed { tool, message } if tool == "archive_search" && message == "empty query"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_called_directly_are_invalid_arguments() {
+    let error = add.call(json!({ "a": 1 }), &ctx()).await.unwrap_err();
+    assert!(
+        matches!(&error, ToolError::InvalidArguments { message, .. } if message.contains("`b`")),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn the_body_stays_callable() {
+    assert_eq!(add::call(1, 2), 3);
+    wipe::call(&ctx());
+}
+
+#[test]
+fn the_spec_is_built_once() {
+    assert!(std::ptr::eq(spec(&weather), spec(&weather)));
+}
