@@ -305,6 +305,7 @@ pub struct AgentBuilder {
     output: Option<OutputSpec>,
     temperature: Option<f32>,
     max_tokens: Option<u32>,
+    durable_approvals: bool,
 }
 
 impl AgentBuilder {
@@ -323,7 +324,18 @@ impl AgentBuilder {
             output: None,
             temperature: None,
             max_tokens: None,
+            durable_approvals: false,
         }
+    }
+
+    /// Tool calls that need approval suspend the run until a person decides, from any
+    /// process and however much later (see [`DurableApprover`](crate::tool::DurableApprover)):
+    /// the run reports `interrupted` with the pending call in `pending`;
+    /// [`Runtime::decide_approval`](crate::Runtime::decide_approval) answers it and
+    /// [`Agent::resume`] carries the run on. Overrides the tool host's approval handler.
+    pub fn durable_approvals(mut self) -> Self {
+        self.durable_approvals = true;
+        self
     }
 
     /// The agent's name (default `agent`), used for its graph, errors and spans.
@@ -458,11 +470,16 @@ impl AgentBuilder {
             }
             .into());
         };
+        let tools = if self.durable_approvals {
+            self.tools.approval_handler(crate::tool::DurableApprover)
+        } else {
+            self.tools
+        };
         let core = Arc::new(AgentCore {
             name: name.clone(),
             instructions: self.instructions,
             model,
-            tools: self.tools,
+            tools,
             max_turns: self.max_turns,
             max_schema_retries: self.max_schema_retries,
             budget: self.budget,

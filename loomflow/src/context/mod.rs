@@ -123,14 +123,15 @@ impl Context {
     }
 
     /// Records that the node suspends until signal `name` arrives.
-    pub(crate) fn suspend_for_signal(&self, name: &str) -> Error {
+    pub(crate) fn suspend_for_signal(&self, name: &str, payload: Option<Value>) -> Error {
         let mut control = self.control();
         if control.suspension.is_none() {
             control.suspension = Some(Interrupt {
                 id: format!("{}#signal:{name}", self.qualified_node()),
                 node: self.node.to_string(),
                 index: control.interrupts_called,
-                payload: serde_json::json!({ "waiting_for_signal": name }),
+                payload: payload
+                    .unwrap_or_else(|| serde_json::json!({ "waiting_for_signal": name })),
                 signal: Some(name.to_owned()),
             });
         }

@@ -23,6 +23,7 @@ pub struct WaitForSignal<'a, T> {
     timeout: Option<Duration>,
     framework: bool,
     suspend: bool,
+    payload: Option<serde_json::Value>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -36,6 +37,13 @@ impl<T> WaitForSignal<'_, T> {
     /// days.
     pub fn or_suspend(mut self) -> Self {
         self.suspend = true;
+        self
+    }
+
+    /// What the interrupt shows while an [`or_suspend`](Self::or_suspend) wait is suspended
+    /// (default: `{"waiting_for_signal": name}`): a question, the call awaiting approval, ….
+    pub fn payload(mut self, payload: serde_json::Value) -> Self {
+        self.payload = Some(payload);
         self
     }
 
@@ -66,7 +74,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     Some(received) => {
                         return accept(ctx, &name, received, key, self.framework).await;
                     }
-                    None => return Err(ctx.suspend_for_signal(&name)),
+                    None => return Err(ctx.suspend_for_signal(&name, self.payload)),
                 }
             }
             ctx.run.emit(
@@ -173,12 +181,12 @@ impl Context {
             timeout: None,
             framework: false,
             suspend: false,
+            payload: None,
             _type: PhantomData,
         }
     }
 
     /// A wait that may use names reserved for loomflow (`loomflow:…`).
-    #[allow(dead_code, reason = "tool approvals park on reserved names")]
     pub(crate) fn wait_for_framework_signal<T: DeserializeOwned>(
         &self,
         name: impl Into<String>,
@@ -189,6 +197,7 @@ impl Context {
             timeout: None,
             framework: true,
             suspend: false,
+            payload: None,
             _type: PhantomData,
         }
     }

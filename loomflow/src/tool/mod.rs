@@ -7,6 +7,7 @@
 //! can read; they never abort a run.
 
 mod approval;
+mod durable_approval;
 mod hook;
 mod host;
 #[doc(hidden)]
@@ -17,6 +18,7 @@ mod schema;
 pub use approval::{
     ApprovalDecision, ApprovalHandler, ApprovalRequest, SignalApprover, approver_fn,
 };
+pub use durable_approval::DurableApprover;
 pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
 pub use permission::{Permission, PermissionPolicy};

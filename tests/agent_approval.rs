@@ -1,0 +1,216 @@
+//! Approvals that survive restarts: an agent on a SQLite file suspends on a tool that needs
+//! approval, the process exits, a second process decides, a third resumes. The tool runs
+//! exactly once after an approval; after a rejection the model reads the reason.
+//!
+//! Each stage is a real child process: this test binary re-run with
+//! `--ignored --exact approval_child` and the `LOOMFLOW_APPROVAL_*` variables.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+
+use loomflow::agent::{Agent, RunResult};
+use loomflow::model::{Message, ModelResponse, ScriptedModel, ToolCall};
+use loomflow::prelude::*;
+use loomflow::tool::ApprovalDecision;
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String, cents: u64) -> String {
+    let path = std::env::var("LOOMFLOW_APPROVAL_EFFECTS").unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    writeln!(file, "refund {order} {cents}").unwrap();
+    file.sync_all().unwrap();
+    format!("refunded {cents} cents on {order}")
+}
+
+/// The agent as each process builds it. The scripted model replays only what the model has
+/// not said yet in this conversation: a resumed run must not ask the model again for a
+/// reply that is already in the journal.
+fn agent(db: &str, replies: Vec<ModelResponse>) -> Agent {
+    Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new(replies))
+        .tool(refund)
+        .durable_approvals()
+        .runtime(Runtime::sqlite(db).unwrap())
+        .build()
+        .unwrap()
+}
+
+fn print_result(result: &RunResult) {
+    println!(
+        "RESULT {}",
+        serde_json::to_string(&json!({
+            "interrupted": result.interrupted,
+            "reason": result.reason,
+            "pending": result.pending.iter().map(|p| &p.payload).collect::<Vec<_>>(),
+            "output": result.output,
+            "messages": result.messages,
+        }))
+        .unwrap()
+    );
+}
+
+#[test]
+#[ignore = "entry point of the child processes of the approval tests; run by them"]
+fn approval_child() {
+    let Ok(db) = std::env::var("LOOMFLOW_APPROVAL_DB") else {
+        return;
+    };
+    let stage = std::env::var("LOOMFLOW_APPROVAL_STAGE").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match stage.as_str() {
+            "ask" => {
+                let call = ToolCall::new(
+                    "call_7",
+                    "refund",
+                    json!({ "order": "ord_42", "cents": 1299 }),
+                );
+                let agent = agent(&db, vec![ModelResponse::tool_calls(vec![call])]);
+                print_result(&agent.run("refund order 42").session("s1").await.unwrap());
+            }
+            "approve" | "reject" => {
+                let runtime = Runtime::sqlite(&db).unwrap();
+                let decision = if stage == "approve" {
+                    ApprovalDecision::Allow
+                } else {
+                    ApprovalDecision::Deny {
+                        reason: "no receipt attached".into(),
+                    }
+                };
+                runtime
+                    .decide_approval("s1", "call_7", decision)
+                    .await
+                    .unwrap();
+                println!("DECIDED");
+            }
+            "resume" => {
+                let agent = agent(&db, vec![ModelResponse::text("Done.")]);
+                print_result(&agent.resume("s1").await.unwrap());
+            }
+            other => panic!("unknown stage {other}"),
+        }
+    });
+}
+
+struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("loomflow-approval-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir }
+    }
+
+    /// Runs one stage in a fresh process and returns what it printed after `marker`.
+    fn stage(&self, stage: &str, marker: &str) -> String {
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "approval_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("LOOMFLOW_APPROVAL_DB", self.dir.join("agents.db"))
+            .env("LOOMFLOW_APPROVAL_EFFECTS", self.dir.join("effects.log"))
+            .env("LOOMFLOW_APPROVAL_STAGE", stage)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "stage {stage} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let at = stdout
+            .find(marker)
+            .unwrap_or_else(|| panic!("stage {stage} printed no {marker}:\n{stdout}"));
+        stdout[at + marker.len()..]
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    fn refunds(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("effects.log"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn an_approval_sent_from_another_process_resumes_the_run_and_the_tool_runs_once() {
+    let files = Files::new("approve");
+    let asked: serde_json::Value = serde_json::from_str(&files.stage("ask", "RESULT ")).unwrap();
+    assert_eq!(asked["interrupted"], json!(true));
+    assert_eq!(asked["reason"], json!("suspended"));
+    let pending = &asked["pending"][0]["approval"];
+    assert_eq!(pending["tool"], json!("refund"));
+    assert_eq!(pending["call_id"], json!("call_7"));
+    assert_eq!(
+        pending["arguments"],
+        json!({ "order": "ord_42", "cents": 1299 }),
+        "the exact call is visible"
+    );
+    assert_eq!(files.refunds(), 0, "nothing moved before the approval");
+
+    files.stage("approve", "DECIDED");
+    let done: serde_json::Value = serde_json::from_str(&files.stage("resume", "RESULT ")).unwrap();
+    assert_eq!(done["interrupted"], json!(false));
+    assert_eq!(done["output"], json!("Done."));
+    assert_eq!(files.refunds(), 1, "the tool ran exactly once");
+    let messages: Vec<Message> = serde_json::from_value(done["messages"].clone()).unwrap();
+    assert_eq!(
+        messages[2],
+        Message::tool_result("call_7", "refunded 1299 cents on ord_42")
+    );
+
+    // Resuming a finished run does nothing more.
+    files.stage("resume", "RESULT ");
+    assert_eq!(files.refunds(), 1);
+}
+
+#[test]
+fn a_rejection_sent_from_another_process_reaches_the_model_with_its_reason() {
+    let files = Files::new("reject");
+    files.stage("ask", "RESULT ");
+    files.stage("reject", "DECIDED");
+    let done: serde_json::Value = serde_json::from_str(&files.stage("resume", "RESULT ")).unwrap();
+    assert_eq!(files.refunds(), 0, "a rejected call never runs");
+    let messages: Vec<Message> = serde_json::from_value(done["messages"].clone()).unwrap();
+    let Message::Tool(result) = &messages[2] else {
+        panic!("{messages:?}")
+    };
+    assert!(result.is_error);
+    assert!(
+        result.content.contains("no receipt attached"),
+        "{}",
+        result.content
+    );
+}
