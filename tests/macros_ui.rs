@@ -8,3 +8,10 @@ fn node_macro() {
     cases.pass("ui/node/pass/*.rs");
     cases.compile_fail("ui/node/fail/*.rs");
 }
+
+#[test]
+fn tool_macro() {
+    let cases = trybuild::TestCases::new();
+    cases.pass("ui/tool/pass/*.rs");
+    cases.compile_fail("ui/tool/fail/*.rs");
+}
