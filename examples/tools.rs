@@ -6,8 +6,8 @@
 use loomflow::model::ToolCall;
 use loomflow::prelude::*;
 use loomflow::tool::{
-    ApprovalDecision, DispatchContext, HookDecision, Permission, PermissionPolicy,
-    SignalApprover, ToolOutcome,
+    ApprovalDecision, DispatchContext, HookDecision, Permission, PermissionPolicy, SignalApprover,
+    ToolOutcome,
 };
 
 /// Get the weather forecast for a city.
@@ -52,7 +52,10 @@ fn show(title: &str, outcomes: &[ToolOutcome]) {
     println!("\n== {title}");
     for outcome in outcomes {
         let mark = if outcome.is_error { "error" } else { "ok" };
-        println!("  {} {} [{mark}]: {}", outcome.call_id, outcome.name, outcome.content);
+        println!(
+            "  {} {} [{mark}]: {}",
+            outcome.call_id, outcome.name, outcome.content
+        );
     }
 }
 
@@ -78,24 +81,35 @@ async fn main() -> loomflow::Result<()> {
             }
         })
         .after_tool(|result| async move {
-            println!("  (audit) {} -> error: {}", result.call.tool, result.is_error);
+            println!(
+                "  (audit) {} -> error: {}",
+                result.call.tool, result.is_error
+            );
             Ok::<(), String>(())
         });
 
     for spec in host.list() {
         println!("== tool {}: {}", spec.name, spec.description);
-        println!("plain:  {}", serde_json::to_string_pretty(&spec.parameters).unwrap_or_default());
+        println!(
+            "plain:  {}",
+            serde_json::to_string_pretty(&spec.parameters).unwrap_or_default()
+        );
         println!("strict: {}", spec.strict_parameters());
     }
 
-    let as_ada = DispatchContext::new("session-1").user(Some("ada")).runtime(&runtime);
+    let as_ada = DispatchContext::new("session-1")
+        .user(Some("ada"))
+        .runtime(&runtime);
 
     let good = [
         ToolCall::new("c1", "weather", json!({ "city": "Lyon", "days": 3 })),
         ToolCall::new("c2", "weather", json!({ "city": "Oslo" })),
         ToolCall::new("c3", "delete_file", json!({ "path": "/tmp/old.log" })),
     ];
-    show("good calls, run side by side", &host.dispatch(&good, as_ada).await?);
+    show(
+        "good calls, run side by side",
+        &host.dispatch(&good, as_ada).await?,
+    );
 
     let bad = [
         ToolCall::new("c4", "weather", json!({ "city": 42 })),
@@ -103,13 +117,28 @@ async fn main() -> loomflow::Result<()> {
         ToolCall::new("c6", "forecast", json!({ "city": "Lyon" })),
         ToolCall::new("c7", "weather", json!("{not json")),
     ];
-    show("bad calls become results the model can read", &host.dispatch(&bad, as_ada).await?);
+    show(
+        "bad calls become results the model can read",
+        &host.dispatch(&bad, as_ada).await?,
+    );
 
-    let as_guest = DispatchContext::new("session-2").user(Some("guest")).runtime(&runtime);
-    let denied = [ToolCall::new("c8", "delete_file", json!({ "path": "/tmp/x" }))];
-    show("denied by the per-user policy", &host.dispatch(&denied, as_guest).await?);
+    let as_guest = DispatchContext::new("session-2")
+        .user(Some("guest"))
+        .runtime(&runtime);
+    let denied = [ToolCall::new(
+        "c8",
+        "delete_file",
+        json!({ "path": "/tmp/x" }),
+    )];
+    show(
+        "denied by the per-user policy",
+        &host.dispatch(&denied, as_guest).await?,
+    );
     let hooked = [ToolCall::new("c9", "delete_file", json!({ "path": "/" }))];
-    show("denied by a before_tool hook", &host.dispatch(&hooked, as_ada).await?);
+    show(
+        "denied by a before_tool hook",
+        &host.dispatch(&hooked, as_ada).await?,
+    );
 
     // A person approves from elsewhere: they list what is waiting, then decide.
     let reviewer = {
@@ -130,9 +159,11 @@ async fn main() -> loomflow::Result<()> {
                 let decision = ApprovalDecision::Edit {
                     arguments: json!({ "amount_cents": 500, "to": "savings", "note": "capped by reviewer" }),
                 };
-                runtime.decide_approval("session-1", &request.call_id, decision).await?;
+                runtime
+                    .decide_approval("session-1", &request.call_id, decision)
+                    .await?;
             }
-            loomflow::Result::Ok(())
+            Ok::<(), loomflow::Error>(())
         })
     };
     let needs_approval = [ToolCall::new(
@@ -140,7 +171,10 @@ async fn main() -> loomflow::Result<()> {
         "transfer",
         json!({ "amount_cents": 90000, "to": "savings" }),
     )];
-    show("approved through a signal (with edited arguments)", &host.dispatch(&needs_approval, as_ada).await?);
+    show(
+        "approved through a signal (with edited arguments)",
+        &host.dispatch(&needs_approval, as_ada).await?,
+    );
     reviewer
         .await
         .map_err(|e| loomflow::Error::custom(e.to_string()))??;
