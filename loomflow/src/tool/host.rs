@@ -46,7 +46,7 @@ use crate::runtime::Runtime;
 /// let host = ToolHost::new().with(add).timeout(Duration::from_secs(5));
 /// let calls = [
 ///     ToolCall::new("c1", "add", json!({ "a": 2, "b": 3 })),
-///     ToolCall::new("c2", "add", json!({ "a": "two" })),
+///     ToolCall::new("c2", "add", json!({ "a": "two", "b": 1 })),
 ///     ToolCall::new("c3", "mul", json!({})),
 /// ];
 /// let outcomes = host.dispatch(&calls, DispatchContext::new("session-1")).await?;
