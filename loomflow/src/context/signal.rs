@@ -23,6 +23,8 @@ pub struct WaitForSignal<'a, T> {
     timeout: Option<Duration>,
     framework: bool,
     suspend: bool,
+    /// Shown in the interrupt when the wait suspends the run.
+    details: Option<serde_json::Value>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -36,6 +38,12 @@ impl<T> WaitForSignal<'_, T> {
     /// days.
     pub fn or_suspend(mut self) -> Self {
         self.suspend = true;
+        self
+    }
+
+    /// Details the run's interrupt shows if this wait suspends it.
+    pub(crate) fn details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
         self
     }
 
@@ -66,7 +74,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     Some(received) => {
                         return accept(ctx, &name, received, key, self.framework).await;
                     }
-                    None => return Err(ctx.suspend_for_signal(&name)),
+                    None => return Err(ctx.suspend_for_signal_with(&name, self.details)),
                 }
             }
             ctx.run.emit(
@@ -173,12 +181,12 @@ impl Context {
             timeout: None,
             framework: false,
             suspend: false,
+            details: None,
             _type: PhantomData,
         }
     }
 
     /// A wait that may use names reserved for loomflow (`loomflow:…`).
-    #[allow(dead_code, reason = "tool approvals park on reserved names")]
     pub(crate) fn wait_for_framework_signal<T: DeserializeOwned>(
         &self,
         name: impl Into<String>,
@@ -189,6 +197,7 @@ impl Context {
             timeout: None,
             framework: true,
             suspend: false,
+            details: None,
             _type: PhantomData,
         }
     }

@@ -6,7 +6,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt, TryStreamExt, stream};
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::Value;
 
 use super::approval::{ApprovalDecision, ApprovalHandler, ApprovalRequest};
@@ -315,11 +316,25 @@ impl ToolHost {
         calls: &[ToolCall],
         ctx: DispatchContext<'_>,
     ) -> crate::Result<Vec<ToolOutcome>> {
-        stream::iter(calls)
-            .map(|call| self.run_one(call, ctx))
-            .buffered(self.max_concurrency)
-            .try_collect()
-            .await
+        // A hand-rolled pool rather than `stream::map(..).buffered(..)`: the closure there
+        // makes the future fail the `Send` check inside graph nodes.
+        let mut slots: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
+        let mut running = FuturesUnordered::new();
+        let mut queued = calls.iter().enumerate();
+        loop {
+            while running.len() < self.max_concurrency {
+                let Some((index, call)) = queued.next() else {
+                    break;
+                };
+                let outcome = self.run_one(call, ctx);
+                running.push(async move { (index, outcome.await) });
+            }
+            let Some((index, outcome)) = running.next().await else {
+                break;
+            };
+            slots[index] = Some(outcome?);
+        }
+        Ok(slots.into_iter().flatten().collect())
     }
 
     async fn run_one(
