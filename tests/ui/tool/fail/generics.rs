@@ -10,3 +10,9 @@ fn main() {
     // The original fn is still emitted: this call compiles.
     let _: u32 = echo(1);
 }
+
+/// Generic in disguise.
+#[tool]
+fn show(value: impl std::fmt::Display) -> String {
+    value.to_string()
+}
