@@ -2,9 +2,14 @@
 //! permissions, approvals and hooks.
 //!
 //! A [`Tool`] has a [`ToolSpec`] (name, description, JSON schema for its arguments) and an
-//! async `call`. The [`ToolHost`] holds tools and dispatches the calls of one model turn:
-//! bad calls (unknown tool, bad arguments, a panic, a timeout) become error results the model
-//! can read; they never abort a run.
+//! async `call`; [`#[tool]`](crate::tool) writes both from a function. The [`ToolHost`] holds
+//! tools and dispatches the calls of one model turn: bad calls (unknown tool, bad arguments,
+//! a panic, a timeout) become error results the model can read; they never abort a run.
+//!
+//! Around each call: `before_tool` / `after_tool` hooks ([`HookCall`], [`HookResult`]), a
+//! [`PermissionPolicy`] that allows, denies or asks, and an [`ApprovalHandler`] that settles
+//! the asks, for example [`SignalApprover`], which waits for a person's
+//! [`ApprovalDecision`] sent with [`Runtime::decide_approval`](crate::Runtime::decide_approval).
 
 mod approval;
 mod hook;

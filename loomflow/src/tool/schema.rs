@@ -26,7 +26,7 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 
 /// The form OpenAI's strict mode accepts: in every object schema, every property is
 /// required, the ones that were optional accept `null`, and `additionalProperties` is
-/// `false`; numeric `format` hints are dropped. Applies to nested objects, array items, `$defs` and `anyOf`/`oneOf`/`allOf`
+/// `false`; numeric `format` hints are dropped and `oneOf` becomes `anyOf`. Applies to nested objects, array items, `$defs` and `anyOf`/`oneOf`/`allOf`
 /// branches.
 ///
 /// # Examples
@@ -58,6 +58,12 @@ fn make_strict(schema: &mut Value) {
     // Strict mode knows string formats only; schemars' `uint8`-style hints are dropped.
     if map.get("type").and_then(Value::as_str) != Some("string") {
         map.remove("format");
+    }
+    // Strict mode takes `anyOf`, not `oneOf` (schemars uses it for documented enums).
+    if !map.contains_key("anyOf")
+        && let Some(branches) = map.remove("oneOf")
+    {
+        map.insert("anyOf".to_owned(), branches);
     }
     for key in ["$defs", "definitions"] {
         if let Some(Value::Object(defs)) = map.get_mut(key) {
