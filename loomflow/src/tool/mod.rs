@@ -2,7 +2,7 @@
 //! permissions, approvals and hooks.
 //!
 //! A [`Tool`] has a [`ToolSpec`] (name, description, JSON schema for its arguments) and an
-//! async `call`; [`#[tool]`](crate::tool) writes both from a function. The [`ToolHost`] holds
+//! async `call`; [`#[tool]`](macro@crate::tool) writes both from a function. The [`ToolHost`] holds
 //! tools and dispatches the calls of one model turn: bad calls (unknown tool, bad arguments,
 //! a panic, a timeout) become error results the model can read; they never abort a run.
 //!
