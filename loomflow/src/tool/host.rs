@@ -507,7 +507,10 @@ impl ToolHost {
             tool: name.clone(),
             message: panic_message(&*panic),
         };
-        let tool_ctx = ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
+        let mut tool_ctx = ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
+        if let Some(node) = ctx.node {
+            tool_ctx = tool_ctx.with_node(node);
+        }
         let future =
             match std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, &tool_ctx))) {
                 Ok(future) => future,
