@@ -63,6 +63,7 @@ pub struct ToolHost {
     timeout: Duration,
     approval_timeout: Duration,
     hook_timeout: Duration,
+    hook_timeout_denies: bool,
     policy: PermissionPolicy,
     approver: Option<Arc<dyn ApprovalHandler>>,
     before: Vec<BeforeHook>,
@@ -79,6 +80,7 @@ impl Default for ToolHost {
             timeout: Duration::from_secs(60),
             approval_timeout: Duration::from_secs(900),
             hook_timeout: Duration::from_secs(5),
+            hook_timeout_denies: true,
             policy: PermissionPolicy::default(),
             approver: None,
             before: Vec::new(),
@@ -96,6 +98,7 @@ impl std::fmt::Debug for ToolHost {
             .field("timeout", &self.timeout)
             .field("approval_timeout", &self.approval_timeout)
             .field("hook_timeout", &self.hook_timeout)
+            .field("hook_timeout_denies", &self.hook_timeout_denies)
             .field("policy", &self.policy)
             .field("approver", &self.approver.is_some())
             .field("before_hooks", &self.before.len())
@@ -252,6 +255,14 @@ impl ToolHost {
     #[must_use]
     pub fn hook_timeout(mut self, timeout: Duration) -> Self {
         self.hook_timeout = timeout;
+        self
+    }
+
+    /// Whether a `before_tool` hook that times out denies the call (default `true`); with
+    /// `false` the call goes on to the next hook, and the timeout is logged.
+    #[must_use]
+    pub fn hook_timeout_denies(mut self, denies: bool) -> Self {
+        self.hook_timeout_denies = denies;
         self
     }
 
@@ -531,6 +542,9 @@ impl ToolHost {
         for (index, hook) in self.before.iter().enumerate() {
             let future = AssertUnwindSafe(hook(call.clone())).catch_unwind();
             match tokio::time::timeout(self.hook_timeout, future).await {
+                Err(_) if !self.hook_timeout_denies => {
+                    tracing::warn!(tool = %call.tool, hook = index, "before_tool hook timed out; going on");
+                }
                 Err(_) => {
                     return Some(format!(
                         "before_tool hook {index} did not answer within {:?}",
