@@ -280,8 +280,9 @@ impl ToolHost {
         self
     }
 
-    /// Registers a hook that runs before every permitted-to-start call, in registration
-    /// order; the first [`HookDecision::Deny`] refuses the call. A hook that panics or takes
+    /// Registers a hook that runs before every call whose arguments fit the schema, before
+    /// the permission check, in registration order; the first [`HookDecision::Deny`] refuses
+    /// the call. A hook that panics or takes
     /// longer than the [hook timeout](Self::hook_timeout) denies too.
     #[must_use]
     pub fn before_tool<F, Fut>(mut self, hook: F) -> Self
