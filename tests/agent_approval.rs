@@ -170,7 +170,7 @@ fn an_approval_sent_from_another_process_resumes_the_run_and_the_tool_runs_once(
     let asked: serde_json::Value = serde_json::from_str(&files.stage("ask", "RESULT ")).unwrap();
     assert_eq!(asked["interrupted"], json!(true));
     assert_eq!(asked["reason"], json!("suspended"));
-    let pending = &asked["pending"][0]["approval"];
+    let pending = &asked["pending"][0]["details"]["approval"];
     assert_eq!(pending["tool"], json!("refund"));
     assert_eq!(pending["call_id"], json!("call_7"));
     assert_eq!(

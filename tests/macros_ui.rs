@@ -15,3 +15,10 @@ fn agent_macro() {
     cases.pass("ui/agent/pass/*.rs");
     cases.compile_fail("ui/agent/fail/*.rs");
 }
+
+#[test]
+fn tool_macro() {
+    let cases = trybuild::TestCases::new();
+    cases.pass("ui/tool/pass/*.rs");
+    cases.compile_fail("ui/tool/fail/*.rs");
+}

@@ -342,3 +342,61 @@ async fn context_reaches_the_tool() {
         .unwrap();
     assert_eq!(out[0].content, r#"s-1 Some("ada") c9"#);
 }
+
+#[tokio::test]
+async fn a_tool_called_from_a_node_emits_events_on_the_run() {
+    use futures_util::StreamExt;
+    use loomflow::EventKind;
+
+    /// Report progress.
+    #[tool]
+    async fn progress(steps: u32, ctx: &ToolContext) -> u32 {
+        for step in 1..=steps {
+            ctx.emit("progress", json!({ "step": step }));
+        }
+        steps
+    }
+
+    let host = Arc::new(ToolHost::new().with(progress));
+    let graph = Graph::new("g")
+        .node_fn("tools", move |done: &mut Vec<String>, ctx| {
+            let host = host.clone();
+            Box::pin(async move {
+                let calls = [call("c1", "progress", json!({ "steps": 2 }))];
+                let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
+                let outcomes = host.dispatch(&calls, dispatch).await?;
+                done.extend(outcomes.into_iter().map(|o| o.content));
+                Ok(())
+            })
+        })
+        .edge(START, "tools")
+        .edge("tools", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut stream = graph.stream(&runtime, "t", Vec::new());
+    let mut custom = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let EventKind::Custom { name, data } = event.kind {
+            custom.push((event.node.unwrap(), name, data));
+        }
+    }
+    assert_eq!(
+        custom,
+        [1, 2]
+            .map(|step| (
+                "tools".to_owned(),
+                "progress".to_owned(),
+                json!({ "call_id": "c1", "data": { "step": step } })
+            ))
+            .to_vec()
+    );
+    // Outside a node, emitting does nothing (and does not fail).
+    let out = run_one(
+        &ToolHost::new().with(progress),
+        "progress",
+        json!({ "steps": 1 }),
+    )
+    .await;
+    assert_eq!(out.content, "1");
+}

@@ -185,6 +185,14 @@ fn strict_form_requires_everything_and_forbids_extras_recursively() {
         filter["properties"]["value"]["type"],
         json!(["string", "null"])
     );
+    // Documented enums (`oneOf` in the plain form) use `anyOf`, which strict mode accepts.
+    assert!(
+        spec(&search).parameters["$defs"]["Order"]
+            .get("oneOf")
+            .is_some()
+    );
+    assert!(!strict.to_string().contains("oneOf"));
+    assert_eq!(strict["$defs"]["Order"]["anyOf"][0]["const"], "ascending");
     // Plain form is untouched.
     assert!(
         spec(&search)

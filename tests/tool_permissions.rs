@@ -592,3 +592,67 @@ async fn hooks_see_the_arguments_an_approver_edited() {
     run(&host, "pay", json!({ "amount": 100 })).await;
     assert_eq!(*args.lock().unwrap(), json!({ "amount": 2 }));
 }
+
+// ---- approval that suspends a run ----
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Turn {
+    results: Vec<String>,
+    runs: u32,
+}
+
+#[tokio::test]
+async fn inside_a_node_the_signal_approver_can_suspend_the_run() {
+    let host = Arc::new(host().approval_handler(SignalApprover::new().or_suspend()));
+    let graph = Graph::new("agent")
+        .node_fn("tools", move |turn: &mut Turn, ctx| {
+            let host = host.clone();
+            Box::pin(async move {
+                turn.runs += 1;
+                let calls = [ToolCall::new("call-1", "pay", json!({ "amount": 12 }))];
+                let dispatch = DispatchContext::new(ctx.thread())
+                    .runtime(ctx.runtime())
+                    .node(ctx);
+                let outcomes = host.dispatch(&calls, dispatch).await?;
+                turn.results = outcomes.into_iter().map(|o| o.content).collect();
+                Ok(())
+            })
+        })
+        .edge(START, "tools")
+        .edge("tools", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph.invoke(&runtime, "t", Turn::default()).await.unwrap();
+    let [waiting] = out.interrupts() else {
+        panic!("{out:?}")
+    };
+    assert_eq!(waiting.signal.as_deref(), Some("loomflow:approval:call-1"));
+    // The run's state shows the exact pending call...
+    assert_eq!(waiting.payload["details"]["approval"]["tool"], "pay");
+    assert_eq!(
+        waiting.payload["details"]["approval"]["arguments"],
+        json!({ "amount": 12 })
+    );
+    // ...and so does the runtime.
+    let pending = runtime.pending_approvals("t");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].call_id, "call-1");
+
+    runtime
+        .decide_approval("t", "call-1", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    assert!(runtime.pending_approvals("t").is_empty());
+    let done = graph
+        .recover(&runtime, "t")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.results, ["paid 12"]);
+    assert_eq!(
+        done.runs, 1,
+        "the suspended step's changes were never committed"
+    );
+}

@@ -154,6 +154,8 @@ pub use loomflow_macros::agent;
 /// - **`&ToolContext`** parameters (session, user, call id) are injected and not in the schema.
 /// - **The return value** is serialized. A `Result<T, E>` with `E: Display` makes a
 ///   fallible tool: `Err` becomes a failed call the model reads.
+/// - **Sync or async**: a sync body runs on the dispatching task, so keep it quick; do slow
+///   or blocking work in an `async fn`.
 /// - **Attributes**: `name = "..."`, `description = "..."` (instead of a doc comment),
 ///   `approval` (every call needs a person's approval), `destructive` (for permission
 ///   policies), `crate = path` (where loomflow is), `param(x = "...", ...)`.

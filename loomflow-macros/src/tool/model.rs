@@ -82,6 +82,13 @@ impl ToolModel {
                             continue;
                         }
                     };
+                    if let Type::ImplTrait(impl_trait) = &*pat_type.ty {
+                        errors.push_spanned(
+                            impl_trait,
+                            "#[tool] parameters cannot be `impl Trait`: the argument schema needs concrete types",
+                        );
+                        continue;
+                    }
                     if let Type::Reference(reference) = &*pat_type.ty {
                         errors.push_spanned(
                             reference,

@@ -329,8 +329,9 @@ impl AgentBuilder {
     }
 
     /// Tool calls that need approval suspend the run until a person decides, from any
-    /// process and however much later (see [`DurableApprover`](crate::tool::DurableApprover)):
-    /// the run reports `interrupted` with the pending call in `pending`;
+    /// process and however much later (a [`SignalApprover`](crate::tool::SignalApprover) in
+    /// [`or_suspend`](crate::tool::SignalApprover::or_suspend) mode): the run reports
+    /// `interrupted` with the exact pending call in `pending` (under `details.approval`);
     /// [`Runtime::decide_approval`](crate::Runtime::decide_approval) answers it and
     /// [`Agent::resume`] carries the run on. Overrides the tool host's approval handler.
     pub fn durable_approvals(mut self) -> Self {
@@ -471,7 +472,8 @@ impl AgentBuilder {
             .into());
         };
         let tools = if self.durable_approvals {
-            self.tools.approval_handler(crate::tool::DurableApprover)
+            self.tools
+                .approval_handler(crate::tool::SignalApprover::new().or_suspend())
         } else {
             self.tools
         };

@@ -123,15 +123,21 @@ impl Context {
     }
 
     /// Records that the node suspends until signal `name` arrives.
-    pub(crate) fn suspend_for_signal(&self, name: &str, payload: Option<Value>) -> Error {
+    /// `details`, when given, are shown in the interrupt (a tool approval puts the pending
+    /// call there).
+    pub(crate) fn suspend_for_signal_with(&self, name: &str, details: Option<Value>) -> Error {
         let mut control = self.control();
         if control.suspension.is_none() {
             control.suspension = Some(Interrupt {
                 id: format!("{}#signal:{name}", self.qualified_node()),
                 node: self.node.to_string(),
                 index: control.interrupts_called,
-                payload: payload
-                    .unwrap_or_else(|| serde_json::json!({ "waiting_for_signal": name })),
+                payload: match details {
+                    Some(details) => {
+                        serde_json::json!({ "waiting_for_signal": name, "details": details })
+                    }
+                    None => serde_json::json!({ "waiting_for_signal": name }),
+                },
                 signal: Some(name.to_owned()),
             });
         }

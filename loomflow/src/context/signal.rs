@@ -23,7 +23,8 @@ pub struct WaitForSignal<'a, T> {
     timeout: Option<Duration>,
     framework: bool,
     suspend: bool,
-    payload: Option<serde_json::Value>,
+    /// Shown in the interrupt when the wait suspends the run.
+    details: Option<serde_json::Value>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -40,10 +41,11 @@ impl<T> WaitForSignal<'_, T> {
         self
     }
 
-    /// What the interrupt shows while an [`or_suspend`](Self::or_suspend) wait is suspended
-    /// (default: `{"waiting_for_signal": name}`): a question, the call awaiting approval, ….
-    pub fn payload(mut self, payload: serde_json::Value) -> Self {
-        self.payload = Some(payload);
+    /// Details the run's interrupt shows if an [`or_suspend`](Self::or_suspend) wait suspends
+    /// it, as `{"waiting_for_signal": name, "details": details}`: a question for a person, the
+    /// call awaiting approval, ….
+    pub fn details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
         self
     }
 
@@ -74,9 +76,13 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     Some(received) => {
                         return accept(ctx, &name, received, key, self.framework).await;
                     }
-                    None => return Err(ctx.suspend_for_signal(&name, self.payload)),
+                    None => return Err(ctx.suspend_for_signal_with(&name, self.details)),
                 }
             }
+            // Registered first, so that whoever sees the event finds the waiter in line.
+            let wait = runtime
+                .start_wait(session, &name, self.timeout, self.framework)
+                .await?;
             ctx.run.emit(
                 ctx.step,
                 Some(&ctx.node),
@@ -87,9 +93,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
                 },
             );
-            let received = runtime
-                .receive(session, &name, self.timeout, self.framework)
-                .await?;
+            let received = runtime.finish_wait(wait).await?;
             accept(ctx, &name, received, key, self.framework).await
         })
     }
@@ -181,7 +185,7 @@ impl Context {
             timeout: None,
             framework: false,
             suspend: false,
-            payload: None,
+            details: None,
             _type: PhantomData,
         }
     }
@@ -197,7 +201,7 @@ impl Context {
             timeout: None,
             framework: true,
             suspend: false,
-            payload: None,
+            details: None,
             _type: PhantomData,
         }
     }

@@ -18,11 +18,21 @@ pub(crate) struct PendingApproval {
     runtime: Runtime,
     session: String,
     call_id: String,
+    keep: bool,
+}
+
+impl PendingApproval {
+    /// Leaves the call listed until it is answered (the run suspended on it).
+    pub(crate) fn keep(mut self) {
+        self.keep = true;
+    }
 }
 
 impl Drop for PendingApproval {
     fn drop(&mut self) {
-        self.runtime.remove_approval(&self.session, &self.call_id);
+        if !self.keep {
+            self.runtime.forget_approval(&self.session, &self.call_id);
+        }
     }
 }
 
@@ -61,7 +71,7 @@ impl Runtime {
             true,
         )
         .await?;
-        self.remove_approval(session, call_id);
+        self.forget_approval(session, call_id);
         Ok(())
     }
 
@@ -70,20 +80,22 @@ impl Runtime {
             runtime: self.clone(),
             session: request.session.clone(),
             call_id: request.call_id.clone(),
+            keep: false,
         };
         let mut approvals = self
             .approvals()
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        approvals
-            .entry(request.session.clone())
-            .or_default()
-            .push(request);
+        let list = approvals.entry(request.session.clone()).or_default();
+        // A node that runs again after suspending registers the same call again.
+        list.retain(|r| r.call_id != request.call_id);
+        list.push(request);
+        drop(approvals);
         guard
     }
 
-    fn remove_approval(&self, session: &str, call_id: &str) {
+    pub(crate) fn forget_approval(&self, session: &str, call_id: &str) {
         let mut approvals = self
             .approvals()
             .0

@@ -210,12 +210,26 @@ impl Runtime {
         timeout: Option<Duration>,
         framework: bool,
     ) -> Result<Received> {
+        let wait = self.start_wait(session, name, timeout, framework).await?;
+        self.finish_wait(wait).await
+    }
+
+    /// Takes a place in line for the next payload; the wait is registered when this returns.
+    pub(crate) async fn start_wait(
+        &self,
+        session: &str,
+        name: &str,
+        timeout: Option<Duration>,
+        framework: bool,
+    ) -> Result<super::mailbox::Wait> {
         self.mailbox().check(session, name, None, framework)?;
         self.load_stored_signals().await?;
-        let raw = self
-            .mailbox()
-            .wait_framework(session, name, timeout)
-            .await?;
+        Ok(self.mailbox().wait_framework(session, name, timeout))
+    }
+
+    /// Waits for a registered wait's payload.
+    pub(crate) async fn finish_wait(&self, wait: super::mailbox::Wait) -> Result<Received> {
+        let raw = wait.await?;
         Ok(self.unwrap_received(raw))
     }
 

@@ -133,9 +133,15 @@ where
 ///
 /// Fails closed: no runtime in the dispatch context, a timeout (default ten minutes) or a
 /// payload that is not a decision all deny.
+///
+/// With [`or_suspend`](Self::or_suspend), a dispatch inside a graph node suspends the run
+/// instead of waiting in memory: the run's interrupt carries the pending call (under
+/// `details.approval`), and once the decision has been sent,
+/// [`recover`](crate::CompiledGraph::recover) runs the node again and the call goes on.
 #[derive(Clone, Debug)]
 pub struct SignalApprover {
     timeout: Duration,
+    suspend: bool,
 }
 
 impl Default for SignalApprover {
@@ -149,6 +155,7 @@ impl SignalApprover {
     pub fn new() -> Self {
         Self {
             timeout: Duration::from_secs(600),
+            suspend: false,
         }
     }
 
@@ -156,6 +163,14 @@ impl SignalApprover {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Inside a graph node (a dispatch with [`DispatchContext::node`]), suspends the run
+    /// until the decision arrives instead of waiting in memory; elsewhere it has no effect.
+    #[must_use]
+    pub fn or_suspend(mut self) -> Self {
+        self.suspend = true;
         self
     }
 
@@ -178,6 +193,20 @@ impl ApprovalHandler for SignalApprover {
                 ));
             };
             let name = Self::signal_name(&request.call_id);
+            if self.suspend
+                && let Some(node) = ctx.node
+            {
+                // Listed until answered: the registration outlives this wait when it suspends.
+                runtime.register_approval(request.clone()).keep();
+                let details = serde_json::json!({ "approval": request });
+                let payload: Value = node
+                    .wait_for_framework_signal(name)
+                    .details(details)
+                    .or_suspend()
+                    .await?;
+                runtime.forget_approval(&request.session, &request.call_id);
+                return Ok(decision_from(request, &payload));
+            }
             let _pending = runtime.register_approval(request.clone());
             match runtime
                 .receive(&request.session, &name, Some(self.timeout), true)
@@ -185,10 +214,7 @@ impl ApprovalHandler for SignalApprover {
             {
                 Ok(received) => {
                     runtime.forget_consumed_signal(&request.session, received.seq);
-                    Ok(ApprovalDecision::from_json(&received.payload).unwrap_or_else(|| {
-                        tracing::warn!(call_id = %request.call_id, payload = %received.payload, "unrecognised approval decision; denying");
-                        ApprovalDecision::deny("unrecognised approval decision")
-                    }))
+                    Ok(decision_from(request, &received.payload))
                 }
                 Err(Error::Signal(SignalError::Timeout { .. })) => Ok(ApprovalDecision::deny(
                     format!("no approval decision within {:?}", self.timeout),
@@ -197,4 +223,11 @@ impl ApprovalHandler for SignalApprover {
             }
         })
     }
+}
+
+fn decision_from(request: &ApprovalRequest, payload: &Value) -> ApprovalDecision {
+    ApprovalDecision::from_json(payload).unwrap_or_else(|| {
+        tracing::warn!(call_id = %request.call_id, %payload, "unrecognised approval decision; denying");
+        ApprovalDecision::deny("unrecognised approval decision")
+    })
 }

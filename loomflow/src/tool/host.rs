@@ -6,7 +6,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt, TryStreamExt, stream};
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::Value;
 
 use super::approval::{ApprovalDecision, ApprovalHandler, ApprovalRequest};
@@ -16,7 +17,6 @@ use super::schema::validate;
 use super::{Tool, ToolContext, ToolError, ToolSpec};
 use crate::Error;
 use crate::context::Context;
-use crate::graph::BoxFuture;
 use crate::model::{ToolCall, ToolDefinition};
 use crate::runtime::Runtime;
 
@@ -47,7 +47,7 @@ use crate::runtime::Runtime;
 /// let host = ToolHost::new().with(add).timeout(Duration::from_secs(5));
 /// let calls = [
 ///     ToolCall::new("c1", "add", json!({ "a": 2, "b": 3 })),
-///     ToolCall::new("c2", "add", json!({ "a": "two" })),
+///     ToolCall::new("c2", "add", json!({ "a": "two", "b": 1 })),
 ///     ToolCall::new("c3", "mul", json!({})),
 /// ];
 /// let outcomes = host.dispatch(&calls, DispatchContext::new("session-1")).await?;
@@ -63,6 +63,7 @@ pub struct ToolHost {
     timeout: Duration,
     approval_timeout: Duration,
     hook_timeout: Duration,
+    hook_timeout_denies: bool,
     policy: PermissionPolicy,
     approver: Option<Arc<dyn ApprovalHandler>>,
     before: Vec<BeforeHook>,
@@ -79,6 +80,7 @@ impl Default for ToolHost {
             timeout: Duration::from_secs(60),
             approval_timeout: Duration::from_secs(900),
             hook_timeout: Duration::from_secs(5),
+            hook_timeout_denies: true,
             policy: PermissionPolicy::default(),
             approver: None,
             before: Vec::new(),
@@ -96,6 +98,7 @@ impl std::fmt::Debug for ToolHost {
             .field("timeout", &self.timeout)
             .field("approval_timeout", &self.approval_timeout)
             .field("hook_timeout", &self.hook_timeout)
+            .field("hook_timeout_denies", &self.hook_timeout_denies)
             .field("policy", &self.policy)
             .field("approver", &self.approver.is_some())
             .field("before_hooks", &self.before.len())
@@ -255,6 +258,14 @@ impl ToolHost {
         self
     }
 
+    /// Whether a `before_tool` hook that times out denies the call (default `true`); with
+    /// `false` the call goes on to the next hook, and the timeout is logged.
+    #[must_use]
+    pub fn hook_timeout_denies(mut self, denies: bool) -> Self {
+        self.hook_timeout_denies = denies;
+        self
+    }
+
     /// The permission policy (default: allow, except tools that require approval).
     #[must_use]
     pub fn permissions(mut self, policy: PermissionPolicy) -> Self {
@@ -269,8 +280,9 @@ impl ToolHost {
         self
     }
 
-    /// Registers a hook that runs before every permitted-to-start call, in registration
-    /// order; the first [`HookDecision::Deny`] refuses the call. A hook that panics or takes
+    /// Registers a hook that runs before every call whose arguments fit the schema, before
+    /// the permission check, in registration order; the first [`HookDecision::Deny`] refuses
+    /// the call. A hook that panics or takes
     /// longer than the [hook timeout](Self::hook_timeout) denies too.
     #[must_use]
     pub fn before_tool<F, Fut>(mut self, hook: F) -> Self
@@ -316,16 +328,25 @@ impl ToolHost {
         calls: &[ToolCall],
         ctx: DispatchContext<'_>,
     ) -> crate::Result<Vec<ToolOutcome>> {
-        // Boxed with one named lifetime: a closure returning the bare future makes the
-        // caller's future fail the `Send` check (higher-ranked lifetimes, rust#102211).
-        let runs: Vec<BoxFuture<'_, crate::Result<ToolOutcome>>> = calls
-            .iter()
-            .map(|call| Box::pin(self.run_one(call, ctx)) as BoxFuture<'_, _>)
-            .collect();
-        stream::iter(runs)
-            .buffered(self.max_concurrency)
-            .try_collect()
-            .await
+        // A hand-rolled pool rather than `stream::map(..).buffered(..)`: the closure there
+        // makes the future fail the `Send` check inside graph nodes.
+        let mut slots: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
+        let mut running = FuturesUnordered::new();
+        let mut queued = calls.iter().enumerate();
+        loop {
+            while running.len() < self.max_concurrency {
+                let Some((index, call)) = queued.next() else {
+                    break;
+                };
+                let outcome = self.run_one(call, ctx);
+                running.push(async move { (index, outcome.await) });
+            }
+            let Some((index, outcome)) = running.next().await else {
+                break;
+            };
+            slots[index] = Some(outcome?);
+        }
+        Ok(slots.into_iter().flatten().collect())
     }
 
     async fn run_one(
@@ -498,7 +519,10 @@ impl ToolHost {
             tool: name.clone(),
             message: panic_message(&*panic),
         };
-        let tool_ctx = ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
+        let mut tool_ctx = ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
+        if let Some(node) = ctx.node {
+            tool_ctx = tool_ctx.with_node(node);
+        }
         let future =
             match std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(arguments, &tool_ctx))) {
                 Ok(future) => future,
@@ -519,6 +543,9 @@ impl ToolHost {
         for (index, hook) in self.before.iter().enumerate() {
             let future = AssertUnwindSafe(hook(call.clone())).catch_unwind();
             match tokio::time::timeout(self.hook_timeout, future).await {
+                Err(_) if !self.hook_timeout_denies => {
+                    tracing::warn!(tool = %call.tool, hook = index, "before_tool hook timed out; going on");
+                }
                 Err(_) => {
                     return Some(format!(
                         "before_tool hook {index} did not answer within {:?}",

@@ -2,12 +2,16 @@
 //! permissions, approvals and hooks.
 //!
 //! A [`Tool`] has a [`ToolSpec`] (name, description, JSON schema for its arguments) and an
-//! async `call`. The [`ToolHost`] holds tools and dispatches the calls of one model turn:
-//! bad calls (unknown tool, bad arguments, a panic, a timeout) become error results the model
-//! can read; they never abort a run.
+//! async `call`; [`#[tool]`](macro@crate::tool) writes both from a function. The [`ToolHost`] holds
+//! tools and dispatches the calls of one model turn: bad calls (unknown tool, bad arguments,
+//! a panic, a timeout) become error results the model can read; they never abort a run.
+//!
+//! Around each call: `before_tool` / `after_tool` hooks ([`HookCall`], [`HookResult`]), a
+//! [`PermissionPolicy`] that allows, denies or asks, and an [`ApprovalHandler`] that settles
+//! the asks, for example [`SignalApprover`], which waits for a person's
+//! [`ApprovalDecision`] sent with [`Runtime::decide_approval`](crate::Runtime::decide_approval).
 
 mod approval;
-mod durable_approval;
 mod hook;
 mod host;
 #[doc(hidden)]
@@ -18,7 +22,6 @@ mod schema;
 pub use approval::{
     ApprovalDecision, ApprovalHandler, ApprovalRequest, SignalApprover, approver_fn,
 };
-pub use durable_approval::DurableApprover;
 pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
 pub use permission::{Permission, PermissionPolicy};
@@ -153,6 +156,25 @@ pub struct ToolContext {
     pub user: Option<String>,
     /// The model's id for this call.
     pub call_id: String,
+    /// The calling node's event channel, when the call comes from a graph node.
+    events: Option<ToolEvents>,
+}
+
+/// A handle on the calling node's run, to emit events.
+#[derive(Clone)]
+struct ToolEvents {
+    run: std::sync::Arc<crate::context::RunShared>,
+    node: std::sync::Arc<str>,
+    step: u64,
+}
+
+impl std::fmt::Debug for ToolEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolEvents")
+            .field("node", &self.node)
+            .field("step", &self.step)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ToolContext {
@@ -166,7 +188,38 @@ impl ToolContext {
             session: session.into(),
             user,
             call_id: call_id.into(),
+            events: None,
         }
+    }
+
+    /// Attaches the calling node's event channel (the host does this when it dispatches
+    /// inside a graph node).
+    #[must_use]
+    pub fn with_node(mut self, node: &crate::Context) -> Self {
+        self.events = Some(ToolEvents {
+            run: node.run.clone(),
+            node: node.node.clone(),
+            step: node.step,
+        });
+        self
+    }
+
+    /// Emits a custom event on the calling run's event stream, as the calling node, like
+    /// [`Context::emit`](crate::Context::emit); the data carries the tool's name and call id.
+    /// Outside a graph node there is no stream and nothing happens.
+    pub fn emit(&self, name: impl Into<String>, data: impl serde::Serialize) {
+        let Some(events) = &self.events else { return };
+        let name = name.into();
+        let data = serde_json::to_value(data).unwrap_or_else(|error| {
+            tracing::warn!(call_id = %self.call_id, event = %name, %error, "event payload did not serialize");
+            Value::Null
+        });
+        let data = serde_json::json!({ "call_id": self.call_id, "data": data });
+        events.run.emit(
+            events.step,
+            Some(&events.node),
+            crate::event::EventKind::Custom { name, data },
+        );
     }
 }
 

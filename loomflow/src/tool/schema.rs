@@ -26,7 +26,7 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 
 /// The form OpenAI's strict mode accepts: in every object schema, every property is
 /// required, the ones that were optional accept `null`, and `additionalProperties` is
-/// `false`. Applies to nested objects, array items, `$defs` and `anyOf`/`oneOf`/`allOf`
+/// `false`; numeric `format` hints are dropped and `oneOf` becomes `anyOf`. Applies to nested objects, array items, `$defs` and `anyOf`/`oneOf`/`allOf`
 /// branches.
 ///
 /// # Examples
@@ -55,6 +55,16 @@ pub fn strict_schema(schema: &Value) -> Value {
 
 fn make_strict(schema: &mut Value) {
     let Value::Object(map) = schema else { return };
+    // Strict mode knows string formats only; schemars' `uint8`-style hints are dropped.
+    if map.get("type").and_then(Value::as_str) != Some("string") {
+        map.remove("format");
+    }
+    // Strict mode takes `anyOf`, not `oneOf` (schemars uses it for documented enums).
+    if !map.contains_key("anyOf")
+        && let Some(branches) = map.remove("oneOf")
+    {
+        map.insert("anyOf".to_owned(), branches);
+    }
     for key in ["$defs", "definitions"] {
         if let Some(Value::Object(defs)) = map.get_mut(key) {
             defs.values_mut().for_each(make_strict);

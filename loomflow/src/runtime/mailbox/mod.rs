@@ -414,7 +414,6 @@ impl Mailbox {
         Ok(())
     }
 
-    #[allow(dead_code, reason = "the approval layer sends on reserved names")]
     pub(crate) fn signal_framework(
         &self,
         session: &str,
@@ -427,7 +426,6 @@ impl Mailbox {
     }
 
     /// [`wait`](Self::wait) for loomflow's own (`loomflow:`) names.
-    #[allow(dead_code, reason = "the approval layer waits on reserved names")]
     pub(crate) fn wait_framework(
         &self,
         session: &str,
@@ -438,7 +436,6 @@ impl Mailbox {
     }
 
     /// [`poll`](Self::poll) for loomflow's own (`loomflow:`) names.
-    #[allow(dead_code, reason = "the approval layer polls reserved names")]
     pub(crate) fn poll_framework(
         &self,
         session: &str,
@@ -448,7 +445,6 @@ impl Mailbox {
     }
 
     /// [`requeue_front`](Self::requeue_front) for loomflow's own (`loomflow:`) names.
-    #[allow(dead_code, reason = "the approval layer requeues on reserved names")]
     pub(crate) fn requeue_front_framework(
         &self,
         session: &str,

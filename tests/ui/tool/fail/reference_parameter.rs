@@ -1,0 +1,9 @@
+use loomflow::prelude::*;
+
+/// Borrowed.
+#[tool]
+fn borrowed(city: &str) -> String {
+    city.to_owned()
+}
+
+fn main() {}

@@ -1,0 +1,7 @@
+use loomflow::prelude::*;
+
+/// Unknown.
+#[tool(label = "x")]
+fn unknown() {}
+
+fn main() {}
