@@ -137,6 +137,21 @@ async fn max_turns_stops_the_run_cleanly_and_keeps_the_work() {
     assert_eq!(result.turns, 3);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     assert_eq!(result.messages.len(), 7);
+
+    // A run may lower the limit for itself.
+    let (add, _) = Add::new();
+    let model = ScriptedModel::new((0..10).map(|i| add_call(&format!("c{i}"))));
+    let agent = Agent::builder("x")
+        .model(model)
+        .tool(add)
+        .max_turns(5)
+        .build()
+        .unwrap();
+    let result = agent.run("loop").max_turns(2).await.unwrap();
+    assert_eq!(
+        (result.turns, result.reason.as_deref()),
+        (2, Some("max_turns_exceeded"))
+    );
 }
 
 #[tokio::test]

@@ -73,7 +73,7 @@ impl Node<AgentState> for ModelNode {
 }
 
 async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
-    if state.turns >= core.max_turns {
+    if state.turns >= state.max_turns.unwrap_or(core.max_turns) {
         state.stopped = Some("max_turns_exceeded".to_owned());
         return Ok(());
     }

@@ -80,6 +80,7 @@ pub struct AgentRun<'a> {
     prompt: String,
     session: Option<String>,
     user: Option<String>,
+    max_turns: Option<u32>,
 }
 
 fn generated_session() -> String {
@@ -101,6 +102,13 @@ impl<'a> AgentRun<'a> {
     /// The user the run acts for (per-user budgets and permissions use it).
     pub fn user(mut self, user: impl Into<String>) -> Self {
         self.user = Some(user.into());
+        self
+    }
+
+    /// Overrides the agent's `max_turns` for this run, up to the agent's own limit (the
+    /// agent's graph is compiled with a recursion limit for it).
+    pub fn max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = Some(max_turns);
         self
     }
 
@@ -131,6 +139,7 @@ impl<'a> AgentRun<'a> {
             }
         };
         state.user.clone_from(&self.user);
+        state.max_turns = self.max_turns.map(|n| n.min(self.agent.core.max_turns));
         Ok(state)
     }
 
@@ -192,6 +201,7 @@ impl Agent {
             prompt: prompt.into(),
             session: None,
             user: None,
+            max_turns: None,
         }
     }
 

@@ -20,6 +20,9 @@ pub struct AgentState {
     /// Model turns spent on outputs that failed the output schema.
     #[serde(default)]
     pub schema_retries: u32,
+    /// This run's own turn limit, when the caller set one (`run(..).max_turns(n)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
     /// The user the run acts for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
