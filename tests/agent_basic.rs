@@ -431,3 +431,50 @@ async fn an_agent_is_a_node_of_a_users_graph() {
     assert_eq!(report.answer, "why?");
     assert!(report.published);
 }
+
+#[tokio::test]
+async fn streaming_shows_permission_asks_and_approval_decisions() {
+    use loomflow::tool::{ApprovalDecision, ToolHost, approver_fn};
+    let (add, calls) = Add::new();
+    let mut spec_add = add;
+    spec_add.spec = spec_add.spec.clone().requires_approval(true);
+    let host = ToolHost::new()
+        .with(spec_add)
+        .approval_handler(approver_fn(|_| async { Ok(ApprovalDecision::Allow) }));
+    let model = ScriptedModel::new([add_call("c1"), ModelResponse::text("five")]);
+    let agent = Agent::builder("x")
+        .model(model)
+        .tools(host)
+        .build()
+        .unwrap();
+    let events: Vec<_> = agent
+        .run("2+3")
+        .session("p")
+        .stream()
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let decisions: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Backend { data }
+                if data["type"] == "permission" || data["type"] == "approval" =>
+            {
+                Some((
+                    data["type"].as_str().unwrap().to_owned(),
+                    data["decision"].as_str().unwrap().to_owned(),
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("permission".to_owned(), "ask".to_owned()),
+            ("approval".to_owned(), "allow".to_owned())
+        ]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}

@@ -402,12 +402,29 @@ impl ToolHost {
         if let Some(reason) = self.run_before_hooks(hook_call).await {
             return Ok(Err(denied(spec, reason)));
         }
-        match self.permission(ctx.user, spec, &arguments) {
+        let permission = self.permission(ctx.user, spec, &arguments);
+        emit_backend(
+            ctx,
+            serde_json::json!({
+                "type": "permission",
+                "call_id": call.id,
+                "tool": spec.name,
+                "decision": match &permission {
+                    Permission::Allow => "allow",
+                    Permission::Deny(_) => "deny",
+                    Permission::Ask => "ask",
+                },
+            }),
+        );
+        match permission {
             Permission::Allow => {}
             Permission::Deny(reason) => return Ok(Err(denied(spec, reason))),
             Permission::Ask => match self.ask(call, spec, &arguments, ctx).await? {
-                Approval::Run => {}
+                Approval::Run => {
+                    emit_approval(ctx, call, "allow");
+                }
                 Approval::RunWith(edited) => {
+                    emit_approval(ctx, call, "edit");
                     let edited = match normalize_arguments(&edited) {
                         Ok(edited) => edited,
                         Err(message) => {
@@ -420,7 +437,10 @@ impl ToolHost {
                     arguments = edited;
                     hook_call.arguments = arguments.clone();
                 }
-                Approval::Refuse(reason) => return Ok(Err(denied(spec, reason))),
+                Approval::Refuse(reason) => {
+                    emit_approval(ctx, call, "deny");
+                    return Ok(Err(denied(spec, reason)));
+                }
             },
         }
         Ok(self.run_tool(tool.as_ref(), arguments, call, ctx).await)
@@ -635,4 +655,23 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     } else {
         "a panic without a message".to_owned()
     }
+}
+
+/// Surfaces a permission or approval decision on the run's stream, when the dispatch runs
+/// inside a node.
+fn emit_backend(ctx: DispatchContext<'_>, data: Value) {
+    if let Some(node) = ctx.node {
+        node.run.emit(
+            node.step,
+            Some(&node.node),
+            crate::event::EventKind::Backend { data },
+        );
+    }
+}
+
+fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision: &str) {
+    emit_backend(
+        ctx,
+        serde_json::json!({ "type": "approval", "call_id": call.id, "tool": call.name, "decision": decision }),
+    );
 }
