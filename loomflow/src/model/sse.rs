@@ -160,7 +160,7 @@ fn find_line_end(bytes: &[u8]) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -207,7 +207,9 @@ mod tests {
         out
     }
 
-    fn split_at(input: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    /// Splits `input` at the given points (taken modulo its length, in any order): the
+    /// chunk boundaries the decoders' property tests try.
+    pub(crate) fn split_at(input: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
         let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (input.len() + 1)).collect();
         cuts.sort_unstable();
         let mut pieces = Vec::new();

@@ -320,15 +320,7 @@ mod tests {
         #[test]
         fn any_split_decodes_to_the_same_response(cuts in proptest::collection::vec(0usize..4096, 0..40)) {
             let text = transcript().into_bytes();
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).collect();
-            cuts.sort_unstable();
-            let mut pieces = Vec::new();
-            let mut start = 0;
-            for cut in cuts {
-                pieces.push(text[start..cut].to_vec());
-                start = cut;
-            }
-            pieces.push(text[start..].to_vec());
+            let pieces = crate::model::sse::tests::split_at(&text, &cuts);
             prop_assert_eq!(decode(pieces).unwrap(), decode(vec![text.clone()]).unwrap());
         }
     }
