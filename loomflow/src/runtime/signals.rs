@@ -119,10 +119,16 @@ impl Runtime {
         framework: bool,
     ) -> Result<Delivery> {
         let mailbox = self.mailbox();
-        mailbox.check(session, name, Some(&payload), framework)?;
         if !self.store().is_durable() {
-            return Ok(mailbox.signal_framework(session, name, payload, options)?);
+            // The mailbox checks the name and the size itself.
+            return Ok(if framework {
+                mailbox.signal_framework(session, name, payload, options)?
+            } else {
+                mailbox.signal_with(session, name, payload, options)?
+            });
         }
+        // Checked before it is stored: a stored signal must not be refused afterwards.
+        mailbox.check(session, name, Some(&payload), framework)?;
         self.load_stored_signals().await?;
         let stored = StoredSignal {
             seq: 0,
@@ -135,12 +141,7 @@ impl Runtime {
         let payload = stored.payload.clone();
         match self.store().push_signal(stored).await? {
             SignalPush::Duplicate => Ok(Delivery::Duplicate),
-            SignalPush::Stored(seq) => Ok(mailbox.signal_framework(
-                session,
-                name,
-                wrap(seq, payload),
-                SignalOptions::default(),
-            )?),
+            SignalPush::Stored(seq) => Ok(mailbox.signal_stored(session, name, wrap(seq, payload))),
         }
     }
 
@@ -329,12 +330,11 @@ impl Runtime {
                 let stored = self.store().pending_signals().await?;
                 let count = stored.len();
                 for signal in stored {
-                    self.mailbox().signal_framework(
+                    self.mailbox().signal_stored(
                         &signal.session,
                         &signal.name,
                         wrap(signal.seq, signal.payload),
-                        SignalOptions::default(),
-                    )?;
+                    );
                 }
                 if count > 0 {
                     tracing::info!(count, "loaded stored signals into the mailbox");
@@ -366,5 +366,28 @@ mod tests {
         assert_eq!(first, "not a number");
         assert_eq!(rt.poll_signal::<u32>("s", "n").unwrap(), Some(2));
         assert_eq!(rt.poll_signal::<u32>("s", "n").unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_stored_signal_at_the_size_limit_is_delivered_not_refused() {
+        let path =
+            std::env::temp_dir().join(format!("loomflow-signal-limit-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let payload = "x".repeat(18); // 20 bytes as JSON: exactly the limit
+        let rt = Runtime::builder()
+            .store(crate::runtime::SqliteStore::open(&path).unwrap())
+            .signals(crate::runtime::MailboxConfig::default().max_payload_bytes(20))
+            .build();
+        let _open = rt.session("s");
+        rt.signal("s", "n", &payload).await.unwrap();
+        let got: String = rt.wait_for_signal("s", "n", None).await.unwrap();
+        assert_eq!(got, payload);
+        assert!(
+            rt.signal("s", "n", "x".repeat(19)).await.is_err(),
+            "one byte over is refused"
+        );
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }

@@ -193,6 +193,9 @@ pub enum Delivery {
 enum Scope {
     User,
     Framework,
+    /// A signal a durable store already accepted (name and size were checked before it was
+    /// stored): delivered as it is, so that it cannot be refused after it was kept.
+    Stored,
 }
 
 /// Shared by every clone of a [`Mailbox`], its guards and its waits.
@@ -425,6 +428,15 @@ impl Mailbox {
         self.send(session, name, payload, key, Scope::Framework)
     }
 
+    /// Delivers a signal that a durable store has already accepted, without checking it
+    /// again (it carries the store's sequence number, so it is a little larger than what was
+    /// checked).
+    pub(crate) fn signal_stored(&self, session: &str, name: &str, payload: Value) -> Delivery {
+        // `Scope::Stored` skips every check that could fail.
+        self.send(session, name, payload, None, Scope::Stored)
+            .unwrap_or(Delivery::Queued)
+    }
+
     /// [`wait`](Self::wait) for loomflow's own (`loomflow:`) names.
     pub(crate) fn wait_framework(
         &self,
@@ -462,15 +474,17 @@ impl Mailbox {
         key: Option<&str>,
         scope: Scope,
     ) -> Result<Delivery, SignalError> {
-        check_name(session, name, scope)?;
-        let limit = self.inner.config.max_payload_bytes;
-        let size = serialized_size(&payload);
-        if size > limit {
-            return Err(SignalError::PayloadTooLarge {
-                name: name.to_owned(),
-                size,
-                limit,
-            });
+        if scope != Scope::Stored {
+            check_name(session, name, scope)?;
+            let limit = self.inner.config.max_payload_bytes;
+            let size = serialized_size(&payload);
+            if size > limit {
+                return Err(SignalError::PayloadTooLarge {
+                    name: name.to_owned(),
+                    size,
+                    limit,
+                });
+            }
         }
         let config = &self.inner.config;
         let mut state = self.inner.lock();
