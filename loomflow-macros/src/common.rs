@@ -19,6 +19,24 @@ impl Errors {
         self.push(syn::Error::new_spanned(tokens, message));
     }
 
+    /// Fills an attribute's slot, or reports ``duplicate `key` attribute`` at `key_span`.
+    pub(crate) fn set_once<T>(
+        &mut self,
+        slot: &mut Option<T>,
+        value: T,
+        key_span: proc_macro2::Span,
+        key: &str,
+    ) {
+        if slot.is_some() {
+            self.push(syn::Error::new(
+                key_span,
+                format!("duplicate `{key}` attribute"),
+            ));
+        } else {
+            *slot = Some(value);
+        }
+    }
+
     pub(crate) fn finish(self) -> syn::Result<()> {
         match self.0 {
             Some(error) => Err(error),

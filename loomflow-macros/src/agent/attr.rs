@@ -91,17 +91,6 @@ impl Parse for Arg {
     }
 }
 
-fn set<T>(slot: &mut Option<T>, value: T, span: Span, key: &str, errors: &mut Errors) {
-    if slot.is_some() {
-        errors.push(syn::Error::new(
-            span,
-            format!("duplicate `{key}` attribute"),
-        ));
-    } else {
-        *slot = Some(value);
-    }
-}
-
 impl AgentArgs {
     pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
         let parsed = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
@@ -110,8 +99,8 @@ impl AgentArgs {
         let mut tools_seen = false;
         for arg in parsed {
             match arg {
-                Arg::Name(s, v) => set(&mut args.name, v, s, "name", &mut errors),
-                Arg::Model(s, v) => set(&mut args.model, v, s, "model", &mut errors),
+                Arg::Name(s, v) => errors.set_once(&mut args.name, v, s, "name"),
+                Arg::Model(s, v) => errors.set_once(&mut args.model, v, s, "model"),
                 Arg::Tools(s, v) => {
                     if tools_seen {
                         errors.push(syn::Error::new(s, "duplicate `tools` attribute"));
@@ -119,18 +108,16 @@ impl AgentArgs {
                     tools_seen = true;
                     args.tools.extend(v);
                 }
-                Arg::MaxTurns(s, v) => set(&mut args.max_turns, v, s, "max_turns", &mut errors),
-                Arg::Timeout(s, v) => {
-                    set(&mut args.timeout_secs, v, s, "timeout_secs", &mut errors)
-                }
+                Arg::MaxTurns(s, v) => errors.set_once(&mut args.max_turns, v, s, "max_turns"),
+                Arg::Timeout(s, v) => errors.set_once(&mut args.timeout_secs, v, s, "timeout_secs"),
                 Arg::Temperature(s, v) => {
-                    set(&mut args.temperature, v, s, "temperature", &mut errors)
+                    errors.set_once(&mut args.temperature, v, s, "temperature")
                 }
-                Arg::MaxTokens(s, v) => set(&mut args.max_tokens, v, s, "max_tokens", &mut errors),
+                Arg::MaxTokens(s, v) => errors.set_once(&mut args.max_tokens, v, s, "max_tokens"),
                 Arg::Instructions(s, v) => {
-                    set(&mut args.instructions, v, s, "instructions", &mut errors)
+                    errors.set_once(&mut args.instructions, v, s, "instructions")
                 }
-                Arg::Crate(s, v) => set(&mut args.krate, v, s, "crate", &mut errors),
+                Arg::Crate(s, v) => errors.set_once(&mut args.krate, v, s, "crate"),
             }
         }
         if let Some(turns) = &args.max_turns

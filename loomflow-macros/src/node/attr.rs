@@ -56,13 +56,7 @@ impl NodeArgs {
                         args.name = Some(value);
                     }
                 }
-                Arg::Crate(key, path) => {
-                    if args.krate.is_some() {
-                        errors.push_spanned(key, "duplicate `crate` attribute");
-                    } else {
-                        args.krate = Some(path);
-                    }
-                }
+                Arg::Crate(key, path) => errors.set_once(&mut args.krate, path, key.span, "crate"),
             }
         }
         errors.finish().map(|()| args)

@@ -108,11 +108,7 @@ impl ToolArgs {
                     }
                 }
                 Arg::Description(key, value) => {
-                    if args.description.is_some() {
-                        errors.push_spanned(key, "duplicate `description` attribute");
-                    } else {
-                        args.description = Some(value);
-                    }
+                    errors.set_once(&mut args.description, value, key.span, "description");
                 }
                 Arg::Approval(key) => {
                     if args.approval {
@@ -126,13 +122,7 @@ impl ToolArgs {
                     }
                     args.destructive = true;
                 }
-                Arg::Crate(key, path) => {
-                    if args.krate.is_some() {
-                        errors.push_spanned(key, "duplicate `crate` attribute");
-                    } else {
-                        args.krate = Some(path);
-                    }
-                }
+                Arg::Crate(key, path) => errors.set_once(&mut args.krate, path, key.span, "crate"),
                 Arg::Param(docs) => {
                     for doc in docs {
                         if args.params.iter().any(|(ident, _)| *ident == doc.ident) {
