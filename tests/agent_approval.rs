@@ -9,12 +9,12 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
 
 use loomflow::agent::{Agent, RunResult};
 use loomflow::model::{Message, ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow::tool::ApprovalDecision;
+use loomflow_tests::child_test_process;
 
 /// Refund an order. Moves money.
 #[tool(approval)]
@@ -120,14 +120,7 @@ impl Files {
 
     /// Runs one stage in a fresh process and returns what it printed after `marker`.
     fn stage(&self, stage: &str, marker: &str) -> String {
-        let output = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "approval_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let output = child_test_process("approval_child")
             .env("LOOMFLOW_APPROVAL_DB", self.dir.join("agents.db"))
             .env("LOOMFLOW_APPROVAL_EFFECTS", self.dir.join("effects.log"))
             .env("LOOMFLOW_APPROVAL_STAGE", stage)

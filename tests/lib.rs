@@ -41,3 +41,22 @@ pub fn check_mermaid(name: &str, text: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// A command that re-runs the current test binary as a child process, running only the
+/// `#[ignore]`d test `entry` (the crash and restart tests' child processes).
+///
+/// # Panics
+///
+/// When the current executable cannot be found.
+#[allow(clippy::expect_used)] // test support: no executable, no test
+pub fn child_test_process(entry: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command.args([
+        "--ignored",
+        "--exact",
+        entry,
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}

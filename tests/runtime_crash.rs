@@ -10,11 +10,12 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use loomflow::prelude::*;
+use loomflow_tests::child_test_process;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Job {
@@ -158,20 +159,13 @@ impl Scenario {
     }
 
     fn spawn(&self, action: &str, pause_at: Option<&str>) -> Child {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--ignored",
-            "--exact",
-            "crash_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LOOMFLOW_CRASH_DB", self.dir.join("journal.db"))
-        .env("LOOMFLOW_CRASH_EFFECTS", self.dir.join("effects.log"))
-        .env("LOOMFLOW_CRASH_ACTION", action)
-        .env_remove("LOOMFLOW_CRASH_PAUSE_AT")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        let mut cmd = child_test_process("crash_child");
+        cmd.env("LOOMFLOW_CRASH_DB", self.dir.join("journal.db"))
+            .env("LOOMFLOW_CRASH_EFFECTS", self.dir.join("effects.log"))
+            .env("LOOMFLOW_CRASH_ACTION", action)
+            .env_remove("LOOMFLOW_CRASH_PAUSE_AT")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         if let Some(point) = pause_at {
             cmd.env("LOOMFLOW_CRASH_PAUSE_AT", point);
         }
