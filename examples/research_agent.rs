@@ -99,7 +99,12 @@ async fn main() -> loomflow::Result<()> {
         let runtime = runtime.clone();
         tokio::spawn(async move {
             loop {
-                if let Some(call) = runtime.pending_approvals("research-1").into_iter().next() {
+                if let Some(call) = runtime
+                    .pending_approvals("research-1")
+                    .await?
+                    .into_iter()
+                    .next()
+                {
                     println!(
                         "[reviewer] {} wants to run {} with {}",
                         call.session, call.tool, call.arguments

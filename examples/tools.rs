@@ -145,7 +145,7 @@ async fn main() -> loomflow::Result<()> {
         let runtime = runtime.clone();
         tokio::spawn(async move {
             let pending = loop {
-                let pending = runtime.pending_approvals("session-1");
+                let pending = runtime.pending_approvals("session-1").await?;
                 if !pending.is_empty() {
                     break pending;
                 }

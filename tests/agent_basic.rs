@@ -282,8 +282,8 @@ async fn an_output_that_keeps_failing_its_schema_is_a_typed_error() {
     };
     assert!(
         matches!(
-            &**source,
-            Error::Agent(AgentError::OutputSchema { attempts: 2, .. })
+            source.downcast_ref::<Error>(),
+            Some(Error::Agent(AgentError::OutputSchema { attempts: 2, .. }))
         ),
         "{source:?}"
     );

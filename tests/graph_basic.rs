@@ -239,12 +239,12 @@ async fn conflicting_writes_without_reducer_fail_the_step_and_commit_nothing() {
         panic!("expected failure")
     };
     match &error {
-        Error::Run(RunError::MergeConflict {
+        RunError::MergeConflict {
             field,
             first,
             second,
             step,
-        }) => {
+        } => {
             assert_eq!(
                 (field.as_str(), first.as_str(), second.as_str(), *step),
                 ("text", "left", "right", 2)
@@ -285,9 +285,7 @@ async fn a_failing_node_names_itself_and_the_step_and_keeps_the_last_good_state(
         panic!("expected failure")
     };
     assert_eq!(state.count, 1);
-    assert!(
-        matches!(&error, Error::Run(RunError::NodeFailed { node, step: 2, .. }) if node == "bad")
-    );
+    assert!(matches!(&error, RunError::NodeFailed { node, step: 2, .. } if node == "bad"));
     let chain = format!("{error}: {}", std::error::Error::source(&error).unwrap());
     assert_eq!(chain, "node bad failed at step 2: disk on fire");
 }
@@ -319,7 +317,7 @@ async fn a_panicking_node_becomes_an_error_and_the_process_carries_on() {
     };
     assert_eq!(state.count, 2);
     assert!(
-        matches!(&error, Error::Run(RunError::NodePanicked { node, step: 1, message }) if node == "boom" && message == "kaboom"),
+        matches!(&error, RunError::NodePanicked { node, step: 1, message } if node == "boom" && message == "kaboom"),
         "{error:?}"
     );
 }
@@ -343,7 +341,7 @@ async fn loops_stop_at_the_recursion_limit_with_a_typed_error() {
     };
     assert_eq!(state.count, 25);
     match &error {
-        Error::Run(RunError::RecursionLimit { limit, last_nodes }) => {
+        RunError::RecursionLimit { limit, last_nodes } => {
             assert_eq!(*limit, 25);
             assert_eq!(last_nodes, &["tick"], "step 25 ran tick");
         }

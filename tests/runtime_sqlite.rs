@@ -10,7 +10,7 @@ use loomflow::runtime::{
     Checkpoint, JournalKey, RunStatus, SignalPush, SqliteOptions, SqliteStore, Store, StoreError,
     StoredSignal,
 };
-use loomflow::{Error, Runtime};
+use loomflow::{Runtime, RuntimeError};
 use serde_json::json;
 
 /// A fresh database path; removes the file and its WAL companions when dropped.
@@ -101,7 +101,7 @@ fn runtime_sqlite_reports_a_bad_file_as_a_store_error() {
     let db = TempDb::new("garbage-rt");
     std::fs::write(db.path(), [0xA5u8; 8192]).unwrap();
     match Runtime::sqlite(db.path()) {
-        Err(Error::Store(StoreError::Open { path, .. })) => {
+        Err(RuntimeError::Store(StoreError::Open { path, .. })) => {
             assert_eq!(path, db.path().display().to_string());
         }
         other => panic!("expected a store open error, got {other:?}"),

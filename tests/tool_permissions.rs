@@ -382,7 +382,7 @@ fn decisions_travel_as_tagged_json() {
 
 async fn wait_for_pending(runtime: &Runtime, session: &str) -> Vec<ApprovalRequest> {
     loop {
-        let pending = runtime.pending_approvals(session);
+        let pending = runtime.pending_approvals(session).await.unwrap();
         if !pending.is_empty() {
             return pending;
         }
@@ -428,7 +428,7 @@ async fn a_person_approves_through_the_signal() {
     assert_eq!(pending[0].tool, "pay");
     assert_eq!(pending[0].arguments, json!({ "amount": 9 }));
     assert_eq!(pending[0].user.as_deref(), Some("ada"));
-    assert!(runtime.pending_approvals("s").is_empty());
+    assert!(runtime.pending_approvals("s").await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -460,7 +460,7 @@ async fn the_signal_approver_fails_closed_on_timeout() {
         "{}",
         out.content
     );
-    assert!(runtime.pending_approvals("s").is_empty());
+    assert!(runtime.pending_approvals("s").await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -635,7 +635,7 @@ async fn inside_a_node_the_signal_approver_can_suspend_the_run() {
         json!({ "amount": 12 })
     );
     // ...and so does the runtime.
-    let pending = runtime.pending_approvals("t");
+    let pending = runtime.pending_approvals("t").await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].call_id, "call-1");
 
@@ -643,7 +643,7 @@ async fn inside_a_node_the_signal_approver_can_suspend_the_run() {
         .decide_approval("t", "call-1", ApprovalDecision::Allow)
         .await
         .unwrap();
-    assert!(runtime.pending_approvals("t").is_empty());
+    assert!(runtime.pending_approvals("t").await.unwrap().is_empty());
     let done = graph
         .recover(&runtime, "t")
         .await

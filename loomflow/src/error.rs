@@ -1,14 +1,47 @@
-//! The error types: one enum per subsystem, collected by [`Error`].
+//! [`Error`], the facade over every subsystem's error.
+//!
+//! Each layer owns its error type: the engine [`GraphError`] and [`RunError`], the runtime
+//! [`RuntimeError`](crate::runtime::RuntimeError), [`StoreError`] and [`SignalError`], and above
+//! them [`ModelError`], [`ToolError`] and [`AgentError`]. `Error` collects them so that node
+//! bodies and applications can use `?` on all of them. The engine never names this type:
+//! it sees a node's error as a boxed `std::error::Error` (see
+//! [`RunError::NodeFailed`]), which can be downcast back to `Error`.
 
 use std::fmt;
+
+use crate::agent::AgentError;
+use crate::graph::{BoxError, NodeError};
+use crate::model::ModelError;
+use crate::runtime::{RuntimeError, SignalError, StoreError};
+use crate::tool::ToolError;
+
+pub use crate::graph::{GraphError, GraphProblem, RunError};
 
 /// The result type used throughout loomflow.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Any error loomflow returns.
 ///
-/// Each subsystem has its own `#[non_exhaustive]` enum; this one collects them so that node
-/// bodies can use `?` on all of them.
+/// Each subsystem has its own `#[non_exhaustive]` enum; this one collects them. Conversions
+/// flatten: a [`RunError::Store`] becomes [`Error::Store`], a [`RunError::Suspended`]
+/// becomes [`Error::Suspended`], so one `match` sees each kind in one place.
+///
+/// # Examples
+///
+/// Anything that is a message or a standard error converts with `?` or `.into()`:
+///
+/// ```
+/// use loomflow::prelude::*;
+///
+/// fn parse(text: &str) -> loomflow::Result<u32> {
+///     if text.is_empty() {
+///         return Err("empty input".into());              // a &str or a String
+///     }
+///     text.parse::<u32>().map_err(Error::custom)         // any std::error::Error
+/// }
+/// assert_eq!(parse("7").unwrap(), 7);
+/// assert_eq!(parse("").unwrap_err().to_string(), "empty input");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -17,19 +50,19 @@ pub enum Error {
     Graph(#[from] GraphError),
     /// A run failed.
     #[error(transparent)]
-    Run(#[from] RunError),
+    Run(RunError),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] crate::runtime::StoreError),
+    Store(#[from] StoreError),
     /// A model call failed.
     #[error(transparent)]
-    Model(#[from] crate::model::ModelError),
+    Model(#[from] ModelError),
     /// An agent could not be built or a run could not finish.
     #[error(transparent)]
-    Agent(#[from] crate::agent::AgentError),
+    Agent(#[from] AgentError),
     /// A tool call failed outside a run's tool dispatch.
     #[error(transparent)]
-    Tool(#[from] crate::tool::ToolError),
+    Tool(#[from] ToolError),
     /// A value could not be converted to or from JSON.
     #[error("json conversion failed for {what}")]
     Json {
@@ -51,15 +84,16 @@ pub enum Error {
     },
     /// A signal was refused, or a wait for one ended without a payload.
     #[error(transparent)]
-    Signal(#[from] crate::runtime::mailbox::SignalError),
-    /// An error raised by user code inside a node.
+    Signal(#[from] SignalError),
+    /// An error raised by user code: [`Error::msg`], [`Error::custom`], or a `String`/`&str`
+    /// converted with `?` or `.into()`.
     #[error("{0}")]
-    Custom(Box<dyn std::error::Error + Send + Sync + 'static>),
+    Custom(BoxError),
 }
 
 impl Error {
     /// Wraps any error raised by user code.
-    pub fn custom(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+    pub fn custom(error: impl Into<BoxError>) -> Self {
         Self::Custom(error.into())
     }
 
@@ -74,263 +108,114 @@ impl Error {
             source,
         }
     }
-}
 
-/// Why a graph did not compile: every problem found, each naming its node.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GraphError {
-    /// The graph has one or more structural problems.
-    #[error("graph {graph} is invalid: {}", join_problems(problems))]
-    Invalid {
-        /// The graph's name.
-        graph: String,
-        /// Every problem found, in a stable order.
-        problems: Vec<GraphProblem>,
-    },
-}
-
-impl GraphError {
-    /// The problems found, whatever the variant.
-    pub fn problems(&self) -> &[GraphProblem] {
-        match self {
-            Self::Invalid { problems, .. } => problems,
+    /// Unboxes an error that crossed the engine as a `BoxError`: a `loomflow::Error` comes
+    /// back as itself, anything else becomes [`Error::Custom`].
+    fn from_boxed(error: BoxError) -> Self {
+        match error.downcast::<Error>() {
+            Ok(error) => *error,
+            Err(other) => match other.downcast::<RunError>() {
+                Ok(run) => Self::from(*run),
+                Err(other) => Self::Custom(other),
+            },
         }
     }
 }
 
-fn join_problems(problems: &[GraphProblem]) -> String {
-    problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+impl From<RunError> for Error {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::Store(e) => Self::Store(e),
+            RunError::Signal(e) => Self::Signal(e),
+            RunError::Json { what, source } => Self::Json { what, source },
+            RunError::Suspended { node } => Self::Suspended { node },
+            other => Self::Run(other),
+        }
+    }
 }
 
-/// One structural problem found by `compile()`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum GraphProblem {
-    /// Two nodes share a name.
-    #[error("node {name} is declared more than once")]
-    DuplicateNode {
-        /// The repeated name.
-        name: String,
-    },
-    /// A node uses a reserved or empty name.
-    #[error("node name {name:?} is reserved or empty")]
-    ReservedName {
-        /// The offending name.
-        name: String,
-    },
-    /// An edge, branch or join names a node that was never added.
-    #[error("{context} names unknown node {name}")]
-    UnknownNode {
-        /// The missing node.
-        name: String,
-        /// Where it was named, e.g. `edge from a`.
-        context: String,
-    },
-    /// A branch lists a target that is not a node of the graph.
-    #[error("branch from {from} has undeclared target {target}")]
-    UnknownBranchTarget {
-        /// The node the branch leaves.
-        from: String,
-        /// The target that is not a node.
-        target: String,
-    },
-    /// A node has two branches; a node routes through at most one.
-    #[error("node {node} has more than one branch")]
-    DuplicateBranch {
-        /// The node.
-        node: String,
-    },
-    /// A branch declares no targets.
-    #[error("branch from {from} declares no targets")]
-    EmptyBranch {
-        /// The node the branch leaves.
-        from: String,
-    },
-    /// An edge leaves `END` or enters `START`.
-    #[error("edge {from} -> {to} uses START or END the wrong way round")]
-    MisdirectedEdge {
-        /// Source of the edge.
-        from: String,
-        /// Target of the edge.
-        to: String,
-    },
-    /// Nothing leaves `START`.
-    #[error("graph has no entry: add an edge or branch from START")]
-    NoEntry,
-    /// A node cannot be reached from `START`.
-    #[error("node {name} is unreachable from START")]
-    Unreachable {
-        /// The node.
-        name: String,
-    },
-    /// No path leads from a node to `END`.
-    #[error("node {name} has no path to END")]
-    NoPathToEnd {
-        /// The node.
-        name: String,
-    },
+impl From<RuntimeError> for Error {
+    fn from(error: RuntimeError) -> Self {
+        Self::from(RunError::from(error))
+    }
 }
 
-/// Why a run stopped without completing.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunError {
-    /// A node returned an error.
-    #[error("node {node} failed at step {step}")]
-    NodeFailed {
-        /// The node.
-        node: String,
-        /// The superstep it ran in.
-        step: u64,
-        /// What the node returned.
-        #[source]
-        source: Box<Error>,
-    },
-    /// A node panicked; the panic was caught and the process carries on.
-    #[error("node {node} panicked at step {step}: {message}")]
-    NodePanicked {
-        /// The node.
-        node: String,
-        /// The superstep it ran in.
-        step: u64,
-        /// The panic message, when it was a string.
-        message: String,
-    },
-    /// Two nodes of one superstep changed the same field, which has no reducer.
-    #[error(
-        "nodes {first} and {second} both changed field {field} in step {step}, which has no reducer"
-    )]
-    MergeConflict {
-        /// The state field.
-        field: String,
-        /// The first writer, in declaration order.
-        first: String,
-        /// The second writer, in declaration order.
-        second: String,
-        /// The superstep.
-        step: u64,
-    },
-    /// A reducer could not combine the values written to its field.
-    #[error("reducer for field {field} failed in step {step}: {message}")]
-    Reducer {
-        /// The state field.
-        field: String,
-        /// The superstep.
-        step: u64,
-        /// What went wrong.
-        message: String,
-    },
-    /// A branch's router chose a target it did not declare.
-    #[error("branch from {node} chose {target}, which is not one of its declared targets")]
-    UndeclaredRoute {
-        /// The node the branch leaves.
-        node: String,
-        /// The target it chose.
-        target: String,
-    },
-    /// The run took more supersteps than its recursion limit allows.
-    #[error("recursion limit of {limit} supersteps reached; last nodes run: {}", last_nodes.join(", "))]
-    RecursionLimit {
-        /// The limit in force.
-        limit: u64,
-        /// The nodes of the last superstep that ran.
-        last_nodes: Vec<String>,
-    },
-    /// A value given on resume did not deserialize into the type the node asked for.
-    #[error("resume value for interrupt {index} of node {node} is not a {expected}")]
-    ResumeValue {
-        /// The node.
-        node: String,
-        /// Which of its interrupts.
-        index: usize,
-        /// The type the node asked for.
-        expected: &'static str,
-        /// The serde error.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// `resume` or `recover` named a thread with no checkpoint.
-    #[error("thread {thread} has no checkpoint to resume from")]
-    UnknownThread {
-        /// The thread.
-        thread: String,
-    },
-    /// `resume` on a thread whose newest run is not suspended on an interrupt.
-    #[error("thread {thread} is not interrupted (its newest run is {status})")]
-    NotInterrupted {
-        /// The thread.
-        thread: String,
-        /// Where its newest run stands.
-        status: &'static str,
-    },
-    /// `resume` named an interrupt that is not pending.
-    #[error("interrupt {id} is not pending on thread {thread}; pending: {}", pending.join(", "))]
-    UnknownInterrupt {
-        /// The thread.
-        thread: String,
-        /// The id given.
-        id: String,
-        /// The ids that are pending.
-        pending: Vec<String>,
-    },
-    /// `resume` named an interrupt that waits for a signal, not for a value.
-    #[error(
-        "interrupt {id} on thread {thread} waits for signal {signal}: send it, then recover the run"
-    )]
-    WaitsForSignal {
-        /// The thread.
-        thread: String,
-        /// The interrupt.
-        id: String,
-        /// The signal it waits for.
-        signal: String,
-    },
-    /// `resume` with one value while several interrupts are pending.
-    #[error("thread {thread} has {} pending interrupts ({}); resume them by id", pending.len(), pending.join(", "))]
-    AmbiguousResume {
-        /// The thread.
-        thread: String,
-        /// The ids that are pending.
-        pending: Vec<String>,
-    },
-    /// A checkpoint names a node the graph does not have (the graph changed since).
-    #[error("checkpoint of thread {thread} names node {node}, which graph {graph} does not have")]
-    CheckpointMismatch {
-        /// The thread.
-        thread: String,
-        /// The graph.
-        graph: String,
-        /// The unknown node.
-        node: String,
-    },
-    /// The task driving the run stopped before it finished (it was aborted or panicked).
-    #[error("run on thread {thread} was cancelled")]
-    Cancelled {
-        /// The thread.
-        thread: String,
-    },
+impl From<NodeError> for Error {
+    fn from(error: NodeError) -> Self {
+        match error {
+            NodeError::Suspended { node } => Self::Suspended { node },
+            NodeError::Failed(error) => Self::from_boxed(error),
+        }
+    }
 }
+
+impl From<String> for Error {
+    fn from(message: String) -> Self {
+        Self::Custom(message.into())
+    }
+}
+
+impl From<&str> for Error {
+    fn from(message: &str) -> Self {
+        Self::Custom(message.into())
+    }
+}
+
+/// A `#[node]` function (or a hand-written [`Node`](crate::Node)) returns `loomflow::Error`;
+/// the engine carries it boxed, and keeps a suspension a suspension.
+impl From<Error> for NodeError {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Suspended { node } => NodeError::Suspended { node },
+            other => NodeError::Failed(Box::new(other)),
+        }
+    }
+}
+
+macro_rules! node_error_via_facade {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for NodeError {
+            fn from(error: $ty) -> Self {
+                Self::from(Error::from(error))
+            }
+        }
+    )*};
+}
+node_error_via_facade!(ModelError, AgentError, ToolError);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn graph_error_lists_every_problem() {
-        let err = GraphError::Invalid {
-            graph: "g".into(),
-            problems: vec![
-                GraphProblem::DuplicateNode { name: "a".into() },
-                GraphProblem::Unreachable { name: "b".into() },
-            ],
-        };
-        let text = err.to_string();
-        assert!(text.contains("node a is declared more than once"), "{text}");
-        assert!(text.contains("node b is unreachable"), "{text}");
+    fn a_boxed_facade_error_comes_back_as_itself() {
+        let original = Error::Tool(ToolError::UnknownTool {
+            name: "x".into(),
+            known: vec![],
+        });
+        let node = NodeError::from(original);
+        assert!(matches!(Error::from(node), Error::Tool(_)));
+    }
+
+    #[test]
+    fn suspension_survives_the_round_trip_through_the_engine() {
+        let node = NodeError::from(Error::Suspended { node: "a".into() });
+        assert!(matches!(node, NodeError::Suspended { .. }));
+        assert!(matches!(Error::from(node), Error::Suspended { .. }));
+    }
+
+    #[test]
+    fn signal_errors_convert_into_the_facade() {
+        let err: Error = SignalError::EmptyName {
+            session: "s".into(),
+        }
+        .into();
+        assert_eq!(err.to_string(), "signal name for session s is empty");
+    }
+
+    #[test]
+    fn run_errors_flatten_into_the_facade() {
+        let error = Error::from(RunError::Suspended { node: "a".into() });
+        assert!(matches!(error, Error::Suspended { .. }));
     }
 }

@@ -69,6 +69,7 @@ pub mod graph;
 pub mod model;
 pub mod runtime;
 pub mod tool;
+mod type_name;
 
 #[doc(inline)]
 pub use context::Context;
@@ -82,7 +83,7 @@ pub use graph::{
     START, State,
 };
 #[doc(inline)]
-pub use runtime::{Durability, Interrupt, Runtime, SignalError};
+pub use runtime::{Durability, Interrupt, Runtime, RuntimeError, SignalError};
 /// schemars, which `#[tool]` uses for argument schemas: derive [`JsonSchema`](schemars::JsonSchema)
 /// on argument types (`use loomflow::prelude::*` brings the derive).
 pub use schemars;
@@ -214,7 +215,7 @@ pub use loomflow_macros::tool;
 pub mod prelude {
     pub use crate::context::Context;
     pub use crate::graph::{
-        BoxFuture, CompiledGraph, END, Graph, Node, Reducer, RunOutcome, START, State,
+        BoxFuture, CompiledGraph, END, Graph, Node, NodeResult, Reducer, RunOutcome, START, State,
     };
     pub use crate::runtime::{Durability, Runtime};
     pub use crate::tool::{Tool, ToolContext, ToolHost};
@@ -228,7 +229,7 @@ pub mod prelude {
 /// Items the macros' generated code refers to. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::graph::{BoxFuture, IntoNodeResult};
+    pub use crate::graph::{BoxFuture, IntoNodeResult, NodeResult};
     pub use crate::tool::macro_support::{
         IntoToolResult, parse_tool_arguments, plain_tool_output, tool_arguments_schema,
         whole_argument_schema,

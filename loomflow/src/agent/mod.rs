@@ -232,7 +232,7 @@ impl Agent {
         name: &str,
         payload: impl serde::Serialize,
     ) -> crate::Result<crate::runtime::Delivery> {
-        self.runtime.signal(session, name, payload).await
+        Ok(self.runtime.signal(session, name, payload).await?)
     }
 
     /// Every checkpoint of a session, oldest first.
@@ -244,7 +244,7 @@ impl Agent {
         &self,
         session: &str,
     ) -> crate::Result<Vec<crate::runtime::Checkpoint>> {
-        self.runtime.list_checkpoints(session).await
+        Ok(self.runtime.list_checkpoints(session).await?)
     }
 
     /// A copy of this agent that can hand the conversation off to `targets` (name,

@@ -15,13 +15,16 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 use super::AgentCore;
 use super::state::AgentState;
 use crate::context::Context;
 use crate::error::GraphError;
 use crate::event::EventKind;
-use crate::graph::{BoxFuture, CompiledGraph, END, Graph, Node, START};
+use crate::graph::{
+    BoxFuture, CompiledGraph, END, Graph, Node, NodeError, NodeResult, RunError, START,
+};
 use crate::model::{Message, ModelRequest, ModelResponse, StreamAccumulator};
 use crate::tool::DispatchContext;
 use crate::{Error, Result};
@@ -67,8 +70,12 @@ impl Node<AgentState> for ModelNode {
         Some(self.0.model.name())
     }
 
-    fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
-        Box::pin(model_turn(&self.0, state, ctx))
+    fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
+        Box::pin(async move {
+            model_turn(&self.0, state, ctx)
+                .await
+                .map_err(NodeError::from)
+        })
     }
 }
 
@@ -120,7 +127,7 @@ async fn call_model(
     request: ModelRequest,
     ctx: &Context,
 ) -> Result<ModelResponse> {
-    if !ctx.run.has_listener() {
+    if !ctx.has_listener() {
         return Ok(core.model.complete(request).await?);
     }
     let mut stream = core.model.stream(request);
@@ -128,8 +135,7 @@ async fn call_model(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;
         if let Ok(data) = serde_json::to_value(&chunk) {
-            ctx.run
-                .emit(ctx.step, Some(&ctx.node), EventKind::Backend { data });
+            ctx.emit_kind(EventKind::Backend { data });
         }
         accumulator.push(chunk);
     }
@@ -148,8 +154,12 @@ impl Node<AgentState> for ToolsNode {
         Some("runs the tool calls of the model's last reply")
     }
 
-    fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
-        Box::pin(tool_turn(&self.0, state, ctx))
+    fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
+        Box::pin(async move {
+            tool_turn(&self.0, state, ctx)
+                .await
+                .map_err(NodeError::from)
+        })
     }
 }
 
@@ -164,17 +174,19 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
         .runtime(ctx.runtime())
         .node(ctx);
     // One journaled step per call: a call that finished before a suspension or a crash is
-    // not made again.
+    // not made again. The permits keep the host's concurrency limit across the steps.
     let names: Vec<String> = calls.iter().map(|c| format!("tool:{}", c.id)).collect();
+    let permits = Semaphore::new(core.tools.concurrency_limit());
+    let permits = &permits;
     let results = join_all(calls.iter().zip(&names).map(|(call, name)| {
         ctx.step(name, move || async move {
-            ctx.run.emit(
-                ctx.step,
-                Some(&ctx.node),
-                EventKind::Backend {
-                    data: json!({ "type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments }),
-                },
-            );
+            let _permit = permits
+                .acquire()
+                .await
+                .map_err(|_| Error::msg("tool permits closed"))?;
+            ctx.emit_kind(EventKind::Backend {
+                data: json!({ "type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments }),
+            });
             let outcome = core
                 .tools
                 .dispatch(std::slice::from_ref(call), dispatch)
@@ -192,25 +204,21 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 if let Some(target) = core.handoff_target(&call.name) {
                     state.handoff = Some(target.to_owned());
                 }
-                ctx.run.emit(
-                    ctx.step,
-                    Some(&ctx.node),
-                    EventKind::Backend {
-                        data: json!({ "type": "tool_result", "id": call.id, "name": call.name, "content": content, "is_error": is_error }),
-                    },
-                );
+                ctx.emit_kind(EventKind::Backend {
+                    data: json!({ "type": "tool_result", "id": call.id, "name": call.name, "content": content, "is_error": is_error }),
+                });
                 state.messages.push(if is_error {
                     Message::tool_error(&call.id, content)
                 } else {
                     Message::tool_result(&call.id, content)
                 });
             }
-            Err(error @ Error::Suspended { .. }) => suspended = Some(error),
-            Err(error) => return Err(error),
+            Err(error @ RunError::Suspended { .. }) => suspended = Some(error),
+            Err(error) => return Err(error.into()),
         }
     }
     match suspended {
-        Some(error) => Err(error),
+        Some(error) => Err(error.into()),
         None => Ok(()),
     }
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::de::DeserializeOwned;
 
 use super::{Agent, AgentError, AgentState};
+use crate::graph::RunError;
 use crate::graph::{RunOutcome, RunStream};
 use crate::model::{Message, Usage};
 use crate::runtime::{Interrupt, RunStatus};
@@ -185,7 +186,7 @@ fn finish(session: String, outcome: RunOutcome<AgentState>) -> Result<RunResult>
         RunOutcome::Interrupted { state, interrupts } => {
             Ok(RunResult::from_state(session, state, interrupts))
         }
-        RunOutcome::Failed { error, .. } => Err(error),
+        RunOutcome::Failed { error, .. } => Err(error.into()),
     }
 }
 
@@ -221,17 +222,17 @@ impl Agent {
 
     async fn with_timeout<F>(&self, session: &str, run: F) -> Result<RunOutcome<AgentState>>
     where
-        F: Future<Output = Result<RunOutcome<AgentState>>>,
+        F: Future<Output = Result<RunOutcome<AgentState>, RunError>>,
     {
         match self.timeout {
-            None => run.await,
-            Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| {
+            None => Ok(run.await?),
+            Some(limit) => Ok(tokio::time::timeout(limit, run).await.map_err(|_| {
                 Error::from(AgentError::Timeout {
                     agent: self.core.name.clone(),
                     session: session.to_owned(),
                     seconds: limit.as_secs_f64(),
                 })
-            })?,
+            })??),
         }
     }
 }

@@ -13,10 +13,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::error::RunError;
 use crate::event::{Event, EventKind};
-use crate::runtime::{Interrupt, JournalKey, Runtime};
-use crate::{Error, Result};
+use crate::graph::{BoxError, RunError};
+use crate::runtime::{Durability, Interrupt, JournalKey, Runtime};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// What every node of one run shares.
 pub(crate) struct RunShared {
@@ -28,6 +29,8 @@ pub(crate) struct RunShared {
     pub(crate) events: Option<UnboundedSender<Event>>,
     /// Empty for the top-level graph; `parent:step/child:step` inside subgraphs.
     pub(crate) namespace: Arc<str>,
+    /// The run's durability mode (the runtime's, or the run's own override).
+    pub(crate) durability: Durability,
     /// Keeps the thread's signal session open while the run lives (top-level runs only).
     pub(crate) _session: Option<crate::runtime::SessionGuard>,
 }
@@ -40,7 +43,13 @@ impl RunShared {
 
     /// Sends an event to the stream, if there is one. The node name is prefixed with the
     /// namespace so that events from inside subgraphs say where they come from.
+    ///
+    /// Run-level events (`step`, `done`, `error`: no node) of a subgraph are not sent: the
+    /// stream is the parent run's, which has its own.
     pub(crate) fn emit(&self, step: u64, node: Option<&str>, kind: EventKind) {
+        if node.is_none() && !self.namespace.is_empty() {
+            return;
+        }
         if let Some(events) = &self.events {
             let node = node.map(|n| {
                 if self.namespace.is_empty() {
@@ -73,12 +82,35 @@ pub(crate) fn display_namespace(namespace: &str) -> String {
 ///
 /// The executor makes one per node per superstep and passes it by reference.
 pub struct Context {
-    pub(crate) run: Arc<RunShared>,
-    pub(crate) node: Arc<str>,
-    pub(crate) step: u64,
+    run: Arc<RunShared>,
+    node: Arc<str>,
+    step: u64,
     /// Values given to this node's interrupts on resume, in call order.
     resume: Vec<Value>,
     control: Mutex<NodeControl>,
+}
+
+/// Emits events as one node of one run; see [`Context::events`].
+#[derive(Clone)]
+pub(crate) struct NodeEvents {
+    run: Arc<RunShared>,
+    node: Arc<str>,
+    step: u64,
+}
+
+impl NodeEvents {
+    pub(crate) fn emit(&self, kind: EventKind) {
+        self.run.emit(self.step, Some(&self.node), kind);
+    }
+}
+
+impl std::fmt::Debug for NodeEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeEvents")
+            .field("node", &self.node)
+            .field("step", &self.step)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a node did that the executor must know about, whatever the node returned.
@@ -86,6 +118,9 @@ pub struct Context {
 struct NodeControl {
     interrupts_called: usize,
     suspension: Option<Interrupt>,
+    /// A resume value that did not deserialize: the resume was a bad request, not a
+    /// failure of the node.
+    bad_resume: Option<RunError>,
     occurrences: HashMap<String, u32>,
 }
 
@@ -117,6 +152,43 @@ impl Context {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether anyone listens to the run's events (a stream): lets callers skip building
+    /// events nobody reads.
+    pub(crate) fn has_listener(&self) -> bool {
+        self.run.has_listener()
+    }
+
+    /// Emits an event as this node.
+    pub(crate) fn emit_kind(&self, kind: EventKind) {
+        self.run.emit(self.step, Some(&self.node), kind);
+    }
+
+    /// A handle that emits events as this node and outlives the borrow of the context (a
+    /// tool's context keeps one).
+    pub(crate) fn events(&self) -> NodeEvents {
+        NodeEvents {
+            run: Arc::clone(&self.run),
+            node: Arc::clone(&self.node),
+            step: self.step,
+        }
+    }
+
+    /// The run's event stream, for a subgraph run started by this node.
+    pub(crate) fn event_sender(&self) -> Option<UnboundedSender<Event>> {
+        self.run.events.clone()
+    }
+
+    /// The run's durability mode, which a subgraph run started by this node keeps.
+    pub(crate) fn durability(&self) -> Durability {
+        self.run.durability
+    }
+
+    /// The resume value this node could not use, if any (taken by the executor after the
+    /// node ran): the caller of `resume` gets it as an error.
+    pub(crate) fn take_bad_resume(&self) -> Option<RunError> {
+        self.control().bad_resume.take()
+    }
+
     /// The interrupt this node asked for, if any (taken by the executor after the node ran).
     pub(crate) fn take_suspension(&self) -> Option<Interrupt> {
         self.control().suspension.take()
@@ -125,7 +197,7 @@ impl Context {
     /// Records that the node suspends until signal `name` arrives.
     /// `details`, when given, are shown in the interrupt (a tool approval puts the pending
     /// call there).
-    pub(crate) fn suspend_for_signal_with(&self, name: &str, details: Option<Value>) -> Error {
+    pub(crate) fn suspend_for_signal_with(&self, name: &str, details: Option<Value>) -> RunError {
         let mut control = self.control();
         if control.suspension.is_none() {
             control.suspension = Some(Interrupt {
@@ -141,7 +213,7 @@ impl Context {
                 signal: Some(name.to_owned()),
             });
         }
-        Error::Suspended {
+        RunError::Suspended {
             node: self.node.to_string(),
         }
     }
@@ -157,7 +229,7 @@ impl Context {
     /// Suspends the run to ask the outside world for a value; on resume, returns it.
     ///
     /// On a first run this records an [`Interrupt`] carrying `payload` and returns
-    /// [`Error::Suspended`]: propagate it with `?`. The executor then writes a checkpoint, stops
+    /// [`RunError::Suspended`]: propagate it with `?`. The executor then writes a checkpoint, stops
     /// the run and reports [`RunOutcome::Interrupted`](crate::RunOutcome::Interrupted); the
     /// process may exit. [`CompiledGraph::resume`](crate::CompiledGraph::resume) runs the node
     /// again from its start, and this time its k-th `interrupt` call returns the k-th resume
@@ -169,7 +241,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Suspended`] on a first run; [`RunError::ResumeValue`] when the value given on
+    /// [`RunError::Suspended`] on a first run; [`RunError::ResumeValue`] when the value given on
     /// resume does not deserialize into `T`.
     ///
     /// # Examples
@@ -201,19 +273,25 @@ impl Context {
         let index = control.interrupts_called;
         control.interrupts_called += 1;
         if let Some(value) = self.resume.get(index) {
+            let bad = |source| RunError::ResumeValue {
+                node: self.node.to_string(),
+                index,
+                expected: crate::type_name::readable::<T>(),
+                source,
+            };
             return serde_json::from_value(value.clone()).map_err(|source| {
-                RunError::ResumeValue {
-                    node: self.node.to_string(),
-                    index,
-                    expected: std::any::type_name::<T>(),
-                    source,
+                if control.bad_resume.is_none()
+                    && let Err(again) = serde_json::from_value::<T>(value.clone())
+                {
+                    control.bad_resume = Some(bad(again));
                 }
-                .into()
+                bad(source)
             });
         }
         if control.suspension.is_none() {
-            let payload = serde_json::to_value(payload)
-                .map_err(|e| Error::json(format!("interrupt payload of node {}", self.node), e))?;
+            let payload = serde_json::to_value(payload).map_err(|e| {
+                RunError::json(format!("interrupt payload of node {}", self.node), e)
+            })?;
             control.suspension = Some(Interrupt {
                 id: format!("{}#{index}", self.qualified_node()),
                 node: self.node.to_string(),
@@ -222,7 +300,7 @@ impl Context {
                 signal: None,
             });
         }
-        Err(Error::Suspended {
+        Err(RunError::Suspended {
             node: self.node.to_string(),
         })
     }
@@ -236,7 +314,8 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// `f`'s error; a store failure; a recorded value that no longer deserializes into `T`.
+    /// [`RunError::StepFailed`] with `f`'s error (any error type, or a `String`); a store
+    /// failure; a recorded value that no longer deserializes into `T`.
     ///
     /// # Examples
     ///
@@ -245,7 +324,7 @@ impl Context {
     ///
     /// #[node]
     /// async fn pay(state: &mut Vec<String>, ctx: &Context) -> loomflow::Result<()> {
-    ///     let id: String = ctx.step("charge", || async { Ok::<_, Error>("ch_42".to_owned()) }).await?;
+    ///     let id: String = ctx.step("charge", || async { Ok::<_, String>("ch_42".to_owned()) }).await?;
     ///     state.push(id);
     ///     Ok(())
     /// }
@@ -254,7 +333,7 @@ impl Context {
     pub async fn step<T, E, F, Fut>(&self, name: &str, f: F) -> Result<T>
     where
         T: Serialize + DeserializeOwned,
-        E: Into<Error>,
+        E: Into<BoxError>,
         F: FnOnce() -> Fut,
         Fut: Future<Output = std::result::Result<T, E>>,
     {
@@ -262,12 +341,29 @@ impl Context {
         let store = self.run.runtime.store();
         if let Some(recorded) = store.get_journal(&key).await? {
             return serde_json::from_value(recorded).map_err(|e| {
-                Error::json(format!("journaled step {name} of node {}", self.node), e)
+                RunError::json(format!("journaled step {name} of node {}", self.node), e)
             });
         }
-        let value = f().await.map_err(Into::into)?;
-        let json = serde_json::to_value(&value)
-            .map_err(|e| Error::json(format!("result of step {name} of node {}", self.node), e))?;
+        let value = match f().await {
+            Ok(value) => value,
+            // The step's work suspended the node (an approval inside a tool call): that is
+            // the node's suspension, not a failed step.
+            Err(_) if self.control().suspension.is_some() => {
+                return Err(RunError::Suspended {
+                    node: self.node.to_string(),
+                });
+            }
+            Err(source) => {
+                return Err(RunError::StepFailed {
+                    node: self.node.to_string(),
+                    name: name.to_owned(),
+                    source: source.into(),
+                });
+            }
+        };
+        let json = serde_json::to_value(&value).map_err(|e| {
+            RunError::json(format!("result of step {name} of node {}", self.node), e)
+        })?;
         store.put_journal(key, json).await?;
         Ok(value)
     }

@@ -8,10 +8,13 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 
 use super::Context;
-use crate::Result;
 use crate::event::EventKind;
+use crate::graph::RunError;
 use crate::runtime::JournalKey;
+use crate::runtime::mailbox::Scope;
 use crate::runtime::signals::{Received, decode};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// A wait for a signal on the run's session; configure it, then `.await` it.
 ///
@@ -21,7 +24,7 @@ pub struct WaitForSignal<'a, T> {
     ctx: &'a Context,
     name: String,
     timeout: Option<Duration>,
-    framework: bool,
+    scope: Scope,
     suspend: bool,
     /// Shown in the interrupt when the wait suspends the run.
     details: Option<serde_json::Value>,
@@ -72,16 +75,16 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 return Ok(decode(session, &name, recorded)?);
             }
             if self.suspend {
-                match runtime.receive_now(session, &name, self.framework).await? {
+                match runtime.receive_now(session, &name, self.scope).await? {
                     Some(received) => {
-                        return accept(ctx, &name, received, key, self.framework).await;
+                        return accept(ctx, &name, received, key, self.scope).await;
                     }
                     None => return Err(ctx.suspend_for_signal_with(&name, self.details)),
                 }
             }
             // Registered first, so that whoever sees the event finds the waiter in line.
             let wait = runtime
-                .start_wait(session, &name, self.timeout, self.framework)
+                .start_wait(session, &name, self.timeout, self.scope)
                 .await?;
             ctx.run.emit(
                 ctx.step,
@@ -94,7 +97,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 },
             );
             let received = runtime.finish_wait(wait).await?;
-            accept(ctx, &name, received, key, self.framework).await
+            accept(ctx, &name, received, key, self.scope).await
         })
     }
 }
@@ -105,14 +108,14 @@ async fn accept<T: DeserializeOwned>(
     name: &str,
     received: Received,
     key: JournalKey,
-    framework: bool,
+    scope: Scope,
 ) -> Result<T> {
     let runtime = ctx.runtime();
     let session = ctx.thread();
     let value = match decode::<T>(session, name, received.payload.clone()) {
         Ok(value) => value,
         Err(error) => {
-            runtime.give_back(session, name, received.raw, framework);
+            runtime.give_back(session, name, received.raw, scope);
             return Err(error.into());
         }
     };
@@ -120,8 +123,8 @@ async fn accept<T: DeserializeOwned>(
         .consume(session, received.seq, key, received.payload.clone())
         .await
     {
-        runtime.give_back(session, name, received.raw, framework);
-        return Err(error);
+        runtime.give_back(session, name, received.raw, scope);
+        return Err(error.into());
     }
     Ok(value)
 }
@@ -183,7 +186,7 @@ impl Context {
             ctx: self,
             name: name.into(),
             timeout: None,
-            framework: false,
+            scope: Scope::User,
             suspend: false,
             details: None,
             _type: PhantomData,
@@ -199,7 +202,7 @@ impl Context {
             ctx: self,
             name: name.into(),
             timeout: None,
-            framework: true,
+            scope: Scope::Framework,
             suspend: false,
             details: None,
             _type: PhantomData,
@@ -219,8 +222,10 @@ impl Context {
         if let Some(recorded) = runtime.store().get_journal(&key).await? {
             return Ok(Some(decode(session, name, recorded)?));
         }
-        match runtime.receive_now(session, name, false).await? {
-            Some(received) => accept(self, name, received, key, false).await.map(Some),
+        match runtime.receive_now(session, name, Scope::User).await? {
+            Some(received) => accept(self, name, received, key, Scope::User)
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }

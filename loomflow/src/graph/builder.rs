@@ -2,14 +2,16 @@
 
 use std::sync::Arc;
 
-use crate::Result;
 use crate::context::Context;
-use crate::error::{GraphError, GraphProblem};
 use crate::graph::compiled::CompiledGraph;
+use crate::graph::error::RunError;
+use crate::graph::error::{GraphError, GraphProblem};
 use crate::graph::merge::Reducer;
-use crate::graph::node::{BoxFuture, FnNode, IntoNodeResult, Node, SyncFnNode};
+use crate::graph::node::{BoxFuture, FnNode, IntoNodeResult, Node, NodeResult, SyncFnNode};
 use crate::graph::subgraph::SubgraphNode;
 use crate::graph::{END, START, State};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// The default number of supersteps a run may take before it is stopped.
 pub const DEFAULT_RECURSION_LIMIT: u64 = 25;
@@ -136,7 +138,7 @@ impl<S: State> Graph<S> {
     /// ```
     pub fn node_fn<F>(mut self, name: impl Into<String>, func: F) -> Self
     where
-        F: for<'a> Fn(&'a mut S, &'a Context) -> BoxFuture<'a, Result<()>> + Send + Sync + 'static,
+        F: for<'a> Fn(&'a mut S, &'a Context) -> BoxFuture<'a, NodeResult> + Send + Sync + 'static,
     {
         self.nodes.push(Arc::new(FnNode {
             name: name.into(),

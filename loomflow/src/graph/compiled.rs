@@ -6,12 +6,15 @@ use std::sync::Arc;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::{Dfs, Reversed};
 
-use crate::error::{GraphError, GraphProblem};
 use crate::graph::builder::{Graph, Router, is_reserved, problem_unknown};
+use crate::graph::error::RunError;
+use crate::graph::error::{GraphError, GraphProblem};
 use crate::graph::merge::Reducer;
 use crate::graph::node::Node;
 use crate::graph::shape::{EdgeKind, EdgeShape, Endpoint, GraphShape, JoinShape, NodeShape};
 use crate::graph::{END, START, State};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Where an edge leads at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,14 +22,16 @@ use tokio::sync::mpsc::UnboundedSender;
 use tracing::Instrument;
 
 use crate::context::{Context, RunShared};
-use crate::error::RunError;
 use crate::event::{Event, EventKind};
 use crate::graph::State;
 use crate::graph::compiled::{CompiledGraph, CompiledInner, Outgoing, Target};
+use crate::graph::error::RunError;
 use crate::graph::merge::{BranchResult, merge_branches};
+use crate::graph::node::NodeError;
 use crate::graph::run::RunOutcome;
 use crate::runtime::{Checkpoint, Durability, Interrupt, PendingWrite, RunStatus, Runtime};
-use crate::{Error, Result};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Where a run begins.
 pub(crate) enum Start<S> {
@@ -114,6 +116,7 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         runtime,
         events,
         namespace,
+        durability,
         _session: session,
     });
     let mut writer = CheckpointWriter::new(&shared.runtime, durability);
@@ -128,8 +131,7 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
                     .iter()
                     .map(|&i| g.nodes[i].name.to_string())
                     .collect(),
-            }
-            .into();
+            };
             writer.finish().await?;
             return fail(g, &shared, durability, step, state, &active, error).await;
         }
@@ -167,6 +169,12 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
                     );
                 }
                 return Ok(RunOutcome::Interrupted { state, interrupts });
+            }
+            // A resume value the node could not use: the resume is refused as a bad request
+            // and the checkpoint it came from stays as it was.
+            Err(error @ RunError::ResumeValue { .. }) => {
+                writer.finish().await?;
+                return Err(error);
             }
             Err(error) => {
                 writer.finish().await?;
@@ -278,8 +286,7 @@ async fn locate<S: State>(
                 return Err(RunError::AmbiguousResume {
                     thread: thread.to_owned(),
                     pending: cp.interrupts.iter().map(|i| i.id.clone()).collect(),
-                }
-                .into());
+                });
             };
             let values = BTreeMap::from([(only.id.clone(), value)]);
             (resume_position(g, thread, cp, values)?, false)
@@ -311,11 +318,8 @@ async fn latest(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Chec
         .store()
         .latest_checkpoint(thread, namespace)
         .await?
-        .ok_or_else(|| {
-            RunError::UnknownThread {
-                thread: thread.to_owned(),
-            }
-            .into()
+        .ok_or_else(|| RunError::UnknownThread {
+            thread: thread.to_owned(),
         })
 }
 
@@ -325,8 +329,7 @@ async fn interrupted(runtime: &Runtime, thread: &str, namespace: &str) -> Result
         return Err(RunError::NotInterrupted {
             thread: thread.to_owned(),
             status: cp.status.as_str(),
-        }
-        .into());
+        });
     }
     Ok(cp)
 }
@@ -345,16 +348,14 @@ fn resume_position<S: State>(
                 thread: thread.to_owned(),
                 id,
                 pending: pending_ids(),
-            }
-            .into());
+            });
         };
         if let Some(signal) = &interrupt.signal {
             return Err(RunError::WaitsForSignal {
                 thread: thread.to_owned(),
                 id,
                 signal: signal.clone(),
-            }
-            .into());
+            });
         }
         additions.push((interrupt.node.clone(), interrupt.index, value));
     }
@@ -372,7 +373,7 @@ fn cp_ids(interrupts: &[Interrupt]) -> Vec<String> {
 
 fn decode_state<S: State>(g: &CompiledInner<S>, thread: &str, state: Value) -> Result<S> {
     serde_json::from_value(state).map_err(|e| {
-        Error::json(
+        RunError::json(
             format!("checkpointed state of thread {thread} (graph {})", g.name),
             e,
         )
@@ -429,7 +430,7 @@ async fn fail<S: State>(
     step: u64,
     state: S,
     active: &[usize],
-    error: Error,
+    error: RunError,
 ) -> Result<RunOutcome<S>> {
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
@@ -474,7 +475,7 @@ fn checkpoint_parts<S: State>(
     next: &[usize],
 ) -> Result<Checkpoint> {
     let value = serde_json::to_value(state)
-        .map_err(|e| Error::json(format!("state of graph {}", g.name), e))?;
+        .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
     Ok(Checkpoint::new(
         thread,
         run,
@@ -517,7 +518,7 @@ impl CheckpointWriter {
 
     async fn write(&mut self, cp: Checkpoint) -> Result<()> {
         match self {
-            Self::Direct(runtime) => runtime.put_checkpoint(cp).await,
+            Self::Direct(runtime) => Ok(runtime.put_checkpoint(cp).await?),
             Self::Background { queue, .. } => {
                 if let Some(queue) = queue {
                     // A send fails only if the writer stopped on an error, which `finish` reports.
@@ -533,9 +534,9 @@ impl CheckpointWriter {
         if let Self::Background { queue, task } = self {
             queue.take();
             if let Some(task) = task.take() {
-                return task
-                    .await
-                    .map_err(|_| Error::msg("background checkpoint writer stopped"))?;
+                return task.await.map_err(|_| RunError::Internal {
+                    problem: "background checkpoint writer stopped",
+                })?;
             }
         }
         Ok(())
@@ -608,7 +609,7 @@ async fn run_step<S: State>(
         let mut pending_writes = pending.to_vec();
         for (i, working) in done {
             let value = serde_json::to_value(&working)
-                .map_err(|e| Error::json(format!("state of graph {}", g.name), e))?;
+                .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
             pending_writes.push(PendingWrite {
                 node: g.nodes[i].name.to_string(),
                 state: value,
@@ -631,7 +632,7 @@ async fn run_step<S: State>(
                 node: write.node.clone(),
             })?;
         let working: S = serde_json::from_value(write.state.clone())
-            .map_err(|e| Error::json(format!("pending write of node {}", write.node), e))?;
+            .map_err(|e| RunError::json(format!("pending write of node {}", write.node), e))?;
         done.push((index, working));
     }
     done.sort_by_key(|(i, _)| *i);
@@ -673,16 +674,27 @@ async fn run_node<S: State>(
         }
         Err(panic) => Err(panic),
     };
+    if let Some(bad_resume) = ctx.take_bad_resume() {
+        return Err(bad_resume);
+    }
     let suspension = ctx.take_suspension();
     match (outcome, suspension) {
         (Ok(result), Some(interrupt)) => {
-            if result.is_ok() {
-                tracing::warn!(
+            match result {
+                Ok(()) => tracing::warn!(
                     node = %node.name,
                     step,
-                    "node {} caught its interrupt and returned Ok; it stays suspended",
+                    "node {} caught its suspension and returned Ok; it stays suspended",
                     node.name
-                );
+                ),
+                Err(NodeError::Failed(error)) => tracing::warn!(
+                    node = %node.name,
+                    step,
+                    error = %ErrorChain(&*error),
+                    "node {} asked to suspend, then failed; it stays suspended and the error is dropped",
+                    node.name
+                ),
+                Err(_) => {}
             }
             Ok(NodeEnd::Suspended(interrupt))
         }
@@ -690,18 +702,20 @@ async fn run_node<S: State>(
             shared.emit(step, Some(&node.name), EventKind::NodeEnd);
             Ok(NodeEnd::Finished)
         }
-        (Ok(Err(source)), None) => Err(RunError::NodeFailed {
+        (Ok(Err(error)), None) => Err(RunError::NodeFailed {
             node: node.name.to_string(),
             step,
-            source: Box::new(source),
-        }
-        .into()),
+            source: match error {
+                NodeError::Failed(source) => source,
+                // A suspension the Context did not record: the node built the error itself.
+                NodeError::Suspended { node } => Box::new(RunError::Suspended { node }),
+            },
+        }),
         (Err(panic), _) => Err(RunError::NodePanicked {
             node: node.name.to_string(),
             step,
             message: panic_message(&*panic),
-        }
-        .into()),
+        }),
     }
 }
 
@@ -751,8 +765,7 @@ fn route<'g, S: 'g>(
                         return Err(RunError::UndeclaredRoute {
                             node: from.to_owned(),
                             target: chosen,
-                        }
-                        .into());
+                        });
                     }
                 }
             }

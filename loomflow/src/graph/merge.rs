@@ -13,8 +13,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::error::RunError;
-use crate::{Error, Result};
+use crate::graph::error::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// The pseudo-field name used when the state is not a JSON object (e.g. a number).
 pub(crate) const WHOLE_STATE: &str = "(state)";
@@ -150,7 +151,9 @@ pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
             .into_iter()
             .nth(sole)
             .map(|b| b.state)
-            .ok_or_else(|| Error::msg("merge lost a branch"));
+            .ok_or_else(|| RunError::Internal {
+                problem: "merge lost a branch",
+            });
     }
 
     let mut merged = base;
@@ -176,8 +179,7 @@ pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
                 first: branches[writers[0].0].node.to_owned(),
                 second: branches[writers[1].0].node.to_owned(),
                 step,
-            }
-            .into());
+            });
         };
         merged.insert(field, value);
     }
@@ -192,7 +194,7 @@ fn to_fields<S: Serialize>(state: &S) -> Result<Map<String, Value>> {
             map.insert(WHOLE_STATE.to_owned(), other);
             Ok(map)
         }
-        Err(e) => Err(Error::json(std::any::type_name::<S>(), e)),
+        Err(e) => Err(RunError::json(std::any::type_name::<S>(), e)),
     }
 }
 
@@ -205,5 +207,5 @@ fn from_fields<S: DeserializeOwned>(mut fields: Map<String, Value>) -> Result<S>
         }
         None => Value::Object(fields),
     };
-    serde_json::from_value(value).map_err(|e| Error::json(std::any::type_name::<S>(), e))
+    serde_json::from_value(value).map_err(|e| RunError::json(std::any::type_name::<S>(), e))
 }

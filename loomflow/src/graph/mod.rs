@@ -2,18 +2,20 @@
 
 mod builder;
 mod compiled;
+mod error;
 mod executor;
 mod merge;
 pub mod mermaid;
-mod node;
+pub(crate) mod node;
 mod run;
 pub mod shape;
 mod subgraph;
 
 pub use builder::{DEFAULT_RECURSION_LIMIT, Graph, Route};
 pub use compiled::CompiledGraph;
+pub use error::{GraphError, GraphProblem, RunError};
 pub use merge::Reducer;
-pub use node::{BoxFuture, IntoNodeResult, Node};
+pub use node::{BoxError, BoxFuture, IntoNodeResult, Node, NodeError, NodeResult};
 pub use run::{RunBuilder, RunHandle, RunOutcome, RunStream};
 
 use serde::Serialize;

@@ -1,15 +1,82 @@
 //! The node abstraction: a named async body over `&mut S` and `&Context`.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::context::Context;
+use crate::graph::error::RunError;
 use crate::graph::shape::GraphShape;
-use crate::{Error, Result};
+use crate::runtime::{RuntimeError, SignalError, StoreError};
 
 /// A boxed, `Send` future borrowing for `'a`: what node bodies return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use futures_util::future::BoxFuture;
+
+/// Any error, boxed: how the engine carries an error whose type belongs to user code or to
+/// a layer above it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What a node's [`run`](Node::run) returns.
+pub type NodeResult = std::result::Result<(), NodeError>;
+
+/// How a node ended without finishing: it asked to suspend, or it failed.
+///
+/// Converts from [`loomflow::Error`](crate::Error) and every subsystem error, and from
+/// `String`/`&str`, so `?` works in a hand-written [`Node::run`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The node asked to suspend the run (its `Context` recorded why).
+    Suspended {
+        /// The node.
+        node: String,
+    },
+    /// The node failed; the error is downcastable to its own type.
+    Failed(BoxError),
+}
+
+impl NodeError {
+    /// Wraps any error as a failure.
+    pub fn failed(error: impl Into<BoxError>) -> Self {
+        Self::Failed(error.into())
+    }
+}
+
+impl From<RunError> for NodeError {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::Suspended { node } => Self::Suspended { node },
+            other => Self::Failed(Box::new(other)),
+        }
+    }
+}
+
+macro_rules! node_error_via_run_error {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for NodeError {
+            fn from(error: $ty) -> Self {
+                Self::from(RunError::from(error))
+            }
+        }
+    )*};
+}
+node_error_via_run_error!(RuntimeError, StoreError, SignalError);
+
+impl From<String> for NodeError {
+    fn from(message: String) -> Self {
+        Self::Failed(message.into())
+    }
+}
+
+impl From<&str> for NodeError {
+    fn from(message: &str) -> Self {
+        Self::Failed(message.into())
+    }
+}
+
+impl From<BoxError> for NodeError {
+    fn from(error: BoxError) -> Self {
+        Self::Failed(error)
+    }
+}
 
 /// A step of a graph over state `S`.
 ///
@@ -21,6 +88,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///
 /// ```
 /// use loomflow::prelude::*;
+/// use loomflow::graph::NodeResult;
 ///
 /// struct AddOne;
 ///
@@ -28,7 +96,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///     fn name(&self) -> &str {
 ///         "add_one"
 ///     }
-///     fn run<'a>(&'a self, state: &'a mut u64, _ctx: &'a Context) -> BoxFuture<'a, loomflow::Result<()>> {
+///     fn run<'a>(&'a self, state: &'a mut u64, _ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
 ///         Box::pin(async move {
 ///             *state += 1;
 ///             Ok(())
@@ -49,7 +117,7 @@ pub trait Node<S>: Send + Sync + 'static {
     }
 
     /// Runs the node: it may change `state` and talk to the world through `ctx`.
-    fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, Result<()>>;
+    fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, NodeResult>;
 
     /// The shape of the graph this node wraps, when it is a subgraph (used by Mermaid).
     fn subgraph_shape(&self) -> Option<Arc<GraphShape>> {
@@ -63,24 +131,25 @@ pub trait Node<S>: Send + Sync + 'static {
 }
 
 /// What a node function may return: `()` or a `Result<(), E>` whose error converts into
-/// [`Error`]. Lets `#[node]` accept a user's own result alias.
+/// [`NodeError`] (`loomflow::Error`, any subsystem error, `String`, `&str`). Lets `#[node]`
+/// accept a user's own result alias.
 #[diagnostic::on_unimplemented(
     message = "a node must return `()` or `Result<(), E>` where `E: Into<loomflow::Error>`, not `{Self}`",
     label = "this node's return type"
 )]
 pub trait IntoNodeResult {
     /// Converts into the executor's result type.
-    fn into_node_result(self) -> Result<()>;
+    fn into_node_result(self) -> NodeResult;
 }
 
 impl IntoNodeResult for () {
-    fn into_node_result(self) -> Result<()> {
+    fn into_node_result(self) -> NodeResult {
         Ok(())
     }
 }
 
-impl<E: Into<Error>> IntoNodeResult for std::result::Result<(), E> {
-    fn into_node_result(self) -> Result<()> {
+impl<E: Into<NodeError>> IntoNodeResult for std::result::Result<(), E> {
+    fn into_node_result(self) -> NodeResult {
         self.map_err(Into::into)
     }
 }
@@ -94,13 +163,13 @@ pub(crate) struct FnNode<F> {
 impl<S, F> Node<S> for FnNode<F>
 where
     S: 'static,
-    F: for<'a> Fn(&'a mut S, &'a Context) -> BoxFuture<'a, Result<()>> + Send + Sync + 'static,
+    F: for<'a> Fn(&'a mut S, &'a Context) -> BoxFuture<'a, NodeResult> + Send + Sync + 'static,
 {
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+    fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
         (self.func)(state, ctx)
     }
 }
@@ -121,7 +190,7 @@ where
         &self.name
     }
 
-    fn run<'a>(&'a self, state: &'a mut S, _ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+    fn run<'a>(&'a self, state: &'a mut S, _ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
         let result = (self.func)(state).into_node_result();
         Box::pin(std::future::ready(result))
     }

@@ -9,13 +9,14 @@ use futures_core::Stream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::error::RunError;
 use crate::event::Event;
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
+use crate::graph::error::RunError;
 use crate::graph::executor::{Execution, Start, execute};
 use crate::runtime::{Durability, Interrupt, Runtime};
-use crate::{Error, Result};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -38,7 +39,7 @@ pub enum RunOutcome<S> {
         /// The last good state.
         state: S,
         /// What went wrong.
-        error: Error,
+        error: RunError,
     },
 }
 
@@ -82,7 +83,7 @@ impl<S> RunOutcome<S> {
     pub fn completed(self) -> Result<S> {
         match self {
             Self::Completed(state) => Ok(state),
-            Self::Interrupted { interrupts, .. } => Err(Error::Suspended {
+            Self::Interrupted { interrupts, .. } => Err(RunError::Suspended {
                 node: interrupts
                     .iter()
                     .map(|i| i.node.as_str())
@@ -231,8 +232,7 @@ impl<S> Future for RunHandle<S> {
                 Ok(result) => result,
                 Err(_) => Err(RunError::Cancelled {
                     thread: self.thread.clone(),
-                }
-                .into()),
+                }),
             })
     }
 }
@@ -255,7 +255,9 @@ impl<S> RunStream<S> {
     pub async fn outcome(mut self) -> Result<RunOutcome<S>> {
         match self.handle.take() {
             Some(handle) => handle.await,
-            None => Err(Error::msg("run outcome was already taken")),
+            None => Err(RunError::Internal {
+                problem: "run outcome was already taken",
+            }),
         }
     }
 }

@@ -6,10 +6,9 @@ use crate::context::Context;
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
 use crate::graph::executor::{Execution, Start, execute};
-use crate::graph::node::{BoxFuture, Node};
+use crate::graph::node::{BoxFuture, Node, NodeError, NodeResult};
 use crate::graph::run::RunOutcome;
 use crate::graph::shape::GraphShape;
-use crate::{Error, Result};
 
 type MapIn<S, T> = Box<dyn Fn(&S) -> T + Send + Sync>;
 type MapOut<S, T> = Box<dyn Fn(&mut S, T) + Send + Sync>;
@@ -46,35 +45,34 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
         Some(self.graph.name())
     }
 
-    fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, Result<()>> {
+    fn run<'a>(&'a self, state: &'a mut S, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
         Box::pin(async move {
-            let parent = &ctx.run;
             // The parent's step makes each invocation's namespace (and so its checkpoints and
             // journal) its own: a subgraph in a loop does not replay its previous invocation.
-            let namespace = if parent.namespace.is_empty() {
+            let namespace = if ctx.namespace().is_empty() {
                 format!("{}:{}", self.name, ctx.superstep())
             } else {
-                format!("{}/{}:{}", parent.namespace, self.name, ctx.superstep())
+                format!("{}/{}:{}", ctx.namespace(), self.name, ctx.superstep())
             };
             let execution = Execution {
                 graph: self.graph.clone(),
-                thread: Arc::clone(&parent.thread),
-                runtime: parent.runtime.clone(),
-                events: parent.events.clone(),
+                thread: Arc::from(ctx.thread()),
+                runtime: ctx.runtime().clone(),
+                events: ctx.event_sender(),
                 namespace: Arc::from(namespace),
                 start: Start::Child {
                     input: (self.into)(state),
-                    run: parent.run,
+                    run: ctx.run_number(),
                 },
                 recursion_limit: self.graph.inner.recursion_limit,
-                durability: parent.runtime.durability(),
+                durability: ctx.durability(),
             };
             match execute(execution).await? {
                 RunOutcome::Completed(child) => {
                     (self.from)(state, child);
                     Ok(())
                 }
-                RunOutcome::Interrupted { interrupts, .. } => Err(Error::msg(format!(
+                RunOutcome::Interrupted { interrupts, .. } => Err(NodeError::failed(format!(
                     "subgraph {} was interrupted ({}); interrupts inside subgraphs are not supported yet",
                     self.name,
                     interrupts
@@ -83,7 +81,7 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ))),
-                RunOutcome::Failed { error, .. } => Err(error),
+                RunOutcome::Failed { error, .. } => Err(error.into()),
             }
         })
     }

@@ -3,12 +3,15 @@
 //! The executor reaches storage only through [`Runtime`]; swapping the store behind it does
 //! not change graph code.
 
-mod approvals;
+mod error;
+mod extensions;
 pub mod mailbox;
 pub(crate) mod signals;
 pub mod store;
 
 use std::sync::Arc;
+
+pub use error::RuntimeError;
 
 use serde::de::DeserializeOwned;
 
@@ -19,7 +22,8 @@ pub use store::{
     SignalPush, SqliteOptions, SqliteStore, Store, StoreError, StoredSignal, Synchronous,
 };
 
-use crate::{Error, Result};
+/// The result of a runtime call.
+type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 /// When a run's checkpoints reach the store, and what a crash can cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,8 +47,8 @@ struct RuntimeInner {
     mailbox: Mailbox,
     /// Set once a durable store's signals are in the mailbox.
     signals_loaded: tokio::sync::OnceCell<()>,
-    /// Tool calls waiting for a person's decision.
-    approvals: approvals::Approvals,
+    /// State that layers above the runtime attach to it.
+    extensions: extensions::Extensions,
 }
 
 /// Builds a [`Runtime`]; see [`Runtime::builder`].
@@ -94,7 +98,7 @@ impl RuntimeBuilder {
                 durability: self.durability.unwrap_or_default(),
                 mailbox: Mailbox::new(self.signals),
                 signals_loaded: tokio::sync::OnceCell::new(),
-                approvals: approvals::Approvals::default(),
+                extensions: extensions::Extensions::default(),
             }),
         }
     }
@@ -169,8 +173,10 @@ impl Runtime {
         &self.inner.mailbox
     }
 
-    pub(crate) fn approvals(&self) -> &approvals::Approvals {
-        &self.inner.approvals
+    /// The runtime's instance of `T`, made on first use: per-runtime state of the layers
+    /// above (the tool layer keeps the approvals waiting in this process here).
+    pub(crate) fn extension<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        self.inner.extensions.get_or_default()
     }
 
     pub(crate) fn signals_loaded(&self) -> &tokio::sync::OnceCell<()> {
@@ -223,13 +229,13 @@ impl Runtime {
             .store
             .latest_checkpoint(thread, "")
             .await
-            .map_err(Error::from)?
+            .map_err(RuntimeError::from)?
         else {
             return Ok(None);
         };
         serde_json::from_value(checkpoint.state)
             .map(Some)
-            .map_err(|e| Error::json(format!("state of thread {thread}"), e))
+            .map_err(|e| RuntimeError::json(format!("state of thread {thread}"), e))
     }
 
     /// Every checkpoint of a thread, oldest first.
@@ -242,7 +248,7 @@ impl Runtime {
             .store
             .list_checkpoints(thread)
             .await
-            .map_err(Error::from)
+            .map_err(RuntimeError::from)
     }
 
     /// Writes a checkpoint now.
@@ -252,7 +258,7 @@ impl Runtime {
             .put_checkpoint(checkpoint)
             .await
             .map(drop)
-            .map_err(Error::from)
+            .map_err(RuntimeError::from)
     }
 
     /// The interrupts a thread's newest run is suspended on (empty when it is not).
@@ -279,20 +285,29 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`RunError::UnknownThread`](crate::RunError::UnknownThread) when `thread` has no such
-    /// checkpoint; a store failure.
+    /// [`RuntimeError::UnknownCheckpoint`] when `thread` has no such checkpoint; a store
+    /// failure.
     pub async fn fork(&self, thread: &str, checkpoint_id: u64, new_thread: &str) -> Result<()> {
         let mut checkpoint = self
             .inner
             .store
             .get_checkpoint(thread, checkpoint_id)
             .await?
-            .ok_or_else(|| crate::error::RunError::UnknownThread {
-                thread: format!("{thread} (checkpoint {checkpoint_id})"),
+            .ok_or_else(|| RuntimeError::UnknownCheckpoint {
+                thread: thread.to_owned(),
+                checkpoint: checkpoint_id,
             })?;
+        // A new run of `new_thread`: its journal keys must not meet those of earlier runs
+        // there, or their recorded results would be replayed.
+        let run = self
+            .inner
+            .store
+            .latest_checkpoint(new_thread, "")
+            .await?
+            .map_or(1, |latest| latest.run + 1);
         checkpoint.id = 0;
         checkpoint.thread = new_thread.to_owned();
-        checkpoint.run = 1;
+        checkpoint.run = run;
         checkpoint.namespace = String::new();
         self.put_checkpoint(checkpoint).await
     }

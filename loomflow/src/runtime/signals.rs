@@ -13,10 +13,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::Runtime;
-use super::mailbox::{Delivery, SessionGuard, SignalError, SignalOptions};
+use super::mailbox::{Delivery, Scope, SessionGuard, SignalError, SignalOptions};
 use super::store::{JournalKey, SignalPush, StoredSignal};
-use crate::{Error, Result};
+use super::{Runtime, RuntimeError};
+type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 /// The key under which a durable payload carries its store sequence number.
 const SEQ_KEY: &str = "__loomflow_signal_seq";
@@ -46,7 +46,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
     serde_json::from_value(payload).map_err(|e| SignalError::Payload {
         session: session.to_owned(),
         name: name.to_owned(),
-        expected: std::any::type_name::<T>(),
+        expected: crate::type_name::readable::<T>(),
         message: e.to_string(),
     })
 }
@@ -106,29 +106,39 @@ impl Runtime {
         options: SignalOptions,
     ) -> Result<Delivery> {
         let payload = serde_json::to_value(payload)
-            .map_err(|e| Error::json(format!("payload of signal {name}"), e))?;
-        self.send(session, name, payload, options, false).await
+            .map_err(|e| RuntimeError::json(format!("payload of signal {name}"), e))?;
+        self.send(session, name, payload, options, Scope::User)
+            .await
     }
 
-    pub(crate) async fn send(
+    /// Sends on one of loomflow's own (`loomflow:…`) names, such as an approval decision.
+    pub(crate) async fn send_framework(
         &self,
         session: &str,
         name: &str,
         payload: Value,
         options: SignalOptions,
-        framework: bool,
+    ) -> Result<Delivery> {
+        self.send(session, name, payload, options, Scope::Framework)
+            .await
+    }
+
+    async fn send(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        options: SignalOptions,
+        scope: Scope,
     ) -> Result<Delivery> {
         let mailbox = self.mailbox();
+        let key = options.idempotency_key.as_deref();
         if !self.store().is_durable() {
             // The mailbox checks the name and the size itself.
-            return Ok(if framework {
-                mailbox.signal_framework(session, name, payload, options)?
-            } else {
-                mailbox.signal_with(session, name, payload, options)?
-            });
+            return Ok(mailbox.send(session, name, payload, key, scope)?);
         }
         // Checked before it is stored: a stored signal must not be refused afterwards.
-        mailbox.check(session, name, Some(&payload), framework)?;
+        mailbox.check(session, name, Some(&payload), scope)?;
         self.load_stored_signals().await?;
         let stored = StoredSignal {
             seq: 0,
@@ -161,9 +171,14 @@ impl Runtime {
         name: &str,
         timeout: Option<Duration>,
     ) -> Result<T> {
-        let received = self.receive(session, name, timeout, false).await?;
-        let value = self.accept(session, name, received, false)?;
-        Ok(value.0)
+        let received = self.receive(session, name, timeout, Scope::User).await?;
+        let (value, seq) = self.accept(session, name, received, Scope::User)?;
+        if let Some(seq) = seq {
+            // Consumed durably before it is handed over: it is not delivered again after a
+            // restart.
+            self.store().take_signal(session, seq, None).await?;
+        }
+        Ok(value)
     }
 
     /// Takes the oldest payload of signal `name` if there is one; never blocks.
@@ -180,18 +195,8 @@ impl Runtime {
             return Ok(None);
         };
         let received = self.unwrap_received(raw);
-        let (value, seq) = self.accept(session, name, received, false)?;
-        if let Some(seq) = seq {
-            let runtime = self.clone();
-            let session = session.to_owned();
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move {
-                    if let Err(error) = runtime.store().take_signal(&session, seq, None).await {
-                        tracing::error!(%error, %session, seq, "could not remove a consumed signal");
-                    }
-                });
-            }
-        }
+        let (value, seq) = self.accept(session, name, received, Scope::User)?;
+        self.forget_consumed_signal(session, seq);
         Ok(Some(value))
     }
 
@@ -209,9 +214,9 @@ impl Runtime {
         session: &str,
         name: &str,
         timeout: Option<Duration>,
-        framework: bool,
+        scope: Scope,
     ) -> Result<Received> {
-        let wait = self.start_wait(session, name, timeout, framework).await?;
+        let wait = self.start_wait(session, name, timeout, scope).await?;
         self.finish_wait(wait).await
     }
 
@@ -221,11 +226,11 @@ impl Runtime {
         session: &str,
         name: &str,
         timeout: Option<Duration>,
-        framework: bool,
+        scope: Scope,
     ) -> Result<super::mailbox::Wait> {
-        self.mailbox().check(session, name, None, framework)?;
+        self.mailbox().check(session, name, None, scope)?;
         self.load_stored_signals().await?;
-        Ok(self.mailbox().wait_framework(session, name, timeout))
+        Ok(self.mailbox().wait_in(session, name, timeout, scope))
     }
 
     /// Waits for a registered wait's payload.
@@ -239,13 +244,13 @@ impl Runtime {
         &self,
         session: &str,
         name: &str,
-        framework: bool,
+        scope: Scope,
     ) -> Result<Option<Received>> {
-        self.mailbox().check(session, name, None, framework)?;
+        self.mailbox().check(session, name, None, scope)?;
         self.load_stored_signals().await?;
         Ok(self
             .mailbox()
-            .poll_framework(session, name)?
+            .poll_in(session, name, scope)?
             .map(|raw| self.unwrap_received(raw)))
     }
 
@@ -275,24 +280,19 @@ impl Runtime {
         session: &str,
         name: &str,
         received: Received,
-        framework: bool,
+        scope: Scope,
     ) -> Result<(T, Option<u64>)> {
         match decode::<T>(session, name, received.payload) {
             Ok(value) => Ok((value, received.seq)),
             Err(error) => {
-                self.give_back(session, name, received.raw, framework);
+                self.give_back(session, name, received.raw, scope);
                 Err(error.into())
             }
         }
     }
 
-    pub(crate) fn give_back(&self, session: &str, name: &str, raw: Value, framework: bool) {
-        let result = if framework {
-            self.mailbox().requeue_front_framework(session, name, raw)
-        } else {
-            self.mailbox().requeue_front(session, name, raw)
-        };
-        if let Err(error) = result {
+    pub(crate) fn give_back(&self, session: &str, name: &str, raw: Value, scope: Scope) {
+        if let Err(error) = self.mailbox().requeue_front_in(session, name, raw, scope) {
             tracing::error!(%error, %session, %name, "could not put a signal back");
         }
     }
@@ -311,12 +311,27 @@ impl Runtime {
                 .store()
                 .take_signal(session, seq, Some((key, payload)))
                 .await
-                .map_err(Error::from),
+                .map_err(RuntimeError::from),
             None => self
                 .store()
                 .put_journal(key, payload)
                 .await
-                .map_err(Error::from),
+                .map_err(RuntimeError::from),
+        }
+    }
+
+    /// Removes a signal consumed outside a node from a durable store, in the background
+    /// (for callers that cannot await).
+    pub(crate) fn forget_consumed_signal(&self, session: &str, seq: Option<u64>) {
+        let Some(seq) = seq else { return };
+        let runtime = self.clone();
+        let session = session.to_owned();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Err(error) = runtime.store().take_signal(&session, seq, None).await {
+                    tracing::error!(%error, %session, seq, "could not remove a consumed signal");
+                }
+            });
         }
     }
 
@@ -339,7 +354,7 @@ impl Runtime {
                 if count > 0 {
                     tracing::info!(count, "loaded stored signals into the mailbox");
                 }
-                Ok::<(), Error>(())
+                Ok::<(), RuntimeError>(())
             })
             .await
             .map(drop)

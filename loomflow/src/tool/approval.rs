@@ -7,9 +7,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::DispatchContext;
+use super::pending::{LiveApproval, interrupt_details, now_ms};
 use crate::Error;
 use crate::graph::BoxFuture;
 use crate::runtime::SignalError;
+use crate::runtime::mailbox::Scope;
 
 /// A call waiting for a decision: exactly what would run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,6 +27,35 @@ pub struct ApprovalRequest {
     pub user: Option<String>,
     /// The session (thread).
     pub session: String,
+    /// When the call was asked for, in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub requested_at_ms: u64,
+}
+
+impl ApprovalRequest {
+    /// A request for `tool` called with `arguments` under `call_id`, asked now.
+    pub fn new(
+        session: impl Into<String>,
+        call_id: impl Into<String>,
+        tool: impl Into<String>,
+        arguments: Value,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            tool: tool.into(),
+            arguments,
+            user: None,
+            session: session.into(),
+            requested_at_ms: now_ms(),
+        }
+    }
+
+    /// The user the run acts for.
+    #[must_use]
+    pub fn user(mut self, user: Option<String>) -> Self {
+        self.user = user;
+        self
+    }
 }
 
 /// A person's (or a program's) answer to an [`ApprovalRequest`].
@@ -129,7 +160,8 @@ where
 
 /// Waits for a person's decision on the framework signal `loomflow:approval:<call id>` of the
 /// run's session; while it waits, [`Runtime::pending_approvals`](crate::Runtime::pending_approvals)
-/// lists the call, and [`Runtime::decide_approval`](crate::Runtime::decide_approval) answers it.
+/// lists the call (from any process once the run has suspended on it), and
+/// [`Runtime::decide_approval`](crate::Runtime::decide_approval) answers it.
 ///
 /// Fails closed: no runtime in the dispatch context, a timeout (default ten minutes) or a
 /// payload that is not a decision all deny.
@@ -174,9 +206,12 @@ impl SignalApprover {
         self
     }
 
+    /// The prefix of the signal names that answer calls.
+    pub(crate) const PREFIX: &'static str = "loomflow:approval:";
+
     /// The signal name that answers a call.
     pub fn signal_name(call_id: &str) -> String {
-        format!("loomflow:approval:{call_id}")
+        format!("{}{call_id}", Self::PREFIX)
     }
 }
 
@@ -196,30 +231,35 @@ impl ApprovalHandler for SignalApprover {
             if self.suspend
                 && let Some(node) = ctx.node
             {
-                // Listed until answered: the registration outlives this wait when it suspends.
-                runtime.register_approval(request.clone()).keep();
-                let details = serde_json::json!({ "approval": request });
+                // Listed from the run's interrupt, which carries the request, until answered.
                 let payload: Value = node
                     .wait_for_framework_signal(name)
-                    .details(details)
+                    .details(interrupt_details(request))
                     .or_suspend()
                     .await?;
-                runtime.forget_approval(&request.session, &request.call_id);
                 return Ok(decision_from(request, &payload));
             }
-            let _pending = runtime.register_approval(request.clone());
+            let _listed = LiveApproval::register(runtime, request);
             match runtime
-                .receive(&request.session, &name, Some(self.timeout), true)
+                .receive(
+                    &request.session,
+                    &name,
+                    Some(self.timeout),
+                    Scope::Framework,
+                )
                 .await
             {
                 Ok(received) => {
                     runtime.forget_consumed_signal(&request.session, received.seq);
                     Ok(decision_from(request, &received.payload))
                 }
-                Err(Error::Signal(SignalError::Timeout { .. })) => Ok(ApprovalDecision::deny(
-                    format!("no approval decision within {:?}", self.timeout),
-                )),
-                Err(error) => Err(error),
+                Err(crate::runtime::RuntimeError::Signal(SignalError::Timeout { .. })) => {
+                    Ok(ApprovalDecision::deny(format!(
+                        "no approval decision within {:?}",
+                        self.timeout
+                    )))
+                }
+                Err(error) => Err(Error::from(error)),
             }
         })
     }

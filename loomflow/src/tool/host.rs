@@ -307,6 +307,11 @@ impl ToolHost {
         self
     }
 
+    /// How many calls run at once (see [`max_concurrency`](Self::max_concurrency)).
+    pub fn concurrency_limit(&self) -> usize {
+        self.max_concurrency
+    }
+
     /// Forgets every remembered approval decision.
     pub fn forget_approvals(&self) {
         self.remembered
@@ -484,13 +489,13 @@ impl ToolHost {
                 "approval required; no approver".to_owned(),
             ));
         };
-        let request = ApprovalRequest {
-            call_id: call.id.clone(),
-            tool: spec.name.clone(),
-            arguments: arguments.clone(),
-            user: ctx.user.map(str::to_owned),
-            session: ctx.session.to_owned(),
-        };
+        let request = ApprovalRequest::new(
+            ctx.session,
+            call.id.clone(),
+            spec.name.clone(),
+            arguments.clone(),
+        )
+        .user(ctx.user.map(str::to_owned));
         let decision = AssertUnwindSafe(handler.decide(&request, ctx)).catch_unwind();
         let decision = match tokio::time::timeout(self.approval_timeout, decision).await {
             Err(_) => {
@@ -661,11 +666,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// inside a node.
 fn emit_backend(ctx: DispatchContext<'_>, data: Value) {
     if let Some(node) = ctx.node {
-        node.run.emit(
-            node.step,
-            Some(&node.node),
-            crate::event::EventKind::Backend { data },
-        );
+        node.emit_kind(crate::event::EventKind::Backend { data });
     }
 }
 

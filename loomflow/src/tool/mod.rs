@@ -16,6 +16,7 @@ mod hook;
 mod host;
 #[doc(hidden)]
 pub mod macro_support;
+mod pending;
 mod permission;
 mod schema;
 
@@ -157,24 +158,7 @@ pub struct ToolContext {
     /// The model's id for this call.
     pub call_id: String,
     /// The calling node's event channel, when the call comes from a graph node.
-    events: Option<ToolEvents>,
-}
-
-/// A handle on the calling node's run, to emit events.
-#[derive(Clone)]
-struct ToolEvents {
-    run: std::sync::Arc<crate::context::RunShared>,
-    node: std::sync::Arc<str>,
-    step: u64,
-}
-
-impl std::fmt::Debug for ToolEvents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToolEvents")
-            .field("node", &self.node)
-            .field("step", &self.step)
-            .finish_non_exhaustive()
-    }
+    events: Option<crate::context::NodeEvents>,
 }
 
 impl ToolContext {
@@ -196,11 +180,7 @@ impl ToolContext {
     /// inside a graph node).
     #[must_use]
     pub fn with_node(mut self, node: &crate::Context) -> Self {
-        self.events = Some(ToolEvents {
-            run: node.run.clone(),
-            node: node.node.clone(),
-            step: node.step,
-        });
+        self.events = Some(node.events());
         self
     }
 
@@ -215,11 +195,7 @@ impl ToolContext {
             Value::Null
         });
         let data = serde_json::json!({ "call_id": self.call_id, "data": data });
-        events.run.emit(
-            events.step,
-            Some(&events.node),
-            crate::event::EventKind::Custom { name, data },
-        );
+        events.emit(crate::event::EventKind::Custom { name, data });
     }
 }
 

@@ -40,14 +40,14 @@ pub enum SignalError {
     },
     /// A payload did not deserialize into the type the receiver asked for. The payload was
     /// put back at the head of its queue.
-    #[error("signal {name} on session {session} is not a {expected}: {message}")]
+    #[error("signal {name} on session {session} is not {expected}: {message}")]
     Payload {
         /// The session.
         session: String,
         /// The signal name.
         name: String,
-        /// The type asked for.
-        expected: &'static str,
+        /// The type asked for, as written in code, with its article (`a String`).
+        expected: String,
         /// What serde said.
         message: String,
     },

@@ -189,8 +189,8 @@ pub enum Delivery {
 }
 
 /// Who may use a name: user code, or loomflow itself (reserved names allowed).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Scope {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
     User,
     Framework,
     /// A signal a durable store already accepted (name and size were checked before it was
@@ -387,7 +387,6 @@ impl Mailbox {
         self.inner.lock().pending_sessions(&self.inner.config)
     }
 
-    /// [`signal_with`](Self::signal_with) for loomflow's own (`loomflow:`) names.
     /// Checks a name (and payload size) as `signal` would, without sending anything: the
     /// durable runtime stores a signal before handing it to the mailbox.
     pub(crate) fn check(
@@ -395,13 +394,8 @@ impl Mailbox {
         session: &str,
         name: &str,
         payload: Option<&Value>,
-        framework: bool,
+        scope: Scope,
     ) -> Result<(), SignalError> {
-        let scope = if framework {
-            Scope::Framework
-        } else {
-            Scope::User
-        };
         check_name(session, name, scope)?;
         if let Some(payload) = payload {
             let limit = self.inner.config.max_payload_bytes;
@@ -417,17 +411,6 @@ impl Mailbox {
         Ok(())
     }
 
-    pub(crate) fn signal_framework(
-        &self,
-        session: &str,
-        name: &str,
-        payload: Value,
-        options: SignalOptions,
-    ) -> Result<Delivery, SignalError> {
-        let key = options.idempotency_key.as_deref();
-        self.send(session, name, payload, key, Scope::Framework)
-    }
-
     /// Delivers a signal that a durable store has already accepted, without checking it
     /// again (it carries the store's sequence number, so it is a little larger than what was
     /// checked).
@@ -437,36 +420,7 @@ impl Mailbox {
             .unwrap_or(Delivery::Queued)
     }
 
-    /// [`wait`](Self::wait) for loomflow's own (`loomflow:`) names.
-    pub(crate) fn wait_framework(
-        &self,
-        session: &str,
-        name: &str,
-        timeout: Option<Duration>,
-    ) -> Wait {
-        self.wait_in(session, name, timeout, Scope::Framework)
-    }
-
-    /// [`poll`](Self::poll) for loomflow's own (`loomflow:`) names.
-    pub(crate) fn poll_framework(
-        &self,
-        session: &str,
-        name: &str,
-    ) -> Result<Option<Value>, SignalError> {
-        self.poll_in(session, name, Scope::Framework)
-    }
-
-    /// [`requeue_front`](Self::requeue_front) for loomflow's own (`loomflow:`) names.
-    pub(crate) fn requeue_front_framework(
-        &self,
-        session: &str,
-        name: &str,
-        payload: Value,
-    ) -> Result<(), SignalError> {
-        self.requeue_front_in(session, name, payload, Scope::Framework)
-    }
-
-    fn send(
+    pub(crate) fn send(
         &self,
         session: &str,
         name: &str,
@@ -496,7 +450,13 @@ impl Mailbox {
         Ok(state.deliver(config, session, name, payload, Place::Back))
     }
 
-    fn wait_in(&self, session: &str, name: &str, timeout: Option<Duration>, scope: Scope) -> Wait {
+    pub(crate) fn wait_in(
+        &self,
+        session: &str,
+        name: &str,
+        timeout: Option<Duration>,
+        scope: Scope,
+    ) -> Wait {
         let inner = Arc::clone(&self.inner);
         if let Err(error) = check_name(session, name, scope) {
             return Wait::failed(inner, error);
@@ -515,7 +475,7 @@ impl Mailbox {
         }
     }
 
-    fn poll_in(
+    pub(crate) fn poll_in(
         &self,
         session: &str,
         name: &str,
@@ -525,7 +485,7 @@ impl Mailbox {
         Ok(self.inner.lock().poll(&self.inner.config, session, name))
     }
 
-    fn requeue_front_in(
+    pub(crate) fn requeue_front_in(
         &self,
         session: &str,
         name: &str,

@@ -484,21 +484,26 @@ fn the_framework_may_use_reserved_names() {
     let mb = mailbox();
     let _open = mb.open_session("s");
     let name = "loomflow:approval:call-1";
-    let wait = mb.wait_framework("s", name, None);
+    let wait = mb.wait_in("s", name, None, Scope::Framework);
     let delivery = mb
-        .signal_framework(
+        .send(
             "s",
             name,
             json!({ "action": "allow" }),
-            SignalOptions::default(),
+            None,
+            Scope::Framework,
         )
         .unwrap();
     assert_eq!(delivery, Delivery::Woke);
     assert_eq!(ready(wait).unwrap(), json!({ "action": "allow" }));
-    mb.requeue_front_framework("s", name, json!(2)).unwrap();
-    assert_eq!(mb.poll_framework("s", name).unwrap(), Some(json!(2)));
+    mb.requeue_front_in("s", name, json!(2), Scope::Framework)
+        .unwrap();
+    assert_eq!(
+        mb.poll_in("s", name, Scope::Framework).unwrap(),
+        Some(json!(2))
+    );
     assert!(matches!(
-        mb.signal_framework("s", "", json!(1), SignalOptions::default()),
+        mb.send("s", "", json!(1), None, Scope::Framework),
         Err(SignalError::EmptyName { .. })
     ));
 }
@@ -560,11 +565,6 @@ fn requeue_front_hands_to_a_parked_waiter() {
 }
 
 #[test]
-fn signal_errors_convert_into_the_crate_error() {
-    let err: crate::Error = SignalError::EmptyName {
-        session: "s".into(),
-    }
-    .into();
-    assert_eq!(err.to_string(), "signal name for session s is empty");
+fn a_mailbox_is_shareable() {
     let _shared: Arc<Mailbox> = Arc::new(mailbox());
 }

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 
 use super::{Checkpoint, JournalKey, SignalPush, Store, StoreError, StoredSignal};
-use crate::graph::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
 /// [`Runtime::in_memory`](crate::Runtime::in_memory).

@@ -36,7 +36,7 @@ use super::{
     Checkpoint, Interrupt, JournalKey, PendingWrite, RunStatus, SignalPush, Store, StoreError,
     StoredSignal,
 };
-use crate::graph::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// How hard SQLite works to get each commit onto the disk (its `synchronous` setting).
 ///

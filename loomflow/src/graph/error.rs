@@ -1,0 +1,334 @@
+//! The engine's errors: [`GraphError`] (a graph did not compile) and [`RunError`] (a run, a
+//! resume or a node's call on its [`Context`](crate::Context) failed).
+
+use crate::graph::node::BoxError;
+use crate::runtime::{RuntimeError, SignalError, StoreError};
+
+/// Why a graph did not compile: every problem found, each naming its node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// The graph has one or more structural problems.
+    #[error("graph {graph} is invalid: {}", join_problems(problems))]
+    Invalid {
+        /// The graph's name.
+        graph: String,
+        /// Every problem found, in a stable order.
+        problems: Vec<GraphProblem>,
+    },
+}
+
+impl GraphError {
+    /// The problems found, whatever the variant.
+    pub fn problems(&self) -> &[GraphProblem] {
+        match self {
+            Self::Invalid { problems, .. } => problems,
+        }
+    }
+}
+
+fn join_problems(problems: &[GraphProblem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One structural problem found by `compile()`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphProblem {
+    /// Two nodes share a name.
+    #[error("node {name} is declared more than once")]
+    DuplicateNode {
+        /// The repeated name.
+        name: String,
+    },
+    /// A node uses a reserved or empty name.
+    #[error("node name {name:?} is reserved or empty")]
+    ReservedName {
+        /// The offending name.
+        name: String,
+    },
+    /// An edge, branch or join names a node that was never added.
+    #[error("{context} names unknown node {name}")]
+    UnknownNode {
+        /// The missing node.
+        name: String,
+        /// Where it was named, e.g. `edge from a`.
+        context: String,
+    },
+    /// A branch lists a target that is not a node of the graph.
+    #[error("branch from {from} has undeclared target {target}")]
+    UnknownBranchTarget {
+        /// The node the branch leaves.
+        from: String,
+        /// The target that is not a node.
+        target: String,
+    },
+    /// A node has two branches; a node routes through at most one.
+    #[error("node {node} has more than one branch")]
+    DuplicateBranch {
+        /// The node.
+        node: String,
+    },
+    /// A branch declares no targets.
+    #[error("branch from {from} declares no targets")]
+    EmptyBranch {
+        /// The node the branch leaves.
+        from: String,
+    },
+    /// An edge leaves `END` or enters `START`.
+    #[error("edge {from} -> {to} uses START or END the wrong way round")]
+    MisdirectedEdge {
+        /// Source of the edge.
+        from: String,
+        /// Target of the edge.
+        to: String,
+    },
+    /// Nothing leaves `START`.
+    #[error("graph has no entry: add an edge or branch from START")]
+    NoEntry,
+    /// A node cannot be reached from `START`.
+    #[error("node {name} is unreachable from START")]
+    Unreachable {
+        /// The node.
+        name: String,
+    },
+    /// No path leads from a node to `END`.
+    #[error("node {name} has no path to END")]
+    NoPathToEnd {
+        /// The node.
+        name: String,
+    },
+}
+
+/// Why a run stopped without completing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A node returned an error.
+    #[error("node {node} failed at step {step}")]
+    NodeFailed {
+        /// The node.
+        node: String,
+        /// The superstep it ran in.
+        step: u64,
+        /// What the node returned; downcast it to the node's own error type (for `#[node]`
+        /// functions usually [`loomflow::Error`](crate::Error)).
+        #[source]
+        source: BoxError,
+    },
+    /// A node panicked; the panic was caught and the process carries on.
+    #[error("node {node} panicked at step {step}: {message}")]
+    NodePanicked {
+        /// The node.
+        node: String,
+        /// The superstep it ran in.
+        step: u64,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+    /// Two nodes of one superstep changed the same field, which has no reducer.
+    #[error(
+        "nodes {first} and {second} both changed field {field} in step {step}, which has no reducer"
+    )]
+    MergeConflict {
+        /// The state field.
+        field: String,
+        /// The first writer, in declaration order.
+        first: String,
+        /// The second writer, in declaration order.
+        second: String,
+        /// The superstep.
+        step: u64,
+    },
+    /// A reducer could not combine the values written to its field.
+    #[error("reducer for field {field} failed in step {step}: {message}")]
+    Reducer {
+        /// The state field.
+        field: String,
+        /// The superstep.
+        step: u64,
+        /// What went wrong.
+        message: String,
+    },
+    /// A branch's router chose a target it did not declare.
+    #[error("branch from {node} chose {target}, which is not one of its declared targets")]
+    UndeclaredRoute {
+        /// The node the branch leaves.
+        node: String,
+        /// The target it chose.
+        target: String,
+    },
+    /// The run took more supersteps than its recursion limit allows.
+    #[error("recursion limit of {limit} supersteps reached; last nodes run: {}", last_nodes.join(", "))]
+    RecursionLimit {
+        /// The limit in force.
+        limit: u64,
+        /// The nodes of the last superstep that ran.
+        last_nodes: Vec<String>,
+    },
+    /// A value given on resume did not deserialize into the type the node asked for.
+    #[error("resume value for interrupt {index} of node {node} is not {expected}")]
+    ResumeValue {
+        /// The node.
+        node: String,
+        /// Which of its interrupts.
+        index: usize,
+        /// The type the node asked for, as it is written in code (`a String`, `a Vec<u32>`).
+        expected: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `resume` or `recover` named a thread with no checkpoint.
+    #[error("thread {thread} has no checkpoint to resume from")]
+    UnknownThread {
+        /// The thread.
+        thread: String,
+    },
+    /// `resume` on a thread whose newest run is not suspended on an interrupt.
+    #[error("thread {thread} is not interrupted (its newest run is {status})")]
+    NotInterrupted {
+        /// The thread.
+        thread: String,
+        /// Where its newest run stands.
+        status: &'static str,
+    },
+    /// `resume` named an interrupt that is not pending.
+    #[error("interrupt {id} is not pending on thread {thread}; pending: {}", pending.join(", "))]
+    UnknownInterrupt {
+        /// The thread.
+        thread: String,
+        /// The id given.
+        id: String,
+        /// The ids that are pending.
+        pending: Vec<String>,
+    },
+    /// `resume` named an interrupt that waits for a signal, not for a value.
+    #[error(
+        "interrupt {id} on thread {thread} waits for signal {signal}: send it, then recover the run"
+    )]
+    WaitsForSignal {
+        /// The thread.
+        thread: String,
+        /// The interrupt.
+        id: String,
+        /// The signal it waits for.
+        signal: String,
+    },
+    /// `resume` with one value while several interrupts are pending.
+    #[error("thread {thread} has {} pending interrupts ({}); resume them by id", pending.len(), pending.join(", "))]
+    AmbiguousResume {
+        /// The thread.
+        thread: String,
+        /// The ids that are pending.
+        pending: Vec<String>,
+    },
+    /// A checkpoint names a node the graph does not have (the graph changed since).
+    #[error("checkpoint of thread {thread} names node {node}, which graph {graph} does not have")]
+    CheckpointMismatch {
+        /// The thread.
+        thread: String,
+        /// The graph.
+        graph: String,
+        /// The unknown node.
+        node: String,
+    },
+    /// The task driving the run stopped before it finished (it was aborted or panicked).
+    #[error("run on thread {thread} was cancelled")]
+    Cancelled {
+        /// The thread.
+        thread: String,
+    },
+    /// A node asked to suspend the run (an interrupt, a durable wait, a timer).
+    ///
+    /// Node bodies propagate this with `?`; the executor treats it as control flow, not as a
+    /// failure. Catching it does not cancel the suspension: the [`Context`](crate::Context)
+    /// remembers that the node asked to suspend.
+    #[error("node {node} suspended the run")]
+    Suspended {
+        /// The node that asked to suspend.
+        node: String,
+    },
+    /// A journaled step's own function failed; nothing was recorded, so a retry calls it again.
+    #[error("step {name} of node {node} failed")]
+    StepFailed {
+        /// The node.
+        node: String,
+        /// The step's name.
+        name: String,
+        /// What the step's function returned.
+        #[source]
+        source: BoxError,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A signal was refused, or a wait for one ended without a payload.
+    #[error(transparent)]
+    Signal(#[from] SignalError),
+    /// A value could not be converted to or from JSON.
+    #[error("json conversion failed for {what}")]
+    Json {
+        /// What was being converted (a state type, a payload, a field).
+        what: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An invariant of the executor broke (a bug in loomflow: please report it).
+    #[error("internal error: {problem}")]
+    Internal {
+        /// What broke.
+        problem: &'static str,
+    },
+}
+
+impl RunError {
+    pub(crate) fn json(what: impl Into<String>, source: serde_json::Error) -> Self {
+        Self::Json {
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// Whether this is the control value of a suspension rather than a failure.
+    pub fn is_suspension(&self) -> bool {
+        matches!(self, Self::Suspended { .. })
+    }
+}
+
+impl From<RuntimeError> for RunError {
+    fn from(error: RuntimeError) -> Self {
+        match error {
+            RuntimeError::Store(e) => Self::Store(e),
+            RuntimeError::Signal(e) => Self::Signal(e),
+            RuntimeError::Json { what, source } => Self::Json { what, source },
+            RuntimeError::UnknownCheckpoint { thread, checkpoint } => Self::UnknownThread {
+                thread: format!("{thread} (checkpoint {checkpoint})"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_error_lists_every_problem() {
+        let err = GraphError::Invalid {
+            graph: "g".into(),
+            problems: vec![
+                GraphProblem::DuplicateNode { name: "a".into() },
+                GraphProblem::Unreachable { name: "b".into() },
+            ],
+        };
+        let text = err.to_string();
+        assert!(text.contains("node a is declared more than once"), "{text}");
+        assert!(text.contains("node b is unreachable"), "{text}");
+    }
+}

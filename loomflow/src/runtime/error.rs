@@ -1,0 +1,42 @@
+//! [`RuntimeError`]: why a call on the [`Runtime`](super::Runtime) failed.
+
+use super::mailbox::SignalError;
+use super::store::StoreError;
+
+/// Why a call on the runtime (a signal, a wait, a state or checkpoint query) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A signal was refused, or a wait for one ended without a payload.
+    #[error(transparent)]
+    Signal(#[from] SignalError),
+    /// A value could not be converted to or from JSON.
+    #[error("json conversion failed for {what}")]
+    Json {
+        /// What was being converted (a state type, a payload).
+        what: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A thread has no checkpoint with that id.
+    #[error("thread {thread} has no checkpoint {checkpoint}")]
+    UnknownCheckpoint {
+        /// The thread.
+        thread: String,
+        /// The checkpoint id asked for.
+        checkpoint: u64,
+    },
+}
+
+impl RuntimeError {
+    pub(crate) fn json(what: impl Into<String>, source: serde_json::Error) -> Self {
+        Self::Json {
+            what: what.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The calls waiting for a person: [`Runtime::pending_approvals`] lists them and
+//! [`Runtime::decide_approval`] answers them, from any process.
+//!
+//! The list is derived, not kept: a call whose run suspended on it is read from the run's
+//! durable interrupt (where [`SignalApprover::or_suspend`](super::SignalApprover::or_suspend)
+//! puts the exact request), so every process on the same store sees it; a call that waits in
+//! this process's memory is added from a small in-process registry for as long as it waits.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use super::approval::{ApprovalDecision, ApprovalRequest, SignalApprover};
+use crate::Result;
+use crate::runtime::{Interrupt, Runtime, SignalOptions};
+
+/// Where an approval's interrupt carries its request: `{"waiting_for_signal": .., "details":
+/// {"approval": request}}`.
+const DETAILS_KEY: &str = "approval";
+
+/// Calls waiting for a decision in this process's memory, by session.
+#[derive(Debug, Default)]
+pub(crate) struct LiveApprovals(Mutex<HashMap<String, Vec<ApprovalRequest>>>);
+
+impl LiveApprovals {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<ApprovalRequest>>> {
+        // The critical sections cannot panic, so a poisoned lock still holds sound data.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn forget(&self, session: &str, call_id: &str) {
+        let mut approvals = self.lock();
+        if let Some(list) = approvals.get_mut(session) {
+            list.retain(|r| r.call_id != call_id);
+            if list.is_empty() {
+                approvals.remove(session);
+            }
+        }
+    }
+}
+
+/// Lists a call while it waits in memory; unlists it when dropped, however the wait ends.
+pub(crate) struct LiveApproval {
+    registry: Arc<LiveApprovals>,
+    session: String,
+    call_id: String,
+}
+
+impl LiveApproval {
+    pub(crate) fn register(runtime: &Runtime, request: &ApprovalRequest) -> Self {
+        let registry = runtime.extension::<LiveApprovals>();
+        let mut approvals = registry.lock();
+        let list = approvals.entry(request.session.clone()).or_default();
+        list.retain(|r| r.call_id != request.call_id);
+        list.push(request.clone());
+        drop(approvals);
+        Self {
+            registry,
+            session: request.session.clone(),
+            call_id: request.call_id.clone(),
+        }
+    }
+}
+
+impl Drop for LiveApproval {
+    fn drop(&mut self) {
+        self.registry.forget(&self.session, &self.call_id);
+    }
+}
+
+/// The interrupt details that carry `request` while a run is suspended on it.
+pub(crate) fn interrupt_details(request: &ApprovalRequest) -> Value {
+    serde_json::json!({ DETAILS_KEY: request })
+}
+
+/// The approval request an interrupt is suspended on, if it is one.
+fn request_of(interrupt: &Interrupt) -> Option<ApprovalRequest> {
+    let signal = interrupt.signal.as_deref()?;
+    let call_id = signal.strip_prefix(SignalApprover::PREFIX)?;
+    let request: ApprovalRequest =
+        serde_json::from_value(interrupt.payload.get("details")?.get(DETAILS_KEY)?.clone()).ok()?;
+    (request.call_id == call_id).then_some(request)
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Runtime {
+    /// The tool calls of `session` waiting for a person's decision, oldest first: the tool,
+    /// the exact arguments, when it was asked, and the call id to answer with
+    /// [`decide_approval`](Self::decide_approval).
+    ///
+    /// Calls whose run suspended on them are read from the store, so any process on the same
+    /// store lists them; calls waiting in memory are listed by the process that waits.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    pub async fn pending_approvals(&self, session: &str) -> Result<Vec<ApprovalRequest>> {
+        self.load_stored_signals().await?;
+        let mailbox = self.mailbox();
+        // A call whose decision is already queued is answered: the run carries on with it.
+        let mut requests: Vec<ApprovalRequest> = self
+            .pending_interrupts(session)
+            .await?
+            .iter()
+            .filter_map(request_of)
+            .filter(|r| mailbox.queued(session, &SignalApprover::signal_name(&r.call_id)) == 0)
+            .collect();
+        let live = self.extension::<LiveApprovals>();
+        for request in live.lock().get(session).into_iter().flatten() {
+            if !requests.iter().any(|r| r.call_id == request.call_id) {
+                requests.push(request.clone());
+            }
+        }
+        requests.sort_by_key(|r| r.requested_at_ms);
+        Ok(requests)
+    }
+
+    /// Answers a call waiting for approval: sends `decision` on the framework signal
+    /// `loomflow:approval:<call_id>` of `session`. A suspended run carries on when it is
+    /// recovered (or by itself, under a worker).
+    ///
+    /// # Errors
+    ///
+    /// As for [`signal`](Self::signal): the mailbox refused it or the store failed.
+    pub async fn decide_approval(
+        &self,
+        session: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+    ) -> Result<()> {
+        let payload = serde_json::to_value(&decision)
+            .map_err(|e| crate::Error::json("approval decision", e))?;
+        self.send_framework(
+            session,
+            &SignalApprover::signal_name(call_id),
+            payload,
+            SignalOptions::default(),
+        )
+        .await?;
+        self.extension::<LiveApprovals>().forget(session, call_id);
+        Ok(())
+    }
+}
