@@ -30,10 +30,28 @@ struct Args {
     system: Option<String>,
     max_tokens: Option<u32>,
     api_key: Option<String>,
+    help: bool,
 }
 
 const USAGE: &str = "usage: chat [--model NAME] [--base-url URL] [--anthropic] [--system TEXT] \
-                     [--max-tokens N] [--api-key KEY] QUESTION...";
+                     [--max-tokens N] [--api-key KEY] QUESTION... (--help for more)";
+
+const HELP: &str = "\
+chat: ask a model a question and stream its answer. Without --model or --base-url, a
+scripted model answers (no network); the token usage goes to stderr.
+
+Usage: cargo run --example chat -- [OPTIONS] QUESTION...
+
+Options:
+  --model NAME      the model: a name for --base-url (default: smollm2), or a model string
+                    such as gpt-4o or claude-... (key from OPENAI_API_KEY / ANTHROPIC_API_KEY)
+  --base-url URL    an OpenAI-compatible server, up to /v1 (with --anthropic: the server root)
+  --anthropic       speak the Anthropic Messages API instead of Chat Completions
+  --system TEXT     a system message
+  --max-tokens N    cap the answer's length
+  --api-key KEY     the key, instead of the provider's environment variable
+  -h, --help        print this help
+";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args::default();
@@ -50,7 +68,10 @@ fn parse_args() -> Result<Args, String> {
                 args.max_tokens = Some(n.parse().map_err(|_| format!("bad --max-tokens {n:?}"))?);
             }
             "--anthropic" => args.anthropic = true,
-            "-h" | "--help" => return Err(USAGE.to_owned()),
+            "-h" | "--help" => {
+                args.help = true;
+                return Ok(args);
+            }
             flag if flag.starts_with("--") => {
                 return Err(format!("unknown option {flag}\n{USAGE}"));
             }
@@ -115,6 +136,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.help {
+        print!("{HELP}");
+        return ExitCode::SUCCESS;
+    }
     let model = match build_model(&args) {
         Ok(model) => model,
         Err(error) => {

@@ -7,6 +7,17 @@
 
 use loomflow::prelude::*;
 
+const HELP: &str = "\
+quickstart: a first graph, a fan-out with a join, a branch and a loop, run on the in-memory
+runtime; prints the article it writes and how many supersteps it took.
+
+Usage: cargo run --example quickstart [-- OPTIONS]
+
+Options:
+  --mermaid   print the graph's Mermaid diagram instead of running it
+  -h, --help  print this help
+";
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Article {
     topic: String,
@@ -82,6 +93,10 @@ fn build() -> loomflow::Result<CompiledGraph<Article>> {
 
 #[tokio::main]
 async fn main() -> loomflow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return Ok(());
+    }
     let graph = build()?;
     if std::env::args().any(|a| a == "--mermaid") {
         print!("{}", graph.to_mermaid());

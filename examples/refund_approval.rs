@@ -14,6 +14,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use loomflow::prelude::*;
 
+const HELP: &str = "\
+refund_approval: a refund that waits for a manager, survives a restart, and pays exactly
+once. The run lives in a SQLite file; each stage opens it afresh, as a new process would.
+Without --stage, runs every stage in turn (starting from a fresh file).
+
+Usage: cargo run --example refund_approval [-- OPTIONS]
+
+Options:
+  --stage ask     1. start the run: ask the manager, suspend
+  --stage decide  2. send the manager's decision as a signal (approve; --reject to refuse)
+  --stage resume  3. carry the run on from the file: pay, complete
+  --reject        the manager refuses the refund
+  --db PATH       the SQLite file (default: refund_approval.db)
+  --mermaid       print the graph's Mermaid diagram instead of running it
+  -h, --help      print this help
+";
+
 const THREAD: &str = "refund-ord_1042";
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -151,6 +168,10 @@ async fn resume(db: &str) -> loomflow::Result<()> {
 
 #[tokio::main]
 async fn main() -> loomflow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return Ok(());
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| {
         args.iter()

@@ -17,6 +17,19 @@ use loomflow::model::{Model, ModelResponse, OpenAiModel, ScriptedModel, ToolCall
 use loomflow::prelude::*;
 use loomflow::tool::{ApprovalDecision, SignalApprover};
 
+const HELP: &str = "\
+research_agent: an agent searches, takes notes and publishes a summary; publishing needs a
+person's approval, which a second task gives after seeing the exact pending call.
+
+Usage: cargo run --example research_agent [-- OPTIONS]
+
+Options:
+  --base-url URL  an OpenAI-compatible server (up to /v1) instead of the scripted model
+  --model NAME    the model to ask on that server (default: smollm2)
+  --mermaid       print the agent's loop as a Mermaid diagram instead of running it
+  -h, --help      print this help
+";
+
 /// Search the web and return the most relevant snippets.
 #[tool(param(query = "What to search for"))]
 async fn search(query: String) -> Vec<String> {
@@ -73,6 +86,10 @@ fn model_from_args(args: &[String]) -> loomflow::Result<Arc<dyn Model>> {
 
 #[tokio::main]
 async fn main() -> loomflow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return Ok(());
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = Runtime::in_memory();
     let tools = ToolHost::new()

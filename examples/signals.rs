@@ -10,6 +10,17 @@ use std::time::Instant;
 use loomflow::EventKind;
 use loomflow::prelude::*;
 
+const HELP: &str = "\
+signals: a run parks on an expense approval; a second task plays the web handler and sends
+the decision as a signal, which wakes the run.
+
+Usage: cargo run --example signals [-- OPTIONS]
+
+Options:
+  --mermaid   print the graph's Mermaid diagram instead of running it
+  -h, --help  print this help
+";
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Expense {
     who: String,
@@ -45,6 +56,10 @@ async fn file(state: &mut Expense, ctx: &Context) -> loomflow::Result<()> {
 
 #[tokio::main]
 async fn main() -> loomflow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return Ok(());
+    }
     let graph = Graph::new("expense")
         .node(await_approval)
         .node(file)

@@ -12,6 +12,17 @@ use loomflow::architecture::{Supervisor, TeamState};
 use loomflow::model::{ModelResponse, ScriptedModel};
 use loomflow::prelude::*;
 
+const HELP: &str = "\
+supervisor: a supervisor agent delegates to a researcher and a writer until the task is
+done (scripted models, no API key needed); prints the team's events and the result.
+
+Usage: cargo run --example supervisor [-- OPTIONS]
+
+Options:
+  --mermaid   print the team's Mermaid diagram instead of running it
+  -h, --help  print this help
+";
+
 fn scripted(name: &str, instructions: &str, replies: &[&str]) -> loomflow::Result<Agent> {
     Agent::builder(instructions)
         .name(name)
@@ -23,6 +34,10 @@ fn scripted(name: &str, instructions: &str, replies: &[&str]) -> loomflow::Resul
 
 #[tokio::main]
 async fn main() -> loomflow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return Ok(());
+    }
     let boss = scripted(
         "supervisor",
         "You run a small newsroom.",

@@ -10,6 +10,16 @@ use loomflow::tool::{
     ToolOutcome,
 };
 
+const HELP: &str = "\
+tools: #[tool] functions and their schemas (plain and OpenAI-strict), a host running a model
+turn's calls, a bad call, a denied call, and a call approved through a signal.
+
+Usage: cargo run --example tools [-- OPTIONS]
+
+Options:
+  -h, --help  print this help
+";
+
 /// Get the weather forecast for a city.
 #[tool(param(city = "The city, e.g. Lyon", days = "Days ahead, 1 to 7"))]
 async fn weather(city: String, days: Option<u8>) -> String {
@@ -61,6 +71,10 @@ fn show(title: &str, outcomes: &[ToolOutcome]) {
 
 #[tokio::main]
 async fn main() -> loomflow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return Ok(());
+    }
     let runtime = Runtime::in_memory();
     let host = ToolHost::new()
         .with(weather)

@@ -1,8 +1,17 @@
 //! Shared helpers for loomflow's integration tests (the tests themselves live beside this
 //! file, one target each).
+//!
+//! The README's code blocks are doctests of this crate, so `cargo test --workspace` compiles
+//! (and runs) every snippet a newcomer would paste.
+
+#![doc(test(attr(deny(warnings))))]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// Writes `text` to `<dir>/<name>.mmd` for `.ci/run` to parse, where `dir` is
 /// `LOOMFLOW_MERMAID_DIR` or a directory under the target dir; and, when the mermaid.js

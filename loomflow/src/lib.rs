@@ -6,6 +6,27 @@
 //! every active node runs concurrently on its own copy of the state, their changes merge
 //! deterministically, and a checkpoint is taken.
 //!
+//! Runs are durable: on [`Runtime::sqlite`] every superstep is checkpointed, side effects
+//! wrapped in [`Context::step`] are journaled and not repeated, and a run that waits for a
+//! person ([`Context::wait_for_signal`], [`Context::interrupt`]) can suspend and be carried on
+//! after a restart, from any process. On top of graphs sit [models](model) (OpenAI,
+//! Anthropic, any compatible server), [tools](mod@tool) (`#[tool]`, permissions, approvals) and
+//! [agents](mod@agent), whose loop is itself a graph.
+//!
+//! # Add it to your project
+//!
+//! ```toml
+//! [dependencies]
+//! loomflow = "0.1"
+//! serde = { version = "1", features = ["derive"] }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! The prelude re-exports `Serialize` and `Deserialize`, but serde's derives write `serde::`
+//! paths into your crate, so serde must be a dependency of yours; tokio's `macros` and
+//! `rt-multi-thread` are for `#[tokio::main]`. Deriving `JsonSchema` for a `#[tool]` argument
+//! struct needs `schemars = "1"` the same way.
+//!
 //! # Examples
 //!
 //! ```
@@ -55,6 +76,34 @@
 //! println!("{}", graph.to_mermaid());
 //! # Ok(()) }
 //! ```
+//!
+//! `cargo run --example NAME` in the repository runs fuller ones: `quickstart`, `signals`,
+//! `refund_approval` (durable, across restarts), `tools`, `research_agent`, `supervisor`,
+//! `chat`.
+//!
+//! # Where things are
+//!
+//! - [`prelude`]: the common path, `use loomflow::prelude::*`.
+//! - [`graph`]: [`Graph`] (nodes, edges, branches, joins, reducers, subgraphs),
+//!   [`CompiledGraph`] (invoke, start, stream, resume, recover, Mermaid), [`RunOutcome`].
+//! - [`context`]: [`Context`], what a node can do: emit events, wait for signals, interrupt,
+//!   journal steps.
+//! - [`runtime`]: [`Runtime`] (in memory or SQLite), checkpoints, the signal mailbox,
+//!   [`Durability`].
+//! - [`event`]: the [`Event`]s a run streams.
+//! - [`model`]: the [`Model`](model::Model) trait and its adapters, scripted models for tests.
+//! - [`tool`](mod@tool): the [`Tool`](tool::Tool) trait, [`ToolHost`](tool::ToolHost), permissions,
+//!   approvals and hooks.
+//! - [`agent`](mod@agent): [`Agent`](agent::Agent), a ReAct loop over a model and tools, with budgets.
+//! - [`architecture`]: multi-agent shapes (router, supervisor, swarm, plan-and-execute).
+//! - [`error`]: [`Error`] and one error enum per subsystem.
+//! - The macros: [`node`], [`tool`](macro@tool), [`agent`](macro@agent).
+//!
+//! # Cargo features
+//!
+//! None: everything above is always built. SQLite is bundled (no system library), and the
+//! model adapters use reqwest with rustls and the platform's certificate verifier (no
+//! OpenSSL).
 
 #![doc(test(attr(deny(warnings))))]
 

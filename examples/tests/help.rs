@@ -1,0 +1,97 @@
+//! Every example answers `--help` and `-h` with what it does and its flags, exits 0, and runs
+//! nothing.
+//!
+//! The examples are run as built by `cargo test` (which builds every example of the package
+//! before running its tests), from the profile directory this test binary lives in.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Each example, and the flags its help must list besides `--help`.
+const EXAMPLES: &[(&str, &[&str])] = &[
+    ("quickstart", &["--mermaid"]),
+    ("signals", &["--mermaid"]),
+    (
+        "refund_approval",
+        &["--stage", "--reject", "--db", "--mermaid"],
+    ),
+    ("tools", &[]),
+    ("research_agent", &["--base-url", "--model", "--mermaid"]),
+    ("supervisor", &["--mermaid"]),
+    (
+        "chat",
+        &[
+            "--model",
+            "--base-url",
+            "--anthropic",
+            "--system",
+            "--max-tokens",
+            "--api-key",
+        ],
+    ),
+];
+
+fn example_binary(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // target/<profile>/deps/<this test> -> target/<profile>/examples/<name>
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .ok_or("no profile directory above the test binary")?;
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is not built: run `cargo test -p loomflow-examples`, which builds the examples",
+            path.display()
+        ))
+    }
+}
+
+#[test]
+fn every_example_answers_help_without_running() -> Result<(), String> {
+    for (name, flags) in EXAMPLES {
+        let binary = example_binary(name)?;
+        let mut answers = Vec::new();
+        for help in ["--help", "-h"] {
+            // A fresh, empty directory: an example that ran would leave files (refund_approval's
+            // database) or print its story.
+            let dir = std::env::temp_dir()
+                .join(format!("loomflow-help-{name}{help}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let output = Command::new(&binary)
+                .arg(help)
+                .current_dir(&dir)
+                .output()
+                .map_err(|e| format!("{name}: {e}"))?;
+            let left_behind = std::fs::read_dir(&dir).map_err(|e| e.to_string())?.count();
+            std::fs::remove_dir_all(&dir).map_err(|e| e.to_string())?;
+
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                output.status.success(),
+                "{name} {help}: {}\n{stderr}",
+                output.status
+            );
+            assert!(stderr.is_empty(), "{name} {help} wrote to stderr: {stderr}");
+            assert_eq!(left_behind, 0, "{name} {help} left files behind: it ran");
+            assert!(
+                stdout.starts_with(&format!("{name}: ")),
+                "{name} {help} says what it is:\n{stdout}"
+            );
+            for flag in flags.iter().chain(&["--help"]) {
+                assert!(
+                    stdout.contains(flag),
+                    "{name} {help} does not list {flag}:\n{stdout}"
+                );
+            }
+            answers.push(stdout);
+        }
+        assert_eq!(answers[0], answers[1], "{name}: -h and --help differ");
+    }
+    Ok(())
+}
