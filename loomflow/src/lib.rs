@@ -229,6 +229,9 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::graph::{BoxFuture, IntoNodeResult};
+    /// What a `#[node]` body's output converts into; generated code names only this alias.
+    #[doc(hidden)]
+    pub type NodeResult = crate::Result<()>;
     pub use crate::tool::macro_support::{
         IntoToolResult, parse_tool_arguments, plain_tool_output, tool_arguments_schema,
         whole_argument_schema,

@@ -67,7 +67,7 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
                     &'a self,
                     state: &'a mut #state_ty,
                     ctx: &'a #krate::Context,
-                ) -> #krate::__private::BoxFuture<'a, #krate::Result<()>> {
+                ) -> #krate::__private::BoxFuture<'a, #krate::__private::NodeResult> {
                     ::std::boxed::Box::pin(async move {
                         let output = #call.await;
                         #convert
