@@ -1,21 +1,17 @@
 //! Code generation for `#[node]`.
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 
-use super::model::NodeModel;
-use crate::common::crate_path;
+use super::model::{Invalid, NodeModel};
+use crate::common::{crate_path, has_receiver, unit_value, with_original};
+
+const CALL_DOC: &str = "The node's body, callable directly.";
 
 pub(crate) fn expand(model: &NodeModel) -> TokenStream {
     let krate = crate_path(model.krate.as_ref());
-    let func = &model.func;
-    let vis = &func.vis;
-    let ident = &func.sig.ident;
-    let (doc_attrs, other_attrs): (Vec<_>, Vec<_>) =
-        func.attrs.iter().partition(|a| a.path().is_ident("doc"));
-    let mut sig = func.sig.clone();
-    sig.ident = syn::Ident::new("call", ident.span());
-    let block = &func.block;
+    let ident = &model.func.sig.ident;
+    let unit = unit_value(&model.func, CALL_DOC);
     let name = &model.name;
     let state_ty = &model.state_ty;
     let markers = &model.markers;
@@ -37,19 +33,9 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
     };
 
     quote! {
-        #(#doc_attrs)*
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, Default)]
-        #vis struct #ident;
+        #unit
 
         const _: () = {
-            impl #ident {
-                /// The node's body, callable directly.
-                #[allow(dead_code)]
-                #(#other_attrs)*
-                #vis #sig #block
-            }
-
             impl #krate::Node<#state_ty> for #ident {
                 fn name(&self) -> &str {
                     #name
@@ -75,5 +61,45 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
                 }
             }
         };
+    }
+}
+
+/// On a validation error: the errors, plus the same unit value and `name::call` a valid
+/// node has, implementing `Node` with a body that never runs (the crate does not compile),
+/// so that `.node(name)` elsewhere adds no follow-on errors.
+pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
+    let func = &invalid.func;
+    if has_receiver(func) {
+        return with_original(func.to_token_stream(), invalid.error.clone());
+    }
+    let krate = crate_path(invalid.krate.as_ref());
+    let ident = &func.sig.ident;
+    let unit = unit_value(func, CALL_DOC);
+    let name = &invalid.name;
+    let (generics, state_ty) = match &invalid.state_ty {
+        Some(ty) => (quote!(), ty.to_token_stream()),
+        None => (quote!(<S>), quote!(S)),
+    };
+    let errors = invalid.error.to_compile_error();
+    quote! {
+        #unit
+
+        const _: () = {
+            impl #generics #krate::Node<#state_ty> for #ident {
+                fn name(&self) -> &str {
+                    #name
+                }
+
+                fn run<'a>(
+                    &'a self,
+                    _: &'a mut #state_ty,
+                    _: &'a #krate::Context,
+                ) -> #krate::__private::BoxFuture<'a, #krate::__private::NodeResult> {
+                    ::core::unreachable!("#[node] reported a compile error")
+                }
+            }
+        };
+
+        #errors
     }
 }
