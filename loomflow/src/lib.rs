@@ -93,7 +93,8 @@ pub use schemars;
 /// `Result<(), E>` with `E: Into<loomflow::Error>`. The macro turns the name into a unit
 /// value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is named after the
 /// function (override with `#[node(name = "...")]`); the doc comment becomes its description.
-/// The original body stays callable as `name::call(state, ctx)`.
+/// The original body stays callable as `name::call(state, ctx)`. A state type that is not a
+/// [`State`] is reported at the `&mut S` parameter.
 ///
 /// # The name
 ///

@@ -2,6 +2,7 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
 
 use super::model::{Invalid, NodeModel};
 use crate::common::{crate_path, has_receiver, unit_value, with_original};
@@ -14,6 +15,7 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
     let unit = unit_value(&model.func, CALL_DOC);
     let name = &model.name;
     let state_ty = &model.state_ty;
+    let state_check = state_check(&krate, state_ty);
     let markers = &model.markers;
     let description = match &model.description {
         Some(text) => quote!(::core::option::Option::Some(#text)),
@@ -36,6 +38,8 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
         #unit
 
         const _: () = {
+            #state_check
+
             impl #krate::Node<#state_ty> for #ident {
                 fn name(&self) -> &str {
                     #name
@@ -76,15 +80,17 @@ pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
     let ident = &func.sig.ident;
     let unit = unit_value(func, CALL_DOC);
     let name = &invalid.name;
-    let (generics, state_ty) = match &invalid.state_ty {
-        Some(ty) => (quote!(), ty.to_token_stream()),
-        None => (quote!(<S>), quote!(S)),
+    let (generics, state_ty, state_check) = match &invalid.state_ty {
+        Some(ty) => (quote!(), ty.to_token_stream(), state_check(&krate, ty)),
+        None => (quote!(<S>), quote!(S), quote!()),
     };
     let errors = invalid.error.to_compile_error();
     quote! {
         #unit
 
         const _: () = {
+            #state_check
+
             impl #generics #krate::Node<#state_ty> for #ident {
                 fn name(&self) -> &str {
                     #name
@@ -102,4 +108,36 @@ pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
 
         #errors
     }
+}
+
+/// Asserts `S: State` with a call spanned at the user's `&mut S`, so a state that is not
+/// Clone + Serialize + DeserializeOwned + Send + Sync is reported on their type (as
+/// axum-macros' `debug_handler` does) rather than inside generated code or at `Graph::new`.
+/// A call, not a `where S: State` clause, so that `State`'s own message is the one shown.
+fn state_check(krate: &TokenStream, state_ty: &syn::Type) -> TokenStream {
+    let span = state_ty.span();
+    let krate = respan(krate, span);
+    let assert = quote_spanned! {span=>
+        __loomflow_assert_state::<#state_ty>()
+    };
+    quote! {
+        #[allow(dead_code)]
+        fn __loomflow_state_check() {
+            fn __loomflow_assert_state<S: #krate::State>() {}
+            #assert;
+        }
+    }
+}
+
+/// The crate path with every token at `span`, so the whole where-clause bound points at
+/// the user's type.
+fn respan(tokens: &TokenStream, span: proc_macro2::Span) -> TokenStream {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|mut tree| {
+            tree.set_span(span);
+            tree
+        })
+        .collect()
 }
