@@ -1,7 +1,8 @@
 //! Pieces shared by the macros: doc comments, error collection, the crate path.
 
 use proc_macro2::TokenStream;
-use quote::{ToTokens, quote};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::ItemFn;
 
 /// Collects errors so that a macro reports every problem at once.
 #[derive(Default)]
@@ -78,4 +79,55 @@ pub(crate) fn crate_path(path: Option<&syn::Path>) -> TokenStream {
 pub(crate) fn with_original(item: TokenStream, error: syn::Error) -> TokenStream {
     let errors = error.to_compile_error();
     quote! { #item #errors }
+}
+
+/// What `#[node]` and `#[tool]` turn a fn's name into, whether or not the rest of the
+/// expansion succeeds: a braced unit struct (type namespace only, so `name::call(..)` works
+/// and the name never acts as a pattern), a static of it (the value passed as
+/// `.node(name)` / `.with(name)`), and the original body as `name::call`.
+///
+/// A static rather than a unit struct because a unit struct is also a pattern: there,
+/// `let name = 5;` or `Struct { name, .. }` in the same module type-checks the binding
+/// against the struct and fails with a baffling type error. Against a static, rustc says
+/// plainly "let bindings cannot shadow statics" (E0530) and points at the fn.
+pub(crate) fn unit_value(func: &ItemFn, call_doc: &str) -> TokenStream {
+    let vis = &func.vis;
+    let ident = &func.sig.ident;
+    let (doc_attrs, other_attrs): (Vec<_>, Vec<_>) =
+        func.attrs.iter().partition(|a| a.path().is_ident("doc"));
+    let mut sig = func.sig.clone();
+    sig.ident = syn::Ident::new("call", ident.span());
+    let block = &func.block;
+    // At the fn's name, so that rustc's "the static is defined here" points there.
+    let static_item = quote_spanned! {ident.span()=>
+        #(#doc_attrs)*
+        #[allow(non_upper_case_globals)]
+        #vis static #ident: #ident = #ident {};
+    };
+    quote! {
+        #(#doc_attrs)*
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, Default)]
+        #vis struct #ident {}
+
+        #static_item
+
+        const _: () = {
+            impl #ident {
+                #[doc = #call_doc]
+                #[allow(dead_code)]
+                #(#other_attrs)*
+                #vis #sig #block
+            }
+        };
+    }
+}
+
+/// Whether the fn is a method (`self`): then it sits in an `impl` or a trait, where no
+/// struct can be declared, and only the original item makes sense on error.
+pub(crate) fn has_receiver(func: &ItemFn) -> bool {
+    func.sig
+        .inputs
+        .iter()
+        .any(|input| matches!(input, syn::FnArg::Receiver(_)))
 }

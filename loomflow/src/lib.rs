@@ -143,7 +143,19 @@ pub use schemars;
 /// `Result<(), E>` with `E: Into<loomflow::Error>`. The macro turns the name into a unit
 /// value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is named after the
 /// function (override with `#[node(name = "...")]`); the doc comment becomes its description.
-/// The original body stays callable as `name::call(state, ctx)`.
+/// The original body stays callable as `name::call(state, ctx)`. A state type that is not a
+/// [`State`] is reported at the `&mut S` parameter.
+///
+/// # The name
+///
+/// The function's name becomes a braced empty struct (a type: `name::call`) and a `static` of it
+/// (the value: `.node(name)`, `Node::<S>::name(&name)`). Where the node is in scope, a local
+/// binding of the same name (`let name = ..`, a parameter, or a pattern such as
+/// `Pair { name, .. }`) is refused with rustc's "let bindings cannot shadow statics"
+/// (E0530), pointing at the node. Rename the binding (`Pair { name: n, .. }`), or keep the
+/// nodes in their own module and refer to them by path (`.node(nodes::name)`). A binding
+/// cannot simply shadow the node: only a fn may be shadowed that way, and a fn cannot be
+/// a value implementing `Node`.
 ///
 /// # Examples
 ///
@@ -194,7 +206,9 @@ pub use loomflow_macros::agent;
 /// The macro turns the name into a unit value implementing `Tool`: pass it to
 /// [`ToolHost::with`](tool::ToolHost::with). The tool is named after the function; the doc
 /// comment's first paragraph is its description. The original body stays callable as
-/// `name::call(...)`.
+/// `name::call(...)`. As with [`node`], the value is a `static` named after the function:
+/// where it is in scope, a local binding of the same name is refused with "let bindings
+/// cannot shadow statics" (E0530); rename the binding or refer to the tool by path.
 ///
 /// - **Parameters** become the properties of a JSON Schema (2020-12) made by schemars; each
 ///   type must implement `Deserialize` and `JsonSchema`. Describe them with

@@ -30,6 +30,8 @@ pub(crate) struct AgentArgs {
     pub(crate) max_tokens: Option<LitInt>,
     pub(crate) instructions: Option<LitStr>,
     pub(crate) krate: Option<Path>,
+    /// Problems found while parsing; reported with the struct's.
+    pub(crate) errors: Errors,
 }
 
 enum Arg {
@@ -92,9 +94,15 @@ impl Parse for Arg {
 }
 
 impl AgentArgs {
-    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
-        let parsed = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
+    pub(crate) fn parse(tokens: TokenStream) -> Self {
         let mut args = Self::default();
+        let parsed = match Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                args.errors.push(error);
+                return args;
+            }
+        };
         let mut errors = Errors::default();
         let mut tools_seen = false;
         for arg in parsed {
@@ -125,6 +133,7 @@ impl AgentArgs {
         {
             errors.push_spanned(turns, "max_turns must be a whole number from 1");
         }
-        errors.finish().map(|()| args)
+        args.errors = errors;
+        args
     }
 }

@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::model::AgentModel;
+use super::model::{AgentModel, Invalid};
 use crate::common::crate_path;
 
 pub(crate) fn expand(model: &AgentModel) -> TokenStream {
@@ -56,5 +56,34 @@ pub(crate) fn expand(model: &AgentModel) -> TokenStream {
                 }
             }
         };
+    }
+}
+
+/// On a validation error: the errors, plus the item and constructors whose bodies never run
+/// (the crate does not compile), so that `Name::agent()` elsewhere adds no follow-on errors.
+pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
+    let krate = crate_path(invalid.krate.as_ref());
+    let input = &invalid.input;
+    let ident = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let errors = invalid.error.to_compile_error();
+    quote! {
+        #input
+
+        const _: () = {
+            impl #impl_generics #ident #ty_generics #where_clause {
+                #[allow(dead_code)]
+                pub fn builder() -> #krate::agent::AgentBuilder {
+                    ::core::unreachable!("#[agent] reported a compile error")
+                }
+
+                #[allow(dead_code)]
+                pub fn agent() -> #krate::Result<#krate::agent::Agent> {
+                    ::core::unreachable!("#[agent] reported a compile error")
+                }
+            }
+        };
+
+        #errors
     }
 }

@@ -9,13 +9,14 @@ use proc_macro2::TokenStream;
 use crate::common::with_original;
 
 pub(crate) fn expand_attribute(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let result = syn::parse2::<syn::DeriveInput>(item.clone()).and_then(|input| {
-        let args = attr::AgentArgs::parse(attr)?;
-        let model = model::AgentModel::new(args, input)?;
-        Ok(expand::expand(&model))
-    });
-    match result {
-        Ok(tokens) => tokens,
-        Err(error) => with_original(item, error),
+    let input = match syn::parse2::<syn::DeriveInput>(item.clone()) {
+        Ok(input) => input,
+        Err(error) => return with_original(item, error),
+    };
+    // Attribute and item errors are reported together.
+    let args = attr::AgentArgs::parse(attr);
+    match model::AgentModel::new(args, input) {
+        Ok(model) => expand::expand(&model),
+        Err(invalid) => expand::fallback(&invalid),
     }
 }

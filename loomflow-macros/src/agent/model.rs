@@ -12,28 +12,48 @@ pub(crate) struct AgentModel {
     pub(crate) name: String,
 }
 
+/// An `#[agent]` item that failed validation: what the fallback expansion still needs.
+pub(crate) struct Invalid {
+    pub(crate) error: syn::Error,
+    pub(crate) input: DeriveInput,
+    pub(crate) krate: Option<syn::Path>,
+}
+
 impl AgentModel {
-    pub(crate) fn new(args: AgentArgs, input: DeriveInput) -> syn::Result<Self> {
+    /// Validates the attribute and the item together, so that every problem is reported.
+    pub(crate) fn new(mut args: AgentArgs, input: DeriveInput) -> Result<Self, Box<Invalid>> {
+        let mut errors = std::mem::take(&mut args.errors);
         if !matches!(input.data, Data::Struct(_)) {
-            return Err(syn::Error::new_spanned(
+            errors.push_spanned(
                 &input.ident,
                 "#[agent] goes on a struct; its doc comment is the agent's instructions",
-            ));
+            );
         }
         if !input.generics.params.is_empty() {
-            return Err(syn::Error::new_spanned(
-                &input.generics,
-                "#[agent] structs cannot be generic",
-            ));
+            errors.push_spanned(&input.generics, "#[agent] structs cannot be generic");
         }
         let instructions = match (&args.instructions, doc_text(&input.attrs)) {
-            (Some(lit), _) => lit.value(),
-            (None, Some(doc)) => doc,
+            (Some(lit), _) => Some(lit.value()),
+            (None, Some(doc)) => Some(doc),
             (None, None) => {
-                return Err(syn::Error::new_spanned(
+                errors.push_spanned(
                     &input.ident,
                     "#[agent] needs instructions: write a doc comment on the struct, or `instructions = \"...\"`",
-                ));
+                );
+                None
+            }
+        };
+        let instructions = match (errors.finish(), instructions) {
+            (Ok(()), Some(instructions)) => instructions,
+            (result, _) => {
+                let error = result.err().unwrap_or_else(|| {
+                    syn::Error::new_spanned(&input.ident, "#[agent] needs instructions")
+                });
+                return Err(Box::new(Invalid {
+                    error,
+                    krate: args.krate,
+                    input,
+                }));
             }
         };
         let name = args

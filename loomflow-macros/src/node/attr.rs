@@ -16,6 +16,8 @@ mod kw {
 pub(crate) struct NodeArgs {
     pub(crate) name: Option<LitStr>,
     pub(crate) krate: Option<Path>,
+    /// Problems found while parsing; reported with the signature's.
+    pub(crate) errors: Errors,
 }
 
 enum Arg {
@@ -41,9 +43,15 @@ impl Parse for Arg {
 }
 
 impl NodeArgs {
-    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
-        let parsed = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
+    pub(crate) fn parse(tokens: TokenStream) -> Self {
         let mut args = Self::default();
+        let parsed = match Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                args.errors.push(error);
+                return args;
+            }
+        };
         let mut errors = Errors::default();
         for arg in parsed {
             match arg {
@@ -59,6 +67,7 @@ impl NodeArgs {
                 Arg::Crate(key, path) => errors.set_once(&mut args.krate, path, key.span, "crate"),
             }
         }
-        errors.finish().map(|()| args)
+        args.errors = errors;
+        args
     }
 }

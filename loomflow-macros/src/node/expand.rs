@@ -1,23 +1,21 @@
 //! Code generation for `#[node]`.
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
 
-use super::model::NodeModel;
-use crate::common::crate_path;
+use super::model::{Invalid, NodeModel};
+use crate::common::{crate_path, has_receiver, unit_value, with_original};
+
+const CALL_DOC: &str = "The node's body, callable directly.";
 
 pub(crate) fn expand(model: &NodeModel) -> TokenStream {
     let krate = crate_path(model.krate.as_ref());
-    let func = &model.func;
-    let vis = &func.vis;
-    let ident = &func.sig.ident;
-    let (doc_attrs, other_attrs): (Vec<_>, Vec<_>) =
-        func.attrs.iter().partition(|a| a.path().is_ident("doc"));
-    let mut sig = func.sig.clone();
-    sig.ident = syn::Ident::new("call", ident.span());
-    let block = &func.block;
+    let ident = &model.func.sig.ident;
+    let unit = unit_value(&model.func, CALL_DOC);
     let name = &model.name;
     let state_ty = &model.state_ty;
+    let state_check = state_check(&krate, state_ty);
     let markers = &model.markers;
     let description = match &model.description {
         Some(text) => quote!(::core::option::Option::Some(#text)),
@@ -37,18 +35,10 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
     };
 
     quote! {
-        #(#doc_attrs)*
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, Default)]
-        #vis struct #ident;
+        #unit
 
         const _: () = {
-            impl #ident {
-                /// The node's body, callable directly.
-                #[allow(dead_code)]
-                #(#other_attrs)*
-                #vis #sig #block
-            }
+            #state_check
 
             impl #krate::Node<#state_ty> for #ident {
                 fn name(&self) -> &str {
@@ -76,4 +66,78 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
             }
         };
     }
+}
+
+/// On a validation error: the errors, plus the same unit value and `name::call` a valid
+/// node has, implementing `Node` with a body that never runs (the crate does not compile),
+/// so that `.node(name)` elsewhere adds no follow-on errors.
+pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
+    let func = &invalid.func;
+    if has_receiver(func) {
+        return with_original(func.to_token_stream(), invalid.error.clone());
+    }
+    let krate = crate_path(invalid.krate.as_ref());
+    let ident = &func.sig.ident;
+    let unit = unit_value(func, CALL_DOC);
+    let name = &invalid.name;
+    let (generics, state_ty, state_check) = match &invalid.state_ty {
+        Some(ty) => (quote!(), ty.to_token_stream(), state_check(&krate, ty)),
+        None => (quote!(<S>), quote!(S), quote!()),
+    };
+    let errors = invalid.error.to_compile_error();
+    quote! {
+        #unit
+
+        const _: () = {
+            #state_check
+
+            impl #generics #krate::Node<#state_ty> for #ident {
+                fn name(&self) -> &str {
+                    #name
+                }
+
+                fn run<'a>(
+                    &'a self,
+                    _: &'a mut #state_ty,
+                    _: &'a #krate::Context,
+                ) -> #krate::__private::BoxFuture<'a, #krate::__private::NodeResult> {
+                    ::core::unreachable!("#[node] reported a compile error")
+                }
+            }
+        };
+
+        #errors
+    }
+}
+
+/// Asserts `S: State` with a call spanned at the user's `&mut S`, so a state that is not
+/// Clone + Serialize + DeserializeOwned + Send + Sync is reported on their type (as
+/// axum-macros' `debug_handler` does) rather than inside generated code or at `Graph::new`.
+/// A call, not a `where S: State` clause, so that `State`'s own message is the one shown.
+fn state_check(krate: &TokenStream, state_ty: &syn::Type) -> TokenStream {
+    let span = state_ty.span();
+    let krate = respan(krate, span);
+    let assert = quote_spanned! {span=>
+        __loomflow_assert_state::<#state_ty>()
+    };
+    quote! {
+        #[allow(dead_code)]
+        fn __loomflow_state_check() {
+            fn __loomflow_assert_state<S: #krate::State>() {}
+            #assert;
+        }
+    }
+}
+
+/// The crate path with every token at `span`, so the whole where-clause bound points at
+/// the user's type.
+fn respan(tokens: &TokenStream, span: proc_macro2::Span) -> TokenStream {
+    tokens
+        .clone()
+        .into_iter()
+        .map(|mut tree| {
+            tree.set_span(span);
+            tree
+        })
+        .collect()
 }

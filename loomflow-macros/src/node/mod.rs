@@ -1,4 +1,4 @@
-//! `#[node]`: parse attributes → validate the fn → expand to a unit struct implementing `Node`.
+//! `#[node]`: parse attributes → validate the fn → expand to a unit value implementing `Node`.
 
 mod attr;
 mod expand;
@@ -9,13 +9,14 @@ use proc_macro2::TokenStream;
 use crate::common::with_original;
 
 pub(crate) fn expand_attribute(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let result = syn::parse2::<syn::ItemFn>(item.clone()).and_then(|func| {
-        let args = attr::NodeArgs::parse(attr)?;
-        let model = model::NodeModel::new(args, func)?;
-        Ok(expand::expand(&model))
-    });
-    match result {
-        Ok(tokens) => tokens,
-        Err(error) => with_original(item, error),
+    let func = match syn::parse2::<syn::ItemFn>(item.clone()) {
+        Ok(func) => func,
+        Err(error) => return with_original(item, error),
+    };
+    // Attribute and signature errors are reported together.
+    let args = attr::NodeArgs::parse(attr);
+    match model::NodeModel::new(args, func) {
+        Ok(model) => expand::expand(&model),
+        Err(invalid) => expand::fallback(&invalid),
     }
 }

@@ -4,7 +4,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn, Type};
 
 use super::attr::NodeArgs;
-use crate::common::{Errors, doc_text};
+use crate::common::doc_text;
 
 pub(crate) struct NodeModel {
     pub(crate) func: ItemFn,
@@ -19,9 +19,20 @@ pub(crate) struct NodeModel {
     pub(crate) krate: Option<syn::Path>,
 }
 
+/// A `#[node]` fn that failed validation: what the fallback expansion still needs.
+pub(crate) struct Invalid {
+    pub(crate) error: syn::Error,
+    pub(crate) func: ItemFn,
+    pub(crate) name: String,
+    /// The state type, when the signature names a concrete one.
+    pub(crate) state_ty: Option<Type>,
+    pub(crate) krate: Option<syn::Path>,
+}
+
 impl NodeModel {
-    pub(crate) fn new(args: NodeArgs, func: ItemFn) -> syn::Result<Self> {
-        let mut errors = Errors::default();
+    /// Validates the attribute and the signature together, so that every problem is reported.
+    pub(crate) fn new(mut args: NodeArgs, func: ItemFn) -> Result<Self, Box<Invalid>> {
+        let mut errors = std::mem::take(&mut args.errors);
         let sig = &func.sig;
         if sig.asyncness.is_none() {
             errors.push_spanned(sig.fn_token, "#[node] functions must be `async fn`");
@@ -71,14 +82,29 @@ impl NodeModel {
                 "#[node] functions take the state as their first parameter, as `&mut S`",
             ));
         }
-        errors.finish()?;
-        let state_ty =
-            state_ty.ok_or_else(|| syn::Error::new(sig.span(), "missing state parameter"))?;
+        let name = args
+            .name
+            .map_or_else(|| sig.ident.to_string(), |n| n.value());
+        let state_ty = match (errors.finish(), state_ty) {
+            (Ok(()), Some(state_ty)) => state_ty,
+            (result, state_ty) => {
+                let error = result.err().unwrap_or_else(|| {
+                    syn::Error::new(sig.paren_token.span.join(), "missing state parameter")
+                });
+                // A generic fn's state names a parameter the fallback cannot declare.
+                let concrete = sig.generics.params.is_empty();
+                return Err(Box::new(Invalid {
+                    error,
+                    name,
+                    state_ty: state_ty.filter(|_| concrete),
+                    krate: args.krate,
+                    func,
+                }));
+            }
+        };
 
         Ok(Self {
-            name: args
-                .name
-                .map_or_else(|| sig.ident.to_string(), |n| n.value()),
+            name,
             description: doc_text(&func.attrs),
             markers: markers(&func.block),
             state_ty,

@@ -1,22 +1,19 @@
 //! Code generation for `#[tool]`.
 
 use proc_macro2::TokenStream;
-use quote::{format_ident, quote, quote_spanned};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 
-use super::model::{Output, Param, ToolModel};
-use crate::common::crate_path;
+use super::model::{Invalid, Output, Param, ToolModel};
+use crate::common::{crate_path, has_receiver, unit_value, with_original};
+
+const CALL_DOC: &str = "The tool's body, callable directly.";
 
 pub(crate) fn expand(model: &ToolModel) -> TokenStream {
     let krate = crate_path(model.krate.as_ref());
     let private = quote!(#krate::__private);
     let func = &model.func;
-    let vis = &func.vis;
     let ident = &func.sig.ident;
-    let (doc_attrs, other_attrs): (Vec<_>, Vec<_>) =
-        func.attrs.iter().partition(|a| a.path().is_ident("doc"));
-    let mut sig = func.sig.clone();
-    sig.ident = syn::Ident::new("call", ident.span());
-    let block = &func.block;
+    let unit = unit_value(func, CALL_DOC);
     let name = &model.name;
     let description = &model.description;
     let approval = model.approval;
@@ -83,19 +80,9 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
     };
 
     quote! {
-        #(#doc_attrs)*
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy, Debug, Default)]
-        #vis struct #ident;
+        #unit
 
         const _: () = {
-            impl #ident {
-                /// The tool's body, callable directly.
-                #[allow(dead_code)]
-                #(#other_attrs)*
-                #vis #sig #block
-            }
-
             #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
             #[serde(crate = #serde_path)]
             #[schemars(crate = #schemars_path)]
@@ -152,5 +139,44 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
                 }
             }
         };
+    }
+}
+
+/// On a validation error: the errors, plus the same unit value and `name::call` a valid
+/// tool has, implementing `Tool` with bodies that never run (the crate does not compile),
+/// so that `.with(name)` elsewhere adds no follow-on errors.
+pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
+    let func = &invalid.func;
+    if has_receiver(func) {
+        return with_original(func.to_token_stream(), invalid.error.clone());
+    }
+    let krate = crate_path(invalid.krate.as_ref());
+    let private = quote!(#krate::__private);
+    let ident = &func.sig.ident;
+    let unit = unit_value(func, CALL_DOC);
+    let errors = invalid.error.to_compile_error();
+    quote! {
+        #unit
+
+        const _: () = {
+            impl #krate::tool::Tool for #ident {
+                fn spec(&self) -> &#krate::tool::ToolSpec {
+                    ::core::unreachable!("#[tool] reported a compile error")
+                }
+
+                fn call<'a>(
+                    &'a self,
+                    _: #private::serde_json::Value,
+                    _: &'a #krate::tool::ToolContext,
+                ) -> #private::BoxFuture<
+                    'a,
+                    ::core::result::Result<#private::serde_json::Value, #krate::tool::ToolError>,
+                > {
+                    ::core::unreachable!("#[tool] reported a compile error")
+                }
+            }
+        };
+
+        #errors
     }
 }

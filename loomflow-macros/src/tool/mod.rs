@@ -1,4 +1,4 @@
-//! `#[tool]`: parse attributes → validate the fn → expand to a unit struct implementing `Tool`.
+//! `#[tool]`: parse attributes → validate the fn → expand to a unit value implementing `Tool`.
 
 mod attr;
 mod expand;
@@ -15,9 +15,8 @@ pub(crate) fn expand_attribute(attr: TokenStream, item: TokenStream) -> TokenStr
     };
     // Attribute and signature errors are reported together.
     let args = attr::ToolArgs::parse(attr);
-    let result = model::ToolModel::new(args, func).map(|model| expand::expand(&model));
-    match result {
-        Ok(tokens) => tokens,
-        Err(error) => with_original(item, error),
+    match model::ToolModel::new(args, func) {
+        Ok(model) => expand::expand(&model),
+        Err(invalid) => expand::fallback(&invalid),
     }
 }

@@ -43,8 +43,16 @@ pub(crate) struct ToolModel {
     pub(crate) krate: Option<syn::Path>,
 }
 
+/// A `#[tool]` fn that failed validation: what the fallback expansion still needs.
+pub(crate) struct Invalid {
+    pub(crate) error: syn::Error,
+    pub(crate) func: ItemFn,
+    pub(crate) krate: Option<syn::Path>,
+}
+
 impl ToolModel {
-    pub(crate) fn new(mut args: ToolArgs, func: ItemFn) -> syn::Result<Self> {
+    /// Validates the attribute and the signature together, so that every problem is reported.
+    pub(crate) fn new(mut args: ToolArgs, func: ItemFn) -> Result<Self, Box<Invalid>> {
         let mut errors = std::mem::take(&mut args.errors);
         let sig = &func.sig;
         if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
@@ -128,7 +136,13 @@ impl ToolModel {
                 "#[tool] functions need a description for the model: add a doc comment or `#[tool(description = \"...\")]`",
             );
         }
-        errors.finish()?;
+        if let Err(error) = errors.finish() {
+            return Err(Box::new(Invalid {
+                error,
+                krate: args.krate,
+                func,
+            }));
+        }
 
         let plain_args: Vec<_> = params
             .iter()

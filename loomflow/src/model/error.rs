@@ -126,6 +126,14 @@ pub enum ModelError {
         /// What was wrong.
         message: String,
     },
+    /// The model string names a provider whose adapter was compiled out.
+    #[error("model {model} needs loomflow's cargo feature `{feature}`, which is off")]
+    ProviderDisabled {
+        /// The model asked for.
+        model: String,
+        /// The feature to turn on.
+        feature: &'static str,
+    },
     /// A model string matched none of the accepted forms.
     #[error("unknown model {given:?}; accepted forms: {}", .accepted.join(", "))]
     UnknownModel {

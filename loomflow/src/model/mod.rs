@@ -31,15 +31,16 @@
 //! # }).unwrap();
 //! ```
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_core::Stream;
 
+#[cfg(feature = "anthropic")]
 pub mod anthropic;
 mod error;
 mod message;
+#[cfg(feature = "openai")]
 pub mod openai;
 mod request;
 mod resolve;
@@ -48,12 +49,15 @@ mod retry;
 mod scripted;
 mod secret;
 pub mod sse;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod transport;
 
+#[cfg(feature = "anthropic")]
 #[doc(inline)]
 pub use anthropic::AnthropicModel;
 pub use error::ModelError;
 pub use message::{Message, Role, ToolCall, ToolResult};
+#[cfg(feature = "openai")]
 #[doc(inline)]
 pub use openai::OpenAiModel;
 pub use request::{ModelRequest, OutputSchema, ToolChoice, ToolDefinition};
@@ -66,7 +70,7 @@ pub use scripted::{EchoModel, ScriptedModel};
 pub use secret::ApiKey;
 
 /// A boxed, `Send` future, as [`Model`] methods return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use futures_util::future::BoxFuture;
 
 /// A streamed reply: chunks, or the error that ended the stream.
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<StreamChunk, ModelError>> + Send>>;
@@ -159,7 +163,9 @@ impl<M: Model + ?Sized> Model for Box<M> {
 
 const _: fn() = || {
     fn assert_send_sync<T: Send + Sync>() {}
+    #[cfg(feature = "openai")]
     assert_send_sync::<OpenAiModel>();
+    #[cfg(feature = "anthropic")]
     assert_send_sync::<AnthropicModel>();
     assert_send_sync::<ScriptedModel>();
     assert_send_sync::<EchoModel>();

@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
-use super::{AnthropicModel, ApiKey, EchoModel, Model, ModelError, OpenAiModel};
+#[cfg(feature = "anthropic")]
+use super::AnthropicModel;
+#[cfg(feature = "openai")]
+use super::OpenAiModel;
+use super::{ApiKey, EchoModel, Model, ModelError};
 
 /// The forms [`resolve`] accepts, as listed in [`ModelError::UnknownModel`].
 pub const ACCEPTED_FORMS: &[&str] = &[
@@ -26,6 +30,17 @@ pub enum Provider {
     Anthropic,
     /// [`EchoModel`].
     Echo,
+}
+
+impl Provider {
+    /// The cargo feature of loomflow that provides the adapter (`""` for built-in ones).
+    pub fn feature(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+            Self::Echo => "",
+        }
+    }
 }
 
 /// A parsed model string.
@@ -97,9 +112,13 @@ impl ModelSpec {
     ///
     /// # Errors
     ///
-    /// As the adapters' `build`: a missing key for the provider's own API, a bad base URL.
+    /// As the adapters' `build`: a missing key for the provider's own API, a bad base URL;
+    /// [`ModelError::ProviderDisabled`] when the provider's cargo feature is off.
     pub fn build(&self, key: Option<ApiKey>) -> Result<Arc<dyn Model>, ModelError> {
+        #[cfg(not(all(feature = "openai", feature = "anthropic")))]
+        let _ = &key;
         Ok(match self.provider {
+            #[cfg(feature = "openai")]
             Provider::OpenAi => {
                 let mut builder = OpenAiModel::builder(&self.model);
                 if let Some(url) = &self.base_url {
@@ -110,6 +129,7 @@ impl ModelSpec {
                 }
                 Arc::new(builder.build()?)
             }
+            #[cfg(feature = "anthropic")]
             Provider::Anthropic => {
                 let mut builder = AnthropicModel::builder(&self.model);
                 if let Some(url) = &self.base_url {
@@ -121,6 +141,13 @@ impl ModelSpec {
                 Arc::new(builder.build()?)
             }
             Provider::Echo => Arc::new(EchoModel::new()),
+            #[allow(unreachable_patterns)] // reachable when a provider's feature is off
+            provider => {
+                return Err(ModelError::ProviderDisabled {
+                    model: self.model.clone(),
+                    feature: provider.feature(),
+                });
+            }
         })
     }
 }

@@ -121,6 +121,10 @@ fn jitter() -> f64 {
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or the policy's attempts run out.
+#[cfg_attr(
+    not(any(feature = "openai", feature = "anthropic")),
+    allow(dead_code) // only the HTTP adapters retry
+)]
 pub(crate) async fn with_retry<T, F, Fut>(
     policy: &RetryPolicy,
     provider: &str,

@@ -18,9 +18,11 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, CommitStats, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus,
-    SignalPush, SqliteOptions, SqliteStore, Store, StoreError, StoredSignal, Synchronous,
+    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush, Store,
+    StoreError, StoredSignal,
 };
+#[cfg(feature = "sqlite")]
+pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
 
 /// The result of a runtime call.
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -204,6 +206,7 @@ impl Runtime {
     ///
     /// As [`SqliteStore::open`]: a missing directory, a file that is not a SQLite database
     /// or is corrupt or locked, or one written by a newer loomflow.
+    #[cfg(feature = "sqlite")]
     pub fn sqlite(path: impl AsRef<std::path::Path>) -> Result<Self> {
         Ok(Self::with_store(SqliteStore::open(path)?))
     }

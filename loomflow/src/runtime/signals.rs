@@ -383,6 +383,7 @@ mod tests {
         assert_eq!(rt.poll_signal::<u32>("s", "n").unwrap(), None);
     }
 
+    #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn a_stored_signal_at_the_size_limit_is_delivered_not_refused() {
         let path =

@@ -8,15 +8,18 @@
 //! - **signals**: payloads sent to a session and not yet consumed;
 //! - nothing else: runs are numbered through their checkpoints.
 //!
-//! Backends: [`MemoryStore`] here, [`SqliteStore`] behind
-//! [`Runtime::sqlite`](crate::Runtime::sqlite). The
-//! [`conformance`] module is one test suite every backend passes.
+//! Backends: [`MemoryStore`] here, `SqliteStore` (feature `sqlite`) behind
+//! `Runtime::sqlite`. The `conformance` module (feature `test-util`) is one test suite every
+//! backend passes.
 
+#[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
 mod memory;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
 
 use std::collections::BTreeMap;

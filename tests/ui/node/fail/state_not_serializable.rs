@@ -6,6 +6,4 @@ struct NotSerde;
 #[node]
 async fn step(_state: &mut NotSerde) {}
 
-fn main() {
-    let _ = Graph::new("g").node(step);
-}
+fn main() {}

@@ -7,8 +7,9 @@ fn echo<T: Serialize>(value: T) -> T {
 }
 
 fn main() {
-    // The original fn is still emitted: this call compiles.
-    let _: u32 = echo(1);
+    // The tool's value and body are still emitted: these compile.
+    let _: u32 = echo::call(1);
+    let _ = ToolHost::new().with(echo).with(show);
 }
 
 /// Generic in disguise.

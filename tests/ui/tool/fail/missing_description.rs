@@ -6,6 +6,7 @@ fn undocumented(city: String) -> String {
 }
 
 fn main() {
-    // The original fn is still emitted: only the missing description is reported.
-    let _ = undocumented("Lyon".to_owned());
+    // The tool's value and body are still emitted: only the missing description is reported.
+    let _ = undocumented::call("Lyon".to_owned());
+    let _ = ToolHost::new().with(undocumented);
 }
