@@ -308,6 +308,18 @@ pub struct AgentBuilder {
     durable_approvals: bool,
 }
 
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("name", &self.name)
+            .field("model", &self.model_name)
+            .field("tools", &self.tools)
+            .field("max_turns", &self.max_turns)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AgentBuilder {
     fn new(instructions: String) -> Self {
         Self {

@@ -84,6 +84,17 @@ pub struct AgentRun<'a> {
     max_turns: Option<u32>,
 }
 
+impl std::fmt::Debug for AgentRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentRun")
+            .field("agent", &self.agent.name())
+            .field("session", &self.session)
+            .field("user", &self.user)
+            .field("max_turns", &self.max_turns)
+            .finish_non_exhaustive()
+    }
+}
+
 fn generated_session() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let nanos = std::time::SystemTime::now()

@@ -20,6 +20,17 @@ pub struct PlanAndExecute {
     max_steps: u64,
 }
 
+impl std::fmt::Debug for PlanAndExecute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanAndExecute")
+            .field("planner", &self.planner.name())
+            .field("executor", &self.executor.name())
+            .field("replanner", &self.replanner.name())
+            .field("max_steps", &self.max_steps)
+            .finish_non_exhaustive()
+    }
+}
+
 fn steps(text: &str) -> Vec<String> {
     text.lines()
         .map(|line| {

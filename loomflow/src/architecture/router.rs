@@ -19,6 +19,22 @@ pub struct Router {
     workers: Vec<Member>,
 }
 
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("classifier", &self.classifier.name())
+            .field(
+                "workers",
+                &self
+                    .workers
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
 impl Router {
     /// A router whose classification step is `classifier`.
     pub fn new(classifier: Agent) -> Self {

@@ -21,6 +21,23 @@ pub struct Supervisor {
     max_rounds: u64,
 }
 
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("supervisor", &self.supervisor.name())
+            .field(
+                "workers",
+                &self
+                    .workers
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("max_rounds", &self.max_rounds)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Supervisor {
     /// A team led by `supervisor`.
     pub fn new(supervisor: Agent) -> Self {

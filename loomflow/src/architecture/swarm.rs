@@ -17,6 +17,22 @@ pub struct Swarm {
     start: Option<String>,
 }
 
+impl std::fmt::Debug for Swarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Swarm")
+            .field(
+                "agents",
+                &self
+                    .agents
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("start", &self.start)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Default for Swarm {
     fn default() -> Self {
         Self::new()

@@ -31,6 +31,17 @@ pub struct WaitForSignal<'a, T> {
     _type: PhantomData<fn() -> T>,
 }
 
+impl<T> std::fmt::Debug for WaitForSignal<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitForSignal")
+            .field("node", &self.ctx.node())
+            .field("name", &self.name)
+            .field("timeout", &self.timeout)
+            .field("suspend", &self.suspend)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<T> WaitForSignal<'_, T> {
     /// When no payload is queued, suspends the run instead of parking in memory.
     ///

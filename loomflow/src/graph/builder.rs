@@ -97,6 +97,20 @@ pub struct Graph<S> {
     pub(crate) recursion_limit: u64,
 }
 
+impl<S: 'static> std::fmt::Debug for Graph<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("name", &self.name)
+            .field(
+                "nodes",
+                &self.nodes.iter().map(|n| n.name()).collect::<Vec<_>>(),
+            )
+            .field("edges", &self.edges)
+            .field("recursion_limit", &self.recursion_limit)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: State> Graph<S> {
     /// Starts an empty graph with a name (used in errors, spans and diagrams).
     pub fn new(name: impl Into<String>) -> Self {

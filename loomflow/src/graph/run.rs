@@ -127,6 +127,17 @@ pub struct RunBuilder<S> {
     durability: Option<Durability>,
 }
 
+impl<S> std::fmt::Debug for RunBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunBuilder")
+            .field("graph", &self.graph.inner.name)
+            .field("thread", &self.thread)
+            .field("recursion_limit", &self.recursion_limit)
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: State> RunBuilder<S> {
     pub(crate) fn new(
         graph: CompiledGraph<S>,
@@ -208,6 +219,15 @@ pub struct RunHandle<S> {
     task: JoinHandle<Result<RunOutcome<S>>>,
 }
 
+impl<S> std::fmt::Debug for RunHandle<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle")
+            .field("thread", &self.thread)
+            .field("finished", &self.task.is_finished())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: State> RunHandle<S> {
     fn spawn(execution: Execution<S>) -> Self {
         Self {
@@ -244,6 +264,14 @@ impl<S> Future for RunHandle<S> {
 pub struct RunStream<S> {
     events: mpsc::UnboundedReceiver<Event>,
     handle: Option<RunHandle<S>>,
+}
+
+impl<S> std::fmt::Debug for RunStream<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStream")
+            .field("run", &self.handle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> RunStream<S> {

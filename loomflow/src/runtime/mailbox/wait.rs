@@ -34,6 +34,14 @@ pub struct Wait {
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
+impl std::fmt::Debug for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wait")
+            .field("deadline", &self.deadline.map(|(_, timeout)| timeout))
+            .finish_non_exhaustive()
+    }
+}
+
 enum WaitState {
     /// The arguments were refused.
     Failed(Box<SignalError>),
