@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
 use loomflow::EventKind;
-use loomflow::agent::{Agent, AgentError, AgentState, Budget};
+use loomflow::agent::{Agent, AgentError, AgentEvent, AgentState, Budget, BudgetCap, StopReason};
 use loomflow::model::{
-    EchoModel, Message, Model, ModelError, ModelRequest, ModelResponse, ScriptedModel, ToolCall,
-    Usage,
+    EchoModel, Message, Model, ModelError, ModelRequest, ModelResponse, ScriptedModel, StreamChunk,
+    ToolCall, Usage,
 };
 use loomflow::prelude::*;
+use loomflow::tool::Decision;
 use loomflow::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
 /// A tool that adds two numbers and counts its calls.
@@ -133,7 +134,7 @@ async fn max_turns_stops_the_run_cleanly_and_keeps_the_work() {
         .unwrap();
     let result = agent.run("loop forever").await.unwrap();
     assert!(result.interrupted);
-    assert_eq!(result.reason.as_deref(), Some("max_turns_exceeded"));
+    assert_eq!(result.reason, Some(StopReason::MaxTurns));
     assert_eq!(result.turns, 3);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     assert_eq!(result.messages.len(), 7);
@@ -149,8 +150,8 @@ async fn max_turns_stops_the_run_cleanly_and_keeps_the_work() {
         .unwrap();
     let result = agent.run("loop").max_turns(2).await.unwrap();
     assert_eq!(
-        (result.turns, result.reason.as_deref()),
-        (2, Some("max_turns_exceeded"))
+        (result.turns, result.reason),
+        (2, Some(StopReason::MaxTurns))
     );
 }
 
@@ -166,7 +167,7 @@ async fn a_token_budget_stops_the_run_with_its_cap_as_the_reason() {
         .build()
         .unwrap();
     let result = agent.run("go").await.unwrap();
-    assert_eq!(result.reason.as_deref(), Some("budget:tokens"));
+    assert_eq!(result.reason, Some(StopReason::Budget(BudgetCap::Tokens)));
     assert_eq!(
         result.turns, 3,
         "500 tokens a turn: the cap is reached after the third"
@@ -186,7 +187,10 @@ async fn a_per_user_budget_spans_runs() {
     assert!(!agent.run("1").user("ann").await.unwrap().interrupted);
     assert!(!agent.run("2").user("ann").await.unwrap().interrupted);
     let third = agent.run("3").user("ann").await.unwrap();
-    assert_eq!(third.reason.as_deref(), Some("budget:user_tokens"));
+    assert_eq!(
+        third.reason,
+        Some(StopReason::Budget(BudgetCap::UserTokens))
+    );
     assert!(
         !agent.run("4").user("bob").await.unwrap().interrupted,
         "other users are not affected"
@@ -351,17 +355,26 @@ async fn streaming_yields_model_chunks_tool_calls_and_results() {
         .unwrap()
         .collect()
         .await;
-    let backend: Vec<String> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Backend { data } => Some(data["type"].as_str().unwrap_or("?").to_owned()),
-            _ => None,
-        })
-        .collect();
-    assert!(backend.contains(&"tool_call".to_owned()), "{backend:?}");
-    assert!(backend.contains(&"tool_result".to_owned()), "{backend:?}");
+    let backend: Vec<AgentEvent> = events.iter().filter_map(AgentEvent::from_event).collect();
     assert!(
-        backend.contains(&"text".to_owned()),
+        backend.iter().any(
+            |e| matches!(e, AgentEvent::ToolCall { id, name, .. } if id == "c1" && name == "add")
+        ),
+        "{backend:?}"
+    );
+    assert!(
+        backend.iter().any(
+            |e| matches!(e, AgentEvent::ToolResult { content, is_error: false, .. } if content.starts_with('5'))
+        ),
+        "{backend:?}"
+    );
+    assert!(
+        backend.iter().any(|e| matches!(
+            e,
+            AgentEvent::ModelChunk {
+                chunk: StreamChunk::Text { .. }
+            }
+        )),
         "model text chunks: {backend:?}"
     );
     assert_eq!(events.last().unwrap().kind, EventKind::Done);
@@ -455,26 +468,18 @@ async fn streaming_shows_permission_asks_and_approval_decisions() {
         .unwrap()
         .collect()
         .await;
-    let decisions: Vec<(String, String)> = events
+    let decisions: Vec<(&str, Decision)> = events
         .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Backend { data }
-                if data["type"] == "permission" || data["type"] == "approval" =>
-            {
-                Some((
-                    data["type"].as_str().unwrap().to_owned(),
-                    data["decision"].as_str().unwrap().to_owned(),
-                ))
-            }
+        .filter_map(AgentEvent::from_event)
+        .filter_map(|e| match e {
+            AgentEvent::Permission { decision, .. } => Some(("permission", decision)),
+            AgentEvent::Approval { decision, .. } => Some(("approval", decision)),
             _ => None,
         })
         .collect();
     assert_eq!(
         decisions,
-        [
-            ("permission".to_owned(), "ask".to_owned()),
-            ("approval".to_owned(), "allow".to_owned())
-        ]
+        [("permission", Decision::Ask), ("approval", Decision::Allow)]
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

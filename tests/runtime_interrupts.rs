@@ -416,3 +416,97 @@ async fn async_durability_writes_every_checkpoint_in_order() {
         .collect();
     assert_eq!(steps, (0..=10).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn a_fork_into_a_thread_with_runs_does_not_replay_their_journal() {
+    let charges = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&charges);
+    let graph = Graph::new("pay")
+        .node_fn("pay", move |o: &mut Order, ctx| {
+            let counter = Arc::clone(&counter);
+            Box::pin(async move {
+                let charge: u32 = ctx
+                    .step("charge", || async move {
+                        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                        u32::try_from(n).map_err(|e| e.to_string())
+                    })
+                    .await?;
+                o.side = charge;
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    graph.invoke(&rt, "b", Order::default()).await.unwrap(); // charge 1, on b's run 1
+    graph.invoke(&rt, "a", Order::default()).await.unwrap(); // charge 2
+    let start_of_a = rt.list_checkpoints("a").await.unwrap()[0].id;
+
+    rt.fork("a", start_of_a, "b").await.unwrap();
+    let forked = graph.recover(&rt, "b").await.unwrap().completed().unwrap();
+    assert_eq!(
+        (forked.side, charges.load(Ordering::SeqCst)),
+        (3, 3),
+        "the fork is a new run of b: it charges, it does not replay b's first run"
+    );
+}
+
+/// Collects the messages of warnings logged through `tracing`.
+#[derive(Clone, Default)]
+struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut text = Text(String::new());
+            event.record(&mut text);
+            self.0.lock().unwrap().push(text.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_that_suspends_then_fails_stays_suspended_and_the_error_is_logged() {
+    let warnings = Warnings::default();
+    let _log = tracing::subscriber::set_default(warnings.clone());
+    let graph = Graph::new("g")
+        .node_fn("ask", |_: &mut Order, ctx| {
+            Box::pin(async move {
+                // The suspension is caught and dropped, then the node fails otherwise.
+                let _ = ctx.interrupt::<String>("which colour?");
+                Err("the colour service is down".into())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    let out = graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1, "{out:?}");
+    let warnings = warnings.0.lock().unwrap().clone();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("the colour service is down")),
+        "the dropped error is logged: {warnings:?}"
+    );
+}

@@ -1,5 +1,6 @@
 //! [`Budget`]: token and cost caps, per run and per user.
 
+use super::stop::BudgetCap;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -69,23 +70,23 @@ impl Budget {
     }
 
     /// The first cap that `usage` (a run's) or the user's total has reached.
-    pub(crate) fn exceeded(&self, usage: &Usage, user: Option<&str>) -> Option<&'static str> {
+    pub(crate) fn exceeded(&self, usage: &Usage, user: Option<&str>) -> Option<BudgetCap> {
         if self
             .max_tokens
             .is_some_and(|cap| usage.total_tokens() >= cap)
         {
-            return Some("tokens");
+            return Some(BudgetCap::Tokens);
         }
         if self
             .max_cost_usd
             .is_some_and(|cap| self.cost_usd(usage) >= cap)
         {
-            return Some("cost");
+            return Some(BudgetCap::Cost);
         }
         if let (Some(cap), Some(user)) = (self.max_tokens_per_user, user) {
             let used = self.lock().get(user).copied().unwrap_or(0);
             if used >= cap {
-                return Some("user_tokens");
+                return Some(BudgetCap::UserTokens);
             }
         }
         None

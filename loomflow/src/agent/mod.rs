@@ -42,13 +42,16 @@ mod handoff;
 mod react;
 mod run;
 mod state;
+mod stop;
+mod turns;
 
+pub use crate::tool::AgentEvent;
 pub use budget::Budget;
-pub use run::{AgentRun, RunResult};
+pub use run::{AgentRun, AgentStream, RunResult};
 pub use state::AgentState;
+pub use stop::{BudgetCap, StopReason, UnknownStopReason};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -84,6 +87,10 @@ pub enum AgentError {
         /// The timeout.
         seconds: f64,
     },
+    /// The task running a streamed run stopped before it finished (it panicked or was
+    /// aborted).
+    #[error("the streamed run of agent stopped before it finished")]
+    Cancelled,
     /// The model's answer kept failing the output schema.
     #[error("agent {agent}: output failed its schema after {attempts} attempts: {problem}")]
     OutputSchema {
@@ -168,7 +175,7 @@ pub struct Agent {
     runtime: Runtime,
     timeout: Option<Duration>,
     /// Runs on one session take turns.
-    sessions: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    sessions: Arc<turns::SessionTurns>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -213,12 +220,16 @@ impl Agent {
             .into_iter()
             .map(|s| s.name.as_str())
             .collect();
-        let text = self.graph.to_mermaid();
         if tools.is_empty() {
-            return text;
+            return self.graph.to_mermaid();
         }
-        let label = crate::graph::mermaid::escape(&format!("tools\n{}", tools.join(", ")));
-        text.replace("n1[\"tools\"]", &format!("n1[\"{label}\"]"))
+        // The tools are listed under the node's name, in a copy of the shape: the label is
+        // escaped and placed by the renderer like any other.
+        let mut shape = (**self.graph.shape()).clone();
+        if let Some(node) = shape.nodes.iter_mut().find(|n| n.name == "tools") {
+            node.name = format!("tools\n{}", tools.join(", "));
+        }
+        crate::graph::mermaid::to_mermaid(&shape)
     }
 
     /// Sends a signal to one of the agent's sessions (see [`Runtime::signal`]).
@@ -280,12 +291,9 @@ impl Agent {
         })
     }
 
-    fn session_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(sessions.entry(session.to_owned()).or_default())
+    /// Waits for `session`'s turn: runs on one session take turns.
+    async fn turn(&self, session: &str) -> turns::Turn {
+        self.sessions.take(session).await
     }
 }
 

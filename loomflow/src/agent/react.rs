@@ -14,19 +14,17 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use futures_util::future::join_all;
-use serde_json::json;
 use tokio::sync::Semaphore;
 
-use super::AgentCore;
 use super::state::AgentState;
+use super::{AgentCore, StopReason};
 use crate::context::Context;
 use crate::error::GraphError;
-use crate::event::EventKind;
 use crate::graph::{
     BoxFuture, CompiledGraph, END, Graph, Node, NodeError, NodeResult, RunError, START,
 };
 use crate::model::{Message, ModelRequest, ModelResponse, StreamAccumulator};
-use crate::tool::DispatchContext;
+use crate::tool::{AgentEvent, DispatchContext};
 use crate::{Error, Result};
 
 pub(super) fn build(core: &Arc<AgentCore>) -> Result<CompiledGraph<AgentState>, GraphError> {
@@ -81,11 +79,11 @@ impl Node<AgentState> for ModelNode {
 
 async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
     if state.turns >= state.max_turns.unwrap_or(core.max_turns) {
-        state.stopped = Some("max_turns_exceeded".to_owned());
+        state.stopped = Some(StopReason::MaxTurns);
         return Ok(());
     }
     if let Some(cap) = core.budget.exceeded(&state.usage, state.user.as_deref()) {
-        state.stopped = Some(format!("budget:{cap}"));
+        state.stopped = Some(StopReason::Budget(cap));
         return Ok(());
     }
     let request = core.request(&state.messages);
@@ -134,9 +132,10 @@ async fn call_model(
     let mut accumulator = StreamAccumulator::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;
-        if let Ok(data) = serde_json::to_value(&chunk) {
-            ctx.emit_kind(EventKind::Backend { data });
+        AgentEvent::ModelChunk {
+            chunk: chunk.clone(),
         }
+        .emit(ctx);
         accumulator.push(chunk);
     }
     let model_name = core.model.name().to_owned();
@@ -184,15 +183,23 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 .acquire()
                 .await
                 .map_err(|_| Error::msg("tool permits closed"))?;
-            ctx.emit_kind(EventKind::Backend {
-                data: json!({ "type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments }),
-            });
+            AgentEvent::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            }
+            .emit(ctx);
             let outcome = core
                 .tools
                 .dispatch(std::slice::from_ref(call), dispatch)
                 .await?
                 .pop()
-                .ok_or_else(|| Error::msg(format!("tool host returned no outcome for call {}", call.id)))?;
+                .ok_or_else(|| {
+                    Error::msg(format!(
+                        "tool host returned no outcome for call {}",
+                        call.id
+                    ))
+                })?;
             Ok::<_, Error>((outcome.content, outcome.is_error))
         })
     }))
@@ -204,9 +211,13 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 if let Some(target) = core.handoff_target(&call.name) {
                     state.handoff = Some(target.to_owned());
                 }
-                ctx.emit_kind(EventKind::Backend {
-                    data: json!({ "type": "tool_result", "id": call.id, "name": call.name, "content": content, "is_error": is_error }),
-                });
+                AgentEvent::ToolResult {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: content.clone(),
+                    is_error,
+                }
+                .emit(ctx);
                 state.messages.push(if is_error {
                     Message::tool_error(&call.id, content)
                 } else {

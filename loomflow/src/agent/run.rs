@@ -3,12 +3,18 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context as TaskContext, Poll};
 
+use futures_core::Stream;
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use super::{Agent, AgentError, AgentState};
+use super::{Agent, AgentError, AgentState, StopReason};
+use crate::event::{Event, EventKind};
 use crate::graph::RunError;
-use crate::graph::{RunOutcome, RunStream};
+use crate::graph::RunOutcome;
 use crate::model::{Message, Usage};
 use crate::runtime::{Interrupt, RunStatus};
 use crate::{Error, Result};
@@ -27,8 +33,8 @@ pub struct RunResult {
     pub turns: u32,
     /// Whether the run stopped before an answer: a limit, a budget, or a suspension.
     pub interrupted: bool,
-    /// Why: `max_turns_exceeded`, `budget:<cap>`, or `suspended` (see `pending`).
-    pub reason: Option<String>,
+    /// Why: a turn limit, a budget cap, or a suspension (see `pending`).
+    pub reason: Option<StopReason>,
     /// What a suspended run waits for (tool approvals, interrupts).
     pub pending: Vec<Interrupt>,
     /// The whole transcript.
@@ -47,19 +53,11 @@ impl RunResult {
 
     fn from_state(session: String, state: AgentState, pending: Vec<Interrupt>) -> Self {
         let suspended = !pending.is_empty();
-        let output = state.output.clone().unwrap_or_else(|| {
-            state
-                .messages
-                .iter()
-                .rev()
-                .find(|m| m.role() == crate::model::Role::Assistant && !m.text().is_empty())
-                .map(|m| m.text().to_owned())
-                .unwrap_or_default()
-        });
+        let output = state.answer();
         let reason = if suspended {
-            Some("suspended".to_owned())
+            Some(StopReason::Suspended)
         } else {
-            state.stopped.clone()
+            state.stopped
         };
         Self {
             session,
@@ -156,20 +154,110 @@ impl<'a> AgentRun<'a> {
     }
 
     /// Runs in the background and streams the run's events: node starts and ends, model
-    /// chunks and tool calls and results (`EventKind::Backend`), then `Done` or `Error`.
-    /// Dropping the stream cancels the run.
+    /// chunks and tool calls and results ([`AgentEvent`](super::AgentEvent)s, carried as
+    /// `EventKind::Backend`), then `Done` or `Error`. Dropping the stream cancels the run.
+    ///
+    /// The rules of [`run`](Self::run) hold: it waits for the session's turn (runs on one
+    /// session take turns), and the agent's timeout ends the run with an `Error` event and,
+    /// from [`AgentStream::outcome`], [`AgentError::Timeout`].
     ///
     /// # Errors
     ///
     /// A suspended session, or a store failure while reading the session.
-    pub async fn stream(self) -> Result<RunStream<AgentState>> {
+    pub async fn stream(self) -> Result<AgentStream> {
         let session = self.session.clone().unwrap_or_else(generated_session);
+        let turn = self.agent.turn(&session).await;
         let state = self.initial_state(&session).await?;
-        Ok(self
-            .agent
-            .graph
-            .run(&self.agent.runtime, session, state)
-            .stream())
+        let agent = self.agent.clone();
+        let (events, receiver) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let _turn = turn;
+            let mut run = agent
+                .graph
+                .run(&agent.runtime, session.clone(), state)
+                .stream();
+            let forward = async {
+                while let Some(event) = run.next().await {
+                    // A closed receiver means the caller dropped the stream; the task is
+                    // aborted with it.
+                    let _ = events.send(event);
+                }
+            };
+            let timed_out = match agent.timeout {
+                None => {
+                    forward.await;
+                    None
+                }
+                Some(limit) => tokio::time::timeout(limit, forward)
+                    .await
+                    .err()
+                    .map(|_| limit),
+            };
+            if let Some(limit) = timed_out {
+                drop(run); // cancels the run
+                let error = AgentError::Timeout {
+                    agent: agent.core.name.clone(),
+                    session: session.clone(),
+                    seconds: limit.as_secs_f64(),
+                };
+                let _ = events.send(Event::new(
+                    0,
+                    None,
+                    EventKind::Error {
+                        message: error.to_string(),
+                    },
+                ));
+                return Err(error.into());
+            }
+            finish(session, run.outcome().await?)
+        });
+        Ok(AgentStream { receiver, task })
+    }
+}
+
+/// The events of an agent run as they happen; see [`AgentRun::stream`].
+///
+/// The stream ends after the run's `Done` or `Error` event; then
+/// [`outcome`](AgentStream::outcome) gives the result. Dropping it cancels the run.
+pub struct AgentStream {
+    receiver: mpsc::UnboundedReceiver<Event>,
+    task: JoinHandle<Result<RunResult>>,
+}
+
+impl AgentStream {
+    /// Waits for the run to finish and returns its result (events not yet read are dropped).
+    ///
+    /// # Errors
+    ///
+    /// As for awaiting the run: a failed run's error, [`AgentError::Timeout`].
+    pub async fn outcome(mut self) -> Result<RunResult> {
+        self.receiver.close();
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(_) => Err(AgentError::Cancelled.into()),
+        }
+    }
+}
+
+impl Stream for AgentStream {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Event>> {
+        self.receiver.poll_recv(cx)
+    }
+}
+
+impl Drop for AgentStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl std::fmt::Debug for AgentStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentStream")
+            .field("finished", &self.task.is_finished())
+            .finish_non_exhaustive()
     }
 }
 
@@ -181,8 +269,7 @@ impl<'a> IntoFuture for AgentRun<'a> {
         Box::pin(async move {
             let agent = self.agent;
             let session = self.session.clone().unwrap_or_else(generated_session);
-            let lock = agent.session_lock(&session);
-            let _turn = lock.lock().await;
+            let _turn = agent.turn(&session).await;
             let state = self.initial_state(&session).await?;
             let run = agent.graph.run(&agent.runtime, session.clone(), state);
             let outcome = agent.with_timeout(&session, run.into_future()).await?;
@@ -224,8 +311,7 @@ impl Agent {
     ///
     /// An unknown session; a failed run's error; a timeout.
     pub async fn resume(&self, session: &str) -> Result<RunResult> {
-        let lock = self.session_lock(session);
-        let _turn = lock.lock().await;
+        let _turn = self.turn(session).await;
         let run = self.graph.recover(&self.runtime, session);
         let outcome = self.with_timeout(session, run.into_future()).await?;
         finish(session.to_owned(), outcome)

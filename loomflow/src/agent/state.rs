@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Message, Usage};
+use super::StopReason;
+use crate::model::{Message, Role, Usage};
 
 /// The state of an agent run: the transcript and the counters the loop's limits read.
 ///
@@ -26,9 +27,9 @@ pub struct AgentState {
     /// The user the run acts for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Why the loop stopped early (`max_turns_exceeded`, `budget:<cap>`), if it did.
+    /// Why the loop stopped early (a turn limit or a budget), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped: Option<String>,
+    pub stopped: Option<StopReason>,
     /// The agent a handoff tool transferred the conversation to (swarms), if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<String>,
@@ -49,5 +50,22 @@ impl AgentState {
     /// The last message, if any.
     pub fn last_message(&self) -> Option<&Message> {
         self.messages.last()
+    }
+
+    /// The final answer, or the last assistant text when the run stopped before one.
+    pub fn answer(&self) -> String {
+        self.output
+            .clone()
+            .or_else(|| self.last_assistant_text().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// The text of the last assistant message that has any: the answer so far.
+    pub fn last_assistant_text(&self) -> Option<&str> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role() == Role::Assistant && !m.text().is_empty())
+            .map(Message::text)
     }
 }

@@ -83,15 +83,7 @@ pub(crate) fn roster(members: &[Member]) -> String {
 
 /// The final text of an agent run.
 pub(crate) fn answer(state: &AgentState) -> String {
-    state.output.clone().unwrap_or_else(|| {
-        state
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.role() == crate::model::Role::Assistant && !m.text().is_empty())
-            .map(|m| m.text().to_owned())
-            .unwrap_or_default()
-    })
+    state.answer()
 }
 
 /// Splits `head: rest` (case-insensitive head), trimming both.

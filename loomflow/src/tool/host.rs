@@ -11,6 +11,7 @@ use futures_util::{FutureExt, StreamExt};
 use serde_json::Value;
 
 use super::approval::{ApprovalDecision, ApprovalHandler, ApprovalRequest};
+use super::event::{AgentEvent, Decision};
 use super::hook::{self, AfterHook, BeforeHook, HookCall, HookDecision, HookResult};
 use super::permission::{Permission, PermissionPolicy};
 use super::schema::validate;
@@ -408,28 +409,27 @@ impl ToolHost {
             return Ok(Err(denied(spec, reason)));
         }
         let permission = self.permission(ctx.user, spec, &arguments);
-        emit_backend(
+        emit(
             ctx,
-            serde_json::json!({
-                "type": "permission",
-                "call_id": call.id,
-                "tool": spec.name,
-                "decision": match &permission {
-                    Permission::Allow => "allow",
-                    Permission::Deny(_) => "deny",
-                    Permission::Ask => "ask",
+            &AgentEvent::Permission {
+                call_id: call.id.clone(),
+                tool: spec.name.clone(),
+                decision: match &permission {
+                    Permission::Allow => Decision::Allow,
+                    Permission::Deny(_) => Decision::Deny,
+                    Permission::Ask => Decision::Ask,
                 },
-            }),
+            },
         );
         match permission {
             Permission::Allow => {}
             Permission::Deny(reason) => return Ok(Err(denied(spec, reason))),
             Permission::Ask => match self.ask(call, spec, &arguments, ctx).await? {
                 Approval::Run => {
-                    emit_approval(ctx, call, "allow");
+                    emit_approval(ctx, call, Decision::Allow);
                 }
                 Approval::RunWith(edited) => {
-                    emit_approval(ctx, call, "edit");
+                    emit_approval(ctx, call, Decision::Edit);
                     let edited = match normalize_arguments(&edited) {
                         Ok(edited) => edited,
                         Err(message) => {
@@ -443,7 +443,7 @@ impl ToolHost {
                     hook_call.arguments = arguments.clone();
                 }
                 Approval::Refuse(reason) => {
-                    emit_approval(ctx, call, "deny");
+                    emit_approval(ctx, call, Decision::Deny);
                     return Ok(Err(denied(spec, reason)));
                 }
             },
@@ -664,15 +664,19 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Surfaces a permission or approval decision on the run's stream, when the dispatch runs
 /// inside a node.
-fn emit_backend(ctx: DispatchContext<'_>, data: Value) {
+fn emit(ctx: DispatchContext<'_>, event: &AgentEvent) {
     if let Some(node) = ctx.node {
-        node.emit_kind(crate::event::EventKind::Backend { data });
+        event.emit(node);
     }
 }
 
-fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision: &str) {
-    emit_backend(
+fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision: Decision) {
+    emit(
         ctx,
-        serde_json::json!({ "type": "approval", "call_id": call.id, "tool": call.name, "decision": decision }),
+        &AgentEvent::Approval {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            decision,
+        },
     );
 }

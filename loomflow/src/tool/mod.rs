@@ -12,6 +12,7 @@
 //! [`ApprovalDecision`] sent with [`Runtime::decide_approval`](crate::Runtime::decide_approval).
 
 mod approval;
+mod event;
 mod hook;
 mod host;
 #[doc(hidden)]
@@ -23,6 +24,7 @@ mod schema;
 pub use approval::{
     ApprovalDecision, ApprovalHandler, ApprovalRequest, SignalApprover, approver_fn,
 };
+pub use event::{AgentEvent, Decision};
 pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
 pub use permission::{Permission, PermissionPolicy};

@@ -1,0 +1,120 @@
+//! [`StopReason`]: why an agent run stopped before it had an answer.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Which budget cap a run reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BudgetCap {
+    /// The run's token cap ([`Budget::max_tokens`](super::Budget::max_tokens)).
+    Tokens,
+    /// The run's cost cap ([`Budget::max_cost_usd`](super::Budget::max_cost_usd)).
+    Cost,
+    /// The user's token cap across runs
+    /// ([`Budget::max_tokens_per_user`](super::Budget::max_tokens_per_user)).
+    UserTokens,
+}
+
+impl BudgetCap {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Tokens => "tokens",
+            Self::Cost => "cost",
+            Self::UserTokens => "user_tokens",
+        }
+    }
+}
+
+/// Why an agent run stopped without an answer: a limit or a budget (the work so far is
+/// kept), or a suspension (see [`RunResult::pending`](super::RunResult::pending)).
+///
+/// On the wire (checkpoints, JSON results) it keeps its strings: `max_turns_exceeded`,
+/// `budget:tokens`, `budget:cost`, `budget:user_tokens`, `suspended`.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::agent::{BudgetCap, StopReason};
+///
+/// assert_eq!(StopReason::Budget(BudgetCap::Cost).to_string(), "budget:cost");
+/// assert_eq!("max_turns_exceeded".parse::<StopReason>(), Ok(StopReason::MaxTurns));
+/// assert_eq!(serde_json::to_value(StopReason::Suspended)?, "suspended");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The run took its turn limit.
+    MaxTurns,
+    /// The run reached a budget cap.
+    Budget(BudgetCap),
+    /// The run suspended: it waits for an approval, a signal or an interrupt's answer.
+    Suspended,
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MaxTurns => f.write_str("max_turns_exceeded"),
+            Self::Budget(cap) => write!(f, "budget:{}", cap.as_str()),
+            Self::Suspended => f.write_str("suspended"),
+        }
+    }
+}
+
+/// A string that names no [`StopReason`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown stop reason {0:?}")]
+pub struct UnknownStopReason(pub String);
+
+impl FromStr for StopReason {
+    type Err = UnknownStopReason;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "max_turns_exceeded" => Self::MaxTurns,
+            "suspended" => Self::Suspended,
+            "budget:tokens" => Self::Budget(BudgetCap::Tokens),
+            "budget:cost" => Self::Budget(BudgetCap::Cost),
+            "budget:user_tokens" => Self::Budget(BudgetCap::UserTokens),
+            other => return Err(UnknownStopReason(other.to_owned())),
+        })
+    }
+}
+
+impl From<StopReason> for String {
+    fn from(reason: StopReason) -> Self {
+        reason.to_string()
+    }
+}
+
+impl TryFrom<String> for StopReason {
+    type Error = UnknownStopReason;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_round_trips_through_its_wire_string() {
+        for reason in [
+            StopReason::MaxTurns,
+            StopReason::Suspended,
+            StopReason::Budget(BudgetCap::Tokens),
+            StopReason::Budget(BudgetCap::Cost),
+            StopReason::Budget(BudgetCap::UserTokens),
+        ] {
+            assert_eq!(reason.to_string().parse::<StopReason>(), Ok(reason));
+        }
+        assert!("budget:hugs".parse::<StopReason>().is_err());
+    }
+}

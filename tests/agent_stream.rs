@@ -1,0 +1,146 @@
+//! Agents: streaming keeps the rules of `run` (turn-taking, the timeout), and the host's
+//! concurrency limit holds for an agent's tool calls.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use loomflow::EventKind;
+use loomflow::agent::{Agent, AgentError};
+use loomflow::model::{
+    ChunkStream, Model, ModelError, ModelRequest, ModelResponse, ScriptedModel, ToolCall,
+};
+use loomflow::prelude::*;
+use loomflow::tool::{ToolError, ToolSpec};
+
+/// A model that never answers.
+#[derive(Debug)]
+struct Silent;
+
+impl Model for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+    fn complete(&self, _: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(std::future::pending())
+    }
+    fn stream(&self, _: ModelRequest) -> ChunkStream {
+        Box::pin(futures_util::stream::pending())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_run_times_out_like_a_run() {
+    let agent = Agent::builder("slow")
+        .model(Silent)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut stream = agent.run("hello").session("s").stream().await.unwrap();
+    let mut last = None;
+    while let Some(event) = stream.next().await {
+        last = Some(event);
+    }
+    let last = last.unwrap();
+    assert!(
+        matches!(&last.kind, EventKind::Error { message } if message.contains("timed out")),
+        "{last:?}"
+    );
+    let error = stream.outcome().await.unwrap_err();
+    assert!(
+        matches!(error, Error::Agent(AgentError::Timeout { .. })),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_run_waits_for_the_sessions_turn() {
+    let agent = Agent::builder("echo")
+        .model(ScriptedModel::new([
+            ModelResponse::text("first"),
+            ModelResponse::text("second"),
+        ]))
+        .build()
+        .unwrap();
+    // The first run holds the session's turn until its stream is drained.
+    let first = agent.run("one").session("s").stream().await.unwrap();
+    let second = tokio::spawn({
+        let agent = agent.clone();
+        async move {
+            agent
+                .run("two")
+                .session("s")
+                .stream()
+                .await
+                .unwrap()
+                .outcome()
+                .await
+                .unwrap()
+        }
+    });
+    let first = first.outcome().await.unwrap();
+    let second = second.await.unwrap();
+    assert_eq!(
+        (first.output.as_str(), second.output.as_str()),
+        ("first", "second")
+    );
+    // The second run continued the session: it saw the first exchange.
+    assert_eq!(second.messages.len(), 4, "{:?}", second.messages);
+}
+
+/// A tool that records how many of its calls run at once.
+struct Slow {
+    spec: ToolSpec,
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+impl Tool for Slow {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn call<'a>(
+        &'a self,
+        _: serde_json::Value,
+        _: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<serde_json::Value, ToolError>> {
+        Box::pin(async move {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            Ok(json!("done"))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agents_tool_calls_keep_the_hosts_concurrency_limit() {
+    let most = Arc::new(AtomicUsize::new(0));
+    let slow = Slow {
+        spec: ToolSpec::new("slow", "Takes a while.", json!({ "type": "object" })),
+        running: Arc::new(AtomicUsize::new(0)),
+        most: Arc::clone(&most),
+    };
+    let calls = (0..4)
+        .map(|i| ToolCall::new(format!("c{i}"), "slow", json!({})))
+        .collect();
+    let agent = Agent::builder("a")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(calls),
+            ModelResponse::text("all done"),
+        ]))
+        .tools(ToolHost::new().with(slow).max_concurrency(2))
+        .build()
+        .unwrap();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.output, "all done");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        2,
+        "two at a time, as the host allows"
+    );
+}
