@@ -117,6 +117,7 @@ pub mod event;
 pub mod graph;
 pub mod model;
 pub mod runtime;
+mod sync;
 pub mod tool;
 mod type_name;
 

@@ -100,8 +100,6 @@ impl Budget {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        self.used_by_user
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.used_by_user)
     }
 }

@@ -2,7 +2,7 @@
 //! session goes away when nobody holds or waits for its turn.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::OwnedMutexGuard;
 
@@ -22,7 +22,7 @@ pub(crate) struct Turn {
 impl SessionTurns {
     fn locks(&self) -> MutexGuard<'_, Locks> {
         // The critical sections cannot panic, so a poisoned lock still holds sound data.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.0)
     }
 
     /// Waits for `session`'s turn.

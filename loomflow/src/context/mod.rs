@@ -147,9 +147,7 @@ impl Context {
 
     fn control(&self) -> MutexGuard<'_, NodeControl> {
         // The critical sections cannot panic, so a poisoned lock still holds sound data.
-        self.control
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.control)
     }
 
     /// Whether anyone listens to the run's events (a stream): lets callers skip building

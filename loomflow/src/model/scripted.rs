@@ -74,9 +74,7 @@ impl ScriptedModel {
 
     fn lock(&self) -> MutexGuard<'_, Script> {
         // A panic while holding this lock cannot leave the script half-updated.
-        self.script
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.script)
     }
 
     fn next(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {

@@ -3,7 +3,7 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// One value per type, made on first use.
 #[derive(Default)]
@@ -11,7 +11,7 @@ pub(crate) struct Extensions(Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>)
 
 impl Extensions {
     pub(crate) fn get_or_default<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = crate::sync::lock(&self.0);
         let entry = map
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Arc::new(T::default()));

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
@@ -315,10 +315,7 @@ impl ToolHost {
 
     /// Forgets every remembered approval decision.
     pub fn forget_approvals(&self) {
-        self.remembered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        crate::sync::lock(&self.remembered).clear();
     }
 
     /// Runs the calls of one model turn and returns one outcome per call, in call order.
@@ -454,10 +451,7 @@ impl ToolHost {
     fn permission(&self, user: Option<&str>, spec: &ToolSpec, arguments: &Value) -> Permission {
         match self.policy.decide(user, spec, arguments) {
             Permission::Ask => {
-                let remembered = self
-                    .remembered
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let remembered = crate::sync::lock(&self.remembered);
                 match remembered.get(&(user.map(str::to_owned), spec.name.clone())) {
                     Some(true) => Permission::Allow,
                     Some(false) => Permission::Deny(
@@ -471,9 +465,7 @@ impl ToolHost {
     }
 
     fn remember(&self, user: Option<&str>, tool: &str, allowed: bool) {
-        self.remembered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.remembered)
             .insert((user.map(str::to_owned), tool.to_owned()), allowed);
     }
 
@@ -505,7 +497,7 @@ impl ToolHost {
                 )));
             }
             Ok(Err(panic)) => {
-                tracing::warn!(tool = %spec.name, panic = %panic_message(&*panic), "approval handler panicked; denying");
+                tracing::warn!(tool = %spec.name, panic = %crate::sync::panic_message(&*panic), "approval handler panicked; denying");
                 return Ok(Approval::Refuse("the approval handler failed".to_owned()));
             }
             Ok(Ok(Err(error @ Error::Suspended { .. }))) => return Err(error),
@@ -542,7 +534,7 @@ impl ToolHost {
         let name = &tool.spec().name;
         let panicked = |panic: Box<dyn std::any::Any + Send>| ToolError::Panicked {
             tool: name.clone(),
-            message: panic_message(&*panic),
+            message: crate::sync::panic_message(&*panic),
         };
         let mut tool_ctx = ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
         if let Some(node) = ctx.node {
@@ -578,7 +570,7 @@ impl ToolHost {
                     ));
                 }
                 Ok(Err(panic)) => {
-                    tracing::warn!(tool = %call.tool, hook = index, panic = %panic_message(&*panic), "before_tool hook panicked; denying");
+                    tracing::warn!(tool = %call.tool, hook = index, panic = %crate::sync::panic_message(&*panic), "before_tool hook panicked; denying");
                     return Some(format!("before_tool hook {index} failed"));
                 }
                 Ok(Ok(HookDecision::Deny(reason))) => return Some(reason),
@@ -596,7 +588,7 @@ impl ToolHost {
                     tracing::warn!(tool = %result.call.tool, hook = index, "after_tool hook timed out")
                 }
                 Ok(Err(panic)) => {
-                    tracing::warn!(tool = %result.call.tool, hook = index, panic = %panic_message(&*panic), "after_tool hook panicked")
+                    tracing::warn!(tool = %result.call.tool, hook = index, panic = %crate::sync::panic_message(&*panic), "after_tool hook panicked")
                 }
                 Ok(Ok(Err(error))) => {
                     tracing::warn!(tool = %result.call.tool, hook = index, %error, "after_tool hook failed")
@@ -649,16 +641,6 @@ fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
                 _ => "something else",
             }
         )),
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic without a message".to_owned()
     }
 }
 

@@ -7,7 +7,7 @@
 //! this process's memory is added from a small in-process registry for as long as it waits.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -27,7 +27,7 @@ pub(crate) struct LiveApprovals(Mutex<HashMap<String, Vec<ApprovalRequest>>>);
 impl LiveApprovals {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<ApprovalRequest>>> {
         // The critical sections cannot panic, so a poisoned lock still holds sound data.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.0)
     }
 
     fn forget(&self, session: &str, call_id: &str) {
