@@ -2,47 +2,16 @@
 //! remembered idempotency keys. Every method runs with the lock held, so each is atomic with
 //! respect to every other.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::entry::{Dropped, Entry};
+use super::idempotency::Remembered;
 use super::{Delivery, MailboxConfig};
-
-/// A signal in the mailbox: its payload as it was sent, the store's sequence number when a
-/// durable store keeps it, and when it was sent.
-#[derive(Debug)]
-pub(crate) struct Entry {
-    /// The payload, exactly as sent.
-    pub(crate) payload: Value,
-    /// The store's sequence number, for a signal a durable store keeps.
-    pub(crate) seq: Option<u64>,
-    /// When it was sent: the pending TTL counts from here.
-    pub(crate) sent_at: Instant,
-}
-
-impl Entry {
-    /// A signal sent just now that no store keeps.
-    pub(crate) fn new(payload: Value) -> Self {
-        Self {
-            payload,
-            seq: None,
-            sent_at: Instant::now(),
-        }
-    }
-}
-
-/// A stored signal the mailbox dropped (a pending bound) or discarded (its session's last
-/// exit): the runtime removes it from the store, so that it does not come back after a
-/// restart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Dropped {
-    pub(crate) session: Arc<str>,
-    pub(crate) seq: u64,
-}
 
 /// An entry with its place in send order.
 ///
@@ -131,14 +100,6 @@ struct Pending {
     names: HashMap<Arc<str>, VecDeque<Queued>>,
 }
 
-/// Idempotency keys remembered, oldest first.
-#[derive(Default)]
-struct Remembered {
-    keys: HashSet<Arc<str>>,
-    /// Expiry order equals insertion order because every key lives equally long.
-    order: VecDeque<(Option<Instant>, Arc<str>)>,
-}
-
 /// Everything the mailbox knows.
 #[derive(Default)]
 pub(super) struct State {
@@ -149,7 +110,7 @@ pub(super) struct State {
     tick: u64,
     /// Source of places in send order and of waiter ids; starts at 1 so that 0 sorts first.
     next_id: u64,
-    remembered: Remembered,
+    pub(super) remembered: Remembered,
     /// Stored signals dropped or discarded since the mailbox last reported them.
     dropped: Vec<Dropped>,
 }
@@ -356,46 +317,6 @@ impl State {
                 self.retire(config, session, false);
             }
         }
-    }
-
-    /// Whether `(session, name, key)` was already seen; remembers it if not.
-    pub(super) fn seen(
-        &mut self,
-        config: &MailboxConfig,
-        session: &str,
-        name: &str,
-        key: &str,
-        now: Instant,
-    ) -> bool {
-        let remembered = &mut self.remembered;
-        while let Some((Some(expiry), _)) = remembered.order.front()
-            && *expiry <= now
-        {
-            if let Some((_, old)) = remembered.order.pop_front() {
-                remembered.keys.remove(&old);
-            }
-        }
-        // Lengths make the concatenation unambiguous whatever the parts contain.
-        let joined = format!("{}:{session}{}:{name}{key}", session.len(), name.len());
-        if remembered.keys.contains(joined.as_str()) {
-            return true;
-        }
-        if let Some(max) = config.max_idempotency_keys {
-            if max == 0 {
-                return false;
-            }
-            while remembered.keys.len() >= max {
-                let Some((_, old)) = remembered.order.pop_front() else {
-                    break;
-                };
-                remembered.keys.remove(&old);
-            }
-        }
-        let joined: Arc<str> = Arc::from(joined);
-        let expiry = config.effective_key_ttl().map(|ttl| now + ttl);
-        remembered.keys.insert(Arc::clone(&joined));
-        remembered.order.push_back((expiry, joined));
-        false
     }
 
     /// Parked waiters on (session, name).

@@ -13,7 +13,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
-use super::state::{Entry, Place, Queued};
+use super::entry::Entry;
+use super::state::{Place, Queued};
 use super::{Inner, SignalError};
 
 /// A wait for the next payload of one (session, name): resolves to the oldest payload, or to
