@@ -11,8 +11,8 @@ use super::Context;
 use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::JournalKey;
-use crate::runtime::mailbox::Scope;
-use crate::runtime::signals::{Received, decode};
+use crate::runtime::mailbox::{Entry, Scope};
+use crate::runtime::signals::decode;
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -117,7 +117,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
 async fn accept<T: DeserializeOwned>(
     ctx: &Context,
     name: &str,
-    received: Received,
+    received: Entry,
     key: JournalKey,
     scope: Scope,
 ) -> Result<T> {
@@ -126,7 +126,7 @@ async fn accept<T: DeserializeOwned>(
     let value = match decode::<T>(session, name, received.payload.clone()) {
         Ok(value) => value,
         Err(error) => {
-            runtime.give_back(session, name, received.raw, scope);
+            runtime.give_back(session, name, received, scope);
             return Err(error.into());
         }
     };
@@ -134,7 +134,7 @@ async fn accept<T: DeserializeOwned>(
         .consume(session, received.seq, key, received.payload.clone())
         .await
     {
-        runtime.give_back(session, name, received.raw, scope);
+        runtime.give_back(session, name, received, scope);
         return Err(error.into());
     }
     Ok(value)

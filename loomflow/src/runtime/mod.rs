@@ -47,6 +47,8 @@ struct RuntimeInner {
     store: Arc<dyn Store>,
     durability: Durability,
     mailbox: Mailbox,
+    /// Stored signals on their way out of the store (see [`signals`]).
+    removals: Arc<signals::Removals>,
     /// Set once a durable store's signals are in the mailbox.
     signals_loaded: tokio::sync::OnceCell<()>,
     /// State that layers above the runtime attach to it.
@@ -94,11 +96,19 @@ impl RuntimeBuilder {
 
     /// Builds the runtime.
     pub fn build(self) -> Runtime {
+        let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        let removals = signals::Removals::new(Arc::clone(&store));
+        let hook = {
+            // The mailbox reports the stored signals it drops; the store forgets them.
+            let removals = Arc::clone(&removals);
+            Box::new(move |dropped| removals.push(dropped))
+        };
         Runtime {
             inner: Arc::new(RuntimeInner {
-                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                store,
                 durability: self.durability.unwrap_or_default(),
-                mailbox: Mailbox::new(self.signals),
+                mailbox: Mailbox::with_drop_hook(self.signals, hook),
+                removals,
                 signals_loaded: tokio::sync::OnceCell::new(),
                 extensions: extensions::Extensions::default(),
             }),
@@ -179,6 +189,10 @@ impl Runtime {
     /// above (the tool layer keeps the approvals waiting in this process here).
     pub(crate) fn extension<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
         self.inner.extensions.get_or_default()
+    }
+
+    pub(crate) fn removals(&self) -> &Arc<signals::Removals> {
+        &self.inner.removals
     }
 
     pub(crate) fn signals_loaded(&self) -> &tokio::sync::OnceCell<()> {

@@ -2,40 +2,92 @@
 //! store when the store is durable.
 //!
 //! On a durable runtime a signal is written to the store before it reaches the mailbox, so
-//! once `signal` returns `Ok` it survives a crash; the mailbox carries the store's sequence
-//! number with the payload, and a consumer takes the row out of the store (journaling it, when
-//! the consumer is a node) as it receives the payload. After a restart the stored signals are
-//! loaded back into the mailbox before the first signal operation.
+//! once `signal` returns `Ok` it survives a crash; the mailbox's entry carries the store's
+//! sequence number and send time beside the payload, and a consumer takes the row out of the
+//! store (journaling it, when the consumer is a node) as it receives the payload. After a
+//! restart the stored signals are loaded back into the mailbox before the first signal
+//! operation, aged from their stored send time.
+//!
+//! The store also forgets what the mailbox lets go undelivered: signals dropped by the
+//! pending bounds (least recently used, TTL) and discarded on a session's last exit. The
+//! mailbox reports them as it drops them; [`Removals`] takes them out of the store in the
+//! background, and every async signal operation waits until those reported before it are
+//! gone. Nothing delivered, dropped or discarded comes back after a restart.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::mailbox::{Delivery, Scope, SessionGuard, SignalError, SignalOptions};
-use super::store::{JournalKey, SignalPush, StoredSignal};
+use super::mailbox::{
+    Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
+};
+use super::store::{JournalKey, SignalPush, Store, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
-/// The key under which a durable payload carries its store sequence number.
-const SEQ_KEY: &str = "__loomflow_signal_seq";
-const PAYLOAD_KEY: &str = "payload";
-
-/// A payload as it came out of the mailbox.
-pub(crate) struct Received {
-    pub(crate) payload: Value,
-    /// The store's sequence number, on a durable runtime.
-    pub(crate) seq: Option<u64>,
-    /// What the mailbox held (to give back on a typed failure).
-    pub(crate) raw: Value,
+/// Stored signals on their way out of the store: let go by the mailbox (bounds, session
+/// discards), or consumed where the consumer cannot await (`poll_signal`).
+pub(crate) struct Removals {
+    store: Arc<dyn Store>,
+    queue: Mutex<Vec<Dropped>>,
+    /// Queued and not yet removed: lets an operation skip the flush when there is nothing.
+    outstanding: AtomicUsize,
+    /// Held while removing, so that a flush waits for one already under way.
+    flushing: tokio::sync::Mutex<()>,
 }
 
-fn wrap(seq: u64, payload: Value) -> Value {
-    let mut map = Map::with_capacity(2);
-    map.insert(SEQ_KEY.to_owned(), Value::from(seq));
-    map.insert(PAYLOAD_KEY.to_owned(), payload);
-    Value::Object(map)
+impl Removals {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            queue: Mutex::new(Vec::new()),
+            outstanding: AtomicUsize::new(0),
+            flushing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Queues `dropped` for removal and starts removing in the background (without a tokio
+    /// runtime at hand, the next async signal operation removes them).
+    pub(crate) fn push(self: &Arc<Self>, dropped: Vec<Dropped>) {
+        if dropped.is_empty() {
+            return;
+        }
+        self.outstanding.fetch_add(dropped.len(), Ordering::AcqRel);
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(dropped);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let this = Arc::clone(self);
+            handle.spawn(async move { this.flush().await });
+        }
+    }
+
+    /// Removes every queued signal from the store; returns once those queued before the call
+    /// are gone (or failed, which is logged: the mailbox no longer holds them either way).
+    pub(crate) async fn flush(&self) {
+        if self.outstanding.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _flushing = self.flushing.lock().await;
+        loop {
+            let batch =
+                std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
+            if batch.is_empty() {
+                return;
+            }
+            for Dropped { session, seq } in batch {
+                if let Err(error) = self.store.take_signal(&session, seq, None).await {
+                    tracing::error!(%error, %session, seq, "could not remove a signal from the store");
+                }
+                self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(
@@ -149,10 +201,15 @@ impl Runtime {
             sent_at_ms: now_ms(),
         };
         let payload = stored.payload.clone();
-        match self.store().push_signal(stored).await? {
-            SignalPush::Duplicate => Ok(Delivery::Duplicate),
-            SignalPush::Stored(seq) => Ok(mailbox.signal_stored(session, name, wrap(seq, payload))),
-        }
+        let delivery = match self.store().push_signal(stored).await? {
+            SignalPush::Duplicate => Delivery::Duplicate,
+            SignalPush::Stored(seq) => {
+                mailbox.signal_stored(session, name, payload, seq, Duration::ZERO)
+            }
+        };
+        // A new pending session may have pushed the least recently used one out.
+        self.removals().flush().await;
+        Ok(delivery)
     }
 
     /// Waits for the signal `name` of `session` and returns the oldest payload, typed.
@@ -171,8 +228,8 @@ impl Runtime {
         name: &str,
         timeout: Option<Duration>,
     ) -> Result<T> {
-        let received = self.receive(session, name, timeout, Scope::User).await?;
-        let (value, seq) = self.accept(session, name, received, Scope::User)?;
+        let entry = self.receive(session, name, timeout, Scope::User).await?;
+        let (value, seq) = self.accept(session, name, entry, Scope::User)?;
         if let Some(seq) = seq {
             // Consumed durably before it is handed over: it is not delivered again after a
             // restart.
@@ -191,11 +248,10 @@ impl Runtime {
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub fn poll_signal<T: DeserializeOwned>(&self, session: &str, name: &str) -> Result<Option<T>> {
-        let Some(raw) = self.mailbox().poll(session, name)? else {
+        let Some(entry) = self.mailbox().poll_in(session, name, Scope::User)? else {
             return Ok(None);
         };
-        let received = self.unwrap_received(raw);
-        let (value, seq) = self.accept(session, name, received, Scope::User)?;
+        let (value, seq) = self.accept(session, name, entry, Scope::User)?;
         self.forget_consumed_signal(session, seq);
         Ok(Some(value))
     }
@@ -215,7 +271,7 @@ impl Runtime {
         name: &str,
         timeout: Option<Duration>,
         scope: Scope,
-    ) -> Result<Received> {
+    ) -> Result<Entry> {
         let wait = self.start_wait(session, name, timeout, scope).await?;
         self.finish_wait(wait).await
     }
@@ -227,16 +283,18 @@ impl Runtime {
         name: &str,
         timeout: Option<Duration>,
         scope: Scope,
-    ) -> Result<super::mailbox::Wait> {
+    ) -> Result<WaitEntry> {
         self.mailbox().check(session, name, None, scope)?;
         self.load_stored_signals().await?;
-        Ok(self.mailbox().wait_in(session, name, timeout, scope))
+        let wait = self.mailbox().wait_in(session, name, timeout, scope);
+        // Taking a session's pending signals may have found some of them expired.
+        self.removals().flush().await;
+        Ok(wait)
     }
 
     /// Waits for a registered wait's payload.
-    pub(crate) async fn finish_wait(&self, wait: super::mailbox::Wait) -> Result<Received> {
-        let raw = wait.await?;
-        Ok(self.unwrap_received(raw))
+    pub(crate) async fn finish_wait(&self, wait: WaitEntry) -> Result<Entry> {
+        Ok(wait.await?)
     }
 
     /// Takes the next payload if one is queued (framework names allowed when asked).
@@ -245,32 +303,12 @@ impl Runtime {
         session: &str,
         name: &str,
         scope: Scope,
-    ) -> Result<Option<Received>> {
+    ) -> Result<Option<Entry>> {
         self.mailbox().check(session, name, None, scope)?;
         self.load_stored_signals().await?;
-        Ok(self
-            .mailbox()
-            .poll_in(session, name, scope)?
-            .map(|raw| self.unwrap_received(raw)))
-    }
-
-    fn unwrap_received(&self, raw: Value) -> Received {
-        if self.store().is_durable()
-            && let Value::Object(map) = &raw
-            && let Some(seq) = map.get(SEQ_KEY).and_then(Value::as_u64)
-        {
-            let payload = map.get(PAYLOAD_KEY).cloned().unwrap_or(Value::Null);
-            return Received {
-                payload,
-                seq: Some(seq),
-                raw,
-            };
-        }
-        Received {
-            payload: raw.clone(),
-            seq: None,
-            raw,
-        }
+        let entry = self.mailbox().poll_in(session, name, scope)?;
+        self.removals().flush().await;
+        Ok(entry)
     }
 
     /// Types a received payload; on failure puts it back at the head of its queue. On
@@ -279,20 +317,22 @@ impl Runtime {
         &self,
         session: &str,
         name: &str,
-        received: Received,
+        entry: Entry,
         scope: Scope,
     ) -> Result<(T, Option<u64>)> {
-        match decode::<T>(session, name, received.payload) {
-            Ok(value) => Ok((value, received.seq)),
+        // Cloned so that the entry goes back untouched if it is not a `T`.
+        match decode::<T>(session, name, entry.payload.clone()) {
+            Ok(value) => Ok((value, entry.seq)),
             Err(error) => {
-                self.give_back(session, name, received.raw, scope);
+                self.give_back(session, name, entry, scope);
                 Err(error.into())
             }
         }
     }
 
-    pub(crate) fn give_back(&self, session: &str, name: &str, raw: Value, scope: Scope) {
-        if let Err(error) = self.mailbox().requeue_front_in(session, name, raw, scope) {
+    /// Puts an entry that could not be used back at the head of its queue.
+    pub(crate) fn give_back(&self, session: &str, name: &str, entry: Entry, scope: Scope) {
+        if let Err(error) = self.mailbox().requeue_front_in(session, name, entry, scope) {
             tracing::error!(%error, %session, %name, "could not put a signal back");
         }
     }
@@ -321,18 +361,11 @@ impl Runtime {
     }
 
     /// Removes a signal consumed outside a node from a durable store, in the background
-    /// (for callers that cannot await).
+    /// (for callers that cannot await); the next async signal operation waits for it.
     pub(crate) fn forget_consumed_signal(&self, session: &str, seq: Option<u64>) {
         let Some(seq) = seq else { return };
-        let runtime = self.clone();
-        let session = session.to_owned();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                if let Err(error) = runtime.store().take_signal(&session, seq, None).await {
-                    tracing::error!(%error, %session, seq, "could not remove a consumed signal");
-                }
-            });
-        }
+        let session = Arc::from(session);
+        self.removals().push(vec![Dropped { session, seq }]);
     }
 
     /// Loads signals kept by a durable store into the mailbox, once per runtime.
@@ -344,16 +377,23 @@ impl Runtime {
             .get_or_try_init(|| async {
                 let stored = self.store().pending_signals().await?;
                 let count = stored.len();
+                let now = now_ms();
                 for signal in stored {
+                    // Aged from the stored send time: the pending TTL does not restart.
+                    let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
                     self.mailbox().signal_stored(
                         &signal.session,
                         &signal.name,
-                        wrap(signal.seq, signal.payload),
+                        signal.payload,
+                        signal.seq,
+                        age,
                     );
                 }
                 if count > 0 {
                     tracing::info!(count, "loaded stored signals into the mailbox");
                 }
+                // Signals past the TTL, or beyond the pending bound, leave the store now.
+                self.removals().flush().await;
                 Ok::<(), RuntimeError>(())
             })
             .await

@@ -13,7 +13,8 @@
 //! - Sessions and names are isolated from one another.
 //! - A signal for a session that is not open waits in a *pending* mailbox, bounded by
 //!   [`MailboxConfig::max_pending_signal_sessions`] (least recently used session dropped
-//!   first) and [`MailboxConfig::pending_signal_ttl`]; opening the session picks it up.
+//!   first) and [`MailboxConfig::pending_signal_ttl`] (counted from when each signal was
+//!   sent); opening the session picks it up.
 //! - Sessions are reference-counted: the mailbox, and any payload still in it, goes when the
 //!   last [`SessionGuard`] drops. A `wait` on a session that is not open holds the mailbox
 //!   while it is parked; when the last holder is such a waiter, payloads still queued go back
@@ -35,9 +36,17 @@
 //! both sides decide under one lock, there is no interleaving in which a payload sits in an
 //! abandoned slot or reaches two waiters.
 //!
-//! Every payload carries a sequence number from one counter, so "where it was" is exact: two
-//! waiters handed payloads and cancelled in either order leave the queue in send order. A
-//! payload given back with [`Mailbox::requeue_front`] goes to the very head instead.
+//! Every payload carries its place in send order, from one counter, so "where it was" is
+//! exact: two waiters handed payloads and cancelled in either order leave the queue in send
+//! order. A payload given back with [`Mailbox::requeue_front`] goes to the very head instead.
+//!
+//! # Durable signals
+//!
+//! On a durable runtime a queued entry also carries the store's sequence number and the
+//! stored send time, beside the payload (which is never rewritten). The pending TTL counts
+//! from the send time, also for signals loaded after a restart; and every stored signal the
+//! mailbox drops (a bound) or discards (a session's last exit) is reported to the runtime,
+//! which removes it from the store, so that it does not come back after a restart.
 //!
 //! The alternative, waking a waiter and letting it pop the queue itself, lets a concurrent
 //! `poll` or a newer waiter take the payload first and needs a second hand-off of the
@@ -49,130 +58,31 @@
 //! `.await`); the pending mailbox's LRU order and the idempotency memory are global, which a
 //! sharded lock would complicate for little gain on a handful of cores.
 
+mod config;
+mod entry;
 mod error;
+mod idempotency;
 mod state;
 mod wait;
 
 use std::io;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
 
+pub use config::{MailboxConfig, SignalOptions};
+pub(crate) use entry::{Dropped, Entry};
 pub use error::SignalError;
 pub use wait::Wait;
+pub(crate) use wait::WaitEntry;
 
 use state::{Place, Registration, State};
 
 /// The prefix of the signal names reserved for loomflow itself.
 pub const RESERVED_PREFIX: &str = "loomflow:";
-
-/// Bounds and limits of a [`Mailbox`].
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loomflow::runtime::mailbox::MailboxConfig;
-///
-/// let config = MailboxConfig::default()
-///     .max_pending_signal_sessions(Some(1_000))
-///     .pending_signal_ttl(Some(Duration::from_secs(600)));
-/// assert_eq!(config.max_payload_bytes, 1024 * 1024);
-/// ```
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct MailboxConfig {
-    /// How many sessions that are not open may hold pending signals; when a new one would
-    /// exceed it, the least recently used session's signals are dropped. `None`: no bound.
-    /// Default 10,000.
-    pub max_pending_signal_sessions: Option<usize>,
-    /// How long a pending signal is kept for a session that is not open. `None`: forever.
-    /// Default one hour.
-    pub pending_signal_ttl: Option<Duration>,
-    /// The largest payload accepted, in bytes of serialized JSON. Default 1 MiB.
-    pub max_payload_bytes: usize,
-    /// How long an idempotency key is remembered. The mailbox remembers keys for at least
-    /// [`pending_signal_ttl`](Self::pending_signal_ttl) whatever this says, so a retried send
-    /// cannot duplicate a signal still pending. `None`: forever. Default one hour.
-    pub idempotency_key_ttl: Option<Duration>,
-    /// How many idempotency keys are remembered at most; the oldest is forgotten first.
-    /// `None`: no bound. Default 100,000.
-    pub max_idempotency_keys: Option<usize>,
-}
-
-impl Default for MailboxConfig {
-    fn default() -> Self {
-        Self {
-            max_pending_signal_sessions: Some(10_000),
-            pending_signal_ttl: Some(Duration::from_secs(3_600)),
-            max_payload_bytes: 1024 * 1024,
-            idempotency_key_ttl: Some(Duration::from_secs(3_600)),
-            max_idempotency_keys: Some(100_000),
-        }
-    }
-}
-
-impl MailboxConfig {
-    /// Sets [`max_pending_signal_sessions`](Self::max_pending_signal_sessions).
-    #[must_use]
-    pub fn max_pending_signal_sessions(mut self, max: Option<usize>) -> Self {
-        self.max_pending_signal_sessions = max;
-        self
-    }
-
-    /// Sets [`pending_signal_ttl`](Self::pending_signal_ttl).
-    #[must_use]
-    pub fn pending_signal_ttl(mut self, ttl: Option<Duration>) -> Self {
-        self.pending_signal_ttl = ttl;
-        self
-    }
-
-    /// Sets [`max_payload_bytes`](Self::max_payload_bytes).
-    #[must_use]
-    pub fn max_payload_bytes(mut self, max: usize) -> Self {
-        self.max_payload_bytes = max;
-        self
-    }
-
-    /// Sets [`idempotency_key_ttl`](Self::idempotency_key_ttl).
-    #[must_use]
-    pub fn idempotency_key_ttl(mut self, ttl: Option<Duration>) -> Self {
-        self.idempotency_key_ttl = ttl;
-        self
-    }
-
-    /// Sets [`max_idempotency_keys`](Self::max_idempotency_keys).
-    #[must_use]
-    pub fn max_idempotency_keys(mut self, max: Option<usize>) -> Self {
-        self.max_idempotency_keys = max;
-        self
-    }
-
-    /// How long keys are actually remembered: the longer of the key TTL and the pending TTL.
-    fn effective_key_ttl(&self) -> Option<Duration> {
-        Some(self.idempotency_key_ttl?.max(self.pending_signal_ttl?))
-    }
-}
-
-/// Options of [`Mailbox::signal_with`].
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct SignalOptions {
-    /// Makes repeated sends of the same (session, name, key) deliver once, while the key is
-    /// remembered (see [`MailboxConfig::idempotency_key_ttl`]).
-    pub idempotency_key: Option<String>,
-}
-
-impl SignalOptions {
-    /// Sets [`idempotency_key`](Self::idempotency_key).
-    #[must_use]
-    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.idempotency_key = Some(key.into());
-        self
-    }
-}
 
 /// What became of a signal that was accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,22 +103,61 @@ pub enum Delivery {
 pub(crate) enum Scope {
     User,
     Framework,
-    /// A signal a durable store already accepted (name and size were checked before it was
-    /// stored): delivered as it is, so that it cannot be refused after it was kept.
-    Stored,
 }
+
+/// Told of the stored signals the mailbox dropped or discarded. It runs under the mailbox's
+/// lock, so it must be quick and must not use the mailbox.
+pub(crate) type DropHook = Box<dyn Fn(Vec<Dropped>) + Send + Sync>;
 
 /// Shared by every clone of a [`Mailbox`], its guards and its waits.
 struct Inner {
     config: MailboxConfig,
     state: Mutex<State>,
+    on_drop: Option<DropHook>,
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> Locked<'_> {
         // Nothing panics while holding the lock, and every operation leaves the state
         // consistent before it could, so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        Locked { inner: self, state }
+    }
+}
+
+/// The locked state. Unlocking reports the stored signals dropped meanwhile to the drop
+/// hook, so that no operation can forget to.
+struct Locked<'a> {
+    inner: &'a Inner,
+    state: MutexGuard<'a, State>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let dropped = self.state.take_dropped();
+        if !dropped.is_empty() {
+            match &self.inner.on_drop {
+                Some(hook) => hook(dropped),
+                None => tracing::warn!(
+                    count = dropped.len(),
+                    "stored signals dropped without a hook to remove them from the store"
+                ),
+            }
+        }
     }
 }
 
@@ -273,10 +222,20 @@ impl Default for Mailbox {
 impl Mailbox {
     /// Creates an empty mailbox.
     pub fn new(config: MailboxConfig) -> Self {
+        Self::build(config, None)
+    }
+
+    /// A mailbox that reports the stored signals it drops or discards to `hook`.
+    pub(crate) fn with_drop_hook(config: MailboxConfig, hook: DropHook) -> Self {
+        Self::build(config, Some(hook))
+    }
+
+    fn build(config: MailboxConfig, on_drop: Option<DropHook>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 config,
                 state: Mutex::new(State::default()),
+                on_drop,
             }),
         }
     }
@@ -324,7 +283,7 @@ impl Mailbox {
     /// The future resolves to [`SignalError::Timeout`] when the timeout passes, or to a
     /// refusal of the name as in [`signal`](Self::signal).
     pub fn wait(&self, session: &str, name: &str, timeout: Option<Duration>) -> Wait {
-        self.wait_in(session, name, timeout, Scope::User)
+        Wait::new(self.wait_in(session, name, timeout, Scope::User))
     }
 
     /// Takes the oldest payload of (session, name) if there is one; never blocks.
@@ -333,7 +292,8 @@ impl Mailbox {
     ///
     /// [`SignalError::EmptyName`] and [`SignalError::ReservedName`].
     pub fn poll(&self, session: &str, name: &str) -> Result<Option<Value>, SignalError> {
-        self.poll_in(session, name, Scope::User)
+        let entry = self.poll_in(session, name, Scope::User)?;
+        Ok(entry.map(|entry| entry.payload))
     }
 
     /// Puts `payload` back at the head of its queue, or hands it to the oldest parked waiter.
@@ -350,7 +310,7 @@ impl Mailbox {
         name: &str,
         payload: Value,
     ) -> Result<(), SignalError> {
-        self.requeue_front_in(session, name, payload, Scope::User)
+        self.requeue_front_in(session, name, Entry::new(payload), Scope::User)
     }
 
     /// Opens `session` (or joins it if already open), picking up its pending signals.
@@ -411,13 +371,39 @@ impl Mailbox {
         Ok(())
     }
 
-    /// Delivers a signal that a durable store has already accepted, without checking it
-    /// again (it carries the store's sequence number, so it is a little larger than what was
-    /// checked).
-    pub(crate) fn signal_stored(&self, session: &str, name: &str, payload: Value) -> Delivery {
-        // `Scope::Stored` skips every check that could fail.
-        self.send(session, name, payload, None, Scope::Stored)
-            .unwrap_or(Delivery::Queued)
+    /// Delivers a signal that a durable store has already accepted (under `seq`, `age` ago),
+    /// without checking it again: a stored signal must not be refused afterwards, even by a
+    /// limit lowered since.
+    pub(crate) fn signal_stored(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        seq: u64,
+        age: Duration,
+    ) -> Delivery {
+        let now = Instant::now();
+        // An age beyond what the monotonic clock can go back to (a signal older than the
+        // machine's uptime) is clamped: to exactly the TTL when that fits, so the signal
+        // still counts as expired, else to now.
+        let sent_at = now
+            .checked_sub(age)
+            .or_else(|| {
+                let ttl = self.inner.config.pending_signal_ttl?;
+                if age >= ttl {
+                    now.checked_sub(ttl)
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(now);
+        let entry = Entry {
+            payload,
+            seq: Some(seq),
+            sent_at,
+        };
+        let mut state = self.inner.lock();
+        state.deliver(&self.inner.config, session, name, entry, Place::Back)
     }
 
     pub(crate) fn send(
@@ -428,26 +414,17 @@ impl Mailbox {
         key: Option<&str>,
         scope: Scope,
     ) -> Result<Delivery, SignalError> {
-        if scope != Scope::Stored {
-            check_name(session, name, scope)?;
-            let limit = self.inner.config.max_payload_bytes;
-            let size = serialized_size(&payload);
-            if size > limit {
-                return Err(SignalError::PayloadTooLarge {
-                    name: name.to_owned(),
-                    size,
-                    limit,
-                });
-            }
-        }
+        self.check(session, name, Some(&payload), scope)?;
         let config = &self.inner.config;
         let mut state = self.inner.lock();
         if let Some(key) = key
-            && state.seen(config, session, name, key, Instant::now())
+            && state
+                .remembered
+                .seen(config, session, name, key, Instant::now())
         {
             return Ok(Delivery::Duplicate);
         }
-        Ok(state.deliver(config, session, name, payload, Place::Back))
+        Ok(state.deliver(config, session, name, Entry::new(payload), Place::Back))
     }
 
     pub(crate) fn wait_in(
@@ -456,21 +433,21 @@ impl Mailbox {
         name: &str,
         timeout: Option<Duration>,
         scope: Scope,
-    ) -> Wait {
+    ) -> WaitEntry {
         let inner = Arc::clone(&self.inner);
         if let Err(error) = check_name(session, name, scope) {
-            return Wait::failed(inner, error);
+            return WaitEntry::failed(inner, error);
         }
         let registration = self
             .inner
             .lock()
             .register(&self.inner.config, session, name);
         match registration {
-            (session, name, Registration::Ready(payload)) => {
-                Wait::ready(inner, session, name, payload)
+            (session, name, Registration::Ready(queued)) => {
+                WaitEntry::ready(inner, session, name, queued)
             }
             (session, name, Registration::Parked { id, rx }) => {
-                Wait::parked(inner, session, name, id, rx, timeout)
+                WaitEntry::parked(inner, session, name, id, rx, timeout)
             }
         }
     }
@@ -480,22 +457,24 @@ impl Mailbox {
         session: &str,
         name: &str,
         scope: Scope,
-    ) -> Result<Option<Value>, SignalError> {
+    ) -> Result<Option<Entry>, SignalError> {
         check_name(session, name, scope)?;
         Ok(self.inner.lock().poll(&self.inner.config, session, name))
     }
 
+    /// Puts an entry taken from the mailbox back at the head of its queue, with its store
+    /// sequence number and send time.
     pub(crate) fn requeue_front_in(
         &self,
         session: &str,
         name: &str,
-        payload: Value,
+        entry: Entry,
         scope: Scope,
     ) -> Result<(), SignalError> {
         check_name(session, name, scope)?;
         self.inner
             .lock()
-            .deliver(&self.inner.config, session, name, payload, Place::Front);
+            .deliver(&self.inner.config, session, name, entry, Place::Front);
         Ok(())
     }
 }

@@ -2,23 +2,24 @@
 //! remembered idempotency keys. Every method runs with the lock held, so each is atomic with
 //! respect to every other.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::entry::{Dropped, Entry};
+use super::idempotency::Remembered;
 use super::{Delivery, MailboxConfig};
 
-/// A payload with its place in send order.
+/// An entry with its place in send order.
 ///
-/// Sequence numbers come from one counter, so a payload given back by a waiter that never
-/// took it can be put back exactly where it was, even after later payloads were queued.
-pub(super) struct Entry {
-    pub(super) seq: u64,
-    pub(super) payload: Value,
+/// Places come from one counter, so a payload given back by a waiter that never took it can
+/// be put back exactly where it was, even after later payloads were queued.
+pub(super) struct Queued {
+    pub(super) order: u64,
+    pub(super) entry: Entry,
 }
 
 /// Where a payload goes in its queue.
@@ -26,7 +27,8 @@ pub(super) struct Entry {
 pub(super) enum Place {
     /// After every queued payload: a new signal.
     Back,
-    /// Back where its sequence number puts it: a payload a waiter was handed but never took.
+    /// Back where its place in send order puts it: a payload a waiter was handed but never
+    /// took.
     Return(u64),
     /// Before every queued payload: a payload the caller took and gives back.
     Front,
@@ -35,27 +37,27 @@ pub(super) enum Place {
 /// The outcome of registering a waiter.
 pub(super) enum Registration {
     /// A payload was queued: the wait completes at once.
-    Ready(Entry),
+    Ready(Queued),
     /// The waiter is parked; `rx` receives its payload.
     Parked {
         id: u64,
-        rx: oneshot::Receiver<Entry>,
+        rx: oneshot::Receiver<Queued>,
     },
 }
 
 /// A waiter's place in line: the sending half of its slot.
 struct Waiter {
     id: u64,
-    tx: oneshot::Sender<Entry>,
+    tx: oneshot::Sender<Queued>,
 }
 
 /// One (session, name) queue of a live session.
 ///
-/// Invariants: `queue` is sorted by `seq`; `queue` and `waiters` are never both non-empty,
+/// Invariants: `queue` is sorted by `order`; `queue` and `waiters` are never both non-empty,
 /// because a payload meets a parked waiter as soon as both exist.
 struct Channel {
     name: Arc<str>,
-    queue: VecDeque<Entry>,
+    queue: VecDeque<Queued>,
     waiters: VecDeque<Waiter>,
 }
 
@@ -88,28 +90,14 @@ impl Live {
     }
 }
 
-/// A payload held for a session that is not open.
-struct Stamped {
-    at: Instant,
-    entry: Entry,
-}
-
 /// The pending mailbox of one session.
 struct Pending {
-    /// Last push or pop; never older than the newest entry, so a session untouched for a TTL
-    /// holds only expired entries.
+    /// Last push or pop; never older than the newest entry's send time, so a session
+    /// untouched for a TTL holds only expired entries.
     touched: Instant,
     /// Key in [`State::lru`].
     tick: u64,
-    names: HashMap<Arc<str>, VecDeque<Stamped>>,
-}
-
-/// Idempotency keys remembered, oldest first.
-#[derive(Default)]
-struct Remembered {
-    keys: HashSet<Arc<str>>,
-    /// Expiry order equals insertion order because every key lives equally long.
-    order: VecDeque<(Option<Instant>, Arc<str>)>,
+    names: HashMap<Arc<str>, VecDeque<Queued>>,
 }
 
 /// Everything the mailbox knows.
@@ -120,22 +108,41 @@ pub(super) struct State {
     /// Pending sessions by last use, least recent first.
     lru: BTreeMap<u64, Arc<str>>,
     tick: u64,
-    /// Source of payload sequence numbers and waiter ids; starts at 1 so that 0 sorts first.
+    /// Source of places in send order and of waiter ids; starts at 1 so that 0 sorts first.
     next_id: u64,
-    remembered: Remembered,
+    pub(super) remembered: Remembered,
+    /// Stored signals dropped or discarded since the mailbox last reported them.
+    dropped: Vec<Dropped>,
 }
 
-fn expired(at: Instant, ttl: Option<Duration>, now: Instant) -> bool {
-    ttl.is_some_and(|ttl| now.saturating_duration_since(at) >= ttl)
+fn expired(entry: &Entry, ttl: Option<Duration>, now: Instant) -> bool {
+    ttl.is_some_and(|ttl| now.saturating_duration_since(entry.sent_at) >= ttl)
 }
 
-/// Inserts `item` at `place` in a queue sorted by sequence number.
-fn insert_at<T>(queue: &mut VecDeque<T>, item: T, place: Place, seq: impl Fn(&T) -> u64) {
+/// Notes the stored ones among `entries`, which the mailbox is letting go undelivered.
+fn note_dropped<'a>(
+    dropped: &mut Vec<Dropped>,
+    session: &Arc<str>,
+    entries: impl IntoIterator<Item = &'a Entry>,
+) -> usize {
+    let mut count = 0;
+    for entry in entries {
+        count += 1;
+        if let Some(seq) = entry.seq {
+            let session = Arc::clone(session);
+            dropped.push(Dropped { session, seq });
+        }
+    }
+    count
+}
+
+/// Inserts `item` at `place` in a queue sorted by place in send order.
+fn insert_at(queue: &mut VecDeque<Queued>, item: Queued, place: Place) {
     match place {
         Place::Back => queue.push_back(item),
         Place::Front => queue.push_front(item),
         Place::Return(at) => {
-            let index = queue.partition_point(|queued| seq(queued) < at);
+            let index = queue.partition_point(|queued| queued.order < at);
             queue.insert(index, item);
         }
     }
@@ -146,11 +153,11 @@ fn register_live(live: &mut Live, name: &str, id: u64) -> (Arc<str>, Arc<str>, R
     let session_key = Arc::clone(&live.key);
     if let Some(channel) = live.names.get_mut(name) {
         let name_key = Arc::clone(&channel.name);
-        if let Some(entry) = channel.queue.pop_front() {
+        if let Some(queued) = channel.queue.pop_front() {
             if channel.is_idle() {
                 live.names.remove(name);
             }
-            return (session_key, name_key, Registration::Ready(entry));
+            return (session_key, name_key, Registration::Ready(queued));
         }
         let (tx, rx) = oneshot::channel();
         channel.waiters.push_back(Waiter { id, tx });
@@ -172,40 +179,45 @@ impl State {
         self.next_id
     }
 
-    /// Delivers `payload`: to the oldest parked waiter, else into the queue at `place`; to the
+    /// The stored signals dropped or discarded since the last call.
+    pub(super) fn take_dropped(&mut self) -> Vec<Dropped> {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// Delivers `entry`: to the oldest parked waiter, else into the queue at `place`; to the
     /// pending mailbox when the session is not live.
     pub(super) fn deliver(
         &mut self,
         config: &MailboxConfig,
         session: &str,
         name: &str,
-        payload: Value,
+        entry: Entry,
         place: Place,
     ) -> Delivery {
-        let seq = match place {
+        let order = match place {
             Place::Back => self.next_id(),
-            Place::Return(seq) => seq,
+            Place::Return(order) => order,
             Place::Front => 0,
         };
-        let entry = Entry { seq, payload };
+        let queued = Queued { order, entry };
         let Some(live) = self.live.get_mut(session) else {
-            self.push_pending(config, session, name, entry, place, Instant::now());
+            self.push_pending(config, session, name, queued, place, Instant::now());
             return Delivery::Pending;
         };
         let Some(channel) = live.names.get_mut(name) else {
             let mut channel = Channel::new(name);
-            channel.queue.push_back(entry);
+            channel.queue.push_back(queued);
             live.names.insert(Arc::clone(&channel.name), channel);
             return Delivery::Queued;
         };
-        let mut entry = entry;
+        let mut queued = queued;
         while let Some(waiter) = channel.waiters.pop_front() {
             live.holds -= 1;
             // Sent under the lock: a waiter that leaves the line (drop, timeout) takes the
             // lock first, so it either finds itself still in line or finds this payload in its
             // slot. A send only fails if the receiver vanished without leaving the line, which
             // `Wait` never does; the payload then goes to the next waiter.
-            match waiter.tx.send(entry) {
+            match waiter.tx.send(queued) {
                 Ok(()) => {
                     if channel.is_idle() {
                         live.names.remove(name);
@@ -215,10 +227,10 @@ impl State {
                     }
                     return Delivery::Woke;
                 }
-                Err(back) => entry = back,
+                Err(back) => queued = back,
             }
         }
-        insert_at(&mut channel.queue, entry, place, |e| e.seq);
+        insert_at(&mut channel.queue, queued, place);
         Delivery::Queued
     }
 
@@ -235,8 +247,9 @@ impl State {
             return register_live(live, name, id);
         }
         let now = Instant::now();
-        if let Some((session_key, name_key, entry)) = self.pop_pending(config, session, name, now) {
-            return (session_key, name_key, Registration::Ready(entry));
+        if let Some((session_key, name_key, queued)) = self.pop_pending(config, session, name, now)
+        {
+            return (session_key, name_key, Registration::Ready(queued));
         }
         register_live(self.make_live(config, session, now), name, id)
     }
@@ -249,8 +262,8 @@ impl State {
         session: &str,
         name: &str,
         id: u64,
-        rx: &mut oneshot::Receiver<Entry>,
-    ) -> Option<Entry> {
+        rx: &mut oneshot::Receiver<Queued>,
+    ) -> Option<Queued> {
         if let Some(live) = self.live.get_mut(session)
             && let Some(channel) = live.names.get_mut(name)
             && let Some(at) = channel.waiters.iter().position(|w| w.id == id)
@@ -274,18 +287,18 @@ impl State {
         config: &MailboxConfig,
         session: &str,
         name: &str,
-    ) -> Option<Value> {
+    ) -> Option<Entry> {
         let Some(live) = self.live.get_mut(session) else {
             return self
                 .pop_pending(config, session, name, Instant::now())
-                .map(|(_, _, entry)| entry.payload);
+                .map(|(_, _, queued)| queued.entry);
         };
         let channel = live.names.get_mut(name)?;
-        let entry = channel.queue.pop_front();
+        let queued = channel.queue.pop_front();
         if channel.is_idle() {
             live.names.remove(name);
         }
-        entry.map(|entry| entry.payload)
+        queued.map(|queued| queued.entry)
     }
 
     /// Opens the session for a guard, picking up its pending signals.
@@ -304,46 +317,6 @@ impl State {
                 self.retire(config, session, false);
             }
         }
-    }
-
-    /// Whether `(session, name, key)` was already seen; remembers it if not.
-    pub(super) fn seen(
-        &mut self,
-        config: &MailboxConfig,
-        session: &str,
-        name: &str,
-        key: &str,
-        now: Instant,
-    ) -> bool {
-        let remembered = &mut self.remembered;
-        while let Some((Some(expiry), _)) = remembered.order.front()
-            && *expiry <= now
-        {
-            if let Some((_, old)) = remembered.order.pop_front() {
-                remembered.keys.remove(&old);
-            }
-        }
-        // Lengths make the concatenation unambiguous whatever the parts contain.
-        let joined = format!("{}:{session}{}:{name}{key}", session.len(), name.len());
-        if remembered.keys.contains(joined.as_str()) {
-            return true;
-        }
-        if let Some(max) = config.max_idempotency_keys {
-            if max == 0 {
-                return false;
-            }
-            while remembered.keys.len() >= max {
-                let Some((_, old)) = remembered.order.pop_front() else {
-                    break;
-                };
-                remembered.keys.remove(&old);
-            }
-        }
-        let joined: Arc<str> = Arc::from(joined);
-        let expiry = config.effective_key_ttl().map(|ttl| now + ttl);
-        remembered.keys.insert(Arc::clone(&joined));
-        remembered.order.push_back((expiry, joined));
-        false
     }
 
     /// Parked waiters on (session, name).
@@ -369,7 +342,7 @@ impl State {
             .map_or(0, |queue| {
                 queue
                     .iter()
-                    .filter(|s| !expired(s.at, config.pending_signal_ttl, now))
+                    .filter(|q| !expired(&q.entry, config.pending_signal_ttl, now))
                     .count()
             })
     }
@@ -389,12 +362,14 @@ impl State {
     /// waiter (`to_pending`), queued payloads go back to the pending mailbox; when it was a
     /// guard, they are discarded with the mailbox.
     fn retire(&mut self, config: &MailboxConfig, session: &str, to_pending: bool) {
-        let Some(live) = self.live.remove(session) else {
+        let Some((key, live)) = self.live.remove_entry(session) else {
             return;
         };
         let leftovers = live.names.into_values().filter(|c| !c.queue.is_empty());
         if !to_pending {
-            let dropped: usize = leftovers.map(|channel| channel.queue.len()).sum();
+            let entries = leftovers.flat_map(|channel| channel.queue.into_iter());
+            let entries: Vec<Queued> = entries.collect();
+            let dropped = note_dropped(&mut self.dropped, &key, entries.iter().map(|q| &q.entry));
             if dropped > 0 {
                 tracing::debug!(
                     session,
@@ -406,9 +381,9 @@ impl State {
         }
         let now = Instant::now();
         for channel in leftovers.collect::<Vec<_>>() {
-            for entry in channel.queue {
-                let place = Place::Return(entry.seq);
-                self.push_pending(config, session, &channel.name, entry, place, now);
+            for queued in channel.queue {
+                let place = Place::Return(queued.order);
+                self.push_pending(config, session, &channel.name, queued, place, now);
             }
         }
     }
@@ -423,13 +398,21 @@ impl State {
             }
             None => (Arc::from(session), None),
         };
+        let ttl = config.pending_signal_ttl;
         let mut names = HashMap::new();
         for (name, queue) in pending.into_iter().flat_map(|p| p.names) {
-            let queue: VecDeque<Entry> = queue
+            let (queue, gone): (VecDeque<Queued>, VecDeque<Queued>) = queue
                 .into_iter()
-                .filter(|s| !expired(s.at, config.pending_signal_ttl, now))
-                .map(|s| s.entry)
-                .collect();
+                .partition(|q| !expired(&q.entry, ttl, now));
+            let gone = note_dropped(&mut self.dropped, &key, gone.iter().map(|q| &q.entry));
+            if gone > 0 {
+                tracing::debug!(
+                    session,
+                    name = &*name,
+                    dropped = gone,
+                    "pending signals expired"
+                );
+            }
             if !queue.is_empty() {
                 let waiters = VecDeque::new();
                 let channel = Channel {
@@ -454,13 +437,23 @@ impl State {
         config: &MailboxConfig,
         session: &str,
         name: &str,
-        entry: Entry,
+        queued: Queued,
         place: Place,
         now: Instant,
     ) {
         self.sweep(config, now);
         if config.max_pending_signal_sessions == Some(0) {
-            tracing::debug!(session, name, "pending mailbox disabled: signal dropped");
+            let session = Arc::from(session);
+            note_dropped(&mut self.dropped, &session, [&queued.entry]);
+            tracing::debug!(%session, name, "pending mailbox disabled: signal dropped");
+            return;
+        }
+        if expired(&queued.entry, config.pending_signal_ttl, now) {
+            // A stored signal loaded after a restart, or leftovers of a session that held it
+            // past the TTL: its age counts from when it was sent.
+            let session = Arc::from(session);
+            note_dropped(&mut self.dropped, &session, [&queued.entry]);
+            tracing::debug!(%session, name, "pending signal expired on arrival");
             return;
         }
         if !self.pending.contains_key(session) {
@@ -470,7 +463,8 @@ impl State {
                         break;
                     };
                     if let Some(evicted) = self.pending.remove(&victim) {
-                        let dropped: usize = evicted.names.values().map(VecDeque::len).sum();
+                        let entries = evicted.names.values().flatten().map(|q| &q.entry);
+                        let dropped = note_dropped(&mut self.dropped, &victim, entries);
                         tracing::debug!(
                             session = &*victim,
                             dropped,
@@ -493,7 +487,7 @@ impl State {
             Some(queue) => queue,
             None => pending.names.entry(Arc::from(name)).or_default(),
         };
-        insert_at(queue, Stamped { at: now, entry }, place, |s| s.entry.seq);
+        insert_at(queue, queued, place);
         self.touch(session, now);
     }
 
@@ -504,7 +498,7 @@ impl State {
         session: &str,
         name: &str,
         now: Instant,
-    ) -> Option<(Arc<str>, Arc<str>, Entry)> {
+    ) -> Option<(Arc<str>, Arc<str>, Queued)> {
         self.sweep(config, now);
         let (session_key, pending) = self.pending.get_key_value(session)?;
         let session_key = Arc::clone(session_key);
@@ -512,11 +506,13 @@ impl State {
         let pending = self.pending.get_mut(session)?;
         let queue = pending.names.get_mut(name)?;
         let mut found = None;
-        while let Some(stamped) = queue.pop_front() {
-            if !expired(stamped.at, config.pending_signal_ttl, now) {
-                found = Some(stamped.entry);
+        while let Some(queued) = queue.pop_front() {
+            if !expired(&queued.entry, config.pending_signal_ttl, now) {
+                found = Some(queued);
                 break;
             }
+            note_dropped(&mut self.dropped, &session_key, [&queued.entry]);
+            tracing::debug!(session, name, "pending signal expired");
         }
         if queue.is_empty() {
             pending.names.remove(name);
@@ -528,7 +524,7 @@ impl State {
         } else if found.is_some() {
             self.touch(session, now);
         }
-        found.map(|entry| (session_key, name_key, entry))
+        found.map(|queued| (session_key, name_key, queued))
     }
 
     /// Marks a pending session as most recently used.
@@ -562,7 +558,8 @@ impl State {
             if let Some(session) = self.lru.remove(&tick)
                 && let Some(gone) = self.pending.remove(&session)
             {
-                let dropped: usize = gone.names.values().map(VecDeque::len).sum();
+                let entries = gone.names.values().flatten().map(|q| &q.entry);
+                let dropped = note_dropped(&mut self.dropped, &session, entries);
                 tracing::debug!(session = &*session, dropped, "pending signals expired");
             }
         }

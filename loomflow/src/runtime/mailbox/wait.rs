@@ -1,4 +1,6 @@
-//! [`Wait`]: the future returned by [`Mailbox::wait`](super::Mailbox::wait).
+//! [`Wait`]: the future returned by [`Mailbox::wait`](super::Mailbox::wait), and
+//! [`WaitEntry`], the same wait resolving to the whole entry (store sequence number and send
+//! time included) for the runtime.
 
 use std::future::Future;
 use std::mem;
@@ -11,7 +13,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
-use super::state::{Entry, Place};
+use super::entry::Entry;
+use super::state::{Place, Queued};
 use super::{Inner, SignalError};
 
 /// A wait for the next payload of one (session, name): resolves to the oldest payload, or to
@@ -28,6 +31,28 @@ use super::{Inner, SignalError};
 /// (tokio's timer panics otherwise). A wait without a timeout runs on any executor.
 #[must_use = "a wait does nothing unless awaited; dropping it gives its place in line up"]
 pub struct Wait {
+    entry: WaitEntry,
+}
+
+impl Wait {
+    pub(super) fn new(entry: WaitEntry) -> Self {
+        Self { entry }
+    }
+}
+
+impl Future for Wait {
+    type Output = Result<Value, SignalError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.get_mut().entry)
+            .poll(cx)
+            .map_ok(|entry| entry.payload)
+    }
+}
+
+/// A [`Wait`] that resolves to the whole entry.
+#[must_use = "a wait does nothing unless awaited; dropping it gives its place in line up"]
+pub(crate) struct WaitEntry {
     inner: Arc<Inner>,
     state: WaitState,
     deadline: Option<(Instant, Duration)>,
@@ -56,17 +81,17 @@ enum WaitState {
 struct Ready {
     session: Arc<str>,
     name: Arc<str>,
-    entry: Entry,
+    queued: Queued,
 }
 
 struct Parked {
     session: Arc<str>,
     name: Arc<str>,
     id: u64,
-    rx: oneshot::Receiver<Entry>,
+    rx: oneshot::Receiver<Queued>,
 }
 
-impl Wait {
+impl WaitEntry {
     pub(super) fn failed(inner: Arc<Inner>, error: SignalError) -> Self {
         Self {
             inner,
@@ -80,14 +105,14 @@ impl Wait {
         inner: Arc<Inner>,
         session: Arc<str>,
         name: Arc<str>,
-        entry: Entry,
+        queued: Queued,
     ) -> Self {
         Self {
             inner,
             state: WaitState::Ready(Ready {
                 session,
                 name,
-                entry,
+                queued,
             }),
             deadline: None,
             sleep: None,
@@ -99,7 +124,7 @@ impl Wait {
         session: Arc<str>,
         name: Arc<str>,
         id: u64,
-        rx: oneshot::Receiver<Entry>,
+        rx: oneshot::Receiver<Queued>,
         timeout: Option<Duration>,
     ) -> Self {
         Self {
@@ -116,7 +141,7 @@ impl Wait {
     }
 
     /// Leaves the line; returns the payload the waiter had already been handed, if any.
-    fn leave(&self, parked: &mut Parked) -> Option<Entry> {
+    fn leave(&self, parked: &mut Parked) -> Option<Queued> {
         let mut state = self.inner.lock();
         state.leave(
             &self.inner.config,
@@ -128,22 +153,22 @@ impl Wait {
     }
 }
 
-impl Future for Wait {
-    type Output = Result<Value, SignalError>;
+impl Future for WaitEntry {
+    type Output = Result<Entry, SignalError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let WaitState::Parked(parked) = &mut this.state else {
             return match mem::replace(&mut this.state, WaitState::Done) {
                 WaitState::Failed(error) => Poll::Ready(Err(*error)),
-                WaitState::Ready(ready) => Poll::Ready(Ok(ready.entry.payload)),
+                WaitState::Ready(ready) => Poll::Ready(Ok(ready.queued.entry)),
                 // Polled after completion: stay pending, like a fused future.
                 WaitState::Parked(_) | WaitState::Done => Poll::Pending,
             };
         };
         if let Poll::Ready(result) = Pin::new(&mut parked.rx).poll(cx) {
             let result = match result {
-                Ok(entry) => Ok(entry.payload),
+                Ok(queued) => Ok(queued.entry),
                 Err(_) => Err(SignalError::Closed {
                     session: parked.session.to_string(),
                     name: parked.name.to_string(),
@@ -166,7 +191,7 @@ impl Future for Wait {
         };
         // A payload handed over just as the timer fired is returned rather than refused.
         Poll::Ready(match this.leave(&mut parked) {
-            Some(entry) => Ok(entry.payload),
+            Some(queued) => Ok(queued.entry),
             None => Err(SignalError::Timeout {
                 session: parked.session.to_string(),
                 name: parked.name.to_string(),
@@ -176,7 +201,7 @@ impl Future for Wait {
     }
 }
 
-impl Drop for Wait {
+impl Drop for WaitEntry {
     fn drop(&mut self) {
         match mem::replace(&mut self.state, WaitState::Done) {
             WaitState::Parked(mut parked) => {
@@ -185,17 +210,18 @@ impl Drop for Wait {
                 let mut state = self.inner.lock();
                 let config = &self.inner.config;
                 let (session, name) = (&*parked.session, &*parked.name);
-                if let Some(entry) = state.leave(config, session, name, parked.id, &mut parked.rx) {
-                    let place = Place::Return(entry.seq);
-                    state.deliver(config, session, name, entry.payload, place);
+                if let Some(queued) = state.leave(config, session, name, parked.id, &mut parked.rx)
+                {
+                    let place = Place::Return(queued.order);
+                    state.deliver(config, session, name, queued.entry, place);
                 }
             }
             WaitState::Ready(ready) => {
                 let mut state = self.inner.lock();
                 let config = &self.inner.config;
-                let place = Place::Return(ready.entry.seq);
-                let entry = ready.entry;
-                state.deliver(config, &ready.session, &ready.name, entry.payload, place);
+                let place = Place::Return(ready.queued.order);
+                let entry = ready.queued.entry;
+                state.deliver(config, &ready.session, &ready.name, entry, place);
             }
             WaitState::Failed(_) | WaitState::Done => {}
         }

@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod durable;
+
 fn mailbox() -> Mailbox {
     Mailbox::new(MailboxConfig::default())
 }
@@ -495,13 +497,14 @@ fn the_framework_may_use_reserved_names() {
         )
         .unwrap();
     assert_eq!(delivery, Delivery::Woke);
-    assert_eq!(ready(wait).unwrap(), json!({ "action": "allow" }));
-    mb.requeue_front_in("s", name, json!(2), Scope::Framework)
-        .unwrap();
     assert_eq!(
-        mb.poll_in("s", name, Scope::Framework).unwrap(),
-        Some(json!(2))
+        ready(Wait::new(wait)).unwrap(),
+        json!({ "action": "allow" })
     );
+    mb.requeue_front_in("s", name, Entry::new(json!(2)), Scope::Framework)
+        .unwrap();
+    let polled = mb.poll_in("s", name, Scope::Framework).unwrap();
+    assert_eq!(polled.map(|entry| entry.payload), Some(json!(2)));
     assert!(matches!(
         mb.send("s", "", json!(1), None, Scope::Framework),
         Err(SignalError::EmptyName { .. })

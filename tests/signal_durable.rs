@@ -1,0 +1,249 @@
+//! Signals on a SQLite file are delivered exactly once across restarts: nothing that was
+//! received, dropped by a pending bound (least recently used, TTL on the stored send time) or
+//! discarded on a session's last exit comes back when the runtime is opened again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use loomflow::Runtime;
+use loomflow::runtime::{Delivery, MailboxConfig, SignalPush, SqliteStore, Store, StoredSignal};
+use serde_json::{Value, json};
+
+/// A fresh database path; removes the file and its WAL companions when dropped.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Self(std::env::temp_dir().join(format!(
+            "loomflow-signal-{name}-{}-{nanos}.db",
+            std::process::id()
+        )))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A runtime on this file, as a process that starts (or restarts) would open it.
+    fn open(&self, signals: MailboxConfig) -> Runtime {
+        Runtime::builder()
+            .store(SqliteStore::open(self.path()).unwrap())
+            .signals(signals)
+            .build()
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+/// No pending bounds: whatever is still stored is delivered.
+fn unbounded() -> MailboxConfig {
+    MailboxConfig::default()
+        .max_pending_signal_sessions(None)
+        .pending_signal_ttl(None)
+}
+
+/// (session, payload) of every signal the store still holds, oldest first.
+async fn stored(runtime: &Runtime) -> Vec<(String, Value)> {
+    let signals = runtime.store().pending_signals().await.unwrap();
+    signals
+        .into_iter()
+        .map(|s| (s.session, s.payload))
+        .collect()
+}
+
+/// What a restarted runtime delivers for (session, "n"), without waiting for more.
+async fn delivered(runtime: &Runtime, session: &str) -> Vec<Value> {
+    let mut got = Vec::new();
+    // A short timeout only ends the wait once nothing is left: stored signals are loaded
+    // before the wait starts, so whatever is there comes out at once.
+    while let Ok(payload) = runtime
+        .wait_for_signal::<Value>(session, "n", Some(Duration::from_millis(20)))
+        .await
+    {
+        got.push(payload);
+    }
+    got
+}
+
+fn now_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    u64::try_from(since.as_millis()).unwrap()
+}
+
+/// A signal as a store keeps it, sent `age` ago. `StoredSignal` is non-exhaustive and has no
+/// constructor: build it from JSON.
+fn sent_ago(session: &str, payload: Value, age: Duration) -> StoredSignal {
+    let age_ms = u64::try_from(age.as_millis()).unwrap();
+    serde_json::from_value(json!({
+        "seq": 0,
+        "session": session,
+        "name": "n",
+        "payload": payload,
+        "idempotency_key": null,
+        "sent_at_ms": now_ms() - age_ms,
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_signal_received_through_wait_for_signal_is_not_delivered_after_a_restart() {
+    let db = TempDb::new("received");
+    let runtime = db.open(MailboxConfig::default());
+    runtime.signal("s", "n", json!("once")).await.unwrap();
+    runtime
+        .signal("s", "n", json!("still queued"))
+        .await
+        .unwrap();
+    let got: String = runtime.wait_for_signal("s", "n", None).await.unwrap();
+    assert_eq!(got, "once");
+    drop(runtime);
+
+    let restarted = db.open(unbounded());
+    assert_eq!(delivered(&restarted, "s").await, [json!("still queued")]);
+    drop(restarted);
+    assert!(stored(&db.open(unbounded())).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_payload_keeps_its_own_fields_through_the_store() {
+    // Nothing is wrapped around a durable payload: a field that once was the in-band
+    // envelope's key is the user's own.
+    let db = TempDb::new("payload");
+    let payload = json!({ "__loomflow_signal_seq": 1, "payload": "mine" });
+    let runtime = db.open(MailboxConfig::default());
+    runtime.signal("s", "n", &payload).await.unwrap();
+    assert_eq!(stored(&runtime).await, [("s".to_owned(), payload.clone())]);
+    drop(runtime);
+    let restarted = db.open(MailboxConfig::default());
+    assert_eq!(delivered(&restarted, "s").await, [payload]);
+}
+
+#[tokio::test]
+async fn a_signal_past_the_ttl_on_its_stored_send_time_does_not_come_back() {
+    let db = TempDb::new("ttl");
+    let ttl = Duration::from_secs(3_600);
+    {
+        let store = SqliteStore::open(db.path()).unwrap();
+        let two_hours = Duration::from_secs(7_200);
+        let fifty_minutes = Duration::from_secs(3_000);
+        for signal in [
+            sent_ago("expired", json!("two hours old"), two_hours),
+            sent_ago("kept", json!("fifty minutes old"), fifty_minutes),
+        ] {
+            let pushed = store.push_signal(signal).await.unwrap();
+            assert!(matches!(pushed, SignalPush::Stored(_)));
+        }
+    }
+
+    // Restarted with a one-hour TTL: the age counts from the stored send time, so the
+    // two-hour-old signal is dropped on loading, and removed from the store.
+    let restarted = db.open(MailboxConfig::default().pending_signal_ttl(Some(ttl)));
+    assert_eq!(delivered(&restarted, "expired").await, Vec::<Value>::new());
+    assert_eq!(
+        stored(&restarted).await,
+        [("kept".to_owned(), json!("fifty minutes old"))],
+        "only the expired signal left the store"
+    );
+    drop(restarted);
+
+    // Restarted again without a TTL: the dropped signal does not come back.
+    let again = db.open(unbounded());
+    assert_eq!(delivered(&again, "expired").await, Vec::<Value>::new());
+    assert_eq!(
+        delivered(&again, "kept").await,
+        [json!("fifty minutes old")]
+    );
+}
+
+#[tokio::test]
+async fn signals_dropped_by_the_lru_bound_do_not_come_back() {
+    let db = TempDb::new("lru");
+    let runtime = db.open(MailboxConfig::default().max_pending_signal_sessions(Some(2)));
+    for session in ["a", "b", "c"] {
+        let delivery = runtime.signal(session, "n", json!(session)).await.unwrap();
+        assert_eq!(delivery, Delivery::Pending);
+    }
+    // "a", least recently used, was dropped to make room for "c": gone from the store too.
+    let sessions: Vec<String> = stored(&runtime).await.into_iter().map(|s| s.0).collect();
+    assert_eq!(sessions, ["b", "c"]);
+    drop(runtime);
+
+    // Restarted with a bound of one: loading "c" pushes "b" out.
+    let restarted = db.open(MailboxConfig::default().max_pending_signal_sessions(Some(1)));
+    assert_eq!(delivered(&restarted, "c").await, [json!("c")]);
+    drop(restarted);
+
+    let again = db.open(unbounded());
+    for session in ["a", "b", "c"] {
+        assert_eq!(
+            delivered(&again, session).await,
+            Vec::<Value>::new(),
+            "{session}"
+        );
+    }
+    assert!(stored(&again).await.is_empty());
+}
+
+#[tokio::test]
+async fn signals_discarded_on_a_sessions_last_exit_do_not_come_back() {
+    let db = TempDb::new("discard");
+    let runtime = db.open(MailboxConfig::default());
+    let open = runtime.session("s");
+    let delivery = runtime.signal("s", "n", json!("never read")).await.unwrap();
+    assert_eq!(delivery, Delivery::Queued);
+    assert_eq!(stored(&runtime).await.len(), 1);
+    // The last guard drops: the mailbox discards the signal, and the store forgets it in the
+    // background; the next signal operation waits until it has.
+    drop(open);
+    runtime.signal("t", "n", json!("later")).await.unwrap();
+    assert_eq!(stored(&runtime).await, [("t".to_owned(), json!("later"))]);
+    drop(runtime);
+
+    let restarted = db.open(unbounded());
+    assert_eq!(delivered(&restarted, "s").await, Vec::<Value>::new());
+    assert_eq!(delivered(&restarted, "t").await, [json!("later")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discard_reaches_the_store_without_another_signal_operation() {
+    let db = TempDb::new("discard-bg");
+    let runtime = db.open(MailboxConfig::default());
+    let open = runtime.session("s");
+    runtime.signal("s", "n", json!("never read")).await.unwrap();
+    drop(open);
+    // Nothing else happens on this runtime: the background removal still lands.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !stored(&runtime).await.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the discarded signal left the store");
+    drop(runtime);
+    assert!(stored(&db.open(unbounded())).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_signal_taken_with_poll_signal_is_not_delivered_after_a_restart() {
+    let db = TempDb::new("polled");
+    let runtime = db.open(MailboxConfig::default());
+    let _open = runtime.session("s");
+    runtime.signal("s", "n", json!(1)).await.unwrap();
+    assert_eq!(runtime.poll_signal::<i32>("s", "n").unwrap(), Some(1));
+    // Removed in the background (`poll_signal` cannot await); the next async signal
+    // operation waits for it.
+    runtime.signal("t", "n", json!(2)).await.unwrap();
+    assert_eq!(stored(&runtime).await, [("t".to_owned(), json!(2))]);
+}
