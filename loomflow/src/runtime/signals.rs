@@ -15,7 +15,7 @@
 //! gone. Nothing delivered, dropped or discarded comes back after a restart.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -57,10 +57,7 @@ impl Removals {
             return;
         }
         self.outstanding.fetch_add(dropped.len(), Ordering::AcqRel);
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(dropped);
+        crate::sync::lock(&self.queue).extend(dropped);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let this = Arc::clone(self);
             handle.spawn(async move { this.flush().await });
@@ -75,8 +72,7 @@ impl Removals {
         }
         let _flushing = self.flushing.lock().await;
         loop {
-            let batch =
-                std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
+            let batch = std::mem::take(&mut *crate::sync::lock(&self.queue));
             if batch.is_empty() {
                 return;
             }

@@ -67,7 +67,7 @@ mod wait;
 
 use std::io;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -120,7 +120,7 @@ impl Inner {
     fn lock(&self) -> Locked<'_> {
         // Nothing panics while holding the lock, and every operation leaves the state
         // consistent before it could, so a poisoned lock is still usable.
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = crate::sync::lock(&self.state);
         Locked { inner: self, state }
     }
 }

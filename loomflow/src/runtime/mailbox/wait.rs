@@ -62,7 +62,7 @@ pub(crate) struct WaitEntry {
 impl std::fmt::Debug for Wait {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wait")
-            .field("deadline", &self.deadline.map(|(_, timeout)| timeout))
+            .field("deadline", &self.entry.deadline.map(|(_, timeout)| timeout))
             .finish_non_exhaustive()
     }
 }

@@ -34,10 +34,7 @@ impl MemoryStore {
 
     fn lock(&self) -> Result<MutexGuard<'_, Inner>, StoreError> {
         // Every critical section below is panic-free, so a poisoned lock holds sound data.
-        Ok(self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner))
+        Ok(crate::sync::lock(&self.inner))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Read connections, each owned by its own thread, so that reads never block the async
 //! executor and run beside the writer (WAL lets readers and one writer work at once).
 
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
@@ -34,7 +34,7 @@ impl Readers {
                     loop {
                         // Jobs never panic while holding the lock (they run after it is
                         // released), so a poisoned queue is still sound.
-                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let job = crate::sync::lock(&rx).recv();
                         match job {
                             Ok(job) => job(&conn),
                             Err(_) => break,
