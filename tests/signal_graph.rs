@@ -317,3 +317,44 @@ async fn or_suspend_stops_the_run_until_the_signal_is_sent_and_recover_carries_o
         "the suspended step's changes were never committed"
     );
 }
+
+#[tokio::test]
+async fn a_sender_can_learn_that_no_run_will_read_its_signal() {
+    let graph = Graph::new("g")
+        .node_sync("n", |_: &mut Refund| {})
+        .edge(START, "n")
+        .edge("n", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let live = SignalOptions::default().require_live_run();
+    // No run yet: the signal waits for one.
+    runtime
+        .signal_with("t", "nudge", json!(1), live.clone())
+        .await
+        .unwrap();
+    graph
+        .invoke(&runtime, "t", Refund::default())
+        .await
+        .unwrap();
+    let err = runtime
+        .signal_with("t", "nudge", json!(2), live)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RuntimeError::Signal(SignalError::RunEnded {
+                status: "completed",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "signal nudge refused: the newest run of session t has completed"
+    );
+    // Without the option the send is accepted, as before.
+    runtime.signal("t", "nudge", json!(3)).await.unwrap();
+}

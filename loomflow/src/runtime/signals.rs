@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::mailbox::{
     Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
 };
-use super::store::{JournalKey, SignalPush, Store, StoredSignal};
+use super::store::{JournalKey, RunStatus, SignalPush, Store, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -179,6 +179,17 @@ impl Runtime {
         options: SignalOptions,
         scope: Scope,
     ) -> Result<Delivery> {
+        if options.require_live_run
+            && let Some(latest) = self.store().latest_checkpoint(session, "").await?
+            && matches!(latest.status, RunStatus::Completed | RunStatus::Failed)
+        {
+            return Err(SignalError::RunEnded {
+                session: session.to_owned(),
+                name: name.to_owned(),
+                status: latest.status.as_str(),
+            }
+            .into());
+        }
         let mailbox = self.mailbox();
         let key = options.idempotency_key.as_deref();
         if !self.store().is_durable() {

@@ -98,6 +98,11 @@ pub struct SignalOptions {
     /// Makes repeated sends of the same (session, name, key) deliver once, while the key is
     /// remembered (see [`MailboxConfig::idempotency_key_ttl`]).
     pub idempotency_key: Option<String>,
+    /// Refuses the send with [`SignalError::RunEnded`](super::SignalError::RunEnded) when the
+    /// session's newest run has completed or failed, so that no run will ever read the
+    /// signal. A session with no run yet, or a run in progress or suspended, accepts it.
+    /// Checked by [`Runtime::signal_with`](crate::Runtime::signal_with) against the store.
+    pub require_live_run: bool,
 }
 
 impl SignalOptions {
@@ -105,6 +110,13 @@ impl SignalOptions {
     #[must_use]
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Sets [`require_live_run`](Self::require_live_run).
+    #[must_use]
+    pub fn require_live_run(mut self) -> Self {
+        self.require_live_run = true;
         self
     }
 }

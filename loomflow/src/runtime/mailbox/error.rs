@@ -28,6 +28,17 @@ pub enum SignalError {
         /// The configured limit ([`MailboxConfig::max_payload_bytes`](super::MailboxConfig::max_payload_bytes)).
         limit: usize,
     },
+    /// The session's newest run has ended, so no run will read the signal (sent with
+    /// [`SignalOptions::require_live_run`](super::SignalOptions::require_live_run)).
+    #[error("signal {name} refused: the newest run of session {session} has {status}")]
+    RunEnded {
+        /// The session.
+        session: String,
+        /// The signal name.
+        name: String,
+        /// How the run ended: `completed` or `failed`.
+        status: &'static str,
+    },
     /// No payload arrived before the wait's timeout.
     #[error("no signal {name} arrived for session {session} within {timeout:?}")]
     Timeout {
