@@ -1,5 +1,11 @@
 //! [`ToolHost`]: holds tools and dispatches a model turn's calls.
 
+mod checks;
+mod context;
+
+use checks::{Approval, emit, emit_approval};
+pub use context::{DispatchContext, ToolOutcome};
+
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -10,16 +16,13 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use serde_json::Value;
 
-use super::approval::{ApprovalDecision, ApprovalHandler, ApprovalRequest};
+use super::approval::ApprovalHandler;
 use super::event::{AgentEvent, Decision};
 use super::hook::{self, AfterHook, BeforeHook, HookCall, HookDecision, HookResult};
 use super::permission::{Permission, PermissionPolicy};
 use super::schema::validate;
 use super::{Tool, ToolContext, ToolError, ToolSpec};
-use crate::Error;
-use crate::context::Context;
 use crate::model::{ToolCall, ToolDefinition};
-use crate::runtime::Runtime;
 
 /// The tools a model may call, by name, and the rules around calling them.
 ///
@@ -105,84 +108,6 @@ impl std::fmt::Debug for ToolHost {
             .field("before_hooks", &self.before.len())
             .field("after_hooks", &self.after.len())
             .finish_non_exhaustive()
-    }
-}
-
-/// Where a dispatch happens: the run's session and user, its runtime, and the node's
-/// context when the dispatch runs inside a graph node (approvals use it to suspend).
-#[derive(Clone, Copy, Debug)]
-#[non_exhaustive]
-pub struct DispatchContext<'a> {
-    /// The session (thread).
-    pub session: &'a str,
-    /// The user, if known.
-    pub user: Option<&'a str>,
-    /// The runtime, for approvals by signal.
-    pub runtime: Option<&'a Runtime>,
-    /// The calling node's context.
-    pub node: Option<&'a Context>,
-}
-
-impl<'a> DispatchContext<'a> {
-    /// A context for a session.
-    pub fn new(session: &'a str) -> Self {
-        Self {
-            session,
-            user: None,
-            runtime: None,
-            node: None,
-        }
-    }
-
-    /// Sets the user.
-    #[must_use]
-    pub fn user(mut self, user: Option<&'a str>) -> Self {
-        self.user = user;
-        self
-    }
-
-    /// Sets the runtime.
-    #[must_use]
-    pub fn runtime(mut self, runtime: &'a Runtime) -> Self {
-        self.runtime = Some(runtime);
-        self
-    }
-
-    /// Sets the calling node's context.
-    #[must_use]
-    pub fn node(mut self, node: &'a Context) -> Self {
-        self.node = Some(node);
-        self
-    }
-}
-
-/// The result of one call, ready to send back to the model.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct ToolOutcome {
-    /// The model's id for the call.
-    pub call_id: String,
-    /// The tool's name.
-    pub name: String,
-    /// The value (or the error's text), as the model reads it.
-    pub content: String,
-    /// Whether the call failed.
-    pub is_error: bool,
-}
-
-impl ToolOutcome {
-    fn new(call: &ToolCall, result: Result<Value, ToolError>) -> Self {
-        let (content, is_error) = match result {
-            Ok(Value::String(text)) => (text, false),
-            Ok(value) => (value.to_string(), false),
-            Err(error) => (error.to_string(), true),
-        };
-        Self {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            content,
-            is_error,
-        }
     }
 }
 
@@ -448,82 +373,6 @@ impl ToolHost {
         Ok(self.run_tool(tool.as_ref(), arguments, call, ctx).await)
     }
 
-    fn permission(&self, user: Option<&str>, spec: &ToolSpec, arguments: &Value) -> Permission {
-        match self.policy.decide(user, spec, arguments) {
-            Permission::Ask => {
-                let remembered = crate::sync::lock(&self.remembered);
-                match remembered.get(&(user.map(str::to_owned), spec.name.clone())) {
-                    Some(true) => Permission::Allow,
-                    Some(false) => Permission::Deny(
-                        "denied earlier for this user and tool (remembered)".to_owned(),
-                    ),
-                    None => Permission::Ask,
-                }
-            }
-            other => other,
-        }
-    }
-
-    fn remember(&self, user: Option<&str>, tool: &str, allowed: bool) {
-        crate::sync::lock(&self.remembered)
-            .insert((user.map(str::to_owned), tool.to_owned()), allowed);
-    }
-
-    async fn ask(
-        &self,
-        call: &ToolCall,
-        spec: &ToolSpec,
-        arguments: &Value,
-        ctx: DispatchContext<'_>,
-    ) -> crate::Result<Approval> {
-        let Some(handler) = &self.approver else {
-            return Ok(Approval::Refuse(
-                "approval required; no approver".to_owned(),
-            ));
-        };
-        let request = ApprovalRequest::new(
-            ctx.session,
-            call.id.clone(),
-            spec.name.clone(),
-            arguments.clone(),
-        )
-        .user(ctx.user.map(str::to_owned));
-        let decision = AssertUnwindSafe(handler.decide(&request, ctx)).catch_unwind();
-        let decision = match tokio::time::timeout(self.approval_timeout, decision).await {
-            Err(_) => {
-                return Ok(Approval::Refuse(format!(
-                    "no approval decision within {:?}",
-                    self.approval_timeout
-                )));
-            }
-            Ok(Err(panic)) => {
-                tracing::warn!(tool = %spec.name, panic = %crate::sync::panic_message(&*panic), "approval handler panicked; denying");
-                return Ok(Approval::Refuse("the approval handler failed".to_owned()));
-            }
-            Ok(Ok(Err(error @ Error::Suspended { .. }))) => return Err(error),
-            Ok(Ok(Err(error))) => {
-                tracing::warn!(tool = %spec.name, %error, "approval handler failed; denying");
-                return Ok(Approval::Refuse(format!(
-                    "the approval handler failed: {error}"
-                )));
-            }
-            Ok(Ok(Ok(decision))) => decision,
-        };
-        Ok(match decision {
-            ApprovalDecision::Allow => Approval::Run,
-            ApprovalDecision::Deny { reason } => Approval::Refuse(reason),
-            ApprovalDecision::Edit { arguments } => Approval::RunWith(arguments),
-            ApprovalDecision::RememberAllow => {
-                self.remember(ctx.user, &spec.name, true);
-                Approval::Run
-            }
-            ApprovalDecision::RememberDeny => {
-                self.remember(ctx.user, &spec.name, false);
-                Approval::Refuse("approval declined".to_owned())
-            }
-        })
-    }
-
     async fn run_tool(
         &self,
         tool: &dyn Tool,
@@ -554,60 +403,10 @@ impl ToolHost {
             Ok(Ok(result)) => result,
         }
     }
-
-    /// The first denial among the before-hooks, in registration order.
-    async fn run_before_hooks(&self, call: &HookCall) -> Option<String> {
-        for (index, hook) in self.before.iter().enumerate() {
-            let future = AssertUnwindSafe(hook(call.clone())).catch_unwind();
-            match tokio::time::timeout(self.hook_timeout, future).await {
-                Err(_) if !self.hook_timeout_denies => {
-                    tracing::warn!(tool = %call.tool, hook = index, "before_tool hook timed out; going on");
-                }
-                Err(_) => {
-                    return Some(format!(
-                        "before_tool hook {index} did not answer within {:?}",
-                        self.hook_timeout
-                    ));
-                }
-                Ok(Err(panic)) => {
-                    tracing::warn!(tool = %call.tool, hook = index, panic = %crate::sync::panic_message(&*panic), "before_tool hook panicked; denying");
-                    return Some(format!("before_tool hook {index} failed"));
-                }
-                Ok(Ok(HookDecision::Deny(reason))) => return Some(reason),
-                Ok(Ok(HookDecision::Continue)) => {}
-            }
-        }
-        None
-    }
-
-    async fn run_after_hooks(&self, result: HookResult) {
-        for (index, hook) in self.after.iter().enumerate() {
-            let future = AssertUnwindSafe(hook(result.clone())).catch_unwind();
-            match tokio::time::timeout(self.hook_timeout, future).await {
-                Err(_) => {
-                    tracing::warn!(tool = %result.call.tool, hook = index, "after_tool hook timed out")
-                }
-                Ok(Err(panic)) => {
-                    tracing::warn!(tool = %result.call.tool, hook = index, panic = %crate::sync::panic_message(&*panic), "after_tool hook panicked")
-                }
-                Ok(Ok(Err(error))) => {
-                    tracing::warn!(tool = %result.call.tool, hook = index, %error, "after_tool hook failed")
-                }
-                Ok(Ok(Ok(()))) => {}
-            }
-        }
-    }
 }
 
 /// Remembered approvals: (user, tool) → allowed.
 type Remembered = HashMap<(Option<String>, String), bool>;
-
-/// What an approval settled.
-enum Approval {
-    Run,
-    RunWith(Value),
-    Refuse(String),
-}
 
 fn denied(spec: &ToolSpec, reason: String) -> ToolError {
     ToolError::Denied {
@@ -642,23 +441,4 @@ fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
             }
         )),
     }
-}
-
-/// Surfaces a permission or approval decision on the run's stream, when the dispatch runs
-/// inside a node.
-fn emit(ctx: DispatchContext<'_>, event: &AgentEvent) {
-    if let Some(node) = ctx.node {
-        event.emit(node);
-    }
-}
-
-fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision: Decision) {
-    emit(
-        ctx,
-        &AgentEvent::Approval {
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            decision,
-        },
-    );
 }

@@ -1,0 +1,168 @@
+//! The checks around each call: hooks before and after, the permission policy, and the
+//! approval it may ask for.
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use serde_json::Value;
+
+use super::{DispatchContext, ToolHost};
+use crate::Error;
+use crate::model::ToolCall;
+use crate::tool::ToolSpec;
+use crate::tool::approval::{ApprovalDecision, ApprovalRequest};
+use crate::tool::event::{AgentEvent, Decision};
+use crate::tool::hook::{HookCall, HookDecision, HookResult};
+use crate::tool::permission::Permission;
+
+impl ToolHost {
+    pub(super) fn permission(
+        &self,
+        user: Option<&str>,
+        spec: &ToolSpec,
+        arguments: &Value,
+    ) -> Permission {
+        match self.policy.decide(user, spec, arguments) {
+            Permission::Ask => {
+                let remembered = crate::sync::lock(&self.remembered);
+                match remembered.get(&(user.map(str::to_owned), spec.name.clone())) {
+                    Some(true) => Permission::Allow,
+                    Some(false) => Permission::Deny(
+                        "denied earlier for this user and tool (remembered)".to_owned(),
+                    ),
+                    None => Permission::Ask,
+                }
+            }
+            other => other,
+        }
+    }
+
+    pub(super) fn remember(&self, user: Option<&str>, tool: &str, allowed: bool) {
+        crate::sync::lock(&self.remembered)
+            .insert((user.map(str::to_owned), tool.to_owned()), allowed);
+    }
+
+    pub(super) async fn ask(
+        &self,
+        call: &ToolCall,
+        spec: &ToolSpec,
+        arguments: &Value,
+        ctx: DispatchContext<'_>,
+    ) -> crate::Result<Approval> {
+        let Some(handler) = &self.approver else {
+            return Ok(Approval::Refuse(
+                "approval required; no approver".to_owned(),
+            ));
+        };
+        let request = ApprovalRequest::new(
+            ctx.session,
+            call.id.clone(),
+            spec.name.clone(),
+            arguments.clone(),
+        )
+        .user(ctx.user.map(str::to_owned));
+        let decision = AssertUnwindSafe(handler.decide(&request, ctx)).catch_unwind();
+        let decision = match tokio::time::timeout(self.approval_timeout, decision).await {
+            Err(_) => {
+                return Ok(Approval::Refuse(format!(
+                    "no approval decision within {:?}",
+                    self.approval_timeout
+                )));
+            }
+            Ok(Err(panic)) => {
+                tracing::warn!(tool = %spec.name, panic = %crate::sync::panic_message(&*panic), "approval handler panicked; denying");
+                return Ok(Approval::Refuse("the approval handler failed".to_owned()));
+            }
+            Ok(Ok(Err(error @ Error::Suspended { .. }))) => return Err(error),
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(tool = %spec.name, %error, "approval handler failed; denying");
+                return Ok(Approval::Refuse(format!(
+                    "the approval handler failed: {error}"
+                )));
+            }
+            Ok(Ok(Ok(decision))) => decision,
+        };
+        Ok(match decision {
+            ApprovalDecision::Allow => Approval::Run,
+            ApprovalDecision::Deny { reason } => Approval::Refuse(reason),
+            ApprovalDecision::Edit { arguments } => Approval::RunWith(arguments),
+            ApprovalDecision::RememberAllow => {
+                self.remember(ctx.user, &spec.name, true);
+                Approval::Run
+            }
+            ApprovalDecision::RememberDeny => {
+                self.remember(ctx.user, &spec.name, false);
+                Approval::Refuse("approval declined".to_owned())
+            }
+        })
+    }
+
+    /// The first denial among the before-hooks, in registration order.
+    pub(super) async fn run_before_hooks(&self, call: &HookCall) -> Option<String> {
+        for (index, hook) in self.before.iter().enumerate() {
+            let future = AssertUnwindSafe(hook(call.clone())).catch_unwind();
+            match tokio::time::timeout(self.hook_timeout, future).await {
+                Err(_) if !self.hook_timeout_denies => {
+                    tracing::warn!(tool = %call.tool, hook = index, "before_tool hook timed out; going on");
+                }
+                Err(_) => {
+                    return Some(format!(
+                        "before_tool hook {index} did not answer within {:?}",
+                        self.hook_timeout
+                    ));
+                }
+                Ok(Err(panic)) => {
+                    tracing::warn!(tool = %call.tool, hook = index, panic = %crate::sync::panic_message(&*panic), "before_tool hook panicked; denying");
+                    return Some(format!("before_tool hook {index} failed"));
+                }
+                Ok(Ok(HookDecision::Deny(reason))) => return Some(reason),
+                Ok(Ok(HookDecision::Continue)) => {}
+            }
+        }
+        None
+    }
+
+    pub(super) async fn run_after_hooks(&self, result: HookResult) {
+        for (index, hook) in self.after.iter().enumerate() {
+            let future = AssertUnwindSafe(hook(result.clone())).catch_unwind();
+            match tokio::time::timeout(self.hook_timeout, future).await {
+                Err(_) => {
+                    tracing::warn!(tool = %result.call.tool, hook = index, "after_tool hook timed out")
+                }
+                Ok(Err(panic)) => {
+                    tracing::warn!(tool = %result.call.tool, hook = index, panic = %crate::sync::panic_message(&*panic), "after_tool hook panicked")
+                }
+                Ok(Ok(Err(error))) => {
+                    tracing::warn!(tool = %result.call.tool, hook = index, %error, "after_tool hook failed")
+                }
+                Ok(Ok(Ok(()))) => {}
+            }
+        }
+    }
+}
+
+/// What an approval settled.
+pub(super) enum Approval {
+    Run,
+    RunWith(Value),
+    Refuse(String),
+}
+
+/// Surfaces a permission or approval decision on the run's stream, when the dispatch runs
+/// inside a node.
+pub(super) fn emit(ctx: DispatchContext<'_>, event: &AgentEvent) {
+    if let Some(node) = ctx.node {
+        event.emit(node);
+    }
+}
+
+pub(super) fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision: Decision) {
+    emit(
+        ctx,
+        &AgentEvent::Approval {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            decision,
+        },
+    );
+}

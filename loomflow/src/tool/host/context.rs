@@ -1,0 +1,86 @@
+//! What a dispatch knows about where it happens, and what each call returns.
+
+use serde_json::Value;
+
+use crate::context::Context;
+use crate::model::ToolCall;
+use crate::runtime::Runtime;
+use crate::tool::ToolError;
+
+/// Where a dispatch happens: the run's session and user, its runtime, and the node's
+/// context when the dispatch runs inside a graph node (approvals use it to suspend).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct DispatchContext<'a> {
+    /// The session (thread).
+    pub session: &'a str,
+    /// The user, if known.
+    pub user: Option<&'a str>,
+    /// The runtime, for approvals by signal.
+    pub runtime: Option<&'a Runtime>,
+    /// The calling node's context.
+    pub node: Option<&'a Context>,
+}
+
+impl<'a> DispatchContext<'a> {
+    /// A context for a session.
+    pub fn new(session: &'a str) -> Self {
+        Self {
+            session,
+            user: None,
+            runtime: None,
+            node: None,
+        }
+    }
+
+    /// Sets the user.
+    #[must_use]
+    pub fn user(mut self, user: Option<&'a str>) -> Self {
+        self.user = user;
+        self
+    }
+
+    /// Sets the runtime.
+    #[must_use]
+    pub fn runtime(mut self, runtime: &'a Runtime) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Sets the calling node's context.
+    #[must_use]
+    pub fn node(mut self, node: &'a Context) -> Self {
+        self.node = Some(node);
+        self
+    }
+}
+
+/// The result of one call, ready to send back to the model.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ToolOutcome {
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The value (or the error's text), as the model reads it.
+    pub content: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+}
+
+impl ToolOutcome {
+    pub(super) fn new(call: &ToolCall, result: Result<Value, ToolError>) -> Self {
+        let (content, is_error) = match result {
+            Ok(Value::String(text)) => (text, false),
+            Ok(value) => (value.to_string(), false),
+            Err(error) => (error.to_string(), true),
+        };
+        Self {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content,
+            is_error,
+        }
+    }
+}
