@@ -589,12 +589,12 @@ async fn durability_modes_decide_how_many_checkpoints_are_written() {
         [0, 1, 2],
         "the input, then one per step"
     );
-    assert_eq!(sync[0].next, ["a"]);
-    assert_eq!(sync[1].next, ["b"]);
-    assert!(sync[2].next.is_empty());
+    assert_eq!(sync[0].next(), ["a"]);
+    assert_eq!(sync[1].next(), ["b"]);
+    assert!(sync[2].next().is_empty());
     let exit = runtime.list_checkpoints("exit").await.unwrap();
     assert_eq!(exit.len(), 1);
-    assert_eq!(exit[0].state["log"], json!(["a", "b"]));
+    assert_eq!(exit[0].state()["log"], json!(["a", "b"]));
 }
 
 #[test]
