@@ -418,3 +418,53 @@ async fn async_durability_writes_every_checkpoint_in_order() {
         .collect();
     assert_eq!(steps, (0..=10).collect::<Vec<_>>());
 }
+
+/// A value whose `Serialize` fails.
+struct Unserializable;
+
+impl Serialize for Unserializable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("this value refuses to serialize"))
+    }
+}
+
+#[tokio::test]
+async fn a_resume_value_that_does_not_serialize_is_an_error_naming_the_interrupt() {
+    let (payments, entries) = (counter(), counter());
+    let graph = two_questions(payments, entries.clone());
+    let rt = Runtime::in_memory();
+    graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    let before = rt.list_checkpoints("t").await.unwrap();
+
+    // Before, the value silently became `null` and reached the node.
+    for result in [
+        graph.resume(&rt, "t", Unserializable).await,
+        graph
+            .resume_with(&rt, "t", [("ask#0", Unserializable)])
+            .await,
+    ] {
+        let err = result.unwrap_err();
+        let RunError::UnserializableResume { thread, id, .. } = &err else {
+            panic!("expected UnserializableResume, got {err:?}")
+        };
+        assert_eq!((thread.as_str(), id.as_str()), ("t", "ask#0"));
+        assert!(err.to_string().contains("ask#0"), "{err}");
+        assert!(
+            format!("{:?}", std::error::Error::source(&err)).contains("refuses to serialize"),
+            "the serde error is the source: {err:?}"
+        );
+    }
+    assert_eq!(
+        entries.load(Ordering::SeqCst),
+        1,
+        "the node did not run again"
+    );
+    assert_eq!(
+        rt.list_checkpoints("t").await.unwrap(),
+        before,
+        "the checkpoint stays as it was"
+    );
+    // A good value still resumes.
+    let out = graph.resume(&rt, "t", "red").await.unwrap();
+    assert_eq!(out.interrupts()[0].id, "ask#1");
+}
