@@ -63,33 +63,61 @@ impl Snapshot {
 
 /// A snapshot being written: borrows what the executor holds. Empty parts are left out, to
 /// keep rows small (a plain step's body is `{"state":…,"next":[…]}`).
-#[derive(Serialize)]
 pub(super) struct SnapshotRef<'a, S> {
+    g: &'a CompiledInner<S>,
     state: &'a S,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    next: Vec<&'a str>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    /// Indexes into the graph's nodes.
+    next: &'a [usize],
     joins: &'a [Vec<bool>],
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pending_writes: &'a [PendingWrite],
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
     interrupts: &'a [Interrupt],
-    #[serde(skip_serializing_if = "Option::is_none")]
     resume_values: Option<&'a BTreeMap<String, Vec<Value>>>,
 }
 
 impl<'a, S: State> SnapshotRef<'a, S> {
     /// The state and the nodes that run next (indexes into the graph's nodes), nothing
     /// pending.
-    pub(super) fn new(g: &'a CompiledInner<S>, state: &'a S, next: &[usize]) -> Self {
+    pub(super) fn new(g: &'a CompiledInner<S>, state: &'a S, next: &'a [usize]) -> Self {
         Self {
+            g,
             state,
-            next: next.iter().map(|&i| &*g.nodes[i].name).collect(),
+            next,
             joins: &[],
             pending_writes: &[],
             interrupts: &[],
             resume_values: None,
         }
+    }
+
+    /// The checkpoint body, in the shape [`Snapshot`] reads. Built by hand rather than
+    /// derived: a checkpoint is written after every superstep, and this spares a temporary
+    /// list of names.
+    fn to_body(&self) -> serde_json::Result<Value> {
+        let mut body = serde_json::Map::new();
+        body.insert("state".to_owned(), serde_json::to_value(self.state)?);
+        if !self.next.is_empty() {
+            let names = self
+                .next
+                .iter()
+                .map(|&i| Value::from(&*self.g.nodes[i].name));
+            let next = names.collect();
+            body.insert("next".to_owned(), Value::Array(next));
+        }
+        if !self.joins.is_empty() {
+            body.insert("joins".to_owned(), serde_json::to_value(self.joins)?);
+        }
+        if !self.pending_writes.is_empty() {
+            let writes = serde_json::to_value(self.pending_writes)?;
+            body.insert("pending_writes".to_owned(), writes);
+        }
+        if !self.interrupts.is_empty() {
+            let interrupts = serde_json::to_value(self.interrupts)?;
+            body.insert("interrupts".to_owned(), interrupts);
+        }
+        if let Some(values) = self.resume_values {
+            body.insert("resume_values".to_owned(), serde_json::to_value(values)?);
+        }
+        Ok(Value::Object(body))
     }
 
     /// With the progress of each join.
@@ -139,7 +167,8 @@ impl<'a> RunKey<'a> {
         status: RunStatus,
         snapshot: &SnapshotRef<'_, S>,
     ) -> Result<Checkpoint> {
-        let body = serde_json::to_value(snapshot)
+        let body = snapshot
+            .to_body()
             .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
         Ok(Checkpoint::new(
             self.thread,
@@ -242,5 +271,31 @@ mod tests {
         assert_eq!(done.body, json!({ "state": 2 }));
         let read = Snapshot::decode(done.body, "t").unwrap();
         assert!(read.next.is_empty() && read.interrupts.is_empty());
+
+        // Every part of a suspended step reads back.
+        let writes = [PendingWrite {
+            node: "b".into(),
+            state: json!(5),
+        }];
+        let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
+            {"id": "a#0", "node": "a", "index": 0, "payload": "ok?"}
+        ]))
+        .unwrap();
+        let values = BTreeMap::from([("a".to_owned(), vec![json!(true)])]);
+        let joins = [vec![true, false]];
+        let snapshot =
+            SnapshotRef::new(g, &1, &[0])
+                .joins(&joins)
+                .suspended(&writes, &interrupts, &values);
+        let cp = key
+            .checkpoint(g, 2, RunStatus::Interrupted, &snapshot)
+            .unwrap();
+        assert_eq!(cp.interrupts().unwrap(), interrupts);
+        let read = Snapshot::decode(cp.body, "t").unwrap();
+        assert_eq!(read.state, json!(1));
+        assert_eq!(read.next, ["a"]);
+        assert_eq!(read.joins, joins);
+        assert_eq!(read.pending_writes, writes);
+        assert_eq!(read.resume_values, values);
     }
 }
