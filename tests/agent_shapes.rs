@@ -145,11 +145,11 @@ async fn swarm_agents_hand_off_and_the_active_agent_is_checkpointed() {
         .find(|c| c.namespace.is_empty() && c.step == 1)
         .unwrap();
     assert_eq!(
-        after_triage.state["next"],
+        after_triage.state()["next"],
         json!("billing"),
         "the active agent is in the checkpoint"
     );
-    assert_eq!(after_triage.next, ["billing"]);
+    assert_eq!(after_triage.next(), ["billing"]);
     let text = swarm.to_mermaid();
     assert!(
         text.contains("transfer_to_billing") || text.contains("billing"),

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
 use loomflow::prelude::*;
+use loomflow::runtime::RunStatus;
 use loomflow::{EventKind, GraphProblem, RunError};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -589,12 +590,12 @@ async fn durability_modes_decide_how_many_checkpoints_are_written() {
         [0, 1, 2],
         "the input, then one per step"
     );
-    assert_eq!(sync[0].next, ["a"]);
-    assert_eq!(sync[1].next, ["b"]);
-    assert!(sync[2].next.is_empty());
+    assert_eq!(sync[0].next(), ["a"]);
+    assert_eq!(sync[1].next(), ["b"]);
+    assert!(sync[2].next().is_empty());
     let exit = runtime.list_checkpoints("exit").await.unwrap();
     assert_eq!(exit.len(), 1);
-    assert_eq!(exit[0].state["log"], json!(["a", "b"]));
+    assert_eq!(exit[0].state()["log"], json!(["a", "b"]));
 }
 
 #[test]
@@ -655,4 +656,100 @@ fn compile_reports_a_graph_without_entry_and_reserved_names() {
     assert!(err.problems().contains(&GraphProblem::ReservedName {
         name: String::new()
     }));
+}
+
+/// A run whose entry routes straight to END runs no step; its only checkpoint (step 0) must
+/// still say the run completed, in every durability mode.
+#[tokio::test]
+async fn a_run_routed_straight_to_end_ends_with_a_completed_checkpoint() {
+    let graph = Graph::new("skip")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .branch(START, ["a", END], |n: &u32| if *n > 10 { END } else { "a" })
+        .edge("a", END)
+        .compile()
+        .unwrap();
+    for durability in [Durability::Sync, Durability::Async, Durability::Exit] {
+        let runtime = Runtime::builder().durability(durability).build();
+        let out = graph.invoke(&runtime, "t", 11).await.unwrap();
+        assert_eq!(out.completed().unwrap(), 11);
+        let checkpoints = runtime.list_checkpoints("t").await.unwrap();
+        let [only] = &checkpoints[..] else {
+            panic!("{durability:?}: one checkpoint expected, got {checkpoints:?}")
+        };
+        assert_eq!(only.status, RunStatus::Completed, "{durability:?}");
+        assert_eq!((only.step, only.state()), (0, &json!(11)), "{durability:?}");
+        // Recovering the thread finds it completed and runs nothing.
+        let again = graph.recover(&runtime, "t").await.unwrap();
+        assert_eq!(again.completed().unwrap(), 11);
+        assert_eq!(runtime.list_checkpoints("t").await.unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn compile_reports_a_second_reducer_and_a_reducer_for_no_field() {
+    let err = Graph::<Doc>::new("g")
+        .node_sync("a", push("a"))
+        .edge(START, "a")
+        .edge("a", END)
+        .reducer("log", Reducer::append())
+        .reducer("log", Reducer::append())
+        .reducer("logs", Reducer::append())
+        .compile()
+        .unwrap_err();
+    let problems = err.problems();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert_eq!(
+        problems[0],
+        GraphProblem::DuplicateReducer {
+            field: "log".into()
+        }
+    );
+    let GraphProblem::UnknownReducerField { field, fields } = &problems[1] else {
+        panic!("{problems:?}")
+    };
+    assert_eq!(field, "logs");
+    assert!(fields.contains(&"log".to_owned()), "{fields:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("field log has more than one reducer"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reducer for field logs names no field"),
+        "{text}"
+    );
+}
+
+#[test]
+fn reducer_fields_are_the_serialized_names_and_unchecked_for_maps() {
+    #[derive(Clone, Default, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Renamed {
+        log_lines: Vec<String>,
+    }
+    let node = |s: &mut Renamed| s.log_lines.push("x".into());
+    let graph = |field: &str| {
+        Graph::<Renamed>::new("g")
+            .node_sync("a", node)
+            .edge(START, "a")
+            .edge("a", END)
+            .reducer(field, Reducer::append())
+            .compile()
+    };
+    assert!(graph("logLines").is_ok());
+    assert!(
+        graph("log_lines").is_err(),
+        "the Rust name is not the field's"
+    );
+
+    // A map's keys are only known at run time: any field is accepted.
+    let map = Graph::<std::collections::BTreeMap<String, u32>>::new("m")
+        .node_sync("a", |m: &mut std::collections::BTreeMap<String, u32>| {
+            m.insert("k".into(), 1);
+        })
+        .edge(START, "a")
+        .edge("a", END)
+        .reducer("anything", Reducer::append())
+        .compile();
+    assert!(map.is_ok());
 }

@@ -75,7 +75,7 @@ async fn interrupt_suspends_and_each_resume_answers_the_next_call() {
     assert_eq!(only.payload, json!({ "q": "colour?" }));
     let cp = rt.list_checkpoints("t").await.unwrap().pop().unwrap();
     assert_eq!(cp.status, RunStatus::Interrupted);
-    assert_eq!(cp.next, ["ask"]);
+    assert_eq!(cp.next(), ["ask"]);
     assert_eq!(rt.pending_interrupts("t").await.unwrap(), interrupts);
 
     let out = graph.resume(&rt, "t", "red").await.unwrap();
@@ -154,8 +154,10 @@ async fn siblings_that_finished_are_not_rerun_and_several_interrupts_resume_toge
         .unwrap()
         .pop()
         .unwrap();
-    assert_eq!(cp.pending_writes.len(), 1, "side's finished copy is kept");
-    assert_eq!(cp.pending_writes[0].node, "side");
+    // The executor's snapshot (the body) keeps side's finished copy.
+    let pending = cp.body["pending_writes"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "side's finished copy is kept");
+    assert_eq!(pending[0]["node"], "side");
     let done = graph
         .resume_with(&rt, "together", [("a#0", json!("x")), ("b#0", json!(7))])
         .await
@@ -366,7 +368,7 @@ async fn fork_starts_a_new_thread_from_any_checkpoint_and_leaves_the_original_al
     let original = rt.list_checkpoints("main").await.unwrap();
     let at_two = original
         .iter()
-        .find(|c| c.state["side"] == json!(2))
+        .find(|c| c.state()["side"] == json!(2))
         .unwrap();
 
     rt.fork("main", at_two.id, "branch").await.unwrap();
@@ -509,4 +511,54 @@ async fn a_node_that_suspends_then_fails_stays_suspended_and_the_error_is_logged
             .any(|w| w.contains("the colour service is down")),
         "the dropped error is logged: {warnings:?}"
     );
+}
+
+/// A value whose `Serialize` fails.
+struct Unserializable;
+
+impl Serialize for Unserializable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("this value refuses to serialize"))
+    }
+}
+
+#[tokio::test]
+async fn a_resume_value_that_does_not_serialize_is_an_error_naming_the_interrupt() {
+    let (payments, entries) = (counter(), counter());
+    let graph = two_questions(payments, entries.clone());
+    let rt = Runtime::in_memory();
+    graph.invoke(&rt, "t", Order::default()).await.unwrap();
+    let before = rt.list_checkpoints("t").await.unwrap();
+
+    // Before, the value silently became `null` and reached the node.
+    for result in [
+        graph.resume(&rt, "t", Unserializable).await,
+        graph
+            .resume_with(&rt, "t", [("ask#0", Unserializable)])
+            .await,
+    ] {
+        let err = result.unwrap_err();
+        let RunError::UnserializableResume { thread, id, .. } = &err else {
+            panic!("expected UnserializableResume, got {err:?}")
+        };
+        assert_eq!((thread.as_str(), id.as_str()), ("t", "ask#0"));
+        assert!(err.to_string().contains("ask#0"), "{err}");
+        assert!(
+            format!("{:?}", std::error::Error::source(&err)).contains("refuses to serialize"),
+            "the serde error is the source: {err:?}"
+        );
+    }
+    assert_eq!(
+        entries.load(Ordering::SeqCst),
+        1,
+        "the node did not run again"
+    );
+    assert_eq!(
+        rt.list_checkpoints("t").await.unwrap(),
+        before,
+        "the checkpoint stays as it was"
+    );
+    // A good value still resumes.
+    let out = graph.resume(&rt, "t", "red").await.unwrap();
+    assert_eq!(out.interrupts()[0].id, "ask#1");
 }

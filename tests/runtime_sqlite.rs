@@ -214,11 +214,55 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [1]);
+    assert_eq!(versions, [2]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
+}
+
+/// A version-1 file (a failed run's error inside the checkpoint body) opens as version 2:
+/// the error moves to its own column and the rest of the body reads back unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_file_is_migrated() {
+    let db = TempDb::new("v1");
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE meta (schema_version INTEGER NOT NULL);
+         INSERT INTO meta (schema_version) VALUES (1);
+         CREATE TABLE checkpoints (id INTEGER PRIMARY KEY AUTOINCREMENT, thread TEXT NOT NULL,
+             run INTEGER NOT NULL, namespace TEXT NOT NULL, step INTEGER NOT NULL,
+             status TEXT NOT NULL, body TEXT NOT NULL);
+         CREATE INDEX checkpoints_by_thread ON checkpoints (thread, namespace, id);
+         CREATE TABLE journal (thread TEXT NOT NULL, run INTEGER NOT NULL,
+             namespace TEXT NOT NULL, step INTEGER NOT NULL, node TEXT NOT NULL,
+             name TEXT NOT NULL, occurrence INTEGER NOT NULL, value TEXT NOT NULL,
+             PRIMARY KEY (thread, run, namespace, step, node, name, occurrence)) WITHOUT ROWID;
+         CREATE TABLE signals (seq INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL,
+             name TEXT NOT NULL, payload TEXT, idempotency_key TEXT,
+             sent_at_ms INTEGER NOT NULL, consumed_at_ms INTEGER);
+         INSERT INTO checkpoints (thread, run, namespace, step, status, body) VALUES
+             ('old', 1, '', 1, 'running', '{\"state\":{\"n\":1},\"next\":[\"a\"]}'),
+             ('old', 1, '', 1, 'failed',
+              '{\"state\":{\"n\":1},\"next\":[\"a\"],\"error\":\"node a failed\"}');",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(db.path()).unwrap();
+    let rows = store.list_checkpoints("old").await.unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert_eq!(row.body, json!({"state": {"n": 1}, "next": ["a"]}));
+    }
+    assert_eq!(rows[0].error, None);
+    assert_eq!(rows[1].error.as_deref(), Some("node a failed"));
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,8 +319,7 @@ async fn queued_writes_are_committed_when_the_store_is_dropped() {
                 "",
                 i,
                 RunStatus::Running,
-                json!(i),
-                vec![],
+                json!({"state": i}),
             ))
         })
         .collect();
@@ -317,8 +360,7 @@ async fn a_failed_write_does_not_fail_the_writes_grouped_with_it() {
                     "",
                     i,
                     RunStatus::Running,
-                    json!(i),
-                    vec![],
+                    json!({"state": i}),
                 ))
                 .await;
             (thread, result)
@@ -418,8 +460,7 @@ async fn two_stores_on_one_file_share_it() {
                             "",
                             step,
                             RunStatus::Running,
-                            json!(step),
-                            vec![],
+                            json!({"state": step}),
                         ))
                         .await
                         .unwrap();
@@ -465,8 +506,7 @@ async fn concurrent_writes_share_commits() {
                             "",
                             step,
                             RunStatus::Running,
-                            json!(step),
-                            vec![],
+                            json!({"state": step}),
                         ))
                         .await
                         .unwrap();

@@ -131,7 +131,7 @@ impl<'a> AgentRun<'a> {
                 return Err(AgentError::SessionSuspended {
                     session: session.to_owned(),
                     pending: cp
-                        .interrupts
+                        .interrupts()?
                         .iter()
                         .map(|i| i.id.as_str())
                         .collect::<Vec<_>>()
@@ -140,7 +140,7 @@ impl<'a> AgentRun<'a> {
                 .into());
             }
             Some(cp) => {
-                let previous: AgentState = serde_json::from_value(cp.state)
+                let previous: AgentState = serde_json::from_value(cp.state().clone())
                     .map_err(|e| Error::json(format!("agent state of session {session}"), e))?;
                 let mut state = AgentState::new(&self.prompt);
                 state.messages = previous.messages;

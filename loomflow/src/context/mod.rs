@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::event::{Event, EventKind};
+use crate::graph::namespace::Namespace;
 use crate::graph::{BoxError, RunError};
 use crate::runtime::{Durability, Interrupt, JournalKey, Runtime};
 
@@ -27,8 +28,8 @@ pub(crate) struct RunShared {
     pub(crate) runtime: Runtime,
     /// Where stream events go; `None` when nobody listens.
     pub(crate) events: Option<UnboundedSender<Event>>,
-    /// Empty for the top-level graph; `parent:step/child:step` inside subgraphs.
-    pub(crate) namespace: Arc<str>,
+    /// Where the run files its checkpoints and journal: the root for the top-level graph.
+    pub(crate) namespace: Namespace,
     /// The run's durability mode (the runtime's, or the run's own override).
     pub(crate) durability: Durability,
     /// Keeps the thread's signal session open while the run lives (top-level runs only).
@@ -47,34 +48,21 @@ impl RunShared {
     /// Run-level events (`step`, `done`, `error`: no node) of a subgraph are not sent: the
     /// stream is the parent run's, which has its own.
     pub(crate) fn emit(&self, step: u64, node: Option<&str>, kind: EventKind) {
-        if node.is_none() && !self.namespace.is_empty() {
+        if node.is_none() && !self.namespace.is_root() {
             return;
         }
         if let Some(events) = &self.events {
             let node = node.map(|n| {
-                if self.namespace.is_empty() {
+                if self.namespace.is_root() {
                     n.to_owned()
                 } else {
-                    format!("{}/{n}", display_namespace(&self.namespace))
+                    format!("{}/{n}", self.namespace.path())
                 }
             });
             // A closed receiver means the listener went away; the run carries on regardless.
             let _ = events.send(Event::new(step, node, kind));
         }
     }
-}
-
-/// A namespace without the `:step` that makes each subgraph invocation's namespace unique:
-/// `outer:2/inner:1` reads `outer/inner`.
-pub(crate) fn display_namespace(namespace: &str) -> String {
-    namespace
-        .split('/')
-        .map(|segment| match segment.rsplit_once(':') {
-            Some((name, step)) if step.chars().all(|c| c.is_ascii_digit()) => name,
-            _ => segment,
-        })
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 /// A node's handle on its run: identity, events, interrupts, journaled steps and (through
@@ -217,7 +205,7 @@ impl Context {
     }
 
     fn qualified_node(&self) -> String {
-        if self.run.namespace.is_empty() {
+        if self.run.namespace.is_root() {
             self.node.to_string()
         } else {
             format!("{}/{}", self.run.namespace, self.node)
@@ -378,7 +366,7 @@ impl Context {
         JournalKey::new(
             &*self.run.thread,
             self.run.run,
-            &*self.run.namespace,
+            self.run.namespace.as_str(),
             self.step,
             &*self.node,
             name,
@@ -410,6 +398,11 @@ impl Context {
     /// node's name and the parent's superstep, `parent:3`, nested as `outer:2/inner:1`. Each
     /// invocation of a subgraph has its own, so journaled steps never leak between them.
     pub fn namespace(&self) -> &str {
+        self.run.namespace.as_str()
+    }
+
+    /// The run's namespace, for a subgraph run started by this node.
+    pub(crate) fn run_namespace(&self) -> &Namespace {
         &self.run.namespace
     }
 

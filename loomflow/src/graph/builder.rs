@@ -244,6 +244,11 @@ impl<S: State> Graph<S> {
     /// Declares how concurrent writes to one top-level state field combine.
     ///
     /// Without a reducer, two nodes of one superstep that change the same field fail the step.
+    ///
+    /// `field` is the field's name as serialized (after serde's renames). When the state is a
+    /// struct deriving `Deserialize`, [`compile`](Graph::compile) reports a field it does not
+    /// have; other states (maps, `serde_json::Value`, structs with a flattened field) are not
+    /// checked. A field gets one reducer: declaring a second is reported too.
     pub fn reducer(mut self, field: impl Into<String>, reducer: Reducer) -> Self {
         self.reducers.push((field.into(), reducer));
         self
@@ -261,7 +266,8 @@ impl<S: State> Graph<S> {
     ///
     /// [`GraphError::Invalid`] listing every problem found, each naming its node: duplicate or
     /// reserved names, edges or branches naming unknown nodes, no entry, nodes unreachable from
-    /// `START`, nodes with no path to `END`.
+    /// `START`, nodes with no path to `END`, two reducers for one field, a reducer for a field
+    /// the state does not have.
     pub fn compile(self) -> Result<CompiledGraph<S>, GraphError> {
         CompiledGraph::from_builder(self)
     }

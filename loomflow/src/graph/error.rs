@@ -87,6 +87,21 @@ pub enum GraphProblem {
         /// Target of the edge.
         to: String,
     },
+    /// Two reducers for one field; the second would silently replace the first.
+    #[error("field {field} has more than one reducer")]
+    DuplicateReducer {
+        /// The field.
+        field: String,
+    },
+    /// A reducer names a field the state does not have (checked when the state is a struct
+    /// deriving `Deserialize`).
+    #[error("reducer for field {field} names no field of the state (its fields: {})", fields.join(", "))]
+    UnknownReducerField {
+        /// The field the reducer names.
+        field: String,
+        /// The state's top-level fields, as serialized.
+        fields: Vec<String>,
+    },
     /// Nothing leaves `START`.
     #[error("graph has no entry: add an edge or branch from START")]
     NoEntry,
@@ -179,6 +194,17 @@ pub enum RunError {
         index: usize,
         /// The type the node asked for, as it is written in code (`a String`, `a Vec<u32>`).
         expected: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A value given on resume could not be serialized, so it cannot reach the node.
+    #[error("resume value for interrupt {id} on thread {thread} does not serialize")]
+    UnserializableResume {
+        /// The thread.
+        thread: String,
+        /// The interrupt the value was for.
+        id: String,
         /// The serde error.
         #[source]
         source: serde_json::Error,

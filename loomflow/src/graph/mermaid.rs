@@ -5,9 +5,12 @@
 
 use std::fmt::Write as _;
 
+use petgraph::visit::EdgeRef;
+
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
-use crate::graph::shape::{EdgeKind, Endpoint, GraphShape};
+use crate::graph::shape::GraphShape;
+use crate::graph::topology::{Link, Vertex};
 use crate::graph::{END, START};
 
 impl<S: State> CompiledGraph<S> {
@@ -79,18 +82,22 @@ fn render_body(out: &mut String, shape: &GraphShape, prefix: &str, depth: usize)
     }
     let _ = writeln!(out, "{pad}{end_id}([END])");
 
-    let endpoint = |e: Endpoint| match e {
-        Endpoint::Start => start_id.clone(),
-        Endpoint::End => end_id.clone(),
-        Endpoint::Node(i) => node_id(prefix, i),
+    // Everything below is read from the topology: edges in declaration order, then joins.
+    let topology = &shape.topology;
+    let vertex_id = |v: Vertex| match v {
+        Vertex::Start => start_id.clone(),
+        Vertex::End => end_id.clone(),
+        Vertex::Node(i) => node_id(prefix, i),
+        Vertex::Join(j) => format!("{prefix}join{j}"),
     };
-    for edge in &shape.edges {
-        let (from, to) = (endpoint(edge.from), endpoint(edge.to));
-        match &edge.kind {
-            EdgeKind::Plain => {
+    for edge in topology.edges() {
+        let from = vertex_id(topology.vertex(edge.source()));
+        let to = vertex_id(topology.vertex(edge.target()));
+        match edge.weight() {
+            Link::Plain => {
                 let _ = writeln!(out, "{pad}{from} --> {to}");
             }
-            EdgeKind::Branch { label } => {
+            Link::Branch { label } => {
                 let label = display_name(label);
                 let text = escape(label);
                 if text.trim().is_empty() {
@@ -99,15 +106,17 @@ fn render_body(out: &mut String, shape: &GraphShape, prefix: &str, depth: usize)
                     let _ = writeln!(out, "{pad}{from} -.->|\"{text}\"| {to}");
                 }
             }
+            // Drawn with their joins, below.
+            Link::JoinSource { .. } | Link::JoinTarget => {}
         }
     }
-    for (j, join) in shape.joins.iter().enumerate() {
-        let id = format!("{prefix}join{j}");
+    for j in 0..topology.join_sizes().len() {
+        let id = vertex_id(Vertex::Join(j));
         let _ = writeln!(out, "{pad}{id}((\"join\"))");
-        for &source in &join.sources {
+        for source in topology.join_sources(j) {
             let _ = writeln!(out, "{pad}{} --> {id}", node_id(prefix, source));
         }
-        let _ = writeln!(out, "{pad}{id} --> {}", endpoint(join.target));
+        let _ = writeln!(out, "{pad}{id} --> {}", vertex_id(topology.join_target(j)));
     }
 }
 

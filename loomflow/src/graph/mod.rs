@@ -4,12 +4,17 @@ mod builder;
 mod compiled;
 mod error;
 mod executor;
+mod fields;
+mod lower;
 mod merge;
 pub mod mermaid;
+pub(crate) mod namespace;
 pub(crate) mod node;
 mod run;
 pub mod shape;
 mod subgraph;
+mod topology;
+mod validate;
 
 pub use builder::{DEFAULT_RECURSION_LIMIT, Graph, Route};
 pub use compiled::CompiledGraph;

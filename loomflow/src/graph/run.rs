@@ -14,6 +14,7 @@ use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
 use crate::graph::error::RunError;
 use crate::graph::executor::{Execution, Start, execute};
+use crate::graph::namespace::Namespace;
 use crate::runtime::{Durability, Interrupt, Runtime};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -177,7 +178,7 @@ impl<S: State> RunBuilder<S> {
             thread: Arc::from(self.thread),
             runtime: self.runtime,
             events,
-            namespace: Arc::from(""),
+            namespace: Namespace::root(),
             start: self.start,
             recursion_limit: limit,
             durability,
@@ -325,15 +326,16 @@ impl<S: State> CompiledGraph<S> {
     ///
     /// Errors surface when the run is awaited: [`RunError::UnknownThread`],
     /// [`RunError::NotInterrupted`], [`RunError::AmbiguousResume`] (several interrupts are
-    /// pending: use [`resume_with`](Self::resume_with)); a value that does not deserialize
-    /// fails the run with [`RunError::ResumeValue`] and leaves the checkpoint as it was.
+    /// pending: use [`resume_with`](Self::resume_with)), [`RunError::UnserializableResume`]
+    /// (`value` does not serialize), [`RunError::ResumeValue`] (it does not deserialize into
+    /// the type the node asks for); each leaves the checkpoint as it was.
     pub fn resume(
         &self,
         runtime: &Runtime,
         thread: impl Into<String>,
         value: impl serde::Serialize,
     ) -> RunBuilder<S> {
-        let value = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+        let value = serde_json::to_value(value);
         RunBuilder::new(
             self.clone(),
             runtime.clone(),
@@ -344,7 +346,9 @@ impl<S: State> CompiledGraph<S> {
 
     /// Resumes some or all of a thread's pending interrupts, by id.
     ///
-    /// Interrupts not given a value suspend again when their node re-runs.
+    /// Interrupts not given a value suspend again when their node re-runs. Errors surface
+    /// when the run is awaited, as for [`resume`](Self::resume); a value that does not
+    /// serialize is [`RunError::UnserializableResume`] naming its interrupt.
     pub fn resume_with<I, K, V>(
         &self,
         runtime: &Runtime,
@@ -358,12 +362,7 @@ impl<S: State> CompiledGraph<S> {
     {
         let values = values
             .into_iter()
-            .map(|(id, v)| {
-                (
-                    id.into(),
-                    serde_json::to_value(v).unwrap_or(serde_json::Value::Null),
-                )
-            })
+            .map(|(id, v)| (id.into(), serde_json::to_value(v)))
             .collect();
         RunBuilder::new(
             self.clone(),

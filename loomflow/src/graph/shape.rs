@@ -2,6 +2,10 @@
 
 use std::sync::Arc;
 
+use petgraph::visit::EdgeRef;
+
+use crate::graph::topology::{Link, Topology, Vertex};
+
 /// The structure of a compiled graph, independent of its state type.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -10,10 +14,44 @@ pub struct GraphShape {
     pub name: String,
     /// Nodes in declaration order; [`Endpoint::Node`] indexes into this.
     pub nodes: Vec<NodeShape>,
+    /// The vertices and edges: what the executor routes through and Mermaid draws.
+    pub(crate) topology: Topology,
+}
+
+impl GraphShape {
     /// Plain and branch edges, in declaration order.
-    pub edges: Vec<EdgeShape>,
-    /// Explicit joins.
-    pub joins: Vec<JoinShape>,
+    pub fn edges(&self) -> Vec<EdgeShape> {
+        let t = &self.topology;
+        t.edges()
+            .filter_map(|e| {
+                let kind = match e.weight() {
+                    Link::Plain => EdgeKind::Plain,
+                    Link::Branch { label } => EdgeKind::Branch {
+                        label: label.clone(),
+                    },
+                    Link::JoinSource { .. } | Link::JoinTarget => return None,
+                };
+                Some(EdgeShape {
+                    from: Endpoint::of(t.vertex(e.source()))?,
+                    to: Endpoint::of(t.vertex(e.target()))?,
+                    kind,
+                })
+            })
+            .collect()
+    }
+
+    /// Explicit joins, in declaration order.
+    pub fn joins(&self) -> Vec<JoinShape> {
+        let t = &self.topology;
+        (0..t.join_sizes().len())
+            .filter_map(|j| {
+                Some(JoinShape {
+                    sources: t.join_sources(j),
+                    target: Endpoint::of(t.join_target(j))?,
+                })
+            })
+            .collect()
+    }
 }
 
 /// One node of a [`GraphShape`].
@@ -39,6 +77,18 @@ pub enum Endpoint {
     End,
     /// A node, by index into [`GraphShape::nodes`].
     Node(usize),
+}
+
+impl Endpoint {
+    /// The endpoint a vertex stands for; joins are not endpoints.
+    fn of(vertex: Vertex) -> Option<Self> {
+        match vertex {
+            Vertex::Start => Some(Self::Start),
+            Vertex::End => Some(Self::End),
+            Vertex::Node(i) => Some(Self::Node(i)),
+            Vertex::Join(_) => None,
+        }
+    }
 }
 
 /// An edge of a [`GraphShape`].

@@ -49,17 +49,13 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
         Box::pin(async move {
             // The parent's step makes each invocation's namespace (and so its checkpoints and
             // journal) its own: a subgraph in a loop does not replay its previous invocation.
-            let namespace = if ctx.namespace().is_empty() {
-                format!("{}:{}", self.name, ctx.superstep())
-            } else {
-                format!("{}/{}:{}", ctx.namespace(), self.name, ctx.superstep())
-            };
+            let namespace = ctx.run_namespace().child(&self.name, ctx.superstep());
             let execution = Execution {
                 graph: self.graph.clone(),
                 thread: Arc::from(ctx.thread()),
                 runtime: ctx.runtime().clone(),
                 events: ctx.event_sender(),
-                namespace: Arc::from(namespace),
+                namespace,
                 start: Start::Child {
                     input: (self.into)(state),
                     run: ctx.run_number(),

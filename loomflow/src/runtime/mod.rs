@@ -18,8 +18,8 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush, Store,
-    StoreError, StoredSignal,
+    Checkpoint, Interrupt, JournalKey, MemoryStore, RunStatus, SignalPush, Store, StoreError,
+    StoredSignal,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
@@ -241,7 +241,7 @@ impl Runtime {
     ///
     /// A store failure, or a state that does not deserialize into `S`.
     pub async fn get_state<S: DeserializeOwned>(&self, thread: &str) -> Result<Option<S>> {
-        let Some(checkpoint) = self
+        let Some(mut checkpoint) = self
             .inner
             .store
             .latest_checkpoint(thread, "")
@@ -250,7 +250,12 @@ impl Runtime {
         else {
             return Ok(None);
         };
-        serde_json::from_value(checkpoint.state)
+        let state = checkpoint
+            .body
+            .get_mut("state")
+            .map(serde_json::Value::take)
+            .unwrap_or_default();
+        serde_json::from_value(state)
             .map(Some)
             .map_err(|e| RuntimeError::json(format!("state of thread {thread}"), e))
     }
@@ -282,16 +287,12 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// A store failure.
+    /// A store failure, or a checkpoint whose interrupts do not decode.
     pub async fn pending_interrupts(&self, thread: &str) -> Result<Vec<Interrupt>> {
-        Ok(self
-            .inner
-            .store
-            .latest_checkpoint(thread, "")
-            .await?
-            .filter(|cp| cp.status == RunStatus::Interrupted)
-            .map(|cp| cp.interrupts)
-            .unwrap_or_default())
+        match self.inner.store.latest_checkpoint(thread, "").await? {
+            Some(cp) if cp.status == RunStatus::Interrupted => Ok(cp.interrupts()?),
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// Starts thread `new_thread` from checkpoint `checkpoint_id` of `thread` (time travel).

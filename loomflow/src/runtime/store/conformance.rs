@@ -20,9 +20,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{
-    Checkpoint, Interrupt, JournalKey, PendingWrite, RunStatus, SignalPush, Store, StoredSignal,
-};
+use super::{Checkpoint, Interrupt, JournalKey, RunStatus, SignalPush, Store, StoredSignal};
 
 fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,31 +63,17 @@ pub async fn run_all_concurrent(store: Arc<dyn Store>) {
 
 async fn checkpoints_round_trip(store: &dyn Store) {
     let thread = unique("cp");
+    // The body is opaque to the store: any JSON comes back exactly as it went in.
     let mut first = Checkpoint::new(
         &thread,
         1,
         "",
         0,
         RunStatus::Running,
-        json!({"a": 1}),
-        vec!["x".into()],
+        json!({"state": {"a": 1}, "next": ["x"], "joins": [[true, false]]}),
     );
-    first.joins = vec![vec![true, false]];
     let id1 = store.put_checkpoint(first.clone()).await.unwrap();
-    let mut second = Checkpoint::new(
-        &thread,
-        1,
-        "",
-        1,
-        RunStatus::Interrupted,
-        json!({"a": 2, "s": "é\"\n"}),
-        vec!["y".into()],
-    );
-    second.pending_writes = vec![PendingWrite {
-        node: "z".into(),
-        state: json!({"a": 3}),
-    }];
-    second.interrupts = vec![
+    let interrupts = vec![
         Interrupt {
             id: "y#0".into(),
             node: "y".into(),
@@ -105,10 +89,24 @@ async fn checkpoints_round_trip(store: &dyn Store) {
             signal: Some("go".into()),
         },
     ];
-    second.resume_values.insert("y".into(), vec![json!(true)]);
+    let mut second = Checkpoint::new(
+        &thread,
+        1,
+        "",
+        1,
+        RunStatus::Interrupted,
+        json!({
+            "state": {"a": 2, "s": "é\"\n"},
+            "next": ["y"],
+            "interrupts": interrupts,
+            "anything": [1.5, null, {"deep": [true]}],
+        }),
+    );
     second.error = Some("boom".into());
     let id2 = store.put_checkpoint(second.clone()).await.unwrap();
     assert!(id2 > id1, "checkpoint ids must increase: {id1} then {id2}");
+    assert_eq!(second.interrupts().unwrap(), interrupts);
+    assert_eq!(second.next(), ["y"]);
 
     first.id = id1;
     second.id = id2;
@@ -151,8 +149,7 @@ async fn latest_is_per_namespace(store: &dyn Store) {
             "",
             1,
             RunStatus::Running,
-            json!(1),
-            vec![],
+            json!({"state": 1}),
         ))
         .await
         .unwrap();
@@ -163,14 +160,13 @@ async fn latest_is_per_namespace(store: &dyn Store) {
             "sub",
             1,
             RunStatus::Running,
-            json!(2),
-            vec![],
+            json!({"state": 2}),
         ))
         .await
         .unwrap();
     let top = store.latest_checkpoint(&thread, "").await.unwrap().unwrap();
     assert_eq!(
-        top.state,
+        *top.state(),
         json!(1),
         "latest_checkpoint must filter by namespace"
     );
@@ -179,7 +175,7 @@ async fn latest_is_per_namespace(store: &dyn Store) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(sub.state, json!(2));
+    assert_eq!(*sub.state(), json!(2));
 }
 
 async fn journal_keeps_the_first_value(store: &dyn Store) {
@@ -315,8 +311,7 @@ async fn concurrent_writers(store: Arc<dyn Store>) {
                         "",
                         step,
                         RunStatus::Running,
-                        json!({"w": w, "step": step}),
-                        vec![],
+                        json!({"state": {"w": w, "step": step}}),
                     ))
                     .await
                     .unwrap();
@@ -361,8 +356,7 @@ async fn checkpoints_are_kept_per_thread(store: &dyn Store) {
             "",
             0,
             RunStatus::Running,
-            json!(1),
-            vec![],
+            json!({"state": 1}),
         ))
         .await
         .unwrap();
@@ -447,8 +441,7 @@ pub async fn check_reopen<S: Store>(open: impl Fn() -> S) {
                 "",
                 1,
                 RunStatus::Interrupted,
-                json!({"kept": true}),
-                vec!["n".into()],
+                json!({"state": {"kept": true}, "next": ["n"]}),
             ))
             .await
             .unwrap();
@@ -467,7 +460,7 @@ pub async fn check_reopen<S: Store>(open: impl Fn() -> S) {
         .await
         .unwrap()
         .expect("checkpoint survives reopen");
-    assert_eq!(cp.state, json!({"kept": true}));
+    assert_eq!(*cp.state(), json!({"kept": true}));
     assert_eq!(cp.status, RunStatus::Interrupted);
     assert_eq!(
         store.get_journal(&key).await.unwrap(),

@@ -1,8 +1,8 @@
 //! The [`Store`] trait: the only code that touches storage.
 //!
 //! A store keeps four kinds of rows, all values as JSON:
-//! - **checkpoints**: a snapshot of a run after each superstep (state, next nodes, join
-//!   progress, pending writes and pending interrupts), keyed by thread, run, namespace, step;
+//! - **checkpoints**: one row per superstep of a run, keyed by thread, run, namespace and
+//!   step, with the run's status and the executor's snapshot as an opaque JSON `body`;
 //! - **journal entries**: results of side effects run through `ctx.step`, keyed by
 //!   [`JournalKey`];
 //! - **signals**: payloads sent to a session and not yet consumed;
@@ -21,8 +21,6 @@ mod sqlite;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
-
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -75,18 +73,25 @@ pub struct Interrupt {
     pub signal: Option<String>,
 }
 
-/// The finished copy of the state of a node whose siblings suspended: it is merged when the
-/// step completes on resume, and the node is not run again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct PendingWrite {
-    /// The node.
-    pub node: String,
-    /// Its copy of the state when it finished.
-    pub state: Value,
-}
-
-/// A snapshot of a run taken after a superstep.
+/// One row per superstep of a run: where the run stands, and the executor's snapshot.
+///
+/// Storage keeps rows: it files a checkpoint by its columns (thread, run, namespace, step,
+/// status) and never looks inside [`body`](Checkpoint::body).
+///
+/// # The body
+///
+/// The body is the graph executor's private snapshot, as JSON. Its format belongs to the
+/// executor and may change, except for three top-level keys, which are a contract that
+/// readers outside the executor (the runtime, tools, people listing checkpoints) rely on:
+///
+/// - `state`: the run's state after the step (for an interrupted run, the state the
+///   suspended step began with);
+/// - `next`: an array of the names of the nodes that run next (absent when none; for an
+///   interrupted run, the step to run again);
+/// - `interrupts`: an array of [`Interrupt`]s the run waits on (absent when none).
+///
+/// [`state`](Checkpoint::state), [`next`](Checkpoint::next) and
+/// [`interrupts`](Checkpoint::interrupts) read them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Checkpoint {
@@ -102,37 +107,22 @@ pub struct Checkpoint {
     pub step: u64,
     /// Where the run stands.
     pub status: RunStatus,
-    /// The state after the step, as JSON.
-    pub state: Value,
-    /// The nodes that run next; for an interrupted run, the step to run again.
-    pub next: Vec<String>,
-    /// Progress of each join (which sources have run), in declaration order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub joins: Vec<Vec<bool>>,
-    /// Finished siblings of interrupted nodes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pending_writes: Vec<PendingWrite>,
-    /// Interrupts waiting for a value.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub interrupts: Vec<Interrupt>,
-    /// Values already given to interrupted nodes, per node, in call order.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub resume_values: BTreeMap<String, Vec<Value>>,
+    /// The executor's snapshot, opaque to storage; see [the body](Checkpoint#the-body).
+    pub body: Value,
     /// An error message, for a failed run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
 impl Checkpoint {
-    /// A checkpoint of `state` with nothing pending.
+    /// A checkpoint row with this body and no error.
     pub fn new(
         thread: impl Into<String>,
         run: u64,
         namespace: impl Into<String>,
         step: u64,
         status: RunStatus,
-        state: Value,
-        next: Vec<String>,
+        body: Value,
     ) -> Self {
         Self {
             id: 0,
@@ -141,13 +131,39 @@ impl Checkpoint {
             namespace: namespace.into(),
             step,
             status,
-            state,
-            next,
-            joins: Vec::new(),
-            pending_writes: Vec::new(),
-            interrupts: Vec::new(),
-            resume_values: BTreeMap::new(),
+            body,
             error: None,
+        }
+    }
+
+    /// The run's state after the step: the body's `state` (`null` when it has none).
+    pub fn state(&self) -> &Value {
+        self.body.get("state").unwrap_or(&Value::Null)
+    }
+
+    /// The names of the nodes that run next: the body's `next` (empty when it has none).
+    pub fn next(&self) -> Vec<&str> {
+        self.body
+            .get("next")
+            .and_then(Value::as_array)
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// The interrupts the run waits on: the body's `interrupts` (empty when it has none).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] when the body's `interrupts` is not an array of interrupts.
+    pub fn interrupts(&self) -> Result<Vec<Interrupt>, StoreError> {
+        match self.body.get("interrupts") {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(interrupts) => {
+                Vec::<Interrupt>::deserialize(interrupts).map_err(|e| StoreError::Corrupt {
+                    thread: self.thread.clone(),
+                    message: format!("interrupts of checkpoint {}: {e}", self.id),
+                })
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //! # Layout
 //!
 //! Four tables: `meta` (the schema version), `checkpoints` (one row per superstep: the
-//! columns queries filter on, and the rest of the snapshot as one JSON `body`), `journal`
+//! columns queries filter on, the error of a failed run, and the executor's snapshot as one
+//! opaque JSON `body`), `journal`
 //! (results of journaled steps; the first value written for a key wins) and `signals`
 //! (pending signals, and consumed ones with an idempotency key for an hour so that a
 //! retried send is recognised).
@@ -17,25 +18,25 @@
 //! group is committed, so a read issued after a write returned sees it.
 
 mod reader;
+mod rows;
 mod schema;
 mod writer;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde::{Deserialize, Serialize};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
 use self::reader::Readers;
-use self::writer::{CheckpointRow, JournalRow, Op, Outcome, Request, SignalRow, Writer};
-use super::{
-    Checkpoint, Interrupt, JournalKey, PendingWrite, RunStatus, SignalPush, Store, StoreError,
-    StoredSignal,
+use self::rows::{
+    CHECKPOINT_COLUMNS, checkpoint_from_row, corrupt, journal_row, to_i64, to_json, to_u64,
+    transpose,
 };
+use self::writer::{CheckpointRow, Op, Outcome, Request, SignalRow, Writer};
+use super::{Checkpoint, JournalKey, SignalPush, Store, StoreError, StoredSignal};
 use futures_util::future::BoxFuture;
 
 /// How hard SQLite works to get each commit onto the disk (its `synchronous` setting).
@@ -146,10 +147,11 @@ pub struct CommitStats {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let path = std::env::temp_dir().join(format!("loomflow-doc-store-{}.db", std::process::id()));
 /// let store = SqliteStore::open(&path)?;
-/// let cp = Checkpoint::new("thread-1", 1, "", 0, RunStatus::Running, json!({"n": 1}), vec![]);
+/// let body = json!({"state": {"n": 1}, "next": ["a"]});
+/// let cp = Checkpoint::new("thread-1", 1, "", 0, RunStatus::Running, body);
 /// let id = store.put_checkpoint(cp).await?;
 /// let latest = store.latest_checkpoint("thread-1", "").await?.expect("just written");
-/// assert_eq!((latest.id, latest.state), (id, json!({"n": 1})));
+/// assert_eq!((latest.id, latest.state()), (id, &json!({"n": 1})));
 /// # drop(store);
 /// # for suffix in ["", "-wal", "-shm"] { let _ = std::fs::remove_file(format!("{}{suffix}", path.display())); }
 /// # Ok(()) }
@@ -257,150 +259,17 @@ impl SqliteStore {
     }
 }
 
-/// The part of a checkpoint that is not in a column of its own.
-#[derive(Serialize)]
-struct BodyRef<'a> {
-    state: &'a Value,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    next: &'a [String],
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    joins: &'a [Vec<bool>],
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    pending_writes: &'a [PendingWrite],
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    interrupts: &'a [Interrupt],
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    resume_values: &'a BTreeMap<String, Vec<Value>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: &'a Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Body {
-    state: Value,
-    #[serde(default)]
-    next: Vec<String>,
-    #[serde(default)]
-    joins: Vec<Vec<bool>>,
-    #[serde(default)]
-    pending_writes: Vec<PendingWrite>,
-    #[serde(default)]
-    interrupts: Vec<Interrupt>,
-    #[serde(default)]
-    resume_values: BTreeMap<String, Vec<Value>>,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-/// SQLite integers are signed 64-bit.
-fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreError> {
-    i64::try_from(value).map_err(|_| StoreError::Write {
-        thread: thread.to_owned(),
-        message: format!("{what} {value} is too large for SQLite"),
-    })
-}
-
-fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Write {
-        thread: thread.to_owned(),
-        message: e.to_string(),
-    })
-}
-
-fn journal_row(key: JournalKey, value: &Value) -> Result<JournalRow, StoreError> {
-    Ok(JournalRow {
-        run: to_i64(key.run, "run", &key.thread)?,
-        step: to_i64(key.step, "step", &key.thread)?,
-        value: to_json(value, &key.thread)?,
-        occurrence: i64::from(key.occurrence),
-        thread: key.thread,
-        namespace: key.namespace,
-        node: key.node,
-        name: key.name,
-    })
-}
-
-fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt {
-        thread: thread.to_owned(),
-        message: message.to_string(),
-    }
-}
-
-fn parse_status(status: &str, thread: &str) -> Result<RunStatus, StoreError> {
-    Ok(match status {
-        "running" => RunStatus::Running,
-        "interrupted" => RunStatus::Interrupted,
-        "completed" => RunStatus::Completed,
-        "failed" => RunStatus::Failed,
-        other => return Err(corrupt(thread, format!("unknown run status {other:?}"))),
-    })
-}
-
-fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| corrupt(thread, format!("negative {what} {value}")))
-}
-
-/// Columns: id, run, namespace, step, status, body.
-const CHECKPOINT_COLUMNS: &str = "id, run, namespace, step, status, body";
-
-/// Decodes a row of [`CHECKPOINT_COLUMNS`]. The outer error is SQLite's, the inner a row
-/// that does not decode.
-fn checkpoint_from_row(
-    row: &Row<'_>,
-    thread: &str,
-) -> rusqlite::Result<Result<Checkpoint, StoreError>> {
-    let id: i64 = row.get(0)?;
-    let run: i64 = row.get(1)?;
-    let namespace: String = row.get(2)?;
-    let step: i64 = row.get(3)?;
-    let status: String = row.get(4)?;
-    let body: String = row.get(5)?;
-    Ok((|| {
-        let body: Body = serde_json::from_str(&body)
-            .map_err(|e| corrupt(thread, format!("checkpoint {id}: {e}")))?;
-        Ok(Checkpoint {
-            id: to_u64(id, "checkpoint id", thread)?,
-            thread: thread.to_owned(),
-            run: to_u64(run, "run", thread)?,
-            namespace,
-            step: to_u64(step, "step", thread)?,
-            status: parse_status(&status, thread)?,
-            state: body.state,
-            next: body.next,
-            joins: body.joins,
-            pending_writes: body.pending_writes,
-            interrupts: body.interrupts,
-            resume_values: body.resume_values,
-            error: body.error,
-        })
-    })())
-}
-
-/// Flips `Option<Result<T>>` (a row that may be absent and may not decode).
-fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<T>, StoreError> {
-    row.transpose()
-}
-
 impl Store for SqliteStore {
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
         let row = (|| {
-            let body = BodyRef {
-                state: &checkpoint.state,
-                next: &checkpoint.next,
-                joins: &checkpoint.joins,
-                pending_writes: &checkpoint.pending_writes,
-                interrupts: &checkpoint.interrupts,
-                resume_values: &checkpoint.resume_values,
-                error: &checkpoint.error,
-            };
             Ok(CheckpointRow {
                 run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
                 step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
                 status: checkpoint.status.as_str(),
-                body: to_json(&body, &checkpoint.thread)?,
+                body: to_json(&checkpoint.body, &checkpoint.thread)?,
                 thread: checkpoint.thread.clone(),
                 namespace: checkpoint.namespace.clone(),
+                error: checkpoint.error.clone(),
             })
         })();
         let thread = checkpoint.thread;
@@ -632,59 +501,3 @@ const _: fn() = || {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<SqliteStore>();
 };
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-    use serde_json::json;
-
-    use super::*;
-
-    fn body_of(checkpoint: &Checkpoint) -> String {
-        serde_json::to_string(&BodyRef {
-            state: &checkpoint.state,
-            next: &checkpoint.next,
-            joins: &checkpoint.joins,
-            pending_writes: &checkpoint.pending_writes,
-            interrupts: &checkpoint.interrupts,
-            resume_values: &checkpoint.resume_values,
-            error: &checkpoint.error,
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn a_plain_checkpoint_body_holds_only_state_and_next() {
-        let cp = Checkpoint::new(
-            "t",
-            1,
-            "",
-            3,
-            RunStatus::Running,
-            json!({"n": 1}),
-            vec!["a".into()],
-        );
-        assert_eq!(body_of(&cp), r#"{"state":{"n":1},"next":["a"]}"#);
-        let done = Checkpoint::new("t", 1, "", 4, RunStatus::Completed, json!(null), vec![]);
-        assert_eq!(body_of(&done), r#"{"state":null}"#);
-        let decoded: Body = serde_json::from_str(&body_of(&done)).unwrap();
-        assert!(decoded.next.is_empty() && decoded.error.is_none());
-    }
-
-    #[test]
-    fn stored_statuses_parse_back() {
-        for status in [
-            RunStatus::Running,
-            RunStatus::Interrupted,
-            RunStatus::Completed,
-            RunStatus::Failed,
-        ] {
-            assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
-        }
-        assert!(matches!(
-            parse_status("paused", "t"),
-            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
-        ));
-    }
-}

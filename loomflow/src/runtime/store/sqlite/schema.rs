@@ -9,12 +9,12 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 1;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
 /// Rows are kept compact (the budget is 1 KiB of disk per suspended run): the fields that
-/// queries filter on are columns, everything else of a checkpoint is one JSON `body`, and the
+/// queries filter on are columns, the executor's snapshot is one opaque JSON `body`, and the
 /// journal is a `WITHOUT ROWID` table so its key is stored once.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // 0 -> 1
@@ -52,6 +52,12 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      );
      CREATE UNIQUE INDEX signals_by_key ON signals (session, name, idempotency_key)
          WHERE idempotency_key IS NOT NULL;",
+    // 1 -> 2: a failed run's error leaves the body for a column of its own, so that the
+    // body is only the executor's snapshot.
+    "ALTER TABLE checkpoints ADD COLUMN error TEXT;
+     UPDATE checkpoints
+        SET error = json_extract(body, '$.error'), body = json_remove(body, '$.error')
+      WHERE json_type(body, '$.error') IS NOT NULL;",
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {

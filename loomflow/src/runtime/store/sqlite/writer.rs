@@ -34,6 +34,7 @@ pub(super) struct CheckpointRow {
     pub(super) step: i64,
     pub(super) status: &'static str,
     pub(super) body: String,
+    pub(super) error: Option<String>,
 }
 
 /// A journal entry, ready for its row.
@@ -84,8 +85,8 @@ impl Op {
         match self {
             Self::PutCheckpoint(row) => {
                 conn.prepare_cached(
-                    "INSERT INTO checkpoints (thread, run, namespace, step, status, body)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO checkpoints (thread, run, namespace, step, status, body, error)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )?
                 .execute(params![
                     row.thread,
@@ -93,7 +94,8 @@ impl Op {
                     row.namespace,
                     row.step,
                     row.status,
-                    row.body
+                    row.body,
+                    row.error
                 ])?;
                 // Row ids are positive, so the conversion only guards against the impossible.
                 Ok(Outcome::Id(

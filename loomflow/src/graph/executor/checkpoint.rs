@@ -1,0 +1,301 @@
+//! Checkpoints: the executor's snapshot of a run, and how it reaches the store.
+//!
+//! The store keeps rows (`{id, thread, run, namespace, step, status, body, error}`) and never
+//! learns what a snapshot holds: the snapshot is [`Snapshot`], private to the executor, and
+//! travels as the row's JSON `body`. Its keys `state`, `next` and `interrupts` are the
+//! contract documented on [`Checkpoint`]; the rest may change with the executor.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::Result;
+use crate::context::RunShared;
+use crate::graph::State;
+use crate::graph::compiled::CompiledInner;
+use crate::graph::error::RunError;
+use crate::runtime::{Checkpoint, Durability, Interrupt, RunStatus, Runtime};
+
+/// The finished copy of the state of a node whose siblings suspended: it is merged when the
+/// step completes on resume, and the node is not run again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct PendingWrite {
+    /// The node.
+    pub(super) node: String,
+    /// Its copy of the state when it finished.
+    pub(super) state: Value,
+}
+
+/// A run's snapshot as read back from a checkpoint's body.
+///
+/// Bodies written before the snapshot was private (SQLite schema version 1) have the same
+/// keys, so they read back unchanged.
+#[derive(Debug, Deserialize)]
+pub(super) struct Snapshot {
+    /// The state after the step (for an interrupted run, the state the step began with).
+    pub(super) state: Value,
+    /// The nodes that run next; for an interrupted run, the step to run again.
+    #[serde(default)]
+    pub(super) next: Vec<String>,
+    /// Progress of each join (which sources have run), in declaration order.
+    #[serde(default)]
+    pub(super) joins: Vec<Vec<bool>>,
+    /// Finished siblings of interrupted nodes.
+    #[serde(default)]
+    pub(super) pending_writes: Vec<PendingWrite>,
+    /// Interrupts waiting for a value.
+    #[serde(default)]
+    pub(super) interrupts: Vec<Interrupt>,
+    /// Values already given to interrupted nodes, per node, in call order.
+    #[serde(default)]
+    pub(super) resume_values: BTreeMap<String, Vec<Value>>,
+}
+
+impl Snapshot {
+    /// Reads the snapshot in a checkpoint's body.
+    pub(super) fn decode(body: Value, thread: &str) -> Result<Self> {
+        serde_json::from_value(body)
+            .map_err(|e| RunError::json(format!("checkpoint of thread {thread}"), e))
+    }
+}
+
+/// A snapshot being written: borrows what the executor holds. Empty parts are left out, to
+/// keep rows small (a plain step's body is `{"state":…,"next":[…]}`).
+pub(super) struct SnapshotRef<'a, S> {
+    g: &'a CompiledInner<S>,
+    state: &'a S,
+    /// Indexes into the graph's nodes.
+    next: &'a [usize],
+    joins: &'a [Vec<bool>],
+    pending_writes: &'a [PendingWrite],
+    interrupts: &'a [Interrupt],
+    resume_values: Option<&'a BTreeMap<String, Vec<Value>>>,
+}
+
+impl<'a, S: State> SnapshotRef<'a, S> {
+    /// The state and the nodes that run next (indexes into the graph's nodes), nothing
+    /// pending.
+    pub(super) fn new(g: &'a CompiledInner<S>, state: &'a S, next: &'a [usize]) -> Self {
+        Self {
+            g,
+            state,
+            next,
+            joins: &[],
+            pending_writes: &[],
+            interrupts: &[],
+            resume_values: None,
+        }
+    }
+
+    /// The checkpoint body, in the shape [`Snapshot`] reads. Built by hand rather than
+    /// derived: a checkpoint is written after every superstep, and this spares a temporary
+    /// list of names.
+    fn to_body(&self) -> serde_json::Result<Value> {
+        let mut body = serde_json::Map::new();
+        body.insert("state".to_owned(), serde_json::to_value(self.state)?);
+        if !self.next.is_empty() {
+            let names = self
+                .next
+                .iter()
+                .map(|&i| Value::from(&*self.g.nodes[i].name));
+            let next = names.collect();
+            body.insert("next".to_owned(), Value::Array(next));
+        }
+        if !self.joins.is_empty() {
+            body.insert("joins".to_owned(), serde_json::to_value(self.joins)?);
+        }
+        if !self.pending_writes.is_empty() {
+            let writes = serde_json::to_value(self.pending_writes)?;
+            body.insert("pending_writes".to_owned(), writes);
+        }
+        if !self.interrupts.is_empty() {
+            let interrupts = serde_json::to_value(self.interrupts)?;
+            body.insert("interrupts".to_owned(), interrupts);
+        }
+        if let Some(values) = self.resume_values {
+            body.insert("resume_values".to_owned(), serde_json::to_value(values)?);
+        }
+        Ok(Value::Object(body))
+    }
+
+    /// With the progress of each join.
+    pub(super) fn joins(mut self, joins: &'a [Vec<bool>]) -> Self {
+        self.joins = joins;
+        self
+    }
+
+    /// With what a suspended step leaves behind: finished siblings, the interrupts, and
+    /// the resume values given so far.
+    pub(super) fn suspended(
+        mut self,
+        pending_writes: &'a [PendingWrite],
+        interrupts: &'a [Interrupt],
+        resume_values: &'a BTreeMap<String, Vec<Value>>,
+    ) -> Self {
+        self.pending_writes = pending_writes;
+        self.interrupts = interrupts;
+        self.resume_values = (!resume_values.is_empty()).then_some(resume_values);
+        self
+    }
+}
+
+/// Which run a checkpoint belongs to.
+#[derive(Clone, Copy)]
+pub(super) struct RunKey<'a> {
+    pub(super) thread: &'a str,
+    pub(super) run: u64,
+    pub(super) namespace: &'a str,
+}
+
+impl<'a> RunKey<'a> {
+    /// The run `shared` describes.
+    pub(super) fn of(shared: &'a RunShared) -> Self {
+        Self {
+            thread: &shared.thread,
+            run: shared.run,
+            namespace: shared.namespace.as_str(),
+        }
+    }
+
+    /// The checkpoint row of `snapshot` after superstep `step`.
+    pub(super) fn checkpoint<S: State>(
+        self,
+        g: &CompiledInner<S>,
+        step: u64,
+        status: RunStatus,
+        snapshot: &SnapshotRef<'_, S>,
+    ) -> Result<Checkpoint> {
+        let body = snapshot
+            .to_body()
+            .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
+        Ok(Checkpoint::new(
+            self.thread,
+            self.run,
+            self.namespace,
+            step,
+            status,
+            body,
+        ))
+    }
+}
+
+/// Writes checkpoints as the durability mode asks: in line (`Sync`), or in order through a
+/// background task (`Async`) that [`finish`](CheckpointWriter::finish) waits for.
+pub(super) enum CheckpointWriter {
+    Direct(Runtime),
+    Background {
+        queue: Option<UnboundedSender<Checkpoint>>,
+        task: Option<tokio::task::JoinHandle<Result<()>>>,
+    },
+}
+
+impl CheckpointWriter {
+    pub(super) fn new(runtime: &Runtime, durability: Durability) -> Self {
+        if durability != Durability::Async {
+            return Self::Direct(runtime.clone());
+        }
+        let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Checkpoint>();
+        let runtime = runtime.clone();
+        let task = tokio::spawn(async move {
+            while let Some(cp) = rx.recv().await {
+                runtime.put_checkpoint(cp).await?;
+            }
+            Ok(())
+        });
+        Self::Background {
+            queue: Some(queue),
+            task: Some(task),
+        }
+    }
+
+    pub(super) async fn write(&mut self, cp: Checkpoint) -> Result<()> {
+        match self {
+            Self::Direct(runtime) => Ok(runtime.put_checkpoint(cp).await?),
+            Self::Background { queue, .. } => {
+                if let Some(queue) = queue {
+                    // A send fails only if the writer stopped on an error, which `finish` reports.
+                    let _ = queue.send(cp);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until every queued checkpoint is written.
+    pub(super) async fn finish(&mut self) -> Result<()> {
+        if let Self::Background { queue, task } = self {
+            queue.take();
+            if let Some(task) = task.take() {
+                return task.await.map_err(|_| RunError::Internal {
+                    problem: "background checkpoint writer stopped",
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::graph::{END, Graph, START};
+
+    #[test]
+    fn a_plain_body_holds_only_state_and_next() {
+        let graph = Graph::new("g")
+            .node_sync("a", |n: &mut u32| *n += 1)
+            .edge(START, "a")
+            .edge("a", END)
+            .compile()
+            .unwrap();
+        let g = &*graph.inner;
+        let key = RunKey {
+            thread: "t",
+            run: 1,
+            namespace: "",
+        };
+        let running = key
+            .checkpoint(g, 3, RunStatus::Running, &SnapshotRef::new(g, &1, &[0]))
+            .unwrap();
+        assert_eq!(running.body, json!({ "state": 1, "next": ["a"] }));
+        assert_eq!(running.next(), ["a"]);
+        let done = key
+            .checkpoint(g, 4, RunStatus::Completed, &SnapshotRef::new(g, &2, &[]))
+            .unwrap();
+        assert_eq!(done.body, json!({ "state": 2 }));
+        let read = Snapshot::decode(done.body, "t").unwrap();
+        assert!(read.next.is_empty() && read.interrupts.is_empty());
+
+        // Every part of a suspended step reads back.
+        let writes = [PendingWrite {
+            node: "b".into(),
+            state: json!(5),
+        }];
+        let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
+            {"id": "a#0", "node": "a", "index": 0, "payload": "ok?"}
+        ]))
+        .unwrap();
+        let values = BTreeMap::from([("a".to_owned(), vec![json!(true)])]);
+        let joins = [vec![true, false]];
+        let snapshot =
+            SnapshotRef::new(g, &1, &[0])
+                .joins(&joins)
+                .suspended(&writes, &interrupts, &values);
+        let cp = key
+            .checkpoint(g, 2, RunStatus::Interrupted, &snapshot)
+            .unwrap();
+        assert_eq!(cp.interrupts().unwrap(), interrupts);
+        let read = Snapshot::decode(cp.body, "t").unwrap();
+        assert_eq!(read.state, json!(1));
+        assert_eq!(read.next, ["a"]);
+        assert_eq!(read.joins, joins);
+        assert_eq!(read.pending_writes, writes);
+        assert_eq!(read.resume_values, values);
+    }
+}

@@ -1,0 +1,235 @@
+//! Where a run begins: a fresh input, or a checkpoint to carry on from (recover, resume).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::checkpoint::Snapshot;
+use super::route::{JoinMarks, route};
+use super::{Position, Result, ResumeValue, Start};
+use crate::graph::State;
+use crate::graph::compiled::CompiledInner;
+use crate::graph::error::RunError;
+use crate::graph::run::RunOutcome;
+use crate::runtime::{Checkpoint, RunStatus, Runtime};
+
+pub(super) enum Located<S> {
+    Position(Position<S>),
+    Finished(RunOutcome<S>),
+}
+
+/// A checkpoint read back: its row's columns and the executor's snapshot in its body.
+struct Stored {
+    run: u64,
+    step: u64,
+    status: RunStatus,
+    snapshot: Snapshot,
+}
+
+impl Stored {
+    fn decode(cp: Checkpoint, thread: &str) -> Result<Self> {
+        Ok(Self {
+            run: cp.run,
+            step: cp.step,
+            status: cp.status,
+            snapshot: Snapshot::decode(cp.body, thread)?,
+        })
+    }
+
+    fn interrupt_ids(&self) -> Vec<String> {
+        self.snapshot
+            .interrupts
+            .iter()
+            .map(|i| i.id.clone())
+            .collect()
+    }
+}
+
+/// Works out where the run begins: a fresh input, or a checkpoint to carry on from.
+pub(super) async fn locate<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    runtime: &Runtime,
+    namespace: &str,
+    start: Start<S>,
+) -> Result<Located<S>> {
+    let fresh = |run: u64, state: S| -> Result<Position<S>> {
+        let mut joins = JoinMarks::new(g);
+        let active = route(g, [g.topology().start()], &state, &mut joins)?;
+        Ok(Position {
+            run,
+            step: 0,
+            state,
+            active,
+            joins,
+            pending: Vec::new(),
+            resume_values: BTreeMap::new(),
+            fresh: true,
+        })
+    };
+    let position = match start {
+        Start::Fresh(input) => {
+            let previous = runtime.store().latest_checkpoint(thread, namespace).await?;
+            let run = previous.map_or(1, |cp| cp.run + 1);
+            fresh(run, input)?
+        }
+        Start::Child { input, run } => fresh(run, input)?,
+        Start::Recover => {
+            let cp = latest(runtime, thread, namespace).await?;
+            match cp.status {
+                RunStatus::Completed => {
+                    return Ok(Located::Finished(RunOutcome::Completed(decode_state(
+                        g,
+                        thread,
+                        cp.snapshot.state,
+                    )?)));
+                }
+                // A run waiting for signals is run again: the signals may have arrived.
+                RunStatus::Interrupted
+                    if cp.snapshot.interrupts.iter().any(|i| i.signal.is_some()) =>
+                {
+                    from_checkpoint(g, thread, cp)?
+                }
+                RunStatus::Interrupted => {
+                    return Ok(Located::Finished(RunOutcome::Interrupted {
+                        state: decode_state(g, thread, cp.snapshot.state)?,
+                        interrupts: cp.snapshot.interrupts,
+                    }));
+                }
+                RunStatus::Running | RunStatus::Failed => from_checkpoint(g, thread, cp)?,
+            }
+        }
+        Start::ResumeOne(value) => {
+            let cp = interrupted(runtime, thread, namespace).await?;
+            let [only] = cp.snapshot.interrupts.as_slice() else {
+                return Err(RunError::AmbiguousResume {
+                    thread: thread.to_owned(),
+                    pending: cp.interrupt_ids(),
+                });
+            };
+            let values = BTreeMap::from([(only.id.clone(), value)]);
+            resume_position(g, thread, cp, values)?
+        }
+        Start::Resume(values) => {
+            let cp = interrupted(runtime, thread, namespace).await?;
+            resume_position(g, thread, cp, values)?
+        }
+    };
+    Ok(Located::Position(position))
+}
+
+async fn latest(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
+    let cp = runtime
+        .store()
+        .latest_checkpoint(thread, namespace)
+        .await?
+        .ok_or_else(|| RunError::UnknownThread {
+            thread: thread.to_owned(),
+        })?;
+    Stored::decode(cp, thread)
+}
+
+async fn interrupted(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
+    let cp = latest(runtime, thread, namespace).await?;
+    if cp.status != RunStatus::Interrupted {
+        return Err(RunError::NotInterrupted {
+            thread: thread.to_owned(),
+            status: cp.status.as_str(),
+        });
+    }
+    Ok(cp)
+}
+
+/// Checks each value against the pending interrupts and files it under its node, at the
+/// position of the interrupt call it answers.
+fn resume_position<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    mut cp: Stored,
+    values: BTreeMap<String, ResumeValue>,
+) -> Result<Position<S>> {
+    let mut additions: Vec<(String, usize, Value)> = Vec::with_capacity(values.len());
+    for (id, value) in values {
+        let Some(interrupt) = cp.snapshot.interrupts.iter().find(|i| i.id == id) else {
+            return Err(RunError::UnknownInterrupt {
+                thread: thread.to_owned(),
+                pending: cp.interrupt_ids(),
+                id,
+            });
+        };
+        if let Some(signal) = &interrupt.signal {
+            return Err(RunError::WaitsForSignal {
+                thread: thread.to_owned(),
+                id,
+                signal: signal.clone(),
+            });
+        }
+        let value = value.map_err(|source| RunError::UnserializableResume {
+            thread: thread.to_owned(),
+            id: id.clone(),
+            source,
+        })?;
+        additions.push((interrupt.node.clone(), interrupt.index, value));
+    }
+    for (node, index, value) in additions {
+        let values = cp.snapshot.resume_values.entry(node).or_default();
+        values.truncate(index);
+        values.push(value);
+    }
+    from_checkpoint(g, thread, cp)
+}
+
+fn decode_state<S: State>(g: &CompiledInner<S>, thread: &str, state: Value) -> Result<S> {
+    serde_json::from_value(state).map_err(|e| {
+        RunError::json(
+            format!("checkpointed state of thread {thread} (graph {})", g.name),
+            e,
+        )
+    })
+}
+
+fn from_checkpoint<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    cp: Stored,
+) -> Result<Position<S>> {
+    let Snapshot {
+        state,
+        next,
+        joins: stored_joins,
+        pending_writes,
+        interrupts: _,
+        resume_values,
+    } = cp.snapshot;
+    let mut active = Vec::with_capacity(next.len());
+    for name in next {
+        let index = g
+            .node_index(&name)
+            .ok_or_else(|| RunError::CheckpointMismatch {
+                thread: thread.to_owned(),
+                graph: g.name.clone(),
+                node: name,
+            })?;
+        active.push(index);
+    }
+    active.sort_unstable();
+    let mut joins = JoinMarks::new(g);
+    if stored_joins.len() == joins.0.len()
+        && stored_joins
+            .iter()
+            .zip(&joins.0)
+            .all(|(a, b)| a.len() == b.len())
+    {
+        joins.0 = stored_joins;
+    }
+    Ok(Position {
+        run: cp.run,
+        step: cp.step,
+        state: decode_state(g, thread, state)?,
+        active,
+        joins,
+        pending: pending_writes,
+        resume_values,
+        fresh: false,
+    })
+}

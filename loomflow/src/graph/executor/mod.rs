@@ -1,0 +1,287 @@
+//! The superstep executor.
+//!
+//! A run is a sequence of supersteps. Each runs every active node concurrently on its own
+//! copy of the state as it was when the step began, merges their changes in declaration
+//! order, then follows edges, branches and joins to find the next active set. A failure
+//! anywhere in a step (a node error or panic, a merge conflict, a bad route) discards the
+//! whole step: the state stays as it was when the step began, and no checkpoint is written.
+//!
+//! A node that calls `ctx.interrupt` suspends the step instead: the checkpoint records the
+//! state the step began with, the interrupts, and the finished copies of its siblings
+//! (pending writes), so that on resume only the interrupted nodes run again.
+
+mod checkpoint;
+mod locate;
+mod route;
+mod step;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::Instrument;
+
+use crate::context::RunShared;
+use crate::event::{Event, EventKind};
+use crate::graph::State;
+use crate::graph::compiled::{CompiledGraph, CompiledInner};
+use crate::graph::error::RunError;
+use crate::graph::namespace::Namespace;
+use crate::graph::run::RunOutcome;
+use crate::runtime::{Durability, RunStatus, Runtime};
+
+use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
+use locate::{Located, locate};
+use route::{JoinMarks, route};
+use step::{StepOutcome, run_step};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
+
+/// Where a run begins.
+pub(crate) enum Start<S> {
+    /// A new run on the thread, from this input.
+    Fresh(S),
+    /// A new run of a subgraph, inside its parent's run.
+    Child { input: S, run: u64 },
+    /// Resume the pending interrupt (there must be exactly one) with this value, or with
+    /// the error that kept it from serializing.
+    ResumeOne(ResumeValue),
+    /// Resume pending interrupts by id.
+    Resume(BTreeMap<String, ResumeValue>),
+    /// Carry on from the newest checkpoint, whatever stopped the run.
+    Recover,
+}
+
+/// A value given on resume, serialized where it was given: a value that does not serialize
+/// is reported when the resume runs, naming the interrupt it was for.
+pub(crate) type ResumeValue = std::result::Result<Value, serde_json::Error>;
+
+/// Everything one run needs.
+pub(crate) struct Execution<S> {
+    pub(crate) graph: CompiledGraph<S>,
+    pub(crate) thread: Arc<str>,
+    pub(crate) runtime: Runtime,
+    pub(crate) events: Option<UnboundedSender<Event>>,
+    pub(crate) namespace: Namespace,
+    pub(crate) start: Start<S>,
+    pub(crate) recursion_limit: u64,
+    pub(crate) durability: Durability,
+}
+
+/// Where the loop picks up.
+struct Position<S> {
+    run: u64,
+    /// The last superstep completed.
+    step: u64,
+    state: S,
+    active: Vec<usize>,
+    joins: JoinMarks,
+    pending: Vec<PendingWrite>,
+    resume_values: BTreeMap<String, Vec<Value>>,
+    /// A new run, whose input is not checkpointed yet.
+    fresh: bool,
+}
+
+/// Drives a run to its end. `Err` for store failures and bad resume requests; node failures
+/// are outcomes.
+pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
+    let span = tracing::info_span!(
+        "loomflow.run",
+        graph = %execution.graph.inner.name,
+        thread = %execution.thread,
+        namespace = %execution.namespace,
+    );
+    run_supersteps(execution).instrument(span).await
+}
+
+async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
+    let Execution {
+        graph,
+        thread,
+        runtime,
+        events,
+        namespace,
+        start,
+        recursion_limit,
+        durability,
+    } = execution;
+    let g = &*graph.inner;
+    runtime.load_stored_signals().await?;
+    let position = match locate(g, &thread, &runtime, namespace.as_str(), start).await? {
+        Located::Position(position) => position,
+        Located::Finished(outcome) => return Ok(outcome),
+    };
+    let Position {
+        run,
+        mut step,
+        mut state,
+        mut active,
+        mut joins,
+        mut pending,
+        mut resume_values,
+        fresh,
+    } = position;
+    let session = namespace.is_root().then(|| runtime.session(&thread));
+    let shared = Arc::new(RunShared {
+        thread,
+        run,
+        runtime,
+        events,
+        namespace,
+        durability,
+        _session: session,
+    });
+    let key = RunKey::of(&shared);
+    let mut writer = CheckpointWriter::new(&shared.runtime, durability);
+    // Whether the newest checkpoint written says the run completed; a run that ends without
+    // one (an `Exit` run, or one with nothing to run) gets it at the end.
+    let mut completed_written = false;
+    if fresh && durability != Durability::Exit {
+        let status = if active.is_empty() {
+            RunStatus::Completed
+        } else {
+            RunStatus::Running
+        };
+        let snapshot = SnapshotRef::new(g, &state, &active).joins(&joins.0);
+        writer
+            .write(key.checkpoint(g, 0, status, &snapshot)?)
+            .await?;
+        completed_written = active.is_empty();
+    }
+    let mut last_nodes: Vec<usize> = Vec::new();
+
+    while !active.is_empty() {
+        step += 1;
+        if step > recursion_limit {
+            let error = RunError::RecursionLimit {
+                limit: recursion_limit,
+                last_nodes: last_nodes
+                    .iter()
+                    .map(|&i| g.nodes[i].name.to_string())
+                    .collect(),
+            };
+            writer.finish().await?;
+            return fail(g, &shared, step, state, &active, error).await;
+        }
+
+        let outcome = run_step(g, &shared, &active, &state, step, &pending, &resume_values).await;
+        let next_state = match outcome {
+            Ok(StepOutcome::Merged(next_state)) => next_state,
+            Ok(StepOutcome::Suspended {
+                pending_writes,
+                interrupts,
+            }) => {
+                writer.finish().await?;
+                let snapshot = SnapshotRef::new(g, &state, &active)
+                    .joins(&joins.0)
+                    .suspended(&pending_writes, &interrupts, &resume_values);
+                let cp = key.checkpoint(g, step - 1, RunStatus::Interrupted, &snapshot)?;
+                // Suspension always reaches the store before we return: the process may exit.
+                shared.runtime.put_checkpoint(cp).await?;
+                for interrupt in &interrupts {
+                    shared.emit(
+                        step,
+                        Some(&interrupt.node),
+                        EventKind::Interrupt {
+                            id: interrupt.id.clone(),
+                            payload: interrupt.payload.clone(),
+                        },
+                    );
+                }
+                return Ok(RunOutcome::Interrupted { state, interrupts });
+            }
+            // A resume value the node could not use: the resume is refused as a bad request
+            // and the checkpoint it came from stays as it was.
+            Err(error @ RunError::ResumeValue { .. }) => {
+                writer.finish().await?;
+                return Err(error);
+            }
+            Err(error) => {
+                writer.finish().await?;
+                return fail(g, &shared, step, state, &active, error).await;
+            }
+        };
+        let mut next_joins = joins.clone();
+        let ran = active.iter().map(|&i| g.topology().node(i));
+        let next = match route(g, ran, &next_state, &mut next_joins) {
+            Ok(next) => next,
+            Err(error) => {
+                writer.finish().await?;
+                return fail(g, &shared, step, state, &active, error).await;
+            }
+        };
+        state = next_state;
+        joins = next_joins;
+        pending.clear();
+        resume_values.clear();
+
+        if durability != Durability::Exit {
+            let status = if next.is_empty() {
+                RunStatus::Completed
+            } else {
+                RunStatus::Running
+            };
+            let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
+            writer
+                .write(key.checkpoint(g, step, status, &snapshot)?)
+                .await?;
+            completed_written = next.is_empty();
+        }
+        if shared.events.is_some() {
+            let nodes = active
+                .iter()
+                .map(|&i| g.nodes[i].name.to_string())
+                .collect();
+            shared.emit(step, None, EventKind::Step { nodes });
+        }
+        last_nodes = std::mem::replace(&mut active, next);
+    }
+
+    writer.finish().await?;
+    if !completed_written {
+        let snapshot = SnapshotRef::new(g, &state, &[]);
+        let cp = key.checkpoint(g, step, RunStatus::Completed, &snapshot)?;
+        shared.runtime.put_checkpoint(cp).await?;
+    }
+    shared.emit(step, None, EventKind::Done);
+    Ok(RunOutcome::Completed(state))
+}
+
+/// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
+/// newest), except in `Exit` mode, which has written nothing yet and records the last good
+/// state with the step to retry.
+async fn fail<S: State>(
+    g: &CompiledInner<S>,
+    shared: &RunShared,
+    step: u64,
+    state: S,
+    active: &[usize],
+    error: RunError,
+) -> Result<RunOutcome<S>> {
+    let message = ErrorChain(&error).to_string();
+    tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
+    if shared.durability == Durability::Exit {
+        let snapshot = SnapshotRef::new(g, &state, active);
+        let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
+        cp.error = Some(message.clone());
+        shared.runtime.put_checkpoint(cp).await?;
+    }
+    shared.emit(step, None, EventKind::Error { message });
+    Ok(RunOutcome::Failed { state, error })
+}
+
+/// Displays an error with its chain of sources.
+pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,207 @@
+//! One superstep: run the active nodes concurrently, each on its own copy of the state, and
+//! merge their changes.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use futures_util::future::join_all;
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::checkpoint::PendingWrite;
+use super::{ErrorChain, Result};
+use crate::context::{Context, RunShared};
+use crate::event::EventKind;
+use crate::graph::State;
+use crate::graph::compiled::CompiledInner;
+use crate::graph::error::RunError;
+use crate::graph::merge::{BranchResult, merge_branches};
+use crate::graph::node::NodeError;
+use crate::runtime::Interrupt;
+
+pub(super) enum StepOutcome<S> {
+    Merged(S),
+    Suspended {
+        pending_writes: Vec<PendingWrite>,
+        interrupts: Vec<Interrupt>,
+    },
+}
+
+/// How one node's run ended.
+enum NodeEnd {
+    Finished,
+    Suspended(Interrupt),
+}
+
+/// Runs the active nodes of one superstep (except those with pending writes) and merges.
+pub(super) async fn run_step<S: State>(
+    g: &CompiledInner<S>,
+    shared: &Arc<RunShared>,
+    active: &[usize],
+    state: &S,
+    step: u64,
+    pending: &[PendingWrite],
+    resume_values: &BTreeMap<String, Vec<Value>>,
+) -> Result<StepOutcome<S>> {
+    let resume_for = |i: usize| {
+        resume_values
+            .get(&*g.nodes[i].name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    if let ([only], []) = (active, pending) {
+        let mut working = state.clone();
+        return Ok(
+            match run_node(g, shared, *only, &mut working, step, resume_for(*only)).await? {
+                NodeEnd::Finished => StepOutcome::Merged(working),
+                NodeEnd::Suspended(interrupt) => StepOutcome::Suspended {
+                    pending_writes: Vec::new(),
+                    interrupts: vec![interrupt],
+                },
+            },
+        );
+    }
+
+    let is_pending = |i: usize| pending.iter().any(|p| *p.node == *g.nodes[i].name);
+    let runs = active.iter().filter(|&&i| !is_pending(i)).map(|&i| {
+        let mut working = state.clone();
+        let resume = resume_for(i);
+        async move {
+            let result = run_node(g, shared, i, &mut working, step, resume).await;
+            (i, result, working)
+        }
+    });
+    let finished = join_all(runs).await;
+
+    let mut interrupts = Vec::new();
+    let mut done = Vec::with_capacity(finished.len());
+    for (i, result, working) in finished {
+        match result? {
+            NodeEnd::Finished => done.push((i, working)),
+            NodeEnd::Suspended(interrupt) => interrupts.push(interrupt),
+        }
+    }
+    if !interrupts.is_empty() {
+        let mut pending_writes = pending.to_vec();
+        for (i, working) in done {
+            let value = serde_json::to_value(&working)
+                .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
+            pending_writes.push(PendingWrite {
+                node: g.nodes[i].name.to_string(),
+                state: value,
+            });
+        }
+        return Ok(StepOutcome::Suspended {
+            pending_writes,
+            interrupts,
+        });
+    }
+
+    for write in pending {
+        let index = g
+            .node_index(&write.node)
+            .ok_or_else(|| RunError::CheckpointMismatch {
+                thread: shared.thread.to_string(),
+                graph: g.name.clone(),
+                node: write.node.clone(),
+            })?;
+        let working: S = serde_json::from_value(write.state.clone())
+            .map_err(|e| RunError::json(format!("pending write of node {}", write.node), e))?;
+        done.push((index, working));
+    }
+    done.sort_by_key(|(i, _)| *i);
+    let branches = done
+        .into_iter()
+        .map(|(i, working)| BranchResult {
+            node: &g.nodes[i].name,
+            state: working,
+        })
+        .collect();
+    merge_branches(state.clone(), branches, &g.reducers, step).map(StepOutcome::Merged)
+}
+
+/// Runs one node, turning errors and panics into [`RunError`]s that name it.
+async fn run_node<S: State>(
+    g: &CompiledInner<S>,
+    shared: &Arc<RunShared>,
+    index: usize,
+    state: &mut S,
+    step: u64,
+    resume: Vec<Value>,
+) -> Result<NodeEnd> {
+    let node = &g.nodes[index];
+    let ctx = Context::new(Arc::clone(shared), Arc::clone(&node.name), step, resume);
+    shared.emit(step, Some(&node.name), EventKind::NodeStart);
+    let span = tracing::debug_span!("loomflow.node", node = %node.name, step);
+    // A hand-written node may panic while building its future, or while it runs.
+    let ctx_ref = &ctx;
+    let start = AssertUnwindSafe(move || {
+        let state = state; // moved, so the closure is FnOnce and may return the borrow
+        node.node.run(state, ctx_ref)
+    });
+    let outcome = match std::panic::catch_unwind(start) {
+        Ok(future) => {
+            AssertUnwindSafe(future)
+                .catch_unwind()
+                .instrument(span)
+                .await
+        }
+        Err(panic) => Err(panic),
+    };
+    if let Some(bad_resume) = ctx.take_bad_resume() {
+        return Err(bad_resume);
+    }
+    let suspension = ctx.take_suspension();
+    match (outcome, suspension) {
+        (Ok(result), Some(interrupt)) => {
+            match result {
+                Ok(()) => tracing::warn!(
+                    node = %node.name,
+                    step,
+                    "node {} caught its suspension and returned Ok; it stays suspended",
+                    node.name
+                ),
+                Err(NodeError::Failed(error)) => tracing::warn!(
+                    node = %node.name,
+                    step,
+                    error = %ErrorChain(&*error),
+                    "node {} asked to suspend, then failed; it stays suspended and the error is dropped",
+                    node.name
+                ),
+                Err(_) => {}
+            }
+            Ok(NodeEnd::Suspended(interrupt))
+        }
+        (Ok(Ok(())), None) => {
+            shared.emit(step, Some(&node.name), EventKind::NodeEnd);
+            Ok(NodeEnd::Finished)
+        }
+        (Ok(Err(error)), None) => Err(RunError::NodeFailed {
+            node: node.name.to_string(),
+            step,
+            source: match error {
+                NodeError::Failed(source) => source,
+                // A suspension the Context did not record: the node built the error itself.
+                NodeError::Suspended { node } => Box::new(RunError::Suspended { node }),
+            },
+        }),
+        (Err(panic), _) => Err(RunError::NodePanicked {
+            node: node.name.to_string(),
+            step,
+            message: panic_message(&*panic),
+        }),
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,118 @@
+//! Converting between rows and the store's types: SQLite integers are signed, values are
+//! JSON text, and a row that does not decode is reported as corrupt, naming its thread.
+
+use rusqlite::Row;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::writer::JournalRow;
+use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError};
+
+/// SQLite integers are signed 64-bit.
+pub(super) fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Write {
+        thread: thread.to_owned(),
+        message: format!("{what} {value} is too large for SQLite"),
+    })
+}
+
+pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Write {
+        thread: thread.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+pub(super) fn journal_row(key: JournalKey, value: &Value) -> Result<JournalRow, StoreError> {
+    Ok(JournalRow {
+        run: to_i64(key.run, "run", &key.thread)?,
+        step: to_i64(key.step, "step", &key.thread)?,
+        value: to_json(value, &key.thread)?,
+        occurrence: i64::from(key.occurrence),
+        thread: key.thread,
+        namespace: key.namespace,
+        node: key.node,
+        name: key.name,
+    })
+}
+
+pub(super) fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        thread: thread.to_owned(),
+        message: message.to_string(),
+    }
+}
+
+pub(super) fn parse_status(status: &str, thread: &str) -> Result<RunStatus, StoreError> {
+    Ok(match status {
+        "running" => RunStatus::Running,
+        "interrupted" => RunStatus::Interrupted,
+        "completed" => RunStatus::Completed,
+        "failed" => RunStatus::Failed,
+        other => return Err(corrupt(thread, format!("unknown run status {other:?}"))),
+    })
+}
+
+pub(super) fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| corrupt(thread, format!("negative {what} {value}")))
+}
+
+/// Columns: id, run, namespace, step, status, body, error.
+pub(super) const CHECKPOINT_COLUMNS: &str = "id, run, namespace, step, status, body, error";
+
+/// Decodes a row of [`CHECKPOINT_COLUMNS`]. The outer error is SQLite's, the inner a row
+/// that does not decode.
+pub(super) fn checkpoint_from_row(
+    row: &Row<'_>,
+    thread: &str,
+) -> rusqlite::Result<Result<Checkpoint, StoreError>> {
+    let id: i64 = row.get(0)?;
+    let run: i64 = row.get(1)?;
+    let namespace: String = row.get(2)?;
+    let step: i64 = row.get(3)?;
+    let status: String = row.get(4)?;
+    let body: String = row.get(5)?;
+    let error: Option<String> = row.get(6)?;
+    Ok((|| {
+        let body = serde_json::from_str(&body)
+            .map_err(|e| corrupt(thread, format!("checkpoint {id}: {e}")))?;
+        Ok(Checkpoint {
+            id: to_u64(id, "checkpoint id", thread)?,
+            thread: thread.to_owned(),
+            run: to_u64(run, "run", thread)?,
+            namespace,
+            step: to_u64(step, "step", thread)?,
+            status: parse_status(&status, thread)?,
+            body,
+            error,
+        })
+    })())
+}
+
+/// Flips `Option<Result<T>>` (a row that may be absent and may not decode).
+pub(super) fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<T>, StoreError> {
+    row.transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn stored_statuses_parse_back() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Interrupted,
+            RunStatus::Completed,
+            RunStatus::Failed,
+        ] {
+            assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
+        }
+        assert!(matches!(
+            parse_status("paused", "t"),
+            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
+        ));
+    }
+}
