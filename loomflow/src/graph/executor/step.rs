@@ -1,7 +1,6 @@
 //! One superstep: run the active nodes concurrently, each on its own copy of the state, and
 //! merge their changes.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -191,17 +190,7 @@ async fn run_node<S: State>(
         (Err(panic), _) => Err(RunError::NodePanicked {
             node: node.name.to_string(),
             step,
-            message: panic_message(&*panic),
+            message: crate::sync::panic_message(&*panic),
         }),
-    }
-}
-
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
     }
 }
