@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use loomflow::agent::{Agent, RunResult};
 use loomflow::model::{Message, ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
-use loomflow::tool::ApprovalDecision;
+use loomflow::tool::{ApprovalDecision, ApprovalRequest};
 use loomflow_tests::child_test_process;
 
 /// Refund an order. Moves money.
@@ -80,6 +80,11 @@ fn approval_child() {
                 );
                 let agent = agent(&db, vec![ModelResponse::tool_calls(vec![call])]);
                 print_result(&agent.run("refund order 42").session("s1").await.unwrap());
+            }
+            "list" => {
+                let runtime = Runtime::sqlite(&db).unwrap();
+                let pending = runtime.pending_approvals("s1").await.unwrap();
+                println!("PENDING {}", serde_json::to_string(&pending).unwrap());
             }
             "approve" | "reject" => {
                 let runtime = Runtime::sqlite(&db).unwrap();
@@ -173,7 +178,28 @@ fn an_approval_sent_from_another_process_resumes_the_run_and_the_tool_runs_once(
     );
     assert_eq!(files.refunds(), 0, "nothing moved before the approval");
 
+    // A process that did not park the call lists it, typed, from the store.
+    let listed: Vec<ApprovalRequest> =
+        serde_json::from_str(&files.stage("list", "PENDING ")).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (
+            listed[0].session.as_str(),
+            listed[0].call_id.as_str(),
+            listed[0].tool.as_str()
+        ),
+        ("s1", "call_7", "refund")
+    );
+    assert_eq!(
+        listed[0].arguments,
+        json!({ "order": "ord_42", "cents": 1299 })
+    );
+    assert!(listed[0].requested_at_ms > 0, "when it was asked");
+
     files.stage("approve", "DECIDED");
+    let listed: Vec<ApprovalRequest> =
+        serde_json::from_str(&files.stage("list", "PENDING ")).unwrap();
+    assert!(listed.is_empty(), "answered: no longer pending: {listed:?}");
     let done: serde_json::Value = serde_json::from_str(&files.stage("resume", "RESULT ")).unwrap();
     assert_eq!(done["interrupted"], json!(false));
     assert_eq!(done["output"], json!("Done."));
