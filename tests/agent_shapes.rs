@@ -193,3 +193,96 @@ async fn plan_and_execute_runs_each_step_then_replans_until_done() {
     );
     check_mermaid("shape_plan_and_execute", &graph.to_mermaid()).unwrap();
 }
+
+static REFUNDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String) -> String {
+    REFUNDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("refunded {order}")
+}
+
+/// A team whose worker needs a person's approval to refund; each runtime (process) builds
+/// it with the replies its models have not given yet (given ones are journaled).
+fn refund_team(boss: &[&str], worker: Vec<ModelResponse>) -> CompiledGraph<TeamState> {
+    let refunder = Agent::builder("You refund orders.")
+        .name("refunder")
+        .model(ScriptedModel::new(worker))
+        .tool(refund)
+        .durable_approvals()
+        .build()
+        .unwrap();
+    Supervisor::new(scripted("boss", boss))
+        .worker("refunder", "refunds orders", refunder)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_approval_inside_a_supervisors_worker_suspends_the_team_and_another_runtime_finishes_it()
+{
+    let path =
+        std::env::temp_dir().join(format!("loomflow-team-approval-{}.db", std::process::id()));
+    let remove = || {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    };
+    remove();
+    let call = ToolCall::new("call_1", "refund", json!({ "order": "ord_42" }));
+    {
+        let team = refund_team(
+            &["refunder: refund order 42"],
+            vec![ModelResponse::tool_calls(vec![call])],
+        );
+        let runtime = Runtime::sqlite(&path).unwrap();
+        let out = team
+            .invoke(&runtime, "team", TeamState::new("Refund order 42"))
+            .await
+            .unwrap();
+        let waiting = &out.interrupts()[0];
+        assert_eq!(waiting.signal.as_deref(), Some("loomflow:approval:call_1"));
+        assert_eq!(
+            waiting.payload["details"]["approval"]["arguments"],
+            json!({ "order": "ord_42" }),
+            "the exact call is visible: {waiting:?}"
+        );
+    }
+    assert_eq!(REFUNDS.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // Another runtime on the same file lists the call and approves it.
+    let runtime = Runtime::sqlite(&path).unwrap();
+    let pending = runtime.pending_approvals("team").await.unwrap();
+    assert_eq!(
+        (pending.len(), pending[0].tool.as_str()),
+        (1, "refund"),
+        "{pending:?}"
+    );
+    runtime
+        .decide_approval("team", "call_1", loomflow::tool::ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let team = refund_team(
+        &["FINISH: order 42 is refunded"],
+        vec![ModelResponse::text("Refunded order 42.")],
+    );
+    let done = team
+        .recover(&runtime, "team")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(
+        done.output.as_deref(),
+        Some("order 42 is refunded"),
+        "{done:?}"
+    );
+    assert_eq!(
+        REFUNDS.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the approved call ran once"
+    );
+    drop(runtime);
+    remove();
+}

@@ -2,6 +2,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use futures_util::StreamExt;
 use loomflow::EventKind;
 use loomflow::prelude::*;
@@ -82,4 +85,116 @@ async fn a_subgraph_keeps_the_runs_durability_override() {
         inner > 1,
         "Sync checkpoints every inner step: {checkpoints:#?}"
     );
+}
+
+/// A subgraph whose node asks a person, once a side effect before the question has run.
+fn asking(before_question: Arc<AtomicUsize>) -> CompiledGraph<u32> {
+    Graph::new("asking")
+        .node_fn("ask", move |n: &mut u32, ctx| {
+            let before_question = Arc::clone(&before_question);
+            Box::pin(async move {
+                ctx.step("note", || async move {
+                    before_question.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>(())
+                })
+                .await?;
+                let answer: u32 = ctx.interrupt(json!({ "question": "how many?" }))?;
+                *n += answer;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_interrupt_inside_a_subgraph_suspends_the_whole_run_and_resumes_there() {
+    let before_question = Arc::new(AtomicUsize::new(0));
+    let graph = Graph::new("outer")
+        .subgraph(
+            "sub",
+            asking(Arc::clone(&before_question)),
+            |n: &u32| *n,
+            |n: &mut u32, m: u32| *n = m,
+        )
+        .node_sync("after", |n: &mut u32| *n *= 2)
+        .edge(START, "sub")
+        .edge("sub", "after")
+        .edge("after", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph.invoke(&runtime, "t", 1).await.unwrap();
+    let interrupts = out.interrupts();
+    assert_eq!(interrupts.len(), 1, "{out:?}");
+    assert_eq!(interrupts[0].id, "sub:1/ask#0", "named by its path");
+    assert_eq!(interrupts[0].payload, json!({ "question": "how many?" }));
+    assert_eq!(
+        runtime.pending_interrupts("t").await.unwrap(),
+        interrupts.to_vec()
+    );
+
+    let done = graph
+        .resume(&runtime, "t", 4)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, 10, "(1 + 4) * 2");
+    assert_eq!(
+        before_question.load(Ordering::SeqCst),
+        1,
+        "the inner node's journaled work ran once"
+    );
+}
+
+#[tokio::test]
+async fn a_signal_wait_inside_a_subgraph_suspends_and_another_runtime_carries_it_on() {
+    let path = std::env::temp_dir().join(format!("loomflow-sub-signal-{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let inner = Graph::new("inner")
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let add: u32 = ctx.wait_for_signal("more").or_suspend().await?;
+                *n += add;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let graph = Graph::new("outer")
+        .subgraph("sub", inner, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+        .edge(START, "sub")
+        .edge("sub", END)
+        .compile()
+        .unwrap();
+    {
+        let runtime = Runtime::sqlite(&path).unwrap();
+        let out = graph.invoke(&runtime, "t", 1).await.unwrap();
+        assert_eq!(
+            out.interrupts()[0].signal.as_deref(),
+            Some("more"),
+            "{out:?}"
+        );
+    }
+    // Another runtime on the same file: send, then recover.
+    let runtime = Runtime::sqlite(&path).unwrap();
+    runtime.signal("t", "more", 41).await.unwrap();
+    let done = graph
+        .recover(&runtime, "t")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, 42);
+    drop(runtime);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
 }

@@ -4,7 +4,7 @@ mod signal;
 
 pub use signal::WaitForSignal;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -105,7 +105,8 @@ impl std::fmt::Debug for NodeEvents {
 #[derive(Default)]
 struct NodeControl {
     interrupts_called: usize,
-    suspension: Option<Interrupt>,
+    /// What the node suspended on: one interrupt or wait, or a subgraph's pending ones.
+    suspension: Vec<Interrupt>,
     /// A resume value that did not deserialize: the resume was a bad request, not a
     /// failure of the node.
     bad_resume: Option<RunError>,
@@ -176,8 +177,39 @@ impl Context {
     }
 
     /// The interrupt this node asked for, if any (taken by the executor after the node ran).
-    pub(crate) fn take_suspension(&self) -> Option<Interrupt> {
-        self.control().suspension.take()
+    pub(crate) fn take_suspension(&self) -> Vec<Interrupt> {
+        std::mem::take(&mut self.control().suspension)
+    }
+
+    /// Records that this node (a subgraph) suspends on its child run's pending interrupts;
+    /// each keeps its id, payload and signal, and is filed under this node so that a resume
+    /// value for it comes back here.
+    pub(crate) fn suspend_on_child(&self, interrupts: Vec<Interrupt>) -> RunError {
+        let mut control = self.control();
+        if control.suspension.is_empty() {
+            control.suspension = interrupts
+                .into_iter()
+                .map(|child| Interrupt {
+                    node: self.node.to_string(),
+                    ..child
+                })
+                .collect();
+        }
+        RunError::Suspended {
+            node: self.node.to_string(),
+        }
+    }
+
+    /// The resume values given for this node's child interrupts (a subgraph node), by
+    /// interrupt id.
+    pub(crate) fn child_resume_values(&self) -> BTreeMap<String, Value> {
+        match self.resume.first() {
+            Some(Value::Object(values)) => values
+                .iter()
+                .map(|(id, value)| (id.clone(), value.clone()))
+                .collect(),
+            _ => BTreeMap::new(),
+        }
     }
 
     /// Records that the node suspends until signal `name` arrives.
@@ -185,11 +217,12 @@ impl Context {
     /// call there).
     pub(crate) fn suspend_for_signal_with(&self, name: &str, details: Option<Value>) -> RunError {
         let mut control = self.control();
-        if control.suspension.is_none() {
-            control.suspension = Some(Interrupt {
+        if control.suspension.is_empty() {
+            let index = control.interrupts_called;
+            control.suspension.push(Interrupt {
                 id: format!("{}#signal:{name}", self.qualified_node()),
                 node: self.node.to_string(),
-                index: control.interrupts_called,
+                index,
                 payload: match details {
                     Some(details) => {
                         serde_json::json!({ "waiting_for_signal": name, "details": details })
@@ -274,11 +307,11 @@ impl Context {
                 bad(source)
             });
         }
-        if control.suspension.is_none() {
+        if control.suspension.is_empty() {
             let payload = serde_json::to_value(payload).map_err(|e| {
                 RunError::json(format!("interrupt payload of node {}", self.node), e)
             })?;
-            control.suspension = Some(Interrupt {
+            control.suspension.push(Interrupt {
                 id: format!("{}#{index}", self.qualified_node()),
                 node: self.node.to_string(),
                 index,
@@ -334,7 +367,7 @@ impl Context {
             Ok(value) => value,
             // The step's work suspended the node (an approval inside a tool call): that is
             // the node's suspension, not a failed step.
-            Err(_) if self.control().suspension.is_some() => {
+            Err(_) if !self.control().suspension.is_empty() => {
                 return Err(RunError::Suspended {
                     node: self.node.to_string(),
                 });

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use crate::context::Context;
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
+use crate::graph::error::RunError;
 use crate::graph::executor::{Execution, Start, execute};
-use crate::graph::node::{BoxFuture, Node, NodeError, NodeResult};
+use crate::graph::node::{BoxFuture, Node, NodeResult};
 use crate::graph::run::RunOutcome;
 use crate::graph::shape::GraphShape;
+use crate::runtime::RunStatus;
 
 type MapIn<S, T> = Box<dyn Fn(&S) -> T + Send + Sync>;
 type MapOut<S, T> = Box<dyn Fn(&mut S, T) + Send + Sync>;
@@ -36,6 +38,33 @@ impl<S, T> SubgraphNode<S, T> {
     }
 }
 
+impl<S: State, T: State> SubgraphNode<S, T> {
+    /// Where the child run begins. This node runs again for the same superstep when its
+    /// run is resumed or recovered; the child then carries on from its own newest
+    /// checkpoint (answering its interrupts with the values given for them) instead of
+    /// starting over.
+    async fn start(&self, ctx: &Context, namespace: &str, state: &S) -> Result<Start<T>, RunError> {
+        let latest = ctx
+            .runtime()
+            .store()
+            .latest_checkpoint(ctx.thread(), namespace)
+            .await?;
+        let Some(latest) = latest.filter(|cp| cp.run == ctx.run_number()) else {
+            return Ok(Start::Child {
+                input: (self.into)(state),
+                run: ctx.run_number(),
+            });
+        };
+        let values = ctx.child_resume_values();
+        Ok(match latest.status {
+            RunStatus::Interrupted if !values.is_empty() => {
+                Start::Resume(values.into_iter().map(|(id, v)| (id, Ok(v))).collect())
+            }
+            _ => Start::Recover,
+        })
+    }
+}
+
 impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
     fn name(&self) -> &str {
         &self.name
@@ -50,16 +79,14 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
             // The parent's step makes each invocation's namespace (and so its checkpoints and
             // journal) its own: a subgraph in a loop does not replay its previous invocation.
             let namespace = ctx.run_namespace().child(&self.name, ctx.superstep());
+            let start = self.start(ctx, &namespace.to_string(), state).await?;
             let execution = Execution {
                 graph: self.graph.clone(),
                 thread: Arc::from(ctx.thread()),
                 runtime: ctx.runtime().clone(),
                 events: ctx.event_sender(),
                 namespace,
-                start: Start::Child {
-                    input: (self.into)(state),
-                    run: ctx.run_number(),
-                },
+                start,
                 recursion_limit: self.graph.inner.recursion_limit,
                 durability: ctx.durability(),
             };
@@ -68,15 +95,11 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                     (self.from)(state, child);
                     Ok(())
                 }
-                RunOutcome::Interrupted { interrupts, .. } => Err(NodeError::failed(format!(
-                    "subgraph {} was interrupted ({}); interrupts inside subgraphs are not supported yet",
-                    self.name,
-                    interrupts
-                        .iter()
-                        .map(|i| i.id.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))),
+                // The whole run suspends on the child's interrupts; running this node again
+                // (resume, recover) carries the child on from its own checkpoint.
+                RunOutcome::Interrupted { interrupts, .. } => {
+                    Err(ctx.suspend_on_child(interrupts).into())
+                }
                 RunOutcome::Failed { error, .. } => Err(error.into()),
             }
         })

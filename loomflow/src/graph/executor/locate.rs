@@ -148,7 +148,7 @@ fn resume_position<S: State>(
     mut cp: Stored,
     values: BTreeMap<String, ResumeValue>,
 ) -> Result<Position<S>> {
-    let mut additions: Vec<(String, usize, Value)> = Vec::with_capacity(values.len());
+    let mut additions: Vec<(String, String, usize, Value)> = Vec::with_capacity(values.len());
     for (id, value) in values {
         let Some(interrupt) = cp.snapshot.interrupts.iter().find(|i| i.id == id) else {
             return Err(RunError::UnknownInterrupt {
@@ -169,12 +169,26 @@ fn resume_position<S: State>(
             id: id.clone(),
             source,
         })?;
-        additions.push((interrupt.node.clone(), interrupt.index, value));
+        additions.push((id, interrupt.node.clone(), interrupt.index, value));
     }
-    for (node, index, value) in additions {
-        let values = cp.snapshot.resume_values.entry(node).or_default();
-        values.truncate(index);
-        values.push(value);
+    for (id, node, index, value) in additions {
+        let values = cp.snapshot.resume_values.entry(node.clone()).or_default();
+        let is_subgraph = g
+            .node_index(&node)
+            .is_some_and(|i| g.nodes[i].node.subgraph_shape().is_some());
+        if is_subgraph {
+            // A subgraph node suspends on its child's interrupts, answered by id, in any
+            // order: its values travel as one object, {id: value}, that it hands down.
+            if !matches!(values.first(), Some(Value::Object(_))) {
+                *values = vec![Value::Object(serde_json::Map::new())];
+            }
+            if let Some(Value::Object(by_id)) = values.first_mut() {
+                by_id.insert(id, value);
+            }
+        } else {
+            values.truncate(index);
+            values.push(value);
+        }
     }
     from_checkpoint(g, thread, cp)
 }

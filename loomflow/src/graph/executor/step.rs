@@ -32,7 +32,7 @@ pub(super) enum StepOutcome<S> {
 /// How one node's run ended.
 enum NodeEnd {
     Finished,
-    Suspended(Interrupt),
+    Suspended(Vec<Interrupt>),
 }
 
 /// Runs the active nodes of one superstep (except those with pending writes) and merges.
@@ -56,9 +56,9 @@ pub(super) async fn run_step<S: State>(
         return Ok(
             match run_node(g, shared, *only, &mut working, step, resume_for(*only)).await? {
                 NodeEnd::Finished => StepOutcome::Merged(working),
-                NodeEnd::Suspended(interrupt) => StepOutcome::Suspended {
+                NodeEnd::Suspended(interrupts) => StepOutcome::Suspended {
                     pending_writes: Vec::new(),
-                    interrupts: vec![interrupt],
+                    interrupts,
                 },
             },
         );
@@ -80,7 +80,7 @@ pub(super) async fn run_step<S: State>(
     for (i, result, working) in finished {
         match result? {
             NodeEnd::Finished => done.push((i, working)),
-            NodeEnd::Suspended(interrupt) => interrupts.push(interrupt),
+            NodeEnd::Suspended(mut suspended) => interrupts.append(&mut suspended),
         }
     }
     if !interrupts.is_empty() {
@@ -153,9 +153,9 @@ async fn run_node<S: State>(
     if let Some(bad_resume) = ctx.take_bad_resume() {
         return Err(bad_resume);
     }
-    let suspension = ctx.take_suspension();
+    let suspension = Some(ctx.take_suspension()).filter(|s| !s.is_empty());
     match (outcome, suspension) {
-        (Ok(result), Some(interrupt)) => {
+        (Ok(result), Some(interrupts)) => {
             match result {
                 Ok(()) => tracing::warn!(
                     node = %node.name,
@@ -172,7 +172,7 @@ async fn run_node<S: State>(
                 ),
                 Err(_) => {}
             }
-            Ok(NodeEnd::Suspended(interrupt))
+            Ok(NodeEnd::Suspended(interrupts))
         }
         (Ok(Ok(())), None) => {
             shared.emit(step, Some(&node.name), EventKind::NodeEnd);
