@@ -562,3 +562,73 @@ async fn a_resume_value_that_does_not_serialize_is_an_error_naming_the_interrupt
     let out = graph.resume(&rt, "t", "red").await.unwrap();
     assert_eq!(out.interrupts()[0].id, "ask#1");
 }
+
+fn approval_flow(extra_step: bool) -> CompiledGraph<Order> {
+    let graph = Graph::new("flow")
+        .node_fn("ask", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt("ok?")?;
+                o.answers.push(answer);
+                Ok(())
+            })
+        })
+        .node_sync("pay", |o: &mut Order| o.paid = Some("yes".into()))
+        .edge(START, "ask");
+    let graph = if extra_step {
+        graph
+            .node_sync("audit", |o: &mut Order| o.side += 1)
+            .edge("ask", "audit")
+            .edge("audit", "pay")
+    } else {
+        graph.edge("ask", "pay")
+    };
+    graph.edge("pay", END).compile().unwrap()
+}
+
+#[tokio::test]
+async fn resuming_with_a_graph_whose_structure_changed_is_refused_naming_the_change() {
+    let before = approval_flow(false);
+    let after = approval_flow(true);
+    assert_ne!(before.fingerprint(), after.fingerprint());
+    let rt = Runtime::in_memory();
+    before.invoke(&rt, "t", Order::default()).await.unwrap();
+    let checkpoints = rt.list_checkpoints("t").await.unwrap();
+
+    let err = after.resume(&rt, "t", "yes").await.unwrap_err();
+    let RunError::GraphChanged { changes, graph, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(graph, "flow");
+    assert_eq!(
+        changes,
+        &[
+            "removed: edge ask -> pay",
+            "added: node audit",
+            "added: edge ask -> audit",
+            "added: edge audit -> pay"
+        ]
+    );
+    assert!(err.to_string().contains("allow_graph_change"), "{err}");
+    assert_eq!(
+        rt.list_checkpoints("t").await.unwrap(),
+        checkpoints,
+        "nothing written"
+    );
+    assert!(matches!(
+        after.recover(&rt, "t").await,
+        Err(RunError::GraphChanged { .. })
+    ));
+
+    // The same structure resumes as always; a caller who knows the change is safe opts in.
+    let done = after
+        .resume(&rt, "t", "yes")
+        .allow_graph_change()
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!((done.side, done.paid.as_deref()), (1, Some("yes")));
+    let rt = Runtime::in_memory();
+    before.invoke(&rt, "u", Order::default()).await.unwrap();
+    assert!(before.resume(&rt, "u", "yes").await.unwrap().is_completed());
+}

@@ -33,6 +33,10 @@ pub(crate) struct CompiledInner<S> {
     pub(crate) recursion_limit: u64,
     /// The structure, with the topology the executor routes through.
     pub(crate) shape: Arc<GraphShape>,
+    /// The structure, one fact a line (see [`identity`](crate::graph::identity)).
+    pub(crate) description: Vec<String>,
+    /// A fingerprint of `description`, recorded by every checkpoint.
+    pub(crate) fingerprint: String,
 }
 
 impl<S> CompiledInner<S> {
@@ -94,6 +98,13 @@ impl<S: State> CompiledGraph<S> {
         &self.inner.shape
     }
 
+    /// A fingerprint of the graph's structure (nodes, edges, branches, joins, subgraphs):
+    /// runs record it, and resuming a run whose graph changed is refused unless the run is
+    /// told [`allow_graph_change`](crate::RunBuilder::allow_graph_change).
+    pub fn fingerprint(&self) -> &str {
+        &self.inner.fingerprint
+    }
+
     /// Node names in declaration order.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
         self.inner.nodes.iter().map(|n| &*n.name)
@@ -146,6 +157,8 @@ impl<S: State> CompiledGraph<S> {
                 .collect(),
             topology,
         });
+        let description = crate::graph::identity::describe(&shape);
+        let fingerprint = crate::graph::identity::fingerprint_of(&description);
         let nodes: Vec<CompiledNode<S>> = nodes
             .into_iter()
             .map(|node| CompiledNode {
@@ -167,6 +180,8 @@ impl<S: State> CompiledGraph<S> {
                 reducers: reducers.into_iter().collect(),
                 recursion_limit,
                 shape,
+                description,
+                fingerprint,
             }),
         })
     }

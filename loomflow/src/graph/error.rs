@@ -263,6 +263,18 @@ pub enum RunError {
         /// The unknown node.
         node: String,
     },
+    /// The run's checkpoints were written by a graph of another structure; carrying it on
+    /// could run the wrong nodes. Opt in with
+    /// [`RunBuilder::allow_graph_change`](crate::RunBuilder::allow_graph_change).
+    #[error("graph {graph} changed since thread {thread} was checkpointed ({}); resume with allow_graph_change() to carry on anyway", changes.join("; "))]
+    GraphChanged {
+        /// The thread.
+        thread: String,
+        /// The graph.
+        graph: String,
+        /// What changed: `removed: edge a -> b`, `added: node c`, ….
+        changes: Vec<String>,
+    },
     /// The task driving the run stopped before it finished (it was aborted or panicked).
     #[error("run on thread {thread} was cancelled")]
     Cancelled {

@@ -5,6 +5,7 @@ mod compiled;
 mod error;
 mod executor;
 mod fields;
+mod identity;
 mod lower;
 mod merge;
 pub mod mermaid;

@@ -126,6 +126,7 @@ pub struct RunBuilder<S> {
     start: Start<S>,
     recursion_limit: Option<u64>,
     durability: Option<Durability>,
+    allow_graph_change: bool,
 }
 
 impl<S> std::fmt::Debug for RunBuilder<S> {
@@ -153,7 +154,17 @@ impl<S: State> RunBuilder<S> {
             start,
             recursion_limit: None,
             durability: None,
+            allow_graph_change: false,
         }
+    }
+
+    /// Lets a resume or recover carry on from checkpoints written by a graph whose
+    /// structure has changed since (nodes, edges, branches, joins). Without it such a run is
+    /// refused with [`RunError::GraphChanged`], which names what changed. Use it when the
+    /// change is known to be compatible (a node added after where the run stands, say).
+    pub fn allow_graph_change(mut self) -> Self {
+        self.allow_graph_change = true;
+        self
     }
 
     /// Overrides the graph's recursion limit (supersteps) for this run.
@@ -182,6 +193,7 @@ impl<S: State> RunBuilder<S> {
             start: self.start,
             recursion_limit: limit,
             durability,
+            allow_graph_change: self.allow_graph_change,
         }
     }
 

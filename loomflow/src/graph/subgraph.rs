@@ -89,6 +89,8 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 start,
                 recursion_limit: self.graph.inner.recursion_limit,
                 durability: ctx.durability(),
+                // The parent checked the whole structure, subgraphs included.
+                allow_graph_change: true,
             };
             match execute(execution).await? {
                 RunOutcome::Completed(child) => {

@@ -51,6 +51,13 @@ pub(super) struct Snapshot {
     /// Values already given to interrupted nodes, per node, in call order.
     #[serde(default)]
     pub(super) resume_values: BTreeMap<String, Vec<Value>>,
+    /// The fingerprint of the graph that wrote it (absent before fingerprints).
+    #[serde(default)]
+    pub(super) graph: Option<String>,
+    /// That graph's structure, one fact a line: kept where a run begins and where it
+    /// suspends, to say what changed when the graph no longer matches.
+    #[serde(default)]
+    pub(super) graph_description: Option<Vec<String>>,
 }
 
 impl Snapshot {
@@ -62,7 +69,7 @@ impl Snapshot {
 }
 
 /// A snapshot being written: borrows what the executor holds. Empty parts are left out, to
-/// keep rows small (a plain step's body is `{"state":…,"next":[…]}`).
+/// keep rows small (a plain step's body is `{"state":…,"next":[…],"graph":"…"}`).
 pub(super) struct SnapshotRef<'a, S> {
     g: &'a CompiledInner<S>,
     state: &'a S,
@@ -72,6 +79,8 @@ pub(super) struct SnapshotRef<'a, S> {
     pending_writes: &'a [PendingWrite],
     interrupts: &'a [Interrupt],
     resume_values: Option<&'a BTreeMap<String, Vec<Value>>>,
+    /// Whether to keep the graph's description (a run's first checkpoint, a suspension).
+    describe: bool,
 }
 
 impl<'a, S: State> SnapshotRef<'a, S> {
@@ -86,7 +95,14 @@ impl<'a, S: State> SnapshotRef<'a, S> {
             pending_writes: &[],
             interrupts: &[],
             resume_values: None,
+            describe: false,
         }
+    }
+
+    /// With the graph's structure, for saying later what changed (a run's first checkpoint).
+    pub(super) fn described(mut self) -> Self {
+        self.describe = true;
+        self
     }
 
     /// The checkpoint body, in the shape [`Snapshot`] reads. Built by hand rather than
@@ -117,6 +133,11 @@ impl<'a, S: State> SnapshotRef<'a, S> {
         if let Some(values) = self.resume_values {
             body.insert("resume_values".to_owned(), serde_json::to_value(values)?);
         }
+        body.insert("graph".to_owned(), Value::from(&*self.g.fingerprint));
+        if self.describe {
+            let description = serde_json::to_value(&self.g.description)?;
+            body.insert("graph_description".to_owned(), description);
+        }
         Ok(Value::Object(body))
     }
 
@@ -137,6 +158,7 @@ impl<'a, S: State> SnapshotRef<'a, S> {
         self.pending_writes = pending_writes;
         self.interrupts = interrupts;
         self.resume_values = (!resume_values.is_empty()).then_some(resume_values);
+        self.describe = true;
         self
     }
 }
@@ -247,7 +269,7 @@ mod tests {
     use crate::graph::{END, Graph, START};
 
     #[test]
-    fn a_plain_body_holds_only_state_and_next() {
+    fn a_plain_body_holds_only_state_next_and_the_graphs_fingerprint() {
         let graph = Graph::new("g")
             .node_sync("a", |n: &mut u32| *n += 1)
             .edge(START, "a")
@@ -263,12 +285,16 @@ mod tests {
         let running = key
             .checkpoint(g, 3, RunStatus::Running, &SnapshotRef::new(g, &1, &[0]))
             .unwrap();
-        assert_eq!(running.body, json!({ "state": 1, "next": ["a"] }));
+        let fingerprint = graph.fingerprint();
+        assert_eq!(
+            running.body,
+            json!({ "state": 1, "next": ["a"], "graph": fingerprint })
+        );
         assert_eq!(running.next(), ["a"]);
         let done = key
             .checkpoint(g, 4, RunStatus::Completed, &SnapshotRef::new(g, &2, &[]))
             .unwrap();
-        assert_eq!(done.body, json!({ "state": 2 }));
+        assert_eq!(done.body, json!({ "state": 2, "graph": fingerprint }));
         let read = Snapshot::decode(done.body, "t").unwrap();
         assert!(read.next.is_empty() && read.interrupts.is_empty());
 

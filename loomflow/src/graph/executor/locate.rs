@@ -10,6 +10,8 @@ use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
+use crate::graph::identity;
+use crate::graph::node::BoxFuture;
 use crate::graph::run::RunOutcome;
 use crate::runtime::{Checkpoint, RunStatus, Runtime};
 
@@ -52,7 +54,16 @@ pub(super) async fn locate<S: State>(
     runtime: &Runtime,
     namespace: &str,
     start: Start<S>,
+    allow_graph_change: bool,
 ) -> Result<Located<S>> {
+    let same_graph = |cp: Stored| -> BoxFuture<'_, Result<Stored>> {
+        Box::pin(async move {
+            if allow_graph_change {
+                return Ok(cp);
+            }
+            check_graph(g, thread, runtime, cp).await
+        })
+    };
     let fresh = |run: u64, state: S| -> Result<Position<S>> {
         let mut joins = JoinMarks::new(g);
         let active = route(g, [g.topology().start()], &state, &mut joins)?;
@@ -75,7 +86,7 @@ pub(super) async fn locate<S: State>(
         }
         Start::Child { input, run } => fresh(run, input)?,
         Start::Recover => {
-            let cp = latest(runtime, thread, namespace).await?;
+            let cp = same_graph(latest(runtime, thread, namespace).await?).await?;
             match cp.status {
                 RunStatus::Completed => {
                     return Ok(Located::Finished(RunOutcome::Completed(decode_state(
@@ -100,7 +111,7 @@ pub(super) async fn locate<S: State>(
             }
         }
         Start::ResumeOne(value) => {
-            let cp = interrupted(runtime, thread, namespace).await?;
+            let cp = same_graph(interrupted(runtime, thread, namespace).await?).await?;
             let [only] = cp.snapshot.interrupts.as_slice() else {
                 return Err(RunError::AmbiguousResume {
                     thread: thread.to_owned(),
@@ -111,11 +122,49 @@ pub(super) async fn locate<S: State>(
             resume_position(g, thread, cp, values)?
         }
         Start::Resume(values) => {
-            let cp = interrupted(runtime, thread, namespace).await?;
+            let cp = same_graph(interrupted(runtime, thread, namespace).await?).await?;
             resume_position(g, thread, cp, values)?
         }
     };
     Ok(Located::Position(position))
+}
+
+/// Refuses a checkpoint written by a graph of another structure, naming what changed (from
+/// the description its run kept; a checkpoint from before fingerprints is let through).
+async fn check_graph<S>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    runtime: &Runtime,
+    cp: Stored,
+) -> Result<Stored> {
+    let Some(recorded) = cp.snapshot.graph.as_deref() else {
+        return Ok(cp);
+    };
+    if recorded == g.fingerprint {
+        return Ok(cp);
+    }
+    let mut before = cp.snapshot.graph_description.clone();
+    if before.is_none() {
+        for earlier in runtime.store().list_checkpoints(thread).await? {
+            if earlier.run != cp.run || !earlier.namespace.is_empty() {
+                continue;
+            }
+            let earlier = Snapshot::decode(earlier.body, thread)?;
+            if earlier.graph.as_deref() == Some(recorded) && earlier.graph_description.is_some() {
+                before = earlier.graph_description;
+                break;
+            }
+        }
+    }
+    let changes = match before {
+        Some(before) => identity::changes(&before, &g.description),
+        None => vec![format!("structure {recorded} is now {}", g.fingerprint)],
+    };
+    Err(RunError::GraphChanged {
+        thread: thread.to_owned(),
+        graph: g.name.clone(),
+        changes,
+    })
 }
 
 async fn latest(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
@@ -214,6 +263,8 @@ fn from_checkpoint<S: State>(
         pending_writes,
         interrupts: _,
         resume_values,
+        graph: _,
+        graph_description: _,
     } = cp.snapshot;
     let mut active = Vec::with_capacity(next.len());
     for name in next {

@@ -67,6 +67,8 @@ pub(crate) struct Execution<S> {
     pub(crate) start: Start<S>,
     pub(crate) recursion_limit: u64,
     pub(crate) durability: Durability,
+    /// Carry on from a checkpoint written by a graph of another structure.
+    pub(crate) allow_graph_change: bool,
 }
 
 /// Where the loop picks up.
@@ -105,10 +107,19 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         start,
         recursion_limit,
         durability,
+        allow_graph_change,
     } = execution;
     let g = &*graph.inner;
     runtime.load_stored_signals().await?;
-    let position = match locate(g, &thread, &runtime, namespace.as_str(), start).await? {
+    let located = locate(
+        g,
+        &thread,
+        &runtime,
+        namespace.as_str(),
+        start,
+        allow_graph_change,
+    );
+    let position = match located.await? {
         Located::Position(position) => position,
         Located::Finished(outcome) => return Ok(outcome),
     };
@@ -143,7 +154,9 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         } else {
             RunStatus::Running
         };
-        let snapshot = SnapshotRef::new(g, &state, &active).joins(&joins.0);
+        let snapshot = SnapshotRef::new(g, &state, &active)
+            .joins(&joins.0)
+            .described();
         writer
             .write(key.checkpoint(g, 0, status, &snapshot)?)
             .await?;
