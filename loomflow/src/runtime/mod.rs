@@ -18,8 +18,8 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush, Store,
-    StoreError, StoredSignal,
+    Checkpoint, Claim, Interrupt, JournalKey, MemoryStore, PendingWrite, RunStatus, SignalPush,
+    Store, StoreError, StoredSignal,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};

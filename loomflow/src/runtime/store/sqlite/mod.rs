@@ -17,6 +17,7 @@
 //! group is committed, so a read issued after a write returned sees it.
 
 mod reader;
+mod runs;
 mod schema;
 mod writer;
 
@@ -33,8 +34,8 @@ use tokio::sync::oneshot;
 use self::reader::Readers;
 use self::writer::{CheckpointRow, JournalRow, Op, Outcome, Request, SignalRow, Writer};
 use super::{
-    Checkpoint, Interrupt, JournalKey, PendingWrite, RunStatus, SignalPush, Store, StoreError,
-    StoredSignal,
+    Checkpoint, Claim, Interrupt, JournalKey, PendingWrite, RunStatus, SignalPush, Store,
+    StoreError, StoredSignal,
 };
 use futures_util::future::BoxFuture;
 
@@ -377,6 +378,27 @@ fn checkpoint_from_row(
     })())
 }
 
+/// A checkpoint's row: the columns queries filter on, and the rest as a JSON body.
+fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, StoreError> {
+    let body = BodyRef {
+        state: &checkpoint.state,
+        next: &checkpoint.next,
+        joins: &checkpoint.joins,
+        pending_writes: &checkpoint.pending_writes,
+        interrupts: &checkpoint.interrupts,
+        resume_values: &checkpoint.resume_values,
+        error: &checkpoint.error,
+    };
+    Ok(CheckpointRow {
+        run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
+        step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
+        status: checkpoint.status.as_str(),
+        body: to_json(&body, &checkpoint.thread)?,
+        thread: checkpoint.thread.clone(),
+        namespace: checkpoint.namespace.clone(),
+    })
+}
+
 /// Flips `Option<Result<T>>` (a row that may be absent and may not decode).
 fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<T>, StoreError> {
     row.transpose()
@@ -384,25 +406,7 @@ fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<T>, StoreEr
 
 impl Store for SqliteStore {
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
-        let row = (|| {
-            let body = BodyRef {
-                state: &checkpoint.state,
-                next: &checkpoint.next,
-                joins: &checkpoint.joins,
-                pending_writes: &checkpoint.pending_writes,
-                interrupts: &checkpoint.interrupts,
-                resume_values: &checkpoint.resume_values,
-                error: &checkpoint.error,
-            };
-            Ok(CheckpointRow {
-                run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
-                step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
-                status: checkpoint.status.as_str(),
-                body: to_json(&body, &checkpoint.thread)?,
-                thread: checkpoint.thread.clone(),
-                namespace: checkpoint.namespace.clone(),
-            })
-        })();
+        let row = checkpoint_row(&checkpoint);
         let thread = checkpoint.thread;
         match row {
             Err(e) => Box::pin(std::future::ready(Err(e))),
@@ -616,6 +620,71 @@ impl Store for SqliteStore {
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(rows.into_iter().collect())
         })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        self.claim_run(thread, owner, lease_until_ms, now_ms)
+    }
+
+    fn release<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.release_run(thread, owner)
+    }
+
+    fn renew_claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.renew_run(thread, owner, lease_until_ms)
+    }
+
+    fn put_checkpoint_claimed<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.put_checkpoint_fenced(checkpoint, owner, lease_until_ms)
+    }
+
+    fn put_journal_claimed<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.put_journal_fenced(key, &value, owner, lease_until_ms)
+    }
+
+    fn take_signal_claimed<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: (JournalKey, Value),
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.take_signal_fenced(session, seq, journal, owner, lease_until_ms)
+    }
+
+    fn try_take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.try_take(session, seq)
     }
 }
 

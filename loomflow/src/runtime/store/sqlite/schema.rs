@@ -9,7 +9,7 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 1;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
@@ -52,6 +52,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      );
      CREATE UNIQUE INDEX signals_by_key ON signals (session, name, idempotency_key)
          WHERE idempotency_key IS NOT NULL;",
+    // 1 -> 2: the runs table and its leases (`runs.rs`).
+    super::runs::MIGRATION,
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {
