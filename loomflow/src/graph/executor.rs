@@ -29,6 +29,7 @@ use crate::graph::error::RunError;
 use crate::graph::merge::{BranchResult, merge_branches};
 use crate::graph::node::NodeError;
 use crate::graph::run::RunOutcome;
+use crate::runtime::claim::RunClaim;
 use crate::runtime::{Checkpoint, Durability, Interrupt, PendingWrite, RunStatus, Runtime};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -57,6 +58,11 @@ pub(crate) struct Execution<S> {
     pub(crate) start: Start<S>,
     pub(crate) recursion_limit: u64,
     pub(crate) durability: Durability,
+    /// The claim the run executes under: the parent's for a subgraph; `None` for a
+    /// top-level run, which claims its thread itself.
+    pub(crate) claim: Option<RunClaim>,
+    /// How long a top-level run waits for a busy thread's claim; `None`: not at all.
+    pub(crate) wait_if_busy: Option<std::time::Duration>,
 }
 
 /// Where the loop picks up.
@@ -80,10 +86,39 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
         thread = %execution.thread,
         namespace = %execution.namespace,
     );
-    run_supersteps(execution).instrument(span).await
+    claimed(execution).instrument(span).await
 }
 
-async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
+/// Runs under the execution's claim: a top-level run claims its thread before it reads
+/// anything and releases it when it stops; a subgraph uses its parent's. Once the claim is
+/// lost (another execution took the run over), the run ends with that error whatever it was
+/// doing, having written nothing since.
+async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>> {
+    let (claim, top_level) = match execution.claim.take() {
+        Some(parent) => (parent, false),
+        None => {
+            let claim = execution
+                .runtime
+                .claim_run(&execution.thread, execution.wait_if_busy)
+                .await?;
+            (claim, true)
+        }
+    };
+    let result = run_supersteps(execution, claim.clone()).await;
+    if claim.is_lost() {
+        return Err(claim.lost_error().into());
+    }
+    if top_level && let Err(error) = claim.release().await {
+        // The outcome stands; the lease runs out on its own.
+        tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+    }
+    result
+}
+
+async fn run_supersteps<S: State>(
+    execution: Execution<S>,
+    claim: RunClaim,
+) -> Result<RunOutcome<S>> {
     let Execution {
         graph,
         thread,
@@ -93,10 +128,13 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         start,
         recursion_limit,
         durability,
+        claim: _,
+        wait_if_busy: _,
     } = execution;
     let g = &*graph.inner;
     runtime.load_stored_signals().await?;
-    let position = match locate(g, &thread, &runtime, &namespace, start, durability).await? {
+    let position = match locate(g, &thread, &runtime, &claim, &namespace, start, durability).await?
+    {
         Located::Position(position) => position,
         Located::Finished(outcome) => return Ok(outcome),
     };
@@ -117,9 +155,10 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         events,
         namespace,
         durability,
+        claim,
         _session: session,
     });
-    let mut writer = CheckpointWriter::new(&shared.runtime, durability);
+    let mut writer = CheckpointWriter::new(&shared.claim, durability);
     let mut last_nodes: Vec<usize> = Vec::new();
 
     while !active.is_empty() {
@@ -157,7 +196,7 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
                 cp.interrupts.clone_from(&interrupts);
                 cp.resume_values = resume_values;
                 // Suspension always reaches the store before we return: the process may exit.
-                shared.runtime.put_checkpoint(cp).await?;
+                shared.claim.put_checkpoint(cp).await?;
                 for interrupt in &interrupts {
                     shared.emit(
                         step,
@@ -218,7 +257,7 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
     writer.finish().await?;
     if durability == Durability::Exit {
         let cp = checkpoint(g, &shared, step, RunStatus::Completed, &state, &[])?;
-        shared.runtime.put_checkpoint(cp).await?;
+        shared.claim.put_checkpoint(cp).await?;
     }
     shared.emit(step, None, EventKind::Done);
     Ok(RunOutcome::Completed(state))
@@ -234,6 +273,7 @@ async fn locate<S: State>(
     g: &CompiledInner<S>,
     thread: &str,
     runtime: &Runtime,
+    claim: &RunClaim,
     namespace: &str,
     start: Start<S>,
     durability: Durability,
@@ -308,7 +348,7 @@ async fn locate<S: State>(
             &position.active,
         )?;
         cp.joins.clone_from(&position.joins.0);
-        runtime.put_checkpoint(cp).await?;
+        claim.put_checkpoint(cp).await?;
     }
     Ok(Located::Position(position))
 }
@@ -437,7 +477,7 @@ async fn fail<S: State>(
     if durability == Durability::Exit {
         let mut cp = checkpoint(g, shared, step - 1, RunStatus::Failed, &state, active)?;
         cp.error = Some(message.clone());
-        shared.runtime.put_checkpoint(cp).await?;
+        shared.claim.put_checkpoint(cp).await?;
     }
     shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
@@ -488,9 +528,10 @@ fn checkpoint_parts<S: State>(
 }
 
 /// Writes checkpoints as the durability mode asks: in line (`Sync`), or in order through a
-/// background task (`Async`) that [`finish`](CheckpointWriter::finish) waits for.
+/// background task (`Async`) that [`finish`](CheckpointWriter::finish) waits for. Both under
+/// the run's claim.
 enum CheckpointWriter {
-    Direct(Runtime),
+    Direct(RunClaim),
     Background {
         queue: Option<UnboundedSender<Checkpoint>>,
         task: Option<tokio::task::JoinHandle<Result<()>>>,
@@ -498,15 +539,15 @@ enum CheckpointWriter {
 }
 
 impl CheckpointWriter {
-    fn new(runtime: &Runtime, durability: Durability) -> Self {
+    fn new(claim: &RunClaim, durability: Durability) -> Self {
         if durability != Durability::Async {
-            return Self::Direct(runtime.clone());
+            return Self::Direct(claim.clone());
         }
         let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Checkpoint>();
-        let runtime = runtime.clone();
+        let claim = claim.clone();
         let task = tokio::spawn(async move {
             while let Some(cp) = rx.recv().await {
-                runtime.put_checkpoint(cp).await?;
+                claim.put_checkpoint(cp).await?;
             }
             Ok(())
         });
@@ -518,7 +559,7 @@ impl CheckpointWriter {
 
     async fn write(&mut self, cp: Checkpoint) -> Result<()> {
         match self {
-            Self::Direct(runtime) => Ok(runtime.put_checkpoint(cp).await?),
+            Self::Direct(claim) => claim.put_checkpoint(cp).await.map(drop).map_err(Into::into),
             Self::Background { queue, .. } => {
                 if let Some(queue) = queue {
                     // A send fails only if the writer stopped on an error, which `finish` reports.

@@ -4,6 +4,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 use futures_core::Stream;
 use tokio::sync::mpsc;
@@ -125,6 +126,7 @@ pub struct RunBuilder<S> {
     start: Start<S>,
     recursion_limit: Option<u64>,
     durability: Option<Durability>,
+    wait_if_busy: Option<Duration>,
 }
 
 impl<S> std::fmt::Debug for RunBuilder<S> {
@@ -134,6 +136,7 @@ impl<S> std::fmt::Debug for RunBuilder<S> {
             .field("thread", &self.thread)
             .field("recursion_limit", &self.recursion_limit)
             .field("durability", &self.durability)
+            .field("wait_if_busy", &self.wait_if_busy)
             .finish_non_exhaustive()
     }
 }
@@ -152,6 +155,7 @@ impl<S: State> RunBuilder<S> {
             start,
             recursion_limit: None,
             durability: None,
+            wait_if_busy: None,
         }
     }
 
@@ -164,6 +168,19 @@ impl<S: State> RunBuilder<S> {
     /// Overrides the runtime's durability mode for this run.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = Some(durability);
+        self
+    }
+
+    /// When another execution holds the thread's run, waits up to `max` for it to let go
+    /// (polling with a short backoff), then runs from wherever that execution left the run:
+    /// a caller that loses the race gets the current outcome instead of
+    /// [`RunError::Busy`].
+    ///
+    /// Without it (the default), a busy thread fails the run at once with
+    /// [`RunError::Busy`]. A holder that crashed lets go when its lease expires (see
+    /// [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease)).
+    pub fn wait_if_busy(mut self, max: Duration) -> Self {
+        self.wait_if_busy = Some(max);
         self
     }
 
@@ -181,6 +198,8 @@ impl<S: State> RunBuilder<S> {
             start: self.start,
             recursion_limit: limit,
             durability,
+            claim: None,
+            wait_if_busy: self.wait_if_busy,
         }
     }
 

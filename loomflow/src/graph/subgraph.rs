@@ -66,6 +66,8 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 },
                 recursion_limit: self.graph.inner.recursion_limit,
                 durability: ctx.durability(),
+                claim: Some(ctx.claim().clone()),
+                wait_if_busy: None,
             };
             match execute(execution).await? {
                 RunOutcome::Completed(child) => {
