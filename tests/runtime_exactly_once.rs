@@ -637,3 +637,55 @@ fn many_processes_recovering_one_run_pay_once() {
     }
     eprintln!("all: {:?}", started.elapsed());
 }
+
+// ---------------------------------------------------------------------------------------
+// Atomic consumption: two runtimes on one file, as two processes would be.
+
+/// Opens a runtime on `db` and has it load the stored signals into its mailbox now (any
+/// signal operation does), as a process that started earlier would have.
+async fn loaded(db: &Path) -> Runtime {
+    let rt = Runtime::sqlite(db).unwrap();
+    rt.signal("elsewhere", "warm_up", 0).await.unwrap();
+    rt
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_taken_by_one_runtime_is_not_received_by_another_that_had_it_queued() {
+    let dir = TempDir::new("two-mailboxes");
+    let db = dir.0.join("journal.db");
+    let a = loaded(&db).await;
+    a.signal("s", "note", "first").await.unwrap();
+    let b = loaded(&db).await; // has "first" queued too
+    let got: String = a.wait_for_signal("s", "note", None).await.unwrap();
+    assert_eq!(got, "first");
+
+    b.signal("s", "note", "second").await.unwrap();
+    let got: String = b.wait_for_signal("s", "note", None).await.unwrap();
+    assert_eq!(got, "second", "b skips the payload a consumed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_wait_skips_a_payload_another_runtime_consumed_and_suspends() {
+    let dir = TempDir::new("node-wait");
+    let db = dir.0.join("journal.db");
+    let (effects, log) = counting();
+    let graph = graph(effects, Arc::new(|| Box::pin(async {})));
+    let a = loaded(&db).await;
+    a.signal("exp-5", "manager_decision", Decision { approved: true })
+        .await
+        .unwrap();
+    let b = loaded(&db).await; // has the decision queued too
+    let done = graph.invoke(&a, "exp-5", input()).await.unwrap();
+    assert_eq!(done.completed().unwrap(), expected());
+
+    // A second expense on the thread, from the other process: the decision was the first
+    // one's, so this run waits for its own.
+    let second = graph.invoke(&b, "exp-5", input()).await.unwrap();
+    assert!(
+        matches!(&second, RunOutcome::Interrupted { interrupts, .. }
+            if interrupts[0].signal.as_deref() == Some("manager_decision")),
+        "{second:?}"
+    );
+    assert_eq!(count(&log, "received exp-5"), 1);
+    assert_eq!(count(&log, "paid exp-5"), 1);
+}
