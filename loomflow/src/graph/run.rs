@@ -342,7 +342,8 @@ impl<S: State> CompiledGraph<S> {
     /// `value`, deserialized into the type it asks for. Siblings that finished in the
     /// suspended superstep are not run again. Configure or `.await` the returned builder.
     ///
-    /// Errors surface when the run is awaited: [`RunError::UnknownThread`],
+    /// Errors surface when the run is awaited: [`RunError::Busy`] (another execution holds
+    /// the run; see [`recover`](Self::recover)), [`RunError::UnknownThread`],
     /// [`RunError::NotInterrupted`], [`RunError::AmbiguousResume`] (several interrupts are
     /// pending: use [`resume_with`](Self::resume_with)); a value that does not deserialize
     /// fails the run with [`RunError::ResumeValue`] and leaves the checkpoint as it was.
@@ -393,9 +394,54 @@ impl<S: State> CompiledGraph<S> {
     }
 
     /// Carries on a thread's newest run from its newest checkpoint: after a crash, after a
-    /// failed step (which is retried), or on a thread forked with
-    /// [`Runtime::fork`](crate::Runtime::fork). A completed run returns its final state; an
-    /// interrupted one returns its pending interrupts without running anything.
+    /// failed step (which is retried), on a thread forked with
+    /// [`Runtime::fork`](crate::Runtime::fork), or once the signal a suspended run waits
+    /// for has been sent.
+    ///
+    /// Where the run stands decides what happens:
+    /// - completed: returns its final state, running nothing;
+    /// - suspended on a signal wait (`wait_for_signal(..).or_suspend()`): runs the waiting
+    ///   node again, from its start; its wait returns the signal if it has arrived, or the
+    ///   run suspends again;
+    /// - suspended on [`interrupt`](crate::Context::interrupt)s only: returns them, running
+    ///   nothing (answer them with [`resume`](Self::resume));
+    /// - running (its process crashed) or failed: runs on from the newest checkpoint;
+    ///   finished supersteps and journaled steps are not run again.
+    ///
+    /// # Concurrency
+    ///
+    /// At most one execution carries a run on at a time, across processes: a recover (like
+    /// every start and resume) claims the thread before it reads the checkpoint, and holds
+    /// the claim until it stops. When another execution holds it, awaiting the run fails at
+    /// once with [`RunError::Busy`], naming the holder and when its lease ends; with
+    /// [`RunBuilder::wait_if_busy`] it waits for the claim instead and returns the outcome
+    /// the run has reached. So two processes recovering one thread at once never run a
+    /// step twice, pay twice, or both receive one signal. A process that crashed holds its
+    /// claim until its lease expires (see
+    /// [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease), 30 s by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::RunError;
+    /// use loomflow::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let graph = Graph::new("g").node_sync("inc", |n: &mut u64| *n += 1)
+    ///     .edge(START, "inc").edge("inc", END).compile()?;
+    /// let runtime = Runtime::in_memory();
+    /// graph.invoke(&runtime, "t", 1).await?;
+    ///
+    /// match graph.recover(&runtime, "t").await {
+    ///     Ok(outcome) => assert_eq!(outcome.completed()?, 2),
+    ///     Err(RunError::Busy { owner, until, .. }) => println!("{owner} runs it until {until:?}"),
+    ///     Err(other) => return Err(other.into()),
+    /// }
+    /// // Or wait for whoever runs it, and take the outcome it reached:
+    /// let outcome = graph.recover(&runtime, "t").wait_if_busy(Duration::from_secs(60)).await?;
+    /// assert_eq!(outcome.completed()?, 2);
+    /// # Ok(()) }
+    /// ```
     pub fn recover(&self, runtime: &Runtime, thread: impl Into<String>) -> RunBuilder<S> {
         RunBuilder::new(self.clone(), runtime.clone(), thread.into(), Start::Recover)
     }

@@ -2,11 +2,12 @@
 //!
 //! # Layout
 //!
-//! Four tables: `meta` (the schema version), `checkpoints` (one row per superstep: the
+//! Five tables: `meta` (the schema version), `checkpoints` (one row per superstep: the
 //! columns queries filter on, and the rest of the snapshot as one JSON `body`), `journal`
-//! (results of journaled steps; the first value written for a key wins) and `signals`
+//! (results of journaled steps; the first value written for a key wins), `signals`
 //! (pending signals, and consumed ones with an idempotency key for an hour so that a
-//! retried send is recognised).
+//! retried send is recognised) and `runs` (one row per thread: its current run and the
+//! lease of the execution carrying it on; see `runs.rs`).
 //!
 //! # Threads
 //!
