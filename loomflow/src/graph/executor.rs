@@ -196,7 +196,7 @@ async fn run_supersteps<S: State>(
                 cp.interrupts.clone_from(&interrupts);
                 cp.resume_values = resume_values;
                 // Suspension always reaches the store before we return: the process may exit.
-                shared.claim.put_checkpoint(cp).await?;
+                put_last(&shared, cp).await?;
                 for interrupt in &interrupts {
                     shared.emit(
                         step,
@@ -242,7 +242,11 @@ async fn run_supersteps<S: State>(
             };
             let mut cp = checkpoint(g, &shared, step, status, &state, &next)?;
             cp.joins.clone_from(&joins.0);
-            writer.write(cp).await?;
+            if next.is_empty() {
+                writer.write_last(cp, &shared).await?;
+            } else {
+                writer.write(cp).await?;
+            }
         }
         if shared.events.is_some() {
             let nodes = active
@@ -257,7 +261,7 @@ async fn run_supersteps<S: State>(
     writer.finish().await?;
     if durability == Durability::Exit {
         let cp = checkpoint(g, &shared, step, RunStatus::Completed, &state, &[])?;
-        shared.claim.put_checkpoint(cp).await?;
+        put_last(&shared, cp).await?;
     }
     shared.emit(step, None, EventKind::Done);
     Ok(RunOutcome::Completed(state))
@@ -477,10 +481,21 @@ async fn fail<S: State>(
     if durability == Durability::Exit {
         let mut cp = checkpoint(g, shared, step - 1, RunStatus::Failed, &state, active)?;
         cp.error = Some(message.clone());
-        shared.claim.put_checkpoint(cp).await?;
+        put_last(shared, cp).await?;
     }
     shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
+}
+
+/// Writes the checkpoint that ends an execution. A top-level run lets its claim go in the
+/// same write; a subgraph's claim is its parent's, which carries on.
+async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
+    if shared.namespace.is_empty() {
+        shared.claim.put_last_checkpoint(cp).await?;
+    } else {
+        shared.claim.put_checkpoint(cp).await?;
+    }
+    Ok(())
 }
 
 fn checkpoint<S: State>(
@@ -554,6 +569,16 @@ impl CheckpointWriter {
         Self::Background {
             queue: Some(queue),
             task: Some(task),
+        }
+    }
+
+    /// Writes the checkpoint that ends the execution: in line, it releases a top-level
+    /// run's claim (see [`put_last`]); in the background, the claim is released after
+    /// [`finish`](Self::finish).
+    async fn write_last(&mut self, cp: Checkpoint, shared: &RunShared) -> Result<()> {
+        match self {
+            Self::Direct(_) => put_last(shared, cp).await,
+            Self::Background { .. } => self.write(cp).await,
         }
     }
 

@@ -228,6 +228,32 @@ impl RunClaim {
         .await
     }
 
+    /// Saves an execution's last checkpoint and releases the claim in the same write.
+    ///
+    /// Nothing may be written under the claim afterwards.
+    pub(crate) async fn put_last_checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Result<u64, StoreError> {
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        let written = self
+            .inner
+            .store
+            .put_checkpoint_and_release(checkpoint, &self.inner.owner)
+            .await;
+        match &written {
+            Ok(_) => {
+                self.inner.released.store(true, Ordering::Release);
+                self.inner.stop_heartbeat();
+            }
+            Err(StoreError::LeaseLost { .. }) => self.inner.lost.store(true, Ordering::Release),
+            Err(_) => {}
+        }
+        written
+    }
+
     /// Journals a step's result under the claim.
     pub(crate) async fn put_journal(
         &self,

@@ -265,6 +265,24 @@ impl Store for MemoryStore {
         }))
     }
 
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        ready(self.lock().and_then(|mut inner| {
+            inner.fence(&checkpoint.thread, owner, 0)?;
+            if let Some(row) = inner.runs.get_mut(&checkpoint.thread) {
+                if checkpoint.namespace.is_empty() {
+                    row.run = checkpoint.run;
+                    row.status = Some(checkpoint.status.as_str());
+                }
+                row.owner = None;
+            }
+            Ok(inner.insert_checkpoint(checkpoint))
+        }))
+    }
+
     fn put_journal_claimed<'a>(
         &'a self,
         key: JournalKey,

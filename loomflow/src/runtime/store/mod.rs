@@ -418,6 +418,19 @@ pub trait Store: Send + Sync + 'static {
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 
+    /// [`put_checkpoint_claimed`](Self::put_checkpoint_claimed) for an execution's last
+    /// write: in the same transaction, releases the claim as [`release`](Self::release)
+    /// does, so that stopping costs no commit of its own.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is written, when `owner` does not hold it.
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
     /// [`put_journal`](Self::put_journal) under a claim on the key's thread (checked and
     /// renewed as in [`put_checkpoint_claimed`](Self::put_checkpoint_claimed)).
     ///

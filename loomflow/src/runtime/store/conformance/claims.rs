@@ -182,6 +182,46 @@ pub(super) async fn writes_under_a_claim_are_fenced(store: &dyn Store) {
     ));
 }
 
+/// An execution's last checkpoint releases its claim in the same write.
+pub(super) async fn the_last_checkpoint_releases_the_claim(store: &dyn Store) {
+    let thread = unique("last");
+    assert!(is_lease_lost(
+        store.put_checkpoint_and_release(cp(&thread, 0), "a").await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store.claim(&thread, "a", LATER, 1).await.unwrap(),
+        Claim::Claimed
+    );
+    let id = store
+        .put_checkpoint_and_release(cp(&thread, 0), "a")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .latest_checkpoint(&thread, "")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        id
+    );
+    assert!(is_lease_lost(
+        store
+            .put_checkpoint_claimed(cp(&thread, 1), "a", LATER)
+            .await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store.claim(&thread, "b", LATER, 2).await.unwrap(),
+        Claim::Claimed,
+        "released: another claims it at once, long before the lease would have expired"
+    );
+    store.release(&thread, "b").await.unwrap();
+}
+
 /// A stored signal taken under a claim goes to one consumer; a late one learns it was
 /// taken and journals nothing.
 pub(super) async fn signals_taken_under_a_claim_go_to_one_consumer(store: &dyn Store) {

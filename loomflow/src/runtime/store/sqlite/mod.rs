@@ -656,7 +656,15 @@ impl Store for SqliteStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.put_checkpoint_fenced(checkpoint, owner, lease_until_ms)
+        self.put_checkpoint_fenced(checkpoint, owner, Some(lease_until_ms))
+    }
+
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.put_checkpoint_fenced(checkpoint, owner, None)
     }
 
     fn put_journal_claimed<'a>(

@@ -45,10 +45,11 @@ pub(super) enum RunOp {
         owner: String,
         until_ms: i64,
     },
+    /// With no expiry, the claim is released after the write.
     PutCheckpoint {
         row: CheckpointRow,
         owner: String,
-        until_ms: i64,
+        until_ms: Option<i64>,
     },
     PutJournal {
         row: JournalRow,
@@ -90,11 +91,7 @@ impl RunOp {
                 now_ms: asked_at,
             } => claim(conn, thread, owner, *until_ms, *asked_at),
             Self::Release { thread, owner } => {
-                conn.prepare_cached(
-                    "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = ?3
-                     WHERE thread = ?1 AND lease_owner = ?2",
-                )?
-                .execute(params![thread, owner, now_ms])?;
+                release(conn, thread, owner, now_ms)?;
                 Ok(Outcome::Done)
             }
             Self::Renew {
@@ -111,12 +108,15 @@ impl RunOp {
                 owner,
                 until_ms,
             } => {
-                if !fence(conn, &row.thread, owner, *until_ms, now_ms)? {
+                if !fence(conn, &row.thread, owner, until_ms.unwrap_or(0), now_ms)? {
                     return Ok(Outcome::LeaseLost);
                 }
                 if row.namespace.is_empty() {
                     conn.prepare_cached("UPDATE runs SET run = ?2, status = ?3 WHERE thread = ?1")?
                         .execute(params![row.thread, row.run, row.status])?;
+                }
+                if until_ms.is_none() {
+                    release(conn, &row.thread, owner, now_ms)?;
                 }
                 Ok(Outcome::Id(writer::put_checkpoint(conn, row)?))
             }
@@ -191,6 +191,15 @@ fn claim(
         }
     }
     Ok(Outcome::Claim(Claim::Claimed))
+}
+
+fn release(conn: &Connection, thread: &str, owner: &str, now_ms: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = ?3
+         WHERE thread = ?1 AND lease_owner = ?2",
+    )?
+    .execute(params![thread, owner, now_ms])?;
+    Ok(())
 }
 
 /// Whether `owner` holds `thread`; if so, extends its lease.
@@ -288,18 +297,21 @@ impl SqliteStore {
         self.run_op(thread.to_owned(), Some(owner.to_owned()), op, done)
     }
 
+    /// With no `lease_until_ms`, releases the claim after writing.
     pub(super) fn put_checkpoint_fenced<'a>(
         &'a self,
         checkpoint: Checkpoint,
         owner: &'a str,
-        lease_until_ms: u64,
+        lease_until_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         let thread = checkpoint.thread.clone();
         let op = (|| {
             Ok(RunOp::PutCheckpoint {
                 row: checkpoint_row(&checkpoint)?,
                 owner: owner.to_owned(),
-                until_ms: to_i64(lease_until_ms, "lease expiry", &thread)?,
+                until_ms: lease_until_ms
+                    .map(|until| to_i64(until, "lease expiry", &thread))
+                    .transpose()?,
             })
         })();
         self.run_op(
