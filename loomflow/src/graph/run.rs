@@ -256,6 +256,10 @@ impl<S: State> RunHandle<S> {
     }
 
     /// Stops the run at its next await point.
+    ///
+    /// The run lets go of its claim on the thread as its task is torn down, which happens
+    /// shortly after this returns: a start or recover on the same thread issued right away
+    /// may still find it busy (use [`RunBuilder::wait_if_busy`]).
     pub fn abort(&self) {
         self.task.abort();
     }
