@@ -5,6 +5,10 @@
 //!
 //! The child is this same test binary, re-run with `--ignored --exact crash_child` and the
 //! `LOOMFLOW_CRASH_*` variables.
+//!
+//! A process killed mid-run still holds its run's claim until the lease expires, so the
+//! children use a short lease and recover with `wait_if_busy`, as an application restarting
+//! after a crash would.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -15,6 +19,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use loomflow::prelude::*;
+use loomflow::runtime::SqliteStore;
 use loomflow_tests::child_test_process;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -101,6 +106,9 @@ fn graph() -> CompiledGraph<Job> {
         .unwrap()
 }
 
+/// How long a child's claim on the run outlives the child.
+const LEASE: Duration = Duration::from_millis(500);
+
 /// The child process: one action on the database, then exit (unless killed first).
 #[test]
 #[ignore = "entry point of the child process of the crash tests; run by them"]
@@ -115,15 +123,28 @@ fn crash_child() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let runtime = Runtime::sqlite(&db).unwrap();
+        let runtime = Runtime::builder()
+            .store(SqliteStore::open(&db).unwrap())
+            .lease(LEASE)
+            .build();
         let graph = graph();
+        // A killed predecessor's claim runs out after LEASE.
+        let patience = LEASE * 20;
         let outcome = match action.as_str() {
             "start" => graph
                 .invoke(&runtime, "job-1", Job::default())
                 .await
                 .unwrap(),
-            "recover" => graph.recover(&runtime, "job-1").await.unwrap(),
-            "resume" => graph.resume(&runtime, "job-1", true).await.unwrap(),
+            "recover" => graph
+                .recover(&runtime, "job-1")
+                .wait_if_busy(patience)
+                .await
+                .unwrap(),
+            "resume" => graph
+                .resume(&runtime, "job-1", true)
+                .wait_if_busy(patience)
+                .await
+                .unwrap(),
             "signal" => {
                 runtime.signal("job-1", "note", "signed").await.unwrap();
                 println!("SIGNALLED");

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loomflow::runtime::{
-    Checkpoint, JournalKey, RunStatus, SignalPush, SqliteOptions, SqliteStore, Store, StoreError,
-    StoredSignal,
+    Checkpoint, Claim, JournalKey, RunStatus, SignalPush, SqliteOptions, SqliteStore, Store,
+    StoreError, StoredSignal,
 };
 use loomflow::{Runtime, RuntimeError};
 use serde_json::json;
@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [2]);
+    assert_eq!(versions, [3]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,43 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
+    let db = TempDb::new("v2");
+    let store = SqliteStore::open(db.path()).unwrap();
+    let cp = Checkpoint::new(
+        "t",
+        1,
+        "",
+        0,
+        RunStatus::Running,
+        json!({"state": {"kept": 1}}),
+    );
+    store.put_checkpoint(cp).await.unwrap();
+    drop(store);
+    // Take the file back to what version 2 wrote.
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch("DROP TABLE runs; UPDATE meta SET schema_version = 2;")
+        .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(db.path()).unwrap();
+    let latest = store.latest_checkpoint("t", "").await.unwrap().unwrap();
+    assert_eq!(latest.state(), &json!({"kept": 1}));
+    assert_eq!(
+        store.claim("t", "me", u64::MAX / 4, 1).await.unwrap(),
+        Claim::Claimed,
+        "the runs table is there"
+    );
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

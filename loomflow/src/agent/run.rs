@@ -307,9 +307,14 @@ impl Agent {
     /// Carries a suspended or crashed run of `session` on: after a tool approval was
     /// decided, after the signal it waits for was sent, or after a restart.
     ///
+    /// Like [`CompiledGraph::recover`](crate::CompiledGraph::recover), which it uses, it
+    /// claims the session's run first: while another process carries the run on it fails
+    /// with [`RunError::Busy`] (as
+    /// [`Error::Run`]) instead of running it a second time.
+    ///
     /// # Errors
     ///
-    /// An unknown session; a failed run's error; a timeout.
+    /// An unknown session; a busy one; a failed run's error; a timeout.
     pub async fn resume(&self, session: &str) -> Result<RunResult> {
         let _turn = self.turn(session).await;
         let run = self.graph.recover(&self.runtime, session);

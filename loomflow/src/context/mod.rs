@@ -16,6 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::event::{Event, EventKind};
 use crate::graph::namespace::Namespace;
 use crate::graph::{BoxError, RunError};
+use crate::runtime::claim::RunClaim;
 use crate::runtime::{Durability, Interrupt, JournalKey, Runtime};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -32,6 +33,8 @@ pub(crate) struct RunShared {
     pub(crate) namespace: Namespace,
     /// The run's durability mode (the runtime's, or the run's own override).
     pub(crate) durability: Durability,
+    /// The claim every write of the run is made under.
+    pub(crate) claim: RunClaim,
     /// Keeps the thread's signal session open while the run lives (top-level runs only).
     pub(crate) _session: Option<crate::runtime::SessionGuard>,
 }
@@ -168,6 +171,11 @@ impl Context {
     /// The run's durability mode, which a subgraph run started by this node keeps.
     pub(crate) fn durability(&self) -> Durability {
         self.run.durability
+    }
+
+    /// The run's claim, which a subgraph run started by this node executes under.
+    pub(crate) fn claim(&self) -> &RunClaim {
+        &self.run.claim
     }
 
     /// The resume value this node could not use, if any (taken by the executor after the
@@ -331,10 +339,17 @@ impl Context {
     /// when recovering from a crash) the recorded value is returned and `f` is not called.
     /// A failing `f` records nothing, so a retry calls it again.
     ///
+    /// "Once" holds across processes: the run executes under a claim that at most one
+    /// execution holds at a time, `f` is called only while this one holds it, and its result
+    /// is journaled under the claim. If the claim was lost meanwhile (this process stalled
+    /// past its lease and another took the run over), the result is not recorded and the
+    /// step returns that error instead of the value.
+    ///
     /// # Errors
     ///
     /// [`RunError::StepFailed`] with `f`'s error (any error type, or a `String`); a store
-    /// failure; a recorded value that no longer deserializes into `T`.
+    /// failure, including [`StoreError::LeaseLost`](crate::runtime::StoreError::LeaseLost)
+    /// when the run's claim was lost; a recorded value that no longer deserializes into `T`.
     ///
     /// # Examples
     ///
@@ -363,6 +378,8 @@ impl Context {
                 RunError::json(format!("journaled step {name} of node {}", self.node), e)
             });
         }
+        // Not acting on the world for a run that is no longer ours.
+        self.run.claim.ensure_held().await?;
         let value = match f().await {
             Ok(value) => value,
             // The step's work suspended the node (an approval inside a tool call): that is
@@ -383,7 +400,7 @@ impl Context {
         let json = serde_json::to_value(&value).map_err(|e| {
             RunError::json(format!("result of step {name} of node {}", self.node), e)
         })?;
-        store.put_journal(key, json).await?;
+        self.run.claim.put_journal(key, json).await?;
         Ok(value)
     }
 

@@ -78,6 +78,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
         Box::pin(async move {
             let ctx = self.ctx;
             let name = self.name;
+            let mut details = self.details;
             let key = ctx.journal_key(&format!("signal:{name}"));
             let runtime = ctx.runtime();
             let session = ctx.thread();
@@ -85,42 +86,62 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             if let Some(recorded) = runtime.store().get_journal(&key).await? {
                 return Ok(decode(session, &name, recorded)?);
             }
-            if self.suspend {
-                match runtime.receive_now(session, &name, self.scope).await? {
-                    Some(received) => {
-                        return accept(ctx, &name, received, key, self.scope).await;
+            let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+            let mut announced = false;
+            // Each pass takes the next payload; one that another process consumed first
+            // (it was in this mailbox too) is dropped, and the wait goes on.
+            loop {
+                if self.suspend {
+                    match runtime.receive_now(session, &name, self.scope).await? {
+                        Some(received) => {
+                            if let Some(value) =
+                                accept(ctx, &name, received, &key, self.scope).await?
+                            {
+                                return Ok(value);
+                            }
+                            continue;
+                        }
+                        None => return Err(ctx.suspend_for_signal_with(&name, details.take())),
                     }
-                    None => return Err(ctx.suspend_for_signal_with(&name, self.details)),
+                }
+                let timeout =
+                    deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+                // Registered first, so that whoever sees the event finds the waiter in line.
+                let wait = runtime
+                    .start_wait(session, &name, timeout, self.scope)
+                    .await?;
+                if !announced {
+                    announced = true;
+                    ctx.run.emit(
+                        ctx.step,
+                        Some(&ctx.node),
+                        EventKind::Wait {
+                            signal: name.clone(),
+                            timeout_ms: self
+                                .timeout
+                                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                        },
+                    );
+                }
+                let received = runtime.finish_wait(wait).await?;
+                if let Some(value) = accept(ctx, &name, received, &key, self.scope).await? {
+                    return Ok(value);
                 }
             }
-            // Registered first, so that whoever sees the event finds the waiter in line.
-            let wait = runtime
-                .start_wait(session, &name, self.timeout, self.scope)
-                .await?;
-            ctx.run.emit(
-                ctx.step,
-                Some(&ctx.node),
-                EventKind::Wait {
-                    signal: name.clone(),
-                    timeout_ms: self
-                        .timeout
-                        .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-                },
-            );
-            let received = runtime.finish_wait(wait).await?;
-            accept(ctx, &name, received, key, self.scope).await
         })
     }
 }
 
-/// Types a received payload and journals its consumption; gives it back on failure.
+/// Types a received payload and consumes it under the run's claim, journaling it; gives it
+/// back on failure. `None` when another consumer had already taken it from the store: the
+/// payload is not this node's, and the caller looks for the next one.
 async fn accept<T: DeserializeOwned>(
     ctx: &Context,
     name: &str,
     received: Entry,
-    key: JournalKey,
+    key: &JournalKey,
     scope: Scope,
-) -> Result<T> {
+) -> Result<Option<T>> {
     let runtime = ctx.runtime();
     let session = ctx.thread();
     let value = match decode::<T>(session, name, received.payload.clone()) {
@@ -130,14 +151,26 @@ async fn accept<T: DeserializeOwned>(
             return Err(error.into());
         }
     };
-    if let Err(error) = runtime
-        .consume(session, received.seq, key, received.payload.clone())
-        .await
-    {
-        runtime.give_back(session, name, received, scope);
-        return Err(error.into());
+    let journal = (key.clone(), received.payload.clone());
+    let consumed = match received.seq {
+        Some(seq) => ctx.claim().take_signal(session, seq, journal).await,
+        None => ctx
+            .claim()
+            .put_journal(journal.0, journal.1)
+            .await
+            .map(|()| true),
+    };
+    match consumed {
+        Ok(true) => Ok(Some(value)),
+        Ok(false) => {
+            tracing::debug!(%session, %name, seq = ?received.seq, "signal was consumed elsewhere; looking for the next");
+            Ok(None)
+        }
+        Err(error) => {
+            runtime.give_back(session, name, received, scope);
+            Err(error.into())
+        }
     }
-    Ok(value)
 }
 
 impl Context {
@@ -233,11 +266,11 @@ impl Context {
         if let Some(recorded) = runtime.store().get_journal(&key).await? {
             return Ok(Some(decode(session, name, recorded)?));
         }
-        match runtime.receive_now(session, name, Scope::User).await? {
-            Some(received) => accept(self, name, received, key, Scope::User)
-                .await
-                .map(Some),
-            None => Ok(None),
+        while let Some(received) = runtime.receive_now(session, name, Scope::User).await? {
+            if let Some(value) = accept(self, name, received, &key, Scope::User).await? {
+                return Ok(Some(value));
+            }
         }
+        Ok(None)
     }
 }

@@ -275,6 +275,18 @@ pub enum RunError {
         /// What changed: `removed: edge a -> b`, `added: node c`, ….
         changes: Vec<String>,
     },
+    /// Another execution, in this process or another, is carrying the thread's run on: it
+    /// holds the run's claim. Nothing was read or written. Try again later, or ask the run to
+    /// wait for the claim with [`RunBuilder::wait_if_busy`](crate::RunBuilder::wait_if_busy).
+    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::claim::Utc(*until))]
+    Busy {
+        /// The thread.
+        thread: String,
+        /// Who holds the claim: the process id, a random part and an execution number.
+        owner: String,
+        /// When the holder's lease expires unless it renews it (it renews while it runs).
+        until: std::time::SystemTime,
+    },
     /// The task driving the run stopped before it finished (it was aborted or panicked).
     #[error("run on thread {thread} was cancelled")]
     Cancelled {
@@ -345,6 +357,15 @@ impl From<RuntimeError> for RunError {
             RuntimeError::Store(e) => Self::Store(e),
             RuntimeError::Signal(e) => Self::Signal(e),
             RuntimeError::Json { what, source } => Self::Json { what, source },
+            RuntimeError::Busy {
+                thread,
+                owner,
+                until,
+            } => Self::Busy {
+                thread,
+                owner,
+                until,
+            },
             RuntimeError::UnknownCheckpoint { thread, checkpoint } => Self::UnknownThread {
                 thread: format!("{thread} (checkpoint {checkpoint})"),
             },

@@ -4,6 +4,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 use futures_core::Stream;
 use tokio::sync::mpsc;
@@ -127,6 +128,7 @@ pub struct RunBuilder<S> {
     recursion_limit: Option<u64>,
     durability: Option<Durability>,
     allow_graph_change: bool,
+    wait_if_busy: Option<Duration>,
 }
 
 impl<S> std::fmt::Debug for RunBuilder<S> {
@@ -136,6 +138,7 @@ impl<S> std::fmt::Debug for RunBuilder<S> {
             .field("thread", &self.thread)
             .field("recursion_limit", &self.recursion_limit)
             .field("durability", &self.durability)
+            .field("wait_if_busy", &self.wait_if_busy)
             .finish_non_exhaustive()
     }
 }
@@ -155,6 +158,7 @@ impl<S: State> RunBuilder<S> {
             recursion_limit: None,
             durability: None,
             allow_graph_change: false,
+            wait_if_busy: None,
         }
     }
 
@@ -179,6 +183,19 @@ impl<S: State> RunBuilder<S> {
         self
     }
 
+    /// When another execution holds the thread's run, waits up to `max` for it to let go
+    /// (polling with a short backoff), then runs from wherever that execution left the run:
+    /// a caller that loses the race gets the current outcome instead of
+    /// [`RunError::Busy`].
+    ///
+    /// Without it (the default), a busy thread fails the run at once with
+    /// [`RunError::Busy`]. A holder that crashed lets go when its lease expires (see
+    /// [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease)).
+    pub fn wait_if_busy(mut self, max: Duration) -> Self {
+        self.wait_if_busy = Some(max);
+        self
+    }
+
     fn into_execution(self, events: Option<mpsc::UnboundedSender<Event>>) -> Execution<S> {
         let limit = self
             .recursion_limit
@@ -194,6 +211,8 @@ impl<S: State> RunBuilder<S> {
             recursion_limit: limit,
             durability,
             allow_graph_change: self.allow_graph_change,
+            claim: None,
+            wait_if_busy: self.wait_if_busy,
         }
     }
 
@@ -250,6 +269,10 @@ impl<S: State> RunHandle<S> {
     }
 
     /// Stops the run at its next await point.
+    ///
+    /// The run lets go of its claim on the thread as its task is torn down, which happens
+    /// shortly after this returns: a start or recover on the same thread issued right away
+    /// may still find it busy (use [`RunBuilder::wait_if_busy`]).
     pub fn abort(&self) {
         self.task.abort();
     }
@@ -336,7 +359,8 @@ impl<S: State> CompiledGraph<S> {
     /// `value`, deserialized into the type it asks for. Siblings that finished in the
     /// suspended superstep are not run again. Configure or `.await` the returned builder.
     ///
-    /// Errors surface when the run is awaited: [`RunError::UnknownThread`],
+    /// Errors surface when the run is awaited: [`RunError::Busy`] (another execution holds
+    /// the run; see [`recover`](Self::recover)), [`RunError::UnknownThread`],
     /// [`RunError::NotInterrupted`], [`RunError::AmbiguousResume`] (several interrupts are
     /// pending: use [`resume_with`](Self::resume_with)), [`RunError::UnserializableResume`]
     /// (`value` does not serialize), [`RunError::ResumeValue`] (it does not deserialize into
@@ -385,9 +409,54 @@ impl<S: State> CompiledGraph<S> {
     }
 
     /// Carries on a thread's newest run from its newest checkpoint: after a crash, after a
-    /// failed step (which is retried), or on a thread forked with
-    /// [`Runtime::fork`](crate::Runtime::fork). A completed run returns its final state; an
-    /// interrupted one returns its pending interrupts without running anything.
+    /// failed step (which is retried), on a thread forked with
+    /// [`Runtime::fork`](crate::Runtime::fork), or once the signal a suspended run waits
+    /// for has been sent.
+    ///
+    /// Where the run stands decides what happens:
+    /// - completed: returns its final state, running nothing;
+    /// - suspended on a signal wait (`wait_for_signal(..).or_suspend()`): runs the waiting
+    ///   node again, from its start; its wait returns the signal if it has arrived, or the
+    ///   run suspends again;
+    /// - suspended on [`interrupt`](crate::Context::interrupt)s only: returns them, running
+    ///   nothing (answer them with [`resume`](Self::resume));
+    /// - running (its process crashed) or failed: runs on from the newest checkpoint;
+    ///   finished supersteps and journaled steps are not run again.
+    ///
+    /// # Concurrency
+    ///
+    /// At most one execution carries a run on at a time, across processes: a recover (like
+    /// every start and resume) claims the thread before it reads the checkpoint, and holds
+    /// the claim until it stops. When another execution holds it, awaiting the run fails at
+    /// once with [`RunError::Busy`], naming the holder and when its lease ends; with
+    /// [`RunBuilder::wait_if_busy`] it waits for the claim instead and returns the outcome
+    /// the run has reached. So two processes recovering one thread at once never run a
+    /// step twice, pay twice, or both receive one signal. A process that crashed holds its
+    /// claim until its lease expires (see
+    /// [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease), 30 s by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::RunError;
+    /// use loomflow::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let graph = Graph::new("g").node_sync("inc", |n: &mut u64| *n += 1)
+    ///     .edge(START, "inc").edge("inc", END).compile()?;
+    /// let runtime = Runtime::in_memory();
+    /// graph.invoke(&runtime, "t", 1).await?;
+    ///
+    /// match graph.recover(&runtime, "t").await {
+    ///     Ok(outcome) => assert_eq!(outcome.completed()?, 2),
+    ///     Err(RunError::Busy { owner, until, .. }) => println!("{owner} runs it until {until:?}"),
+    ///     Err(other) => return Err(other.into()),
+    /// }
+    /// // Or wait for whoever runs it, and take the outcome it reached:
+    /// let outcome = graph.recover(&runtime, "t").wait_if_busy(Duration::from_secs(60)).await?;
+    /// assert_eq!(outcome.completed()?, 2);
+    /// # Ok(()) }
+    /// ```
     pub fn recover(&self, runtime: &Runtime, thread: impl Into<String>) -> RunBuilder<S> {
         RunBuilder::new(self.clone(), runtime.clone(), thread.into(), Start::Recover)
     }

@@ -91,6 +91,8 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 durability: ctx.durability(),
                 // The parent checked the whole structure, subgraphs included.
                 allow_graph_change: true,
+                claim: Some(ctx.claim().clone()),
+                wait_if_busy: None,
             };
             match execute(execution).await? {
                 RunOutcome::Completed(child) => {

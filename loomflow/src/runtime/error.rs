@@ -22,6 +22,16 @@ pub enum RuntimeError {
         #[source]
         source: serde_json::Error,
     },
+    /// Another execution (in this process or another) holds the thread's run.
+    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::claim::Utc(*until))]
+    Busy {
+        /// The thread.
+        thread: String,
+        /// The holder's owner id (process id, a random part, and an execution number).
+        owner: String,
+        /// When the holder's lease expires, unless it renews it.
+        until: std::time::SystemTime,
+    },
     /// A thread has no checkpoint with that id.
     #[error("thread {thread} has no checkpoint {checkpoint}")]
     UnknownCheckpoint {

@@ -3,6 +3,7 @@
 //! The executor reaches storage only through [`Runtime`]; swapping the store behind it does
 //! not change graph code.
 
+pub(crate) mod claim;
 mod error;
 mod extensions;
 pub mod mailbox;
@@ -18,8 +19,8 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, Interrupt, JournalKey, MemoryStore, RunStatus, SignalPush, Store, StoreError,
-    StoredSignal,
+    Checkpoint, Claim, Interrupt, JournalKey, MemoryStore, RunStatus, SignalPush, Store,
+    StoreError, StoredSignal,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
@@ -53,6 +54,12 @@ struct RuntimeInner {
     signals_loaded: tokio::sync::OnceCell<()>,
     /// State that layers above the runtime attach to it.
     extensions: extensions::Extensions,
+    /// How long a claim on a run lasts without renewal.
+    lease: std::time::Duration,
+    /// This runtime's part of every claim's owner id.
+    owner: String,
+    /// Numbers this runtime's executions, for their owner ids.
+    executions: std::sync::atomic::AtomicU64,
 }
 
 /// Builds a [`Runtime`]; see [`Runtime::builder`].
@@ -62,6 +69,7 @@ pub struct RuntimeBuilder {
     store: Option<Arc<dyn Store>>,
     durability: Option<Durability>,
     signals: MailboxConfig,
+    lease: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -69,6 +77,7 @@ impl std::fmt::Debug for RuntimeBuilder {
         f.debug_struct("RuntimeBuilder")
             .field("durability", &self.durability)
             .field("signals", &self.signals)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +103,23 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long an execution's claim on its run lasts without being renewed (default 30 s).
+    ///
+    /// Every execution of a run (a start, a resume, a recover) claims the run's thread
+    /// first, so that at most one process at a time carries a run on; the claim is renewed
+    /// at every write and by a heartbeat every third of the lease. If the process holding it
+    /// dies, the run stays claimed until the lease expires: only then may another process
+    /// recover it (callers that come sooner get [`RunError::Busy`](crate::RunError::Busy),
+    /// or wait with `wait_if_busy`). A shorter lease lets a crashed run be taken over
+    /// sooner; a process stalled for longer than the lease (a paused VM, a blocked
+    /// executor) loses it, and stops at its next write.
+    ///
+    /// Values under a millisecond are raised to one.
+    pub fn lease(mut self, lease: std::time::Duration) -> Self {
+        self.lease = Some(lease.max(std::time::Duration::from_millis(1)));
+        self
+    }
+
     /// Builds the runtime.
     pub fn build(self) -> Runtime {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
@@ -111,6 +137,9 @@ impl RuntimeBuilder {
                 removals,
                 signals_loaded: tokio::sync::OnceCell::new(),
                 extensions: extensions::Extensions::default(),
+                lease: self.lease.unwrap_or(claim::DEFAULT_LEASE),
+                owner: claim::runtime_owner_id(),
+                executions: std::sync::atomic::AtomicU64::new(1),
             }),
         }
     }
@@ -136,6 +165,7 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("durability", &self.inner.durability)
+            .field("lease", &self.inner.lease)
             .finish_non_exhaustive()
     }
 }
@@ -230,6 +260,12 @@ impl Runtime {
         self.inner.durability
     }
 
+    /// How long an execution's claim on its run lasts without renewal; see
+    /// [`RuntimeBuilder::lease`].
+    pub fn lease(&self) -> std::time::Duration {
+        self.inner.lease
+    }
+
     /// The store behind this runtime.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
@@ -273,16 +309,6 @@ impl Runtime {
             .map_err(RuntimeError::from)
     }
 
-    /// Writes a checkpoint now.
-    pub(crate) async fn put_checkpoint(&self, checkpoint: Checkpoint) -> Result<()> {
-        self.inner
-            .store
-            .put_checkpoint(checkpoint)
-            .await
-            .map(drop)
-            .map_err(RuntimeError::from)
-    }
-
     /// The interrupts a thread's newest run is suspended on (empty when it is not).
     ///
     /// # Errors
@@ -303,8 +329,8 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::UnknownCheckpoint`] when `thread` has no such checkpoint; a store
-    /// failure.
+    /// [`RuntimeError::UnknownCheckpoint`] when `thread` has no such checkpoint;
+    /// [`RuntimeError::Busy`] when a run is executing on `new_thread`; a store failure.
     pub async fn fork(&self, thread: &str, checkpoint_id: u64, new_thread: &str) -> Result<()> {
         let mut checkpoint = self
             .inner
@@ -315,6 +341,9 @@ impl Runtime {
                 thread: thread.to_owned(),
                 checkpoint: checkpoint_id,
             })?;
+        // Written under a claim, like every write of a run: never into a thread that is
+        // executing, and the run number below stays right.
+        let claim = self.claim_run(new_thread, None).await?;
         // A new run of `new_thread`: its journal keys must not meet those of earlier runs
         // there, or their recorded results would be replayed.
         let run = self
@@ -327,6 +356,8 @@ impl Runtime {
         checkpoint.thread = new_thread.to_owned();
         checkpoint.run = run;
         checkpoint.namespace = String::new();
-        self.put_checkpoint(checkpoint).await
+        claim.put_checkpoint(checkpoint).await?;
+        claim.release().await?;
+        Ok(())
     }
 }

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::mailbox::{
     Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
 };
-use super::store::{JournalKey, RunStatus, SignalPush, Store, StoredSignal};
+use super::store::{RunStatus, SignalPush, Store, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -235,21 +235,29 @@ impl Runtime {
         name: &str,
         timeout: Option<Duration>,
     ) -> Result<T> {
-        let entry = self.receive(session, name, timeout, Scope::User).await?;
-        let (value, seq) = self.accept(session, name, entry, Scope::User)?;
-        if let Some(seq) = seq {
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+            let entry = self.receive(session, name, left, Scope::User).await?;
+            let (value, seq) = self.accept(session, name, entry, Scope::User)?;
+            let Some(seq) = seq else { return Ok(value) };
             // Consumed durably before it is handed over: it is not delivered again after a
-            // restart.
-            self.store().take_signal(session, seq, None).await?;
+            // restart, nor to another process that had it in its mailbox too.
+            if self.store().try_take_signal(session, seq).await? {
+                return Ok(value);
+            }
+            tracing::debug!(%session, %name, seq, "signal was consumed elsewhere; waiting for the next");
         }
-        Ok(value)
     }
 
     /// Takes the oldest payload of signal `name` if there is one; never blocks.
     ///
     /// On a durable runtime the payload is taken out of the store in the background; just
     /// after a restart, signals still being loaded from the store are not yet visible here
-    /// (the async calls wait for them).
+    /// (the async calls wait for them). Because it cannot wait for the store, it cannot
+    /// learn that another process on the same store consumed the payload first: where
+    /// several processes receive one signal, use [`wait_for_signal`](Self::wait_for_signal),
+    /// which gives each stored payload to exactly one of them.
     ///
     /// # Errors
     ///
@@ -341,29 +349,6 @@ impl Runtime {
     pub(crate) fn give_back(&self, session: &str, name: &str, entry: Entry, scope: Scope) {
         if let Err(error) = self.mailbox().requeue_front_in(session, name, entry, scope) {
             tracing::error!(%error, %session, %name, "could not put a signal back");
-        }
-    }
-
-    /// Records that a node consumed a payload: journals it (so the node gets it again if it
-    /// re-runs) and, on a durable runtime, removes it from the store in the same transaction.
-    pub(crate) async fn consume(
-        &self,
-        session: &str,
-        received_seq: Option<u64>,
-        key: JournalKey,
-        payload: Value,
-    ) -> Result<()> {
-        match received_seq {
-            Some(seq) => self
-                .store()
-                .take_signal(session, seq, Some((key, payload)))
-                .await
-                .map_err(RuntimeError::from),
-            None => self
-                .store()
-                .put_journal(key, payload)
-                .await
-                .map_err(RuntimeError::from),
         }
     }
 

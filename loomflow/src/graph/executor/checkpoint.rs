@@ -16,7 +16,8 @@ use crate::context::RunShared;
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
-use crate::runtime::{Checkpoint, Durability, Interrupt, RunStatus, Runtime};
+use crate::runtime::claim::RunClaim;
+use crate::runtime::{Checkpoint, Durability, Interrupt, RunStatus};
 
 /// The finished copy of the state of a node whose siblings suspended: it is merged when the
 /// step completes on resume, and the node is not run again.
@@ -204,9 +205,10 @@ impl<'a> RunKey<'a> {
 }
 
 /// Writes checkpoints as the durability mode asks: in line (`Sync`), or in order through a
-/// background task (`Async`) that [`finish`](CheckpointWriter::finish) waits for.
+/// background task (`Async`) that [`finish`](CheckpointWriter::finish) waits for. Both under
+/// the run's claim.
 pub(super) enum CheckpointWriter {
-    Direct(Runtime),
+    Direct(RunClaim),
     Background {
         queue: Option<UnboundedSender<Checkpoint>>,
         task: Option<tokio::task::JoinHandle<Result<()>>>,
@@ -214,15 +216,15 @@ pub(super) enum CheckpointWriter {
 }
 
 impl CheckpointWriter {
-    pub(super) fn new(runtime: &Runtime, durability: Durability) -> Self {
+    pub(super) fn new(claim: &RunClaim, durability: Durability) -> Self {
         if durability != Durability::Async {
-            return Self::Direct(runtime.clone());
+            return Self::Direct(claim.clone());
         }
         let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Checkpoint>();
-        let runtime = runtime.clone();
+        let claim = claim.clone();
         let task = tokio::spawn(async move {
             while let Some(cp) = rx.recv().await {
-                runtime.put_checkpoint(cp).await?;
+                claim.put_checkpoint(cp).await?;
             }
             Ok(())
         });
@@ -234,7 +236,7 @@ impl CheckpointWriter {
 
     pub(super) async fn write(&mut self, cp: Checkpoint) -> Result<()> {
         match self {
-            Self::Direct(runtime) => Ok(runtime.put_checkpoint(cp).await?),
+            Self::Direct(claim) => claim.put_checkpoint(cp).await.map(drop).map_err(Into::into),
             Self::Background { queue, .. } => {
                 if let Some(queue) = queue {
                     // A send fails only if the writer stopped on an error, which `finish` reports.

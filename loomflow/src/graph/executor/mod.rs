@@ -29,7 +29,8 @@ use crate::graph::compiled::{CompiledGraph, CompiledInner};
 use crate::graph::error::RunError;
 use crate::graph::namespace::Namespace;
 use crate::graph::run::RunOutcome;
-use crate::runtime::{Durability, RunStatus, Runtime};
+use crate::runtime::claim::RunClaim;
+use crate::runtime::{Checkpoint, Durability, RunStatus, Runtime};
 
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
 use locate::{Located, locate};
@@ -69,6 +70,11 @@ pub(crate) struct Execution<S> {
     pub(crate) durability: Durability,
     /// Carry on from a checkpoint written by a graph of another structure.
     pub(crate) allow_graph_change: bool,
+    /// The claim the run executes under: the parent's for a subgraph; `None` for a
+    /// top-level run, which claims its thread itself.
+    pub(crate) claim: Option<RunClaim>,
+    /// How long a top-level run waits for a busy thread's claim; `None`: not at all.
+    pub(crate) wait_if_busy: Option<std::time::Duration>,
 }
 
 /// Where the loop picks up.
@@ -94,10 +100,39 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
         thread = %execution.thread,
         namespace = %execution.namespace,
     );
-    run_supersteps(execution).instrument(span).await
+    claimed(execution).instrument(span).await
 }
 
-async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
+/// Runs under the execution's claim: a top-level run claims its thread before it reads
+/// anything and releases it when it stops; a subgraph uses its parent's. Once the claim is
+/// lost (another execution took the run over), the run ends with that error whatever it was
+/// doing, having written nothing since.
+async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>> {
+    let (claim, top_level) = match execution.claim.take() {
+        Some(parent) => (parent, false),
+        None => {
+            let claim = execution
+                .runtime
+                .claim_run(&execution.thread, execution.wait_if_busy)
+                .await?;
+            (claim, true)
+        }
+    };
+    let result = run_supersteps(execution, claim.clone()).await;
+    if claim.is_lost() {
+        return Err(claim.lost_error().into());
+    }
+    if top_level && let Err(error) = claim.release().await {
+        // The outcome stands; the lease runs out on its own.
+        tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+    }
+    result
+}
+
+async fn run_supersteps<S: State>(
+    execution: Execution<S>,
+    claim: RunClaim,
+) -> Result<RunOutcome<S>> {
     let Execution {
         graph,
         thread,
@@ -108,6 +143,8 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         recursion_limit,
         durability,
         allow_graph_change,
+        claim: _,
+        wait_if_busy: _,
     } = execution;
     let g = &*graph.inner;
     runtime.load_stored_signals().await?;
@@ -141,10 +178,11 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
         events,
         namespace,
         durability,
+        claim,
         _session: session,
     });
     let key = RunKey::of(&shared);
-    let mut writer = CheckpointWriter::new(&shared.runtime, durability);
+    let mut writer = CheckpointWriter::new(&shared.claim, durability);
     // Whether the newest checkpoint written says the run completed; a run that ends without
     // one (an `Exit` run, or one with nothing to run) gets it at the end.
     let mut completed_written = false;
@@ -191,7 +229,7 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
                     .suspended(&pending_writes, &interrupts, &resume_values);
                 let cp = key.checkpoint(g, step - 1, RunStatus::Interrupted, &snapshot)?;
                 // Suspension always reaches the store before we return: the process may exit.
-                shared.runtime.put_checkpoint(cp).await?;
+                put_last(&shared, cp).await?;
                 for interrupt in &interrupts {
                     shared.emit(
                         step,
@@ -255,7 +293,7 @@ async fn run_supersteps<S: State>(execution: Execution<S>) -> Result<RunOutcome<
     if !completed_written {
         let snapshot = SnapshotRef::new(g, &state, &[]);
         let cp = key.checkpoint(g, step, RunStatus::Completed, &snapshot)?;
-        shared.runtime.put_checkpoint(cp).await?;
+        put_last(&shared, cp).await?;
     }
     shared.emit(step, None, EventKind::Done);
     Ok(RunOutcome::Completed(state))
@@ -278,10 +316,21 @@ async fn fail<S: State>(
         let snapshot = SnapshotRef::new(g, &state, active);
         let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
         cp.error = Some(message.clone());
-        shared.runtime.put_checkpoint(cp).await?;
+        put_last(shared, cp).await?;
     }
     shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
+}
+
+/// Writes the checkpoint that ends an execution. A top-level run lets its claim go in the
+/// same write; a subgraph's claim is its parent's, which carries on.
+async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
+    if shared.namespace.is_root() {
+        shared.claim.put_last_checkpoint(cp).await?;
+    } else {
+        shared.claim.put_checkpoint(cp).await?;
+    }
+    Ok(())
 }
 
 /// Displays an error with its chain of sources.

@@ -16,6 +16,8 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test kit: failures panic
 
+mod claims;
+
 use std::sync::Arc;
 
 use serde_json::json;
@@ -52,13 +54,18 @@ pub async fn run_all(store: &dyn Store) {
     idempotency_keys_are_remembered_after_consumption(store).await;
     checkpoints_are_kept_per_thread(store).await;
     signals_are_taken_only_by_their_session(store).await;
+    claims::claims_are_exclusive_until_expiry_or_release(store).await;
+    claims::writes_under_a_claim_are_fenced(store).await;
+    claims::the_last_checkpoint_releases_the_claim(store).await;
+    claims::signals_taken_under_a_claim_go_to_one_consumer(store).await;
 }
 
 /// Runs [`run_all`], and checks that many writers at once lose nothing.
 pub async fn run_all_concurrent(store: Arc<dyn Store>) {
     run_all(&*store).await;
     concurrent_writers(Arc::clone(&store)).await;
-    concurrent_duplicate_sends_store_one(store).await;
+    concurrent_duplicate_sends_store_one(Arc::clone(&store)).await;
+    claims::concurrent_claims_have_one_winner(store).await;
 }
 
 async fn checkpoints_round_trip(store: &dyn Store) {
@@ -482,4 +489,6 @@ pub async fn check_reopen<S: Store>(open: impl Fn() -> S) {
         SignalPush::Duplicate,
         "keys survive reopen"
     );
+    drop(store);
+    claims::check_reopen_claims(&open).await;
 }

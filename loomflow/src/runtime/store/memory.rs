@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::{Checkpoint, JournalKey, SignalPush, Store, StoreError, StoredSignal};
+use super::{Checkpoint, Claim, JournalKey, SignalPush, Store, StoreError, StoredSignal};
 use futures_util::future::BoxFuture;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
@@ -24,6 +24,57 @@ struct Inner {
     signals: BTreeMap<u64, StoredSignal>,
     /// (session, name, key) of every signal stored with a key.
     keys: HashSet<(String, String, String)>,
+    /// Each thread's current run and its lease.
+    runs: HashMap<String, RunRow>,
+}
+
+/// A thread's current run, as the SQLite store's `runs` table keeps it.
+#[derive(Debug, Default)]
+#[allow(dead_code)] // `run` and `status` are kept for run queries, which come with the worker
+struct RunRow {
+    run: u64,
+    status: Option<&'static str>,
+    owner: Option<String>,
+    until_ms: u64,
+    attempts: u64,
+}
+
+impl Inner {
+    /// Checks that `owner` holds `thread` and extends its lease: the first half of every
+    /// write under a claim.
+    fn fence(&mut self, thread: &str, owner: &str, until_ms: u64) -> Result<(), StoreError> {
+        match self.runs.get_mut(thread) {
+            Some(row) if row.owner.as_deref() == Some(owner) => {
+                row.until_ms = until_ms;
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost {
+                thread: thread.to_owned(),
+                owner: owner.to_owned(),
+            }),
+        }
+    }
+
+    fn insert_checkpoint(&mut self, mut checkpoint: Checkpoint) -> u64 {
+        self.next_id += 1;
+        checkpoint.id = self.next_id;
+        let id = checkpoint.id;
+        self.checkpoints
+            .entry(checkpoint.thread.clone())
+            .or_default()
+            .push(checkpoint);
+        id
+    }
+
+    /// Removes a pending signal; says whether it was there.
+    fn take(&mut self, session: &str, seq: u64) -> bool {
+        if self.signals.get(&seq).is_some_and(|s| s.session == session) {
+            self.signals.remove(&seq);
+            true
+        } else {
+            false
+        }
+    }
 }
 
 impl MemoryStore {
@@ -47,18 +98,11 @@ impl Store for MemoryStore {
         false
     }
 
-    fn put_checkpoint(&self, mut checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
-        ready(self.lock().map(|mut inner| {
-            inner.next_id += 1;
-            checkpoint.id = inner.next_id;
-            let id = checkpoint.id;
-            inner
-                .checkpoints
-                .entry(checkpoint.thread.clone())
-                .or_default()
-                .push(checkpoint);
-            id
-        }))
+    fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
+        ready(
+            self.lock()
+                .map(|mut inner| inner.insert_checkpoint(checkpoint)),
+        )
     }
 
     fn latest_checkpoint<'a>(
@@ -136,13 +180,7 @@ impl Store for MemoryStore {
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         ready(self.lock().map(|mut inner| {
-            if inner
-                .signals
-                .get(&seq)
-                .is_some_and(|s| s.session == session)
-            {
-                inner.signals.remove(&seq);
-            }
+            inner.take(session, seq);
             if let Some((key, value)) = journal {
                 inner.journal.entry(key).or_insert(value);
             }
@@ -154,5 +192,135 @@ impl Store for MemoryStore {
             self.lock()
                 .map(|inner| inner.signals.values().cloned().collect()),
         )
+    }
+
+    fn claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        ready(self.lock().map(|mut inner| {
+            let row = inner.runs.entry(thread.to_owned()).or_default();
+            match &row.owner {
+                Some(holder) if holder != owner && row.until_ms > now_ms => Claim::Busy {
+                    owner: holder.clone(),
+                    until_ms: row.until_ms,
+                },
+                holder => {
+                    if holder.as_deref() != Some(owner) {
+                        row.attempts += 1;
+                    }
+                    row.owner = Some(owner.to_owned());
+                    row.until_ms = lease_until_ms;
+                    Claim::Claimed
+                }
+            }
+        }))
+    }
+
+    fn release<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ready(self.lock().map(|mut inner| {
+            if let Some(row) = inner.runs.get_mut(thread)
+                && row.owner.as_deref() == Some(owner)
+            {
+                row.owner = None;
+                row.until_ms = 0;
+            }
+        }))
+    }
+
+    fn renew_claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ready(
+            self.lock()
+                .and_then(|mut inner| inner.fence(thread, owner, lease_until_ms)),
+        )
+    }
+
+    fn put_checkpoint_claimed<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        ready(self.lock().and_then(|mut inner| {
+            inner.fence(&checkpoint.thread, owner, lease_until_ms)?;
+            if checkpoint.namespace.is_empty()
+                && let Some(row) = inner.runs.get_mut(&checkpoint.thread)
+            {
+                row.run = checkpoint.run;
+                row.status = Some(checkpoint.status.as_str());
+            }
+            Ok(inner.insert_checkpoint(checkpoint))
+        }))
+    }
+
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        ready(self.lock().and_then(|mut inner| {
+            inner.fence(&checkpoint.thread, owner, 0)?;
+            if let Some(row) = inner.runs.get_mut(&checkpoint.thread) {
+                if checkpoint.namespace.is_empty() {
+                    row.run = checkpoint.run;
+                    row.status = Some(checkpoint.status.as_str());
+                }
+                row.owner = None;
+            }
+            Ok(inner.insert_checkpoint(checkpoint))
+        }))
+    }
+
+    fn put_journal_claimed<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ready(self.lock().and_then(|mut inner| {
+            inner.fence(&key.thread, owner, lease_until_ms)?;
+            inner.journal.entry(key).or_insert(value);
+            Ok(())
+        }))
+    }
+
+    fn take_signal_claimed<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: (JournalKey, Value),
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        ready(self.lock().and_then(|mut inner| {
+            let (key, value) = journal;
+            inner.fence(&key.thread, owner, lease_until_ms)?;
+            let taken = inner.take(session, seq);
+            if taken {
+                inner.journal.entry(key).or_insert(value);
+            }
+            Ok(taken)
+        }))
+    }
+
+    fn try_take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        ready(self.lock().map(|mut inner| inner.take(session, seq)))
     }
 }

@@ -6,7 +6,9 @@
 //! - **journal entries**: results of side effects run through `ctx.step`, keyed by
 //!   [`JournalKey`];
 //! - **signals**: payloads sent to a session and not yet consumed;
-//! - nothing else: runs are numbered through their checkpoints.
+//! - **runs**: one row per thread for its current run, holding the lease (owner and expiry)
+//!   that lets at most one execution at a time carry the run on (see [`Store::claim`]).
+//!   Runs are numbered through their checkpoints.
 //!
 //! Backends: [`MemoryStore`] here, `SqliteStore` (feature `sqlite`) behind
 //! `Runtime::sqlite`. The `conformance` module (feature `test-util`) is one test suite every
@@ -289,6 +291,31 @@ pub enum StoreError {
     /// The store was closed.
     #[error("store is closed")]
     Closed,
+    /// A write under a claim found that `owner` no longer holds the thread's lease (it
+    /// expired and another execution claimed the run, or it was released): nothing was
+    /// written.
+    #[error("lease on thread {thread} was lost by {owner}; nothing was written")]
+    LeaseLost {
+        /// The thread.
+        thread: String,
+        /// The execution that lost it.
+        owner: String,
+    },
+}
+
+/// What [`Store::claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Claim {
+    /// The caller holds the thread's lease until the time it asked for.
+    Claimed,
+    /// Another execution holds it.
+    Busy {
+        /// Who holds it.
+        owner: String,
+        /// Until when, in milliseconds since the Unix epoch, unless renewed.
+        until_ms: u64,
+    },
 }
 
 /// Storage for runs: checkpoints, journal entries and signals.
@@ -352,4 +379,113 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every stored, unconsumed signal, oldest first.
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>>;
+
+    // Claims: at most one execution at a time per thread. Each of these methods runs as one
+    // transaction, so that checking the lease and writing cannot be split by another process.
+
+    /// Claims `thread`'s run for `owner` until `lease_until_ms` (ms since the Unix epoch).
+    ///
+    /// Succeeds when the thread has no run row yet, when nobody holds it, when the holder's
+    /// lease expired by `now_ms`, or when `owner` already holds it (then it renews); otherwise
+    /// returns who holds it and until when. A claim taken over from another owner counts one
+    /// more attempt.
+    fn claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>>;
+
+    /// Lets `thread`'s run go, if `owner` holds it; does nothing otherwise.
+    fn release<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Extends `owner`'s lease on `thread` to `lease_until_ms`: a heartbeat.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`] when `owner` no longer holds it.
+    fn renew_claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// [`put_checkpoint`](Self::put_checkpoint) under a claim: in one transaction, checks
+    /// that `owner` still holds the checkpoint's thread, extends the lease to
+    /// `lease_until_ms`, records the run's number and status on its run row (for a top-level
+    /// checkpoint, namespace `""`), and saves the checkpoint.
+    ///
+    /// Holding means being the owner on record, expired or not: a lease is lost only when
+    /// another execution claimed the run, or it was released.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is written, when `owner` does not hold it.
+    fn put_checkpoint_claimed<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// [`put_checkpoint_claimed`](Self::put_checkpoint_claimed) for an execution's last
+    /// write: in the same transaction, releases the claim as [`release`](Self::release)
+    /// does, so that stopping costs no commit of its own.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is written, when `owner` does not hold it.
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// [`put_journal`](Self::put_journal) under a claim on the key's thread (checked and
+    /// renewed as in [`put_checkpoint_claimed`](Self::put_checkpoint_claimed)).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is written, when `owner` does not hold it.
+    fn put_journal_claimed<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Consumes a stored signal for a node of a claimed run: in one transaction, checks and
+    /// renews the claim on the journal key's thread, then takes the signal and journals it
+    /// if it is still pending.
+    ///
+    /// Returns whether it was: `false` means another consumer (another process on the same
+    /// store) took it first, and nothing was journaled: the caller must not use the payload.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is taken or written, when `owner` does not
+    /// hold the claim.
+    fn take_signal_claimed<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: (JournalKey, Value),
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Consumes a stored signal outside any run (a runtime-level receive); returns whether
+    /// it was still pending: `false` means another consumer took it first.
+    fn try_take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }

@@ -2,12 +2,13 @@
 //!
 //! # Layout
 //!
-//! Four tables: `meta` (the schema version), `checkpoints` (one row per superstep: the
+//! Five tables: `meta` (the schema version), `checkpoints` (one row per superstep: the
 //! columns queries filter on, the error of a failed run, and the executor's snapshot as one
-//! opaque JSON `body`), `journal`
-//! (results of journaled steps; the first value written for a key wins) and `signals`
+//! opaque JSON `body`), `journal` (results of journaled steps; the first value written for a
+//! key wins), `signals`
 //! (pending signals, and consumed ones with an idempotency key for an hour so that a
-//! retried send is recognised).
+//! retried send is recognised) and `runs` (one row per thread: its current run and the
+//! lease of the execution carrying it on; see `runs.rs`).
 //!
 //! # Threads
 //!
@@ -19,6 +20,7 @@
 
 mod reader;
 mod rows;
+mod runs;
 mod schema;
 mod writer;
 
@@ -36,7 +38,7 @@ use self::rows::{
     transpose,
 };
 use self::writer::{CheckpointRow, Op, Outcome, Request, SignalRow, Writer};
-use super::{Checkpoint, JournalKey, SignalPush, Store, StoreError, StoredSignal};
+use super::{Checkpoint, Claim, JournalKey, SignalPush, Store, StoreError, StoredSignal};
 use futures_util::future::BoxFuture;
 
 /// How hard SQLite works to get each commit onto the disk (its `synchronous` setting).
@@ -259,19 +261,22 @@ impl SqliteStore {
     }
 }
 
+/// A checkpoint's row: the columns queries filter on, the error, and the body.
+fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, StoreError> {
+    Ok(CheckpointRow {
+        run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
+        step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
+        status: checkpoint.status.as_str(),
+        body: to_json(&checkpoint.body, &checkpoint.thread)?,
+        thread: checkpoint.thread.clone(),
+        namespace: checkpoint.namespace.clone(),
+        error: checkpoint.error.clone(),
+    })
+}
+
 impl Store for SqliteStore {
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
-        let row = (|| {
-            Ok(CheckpointRow {
-                run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
-                step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
-                status: checkpoint.status.as_str(),
-                body: to_json(&checkpoint.body, &checkpoint.thread)?,
-                thread: checkpoint.thread.clone(),
-                namespace: checkpoint.namespace.clone(),
-                error: checkpoint.error.clone(),
-            })
-        })();
+        let row = checkpoint_row(&checkpoint);
         let thread = checkpoint.thread;
         match row {
             Err(e) => Box::pin(std::future::ready(Err(e))),
@@ -485,6 +490,79 @@ impl Store for SqliteStore {
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(rows.into_iter().collect())
         })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        self.claim_run(thread, owner, lease_until_ms, now_ms)
+    }
+
+    fn release<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.release_run(thread, owner)
+    }
+
+    fn renew_claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.renew_run(thread, owner, lease_until_ms)
+    }
+
+    fn put_checkpoint_claimed<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.put_checkpoint_fenced(checkpoint, owner, Some(lease_until_ms))
+    }
+
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.put_checkpoint_fenced(checkpoint, owner, None)
+    }
+
+    fn put_journal_claimed<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.put_journal_fenced(key, &value, owner, lease_until_ms)
+    }
+
+    fn take_signal_claimed<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: (JournalKey, Value),
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.take_signal_fenced(session, seq, journal, owner, lease_until_ms)
+    }
+
+    fn try_take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.try_take(session, seq)
     }
 }
 

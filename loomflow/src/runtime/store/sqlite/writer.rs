@@ -15,7 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
-use crate::runtime::store::{SignalPush, StoreError};
+use super::runs::RunOp;
+use crate::runtime::store::{Claim, SignalPush, StoreError};
 
 /// The most requests committed together; bounds the time any one of them waits.
 const MAX_GROUP: usize = 1024;
@@ -68,6 +69,8 @@ pub(super) enum Op {
         seq: i64,
         journal: Option<JournalRow>,
     },
+    /// A claim, or a write under one (see `runs.rs`).
+    Runs(RunOp),
 }
 
 impl Op {
@@ -78,30 +81,13 @@ impl Op {
             Self::PutJournal(row) => &row.thread,
             Self::PushSignal(row) => &row.session,
             Self::TakeSignal { session, .. } => session,
+            Self::Runs(op) => op.thread(),
         }
     }
 
     fn apply(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<Outcome> {
         match self {
-            Self::PutCheckpoint(row) => {
-                conn.prepare_cached(
-                    "INSERT INTO checkpoints (thread, run, namespace, step, status, body, error)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )?
-                .execute(params![
-                    row.thread,
-                    row.run,
-                    row.namespace,
-                    row.step,
-                    row.status,
-                    row.body,
-                    row.error
-                ])?;
-                // Row ids are positive, so the conversion only guards against the impossible.
-                Ok(Outcome::Id(
-                    u64::try_from(conn.last_insert_rowid()).unwrap_or_default(),
-                ))
-            }
+            Self::PutCheckpoint(row) => Ok(Outcome::Id(put_checkpoint(conn, row)?)),
             Self::PutJournal(row) => {
                 put_journal(conn, row)?;
                 Ok(Outcome::Done)
@@ -131,28 +117,60 @@ impl Op {
                 seq,
                 journal,
             } => {
-                // Without a key nothing needs remembering; with one, the row stays (payload
-                // dropped) until pruned, so that a retried send is still a duplicate.
-                conn.prepare_cached(
-                    "DELETE FROM signals
-                     WHERE seq = ?1 AND session = ?2 AND idempotency_key IS NULL",
-                )?
-                .execute(params![seq, session])?;
-                conn.prepare_cached(
-                    "UPDATE signals SET consumed_at_ms = ?3, payload = NULL
-                     WHERE seq = ?1 AND session = ?2 AND consumed_at_ms IS NULL",
-                )?
-                .execute(params![seq, session, now_ms])?;
+                take_signal(conn, session, *seq, now_ms)?;
                 if let Some(row) = journal {
                     put_journal(conn, row)?;
                 }
                 Ok(Outcome::Done)
             }
+            Self::Runs(op) => op.apply(conn, now_ms),
         }
     }
 }
 
-fn put_journal(conn: &Connection, row: &JournalRow) -> rusqlite::Result<()> {
+pub(super) fn put_checkpoint(conn: &Connection, row: &CheckpointRow) -> rusqlite::Result<u64> {
+    conn.prepare_cached(
+        "INSERT INTO checkpoints (thread, run, namespace, step, status, body, error)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        row.thread,
+        row.run,
+        row.namespace,
+        row.step,
+        row.status,
+        row.body,
+        row.error
+    ])?;
+    // Row ids are positive, so the conversion only guards against the impossible.
+    Ok(u64::try_from(conn.last_insert_rowid()).unwrap_or_default())
+}
+
+/// Consumes a pending signal; returns whether it was still pending.
+pub(super) fn take_signal(
+    conn: &Connection,
+    session: &str,
+    seq: i64,
+    now_ms: i64,
+) -> rusqlite::Result<bool> {
+    // Without a key nothing needs remembering; with one, the row stays (payload dropped)
+    // until pruned, so that a retried send is still a duplicate.
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM signals
+             WHERE seq = ?1 AND session = ?2 AND idempotency_key IS NULL",
+        )?
+        .execute(params![seq, session])?;
+    let consumed = conn
+        .prepare_cached(
+            "UPDATE signals SET consumed_at_ms = ?3, payload = NULL
+             WHERE seq = ?1 AND session = ?2 AND consumed_at_ms IS NULL",
+        )?
+        .execute(params![seq, session, now_ms])?;
+    Ok(deleted + consumed > 0)
+}
+
+pub(super) fn put_journal(conn: &Connection, row: &JournalRow) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO journal
          (thread, run, namespace, step, node, name, occurrence, value)
@@ -180,6 +198,12 @@ pub(super) enum Outcome {
     Done,
     /// What `push_signal` did.
     Push(SignalPush),
+    /// What `claim` found.
+    Claim(Claim),
+    /// Whether a signal was still pending when it was taken.
+    Taken(bool),
+    /// A write under a claim found the lease held by someone else; nothing was written.
+    LeaseLost,
 }
 
 /// A write and where its answer goes, once committed.

@@ -1,0 +1,427 @@
+//! Claims: at most one execution of a thread's run at a time, across tasks and processes.
+//!
+//! Every execution of a run (a start, a resume, a recover) claims its thread in the store
+//! before it reads where the run stands, and holds the claim until it stops. The claim is a
+//! lease: an owner id and an expiry. Each checkpoint, journal entry and consumed signal is
+//! written under it ([`Store::put_checkpoint_claimed`] and its siblings), which checks, in the
+//! same transaction, that the lease is still ours and extends it; a heartbeat extends it in
+//! between, so a long node does not lose it. A process that dies stops renewing, and once
+//! its lease expires another process may claim the run and carry it on. A process that lost
+//! its lease (it stalled past the expiry and someone took over) fails at its next write and
+//! writes nothing more.
+//!
+//! The owner id is the runtime's (the process id and a random part) plus a number per
+//! execution, so two executions in one process are as distinct as two processes.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::FutureExt;
+use serde_json::Value;
+
+use super::store::{Checkpoint, Claim, JournalKey, Store, StoreError};
+use super::{Runtime, RuntimeError};
+
+/// How long a claim lasts without being renewed, unless the runtime sets its own.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// The first pause between two claim attempts of a caller that waits; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(2);
+const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A runtime's owner id: the process and a random part, so that two runtimes (in one
+/// process or in two) never share one.
+pub(crate) fn runtime_owner_id() -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!(
+        "pid{}-{:08x}",
+        std::process::id(),
+        hasher.finish() & 0xffff_ffff
+    )
+}
+
+/// The claim of one execution on its thread's run. Clones share it (a run and its
+/// subgraphs, the background checkpoint writer).
+///
+/// Dropping the last clone without [`release`](Self::release) (an aborted run) releases it
+/// on a best-effort basis; if that does not reach the store, the lease expires.
+#[derive(Clone)]
+pub(crate) struct RunClaim {
+    inner: Arc<ClaimInner>,
+}
+
+struct ClaimInner {
+    store: Arc<dyn Store>,
+    thread: String,
+    owner: String,
+    lease: Duration,
+    /// The expiry last written, in ms since the Unix epoch.
+    until_ms: AtomicU64,
+    lost: AtomicBool,
+    released: AtomicBool,
+    heartbeat: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for RunClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunClaim")
+            .field("thread", &self.inner.thread)
+            .field("owner", &self.inner.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Claims `thread`'s run for a new execution. With `wait`, a busy run is claimed again
+    /// after short pauses until it is free or `wait` has passed.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Busy`], naming the holder and its lease's expiry, when another
+    /// execution holds the run (past `wait`); a store failure.
+    pub(crate) async fn claim_run(
+        &self,
+        thread: &str,
+        wait: Option<Duration>,
+    ) -> Result<RunClaim, RuntimeError> {
+        let owner = format!(
+            "{}#{}",
+            self.inner.owner,
+            self.inner.executions.fetch_add(1, Ordering::Relaxed)
+        );
+        let lease = self.inner.lease;
+        let deadline = wait.map(|w| Instant::now() + w);
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let now = now_ms();
+            let until = now.saturating_add(millis(lease));
+            match self.store().claim(thread, &owner, until, now).await? {
+                Claim::Claimed => {
+                    return Ok(RunClaim::new(
+                        Arc::clone(self.store()),
+                        thread,
+                        owner,
+                        lease,
+                        until,
+                    ));
+                }
+                Claim::Busy {
+                    owner: holder,
+                    until_ms,
+                } => {
+                    let left = deadline
+                        .and_then(|d| d.checked_duration_since(Instant::now()))
+                        .filter(|left| !left.is_zero());
+                    let Some(left) = left else {
+                        return Err(RuntimeError::Busy {
+                            thread: thread.to_owned(),
+                            owner: holder,
+                            until: UNIX_EPOCH + Duration::from_millis(until_ms),
+                        });
+                    };
+                    tokio::time::sleep(backoff.min(left)).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+impl RunClaim {
+    fn new(
+        store: Arc<dyn Store>,
+        thread: &str,
+        owner: String,
+        lease: Duration,
+        until_ms: u64,
+    ) -> Self {
+        let claim = Self {
+            inner: Arc::new(ClaimInner {
+                store,
+                thread: thread.to_owned(),
+                owner,
+                lease,
+                until_ms: AtomicU64::new(until_ms),
+                lost: AtomicBool::new(false),
+                released: AtomicBool::new(false),
+                heartbeat: Mutex::new(None),
+            }),
+        };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let task = handle.spawn(heartbeat(Arc::downgrade(&claim.inner)));
+            *crate::sync::lock(&claim.inner.heartbeat) = Some(task);
+        }
+        claim
+    }
+
+    /// The thread claimed.
+    pub(crate) fn thread(&self) -> &str {
+        &self.inner.thread
+    }
+
+    /// Whether a write (or the heartbeat) found the lease taken by another execution.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.inner.lost.load(Ordering::Acquire)
+    }
+
+    /// The error of a lost lease.
+    pub(crate) fn lost_error(&self) -> StoreError {
+        StoreError::LeaseLost {
+            thread: self.inner.thread.clone(),
+            owner: self.inner.owner.clone(),
+        }
+    }
+
+    fn next_expiry(&self) -> u64 {
+        now_ms().saturating_add(millis(self.inner.lease))
+    }
+
+    /// Runs a write under the claim: refused at once when the lease is known to be lost;
+    /// records a loss, or the new expiry.
+    async fn fenced<T>(
+        &self,
+        until: u64,
+        write: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        match write.await {
+            Ok(value) => {
+                self.inner.until_ms.fetch_max(until, Ordering::AcqRel);
+                Ok(value)
+            }
+            Err(error @ StoreError::LeaseLost { .. }) => {
+                self.inner.lost.store(true, Ordering::Release);
+                Err(error)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Saves a checkpoint under the claim.
+    pub(crate) async fn put_checkpoint(&self, checkpoint: Checkpoint) -> Result<u64, StoreError> {
+        let until = self.next_expiry();
+        let store = &self.inner.store;
+        self.fenced(
+            until,
+            store.put_checkpoint_claimed(checkpoint, &self.inner.owner, until),
+        )
+        .await
+    }
+
+    /// Saves an execution's last checkpoint and releases the claim in the same write.
+    ///
+    /// Nothing may be written under the claim afterwards.
+    pub(crate) async fn put_last_checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> Result<u64, StoreError> {
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        let written = self
+            .inner
+            .store
+            .put_checkpoint_and_release(checkpoint, &self.inner.owner)
+            .await;
+        match &written {
+            Ok(_) => {
+                self.inner.released.store(true, Ordering::Release);
+                self.inner.stop_heartbeat();
+            }
+            Err(StoreError::LeaseLost { .. }) => self.inner.lost.store(true, Ordering::Release),
+            Err(_) => {}
+        }
+        written
+    }
+
+    /// Journals a step's result under the claim.
+    pub(crate) async fn put_journal(
+        &self,
+        key: JournalKey,
+        value: Value,
+    ) -> Result<(), StoreError> {
+        let until = self.next_expiry();
+        let store = &self.inner.store;
+        self.fenced(
+            until,
+            store.put_journal_claimed(key, value, &self.inner.owner, until),
+        )
+        .await
+    }
+
+    /// Consumes a stored signal and journals it under the claim; `false` when another
+    /// consumer took it first (nothing was journaled).
+    pub(crate) async fn take_signal(
+        &self,
+        session: &str,
+        seq: u64,
+        journal: (JournalKey, Value),
+    ) -> Result<bool, StoreError> {
+        let until = self.next_expiry();
+        let store = &self.inner.store;
+        self.fenced(
+            until,
+            store.take_signal_claimed(session, seq, journal, &self.inner.owner, until),
+        )
+        .await
+    }
+
+    /// Makes sure the claim is still ours before acting on the world (a journaled step's
+    /// side effect): fails if it is known to be lost, and renews it in the store when less
+    /// than half of the lease is left (the heartbeat may have stalled).
+    pub(crate) async fn ensure_held(&self) -> Result<(), StoreError> {
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        let left = self
+            .inner
+            .until_ms
+            .load(Ordering::Acquire)
+            .saturating_sub(now_ms());
+        if left >= millis(self.inner.lease) / 2 {
+            return Ok(());
+        }
+        let until = self.next_expiry();
+        let store = &self.inner.store;
+        self.fenced(
+            until,
+            store.renew_claim(&self.inner.thread, &self.inner.owner, until),
+        )
+        .await
+    }
+
+    /// Lets the run go: another execution may claim it at once.
+    pub(crate) async fn release(&self) -> Result<(), StoreError> {
+        if self.inner.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.stop_heartbeat();
+        self.inner
+            .store
+            .release(&self.inner.thread, &self.inner.owner)
+            .await
+    }
+}
+
+impl ClaimInner {
+    fn stop_heartbeat(&self) {
+        if let Some(task) = crate::sync::lock(&self.heartbeat).take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for ClaimInner {
+    fn drop(&mut self) {
+        self.stop_heartbeat();
+        if !*self.released.get_mut() {
+            // An execution that was dropped mid-way (an aborted task). Stores queue a write
+            // when it is called (the memory store performs it), so one poll is enough to
+            // send it; if it does not reach the store, the lease expires instead.
+            let _ = self.store.release(&self.thread, &self.owner).now_or_never();
+        }
+    }
+}
+
+/// Renews the lease every third of its length while the claim lives.
+async fn heartbeat(claim: Weak<ClaimInner>) {
+    let Some(lease) = claim.upgrade().map(|c| c.lease) else {
+        return;
+    };
+    let every = (lease / 3).max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(claim) = claim.upgrade() else { return };
+        if claim.released.load(Ordering::Acquire) || claim.lost.load(Ordering::Acquire) {
+            return;
+        }
+        let until = now_ms().saturating_add(millis(lease));
+        match claim
+            .store
+            .renew_claim(&claim.thread, &claim.owner, until)
+            .await
+        {
+            Ok(()) => {
+                claim.until_ms.fetch_max(until, Ordering::AcqRel);
+            }
+            Err(StoreError::LeaseLost { .. }) => {
+                tracing::warn!(thread = %claim.thread, owner = %claim.owner, "lease lost: another execution claimed the run");
+                claim.lost.store(true, Ordering::Release);
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(thread = %claim.thread, %error, "could not renew the lease; retrying");
+            }
+        }
+    }
+}
+
+/// Shows a time as UTC, `2025-06-01T12:00:30.123Z`, for error messages.
+pub(crate) struct Utc(pub(crate) SystemTime);
+
+impl std::fmt::Display for Utc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Ok(since) = self.0.duration_since(UNIX_EPOCH) else {
+            return write!(f, "{:?}", self.0);
+        };
+        let secs = since.as_secs();
+        let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+        let rem = secs % 86_400;
+        // Days to a civil date (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3_600,
+            rem % 3_600 / 60,
+            rem % 60,
+            since.subsec_millis()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_show_as_utc() {
+        let at = |ms: u64| Utc(UNIX_EPOCH + Duration::from_millis(ms)).to_string();
+        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(1_748_779_230_123), "2025-06-01T12:00:30.123Z");
+    }
+
+    #[test]
+    fn owner_ids_differ_between_runtimes() {
+        assert_ne!(runtime_owner_id(), runtime_owner_id());
+    }
+}

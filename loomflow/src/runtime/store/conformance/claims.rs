@@ -1,0 +1,360 @@
+//! Checks of claims and of the writes made under them.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{signal, unique};
+use crate::runtime::store::{
+    Checkpoint, Claim, JournalKey, RunStatus, SignalPush, Store, StoreError,
+};
+
+/// Far enough in the future that no lease in these checks expires on its own.
+const LATER: u64 = u64::MAX / 4;
+
+fn cp(thread: &str, step: u64) -> Checkpoint {
+    Checkpoint::new(
+        thread,
+        1,
+        "",
+        step,
+        RunStatus::Running,
+        json!({ "state": step }),
+    )
+}
+
+fn is_lease_lost<T: std::fmt::Debug>(
+    result: Result<T, StoreError>,
+    thread: &str,
+    owner: &str,
+) -> bool {
+    match result {
+        Err(StoreError::LeaseLost {
+            thread: t,
+            owner: o,
+        }) => t == thread && o == owner,
+        other => panic!("expected LeaseLost for {owner} on {thread}, got {other:?}"),
+    }
+}
+
+/// A thread is held by one owner at a time: until its lease expires or it is released.
+pub(super) async fn claims_are_exclusive_until_expiry_or_release(store: &dyn Store) {
+    let thread = unique("claim");
+    assert_eq!(
+        store.claim(&thread, "a", 2_000, 1_000).await.unwrap(),
+        Claim::Claimed,
+        "a thread without a run row can be claimed"
+    );
+    assert_eq!(
+        store.claim(&thread, "b", 3_000, 1_500).await.unwrap(),
+        Claim::Busy {
+            owner: "a".into(),
+            until_ms: 2_000
+        },
+        "a live lease keeps others out, and says who holds it until when"
+    );
+    assert_eq!(
+        store.claim(&thread, "a", 4_000, 1_600).await.unwrap(),
+        Claim::Claimed,
+        "the holder may claim again (renewing)"
+    );
+    assert!(
+        matches!(
+            store.claim(&thread, "b", 5_000, 3_999).await.unwrap(),
+            Claim::Busy {
+                until_ms: 4_000,
+                ..
+            }
+        ),
+        "the renewed lease counts"
+    );
+    assert_eq!(
+        store.claim(&thread, "b", 9_000, 4_000).await.unwrap(),
+        Claim::Claimed,
+        "an expired lease can be taken over"
+    );
+    store.release(&thread, "a").await.unwrap();
+    assert!(
+        matches!(
+            store.claim(&thread, "c", 9_500, 5_000).await.unwrap(),
+            Claim::Busy { ref owner, .. } if owner == "b"
+        ),
+        "a release by someone who lost the lease does nothing"
+    );
+    store.release(&thread, "b").await.unwrap();
+    assert_eq!(
+        store.claim(&thread, "c", 9_500, 5_000).await.unwrap(),
+        Claim::Claimed,
+        "a released thread can be claimed before the old lease would have expired"
+    );
+    store.release(&thread, "c").await.unwrap();
+}
+
+/// Writes under a claim land only while their owner holds it; a lost lease writes nothing.
+pub(super) async fn writes_under_a_claim_are_fenced(store: &dyn Store) {
+    let thread = unique("fence");
+    assert!(is_lease_lost(
+        store
+            .put_checkpoint_claimed(cp(&thread, 0), "a", LATER)
+            .await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store.latest_checkpoint(&thread, "").await.unwrap(),
+        None,
+        "no claim, no checkpoint"
+    );
+
+    assert_eq!(
+        store.claim(&thread, "a", 2_000, 1_000).await.unwrap(),
+        Claim::Claimed
+    );
+    let id = store
+        .put_checkpoint_claimed(cp(&thread, 0), "a", 3_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .latest_checkpoint(&thread, "")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        id
+    );
+    assert!(
+        matches!(
+            store.claim(&thread, "b", LATER, 2_500).await.unwrap(),
+            Claim::Busy {
+                until_ms: 3_000,
+                ..
+            }
+        ),
+        "a write under the claim renews the lease"
+    );
+    let key = JournalKey::new(&thread, 1, "", 1, "n", "charge", 0);
+    store
+        .put_journal_claimed(key.clone(), json!("first"), "a", 3_000)
+        .await
+        .unwrap();
+    store.renew_claim(&thread, "a", 4_000).await.unwrap();
+
+    // The lease expires and "b" takes the run over: "a" can write nothing more.
+    assert_eq!(
+        store.claim(&thread, "b", LATER, 4_001).await.unwrap(),
+        Claim::Claimed
+    );
+    assert!(is_lease_lost(
+        store
+            .put_checkpoint_claimed(cp(&thread, 1), "a", LATER)
+            .await,
+        &thread,
+        "a"
+    ));
+    let other = JournalKey::new(&thread, 1, "", 1, "n", "refund", 0);
+    assert!(is_lease_lost(
+        store
+            .put_journal_claimed(other.clone(), json!("late"), "a", LATER)
+            .await,
+        &thread,
+        "a"
+    ));
+    assert!(is_lease_lost(
+        store.renew_claim(&thread, "a", LATER).await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store
+            .latest_checkpoint(&thread, "")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        id,
+        "the checkpoint of a lost lease was not written"
+    );
+    assert_eq!(store.get_journal(&other).await.unwrap(), None);
+    assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!("first")));
+
+    // After a release, its former holder is as locked out as anyone.
+    store.release(&thread, "b").await.unwrap();
+    assert!(is_lease_lost(
+        store
+            .put_checkpoint_claimed(cp(&thread, 2), "b", LATER)
+            .await,
+        &thread,
+        "b"
+    ));
+}
+
+/// An execution's last checkpoint releases its claim in the same write.
+pub(super) async fn the_last_checkpoint_releases_the_claim(store: &dyn Store) {
+    let thread = unique("last");
+    assert!(is_lease_lost(
+        store.put_checkpoint_and_release(cp(&thread, 0), "a").await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store.claim(&thread, "a", LATER, 1).await.unwrap(),
+        Claim::Claimed
+    );
+    let id = store
+        .put_checkpoint_and_release(cp(&thread, 0), "a")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .latest_checkpoint(&thread, "")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        id
+    );
+    assert!(is_lease_lost(
+        store
+            .put_checkpoint_claimed(cp(&thread, 1), "a", LATER)
+            .await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store.claim(&thread, "b", LATER, 2).await.unwrap(),
+        Claim::Claimed,
+        "released: another claims it at once, long before the lease would have expired"
+    );
+    store.release(&thread, "b").await.unwrap();
+}
+
+/// A stored signal taken under a claim goes to one consumer; a late one learns it was
+/// taken and journals nothing.
+pub(super) async fn signals_taken_under_a_claim_go_to_one_consumer(store: &dyn Store) {
+    let thread = unique("take-claimed");
+    let SignalPush::Stored(seq) = store
+        .push_signal(signal(&thread, "decision", 1, None))
+        .await
+        .unwrap()
+    else {
+        panic!("a signal without a key is stored")
+    };
+    let key = |node: &str| JournalKey::new(&thread, 1, "", 1, node, "signal:decision", 0);
+    let payload = json!({"n": 1});
+
+    assert!(is_lease_lost(
+        store
+            .take_signal_claimed(&thread, seq, (key("a"), payload.clone()), "a", LATER)
+            .await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store
+            .pending_signals()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|s| s.seq == seq)
+            .count(),
+        1,
+        "a take without the claim leaves the signal"
+    );
+
+    assert_eq!(
+        store.claim(&thread, "a", LATER, 1).await.unwrap(),
+        Claim::Claimed
+    );
+    assert!(
+        store
+            .take_signal_claimed(&thread, seq, (key("a"), payload.clone()), "a", LATER)
+            .await
+            .unwrap(),
+        "the first consumer gets it"
+    );
+    assert_eq!(
+        store.get_journal(&key("a")).await.unwrap(),
+        Some(payload.clone())
+    );
+    assert!(
+        !store
+            .take_signal_claimed(&thread, seq, (key("b"), payload.clone()), "a", LATER)
+            .await
+            .unwrap(),
+        "a second consumer learns it was taken"
+    );
+    assert_eq!(
+        store.get_journal(&key("b")).await.unwrap(),
+        None,
+        "and journals nothing"
+    );
+    assert!(
+        !store.try_take_signal(&thread, seq).await.unwrap(),
+        "so does a runtime-level consumer"
+    );
+    store.release(&thread, "a").await.unwrap();
+
+    // Outside a run: the first take wins, with or without an idempotency key.
+    for key in [None, Some("k")] {
+        let SignalPush::Stored(seq) = store
+            .push_signal(signal(&thread, "note", 2, key))
+            .await
+            .unwrap()
+        else {
+            panic!("a new signal is stored")
+        };
+        assert!(store.try_take_signal(&thread, seq).await.unwrap());
+        assert!(!store.try_take_signal(&thread, seq).await.unwrap());
+    }
+}
+
+/// Many claimers at once: exactly one wins.
+pub(super) async fn concurrent_claims_have_one_winner(store: Arc<dyn Store>) {
+    let thread = unique("claim-race");
+    let tasks: Vec<_> = (0..16)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            let thread = thread.clone();
+            tokio::spawn(async move {
+                let owner = format!("owner-{n}");
+                let claim = store.claim(&thread, &owner, LATER, 1).await.unwrap();
+                (owner, claim)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        let (owner, claim) = task.await.unwrap();
+        if claim == Claim::Claimed {
+            winners.push(owner);
+        }
+    }
+    assert_eq!(winners.len(), 1, "one claimer wins: {winners:?}");
+    store.release(&thread, &winners[0]).await.unwrap();
+}
+
+/// A claim written by one instance holds for the next one opened on the same location.
+pub(super) async fn check_reopen_claims<S: Store>(open: impl Fn() -> S) {
+    let thread = unique("reopen-claim");
+    {
+        let store = open();
+        assert_eq!(
+            store.claim(&thread, "a", LATER, 1).await.unwrap(),
+            Claim::Claimed
+        );
+    }
+    let store = open();
+    assert!(
+        matches!(
+            store.claim(&thread, "b", LATER, 2).await.unwrap(),
+            Claim::Busy { ref owner, .. } if owner == "a"
+        ),
+        "the lease survives reopening"
+    );
+    store
+        .put_checkpoint_claimed(cp(&thread, 0), "a", LATER)
+        .await
+        .unwrap();
+    store.release(&thread, "a").await.unwrap();
+}
