@@ -234,6 +234,16 @@ impl CheckpointWriter {
         }
     }
 
+    /// Writes the checkpoint that ends the execution: in line, it releases a top-level
+    /// run's claim in the same write; in the background, the claim is released after
+    /// [`finish`](Self::finish).
+    pub(super) async fn write_last(&mut self, cp: Checkpoint, shared: &RunShared) -> Result<()> {
+        match self {
+            Self::Direct(_) => super::put_last(shared, cp).await,
+            Self::Background { .. } => self.write(cp).await,
+        }
+    }
+
     pub(super) async fn write(&mut self, cp: Checkpoint) -> Result<()> {
         match self {
             Self::Direct(claim) => claim.put_checkpoint(cp).await.map(drop).map_err(Into::into),

@@ -274,9 +274,12 @@ async fn run_supersteps<S: State>(
                 RunStatus::Running
             };
             let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
-            writer
-                .write(key.checkpoint(g, step, status, &snapshot)?)
-                .await?;
+            let cp = key.checkpoint(g, step, status, &snapshot)?;
+            if next.is_empty() {
+                writer.write_last(cp, &shared).await?;
+            } else {
+                writer.write(cp).await?;
+            }
             completed_written = next.is_empty();
         }
         if shared.events.is_some() {
@@ -324,7 +327,7 @@ async fn fail<S: State>(
 
 /// Writes the checkpoint that ends an execution. A top-level run lets its claim go in the
 /// same write; a subgraph's claim is its parent's, which carries on.
-async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
+pub(super) async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
     if shared.namespace.is_root() {
         shared.claim.put_last_checkpoint(cp).await?;
     } else {
