@@ -14,46 +14,23 @@
 
 use std::path::{Path, PathBuf};
 
-/// What each lower layer must not name, as `crate::` paths.
-const RULES: &[(&str, &[&str])] = &[
-    (
-        "graph",
-        &[
-            "tool",
-            "model",
-            "agent",
-            "architecture",
-            "error",
-            "Error",
-            "Result",
-        ],
-    ),
-    (
-        "context",
-        &[
-            "tool",
-            "model",
-            "agent",
-            "architecture",
-            "error",
-            "Error",
-            "Result",
-        ],
-    ),
-    (
-        "runtime",
-        &[
-            "tool",
-            "model",
-            "agent",
-            "architecture",
-            "error",
-            "Error",
-            "Result",
-            "graph",
-            "context",
-        ],
-    ),
+/// What the engine (graph/ and context/) must not name: the LLM layers and the facade.
+const ABOVE_THE_ENGINE: &[&str] = &[
+    "tool",
+    "model",
+    "agent",
+    "architecture",
+    "error",
+    "Error",
+    "Result",
+];
+
+/// What each lower layer must not name, as `crate::` paths: the runtime also knows nothing
+/// of the engine above it.
+const RULES: &[(&str, &[&str], &[&str])] = &[
+    ("graph", ABOVE_THE_ENGINE, &[]),
+    ("context", ABOVE_THE_ENGINE, &[]),
+    ("runtime", ABOVE_THE_ENGINE, &["graph", "context"]),
 ];
 
 fn source_dir() -> PathBuf {
@@ -99,7 +76,7 @@ fn named_by(line: &str) -> Vec<String> {
     names
 }
 
-fn violations(layer: &str, forbidden: &[&str]) -> Vec<String> {
+fn violations(layer: &str, forbidden: &[&str], also: &[&str]) -> Vec<String> {
     let mut files = Vec::new();
     rust_files(&source_dir().join(layer), &mut files);
     let mut found = Vec::new();
@@ -107,7 +84,7 @@ fn violations(layer: &str, forbidden: &[&str]) -> Vec<String> {
         let text = std::fs::read_to_string(&file).unwrap();
         for (number, line) in text.lines().enumerate() {
             for name in named_by(line) {
-                if forbidden.contains(&name.as_str()) {
+                if forbidden.contains(&name.as_str()) || also.contains(&name.as_str()) {
                     found.push(format!(
                         "{}:{}: {layer}/ names crate::{name}: {}",
                         file.display(),
@@ -125,7 +102,7 @@ fn violations(layer: &str, forbidden: &[&str]) -> Vec<String> {
 fn lower_layers_never_name_upper_ones() {
     let found: Vec<String> = RULES
         .iter()
-        .flat_map(|(layer, forbidden)| violations(layer, forbidden))
+        .flat_map(|(layer, forbidden, also)| violations(layer, forbidden, also))
         .collect();
     assert!(found.is_empty(), "layering broken:\n{}", found.join("\n"));
 }
