@@ -1,8 +1,10 @@
 //! [`Context`]: what a node knows about its run, and how it talks to the world.
 
 mod signal;
+mod timer;
 
 pub use signal::WaitForSignal;
+pub use timer::Sleep;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -238,6 +240,7 @@ impl Context {
                     None => serde_json::json!({ "waiting_for_signal": name }),
                 },
                 signal: Some(name.to_owned()),
+                wake_at_ms: None,
             });
         }
         RunError::Suspended {
@@ -325,6 +328,7 @@ impl Context {
                 index,
                 payload,
                 signal: None,
+                wake_at_ms: None,
             });
         }
         Err(RunError::Suspended {

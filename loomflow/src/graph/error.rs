@@ -245,6 +245,18 @@ pub enum RunError {
         /// The signal it waits for.
         signal: String,
     },
+    /// `resume` named an interrupt that waits for a timer, not for a value.
+    #[error(
+        "interrupt {id} on thread {thread} sleeps until {wake_at_ms} ms since the epoch: recover the run once it is due"
+    )]
+    WaitsForTimer {
+        /// The thread.
+        thread: String,
+        /// The interrupt.
+        id: String,
+        /// When it wakes, in milliseconds since the Unix epoch.
+        wake_at_ms: u64,
+    },
     /// `resume` with one value while several interrupts are pending.
     #[error("thread {thread} has {} pending interrupts ({}); resume them by id", pending.len(), pending.join(", "))]
     AmbiguousResume {

@@ -4,6 +4,7 @@
 //! not change graph code.
 
 pub(crate) mod claim;
+mod clock;
 mod error;
 mod extensions;
 pub mod mailbox;
@@ -12,6 +13,7 @@ pub mod store;
 
 use std::sync::Arc;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::RuntimeError;
 
 use serde::de::DeserializeOwned;
@@ -60,6 +62,8 @@ struct RuntimeInner {
     owner: String,
     /// Numbers this runtime's executions, for their owner ids.
     executions: std::sync::atomic::AtomicU64,
+    /// The time timers compare against.
+    clock: Arc<dyn Clock>,
 }
 
 /// Builds a [`Runtime`]; see [`Runtime::builder`].
@@ -70,6 +74,7 @@ pub struct RuntimeBuilder {
     durability: Option<Durability>,
     signals: MailboxConfig,
     lease: Option<std::time::Duration>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -120,6 +125,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The clock timers read (default: [`SystemClock`]); tests pass a [`ManualClock`].
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
     /// Builds the runtime.
     pub fn build(self) -> Runtime {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
@@ -140,6 +151,7 @@ impl RuntimeBuilder {
                 lease: self.lease.unwrap_or(claim::DEFAULT_LEASE),
                 owner: claim::runtime_owner_id(),
                 executions: std::sync::atomic::AtomicU64::new(1),
+                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             }),
         }
     }
@@ -264,6 +276,11 @@ impl Runtime {
     /// [`RuntimeBuilder::lease`].
     pub fn lease(&self) -> std::time::Duration {
         self.inner.lease
+    }
+
+    /// Now, by the runtime's [`Clock`].
+    pub fn now(&self) -> std::time::SystemTime {
+        self.inner.clock.now()
     }
 
     /// The store behind this runtime.

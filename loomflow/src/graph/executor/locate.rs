@@ -95,9 +95,14 @@ pub(super) async fn locate<S: State>(
                         cp.snapshot.state,
                     )?)));
                 }
-                // A run waiting for signals is run again: the signals may have arrived.
+                // A run waiting for signals or timers is run again: the signals may have
+                // arrived, the timers may be due (a timer that is not suspends again).
                 RunStatus::Interrupted
-                    if cp.snapshot.interrupts.iter().any(|i| i.signal.is_some()) =>
+                    if cp
+                        .snapshot
+                        .interrupts
+                        .iter()
+                        .any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) =>
                 {
                     from_checkpoint(g, thread, cp)?
                 }
@@ -211,6 +216,13 @@ fn resume_position<S: State>(
                 thread: thread.to_owned(),
                 id,
                 signal: signal.clone(),
+            });
+        }
+        if let Some(wake_at_ms) = interrupt.wake_at_ms {
+            return Err(RunError::WaitsForTimer {
+                thread: thread.to_owned(),
+                id,
+                wake_at_ms,
             });
         }
         let value = value.map_err(|source| RunError::UnserializableResume {

@@ -87,6 +87,7 @@ async fn checkpoints_round_trip(store: &dyn Store) {
             index: 0,
             payload: json!("ok?"),
             signal: None,
+            wake_at_ms: None,
         },
         Interrupt {
             id: "y#signal:go".into(),
@@ -94,6 +95,7 @@ async fn checkpoints_round_trip(store: &dyn Store) {
             index: 1,
             payload: json!(null),
             signal: Some("go".into()),
+            wake_at_ms: None,
         },
     ];
     let mut second = Checkpoint::new(

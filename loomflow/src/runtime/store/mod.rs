@@ -73,6 +73,10 @@ pub struct Interrupt {
     /// sending the signal and calling `recover` carries the run on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
+    /// Set when the node suspended on a timer (`ctx.sleep(..).or_suspend()`): the time it
+    /// wakes, in milliseconds since the Unix epoch; `recover` after it carries the run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at_ms: Option<u64>,
 }
 
 /// One row per superstep of a run: where the run stands, and the executor's snapshot.

@@ -1,0 +1,113 @@
+//! Durable timers: `ctx.sleep` and `ctx.sleep_until`, in memory and suspended, against a
+//! manual clock (no test waits for real).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use loomflow::RunError;
+use loomflow::prelude::*;
+use loomflow::runtime::ManualClock;
+
+const HOUR: Duration = Duration::from_secs(3_600);
+
+fn start() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+fn ms(time: SystemTime) -> u64 {
+    u64::try_from(time.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+fn reminder(suspend: bool) -> CompiledGraph<Vec<String>> {
+    Graph::new("reminder")
+        .node_fn("wait", move |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let sleep = ctx.sleep(HOUR);
+                if suspend {
+                    sleep.or_suspend().await?;
+                } else {
+                    sleep.await?;
+                }
+                log.push("woke".into());
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_suspended_sleep_keeps_its_time_and_recover_carries_it_on_once_due() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let graph = reminder(true);
+
+    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    let wake = ms(start() + HOUR);
+    let waiting = &out.interrupts()[0];
+    assert_eq!(waiting.wake_at_ms, Some(wake), "{out:?}");
+    assert_eq!(waiting.payload, json!({ "sleeping_until_ms": wake }));
+
+    // A timer is not answered with a value.
+    let err = graph.resume(&runtime, "t", "now").await.unwrap_err();
+    assert!(
+        matches!(err, RunError::WaitsForTimer { wake_at_ms, .. } if wake_at_ms == wake),
+        "{err:?}"
+    );
+
+    // Before the time: suspended again, with the same wake time (the sleep did not restart).
+    clock.advance(Duration::from_secs(600));
+    let out = graph.recover(&runtime, "t").await.unwrap();
+    assert_eq!(out.interrupts()[0].wake_at_ms, Some(wake), "{out:?}");
+
+    clock.advance(HOUR);
+    let log = graph
+        .recover(&runtime, "t")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(log, ["woke"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_in_memory_sleep_waits_its_time() {
+    let runtime = Runtime::builder().clock(ManualClock::new(start())).build();
+    let began = tokio::time::Instant::now();
+    let log = reminder(false)
+        .invoke(&runtime, "t", Vec::new())
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(log, ["woke"]);
+    assert!(began.elapsed() >= HOUR, "slept {:?}", began.elapsed());
+}
+
+#[tokio::test]
+async fn a_sleep_until_a_time_already_past_returns_at_once() {
+    let runtime = Runtime::builder().clock(ManualClock::new(start())).build();
+    let graph = Graph::new("late")
+        .node_fn("late", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                ctx.sleep_until(start() - HOUR).or_suspend().await?;
+                *n += 1;
+                Ok(())
+            })
+        })
+        .edge(START, "late")
+        .edge("late", END)
+        .compile()
+        .unwrap();
+    let n = graph
+        .invoke(&runtime, "t", 0)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(n, 1);
+}
