@@ -11,7 +11,6 @@ use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::graph::identity;
-use crate::graph::node::BoxFuture;
 use crate::graph::run::RunOutcome;
 use crate::runtime::{Checkpoint, RunStatus, Runtime};
 
@@ -56,14 +55,6 @@ pub(super) async fn locate<S: State>(
     start: Start<S>,
     allow_graph_change: bool,
 ) -> Result<Located<S>> {
-    let same_graph = |cp: Stored| -> BoxFuture<'_, Result<Stored>> {
-        Box::pin(async move {
-            if allow_graph_change {
-                return Ok(cp);
-            }
-            check_graph(g, thread, runtime, cp).await
-        })
-    };
     let fresh = |run: u64, state: S| -> Result<Position<S>> {
         let mut joins = JoinMarks::new(g);
         let active = route(g, [g.topology().start()], &state, &mut joins)?;
@@ -86,7 +77,8 @@ pub(super) async fn locate<S: State>(
         }
         Start::Child { input, run } => fresh(run, input)?,
         Start::Recover => {
-            let cp = same_graph(latest(runtime, thread, namespace).await?).await?;
+            let cp = latest(runtime, thread, namespace).await?;
+            let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             match cp.status {
                 RunStatus::Completed => {
                     return Ok(Located::Finished(RunOutcome::Completed(decode_state(
@@ -116,7 +108,8 @@ pub(super) async fn locate<S: State>(
             }
         }
         Start::ResumeOne(value) => {
-            let cp = same_graph(interrupted(runtime, thread, namespace).await?).await?;
+            let cp = interrupted(runtime, thread, namespace).await?;
+            let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             let [only] = cp.snapshot.interrupts.as_slice() else {
                 return Err(RunError::AmbiguousResume {
                     thread: thread.to_owned(),
@@ -127,7 +120,8 @@ pub(super) async fn locate<S: State>(
             resume_position(g, thread, cp, values)?
         }
         Start::Resume(values) => {
-            let cp = same_graph(interrupted(runtime, thread, namespace).await?).await?;
+            let cp = interrupted(runtime, thread, namespace).await?;
+            let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             resume_position(g, thread, cp, values)?
         }
     };
@@ -135,14 +129,16 @@ pub(super) async fn locate<S: State>(
 }
 
 /// Refuses a checkpoint written by a graph of another structure, naming what changed (from
-/// the description its run kept; a checkpoint from before fingerprints is let through).
+/// the description its run kept; a checkpoint from before fingerprints, or a caller who
+/// allowed the change, is let through).
 async fn check_graph<S>(
     g: &CompiledInner<S>,
     thread: &str,
     runtime: &Runtime,
     cp: Stored,
+    allow_graph_change: bool,
 ) -> Result<Stored> {
-    let Some(recorded) = cp.snapshot.graph.as_deref() else {
+    let Some(recorded) = cp.snapshot.graph.as_deref().filter(|_| !allow_graph_change) else {
         return Ok(cp);
     };
     if recorded == g.fingerprint {
