@@ -2,7 +2,9 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use crate::runtime::clock::unix_ms;
 
 use super::Context;
 use crate::graph::RunError;
@@ -42,11 +44,6 @@ impl Sleep<'_> {
     }
 }
 
-fn millis(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl<'a> IntoFuture for Sleep<'a> {
     type Output = Result<(), RunError>;
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
@@ -61,10 +58,10 @@ impl<'a> IntoFuture for Sleep<'a> {
                         Until::After(duration) => runtime.now() + duration,
                         Until::At(time) => time,
                     };
-                    Ok::<_, RunError>(millis(wake))
+                    Ok::<_, RunError>(unix_ms(wake))
                 })
                 .await?;
-            let now_ms = millis(runtime.now());
+            let now_ms = unix_ms(runtime.now());
             if now_ms >= wake_at_ms {
                 return Ok(());
             }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures_util::FutureExt;
 use serde_json::Value;
 
+use super::clock::now_ms;
 use super::store::{Checkpoint, Claim, JournalKey, Store, StoreError};
 use super::{Runtime, RuntimeError};
 
@@ -31,12 +32,6 @@ pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(2);
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

@@ -1,7 +1,18 @@
 //! [`Clock`]: where a runtime reads the time that timers compare against.
 
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// `time` in milliseconds since the Unix epoch, as stored (0 before the epoch).
+pub(crate) fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Now, by the system clock, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    unix_ms(SystemTime::now())
+}
 
 /// The wall clock a runtime's timers use (`ctx.sleep`, `ctx.sleep_until`).
 ///

@@ -4,7 +4,7 @@
 //! not change graph code.
 
 pub(crate) mod claim;
-mod clock;
+pub(crate) mod clock;
 mod error;
 mod extensions;
 pub mod mailbox;

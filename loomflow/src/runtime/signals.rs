@@ -16,12 +16,13 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::clock::now_ms;
 use super::mailbox::{
     Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
 };
@@ -97,12 +98,6 @@ pub(crate) fn decode<T: DeserializeOwned>(
         expected: crate::type_name::readable::<T>(),
         message: e.to_string(),
     })
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Runtime {

@@ -7,10 +7,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::DispatchContext;
-use super::pending::{LiveApproval, interrupt_details, now_ms};
+use super::pending::{LiveApproval, interrupt_details};
 use crate::Error;
 use crate::graph::BoxFuture;
 use crate::runtime::SignalError;
+use crate::runtime::clock::now_ms;
 use crate::runtime::mailbox::Scope;
 
 /// A call waiting for a decision: exactly what would run.

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -82,13 +81,6 @@ fn request_of(interrupt: &Interrupt) -> Option<ApprovalRequest> {
     let request: ApprovalRequest =
         serde_json::from_value(interrupt.payload.get("details")?.get(DETAILS_KEY)?.clone()).ok()?;
     (request.call_id == call_id).then_some(request)
-}
-
-/// Now, in milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Runtime {
