@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [3]);
+    assert_eq!(versions, [4]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,8 +281,10 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     drop(store);
     // Take the file back to what version 2 wrote.
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    conn.execute_batch("DROP TABLE runs; UPDATE meta SET schema_version = 2;")
-        .unwrap();
+    conn.execute_batch(
+        "DROP TABLE runs; DROP INDEX signals_pending; UPDATE meta SET schema_version = 2;",
+    )
+    .unwrap();
     drop(conn);
 
     let store = SqliteStore::open(db.path()).unwrap();
@@ -298,7 +300,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -562,4 +564,45 @@ async fn concurrent_writes_share_commits() {
         commits * 2 <= writes,
         "{writes} writes took {commits} commits"
     );
+}
+
+/// A version-3 file (runs rows without the worker's columns) opens as version 4: its rows
+/// read back as run records, a running one runnable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_file_gains_the_worker_columns() {
+    let db = TempDb::new("v3");
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(
+        store.claim("t", "me", u64::MAX / 4, 1).await.unwrap(),
+        Claim::Claimed
+    );
+    let cp = Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({"state": 1}));
+    store
+        .put_checkpoint_claimed(cp, "me", u64::MAX / 4)
+        .await
+        .unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "DROP INDEX runs_by_runnable_at; DROP INDEX runs_by_update; DROP INDEX signals_pending;
+         ALTER TABLE runs DROP COLUMN graph; ALTER TABLE runs DROP COLUMN fingerprint;
+         ALTER TABLE runs DROP COLUMN waiting_on; ALTER TABLE runs DROP COLUMN wake_at_ms;
+         ALTER TABLE runs DROP COLUMN runnable_at_ms;
+         ALTER TABLE runs DROP COLUMN cancel_requested; ALTER TABLE runs DROP COLUMN error;
+         ALTER TABLE runs DROP COLUMN input; UPDATE meta SET schema_version = 3;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(db.path()).unwrap();
+    let record = store.get_run("t").await.unwrap().unwrap();
+    assert_eq!(
+        (record.state, record.run, record.lease_owner.as_deref()),
+        (loomflow::runtime::RunState::Running, 1, Some("me"))
+    );
+    let all = store
+        .list_runs(&loomflow::runtime::RunFilter::new())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1);
 }

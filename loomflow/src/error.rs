@@ -85,6 +85,10 @@ pub enum Error {
     /// A signal was refused, or a wait for one ended without a payload.
     #[error(transparent)]
     Signal(#[from] SignalError),
+    /// A runtime call failed for a reason of its own: a thread with no run, a submit to a
+    /// thread whose run is still going, ….
+    #[error(transparent)]
+    Runtime(RuntimeError),
     /// An error raised by user code: [`Error::msg`], [`Error::custom`], or a `String`/`&str`
     /// converted with `?` or `.into()`.
     #[error("{0}")]
@@ -129,6 +133,7 @@ impl From<RunError> for Error {
             RunError::Signal(e) => Self::Signal(e),
             RunError::Json { what, source } => Self::Json { what, source },
             RunError::Suspended { node } => Self::Suspended { node },
+            RunError::Runtime(e) => Self::Runtime(*e),
             other => Self::Run(other),
         }
     }
@@ -136,7 +141,12 @@ impl From<RunError> for Error {
 
 impl From<RuntimeError> for Error {
     fn from(error: RuntimeError) -> Self {
-        Self::from(RunError::from(error))
+        match error {
+            error @ (RuntimeError::UnknownRun { .. } | RuntimeError::RunActive { .. }) => {
+                Self::Runtime(error)
+            }
+            other => Self::from(RunError::from(other)),
+        }
     }
 }
 

@@ -42,6 +42,14 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
+    /// When the run lets its session go, undelivered signals stay pending (a run that
+    /// suspends or fails carries on later) instead of being discarded.
+    pub(crate) fn keep_session_signals(&self) {
+        if let Some(session) = &self._session {
+            session.keep_leftovers();
+        }
+    }
+
     /// Whether anyone listens to the run's events (a stream).
     pub(crate) fn has_listener(&self) -> bool {
         self.events.is_some()
@@ -225,7 +233,14 @@ impl Context {
     /// Records that the node suspends until signal `name` arrives.
     /// `details`, when given, are shown in the interrupt (a tool approval puts the pending
     /// call there).
-    pub(crate) fn suspend_for_signal_with(&self, name: &str, details: Option<Value>) -> RunError {
+    /// `wake_at_ms` is the wait's deadline, when it has one: a worker carries the run on
+    /// then, and the wait times out.
+    pub(crate) fn suspend_for_signal_with(
+        &self,
+        name: &str,
+        details: Option<Value>,
+        wake_at_ms: Option<u64>,
+    ) -> RunError {
         let mut control = self.control();
         if control.suspension.is_empty() {
             let index = control.interrupts_called;
@@ -240,7 +255,7 @@ impl Context {
                     None => serde_json::json!({ "waiting_for_signal": name }),
                 },
                 signal: Some(name.to_owned()),
-                wake_at_ms: None,
+                wake_at_ms,
             });
         }
         RunError::Suspended {

@@ -10,9 +10,10 @@ use serde::de::DeserializeOwned;
 use super::Context;
 use crate::event::EventKind;
 use crate::graph::RunError;
-use crate::runtime::JournalKey;
+use crate::runtime::clock::unix_ms;
 use crate::runtime::mailbox::{Entry, Scope};
 use crate::runtime::signals::decode;
+use crate::runtime::{JournalKey, RuntimeError, SignalError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -78,6 +79,9 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
         Box::pin(async move {
             let ctx = self.ctx;
             let name = self.name;
+            let scope = self.scope;
+            let timeout = self.timeout;
+            let mut suspend = self.suspend;
             let mut details = self.details;
             let key = ctx.journal_key(&format!("signal:{name}"));
             let runtime = ctx.runtime();
@@ -86,30 +90,61 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             if let Some(recorded) = runtime.store().get_journal(&key).await? {
                 return Ok(decode(session, &name, recorded)?);
             }
-            let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+            // Under a worker, a wait parks only briefly and then suspends the run.
+            let grace = ctx.claim().park_grace();
+            let durable = suspend || grace.is_some();
+            // A wait that may suspend keeps its deadline in the journal: the run, carried on
+            // later (by a worker at the deadline), times out at the same moment.
+            let deadline_ms = match timeout {
+                Some(timeout) if durable => Some(
+                    ctx.step(&format!("deadline:{name}"), || async {
+                        Ok::<_, RunError>(unix_ms(runtime.now() + timeout))
+                    })
+                    .await?,
+                ),
+                _ => None,
+            };
+            let timed_out = || SignalError::Timeout {
+                session: session.to_owned(),
+                name: name.clone(),
+                timeout: timeout.unwrap_or_default(),
+            };
+            let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
             let mut announced = false;
             // Each pass takes the next payload; one that another process consumed first
             // (it was in this mailbox too) is dropped, and the wait goes on.
             loop {
-                if self.suspend {
-                    match runtime.receive_now(session, &name, self.scope).await? {
+                // What is left of a durable deadline, by the runtime's clock.
+                let left_ms = deadline_ms.map(|d| d.saturating_sub(unix_ms(runtime.now())));
+                let park = match (suspend, grace) {
+                    (true, _) => None,
+                    (false, Some(grace)) => {
+                        Some(left_ms.map_or(grace, |left| grace.min(Duration::from_millis(left))))
+                    }
+                    (false, None) => {
+                        deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+                    }
+                };
+                if durable && park.is_none_or(|p| p.is_zero()) {
+                    match runtime.receive_now(session, &name, scope).await? {
                         Some(received) => {
-                            if let Some(value) =
-                                accept(ctx, &name, received, &key, self.scope).await?
-                            {
+                            if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
                                 return Ok(value);
                             }
                             continue;
                         }
-                        None => return Err(ctx.suspend_for_signal_with(&name, details.take())),
+                        None if left_ms == Some(0) => return Err(timed_out().into()),
+                        None => {
+                            return Err(ctx.suspend_for_signal_with(
+                                &name,
+                                details.take(),
+                                deadline_ms,
+                            ));
+                        }
                     }
                 }
-                let timeout =
-                    deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
                 // Registered first, so that whoever sees the event finds the waiter in line.
-                let wait = runtime
-                    .start_wait(session, &name, timeout, self.scope)
-                    .await?;
+                let wait = runtime.start_wait(session, &name, park, scope).await?;
                 if !announced {
                     announced = true;
                     ctx.run.emit(
@@ -117,14 +152,21 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         Some(&ctx.node),
                         EventKind::Wait {
                             signal: name.clone(),
-                            timeout_ms: self
-                                .timeout
+                            timeout_ms: timeout
                                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
                         },
                     );
                 }
-                let received = runtime.finish_wait(wait).await?;
-                if let Some(value) = accept(ctx, &name, received, &key, self.scope).await? {
+                let received = match runtime.finish_wait(wait).await {
+                    Ok(received) => received,
+                    // The grace is over: look once more, then suspend (or time out).
+                    Err(RuntimeError::Signal(SignalError::Timeout { .. })) if durable => {
+                        suspend = true;
+                        continue;
+                    }
+                    Err(error) => return Err(error.into()),
+                };
+                if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
                     return Ok(value);
                 }
             }

@@ -65,10 +65,14 @@ impl<'a> IntoFuture for Sleep<'a> {
             if now_ms >= wake_at_ms {
                 return Ok(());
             }
-            if self.suspend {
+            let left = Duration::from_millis(wake_at_ms - now_ms);
+            // Under a worker, a sleep longer than the grace suspends the run: the worker
+            // carries it on when the time comes, with nothing held in memory meanwhile.
+            let grace = ctx.claim().park_grace();
+            if self.suspend || grace.is_some_and(|grace| left > grace) {
                 return Err(ctx.suspend_for_timer(wake_at_ms));
             }
-            tokio::time::sleep(Duration::from_millis(wake_at_ms - now_ms)).await;
+            tokio::time::sleep(left).await;
             Ok(())
         })
     }

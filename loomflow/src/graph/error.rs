@@ -299,7 +299,13 @@ pub enum RunError {
         /// When the holder's lease expires unless it renews it (it renews while it runs).
         until: std::time::SystemTime,
     },
-    /// The task driving the run stopped before it finished (it was aborted or panicked).
+    /// A runtime call made for the run failed in a way that has no meaning of its own for
+    /// runs.
+    #[error(transparent)]
+    Runtime(Box<RuntimeError>),
+    /// The run was cancelled: stopped with [`Runtime::cancel`](crate::Runtime::cancel) (its
+    /// newest checkpoint says so; resuming it is refused with this error too), or the task
+    /// driving it was aborted or panicked.
     #[error("run on thread {thread} was cancelled")]
     Cancelled {
         /// The thread.
@@ -381,6 +387,8 @@ impl From<RuntimeError> for RunError {
             RuntimeError::UnknownCheckpoint { thread, checkpoint } => Self::UnknownThread {
                 thread: format!("{thread} (checkpoint {checkpoint})"),
             },
+            RuntimeError::UnknownRun { thread } => Self::UnknownThread { thread },
+            other => Self::Runtime(Box::new(other)),
         }
     }
 }

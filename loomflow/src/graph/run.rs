@@ -343,6 +343,25 @@ impl<S> Stream for RunStream<S> {
 }
 
 impl<S: State> CompiledGraph<S> {
+    /// Executes a run under a claim already taken in the store (a worker's): from `input`
+    /// for a new run, else on from the thread's newest checkpoint.
+    pub(crate) async fn run_claimed(
+        &self,
+        runtime: &Runtime,
+        thread: String,
+        input: Option<S>,
+        claim: crate::runtime::claim::RunClaim,
+    ) -> Result<RunOutcome<S>> {
+        let start = match input {
+            Some(input) => Start::Fresh(input),
+            None => Start::Recover,
+        };
+        let mut execution =
+            RunBuilder::new(self.clone(), runtime.clone(), thread, start).into_execution(None);
+        execution.claim = Some(claim);
+        execute(execution).await
+    }
+
     /// Configures a run of this graph on `thread`, starting from `input`.
     pub fn run(&self, runtime: &Runtime, thread: impl Into<String>, input: S) -> RunBuilder<S> {
         RunBuilder::new(

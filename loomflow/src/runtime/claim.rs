@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::clock::now_ms;
-use super::store::{Checkpoint, Claim, JournalKey, Store, StoreError};
+use super::store::{Checkpoint, Claim, JournalKey, RunState, Store, StoreError};
 use super::{Runtime, RuntimeError};
 
 /// How long a claim lasts without being renewed, unless the runtime sets its own.
@@ -72,7 +72,42 @@ struct ClaimInner {
     until_ms: AtomicU64,
     lost: AtomicBool,
     released: AtomicBool,
+    /// Someone asked the run to stop (in this process, or seen on the run's row).
+    cancel: AtomicBool,
+    /// For a run a worker executes: how long a wait with nothing to receive parks in memory
+    /// before it suspends the run. `None`: waits park for as long as they wait.
+    park_grace: Option<Duration>,
     heartbeat: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// The claims executing in this runtime, by thread, so that a cancel reaches them at once.
+#[derive(Default)]
+pub(crate) struct LiveClaims {
+    claims: Mutex<std::collections::HashMap<String, Weak<ClaimInner>>>,
+}
+
+impl LiveClaims {
+    fn insert(&self, claim: &RunClaim) {
+        let mut claims = crate::sync::lock(&self.claims);
+        if claims.len() >= 64 && claims.len().is_power_of_two() {
+            claims.retain(|_, claim| claim.strong_count() > 0);
+        }
+        claims.insert(claim.inner.thread.clone(), Arc::downgrade(&claim.inner));
+    }
+
+    /// Flags the claim executing `thread` in this process, if any; says whether there was one.
+    pub(crate) fn cancel(&self, thread: &str) -> bool {
+        let claim = crate::sync::lock(&self.claims)
+            .get(thread)
+            .and_then(Weak::upgrade);
+        match claim {
+            Some(claim) if !claim.released.load(Ordering::Acquire) => {
+                claim.cancel.store(true, Ordering::Release);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl std::fmt::Debug for RunClaim {
@@ -97,11 +132,7 @@ impl Runtime {
         thread: &str,
         wait: Option<Duration>,
     ) -> Result<RunClaim, RuntimeError> {
-        let owner = format!(
-            "{}#{}",
-            self.inner.owner,
-            self.inner.executions.fetch_add(1, Ordering::Relaxed)
-        );
+        let owner = self.next_owner();
         let lease = self.inner.lease;
         let deadline = wait.map(|w| Instant::now() + w);
         let mut backoff = FIRST_BACKOFF;
@@ -110,13 +141,10 @@ impl Runtime {
             let until = now.saturating_add(millis(lease));
             match self.store().claim(thread, &owner, until, now).await? {
                 Claim::Claimed => {
-                    return Ok(RunClaim::new(
-                        Arc::clone(self.store()),
-                        thread,
-                        owner,
-                        lease,
-                        until,
-                    ));
+                    let claim =
+                        RunClaim::new(Arc::clone(self.store()), thread, owner, lease, until, None);
+                    self.inner.live_claims.insert(&claim);
+                    return Ok(claim);
                 }
                 Claim::Busy {
                     owner: holder,
@@ -140,6 +168,33 @@ impl Runtime {
     }
 }
 
+impl Runtime {
+    /// A new execution's owner id: the runtime's, and a number.
+    pub(crate) fn next_owner(&self) -> String {
+        format!(
+            "{}#{}",
+            self.inner.owner,
+            self.inner.executions.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Wraps a claim `owner` already took in the store (a worker's), until `until_ms`, with
+    /// leases of `lease`; its waits park at most `park_grace` before suspending.
+    pub(crate) fn adopt_claim(
+        &self,
+        thread: &str,
+        owner: String,
+        lease: Duration,
+        until_ms: u64,
+        park_grace: Option<Duration>,
+    ) -> RunClaim {
+        let store = Arc::clone(self.store());
+        let claim = RunClaim::new(store, thread, owner, lease, until_ms, park_grace);
+        self.inner.live_claims.insert(&claim);
+        claim
+    }
+}
+
 impl RunClaim {
     fn new(
         store: Arc<dyn Store>,
@@ -147,6 +202,7 @@ impl RunClaim {
         owner: String,
         lease: Duration,
         until_ms: u64,
+        park_grace: Option<Duration>,
     ) -> Self {
         let claim = Self {
             inner: Arc::new(ClaimInner {
@@ -157,6 +213,8 @@ impl RunClaim {
                 until_ms: AtomicU64::new(until_ms),
                 lost: AtomicBool::new(false),
                 released: AtomicBool::new(false),
+                cancel: AtomicBool::new(false),
+                park_grace,
                 heartbeat: Mutex::new(None),
             }),
         };
@@ -170,6 +228,17 @@ impl RunClaim {
     /// The thread claimed.
     pub(crate) fn thread(&self) -> &str {
         &self.inner.thread
+    }
+
+    /// Whether someone asked the run to stop.
+    pub(crate) fn cancel_requested(&self) -> bool {
+        self.inner.cancel.load(Ordering::Acquire)
+    }
+
+    /// How long a wait with nothing to receive parks before suspending the run: `Some` for
+    /// runs a worker executes.
+    pub(crate) fn park_grace(&self) -> Option<Duration> {
+        self.inner.park_grace
     }
 
     /// Whether a write (or the heartbeat) found the lease taken by another execution.
@@ -305,6 +374,29 @@ impl RunClaim {
         .await
     }
 
+    /// Ends the run as `state` (failed, or cancelled before it wrote anything) and lets it go,
+    /// in one write. Does nothing once the claim is released (the last checkpoint already
+    /// said how the run ended).
+    pub(crate) async fn finish(
+        &self,
+        state: RunState,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        if self.inner.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.stop_heartbeat();
+        let finished = self
+            .inner
+            .store
+            .finish_run(&self.inner.thread, &self.inner.owner, state, error)
+            .await;
+        if let Err(StoreError::LeaseLost { .. }) = &finished {
+            self.inner.lost.store(true, Ordering::Release);
+        }
+        finished
+    }
+
     /// Lets the run go: another execution may claim it at once.
     pub(crate) async fn release(&self) -> Result<(), StoreError> {
         if self.inner.released.swap(true, Ordering::AcqRel) {
@@ -358,6 +450,12 @@ async fn heartbeat(claim: Weak<ClaimInner>) {
         {
             Ok(()) => {
                 claim.until_ms.fetch_max(until, Ordering::AcqRel);
+                // A cancel asked for from another process reaches the run here.
+                if let Ok(Some(row)) = claim.store.get_run(&claim.thread).await
+                    && row.cancel_requested
+                {
+                    claim.cancel.store(true, Ordering::Release);
+                }
             }
             Err(StoreError::LeaseLost { .. }) => {
                 tracing::warn!(thread = %claim.thread, owner = %claim.owner, "lease lost: another execution claimed the run");

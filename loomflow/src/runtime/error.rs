@@ -1,7 +1,7 @@
 //! [`RuntimeError`]: why a call on the [`Runtime`](super::Runtime) failed.
 
 use super::mailbox::SignalError;
-use super::store::StoreError;
+use super::store::{RunState, StoreError};
 
 /// Why a call on the runtime (a signal, a wait, a state or checkpoint query) failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +39,22 @@ pub enum RuntimeError {
         thread: String,
         /// The checkpoint id asked for.
         checkpoint: u64,
+    },
+    /// No run was ever started or submitted on the thread.
+    #[error("thread {thread} has no run")]
+    UnknownRun {
+        /// The thread.
+        thread: String,
+    },
+    /// A run was submitted to a thread whose current run has not finished.
+    #[error(
+        "thread {thread} already has a run that is {state}; it must finish (or be cancelled) before another is submitted"
+    )]
+    RunActive {
+        /// The thread.
+        thread: String,
+        /// Where its current run stands.
+        state: RunState,
     },
 }
 

@@ -8,6 +8,7 @@ pub(crate) mod clock;
 mod error;
 mod extensions;
 pub mod mailbox;
+mod runs;
 pub(crate) mod signals;
 pub mod store;
 
@@ -15,14 +16,15 @@ use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::RuntimeError;
+pub use runs::RunInfo;
 
 use serde::de::DeserializeOwned;
 
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, Claim, Interrupt, JournalKey, MemoryStore, RunStatus, SignalPush, Store,
-    StoreError, StoredSignal,
+    Checkpoint, Claim, ClaimedRun, Interrupt, JournalKey, MemoryStore, RunFilter, RunRecord,
+    RunState, RunStatus, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
@@ -64,6 +66,16 @@ struct RuntimeInner {
     executions: std::sync::atomic::AtomicU64,
     /// The time timers compare against.
     clock: Arc<dyn Clock>,
+    /// The claims executing in this process, for cancels.
+    live_claims: claim::LiveClaims,
+    /// Wake-ups for this process's workers.
+    wakes: runs::Wakes,
+    /// The highest sequence number of the stored signals loaded into the mailbox.
+    signals_seen: tokio::sync::Mutex<u64>,
+    /// How often to look for signals other processes stored.
+    poll_interval: std::time::Duration,
+    /// Set once the task that looks for them runs.
+    watching: std::sync::atomic::AtomicBool,
 }
 
 /// Builds a [`Runtime`]; see [`Runtime::builder`].
@@ -75,7 +87,12 @@ pub struct RuntimeBuilder {
     signals: MailboxConfig,
     lease: Option<std::time::Duration>,
     clock: Option<Arc<dyn Clock>>,
+    poll_interval: Option<std::time::Duration>,
 }
+
+/// How often, by default, a runtime on a durable store looks for signals that other
+/// processes stored, and a worker for runs they made runnable.
+pub const DEFAULT_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl std::fmt::Debug for RuntimeBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,6 +142,18 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How often to look for what other processes wrote to the store (default 100 ms): the
+    /// longest a signal another process sends takes to reach a wait parked here, and the
+    /// default of [`WorkerBuilder::poll_interval`](crate::worker::WorkerBuilder::poll_interval).
+    ///
+    /// The look is a cheap change probe (SQLite's `PRAGMA data_version`); the signals are
+    /// read only when it moved. Only a runtime with a durable store that has a parked wait,
+    /// or a worker, looks at all. Values under a millisecond are raised to one.
+    pub fn poll_interval(mut self, interval: std::time::Duration) -> Self {
+        self.poll_interval = Some(interval.max(std::time::Duration::from_millis(1)));
+        self
+    }
+
     /// The clock timers read (default: [`SystemClock`]); tests pass a [`ManualClock`].
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -152,6 +181,11 @@ impl RuntimeBuilder {
                 owner: claim::runtime_owner_id(),
                 executions: std::sync::atomic::AtomicU64::new(1),
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+                live_claims: claim::LiveClaims::default(),
+                wakes: runs::Wakes::default(),
+                signals_seen: tokio::sync::Mutex::new(0),
+                poll_interval: self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL),
+                watching: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -276,6 +310,12 @@ impl Runtime {
     /// [`RuntimeBuilder::lease`].
     pub fn lease(&self) -> std::time::Duration {
         self.inner.lease
+    }
+
+    /// How often it looks for what other processes wrote; see
+    /// [`RuntimeBuilder::poll_interval`].
+    pub fn poll_interval(&self) -> std::time::Duration {
+        self.inner.poll_interval
     }
 
     /// Now, by the runtime's [`Clock`].

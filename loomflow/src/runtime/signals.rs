@@ -189,7 +189,9 @@ impl Runtime {
         let key = options.idempotency_key.as_deref();
         if !self.store().is_durable() {
             // The mailbox checks the name and the size itself.
-            return Ok(mailbox.send(session, name, payload, key, scope)?);
+            let delivery = mailbox.send(session, name, payload, key, scope)?;
+            self.wake_workers(session, delivery);
+            return Ok(delivery);
         }
         // Checked before it is stored: a stored signal must not be refused afterwards.
         mailbox.check(session, name, Some(&payload), scope)?;
@@ -205,13 +207,85 @@ impl Runtime {
         let payload = stored.payload.clone();
         let delivery = match self.store().push_signal(stored).await? {
             SignalPush::Duplicate => Delivery::Duplicate,
-            SignalPush::Stored(seq) => {
-                mailbox.signal_stored(session, name, payload, seq, Duration::ZERO)
-            }
+            SignalPush::Stored(seq) => mailbox
+                .signal_stored_once(session, name, payload, seq, Duration::ZERO)
+                .unwrap_or(Delivery::Queued),
         };
         // A new pending session may have pushed the least recently used one out.
         self.removals().flush().await;
+        self.wake_workers(session, delivery);
         Ok(delivery)
+    }
+
+    /// Tells this process's workers about a signal no waiter took: the run it is for may be
+    /// suspended, waiting for it.
+    fn wake_workers(&self, session: &str, delivery: Delivery) {
+        if matches!(delivery, Delivery::Queued | Delivery::Pending) {
+            self.wakes().wake(Some(session));
+        }
+    }
+
+    /// Starts, once per runtime on a durable store, the task that brings in signals other
+    /// processes store: every poll interval it probes the store's change counter, and
+    /// refreshes the mailbox when it moved. It ends with the runtime.
+    fn watch_for_signals(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.store().is_durable() || self.inner.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.inner.watching.store(false, Ordering::Release);
+            return;
+        };
+        let weak = std::sync::Arc::downgrade(&self.inner);
+        let every = self.inner.poll_interval;
+        handle.spawn(async move {
+            let mut seen = None;
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let runtime = Runtime { inner };
+                let change = runtime.store().change_counter();
+                if change.is_some() && change == seen {
+                    continue;
+                }
+                seen = change;
+                if let Err(error) = runtime.refresh_signals().await {
+                    tracing::warn!(%error, "could not load signals from the store");
+                }
+            }
+        });
+    }
+
+    /// Brings into the mailbox the stored signals other processes sent since the last look:
+    /// a worker calls it when the store changed, so that a waiter here receives a signal a
+    /// web handler elsewhere sent. Returns the sessions they were sent to.
+    pub(crate) async fn refresh_signals(&self) -> Result<Vec<String>> {
+        if !self.store().is_durable() {
+            return Ok(Vec::new());
+        }
+        self.load_stored_signals().await?;
+        let mut seen = self.inner.signals_seen.lock().await;
+        let stored = self.store().signals_after(*seen).await?;
+        let now = now_ms();
+        let mut sessions = Vec::new();
+        for signal in stored {
+            *seen = (*seen).max(signal.seq);
+            let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
+            let delivered = self.mailbox().signal_stored_once(
+                &signal.session,
+                &signal.name,
+                signal.payload,
+                signal.seq,
+                age,
+            );
+            if delivered.is_some() {
+                sessions.push(signal.session);
+            }
+        }
+        drop(seen);
+        self.removals().flush().await;
+        Ok(sessions)
     }
 
     /// Waits for the signal `name` of `session` and returns the oldest payload, typed.
@@ -296,6 +370,7 @@ impl Runtime {
     ) -> Result<WaitEntry> {
         self.mailbox().check(session, name, None, scope)?;
         self.load_stored_signals().await?;
+        self.watch_for_signals();
         let wait = self.mailbox().wait_in(session, name, timeout, scope);
         // Taking a session's pending signals may have found some of them expired.
         self.removals().flush().await;
@@ -365,6 +440,10 @@ impl Runtime {
                 let stored = self.store().pending_signals().await?;
                 let count = stored.len();
                 let now = now_ms();
+                if let Some(last) = stored.last() {
+                    let mut seen = self.inner.signals_seen.lock().await;
+                    *seen = (*seen).max(last.seq);
+                }
                 for signal in stored {
                     // Aged from the stored send time: the pending TTL does not restart.
                     let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));

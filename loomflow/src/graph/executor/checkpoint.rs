@@ -138,6 +138,7 @@ impl<'a, S: State> SnapshotRef<'a, S> {
         if self.describe {
             let description = serde_json::to_value(&self.g.description)?;
             body.insert("graph_description".to_owned(), description);
+            body.insert("graph_name".to_owned(), Value::from(&*self.g.name));
         }
         Ok(Value::Object(body))
     }

@@ -105,6 +105,11 @@ pub(super) async fn locate<S: State>(
                     }));
                 }
                 RunStatus::Running | RunStatus::Failed => from_checkpoint(g, thread, cp)?,
+                RunStatus::Cancelled => {
+                    return Err(RunError::Cancelled {
+                        thread: thread.to_owned(),
+                    });
+                }
             }
         }
         Start::ResumeOne(value) => {

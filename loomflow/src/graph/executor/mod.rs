@@ -30,7 +30,7 @@ use crate::graph::error::RunError;
 use crate::graph::namespace::Namespace;
 use crate::graph::run::RunOutcome;
 use crate::runtime::claim::RunClaim;
-use crate::runtime::{Checkpoint, Durability, RunStatus, Runtime};
+use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
 
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
 use locate::{Located, locate};
@@ -107,24 +107,45 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
 /// anything and releases it when it stops; a subgraph uses its parent's. Once the claim is
 /// lost (another execution took the run over), the run ends with that error whatever it was
 /// doing, having written nothing since.
+///
+/// A top-level run ends its claim: a failed run is recorded as failed on its run row (its
+/// newest checkpoint stays the last good one), anything else just lets go.
+///
+/// A top-level run given its claim (a worker's) that ends in an error other than a lost
+/// lease or a cancel is recorded as failed too, so that the worker does not take it again
+/// and again; the caller of a direct run gets the error instead, the run left as it was.
 async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>> {
-    let (claim, top_level) = match execution.claim.take() {
-        Some(parent) => (parent, false),
+    let top_level = execution.namespace.is_root();
+    let given = execution.claim.is_some();
+    let claim = match execution.claim.take() {
+        // The parent's claim, or one a worker took for this run.
+        Some(claim) => claim,
         None => {
-            let claim = execution
+            execution
                 .runtime
                 .claim_run(&execution.thread, execution.wait_if_busy)
-                .await?;
-            (claim, true)
+                .await?
         }
     };
     let result = run_supersteps(execution, claim.clone()).await;
     if claim.is_lost() {
         return Err(claim.lost_error().into());
     }
-    if top_level && let Err(error) = claim.release().await {
-        // The outcome stands; the lease runs out on its own.
-        tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+    if top_level {
+        let failure = match &result {
+            Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
+            Err(RunError::Cancelled { .. }) => None,
+            Err(error) if given => Some(ErrorChain(error).to_string()),
+            _ => None,
+        };
+        let ended = match failure {
+            Some(message) => claim.finish(RunState::Failed, Some(message)).await,
+            None => claim.release().await,
+        };
+        if let Err(error) = ended {
+            // The outcome stands; the lease runs out on its own.
+            tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+        }
     }
     result
 }
@@ -203,6 +224,10 @@ async fn run_supersteps<S: State>(
     let mut last_nodes: Vec<usize> = Vec::new();
 
     while !active.is_empty() {
+        if shared.namespace.is_root() && shared.claim.cancel_requested() {
+            writer.finish().await?;
+            return cancel(g, &shared, step, state, &active, &joins).await;
+        }
         step += 1;
         if step > recursion_limit {
             let error = RunError::RecursionLimit {
@@ -224,6 +249,8 @@ async fn run_supersteps<S: State>(
                 interrupts,
             }) => {
                 writer.finish().await?;
+                // Signals that arrived too late for this execution stay for the next one.
+                shared.keep_session_signals();
                 let snapshot = SnapshotRef::new(g, &state, &active)
                     .joins(&joins.0)
                     .suspended(&pending_writes, &interrupts, &resume_values);
@@ -315,6 +342,8 @@ async fn fail<S: State>(
 ) -> Result<RunOutcome<S>> {
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
+    // A failed run may be recovered: what was sent to it stays.
+    shared.keep_session_signals();
     if shared.durability == Durability::Exit {
         let snapshot = SnapshotRef::new(g, &state, active);
         let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
@@ -323,6 +352,32 @@ async fn fail<S: State>(
     }
     shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
+}
+
+/// Stops a run that was asked to stop ([`Runtime::cancel`]) between two supersteps: its
+/// last checkpoint is written again as cancelled, with the step it would have run next.
+async fn cancel<S: State>(
+    g: &CompiledInner<S>,
+    shared: &RunShared,
+    step: u64,
+    state: S,
+    active: &[usize],
+    joins: &JoinMarks,
+) -> Result<RunOutcome<S>> {
+    tracing::info!(graph = %g.name, thread = %shared.thread, step, "run cancelled");
+    let snapshot = SnapshotRef::new(g, &state, active).joins(&joins.0);
+    let cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Cancelled, &snapshot)?;
+    put_last(shared, cp).await?;
+    shared.emit(
+        step,
+        None,
+        EventKind::Error {
+            message: "the run was cancelled".to_owned(),
+        },
+    );
+    Err(RunError::Cancelled {
+        thread: shared.thread.to_string(),
+    })
 }
 
 /// Writes the checkpoint that ends an execution. A top-level run lets its claim go in the

@@ -324,6 +324,7 @@ impl Mailbox {
         SessionGuard {
             inner: Arc::clone(&self.inner),
             session,
+            keep_leftovers: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -382,6 +383,21 @@ impl Mailbox {
         seq: u64,
         age: Duration,
     ) -> Delivery {
+        self.signal_stored_once(session, name, payload, seq, age)
+            .unwrap_or(Delivery::Queued)
+    }
+
+    /// [`signal_stored`](Self::signal_stored), unless the stored signal `seq` is already
+    /// queued here (the process that sent it, and a refresh from the store, can both bring
+    /// it): then `None`, and nothing changes.
+    pub(crate) fn signal_stored_once(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        seq: u64,
+        age: Duration,
+    ) -> Option<Delivery> {
         let now = Instant::now();
         // An age beyond what the monotonic clock can go back to (a signal older than the
         // machine's uptime) is clamped: to exactly the TTL when that fits, so the signal
@@ -403,7 +419,10 @@ impl Mailbox {
             sent_at,
         };
         let mut state = self.inner.lock();
-        state.deliver(&self.inner.config, session, name, entry, Place::Back)
+        if state.holds_seq(session, name, seq) {
+            return None;
+        }
+        Some(state.deliver(&self.inner.config, session, name, entry, Place::Back))
     }
 
     pub(crate) fn send(
@@ -486,12 +505,23 @@ impl Mailbox {
 pub struct SessionGuard {
     inner: Arc<Inner>,
     session: Arc<str>,
+    /// On the last exit, undelivered signals go back to the pending mailbox instead of
+    /// being discarded.
+    keep_leftovers: std::sync::atomic::AtomicBool,
 }
 
 impl SessionGuard {
     /// The session this guard keeps open.
     pub fn session(&self) -> &str {
         &self.session
+    }
+
+    /// When this guard is the session's last exit, its undelivered signals are kept as
+    /// pending signals rather than discarded: a run that suspends keeps what was sent to it
+    /// meanwhile, for when it carries on.
+    pub(crate) fn keep_leftovers(&self) {
+        self.keep_leftovers
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -509,13 +539,17 @@ impl Clone for SessionGuard {
         Self {
             inner: Arc::clone(&self.inner),
             session: Arc::clone(&self.session),
+            keep_leftovers: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        self.inner.lock().close(&self.inner.config, &self.session);
+        let keep = *self.keep_leftovers.get_mut();
+        self.inner
+            .lock()
+            .close(&self.inner.config, &self.session, keep);
     }
 }
 

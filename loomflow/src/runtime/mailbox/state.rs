@@ -310,13 +310,27 @@ impl State {
     }
 
     /// Closes one guard; the last one out (with no waiter holding on) discards the mailbox.
-    pub(super) fn close(&mut self, config: &MailboxConfig, session: &str) {
+    /// A guard leaves; on the last exit, leftovers are discarded, or kept as pending with
+    /// `keep_leftovers`.
+    pub(super) fn close(&mut self, config: &MailboxConfig, session: &str, keep_leftovers: bool) {
         if let Some(live) = self.live.get_mut(session) {
             live.guards = live.guards.saturating_sub(1);
             if live.unused() {
-                self.retire(config, session, false);
+                self.retire(config, session, keep_leftovers);
             }
         }
+    }
+
+    /// Whether the stored signal `seq` is queued on (session, name), live or pending.
+    pub(super) fn holds_seq(&self, session: &str, name: &str, seq: u64) -> bool {
+        let has = |queue: &VecDeque<Queued>| queue.iter().any(|q| q.entry.seq == Some(seq));
+        if let Some(live) = self.live.get(session) {
+            return live.names.get(name).is_some_and(|c| has(&c.queue));
+        }
+        self.pending
+            .get(session)
+            .and_then(|pending| pending.names.get(name))
+            .is_some_and(has)
     }
 
     /// Parked waiters on (session, name).

@@ -17,6 +17,7 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test kit: failures panic
 
 mod claims;
+mod runs;
 
 use std::sync::Arc;
 
@@ -58,6 +59,9 @@ pub async fn run_all(store: &dyn Store) {
     claims::writes_under_a_claim_are_fenced(store).await;
     claims::the_last_checkpoint_releases_the_claim(store).await;
     claims::signals_taken_under_a_claim_go_to_one_consumer(store).await;
+    runs::submitted_runs_are_claimed_once(store).await;
+    runs::suspended_runs_wake_on_a_signal_or_their_time(store).await;
+    runs::cancel_requests_are_recorded(store).await;
 }
 
 /// Runs [`run_all`], and checks that many writers at once lose nothing.

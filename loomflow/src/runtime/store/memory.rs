@@ -5,7 +5,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::{Checkpoint, Claim, JournalKey, SignalPush, Store, StoreError, StoredSignal};
+use super::{
+    Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord, RunState,
+    SignalPush, Store, StoreError, StoredSignal, Submitted,
+};
+use crate::runtime::clock::now_ms;
 use futures_util::future::BoxFuture;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
@@ -13,6 +17,8 @@ use futures_util::future::BoxFuture;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// Bumped by every write, for [`Store::change_counter`].
+    changes: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -30,13 +36,83 @@ struct Inner {
 
 /// A thread's current run, as the SQLite store's `runs` table keeps it.
 #[derive(Debug, Default)]
-#[allow(dead_code)] // `run` and `status` are kept for run queries, which come with the worker
 struct RunRow {
     run: u64,
-    status: Option<&'static str>,
+    /// `None` until the run's first checkpoint (or submit): claimed, never written.
+    state: Option<RunState>,
+    graph: Option<String>,
+    fingerprint: Option<String>,
+    waiting_on: Vec<String>,
+    wake_at_ms: Option<u64>,
+    runnable_at_ms: Option<u64>,
     owner: Option<String>,
     until_ms: u64,
     attempts: u64,
+    cancel_requested: bool,
+    error: Option<String>,
+    input: Option<Value>,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+}
+
+impl RunRow {
+    fn record(&self, thread: &str) -> Option<RunRecord> {
+        Some(RunRecord {
+            thread: thread.to_owned(),
+            run: self.run,
+            graph: self.graph.clone(),
+            fingerprint: self.fingerprint.clone(),
+            state: self.state?,
+            waiting_on: self.waiting_on.clone(),
+            wake_at_ms: self.wake_at_ms,
+            lease_owner: self.owner.clone(),
+            lease_until_ms: self.until_ms,
+            attempts: self.attempts,
+            cancel_requested: self.cancel_requested,
+            error: self.error.clone(),
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+        })
+    }
+
+    /// Whether no execution holds it at `now_ms`.
+    fn is_free(&self, now_ms: u64) -> bool {
+        self.owner.is_none() || self.until_ms <= now_ms
+    }
+
+    /// Follows a top-level checkpoint.
+    fn follow(&mut self, checkpoint: &Checkpoint) {
+        let update = RowUpdate::of(checkpoint);
+        self.run = checkpoint.run;
+        self.runnable_at_ms = update.runnable_at_ms();
+        self.state = Some(update.state);
+        self.waiting_on = update.waiting_on;
+        self.wake_at_ms = update.wake_at_ms;
+        if update.graph.is_some() {
+            self.graph = update.graph;
+        }
+        if update.fingerprint.is_some() {
+            self.fingerprint = update.fingerprint;
+        }
+        self.error = update.error;
+        self.input = None;
+        if update.state.is_finished() {
+            self.cancel_requested = false;
+        }
+        self.updated_at_ms = now_ms();
+    }
+
+    fn in_graphs(&self, graphs: &[String]) -> bool {
+        self.graph.as_ref().is_some_and(|g| graphs.contains(g))
+    }
+
+    /// Takes the lease for `owner`, counting an attempt.
+    fn take_lease(&mut self, owner: &str, until_ms: u64, now_ms: u64) {
+        self.owner = Some(owner.to_owned());
+        self.until_ms = until_ms;
+        self.attempts += 1;
+        self.updated_at_ms = now_ms;
+    }
 }
 
 impl Inner {
@@ -87,6 +163,29 @@ impl MemoryStore {
         // Every critical section below is panic-free, so a poisoned lock holds sound data.
         Ok(crate::sync::lock(&self.inner))
     }
+
+    /// The lock, for a write: counts a change.
+    fn lock_mut(&self) -> Result<MutexGuard<'_, Inner>, StoreError> {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.lock()
+    }
+
+    /// Claims `thread`'s row for `owner` (which the caller found runnable).
+    fn claim_row(
+        inner: &mut Inner,
+        thread: &str,
+        owner: &str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Option<ClaimedRun> {
+        let row = inner.runs.get_mut(thread)?;
+        row.take_lease(owner, lease_until_ms, now_ms);
+        Some(ClaimedRun {
+            record: row.record(thread)?,
+            input: row.input.clone(),
+        })
+    }
 }
 
 fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
@@ -100,7 +199,7 @@ impl Store for MemoryStore {
 
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
         ready(
-            self.lock()
+            self.lock_mut()
                 .map(|mut inner| inner.insert_checkpoint(checkpoint)),
         )
     }
@@ -142,7 +241,7 @@ impl Store for MemoryStore {
     }
 
     fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>> {
-        ready(self.lock().map(|mut inner| {
+        ready(self.lock_mut().map(|mut inner| {
             inner.journal.entry(key).or_insert(value);
         }))
     }
@@ -158,7 +257,7 @@ impl Store for MemoryStore {
         &self,
         mut signal: StoredSignal,
     ) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
-        ready(self.lock().map(|mut inner| {
+        ready(self.lock_mut().map(|mut inner| {
             if let Some(key) = &signal.idempotency_key {
                 let entry = (signal.session.clone(), signal.name.clone(), key.clone());
                 if !inner.keys.insert(entry) {
@@ -179,7 +278,7 @@ impl Store for MemoryStore {
         seq: u64,
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.lock().map(|mut inner| {
+        ready(self.lock_mut().map(|mut inner| {
             inner.take(session, seq);
             if let Some((key, value)) = journal {
                 inner.journal.entry(key).or_insert(value);
@@ -201,8 +300,15 @@ impl Store for MemoryStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        ready(self.lock().map(|mut inner| {
-            let row = inner.runs.entry(thread.to_owned()).or_default();
+        ready(self.lock_mut().map(|mut inner| {
+            let row = inner
+                .runs
+                .entry(thread.to_owned())
+                .or_insert_with(|| RunRow {
+                    created_at_ms: now_ms,
+                    updated_at_ms: now_ms,
+                    ..RunRow::default()
+                });
             match &row.owner {
                 Some(holder) if holder != owner && row.until_ms > now_ms => Claim::Busy {
                     owner: holder.clone(),
@@ -225,7 +331,7 @@ impl Store for MemoryStore {
         thread: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.lock().map(|mut inner| {
+        ready(self.lock_mut().map(|mut inner| {
             if let Some(row) = inner.runs.get_mut(thread)
                 && row.owner.as_deref() == Some(owner)
             {
@@ -242,7 +348,7 @@ impl Store for MemoryStore {
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         ready(
-            self.lock()
+            self.lock_mut()
                 .and_then(|mut inner| inner.fence(thread, owner, lease_until_ms)),
         )
     }
@@ -253,13 +359,12 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        ready(self.lock().and_then(|mut inner| {
+        ready(self.lock_mut().and_then(|mut inner| {
             inner.fence(&checkpoint.thread, owner, lease_until_ms)?;
             if checkpoint.namespace.is_empty()
                 && let Some(row) = inner.runs.get_mut(&checkpoint.thread)
             {
-                row.run = checkpoint.run;
-                row.status = Some(checkpoint.status.as_str());
+                row.follow(&checkpoint);
             }
             Ok(inner.insert_checkpoint(checkpoint))
         }))
@@ -270,14 +375,14 @@ impl Store for MemoryStore {
         checkpoint: Checkpoint,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        ready(self.lock().and_then(|mut inner| {
+        ready(self.lock_mut().and_then(|mut inner| {
             inner.fence(&checkpoint.thread, owner, 0)?;
             if let Some(row) = inner.runs.get_mut(&checkpoint.thread) {
                 if checkpoint.namespace.is_empty() {
-                    row.run = checkpoint.run;
-                    row.status = Some(checkpoint.status.as_str());
+                    row.follow(&checkpoint);
                 }
                 row.owner = None;
+                row.until_ms = 0;
             }
             Ok(inner.insert_checkpoint(checkpoint))
         }))
@@ -290,7 +395,7 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.lock().and_then(|mut inner| {
+        ready(self.lock_mut().and_then(|mut inner| {
             inner.fence(&key.thread, owner, lease_until_ms)?;
             inner.journal.entry(key).or_insert(value);
             Ok(())
@@ -305,7 +410,7 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        ready(self.lock().and_then(|mut inner| {
+        ready(self.lock_mut().and_then(|mut inner| {
             let (key, value) = journal;
             inner.fence(&key.thread, owner, lease_until_ms)?;
             let taken = inner.take(session, seq);
@@ -321,6 +426,179 @@ impl Store for MemoryStore {
         session: &'a str,
         seq: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        ready(self.lock().map(|mut inner| inner.take(session, seq)))
+        ready(self.lock_mut().map(|mut inner| inner.take(session, seq)))
+    }
+
+    fn submit_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graph: &'a str,
+        input: Value,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Submitted, StoreError>> {
+        ready(self.lock_mut().map(|mut inner| {
+            let row = inner
+                .runs
+                .entry(thread.to_owned())
+                .or_insert_with(|| RunRow {
+                    created_at_ms: now_ms,
+                    ..RunRow::default()
+                });
+            let finished = row.state.is_none_or(RunState::is_finished);
+            if (!finished || !row.is_free(now_ms))
+                && let Some(record) = row.record(thread)
+            {
+                return Submitted::Active(Box::new(record));
+            }
+            *row = RunRow {
+                run: row.run,
+                state: Some(RunState::Queued),
+                graph: Some(graph.to_owned()),
+                runnable_at_ms: Some(0),
+                input: Some(input),
+                created_at_ms: now_ms,
+                updated_at_ms: now_ms,
+                ..RunRow::default()
+            };
+            Submitted::Queued
+        }))
+    }
+
+    fn claim_next_run<'a>(
+        &'a self,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        ready(self.lock_mut().map(|mut inner| {
+            let signalled = |row: &RunRow, thread: &str| {
+                row.state == Some(RunState::Waiting)
+                    && inner
+                        .signals
+                        .values()
+                        .any(|s| s.session == thread && row.waiting_on.contains(&s.name))
+            };
+            let chosen = inner
+                .runs
+                .iter()
+                .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
+                .filter_map(|(thread, row)| {
+                    let due = row.runnable_at_ms.filter(|&at| at <= due_ms);
+                    due.or_else(|| signalled(row, thread).then_some(row.updated_at_ms))
+                        .map(|at| (at, thread.clone()))
+                })
+                .min();
+            let (_, thread) = chosen?;
+            Self::claim_row(&mut inner, &thread, owner, lease_until_ms, now_ms)
+        }))
+    }
+
+    fn claim_waiting_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        ready(self.lock_mut().map(|mut inner| {
+            let row = inner.runs.get(thread)?;
+            if row.state != Some(RunState::Waiting)
+                || !row.in_graphs(graphs)
+                || !row.is_free(now_ms)
+            {
+                return None;
+            }
+            Self::claim_row(&mut inner, thread, owner, lease_until_ms, now_ms)
+        }))
+    }
+
+    fn get_run<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        ready(
+            self.lock()
+                .map(|inner| inner.runs.get(thread).and_then(|row| row.record(thread))),
+        )
+    }
+
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
+        ready(self.lock().map(|inner| {
+            let mut records: Vec<RunRecord> = inner
+                .runs
+                .iter()
+                .filter_map(|(thread, row)| row.record(thread))
+                .filter(|record| filter.matches(record))
+                .collect();
+            records.sort_by(|a, b| (b.updated_at_ms, &a.thread).cmp(&(a.updated_at_ms, &b.thread)));
+            records.truncate(filter.limit.unwrap_or(usize::MAX));
+            records
+        }))
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        thread: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        ready(self.lock_mut().map(|mut inner| {
+            let row = inner.runs.get_mut(thread)?;
+            if row.state.is_some_and(|s| !s.is_finished()) {
+                row.cancel_requested = true;
+                row.updated_at_ms = now_ms;
+            }
+            row.record(thread)
+        }))
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        state: RunState,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ready(self.lock_mut().and_then(|mut inner| {
+            inner.fence(thread, owner, 0)?;
+            if let Some(row) = inner.runs.get_mut(thread) {
+                row.state = Some(state);
+                row.error = error;
+                row.runnable_at_ms = None;
+                row.wake_at_ms = None;
+                row.waiting_on.clear();
+                row.input = None;
+                row.cancel_requested = false;
+                row.owner = None;
+                row.until_ms = 0;
+                row.updated_at_ms = now_ms();
+            }
+            Ok(())
+        }))
+    }
+
+    fn next_wake_at_ms<'a>(
+        &'a self,
+        graphs: &'a [String],
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        ready(self.lock().map(|inner| {
+            inner
+                .runs
+                .values()
+                .filter(|row| row.in_graphs(graphs))
+                .filter_map(|row| row.runnable_at_ms)
+                .filter(|&at| at > due_ms)
+                .min()
+        }))
+    }
+
+    fn change_counter(&self) -> Option<u64> {
+        Some(self.changes.load(std::sync::atomic::Ordering::Acquire))
     }
 }

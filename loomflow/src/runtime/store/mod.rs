@@ -6,9 +6,10 @@
 //! - **journal entries**: results of side effects run through `ctx.step`, keyed by
 //!   [`JournalKey`];
 //! - **signals**: payloads sent to a session and not yet consumed;
-//! - **runs**: one row per thread for its current run, holding the lease (owner and expiry)
-//!   that lets at most one execution at a time carry the run on (see [`Store::claim`]).
-//!   Runs are numbered through their checkpoints.
+//! - **runs**: one row per thread for its current run ([`RunRecord`]): its graph, where it
+//!   stands ([`RunState`]: queued, running, waiting, sleeping, …), what wakes it, and the
+//!   lease (owner and expiry) that lets at most one execution at a time carry the run on
+//!   (see [`Store::claim`]). Runs are numbered through their checkpoints.
 //!
 //! Backends: [`MemoryStore`] here, `SqliteStore` (feature `sqlite`) behind
 //! `Runtime::sqlite`. The `conformance` module (feature `test-util`) is one test suite every
@@ -17,10 +18,12 @@
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
 mod memory;
+mod runs;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use memory::MemoryStore;
+pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
 
@@ -42,16 +45,20 @@ pub enum RunStatus {
     Completed,
     /// Stopped by an error; the checkpoint holds the last good state.
     Failed,
+    /// Stopped by [`Runtime::cancel`](crate::Runtime::cancel); the checkpoint holds the state
+    /// it stopped at.
+    Cancelled,
 }
 
 impl RunStatus {
-    /// The status as stored: `running`, `interrupted`, `completed`, `failed`.
+    /// The status as stored: `running`, `interrupted`, `completed`, `failed`, `cancelled`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Running => "running",
             Self::Interrupted => "interrupted",
             Self::Completed => "completed",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -492,4 +499,113 @@ pub trait Store: Send + Sync + 'static {
         session: &'a str,
         seq: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    // Runs: the rows workers claim and people query (see [`RunRecord`]). Checkpoints
+    // written under a claim keep the row in step with the run ([`RowUpdate::of`]).
+
+    /// Queues a run of the graph named `graph` on `thread`, with `input` (the graph's state,
+    /// as JSON), for a worker to start.
+    ///
+    /// Refused, writing nothing, while the thread's current run has not finished (or an
+    /// execution holds the thread): then returns [`Submitted::Active`] with that run's row.
+    fn submit_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graph: &'a str,
+        input: Value,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Submitted, StoreError>>;
+
+    /// Claims for `owner`, until `lease_until_ms`, one run of the graphs named that a worker
+    /// should carry on now, the longest-waiting first:
+    /// - queued;
+    /// - running, with nobody holding it or its lease expired by `now_ms` (its process died);
+    /// - waiting, sleeping or interrupted, with its wake time (timer, deadline) at or before
+    ///   `due_ms`;
+    /// - waiting for a signal that is stored and unconsumed.
+    ///
+    /// Leases are compared with `now_ms` (the system clock, shared by every process) and
+    /// wake times with `due_ms` (the runtime's clock, which tests may set). Every run but a
+    /// running one must also be free (nobody holds it, or its lease expired). The claim
+    /// counts one more attempt. `None` when no run qualifies.
+    fn claim_next_run<'a>(
+        &'a self,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>>;
+
+    /// Claims `thread`'s run for `owner` if it is waiting for a signal, is of one of the
+    /// graphs named, and nobody holds it: a process that just sent the signal wakes the run
+    /// without the store having to keep the signal (the in-memory store does not).
+    fn claim_waiting_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>>;
+
+    /// The row of `thread`'s current run; `None` when the thread never ran.
+    fn get_run<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>>;
+
+    /// The runs `filter` selects, most recently updated first.
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>>;
+
+    /// Asks the execution holding `thread`'s unfinished run to stop: sets the row's
+    /// `cancel_requested`. Returns the row (`None` for a thread that never ran); a finished
+    /// run is returned unchanged.
+    fn request_cancel<'a>(
+        &'a self,
+        thread: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>>;
+
+    /// Ends `thread`'s run as `state` (failed, or cancelled before its first checkpoint),
+    /// with `error`, and releases `owner`'s claim, in one transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is written, when `owner` does not hold it.
+    fn finish_run<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        state: RunState,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The earliest wake time after `due_ms` among suspended runs of the graphs named: when
+    /// a worker with nothing to do should look again.
+    fn next_wake_at_ms<'a>(
+        &'a self,
+        graphs: &'a [String],
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>>;
+
+    /// A number that changes whenever anything (this process or another) commits a change to
+    /// the store: a worker polls it, cheaply, to learn that it should look for work. `None`
+    /// (the default) means the store cannot tell, and the worker looks every time.
+    fn change_counter(&self) -> Option<u64> {
+        None
+    }
+
+    /// The stored, unconsumed signals with a sequence number above `seq`, oldest first: what
+    /// other processes sent since a worker last looked.
+    fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        Box::pin(async move {
+            let mut signals = self.pending_signals().await?;
+            signals.retain(|s| s.seq > seq);
+            Ok(signals)
+        })
+    }
 }

@@ -38,7 +38,10 @@ use self::rows::{
     transpose,
 };
 use self::writer::{CheckpointRow, Op, Outcome, Request, SignalRow, Writer};
-use super::{Checkpoint, Claim, JournalKey, SignalPush, Store, StoreError, StoredSignal};
+use super::{
+    Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord, RunState, SignalPush, Store,
+    StoreError, StoredSignal, Submitted,
+};
 use futures_util::future::BoxFuture;
 
 /// How hard SQLite works to get each commit onto the disk (its `synchronous` setting).
@@ -160,6 +163,9 @@ pub struct CommitStats {
 /// ```
 pub struct SqliteStore {
     path: PathBuf,
+    /// A connection that only reads `PRAGMA data_version`: it changes whenever another
+    /// connection (this store's writer, or another process) commits.
+    probe: std::sync::Mutex<Connection>,
     // Dropped in this order: readers first, then the writer, which flushes and closes last.
     readers: Readers,
     writer: Writer,
@@ -204,10 +210,12 @@ impl SqliteStore {
         let conns = (0..options.read_connections.max(1))
             .map(|_| schema::open_reader(&path, &options))
             .collect::<Result<Vec<_>, _>>()?;
+        let probe = std::sync::Mutex::new(schema::open_reader(&path, &options)?);
         let writer = Writer::spawn(conn).map_err(thread_error)?;
         let readers = Readers::spawn(conns).map_err(thread_error)?;
         Ok(Self {
             path,
+            probe,
             readers,
             writer,
         })
@@ -460,13 +468,18 @@ impl Store for SqliteStore {
     }
 
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
-        self.read("(pending signals)", |conn| {
+        self.signals_after(0)
+    }
+
+    fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        let after = i64::try_from(seq).unwrap_or(i64::MAX);
+        self.read("(pending signals)", move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, session, name, payload, idempotency_key, sent_at_ms FROM signals
-                 WHERE consumed_at_ms IS NULL ORDER BY seq",
+                 WHERE seq > ?1 AND consumed_at_ms IS NULL ORDER BY seq",
             )?;
             let rows = stmt
-                .query_map([], |row| {
+                .query_map([after], |row| {
                     let seq: i64 = row.get(0)?;
                     let session: String = row.get(1)?;
                     let name: String = row.get(2)?;
@@ -563,6 +576,88 @@ impl Store for SqliteStore {
         seq: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.try_take(session, seq)
+    }
+
+    fn submit_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graph: &'a str,
+        input: Value,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Submitted, StoreError>> {
+        self.submit(thread, graph, &input, now_ms)
+    }
+
+    fn claim_next_run<'a>(
+        &'a self,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        self.claim_runnable(None, graphs, owner, lease_until_ms, (now_ms, due_ms))
+    }
+
+    fn claim_waiting_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        self.claim_runnable(Some(thread), graphs, owner, lease_until_ms, (now_ms, 0))
+    }
+
+    fn get_run<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        self.read_run(thread)
+    }
+
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
+        self.query_runs(filter)
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        thread: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        self.request_cancel_run(thread, now_ms)
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        state: RunState,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.finish(thread, owner, state, error)
+    }
+
+    fn next_wake_at_ms<'a>(
+        &'a self,
+        graphs: &'a [String],
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        self.next_wake(graphs, due_ms)
+    }
+
+    /// `PRAGMA data_version` on a connection of its own: a few microseconds, no disk read
+    /// beyond the WAL index, so a worker may ask every few milliseconds.
+    fn change_counter(&self) -> Option<u64> {
+        let probe = crate::sync::lock(&self.probe);
+        probe
+            .query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
     }
 }
 

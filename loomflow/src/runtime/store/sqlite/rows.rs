@@ -49,6 +49,7 @@ pub(super) fn parse_status(status: &str, thread: &str) -> Result<RunStatus, Stor
         "interrupted" => RunStatus::Interrupted,
         "completed" => RunStatus::Completed,
         "failed" => RunStatus::Failed,
+        "cancelled" => RunStatus::Cancelled,
         other => return Err(corrupt(thread, format!("unknown run status {other:?}"))),
     })
 }
@@ -107,6 +108,7 @@ mod tests {
             RunStatus::Interrupted,
             RunStatus::Completed,
             RunStatus::Failed,
+            RunStatus::Cancelled,
         ] {
             assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
         }

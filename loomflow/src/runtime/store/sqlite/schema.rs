@@ -9,7 +9,7 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
@@ -60,6 +60,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
       WHERE json_type(body, '$.error') IS NOT NULL;",
     // 2 -> 3: the runs table and its leases (`runs.rs`).
     super::runs::MIGRATION,
+    // 3 -> 4: what workers and run queries need on each run row (`runs.rs`).
+    super::runs::MIGRATION_WORKER,
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {

@@ -16,7 +16,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::runs::RunOp;
-use crate::runtime::store::{Claim, SignalPush, StoreError};
+use crate::runtime::store::{Claim, RunRecord, SignalPush, StoreError, Submitted};
 
 /// The most requests committed together; bounds the time any one of them waits.
 const MAX_GROUP: usize = 1024;
@@ -204,7 +204,16 @@ pub(super) enum Outcome {
     Taken(bool),
     /// A write under a claim found the lease held by someone else; nothing was written.
     LeaseLost,
+    /// What `submit_run` did (or a row that did not decode).
+    Submitted(Box<Result<Submitted, StoreError>>),
+    /// The run a worker claimed (its row, which may not decode, and its input), if any.
+    Runnable(Box<Option<ClaimedRow>>),
+    /// A run's row after a change.
+    Record(Box<Option<Result<RunRecord, StoreError>>>),
 }
+
+/// A claimed run's row (which may not decode) and its input as stored.
+pub(super) type ClaimedRow = (Result<RunRecord, StoreError>, Option<String>);
 
 /// A write and where its answer goes, once committed.
 pub(super) struct Request {

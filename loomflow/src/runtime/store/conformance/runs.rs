@@ -1,0 +1,231 @@
+//! Checks of run rows: submitting, claiming what a worker should carry on, cancelling.
+
+use serde_json::json;
+
+use super::{signal, unique};
+use crate::runtime::store::{
+    Checkpoint, Interrupt, RunFilter, RunState, RunStatus, Store, StoreError, Submitted,
+};
+
+/// Far enough in the future that no lease in these checks expires on its own.
+const LATER: u64 = u64::MAX / 4;
+
+fn interrupt(signal: Option<&str>, wake_at_ms: Option<u64>) -> Interrupt {
+    Interrupt {
+        id: "n#0".to_owned(),
+        node: "n".to_owned(),
+        index: 0,
+        payload: json!(null),
+        signal: signal.map(str::to_owned),
+        wake_at_ms,
+    }
+}
+
+/// Writes a suspended run of `graph` on `thread`, held by nobody afterwards.
+async fn suspend(store: &dyn Store, thread: &str, graph: &str, interrupts: Vec<Interrupt>) {
+    assert_eq!(
+        store.claim(thread, "writer", LATER, 1).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    let body = json!({
+        "state": 1,
+        "interrupts": interrupts,
+        "graph": "fingerprint",
+        "graph_name": graph,
+    });
+    let cp = Checkpoint::new(thread, 1, "", 1, RunStatus::Interrupted, body);
+    store
+        .put_checkpoint_and_release(cp, "writer")
+        .await
+        .unwrap();
+}
+
+/// A submitted run is claimed once, with its input; a second submit is refused while it
+/// has not finished; a finished run is not claimed again.
+pub(super) async fn submitted_runs_are_claimed_once(store: &dyn Store) {
+    let (thread, graph) = (unique("submit"), unique("graph"));
+    let graphs = [graph.clone()];
+    let input = json!({"order": 7});
+    assert_eq!(
+        store
+            .submit_run(&thread, &graph, input.clone(), 10)
+            .await
+            .unwrap(),
+        Submitted::Queued
+    );
+    match store
+        .submit_run(&thread, &graph, json!(0), 11)
+        .await
+        .unwrap()
+    {
+        Submitted::Active(record) => assert_eq!(record.state, RunState::Queued),
+        other => panic!("a second submit while queued must be refused, got {other:?}"),
+    }
+    let claimed = store
+        .claim_next_run(&graphs, "w1", LATER, 20, 20)
+        .await
+        .unwrap()
+        .expect("the queued run is claimed");
+    assert_eq!(claimed.record.thread, thread);
+    assert_eq!(claimed.record.state, RunState::Queued);
+    assert_eq!(claimed.record.graph.as_deref(), Some(graph.as_str()));
+    assert_eq!(claimed.input, Some(input));
+    assert_eq!(claimed.record.lease_owner.as_deref(), Some("w1"));
+    assert!(
+        store
+            .claim_next_run(&graphs, "w2", LATER, 21, 21)
+            .await
+            .unwrap()
+            .is_none(),
+        "a claimed run is not claimed twice"
+    );
+    assert!(matches!(
+        store
+            .finish_run(&thread, "w2", RunState::Failed, None)
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    store
+        .finish_run(&thread, "w1", RunState::Failed, Some("bad input".into()))
+        .await
+        .unwrap();
+    let record = store.get_run(&thread).await.unwrap().unwrap();
+    assert_eq!(
+        (record.state, record.error.as_deref(), record.lease_owner),
+        (RunState::Failed, Some("bad input"), None)
+    );
+    assert!(
+        store
+            .claim_next_run(&graphs, "w2", LATER, 22, 22)
+            .await
+            .unwrap()
+            .is_none(),
+        "a failed run is not taken again"
+    );
+    // A finished thread takes a new run.
+    assert_eq!(
+        store
+            .submit_run(&thread, &graph, json!(1), 30)
+            .await
+            .unwrap(),
+        Submitted::Queued
+    );
+    assert!(store.get_run(&unique("nobody")).await.unwrap().is_none());
+}
+
+/// A waiting run is claimed once its signal is stored or its deadline is due; a sleeping
+/// one when its time is due; neither before.
+pub(super) async fn suspended_runs_wake_on_a_signal_or_their_time(store: &dyn Store) {
+    let graph = unique("graph");
+    let graphs = [graph.clone()];
+    let waiting = unique("waiting");
+    suspend(
+        store,
+        &waiting,
+        &graph,
+        vec![interrupt(Some("go"), Some(1_000))],
+    )
+    .await;
+    let record = store.get_run(&waiting).await.unwrap().unwrap();
+    assert_eq!(record.state, RunState::Waiting);
+    assert_eq!(record.waiting_on, ["go"]);
+    assert_eq!(record.wake_at_ms, Some(1_000));
+    assert_eq!(record.graph.as_deref(), Some(graph.as_str()));
+    assert_eq!(record.fingerprint.as_deref(), Some("fingerprint"));
+
+    let sleeping = unique("sleeping");
+    suspend(store, &sleeping, &graph, vec![interrupt(None, Some(2_000))]).await;
+    assert_eq!(
+        store.get_run(&sleeping).await.unwrap().unwrap().state,
+        RunState::Sleeping
+    );
+    let asking = unique("asking");
+    suspend(store, &asking, &graph, vec![interrupt(None, None)]).await;
+    assert_eq!(
+        store.get_run(&asking).await.unwrap().unwrap().state,
+        RunState::Interrupted
+    );
+
+    let next = |owner: &'static str, due: u64| {
+        let graphs = graphs.clone();
+        async move {
+            store
+                .claim_next_run(&graphs, owner, LATER, 5, due)
+                .await
+                .unwrap()
+                .map(|run| run.record.thread)
+        }
+    };
+    assert_eq!(
+        next("w", 999).await,
+        None,
+        "nothing is due, nothing signalled"
+    );
+    assert_eq!(
+        store.next_wake_at_ms(&graphs, 999).await.unwrap(),
+        Some(1_000)
+    );
+    // Another session's signal, or another name, wakes nothing.
+    store
+        .push_signal(signal(&unique("other"), "go", 1, None))
+        .await
+        .unwrap();
+    store
+        .push_signal(signal(&waiting, "stop", 1, None))
+        .await
+        .unwrap();
+    assert_eq!(next("w", 999).await, None);
+    store
+        .push_signal(signal(&waiting, "go", 1, None))
+        .await
+        .unwrap();
+    assert_eq!(next("w1", 999).await.as_deref(), Some(waiting.as_str()));
+    assert_eq!(next("w2", 1_999).await, None, "the waiting run is held");
+    assert_eq!(next("w3", 2_000).await.as_deref(), Some(sleeping.as_str()));
+    assert_eq!(
+        next("w4", u64::MAX / 8).await,
+        None,
+        "interrupts wait for a person"
+    );
+    assert!(
+        store
+            .claim_waiting_run(&asking, &graphs, "w5", LATER, 5)
+            .await
+            .unwrap()
+            .is_none(),
+        "only waiting runs are woken by a hint"
+    );
+    let filter = RunFilter::new().graph(graph.clone());
+    assert_eq!(store.list_runs(&filter).await.unwrap().len(), 3);
+    let filter = RunFilter::new()
+        .graph(graph.clone())
+        .state(RunState::Interrupted);
+    let listed = store.list_runs(&filter).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].thread, asking);
+}
+
+/// A cancel request is recorded on an unfinished run and cleared when it finishes.
+pub(super) async fn cancel_requests_are_recorded(store: &dyn Store) {
+    let (thread, graph) = (unique("cancel"), unique("graph"));
+    assert!(store.request_cancel(&thread, 1).await.unwrap().is_none());
+    store
+        .submit_run(&thread, &graph, json!(0), 1)
+        .await
+        .unwrap();
+    let record = store.request_cancel(&thread, 2).await.unwrap().unwrap();
+    assert!(record.cancel_requested);
+    let run = store
+        .claim_next_run(&[graph], "w", LATER, 3, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(run.record.cancel_requested);
+    let cp = Checkpoint::new(&thread, 1, "", 0, RunStatus::Cancelled, json!({"state": 0}));
+    store.put_checkpoint_and_release(cp, "w").await.unwrap();
+    let record = store.get_run(&thread).await.unwrap().unwrap();
+    assert_eq!(record.state, RunState::Cancelled);
+    assert!(!record.cancel_requested);
+    let again = store.request_cancel(&thread, 4).await.unwrap().unwrap();
+    assert!(!again.cancel_requested, "a finished run is left as it is");
+}

@@ -1,0 +1,300 @@
+//! Run rows: what the store keeps about each thread's current run, so that runs can be
+//! listed, claimed by a worker and cancelled without user code.
+//!
+//! A row is written three ways: by [`Store::submit_run`](super::Store::submit_run) (a queued
+//! run), by every top-level checkpoint written under a claim (the row follows the
+//! checkpoint, see [`RowUpdate::of`]), and by
+//! [`Store::finish_run`](super::Store::finish_run) (a run that failed, or was cancelled
+//! before it ran).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Checkpoint, Interrupt, RunStatus};
+
+/// Where a run stands, as its row says: richer than a checkpoint's [`RunStatus`], because it
+/// also says what a suspended run waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunState {
+    /// Submitted; no worker has started it yet.
+    Queued,
+    /// Executing, or its process died while executing (its lease then runs out).
+    Running,
+    /// Suspended until one of its signals arrives (or its deadline passes).
+    Waiting,
+    /// Suspended until a time.
+    Sleeping,
+    /// Suspended on interrupts that need a resume value (a person's answer, an approval).
+    Interrupted,
+    /// Reached `END`.
+    Completed,
+    /// Stopped by an error.
+    Failed,
+    /// Stopped by [`Runtime::cancel`](crate::Runtime::cancel).
+    Cancelled,
+}
+
+impl RunState {
+    /// Every state, in the order a run goes through them.
+    pub const ALL: [Self; 8] = [
+        Self::Queued,
+        Self::Running,
+        Self::Waiting,
+        Self::Sleeping,
+        Self::Interrupted,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// The state as stored and shown: `queued`, `running`, `waiting`, `sleeping`,
+    /// `interrupted`, `completed`, `failed`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Sleeping => "sleeping",
+            Self::Interrupted => "interrupted",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Reads a state written by [`as_str`](Self::as_str).
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == word)
+    }
+
+    /// Where a run suspended on `interrupts` stands: waiting when every interrupt is a
+    /// signal wait, sleeping when every one is a timer, interrupted otherwise.
+    pub fn of_interrupts(interrupts: &[Interrupt]) -> Self {
+        if interrupts.is_empty() {
+            Self::Interrupted
+        } else if interrupts.iter().all(|i| i.signal.is_some()) {
+            Self::Waiting
+        } else if interrupts
+            .iter()
+            .all(|i| i.wake_at_ms.is_some() && i.signal.is_none())
+        {
+            Self::Sleeping
+        } else {
+            Self::Interrupted
+        }
+    }
+
+    /// Whether the run is over: completed, failed or cancelled.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A thread's current run, as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunRecord {
+    /// The thread.
+    pub thread: String,
+    /// The run's number within its thread (0 until its first checkpoint).
+    pub run: u64,
+    /// The graph's name, once known (given on submit, or written with the first
+    /// checkpoint).
+    pub graph: Option<String>,
+    /// The graph's structural fingerprint, once the run has a checkpoint.
+    pub fingerprint: Option<String>,
+    /// Where it stands.
+    pub state: RunState,
+    /// For a waiting run, the signals it waits for.
+    pub waiting_on: Vec<String>,
+    /// When a worker should carry it on even with nothing received: a timer, or a wait's
+    /// deadline (milliseconds since the Unix epoch).
+    pub wake_at_ms: Option<u64>,
+    /// The execution holding its lease, if any.
+    pub lease_owner: Option<String>,
+    /// Until when that lease lasts unless renewed (ms since the Unix epoch; 0 when none).
+    pub lease_until_ms: u64,
+    /// Claims taken over from another owner, the first one included.
+    pub attempts: u64,
+    /// Someone asked for the run to stop; the execution holding it stops at its next step.
+    pub cancel_requested: bool,
+    /// Why a failed run failed.
+    pub error: Option<String>,
+    /// When the row was made (ms since the Unix epoch).
+    pub created_at_ms: u64,
+    /// When it last changed.
+    pub updated_at_ms: u64,
+}
+
+/// Which runs [`Store::list_runs`](super::Store::list_runs) returns; everything by default,
+/// most recently updated first.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::runtime::{RunFilter, RunState};
+///
+/// let stuck = RunFilter::new()
+///     .state(RunState::Waiting)
+///     .graph("refund")
+///     .updated_before_ms(1_700_000_000_000)
+///     .limit(50);
+/// assert_eq!(stuck.limit, Some(50));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunFilter {
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs of this graph.
+    pub graph: Option<String>,
+    /// Only runs not updated since this time (ms since the Unix epoch): the stale ones.
+    pub updated_before_ms: Option<u64>,
+    /// At most this many.
+    pub limit: Option<usize>,
+}
+
+impl RunFilter {
+    /// Every run.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only runs in `state`.
+    #[must_use]
+    pub fn state(mut self, state: RunState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only runs of the graph named `graph`.
+    #[must_use]
+    pub fn graph(mut self, graph: impl Into<String>) -> Self {
+        self.graph = Some(graph.into());
+        self
+    }
+
+    /// Only runs last updated before `ms` (milliseconds since the Unix epoch).
+    #[must_use]
+    pub fn updated_before_ms(mut self, ms: u64) -> Self {
+        self.updated_before_ms = Some(ms);
+        self
+    }
+
+    /// At most `limit` runs.
+    #[must_use]
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Whether `record` passes the filter (limit aside).
+    pub fn matches(&self, record: &RunRecord) -> bool {
+        self.state.is_none_or(|s| s == record.state)
+            && self
+                .graph
+                .as_deref()
+                .is_none_or(|g| record.graph.as_deref() == Some(g))
+            && self
+                .updated_before_ms
+                .is_none_or(|t| record.updated_at_ms < t)
+    }
+}
+
+/// A run a worker claimed, with the input it was submitted with when it has not started.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ClaimedRun {
+    /// The run's row as it was claimed (the lease is the caller's).
+    pub record: RunRecord,
+    /// For a queued run, its input.
+    pub input: Option<Value>,
+}
+
+/// What [`Store::submit_run`](super::Store::submit_run) did.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Submitted {
+    /// The run is queued.
+    Queued,
+    /// The thread's current run has not finished; nothing was written.
+    Active(Box<RunRecord>),
+}
+
+/// What a top-level checkpoint says about its run's row. Derived here once, so that every
+/// backend files runs alike.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowUpdate {
+    /// The run's state.
+    pub state: RunState,
+    /// The signals it waits for.
+    pub waiting_on: Vec<String>,
+    /// When a worker should wake it.
+    pub wake_at_ms: Option<u64>,
+    /// The graph's name, when the checkpoint's body says it (`graph_name`).
+    pub graph: Option<String>,
+    /// The graph's fingerprint (`graph` in the body).
+    pub fingerprint: Option<String>,
+    /// A failed run's error.
+    pub error: Option<String>,
+}
+
+impl RowUpdate {
+    /// The row of the run whose newest checkpoint is `checkpoint`.
+    ///
+    /// A suspended run is waiting when every interrupt is a signal wait (its deadlines, if
+    /// any, wake it), sleeping when every interrupt is a timer, and interrupted otherwise
+    /// (still woken at the earliest timer or deadline among its interrupts, if any).
+    pub fn of(checkpoint: &Checkpoint) -> Self {
+        let text = |key: &str| {
+            checkpoint
+                .body
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let mut update = Self {
+            state: RunState::Running,
+            waiting_on: Vec::new(),
+            wake_at_ms: None,
+            graph: text("graph_name"),
+            fingerprint: text("graph"),
+            error: checkpoint.error.clone(),
+        };
+        update.state = match checkpoint.status {
+            RunStatus::Running => RunState::Running,
+            RunStatus::Completed => RunState::Completed,
+            RunStatus::Failed => RunState::Failed,
+            RunStatus::Cancelled => RunState::Cancelled,
+            RunStatus::Interrupted => {
+                // An unreadable list of interrupts is left for a person: `interrupted`.
+                let interrupts = checkpoint.interrupts().unwrap_or_default();
+                update.wake_at_ms = interrupts.iter().filter_map(|i| i.wake_at_ms).min();
+                update.waiting_on = interrupts.iter().filter_map(|i| i.signal.clone()).collect();
+                update.waiting_on.sort();
+                update.waiting_on.dedup();
+                RunState::of_interrupts(&interrupts)
+            }
+        };
+        update
+    }
+
+    /// When the row becomes runnable by a worker without a signal: at once for a running
+    /// run (once nobody holds its lease), at its wake time for a suspended one, never for a
+    /// finished one.
+    pub fn runnable_at_ms(&self) -> Option<u64> {
+        match self.state {
+            RunState::Queued | RunState::Running => Some(0),
+            RunState::Waiting | RunState::Sleeping | RunState::Interrupted => self.wake_at_ms,
+            RunState::Completed | RunState::Failed | RunState::Cancelled => None,
+        }
+    }
+}
