@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 /// What the engine (graph/ and context/) must not name: the LLM layers and the facade.
 const ABOVE_THE_ENGINE: &[&str] = &[
+    "worker",
+    "Worker",
     "tool",
     "model",
     "agent",

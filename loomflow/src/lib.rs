@@ -120,6 +120,7 @@ pub mod runtime;
 mod sync;
 pub mod tool;
 mod type_name;
+pub mod worker;
 
 #[doc(inline)]
 pub use context::Context;
@@ -137,6 +138,8 @@ pub use runtime::{Durability, Interrupt, Runtime, RuntimeError, SignalError};
 /// schemars, which `#[tool]` uses for argument schemas: derive [`JsonSchema`](schemars::JsonSchema)
 /// on argument types (`use loomflow::prelude::*` brings the derive).
 pub use schemars;
+#[doc(inline)]
+pub use worker::{RunReport, Worker, WorkerHandle};
 
 /// Marks an async fn as a graph node.
 ///
@@ -283,6 +286,7 @@ pub mod prelude {
     };
     pub use crate::runtime::{Durability, Runtime};
     pub use crate::tool::{Tool, ToolContext, ToolHost};
+    pub use crate::worker::Worker;
     pub use crate::{Error, agent, node, tool};
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

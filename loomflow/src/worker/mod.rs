@@ -1,0 +1,467 @@
+//! The [`Worker`]: owns runs and carries them on by itself.
+//!
+//! A worker registers compiled graphs by name and, in a loop, claims from the store the runs
+//! of those graphs that should go on now, and executes each until it completes or suspends:
+//! - runs submitted with [`Runtime::submit`] (from any process on the store);
+//! - suspended runs whose signal arrived;
+//! - suspended runs whose timer ([`Context::sleep`](crate::Context::sleep)) or wait deadline
+//!   is due;
+//! - runs whose lease expired because the process executing them died. Finished supersteps
+//!   and journaled steps are not run again.
+//!
+//! Claims are the same leases every execution takes (see
+//! [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease)): at most one execution
+//! of a run at a time, across workers, processes and direct calls such as `recover`; a worker
+//! that lost its lease stops without writing.
+//!
+//! # Waiting costs nothing
+//!
+//! In a run a worker executes, a [`wait_for_signal`](crate::Context::wait_for_signal) with
+//! nothing to receive parks in memory for a short grace ([`WorkerBuilder::park_grace`],
+//! default 50 ms), then suspends the run: nothing is held in memory or in a task while it
+//! waits. A wait's `.timeout(d)` is stored as a deadline, at which the worker carries the run
+//! on and the wait returns [`SignalError::Timeout`](crate::SignalError::Timeout). A sleep
+//! longer than the grace suspends the run until it is due.
+//!
+//! # Wake-ups
+//!
+//! A signal or a submit in the worker's own process wakes it at once. Another process's
+//! write is noticed by polling a cheap change counter of the store (SQLite's
+//! `PRAGMA data_version`) every [`poll_interval`](WorkerBuilder::poll_interval) (default
+//! 100 ms): an idle worker costs one such probe per interval, whatever the number of
+//! waiting runs; it queries for work only when something changed, a timer is due, or half a
+//! lease has passed (a lease running out changes nothing in the store).
+
+mod registry;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::graph::{CompiledGraph, State};
+use crate::runtime::claim::RunClaim;
+use crate::runtime::clock::{now_ms, unix_ms};
+use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
+
+use registry::Registered;
+pub use registry::RunReport;
+
+type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// How long a wait with nothing to receive parks in memory, by default, before it suspends
+/// the run.
+pub const DEFAULT_PARK_GRACE: Duration = Duration::from_millis(50);
+
+type OnFinished = Box<dyn Fn(&RunReport) + Send + Sync>;
+
+/// Configures a [`Worker`]; see [`Worker::builder`].
+#[must_use]
+pub struct WorkerBuilder {
+    runtime: Runtime,
+    graphs: HashMap<String, Arc<dyn Registered>>,
+    concurrency: usize,
+    poll_interval: Duration,
+    park_grace: Duration,
+    lease: Option<Duration>,
+    shutdown_timeout: Duration,
+    on_finished: Option<OnFinished>,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("graphs", &self.graphs.keys().collect::<Vec<_>>())
+            .field("concurrency", &self.concurrency)
+            .field("poll_interval", &self.poll_interval)
+            .field("park_grace", &self.park_grace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    /// Registers `graph` under its name ([`CompiledGraph::name`]): the worker runs the runs
+    /// of that name. Registering a second graph of the same name replaces the first.
+    pub fn graph<S: State>(mut self, graph: &CompiledGraph<S>) -> Self {
+        self.graphs
+            .insert(graph.name().to_owned(), Arc::new(graph.clone()));
+        self
+    }
+
+    /// How many runs execute at once (default 16; at least 1).
+    pub fn concurrency(mut self, runs: usize) -> Self {
+        self.concurrency = runs.max(1);
+        self
+    }
+
+    /// How often to check the store for what other processes wrote (default: the runtime's
+    /// [`poll_interval`](crate::runtime::RuntimeBuilder::poll_interval), 100 ms): the
+    /// longest a run that another process made runnable waits before the worker sees it.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a wait with nothing to receive parks in memory before it suspends the run
+    /// (default 50 ms); a sleep longer than this suspends at once. Zero suspends at once.
+    pub fn park_grace(mut self, grace: Duration) -> Self {
+        self.park_grace = grace;
+        self
+    }
+
+    /// The lease of the worker's claims (default: the runtime's, 30 s). Heartbeats renew it
+    /// every third of its length; a worker that dies lets its runs go once it runs out.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// How long [`WorkerHandle::shutdown`] lets running runs reach their next stop before
+    /// aborting them (default 30 s). An aborted run's lease is released, or runs out.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Called after each execution the worker makes, with how it ended: to log, to count,
+    /// to print `completed <thread>`.
+    pub fn on_finished(mut self, f: impl Fn(&RunReport) + Send + Sync + 'static) -> Self {
+        self.on_finished = Some(Box::new(f));
+        self
+    }
+
+    /// Builds the worker.
+    pub fn build(self) -> Worker {
+        let mut names: Vec<String> = self.graphs.keys().cloned().collect();
+        names.sort();
+        // From now on, this process's signals and submits tell the worker.
+        self.runtime.wakes().listen();
+        Worker {
+            inner: Arc::new(WorkerInner {
+                lease: self.lease.unwrap_or(self.runtime.lease()),
+                runtime: self.runtime,
+                graphs: self.graphs,
+                names,
+                concurrency: self.concurrency,
+                poll_interval: self.poll_interval,
+                park_grace: self.park_grace,
+                shutdown_timeout: self.shutdown_timeout,
+                on_finished: self.on_finished,
+            }),
+        }
+    }
+}
+
+/// Claims runs from the store and carries them on. Cheap to clone.
+///
+/// Run it in the background with [`start`](Self::start), or, in tests and single-process
+/// apps, in the caller's task with [`run_until_idle`](Self::run_until_idle) (the inline
+/// mode: the same claims and semantics, nothing running in the background).
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::prelude::*;
+/// use loomflow::runtime::RunState;
+///
+/// #[derive(Clone, Default, Serialize, Deserialize)]
+/// struct Refund { approved: bool }
+///
+/// #[node]
+/// async fn approval(state: &mut Refund, ctx: &Context) -> loomflow::Result<()> {
+///     state.approved = ctx.wait_for_signal("approve").await?;
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+/// let graph = Graph::new("refund")
+///     .node(approval)
+///     .edge(START, "approval")
+///     .edge("approval", END)
+///     .compile()?;
+/// let runtime = Runtime::in_memory();
+/// let worker = Worker::builder(&runtime).graph(&graph).build();
+///
+/// runtime.submit("refund", "order-7", Refund::default()).await?;
+/// worker.run_until_idle().await?;           // starts it; it suspends, waiting
+/// assert_eq!(runtime.run("order-7").await?.record.state, RunState::Waiting);
+///
+/// runtime.signal("order-7", "approve", true).await?;
+/// worker.run_until_idle().await?;           // the signal wakes it
+/// assert_eq!(runtime.run("order-7").await?.record.state, RunState::Completed);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<WorkerInner>,
+}
+
+struct WorkerInner {
+    runtime: Runtime,
+    graphs: HashMap<String, Arc<dyn Registered>>,
+    /// The registered names, for store queries.
+    names: Vec<String>,
+    concurrency: usize,
+    poll_interval: Duration,
+    park_grace: Duration,
+    lease: Duration,
+    shutdown_timeout: Duration,
+    on_finished: Option<OnFinished>,
+}
+
+impl Drop for WorkerInner {
+    fn drop(&mut self) {
+        self.runtime.wakes().unlisten();
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("graphs", &self.inner.names)
+            .field("concurrency", &self.inner.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Configures a worker on `runtime` (its store, clock and lease).
+    pub fn builder(runtime: &Runtime) -> WorkerBuilder {
+        WorkerBuilder {
+            runtime: runtime.clone(),
+            graphs: HashMap::new(),
+            concurrency: 16,
+            poll_interval: runtime.poll_interval(),
+            park_grace: DEFAULT_PARK_GRACE,
+            lease: None,
+            shutdown_timeout: Duration::from_secs(30),
+            on_finished: None,
+        }
+    }
+
+    /// The names of the graphs it runs, sorted.
+    pub fn graphs(&self) -> &[String] {
+        &self.inner.names
+    }
+
+    /// Runs the worker in a background task until [`WorkerHandle::shutdown`].
+    ///
+    /// Must be called within a tokio runtime.
+    pub fn start(&self) -> WorkerHandle {
+        let (stop, stopped) = watch::channel(false);
+        let inner = Arc::clone(&self.inner);
+        WorkerHandle {
+            stop,
+            task: Some(tokio::spawn(serve(inner, stopped))),
+        }
+    }
+
+    /// The inline mode: claims and executes, in the caller's task, every run that can go on
+    /// now, one after another, until none is left; returns how many executions it made.
+    ///
+    /// Signals sent and runs submitted before the call are seen; so are timers due by the
+    /// runtime's clock. Waits still park for the grace before suspending.
+    ///
+    /// # Errors
+    ///
+    /// A store failure while looking for work (a run's own failure is recorded on the run).
+    pub async fn run_until_idle(&self) -> Result<usize> {
+        let inner = &self.inner;
+        let mut executed = 0;
+        loop {
+            inner.runtime.refresh_signals().await?;
+            let mut claimed = None;
+            for thread in inner.runtime.wakes().take_signalled() {
+                if let Some(run) = inner.claim(Some(&thread)).await? {
+                    claimed = Some(run);
+                    break;
+                }
+            }
+            let claimed = match claimed {
+                Some(run) => Some(run),
+                None => inner.claim(None).await?,
+            };
+            let Some((run, claim)) = claimed else {
+                return Ok(executed);
+            };
+            inner.execute(run, claim).await;
+            executed += 1;
+        }
+    }
+}
+
+impl WorkerInner {
+    /// Claims `thread` if it waits for a signal, or else the next run that can go on.
+    async fn claim(&self, thread: Option<&str>) -> Result<Option<(ClaimedRun, RunClaim)>> {
+        let owner = self.runtime.next_owner();
+        let now = now_ms();
+        let until = now.saturating_add(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
+        let store = self.runtime.store();
+        let claimed = match thread {
+            Some(thread) => {
+                store
+                    .claim_waiting_run(thread, &self.names, &owner, until, now)
+                    .await?
+            }
+            None => {
+                let due = unix_ms(self.runtime.now());
+                store
+                    .claim_next_run(&self.names, &owner, until, now, due)
+                    .await?
+            }
+        };
+        Ok(claimed.map(|run| {
+            let claim = self.runtime.adopt_claim(
+                &run.record.thread,
+                owner,
+                self.lease,
+                until,
+                Some(self.park_grace),
+            );
+            (run, claim)
+        }))
+    }
+
+    /// Executes a claimed run to its next stop and reports how it ended.
+    async fn execute(&self, run: ClaimedRun, claim: RunClaim) {
+        let graph_name = run.record.graph.clone().unwrap_or_default();
+        let Some(graph) = self.graphs.get(&graph_name) else {
+            // Claims are asked for registered graphs only; let it go for whoever runs it.
+            if let Err(error) = claim.release().await {
+                tracing::warn!(%error, "could not release a run");
+            }
+            return;
+        };
+        let report = graph.execute(&self.runtime, run, claim).await;
+        match &report.error {
+            Some(error) => {
+                tracing::warn!(thread = %report.thread, graph = %report.graph, state = %report.state, %error, "worker run ended with an error");
+            }
+            None => {
+                tracing::debug!(thread = %report.thread, graph = %report.graph, state = %report.state, "worker run stopped");
+            }
+        }
+        if let Some(on_finished) = &self.on_finished {
+            on_finished(&report);
+        }
+    }
+}
+
+/// The handle on a worker started with [`Worker::start`].
+///
+/// Dropping it without [`shutdown`](Self::shutdown) stops the worker too, abruptly: its
+/// runs' tasks are aborted, and their leases released or left to run out.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<Result<()>>>,
+}
+
+impl WorkerHandle {
+    /// Stops gracefully: claims nothing more, lets the runs it executes reach their next
+    /// stop (complete or suspend; a waiting run suspends after the grace), up to the
+    /// shutdown timeout, then returns with their leases released.
+    ///
+    /// # Errors
+    ///
+    /// The store failure that stopped the worker, if one did.
+    pub async fn shutdown(mut self) -> Result<()> {
+        let _ = self.stop.send(true);
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The worker's loop.
+async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Result<()> {
+    let runtime = inner.runtime.clone();
+    let store = Arc::clone(runtime.store());
+    let mut running: JoinSet<()> = JoinSet::new();
+    // Threads signalled in this process that could not be claimed yet (no free slot).
+    let mut signalled: VecDeque<String> = VecDeque::new();
+    let mut seen_change: Option<u64> = None;
+    let mut next_wake: Option<u64> = None;
+    let mut look = true;
+    // A lease that runs out changes nothing in the store: look for such runs (their worker
+    // died) every half lease even when nothing changed.
+    let sweep_every = (inner.lease / 2).max(inner.poll_interval);
+    let mut last_look = tokio::time::Instant::now();
+    while !*stop.borrow() {
+        signalled.extend(runtime.wakes().take_signalled());
+        while running.len() < inner.concurrency
+            && let Some(thread) = signalled.pop_front()
+        {
+            match inner.claim(Some(&thread)).await {
+                Ok(Some((run, claim))) => spawn(&inner, &mut running, run, claim),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, %thread, "could not claim a signalled run"),
+            }
+        }
+        let change = store.change_counter();
+        let due = next_wake.is_some_and(|at| at <= unix_ms(runtime.now()))
+            || last_look.elapsed() >= sweep_every;
+        if look || due || change.is_none() || change != seen_change {
+            // Read before looking, so that a change made while looking is seen next time.
+            seen_change = change;
+            last_look = tokio::time::Instant::now();
+            if let Err(error) = runtime.refresh_signals().await {
+                tracing::warn!(%error, "could not load new signals");
+            }
+            while running.len() < inner.concurrency {
+                match inner.claim(None).await {
+                    Ok(Some((run, claim))) => spawn(&inner, &mut running, run, claim),
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, "could not claim a run; trying again shortly");
+                        break;
+                    }
+                }
+            }
+            // Full: there may be more to claim once a slot frees.
+            look = running.len() >= inner.concurrency;
+            next_wake = store
+                .next_wake_at_ms(&inner.names, unix_ms(runtime.now()))
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "could not read the next wake time");
+                    None
+                });
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = runtime.wakes().notified() => look = true,
+            Some(_) = running.join_next(), if !running.is_empty() => look = true,
+            () = tokio::time::sleep(inner.poll_interval) => {}
+        }
+    }
+    // Graceful: nothing more is claimed; what runs reaches its next stop.
+    let drained = tokio::time::timeout(inner.shutdown_timeout, async {
+        while running.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            runs = running.len(),
+            "shutdown timeout passed; aborting the runs still executing"
+        );
+        running.shutdown().await;
+    }
+    Ok(())
+}
+
+fn spawn(inner: &Arc<WorkerInner>, running: &mut JoinSet<()>, run: ClaimedRun, claim: RunClaim) {
+    let inner = Arc::clone(inner);
+    running.spawn(async move { inner.execute(run, claim).await });
+}

@@ -1,0 +1,92 @@
+//! The graphs a worker runs, by name, with their state types erased.
+
+use futures_util::future::BoxFuture;
+
+use crate::graph::{CompiledGraph, RunError, RunOutcome, State};
+use crate::runtime::claim::RunClaim;
+use crate::runtime::{ClaimedRun, RunState, Runtime};
+
+/// How a run a worker executed ended, as its `on_finished` callback sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunReport {
+    /// The thread.
+    pub thread: String,
+    /// The graph's name.
+    pub graph: String,
+    /// Where the run stands now: completed, failed, cancelled, or suspended again
+    /// (waiting, sleeping, interrupted). `running` when the worker lost its lease (another
+    /// worker carries the run on).
+    pub state: RunState,
+    /// What went wrong, for a failed run or a lost lease.
+    pub error: Option<String>,
+}
+
+/// A compiled graph with its state type erased.
+pub(crate) trait Registered: Send + Sync {
+    /// Executes a claimed run to its next stop.
+    fn execute(
+        &self,
+        runtime: &Runtime,
+        claimed: ClaimedRun,
+        claim: RunClaim,
+    ) -> BoxFuture<'static, RunReport>;
+}
+
+impl<S: State> Registered for CompiledGraph<S> {
+    fn execute(
+        &self,
+        runtime: &Runtime,
+        claimed: ClaimedRun,
+        claim: RunClaim,
+    ) -> BoxFuture<'static, RunReport> {
+        let graph = self.clone();
+        let runtime = runtime.clone();
+        Box::pin(async move {
+            let thread = claimed.record.thread;
+            let mut report = RunReport {
+                thread: thread.clone(),
+                graph: graph.name().to_owned(),
+                state: RunState::Failed,
+                error: None,
+            };
+            // A queued run starts from its input; anything else carries on.
+            let input = match (claimed.record.state, claimed.input) {
+                (RunState::Queued, Some(input)) => match serde_json::from_value::<S>(input) {
+                    Ok(input) => Some(input),
+                    Err(e) => {
+                        let message = format!(
+                            "the input submitted for graph {} is not its state type {}: {e}",
+                            report.graph,
+                            crate::type_name::readable::<S>()
+                        );
+                        if let Err(error) =
+                            claim.finish(RunState::Failed, Some(message.clone())).await
+                        {
+                            tracing::warn!(%thread, %error, "could not record the failed run");
+                        }
+                        report.error = Some(message);
+                        return report;
+                    }
+                },
+                _ => None,
+            };
+            match graph.run_claimed(&runtime, thread, input, claim).await {
+                Ok(RunOutcome::Completed(_)) => report.state = RunState::Completed,
+                Ok(RunOutcome::Interrupted { interrupts, .. }) => {
+                    report.state = RunState::of_interrupts(&interrupts);
+                }
+                Ok(RunOutcome::Failed { error, .. }) => {
+                    report.error = Some(error.to_string());
+                }
+                Err(RunError::Cancelled { .. }) => report.state = RunState::Cancelled,
+                Err(RunError::Store(error @ crate::runtime::StoreError::LeaseLost { .. })) => {
+                    report.state = RunState::Running;
+                    report.error = Some(error.to_string());
+                }
+                Err(error) => report.error = Some(error.to_string()),
+            }
+            report
+        })
+    }
+}

@@ -1,0 +1,528 @@
+//! The worker in one process: submitted runs start, signals wake suspended runs, timers and
+//! wait deadlines fire by the runtime's clock, runs are listed, shown and cancelled. Both
+//! stores (memory and SQLite), the inline mode and a worker in the background.
+//!
+//! Several runtimes on one SQLite file stand in for processes where a test needs "another
+//! process" in-process; `worker_processes.rs` uses real processes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use loomflow::prelude::*;
+use loomflow::runtime::{ManualClock, RunFilter, RunState, RuntimeError, SqliteStore};
+use loomflow::{RunError, SignalError};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Refund {
+    order: String,
+    approved: Option<bool>,
+    timed_out: bool,
+    reminded: bool,
+}
+
+/// `approval` waits for the signal `approve` (for an hour at most), then `pay` records
+/// the refund.
+fn refund_graph() -> CompiledGraph<Refund> {
+    Graph::new("refund")
+        .node_fn("approval", |refund: &mut Refund, ctx| {
+            Box::pin(async move {
+                match ctx
+                    .wait_for_signal::<bool>("approve")
+                    .timeout(Duration::from_secs(3_600))
+                    .await
+                {
+                    Ok(approved) => refund.approved = Some(approved),
+                    Err(RunError::Signal(SignalError::Timeout { .. })) => refund.timed_out = true,
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "approval")
+        .edge("approval", END)
+        .compile()
+        .unwrap()
+}
+
+/// `remind` sleeps for a day, durably.
+fn reminder_graph() -> CompiledGraph<Refund> {
+    Graph::new("reminder")
+        .node_fn("remind", |refund: &mut Refund, ctx| {
+            Box::pin(async move {
+                ctx.sleep(Duration::from_secs(86_400)).await?;
+                refund.reminded = true;
+                Ok(())
+            })
+        })
+        .edge(START, "remind")
+        .edge("remind", END)
+        .compile()
+        .unwrap()
+}
+
+fn input(order: &str) -> Refund {
+    Refund {
+        order: order.to_owned(),
+        ..Refund::default()
+    }
+}
+
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("loomflow-worker-{name}-{}.db", std::process::id()));
+        let db = Self(path);
+        db.remove();
+        db
+    }
+
+    fn remove(&self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+
+    fn runtime(&self) -> Runtime {
+        Runtime::with_store(SqliteStore::open(&self.0).unwrap())
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+async fn state_of(runtime: &Runtime, thread: &str) -> RunState {
+    runtime.run(thread).await.unwrap().record.state
+}
+
+async fn submitted_run_waits_then_a_signal_completes_it(runtime: Runtime) {
+    let graph = refund_graph();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime.submit("refund", "o-1", input("o-1")).await.unwrap();
+    assert_eq!(state_of(&runtime, "o-1").await, RunState::Queued);
+
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let info = runtime.run("o-1").await.unwrap();
+    assert_eq!(info.record.state, RunState::Waiting);
+    assert_eq!(info.record.waiting_on, ["approve"]);
+    assert_eq!(info.record.graph.as_deref(), Some("refund"));
+    assert!(info.record.fingerprint.is_some());
+    assert!(
+        info.record.wake_at_ms.is_some(),
+        "the wait's deadline is stored"
+    );
+    assert_eq!(info.interrupts[0].signal.as_deref(), Some("approve"));
+    assert_eq!(info.state["order"], "o-1");
+    assert!(
+        info.record.lease_owner.is_none(),
+        "a suspended run is held by nobody"
+    );
+
+    // Nothing to do until the signal comes.
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+    runtime.signal("o-1", "approve", true).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert_eq!(state_of(&runtime, "o-1").await, RunState::Completed);
+    let done: Refund = runtime.get_state("o-1").await.unwrap().unwrap();
+    assert_eq!(done.approved, Some(true));
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn in_memory_a_submitted_run_waits_and_a_signal_completes_it() {
+    submitted_run_waits_then_a_signal_completes_it(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn on_sqlite_a_submitted_run_waits_and_a_signal_completes_it() {
+    let db = TempDb::new("signal");
+    submitted_run_waits_then_a_signal_completes_it(db.runtime()).await;
+}
+
+#[tokio::test]
+async fn a_wait_deadline_fires_by_the_runtime_clock() {
+    let clock = Arc::new(ManualClock::new(std::time::SystemTime::now()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let worker = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime.submit("refund", "o-2", input("o-2")).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(state_of(&runtime, "o-2").await, RunState::Waiting);
+
+    clock.advance(Duration::from_secs(3_599));
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0, "not due yet");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert_eq!(state_of(&runtime, "o-2").await, RunState::Completed);
+    let done: Refund = runtime.get_state("o-2").await.unwrap().unwrap();
+    assert!(done.timed_out, "the wait returned SignalError::Timeout");
+    assert_eq!(done.approved, None);
+}
+
+#[tokio::test]
+async fn a_sleep_suspends_the_run_and_the_worker_wakes_it_when_due() {
+    let db = TempDb::new("sleep");
+    let clock = Arc::new(ManualClock::new(std::time::SystemTime::now()));
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db.0).unwrap())
+        .clock(Arc::clone(&clock))
+        .build();
+    let worker = Worker::builder(&runtime).graph(&reminder_graph()).build();
+    runtime
+        .submit("reminder", "r-1", input("r-1"))
+        .await
+        .unwrap();
+    worker.run_until_idle().await.unwrap();
+    let info = runtime.run("r-1").await.unwrap();
+    assert_eq!(info.record.state, RunState::Sleeping);
+    let wake = info.record.wake_at_ms.unwrap();
+
+    clock.advance(Duration::from_secs(86_399));
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+    assert_eq!(
+        runtime.run("r-1").await.unwrap().record.wake_at_ms,
+        Some(wake)
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let done: Refund = runtime.get_state("r-1").await.unwrap().unwrap();
+    assert!(done.reminded);
+    assert_eq!(state_of(&runtime, "r-1").await, RunState::Completed);
+}
+
+#[tokio::test]
+async fn a_background_worker_is_woken_at_once_by_a_signal_in_its_process() {
+    let runtime = Runtime::in_memory();
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&finished);
+    let worker = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        // A poll far longer than the test: only the in-process wake-ups can drive it.
+        .poll_interval(Duration::from_secs(3_600))
+        .park_grace(Duration::from_millis(10))
+        .on_finished(move |report| {
+            seen.lock()
+                .unwrap()
+                .push((report.thread.clone(), report.state));
+        })
+        .build();
+    let handle = worker.start();
+    runtime.submit("refund", "o-3", input("o-3")).await.unwrap();
+    wait_for(&runtime, "o-3", RunState::Waiting).await;
+    runtime.signal("o-3", "approve", false).await.unwrap();
+    wait_for(&runtime, "o-3", RunState::Completed).await;
+    handle.shutdown().await.unwrap();
+    assert_eq!(
+        *finished.lock().unwrap(),
+        [
+            ("o-3".to_owned(), RunState::Waiting),
+            ("o-3".to_owned(), RunState::Completed)
+        ]
+    );
+}
+
+async fn wait_for(runtime: &Runtime, thread: &str, state: RunState) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(info) = runtime.run(thread).await
+            && info.record.state == state
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{thread} never became {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_signal_written_by_another_runtime_on_the_file_reaches_a_parked_wait() {
+    let db = TempDb::new("cross");
+    let worker_side = db.runtime();
+    let web_side = db.runtime();
+    let worker = Worker::builder(&worker_side)
+        .graph(&refund_graph())
+        .poll_interval(Duration::from_millis(10))
+        // Long enough that the wait is still parked in memory when the signal comes.
+        .park_grace(Duration::from_secs(30))
+        .build();
+    let handle = worker.start();
+    web_side
+        .submit("refund", "o-4", input("o-4"))
+        .await
+        .unwrap();
+    wait_for(&web_side, "o-4", RunState::Running).await;
+    // The run is parked in the worker's memory; this signal goes only to the file.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    web_side.signal("o-4", "approve", true).await.unwrap();
+    wait_for(&web_side, "o-4", RunState::Completed).await;
+    handle.shutdown().await.unwrap();
+    let done: Refund = web_side.get_state("o-4").await.unwrap().unwrap();
+    assert_eq!(done.approved, Some(true));
+}
+
+#[tokio::test]
+async fn a_signal_written_by_another_runtime_wakes_a_suspended_run() {
+    let db = TempDb::new("cross-suspended");
+    let worker_side = db.runtime();
+    let web_side = db.runtime();
+    let worker = Worker::builder(&worker_side)
+        .graph(&refund_graph())
+        .poll_interval(Duration::from_millis(10))
+        .park_grace(Duration::ZERO)
+        .build();
+    let handle = worker.start();
+    web_side
+        .submit("refund", "o-5", input("o-5"))
+        .await
+        .unwrap();
+    wait_for(&web_side, "o-5", RunState::Waiting).await;
+    web_side.signal("o-5", "approve", true).await.unwrap();
+    wait_for(&web_side, "o-5", RunState::Completed).await;
+    handle.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn submitting_to_a_thread_with_an_unfinished_run_is_refused() {
+    let runtime = Runtime::in_memory();
+    runtime.submit("refund", "o-6", input("o-6")).await.unwrap();
+    let err = runtime
+        .submit("refund", "o-6", input("o-6"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::RunActive { thread, state: RunState::Queued } if thread == "o-6"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("o-6"), "{err}");
+    let err = runtime.run("nobody").await.unwrap_err();
+    assert!(matches!(err, RuntimeError::UnknownRun { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn an_input_that_is_not_the_graph_state_fails_the_run_naming_both() {
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime).graph(&refund_graph()).build();
+    runtime
+        .submit("refund", "o-7", json!({"order": 7}))
+        .await
+        .unwrap();
+    worker.run_until_idle().await.unwrap();
+    let record = runtime.run("o-7").await.unwrap().record;
+    assert_eq!(record.state, RunState::Failed);
+    let error = record.error.unwrap();
+    assert!(
+        error.contains("refund") && error.contains("Refund"),
+        "{error}"
+    );
+    // A failed run is not taken again.
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn runs_of_unregistered_graphs_are_left_alone() {
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime).graph(&refund_graph()).build();
+    runtime
+        .submit("reminder", "r-2", input("r-2"))
+        .await
+        .unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+    assert_eq!(state_of(&runtime, "r-2").await, RunState::Queued);
+}
+
+#[tokio::test]
+async fn runs_are_listed_by_state_and_graph() {
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        .graph(&reminder_graph())
+        .park_grace(Duration::ZERO)
+        .build();
+    for order in ["a", "b"] {
+        runtime.submit("refund", order, input(order)).await.unwrap();
+    }
+    runtime.submit("reminder", "c", input("c")).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    runtime.signal("a", "approve", true).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+
+    let threads = |records: Vec<loomflow::runtime::RunRecord>| {
+        let mut threads: Vec<String> = records.into_iter().map(|r| r.thread).collect();
+        threads.sort();
+        threads
+    };
+    let all = runtime.runs(&RunFilter::new()).await.unwrap();
+    assert_eq!(threads(all), ["a", "b", "c"]);
+    let waiting = runtime
+        .runs(&RunFilter::new().state(RunState::Waiting))
+        .await
+        .unwrap();
+    assert_eq!(threads(waiting), ["b"]);
+    let reminders = runtime
+        .runs(&RunFilter::new().graph("reminder"))
+        .await
+        .unwrap();
+    assert_eq!(threads(reminders), ["c"]);
+    let one = runtime.runs(&RunFilter::new().limit(1)).await.unwrap();
+    assert_eq!(one.len(), 1);
+    let old = runtime
+        .runs(&RunFilter::new().updated_before_ms(1))
+        .await
+        .unwrap();
+    assert!(old.is_empty());
+}
+
+async fn cancel_a_waiting_run(runtime: Runtime) {
+    let graph = refund_graph();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime.submit("refund", "o-8", input("o-8")).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let record = runtime.cancel("o-8").await.unwrap();
+    assert_eq!(record.state, RunState::Cancelled);
+    // The signal no longer wakes it, and resuming it is refused.
+    runtime.signal("o-8", "approve", true).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+    let err = graph.recover(&runtime, "o-8").await.unwrap_err();
+    assert!(matches!(err, RunError::Cancelled { .. }), "{err}");
+    // Cancelling again changes nothing; a new run may start.
+    assert_eq!(
+        runtime.cancel("o-8").await.unwrap().state,
+        RunState::Cancelled
+    );
+    runtime.submit("refund", "o-8", input("o-8")).await.unwrap();
+    assert_eq!(state_of(&runtime, "o-8").await, RunState::Queued);
+}
+
+#[tokio::test]
+async fn in_memory_a_waiting_run_is_cancelled() {
+    cancel_a_waiting_run(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn on_sqlite_a_waiting_run_is_cancelled() {
+    let db = TempDb::new("cancel");
+    cancel_a_waiting_run(db.runtime()).await;
+}
+
+#[tokio::test]
+async fn a_queued_run_is_cancelled_before_it_starts() {
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime).graph(&refund_graph()).build();
+    runtime.submit("refund", "o-9", input("o-9")).await.unwrap();
+    assert_eq!(
+        runtime.cancel("o-9").await.unwrap().state,
+        RunState::Cancelled
+    );
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn an_executing_run_stops_at_its_next_step_when_cancelled() {
+    let runtime = Runtime::in_memory();
+    let graph = Graph::new("counter")
+        .node_fn("tick", |n: &mut u64, _ctx| {
+            Box::pin(async move {
+                *n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(())
+            })
+        })
+        .edge(START, "tick")
+        .branch("tick", ["tick", END], |n: &u64| {
+            if *n < 1_000_000 { "tick" } else { END }
+        })
+        .compile()
+        .unwrap();
+    let run = graph
+        .run(&runtime, "loop", 0)
+        .recursion_limit(100_000)
+        .start();
+    wait_for(&runtime, "loop", RunState::Running).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let record = runtime.cancel("loop").await.unwrap();
+    assert!(record.cancel_requested, "{record:?}");
+    let err = run.await.unwrap_err();
+    assert!(matches!(err, RunError::Cancelled { .. }), "{err}");
+    let record = runtime.run("loop").await.unwrap().record;
+    assert_eq!(record.state, RunState::Cancelled);
+    assert!(!record.cancel_requested);
+    let ticks: u64 = runtime.get_state("loop").await.unwrap().unwrap();
+    assert!(ticks > 0 && ticks < 100_000, "{ticks}");
+}
+
+#[tokio::test]
+async fn a_run_inside_a_subgraph_suspends_and_the_worker_carries_it_on() {
+    let inner = refund_graph();
+    let outer = Graph::new("outer")
+        .subgraph(
+            "inner",
+            inner,
+            |r: &Refund| r.clone(),
+            |r: &mut Refund, c| *r = c,
+        )
+        .node_sync("done", |r: &mut Refund| r.order.push_str(" done"))
+        .edge(START, "inner")
+        .edge("inner", "done")
+        .edge("done", END)
+        .compile()
+        .unwrap();
+    let db = TempDb::new("subgraph");
+    let runtime = db.runtime();
+    let worker = Worker::builder(&runtime)
+        .graph(&outer)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime.submit("outer", "s-1", input("s-1")).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let info = runtime.run("s-1").await.unwrap();
+    assert_eq!(info.record.state, RunState::Waiting);
+    assert_eq!(info.record.waiting_on, ["approve"]);
+    runtime.signal("s-1", "approve", true).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let done: Refund = runtime.get_state("s-1").await.unwrap().unwrap();
+    assert_eq!(
+        (done.approved, done.order.as_str()),
+        (Some(true), "s-1 done")
+    );
+}
+
+#[tokio::test]
+async fn a_run_whose_process_left_it_running_is_carried_on() {
+    let db = TempDb::new("orphan");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db.0).unwrap())
+        .lease(Duration::from_millis(200))
+        .build();
+    let graph = refund_graph();
+    // Started directly, then the task is dropped mid-wait: the row says running.
+    let run = graph.start(&runtime, "o-10", input("o-10"));
+    wait_for(&runtime, "o-10", RunState::Running).await;
+    run.abort();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    worker.run_until_idle().await.unwrap();
+    let record = runtime.run("o-10").await.unwrap().record;
+    assert_eq!(record.state, RunState::Waiting);
+    assert!(record.attempts >= 2, "{record:?}");
+}

@@ -1,0 +1,401 @@
+//! Workers as users deploy them: separate processes on one SQLite file.
+//!
+//! Two worker processes run the expense graph; a third process submits the runs and a
+//! fourth sends the approvals. One worker is killed with SIGKILL right after it paid one
+//! expense (its payment journaled, the run not finished): the other worker takes the run
+//! over once the lease runs out and finishes it without paying again. Every run completes
+//! once, and every side effect happens once.
+//!
+//! The child processes re-run this test binary (`--ignored --exact worker_child`), with the
+//! role in `LOOMFLOW_WORKER_ROLE`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use loomflow::prelude::*;
+use loomflow::runtime::{RunFilter, RunState, SqliteStore};
+use loomflow_tests::child_test_process;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Expense {
+    amount_cents: u64,
+    approved: Option<bool>,
+    paid: bool,
+    slept: bool,
+}
+
+const THREADS: usize = 12;
+/// The run the first worker to pay it hangs on (and is killed in).
+const HANG_ON: &str = "exp-5";
+const LEASE: Duration = Duration::from_millis(600);
+
+/// Payments under way in this process, and whether it stopped starting new ones.
+static PAYING: AtomicUsize = AtomicUsize::new(0);
+static FROZEN: AtomicBool = AtomicBool::new(false);
+
+fn effect(dir: &Path, line: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("effects.log"))
+        .unwrap();
+    // One write per line: appends from several processes must not interleave.
+    file.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+fn expense_graph(dir: PathBuf) -> CompiledGraph<Expense> {
+    let on_pay = dir.clone();
+    Graph::new("expense")
+        .node_fn("ask", move |expense: &mut Expense, ctx| {
+            Box::pin(async move {
+                expense.approved = Some(ctx.wait_for_signal("approve").await?);
+                Ok(())
+            })
+        })
+        .node_fn("pay", move |expense: &mut Expense, ctx| {
+            let dir = on_pay.clone();
+            Box::pin(async move {
+                let thread = ctx.thread().to_owned();
+                // A kill inside a journaled step (after its effect, before its record) would
+                // rightly run it again; the test kills only between steps: once this process
+                // freezes, no payment starts here, and it waits for those under way.
+                PAYING.fetch_add(1, Ordering::SeqCst);
+                if FROZEN.load(Ordering::SeqCst) {
+                    PAYING.fetch_sub(1, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                }
+                let paid = ctx
+                    .step("pay", || async {
+                        effect(&dir, &format!("paid {thread}"));
+                        Ok::<_, Error>(())
+                    })
+                    .await;
+                PAYING.fetch_sub(1, Ordering::SeqCst);
+                paid?;
+                expense.paid = true;
+                // The first worker to get here on HANG_ON stops dead, its payment
+                // journaled: the test kills it.
+                if thread == HANG_ON
+                    && std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(dir.join("hung"))
+                        .is_ok()
+                {
+                    FROZEN.store(true, Ordering::SeqCst);
+                    while PAYING.load(Ordering::SeqCst) > 0 {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    println!("HUNG {thread}");
+                    std::io::stdout().flush().unwrap();
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            })
+        })
+        .node_fn("cool_down", |expense: &mut Expense, ctx| {
+            Box::pin(async move {
+                // Longer than the grace: the run suspends, sleeping, and a worker wakes it.
+                ctx.sleep(Duration::from_millis(150)).await?;
+                expense.slept = true;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", "pay")
+        .edge("pay", "cool_down")
+        .edge("cool_down", END)
+        .compile()
+        .unwrap()
+}
+
+fn runtime(dir: &Path) -> Runtime {
+    Runtime::builder()
+        .store(SqliteStore::open(dir.join("runs.db")).unwrap())
+        .lease(LEASE)
+        .build()
+}
+
+/// A child process: a worker, a submitter or a signaller.
+#[test]
+#[ignore = "entry point of the child processes of the worker tests; run by them"]
+fn worker_child() {
+    let Ok(dir) = std::env::var("LOOMFLOW_WORKER_DIR") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let role = std::env::var("LOOMFLOW_WORKER_ROLE").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let runtime = runtime(&dir);
+        match role.as_str() {
+            "worker" => {
+                let worker = Worker::builder(&runtime)
+                    .graph(&expense_graph(dir.clone()))
+                    .concurrency(4)
+                    .poll_interval(Duration::from_millis(20))
+                    .park_grace(Duration::from_millis(20))
+                    .on_finished(|report| {
+                        println!("FINISHED {} {}", report.thread, report.state);
+                        std::io::stdout().flush().unwrap();
+                    })
+                    .build();
+                let _handle = worker.start();
+                println!("READY");
+                std::io::stdout().flush().unwrap();
+                std::future::pending::<()>().await
+            }
+            "submit" => {
+                for i in 0..THREADS {
+                    let expense = Expense {
+                        amount_cents: 100 * i as u64,
+                        ..Expense::default()
+                    };
+                    runtime
+                        .submit("expense", &format!("exp-{i}"), expense)
+                        .await
+                        .unwrap();
+                }
+                println!("SUBMITTED");
+            }
+            "recover" => {
+                // Races the worker: every run at once, each waiting for the worker (or the
+                // signal) as needed.
+                let graph = expense_graph(dir.clone());
+                let recovers = (0..THREADS).map(|i| {
+                    let (graph, runtime) = (graph.clone(), runtime.clone());
+                    tokio::spawn(async move {
+                        graph
+                            .recover(&runtime, format!("exp-{i}"))
+                            .wait_if_busy(Duration::from_secs(30))
+                            .await
+                    })
+                });
+                for recover in futures_util::future::join_all(recovers).await {
+                    let outcome = recover.unwrap().unwrap();
+                    assert!(outcome.is_completed(), "{outcome:?}");
+                }
+                println!("RECOVERED");
+            }
+            "signal" => {
+                for i in 0..THREADS {
+                    runtime
+                        .signal(&format!("exp-{i}"), "approve", true)
+                        .await
+                        .unwrap();
+                }
+                println!("SIGNALLED");
+            }
+            other => panic!("unknown role {other}"),
+        }
+    });
+}
+
+struct Children {
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Children {
+    /// Starts a child in `role`; its output lines go to the returned channel.
+    fn spawn(&mut self, role: &str) -> (usize, mpsc::Receiver<String>) {
+        let mut child = child_test_process("worker_child")
+            .env("LOOMFLOW_WORKER_DIR", &self.dir)
+            .env("LOOMFLOW_WORKER_ROLE", role)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        self.children.push(child);
+        (self.children.len() - 1, rx)
+    }
+
+    /// Runs a child to its end.
+    fn run(&mut self, role: &str) {
+        let (index, _lines) = self.spawn(role);
+        let status = self.children[index].wait().unwrap();
+        assert!(status.success(), "{role} failed: {status}");
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn expect_line(rx: &mpsc::Receiver<String>, marker: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(marker) => return line,
+            Ok(_) => {}
+            Err(_) => panic!("no line with {marker}"),
+        }
+    }
+}
+
+#[test]
+fn a_worker_and_a_recovering_process_race_and_every_run_completes_once() {
+    let dir = std::env::temp_dir().join(format!("loomflow-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Nobody hangs in this test.
+    std::fs::write(dir.join("hung"), "").unwrap();
+    let mut children = Children {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    drop(runtime(&dir));
+    children.run("submit");
+    let (_, worker_lines) = children.spawn("worker");
+    expect_line(&worker_lines, "READY");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let in_state = |state: RunState| {
+        rt.block_on(async {
+            let runtime = runtime(&dir);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let runs = runtime.runs(&RunFilter::new().state(state)).await.unwrap();
+                if runs.len() == THREADS {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "runs never all {state}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    };
+    in_state(RunState::Waiting);
+    // The recovering process and the signals start together; the worker wakes too.
+    let (recoverer, recover_lines) = children.spawn("recover");
+    children.run("signal");
+    expect_line(&recover_lines, "RECOVERED");
+    assert!(children.children[recoverer].wait().unwrap().success());
+    in_state(RunState::Completed);
+    let effects = std::fs::read_to_string(dir.join("effects.log")).unwrap();
+    for i in 0..THREADS {
+        let paid = effects
+            .lines()
+            .filter(|l| *l == format!("paid exp-{i}"))
+            .count();
+        assert_eq!(paid, 1, "exp-{i} was paid {paid} times:\n{effects}");
+    }
+}
+
+#[test]
+fn two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_killed() {
+    let dir = std::env::temp_dir().join(format!("loomflow-workers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut children = Children {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    // Create the file before several processes open it at once.
+    drop(runtime(&dir));
+    let (a, a_lines) = children.spawn("worker");
+    let (b, b_lines) = children.spawn("worker");
+    expect_line(&a_lines, "READY");
+    expect_line(&b_lines, "READY");
+    children.run("submit");
+    children.run("signal");
+
+    // Whichever worker paid HANG_ON first hangs: kill it with SIGKILL.
+    let (hung, hung_lines, other_lines) = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if Instant::now() >= deadline {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let runs = rt.block_on(runtime(&dir).runs(&RunFilter::new())).unwrap();
+                panic!("no worker hung on {HANG_ON}; the runs: {runs:#?}");
+            }
+            if let Ok(line) = a_lines.try_recv()
+                && line.contains("HUNG")
+            {
+                break (a, a_lines, b_lines);
+            }
+            if let Ok(line) = b_lines.try_recv()
+                && line.contains("HUNG")
+            {
+                break (b, b_lines, a_lines);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    children.children[hung].kill().unwrap();
+    children.children[hung].wait().unwrap();
+    drop(hung_lines);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let runtime = runtime(&dir);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let done = runtime
+                .runs(&RunFilter::new().state(RunState::Completed))
+                .await
+                .unwrap();
+            if done.len() == THREADS {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {THREADS} runs completed: {:?}",
+                done.len(),
+                runtime.runs(&RunFilter::new()).await.unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for i in 0..THREADS {
+            let thread = format!("exp-{i}");
+            let expense: Expense = runtime.get_state(&thread).await.unwrap().unwrap();
+            assert!(
+                expense.paid && expense.slept && expense.approved == Some(true),
+                "{thread}: {expense:?}"
+            );
+        }
+        let taken_over = runtime.run(HANG_ON).await.unwrap().record;
+        assert!(taken_over.attempts >= 2, "{taken_over:?}");
+    });
+    // The survivor took the run over once the dead worker's lease ran out.
+    expect_line(&other_lines, &format!("FINISHED {HANG_ON} completed"));
+    let effects = std::fs::read_to_string(dir.join("effects.log")).unwrap();
+    for i in 0..THREADS {
+        let paid = effects
+            .lines()
+            .filter(|l| *l == format!("paid exp-{i}"))
+            .count();
+        assert_eq!(paid, 1, "exp-{i} was paid {paid} times:\n{effects}");
+    }
+}
