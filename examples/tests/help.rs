@@ -15,6 +15,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
         "refund_approval",
         &["--stage", "--reject", "--db", "--mermaid"],
     ),
+    ("refund_service", &["--db", "--reject", "--mermaid"]),
     ("tools", &[]),
     ("research_agent", &["--base-url", "--model", "--mermaid"]),
     ("supervisor", &["--mermaid"]),
