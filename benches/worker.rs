@@ -114,8 +114,9 @@ async fn wake_latencies(name: &str, poll: Duration, n: usize) -> Vec<Duration> {
             .await
             .unwrap();
         until(&mut done, &thread, RunState::Waiting).await;
-        // Start at a random point of the poll cycle, as a web request would.
-        tokio::time::sleep(Duration::from_micros((i as u64 * 7_919) % 10_000)).await;
+        // Send at a spread of points of the poll cycle, as web requests would.
+        let poll_us = u64::try_from(poll.as_micros()).unwrap_or(u64::MAX).max(1);
+        tokio::time::sleep(Duration::from_micros((i as u64 * 7_919) % poll_us)).await;
         let sent = Instant::now();
         sender.signal(&thread, "go", true).await.unwrap();
         until(&mut done, &thread, RunState::Completed).await;
