@@ -14,31 +14,17 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // benchmarks abort loudly on setup errors
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use loomflow::prelude::*;
 use loomflow::runtime::{SqliteOptions, SqliteStore, Synchronous};
+use loomflow_benches::{remove_db, temp_db};
 
 #[derive(Clone, Default, Serialize, Deserialize)]
 struct Counter {
     n: u64,
-}
-
-fn temp_db(name: &str) -> PathBuf {
-    let path =
-        std::env::temp_dir().join(format!("loomflow-bench-{name}-{}.db", std::process::id()));
-    remove_db(&path);
-    path
-}
-
-fn remove_db(path: &Path) {
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.as_os_str().to_owned();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
-    }
 }
 
 fn disk_bytes(path: &Path) -> u64 {

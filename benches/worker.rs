@@ -14,7 +14,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // benchmarks abort loudly on setup errors
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use loomflow::WorkerHandle;
 use loomflow::prelude::*;
 use loomflow::runtime::{RunFilter, RunState, SqliteOptions, SqliteStore, Synchronous};
+use loomflow_benches::{remove_db, temp_db};
 use tokio::sync::mpsc;
 
 #[derive(Clone, Default, Serialize, Deserialize)]
@@ -41,23 +42,6 @@ fn graph() -> CompiledGraph<Ticket> {
         .edge("approve", END)
         .compile()
         .unwrap()
-}
-
-fn temp_db(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "loomflow-bench-worker-{name}-{}.db",
-        std::process::id()
-    ));
-    remove_db(&path);
-    path
-}
-
-fn remove_db(path: &Path) {
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.as_os_str().to_owned();
-        p.push(suffix);
-        let _ = std::fs::remove_file(p);
-    }
 }
 
 fn runtime(path: &Path, poll: Duration) -> Runtime {

@@ -201,6 +201,17 @@ fn worker_child() {
     });
 }
 
+fn assert_each_paid_once(dir: &Path) {
+    let effects = std::fs::read_to_string(dir.join("effects.log")).unwrap();
+    for i in 0..THREADS {
+        let paid = effects
+            .lines()
+            .filter(|l| *l == format!("paid exp-{i}"))
+            .count();
+        assert_eq!(paid, 1, "exp-{i} was paid {paid} times:\n{effects}");
+    }
+}
+
 struct Children {
     dir: PathBuf,
     children: Vec<Child>,
@@ -297,14 +308,7 @@ fn a_worker_and_a_recovering_process_race_and_every_run_completes_once() {
     expect_line(&recover_lines, "RECOVERED");
     assert!(children.children[recoverer].wait().unwrap().success());
     in_state(RunState::Completed);
-    let effects = std::fs::read_to_string(dir.join("effects.log")).unwrap();
-    for i in 0..THREADS {
-        let paid = effects
-            .lines()
-            .filter(|l| *l == format!("paid exp-{i}"))
-            .count();
-        assert_eq!(paid, 1, "exp-{i} was paid {paid} times:\n{effects}");
-    }
+    assert_each_paid_once(&dir);
 }
 
 #[test]
@@ -390,12 +394,5 @@ fn two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_ki
     });
     // The survivor took the run over once the dead worker's lease ran out.
     expect_line(&other_lines, &format!("FINISHED {HANG_ON} completed"));
-    let effects = std::fs::read_to_string(dir.join("effects.log")).unwrap();
-    for i in 0..THREADS {
-        let paid = effects
-            .lines()
-            .filter(|l| *l == format!("paid exp-{i}"))
-            .count();
-        assert_eq!(paid, 1, "exp-{i} was paid {paid} times:\n{effects}");
-    }
+    assert_each_paid_once(&dir);
 }
