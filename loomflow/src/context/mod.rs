@@ -42,14 +42,6 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
-    /// When the run lets its session go, undelivered signals stay pending (a run that
-    /// suspends or fails carries on later) instead of being discarded.
-    pub(crate) fn keep_session_signals(&self) {
-        if let Some(session) = &self._session {
-            session.keep_leftovers();
-        }
-    }
-
     /// Whether anyone listens to the run's events (a stream).
     pub(crate) fn has_listener(&self) -> bool {
         self.events.is_some()

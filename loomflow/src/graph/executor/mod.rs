@@ -191,7 +191,14 @@ async fn run_supersteps<S: State>(
         mut resume_values,
         fresh,
     } = position;
-    let session = namespace.is_root().then(|| runtime.session(&thread));
+    // The run's session: signals sent to the thread queue here while it runs. What it has
+    // not received when it stops (it suspends, fails, loses its lease) stays pending for
+    // the execution that carries it on, instead of being discarded.
+    let session = namespace.is_root().then(|| {
+        let session = runtime.session(&thread);
+        session.keep_leftovers();
+        session
+    });
     let shared = Arc::new(RunShared {
         thread,
         run,
@@ -249,8 +256,6 @@ async fn run_supersteps<S: State>(
                 interrupts,
             }) => {
                 writer.finish().await?;
-                // Signals that arrived too late for this execution stay for the next one.
-                shared.keep_session_signals();
                 let snapshot = SnapshotRef::new(g, &state, &active)
                     .joins(&joins.0)
                     .suspended(&pending_writes, &interrupts, &resume_values);
@@ -342,8 +347,6 @@ async fn fail<S: State>(
 ) -> Result<RunOutcome<S>> {
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
-    // A failed run may be recovered: what was sent to it stays.
-    shared.keep_session_signals();
     if shared.durability == Durability::Exit {
         let snapshot = SnapshotRef::new(g, &state, active);
         let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
