@@ -28,6 +28,8 @@ pub use store::{
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
+#[cfg(feature = "postgres")]
+pub use store::{PostgresOptions, PostgresStore};
 
 /// The result of a runtime call.
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -299,6 +301,34 @@ impl Runtime {
     #[cfg(feature = "sqlite")]
     pub fn sqlite(path: impl AsRef<std::path::Path>) -> Result<Self> {
         Ok(Self::with_store(SqliteStore::open(path)?))
+    }
+
+    /// A durable runtime over the PostgreSQL database at `url`, whose loomflow tables are
+    /// created or migrated on the way; see [`PostgresStore`] (and
+    /// [`PostgresStore::connect_with`] with [`Runtime::with_store`] for other settings).
+    ///
+    /// Async, unlike [`Runtime::sqlite`]: connecting talks to the server. Call it from
+    /// within a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use loomflow::Runtime;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let runtime = Runtime::postgres("postgres://loomflow@127.0.0.1:5432/flows").await?;
+    /// # drop(runtime);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::connect`]: a connection string that does not parse, a server that
+    /// cannot be reached or refuses the login, a failed migration, or tables written by a
+    /// newer loomflow.
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(url: &str) -> Result<Self> {
+        Ok(Self::with_store(PostgresStore::connect(url).await?))
     }
 
     /// The durability mode runs use unless they set their own.

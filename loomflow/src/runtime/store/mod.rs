@@ -12,17 +12,21 @@
 //!   (see [`Store::claim`]). Runs are numbered through their checkpoints.
 //!
 //! Backends: [`MemoryStore`] here, `SqliteStore` (feature `sqlite`) behind
-//! `Runtime::sqlite`. The `conformance` module (feature `test-util`) is one test suite every
+//! `Runtime::sqlite`, `PostgresStore` (feature `postgres`) behind `Runtime::postgres`. The `conformance` module (feature `test-util`) is one test suite every
 //! backend passes.
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod runs;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};

@@ -1,0 +1,83 @@
+//! What can go wrong inside one operation, before it is reported as a [`StoreError`] naming
+//! the thread it concerned.
+
+use deadpool_postgres::PoolError;
+
+use crate::runtime::store::StoreError;
+
+/// A failure inside an operation.
+#[derive(Debug)]
+pub(super) enum Fail {
+    /// The server (or the connection to it) failed a statement.
+    Db(tokio_postgres::Error),
+    /// No connection could be had from the pool.
+    Pool(PoolError),
+    /// Already a store error: a value that does not fit, a row that does not decode, a
+    /// lost lease.
+    Store(StoreError),
+}
+
+impl From<tokio_postgres::Error> for Fail {
+    fn from(error: tokio_postgres::Error) -> Self {
+        Self::Db(error)
+    }
+}
+
+impl From<PoolError> for Fail {
+    fn from(error: PoolError) -> Self {
+        Self::Pool(error)
+    }
+}
+
+impl From<StoreError> for Fail {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
+    }
+}
+
+impl Fail {
+    /// As a failed write concerning `thread` (a thread or a session).
+    pub(super) fn write(self, thread: &str) -> StoreError {
+        self.into_store(thread, |thread, message| StoreError::Write {
+            thread,
+            message,
+        })
+    }
+
+    /// As a failed read concerning `thread`.
+    pub(super) fn read(self, thread: &str) -> StoreError {
+        self.into_store(thread, |thread, message| StoreError::Read {
+            thread,
+            message,
+        })
+    }
+
+    fn into_store(
+        self,
+        thread: &str,
+        make: impl FnOnce(String, String) -> StoreError,
+    ) -> StoreError {
+        match self {
+            Self::Store(error) => error,
+            Self::Pool(PoolError::Closed) => StoreError::Closed,
+            Self::Pool(error) => make(thread.to_owned(), chain(&error)),
+            Self::Db(error) => make(thread.to_owned(), chain(&error)),
+        }
+    }
+}
+
+/// An error and its sources on one line: tokio-postgres says "db error" and keeps the
+/// server's message in the source.
+pub(super) fn chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message.replace('\n', " ")
+}

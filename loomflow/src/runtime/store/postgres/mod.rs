@@ -1,0 +1,468 @@
+//! The PostgreSQL store: one database that many worker processes share.
+//!
+//! # Layout
+//!
+//! Five tables, named `loomflow_*` (see `schema.rs`): `loomflow_meta` (the schema version),
+//! `loomflow_checkpoints`, `loomflow_journal` (the first value written for a key wins),
+//! `loomflow_signals` (pending signals, and consumed ones with an idempotency key for an
+//! hour) and `loomflow_runs` (one row per thread: its current run and the lease of the
+//! execution carrying it on; see `runs.rs`). They mirror the SQLite store's tables, and
+//! every operation means what it means there.
+//!
+//! # Connections
+//!
+//! A pool of tokio-postgres connections (deadpool), without TLS. Each operation takes a
+//! connection for one transaction (or one statement) and gives it back; statements are
+//! prepared once per connection. A write under a lease checks the lease and writes in one
+//! transaction (`runs.rs`); workers claim runs with `FOR UPDATE SKIP LOCKED`. One more
+//! connection, outside the pool, `LISTEN`s for the notifications writes send, for
+//! [`Store::change_counter`] (`notify.rs`).
+
+mod checkpoints;
+mod error;
+mod notify;
+mod rows;
+mod runs;
+mod schema;
+mod signals;
+mod target;
+
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use serde_json::Value;
+use tokio_postgres::NoTls;
+
+use self::error::Fail;
+use self::notify::Listener;
+use self::target::Target;
+use super::{
+    Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord, RunState, SignalPush, Store,
+    StoreError, StoredSignal, Submitted,
+};
+use futures_util::future::BoxFuture;
+
+/// Settings for [`PostgresStore::connect_with`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loomflow::runtime::PostgresOptions;
+///
+/// let options = PostgresOptions::default()
+///     .pool_size(32)
+///     .connect_timeout(Duration::from_secs(3))
+///     .notifications(false);
+/// assert_eq!(options.pool_size, 32);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PostgresOptions {
+    /// The most connections the store keeps open at once (its pool); operations beyond it
+    /// wait for a free one. Default 16; at least 1 is used. The change listener (see
+    /// [`notifications`](Self::notifications)) uses one more, outside the pool.
+    pub pool_size: usize,
+    /// How long to wait for the server when opening a connection before failing. Default
+    /// 10 s.
+    pub connect_timeout: Duration,
+    /// Whether to keep a connection that `LISTEN`s for changes other processes commit, so
+    /// that [`Store::change_counter`] can tell a worker there is nothing new without a
+    /// query. Without it the counter is `None` and workers query the store at every poll
+    /// interval. Default `true`.
+    pub notifications: bool,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(10),
+            notifications: true,
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// Sets [`pool_size`](Self::pool_size).
+    #[must_use]
+    pub fn pool_size(mut self, pool_size: usize) -> Self {
+        self.pool_size = pool_size;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout).
+    #[must_use]
+    pub fn connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// Sets [`notifications`](Self::notifications).
+    #[must_use]
+    pub fn notifications(mut self, notifications: bool) -> Self {
+        self.notifications = notifications;
+        self
+    }
+}
+
+/// Keeps runs, checkpoints, journal entries and signals in a PostgreSQL database (15 or
+/// newer), so that any number of worker processes, on any number of machines, share them.
+/// The store of [`Runtime::postgres`](crate::Runtime::postgres).
+///
+/// Connecting creates the tables (named `loomflow_*`, in the connection's `search_path`)
+/// or migrates them, once, whichever process gets there first. Workers claim each runnable
+/// run exactly once (`FOR UPDATE SKIP LOCKED`, with leases), and learn of new work through
+/// `LISTEN/NOTIFY`, polling as a fallback.
+///
+/// Connections have no TLS: reach a remote server through a private network or a tunnel.
+/// Each operation runs as one transaction, and its future resolves once that committed;
+/// dropping the future before then rolls the operation back (unlike [`SqliteStore`],
+/// whose writes are queued when called).
+///
+/// [`SqliteStore`]: crate::runtime::SqliteStore
+///
+/// # Examples
+///
+/// ```no_run
+/// use loomflow::runtime::{Checkpoint, PostgresStore, RunStatus, Store};
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PostgresStore::connect("postgres://loomflow:secret@127.0.0.1:5432/flows").await?;
+/// let body = json!({"state": {"n": 1}, "next": ["a"]});
+/// let cp = Checkpoint::new("thread-1", 1, "", 0, RunStatus::Running, body);
+/// let id = store.put_checkpoint(cp).await?;
+/// let latest = store.latest_checkpoint("thread-1", "").await?.expect("just written");
+/// assert_eq!((latest.id, latest.state()), (id, &json!({"n": 1})));
+/// # Ok(()) }
+/// ```
+pub struct PostgresStore {
+    target: Target,
+    pool: Pool,
+    /// The `LISTEN`ing connection's task, when notifications are on.
+    listener: Option<Listener>,
+    /// When this store last deleted consumed signals (ms since the Unix epoch).
+    last_prune: AtomicI64,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("server", &self.target.shown)
+            .field("listening", &self.listener.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` with default [`PostgresOptions`], creating or
+    /// migrating loomflow's tables.
+    ///
+    /// `url` is a libpq connection string: a URL
+    /// (`postgres://user:password@host:port/dbname`) or `key=value` pairs. Must be called
+    /// from within a tokio runtime (the change listener is a task of it).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Open`] when the string does not parse, the server cannot be reached
+    /// or refuses the login, or the migration fails; [`StoreError::NewerSchema`] when a
+    /// newer loomflow wrote the tables. Errors show the server as
+    /// `postgres://user@host:port/dbname`, never with the password.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connects with the given options. See [`connect`](Self::connect).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
+        let mut target = Target::parse(url)?;
+        target.config.connect_timeout(options.connect_timeout);
+        if target.config.get_application_name().is_none() {
+            target.config.application_name("loomflow");
+        }
+        let manager = Manager::from_config(
+            target.config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| target.open_error(e))?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| target.open_error(error::chain(&e)))?;
+        schema::migrate(&mut client, &target).await?;
+        drop(client);
+        let listener = options
+            .notifications
+            .then(|| Listener::spawn(target.clone()));
+        Ok(Self {
+            target,
+            pool,
+            listener,
+            last_prune: AtomicI64::new(i64::MIN),
+        })
+    }
+
+    /// The server, as errors show it: `postgres://user@host:port/dbname`, without the
+    /// password.
+    pub fn server(&self) -> &str {
+        &self.target.shown
+    }
+
+    /// A connection from the pool.
+    async fn client(&self) -> Result<Object, Fail> {
+        Ok(self.pool.get().await?)
+    }
+}
+
+impl Store for PostgresStore {
+    fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.save_checkpoint(checkpoint))
+    }
+
+    fn latest_checkpoint<'a>(
+        &'a self,
+        thread: &'a str,
+        namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(self.newest_checkpoint(thread, namespace))
+    }
+
+    fn get_checkpoint<'a>(
+        &'a self,
+        thread: &'a str,
+        id: u64,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        Box::pin(self.checkpoint_by_id(thread, id))
+    }
+
+    fn list_checkpoints<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>> {
+        Box::pin(self.all_checkpoints(thread))
+    }
+
+    fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.save_journal(key, value))
+    }
+
+    fn get_journal<'a>(
+        &'a self,
+        key: &'a JournalKey,
+    ) -> BoxFuture<'a, Result<Option<Value>, StoreError>> {
+        Box::pin(self.journal_entry(key))
+    }
+
+    fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
+        Box::pin(self.store_signal(signal))
+    }
+
+    fn take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: Option<(JournalKey, Value)>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.consume_signal(session, seq, journal))
+    }
+
+    fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        Box::pin(self.stored_signals_after(0))
+    }
+
+    fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        Box::pin(self.stored_signals_after(seq))
+    }
+
+    fn claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        Box::pin(self.claim_thread(thread, owner, lease_until_ms, now_ms))
+    }
+
+    fn release<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.release_thread(thread, owner))
+    }
+
+    fn renew_claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.renew_thread(thread, owner, lease_until_ms))
+    }
+
+    fn put_checkpoint_claimed<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.checkpoint_fenced(checkpoint, owner, Some(lease_until_ms)))
+    }
+
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.checkpoint_fenced(checkpoint, owner, None))
+    }
+
+    fn put_journal_claimed<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.journal_fenced(key, value, owner, lease_until_ms))
+    }
+
+    fn take_signal_claimed<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: (JournalKey, Value),
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.take_fenced(session, seq, journal, owner, lease_until_ms))
+    }
+
+    fn try_take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.consume_if_pending(session, seq))
+    }
+
+    fn submit_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graph: &'a str,
+        input: Value,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Submitted, StoreError>> {
+        Box::pin(async move { self.submit(thread, graph, &input, now_ms).await })
+    }
+
+    fn claim_next_run<'a>(
+        &'a self,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        Box::pin(self.claim_runnable(None, graphs, owner, lease_until_ms, (now_ms, due_ms)))
+    }
+
+    fn claim_waiting_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        Box::pin(self.claim_runnable(Some(thread), graphs, owner, lease_until_ms, (now_ms, 0)))
+    }
+
+    fn get_run<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        Box::pin(self.read_run(thread))
+    }
+
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(self.query_runs(filter))
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        thread: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        Box::pin(self.cancel(thread, now_ms))
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        state: RunState,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.finish(thread, owner, state, error))
+    }
+
+    fn next_wake_at_ms<'a>(
+        &'a self,
+        graphs: &'a [String],
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(self.next_wake(graphs, due_ms))
+    }
+
+    /// The notifications the listening connection has received: `None` while it is not
+    /// connected (or [`PostgresOptions::notifications`] is off), and the worker then looks
+    /// at every poll interval. Only writes that can give a worker work notify: a stored
+    /// signal, a submitted run, a released or finished one.
+    fn change_counter(&self) -> Option<u64> {
+        self.listener.as_ref().and_then(Listener::counter)
+    }
+}
+
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<PostgresStore>();
+};
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_server_that_cannot_be_reached_is_named_without_the_password() {
+        // Port 1 on the loopback: nothing listens there, so the connection is refused.
+        let url = "postgres://app:hunter2@127.0.0.1:1/flows";
+        let options = PostgresOptions::default().connect_timeout(Duration::from_secs(5));
+        let error = PostgresStore::connect_with(url, options).await.unwrap_err();
+        let StoreError::Open { ref path, .. } = error else {
+            panic!("expected an open error, got {error:?}")
+        };
+        assert_eq!(path, "postgres://app@127.0.0.1:1/flows");
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}

@@ -1,0 +1,136 @@
+//! The change counter: writes that may give a worker something to do `NOTIFY` a channel in
+//! their transaction (so the notification goes out only if they commit); a connection of
+//! the store's own `LISTEN`s and bumps a counter for every notification, which
+//! [`Store::change_counter`](crate::runtime::Store::change_counter) returns.
+//!
+//! Notifications say only "look again": a missed one delays a worker until its next sweep
+//! (every half lease), never loses work. While the listening connection is down the
+//! counter reads `None`, and workers look at every poll interval, as they do on a store
+//! without a counter; when it is back the counter moves once, since anything may have
+//! happened meanwhile.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use futures_util::StreamExt;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::error::{Fail, chain};
+use super::target::Target;
+
+/// Tells the listeners (on channel `loomflow_changes`) that something a worker may want to see was committed. Call it
+/// inside the transaction of the write.
+pub(super) async fn notify(client: &impl GenericClient) -> Result<(), Fail> {
+    let stmt = client
+        .prepare_cached("SELECT pg_notify('loomflow_changes', '')")
+        .await?;
+    client.execute(&stmt, &[]).await?;
+    Ok(())
+}
+
+/// What the listening task shares with the store.
+#[derive(Debug, Default)]
+struct Shared {
+    changes: AtomicU64,
+    listening: AtomicBool,
+}
+
+impl Shared {
+    fn bump(&self) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// The listening task; it stops when this is dropped.
+#[derive(Debug)]
+pub(super) struct Listener {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The longest wait between two attempts to connect again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+impl Listener {
+    /// Starts listening on `target` from a task of the current tokio runtime.
+    pub(super) fn spawn(target: Target) -> Self {
+        let shared = Arc::new(Shared::default());
+        let task = tokio::spawn(listen(target, Arc::clone(&shared)));
+        Self { shared, task }
+    }
+
+    /// The number of notifications received so far, or `None` while not listening.
+    pub(super) fn counter(&self) -> Option<u64> {
+        self.shared
+            .listening
+            .load(Ordering::Acquire)
+            .then(|| self.shared.changes.load(Ordering::Acquire))
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Listens until aborted, connecting again (with a growing pause) whenever the connection
+/// fails.
+async fn listen(target: Target, shared: Arc<Shared>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match session(&target, &shared).await {
+            Ok(()) => {
+                tracing::warn!(store = %target.shown, "the PostgreSQL change listener's connection closed")
+            }
+            Err(error) => tracing::warn!(
+                store = %target.shown,
+                error = %target.scrub(chain(&error)),
+                "the PostgreSQL change listener failed; workers poll until it is back"
+            ),
+        }
+        if shared.listening.swap(false, Ordering::AcqRel) {
+            backoff = Duration::from_millis(50); // it had worked: try again soon
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One connection's life: `LISTEN`, then count notifications until it ends.
+async fn session(target: &Target, shared: &Shared) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = target.config.connect(NoTls).await?;
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    // The connection is driven by polling its messages, so `LISTEN` runs beside that.
+    {
+        let listen = client.batch_execute("LISTEN loomflow_changes");
+        tokio::pin!(listen);
+        loop {
+            tokio::select! {
+                done = &mut listen => {
+                    done?;
+                    break;
+                }
+                message = messages.next() => match message {
+                    Some(Ok(AsyncMessage::Notification(_))) => shared.bump(),
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => return Err(error),
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+    // Anything may have been committed while nobody listened.
+    shared.bump();
+    shared.listening.store(true, Ordering::Release);
+    while let Some(message) = messages.next().await {
+        if let AsyncMessage::Notification(_) = message? {
+            shared.bump();
+        }
+    }
+    // `client` lives until here: dropping it would close the connection.
+    drop(client);
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! Converting between rows and the store's types: PostgreSQL integers are signed
+//! (`BIGINT`), values are JSON text, and a row that does not decode is reported as corrupt,
+//! naming its thread.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_postgres::Row;
+use tokio_postgres::types::FromSql;
+
+use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError};
+
+/// `BIGINT` columns are signed 64-bit.
+pub(super) fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Write {
+        thread: thread.to_owned(),
+        message: format!("{what} {value} is too large for PostgreSQL"),
+    })
+}
+
+/// A `BIGINT` read back; negative only in a row something else wrote.
+pub(super) fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| corrupt(thread, format!("negative {what} {value}")))
+}
+
+/// JSON text, as stored. Text rather than `jsonb`: the body must come back exactly as it
+/// went in, and `jsonb` refuses some valid JSON (a `\u0000` in a string).
+pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Write {
+        thread: thread.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+pub(super) fn from_json<T: DeserializeOwned>(
+    text: &str,
+    thread: &str,
+    what: impl std::fmt::Display,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| corrupt(thread, format!("{what}: {e}")))
+}
+
+pub(super) fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        thread: thread.to_owned(),
+        message: message.to_string(),
+    }
+}
+
+/// Column `index` of `row`, or a corrupt row.
+pub(super) fn get<'r, T: FromSql<'r>>(
+    row: &'r Row,
+    index: usize,
+    thread: &str,
+) -> Result<T, StoreError> {
+    row.try_get(index).map_err(|e| {
+        let column = row.columns().get(index).map_or("?", |c| c.name());
+        corrupt(thread, format!("column {column}: {e}"))
+    })
+}
+
+/// The clock the store stamps rows with (consumption, lease renewals) when the caller
+/// gives none, in milliseconds since the Unix epoch.
+pub(super) fn now_ms() -> i64 {
+    i64::try_from(crate::runtime::clock::now_ms()).unwrap_or(i64::MAX)
+}
+
+pub(super) fn parse_status(status: &str, thread: &str) -> Result<RunStatus, StoreError> {
+    [
+        RunStatus::Running,
+        RunStatus::Interrupted,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ]
+    .into_iter()
+    .find(|s| s.as_str() == status)
+    .ok_or_else(|| corrupt(thread, format!("unknown run status {status:?}")))
+}
+
+/// Columns: id, run, namespace, step, status, body, error.
+pub(super) const CHECKPOINT_COLUMNS: &str = "id, run, namespace, step, status, body, error";
+
+/// Decodes a row of [`CHECKPOINT_COLUMNS`].
+pub(super) fn checkpoint_from_row(row: &Row, thread: &str) -> Result<Checkpoint, StoreError> {
+    let id: i64 = get(row, 0, thread)?;
+    let body: &str = get(row, 5, thread)?;
+    Ok(Checkpoint {
+        id: to_u64(id, "checkpoint id", thread)?,
+        thread: thread.to_owned(),
+        run: to_u64(get(row, 1, thread)?, "run", thread)?,
+        namespace: get(row, 2, thread)?,
+        step: to_u64(get(row, 3, thread)?, "step", thread)?,
+        status: parse_status(get(row, 4, thread)?, thread)?,
+        body: from_json(body, thread, format_args!("checkpoint {id}"))?,
+        error: get(row, 6, thread)?,
+    })
+}
+
+/// A checkpoint, ready for its row.
+pub(super) struct CheckpointRow {
+    pub(super) thread: String,
+    pub(super) run: i64,
+    pub(super) namespace: String,
+    pub(super) step: i64,
+    pub(super) status: &'static str,
+    pub(super) body: String,
+    pub(super) error: Option<String>,
+}
+
+impl CheckpointRow {
+    pub(super) fn new(checkpoint: &Checkpoint) -> Result<Self, StoreError> {
+        let thread = &checkpoint.thread;
+        Ok(Self {
+            run: to_i64(checkpoint.run, "run", thread)?,
+            step: to_i64(checkpoint.step, "step", thread)?,
+            status: checkpoint.status.as_str(),
+            body: to_json(&checkpoint.body, thread)?,
+            thread: thread.clone(),
+            namespace: checkpoint.namespace.clone(),
+            error: checkpoint.error.clone(),
+        })
+    }
+}
+
+/// A journal entry, ready for its row.
+pub(super) struct JournalRow {
+    pub(super) thread: String,
+    pub(super) run: i64,
+    pub(super) namespace: String,
+    pub(super) step: i64,
+    pub(super) node: String,
+    pub(super) name: String,
+    pub(super) occurrence: i64,
+    pub(super) value: String,
+}
+
+impl JournalRow {
+    pub(super) fn new(key: JournalKey, value: &serde_json::Value) -> Result<Self, StoreError> {
+        Ok(Self {
+            run: to_i64(key.run, "run", &key.thread)?,
+            step: to_i64(key.step, "step", &key.thread)?,
+            value: to_json(value, &key.thread)?,
+            occurrence: i64::from(key.occurrence),
+            thread: key.thread,
+            namespace: key.namespace,
+            node: key.node,
+            name: key.name,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn stored_statuses_parse_back() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Interrupted,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
+        }
+        assert!(matches!(
+            parse_status("paused", "t"),
+            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
+        ));
+    }
+
+    #[test]
+    fn values_past_bigint_are_refused_naming_the_thread() {
+        assert!(matches!(
+            to_i64(u64::MAX, "step", "t"),
+            Err(StoreError::Write { thread, message }) if thread == "t" && message.contains("step")
+        ));
+        assert!(matches!(
+            to_u64(-1, "run", "t"),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+}

@@ -1,0 +1,653 @@
+//! The `loomflow_runs` table: one row per thread for its current run, with the lease that
+//! lets at most one execution at a time carry it on, and the writes made under that lease.
+//!
+//! Each operation is one transaction (or one statement, which is one). A write under a
+//! lease begins with [`fence`], an `UPDATE` of the run's row that matches only while the
+//! writer holds the lease: it renews the lease and keeps the row locked until the commit,
+//! so no other process can claim the run between the check and the write. When it matches
+//! nothing, the transaction is rolled back and the write answers
+//! [`StoreError::LeaseLost`] having written nothing.
+//!
+//! Workers find runs with `SELECT ... FOR UPDATE SKIP LOCKED`: a row another worker is
+//! claiming is passed over rather than waited for, and a row claimed and committed since
+//! the query began is checked again against the lease condition (PostgreSQL re-reads a
+//! row it locks), so two workers never claim one run.
+
+use deadpool_postgres::{GenericClient, Transaction};
+use serde_json::Value;
+use tokio_postgres::Row;
+
+use super::PostgresStore;
+use super::checkpoints::{insert_checkpoint, insert_journal};
+use super::error::Fail;
+use super::notify::notify;
+use super::rows::{
+    CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
+};
+use super::signals::take;
+use crate::runtime::store::{
+    Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord, RunState,
+    StoreError, Submitted,
+};
+
+/// The columns [`record_from_row`] reads, in order.
+const RUN_COLUMNS: &str = "thread, run, graph, fingerprint, status, waiting_on, wake_at_ms,
+    lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
+    updated_at_ms";
+
+/// Decodes a row of [`RUN_COLUMNS`].
+fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
+    let thread: String = get(row, 0, "(runs)")?;
+    let t = thread.as_str();
+    let status: &str = get(row, 4, t)?;
+    let state = RunState::parse(status)
+        .ok_or_else(|| corrupt(t, format!("unknown run state {status:?}")))?;
+    let waiting_on: Option<Vec<String>> = get(row, 5, t)?;
+    let wake_at_ms: Option<i64> = get(row, 6, t)?;
+    let lease_until_ms: i64 = get(row, 8, t)?;
+    Ok(RunRecord {
+        run: to_u64(get(row, 1, t)?, "run", t)?,
+        graph: get(row, 2, t)?,
+        fingerprint: get(row, 3, t)?,
+        state,
+        waiting_on: waiting_on.unwrap_or_default(),
+        wake_at_ms: wake_at_ms
+            .map(|ms| to_u64(ms, "wake time", t))
+            .transpose()?,
+        lease_owner: get(row, 7, t)?,
+        lease_until_ms: to_u64(lease_until_ms.max(0), "lease expiry", t)?,
+        attempts: to_u64(get(row, 9, t)?, "attempts", t)?,
+        cancel_requested: get(row, 10, t)?,
+        error: get(row, 11, t)?,
+        created_at_ms: to_u64(get(row, 12, t)?, "creation time", t)?,
+        updated_at_ms: to_u64(get(row, 13, t)?, "update time", t)?,
+        thread,
+    })
+}
+
+fn lease_lost(thread: &str, owner: &str) -> Fail {
+    Fail::Store(StoreError::LeaseLost {
+        thread: thread.to_owned(),
+        owner: owner.to_owned(),
+    })
+}
+
+/// Whether `owner` holds `thread`; if so, extends its lease to `until_ms` and keeps the
+/// row locked until the transaction ends.
+async fn fence(
+    tx: &Transaction<'_>,
+    thread: &str,
+    owner: &str,
+    until_ms: i64,
+) -> Result<bool, Fail> {
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
+             WHERE thread = $1 AND lease_owner = $2",
+        )
+        .await?;
+    let renewed = tx
+        .execute(&stmt, &[&thread, &owner, &until_ms, &now_ms()])
+        .await?;
+    Ok(renewed > 0)
+}
+
+/// Lets `thread` go if `owner` holds it; returns whether it did.
+async fn release(client: &impl GenericClient, thread: &str, owner: &str) -> Result<bool, Fail> {
+    let stmt = client
+        .prepare_cached(
+            "UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = $3
+             WHERE thread = $1 AND lease_owner = $2",
+        )
+        .await?;
+    Ok(client.execute(&stmt, &[&thread, &owner, &now_ms()]).await? > 0)
+}
+
+/// Makes `thread`'s row follow a top-level checkpoint of run `run`.
+async fn follow(
+    tx: &Transaction<'_>,
+    thread: &str,
+    run: i64,
+    update: &RowUpdate,
+) -> Result<(), Fail> {
+    let waiting_on = (!update.waiting_on.is_empty()).then_some(&update.waiting_on);
+    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
+    let runnable = update
+        .runnable_at_ms()
+        .and_then(|ms| i64::try_from(ms).ok());
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE loomflow_runs SET run = $2, status = $3, waiting_on = $4, wake_at_ms = $5,
+                 runnable_at_ms = $6, graph = COALESCE($7, graph),
+                 fingerprint = COALESCE($8, fingerprint), error = $9, input = NULL,
+                 cancel_requested = cancel_requested AND $10
+             WHERE thread = $1",
+        )
+        .await?;
+    tx.execute(
+        &stmt,
+        &[
+            &thread,
+            &run,
+            &update.state.as_str(),
+            &waiting_on,
+            &wake,
+            &runnable,
+            &update.graph,
+            &update.fingerprint,
+            &update.error,
+            &!update.state.is_finished(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The thread of the longest-waiting run a worker should carry on now, locked, if any.
+async fn next_runnable(
+    tx: &Transaction<'_>,
+    graphs: &[String],
+    now_ms: i64,
+    due_ms: i64,
+) -> Result<Option<String>, Fail> {
+    // Queued and running rows have `runnable_at_ms` 0: a running one qualifies only once
+    // its lease has run out.
+    let due = tx
+        .prepare_cached(
+            "SELECT thread FROM loomflow_runs
+             WHERE runnable_at_ms IS NOT NULL AND runnable_at_ms <= $2
+               AND (lease_owner IS NULL OR lease_until_ms <= $1)
+               AND graph = ANY($3)
+             ORDER BY runnable_at_ms, updated_at_ms LIMIT 1
+             FOR UPDATE SKIP LOCKED",
+        )
+        .await?;
+    if let Some(row) = tx.query_opt(&due, &[&now_ms, &due_ms, &graphs]).await? {
+        return Ok(Some(get(&row, 0, "(next run)")?));
+    }
+    let signalled = tx
+        .prepare_cached(
+            "SELECT r.thread FROM loomflow_signals s
+                 JOIN loomflow_runs r ON r.thread = s.session
+             WHERE s.consumed_at_ms IS NULL AND r.status = 'waiting'
+               AND (r.lease_owner IS NULL OR r.lease_until_ms <= $1)
+               AND r.graph = ANY($2)
+               AND s.name = ANY(r.waiting_on)
+             ORDER BY s.seq LIMIT 1
+             FOR UPDATE OF r SKIP LOCKED",
+        )
+        .await?;
+    let row = tx.query_opt(&signalled, &[&now_ms, &graphs]).await?;
+    Ok(row.map(|row| get(&row, 0, "(next run)")).transpose()?)
+}
+
+/// `thread`, locked, if its run waits for a signal, is of one of `graphs`, and is free.
+async fn waiting_run(
+    tx: &Transaction<'_>,
+    thread: &str,
+    graphs: &[String],
+    now_ms: i64,
+) -> Result<Option<String>, Fail> {
+    let stmt = tx
+        .prepare_cached(
+            "SELECT thread FROM loomflow_runs
+             WHERE thread = $1 AND status = 'waiting'
+               AND (lease_owner IS NULL OR lease_until_ms <= $2)
+               AND graph = ANY($3)
+             FOR UPDATE",
+        )
+        .await?;
+    let row = tx.query_opt(&stmt, &[&thread, &now_ms, &graphs]).await?;
+    Ok(row.map(|row| get(&row, 0, thread)).transpose()?)
+}
+
+/// `thread`'s row; `None` when it has none or never ran.
+async fn read_record(
+    client: &impl GenericClient,
+    thread: &str,
+    lock: bool,
+) -> Result<Option<RunRecord>, Fail> {
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM loomflow_runs WHERE thread = $1 AND status IS NOT NULL{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let stmt = client.prepare_cached(&sql).await?;
+    let row = client.query_opt(&stmt, &[&thread]).await?;
+    Ok(row.map(|row| record_from_row(&row)).transpose()?)
+}
+
+impl PostgresStore {
+    pub(super) async fn claim_thread(
+        &self,
+        thread: &str,
+        owner: &str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Claim, StoreError> {
+        async {
+            let until = to_i64(lease_until_ms, "lease expiry", thread)?;
+            let now = to_i64(now_ms, "time", thread)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // A thread without a row gets one, held by `owner`; when two claimers race,
+            // the second waits for the first's insert and then finds its row below.
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO loomflow_runs (thread, lease_owner, lease_until_ms, attempts,
+                                                created_at_ms, updated_at_ms)
+                     VALUES ($1, $2, $3, 1, $4, $4)
+                     ON CONFLICT (thread) DO NOTHING",
+                )
+                .await?;
+            if tx
+                .execute(&insert, &[&thread, &owner, &until, &now])
+                .await?
+                == 0
+            {
+                let holder = tx
+                    .prepare_cached(
+                        "SELECT lease_owner, lease_until_ms FROM loomflow_runs
+                         WHERE thread = $1 FOR UPDATE",
+                    )
+                    .await?;
+                let row = tx.query_one(&holder, &[&thread]).await?;
+                let holder: Option<String> = get(&row, 0, thread)?;
+                let holder_until: i64 = get(&row, 1, thread)?;
+                match holder {
+                    Some(holder) if holder != owner && holder_until > now => {
+                        tx.rollback().await?;
+                        return Ok(Claim::Busy {
+                            owner: holder,
+                            until_ms: u64::try_from(holder_until).unwrap_or_default(),
+                        });
+                    }
+                    holder => {
+                        let taken_over = i64::from(holder.as_deref() != Some(owner));
+                        let update = tx
+                            .prepare_cached(
+                                "UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $3,
+                                     attempts = attempts + $4, updated_at_ms = $5
+                                 WHERE thread = $1",
+                            )
+                            .await?;
+                        tx.execute(&update, &[&thread, &owner, &until, &taken_over, &now])
+                            .await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(Claim::Claimed)
+        }
+        .await
+        .map_err(|e: Fail| e.write(thread))
+    }
+
+    pub(super) async fn release_thread(&self, thread: &str, owner: &str) -> Result<(), StoreError> {
+        async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            if release(&tx, thread, owner).await? {
+                notify(&tx).await?;
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+            Ok(())
+        }
+        .await
+        .map_err(|e: Fail| e.write(thread))
+    }
+
+    pub(super) async fn renew_thread(
+        &self,
+        thread: &str,
+        owner: &str,
+        lease_until_ms: u64,
+    ) -> Result<(), StoreError> {
+        async {
+            let until = to_i64(lease_until_ms, "lease expiry", thread)?;
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
+                     WHERE thread = $1 AND lease_owner = $2",
+                )
+                .await?;
+            let renewed = client
+                .execute(&stmt, &[&thread, &owner, &until, &now_ms()])
+                .await?;
+            if renewed == 0 {
+                return Err(lease_lost(thread, owner));
+            }
+            Ok(())
+        }
+        .await
+        .map_err(|e: Fail| e.write(thread))
+    }
+
+    /// `put_checkpoint_claimed`, or with no `lease_until_ms` `put_checkpoint_and_release`.
+    pub(super) async fn checkpoint_fenced(
+        &self,
+        checkpoint: Checkpoint,
+        owner: &str,
+        lease_until_ms: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        let thread = &checkpoint.thread;
+        async {
+            let row = CheckpointRow::new(&checkpoint)?;
+            let until = lease_until_ms
+                .map(|until| to_i64(until, "lease expiry", thread))
+                .transpose()?;
+            let update = checkpoint
+                .namespace
+                .is_empty()
+                .then(|| RowUpdate::of(&checkpoint));
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            if !fence(&tx, thread, owner, until.unwrap_or(0)).await? {
+                tx.rollback().await?;
+                return Err(lease_lost(thread, owner));
+            }
+            if let Some(update) = &update {
+                follow(&tx, thread, row.run, update).await?;
+            }
+            if until.is_none() {
+                release(&tx, thread, owner).await?;
+                // Released: another worker may carry the run on, or wake it later.
+                notify(&tx).await?;
+            }
+            let id = insert_checkpoint(&tx, &row).await?;
+            tx.commit().await?;
+            Ok(id)
+        }
+        .await
+        .map_err(|e: Fail| e.write(thread))
+    }
+
+    pub(super) async fn journal_fenced(
+        &self,
+        key: JournalKey,
+        value: Value,
+        owner: &str,
+        lease_until_ms: u64,
+    ) -> Result<(), StoreError> {
+        let thread = key.thread.clone();
+        async {
+            let until = to_i64(lease_until_ms, "lease expiry", &thread)?;
+            let row = JournalRow::new(key, &value)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            if !fence(&tx, &thread, owner, until).await? {
+                tx.rollback().await?;
+                return Err(lease_lost(&thread, owner));
+            }
+            insert_journal(&tx, &row).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        .await
+        .map_err(|e: Fail| e.write(&thread))
+    }
+
+    pub(super) async fn take_fenced(
+        &self,
+        session: &str,
+        seq: u64,
+        (key, value): (JournalKey, Value),
+        owner: &str,
+        lease_until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let thread = key.thread.clone();
+        async {
+            let seq = to_i64(seq, "signal sequence number", session)?;
+            let until = to_i64(lease_until_ms, "lease expiry", &thread)?;
+            let row = JournalRow::new(key, &value)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            if !fence(&tx, &thread, owner, until).await? {
+                tx.rollback().await?;
+                return Err(lease_lost(&thread, owner));
+            }
+            let taken = take(&tx, session, seq, now_ms()).await?;
+            if taken {
+                insert_journal(&tx, &row).await?;
+            }
+            tx.commit().await?;
+            Ok(taken)
+        }
+        .await
+        .map_err(|e: Fail| e.write(&thread))
+    }
+
+    pub(super) async fn submit(
+        &self,
+        thread: &str,
+        graph: &str,
+        input: &Value,
+        now_ms: u64,
+    ) -> Result<Submitted, StoreError> {
+        async {
+            let input = to_json(input, thread)?;
+            let now = to_i64(now_ms, "time", thread)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO loomflow_runs (thread, status, graph, input, runnable_at_ms,
+                                                created_at_ms, updated_at_ms)
+                     VALUES ($1, 'queued', $2, $3, 0, $4, $4)
+                     ON CONFLICT (thread) DO NOTHING",
+                )
+                .await?;
+            if tx
+                .execute(&insert, &[&thread, &graph, &input, &now])
+                .await?
+                == 0
+            {
+                // The thread has a row: refused while its run is unfinished or held.
+                if let Some(record) = read_record(&tx, thread, true).await? {
+                    let held = record.lease_owner.is_some()
+                        && i64::try_from(record.lease_until_ms).unwrap_or(i64::MAX) > now;
+                    if !record.state.is_finished() || held {
+                        tx.rollback().await?;
+                        return Ok(Submitted::Active(Box::new(record)));
+                    }
+                }
+                let replace = tx
+                    .prepare_cached(
+                        "UPDATE loomflow_runs SET
+                             status = 'queued', graph = $2, input = $3, runnable_at_ms = 0,
+                             fingerprint = NULL, waiting_on = NULL, wake_at_ms = NULL,
+                             cancel_requested = FALSE, error = NULL, lease_owner = NULL,
+                             lease_until_ms = 0, attempts = 0, created_at_ms = $4,
+                             updated_at_ms = $4
+                         WHERE thread = $1",
+                    )
+                    .await?;
+                tx.execute(&replace, &[&thread, &graph, &input, &now])
+                    .await?;
+            }
+            notify(&tx).await?;
+            tx.commit().await?;
+            Ok(Submitted::Queued)
+        }
+        .await
+        .map_err(|e: Fail| e.write(thread))
+    }
+
+    /// With a thread, `claim_waiting_run`; without, `claim_next_run`.
+    pub(super) async fn claim_runnable(
+        &self,
+        thread: Option<&str>,
+        graphs: &[String],
+        owner: &str,
+        lease_until_ms: u64,
+        (now_ms, due_ms): (u64, u64),
+    ) -> Result<Option<ClaimedRun>, StoreError> {
+        let label = thread.unwrap_or("(next run)");
+        async {
+            let until = to_i64(lease_until_ms, "lease expiry", label)?;
+            let now = to_i64(now_ms, "time", label)?;
+            let due = to_i64(due_ms, "time", label)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let chosen = match thread {
+                Some(thread) => waiting_run(&tx, thread, graphs, now).await?,
+                None => next_runnable(&tx, graphs, now, due).await?,
+            };
+            let Some(chosen) = chosen else {
+                tx.rollback().await?;
+                return Ok(None);
+            };
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $3,
+                         attempts = attempts + 1, updated_at_ms = $4
+                     WHERE thread = $1 RETURNING {RUN_COLUMNS}, input"
+                ))
+                .await?;
+            let row = tx
+                .query_one(&stmt, &[&chosen, &owner, &until, &now])
+                .await?;
+            tx.commit().await?;
+            let record = record_from_row(&row)?;
+            let input: Option<&str> = get(&row, 14, &chosen)?;
+            let input = input
+                .map(|text| from_json(text, &chosen, "input of the run"))
+                .transpose()?;
+            Ok(Some(ClaimedRun { record, input }))
+        }
+        .await
+        .map_err(|e: Fail| e.write(label))
+    }
+
+    pub(super) async fn read_run(&self, thread: &str) -> Result<Option<RunRecord>, StoreError> {
+        async {
+            let client = self.client().await?;
+            read_record(&client, thread, false).await
+        }
+        .await
+        .map_err(|e| e.read(thread))
+    }
+
+    pub(super) async fn query_runs(
+        &self,
+        filter: &RunFilter,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        const LABEL: &str = "(runs)";
+        let limit = filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let before = filter
+            .updated_before_ms
+            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
+        let state = filter.state.map(RunState::as_str);
+        async {
+            let client = self.client().await?;
+            // Ties are broken by the thread's bytes (`COLLATE "C"`), as SQLite does, not by
+            // the database's locale.
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT {RUN_COLUMNS} FROM loomflow_runs
+                     WHERE status IS NOT NULL
+                       AND ($1::text IS NULL OR status = $1::text)
+                       AND ($2::text IS NULL OR graph = $2::text)
+                       AND ($3::bigint IS NULL OR updated_at_ms < $3::bigint)
+                     ORDER BY updated_at_ms DESC, thread COLLATE \"C\" LIMIT $4::bigint"
+                ))
+                .await?;
+            let rows = client
+                .query(&stmt, &[&state, &filter.graph, &before, &limit])
+                .await?;
+            Ok(rows
+                .iter()
+                .map(record_from_row)
+                .collect::<Result<Vec<_>, _>>()?)
+        }
+        .await
+        .map_err(|e: Fail| e.read(LABEL))
+    }
+
+    pub(super) async fn cancel(
+        &self,
+        thread: &str,
+        now_ms: u64,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        async {
+            let now = to_i64(now_ms, "time", thread)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE loomflow_runs SET cancel_requested = TRUE, updated_at_ms = $2
+                     WHERE thread = $1 AND status IN ('queued', 'running', 'waiting',
+                                                      'sleeping', 'interrupted')",
+                )
+                .await?;
+            tx.execute(&stmt, &[&thread, &now]).await?;
+            let record = read_record(&tx, thread, false).await?;
+            tx.commit().await?;
+            Ok(record)
+        }
+        .await
+        .map_err(|e: Fail| e.write(thread))
+    }
+
+    pub(super) async fn finish(
+        &self,
+        thread: &str,
+        owner: &str,
+        state: RunState,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE loomflow_runs SET status = $3, error = $4, runnable_at_ms = NULL,
+                         wake_at_ms = NULL, waiting_on = NULL, input = NULL,
+                         cancel_requested = FALSE, lease_owner = NULL, lease_until_ms = 0,
+                         updated_at_ms = $5
+                     WHERE thread = $1 AND lease_owner = $2",
+                )
+                .await?;
+            let finished = tx
+                .execute(
+                    &stmt,
+                    &[&thread, &owner, &state.as_str(), &error, &now_ms()],
+                )
+                .await?;
+            if finished == 0 {
+                tx.rollback().await?;
+                return Err(lease_lost(thread, owner));
+            }
+            notify(&tx).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        .await
+        .map_err(|e: Fail| e.write(thread))
+    }
+
+    pub(super) async fn next_wake(
+        &self,
+        graphs: &[String],
+        due_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        const LABEL: &str = "(runs)";
+        let due = i64::try_from(due_ms).unwrap_or(i64::MAX);
+        async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT MIN(runnable_at_ms) FROM loomflow_runs
+                     WHERE runnable_at_ms > $1 AND graph = ANY($2)",
+                )
+                .await?;
+            let row = client.query_one(&stmt, &[&due, &graphs]).await?;
+            let next: Option<i64> = get(&row, 0, LABEL)?;
+            Ok(next.and_then(|ms| u64::try_from(ms).ok()))
+        }
+        .await
+        .map_err(|e: Fail| e.read(LABEL))
+    }
+}

@@ -1,0 +1,231 @@
+//! Signals: stored until consumed; a consumed signal with an idempotency key keeps its row
+//! (payload dropped) for an hour, so that a retried send is still recognised.
+
+use std::sync::atomic::Ordering;
+
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+
+use super::PostgresStore;
+use super::checkpoints::insert_journal;
+use super::error::Fail;
+use super::notify::notify;
+use super::rows::{JournalRow, from_json, get, now_ms, to_i64, to_json, to_u64};
+use crate::runtime::store::{JournalKey, SignalPush, StoreError, StoredSignal};
+
+/// The transaction-level advisory lock every signal insert holds until it commits:
+/// "loomsign" in ASCII.
+///
+/// Sequence numbers come from an identity column, handed out when a row is inserted, not
+/// when it commits: without the lock, signal 11 could commit (and a worker read it and
+/// move its high-water mark past it) before signal 10 does, and `signals_after` would never
+/// return 10. Holding the lock from taking a number until the commit is visible makes
+/// sequence order the order in which signals become visible, as SQLite's single writer
+/// does. It serializes the commits of signal sends (not of anything else).
+const SIGNAL_ORDER_LOCK: i64 = 0x6c6f_6f6d_7369_676e;
+
+/// A consumed signal's idempotency key is kept at least this long.
+const KEEP_CONSUMED_MS: i64 = 3_600_000;
+
+/// How often a store deletes consumed signals older than [`KEEP_CONSUMED_MS`].
+const PRUNE_EVERY_MS: i64 = 60_000;
+
+/// Consumes a pending signal; returns whether it was still pending.
+///
+/// One statement: without a key nothing needs remembering and the row goes; with one, the
+/// row stays (payload dropped) until pruned. Two consumers racing for one row are ordered
+/// by its row lock, and the second finds it gone or consumed.
+pub(super) async fn take(
+    client: &impl GenericClient,
+    session: &str,
+    seq: i64,
+    now_ms: i64,
+) -> Result<bool, Fail> {
+    let stmt = client
+        .prepare_cached(
+            "WITH deleted AS (
+                 DELETE FROM loomflow_signals
+                 WHERE seq = $1 AND session = $2 AND idempotency_key IS NULL
+                 RETURNING 1
+             ), consumed AS (
+                 UPDATE loomflow_signals SET consumed_at_ms = $3, payload = NULL
+                 WHERE seq = $1 AND session = $2 AND idempotency_key IS NOT NULL
+                   AND consumed_at_ms IS NULL
+                 RETURNING 1
+             )
+             SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM consumed)",
+        )
+        .await?;
+    let row = client.query_one(&stmt, &[&seq, &session, &now_ms]).await?;
+    let taken: i64 = get(&row, 0, session)?;
+    Ok(taken > 0)
+}
+
+impl PostgresStore {
+    pub(super) async fn store_signal(
+        &self,
+        signal: StoredSignal,
+    ) -> Result<SignalPush, StoreError> {
+        let session = signal.session.clone();
+        async {
+            let payload = to_json(&signal.payload, &signal.session)?;
+            let sent_at_ms = to_i64(signal.sent_at_ms, "sent_at_ms", &signal.session)?;
+            let mut client = self.client().await?;
+            self.prune_now_and_then(&client).await;
+            let tx = client.transaction().await?;
+            let lock = tx
+                .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+                .await?;
+            tx.execute(&lock, &[&SIGNAL_ORDER_LOCK]).await?;
+            let insert = tx
+                .prepare_cached(
+                    "INSERT INTO loomflow_signals
+                         (session, name, payload, idempotency_key, sent_at_ms)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT DO NOTHING RETURNING seq",
+                )
+                .await?;
+            let inserted = tx
+                .query_opt(
+                    &insert,
+                    &[
+                        &signal.session,
+                        &signal.name,
+                        &payload,
+                        &signal.idempotency_key,
+                        &sent_at_ms,
+                    ],
+                )
+                .await?;
+            let Some(row) = inserted else {
+                tx.rollback().await?;
+                return Ok(SignalPush::Duplicate);
+            };
+            let seq = to_u64(
+                get(&row, 0, &signal.session)?,
+                "signal sequence number",
+                &session,
+            )?;
+            notify(&tx).await?;
+            tx.commit().await?;
+            Ok(SignalPush::Stored(seq))
+        }
+        .await
+        .map_err(|e: Fail| e.write(&session))
+    }
+
+    /// `take_signal`: journals `journal` whether or not the signal was still pending (a
+    /// node that received it gets it again when it re-runs), in the same transaction.
+    pub(super) async fn consume_signal(
+        &self,
+        session: &str,
+        seq: u64,
+        journal: Option<(JournalKey, Value)>,
+    ) -> Result<(), StoreError> {
+        async {
+            let seq = to_i64(seq, "signal sequence number", session)?;
+            let journal = journal
+                .map(|(key, value)| JournalRow::new(key, &value))
+                .transpose()?;
+            let mut client = self.client().await?;
+            match journal {
+                None => {
+                    take(&client, session, seq, now_ms()).await?;
+                }
+                Some(row) => {
+                    let tx = client.transaction().await?;
+                    take(&tx, session, seq, now_ms()).await?;
+                    insert_journal(&tx, &row).await?;
+                    tx.commit().await?;
+                }
+            }
+            Ok(())
+        }
+        .await
+        .map_err(|e: Fail| e.write(session))
+    }
+
+    /// `try_take_signal`.
+    pub(super) async fn consume_if_pending(
+        &self,
+        session: &str,
+        seq: u64,
+    ) -> Result<bool, StoreError> {
+        async {
+            let seq = to_i64(seq, "signal sequence number", session)?;
+            let client = self.client().await?;
+            take(&client, session, seq, now_ms()).await
+        }
+        .await
+        .map_err(|e: Fail| e.write(session))
+    }
+
+    pub(super) async fn stored_signals_after(
+        &self,
+        seq: u64,
+    ) -> Result<Vec<StoredSignal>, StoreError> {
+        const LABEL: &str = "(pending signals)";
+        let after = i64::try_from(seq).unwrap_or(i64::MAX);
+        async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT seq, session, name, payload, idempotency_key, sent_at_ms
+                     FROM loomflow_signals
+                     WHERE seq > $1 AND consumed_at_ms IS NULL ORDER BY seq",
+                )
+                .await?;
+            let rows = client.query(&stmt, &[&after]).await?;
+            let signals = rows
+                .iter()
+                .map(|row| {
+                    let session: String = get(row, 1, LABEL)?;
+                    let seq: i64 = get(row, 0, &session)?;
+                    let name: String = get(row, 2, &session)?;
+                    let payload: Option<&str> = get(row, 3, &session)?;
+                    Ok(StoredSignal {
+                        seq: to_u64(seq, "signal sequence number", &session)?,
+                        payload: from_json(
+                            payload.unwrap_or_default(),
+                            &session,
+                            format_args!("signal {seq} ({name})"),
+                        )?,
+                        idempotency_key: get(row, 4, &session)?,
+                        sent_at_ms: to_u64(get(row, 5, &session)?, "sent_at_ms", &session)?,
+                        session,
+                        name,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(signals)
+        }
+        .await
+        .map_err(|e: Fail| e.read(LABEL))
+    }
+
+    /// Forgets consumed signals whose key has been remembered long enough, at most once a
+    /// minute per store. Best effort: a failure is logged and retried a minute later.
+    async fn prune_now_and_then(&self, client: &impl GenericClient) {
+        let now = now_ms();
+        let last = self.last_prune.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < PRUNE_EVERY_MS
+            || self
+                .last_prune
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let cutoff = now.saturating_sub(KEEP_CONSUMED_MS);
+        let result = client
+            .execute(
+                "DELETE FROM loomflow_signals
+                 WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < $1",
+                &[&cutoff],
+            )
+            .await;
+        if let Err(error) = result {
+            tracing::warn!(error = %super::error::chain(&error), "pruning consumed signals failed");
+        }
+    }
+}

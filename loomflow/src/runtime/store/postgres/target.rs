@@ -1,0 +1,127 @@
+//! The server a store connects to: its connection string parsed, and a description of it
+//! that is safe to print (no password), for every error that names the store.
+
+use std::str::FromStr;
+
+use tokio_postgres::config::Host;
+
+use crate::runtime::store::StoreError;
+
+/// A parsed connection string and how errors show it.
+#[derive(Clone)]
+pub(super) struct Target {
+    pub(super) config: tokio_postgres::Config,
+    /// `postgres://user@host:port/dbname`, never with the password.
+    pub(super) shown: String,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl Target {
+    /// Parses a URL (`postgres://user:password@host:port/dbname?option=value`) or a
+    /// key/value string (`host=... user=... dbname=...`), as libpq does.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Open`] for a string that does not parse; it does not repeat the
+    /// string, which may hold a password.
+    pub(super) fn parse(url: &str) -> Result<Self, StoreError> {
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Open {
+            path: "(unparsable PostgreSQL connection string)".to_owned(),
+            message: super::error::chain(&e),
+        })?;
+        let shown = show(&config);
+        Ok(Self { config, shown })
+    }
+
+    /// `message` with the password, should it appear, replaced by `***`.
+    pub(super) fn scrub(&self, message: String) -> String {
+        match self.config.get_password() {
+            Some(password) if !password.is_empty() => {
+                let password = String::from_utf8_lossy(password);
+                message.replace(password.as_ref(), "***")
+            }
+            _ => message,
+        }
+    }
+
+    /// A [`StoreError::Open`] naming this server.
+    pub(super) fn open_error(&self, message: impl std::fmt::Display) -> StoreError {
+        StoreError::Open {
+            path: self.shown.clone(),
+            message: self.scrub(message.to_string()),
+        }
+    }
+}
+
+/// The connection string as a URL without its password (or any other option: they may
+/// carry secrets too).
+fn show(config: &tokio_postgres::Config) -> String {
+    let user = config
+        .get_user()
+        .map(|user| format!("{user}@"))
+        .unwrap_or_default();
+    let ports = config.get_ports();
+    let hosts = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let name = match host {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            };
+            // One port for every host, or one per host, as libpq allows.
+            match ports.get(i).or_else(|| ports.first()) {
+                Some(port) => format!("{name}:{port}"),
+                None => name,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let dbname = config.get_dbname().unwrap_or_default();
+    format!("postgres://{user}{hosts}/{dbname}")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn urls_are_shown_without_their_password() {
+        let target =
+            Target::parse("postgres://app:hunter2@db.example:6543/runs?application_name=x")
+                .unwrap();
+        assert_eq!(target.shown, "postgres://app@db.example:6543/runs");
+        assert_eq!(format!("{target:?}"), target.shown);
+    }
+
+    #[test]
+    fn key_value_strings_are_shown_without_their_password() {
+        let target =
+            Target::parse("host=/tmp port=5433 user=ops password='hunter 2' dbname=flows").unwrap();
+        assert_eq!(target.shown, "postgres://ops@/tmp:5433/flows");
+        assert_eq!(
+            target.scrub("auth failed for hunter 2".to_owned()),
+            "auth failed for ***"
+        );
+    }
+
+    #[test]
+    fn an_unparsable_string_is_not_repeated() {
+        let Err(StoreError::Open { path, message }) =
+            Target::parse("postgres://app:hunter2@db:notaport/x")
+        else {
+            panic!("a bad port must not parse")
+        };
+        let shown = format!("{path} {message}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(message.contains("invalid"), "{message}");
+    }
+}
