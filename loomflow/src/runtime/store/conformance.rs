@@ -64,12 +64,14 @@ pub async fn run_all(store: &dyn Store) {
     runs::cancel_requests_are_recorded(store).await;
 }
 
-/// Runs [`run_all`], and checks that many writers at once lose nothing.
+/// Runs [`run_all`], and checks that many writers at once lose nothing and that many
+/// workers at once never claim one run twice.
 pub async fn run_all_concurrent(store: Arc<dyn Store>) {
     run_all(&*store).await;
     concurrent_writers(Arc::clone(&store)).await;
     concurrent_duplicate_sends_store_one(Arc::clone(&store)).await;
-    claims::concurrent_claims_have_one_winner(store).await;
+    claims::concurrent_claims_have_one_winner(Arc::clone(&store)).await;
+    runs::concurrent_workers_claim_each_run_once(store).await;
 }
 
 async fn checkpoints_round_trip(store: &dyn Store) {

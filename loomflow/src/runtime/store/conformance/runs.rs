@@ -1,5 +1,8 @@
 //! Checks of run rows: submitting, claiming what a worker should carry on, cancelling.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::{signal, unique};
@@ -228,4 +231,54 @@ pub(super) async fn cancel_requests_are_recorded(store: &dyn Store) {
     assert!(!record.cancel_requested);
     let again = store.request_cancel(&thread, 4).await.unwrap().unwrap();
     assert!(!again.cancel_requested, "a finished run is left as it is");
+}
+
+/// Many workers claiming at once: every queued run is claimed by exactly one of them.
+pub(super) async fn concurrent_workers_claim_each_run_once(store: Arc<dyn Store>) {
+    const RUNS: usize = 40;
+    const WORKERS: usize = 8;
+    let graph = unique("graph");
+    let mut submitted = BTreeSet::new();
+    for n in 0..RUNS {
+        let thread = format!("{}-{n}", unique("many"));
+        assert_eq!(
+            store
+                .submit_run(&thread, &graph, json!(n), 1)
+                .await
+                .unwrap(),
+            Submitted::Queued
+        );
+        submitted.insert(thread);
+    }
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (store, graphs) = (Arc::clone(&store), vec![graph.clone()]);
+            tokio::spawn(async move {
+                let owner = format!("worker-{w}");
+                let mut claimed = Vec::new();
+                while let Some(run) = store
+                    .claim_next_run(&graphs, &owner, LATER, 2, 2)
+                    .await
+                    .unwrap()
+                {
+                    assert_eq!(run.record.lease_owner.as_deref(), Some(owner.as_str()));
+                    claimed.push(run.record.thread);
+                }
+                claimed
+            })
+        })
+        .collect();
+    let mut claimed = Vec::new();
+    for worker in workers {
+        claimed.extend(worker.await.unwrap());
+    }
+    let mut distinct = BTreeSet::new();
+    let twice: BTreeSet<&String> = claimed.iter().filter(|t| !distinct.insert(*t)).collect();
+    assert!(twice.is_empty(), "runs claimed more than once: {twice:?}");
+    let distinct: BTreeSet<String> = distinct.into_iter().cloned().collect();
+    assert_eq!(distinct, submitted, "every queued run is claimed");
+    for thread in &submitted {
+        let record = store.get_run(thread).await.unwrap().unwrap();
+        assert_eq!(record.attempts, 1, "{thread} was claimed once");
+    }
 }
