@@ -2,11 +2,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/postgres.rs"]
+mod postgres;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use loomflow::runtime::store::conformance;
-use loomflow::runtime::{MemoryStore, SqliteOptions, SqliteStore, Synchronous};
+use loomflow::runtime::{
+    MemoryStore, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Synchronous,
+};
+
+use postgres::TempPgDb;
 
 /// A fresh database path; removes the file and its WAL companions when dropped.
 struct TempDb(PathBuf);
@@ -63,4 +70,50 @@ async fn sqlite_store_conforms_on_a_current_thread_runtime() {
 async fn sqlite_store_keeps_data_across_reopen() {
     let db = TempDb::new("reopen");
     conformance::check_reopen(|| SqliteStore::open(&db.0).unwrap()).await;
+}
+
+// PostgreSQL: on the server `LOOMFLOW_PG_URL` names (`.ci/postgres` starts one), each test
+// in a database of its own; skipped, saying so, without it.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_conforms() {
+    let Some(db) = TempPgDb::create("conformance").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    conformance::run_all_concurrent(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_conforms_with_one_connection_and_no_listener() {
+    let Some(db) = TempPgDb::create("conformance").await else {
+        return;
+    };
+    let options = PostgresOptions::default().pool_size(1).notifications(false);
+    let store = PostgresStore::connect_with(&db.url, options).await.unwrap();
+    conformance::run_all_concurrent(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn postgres_store_conforms_on_a_current_thread_runtime() {
+    let Some(db) = TempPgDb::create("conformance").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    conformance::run_all_concurrent(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_keeps_data_across_reconnect() {
+    let Some(db) = TempPgDb::create("conformance").await else {
+        return;
+    };
+    // `check_reopen` opens synchronously; connecting is async.
+    let open = || {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(PostgresStore::connect(&db.url))
+        })
+        .unwrap()
+    };
+    conformance::check_reopen(open).await;
 }

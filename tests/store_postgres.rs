@@ -1,0 +1,261 @@
+//! What only the PostgreSQL store has to get right: its schema's version and migration when
+//! processes start together, change notifications between processes, errors that name the
+//! thread, and a worker carrying runs on through it. The store conformance suite
+//! (`store_conformance.rs`) checks the rest.
+//!
+//! Each test makes a database of its own on the server `LOOMFLOW_PG_URL` names
+//! (`.ci/postgres` starts one); without it every test says it was skipped and passes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::time::Duration;
+
+use loomflow::prelude::*;
+use loomflow::runtime::{
+    Checkpoint, PostgresOptions, PostgresStore, RunState, RunStatus, Store, StoreError,
+};
+use loomflow::{RunError, SignalError};
+
+use postgres::TempPgDb;
+
+/// How long a test waits for something another connection does before failing.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Waits until `check` says yes, looking every few milliseconds, for at most [`PATIENCE`]:
+/// for what happens on another connection, which nothing here can be told about.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_written_by_a_newer_loomflow_is_refused() {
+    let Some(db) = TempPgDb::create("schema checks").await else {
+        return;
+    };
+    drop(PostgresStore::connect(&db.url).await.unwrap());
+    db.execute("UPDATE loomflow_meta SET schema_version = 99")
+        .await;
+    let url = db.url.replacen("postgres@", "postgres:not-shown@", 1);
+    match PostgresStore::connect(&url).await {
+        Err(StoreError::NewerSchema {
+            path,
+            found,
+            supported,
+        }) => {
+            assert_eq!((found, supported), (99, 1));
+            assert!(path.starts_with("postgres://postgres@"), "{path}");
+            assert!(!path.contains("not-shown"), "{path}");
+        }
+        other => panic!("a newer schema must be refused, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_starting_together_create_the_tables_once() {
+    let Some(db) = TempPgDb::create("schema checks").await else {
+        return;
+    };
+    let connecting: Vec<_> = (0..6)
+        .map(|_| {
+            let url = db.url.clone();
+            tokio::spawn(async move { PostgresStore::connect(&url).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for store in connecting {
+        stores.push(store.await.unwrap().expect("every process connects"));
+    }
+    let versions = postgres::connect(&db.url)
+        .await
+        .query("SELECT schema_version FROM loomflow_meta", &[])
+        .await
+        .unwrap();
+    let versions: Vec<i64> = versions.iter().map(|row| row.get(0)).collect();
+    assert_eq!(versions, [1], "one version row, at the current version");
+    // And each of them works on the tables the first one made.
+    for (n, store) in stores.iter().enumerate() {
+        let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
+        store.put_checkpoint(cp).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_counter_moves_when_another_process_sends_a_signal() {
+    let Some(db) = TempPgDb::create("notifications").await else {
+        return;
+    };
+    let listening = PostgresStore::connect(&db.url).await.unwrap();
+    let quiet = PostgresOptions::default().notifications(false);
+    let sender = Runtime::with_store(PostgresStore::connect_with(&db.url, quiet).await.unwrap());
+    assert_eq!(
+        sender.store().change_counter(),
+        None,
+        "a store that does not listen cannot tell"
+    );
+    eventually("the listener connects", async || {
+        listening.change_counter().is_some()
+    })
+    .await;
+
+    let before = listening.change_counter().unwrap();
+    sender.signal("s1", "go", true).await.unwrap();
+    eventually("a signal sent elsewhere moves the counter", async || {
+        listening.change_counter() != Some(before)
+    })
+    .await;
+
+    // The listening connection is cut (a server restart, a proxy timeout): it comes back
+    // by itself, and hears what is sent after.
+    let admin = postgres::connect(&db.url).await;
+    let cut = admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND query = 'LISTEN loomflow_changes'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut, 1, "one listening connection");
+    eventually("the listener connects again", async || {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND query = 'LISTEN loomflow_changes'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
+            && listening.change_counter().is_some()
+    })
+    .await;
+    let before = listening.change_counter().unwrap();
+    sender
+        .store()
+        .submit_run("t-after", "graph", json!(null), 1)
+        .await
+        .unwrap();
+    eventually("a run submitted elsewhere moves the counter", async || {
+        listening.change_counter().is_some_and(|now| now != before)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_names_its_thread() {
+    let Some(db) = TempPgDb::create("errors").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    // PostgreSQL text cannot hold a NUL character (SQLite's can): the server refuses it.
+    let thread = "order\u{0}7";
+    let cp = Checkpoint::new(thread, 1, "", 0, RunStatus::Running, json!(1));
+    match store.put_checkpoint(cp).await {
+        Err(StoreError::Write { thread: named, .. }) => assert_eq!(named, thread),
+        other => panic!("expected a write error naming the thread, got {other:?}"),
+    }
+    // A NUL inside a JSON value is fine: values are stored as JSON text, where it is escaped.
+    let cp = Checkpoint::new("order-8", 1, "", 0, RunStatus::Running, json!("a\u{0}b"));
+    store.put_checkpoint(cp).await.unwrap();
+    let back = store
+        .latest_checkpoint("order-8", "")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.body, json!("a\u{0}b"));
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Refund {
+    order: String,
+    approved: Option<bool>,
+}
+
+/// `approval` waits for the signal `approve`.
+fn refund_graph() -> CompiledGraph<Refund> {
+    Graph::new("refund")
+        .node_fn("approval", |refund: &mut Refund, ctx| {
+            Box::pin(async move {
+                match ctx
+                    .wait_for_signal::<bool>("approve")
+                    .timeout(Duration::from_secs(3_600))
+                    .await
+                {
+                    Ok(approved) => refund.approved = Some(approved),
+                    Err(RunError::Signal(SignalError::Timeout { .. })) => {}
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "approval")
+        .edge("approval", END)
+        .compile()
+        .unwrap()
+}
+
+async fn state_of(runtime: &Runtime, thread: &str) -> Option<RunState> {
+    runtime.run(thread).await.ok().map(|info| info.record.state)
+}
+
+/// Two runtimes on one database stand in for a worker process and a web process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_carries_runs_on_through_signals_sent_by_another_process() {
+    let Some(db) = TempPgDb::create("worker").await else {
+        return;
+    };
+    let worker_side = Runtime::postgres(&db.url).await.unwrap();
+    let web_side = Runtime::postgres(&db.url).await.unwrap();
+    let worker = Worker::builder(&worker_side)
+        .graph(&refund_graph())
+        .poll_interval(Duration::from_millis(10))
+        .park_grace(Duration::ZERO)
+        .build();
+    let handle = worker.start();
+    for order in ["o-1", "o-2", "o-3"] {
+        web_side
+            .submit("refund", order, Refund::default())
+            .await
+            .unwrap();
+    }
+    for order in ["o-1", "o-2", "o-3"] {
+        eventually(&format!("{order} waits"), async || {
+            state_of(&web_side, order).await == Some(RunState::Waiting)
+        })
+        .await;
+    }
+    web_side.signal("o-2", "approve", true).await.unwrap();
+    web_side.signal("o-3", "approve", false).await.unwrap();
+    for order in ["o-2", "o-3"] {
+        eventually(&format!("{order} completes"), async || {
+            state_of(&web_side, order).await == Some(RunState::Completed)
+        })
+        .await;
+    }
+    handle.shutdown().await.unwrap();
+    let approved: Refund = web_side.get_state("o-2").await.unwrap().unwrap();
+    let rejected: Refund = web_side.get_state("o-3").await.unwrap().unwrap();
+    assert_eq!(
+        (approved.approved, rejected.approved),
+        (Some(true), Some(false))
+    );
+    assert_eq!(
+        state_of(&web_side, "o-1").await,
+        Some(RunState::Waiting),
+        "a run whose signal never came still waits"
+    );
+    let run = web_side.run("o-2").await.unwrap();
+    assert_eq!(
+        run.record.attempts, 2,
+        "claimed once to start, once to resume"
+    );
+    assert!(run.record.lease_owner.is_none());
+}
