@@ -307,7 +307,7 @@ impl Runtime {
     /// created or migrated on the way; see [`PostgresStore`] (and
     /// [`PostgresStore::connect_with`] with [`Runtime::with_store`] for other settings).
     ///
-    /// Async, unlike [`Runtime::sqlite`]: connecting talks to the server. Call it from
+    /// Async, unlike `Runtime::sqlite`: connecting talks to the server. Call it from
     /// within a tokio runtime.
     ///
     /// # Examples

@@ -118,10 +118,8 @@ impl PostgresOptions {
 ///
 /// Connections have no TLS: reach a remote server through a private network or a tunnel.
 /// Each operation runs as one transaction, and its future resolves once that committed;
-/// dropping the future before then rolls the operation back (unlike [`SqliteStore`],
+/// dropping the future before then rolls the operation back (unlike the SQLite store,
 /// whose writes are queued when called).
-///
-/// [`SqliteStore`]: crate::runtime::SqliteStore
 ///
 /// # Examples
 ///
