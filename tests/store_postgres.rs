@@ -259,3 +259,31 @@ async fn a_worker_carries_runs_on_through_signals_sent_by_another_process() {
     );
     assert!(run.record.lease_owner.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_dropped_mid_run_lets_its_run_go_at_once() {
+    let Some(db) = TempPgDb::create("worker").await else {
+        return;
+    };
+    // A lease far longer than the test: only a release can free the run in time.
+    let runtime = Runtime::builder()
+        .store(PostgresStore::connect(&db.url).await.unwrap())
+        .lease(Duration::from_secs(3_600))
+        .build();
+    let graph = refund_graph();
+    let run = graph.start(&runtime, "o-9", Refund::default());
+    eventually("o-9 runs, held", async || {
+        runtime.run("o-9").await.is_ok_and(|info| {
+            info.record.state == RunState::Running && info.record.lease_owner.is_some()
+        })
+    })
+    .await;
+    run.abort();
+    eventually("the dropped execution released o-9", async || {
+        runtime
+            .run("o-9")
+            .await
+            .is_ok_and(|info| info.record.lease_owner.is_none())
+    })
+    .await;
+}

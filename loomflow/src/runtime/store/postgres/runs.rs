@@ -216,6 +216,28 @@ async fn read_record(
     Ok(row.map(|row| record_from_row(&row)).transpose()?)
 }
 
+/// `release`, on a connection of `pool`: a free function, so that it can run in a task of
+/// its own (see `PostgresStore::release`).
+pub(super) async fn release_thread(
+    pool: deadpool_postgres::Pool,
+    thread: String,
+    owner: String,
+) -> Result<(), StoreError> {
+    async {
+        let mut client = pool.get().await?;
+        let tx = client.transaction().await?;
+        if release(&tx, &thread, &owner).await? {
+            notify(&tx).await?;
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(())
+    }
+    .await
+    .map_err(|e: Fail| e.write(&thread))
+}
+
 impl PostgresStore {
     pub(super) async fn claim_thread(
         &self,
@@ -277,22 +299,6 @@ impl PostgresStore {
             }
             tx.commit().await?;
             Ok(Claim::Claimed)
-        }
-        .await
-        .map_err(|e: Fail| e.write(thread))
-    }
-
-    pub(super) async fn release_thread(&self, thread: &str, owner: &str) -> Result<(), StoreError> {
-        async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            if release(&tx, thread, owner).await? {
-                notify(&tx).await?;
-                tx.commit().await?;
-            } else {
-                tx.rollback().await?;
-            }
-            Ok(())
         }
         .await
         .map_err(|e: Fail| e.write(thread))
