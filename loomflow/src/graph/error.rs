@@ -299,6 +299,15 @@ pub enum RunError {
         /// When the holder's lease expires unless it renews it (it renews while it runs).
         until: std::time::SystemTime,
     },
+    /// The worker executing the run shut down: the run stopped between two supersteps, its
+    /// newest checkpoint intact, and let go of its claim; any worker carries it on.
+    #[error(
+        "run on thread {thread} was handed back by its worker, which is shutting down; another worker carries it on"
+    )]
+    Yielded {
+        /// The thread.
+        thread: String,
+    },
     /// A runtime call made for the run failed in a way that has no meaning of its own for
     /// runs.
     #[error(transparent)]

@@ -74,6 +74,9 @@ struct ClaimInner {
     released: AtomicBool,
     /// Someone asked the run to stop (in this process, or seen on the run's row).
     cancel: AtomicBool,
+    /// The worker executing the run shuts down: the run stops at its next superstep and
+    /// lets go, for another worker to carry on.
+    yield_requested: AtomicBool,
     /// For a run a worker executes: how long a wait with nothing to receive parks in memory
     /// before it suspends the run. `None`: waits park for as long as they wait.
     park_grace: Option<Duration>,
@@ -214,6 +217,7 @@ impl RunClaim {
                 lost: AtomicBool::new(false),
                 released: AtomicBool::new(false),
                 cancel: AtomicBool::new(false),
+                yield_requested: AtomicBool::new(false),
                 park_grace,
                 heartbeat: Mutex::new(None),
             }),
@@ -233,6 +237,21 @@ impl RunClaim {
     /// Whether someone asked the run to stop.
     pub(crate) fn cancel_requested(&self) -> bool {
         self.inner.cancel.load(Ordering::Acquire)
+    }
+
+    /// Whether the execution is over: released, or its lease lost.
+    pub(crate) fn is_done(&self) -> bool {
+        self.inner.released.load(Ordering::Acquire) || self.is_lost()
+    }
+
+    /// Asks the run to stop at its next superstep and let go (its worker shuts down).
+    pub(crate) fn request_yield(&self) {
+        self.inner.yield_requested.store(true, Ordering::Release);
+    }
+
+    /// Whether the run should stop at its next superstep and let go.
+    pub(crate) fn yield_requested(&self) -> bool {
+        self.inner.yield_requested.load(Ordering::Acquire)
     }
 
     /// How long a wait with nothing to receive parks before suspending the run: `Some` for
