@@ -409,10 +409,17 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                 Err(error) => tracing::warn!(%error, %thread, "could not claim a signalled run"),
             }
         }
+        // A change in the store (this process's writes count too) is looked at no more
+        // than once per poll interval: under load, the signalled threads above and the
+        // in-process wake-ups carry the work, not repeated queries.
         let change = store.change_counter();
+        let changed = (change.is_none() || change != seen_change)
+            && last_look.elapsed() >= inner.poll_interval;
         let due = next_wake.is_some_and(|at| at <= unix_ms(runtime.now()))
             || last_look.elapsed() >= sweep_every;
-        if look || due || change.is_none() || change != seen_change {
+        look |= runtime.wakes().take_submitted();
+        // With every slot taken there is nothing to claim: look once one frees.
+        if (look || due || changed) && running.len() < inner.concurrency {
             // Read before looking, so that a change made while looking is seen next time.
             seen_change = change;
             last_look = tokio::time::Instant::now();
@@ -439,11 +446,18 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                     None
                 });
         }
+        // A change seen too soon after the last look is looked at when the interval is up.
+        let pending_change = change.is_none() || change != seen_change;
+        let nap = if pending_change {
+            inner.poll_interval.saturating_sub(last_look.elapsed())
+        } else {
+            inner.poll_interval
+        };
         tokio::select! {
             _ = stop.changed() => {}
-            () = runtime.wakes().notified() => look = true,
-            Some(_) = running.tasks.join_next(), if !running.tasks.is_empty() => look = true,
-            () = tokio::time::sleep(inner.poll_interval) => {}
+            () = runtime.wakes().notified() => {}
+            Some(_) = running.tasks.join_next(), if !running.tasks.is_empty() => {}
+            () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
         }
     }
     // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
