@@ -585,3 +585,41 @@ async fn a_shutdown_hands_running_runs_back_at_their_next_step() {
     );
     assert_eq!(state_of(&runtime, "count").await, RunState::Completed);
 }
+
+#[tokio::test]
+async fn a_run_executing_elsewhere_stops_when_another_runtime_cancels_it() {
+    let db = TempDb::new("cancel-elsewhere");
+    let executing = Runtime::builder()
+        .store(SqliteStore::open(&db.0).unwrap())
+        // Heartbeats every 100 ms carry the request to the run.
+        .lease(Duration::from_millis(300))
+        .build();
+    let elsewhere = db.runtime();
+    let graph = Graph::new("counter")
+        .node_fn("tick", |n: &mut u64, _ctx| {
+            Box::pin(async move {
+                *n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(())
+            })
+        })
+        .edge(START, "tick")
+        .branch("tick", ["tick", END], |n: &u64| {
+            if *n < 1_000_000 { "tick" } else { END }
+        })
+        .recursion_limit(2_000_000)
+        .compile()
+        .unwrap();
+    let run = graph.start(&executing, "far", 0);
+    wait_for(&elsewhere, "far", RunState::Running).await;
+    let record = elsewhere.cancel("far").await.unwrap();
+    assert!(record.cancel_requested, "{record:?}");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run stops within a heartbeat or so");
+    assert!(
+        matches!(stopped, Err(RunError::Cancelled { .. })),
+        "{stopped:?}"
+    );
+    assert_eq!(state_of(&elsewhere, "far").await, RunState::Cancelled);
+}
