@@ -290,7 +290,7 @@ pub enum RunError {
     /// Another execution, in this process or another, is carrying the thread's run on: it
     /// holds the run's claim. Nothing was read or written. Try again later, or ask the run to
     /// wait for the claim with [`RunBuilder::wait_if_busy`](crate::RunBuilder::wait_if_busy).
-    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::claim::Utc(*until))]
+    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::Utc(*until))]
     Busy {
         /// The thread.
         thread: String,
