@@ -195,6 +195,8 @@ async fn plan_and_execute_runs_each_step_then_replans_until_done() {
 }
 
 static REFUNDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The tests that count REFUNDS run one at a time.
+static REFUND_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Refund an order. Moves money.
 #[tool(approval)]
@@ -222,6 +224,8 @@ fn refund_team(boss: &[&str], worker: Vec<ModelResponse>) -> CompiledGraph<TeamS
 #[tokio::test]
 async fn an_approval_inside_a_supervisors_worker_suspends_the_team_and_another_runtime_finishes_it()
 {
+    let _one_at_a_time = REFUND_TESTS.lock().await;
+    let refunds_before = REFUNDS.load(std::sync::atomic::Ordering::SeqCst);
     let path =
         std::env::temp_dir().join(format!("loomflow-team-approval-{}.db", std::process::id()));
     let remove = || {
@@ -249,7 +253,11 @@ async fn an_approval_inside_a_supervisors_worker_suspends_the_team_and_another_r
             "the exact call is visible: {waiting:?}"
         );
     }
-    assert_eq!(REFUNDS.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(
+        REFUNDS.load(std::sync::atomic::Ordering::SeqCst),
+        refunds_before,
+        "nothing is refunded before the approval"
+    );
 
     // Another runtime on the same file lists the call and approves it.
     let runtime = Runtime::sqlite(&path).unwrap();
@@ -279,7 +287,80 @@ async fn an_approval_inside_a_supervisors_worker_suspends_the_team_and_another_r
         "{done:?}"
     );
     assert_eq!(
+        REFUNDS.load(std::sync::atomic::Ordering::SeqCst) - refunds_before,
+        1,
+        "the approved call ran once"
+    );
+    drop(runtime);
+    remove();
+}
+
+#[tokio::test]
+async fn a_worker_carries_a_team_on_once_its_approval_is_decided_from_another_runtime() {
+    let path = std::env::temp_dir().join(format!(
+        "loomflow-team-approval-worker-{}.db",
+        std::process::id()
+    ));
+    let remove = || {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    };
+    remove();
+    let _one_at_a_time = REFUND_TESTS.lock().await;
+    let call = ToolCall::new("call_7", "refund", json!({ "order": "ord_7" }));
+    let refunds_before = REFUNDS.load(std::sync::atomic::Ordering::SeqCst);
+    let team = refund_team(
+        &["refunder: refund order 7"],
+        vec![ModelResponse::tool_calls(vec![call])],
+    );
+    let runtime = Runtime::sqlite(&path).unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&team)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit(team.name(), "team-w", TeamState::new("Refund order 7"))
+        .await
+        .unwrap();
+    worker.run_until_idle().await.unwrap();
+    let info = runtime.run("team-w").await.unwrap();
+    assert_eq!(info.record.state, loomflow::runtime::RunState::Waiting);
+    assert_eq!(
         REFUNDS.load(std::sync::atomic::Ordering::SeqCst),
+        refunds_before
+    );
+    assert_eq!(
+        info.interrupts[0].payload["details"]["approval"]["arguments"],
+        json!({ "order": "ord_7" }),
+        "the exact call is visible: {info:?}"
+    );
+
+    // Another runtime on the file approves; the worker, seeing the stored decision, finishes.
+    let elsewhere = Runtime::sqlite(&path).unwrap();
+    elsewhere
+        .decide_approval("team-w", "call_7", loomflow::tool::ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    drop(elsewhere);
+    // The rest of the team's script: the boss finishes.
+    let team = refund_team(
+        &["FINISH: order 7 is refunded"],
+        vec![ModelResponse::text("Refunded order 7.")],
+    );
+    let worker = Worker::builder(&runtime)
+        .graph(&team)
+        .park_grace(Duration::ZERO)
+        .build();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let done: TeamState = runtime.get_state("team-w").await.unwrap().unwrap();
+    assert_eq!(
+        done.output.as_deref(),
+        Some("order 7 is refunded"),
+        "{done:?}"
+    );
+    assert_eq!(
+        REFUNDS.load(std::sync::atomic::Ordering::SeqCst) - refunds_before,
         1,
         "the approved call ran once"
     );

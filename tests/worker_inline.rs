@@ -526,3 +526,100 @@ async fn a_run_whose_process_left_it_running_is_carried_on() {
     assert_eq!(record.state, RunState::Waiting);
     assert!(record.attempts >= 2, "{record:?}");
 }
+
+#[tokio::test]
+async fn a_shutdown_hands_running_runs_back_at_their_next_step() {
+    let db = TempDb::new("shutdown");
+    let runtime = db.runtime();
+    let counter = Graph::new("counter")
+        .node_fn("tick", |n: &mut u64, _ctx| {
+            Box::pin(async move {
+                *n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(())
+            })
+        })
+        .edge(START, "tick")
+        .branch(
+            "tick",
+            ["tick", END],
+            |n: &u64| if *n < 200 { "tick" } else { END },
+        )
+        .recursion_limit(1_000)
+        .compile()
+        .unwrap();
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&reports);
+    let worker = Worker::builder(&runtime)
+        .graph(&counter)
+        .on_finished(move |report| seen.lock().unwrap().push(report.state))
+        .build();
+    let handle = worker.start();
+    runtime.submit("counter", "count", 0u64).await.unwrap();
+    wait_for(&runtime, "count", RunState::Running).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let asked = std::time::Instant::now();
+    handle.shutdown().await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the run stopped at its next step"
+    );
+    assert_eq!(*reports.lock().unwrap(), [RunState::Running]);
+    let record = runtime.run("count").await.unwrap().record;
+    assert_eq!(
+        (record.state, record.lease_owner),
+        (RunState::Running, None)
+    );
+    let halfway: u64 = runtime.get_state("count").await.unwrap().unwrap();
+    assert!(halfway > 0 && halfway < 200, "{halfway}");
+
+    // Another worker carries it on from where it stopped.
+    let next = Worker::builder(&runtime).graph(&counter).build();
+    assert_eq!(next.run_until_idle().await.unwrap(), 1);
+    let done: u64 = runtime.get_state("count").await.unwrap().unwrap();
+    assert_eq!(
+        done,
+        200,
+        "{:?}",
+        runtime.run("count").await.unwrap().record
+    );
+    assert_eq!(state_of(&runtime, "count").await, RunState::Completed);
+}
+
+#[tokio::test]
+async fn a_run_executing_elsewhere_stops_when_another_runtime_cancels_it() {
+    let db = TempDb::new("cancel-elsewhere");
+    let executing = Runtime::builder()
+        .store(SqliteStore::open(&db.0).unwrap())
+        // Heartbeats every 100 ms carry the request to the run.
+        .lease(Duration::from_millis(300))
+        .build();
+    let elsewhere = db.runtime();
+    let graph = Graph::new("counter")
+        .node_fn("tick", |n: &mut u64, _ctx| {
+            Box::pin(async move {
+                *n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(())
+            })
+        })
+        .edge(START, "tick")
+        .branch("tick", ["tick", END], |n: &u64| {
+            if *n < 1_000_000 { "tick" } else { END }
+        })
+        .recursion_limit(2_000_000)
+        .compile()
+        .unwrap();
+    let run = graph.start(&executing, "far", 0);
+    wait_for(&elsewhere, "far", RunState::Running).await;
+    let record = elsewhere.cancel("far").await.unwrap();
+    assert!(record.cancel_requested, "{record:?}");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run stops within a heartbeat or so");
+    assert!(
+        matches!(stopped, Err(RunError::Cancelled { .. })),
+        "{stopped:?}"
+    );
+    assert_eq!(state_of(&elsewhere, "far").await, RunState::Cancelled);
+}

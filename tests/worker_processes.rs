@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use loomflow::SignalError;
 use loomflow::prelude::*;
 use loomflow::runtime::{RunFilter, RunState, SqliteStore};
 use loomflow_tests::child_test_process;
@@ -28,6 +29,7 @@ struct Expense {
     approved: Option<bool>,
     paid: bool,
     slept: bool,
+    timed_out: bool,
 }
 
 const THREADS: usize = 12;
@@ -115,6 +117,32 @@ fn expense_graph(dir: PathBuf) -> CompiledGraph<Expense> {
         .unwrap()
 }
 
+/// `ask` waits 300 ms for a signal nobody sends: the wait's deadline is stored, and a worker
+/// carries the run on when it is due.
+fn deadline_graph() -> CompiledGraph<Expense> {
+    Graph::new("deadline")
+        .node_fn("ask", |expense: &mut Expense, ctx| {
+            Box::pin(async move {
+                let answer = ctx
+                    .wait_for_signal::<bool>("approve")
+                    .timeout(Duration::from_millis(300))
+                    .await;
+                match answer {
+                    Ok(approved) => expense.approved = Some(approved),
+                    Err(loomflow::RunError::Signal(SignalError::Timeout { .. })) => {
+                        expense.timed_out = true;
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
 fn runtime(dir: &Path) -> Runtime {
     Runtime::builder()
         .store(SqliteStore::open(dir.join("runs.db")).unwrap())
@@ -142,6 +170,7 @@ fn worker_child() {
             "worker" => {
                 let worker = Worker::builder(&runtime)
                     .graph(&expense_graph(dir.clone()))
+                    .graph(&deadline_graph())
                     .concurrency(4)
                     .poll_interval(Duration::from_millis(20))
                     .park_grace(Duration::from_millis(20))
@@ -163,6 +192,15 @@ fn worker_child() {
                     };
                     runtime
                         .submit("expense", &format!("exp-{i}"), expense)
+                        .await
+                        .unwrap();
+                }
+                println!("SUBMITTED");
+            }
+            "submit-deadlines" => {
+                for i in 0..3 {
+                    runtime
+                        .submit("deadline", &format!("late-{i}"), Expense::default())
                         .await
                         .unwrap();
                 }
@@ -266,6 +304,52 @@ fn expect_line(rx: &mpsc::Receiver<String>, marker: &str) -> String {
             Err(_) => panic!("no line with {marker}"),
         }
     }
+}
+
+#[test]
+fn wait_deadlines_fire_in_a_worker_process() {
+    let dir = std::env::temp_dir().join(format!("loomflow-deadlines-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut children = Children {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    drop(runtime(&dir));
+    let (_, worker_lines) = children.spawn("worker");
+    expect_line(&worker_lines, "READY");
+    children.run("submit-deadlines");
+    // Each run suspends, waiting, then times out at its deadline: in any order.
+    let mut expected: Vec<String> = (0..3)
+        .flat_map(|i| {
+            [
+                format!("FINISHED late-{i} waiting"),
+                format!("FINISHED late-{i} completed"),
+            ]
+        })
+        .collect();
+    while !expected.is_empty() {
+        let line = expect_line(&worker_lines, "FINISHED late-");
+        expected.retain(|e| !line.contains(e.as_str()));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let runtime = runtime(&dir);
+        for i in 0..3 {
+            let expense: Expense = runtime
+                .get_state(&format!("late-{i}"))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                expense.timed_out && expense.approved.is_none(),
+                "{expense:?}"
+            );
+        }
+    });
 }
 
 #[test]
@@ -373,12 +457,22 @@ fn two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_ki
             if done.len() == THREADS {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "only {} of {THREADS} runs completed: {:?}",
-                done.len(),
-                runtime.runs(&RunFilter::new()).await.unwrap()
-            );
+            if Instant::now() >= deadline {
+                let mut stuck = runtime.runs(&RunFilter::new()).await.unwrap();
+                stuck.retain(|r| r.state != RunState::Completed);
+                let mut details = Vec::new();
+                for run in &stuck {
+                    details.push(format!(
+                        "{run:?}\n  checkpoints: {:?}",
+                        runtime.list_checkpoints(&run.thread).await.unwrap()
+                    ));
+                }
+                panic!(
+                    "only {} of {THREADS} runs completed; the others:\n{}",
+                    done.len(),
+                    details.join("\n")
+                );
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         for i in 0..THREADS {

@@ -290,7 +290,7 @@ pub enum RunError {
     /// Another execution, in this process or another, is carrying the thread's run on: it
     /// holds the run's claim. Nothing was read or written. Try again later, or ask the run to
     /// wait for the claim with [`RunBuilder::wait_if_busy`](crate::RunBuilder::wait_if_busy).
-    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::claim::Utc(*until))]
+    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::Utc(*until))]
     Busy {
         /// The thread.
         thread: String,
@@ -298,6 +298,15 @@ pub enum RunError {
         owner: String,
         /// When the holder's lease expires unless it renews it (it renews while it runs).
         until: std::time::SystemTime,
+    },
+    /// The worker executing the run shut down: the run stopped between two supersteps, its
+    /// newest checkpoint intact, and let go of its claim; any worker carries it on.
+    #[error(
+        "run on thread {thread} was handed back by its worker, which is shutting down; another worker carries it on"
+    )]
+    Yielded {
+        /// The thread.
+        thread: String,
     },
     /// A runtime call made for the run failed in a way that has no meaning of its own for
     /// runs.

@@ -120,6 +120,102 @@ fn render_body(out: &mut String, shape: &GraphShape, prefix: &str, depth: usize)
     }
 }
 
+/// Renders a graph from the description a run stores (its checkpoints' `graph_description`:
+/// one fact a line, `node a`, `subgraph s <fingerprint>`, `edge a -> b`,
+/// `branch a -> b (label)`, `join a + b -> c`), with the nodes in `current` highlighted:
+/// where a run stands, drawn without the graph's code.
+///
+/// Node ids are those [`to_mermaid`] gives (`n0`, `n1`, … in declaration order). A subgraph
+/// is drawn as one node (its inside is not in the description). Lines it does not know are
+/// skipped.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::graph::mermaid::from_description;
+///
+/// let description = ["node ask", "node pay", "edge START -> ask", "edge ask -> pay", "edge pay -> END"];
+/// let text = from_description(&description, &["pay"]);
+/// assert!(text.contains(r#"n1["pay"]:::current"#));
+/// assert!(text.contains("n0 --> n1"));
+/// ```
+pub fn from_description<L: AsRef<str>>(description: &[L], current: &[&str]) -> String {
+    let mut names: Vec<(String, bool)> = Vec::new();
+    for line in description {
+        let line = line.as_ref();
+        if let Some(name) = line.strip_prefix("node ") {
+            names.push((name.to_owned(), false));
+        } else if let Some(rest) = line.strip_prefix("subgraph ") {
+            // `subgraph <name> <fingerprint>`: the fingerprint is the last word.
+            let name = rest.rsplit_once(' ').map_or(rest, |(name, _)| name);
+            names.push((name.to_owned(), true));
+        }
+    }
+    let id = |name: &str| match name {
+        "START" => Some("__start__".to_owned()),
+        "END" => Some("__end__".to_owned()),
+        _ => names
+            .iter()
+            .position(|(n, _)| n == name)
+            .map(|i| node_id("", i)),
+    };
+    let mut out = String::from("flowchart TD\n    __start__([START])\n");
+    for (i, (name, subgraph)) in names.iter().enumerate() {
+        let class = if current.contains(&name.as_str()) {
+            ":::current"
+        } else {
+            ""
+        };
+        let label = escape(name);
+        let shape = if *subgraph {
+            format!("[[\"{label}\"]]")
+        } else {
+            format!("[\"{label}\"]")
+        };
+        let _ = writeln!(out, "    {}{shape}{class}", node_id("", i));
+    }
+    out.push_str("    __end__([END])\n");
+    let mut joins = 0;
+    for line in description {
+        let line = line.as_ref();
+        if let Some(rest) = line.strip_prefix("edge ") {
+            if let Some((from, to)) = rest.split_once(" -> ")
+                && let (Some(from), Some(to)) = (id(from), id(to))
+            {
+                let _ = writeln!(out, "    {from} --> {to}");
+            }
+        } else if let Some(rest) = line.strip_prefix("branch ") {
+            let Some((from, target)) = rest.split_once(" -> ") else {
+                continue;
+            };
+            let (to, label) = match target.rsplit_once(" (") {
+                Some((to, label)) => (to, label.strip_suffix(')').unwrap_or(label)),
+                None => (target, ""),
+            };
+            if let (Some(from), Some(to)) = (id(from), id(to)) {
+                let label = escape(display_name(label));
+                let _ = writeln!(out, "    {from} -.->|\"{label}\"| {to}");
+            }
+        } else if let Some(rest) = line.strip_prefix("join ")
+            && let Some((sources, target)) = rest.rsplit_once(" -> ")
+        {
+            let join = format!("join{joins}");
+            joins += 1;
+            let _ = writeln!(out, "    {join}((\"join\"))");
+            for source in sources.split(" + ").filter_map(id) {
+                let _ = writeln!(out, "    {source} --> {join}");
+            }
+            if let Some(target) = id(target) {
+                let _ = writeln!(out, "    {join} --> {target}");
+            }
+        }
+    }
+    if !current.is_empty() {
+        out.push_str("    classDef current stroke-width:4px,stroke:#d97706\n");
+    }
+    out
+}
+
 fn node_id(prefix: &str, index: usize) -> String {
     format!("{prefix}n{index}")
 }
@@ -158,7 +254,30 @@ pub(crate) fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::escape;
+    use super::{escape, from_description};
+
+    #[test]
+    fn a_stored_description_renders_with_where_the_run_stands() {
+        let description = [
+            "node ask manager",
+            "subgraph team 0123456789abcdef",
+            "node pay",
+            "edge START -> ask manager",
+            "branch ask manager -> team (team)",
+            "branch ask manager -> END (__end__)",
+            "join team + pay -> END",
+            "something new",
+        ];
+        let text = from_description(&description, &["team"]);
+        assert_eq!(
+            text,
+            "flowchart TD\n    __start__([START])\n    n0[\"ask manager\"]\n    \
+             n1[[\"team\"]]:::current\n    n2[\"pay\"]\n    __end__([END])\n    \
+             __start__ --> n0\n    n0 -.->|\"team\"| n1\n    n0 -.->|\"END\"| __end__\n    \
+             join0((\"join\"))\n    n1 --> join0\n    n2 --> join0\n    join0 --> __end__\n    \
+             classDef current stroke-width:4px,stroke:#d97706\n"
+        );
+    }
 
     #[test]
     fn escapes_every_character_mermaid_misreads() {

@@ -74,6 +74,9 @@ struct ClaimInner {
     released: AtomicBool,
     /// Someone asked the run to stop (in this process, or seen on the run's row).
     cancel: AtomicBool,
+    /// The worker executing the run shuts down: the run stops at its next superstep and
+    /// lets go, for another worker to carry on.
+    yield_requested: AtomicBool,
     /// For a run a worker executes: how long a wait with nothing to receive parks in memory
     /// before it suspends the run. `None`: waits park for as long as they wait.
     park_grace: Option<Duration>,
@@ -214,6 +217,7 @@ impl RunClaim {
                 lost: AtomicBool::new(false),
                 released: AtomicBool::new(false),
                 cancel: AtomicBool::new(false),
+                yield_requested: AtomicBool::new(false),
                 park_grace,
                 heartbeat: Mutex::new(None),
             }),
@@ -233,6 +237,21 @@ impl RunClaim {
     /// Whether someone asked the run to stop.
     pub(crate) fn cancel_requested(&self) -> bool {
         self.inner.cancel.load(Ordering::Acquire)
+    }
+
+    /// Whether the execution is over: released, or its lease lost.
+    pub(crate) fn is_done(&self) -> bool {
+        self.inner.released.load(Ordering::Acquire) || self.is_lost()
+    }
+
+    /// Asks the run to stop at its next superstep and let go (its worker shuts down).
+    pub(crate) fn request_yield(&self) {
+        self.inner.yield_requested.store(true, Ordering::Release);
+    }
+
+    /// Whether the run should stop at its next superstep and let go.
+    pub(crate) fn yield_requested(&self) -> bool {
+        self.inner.yield_requested.load(Ordering::Acquire)
     }
 
     /// How long a wait with nothing to receive parks before suspending the run: `Some` for
@@ -469,49 +488,9 @@ async fn heartbeat(claim: Weak<ClaimInner>) {
     }
 }
 
-/// Shows a time as UTC, `2025-06-01T12:00:30.123Z`, for error messages.
-pub(crate) struct Utc(pub(crate) SystemTime);
-
-impl std::fmt::Display for Utc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let Ok(since) = self.0.duration_since(UNIX_EPOCH) else {
-            return write!(f, "{:?}", self.0);
-        };
-        let secs = since.as_secs();
-        let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-        let rem = secs % 86_400;
-        // Days to a civil date (Howard Hinnant's algorithm).
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-            rem / 3_600,
-            rem % 3_600 / 60,
-            rem % 60,
-            since.subsec_millis()
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_show_as_utc() {
-        let at = |ms: u64| Utc(UNIX_EPOCH + Duration::from_millis(ms)).to_string();
-        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(at(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(at(1_748_779_230_123), "2025-06-01T12:00:30.123Z");
-    }
 
     #[test]
     fn owner_ids_differ_between_runtimes() {

@@ -77,3 +77,67 @@ impl<C: Clock> Clock for std::sync::Arc<C> {
         (**self).now()
     }
 }
+
+/// Shows a time as UTC, `2025-06-01T12:00:30.123Z`: in error messages, and wherever runs
+/// are shown to people.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use loomflow::runtime::Utc;
+///
+/// let at = UNIX_EPOCH + Duration::from_millis(1_748_779_230_123);
+/// assert_eq!(Utc(at).to_string(), "2025-06-01T12:00:30.123Z");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Utc(pub SystemTime);
+
+impl Utc {
+    /// The time `ms` milliseconds after the Unix epoch.
+    pub fn from_ms(ms: u64) -> Self {
+        Self(UNIX_EPOCH + std::time::Duration::from_millis(ms))
+    }
+}
+
+impl std::fmt::Display for Utc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Ok(since) = self.0.duration_since(UNIX_EPOCH) else {
+            return write!(f, "{:?}", self.0);
+        };
+        let secs = since.as_secs();
+        let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+        let rem = secs % 86_400;
+        // Days to a civil date (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3_600,
+            rem % 3_600 / 60,
+            rem % 60,
+            since.subsec_millis()
+        )
+    }
+}
+
+#[cfg(test)]
+mod utc_tests {
+    use super::Utc;
+
+    #[test]
+    fn times_show_as_utc() {
+        let at = |ms: u64| Utc::from_ms(ms).to_string();
+        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(1_748_779_230_123), "2025-06-01T12:00:30.123Z");
+    }
+}

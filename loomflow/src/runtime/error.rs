@@ -23,7 +23,7 @@ pub enum RuntimeError {
         source: serde_json::Error,
     },
     /// Another execution (in this process or another) holds the thread's run.
-    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::claim::Utc(*until))]
+    #[error("thread {thread} is busy: its run is held by {owner} until {}", crate::runtime::Utc(*until))]
     Busy {
         /// The thread.
         thread: String,

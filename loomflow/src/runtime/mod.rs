@@ -14,7 +14,7 @@ pub mod store;
 
 use std::sync::Arc;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, Utc};
 pub use error::RuntimeError;
 pub use runs::RunInfo;
 

@@ -34,6 +34,8 @@ pub(crate) struct Wakes {
     notify: tokio::sync::Notify,
     /// Threads that were sent a signal since a worker last looked.
     signalled: Mutex<Vec<String>>,
+    /// A run was submitted since a worker last looked.
+    submitted: std::sync::atomic::AtomicBool,
     /// How many workers listen; with none, nothing is recorded.
     listeners: AtomicUsize,
 }
@@ -44,12 +46,15 @@ impl Wakes {
         if self.listeners.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some(thread) = thread {
-            let mut signalled = crate::sync::lock(&self.signalled);
-            // Bounded: past this, workers find the runs through the store anyway.
-            if signalled.len() < 100_000 {
-                signalled.push(thread.to_owned());
+        match thread {
+            Some(thread) => {
+                let mut signalled = crate::sync::lock(&self.signalled);
+                // Bounded: past this, workers find the runs through the store anyway.
+                if signalled.len() < 100_000 {
+                    signalled.push(thread.to_owned());
+                }
             }
+            None => self.submitted.store(true, Ordering::Release),
         }
         self.notify.notify_one();
     }
@@ -67,6 +72,11 @@ impl Wakes {
     /// Waits for the next wake-up.
     pub(crate) async fn notified(&self) {
         self.notify.notified().await;
+    }
+
+    /// Whether a run was submitted since the last call.
+    pub(crate) fn take_submitted(&self) -> bool {
+        self.submitted.swap(false, Ordering::AcqRel)
     }
 
     /// The threads signalled since the last call.

@@ -388,7 +388,7 @@ impl Drop for WorkerHandle {
 async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Result<()> {
     let runtime = inner.runtime.clone();
     let store = Arc::clone(runtime.store());
-    let mut running: JoinSet<()> = JoinSet::new();
+    let mut running = Running::default();
     // Threads signalled in this process that could not be claimed yet (no free slot).
     let mut signalled: VecDeque<String> = VecDeque::new();
     let mut seen_change: Option<u64> = None;
@@ -409,10 +409,17 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                 Err(error) => tracing::warn!(%error, %thread, "could not claim a signalled run"),
             }
         }
+        // A change in the store (this process's writes count too) is looked at no more
+        // than once per poll interval: under load, the signalled threads above and the
+        // in-process wake-ups carry the work, not repeated queries.
         let change = store.change_counter();
+        let changed = (change.is_none() || change != seen_change)
+            && last_look.elapsed() >= inner.poll_interval;
         let due = next_wake.is_some_and(|at| at <= unix_ms(runtime.now()))
             || last_look.elapsed() >= sweep_every;
-        if look || due || change.is_none() || change != seen_change {
+        look |= runtime.wakes().take_submitted();
+        // With every slot taken there is nothing to claim: look once one frees.
+        if (look || due || changed) && running.len() < inner.concurrency {
             // Read before looking, so that a change made while looking is seen next time.
             seen_change = change;
             last_look = tokio::time::Instant::now();
@@ -439,16 +446,25 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                     None
                 });
         }
+        // A change seen too soon after the last look is looked at when the interval is up.
+        let pending_change = change.is_none() || change != seen_change;
+        let nap = if pending_change {
+            inner.poll_interval.saturating_sub(last_look.elapsed())
+        } else {
+            inner.poll_interval
+        };
         tokio::select! {
             _ = stop.changed() => {}
-            () = runtime.wakes().notified() => look = true,
-            Some(_) = running.join_next(), if !running.is_empty() => look = true,
-            () = tokio::time::sleep(inner.poll_interval) => {}
+            () = runtime.wakes().notified() => {}
+            Some(_) = running.tasks.join_next(), if !running.tasks.is_empty() => {}
+            () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
         }
     }
-    // Graceful: nothing more is claimed; what runs reaches its next stop.
+    // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
+    // a wait after its grace) and lets go, for another worker to carry on.
+    running.hand_back();
     let drained = tokio::time::timeout(inner.shutdown_timeout, async {
-        while running.join_next().await.is_some() {}
+        while running.tasks.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
@@ -456,12 +472,36 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             runs = running.len(),
             "shutdown timeout passed; aborting the runs still executing"
         );
-        running.shutdown().await;
+        running.tasks.shutdown().await;
     }
     Ok(())
 }
 
-fn spawn(inner: &Arc<WorkerInner>, running: &mut JoinSet<()>, run: ClaimedRun, claim: RunClaim) {
+/// The runs a worker executes, and their claims.
+#[derive(Default)]
+struct Running {
+    tasks: JoinSet<()>,
+    claims: Vec<RunClaim>,
+}
+
+impl Running {
+    fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Asks every run still executing to stop at its next superstep and let go.
+    fn hand_back(&self) {
+        for claim in &self.claims {
+            claim.request_yield();
+        }
+    }
+}
+
+fn spawn(inner: &Arc<WorkerInner>, running: &mut Running, run: ClaimedRun, claim: RunClaim) {
+    running.claims.retain(|claim| !claim.is_done());
+    running.claims.push(claim.clone());
     let inner = Arc::clone(inner);
-    running.spawn(async move { inner.execute(run, claim).await });
+    running
+        .tasks
+        .spawn(async move { inner.execute(run, claim).await });
 }

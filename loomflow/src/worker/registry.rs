@@ -80,6 +80,7 @@ impl<S: State> Registered for CompiledGraph<S> {
                     report.error = Some(error.to_string());
                 }
                 Err(RunError::Cancelled { .. }) => report.state = RunState::Cancelled,
+                Err(RunError::Yielded { .. }) => report.state = RunState::Running,
                 Err(RunError::Store(error @ crate::runtime::StoreError::LeaseLost { .. })) => {
                     report.state = RunState::Running;
                     report.error = Some(error.to_string());

@@ -134,7 +134,7 @@ async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>>
     if top_level {
         let failure = match &result {
             Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
-            Err(RunError::Cancelled { .. }) => None,
+            Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
             Err(error) if given => Some(ErrorChain(error).to_string()),
             _ => None,
         };
@@ -234,6 +234,15 @@ async fn run_supersteps<S: State>(
         if shared.namespace.is_root() && shared.claim.cancel_requested() {
             writer.finish().await?;
             return cancel(g, &shared, step, state, &active, &joins).await;
+        }
+        if shared.namespace.is_root() && shared.claim.yield_requested() {
+            // Every finished step is checkpointed (in `Exit` mode, nothing is: the run starts
+            // over); letting go is all that is left.
+            writer.finish().await?;
+            tracing::info!(graph = %g.name, thread = %shared.thread, step, "run handed back");
+            return Err(RunError::Yielded {
+                thread: shared.thread.to_string(),
+            });
         }
         step += 1;
         if step > recursion_limit {

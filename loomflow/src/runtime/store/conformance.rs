@@ -62,6 +62,7 @@ pub async fn run_all(store: &dyn Store) {
     runs::submitted_runs_are_claimed_once(store).await;
     runs::suspended_runs_wake_on_a_signal_or_their_time(store).await;
     runs::cancel_requests_are_recorded(store).await;
+    runs::a_claimed_suspended_run_whose_execution_died_is_runnable(store).await;
 }
 
 /// Runs [`run_all`], and checks that many writers at once lose nothing and that many

@@ -112,6 +112,31 @@ impl RunRow {
         self.until_ms = until_ms;
         self.attempts += 1;
         self.updated_at_ms = now_ms;
+        self.mark_in_flight();
+    }
+
+    /// A suspended run being carried on is runnable at once should its execution die (once
+    /// its lease runs out), whatever woke it.
+    fn mark_in_flight(&mut self) {
+        if matches!(
+            self.state,
+            Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted)
+        ) {
+            self.runnable_at_ms = Some(0);
+        }
+    }
+
+    /// Lets the run go: a suspended run let go without a new checkpoint is runnable again
+    /// only at its wake time.
+    fn let_go(&mut self) {
+        self.owner = None;
+        self.until_ms = 0;
+        if matches!(
+            self.state,
+            Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted)
+        ) {
+            self.runnable_at_ms = self.wake_at_ms;
+        }
     }
 }
 
@@ -320,6 +345,7 @@ impl Store for MemoryStore {
                     }
                     row.owner = Some(owner.to_owned());
                     row.until_ms = lease_until_ms;
+                    row.mark_in_flight();
                     Claim::Claimed
                 }
             }
@@ -335,8 +361,7 @@ impl Store for MemoryStore {
             if let Some(row) = inner.runs.get_mut(thread)
                 && row.owner.as_deref() == Some(owner)
             {
-                row.owner = None;
-                row.until_ms = 0;
+                row.let_go();
             }
         }))
     }
@@ -381,8 +406,7 @@ impl Store for MemoryStore {
                 if checkpoint.namespace.is_empty() {
                     row.follow(&checkpoint);
                 }
-                row.owner = None;
-                row.until_ms = 0;
+                row.let_go();
             }
             Ok(inner.insert_checkpoint(checkpoint))
         }))

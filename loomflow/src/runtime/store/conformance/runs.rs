@@ -282,3 +282,32 @@ pub(super) async fn concurrent_workers_claim_each_run_once(store: Arc<dyn Store>
         assert_eq!(record.attempts, 1, "{thread} was claimed once");
     }
 }
+
+/// A suspended run whose execution died (claimed, never written again) is runnable once its
+/// lease runs out; one let go without a write is runnable only at its wake time, as before.
+pub(super) async fn a_claimed_suspended_run_whose_execution_died_is_runnable(store: &dyn Store) {
+    let graph = unique("graph");
+    let graphs = [graph.clone()];
+    let died = unique("died");
+    suspend(store, &died, &graph, vec![interrupt(Some("go"), None)]).await;
+    // An execution claims it (its signal arrived and was consumed), then dies.
+    assert_eq!(
+        store.claim(&died, "dead", 100, 10).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    let next = |owner: &'static str, now: u64| {
+        let graphs = graphs.clone();
+        async move {
+            store
+                .claim_next_run(&graphs, owner, LATER, now, now)
+                .await
+                .unwrap()
+                .map(|run| run.record.thread)
+        }
+    };
+    assert_eq!(next("w1", 50).await, None, "its lease still runs");
+    assert_eq!(next("w1", 100).await.as_deref(), Some(died.as_str()));
+    // Let go without a write: back to waiting for its signal.
+    store.release(&died, "w1").await.unwrap();
+    assert_eq!(next("w2", 200).await, None);
+}

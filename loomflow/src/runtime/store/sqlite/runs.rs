@@ -232,7 +232,8 @@ impl RunOp {
                 };
                 conn.prepare_cached(
                     "UPDATE runs SET lease_owner = ?2, lease_until_ms = ?3,
-                                     attempts = attempts + 1, updated_at_ms = ?4
+                                     attempts = attempts + 1, updated_at_ms = ?4,
+                                     runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN 0 ELSE runnable_at_ms END
                      WHERE thread = ?1",
                 )?
                 .execute(params![thread, owner, until_ms, now_ms])?;
@@ -497,7 +498,8 @@ fn claim(
             let taken_over = i64::from(holder.as_deref() != Some(owner));
             conn.prepare_cached(
                 "UPDATE runs SET lease_owner = ?2, lease_until_ms = ?3,
-                                 attempts = attempts + ?4, updated_at_ms = ?5
+                                 attempts = attempts + ?4, updated_at_ms = ?5,
+                                     runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN 0 ELSE runnable_at_ms END
                  WHERE thread = ?1",
             )?
             .execute(params![thread, owner, until_ms, taken_over, now_ms])?;
@@ -506,9 +508,15 @@ fn claim(
     Ok(Outcome::Claim(Claim::Claimed))
 }
 
+/// Lets the run go. A suspended run claimed and let go without a new checkpoint (a
+/// recover that found nothing to do, a refused resume) is runnable again only at its wake
+/// time, as before the claim.
 fn release(conn: &Connection, thread: &str, owner: &str, now_ms: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = ?3
+        "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = ?3,
+                         runnable_at_ms = CASE
+                             WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN wake_at_ms
+                             ELSE runnable_at_ms END
          WHERE thread = ?1 AND lease_owner = ?2",
     )?
     .execute(params![thread, owner, now_ms])?;

@@ -1,0 +1,307 @@
+//! One function per command.
+
+use loomflow::Runtime;
+use loomflow::graph::mermaid::from_description;
+use loomflow::runtime::{RunFilter, RunState, SignalOptions};
+use loomflow::tool::ApprovalDecision;
+use serde_json::{Value, json};
+
+use crate::Failure;
+use crate::output::{Output, table, time, waits};
+
+fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
+    serde_json::from_str(text).map_err(|e| Failure::usage(format!("{what} is not JSON: {e}")))
+}
+
+pub(crate) async fn runs(
+    runtime: &Runtime,
+    out: &Output,
+    status: Option<String>,
+    graph: Option<String>,
+    limit: Option<usize>,
+) -> Result<(), Failure> {
+    let mut filter = RunFilter::new();
+    if let Some(word) = status {
+        let state = RunState::parse(&word).ok_or_else(|| {
+            let known: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+            Failure::usage(format!(
+                "unknown status {word:?}; one of: {}",
+                known.join(", ")
+            ))
+        })?;
+        filter = filter.state(state);
+    }
+    if let Some(graph) = graph {
+        filter = filter.graph(graph);
+    }
+    if let Some(limit) = limit {
+        filter = filter.limit(limit);
+    }
+    let records = runtime.runs(&filter).await?;
+    if out.json {
+        out.json(&records);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.thread.clone(),
+                r.graph.clone().unwrap_or_else(|| "-".to_owned()),
+                r.state.to_string(),
+                waits(r),
+                r.attempts.to_string(),
+                time(r.updated_at_ms),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "THREAD",
+            "GRAPH",
+            "STATE",
+            "WAITS FOR",
+            "ATTEMPTS",
+            "UPDATED",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
+    let info = runtime.run(thread).await?;
+    let approvals = runtime.pending_approvals(thread).await?;
+    let history = runtime.list_checkpoints(thread).await?;
+    if out.json {
+        let history: Vec<Value> = history
+            .iter()
+            .map(|cp| {
+                json!({
+                    "id": cp.id, "run": cp.run, "namespace": cp.namespace, "step": cp.step,
+                    "status": cp.status, "next": cp.next(), "error": cp.error,
+                })
+            })
+            .collect();
+        out.json(&json!({
+            "run": info.record,
+            "interrupts": info.interrupts,
+            "approvals": approvals,
+            "state": info.state,
+            "history": history,
+        }));
+        return Ok(());
+    }
+    let r = &info.record;
+    let lease = match &r.lease_owner {
+        Some(owner) => format!("{owner} until {}", time(r.lease_until_ms)),
+        None => "free".to_owned(),
+    };
+    let mut facts = vec![
+        ("thread", r.thread.clone()),
+        (
+            "graph",
+            format!(
+                "{} ({})",
+                r.graph.as_deref().unwrap_or("-"),
+                r.fingerprint.as_deref().unwrap_or("no fingerprint")
+            ),
+        ),
+        ("run", r.run.to_string()),
+        ("state", r.state.to_string()),
+        ("waits for", waits(r)),
+        ("lease", lease),
+        ("attempts", r.attempts.to_string()),
+        ("created", time(r.created_at_ms)),
+        ("updated", time(r.updated_at_ms)),
+    ];
+    if r.cancel_requested {
+        facts.push(("cancel", "requested".to_owned()));
+    }
+    if let Some(error) = &r.error {
+        facts.push(("error", error.clone()));
+    }
+    for (name, value) in facts {
+        println!("{name:<10} {value}");
+    }
+    if !info.interrupts.is_empty() {
+        println!("\ninterrupts:");
+        for i in &info.interrupts {
+            let waits = match (&i.signal, i.wake_at_ms) {
+                (Some(signal), Some(at)) => format!("signal {signal}, until {}", time(at)),
+                (Some(signal), None) => format!("signal {signal}"),
+                (None, Some(at)) => format!("sleeping until {}", time(at)),
+                (None, None) => "a resume value".to_owned(),
+            };
+            println!("  {}  (node {}; waits for {waits})", i.id, i.node);
+            println!("    {}", i.payload);
+        }
+    }
+    if !approvals.is_empty() {
+        println!("\napprovals:");
+        for a in &approvals {
+            println!(
+                "  {}  tool {}  asked {}{}",
+                a.call_id,
+                a.tool,
+                time(a.requested_at_ms),
+                a.user
+                    .as_deref()
+                    .map(|u| format!("  for {u}"))
+                    .unwrap_or_default()
+            );
+            let arguments = serde_json::to_string_pretty(&a.arguments)
+                .unwrap_or_else(|_| a.arguments.to_string());
+            for line in arguments.lines() {
+                println!("    {line}");
+            }
+        }
+    }
+    println!("\nstate:");
+    let state = serde_json::to_string_pretty(&info.state).unwrap_or_default();
+    for line in state.lines() {
+        println!("  {line}");
+    }
+    println!("\nhistory:");
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .map(|cp| {
+            vec![
+                cp.id.to_string(),
+                cp.run.to_string(),
+                if cp.namespace.is_empty() {
+                    "-".to_owned()
+                } else {
+                    cp.namespace.clone()
+                },
+                cp.step.to_string(),
+                cp.status.as_str().to_owned(),
+                cp.next().join(", "),
+            ]
+        })
+        .collect();
+    table(&["ID", "RUN", "NAMESPACE", "STEP", "STATUS", "NEXT"], &rows);
+    Ok(())
+}
+
+pub(crate) async fn signal(
+    runtime: &Runtime,
+    out: &Output,
+    thread: &str,
+    name: &str,
+    payload: &str,
+    key: Option<String>,
+) -> Result<(), Failure> {
+    let payload = parse_json("the payload", payload)?;
+    let mut options = SignalOptions::default();
+    if let Some(key) = key {
+        options = options.idempotency_key(key);
+    }
+    let delivery = runtime.signal_with(thread, name, payload, options).await?;
+    let word = format!("{delivery:?}").to_lowercase();
+    out.done(
+        &format!("signal {name} sent to {thread} ({word})"),
+        &json!({ "thread": thread, "signal": name, "delivery": word }),
+    );
+    Ok(())
+}
+
+/// Checks that `call_id` waits for a decision on `thread`.
+async fn pending(runtime: &Runtime, thread: &str, call_id: &str) -> Result<(), Failure> {
+    let approvals = runtime.pending_approvals(thread).await?;
+    if approvals.iter().any(|a| a.call_id == call_id) {
+        return Ok(());
+    }
+    let pending: Vec<&str> = approvals.iter().map(|a| a.call_id.as_str()).collect();
+    Err(Failure::not_found(format!(
+        "no approval pending for call {call_id} on thread {thread} (pending: {})",
+        if pending.is_empty() {
+            "none".to_owned()
+        } else {
+            pending.join(", ")
+        }
+    )))
+}
+
+pub(crate) async fn approve(
+    runtime: &Runtime,
+    out: &Output,
+    thread: &str,
+    call_id: &str,
+    edit: Option<&str>,
+) -> Result<(), Failure> {
+    pending(runtime, thread, call_id).await?;
+    let decision = match edit {
+        Some(arguments) => ApprovalDecision::Edit {
+            arguments: parse_json("--edit", arguments)?,
+        },
+        None => ApprovalDecision::Allow,
+    };
+    runtime.decide_approval(thread, call_id, decision).await?;
+    out.done(
+        &format!("approved call {call_id} on {thread}"),
+        &json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
+    );
+    Ok(())
+}
+
+pub(crate) async fn reject(
+    runtime: &Runtime,
+    out: &Output,
+    thread: &str,
+    call_id: &str,
+    reason: String,
+) -> Result<(), Failure> {
+    pending(runtime, thread, call_id).await?;
+    runtime
+        .decide_approval(thread, call_id, ApprovalDecision::Deny { reason })
+        .await?;
+    out.done(
+        &format!("rejected call {call_id} on {thread}"),
+        &json!({ "thread": thread, "call_id": call_id, "decision": "rejected" }),
+    );
+    Ok(())
+}
+
+pub(crate) async fn cancel(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
+    let record = runtime.cancel(thread).await?;
+    let message = if record.cancel_requested {
+        format!("{thread}: cancel requested; the run stops before its next step")
+    } else {
+        format!("{thread}: {}", record.state)
+    };
+    out.done(&message, &record);
+    Ok(())
+}
+
+pub(crate) async fn graph(runtime: &Runtime, thread: &str) -> Result<(), Failure> {
+    let info = runtime.run(thread).await?;
+    let checkpoints = runtime.list_checkpoints(thread).await?;
+    let mut top_level = checkpoints
+        .iter()
+        .filter(|cp| cp.run == info.record.run && cp.namespace.is_empty());
+    let description: Vec<String> = top_level
+        .clone()
+        .rev()
+        .find_map(|cp| {
+            let lines = cp.body.get("graph_description")?.as_array()?;
+            Some(
+                lines
+                    .iter()
+                    .filter_map(|l| l.as_str().map(str::to_owned))
+                    .collect(),
+            )
+        })
+        .ok_or_else(|| {
+            Failure::not_found(format!(
+                "the run on {thread} has no stored graph (it has not started, or an older \
+                 loomflow wrote it)"
+            ))
+        })?;
+    let current: Vec<&str> = top_level
+        .next_back()
+        .map(|cp| cp.next())
+        .unwrap_or_default();
+    print!("{}", from_description(&description, &current));
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! `loomflow`: look at and answer the runs in a loomflow store, without writing code.
+//!
+//! ```text
+//! loomflow --db sqlite:refunds.db runs --status waiting
+//! loomflow --db sqlite:refunds.db show ord_7
+//! loomflow --db sqlite:refunds.db signal ord_7 review '{"approved": true}' --key web-123
+//! loomflow --db sqlite:refunds.db approve team call_1 --edit '{"order": "ord_42"}'
+//! loomflow --db sqlite:refunds.db reject team call_1 --reason "not this one"
+//! loomflow --db sqlite:refunds.db cancel ord_7
+//! loomflow --db sqlite:refunds.db graph ord_7
+//! ```
+//!
+//! Exit codes: 0 done; 1 the store failed; 2 bad usage (an unknown flag, a payload that is
+//! not JSON); 3 not found (no such run, no such pending approval); 4 refused (the mailbox
+//! refused the signal: a reserved name, a payload over the limit).
+
+mod commands;
+mod output;
+mod store;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Look at and answer the runs in a loomflow store.
+#[derive(Debug, Parser)]
+#[command(name = "loomflow", version, about, long_about = None)]
+struct Cli {
+    /// The store: `sqlite:PATH` (or a path to a SQLite file).
+    #[arg(long, env = "LOOMFLOW_DB", global = true)]
+    db: Option<String>,
+    /// Print JSON instead of tables, for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List runs, most recently updated first.
+    Runs {
+        /// Only runs in this state: queued, running, waiting, sleeping, interrupted,
+        /// completed, failed, cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this graph.
+        #[arg(long)]
+        graph: Option<String>,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Show one run: its state, what it waits for, its interrupts and pending approvals
+    /// (with the exact arguments), its state and its history.
+    Show {
+        /// The thread.
+        thread: String,
+    },
+    /// Send a signal to a thread; a run waiting for it carries on.
+    Signal {
+        /// The thread.
+        thread: String,
+        /// The signal's name.
+        name: String,
+        /// The payload, as JSON.
+        payload: String,
+        /// An idempotency key: sending again with the same key delivers once.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Approve a pending tool call.
+    Approve {
+        /// The thread.
+        thread: String,
+        /// The call's id (see `show`).
+        call_id: String,
+        /// Run the call with these arguments instead (JSON).
+        #[arg(long)]
+        edit: Option<String>,
+    },
+    /// Reject a pending tool call.
+    Reject {
+        /// The thread.
+        thread: String,
+        /// The call's id (see `show`).
+        call_id: String,
+        /// Why: the model is told.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Cancel a run: at once if nobody executes it, else before its next step.
+    Cancel {
+        /// The thread.
+        thread: String,
+    },
+    /// Print the run's graph as Mermaid, with where it stands marked.
+    Graph {
+        /// The thread.
+        thread: String,
+    },
+}
+
+/// Why a command failed, with its exit code.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Self {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            code: 3,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<loomflow::Error> for Failure {
+    fn from(error: loomflow::Error) -> Self {
+        let code = match &error {
+            loomflow::Error::Runtime(loomflow::RuntimeError::UnknownRun { .. }) => 3,
+            loomflow::Error::Signal(_) => 4,
+            _ => 1,
+        };
+        Self {
+            code,
+            message: error.to_string(),
+        }
+    }
+}
+
+impl From<loomflow::RuntimeError> for Failure {
+    fn from(error: loomflow::RuntimeError) -> Self {
+        Self::from(loomflow::Error::from(error))
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("loomflow: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let runtime = store::open(cli.db.as_deref())?;
+    let out = output::Output { json: cli.json };
+    match cli.command {
+        Command::Runs {
+            status,
+            graph,
+            limit,
+        } => commands::runs(&runtime, &out, status, graph, limit).await,
+        Command::Show { thread } => commands::show(&runtime, &out, &thread).await,
+        Command::Signal {
+            thread,
+            name,
+            payload,
+            key,
+        } => commands::signal(&runtime, &out, &thread, &name, &payload, key).await,
+        Command::Approve {
+            thread,
+            call_id,
+            edit,
+        } => commands::approve(&runtime, &out, &thread, &call_id, edit.as_deref()).await,
+        Command::Reject {
+            thread,
+            call_id,
+            reason,
+        } => commands::reject(&runtime, &out, &thread, &call_id, reason).await,
+        Command::Cancel { thread } => commands::cancel(&runtime, &out, &thread).await,
+        Command::Graph { thread } => commands::graph(&runtime, &thread).await,
+    }
+}

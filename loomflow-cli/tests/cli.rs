@@ -1,0 +1,269 @@
+//! The `loomflow` binary as an operator uses it, on a SQLite file a program wrote: list and
+//! show runs, send a signal that a run then receives, approve and reject pending tool calls,
+//! cancel, render the graph; and the exit codes scripts test.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use loomflow::agent::Agent;
+use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::prelude::*;
+use loomflow::runtime::RunState;
+
+struct Db(PathBuf);
+
+impl Db {
+    fn new(name: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("loomflow-cli-{name}-{}.db", std::process::id()));
+        let db = Self(path);
+        db.remove();
+        db
+    }
+
+    fn remove(&self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("sqlite:{}", self.0.display())
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// Runs `loomflow --db <db> args...`.
+fn loomflow(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .arg("--db")
+        .arg(format!("sqlite:{}", db.display()))
+        .args(args)
+        .env_remove("LOOMFLOW_DB")
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Refund {
+    order: String,
+    approved: Option<bool>,
+}
+
+fn refund_graph() -> CompiledGraph<Refund> {
+    Graph::new("refund")
+        .node_fn("ask_manager", |r: &mut Refund, ctx| {
+            Box::pin(async move {
+                r.approved = Some(ctx.wait_for_signal("review").or_suspend().await?);
+                Ok(())
+            })
+        })
+        .node_sync("pay", |_r: &mut Refund| {})
+        .edge(START, "ask_manager")
+        .edge("ask_manager", "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
+    let db = Db::new("runs");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let graph = refund_graph();
+    for order in ["ord_1", "ord_2"] {
+        let input = Refund {
+            order: order.into(),
+            approved: None,
+        };
+        let outcome = graph.invoke(&runtime, order, input).await.unwrap();
+        assert_eq!(outcome.interrupts().len(), 1);
+    }
+
+    let listed = loomflow(&db.0, &["runs", "--status", "waiting"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let text = stdout(&listed);
+    assert!(text.starts_with("THREAD"), "{text}");
+    assert!(text.contains("ord_1") && text.contains("ord_2") && text.contains("review"));
+    let listed = loomflow(&db.0, &["--json", "runs", "--graph", "refund"]);
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["state"], "waiting");
+
+    let shown = loomflow(&db.0, &["show", "ord_1"]);
+    let text = stdout(&shown);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    for expected in [
+        "state      waiting",
+        "ask_manager#signal:review",
+        "\"order\": \"ord_1\"",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from:\n{text}");
+    }
+
+    let drawn = stdout(&loomflow(&db.0, &["graph", "ord_1"]));
+    assert!(drawn.starts_with("flowchart TD"), "{drawn}");
+    assert!(drawn.contains(r#"n0["ask_manager"]:::current"#), "{drawn}");
+    assert!(drawn.contains("n0 --> n1"), "{drawn}");
+
+    let sent = loomflow(&db.0, &["signal", "ord_1", "review", "true", "--key", "k1"]);
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    let again = loomflow(&db.0, &["signal", "ord_1", "review", "true", "--key", "k1"]);
+    assert!(stdout(&again).contains("duplicate"), "{}", stdout(&again));
+    // The run, carried on by the program, receives what the CLI sent.
+    let done = graph
+        .recover(&Runtime::sqlite(&db.0).unwrap(), "ord_1")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.approved, Some(true));
+
+    let cancelled = loomflow(&db.0, &["cancel", "ord_2"]);
+    assert!(
+        stdout(&cancelled).contains("ord_2: cancelled"),
+        "{}",
+        stdout(&cancelled)
+    );
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    assert_eq!(
+        runtime.run("ord_2").await.unwrap().record.state,
+        RunState::Cancelled
+    );
+}
+
+#[test]
+fn exit_codes_say_what_went_wrong() {
+    let db = Db::new("codes");
+    drop(Runtime::sqlite(&db.0).unwrap());
+    let code = |args: &[&str]| loomflow(&db.0, args).status.code().unwrap();
+    assert_eq!(code(&["show", "nobody"]), 3, "no such run");
+    assert_eq!(code(&["signal", "t", "go", "{not json"]), 2, "bad JSON");
+    assert_eq!(
+        code(&["signal", "t", "loomflow:approval:x", "1"]),
+        4,
+        "reserved name"
+    );
+    assert_eq!(code(&["runs", "--status", "sleepy"]), 2, "unknown status");
+    assert_eq!(code(&["approve", "t", "call_1"]), 3, "nothing pending");
+    assert_eq!(code(&["frobnicate"]), 2, "unknown command");
+    let missing = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", "sqlite:/nonexistent/dir/x.db", "runs"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
+    let none = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .arg("runs")
+        .env_remove("LOOMFLOW_DB")
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(stderr(&none).contains("LOOMFLOW_DB"), "{}", stderr(&none));
+    // The environment names the store too.
+    let via_env = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .arg("runs")
+        .env("LOOMFLOW_DB", db.url())
+        .output()
+        .unwrap();
+    assert!(via_env.status.success(), "{}", stderr(&via_env));
+}
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String, cents: u64) -> String {
+    format!("refunded {cents} cents on {order}")
+}
+
+fn agent(db: &Path, replies: Vec<ModelResponse>) -> Agent {
+    Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new(replies))
+        .tool(refund)
+        .durable_approvals()
+        .runtime(Runtime::sqlite(db).unwrap())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_calls_are_shown_with_their_arguments_and_decided() {
+    let db = Db::new("approvals");
+    for session in ["s1", "s2"] {
+        let call = ToolCall::new(
+            "call_7",
+            "refund",
+            json!({ "order": "ord_42", "cents": 1299 }),
+        );
+        let asked = agent(&db.0, vec![ModelResponse::tool_calls(vec![call])])
+            .run("refund order 42")
+            .session(session)
+            .await
+            .unwrap();
+        assert!(asked.interrupted);
+    }
+    let shown = stdout(&loomflow(&db.0, &["show", "s1"]));
+    for expected in [
+        "approvals:",
+        "call_7  tool refund",
+        "\"order\": \"ord_42\"",
+        "\"cents\": 1299",
+    ] {
+        assert!(
+            shown.contains(expected),
+            "{expected} missing from:\n{shown}"
+        );
+    }
+    let json_shown: serde_json::Value =
+        serde_json::from_slice(&loomflow(&db.0, &["--json", "show", "s1"]).stdout).unwrap();
+    assert_eq!(json_shown["approvals"][0]["arguments"]["cents"], 1299);
+
+    let rejected = loomflow(&db.0, &["reject", "s1", "call_7", "--reason", "no receipt"]);
+    assert!(rejected.status.success(), "{}", stderr(&rejected));
+    let edited = loomflow(
+        &db.0,
+        &[
+            "approve",
+            "s2",
+            "call_7",
+            "--edit",
+            r#"{"order": "ord_42", "cents": 500}"#,
+        ],
+    );
+    assert!(edited.status.success(), "{}", stderr(&edited));
+    assert_eq!(
+        loomflow(&db.0, &["approve", "s2", "call_7"]).status.code(),
+        Some(3),
+        "decided already: nothing pending"
+    );
+
+    let refused = agent(&db.0, vec![ModelResponse::text("Not refunded.")])
+        .resume("s1")
+        .await
+        .unwrap();
+    let transcript = serde_json::to_string(&refused.messages).unwrap();
+    assert!(transcript.contains("no receipt"), "{transcript}");
+    let paid = agent(&db.0, vec![ModelResponse::text("Refunded.")])
+        .resume("s2")
+        .await
+        .unwrap();
+    let transcript = serde_json::to_string(&paid.messages).unwrap();
+    assert!(
+        transcript.contains("refunded 500 cents on ord_42"),
+        "{transcript}"
+    );
+}
