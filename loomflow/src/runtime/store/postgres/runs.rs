@@ -92,11 +92,22 @@ async fn fence(
     Ok(renewed > 0)
 }
 
-/// Lets `thread` go if `owner` holds it; returns whether it did.
+/// Set by every claim: a suspended run being carried on is runnable at once should its
+/// execution die (once its lease runs out), whatever woke it; otherwise a worker killed
+/// after consuming the run's signal would leave it waiting for a signal that is gone.
+const IN_FLIGHT: &str =
+    "runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
+                                        THEN 0 ELSE runnable_at_ms END";
+
+/// Lets `thread` go if `owner` holds it; returns whether it did. A suspended run claimed and
+/// let go without a new checkpoint (a recover that found nothing to do, a refused resume) is
+/// runnable again only at its wake time, as before the claim.
 async fn release(client: &impl GenericClient, thread: &str, owner: &str) -> Result<bool, Fail> {
     let stmt = client
         .prepare_cached(
-            "UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = $3
+            "UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = $3,
+                 runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
+                                       THEN wake_at_ms ELSE runnable_at_ms END
              WHERE thread = $1 AND lease_owner = $2",
         )
         .await?;
@@ -286,11 +297,11 @@ impl PostgresStore {
                     holder => {
                         let taken_over = i64::from(holder.as_deref() != Some(owner));
                         let update = tx
-                            .prepare_cached(
+                            .prepare_cached(&format!(
                                 "UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $3,
-                                     attempts = attempts + $4, updated_at_ms = $5
-                                 WHERE thread = $1",
-                            )
+                                     attempts = attempts + $4, updated_at_ms = $5, {IN_FLIGHT}
+                                 WHERE thread = $1"
+                            ))
                             .await?;
                         tx.execute(&update, &[&thread, &owner, &until, &taken_over, &now])
                             .await?;
@@ -508,7 +519,7 @@ impl PostgresStore {
             let stmt = tx
                 .prepare_cached(&format!(
                     "UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $3,
-                         attempts = attempts + 1, updated_at_ms = $4
+                         attempts = attempts + 1, updated_at_ms = $4, {IN_FLIGHT}
                      WHERE thread = $1 RETURNING {RUN_COLUMNS}, input"
                 ))
                 .await?;
