@@ -253,10 +253,8 @@ async fn a_worker_carries_runs_on_through_signals_sent_by_another_process() {
         "a run whose signal never came still waits"
     );
     let run = web_side.run("o-2").await.unwrap();
-    assert_eq!(
-        run.record.attempts, 2,
-        "claimed once to start, once to resume"
-    );
+    // At least once to start and once to resume.
+    assert!(run.record.attempts >= 2, "{:?}", run.record);
     assert!(run.record.lease_owner.is_none());
 }
 
