@@ -1,4 +1,5 @@
-//! Workers as users deploy them: separate processes on one SQLite file.
+//! Workers as users deploy them: separate processes on one SQLite file, and on one
+//! PostgreSQL database (on the server `LOOMFLOW_PG_URL` names; skipped without it).
 //!
 //! Two worker processes run the expense graph; a third process submits the runs and a
 //! fourth sends the approvals. One worker is killed with SIGKILL right after it paid one
@@ -11,6 +12,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/postgres.rs"]
+mod postgres;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -20,8 +24,10 @@ use std::time::{Duration, Instant};
 
 use loomflow::SignalError;
 use loomflow::prelude::*;
-use loomflow::runtime::{RunFilter, RunState, SqliteStore};
+use loomflow::runtime::{PostgresStore, RunFilter, RunState, SqliteStore};
 use loomflow_tests::child_test_process;
+
+use postgres::TempPgDb;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Expense {
@@ -36,6 +42,12 @@ const THREADS: usize = 12;
 /// The run the first worker to pay it hangs on (and is killed in).
 const HANG_ON: &str = "exp-5";
 const LEASE: Duration = Duration::from_millis(600);
+/// On PostgreSQL: each store opens its connections (and prepares its statements on each)
+/// as the test starts, against a server whose processes share the machine's two cores with
+/// every test process; 600 ms is then short enough for a loaded machine to stall a live
+/// execution past it (it loses its lease, as designed, and the race test counts that as a
+/// failure).
+const PG_LEASE: Duration = Duration::from_secs(2);
 
 /// Payments under way in this process, and whether it stopped starting new ones.
 static PAYING: AtomicUsize = AtomicUsize::new(0);
@@ -143,11 +155,43 @@ fn deadline_graph() -> CompiledGraph<Expense> {
         .unwrap()
 }
 
-fn runtime(dir: &Path) -> Runtime {
-    Runtime::builder()
-        .store(SqliteStore::open(dir.join("runs.db")).unwrap())
-        .lease(LEASE)
+/// The runtime of every process of a test: on the PostgreSQL database whose URL is in
+/// `dir/pg_url` when there is one, else on the SQLite file `dir/runs.db`.
+async fn runtime(dir: &Path) -> Runtime {
+    match std::fs::read_to_string(dir.join("pg_url")) {
+        Ok(url) => Runtime::builder()
+            .store(PostgresStore::connect(&url).await.unwrap())
+            .lease(PG_LEASE)
+            .build(),
+        Err(_) => Runtime::builder()
+            .store(SqliteStore::open(dir.join("runs.db")).unwrap())
+            .lease(LEASE)
+            .build(),
+    }
+}
+
+/// A fresh directory for a test's processes to share, named after `test`.
+fn test_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loomflow-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
+        .unwrap()
+}
+
+/// For a PostgreSQL variant: a database of its own, its URL written where the processes
+/// look. `None` (the test is skipped) without `LOOMFLOW_PG_URL`.
+fn postgres_dir(test: &str, rt: &tokio::runtime::Runtime) -> Option<(PathBuf, TempPgDb)> {
+    let db = rt.block_on(TempPgDb::create("worker processes"))?;
+    let dir = test_dir(test);
+    std::fs::write(dir.join("pg_url"), &db.url).unwrap();
+    Some((dir, db))
 }
 
 /// A child process: a worker, a submitter or a signaller.
@@ -165,7 +209,7 @@ fn worker_child() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let runtime = runtime(&dir);
+        let runtime = runtime(&dir).await;
         match role.as_str() {
             "worker" => {
                 let worker = Worker::builder(&runtime)
@@ -308,14 +352,23 @@ fn expect_line(rx: &mpsc::Receiver<String>, marker: &str) -> String {
 
 #[test]
 fn wait_deadlines_fire_in_a_worker_process() {
-    let dir = std::env::temp_dir().join(format!("loomflow-deadlines-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    deadlines(&test_dir("deadlines"), &current_thread_runtime());
+}
+
+#[test]
+fn on_postgres_wait_deadlines_fire_in_a_worker_process() {
+    let rt = current_thread_runtime();
+    if let Some((dir, _db)) = postgres_dir("deadlines-pg", &rt) {
+        deadlines(&dir, &rt);
+    }
+}
+
+fn deadlines(dir: &Path, rt: &tokio::runtime::Runtime) {
     let mut children = Children {
-        dir: dir.clone(),
+        dir: dir.to_owned(),
         children: Vec::new(),
     };
-    drop(runtime(&dir));
+    drop(rt.block_on(runtime(dir)));
     let (_, worker_lines) = children.spawn("worker");
     expect_line(&worker_lines, "READY");
     children.run("submit-deadlines");
@@ -332,12 +385,8 @@ fn wait_deadlines_fire_in_a_worker_process() {
         let line = expect_line(&worker_lines, "FINISHED late-");
         expected.retain(|e| !line.contains(e.as_str()));
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     rt.block_on(async {
-        let runtime = runtime(&dir);
+        let runtime = runtime(dir).await;
         for i in 0..3 {
             let expense: Expense = runtime
                 .get_state(&format!("late-{i}"))
@@ -354,26 +403,31 @@ fn wait_deadlines_fire_in_a_worker_process() {
 
 #[test]
 fn a_worker_and_a_recovering_process_race_and_every_run_completes_once() {
-    let dir = std::env::temp_dir().join(format!("loomflow-race-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    race(&test_dir("race"), &current_thread_runtime());
+}
+
+#[test]
+fn on_postgres_a_worker_and_a_recovering_process_race_and_every_run_completes_once() {
+    let rt = current_thread_runtime();
+    if let Some((dir, _db)) = postgres_dir("race-pg", &rt) {
+        race(&dir, &rt);
+    }
+}
+
+fn race(dir: &Path, rt: &tokio::runtime::Runtime) {
     // Nobody hangs in this test.
     std::fs::write(dir.join("hung"), "").unwrap();
     let mut children = Children {
-        dir: dir.clone(),
+        dir: dir.to_owned(),
         children: Vec::new(),
     };
-    drop(runtime(&dir));
+    drop(rt.block_on(runtime(dir)));
     children.run("submit");
     let (_, worker_lines) = children.spawn("worker");
     expect_line(&worker_lines, "READY");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let in_state = |state: RunState| {
         rt.block_on(async {
-            let runtime = runtime(&dir);
+            let runtime = runtime(dir).await;
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
                 let runs = runtime.runs(&RunFilter::new().state(state)).await.unwrap();
@@ -392,20 +446,29 @@ fn a_worker_and_a_recovering_process_race_and_every_run_completes_once() {
     expect_line(&recover_lines, "RECOVERED");
     assert!(children.children[recoverer].wait().unwrap().success());
     in_state(RunState::Completed);
-    assert_each_paid_once(&dir);
+    assert_each_paid_once(dir);
 }
 
 #[test]
 fn two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_killed() {
-    let dir = std::env::temp_dir().join(format!("loomflow-workers-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    two_workers(&test_dir("workers"), &current_thread_runtime());
+}
+
+#[test]
+fn on_postgres_two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_killed() {
+    let rt = current_thread_runtime();
+    if let Some((dir, _db)) = postgres_dir("workers-pg", &rt) {
+        two_workers(&dir, &rt);
+    }
+}
+
+fn two_workers(dir: &Path, rt: &tokio::runtime::Runtime) {
     let mut children = Children {
-        dir: dir.clone(),
+        dir: dir.to_owned(),
         children: Vec::new(),
     };
-    // Create the file before several processes open it at once.
-    drop(runtime(&dir));
+    // Create the store before several processes open it at once.
+    drop(rt.block_on(runtime(dir)));
     let (a, a_lines) = children.spawn("worker");
     let (b, b_lines) = children.spawn("worker");
     expect_line(&a_lines, "READY");
@@ -418,11 +481,8 @@ fn two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_ki
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if Instant::now() >= deadline {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let runs = rt.block_on(runtime(&dir).runs(&RunFilter::new())).unwrap();
+                let runs = rt.block_on(async { runtime(dir).await.runs(&RunFilter::new()).await });
+                let runs = runs.unwrap();
                 panic!("no worker hung on {HANG_ON}; the runs: {runs:#?}");
             }
             if let Ok(line) = a_lines.try_recv()
@@ -442,12 +502,8 @@ fn two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_ki
     children.children[hung].wait().unwrap();
     drop(hung_lines);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     rt.block_on(async {
-        let runtime = runtime(&dir);
+        let runtime = runtime(dir).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let done = runtime
@@ -488,5 +544,5 @@ fn two_workers_and_a_signaller_every_run_completes_once_even_when_a_worker_is_ki
     });
     // The survivor took the run over once the dead worker's lease ran out.
     expect_line(&other_lines, &format!("FINISHED {HANG_ON} completed"));
-    assert_each_paid_once(&dir);
+    assert_each_paid_once(dir);
 }
