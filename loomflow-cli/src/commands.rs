@@ -298,7 +298,10 @@ pub(crate) async fn graph(runtime: &Runtime, thread: &str) -> Result<(), Failure
                  loomflow wrote it)"
             ))
         })?;
-    let current: Vec<&str> = top_level.next_back().map(|cp| cp.next()).unwrap_or_default();
+    let current: Vec<&str> = top_level
+        .next_back()
+        .map(|cp| cp.next())
+        .unwrap_or_default();
     print!("{}", from_description(&description, &current));
     Ok(())
 }

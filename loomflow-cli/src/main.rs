@@ -16,6 +16,7 @@
 
 mod commands;
 mod output;
+mod serve;
 mod store;
 
 use std::process::ExitCode;
@@ -98,6 +99,24 @@ enum Command {
     Graph {
         /// The thread.
         thread: String,
+    },
+    /// Serve the HTTP ingress (signals, webhooks, runs, approvals) and the approval inbox.
+    Serve {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// A bearer token callers must present (and the inbox's login token).
+        #[arg(long, env = "LOOMFLOW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Verify GitHub webhooks (X-Hub-Signature-256) with this secret.
+        #[arg(long, env = "LOOMFLOW_GITHUB_SECRET", hide_env_values = true)]
+        github_secret: Option<String>,
+        /// Verify X-Loomflow-Signature (a signed time and body) with this secret.
+        #[arg(long, env = "LOOMFLOW_SIGNING_SECRET", hide_env_values = true)]
+        signing_secret: Option<String>,
+        /// Accept requests without a token. Only behind something that authenticates.
+        #[arg(long)]
+        no_auth: bool,
     },
 }
 
@@ -184,5 +203,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => commands::reject(&runtime, &out, &thread, &call_id, reason).await,
         Command::Cancel { thread } => commands::cancel(&runtime, &out, &thread).await,
         Command::Graph { thread } => commands::graph(&runtime, &thread).await,
+        Command::Serve {
+            listen,
+            token,
+            github_secret,
+            signing_secret,
+            no_auth,
+        } => {
+            let mut config = loomflow::http::HttpConfig::new();
+            if let Some(token) = token {
+                config = config.bearer_token(token);
+            }
+            if let Some(secret) = github_secret {
+                config = config.github_secret(secret);
+            }
+            if let Some(secret) = signing_secret {
+                config = config.signing_secret(secret);
+            }
+            if no_auth {
+                config = config.without_auth();
+            }
+            serve::run(runtime, config, &listen).await
+        }
     }
 }
