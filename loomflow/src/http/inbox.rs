@@ -113,6 +113,7 @@ pub(super) async fn page(
          pre{background:#f4f4f5;padding:.5rem;border-radius:4px}\
          .approval{border:1px solid #d4d4d8;border-radius:6px;padding:1rem;margin:1rem 0}\
          form{display:inline-block;margin-right:1rem}\
+         td,th{padding:.2rem .8rem .2rem 0;text-align:left}\
          </style></head><body>\n<h1>Approval inbox</h1>\n",
     );
     let mut approvals = 0;
