@@ -6,6 +6,7 @@
 //! loomflow --db sqlite:refunds.db signal ord_7 review '{"approved": true}' --key web-123
 //! loomflow --db sqlite:refunds.db approve team call_1 --edit '{"order": "ord_42"}'
 //! loomflow --db sqlite:refunds.db reject team call_1 --reason "not this one"
+//! loomflow --db sqlite:refunds.db resume ord_7 '{"approved": true}'
 //! loomflow --db sqlite:refunds.db cancel ord_7
 //! loomflow --db sqlite:refunds.db graph ord_7
 //! ```
@@ -90,6 +91,17 @@ enum Command {
         #[arg(long)]
         reason: String,
     },
+    /// Resume an interrupted run with a value: the next execution of the run (a worker, or a
+    /// recover in the program) applies it.
+    Resume {
+        /// The thread.
+        thread: String,
+        /// The resume value, as JSON.
+        value: String,
+        /// Which interrupt it answers, when several are pending (see `show`).
+        #[arg(long)]
+        interrupt: Option<String>,
+    },
     /// Cancel a run: at once if nobody executes it, else before its next step.
     Cancel {
         /// The thread.
@@ -147,6 +159,7 @@ impl From<loomflow::Error> for Failure {
     fn from(error: loomflow::Error) -> Self {
         let code = match &error {
             loomflow::Error::Runtime(loomflow::RuntimeError::UnknownRun { .. }) => 3,
+            loomflow::Error::Runtime(loomflow::RuntimeError::NotInterrupted { .. }) => 4,
             loomflow::Error::Signal(_) => 4,
             _ => 1,
         };
@@ -201,6 +214,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             call_id,
             reason,
         } => commands::reject(&runtime, &out, &thread, &call_id, reason).await,
+        Command::Resume {
+            thread,
+            value,
+            interrupt,
+        } => commands::resume(&runtime, &out, &thread, &value, interrupt.as_deref()).await,
         Command::Cancel { thread } => commands::cancel(&runtime, &out, &thread).await,
         Command::Graph { thread } => commands::graph(&runtime, &thread).await,
         Command::Serve {

@@ -318,3 +318,42 @@ fn serve_answers_signals_and_refuses_callers_without_the_token() {
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
     assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_run_is_resumed_from_the_command_line() {
+    let db = Db::new("resume");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let graph = Graph::new("ask")
+        .node_fn("ask", |answer: &mut Option<bool>, ctx| {
+            Box::pin(async move {
+                *answer = Some(ctx.interrupt(json!({"question": "refund?"}))?);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.invoke(&runtime, "q1", None).await.unwrap();
+    assert_eq!(outcome.interrupts().len(), 1);
+    let shown = stdout(&loomflow(&db.0, &["show", "q1"]));
+    assert!(shown.contains("state      interrupted"), "{shown}");
+
+    let resumed = loomflow(&db.0, &["resume", "q1", "true"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    // The program carries the run on; the request is applied.
+    let done = graph
+        .recover(&Runtime::sqlite(&db.0).unwrap(), "q1")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, Some(true));
+    let again = loomflow(&db.0, &["resume", "q1", "true"]);
+    assert_eq!(again.status.code(), Some(4), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("not interrupted"),
+        "{}",
+        stderr(&again)
+    );
+}
