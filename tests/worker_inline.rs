@@ -623,3 +623,64 @@ async fn a_run_executing_elsewhere_stops_when_another_runtime_cancels_it() {
     );
     assert_eq!(state_of(&elsewhere, "far").await, RunState::Cancelled);
 }
+
+/// `review` asks a person for a decision with `ctx.interrupt`.
+fn review_graph() -> CompiledGraph<Refund> {
+    Graph::new("review")
+        .node_fn("review", |refund: &mut Refund, ctx| {
+            Box::pin(async move {
+                let approved: bool = ctx.interrupt(json!({"question": "refund?"}))?;
+                refund.approved = Some(approved);
+                Ok(())
+            })
+        })
+        .edge(START, "review")
+        .edge("review", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_resume_requested_without_the_graph_is_applied_by_the_worker() {
+    let db = TempDb::new("resume-request");
+    let runtime = db.runtime();
+    let worker = Worker::builder(&runtime).graph(&review_graph()).build();
+    runtime.submit("review", "r-9", input("r-9")).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let info = runtime.run("r-9").await.unwrap();
+    assert_eq!(info.record.state, RunState::Interrupted);
+
+    // A value the node cannot use: the request is consumed, the run stays interrupted.
+    let operator = db.runtime();
+    operator.request_resume("r-9", "not a bool").await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(state_of(&runtime, "r-9").await, RunState::Interrupted);
+
+    operator.request_resume("r-9", true).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let done: Refund = runtime.get_state("r-9").await.unwrap().unwrap();
+    assert_eq!(done.approved, Some(true));
+    assert_eq!(state_of(&runtime, "r-9").await, RunState::Completed);
+    let err = operator.request_resume("r-9", true).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::NotInterrupted { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn recover_applies_a_waiting_resume_request() {
+    let runtime = Runtime::in_memory();
+    let graph = review_graph();
+    let outcome = graph.invoke(&runtime, "r-10", input("r-10")).await.unwrap();
+    assert_eq!(outcome.interrupts().len(), 1);
+    let id = outcome.interrupts()[0].id.clone();
+    runtime
+        .request_resume_with("r-10", &id, false)
+        .await
+        .unwrap();
+    let done = graph
+        .recover(&runtime, "r-10")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.approved, Some(false));
+}

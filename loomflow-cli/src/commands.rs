@@ -263,6 +263,25 @@ pub(crate) async fn reject(
     Ok(())
 }
 
+pub(crate) async fn resume(
+    runtime: &Runtime,
+    out: &Output,
+    thread: &str,
+    value: &str,
+    interrupt: Option<&str>,
+) -> Result<(), Failure> {
+    let value = parse_json("the resume value", value)?;
+    match interrupt {
+        Some(id) => runtime.request_resume_with(thread, id, value).await?,
+        None => runtime.request_resume(thread, value).await?,
+    };
+    out.done(
+        &format!("{thread}: resume requested; the run's next execution applies it"),
+        &json!({ "thread": thread, "resume": "requested" }),
+    );
+    Ok(())
+}
+
 pub(crate) async fn cancel(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
     let record = runtime.cancel(thread).await?;
     let message = if record.cancel_requested {

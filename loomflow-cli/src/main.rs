@@ -6,6 +6,7 @@
 //! loomflow --db sqlite:refunds.db signal ord_7 review '{"approved": true}' --key web-123
 //! loomflow --db sqlite:refunds.db approve team call_1 --edit '{"order": "ord_42"}'
 //! loomflow --db sqlite:refunds.db reject team call_1 --reason "not this one"
+//! loomflow --db sqlite:refunds.db resume ord_7 '{"approved": true}'
 //! loomflow --db sqlite:refunds.db cancel ord_7
 //! loomflow --db sqlite:refunds.db graph ord_7
 //! ```
@@ -16,6 +17,7 @@
 
 mod commands;
 mod output;
+mod serve;
 mod store;
 
 use std::process::ExitCode;
@@ -89,6 +91,17 @@ enum Command {
         #[arg(long)]
         reason: String,
     },
+    /// Resume an interrupted run with a value: the next execution of the run (a worker, or a
+    /// recover in the program) applies it.
+    Resume {
+        /// The thread.
+        thread: String,
+        /// The resume value, as JSON.
+        value: String,
+        /// Which interrupt it answers, when several are pending (see `show`).
+        #[arg(long)]
+        interrupt: Option<String>,
+    },
     /// Cancel a run: at once if nobody executes it, else before its next step.
     Cancel {
         /// The thread.
@@ -98,6 +111,24 @@ enum Command {
     Graph {
         /// The thread.
         thread: String,
+    },
+    /// Serve the HTTP ingress (signals, webhooks, runs, approvals) and the approval inbox.
+    Serve {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// A bearer token callers must present (and the inbox's login token).
+        #[arg(long, env = "LOOMFLOW_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Verify GitHub webhooks (X-Hub-Signature-256) with this secret.
+        #[arg(long, env = "LOOMFLOW_GITHUB_SECRET", hide_env_values = true)]
+        github_secret: Option<String>,
+        /// Verify X-Loomflow-Signature (a signed time and body) with this secret.
+        #[arg(long, env = "LOOMFLOW_SIGNING_SECRET", hide_env_values = true)]
+        signing_secret: Option<String>,
+        /// Accept requests without a token. Only behind something that authenticates.
+        #[arg(long)]
+        no_auth: bool,
     },
 }
 
@@ -128,6 +159,7 @@ impl From<loomflow::Error> for Failure {
     fn from(error: loomflow::Error) -> Self {
         let code = match &error {
             loomflow::Error::Runtime(loomflow::RuntimeError::UnknownRun { .. }) => 3,
+            loomflow::Error::Runtime(loomflow::RuntimeError::NotInterrupted { .. }) => 4,
             loomflow::Error::Signal(_) => 4,
             _ => 1,
         };
@@ -182,7 +214,34 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             call_id,
             reason,
         } => commands::reject(&runtime, &out, &thread, &call_id, reason).await,
+        Command::Resume {
+            thread,
+            value,
+            interrupt,
+        } => commands::resume(&runtime, &out, &thread, &value, interrupt.as_deref()).await,
         Command::Cancel { thread } => commands::cancel(&runtime, &out, &thread).await,
         Command::Graph { thread } => commands::graph(&runtime, &thread).await,
+        Command::Serve {
+            listen,
+            token,
+            github_secret,
+            signing_secret,
+            no_auth,
+        } => {
+            let mut config = loomflow::http::HttpConfig::new();
+            if let Some(token) = token {
+                config = config.bearer_token(token);
+            }
+            if let Some(secret) = github_secret {
+                config = config.github_secret(secret);
+            }
+            if let Some(secret) = signing_secret {
+                config = config.signing_secret(secret);
+            }
+            if no_auth {
+                config = config.without_auth();
+            }
+            serve::run(runtime, config, &listen).await
+        }
     }
 }

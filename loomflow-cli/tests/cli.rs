@@ -267,3 +267,93 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
         "{transcript}"
     );
 }
+
+#[test]
+fn serve_answers_signals_and_refuses_callers_without_the_token() {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let db = Db::new("serve");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::sqlite(&db.0).unwrap();
+        runtime.submit("refund", "ord_9", json!({})).await.unwrap();
+    });
+    let mut server = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", &db.url(), "serve", "--listen", "127.0.0.1:0"])
+        .env("LOOMFLOW_TOKEN", "tok")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let post = |token: Option<&str>| {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let body = r#"{"approved": true}"#;
+        write!(
+            stream,
+            "POST /v1/threads/ord_9/signals/review HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             {auth}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    let refused = post(None);
+    let accepted = post(Some("tok"));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_run_is_resumed_from_the_command_line() {
+    let db = Db::new("resume");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let graph = Graph::new("ask")
+        .node_fn("ask", |answer: &mut Option<bool>, ctx| {
+            Box::pin(async move {
+                *answer = Some(ctx.interrupt(json!({"question": "refund?"}))?);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.invoke(&runtime, "q1", None).await.unwrap();
+    assert_eq!(outcome.interrupts().len(), 1);
+    let shown = stdout(&loomflow(&db.0, &["show", "q1"]));
+    assert!(shown.contains("state      interrupted"), "{shown}");
+
+    let resumed = loomflow(&db.0, &["resume", "q1", "true"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    // The program carries the run on; the request is applied.
+    let done = graph
+        .recover(&Runtime::sqlite(&db.0).unwrap(), "q1")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, Some(true));
+    let again = loomflow(&db.0, &["resume", "q1", "true"]);
+    assert_eq!(again.status.code(), Some(4), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("not interrupted"),
+        "{}",
+        stderr(&again)
+    );
+}

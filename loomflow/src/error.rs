@@ -142,9 +142,9 @@ impl From<RunError> for Error {
 impl From<RuntimeError> for Error {
     fn from(error: RuntimeError) -> Self {
         match error {
-            error @ (RuntimeError::UnknownRun { .. } | RuntimeError::RunActive { .. }) => {
-                Self::Runtime(error)
-            }
+            error @ (RuntimeError::UnknownRun { .. }
+            | RuntimeError::RunActive { .. }
+            | RuntimeError::NotInterrupted { .. }) => Self::Runtime(error),
             other => Self::from(RunError::from(other)),
         }
     }

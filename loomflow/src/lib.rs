@@ -115,6 +115,8 @@ pub mod context;
 pub mod error;
 pub mod event;
 pub mod graph;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod model;
 pub mod runtime;
 mod sync;

@@ -46,6 +46,14 @@ pub enum RuntimeError {
         /// The thread.
         thread: String,
     },
+    /// A resume was requested for a run that does not wait for a resume value.
+    #[error("thread {thread}'s run is {state}, not interrupted: there is nothing to resume")]
+    NotInterrupted {
+        /// The thread.
+        thread: String,
+        /// Where its run stands.
+        state: RunState,
+    },
     /// A run was submitted to a thread whose current run has not finished.
     #[error(
         "thread {thread} already has a run that is {state}; it must finish (or be cancelled) before another is submitted"

@@ -72,8 +72,9 @@ struct RuntimeInner {
     live_claims: claim::LiveClaims,
     /// Wake-ups for this process's workers.
     wakes: runs::Wakes,
-    /// The highest sequence number of the stored signals loaded into the mailbox.
-    signals_seen: tokio::sync::Mutex<u64>,
+    /// Which stored signals are already in (or through) the mailbox: see
+    /// [`signals::Seen`].
+    signals_seen: tokio::sync::Mutex<signals::Seen>,
     /// How often to look for signals other processes stored.
     poll_interval: std::time::Duration,
     /// Set once the task that looks for them runs.
@@ -185,7 +186,7 @@ impl RuntimeBuilder {
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 live_claims: claim::LiveClaims::default(),
                 wakes: runs::Wakes::default(),
-                signals_seen: tokio::sync::Mutex::new(0),
+                signals_seen: tokio::sync::Mutex::new(signals::Seen::default()),
                 poll_interval: self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL),
                 watching: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -340,6 +341,11 @@ impl Runtime {
     /// [`RuntimeBuilder::lease`].
     pub fn lease(&self) -> std::time::Duration {
         self.inner.lease
+    }
+
+    /// The signal mailbox's bounds and limits (the largest payload, among others).
+    pub fn signal_config(&self) -> &MailboxConfig {
+        self.inner.mailbox.config()
     }
 
     /// How often it looks for what other processes wrote; see

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::clock::now_ms;
+use super::mailbox::{Delivery, Scope, SignalOptions};
 use super::store::{Interrupt, RunFilter, RunRecord, RunState, RunStatus, Submitted};
 use super::{Runtime, RuntimeError};
 
@@ -85,7 +86,106 @@ impl Wakes {
     }
 }
 
+use super::store::runs::RESUME_SIGNAL;
+
+/// A resume request: the value, and the interrupt it answers (the only pending one when
+/// `None`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ResumeRequest {
+    pub(crate) interrupt: Option<String>,
+    pub(crate) value: Value,
+}
+
 impl Runtime {
+    /// Asks for `thread`'s interrupted run to be resumed with `value`, from a process that
+    /// does not have the graph's code (an operator's CLI, an HTTP handler): the request is
+    /// stored, and the next execution of the run (a [`Worker`](crate::Worker), which
+    /// carries interrupted runs on when a request arrives, or a `recover` in the program)
+    /// resumes it as [`CompiledGraph::resume`](crate::CompiledGraph::resume) would.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::UnknownRun`]; [`RuntimeError::NotInterrupted`] when the run does not
+    /// wait for a resume value; a value that does not serialize; a store failure. A value
+    /// the node cannot use is refused when the request is applied: the run then stays
+    /// interrupted.
+    pub async fn request_resume(&self, thread: &str, value: impl Serialize) -> Result<Delivery> {
+        self.send_resume(thread, None, value).await
+    }
+
+    /// [`request_resume`](Self::request_resume) for one of several pending interrupts, by
+    /// id.
+    ///
+    /// # Errors
+    ///
+    /// As for [`request_resume`](Self::request_resume).
+    pub async fn request_resume_with(
+        &self,
+        thread: &str,
+        interrupt: &str,
+        value: impl Serialize,
+    ) -> Result<Delivery> {
+        self.send_resume(thread, Some(interrupt.to_owned()), value)
+            .await
+    }
+
+    async fn send_resume(
+        &self,
+        thread: &str,
+        interrupt: Option<String>,
+        value: impl Serialize,
+    ) -> Result<Delivery> {
+        let record =
+            self.store()
+                .get_run(thread)
+                .await?
+                .ok_or_else(|| RuntimeError::UnknownRun {
+                    thread: thread.to_owned(),
+                })?;
+        if record.state != RunState::Interrupted {
+            return Err(RuntimeError::NotInterrupted {
+                thread: thread.to_owned(),
+                state: record.state,
+            });
+        }
+        let value = serde_json::to_value(value)
+            .map_err(|e| RuntimeError::json(format!("resume value for thread {thread}"), e))?;
+        let request = ResumeRequest { interrupt, value };
+        let payload = serde_json::to_value(&request)
+            .map_err(|e| RuntimeError::json(format!("resume request for thread {thread}"), e))?;
+        self.send_framework(thread, RESUME_SIGNAL, payload, SignalOptions::default())
+            .await
+    }
+
+    /// Takes the resume request waiting for `thread`, if any, consuming it durably.
+    pub(crate) async fn take_resume_request(&self, thread: &str) -> Result<Option<ResumeRequest>> {
+        loop {
+            let Some(entry) = self
+                .receive_now(thread, RESUME_SIGNAL, Scope::Framework)
+                .await?
+            else {
+                return Ok(None);
+            };
+            if let Some(seq) = entry.seq
+                && !self.store().try_take_signal(thread, seq).await?
+            {
+                continue; // consumed elsewhere
+            }
+            match serde_json::from_value::<ResumeRequest>(entry.payload) {
+                Ok(request) => return Ok(Some(request)),
+                Err(error) => {
+                    tracing::warn!(%thread, %error, "a resume request did not decode; dropped");
+                }
+            }
+        }
+    }
+
+    /// Whether a resume request waits for `thread` in this process's mailbox (cheap: no
+    /// store access).
+    pub(crate) fn has_resume_request(&self, thread: &str) -> bool {
+        self.mailbox().queued(thread, RESUME_SIGNAL) > 0
+    }
+
     pub(crate) fn wakes(&self) -> &Wakes {
         &self.inner.wakes
     }

@@ -30,6 +30,24 @@ use super::store::{RunStatus, SignalPush, Store, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
+/// Which stored signals this process's mailbox already got, so that none is put in twice.
+///
+/// Two paths bring a stored signal into the mailbox: the send that stored it (in this
+/// process), and a refresh from the store (signals other processes stored). Both run under
+/// the lock that guards this: a refresh skips the signals this process sent, and a send
+/// skips a signal a refresh already brought in. Otherwise a signal taken by a waiter between
+/// the two would be queued again, stale.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    /// Every stored signal up to this sequence number has been loaded or skipped.
+    up_to: u64,
+    /// Signals above `up_to` this process sent and queued itself.
+    sent_here: std::collections::BTreeSet<u64>,
+}
+
+/// How many signals sent here are remembered while no refresh runs.
+const MAX_SENT_HERE: usize = 100_000;
+
 /// Stored signals on their way out of the store: let go by the mailbox (bounds, session
 /// discards), or consumed where the consumer cannot await (`poll_signal`).
 pub(crate) struct Removals {
@@ -207,9 +225,21 @@ impl Runtime {
         let payload = stored.payload.clone();
         let delivery = match self.store().push_signal(stored).await? {
             SignalPush::Duplicate => Delivery::Duplicate,
-            SignalPush::Stored(seq) => mailbox
-                .signal_stored_once(session, name, payload, seq, Duration::ZERO)
-                .unwrap_or(Delivery::Queued),
+            SignalPush::Stored(seq) => {
+                let mut seen = self.inner.signals_seen.lock().await;
+                if seq <= seen.up_to {
+                    // A refresh brought it in already.
+                    Delivery::Queued
+                } else {
+                    seen.sent_here.insert(seq);
+                    if seen.sent_here.len() > MAX_SENT_HERE {
+                        seen.sent_here.pop_first();
+                    }
+                    mailbox
+                        .signal_stored_once(session, name, payload, seq, Duration::ZERO)
+                        .unwrap_or(Delivery::Queued)
+                }
+            }
         };
         // A new pending session may have pushed the least recently used one out.
         self.removals().flush().await;
@@ -266,11 +296,14 @@ impl Runtime {
         }
         self.load_stored_signals().await?;
         let mut seen = self.inner.signals_seen.lock().await;
-        let stored = self.store().signals_after(*seen).await?;
+        let stored = self.store().signals_after(seen.up_to).await?;
         let now = now_ms();
         let mut sessions = Vec::new();
         for signal in stored {
-            *seen = (*seen).max(signal.seq);
+            seen.up_to = seen.up_to.max(signal.seq);
+            if seen.sent_here.remove(&signal.seq) {
+                continue; // its send queued it
+            }
             let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
             let delivered = self.mailbox().signal_stored_once(
                 &signal.session,
@@ -283,6 +316,9 @@ impl Runtime {
                 sessions.push(signal.session);
             }
         }
+        // What this process sent up to here is either skipped above or consumed already.
+        let up_to = seen.up_to;
+        seen.sent_here.retain(|&seq| seq > up_to);
         drop(seen);
         self.removals().flush().await;
         Ok(sessions)
@@ -442,7 +478,7 @@ impl Runtime {
                 let now = now_ms();
                 if let Some(last) = stored.last() {
                     let mut seen = self.inner.signals_seen.lock().await;
-                    *seen = (*seen).max(last.seq);
+                    seen.up_to = seen.up_to.max(last.seq);
                 }
                 for signal in stored {
                     // Aged from the stored send time: the pending TTL does not restart.

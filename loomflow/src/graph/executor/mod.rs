@@ -135,6 +135,15 @@ async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>>
         let failure = match &result {
             Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
             Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
+            // A resume request the run could not take: it stays interrupted.
+            Err(
+                RunError::ResumeValue { .. }
+                | RunError::UnknownInterrupt { .. }
+                | RunError::AmbiguousResume { .. }
+                | RunError::WaitsForSignal { .. }
+                | RunError::WaitsForTimer { .. }
+                | RunError::NotInterrupted { .. },
+            ) => None,
             Err(error) if given => Some(ErrorChain(error).to_string()),
             _ => None,
         };
@@ -169,6 +178,7 @@ async fn run_supersteps<S: State>(
     } = execution;
     let g = &*graph.inner;
     runtime.load_stored_signals().await?;
+    let start = apply_resume_request(&runtime, &thread, &namespace, start).await?;
     let located = locate(
         g,
         &thread,
@@ -364,6 +374,39 @@ async fn fail<S: State>(
     }
     shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
+}
+
+/// A recover of a top-level run with a resume request waiting (sent without the graph's
+/// code: `loomflow resume`, [`Runtime::request_resume`]) becomes that resume. The request
+/// is consumed here, under the run's claim; a value the node cannot use fails the resume as
+/// a direct one would, and the run stays interrupted.
+async fn apply_resume_request<S>(
+    runtime: &Runtime,
+    thread: &str,
+    namespace: &Namespace,
+    start: Start<S>,
+) -> Result<Start<S>> {
+    if !matches!(start, Start::Recover)
+        || !namespace.is_root()
+        || !runtime.has_resume_request(thread)
+    {
+        return Ok(start);
+    }
+    let interrupted = runtime
+        .store()
+        .latest_checkpoint(thread, "")
+        .await?
+        .is_some_and(|cp| cp.status == RunStatus::Interrupted);
+    if !interrupted {
+        return Ok(start);
+    }
+    Ok(match runtime.take_resume_request(thread).await? {
+        Some(request) => match request.interrupt {
+            Some(id) => Start::Resume(BTreeMap::from([(id, Ok(request.value))])),
+            None => Start::ResumeOne(Ok(request.value)),
+        },
+        None => start,
+    })
 }
 
 /// Stops a run that was asked to stop ([`Runtime::cancel`]) between two supersteps: its

@@ -498,7 +498,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
             let signalled = |row: &RunRow, thread: &str| {
-                row.state == Some(RunState::Waiting)
+                matches!(row.state, Some(RunState::Waiting | RunState::Interrupted))
                     && inner
                         .signals
                         .values()
@@ -529,10 +529,8 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
             let row = inner.runs.get(thread)?;
-            if row.state != Some(RunState::Waiting)
-                || !row.in_graphs(graphs)
-                || !row.is_free(now_ms)
-            {
+            let suspended = matches!(row.state, Some(RunState::Waiting | RunState::Interrupted));
+            if !suspended || !row.in_graphs(graphs) || !row.is_free(now_ms) {
                 return None;
             }
             Self::claim_row(&mut inner, thread, owner, lease_until_ms, now_ms)

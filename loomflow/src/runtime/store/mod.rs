@@ -20,7 +20,7 @@ pub mod conformance;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod runs;
+pub(crate) mod runs;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -526,7 +526,8 @@ pub trait Store: Send + Sync + 'static {
     /// - running, with nobody holding it or its lease expired by `now_ms` (its process died);
     /// - waiting, sleeping or interrupted, with its wake time (timer, deadline) at or before
     ///   `due_ms`;
-    /// - waiting for a signal that is stored and unconsumed.
+    /// - waiting (or interrupted) for a signal that is stored and unconsumed (for an
+    ///   interrupted run, a resume request: `loomflow:resume`).
     ///
     /// Leases are compared with `now_ms` (the system clock, shared by every process) and
     /// wake times with `due_ms` (the runtime's clock, which tests may set). Every run but a
@@ -541,9 +542,10 @@ pub trait Store: Send + Sync + 'static {
         due_ms: u64,
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>>;
 
-    /// Claims `thread`'s run for `owner` if it is waiting for a signal, is of one of the
-    /// graphs named, and nobody holds it: a process that just sent the signal wakes the run
-    /// without the store having to keep the signal (the in-memory store does not).
+    /// Claims `thread`'s run for `owner` if it is suspended on signals (waiting, or
+    /// interrupted: a resume request comes as a signal), is of one of the graphs named, and
+    /// nobody holds it: a process that just sent the signal wakes the run without the store
+    /// having to keep the signal (the in-memory store does not).
     fn claim_waiting_run<'a>(
         &'a self,
         thread: &'a str,

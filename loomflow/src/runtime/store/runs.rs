@@ -12,6 +12,10 @@ use serde_json::Value;
 
 use super::{Checkpoint, Interrupt, RunStatus};
 
+/// The framework signal that carries a resume requested without the graph's code; an
+/// interrupted run waits for it.
+pub(crate) const RESUME_SIGNAL: &str = "loomflow:resume";
+
 /// Where a run stands, as its row says: richer than a checkpoint's [`RunStatus`], because it
 /// also says what a suspended run waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -279,9 +283,14 @@ impl RowUpdate {
                 let interrupts = checkpoint.interrupts().unwrap_or_default();
                 update.wake_at_ms = interrupts.iter().filter_map(|i| i.wake_at_ms).min();
                 update.waiting_on = interrupts.iter().filter_map(|i| i.signal.clone()).collect();
+                let state = RunState::of_interrupts(&interrupts);
+                if state == RunState::Interrupted {
+                    // A resume requested without the graph's code comes as this signal.
+                    update.waiting_on.push(RESUME_SIGNAL.to_owned());
+                }
                 update.waiting_on.sort();
                 update.waiting_on.dedup();
-                RunState::of_interrupts(&interrupts)
+                state
             }
         };
         update

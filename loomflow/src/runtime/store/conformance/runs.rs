@@ -190,13 +190,30 @@ pub(super) async fn suspended_runs_wake_on_a_signal_or_their_time(store: &dyn St
         None,
         "interrupts wait for a person"
     );
-    assert!(
-        store
-            .claim_waiting_run(&asking, &graphs, "w5", LATER, 5)
-            .await
-            .unwrap()
-            .is_none(),
-        "only waiting runs are woken by a hint"
+    let asking_row = store.get_run(&asking).await.unwrap().unwrap();
+    assert_eq!(
+        asking_row.waiting_on,
+        ["loomflow:resume"],
+        "an interrupted run waits for a resume request"
+    );
+    // A hint (a resume request sent in this process) claims an interrupted run too.
+    let hinted = store
+        .claim_waiting_run(&asking, &graphs, "w5", LATER, 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        hinted.map(|r| r.record.thread).as_deref(),
+        Some(asking.as_str())
+    );
+    store.release(&asking, "w5").await.unwrap();
+    store
+        .push_signal(signal(&asking, "loomflow:resume", 1, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        next("w6", 5).await.as_deref(),
+        Some(asking.as_str()),
+        "a stored resume request makes an interrupted run runnable"
     );
     let filter = RunFilter::new().graph(graph.clone());
     assert_eq!(store.list_runs(&filter).await.unwrap().len(), 3);

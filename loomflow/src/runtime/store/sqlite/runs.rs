@@ -367,7 +367,7 @@ fn next_runnable(
     }
     conn.prepare_cached(
         "SELECT r.thread FROM signals s JOIN runs r ON r.thread = s.session
-         WHERE s.consumed_at_ms IS NULL AND r.status = 'waiting'
+         WHERE s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
            AND (r.lease_owner IS NULL OR r.lease_until_ms <= ?1)
            AND r.graph IN (SELECT value FROM json_each(?2))
            AND EXISTS (SELECT 1 FROM json_each(r.waiting_on) w WHERE w.value = s.name)
@@ -386,7 +386,7 @@ fn waiting_run(
 ) -> rusqlite::Result<Option<String>> {
     conn.prepare_cached(
         "SELECT thread FROM runs
-         WHERE thread = ?1 AND status = 'waiting'
+         WHERE thread = ?1 AND status IN ('waiting', 'interrupted')
            AND (lease_owner IS NULL OR lease_until_ms <= ?2)
            AND graph IN (SELECT value FROM json_each(?3))",
     )?

@@ -1,0 +1,216 @@
+//! The JSON endpoints.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::{self, Signed};
+use super::{ApiError, AppState};
+use crate::runtime::clock::now_ms;
+use crate::runtime::{RunFilter, RunState, SignalOptions};
+use crate::tool::ApprovalDecision;
+
+type Reply = Result<Json<Value>, ApiError>;
+
+/// A body the server would not read: over the payload limit (413), or broken.
+type Body = Result<Bytes, BytesRejection>;
+
+fn body(body: Body) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        let status = rejection.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "payload_too_large"
+        } else {
+            "bad_request"
+        };
+        ApiError::new(status, code, rejection.body_text())
+    })
+}
+
+/// `POST /v1/threads/{thread}/signals/{name}`: the body is the payload.
+pub(super) async fn post_signal(
+    State(app): State<Arc<AppState>>,
+    Path((thread, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let body = self::body(body)?;
+    match auth::signature(&app.config, &headers, &body, now_ms() / 1_000)? {
+        Signed::Yes => {}
+        Signed::No => auth::bearer(&app.config, &headers)?,
+    }
+    let payload: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?
+    };
+    // The sender's key, or the webhook's delivery id: a redelivery is one signal.
+    let key = [
+        "idempotency-key",
+        "x-github-delivery",
+        "x-loomflow-delivery",
+    ]
+    .iter()
+    .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
+    .map(str::to_owned);
+    let mut options = SignalOptions::default();
+    if let Some(key) = key {
+        options = options.idempotency_key(key);
+    }
+    // A signal for a thread that never ran would wait unseen: refuse it.
+    let known = app.runtime.store().get_run(&thread).await;
+    if known.map_err(crate::runtime::RuntimeError::from)?.is_none() {
+        return Err(ApiError::not_found(format!("thread {thread} has no run")));
+    }
+    let delivery = app
+        .runtime
+        .signal_with(&thread, &name, payload, options)
+        .await?;
+    let word = format!("{delivery:?}").to_lowercase();
+    let status = if word == "duplicate" {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((
+        status,
+        Json(json!({ "thread": thread, "signal": name, "delivery": word })),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RunsQuery {
+    status: Option<String>,
+    graph: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/runs`.
+pub(super) async fn list_runs(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<RunsQuery>,
+) -> Reply {
+    auth::bearer(&app.config, &headers)?;
+    let mut filter = RunFilter::new();
+    if let Some(word) = &query.status {
+        let state = RunState::parse(word)
+            .ok_or_else(|| ApiError::bad_request(format!("unknown status {word:?}")))?;
+        filter = filter.state(state);
+    }
+    if let Some(graph) = query.graph {
+        filter = filter.graph(graph);
+    }
+    filter = filter.limit(query.limit.unwrap_or(100).min(1_000));
+    let runs = app.runtime.runs(&filter).await?;
+    Ok(Json(json!({ "runs": runs })))
+}
+
+/// `GET /v1/threads/{thread}`.
+pub(super) async fn get_thread(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(thread): Path<String>,
+) -> Reply {
+    auth::bearer(&app.config, &headers)?;
+    let info = app.runtime.run(&thread).await?;
+    let approvals = app.runtime.pending_approvals(&thread).await?;
+    Ok(Json(json!({
+        "run": info.record,
+        "interrupts": info.interrupts,
+        "approvals": approvals,
+        "state": info.state,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ApproveBody {
+    arguments: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RejectBody {
+    reason: String,
+}
+
+/// Decides a pending call; 404 when nothing is pending under that id.
+pub(super) async fn decide(
+    app: &AppState,
+    thread: &str,
+    call_id: &str,
+    decision: ApprovalDecision,
+) -> Result<(), ApiError> {
+    app.runtime.run(thread).await?;
+    let pending = app.runtime.pending_approvals(thread).await?;
+    if !pending.iter().any(|a| a.call_id == call_id) {
+        return Err(ApiError::not_found(format!(
+            "no approval pending for call {call_id} on thread {thread}"
+        )));
+    }
+    app.runtime
+        .decide_approval(thread, call_id, decision)
+        .await?;
+    Ok(())
+}
+
+fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("bad body: {e}")))
+}
+
+/// `POST /v1/threads/{thread}/approvals/{call_id}/approve`.
+pub(super) async fn approve(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((thread, call_id)): Path<(String, String)>,
+    body: Body,
+) -> Reply {
+    auth::bearer(&app.config, &headers)?;
+    let body: ApproveBody = parse_body(&self::body(body)?)?;
+    let decision = match body.arguments {
+        Some(arguments) => ApprovalDecision::Edit { arguments },
+        None => ApprovalDecision::Allow,
+    };
+    decide(&app, &thread, &call_id, decision).await?;
+    Ok(Json(
+        json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
+    ))
+}
+
+/// `POST /v1/threads/{thread}/approvals/{call_id}/reject`.
+pub(super) async fn reject(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((thread, call_id)): Path<(String, String)>,
+    body: Body,
+) -> Reply {
+    auth::bearer(&app.config, &headers)?;
+    let body: RejectBody = serde_json::from_slice(&self::body(body)?)
+        .map_err(|e| ApiError::bad_request(format!("a rejection needs {{\"reason\": …}}: {e}")))?;
+    decide(
+        &app,
+        &thread,
+        &call_id,
+        ApprovalDecision::Deny {
+            reason: body.reason,
+        },
+    )
+    .await?;
+    Ok(Json(
+        json!({ "thread": thread, "call_id": call_id, "decision": "rejected" }),
+    ))
+}
+
+/// Anything else: 404, as JSON.
+pub(super) async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}

@@ -1,0 +1,171 @@
+//! Who is calling: bearer tokens, and webhook signatures (HMAC-SHA256), all compared in
+//! constant time.
+
+use axum::http::HeaderMap;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use super::{ApiError, HttpConfig};
+
+/// Equal, in time that depends only on the lengths.
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    constant_time_eq(a, b)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether the request carries one of the configured bearer tokens (or auth is off).
+pub(crate) fn bearer(config: &HttpConfig, headers: &HeaderMap) -> Result<(), ApiError> {
+    if config.open {
+        return Ok(());
+    }
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(presented) = presented else {
+        return Err(ApiError::unauthorized(
+            "missing Authorization: Bearer <token>",
+        ));
+    };
+    // Every token is compared, so the time does not tell which one came close.
+    let matched = config.tokens.iter().fold(false, |found, token| {
+        found | constant_time_eq(token.as_bytes(), presented.as_bytes())
+    });
+    if matched {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized("the bearer token is not accepted"))
+    }
+}
+
+fn hmac(secret: &str, parts: &[&[u8]]) -> Hmac<Sha256> {
+    // HMAC takes keys of any length.
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
+    for part in parts {
+        mac.update(part);
+    }
+    mac
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// What a signed request proved.
+pub(crate) enum Signed {
+    /// Not signed at all: the bearer token decides.
+    No,
+    /// Signed with a configured secret.
+    Yes,
+}
+
+/// Checks a webhook signature, if the request has one: GitHub's `X-Hub-Signature-256`, or
+/// `X-Loomflow-Signature: t=<unix seconds>,v1=<hex>` over `"<t>.<body>"` within the replay
+/// window. A signature that is present but wrong is refused, whatever else the request has.
+pub(crate) fn signature(
+    config: &HttpConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+    now_secs: u64,
+) -> Result<Signed, ApiError> {
+    let bad = |message: &str| {
+        ApiError::new(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "bad_signature",
+            message.to_owned(),
+        )
+    };
+    if let Some(value) = headers.get("x-hub-signature-256") {
+        let secret = config
+            .github_secret
+            .as_deref()
+            .ok_or_else(|| bad("GitHub signatures are not configured (no github secret)"))?;
+        let expected = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("sha256="))
+            .and_then(from_hex)
+            .ok_or_else(|| bad("X-Hub-Signature-256 is not sha256=<hex>"))?;
+        return hmac(secret, &[body])
+            .verify_slice(&expected)
+            .map(|()| Signed::Yes)
+            .map_err(|_| bad("X-Hub-Signature-256 does not match the body"));
+    }
+    if let Some(value) = headers.get("x-loomflow-signature") {
+        let secret = config
+            .signing_secret
+            .as_deref()
+            .ok_or_else(|| bad("signed requests are not configured (no signing secret)"))?;
+        let text = value
+            .to_str()
+            .map_err(|_| bad("X-Loomflow-Signature is not text"))?;
+        let mut time = None;
+        let mut sig = None;
+        for part in text.split(',') {
+            match part.trim().split_once('=') {
+                Some(("t", t)) => time = t.parse::<u64>().ok(),
+                Some(("v1", v)) => sig = from_hex(v),
+                _ => {}
+            }
+        }
+        let (Some(time), Some(sig)) = (time, sig) else {
+            return Err(bad("X-Loomflow-Signature is not t=<seconds>,v1=<hex>"));
+        };
+        let window = config.replay_window_or_default().as_secs();
+        if time.abs_diff(now_secs) > window {
+            return Err(bad(
+                "the signed time is outside the replay window; a replayed request is refused",
+            ));
+        }
+        let t = time.to_string();
+        return hmac(secret, &[t.as_bytes(), b".", body])
+            .verify_slice(&sig)
+            .map(|()| Signed::Yes)
+            .map_err(|_| bad("X-Loomflow-Signature does not match the time and body"));
+    }
+    Ok(Signed::No)
+}
+
+/// The hex HMAC-SHA256 of `parts` under `secret`: what a sender puts in a signature header.
+pub fn sign(secret: &str, parts: &[&[u8]]) -> String {
+    hmac(secret, parts)
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_only_when_every_byte_is() {
+        assert!(constant_time_eq(b"token", b"token"));
+        assert!(!constant_time_eq(b"token", b"tokem"));
+        assert!(!constant_time_eq(b"token", b"token!"));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(from_hex("00ff10"), Some(vec![0, 255, 16]));
+        assert_eq!(from_hex("0"), None);
+        assert_eq!(from_hex("zz"), None);
+    }
+}

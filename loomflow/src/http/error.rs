@@ -1,0 +1,108 @@
+//! [`ApiError`]: every refusal, as JSON with a code and a message.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::runtime::{RuntimeError, SignalError};
+
+/// A refused or failed request: an HTTP status, a stable code, and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable code scripts can match: `unauthorized`, `bad_signature`, `not_found`,
+    /// `bad_request`, `payload_too_large`, `reserved_name`, `conflict`, `internal`.
+    pub code: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(error: RuntimeError) -> Self {
+        match &error {
+            RuntimeError::UnknownRun { .. } => Self::not_found(error.to_string()),
+            RuntimeError::RunActive { .. } | RuntimeError::Busy { .. } => {
+                Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
+            }
+            RuntimeError::Signal(signal) => Self::from_signal(signal, error.to_string()),
+            _ => {
+                tracing::error!(%error, "http: request failed");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    error.to_string(),
+                )
+            }
+        }
+    }
+}
+
+impl From<crate::Error> for ApiError {
+    fn from(error: crate::Error) -> Self {
+        match error {
+            crate::Error::Runtime(e) => Self::from(e),
+            crate::Error::Signal(e) => Self::from(RuntimeError::Signal(e)),
+            other => {
+                tracing::error!(error = %other, "http: request failed");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    other.to_string(),
+                )
+            }
+        }
+    }
+}
+
+impl ApiError {
+    fn from_signal(error: &SignalError, message: String) -> Self {
+        match error {
+            SignalError::ReservedName { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "reserved_name", message)
+            }
+            SignalError::PayloadTooLarge { .. } => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
+            }
+            SignalError::RunEnded { .. } => Self::new(StatusCode::CONFLICT, "conflict", message),
+            _ => Self::bad_request(message),
+        }
+    }
+}

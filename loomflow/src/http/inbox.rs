@@ -1,0 +1,214 @@
+//! The approval inbox: a server-rendered page listing the runs that wait and the tool calls
+//! pending approval (tool, pretty-printed arguments, when each was asked), with forms to
+//! approve or reject with a reason. No JavaScript.
+//!
+//! A browser cannot send a bearer header, so `GET /inbox?token=<token>` checks the token
+//! and keeps it in a cookie (`HttpOnly`, `SameSite=Strict`, path `/inbox`), then redirects
+//! to `/inbox`. Every form carries a token derived from that credential (an HMAC), and a
+//! decision is accepted only with both the cookie and the matching form token: a form
+//! posted from another site has neither.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::auth;
+use super::{ApiError, AppState};
+use crate::runtime::{RunFilter, RunState, Utc};
+use crate::tool::ApprovalDecision;
+
+const COOKIE: &str = "loomflow_inbox";
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PageQuery {
+    token: Option<String>,
+}
+
+/// The credential the request carries: the inbox cookie, else a bearer header.
+fn credential(headers: &HeaderMap) -> Option<String> {
+    let cookies = headers.get(header::COOKIE)?.to_str().ok()?;
+    cookies
+        .split(';')
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.to_owned())
+}
+
+/// Checks the inbox credential; returns it (empty when auth is off).
+fn authorize(app: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
+    if app.config.open {
+        return Ok(String::new());
+    }
+    if let Some(token) = credential(headers) {
+        let mut with_token = HeaderMap::new();
+        if let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) {
+            with_token.insert(header::AUTHORIZATION, value);
+        }
+        auth::bearer(&app.config, &with_token)?;
+        return Ok(token);
+    }
+    auth::bearer(&app.config, headers)?;
+    Ok(String::new())
+}
+
+/// The form token for a credential.
+fn form_token(app: &AppState, credential: &str) -> String {
+    auth::sign(&app.form_secret, &[b"inbox-form", credential.as_bytes()])
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// `GET /inbox`.
+pub(super) async fn page(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<PageQuery>,
+) -> Result<Response, ApiError> {
+    if let Some(token) = query.token {
+        // Log in: check the token, keep it in a cookie, and drop it from the address bar.
+        let mut with_token = HeaderMap::new();
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| ApiError::unauthorized("the token is not a header value"))?;
+        with_token.insert(header::AUTHORIZATION, value);
+        auth::bearer(&app.config, &with_token)?;
+        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/inbox");
+        let mut response = Redirect::to("/inbox").into_response();
+        let cookie = HeaderValue::from_str(&cookie)
+            .map_err(|_| ApiError::unauthorized("the token is not a cookie value"))?;
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+        return Ok(response);
+    }
+    let credential = authorize(&app, &headers)?;
+    let csrf = form_token(&app, &credential);
+    let mut waiting = Vec::new();
+    for state in [RunState::Waiting, RunState::Interrupted] {
+        waiting.extend(
+            app.runtime
+                .runs(&RunFilter::new().state(state).limit(200))
+                .await?,
+        );
+    }
+    let mut html = String::from(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>loomflow inbox</title><style>\
+         body{font-family:system-ui,sans-serif;margin:2rem;max-width:60rem}\
+         pre{background:#f4f4f5;padding:.5rem;border-radius:4px}\
+         .approval{border:1px solid #d4d4d8;border-radius:6px;padding:1rem;margin:1rem 0}\
+         form{display:inline-block;margin-right:1rem}\
+         td,th{padding:.2rem .8rem .2rem 0;text-align:left}\
+         </style></head><body>\n<h1>Approval inbox</h1>\n",
+    );
+    let mut approvals = 0;
+    for run in &waiting {
+        let pending = app.runtime.pending_approvals(&run.thread).await?;
+        for call in pending {
+            approvals += 1;
+            let arguments = serde_json::to_string_pretty(&call.arguments)
+                .unwrap_or_else(|_| call.arguments.to_string());
+            let _ = write!(
+                html,
+                "<section class=\"approval\" data-thread=\"{thread}\" data-call=\"{call_id}\">\n\
+                 <h2>{tool} <small>on {thread}</small></h2>\n\
+                 <p>asked {asked}{user}; call <code>{call_id}</code></p>\n<pre>{arguments}</pre>\n\
+                 <form method=\"post\" action=\"/inbox/decide\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+                 <input type=\"hidden\" name=\"thread\" value=\"{thread}\">\
+                 <input type=\"hidden\" name=\"call_id\" value=\"{call_id}\">\
+                 <input type=\"hidden\" name=\"decision\" value=\"approve\">\
+                 <button type=\"submit\" name=\"approve\">Approve</button></form>\n\
+                 <form method=\"post\" action=\"/inbox/decide\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+                 <input type=\"hidden\" name=\"thread\" value=\"{thread}\">\
+                 <input type=\"hidden\" name=\"call_id\" value=\"{call_id}\">\
+                 <input type=\"hidden\" name=\"decision\" value=\"reject\">\
+                 <input type=\"text\" name=\"reason\" placeholder=\"why\" required>\
+                 <button type=\"submit\" name=\"reject\">Reject</button></form>\n</section>\n",
+                tool = escape(&call.tool),
+                thread = escape(&call.session),
+                call_id = escape(&call.call_id),
+                asked = Utc::from_ms(call.requested_at_ms),
+                user = call
+                    .user
+                    .as_deref()
+                    .map(|u| format!(" for {}", escape(u)))
+                    .unwrap_or_default(),
+                arguments = escape(&arguments),
+            );
+        }
+    }
+    if approvals == 0 {
+        html.push_str("<p id=\"empty\">No tool call waits for approval.</p>\n");
+    }
+    html.push_str("<h2>Waiting runs</h2>\n<table><tr><th>thread</th><th>graph</th><th>state</th><th>waits for</th><th>since</th></tr>\n");
+    for run in &waiting {
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&run.thread),
+            escape(run.graph.as_deref().unwrap_or("-")),
+            run.state,
+            escape(&run.waiting_on.join(", ")),
+            Utc::from_ms(run.updated_at_ms),
+        );
+    }
+    html.push_str("</table>\n</body></html>\n");
+    Ok(Html(html).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct DecideForm {
+    csrf: String,
+    thread: String,
+    call_id: String,
+    decision: String,
+    reason: Option<String>,
+}
+
+/// `POST /inbox/decide`: a form from the page.
+pub(super) async fn decide(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Form(form): Form<DecideForm>,
+) -> Result<Response, ApiError> {
+    let credential = authorize(&app, &headers)?;
+    let expected = form_token(&app, &credential);
+    if !auth::same(expected.as_bytes(), form.csrf.as_bytes()) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "bad_form",
+            "the form token does not match: reload the inbox and try again",
+        ));
+    }
+    let decision = match form.decision.as_str() {
+        "approve" => ApprovalDecision::Allow,
+        "reject" => ApprovalDecision::Deny {
+            reason: form
+                .reason
+                .filter(|r| !r.trim().is_empty())
+                .unwrap_or_else(|| "rejected in the inbox".to_owned()),
+        },
+        other => {
+            return Err(ApiError::bad_request(format!("unknown decision {other:?}")));
+        }
+    };
+    super::api::decide(&app, &form.thread, &form.call_id, decision).await?;
+    Ok(Redirect::to("/inbox").into_response())
+}

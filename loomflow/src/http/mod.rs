@@ -1,0 +1,187 @@
+//! The HTTP ingress (feature `http`): signals, webhooks, runs and approvals over HTTP, as an
+//! axum [`Router`] to serve on its own (`loomflow serve`) or to mount in your app.
+//!
+//! | method and path | what it does |
+//! | --- | --- |
+//! | `POST /v1/threads/{thread}/signals/{name}` | sends the JSON body as signal `name` |
+//! | `GET /v1/runs?status=waiting&graph=g&limit=n` | lists runs |
+//! | `GET /v1/threads/{thread}` | one run: its row, interrupts, pending approvals, state |
+//! | `POST /v1/threads/{thread}/approvals/{call_id}/approve` | approves (body `{"arguments": …}` edits) |
+//! | `POST /v1/threads/{thread}/approvals/{call_id}/reject` | rejects (body `{"reason": "…"}`) |
+//! | `GET /inbox` | the approval inbox page (see [`inbox`]) |
+//!
+//! Secure by default:
+//! - every request needs `Authorization: Bearer <token>` (one of the configured tokens),
+//!   unless [`HttpConfig::without_auth`] says otherwise; a signal POST may instead carry a
+//!   valid webhook signature: GitHub's `X-Hub-Signature-256`, or `X-Loomflow-Signature:
+//!   t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, which signs the time too, so a
+//!   captured request is refused once [`replay_window`](HttpConfig::replay_window) has passed;
+//! - tokens and signatures are compared in constant time;
+//! - the body limit is the runtime's signal payload limit (413 beyond it);
+//! - reserved `loomflow:` names are refused (400), a thread with no run is 404;
+//! - the `Idempotency-Key` header, or a webhook's delivery id (`X-GitHub-Delivery`), makes
+//!   a repeated delivery one signal;
+//! - errors are JSON: `{"error": {"code": "…", "message": "…"}}`.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use loomflow::http::{HttpConfig, router};
+//! use loomflow::Runtime;
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = Runtime::sqlite("refunds.db")?;
+//! let config = HttpConfig::new()
+//!     .bearer_token(std::env::var("LOOMFLOW_TOKEN")?)
+//!     .github_secret(std::env::var("GITHUB_WEBHOOK_SECRET")?);
+//! let app = router(runtime, config);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod auth;
+mod error;
+pub mod inbox;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+use crate::Runtime;
+
+pub use auth::sign;
+pub use error::ApiError;
+
+/// Who may call the ingress, and how webhooks prove who they are.
+#[derive(Clone, Default)]
+#[must_use]
+pub struct HttpConfig {
+    tokens: Vec<String>,
+    open: bool,
+    github_secret: Option<String>,
+    signing_secret: Option<String>,
+    replay_window: Option<Duration>,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets are never printed.
+        f.debug_struct("HttpConfig")
+            .field("tokens", &self.tokens.len())
+            .field("open", &self.open)
+            .field("github_secret", &self.github_secret.is_some())
+            .field("signing_secret", &self.signing_secret.is_some())
+            .field("replay_window", &self.replay_window_or_default())
+            .finish()
+    }
+}
+
+impl HttpConfig {
+    /// No token yet: every request is refused (401) until one is added, or auth is turned
+    /// off explicitly.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Accepts `Authorization: Bearer <token>`. May be called several times (rotation).
+    /// Empty tokens are ignored.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        let token = token.into();
+        if !token.is_empty() {
+            self.tokens.push(token);
+        }
+        self
+    }
+
+    /// Turns authentication off: anyone who reaches the port may signal and approve. Only
+    /// for a loopback or otherwise protected listener.
+    pub fn without_auth(mut self) -> Self {
+        self.open = true;
+        self
+    }
+
+    /// Accepts signal POSTs signed by GitHub with this webhook secret
+    /// (`X-Hub-Signature-256`); `X-GitHub-Delivery` becomes the idempotency key.
+    pub fn github_secret(mut self, secret: impl Into<String>) -> Self {
+        self.github_secret = Some(secret.into());
+        self
+    }
+
+    /// Accepts signal POSTs signed with this secret in `X-Loomflow-Signature:
+    /// t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+    pub fn signing_secret(mut self, secret: impl Into<String>) -> Self {
+        self.signing_secret = Some(secret.into());
+        self
+    }
+
+    /// How far a signed timestamp may be from now (default 5 minutes): older or newer
+    /// signed requests are refused, so a captured one cannot be replayed later.
+    pub fn replay_window(mut self, window: Duration) -> Self {
+        self.replay_window = Some(window);
+        self
+    }
+
+    fn replay_window_or_default(&self) -> Duration {
+        self.replay_window.unwrap_or(Duration::from_secs(300))
+    }
+}
+
+/// What the handlers share.
+pub(crate) struct AppState {
+    pub(crate) runtime: Runtime,
+    pub(crate) config: HttpConfig,
+    /// Keys the inbox's form tokens; new for each router.
+    pub(crate) form_secret: String,
+}
+
+/// A secret nobody outside this process can guess.
+fn random_secret() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    (0..4)
+        .map(|i| {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+            );
+            hasher.write_u32(i);
+            format!("{:016x}", hasher.finish())
+        })
+        .collect()
+}
+
+/// The ingress as an axum [`Router`]: serve it, or [`Router::nest`] it into your app.
+pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
+    let limit = runtime.signal_config().max_payload_bytes;
+    let state = Arc::new(AppState {
+        runtime,
+        config,
+        form_secret: random_secret(),
+    });
+    Router::new()
+        .route(
+            "/v1/threads/{thread}/signals/{name}",
+            post(api::post_signal),
+        )
+        .route("/v1/runs", get(api::list_runs))
+        .route("/v1/threads/{thread}", get(api::get_thread))
+        .route(
+            "/v1/threads/{thread}/approvals/{call_id}/approve",
+            post(api::approve),
+        )
+        .route(
+            "/v1/threads/{thread}/approvals/{call_id}/reject",
+            post(api::reject),
+        )
+        .route("/inbox", get(inbox::page))
+        .route("/inbox/decide", post(inbox::decide))
+        .fallback(api::not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}

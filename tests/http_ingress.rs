@@ -1,0 +1,492 @@
+//! The HTTP ingress on loopback, as a web handler or a webhook sender meets it: every
+//! refusal (auth, signatures, replays, limits, names, unknown threads), 1,000 concurrent
+//! signal POSTs each delivered once, a replayed webhook delivered once, approvals over the
+//! API, and the inbox page's forms with their cross-site protection.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use loomflow::agent::Agent;
+use loomflow::http::{HttpConfig, router, sign};
+use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::prelude::*;
+use loomflow::runtime::{MailboxConfig, SqliteStore};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOKEN: &str = "s3cret-token";
+const GITHUB: &str = "github-hook-secret";
+const SIGNING: &str = "signing-secret";
+
+struct Server {
+    addr: SocketAddr,
+    runtime: Runtime,
+    db: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.db.display()));
+        }
+    }
+}
+
+async fn serve(name: &str, config: HttpConfig) -> Server {
+    let db = std::env::temp_dir().join(format!("loomflow-http-{name}-{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db).unwrap())
+        .signals(MailboxConfig::default().max_payload_bytes(4_096))
+        .build();
+    let app = router(runtime.clone(), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server { addr, runtime, db }
+}
+
+fn config() -> HttpConfig {
+    HttpConfig::new()
+        .bearer_token(TOKEN)
+        .github_secret(GITHUB)
+        .signing_secret(SIGNING)
+}
+
+/// One HTTP/1.1 request on a fresh connection; returns the status, the headers and the body.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> (u16, String, String) {
+    try_request(addr, method, path, headers, body)
+        .await
+        .unwrap()
+}
+
+async fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> std::io::Result<(u16, String, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, head.to_owned(), body.to_owned()))
+}
+
+fn bearer() -> (&'static str, String) {
+    ("Authorization", format!("Bearer {TOKEN}"))
+}
+
+fn json_type() -> (&'static str, String) {
+    ("Content-Type", "application/json".to_owned())
+}
+
+fn error_code(body: &str) -> String {
+    let value: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    value["error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_a_json_error_with_a_code() {
+    let server = serve("refusals", config()).await;
+    server
+        .runtime
+        .submit("refund", "ord_1", json!({}))
+        .await
+        .unwrap();
+    let path = "/v1/threads/ord_1/signals/review";
+    let body = br#"{"approved": true}"#;
+
+    let (status, head, reply) = request(server.addr, "POST", path, &[json_type()], body).await;
+    assert_eq!((status, error_code(&reply).as_str()), (401, "unauthorized"));
+    assert!(
+        head.to_lowercase().contains("www-authenticate: bearer"),
+        "{head}"
+    );
+    let wrong = ("Authorization", "Bearer s3cret-tokem".to_owned());
+    let (status, _, reply) = request(server.addr, "POST", path, &[wrong], body).await;
+    assert_eq!((status, error_code(&reply).as_str()), (401, "unauthorized"));
+
+    let reserved = "/v1/threads/ord_1/signals/loomflow:approval:x";
+    let (status, _, reply) = request(server.addr, "POST", reserved, &[bearer()], body).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (400, "reserved_name")
+    );
+
+    let unknown = "/v1/threads/nobody/signals/review";
+    let (status, _, reply) = request(server.addr, "POST", unknown, &[bearer()], body).await;
+    assert_eq!((status, error_code(&reply).as_str()), (404, "not_found"));
+
+    let big = format!("\"{}\"", "x".repeat(5_000));
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], big.as_bytes()).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (413, "payload_too_large")
+    );
+
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"{nope").await;
+    assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
+
+    let forged = (
+        "X-Hub-Signature-256",
+        format!("sha256={}", sign("wrong", &[body])),
+    );
+    let (status, _, reply) = request(server.addr, "POST", path, &[forged], body).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (401, "bad_signature")
+    );
+
+    // A correctly signed request captured an hour ago is refused: the time is signed too.
+    let old = now_secs() - 3_600;
+    let stale = sign(SIGNING, &[old.to_string().as_bytes(), b".", body]);
+    let replayed = ("X-Loomflow-Signature", format!("t={old},v1={stale}"));
+    let (status, _, reply) = request(server.addr, "POST", path, &[replayed], body).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (401, "bad_signature")
+    );
+
+    let (status, _, reply) = request(server.addr, "GET", "/v1/nothing", &[bearer()], b"").await;
+    assert_eq!((status, error_code(&reply).as_str()), (404, "not_found"));
+    let (status, _, reply) = request(
+        server.addr,
+        "GET",
+        "/v1/runs?status=sleepy",
+        &[bearer()],
+        b"",
+    )
+    .await;
+    assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
+    let (status, _, _) = request(server.addr, "GET", "/v1/runs", &[], b"").await;
+    assert_eq!(status, 401);
+
+    // And what is accepted: a fresh signature, a bearer token.
+    let now = now_secs();
+    let fresh = sign(SIGNING, &[now.to_string().as_bytes(), b".", body]);
+    let signed = ("X-Loomflow-Signature", format!("t={now},v1={fresh}"));
+    let (status, _, reply) = request(server.addr, "POST", path, &[signed], body).await;
+    assert_eq!(status, 202, "{reply}");
+    let (status, _, reply) =
+        request(server.addr, "GET", "/v1/threads/ord_1", &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
+    let shown: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(shown["run"]["state"], "queued");
+    let (status, _, reply) = request(
+        server.addr,
+        "GET",
+        "/v1/runs?status=queued",
+        &[bearer()],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let listed: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(listed["runs"][0]["thread"], "ord_1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_posts_are_each_delivered_once() {
+    let server = serve("thousand", config()).await;
+    server.runtime.submit("g", "busy", json!({})).await.unwrap();
+    // All at once. A connection the loopback resets under the burst is retried with the same
+    // key, as a client should: the key makes the retry one signal, delivered or not before.
+    let posts = (0..1_000).map(|i| {
+        let addr = server.addr;
+        tokio::spawn(async move {
+            let key = ("Idempotency-Key", format!("k{i}"));
+            let body = i.to_string();
+            for _attempt in 0..20 {
+                match try_request(
+                    addr,
+                    "POST",
+                    "/v1/threads/busy/signals/n",
+                    &[bearer(), key.clone()],
+                    body.as_bytes(),
+                )
+                .await
+                {
+                    Ok((status, _, reply)) => {
+                        assert!(status == 202 || status == 200, "{status} {reply}");
+                        return;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                }
+            }
+            panic!("post {i} never got through");
+        })
+    });
+    for post in futures_util::future::join_all(posts).await {
+        post.unwrap();
+    }
+    let mut seen = BTreeSet::new();
+    for _ in 0..1_000 {
+        let n: u32 = server
+            .runtime
+            .wait_for_signal("busy", "n", Some(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        assert!(seen.insert(n), "{n} delivered twice");
+    }
+    assert_eq!(seen.len(), 1_000);
+    assert_eq!(
+        server.runtime.poll_signal::<u32>("busy", "n").unwrap(),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_github_webhook_is_delivered_once() {
+    let server = serve("github", config()).await;
+    server.runtime.submit("g", "pr-7", json!({})).await.unwrap();
+    let body = br#"{"action": "closed", "pull_request": {"merged": true}}"#;
+    let headers = [
+        (
+            "X-Hub-Signature-256",
+            format!("sha256={}", sign(GITHUB, &[body])),
+        ),
+        ("X-GitHub-Delivery", "72d3162e-cc78-11e3".to_owned()),
+        json_type(),
+    ];
+    let path = "/v1/threads/pr-7/signals/pr_merged";
+    let (first, _, reply) = request(server.addr, "POST", path, &headers, body).await;
+    assert_eq!(first, 202, "{reply}");
+    let (again, _, reply) = request(server.addr, "POST", path, &headers, body).await;
+    assert_eq!(again, 200, "{reply}");
+    assert!(reply.contains("duplicate"), "{reply}");
+    let event: Value = server
+        .runtime
+        .wait_for_signal("pr-7", "pr_merged", Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(event["pull_request"]["merged"], true);
+    assert_eq!(
+        server
+            .runtime
+            .poll_signal::<Value>("pr-7", "pr_merged")
+            .unwrap(),
+        None
+    );
+}
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String, cents: u64) -> String {
+    format!("refunded {cents} cents on {order}")
+}
+
+fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
+    Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new(replies))
+        .tool(refund)
+        .durable_approvals()
+        .runtime(runtime.clone())
+        .build()
+        .unwrap()
+}
+
+async fn ask(runtime: &Runtime, session: &str) {
+    let call = ToolCall::new(
+        "call_1",
+        "refund",
+        json!({ "order": "ord_42", "cents": 1299 }),
+    );
+    let asked = agent(runtime, vec![ModelResponse::tool_calls(vec![call])])
+        .run("refund order 42")
+        .session(session)
+        .await
+        .unwrap();
+    assert!(asked.interrupted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_are_decided_over_the_api() {
+    let server = serve("approvals", config()).await;
+    ask(&server.runtime, "a1").await;
+    ask(&server.runtime, "a2").await;
+    let (status, _, reply) = request(server.addr, "GET", "/v1/threads/a1", &[bearer()], b"").await;
+    assert_eq!(status, 200);
+    let shown: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(shown["approvals"][0]["arguments"]["cents"], 1299);
+
+    let missing = "/v1/threads/a1/approvals/call_9/approve";
+    let (status, _, reply) = request(server.addr, "POST", missing, &[bearer()], b"").await;
+    assert_eq!((status, error_code(&reply).as_str()), (404, "not_found"));
+    let reject = "/v1/threads/a1/approvals/call_1/reject";
+    let (status, _, reply) = request(server.addr, "POST", reject, &[bearer()], b"{}").await;
+    assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        reject,
+        &[bearer()],
+        br#"{"reason": "no receipt"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    let approve = "/v1/threads/a2/approvals/call_1/approve";
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        approve,
+        &[bearer()],
+        br#"{"arguments": {"order": "ord_42", "cents": 700}}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+
+    let refused = agent(&server.runtime, vec![ModelResponse::text("No.")])
+        .resume("a1")
+        .await
+        .unwrap();
+    assert!(
+        serde_json::to_string(&refused.messages)
+            .unwrap()
+            .contains("no receipt")
+    );
+    let paid = agent(&server.runtime, vec![ModelResponse::text("Done.")])
+        .resume("a2")
+        .await
+        .unwrap();
+    assert!(
+        serde_json::to_string(&paid.messages)
+            .unwrap()
+            .contains("refunded 700 cents on ord_42")
+    );
+}
+
+/// The value of the first `name="csrf"` field in the page.
+fn csrf_of(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
+    page[at..].split('"').next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
+    let server = serve("inbox", config()).await;
+    ask(&server.runtime, "i1").await;
+
+    let (status, _, _) = request(server.addr, "GET", "/inbox", &[], b"").await;
+    assert_eq!(status, 401, "the inbox needs the token");
+    let (status, head, _) = request(
+        server.addr,
+        "GET",
+        &format!("/inbox?token={TOKEN}"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap_or_else(|| panic!("no cookie: {head}"));
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
+
+    let (status, _, page) = request(
+        server.addr,
+        "GET",
+        "/inbox",
+        std::slice::from_ref(&cookie),
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    for expected in ["refund", "i1", "&quot;cents&quot;: 1299", "call_1"] {
+        assert!(
+            page.contains(expected),
+            "{expected} missing from the page:\n{page}"
+        );
+    }
+    let form = |csrf: &str| format!("csrf={csrf}&thread=i1&call_id=call_1&decision=approve");
+    let form_type = (
+        "Content-Type",
+        "application/x-www-form-urlencoded".to_owned(),
+    );
+
+    // A form posted from elsewhere: no cookie, or no matching token.
+    let (status, _, _) = request(
+        server.addr,
+        "POST",
+        "/inbox/decide",
+        std::slice::from_ref(&form_type),
+        form(&csrf_of(&page)).as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/inbox/decide",
+        &[form_type.clone(), cookie.clone()],
+        form("forged").as_bytes(),
+    )
+    .await;
+    assert_eq!((status, error_code(&reply).as_str()), (403, "bad_form"));
+
+    let (status, head, _) = request(
+        server.addr,
+        "POST",
+        "/inbox/decide",
+        &[form_type, cookie.clone()],
+        form(&csrf_of(&page)).as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 303, "{head}");
+    let (_, _, page) = request(server.addr, "GET", "/inbox", &[cookie], b"").await;
+    assert!(page.contains("No tool call waits for approval."), "{page}");
+    let done = agent(&server.runtime, vec![ModelResponse::text("Done.")])
+        .resume("i1")
+        .await
+        .unwrap();
+    assert!(
+        serde_json::to_string(&done.messages)
+            .unwrap()
+            .contains("refunded 1299 cents on ord_42")
+    );
+}
