@@ -180,7 +180,7 @@ async fn next_runnable(
         .prepare_cached(
             "SELECT r.thread FROM loomflow_signals s
                  JOIN loomflow_runs r ON r.thread = s.session
-             WHERE s.consumed_at_ms IS NULL AND r.status = 'waiting'
+             WHERE s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
                AND (r.lease_owner IS NULL OR r.lease_until_ms <= $1)
                AND r.graph = ANY($2)
                AND s.name = ANY(r.waiting_on)
@@ -192,7 +192,8 @@ async fn next_runnable(
     Ok(row.map(|row| get(&row, 0, "(next run)")).transpose()?)
 }
 
-/// `thread`, locked, if its run waits for a signal, is of one of `graphs`, and is free.
+/// `thread`, locked, if its run is suspended on signals (waiting, or interrupted: a resume
+/// request comes as a signal), is of one of `graphs`, and is free.
 async fn waiting_run(
     tx: &Transaction<'_>,
     thread: &str,
@@ -202,7 +203,7 @@ async fn waiting_run(
     let stmt = tx
         .prepare_cached(
             "SELECT thread FROM loomflow_runs
-             WHERE thread = $1 AND status = 'waiting'
+             WHERE thread = $1 AND status IN ('waiting', 'interrupted')
                AND (lease_owner IS NULL OR lease_until_ms <= $2)
                AND graph = ANY($3)
              FOR UPDATE",
