@@ -159,8 +159,9 @@ impl PostgresStore {
     /// migrating loomflow's tables.
     ///
     /// `url` is a libpq connection string: a URL
-    /// (`postgres://user:password@host:port/dbname`) or `key=value` pairs. Must be called
-    /// from within a tokio runtime (the change listener is a task of it).
+    /// (`postgres://user:password@host:port/dbname`) or `key=value` pairs; `sslmode=require`
+    /// fails, as connections have no TLS. Call it from within a tokio runtime: the change
+    /// listener is a task of it.
     ///
     /// # Errors
     ///
@@ -168,6 +169,10 @@ impl PostgresStore {
     /// or refuses the login, or the migration fails; [`StoreError::NewerSchema`] when a
     /// newer loomflow wrote the tables. Errors show the server as
     /// `postgres://user@host:port/dbname`, never with the password.
+    ///
+    /// # Panics
+    ///
+    /// When polled outside a tokio runtime with its I/O and time drivers enabled.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, PostgresOptions::default()).await
     }
@@ -175,6 +180,10 @@ impl PostgresStore {
     /// Connects with the given options. See [`connect`](Self::connect).
     ///
     /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
     ///
     /// As [`connect`](Self::connect).
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
