@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Every subcommand is its own process on the same SQLite file: nothing is shared but the
-//! file. A worker notices what other processes write within 100 ms.
+//! file. A worker notices what other processes write within 100 ms. `--db postgres://…`
+//! puts the runs in PostgreSQL instead, where workers on several machines share them.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use loomflow::prelude::*;
-use loomflow::runtime::{RunState, RuntimeError, SqliteStore};
+use loomflow::runtime::{PostgresStore, RunState, RuntimeError, SqliteStore};
 
 const HELP: &str = "\
 refund_service: refunds run by workers. A refund waits for a manager's approval (sent from
@@ -36,7 +37,8 @@ Commands:
   status ORDER      print where ORDER's refund stands: queued, running, waiting, completed, ...
 
 Options:
-  --db FILE         the SQLite file (default: refund_service.db)
+  --db FILE         the SQLite file (default: refund_service.db), or a PostgreSQL URL
+                    (postgres://user@host/db) that workers on several machines share
   --reject          with approve: refuse the refund
   --mermaid         print the graph's Mermaid diagram instead of running it
   -h, --help        print this help
@@ -127,11 +129,17 @@ fn record_payment(order: &str, amount_cents: u64) -> loomflow::Result<()> {
         .map_err(Error::custom)
 }
 
-fn runtime(db: &Path) -> loomflow::Result<Runtime> {
-    Ok(Runtime::builder()
-        .store(SqliteStore::open(db)?)
-        .lease(LEASE)
-        .build())
+/// The runtime on `db`: a SQLite file, or a PostgreSQL database (`postgres://…`), which
+/// several `worker` processes on several machines may share.
+async fn runtime(db: &Path) -> loomflow::Result<Runtime> {
+    let text = db.to_string_lossy();
+    let builder = Runtime::builder().lease(LEASE);
+    let builder = if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        builder.store(PostgresStore::connect(&text).await?)
+    } else {
+        builder.store(SqliteStore::open(db)?)
+    };
+    Ok(builder.build())
 }
 
 struct Args {
@@ -204,7 +212,7 @@ async fn run(args: Args) -> loomflow::Result<()> {
     match args.command.as_deref() {
         None => story(&graph).await,
         Some("worker") => {
-            let runtime = runtime(&args.db)?;
+            let runtime = runtime(&args.db).await?;
             let worker = Worker::builder(&runtime)
                 .graph(&graph)
                 .on_finished(|report| {
@@ -230,7 +238,10 @@ async fn run(args: Args) -> loomflow::Result<()> {
                 amount_cents: 4_990,
                 ..Refund::default()
             };
-            runtime(&args.db)?.submit("refund", &order, refund).await?;
+            runtime(&args.db)
+                .await?
+                .submit("refund", &order, refund)
+                .await?;
             println!("submitted {order}");
             Ok(())
         }
@@ -239,7 +250,10 @@ async fn run(args: Args) -> loomflow::Result<()> {
             let review = Review {
                 approved: !args.reject,
             };
-            runtime(&args.db)?.signal(&order, "review", review).await?;
+            runtime(&args.db)
+                .await?
+                .signal(&order, "review", review)
+                .await?;
             println!(
                 "{} {order}",
                 if args.reject { "rejected" } else { "approved" }
@@ -248,7 +262,7 @@ async fn run(args: Args) -> loomflow::Result<()> {
         }
         Some("status") => {
             let order = order()?;
-            match runtime(&args.db)?.run(&order).await {
+            match runtime(&args.db).await?.run(&order).await {
                 Ok(info) => {
                     println!("{}", info.record.state);
                     Ok(())
@@ -278,7 +292,7 @@ async fn story(graph: &CompiledGraph<Refund>) -> loomflow::Result<()> {
 
 async fn tell(graph: &CompiledGraph<Refund>, db: &Path, ledger: &Path) -> loomflow::Result<()> {
     let order = "ord_1042";
-    let runtime = runtime(db)?;
+    let runtime = runtime(db).await?;
     println!("The refund graph:\n{}", graph.to_mermaid());
 
     println!("1. A worker process starts (it will die right after paying).");

@@ -28,7 +28,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "loomflow", version, about, long_about = None)]
 struct Cli {
-    /// The store: `sqlite:PATH` (or a path to a SQLite file).
+    /// The store: `sqlite:PATH` (or a path to a SQLite file), or `postgres://…`.
     #[arg(long, env = "LOOMFLOW_DB", global = true)]
     db: Option<String>,
     /// Print JSON instead of tables, for scripts.
@@ -189,7 +189,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let runtime = store::open(cli.db.as_deref())?;
+    let runtime = store::open(cli.db.as_deref()).await?;
     let out = output::Output { json: cli.json };
     match cli.command {
         Command::Runs {

@@ -4,14 +4,19 @@ use loomflow::Runtime;
 
 use crate::Failure;
 
-/// The runtime over the store `db` names: `sqlite:PATH`, or a path to a SQLite file.
-pub(crate) fn open(db: Option<&str>) -> Result<Runtime, Failure> {
-    let db =
-        db.ok_or_else(|| Failure::usage("no store: pass --db sqlite:PATH or set LOOMFLOW_DB"))?;
+/// The runtime over the store `db` names: `postgres://…` (or `postgresql://…`), `sqlite:PATH`,
+/// or a path to a SQLite file.
+pub(crate) async fn open(db: Option<&str>) -> Result<Runtime, Failure> {
+    let db = db.ok_or_else(|| {
+        Failure::usage("no store: pass --db sqlite:PATH (or postgres://…) or set LOOMFLOW_DB")
+    })?;
+    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        return Ok(Runtime::postgres(db).await?);
+    }
     let path = db.strip_prefix("sqlite:").unwrap_or(db);
     if path.contains("://") {
         return Err(Failure::usage(format!(
-            "unsupported store {db}: this build reads SQLite files (sqlite:PATH)"
+            "unsupported store {db}: use sqlite:PATH or postgres://…"
         )));
     }
     if !std::path::Path::new(path).exists() {

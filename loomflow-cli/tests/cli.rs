@@ -357,3 +357,33 @@ async fn an_interrupted_run_is_resumed_from_the_command_line() {
         stderr(&again)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_store_is_read_through_its_url() {
+    let Ok(url) = std::env::var("LOOMFLOW_PG_URL") else {
+        eprintln!("skipped: the CLI on PostgreSQL (set LOOMFLOW_PG_URL, or run .ci/run)");
+        return;
+    };
+    let runtime = Runtime::postgres(&url).await.unwrap();
+    let thread = format!("cli-pg-{}", std::process::id());
+    runtime.submit("refund", &thread, json!({})).await.unwrap();
+    let shown = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", &url, "show", &thread])
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert!(
+        stdout(&shown).contains("state      queued"),
+        "{}",
+        stdout(&shown)
+    );
+    let cancelled = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", &url, "cancel", &thread])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&cancelled).contains("cancelled"),
+        "{}",
+        stdout(&cancelled)
+    );
+}

@@ -111,9 +111,11 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
 /// A top-level run ends its claim: a failed run is recorded as failed on its run row (its
 /// newest checkpoint stays the last good one), anything else just lets go.
 ///
-/// A top-level run given its claim (a worker's) that ends in an error other than a lost
-/// lease or a cancel is recorded as failed too, so that the worker does not take it again
-/// and again; the caller of a direct run gets the error instead, the run left as it was.
+/// A top-level run given its claim (a worker's) that ends in an error of its own (its
+/// state does not decode, its graph changed, …) is recorded as failed too, so that the
+/// worker does not take it again and again. A store failure, a lost lease, a cancel, a
+/// hand-back or a refused resume request leave it as it was. The caller of a direct run
+/// gets the error instead, the run left as it was.
 async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>> {
     let top_level = execution.namespace.is_root();
     let given = execution.claim.is_some();
@@ -135,6 +137,9 @@ async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>>
         let failure = match &result {
             Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
             Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
+            // The store failed (a database restart, a lost connection): the run is not at
+            // fault. It stays as it was and is claimed again once its lease runs out.
+            Err(RunError::Store(_) | RunError::Busy { .. }) => None,
             // A resume request the run could not take: it stays interrupted.
             Err(
                 RunError::ResumeValue { .. }
