@@ -25,10 +25,10 @@
 //!
 //! # Wake-ups
 //!
-//! A signal or a submit in the worker's own process wakes it at once. Another process's
-//! write is noticed by polling a cheap change counter of the store (SQLite's
-//! `PRAGMA data_version`) every [`poll_interval`](WorkerBuilder::poll_interval) (default
-//! 100 ms): an idle worker costs one such probe per interval, whatever the number of
+//! A signal or a submit in the worker's own process wakes it at once; on PostgreSQL, so
+//! does another process's (`LISTEN/NOTIFY`). Otherwise another process's write is noticed
+//! by polling a cheap change counter of the store (SQLite's `PRAGMA data_version`) every
+//! [`poll_interval`](WorkerBuilder::poll_interval) (default 100 ms): an idle worker costs one such probe per interval, whatever the number of
 //! waiting runs; it queries for work only when something changed, a timer is due, or half a
 //! lease has passed (a lease running out changes nothing in the store).
 
@@ -398,6 +398,9 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     // died) every half lease even when nothing changed.
     let sweep_every = (inner.lease / 2).max(inner.poll_interval);
     let mut last_look = tokio::time::Instant::now();
+    // A store that is told of changes (PostgreSQL's LISTEN) wakes the worker at once.
+    let notifier = store.change_notifier();
+    let mut notified = false;
     while !*stop.borrow() {
         signalled.extend(runtime.wakes().take_signalled());
         while running.len() < inner.concurrency
@@ -414,7 +417,8 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         // in-process wake-ups carry the work, not repeated queries.
         let change = store.change_counter();
         let changed = (change.is_none() || change != seen_change)
-            && last_look.elapsed() >= inner.poll_interval;
+            && (notified || last_look.elapsed() >= inner.poll_interval);
+        notified = false;
         let due = next_wake.is_some_and(|at| at <= unix_ms(runtime.now()))
             || last_look.elapsed() >= sweep_every;
         look |= runtime.wakes().take_submitted();
@@ -458,6 +462,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             () = runtime.wakes().notified() => {}
             Some(_) = running.tasks.join_next(), if !running.tasks.is_empty() => {}
             () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
+            () = changed_in_store(notifier.as_deref()) => notified = true,
         }
     }
     // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
@@ -475,6 +480,14 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         running.tasks.shutdown().await;
     }
     Ok(())
+}
+
+/// Resolves when the store says it changed; never, for a store that cannot say.
+async fn changed_in_store(notifier: Option<&tokio::sync::Notify>) {
+    match notifier {
+        Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The runs a worker executes, and their claims.

@@ -605,6 +605,13 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Woken (with `notify_waiters`) when the change counter moves, for stores that learn of
+    /// changes by notification (PostgreSQL's `LISTEN`): a worker waiting for work looks at
+    /// once instead of at its next poll. `None` (the default): the counter is polled.
+    fn change_notifier(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
+
     /// The stored, unconsumed signals with a sequence number above `seq`, oldest first: what
     /// other processes sent since a worker last looked.
     fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {

@@ -464,6 +464,10 @@ impl Store for PostgresStore {
     fn change_counter(&self) -> Option<u64> {
         self.listener.as_ref().and_then(Listener::counter)
     }
+
+    fn change_notifier(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        self.listener.as_ref().map(Listener::notifier)
+    }
 }
 
 const _: fn() = || {

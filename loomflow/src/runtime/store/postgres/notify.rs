@@ -35,11 +35,14 @@ pub(super) async fn notify(client: &impl GenericClient) -> Result<(), Fail> {
 struct Shared {
     changes: AtomicU64,
     listening: AtomicBool,
+    /// Wakes the workers waiting for a change at once.
+    notify: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
     fn bump(&self) {
         self.changes.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
     }
 }
 
@@ -59,6 +62,11 @@ impl Listener {
         let shared = Arc::new(Shared::default());
         let task = tokio::spawn(listen(target, Arc::clone(&shared)));
         Self { shared, task }
+    }
+
+    /// Woken at every notification.
+    pub(super) fn notifier(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.shared.notify)
     }
 
     /// The number of notifications received so far, or `None` while not listening.
