@@ -17,6 +17,25 @@
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
+
+#[cfg(test)]
+mod tests {
+    use super::{RunStatus, StoreError};
+
+    #[test]
+    fn stored_statuses_parse_back() {
+        for status in RunStatus::ALL {
+            assert_eq!(
+                RunStatus::parse_stored(status.as_str(), "t").ok(),
+                Some(status)
+            );
+        }
+        assert!(matches!(
+            RunStatus::parse_stored("paused", "t"),
+            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
+        ));
+    }
+}
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -55,6 +74,28 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every status.
+    pub const ALL: [Self; 5] = [
+        Self::Running,
+        Self::Interrupted,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// Reads a status written by [`as_str`](Self::as_str).
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == word)
+    }
+
+    /// A stored status, or [`StoreError::Corrupt`] naming `thread` (for the backends).
+    pub(crate) fn parse_stored(word: &str, thread: &str) -> Result<Self, StoreError> {
+        Self::parse(word).ok_or_else(|| StoreError::Corrupt {
+            thread: thread.to_owned(),
+            message: format!("unknown run status {word:?}"),
+        })
+    }
+
     /// The status as stored: `running`, `interrupted`, `completed`, `failed`, `cancelled`.
     pub fn as_str(self) -> &'static str {
         match self {

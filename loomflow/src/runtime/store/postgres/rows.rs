@@ -64,19 +64,6 @@ pub(super) fn now_ms() -> i64 {
     i64::try_from(crate::runtime::clock::now_ms()).unwrap_or(i64::MAX)
 }
 
-pub(super) fn parse_status(status: &str, thread: &str) -> Result<RunStatus, StoreError> {
-    [
-        RunStatus::Running,
-        RunStatus::Interrupted,
-        RunStatus::Completed,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-    ]
-    .into_iter()
-    .find(|s| s.as_str() == status)
-    .ok_or_else(|| corrupt(thread, format!("unknown run status {status:?}")))
-}
-
 /// Columns: id, run, namespace, step, status, body, error.
 pub(super) const CHECKPOINT_COLUMNS: &str = "id, run, namespace, step, status, body, error";
 
@@ -90,7 +77,7 @@ pub(super) fn checkpoint_from_row(row: &Row, thread: &str) -> Result<Checkpoint,
         run: to_u64(get(row, 1, thread)?, "run", thread)?,
         namespace: get(row, 2, thread)?,
         step: to_u64(get(row, 3, thread)?, "step", thread)?,
-        status: parse_status(get(row, 4, thread)?, thread)?,
+        status: RunStatus::parse_stored(get(row, 4, thread)?, thread)?,
         body: from_json(body, thread, format_args!("checkpoint {id}"))?,
         error: get(row, 6, thread)?,
     })
@@ -154,23 +141,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-
-    #[test]
-    fn stored_statuses_parse_back() {
-        for status in [
-            RunStatus::Running,
-            RunStatus::Interrupted,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-        ] {
-            assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
-        }
-        assert!(matches!(
-            parse_status("paused", "t"),
-            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
-        ));
-    }
 
     #[test]
     fn values_past_bigint_are_refused_naming_the_thread() {

@@ -43,17 +43,6 @@ pub(super) fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreErr
     }
 }
 
-pub(super) fn parse_status(status: &str, thread: &str) -> Result<RunStatus, StoreError> {
-    Ok(match status {
-        "running" => RunStatus::Running,
-        "interrupted" => RunStatus::Interrupted,
-        "completed" => RunStatus::Completed,
-        "failed" => RunStatus::Failed,
-        "cancelled" => RunStatus::Cancelled,
-        other => return Err(corrupt(thread, format!("unknown run status {other:?}"))),
-    })
-}
-
 pub(super) fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreError> {
     u64::try_from(value).map_err(|_| corrupt(thread, format!("negative {what} {value}")))
 }
@@ -83,7 +72,7 @@ pub(super) fn checkpoint_from_row(
             run: to_u64(run, "run", thread)?,
             namespace,
             step: to_u64(step, "step", thread)?,
-            status: parse_status(&status, thread)?,
+            status: RunStatus::parse_stored(&status, thread)?,
             body,
             error,
         })
@@ -93,28 +82,4 @@ pub(super) fn checkpoint_from_row(
 /// Flips `Option<Result<T>>` (a row that may be absent and may not decode).
 pub(super) fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<T>, StoreError> {
     row.transpose()
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-    use super::*;
-
-    #[test]
-    fn stored_statuses_parse_back() {
-        for status in [
-            RunStatus::Running,
-            RunStatus::Interrupted,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-        ] {
-            assert_eq!(parse_status(status.as_str(), "t").unwrap(), status);
-        }
-        assert!(matches!(
-            parse_status("paused", "t"),
-            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
-        ));
-    }
 }
