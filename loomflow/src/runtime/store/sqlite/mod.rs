@@ -20,6 +20,7 @@
 
 mod reader;
 mod rows;
+mod run_rows;
 mod runs;
 mod schema;
 mod writer;

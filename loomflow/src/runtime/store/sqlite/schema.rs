@@ -61,7 +61,7 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // 2 -> 3: the runs table and its leases (`runs.rs`).
     super::runs::MIGRATION,
     // 3 -> 4: what workers and run queries need on each run row (`runs.rs`).
-    super::runs::MIGRATION_WORKER,
+    super::run_rows::MIGRATION_WORKER,
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {

@@ -1,0 +1,415 @@
+//! Run rows as workers and people use them: submitting, finding the run a worker should
+//! carry on, reading and listing rows, and the row following each top-level checkpoint.
+//! The lease itself, and the writes made under it, are in `runs.rs`.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+use super::SqliteStore;
+use super::rows::{corrupt, to_i64, to_json, to_u64};
+use super::runs::{RunOp, done};
+use super::writer::Outcome;
+use crate::runtime::store::{
+    ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, StoreError, Submitted,
+};
+use futures_util::future::BoxFuture;
+
+/// Migration step 3 -> 4: what workers and run queries need. `status` becomes a
+/// [`RunState`] word; `runnable_at_ms` is when a worker may carry the run on without a
+/// signal (0 for queued and running runs, the wake time of a suspended one, NULL for a
+/// finished one), indexed so that finding work reads only runnable rows. Rows suspended
+/// before this version stay `interrupted` with no wake time: `recover` carries them on.
+pub(super) const MIGRATION_WORKER: &str = "
+    ALTER TABLE runs ADD COLUMN graph TEXT;
+    ALTER TABLE runs ADD COLUMN fingerprint TEXT;
+    ALTER TABLE runs ADD COLUMN waiting_on TEXT;
+    ALTER TABLE runs ADD COLUMN wake_at_ms INTEGER;
+    ALTER TABLE runs ADD COLUMN runnable_at_ms INTEGER;
+    ALTER TABLE runs ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN error TEXT;
+    ALTER TABLE runs ADD COLUMN input TEXT;
+    UPDATE runs SET runnable_at_ms = 0 WHERE status = 'running';
+    CREATE INDEX runs_by_runnable_at ON runs (runnable_at_ms) WHERE runnable_at_ms IS NOT NULL;
+    CREATE INDEX runs_by_update ON runs (updated_at_ms);
+    CREATE INDEX signals_pending ON signals (session, name) WHERE consumed_at_ms IS NULL;";
+
+/// The columns [`record_from_row`] reads, in order.
+pub(super) const RUN_COLUMNS: &str =
+    "thread, run, graph, fingerprint, status, waiting_on, wake_at_ms,
+    lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
+    updated_at_ms";
+
+/// Makes `thread`'s row follow a top-level checkpoint of run `run`.
+pub(super) fn follow(
+    conn: &Connection,
+    thread: &str,
+    run: i64,
+    update: &RowUpdate,
+) -> rusqlite::Result<()> {
+    let waiting_on = (!update.waiting_on.is_empty())
+        .then(|| serde_json::to_string(&update.waiting_on).unwrap_or_default());
+    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
+    let runnable = update
+        .runnable_at_ms()
+        .and_then(|ms| i64::try_from(ms).ok());
+    conn.prepare_cached(
+        "UPDATE runs SET run = ?2, status = ?3, waiting_on = ?4, wake_at_ms = ?5,
+                         runnable_at_ms = ?6, graph = COALESCE(?7, graph),
+                         fingerprint = COALESCE(?8, fingerprint), error = ?9, input = NULL,
+                         cancel_requested = cancel_requested AND ?10
+         WHERE thread = ?1",
+    )?
+    .execute(params![
+        thread,
+        run,
+        update.state.as_str(),
+        waiting_on,
+        wake,
+        runnable,
+        update.graph,
+        update.fingerprint,
+        update.error,
+        !update.state.is_finished(),
+    ])?;
+    Ok(())
+}
+
+pub(super) fn submit(
+    conn: &Connection,
+    thread: &str,
+    graph: &str,
+    input: &str,
+    now_ms: i64,
+) -> rusqlite::Result<Outcome> {
+    if let Some(record) = read_record(conn, thread)? {
+        let record = match record {
+            Ok(record) => record,
+            Err(e) => return Ok(Outcome::Submitted(Box::new(Err(e)))),
+        };
+        let held = record.lease_owner.is_some()
+            && i64::try_from(record.lease_until_ms).unwrap_or(i64::MAX) > now_ms;
+        if !record.state.is_finished() || held {
+            return Ok(Outcome::Submitted(Box::new(Ok(Submitted::Active(
+                Box::new(record),
+            )))));
+        }
+    }
+    conn.prepare_cached(
+        "INSERT INTO runs (thread, status, graph, input, runnable_at_ms, created_at_ms,
+                           updated_at_ms)
+         VALUES (?1, 'queued', ?2, ?3, 0, ?4, ?4)
+         ON CONFLICT (thread) DO UPDATE SET
+             status = 'queued', graph = ?2, input = ?3, runnable_at_ms = 0, fingerprint = NULL,
+             waiting_on = NULL, wake_at_ms = NULL, cancel_requested = 0, error = NULL,
+             lease_owner = NULL, lease_until_ms = 0, attempts = 0, created_at_ms = ?4,
+             updated_at_ms = ?4",
+    )?
+    .execute(params![thread, graph, input, now_ms])?;
+    Ok(Outcome::Submitted(Box::new(Ok(Submitted::Queued))))
+}
+
+/// The longest-waiting run a worker should carry on now, if any.
+pub(super) fn next_runnable(
+    conn: &Connection,
+    graphs: &str,
+    now_ms: i64,
+    due_ms: i64,
+) -> rusqlite::Result<Option<String>> {
+    // Queued and running rows have `runnable_at_ms` 0: a running one qualifies only once
+    // its lease has run out.
+    let due: Option<String> = conn
+        .prepare_cached(
+            "SELECT thread FROM runs
+             WHERE runnable_at_ms IS NOT NULL AND runnable_at_ms <= ?2
+               AND (lease_owner IS NULL OR lease_until_ms <= ?1)
+               AND graph IN (SELECT value FROM json_each(?3))
+             ORDER BY runnable_at_ms, updated_at_ms LIMIT 1",
+        )?
+        .query_row(params![now_ms, due_ms, graphs], |row| row.get(0))
+        .optional()?;
+    if due.is_some() {
+        return Ok(due);
+    }
+    conn.prepare_cached(
+        "SELECT r.thread FROM signals s JOIN runs r ON r.thread = s.session
+         WHERE s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
+           AND (r.lease_owner IS NULL OR r.lease_until_ms <= ?1)
+           AND r.graph IN (SELECT value FROM json_each(?2))
+           AND EXISTS (SELECT 1 FROM json_each(r.waiting_on) w WHERE w.value = s.name)
+         ORDER BY s.seq LIMIT 1",
+    )?
+    .query_row(params![now_ms, graphs], |row| row.get(0))
+    .optional()
+}
+
+/// `thread`, if its run waits for a signal, is of one of `graphs`, and is free.
+pub(super) fn waiting_run(
+    conn: &Connection,
+    thread: &str,
+    graphs: &str,
+    now_ms: i64,
+) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT thread FROM runs
+         WHERE thread = ?1 AND status IN ('waiting', 'interrupted')
+           AND (lease_owner IS NULL OR lease_until_ms <= ?2)
+           AND graph IN (SELECT value FROM json_each(?3))",
+    )?
+    .query_row(params![thread, now_ms, graphs], |row| row.get(0))
+    .optional()
+}
+
+/// `thread`'s row; `None` when it has none or never ran.
+pub(super) fn read_record(
+    conn: &Connection,
+    thread: &str,
+) -> rusqlite::Result<Option<Result<RunRecord, StoreError>>> {
+    conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE thread = ?1 AND status IS NOT NULL"
+    ))?
+    .query_row([thread], |row| Ok(record_from_row(row)))
+    .optional()
+}
+
+/// Decodes a row of [`RUN_COLUMNS`]. The outer error is SQLite's, the inner a row that
+/// does not decode.
+pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, StoreError> {
+    let read = || -> rusqlite::Result<_> {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+            row.get::<_, String>(4)?,
+            row.get::<_, Option<String>>(5)?,
+            row.get::<_, Option<i64>>(6)?,
+            row.get::<_, Option<String>>(7)?,
+            row.get::<_, i64>(8)?,
+            row.get::<_, i64>(9)?,
+            row.get::<_, bool>(10)?,
+            row.get::<_, Option<String>>(11)?,
+            (row.get::<_, i64>(12)?, row.get::<_, i64>(13)?),
+        ))
+    };
+    let (
+        thread,
+        run,
+        graph,
+        fingerprint,
+        status,
+        waiting_on,
+        wake_at_ms,
+        lease_owner,
+        lease_until_ms,
+        attempts,
+        cancel_requested,
+        error,
+        (created_at_ms, updated_at_ms),
+    ) = read().map_err(|e| corrupt("(runs)", e))?;
+    let state = RunState::parse(&status)
+        .ok_or_else(|| corrupt(&thread, format!("unknown run state {status:?}")))?;
+    let waiting_on = match waiting_on {
+        Some(names) => serde_json::from_str(&names)
+            .map_err(|e| corrupt(&thread, format!("waiting_on of the run: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(RunRecord {
+        run: to_u64(run, "run", &thread)?,
+        graph,
+        fingerprint,
+        state,
+        waiting_on,
+        wake_at_ms: wake_at_ms
+            .map(|ms| to_u64(ms, "wake time", &thread))
+            .transpose()?,
+        lease_owner,
+        lease_until_ms: to_u64(lease_until_ms.max(0), "lease expiry", &thread)?,
+        attempts: to_u64(attempts, "attempts", &thread)?,
+        cancel_requested,
+        error,
+        created_at_ms: to_u64(created_at_ms, "creation time", &thread)?,
+        updated_at_ms: to_u64(updated_at_ms, "update time", &thread)?,
+        thread,
+    })
+}
+
+fn graph_list(graphs: &[String], thread: &str) -> Result<String, StoreError> {
+    to_json(&graphs, thread)
+}
+
+type Decoded<T> = Result<T, StoreError>;
+
+fn runnable(outcome: Outcome) -> Result<Decoded<Option<ClaimedRun>>, Outcome> {
+    match outcome {
+        Outcome::Runnable(claimed) => Ok((|| {
+            let Some((record, input)) = *claimed else {
+                return Ok(None);
+            };
+            let record = record?;
+            let input = input
+                .map(|text| {
+                    serde_json::from_str(&text)
+                        .map_err(|e| corrupt(&record.thread, format!("input of the run: {e}")))
+                })
+                .transpose()?;
+            Ok(Some(ClaimedRun { record, input }))
+        })()),
+        other => Err(other),
+    }
+}
+
+/// Flattens a row that was read but may not decode.
+fn decoded<'a, T: Send + 'a>(
+    read: BoxFuture<'a, Result<Decoded<T>, StoreError>>,
+) -> BoxFuture<'a, Result<T, StoreError>> {
+    Box::pin(async move { read.await? })
+}
+
+impl SqliteStore {
+    pub(super) fn submit<'a>(
+        &'a self,
+        thread: &'a str,
+        graph: &'a str,
+        input: &Value,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Submitted, StoreError>> {
+        let op = (|| {
+            Ok(RunOp::Submit {
+                thread: thread.to_owned(),
+                graph: graph.to_owned(),
+                input: to_json(input, thread)?,
+                now_ms: to_i64(now_ms, "time", thread)?,
+            })
+        })();
+        decoded(
+            self.run_op(thread.to_owned(), None, op, |outcome| match outcome {
+                Outcome::Submitted(submitted) => Ok(*submitted),
+                other => Err(other),
+            }),
+        )
+    }
+
+    pub(super) fn claim_runnable<'a>(
+        &'a self,
+        thread: Option<&'a str>,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        (now_ms, due_ms): (u64, u64),
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        let label = thread.unwrap_or("(next run)");
+        let op = (|| {
+            Ok(RunOp::ClaimRunnable {
+                thread: thread.map(str::to_owned),
+                graphs: graph_list(graphs, label)?,
+                owner: owner.to_owned(),
+                until_ms: to_i64(lease_until_ms, "lease expiry", label)?,
+                now_ms: to_i64(now_ms, "time", label)?,
+                due_ms: to_i64(due_ms, "time", label)?,
+            })
+        })();
+        decoded(self.run_op(label.to_owned(), None, op, runnable))
+    }
+
+    pub(super) fn request_cancel_run<'a>(
+        &'a self,
+        thread: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        let op = (|| {
+            Ok(RunOp::RequestCancel {
+                thread: thread.to_owned(),
+                now_ms: to_i64(now_ms, "time", thread)?,
+            })
+        })();
+        decoded(
+            self.run_op(thread.to_owned(), None, op, |outcome| match outcome {
+                Outcome::Record(record) => Ok(record.transpose()),
+                other => Err(other),
+            }),
+        )
+    }
+
+    pub(super) fn finish<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        state: RunState,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let op = Ok(RunOp::Finish {
+            thread: thread.to_owned(),
+            owner: owner.to_owned(),
+            state,
+            error,
+        });
+        self.run_op(thread.to_owned(), Some(owner.to_owned()), op, done)
+    }
+
+    pub(super) fn read_run<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        let owned = thread.to_owned();
+        self.read(thread, move |conn| {
+            Ok(read_record(conn, &owned)?.transpose())
+        })
+    }
+
+    pub(super) fn query_runs<'a>(
+        &'a self,
+        filter: &RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
+        let filter = filter.clone();
+        self.read("(runs)", move |conn| {
+            let limit = filter
+                .limit
+                .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+            let before = filter
+                .updated_before_ms
+                .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs
+                 WHERE status IS NOT NULL
+                   AND (?1 IS NULL OR status = ?1)
+                   AND (?2 IS NULL OR graph = ?2)
+                   AND (?3 IS NULL OR updated_at_ms < ?3)
+                 ORDER BY updated_at_ms DESC, thread LIMIT ?4"
+            ))?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        filter.state.map(RunState::as_str),
+                        filter.graph,
+                        before,
+                        limit
+                    ],
+                    |row| Ok(record_from_row(row)),
+                )?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows.into_iter().collect())
+        })
+    }
+
+    pub(super) fn next_wake<'a>(
+        &'a self,
+        graphs: &'a [String],
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let graphs = graph_list(graphs, "(runs)");
+        let due = i64::try_from(due_ms).unwrap_or(i64::MAX);
+        self.read("(runs)", move |conn| {
+            let graphs = match graphs {
+                Ok(graphs) => graphs,
+                Err(e) => return Ok(Err(e)),
+            };
+            let next: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT MIN(runnable_at_ms) FROM runs
+                     WHERE runnable_at_ms > ?1 AND graph IN (SELECT value FROM json_each(?2))",
+                )?
+                .query_row(params![due, graphs], |row| row.get(0))?;
+            Ok(Ok(next.and_then(|ms| u64::try_from(ms).ok())))
+        })
+    }
+}
