@@ -1,7 +1,7 @@
 //! [`Error`], the facade over every subsystem's error.
 //!
 //! Each layer owns its error type: the engine [`GraphError`] and [`RunError`], the runtime
-//! [`RuntimeError`](crate::runtime::RuntimeError), [`StoreError`] and [`SignalError`], and above
+//! [`RuntimeError`], [`StoreError`] and [`SignalError`], and above
 //! them [`ModelError`], [`ToolError`] and [`AgentError`]. `Error` collects them so that node
 //! bodies and applications can use `?` on all of them. The engine never names this type:
 //! it sees a node's error as a boxed `std::error::Error` (see

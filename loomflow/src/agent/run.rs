@@ -157,7 +157,7 @@ impl<'a> AgentRun<'a> {
     /// chunks and tool calls and results ([`AgentEvent`](super::AgentEvent)s, carried as
     /// `EventKind::Backend`), then `Done` or `Error`. Dropping the stream cancels the run.
     ///
-    /// The rules of [`run`](Self::run) hold: it waits for the session's turn (runs on one
+    /// The rules of [`Agent::run`](crate::agent::Agent::run) hold: it waits for the session's turn (runs on one
     /// session take turns), and the agent's timeout ends the run with an `Error` event and,
     /// from [`AgentStream::outcome`], [`AgentError::Timeout`].
     ///

@@ -226,7 +226,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// A timeout ([`SignalError::Timeout`](crate::runtime::SignalError::Timeout)); a payload
+    /// A timeout ([`SignalError::Timeout`]); a payload
     /// that is not a `T` (it stays at the head of its queue); a reserved or empty name; a
     /// store failure.
     ///
