@@ -14,9 +14,32 @@ use futures_util::future::BoxFuture;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
 /// [`Runtime::in_memory`](crate::Runtime::in_memory).
-#[derive(Debug, Default)]
+///
+/// # Retention
+///
+/// A long-lived process would otherwise keep every checkpoint of every run. By default a
+/// thread keeps its newest [`DEFAULT_RETAINED_CHECKPOINTS`] checkpoints, and always keeps
+/// the checkpoints runs need to carry on: the newest of each namespace (a subgraph's too)
+/// and every interrupted one. Older ones are dropped, a batch at a time:
+/// [`list_checkpoints`](Store::list_checkpoints) returns only those kept, and
+/// [`Runtime::fork`](crate::Runtime::fork) from a dropped one fails with
+/// `RuntimeError::UnknownCheckpoint`. [`MemoryStore::with_retention`] changes the bound;
+/// `None` keeps everything.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::runtime::MemoryStore;
+///
+/// let everything = MemoryStore::with_retention(None);
+/// let little = MemoryStore::with_retention(Some(10));
+/// # let _ = (everything, little);
+/// ```
+#[derive(Debug)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// How many checkpoints a thread keeps (see [Retention](MemoryStore#retention)).
+    retention: Option<usize>,
     /// Bumped by every write, for [`Store::change_counter`].
     changes: std::sync::atomic::AtomicU64,
 }
@@ -156,14 +179,21 @@ impl Inner {
         }
     }
 
-    fn insert_checkpoint(&mut self, mut checkpoint: Checkpoint) -> u64 {
+    fn insert_checkpoint(&mut self, mut checkpoint: Checkpoint, retention: Option<usize>) -> u64 {
         self.next_id += 1;
         checkpoint.id = self.next_id;
         let id = checkpoint.id;
-        self.checkpoints
+        let kept = self
+            .checkpoints
             .entry(checkpoint.thread.clone())
-            .or_default()
-            .push(checkpoint);
+            .or_default();
+        kept.push(checkpoint);
+        // Pruned a batch at a time (past half as many again), so that a step costs no scan.
+        if let Some(limit) = retention
+            && kept.len() > limit + limit / 2 + 1
+        {
+            prune(kept, limit);
+        }
         id
     }
 
@@ -178,10 +208,57 @@ impl Inner {
     }
 }
 
+/// How many checkpoints a thread of a [`MemoryStore`] keeps by default.
+pub const DEFAULT_RETAINED_CHECKPOINTS: usize = 100;
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::with_retention(Some(DEFAULT_RETAINED_CHECKPOINTS))
+    }
+}
+
+/// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest of each
+/// namespace and every interrupted one whatever their age.
+fn prune(kept: &mut Vec<Checkpoint>, limit: usize) {
+    let mut newest: HashMap<&str, u64> = HashMap::new();
+    for cp in kept.iter() {
+        newest.insert(cp.namespace.as_str(), cp.id);
+    }
+    let needed = |cp: &Checkpoint| {
+        cp.status == super::RunStatus::Interrupted
+            || newest.get(cp.namespace.as_str()) == Some(&cp.id)
+    };
+    let mut excess = kept.len().saturating_sub(limit);
+    let drop: std::collections::HashSet<u64> = kept
+        .iter()
+        .filter(|cp| {
+            if excess > 0 && !needed(cp) {
+                excess -= 1;
+                true
+            } else {
+                false
+            }
+        })
+        .map(|cp| cp.id)
+        .collect();
+    kept.retain(|cp| !drop.contains(&cp.id));
+}
+
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store, keeping [`DEFAULT_RETAINED_CHECKPOINTS`] checkpoints per thread (see
+    /// [Retention](MemoryStore#retention)).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store keeping at most `checkpoints` checkpoints per thread, besides those
+    /// runs need; `None` keeps every one.
+    pub fn with_retention(checkpoints: Option<usize>) -> Self {
+        Self {
+            inner: Mutex::default(),
+            retention: checkpoints.map(|n| n.max(1)),
+            changes: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Inner>, StoreError> {
@@ -225,7 +302,7 @@ impl Store for MemoryStore {
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
         ready(
             self.lock_mut()
-                .map(|mut inner| inner.insert_checkpoint(checkpoint)),
+                .map(|mut inner| inner.insert_checkpoint(checkpoint, self.retention)),
         )
     }
 
@@ -391,7 +468,7 @@ impl Store for MemoryStore {
             {
                 row.follow(&checkpoint);
             }
-            Ok(inner.insert_checkpoint(checkpoint))
+            Ok(inner.insert_checkpoint(checkpoint, self.retention))
         }))
     }
 
@@ -408,7 +485,7 @@ impl Store for MemoryStore {
                 }
                 row.let_go();
             }
-            Ok(inner.insert_checkpoint(checkpoint))
+            Ok(inner.insert_checkpoint(checkpoint, self.retention))
         }))
     }
 
@@ -622,5 +699,74 @@ impl Store for MemoryStore {
 
     fn change_counter(&self) -> Option<u64> {
         Some(self.changes.load(std::sync::atomic::Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::RunStatus;
+
+    fn cp(namespace: &str, step: u64, status: RunStatus) -> Checkpoint {
+        Checkpoint::new("t", 1, namespace, step, status, json!({ "state": step }))
+    }
+
+    #[tokio::test]
+    async fn retention_keeps_the_newest_and_what_runs_need() {
+        let store = MemoryStore::with_retention(Some(10));
+        store
+            .put_checkpoint(cp("child:1", 0, RunStatus::Running))
+            .await
+            .unwrap();
+        let interrupted = store
+            .put_checkpoint(cp("", 0, RunStatus::Interrupted))
+            .await
+            .unwrap();
+        for step in 1..=100 {
+            store
+                .put_checkpoint(cp("", step, RunStatus::Running))
+                .await
+                .unwrap();
+        }
+        let kept = store.list_checkpoints("t").await.unwrap();
+        assert!((10..=16).contains(&kept.len()), "{}", kept.len());
+        assert!(
+            kept.iter().any(|c| c.id == interrupted),
+            "interrupted checkpoints stay"
+        );
+        assert!(
+            kept.iter().any(|c| c.namespace == "child:1"),
+            "each namespace's newest stays"
+        );
+        assert_eq!(kept.last().unwrap().step, 100, "the newest stays");
+        assert!(
+            store.get_checkpoint("t", 5).await.unwrap().is_none(),
+            "old ones go"
+        );
+        assert_eq!(
+            store
+                .latest_checkpoint("t", "child:1")
+                .await
+                .unwrap()
+                .unwrap()
+                .step,
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn without_retention_everything_stays() {
+        let store = MemoryStore::with_retention(None);
+        for step in 0..300 {
+            store
+                .put_checkpoint(cp("", step, RunStatus::Running))
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.list_checkpoints("t").await.unwrap().len(), 300);
     }
 }

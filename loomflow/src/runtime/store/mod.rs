@@ -43,7 +43,7 @@ pub(crate) mod runs;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use memory::MemoryStore;
+pub use memory::{DEFAULT_RETAINED_CHECKPOINTS, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted};
