@@ -6,11 +6,17 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 
 use super::{
-    Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord, RunState,
-    SignalPush, Store, StoreError, StoredSignal, Submitted,
+    Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord, RunState, SignalPush, Store,
+    StoreError, StoredSignal, Submitted,
 };
 use crate::runtime::clock::now_ms;
+
+mod retention;
+mod run_row;
+
 use futures_util::future::BoxFuture;
+use retention::prune;
+use run_row::RunRow;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
 /// [`Runtime::in_memory`](crate::Runtime::in_memory).
@@ -55,112 +61,6 @@ struct Inner {
     keys: HashSet<(String, String, String)>,
     /// Each thread's current run and its lease.
     runs: HashMap<String, RunRow>,
-}
-
-/// A thread's current run, as the SQLite store's `runs` table keeps it.
-#[derive(Debug, Default)]
-struct RunRow {
-    run: u64,
-    /// `None` until the run's first checkpoint (or submit): claimed, never written.
-    state: Option<RunState>,
-    graph: Option<String>,
-    fingerprint: Option<String>,
-    waiting_on: Vec<String>,
-    wake_at_ms: Option<u64>,
-    runnable_at_ms: Option<u64>,
-    owner: Option<String>,
-    until_ms: u64,
-    attempts: u64,
-    cancel_requested: bool,
-    error: Option<String>,
-    input: Option<Value>,
-    created_at_ms: u64,
-    updated_at_ms: u64,
-}
-
-impl RunRow {
-    fn record(&self, thread: &str) -> Option<RunRecord> {
-        Some(RunRecord {
-            thread: thread.to_owned(),
-            run: self.run,
-            graph: self.graph.clone(),
-            fingerprint: self.fingerprint.clone(),
-            state: self.state?,
-            waiting_on: self.waiting_on.clone(),
-            wake_at_ms: self.wake_at_ms,
-            lease_owner: self.owner.clone(),
-            lease_until_ms: self.until_ms,
-            attempts: self.attempts,
-            cancel_requested: self.cancel_requested,
-            error: self.error.clone(),
-            created_at_ms: self.created_at_ms,
-            updated_at_ms: self.updated_at_ms,
-        })
-    }
-
-    /// Whether no execution holds it at `now_ms`.
-    fn is_free(&self, now_ms: u64) -> bool {
-        self.owner.is_none() || self.until_ms <= now_ms
-    }
-
-    /// Follows a top-level checkpoint.
-    fn follow(&mut self, checkpoint: &Checkpoint) {
-        let update = RowUpdate::of(checkpoint);
-        self.run = checkpoint.run;
-        self.runnable_at_ms = update.runnable_at_ms();
-        self.state = Some(update.state);
-        self.waiting_on = update.waiting_on;
-        self.wake_at_ms = update.wake_at_ms;
-        if update.graph.is_some() {
-            self.graph = update.graph;
-        }
-        if update.fingerprint.is_some() {
-            self.fingerprint = update.fingerprint;
-        }
-        self.error = update.error;
-        self.input = None;
-        if update.state.is_finished() {
-            self.cancel_requested = false;
-        }
-        self.updated_at_ms = now_ms();
-    }
-
-    fn in_graphs(&self, graphs: &[String]) -> bool {
-        self.graph.as_ref().is_some_and(|g| graphs.contains(g))
-    }
-
-    /// Takes the lease for `owner`, counting an attempt.
-    fn take_lease(&mut self, owner: &str, until_ms: u64, now_ms: u64) {
-        self.owner = Some(owner.to_owned());
-        self.until_ms = until_ms;
-        self.attempts += 1;
-        self.updated_at_ms = now_ms;
-        self.mark_in_flight();
-    }
-
-    /// A suspended run being carried on is runnable at once should its execution die (once
-    /// its lease runs out), whatever woke it.
-    fn mark_in_flight(&mut self) {
-        if matches!(
-            self.state,
-            Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted)
-        ) {
-            self.runnable_at_ms = Some(0);
-        }
-    }
-
-    /// Lets the run go: a suspended run let go without a new checkpoint is runnable again
-    /// only at its wake time.
-    fn let_go(&mut self) {
-        self.owner = None;
-        self.until_ms = 0;
-        if matches!(
-            self.state,
-            Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted)
-        ) {
-            self.runnable_at_ms = self.wake_at_ms;
-        }
-    }
 }
 
 impl Inner {
@@ -215,33 +115,6 @@ impl Default for MemoryStore {
     fn default() -> Self {
         Self::with_retention(Some(DEFAULT_RETAINED_CHECKPOINTS))
     }
-}
-
-/// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest of each
-/// namespace and every interrupted one whatever their age.
-fn prune(kept: &mut Vec<Checkpoint>, limit: usize) {
-    let mut newest: HashMap<&str, u64> = HashMap::new();
-    for cp in kept.iter() {
-        newest.insert(cp.namespace.as_str(), cp.id);
-    }
-    let needed = |cp: &Checkpoint| {
-        cp.status == super::RunStatus::Interrupted
-            || newest.get(cp.namespace.as_str()) == Some(&cp.id)
-    };
-    let mut excess = kept.len().saturating_sub(limit);
-    let drop: std::collections::HashSet<u64> = kept
-        .iter()
-        .filter(|cp| {
-            if excess > 0 && !needed(cp) {
-                excess -= 1;
-                true
-            } else {
-                false
-            }
-        })
-        .map(|cp| cp.id)
-        .collect();
-    kept.retain(|cp| !drop.contains(&cp.id));
 }
 
 impl MemoryStore {
@@ -699,74 +572,5 @@ impl Store for MemoryStore {
 
     fn change_counter(&self) -> Option<u64> {
         Some(self.changes.load(std::sync::atomic::Ordering::Acquire))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use serde_json::json;
-
-    use super::*;
-    use crate::runtime::RunStatus;
-
-    fn cp(namespace: &str, step: u64, status: RunStatus) -> Checkpoint {
-        Checkpoint::new("t", 1, namespace, step, status, json!({ "state": step }))
-    }
-
-    #[tokio::test]
-    async fn retention_keeps_the_newest_and_what_runs_need() {
-        let store = MemoryStore::with_retention(Some(10));
-        store
-            .put_checkpoint(cp("child:1", 0, RunStatus::Running))
-            .await
-            .unwrap();
-        let interrupted = store
-            .put_checkpoint(cp("", 0, RunStatus::Interrupted))
-            .await
-            .unwrap();
-        for step in 1..=100 {
-            store
-                .put_checkpoint(cp("", step, RunStatus::Running))
-                .await
-                .unwrap();
-        }
-        let kept = store.list_checkpoints("t").await.unwrap();
-        assert!((10..=16).contains(&kept.len()), "{}", kept.len());
-        assert!(
-            kept.iter().any(|c| c.id == interrupted),
-            "interrupted checkpoints stay"
-        );
-        assert!(
-            kept.iter().any(|c| c.namespace == "child:1"),
-            "each namespace's newest stays"
-        );
-        assert_eq!(kept.last().unwrap().step, 100, "the newest stays");
-        assert!(
-            store.get_checkpoint("t", 5).await.unwrap().is_none(),
-            "old ones go"
-        );
-        assert_eq!(
-            store
-                .latest_checkpoint("t", "child:1")
-                .await
-                .unwrap()
-                .unwrap()
-                .step,
-            0
-        );
-    }
-
-    #[tokio::test]
-    async fn without_retention_everything_stays() {
-        let store = MemoryStore::with_retention(None);
-        for step in 0..300 {
-            store
-                .put_checkpoint(cp("", step, RunStatus::Running))
-                .await
-                .unwrap();
-        }
-        assert_eq!(store.list_checkpoints("t").await.unwrap().len(), 300);
     }
 }

@@ -1,0 +1,100 @@
+//! Retention: how many checkpoints a thread of the memory store keeps.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::runtime::store::{Checkpoint, RunStatus};
+
+/// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest of each
+/// namespace and every interrupted one whatever their age.
+pub(super) fn prune(kept: &mut Vec<Checkpoint>, limit: usize) {
+    let mut newest: HashMap<&str, u64> = HashMap::new();
+    for cp in kept.iter() {
+        newest.insert(cp.namespace.as_str(), cp.id);
+    }
+    let needed = |cp: &Checkpoint| {
+        cp.status == RunStatus::Interrupted || newest.get(cp.namespace.as_str()) == Some(&cp.id)
+    };
+    let mut excess = kept.len().saturating_sub(limit);
+    let drop: HashSet<u64> = kept
+        .iter()
+        .filter(|cp| {
+            if excess > 0 && !needed(cp) {
+                excess -= 1;
+                true
+            } else {
+                false
+            }
+        })
+        .map(|cp| cp.id)
+        .collect();
+    kept.retain(|cp| !drop.contains(&cp.id));
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::super::MemoryStore;
+    use crate::runtime::store::{Checkpoint, RunStatus, Store};
+
+    fn cp(namespace: &str, step: u64, status: RunStatus) -> Checkpoint {
+        Checkpoint::new("t", 1, namespace, step, status, json!({ "state": step }))
+    }
+
+    #[tokio::test]
+    async fn retention_keeps_the_newest_and_what_runs_need() {
+        let store = MemoryStore::with_retention(Some(10));
+        store
+            .put_checkpoint(cp("child:1", 0, RunStatus::Running))
+            .await
+            .unwrap();
+        let interrupted = store
+            .put_checkpoint(cp("", 0, RunStatus::Interrupted))
+            .await
+            .unwrap();
+        for step in 1..=100 {
+            store
+                .put_checkpoint(cp("", step, RunStatus::Running))
+                .await
+                .unwrap();
+        }
+        let kept = store.list_checkpoints("t").await.unwrap();
+        assert!((10..=16).contains(&kept.len()), "{}", kept.len());
+        assert!(
+            kept.iter().any(|c| c.id == interrupted),
+            "interrupted checkpoints stay"
+        );
+        assert!(
+            kept.iter().any(|c| c.namespace == "child:1"),
+            "each namespace's newest stays"
+        );
+        assert_eq!(kept.last().unwrap().step, 100, "the newest stays");
+        assert!(
+            store.get_checkpoint("t", 5).await.unwrap().is_none(),
+            "old ones go"
+        );
+        assert_eq!(
+            store
+                .latest_checkpoint("t", "child:1")
+                .await
+                .unwrap()
+                .unwrap()
+                .step,
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn without_retention_everything_stays() {
+        let store = MemoryStore::with_retention(None);
+        for step in 0..300 {
+            store
+                .put_checkpoint(cp("", step, RunStatus::Running))
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.list_checkpoints("t").await.unwrap().len(), 300);
+    }
+}

@@ -1,0 +1,112 @@
+//! A thread's run row in the memory store.
+
+use serde_json::Value;
+
+use crate::runtime::clock::now_ms;
+use crate::runtime::store::{Checkpoint, RowUpdate, RunRecord, RunState};
+
+/// A thread's current run, as the SQLite store's `runs` table keeps it.
+#[derive(Debug, Default)]
+pub(super) struct RunRow {
+    pub(super) run: u64,
+    /// `None` until the run's first checkpoint (or submit): claimed, never written.
+    pub(super) state: Option<RunState>,
+    pub(super) graph: Option<String>,
+    pub(super) fingerprint: Option<String>,
+    pub(super) waiting_on: Vec<String>,
+    pub(super) wake_at_ms: Option<u64>,
+    pub(super) runnable_at_ms: Option<u64>,
+    pub(super) owner: Option<String>,
+    pub(super) until_ms: u64,
+    pub(super) attempts: u64,
+    pub(super) cancel_requested: bool,
+    pub(super) error: Option<String>,
+    pub(super) input: Option<Value>,
+    pub(super) created_at_ms: u64,
+    pub(super) updated_at_ms: u64,
+}
+
+impl RunRow {
+    pub(super) fn record(&self, thread: &str) -> Option<RunRecord> {
+        Some(RunRecord {
+            thread: thread.to_owned(),
+            run: self.run,
+            graph: self.graph.clone(),
+            fingerprint: self.fingerprint.clone(),
+            state: self.state?,
+            waiting_on: self.waiting_on.clone(),
+            wake_at_ms: self.wake_at_ms,
+            lease_owner: self.owner.clone(),
+            lease_until_ms: self.until_ms,
+            attempts: self.attempts,
+            cancel_requested: self.cancel_requested,
+            error: self.error.clone(),
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+        })
+    }
+
+    /// Whether no execution holds it at `now_ms`.
+    pub(super) fn is_free(&self, now_ms: u64) -> bool {
+        self.owner.is_none() || self.until_ms <= now_ms
+    }
+
+    /// Follows a top-level checkpoint.
+    pub(super) fn follow(&mut self, checkpoint: &Checkpoint) {
+        let update = RowUpdate::of(checkpoint);
+        self.run = checkpoint.run;
+        self.runnable_at_ms = update.runnable_at_ms();
+        self.state = Some(update.state);
+        self.waiting_on = update.waiting_on;
+        self.wake_at_ms = update.wake_at_ms;
+        if update.graph.is_some() {
+            self.graph = update.graph;
+        }
+        if update.fingerprint.is_some() {
+            self.fingerprint = update.fingerprint;
+        }
+        self.error = update.error;
+        self.input = None;
+        if update.state.is_finished() {
+            self.cancel_requested = false;
+        }
+        self.updated_at_ms = now_ms();
+    }
+
+    pub(super) fn in_graphs(&self, graphs: &[String]) -> bool {
+        self.graph.as_ref().is_some_and(|g| graphs.contains(g))
+    }
+
+    /// Takes the lease for `owner`, counting an attempt.
+    pub(super) fn take_lease(&mut self, owner: &str, until_ms: u64, now_ms: u64) {
+        self.owner = Some(owner.to_owned());
+        self.until_ms = until_ms;
+        self.attempts += 1;
+        self.updated_at_ms = now_ms;
+        self.mark_in_flight();
+    }
+
+    /// A suspended run being carried on is runnable at once should its execution die (once
+    /// its lease runs out), whatever woke it.
+    pub(super) fn mark_in_flight(&mut self) {
+        if matches!(
+            self.state,
+            Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted)
+        ) {
+            self.runnable_at_ms = Some(0);
+        }
+    }
+
+    /// Lets the run go: a suspended run let go without a new checkpoint is runnable again
+    /// only at its wake time.
+    pub(super) fn let_go(&mut self) {
+        self.owner = None;
+        self.until_ms = 0;
+        if matches!(
+            self.state,
+            Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted)
+        ) {
+            self.runnable_at_ms = self.wake_at_ms;
+        }
+    }
+}
