@@ -69,3 +69,42 @@ pub fn child_test_process(entry: &str) -> Command {
     ]);
     command
 }
+
+/// A SQLite file path in the temp directory, removed (with its WAL files) when dropped.
+#[derive(Debug)]
+pub struct TempDb(pub std::path::PathBuf);
+
+impl TempDb {
+    /// A fresh path for `name`, unique to this process and call.
+    pub fn new(name: &str) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "loomflow-{name}-{}-{}.db",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let db = Self(path);
+        db.remove();
+        db
+    }
+
+    /// The path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    fn remove(&self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = self.0.clone().into_os_string();
+            name.push(suffix);
+            let _ = std::fs::remove_file(name);
+        }
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}

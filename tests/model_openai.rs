@@ -490,6 +490,13 @@ async fn a_stalled_stream_times_out_after_its_first_chunks() {
         .build()
         .unwrap();
     let mut stream = model.stream(ModelRequest::new(vec![Message::user("Hi")]));
+    // The first chunk names the model that answers, then the text comes.
+    assert_eq!(
+        stream.next().await.unwrap().unwrap(),
+        StreamChunk::Model {
+            model: "gpt-test".into()
+        }
+    );
     assert_eq!(
         stream.next().await.unwrap().unwrap(),
         StreamChunk::Text { text: "Hi".into() }

@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [4]);
+    assert_eq!(versions, [5]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,7 +282,8 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     // Take the file back to what version 2 wrote.
     let conn = rusqlite::Connection::open(db.path()).unwrap();
     conn.execute_batch(
-        "DROP TABLE runs; DROP INDEX signals_pending; UPDATE meta SET schema_version = 2;",
+        "DROP TABLE runs; DROP INDEX signals_pending; DROP TABLE audit;
+         UPDATE meta SET schema_version = 2;",
     )
     .unwrap();
     drop(conn);
@@ -300,7 +301,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -589,7 +590,7 @@ async fn a_version_3_file_gains_the_worker_columns() {
          ALTER TABLE runs DROP COLUMN waiting_on; ALTER TABLE runs DROP COLUMN wake_at_ms;
          ALTER TABLE runs DROP COLUMN runnable_at_ms;
          ALTER TABLE runs DROP COLUMN cancel_requested; ALTER TABLE runs DROP COLUMN error;
-         ALTER TABLE runs DROP COLUMN input; UPDATE meta SET schema_version = 3;",
+         ALTER TABLE runs DROP COLUMN input; DROP TABLE audit; UPDATE meta SET schema_version = 3;",
     )
     .unwrap();
     drop(conn);
@@ -605,4 +606,33 @@ async fn a_version_3_file_gains_the_worker_columns() {
         .await
         .unwrap();
     assert_eq!(all.len(), 1);
+}
+
+#[tokio::test]
+async fn a_version_4_file_gains_the_audit_log() {
+    let db = TempDb::new("v4");
+    let store = SqliteStore::open(db.path()).unwrap();
+    let cp = Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({"state": 1}));
+    store.put_checkpoint(cp).await.unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch("DROP TABLE audit; UPDATE meta SET schema_version = 4;")
+        .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(db.path()).unwrap();
+    let latest = store.latest_checkpoint("t", "").await.unwrap().unwrap();
+    assert_eq!(latest.state(), &json!(1));
+    let entry = loomflow::runtime::AuditEntry::new(
+        "t",
+        loomflow::runtime::AuditKind::Resume,
+        "n#0",
+        json!({}),
+    );
+    store.append_audit(vec![entry]).await.unwrap();
+    let log = store
+        .audit(&loomflow::runtime::AuditQuery::thread("t"))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1);
 }

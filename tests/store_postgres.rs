@@ -49,7 +49,7 @@ async fn a_database_written_by_a_newer_loomflow_is_refused() {
             found,
             supported,
         }) => {
-            assert_eq!((found, supported), (99, 1));
+            assert_eq!((found, supported), (99, 2));
             assert!(path.starts_with("postgres://postgres@"), "{path}");
             assert!(!path.contains("not-shown"), "{path}");
         }
@@ -78,7 +78,7 @@ async fn processes_starting_together_create_the_tables_once() {
         .await
         .unwrap();
     let versions: Vec<i64> = versions.iter().map(|row| row.get(0)).collect();
-    assert_eq!(versions, [1], "one version row, at the current version");
+    assert_eq!(versions, [2], "one version row, at the current version");
     // And each of them works on the tables the first one made.
     for (n, store) in stores.iter().enumerate() {
         let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
@@ -284,4 +284,32 @@ async fn an_execution_dropped_mid_run_lets_its_run_go_at_once() {
             .is_ok_and(|info| info.record.lease_owner.is_none())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_gains_the_audit_log() {
+    let Some(db) = TempPgDb::create("audit migration").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let cp = Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({ "state": 1 }));
+    store.put_checkpoint(cp).await.unwrap();
+    drop(store);
+    db.execute("DROP TABLE loomflow_audit; UPDATE loomflow_meta SET schema_version = 1")
+        .await;
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let latest = store.latest_checkpoint("t", "").await.unwrap().unwrap();
+    assert_eq!(latest.state(), &json!(1));
+    let entry = loomflow::runtime::AuditEntry::new(
+        "t",
+        loomflow::runtime::AuditKind::Resume,
+        "n#0",
+        json!({}),
+    );
+    store.append_audit(vec![entry]).await.unwrap();
+    let log = store
+        .audit(&loomflow::runtime::AuditQuery::thread("t"))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1);
 }

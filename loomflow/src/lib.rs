@@ -120,6 +120,7 @@ pub mod http;
 pub mod model;
 pub mod runtime;
 mod sync;
+pub mod telemetry;
 pub mod tool;
 mod type_name;
 pub mod worker;

@@ -42,7 +42,8 @@ impl Budget {
     }
 
     /// Caps the cost of one run, in US dollars, at the prices set with
-    /// [`prices_per_million`](Self::prices_per_million).
+    /// [`prices_per_million`](Self::prices_per_million), or without those, at the agent's
+    /// [price table](crate::agent::AgentBuilder::prices).
     pub fn max_cost_usd(mut self, usd: f64) -> Self {
         self.max_cost_usd = Some(usd);
         self
@@ -69,18 +70,27 @@ impl Budget {
             / 1_000_000.0
     }
 
-    /// The first cap that `usage` (a run's) or the user's total has reached.
-    pub(crate) fn exceeded(&self, usage: &Usage, user: Option<&str>) -> Option<BudgetCap> {
+    /// The first cap that `usage` (a run's, which cost `cost_usd` at the agent's price
+    /// table) or the user's total has reached.
+    pub(crate) fn exceeded(
+        &self,
+        usage: &Usage,
+        cost_usd: Option<f64>,
+        user: Option<&str>,
+    ) -> Option<BudgetCap> {
         if self
             .max_tokens
             .is_some_and(|cap| usage.total_tokens() >= cap)
         {
             return Some(BudgetCap::Tokens);
         }
-        if self
-            .max_cost_usd
-            .is_some_and(|cap| self.cost_usd(usage) >= cap)
-        {
+        let priced_here = self.input_price != 0.0 || self.output_price != 0.0;
+        let cost = if priced_here {
+            self.cost_usd(usage)
+        } else {
+            cost_usd.unwrap_or(0.0)
+        };
+        if self.max_cost_usd.is_some_and(|cap| cost >= cap) {
             return Some(BudgetCap::Cost);
         }
         if let (Some(cap), Some(user)) = (self.max_tokens_per_user, user) {

@@ -39,6 +39,7 @@
 
 mod budget;
 mod handoff;
+mod observe;
 mod react;
 mod run;
 mod state;
@@ -58,7 +59,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::CompiledGraph;
-use crate::model::{Message, Model, ModelRequest, OutputSchema};
+use crate::model::{Message, Model, ModelRequest, OutputSchema, PriceTable};
 use crate::runtime::Runtime;
 use crate::tool::{Tool, ToolHost};
 
@@ -134,6 +135,10 @@ pub(crate) struct AgentCore {
     max_tokens: Option<u32>,
     /// Handoff tools (swarms): tool name → the agent it transfers to.
     pub(crate) handoffs: Vec<(String, String)>,
+    /// Whether `chat` spans record the messages sent and received.
+    pub(crate) record_content: bool,
+    /// What each model's tokens cost.
+    pub(crate) prices: PriceTable,
 }
 
 impl AgentCore {
@@ -280,6 +285,8 @@ impl Agent {
             temperature: self.core.temperature,
             max_tokens: self.core.max_tokens,
             handoffs,
+            record_content: self.core.record_content,
+            prices: self.core.prices.clone(),
         });
         let graph = react::build(&core)?;
         Ok(Self {
@@ -314,6 +321,8 @@ pub struct AgentBuilder {
     temperature: Option<f32>,
     max_tokens: Option<u32>,
     durable_approvals: bool,
+    record_content: bool,
+    prices: PriceTable,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -345,6 +354,8 @@ impl AgentBuilder {
             temperature: None,
             max_tokens: None,
             durable_approvals: false,
+            record_content: false,
+            prices: PriceTable::new(),
         }
     }
 
@@ -452,6 +463,33 @@ impl AgentBuilder {
         self
     }
 
+    /// Whether the agent's spans record content: the messages each `chat` span sends and
+    /// receives (`gen_ai.input.messages`, `gen_ai.output.messages`), and each tool call's
+    /// arguments and result. Default `false`: prompts and completions may be private, so
+    /// they are recorded only when asked for. See [`crate::telemetry`].
+    pub fn record_content(mut self, record: bool) -> Self {
+        self.record_content = record;
+        self
+    }
+
+    /// What the models' tokens cost, for [`RunResult::cost_usd`] (default: no prices, and
+    /// no cost). A run's cost adds up over all its resumptions.
+    ///
+    /// ```
+    /// use loomflow::agent::Agent;
+    /// use loomflow::model::{PriceTable, ScriptedModel};
+    ///
+    /// let agent = Agent::builder("You help.")
+    ///     .model(ScriptedModel::new([]))
+    ///     .prices(PriceTable::new().model("gpt-4o", 2.50, 10.00))
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+
     /// Builds the agent.
     ///
     /// # Errors
@@ -497,6 +535,11 @@ impl AgentBuilder {
         } else {
             self.tools
         };
+        let tools = if self.record_content {
+            tools.record_content(true)
+        } else {
+            tools
+        };
         let core = Arc::new(AgentCore {
             name: name.clone(),
             instructions: self.instructions,
@@ -509,6 +552,8 @@ impl AgentBuilder {
             temperature: self.temperature,
             max_tokens: self.max_tokens,
             handoffs: Vec::new(),
+            record_content: self.record_content,
+            prices: self.prices,
         });
         let graph = react::build(&core)?;
         Ok(Agent {

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
+use super::observe;
 use super::state::AgentState;
 use super::{AgentCore, StopReason};
 use crate::context::Context;
@@ -23,7 +25,7 @@ use crate::error::GraphError;
 use crate::graph::{
     BoxFuture, CompiledGraph, END, Graph, Node, NodeError, NodeResult, RunError, START,
 };
-use crate::model::{Message, ModelRequest, ModelResponse, StreamAccumulator};
+use crate::model::{Message, ModelError, ModelRequest, ModelResponse, StreamAccumulator};
 use crate::tool::{AgentEvent, DispatchContext};
 use crate::{Error, Result};
 
@@ -82,7 +84,10 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         state.stopped = Some(StopReason::MaxTurns);
         return Ok(());
     }
-    if let Some(cap) = core.budget.exceeded(&state.usage, state.user.as_deref()) {
+    if let Some(cap) = core
+        .budget
+        .exceeded(&state.usage, state.cost_usd, state.user.as_deref())
+    {
         state.stopped = Some(StopReason::Budget(cap));
         return Ok(());
     }
@@ -90,6 +95,23 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     let response: ModelResponse = ctx.step("model", || call_model(core, request, ctx)).await?;
     state.turns += 1;
     state.usage += response.usage;
+    if !core.prices.is_empty() {
+        let priced = core
+            .prices
+            .cost_usd(core.model.name(), &response.usage)
+            .or_else(|| {
+                let answered = response.model.as_deref()?;
+                core.prices.cost_usd(answered, &response.usage)
+            });
+        match priced {
+            Some(cost) => state.cost_usd = Some(state.cost_usd.unwrap_or(0.0) + cost),
+            None => tracing::warn!(
+                agent = %core.name,
+                model = %core.model.name(),
+                "the agent's price table has no price for its model; the turn is not costed"
+            ),
+        }
+    }
     core.budget.record(state.user.as_deref(), response.usage);
     state.messages.push(response.message());
     if !response.tool_calls.is_empty() {
@@ -119,14 +141,36 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     Ok(())
 }
 
-/// Calls the model; streams (and surfaces the chunks as events) when someone listens.
+/// Calls the model under a `chat {model}` span; see [`call_model_untraced`].
 async fn call_model(
     core: &AgentCore,
     request: ModelRequest,
     ctx: &Context,
 ) -> Result<ModelResponse> {
+    let name = core.model.name();
+    let span = observe::chat_span(name);
+    let sent = (core.record_content && !span.is_disabled()).then(|| request.messages.clone());
+    let result = call_model_untraced(core, request, ctx)
+        .instrument(span.clone())
+        .await;
+    observe::record_chat(
+        &span,
+        name,
+        sent.as_deref().unwrap_or_default(),
+        &result,
+        sent.is_some(),
+    );
+    Ok(result?)
+}
+
+/// Calls the model; streams (and surfaces the chunks as events) when someone listens.
+async fn call_model_untraced(
+    core: &AgentCore,
+    request: ModelRequest,
+    ctx: &Context,
+) -> Result<ModelResponse, ModelError> {
     if !ctx.has_listener() {
-        return Ok(core.model.complete(request).await?);
+        return core.model.complete(request).await;
     }
     let mut stream = core.model.stream(request);
     let mut accumulator = StreamAccumulator::new();
@@ -139,7 +183,7 @@ async fn call_model(
         accumulator.push(chunk);
     }
     let model_name = core.model.name().to_owned();
-    Ok(accumulator.finish(&model_name, &model_name)?)
+    accumulator.finish(&model_name, &model_name)
 }
 
 struct ToolsNode(Arc<AgentCore>);

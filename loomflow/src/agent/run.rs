@@ -10,8 +10,9 @@ use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
-use super::{Agent, AgentError, AgentState, StopReason};
+use super::{Agent, AgentError, AgentState, StopReason, observe};
 use crate::event::{Event, EventKind};
 use crate::graph::RunError;
 use crate::graph::RunOutcome;
@@ -27,8 +28,11 @@ pub struct RunResult {
     pub session: String,
     /// The final answer (the last assistant text when the run stopped early).
     pub output: String,
-    /// Tokens used by this run.
+    /// Tokens used by this run, across all its resumptions.
     pub usage: Usage,
+    /// What the run cost in US dollars, across all its resumptions, at the agent's
+    /// [prices](crate::agent::AgentBuilder::prices); `None` when it has none.
+    pub cost_usd: Option<f64>,
     /// Model turns taken.
     pub turns: u32,
     /// Whether the run stopped before an answer: a limit, a budget, or a suspension.
@@ -63,6 +67,7 @@ impl RunResult {
             session,
             output,
             usage: state.usage,
+            cost_usd: state.cost_usd,
             turns: state.turns,
             interrupted: reason.is_some(),
             reason,
@@ -170,47 +175,51 @@ impl<'a> AgentRun<'a> {
         let state = self.initial_state(&session).await?;
         let agent = self.agent.clone();
         let (events, receiver) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            let _turn = turn;
-            let mut run = agent
-                .graph
-                .run(&agent.runtime, session.clone(), state)
-                .stream();
-            let forward = async {
-                while let Some(event) = run.next().await {
-                    // A closed receiver means the caller dropped the stream; the task is
-                    // aborted with it.
-                    let _ = events.send(event);
-                }
-            };
-            let timed_out = match agent.timeout {
-                None => {
-                    forward.await;
-                    None
-                }
-                Some(limit) => tokio::time::timeout(limit, forward)
-                    .await
-                    .err()
-                    .map(|_| limit),
-            };
-            if let Some(limit) = timed_out {
-                drop(run); // cancels the run
-                let error = AgentError::Timeout {
-                    agent: agent.core.name.clone(),
-                    session: session.clone(),
-                    seconds: limit.as_secs_f64(),
+        let span = observe::agent_span(agent.name(), &session);
+        let task = tokio::spawn(
+            async move {
+                let _turn = turn;
+                let mut run = agent
+                    .graph
+                    .run(&agent.runtime, session.clone(), state)
+                    .stream();
+                let forward = async {
+                    while let Some(event) = run.next().await {
+                        // A closed receiver means the caller dropped the stream; the task is
+                        // aborted with it.
+                        let _ = events.send(event);
+                    }
                 };
-                let _ = events.send(Event::new(
-                    0,
-                    None,
-                    EventKind::Error {
-                        message: error.to_string(),
-                    },
-                ));
-                return Err(error.into());
+                let timed_out = match agent.timeout {
+                    None => {
+                        forward.await;
+                        None
+                    }
+                    Some(limit) => tokio::time::timeout(limit, forward)
+                        .await
+                        .err()
+                        .map(|_| limit),
+                };
+                if let Some(limit) = timed_out {
+                    drop(run); // cancels the run
+                    let error = AgentError::Timeout {
+                        agent: agent.core.name.clone(),
+                        session: session.clone(),
+                        seconds: limit.as_secs_f64(),
+                    };
+                    let _ = events.send(Event::new(
+                        0,
+                        None,
+                        EventKind::Error {
+                            message: error.to_string(),
+                        },
+                    ));
+                    return Err(error.into());
+                }
+                finish(session, run.outcome().await?)
             }
-            finish(session, run.outcome().await?)
-        });
+            .instrument(span),
+        );
         Ok(AgentStream { receiver, task })
     }
 }
@@ -266,15 +275,19 @@ impl<'a> IntoFuture for AgentRun<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Result<RunResult>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let agent = self.agent;
-            let session = self.session.clone().unwrap_or_else(generated_session);
-            let _turn = agent.turn(&session).await;
-            let state = self.initial_state(&session).await?;
-            let run = agent.graph.run(&agent.runtime, session.clone(), state);
-            let outcome = agent.with_timeout(&session, run.into_future()).await?;
-            finish(session, outcome)
-        })
+        let session = self.session.clone().unwrap_or_else(generated_session);
+        let span = observe::agent_span(self.agent.name(), &session);
+        Box::pin(
+            async move {
+                let agent = self.agent;
+                let _turn = agent.turn(&session).await;
+                let state = self.initial_state(&session).await?;
+                let run = agent.graph.run(&agent.runtime, session.clone(), state);
+                let outcome = agent.with_timeout(&session, run.into_future()).await?;
+                finish(session, outcome)
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -316,10 +329,14 @@ impl Agent {
     ///
     /// An unknown session; a busy one; a failed run's error; a timeout.
     pub async fn resume(&self, session: &str) -> Result<RunResult> {
-        let _turn = self.turn(session).await;
-        let run = self.graph.recover(&self.runtime, session);
-        let outcome = self.with_timeout(session, run.into_future()).await?;
-        finish(session.to_owned(), outcome)
+        async {
+            let _turn = self.turn(session).await;
+            let run = self.graph.recover(&self.runtime, session);
+            let outcome = self.with_timeout(session, run.into_future()).await?;
+            finish(session.to_owned(), outcome)
+        }
+        .instrument(observe::agent_span(self.name(), session))
+        .await
     }
 
     async fn with_timeout<F>(&self, session: &str, run: F) -> Result<RunOutcome<AgentState>>

@@ -18,6 +18,11 @@ pub struct AgentState {
     pub turns: u32,
     /// Tokens used in this run.
     pub usage: Usage,
+    /// What the run's model calls cost, in US dollars, at the agent's
+    /// [prices](crate::agent::AgentBuilder::prices); `None` without prices. Checkpointed
+    /// with the rest, so it adds up across the run's resumptions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// Model turns spent on outputs that failed the output schema.
     #[serde(default)]
     pub schema_retries: u32,

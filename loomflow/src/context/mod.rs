@@ -19,7 +19,7 @@ use crate::event::{Event, EventKind};
 use crate::graph::namespace::Namespace;
 use crate::graph::{BoxError, RunError};
 use crate::runtime::claim::RunClaim;
-use crate::runtime::{Durability, Interrupt, JournalKey, Runtime};
+use crate::runtime::{AuditEntry, Durability, Interrupt, JournalKey, Runtime};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -39,9 +39,36 @@ pub(crate) struct RunShared {
     pub(crate) claim: RunClaim,
     /// Keeps the thread's signal session open while the run lives (top-level runs only).
     pub(crate) _session: Option<crate::runtime::SessionGuard>,
+    /// Audit entries recorded by the run's nodes and not written yet: they go with the next
+    /// journal entry or checkpoint the run writes.
+    pub(crate) audit: Mutex<Vec<AuditEntry>>,
+    /// The W3C `traceparent` of this execution's `run` span (feature `otel`), kept in its
+    /// checkpoints so that the execution carrying the run on can link to it.
+    pub(crate) trace: Option<Arc<str>>,
 }
 
 impl RunShared {
+    /// Queues an audit entry for the run's next write, filling in its thread and run.
+    pub(crate) fn record_audit(&self, mut entry: AuditEntry) {
+        if entry.thread.is_empty() {
+            entry.thread = self.thread.to_string();
+        }
+        if entry.run == 0 {
+            entry.run = self.run;
+        }
+        crate::sync::lock(&self.audit).push(entry);
+    }
+
+    /// The audit entries recorded and not written yet.
+    pub(crate) fn take_audit(&self) -> Vec<AuditEntry> {
+        let mut queued = crate::sync::lock(&self.audit);
+        if queued.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut *queued)
+        }
+    }
+
     /// Whether anyone listens to the run's events (a stream).
     pub(crate) fn has_listener(&self) -> bool {
         self.events.is_some()
@@ -411,8 +438,15 @@ impl Context {
         let json = serde_json::to_value(&value).map_err(|e| {
             RunError::json(format!("result of step {name} of node {}", self.node), e)
         })?;
-        self.run.claim.put_journal(key, json).await?;
+        let audit = self.run.take_audit();
+        self.run.claim.put_journal_audited(key, json, audit).await?;
         Ok(value)
+    }
+
+    /// Queues an audit entry: it is written with the node's next journaled step, or with the
+    /// step's checkpoint.
+    pub(crate) fn record_audit(&self, entry: AuditEntry) {
+        self.run.record_audit(entry);
     }
 
     /// The journal key for the next call named `name` in this node execution.

@@ -13,6 +13,7 @@ use crate::graph::RunError;
 use crate::runtime::clock::unix_ms;
 use crate::runtime::mailbox::{Entry, Scope};
 use crate::runtime::signals::decode;
+use crate::runtime::store::audit::signal_received;
 use crate::runtime::{JournalKey, RuntimeError, SignalError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -76,7 +77,16 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
     type IntoFuture = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
+        let span = tracing::info_span!(
+            target: crate::telemetry::TARGET,
+            "wait_signal",
+            otel.name = %format!("wait_signal {}", self.name),
+            loomflow.thread = %self.ctx.thread(),
+            loomflow.signal = %self.name,
+            loomflow.outcome = tracing::field::Empty,
+        );
+        let outcome_span = span.clone();
+        let wait = Box::pin(async move {
             let ctx = self.ctx;
             let name = self.name;
             let scope = self.scope;
@@ -170,7 +180,22 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     return Ok(value);
                 }
             }
-        })
+        });
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let result = wait.await;
+                outcome_span.record(
+                    "loomflow.outcome",
+                    match &result {
+                        Ok(_) => "received",
+                        Err(RunError::Suspended { .. }) => "suspended",
+                        Err(_) => "error",
+                    },
+                );
+                result
+            },
+            span,
+        ))
     }
 }
 
@@ -196,11 +221,15 @@ async fn accept<T: DeserializeOwned>(
     let journal = (key.clone(), received.payload.clone());
     let consumed = match received.seq {
         Some(seq) => ctx.claim().take_signal(session, seq, journal).await,
-        None => ctx
-            .claim()
-            .put_journal(journal.0, journal.1)
-            .await
-            .map(|()| true),
+        // Delivered by the in-memory mailbox: no store took it, so the receipt is audited
+        // here, with the journal entry.
+        None => {
+            let received = signal_received(session, name, 0, ctx.run_number());
+            ctx.claim()
+                .put_journal_audited(journal.0, journal.1, vec![received])
+                .await
+                .map(|()| true)
+        }
     };
     match consumed {
         Ok(true) => Ok(Some(value)),

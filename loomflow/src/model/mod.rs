@@ -42,6 +42,7 @@ mod error;
 mod message;
 #[cfg(feature = "openai")]
 pub mod openai;
+mod price;
 mod request;
 mod resolve;
 mod response;
@@ -60,6 +61,7 @@ pub use message::{Message, Role, ToolCall, ToolResult};
 #[cfg(feature = "openai")]
 #[doc(inline)]
 pub use openai::OpenAiModel;
+pub use price::PriceTable;
 pub use request::{ModelRequest, OutputSchema, ToolChoice, ToolDefinition};
 pub use resolve::{ACCEPTED_FORMS, ModelSpec, Provider, resolve, resolve_with_key};
 pub use response::{

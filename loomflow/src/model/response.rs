@@ -63,6 +63,10 @@ pub struct ModelResponse {
     /// Token counts.
     #[serde(default)]
     pub usage: Usage,
+    /// The model that answered, as the provider reported it (`gpt-4o-2024-08-06` for a
+    /// request to `gpt-4o`), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl ModelResponse {
@@ -73,6 +77,7 @@ impl ModelResponse {
             tool_calls: Vec::new(),
             finish_reason: FinishReason::Stop,
             usage: Usage::default(),
+            model: None,
         }
     }
 
@@ -83,6 +88,7 @@ impl ModelResponse {
             tool_calls,
             finish_reason: FinishReason::ToolCalls,
             usage: Usage::default(),
+            model: None,
         }
     }
 
@@ -140,6 +146,11 @@ pub enum StreamChunk {
     },
     /// Token counts so far; a later one replaces an earlier one.
     Usage(Usage),
+    /// The model that answers, as the provider reports it (see [`ModelResponse::model`]).
+    Model {
+        /// Its name.
+        model: String,
+    },
     /// The reply is complete.
     Finish {
         /// Why the model stopped.
@@ -154,6 +165,7 @@ pub struct StreamAccumulator {
     calls: BTreeMap<usize, PartialCall>,
     usage: Usage,
     finish: Option<FinishReason>,
+    model: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -189,6 +201,7 @@ impl StreamAccumulator {
                 call.arguments.push_str(&arguments);
             }
             StreamChunk::Usage(usage) => self.usage = usage,
+            StreamChunk::Model { model } => self.model = Some(model),
             StreamChunk::Finish { reason } => self.finish = Some(reason),
         }
     }
@@ -228,6 +241,7 @@ impl StreamAccumulator {
             tool_calls,
             finish_reason,
             usage: self.usage,
+            model: self.model,
         })
     }
 }

@@ -41,6 +41,7 @@ use super::{
 pub struct ScriptedModel {
     script: Mutex<Script>,
     len: usize,
+    name: String,
 }
 
 #[derive(Debug)]
@@ -59,7 +60,16 @@ impl ScriptedModel {
                 remaining,
                 requests: Vec::new(),
             }),
+            name: "scripted".to_owned(),
         }
+    }
+
+    /// Goes by `name` (default `scripted`) in spans, logs and price tables: a stand-in for
+    /// a real model, say `openai:gpt-4o`.
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// The requests received so far, in order.
@@ -89,7 +99,7 @@ impl ScriptedModel {
 
 impl Model for ScriptedModel {
     fn name(&self) -> &str {
-        "scripted"
+        &self.name
     }
 
     fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
@@ -211,6 +221,11 @@ pub(crate) fn response_chunks(response: &ModelResponse) -> Vec<StreamChunk> {
     if response.usage != Usage::default() {
         chunks.push(StreamChunk::Usage(response.usage));
     }
+    if let Some(model) = &response.model {
+        chunks.push(StreamChunk::Model {
+            model: model.clone(),
+        });
+    }
     chunks.push(StreamChunk::Finish {
         reason: response.finish_reason.clone(),
     });
@@ -237,6 +252,7 @@ mod tests {
                 output_tokens: 7,
                 cached_tokens: 1,
             },
+            model: None,
         };
         let model = ScriptedModel::new(vec![response.clone()]);
         let folded = collect_stream(model.stream(ModelRequest::default()))

@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::clock::now_ms;
-use super::store::{Checkpoint, Claim, JournalKey, RunState, Store, StoreError};
+use super::store::{AuditEntry, Checkpoint, Claim, JournalKey, RunState, Store, StoreError};
 use super::{Runtime, RuntimeError};
 
 /// How long a claim lasts without being renewed, unless the runtime sets its own.
@@ -348,6 +348,25 @@ impl RunClaim {
         self.fenced(
             until,
             store.put_journal_claimed(key, value, &self.inner.owner, until),
+        )
+        .await
+    }
+
+    /// [`put_journal`](Self::put_journal) with audit entries in the same write.
+    pub(crate) async fn put_journal_audited(
+        &self,
+        key: JournalKey,
+        value: Value,
+        audit: Vec<AuditEntry>,
+    ) -> Result<(), StoreError> {
+        if audit.is_empty() {
+            return self.put_journal(key, value).await;
+        }
+        let until = self.next_expiry();
+        let store = &self.inner.store;
+        self.fenced(
+            until,
+            store.put_journal_audited(key, value, audit, &self.inner.owner, until),
         )
         .await
     }

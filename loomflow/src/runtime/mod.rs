@@ -3,6 +3,7 @@
 //! The executor reaches storage only through [`Runtime`]; swapping the store behind it does
 //! not change graph code.
 
+mod audit;
 pub(crate) mod claim;
 pub(crate) mod clock;
 mod error;
@@ -23,8 +24,9 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    Checkpoint, Claim, ClaimedRun, Interrupt, JournalKey, MemoryStore, RunFilter, RunRecord,
-    RunState, RunStatus, SignalPush, Store, StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditKind, AuditQuery, Checkpoint, Claim, ClaimedRun, Interrupt, JournalKey,
+    MemoryStore, RunFilter, RunRecord, RunState, RunStatus, SignalPush, Store, StoreError,
+    StoredSignal, Submitted,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
@@ -79,6 +81,8 @@ struct RuntimeInner {
     poll_interval: std::time::Duration,
     /// Set once the task that looks for them runs.
     watching: std::sync::atomic::AtomicBool,
+    /// How long audit entries are kept, and when workers last pruned them.
+    audit_retention: audit::Retention,
 }
 
 /// Builds a [`Runtime`]; see [`Runtime::builder`].
@@ -91,6 +95,7 @@ pub struct RuntimeBuilder {
     lease: Option<std::time::Duration>,
     clock: Option<Arc<dyn Clock>>,
     poll_interval: Option<std::time::Duration>,
+    audit_retention: Option<std::time::Duration>,
 }
 
 /// How often, by default, a runtime on a durable store looks for signals that other
@@ -157,6 +162,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long audit entries are kept (default: for ever). Workers on this runtime delete
+    /// older ones, at most once a minute; [`Runtime::prune_audit`] does it on demand.
+    pub fn audit_retention(mut self, keep: std::time::Duration) -> Self {
+        self.audit_retention = Some(keep);
+        self
+    }
+
     /// The clock timers read (default: [`SystemClock`]); tests pass a [`ManualClock`].
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -189,6 +201,7 @@ impl RuntimeBuilder {
                 signals_seen: tokio::sync::Mutex::new(signals::Seen::default()),
                 poll_interval: self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL),
                 watching: std::sync::atomic::AtomicBool::new(false),
+                audit_retention: audit::Retention::new(self.audit_retention),
             }),
         }
     }

@@ -21,12 +21,13 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::clock::now_ms;
 use super::mailbox::{
     Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
 };
-use super::store::{RunStatus, SignalPush, Store, StoredSignal};
+use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, Store, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -172,6 +173,33 @@ impl Runtime {
             .await
     }
 
+    /// Sends under a `send_signal {name}` span (see [`crate::telemetry`]).
+    async fn send(
+        &self,
+        session: &str,
+        name: &str,
+        payload: Value,
+        options: SignalOptions,
+        scope: Scope,
+    ) -> Result<Delivery> {
+        let span = tracing::info_span!(
+            target: crate::telemetry::TARGET,
+            "send_signal",
+            otel.name = %format!("send_signal {name}"),
+            loomflow.thread = %session,
+            loomflow.signal = %name,
+            loomflow.delivery = tracing::field::Empty,
+        );
+        let sent = self
+            .send_untraced(session, name, payload, options, scope)
+            .instrument(span.clone())
+            .await;
+        if let Ok(delivery) = &sent {
+            span.record("loomflow.delivery", tracing::field::debug(delivery));
+        }
+        sent
+    }
+
     /// Sends on one of loomflow's own (`loomflow:…`) names, such as an approval decision.
     pub(crate) async fn send_framework(
         &self,
@@ -184,7 +212,7 @@ impl Runtime {
             .await
     }
 
-    async fn send(
+    async fn send_untraced(
         &self,
         session: &str,
         name: &str,
@@ -206,8 +234,17 @@ impl Runtime {
         let mailbox = self.mailbox();
         let key = options.idempotency_key.as_deref();
         if !self.store().is_durable() {
-            // The mailbox checks the name and the size itself.
+            // The mailbox checks the name and the size itself; the audit entry is the
+            // store's, as a durable store writes it with the signal.
+            let mut detail = serde_json::json!({ "payload": payload.clone() });
+            if let Some(key) = key {
+                detail["idempotency_key"] = Value::from(key);
+            }
             let delivery = mailbox.send(session, name, payload, key, scope)?;
+            if delivery != Delivery::Duplicate {
+                let sent = AuditEntry::new(session, AuditKind::SignalSent, name, detail);
+                self.store().append_audit(vec![sent]).await?;
+            }
             self.wake_workers(session, delivery);
             return Ok(delivery);
         }

@@ -31,6 +31,20 @@ pub struct ApprovalRequest {
     /// When the call was asked for, in milliseconds since the Unix epoch.
     #[serde(default)]
     pub requested_at_ms: u64,
+    /// Who decided, as the handler reported it ([`decided_by`](Self::decided_by)).
+    #[serde(skip)]
+    decider: Decider,
+}
+
+/// Where a handler notes who decided; shared by the clones of one request.
+#[derive(Clone, Debug, Default)]
+struct Decider(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl PartialEq for Decider {
+    /// Not part of what a request is: two requests for the same call are equal.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl ApprovalRequest {
@@ -48,7 +62,19 @@ impl ApprovalRequest {
             user: None,
             session: session.into(),
             requested_at_ms: now_ms(),
+            decider: Decider::default(),
         }
+    }
+
+    /// Notes who decided the call (a person's name, a service), for the audit log's
+    /// `decision` entry. [`SignalApprover`] takes it from the decision's `by` field.
+    pub fn decided_by(&self, who: impl Into<String>) {
+        *crate::sync::lock(&self.decider.0) = Some(who.into());
+    }
+
+    /// Who decided, if the handler said ([`decided_by`](Self::decided_by)).
+    pub fn decider(&self) -> Option<String> {
+        crate::sync::lock(&self.decider.0).clone()
     }
 
     /// The user the run acts for.
@@ -266,7 +292,12 @@ impl ApprovalHandler for SignalApprover {
     }
 }
 
+/// The decision a signal carries. Its optional `by` names who decided (see
+/// [`Runtime::decide_approval_by`](crate::Runtime::decide_approval_by)).
 fn decision_from(request: &ApprovalRequest, payload: &Value) -> ApprovalDecision {
+    if let Some(by) = payload.get("by").and_then(Value::as_str) {
+        request.decided_by(by);
+    }
     ApprovalDecision::from_json(payload).unwrap_or_else(|| {
         tracing::warn!(call_id = %request.call_id, %payload, "unrecognised approval decision; denying");
         ApprovalDecision::deny("unrecognised approval decision")

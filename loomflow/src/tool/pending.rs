@@ -128,8 +128,38 @@ impl Runtime {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> Result<()> {
-        let payload = serde_json::to_value(&decision)
+        self.send_decision(session, call_id, decision, None).await
+    }
+
+    /// [`decide_approval`](Self::decide_approval), naming who decided: the audit log's
+    /// `decision` entry for the call records `by` as its actor.
+    ///
+    /// # Errors
+    ///
+    /// As for [`decide_approval`](Self::decide_approval).
+    pub async fn decide_approval_by(
+        &self,
+        session: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        by: &str,
+    ) -> Result<()> {
+        self.send_decision(session, call_id, decision, Some(by))
+            .await
+    }
+
+    async fn send_decision(
+        &self,
+        session: &str,
+        call_id: &str,
+        decision: ApprovalDecision,
+        by: Option<&str>,
+    ) -> Result<()> {
+        let mut payload = serde_json::to_value(&decision)
             .map_err(|e| crate::Error::json("approval decision", e))?;
+        if let (Some(by), Value::Object(fields)) = (by, &mut payload) {
+            fields.insert("by".to_owned(), Value::from(by));
+        }
         self.send_framework(
             session,
             &SignalApprover::signal_name(call_id),

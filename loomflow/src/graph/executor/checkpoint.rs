@@ -59,6 +59,9 @@ pub(super) struct Snapshot {
     /// suspends, to say what changed when the graph no longer matches.
     #[serde(default)]
     pub(super) graph_description: Option<Vec<String>>,
+    /// The W3C `traceparent` of the execution that wrote it (feature `otel`).
+    #[serde(default)]
+    pub(super) trace: Option<String>,
 }
 
 impl Snapshot {
@@ -171,6 +174,8 @@ pub(super) struct RunKey<'a> {
     pub(super) thread: &'a str,
     pub(super) run: u64,
     pub(super) namespace: &'a str,
+    /// The execution's `traceparent`, kept in each checkpoint's body.
+    pub(super) trace: Option<&'a str>,
 }
 
 impl<'a> RunKey<'a> {
@@ -180,6 +185,7 @@ impl<'a> RunKey<'a> {
             thread: &shared.thread,
             run: shared.run,
             namespace: shared.namespace.as_str(),
+            trace: shared.trace.as_deref(),
         }
     }
 
@@ -191,9 +197,12 @@ impl<'a> RunKey<'a> {
         status: RunStatus,
         snapshot: &SnapshotRef<'_, S>,
     ) -> Result<Checkpoint> {
-        let body = snapshot
+        let mut body = snapshot
             .to_body()
             .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
+        if let (Some(trace), Value::Object(fields)) = (self.trace, &mut body) {
+            fields.insert("trace".to_owned(), Value::from(trace));
+        }
         Ok(Checkpoint::new(
             self.thread,
             self.run,
@@ -294,6 +303,7 @@ mod tests {
             thread: "t",
             run: 1,
             namespace: "",
+            trace: None,
         };
         let running = key
             .checkpoint(g, 3, RunStatus::Running, &SnapshotRef::new(g, &1, &[0]))

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::checkpoint::Snapshot;
+use super::observe::Resumed;
 use super::route::{JoinMarks, route};
 use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
@@ -67,6 +68,7 @@ pub(super) async fn locate<S: State>(
             pending: Vec::new(),
             resume_values: BTreeMap::new(),
             fresh: true,
+            resumed: None,
         })
     };
     let position = match start {
@@ -96,7 +98,7 @@ pub(super) async fn locate<S: State>(
                         .iter()
                         .any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) =>
                 {
-                    from_checkpoint(g, thread, cp)?
+                    from_checkpoint(g, thread, cp, Vec::new())?
                 }
                 RunStatus::Interrupted => {
                     return Ok(Located::Finished(RunOutcome::Interrupted {
@@ -104,7 +106,9 @@ pub(super) async fn locate<S: State>(
                         interrupts: cp.snapshot.interrupts,
                     }));
                 }
-                RunStatus::Running | RunStatus::Failed => from_checkpoint(g, thread, cp)?,
+                RunStatus::Running | RunStatus::Failed => {
+                    from_checkpoint(g, thread, cp, Vec::new())?
+                }
                 RunStatus::Cancelled => {
                     return Err(RunError::Cancelled {
                         thread: thread.to_owned(),
@@ -204,6 +208,7 @@ fn resume_position<S: State>(
     values: BTreeMap<String, ResumeValue>,
 ) -> Result<Position<S>> {
     let mut additions: Vec<(String, String, usize, Value)> = Vec::with_capacity(values.len());
+    let mut answered = Vec::with_capacity(values.len());
     for (id, value) in values {
         let Some(interrupt) = cp.snapshot.interrupts.iter().find(|i| i.id == id) else {
             return Err(RunError::UnknownInterrupt {
@@ -234,6 +239,7 @@ fn resume_position<S: State>(
         additions.push((id, interrupt.node.clone(), interrupt.index, value));
     }
     for (id, node, index, value) in additions {
+        answered.push((id.clone(), value.clone()));
         let values = cp.snapshot.resume_values.entry(node.clone()).or_default();
         let is_subgraph = g
             .node_index(&node)
@@ -252,7 +258,7 @@ fn resume_position<S: State>(
             values.push(value);
         }
     }
-    from_checkpoint(g, thread, cp)
+    from_checkpoint(g, thread, cp, answered)
 }
 
 fn decode_state<S: State>(g: &CompiledInner<S>, thread: &str, state: Value) -> Result<S> {
@@ -264,21 +270,32 @@ fn decode_state<S: State>(g: &CompiledInner<S>, thread: &str, state: Value) -> R
     })
 }
 
+/// The position a checkpoint records; `answered` are the values a resume gives, by
+/// interrupt id.
 fn from_checkpoint<S: State>(
     g: &CompiledInner<S>,
     thread: &str,
     cp: Stored,
+    answered: Vec<(String, Value)>,
 ) -> Result<Position<S>> {
     let Snapshot {
         state,
         next,
         joins: stored_joins,
         pending_writes,
-        interrupts: _,
+        interrupts,
         resume_values,
         graph: _,
         graph_description: _,
+        trace,
     } = cp.snapshot;
+    let resumed = Resumed {
+        step: cp.step,
+        status: cp.status,
+        trace,
+        interrupts,
+        answered,
+    };
     let mut active = Vec::with_capacity(next.len());
     for name in next {
         let index = g
@@ -309,5 +326,6 @@ fn from_checkpoint<S: State>(
         pending: pending_writes,
         resume_values,
         fresh: false,
+        resumed: Some(resumed),
     })
 }

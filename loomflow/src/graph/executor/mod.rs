@@ -12,6 +12,7 @@
 
 mod checkpoint;
 mod locate;
+mod observe;
 mod route;
 mod step;
 
@@ -34,6 +35,7 @@ use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
 
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
 use locate::{Located, locate};
+use observe::Resumed;
 use route::{JoinMarks, route};
 use step::{StepOutcome, run_step};
 
@@ -89,18 +91,21 @@ struct Position<S> {
     resume_values: BTreeMap<String, Vec<Value>>,
     /// A new run, whose input is not checkpointed yet.
     fresh: bool,
+    /// Where it picked up from, when it carried on from a checkpoint.
+    resumed: Option<Resumed>,
 }
 
 /// Drives a run to its end. `Err` for store failures and bad resume requests; node failures
 /// are outcomes.
 pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
-    let span = tracing::info_span!(
-        "loomflow.run",
-        graph = %execution.graph.inner.name,
-        thread = %execution.thread,
-        namespace = %execution.namespace,
+    let span = observe::run_span(
+        &execution.graph.inner.name,
+        &execution.thread,
+        execution.namespace.as_str(),
     );
-    claimed(execution).instrument(span).await
+    let result = claimed(execution).instrument(span.clone()).await;
+    span.record("loomflow.outcome", observe::outcome_name(&result));
+    result
 }
 
 /// Runs under the execution's claim: a top-level run claims its thread before it reads
@@ -119,6 +124,12 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
 async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>> {
     let top_level = execution.namespace.is_root();
     let given = execution.claim.is_some();
+    if top_level && !given && matches!(execution.start, Start::Recover) {
+        // A recover in a long-lived process: signals other processes stored since it last
+        // looked (the decision a waiting run is recovered for) come in first. A worker
+        // looks before it claims, and a fresh run or a resume with values has no use for it.
+        execution.runtime.refresh_signals().await?;
+    }
     let claim = match execution.claim.take() {
         // The parent's claim, or one a worker took for this run.
         Some(claim) => claim,
@@ -205,6 +216,7 @@ async fn run_supersteps<S: State>(
         mut pending,
         mut resume_values,
         fresh,
+        resumed,
     } = position;
     // The run's session: signals sent to the thread queue here while it runs. What it has
     // not received when it stops (it suspends, fails, loses its lease) stays pending for
@@ -223,7 +235,10 @@ async fn run_supersteps<S: State>(
         durability,
         claim,
         _session: session,
+        audit: std::sync::Mutex::default(),
+        trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
     });
+    observe::picked_up(&shared, run, resumed.as_ref());
     let key = RunKey::of(&shared);
     let mut writer = CheckpointWriter::new(&shared.claim, durability);
     // Whether the newest checkpoint written says the run completed; a run that ends without
@@ -238,9 +253,8 @@ async fn run_supersteps<S: State>(
         let snapshot = SnapshotRef::new(g, &state, &active)
             .joins(&joins.0)
             .described();
-        writer
-            .write(key.checkpoint(g, 0, status, &snapshot)?)
-            .await?;
+        let cp = with_audit(&shared, key.checkpoint(g, 0, status, &snapshot)?);
+        writer.write(cp).await?;
         completed_written = active.is_empty();
     }
     let mut last_nodes: Vec<usize> = Vec::new();
@@ -272,7 +286,9 @@ async fn run_supersteps<S: State>(
             return fail(g, &shared, step, state, &active, error).await;
         }
 
-        let outcome = run_step(g, &shared, &active, &state, step, &pending, &resume_values).await;
+        let outcome = run_step(g, &shared, &active, &state, step, &pending, &resume_values)
+            .instrument(observe::superstep_span(g, step, &active))
+            .await;
         let next_state = match outcome {
             Ok(StepOutcome::Merged(next_state)) => next_state,
             Ok(StepOutcome::Suspended {
@@ -283,9 +299,13 @@ async fn run_supersteps<S: State>(
                 let snapshot = SnapshotRef::new(g, &state, &active)
                     .joins(&joins.0)
                     .suspended(&pending_writes, &interrupts, &resume_values);
+                observe::record_interrupts(&shared, &interrupts);
                 let cp = key.checkpoint(g, step - 1, RunStatus::Interrupted, &snapshot)?;
+                let cp = with_audit(&shared, cp);
                 // Suspension always reaches the store before we return: the process may exit.
-                put_last(&shared, cp).await?;
+                put_last(&shared, cp)
+                    .instrument(observe::suspend_span(step, &interrupts))
+                    .await?;
                 for interrupt in &interrupts {
                     shared.emit(
                         step,
@@ -330,7 +350,7 @@ async fn run_supersteps<S: State>(
                 RunStatus::Running
             };
             let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
-            let cp = key.checkpoint(g, step, status, &snapshot)?;
+            let cp = with_audit(&shared, key.checkpoint(g, step, status, &snapshot)?);
             if next.is_empty() {
                 writer.write_last(cp, &shared).await?;
             } else {
@@ -351,7 +371,10 @@ async fn run_supersteps<S: State>(
     writer.finish().await?;
     if !completed_written {
         let snapshot = SnapshotRef::new(g, &state, &[]);
-        let cp = key.checkpoint(g, step, RunStatus::Completed, &snapshot)?;
+        let cp = with_audit(
+            &shared,
+            key.checkpoint(g, step, RunStatus::Completed, &snapshot)?,
+        );
         put_last(&shared, cp).await?;
     }
     shared.emit(step, None, EventKind::Done);
@@ -375,7 +398,9 @@ async fn fail<S: State>(
         let snapshot = SnapshotRef::new(g, &state, active);
         let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
         cp.error = Some(message.clone());
-        put_last(shared, cp).await?;
+        put_last(shared, with_audit(shared, cp)).await?;
+    } else {
+        flush_audit(shared).await?;
     }
     shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
@@ -427,7 +452,7 @@ async fn cancel<S: State>(
     tracing::info!(graph = %g.name, thread = %shared.thread, step, "run cancelled");
     let snapshot = SnapshotRef::new(g, &state, active).joins(&joins.0);
     let cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Cancelled, &snapshot)?;
-    put_last(shared, cp).await?;
+    put_last(shared, with_audit(shared, cp)).await?;
     shared.emit(
         step,
         None,
@@ -447,6 +472,25 @@ pub(super) async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
         shared.claim.put_last_checkpoint(cp).await?;
     } else {
         shared.claim.put_checkpoint(cp).await?;
+    }
+    Ok(())
+}
+
+/// The checkpoint, carrying the audit entries the run recorded since its last write.
+fn with_audit(shared: &RunShared, mut cp: Checkpoint) -> Checkpoint {
+    let mut audit = shared.take_audit();
+    if !audit.is_empty() {
+        cp.audit.append(&mut audit);
+    }
+    cp
+}
+
+/// Writes the audit entries the run recorded since its last write, for a run that stops
+/// without writing a checkpoint (a failed step leaves the last one as it was).
+async fn flush_audit(shared: &RunShared) -> Result<()> {
+    let audit = shared.take_audit();
+    if !audit.is_empty() {
+        shared.runtime.store().append_audit(audit).await?;
     }
     Ok(())
 }

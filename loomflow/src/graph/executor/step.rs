@@ -134,7 +134,13 @@ async fn run_node<S: State>(
     let node = &g.nodes[index];
     let ctx = Context::new(Arc::clone(shared), Arc::clone(&node.name), step, resume);
     shared.emit(step, Some(&node.name), EventKind::NodeStart);
-    let span = tracing::debug_span!("loomflow.node", node = %node.name, step);
+    let span = tracing::info_span!(
+        target: crate::telemetry::TARGET,
+        "node",
+        otel.name = %format!("node {}", node.name),
+        loomflow.node = %node.name,
+        loomflow.step = step,
+    );
     // A hand-written node may panic while building its future, or while it runs.
     let ctx_ref = &ctx;
     let start = AssertUnwindSafe(move || {

@@ -12,6 +12,7 @@ struct Reply {
     stop_reason: Option<String>,
     #[serde(default)]
     usage: WireUsage,
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -116,6 +117,7 @@ pub(super) fn parse(
         content,
         tool_calls,
         usage: reply.usage.into(),
+        model: reply.model,
     })
 }
 

@@ -43,6 +43,7 @@ enum Event {
 struct StartMessage {
     #[serde(default)]
     usage: WireUsage,
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +132,9 @@ impl EventDecoder for Decoder {
             .map_err(|e| decode_error(&self.target, format!("bad stream event: {e}")))?;
         match parsed {
             Event::MessageStart { message } => {
+                if let Some(model) = message.model {
+                    out.push_back(Ok(StreamChunk::Model { model }));
+                }
                 self.usage = message.usage;
                 out.push_back(Ok(StreamChunk::Usage(Usage::from(self.usage))));
             }

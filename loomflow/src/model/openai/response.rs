@@ -11,6 +11,7 @@ struct Completion {
     #[serde(default)]
     choices: Vec<Choice>,
     usage: Option<WireUsage>,
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -118,6 +119,7 @@ pub(super) fn parse(bytes: &[u8], target: &Target) -> Result<ModelResponse, Mode
         tool_calls,
         finish_reason: finish_reason(choice.finish_reason.as_deref().unwrap_or("stop")),
         usage: completion.usage.map(Usage::from).unwrap_or_default(),
+        model: completion.model,
     })
 }
 

@@ -15,6 +15,7 @@ struct Chunk {
     choices: Vec<ChoiceDelta>,
     usage: Option<WireUsage>,
     error: Option<serde_json::Value>,
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -49,6 +50,8 @@ struct FunctionDelta {
 pub(super) struct Decoder {
     target: Target,
     finish: Option<FinishReason>,
+    /// Whether the model's name was passed on (every chunk repeats it).
+    model_seen: bool,
 }
 
 impl Decoder {
@@ -56,6 +59,7 @@ impl Decoder {
         Self {
             target,
             finish: None,
+            model_seen: false,
         }
     }
 }
@@ -84,6 +88,12 @@ impl EventDecoder for Decoder {
                 kind,
                 message,
             });
+        }
+        if !self.model_seen
+            && let Some(model) = chunk.model.filter(|m| !m.is_empty())
+        {
+            self.model_seen = true;
+            out.push_back(Ok(StreamChunk::Model { model }));
         }
         if let Some(choice) = chunk.choices.into_iter().next() {
             if let Some(delta) = choice.delta {

@@ -16,6 +16,7 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a test kit: failures panic
 
+mod audit;
 mod claims;
 mod runs;
 
@@ -63,6 +64,10 @@ pub async fn run_all(store: &dyn Store) {
     runs::suspended_runs_wake_on_a_signal_or_their_time(store).await;
     runs::cancel_requests_are_recorded(store).await;
     runs::a_claimed_suspended_run_whose_execution_died_is_runnable(store).await;
+    audit::entries_read_back_in_order(store).await;
+    audit::signals_are_audited_with_the_signal(store).await;
+    audit::entries_ride_with_their_write(store).await;
+    audit::old_entries_are_pruned(store).await;
 }
 
 /// Runs [`run_all`], and checks that many writers at once lose nothing and that many
@@ -498,6 +503,12 @@ pub async fn check_reopen<S: Store>(open: impl Fn() -> S) {
         SignalPush::Duplicate,
         "keys survive reopen"
     );
+    let audit = store
+        .audit(&super::AuditQuery::thread(&session))
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1, "the audit log survives reopen");
+    assert_eq!(audit[0].kind, super::AuditKind::SignalSent);
     drop(store);
     claims::check_reopen_claims(&open).await;
 }

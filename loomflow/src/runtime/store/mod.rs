@@ -6,6 +6,8 @@
 //! - **journal entries**: results of side effects run through `ctx.step`, keyed by
 //!   [`JournalKey`];
 //! - **signals**: payloads sent to a session and not yet consumed;
+//! - **audit entries**: an append-only log of tool calls, decisions, signals, interrupts and
+//!   resumes ([`AuditEntry`]), each written in the transaction of what it describes;
 //! - **runs**: one row per thread for its current run ([`RunRecord`]): its graph, where it
 //!   stands ([`RunState`]: queued, running, waiting, sleeping, …), what wakes it, and the
 //!   lease (owner and expiry) that lets at most one execution at a time carry the run on
@@ -36,6 +38,7 @@ mod tests {
         ));
     }
 }
+pub(crate) mod audit;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -43,7 +46,8 @@ pub(crate) mod runs;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use memory::{DEFAULT_RETAINED_CHECKPOINTS, MemoryStore};
+pub use audit::{AuditEntry, AuditKind, AuditQuery};
+pub use memory::{DEFAULT_RETAINED_AUDIT_ENTRIES, DEFAULT_RETAINED_CHECKPOINTS, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted};
@@ -170,6 +174,11 @@ pub struct Checkpoint {
     /// An error message, for a failed run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Audit entries to append in the same transaction as the checkpoint (what the step it
+    /// records did: interrupts, resumes, …). Not part of the row: reading a checkpoint back
+    /// gives an empty list; [`Store::audit`] reads the entries.
+    #[serde(skip)]
+    pub audit: Vec<AuditEntry>,
 }
 
 impl Checkpoint {
@@ -191,6 +200,7 @@ impl Checkpoint {
             status,
             body,
             error: None,
+            audit: Vec::new(),
         }
     }
 
@@ -651,6 +661,49 @@ pub trait Store: Send + Sync + 'static {
     /// once instead of at its next poll. `None` (the default): the counter is polled.
     fn change_notifier(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
         None
+    }
+
+    // The audit log (see [`AuditEntry`]). Stores also append the entries a checkpoint
+    // carries ([`Checkpoint::audit`]) with it, and record every signal they store
+    // (`signal_sent`) and every signal a `take_signal` method consumes (`signal_received`)
+    // in the same transaction.
+
+    /// Appends entries to the audit log, in one transaction.
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The audit entries `query` selects, oldest first.
+    fn audit<'a>(
+        &'a self,
+        query: &'a AuditQuery,
+    ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>>;
+
+    /// Deletes the audit entries older than `before_ms` (milliseconds since the Unix epoch);
+    /// returns how many.
+    fn prune_audit(&self, before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// [`put_journal_claimed`](Self::put_journal_claimed), appending `audit` in the same
+    /// transaction (a tool call's entries with its result). The default writes the journal
+    /// entry, then the audit entries, in two writes; durable stores do both in one.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is written, when `owner` does not hold it.
+    fn put_journal_audited<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        audit: Vec<AuditEntry>,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.put_journal_claimed(key, value, owner, lease_until_ms)
+                .await?;
+            if !audit.is_empty() {
+                self.append_audit(audit).await?;
+            }
+            Ok(())
+        })
     }
 
     /// The stored, unconsumed signals with a sequence number above `seq`, oldest first: what

@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use serde_json::Value;
 
-use super::{DispatchContext, ToolHost};
+use super::{DispatchContext, ToolHost, observe};
 use crate::Error;
 use crate::model::ToolCall;
 use crate::tool::ToolSpec;
@@ -50,9 +50,10 @@ impl ToolHost {
         ctx: DispatchContext<'_>,
     ) -> crate::Result<Approval> {
         let Some(handler) = &self.approver else {
-            return Ok(Approval::Refuse(
-                "approval required; no approver".to_owned(),
-            ));
+            let reason = "approval required; no approver";
+            let entry = observe::decision_entry(ctx, call, None, "deny", Some(reason), None);
+            observe::record(ctx, entry).await;
+            return Ok(Approval::Refuse(reason.to_owned()));
         };
         let request = ApprovalRequest::new(
             ctx.session,
@@ -62,26 +63,39 @@ impl ToolHost {
         )
         .user(ctx.user.map(str::to_owned));
         let decision = AssertUnwindSafe(handler.decide(&request, ctx)).catch_unwind();
+        let refused = |reason: String| async move {
+            let entry = observe::decision_entry(ctx, call, None, "deny", Some(&reason), None);
+            observe::record(ctx, entry).await;
+            Ok(Approval::Refuse(reason))
+        };
         let decision = match tokio::time::timeout(self.approval_timeout, decision).await {
             Err(_) => {
-                return Ok(Approval::Refuse(format!(
+                return refused(format!(
                     "no approval decision within {:?}",
                     self.approval_timeout
-                )));
+                ))
+                .await;
             }
             Ok(Err(panic)) => {
                 tracing::warn!(tool = %spec.name, panic = %crate::sync::panic_message(&*panic), "approval handler panicked; denying");
-                return Ok(Approval::Refuse("the approval handler failed".to_owned()));
+                return refused("the approval handler failed".to_owned()).await;
             }
             Ok(Ok(Err(error @ Error::Suspended { .. }))) => return Err(error),
             Ok(Ok(Err(error))) => {
                 tracing::warn!(tool = %spec.name, %error, "approval handler failed; denying");
-                return Ok(Approval::Refuse(format!(
-                    "the approval handler failed: {error}"
-                )));
+                return refused(format!("the approval handler failed: {error}")).await;
             }
             Ok(Ok(Ok(decision))) => decision,
         };
+        let (action, reason, edited) = match &decision {
+            ApprovalDecision::Allow => ("allow", None, None),
+            ApprovalDecision::Deny { reason } => ("deny", Some(reason.as_str()), None),
+            ApprovalDecision::Edit { arguments } => ("edit", None, Some(arguments)),
+            ApprovalDecision::RememberAllow => ("remember_allow", None, None),
+            ApprovalDecision::RememberDeny => ("remember_deny", None, None),
+        };
+        let entry = observe::decision_entry(ctx, call, request.decider(), action, reason, edited);
+        observe::record(ctx, entry).await;
         Ok(match decision {
             ApprovalDecision::Allow => Approval::Run,
             ApprovalDecision::Deny { reason } => Approval::Refuse(reason),

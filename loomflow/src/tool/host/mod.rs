@@ -2,6 +2,7 @@
 
 mod checks;
 mod context;
+mod observe;
 
 use checks::{Approval, emit, emit_approval};
 pub use context::{DispatchContext, ToolOutcome};
@@ -15,6 +16,7 @@ use std::time::Duration;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::approval::ApprovalHandler;
 use super::event::{AgentEvent, Decision};
@@ -74,6 +76,8 @@ pub struct ToolHost {
     after: Vec<AfterHook>,
     /// Remembered approvals: (user, tool) → allowed.
     remembered: Arc<Mutex<Remembered>>,
+    /// Whether tool spans record arguments and results.
+    record_content: bool,
 }
 
 impl Default for ToolHost {
@@ -90,6 +94,7 @@ impl Default for ToolHost {
             before: Vec::new(),
             after: Vec::new(),
             remembered: Arc::default(),
+            record_content: false,
         }
     }
 }
@@ -107,6 +112,7 @@ impl std::fmt::Debug for ToolHost {
             .field("approver", &self.approver.is_some())
             .field("before_hooks", &self.before.len())
             .field("after_hooks", &self.after.len())
+            .field("record_content", &self.record_content)
             .finish_non_exhaustive()
     }
 }
@@ -233,6 +239,15 @@ impl ToolHost {
         self
     }
 
+    /// Whether each call's `execute_tool` span records its arguments and its result
+    /// (`gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`; default `false`: they are
+    /// content, which may be private). The audit log records them either way.
+    #[must_use]
+    pub fn record_content(mut self, record: bool) -> Self {
+        self.record_content = record;
+        self
+    }
+
     /// How many calls run at once (see [`max_concurrency`](Self::max_concurrency)).
     pub fn concurrency_limit(&self) -> usize {
         self.max_concurrency
@@ -289,7 +304,16 @@ impl ToolHost {
             session: ctx.session.to_owned(),
             user: ctx.user.map(str::to_owned),
         };
-        let result = self.execute(call, ctx, &mut hook_call).await?;
+        let span = observe::tool_span(call);
+        let started = std::time::Instant::now();
+        let result = self
+            .execute(call, ctx, &mut hook_call)
+            .instrument(span.clone())
+            .await?;
+        let took = started.elapsed();
+        observe::record_result(&span, &hook_call.arguments, &result, self.record_content);
+        let entry = observe::tool_call_entry(ctx, call, &hook_call.arguments, &result, took);
+        observe::record(ctx, entry).await;
         let outcome = ToolOutcome::new(call, result);
         if !self.after.is_empty() {
             let result = HookResult {
@@ -328,6 +352,9 @@ impl ToolHost {
         }
         hook_call.arguments = arguments.clone();
         if let Some(reason) = self.run_before_hooks(hook_call).await {
+            let hook = Some("hook".to_owned());
+            let entry = observe::decision_entry(ctx, call, hook, "deny", Some(&reason), None);
+            observe::record(ctx, entry).await;
             return Ok(Err(denied(spec, reason)));
         }
         let permission = self.permission(ctx.user, spec, &arguments);
@@ -345,7 +372,12 @@ impl ToolHost {
         );
         match permission {
             Permission::Allow => {}
-            Permission::Deny(reason) => return Ok(Err(denied(spec, reason))),
+            Permission::Deny(reason) => {
+                let policy = Some("policy".to_owned());
+                let entry = observe::decision_entry(ctx, call, policy, "deny", Some(&reason), None);
+                observe::record(ctx, entry).await;
+                return Ok(Err(denied(spec, reason)));
+            }
             Permission::Ask => match self.ask(call, spec, &arguments, ctx).await? {
                 Approval::Run => {
                     emit_approval(ctx, call, Decision::Allow);

@@ -5,14 +5,18 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
+use super::audit::{signal_received, signal_sent};
 use super::{
-    Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord, RunState, SignalPush, Store,
-    StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
+    RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use crate::runtime::clock::now_ms;
 
+mod audit_log;
 mod retention;
 mod run_row;
+
+pub use audit_log::DEFAULT_RETAINED_AUDIT_ENTRIES;
 
 use futures_util::future::BoxFuture;
 use retention::prune;
@@ -61,6 +65,7 @@ struct Inner {
     keys: HashSet<(String, String, String)>,
     /// Each thread's current run and its lease.
     runs: HashMap<String, RunRow>,
+    audit: audit_log::AuditLog,
 }
 
 impl Inner {
@@ -83,6 +88,9 @@ impl Inner {
         self.next_id += 1;
         checkpoint.id = self.next_id;
         let id = checkpoint.id;
+        if !checkpoint.audit.is_empty() {
+            self.audit.append(std::mem::take(&mut checkpoint.audit));
+        }
         let kept = self
             .checkpoints
             .entry(checkpoint.thread.clone())
@@ -97,10 +105,14 @@ impl Inner {
         id
     }
 
-    /// Removes a pending signal; says whether it was there.
-    fn take(&mut self, session: &str, seq: u64) -> bool {
+    /// Removes a pending signal, auditing its receipt by `run` (0 outside one); says
+    /// whether it was there.
+    fn take(&mut self, session: &str, seq: u64, run: u64) -> bool {
         if self.signals.get(&seq).is_some_and(|s| s.session == session) {
-            self.signals.remove(&seq);
+            if let Some(signal) = self.signals.remove(&seq) {
+                let received = signal_received(session, &signal.name, seq, run);
+                self.audit.append([received]);
+            }
             true
         } else {
             false
@@ -242,6 +254,7 @@ impl Store for MemoryStore {
             inner.next_seq += 1;
             signal.seq = inner.next_seq;
             let seq = signal.seq;
+            inner.audit.append([signal_sent(&signal)]);
             inner.signals.insert(seq, signal);
             SignalPush::Stored(seq)
         }))
@@ -254,7 +267,8 @@ impl Store for MemoryStore {
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            inner.take(session, seq);
+            let run = journal.as_ref().map_or(0, |(key, _)| key.run);
+            inner.take(session, seq, run);
             if let Some((key, value)) = journal {
                 inner.journal.entry(key).or_insert(value);
             }
@@ -387,7 +401,7 @@ impl Store for MemoryStore {
         ready(self.lock_mut().and_then(|mut inner| {
             let (key, value) = journal;
             inner.fence(&key.thread, owner, lease_until_ms)?;
-            let taken = inner.take(session, seq);
+            let taken = inner.take(session, seq, key.run);
             if taken {
                 inner.journal.entry(key).or_insert(value);
             }
@@ -400,7 +414,7 @@ impl Store for MemoryStore {
         session: &'a str,
         seq: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        ready(self.lock_mut().map(|mut inner| inner.take(session, seq)))
+        ready(self.lock_mut().map(|mut inner| inner.take(session, seq, 0)))
     }
 
     fn submit_run<'a>(
@@ -572,5 +586,20 @@ impl Store for MemoryStore {
 
     fn change_counter(&self) -> Option<u64> {
         Some(self.changes.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<(), StoreError>> {
+        ready(self.lock().map(|mut inner| inner.audit.append(entries)))
+    }
+
+    fn audit<'a>(
+        &'a self,
+        query: &'a AuditQuery,
+    ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>> {
+        ready(self.lock().map(|inner| inner.audit.query(query)))
+    }
+
+    fn prune_audit(&self, before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        ready(self.lock().map(|mut inner| inner.audit.prune(before_ms)))
     }
 }

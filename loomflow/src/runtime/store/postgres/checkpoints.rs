@@ -40,6 +40,7 @@ pub(super) async fn insert_checkpoint(
         )
         .await?;
     let id: i64 = get(&inserted, 0, &row.thread)?;
+    super::audit::append(client, &row.audit).await?;
     Ok(super::rows::to_u64(id, "checkpoint id", &row.thread)?)
 }
 
@@ -71,7 +72,7 @@ pub(super) async fn insert_journal(
             ],
         )
         .await?;
-    Ok(())
+    super::audit::append(client, &row.audit).await
 }
 
 impl PostgresStore {

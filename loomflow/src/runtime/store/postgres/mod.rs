@@ -18,6 +18,7 @@
 //! connection, outside the pool, `LISTEN`s for the notifications writes send, for
 //! [`Store::change_counter`] (`notify.rs`).
 
+mod audit;
 mod checkpoints;
 mod error;
 mod notify;
@@ -38,8 +39,8 @@ use self::error::Fail;
 use self::notify::Listener;
 use self::target::Target;
 use super::{
-    Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord, RunState, SignalPush, Store,
-    StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
+    RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use futures_util::future::BoxFuture;
 
@@ -363,7 +364,36 @@ impl Store for PostgresStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.journal_fenced(key, value, owner, lease_until_ms))
+        Box::pin(self.journal_fenced(key, value, &[], owner, lease_until_ms))
+    }
+
+    fn put_journal_audited<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        audit: Vec<AuditEntry>,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.journal_fenced(key, value, &audit, owner, lease_until_ms)
+                .await
+        })
+    }
+
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.append_audit_rows(entries))
+    }
+
+    fn audit<'a>(
+        &'a self,
+        query: &'a AuditQuery,
+    ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>> {
+        Box::pin(self.read_audit(query))
+    }
+
+    fn prune_audit(&self, before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.prune_audit_rows(before_ms))
     }
 
     fn take_signal_claimed<'a>(

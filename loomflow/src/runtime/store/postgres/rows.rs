@@ -2,6 +2,7 @@
 //! (`BIGINT`), values are JSON text, and a row that does not decode is reported as corrupt,
 //! naming its thread.
 
+use crate::runtime::store::audit::AuditRow;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
@@ -80,6 +81,7 @@ pub(super) fn checkpoint_from_row(row: &Row, thread: &str) -> Result<Checkpoint,
         status: RunStatus::parse_stored(get(row, 4, thread)?, thread)?,
         body: from_json(body, thread, format_args!("checkpoint {id}"))?,
         error: get(row, 6, thread)?,
+        audit: Vec::new(),
     })
 }
 
@@ -92,6 +94,8 @@ pub(super) struct CheckpointRow {
     pub(super) status: &'static str,
     pub(super) body: String,
     pub(super) error: Option<String>,
+    /// Audit entries written with it.
+    pub(super) audit: Vec<AuditRow>,
 }
 
 impl CheckpointRow {
@@ -105,6 +109,7 @@ impl CheckpointRow {
             thread: thread.clone(),
             namespace: checkpoint.namespace.clone(),
             error: checkpoint.error.clone(),
+            audit: AuditRow::all(&checkpoint.audit)?,
         })
     }
 }
@@ -119,6 +124,8 @@ pub(super) struct JournalRow {
     pub(super) name: String,
     pub(super) occurrence: i64,
     pub(super) value: String,
+    /// Audit entries written with it (a tool call's).
+    pub(super) audit: Vec<AuditRow>,
 }
 
 impl JournalRow {
@@ -132,6 +139,7 @@ impl JournalRow {
             namespace: key.namespace,
             node: key.node,
             name: key.name,
+            audit: Vec::new(),
         })
     }
 }

@@ -25,9 +25,10 @@ use super::rows::{
     CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
 };
 use super::signals::take;
+use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{
-    Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord, RunState,
-    StoreError, Submitted,
+    AuditEntry, Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord,
+    RunState, StoreError, Submitted,
 };
 
 /// The columns [`record_from_row`] reads, in order.
@@ -386,13 +387,15 @@ impl PostgresStore {
         &self,
         key: JournalKey,
         value: Value,
+        audit: &[AuditEntry],
         owner: &str,
         lease_until_ms: u64,
     ) -> Result<(), StoreError> {
         let thread = key.thread.clone();
         async {
             let until = to_i64(lease_until_ms, "lease expiry", &thread)?;
-            let row = JournalRow::new(key, &value)?;
+            let mut row = JournalRow::new(key, &value)?;
+            row.audit = AuditRow::all(audit)?;
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             if !fence(&tx, &thread, owner, until).await? {
@@ -426,7 +429,7 @@ impl PostgresStore {
                 tx.rollback().await?;
                 return Err(lease_lost(&thread, owner));
             }
-            let taken = take(&tx, session, seq, now_ms()).await?;
+            let taken = take(&tx, session, seq, now_ms(), row.run).await?;
             if taken {
                 insert_journal(&tx, &row).await?;
             }

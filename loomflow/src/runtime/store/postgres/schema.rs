@@ -11,7 +11,7 @@ use super::target::Target;
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 1;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// The advisory lock (a transaction-level one, released at commit) that lets one process at
 /// a time migrate: "loomflow" in ASCII.
@@ -89,6 +89,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      CREATE INDEX loomflow_runs_by_runnable_at
          ON loomflow_runs (runnable_at_ms) WHERE runnable_at_ms IS NOT NULL;
      CREATE INDEX loomflow_runs_by_update ON loomflow_runs (updated_at_ms);",
+    // 1 -> 2: the audit log (`audit.rs`).
+    super::audit::MIGRATION,
 ];
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one: in one transaction,

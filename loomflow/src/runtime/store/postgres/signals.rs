@@ -11,6 +11,7 @@ use super::checkpoints::insert_journal;
 use super::error::Fail;
 use super::notify::notify;
 use super::rows::{JournalRow, from_json, get, now_ms, to_i64, to_json, to_u64};
+use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{JournalKey, SignalPush, StoreError, StoredSignal};
 
 /// The transaction-level advisory lock every signal insert holds until it commits:
@@ -30,7 +31,8 @@ const KEEP_CONSUMED_MS: i64 = 3_600_000;
 /// How often a store deletes consumed signals older than [`KEEP_CONSUMED_MS`].
 const PRUNE_EVERY_MS: i64 = 60_000;
 
-/// Consumes a pending signal; returns whether it was still pending.
+/// Consumes a pending signal, auditing its receipt by `run` (0 outside one); returns
+/// whether it was still pending.
 ///
 /// One statement: without a key nothing needs remembering and the row goes; with one, the
 /// row stays (payload dropped) until pruned. Two consumers racing for one row are ordered
@@ -40,23 +42,32 @@ pub(super) async fn take(
     session: &str,
     seq: i64,
     now_ms: i64,
+    run: i64,
 ) -> Result<bool, Fail> {
     let stmt = client
         .prepare_cached(
             "WITH deleted AS (
                  DELETE FROM loomflow_signals
                  WHERE seq = $1 AND session = $2 AND idempotency_key IS NULL
-                 RETURNING 1
+                 RETURNING name
              ), consumed AS (
                  UPDATE loomflow_signals SET consumed_at_ms = $3, payload = NULL
                  WHERE seq = $1 AND session = $2 AND idempotency_key IS NOT NULL
                    AND consumed_at_ms IS NULL
+                 RETURNING name
+             ), audited AS (
+                 INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, detail)
+                 SELECT $2::TEXT, $4::BIGINT, $3::BIGINT, 'signal_received', name, $5::TEXT
+                 FROM (SELECT name FROM deleted UNION ALL SELECT name FROM consumed) AS taken
                  RETURNING 1
              )
-             SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM consumed)",
+             SELECT count(*) FROM audited",
         )
         .await?;
-    let row = client.query_one(&stmt, &[&seq, &session, &now_ms]).await?;
+    let detail = format!("{{\"seq\":{seq}}}");
+    let row = client
+        .query_one(&stmt, &[&seq, &session, &now_ms, &run, &detail])
+        .await?;
     let taken: i64 = get(&row, 0, session)?;
     Ok(taken > 0)
 }
@@ -106,6 +117,15 @@ impl PostgresStore {
                 "signal sequence number",
                 &session,
             )?;
+            let sent = AuditRow::signal_sent(
+                &signal.session,
+                &signal.name,
+                i64::try_from(seq).unwrap_or(i64::MAX),
+                &payload,
+                signal.idempotency_key.as_deref(),
+                sent_at_ms,
+            );
+            super::audit::append(&tx, std::slice::from_ref(&sent)).await?;
             notify(&tx).await?;
             tx.commit().await?;
             Ok(SignalPush::Stored(seq))
@@ -130,11 +150,11 @@ impl PostgresStore {
             let mut client = self.client().await?;
             match journal {
                 None => {
-                    take(&client, session, seq, now_ms()).await?;
+                    take(&client, session, seq, now_ms(), 0).await?;
                 }
                 Some(row) => {
                     let tx = client.transaction().await?;
-                    take(&tx, session, seq, now_ms()).await?;
+                    take(&tx, session, seq, now_ms(), row.run).await?;
                     insert_journal(&tx, &row).await?;
                     tx.commit().await?;
                 }
@@ -154,7 +174,7 @@ impl PostgresStore {
         async {
             let seq = to_i64(seq, "signal sequence number", session)?;
             let client = self.client().await?;
-            take(&client, session, seq, now_ms()).await
+            take(&client, session, seq, now_ms(), 0).await
         }
         .await
         .map_err(|e: Fail| e.write(session))

@@ -18,6 +18,7 @@
 //! a few read connections, each on its own thread. A write is answered only after its
 //! group is committed, so a read issued after a write returned sees it.
 
+mod audit;
 mod reader;
 mod rows;
 mod run_rows;
@@ -39,9 +40,10 @@ use self::rows::{
     transpose,
 };
 use self::writer::{CheckpointRow, Op, Outcome, Request, SignalRow, Writer};
+use super::audit::AuditRow;
 use super::{
-    Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord, RunState, SignalPush, Store,
-    StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
+    RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use futures_util::future::BoxFuture;
 
@@ -280,6 +282,7 @@ fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, StoreError> 
         thread: checkpoint.thread.clone(),
         namespace: checkpoint.namespace.clone(),
         error: checkpoint.error.clone(),
+        audit: AuditRow::all(&checkpoint.audit)?,
     })
 }
 
@@ -557,7 +560,33 @@ impl Store for SqliteStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.put_journal_fenced(key, &value, owner, lease_until_ms)
+        self.put_journal_fenced(key, &value, &[], owner, lease_until_ms)
+    }
+
+    fn put_journal_audited<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        audit: Vec<AuditEntry>,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.put_journal_fenced(key, &value, &audit, owner, lease_until_ms)
+    }
+
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.append_audit_rows(entries)
+    }
+
+    fn audit<'a>(
+        &'a self,
+        query: &'a AuditQuery,
+    ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>> {
+        self.read_audit(query)
+    }
+
+    fn prune_audit(&self, before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.prune_audit_rows(before_ms)
     }
 
     fn take_signal_claimed<'a>(

@@ -33,6 +33,7 @@ pub(super) fn journal_row(key: JournalKey, value: &Value) -> Result<JournalRow, 
         namespace: key.namespace,
         node: key.node,
         name: key.name,
+        audit: Vec::new(),
     })
 }
 
@@ -75,6 +76,7 @@ pub(super) fn checkpoint_from_row(
             status: RunStatus::parse_stored(&status, thread)?,
             body,
             error,
+            audit: Vec::new(),
         })
     })())
 }

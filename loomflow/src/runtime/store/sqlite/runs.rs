@@ -14,7 +14,10 @@ use super::run_rows::{
 };
 use super::writer::{self, CheckpointRow, JournalRow, Op, Outcome};
 use super::{SqliteStore, checkpoint_row, journal_row, to_i64, unexpected};
-use crate::runtime::store::{Checkpoint, Claim, JournalKey, RowUpdate, RunState, StoreError};
+use crate::runtime::store::audit::AuditRow;
+use crate::runtime::store::{
+    AuditEntry, Checkpoint, Claim, JournalKey, RowUpdate, RunState, StoreError,
+};
 use futures_util::future::BoxFuture;
 
 /// Migration step 2 -> 3: the `runs` table and its leases.
@@ -175,14 +178,14 @@ impl RunOp {
                 if !fence(conn, &journal.thread, owner, *until_ms, now_ms)? {
                     return Ok(Outcome::LeaseLost);
                 }
-                let taken = writer::take_signal(conn, session, *seq, now_ms)?;
+                let taken = writer::take_signal(conn, session, *seq, now_ms, journal.run)?;
                 if taken {
                     writer::put_journal(conn, journal)?;
                 }
                 Ok(Outcome::Taken(taken))
             }
             Self::TryTakeSignal { session, seq } => Ok(Outcome::Taken(writer::take_signal(
-                conn, session, *seq, now_ms,
+                conn, session, *seq, now_ms, 0,
             )?)),
             Self::Submit {
                 thread,
@@ -440,14 +443,17 @@ impl SqliteStore {
         &'a self,
         key: JournalKey,
         value: &Value,
+        audit: &[AuditEntry],
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let thread = key.thread.clone();
         let op = (|| {
+            let mut row = journal_row(key, value)?;
+            row.audit = AuditRow::all(audit)?;
             Ok(RunOp::PutJournal {
                 until_ms: to_i64(lease_until_ms, "lease expiry", &thread)?,
-                row: journal_row(key, value)?,
+                row,
                 owner: owner.to_owned(),
             })
         })();

@@ -9,7 +9,7 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
@@ -62,6 +62,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     super::runs::MIGRATION,
     // 3 -> 4: what workers and run queries need on each run row (`runs.rs`).
     super::run_rows::MIGRATION_WORKER,
+    // 4 -> 5: the audit log (`audit.rs`).
+    super::audit::MIGRATION,
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {

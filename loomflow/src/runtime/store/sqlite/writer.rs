@@ -12,10 +12,12 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
+use super::audit;
 use super::runs::RunOp;
+use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{Claim, RunRecord, SignalPush, StoreError, Submitted};
 
 /// The most requests committed together; bounds the time any one of them waits.
@@ -36,6 +38,8 @@ pub(super) struct CheckpointRow {
     pub(super) status: &'static str,
     pub(super) body: String,
     pub(super) error: Option<String>,
+    /// Audit entries written with it.
+    pub(super) audit: Vec<AuditRow>,
 }
 
 /// A journal entry, ready for its row.
@@ -48,6 +52,8 @@ pub(super) struct JournalRow {
     pub(super) name: String,
     pub(super) occurrence: i64,
     pub(super) value: String,
+    /// Audit entries written with it (a tool call's).
+    pub(super) audit: Vec<AuditRow>,
 }
 
 /// A signal, ready for its row.
@@ -71,6 +77,9 @@ pub(super) enum Op {
     },
     /// A claim, or a write under one (see `runs.rs`).
     Runs(RunOp),
+    AppendAudit(Vec<AuditRow>),
+    /// Deletes audit entries older than this (ms since the epoch).
+    PruneAudit(i64),
 }
 
 impl Op {
@@ -82,6 +91,7 @@ impl Op {
             Self::PushSignal(row) => &row.session,
             Self::TakeSignal { session, .. } => session,
             Self::Runs(op) => op.thread(),
+            Self::AppendAudit(_) | Self::PruneAudit(_) => "(audit)",
         }
     }
 
@@ -106,24 +116,41 @@ impl Op {
                         row.idempotency_key,
                         row.sent_at_ms
                     ])?;
-                Ok(Outcome::Push(if inserted == 0 {
-                    SignalPush::Duplicate
-                } else {
-                    SignalPush::Stored(u64::try_from(conn.last_insert_rowid()).unwrap_or_default())
-                }))
+                if inserted == 0 {
+                    return Ok(Outcome::Push(SignalPush::Duplicate));
+                }
+                let seq = conn.last_insert_rowid();
+                let sent = AuditRow::signal_sent(
+                    &row.session,
+                    &row.name,
+                    seq,
+                    &row.payload,
+                    row.idempotency_key.as_deref(),
+                    row.sent_at_ms,
+                );
+                audit::append(conn, std::slice::from_ref(&sent))?;
+                Ok(Outcome::Push(SignalPush::Stored(
+                    u64::try_from(seq).unwrap_or_default(),
+                )))
             }
             Self::TakeSignal {
                 session,
                 seq,
                 journal,
             } => {
-                take_signal(conn, session, *seq, now_ms)?;
+                let run = journal.as_ref().map_or(0, |row| row.run);
+                take_signal(conn, session, *seq, now_ms, run)?;
                 if let Some(row) = journal {
                     put_journal(conn, row)?;
                 }
                 Ok(Outcome::Done)
             }
             Self::Runs(op) => op.apply(conn, now_ms),
+            Self::AppendAudit(rows) => {
+                audit::append(conn, rows)?;
+                Ok(Outcome::Done)
+            }
+            Self::PruneAudit(before_ms) => Ok(Outcome::Count(audit::prune(conn, *before_ms)?)),
         }
     }
 }
@@ -143,16 +170,30 @@ pub(super) fn put_checkpoint(conn: &Connection, row: &CheckpointRow) -> rusqlite
         row.error
     ])?;
     // Row ids are positive, so the conversion only guards against the impossible.
-    Ok(u64::try_from(conn.last_insert_rowid()).unwrap_or_default())
+    let id = u64::try_from(conn.last_insert_rowid()).unwrap_or_default();
+    audit::append(conn, &row.audit)?;
+    Ok(id)
 }
 
-/// Consumes a pending signal; returns whether it was still pending.
+/// Consumes a pending signal, auditing its receipt by `run` (0 outside one); returns
+/// whether it was still pending.
 pub(super) fn take_signal(
     conn: &Connection,
     session: &str,
     seq: i64,
     now_ms: i64,
+    run: i64,
 ) -> rusqlite::Result<bool> {
+    let name: Option<String> = conn
+        .prepare_cached(
+            "SELECT name FROM signals
+             WHERE seq = ?1 AND session = ?2 AND consumed_at_ms IS NULL",
+        )?
+        .query_row(params![seq, session], |row| row.get(0))
+        .optional()?;
+    let Some(name) = name else {
+        return Ok(false);
+    };
     // Without a key nothing needs remembering; with one, the row stays (payload dropped)
     // until pruned, so that a retried send is still a duplicate.
     let deleted = conn
@@ -167,6 +208,8 @@ pub(super) fn take_signal(
              WHERE seq = ?1 AND session = ?2 AND consumed_at_ms IS NULL",
         )?
         .execute(params![seq, session, now_ms])?;
+    let received = AuditRow::signal_received(session, name, seq, run, now_ms);
+    audit::append(conn, std::slice::from_ref(&received))?;
     Ok(deleted + consumed > 0)
 }
 
@@ -186,7 +229,7 @@ pub(super) fn put_journal(conn: &Connection, row: &JournalRow) -> rusqlite::Resu
         row.occurrence,
         row.value
     ])?;
-    Ok(())
+    audit::append(conn, &row.audit)
 }
 
 /// What a write produced.
@@ -196,6 +239,8 @@ pub(super) enum Outcome {
     Id(u64),
     /// Nothing to report.
     Done,
+    /// How many rows a delete removed.
+    Count(u64),
     /// What `push_signal` did.
     Push(SignalPush),
     /// What `claim` found.

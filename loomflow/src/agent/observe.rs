@@ -1,0 +1,98 @@
+//! What an agent reports: its `invoke_agent` span and a `chat` span per model call (see
+//! [`crate::telemetry`]).
+
+use tracing::Span;
+
+use crate::model::{FinishReason, Message, ModelError, ModelResponse};
+use crate::telemetry::{self, TARGET};
+
+/// The `invoke_agent {name}` span of one call of an agent (`run`, `stream`, `resume`).
+pub(super) fn agent_span(agent: &str, session: &str) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "invoke_agent",
+        otel.name = %format!("invoke_agent {agent}"),
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = %agent,
+        gen_ai.conversation.id = %session,
+    )
+}
+
+/// A model's provider and model, from its name (`openai:gpt-4o`; a name without a provider
+/// is both).
+pub(super) fn provider_and_model(name: &str) -> (&str, &str) {
+    name.split_once(':').unwrap_or((name, name))
+}
+
+/// The `chat {model}` span of one model call.
+pub(super) fn chat_span(model_name: &str) -> Span {
+    let (provider, model) = provider_and_model(model_name);
+    tracing::info_span!(
+        target: TARGET,
+        "chat",
+        otel.name = %format!("chat {model}"),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = %provider,
+        gen_ai.request.model = %model,
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        gen_ai.input.messages = tracing::field::Empty,
+        gen_ai.output.messages = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// Records a model call's result on its span; with `content`, the messages sent and the
+/// reply too.
+pub(super) fn record_chat(
+    span: &Span,
+    model_name: &str,
+    messages: &[Message],
+    result: &Result<ModelResponse, ModelError>,
+    content: bool,
+) {
+    if span.is_disabled() {
+        return;
+    }
+    if content {
+        let sent = serde_json::to_string(messages).unwrap_or_default();
+        span.record("gen_ai.input.messages", sent.as_str());
+    }
+    match result {
+        Ok(response) => {
+            let model = response
+                .model
+                .as_deref()
+                .unwrap_or_else(|| provider_and_model(model_name).1);
+            span.record("gen_ai.response.model", model);
+            span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+            span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+            let reason = finish_reason(&response.finish_reason);
+            span.record(
+                "gen_ai.response.finish_reasons",
+                format!("[\"{reason}\"]").as_str(),
+            );
+            if content {
+                let reply = serde_json::to_string(&response.message()).unwrap_or_default();
+                span.record("gen_ai.output.messages", reply.as_str());
+            }
+        }
+        Err(error) => {
+            span.record("error.type", telemetry::error_type(error).as_str());
+        }
+    }
+}
+
+/// A finish reason as the GenAI conventions name it.
+fn finish_reason(reason: &FinishReason) -> &str {
+    match reason {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_call",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Other(other) => other,
+    }
+}

@@ -1,0 +1,182 @@
+//! What a run reports as it goes: its spans (see [`crate::telemetry`]) and the audit
+//! entries of its interrupts and resumes.
+
+use serde_json::{Value, json};
+use tracing::Span;
+
+use super::Result;
+use crate::context::RunShared;
+use crate::graph::compiled::CompiledInner;
+use crate::graph::run::RunOutcome;
+use crate::runtime::{AuditEntry, AuditKind, Interrupt, RunStatus};
+use crate::telemetry::{self, TARGET};
+
+/// Where a run picked up from, when it carried on from a checkpoint.
+#[derive(Debug)]
+pub(super) struct Resumed {
+    /// The step of the checkpoint it carried on from.
+    pub(super) step: u64,
+    /// That checkpoint's status: `Interrupted` for a resume, `Running` or `Failed` when an
+    /// execution stopped half way (a crash, a lost lease, an error) and is taken up again.
+    pub(super) status: RunStatus,
+    /// The `traceparent` of the execution that wrote the checkpoint, if it kept one.
+    pub(super) trace: Option<String>,
+    /// The interrupts the run was suspended on.
+    pub(super) interrupts: Vec<Interrupt>,
+    /// The values given to them by id, for a resume with values.
+    pub(super) answered: Vec<(String, Value)>,
+}
+
+/// The `run {graph}` span of one execution.
+pub(super) fn run_span(graph: &str, thread: &str, namespace: &str) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "run",
+        otel.name = %format!("run {graph}"),
+        loomflow.graph = %graph,
+        loomflow.thread = %thread,
+        loomflow.namespace = %namespace,
+        loomflow.run = tracing::field::Empty,
+        loomflow.resumed = tracing::field::Empty,
+        loomflow.outcome = tracing::field::Empty,
+    )
+}
+
+/// What a run's result was, for its span's `loomflow.outcome`.
+pub(super) fn outcome_name<S>(result: &Result<RunOutcome<S>>) -> &'static str {
+    match result {
+        Ok(RunOutcome::Completed(_)) => "completed",
+        Ok(RunOutcome::Interrupted { .. }) => "interrupted",
+        Ok(RunOutcome::Failed { .. }) => "failed",
+        Err(crate::graph::RunError::Cancelled { .. }) => "cancelled",
+        Err(crate::graph::RunError::Yielded { .. }) => "handed_back",
+        Err(_) => "error",
+    }
+}
+
+/// The `superstep {n}` span.
+pub(super) fn superstep_span<S>(g: &CompiledInner<S>, step: u64, active: &[usize]) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "superstep",
+        otel.name = %format!("superstep {step}"),
+        loomflow.step = step,
+        loomflow.nodes = %NodeNames(g, active),
+    )
+}
+
+/// The `suspend` span around writing a suspension.
+pub(super) fn suspend_span(step: u64, interrupts: &[Interrupt]) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "suspend",
+        loomflow.step = step,
+        loomflow.interrupts = %InterruptIds(interrupts),
+    )
+}
+
+/// Records where the execution picked up on its `run` span, links the span to the trace of
+/// the execution before, and opens (and closes) a `resume` span. A top-level run carried on
+/// from a suspension also records `resume` audit entries, written with its next checkpoint.
+pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<&Resumed>) {
+    let span = Span::current();
+    span.record("loomflow.run", run);
+    let Some(resumed) = resumed else {
+        span.record("loomflow.resumed", false);
+        return;
+    };
+    span.record("loomflow.resumed", true);
+    if let Some(trace) = &resumed.trace {
+        telemetry::link_to(&span, trace);
+    }
+    drop(
+        tracing::info_span!(
+            target: TARGET,
+            "resume",
+            loomflow.step = resumed.step,
+            loomflow.status = resumed.status.as_str(),
+            loomflow.interrupts = %InterruptIds(&resumed.interrupts),
+        )
+        .entered(),
+    );
+    if resumed.status != RunStatus::Interrupted || !shared.namespace.is_root() {
+        return;
+    }
+    for interrupt in &resumed.interrupts {
+        let value = resumed
+            .answered
+            .iter()
+            .find(|(id, _)| *id == interrupt.id)
+            .map(|(_, value)| value);
+        // Only the interrupts a resume answered, or every wait and timer of a recover.
+        let how = match (value, &interrupt.signal, interrupt.wake_at_ms) {
+            (Some(value), _, _) => json!({ "node": interrupt.node, "value": value }),
+            (None, Some(signal), _) if resumed.answered.is_empty() => {
+                json!({ "node": interrupt.node, "signal": signal })
+            }
+            (None, None, Some(wake_at_ms)) if resumed.answered.is_empty() => {
+                json!({ "node": interrupt.node, "wake_at_ms": wake_at_ms })
+            }
+            _ => continue,
+        };
+        shared.record_audit(AuditEntry::new(
+            shared.thread.as_ref(),
+            AuditKind::Resume,
+            &interrupt.id,
+            how,
+        ));
+    }
+}
+
+/// The `interrupt` audit entries of a top-level run's suspension.
+pub(super) fn record_interrupts(shared: &RunShared, interrupts: &[Interrupt]) {
+    if !shared.namespace.is_root() {
+        // The parent suspends on the same interrupts and records them.
+        return;
+    }
+    for interrupt in interrupts {
+        let mut detail = json!({ "node": interrupt.node, "payload": interrupt.payload });
+        if let Some(signal) = &interrupt.signal {
+            detail["signal"] = Value::from(signal.as_str());
+        }
+        if let Some(wake_at_ms) = interrupt.wake_at_ms {
+            detail["wake_at_ms"] = Value::from(wake_at_ms);
+        }
+        shared.record_audit(AuditEntry::new(
+            shared.thread.as_ref(),
+            AuditKind::Interrupt,
+            &interrupt.id,
+            detail,
+        ));
+    }
+}
+
+/// Node names, comma-separated, for a span field.
+struct NodeNames<'a, S>(&'a CompiledInner<S>, &'a [usize]);
+
+impl<S> std::fmt::Display for NodeNames<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, &i) in self.1.iter().enumerate() {
+            if n > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(&self.0.nodes[i].name)?;
+        }
+        Ok(())
+    }
+}
+
+/// Interrupt ids, comma-separated, for a span field.
+struct InterruptIds<'a>(&'a [Interrupt]);
+
+impl std::fmt::Display for InterruptIds<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (n, interrupt) in self.0.iter().enumerate() {
+            if n > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(&interrupt.id)?;
+        }
+        Ok(())
+    }
+}

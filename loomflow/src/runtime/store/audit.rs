@@ -1,0 +1,306 @@
+//! The audit log: append-only rows saying what happened to a run, who decided, and when.
+//!
+//! Entries ride in the same transaction as the write they describe, so that the log and the
+//! run never disagree and auditing costs no commit of its own:
+//! - a signal's `signal_sent` and `signal_received` entries are written by the store with
+//!   the signal ([`Store::push_signal`](super::Store::push_signal), the `take_signal`
+//!   methods);
+//! - a tool call's entries (`tool_call`, and its `decision` when one was made) travel with
+//!   the journal entry that records the call's result
+//!   ([`Store::put_journal_claimed`](super::Store::put_journal_claimed));
+//! - `interrupt` and `resume` entries, and anything else a step records, travel with the
+//!   step's checkpoint ([`Checkpoint::audit`](super::Checkpoint::audit)).
+//!
+//! Nothing updates an entry; [`Store::prune_audit`](super::Store::prune_audit) deletes the
+//! old ones for retention.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use serde_json::json;
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use super::StoreError;
+use super::StoredSignal;
+
+/// What an [`AuditEntry`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AuditKind {
+    /// A tool ran (or was refused): its arguments, outcome and duration.
+    ToolCall,
+    /// A permission decision or an approval: who decided what, why, and any edited
+    /// arguments.
+    Decision,
+    /// A signal was stored for the session.
+    SignalSent,
+    /// A run consumed a signal.
+    SignalReceived,
+    /// A run suspended on an interrupt (a question, an approval, a wait, a timer).
+    Interrupt,
+    /// A suspended run was carried on.
+    Resume,
+}
+
+impl AuditKind {
+    /// Every kind.
+    pub const ALL: [Self; 6] = [
+        Self::ToolCall,
+        Self::Decision,
+        Self::SignalSent,
+        Self::SignalReceived,
+        Self::Interrupt,
+        Self::Resume,
+    ];
+
+    /// The kind as stored: `tool_call`, `decision`, `signal_sent`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ToolCall => "tool_call",
+            Self::Decision => "decision",
+            Self::SignalSent => "signal_sent",
+            Self::SignalReceived => "signal_received",
+            Self::Interrupt => "interrupt",
+            Self::Resume => "resume",
+        }
+    }
+
+    /// Reads a stored kind.
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for AuditKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One row of the audit log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AuditEntry {
+    /// Assigned by the store; increases with every entry appended. 0 until then.
+    pub id: u64,
+    /// The thread (session) it concerns.
+    pub thread: String,
+    /// The run within the thread, when known (0 for a signal sent between runs).
+    pub run: u64,
+    /// When it happened, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// What it records.
+    pub kind: AuditKind,
+    /// What it is about: the tool, the signal's name, the interrupt's id.
+    pub subject: String,
+    /// Who acted, when known: the approver of a decision (`policy` for the permission
+    /// policy, `hook` for a `before_tool` hook), the user a tool ran for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// The particulars, as JSON: arguments, outcome and duration of a tool call; the
+    /// decision, reason and edited arguments of an approval; a signal's payload; an
+    /// interrupt's payload; the values a resume gave.
+    pub detail: Value,
+}
+
+impl AuditEntry {
+    /// An entry of `kind` about `subject` on `thread`, happening now.
+    pub fn new(
+        thread: impl Into<String>,
+        kind: AuditKind,
+        subject: impl Into<String>,
+        detail: Value,
+    ) -> Self {
+        Self {
+            id: 0,
+            thread: thread.into(),
+            run: 0,
+            at_ms: crate::runtime::clock::now_ms(),
+            kind,
+            subject: subject.into(),
+            actor: None,
+            detail,
+        }
+    }
+
+    /// With the run it belongs to.
+    #[must_use]
+    pub fn run(mut self, run: u64) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// With who acted.
+    #[must_use]
+    pub fn actor(mut self, actor: Option<impl Into<String>>) -> Self {
+        self.actor = actor.map(Into::into);
+        self
+    }
+
+    /// At this time (milliseconds since the Unix epoch) instead of now.
+    #[must_use]
+    pub fn at_ms(mut self, at_ms: u64) -> Self {
+        self.at_ms = at_ms;
+        self
+    }
+}
+
+/// Which audit entries to read ([`Store::audit`](super::Store::audit)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditQuery {
+    /// The thread; `None` for every thread.
+    pub thread: Option<String>,
+    /// Only entries with an id above this (for paging and tailing).
+    pub after_id: u64,
+    /// Only entries of this kind.
+    pub kind: Option<AuditKind>,
+    /// At most this many (oldest first); `None` for all.
+    pub limit: Option<usize>,
+}
+
+impl AuditQuery {
+    /// Every entry of one thread.
+    pub fn thread(thread: impl Into<String>) -> Self {
+        Self {
+            thread: Some(thread.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Every entry of every thread.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Only entries with an id above `id`.
+    #[must_use]
+    pub fn after_id(mut self, id: u64) -> Self {
+        self.after_id = id;
+        self
+    }
+
+    /// Only entries of `kind`.
+    #[must_use]
+    pub fn kind(mut self, kind: AuditKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// At most `n` entries.
+    #[must_use]
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    /// Whether `entry` is one it selects (ignoring the limit).
+    pub fn matches(&self, entry: &AuditEntry) -> bool {
+        entry.id > self.after_id
+            && self.thread.as_deref().is_none_or(|t| t == entry.thread)
+            && self.kind.is_none_or(|k| k == entry.kind)
+    }
+}
+
+/// The `signal_sent` entry of a signal just stored.
+pub(crate) fn signal_sent(signal: &StoredSignal) -> AuditEntry {
+    let mut detail = json!({ "seq": signal.seq, "payload": signal.payload });
+    if let Some(key) = &signal.idempotency_key {
+        detail["idempotency_key"] = Value::from(key.as_str());
+    }
+    AuditEntry::new(&signal.session, AuditKind::SignalSent, &signal.name, detail)
+        .at_ms(signal.sent_at_ms)
+}
+
+/// The `signal_received` entry of a signal a run (`run`, 0 outside one) consumed.
+pub(crate) fn signal_received(session: &str, name: &str, seq: u64, run: u64) -> AuditEntry {
+    AuditEntry::new(
+        session,
+        AuditKind::SignalReceived,
+        name,
+        json!({ "seq": seq }),
+    )
+    .run(run)
+}
+
+/// An audit entry, ready for its row.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) struct AuditRow {
+    pub(crate) thread: String,
+    pub(crate) run: i64,
+    pub(crate) at_ms: i64,
+    pub(crate) kind: &'static str,
+    pub(crate) subject: String,
+    pub(crate) actor: Option<String>,
+    pub(crate) detail: String,
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl AuditRow {
+    pub(crate) fn of(entry: &AuditEntry) -> Result<Self, StoreError> {
+        let write_error = |message: String| StoreError::Write {
+            thread: entry.thread.clone(),
+            message,
+        };
+        let int = |value: u64, what: &str| {
+            i64::try_from(value)
+                .map_err(|_| write_error(format!("audit {what} {value} is too large")))
+        };
+        Ok(Self {
+            run: int(entry.run, "run")?,
+            at_ms: int(entry.at_ms, "time")?,
+            kind: entry.kind.as_str(),
+            subject: entry.subject.clone(),
+            actor: entry.actor.clone(),
+            detail: serde_json::to_string(&entry.detail).map_err(|e| write_error(e.to_string()))?,
+            thread: entry.thread.clone(),
+        })
+    }
+
+    pub(crate) fn all(entries: &[AuditEntry]) -> Result<Vec<Self>, StoreError> {
+        entries.iter().map(Self::of).collect()
+    }
+
+    /// A `signal_received` row, for a signal consumed in a write.
+    pub(crate) fn signal_received(
+        session: &str,
+        name: String,
+        seq: i64,
+        run: i64,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            thread: session.to_owned(),
+            run,
+            at_ms: now_ms,
+            kind: AuditKind::SignalReceived.as_str(),
+            subject: name,
+            actor: None,
+            detail: format!("{{\"seq\":{seq}}}"),
+        }
+    }
+
+    /// A `signal_sent` row: the signal's payload, as stored, under its new sequence number.
+    pub(crate) fn signal_sent(
+        session: &str,
+        name: &str,
+        seq: i64,
+        payload: &str,
+        idempotency_key: Option<&str>,
+        sent_at_ms: i64,
+    ) -> Self {
+        let key = idempotency_key.map_or_else(String::new, |key| {
+            format!(",\"idempotency_key\":{}", serde_json::Value::from(key))
+        });
+        Self {
+            thread: session.to_owned(),
+            run: 0,
+            at_ms: sent_at_ms,
+            kind: AuditKind::SignalSent.as_str(),
+            subject: name.to_owned(),
+            actor: None,
+            detail: format!("{{\"seq\":{seq},\"payload\":{payload}{key}}}"),
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The audit log as an operator reads it: who approved what, which tools ran with which
+//! arguments, which signals came and went, where runs suspended and resumed; durable, shared
+//! by every runtime on the store, and kept to its retention. And what runs cost.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use loomflow::agent::Agent;
+use loomflow::model::{ModelResponse, PriceTable, ScriptedModel, ToolCall, Usage};
+use loomflow::prelude::*;
+use loomflow::runtime::{AuditEntry, AuditKind, AuditQuery};
+use loomflow::tool::{ApprovalDecision, Permission, PermissionPolicy};
+use loomflow_tests::TempDb;
+
+static REFUNDS: AtomicU32 = AtomicU32::new(0);
+
+/// Refunds an order. Moves money, so a person approves it.
+#[tool(approval)]
+fn refund(order: String, cents: u64) -> String {
+    REFUNDS.fetch_add(1, Ordering::SeqCst);
+    format!("refunded {cents} cents on {order}")
+}
+
+fn with_usage(mut response: ModelResponse, input: u64, output: u64) -> ModelResponse {
+    response.usage = Usage {
+        input_tokens: input,
+        output_tokens: output,
+        ..Usage::default()
+    };
+    response
+}
+
+fn refund_agent(runtime: Runtime) -> Agent {
+    let call = ToolCall::new(
+        "call_r",
+        "refund",
+        json!({ "order": "ord-9", "cents": 4_000 }),
+    );
+    Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(
+            ScriptedModel::new([
+                with_usage(ModelResponse::tool_calls(vec![call]), 1_000, 100),
+                with_usage(ModelResponse::text("Refunded 40.00."), 2_000, 50),
+            ])
+            .named("openai:gpt-4o"),
+        )
+        .tool(refund)
+        .durable_approvals()
+        .prices(PriceTable::new().model("gpt-4o", 2.50, 10.00))
+        .runtime(runtime)
+        .build()
+        .unwrap()
+}
+
+fn of_kind(log: &[AuditEntry], kind: AuditKind) -> Vec<&AuditEntry> {
+    log.iter().filter(|e| e.kind == kind).collect()
+}
+
+/// The approval story on one store: a run suspends, a second runtime decides as `ada`, the
+/// run resumes; a third runtime (a restart) reads the whole trail.
+async fn approved_refund_trail(open: impl Fn() -> Runtime) {
+    let session = "refund-ord-9";
+    let agent = refund_agent(open());
+    let first = agent
+        .run("Refund order ord-9")
+        .session(session)
+        .await
+        .unwrap();
+    assert!(first.interrupted);
+    open()
+        .decide_approval_by(session, "call_r", ApprovalDecision::Allow, "ada")
+        .await
+        .unwrap();
+    let done = agent.resume(session).await.unwrap();
+    assert_eq!(done.output, "Refunded 40.00.");
+    drop(agent);
+
+    let log = open().audit(session).await.unwrap();
+    assert!(log.windows(2).all(|w| w[0].id < w[1].id), "oldest first");
+    let position = |kind| log.iter().position(|e| e.kind == kind).unwrap();
+
+    let [interrupt] = of_kind(&log, AuditKind::Interrupt)[..] else {
+        panic!("one interrupt: {log:#?}");
+    };
+    assert_eq!(interrupt.run, 1);
+    assert_eq!(interrupt.detail["node"], "tools");
+    assert_eq!(interrupt.detail["signal"], "loomflow:approval:call_r");
+    assert_eq!(
+        interrupt.detail["payload"]["details"]["approval"]["arguments"],
+        json!({ "order": "ord-9", "cents": 4_000 })
+    );
+
+    let [sent] = of_kind(&log, AuditKind::SignalSent)[..] else {
+        panic!("one signal sent: {log:#?}");
+    };
+    assert_eq!(sent.subject, "loomflow:approval:call_r");
+    assert_eq!(sent.detail["payload"]["action"], "allow");
+    assert_eq!(sent.detail["payload"]["by"], "ada");
+    let [received] = of_kind(&log, AuditKind::SignalReceived)[..] else {
+        panic!("one signal received: {log:#?}");
+    };
+    assert_eq!(received.subject, "loomflow:approval:call_r");
+    assert_eq!(received.run, 1);
+
+    let [resume] = of_kind(&log, AuditKind::Resume)[..] else {
+        panic!("one resume: {log:#?}");
+    };
+    assert_eq!(resume.subject, interrupt.subject);
+
+    let [decision] = of_kind(&log, AuditKind::Decision)[..] else {
+        panic!("one decision: {log:#?}");
+    };
+    assert_eq!(decision.subject, "refund");
+    assert_eq!(decision.actor.as_deref(), Some("ada"));
+    assert_eq!(decision.detail["decision"], "allow");
+    assert_eq!(decision.detail["call_id"], "call_r");
+
+    let [call] = of_kind(&log, AuditKind::ToolCall)[..] else {
+        panic!("one tool call: {log:#?}");
+    };
+    assert_eq!(call.subject, "refund");
+    assert_eq!(call.run, 1);
+    assert_eq!(
+        call.detail["arguments"],
+        json!({ "order": "ord-9", "cents": 4_000 })
+    );
+    assert_eq!(call.detail["outcome"], "ok");
+    assert_eq!(call.detail["result"], "refunded 4000 cents on ord-9");
+    assert!(call.detail["duration_ms"].is_u64());
+
+    assert!(position(AuditKind::Interrupt) < position(AuditKind::SignalSent));
+    assert!(position(AuditKind::SignalSent) < position(AuditKind::Decision));
+    assert!(position(AuditKind::Decision) < position(AuditKind::ToolCall));
+
+    // Usage and cost add up over both legs of the run: 3,000 tokens in, 150 out.
+    assert_eq!(done.usage.input_tokens, 3_000);
+    assert_eq!(done.usage.output_tokens, 150);
+    let cost = done.cost_usd.unwrap();
+    assert!(
+        (cost - (3_000.0 * 2.50 + 150.0 * 10.00) / 1e6).abs() < 1e-12,
+        "{cost}"
+    );
+
+    // Another runtime on the store pages through every thread's decisions.
+    let decisions = open()
+        .audit_query(&AuditQuery::all().kind(AuditKind::Decision))
+        .await
+        .unwrap();
+    assert!(decisions.iter().any(|d| d.id == decision.id));
+}
+
+#[tokio::test]
+async fn an_approved_refund_leaves_its_trail_in_sqlite_across_restarts() {
+    let db = TempDb::new("audit-trail");
+    let before = REFUNDS.load(Ordering::SeqCst);
+    approved_refund_trail(|| Runtime::sqlite(db.path()).unwrap()).await;
+    assert_eq!(REFUNDS.load(Ordering::SeqCst) - before, 1);
+}
+
+#[tokio::test]
+async fn an_approved_refund_leaves_its_trail_in_postgres() {
+    let Some(db) = postgres::TempPgDb::create("audit trail").await else {
+        return;
+    };
+    // One store for the test's runtimes: a pool per runtime would do as well.
+    let runtime = Runtime::postgres(&db.url).await.unwrap();
+    approved_refund_trail(|| runtime.clone()).await;
+}
+
+#[tokio::test]
+async fn refused_calls_record_who_refused_and_why() {
+    let runtime = Runtime::in_memory();
+    let calls = vec![
+        ToolCall::new("c1", "refund", json!({ "order": "ord-1", "cents": 100 })),
+        ToolCall::new("c2", "refund", json!({ "order": "ord-2", "cents": "lots" })),
+    ];
+    let agent = Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(calls),
+            ModelResponse::text("I could not refund."),
+        ]))
+        .tools(
+            ToolHost::new()
+                .with(refund)
+                .permissions(PermissionPolicy::allow_all().tool(
+                    "refund",
+                    Permission::Deny("refunds are closed on Sundays".to_owned()),
+                )),
+        )
+        .runtime(runtime.clone())
+        .build()
+        .unwrap();
+    agent.run("Refund both").session("sunday").await.unwrap();
+    let log = runtime.audit("sunday").await.unwrap();
+
+    // The first call reached the policy, which refused it; the second never got that far.
+    let [decision] = of_kind(&log, AuditKind::Decision)[..] else {
+        panic!("one decision: {log:#?}");
+    };
+    assert_eq!(decision.actor.as_deref(), Some("policy"));
+    assert_eq!(decision.detail["decision"], "deny");
+    assert_eq!(decision.detail["reason"], "refunds are closed on Sundays");
+    assert_eq!(decision.detail["call_id"], "c1");
+    let calls = of_kind(&log, AuditKind::ToolCall);
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().all(|c| c.detail["outcome"] == "error"));
+    let invalid = calls.iter().find(|c| c.detail["call_id"] == "c2").unwrap();
+    assert!(
+        invalid.detail["error"]
+            .as_str()
+            .unwrap()
+            .contains("field `cents`"),
+        "{invalid:?}"
+    );
+}
+
+/// A node that waits for a payment signal.
+#[node]
+async fn await_payment(paid: &mut Option<u64>, ctx: &Context) -> loomflow::Result<()> {
+    *paid = Some(ctx.wait_for_signal("payment").await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn in_memory_signals_are_audited_when_sent_and_received() {
+    let graph = Graph::new("checkout")
+        .node(await_payment)
+        .edge(START, "await_payment")
+        .edge("await_payment", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let run = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { graph.run(&runtime, "order-3", None).await }
+    });
+    runtime.signal("order-3", "payment", 990).await.unwrap();
+    assert!(matches!(
+        run.await.unwrap().unwrap(),
+        RunOutcome::Completed(Some(990))
+    ));
+    let log = runtime.audit("order-3").await.unwrap();
+    let kinds: Vec<AuditKind> = log.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [AuditKind::SignalSent, AuditKind::SignalReceived]);
+    assert_eq!(log[0].detail["payload"], 990);
+    assert_eq!(log[1].subject, "payment");
+    assert_eq!(log[1].run, 1);
+}
+
+#[tokio::test]
+async fn workers_keep_the_log_to_its_retention() {
+    let db = TempDb::new("audit-retention");
+    let runtime = Runtime::builder()
+        .store(loomflow::runtime::SqliteStore::open(db.path()).unwrap())
+        .audit_retention(Duration::from_millis(1))
+        .build();
+    runtime.signal("old", "ping", 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(runtime.audit("old").await.unwrap().len(), 1);
+    let graph = Graph::new("idle")
+        .node(await_payment)
+        .edge(START, "await_payment")
+        .edge("await_payment", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    worker.run_until_idle().await.unwrap();
+    assert!(runtime.audit("old").await.unwrap().is_empty());
+    // On demand, too.
+    runtime.signal("new", "ping", 2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(runtime.prune_audit(Duration::ZERO).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn without_prices_there_is_no_cost() {
+    let agent = Agent::builder("You help.")
+        .model(ScriptedModel::new([with_usage(
+            ModelResponse::text("Hi."),
+            10,
+            2,
+        )]))
+        .build()
+        .unwrap();
+    let result = agent.run("Hello").await.unwrap();
+    assert_eq!(result.usage.input_tokens, 10);
+    assert_eq!(result.cost_usd, None);
+}

@@ -1,0 +1,511 @@
+//! Spans as an operator sees them: captured by a `tracing` subscriber (names, parents,
+//! fields), and exported by the real OpenTelemetry SDK through `tracing-opentelemetry`
+//! (names, attributes, parents, and the link from a resumed run to its earlier trace).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use loomflow::agent::Agent;
+use loomflow::model::{ModelResponse, ScriptedModel, ToolCall, Usage};
+use loomflow::prelude::*;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::DefaultGuard;
+use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+// ---------------------------------------------------------------------------------------
+// A capturing subscriber: every span's name, parent and fields.
+
+#[derive(Clone, Debug)]
+struct Captured {
+    id: u64,
+    name: String,
+    parent: Option<u64>,
+    fields: HashMap<String, String>,
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<Captured>>>);
+
+struct Fields<'a>(&'a mut HashMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
+        let mut fields = HashMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let parent = ctx
+            .span(id)
+            .and_then(|span| span.parent().map(|p| p.id().into_u64()));
+        self.0.lock().unwrap().push(Captured {
+            id: id.into_u64(),
+            name: attrs.metadata().name().to_owned(),
+            parent,
+            fields,
+        });
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: LayerContext<'_, S>) {
+        let mut spans = self.0.lock().unwrap();
+        if let Some(span) = spans.iter_mut().rev().find(|s| s.id == id.into_u64()) {
+            values.record(&mut Fields(&mut span.fields));
+        }
+    }
+}
+
+impl Capture {
+    fn install(&self) -> DefaultGuard {
+        let subscriber = tracing_subscriber::registry().with(self.clone());
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn spans(&self) -> Vec<Captured> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn named<'a>(spans: &'a [Captured], name: &str) -> Vec<&'a Captured> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+fn parent_of<'a>(spans: &'a [Captured], span: &Captured) -> &'a Captured {
+    let parent = span.parent.expect("a parent");
+    // Ids may be reused once a span closes: the parent is the latest opened before it.
+    spans
+        .iter()
+        .rfind(|s| s.id == parent)
+        .expect("the parent span was captured")
+}
+
+fn field<'a>(span: &'a Captured, name: &str) -> &'a str {
+    span.fields
+        .get(name)
+        .unwrap_or_else(|| panic!("span {} has no field {name}: {:?}", span.name, span.fields))
+}
+
+// ---------------------------------------------------------------------------------------
+// The agent the tests observe: one tool call, then an answer.
+
+/// Looks an order up.
+#[tool]
+fn lookup_order(order: String) -> String {
+    format!("order {order}: shipped")
+}
+
+/// Refunds an order; always fails.
+#[tool]
+fn refund(order: String) -> Result<String, String> {
+    Err(format!("the payment provider refused order {order}"))
+}
+
+fn with_usage(mut response: ModelResponse, input: u64, output: u64) -> ModelResponse {
+    response.usage = Usage {
+        input_tokens: input,
+        output_tokens: output,
+        ..Usage::default()
+    };
+    response
+}
+
+fn support_agent(record_content: bool) -> Agent {
+    let call = ToolCall::new("call_1", "lookup_order", json!({ "order": "A-17" }));
+    let model = ScriptedModel::new([
+        with_usage(ModelResponse::tool_calls(vec![call]), 120, 18),
+        with_usage(ModelResponse::text("Order A-17 has shipped."), 160, 9),
+    ])
+    .named("openai:gpt-4o");
+    Agent::builder("You answer questions about orders.")
+        .name("support")
+        .model(model)
+        .tool(lookup_order)
+        .record_content(record_content)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn agent_spans_follow_the_genai_conventions_and_nest() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let result = support_agent(false)
+        .run("Where is order A-17?")
+        .session("s-1")
+        .await
+        .unwrap();
+    assert_eq!(result.output, "Order A-17 has shipped.");
+    let spans = capture.spans();
+
+    let [agent] = named(&spans, "invoke_agent")[..] else {
+        panic!("one invoke_agent span: {spans:?}");
+    };
+    assert_eq!(field(agent, "otel.name"), "invoke_agent support");
+    assert_eq!(field(agent, "gen_ai.operation.name"), "invoke_agent");
+    assert_eq!(field(agent, "gen_ai.agent.name"), "support");
+    assert_eq!(field(agent, "gen_ai.conversation.id"), "s-1");
+
+    let [run] = named(&spans, "run")[..] else {
+        panic!("one run span");
+    };
+    assert_eq!(parent_of(&spans, run).name, "invoke_agent");
+    assert_eq!(field(run, "otel.name"), "run support");
+    assert_eq!(field(run, "loomflow.thread"), "s-1");
+    assert_eq!(field(run, "loomflow.run"), "1");
+    assert_eq!(field(run, "loomflow.resumed"), "false");
+    assert_eq!(field(run, "loomflow.outcome"), "completed");
+
+    // model, tools, model: three supersteps, each with its node inside.
+    let steps = named(&spans, "superstep");
+    assert_eq!(steps.len(), 3);
+    let nodes: Vec<&str> = steps.iter().map(|s| field(s, "loomflow.nodes")).collect();
+    assert_eq!(nodes, ["model", "tools", "model"]);
+    for step in &steps {
+        assert_eq!(parent_of(&spans, step).name, "run");
+    }
+    for node in named(&spans, "node") {
+        assert_eq!(parent_of(&spans, node).name, "superstep");
+    }
+
+    let chats = named(&spans, "chat");
+    assert_eq!(chats.len(), 2);
+    for chat in &chats {
+        let node = parent_of(&spans, chat);
+        assert_eq!(
+            (node.name.as_str(), field(node, "loomflow.node")),
+            ("node", "model")
+        );
+        assert_eq!(field(chat, "otel.name"), "chat gpt-4o");
+        assert_eq!(field(chat, "gen_ai.operation.name"), "chat");
+        assert_eq!(field(chat, "gen_ai.provider.name"), "openai");
+        assert_eq!(field(chat, "gen_ai.request.model"), "gpt-4o");
+        assert_eq!(field(chat, "gen_ai.response.model"), "gpt-4o");
+        assert!(
+            !chat.fields.contains_key("gen_ai.input.messages"),
+            "content is opt-in"
+        );
+        assert!(!chat.fields.contains_key("error.type"));
+    }
+    assert_eq!(field(chats[0], "gen_ai.usage.input_tokens"), "120");
+    assert_eq!(field(chats[0], "gen_ai.usage.output_tokens"), "18");
+    assert_eq!(
+        field(chats[0], "gen_ai.response.finish_reasons"),
+        "[\"tool_call\"]"
+    );
+    assert_eq!(field(chats[1], "gen_ai.usage.input_tokens"), "160");
+    assert_eq!(
+        field(chats[1], "gen_ai.response.finish_reasons"),
+        "[\"stop\"]"
+    );
+
+    let [tool] = named(&spans, "execute_tool")[..] else {
+        panic!("one execute_tool span");
+    };
+    assert_eq!(field(tool, "otel.name"), "execute_tool lookup_order");
+    assert_eq!(field(tool, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(field(tool, "gen_ai.tool.name"), "lookup_order");
+    assert_eq!(field(tool, "gen_ai.tool.call.id"), "call_1");
+    assert_eq!(field(tool, "gen_ai.tool.type"), "function");
+    assert!(!tool.fields.contains_key("gen_ai.tool.call.arguments"));
+    let mut up = parent_of(&spans, tool);
+    while up.name != "node" {
+        up = parent_of(&spans, up);
+    }
+    assert_eq!(field(up, "loomflow.node"), "tools");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn content_is_recorded_only_when_asked_for() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    support_agent(true)
+        .run("Where is order A-17?")
+        .await
+        .unwrap();
+    let spans = capture.spans();
+    let chats = named(&spans, "chat");
+    assert!(field(chats[0], "gen_ai.input.messages").contains("Where is order A-17?"));
+    assert!(field(chats[1], "gen_ai.output.messages").contains("Order A-17 has shipped."));
+    let tool = named(&spans, "execute_tool")[0];
+    assert_eq!(
+        field(tool, "gen_ai.tool.call.arguments"),
+        "{\"order\":\"A-17\"}"
+    );
+    assert_eq!(
+        field(tool, "gen_ai.tool.call.result"),
+        "order A-17: shipped"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn failures_set_error_type() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let call = ToolCall::new("call_9", "refund", json!({ "order": "B-2" }));
+    // One reply only: the second model call finds the script spent.
+    let agent = Agent::builder("You refund.")
+        .name("refunds")
+        .model(ScriptedModel::new([ModelResponse::tool_calls(vec![call])]))
+        .tool(refund)
+        .build()
+        .unwrap();
+    assert!(agent.run("Refund B-2").await.is_err());
+    let spans = capture.spans();
+    let tool = named(&spans, "execute_tool")[0];
+    assert_eq!(field(tool, "error.type"), "failed");
+    let chats = named(&spans, "chat");
+    assert_eq!(chats.len(), 2);
+    assert!(!chats[0].fields.contains_key("error.type"));
+    assert_eq!(field(chats[1], "error.type"), "script_exhausted");
+    assert_eq!(field(named(&spans, "run")[0], "loomflow.outcome"), "failed");
+}
+
+/// A node that waits for a signal, suspending the run until it comes.
+#[node]
+async fn await_payment(paid: &mut Option<u64>, ctx: &Context) -> loomflow::Result<()> {
+    let cents: u64 = ctx.wait_for_signal("payment").or_suspend().await?;
+    *paid = Some(cents);
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn waits_sends_suspensions_and_resumes_have_spans() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let graph = Graph::new("checkout")
+        .node(await_payment)
+        .edge(START, "await_payment")
+        .edge("await_payment", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let outcome = graph.run(&runtime, "order-5", None).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Interrupted { .. }));
+    runtime.signal("order-5", "payment", 4_200).await.unwrap();
+    let outcome = graph.recover(&runtime, "order-5").await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Completed(Some(4_200))));
+
+    let spans = capture.spans();
+    let waits = named(&spans, "wait_signal");
+    assert_eq!(waits.len(), 2);
+    assert_eq!(field(waits[0], "otel.name"), "wait_signal payment");
+    assert_eq!(field(waits[0], "loomflow.outcome"), "suspended");
+    assert_eq!(field(waits[1], "loomflow.outcome"), "received");
+    assert_eq!(parent_of(&spans, waits[0]).name, "node");
+
+    let [suspend] = named(&spans, "suspend")[..] else {
+        panic!("one suspend span");
+    };
+    assert_eq!(
+        field(suspend, "loomflow.interrupts"),
+        "await_payment#signal:payment"
+    );
+    assert_eq!(parent_of(&spans, suspend).name, "run");
+
+    let [send] = named(&spans, "send_signal")[..] else {
+        panic!("one send_signal span");
+    };
+    assert_eq!(field(send, "otel.name"), "send_signal payment");
+    assert_eq!(field(send, "loomflow.thread"), "order-5");
+    assert_eq!(field(send, "loomflow.delivery"), "Pending"); // no run is live
+
+    let runs = named(&spans, "run");
+    assert_eq!(field(runs[0], "loomflow.outcome"), "interrupted");
+    assert_eq!(field(runs[1], "loomflow.resumed"), "true");
+    assert_eq!(field(runs[1], "loomflow.outcome"), "completed");
+    let [resume] = named(&spans, "resume")[..] else {
+        panic!("one resume span");
+    };
+    assert_eq!(parent_of(&spans, resume).id, runs[1].id);
+    assert_eq!(field(resume, "loomflow.status"), "interrupted");
+}
+
+// ---------------------------------------------------------------------------------------
+// The real OpenTelemetry SDK, through tracing-opentelemetry.
+
+fn otel() -> (SdkTracerProvider, InMemorySpanExporter, DefaultGuard) {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("loomflow-tests"));
+    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    (provider, exporter, guard)
+}
+
+fn attribute(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
+}
+
+fn exported<'a>(spans: &'a [SpanData], name: &str) -> Vec<&'a SpanData> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_sdk_exports_genai_spans_with_their_attributes() {
+    let (provider, exporter, guard) = otel();
+    support_agent(false)
+        .run("Where is order A-17?")
+        .session("s-otel")
+        .await
+        .unwrap();
+    drop(guard);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+
+    let [agent] = exported(&spans, "invoke_agent support")[..] else {
+        panic!(
+            "exported: {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+    };
+    assert_eq!(
+        attribute(agent, "gen_ai.operation.name").as_deref(),
+        Some("invoke_agent")
+    );
+    assert_eq!(
+        attribute(agent, "gen_ai.agent.name").as_deref(),
+        Some("support")
+    );
+
+    let chats = exported(&spans, "chat gpt-4o");
+    assert_eq!(chats.len(), 2);
+    let chat = chats[0];
+    assert_eq!(
+        attribute(chat, "gen_ai.provider.name").as_deref(),
+        Some("openai")
+    );
+    assert_eq!(
+        attribute(chat, "gen_ai.request.model").as_deref(),
+        Some("gpt-4o")
+    );
+    assert_eq!(
+        attribute(chat, "gen_ai.usage.input_tokens").as_deref(),
+        Some("120")
+    );
+    assert_eq!(
+        attribute(chat, "gen_ai.usage.output_tokens").as_deref(),
+        Some("18")
+    );
+    assert_eq!(chat.span_kind, opentelemetry::trace::SpanKind::Client);
+
+    let [tool] = exported(&spans, "execute_tool lookup_order")[..] else {
+        panic!("one tool span");
+    };
+    assert_eq!(
+        attribute(tool, "gen_ai.tool.name").as_deref(),
+        Some("lookup_order")
+    );
+    assert_eq!(
+        attribute(tool, "gen_ai.tool.call.id").as_deref(),
+        Some("call_1")
+    );
+    assert_eq!(
+        attribute(tool, "gen_ai.tool.type").as_deref(),
+        Some("function")
+    );
+
+    // One trace, and the parents chain up to the agent.
+    let trace = agent.span_context.trace_id();
+    assert!(spans.iter().all(|s| s.span_context.trace_id() == trace));
+    let by_id: HashMap<_, _> = spans
+        .iter()
+        .map(|s| (s.span_context.span_id(), s))
+        .collect();
+    let mut up = tool;
+    let mut path = vec![up.name.to_string()];
+    while let Some(parent) = by_id.get(&up.parent_span_id) {
+        up = parent;
+        path.push(up.name.to_string());
+    }
+    assert_eq!(
+        path,
+        [
+            "execute_tool lookup_order",
+            "node tools",
+            "superstep 2",
+            "run support",
+            "invoke_agent support"
+        ]
+    );
+}
+
+/// Refunds an order. Needs a person's approval.
+#[tool(approval)]
+fn approve_refund(order: String) -> String {
+    format!("refunded {order}")
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_resumed_run_links_to_the_trace_it_suspended_in() {
+    let db = loomflow_tests::TempDb::new("otel-link");
+    let call = ToolCall::new("call_r", "approve_refund", json!({ "order": "C-3" }));
+    let agent = Agent::builder("You refund.")
+        .name("refunds")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![call]),
+            ModelResponse::text("Refunded."),
+        ]))
+        .tool(approve_refund)
+        .durable_approvals()
+        .runtime(Runtime::sqlite(db.path()).unwrap())
+        .build()
+        .unwrap();
+
+    let (provider, exporter, guard) = otel();
+    let first = agent.run("Refund C-3").session("r-1").await.unwrap();
+    assert!(first.interrupted);
+    drop(guard);
+    provider.force_flush().unwrap();
+    let before = exporter.get_finished_spans().unwrap();
+    let suspended = exported(&before, "run refunds")[0].span_context.clone();
+    exporter.reset();
+
+    // Later, in a new trace: a person approves, and the run is carried on.
+    agent
+        .runtime()
+        .decide_approval_by(
+            "r-1",
+            "call_r",
+            loomflow::tool::ApprovalDecision::Allow,
+            "ada",
+        )
+        .await
+        .unwrap();
+    let (provider, exporter, guard) = otel();
+    let done = agent.resume("r-1").await.unwrap();
+    assert_eq!(done.output, "Refunded.");
+    drop(guard);
+    provider.force_flush().unwrap();
+    let after = exporter.get_finished_spans().unwrap();
+    let [resumed] = exported(&after, "run refunds")[..] else {
+        panic!("one run span after the resume");
+    };
+    assert_ne!(
+        resumed.span_context.trace_id(),
+        suspended.trace_id(),
+        "a new trace"
+    );
+    let links: Vec<_> = resumed
+        .links
+        .iter()
+        .map(|l| l.span_context.clone())
+        .collect();
+    assert_eq!(links.len(), 1, "linked to the execution before");
+    assert_eq!(links[0].trace_id(), suspended.trace_id());
+    assert_eq!(links[0].span_id(), suspended.span_id());
+}
