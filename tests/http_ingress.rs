@@ -361,7 +361,7 @@ async fn approvals_are_decided_over_the_api() {
         "POST",
         reject,
         &[bearer()],
-        br#"{"reason": "no receipt"}"#,
+        br#"{"reason": "no receipt", "by": "grace"}"#,
     )
     .await;
     assert_eq!(status, 200, "{reply}");
@@ -394,6 +394,32 @@ async fn approvals_are_decided_over_the_api() {
             .unwrap()
             .contains("refunded 700 cents on ord_42")
     );
+
+    // The audit log, over the API: who decided, and what ran.
+    let path = "/v1/threads/a1/audit?kind=decision";
+    let (status, _, reply) = request(server.addr, "GET", path, &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
+    let log: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(log["entries"][0]["actor"], "grace");
+    assert_eq!(log["entries"][0]["detail"]["reason"], "no receipt");
+    let path = "/v1/threads/a2/audit?kind=tool_call";
+    let (_, _, reply) = request(server.addr, "GET", path, &[bearer()], b"").await;
+    let log: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(log["entries"][0]["detail"]["arguments"]["cents"], 700);
+    let (_, _, reply) = request(server.addr, "GET", "/v1/threads/a2/audit", &[bearer()], b"").await;
+    let log: Value = serde_json::from_str(&reply).unwrap();
+    let decision = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "decision")
+        .unwrap();
+    assert_eq!(decision["actor"], "http", "no name given: the API says so");
+    let path = "/v1/threads/a2/audit?kind=nonsense";
+    let (status, _, reply) = request(server.addr, "GET", path, &[bearer()], b"").await;
+    assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
+    let (status, _, _) = request(server.addr, "GET", "/v1/threads/a2/audit", &[], b"").await;
+    assert_eq!(status, 401);
 }
 
 /// The value of the first `name="csrf"` field in the page.

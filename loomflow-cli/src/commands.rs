@@ -223,12 +223,19 @@ async fn pending(runtime: &Runtime, thread: &str, call_id: &str) -> Result<(), F
     )))
 }
 
+/// Who decides an approval from the command line: `--by`, else `$USER`, else `cli`.
+pub(crate) fn decider(by: Option<String>) -> String {
+    by.or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "cli".to_owned())
+}
+
 pub(crate) async fn approve(
     runtime: &Runtime,
     out: &Output,
     thread: &str,
     call_id: &str,
     edit: Option<&str>,
+    by: &str,
 ) -> Result<(), Failure> {
     pending(runtime, thread, call_id).await?;
     let decision = match edit {
@@ -237,7 +244,9 @@ pub(crate) async fn approve(
         },
         None => ApprovalDecision::Allow,
     };
-    runtime.decide_approval(thread, call_id, decision).await?;
+    runtime
+        .decide_approval_by(thread, call_id, decision, by)
+        .await?;
     out.done(
         &format!("approved call {call_id} on {thread}"),
         &json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
@@ -251,10 +260,11 @@ pub(crate) async fn reject(
     thread: &str,
     call_id: &str,
     reason: String,
+    by: &str,
 ) -> Result<(), Failure> {
     pending(runtime, thread, call_id).await?;
     runtime
-        .decide_approval(thread, call_id, ApprovalDecision::Deny { reason })
+        .decide_approval_by(thread, call_id, ApprovalDecision::Deny { reason }, by)
         .await?;
     out.done(
         &format!("rejected call {call_id} on {thread}"),

@@ -15,6 +15,7 @@
 //! not JSON); 3 not found (no such run, no such pending approval); 4 refused (the mailbox
 //! refused the signal: a reserved name, a payload over the limit).
 
+mod audit;
 mod commands;
 mod output;
 mod serve;
@@ -59,6 +60,19 @@ enum Command {
         /// The thread.
         thread: String,
     },
+    /// The audit log, oldest first: tool calls, decisions (who approved what), signals,
+    /// interrupts and resumes.
+    Audit {
+        /// The thread; every thread when left out.
+        thread: Option<String>,
+        /// Only entries of this kind: tool_call, decision, signal_sent, signal_received,
+        /// interrupt, resume.
+        #[arg(long)]
+        kind: Option<String>,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
     /// Send a signal to a thread; a run waiting for it carries on.
     Signal {
         /// The thread.
@@ -80,6 +94,9 @@ enum Command {
         /// Run the call with these arguments instead (JSON).
         #[arg(long)]
         edit: Option<String>,
+        /// Who decides, for the audit log (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
     },
     /// Reject a pending tool call.
     Reject {
@@ -90,6 +107,9 @@ enum Command {
         /// Why: the model is told.
         #[arg(long)]
         reason: String,
+        /// Who decides, for the audit log (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
     },
     /// Resume an interrupted run with a value: the next execution of the run (a worker, or a
     /// recover in the program) applies it.
@@ -198,6 +218,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             limit,
         } => commands::runs(&runtime, &out, status, graph, limit).await,
         Command::Show { thread } => commands::show(&runtime, &out, &thread).await,
+        Command::Audit {
+            thread,
+            kind,
+            limit,
+        } => audit::audit(&runtime, &out, thread.as_deref(), kind.as_deref(), limit).await,
         Command::Signal {
             thread,
             name,
@@ -208,12 +233,20 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             thread,
             call_id,
             edit,
-        } => commands::approve(&runtime, &out, &thread, &call_id, edit.as_deref()).await,
+            by,
+        } => {
+            let by = commands::decider(by);
+            commands::approve(&runtime, &out, &thread, &call_id, edit.as_deref(), &by).await
+        }
         Command::Reject {
             thread,
             call_id,
             reason,
-        } => commands::reject(&runtime, &out, &thread, &call_id, reason).await,
+            by,
+        } => {
+            let by = commands::decider(by);
+            commands::reject(&runtime, &out, &thread, &call_id, reason, &by).await
+        }
         Command::Resume {
             thread,
             value,

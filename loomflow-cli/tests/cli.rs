@@ -232,7 +232,18 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
         serde_json::from_slice(&loomflow(&db.0, &["--json", "show", "s1"]).stdout).unwrap();
     assert_eq!(json_shown["approvals"][0]["arguments"]["cents"], 1299);
 
-    let rejected = loomflow(&db.0, &["reject", "s1", "call_7", "--reason", "no receipt"]);
+    let rejected = loomflow(
+        &db.0,
+        &[
+            "reject",
+            "s1",
+            "call_7",
+            "--reason",
+            "no receipt",
+            "--by",
+            "grace",
+        ],
+    );
     assert!(rejected.status.success(), "{}", stderr(&rejected));
     let edited = loomflow(
         &db.0,
@@ -265,6 +276,38 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
     assert!(
         transcript.contains("refunded 500 cents on ord_42"),
         "{transcript}"
+    );
+
+    // The audit log says who decided what, and what ran.
+    let log: serde_json::Value = serde_json::from_slice(
+        &loomflow(&db.0, &["--json", "audit", "s1", "--kind", "decision"]).stdout,
+    )
+    .unwrap();
+    assert_eq!(log[0]["actor"], "grace");
+    assert_eq!(log[0]["detail"]["decision"], "deny");
+    assert_eq!(log[0]["detail"]["reason"], "no receipt");
+    let log: serde_json::Value =
+        serde_json::from_slice(&loomflow(&db.0, &["--json", "audit", "s2"]).stdout).unwrap();
+    let decision = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "decision")
+        .unwrap();
+    assert_eq!(decision["detail"]["decision"], "edit");
+    assert_eq!(decision["detail"]["arguments"]["cents"], 500);
+    let table = stdout(&loomflow(&db.0, &["audit", "s2", "--kind", "tool_call"]));
+    assert!(
+        table.contains("tool_call") && table.contains("refund"),
+        "{table}"
+    );
+    assert!(table.contains("\"cents\":500"), "{table}");
+    let bad = loomflow(&db.0, &["audit", "s2", "--kind", "toolcall"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("unknown audit kind"),
+        "{}",
+        stderr(&bad)
     );
 }
 

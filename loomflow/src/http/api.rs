@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::auth::{self, Signed};
 use super::{ApiError, AppState};
 use crate::runtime::clock::now_ms;
-use crate::runtime::{RunFilter, RunState, SignalOptions};
+use crate::runtime::{AuditKind, AuditQuery, RunFilter, RunState, SignalOptions};
 use crate::tool::ApprovalDecision;
 
 type Reply = Result<Json<Value>, ApiError>;
@@ -130,14 +130,49 @@ pub(super) async fn get_thread(
     })))
 }
 
+/// Query of `GET /v1/threads/{thread}/audit`.
+#[derive(Debug, Deserialize)]
+pub(super) struct AuditParams {
+    /// Only entries with an id above this (to page, or to tail).
+    after: Option<u64>,
+    /// Only entries of this kind.
+    kind: Option<String>,
+    /// At most this many (default 1,000).
+    limit: Option<usize>,
+}
+
+/// `GET /v1/threads/{thread}/audit`: the thread's audit log, oldest first.
+pub(super) async fn get_audit(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(thread): Path<String>,
+    Query(params): Query<AuditParams>,
+) -> Reply {
+    auth::bearer(&app.config, &headers)?;
+    let mut query = AuditQuery::thread(&thread)
+        .after_id(params.after.unwrap_or(0))
+        .limit(params.limit.unwrap_or(1_000));
+    if let Some(kind) = &params.kind {
+        let kind = AuditKind::parse(kind)
+            .ok_or_else(|| ApiError::bad_request(format!("unknown audit kind {kind:?}")))?;
+        query = query.kind(kind);
+    }
+    let entries = app.runtime.audit_query(&query).await?;
+    Ok(Json(json!({ "thread": thread, "entries": entries })))
+}
+
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct ApproveBody {
     arguments: Option<Value>,
+    /// Who decided, for the audit log.
+    by: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 pub(super) struct RejectBody {
     reason: String,
+    /// Who decided, for the audit log.
+    by: Option<String>,
 }
 
 /// Decides a pending call; 404 when nothing is pending under that id.
@@ -146,6 +181,7 @@ pub(super) async fn decide(
     thread: &str,
     call_id: &str,
     decision: ApprovalDecision,
+    by: &str,
 ) -> Result<(), ApiError> {
     app.runtime.run(thread).await?;
     let pending = app.runtime.pending_approvals(thread).await?;
@@ -155,7 +191,7 @@ pub(super) async fn decide(
         )));
     }
     app.runtime
-        .decide_approval(thread, call_id, decision)
+        .decide_approval_by(thread, call_id, decision, by)
         .await?;
     Ok(())
 }
@@ -180,7 +216,8 @@ pub(super) async fn approve(
         Some(arguments) => ApprovalDecision::Edit { arguments },
         None => ApprovalDecision::Allow,
     };
-    decide(&app, &thread, &call_id, decision).await?;
+    let by = body.by.as_deref().unwrap_or("http");
+    decide(&app, &thread, &call_id, decision, by).await?;
     Ok(Json(
         json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
     ))
@@ -203,6 +240,7 @@ pub(super) async fn reject(
         ApprovalDecision::Deny {
             reason: body.reason,
         },
+        body.by.as_deref().unwrap_or("http"),
     )
     .await?;
     Ok(Json(

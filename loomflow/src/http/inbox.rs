@@ -209,6 +209,6 @@ pub(super) async fn decide(
             return Err(ApiError::bad_request(format!("unknown decision {other:?}")));
         }
     };
-    super::api::decide(&app, &form.thread, &form.call_id, decision).await?;
+    super::api::decide(&app, &form.thread, &form.call_id, decision, "inbox").await?;
     Ok(Redirect::to("/inbox").into_response())
 }

@@ -6,6 +6,7 @@
 //! | `POST /v1/threads/{thread}/signals/{name}` | sends the JSON body as signal `name` |
 //! | `GET /v1/runs?status=waiting&graph=g&limit=n` | lists runs |
 //! | `GET /v1/threads/{thread}` | one run: its row, interrupts, pending approvals, state |
+//! | `GET /v1/threads/{thread}/audit` | its audit log, oldest first (`?after=ID&kind=decision&limit=N`) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/approve` | approves (body `{"arguments": …}` edits) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/reject` | rejects (body `{"reason": "…"}`) |
 //! | `GET /inbox` | the approval inbox page (see [`inbox`]) |
@@ -171,6 +172,7 @@ pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
         )
         .route("/v1/runs", get(api::list_runs))
         .route("/v1/threads/{thread}", get(api::get_thread))
+        .route("/v1/threads/{thread}/audit", get(api::get_audit))
         .route(
             "/v1/threads/{thread}/approvals/{call_id}/approve",
             post(api::approve),

@@ -1,0 +1,62 @@
+//! `loomflow audit`: a thread's audit log.
+
+use loomflow::Runtime;
+use loomflow::runtime::{AuditKind, AuditQuery};
+
+use crate::Failure;
+use crate::output::{Output, table, time};
+
+/// Prints the audit log of `thread` (of every thread with `None`), oldest first, optionally
+/// one kind only.
+pub(crate) async fn audit(
+    runtime: &Runtime,
+    out: &Output,
+    thread: Option<&str>,
+    kind: Option<&str>,
+    limit: Option<usize>,
+) -> Result<(), Failure> {
+    let mut query = match thread {
+        Some(thread) => AuditQuery::thread(thread),
+        None => AuditQuery::all(),
+    };
+    if let Some(kind) = kind {
+        let parsed = AuditKind::parse(kind).ok_or_else(|| {
+            let known: Vec<&str> = AuditKind::ALL.iter().map(|k| k.as_str()).collect();
+            Failure::usage(format!(
+                "unknown audit kind {kind:?}; known: {}",
+                known.join(", ")
+            ))
+        })?;
+        query = query.kind(parsed);
+    }
+    if let Some(limit) = limit {
+        query = query.limit(limit);
+    }
+    let entries = runtime.audit_query(&query).await?;
+    if out.json {
+        out.json(&entries);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                time(e.at_ms),
+                e.thread.clone(),
+                e.run.to_string(),
+                e.kind.to_string(),
+                e.subject.clone(),
+                e.actor.clone().unwrap_or_else(|| "-".to_owned()),
+                e.detail.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID", "AT", "THREAD", "RUN", "KIND", "SUBJECT", "BY", "DETAIL",
+        ],
+        &rows,
+    );
+    Ok(())
+}
