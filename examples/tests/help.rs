@@ -19,6 +19,7 @@ const EXAMPLES: &[(&str, &[&str])] = &[
     ("tools", &[]),
     ("research_agent", &["--base-url", "--model", "--mermaid"]),
     ("supervisor", &["--mermaid"]),
+    ("observability", &[]),
     (
         "chat",
         &[
@@ -93,6 +94,32 @@ fn every_example_answers_help_without_running() -> Result<(), String> {
             answers.push(stdout);
         }
         assert_eq!(answers[0], answers[1], "{name}: -h and --help differ");
+    }
+    Ok(())
+}
+
+/// `observability` prints the spans a run exported, its audit log and its cost.
+#[test]
+fn the_observability_example_prints_spans_audit_and_cost() -> Result<(), String> {
+    let output = Command::new(example_binary("observability")?)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for expected in [
+        "invoke_agent support",
+        "run support",
+        "chat gpt-4o",
+        "gen_ai.usage.input_tokens=412",
+        "execute_tool lookup_order",
+        "gen_ai.tool.call.id=call_1",
+        "tool_call lookup_order by customer-88",
+        "cost: 942 input + 42 output tokens = $0.002775",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "{expected} missing from:\n{stdout}"
+        );
     }
     Ok(())
 }
