@@ -213,13 +213,8 @@ impl Agent {
 
     /// The loop's Mermaid diagram, with the agent's tools listed on the `tools` node.
     pub fn generate_graph(&self) -> String {
-        let tools: Vec<&str> = self
-            .core
-            .tools
-            .list()
-            .into_iter()
-            .map(|s| s.name.as_str())
-            .collect();
+        let specs = self.core.tools.list();
+        let tools: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         if tools.is_empty() {
             return self.graph.to_mermaid();
         }
@@ -381,6 +376,13 @@ impl AgentBuilder {
     /// Adds a tool.
     pub fn tool(mut self, tool: impl Tool) -> Self {
         self.tools.add(tool);
+        self
+    }
+
+    /// Adds a set of tools whose list can change, such as an MCP server's tools (see
+    /// [`ToolHost::with_set`]); they go through the same permissions, approvals and hooks.
+    pub fn tool_set(mut self, set: impl crate::tool::ToolSet) -> Self {
+        self.tools = self.tools.with_set(set);
         self
     }
 
