@@ -11,7 +11,8 @@
 //! the asks, for example [`SignalApprover`], which waits for a person's
 //! [`ApprovalDecision`] sent with [`Runtime::decide_approval`](crate::Runtime::decide_approval).
 //!
-//! A [`ToolSet`] is a group of tools whose list changes while the host holds it.
+//! A [`ToolSet`] is a group of tools whose list changes while the host holds it; with the
+//! `mcp` feature, `mcp::McpServer` is one: an MCP server's tools, followed as they change.
 
 mod approval;
 mod event;
@@ -19,6 +20,8 @@ mod hook;
 mod host;
 #[doc(hidden)]
 pub mod macro_support;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod pending;
 mod permission;
 mod schema;
@@ -143,8 +146,8 @@ pub enum ToolError {
         /// The timeout.
         seconds: f64,
     },
-    /// The server that runs the tool is gone: its process exited or its connection closed.
-    /// Calls fail at once rather than wait.
+    /// The server that runs the tool is gone: its process exited or its connection closed
+    /// (an MCP server, for example). Calls fail at once rather than wait.
     #[error("tool {tool} is unavailable: server {server} is gone ({reason})")]
     Unavailable {
         /// The tool.
