@@ -117,6 +117,7 @@ pub mod event;
 pub mod graph;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod memory;
 pub mod model;
 pub mod runtime;
 mod sync;

@@ -39,6 +39,7 @@
 
 mod budget;
 mod handoff;
+mod memory;
 mod react;
 mod run;
 mod state;
@@ -58,6 +59,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::CompiledGraph;
+use crate::memory::{Memory, MemoryOptions};
 use crate::model::{Message, Model, ModelRequest, OutputSchema};
 use crate::runtime::Runtime;
 use crate::tool::{Tool, ToolHost};
@@ -134,6 +136,8 @@ pub(crate) struct AgentCore {
     max_tokens: Option<u32>,
     /// Handoff tools (swarms): tool name → the agent it transfers to.
     pub(crate) handoffs: Vec<(String, String)>,
+    /// Long-term memory, when the agent has one.
+    pub(crate) memory: Option<memory::AgentMemory>,
 }
 
 impl AgentCore {
@@ -149,9 +153,12 @@ impl AgentCore {
         2 * u64::from(self.max_turns) + u64::from(self.max_schema_retries) + 4
     }
 
-    fn request(&self, messages: &[Message]) -> ModelRequest {
-        let mut all = Vec::with_capacity(messages.len() + 1);
+    fn request(&self, messages: &[Message], recalled: Option<&str>) -> ModelRequest {
+        let mut all = Vec::with_capacity(messages.len() + 2);
         all.push(Message::system(&self.instructions));
+        if let Some(recalled) = recalled.filter(|r| !r.is_empty()) {
+            all.push(Message::system(recalled));
+        }
         all.extend_from_slice(messages);
         let mut request = ModelRequest::new(all).tools(self.tools.definitions());
         if let Some(output) = &self.output {
@@ -275,6 +282,7 @@ impl Agent {
             temperature: self.core.temperature,
             max_tokens: self.core.max_tokens,
             handoffs,
+            memory: self.core.memory.clone(),
         });
         let graph = react::build(&core)?;
         Ok(Self {
@@ -309,6 +317,8 @@ pub struct AgentBuilder {
     temperature: Option<f32>,
     max_tokens: Option<u32>,
     durable_approvals: bool,
+    memory: Option<Arc<dyn Memory>>,
+    memory_options: MemoryOptions,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -340,6 +350,8 @@ impl AgentBuilder {
             temperature: None,
             max_tokens: None,
             durable_approvals: false,
+            memory: None,
+            memory_options: MemoryOptions::default(),
         }
     }
 
@@ -383,6 +395,24 @@ impl AgentBuilder {
     /// [`ToolHost::with_set`]); they go through the same permissions, approvals and hooks.
     pub fn tool_set(mut self, set: impl crate::tool::ToolSet) -> Self {
         self.tools = self.tools.with_set(set);
+        self
+    }
+
+    /// Long-term memory (default none). At each run's first model turn the agent recalls
+    /// what matches the user's message from the run's user, session and agent scopes and
+    /// puts it in the prompt, within the [token budget](MemoryOptions::token_budget); with
+    /// [`MemoryOptions`] (see [`memory_options`](Self::memory_options)) the model also gets
+    /// `remember` and `recall` tools, and facts are extracted after each run. Recall and
+    /// extraction are journaled steps: a resumed run does not repeat them.
+    pub fn memory(mut self, memory: impl Memory) -> Self {
+        self.memory = Some(Arc::new(memory));
+        self
+    }
+
+    /// How the agent uses its [memory](Self::memory) (default [`MemoryOptions::default`]:
+    /// recall into the prompt only).
+    pub fn memory_options(mut self, options: MemoryOptions) -> Self {
+        self.memory_options = options;
         self
     }
 
@@ -493,12 +523,24 @@ impl AgentBuilder {
             }
             .into());
         };
-        let tools = if self.durable_approvals {
+        let mut tools = if self.durable_approvals {
             self.tools
                 .approval_handler(crate::tool::SignalApprover::new().or_suspend())
         } else {
             self.tools
         };
+        let memory = self.memory.map(|store| memory::AgentMemory {
+            store,
+            options: self.memory_options,
+        });
+        if let Some(memory) = memory.as_ref().filter(|m| m.options.tools) {
+            // A tool of the user's with the same name is kept.
+            for tool in crate::memory::memory_tools(&memory.store, &name, &memory.options) {
+                if tools.get(&tool.spec().name).is_none() {
+                    tools.add_arc(tool);
+                }
+            }
+        }
         let core = Arc::new(AgentCore {
             name: name.clone(),
             instructions: self.instructions,
@@ -511,6 +553,7 @@ impl AgentBuilder {
             temperature: self.temperature,
             max_tokens: self.max_tokens,
             handoffs: Vec::new(),
+            memory,
         });
         let graph = react::build(&core)?;
         Ok(Agent {
