@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  architecture/  agent/          (LLM layer)
+//!  memory/                        (long-term memory: uses tools and models)
 //!  tool/  model/                  (beside each other)
 //!  graph/  context/               (the engine)
 //!  runtime/ (mailbox, store)      (knows nothing of graphs)
@@ -20,6 +21,7 @@ const ABOVE_THE_ENGINE: &[&str] = &[
     "Worker",
     "tool",
     "model",
+    "memory",
     "agent",
     "architecture",
     "error",
@@ -33,6 +35,9 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     ("graph", ABOVE_THE_ENGINE, &[]),
     ("context", ABOVE_THE_ENGINE, &[]),
     ("runtime", ABOVE_THE_ENGINE, &["graph", "context"]),
+    ("memory", &["agent", "architecture"], &[]),
+    ("tool", &["agent", "architecture", "memory"], &[]),
+    ("model", &["agent", "architecture", "memory", "tool"], &[]),
 ];
 
 fn source_dir() -> PathBuf {

@@ -400,3 +400,74 @@ async fn a_tool_called_from_a_node_emits_events_on_the_run() {
     .await;
     assert_eq!(out.content, "1");
 }
+
+/// A set whose list the test changes while the host holds it.
+#[derive(Clone, Default)]
+struct Shifting(Arc<std::sync::Mutex<Vec<Arc<dyn Tool>>>>);
+
+impl loomflow::tool::ToolSet for Shifting {
+    fn name(&self) -> &str {
+        "shifting"
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Answers with its own name.
+struct Named(ToolSpec);
+
+impl Tool for Named {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+
+    fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move { Ok(Value::String(format!("from the set: {}", self.0.name))) })
+    }
+}
+
+fn named(name: &str) -> Arc<dyn Tool> {
+    Arc::new(Named(ToolSpec::new(
+        name,
+        "from a set",
+        json!({ "type": "object" }),
+    )))
+}
+
+#[tokio::test]
+async fn a_tool_set_is_read_on_every_lookup_and_own_tools_win() {
+    let set = Shifting::default();
+    let host = ToolHost::new().with(add).with_set(set.clone());
+    let names = |host: &ToolHost| host.list().into_iter().map(|s| s.name).collect::<Vec<_>>();
+    assert_eq!(names(&host), ["add"]);
+
+    set.0.lock().unwrap().extend([named("wave"), named("add")]);
+    assert_eq!(names(&host), ["add", "wave"]);
+    let ctx = || DispatchContext::new("s");
+    let calls = [
+        ToolCall::new("c1", "wave", json!({})),
+        ToolCall::new("c2", "add", json!({ "a": 1, "b": 2 })),
+    ];
+    let outcomes = host.dispatch(&calls, ctx()).await.unwrap();
+    assert_eq!(outcomes[0].content, "from the set: wave");
+    assert_eq!(
+        outcomes[1].content, "3",
+        "the host's own tool wins over the set's"
+    );
+
+    set.0.lock().unwrap().clear();
+    let outcome = host
+        .dispatch(&calls[..1], ctx())
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert!(outcome.is_error);
+    assert!(
+        outcome.content.contains("unknown tool wave"),
+        "{}",
+        outcome.content
+    );
+}

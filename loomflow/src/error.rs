@@ -11,6 +11,7 @@ use std::fmt;
 
 use crate::agent::AgentError;
 use crate::graph::{BoxError, NodeError};
+use crate::memory::MemoryError;
 use crate::model::ModelError;
 use crate::runtime::{RuntimeError, SignalError, StoreError};
 use crate::tool::ToolError;
@@ -63,6 +64,9 @@ pub enum Error {
     /// A tool call failed outside a run's tool dispatch.
     #[error(transparent)]
     Tool(#[from] ToolError),
+    /// Long-term memory failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
     /// A value could not be converted to or from JSON.
     #[error("json conversion failed for {what}")]
     Json {

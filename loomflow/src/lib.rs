@@ -10,7 +10,8 @@
 //! wrapped in [`Context::step`] are journaled and not repeated, and a run that waits for a
 //! person ([`Context::wait_for_signal`], [`Context::interrupt`]) can suspend and be carried on
 //! after a restart, from any process. On top of graphs sit [models](model) (OpenAI,
-//! Anthropic, any compatible server), [tools](mod@tool) (`#[tool]`, permissions, approvals) and
+//! Anthropic, any compatible server), [tools](mod@tool) (`#[tool]`, permissions, approvals,
+//! and with the `mcp` feature the tools of MCP servers), [long-term memory](memory) and
 //! [agents](mod@agent), whose loop is itself a graph.
 //!
 //! # Add it to your project
@@ -117,6 +118,7 @@ pub mod event;
 pub mod graph;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod memory;
 pub mod model;
 pub mod runtime;
 mod sync;
@@ -318,4 +320,12 @@ const _: fn() = || {
     assert_send_sync::<Context>();
     assert_send_sync::<CompiledGraph<u64>>();
     assert_send_sync::<Error>();
+    assert_send_sync::<std::sync::Arc<dyn memory::Memory>>();
+    assert_send_sync::<memory::Consolidation>();
+    #[cfg(feature = "sqlite")]
+    assert_send_sync::<memory::SqliteMemory>();
+    #[cfg(feature = "postgres")]
+    assert_send_sync::<memory::PostgresMemory>();
+    #[cfg(feature = "mcp")]
+    assert_send_sync::<tool::mcp::McpServer>();
 };

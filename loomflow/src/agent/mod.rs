@@ -39,6 +39,7 @@
 
 mod budget;
 mod handoff;
+mod memory;
 mod observe;
 mod react;
 mod run;
@@ -59,6 +60,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::graph::CompiledGraph;
+use crate::memory::{Memory, MemoryOptions};
 use crate::model::{Message, Model, ModelRequest, OutputSchema, PriceTable};
 use crate::runtime::Runtime;
 use crate::tool::{Tool, ToolHost};
@@ -139,6 +141,8 @@ pub(crate) struct AgentCore {
     pub(crate) record_content: bool,
     /// What each model's tokens cost.
     pub(crate) prices: PriceTable,
+    /// Long-term memory, when the agent has one.
+    pub(crate) memory: Option<memory::AgentMemory>,
 }
 
 impl AgentCore {
@@ -154,9 +158,12 @@ impl AgentCore {
         2 * u64::from(self.max_turns) + u64::from(self.max_schema_retries) + 4
     }
 
-    fn request(&self, messages: &[Message]) -> ModelRequest {
-        let mut all = Vec::with_capacity(messages.len() + 1);
+    fn request(&self, messages: &[Message], recalled: Option<&str>) -> ModelRequest {
+        let mut all = Vec::with_capacity(messages.len() + 2);
         all.push(Message::system(&self.instructions));
+        if let Some(recalled) = recalled.filter(|r| !r.is_empty()) {
+            all.push(Message::system(recalled));
+        }
         all.extend_from_slice(messages);
         let mut request = ModelRequest::new(all).tools(self.tools.definitions());
         if let Some(output) = &self.output {
@@ -218,13 +225,8 @@ impl Agent {
 
     /// The loop's Mermaid diagram, with the agent's tools listed on the `tools` node.
     pub fn generate_graph(&self) -> String {
-        let tools: Vec<&str> = self
-            .core
-            .tools
-            .list()
-            .into_iter()
-            .map(|s| s.name.as_str())
-            .collect();
+        let specs = self.core.tools.list();
+        let tools: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         if tools.is_empty() {
             return self.graph.to_mermaid();
         }
@@ -287,6 +289,7 @@ impl Agent {
             handoffs,
             record_content: self.core.record_content,
             prices: self.core.prices.clone(),
+            memory: self.core.memory.clone(),
         });
         let graph = react::build(&core)?;
         Ok(Self {
@@ -323,6 +326,8 @@ pub struct AgentBuilder {
     durable_approvals: bool,
     record_content: bool,
     prices: PriceTable,
+    memory: Option<Arc<dyn Memory>>,
+    memory_options: MemoryOptions,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -356,6 +361,8 @@ impl AgentBuilder {
             durable_approvals: false,
             record_content: false,
             prices: PriceTable::new(),
+            memory: None,
+            memory_options: MemoryOptions::default(),
         }
     }
 
@@ -392,6 +399,31 @@ impl AgentBuilder {
     /// Adds a tool.
     pub fn tool(mut self, tool: impl Tool) -> Self {
         self.tools.add(tool);
+        self
+    }
+
+    /// Adds a set of tools whose list can change, such as an MCP server's tools (see
+    /// [`ToolHost::with_set`]); they go through the same permissions, approvals and hooks.
+    pub fn tool_set(mut self, set: impl crate::tool::ToolSet) -> Self {
+        self.tools = self.tools.with_set(set);
+        self
+    }
+
+    /// Long-term memory (default none). At each run's first model turn the agent recalls
+    /// what matches the user's message from the run's user, session and agent scopes and
+    /// puts it in the prompt, within the [token budget](MemoryOptions::token_budget); with
+    /// [`MemoryOptions`] (see [`memory_options`](Self::memory_options)) the model also gets
+    /// `remember` and `recall` tools, and facts are extracted after each run. Recall and
+    /// extraction are journaled steps: a resumed run does not repeat them.
+    pub fn memory(mut self, memory: impl Memory) -> Self {
+        self.memory = Some(Arc::new(memory));
+        self
+    }
+
+    /// How the agent uses its [memory](Self::memory) (default [`MemoryOptions::default`]:
+    /// recall into the prompt only).
+    pub fn memory_options(mut self, options: MemoryOptions) -> Self {
+        self.memory_options = options;
         self
     }
 
@@ -535,11 +567,23 @@ impl AgentBuilder {
         } else {
             self.tools
         };
-        let tools = if self.record_content {
+        let mut tools = if self.record_content {
             tools.record_content(true)
         } else {
             tools
         };
+        let memory = self.memory.map(|store| memory::AgentMemory {
+            store,
+            options: self.memory_options,
+        });
+        if let Some(memory) = memory.as_ref().filter(|m| m.options.tools) {
+            // A tool of the user's with the same name is kept.
+            for tool in crate::memory::memory_tools(&memory.store, &name, &memory.options) {
+                if tools.get(&tool.spec().name).is_none() {
+                    tools.add_arc(tool);
+                }
+            }
+        }
         let core = Arc::new(AgentCore {
             name: name.clone(),
             instructions: self.instructions,
@@ -554,6 +598,7 @@ impl AgentBuilder {
             handoffs: Vec::new(),
             record_content: self.record_content,
             prices: self.prices,
+            memory,
         });
         let graph = react::build(&core)?;
         Ok(Agent {

@@ -91,7 +91,8 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         state.stopped = Some(StopReason::Budget(cap));
         return Ok(());
     }
-    let request = core.request(&state.messages);
+    super::memory::recall(core, state, ctx).await?;
+    let request = core.request(&state.messages, state.recalled.as_deref());
     let response: ModelResponse = ctx.step("model", || call_model(core, request, ctx)).await?;
     state.turns += 1;
     state.usage += response.usage;
@@ -137,6 +138,9 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
                 .into());
             }
         },
+    }
+    if state.output.is_some() {
+        super::memory::extract(core, state, ctx).await?;
     }
     Ok(())
 }

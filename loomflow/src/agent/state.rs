@@ -41,6 +41,10 @@ pub struct AgentState {
     /// The final answer, once there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// What this run recalled from the agent's long-term memory for its prompt (set at its
+    /// first model turn when the agent has a memory; empty when nothing matched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recalled: Option<String>,
 }
 
 impl AgentState {

@@ -10,6 +10,9 @@
 //! [`PermissionPolicy`] that allows, denies or asks, and an [`ApprovalHandler`] that settles
 //! the asks, for example [`SignalApprover`], which waits for a person's
 //! [`ApprovalDecision`] sent with [`Runtime::decide_approval`](crate::Runtime::decide_approval).
+//!
+//! A [`ToolSet`] is a group of tools whose list changes while the host holds it; with the
+//! `mcp` feature, `mcp::McpServer` is one: an MCP server's tools, followed as they change.
 
 mod approval;
 mod event;
@@ -17,9 +20,12 @@ mod hook;
 mod host;
 #[doc(hidden)]
 pub mod macro_support;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod pending;
 mod permission;
 mod schema;
+mod set;
 
 pub use approval::{
     ApprovalDecision, ApprovalHandler, ApprovalRequest, SignalApprover, approver_fn,
@@ -29,6 +35,7 @@ pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
 pub use permission::{Permission, PermissionPolicy};
 pub use schema::{schema_for, strict_schema};
+pub use set::ToolSet;
 
 use serde_json::Value;
 
@@ -138,6 +145,17 @@ pub enum ToolError {
         tool: String,
         /// The timeout.
         seconds: f64,
+    },
+    /// The server that runs the tool is gone: its process exited or its connection closed
+    /// (an MCP server, for example). Calls fail at once rather than wait.
+    #[error("tool {tool} is unavailable: server {server} is gone ({reason})")]
+    Unavailable {
+        /// The tool.
+        tool: String,
+        /// The server that ran it.
+        server: String,
+        /// What was seen: the transport closed, the process exited, ….
+        reason: String,
     },
     /// A permission rule, an approver or a hook refused the call.
     #[error("call to tool {tool} was denied: {reason}")]

@@ -23,6 +23,7 @@ use super::event::{AgentEvent, Decision};
 use super::hook::{self, AfterHook, BeforeHook, HookCall, HookDecision, HookResult};
 use super::permission::{Permission, PermissionPolicy};
 use super::schema::validate;
+use super::set::ToolSet;
 use super::{Tool, ToolContext, ToolError, ToolSpec};
 use crate::model::{ToolCall, ToolDefinition};
 
@@ -65,6 +66,8 @@ use crate::model::{ToolCall, ToolDefinition};
 #[derive(Clone)]
 pub struct ToolHost {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Tool sets whose lists change (MCP servers), asked on every lookup.
+    sets: Vec<Arc<dyn ToolSet>>,
     max_concurrency: usize,
     timeout: Duration,
     approval_timeout: Duration,
@@ -84,6 +87,7 @@ impl Default for ToolHost {
     fn default() -> Self {
         Self {
             tools: BTreeMap::new(),
+            sets: Vec::new(),
             max_concurrency: 8,
             timeout: Duration::from_secs(60),
             approval_timeout: Duration::from_secs(900),
@@ -103,6 +107,10 @@ impl std::fmt::Debug for ToolHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolHost")
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field(
+                "sets",
+                &self.sets.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
             .field("max_concurrency", &self.max_concurrency)
             .field("timeout", &self.timeout)
             .field("approval_timeout", &self.approval_timeout)
@@ -140,24 +148,60 @@ impl ToolHost {
         self.tools.insert(tool.spec().name.clone(), tool);
     }
 
-    /// Removes a tool by name; returns whether it was there.
+    /// Adds a set of tools whose list can change (an MCP server's tools, for example).
+    ///
+    /// The set is asked for its current tools on every lookup and listing. A tool added with
+    /// [`with`](Self::with) wins over a set's tool of the same name, and an earlier set wins
+    /// over a later one.
+    #[must_use]
+    pub fn with_set(mut self, set: impl ToolSet) -> Self {
+        self.add_set(Arc::new(set));
+        self
+    }
+
+    /// Adds a shared set of tools whose list can change (see [`with_set`](Self::with_set)).
+    pub fn add_set(&mut self, set: Arc<dyn ToolSet>) {
+        self.sets.push(set);
+    }
+
+    /// Removes a tool by name; returns whether it was there. Tools of a [`ToolSet`] are not
+    /// removed this way: their set decides.
     pub fn remove(&mut self, name: &str) -> bool {
         self.tools.remove(name).is_some()
     }
 
-    /// The specs of every tool, by name.
-    pub fn list(&self) -> Vec<&ToolSpec> {
-        self.tools.values().map(|t| t.spec()).collect()
+    /// Every tool the host offers now, by name: its own, then those of its sets.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        if self.sets.is_empty() {
+            return self.tools.values().cloned().collect();
+        }
+        let mut all = self.tools.clone();
+        for set in &self.sets {
+            for tool in set.tools() {
+                all.entry(tool.spec().name.clone()).or_insert(tool);
+            }
+        }
+        all.into_values().collect()
     }
 
-    /// A tool by name.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+    /// The specs of every tool, by name.
+    pub fn list(&self) -> Vec<ToolSpec> {
+        self.tools().iter().map(|t| t.spec().clone()).collect()
+    }
+
+    /// A tool by name, from the host's own tools or, failing that, its sets.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(tool) = self.tools.get(name) {
+            return Some(Arc::clone(tool));
+        }
+        self.sets
+            .iter()
+            .find_map(|set| set.tools().into_iter().find(|t| t.spec().name == name))
     }
 
     /// The definitions to send to a model.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.tools.values().map(|t| t.spec().definition()).collect()
+        self.tools().iter().map(|t| t.spec().definition()).collect()
     }
 
     /// How many calls of one turn run at once (default 8; at least 1).
@@ -332,10 +376,10 @@ impl ToolHost {
         ctx: DispatchContext<'_>,
         hook_call: &mut HookCall,
     ) -> crate::Result<Result<Value, ToolError>> {
-        let Some(tool) = self.tools.get(&call.name) else {
+        let Some(tool) = self.get(&call.name) else {
             return Ok(Err(ToolError::UnknownTool {
                 name: call.name.clone(),
-                known: self.tools.keys().cloned().collect(),
+                known: self.tools().iter().map(|t| t.spec().name.clone()).collect(),
             }));
         };
         let spec = tool.spec();

@@ -229,6 +229,11 @@ impl PostgresStore {
         &self.target.shown
     }
 
+    /// The connection pool, for other tables kept in the same database.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// A connection from the pool.
     async fn client(&self) -> Result<Object, Fail> {
         Ok(self.pool.get().await?)

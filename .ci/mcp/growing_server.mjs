@@ -1,0 +1,48 @@
+// A small MCP server (stdio, official TypeScript SDK) whose tool list grows on request, for
+// the test that loomflow follows `notifications/tools/list_changed`:
+// `add_tool {name}` adds a tool `name` that answers "<name> says hello", then announces the
+// change.
+import { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import {
+  CallToolRequestSchema,
+  ListToolsRequestSchema,
+} from "@modelcontextprotocol/sdk/types.js";
+
+const tools = [
+  {
+    name: "add_tool",
+    description: "Adds a tool with the given name and announces the new list",
+    inputSchema: {
+      type: "object",
+      properties: { name: { type: "string" } },
+      required: ["name"],
+    },
+  },
+];
+
+const server = new Server(
+  { name: "growing", version: "1.0.0" },
+  { capabilities: { tools: { listChanged: true } } },
+);
+
+server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools }));
+
+server.setRequestHandler(CallToolRequestSchema, async (request) => {
+  const { name, arguments: args } = request.params;
+  if (name === "add_tool") {
+    tools.push({
+      name: args.name,
+      description: `Added at run time`,
+      inputSchema: { type: "object", properties: {} },
+    });
+    await server.sendToolListChanged();
+    return { content: [{ type: "text", text: `added ${args.name}` }] };
+  }
+  if (tools.some((tool) => tool.name === name)) {
+    return { content: [{ type: "text", text: `${name} says hello` }] };
+  }
+  return { content: [{ type: "text", text: `no tool ${name}` }], isError: true };
+});
+
+await server.connect(new StdioServerTransport());

@@ -1,0 +1,294 @@
+//! [`Consolidation`]: merges a scope's old items into fewer through one model call, run as
+//! a one-node graph so that the selection, the model's answer and the rewrite are journaled.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::prompt::string_array;
+use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
+use crate::context::Context;
+use crate::graph::{
+    BoxFuture, CompiledGraph, END, Graph, Node, NodeError, NodeResult, RunOutcome, START,
+};
+use crate::model::{Message, Model, ModelRequest, ModelResponse, Usage};
+use crate::runtime::Runtime;
+
+const INSTRUCTIONS: &str = "You consolidate a long-term memory. Merge the numbered items \
+below into fewer items: combine duplicates and closely related facts into one statement, \
+keep every distinct fact that is still true, and where two items disagree keep the later \
+one (items are listed oldest first). Answer with only a JSON array of short, \
+self-contained statements.";
+
+/// What a consolidation did; also the state its graph checkpoints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ConsolidationReport {
+    /// The scope consolidated.
+    pub scope: Scope,
+    /// The items merged away (empty when there were fewer than two to merge).
+    pub removed: Vec<MemoryId>,
+    /// The items written in their place.
+    pub added: Vec<MemoryId>,
+    /// The tokens the model call used.
+    pub usage: Usage,
+}
+
+/// Merges a scope's old items into fewer through one model call.
+///
+/// The call is made inside a graph run on the given [`Runtime`], on the thread
+/// `loomflow:memory:<kind>:<id>`: the chosen items, the model's answer and the rewrite are
+/// journaled steps, so a consolidation that fails after the model answered (or whose process
+/// died) is carried on by [`recover`](Self::recover) without asking the model again, and
+/// never rewrites twice. The rewrite is one transaction: the old items go and the merged
+/// ones come in together.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::memory::{Consolidation, Memory, Scope, SqliteMemory};
+/// use loomflow::model::{ModelResponse, ScriptedModel};
+/// use loomflow::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+/// let memory = SqliteMemory::in_memory()?;
+/// let ada = Scope::user("ada");
+/// for fact in ["Ada likes tea", "Ada likes green tea", "Ada lives in Lyon", "Ada has a cat"] {
+///     memory.remember(&ada, fact, json!({})).await?;
+/// }
+/// let model = ScriptedModel::new([ModelResponse::text(r#"["Ada likes green tea", "Ada lives in Lyon"]"#)]);
+/// let report = Consolidation::new(model)
+///     .keep_newest(1) // the cat stays as it is
+///     .run(&memory, &Runtime::in_memory(), &ada)
+///     .await?;
+/// assert_eq!((report.removed.len(), report.added.len()), (3, 2));
+/// assert_eq!(memory.count(&ada).await?, 3);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Consolidation {
+    model: Arc<dyn Model>,
+    keep_newest: usize,
+    older_than: Option<Duration>,
+    max_items: usize,
+}
+
+impl std::fmt::Debug for Consolidation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consolidation")
+            .field("model", &self.model.name())
+            .field("keep_newest", &self.keep_newest)
+            .field("older_than", &self.older_than)
+            .field("max_items", &self.max_items)
+            .finish()
+    }
+}
+
+impl Consolidation {
+    /// A consolidation that asks `model` to merge.
+    pub fn new(model: impl Model + 'static) -> Self {
+        Self {
+            model: Arc::new(model),
+            keep_newest: 20,
+            older_than: None,
+            max_items: 50,
+        }
+    }
+
+    /// The newest `n` items of the scope are left as they are (default 20).
+    #[must_use]
+    pub fn keep_newest(mut self, n: usize) -> Self {
+        self.keep_newest = n;
+        self
+    }
+
+    /// Only items at least this old (by the runtime's clock) are merged (default: any age).
+    #[must_use]
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// The most items one consolidation merges, oldest first (default 50; at least 2).
+    #[must_use]
+    pub fn max_items(mut self, n: usize) -> Self {
+        self.max_items = n;
+        self
+    }
+
+    /// Consolidates `scope` of `memory`, as a new run on `runtime`.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::BadOptions`] (as [`Error::Memory`](crate::Error::Memory)) when
+    /// `max_items` is below 2. A failed consolidation (the model failed, its answer is not a
+    /// non-empty JSON array of strings, the memory failed) is [`Error::Run`](crate::Error::Run)
+    /// whose source chain holds the [`MemoryError`] or
+    /// [`ModelError`](crate::model::ModelError); nothing was rewritten then.
+    pub async fn run<M: Memory + Clone>(
+        &self,
+        memory: &M,
+        runtime: &Runtime,
+        scope: &Scope,
+    ) -> crate::Result<ConsolidationReport> {
+        let graph = self.graph(memory, scope)?;
+        let start = ConsolidationReport {
+            scope: scope.clone(),
+            removed: Vec::new(),
+            added: Vec::new(),
+            usage: Usage::default(),
+        };
+        report(graph.invoke(runtime, thread(scope), start).await?)
+    }
+
+    /// Carries on the last consolidation of `scope` on `runtime` (after it failed or its
+    /// process died): journaled steps are not repeated, so the model is not asked again.
+    /// A consolidation that completed returns its report.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run); a scope never consolidated on `runtime` is an error of the
+    /// runtime.
+    pub async fn recover<M: Memory + Clone>(
+        &self,
+        memory: &M,
+        runtime: &Runtime,
+        scope: &Scope,
+    ) -> crate::Result<ConsolidationReport> {
+        let graph = self.graph(memory, scope)?;
+        report(graph.recover(runtime, thread(scope)).await?)
+    }
+
+    fn graph<M: Memory + Clone>(
+        &self,
+        memory: &M,
+        scope: &Scope,
+    ) -> crate::Result<CompiledGraph<ConsolidationReport>> {
+        scope.checked()?;
+        if self.max_items < 2 {
+            return Err(MemoryError::BadOptions {
+                scope: scope.clone(),
+                problem: format!("max_items is {}; merging needs at least 2", self.max_items),
+            }
+            .into());
+        }
+        let node = Merge {
+            memory: Arc::new(memory.clone()),
+            plan: self.clone(),
+        };
+        Ok(Graph::new("memory_consolidation")
+            .node(node)
+            .edge(START, "consolidate")
+            .edge("consolidate", END)
+            .compile()?)
+    }
+}
+
+fn thread(scope: &Scope) -> String {
+    format!("loomflow:memory:{}:{}", scope.kind(), scope.id())
+}
+
+fn report(outcome: RunOutcome<ConsolidationReport>) -> crate::Result<ConsolidationReport> {
+    match outcome {
+        RunOutcome::Completed(report) => Ok(report),
+        RunOutcome::Failed { error, .. } => Err(error.into()),
+        RunOutcome::Interrupted { .. } => Err(crate::Error::msg(
+            "memory consolidation was interrupted; nothing in it interrupts",
+        )),
+    }
+}
+
+struct Merge {
+    memory: Arc<dyn Memory>,
+    plan: Consolidation,
+}
+
+impl Node<ConsolidationReport> for Merge {
+    fn name(&self) -> &str {
+        "consolidate"
+    }
+
+    fn description(&self) -> Option<&str> {
+        Some("merges a memory scope's old items through one model call")
+    }
+
+    fn run<'a>(
+        &'a self,
+        state: &'a mut ConsolidationReport,
+        ctx: &'a Context,
+    ) -> BoxFuture<'a, NodeResult> {
+        Box::pin(async move { self.merge(state, ctx).await.map_err(NodeError::from) })
+    }
+}
+
+impl Merge {
+    async fn merge(&self, state: &mut ConsolidationReport, ctx: &Context) -> crate::Result<()> {
+        let scope = state.scope.clone();
+        let now = ctx.runtime().now();
+        let chosen: Vec<MemoryItem> = ctx.step("select", || self.select(&scope, now)).await?;
+        if chosen.len() < 2 {
+            return Ok(());
+        }
+        let request = ModelRequest::new(vec![
+            Message::system(INSTRUCTIONS),
+            Message::user(
+                chosen
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| format!("{}. {}", i + 1, item.text.trim()))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+        ]);
+        let response: ModelResponse = ctx
+            .step("merge", || self.plan.model.complete(request))
+            .await?;
+        state.usage += response.usage;
+        let merged = merged_items(&scope, &response.content)?;
+        let old: Vec<MemoryId> = chosen.iter().map(|item| item.id).collect();
+        let metadata = json!({ "source": "consolidation", "merged": old });
+        let added: Vec<MemoryId> = ctx
+            .step("apply", || {
+                self.memory.replace(&scope, &old, &merged, metadata)
+            })
+            .await?;
+        state.removed = old;
+        state.added = added;
+        Ok(())
+    }
+
+    /// The oldest items past the newest `keep_newest`, at most `max_items`, old enough.
+    async fn select(&self, scope: &Scope, now: SystemTime) -> Result<Vec<MemoryItem>, MemoryError> {
+        let total = usize::try_from(self.memory.count(scope).await?).unwrap_or(usize::MAX);
+        let candidates = total
+            .saturating_sub(self.plan.keep_newest)
+            .min(self.plan.max_items);
+        if candidates < 2 {
+            return Ok(Vec::new());
+        }
+        let mut items = self.memory.list(scope, candidates).await?;
+        if let Some(age) = self.plan.older_than {
+            items.retain(|item| now.duration_since(item.created_at).is_ok_and(|d| d >= age));
+        }
+        Ok(items)
+    }
+}
+
+/// The merged statements: a non-empty JSON array of non-empty strings (an empty one would
+/// forget everything chosen).
+fn merged_items(scope: &Scope, answer: &str) -> Result<Vec<String>, MemoryError> {
+    let bad = |problem: &str| MemoryError::BadConsolidation {
+        scope: scope.clone(),
+        problem: problem.to_owned(),
+    };
+    let items = string_array(answer).ok_or_else(|| bad("no JSON array of strings found"))?;
+    if items.is_empty() {
+        return Err(bad("the array is empty, which would forget every item"));
+    }
+    if items.iter().any(|item| item.trim().is_empty()) {
+        return Err(bad("an item is empty"));
+    }
+    Ok(items)
+}

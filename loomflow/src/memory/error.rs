@@ -1,0 +1,74 @@
+//! [`MemoryError`].
+
+use super::Scope;
+use crate::graph::BoxError;
+
+/// Why a memory operation failed. Each variant names the scope or the backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// A scope's id is empty.
+    #[error("memory scope {kind} needs a non-empty id")]
+    EmptyScope {
+        /// `user`, `session` or `agent`.
+        kind: &'static str,
+    },
+    /// The text to remember is empty.
+    #[error("nothing to remember for {scope}: the text is empty")]
+    EmptyText {
+        /// The scope.
+        scope: Scope,
+    },
+    /// The metadata is not a JSON object (or `null`).
+    #[error("metadata for {scope} must be a JSON object, not {found}")]
+    BadMetadata {
+        /// The scope.
+        scope: Scope,
+        /// What was given: `an array`, `a string`, ….
+        found: String,
+    },
+    /// The backend failed.
+    #[error("{backend} memory failed to {operation}")]
+    Backend {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
+        /// What it was doing: `open`, `remember for user ada`, ….
+        operation: String,
+        /// The backend's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The model's answer to a consolidation is not what was asked for.
+    #[error(
+        "consolidation of {scope}: the model's answer is not a JSON array of strings ({problem})"
+    )]
+    BadConsolidation {
+        /// The scope.
+        scope: Scope,
+        /// What is wrong with the answer.
+        problem: String,
+    },
+    /// A consolidation's options make no sense.
+    #[error("consolidation of {scope}: {problem}")]
+    BadOptions {
+        /// The scope.
+        scope: Scope,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl MemoryError {
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn backend(
+        backend: &'static str,
+        operation: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Self::Backend {
+            backend,
+            operation: operation.into(),
+            source: source.into(),
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The `remember` and `recall` tools an agent's model may be given.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{Memory, MemoryOptions, Scope};
+use crate::graph::BoxFuture;
+use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+
+/// The scopes a run reads: its user's (when it has one), its session's, its agent's.
+pub(crate) fn run_scopes(agent: &str, session: &str, user: Option<&str>) -> Vec<Scope> {
+    let mut scopes = Vec::with_capacity(3);
+    if let Some(user) = user.filter(|u| !u.trim().is_empty()) {
+        scopes.push(Scope::user(user));
+    }
+    scopes.push(Scope::session(session));
+    scopes.push(Scope::agent(agent));
+    scopes
+}
+
+/// The `remember` and `recall` tools for the agent `agent`.
+pub(crate) fn memory_tools(
+    memory: &Arc<dyn Memory>,
+    agent: &str,
+    options: &MemoryOptions,
+) -> [Arc<dyn Tool>; 2] {
+    let remember = Remember {
+        spec: ToolSpec::new(
+            "remember",
+            "Store a short, self-contained fact in long-term memory, to recall in later \
+             conversations. `about` says whose memory: the user's (default), this \
+             conversation's, or your own (shared with everyone you serve).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "text": { "type": "string", "description": "The fact, as one sentence" },
+                    "about": { "type": "string", "enum": ["user", "session", "agent"] }
+                },
+                "required": ["text"]
+            }),
+        ),
+        memory: Arc::clone(memory),
+        agent: agent.to_owned(),
+    };
+    let recall = Recall {
+        spec: ToolSpec::new(
+            "recall",
+            "Search long-term memory (the user's, this conversation's and your own) for \
+             facts about a topic. Returns the best matches first.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": { "type": "string", "description": "Words to look for" },
+                    "k": { "type": "integer", "minimum": 1, "maximum": 50 }
+                },
+                "required": ["query"]
+            }),
+        ),
+        memory: Arc::clone(memory),
+        agent: agent.to_owned(),
+        default_k: options.recall_limit.max(1),
+    };
+    [Arc::new(remember), Arc::new(recall)]
+}
+
+struct Remember {
+    spec: ToolSpec,
+    memory: Arc<dyn Memory>,
+    agent: String,
+}
+
+impl Tool for Remember {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let failed = |message: String| ToolError::Failed {
+                tool: self.spec.name.clone(),
+                message,
+            };
+            let text = arguments["text"].as_str().unwrap_or_default();
+            let scope = match (arguments["about"].as_str().unwrap_or("user"), &ctx.user) {
+                ("user", Some(user)) => Scope::user(user),
+                // A run without a user keeps "user" facts with its session.
+                ("user", None) | ("session", _) => Scope::session(&ctx.session),
+                ("agent", _) => Scope::agent(&self.agent),
+                (other, _) => {
+                    return Err(ToolError::InvalidArguments {
+                        tool: self.spec.name.clone(),
+                        message: format!(
+                            "field `about`: expected user, session or agent, got {other}"
+                        ),
+                    });
+                }
+            };
+            let metadata = json!({ "source": "tool", "session": ctx.session });
+            let id = self
+                .memory
+                .remember(&scope, text, metadata)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            Ok(json!({ "remembered": id, "about": scope.kind() }))
+        })
+    }
+}
+
+struct Recall {
+    spec: ToolSpec,
+    memory: Arc<dyn Memory>,
+    agent: String,
+    default_k: usize,
+}
+
+impl Tool for Recall {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let query = arguments["query"].as_str().unwrap_or_default();
+            let k = arguments["k"]
+                .as_u64()
+                .and_then(|k| usize::try_from(k).ok())
+                .unwrap_or(self.default_k);
+            let mut found = Vec::new();
+            for scope in run_scopes(&self.agent, &ctx.session, ctx.user.as_deref()) {
+                let items =
+                    self.memory
+                        .recall(&scope, query, k)
+                        .await
+                        .map_err(|e| ToolError::Failed {
+                            tool: self.spec.name.clone(),
+                            message: e.to_string(),
+                        })?;
+                found.extend(items);
+            }
+            found.sort_by(|a, b| b.score.total_cmp(&a.score));
+            found.truncate(k);
+            Ok(Value::Array(
+                found
+                    .into_iter()
+                    .map(|item| json!({ "id": item.id, "about": item.scope.kind(), "text": item.text }))
+                    .collect(),
+            ))
+        })
+    }
+}

@@ -1,0 +1,169 @@
+//! The live list of a server's tools, and the client handler that re-reads it when the
+//! server announces a change (`notifications/tools/list_changed`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, Tool as RemoteTool,
+};
+use rmcp::service::{NotificationContext, Peer, RoleClient, ServiceError};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::error::McpError;
+use super::remote::McpTool;
+use crate::tool::{Tool, ToolSpec};
+
+/// What every tool of one server shares: the server's name, the prefix its tools take in a
+/// host, the request timeout, and the current list.
+pub(super) struct Catalog {
+    pub(super) server: String,
+    prefix: String,
+    pub(super) timeout: Duration,
+    tools: Mutex<Vec<Arc<dyn Tool>>>,
+    /// How many times the list was read; ticks on every successful re-read.
+    version: watch::Sender<u64>,
+    /// One re-read at a time, so an older answer never replaces a newer one.
+    reading: tokio::sync::Mutex<()>,
+}
+
+impl Catalog {
+    pub(super) fn new(server: String, prefix: String, timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            server,
+            prefix,
+            timeout,
+            tools: Mutex::default(),
+            version: watch::Sender::new(0),
+            reading: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub(super) fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        crate::sync::lock(&self.tools).clone()
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// The name a host knows a server's tool by.
+    pub(super) fn local_name(&self, remote: &str) -> String {
+        format!("{}{remote}", self.prefix)
+    }
+
+    /// Lists the server's tools again and replaces the list.
+    pub(super) async fn refresh(self: &Arc<Self>, peer: &Peer<RoleClient>) -> Result<(), McpError> {
+        let _one_at_a_time = self.reading.lock().await;
+        let listed = tokio::time::timeout(self.timeout, peer.list_all_tools()).await;
+        let listed = match listed {
+            Err(_) => return Err(self.timed_out("tools/list")),
+            Ok(result) => result.map_err(|e| self.service_error("tools/list", e))?,
+        };
+        let tools: Vec<Arc<dyn Tool>> = listed
+            .into_iter()
+            .map(|remote| Arc::new(self.tool(remote, peer.clone())) as Arc<dyn Tool>)
+            .collect();
+        tracing::debug!(server = %self.server, tools = tools.len(), "mcp tool list read");
+        *crate::sync::lock(&self.tools) = tools;
+        self.version.send_modify(|v| *v += 1);
+        Ok(())
+    }
+
+    fn tool(self: &Arc<Self>, remote: RemoteTool, peer: Peer<RoleClient>) -> McpTool {
+        let description = remote
+            .description
+            .as_deref()
+            .or(remote.title.as_deref())
+            .unwrap_or_default()
+            .to_owned();
+        // The schema is kept as the server gave it.
+        let parameters = Value::Object((*remote.input_schema).clone());
+        let annotations = remote.annotations.as_ref();
+        let destructive = annotations.and_then(|a| a.destructive_hint) == Some(true)
+            && annotations.and_then(|a| a.read_only_hint) != Some(true);
+        let spec = ToolSpec::new(self.local_name(&remote.name), description, parameters)
+            .destructive(destructive);
+        McpTool::new(spec, remote.name.into_owned(), Arc::clone(self), peer)
+    }
+
+    pub(super) fn timed_out(&self, operation: &str) -> McpError {
+        McpError::TimedOut {
+            server: self.server.clone(),
+            operation: operation.to_owned(),
+            seconds: self.timeout.as_secs_f64(),
+        }
+    }
+
+    /// The SDK's error for a request, as an [`McpError`] naming the server and request.
+    pub(super) fn service_error(&self, operation: &str, error: ServiceError) -> McpError {
+        let server = self.server.clone();
+        let operation = operation.to_owned();
+        match error {
+            ServiceError::TransportClosed => McpError::Gone {
+                server,
+                operation,
+                reason: "its connection closed".to_owned(),
+            },
+            ServiceError::TransportSend(error) => McpError::Gone {
+                server,
+                operation,
+                reason: format!("a request could not be sent: {}", root_cause(&*error.error)),
+            },
+            ServiceError::Cancelled { .. } => McpError::Gone {
+                server,
+                operation,
+                reason: "the connection was closed".to_owned(),
+            },
+            ServiceError::Timeout { .. } => self.timed_out(&operation),
+            ServiceError::McpError(data) => McpError::Refused {
+                server,
+                operation,
+                message: data.message.into_owned(),
+            },
+            other => McpError::Refused {
+                server,
+                operation,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The client side of the connection: who we are, and what to do when the server's tool
+/// list changes.
+pub(super) struct Listener {
+    pub(super) catalog: Arc<Catalog>,
+}
+
+impl rmcp::ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("loomflow", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        // Re-read in a task of its own: a request made from inside the handler would wait on
+        // the loop that is running the handler.
+        let catalog = Arc::clone(&self.catalog);
+        let peer = context.peer;
+        tokio::spawn(async move {
+            if let Err(error) = catalog.refresh(&peer).await {
+                tracing::warn!(server = %catalog.server, %error, "mcp tool list could not be re-read");
+            }
+        });
+    }
+}
+
+/// The innermost error of a chain: "connection refused" rather than the transport's type.
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut error = error;
+    while let Some(source) = error.source() {
+        error = source;
+    }
+    error.to_string()
+}

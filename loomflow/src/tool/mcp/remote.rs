@@ -1,0 +1,177 @@
+//! [`McpTool`]: one tool of an MCP server, as a loomflow [`Tool`]; and the conversion of its
+//! results to JSON.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::service::{Peer, RoleClient};
+use serde_json::Value;
+
+use super::catalog::Catalog;
+use super::error::McpError;
+use crate::graph::BoxFuture;
+use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
+
+/// A server's tool. The host checks, hooks, permits and times its calls like any other tool;
+/// the call itself is a `tools/call` request to the server.
+pub(super) struct McpTool {
+    spec: ToolSpec,
+    /// The name the server knows it by (without the host's prefix).
+    remote: String,
+    catalog: Arc<Catalog>,
+    peer: Peer<RoleClient>,
+}
+
+impl McpTool {
+    pub(super) fn new(
+        spec: ToolSpec,
+        remote: String,
+        catalog: Arc<Catalog>,
+        peer: Peer<RoleClient>,
+    ) -> Self {
+        Self {
+            spec,
+            remote,
+            catalog,
+            peer,
+        }
+    }
+}
+
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            call(&self.catalog, &self.peer, &self.remote, arguments)
+                .await
+                .map_err(|e| e.into_tool_error(&self.spec.name))
+        })
+    }
+}
+
+/// One `tools/call` request, under the server's request timeout.
+pub(super) async fn call(
+    catalog: &Catalog,
+    peer: &Peer<RoleClient>,
+    tool: &str,
+    arguments: Value,
+) -> Result<Value, McpError> {
+    let operation = format!("tools/call {tool}");
+    let arguments = match arguments {
+        Value::Object(map) => Some(map),
+        Value::Null => None,
+        other => {
+            return Err(McpError::Refused {
+                server: catalog.server.clone(),
+                operation,
+                message: format!("arguments must be a JSON object, not {other}"),
+            });
+        }
+    };
+    let mut params = CallToolRequestParams::new(tool.to_owned());
+    params.arguments = arguments;
+    if peer.is_transport_closed() {
+        return Err(catalog.service_error(&operation, rmcp::service::ServiceError::TransportClosed));
+    }
+    let result = match tokio::time::timeout(catalog.timeout, peer.call_tool(params)).await {
+        Err(_) => return Err(catalog.timed_out(&operation)),
+        Ok(result) => result.map_err(|e| catalog.service_error(&operation, e))?,
+    };
+    into_value(result).map_err(|message| McpError::ToolFailed {
+        server: catalog.server.clone(),
+        tool: tool.to_owned(),
+        message,
+    })
+}
+
+/// A result as JSON: its structured content when there is some; otherwise its text (the
+/// blocks joined by newlines) when every block is text; otherwise the blocks as JSON. A
+/// result marked `isError` is its text, as the error.
+fn into_value(result: CallToolResult) -> Result<Value, String> {
+    if result.is_error == Some(true) {
+        let text = blocks_value(result.content);
+        return Err(match text {
+            Value::String(text) => text,
+            other => other.to_string(),
+        });
+    }
+    if let Some(structured) = result.structured_content {
+        return Ok(structured);
+    }
+    Ok(blocks_value(result.content))
+}
+
+fn blocks_value(blocks: Vec<ContentBlock>) -> Value {
+    if blocks.iter().all(|b| b.as_text().is_some()) {
+        let texts: Vec<&str> = blocks
+            .iter()
+            .filter_map(|b| b.as_text().map(|t| t.text.as_str()))
+            .collect();
+        return Value::String(texts.join("\n"));
+    }
+    Value::Array(
+        blocks
+            .into_iter()
+            .map(|block| match block {
+                ContentBlock::Text(text) => Value::String(text.text.clone()),
+                other => serde_json::to_value(&other).unwrap_or(Value::Null),
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn result(value: Value) -> CallToolResult {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn text_blocks_become_one_string() {
+        let r = result(json!({ "content": [
+            { "type": "text", "text": "one" }, { "type": "text", "text": "two" }
+        ] }));
+        assert_eq!(into_value(r).unwrap(), json!("one\ntwo"));
+    }
+
+    #[test]
+    fn structured_content_wins() {
+        let r = result(json!({
+            "content": [{ "type": "text", "text": "{\"sum\":3}" }],
+            "structuredContent": { "sum": 3 }
+        }));
+        assert_eq!(into_value(r).unwrap(), json!({ "sum": 3 }));
+    }
+
+    #[test]
+    fn an_error_result_is_its_text() {
+        let r = result(json!({
+            "content": [{ "type": "text", "text": "no such file" }], "isError": true
+        }));
+        assert_eq!(into_value(r).unwrap_err(), "no such file");
+    }
+
+    #[test]
+    fn other_blocks_stay_json() {
+        let r = result(json!({ "content": [
+            { "type": "text", "text": "a picture:" },
+            { "type": "image", "data": "AAAA", "mimeType": "image/png" }
+        ] }));
+        let value = into_value(r).unwrap();
+        assert_eq!(value[0], json!("a picture:"));
+        assert_eq!(value[1]["type"], json!("image"));
+        assert_eq!(value[1]["mimeType"], json!("image/png"));
+    }
+}

@@ -1,0 +1,238 @@
+//! An agent with long-term memory: recall into the prompt within a token budget, the
+//! `remember` and `recall` tools, and opt-in extraction after each run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+
+use loomflow::agent::Agent;
+use loomflow::memory::{Memory, MemoryOptions, Scope, SqliteMemory};
+use loomflow::model::{ModelResponse, Role, ScriptedModel, ToolCall};
+use loomflow::prelude::*;
+
+#[tokio::test]
+async fn recalled_items_go_into_the_prompt_within_the_budget() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let ada = Scope::user("ada");
+    memory
+        .remember(&ada, "Ada is vegetarian", json!({}))
+        .await
+        .unwrap();
+    memory
+        .remember(
+            &ada,
+            &format!(
+                "Ada wrote a long vegetarian cookbook: {}",
+                "recipe ".repeat(200)
+            ),
+            json!({}),
+        )
+        .await
+        .unwrap();
+    memory
+        .remember(&Scope::user("bob"), "Bob is vegetarian too", json!({}))
+        .await
+        .unwrap();
+    memory
+        .remember(
+            &Scope::agent("chef"),
+            "The vegetarian menu changes on Mondays",
+            json!({}),
+        )
+        .await
+        .unwrap();
+    memory
+        .remember(
+            &Scope::session("other"),
+            "A vegetarian note from another session",
+            json!({}),
+        )
+        .await
+        .unwrap();
+
+    let model = Arc::new(ScriptedModel::new([ModelResponse::text(
+        "Try the lentil soup.",
+    )]));
+    let agent = Agent::builder("You suggest dishes.")
+        .name("chef")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().token_budget(60))
+        .build()
+        .unwrap();
+    let result = agent
+        .run("Something vegetarian for dinner?")
+        .user("ada")
+        .session("s1")
+        .await
+        .unwrap();
+    assert_eq!(result.output, "Try the lentil soup.");
+
+    let request = &model.requests()[0];
+    assert_eq!(request.messages[0].text(), "You suggest dishes.");
+    assert_eq!(request.messages[1].role(), Role::System);
+    let recalled = request.messages[1].text();
+    assert!(recalled.contains("(user) Ada is vegetarian"), "{recalled}");
+    assert!(
+        recalled.contains("(agent) The vegetarian menu changes on Mondays"),
+        "{recalled}"
+    );
+    assert!(
+        !recalled.contains("cookbook"),
+        "over the budget: {recalled}"
+    );
+    assert!(
+        !recalled.contains("Bob") && !recalled.contains("another session"),
+        "{recalled}"
+    );
+    assert!(recalled.chars().count() / 4 <= 60, "{recalled}");
+    assert_eq!(
+        request.messages[2].text(),
+        "Something vegetarian for dinner?"
+    );
+    // The model was not given memory tools: they are opt-in.
+    assert!(request.tools.iter().all(|t| t.name != "remember"));
+}
+
+#[tokio::test]
+async fn the_model_remembers_and_recalls_with_tools() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::tool_calls(vec![ToolCall::new(
+            "c1",
+            "remember",
+            json!({ "text": "Ada's bike is blue" }),
+        )]),
+        ModelResponse::tool_calls(vec![ToolCall::new(
+            "c2",
+            "recall",
+            json!({ "query": "bike colour blue" }),
+        )]),
+        ModelResponse::text("Your bike is blue."),
+    ]));
+    let agent = Agent::builder("You remember things for the user.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    let result = agent
+        .run("Remember that my bike is blue.")
+        .user("ada")
+        .await
+        .unwrap();
+    assert_eq!(result.output, "Your bike is blue.");
+
+    let stored = memory.recall(&Scope::user("ada"), "bike", 5).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].text, "Ada's bike is blue");
+    assert_eq!(stored[0].metadata["source"], "tool");
+    assert!(
+        memory
+            .recall(&Scope::user("bob"), "bike", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let requests = model.requests();
+    assert!(requests[0].tools.iter().any(|t| t.name == "remember"));
+    assert!(requests[0].tools.iter().any(|t| t.name == "recall"));
+    let recall_result = requests[2].messages.last().unwrap().text().to_owned();
+    assert!(
+        recall_result.contains("Ada's bike is blue"),
+        "{recall_result}"
+    );
+
+    // A bad `about` is an error result naming the field, not a failed run.
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::tool_calls(vec![ToolCall::new(
+            "c1",
+            "remember",
+            json!({ "text": "x", "about": "world" }),
+        )]),
+        ModelResponse::text("ok"),
+    ]));
+    let agent = Agent::builder("…")
+        .model(Arc::clone(&model))
+        .memory(memory)
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    agent.run("go").user("ada").await.unwrap();
+    let answer = model.requests()[1]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .to_owned();
+    assert!(answer.contains("about"), "{answer}");
+}
+
+#[tokio::test]
+async fn extraction_after_a_run_is_opt_in_and_feeds_the_next_run() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    // Without the option: one model call per answer, nothing stored.
+    let model = Arc::new(ScriptedModel::new([ModelResponse::text("Noted.")]));
+    let agent = Agent::builder("You chat.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .build()
+        .unwrap();
+    agent
+        .run("I'm allergic to peanuts.")
+        .user("ada")
+        .await
+        .unwrap();
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(memory.count(&Scope::user("ada")).await.unwrap(), 0);
+
+    // With it: an extraction call after the answer; its facts are remembered for the user.
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text("Noted, no peanuts."),
+        ModelResponse::text(r#"["Ada is allergic to peanuts"]"#),
+        ModelResponse::text("How about a peanut-free pad thai?"),
+        ModelResponse::text("[]"),
+    ]));
+    let agent = Agent::builder("You chat.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().extract_after_run(true))
+        .build()
+        .unwrap();
+    let first = agent
+        .run("I'm allergic to peanuts.")
+        .user("ada")
+        .session("a")
+        .await
+        .unwrap();
+    assert_eq!(first.output, "Noted, no peanuts.");
+    let stored = memory
+        .recall(&Scope::user("ada"), "peanuts", 5)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].metadata["source"], "extraction");
+    let extraction = &model.requests()[1];
+    assert!(
+        extraction.messages[1]
+            .text()
+            .contains("I'm allergic to peanuts.")
+    );
+
+    // A later run, in another session, recalls it.
+    let second = agent
+        .run("Dinner idea with peanuts?")
+        .user("ada")
+        .session("b")
+        .await
+        .unwrap();
+    assert_eq!(second.output, "How about a peanut-free pad thai?");
+    let prompt = model.requests()[2].messages[1].text().to_owned();
+    assert!(prompt.contains("Ada is allergic to peanuts"), "{prompt}");
+    assert_eq!(
+        memory.count(&Scope::user("ada")).await.unwrap(),
+        1,
+        "nothing new in []"
+    );
+}

@@ -1,0 +1,67 @@
+//! Long-term memory on PostgreSQL (full-text search): the same behaviour as on SQLite.
+//! Each test skips without `LOOMFLOW_PG_URL`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/memory.rs"]
+mod behaviour;
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use loomflow::memory::{Memory, PostgresMemory, Scope};
+use loomflow::prelude::*;
+use loomflow::runtime::PostgresStore;
+use postgres::TempPgDb;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_are_kept_apart() {
+    let Some(db) = TempPgDb::create("memory scoping").await else {
+        return;
+    };
+    behaviour::scopes_are_kept_apart(&PostgresMemory::connect(&db.url).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_ranks_by_relevance() {
+    let Some(db) = TempPgDb::create("memory ranking").await else {
+        return;
+    };
+    behaviour::recall_ranks_by_relevance(&PostgresMemory::connect(&db.url).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_typed_error() {
+    let Some(db) = TempPgDb::create("memory bad input").await else {
+        return;
+    };
+    behaviour::bad_input_is_a_typed_error(&PostgresMemory::connect(&db.url).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consolidation_is_journaled_in_the_store_database() {
+    let Some(db) = TempPgDb::create("memory consolidation").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let memory = PostgresMemory::new(&store).await.unwrap();
+    let runtime = Runtime::with_store(store);
+    behaviour::consolidation_is_journaled(&memory, &runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_survive_a_reconnect() {
+    let Some(db) = TempPgDb::create("memory reconnect").await else {
+        return;
+    };
+    let ada = Scope::user("ada");
+    {
+        let memory = PostgresMemory::connect(&db.url).await.unwrap();
+        memory
+            .remember(&ada, "Ada is allergic to peanuts", json!({}))
+            .await
+            .unwrap();
+    }
+    let memory = PostgresMemory::connect(&db.url).await.unwrap();
+    let found = memory.recall(&ada, "peanut", 5).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+}

@@ -1,0 +1,84 @@
+//! Long-term memory on SQLite (FTS5): scoping, ranking, restart survival, consolidation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/memory.rs"]
+mod behaviour;
+
+use loomflow::memory::{Memory, Scope, SqliteMemory};
+use loomflow::prelude::*;
+
+fn temp_file(name: &str) -> std::path::PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("loomflow-memory-{name}-{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
+#[tokio::test]
+async fn scopes_are_kept_apart() {
+    behaviour::scopes_are_kept_apart(&SqliteMemory::in_memory().unwrap()).await;
+}
+
+#[tokio::test]
+async fn recall_ranks_by_relevance() {
+    behaviour::recall_ranks_by_relevance(&SqliteMemory::in_memory().unwrap()).await;
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error() {
+    behaviour::bad_input_is_a_typed_error(&SqliteMemory::in_memory().unwrap()).await;
+}
+
+#[tokio::test]
+async fn consolidation_is_journaled() {
+    let journal = temp_file("consolidation-journal");
+    let runtime = Runtime::sqlite(&journal).unwrap();
+    behaviour::consolidation_is_journaled(&SqliteMemory::in_memory().unwrap(), &runtime).await;
+}
+
+#[tokio::test]
+async fn items_survive_a_restart() {
+    let path = temp_file("restart");
+    let ada = Scope::user("ada");
+    {
+        let memory = SqliteMemory::open(&path).unwrap();
+        memory
+            .remember(
+                &ada,
+                "Ada is allergic to peanuts",
+                json!({ "source": "doctor" }),
+            )
+            .await
+            .unwrap();
+        memory
+            .remember(&ada, "Ada plays the cello", json!({}))
+            .await
+            .unwrap();
+    }
+    let memory = SqliteMemory::open(&path).unwrap();
+    let found = memory.recall(&ada, "peanuts allergy", 5).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].text, "Ada is allergic to peanuts");
+    assert_eq!(found[0].metadata, json!({ "source": "doctor" }));
+    assert_eq!(memory.count(&ada).await.unwrap(), 2);
+    // The index follows deletions across the restart too.
+    assert!(memory.forget(&ada, found[0].id).await.unwrap());
+    drop(memory);
+    let memory = SqliteMemory::open(&path).unwrap();
+    assert!(memory.recall(&ada, "peanuts", 5).await.unwrap().is_empty());
+    assert_eq!(memory.recall(&ada, "cello", 5).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unopenable_file_is_a_typed_error() {
+    let error = SqliteMemory::open("/nonexistent-dir/memory.db").unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("sqlite memory failed to open /nonexistent-dir/memory.db"),
+        "{error}"
+    );
+}

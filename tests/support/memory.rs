@@ -1,0 +1,327 @@
+//! The behaviour every `Memory` backend must have, as functions the backend tests call.
+#![allow(dead_code)]
+
+use loomflow::Error;
+use loomflow::memory::{Consolidation, Memory, MemoryError, MemoryId, Scope};
+use loomflow::model::{ModelResponse, ScriptedModel};
+use loomflow::prelude::*;
+use serde_json::json;
+
+/// One user never recalls another's items, nor a session's or an agent's of the same id;
+/// forgetting through the wrong scope does nothing.
+pub(crate) async fn scopes_are_kept_apart<M: Memory>(memory: &M) {
+    let ada = Scope::user("ada");
+    let bob = Scope::user("bob");
+    let ada_session = Scope::session("ada");
+    let ada_id = memory
+        .remember(&ada, "Ada's locker code is 4411", json!({}))
+        .await
+        .unwrap();
+    memory
+        .remember(&bob, "Bob's locker code is 9076", json!({}))
+        .await
+        .unwrap();
+    memory
+        .remember(
+            &ada_session,
+            "this session's locker code is 1234",
+            json!({}),
+        )
+        .await
+        .unwrap();
+    memory
+        .remember(
+            &Scope::agent("ada"),
+            "the agent's locker code is 5555",
+            json!({}),
+        )
+        .await
+        .unwrap();
+
+    for (scope, only) in [(&ada, "4411"), (&bob, "9076"), (&ada_session, "1234")] {
+        let found = memory.recall(scope, "locker code", 10).await.unwrap();
+        assert_eq!(found.len(), 1, "{scope}: {found:?}");
+        assert!(found[0].text.contains(only), "{scope}: {found:?}");
+        assert_eq!(&found[0].scope, scope);
+    }
+    assert!(
+        memory
+            .recall(&Scope::user("carol"), "locker code", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    assert!(
+        !memory.forget(&bob, ada_id).await.unwrap(),
+        "bob cannot forget ada's item"
+    );
+    assert_eq!(memory.count(&ada).await.unwrap(), 1);
+    let replaced = memory
+        .replace(&bob, &[ada_id], &["Bob likes jazz".into()], json!({}))
+        .await
+        .unwrap();
+    assert_eq!(replaced.len(), 1);
+    assert_eq!(
+        memory.count(&ada).await.unwrap(),
+        1,
+        "replace through bob left ada's item"
+    );
+    assert!(memory.forget(&ada, ada_id).await.unwrap());
+    assert!(memory.recall(&ada, "locker", 10).await.unwrap().is_empty());
+    assert_eq!(memory.forget_all(&bob).await.unwrap(), 2);
+    assert_eq!(memory.count(&ada_session).await.unwrap(), 1);
+}
+
+/// More of the query's words (stemmed) rank higher; ties go to the newer item; `k` cuts.
+pub(crate) async fn recall_ranks_by_relevance<M: Memory>(memory: &M) {
+    let ann = Scope::user("ann");
+    let both = "Ann drinks black coffee every morning";
+    for text in [
+        "Ann drinks tea in the afternoon",
+        both,
+        "Ann bought a coffee grinder",
+        "Ann's sister lives in Oslo",
+    ] {
+        memory
+            .remember(&ann, text, json!({ "kind": "fact" }))
+            .await
+            .unwrap();
+    }
+    let found = memory
+        .recall(&ann, "Does she like her coffee black?", 10)
+        .await
+        .unwrap();
+    let texts: Vec<&str> = found.iter().map(|i| i.text.as_str()).collect();
+    assert_eq!(texts, [both, "Ann bought a coffee grinder"]);
+    assert!(found[0].score > found[1].score, "{found:?}");
+    assert_eq!(found[0].metadata, json!({ "kind": "fact" }));
+
+    // Stemming: "drinking" finds "drinks".
+    let found = memory.recall(&ann, "drinking", 10).await.unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    // A tie: the newer item first; k cuts the list.
+    memory
+        .remember(&ann, "Ann bought a coffee mug", json!({}))
+        .await
+        .unwrap();
+    let found = memory.recall(&ann, "bought", 1).await.unwrap();
+    assert_eq!(found[0].text, "Ann bought a coffee mug");
+
+    // Search syntax in a query is words, not operators; no words finds nothing.
+    let found = memory
+        .recall(&ann, r#"coffee" OR NEAR(tea) -- ; "#, 10)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert!(memory.recall(&ann, "?!", 10).await.unwrap().is_empty());
+}
+
+/// Bad input is a typed error naming the culprit.
+pub(crate) async fn bad_input_is_a_typed_error<M: Memory>(memory: &M) {
+    let error = memory
+        .remember(&Scope::user(" "), "x", json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, MemoryError::EmptyScope { kind: "user" }),
+        "{error:?}"
+    );
+    let error = memory
+        .remember(&Scope::user("ada"), "  ", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "nothing to remember for user ada: the text is empty"
+    );
+    let error = memory
+        .remember(&Scope::session("s1"), "x", json!([1]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "metadata for session s1 must be a JSON object, not an array"
+    );
+    let error = memory.recall(&Scope::agent(""), "x", 3).await.unwrap_err();
+    assert!(matches!(error, MemoryError::EmptyScope { kind: "agent" }));
+}
+
+/// Consolidation merges the old items through one journaled model call: after a failure
+/// that comes once the model answered, `recover` finishes without asking the model again.
+pub(crate) async fn consolidation_is_journaled<M: Memory + Clone>(memory: &M, runtime: &Runtime) {
+    let ada = Scope::user("ada");
+    let mut old = Vec::new();
+    for fact in [
+        "Ada likes tea",
+        "Ada likes green tea",
+        "Ada moved to Lyon",
+        "Ada lives in Lyon",
+    ] {
+        old.push(memory.remember(&ada, fact, json!({})).await.unwrap());
+    }
+    let newest = memory
+        .remember(&ada, "Ada adopted a cat", json!({}))
+        .await
+        .unwrap();
+    memory
+        .remember(&Scope::user("bob"), "Bob likes tea", json!({}))
+        .await
+        .unwrap();
+
+    // The memory refuses the rewrite once: the run fails after the model's answer.
+    let flaky = Flaky {
+        inner: memory.clone(),
+        failures: std::sync::Arc::new(1.into()),
+    };
+    let model = std::sync::Arc::new(ScriptedModel::new([ModelResponse::text(
+        "```json\n[\"Ada likes green tea\", \"Ada lives in Lyon\"]\n```",
+    )]));
+    let consolidation = Consolidation::new(std::sync::Arc::clone(&model)).keep_newest(1);
+    let failed = consolidation.run(&flaky, runtime, &ada).await.unwrap_err();
+    assert!(chain_has(&failed, "the disk is full"), "{failed:?}");
+    assert_eq!(
+        memory.count(&ada).await.unwrap(),
+        5,
+        "nothing rewritten yet"
+    );
+
+    let report = consolidation.recover(&flaky, runtime, &ada).await.unwrap();
+    assert_eq!(model.requests().len(), 1, "the model was asked once");
+    assert_eq!(report.removed, old);
+    assert_eq!(report.added.len(), 2);
+    let prompt = serde_json::to_string(&model.requests()[0].messages).unwrap();
+    assert!(
+        prompt.contains("1. Ada likes tea") && prompt.contains("4. Ada lives in Lyon"),
+        "{prompt}"
+    );
+    assert!(
+        !prompt.contains("adopted") && !prompt.contains("Bob"),
+        "{prompt}"
+    );
+
+    let left: Vec<(MemoryId, String)> = memory
+        .list(&ada, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.id, i.text))
+        .collect();
+    assert_eq!(left.len(), 3);
+    assert_eq!(left[0], (newest, "Ada adopted a cat".to_owned()));
+    let merged = memory.recall(&ada, "green tea", 5).await.unwrap();
+    assert_eq!(merged[0].text, "Ada likes green tea");
+    assert_eq!(merged[0].metadata["source"], "consolidation");
+    assert_eq!(memory.count(&Scope::user("bob")).await.unwrap(), 1);
+
+    // An answer that would forget everything is refused, typed; nothing changes.
+    let empty = ScriptedModel::new([ModelResponse::text("[]")]);
+    let error = Consolidation::new(empty)
+        .keep_newest(0)
+        .run(memory, runtime, &ada)
+        .await
+        .unwrap_err();
+    assert!(
+        source_chain(&error).any(|e| matches!(
+            e.downcast_ref::<Error>(),
+            Some(Error::Memory(MemoryError::BadConsolidation { scope, .. })) if *scope == ada
+        )),
+        "{error:?}"
+    );
+    assert_eq!(memory.count(&ada).await.unwrap(), 3);
+    // Fewer than two items to merge: no model call at all.
+    let unused = ScriptedModel::new([]);
+    let report = Consolidation::new(unused)
+        .keep_newest(2)
+        .run(memory, runtime, &ada)
+        .await
+        .unwrap();
+    assert!(report.removed.is_empty() && report.added.is_empty());
+}
+
+fn source_chain(error: &Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+}
+
+fn chain_has(error: &Error, text: &str) -> bool {
+    source_chain(error).any(|e| e.to_string().contains(text))
+}
+
+/// A memory whose `replace` fails a given number of times.
+#[derive(Clone)]
+struct Flaky<M> {
+    inner: M,
+    failures: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<M: Memory + Clone> Memory for Flaky<M> {
+    fn remember<'a>(
+        &'a self,
+        scope: &'a Scope,
+        text: &'a str,
+        metadata: serde_json::Value,
+    ) -> loomflow::graph::BoxFuture<'a, Result<MemoryId, MemoryError>> {
+        self.inner.remember(scope, text, metadata)
+    }
+    fn recall<'a>(
+        &'a self,
+        scope: &'a Scope,
+        query: &'a str,
+        k: usize,
+    ) -> loomflow::graph::BoxFuture<'a, Result<Vec<loomflow::memory::MemoryItem>, MemoryError>>
+    {
+        self.inner.recall(scope, query, k)
+    }
+    fn forget<'a>(
+        &'a self,
+        scope: &'a Scope,
+        id: MemoryId,
+    ) -> loomflow::graph::BoxFuture<'a, Result<bool, MemoryError>> {
+        self.inner.forget(scope, id)
+    }
+    fn forget_all<'a>(
+        &'a self,
+        scope: &'a Scope,
+    ) -> loomflow::graph::BoxFuture<'a, Result<u64, MemoryError>> {
+        self.inner.forget_all(scope)
+    }
+    fn count<'a>(
+        &'a self,
+        scope: &'a Scope,
+    ) -> loomflow::graph::BoxFuture<'a, Result<u64, MemoryError>> {
+        self.inner.count(scope)
+    }
+    fn list<'a>(
+        &'a self,
+        scope: &'a Scope,
+        limit: usize,
+    ) -> loomflow::graph::BoxFuture<'a, Result<Vec<loomflow::memory::MemoryItem>, MemoryError>>
+    {
+        self.inner.list(scope, limit)
+    }
+    fn replace<'a>(
+        &'a self,
+        scope: &'a Scope,
+        old: &'a [MemoryId],
+        texts: &'a [String],
+        metadata: serde_json::Value,
+    ) -> loomflow::graph::BoxFuture<'a, Result<Vec<MemoryId>, MemoryError>> {
+        use std::sync::atomic::Ordering;
+        if self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Box::pin(async {
+                Err(MemoryError::Backend {
+                    backend: "test",
+                    operation: "replace".into(),
+                    source: "the disk is full".into(),
+                })
+            });
+        }
+        self.inner.replace(scope, old, texts, metadata)
+    }
+}
