@@ -146,6 +146,12 @@ impl<'a, S: State> SnapshotRef<'a, S> {
         Ok(Value::Object(body))
     }
 
+    /// Whether to keep the graph's description.
+    pub(super) fn describe(mut self, describe: bool) -> Self {
+        self.describe = describe;
+        self
+    }
+
     /// With the progress of each join.
     pub(super) fn joins(mut self, joins: &'a [Vec<bool>]) -> Self {
         self.joins = joins;

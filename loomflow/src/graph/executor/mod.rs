@@ -296,9 +296,14 @@ async fn run_supersteps<S: State>(
                 interrupts,
             }) => {
                 writer.finish().await?;
+                // A top-level run's first checkpoint keeps the graph's description (see
+                // `check_graph`, which finds it there); only a run that wrote none (`Exit`
+                // durability) or a subgraph keeps it where it suspends.
+                let describe = durability == Durability::Exit || !shared.namespace.is_root();
                 let snapshot = SnapshotRef::new(g, &state, &active)
                     .joins(&joins.0)
-                    .suspended(&pending_writes, &interrupts, &resume_values);
+                    .suspended(&pending_writes, &interrupts, &resume_values)
+                    .describe(describe);
                 observe::record_interrupts(&shared, &interrupts);
                 let cp = key.checkpoint(g, step - 1, RunStatus::Interrupted, &snapshot)?;
                 let cp = with_audit(&shared, cp);

@@ -128,14 +128,17 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<&Resumed>)
     }
 }
 
-/// The `interrupt` audit entries of a top-level run's suspension.
+/// The `interrupt` audit entries of a top-level run's suspension: the subject is the
+/// interrupt's id (which names its node), the detail what it waits for (a signal, a time).
+/// The payload is not repeated: the suspended checkpoint keeps it, and is always kept.
+/// A suspended run's rows are what the 1 KiB-per-run disk budget is spent on.
 pub(super) fn record_interrupts(shared: &RunShared, interrupts: &[Interrupt]) {
     if !shared.namespace.is_root() {
         // The parent suspends on the same interrupts and records them.
         return;
     }
     for interrupt in interrupts {
-        let mut detail = json!({ "node": interrupt.node, "payload": interrupt.payload });
+        let mut detail = json!({});
         if let Some(signal) = &interrupt.signal {
             detail["signal"] = Value::from(signal.as_str());
         }

@@ -233,7 +233,8 @@ pub(crate) struct AuditRow {
     pub(crate) kind: &'static str,
     pub(crate) subject: String,
     pub(crate) actor: Option<String>,
-    pub(crate) detail: String,
+    /// `None` for an empty detail (`{}`), which is stored as `NULL` to keep rows small.
+    pub(crate) detail: Option<String>,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -253,7 +254,13 @@ impl AuditRow {
             kind: entry.kind.as_str(),
             subject: entry.subject.clone(),
             actor: entry.actor.clone(),
-            detail: serde_json::to_string(&entry.detail).map_err(|e| write_error(e.to_string()))?,
+            detail: match &entry.detail {
+                Value::Null => None,
+                Value::Object(fields) if fields.is_empty() => None,
+                detail => {
+                    Some(serde_json::to_string(detail).map_err(|e| write_error(e.to_string()))?)
+                }
+            },
             thread: entry.thread.clone(),
         })
     }
@@ -277,7 +284,7 @@ impl AuditRow {
             kind: AuditKind::SignalReceived.as_str(),
             subject: name,
             actor: None,
-            detail: format!("{{\"seq\":{seq}}}"),
+            detail: Some(format!("{{\"seq\":{seq}}}")),
         }
     }
 
@@ -300,7 +307,7 @@ impl AuditRow {
             kind: AuditKind::SignalSent.as_str(),
             subject: name.to_owned(),
             actor: None,
-            detail: format!("{{\"seq\":{seq},\"payload\":{payload}{key}}}"),
+            detail: Some(format!("{{\"seq\":{seq},\"payload\":{payload}{key}}}")),
         }
     }
 }

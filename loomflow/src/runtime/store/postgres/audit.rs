@@ -19,7 +19,7 @@ pub(super) const MIGRATION: &str = "
         kind TEXT NOT NULL,
         subject TEXT NOT NULL,
         actor TEXT,
-        detail TEXT NOT NULL
+        detail TEXT
     );
     CREATE INDEX loomflow_audit_by_thread ON loomflow_audit (thread, id);
     CREATE INDEX loomflow_audit_by_time ON loomflow_audit (at_ms);";
@@ -109,9 +109,12 @@ impl PostgresStore {
                 let kind = AuditKind::parse(&kind).ok_or_else(|| {
                     corrupt(format!("audit entry {id} has unknown kind {kind:?}"))
                 })?;
-                let detail: String = get(row, 7, &thread)?;
-                let detail = serde_json::from_str(&detail)
-                    .map_err(|e| corrupt(format!("detail of audit entry {id}: {e}")))?;
+                let detail: Option<String> = get(row, 7, &thread)?;
+                let detail = match detail {
+                    None => serde_json::Value::Object(serde_json::Map::new()),
+                    Some(detail) => serde_json::from_str(&detail)
+                        .map_err(|e| corrupt(format!("detail of audit entry {id}: {e}")))?,
+                };
                 let run = to_u64(get(row, 2, &thread)?, "run", &thread)?;
                 let at_ms = to_u64(get(row, 3, &thread)?, "at_ms", &thread)?;
                 let subject: String = get(row, 5, &thread)?;

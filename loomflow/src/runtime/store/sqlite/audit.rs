@@ -11,7 +11,9 @@ use futures_util::future::BoxFuture;
 
 /// Schema version 4 -> 5: the audit log. Its ids are rowids (not `AUTOINCREMENT`, which
 /// rewrites `sqlite_sequence` on every insert); pruning deletes the oldest, so ids still
-/// increase.
+/// increase. There is no index by time: entries are appended as they happen, so id order is
+/// time order, and pruning walks from the oldest (a suspended run's rows stay within the
+/// 1 KiB-per-run disk budget).
 pub(super) const MIGRATION: &str = "
     CREATE TABLE audit (
         id INTEGER PRIMARY KEY,
@@ -21,10 +23,9 @@ pub(super) const MIGRATION: &str = "
         kind TEXT NOT NULL,
         subject TEXT NOT NULL,
         actor TEXT,
-        detail TEXT NOT NULL
+        detail TEXT
     );
-    CREATE INDEX audit_by_thread ON audit (thread, id);
-    CREATE INDEX audit_by_time ON audit (at_ms);";
+    CREATE INDEX audit_by_thread ON audit (thread, id);";
 
 /// Appends rows, in the caller's transaction.
 pub(super) fn append(conn: &Connection, rows: &[AuditRow]) -> rusqlite::Result<()> {
@@ -78,7 +79,7 @@ fn read(
                 row.get::<_, String>(4)?,
                 row.get::<_, String>(5)?,
                 row.get::<_, Option<String>>(6)?,
-                row.get::<_, String>(7)?,
+                row.get::<_, Option<String>>(7)?,
             ))
         },
     )?;
@@ -94,9 +95,12 @@ fn read(
                 "audit entry {id} has unknown kind {kind:?}"
             ))));
         };
-        let detail = match serde_json::from_str(&detail) {
-            Ok(detail) => detail,
-            Err(e) => return Ok(Err(corrupt(format!("detail of audit entry {id}: {e}")))),
+        let detail = match detail.as_deref().map(serde_json::from_str) {
+            None => serde_json::Value::Object(serde_json::Map::new()),
+            Some(Ok(detail)) => detail,
+            Some(Err(e)) => {
+                return Ok(Err(corrupt(format!("detail of audit entry {id}: {e}"))));
+            }
         };
         let mut entry = AuditEntry::new(thread, kind, subject, detail)
             .run(u64::try_from(run).unwrap_or_default())
@@ -108,10 +112,16 @@ fn read(
     Ok(Ok(entries))
 }
 
-/// Deletes rows older than `before_ms`, in the caller's transaction.
+/// Deletes rows older than `before_ms`, in the caller's transaction: every row before the
+/// oldest one that is not (rows are appended in time order; the walk reads only the rows it
+/// deletes, and one more).
 pub(super) fn prune(conn: &Connection, before_ms: i64) -> rusqlite::Result<u64> {
     let deleted = conn
-        .prepare_cached("DELETE FROM audit WHERE at_ms < ?1")?
+        .prepare_cached(
+            "DELETE FROM audit WHERE id < coalesce(
+                 (SELECT id FROM audit WHERE at_ms >= ?1 ORDER BY id LIMIT 1),
+                 (SELECT max(id) + 1 FROM audit))",
+        )?
         .execute([before_ms])?;
     Ok(deleted as u64)
 }
