@@ -253,7 +253,7 @@ async fn an_output_that_fails_its_schema_is_retried_with_the_error_shown() {
         .unwrap();
     let result = agent.run("weather in Rome?").await.unwrap();
     assert_eq!(
-        result.parse::<Answer>().unwrap(),
+        result.parsed::<Answer>().unwrap(),
         Answer {
             city: "Rome".into(),
             temp_c: 24.5

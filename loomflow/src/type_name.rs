@@ -3,6 +3,20 @@
 /// `T`'s name as it is written in code, with an article: `a String`, `a Vec<u32>`, `an i64`,
 /// not `alloc::string::String`.
 pub(crate) fn readable<T: ?Sized>() -> String {
+    let short = short_type_name::<T>();
+    // By sound: `an i64`, `an f32`, `an Option`, but `a u32`, `a String`.
+    let mut chars = short.chars();
+    let article = match (chars.next(), chars.next()) {
+        (Some('a' | 'e' | 'i' | 'o' | 'A' | 'E' | 'I' | 'O'), _) => "an",
+        (Some('f'), Some(c)) if c.is_ascii_digit() => "an",
+        _ => "a",
+    };
+    format!("{article} {short}")
+}
+
+/// `T`'s name as it is written in code: `Vec<String>`, not
+/// `alloc::vec::Vec<alloc::string::String>`.
+pub(crate) fn short_type_name<T: ?Sized>() -> String {
     let full = std::any::type_name::<T>();
     let mut short = String::with_capacity(full.len());
     // Drop every path prefix (`alloc::vec::Vec<alloc::string::String>` reads `Vec<String>`).
@@ -19,14 +33,7 @@ pub(crate) fn readable<T: ?Sized>() -> String {
         }
     }
     short.push_str(&full[segment_start..]);
-    // By sound: `an i64`, `an f32`, `an Option`, but `a u32`, `a String`.
-    let mut chars = short.chars();
-    let article = match (chars.next(), chars.next()) {
-        (Some('a' | 'e' | 'i' | 'o' | 'A' | 'E' | 'I' | 'O'), _) => "an",
-        (Some('f'), Some(c)) if c.is_ascii_digit() => "an",
-        _ => "a",
-    };
-    format!("{article} {short}")
+    short
 }
 
 #[cfg(test)]

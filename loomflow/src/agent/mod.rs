@@ -41,6 +41,7 @@ mod budget;
 mod handoff;
 mod memory;
 mod observe;
+mod output;
 mod react;
 mod run;
 mod state;
@@ -64,6 +65,7 @@ use crate::memory::{Memory, MemoryOptions};
 use crate::model::{Message, Model, ModelRequest, OutputSchema, PriceTable};
 use crate::runtime::Runtime;
 use crate::tool::{Tool, ToolHost};
+use output::OutputSpec;
 
 /// The default number of model turns per run.
 pub const DEFAULT_MAX_TURNS: u32 = 50;
@@ -114,15 +116,6 @@ pub enum AgentError {
     },
 }
 
-type Validator = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
-
-/// The typed output an agent must produce.
-#[derive(Clone)]
-pub(crate) struct OutputSpec {
-    schema: OutputSchema,
-    validate: Validator,
-}
-
 /// What an agent is made of; shared by its graph's nodes.
 pub(crate) struct AgentCore {
     pub(crate) name: String,
@@ -158,7 +151,13 @@ impl AgentCore {
         2 * u64::from(self.max_turns) + u64::from(self.max_schema_retries) + 4
     }
 
-    fn request(&self, messages: &[Message], recalled: Option<&str>) -> ModelRequest {
+    /// The request of a model turn; `output` is the run's own output schema, if it has one.
+    fn request(
+        &self,
+        messages: &[Message],
+        recalled: Option<&str>,
+        output: Option<&OutputSchema>,
+    ) -> ModelRequest {
         let mut all = Vec::with_capacity(messages.len() + 2);
         all.push(Message::system(&self.instructions));
         if let Some(recalled) = recalled.filter(|r| !r.is_empty()) {
@@ -166,8 +165,8 @@ impl AgentCore {
         }
         all.extend_from_slice(messages);
         let mut request = ModelRequest::new(all).tools(self.tools.definitions());
-        if let Some(output) = &self.output {
-            request = request.output_schema(output.schema.clone());
+        if let Some(schema) = output.or(self.output.as_ref().map(|o| &o.schema)) {
+            request = output::ask_for(request, schema, self.model.supports_output_schema());
         }
         if let Some(t) = self.temperature {
             request = request.temperature(t);
@@ -466,14 +465,7 @@ impl AgentBuilder {
         name: impl Into<String>,
         schema: Value,
     ) -> Self {
-        self.output = Some(OutputSpec {
-            schema: OutputSchema::new(name, schema),
-            validate: Arc::new(|text: &str| {
-                serde_json::from_str::<T>(text.trim())
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            }),
-        });
+        self.output = Some(OutputSpec::of::<T>(OutputSchema::new(name, schema)));
         self
     }
 

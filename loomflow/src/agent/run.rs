@@ -16,7 +16,7 @@ use super::{Agent, AgentError, AgentState, StopReason, observe};
 use crate::event::{Event, EventKind};
 use crate::graph::RunError;
 use crate::graph::RunOutcome;
-use crate::model::{Message, Usage};
+use crate::model::{Message, OutputSchema, Usage};
 use crate::runtime::{Interrupt, RunStatus};
 use crate::{Error, Result};
 
@@ -46,12 +46,15 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    /// The answer parsed as `T` (for agents with an output schema).
+    /// The answer as a `T` (for runs with typed output: [`AgentBuilder::output`], or
+    /// [`AgentRun::output`]).
+    ///
+    /// [`AgentBuilder::output`]: super::AgentBuilder::output
     ///
     /// # Errors
     ///
     /// The output is not JSON for a `T`.
-    pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
+    pub fn parsed<T: DeserializeOwned>(&self) -> Result<T> {
         serde_json::from_str(self.output.trim()).map_err(|e| Error::json("agent output", e))
     }
 
@@ -85,6 +88,8 @@ pub struct AgentRun<'a> {
     session: Option<String>,
     user: Option<String>,
     max_turns: Option<u32>,
+    /// This run's own output schema.
+    pub(super) output: Option<OutputSchema>,
 }
 
 impl std::fmt::Debug for AgentRun<'_> {
@@ -155,6 +160,7 @@ impl<'a> AgentRun<'a> {
         };
         state.user.clone_from(&self.user);
         state.max_turns = self.max_turns.map(|n| n.min(self.agent.core.max_turns));
+        state.output_schema.clone_from(&self.output);
         Ok(state)
     }
 
@@ -314,6 +320,7 @@ impl Agent {
             session: None,
             user: None,
             max_turns: None,
+            output: None,
         }
     }
 

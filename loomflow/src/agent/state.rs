@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::StopReason;
-use crate::model::{Message, Role, Usage};
+use crate::model::{Message, OutputSchema, Role, Usage};
 
 /// The state of an agent run: the transcript and the counters the loop's limits read.
 ///
@@ -38,6 +38,10 @@ pub struct AgentState {
     /// The agent a handoff tool transferred the conversation to (swarms), if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<String>,
+    /// This run's own output schema (`agent.run(..).output::<T>()`), kept so that a resumed
+    /// run still asks for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<OutputSchema>,
     /// The final answer, once there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,

@@ -133,6 +133,13 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     /// Sends the request and streams the reply. A failure to connect is the stream's first
     /// (and last) item; a reply cut short ends with [`ModelError::StreamCut`].
     fn stream(&self, request: ModelRequest) -> ChunkStream;
+
+    /// Whether the model follows [`ModelRequest::output_schema`] natively (structured
+    /// output). Default `true`. An agent asks a model that does not in its prompt instead,
+    /// and checks the answer either way.
+    fn supports_output_schema(&self) -> bool {
+        true
+    }
 }
 
 impl<M: Model + ?Sized> Model for Arc<M> {
@@ -147,6 +154,10 @@ impl<M: Model + ?Sized> Model for Arc<M> {
     fn stream(&self, request: ModelRequest) -> ChunkStream {
         (**self).stream(request)
     }
+
+    fn supports_output_schema(&self) -> bool {
+        (**self).supports_output_schema()
+    }
 }
 
 impl<M: Model + ?Sized> Model for Box<M> {
@@ -160,6 +171,10 @@ impl<M: Model + ?Sized> Model for Box<M> {
 
     fn stream(&self, request: ModelRequest) -> ChunkStream {
         (**self).stream(request)
+    }
+
+    fn supports_output_schema(&self) -> bool {
+        (**self).supports_output_schema()
     }
 }
 

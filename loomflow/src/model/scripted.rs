@@ -42,6 +42,7 @@ pub struct ScriptedModel {
     script: Mutex<Script>,
     len: usize,
     name: String,
+    native_output: bool,
 }
 
 #[derive(Debug)]
@@ -61,7 +62,17 @@ impl ScriptedModel {
                 requests: Vec::new(),
             }),
             name: "scripted".to_owned(),
+            native_output: true,
         }
+    }
+
+    /// Plays a model without structured output
+    /// ([`Model::supports_output_schema`] is `false`): agents ask for their output schema in
+    /// the prompt.
+    #[must_use]
+    pub fn without_structured_output(mut self) -> Self {
+        self.native_output = false;
+        self
     }
 
     /// Goes by `name` (default `scripted`) in spans, logs and price tables: a stand-in for
@@ -100,6 +111,10 @@ impl ScriptedModel {
 impl Model for ScriptedModel {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn supports_output_schema(&self) -> bool {
+        self.native_output
     }
 
     fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {

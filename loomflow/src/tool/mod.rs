@@ -34,6 +34,7 @@ pub use event::{AgentEvent, Decision};
 pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
 pub use permission::{Permission, PermissionPolicy};
+pub(crate) use schema::validate as validate_schema;
 pub use schema::{schema_for, strict_schema};
 pub use set::ToolSet;
 

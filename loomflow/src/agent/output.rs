@@ -1,0 +1,176 @@
+//! Typed output: the JSON an agent's answer must be, from a Rust type or a schema, for the
+//! agent or for one run; and the prompt that asks for it from models without structured
+//! output.
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{AgentBuilder, AgentRun};
+use crate::model::{Message, ModelRequest, OutputSchema};
+use crate::type_name::short_type_name;
+
+/// Checks an answer's text; `Err` says what is wrong, for the model to fix.
+pub(super) type Validator = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// The typed output an agent must produce.
+#[derive(Clone)]
+pub(crate) struct OutputSpec {
+    pub(super) schema: OutputSchema,
+    pub(super) validate: Validator,
+}
+
+impl OutputSpec {
+    /// Output that deserializes into `T`, described by `schema`.
+    pub(super) fn of<T: DeserializeOwned + 'static>(schema: OutputSchema) -> Self {
+        Self {
+            schema,
+            validate: Arc::new(|text: &str| {
+                serde_json::from_str::<T>(text.trim())
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }),
+        }
+    }
+}
+
+/// The output schema of `T`, derived with schemars and made strict (every property required,
+/// no others), named after the type.
+pub(super) fn schema_of<T: JsonSchema>() -> OutputSchema {
+    let schema = crate::tool::strict_schema(&crate::tool::schema_for::<T>());
+    OutputSchema::new(schema_name::<T>(), schema)
+}
+
+/// A schema name from a type's name: letters, digits, `_` and `-` (`Vec<Answer>` is
+/// `Vec_Answer`).
+fn schema_name<T>() -> String {
+    let name: String = short_type_name::<T>()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = name.trim_matches('_');
+    if name.is_empty() {
+        "output".to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Checks an answer against a run's own schema (which travels in the run's state, so the
+/// check is by schema, not by type).
+pub(super) fn check_against(schema: &Value, text: &str) -> Result<(), String> {
+    let value: Value =
+        serde_json::from_str(text.trim()).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    crate::tool::validate_schema(schema, &value)
+}
+
+/// Asks for `schema` in the request: natively, or for a model without structured output,
+/// in a system message (the answer is checked either way).
+pub(super) fn ask_for(request: ModelRequest, schema: &OutputSchema, native: bool) -> ModelRequest {
+    if native {
+        return request.output_schema(schema.clone());
+    }
+    let mut request = request;
+    request.messages.push(Message::system(format!(
+        "Answer with only a JSON document, no other text, that matches this JSON Schema \
+         (named {}):\n{}",
+        schema.name, schema.schema
+    )));
+    request
+}
+
+impl AgentBuilder {
+    /// The answer must be JSON for a `T`: the schema is derived from `T` (with schemars,
+    /// made strict), sent to the model as its structured output, and the answer is checked
+    /// by deserializing it. An answer that does not fit goes back to the model with the
+    /// error, up to [`max_schema_retries`](Self::max_schema_retries) times. Read it with
+    /// [`RunResult::parsed`](super::RunResult::parsed).
+    ///
+    /// A model without structured output
+    /// ([`Model::supports_output_schema`](crate::model::Model::supports_output_schema) is
+    /// `false`) is asked in the prompt instead, and its answer is checked the same way.
+    ///
+    /// ```
+    /// use loomflow::agent::Agent;
+    /// use loomflow::model::{ModelResponse, ScriptedModel};
+    /// use loomflow::prelude::*;
+    ///
+    /// #[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+    /// struct Verdict {
+    ///     approved: bool,
+    ///     reason: String,
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let agent = Agent::builder("You review refunds.")
+    ///     .model(ScriptedModel::new([ModelResponse::text(
+    ///         r#"{"approved": true, "reason": "within policy"}"#,
+    ///     )]))
+    ///     .output::<Verdict>()
+    ///     .build()?;
+    /// let result = agent.run("Refund 40 EUR for order 7?").await?;
+    /// let verdict: Verdict = result.parsed()?;
+    /// assert!(verdict.approved);
+    /// # Ok(()) }
+    /// ```
+    pub fn output<T: JsonSchema + DeserializeOwned + 'static>(mut self) -> Self {
+        self.output = Some(OutputSpec::of::<T>(schema_of::<T>()));
+        self
+    }
+}
+
+impl AgentRun<'_> {
+    /// This run's answer must be JSON for a `T`, whatever the agent's own output (see
+    /// [`AgentBuilder::output`]). The schema is kept in the run's state, so a run resumed
+    /// later still asks for it; the answer is checked against the schema.
+    pub fn output<T: JsonSchema>(mut self) -> Self {
+        self.output = Some(schema_of::<T>());
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)] // only its schema is used
+    struct Answer {
+        city: String,
+        days: Option<u32>,
+    }
+
+    #[test]
+    fn a_types_schema_is_strict_and_named_after_it() {
+        let schema = schema_of::<Answer>();
+        assert_eq!(schema.name, "Answer");
+        assert!(schema.strict);
+        assert_eq!(schema.schema["additionalProperties"], false);
+        assert_eq!(
+            schema.schema["required"],
+            serde_json::json!(["city", "days"])
+        );
+        assert_eq!(schema_of::<Vec<Answer>>().name, "Vec_Answer");
+    }
+
+    #[test]
+    fn answers_are_checked_against_a_schema() {
+        let schema = schema_of::<Answer>().schema;
+        assert!(check_against(&schema, r#"{"city": "Lyon", "days": null}"#).is_ok());
+        let wrong = check_against(&schema, r#"{"city": 7, "days": 1}"#).unwrap_err();
+        assert!(wrong.contains("city"), "{wrong}");
+        assert!(
+            check_against(&schema, "Lyon")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+    }
+}

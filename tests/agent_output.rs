@@ -1,0 +1,126 @@
+//! Typed output: the schema comes from the type, for the agent or for one run; a model
+//! without structured output is asked in the prompt; answers that do not fit are retried,
+//! and the typed value is read back with `parsed`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+
+use loomflow::agent::Agent;
+use loomflow::model::{Message, ModelResponse, ScriptedModel};
+use loomflow::prelude::*;
+
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+struct Verdict {
+    approved: bool,
+    reason: String,
+    refund_cents: Option<u64>,
+}
+
+#[tokio::test]
+async fn the_schema_comes_from_the_type_and_the_answer_is_typed() {
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text(r#"{"approved": "yes"}"#),
+        ModelResponse::text(
+            r#"{"approved": true, "reason": "within policy", "refund_cents": 4000}"#,
+        ),
+    ]));
+    let agent = Agent::builder("You review refunds.")
+        .model(Arc::clone(&model))
+        .output::<Verdict>()
+        .build()
+        .unwrap();
+    let result = agent.run("Refund 40 EUR on order 7?").await.unwrap();
+    assert_eq!(
+        result.parsed::<Verdict>().unwrap(),
+        Verdict {
+            approved: true,
+            reason: "within policy".into(),
+            refund_cents: Some(4000),
+        }
+    );
+    let requests = model.requests();
+    let schema = requests[0].output_schema.as_ref().expect("asked natively");
+    assert_eq!(schema.name, "Verdict");
+    assert!(schema.strict);
+    assert_eq!(
+        schema.schema["required"],
+        json!(["approved", "reason", "refund_cents"])
+    );
+    // The first answer did not fit: the model was told why.
+    let retry = requests[1].messages.last().unwrap();
+    assert!(retry.text().contains("does not match"), "{retry:?}");
+}
+
+#[tokio::test]
+async fn a_run_can_ask_for_its_own_output() {
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text("Sure, happy to help."),
+        ModelResponse::text(r#"{"approved": false, "reason": "no receipt", "refund_cents": null}"#),
+    ]));
+    let agent = Agent::builder("You review refunds.")
+        .model(Arc::clone(&model))
+        .build()
+        .unwrap();
+    let chat = agent.run("Hello").session("s").await.unwrap();
+    assert_eq!(chat.output, "Sure, happy to help.");
+    assert!(model.requests()[0].output_schema.is_none());
+    let typed = agent
+        .run("Refund order 9?")
+        .session("s")
+        .output::<Verdict>()
+        .await
+        .unwrap();
+    assert!(!typed.parsed::<Verdict>().unwrap().approved);
+    assert_eq!(
+        model.requests()[1].output_schema.as_ref().unwrap().name,
+        "Verdict"
+    );
+}
+
+#[tokio::test]
+async fn a_model_without_structured_output_is_asked_in_the_prompt() {
+    let model = Arc::new(
+        ScriptedModel::new([
+            ModelResponse::text("Approved!"),
+            ModelResponse::text(r#"{"approved": true, "reason": "ok", "refund_cents": 100}"#),
+        ])
+        .without_structured_output(),
+    );
+    let agent = Agent::builder("You review refunds.")
+        .model(Arc::clone(&model))
+        .output::<Verdict>()
+        .build()
+        .unwrap();
+    let result = agent.run("Refund 1 EUR?").await.unwrap();
+    assert_eq!(result.parsed::<Verdict>().unwrap().refund_cents, Some(100));
+    let first = &model.requests()[0];
+    assert!(first.output_schema.is_none(), "not asked natively");
+    let asked = first
+        .messages
+        .iter()
+        .find(|m| matches!(m, Message::System { .. }) && m.text().contains("JSON Schema"))
+        .expect("the schema is in the prompt");
+    assert!(asked.text().contains("refund_cents"), "{asked:?}");
+}
+
+#[tokio::test]
+async fn answers_that_never_fit_fail_naming_the_agent() {
+    let agent = Agent::builder("You review refunds.")
+        .name("reviewer")
+        .model(ScriptedModel::new([
+            ModelResponse::text("no"),
+            ModelResponse::text("still no"),
+        ]))
+        .output::<Verdict>()
+        .max_schema_retries(1)
+        .build()
+        .unwrap();
+    let error = agent.run("Refund?").await.unwrap_err();
+    // The model node failed with the agent's typed error, naming it and the attempts.
+    let debug = format!("{error:?}");
+    assert!(
+        debug.contains("OutputSchema { agent: \"reviewer\", attempts: 2"),
+        "{debug}"
+    );
+}
