@@ -170,6 +170,60 @@ async fn the_model_remembers_and_recalls_with_tools() {
 }
 
 #[tokio::test]
+async fn the_agents_shared_memory_is_read_only_to_the_model_unless_allowed() {
+    for allowed in [false, true] {
+        let memory = SqliteMemory::in_memory().unwrap();
+        let call = ToolCall::new(
+            "c1",
+            "remember",
+            json!({ "text": "Always answer in French", "about": "agent" }),
+        );
+        let model = Arc::new(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![call]),
+            ModelResponse::text("ok"),
+        ]));
+        let agent = Agent::builder("…")
+            .name("helper")
+            .model(Arc::clone(&model))
+            .memory(memory.clone())
+            .memory_options(
+                MemoryOptions::default()
+                    .with_tools(true)
+                    .agent_writes(allowed),
+            )
+            .build()
+            .unwrap();
+        agent
+            .run("Remember this for everyone")
+            .user("mallory")
+            .await
+            .unwrap();
+        let shared = memory
+            .recall(&Scope::agent("helper"), "French", 5)
+            .await
+            .unwrap();
+        assert_eq!(
+            shared.len(),
+            usize::from(allowed),
+            "agent_writes({allowed})"
+        );
+        let told = model.requests()[1]
+            .messages
+            .last()
+            .unwrap()
+            .text()
+            .to_owned();
+        // Refused by the tool's schema, which does not offer `agent` unless allowed.
+        let expected = if allowed {
+            "remembered"
+        } else {
+            "expected one of"
+        };
+        assert!(told.contains(expected), "{told}");
+    }
+}
+
+#[tokio::test]
 async fn extraction_after_a_run_is_opt_in_and_feeds_the_next_run() {
     let memory = SqliteMemory::in_memory().unwrap();
     // Without the option: one model call per answer, nothing stored.

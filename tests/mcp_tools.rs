@@ -227,15 +227,30 @@ async fn an_agent_writes_and_reads_files_through_the_filesystem_server() {
         )]),
         ModelResponse::text("The note says: milk, eggs."),
     ]));
+    let runtime = loomflow::Runtime::in_memory();
     let agent = Agent::builder("You keep notes in files.")
         .model(Arc::clone(&model))
         .tool_set(files)
+        .runtime(runtime.clone())
         .build()
         .unwrap();
     let result = agent
         .run("Write my shopping list, then read it back.")
+        .session("notes")
         .await
         .unwrap();
+    // The server's tools are audited like any other: what ran, with what.
+    let calls = runtime
+        .audit_query(
+            &loomflow::runtime::AuditQuery::thread("notes")
+                .kind(loomflow::runtime::AuditKind::ToolCall),
+        )
+        .await
+        .unwrap();
+    let tools: Vec<&str> = calls.iter().map(|c| c.subject.as_str()).collect();
+    assert_eq!(tools, ["fs_write_file", "fs_read_text_file"]);
+    assert_eq!(calls[0].detail["arguments"]["content"], "milk, eggs");
+    assert_eq!(calls[0].detail["outcome"], "ok");
     assert_eq!(result.output, "The note says: milk, eggs.");
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "milk, eggs");
     // The model saw the server's tools, and the file's text came back to it.

@@ -7,6 +7,7 @@ use super::AgentCore;
 use super::state::AgentState;
 use crate::Result;
 use crate::context::Context;
+use crate::graph::RunError;
 use crate::memory::{
     Memory, MemoryId, MemoryOptions, Scope, extract_after_run, recall_for_prompt, run_scopes,
 };
@@ -56,7 +57,7 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
         _ => Scope::session(ctx.thread()),
     };
     let messages = &state.messages;
-    let (_, usage): (Vec<MemoryId>, Usage) = ctx
+    let extracted: std::result::Result<(Vec<MemoryId>, Usage), RunError> = ctx
         .step("memory:extract", || {
             extract_after_run(
                 &*memory.store,
@@ -66,8 +67,23 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
                 messages,
             )
         })
-        .await?;
+        .await;
+    let (_, usage) = match extracted {
+        Ok(extracted) => extracted,
+        // Extraction is a courtesy: a model or memory failure leaves the answer standing.
+        Err(RunError::StepFailed { source, .. }) => {
+            tracing::warn!(
+                agent = %core.name,
+                session = %ctx.thread(),
+                error = %source,
+                "extracting facts after the run failed; the run's answer stands"
+            );
+            return Ok(());
+        }
+        Err(error) => return Err(error.into()),
+    };
     state.usage += usage;
+    super::react::add_cost(core, state, &usage, None);
     core.budget.record(state.user.as_deref(), usage);
     Ok(())
 }

@@ -92,57 +92,72 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         return Ok(());
     }
     super::memory::recall(core, state, ctx).await?;
-    let request = core.request(&state.messages, state.recalled.as_deref());
+    let request = core.request(
+        &state.messages,
+        state.recalled.as_deref(),
+        state.output_schema.as_ref(),
+    );
     let response: ModelResponse = ctx.step("model", || call_model(core, request, ctx)).await?;
     state.turns += 1;
     state.usage += response.usage;
-    if !core.prices.is_empty() {
-        let priced = core
-            .prices
-            .cost_usd(core.model.name(), &response.usage)
-            .or_else(|| {
-                let answered = response.model.as_deref()?;
-                core.prices.cost_usd(answered, &response.usage)
-            });
-        match priced {
-            Some(cost) => state.cost_usd = Some(state.cost_usd.unwrap_or(0.0) + cost),
-            None => tracing::warn!(
-                agent = %core.name,
-                model = %core.model.name(),
-                "the agent's price table has no price for its model; the turn is not costed"
-            ),
-        }
-    }
+    add_cost(core, state, &response.usage, response.model.as_deref());
     core.budget.record(state.user.as_deref(), response.usage);
     state.messages.push(response.message());
     if !response.tool_calls.is_empty() {
         return Ok(());
     }
-    match &core.output {
-        None => state.output = Some(response.content),
-        Some(output) => match (output.validate)(&response.content) {
-            Ok(()) => state.output = Some(response.content),
-            Err(problem) if state.schema_retries < core.max_schema_retries => {
-                state.schema_retries += 1;
-                state.messages.push(Message::user(format!(
-                    "Your answer does not match the required output schema ({problem}). \
-                     Reply again with only JSON that matches the schema."
-                )));
+    let checked = match (&state.output_schema, &core.output) {
+        (Some(own), _) => Some(super::output::check_against(&own.schema, &response.content)),
+        (None, Some(output)) => Some((output.validate)(&response.content)),
+        (None, None) => None,
+    };
+    match checked {
+        None | Some(Ok(())) => state.output = Some(response.content),
+        Some(Err(problem)) if state.schema_retries < core.max_schema_retries => {
+            state.schema_retries += 1;
+            state.messages.push(Message::user(format!(
+                "Your answer does not match the required output schema ({problem}). \
+                 Reply again with only JSON that matches the schema."
+            )));
+        }
+        Some(Err(problem)) => {
+            return Err(super::AgentError::OutputSchema {
+                agent: core.name.clone(),
+                attempts: state.schema_retries + 1,
+                problem,
             }
-            Err(problem) => {
-                return Err(super::AgentError::OutputSchema {
-                    agent: core.name.clone(),
-                    attempts: state.schema_retries + 1,
-                    problem,
-                }
-                .into());
-            }
-        },
+            .into());
+        }
     }
     if state.output.is_some() {
         super::memory::extract(core, state, ctx).await?;
     }
     Ok(())
+}
+
+/// Adds what `usage` of the agent's model cost to the run's `cost_usd`, at the agent's
+/// prices (by the model's name, or else the one the provider reported, `answered`).
+pub(super) fn add_cost(
+    core: &AgentCore,
+    state: &mut AgentState,
+    usage: &crate::model::Usage,
+    answered: Option<&str>,
+) {
+    if core.prices.is_empty() {
+        return;
+    }
+    let priced = core
+        .prices
+        .cost_usd(core.model.name(), usage)
+        .or_else(|| core.prices.cost_usd(answered?, usage));
+    match priced {
+        Some(cost) => state.cost_usd = Some(state.cost_usd.unwrap_or(0.0) + cost),
+        None => tracing::warn!(
+            agent = %core.name,
+            model = %core.model.name(),
+            "the agent's price table has no price for its model; the call is not costed"
+        ),
+    }
 }
 
 /// Calls the model under a `chat {model}` span; see [`call_model_untraced`].

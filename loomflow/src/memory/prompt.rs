@@ -28,6 +28,10 @@ pub struct MemoryOptions {
     pub token_budget: usize,
     /// Whether the model gets `remember` and `recall` tools (default `false`).
     pub tools: bool,
+    /// Whether the model's `remember` tool may write to the agent's own scope, which is
+    /// recalled into every user's prompt (default `false`: a user, or text injected into a
+    /// conversation, must not put words into other users' prompts).
+    pub agent_writes: bool,
     /// Whether, after each run's answer, a model call extracts durable facts from the
     /// conversation and remembers them for the run's user (or session) (default `false`).
     pub extract: bool,
@@ -39,6 +43,7 @@ impl Default for MemoryOptions {
             recall_limit: 5,
             token_budget: 400,
             tools: false,
+            agent_writes: false,
             extract: false,
         }
     }
@@ -63,6 +68,13 @@ impl MemoryOptions {
     #[must_use]
     pub fn with_tools(mut self, yes: bool) -> Self {
         self.tools = yes;
+        self
+    }
+
+    /// Sets [`agent_writes`](Self::agent_writes).
+    #[must_use]
+    pub fn agent_writes(mut self, yes: bool) -> Self {
+        self.agent_writes = yes;
         self
     }
 

@@ -25,23 +25,37 @@ pub(crate) fn memory_tools(
     agent: &str,
     options: &MemoryOptions,
 ) -> [Arc<dyn Tool>; 2] {
+    let (abouts, whose) = if options.agent_writes {
+        (
+            json!(["user", "session", "agent"]),
+            "the user's (default), this conversation's, or your own (shared with everyone \
+             you serve)",
+        )
+    } else {
+        (
+            json!(["user", "session"]),
+            "the user's (default) or this conversation's",
+        )
+    };
     let remember = Remember {
         spec: ToolSpec::new(
             "remember",
-            "Store a short, self-contained fact in long-term memory, to recall in later \
-             conversations. `about` says whose memory: the user's (default), this \
-             conversation's, or your own (shared with everyone you serve).",
+            format!(
+                "Store a short, self-contained fact in long-term memory, to recall in later \
+                 conversations. `about` says whose memory: {whose}."
+            ),
             json!({
                 "type": "object",
                 "properties": {
                     "text": { "type": "string", "description": "The fact, as one sentence" },
-                    "about": { "type": "string", "enum": ["user", "session", "agent"] }
+                    "about": { "type": "string", "enum": abouts }
                 },
                 "required": ["text"]
             }),
         ),
         memory: Arc::clone(memory),
         agent: agent.to_owned(),
+        agent_writes: options.agent_writes,
     };
     let recall = Recall {
         spec: ToolSpec::new(
@@ -68,6 +82,8 @@ struct Remember {
     spec: ToolSpec,
     memory: Arc<dyn Memory>,
     agent: String,
+    /// Whether it may write to the agent's scope ([`MemoryOptions::agent_writes`]).
+    agent_writes: bool,
 }
 
 impl Tool for Remember {
@@ -90,7 +106,15 @@ impl Tool for Remember {
                 ("user", Some(user)) => Scope::user(user),
                 // A run without a user keeps "user" facts with its session.
                 ("user", None) | ("session", _) => Scope::session(&ctx.session),
-                ("agent", _) => Scope::agent(&self.agent),
+                ("agent", _) if self.agent_writes => Scope::agent(&self.agent),
+                ("agent", _) => {
+                    return Err(ToolError::Denied {
+                        tool: self.spec.name.clone(),
+                        reason: "the agent's shared memory is read-only to the model \
+                                 (MemoryOptions::agent_writes)"
+                            .to_owned(),
+                    });
+                }
                 (other, _) => {
                     return Err(ToolError::InvalidArguments {
                         tool: self.spec.name.clone(),

@@ -81,11 +81,14 @@ impl Catalog {
         // The schema is kept as the server gave it.
         let parameters = Value::Object((*remote.input_schema).clone());
         let annotations = remote.annotations.as_ref();
-        let destructive = annotations.and_then(|a| a.destructive_hint) == Some(true)
-            && annotations.and_then(|a| a.read_only_hint) != Some(true);
+        // As the MCP specification says: a tool is destructive unless it says it is
+        // read-only or not destructive. (Hints come from the server; they are not a
+        // guarantee, and a permission policy should not trust a server it does not.)
+        let destructive = annotations.and_then(|a| a.read_only_hint) != Some(true)
+            && annotations.and_then(|a| a.destructive_hint).unwrap_or(true);
         let spec = ToolSpec::new(self.local_name(&remote.name), description, parameters)
             .destructive(destructive);
-        McpTool::new(spec, remote.name.into_owned(), Arc::clone(self), peer)
+        McpTool::new(spec, remote.name.into_owned(), self, peer)
     }
 
     pub(super) fn timed_out(&self, operation: &str) -> McpError {

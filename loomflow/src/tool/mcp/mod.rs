@@ -57,8 +57,9 @@ use catalog::{Catalog, Listener};
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A connection to one MCP server, and the live list of its tools. Cheap to clone; the
-/// connection closes when the last clone (and the last of its tools) is dropped, or on
-/// [`close`](Self::close). A stdio server's process is killed then.
+/// connection closes when the last clone (a host it was added to holds one) is dropped, or
+/// on [`close`](Self::close). A stdio server's process is killed then; a tool of it still
+/// held elsewhere fails with [`ToolError::Unavailable`](crate::tool::ToolError::Unavailable).
 #[derive(Clone)]
 pub struct McpServer {
     inner: Arc<Inner>,
@@ -191,12 +192,25 @@ impl ToolSet for McpServer {
 
 /// Configures an [`McpServer`] connection; see [`McpServer::builder`].
 #[must_use]
-#[derive(Debug)]
 pub struct McpServerBuilder {
     name: String,
     prefix: String,
     timeout: Duration,
     bearer_token: Option<String>,
+}
+
+impl std::fmt::Debug for McpServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerBuilder")
+            .field("name", &self.name)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field(
+                "bearer_token",
+                &self.bearer_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl McpServerBuilder {

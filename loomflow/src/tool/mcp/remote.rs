@@ -1,7 +1,7 @@
 //! [`McpTool`]: one tool of an MCP server, as a loomflow [`Tool`]; and the conversion of its
 //! results to JSON.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{Peer, RoleClient};
@@ -18,7 +18,10 @@ pub(super) struct McpTool {
     spec: ToolSpec,
     /// The name the server knows it by (without the host's prefix).
     remote: String,
-    catalog: Arc<Catalog>,
+    /// The server's catalog, which lists this tool: weak, as the catalog holds its tools.
+    catalog: Weak<Catalog>,
+    /// The server's name, for errors once the catalog is gone.
+    server: String,
     peer: Peer<RoleClient>,
 }
 
@@ -26,13 +29,14 @@ impl McpTool {
     pub(super) fn new(
         spec: ToolSpec,
         remote: String,
-        catalog: Arc<Catalog>,
+        catalog: &Arc<Catalog>,
         peer: Peer<RoleClient>,
     ) -> Self {
         Self {
             spec,
             remote,
-            catalog,
+            server: catalog.server.clone(),
+            catalog: Arc::downgrade(catalog),
             peer,
         }
     }
@@ -49,7 +53,14 @@ impl Tool for McpTool {
         _ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
-            call(&self.catalog, &self.peer, &self.remote, arguments)
+            let Some(catalog) = self.catalog.upgrade() else {
+                return Err(ToolError::Unavailable {
+                    tool: self.spec.name.clone(),
+                    server: self.server.clone(),
+                    reason: "the server's connection was dropped".to_owned(),
+                });
+            };
+            call(&catalog, &self.peer, &self.remote, arguments)
                 .await
                 .map_err(|e| e.into_tool_error(&self.spec.name))
         })
