@@ -35,6 +35,12 @@ fn servers(test: &str) -> Option<PathBuf> {
     if modules.join("server-everything").is_dir() && modules.join("server-filesystem").is_dir() {
         return Some(dir);
     }
+    // Asked for by name (as `.ci/run` does), missing servers are a failure, not a skip.
+    assert!(
+        std::env::var_os("LOOMFLOW_MCP_DIR").is_none(),
+        "{test}: LOOMFLOW_MCP_DIR={} has no MCP reference servers (run .ci/mcp/install.sh)",
+        dir.display()
+    );
     println!(
         "{test}: skipped: MCP reference servers not installed \
          (run .ci/mcp/install.sh, or set LOOMFLOW_MCP_DIR to a directory where they are)"

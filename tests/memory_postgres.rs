@@ -46,6 +46,7 @@ async fn consolidation_is_journaled_in_the_store_database() {
     let memory = PostgresMemory::new(&store).await.unwrap();
     let runtime = Runtime::with_store(store);
     behaviour::consolidation_is_journaled(&memory, &runtime).await;
+    behaviour::consolidation_rewrites_once(&memory, &runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,13 @@ async fn consolidation_is_journaled() {
 }
 
 #[tokio::test]
+async fn consolidation_rewrites_once() {
+    let journal = temp_file("consolidation-once");
+    let runtime = Runtime::sqlite(&journal).unwrap();
+    behaviour::consolidation_rewrites_once(&SqliteMemory::in_memory().unwrap(), &runtime).await;
+}
+
+#[tokio::test]
 async fn items_survive_a_restart() {
     let path = temp_file("restart");
     let ada = Scope::user("ada");

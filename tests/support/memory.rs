@@ -173,6 +173,7 @@ pub(crate) async fn consolidation_is_journaled<M: Memory + Clone>(memory: &M, ru
     let flaky = Flaky {
         inner: memory.clone(),
         failures: std::sync::Arc::new(1.into()),
+        after: false,
     };
     let model = std::sync::Arc::new(ScriptedModel::new([ModelResponse::text(
         "```json\n[\"Ada likes green tea\", \"Ada lives in Lyon\"]\n```",
@@ -239,6 +240,34 @@ pub(crate) async fn consolidation_is_journaled<M: Memory + Clone>(memory: &M, ru
     assert!(report.removed.is_empty() && report.added.is_empty());
 }
 
+/// A consolidation whose rewrite committed but whose run failed before journaling it is
+/// finished by `recover` without rewriting again.
+pub(crate) async fn consolidation_rewrites_once<M: Memory + Clone>(memory: &M, runtime: &Runtime) {
+    let cy = Scope::user("cy");
+    for fact in ["Cy likes jazz", "Cy likes cool jazz", "Cy plays piano"] {
+        memory.remember(&cy, fact, json!({})).await.unwrap();
+    }
+    let flaky = Flaky {
+        inner: memory.clone(),
+        failures: std::sync::Arc::new(1.into()),
+        after: true,
+    };
+    let model = std::sync::Arc::new(ScriptedModel::new([ModelResponse::text(
+        r#"["Cy likes cool jazz and plays piano"]"#,
+    )]));
+    let consolidation = Consolidation::new(std::sync::Arc::clone(&model)).keep_newest(0);
+    assert!(consolidation.run(&flaky, runtime, &cy).await.is_err());
+    assert_eq!(memory.count(&cy).await.unwrap(), 1, "the rewrite committed");
+    let report = consolidation.recover(&flaky, runtime, &cy).await.unwrap();
+    assert_eq!(
+        memory.count(&cy).await.unwrap(),
+        1,
+        "and was not made again"
+    );
+    assert_eq!(report.added.len(), 1);
+    assert_eq!(model.requests().len(), 1, "the model was asked once");
+}
+
 fn source_chain(error: &Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
     std::iter::successors(Some(error as &(dyn std::error::Error + 'static)), |e| {
         e.source()
@@ -249,11 +278,13 @@ fn chain_has(error: &Error, text: &str) -> bool {
     source_chain(error).any(|e| e.to_string().contains(text))
 }
 
-/// A memory whose `replace` fails a given number of times.
+/// A memory whose `replace` fails a given number of times: before writing anything, or
+/// (`after`) once its rewrite committed, as a process that dies before journaling it would.
 #[derive(Clone)]
 struct Flaky<M> {
     inner: M,
     failures: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    after: bool,
 }
 
 impl<M: Memory + Clone> Memory for Flaky<M> {
@@ -314,7 +345,13 @@ impl<M: Memory + Clone> Memory for Flaky<M> {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
-            return Box::pin(async {
+            let committed = self
+                .after
+                .then(|| self.inner.replace(scope, old, texts, metadata));
+            return Box::pin(async move {
+                if let Some(committed) = committed {
+                    committed.await?;
+                }
                 Err(MemoryError::Backend {
                     backend: "test",
                     operation: "replace".into(),

@@ -248,15 +248,37 @@ impl Merge {
         state.usage += response.usage;
         let merged = merged_items(&scope, &response.content)?;
         let old: Vec<MemoryId> = chosen.iter().map(|item| item.id).collect();
-        let metadata = json!({ "source": "consolidation", "merged": old });
+        // Names this consolidation's rewrite, so that it is made once: the rewrite commits in
+        // the memory's database and is journaled in the runtime's, and a crash between the
+        // two must not insert the merged items again when the run is recovered.
+        let key = format!("{}#{}", ctx.thread(), ctx.run_number());
+        let metadata = json!({ "source": "consolidation", "merged": old, "consolidation": key });
         let added: Vec<MemoryId> = ctx
-            .step("apply", || {
-                self.memory.replace(&scope, &old, &merged, metadata)
+            .step("apply", || async {
+                let done = self.rewritten(&scope, &key).await?;
+                if !done.is_empty() {
+                    return Ok(done);
+                }
+                self.memory.replace(&scope, &old, &merged, metadata).await
             })
             .await?;
         state.removed = old;
         state.added = added;
         Ok(())
+    }
+
+    /// The items a rewrite named `key` left in `scope` (none if it has not committed).
+    async fn rewritten(&self, scope: &Scope, key: &str) -> Result<Vec<MemoryId>, MemoryError> {
+        let total = usize::try_from(self.memory.count(scope).await?).unwrap_or(usize::MAX);
+        let mut done: Vec<MemoryItem> = self
+            .memory
+            .list(scope, total)
+            .await?
+            .into_iter()
+            .filter(|item| item.metadata["consolidation"] == key)
+            .collect();
+        done.sort_by_key(|item| item.id);
+        Ok(done.into_iter().map(|item| item.id).collect())
     }
 
     /// The oldest items past the newest `keep_newest`, at most `max_items`, old enough.
