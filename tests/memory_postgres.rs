@@ -66,3 +66,23 @@ async fn items_survive_a_reconnect() {
     let found = memory.recall(&ada, "peanut", 5).await.unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_starting_together_create_the_table_once() {
+    let Some(db) = TempPgDb::create("memory set-up race").await else {
+        return;
+    };
+    let starting: Vec<_> = (0..6)
+        .map(|_| {
+            let url = db.url.clone();
+            tokio::spawn(async move { PostgresMemory::connect(&url).await })
+        })
+        .collect();
+    for memory in starting {
+        let memory = memory.await.unwrap().expect("every process sets up");
+        memory
+            .remember(&Scope::user("ada"), "Ada likes tea", json!({}))
+            .await
+            .unwrap();
+    }
+}

@@ -9,6 +9,10 @@ use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
 use crate::graph::BoxFuture;
 use crate::runtime::{PostgresOptions, PostgresStore};
 
+/// The transaction-level advisory lock under which the memory's table is created:
+/// "loommemo" in ASCII.
+const SCHEMA_LOCK: i64 = 0x6c6f_6f6d_6d65_6d6f;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS loomflow_memory (
     id BIGSERIAL PRIMARY KEY,
@@ -62,11 +66,20 @@ impl PostgresMemory {
             server: store.server().to_owned(),
         };
         let operation = format!("create its table in {}", memory.server);
-        let client = memory.client(&operation).await?;
-        client
-            .batch_execute(SCHEMA)
+        let mut client = memory.client(&operation).await?;
+        // One process at a time: processes starting together would otherwise race to create
+        // the same table and types, and all but one fail.
+        let tx = client
+            .transaction()
             .await
-            .map_err(failed(operation))?;
+            .map_err(failed(operation.clone()))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+            .await
+            .map_err(failed(operation.clone()))?;
+        tx.batch_execute(SCHEMA)
+            .await
+            .map_err(failed(operation.clone()))?;
+        tx.commit().await.map_err(failed(operation))?;
         Ok(memory)
     }
 
