@@ -11,9 +11,8 @@ use futures_util::future::BoxFuture;
 
 /// Schema version 4 -> 5: the audit log. Its ids are rowids (not `AUTOINCREMENT`, which
 /// rewrites `sqlite_sequence` on every insert); pruning deletes the oldest, so ids still
-/// increase. There is no index by time: entries are appended as they happen, so id order is
-/// time order, and pruning walks from the oldest (a suspended run's rows stay within the
-/// 1 KiB-per-run disk budget).
+/// increase. The index by time serves pruning (entries may be appended with times of their
+/// own, so id order is not time order).
 pub(super) const MIGRATION: &str = "
     CREATE TABLE audit (
         id INTEGER PRIMARY KEY,
@@ -25,7 +24,8 @@ pub(super) const MIGRATION: &str = "
         actor TEXT,
         detail TEXT
     );
-    CREATE INDEX audit_by_thread ON audit (thread, id);";
+    CREATE INDEX audit_by_thread ON audit (thread, id);
+    CREATE INDEX audit_by_time ON audit (at_ms);";
 
 /// Appends rows, in the caller's transaction.
 pub(super) fn append(conn: &Connection, rows: &[AuditRow]) -> rusqlite::Result<()> {
@@ -112,16 +112,10 @@ fn read(
     Ok(Ok(entries))
 }
 
-/// Deletes rows older than `before_ms`, in the caller's transaction: every row before the
-/// oldest one that is not (rows are appended in time order; the walk reads only the rows it
-/// deletes, and one more).
+/// Deletes rows older than `before_ms`, in the caller's transaction.
 pub(super) fn prune(conn: &Connection, before_ms: i64) -> rusqlite::Result<u64> {
     let deleted = conn
-        .prepare_cached(
-            "DELETE FROM audit WHERE id < coalesce(
-                 (SELECT id FROM audit WHERE at_ms >= ?1 ORDER BY id LIMIT 1),
-                 (SELECT max(id) + 1 FROM audit))",
-        )?
+        .prepare_cached("DELETE FROM audit WHERE at_ms < ?1")?
         .execute([before_ms])?;
     Ok(deleted as u64)
 }
