@@ -38,6 +38,7 @@
 //! ```
 
 mod budget;
+mod error;
 mod handoff;
 mod memory;
 mod observe;
@@ -50,6 +51,7 @@ mod turns;
 
 pub use crate::tool::AgentEvent;
 pub use budget::Budget;
+pub use error::AgentError;
 pub use run::{AgentRun, AgentStream, RunResult};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
@@ -69,52 +71,6 @@ use output::OutputSpec;
 
 /// The default number of model turns per run.
 pub const DEFAULT_MAX_TURNS: u32 = 50;
-
-/// Why an agent could not be built or a run could not finish.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AgentError {
-    /// `build()` found problems; every one is listed.
-    #[error("agent {agent} is misconfigured: {}", problems.join("; "))]
-    Invalid {
-        /// The agent's name.
-        agent: String,
-        /// Every problem found.
-        problems: Vec<String>,
-    },
-    /// The run took longer than the agent's wall-clock timeout.
-    #[error("agent {agent} timed out after {seconds} s on session {session}")]
-    Timeout {
-        /// The agent.
-        agent: String,
-        /// The session.
-        session: String,
-        /// The timeout.
-        seconds: f64,
-    },
-    /// The task running a streamed run stopped before it finished (it panicked or was
-    /// aborted).
-    #[error("the streamed run of agent stopped before it finished")]
-    Cancelled,
-    /// The model's answer kept failing the output schema.
-    #[error("agent {agent}: output failed its schema after {attempts} attempts: {problem}")]
-    OutputSchema {
-        /// The agent.
-        agent: String,
-        /// How many answers were tried.
-        attempts: u32,
-        /// The last validation error.
-        problem: String,
-    },
-    /// A run was asked for on a session whose last run is suspended.
-    #[error("session {session} is suspended ({pending}); resume it instead of starting a run")]
-    SessionSuspended {
-        /// The session.
-        session: String,
-        /// What it waits for.
-        pending: String,
-    },
-}
 
 /// What an agent is made of; shared by its graph's nodes.
 pub(crate) struct AgentCore {

@@ -29,7 +29,7 @@ impl Retention {
 impl Runtime {
     /// The audit log of a thread, oldest first: every tool call, permission decision and
     /// approval, signal sent and received, interrupt and resume (see
-    /// [`AuditEntry`](super::AuditEntry)).
+    /// [`AuditEntry`]).
     ///
     /// Entries are written with what they describe, so they survive restarts and every
     /// process on the store sees them.

@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::audit::{signal_received, signal_sent};
+use super::audit::signal_sent;
 use super::{
     AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
     RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
@@ -13,13 +13,13 @@ use super::{
 use crate::runtime::clock::now_ms;
 
 mod audit_log;
+mod inner;
 mod retention;
 mod run_row;
 
 pub use audit_log::DEFAULT_RETAINED_AUDIT_ENTRIES;
 
 use futures_util::future::BoxFuture;
-use retention::prune;
 use run_row::RunRow;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
@@ -66,58 +66,6 @@ struct Inner {
     /// Each thread's current run and its lease.
     runs: HashMap<String, RunRow>,
     audit: audit_log::AuditLog,
-}
-
-impl Inner {
-    /// Checks that `owner` holds `thread` and extends its lease: the first half of every
-    /// write under a claim.
-    fn fence(&mut self, thread: &str, owner: &str, until_ms: u64) -> Result<(), StoreError> {
-        match self.runs.get_mut(thread) {
-            Some(row) if row.owner.as_deref() == Some(owner) => {
-                row.until_ms = until_ms;
-                Ok(())
-            }
-            _ => Err(StoreError::LeaseLost {
-                thread: thread.to_owned(),
-                owner: owner.to_owned(),
-            }),
-        }
-    }
-
-    fn insert_checkpoint(&mut self, mut checkpoint: Checkpoint, retention: Option<usize>) -> u64 {
-        self.next_id += 1;
-        checkpoint.id = self.next_id;
-        let id = checkpoint.id;
-        if !checkpoint.audit.is_empty() {
-            self.audit.append(std::mem::take(&mut checkpoint.audit));
-        }
-        let kept = self
-            .checkpoints
-            .entry(checkpoint.thread.clone())
-            .or_default();
-        kept.push(checkpoint);
-        // Pruned a batch at a time (past half as many again), so that a step costs no scan.
-        if let Some(limit) = retention
-            && kept.len() > limit + limit / 2 + 1
-        {
-            prune(kept, limit);
-        }
-        id
-    }
-
-    /// Removes a pending signal, auditing its receipt by `run` (0 outside one); says
-    /// whether it was there.
-    fn take(&mut self, session: &str, seq: u64, run: u64) -> bool {
-        if self.signals.get(&seq).is_some_and(|s| s.session == session) {
-            if let Some(signal) = self.signals.remove(&seq) {
-                let received = signal_received(session, &signal.name, seq, run);
-                self.audit.append([received]);
-            }
-            true
-        } else {
-            false
-        }
-    }
 }
 
 /// How many checkpoints a thread of a [`MemoryStore`] keeps by default.

@@ -19,6 +19,7 @@
 //! group is committed, so a read issued after a write returned sees it.
 
 mod audit;
+mod options;
 mod reader;
 mod rows;
 mod run_rows;
@@ -26,9 +27,10 @@ mod runs;
 mod schema;
 mod writer;
 
+pub use options::{CommitStats, SqliteOptions, Synchronous};
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
@@ -36,102 +38,15 @@ use tokio::sync::oneshot;
 
 use self::reader::Readers;
 use self::rows::{
-    CHECKPOINT_COLUMNS, checkpoint_from_row, corrupt, journal_row, to_i64, to_json, to_u64,
-    transpose,
+    CHECKPOINT_COLUMNS, checkpoint_from_row, checkpoint_row, corrupt, journal_row, to_i64, to_json,
+    to_u64, transpose, unexpected,
 };
-use self::writer::{CheckpointRow, Op, Outcome, Request, SignalRow, Writer};
-use super::audit::AuditRow;
+use self::writer::{Op, Outcome, Request, SignalRow, Writer};
 use super::{
     AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
     RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use futures_util::future::BoxFuture;
-
-/// How hard SQLite works to get each commit onto the disk (its `synchronous` setting).
-///
-/// In WAL mode both settings keep the file consistent through a crash of the process or of
-/// the machine; they differ in what a power loss or OS crash may take back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Synchronous {
-    /// No fsync per commit, only at WAL checkpoints. A commit survives the process crashing,
-    /// but a power loss or OS crash may roll back the last commits (never corrupting the
-    /// file). Much faster.
-    Normal,
-    /// An fsync per commit (per group of commits: see [`SqliteStore`]). A commit that
-    /// returned survives a power loss. The default.
-    #[default]
-    Full,
-}
-
-/// Settings for [`SqliteStore::open_with`].
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loomflow::runtime::{SqliteOptions, Synchronous};
-///
-/// let options = SqliteOptions::default()
-///     .synchronous(Synchronous::Normal)
-///     .busy_timeout(Duration::from_millis(500));
-/// assert_eq!(options.synchronous, Synchronous::Normal);
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct SqliteOptions {
-    /// How hard each commit works to reach the disk. Default [`Synchronous::Full`].
-    pub synchronous: Synchronous,
-    /// How long to wait for a lock held by another connection (another process on the same
-    /// file) before failing. Default 5 s.
-    pub busy_timeout: Duration,
-    /// How many read connections (each with its own thread) serve reads. Default 2; at
-    /// least 1 is used.
-    pub read_connections: usize,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        Self {
-            synchronous: Synchronous::default(),
-            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
-            read_connections: 2,
-        }
-    }
-}
-
-impl SqliteOptions {
-    /// Sets [`synchronous`](Self::synchronous).
-    #[must_use]
-    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
-        self.synchronous = synchronous;
-        self
-    }
-
-    /// Sets [`busy_timeout`](Self::busy_timeout).
-    #[must_use]
-    pub fn busy_timeout(mut self, busy_timeout: Duration) -> Self {
-        self.busy_timeout = busy_timeout;
-        self
-    }
-
-    /// Sets [`read_connections`](Self::read_connections).
-    #[must_use]
-    pub fn read_connections(mut self, read_connections: usize) -> Self {
-        self.read_connections = read_connections;
-        self
-    }
-}
-
-/// Writes and commits counted by [`SqliteStore::commit_stats`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct CommitStats {
-    /// Writes committed (checkpoints, journal entries, signals stored or taken).
-    pub writes: u64,
-    /// Transactions committed; each holds one or more writes.
-    pub commits: u64,
-}
 
 /// Keeps checkpoints, journal entries and signals in a SQLite file, so that runs survive
 /// the process. The store of [`Runtime::sqlite`](crate::Runtime::sqlite).
@@ -270,20 +185,6 @@ impl SqliteStore {
             answer.await.map_err(|_| StoreError::Closed)?
         })
     }
-}
-
-/// A checkpoint's row: the columns queries filter on, the error, and the body.
-fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, StoreError> {
-    Ok(CheckpointRow {
-        run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
-        step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
-        status: checkpoint.status.as_str(),
-        body: to_json(&checkpoint.body, &checkpoint.thread)?,
-        thread: checkpoint.thread.clone(),
-        namespace: checkpoint.namespace.clone(),
-        error: checkpoint.error.clone(),
-        audit: AuditRow::all(&checkpoint.audit)?,
-    })
 }
 
 impl Store for SqliteStore {
@@ -688,15 +589,6 @@ impl Store for SqliteStore {
             .query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
             .ok()
             .and_then(|v| u64::try_from(v).ok())
-    }
-}
-
-/// The writer answered with the result of another kind of write: a bug, reported rather
-/// than panicked on.
-fn unexpected(thread: &str, outcome: &Outcome) -> StoreError {
-    StoreError::Write {
-        thread: thread.to_owned(),
-        message: format!("the writer thread answered {outcome:?}"),
     }
 }
 

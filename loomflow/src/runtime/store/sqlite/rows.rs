@@ -5,7 +5,8 @@ use rusqlite::Row;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::writer::JournalRow;
+use super::writer::{CheckpointRow, JournalRow, Outcome};
+use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError};
 
 /// SQLite integers are signed 64-bit.
@@ -84,4 +85,27 @@ pub(super) fn checkpoint_from_row(
 /// Flips `Option<Result<T>>` (a row that may be absent and may not decode).
 pub(super) fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<T>, StoreError> {
     row.transpose()
+}
+
+/// A checkpoint's row: the columns queries filter on, the error, and the body.
+pub(super) fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, StoreError> {
+    Ok(CheckpointRow {
+        run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
+        step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
+        status: checkpoint.status.as_str(),
+        body: to_json(&checkpoint.body, &checkpoint.thread)?,
+        thread: checkpoint.thread.clone(),
+        namespace: checkpoint.namespace.clone(),
+        error: checkpoint.error.clone(),
+        audit: AuditRow::all(&checkpoint.audit)?,
+    })
+}
+
+/// The writer answered with the result of another kind of write: a bug, reported rather
+/// than panicked on.
+pub(super) fn unexpected(thread: &str, outcome: &Outcome) -> StoreError {
+    StoreError::Write {
+        thread: thread.to_owned(),
+        message: format!("the writer thread answered {outcome:?}"),
+    }
 }

@@ -1,0 +1,47 @@
+//! [`AgentError`]: what goes wrong building an agent or finishing its run.
+
+/// Why an agent could not be built or a run could not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// `build()` found problems; every one is listed.
+    #[error("agent {agent} is misconfigured: {}", problems.join("; "))]
+    Invalid {
+        /// The agent's name.
+        agent: String,
+        /// Every problem found.
+        problems: Vec<String>,
+    },
+    /// The run took longer than the agent's wall-clock timeout.
+    #[error("agent {agent} timed out after {seconds} s on session {session}")]
+    Timeout {
+        /// The agent.
+        agent: String,
+        /// The session.
+        session: String,
+        /// The timeout.
+        seconds: f64,
+    },
+    /// The task running a streamed run stopped before it finished (it panicked or was
+    /// aborted).
+    #[error("the streamed run of agent stopped before it finished")]
+    Cancelled,
+    /// The model's answer kept failing the output schema.
+    #[error("agent {agent}: output failed its schema after {attempts} attempts: {problem}")]
+    OutputSchema {
+        /// The agent.
+        agent: String,
+        /// How many answers were tried.
+        attempts: u32,
+        /// The last validation error.
+        problem: String,
+    },
+    /// A run was asked for on a session whose last run is suspended.
+    #[error("session {session} is suspended ({pending}); resume it instead of starting a run")]
+    SessionSuspended {
+        /// The session.
+        session: String,
+        /// What it waits for.
+        pending: String,
+    },
+}

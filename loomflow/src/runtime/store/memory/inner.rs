@@ -1,0 +1,68 @@
+//! The writes every `MemoryStore` operation is made of: fencing a claim, filing a
+//! checkpoint (pruned to the retention), taking a signal.
+
+use super::super::audit::signal_received;
+use super::super::{Checkpoint, StoreError};
+use super::Inner;
+use super::retention::prune;
+
+impl Inner {
+    /// Checks that `owner` holds `thread` and extends its lease: the first half of every
+    /// write under a claim.
+    pub(super) fn fence(
+        &mut self,
+        thread: &str,
+        owner: &str,
+        until_ms: u64,
+    ) -> Result<(), StoreError> {
+        match self.runs.get_mut(thread) {
+            Some(row) if row.owner.as_deref() == Some(owner) => {
+                row.until_ms = until_ms;
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost {
+                thread: thread.to_owned(),
+                owner: owner.to_owned(),
+            }),
+        }
+    }
+
+    pub(super) fn insert_checkpoint(
+        &mut self,
+        mut checkpoint: Checkpoint,
+        retention: Option<usize>,
+    ) -> u64 {
+        self.next_id += 1;
+        checkpoint.id = self.next_id;
+        let id = checkpoint.id;
+        if !checkpoint.audit.is_empty() {
+            self.audit.append(std::mem::take(&mut checkpoint.audit));
+        }
+        let kept = self
+            .checkpoints
+            .entry(checkpoint.thread.clone())
+            .or_default();
+        kept.push(checkpoint);
+        // Pruned a batch at a time (past half as many again), so that a step costs no scan.
+        if let Some(limit) = retention
+            && kept.len() > limit + limit / 2 + 1
+        {
+            prune(kept, limit);
+        }
+        id
+    }
+
+    /// Removes a pending signal, auditing its receipt by `run` (0 outside one); says
+    /// whether it was there.
+    pub(super) fn take(&mut self, session: &str, seq: u64, run: u64) -> bool {
+        if self.signals.get(&seq).is_some_and(|s| s.session == session) {
+            if let Some(signal) = self.signals.remove(&seq) {
+                let received = signal_received(session, &signal.name, seq, run);
+                self.audit.append([received]);
+            }
+            true
+        } else {
+            false
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The rows a store keeps, as the runtime and the executor hand them over: checkpoints (with
+//! the interrupts their bodies list), journal keys, and signals.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{AuditEntry, RunStatus, StoreError};
+
+/// A node that asked to suspend, and what it asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Interrupt {
+    /// Identifies the interrupt within its thread: `node#index`, prefixed by the namespace
+    /// inside subgraphs.
+    pub id: String,
+    /// The node.
+    pub node: String,
+    /// Which of the node's `interrupt` calls this is, from 0.
+    pub index: usize,
+    /// What the node sent out (a question for a person, a pending tool call, …).
+    pub payload: Value,
+    /// Set when the node suspended to wait for this signal rather than for a resume value:
+    /// sending the signal and calling `recover` carries the run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// Set when the node suspended on a timer (`ctx.sleep(..).or_suspend()`): the time it
+    /// wakes, in milliseconds since the Unix epoch; `recover` after it carries the run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at_ms: Option<u64>,
+}
+
+/// One row per superstep of a run: where the run stands, and the executor's snapshot.
+///
+/// Storage keeps rows: it files a checkpoint by its columns (thread, run, namespace, step,
+/// status) and never looks inside [`body`](Checkpoint::body).
+///
+/// # The body
+///
+/// The body is the graph executor's private snapshot, as JSON. Its format belongs to the
+/// executor and may change, except for three top-level keys, which are a contract that
+/// readers outside the executor (the runtime, tools, people listing checkpoints) rely on:
+///
+/// - `state`: the run's state after the step (for an interrupted run, the state the
+///   suspended step began with);
+/// - `next`: an array of the names of the nodes that run next (absent when none; for an
+///   interrupted run, the step to run again);
+/// - `interrupts`: an array of [`Interrupt`]s the run waits on (absent when none).
+///
+/// [`state`](Checkpoint::state), [`next`](Checkpoint::next) and
+/// [`interrupts`](Checkpoint::interrupts) read them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Checkpoint {
+    /// Assigned by the store on write; 0 until then.
+    pub id: u64,
+    /// The thread (session) the run belongs to.
+    pub thread: String,
+    /// The run's number within its thread, from 1.
+    pub run: u64,
+    /// Empty for the top-level graph; `parent:step/child:step` inside subgraphs.
+    pub namespace: String,
+    /// The superstep just finished (0 for the run's input).
+    pub step: u64,
+    /// Where the run stands.
+    pub status: RunStatus,
+    /// The executor's snapshot, opaque to storage; see [the body](Checkpoint#the-body).
+    pub body: Value,
+    /// An error message, for a failed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Audit entries to append in the same transaction as the checkpoint (what the step it
+    /// records did: interrupts, resumes, …). Not part of the row: reading a checkpoint back
+    /// gives an empty list; [`Store::audit`](super::Store::audit) reads the entries.
+    #[serde(skip)]
+    pub audit: Vec<AuditEntry>,
+}
+
+impl Checkpoint {
+    /// A checkpoint row with this body and no error.
+    pub fn new(
+        thread: impl Into<String>,
+        run: u64,
+        namespace: impl Into<String>,
+        step: u64,
+        status: RunStatus,
+        body: Value,
+    ) -> Self {
+        Self {
+            id: 0,
+            thread: thread.into(),
+            run,
+            namespace: namespace.into(),
+            step,
+            status,
+            body,
+            error: None,
+            audit: Vec::new(),
+        }
+    }
+
+    /// The run's state after the step: the body's `state` (`null` when it has none).
+    pub fn state(&self) -> &Value {
+        self.body.get("state").unwrap_or(&Value::Null)
+    }
+
+    /// The names of the nodes that run next: the body's `next` (empty when it has none).
+    pub fn next(&self) -> Vec<&str> {
+        self.body
+            .get("next")
+            .and_then(Value::as_array)
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// The interrupts the run waits on: the body's `interrupts` (empty when it has none).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] when the body's `interrupts` is not an array of interrupts.
+    pub fn interrupts(&self) -> Result<Vec<Interrupt>, StoreError> {
+        match self.body.get("interrupts") {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(interrupts) => {
+                Vec::<Interrupt>::deserialize(interrupts).map_err(|e| StoreError::Corrupt {
+                    thread: self.thread.clone(),
+                    message: format!("interrupts of checkpoint {}: {e}", self.id),
+                })
+            }
+        }
+    }
+}
+
+/// Where a journaled step's result is filed: one side effect of one node execution.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct JournalKey {
+    /// The thread.
+    pub thread: String,
+    /// The run within the thread.
+    pub run: u64,
+    /// The graph namespace.
+    pub namespace: String,
+    /// The superstep the node ran in.
+    pub step: u64,
+    /// The node.
+    pub node: String,
+    /// The step's name, as given to `ctx.step`.
+    pub name: String,
+    /// Which call with this name within the node execution, from 0.
+    pub occurrence: u32,
+}
+
+impl JournalKey {
+    /// Builds a key.
+    pub fn new(
+        thread: impl Into<String>,
+        run: u64,
+        namespace: impl Into<String>,
+        step: u64,
+        node: impl Into<String>,
+        name: impl Into<String>,
+        occurrence: u32,
+    ) -> Self {
+        Self {
+            thread: thread.into(),
+            run,
+            namespace: namespace.into(),
+            step,
+            node: node.into(),
+            name: name.into(),
+            occurrence,
+        }
+    }
+}
+
+/// A signal kept by a durable store until it is consumed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StoredSignal {
+    /// Assigned by the store; increases with every signal stored.
+    pub seq: u64,
+    /// The session it was sent to.
+    pub session: String,
+    /// Its name.
+    pub name: String,
+    /// Its payload.
+    pub payload: Value,
+    /// The sender's idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// When it was stored, in milliseconds since the Unix epoch.
+    pub sent_at_ms: u64,
+}
+
+/// What [`Store::push_signal`](super::Store::push_signal) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignalPush {
+    /// Stored under this sequence number.
+    Stored(u64),
+    /// A signal with the same (session, name, idempotency key) was already stored; nothing
+    /// was written.
+    Duplicate,
+}

@@ -1,0 +1,93 @@
+//! The store's settings ([`SqliteOptions`], [`Synchronous`]) and what it counts
+//! ([`CommitStats`]).
+
+use std::time::Duration;
+
+use super::schema;
+
+/// How hard SQLite works to get each commit onto the disk (its `synchronous` setting).
+///
+/// In WAL mode both settings keep the file consistent through a crash of the process or of
+/// the machine; they differ in what a power loss or OS crash may take back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// No fsync per commit, only at WAL checkpoints. A commit survives the process crashing,
+    /// but a power loss or OS crash may roll back the last commits (never corrupting the
+    /// file). Much faster.
+    Normal,
+    /// An fsync per commit (per group of commits: see [`SqliteStore`](super::SqliteStore)). A commit that
+    /// returned survives a power loss. The default.
+    #[default]
+    Full,
+}
+
+/// Settings for [`SqliteStore::open_with`](super::SqliteStore::open_with).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loomflow::runtime::{SqliteOptions, Synchronous};
+///
+/// let options = SqliteOptions::default()
+///     .synchronous(Synchronous::Normal)
+///     .busy_timeout(Duration::from_millis(500));
+/// assert_eq!(options.synchronous, Synchronous::Normal);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// How hard each commit works to reach the disk. Default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// How long to wait for a lock held by another connection (another process on the same
+    /// file) before failing. Default 5 s.
+    pub busy_timeout: Duration,
+    /// How many read connections (each with its own thread) serve reads. Default 2; at
+    /// least 1 is used.
+    pub read_connections: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::default(),
+            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            read_connections: 2,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// Sets [`synchronous`](Self::synchronous).
+    #[must_use]
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Sets [`busy_timeout`](Self::busy_timeout).
+    #[must_use]
+    pub fn busy_timeout(mut self, busy_timeout: Duration) -> Self {
+        self.busy_timeout = busy_timeout;
+        self
+    }
+
+    /// Sets [`read_connections`](Self::read_connections).
+    #[must_use]
+    pub fn read_connections(mut self, read_connections: usize) -> Self {
+        self.read_connections = read_connections;
+        self
+    }
+}
+
+/// Writes and commits counted by
+/// [`SqliteStore::commit_stats`](super::SqliteStore::commit_stats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CommitStats {
+    /// Writes committed (checkpoints, journal entries, signals stored or taken).
+    pub writes: u64,
+    /// Transactions committed; each holds one or more writes.
+    pub commits: u64,
+}
