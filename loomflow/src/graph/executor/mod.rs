@@ -286,9 +286,15 @@ async fn run_supersteps<S: State>(
             return fail(g, &shared, step, state, &active, error).await;
         }
 
-        let outcome = run_step(g, &shared, &active, &state, step, &pending, &resume_values)
-            .instrument(observe::superstep_span(g, step, &active))
-            .await;
+        let span = observe::superstep_span(g, step, &active);
+        let running = run_step(g, &shared, &active, &state, step, &pending, &resume_values);
+        // Not wrapped when nobody records spans: moving the step's future into the wrapper
+        // costs more than the step's own bookkeeping.
+        let outcome = if span.is_disabled() {
+            running.await
+        } else {
+            running.instrument(span).await
+        };
         let next_state = match outcome {
             Ok(StepOutcome::Merged(next_state)) => next_state,
             Ok(StepOutcome::Suspended {

@@ -149,10 +149,12 @@ async fn run_node<S: State>(
     });
     let outcome = match std::panic::catch_unwind(start) {
         Ok(future) => {
-            AssertUnwindSafe(future)
-                .catch_unwind()
-                .instrument(span)
-                .await
+            let running = AssertUnwindSafe(future).catch_unwind();
+            if span.is_disabled() {
+                running.await
+            } else {
+                running.instrument(span).await
+            }
         }
         Err(panic) => Err(panic),
     };
