@@ -44,4 +44,17 @@ pub enum AgentError {
         /// What it waits for.
         pending: String,
     },
+    /// A guardrail blocked the prompt, a tool result or the answer, and the agent fails
+    /// runs on a block ([`OnBlock::Fail`](super::OnBlock::Fail)).
+    #[error("agent {agent}: guardrail {guardrail} blocked the {stage}: {reason}")]
+    Guardrail {
+        /// The agent.
+        agent: String,
+        /// The guardrail that blocked.
+        guardrail: String,
+        /// What it was checking.
+        stage: super::GuardStage,
+        /// Its reason.
+        reason: String,
+    },
 }

@@ -39,6 +39,8 @@
 
 mod budget;
 mod error;
+mod guarded;
+mod guardrail;
 mod handoff;
 mod memory;
 mod observe;
@@ -52,6 +54,9 @@ mod turns;
 pub use crate::tool::AgentEvent;
 pub use budget::Budget;
 pub use error::AgentError;
+pub use guardrail::{
+    GuardContext, GuardStage, Guardrail, OnBlock, Verdict, on_input, on_output, on_tool_result,
+};
 pub use run::{AgentRun, AgentStream, RunResult};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
@@ -92,6 +97,8 @@ pub(crate) struct AgentCore {
     pub(crate) prices: PriceTable,
     /// Long-term memory, when the agent has one.
     pub(crate) memory: Option<memory::AgentMemory>,
+    /// Checks on the run's input, tool calls, tool results and output.
+    pub(crate) guardrails: guardrail::Guardrails,
 }
 
 impl AgentCore {
@@ -245,6 +252,7 @@ impl Agent {
             record_content: self.core.record_content,
             prices: self.core.prices.clone(),
             memory: self.core.memory.clone(),
+            guardrails: self.core.guardrails.clone(),
         });
         let graph = react::build(&core)?;
         Ok(Self {
@@ -283,6 +291,7 @@ pub struct AgentBuilder {
     prices: PriceTable,
     memory: Option<Arc<dyn Memory>>,
     memory_options: MemoryOptions,
+    guardrails: guardrail::Guardrails,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -318,7 +327,24 @@ impl AgentBuilder {
             prices: PriceTable::new(),
             memory: None,
             memory_options: MemoryOptions::default(),
+            guardrails: guardrail::Guardrails::default(),
         }
+    }
+
+    /// Adds a [`Guardrail`]: a check on the run's prompt, tool calls, tool results and
+    /// answer. Guardrails run in the order they were added, each seeing the rewrites of the
+    /// ones before. With an output guardrail, a streamed run does not stream the model's
+    /// text as it comes: the answer is only shown once it has been checked.
+    pub fn guardrail(mut self, guardrail: impl Guardrail) -> Self {
+        self.guardrails.add(Arc::new(guardrail));
+        self
+    }
+
+    /// What a blocked prompt, tool result or answer does (default [`OnBlock::Stop`]: the
+    /// run stops cleanly with reason `guardrail:<name>`).
+    pub fn on_guardrail_block(mut self, on_block: OnBlock) -> Self {
+        self.guardrails.on_block = on_block;
+        self
     }
 
     /// Tool calls that need approval suspend the run until a person decides, from any
@@ -547,6 +573,7 @@ impl AgentBuilder {
             record_content: self.record_content,
             prices: self.prices,
             memory,
+            guardrails: self.guardrails,
         });
         let graph = react::build(&core)?;
         Ok(Agent {

@@ -17,6 +17,8 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use super::guarded::{self, ToolStepOutcome};
+use super::guardrail::GuardStage;
 use super::observe;
 use super::state::AgentState;
 use super::{AgentCore, StopReason};
@@ -49,7 +51,7 @@ pub(super) fn build(core: &Arc<AgentCore>) -> Result<CompiledGraph<AgentState>, 
             }
         })
         .branch("tools", ["model", END], |state: &AgentState| {
-            if state.handoff.is_some() {
+            if state.handoff.is_some() || state.stopped.is_some() {
                 END
             } else {
                 "model"
@@ -91,6 +93,10 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         state.stopped = Some(StopReason::Budget(cap));
         return Ok(());
     }
+    super::guarded::check_input(core, state, ctx).await?;
+    if state.stopped.is_some() {
+        return Ok(());
+    }
     super::memory::recall(core, state, ctx).await?;
     let request = core.request(
         &state.messages,
@@ -129,6 +135,7 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
             .into());
         }
     }
+    super::guarded::check_output(core, state, ctx).await?;
     if state.output.is_some() {
         super::memory::extract(core, state, ctx).await?;
     }
@@ -191,14 +198,19 @@ async fn call_model_untraced(
     if !ctx.has_listener() {
         return core.model.complete(request).await;
     }
+    let guarded_text = !core.guardrails.is_empty();
     let mut stream = core.model.stream(request);
     let mut accumulator = StreamAccumulator::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;
-        AgentEvent::ModelChunk {
-            chunk: chunk.clone(),
+        // An answer is shown once its guardrails have passed it, not as it streams.
+        let withheld = guarded_text && matches!(chunk, crate::model::StreamChunk::Text { .. });
+        if !withheld {
+            AgentEvent::ModelChunk {
+                chunk: chunk.clone(),
+            }
+            .emit(ctx);
         }
-        .emit(ctx);
         accumulator.push(chunk);
     }
     let model_name = core.model.name().to_owned();
@@ -240,6 +252,7 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     let names: Vec<String> = calls.iter().map(|c| format!("tool:{}", c.id)).collect();
     let permits = Semaphore::new(core.tools.concurrency_limit());
     let permits = &permits;
+    let cx = guarded::guard_context(core, state, ctx);
     let results = join_all(calls.iter().zip(&names).map(|(call, name)| {
         ctx.step(name, move || async move {
             let _permit = permits
@@ -252,9 +265,22 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 arguments: call.arguments.clone(),
             }
             .emit(ctx);
+            let rewritten = match guarded::check_tool_call(core, call, cx, ctx).await {
+                Ok(rewritten) => rewritten,
+                Err(refusal) => {
+                    return Ok::<_, Error>(ToolStepOutcome {
+                        content: refusal,
+                        is_error: true,
+                        blocked: None,
+                    });
+                }
+            };
             let outcome = core
                 .tools
-                .dispatch(std::slice::from_ref(call), dispatch)
+                .dispatch(
+                    std::slice::from_ref(rewritten.as_ref().unwrap_or(call)),
+                    dispatch,
+                )
                 .await?
                 .pop()
                 .ok_or_else(|| {
@@ -263,14 +289,25 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                         call.id
                     ))
                 })?;
-            Ok::<_, Error>((outcome.content, outcome.is_error))
+            let outcome = ToolStepOutcome {
+                content: outcome.content,
+                is_error: outcome.is_error,
+                blocked: None,
+            };
+            Ok(guarded::check_tool_result(core, &call.name, outcome, cx).await)
         })
     }))
     .await;
     let mut suspended = None;
+    let mut block = None;
     for (call, result) in calls.iter().zip(results) {
         match result {
-            Ok((content, is_error)) => {
+            Ok(ToolStepOutcome {
+                content,
+                is_error,
+                blocked,
+            }) => {
+                block = block.or(blocked);
                 if let Some(target) = core.handoff_target(&call.name) {
                     state.handoff = Some(target.to_owned());
                 }
@@ -291,8 +328,13 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
             Err(error) => return Err(error.into()),
         }
     }
-    match suspended {
-        Some(error) => Err(error.into()),
+    if let Some(error) = suspended {
+        return Err(error.into());
+    }
+    match block {
+        Some((guardrail, reason)) => {
+            guarded::blocked(core, state, ctx, GuardStage::ToolResult, guardrail, reason)
+        }
         None => Ok(()),
     }
 }

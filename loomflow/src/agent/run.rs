@@ -26,7 +26,8 @@ use crate::{Error, Result};
 pub struct RunResult {
     /// The session the run was on (generated when none was given).
     pub session: String,
-    /// The final answer (the last assistant text when the run stopped early).
+    /// The final answer (the last assistant text when the run stopped early; empty when a
+    /// guardrail stopped it).
     pub output: String,
     /// Tokens used by this run, across all its resumptions.
     pub usage: Usage,
@@ -60,7 +61,12 @@ impl RunResult {
 
     fn from_state(session: String, state: AgentState, pending: Vec<Interrupt>) -> Self {
         let suspended = !pending.is_empty();
-        let output = state.answer();
+        // A run a guardrail stopped has no answer to give.
+        let output = if matches!(state.stopped, Some(StopReason::Guardrail(_))) {
+            String::new()
+        } else {
+            state.answer()
+        };
         let reason = if suspended {
             Some(StopReason::Suspended)
         } else {

@@ -32,7 +32,7 @@ impl BudgetCap {
 /// kept), or a suspension (see [`RunResult::pending`](super::RunResult::pending)).
 ///
 /// On the wire (checkpoints, JSON results) it keeps its strings: `max_turns_exceeded`,
-/// `budget:tokens`, `budget:cost`, `budget:user_tokens`, `suspended`.
+/// `budget:tokens`, `budget:cost`, `budget:user_tokens`, `suspended`, `guardrail:<name>`.
 ///
 /// # Examples
 ///
@@ -44,7 +44,7 @@ impl BudgetCap {
 /// assert_eq!(serde_json::to_value(StopReason::Suspended)?, "suspended");
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
 #[non_exhaustive]
 pub enum StopReason {
@@ -54,6 +54,9 @@ pub enum StopReason {
     Budget(BudgetCap),
     /// The run suspended: it waits for an approval, a signal or an interrupt's answer.
     Suspended,
+    /// A [guardrail](super::Guardrail), named here, blocked the prompt, a tool result or
+    /// the answer.
+    Guardrail(String),
 }
 
 impl fmt::Display for StopReason {
@@ -62,6 +65,7 @@ impl fmt::Display for StopReason {
             Self::MaxTurns => f.write_str("max_turns_exceeded"),
             Self::Budget(cap) => write!(f, "budget:{}", cap.as_str()),
             Self::Suspended => f.write_str("suspended"),
+            Self::Guardrail(name) => write!(f, "guardrail:{name}"),
         }
     }
 }
@@ -81,7 +85,10 @@ impl FromStr for StopReason {
             "budget:tokens" => Self::Budget(BudgetCap::Tokens),
             "budget:cost" => Self::Budget(BudgetCap::Cost),
             "budget:user_tokens" => Self::Budget(BudgetCap::UserTokens),
-            other => return Err(UnknownStopReason(other.to_owned())),
+            other => match other.strip_prefix("guardrail:") {
+                Some(name) if !name.is_empty() => Self::Guardrail(name.to_owned()),
+                _ => return Err(UnknownStopReason(other.to_owned())),
+            },
         })
     }
 }
@@ -112,9 +119,11 @@ mod tests {
             StopReason::Budget(BudgetCap::Tokens),
             StopReason::Budget(BudgetCap::Cost),
             StopReason::Budget(BudgetCap::UserTokens),
+            StopReason::Guardrail("no_pii".to_owned()),
         ] {
             assert_eq!(reason.to_string().parse::<StopReason>(), Ok(reason));
         }
         assert!("budget:hugs".parse::<StopReason>().is_err());
+        assert!("guardrail:".parse::<StopReason>().is_err());
     }
 }

@@ -26,7 +26,7 @@ pub enum Decision {
 /// [`EventKind::Backend`]; read it back with [`AgentEvent::from_event`].
 ///
 /// As JSON it is tagged by `type`: `model_chunk`, `tool_call`, `tool_result`, `permission`,
-/// `approval`.
+/// `approval`, `guardrail_blocked`.
 ///
 /// # Examples
 ///
@@ -89,6 +89,15 @@ pub enum AgentEvent {
         tool: String,
         /// Allow, deny or edit.
         decision: Decision,
+    },
+    /// A [guardrail](crate::agent::Guardrail) blocked something.
+    GuardrailBlocked {
+        /// The guardrail.
+        guardrail: String,
+        /// What it was checking.
+        stage: crate::agent::GuardStage,
+        /// Its reason.
+        reason: String,
     },
 }
 

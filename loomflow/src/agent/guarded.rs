@@ -1,0 +1,195 @@
+//! Where the ReAct loop asks its guardrails: the prompt before the first model turn, the
+//! answer before it is returned (both journaled steps of the `model` node), and each tool
+//! call and result inside the call's own journaled step.
+
+use serde::{Deserialize, Serialize};
+
+use super::guardrail::{Checked, GuardContext, GuardStage, OnBlock};
+use super::state::AgentState;
+use super::{AgentCore, AgentError, StopReason};
+use crate::context::Context;
+use crate::model::{Message, Role, ToolCall};
+use crate::tool::AgentEvent;
+use crate::{Error, Result};
+
+/// Whose run the guardrails check.
+pub(super) fn guard_context<'a>(
+    core: &'a AgentCore,
+    state: &'a AgentState,
+    ctx: &'a Context,
+) -> GuardContext<'a> {
+    GuardContext {
+        agent: &core.name,
+        session: ctx.thread(),
+        user: state.user.as_deref(),
+    }
+}
+
+/// Checks the run's prompt (its last user message) once, before its first model turn.
+pub(super) async fn check_input(
+    core: &AgentCore,
+    state: &mut AgentState,
+    ctx: &Context,
+) -> Result<()> {
+    if core.guardrails.is_empty() || state.turns > 0 {
+        return Ok(());
+    }
+    let Some(prompt) = state.messages.last().filter(|m| m.role() == Role::User) else {
+        return Ok(());
+    };
+    let text = prompt.text().to_owned();
+    let cx = guard_context(core, state, ctx);
+    let checked: Checked<String> = ctx
+        .step("guard:input", || async {
+            Ok::<_, Error>(core.guardrails.text(GuardStage::Input, "", &text, cx).await)
+        })
+        .await?;
+    match checked {
+        Checked::Passed(None) => Ok(()),
+        Checked::Passed(Some(rewritten)) => {
+            if let Some(last) = state.messages.last_mut() {
+                *last = Message::user(rewritten);
+            }
+            Ok(())
+        }
+        Checked::Blocked { guardrail, reason } => {
+            blocked(core, state, ctx, GuardStage::Input, guardrail, reason)
+        }
+    }
+}
+
+/// Checks the answer the model just gave (the transcript's last message, also in
+/// `state.output`): a rewrite replaces both, a block takes both away.
+pub(super) async fn check_output(
+    core: &AgentCore,
+    state: &mut AgentState,
+    ctx: &Context,
+) -> Result<()> {
+    let Some(answer) = state.output.clone().filter(|_| !core.guardrails.is_empty()) else {
+        return Ok(());
+    };
+    let cx = guard_context(core, state, ctx);
+    let checked: Checked<String> = ctx
+        .step("guard:output", || async {
+            Ok::<_, Error>(
+                core.guardrails
+                    .text(GuardStage::Output, "", &answer, cx)
+                    .await,
+            )
+        })
+        .await?;
+    match checked {
+        Checked::Passed(None) => Ok(()),
+        Checked::Passed(Some(rewritten)) => {
+            if let Some(last) = state.messages.last_mut() {
+                *last = Message::assistant(&rewritten);
+            }
+            state.output = Some(rewritten);
+            Ok(())
+        }
+        Checked::Blocked { guardrail, reason } => {
+            state.output = None;
+            state.messages.pop();
+            blocked(core, state, ctx, GuardStage::Output, guardrail, reason)
+        }
+    }
+}
+
+/// What a tool call's journaled step records: what the model reads, and the guardrail that
+/// blocked the result, if one did. Journals written before guardrails (a two-element
+/// array) still read.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct ToolStepOutcome {
+    pub(super) content: String,
+    pub(super) is_error: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) blocked: Option<(String, String)>,
+}
+
+/// The call the tool host runs: the guardrails' rewrite of it, or `Err` with what the model
+/// reads when a guardrail refused it.
+pub(super) async fn check_tool_call(
+    core: &AgentCore,
+    call: &ToolCall,
+    cx: GuardContext<'_>,
+    ctx: &Context,
+) -> std::result::Result<Option<ToolCall>, String> {
+    if core.guardrails.is_empty() {
+        return Ok(None);
+    }
+    match core
+        .guardrails
+        .tool_call(&call.name, &call.arguments, cx)
+        .await
+    {
+        Checked::Passed(None) => Ok(None),
+        Checked::Passed(Some(arguments)) => Ok(Some(ToolCall {
+            arguments,
+            ..call.clone()
+        })),
+        Checked::Blocked { guardrail, reason } => {
+            emit_block(ctx, GuardStage::ToolCall, &guardrail, &reason);
+            Err(format!("blocked by guardrail {guardrail}: {reason}"))
+        }
+    }
+}
+
+/// Checks a tool's result; a blocked result is replaced by a note for the model.
+pub(super) async fn check_tool_result(
+    core: &AgentCore,
+    tool: &str,
+    mut outcome: ToolStepOutcome,
+    cx: GuardContext<'_>,
+) -> ToolStepOutcome {
+    if core.guardrails.is_empty() {
+        return outcome;
+    }
+    match core
+        .guardrails
+        .text(GuardStage::ToolResult, tool, &outcome.content, cx)
+        .await
+    {
+        Checked::Passed(None) => {}
+        Checked::Passed(Some(rewritten)) => outcome.content = rewritten,
+        Checked::Blocked { guardrail, reason } => {
+            outcome.content = format!("blocked by guardrail {guardrail}: {reason}");
+            outcome.is_error = true;
+            outcome.blocked = Some((guardrail, reason));
+        }
+    }
+    outcome
+}
+
+/// Stops the run, or fails it, because `guardrail` blocked what it checked at `stage`.
+pub(super) fn blocked(
+    core: &AgentCore,
+    state: &mut AgentState,
+    ctx: &Context,
+    stage: GuardStage,
+    guardrail: String,
+    reason: String,
+) -> Result<()> {
+    emit_block(ctx, stage, &guardrail, &reason);
+    match core.guardrails.on_block {
+        OnBlock::Stop => {
+            state.stopped = Some(StopReason::Guardrail(guardrail));
+            Ok(())
+        }
+        OnBlock::Fail => Err(AgentError::Guardrail {
+            agent: core.name.clone(),
+            guardrail,
+            stage,
+            reason,
+        }
+        .into()),
+    }
+}
+
+fn emit_block(ctx: &Context, stage: GuardStage, guardrail: &str, reason: &str) {
+    AgentEvent::GuardrailBlocked {
+        guardrail: guardrail.to_owned(),
+        stage,
+        reason: reason.to_owned(),
+    }
+    .emit(ctx);
+}
