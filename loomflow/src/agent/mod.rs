@@ -50,6 +50,7 @@ mod run;
 mod state;
 mod stop;
 mod turns;
+mod window;
 
 pub use crate::tool::AgentEvent;
 pub use budget::Budget;
@@ -60,6 +61,7 @@ pub use guardrail::{
 pub use run::{AgentRun, AgentStream, RunResult};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
+pub use window::{ContextPolicy, DEFAULT_KEEP_RECENT};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,6 +101,8 @@ pub(crate) struct AgentCore {
     pub(crate) memory: Option<memory::AgentMemory>,
     /// Checks on the run's input, tool calls, tool results and output.
     pub(crate) guardrails: guardrail::Guardrails,
+    /// What happens when the conversation grows past a threshold.
+    pub(crate) context_policy: Option<ContextPolicy>,
 }
 
 impl AgentCore {
@@ -253,6 +257,7 @@ impl Agent {
             prices: self.core.prices.clone(),
             memory: self.core.memory.clone(),
             guardrails: self.core.guardrails.clone(),
+            context_policy: self.core.context_policy.clone(),
         });
         let graph = react::build(&core)?;
         Ok(Self {
@@ -292,6 +297,7 @@ pub struct AgentBuilder {
     memory: Option<Arc<dyn Memory>>,
     memory_options: MemoryOptions,
     guardrails: guardrail::Guardrails,
+    context_policy: Option<ContextPolicy>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -328,7 +334,16 @@ impl AgentBuilder {
             memory: None,
             memory_options: MemoryOptions::default(),
             guardrails: guardrail::Guardrails::default(),
+            context_policy: None,
         }
+    }
+
+    /// What to do when the conversation grows past a token threshold: snip its oldest part
+    /// or compact it into a summary (default: neither; the whole conversation is sent).
+    /// See [`ContextPolicy`].
+    pub fn context_policy(mut self, policy: ContextPolicy) -> Self {
+        self.context_policy = Some(policy);
+        self
     }
 
     /// Adds a [`Guardrail`]: a check on the run's prompt, tool calls, tool results and
@@ -574,6 +589,7 @@ impl AgentBuilder {
             prices: self.prices,
             memory,
             guardrails: self.guardrails,
+            context_policy: self.context_policy,
         });
         let graph = react::build(&core)?;
         Ok(Agent {

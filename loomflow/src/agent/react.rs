@@ -98,6 +98,7 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         return Ok(());
     }
     super::memory::recall(core, state, ctx).await?;
+    super::window::manage(core, state, ctx).await?;
     let request = core.request(
         &state.messages,
         state.recalled.as_deref(),

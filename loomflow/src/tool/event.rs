@@ -26,7 +26,7 @@ pub enum Decision {
 /// [`EventKind::Backend`]; read it back with [`AgentEvent::from_event`].
 ///
 /// As JSON it is tagged by `type`: `model_chunk`, `tool_call`, `tool_result`, `permission`,
-/// `approval`, `guardrail_blocked`.
+/// `approval`, `context_trimmed`, `guardrail_blocked`.
 ///
 /// # Examples
 ///
@@ -89,6 +89,14 @@ pub enum AgentEvent {
         tool: String,
         /// Allow, deny or edit.
         decision: Decision,
+    },
+    /// The conversation passed its [context policy](crate::agent::ContextPolicy)'s
+    /// threshold and was trimmed before a model turn.
+    ContextTrimmed {
+        /// `snip` or `compact`.
+        strategy: String,
+        /// How many messages were taken out (a compaction adds its summary in their place).
+        removed: usize,
     },
     /// A [guardrail](crate::agent::Guardrail) blocked something.
     GuardrailBlocked {

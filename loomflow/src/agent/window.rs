@@ -1,0 +1,303 @@
+//! [`ContextPolicy`]: what an agent does when its conversation grows too long for the
+//! model: snip the oldest part, or compact it into a summary.
+
+use std::sync::Arc;
+
+use super::state::AgentState;
+use super::{AgentCore, observe};
+use crate::context::Context;
+use crate::model::{Message, Model, ModelRequest, Role};
+use crate::tool::AgentEvent;
+use crate::{Error, Result};
+use tracing::Instrument;
+
+/// The default number of recent exchanges a snip or a compaction keeps word for word.
+pub const DEFAULT_KEEP_RECENT: usize = 4;
+
+/// What an agent does when its conversation passes a token threshold, checked before every
+/// model turn (so a run whose tool results pile up is trimmed while it runs).
+///
+/// The conversation is measured in *exchanges*: a user message, or an assistant message
+/// with the results of the tools it called. Cuts fall only between exchanges, so a tool
+/// result never loses its call. The system prompt is not part of the conversation and is
+/// always sent; the run's latest user message is always kept, so the model never loses the
+/// question it is answering.
+///
+/// Tokens are estimated at four characters a token over the messages' text and tool
+/// arguments: a guide, not a count of any model's tokenizer.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::agent::{Agent, ContextPolicy};
+/// use loomflow::model::ScriptedModel;
+///
+/// // Past 50,000 tokens, keep the last 6 exchanges and drop the rest.
+/// let snip = ContextPolicy::snip().above_tokens(50_000).keep_recent(6);
+/// // Past 50,000 tokens, summarize all but the last 4 exchanges in one model call.
+/// let compact = ContextPolicy::compact().above_tokens(50_000);
+/// let agent = Agent::builder("You help.")
+///     .model(ScriptedModel::new([]))
+///     .context_policy(compact)
+///     .build();
+/// # let _ = (snip, agent);
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct ContextPolicy {
+    strategy: Strategy,
+    above_tokens: u64,
+    keep_recent: usize,
+}
+
+#[derive(Clone)]
+enum Strategy {
+    Snip,
+    Compact { summarizer: Option<Arc<dyn Model>> },
+}
+
+impl std::fmt::Debug for ContextPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextPolicy")
+            .field("strategy", &self.strategy_name())
+            .field("above_tokens", &self.above_tokens)
+            .field("keep_recent", &self.keep_recent)
+            .finish()
+    }
+}
+
+impl ContextPolicy {
+    /// Drops the oldest exchanges: no model call, cheap, and what is dropped is gone.
+    /// The default threshold is 100,000 tokens.
+    pub fn snip() -> Self {
+        Self {
+            strategy: Strategy::Snip,
+            above_tokens: 100_000,
+            keep_recent: DEFAULT_KEEP_RECENT,
+        }
+    }
+
+    /// Replaces the oldest exchanges with a summary the agent's model writes (or the
+    /// [`summarizer`](Self::summarizer)). The summary call is a journaled step: a resumed
+    /// run reads it back instead of asking again. A summary call that fails leaves the
+    /// conversation as it was (and is tried again at the next turn).
+    pub fn compact() -> Self {
+        Self {
+            strategy: Strategy::Compact { summarizer: None },
+            above_tokens: 100_000,
+            keep_recent: DEFAULT_KEEP_RECENT,
+        }
+    }
+
+    /// The threshold: the policy acts when the conversation is estimated above this many
+    /// tokens.
+    pub fn above_tokens(mut self, tokens: u64) -> Self {
+        self.above_tokens = tokens;
+        self
+    }
+
+    /// How many recent exchanges are kept word for word (default 4, at least 1).
+    pub fn keep_recent(mut self, exchanges: usize) -> Self {
+        self.keep_recent = exchanges.max(1);
+        self
+    }
+
+    /// The model that writes compaction summaries (default: the agent's own); a smaller,
+    /// cheaper model is usually enough. Does nothing for [`snip`](Self::snip).
+    pub fn summarizer(mut self, model: impl Model + 'static) -> Self {
+        if let Strategy::Compact { summarizer } = &mut self.strategy {
+            *summarizer = Some(Arc::new(model));
+        }
+        self
+    }
+
+    fn strategy_name(&self) -> &'static str {
+        match self.strategy {
+            Strategy::Snip => "snip",
+            Strategy::Compact { .. } => "compact",
+        }
+    }
+}
+
+/// The estimated tokens of a conversation: a quarter of its characters.
+pub(crate) fn estimate_tokens(messages: &[Message]) -> u64 {
+    let chars: usize = messages
+        .iter()
+        .map(|m| {
+            m.text().len()
+                + m.tool_calls()
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.to_string().len())
+                    .sum::<usize>()
+        })
+        .sum();
+    (chars as u64).div_ceil(4)
+}
+
+/// Where each exchange starts: every user and assistant message (tool results belong to
+/// the assistant message before them).
+fn exchange_starts(messages: &[Message]) -> Vec<usize> {
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m.role(), Role::User | Role::Assistant | Role::System))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The split of `messages` a policy keeping `keep` exchanges makes: the index the kept part
+/// starts at, and the latest user message when it falls in the dropped part. `None` when
+/// nothing would be dropped.
+fn split(messages: &[Message], keep: usize) -> Option<(usize, Option<usize>)> {
+    let starts = exchange_starts(messages);
+    if starts.len() <= keep {
+        return None;
+    }
+    let cut = starts[starts.len() - keep];
+    let latest_user = messages.iter().rposition(|m| m.role() == Role::User);
+    Some((cut, latest_user.filter(|&u| u < cut)))
+}
+
+/// Applies the agent's policy to the run's conversation, before a model turn.
+pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
+    let Some(policy) = &core.context_policy else {
+        return Ok(());
+    };
+    if estimate_tokens(&state.messages) <= policy.above_tokens {
+        return Ok(());
+    }
+    let Some((cut, pinned)) = split(&state.messages, policy.keep_recent) else {
+        return Ok(());
+    };
+    // The pinned message is kept, not dropped.
+    let dropped = cut - usize::from(pinned.is_some());
+    let summary = match &policy.strategy {
+        Strategy::Snip => None,
+        Strategy::Compact { summarizer } => {
+            let model = summarizer.as_ref().unwrap_or(&core.model);
+            let older = &state.messages[..cut];
+            let summary: Option<String> = ctx
+                .step("compact", || summarize(model.as_ref(), older))
+                .await?;
+            match summary {
+                Some(summary) => Some(summary),
+                None => return Ok(()), // the summary failed: the conversation stays whole
+            }
+        }
+    };
+    let mut kept = Vec::with_capacity(state.messages.len() - cut + 2);
+    if let Some(summary) = summary {
+        kept.push(Message::user(format!(
+            "[Summary of the earlier conversation]\n{summary}"
+        )));
+    }
+    if let Some(user) = pinned {
+        kept.push(state.messages[user].clone());
+    }
+    kept.extend(state.messages.drain(cut..));
+    state.messages = kept;
+    AgentEvent::ContextTrimmed {
+        strategy: policy.strategy_name().to_owned(),
+        removed: dropped,
+    }
+    .emit(ctx);
+    tracing::info!(
+        agent = %core.name,
+        strategy = policy.strategy_name(),
+        removed = dropped,
+        "conversation trimmed to fit the context policy"
+    );
+    Ok(())
+}
+
+/// Asks `model` for a summary of `messages`; `None` when the call fails.
+async fn summarize(model: &dyn Model, messages: &[Message]) -> Result<Option<String>, Error> {
+    let mut transcript = String::new();
+    for message in messages {
+        let role = match message.role() {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool result",
+        };
+        transcript.push_str(role);
+        transcript.push_str(": ");
+        transcript.push_str(message.text());
+        for call in message.tool_calls() {
+            transcript.push_str(&format!("\n  calls {}({})", call.name, call.arguments));
+        }
+        transcript.push('\n');
+    }
+    let request = ModelRequest::new(vec![
+        Message::system(
+            "You condense conversations. Write a short summary of the conversation you are \
+             given that keeps what the assistant needs to carry on: the user's goals, facts \
+             learned, tool results that matter, decisions made, and what is still to do. \
+             Reply with the summary only.",
+        ),
+        Message::user(transcript),
+    ]);
+    let span = observe::chat_span(model.name());
+    match model.complete(request).instrument(span).await {
+        Ok(response) if !response.content.trim().is_empty() => Ok(Some(response.content)),
+        Ok(_) => {
+            tracing::warn!(
+                model = model.name(),
+                "the summary was empty; nothing is compacted"
+            );
+            Ok(None)
+        }
+        Err(error) => {
+            tracing::warn!(model = model.name(), %error, "the summary failed; nothing is compacted");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolCall;
+    use serde_json::json;
+
+    fn tool_loop() -> Vec<Message> {
+        let call = |id: &str| {
+            Message::assistant_tool_calls(vec![ToolCall::new(id, "search", json!({ "q": id }))])
+        };
+        vec![
+            Message::user("first question"),
+            Message::assistant("first answer"),
+            Message::user("second question"),
+            call("a"),
+            Message::tool_result("a", "result a"),
+            call("b"),
+            Message::tool_result("b", "result b"),
+            call("c"),
+            Message::tool_result("c", "result c"),
+        ]
+    }
+
+    #[test]
+    fn cuts_fall_between_exchanges_so_no_tool_result_loses_its_call() {
+        let messages = tool_loop();
+        for keep in 1..6 {
+            let (cut, _) = split(&messages, keep).unwrap();
+            assert_ne!(messages[cut].role(), Role::Tool, "keep {keep}");
+        }
+        assert_eq!(split(&messages, 6), None, "six exchanges: nothing to drop");
+    }
+
+    #[test]
+    fn the_latest_user_message_is_pinned_when_a_tool_loop_outgrows_the_window() {
+        let messages = tool_loop();
+        assert_eq!(split(&messages, 2), Some((5, Some(2))));
+        assert_eq!(split(&messages, 4), Some((2, None)));
+    }
+
+    #[test]
+    fn tokens_are_estimated_from_text_and_tool_arguments() {
+        assert_eq!(estimate_tokens(&[Message::user("abcdefgh")]), 2);
+        let call = Message::assistant_tool_calls(vec![ToolCall::new("x", "ab", json!({}))]);
+        assert_eq!(estimate_tokens(&[call]), 1);
+    }
+}
