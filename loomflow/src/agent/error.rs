@@ -57,4 +57,18 @@ pub enum AgentError {
         /// Its reason.
         reason: String,
     },
+    /// A run cannot carry on from the checkpoint it was given.
+    #[error(
+        "agent {agent}: cannot carry session {session} on from checkpoint {checkpoint}: {problem}"
+    )]
+    Checkpoint {
+        /// The agent.
+        agent: String,
+        /// The session.
+        session: String,
+        /// The checkpoint's id.
+        checkpoint: u64,
+        /// Why not.
+        problem: String,
+    },
 }

@@ -49,6 +49,7 @@ mod react;
 mod run;
 mod state;
 mod stop;
+mod tools;
 mod turns;
 mod window;
 
@@ -58,7 +59,7 @@ pub use error::AgentError;
 pub use guardrail::{
     GuardContext, GuardStage, Guardrail, OnBlock, Verdict, on_input, on_output, on_tool_result,
 };
-pub use run::{AgentRun, AgentStream, RunResult};
+pub use run::{AgentResume, AgentRun, AgentStream, RunResult};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
 pub use window::{ContextPolicy, DEFAULT_KEEP_RECENT};
@@ -84,7 +85,7 @@ pub(crate) struct AgentCore {
     pub(crate) name: String,
     instructions: String,
     pub(crate) model: Arc<dyn Model>,
-    pub(crate) tools: ToolHost,
+    pub(crate) tools: Arc<tools::AgentTools>,
     pub(crate) max_turns: u32,
     pub(crate) max_schema_retries: u32,
     pub(crate) budget: Budget,
@@ -124,6 +125,7 @@ impl AgentCore {
         messages: &[Message],
         recalled: Option<&str>,
         output: Option<&OutputSchema>,
+        tools: &ToolHost,
     ) -> ModelRequest {
         let mut all = Vec::with_capacity(messages.len() + 2);
         all.push(Message::system(&self.instructions));
@@ -131,7 +133,7 @@ impl AgentCore {
             all.push(Message::system(recalled));
         }
         all.extend_from_slice(messages);
-        let mut request = ModelRequest::new(all).tools(self.tools.definitions());
+        let mut request = ModelRequest::new(all).tools(tools.definitions());
         if let Some(schema) = output.or(self.output.as_ref().map(|o| &o.schema)) {
             request = output::ask_for(request, schema, self.model.supports_output_schema());
         }
@@ -191,7 +193,7 @@ impl Agent {
 
     /// The loop's Mermaid diagram, with the agent's tools listed on the `tools` node.
     pub fn generate_graph(&self) -> String {
-        let specs = self.core.tools.list();
+        let specs = self.core.tools.current().list();
         let tools: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         if tools.is_empty() {
             return self.graph.to_mermaid();
@@ -203,6 +205,23 @@ impl Agent {
             node.name = format!("tools\n{}", tools.join(", "));
         }
         crate::graph::mermaid::to_mermaid(&shape)
+    }
+
+    /// Adds a tool to the agent, replacing one of the same name. Every clone of the agent
+    /// shares its tools, and runs going on see the tool from their next model turn.
+    pub fn add_tool(&self, tool: impl Tool) {
+        self.core.tools.update(|host| host.add(tool));
+    }
+
+    /// Removes one of the agent's tools by name; returns whether it had one. Tools of a
+    /// [`ToolSet`](crate::tool::ToolSet) (an MCP server's) come and go with their set.
+    pub fn remove_tool(&self, name: &str) -> bool {
+        self.core.tools.update(|host| host.remove(name))
+    }
+
+    /// The specs of the agent's tools now, by name.
+    pub fn tools(&self) -> Vec<crate::tool::ToolSpec> {
+        self.core.tools.current().list()
     }
 
     /// Sends a signal to one of the agent's sessions (see [`Runtime::signal`]).
@@ -234,7 +253,7 @@ impl Agent {
     /// A copy of this agent that can hand the conversation off to `targets` (name,
     /// description) through `transfer_to_<name>` tools; used by swarms.
     pub(crate) fn with_handoffs(&self, targets: &[(String, String)]) -> crate::Result<Self> {
-        let mut tools = self.core.tools.clone();
+        let mut tools = (*self.core.tools.current()).clone();
         let mut handoffs = Vec::new();
         for (target, description) in targets {
             let tool = handoff::HandoffTool::new(target, description);
@@ -245,7 +264,7 @@ impl Agent {
             name: self.core.name.clone(),
             instructions: self.core.instructions.clone(),
             model: Arc::clone(&self.core.model),
-            tools,
+            tools: Arc::new(tools::AgentTools::new(tools)),
             max_turns: self.core.max_turns,
             max_schema_retries: self.core.max_schema_retries,
             budget: self.core.budget.clone(),
@@ -577,7 +596,7 @@ impl AgentBuilder {
             name: name.clone(),
             instructions: self.instructions,
             model,
-            tools,
+            tools: Arc::new(tools::AgentTools::new(tools)),
             max_turns: self.max_turns,
             max_schema_retries: self.max_schema_retries,
             budget: self.budget,

@@ -99,10 +99,12 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     }
     super::memory::recall(core, state, ctx).await?;
     super::window::manage(core, state, ctx).await?;
+    let tools = core.tools.for_session(ctx.thread());
     let request = core.request(
         &state.messages,
         state.recalled.as_deref(),
         state.output_schema.as_ref(),
+        &tools,
     );
     let response: ModelResponse = ctx.step("model", || call_model(core, request, ctx)).await?;
     state.turns += 1;
@@ -251,7 +253,9 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     // One journaled step per call: a call that finished before a suspension or a crash is
     // not made again. The permits keep the host's concurrency limit across the steps.
     let names: Vec<String> = calls.iter().map(|c| format!("tool:{}", c.id)).collect();
-    let permits = Semaphore::new(core.tools.concurrency_limit());
+    let host = core.tools.for_session(ctx.thread());
+    let host = &*host;
+    let permits = Semaphore::new(host.concurrency_limit());
     let permits = &permits;
     let cx = guarded::guard_context(core, state, ctx);
     let results = join_all(calls.iter().zip(&names).map(|(call, name)| {
@@ -276,8 +280,7 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                     });
                 }
             };
-            let outcome = core
-                .tools
+            let outcome = host
                 .dispatch(
                     std::slice::from_ref(rewritten.as_ref().unwrap_or(call)),
                     dispatch,

@@ -17,8 +17,10 @@ use crate::event::{Event, EventKind};
 use crate::graph::RunError;
 use crate::graph::RunOutcome;
 use crate::model::{Message, OutputSchema, Usage};
-use crate::runtime::{Interrupt, RunStatus};
+use crate::runtime::{Checkpoint, Interrupt, RunStatus};
+use crate::tool::Tool;
 use crate::{Error, Result};
+use std::sync::Arc;
 
 /// What an agent run produced.
 #[derive(Clone, Debug)]
@@ -96,6 +98,8 @@ pub struct AgentRun<'a> {
     max_turns: Option<u32>,
     /// This run's own output schema.
     pub(super) output: Option<OutputSchema>,
+    /// Tools for this run only.
+    extra_tools: Vec<Arc<dyn Tool>>,
 }
 
 impl std::fmt::Debug for AgentRun<'_> {
@@ -138,6 +142,14 @@ impl<'a> AgentRun<'a> {
         self
     }
 
+    /// Gives this run a tool of its own, on top of the agent's (it wins a name clash). The
+    /// tool lives as long as this call: a run that suspends and is carried on later has it
+    /// again only when given it again ([`AgentResume::tool`]).
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.extra_tools.push(Arc::new(tool));
+        self
+    }
+
     async fn initial_state(&self, session: &str) -> Result<AgentState> {
         let runtime = &self.agent.runtime;
         let previous = runtime.store().latest_checkpoint(session, "").await?;
@@ -155,14 +167,7 @@ impl<'a> AgentRun<'a> {
                 }
                 .into());
             }
-            Some(cp) => {
-                let previous: AgentState = serde_json::from_value(cp.state().clone())
-                    .map_err(|e| Error::json(format!("agent state of session {session}"), e))?;
-                let mut state = AgentState::new(&self.prompt);
-                state.messages = previous.messages;
-                state.messages.push(Message::user(&self.prompt));
-                state
-            }
+            Some(cp) => continue_from(self.agent, session, &cp, &self.prompt)?,
         };
         state.user.clone_from(&self.user);
         state.max_turns = self.max_turns.map(|n| n.min(self.agent.core.max_turns));
@@ -184,6 +189,7 @@ impl<'a> AgentRun<'a> {
     pub async fn stream(self) -> Result<AgentStream> {
         let session = self.session.clone().unwrap_or_else(generated_session);
         let turn = self.agent.turn(&session).await;
+        let lent = self.agent.core.tools.lend(&session, &self.extra_tools);
         let state = self.initial_state(&session).await?;
         let agent = self.agent.clone();
         let (events, receiver) = mpsc::unbounded_channel();
@@ -191,6 +197,7 @@ impl<'a> AgentRun<'a> {
         let task = tokio::spawn(
             async move {
                 let _turn = turn;
+                let _lent = lent;
                 let mut run = agent
                     .graph
                     .run(&agent.runtime, session.clone(), state)
@@ -233,6 +240,138 @@ impl<'a> AgentRun<'a> {
             .instrument(span),
         );
         Ok(AgentStream { receiver, task })
+    }
+}
+
+/// A run of a session being carried on; `.await` it. See [`Agent::resume`].
+#[must_use = "a resume does nothing until it is awaited"]
+pub struct AgentResume<'a> {
+    agent: &'a Agent,
+    session: String,
+    prompt: Option<String>,
+    checkpoint: Option<u64>,
+    extra_tools: Vec<Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for AgentResume<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentResume")
+            .field("agent", &self.agent.name())
+            .field("session", &self.session)
+            .field("prompt", &self.prompt)
+            .field("checkpoint", &self.checkpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentResume<'_> {
+    /// Carries the conversation on with a new user message, as a new run of the session
+    /// (with fresh turn and token counts, as [`Agent::run`] has): from the session's last
+    /// run, or from the checkpoint given to [`from_checkpoint`](Self::from_checkpoint). The
+    /// run it continues must be between turns: a suspended one (waiting for an approval)
+    /// is carried on without a prompt.
+    pub fn prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.prompt = Some(prompt.into());
+        self
+    }
+
+    /// Carries on from checkpoint `id` of the session (see [`Agent::list_checkpoints`])
+    /// instead of the newest: time travel. The runs after it stay in the session's history;
+    /// a new run starts from the checkpoint, at the step it was at, and what was journaled
+    /// after it is done again.
+    pub fn from_checkpoint(mut self, id: u64) -> Self {
+        self.checkpoint = Some(id);
+        self
+    }
+
+    /// Gives the run a tool of its own for this call (see [`AgentRun::tool`]).
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.extra_tools.push(Arc::new(tool));
+        self
+    }
+
+    async fn outcome(self) -> Result<RunOutcome<AgentState>> {
+        let agent = self.agent;
+        let session = self.session.as_str();
+        let runtime = &agent.runtime;
+        let checkpoint = match self.checkpoint {
+            None => None,
+            Some(id) => {
+                let cp = runtime
+                    .store()
+                    .get_checkpoint(session, id)
+                    .await?
+                    .ok_or_else(|| crate::runtime::RuntimeError::UnknownCheckpoint {
+                        thread: session.to_owned(),
+                        checkpoint: id,
+                    })?;
+                if !cp.namespace.is_empty() {
+                    return Err(AgentError::Checkpoint {
+                        agent: agent.core.name.clone(),
+                        session: session.to_owned(),
+                        checkpoint: id,
+                        problem: format!("it belongs to the subgraph {}", cp.namespace),
+                    }
+                    .into());
+                }
+                Some(cp)
+            }
+        };
+        match (checkpoint, self.prompt) {
+            (None, None) => {
+                let run = agent.graph.recover(runtime, session);
+                agent.with_timeout(session, run.into_future()).await
+            }
+            (Some(cp), None) => {
+                runtime.fork(session, cp.id, session).await?;
+                let run = agent.graph.recover(runtime, session);
+                agent.with_timeout(session, run.into_future()).await
+            }
+            (None, Some(prompt)) => {
+                let state = agent
+                    .run(prompt)
+                    .session(session)
+                    .initial_state(session)
+                    .await?;
+                let run = agent.graph.run(runtime, session.to_owned(), state);
+                agent.with_timeout(session, run.into_future()).await
+            }
+            (Some(cp), Some(prompt)) => {
+                if cp.status == RunStatus::Interrupted {
+                    return Err(AgentError::Checkpoint {
+                        agent: agent.core.name.clone(),
+                        session: session.to_owned(),
+                        checkpoint: cp.id,
+                        problem: "its run is suspended there; carry it on without a prompt"
+                            .to_owned(),
+                    }
+                    .into());
+                }
+                let state = continue_from(agent, session, &cp, &prompt)?;
+                let run = agent.graph.run(runtime, session.to_owned(), state);
+                agent.with_timeout(session, run.into_future()).await
+            }
+        }
+    }
+}
+
+impl<'a> IntoFuture for AgentResume<'a> {
+    type Output = Result<RunResult>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<RunResult>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let span = observe::agent_span(self.agent.name(), &self.session);
+        Box::pin(
+            async move {
+                let agent = self.agent;
+                let session = self.session.clone();
+                let _turn = agent.turn(&session).await;
+                let _lent = agent.core.tools.lend(&session, &self.extra_tools);
+                let outcome = self.outcome().await?;
+                finish(session, outcome)
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -293,6 +432,7 @@ impl<'a> IntoFuture for AgentRun<'a> {
             async move {
                 let agent = self.agent;
                 let _turn = agent.turn(&session).await;
+                let _lent = agent.core.tools.lend(&session, &self.extra_tools);
                 let state = self.initial_state(&session).await?;
                 let run = agent.graph.run(&agent.runtime, session.clone(), state);
                 let outcome = agent.with_timeout(&session, run.into_future()).await?;
@@ -301,6 +441,53 @@ impl<'a> IntoFuture for AgentRun<'a> {
             .instrument(span),
         )
     }
+}
+
+/// The state of a new run that carries the conversation of checkpoint `cp` on with
+/// `prompt`.
+fn continue_from(
+    agent: &Agent,
+    session: &str,
+    cp: &Checkpoint,
+    prompt: &str,
+) -> Result<AgentState> {
+    let problem = |problem: String| {
+        Error::from(AgentError::Checkpoint {
+            agent: agent.core.name.clone(),
+            session: session.to_owned(),
+            checkpoint: cp.id,
+            problem,
+        })
+    };
+    let previous: AgentState = serde_json::from_value(cp.state().clone())
+        .map_err(|e| problem(format!("its state is not an agent's: {e}")))?;
+    let answered: std::collections::HashSet<&str> = previous
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(result) => Some(result.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let unanswered: Vec<&str> = previous
+        .last_message()
+        .map(Message::tool_calls)
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.id.as_str())
+        .filter(|id| !answered.contains(id))
+        .collect();
+    if !unanswered.is_empty() {
+        return Err(problem(format!(
+            "it is in the middle of a turn (tool calls {} have no results); carry it on \
+             without a prompt",
+            unanswered.join(", ")
+        )));
+    }
+    let mut state = AgentState::new(prompt);
+    state.messages = previous.messages;
+    state.messages.push(Message::user(prompt));
+    Ok(state)
 }
 
 fn finish(session: String, outcome: RunOutcome<AgentState>) -> Result<RunResult> {
@@ -327,29 +514,27 @@ impl Agent {
             user: None,
             max_turns: None,
             output: None,
+            extra_tools: Vec::new(),
         }
     }
 
     /// Carries a suspended or crashed run of `session` on: after a tool approval was
-    /// decided, after the signal it waits for was sent, or after a restart.
+    /// decided, after the signal it waits for was sent, or after a restart. `.await` it as
+    /// it is, or first give it a new prompt ([`AgentResume::prompt`]), a checkpoint to
+    /// carry on from ([`AgentResume::from_checkpoint`]), or tools ([`AgentResume::tool`]).
     ///
     /// Like [`CompiledGraph::recover`](crate::CompiledGraph::recover), which it uses, it
     /// claims the session's run first: while another process carries the run on it fails
     /// with [`RunError::Busy`] (as
     /// [`Error::Run`]) instead of running it a second time.
-    ///
-    /// # Errors
-    ///
-    /// An unknown session; a busy one; a failed run's error; a timeout.
-    pub async fn resume(&self, session: &str) -> Result<RunResult> {
-        async {
-            let _turn = self.turn(session).await;
-            let run = self.graph.recover(&self.runtime, session);
-            let outcome = self.with_timeout(session, run.into_future()).await?;
-            finish(session.to_owned(), outcome)
+    pub fn resume(&self, session: impl Into<String>) -> AgentResume<'_> {
+        AgentResume {
+            agent: self,
+            session: session.into(),
+            prompt: None,
+            checkpoint: None,
+            extra_tools: Vec::new(),
         }
-        .instrument(observe::agent_span(self.name(), session))
-        .await
     }
 
     async fn with_timeout<F>(&self, session: &str, run: F) -> Result<RunOutcome<AgentState>>

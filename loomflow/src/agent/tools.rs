@@ -1,0 +1,96 @@
+//! An agent's tools after it is built: the shared host that [`Agent::add_tool`] and
+//! [`Agent::remove_tool`] change, and the hosts of runs given tools of their own.
+//!
+//! [`Agent::add_tool`]: super::Agent::add_tool
+//! [`Agent::remove_tool`]: super::Agent::remove_tool
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::tool::{Tool, ToolHost};
+
+/// The tool hosts of an agent.
+pub(crate) struct AgentTools {
+    /// The host every run uses, replaced whole when a tool is added or removed, so a turn
+    /// that holds it keeps a consistent view.
+    shared: RwLock<Arc<ToolHost>>,
+    /// Hosts of runs going on now with tools of their own, by session.
+    per_call: Mutex<HashMap<String, Arc<ToolHost>>>,
+}
+
+impl std::fmt::Debug for AgentTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.current().fmt(f)
+    }
+}
+
+impl AgentTools {
+    pub(crate) fn new(host: ToolHost) -> Self {
+        Self {
+            shared: RwLock::new(Arc::new(host)),
+            per_call: Mutex::default(),
+        }
+    }
+
+    /// The agent's host as it is now.
+    pub(crate) fn current(&self) -> Arc<ToolHost> {
+        Arc::clone(
+            &self
+                .shared
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// The host a turn of `session`'s run uses: its own, when it was given tools, or else
+    /// the agent's.
+    pub(crate) fn for_session(&self, session: &str) -> Arc<ToolHost> {
+        let own = crate::sync::lock(&self.per_call).get(session).cloned();
+        own.unwrap_or_else(|| self.current())
+    }
+
+    /// Changes the agent's host; runs see the change from their next turn.
+    pub(crate) fn update<R>(&self, change: impl FnOnce(&mut ToolHost) -> R) -> R {
+        let mut shared = self
+            .shared
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut host = (**shared).clone();
+        let result = change(&mut host);
+        *shared = Arc::new(host);
+        result
+    }
+
+    /// Gives `session`'s run the agent's tools and `extra` (which win a name clash) until
+    /// the returned guard is dropped. `None` when there are no extra tools.
+    pub(crate) fn lend(
+        self: &Arc<Self>,
+        session: &str,
+        extra: &[Arc<dyn Tool>],
+    ) -> Option<LentTools> {
+        if extra.is_empty() {
+            return None;
+        }
+        let mut host = (*self.current()).clone();
+        for tool in extra {
+            host.add_arc(Arc::clone(tool));
+        }
+        crate::sync::lock(&self.per_call).insert(session.to_owned(), Arc::new(host));
+        Some(LentTools {
+            tools: Arc::clone(self),
+            session: session.to_owned(),
+        })
+    }
+}
+
+/// Takes a run's own tools back when the run ends (or its future is dropped).
+pub(crate) struct LentTools {
+    tools: Arc<AgentTools>,
+    session: String,
+}
+
+impl Drop for LentTools {
+    fn drop(&mut self) {
+        crate::sync::lock(&self.tools.per_call).remove(&self.session);
+    }
+}
