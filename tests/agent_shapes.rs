@@ -3,20 +3,41 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+use std::sync::Arc;
+
 use loomflow::agent::Agent;
-use loomflow::architecture::{PlanAndExecute, Router, Supervisor, Swarm, TeamState};
+use loomflow::architecture::{
+    ActorCritic, Debate, PlanAndExecute, Reflexion, Router, Supervisor, Swarm, TeamState,
+};
+use loomflow::graph::GraphProblem;
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow_tests::check_mermaid;
 
 fn scripted(name: &str, replies: &[&str]) -> Agent {
-    Agent::builder(format!("You are {name}."))
+    listened(name, replies).0
+}
+
+/// A scripted agent and its model, whose requests show what the agent was asked.
+fn listened(name: &str, replies: &[&str]) -> (Agent, Arc<ScriptedModel>) {
+    let model = Arc::new(ScriptedModel::new(
+        replies.iter().map(|r| ModelResponse::text(*r)),
+    ));
+    let agent = Agent::builder(format!("You are {name}."))
         .name(name)
-        .model(ScriptedModel::new(
-            replies.iter().map(|r| ModelResponse::text(*r)),
-        ))
+        .model(Arc::clone(&model))
         .build()
-        .unwrap()
+        .unwrap();
+    (agent, model)
+}
+
+/// The prompts a scripted agent was given, in order.
+fn prompts(model: &ScriptedModel) -> Vec<String> {
+    model
+        .requests()
+        .iter()
+        .map(|r| r.messages.last().unwrap().text().to_owned())
+        .collect()
 }
 
 async fn run(graph: &CompiledGraph<TeamState>, task: &str) -> TeamState {
@@ -192,6 +213,296 @@ async fn plan_and_execute_runs_each_step_then_replans_until_done() {
         ("gather prices".to_owned(), "prices: 3, 5".to_owned())
     );
     check_mermaid("shape_plan_and_execute", &graph.to_mermaid()).unwrap();
+}
+
+#[tokio::test]
+async fn reflexion_revises_with_every_critique_so_far_until_the_critic_accepts() {
+    let (actor, actor_model) = listened(
+        "actor",
+        &[
+            "It was invented in 1899.",
+            "It was patented in 1899.",
+            "Patented in 1899 by Johan Vaaler, per the Norwegian patent office.",
+        ],
+    );
+    let (critic, critic_model) = listened(
+        "critic",
+        &[
+            "Invented is wrong: it was patented.",
+            "Name the inventor and a source.",
+            "ACCEPT: clear and sourced",
+        ],
+    );
+    let graph = Reflexion::new(actor, critic).max_rounds(5).build().unwrap();
+    let team = run(&graph, "When was the paperclip patented?").await;
+    assert_eq!(
+        team.path,
+        ["actor", "critic", "actor", "critic", "actor", "critic"]
+    );
+    assert_eq!(
+        team.output.as_deref(),
+        Some("Patented in 1899 by Johan Vaaler, per the Norwegian patent office.")
+    );
+    assert!(team.accepted);
+    assert_eq!(team.round, 3);
+    assert_eq!(
+        team.critiques,
+        [
+            "Invented is wrong: it was patented.",
+            "Name the inventor and a source."
+        ]
+    );
+
+    let asked = prompts(&actor_model);
+    assert_eq!(asked[0], "When was the paperclip patented?");
+    assert!(
+        asked[1].contains("It was invented in 1899.")
+            && asked[1].contains("1. Invented is wrong: it was patented."),
+        "{}",
+        asked[1]
+    );
+    assert!(
+        asked[2].contains("It was patented in 1899.")
+            && asked[2].contains("1. Invented is wrong: it was patented.")
+            && asked[2].contains("2. Name the inventor and a source."),
+        "the revision remembers every critique: {}",
+        asked[2]
+    );
+    let judged = prompts(&critic_model);
+    assert!(
+        judged[2].contains("Johan Vaaler") && judged[2].contains("ACCEPT"),
+        "{}",
+        judged[2]
+    );
+
+    let text = graph.to_mermaid();
+    assert!(text.contains(r#"n1 -.->|"actor"| n0"#), "{text}");
+    check_mermaid("shape_reflexion", &text).unwrap();
+}
+
+#[tokio::test]
+async fn reflexion_ends_with_the_last_answer_when_the_rounds_run_out() {
+    let graph = Reflexion::new(
+        scripted("actor", &["first", "second"]),
+        scripted("critic", &["Too short.", "Still too short."]),
+    )
+    .max_rounds(2)
+    .build()
+    .unwrap();
+    let team = run(&graph, "Write an essay").await;
+    assert_eq!(team.path, ["actor", "critic", "actor", "critic"]);
+    assert_eq!(team.output.as_deref(), Some("second"));
+    assert!(!team.accepted);
+    assert_eq!(team.round, 2);
+    assert_eq!(team.critiques, ["Too short.", "Still too short."]);
+}
+
+#[tokio::test]
+async fn debate_gives_each_debater_a_turn_every_round_then_the_judge_decides() {
+    let (optimist, optimist_model) = listened(
+        "optimist",
+        &[
+            "Ship now: users want it.",
+            "Bugs can be fixed after launch.",
+        ],
+    );
+    let (skeptic, skeptic_model) = listened(
+        "skeptic",
+        &["Wait: the tests are red.", "A broken launch costs more."],
+    );
+    let (judge, judge_model) = listened("judge", &["Wait a week and fix the tests."]);
+    let graph = Debate::new(judge)
+        .debater("optimist", optimist)
+        .debater("skeptic", skeptic)
+        .build()
+        .unwrap();
+    let team = run(&graph, "Should we ship today?").await;
+    assert_eq!(
+        team.path,
+        ["optimist", "skeptic", "optimist", "skeptic", "judge"]
+    );
+    assert_eq!(
+        team.output.as_deref(),
+        Some("Wait a week and fix the tests.")
+    );
+    assert_eq!(team.round, 2);
+
+    let skeptic_asked = prompts(&skeptic_model);
+    assert!(
+        skeptic_asked[0].contains("optimist: Ship now: users want it.")
+            && skeptic_asked[0].contains("round 1 of 2"),
+        "{}",
+        skeptic_asked[0]
+    );
+    let optimist_asked = prompts(&optimist_model);
+    assert!(
+        optimist_asked[1].contains("skeptic: Wait: the tests are red.")
+            && optimist_asked[1].contains("round 2 of 2"),
+        "{}",
+        optimist_asked[1]
+    );
+    let judge_asked = &prompts(&judge_model)[0];
+    for argument in [
+        "optimist: Ship now: users want it.",
+        "skeptic: Wait: the tests are red.",
+        "optimist: Bugs can be fixed after launch.",
+        "skeptic: A broken launch costs more.",
+    ] {
+        assert!(judge_asked.contains(argument), "{judge_asked}");
+    }
+
+    let text = graph.to_mermaid();
+    assert!(
+        text.contains(r#"-.->|"optimist"|"#) && text.contains(r#"-.->|"judge"|"#),
+        "the last debater loops back or hands over to the judge: {text}"
+    );
+    check_mermaid("shape_debate", &text).unwrap();
+}
+
+#[tokio::test]
+async fn a_one_round_debate_goes_to_the_judge_after_every_debater_spoke_once() {
+    let graph = Debate::new(scripted("judge", &["b is right"]))
+        .debater("a", scripted("a", &["yes"]))
+        .debater("b", scripted("b", &["no"]))
+        .debater("c", scripted("c", &["maybe"]))
+        .rounds(1)
+        .build()
+        .unwrap();
+    let team = run(&graph, "Is it?").await;
+    assert_eq!(team.path, ["a", "b", "c", "judge"]);
+    assert_eq!(team.output.as_deref(), Some("b is right"));
+    assert_eq!(team.round, 1);
+}
+
+#[test]
+fn a_debate_needs_two_debaters_with_distinct_names() {
+    let err = Debate::new(scripted("judge", &[]))
+        .debater("solo", scripted("solo", &[]))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "graph debate is invalid: at least 2 debaters needed, found 1"
+    );
+    let Error::Graph(graph_error) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        graph_error.problems(),
+        [GraphProblem::TooFewMembers {
+            role: "debaters".into(),
+            min: 2,
+            found: 1
+        }]
+    );
+
+    let err = Debate::new(scripted("judge", &[]))
+        .debater("pro", scripted("pro", &[]))
+        .debater("pro", scripted("pro", &[]))
+        .debater("judge", scripted("judge", &[]))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "graph debate is invalid: node pro is declared more than once; node judge is declared more than once"
+    );
+}
+
+#[tokio::test]
+async fn actor_critic_retries_with_only_the_latest_feedback_until_the_score_reaches_the_threshold()
+{
+    let (actor, actor_model) = listened("actor", &["v1", "v2", "v3"]);
+    let graph = ActorCritic::new(
+        actor,
+        scripted(
+            "critic",
+            &[
+                "SCORE: 4\nToo short.",
+                "SCORE: 6/10\nAdd an example.",
+                "SCORE: 9\nGood.",
+            ],
+        ),
+    )
+    .max_rounds(5)
+    .build()
+    .unwrap();
+    let team = run(&graph, "Explain borrowing").await;
+    assert_eq!(
+        team.path,
+        ["actor", "critic", "actor", "critic", "actor", "critic"]
+    );
+    assert_eq!(team.output.as_deref(), Some("v3"));
+    assert_eq!(team.score, Some(9));
+    assert!(team.accepted);
+    assert_eq!(team.round, 3);
+    assert_eq!(team.critiques, ["Too short.", "Add an example."]);
+
+    let asked = prompts(&actor_model);
+    assert_eq!(asked[0], "Explain borrowing");
+    assert!(
+        asked[2].contains("v2")
+            && asked[2].contains("scored it 6/10")
+            && asked[2].contains("Add an example.")
+            && !asked[2].contains("Too short."),
+        "only the latest feedback: {}",
+        asked[2]
+    );
+
+    let text = graph.to_mermaid();
+    assert!(text.contains(r#"n1 -.->|"actor"| n0"#), "{text}");
+    check_mermaid("shape_actor_critic", &text).unwrap();
+}
+
+#[tokio::test]
+async fn actor_critic_ends_with_the_last_proposal_when_the_rounds_run_out() {
+    let graph = ActorCritic::new(
+        scripted("actor", &["v1", "v2"]),
+        scripted("critic", &["SCORE: 3\nWrong.", "SCORE: 7\nAlmost."]),
+    )
+    .max_rounds(2)
+    .build()
+    .unwrap();
+    let team = run(&graph, "Explain lifetimes").await;
+    assert_eq!(team.path, ["actor", "critic", "actor", "critic"]);
+    assert_eq!(team.output.as_deref(), Some("v2"));
+    assert_eq!(team.score, Some(7));
+    assert!(!team.accepted);
+    assert_eq!(team.critiques, ["Wrong.", "Almost."]);
+}
+
+#[tokio::test]
+async fn a_critic_reply_without_a_score_counts_as_zero_and_is_the_feedback() {
+    let (actor, actor_model) = listened("actor", &["v1", "v2"]);
+    let graph = ActorCritic::new(
+        actor,
+        scripted("critic", &["Decent, but cite sources.", "SCORE: 7"]),
+    )
+    .threshold(7)
+    .build()
+    .unwrap();
+    let team = run(&graph, "Explain traits").await;
+    assert_eq!(team.path, ["actor", "critic", "actor", "critic"]);
+    assert_eq!(team.output.as_deref(), Some("v2"));
+    assert_eq!(team.score, Some(7));
+    assert!(team.accepted);
+    assert_eq!(team.critiques, ["Decent, but cite sources."]);
+    let retry = &prompts(&actor_model)[1];
+    assert!(
+        retry.contains("scored it 0/10") && retry.contains("Decent, but cite sources."),
+        "{retry}"
+    );
+}
+
+#[test]
+fn a_team_state_saved_without_the_loop_fields_still_loads_and_new_ones_omit_them() {
+    let old =
+        json!({ "task": "t", "messages": [], "path": ["router", "billing"], "output": "done" });
+    let team: TeamState = serde_json::from_value(old.clone()).unwrap();
+    assert_eq!(
+        (team.round, team.critiques.len(), team.score, team.accepted),
+        (0, 0, None, false)
+    );
+    assert_eq!(serde_json::to_value(&team).unwrap(), old);
 }
 
 static REFUNDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

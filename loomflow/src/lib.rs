@@ -96,7 +96,8 @@
 //! - [`tool`](mod@tool): the [`Tool`](tool::Tool) trait, [`ToolHost`](tool::ToolHost), permissions,
 //!   approvals and hooks.
 //! - [`agent`](mod@agent): [`Agent`](agent::Agent), a ReAct loop over a model and tools, with budgets.
-//! - [`architecture`]: multi-agent shapes (router, supervisor, swarm, plan-and-execute).
+//! - [`architecture`]: multi-agent shapes (router, supervisor, swarm, plan-and-execute,
+//!   reflexion, debate, actor-critic).
 //! - [`error`]: [`Error`] and one error enum per subsystem.
 //! - The macros: [`node`], [`tool`](macro@tool), [`agent`](macro@agent).
 //!

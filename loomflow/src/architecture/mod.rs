@@ -1,5 +1,5 @@
 //! Multi-agent shapes, built as graphs over agents: [`Router`], [`Supervisor`], [`Swarm`],
-//! [`PlanAndExecute`].
+//! [`PlanAndExecute`], [`Reflexion`], [`Debate`], [`ActorCritic`].
 //!
 //! Each builder returns a [`CompiledGraph<TeamState>`](crate::CompiledGraph) whose nodes run
 //! agents (as subgraphs, each under its own checkpoint namespace), so a shape checkpoints,
@@ -9,14 +9,21 @@
 //! The coordinating agents speak small text protocols, described in their instructions:
 //! a router answers with a worker's name; a supervisor with `worker: instruction` or
 //! `FINISH: answer`; a planner with one step per line; a replanner with `DONE: answer` or
-//! new steps.
+//! new steps; a reflexion critic with `ACCEPT` or a critique; an actor-critic critic with
+//! `SCORE: n` and feedback. Debaters and judges answer in prose.
 
+mod actor_critic;
+mod debate;
 mod plan;
+mod reflexion;
 mod router;
 mod supervisor;
 mod swarm;
 
+pub use actor_critic::ActorCritic;
+pub use debate::Debate;
 pub use plan::PlanAndExecute;
+pub use reflexion::Reflexion;
 pub use router::Router;
 pub use supervisor::Supervisor;
 pub use swarm::Swarm;
@@ -46,6 +53,24 @@ pub struct TeamState {
     /// Steps executed, with their results (plan-and-execute).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub done: Vec<(String, String)>,
+    /// Rounds completed: the actor's answers (reflexion, actor-critic), or rounds in which
+    /// every debater spoke (debate).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub round: u32,
+    /// The actor's latest answer (reflexion, actor-critic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<String>,
+    /// The critic's critiques of the answers it rejected, oldest first: its whole reply
+    /// (reflexion) or its feedback without the score (actor-critic).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub critiques: Vec<String>,
+    /// The critic's latest score, from 0 to 10 (actor-critic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<u8>,
+    /// Whether the critic accepted the answer in `output`; `false` when the rounds ran out
+    /// first (reflexion, actor-critic).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub accepted: bool,
     /// The agents that ran, in order.
     pub path: Vec<String>,
     /// The team's answer.
@@ -63,6 +88,15 @@ impl TeamState {
             ..Self::default()
         }
     }
+}
+
+// serde's `skip_serializing_if` passes a reference.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A named agent with a description its coordinator reads.

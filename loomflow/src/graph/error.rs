@@ -105,6 +105,17 @@ pub enum GraphProblem {
     /// Nothing leaves `START`.
     #[error("graph has no entry: add an edge or branch from START")]
     NoEntry,
+    /// A multi-agent shape was given fewer members of some role than it needs (a debate with
+    /// one debater).
+    #[error("at least {min} {role} needed, found {found}")]
+    TooFewMembers {
+        /// The role, plural: `debaters`.
+        role: String,
+        /// How many the shape needs.
+        min: usize,
+        /// How many it was given.
+        found: usize,
+    },
     /// A node cannot be reached from `START`.
     #[error("node {name} is unreachable from START")]
     Unreachable {
