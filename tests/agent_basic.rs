@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
-use loomflow::EventKind;
 use loomflow::agent::{Agent, AgentError, AgentEvent, AgentState, Budget, BudgetCap, StopReason};
 use loomflow::model::{
     EchoModel, Message, Model, ModelError, ModelRequest, ModelResponse, ScriptedModel, StreamChunk,
@@ -355,7 +354,7 @@ async fn streaming_yields_model_chunks_tool_calls_and_results() {
         .unwrap()
         .collect()
         .await;
-    let backend: Vec<AgentEvent> = events.iter().filter_map(AgentEvent::from_event).collect();
+    let backend: Vec<AgentEvent> = events.clone();
     assert!(
         backend.iter().any(
             |e| matches!(e, AgentEvent::ToolCall { id, name, .. } if id == "c1" && name == "add")
@@ -377,7 +376,13 @@ async fn streaming_yields_model_chunks_tool_calls_and_results() {
         )),
         "model text chunks: {backend:?}"
     );
-    assert_eq!(events.last().unwrap().kind, EventKind::Done);
+    assert_eq!(events.last(), Some(&AgentEvent::Done));
+    assert_eq!(
+        events.first(),
+        Some(&AgentEvent::NodeStarted {
+            node: "model".into()
+        })
+    );
 }
 
 #[tokio::test]
@@ -469,8 +474,7 @@ async fn streaming_shows_permission_asks_and_approval_decisions() {
         .collect()
         .await;
     let decisions: Vec<(&str, Decision)> = events
-        .iter()
-        .filter_map(AgentEvent::from_event)
+        .into_iter()
         .filter_map(|e| match e {
             AgentEvent::Permission { decision, .. } => Some(("permission", decision)),
             AgentEvent::Approval { decision, .. } => Some(("approval", decision)),

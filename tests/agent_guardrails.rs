@@ -186,9 +186,9 @@ async fn a_streamed_answer_is_only_shown_once_its_guardrails_passed_it() {
     let mut stream = agent.run("number?").stream().await.unwrap();
     let mut texts = Vec::new();
     while let Some(event) = stream.next().await {
-        if let Some(AgentEvent::ModelChunk {
+        if let AgentEvent::ModelChunk {
             chunk: StreamChunk::Text { text },
-        }) = AgentEvent::from_event(&event)
+        } = event
         {
             texts.push(text);
         }
@@ -243,9 +243,9 @@ async fn a_blocked_tool_call_is_refused_to_the_model_and_a_rewritten_one_runs_as
     let mut stream = agent.run("Look up 42").user("ada").stream().await.unwrap();
     let mut blocks = Vec::new();
     while let Some(event) = stream.next().await {
-        if let Some(AgentEvent::GuardrailBlocked {
+        if let AgentEvent::GuardrailBlocked {
             guardrail, stage, ..
-        }) = AgentEvent::from_event(&event)
+        } = event
         {
             blocks.push((guardrail, stage));
         }

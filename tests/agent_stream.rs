@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use loomflow::EventKind;
-use loomflow::agent::{Agent, AgentError};
+use loomflow::agent::{Agent, AgentError, AgentEvent};
 use loomflow::model::{
-    ChunkStream, Model, ModelError, ModelRequest, ModelResponse, ScriptedModel, ToolCall,
+    ChunkStream, FinishReason, Model, ModelError, ModelRequest, ModelResponse, ScriptedModel,
+    StreamChunk, ToolCall,
 };
 use loomflow::prelude::*;
 use loomflow::tool::{ToolError, ToolSpec};
@@ -46,7 +46,7 @@ async fn a_streamed_run_times_out_like_a_run() {
     }
     let last = last.unwrap();
     assert!(
-        matches!(&last.kind, EventKind::Error { message } if message.contains("timed out")),
+        matches!(&last, AgentEvent::Failed { message } if message.contains("timed out")),
         "{last:?}"
     );
     let error = stream.outcome().await.unwrap_err();
@@ -143,4 +143,71 @@ async fn an_agents_tool_calls_keep_the_hosts_concurrency_limit() {
         2,
         "two at a time, as the host allows"
     );
+}
+
+/// A model whose streamed reply is 1,000 chunks, made only as they are read; counts them.
+#[derive(Debug, Default)]
+struct Chatty {
+    made: Arc<AtomicUsize>,
+}
+
+impl Model for Chatty {
+    fn name(&self) -> &str {
+        "chatty"
+    }
+    fn complete(&self, _: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async { Ok(ModelResponse::text("unused")) })
+    }
+    fn stream(&self, _: ModelRequest) -> ChunkStream {
+        let made = Arc::clone(&self.made);
+        let text = futures_util::stream::iter(0..1_000).map(move |i| {
+            made.fetch_add(1, Ordering::SeqCst);
+            Ok(StreamChunk::Text {
+                text: format!("{i} "),
+            })
+        });
+        let finish = futures_util::stream::iter([Ok(StreamChunk::Finish {
+            reason: FinishReason::Stop,
+        })]);
+        Box::pin(text.chain(finish))
+    }
+}
+
+#[tokio::test]
+async fn a_slow_reader_holds_the_run_back_instead_of_letting_events_pile_up() {
+    let model = Chatty::default();
+    let made = Arc::clone(&model.made);
+    let agent = Agent::builder("a").model(model).build().unwrap();
+    let mut stream = agent.run("talk").stream_capacity(8).stream().await.unwrap();
+    let first = stream.next().await.unwrap();
+    assert_eq!(
+        first,
+        AgentEvent::NodeStarted {
+            node: "model".into()
+        }
+    );
+    // The reader stops reading for a while: the model is not read ahead of it by more than
+    // the two buffers (the agent's and the graph's) hold.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ahead = made.load(Ordering::SeqCst);
+    assert!(
+        ahead <= 2 * 8 + 2,
+        "{ahead} chunks made for a reader that took one event"
+    );
+    // Read on: every chunk arrives, in order, then the end.
+    let mut chunks = 0;
+    let mut last = None;
+    while let Some(event) = stream.next().await {
+        if let AgentEvent::ModelChunk {
+            chunk: StreamChunk::Text { text },
+        } = &event
+        {
+            assert_eq!(*text, format!("{chunks} "));
+            chunks += 1;
+        }
+        last = Some(event);
+    }
+    assert_eq!(chunks, 1_000);
+    assert_eq!(last, Some(AgentEvent::Done));
+    assert_eq!(stream.outcome().await.unwrap().output.len(), 3_890);
 }

@@ -70,3 +70,107 @@ impl Event {
         Self { step, node, kind }
     }
 }
+
+/// Where a run's events go: a channel, and for a bounded stream, a count of the events the
+/// listener has not taken yet that producers wait on.
+///
+/// Sending never blocks (nodes emit from synchronous code); producers that can make a lot of
+/// events (model chunks, supersteps) wait for [`room`](EventSink::room) first, so a slow
+/// listener holds the run back instead of letting events pile up.
+#[derive(Clone, Debug)]
+pub(crate) struct EventSink {
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    room: Option<std::sync::Arc<Room>>,
+}
+
+#[derive(Debug)]
+struct Room {
+    capacity: usize,
+    queued: std::sync::atomic::AtomicUsize,
+    freed: tokio::sync::Notify,
+}
+
+impl EventSink {
+    /// A sink and its receiving end; `capacity` bounds it, `None` leaves it unbounded.
+    pub(crate) fn new(capacity: Option<usize>) -> (Self, EventReceiver) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let room = capacity.map(|capacity| {
+            std::sync::Arc::new(Room {
+                capacity: capacity.max(1),
+                queued: std::sync::atomic::AtomicUsize::new(0),
+                freed: tokio::sync::Notify::new(),
+            })
+        });
+        (
+            Self {
+                tx,
+                room: room.clone(),
+            },
+            EventReceiver { rx, room },
+        )
+    }
+
+    /// Sends an event; a listener that went away is not an error.
+    pub(crate) fn send(&self, event: Event) {
+        if self.tx.send(event).is_ok()
+            && let Some(room) = &self.room
+        {
+            room.queued
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+
+    /// Waits until the listener has taken enough events for the stream to be under its
+    /// bound (at once when it is unbounded, or when the listener went away).
+    pub(crate) async fn room(&self) {
+        let Some(room) = &self.room else { return };
+        loop {
+            let freed = room.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the check, so a take between the check and the wait wakes it.
+            freed.as_mut().enable();
+            if room.queued.load(std::sync::atomic::Ordering::Acquire) < room.capacity
+                || self.tx.is_closed()
+            {
+                return;
+            }
+            freed.await;
+        }
+    }
+}
+
+/// The receiving end of an [`EventSink`].
+#[derive(Debug)]
+pub(crate) struct EventReceiver {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    room: Option<std::sync::Arc<Room>>,
+}
+
+impl EventReceiver {
+    pub(crate) fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Event>> {
+        let polled = self.rx.poll_recv(cx);
+        if let (std::task::Poll::Ready(Some(_)), Some(room)) = (&polled, &self.room) {
+            room.queued
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            room.freed.notify_waiters();
+        }
+        polled
+    }
+
+    /// Stops taking events; producers waiting for room go on.
+    pub(crate) fn close(&mut self) {
+        self.rx.close();
+        if let Some(room) = &self.room {
+            room.freed.notify_waiters();
+        }
+    }
+}
+
+impl Drop for EventReceiver {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -59,7 +59,7 @@ pub use error::AgentError;
 pub use guardrail::{
     GuardContext, GuardStage, Guardrail, OnBlock, Verdict, on_input, on_output, on_tool_result,
 };
-pub use run::{AgentResume, AgentRun, AgentStream, RunResult};
+pub use run::{AgentResume, AgentRun, AgentStream, DEFAULT_STREAM_CAPACITY, RunResult};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
 pub use window::{ContextPolicy, DEFAULT_KEEP_RECENT};

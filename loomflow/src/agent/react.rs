@@ -209,6 +209,7 @@ async fn call_model_untraced(
         // An answer is shown once its guardrails have passed it, not as it streams.
         let withheld = guarded_text && matches!(chunk, crate::model::StreamChunk::Text { .. });
         if !withheld {
+            ctx.event_room().await;
             AgentEvent::ModelChunk {
                 chunk: chunk.clone(),
             }

@@ -12,8 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::{Agent, AgentError, AgentState, StopReason, observe};
-use crate::event::{Event, EventKind};
+use super::{Agent, AgentError, AgentEvent, AgentState, StopReason, observe};
 use crate::graph::RunError;
 use crate::graph::RunOutcome;
 use crate::model::{Message, OutputSchema, Usage};
@@ -21,6 +20,10 @@ use crate::runtime::{Checkpoint, Interrupt, RunStatus};
 use crate::tool::Tool;
 use crate::{Error, Result};
 use std::sync::Arc;
+
+/// How many events an agent's stream holds for a reader that is behind, unless the run
+/// says otherwise ([`AgentRun::stream_capacity`]).
+pub const DEFAULT_STREAM_CAPACITY: usize = 64;
 
 /// What an agent run produced.
 #[derive(Clone, Debug)]
@@ -100,6 +103,8 @@ pub struct AgentRun<'a> {
     pub(super) output: Option<OutputSchema>,
     /// Tools for this run only.
     extra_tools: Vec<Arc<dyn Tool>>,
+    /// How many events a stream of the run holds.
+    stream_capacity: usize,
 }
 
 impl std::fmt::Debug for AgentRun<'_> {
@@ -175,13 +180,25 @@ impl<'a> AgentRun<'a> {
         Ok(state)
     }
 
-    /// Runs in the background and streams the run's events: node starts and ends, model
-    /// chunks and tool calls and results ([`AgentEvent`](super::AgentEvent)s, carried as
-    /// `EventKind::Backend`), then `Done` or `Error`. Dropping the stream cancels the run.
+    /// How many events a [stream](Self::stream) holds for a reader that is behind
+    /// (default [`DEFAULT_STREAM_CAPACITY`]); when they wait unread, the run waits too.
+    pub fn stream_capacity(mut self, events: usize) -> Self {
+        self.stream_capacity = events.max(1);
+        self
+    }
+
+    /// Runs in the background and streams the run's [`AgentEvent`]s: nodes starting and
+    /// finishing, model chunks, tool calls and results, permission and guardrail decisions,
+    /// then [`AgentEvent::Done`] or [`AgentEvent::Failed`]. Dropping the stream cancels the
+    /// run; [`AgentStream::outcome`] gives its result.
     ///
-    /// The rules of [`Agent::run`](crate::agent::Agent::run) hold: it waits for the session's turn (runs on one
-    /// session take turns), and the agent's timeout ends the run with an `Error` event and,
-    /// from [`AgentStream::outcome`], [`AgentError::Timeout`].
+    /// The stream is bounded ([`stream_capacity`](Self::stream_capacity)): when the reader
+    /// falls behind, the run waits before its next step and before each model chunk, so
+    /// events never pile up in memory.
+    ///
+    /// The rules of [`Agent::run`](crate::agent::Agent::run) hold: it waits for the
+    /// session's turn (runs on one session take turns), and the agent's timeout ends the run
+    /// with a `Failed` event and, from [`AgentStream::outcome`], [`AgentError::Timeout`].
     ///
     /// # Errors
     ///
@@ -192,7 +209,8 @@ impl<'a> AgentRun<'a> {
         let lent = self.agent.core.tools.lend(&session, &self.extra_tools);
         let state = self.initial_state(&session).await?;
         let agent = self.agent.clone();
-        let (events, receiver) = mpsc::unbounded_channel();
+        let capacity = self.stream_capacity;
+        let (events, receiver) = mpsc::channel(capacity);
         let span = observe::agent_span(agent.name(), &session);
         let task = tokio::spawn(
             async move {
@@ -201,12 +219,14 @@ impl<'a> AgentRun<'a> {
                 let mut run = agent
                     .graph
                     .run(&agent.runtime, session.clone(), state)
-                    .stream();
+                    .stream_bounded(capacity);
                 let forward = async {
                     while let Some(event) = run.next().await {
-                        // A closed receiver means the caller dropped the stream; the task is
-                        // aborted with it.
-                        let _ = events.send(event);
+                        if let Some(event) = AgentEvent::from_event(&event) {
+                            // Waits while the reader is behind. A closed receiver means the
+                            // caller dropped the stream; the task is aborted with it.
+                            let _ = events.send(event).await;
+                        }
                     }
                 };
                 let timed_out = match agent.timeout {
@@ -226,13 +246,11 @@ impl<'a> AgentRun<'a> {
                         session: session.clone(),
                         seconds: limit.as_secs_f64(),
                     };
-                    let _ = events.send(Event::new(
-                        0,
-                        None,
-                        EventKind::Error {
+                    let _ = events
+                        .send(AgentEvent::Failed {
                             message: error.to_string(),
-                        },
-                    ));
+                        })
+                        .await;
                     return Err(error.into());
                 }
                 finish(session, run.outcome().await?)
@@ -377,10 +395,10 @@ impl<'a> IntoFuture for AgentResume<'a> {
 
 /// The events of an agent run as they happen; see [`AgentRun::stream`].
 ///
-/// The stream ends after the run's `Done` or `Error` event; then
+/// The stream ends after the run's [`AgentEvent::Done`] or [`AgentEvent::Failed`]; then
 /// [`outcome`](AgentStream::outcome) gives the result. Dropping it cancels the run.
 pub struct AgentStream {
-    receiver: mpsc::UnboundedReceiver<Event>,
+    receiver: mpsc::Receiver<AgentEvent>,
     task: JoinHandle<Result<RunResult>>,
 }
 
@@ -400,9 +418,9 @@ impl AgentStream {
 }
 
 impl Stream for AgentStream {
-    type Item = Event;
+    type Item = AgentEvent;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Event>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<AgentEvent>> {
         self.receiver.poll_recv(cx)
     }
 }
@@ -515,6 +533,7 @@ impl Agent {
             max_turns: None,
             output: None,
             extra_tools: Vec::new(),
+            stream_capacity: DEFAULT_STREAM_CAPACITY,
         }
     }
 

@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::mpsc::UnboundedSender;
 
 use crate::event::{Event, EventKind};
 use crate::graph::namespace::Namespace;
@@ -30,7 +29,7 @@ pub(crate) struct RunShared {
     pub(crate) run: u64,
     pub(crate) runtime: Runtime,
     /// Where stream events go; `None` when nobody listens.
-    pub(crate) events: Option<UnboundedSender<Event>>,
+    pub(crate) events: Option<crate::event::EventSink>,
     /// Where the run files its checkpoints and journal: the root for the top-level graph.
     pub(crate) namespace: Namespace,
     /// The run's durability mode (the runtime's, or the run's own override).
@@ -92,7 +91,7 @@ impl RunShared {
                 }
             });
             // A closed receiver means the listener went away; the run carries on regardless.
-            let _ = events.send(Event::new(step, node, kind));
+            events.send(Event::new(step, node, kind));
         }
     }
 }
@@ -192,8 +191,16 @@ impl Context {
         }
     }
 
+    /// Waits until a bounded event stream has room (at once for any other): lets a node
+    /// that makes many events keep to the pace of the stream's reader.
+    pub(crate) async fn event_room(&self) {
+        if let Some(events) = &self.run.events {
+            events.room().await;
+        }
+    }
+
     /// The run's event stream, for a subgraph run started by this node.
-    pub(crate) fn event_sender(&self) -> Option<UnboundedSender<Event>> {
+    pub(crate) fn event_sender(&self) -> Option<crate::event::EventSink> {
         self.run.events.clone()
     }
 

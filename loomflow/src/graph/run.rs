@@ -7,10 +7,9 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::event::Event;
+use crate::event::{Event, EventReceiver, EventSink};
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
 use crate::graph::error::RunError;
@@ -196,7 +195,7 @@ impl<S: State> RunBuilder<S> {
         self
     }
 
-    fn into_execution(self, events: Option<mpsc::UnboundedSender<Event>>) -> Execution<S> {
+    fn into_execution(self, events: Option<EventSink>) -> Execution<S> {
         let limit = self
             .recursion_limit
             .unwrap_or(self.graph.inner.recursion_limit);
@@ -226,7 +225,18 @@ impl<S: State> RunBuilder<S> {
     ///
     /// Dropping the stream aborts the run.
     pub fn stream(self) -> RunStream<S> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        self.stream_with(None)
+    }
+
+    /// Like [`stream`](Self::stream), with backpressure: when `capacity` events wait unread,
+    /// the run waits before its next superstep and before each streamed model chunk, so a
+    /// slow reader slows the run down instead of letting events pile up in memory.
+    pub fn stream_bounded(self, capacity: usize) -> RunStream<S> {
+        self.stream_with(Some(capacity))
+    }
+
+    fn stream_with(self, capacity: Option<usize>) -> RunStream<S> {
+        let (tx, rx) = EventSink::new(capacity);
         let execution = self.into_execution(Some(tx));
         RunStream {
             events: rx,
@@ -298,7 +308,7 @@ impl<S> Future for RunHandle<S> {
 /// The stream ends after the run's `Done` or `Error` event. Then
 /// [`outcome`](RunStream::outcome) gives the result.
 pub struct RunStream<S> {
-    events: mpsc::UnboundedReceiver<Event>,
+    events: EventReceiver,
     handle: Option<RunHandle<S>>,
 }
 

@@ -38,9 +38,10 @@ pub enum Decision {
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
 /// let agent = Agent::builder("a").model(ScriptedModel::new([ModelResponse::text("hi")])).build()?;
-/// let events: Vec<_> = agent.run("hello").stream().await?.collect().await;
-/// let chunks = events.iter().filter_map(AgentEvent::from_event).count();
+/// let events: Vec<AgentEvent> = agent.run("hello").stream().await?.collect().await;
+/// let chunks = events.iter().filter(|e| matches!(e, AgentEvent::ModelChunk { .. })).count();
 /// assert!(chunks > 0, "the model's reply streams as chunks");
+/// assert_eq!(events.last(), Some(&AgentEvent::Done));
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,15 +108,72 @@ pub enum AgentEvent {
         /// Its reason.
         reason: String,
     },
+    /// A node of the run's graph started (an agent's are `model` and `tools`; a node inside
+    /// a subgraph is named `parent/child`).
+    NodeStarted {
+        /// The node.
+        node: String,
+    },
+    /// A node finished its work for the step.
+    NodeFinished {
+        /// The node.
+        node: String,
+    },
+    /// A node suspended the run to ask for a value (see
+    /// [`RunResult::pending`](crate::agent::RunResult::pending)).
+    Interrupted {
+        /// The interrupt's id.
+        id: String,
+        /// What it asks.
+        payload: Value,
+    },
+    /// A node waits for a signal.
+    Waiting {
+        /// The signal's name.
+        signal: String,
+    },
+    /// A node's own event ([`Context::emit`](crate::Context::emit)).
+    Custom {
+        /// The event's name.
+        name: String,
+        /// Its payload.
+        data: Value,
+    },
+    /// The run finished (completed, stopped or suspended): the last event of its stream.
+    Done,
+    /// The run failed, or timed out: the last event of its stream.
+    Failed {
+        /// The error, with its sources.
+        message: String,
+    },
 }
 
 impl AgentEvent {
-    /// The agent event an event of a run's stream carries, if it carries one.
+    /// An event of a graph run's stream as an agent event: what a backend reported, or the
+    /// run's own moments. `None` for a superstep's end, which agents do not report.
     pub fn from_event(event: &Event) -> Option<Self> {
-        match &event.kind {
-            EventKind::Backend { data } => Self::deserialize(data).ok(),
-            _ => None,
-        }
+        let node = || event.node.clone().unwrap_or_default();
+        Some(match &event.kind {
+            EventKind::Backend { data } => return Self::deserialize(data).ok(),
+            EventKind::NodeStart => Self::NodeStarted { node: node() },
+            EventKind::NodeEnd => Self::NodeFinished { node: node() },
+            EventKind::Interrupt { id, payload } => Self::Interrupted {
+                id: id.clone(),
+                payload: payload.clone(),
+            },
+            EventKind::Wait { signal, .. } => Self::Waiting {
+                signal: signal.clone(),
+            },
+            EventKind::Custom { name, data } => Self::Custom {
+                name: name.clone(),
+                data: data.clone(),
+            },
+            EventKind::Done => Self::Done,
+            EventKind::Error { message } => Self::Failed {
+                message: message.clone(),
+            },
+            EventKind::Step { .. } => return None,
+        })
     }
 
     /// Puts this event on the run's stream, as the node `ctx` belongs to.

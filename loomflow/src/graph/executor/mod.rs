@@ -20,11 +20,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::mpsc::UnboundedSender;
 use tracing::Instrument;
 
 use crate::context::RunShared;
-use crate::event::{Event, EventKind};
+use crate::event::EventKind;
 use crate::graph::State;
 use crate::graph::compiled::{CompiledGraph, CompiledInner};
 use crate::graph::error::RunError;
@@ -65,7 +64,7 @@ pub(crate) struct Execution<S> {
     pub(crate) graph: CompiledGraph<S>,
     pub(crate) thread: Arc<str>,
     pub(crate) runtime: Runtime,
-    pub(crate) events: Option<UnboundedSender<Event>>,
+    pub(crate) events: Option<crate::event::EventSink>,
     pub(crate) namespace: Namespace,
     pub(crate) start: Start<S>,
     pub(crate) recursion_limit: u64,
@@ -272,6 +271,10 @@ async fn run_supersteps<S: State>(
             return Err(RunError::Yielded {
                 thread: shared.thread.to_string(),
             });
+        }
+        if let Some(events) = &shared.events {
+            // A bounded stream's reader is behind: wait for it rather than run ahead.
+            events.room().await;
         }
         step += 1;
         if step > recursion_limit {
