@@ -38,6 +38,7 @@
 //! ```
 
 mod budget;
+mod config;
 mod error;
 mod handoff;
 mod memory;
@@ -51,6 +52,7 @@ mod turns;
 
 pub use crate::tool::AgentEvent;
 pub use budget::Budget;
+pub use config::{ConfigError, ConfigProblem, ConfigProblemKind, ToolRegistry};
 pub use error::AgentError;
 pub use run::{AgentRun, AgentStream, RunResult};
 pub use state::AgentState;
