@@ -473,3 +473,31 @@ fn a_value_of_the_wrong_type_is_named() {
         "{message}"
     );
 }
+
+#[test]
+fn the_readme_example_loads_and_its_error_message_is_what_it_says() {
+    let readme = include_str!("../README.md");
+    let section = &readme[readme.find("### Configuration files").unwrap()..];
+    let block = |fence: &str| {
+        let start = section.find(fence).unwrap() + fence.len();
+        let end = start + section[start..].find("```").unwrap();
+        section[start..end].to_owned()
+    };
+    let config = block("```toml\n");
+    let registry = ToolRegistry::new()
+        .tool(Counted::new("get_weather").0)
+        .tool(Counted::new("book_trip").0);
+    let builder = Agent::from_config_str(&config, &registry).unwrap();
+    assert!(format!("{builder:?}").contains("forecaster"));
+
+    let typos = config
+        .replace("[\"get_weather\"", "[\"get_wether\"")
+        .replace("max_turns = 10", "max_turn = 10");
+    let error = config_error(Agent::from_config_str(&typos, &registry));
+    let said = block("```text\n").replace('\n', " ");
+    assert_eq!(
+        error.to_string(),
+        said.trim()
+            .replace("configuration agent.toml:", "configuration:")
+    );
+}
