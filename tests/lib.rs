@@ -108,3 +108,39 @@ impl Drop for TempDb {
         self.remove();
     }
 }
+
+/// A fresh directory in the temp directory, removed with everything in it when dropped.
+#[derive(Debug)]
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    /// A new, empty directory for `name`, unique to this process and call.
+    ///
+    /// # Panics
+    ///
+    /// When the directory cannot be created.
+    #[allow(clippy::expect_used)] // test support: no temp dir, no test
+    pub fn new(name: &str) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "loomflow-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("a temp dir");
+        Self(path)
+    }
+
+    /// The path of `file` in the directory.
+    pub fn join(&self, file: &str) -> std::path::PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

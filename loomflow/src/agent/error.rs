@@ -71,4 +71,8 @@ pub enum AgentError {
         /// Why not.
         problem: String,
     },
+    /// An agent configuration file was refused ([`Agent::from_config`](super::Agent::from_config)):
+    /// every problem, with its line and column.
+    #[error(transparent)]
+    Config(#[from] super::ConfigError),
 }

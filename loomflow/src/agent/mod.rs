@@ -38,6 +38,7 @@
 //! ```
 
 mod budget;
+mod config;
 mod error;
 mod guarded;
 mod guardrail;
@@ -55,6 +56,7 @@ mod window;
 
 pub use crate::tool::AgentEvent;
 pub use budget::Budget;
+pub use config::{ConfigError, ConfigProblem, ConfigProblemKind, ToolRegistry};
 pub use error::AgentError;
 pub use guardrail::{
     GuardContext, GuardStage, Guardrail, OnBlock, Verdict, on_input, on_output, on_tool_result,
