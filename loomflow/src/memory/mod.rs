@@ -6,7 +6,7 @@
 //! relevant to a query within one scope (never another's), [`forget`](Memory::forget) drops
 //! one, and [`Consolidation`] merges old items into fewer through a journaled model call.
 //!
-//! Backends: [`SqliteMemory`] (SQLite FTS5, feature `sqlite`) and [`PostgresMemory`]
+//! Backends: [`SqliteMemory`] (SQLite FTS5, feature `sqlite`) and `PostgresMemory`
 //! (PostgreSQL full-text search, feature `postgres`). An agent built with
 //! [`AgentBuilder::memory`](crate::agent::AgentBuilder::memory) recalls into its prompt,
 //! within a token budget; [`MemoryOptions`] can give the model `remember` and `recall` tools
