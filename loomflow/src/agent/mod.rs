@@ -43,6 +43,7 @@ mod handoff;
 mod memory;
 mod observe;
 mod output;
+mod rate_limit;
 mod react;
 mod run;
 mod state;
@@ -52,6 +53,7 @@ mod turns;
 pub use crate::tool::AgentEvent;
 pub use budget::Budget;
 pub use error::AgentError;
+pub use rate_limit::{Limits, RateLimitMode, RateLimiter};
 pub use run::{AgentRun, AgentStream, RunResult};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
@@ -92,6 +94,8 @@ pub(crate) struct AgentCore {
     pub(crate) prices: PriceTable,
     /// Long-term memory, when the agent has one.
     pub(crate) memory: Option<memory::AgentMemory>,
+    /// Paces the model calls, when the agent has a limiter.
+    pub(crate) rate_limiter: Option<RateLimiter>,
 }
 
 impl AgentCore {
@@ -245,6 +249,7 @@ impl Agent {
             record_content: self.core.record_content,
             prices: self.core.prices.clone(),
             memory: self.core.memory.clone(),
+            rate_limiter: self.core.rate_limiter.clone(),
         });
         let graph = react::build(&core)?;
         Ok(Self {
@@ -283,6 +288,7 @@ pub struct AgentBuilder {
     prices: PriceTable,
     memory: Option<Arc<dyn Memory>>,
     memory_options: MemoryOptions,
+    rate_limiter: Option<RateLimiter>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -318,6 +324,7 @@ impl AgentBuilder {
             prices: PriceTable::new(),
             memory: None,
             memory_options: MemoryOptions::default(),
+            rate_limiter: None,
         }
     }
 
@@ -402,12 +409,17 @@ impl AgentBuilder {
     }
 
     /// A wall-clock limit per run; past it the run fails with [`AgentError::Timeout`].
+    ///
+    /// It bounds each call of `run`, `stream` or `resume` on its own and cancels the run
+    /// where it is. [`Budget::max_wall_clock`] is the other kind: it adds up the running
+    /// time of every leg of a run and stops it cleanly before its next model turn.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
 
-    /// Token and cost caps; past one the run stops cleanly with reason `budget:<cap>`.
+    /// Token, cost and running-time caps; past one the run stops cleanly with reason
+    /// `budget:<cap>`.
     pub fn budget(mut self, budget: Budget) -> Self {
         self.budget = budget;
         self
@@ -467,6 +479,25 @@ impl AgentBuilder {
     /// ```
     pub fn prices(mut self, prices: PriceTable) -> Self {
         self.prices = prices;
+        self
+    }
+
+    /// Paces the agent's model calls (default: not paced). Give several agents clones of
+    /// one [`RateLimiter`] and their runs share its buckets; see there for what is counted,
+    /// how a provider's 429 pauses every run, and the [`RateLimitMode`]s.
+    ///
+    /// ```
+    /// use loomflow::agent::{Agent, Limits, RateLimiter};
+    /// use loomflow::model::ScriptedModel;
+    ///
+    /// let agent = Agent::builder("You help.")
+    ///     .model(ScriptedModel::new([]))
+    ///     .rate_limiter(RateLimiter::new().per_user(Limits::new().requests_per_minute(20)))
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn rate_limiter(mut self, limiter: RateLimiter) -> Self {
+        self.rate_limiter = Some(limiter);
         self
     }
 
@@ -547,6 +578,7 @@ impl AgentBuilder {
             record_content: self.record_content,
             prices: self.prices,
             memory,
+            rate_limiter: self.rate_limiter,
         });
         let graph = react::build(&core)?;
         Ok(Agent {

@@ -26,7 +26,7 @@ pub enum Decision {
 /// [`EventKind::Backend`]; read it back with [`AgentEvent::from_event`].
 ///
 /// As JSON it is tagged by `type`: `model_chunk`, `tool_call`, `tool_result`, `permission`,
-/// `approval`.
+/// `approval`, `rate_limited`.
 ///
 /// # Examples
 ///
@@ -89,6 +89,14 @@ pub enum AgentEvent {
         tool: String,
         /// Allow, deny or edit.
         decision: Decision,
+    },
+    /// A model call waited for the agent's
+    /// [rate limiter](crate::agent::RateLimiter) before it was sent.
+    RateLimited {
+        /// The model.
+        model: String,
+        /// How long it waited, in milliseconds.
+        waited_ms: u64,
     },
 }
 
