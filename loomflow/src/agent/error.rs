@@ -1,5 +1,7 @@
 //! [`AgentError`]: what goes wrong building an agent or finishing its run.
 
+use std::time::Duration;
+
 /// Why an agent could not be built or a run could not finish.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -75,4 +77,28 @@ pub enum AgentError {
     /// every problem, with its line and column.
     #[error(transparent)]
     Config(#[from] super::ConfigError),
+    /// The agent's [`RateLimiter`](super::RateLimiter), in
+    /// [`RateLimitMode::Fail`](super::RateLimitMode::Fail), refused a model call that would
+    /// have had to wait (for the limiter's buckets, or for a pause after the provider's 429).
+    #[error(
+        "agent {agent} is rate limited on model {model}{}: retry after {} s",
+        for_user(.user),
+        .retry_after.as_secs_f64()
+    )]
+    RateLimited {
+        /// The agent.
+        agent: String,
+        /// The model.
+        model: String,
+        /// The run's user, if it has one.
+        user: Option<String>,
+        /// How long until the call would be allowed.
+        retry_after: Duration,
+    },
+}
+
+fn for_user(user: &Option<String>) -> String {
+    user.as_ref()
+        .map(|user| format!(" for user {user}"))
+        .unwrap_or_default()
 }

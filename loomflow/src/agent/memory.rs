@@ -83,7 +83,7 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
         Err(error) => return Err(error.into()),
     };
     state.usage += usage;
-    super::react::add_cost(core, state, &usage, None);
-    core.budget.record(state.user.as_deref(), usage);
+    let cost = super::react::add_cost(core, state, &usage, None);
+    core.budget.record(state.user.as_deref(), usage, cost);
     Ok(())
 }

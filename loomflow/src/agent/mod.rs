@@ -46,6 +46,7 @@ mod handoff;
 mod memory;
 mod observe;
 mod output;
+mod rate_limit;
 mod react;
 mod run;
 mod state;
@@ -61,6 +62,7 @@ pub use error::AgentError;
 pub use guardrail::{
     GuardContext, GuardStage, Guardrail, OnBlock, Verdict, on_input, on_output, on_tool_result,
 };
+pub use rate_limit::{Limits, RateLimitMode, RateLimiter};
 pub use run::{AgentResume, AgentRun, AgentStream, DEFAULT_STREAM_CAPACITY, RunResult};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
@@ -106,6 +108,8 @@ pub(crate) struct AgentCore {
     pub(crate) guardrails: guardrail::Guardrails,
     /// What happens when the conversation grows past a threshold.
     pub(crate) context_policy: Option<ContextPolicy>,
+    /// Paces the model calls, when the agent has a limiter.
+    pub(crate) rate_limiter: Option<RateLimiter>,
 }
 
 impl AgentCore {
@@ -279,6 +283,7 @@ impl Agent {
             memory: self.core.memory.clone(),
             guardrails: self.core.guardrails.clone(),
             context_policy: self.core.context_policy.clone(),
+            rate_limiter: self.core.rate_limiter.clone(),
         });
         let graph = react::build(&core)?;
         Ok(Self {
@@ -319,6 +324,7 @@ pub struct AgentBuilder {
     memory_options: MemoryOptions,
     guardrails: guardrail::Guardrails,
     context_policy: Option<ContextPolicy>,
+    rate_limiter: Option<RateLimiter>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -356,6 +362,7 @@ impl AgentBuilder {
             memory_options: MemoryOptions::default(),
             guardrails: guardrail::Guardrails::default(),
             context_policy: None,
+            rate_limiter: None,
         }
     }
 
@@ -464,12 +471,17 @@ impl AgentBuilder {
     }
 
     /// A wall-clock limit per run; past it the run fails with [`AgentError::Timeout`].
+    ///
+    /// It bounds each call of `run`, `stream` or `resume` on its own and cancels the run
+    /// where it is. [`Budget::max_wall_clock`] is the other kind: it adds up the running
+    /// time of every leg of a run and stops it cleanly before its next model turn.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
 
-    /// Token and cost caps; past one the run stops cleanly with reason `budget:<cap>`.
+    /// Token, cost and running-time caps; past one the run stops cleanly with reason
+    /// `budget:<cap>`.
     pub fn budget(mut self, budget: Budget) -> Self {
         self.budget = budget;
         self
@@ -529,6 +541,25 @@ impl AgentBuilder {
     /// ```
     pub fn prices(mut self, prices: PriceTable) -> Self {
         self.prices = prices;
+        self
+    }
+
+    /// Paces the agent's model calls (default: not paced). Give several agents clones of
+    /// one [`RateLimiter`] and their runs share its buckets; see there for what is counted,
+    /// how a provider's 429 pauses every run, and the [`RateLimitMode`]s.
+    ///
+    /// ```
+    /// use loomflow::agent::{Agent, Limits, RateLimiter};
+    /// use loomflow::model::ScriptedModel;
+    ///
+    /// let agent = Agent::builder("You help.")
+    ///     .model(ScriptedModel::new([]))
+    ///     .rate_limiter(RateLimiter::new().per_user(Limits::new().requests_per_minute(20)))
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn rate_limiter(mut self, limiter: RateLimiter) -> Self {
+        self.rate_limiter = Some(limiter);
         self
     }
 
@@ -611,6 +642,7 @@ impl AgentBuilder {
             memory,
             guardrails: self.guardrails,
             context_policy: self.context_policy,
+            rate_limiter: self.rate_limiter,
         });
         let graph = react::build(&core)?;
         Ok(Agent {

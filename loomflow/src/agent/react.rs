@@ -74,9 +74,10 @@ impl Node<AgentState> for ModelNode {
 
     fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
         Box::pin(async move {
-            model_turn(&self.0, state, ctx)
-                .await
-                .map_err(NodeError::from)
+            state.count_running_time();
+            let turn = model_turn(&self.0, state, ctx).await;
+            state.count_running_time();
+            turn.map_err(NodeError::from)
         })
     }
 }
@@ -86,10 +87,7 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         state.stopped = Some(StopReason::MaxTurns);
         return Ok(());
     }
-    if let Some(cap) = core
-        .budget
-        .exceeded(&state.usage, state.cost_usd, state.user.as_deref())
-    {
+    if let Some(cap) = core.budget.exceeded(state) {
         state.stopped = Some(StopReason::Budget(cap));
         return Ok(());
     }
@@ -106,11 +104,18 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         state.output_schema.as_ref(),
         &tools,
     );
-    let response: ModelResponse = ctx.step("model", || call_model(core, request, ctx)).await?;
+    let user = state.user.as_deref();
+    let response: ModelResponse = ctx
+        .step("model", || {
+            super::rate_limit::call_model(core, request, user, ctx)
+        })
+        .await
+        .map_err(super::rate_limit::surface)?;
     state.turns += 1;
     state.usage += response.usage;
-    add_cost(core, state, &response.usage, response.model.as_deref());
-    core.budget.record(state.user.as_deref(), response.usage);
+    let cost = add_cost(core, state, &response.usage, response.model.as_deref());
+    core.budget
+        .record(state.user.as_deref(), response.usage, cost);
     state.messages.push(response.message());
     if !response.tool_calls.is_empty() {
         return Ok(());
@@ -146,15 +151,16 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
 }
 
 /// Adds what `usage` of the agent's model cost to the run's `cost_usd`, at the agent's
-/// prices (by the model's name, or else the one the provider reported, `answered`).
+/// prices (by the model's name, or else the one the provider reported, `answered`), and
+/// returns it (`None` when it is not priced).
 pub(super) fn add_cost(
     core: &AgentCore,
     state: &mut AgentState,
     usage: &crate::model::Usage,
     answered: Option<&str>,
-) {
+) -> Option<f64> {
     if core.prices.is_empty() {
-        return;
+        return None;
     }
     let priced = core
         .prices
@@ -168,10 +174,11 @@ pub(super) fn add_cost(
             "the agent's price table has no price for its model; the call is not costed"
         ),
     }
+    priced
 }
 
 /// Calls the model under a `chat {model}` span; see [`call_model_untraced`].
-async fn call_model(
+pub(super) async fn call_model(
     core: &AgentCore,
     request: ModelRequest,
     ctx: &Context,
@@ -234,9 +241,10 @@ impl Node<AgentState> for ToolsNode {
 
     fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
         Box::pin(async move {
-            tool_turn(&self.0, state, ctx)
-                .await
-                .map_err(NodeError::from)
+            state.count_running_time();
+            let turn = tool_turn(&self.0, state, ctx).await;
+            state.count_running_time();
+            turn.map_err(NodeError::from)
         })
     }
 }

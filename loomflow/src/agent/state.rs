@@ -49,6 +49,15 @@ pub struct AgentState {
     /// first model turn when the agent has a memory; empty when nothing matched).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recalled: Option<String>,
+    /// Milliseconds this run has spent running, added up over all its legs: the time a
+    /// suspended run waits (for a person, a signal) is not counted. What
+    /// [`Budget::max_wall_clock`](super::Budget::max_wall_clock) caps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub running_ms: u64,
+    /// Up to when, in this leg, `running_ms` counts; not checkpointed, so a resumed leg
+    /// starts counting afresh.
+    #[serde(skip)]
+    pub(crate) counted_to: super::budget::RunningMark,
 }
 
 impl AgentState {
@@ -58,6 +67,12 @@ impl AgentState {
             messages: vec![Message::user(prompt)],
             ..Self::default()
         }
+    }
+
+    /// Adds the time since the last count in this leg to `running_ms`; in a new leg (a
+    /// fresh or resumed run), starts counting.
+    pub(crate) fn count_running_time(&mut self) {
+        self.running_ms = self.counted_to.advance(self.running_ms);
     }
 
     /// The last message, if any.
@@ -81,4 +96,8 @@ impl AgentState {
             .find(|m| m.role() == Role::Assistant && !m.text().is_empty())
             .map(Message::text)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -16,6 +16,12 @@ pub enum BudgetCap {
     /// The user's token cap across runs
     /// ([`Budget::max_tokens_per_user`](super::Budget::max_tokens_per_user)).
     UserTokens,
+    /// The run's running-time cap, over all its legs
+    /// ([`Budget::max_wall_clock`](super::Budget::max_wall_clock)).
+    WallClock,
+    /// The user's cost cap across runs
+    /// ([`Budget::max_cost_usd_per_user`](super::Budget::max_cost_usd_per_user)).
+    UserCost,
 }
 
 impl BudgetCap {
@@ -24,6 +30,8 @@ impl BudgetCap {
             Self::Tokens => "tokens",
             Self::Cost => "cost",
             Self::UserTokens => "user_tokens",
+            Self::WallClock => "wall_clock",
+            Self::UserCost => "user_cost",
         }
     }
 }
@@ -32,7 +40,8 @@ impl BudgetCap {
 /// kept), or a suspension (see [`RunResult::pending`](super::RunResult::pending)).
 ///
 /// On the wire (checkpoints, JSON results) it keeps its strings: `max_turns_exceeded`,
-/// `budget:tokens`, `budget:cost`, `budget:user_tokens`, `suspended`, `guardrail:<name>`.
+/// `budget:tokens`, `budget:cost`, `budget:user_tokens`, `budget:wall_clock`,
+/// `budget:user_cost`, `suspended`, `guardrail:<name>`.
 ///
 /// # Examples
 ///
@@ -85,6 +94,8 @@ impl FromStr for StopReason {
             "budget:tokens" => Self::Budget(BudgetCap::Tokens),
             "budget:cost" => Self::Budget(BudgetCap::Cost),
             "budget:user_tokens" => Self::Budget(BudgetCap::UserTokens),
+            "budget:wall_clock" => Self::Budget(BudgetCap::WallClock),
+            "budget:user_cost" => Self::Budget(BudgetCap::UserCost),
             other => match other.strip_prefix("guardrail:") {
                 Some(name) if !name.is_empty() => Self::Guardrail(name.to_owned()),
                 _ => return Err(UnknownStopReason(other.to_owned())),
@@ -120,6 +131,8 @@ mod tests {
             StopReason::Budget(BudgetCap::Cost),
             StopReason::Budget(BudgetCap::UserTokens),
             StopReason::Guardrail("no_pii".to_owned()),
+            StopReason::Budget(BudgetCap::WallClock),
+            StopReason::Budget(BudgetCap::UserCost),
         ] {
             assert_eq!(reason.to_string().parse::<StopReason>(), Ok(reason));
         }

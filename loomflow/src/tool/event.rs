@@ -26,7 +26,8 @@ pub enum Decision {
 /// [`EventKind::Backend`]; read it back with [`AgentEvent::from_event`].
 ///
 /// As JSON it is tagged by `type`: `model_chunk`, `tool_call`, `tool_result`, `permission`,
-/// `approval`, `context_trimmed`, `guardrail_blocked`.
+/// `approval`, `rate_limited`, `context_trimmed`, `guardrail_blocked`, and the run's own
+/// moments (`node_started`, …).
 ///
 /// # Examples
 ///
@@ -145,6 +146,14 @@ pub enum AgentEvent {
     Failed {
         /// The error, with its sources.
         message: String,
+    },
+    /// A model call waited for the agent's
+    /// [rate limiter](crate::agent::RateLimiter) before it was sent.
+    RateLimited {
+        /// The model.
+        model: String,
+        /// How long it waited, in milliseconds.
+        waited_ms: u64,
     },
 }
 

@@ -1,0 +1,400 @@
+//! Limits on agents' model calls and runs, under paused time: rate limiters shared by
+//! agents (requests and tokens a minute, per model and per user, a provider's 429 pausing
+//! everyone), and the running-time and per-user cost budgets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use loomflow::agent::{
+    Agent, AgentError, AgentEvent, AgentState, Budget, BudgetCap, Limits, RateLimitMode,
+    RateLimiter, StopReason,
+};
+use loomflow::model::{
+    BoxFuture, ChunkStream, EchoModel, FinishReason, Model, ModelError, ModelRequest,
+    ModelResponse, PriceTable, ScriptedModel, StreamChunk, ToolCall, Usage,
+};
+use loomflow::prelude::*;
+use loomflow::tool::ApprovalDecision;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Whether `elapsed` is `expected`, give or take the timer's few milliseconds.
+fn about(elapsed: Duration, expected: Duration) -> bool {
+    elapsed.abs_diff(expected) <= Duration::from_millis(20)
+}
+
+fn input_tokens(n: u64) -> Usage {
+    Usage {
+        input_tokens: n,
+        ..Usage::default()
+    }
+}
+
+fn agent(name: &str, model: impl Model + 'static, limiter: &RateLimiter) -> Agent {
+    Agent::builder("You answer.")
+        .name(name)
+        .model(model)
+        .rate_limiter(limiter.clone())
+        .build()
+        .unwrap()
+}
+
+/// `n` one-turn answers, from a model that goes by `gpt-4o`.
+fn answers(n: usize) -> ScriptedModel {
+    ScriptedModel::new((0..n).map(|i| ModelResponse::text(format!("answer {i}")))).named("gpt-4o")
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_agents_sharing_a_limiter_share_its_requests_a_minute() {
+    let limiter = RateLimiter::new().model("gpt-4o", Limits::new().requests_per_minute(2));
+    let writer = agent("writer", answers(2), &limiter);
+    let critic = agent("critic", answers(1), &limiter);
+
+    let start = Instant::now();
+    writer.run("one").await.unwrap();
+    critic.run("two").await.unwrap();
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "the burst lets two through"
+    );
+    // Two a minute: the third call waits for half a minute's refill.
+    let third = writer.run("three").await.unwrap();
+    assert_eq!(third.output, "answer 1");
+    assert!(about(start.elapsed(), secs(30)), "{:?}", start.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_waited_says_so_on_the_stream() {
+    let limiter = RateLimiter::new().model("gpt-4o", Limits::new().requests_per_minute(1));
+    let agent = agent("a", answers(2), &limiter);
+    agent.run("one").await.unwrap();
+    let events: Vec<_> = agent.run("two").stream().await.unwrap().collect().await;
+    let waits: Vec<(String, u64)> = events
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::RateLimited { model, waited_ms } => Some((model, waited_ms)),
+            _ => None,
+        })
+        .collect();
+    let [(model, waited_ms)] = &waits[..] else {
+        panic!("one wait: {waits:?}")
+    };
+    assert_eq!(model, "gpt-4o");
+    assert!((59_990..=60_020).contains(waited_ms), "{waited_ms}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_user_has_buckets_of_their_own() {
+    let limiter = RateLimiter::new().per_user(Limits::new().requests_per_minute(1));
+    let agent = agent("a", EchoModel::new(), &limiter);
+    let start = Instant::now();
+    agent.run("first of a").user("a").await.unwrap();
+    // a has used their minute; b has not, and is not held up behind a.
+    let (a, b) = tokio::join!(
+        async {
+            agent.run("second of a").user("a").await.unwrap();
+            start.elapsed()
+        },
+        async {
+            agent.run("first of b").user("b").await.unwrap();
+            start.elapsed()
+        },
+    );
+    assert!(about(a, secs(60)), "{a:?}");
+    assert_eq!(b, Duration::ZERO);
+    // Runs without a user are not limited per user.
+    let free = Instant::now();
+    agent.run("anyone").await.unwrap();
+    agent.run("anyone again").await.unwrap();
+    assert_eq!(free.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_reply_spends_the_tokens_a_minute() {
+    // 1,000 tokens a minute. The first call is estimated at a few tokens but uses 1,500:
+    // the bucket owes 500, which takes half a minute to refill, plus the next estimate.
+    let limiter = RateLimiter::new().model("gpt-4o", Limits::new().tokens_per_minute(1_000));
+    let model = ScriptedModel::new([
+        ModelResponse::text("long").with_usage(input_tokens(1_500)),
+        ModelResponse::text("short").with_usage(input_tokens(5)),
+    ])
+    .named("gpt-4o");
+    let agent = agent("a", model, &limiter);
+    let start = Instant::now();
+    agent.run("hi").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    agent.run("hi").await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= secs(30) && waited < secs(32),
+        "about 30 s and the estimate's refill: {waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_fast_is_a_typed_error_that_says_how_long() {
+    let limiter = RateLimiter::new()
+        .per_user(Limits::new().requests_per_minute(1))
+        .mode(RateLimitMode::Fail);
+    let agent = agent("support", EchoModel::new(), &limiter);
+    agent.run("hi").user("a").await.unwrap();
+    let error = agent.run("again").user("a").await.unwrap_err();
+    let Error::Run(loomflow::RunError::NodeFailed { source, .. }) = &error else {
+        panic!("{error:?}")
+    };
+    let Some(Error::Agent(AgentError::RateLimited {
+        agent: name,
+        model,
+        user,
+        retry_after,
+    })) = source.downcast_ref::<Error>()
+    else {
+        panic!("{source:?}")
+    };
+    assert_eq!(
+        (name.as_str(), model.as_str(), user.as_deref()),
+        ("support", "echo", Some("a"))
+    );
+    assert!(about(*retry_after, secs(60)), "{retry_after:?}");
+    assert_eq!(
+        source.to_string(),
+        "agent support is rate limited on model echo for user a: retry after 60 s"
+    );
+    // Nothing waited, and another user goes through.
+    agent.run("hi").user("b").await.unwrap();
+}
+
+/// Answers 429 (retry after 5 s) to its first call, then text; says when it was rate
+/// limited.
+#[derive(Debug)]
+struct BusyOnce {
+    calls: AtomicUsize,
+    limited: Notify,
+}
+
+impl BusyOnce {
+    fn reply(&self) -> Result<ModelResponse, ModelError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.limited.notify_one();
+            return Err(ModelError::RateLimited {
+                provider: "test".into(),
+                model: "gpt-4o".into(),
+                retry_after: Some(secs(5)),
+                message: "slow down".into(),
+            });
+        }
+        Ok(ModelResponse::text("made it"))
+    }
+}
+
+impl Model for BusyOnce {
+    fn name(&self) -> &str {
+        "gpt-4o"
+    }
+
+    fn complete(&self, _: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let reply = self.reply();
+        Box::pin(async move { reply })
+    }
+
+    fn stream(&self, _: ModelRequest) -> ChunkStream {
+        let chunks = match self.reply() {
+            Ok(reply) => vec![
+                Ok(StreamChunk::Text {
+                    text: reply.content,
+                }),
+                Ok(StreamChunk::Finish {
+                    reason: FinishReason::Stop,
+                }),
+            ],
+            Err(error) => vec![Err(error)],
+        };
+        Box::pin(futures_util::stream::iter(chunks))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_providers_429_pauses_every_agent_sharing_the_limiter() {
+    let limiter = RateLimiter::new(); // no limits of its own: the provider's 429 is enough
+    let busy = Arc::new(BusyOnce {
+        calls: AtomicUsize::new(0),
+        limited: Notify::new(),
+    });
+    let first = agent("first", Arc::clone(&busy), &limiter);
+    let second = agent("second", answers(1), &limiter);
+    let start = Instant::now();
+    let first_run = tokio::spawn(async move { first.run("hi").await });
+    busy.limited.notified().await;
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // The 429 paused gpt-4o for 5 s: the other agent's call waits too.
+    let other = second.run("hi").await.unwrap();
+    assert_eq!(other.output, "answer 0");
+    assert!(about(start.elapsed(), secs(5)), "{:?}", start.elapsed());
+    // And the rate-limited run tried again after the pause, and finished.
+    let result = first_run.await.unwrap().unwrap();
+    assert_eq!(result.output, "made it");
+    assert_eq!(busy.calls.load(Ordering::SeqCst), 2);
+    assert!(about(start.elapsed(), secs(5)), "{:?}", start.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_after_a_429_are_bounded() {
+    #[derive(Debug)]
+    struct AlwaysBusy(AtomicUsize);
+    impl Model for AlwaysBusy {
+        fn name(&self) -> &str {
+            "m"
+        }
+        fn complete(&self, _: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {
+                Err(ModelError::RateLimited {
+                    provider: "test".into(),
+                    model: "m".into(),
+                    retry_after: None,
+                    message: String::new(),
+                })
+            })
+        }
+        fn stream(&self, _: ModelRequest) -> ChunkStream {
+            Box::pin(futures_util::stream::empty())
+        }
+    }
+    let model = Arc::new(AlwaysBusy(AtomicUsize::new(0)));
+    let limiter = RateLimiter::new().retries(3).backoff(secs(2));
+    let agent = agent("a", Arc::clone(&model), &limiter);
+    let start = Instant::now();
+    let error = agent.run("hi").await.unwrap_err();
+    assert!(format!("{error:?}").contains("RateLimited"), "{error:?}");
+    assert_eq!(model.0.load(Ordering::SeqCst), 4, "the call and 3 retries");
+    assert!(about(start.elapsed(), secs(6)), "{:?}", start.elapsed());
+}
+
+// --- budgets ---
+
+/// Waits 10 s, then says it is done.
+#[tool]
+async fn slow_job() -> String {
+    tokio::time::sleep(secs(10)).await;
+    "done".to_owned()
+}
+
+/// Waits 10 s, then says it is done; needs a person's approval first.
+#[tool(approval)]
+async fn slow_approved_job() -> String {
+    tokio::time::sleep(secs(10)).await;
+    "done".to_owned()
+}
+
+fn call(id: &str, tool: &str) -> ModelResponse {
+    ModelResponse::tool_calls(vec![ToolCall::new(id, tool, json!({}))])
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wall_clock_cap_stops_a_run_at_the_turn_after_it() {
+    let agent = Agent::builder("You work.")
+        .model(ScriptedModel::new([
+            call("c1", "slow_job"),
+            call("c2", "slow_job"),
+            call("c3", "slow_job"),
+            ModelResponse::text("finished"),
+        ]))
+        .tool(slow_job)
+        .budget(Budget::default().max_wall_clock(secs(15)))
+        .build()
+        .unwrap();
+    let result = agent.run("go").session("s").await.unwrap();
+    // Turn 2 starts at 10 s, under the cap; turn 3 would start at 20 s.
+    assert!(result.interrupted);
+    assert_eq!(
+        result.reason,
+        Some(StopReason::Budget(BudgetCap::WallClock))
+    );
+    assert_eq!(result.reason.unwrap().to_string(), "budget:wall_clock");
+    assert_eq!(result.turns, 2);
+    let state: AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
+    assert_eq!(state.running_ms, 20_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wall_clock_cap_adds_up_the_legs_of_a_run_but_not_its_suspension() {
+    // Leg 1: turn 1 calls a 10 s job, turn 2 a job that needs approval (suspends at 10 s).
+    // An hour passes. Leg 2: the approved 10 s job runs (20 s), turn 3 calls another 10 s
+    // job (30 s), and the 25 s cap stops the run before turn 4.
+    let agent = Agent::builder("You work.")
+        .model(ScriptedModel::new([
+            call("c1", "slow_job"),
+            call("c2", "slow_approved_job"),
+            call("c3", "slow_job"),
+            ModelResponse::text("finished"),
+        ]))
+        .tool(slow_job)
+        .tool(slow_approved_job)
+        .durable_approvals()
+        .budget(Budget::default().max_wall_clock(secs(25)))
+        .build()
+        .unwrap();
+    let first = agent.run("go").session("s").await.unwrap();
+    assert_eq!(first.reason, Some(StopReason::Suspended));
+    let suspended: AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
+    assert_eq!(suspended.running_ms, 10_000);
+
+    tokio::time::advance(secs(3_600)).await;
+    agent
+        .runtime()
+        .decide_approval("s", "c2", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let done = agent.resume("s").await.unwrap();
+    assert_eq!(done.reason, Some(StopReason::Budget(BudgetCap::WallClock)));
+    assert_eq!(
+        done.turns, 3,
+        "the hour suspended did not count; the legs did"
+    );
+    let state: AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
+    assert_eq!(state.running_ms, 30_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_user_cost_cap_spans_runs_and_leaves_other_users_alone() {
+    // $1 per million input tokens; each reply costs $0.60; the cap is $1.
+    let model =
+        Arc::new(
+            ScriptedModel::new((0..3).map(|i| {
+                ModelResponse::text(format!("reply {i}")).with_usage(input_tokens(600_000))
+            }))
+            .named("openai:gpt-4o"),
+        );
+    let agent = Agent::builder("You help.")
+        .model(Arc::clone(&model))
+        .prices(PriceTable::new().model("gpt-4o", 1.00, 0.00))
+        .budget(Budget::default().max_cost_usd_per_user(1.00))
+        .build()
+        .unwrap();
+
+    let first = agent.run("one").user("a").await.unwrap();
+    let second = agent.run("two").user("a").await.unwrap();
+    assert!(
+        !first.interrupted && !second.interrupted,
+        "$0.60, then $1.20"
+    );
+    let third = agent.run("three").user("a").await.unwrap();
+    assert!(third.interrupted);
+    assert_eq!(third.reason, Some(StopReason::Budget(BudgetCap::UserCost)));
+    assert_eq!(third.reason.unwrap().to_string(), "budget:user_cost");
+    assert_eq!(third.turns, 0, "stopped before calling the model");
+    assert_eq!(model.requests().len(), 2);
+
+    let other = agent.run("one").user("b").await.unwrap();
+    assert!(!other.interrupted);
+    assert_eq!(other.output, "reply 2");
+}
