@@ -501,3 +501,60 @@ fn the_readme_example_loads_and_its_error_message_is_what_it_says() {
             .replace("configuration agent.toml:", "configuration:")
     );
 }
+
+#[tokio::test]
+async fn the_files_context_policy_and_per_user_caps_take_effect() {
+    let (_dir, path) = write_config(
+        r#"
+instructions = "x"
+
+[budget]
+max_wall_clock = "10m"
+max_cost_usd_per_user = 0.001
+prices_per_million = [1.0, 1.0]
+
+[context]
+strategy = "snip"
+above_tokens = 1
+keep_recent = 1
+"#,
+    );
+    let model =
+        Arc::new(ScriptedModel::new(["one", "two", "three"].map(|text| {
+            ModelResponse::text(text).with_usage(usage(400, 100))
+        })));
+    let agent = Agent::from_config(&path, &ToolRegistry::new())
+        .unwrap()
+        .model(Arc::clone(&model))
+        .build()
+        .unwrap();
+    agent.run("first").session("s").user("ann").await.unwrap();
+    agent.run("second").session("s").user("ann").await.unwrap();
+    // Snipped to its last exchange, the question: the first exchange is not sent.
+    let sent: Vec<String> = model.requests()[1]
+        .messages
+        .iter()
+        .map(|m| m.text().to_owned())
+        .collect();
+    assert_eq!(sent, ["x", "second"]);
+    // Two runs of 500 tokens at $1/M spent ann's $0.001.
+    let third = agent.run("third").session("s").user("ann").await.unwrap();
+    assert_eq!(third.reason, Some(StopReason::Budget(BudgetCap::UserCost)));
+}
+
+#[test]
+fn a_bad_context_strategy_is_named() {
+    let (_dir, path) = write_config(
+        "instructions = \"x\"\n\n[context]\nstrategy = \"summarise\"\nkeep_recnt = 2\n",
+    );
+    let error = config_error(Agent::from_config(&path, &ToolRegistry::new()));
+    let message = error.to_string();
+    assert!(
+        message.contains("unknown key `keep_recnt` in [context] (did you mean `keep_recent`?)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("context.strategy") && message.contains("\"summarise\""),
+        "{message}"
+    );
+}

@@ -12,7 +12,7 @@ use super::error::{ConfigProblem, ConfigProblemKind};
 use super::file::{self, File, Price, Timeout};
 use super::keys;
 use super::registry::{Registered, ToolRegistry};
-use crate::agent::{Agent, AgentBuilder, Budget};
+use crate::agent::{Agent, AgentBuilder, Budget, ContextPolicy};
 use crate::model::{ModelSpec, PriceTable};
 use crate::tool::{Permission, PermissionPolicy, ToolHost};
 
@@ -116,7 +116,7 @@ impl Check<'_> {
         }
     }
 
-    fn timeout(&mut self, value: &Spanned<Timeout>) -> Option<Duration> {
+    fn duration(&mut self, key: &str, value: &Spanned<Timeout>) -> Option<Duration> {
         let duration = match value.get_ref() {
             Timeout::Seconds(seconds) if *seconds <= 0.0 => Some(Duration::ZERO),
             Timeout::Seconds(seconds) => Duration::try_from_secs_f64(*seconds).ok(),
@@ -125,13 +125,13 @@ impl Check<'_> {
         match duration {
             Some(duration) if !duration.is_zero() => Some(duration),
             Some(_) => {
-                self.invalid("timeout", "must be more than zero", value.span());
+                self.invalid(key, "must be more than zero", value.span());
                 None
             }
             None => {
                 let message = "expected seconds (30, 2.5) or a duration (\"30s\", \"2m\", \
                                \"1m30s\", \"500ms\")";
-                self.invalid("timeout", message, value.span());
+                self.invalid(key, message, value.span());
                 None
             }
         }
@@ -170,7 +170,11 @@ fn apply(file: File, registry: &ToolRegistry, check: &mut Check<'_>) -> AgentBui
     if let Some(retries) = file.max_schema_retries {
         builder = builder.max_schema_retries(retries);
     }
-    if let Some(timeout) = file.timeout.as_ref().and_then(|t| check.timeout(t)) {
+    if let Some(timeout) = file
+        .timeout
+        .as_ref()
+        .and_then(|t| check.duration("timeout", t))
+    {
         builder = builder.timeout(timeout);
     }
     if let Some(temperature) = file.temperature {
@@ -192,6 +196,11 @@ fn apply(file: File, registry: &ToolRegistry, check: &mut Check<'_>) -> AgentBui
     if let Some(table) = file.budget {
         builder = builder.budget(budget(table, check));
     }
+    if let Some(table) = file.context
+        && let Some(policy) = context_policy(table, check)
+    {
+        builder = builder.context_policy(policy);
+    }
     if !file.prices.is_empty() {
         let mut prices = PriceTable::new();
         for (model, price) in &file.prices {
@@ -203,6 +212,28 @@ fn apply(file: File, registry: &ToolRegistry, check: &mut Check<'_>) -> AgentBui
         builder = builder.prices(prices);
     }
     builder.tools(tool_host(&file.tools, file.permissions, registry, check))
+}
+
+fn context_policy(table: file::ContextTable, check: &mut Check<'_>) -> Option<ContextPolicy> {
+    let mut policy = match table.strategy.get_ref().as_str() {
+        "snip" => ContextPolicy::snip(),
+        "compact" => ContextPolicy::compact(),
+        other => {
+            let message = format!("expected \"snip\" or \"compact\", got {other:?}");
+            check.invalid("context.strategy", message, table.strategy.span());
+            return None;
+        }
+    };
+    if let Some(tokens) = table.above_tokens {
+        policy = policy.above_tokens(tokens);
+    }
+    if let Some(keep) = table.keep_recent {
+        if *keep.get_ref() == 0 {
+            check.invalid("context.keep_recent", "must be at least 1", keep.span());
+        }
+        policy = policy.keep_recent(keep.into_inner());
+    }
+    Some(policy)
 }
 
 fn budget(table: file::BudgetTable, check: &mut Check<'_>) -> Budget {
@@ -219,6 +250,24 @@ fn budget(table: file::BudgetTable, check: &mut Check<'_>) -> Budget {
     }
     if let Some(tokens) = table.max_tokens_per_user {
         budget = budget.max_tokens_per_user(tokens);
+    }
+    if let Some(usd) = table.max_cost_usd_per_user {
+        let cap = *usd.get_ref();
+        if !(cap.is_finite() && cap >= 0.0) {
+            check.invalid(
+                "budget.max_cost_usd_per_user",
+                "must be zero or more",
+                usd.span(),
+            );
+        }
+        budget = budget.max_cost_usd_per_user(cap);
+    }
+    if let Some(wall) = table
+        .max_wall_clock
+        .as_ref()
+        .and_then(|w| check.duration("budget.max_wall_clock", w))
+    {
+        budget = budget.max_wall_clock(wall);
     }
     if let Some(price) = &table.prices_per_million
         && let Some((input, output)) = check.price("budget.prices_per_million", price)

@@ -32,6 +32,16 @@ pub(super) struct File {
     #[serde(default)]
     pub(super) prices: BTreeMap<String, Spanned<Price>>,
     pub(super) permissions: Option<PermissionsTable>,
+    pub(super) context: Option<ContextTable>,
+}
+
+/// `[context]`: the agent's [`ContextPolicy`](crate::agent::ContextPolicy).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ContextTable {
+    pub(super) strategy: Spanned<String>,
+    pub(super) above_tokens: Option<u64>,
+    pub(super) keep_recent: Option<Spanned<usize>>,
 }
 
 /// `[budget]`.
@@ -41,6 +51,8 @@ pub(super) struct BudgetTable {
     pub(super) max_tokens: Option<u64>,
     pub(super) max_cost_usd: Option<Spanned<f64>>,
     pub(super) max_tokens_per_user: Option<u64>,
+    pub(super) max_cost_usd_per_user: Option<Spanned<f64>>,
+    pub(super) max_wall_clock: Option<Spanned<Timeout>>,
     pub(super) prices_per_million: Option<Spanned<Price>>,
 }
 

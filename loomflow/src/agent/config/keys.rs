@@ -8,7 +8,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::error::{ConfigProblem, ConfigProblemKind};
-use super::file::{self, BudgetTable, File, PRICE_FIELDS, PermissionsTable};
+use super::file::{self, BudgetTable, ContextTable, File, PRICE_FIELDS, PermissionsTable};
 
 /// The line and column (both from 1; the column in characters) of byte `offset` of `text`.
 pub(super) fn position(text: &str, offset: usize) -> (usize, usize) {
@@ -37,7 +37,12 @@ pub(super) fn remove_unknown(
     let permissions = file::fields_of::<PermissionsTable>();
     // A top-level key that belongs in a table is pointed there (`budget.max_cost_usd = ..`
     // is valid TOML at the top level).
-    let elsewhere = [("budget", budget), ("permissions", permissions)];
+    let context = file::fields_of::<ContextTable>();
+    let elsewhere = [
+        ("budget", budget),
+        ("permissions", permissions),
+        ("context", context),
+    ];
     check(
         doc,
         "",
@@ -66,6 +71,9 @@ pub(super) fn remove_unknown(
     }
     if let Some(DeValue::Table(table)) = doc.get_mut("permissions").map(Spanned::get_mut) {
         check(table, "permissions", permissions, &[], text, problems);
+    }
+    if let Some(DeValue::Table(table)) = doc.get_mut("context").map(Spanned::get_mut) {
+        check(table, "context", context, &[], text, problems);
     }
     if let Some(DeValue::Table(prices)) = doc.get_mut("prices").map(Spanned::get_mut) {
         for (model, price) in prices.iter_mut() {

@@ -35,7 +35,11 @@ impl Agent {
     ///   `max_tokens`, `durable_approvals`, `record_content`: as the builder methods of the
     ///   same names.
     /// - `[budget]`: `max_tokens`, `max_cost_usd`, `max_tokens_per_user`,
+    ///   `max_cost_usd_per_user`, `max_wall_clock` (a duration, as `timeout`),
     ///   `prices_per_million` (as [`Budget`](super::Budget)).
+    /// - `[context]`: `strategy` (`"snip"` or `"compact"`), `above_tokens`, `keep_recent`
+    ///   (a [`ContextPolicy`](super::ContextPolicy); a compaction's summarizer is the
+    ///   agent's model).
     /// - `[prices]`: model name → price per million tokens (a [`PriceTable`](crate::model::PriceTable)).
     /// - `[permissions]`: `default`, `destructive` (tools marked destructive) and
     ///   `[permissions.tools]`, tool name → permission; each `"allow"`, `"ask"` or `"deny"`
@@ -96,7 +100,14 @@ impl Agent {
     /// max_tokens = 50_000               # per run
     /// max_cost_usd = 0.50               # per run, at prices_per_million
     /// max_tokens_per_user = 1_000_000   # across a user's runs
+    /// max_cost_usd_per_user = 20.0      # across a user's runs
+    /// max_wall_clock = "10m"            # running time, over the run's legs
     /// prices_per_million = [2.50, 10.00]
+    ///
+    /// [context]                         # past 60k tokens, summarize all but 6 exchanges
+    /// strategy = "compact"
+    /// above_tokens = 60_000
+    /// keep_recent = 6
     ///
     /// [prices]                          # for RunResult::cost_usd
     /// "gpt-4o" = { input = 2.50, output = 10.00 }
