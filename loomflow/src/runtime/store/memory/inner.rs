@@ -38,16 +38,19 @@ impl Inner {
         if !checkpoint.audit.is_empty() {
             self.audit.append(std::mem::take(&mut checkpoint.audit));
         }
-        let kept = self
-            .checkpoints
-            .entry(checkpoint.thread.clone())
-            .or_default();
-        kept.push(checkpoint);
-        // Pruned a batch at a time (past half as many again), so that a step costs no scan.
-        if let Some(limit) = retention
-            && kept.len() > limit + limit / 2 + 1
-        {
-            prune(kept, limit);
+        // The thread's name is copied only for its first checkpoint.
+        if let Some(kept) = self.checkpoints.get_mut(&checkpoint.thread) {
+            kept.push(checkpoint);
+            // Pruned a batch at a time (past half as many again), so that a step costs no
+            // scan.
+            if let Some(limit) = retention
+                && kept.len() > limit + limit / 2 + 1
+            {
+                prune(kept, limit);
+            }
+        } else {
+            self.checkpoints
+                .insert(checkpoint.thread.clone(), vec![checkpoint]);
         }
         id
     }
