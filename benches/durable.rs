@@ -23,7 +23,8 @@
 //!   one transaction each), and in each of those transactions the run's row brought to what
 //!   the store leaves it at (lease expiry, update time, run state; created with the first
 //!   checkpoint, released with the last). Both are divided by the same number of
-//!   supersteps; each figure is the median of three rounds on fresh files.
+//!   supersteps; each figure is the median of seven rounds on fresh files (the machine's
+//!   load shows in the spread, printed with them).
 //! - `interrupt_resume: <n> commits per cycle`: write transactions of one interrupt + resume
 //!   cycle at FULL, by the store's own counter ([`SqliteStore::commit_stats`]), averaged over
 //!   ten cycles, checked against the commit frames appended to the WAL file (at FULL each
@@ -469,8 +470,11 @@ fn replay(conn: &mut Connection, written: &Written, thread: &str) {
     }
 }
 
+/// Rounds of the floor measurement, each on fresh files.
+const ROUNDS: usize = 7;
+
 /// The `floor:` line for one synchronous level: CPU per superstep of the chain, durable and
-/// raw, over `runs` runs (after two runs of warm-up), median of three rounds.
+/// raw, over `runs` runs (after two runs of warm-up), median of [`ROUNDS`] rounds.
 fn floor(
     rt: &tokio::runtime::Runtime,
     graph: &CompiledGraph<Counter>,
@@ -484,7 +488,7 @@ fn floor(
     let (mut durable, mut raw, mut durable_wall, mut raw_wall) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut written = None;
-    for round in 0..3 {
+    for round in 0..ROUNDS {
         // Durable: the chain through the runtime.
         let path = temp_db(&format!("floor-durable-{label}-{round}"));
         let runtime = runtime(&path, sync);
@@ -537,7 +541,7 @@ fn floor(
             .join(", ")
     };
     let detail = format!(
-        "floor detail ({label}): {runs} runs of the 100-node chain per round, {} checkpoint rows each (bodies: the first {first} bytes, the others {}-{}), {} audit rows; CPU per step by round: durable {}, raw {}; wall per step: durable {:.1} µs, raw {:.1} µs",
+        "floor detail ({label}): {ROUNDS} rounds of {runs} runs of the 100-node chain, {} checkpoint rows each (bodies: the first {first} bytes, the others {}-{}), {} audit rows; CPU per step by round: durable {}, raw {}; wall per step: durable {:.1} µs, raw {:.1} µs; load average {}",
         written.checkpoints.len(),
         rest.iter().min().unwrap(),
         rest.iter().max().unwrap(),
@@ -546,6 +550,12 @@ fn floor(
         show(&raw),
         median(&mut durable_wall),
         median(&mut raw_wall),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
     );
     let (durable, raw) = (median(&mut durable), median(&mut raw));
     vec![
