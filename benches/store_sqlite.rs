@@ -267,7 +267,9 @@ fn cpu_time() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
 }
 
-/// The floor: the same insert and commit on a plain connection, on the calling thread.
+/// The same insert and commit on a plain connection, on the calling thread, at NORMAL, with
+/// the first schema's checkpoints table only (no run row). The floor the budgets use, with
+/// the store's exact schema and rows at both levels, is `durable`'s `floor:` lines.
 fn raw_sqlite_commit(n: u64) {
     let db = TempDb::new("raw");
     let conn = rusqlite::Connection::open(db.path()).unwrap();
