@@ -74,6 +74,52 @@ pub(super) fn follow(
     Ok(())
 }
 
+/// What the lease fence and [`follow`] do together, in one statement: when `owner`
+/// holds `thread`, extends its lease and makes the row follow the checkpoint of run `run`.
+/// Returns whether `owner` held it. A step's checkpoint does both, and one UPDATE of the
+/// row costs about as much as the checkpoint's INSERT.
+pub(super) fn fence_and_follow(
+    conn: &Connection,
+    thread: &str,
+    owner: &str,
+    until_ms: i64,
+    now_ms: i64,
+    run: i64,
+    update: &RowUpdate,
+) -> rusqlite::Result<bool> {
+    let waiting_on = (!update.waiting_on.is_empty())
+        .then(|| serde_json::to_string(&update.waiting_on).unwrap_or_default());
+    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
+    let runnable = update
+        .runnable_at_ms()
+        .and_then(|ms| i64::try_from(ms).ok());
+    let changed = conn
+        .prepare_cached(
+            "UPDATE runs SET lease_until_ms = ?11, updated_at_ms = ?12,
+                             run = ?2, status = ?3, waiting_on = ?4, wake_at_ms = ?5,
+                             runnable_at_ms = ?6, graph = COALESCE(?7, graph),
+                             fingerprint = COALESCE(?8, fingerprint), error = ?9,
+                             input = NULL, cancel_requested = cancel_requested AND ?10
+             WHERE thread = ?1 AND lease_owner = ?13",
+        )?
+        .execute(params![
+            thread,
+            run,
+            update.state.as_str(),
+            waiting_on,
+            wake,
+            runnable,
+            update.graph,
+            update.fingerprint,
+            update.error,
+            !update.state.is_finished(),
+            until_ms,
+            now_ms,
+            owner,
+        ])?;
+    Ok(changed > 0)
+}
+
 pub(super) fn submit(
     conn: &Connection,
     thread: &str,

@@ -10,7 +10,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::run_rows::{
-    RUN_COLUMNS, follow, next_runnable, read_record, record_from_row, submit, waiting_run,
+    RUN_COLUMNS, fence_and_follow, follow, next_runnable, read_record, record_from_row, submit,
+    waiting_run,
 };
 use super::writer::{self, CheckpointRow, JournalRow, Op, Outcome};
 use super::{SqliteStore, checkpoint_row, journal_row, to_i64, unexpected};
@@ -146,11 +147,21 @@ impl RunOp {
                 until_ms,
                 update,
             } => {
-                if !fence(conn, &row.thread, owner, until_ms.unwrap_or(0), now_ms)? {
+                let held = match (update, until_ms) {
+                    // A step of a running run: one UPDATE renews the lease and files it.
+                    (Some(update), Some(until)) => {
+                        fence_and_follow(conn, &row.thread, owner, *until, now_ms, row.run, update)?
+                    }
+                    _ => {
+                        let held = fence(conn, &row.thread, owner, until_ms.unwrap_or(0), now_ms)?;
+                        if held && let Some(update) = update {
+                            follow(conn, &row.thread, row.run, update)?;
+                        }
+                        held
+                    }
+                };
+                if !held {
                     return Ok(Outcome::LeaseLost);
-                }
-                if let Some(update) = update {
-                    follow(conn, &row.thread, row.run, update)?;
                 }
                 if until_ms.is_none() {
                     release(conn, &row.thread, owner, now_ms)?;
