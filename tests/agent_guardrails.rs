@@ -254,7 +254,10 @@ async fn a_blocked_tool_call_is_refused_to_the_model_and_a_rewritten_one_runs_as
     assert_eq!(result.output, "Found Ada.");
     assert_eq!(
         blocks,
-        [("customer_policy".to_owned(), GuardStage::ToolCall)]
+        [(
+            "customer_policy".to_owned(),
+            GuardStage::ToolCall.as_str().to_owned()
+        )]
     );
     assert_eq!(
         lookup.calls.load(Ordering::SeqCst),

@@ -188,7 +188,7 @@ pub(super) fn blocked(
 fn emit_block(ctx: &Context, stage: GuardStage, guardrail: &str, reason: &str) {
     AgentEvent::GuardrailBlocked {
         guardrail: guardrail.to_owned(),
-        stage,
+        stage: stage.as_str().to_owned(),
         reason: reason.to_owned(),
     }
     .emit(ctx);

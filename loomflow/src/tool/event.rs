@@ -104,8 +104,9 @@ pub enum AgentEvent {
     GuardrailBlocked {
         /// The guardrail.
         guardrail: String,
-        /// What it was checking.
-        stage: crate::agent::GuardStage,
+        /// What it was checking: `input`, `tool_call`, `tool_result` or `output` (a
+        /// `GuardStage`'s name).
+        stage: String,
         /// Its reason.
         reason: String,
     },

@@ -48,6 +48,8 @@ fn the_key_lists_come_from_the_serde_types() {
             "max_tokens",
             "max_cost_usd",
             "max_tokens_per_user",
+            "max_cost_usd_per_user",
+            "max_wall_clock",
             "prices_per_million"
         ]
     );
