@@ -17,7 +17,9 @@ use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::runtime::claim::RunClaim;
+use crate::runtime::store::SnapshotSource;
 use crate::runtime::{Checkpoint, Durability, Interrupt, RunStatus};
+use std::sync::Arc;
 
 /// The finished copy of the state of a node whose siblings suspended: it is merged when the
 /// step completes on resume, and the node is not run again.
@@ -146,6 +148,11 @@ impl<'a, S: State> SnapshotRef<'a, S> {
         Ok(Value::Object(body))
     }
 
+    /// Whether nothing is suspended in it: no pending writes, interrupts or resume values.
+    fn is_plain(&self) -> bool {
+        self.pending_writes.is_empty() && self.interrupts.is_empty() && self.resume_values.is_none()
+    }
+
     /// Whether to keep the graph's description.
     pub(super) fn describe(mut self, describe: bool) -> Self {
         self.describe = describe;
@@ -174,6 +181,46 @@ impl<'a, S: State> SnapshotRef<'a, S> {
     }
 }
 
+/// A plain snapshot, owned: what a store that keeps checkpoints in memory is given instead
+/// of the body, which it builds only if the checkpoint is read.
+struct OwnedSnapshot<S> {
+    graph: Arc<CompiledInner<S>>,
+    state: S,
+    next: Vec<usize>,
+    joins: Vec<Vec<bool>>,
+    describe: bool,
+    trace: Option<Arc<str>>,
+}
+
+impl<S: State> SnapshotSource for OwnedSnapshot<S> {
+    fn body(&self) -> serde_json::Result<Value> {
+        let snapshot = SnapshotRef::new(&self.graph, &self.state, &self.next)
+            .joins(&self.joins)
+            .describe(self.describe);
+        body_of(&snapshot, self.trace.as_deref())
+    }
+
+    fn fingerprint(&self) -> &str {
+        &self.graph.fingerprint
+    }
+
+    fn graph_name(&self) -> Option<&str> {
+        self.describe.then_some(&*self.graph.name)
+    }
+}
+
+/// A snapshot's body, with the execution's `traceparent` when it has one.
+fn body_of<S: State>(
+    snapshot: &SnapshotRef<'_, S>,
+    trace: Option<&str>,
+) -> serde_json::Result<Value> {
+    let mut body = snapshot.to_body()?;
+    if let (Some(trace), Value::Object(fields)) = (trace, &mut body) {
+        fields.insert("trace".to_owned(), Value::from(trace));
+    }
+    Ok(body)
+}
+
 /// Which run a checkpoint belongs to.
 #[derive(Clone, Copy)]
 pub(super) struct RunKey<'a> {
@@ -182,6 +229,8 @@ pub(super) struct RunKey<'a> {
     pub(super) namespace: &'a str,
     /// The execution's `traceparent`, kept in each checkpoint's body.
     pub(super) trace: Option<&'a str>,
+    /// Whether the store takes checkpoints whose body it builds when read.
+    pub(super) unserialized: bool,
 }
 
 impl<'a> RunKey<'a> {
@@ -192,7 +241,39 @@ impl<'a> RunKey<'a> {
             run: shared.run,
             namespace: shared.namespace.as_str(),
             trace: shared.trace.as_deref(),
+            unserialized: shared.runtime.store().takes_unserialized_checkpoints(),
         }
+    }
+
+    /// The checkpoint row of a plain `snapshot` (nothing suspended) after superstep `step`:
+    /// for a store that keeps checkpoints in memory, a copy of the state whose body is built
+    /// when read; for any other, as [`checkpoint`](Self::checkpoint).
+    pub(super) fn step_checkpoint<S: State>(
+        self,
+        graph: &Arc<CompiledInner<S>>,
+        step: u64,
+        status: RunStatus,
+        snapshot: &SnapshotRef<'_, S>,
+    ) -> Result<Checkpoint> {
+        if !self.unserialized || !snapshot.is_plain() {
+            return self.checkpoint(graph, step, status, snapshot);
+        }
+        let owned = OwnedSnapshot {
+            graph: Arc::clone(graph),
+            state: snapshot.state.clone(),
+            next: snapshot.next.to_vec(),
+            joins: snapshot.joins.to_vec(),
+            describe: snapshot.describe,
+            trace: self.trace.map(Arc::from),
+        };
+        Ok(Checkpoint::unserialized(
+            self.thread,
+            self.run,
+            self.namespace,
+            step,
+            status,
+            Arc::new(owned),
+        ))
     }
 
     /// The checkpoint row of `snapshot` after superstep `step`.
@@ -203,12 +284,8 @@ impl<'a> RunKey<'a> {
         status: RunStatus,
         snapshot: &SnapshotRef<'_, S>,
     ) -> Result<Checkpoint> {
-        let mut body = snapshot
-            .to_body()
+        let body = body_of(snapshot, self.trace)
             .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
-        if let (Some(trace), Value::Object(fields)) = (self.trace, &mut body) {
-            fields.insert("trace".to_owned(), Value::from(trace));
-        }
         Ok(Checkpoint::new(
             self.thread,
             self.run,
@@ -310,6 +387,7 @@ mod tests {
             run: 1,
             namespace: "",
             trace: None,
+            unserialized: false,
         };
         let running = key
             .checkpoint(g, 3, RunStatus::Running, &SnapshotRef::new(g, &1, &[0]))
@@ -352,5 +430,64 @@ mod tests {
         assert_eq!(read.joins, joins);
         assert_eq!(read.pending_writes, writes);
         assert_eq!(read.resume_values, values);
+    }
+
+    #[test]
+    fn a_body_built_when_read_is_the_body_built_at_once() {
+        let graph = Graph::new("g")
+            .node_sync("a", |n: &mut u32| *n += 1)
+            .edge(START, "a")
+            .edge("a", END)
+            .compile()
+            .unwrap();
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        for (described, trace) in [(false, None), (true, Some(trace))] {
+            let eager = RunKey {
+                thread: "t",
+                run: 2,
+                namespace: "",
+                trace,
+                unserialized: false,
+            };
+            let lazy = RunKey {
+                unserialized: true,
+                ..eager
+            };
+            let joins = [vec![true, false]];
+            let snapshot = SnapshotRef::new(&*graph.inner, &7, &[0])
+                .joins(&joins)
+                .describe(described);
+            let at_once = eager
+                .step_checkpoint(&graph.inner, 3, RunStatus::Running, &snapshot)
+                .unwrap();
+            let later = lazy
+                .step_checkpoint(&graph.inner, 3, RunStatus::Running, &snapshot)
+                .unwrap();
+            assert!(at_once.unserialized.is_none() && later.unserialized.is_some());
+            assert_eq!(later.body, Value::Null, "not built yet");
+            assert_eq!(later.fingerprint(), at_once.fingerprint());
+            assert_eq!(later.graph_name(), at_once.graph_name());
+            assert_eq!(later.serialized().unwrap(), at_once);
+        }
+        // A suspended snapshot is always built at once.
+        let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
+            {"id": "a#0", "node": "a", "index": 0, "payload": "ok?"}
+        ]))
+        .unwrap();
+        let values = BTreeMap::new();
+        let suspended =
+            SnapshotRef::new(&*graph.inner, &1, &[0]).suspended(&[], &interrupts, &values);
+        let key = RunKey {
+            thread: "t",
+            run: 1,
+            namespace: "",
+            trace: None,
+            unserialized: true,
+        };
+        let cp = key
+            .step_checkpoint(&graph.inner, 2, RunStatus::Interrupted, &suspended)
+            .unwrap();
+        assert!(cp.unserialized.is_none());
+        assert_eq!(cp.interrupts().unwrap(), interrupts);
     }
 }

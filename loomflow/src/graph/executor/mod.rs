@@ -252,7 +252,10 @@ async fn run_supersteps<S: State>(
         let snapshot = SnapshotRef::new(g, &state, &active)
             .joins(&joins.0)
             .described();
-        let cp = with_audit(&shared, key.checkpoint(g, 0, status, &snapshot)?);
+        let cp = with_audit(
+            &shared,
+            key.step_checkpoint(&graph.inner, 0, status, &snapshot)?,
+        );
         writer.write(cp).await?;
         completed_written = active.is_empty();
     }
@@ -364,7 +367,10 @@ async fn run_supersteps<S: State>(
                 RunStatus::Running
             };
             let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
-            let cp = with_audit(&shared, key.checkpoint(g, step, status, &snapshot)?);
+            let cp = with_audit(
+                &shared,
+                key.step_checkpoint(&graph.inner, step, status, &snapshot)?,
+            );
             if next.is_empty() {
                 writer.write_last(cp, &shared).await?;
             } else {
@@ -387,7 +393,7 @@ async fn run_supersteps<S: State>(
         let snapshot = SnapshotRef::new(g, &state, &[]);
         let cp = with_audit(
             &shared,
-            key.checkpoint(g, step, RunStatus::Completed, &snapshot)?,
+            key.step_checkpoint(&graph.inner, step, RunStatus::Completed, &snapshot)?,
         );
         put_last(&shared, cp).await?;
     }

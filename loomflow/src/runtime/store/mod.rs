@@ -43,6 +43,8 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod records;
+mod unserialized;
+pub(crate) use unserialized::SnapshotSource;
 pub(crate) mod runs;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -268,6 +270,14 @@ pub trait Store: Send + Sync + 'static {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>>;
+
+    /// Whether the store takes checkpoints whose body is built only when read (loomflow's
+    /// in-memory store). Internal to loomflow: a store outside the crate cannot build such
+    /// a body, and keeps the default, `false`.
+    #[doc(hidden)]
+    fn takes_unserialized_checkpoints(&self) -> bool {
+        false
+    }
 
     /// Lets `thread`'s run go, if `owner` holds it; does nothing otherwise.
     fn release<'a>(

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::unserialized::Unserialized;
 use super::{AuditEntry, RunStatus, StoreError};
 
 /// A node that asked to suspend, and what it asked.
@@ -73,6 +74,10 @@ pub struct Checkpoint {
     /// gives an empty list; [`Store::audit`](super::Store::audit) reads the entries.
     #[serde(skip)]
     pub audit: Vec<AuditEntry>,
+    /// The body not built yet (`body` is `null` meanwhile), for a store that keeps
+    /// checkpoints in memory; stores build it before handing the checkpoint out.
+    #[serde(skip)]
+    pub(crate) unserialized: Option<Unserialized>,
 }
 
 impl Checkpoint {
@@ -95,6 +100,52 @@ impl Checkpoint {
             body,
             error: None,
             audit: Vec::new(),
+            unserialized: None,
+        }
+    }
+
+    /// A checkpoint row whose body is built when it is read (see [`Unserialized`]).
+    pub(crate) fn unserialized(
+        thread: impl Into<String>,
+        run: u64,
+        namespace: impl Into<String>,
+        step: u64,
+        status: RunStatus,
+        source: std::sync::Arc<dyn super::unserialized::SnapshotSource>,
+    ) -> Self {
+        let mut checkpoint = Self::new(thread, run, namespace, step, status, Value::Null);
+        checkpoint.unserialized = Some(Unserialized(source));
+        checkpoint
+    }
+
+    /// This checkpoint with its body built, as a store hands it out.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] when the state does not serialize.
+    pub(crate) fn serialized(mut self) -> Result<Self, StoreError> {
+        if let Some(Unserialized(source)) = self.unserialized.take() {
+            self.body = source.body().map_err(|e| StoreError::Corrupt {
+                thread: self.thread.clone(),
+                message: format!("state of checkpoint {}: {e}", self.id),
+            })?;
+        }
+        Ok(self)
+    }
+
+    /// The graph's fingerprint (`graph` in the body), built or not.
+    pub(crate) fn fingerprint(&self) -> Option<&str> {
+        match &self.unserialized {
+            Some(Unserialized(source)) => Some(source.fingerprint()),
+            None => self.body.get("graph").and_then(Value::as_str),
+        }
+    }
+
+    /// The graph's name (`graph_name` in the body), built or not.
+    pub(crate) fn graph_name(&self) -> Option<&str> {
+        match &self.unserialized {
+            Some(Unserialized(source)) => source.graph_name(),
+            None => self.body.get("graph_name").and_then(Value::as_str),
         }
     }
 

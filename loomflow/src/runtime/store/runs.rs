@@ -258,19 +258,12 @@ impl RowUpdate {
     /// any, wake it), sleeping when every interrupt is a timer, and interrupted otherwise
     /// (still woken at the earliest timer or deadline among its interrupts, if any).
     pub fn of(checkpoint: &Checkpoint) -> Self {
-        let text = |key: &str| {
-            checkpoint
-                .body
-                .get(key)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
         let mut update = Self {
             state: RunState::Running,
             waiting_on: Vec::new(),
             wake_at_ms: None,
-            graph: text("graph_name"),
-            fingerprint: text("graph"),
+            graph: checkpoint.graph_name().map(str::to_owned),
+            fingerprint: checkpoint.fingerprint().map(str::to_owned),
             error: checkpoint.error.clone(),
         };
         update.state = match checkpoint.status {

@@ -36,6 +36,14 @@ use run_row::RunRow;
 /// `RuntimeError::UnknownCheckpoint`. [`MemoryStore::with_retention`] changes the bound;
 /// `None` keeps everything.
 ///
+/// # Cost of a checkpoint
+///
+/// A graph's step hands this store a copy of its state, not the checkpoint's JSON body:
+/// the body is built when the checkpoint is read (`latest_checkpoint`, `get_checkpoint`,
+/// `list_checkpoints`; a recover or a resume reads one), and most are never read. A step
+/// costs a clone of the state rather than a JSON tree of it. Checkpoints that suspend a run
+/// are built at once, as every other store builds them.
+///
 /// # Examples
 ///
 /// ```
@@ -132,6 +140,10 @@ impl Store for MemoryStore {
         false
     }
 
+    fn takes_unserialized_checkpoints(&self) -> bool {
+        true
+    }
+
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
         ready(
             self.lock_mut()
@@ -144,12 +156,15 @@ impl Store for MemoryStore {
         thread: &'a str,
         namespace: &'a str,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
-        ready(self.lock().map(|inner| {
-            inner
-                .checkpoints
-                .get(thread)
-                .and_then(|cps| cps.iter().rev().find(|c| c.namespace == namespace).cloned())
-        }))
+        ready(
+            self.lock()
+                .map(|inner| {
+                    inner.checkpoints.get(thread).and_then(|cps| {
+                        cps.iter().rev().find(|c| c.namespace == namespace).cloned()
+                    })
+                })
+                .and_then(|cp| cp.map(Checkpoint::serialized).transpose()),
+        )
     }
 
     fn get_checkpoint<'a>(
@@ -157,12 +172,16 @@ impl Store for MemoryStore {
         thread: &'a str,
         id: u64,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
-        ready(self.lock().map(|inner| {
-            inner
-                .checkpoints
-                .get(thread)
-                .and_then(|cps| cps.iter().find(|c| c.id == id).cloned())
-        }))
+        ready(
+            self.lock()
+                .map(|inner| {
+                    inner
+                        .checkpoints
+                        .get(thread)
+                        .and_then(|cps| cps.iter().find(|c| c.id == id).cloned())
+                })
+                .and_then(|cp| cp.map(Checkpoint::serialized).transpose()),
+        )
     }
 
     fn list_checkpoints<'a>(
@@ -171,7 +190,8 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>> {
         ready(
             self.lock()
-                .map(|inner| inner.checkpoints.get(thread).cloned().unwrap_or_default()),
+                .map(|inner| inner.checkpoints.get(thread).cloned().unwrap_or_default())
+                .and_then(|cps| cps.into_iter().map(Checkpoint::serialized).collect()),
         )
     }
 

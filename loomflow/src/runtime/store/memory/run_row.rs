@@ -85,13 +85,12 @@ impl RunRow {
         self.state = Some(RunState::Running);
         self.waiting_on.clear();
         self.wake_at_ms = None;
-        let text = |key: &str| checkpoint.body.get(key).and_then(Value::as_str);
-        if let Some(graph) = text("graph_name")
+        if let Some(graph) = checkpoint.graph_name()
             && self.graph.as_deref() != Some(graph)
         {
             self.graph = Some(graph.to_owned());
         }
-        if let Some(fingerprint) = text("graph")
+        if let Some(fingerprint) = checkpoint.fingerprint()
             && self.fingerprint.as_deref() != Some(fingerprint)
         {
             self.fingerprint = Some(fingerprint.to_owned());

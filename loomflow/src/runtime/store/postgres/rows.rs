@@ -82,6 +82,7 @@ pub(super) fn checkpoint_from_row(row: &Row, thread: &str) -> Result<Checkpoint,
         body: from_json(body, thread, format_args!("checkpoint {id}"))?,
         error: get(row, 6, thread)?,
         audit: Vec::new(),
+        unserialized: None,
     })
 }
 

@@ -78,6 +78,7 @@ pub(super) fn checkpoint_from_row(
             body,
             error,
             audit: Vec::new(),
+            unserialized: None,
         })
     })())
 }
