@@ -80,27 +80,51 @@ struct ClaimInner {
     /// For a run a worker executes: how long a wait with nothing to receive parks in memory
     /// before it suspends the run. `None`: waits park for as long as they wait.
     park_grace: Option<Duration>,
-    heartbeat: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// The claims executing in this runtime, by thread, so that a cancel reaches them at once.
+/// The claims executing in this runtime, by thread: a cancel reaches them at once, and one
+/// heartbeat renews them all.
+///
+/// The heartbeat is one task for the whole runtime, running while it has claims, rather
+/// than one per claim: starting and stopping a task for every run cost a handoff between
+/// threads on every invoke and every resume.
 #[derive(Default)]
 pub(crate) struct LiveClaims {
+    shared: Arc<LiveShared>,
+}
+
+#[derive(Default)]
+struct LiveShared {
     claims: Mutex<std::collections::HashMap<String, Weak<ClaimInner>>>,
+    /// The heartbeat task, while there is one.
+    beating: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl LiveClaims {
     fn insert(&self, claim: &RunClaim) {
-        let mut claims = crate::sync::lock(&self.claims);
-        if claims.len() >= 64 && claims.len().is_power_of_two() {
-            claims.retain(|_, claim| claim.strong_count() > 0);
+        {
+            let mut claims = crate::sync::lock(&self.shared.claims);
+            if claims.len() >= 64 && claims.len().is_power_of_two() {
+                claims.retain(|_, claim| claim.strong_count() > 0);
+            }
+            claims.insert(claim.inner.thread.clone(), Arc::downgrade(&claim.inner));
         }
-        claims.insert(claim.inner.thread.clone(), Arc::downgrade(&claim.inner));
+        // Inserted before the heartbeat is looked at: a heartbeat that stops for want of
+        // claims decides under this lock, after the insert, or leaves the slot empty here.
+        let mut beating = crate::sync::lock(&self.shared.beating);
+        if beating
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let shared = Arc::downgrade(&self.shared);
+            *beating = Some(handle.spawn(heartbeat(shared, claim.inner.lease)));
+        }
     }
 
     /// Flags the claim executing `thread` in this process, if any; says whether there was one.
     pub(crate) fn cancel(&self, thread: &str) -> bool {
-        let claim = crate::sync::lock(&self.claims)
+        let claim = crate::sync::lock(&self.shared.claims)
             .get(thread)
             .and_then(Weak::upgrade);
         match claim {
@@ -219,13 +243,8 @@ impl RunClaim {
                 cancel: AtomicBool::new(false),
                 yield_requested: AtomicBool::new(false),
                 park_grace,
-                heartbeat: Mutex::new(None),
             }),
         };
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let task = handle.spawn(heartbeat(Arc::downgrade(&claim.inner)));
-            *crate::sync::lock(&claim.inner.heartbeat) = Some(task);
-        }
         claim
     }
 
@@ -329,7 +348,6 @@ impl RunClaim {
         match &written {
             Ok(_) => {
                 self.inner.released.store(true, Ordering::Release);
-                self.inner.stop_heartbeat();
             }
             Err(StoreError::LeaseLost { .. }) => self.inner.lost.store(true, Ordering::Release),
             Err(_) => {}
@@ -423,7 +441,6 @@ impl RunClaim {
         if self.inner.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.inner.stop_heartbeat();
         let finished = self
             .inner
             .store
@@ -440,7 +457,6 @@ impl RunClaim {
         if self.inner.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.inner.stop_heartbeat();
         self.inner
             .store
             .release(&self.inner.thread, &self.inner.owner)
@@ -448,17 +464,8 @@ impl RunClaim {
     }
 }
 
-impl ClaimInner {
-    fn stop_heartbeat(&self) {
-        if let Some(task) = crate::sync::lock(&self.heartbeat).take() {
-            task.abort();
-        }
-    }
-}
-
 impl Drop for ClaimInner {
     fn drop(&mut self) {
-        self.stop_heartbeat();
         if !*self.released.get_mut() {
             // An execution that was dropped mid-way (an aborted task). Stores queue a write
             // when it is called (the memory store performs it), so one poll is enough to
@@ -468,41 +475,58 @@ impl Drop for ClaimInner {
     }
 }
 
-/// Renews the lease every third of its length while the claim lives.
-async fn heartbeat(claim: Weak<ClaimInner>) {
-    let Some(lease) = claim.upgrade().map(|c| c.lease) else {
-        return;
-    };
+/// Renews every live claim's lease every third of its length, and notices cancels asked for
+/// from another process; stops when the runtime has no claim left (or is dropped).
+async fn heartbeat(shared: Weak<LiveShared>, lease: Duration) {
     let every = (lease / 3).max(Duration::from_millis(1));
     loop {
         tokio::time::sleep(every).await;
-        let Some(claim) = claim.upgrade() else { return };
-        if claim.released.load(Ordering::Acquire) || claim.lost.load(Ordering::Acquire) {
-            return;
-        }
-        let until = now_ms().saturating_add(millis(lease));
-        match claim
-            .store
-            .renew_claim(&claim.thread, &claim.owner, until)
-            .await
-        {
-            Ok(()) => {
-                claim.until_ms.fetch_max(until, Ordering::AcqRel);
-                // A cancel asked for from another process reaches the run here.
-                if let Ok(Some(row)) = claim.store.get_run(&claim.thread).await
-                    && row.cancel_requested
-                {
-                    claim.cancel.store(true, Ordering::Release);
-                }
-            }
-            Err(StoreError::LeaseLost { .. }) => {
-                tracing::warn!(thread = %claim.thread, owner = %claim.owner, "lease lost: another execution claimed the run");
-                claim.lost.store(true, Ordering::Release);
+        let Some(live) = shared.upgrade() else { return };
+        let claims: Vec<Arc<ClaimInner>> = {
+            let mut beating = crate::sync::lock(&live.beating);
+            let claims: Vec<Arc<ClaimInner>> = crate::sync::lock(&live.claims)
+                .values()
+                .filter_map(Weak::upgrade)
+                .filter(|c| !c.released.load(Ordering::Acquire) && !c.lost.load(Ordering::Acquire))
+                .collect();
+            if claims.is_empty() {
+                // Decided under the lock an insert takes after adding its claim: either the
+                // insert's claim is seen here, or the insert finds the slot empty and starts
+                // a new heartbeat.
+                beating.take();
                 return;
             }
-            Err(error) => {
-                tracing::warn!(thread = %claim.thread, %error, "could not renew the lease; retrying");
+            claims
+        };
+        futures_util::future::join_all(claims.iter().map(|claim| renew(claim))).await;
+    }
+}
+
+/// One heartbeat of one claim: extends its lease, and picks up a cancel from its run's row.
+async fn renew(claim: &ClaimInner) {
+    let until = now_ms().saturating_add(millis(claim.lease));
+    match claim
+        .store
+        .renew_claim(&claim.thread, &claim.owner, until)
+        .await
+    {
+        Ok(()) => {
+            claim.until_ms.fetch_max(until, Ordering::AcqRel);
+            // A cancel asked for from another process reaches the run here.
+            if let Ok(Some(row)) = claim.store.get_run(&claim.thread).await
+                && row.cancel_requested
+            {
+                claim.cancel.store(true, Ordering::Release);
             }
+        }
+        // Released while the renewal was on its way: the run is over, nothing was lost.
+        Err(StoreError::LeaseLost { .. }) if claim.released.load(Ordering::Acquire) => {}
+        Err(StoreError::LeaseLost { .. }) => {
+            tracing::warn!(thread = %claim.thread, owner = %claim.owner, "lease lost: another execution claimed the run");
+            claim.lost.store(true, Ordering::Release);
+        }
+        Err(error) => {
+            tracing::warn!(thread = %claim.thread, %error, "could not renew the lease; retrying");
         }
     }
 }

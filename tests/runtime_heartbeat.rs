@@ -1,0 +1,70 @@
+//! One heartbeat per runtime keeps every claim it holds alive: steps far longer than the
+//! lease keep their runs, and another process cannot take them meanwhile.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::time::Duration;
+
+use loomflow::RunError;
+use loomflow::prelude::*;
+use loomflow::runtime::SqliteStore;
+
+const LEASE: Duration = Duration::from_millis(150);
+
+fn slow_graph() -> CompiledGraph<u32> {
+    Graph::new("slow")
+        .node_fn("work", |n: &mut u32, _ctx| {
+            Box::pin(async move {
+                // Four leases long, with no write in between: only the heartbeat renews.
+                tokio::time::sleep(4 * LEASE).await;
+                *n += 1;
+                Ok(())
+            })
+        })
+        .edge(START, "work")
+        .edge("work", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_longer_than_the_lease_keep_their_runs_while_another_process_is_refused() {
+    let db = loomflow_tests::TempDb::new("heartbeat");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .lease(LEASE)
+        .build();
+    let other = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .lease(LEASE)
+        .build();
+    let graph = slow_graph();
+    // Two runs at once: one heartbeat renews both.
+    let first = graph.start(&runtime, "a", 1);
+    let second = graph.start(&runtime, "b", 10);
+    let mut refused = 0;
+    for _ in 0..6 {
+        tokio::time::sleep(LEASE / 2).await;
+        for thread in ["a", "b"] {
+            let taken = graph.recover(&other, thread).await;
+            assert!(
+                matches!(taken, Err(RunError::Busy { .. })),
+                "{thread} was taken over: {taken:?}"
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 12);
+    assert_eq!(first.await.unwrap().completed().unwrap(), 2);
+    assert_eq!(second.await.unwrap().completed().unwrap(), 11);
+    // Once they finished, the runs are free to be read and carried on elsewhere.
+    assert_eq!(
+        graph
+            .recover(&other, "a")
+            .await
+            .unwrap()
+            .completed()
+            .unwrap(),
+        2
+    );
+}
