@@ -2,9 +2,8 @@
 //! with the latest feedback until the score is high enough.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, answer};
+use crate::architecture::{TeamState, record_draft, record_said};
 use crate::graph::{CompiledGraph, END, Graph, START};
-use crate::model::Message;
 
 /// An actor proposes an answer; a critic scores it from 0 to 10 with feedback; a score at
 /// or above the threshold accepts the proposal, a lower one sends the actor back with its
@@ -154,24 +153,14 @@ impl ActorCritic {
                 "actor",
                 self.actor.graph().clone(),
                 |team: &TeamState| AgentState::new(actor_prompt(team)),
-                |team: &mut TeamState, state: AgentState| {
-                    let text = answer(&state);
-                    team.path.push("actor".to_owned());
-                    team.round += 1;
-                    team.messages
-                        .push(Message::assistant(format!("actor: {text}")));
-                    team.draft = Some(text);
-                },
+                record_draft,
             )
             .subgraph(
                 "critic",
                 self.critic.graph().clone(),
                 |team: &TeamState| AgentState::new(critic_prompt(team)),
                 move |team: &mut TeamState, state: AgentState| {
-                    let text = answer(&state);
-                    team.path.push("critic".to_owned());
-                    team.messages
-                        .push(Message::assistant(format!("critic: {text}")));
+                    let text = record_said(team, "critic", &state);
                     let (score, feedback) = parse_score(&text);
                     let score = score.unwrap_or(0);
                     team.score = Some(score);

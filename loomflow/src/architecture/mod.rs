@@ -120,6 +120,22 @@ pub(crate) fn answer(state: &AgentState) -> String {
     state.answer()
 }
 
+/// Files an actor's answer as the draft of a new round (reflexion, actor-critic).
+pub(crate) fn record_draft(team: &mut TeamState, state: AgentState) {
+    let text = record_said(team, "actor", &state);
+    team.round += 1;
+    team.draft = Some(text);
+}
+
+/// Files what the agent `name` said in the team's path and transcript; returns it.
+pub(crate) fn record_said(team: &mut TeamState, name: &str, state: &AgentState) -> String {
+    let text = answer(state);
+    team.path.push(name.to_owned());
+    team.messages
+        .push(Message::assistant(format!("{name}: {text}")));
+    text
+}
+
 /// Splits `head: rest` (case-insensitive head), trimming both.
 pub(crate) fn split_directive(text: &str) -> (String, String) {
     let text = text.trim();

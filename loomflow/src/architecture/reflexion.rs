@@ -2,9 +2,8 @@
 //! so far until the critic accepts.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, answer, split_directive};
+use crate::architecture::{TeamState, record_draft, record_said, split_directive};
 use crate::graph::{CompiledGraph, END, Graph, START};
-use crate::model::Message;
 
 /// An actor answers the task; a critic (the evaluator) accepts the answer or critiques it;
 /// the actor revises with its previous answer and every critique so far in its prompt, the
@@ -103,24 +102,14 @@ impl Reflexion {
                 "actor",
                 self.actor.graph().clone(),
                 |team: &TeamState| AgentState::new(actor_prompt(team)),
-                |team: &mut TeamState, state: AgentState| {
-                    let text = answer(&state);
-                    team.path.push("actor".to_owned());
-                    team.round += 1;
-                    team.messages
-                        .push(Message::assistant(format!("actor: {text}")));
-                    team.draft = Some(text);
-                },
+                record_draft,
             )
             .subgraph(
                 "critic",
                 self.critic.graph().clone(),
                 |team: &TeamState| AgentState::new(critic_prompt(team)),
                 move |team: &mut TeamState, state: AgentState| {
-                    let text = answer(&state);
-                    team.path.push("critic".to_owned());
-                    team.messages
-                        .push(Message::assistant(format!("critic: {text}")));
+                    let text = record_said(team, "critic", &state);
                     if accepts(&text) {
                         team.accepted = true;
                         team.output.clone_from(&team.draft);

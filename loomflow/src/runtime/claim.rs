@@ -231,7 +231,7 @@ impl RunClaim {
         until_ms: u64,
         park_grace: Option<Duration>,
     ) -> Self {
-        let claim = Self {
+        Self {
             inner: Arc::new(ClaimInner {
                 store,
                 thread: thread.to_owned(),
@@ -244,8 +244,7 @@ impl RunClaim {
                 yield_requested: AtomicBool::new(false),
                 park_grace,
             }),
-        };
-        claim
+        }
     }
 
     /// The thread claimed.

@@ -97,6 +97,7 @@ impl RunStatus {
     }
 
     /// A stored status, or [`StoreError::Corrupt`] naming `thread` (for the backends).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn parse_stored(word: &str, thread: &str) -> Result<Self, StoreError> {
         Self::parse(word).ok_or_else(|| StoreError::Corrupt {
             thread: thread.to_owned(),

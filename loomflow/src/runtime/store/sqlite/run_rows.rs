@@ -39,6 +39,18 @@ pub(super) const RUN_COLUMNS: &str =
     lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
     updated_at_ms";
 
+/// The columns of a run's row a checkpoint decides that need converting: the signals it
+/// waits on (JSON), its wake time and when it is runnable.
+fn row_columns(update: &RowUpdate) -> (Option<String>, Option<i64>, Option<i64>) {
+    let waiting_on = (!update.waiting_on.is_empty())
+        .then(|| serde_json::to_string(&update.waiting_on).unwrap_or_default());
+    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
+    let runnable = update
+        .runnable_at_ms()
+        .and_then(|ms| i64::try_from(ms).ok());
+    (waiting_on, wake, runnable)
+}
+
 /// Makes `thread`'s row follow a top-level checkpoint of run `run`.
 pub(super) fn follow(
     conn: &Connection,
@@ -46,12 +58,7 @@ pub(super) fn follow(
     run: i64,
     update: &RowUpdate,
 ) -> rusqlite::Result<()> {
-    let waiting_on = (!update.waiting_on.is_empty())
-        .then(|| serde_json::to_string(&update.waiting_on).unwrap_or_default());
-    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
-    let runnable = update
-        .runnable_at_ms()
-        .and_then(|ms| i64::try_from(ms).ok());
+    let (waiting_on, wake, runnable) = row_columns(update);
     conn.prepare_cached(
         "UPDATE runs SET run = ?2, status = ?3, waiting_on = ?4, wake_at_ms = ?5,
                          runnable_at_ms = ?6, graph = COALESCE(?7, graph),
@@ -87,12 +94,7 @@ pub(super) fn fence_and_follow(
     run: i64,
     update: &RowUpdate,
 ) -> rusqlite::Result<bool> {
-    let waiting_on = (!update.waiting_on.is_empty())
-        .then(|| serde_json::to_string(&update.waiting_on).unwrap_or_default());
-    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
-    let runnable = update
-        .runnable_at_ms()
-        .and_then(|ms| i64::try_from(ms).ok());
+    let (waiting_on, wake, runnable) = row_columns(update);
     let changed = conn
         .prepare_cached(
             "UPDATE runs SET lease_until_ms = ?11, updated_at_ms = ?12,
