@@ -270,6 +270,7 @@ impl AuditRow {
     }
 
     /// A `signal_received` row, for a signal consumed in a write.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn signal_received(
         session: &str,
         name: String,
