@@ -1,0 +1,371 @@
+//! [`AgentBuilder`]: everything an [`Agent`] is configured with, checked when it is built.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::output::OutputSpec;
+use super::{
+    Agent, AgentCore, AgentError, Budget, ContextPolicy, DEFAULT_MAX_TURNS, Guardrail, OnBlock,
+    RateLimiter, guardrail, memory, react, tools,
+};
+use crate::memory::{Memory, MemoryOptions};
+use crate::model::{Model, OutputSchema, PriceTable};
+use crate::runtime::Runtime;
+use crate::tool::{Tool, ToolHost};
+
+/// Configures an [`Agent`]; see [`Agent::builder`].
+#[must_use]
+pub struct AgentBuilder {
+    name: Option<String>,
+    instructions: String,
+    model: Option<Arc<dyn Model>>,
+    model_name: Option<String>,
+    pub(super) tools: ToolHost,
+    runtime: Option<Runtime>,
+    max_turns: u32,
+    max_schema_retries: u32,
+    timeout: Option<Duration>,
+    budget: Budget,
+    pub(super) output: Option<OutputSpec>,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+    durable_approvals: bool,
+    record_content: bool,
+    prices: PriceTable,
+    memory: Option<Arc<dyn Memory>>,
+    memory_options: MemoryOptions,
+    guardrails: guardrail::Guardrails,
+    context_policy: Option<ContextPolicy>,
+    rate_limiter: Option<RateLimiter>,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("name", &self.name)
+            .field("model", &self.model_name)
+            .field("tools", &self.tools)
+            .field("max_turns", &self.max_turns)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    pub(super) fn new(instructions: String) -> Self {
+        Self {
+            name: None,
+            instructions,
+            model: None,
+            model_name: None,
+            tools: ToolHost::new(),
+            runtime: None,
+            max_turns: DEFAULT_MAX_TURNS,
+            max_schema_retries: 2,
+            timeout: None,
+            budget: Budget::default(),
+            output: None,
+            temperature: None,
+            max_tokens: None,
+            durable_approvals: false,
+            record_content: false,
+            prices: PriceTable::new(),
+            memory: None,
+            memory_options: MemoryOptions::default(),
+            guardrails: guardrail::Guardrails::default(),
+            context_policy: None,
+            rate_limiter: None,
+        }
+    }
+
+    /// What to do when the conversation grows past a token threshold: snip its oldest part
+    /// or compact it into a summary (default: neither; the whole conversation is sent).
+    /// See [`ContextPolicy`].
+    pub fn context_policy(mut self, policy: ContextPolicy) -> Self {
+        self.context_policy = Some(policy);
+        self
+    }
+
+    /// Adds a [`Guardrail`]: a check on the run's prompt, tool calls, tool results and
+    /// answer. Guardrails run in the order they were added, each seeing the rewrites of the
+    /// ones before. With an output guardrail, a streamed run does not stream the model's
+    /// text as it comes: the answer is only shown once it has been checked.
+    pub fn guardrail(mut self, guardrail: impl Guardrail) -> Self {
+        self.guardrails.add(Arc::new(guardrail));
+        self
+    }
+
+    /// What a blocked prompt, tool result or answer does (default [`OnBlock::Stop`]: the
+    /// run stops cleanly with reason `guardrail:<name>`).
+    pub fn on_guardrail_block(mut self, on_block: OnBlock) -> Self {
+        self.guardrails.on_block = on_block;
+        self
+    }
+
+    /// Tool calls that need approval suspend the run until a person decides, from any
+    /// process and however much later (a [`SignalApprover`](crate::tool::SignalApprover) in
+    /// [`or_suspend`](crate::tool::SignalApprover::or_suspend) mode): the run reports
+    /// `interrupted` with the exact pending call in `pending` (under `details.approval`);
+    /// [`Runtime::decide_approval`](crate::Runtime::decide_approval) answers it and
+    /// [`Agent::resume`] carries the run on. Overrides the tool host's approval handler.
+    pub fn durable_approvals(mut self) -> Self {
+        self.durable_approvals = true;
+        self
+    }
+
+    /// The agent's name (default `agent`), used for its graph, errors and spans.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The model.
+    pub fn model(mut self, model: impl Model + 'static) -> Self {
+        self.model = Some(Arc::new(model));
+        self
+    }
+
+    /// The model, by name (`"gpt-4o"`, `"claude-…"`, `"openai-compatible:NAME@URL"`, …),
+    /// resolved when the agent is built; keys come from the environment.
+    pub fn model_name(mut self, model: impl Into<String>) -> Self {
+        self.model_name = Some(model.into());
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.tools.add(tool);
+        self
+    }
+
+    /// Adds a set of tools whose list can change, such as an MCP server's tools (see
+    /// [`ToolHost::with_set`]); they go through the same permissions, approvals and hooks.
+    pub fn tool_set(mut self, set: impl crate::tool::ToolSet) -> Self {
+        self.tools = self.tools.with_set(set);
+        self
+    }
+
+    /// Long-term memory (default none). At each run's first model turn the agent recalls
+    /// what matches the user's message from the run's user, session and agent scopes and
+    /// puts it in the prompt, within the [token budget](MemoryOptions::token_budget); with
+    /// [`MemoryOptions`] (see [`memory_options`](Self::memory_options)) the model also gets
+    /// `remember` and `recall` tools, and facts are extracted after each run. Recall and
+    /// extraction are journaled steps: a resumed run does not repeat them.
+    pub fn memory(mut self, memory: impl Memory) -> Self {
+        self.memory = Some(Arc::new(memory));
+        self
+    }
+
+    /// How the agent uses its [memory](Self::memory) (default [`MemoryOptions::default`]:
+    /// recall into the prompt only).
+    pub fn memory_options(mut self, options: MemoryOptions) -> Self {
+        self.memory_options = options;
+        self
+    }
+
+    /// Uses this tool host (with its permissions, approver and hooks) for the agent's tools.
+    pub fn tools(mut self, host: ToolHost) -> Self {
+        self.tools = host;
+        self
+    }
+
+    /// The runtime runs go on (default: a new in-memory runtime).
+    pub fn runtime(mut self, runtime: Runtime) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// The most model turns a run may take (default 50); past it the run stops cleanly with
+    /// `interrupted` and reason `max_turns_exceeded`.
+    pub fn max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = max_turns;
+        self
+    }
+
+    /// A wall-clock limit per run; past it the run fails with [`AgentError::Timeout`].
+    ///
+    /// It bounds each call of `run`, `stream` or `resume` on its own and cancels the run
+    /// where it is. [`Budget::max_wall_clock`] is the other kind: it adds up the running
+    /// time of every leg of a run and stops it cleanly before its next model turn.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Token, cost and running-time caps; past one the run stops cleanly with reason
+    /// `budget:<cap>`.
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The answer must be JSON that deserializes into `T`, described to the model by
+    /// `schema` (a JSON Schema). An answer that does not fit is sent back with the error, up
+    /// to [`max_schema_retries`](Self::max_schema_retries) times.
+    pub fn output_schema<T: DeserializeOwned + 'static>(
+        mut self,
+        name: impl Into<String>,
+        schema: Value,
+    ) -> Self {
+        self.output = Some(OutputSpec::of::<T>(OutputSchema::new(name, schema)));
+        self
+    }
+
+    /// How many times an answer that fails the output schema is retried (default 2).
+    pub fn max_schema_retries(mut self, retries: u32) -> Self {
+        self.max_schema_retries = retries;
+        self
+    }
+
+    /// Sampling temperature for every request.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Output token limit for every request.
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Whether the agent's spans record content: the messages each `chat` span sends and
+    /// receives (`gen_ai.input.messages`, `gen_ai.output.messages`), and each tool call's
+    /// arguments and result. Default `false`: prompts and completions may be private, so
+    /// they are recorded only when asked for. See [`crate::telemetry`].
+    pub fn record_content(mut self, record: bool) -> Self {
+        self.record_content = record;
+        self
+    }
+
+    /// What the models' tokens cost, for [`RunResult::cost_usd`](super::RunResult::cost_usd) (default: no prices, and
+    /// no cost). A run's cost adds up over all its resumptions.
+    ///
+    /// ```
+    /// use loomflow::agent::Agent;
+    /// use loomflow::model::{PriceTable, ScriptedModel};
+    ///
+    /// let agent = Agent::builder("You help.")
+    ///     .model(ScriptedModel::new([]))
+    ///     .prices(PriceTable::new().model("gpt-4o", 2.50, 10.00))
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// Paces the agent's model calls (default: not paced). Give several agents clones of
+    /// one [`RateLimiter`] and their runs share its buckets; see there for what is counted,
+    /// how a provider's 429 pauses every run, and the [`RateLimitMode`](super::RateLimitMode)s.
+    ///
+    /// ```
+    /// use loomflow::agent::{Agent, Limits, RateLimiter};
+    /// use loomflow::model::ScriptedModel;
+    ///
+    /// let agent = Agent::builder("You help.")
+    ///     .model(ScriptedModel::new([]))
+    ///     .rate_limiter(RateLimiter::new().per_user(Limits::new().requests_per_minute(20)))
+    ///     .build();
+    /// # let _ = agent;
+    /// ```
+    pub fn rate_limiter(mut self, limiter: RateLimiter) -> Self {
+        self.rate_limiter = Some(limiter);
+        self
+    }
+
+    /// Builds the agent.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::Invalid`] listing every problem: no model (or one that does not
+    /// resolve), a zero `max_turns`, an empty name.
+    pub fn build(self) -> crate::Result<Agent> {
+        let name = self.name.unwrap_or_else(|| "agent".to_owned());
+        let mut problems = Vec::new();
+        let model = match (self.model, &self.model_name) {
+            (Some(model), _) => Some(model),
+            (None, Some(spec)) => match crate::model::resolve(spec) {
+                Ok(model) => Some(model),
+                Err(error) => {
+                    problems.push(format!("model {spec} does not resolve: {error}"));
+                    None
+                }
+            },
+            (None, None) => {
+                problems.push("no model: set one with .model(..) or .model_name(..)".to_owned());
+                None
+            }
+        };
+        if self.max_turns == 0 {
+            problems.push("max_turns must be at least 1".to_owned());
+        }
+        if name.trim().is_empty() {
+            problems.push("name must not be empty".to_owned());
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            problems.push("timeout must be more than zero".to_owned());
+        }
+        let Some(model) = model.filter(|_| problems.is_empty()) else {
+            return Err(AgentError::Invalid {
+                agent: name,
+                problems,
+            }
+            .into());
+        };
+        let tools = if self.durable_approvals {
+            self.tools
+                .approval_handler(crate::tool::SignalApprover::new().or_suspend())
+        } else {
+            self.tools
+        };
+        let mut tools = if self.record_content {
+            tools.record_content(true)
+        } else {
+            tools
+        };
+        let memory = self.memory.map(|store| memory::AgentMemory {
+            store,
+            options: self.memory_options,
+        });
+        if let Some(memory) = memory.as_ref().filter(|m| m.options.tools) {
+            // A tool of the user's with the same name is kept.
+            for tool in crate::memory::memory_tools(&memory.store, &name, &memory.options) {
+                if tools.get(&tool.spec().name).is_none() {
+                    tools.add_arc(tool);
+                }
+            }
+        }
+        let core = Arc::new(AgentCore {
+            name: name.clone(),
+            instructions: self.instructions,
+            model,
+            tools: Arc::new(tools::AgentTools::new(tools)),
+            max_turns: self.max_turns,
+            max_schema_retries: self.max_schema_retries,
+            budget: self.budget,
+            output: self.output,
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            handoffs: Vec::new(),
+            record_content: self.record_content,
+            prices: self.prices,
+            memory,
+            guardrails: self.guardrails,
+            context_policy: self.context_policy,
+            rate_limiter: self.rate_limiter,
+        });
+        let graph = react::build(&core)?;
+        Ok(Agent {
+            core,
+            graph,
+            runtime: self.runtime.unwrap_or_default(),
+            timeout: self.timeout,
+            sessions: Arc::default(),
+        })
+    }
+}
