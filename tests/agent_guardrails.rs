@@ -79,7 +79,11 @@ async fn a_blocked_prompt_stops_the_run_before_the_model_is_asked() {
         .guardrail(no_passwords())
         .build()
         .unwrap();
-    let result = agent.run("What is the admin password?").await.unwrap();
+    let result = agent
+        .run("What is the admin password?")
+        .session("s")
+        .await
+        .unwrap();
     assert!(result.interrupted);
     assert_eq!(
         result.reason,
@@ -88,9 +92,20 @@ async fn a_blocked_prompt_stops_the_run_before_the_model_is_asked() {
     assert_eq!(result.reason.unwrap().to_string(), "guardrail:no_passwords");
     assert_eq!(result.output, "");
     assert!(model.requests().is_empty(), "the model was not asked");
-    // An allowed prompt goes through untouched.
-    let result = agent.run("What is the weather?").await.unwrap();
+    assert!(result.messages.is_empty(), "the blocked prompt is not kept");
+    // An allowed prompt goes through untouched, and the blocked one is not sent with it.
+    let result = agent
+        .run("What is the weather?")
+        .session("s")
+        .await
+        .unwrap();
     assert_eq!(result.output, "never");
+    let sent: Vec<String> = model.requests()[0]
+        .messages
+        .iter()
+        .map(|m| m.text().to_owned())
+        .collect();
+    assert_eq!(sent, ["You help.", "What is the weather?"]);
 }
 
 #[tokio::test]

@@ -68,12 +68,23 @@ async fn a_session_resumed_with_a_prompt_carries_its_conversation_on() {
         .model(Arc::clone(&model))
         .build()
         .unwrap();
-    agent.run("Capital of France?").session("s").await.unwrap();
+    agent
+        .run("Capital of France?")
+        .session("s")
+        .user("ann")
+        .await
+        .unwrap();
     let result = agent
         .resume("s")
         .prompt("How many people live there?")
         .await
         .unwrap();
+    let state: loomflow::agent::AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
+    assert_eq!(
+        state.user.as_deref(),
+        Some("ann"),
+        "the session's user carries on"
+    );
     assert_eq!(result.output, "About 2 million.");
     assert_eq!(result.turns, 1, "a new run counts its own turns");
     assert_eq!(

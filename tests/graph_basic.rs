@@ -753,3 +753,30 @@ fn reducer_fields_are_the_serialized_names_and_unchecked_for_maps() {
         .compile();
     assert!(map.is_ok());
 }
+
+#[tokio::test]
+async fn a_bounded_stream_holds_the_run_back_until_read_and_lets_it_go_when_its_outcome_is_asked() {
+    let mut graph = Graph::new("long").recursion_limit(100);
+    let names: Vec<String> = (0..40).map(|i| format!("n{i}")).collect();
+    for name in &names {
+        graph = graph.node_sync(name.clone(), |n: &mut u32| *n += 1);
+    }
+    graph = graph.edge(START, names[0].clone());
+    for pair in names.windows(2) {
+        graph = graph.edge(pair[0].clone(), pair[1].clone());
+    }
+    let graph = graph.edge(names[39].clone(), END).compile().unwrap();
+    let runtime = Runtime::in_memory();
+    let mut stream = graph.run(&runtime, "t", 0).stream_bounded(4);
+    stream.next().await.unwrap();
+    // The reader stops: the run waits with at most a few steps done.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let state: u32 = runtime.get_state("t").await.unwrap().unwrap();
+    assert!(state < 10, "the run went {state} steps ahead of its reader");
+    // Asking for the outcome stops the reading: the run finishes.
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(10), stream.outcome())
+        .await
+        .expect("the run finishes once nobody reads")
+        .unwrap();
+    assert_eq!(outcome.completed().unwrap(), 40);
+}

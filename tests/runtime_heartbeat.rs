@@ -68,3 +68,42 @@ async fn steps_longer_than_the_lease_keep_their_runs_while_another_process_is_re
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_a_shorter_lease_than_its_runtime_is_renewed_at_its_own_pace() {
+    let db = loomflow_tests::TempDb::new("heartbeat-pace");
+    // The runtime's own claims last ten leases: its heartbeat beats slowly.
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .lease(10 * LEASE)
+        .build();
+    let other = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .lease(LEASE)
+        .build();
+    let graph = slow_graph();
+    // A direct run starts the runtime's heartbeat at its slow pace ...
+    let direct = graph.start(&runtime, "direct", 0);
+    tokio::time::sleep(LEASE / 4).await;
+    // ... then a worker on the same runtime claims a run with a lease of its own, ten times
+    // shorter: its claim must be renewed before that lease runs out.
+    runtime.submit("slow", "queued", 5).await.unwrap();
+    let worker = loomflow::worker::Worker::builder(&runtime)
+        .graph(&graph)
+        .lease(LEASE)
+        .build();
+    let working = tokio::spawn(async move { worker.run_until_idle().await });
+    tokio::time::sleep(LEASE / 2).await;
+    for _ in 0..6 {
+        tokio::time::sleep(LEASE / 2).await;
+        let taken = graph.recover(&other, "queued").await;
+        assert!(
+            matches!(taken, Err(RunError::Busy { .. })),
+            "the worker's run was taken over: {taken:?}"
+        );
+    }
+    assert_eq!(working.await.unwrap().unwrap(), 1);
+    assert_eq!(direct.await.unwrap().completed().unwrap(), 1);
+    let done: u32 = runtime.get_state("queued").await.unwrap().unwrap();
+    assert_eq!(done, 6);
+}

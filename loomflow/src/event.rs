@@ -112,11 +112,15 @@ impl EventSink {
 
     /// Sends an event; a listener that went away is not an error.
     pub(crate) fn send(&self, event: Event) {
-        if self.tx.send(event).is_ok()
+        use std::sync::atomic::Ordering;
+        // Counted before it can be taken, so that a take never finds the count at zero.
+        if let Some(room) = &self.room {
+            room.queued.fetch_add(1, Ordering::AcqRel);
+        }
+        if self.tx.send(event).is_err()
             && let Some(room) = &self.room
         {
-            room.queued
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            room.queued.fetch_sub(1, Ordering::AcqRel);
         }
     }
 

@@ -53,6 +53,8 @@ pub(super) async fn check_input(
             Ok(())
         }
         Checked::Blocked { guardrail, reason } => {
+            // Not kept: a later run on the session would send it to the model.
+            state.messages.pop();
             blocked(core, state, ctx, GuardStage::Input, guardrail, reason)
         }
     }

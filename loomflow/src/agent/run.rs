@@ -134,7 +134,8 @@ impl<'a> AgentRun<'a> {
         self
     }
 
-    /// The user the run acts for (per-user budgets and permissions use it).
+    /// The user the run acts for (per-user budgets, rate limits and permissions use it).
+    /// Without it, a run on a session acts for the user of the session's last run.
     pub fn user(mut self, user: impl Into<String>) -> Self {
         self.user = Some(user.into());
         self
@@ -174,7 +175,9 @@ impl<'a> AgentRun<'a> {
             }
             Some(cp) => continue_from(self.agent, session, &cp, &self.prompt)?,
         };
-        state.user.clone_from(&self.user);
+        if self.user.is_some() {
+            state.user.clone_from(&self.user);
+        }
         state.max_turns = self.max_turns.map(|n| n.min(self.agent.core.max_turns));
         state.output_schema.clone_from(&self.output);
         Ok(state)
@@ -268,6 +271,7 @@ pub struct AgentResume<'a> {
     session: String,
     prompt: Option<String>,
     checkpoint: Option<u64>,
+    user: Option<String>,
     extra_tools: Vec<Arc<dyn Tool>>,
 }
 
@@ -299,6 +303,14 @@ impl AgentResume<'_> {
     /// after it is done again.
     pub fn from_checkpoint(mut self, id: u64) -> Self {
         self.checkpoint = Some(id);
+        self
+    }
+
+    /// The user a run with a new [`prompt`](Self::prompt) acts for (default: the user the
+    /// conversation it continues acted for). A run carried on without a prompt keeps its
+    /// own.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
         self
     }
 
@@ -346,11 +358,9 @@ impl AgentResume<'_> {
                 agent.with_timeout(session, run.into_future()).await
             }
             (None, Some(prompt)) => {
-                let state = agent
-                    .run(prompt)
-                    .session(session)
-                    .initial_state(session)
-                    .await?;
+                let mut new_run = agent.run(prompt).session(session);
+                new_run.user = self.user;
+                let state = new_run.initial_state(session).await?;
                 let run = agent.graph.run(runtime, session.to_owned(), state);
                 agent.with_timeout(session, run.into_future()).await
             }
@@ -365,7 +375,10 @@ impl AgentResume<'_> {
                     }
                     .into());
                 }
-                let state = continue_from(agent, session, &cp, &prompt)?;
+                let mut state = continue_from(agent, session, &cp, &prompt)?;
+                if self.user.is_some() {
+                    state.user = self.user;
+                }
                 let run = agent.graph.run(runtime, session.to_owned(), state);
                 agent.with_timeout(session, run.into_future()).await
             }
@@ -505,6 +518,8 @@ fn continue_from(
     let mut state = AgentState::new(prompt);
     state.messages = previous.messages;
     state.messages.push(Message::user(prompt));
+    // The session goes on acting for the same user, unless the run names another.
+    state.user = previous.user;
     Ok(state)
 }
 
@@ -552,6 +567,7 @@ impl Agent {
             session: session.into(),
             prompt: None,
             checkpoint: None,
+            user: None,
             extra_tools: Vec::new(),
         }
     }

@@ -166,18 +166,38 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
     if estimate_tokens(&state.messages) <= policy.above_tokens {
         return Ok(());
     }
-    let Some((cut, pinned)) = split(&state.messages, policy.keep_recent) else {
+    let Some((mut cut, pinned)) = split(&state.messages, policy.keep_recent) else {
         return Ok(());
     };
-    // The pinned message is kept, not dropped.
-    let dropped = cut - usize::from(pinned.is_some());
+    let snipping = matches!(policy.strategy, Strategy::Snip);
+    if snipping && pinned.is_none() {
+        // A snipped conversation starts with a user message, as providers require: the
+        // cut moves on to the next one (there is one: the latest is past the cut).
+        if let Some(next) = state.messages[cut..]
+            .iter()
+            .position(|m| m.role() == Role::User)
+        {
+            cut += next;
+        }
+    }
+    let older: Vec<Message> = state.messages[..cut]
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != pinned)
+        .map(|(_, m)| m.clone())
+        .collect();
+    // Nothing to take out, or only an earlier summary: trimming again would change nothing
+    // (or summarize the summary at every turn).
+    if older.is_empty() || older.iter().all(is_summary) {
+        return Ok(());
+    }
+    let dropped = older.len();
     let summary = match &policy.strategy {
         Strategy::Snip => None,
         Strategy::Compact { summarizer } => {
             let model = summarizer.as_ref().unwrap_or(&core.model);
-            let older = &state.messages[..cut];
             let summary: Option<String> = ctx
-                .step("compact", || summarize(model.as_ref(), older))
+                .step("compact", || summarize(model.as_ref(), &older))
                 .await?;
             match summary {
                 Some(summary) => Some(summary),
@@ -187,9 +207,7 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
     };
     let mut kept = Vec::with_capacity(state.messages.len() - cut + 2);
     if let Some(summary) = summary {
-        kept.push(Message::user(format!(
-            "[Summary of the earlier conversation]\n{summary}"
-        )));
+        kept.push(Message::user(format!("{SUMMARY_HEADING}\n{summary}")));
     }
     if let Some(user) = pinned {
         kept.push(state.messages[user].clone());
@@ -208,6 +226,14 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
         "conversation trimmed to fit the context policy"
     );
     Ok(())
+}
+
+/// How a compaction's summary begins.
+const SUMMARY_HEADING: &str = "[Summary of the earlier conversation]";
+
+/// Whether `message` is a compaction's summary.
+fn is_summary(message: &Message) -> bool {
+    message.role() == Role::User && message.text().starts_with(SUMMARY_HEADING)
 }
 
 /// Asks `model` for a summary of `messages`; `None` when the call fails.

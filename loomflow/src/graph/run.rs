@@ -327,6 +327,8 @@ impl<S> RunStream<S> {
     ///
     /// As for awaiting the run.
     pub async fn outcome(mut self) -> Result<RunOutcome<S>> {
+        // Nobody reads on: a bounded stream must not hold the run back.
+        self.events.close();
         match self.handle.take() {
             Some(handle) => handle.await,
             None => Err(RunError::Internal {

@@ -72,6 +72,9 @@ struct ClaimInner {
     until_ms: AtomicU64,
     lost: AtomicBool,
     released: AtomicBool,
+    /// The write that releases the claim is on its way: a renewal refused meanwhile is not a
+    /// lost lease.
+    releasing: AtomicBool,
     /// Someone asked the run to stop (in this process, or seen on the run's row).
     cancel: AtomicBool,
     /// The worker executing the run shuts down: the run stops at its next superstep and
@@ -98,6 +101,8 @@ struct LiveShared {
     claims: Mutex<std::collections::HashMap<String, Weak<ClaimInner>>>,
     /// The heartbeat task, while there is one.
     beating: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// How often it beats, in ms: a third of the shortest lease it has seen.
+    every_ms: AtomicU64,
 }
 
 impl LiveClaims {
@@ -111,14 +116,23 @@ impl LiveClaims {
         }
         // Inserted before the heartbeat is looked at: a heartbeat that stops for want of
         // claims decides under this lock, after the insert, or leaves the slot empty here.
+        let every = beat_for(claim.inner.lease);
         let mut beating = crate::sync::lock(&self.shared.beating);
-        if beating
+        let stopped = beating
             .as_ref()
-            .is_none_or(tokio::task::JoinHandle::is_finished)
+            .is_none_or(tokio::task::JoinHandle::is_finished);
+        // A claim with a shorter lease than the heartbeat beats for (a worker's) needs it
+        // sooner: the heartbeat starts again at its pace.
+        let too_slow = millis(every) < self.shared.every_ms.load(Ordering::Acquire);
+        if (stopped || too_slow)
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
+            if let Some(old) = beating.take() {
+                old.abort();
+            }
+            self.shared.every_ms.store(millis(every), Ordering::Release);
             let shared = Arc::downgrade(&self.shared);
-            *beating = Some(handle.spawn(heartbeat(shared, claim.inner.lease)));
+            *beating = Some(handle.spawn(heartbeat(shared, every)));
         }
     }
 
@@ -240,6 +254,7 @@ impl RunClaim {
                 until_ms: AtomicU64::new(until_ms),
                 lost: AtomicBool::new(false),
                 released: AtomicBool::new(false),
+                releasing: AtomicBool::new(false),
                 cancel: AtomicBool::new(false),
                 yield_requested: AtomicBool::new(false),
                 park_grace,
@@ -339,6 +354,7 @@ impl RunClaim {
         if self.is_lost() {
             return Err(self.lost_error());
         }
+        self.inner.releasing.store(true, Ordering::Release);
         let written = self
             .inner
             .store
@@ -474,10 +490,14 @@ impl Drop for ClaimInner {
     }
 }
 
+/// How often claims with `lease` need renewing: every third of it.
+fn beat_for(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(1))
+}
+
 /// Renews every live claim's lease every third of its length, and notices cancels asked for
 /// from another process; stops when the runtime has no claim left (or is dropped).
-async fn heartbeat(shared: Weak<LiveShared>, lease: Duration) {
-    let every = (lease / 3).max(Duration::from_millis(1));
+async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
         let Some(live) = shared.upgrade() else { return };
@@ -493,6 +513,7 @@ async fn heartbeat(shared: Weak<LiveShared>, lease: Duration) {
                 // insert's claim is seen here, or the insert finds the slot empty and starts
                 // a new heartbeat.
                 beating.take();
+                live.every_ms.store(u64::MAX, Ordering::Release);
                 return;
             }
             claims
@@ -519,7 +540,9 @@ async fn renew(claim: &ClaimInner) {
             }
         }
         // Released while the renewal was on its way: the run is over, nothing was lost.
-        Err(StoreError::LeaseLost { .. }) if claim.released.load(Ordering::Acquire) => {}
+        Err(StoreError::LeaseLost { .. })
+            if claim.released.load(Ordering::Acquire)
+                || claim.releasing.load(Ordering::Acquire) => {}
         Err(StoreError::LeaseLost { .. }) => {
             tracing::warn!(thread = %claim.thread, owner = %claim.owner, "lease lost: another execution claimed the run");
             claim.lost.store(true, Ordering::Release);
