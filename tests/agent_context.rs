@@ -222,3 +222,58 @@ async fn a_long_session_is_trimmed_when_the_next_run_starts() {
         assert!(tokens <= 200 + 60, "{tokens} tokens sent");
     }
 }
+
+#[tokio::test]
+async fn a_snipped_conversation_starts_with_a_user_message() {
+    let replies = ["first answer", "second answer"]
+        .map(|r| ModelResponse::text(format!("{r} {}", "x".repeat(400))));
+    let model = Arc::new(ScriptedModel::new(replies));
+    let agent = Agent::builder("You chat.")
+        .model(Arc::clone(&model))
+        .context_policy(ContextPolicy::snip().above_tokens(50).keep_recent(2))
+        .build()
+        .unwrap();
+    agent.run("first question").session("s").await.unwrap();
+    agent.run("second question").session("s").await.unwrap();
+    // The last two exchanges would be the first answer and the second question: the cut
+    // moves on, so that no provider is sent a conversation that opens with its own words.
+    let sent = &model.requests()[1].messages;
+    let texts: Vec<&str> = sent.iter().map(Message::text).collect();
+    assert_eq!(texts, ["You chat.", "second question"]);
+}
+
+#[tokio::test]
+async fn a_compaction_neither_summarizes_the_question_it_keeps_nor_its_own_summary_again() {
+    let summarizer = Arc::new(ScriptedModel::new([
+        ModelResponse::text("Pages 1 was lorem ipsum."),
+        ModelResponse::text("A summary of the summary."),
+    ]));
+    let model = ScriptedModel::new([
+        fetch_call(1),
+        fetch_call(2),
+        fetch_call(3),
+        ModelResponse::text("Done."),
+    ]);
+    let agent = Agent::builder("You read pages.")
+        .model(model)
+        .tool(Fetch::new())
+        .context_policy(
+            ContextPolicy::compact()
+                .above_tokens(100)
+                .keep_recent(2)
+                .summarizer(Arc::clone(&summarizer)),
+        )
+        .build()
+        .unwrap();
+    let result = agent.run("Read pages 1 to 3.").await.unwrap();
+    assert_eq!(result.output, "Done.");
+    let asked = summarizer.requests();
+    assert_eq!(asked.len(), 1, "the summary alone is not summarized again");
+    let transcript = asked[0].messages[1].text();
+    assert!(transcript.contains("page 1:"), "{transcript}");
+    assert!(
+        !transcript.contains("Read pages 1 to 3."),
+        "the question is kept word for word, not summarized: {transcript}"
+    );
+    assert_eq!(result.messages[1].text(), "Read pages 1 to 3.");
+}
