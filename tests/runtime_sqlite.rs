@@ -636,3 +636,93 @@ async fn a_version_4_file_gains_the_audit_log() {
         .unwrap();
     assert_eq!(log.len(), 1);
 }
+
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Asked {
+    answer: Option<String>,
+}
+
+/// One node that asks a question and keeps the answer.
+fn asks() -> loomflow::CompiledGraph<Asked> {
+    use loomflow::prelude::*;
+    Graph::new("asks")
+        .node_fn("ask", |s: &mut Asked, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt(json!({ "q": "name?" }))?;
+                s.answer = Some(answer);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
+/// At FULL, an interrupt and its resume sync twice: the suspension and the completion. The
+/// claims and the input checkpoint commit without a sync of their own, yet are committed:
+/// another store on the file reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_and_its_resume_sync_only_the_suspension_and_the_completion() {
+    let db = TempDb::new("synced");
+    let store = Arc::new(SqliteStore::open(db.path()).unwrap()); // synchronous = FULL
+    let runtime = Runtime::builder().shared_store(store.clone()).build();
+    let graph = asks();
+
+    let before = store.commit_stats();
+    let out = graph.invoke(&runtime, "t", Asked::default()).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1);
+    let suspended = store.commit_stats();
+    assert_eq!(
+        suspended.synced - before.synced,
+        1,
+        "{before:?} → {suspended:?}"
+    );
+    assert!(
+        suspended.commits - before.commits > 1,
+        "the claim and the input checkpoint are committed too: {before:?} → {suspended:?}"
+    );
+
+    // What was committed without a sync is on the file for every connection.
+    let other = SqliteStore::open(db.path()).unwrap();
+    let steps: Vec<(u64, RunStatus)> = other
+        .list_checkpoints("t")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| (c.step, c.status))
+        .collect();
+    assert_eq!(
+        steps,
+        [(0, RunStatus::Running), (0, RunStatus::Interrupted)],
+        "the input checkpoint, then the suspension"
+    );
+
+    let done = graph.resume(&runtime, "t", "Ada").await.unwrap();
+    assert_eq!(done.state().answer.as_deref(), Some("Ada"));
+    let resumed = store.commit_stats();
+    assert_eq!(
+        resumed.synced - suspended.synced,
+        1,
+        "{suspended:?} → {resumed:?}"
+    );
+    assert!(
+        resumed.commits - suspended.commits > 1,
+        "the resume's claim too"
+    );
+}
+
+/// At NORMAL no commit syncs on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_normal_no_commit_syncs() {
+    let db = TempDb::new("normal");
+    let options = SqliteOptions::default().synchronous(loomflow::runtime::Synchronous::Normal);
+    let store = Arc::new(SqliteStore::open_with(db.path(), options).unwrap());
+    let runtime = Runtime::builder().shared_store(store.clone()).build();
+    let graph = asks();
+    graph.invoke(&runtime, "t", Asked::default()).await.unwrap();
+    graph.resume(&runtime, "t", "Ada").await.unwrap();
+    let stats = store.commit_stats();
+    assert!(stats.commits >= 4, "{stats:?}");
+    assert_eq!(stats.synced, 0, "{stats:?}");
+}

@@ -119,6 +119,24 @@ impl RuntimeBuilder {
         self
     }
 
+    /// A store the caller keeps a handle on too, to share it between runtimes or to read
+    /// what only its own type tells ([`SqliteStore::commit_stats`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use loomflow::runtime::{MemoryStore, Runtime};
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let runtime = Runtime::builder().shared_store(store.clone()).build();
+    /// # let _ = runtime;
+    /// ```
+    pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// The durability mode runs use unless they set their own (default [`Durability::Sync`]).
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = Some(durability);

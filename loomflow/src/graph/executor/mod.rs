@@ -252,10 +252,13 @@ async fn run_supersteps<S: State>(
         let snapshot = SnapshotRef::new(g, &state, &active)
             .joins(&joins.0)
             .described();
-        let cp = with_audit(
+        let mut cp = with_audit(
             &shared,
             key.step_checkpoint(&graph.inner, 0, status, &snapshot)?,
         );
+        // Nothing has run yet: a power cut that takes this write back takes the whole
+        // run back with it. A run that is over at once (nothing to run) is an outcome.
+        cp.start_only = status == RunStatus::Running && cp.audit.is_empty();
         writer.write(cp).await?;
         completed_written = active.is_empty();
     }

@@ -78,6 +78,11 @@ pub struct Checkpoint {
     /// checkpoints in memory; stores build it before handing the checkpoint out.
     #[serde(skip)]
     pub(crate) unserialized: Option<Unserialized>,
+    /// Records only that a run starts (its input): no node has run since the run's last
+    /// write, so losing it to a power cut loses no work, and a store that syncs each commit
+    /// need not sync this one on its own (the next synced commit takes it to the disk).
+    #[serde(skip)]
+    pub(crate) start_only: bool,
 }
 
 impl Checkpoint {
@@ -101,6 +106,7 @@ impl Checkpoint {
             error: None,
             audit: Vec::new(),
             unserialized: None,
+            start_only: false,
         }
     }
 

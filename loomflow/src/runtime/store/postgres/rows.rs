@@ -83,6 +83,7 @@ pub(super) fn checkpoint_from_row(row: &Row, thread: &str) -> Result<Checkpoint,
         error: get(row, 6, thread)?,
         audit: Vec::new(),
         unserialized: None,
+        start_only: false,
     })
 }
 

@@ -56,6 +56,13 @@ use futures_util::future::BoxFuture;
 /// one fsync instead of queuing for a hundred. Reads run on their own threads. Dropping the
 /// store commits what is queued and closes the file.
 ///
+/// At [`Synchronous::Full`], writes that record no work are not synced on their own:
+/// taking, renewing or letting go of a run's claim, and a run's input checkpoint (written
+/// before any node runs). A power cut that takes them back leaves the run as if it had not
+/// started; the next synced commit (the step that follows, the suspension) takes them to
+/// the disk with it. An interrupt and its resume cost two fsyncs: the suspension and the
+/// resumed step's completion. [`CommitStats::synced`] counts the commits that synced.
+///
 /// A write is queued when its method is called, not when its future is first polled, and
 /// its future resolves once the write is committed: dropping the future does not cancel the
 /// write. Several stores (or processes) may open one file; their writers take turns at its
@@ -129,7 +136,7 @@ impl SqliteStore {
             .map(|_| schema::open_reader(&path, &options))
             .collect::<Result<Vec<_>, _>>()?;
         let probe = std::sync::Mutex::new(schema::open_reader(&path, &options)?);
-        let writer = Writer::spawn(conn).map_err(thread_error)?;
+        let writer = Writer::spawn(conn, options.synchronous).map_err(thread_error)?;
         let readers = Readers::spawn(conns).map_err(thread_error)?;
         Ok(Self {
             path,
@@ -144,14 +151,15 @@ impl SqliteStore {
         &self.path
     }
 
-    /// How many writes this store has committed, in how many transactions: with many
-    /// concurrent runs, `writes / commits` is the average group a single commit (and, at
-    /// [`Synchronous::Full`], a single fsync) served.
+    /// How many writes this store has committed, in how many transactions, and how many of
+    /// those synced: with many concurrent runs, `writes / commits` is the average group a
+    /// single commit (and, at [`Synchronous::Full`], a single fsync) served.
     pub fn commit_stats(&self) -> CommitStats {
         let counters = self.writer.counters();
         CommitStats {
             writes: counters.writes.load(Ordering::Relaxed),
             commits: counters.commits.load(Ordering::Relaxed),
+            synced: counters.synced.load(Ordering::Relaxed),
         }
     }
 

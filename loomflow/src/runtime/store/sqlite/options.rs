@@ -90,4 +90,8 @@ pub struct CommitStats {
     pub writes: u64,
     /// Transactions committed; each holds one or more writes.
     pub commits: u64,
+    /// Transactions committed with an fsync of their own: at [`Synchronous::Full`], those
+    /// holding a write that records work (see [`SqliteStore`](super::SqliteStore)); at
+    /// [`Synchronous::Normal`], none.
+    pub synced: u64,
 }

@@ -79,6 +79,7 @@ pub(super) fn checkpoint_from_row(
             error,
             audit: Vec::new(),
             unserialized: None,
+            start_only: false,
         })
     })())
 }
@@ -99,6 +100,7 @@ pub(super) fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, S
         namespace: checkpoint.namespace.clone(),
         error: checkpoint.error.clone(),
         audit: AuditRow::all(&checkpoint.audit)?,
+        needs_sync: !checkpoint.start_only,
     })
 }
 

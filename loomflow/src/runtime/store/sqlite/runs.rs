@@ -120,6 +120,23 @@ impl RunOp {
         }
     }
 
+    /// See `Op::needs_sync`: taking, renewing and letting go of a claim record no work.
+    pub(super) fn needs_sync(&self) -> bool {
+        match self {
+            Self::Claim { .. }
+            | Self::Release { .. }
+            | Self::Renew { .. }
+            | Self::ClaimRunnable { .. } => false,
+            Self::PutCheckpoint { row, .. } => row.needs_sync,
+            Self::PutJournal { .. }
+            | Self::TakeSignal { .. }
+            | Self::TryTakeSignal { .. }
+            | Self::Submit { .. }
+            | Self::RequestCancel { .. }
+            | Self::Finish { .. } => true,
+        }
+    }
+
     pub(super) fn apply(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<Outcome> {
         match self {
             Self::Claim {

@@ -15,6 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
+use super::Synchronous;
 use super::audit;
 use super::runs::RunOp;
 use crate::runtime::store::audit::AuditRow;
@@ -40,6 +41,9 @@ pub(super) struct CheckpointRow {
     pub(super) error: Option<String>,
     /// Audit entries written with it.
     pub(super) audit: Vec<AuditRow>,
+    /// Whether its commit must reach the disk before it is answered (see
+    /// [`Op::needs_sync`]).
+    pub(super) needs_sync: bool,
 }
 
 /// A journal entry, ready for its row.
@@ -92,6 +96,22 @@ impl Op {
             Self::TakeSignal { session, .. } => session,
             Self::Runs(op) => op.thread(),
             Self::AppendAudit(_) | Self::PruneAudit(_) => "(audit)",
+        }
+    }
+
+    /// Whether the write must be on the disk before it is answered, when the store syncs
+    /// each commit ([`Synchronous::Full`](super::Synchronous::Full)).
+    ///
+    /// Writes that only take, renew or let go of a claim, and the checkpoint of a run's
+    /// input, record no work: a power cut that takes them back leaves every run as if they
+    /// had not been made (a claim lost with its process is one that ran out). A group of
+    /// such writes alone is committed without an fsync; the next synced commit takes them
+    /// to the disk with it, the WAL being written in order.
+    fn needs_sync(&self) -> bool {
+        match self {
+            Self::PutCheckpoint(row) => row.needs_sync,
+            Self::Runs(op) => op.needs_sync(),
+            _ => true,
         }
     }
 
@@ -281,17 +301,19 @@ pub(super) struct Counters {
     pub(super) writes: AtomicU64,
     /// Transactions committed.
     pub(super) commits: AtomicU64,
+    /// Transactions committed with an fsync of their own (see `Op::needs_sync`).
+    pub(super) synced: AtomicU64,
 }
 
 impl Writer {
-    /// Starts the thread that owns `conn`.
-    pub(super) fn spawn(conn: Connection) -> std::io::Result<Self> {
+    /// Starts the thread that owns `conn`, whose commits sync as `sync` says.
+    pub(super) fn spawn(conn: Connection, sync: Synchronous) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let counters = Arc::new(Counters::default());
         let shared = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("loomflow-sqlite-writer".into())
-            .spawn(move || run(conn, &rx, &shared))?;
+            .spawn(move || run(Syncing::new(conn, sync), &rx, &shared))?;
         Ok(Self {
             tx: Some(tx),
             thread: Some(thread),
@@ -331,7 +353,46 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>, counters: &Counters) {
+/// The writer's connection and the `synchronous` level it is at.
+///
+/// At [`Synchronous::Full`], a group whose writes record no work (`Op::needs_sync`) is
+/// committed at `NORMAL`: SQLite's level is per connection and read at each commit. In WAL
+/// mode the next commit at `FULL` syncs the log up to its own end, taking the unsynced
+/// commits before it to the disk as well.
+struct Syncing {
+    conn: Connection,
+    /// Whether the store syncs each commit at all.
+    full: bool,
+    /// Whether the connection is at `FULL` now.
+    at_full: bool,
+}
+
+impl Syncing {
+    fn new(conn: Connection, sync: Synchronous) -> Self {
+        let full = sync == Synchronous::Full;
+        Self {
+            conn,
+            full,
+            at_full: full,
+        }
+    }
+
+    /// Sets the level for the next commit; whether that commit syncs.
+    fn prepare(&mut self, group: &[Request]) -> bool {
+        let sync = self.full && group.iter().any(|request| request.op.needs_sync());
+        if self.full && sync != self.at_full {
+            let level = if sync { "FULL" } else { "NORMAL" };
+            match self.conn.pragma_update(None, "synchronous", level) {
+                Ok(()) => self.at_full = sync,
+                // Left as it was: at FULL, the commit syncs anyway.
+                Err(error) => tracing::warn!(%error, level, "could not set the sync level"),
+            }
+        }
+        self.at_full
+    }
+}
+
+fn run(mut conn: Syncing, rx: &mpsc::Receiver<Request>, counters: &Counters) {
     let mut last_prune = i64::MIN;
     let mut group = Vec::new();
     while let Ok(first) = rx.recv() {
@@ -345,7 +406,7 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>, counters: &Counters) 
         let now = now_ms();
         if now.saturating_sub(last_prune) >= PRUNE_EVERY_MS {
             last_prune = now;
-            prune(&conn, now);
+            prune(&conn.conn, now);
         }
         commit_group(&mut conn, &mut group, now, counters);
     }
@@ -356,11 +417,15 @@ fn run(mut conn: Connection, rx: &mpsc::Receiver<Request>, counters: &Counters) 
 /// A write that fails (a constraint, a trigger) is answered with its error and the group
 /// is run again without it, so it does not take the others down; a failure of the
 /// transaction itself (the disk, a lock held past the busy timeout) is every write's.
-fn commit_group(conn: &mut Connection, group: &mut Vec<Request>, now_ms: i64, counters: &Counters) {
+fn commit_group(conn: &mut Syncing, group: &mut Vec<Request>, now_ms: i64, counters: &Counters) {
     while !group.is_empty() {
-        match commit(conn, group, now_ms) {
+        let synced = conn.prepare(group);
+        match commit(&mut conn.conn, group, now_ms) {
             Ok(outcomes) => {
                 counters.commits.fetch_add(1, Ordering::Relaxed);
+                if synced {
+                    counters.synced.fetch_add(1, Ordering::Relaxed);
+                }
                 counters
                     .writes
                     .fetch_add(outcomes.len() as u64, Ordering::Relaxed);
