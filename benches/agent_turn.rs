@@ -11,8 +11,10 @@
 //! the gap between calls `k` and `k + 1` (the model and the tool do nothing else, and the
 //! model counts its own calls rather than reading the conversation). Each turn's figure is
 //! the median over runs; the ratio is turn 200's over turn 1's. `agent_turn_memory` prints
-//! the JSON bytes of the checkpoints a run leaves in the in-memory store (all kept), after
-//! 100 and after 200 turns: linear growth doubles them, quadratic growth quadruples them.
+//! the heap a run leaves held in the in-memory store (every checkpoint kept: the allocator
+//! counts live bytes before the run and after it, with the agent and its runtime alive),
+//! after 100 and after 200 turns: linear growth doubles it, quadratic growth quadruples it.
+//! Beside it, what those checkpoints weigh as JSON, as a durable store writes them.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // benchmarks abort loudly on setup errors
 
@@ -20,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use cap::Cap;
 use criterion::{Criterion, criterion_group, criterion_main};
 use loomflow::agent::Agent;
 use loomflow::model::{
@@ -28,6 +31,10 @@ use loomflow::model::{
 use loomflow::prelude::*;
 use loomflow::runtime::MemoryStore;
 use loomflow::tool::{Tool, ToolContext, ToolError, ToolSpec};
+
+/// The system allocator, counting the bytes held (for `agent_turn_memory`).
+#[global_allocator]
+static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
 
 struct Noop(ToolSpec);
 
@@ -226,6 +233,7 @@ fn growth(rt: &tokio::runtime::Runtime) -> Vec<String> {
 
     // Memory: the checkpoints a run leaves, every one kept.
     let bytes = |turns: usize| {
+        let before = ALLOCATOR.allocated();
         let stamps = Stamps::new(turns);
         let agent = Agent::builder("memory")
             .model(Stamped(Arc::clone(&stamps)))
@@ -238,6 +246,7 @@ fn growth(rt: &tokio::runtime::Runtime) -> Vec<String> {
         rt.block_on(async {
             let session = format!("memory-{turns}");
             agent.run("go").session(session.clone()).await.unwrap();
+            let held = ALLOCATOR.allocated().saturating_sub(before);
             let sizes: Vec<usize> = agent
                 .list_checkpoints(&session)
                 .await
@@ -249,6 +258,7 @@ fn growth(rt: &tokio::runtime::Runtime) -> Vec<String> {
                 sizes.iter().sum::<usize>(),
                 sizes.len(),
                 sizes.last().copied().unwrap_or_default(),
+                held,
             )
         })
     };
@@ -268,7 +278,14 @@ fn growth(rt: &tokio::runtime::Runtime) -> Vec<String> {
             mean(&medians[TURNS - 10..]),
         ),
         format!(
-            "agent_turn_memory: checkpoints of one run, every one kept (JSON bytes): {} turns {:.0} KiB in {} checkpoints (the last {:.1} KiB), {TURNS} turns {:.0} KiB in {} (the last {:.1} KiB): ×{:.1} for twice the turns (linear 2, quadratic 4)",
+            "agent_turn_memory: heap a run holds, every checkpoint kept: {} turns {:.0} KiB, {TURNS} turns {:.0} KiB: ×{:.2} for twice the turns (linear 2, quadratic 4)",
+            TURNS / 2,
+            kib(half.3),
+            kib(full.3),
+            full.3 as f64 / half.3 as f64,
+        ),
+        format!(
+            "agent_turn_memory detail: the same checkpoints as JSON, as a durable store writes them whole: {} turns {:.0} KiB in {} checkpoints (the last {:.1} KiB), {TURNS} turns {:.0} KiB in {} (the last {:.1} KiB): ×{:.1}",
             TURNS / 2,
             kib(half.0),
             half.1,

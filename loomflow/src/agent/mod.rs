@@ -74,7 +74,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::graph::CompiledGraph;
-use crate::model::{Message, Model, ModelRequest, OutputSchema, PriceTable};
+use crate::model::{Message, Model, ModelRequest, OutputSchema, PriceTable, Transcript};
 use crate::runtime::Runtime;
 use crate::tool::{Tool, ToolHost};
 use output::OutputSpec;
@@ -126,17 +126,18 @@ impl AgentCore {
     /// The request of a model turn; `output` is the run's own output schema, if it has one.
     fn request(
         &self,
-        messages: &[Message],
+        messages: &Transcript,
         recalled: Option<&str>,
         output: Option<&OutputSchema>,
         tools: &ToolHost,
     ) -> ModelRequest {
-        let mut all = Vec::with_capacity(messages.len() + 2);
+        let mut all = Transcript::new();
         all.push(Message::system(&self.instructions));
         if let Some(recalled) = recalled.filter(|r| !r.is_empty()) {
             all.push(Message::system(recalled));
         }
-        all.extend_from_slice(messages);
+        // Shared, not copied: a turn costs what it adds, not what the conversation holds.
+        all.append_shared(messages);
         let mut request = ModelRequest::new(all).tools(tools.definitions());
         if let Some(schema) = output.or(self.output.as_ref().map(|o| &o.schema)) {
             request = output::ask_for(request, schema, self.model.supports_output_schema());

@@ -3,7 +3,7 @@
 
 use tracing::Span;
 
-use crate::model::{FinishReason, Message, ModelError, ModelResponse};
+use crate::model::{FinishReason, ModelError, ModelResponse, Transcript};
 use crate::telemetry::{self, TARGET};
 
 /// The `invoke_agent {name}` span of one call of an agent (`run`, `stream`, `resume`).
@@ -50,7 +50,7 @@ pub(super) fn chat_span(model_name: &str) -> Span {
 pub(super) fn record_chat(
     span: &Span,
     model_name: &str,
-    messages: &[Message],
+    messages: &Transcript,
     result: &Result<ModelResponse, ModelError>,
     content: bool,
 ) {

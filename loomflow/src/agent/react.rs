@@ -27,7 +27,9 @@ use crate::error::GraphError;
 use crate::graph::{
     BoxFuture, CompiledGraph, END, Graph, Node, NodeError, NodeResult, RunError, START,
 };
-use crate::model::{Message, ModelError, ModelRequest, ModelResponse, StreamAccumulator};
+use crate::model::{
+    Message, ModelError, ModelRequest, ModelResponse, StreamAccumulator, Transcript,
+};
 use crate::tool::{AgentEvent, DispatchContext};
 use crate::{Error, Result};
 
@@ -192,7 +194,7 @@ pub(super) async fn call_model(
     observe::record_chat(
         &span,
         name,
-        sent.as_deref().unwrap_or_default(),
+        sent.as_ref().unwrap_or(&Transcript::new()),
         &result,
         sent.is_some(),
     );

@@ -86,7 +86,7 @@ impl RunResult {
             interrupted: reason.is_some(),
             reason,
             pending,
-            messages: state.messages,
+            messages: state.messages.into_vec(),
         }
     }
 }

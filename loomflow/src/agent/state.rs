@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::StopReason;
-use crate::model::{Message, OutputSchema, Role, Usage};
+use crate::model::{Message, OutputSchema, Role, Transcript, Usage};
 
 /// The state of an agent run: the transcript and the counters the loop's limits read.
 ///
@@ -13,7 +13,7 @@ use crate::model::{Message, OutputSchema, Role, Usage};
 #[non_exhaustive]
 pub struct AgentState {
     /// The conversation so far (the system prompt is not stored; it comes from the agent).
-    pub messages: Vec<Message>,
+    pub messages: Transcript,
     /// Model turns taken in this run.
     pub turns: u32,
     /// Tokens used in this run.
@@ -64,7 +64,7 @@ impl AgentState {
     /// A state that starts a conversation with one user message.
     pub fn new(prompt: impl Into<String>) -> Self {
         Self {
-            messages: vec![Message::user(prompt)],
+            messages: Transcript::from([Message::user(prompt)]),
             ..Self::default()
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::state::AgentState;
 use super::{AgentCore, observe};
 use crate::context::Context;
-use crate::model::{Message, Model, ModelRequest, Role};
+use crate::model::{Message, Model, ModelRequest, Role, Transcript};
 use crate::tool::AgentEvent;
 use crate::{Error, Result};
 use tracing::Instrument;
@@ -120,9 +120,9 @@ impl ContextPolicy {
 }
 
 /// The estimated tokens of a conversation: a quarter of its characters.
-pub(crate) fn estimate_tokens(messages: &[Message]) -> u64 {
+pub(crate) fn estimate_tokens<'a>(messages: impl IntoIterator<Item = &'a Message>) -> u64 {
     let chars: usize = messages
-        .iter()
+        .into_iter()
         .map(|m| {
             m.text().len()
                 + m.tool_calls()
@@ -136,7 +136,7 @@ pub(crate) fn estimate_tokens(messages: &[Message]) -> u64 {
 
 /// Where each exchange starts: every user and assistant message (tool results belong to
 /// the assistant message before them).
-fn exchange_starts(messages: &[Message]) -> Vec<usize> {
+fn exchange_starts(messages: &Transcript) -> Vec<usize> {
     messages
         .iter()
         .enumerate()
@@ -148,7 +148,7 @@ fn exchange_starts(messages: &[Message]) -> Vec<usize> {
 /// The split of `messages` a policy keeping `keep` exchanges makes: the index the kept part
 /// starts at, and the latest user message when it falls in the dropped part. `None` when
 /// nothing would be dropped.
-fn split(messages: &[Message], keep: usize) -> Option<(usize, Option<usize>)> {
+fn split(messages: &Transcript, keep: usize) -> Option<(usize, Option<usize>)> {
     let starts = exchange_starts(messages);
     if starts.len() <= keep {
         return None;
@@ -173,15 +173,19 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
     if snipping && pinned.is_none() {
         // A snipped conversation starts with a user message, as providers require: the
         // cut moves on to the next one (there is one: the latest is past the cut).
-        if let Some(next) = state.messages[cut..]
+        if let Some(next) = state
+            .messages
             .iter()
+            .skip(cut)
             .position(|m| m.role() == Role::User)
         {
             cut += next;
         }
     }
-    let older: Vec<Message> = state.messages[..cut]
+    let older: Vec<Message> = state
+        .messages
         .iter()
+        .take(cut)
         .enumerate()
         .filter(|(i, _)| Some(*i) != pinned)
         .map(|(_, m)| m.clone())
@@ -205,14 +209,14 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
             }
         }
     };
-    let mut kept = Vec::with_capacity(state.messages.len() - cut + 2);
+    let mut kept = Transcript::new();
     if let Some(summary) = summary {
         kept.push(Message::user(format!("{SUMMARY_HEADING}\n{summary}")));
     }
     if let Some(user) = pinned {
         kept.push(state.messages[user].clone());
     }
-    kept.extend(state.messages.drain(cut..));
+    kept.append_shared(&state.messages.tail(cut));
     state.messages = kept;
     AgentEvent::ContextTrimmed {
         strategy: policy.strategy_name().to_owned(),
@@ -286,11 +290,11 @@ mod tests {
     use crate::model::ToolCall;
     use serde_json::json;
 
-    fn tool_loop() -> Vec<Message> {
+    fn tool_loop() -> Transcript {
         let call = |id: &str| {
             Message::assistant_tool_calls(vec![ToolCall::new(id, "search", json!({ "q": id }))])
         };
-        vec![
+        Transcript::from([
             Message::user("first question"),
             Message::assistant("first answer"),
             Message::user("second question"),
@@ -300,7 +304,7 @@ mod tests {
             Message::tool_result("b", "result b"),
             call("c"),
             Message::tool_result("c", "result c"),
-        ]
+        ])
     }
 
     #[test]

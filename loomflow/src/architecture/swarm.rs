@@ -102,7 +102,7 @@ impl Swarm {
                     agent.graph().clone(),
                     |team: &TeamState| {
                         let mut state = AgentState::new(&team.task);
-                        state.messages.clone_from(&team.messages);
+                        state.messages = team.messages.clone().into();
                         state
                     },
                     move |team: &mut TeamState, state: AgentState| {
@@ -111,7 +111,7 @@ impl Swarm {
                         if state.handoff.is_none() {
                             team.output = Some(answer(&state));
                         }
-                        team.messages = state.messages;
+                        team.messages = state.messages.into_vec();
                     },
                 )
                 .branch(member.name.clone(), targets.clone(), |team: &TeamState| {

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
-use crate::model::{Message, Model, ModelRequest, Role, Usage};
+use crate::model::{Message, Model, ModelRequest, Role, Transcript, Usage};
 
 /// How an agent uses its memory (see [`AgentBuilder::memory_options`](crate::agent::AgentBuilder::memory_options)).
 ///
@@ -139,7 +139,7 @@ pub(crate) async fn extract_after_run(
     model: &dyn Model,
     scope: &Scope,
     session: &str,
-    messages: &[Message],
+    messages: &Transcript,
 ) -> crate::Result<(Vec<MemoryId>, Usage)> {
     let transcript: Vec<String> = messages
         .iter()

@@ -50,6 +50,7 @@ mod retry;
 mod scripted;
 mod secret;
 pub mod sse;
+mod transcript;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod transport;
 
@@ -70,6 +71,7 @@ pub use response::{
 pub use retry::RetryPolicy;
 pub use scripted::{EchoModel, ScriptedModel};
 pub use secret::ApiKey;
+pub use transcript::Transcript;
 
 /// A boxed, `Send` future, as [`Model`] methods return.
 pub use futures_util::future::BoxFuture;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Message;
+use super::Transcript;
 
 /// A tool the model may call: a name, a description and a JSON schema for its arguments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,7 +98,7 @@ pub struct ModelRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// The conversation so far.
-    pub messages: Vec<Message>,
+    pub messages: Transcript,
     /// Tools the model may call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDefinition>,
@@ -121,9 +121,9 @@ pub struct ModelRequest {
 
 impl ModelRequest {
     /// A request with these messages and nothing else set.
-    pub fn new(messages: Vec<Message>) -> Self {
+    pub fn new(messages: impl Into<Transcript>) -> Self {
         Self {
-            messages,
+            messages: messages.into(),
             ..Self::default()
         }
     }

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::model::{Message, ModelRequest, ToolChoice};
+use crate::model::{Message, ModelRequest, ToolChoice, Transcript};
 
 pub(super) fn body(
     request: &ModelRequest,
@@ -79,7 +79,7 @@ pub(super) fn body(
 
 /// The conversation as alternating user/assistant turns: consecutive messages of one side,
 /// such as the results of parallel tool calls, merge into one turn of several blocks.
-fn messages(messages: &[Message]) -> Value {
+fn messages(messages: &Transcript) -> Value {
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for message in messages {
         let (role, blocks) = match message {
