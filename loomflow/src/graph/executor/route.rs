@@ -32,10 +32,12 @@ pub(super) fn route<S>(
     joins: &mut JoinMarks,
 ) -> Result<Vec<usize>> {
     let topology = g.topology();
-    let mut marked = vec![false; g.nodes.len()];
+    // The nodes reached, in the order found; sorted and deduplicated at the end. A step
+    // reaches a few nodes of many: this costs what it reaches, not what the graph holds.
+    let mut marked: Vec<usize> = Vec::new();
     let mut mark = |to: Vertex| {
         if let Vertex::Node(i) = to {
-            marked[i] = true;
+            marked.push(i);
         }
     };
     for vertex in from {
@@ -69,9 +71,7 @@ pub(super) fn route<S>(
             }
         }
     }
-    Ok(marked
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &m)| m.then_some(i))
-        .collect())
+    marked.sort_unstable();
+    marked.dedup();
+    Ok(marked)
 }

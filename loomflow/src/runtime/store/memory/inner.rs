@@ -5,6 +5,7 @@ use super::super::audit::signal_received;
 use super::super::{Checkpoint, StoreError};
 use super::Inner;
 use super::retention::prune;
+use super::run_row::RunRow;
 
 impl Inner {
     /// Checks that `owner` holds `thread` and extends its lease: the first half of every
@@ -15,10 +16,20 @@ impl Inner {
         owner: &str,
         until_ms: u64,
     ) -> Result<(), StoreError> {
+        self.fenced_row(thread, owner, until_ms).map(drop)
+    }
+
+    /// [`fence`](Self::fence), handing back the run's row for the rest of the write.
+    pub(super) fn fenced_row(
+        &mut self,
+        thread: &str,
+        owner: &str,
+        until_ms: u64,
+    ) -> Result<&mut RunRow, StoreError> {
         match self.runs.get_mut(thread) {
             Some(row) if row.owner.as_deref() == Some(owner) => {
                 row.until_ms = until_ms;
-                Ok(())
+                Ok(row)
             }
             _ => Err(StoreError::LeaseLost {
                 thread: thread.to_owned(),

@@ -62,17 +62,21 @@ pub struct MemoryStore {
     changes: std::sync::atomic::AtomicU64,
 }
 
+/// The maps keyed by thread: hashed with foldhash, seeded per process, which costs a
+/// fraction of SipHash on every step.
+type ByThread<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct Inner {
     next_id: u64,
-    checkpoints: HashMap<String, Vec<Checkpoint>>,
+    checkpoints: ByThread<Vec<Checkpoint>>,
     journal: HashMap<JournalKey, Value>,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,
     /// (session, name, key) of every signal stored with a key.
     keys: HashSet<(String, String, String)>,
     /// Each thread's current run and its lease.
-    runs: HashMap<String, RunRow>,
+    runs: ByThread<RunRow>,
     audit: audit_log::AuditLog,
 }
 
@@ -317,10 +321,8 @@ impl Store for MemoryStore {
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         ready(self.lock_mut().and_then(|mut inner| {
-            inner.fence(&checkpoint.thread, owner, lease_until_ms)?;
-            if checkpoint.namespace.is_empty()
-                && let Some(row) = inner.runs.get_mut(&checkpoint.thread)
-            {
+            let row = inner.fenced_row(&checkpoint.thread, owner, lease_until_ms)?;
+            if checkpoint.namespace.is_empty() {
                 row.follow(&checkpoint);
             }
             Ok(inner.insert_checkpoint(checkpoint, self.retention))
@@ -333,13 +335,11 @@ impl Store for MemoryStore {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         ready(self.lock_mut().and_then(|mut inner| {
-            inner.fence(&checkpoint.thread, owner, 0)?;
-            if let Some(row) = inner.runs.get_mut(&checkpoint.thread) {
-                if checkpoint.namespace.is_empty() {
-                    row.follow(&checkpoint);
-                }
-                row.let_go();
+            let row = inner.fenced_row(&checkpoint.thread, owner, 0)?;
+            if checkpoint.namespace.is_empty() {
+                row.follow(&checkpoint);
             }
+            row.let_go();
             Ok(inner.insert_checkpoint(checkpoint, self.retention))
         }))
     }
