@@ -320,7 +320,10 @@ async fn run_supersteps<S: State>(
                     .suspended(&pending_writes, &interrupts, &resume_values)
                     .describe(describe);
                 observe::record_interrupts(&shared, &interrupts);
-                let cp = key.checkpoint(g, step - 1, RunStatus::Interrupted, &snapshot)?;
+                let mut cp = key.checkpoint(g, step - 1, RunStatus::Interrupted, &snapshot)?;
+                // What the interrupts say about the run, from them as they are: the store
+                // need not read them back out of the body.
+                cp.waits = Some(crate::runtime::store::Waits::of(&interrupts));
                 let cp = with_audit(&shared, cp);
                 // Suspension always reaches the store before we return: the process may exit.
                 put_last(&shared, cp)

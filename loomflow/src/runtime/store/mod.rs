@@ -44,6 +44,7 @@ mod memory;
 mod postgres;
 mod records;
 mod unserialized;
+pub(crate) use runs::Waits;
 pub(crate) use unserialized::SnapshotSource;
 pub(crate) mod runs;
 #[cfg(feature = "sqlite")]

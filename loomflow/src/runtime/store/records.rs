@@ -83,6 +83,10 @@ pub struct Checkpoint {
     /// need not sync this one on its own (the next synced commit takes it to the disk).
     #[serde(skip)]
     pub(crate) start_only: bool,
+    /// What its interrupts say about the run, for a suspension written by an executor that
+    /// had them typed; a store reads them from the body otherwise.
+    #[serde(skip)]
+    pub(crate) waits: Option<super::runs::Waits>,
 }
 
 impl Checkpoint {
@@ -107,6 +111,7 @@ impl Checkpoint {
             audit: Vec::new(),
             unserialized: None,
             start_only: false,
+            waits: None,
         }
     }
 

@@ -251,12 +251,40 @@ pub struct RowUpdate {
     pub error: Option<String>,
 }
 
-impl RowUpdate {
-    /// The row of the run whose newest checkpoint is `checkpoint`.
-    ///
+/// What a suspended run's interrupts say about its row: its state, when it wakes, and the
+/// signals it waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Waits {
+    state: RunState,
+    wake_at_ms: Option<u64>,
+    waiting_on: Vec<String>,
+}
+
+impl Waits {
     /// A suspended run is waiting when every interrupt is a signal wait (its deadlines, if
     /// any, wake it), sleeping when every interrupt is a timer, and interrupted otherwise
     /// (still woken at the earliest timer or deadline among its interrupts, if any).
+    pub(crate) fn of(interrupts: &[Interrupt]) -> Self {
+        let mut waiting_on: Vec<String> =
+            interrupts.iter().filter_map(|i| i.signal.clone()).collect();
+        let state = RunState::of_interrupts(interrupts);
+        if state == RunState::Interrupted {
+            // A resume requested without the graph's code comes as this signal.
+            waiting_on.push(RESUME_SIGNAL.to_owned());
+        }
+        waiting_on.sort();
+        waiting_on.dedup();
+        Self {
+            state,
+            wake_at_ms: interrupts.iter().filter_map(|i| i.wake_at_ms).min(),
+            waiting_on,
+        }
+    }
+}
+
+impl RowUpdate {
+    /// The row of the run whose newest checkpoint is `checkpoint`; a suspended run's is
+    /// what its interrupts say (see `Waits::of`).
     pub fn of(checkpoint: &Checkpoint) -> Self {
         let mut update = Self {
             state: RunState::Running,
@@ -272,18 +300,14 @@ impl RowUpdate {
             RunStatus::Failed => RunState::Failed,
             RunStatus::Cancelled => RunState::Cancelled,
             RunStatus::Interrupted => {
-                // An unreadable list of interrupts is left for a person: `interrupted`.
-                let interrupts = checkpoint.interrupts().unwrap_or_default();
-                update.wake_at_ms = interrupts.iter().filter_map(|i| i.wake_at_ms).min();
-                update.waiting_on = interrupts.iter().filter_map(|i| i.signal.clone()).collect();
-                let state = RunState::of_interrupts(&interrupts);
-                if state == RunState::Interrupted {
-                    // A resume requested without the graph's code comes as this signal.
-                    update.waiting_on.push(RESUME_SIGNAL.to_owned());
-                }
-                update.waiting_on.sort();
-                update.waiting_on.dedup();
-                state
+                let waits = match &checkpoint.waits {
+                    Some(waits) => waits.clone(),
+                    // An unreadable list of interrupts is left for a person: `interrupted`.
+                    None => Waits::of(&checkpoint.interrupts().unwrap_or_default()),
+                };
+                update.wake_at_ms = waits.wake_at_ms;
+                update.waiting_on = waits.waiting_on;
+                waits.state
             }
         };
         update

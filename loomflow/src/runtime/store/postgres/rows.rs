@@ -84,6 +84,7 @@ pub(super) fn checkpoint_from_row(row: &Row, thread: &str) -> Result<Checkpoint,
         audit: Vec::new(),
         unserialized: None,
         start_only: false,
+        waits: None,
     })
 }
 

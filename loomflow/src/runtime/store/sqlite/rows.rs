@@ -80,6 +80,7 @@ pub(super) fn checkpoint_from_row(
             audit: Vec::new(),
             unserialized: None,
             start_only: false,
+            waits: None,
         })
     })())
 }
