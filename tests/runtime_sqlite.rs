@@ -726,3 +726,53 @@ async fn at_normal_no_commit_syncs() {
     assert!(stats.commits >= 4, "{stats:?}");
     assert_eq!(stats.synced, 0, "{stats:?}");
 }
+
+/// At NORMAL a task that finds the writer idle commits its own write; the WAL is still
+/// checkpointed (by the writer thread), so it stays near SQLite's 1,000 pages however much
+/// is written, and concurrent writers each find all their rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_normal_writes_committed_by_their_callers_still_reach_every_reader_and_the_wal_is_checkpointed()
+ {
+    let db = TempDb::new("inline");
+    let options = SqliteOptions::default().synchronous(loomflow::runtime::Synchronous::Normal);
+    let store = Arc::new(SqliteStore::open_with(db.path(), options).unwrap());
+    let body = json!({ "state": "x".repeat(1500) }); // a page or so each
+    let tasks: Vec<_> = (0..4u64)
+        .map(|w| {
+            let store = Arc::clone(&store);
+            let body = body.clone();
+            tokio::spawn(async move {
+                for step in 0..1000u64 {
+                    let cp = Checkpoint::new(
+                        format!("w-{w}"),
+                        1,
+                        "",
+                        step,
+                        RunStatus::Running,
+                        body.clone(),
+                    );
+                    store.put_checkpoint(cp).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let wal = std::fs::metadata(format!("{}-wal", db.path().display()))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    // 4,000 writes of a page or more, several pages a commit, would take well over 30 MB
+    // of WAL unchecked.
+    assert!(wal < 12 << 20, "the WAL grew to {wal} bytes");
+    let other = SqliteStore::open(db.path()).unwrap();
+    for w in 0..4 {
+        let steps = other
+            .list_checkpoints(&format!("w-{w}"))
+            .await
+            .unwrap()
+            .len();
+        assert_eq!(steps, 1000, "w-{w}");
+    }
+    assert_eq!(store.commit_stats().writes, 4000);
+}

@@ -19,6 +19,7 @@
 //! group is committed, so a read issued after a write returned sees it.
 
 mod audit;
+mod committer;
 mod options;
 mod reader;
 mod rows;
@@ -41,7 +42,7 @@ use self::rows::{
     CHECKPOINT_COLUMNS, checkpoint_from_row, checkpoint_row, corrupt, journal_row, to_i64, to_json,
     to_u64, transpose, unexpected,
 };
-use self::writer::{Op, Outcome, Request, SignalRow, Writer};
+use self::writer::{Op, Outcome, Request, SignalRow, StartError, Writer};
 use super::{
     AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
     RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
@@ -53,8 +54,11 @@ use futures_util::future::BoxFuture;
 ///
 /// Writes from every task go to one writer thread, which commits all the writes waiting
 /// for it in one transaction: with [`Synchronous::Full`] a hundred concurrent runs share
-/// one fsync instead of queuing for a hundred. Reads run on their own threads. Dropping the
-/// store commits what is queued and closes the file.
+/// one fsync instead of queuing for a hundred. At [`Synchronous::Normal`], where a commit
+/// does not wait on the disk, a task that finds the writer idle commits the group itself,
+/// sparing a lone run's every step a handoff to that thread and back; the WAL is still
+/// checkpointed by the thread, never by a task. Reads run on their own threads. Dropping
+/// the store commits what is queued and closes the file.
 ///
 /// At [`Synchronous::Full`], writes that record no work are not synced on their own:
 /// taking, renewing or letting go of a run's claim, and a run's input checkpoint (written
@@ -136,7 +140,13 @@ impl SqliteStore {
             .map(|_| schema::open_reader(&path, &options))
             .collect::<Result<Vec<_>, _>>()?;
         let probe = std::sync::Mutex::new(schema::open_reader(&path, &options)?);
-        let writer = Writer::spawn(conn, options.synchronous).map_err(thread_error)?;
+        let writer = Writer::spawn(conn, options.synchronous).map_err(|e| match e {
+            StartError::Thread(e) => thread_error(e),
+            StartError::Sqlite(e) => StoreError::Open {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            },
+        })?;
         let readers = Readers::spawn(conns).map_err(thread_error)?;
         Ok(Self {
             path,
@@ -165,7 +175,7 @@ impl SqliteStore {
 
     fn write(&self, op: Op) -> BoxFuture<'_, Result<Outcome, StoreError>> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.writer.send(Request { op, reply });
+        let sent = self.writer.submit(Request { op, reply });
         Box::pin(async move {
             sent?;
             answer.await.map_err(|_| StoreError::Closed)?

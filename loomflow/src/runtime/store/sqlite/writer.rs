@@ -1,34 +1,26 @@
-//! The writer thread: the only connection that writes, and the grouped commit.
+//! The writes, and the writer: the only connection that writes, and the grouped commit.
 //!
-//! Requests arrive over a channel. The thread takes every request already queued (up to
-//! [`MAX_GROUP`]), runs them all in one transaction and commits once, so that with
-//! `synchronous = FULL` concurrent runs share one fsync; then it answers each request. While
-//! it waits on the disk, new requests queue up and form the next group: the busier the
-//! store, the larger the groups, with no timer and no added latency for a lone writer.
+//! Requests arrive over a queue. The writer thread takes every request already queued, runs
+//! them all in one transaction and commits once, so that with `synchronous = FULL`
+//! concurrent runs share one fsync; then it answers each request. While it waits on the
+//! disk, new requests queue up and form the next group: the busier the store, the larger
+//! the groups, with no timer and no added latency for a lone writer. At `NORMAL` a caller
+//! who finds the connection free commits the group itself (see [`Writer::submit`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use super::Synchronous;
 use super::audit;
+use super::committer::Committer;
 use super::runs::RunOp;
 use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{Claim, RunRecord, SignalPush, StoreError, Submitted};
-
-/// The most requests committed together; bounds the time any one of them waits.
-const MAX_GROUP: usize = 1024;
-
-/// A consumed signal's idempotency key is kept at least this long.
-const KEEP_CONSUMED_MS: i64 = 3_600_000;
-
-/// How often the writer deletes consumed signals older than [`KEEP_CONSUMED_MS`].
-const PRUNE_EVERY_MS: i64 = 60_000;
 
 /// A checkpoint, ready for its row.
 pub(super) struct CheckpointRow {
@@ -88,7 +80,7 @@ pub(super) enum Op {
 
 impl Op {
     /// The thread or session the write concerns, for error messages.
-    fn thread(&self) -> &str {
+    pub(super) fn thread(&self) -> &str {
         match self {
             Self::PutCheckpoint(row) => &row.thread,
             Self::PutJournal(row) => &row.thread,
@@ -107,7 +99,7 @@ impl Op {
     /// had not been made (a claim lost with its process is one that ran out). A group of
     /// such writes alone is committed without an fsync; the next synced commit takes them
     /// to the disk with it, the WAL being written in order.
-    fn needs_sync(&self) -> bool {
+    pub(super) fn needs_sync(&self) -> bool {
         match self {
             Self::PutCheckpoint(row) => row.needs_sync,
             Self::Runs(op) => op.needs_sync(),
@@ -115,7 +107,7 @@ impl Op {
         }
     }
 
-    fn apply(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<Outcome> {
+    pub(super) fn apply(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<Outcome> {
         match self {
             Self::PutCheckpoint(row) => Ok(Outcome::Id(put_checkpoint(conn, row)?)),
             Self::PutJournal(row) => {
@@ -286,12 +278,27 @@ pub(super) struct Request {
     pub(super) reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
-/// The handle on the writer thread. Dropping it lets the thread commit what is queued, close
-/// the connection and exit, and waits for that.
+/// The handle on the writer. Dropping it lets the thread commit what is queued, close the
+/// connection and exit, and waits for that.
 pub(super) struct Writer {
     tx: Option<mpsc::Sender<Request>>,
+    shared: Arc<Shared>,
+    /// The writer thread, to wake it.
+    waker: std::thread::Thread,
     thread: Option<JoinHandle<()>>,
-    counters: Arc<Counters>,
+    /// Whether a caller who finds the connection free commits its write itself: at
+    /// [`Synchronous::Normal`], where a commit does not wait on the disk.
+    inline: bool,
+}
+
+/// What the writer thread and the callers share.
+struct Shared {
+    /// `None` once the thread has closed the connection.
+    committer: Mutex<Option<Committer>>,
+    counters: Counters,
+    /// The WAL is due a checkpoint: callers queue their writes rather than commit them, so
+    /// that the thread gets the connection and checkpoints before the WAL grows further.
+    checkpoint_due: AtomicBool,
 }
 
 /// What the writer has done so far.
@@ -306,39 +313,79 @@ pub(super) struct Counters {
 }
 
 impl Writer {
-    /// Starts the thread that owns `conn`, whose commits sync as `sync` says.
-    pub(super) fn spawn(conn: Connection, sync: Synchronous) -> std::io::Result<Self> {
+    /// Starts the thread that commits on `conn`, whose commits sync as `sync` says.
+    pub(super) fn spawn(conn: Connection, sync: Synchronous) -> Result<Self, StartError> {
         let (tx, rx) = mpsc::channel();
-        let counters = Arc::new(Counters::default());
-        let shared = Arc::clone(&counters);
+        let committer = Committer::new(conn, sync, rx).map_err(StartError::Sqlite)?;
+        let shared = Arc::new(Shared {
+            committer: Mutex::new(Some(committer)),
+            counters: Counters::default(),
+            checkpoint_due: AtomicBool::new(false),
+        });
+        let for_thread = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("loomflow-sqlite-writer".into())
-            .spawn(move || run(Syncing::new(conn, sync), &rx, &shared))?;
+            .spawn(move || run(&for_thread))
+            .map_err(StartError::Thread)?;
         Ok(Self {
             tx: Some(tx),
+            shared,
+            waker: thread.thread().clone(),
             thread: Some(thread),
-            counters,
+            inline: sync == Synchronous::Normal,
         })
     }
 
     /// Writes and transactions committed so far.
     pub(super) fn counters(&self) -> &Counters {
-        &self.counters
+        &self.shared.counters
     }
 
-    /// Queues a request.
-    pub(super) fn send(&self, request: Request) -> Result<(), StoreError> {
+    /// Commits a request, or queues it for the thread; either way its answer goes to its
+    /// reply channel once it is committed.
+    ///
+    /// At [`Synchronous::Normal`] a caller who finds the connection free commits everything
+    /// queued and then its own write, on its own thread: a lone run's step costs no handoff
+    /// to the writer thread and back. Busy, it queues as at `FULL`, and the writes waiting
+    /// together form the next group. A commit never waits on the disk there, and checkpoints
+    /// of the WAL are left to the writer thread.
+    pub(super) fn submit(&self, request: Request) -> Result<(), StoreError> {
+        if self.inline
+            && !self.shared.checkpoint_due.load(Ordering::Acquire)
+            && let Ok(mut guard) = self.shared.committer.try_lock()
+            && let Some(committer) = guard.as_mut()
+        {
+            let mut group = Vec::new();
+            committer.take_queued(&mut group); // those queued earlier go first
+            group.push(request);
+            committer.commit_group(&mut group, &self.shared.counters);
+            if committer.checkpoint_due() {
+                self.shared.checkpoint_due.store(true, Ordering::Release);
+                self.waker.unpark();
+            }
+            return Ok(());
+        }
         self.tx
             .as_ref()
             .ok_or(StoreError::Closed)?
             .send(request)
-            .map_err(|_| StoreError::Closed)
+            .map_err(|_| StoreError::Closed)?;
+        self.waker.unpark();
+        Ok(())
     }
+}
+
+/// Why the writer did not start.
+#[derive(Debug)]
+pub(super) enum StartError {
+    Sqlite(rusqlite::Error),
+    Thread(std::io::Error),
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.tx = None; // the thread sees the channel close once it has drained it
+        self.tx = None; // the thread sees the queue close once it has drained it
+        self.waker.unpark();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
@@ -347,167 +394,31 @@ impl Drop for Writer {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// The writer's connection and the `synchronous` level it is at.
-///
-/// At [`Synchronous::Full`], a group whose writes record no work (`Op::needs_sync`) is
-/// committed at `NORMAL`: SQLite's level is per connection and read at each commit. In WAL
-/// mode the next commit at `FULL` syncs the log up to its own end, taking the unsynced
-/// commits before it to the disk as well.
-struct Syncing {
-    conn: Connection,
-    /// Whether the store syncs each commit at all.
-    full: bool,
-    /// Whether the connection is at `FULL` now.
-    at_full: bool,
-}
-
-impl Syncing {
-    fn new(conn: Connection, sync: Synchronous) -> Self {
-        let full = sync == Synchronous::Full;
-        Self {
-            conn,
-            full,
-            at_full: full,
+/// The writer thread: woken by each request queued (and by a caller who finds a checkpoint
+/// of the WAL due), it commits what is queued, checkpoints when due, and sleeps. Once the
+/// queue is closed and empty it closes the connection.
+fn run(shared: &Shared) {
+    loop {
+        let mut guard = crate::sync::lock(&shared.committer);
+        let Some(committer) = guard.as_mut() else {
+            return;
+        };
+        // A checkpoint a caller found due comes before more writes.
+        if committer.checkpoint_due() {
+            committer.checkpoint();
+            shared.checkpoint_due.store(false, Ordering::Release);
         }
-    }
-
-    /// Sets the level for the next commit; whether that commit syncs.
-    fn prepare(&mut self, group: &[Request]) -> bool {
-        let sync = self.full && group.iter().any(|request| request.op.needs_sync());
-        if self.full && sync != self.at_full {
-            let level = if sync { "FULL" } else { "NORMAL" };
-            match self.conn.pragma_update(None, "synchronous", level) {
-                Ok(()) => self.at_full = sync,
-                // Left as it was: at FULL, the commit syncs anyway.
-                Err(error) => tracing::warn!(%error, level, "could not set the sync level"),
-            }
+        let open = committer.commit_queued(&shared.counters);
+        if committer.checkpoint_due() {
+            committer.checkpoint();
+            shared.checkpoint_due.store(false, Ordering::Release);
         }
-        self.at_full
-    }
-}
-
-fn run(mut conn: Syncing, rx: &mpsc::Receiver<Request>, counters: &Counters) {
-    let mut last_prune = i64::MIN;
-    let mut group = Vec::new();
-    while let Ok(first) = rx.recv() {
-        group.push(first);
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(request) => group.push(request),
-                Err(_) => break,
-            }
+        if !open {
+            *guard = None; // closes the connection
+            return;
         }
-        let now = now_ms();
-        if now.saturating_sub(last_prune) >= PRUNE_EVERY_MS {
-            last_prune = now;
-            prune(&conn.conn, now);
-        }
-        commit_group(&mut conn, &mut group, now, counters);
-    }
-}
-
-/// Commits `group` and answers every request in it, leaving it empty.
-///
-/// A write that fails (a constraint, a trigger) is answered with its error and the group
-/// is run again without it, so it does not take the others down; a failure of the
-/// transaction itself (the disk, a lock held past the busy timeout) is every write's.
-fn commit_group(conn: &mut Syncing, group: &mut Vec<Request>, now_ms: i64, counters: &Counters) {
-    while !group.is_empty() {
-        let synced = conn.prepare(group);
-        match commit(&mut conn.conn, group, now_ms) {
-            Ok(outcomes) => {
-                counters.commits.fetch_add(1, Ordering::Relaxed);
-                if synced {
-                    counters.synced.fetch_add(1, Ordering::Relaxed);
-                }
-                counters
-                    .writes
-                    .fetch_add(outcomes.len() as u64, Ordering::Relaxed);
-                for (request, outcome) in group.drain(..).zip(outcomes) {
-                    // The caller may have stopped waiting; its write is committed anyway.
-                    let _ = request.reply.send(Ok(outcome));
-                }
-            }
-            Err(Failure::Op(index, error)) => {
-                let request = group.remove(index);
-                let _ = request.reply.send(Err(write_error(&request.op, &error)));
-            }
-            Err(Failure::Transaction(error)) => {
-                for request in group.drain(..) {
-                    let _ = request.reply.send(Err(write_error(&request.op, &error)));
-                }
-            }
-        }
-    }
-}
-
-fn write_error(op: &Op, error: &rusqlite::Error) -> StoreError {
-    StoreError::Write {
-        thread: op.thread().to_owned(),
-        message: error.to_string(),
-    }
-}
-
-/// Why a group did not commit.
-enum Failure {
-    /// The write at this index failed.
-    Op(usize, rusqlite::Error),
-    /// Beginning or committing the transaction failed.
-    Transaction(rusqlite::Error),
-}
-
-/// Runs the group's writes in one transaction and commits it: one fsync for them all.
-fn commit(conn: &mut Connection, group: &[Request], now_ms: i64) -> Result<Vec<Outcome>, Failure> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(Failure::Transaction)?;
-    let outcomes = group
-        .iter()
-        .enumerate()
-        .map(|(i, request)| {
-            request.op.apply(&tx, now_ms).map_err(|e| {
-                if concerns_one_write(&e) {
-                    Failure::Op(i, e)
-                } else {
-                    Failure::Transaction(e)
-                }
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?; // dropping `tx` rolls the group back
-    tx.commit().map_err(Failure::Transaction)?;
-    Ok(outcomes)
-}
-
-/// Whether an error is about the write that hit it (a constraint, a trigger, a value too
-/// big) rather than about the database (the disk is full, an I/O error, a lock): only the
-/// former is worth retrying the group without that write.
-fn concerns_one_write(error: &rusqlite::Error) -> bool {
-    match error {
-        rusqlite::Error::SqliteFailure(e, _) => matches!(
-            e.code,
-            rusqlite::ErrorCode::ConstraintViolation
-                | rusqlite::ErrorCode::TooBig
-                | rusqlite::ErrorCode::TypeMismatch
-        ),
-        _ => true, // errors rusqlite raises itself are about the statement's values
-    }
-}
-
-/// Forgets consumed signals whose key has been remembered long enough. Best effort: a
-/// failure is logged and retried at the next prune.
-fn prune(conn: &Connection, now_ms: i64) {
-    let result = conn
-        .prepare_cached(
-            "DELETE FROM signals WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < ?1",
-        )
-        .and_then(|mut stmt| stmt.execute([now_ms.saturating_sub(KEEP_CONSUMED_MS)]));
-    if let Err(error) = result {
-        tracing::warn!(%error, "pruning consumed signals failed");
+        drop(guard);
+        // A request queued since is not missed: its `unpark` makes this return at once.
+        std::thread::park();
     }
 }

@@ -1,0 +1,262 @@
+//! The writer's connection, and how a group of writes is committed on it.
+//!
+//! One [`Committer`] per store, behind a lock: the writer thread commits with it, and so, at
+//! [`Synchronous::Normal`], does a caller who finds it free (see `Writer::submit`). Either
+//! way a group is every write queued so far, in order, committed in one transaction.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, TryRecvError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::Connection;
+
+use super::Synchronous;
+use super::writer::{Counters, Op, Outcome, Request};
+use crate::runtime::store::StoreError;
+
+/// The most requests committed together; bounds the time any one of them waits.
+const MAX_GROUP: usize = 1024;
+
+/// A consumed signal's idempotency key is kept at least this long.
+const KEEP_CONSUMED_MS: i64 = 3_600_000;
+
+/// How often the writer deletes consumed signals older than [`KEEP_CONSUMED_MS`].
+const PRUNE_EVERY_MS: i64 = 60_000;
+
+/// How many pages the WAL may hold before the writer thread checkpoints it into the
+/// database: SQLite's own default. Its automatic checkpoint is replaced (by the WAL hook
+/// below), so that a commit made by a caller never runs one.
+const CHECKPOINT_AT_PAGES: i32 = 1000;
+
+std::thread_local! {
+    /// The pages in the WAL after the last commit on this thread, as SQLite's WAL hook
+    /// reports them (it runs within the commit, on the committing thread).
+    static WAL_PAGES: Cell<i32> = const { Cell::new(0) };
+}
+
+/// The WAL hook: notes the WAL's size, and checkpoints nothing.
+fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.with(|noted| noted.set(pages));
+    Ok(())
+}
+
+/// The writer's connection, what is queued for it, and the `synchronous` level it is at.
+///
+/// At [`Synchronous::Full`], a group whose writes record no work (`Op::needs_sync`) is
+/// committed at `NORMAL`: SQLite's level is per connection and read at each commit. In WAL
+/// mode the next commit at `FULL` syncs the log up to its own end, taking the unsynced
+/// commits before it to the disk as well.
+pub(super) struct Committer {
+    conn: Connection,
+    queue: mpsc::Receiver<Request>,
+    /// Whether the store syncs each commit at all.
+    full: bool,
+    /// Whether the connection is at `FULL` now.
+    at_full: bool,
+    last_prune: i64,
+    /// The pages in the WAL after the last commit.
+    wal_pages: i32,
+}
+
+impl Committer {
+    pub(super) fn new(
+        conn: Connection,
+        sync: Synchronous,
+        queue: mpsc::Receiver<Request>,
+    ) -> rusqlite::Result<Self> {
+        conn.wal_hook(Some(note_wal_pages));
+        let full = sync == Synchronous::Full;
+        Ok(Self {
+            conn,
+            queue,
+            full,
+            at_full: full,
+            last_prune: i64::MIN,
+            wal_pages: 0,
+        })
+    }
+
+    /// Moves what is queued into `group`, up to [`MAX_GROUP`]; `false` once the queue is
+    /// closed and empty.
+    pub(super) fn take_queued(&self, group: &mut Vec<Request>) -> bool {
+        while group.len() < MAX_GROUP {
+            match self.queue.try_recv() {
+                Ok(request) => group.push(request),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+        true
+    }
+
+    /// Commits every write queued, in groups, answering each; `false` once the queue is
+    /// closed (everything in it committed).
+    pub(super) fn commit_queued(&mut self, counters: &Counters) -> bool {
+        let mut group = Vec::new();
+        loop {
+            let open = self.take_queued(&mut group);
+            if group.is_empty() {
+                return open;
+            }
+            self.commit_group(&mut group, counters);
+        }
+    }
+
+    /// Commits `group` and answers every request in it, leaving it empty.
+    ///
+    /// A write that fails (a constraint, a trigger) is answered with its error and the group
+    /// is run again without it, so it does not take the others down; a failure of the
+    /// transaction itself (the disk, a lock held past the busy timeout) is every write's.
+    pub(super) fn commit_group(&mut self, group: &mut Vec<Request>, counters: &Counters) {
+        let now = now_ms();
+        if now.saturating_sub(self.last_prune) >= PRUNE_EVERY_MS {
+            self.last_prune = now;
+            prune(&self.conn, now);
+        }
+        while !group.is_empty() {
+            let synced = self.prepare(group);
+            match commit(&self.conn, group, now) {
+                Ok(outcomes) => {
+                    let writes = outcomes.len() as u64;
+                    counters.commits.fetch_add(1, Ordering::Relaxed);
+                    counters.writes.fetch_add(writes, Ordering::Relaxed);
+                    if synced {
+                        counters.synced.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.wal_pages = WAL_PAGES.with(Cell::get);
+                    for (request, outcome) in group.drain(..).zip(outcomes) {
+                        // The caller may have stopped waiting; its write is committed anyway.
+                        let _ = request.reply.send(Ok(outcome));
+                    }
+                }
+                Err(Failure::Op(index, error)) => {
+                    let request = group.remove(index);
+                    let _ = request.reply.send(Err(write_error(&request.op, &error)));
+                }
+                Err(Failure::Transaction(error)) => {
+                    for request in group.drain(..) {
+                        let _ = request.reply.send(Err(write_error(&request.op, &error)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the WAL has grown past [`CHECKPOINT_AT_PAGES`].
+    pub(super) fn checkpoint_due(&self) -> bool {
+        self.wal_pages >= CHECKPOINT_AT_PAGES
+    }
+
+    /// Copies the WAL into the database as far as readers allow (`PASSIVE`: it waits for
+    /// nobody). Best effort: a failure is logged, and the next one catches up.
+    pub(super) fn checkpoint(&mut self) {
+        self.wal_pages = 0;
+        let result = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        if let Err(error) = result {
+            tracing::warn!(%error, "checkpointing the WAL failed");
+        }
+    }
+
+    /// Sets the level for the next commit; whether that commit syncs.
+    fn prepare(&mut self, group: &[Request]) -> bool {
+        let sync = self.full && group.iter().any(|request| request.op.needs_sync());
+        if self.full && sync != self.at_full {
+            let level = if sync { "FULL" } else { "NORMAL" };
+            match self.conn.pragma_update(None, "synchronous", level) {
+                Ok(()) => self.at_full = sync,
+                // Left as it was: at FULL, the commit syncs anyway.
+                Err(error) => tracing::warn!(%error, level, "could not set the sync level"),
+            }
+        }
+        self.at_full
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn write_error(op: &Op, error: &rusqlite::Error) -> StoreError {
+    StoreError::Write {
+        thread: op.thread().to_owned(),
+        message: error.to_string(),
+    }
+}
+
+/// Why a group did not commit.
+enum Failure {
+    /// The write at this index failed.
+    Op(usize, rusqlite::Error),
+    /// Beginning or committing the transaction failed.
+    Transaction(rusqlite::Error),
+}
+
+/// Runs the group's writes in one transaction and commits it: one fsync for them all.
+///
+/// `BEGIN` and `COMMIT` are prepared once and kept, like every other statement: parsing them
+/// again for each group costs about what binding a checkpoint's row does.
+fn commit(conn: &Connection, group: &[Request], now_ms: i64) -> Result<Vec<Outcome>, Failure> {
+    let statement = |sql: &str| {
+        conn.prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute([]))
+            .map(drop)
+    };
+    statement("BEGIN IMMEDIATE").map_err(Failure::Transaction)?;
+    let applied = group
+        .iter()
+        .enumerate()
+        .map(|(i, request)| {
+            request.op.apply(conn, now_ms).map_err(|e| {
+                if concerns_one_write(&e) {
+                    Failure::Op(i, e)
+                } else {
+                    Failure::Transaction(e)
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|outcomes| {
+            statement("COMMIT").map_err(Failure::Transaction)?;
+            Ok(outcomes)
+        });
+    if applied.is_err() && !conn.is_autocommit() {
+        // Nothing of the group is kept; a failed rollback leaves the next BEGIN to fail.
+        if let Err(error) = conn.execute_batch("ROLLBACK") {
+            tracing::warn!(%error, "rolling back a failed group failed");
+        }
+    }
+    applied
+}
+
+/// Whether an error is about the write that hit it (a constraint, a trigger, a value too
+/// big) rather than about the database (the disk is full, an I/O error, a lock): only the
+/// former is worth retrying the group without that write.
+fn concerns_one_write(error: &rusqlite::Error) -> bool {
+    match error {
+        rusqlite::Error::SqliteFailure(e, _) => matches!(
+            e.code,
+            rusqlite::ErrorCode::ConstraintViolation
+                | rusqlite::ErrorCode::TooBig
+                | rusqlite::ErrorCode::TypeMismatch
+        ),
+        _ => true, // errors rusqlite raises itself are about the statement's values
+    }
+}
+
+/// Forgets consumed signals whose key has been remembered long enough. Best effort: a
+/// failure is logged and retried at the next prune.
+fn prune(conn: &Connection, now_ms: i64) {
+    let result = conn
+        .prepare_cached(
+            "DELETE FROM signals WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < ?1",
+        )
+        .and_then(|mut stmt| stmt.execute([now_ms.saturating_sub(KEEP_CONSUMED_MS)]));
+    if let Err(error) = result {
+        tracing::warn!(%error, "pruning consumed signals failed");
+    }
+}
