@@ -150,6 +150,11 @@ impl Transcript {
     ///
     /// When `index > len`, as `Vec::insert` does.
     pub fn insert(&mut self, index: usize, message: Message) {
+        let len = self.len();
+        assert!(
+            index <= len,
+            "insertion index (is {index}) should be <= len (is {len})"
+        );
         self.rebuild(|all| all.insert(index, Arc::new(message)));
     }
 
@@ -159,11 +164,17 @@ impl Transcript {
     ///
     /// When `index >= len`, as `Vec::remove` does.
     pub fn remove(&mut self, index: usize) -> Message {
-        let mut removed = None;
-        self.rebuild(|all| removed = Some(all.remove(index)));
-        removed
-            .map(unshare)
-            .unwrap_or_else(|| unreachable!("Vec::remove returned"))
+        let len = self.len();
+        assert!(
+            index < len,
+            "removal index (is {index}) should be < len (is {len})"
+        );
+        let mut all = std::mem::take(self).into_shared();
+        let removed = all.remove(index);
+        for message in all {
+            self.push_shared(message);
+        }
+        unshare(removed)
     }
 
     /// Takes the last message out.
