@@ -12,11 +12,14 @@
 //!
 //! # Threads
 //!
-//! SQLite calls block, so none runs on the async executor. One writer thread owns the only
-//! connection that writes: it takes every request queued, runs the group in one transaction
-//! and commits once, so that concurrent runs share an fsync (see `writer.rs`). Reads go to
-//! a few read connections, each on its own thread. A write is answered only after its
-//! group is committed, so a read issued after a write returned sees it.
+//! SQLite calls block, so they run on threads of their own. One connection writes: the
+//! writer thread takes every request queued, runs the group in one transaction and commits
+//! once, so that concurrent runs share an fsync (see `writer.rs`). The one exception is
+//! `synchronous = NORMAL`, where a commit does not wait on the disk: a task that finds the
+//! writer idle commits the group itself, which costs less than a handoff to the thread and
+//! back (see `committer.rs`). Reads go to a few read connections, each on its own thread. A
+//! write is answered only after its group is committed, so a read issued after a write
+//! returned sees it.
 
 mod audit;
 mod committer;
@@ -39,8 +42,8 @@ use tokio::sync::oneshot;
 
 use self::reader::Readers;
 use self::rows::{
-    CHECKPOINT_COLUMNS, checkpoint_from_row, checkpoint_row, corrupt, journal_row, to_i64, to_json,
-    to_u64, transpose, unexpected,
+    CHECKPOINT_COLUMNS, checkpoint_from_row, checkpoint_row, journal_row, to_i64, to_json,
+    transpose, unexpected,
 };
 use self::writer::{Op, Outcome, Request, SignalRow, StartError, Writer};
 use super::{
@@ -308,31 +311,7 @@ impl Store for SqliteStore {
         let key = key.clone();
         let thread = key.thread.clone();
         self.read(&thread, move |conn| {
-            let value: Option<String> = conn
-                .prepare_cached(
-                    "SELECT value FROM journal WHERE thread = ?1 AND run = ?2 AND namespace = ?3
-                     AND step = ?4 AND node = ?5 AND name = ?6 AND occurrence = ?7",
-                )?
-                .query_row(
-                    params![
-                        key.thread,
-                        run,
-                        key.namespace,
-                        step,
-                        key.node,
-                        key.name,
-                        key.occurrence
-                    ],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            Ok(value
-                .map(|v| {
-                    serde_json::from_str(&v).map_err(|e| {
-                        corrupt(&key.thread, format!("journal entry {}: {e}", key.name))
-                    })
-                })
-                .transpose())
+            rows::read_journal(conn, &key, run, step)
         })
     }
 
@@ -397,34 +376,7 @@ impl Store for SqliteStore {
     fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
         let after = i64::try_from(seq).unwrap_or(i64::MAX);
         self.read("(pending signals)", move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, session, name, payload, idempotency_key, sent_at_ms FROM signals
-                 WHERE seq > ?1 AND consumed_at_ms IS NULL ORDER BY seq",
-            )?;
-            let rows = stmt
-                .query_map([after], |row| {
-                    let seq: i64 = row.get(0)?;
-                    let session: String = row.get(1)?;
-                    let name: String = row.get(2)?;
-                    let payload: Option<String> = row.get(3)?;
-                    let idempotency_key: Option<String> = row.get(4)?;
-                    let sent_at_ms: i64 = row.get(5)?;
-                    Ok((|| {
-                        let payload = payload.unwrap_or_default();
-                        Ok(StoredSignal {
-                            seq: to_u64(seq, "signal sequence number", &session)?,
-                            payload: serde_json::from_str(&payload).map_err(|e| {
-                                corrupt(&session, format!("signal {seq} ({name}): {e}"))
-                            })?,
-                            sent_at_ms: to_u64(sent_at_ms, "sent_at_ms", &session)?,
-                            session,
-                            name,
-                            idempotency_key,
-                        })
-                    })())
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(rows.into_iter().collect())
+            rows::read_signals_after(conn, after)
         })
     }
 

@@ -1,13 +1,13 @@
 //! Converting between rows and the store's types: SQLite integers are signed, values are
 //! JSON text, and a row that does not decode is reported as corrupt, naming its thread.
 
-use rusqlite::Row;
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::writer::{CheckpointRow, JournalRow, Outcome};
 use crate::runtime::store::audit::AuditRow;
-use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError};
+use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError, StoredSignal};
 
 /// SQLite integers are signed 64-bit.
 pub(super) fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreError> {
@@ -112,4 +112,71 @@ pub(super) fn unexpected(thread: &str, outcome: &Outcome) -> StoreError {
         thread: thread.to_owned(),
         message: format!("the writer thread answered {outcome:?}"),
     }
+}
+
+/// The journal entry under `key` (whose run and step are `run` and `step`), if written.
+pub(super) fn read_journal(
+    conn: &Connection,
+    key: &JournalKey,
+    run: i64,
+    step: i64,
+) -> rusqlite::Result<Result<Option<Value>, StoreError>> {
+    let value: Option<String> = conn
+        .prepare_cached(
+            "SELECT value FROM journal WHERE thread = ?1 AND run = ?2 AND namespace = ?3
+             AND step = ?4 AND node = ?5 AND name = ?6 AND occurrence = ?7",
+        )?
+        .query_row(
+            params![
+                key.thread,
+                run,
+                key.namespace,
+                step,
+                key.node,
+                key.name,
+                key.occurrence
+            ],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(value
+        .map(|v| {
+            serde_json::from_str(&v)
+                .map_err(|e| corrupt(&key.thread, format!("journal entry {}: {e}", key.name)))
+        })
+        .transpose())
+}
+
+/// The pending signals stored after sequence number `after`, in order.
+pub(super) fn read_signals_after(
+    conn: &Connection,
+    after: i64,
+) -> rusqlite::Result<Result<Vec<StoredSignal>, StoreError>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, session, name, payload, idempotency_key, sent_at_ms FROM signals
+         WHERE seq > ?1 AND consumed_at_ms IS NULL ORDER BY seq",
+    )?;
+    let rows = stmt
+        .query_map([after], |row| {
+            let seq: i64 = row.get(0)?;
+            let session: String = row.get(1)?;
+            let name: String = row.get(2)?;
+            let payload: Option<String> = row.get(3)?;
+            let idempotency_key: Option<String> = row.get(4)?;
+            let sent_at_ms: i64 = row.get(5)?;
+            Ok((|| {
+                let payload = payload.unwrap_or_default();
+                Ok(StoredSignal {
+                    seq: to_u64(seq, "signal sequence number", &session)?,
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|e| corrupt(&session, format!("signal {seq} ({name}): {e}")))?,
+                    sent_at_ms: to_u64(sent_at_ms, "sent_at_ms", &session)?,
+                    session,
+                    name,
+                    idempotency_key,
+                })
+            })())
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows.into_iter().collect())
 }
