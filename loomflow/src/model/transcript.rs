@@ -106,6 +106,20 @@ impl Transcript {
         self.open.get_mut(at).map(Arc::make_mut)
     }
 
+    /// Every message, to change; each is copied first if another transcript shares it.
+    /// Where one message changes, [`get_mut`](Self::get_mut) copies only that one.
+    pub fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Message> {
+        if !self.chunks.is_empty() {
+            self.reopen();
+        }
+        self.open.iter_mut().map(Arc::make_mut)
+    }
+
+    /// Whether it holds a message equal to `message`.
+    pub fn contains(&self, message: &Message) -> bool {
+        self.iter().any(|m| m == message)
+    }
+
     /// The last message, to change; copied first if another transcript shares it.
     pub fn last_mut(&mut self) -> Option<&mut Message> {
         self.len()
@@ -349,6 +363,18 @@ impl Extend<Message> for Transcript {
     }
 }
 
+impl<'a> Extend<&'a Message> for Transcript {
+    fn extend<I: IntoIterator<Item = &'a Message>>(&mut self, messages: I) {
+        self.extend(messages.into_iter().cloned());
+    }
+}
+
+impl From<&[Message]> for Transcript {
+    fn from(messages: &[Message]) -> Self {
+        messages.iter().cloned().collect()
+    }
+}
+
 impl<'a> IntoIterator for &'a Transcript {
     type Item = &'a Message;
     type IntoIter = Iter<'a>;
@@ -537,6 +563,23 @@ mod tests {
                 v.truncate(n / 3);
                 assert_eq!(changed, v);
             }
+            let mut upper = t.clone();
+            for m in upper.iter_mut() {
+                *m = Message::user(m.text().to_uppercase() + "!");
+            }
+            let v: Vec<Message> = vec
+                .iter()
+                .map(|m| Message::user(m.text().to_uppercase() + "!"))
+                .collect();
+            assert_eq!(upper, v);
+            assert_eq!(t, vec, "the original is untouched");
+            if let Some(first) = vec.first() {
+                assert!(t.contains(first));
+            }
+            assert!(!t.contains(&Message::assistant("never said")));
+            let mut extended = Transcript::from(&vec[..]);
+            extended.extend(&vec);
+            assert_eq!(extended, [vec.clone(), vec.clone()].concat());
             let mut kept = t.clone();
             kept.retain(|m| m.text().ends_with('1'));
             let v: Vec<Message> = vec
