@@ -50,7 +50,7 @@ mod retry;
 mod scripted;
 mod secret;
 pub mod sse;
-mod transcript;
+pub mod transcript;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod transport;
 

@@ -7,6 +7,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Message;
 
+mod iter;
+
+pub use iter::Iter;
+
 /// A conversation: its messages in order.
 ///
 /// A copy shares the messages rather than copying them: cloning a transcript of `n`
@@ -66,13 +70,7 @@ impl Transcript {
 
     /// The messages in order.
     pub fn iter(&self) -> Iter<'_> {
-        Iter {
-            chunks: self.chunks.iter(),
-            current: [].iter(),
-            open: self.open.iter(),
-            back: [].iter(),
-            left: self.len(),
-        }
+        Iter::new(&self.chunks, &self.open, self.len())
     }
 
     /// The message at `index`, if there is one.
@@ -422,69 +420,6 @@ impl<'de> Deserialize<'de> for Transcript {
         Vec::<Message>::deserialize(deserializer).map(Self::from)
     }
 }
-
-/// The messages of a [`Transcript`], in order.
-#[derive(Debug, Clone)]
-pub struct Iter<'a> {
-    chunks: std::slice::Iter<'a, Arc<[Arc<Message>]>>,
-    /// What is left of the chunk being read from the front.
-    current: std::slice::Iter<'a, Arc<Message>>,
-    open: std::slice::Iter<'a, Arc<Message>>,
-    /// What is left of the chunk being read from the back, once the open part is done.
-    back: std::slice::Iter<'a, Arc<Message>>,
-    left: usize,
-}
-
-impl<'a> Iterator for Iter<'a> {
-    type Item = &'a Message;
-
-    fn next(&mut self) -> Option<&'a Message> {
-        loop {
-            if let Some(message) = self.current.next() {
-                self.left -= 1;
-                return Some(message);
-            }
-            match self.chunks.next() {
-                Some(chunk) => self.current = chunk.iter(),
-                None => break,
-            }
-        }
-        // A chunk begun from the back comes before the open part.
-        let message = self.back.next().or_else(|| self.open.next())?;
-        self.left -= 1;
-        Some(message)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, Some(self.left))
-    }
-}
-
-impl DoubleEndedIterator for Iter<'_> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(message) = self.open.next_back() {
-                self.left -= 1;
-                return Some(message);
-            }
-            if let Some(message) = self.back.next_back() {
-                self.left -= 1;
-                return Some(message);
-            }
-            match self.chunks.next_back() {
-                Some(chunk) => self.back = chunk.iter(),
-                None => break,
-            }
-        }
-        let message = self.current.next_back()?;
-        self.left -= 1;
-        Some(message)
-    }
-}
-
-impl ExactSizeIterator for Iter<'_> {}
-
-impl std::iter::FusedIterator for Iter<'_> {}
 
 #[cfg(test)]
 mod tests {
