@@ -632,3 +632,46 @@ async fn resuming_with_a_graph_whose_structure_changed_is_refused_naming_the_cha
     before.invoke(&rt, "u", Order::default()).await.unwrap();
     assert!(before.resume(&rt, "u", "yes").await.unwrap().is_completed());
 }
+
+/// A state with a field it does not checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Scratch {
+    kept: u32,
+    #[serde(skip)]
+    scratch: u32,
+}
+
+#[tokio::test]
+async fn a_resume_in_memory_reads_the_state_a_durable_store_would_give_back() {
+    // The in-memory store keeps snapshots as values, not JSON; a resume must still see
+    // the state as it was checkpointed: a field the state does not serialize starts afresh,
+    // as it would after a resume from SQLite or PostgreSQL.
+    let graph = Graph::new("scratch")
+        .node_sync("a", |s: &mut Scratch| {
+            s.kept = 1;
+            s.scratch = 7;
+        })
+        .node_fn("ask", |s: &mut Scratch, ctx| {
+            Box::pin(async move {
+                let answer: u32 = ctx.interrupt("how many?")?;
+                s.kept += answer;
+                s.scratch += answer;
+                Ok(())
+            })
+        })
+        .edge(START, "a")
+        .edge("a", "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    let out = graph.invoke(&rt, "t", Scratch::default()).await.unwrap();
+    assert!(matches!(out, RunOutcome::Interrupted { .. }), "{out:?}");
+    let done = graph
+        .resume(&rt, "t", 2)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!((done.kept, done.scratch), (3, 2));
+}

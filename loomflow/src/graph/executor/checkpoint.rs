@@ -12,12 +12,12 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Result;
+use super::owned::OwnedSnapshot;
 use crate::context::RunShared;
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::runtime::claim::RunClaim;
-use crate::runtime::store::SnapshotSource;
 use crate::runtime::{Checkpoint, Durability, Interrupt, RunStatus};
 use std::sync::Arc;
 
@@ -31,7 +31,8 @@ pub(super) struct PendingWrite {
     pub(super) state: Value,
 }
 
-/// A run's snapshot as read back from a checkpoint's body.
+/// A run's snapshot as read back: from a checkpoint's body, or from a snapshot the
+/// in-memory store kept as values (see [`owned`](super::owned)).
 ///
 /// Bodies written before the snapshot was private (SQLite schema version 1) have the same
 /// keys, so they read back unchanged.
@@ -77,16 +78,16 @@ impl Snapshot {
 /// A snapshot being written: borrows what the executor holds. Empty parts are left out, to
 /// keep rows small (a plain step's body is `{"state":…,"next":[…],"graph":"…"}`).
 pub(super) struct SnapshotRef<'a, S> {
-    g: &'a CompiledInner<S>,
-    state: &'a S,
+    pub(super) g: &'a CompiledInner<S>,
+    pub(super) state: &'a S,
     /// Indexes into the graph's nodes.
-    next: &'a [usize],
-    joins: &'a [Vec<bool>],
-    pending_writes: &'a [PendingWrite],
-    interrupts: &'a [Interrupt],
-    resume_values: Option<&'a BTreeMap<String, Vec<Value>>>,
+    pub(super) next: &'a [usize],
+    pub(super) joins: &'a [Vec<bool>],
+    pub(super) pending_writes: &'a [PendingWrite],
+    pub(super) interrupts: &'a [Interrupt],
+    pub(super) resume_values: Option<&'a BTreeMap<String, Vec<Value>>>,
     /// Whether to keep the graph's description (a run's first checkpoint, a suspension).
-    describe: bool,
+    pub(super) describe: bool,
 }
 
 impl<'a, S: State> SnapshotRef<'a, S> {
@@ -148,11 +149,6 @@ impl<'a, S: State> SnapshotRef<'a, S> {
         Ok(Value::Object(body))
     }
 
-    /// Whether nothing is suspended in it: no pending writes, interrupts or resume values.
-    fn is_plain(&self) -> bool {
-        self.pending_writes.is_empty() && self.interrupts.is_empty() && self.resume_values.is_none()
-    }
-
     /// Whether to keep the graph's description.
     pub(super) fn describe(mut self, describe: bool) -> Self {
         self.describe = describe;
@@ -181,36 +177,8 @@ impl<'a, S: State> SnapshotRef<'a, S> {
     }
 }
 
-/// A plain snapshot, owned: what a store that keeps checkpoints in memory is given instead
-/// of the body, which it builds only if the checkpoint is read.
-struct OwnedSnapshot<S> {
-    graph: Arc<CompiledInner<S>>,
-    state: S,
-    next: Vec<usize>,
-    joins: Vec<Vec<bool>>,
-    describe: bool,
-    trace: Option<Arc<str>>,
-}
-
-impl<S: State> SnapshotSource for OwnedSnapshot<S> {
-    fn body(&self) -> serde_json::Result<Value> {
-        let snapshot = SnapshotRef::new(&self.graph, &self.state, &self.next)
-            .joins(&self.joins)
-            .describe(self.describe);
-        body_of(&snapshot, self.trace.as_deref())
-    }
-
-    fn fingerprint(&self) -> &str {
-        &self.graph.fingerprint
-    }
-
-    fn graph_name(&self) -> Option<&str> {
-        self.describe.then_some(&*self.graph.name)
-    }
-}
-
 /// A snapshot's body, with the execution's `traceparent` when it has one.
-fn body_of<S: State>(
+pub(super) fn body_of<S: State>(
     snapshot: &SnapshotRef<'_, S>,
     trace: Option<&str>,
 ) -> serde_json::Result<Value> {
@@ -245,9 +213,10 @@ impl<'a> RunKey<'a> {
         }
     }
 
-    /// The checkpoint row of a plain `snapshot` (nothing suspended) after superstep `step`:
-    /// for a store that keeps checkpoints in memory, a copy of the state whose body is built
-    /// when read; for any other, as [`checkpoint`](Self::checkpoint).
+    /// The checkpoint row of `snapshot` after superstep `step`: for a store that keeps
+    /// checkpoints in memory, a copy of the snapshot's values whose body is built when read
+    /// (and which a resume reads back without JSON); for any other, as
+    /// [`checkpoint`](Self::checkpoint).
     pub(super) fn step_checkpoint<S: State>(
         self,
         graph: &Arc<CompiledInner<S>>,
@@ -255,17 +224,10 @@ impl<'a> RunKey<'a> {
         status: RunStatus,
         snapshot: &SnapshotRef<'_, S>,
     ) -> Result<Checkpoint> {
-        if !self.unserialized || !snapshot.is_plain() {
+        if !self.unserialized {
             return self.checkpoint(graph, step, status, snapshot);
         }
-        let owned = OwnedSnapshot {
-            graph: Arc::clone(graph),
-            state: snapshot.state.clone(),
-            next: snapshot.next.to_vec(),
-            joins: snapshot.joins.to_vec(),
-            describe: snapshot.describe,
-            trace: self.trace.map(Arc::from),
-        };
+        let owned = OwnedSnapshot::of(graph, snapshot, self.trace);
         Ok(Checkpoint::unserialized(
             self.thread,
             self.run,
@@ -469,14 +431,19 @@ mod tests {
             assert_eq!(later.graph_name(), at_once.graph_name());
             assert_eq!(later.serialized().unwrap(), at_once);
         }
-        // A suspended snapshot is always built at once.
+        // A suspended snapshot is kept as values too; its body, once built, lists the
+        // interrupts and what else the step leaves behind.
         let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
             {"id": "a#0", "node": "a", "index": 0, "payload": "ok?"}
         ]))
         .unwrap();
-        let values = BTreeMap::new();
+        let values = BTreeMap::from([("a".to_owned(), vec![json!(true)])]);
+        let writes = [PendingWrite {
+            node: "b".into(),
+            state: json!(5),
+        }];
         let suspended =
-            SnapshotRef::new(&*graph.inner, &1, &[0]).suspended(&[], &interrupts, &values);
+            SnapshotRef::new(&*graph.inner, &1, &[0]).suspended(&writes, &interrupts, &values);
         let key = RunKey {
             thread: "t",
             run: 1,
@@ -484,10 +451,19 @@ mod tests {
             trace: None,
             unserialized: true,
         };
-        let cp = key
+        let eager = RunKey {
+            unserialized: false,
+            ..key
+        };
+        let kept = key
             .step_checkpoint(&graph.inner, 2, RunStatus::Interrupted, &suspended)
             .unwrap();
-        assert!(cp.unserialized.is_none());
+        assert!(kept.unserialized.is_some());
+        let at_once = eager
+            .checkpoint(&graph.inner, 2, RunStatus::Interrupted, &suspended)
+            .unwrap();
+        let cp = kept.serialized().unwrap();
+        assert_eq!(cp, at_once);
         assert_eq!(cp.interrupts().unwrap(), interrupts);
     }
 }

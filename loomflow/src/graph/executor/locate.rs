@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::checkpoint::Snapshot;
 use super::observe::Resumed;
+use super::owned::OwnedSnapshot;
 use super::route::{JoinMarks, route};
 use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
@@ -20,7 +21,7 @@ pub(super) enum Located<S> {
     Finished(RunOutcome<S>),
 }
 
-/// A checkpoint read back: its row's columns and the executor's snapshot in its body.
+/// A checkpoint read back: its row's columns and the executor's snapshot.
 struct Stored {
     run: u64,
     step: u64,
@@ -29,12 +30,20 @@ struct Stored {
 }
 
 impl Stored {
-    fn decode(cp: Checkpoint, thread: &str) -> Result<Self> {
+    /// Reads `cp`, whose snapshot a graph of state `S` may have kept as values (in memory).
+    fn read<S: State>(cp: Checkpoint, thread: &str) -> Result<Self> {
+        let (run, step, status) = (cp.run, cp.step, cp.status);
+        let kept = cp.unserialized.as_ref();
+        let snapshot = match kept.and_then(|kept| OwnedSnapshot::<S>::read(&*kept.0)) {
+            Some(snapshot) => snapshot
+                .map_err(|e| RunError::json(format!("checkpointed state of thread {thread}"), e))?,
+            None => Snapshot::decode(cp.serialized()?.body, thread)?,
+        };
         Ok(Self {
-            run: cp.run,
-            step: cp.step,
-            status: cp.status,
-            snapshot: Snapshot::decode(cp.body, thread)?,
+            run,
+            step,
+            status,
+            snapshot,
         })
     }
 
@@ -73,13 +82,16 @@ pub(super) async fn locate<S: State>(
     };
     let position = match start {
         Start::Fresh(input) => {
-            let previous = runtime.store().latest_checkpoint(thread, namespace).await?;
+            let store = runtime.store();
+            let previous = store
+                .latest_checkpoint_unserialized(thread, namespace)
+                .await?;
             let run = previous.map_or(1, |cp| cp.run + 1);
             fresh(run, input)?
         }
         Start::Child { input, run } => fresh(run, input)?,
         Start::Recover => {
-            let cp = latest(runtime, thread, namespace).await?;
+            let cp = latest::<S>(runtime, thread, namespace).await?;
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             match cp.status {
                 RunStatus::Completed => {
@@ -117,7 +129,7 @@ pub(super) async fn locate<S: State>(
             }
         }
         Start::ResumeOne(value) => {
-            let cp = interrupted(runtime, thread, namespace).await?;
+            let cp = interrupted::<S>(runtime, thread, namespace).await?;
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             let [only] = cp.snapshot.interrupts.as_slice() else {
                 return Err(RunError::AmbiguousResume {
@@ -129,7 +141,7 @@ pub(super) async fn locate<S: State>(
             resume_position(g, thread, cp, values)?
         }
         Start::Resume(values) => {
-            let cp = interrupted(runtime, thread, namespace).await?;
+            let cp = interrupted::<S>(runtime, thread, namespace).await?;
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             resume_position(g, thread, cp, values)?
         }
@@ -177,19 +189,19 @@ async fn check_graph<S>(
     })
 }
 
-async fn latest(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
+async fn latest<S: State>(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
     let cp = runtime
         .store()
-        .latest_checkpoint(thread, namespace)
+        .latest_checkpoint_unserialized(thread, namespace)
         .await?
         .ok_or_else(|| RunError::UnknownThread {
             thread: thread.to_owned(),
         })?;
-    Stored::decode(cp, thread)
+    Stored::read::<S>(cp, thread)
 }
 
-async fn interrupted(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
-    let cp = latest(runtime, thread, namespace).await?;
+async fn interrupted<S: State>(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
+    let cp = latest::<S>(runtime, thread, namespace).await?;
     if cp.status != RunStatus::Interrupted {
         return Err(RunError::NotInterrupted {
             thread: thread.to_owned(),

@@ -13,6 +13,7 @@
 mod checkpoint;
 mod locate;
 mod observe;
+mod owned;
 mod route;
 mod step;
 
@@ -320,7 +321,8 @@ async fn run_supersteps<S: State>(
                     .suspended(&pending_writes, &interrupts, &resume_values)
                     .describe(describe);
                 observe::record_interrupts(&shared, &interrupts);
-                let mut cp = key.checkpoint(g, step - 1, RunStatus::Interrupted, &snapshot)?;
+                let mut cp =
+                    key.step_checkpoint(&graph.inner, step - 1, RunStatus::Interrupted, &snapshot)?;
                 // What the interrupts say about the run, from them as they are: the store
                 // need not read them back out of the body.
                 cp.waits = Some(crate::runtime::store::Waits::of(&interrupts));

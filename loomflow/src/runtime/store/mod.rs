@@ -281,6 +281,19 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// [`latest_checkpoint`](Self::latest_checkpoint), as it was handed over: a store that
+    /// [takes unserialized checkpoints](Self::takes_unserialized_checkpoints) does not build
+    /// the body, so that the executor can read the values it kept. Internal to loomflow: any
+    /// other store keeps the default.
+    #[doc(hidden)]
+    fn latest_checkpoint_unserialized<'a>(
+        &'a self,
+        thread: &'a str,
+        namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        self.latest_checkpoint(thread, namespace)
+    }
+
     /// Lets `thread`'s run go, if `owner` holds it; does nothing otherwise.
     fn release<'a>(
         &'a self,

@@ -16,6 +16,8 @@ pub(crate) trait SnapshotSource: Send + Sync {
     fn fingerprint(&self) -> &str;
     /// The graph's name, when the body keeps it (`graph_name`).
     fn graph_name(&self) -> Option<&str>;
+    /// The snapshot itself, for the executor to read back without building the body.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// A checkpoint's body, still unbuilt. Two are equal when they are the same snapshot.

@@ -118,6 +118,17 @@ impl MemoryStore {
         self.lock()
     }
 
+    /// `thread`'s newest checkpoint in `namespace`, its body not built.
+    fn latest(&self, thread: &str, namespace: &str) -> Result<Option<Checkpoint>, StoreError> {
+        self.lock().map(|inner| {
+            let kept = inner.checkpoints.get(thread)?;
+            kept.iter()
+                .rev()
+                .find(|c| c.namespace == namespace)
+                .cloned()
+        })
+    }
+
     /// Claims `thread`'s row for `owner` (which the caller found runnable).
     fn claim_row(
         inner: &mut Inner,
@@ -161,14 +172,17 @@ impl Store for MemoryStore {
         namespace: &'a str,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
         ready(
-            self.lock()
-                .map(|inner| {
-                    inner.checkpoints.get(thread).and_then(|cps| {
-                        cps.iter().rev().find(|c| c.namespace == namespace).cloned()
-                    })
-                })
+            self.latest(thread, namespace)
                 .and_then(|cp| cp.map(Checkpoint::serialized).transpose()),
         )
+    }
+
+    fn latest_checkpoint_unserialized<'a>(
+        &'a self,
+        thread: &'a str,
+        namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        ready(self.latest(thread, namespace))
     }
 
     fn get_checkpoint<'a>(

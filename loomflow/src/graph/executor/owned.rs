@@ -1,0 +1,164 @@
+//! Snapshots kept as values, for a store that keeps checkpoints in memory.
+//!
+//! The executor hands such a store a copy of what the snapshot holds instead of its JSON.
+//! The store builds the JSON body only when someone reads the checkpoint through the
+//! [`Store`](crate::runtime::Store) API; a resume or a recovery in the same process reads the
+//! values back as they are, so that an interrupt and its resume never go through JSON.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::checkpoint::{PendingWrite, Snapshot, SnapshotRef, body_of};
+use crate::graph::State;
+use crate::graph::compiled::CompiledInner;
+use crate::runtime::Interrupt;
+use crate::runtime::store::SnapshotSource;
+
+/// A snapshot, owned.
+pub(super) struct OwnedSnapshot<S> {
+    graph: Arc<CompiledInner<S>>,
+    state: S,
+    /// Indexes into `graph`'s nodes.
+    next: Vec<usize>,
+    joins: Vec<Vec<bool>>,
+    pending_writes: Vec<PendingWrite>,
+    interrupts: Vec<Interrupt>,
+    resume_values: Option<BTreeMap<String, Vec<Value>>>,
+    describe: bool,
+    trace: Option<Arc<str>>,
+}
+
+impl<S: State> OwnedSnapshot<S> {
+    /// A copy of `snapshot`, written by an execution of `graph` with this `traceparent`.
+    pub(super) fn of(
+        graph: &Arc<CompiledInner<S>>,
+        snapshot: &SnapshotRef<'_, S>,
+        trace: Option<&str>,
+    ) -> Self {
+        Self {
+            graph: Arc::clone(graph),
+            state: snapshot.state.clone(),
+            next: snapshot.next.to_vec(),
+            joins: snapshot.joins.to_vec(),
+            pending_writes: snapshot.pending_writes.to_vec(),
+            interrupts: snapshot.interrupts.to_vec(),
+            resume_values: snapshot.resume_values.cloned(),
+            describe: snapshot.describe,
+            trace: trace.map(Arc::from),
+        }
+    }
+
+    /// The snapshot `source` keeps, if it is one of these: what a resume or a recovery
+    /// reads instead of decoding a body. `None` for a snapshot of another state type, which
+    /// the caller reads from its body as any other.
+    ///
+    /// Everything but the state is handed back as it was kept. The state goes through JSON,
+    /// as it would through a durable store: a field the state does not serialize
+    /// (`#[serde(skip)]`) starts afresh after a resume, whichever store the run used.
+    pub(super) fn read(source: &dyn SnapshotSource) -> Option<serde_json::Result<Snapshot>> {
+        let owned = source.as_any().downcast_ref::<Self>()?;
+        let state = match serde_json::to_value(&owned.state) {
+            Ok(state) => state,
+            Err(e) => return Some(Err(e)),
+        };
+        let names = owned
+            .next
+            .iter()
+            .map(|&i| owned.graph.nodes[i].name.to_string());
+        Some(Ok(Snapshot {
+            state,
+            next: names.collect(),
+            joins: owned.joins.clone(),
+            pending_writes: owned.pending_writes.clone(),
+            interrupts: owned.interrupts.clone(),
+            resume_values: owned.resume_values.clone().unwrap_or_default(),
+            graph: Some(owned.graph.fingerprint.clone()),
+            graph_description: owned.describe.then(|| owned.graph.description.clone()),
+            trace: owned.trace.as_deref().map(str::to_owned),
+        }))
+    }
+
+    fn as_ref(&self) -> SnapshotRef<'_, S> {
+        SnapshotRef {
+            g: &self.graph,
+            state: &self.state,
+            next: &self.next,
+            joins: &self.joins,
+            pending_writes: &self.pending_writes,
+            interrupts: &self.interrupts,
+            resume_values: self.resume_values.as_ref(),
+            describe: self.describe,
+        }
+    }
+}
+
+impl<S: State> SnapshotSource for OwnedSnapshot<S> {
+    fn body(&self) -> serde_json::Result<Value> {
+        body_of(&self.as_ref(), self.trace.as_deref())
+    }
+
+    fn fingerprint(&self) -> &str {
+        &self.graph.fingerprint
+    }
+
+    fn graph_name(&self) -> Option<&str> {
+        self.describe.then_some(&*self.graph.name)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::graph::{END, Graph, START};
+
+    #[test]
+    fn a_kept_snapshot_reads_back_as_its_body_decodes() {
+        let graph = Graph::new("g")
+            .node_sync("a", |n: &mut u32| *n += 1)
+            .edge(START, "a")
+            .edge("a", END)
+            .compile()
+            .unwrap();
+        let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
+            {"id": "a#1", "node": "a", "index": 1, "payload": {"ask": "ok?"}}
+        ]))
+        .unwrap();
+        let values = BTreeMap::from([("a".to_owned(), vec![json!("first")])]);
+        let writes = [PendingWrite {
+            node: "b".into(),
+            state: json!(5),
+        }];
+        let joins = [vec![true, false]];
+        let snapshot = SnapshotRef::new(&*graph.inner, &7, &[0])
+            .joins(&joins)
+            .suspended(&writes, &interrupts, &values);
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let owned = OwnedSnapshot::of(&graph.inner, &snapshot, Some(trace));
+
+        let kept = OwnedSnapshot::<u32>::read(&owned).unwrap().unwrap();
+        let decoded = Snapshot::decode(owned.body().unwrap(), "t").unwrap();
+        assert_eq!(kept.state, decoded.state);
+        assert_eq!(kept.next, decoded.next);
+        assert_eq!(kept.joins, decoded.joins);
+        assert_eq!(kept.pending_writes, decoded.pending_writes);
+        assert_eq!(kept.interrupts, decoded.interrupts);
+        assert_eq!(kept.resume_values, decoded.resume_values);
+        assert_eq!(kept.graph, decoded.graph);
+        assert_eq!(kept.graph_description, decoded.graph_description);
+        assert_eq!(kept.trace, decoded.trace);
+
+        // A graph of another state type reads the body instead.
+        assert!(OwnedSnapshot::<String>::read(&owned).is_none());
+    }
+}
