@@ -325,7 +325,7 @@ async fn run_supersteps<S: State>(
                     key.step_checkpoint(&graph.inner, step - 1, RunStatus::Interrupted, &snapshot)?;
                 // What the interrupts say about the run, from them as they are: the store
                 // need not read them back out of the body.
-                cp.waits = Some(crate::runtime::store::Waits::of(&interrupts));
+                cp.waits = Some(Box::new(crate::runtime::store::Waits::of(&interrupts)));
                 let cp = with_audit(&shared, cp);
                 // Suspension always reaches the store before we return: the process may exit.
                 put_last(&shared, cp)

@@ -21,8 +21,7 @@ use crate::runtime::store::SnapshotSource;
 pub(super) struct OwnedSnapshot<S> {
     graph: Arc<CompiledInner<S>>,
     state: S,
-    /// Indexes into `graph`'s nodes.
-    next: Vec<usize>,
+    next: Next,
     joins: Vec<Vec<bool>>,
     pending_writes: Vec<PendingWrite>,
     interrupts: Vec<Interrupt>,
@@ -41,7 +40,7 @@ impl<S: State> OwnedSnapshot<S> {
         Self {
             graph: Arc::clone(graph),
             state: snapshot.state.clone(),
-            next: snapshot.next.to_vec(),
+            next: Next::of(snapshot.next),
             joins: snapshot.joins.to_vec(),
             pending_writes: snapshot.pending_writes.to_vec(),
             interrupts: snapshot.interrupts.to_vec(),
@@ -66,6 +65,7 @@ impl<S: State> OwnedSnapshot<S> {
         };
         let names = owned
             .next
+            .as_slice()
             .iter()
             .map(|&i| owned.graph.nodes[i].name.to_string());
         Some(Ok(Snapshot {
@@ -85,12 +85,35 @@ impl<S: State> OwnedSnapshot<S> {
         SnapshotRef {
             g: &self.graph,
             state: &self.state,
-            next: &self.next,
+            next: self.next.as_slice(),
             joins: &self.joins,
             pending_writes: &self.pending_writes,
             interrupts: &self.interrupts,
             resume_values: self.resume_values.as_ref(),
             describe: self.describe,
+        }
+    }
+}
+
+/// The nodes that run next, as indexes into the graph's nodes: most steps lead to one,
+/// which is kept without an allocation.
+enum Next {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Next {
+    fn of(next: &[usize]) -> Self {
+        match next {
+            [one] => Self::One(*one),
+            many => Self::Many(many.to_vec()),
+        }
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        match self {
+            Self::One(one) => std::slice::from_ref(one),
+            Self::Many(many) => many,
         }
     }
 }

@@ -86,7 +86,7 @@ pub struct Checkpoint {
     /// What its interrupts say about the run, for a suspension written by an executor that
     /// had them typed; a store reads them from the body otherwise.
     #[serde(skip)]
-    pub(crate) waits: Option<super::runs::Waits>,
+    pub(crate) waits: Option<Box<super::runs::Waits>>,
 }
 
 impl Checkpoint {

@@ -301,7 +301,7 @@ impl RowUpdate {
             RunStatus::Cancelled => RunState::Cancelled,
             RunStatus::Interrupted => {
                 let waits = match &checkpoint.waits {
-                    Some(waits) => waits.clone(),
+                    Some(waits) => Waits::clone(waits),
                     // An unreadable list of interrupts is left for a person: `interrupted`.
                     None => Waits::of(&checkpoint.interrupts().unwrap_or_default()),
                 };

@@ -4,6 +4,7 @@
 use super::super::audit::signal_received;
 use super::super::{Checkpoint, StoreError};
 use super::Inner;
+use super::kept::Kept;
 use super::retention::prune;
 use super::run_row::RunRow;
 
@@ -44,14 +45,13 @@ impl Inner {
         retention: Option<usize>,
     ) -> u64 {
         self.next_id += 1;
-        checkpoint.id = self.next_id;
-        let id = checkpoint.id;
+        let id = self.next_id;
         if !checkpoint.audit.is_empty() {
             self.audit.append(std::mem::take(&mut checkpoint.audit));
         }
         // The thread's name is copied only for its first checkpoint.
         if let Some(kept) = self.checkpoints.get_mut(&checkpoint.thread) {
-            kept.push(checkpoint);
+            kept.push(Kept::new(checkpoint, id));
             // Pruned a batch at a time (past half as many again), so that a step costs no
             // scan.
             if let Some(limit) = retention
@@ -60,8 +60,9 @@ impl Inner {
                 prune(kept, limit);
             }
         } else {
+            let thread = std::mem::take(&mut checkpoint.thread);
             self.checkpoints
-                .insert(checkpoint.thread.clone(), vec![checkpoint]);
+                .insert(thread, vec![Kept::new(checkpoint, id)]);
         }
         id
     }

@@ -14,6 +14,7 @@ use crate::runtime::clock::now_ms;
 
 mod audit_log;
 mod inner;
+mod kept;
 mod retention;
 mod run_row;
 
@@ -69,7 +70,7 @@ type ByThread<V> = HashMap<String, V, foldhash::fast::RandomState>;
 #[derive(Debug, Default)]
 struct Inner {
     next_id: u64,
-    checkpoints: ByThread<Vec<Checkpoint>>,
+    checkpoints: ByThread<Vec<kept::Kept>>,
     journal: HashMap<JournalKey, Value>,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,
@@ -122,10 +123,8 @@ impl MemoryStore {
     fn latest(&self, thread: &str, namespace: &str) -> Result<Option<Checkpoint>, StoreError> {
         self.lock().map(|inner| {
             let kept = inner.checkpoints.get(thread)?;
-            kept.iter()
-                .rev()
-                .find(|c| c.namespace == namespace)
-                .cloned()
+            let newest = kept.iter().rev().find(|c| c.namespace == namespace)?;
+            Some(newest.checkpoint(thread))
         })
     }
 
@@ -190,27 +189,21 @@ impl Store for MemoryStore {
         thread: &'a str,
         id: u64,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
-        ready(
-            self.lock()
-                .map(|inner| {
-                    inner
-                        .checkpoints
-                        .get(thread)
-                        .and_then(|cps| cps.iter().find(|c| c.id == id).cloned())
-                })
-                .and_then(|cp| cp.map(Checkpoint::serialized).transpose()),
-        )
+        ready(self.lock().and_then(|inner| {
+            let kept = inner.checkpoints.get(thread);
+            let found = kept.and_then(|kept| kept.iter().find(|c| c.id == id));
+            found.map(|cp| cp.serialized(thread)).transpose()
+        }))
     }
 
     fn list_checkpoints<'a>(
         &'a self,
         thread: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>> {
-        ready(
-            self.lock()
-                .map(|inner| inner.checkpoints.get(thread).cloned().unwrap_or_default())
-                .and_then(|cps| cps.into_iter().map(Checkpoint::serialized).collect()),
-        )
+        ready(self.lock().and_then(|inner| {
+            let kept = inner.checkpoints.get(thread).map_or(&[][..], Vec::as_slice);
+            kept.iter().map(|cp| cp.serialized(thread)).collect()
+        }))
     }
 
     fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -295,6 +288,7 @@ impl Store for MemoryStore {
                     }
                     row.owner = Some(owner.to_owned());
                     row.until_ms = lease_until_ms;
+                    row.lease_ms = lease_until_ms.saturating_sub(now_ms);
                     row.mark_in_flight();
                     Claim::Claimed
                 }
@@ -337,7 +331,9 @@ impl Store for MemoryStore {
         ready(self.lock_mut().and_then(|mut inner| {
             let row = inner.fenced_row(&checkpoint.thread, owner, lease_until_ms)?;
             if checkpoint.namespace.is_empty() {
-                row.follow(&checkpoint);
+                // The claim extended its lease from the time of this write: no clock read.
+                let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
+                row.follow(&checkpoint, now_ms);
             }
             Ok(inner.insert_checkpoint(checkpoint, self.retention))
         }))
@@ -351,7 +347,7 @@ impl Store for MemoryStore {
         ready(self.lock_mut().and_then(|mut inner| {
             let row = inner.fenced_row(&checkpoint.thread, owner, 0)?;
             if checkpoint.namespace.is_empty() {
-                row.follow(&checkpoint);
+                row.follow(&checkpoint, now_ms());
             }
             row.let_go();
             Ok(inner.insert_checkpoint(checkpoint, self.retention))

@@ -2,16 +2,17 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::runtime::store::{Checkpoint, RunStatus};
+use super::kept::Kept;
+use crate::runtime::store::RunStatus;
 
 /// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest of each
 /// namespace and every interrupted one whatever their age.
-pub(super) fn prune(kept: &mut Vec<Checkpoint>, limit: usize) {
+pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
     let mut newest: HashMap<&str, u64> = HashMap::new();
     for cp in kept.iter() {
         newest.insert(cp.namespace.as_str(), cp.id);
     }
-    let needed = |cp: &Checkpoint| {
+    let needed = |cp: &Kept| {
         cp.status == RunStatus::Interrupted || newest.get(cp.namespace.as_str()) == Some(&cp.id)
     };
     let mut excess = kept.len().saturating_sub(limit);

@@ -2,7 +2,6 @@
 
 use serde_json::Value;
 
-use crate::runtime::clock::now_ms;
 use crate::runtime::store::{Checkpoint, RowUpdate, RunRecord, RunState, RunStatus};
 
 /// A thread's current run, as the SQLite store's `runs` table keeps it.
@@ -18,6 +17,9 @@ pub(super) struct RunRow {
     pub(super) runnable_at_ms: Option<u64>,
     pub(super) owner: Option<String>,
     pub(super) until_ms: u64,
+    /// How long the holder's leases last (`until_ms` less the time it was taken): a write
+    /// that extends the lease to `until_ms` was made at `until_ms - lease_ms`.
+    pub(super) lease_ms: u64,
     pub(super) attempts: u64,
     pub(super) cancel_requested: bool,
     pub(super) error: Option<String>,
@@ -51,10 +53,10 @@ impl RunRow {
         self.owner.is_none() || self.until_ms <= now_ms
     }
 
-    /// Follows a top-level checkpoint.
-    pub(super) fn follow(&mut self, checkpoint: &Checkpoint) {
+    /// Follows a top-level checkpoint written at `now_ms`.
+    pub(super) fn follow(&mut self, checkpoint: &Checkpoint, now_ms: u64) {
         if checkpoint.status == RunStatus::Running && checkpoint.error.is_none() {
-            self.follow_step(checkpoint);
+            self.follow_step(checkpoint, now_ms);
             return;
         }
         let update = RowUpdate::of(checkpoint);
@@ -74,12 +76,12 @@ impl RunRow {
         if update.state.is_finished() {
             self.cancel_requested = false;
         }
-        self.updated_at_ms = now_ms();
+        self.updated_at_ms = now_ms;
     }
 
     /// Follows a plain step of a running run, the checkpoint written most often: what
     /// [`RowUpdate::of`] would say, without copying what the row already holds.
-    fn follow_step(&mut self, checkpoint: &Checkpoint) {
+    fn follow_step(&mut self, checkpoint: &Checkpoint, now_ms: u64) {
         self.run = checkpoint.run;
         self.runnable_at_ms = Some(0);
         self.state = Some(RunState::Running);
@@ -97,7 +99,7 @@ impl RunRow {
         }
         self.error = None;
         self.input = None;
-        self.updated_at_ms = now_ms();
+        self.updated_at_ms = now_ms;
     }
 
     pub(super) fn in_graphs(&self, graphs: &[String]) -> bool {
@@ -108,6 +110,7 @@ impl RunRow {
     pub(super) fn take_lease(&mut self, owner: &str, until_ms: u64, now_ms: u64) {
         self.owner = Some(owner.to_owned());
         self.until_ms = until_ms;
+        self.lease_ms = until_ms.saturating_sub(now_ms);
         self.attempts += 1;
         self.updated_at_ms = now_ms;
         self.mark_in_flight();

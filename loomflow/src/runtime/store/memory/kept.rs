@@ -1,0 +1,76 @@
+//! A checkpoint as the memory store keeps it: a smaller row than [`Checkpoint`], since a run
+//! keeps one per step. The thread is the key it is filed under, and what travels only with
+//! a write (audit entries, what the run waits on) is not kept.
+
+use serde_json::Value;
+
+use crate::runtime::store::unserialized::Unserialized;
+use crate::runtime::store::{Checkpoint, RunStatus, StoreError};
+
+#[derive(Debug, Clone)]
+pub(super) struct Kept {
+    pub(super) id: u64,
+    run: u64,
+    step: u64,
+    pub(super) status: RunStatus,
+    pub(super) namespace: String,
+    body: Body,
+    error: Option<String>,
+}
+
+/// The body as written, or the executor's snapshot to build it from when it is read.
+#[derive(Debug, Clone)]
+enum Body {
+    Built(Value),
+    Unbuilt(Unserialized),
+}
+
+impl Kept {
+    /// Keeps `checkpoint`, filed under `id`.
+    pub(super) fn new(checkpoint: Checkpoint, id: u64) -> Self {
+        let body = match checkpoint.unserialized {
+            Some(snapshot) => Body::Unbuilt(snapshot),
+            None => Body::Built(checkpoint.body),
+        };
+        Self {
+            id,
+            run: checkpoint.run,
+            step: checkpoint.step,
+            status: checkpoint.status,
+            namespace: checkpoint.namespace,
+            body,
+            error: checkpoint.error,
+        }
+    }
+
+    /// The checkpoint of `thread` it keeps, its body perhaps not built.
+    pub(super) fn checkpoint(&self, thread: &str) -> Checkpoint {
+        let body = match &self.body {
+            Body::Built(body) => body.clone(),
+            Body::Unbuilt(_) => Value::Null,
+        };
+        let mut checkpoint = Checkpoint::new(
+            thread,
+            self.run,
+            self.namespace.clone(),
+            self.step,
+            self.status,
+            body,
+        );
+        checkpoint.id = self.id;
+        checkpoint.error.clone_from(&self.error);
+        if let Body::Unbuilt(snapshot) = &self.body {
+            checkpoint.unserialized = Some(snapshot.clone());
+        }
+        checkpoint
+    }
+
+    /// The checkpoint of `thread` it keeps, its body built, as the store hands it out.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] when the state does not serialize.
+    pub(super) fn serialized(&self, thread: &str) -> Result<Checkpoint, StoreError> {
+        self.checkpoint(thread).serialized()
+    }
+}
