@@ -196,7 +196,7 @@ pub(super) struct RunKey<'a> {
     pub(super) run: u64,
     pub(super) namespace: &'a str,
     /// The execution's `traceparent`, kept in each checkpoint's body.
-    pub(super) trace: Option<&'a str>,
+    pub(super) trace: Option<&'a Arc<str>>,
     /// Whether the store takes checkpoints whose body it builds when read.
     pub(super) unserialized: bool,
 }
@@ -208,7 +208,7 @@ impl<'a> RunKey<'a> {
             thread: &shared.thread,
             run: shared.run,
             namespace: shared.namespace.as_str(),
-            trace: shared.trace.as_deref(),
+            trace: shared.trace.as_ref(),
             unserialized: shared.runtime.store().takes_unserialized_checkpoints(),
         }
     }
@@ -246,7 +246,7 @@ impl<'a> RunKey<'a> {
         status: RunStatus,
         snapshot: &SnapshotRef<'_, S>,
     ) -> Result<Checkpoint> {
-        let body = body_of(snapshot, self.trace)
+        let body = body_of(snapshot, self.trace.map(|trace| &**trace))
             .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
         Ok(Checkpoint::new(
             self.thread,
@@ -402,8 +402,8 @@ mod tests {
             .edge("a", END)
             .compile()
             .unwrap();
-        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-        for (described, trace) in [(false, None), (true, Some(trace))] {
+        let trace: Arc<str> = Arc::from("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        for (described, trace) in [(false, None), (true, Some(&trace))] {
             let eager = RunKey {
                 thread: "t",
                 run: 2,

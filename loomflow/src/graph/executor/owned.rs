@@ -23,11 +23,19 @@ pub(super) struct OwnedSnapshot<S> {
     state: S,
     next: Next,
     joins: Vec<Vec<bool>>,
+    /// What a suspended step leaves behind; `None` for a plain step, the common case,
+    /// which keeps the snapshot small.
+    suspended: Option<Box<Suspended>>,
+    describe: bool,
+    trace: Option<Arc<str>>,
+}
+
+/// What a suspended step leaves behind: its finished siblings, the interrupts, and the
+/// resume values given so far.
+struct Suspended {
     pending_writes: Vec<PendingWrite>,
     interrupts: Vec<Interrupt>,
     resume_values: Option<BTreeMap<String, Vec<Value>>>,
-    describe: bool,
-    trace: Option<Arc<str>>,
 }
 
 impl<S: State> OwnedSnapshot<S> {
@@ -35,18 +43,16 @@ impl<S: State> OwnedSnapshot<S> {
     pub(super) fn of(
         graph: &Arc<CompiledInner<S>>,
         snapshot: &SnapshotRef<'_, S>,
-        trace: Option<&str>,
+        trace: Option<&Arc<str>>,
     ) -> Self {
         Self {
             graph: Arc::clone(graph),
             state: snapshot.state.clone(),
             next: Next::of(snapshot.next),
             joins: snapshot.joins.to_vec(),
-            pending_writes: snapshot.pending_writes.to_vec(),
-            interrupts: snapshot.interrupts.to_vec(),
-            resume_values: snapshot.resume_values.cloned(),
+            suspended: Suspended::of(snapshot).map(Box::new),
             describe: snapshot.describe,
-            trace: trace.map(Arc::from),
+            trace: trace.cloned(),
         }
     }
 
@@ -59,6 +65,7 @@ impl<S: State> OwnedSnapshot<S> {
     /// (`#[serde(skip)]`) starts afresh after a resume, whichever store the run used.
     pub(super) fn read(source: &dyn SnapshotSource) -> Option<serde_json::Result<Snapshot>> {
         let owned = source.as_any().downcast_ref::<Self>()?;
+        let suspended = owned.suspended.as_deref();
         let state = match serde_json::to_value(&owned.state) {
             Ok(state) => state,
             Err(e) => return Some(Err(e)),
@@ -72,9 +79,13 @@ impl<S: State> OwnedSnapshot<S> {
             state,
             next: names.collect(),
             joins: owned.joins.clone(),
-            pending_writes: owned.pending_writes.clone(),
-            interrupts: owned.interrupts.clone(),
-            resume_values: owned.resume_values.clone().unwrap_or_default(),
+            pending_writes: suspended
+                .map(|s| s.pending_writes.clone())
+                .unwrap_or_default(),
+            interrupts: suspended.map(|s| s.interrupts.clone()).unwrap_or_default(),
+            resume_values: suspended
+                .and_then(|s| s.resume_values.clone())
+                .unwrap_or_default(),
             graph: Some(owned.graph.fingerprint.clone()),
             graph_description: owned.describe.then(|| owned.graph.description.clone()),
             trace: owned.trace.as_deref().map(str::to_owned),
@@ -82,16 +93,31 @@ impl<S: State> OwnedSnapshot<S> {
     }
 
     fn as_ref(&self) -> SnapshotRef<'_, S> {
+        let suspended = self.suspended.as_deref();
         SnapshotRef {
             g: &self.graph,
             state: &self.state,
             next: self.next.as_slice(),
             joins: &self.joins,
-            pending_writes: &self.pending_writes,
-            interrupts: &self.interrupts,
-            resume_values: self.resume_values.as_ref(),
+            pending_writes: suspended.map_or(&[], |s| &s.pending_writes),
+            interrupts: suspended.map_or(&[], |s| &s.interrupts),
+            resume_values: suspended.and_then(|s| s.resume_values.as_ref()),
             describe: self.describe,
         }
+    }
+}
+
+impl Suspended {
+    /// What `snapshot` leaves behind, if anything.
+    fn of<S>(snapshot: &SnapshotRef<'_, S>) -> Option<Self> {
+        let plain = snapshot.pending_writes.is_empty()
+            && snapshot.interrupts.is_empty()
+            && snapshot.resume_values.is_none();
+        (!plain).then(|| Self {
+            pending_writes: snapshot.pending_writes.to_vec(),
+            interrupts: snapshot.interrupts.to_vec(),
+            resume_values: snapshot.resume_values.cloned(),
+        })
     }
 }
 
@@ -166,8 +192,8 @@ mod tests {
         let snapshot = SnapshotRef::new(&*graph.inner, &7, &[0])
             .joins(&joins)
             .suspended(&writes, &interrupts, &values);
-        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-        let owned = OwnedSnapshot::of(&graph.inner, &snapshot, Some(trace));
+        let trace: Arc<str> = Arc::from("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let owned = OwnedSnapshot::of(&graph.inner, &snapshot, Some(&trace));
 
         let kept = OwnedSnapshot::<u32>::read(&owned).unwrap().unwrap();
         let decoded = Snapshot::decode(owned.body().unwrap(), "t").unwrap();
