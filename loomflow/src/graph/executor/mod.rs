@@ -36,7 +36,7 @@ use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
 use locate::{Located, locate};
 use observe::Resumed;
-use route::{JoinMarks, route};
+use route::{JoinMarks, route_into};
 use step::{StepOutcome, run_step};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -356,13 +356,12 @@ async fn run_supersteps<S: State>(
         };
         let mut next_joins = joins.clone();
         let ran = active.iter().map(|&i| g.topology().node(i));
-        let next = match route(g, ran, &next_state, &mut next_joins) {
-            Ok(next) => next,
-            Err(error) => {
-                writer.finish().await?;
-                return fail(g, &shared, step, state, &active, error).await;
-            }
-        };
+        // The step before last's buffer holds the next active set: no allocation a step.
+        let mut next = std::mem::take(&mut last_nodes);
+        if let Err(error) = route_into(g, ran, &next_state, &mut next_joins, &mut next) {
+            writer.finish().await?;
+            return fail(g, &shared, step, state, &active, error).await;
+        }
         state = next_state;
         joins = next_joins;
         pending.clear();

@@ -31,10 +31,23 @@ pub(super) fn route<S>(
     state: &S,
     joins: &mut JoinMarks,
 ) -> Result<Vec<usize>> {
+    let mut next = Vec::new();
+    route_into(g, from, state, joins, &mut next)?;
+    Ok(next)
+}
+
+/// [`route`], into `marked` (cleared first): a run reuses one step's buffer for the next.
+pub(super) fn route_into<S>(
+    g: &CompiledInner<S>,
+    from: impl IntoIterator<Item = NodeIndex>,
+    state: &S,
+    joins: &mut JoinMarks,
+    marked: &mut Vec<usize>,
+) -> Result<()> {
     let topology = g.topology();
     // The nodes reached, in the order found; sorted and deduplicated at the end. A step
     // reaches a few nodes of many: this costs what it reaches, not what the graph holds.
-    let mut marked: Vec<usize> = Vec::new();
+    marked.clear();
     let mut mark = |to: Vertex| {
         if let Vertex::Node(i) = to {
             marked.push(i);
@@ -73,5 +86,5 @@ pub(super) fn route<S>(
     }
     marked.sort_unstable();
     marked.dedup();
-    Ok(marked)
+    Ok(())
 }
