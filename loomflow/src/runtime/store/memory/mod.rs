@@ -40,10 +40,13 @@ use run_row::RunRow;
 /// # Cost of a checkpoint
 ///
 /// A graph's step hands this store a copy of its state, not the checkpoint's JSON body:
-/// the body is built when the checkpoint is read (`latest_checkpoint`, `get_checkpoint`,
-/// `list_checkpoints`; a recover or a resume reads one), and most are never read. A step
-/// costs a clone of the state rather than a JSON tree of it. Checkpoints that suspend a run
-/// are built at once, as every other store builds them.
+/// the body is built only when the checkpoint is read through the [`Store`] API
+/// (`latest_checkpoint`, `get_checkpoint`, `list_checkpoints`), and most are never read. A
+/// step costs a clone of the state rather than a JSON tree of it. A suspension is kept the
+/// same way, with its interrupts and resume values as they are, and a resume or recover in
+/// the same process reads them back without building the body. The state itself still goes
+/// through JSON on that read, as it would from a durable store, so a field the state does
+/// not serialize (`#[serde(skip)]`) starts afresh after a resume whichever store a run uses.
 ///
 /// # Examples
 ///
