@@ -121,6 +121,7 @@ pub mod graph;
 pub mod http;
 pub mod memory;
 pub mod model;
+mod numbered;
 pub mod runtime;
 mod sync;
 pub mod telemetry;

@@ -364,7 +364,7 @@ impl Context {
                 RunError::json(format!("interrupt payload of node {}", self.node), e)
             })?;
             control.suspension.push(Interrupt {
-                id: format!("{}#{index}", self.qualified_node()),
+                id: crate::numbered::numbered(&self.qualified_node(), index as u64),
                 node: self.node.to_string(),
                 index,
                 payload,

@@ -212,11 +212,8 @@ impl Runtime {
 impl Runtime {
     /// A new execution's owner id: the runtime's, and a number.
     pub(crate) fn next_owner(&self) -> String {
-        format!(
-            "{}#{}",
-            self.inner.owner,
-            self.inner.executions.fetch_add(1, Ordering::Relaxed)
-        )
+        let execution = self.inner.executions.fetch_add(1, Ordering::Relaxed);
+        crate::numbered::numbered(&self.inner.owner, execution)
     }
 
     /// Wraps a claim `owner` already took in the store (a worker's), until `until_ms`, with
@@ -334,14 +331,17 @@ impl RunClaim {
     }
 
     /// Saves a checkpoint under the claim.
-    pub(crate) async fn put_checkpoint(&self, checkpoint: Checkpoint) -> Result<u64, StoreError> {
+    ///
+    /// Not an `async fn`: the checkpoint goes straight into the store's call instead of
+    /// being moved into this future first (a step writes one; the memory store's write is
+    /// made as its future is).
+    pub(crate) fn put_checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send + '_ {
         let until = self.next_expiry();
-        let store = &self.inner.store;
-        self.fenced(
-            until,
-            store.put_checkpoint_claimed(checkpoint, &self.inner.owner, until),
-        )
-        .await
+        let write = (self.inner.store).put_checkpoint_claimed(checkpoint, &self.inner.owner, until);
+        self.fenced(until, write)
     }
 
     /// Saves an execution's last checkpoint and releases the claim in the same write.

@@ -331,7 +331,8 @@ async fn run_supersteps<S: State>(
                 put_last(&shared, cp)
                     .instrument(observe::suspend_span(step, &interrupts))
                     .await?;
-                for interrupt in &interrupts {
+                // Only built for a listener: the payloads may be large.
+                for interrupt in interrupts.iter().filter(|_| shared.events.is_some()) {
                     shared.emit(
                         step,
                         Some(&interrupt.node),
