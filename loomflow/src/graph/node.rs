@@ -191,7 +191,25 @@ where
     }
 
     fn run<'a>(&'a self, state: &'a mut S, _ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
-        let result = (self.func)(state).into_node_result();
-        Box::pin(std::future::ready(result))
+        match (self.func)(state).into_node_result() {
+            // A sync node that finished, the common case: boxing a zero-sized future does not
+            // allocate.
+            Ok(()) => Box::pin(Finished),
+            Err(error) => Box::pin(std::future::ready(Err(error))),
+        }
+    }
+}
+
+/// A node's future that has already finished well.
+struct Finished;
+
+impl std::future::Future for Finished {
+    type Output = NodeResult;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<NodeResult> {
+        std::task::Poll::Ready(Ok(()))
     }
 }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::future::Either;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
@@ -299,15 +300,20 @@ impl CheckpointWriter {
         }
     }
 
-    pub(super) async fn write(&mut self, cp: Checkpoint) -> Result<()> {
+    /// Writes (or queues) `cp`. Not an `async fn`, so that the checkpoint is moved straight
+    /// into the write instead of into this future first.
+    pub(super) fn write(&mut self, cp: Checkpoint) -> impl Future<Output = Result<()>> + '_ {
         match self {
-            Self::Direct(claim) => claim.put_checkpoint(cp).await.map(drop).map_err(Into::into),
+            Self::Direct(claim) => {
+                let write = claim.put_checkpoint(cp);
+                Either::Left(async move { write.await.map(drop).map_err(Into::into) })
+            }
             Self::Background { queue, .. } => {
                 if let Some(queue) = queue {
                     // A send fails only if the writer stopped on an error, which `finish` reports.
                     let _ = queue.send(cp);
                 }
-                Ok(())
+                Either::Right(std::future::ready(Ok(())))
             }
         }
     }
