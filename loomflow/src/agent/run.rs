@@ -490,7 +490,7 @@ fn continue_from(
             problem,
         })
     };
-    let previous: AgentState = serde_json::from_value(cp.state().clone())
+    let previous = <AgentState as serde::Deserialize>::deserialize(cp.state())
         .map_err(|e| problem(format!("its state is not an agent's: {e}")))?;
     let answered: std::collections::HashSet<&str> = previous
         .messages

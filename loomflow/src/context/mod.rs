@@ -350,9 +350,9 @@ impl Context {
                 expected: crate::type_name::readable::<T>(),
                 source,
             };
-            return serde_json::from_value(value.clone()).map_err(|source| {
+            return T::deserialize(value).map_err(|source| {
                 if control.bad_resume.is_none()
-                    && let Err(again) = serde_json::from_value::<T>(value.clone())
+                    && let Err(again) = T::deserialize(value)
                 {
                     control.bad_resume = Some(bad(again));
                 }

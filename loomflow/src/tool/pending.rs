@@ -79,7 +79,8 @@ fn request_of(interrupt: &Interrupt) -> Option<ApprovalRequest> {
     let signal = interrupt.signal.as_deref()?;
     let call_id = signal.strip_prefix(SignalApprover::PREFIX)?;
     let request: ApprovalRequest =
-        serde_json::from_value(interrupt.payload.get("details")?.get(DETAILS_KEY)?.clone()).ok()?;
+        serde::Deserialize::deserialize(interrupt.payload.get("details")?.get(DETAILS_KEY)?)
+            .ok()?;
     (request.call_id == call_id).then_some(request)
 }
 

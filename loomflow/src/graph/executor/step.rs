@@ -107,7 +107,7 @@ pub(super) async fn run_step<S: State>(
                 graph: g.name.clone(),
                 node: write.node.clone(),
             })?;
-        let working: S = serde_json::from_value(write.state.clone())
+        let working = S::deserialize(&write.state)
             .map_err(|e| RunError::json(format!("pending write of node {}", write.node), e))?;
         done.push((index, working));
     }
