@@ -25,8 +25,9 @@ pub(crate) struct CompiledNode<S> {
 pub(crate) struct CompiledInner<S> {
     pub(crate) name: String,
     pub(crate) nodes: Vec<CompiledNode<S>>,
-    /// Node name -> index into `nodes`.
-    pub(crate) index: HashMap<Arc<str>, usize>,
+    /// Node name -> index into `nodes` (foldhash: looked up as a run resumes, no attacker
+    /// chooses a graph's node names).
+    pub(crate) index: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
     /// The branch out of each vertex that has one, by vertex index.
     pub(crate) branches: Vec<Option<CompiledBranch<S>>>,
     pub(crate) reducers: HashMap<String, Reducer>,

@@ -98,7 +98,9 @@ pub(crate) struct LiveClaims {
 
 #[derive(Default)]
 struct LiveShared {
-    claims: Mutex<std::collections::HashMap<String, Weak<ClaimInner>>>,
+    /// By thread, hashed with foldhash as the memory store's maps are: every execution
+    /// inserts its claim.
+    claims: Mutex<std::collections::HashMap<String, Weak<ClaimInner>, foldhash::fast::RandomState>>,
     /// The heartbeat task, while there is one.
     beating: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// How often it beats, in ms: a third of the shortest lease it has seen.

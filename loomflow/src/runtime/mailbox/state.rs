@@ -75,13 +75,17 @@ impl Channel {
     }
 }
 
+/// Maps keyed by session or signal name: hashed with foldhash, seeded per process, which
+/// costs a fraction of SipHash; every run opens and closes its session.
+type ByName<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
+
 /// The mailbox of a session that is open (a guard) or held (a parked waiter).
 struct Live {
     key: Arc<str>,
     guards: usize,
     /// Parked waiters; each holds the mailbox until it leaves the line.
     holds: usize,
-    names: HashMap<Arc<str>, Channel>,
+    names: ByName<Channel>,
 }
 
 impl Live {
@@ -97,14 +101,14 @@ struct Pending {
     touched: Instant,
     /// Key in [`State::lru`].
     tick: u64,
-    names: HashMap<Arc<str>, VecDeque<Queued>>,
+    names: ByName<VecDeque<Queued>>,
 }
 
 /// Everything the mailbox knows.
 #[derive(Default)]
 pub(super) struct State {
-    live: HashMap<Arc<str>, Live>,
-    pending: HashMap<Arc<str>, Pending>,
+    live: ByName<Live>,
+    pending: ByName<Pending>,
     /// Pending sessions by last use, least recent first.
     lru: BTreeMap<u64, Arc<str>>,
     tick: u64,
@@ -379,7 +383,14 @@ impl State {
         let Some((key, live)) = self.live.remove_entry(session) else {
             return;
         };
-        let leftovers = live.names.into_values().filter(|c| !c.queue.is_empty());
+        let mut leftovers = live
+            .names
+            .into_values()
+            .filter(|c| !c.queue.is_empty())
+            .peekable();
+        if leftovers.peek().is_none() {
+            return;
+        }
         if !to_pending {
             let entries = leftovers.flat_map(|channel| channel.queue.into_iter());
             let entries: Vec<Queued> = entries.collect();
@@ -413,7 +424,7 @@ impl State {
             None => (Arc::from(session), None),
         };
         let ttl = config.pending_signal_ttl;
-        let mut names = HashMap::new();
+        let mut names = ByName::default();
         for (name, queue) in pending.into_iter().flat_map(|p| p.names) {
             let (queue, gone): (VecDeque<Queued>, VecDeque<Queued>) = queue
                 .into_iter()
@@ -490,7 +501,7 @@ impl State {
             let pending = Pending {
                 touched: now,
                 tick: 0,
-                names: HashMap::new(),
+                names: ByName::default(),
             };
             self.pending.insert(Arc::from(session), pending);
         }
