@@ -214,15 +214,15 @@ impl Context {
         &self.run.claim
     }
 
-    /// The resume value this node could not use, if any (taken by the executor after the
-    /// node ran): the caller of `resume` gets it as an error.
-    pub(crate) fn take_bad_resume(&self) -> Option<RunError> {
-        self.control().bad_resume.take()
-    }
-
-    /// The interrupt this node asked for, if any (taken by the executor after the node ran).
-    pub(crate) fn take_suspension(&self) -> Vec<Interrupt> {
-        std::mem::take(&mut self.control().suspension)
+    /// What the node left for the executor once it has run: a resume value it could not
+    /// use (the resume is refused), and the interrupts it suspended on (empty when none).
+    /// Consumes the context, so no lock is taken.
+    pub(crate) fn finish(self) -> (Option<RunError>, Vec<Interrupt>) {
+        let control = self
+            .control
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (control.bad_resume, control.suspension)
     }
 
     /// Records that this node (a subgraph) suspends on its child run's pending interrupts;

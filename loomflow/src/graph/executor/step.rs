@@ -158,10 +158,11 @@ async fn run_node<S: State>(
         }
         Err(panic) => Err(panic),
     };
-    if let Some(bad_resume) = ctx.take_bad_resume() {
+    let (bad_resume, suspension) = ctx.finish();
+    if let Some(bad_resume) = bad_resume {
         return Err(bad_resume);
     }
-    let suspension = Some(ctx.take_suspension()).filter(|s| !s.is_empty());
+    let suspension = Some(suspension).filter(|s| !s.is_empty());
     match (outcome, suspension) {
         (Ok(result), Some(interrupts)) => {
             match result {
