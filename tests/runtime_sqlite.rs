@@ -762,9 +762,11 @@ async fn at_normal_writes_committed_by_their_callers_still_reach_every_reader_an
     let wal = std::fs::metadata(format!("{}-wal", db.path().display()))
         .map(|m| m.len())
         .unwrap_or(0);
-    // 4,000 writes of a page or more, several pages a commit, would take well over 30 MB
-    // of WAL unchecked.
-    assert!(wal < 12 << 20, "the WAL grew to {wal} bytes");
+    // 4,000 writes of a page or more, several pages a commit, took 60 MB of WAL with the
+    // checkpoint disabled. Checkpointed, it stays under 12 MB on a quiet machine; a busy one
+    // (the whole suite at once) starves the writer thread for a while and it has reached
+    // 15 MB, so the bound leaves room for that and still fails without checkpoints.
+    assert!(wal < 30 << 20, "the WAL grew to {wal} bytes");
     let other = SqliteStore::open(db.path()).unwrap();
     for w in 0..4 {
         let steps = other
