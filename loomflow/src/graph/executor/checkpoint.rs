@@ -333,22 +333,27 @@ impl CheckpointWriter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used)]
 
     use serde_json::json;
 
     use super::*;
-    use crate::graph::{END, Graph, START};
+    use crate::graph::{CompiledGraph, END, Graph, START};
 
-    #[test]
-    fn a_plain_body_holds_only_state_next_and_the_graphs_fingerprint() {
-        let graph = Graph::new("g")
+    /// `START -> a -> END`, where `a` adds one to a number: the snapshot tests' graph.
+    pub(in crate::graph::executor) fn one_node_graph() -> CompiledGraph<u32> {
+        Graph::new("g")
             .node_sync("a", |n: &mut u32| *n += 1)
             .edge(START, "a")
             .edge("a", END)
             .compile()
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn a_plain_body_holds_only_state_next_and_the_graphs_fingerprint() {
+        let graph = one_node_graph();
         let g = &*graph.inner;
         let key = RunKey {
             thread: "t",
@@ -402,12 +407,7 @@ mod tests {
 
     #[test]
     fn a_body_built_when_read_is_the_body_built_at_once() {
-        let graph = Graph::new("g")
-            .node_sync("a", |n: &mut u32| *n += 1)
-            .edge(START, "a")
-            .edge("a", END)
-            .compile()
-            .unwrap();
+        let graph = one_node_graph();
         let trace: Arc<str> = Arc::from("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         for (described, trace) in [(false, None), (true, Some(&trace))] {
             let eager = RunKey {

@@ -168,17 +168,12 @@ mod tests {
 
     use serde_json::json;
 
+    use super::super::checkpoint::tests::one_node_graph;
     use super::*;
-    use crate::graph::{END, Graph, START};
 
     #[test]
     fn a_kept_snapshot_reads_back_as_its_body_decodes() {
-        let graph = Graph::new("g")
-            .node_sync("a", |n: &mut u32| *n += 1)
-            .edge(START, "a")
-            .edge("a", END)
-            .compile()
-            .unwrap();
+        let graph = one_node_graph();
         let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
             {"id": "a#1", "node": "a", "index": 1, "payload": {"ask": "ok?"}}
         ]))
