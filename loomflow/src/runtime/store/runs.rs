@@ -286,13 +286,24 @@ impl RowUpdate {
     /// The row of the run whose newest checkpoint is `checkpoint`; a suspended run's is
     /// what its interrupts say (see `Waits::of`).
     pub fn of(checkpoint: &Checkpoint) -> Self {
+        Self {
+            graph: checkpoint.graph_name().map(str::to_owned),
+            fingerprint: checkpoint.fingerprint().map(str::to_owned),
+            error: checkpoint.error.clone(),
+            ..Self::state_of(checkpoint)
+        }
+    }
+
+    /// The row's state, waits and wake time only: the graph's name, its fingerprint and
+    /// the error are left `None`, for a store that takes them from `checkpoint` itself.
+    pub(crate) fn state_of(checkpoint: &Checkpoint) -> Self {
         let mut update = Self {
             state: RunState::Running,
             waiting_on: Vec::new(),
             wake_at_ms: None,
-            graph: checkpoint.graph_name().map(str::to_owned),
-            fingerprint: checkpoint.fingerprint().map(str::to_owned),
-            error: checkpoint.error.clone(),
+            graph: None,
+            fingerprint: None,
+            error: None,
         };
         update.state = match checkpoint.status {
             RunStatus::Running => RunState::Running,

@@ -61,8 +61,11 @@ impl Inner {
             }
         } else {
             let thread = std::mem::take(&mut checkpoint.thread);
-            self.checkpoints
-                .insert(thread, vec![Kept::new(checkpoint, id)]);
+            // Room for the few rows of a short run (its input, its steps, its end) at once,
+            // where pushing onto one row's room would grow the list twice.
+            let mut kept = Vec::with_capacity(4);
+            kept.push(Kept::new(checkpoint, id));
+            self.checkpoints.insert(thread, kept);
         }
         id
     }

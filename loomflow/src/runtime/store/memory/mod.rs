@@ -272,30 +272,17 @@ impl Store for MemoryStore {
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            let row = inner
-                .runs
-                .entry(thread.to_owned())
-                .or_insert_with(|| RunRow {
-                    created_at_ms: now_ms,
-                    updated_at_ms: now_ms,
-                    ..RunRow::default()
-                });
-            match &row.owner {
-                Some(holder) if holder != owner && row.until_ms > now_ms => Claim::Busy {
-                    owner: holder.clone(),
-                    until_ms: row.until_ms,
-                },
-                holder => {
-                    if holder.as_deref() != Some(owner) {
-                        row.attempts += 1;
-                    }
-                    row.owner = Some(owner.to_owned());
-                    row.until_ms = lease_until_ms;
-                    row.lease_ms = lease_until_ms.saturating_sub(now_ms);
-                    row.mark_in_flight();
-                    Claim::Claimed
-                }
+            // Looked up before it is inserted: a thread claimed again (a resume, a
+            // recover) costs no copy of its name.
+            if let Some(row) = inner.runs.get_mut(thread) {
+                return row.claim(owner, lease_until_ms, now_ms);
             }
+            let row = inner.runs.entry(thread.to_owned()).or_insert(RunRow {
+                created_at_ms: now_ms,
+                updated_at_ms: now_ms,
+                ..RunRow::default()
+            });
+            row.claim(owner, lease_until_ms, now_ms)
         }))
     }
 

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::runtime::store::{Checkpoint, RowUpdate, RunRecord, RunState, RunStatus};
+use crate::runtime::store::{Checkpoint, Claim, RowUpdate, RunRecord, RunState, RunStatus};
 
 /// A thread's current run, as the SQLite store's `runs` table keeps it.
 #[derive(Debug, Default)]
@@ -48,6 +48,27 @@ impl RunRow {
         })
     }
 
+    /// Takes the run for `owner` until `lease_until_ms`, unless another execution holds it
+    /// at `now_ms`; a new holder counts an attempt.
+    pub(super) fn claim(&mut self, owner: &str, lease_until_ms: u64, now_ms: u64) -> Claim {
+        match &self.owner {
+            Some(holder) if holder != owner && self.until_ms > now_ms => Claim::Busy {
+                owner: holder.clone(),
+                until_ms: self.until_ms,
+            },
+            holder => {
+                if holder.as_deref() != Some(owner) {
+                    self.attempts += 1;
+                }
+                self.owner = Some(owner.to_owned());
+                self.until_ms = lease_until_ms;
+                self.lease_ms = lease_until_ms.saturating_sub(now_ms);
+                self.mark_in_flight();
+                Claim::Claimed
+            }
+        }
+    }
+
     /// Whether no execution holds it at `now_ms`.
     pub(super) fn is_free(&self, now_ms: u64) -> bool {
         self.owner.is_none() || self.until_ms <= now_ms
@@ -59,19 +80,14 @@ impl RunRow {
             self.follow_step(checkpoint, now_ms);
             return;
         }
-        let update = RowUpdate::of(checkpoint);
+        let update = RowUpdate::state_of(checkpoint);
         self.run = checkpoint.run;
         self.runnable_at_ms = update.runnable_at_ms();
         self.state = Some(update.state);
         self.waiting_on = update.waiting_on;
         self.wake_at_ms = update.wake_at_ms;
-        if update.graph.is_some() {
-            self.graph = update.graph;
-        }
-        if update.fingerprint.is_some() {
-            self.fingerprint = update.fingerprint;
-        }
-        self.error = update.error;
+        self.follow_names(checkpoint);
+        self.error.clone_from(&checkpoint.error);
         self.input = None;
         if update.state.is_finished() {
             self.cancel_requested = false;
@@ -79,14 +95,22 @@ impl RunRow {
         self.updated_at_ms = now_ms;
     }
 
-    /// Follows a plain step of a running run, the checkpoint written most often: what
-    /// [`RowUpdate::of`] would say, without copying what the row already holds.
+    /// Follows a plain step's checkpoint: the run goes on.
     fn follow_step(&mut self, checkpoint: &Checkpoint, now_ms: u64) {
         self.run = checkpoint.run;
         self.runnable_at_ms = Some(0);
         self.state = Some(RunState::Running);
         self.waiting_on.clear();
         self.wake_at_ms = None;
+        self.follow_names(checkpoint);
+        self.error = None;
+        self.input = None;
+        self.updated_at_ms = now_ms;
+    }
+
+    /// Takes the graph's name and fingerprint from `checkpoint` when it says them, copying
+    /// only what changed.
+    fn follow_names(&mut self, checkpoint: &Checkpoint) {
         if let Some(graph) = checkpoint.graph_name()
             && self.graph.as_deref() != Some(graph)
         {
@@ -97,9 +121,6 @@ impl RunRow {
         {
             self.fingerprint = Some(fingerprint.to_owned());
         }
-        self.error = None;
-        self.input = None;
-        self.updated_at_ms = now_ms;
     }
 
     pub(super) fn in_graphs(&self, graphs: &[String]) -> bool {
