@@ -504,7 +504,8 @@ impl<S: State> CompiledGraph<S> {
         thread: impl Into<String>,
         input: S,
     ) -> Result<RunOutcome<S>> {
-        self.run(runtime, thread, input).await
+        // Awaited in place rather than through `RunBuilder`'s boxed future.
+        execute(self.run(runtime, thread, input).into_execution(None)).await
     }
 
     /// Runs in a background task; await the returned handle for the outcome.

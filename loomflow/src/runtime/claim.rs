@@ -65,7 +65,8 @@ pub(crate) struct RunClaim {
 
 struct ClaimInner {
     store: Arc<dyn Store>,
-    thread: String,
+    /// Shared with the execution's own name for it: a claim copies no string.
+    thread: Arc<str>,
     owner: String,
     lease: Duration,
     /// The expiry last written, in ms since the Unix epoch.
@@ -100,7 +101,8 @@ pub(crate) struct LiveClaims {
 struct LiveShared {
     /// By thread, hashed with foldhash as the memory store's maps are: every execution
     /// inserts its claim.
-    claims: Mutex<std::collections::HashMap<String, Weak<ClaimInner>, foldhash::fast::RandomState>>,
+    claims:
+        Mutex<std::collections::HashMap<Arc<str>, Weak<ClaimInner>, foldhash::fast::RandomState>>,
     /// The heartbeat task, while there is one.
     beating: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// How often it beats, in ms: a third of the shortest lease it has seen.
@@ -114,7 +116,10 @@ impl LiveClaims {
             if claims.len() >= 64 && claims.len().is_power_of_two() {
                 claims.retain(|_, claim| claim.strong_count() > 0);
             }
-            claims.insert(claim.inner.thread.clone(), Arc::downgrade(&claim.inner));
+            claims.insert(
+                Arc::clone(&claim.inner.thread),
+                Arc::downgrade(&claim.inner),
+            );
         }
         // Inserted before the heartbeat is looked at: a heartbeat that stops for want of
         // claims decides under this lock, after the insert, or leaves the slot empty here.
@@ -172,7 +177,7 @@ impl Runtime {
     /// execution holds the run (past `wait`); a store failure.
     pub(crate) async fn claim_run(
         &self,
-        thread: &str,
+        thread: &Arc<str>,
         wait: Option<Duration>,
     ) -> Result<RunClaim, RuntimeError> {
         let owner = self.next_owner();
@@ -184,8 +189,14 @@ impl Runtime {
             let until = now.saturating_add(millis(lease));
             match self.store().claim(thread, &owner, until, now).await? {
                 Claim::Claimed => {
-                    let claim =
-                        RunClaim::new(Arc::clone(self.store()), thread, owner, lease, until, None);
+                    let claim = RunClaim::new(
+                        Arc::clone(self.store()),
+                        Arc::clone(thread),
+                        owner,
+                        lease,
+                        until,
+                        None,
+                    );
                     self.inner.live_claims.insert(&claim);
                     return Ok(claim);
                 }
@@ -198,7 +209,7 @@ impl Runtime {
                         .filter(|left| !left.is_zero());
                     let Some(left) = left else {
                         return Err(RuntimeError::Busy {
-                            thread: thread.to_owned(),
+                            thread: thread.to_string(),
                             owner: holder,
                             until: UNIX_EPOCH + Duration::from_millis(until_ms),
                         });
@@ -229,7 +240,7 @@ impl Runtime {
         park_grace: Option<Duration>,
     ) -> RunClaim {
         let store = Arc::clone(self.store());
-        let claim = RunClaim::new(store, thread, owner, lease, until_ms, park_grace);
+        let claim = RunClaim::new(store, Arc::from(thread), owner, lease, until_ms, park_grace);
         self.inner.live_claims.insert(&claim);
         claim
     }
@@ -238,7 +249,7 @@ impl Runtime {
 impl RunClaim {
     fn new(
         store: Arc<dyn Store>,
-        thread: &str,
+        thread: Arc<str>,
         owner: String,
         lease: Duration,
         until_ms: u64,
@@ -247,7 +258,7 @@ impl RunClaim {
         Self {
             inner: Arc::new(ClaimInner {
                 store,
-                thread: thread.to_owned(),
+                thread,
                 owner,
                 lease,
                 until_ms: AtomicU64::new(until_ms),
@@ -300,7 +311,7 @@ impl RunClaim {
     /// The error of a lost lease.
     pub(crate) fn lost_error(&self) -> StoreError {
         StoreError::LeaseLost {
-            thread: self.inner.thread.clone(),
+            thread: self.inner.thread.to_string(),
             owner: self.inner.owner.clone(),
         }
     }

@@ -467,7 +467,7 @@ impl Runtime {
             })?;
         // Written under a claim, like every write of a run: never into a thread that is
         // executing, and the run number below stays right.
-        let claim = self.claim_run(new_thread, None).await?;
+        let claim = self.claim_run(&Arc::from(new_thread), None).await?;
         // A new run of `new_thread`: its journal keys must not meet those of earlier runs
         // there, or their recorded results would be replayed.
         let run = self

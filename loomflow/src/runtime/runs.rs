@@ -1,8 +1,8 @@
 //! Runs as rows: submitting work for a worker, looking runs up, cancelling them; and the
 //! wake-ups that tell this process's workers that something changed.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -291,7 +291,7 @@ impl Runtime {
         if record.state.is_finished() {
             return Ok(record);
         }
-        match self.claim_run(thread, None).await {
+        match self.claim_run(&Arc::from(thread), None).await {
             Ok(claim) => {
                 let latest = self.store().latest_checkpoint(thread, "").await?;
                 match latest {

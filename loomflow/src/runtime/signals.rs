@@ -421,6 +421,11 @@ impl Runtime {
         self.mailbox().open_session(session)
     }
 
+    /// [`session`](Self::session), keeping the name the caller shares.
+    pub(crate) fn shared_session(&self, session: &Arc<str>) -> SessionGuard {
+        self.mailbox().open_shared_session(Arc::clone(session))
+    }
+
     /// Receives the next payload from the mailbox (framework names allowed when asked).
     pub(crate) async fn receive(
         &self,

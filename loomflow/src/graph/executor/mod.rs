@@ -103,7 +103,12 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
         &execution.thread,
         execution.namespace.as_str(),
     );
-    let result = claimed(execution).instrument(span.clone()).await;
+    // Not wrapped when nobody records spans: the wrapper would move the whole run's future.
+    let result = if span.is_disabled() {
+        claimed(execution).await
+    } else {
+        claimed(execution).instrument(span.clone()).await
+    };
     span.record("loomflow.outcome", observe::outcome_name(&result));
     result
 }
@@ -222,7 +227,7 @@ async fn run_supersteps<S: State>(
     // not received when it stops (it suspends, fails, loses its lease) stays pending for
     // the execution that carries it on, instead of being discarded.
     let session = namespace.is_root().then(|| {
-        let session = runtime.session(&thread);
+        let session = runtime.shared_session(&thread);
         session.keep_leftovers();
         session
     });
@@ -238,7 +243,7 @@ async fn run_supersteps<S: State>(
         audit: std::sync::Mutex::default(),
         trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
     });
-    observe::picked_up(&shared, run, resumed.as_ref());
+    observe::picked_up(&shared, run, resumed);
     let key = RunKey::of(&shared);
     let mut writer = CheckpointWriter::new(&shared.claim, durability);
     // Whether the newest checkpoint written says the run completed; a run that ends without
@@ -507,7 +512,9 @@ pub(super) async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
 /// The checkpoint, carrying the audit entries the run recorded since its last write.
 fn with_audit(shared: &RunShared, mut cp: Checkpoint) -> Checkpoint {
     let mut audit = shared.take_audit();
-    if !audit.is_empty() {
+    if cp.audit.is_empty() {
+        cp.audit = audit;
+    } else {
         cp.audit.append(&mut audit);
     }
     cp

@@ -319,7 +319,12 @@ impl Mailbox {
     /// drops, the mailbox and its undelivered payloads are discarded (unless a parked
     /// [`wait`](Self::wait) still holds it; see the [module docs](self)).
     pub fn open_session(&self, session: &str) -> SessionGuard {
-        let session: Arc<str> = Arc::from(session);
+        self.open_shared_session(Arc::from(session))
+    }
+
+    /// [`open_session`](Self::open_session), for a caller that holds the session's name
+    /// shared already: the mailbox keeps that name rather than a copy.
+    pub(crate) fn open_shared_session(&self, session: Arc<str>) -> SessionGuard {
         self.inner.lock().open(&self.inner.config, &session);
         SessionGuard {
             inner: Arc::clone(&self.inner),

@@ -255,7 +255,7 @@ impl State {
         {
             return (session_key, name_key, Registration::Ready(queued));
         }
-        register_live(self.make_live(config, session, now), name, id)
+        register_live(self.make_live(config, session, None, now), name, id)
     }
 
     /// Takes waiter `id` out of line. Returns the payload already in its slot when it had
@@ -306,10 +306,13 @@ impl State {
     }
 
     /// Opens the session for a guard, picking up its pending signals.
-    pub(super) fn open(&mut self, config: &MailboxConfig, session: &str) {
-        match self.live.get_mut(session) {
+    pub(super) fn open(&mut self, config: &MailboxConfig, session: &Arc<str>) {
+        match self.live.get_mut(&**session) {
             Some(live) => live.guards += 1,
-            None => self.make_live(config, session, Instant::now()).guards += 1,
+            None => {
+                self.make_live(config, session, Some(session), Instant::now())
+                    .guards += 1;
+            }
         }
     }
 
@@ -414,14 +417,21 @@ impl State {
     }
 
     /// Makes a session live, moving its unexpired pending signals into it.
-    fn make_live(&mut self, config: &MailboxConfig, session: &str, now: Instant) -> &mut Live {
+    /// Makes `session` live, keyed by `shared` when the caller already holds its name.
+    fn make_live(
+        &mut self,
+        config: &MailboxConfig,
+        session: &str,
+        shared: Option<&Arc<str>>,
+        now: Instant,
+    ) -> &mut Live {
         self.sweep(config, now);
         let (key, pending) = match self.pending.remove_entry(session) {
             Some((key, pending)) => {
                 self.lru.remove(&pending.tick);
                 (key, Some(pending))
             }
-            None => (Arc::from(session), None),
+            None => (shared.map_or_else(|| Arc::from(session), Arc::clone), None),
         };
         let ttl = config.pending_signal_ttl;
         let mut names = ByName::default();
