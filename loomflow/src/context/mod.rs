@@ -289,11 +289,11 @@ impl Context {
         }
     }
 
-    fn qualified_node(&self) -> String {
+    fn qualified_node(&self) -> std::borrow::Cow<'_, str> {
         if self.run.namespace.is_root() {
-            self.node.to_string()
+            std::borrow::Cow::Borrowed(&self.node)
         } else {
-            format!("{}/{}", self.run.namespace, self.node)
+            std::borrow::Cow::Owned(format!("{}/{}", self.run.namespace, self.node))
         }
     }
 

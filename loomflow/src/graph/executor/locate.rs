@@ -30,11 +30,17 @@ struct Stored {
 }
 
 impl Stored {
-    /// Reads `cp`, whose snapshot a graph of state `S` may have kept as values (in memory).
-    fn read<S: State>(cp: Checkpoint, thread: &str) -> Result<Self> {
+    /// Reads `cp` for `g`, whose snapshot a graph of state `S` may have kept as values (in
+    /// memory); see [`OwnedSnapshot::read`] for `payloads`.
+    fn read<S: State>(
+        cp: Checkpoint,
+        g: &CompiledInner<S>,
+        thread: &str,
+        payloads: bool,
+    ) -> Result<Self> {
         let (run, step, status) = (cp.run, cp.step, cp.status);
         let kept = cp.unserialized.as_ref();
-        let snapshot = match kept.and_then(|kept| OwnedSnapshot::<S>::read(&*kept.0)) {
+        let snapshot = match kept.and_then(|kept| OwnedSnapshot::read(&*kept.0, g, payloads)) {
             Some(snapshot) => snapshot
                 .map_err(|e| RunError::json(format!("checkpointed state of thread {thread}"), e))?,
             None => Snapshot::decode(cp.serialized()?.body, thread)?,
@@ -91,7 +97,7 @@ pub(super) async fn locate<S: State>(
         }
         Start::Child { input, run } => fresh(run, input)?,
         Start::Recover => {
-            let cp = latest::<S>(runtime, thread, namespace).await?;
+            let cp = latest(g, runtime, thread, namespace, true).await?;
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             match cp.status {
                 RunStatus::Completed => {
@@ -129,7 +135,7 @@ pub(super) async fn locate<S: State>(
             }
         }
         Start::ResumeOne(value) => {
-            let cp = interrupted::<S>(runtime, thread, namespace).await?;
+            let cp = interrupted(g, runtime, thread, namespace).await?;
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             let [only] = cp.snapshot.interrupts.as_slice() else {
                 return Err(RunError::AmbiguousResume {
@@ -141,7 +147,7 @@ pub(super) async fn locate<S: State>(
             resume_position(g, thread, cp, values)?
         }
         Start::Resume(values) => {
-            let cp = interrupted::<S>(runtime, thread, namespace).await?;
+            let cp = interrupted(g, runtime, thread, namespace).await?;
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             resume_position(g, thread, cp, values)?
         }
@@ -189,7 +195,14 @@ async fn check_graph<S>(
     })
 }
 
-async fn latest<S: State>(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
+/// The newest checkpoint of `thread`, read for `g` (with its interrupts' payloads or not).
+async fn latest<S: State>(
+    g: &CompiledInner<S>,
+    runtime: &Runtime,
+    thread: &str,
+    namespace: &str,
+    payloads: bool,
+) -> Result<Stored> {
     let cp = runtime
         .store()
         .latest_checkpoint_unserialized(thread, namespace)
@@ -197,11 +210,18 @@ async fn latest<S: State>(runtime: &Runtime, thread: &str, namespace: &str) -> R
         .ok_or_else(|| RunError::UnknownThread {
             thread: thread.to_owned(),
         })?;
-    Stored::read::<S>(cp, thread)
+    Stored::read(cp, g, thread, payloads)
 }
 
-async fn interrupted<S: State>(runtime: &Runtime, thread: &str, namespace: &str) -> Result<Stored> {
-    let cp = latest::<S>(runtime, thread, namespace).await?;
+/// The newest checkpoint of a suspended `thread`, to resume: its interrupts come without
+/// their payloads, which a resume does not read.
+async fn interrupted<S: State>(
+    g: &CompiledInner<S>,
+    runtime: &Runtime,
+    thread: &str,
+    namespace: &str,
+) -> Result<Stored> {
+    let cp = latest(g, runtime, thread, namespace, false).await?;
     if cp.status != RunStatus::Interrupted {
         return Err(RunError::NotInterrupted {
             thread: thread.to_owned(),
@@ -219,16 +239,18 @@ fn resume_position<S: State>(
     mut cp: Stored,
     values: BTreeMap<String, ResumeValue>,
 ) -> Result<Position<S>> {
-    let mut additions: Vec<(String, String, usize, Value)> = Vec::with_capacity(values.len());
+    // Each value with the position of the interrupt it answers.
+    let mut additions: Vec<(String, usize, Value)> = Vec::with_capacity(values.len());
     let mut answered = Vec::with_capacity(values.len());
     for (id, value) in values {
-        let Some(interrupt) = cp.snapshot.interrupts.iter().find(|i| i.id == id) else {
+        let Some(at) = cp.snapshot.interrupts.iter().position(|i| i.id == id) else {
             return Err(RunError::UnknownInterrupt {
                 thread: thread.to_owned(),
                 pending: cp.interrupt_ids(),
                 id,
             });
         };
+        let interrupt = &cp.snapshot.interrupts[at];
         if let Some(signal) = &interrupt.signal {
             return Err(RunError::WaitsForSignal {
                 thread: thread.to_owned(),
@@ -248,13 +270,19 @@ fn resume_position<S: State>(
             id: id.clone(),
             source,
         })?;
-        additions.push((id, interrupt.node.clone(), interrupt.index, value));
+        additions.push((id, at, value));
     }
-    for (id, node, index, value) in additions {
-        answered.push((id.clone(), value.clone()));
-        let values = cp.snapshot.resume_values.entry(node.clone()).or_default();
+    for (id, at, value) in additions {
+        let Snapshot {
+            interrupts,
+            resume_values,
+            ..
+        } = &mut cp.snapshot;
+        let interrupt = &interrupts[at];
+        let node = &interrupt.node;
+        let values = resume_values.entry(node.clone()).or_default();
         let is_subgraph = g
-            .node_index(&node)
+            .node_index(node)
             .is_some_and(|i| g.nodes[i].node.subgraph_shape().is_some());
         if is_subgraph {
             // A subgraph node suspends on its child's interrupts, answered by id, in any
@@ -263,12 +291,13 @@ fn resume_position<S: State>(
                 *values = vec![Value::Object(serde_json::Map::new())];
             }
             if let Some(Value::Object(by_id)) = values.first_mut() {
-                by_id.insert(id, value);
+                by_id.insert(id.clone(), value.clone());
             }
         } else {
-            values.truncate(index);
-            values.push(value);
+            values.truncate(interrupt.index);
+            values.push(value.clone());
         }
+        answered.push((id, value));
     }
     from_checkpoint(g, thread, cp, answered)
 }

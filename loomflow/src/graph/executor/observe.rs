@@ -78,7 +78,7 @@ pub(super) fn suspend_span(step: u64, interrupts: &[Interrupt]) -> Span {
 /// Records where the execution picked up on its `run` span, links the span to the trace of
 /// the execution before, and opens (and closes) a `resume` span. A top-level run carried on
 /// from a suspension also records `resume` audit entries, written with its next checkpoint.
-pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<&Resumed>) {
+pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) {
     let span = Span::current();
     span.record("loomflow.run", run);
     let Some(resumed) = resumed else {
@@ -102,21 +102,23 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<&Resumed>)
     if resumed.status != RunStatus::Interrupted || !shared.namespace.is_root() {
         return;
     }
-    for interrupt in &resumed.interrupts {
-        let value = resumed
-            .answered
-            .iter()
+    let recovered = resumed.answered.is_empty();
+    let mut answered = resumed.answered;
+    for interrupt in resumed.interrupts {
+        let value = answered
+            .iter_mut()
             .find(|(id, _)| *id == interrupt.id)
-            .map(|(_, value)| value);
+            .map(|(_, value)| std::mem::take(value));
         // Only the interrupts a resume answered, or every wait and timer of a recover.
-        let how = match (value, &interrupt.signal, interrupt.wake_at_ms) {
-            (Some(value), _, _) => json!({ "node": interrupt.node, "value": value }),
-            (None, Some(signal), _) if resumed.answered.is_empty() => {
-                json!({ "node": interrupt.node, "signal": signal })
+        let how = match (value, interrupt.signal, interrupt.wake_at_ms) {
+            (Some(value), _, _) => detail([("node", interrupt.node.into()), ("value", value)]),
+            (None, Some(signal), _) if recovered => {
+                detail([("node", interrupt.node.into()), ("signal", signal.into())])
             }
-            (None, None, Some(wake_at_ms)) if resumed.answered.is_empty() => {
-                json!({ "node": interrupt.node, "wake_at_ms": wake_at_ms })
-            }
+            (None, None, Some(wake_at_ms)) if recovered => detail([
+                ("node", interrupt.node.into()),
+                ("wake_at_ms", wake_at_ms.into()),
+            ]),
             _ => continue,
         };
         shared.record_audit(AuditEntry::new(
@@ -126,6 +128,16 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<&Resumed>)
             how,
         ));
     }
+}
+
+/// An audit entry's detail: an object of these fields.
+fn detail<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect(),
+    )
 }
 
 /// The `interrupt` audit entries of a top-level run's suspension: the subject is the

@@ -56,14 +56,22 @@ impl<S: State> OwnedSnapshot<S> {
         }
     }
 
-    /// The snapshot `source` keeps, if it is one of these: what a resume or a recovery
-    /// reads instead of decoding a body. `None` for a snapshot of another state type, which
-    /// the caller reads from its body as any other.
+    /// The snapshot `source` keeps, if it is one of these: what a resume or a recovery of
+    /// `g` reads instead of decoding a body. `None` for a snapshot of another state type,
+    /// which the caller reads from its body as any other.
     ///
     /// Everything but the state is handed back as it was kept. The state goes through JSON,
     /// as it would through a durable store: a field the state does not serialize
     /// (`#[serde(skip)]`) starts afresh after a resume, whichever store the run used.
-    pub(super) fn read(source: &dyn SnapshotSource) -> Option<serde_json::Result<Snapshot>> {
+    ///
+    /// A snapshot kept by `g` itself names no graph (there is no change to check), and
+    /// without `payloads` its interrupts come back with `null` payloads: a resume needs
+    /// only what identifies them, and a payload may be large.
+    pub(super) fn read(
+        source: &dyn SnapshotSource,
+        g: &CompiledInner<S>,
+        payloads: bool,
+    ) -> Option<serde_json::Result<Snapshot>> {
         let owned = source.as_any().downcast_ref::<Self>()?;
         let suspended = owned.suspended.as_deref();
         let state = match serde_json::to_value(&owned.state) {
@@ -75,6 +83,11 @@ impl<S: State> OwnedSnapshot<S> {
             .as_slice()
             .iter()
             .map(|&i| owned.graph.nodes[i].name.to_string());
+        let same_graph = std::ptr::eq(&*owned.graph, g);
+        let interrupts = suspended.map_or_else(Vec::new, |s| match payloads {
+            true => s.interrupts.clone(),
+            false => s.interrupts.iter().map(without_payload).collect(),
+        });
         Some(Ok(Snapshot {
             state,
             next: names.collect(),
@@ -82,12 +95,13 @@ impl<S: State> OwnedSnapshot<S> {
             pending_writes: suspended
                 .map(|s| s.pending_writes.clone())
                 .unwrap_or_default(),
-            interrupts: suspended.map(|s| s.interrupts.clone()).unwrap_or_default(),
+            interrupts,
             resume_values: suspended
                 .and_then(|s| s.resume_values.clone())
                 .unwrap_or_default(),
-            graph: Some(owned.graph.fingerprint.clone()),
-            graph_description: owned.describe.then(|| owned.graph.description.clone()),
+            graph: (!same_graph).then(|| owned.graph.fingerprint.clone()),
+            graph_description: (owned.describe && !same_graph)
+                .then(|| owned.graph.description.clone()),
             trace: owned.trace.as_deref().map(str::to_owned),
         }))
     }
@@ -104,6 +118,18 @@ impl<S: State> OwnedSnapshot<S> {
             resume_values: suspended.and_then(|s| s.resume_values.as_ref()),
             describe: self.describe,
         }
+    }
+}
+
+/// A copy of `interrupt` whose payload is `null`.
+fn without_payload(interrupt: &Interrupt) -> Interrupt {
+    Interrupt {
+        id: interrupt.id.clone(),
+        node: interrupt.node.clone(),
+        index: interrupt.index,
+        payload: Value::Null,
+        signal: interrupt.signal.clone(),
+        wake_at_ms: interrupt.wake_at_ms,
     }
 }
 
@@ -170,6 +196,7 @@ mod tests {
 
     use super::super::checkpoint::tests::one_node_graph;
     use super::*;
+    use crate::graph::{END, Graph, START};
 
     #[test]
     fn a_kept_snapshot_reads_back_as_its_body_decodes() {
@@ -190,7 +217,10 @@ mod tests {
         let trace: Arc<str> = Arc::from("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         let owned = OwnedSnapshot::of(&graph.inner, &snapshot, Some(&trace));
 
-        let kept = OwnedSnapshot::<u32>::read(&owned).unwrap().unwrap();
+        // Read for another compiled graph: everything, the graph it was kept by included.
+        let kept = OwnedSnapshot::<u32>::read(&owned, &one_node_graph().inner, true)
+            .unwrap()
+            .unwrap();
         let decoded = Snapshot::decode(owned.body().unwrap(), "t").unwrap();
         assert_eq!(kept.state, decoded.state);
         assert_eq!(kept.next, decoded.next);
@@ -202,7 +232,28 @@ mod tests {
         assert_eq!(kept.graph_description, decoded.graph_description);
         assert_eq!(kept.trace, decoded.trace);
 
+        // Read for the graph that kept it: no graph to check against, and without
+        // payloads, interrupts that say only who they are.
+        let mine = OwnedSnapshot::<u32>::read(&owned, &graph.inner, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!((mine.graph, mine.graph_description), (None, None));
+        assert_eq!(mine.interrupts.len(), 1);
+        let (read, full) = (&mine.interrupts[0], &kept.interrupts[0]);
+        assert_eq!(
+            (&read.id, &read.node, read.index, &read.payload),
+            (&full.id, &full.node, full.index, &Value::Null)
+        );
+        assert_eq!(mine.state, kept.state);
+        assert_eq!(mine.next, kept.next);
+
         // A graph of another state type reads the body instead.
-        assert!(OwnedSnapshot::<String>::read(&owned).is_none());
+        let strings = Graph::new("s")
+            .node_sync("a", |s: &mut String| s.push('a'))
+            .edge(START, "a")
+            .edge("a", END)
+            .compile()
+            .unwrap();
+        assert!(OwnedSnapshot::<String>::read(&owned, &strings.inner, true).is_none());
     }
 }
