@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt;
+use futures_util::future::Either;
 use serde_json::Value;
 
 use super::clock::now_ms;
@@ -187,7 +188,11 @@ impl Runtime {
         loop {
             let now = now_ms();
             let until = now.saturating_add(millis(lease));
-            match self.store().claim(thread, &owner, until, now).await? {
+            let claimed = match self.store().as_memory() {
+                Some(memory) => memory.claim_now(thread, &owner, until, now),
+                None => self.store().claim(thread, &owner, until, now).await,
+            };
+            match claimed? {
                 Claim::Claimed => {
                     let claim = RunClaim::new(
                         Arc::clone(self.store()),
@@ -330,7 +335,24 @@ impl RunClaim {
         if self.is_lost() {
             return Err(self.lost_error());
         }
-        match write.await {
+        self.settle(until, write.await)
+    }
+
+    /// [`fenced`](Self::fenced) for a write made at once (the memory store's).
+    fn fenced_now<T>(
+        &self,
+        until: u64,
+        write: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        self.settle(until, write())
+    }
+
+    /// Records what a write under the claim found: a loss, or the new expiry.
+    fn settle<T>(&self, until: u64, written: Result<T, StoreError>) -> Result<T, StoreError> {
+        match written {
             Ok(value) => {
                 self.inner.until_ms.fetch_max(until, Ordering::AcqRel);
                 Ok(value)
@@ -348,16 +370,36 @@ impl RunClaim {
     /// Not an `async fn`: the checkpoint goes straight into the store's call instead of
     /// being moved into this future first (a step writes one; the memory store's write is
     /// made as its future is).
+    ///
+    /// A checkpoint whose `thread` is empty is the claimed thread's: the executor leaves it
+    /// empty for the memory store, which files it without a copy of the name.
     pub(crate) fn put_checkpoint(
         &self,
         checkpoint: Checkpoint,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send + '_ {
         let until = self.next_expiry();
-        let write = (self.inner.store).put_checkpoint_claimed(checkpoint, &self.inner.owner, until);
-        self.fenced(until, write)
+        let (thread, owner) = (&*self.inner.thread, &self.inner.owner);
+        if let Some(memory) = self.inner.store.as_memory() {
+            let written = self.fenced_now(until, || {
+                memory.put_checkpoint_claimed_now(thread, checkpoint, owner, until)
+            });
+            return Either::Left(std::future::ready(written));
+        }
+        let checkpoint = self.named(checkpoint);
+        let write = (self.inner.store).put_checkpoint_claimed(checkpoint, owner, until);
+        Either::Right(self.fenced(until, write))
     }
 
-    /// Saves an execution's last checkpoint and releases the claim in the same write.
+    /// `checkpoint`, naming the claimed thread if it names none.
+    fn named(&self, mut checkpoint: Checkpoint) -> Checkpoint {
+        if checkpoint.thread.is_empty() {
+            checkpoint.thread = self.inner.thread.to_string();
+        }
+        checkpoint
+    }
+
+    /// Saves an execution's last checkpoint and releases the claim in the same write (an
+    /// empty `thread` names the claimed one, as for [`put_checkpoint`](Self::put_checkpoint)).
     ///
     /// Nothing may be written under the claim afterwards.
     pub(crate) async fn put_last_checkpoint(
@@ -368,11 +410,16 @@ impl RunClaim {
             return Err(self.lost_error());
         }
         self.inner.releasing.store(true, Ordering::Release);
-        let written = self
-            .inner
-            .store
-            .put_checkpoint_and_release(checkpoint, &self.inner.owner)
-            .await;
+        let (store, owner) = (&self.inner.store, &self.inner.owner);
+        let written = match store.as_memory() {
+            Some(memory) => {
+                memory.put_checkpoint_and_release_now(&self.inner.thread, checkpoint, owner)
+            }
+            None => {
+                let checkpoint = self.named(checkpoint);
+                store.put_checkpoint_and_release(checkpoint, owner).await
+            }
+        };
         match &written {
             Ok(_) => {
                 self.inner.released.store(true, Ordering::Release);

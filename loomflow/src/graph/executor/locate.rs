@@ -88,10 +88,7 @@ pub(super) async fn locate<S: State>(
     };
     let position = match start {
         Start::Fresh(input) => {
-            let store = runtime.store();
-            let previous = store
-                .latest_checkpoint_unserialized(thread, namespace)
-                .await?;
+            let previous = newest(runtime, thread, namespace).await?;
             let run = previous.map_or(1, |cp| cp.run + 1);
             fresh(run, input)?
         }
@@ -203,14 +200,25 @@ async fn latest<S: State>(
     namespace: &str,
     payloads: bool,
 ) -> Result<Stored> {
-    let cp = runtime
-        .store()
-        .latest_checkpoint_unserialized(thread, namespace)
+    let cp = newest(runtime, thread, namespace)
         .await?
         .ok_or_else(|| RunError::UnknownThread {
             thread: thread.to_owned(),
         })?;
     Stored::read(cp, g, thread, payloads)
+}
+
+/// The newest checkpoint of `thread` in `namespace`: from the memory store, as it was
+/// handed over (the values it keeps, no body built), read at once.
+async fn newest(
+    runtime: &Runtime,
+    thread: &str,
+    namespace: &str,
+) -> Result<Option<Checkpoint>, crate::runtime::StoreError> {
+    match runtime.store().as_memory() {
+        Some(memory) => memory.latest(thread, namespace),
+        None => runtime.store().latest_checkpoint(thread, namespace).await,
+    }
 }
 
 /// The newest checkpoint of a suspended `thread`, to resume: its interrupts come without

@@ -258,10 +258,8 @@ async fn run_supersteps<S: State>(
         let snapshot = SnapshotRef::new(g, &state, &active)
             .joins(&joins.0)
             .described();
-        let mut cp = with_audit(
-            &shared,
-            key.step_checkpoint(&graph.inner, 0, status, &snapshot)?,
-        );
+        let mut cp = key.step_checkpoint(&graph.inner, 0, status, &snapshot)?;
+        add_audit(&shared, &mut cp);
         // Nothing has run yet: a power cut that takes this write back takes the whole
         // run back with it. A run that is over at once (nothing to run) is an outcome.
         cp.start_only = status == RunStatus::Running && cp.audit.is_empty();
@@ -331,7 +329,7 @@ async fn run_supersteps<S: State>(
                 // What the interrupts say about the run, from them as they are: the store
                 // need not read them back out of the body.
                 cp.waits = Some(Box::new(crate::runtime::store::Waits::of(&interrupts)));
-                let cp = with_audit(&shared, cp);
+                add_audit(&shared, &mut cp);
                 // Suspension always reaches the store before we return: the process may exit.
                 put_last(&shared, cp)
                     .instrument(observe::suspend_span(step, &interrupts))
@@ -380,10 +378,8 @@ async fn run_supersteps<S: State>(
                 RunStatus::Running
             };
             let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
-            let cp = with_audit(
-                &shared,
-                key.step_checkpoint(&graph.inner, step, status, &snapshot)?,
-            );
+            let mut cp = key.step_checkpoint(&graph.inner, step, status, &snapshot)?;
+            add_audit(&shared, &mut cp);
             if next.is_empty() {
                 writer.write_last(cp, &shared).await?;
             } else {
@@ -404,10 +400,8 @@ async fn run_supersteps<S: State>(
     writer.finish().await?;
     if !completed_written {
         let snapshot = SnapshotRef::new(g, &state, &[]);
-        let cp = with_audit(
-            &shared,
-            key.step_checkpoint(&graph.inner, step, RunStatus::Completed, &snapshot)?,
-        );
+        let mut cp = key.step_checkpoint(&graph.inner, step, RunStatus::Completed, &snapshot)?;
+        add_audit(&shared, &mut cp);
         put_last(&shared, cp).await?;
     }
     shared.emit(step, None, EventKind::Done);
@@ -431,7 +425,8 @@ async fn fail<S: State>(
         let snapshot = SnapshotRef::new(g, &state, active);
         let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
         cp.error = Some(message.clone());
-        put_last(shared, with_audit(shared, cp)).await?;
+        add_audit(shared, &mut cp);
+        put_last(shared, cp).await?;
     } else {
         flush_audit(shared).await?;
     }
@@ -484,8 +479,9 @@ async fn cancel<S: State>(
 ) -> Result<RunOutcome<S>> {
     tracing::info!(graph = %g.name, thread = %shared.thread, step, "run cancelled");
     let snapshot = SnapshotRef::new(g, &state, active).joins(&joins.0);
-    let cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Cancelled, &snapshot)?;
-    put_last(shared, with_audit(shared, cp)).await?;
+    let mut cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Cancelled, &snapshot)?;
+    add_audit(shared, &mut cp);
+    put_last(shared, cp).await?;
     shared.emit(
         step,
         None,
@@ -509,15 +505,14 @@ pub(super) async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
     Ok(())
 }
 
-/// The checkpoint, carrying the audit entries the run recorded since its last write.
-fn with_audit(shared: &RunShared, mut cp: Checkpoint) -> Checkpoint {
+/// Adds to the checkpoint the audit entries the run recorded since its last write.
+fn add_audit(shared: &RunShared, cp: &mut Checkpoint) {
     let mut audit = shared.take_audit();
     if cp.audit.is_empty() {
         cp.audit = audit;
     } else {
         cp.audit.append(&mut audit);
     }
-    cp
 }
 
 /// Writes the audit entries the run recorded since its last write, for a run that stops

@@ -273,25 +273,13 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>>;
 
-    /// Whether the store takes checkpoints whose body is built only when read (loomflow's
-    /// in-memory store). Internal to loomflow: a store outside the crate cannot build such
-    /// a body, and keeps the default, `false`.
+    /// loomflow's in-memory store, when this is it. The executor then hands it checkpoints
+    /// whose body is built only when read, reads back the values they keep, and makes its
+    /// claims and writes in line, with no future to box. Internal to loomflow: a store
+    /// outside the crate keeps the default, `None`.
     #[doc(hidden)]
-    fn takes_unserialized_checkpoints(&self) -> bool {
-        false
-    }
-
-    /// [`latest_checkpoint`](Self::latest_checkpoint), as it was handed over: a store that
-    /// [takes unserialized checkpoints](Self::takes_unserialized_checkpoints) does not build
-    /// the body, so that the executor can read the values it kept. Internal to loomflow: any
-    /// other store keeps the default.
-    #[doc(hidden)]
-    fn latest_checkpoint_unserialized<'a>(
-        &'a self,
-        thread: &'a str,
-        namespace: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
-        self.latest_checkpoint(thread, namespace)
+    fn as_memory(&self) -> Option<&MemoryStore> {
+        None
     }
 
     /// Lets `thread`'s run go, if `owner` holds it; does nothing otherwise.

@@ -124,9 +124,20 @@ impl Checkpoint {
         status: RunStatus,
         source: std::sync::Arc<dyn super::unserialized::SnapshotSource>,
     ) -> Self {
-        let mut checkpoint = Self::new(thread, run, namespace, step, status, Value::Null);
-        checkpoint.unserialized = Some(Unserialized(source));
-        checkpoint
+        Self {
+            id: 0,
+            thread: thread.into(),
+            run,
+            namespace: namespace.into(),
+            step,
+            status,
+            body: Value::Null,
+            error: None,
+            audit: Vec::new(),
+            unserialized: Some(Unserialized(source)),
+            start_only: false,
+            waits: None,
+        }
     }
 
     /// This checkpoint with its body built, as a store hands it out.

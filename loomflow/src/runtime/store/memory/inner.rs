@@ -39,8 +39,11 @@ impl Inner {
         }
     }
 
+    /// Files `checkpoint` under `thread` (its own `thread` is not read: the executor's
+    /// checkpoints leave it to the claim they are written under).
     pub(super) fn insert_checkpoint(
         &mut self,
+        thread: &str,
         mut checkpoint: Checkpoint,
         retention: Option<usize>,
     ) -> u64 {
@@ -50,7 +53,7 @@ impl Inner {
             self.audit.append(std::mem::take(&mut checkpoint.audit));
         }
         // The thread's name is copied only for its first checkpoint.
-        if let Some(kept) = self.checkpoints.get_mut(&checkpoint.thread) {
+        if let Some(kept) = self.checkpoints.get_mut(thread) {
             kept.push(Kept::new(checkpoint, id));
             // Pruned a batch at a time (past half as many again), so that a step costs no
             // scan.
@@ -60,7 +63,10 @@ impl Inner {
                 prune(kept, limit);
             }
         } else {
-            let thread = std::mem::take(&mut checkpoint.thread);
+            let thread = match std::mem::take(&mut checkpoint.thread) {
+                own if own == thread => own,
+                _ => thread.to_owned(),
+            };
             // Room for the few rows of a short run (its input, its steps, its end) at once,
             // where pushing onto one row's room would grow the list twice.
             let mut kept = Vec::with_capacity(4);

@@ -122,8 +122,75 @@ impl MemoryStore {
         self.lock()
     }
 
-    /// `thread`'s newest checkpoint in `namespace`, its body not built.
-    fn latest(&self, thread: &str, namespace: &str) -> Result<Option<Checkpoint>, StoreError> {
+    /// [`Store::claim`], made at once.
+    pub(crate) fn claim_now(
+        &self,
+        thread: &str,
+        owner: &str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Claim, StoreError> {
+        self.lock_mut().map(|mut inner| {
+            // Looked up before it is inserted: a thread claimed again (a resume, a
+            // recover) costs no copy of its name.
+            if let Some(row) = inner.runs.get_mut(thread) {
+                return row.claim(owner, lease_until_ms, now_ms);
+            }
+            let row = inner.runs.entry(thread.to_owned()).or_insert(RunRow {
+                created_at_ms: now_ms,
+                updated_at_ms: now_ms,
+                ..RunRow::default()
+            });
+            row.claim(owner, lease_until_ms, now_ms)
+        })
+    }
+
+    /// [`Store::put_checkpoint_claimed`] of `thread`'s `checkpoint`, made at once. The
+    /// checkpoint's own `thread` is not read: the executor's leave it empty, for the claim
+    /// they are written under to name.
+    pub(crate) fn put_checkpoint_claimed_now(
+        &self,
+        thread: &str,
+        checkpoint: Checkpoint,
+        owner: &str,
+        lease_until_ms: u64,
+    ) -> Result<u64, StoreError> {
+        // Straight-line rather than in a closure, which would take the checkpoint first.
+        let mut inner = self.lock_mut()?;
+        let row = inner.fenced_row(thread, owner, lease_until_ms)?;
+        if checkpoint.namespace.is_empty() {
+            // The claim extended its lease from the time of this write: no clock read.
+            let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
+            row.follow(&checkpoint, now_ms);
+        }
+        Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))
+    }
+
+    /// [`Store::put_checkpoint_and_release`] of `thread`'s `checkpoint`, made at once (its
+    /// own `thread` is not read, as for
+    /// [`put_checkpoint_claimed_now`](Self::put_checkpoint_claimed_now)).
+    pub(crate) fn put_checkpoint_and_release_now(
+        &self,
+        thread: &str,
+        checkpoint: Checkpoint,
+        owner: &str,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.lock_mut()?;
+        let row = inner.fenced_row(thread, owner, 0)?;
+        if checkpoint.namespace.is_empty() {
+            row.follow(&checkpoint, now_ms());
+        }
+        row.let_go();
+        Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))
+    }
+
+    /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot
+    /// kept as values keeps them, for the executor to read back (its body is not built).
+    pub(crate) fn latest(
+        &self,
+        thread: &str,
+        namespace: &str,
+    ) -> Result<Option<Checkpoint>, StoreError> {
         self.lock().map(|inner| {
             let kept = inner.checkpoints.get(thread)?;
             let newest = kept.iter().rev().find(|c| c.namespace == namespace)?;
@@ -157,15 +224,15 @@ impl Store for MemoryStore {
         false
     }
 
-    fn takes_unserialized_checkpoints(&self) -> bool {
-        true
+    fn as_memory(&self) -> Option<&MemoryStore> {
+        Some(self)
     }
 
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
-        ready(
-            self.lock_mut()
-                .map(|mut inner| inner.insert_checkpoint(checkpoint, self.retention)),
-        )
+        ready(self.lock_mut().map(|mut inner| {
+            let thread = checkpoint.thread.clone();
+            inner.insert_checkpoint(&thread, checkpoint, self.retention)
+        }))
     }
 
     fn latest_checkpoint<'a>(
@@ -177,14 +244,6 @@ impl Store for MemoryStore {
             self.latest(thread, namespace)
                 .and_then(|cp| cp.map(Checkpoint::serialized).transpose()),
         )
-    }
-
-    fn latest_checkpoint_unserialized<'a>(
-        &'a self,
-        thread: &'a str,
-        namespace: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
-        ready(self.latest(thread, namespace))
     }
 
     fn get_checkpoint<'a>(
@@ -271,19 +330,7 @@ impl Store for MemoryStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        ready(self.lock_mut().map(|mut inner| {
-            // Looked up before it is inserted: a thread claimed again (a resume, a
-            // recover) costs no copy of its name.
-            if let Some(row) = inner.runs.get_mut(thread) {
-                return row.claim(owner, lease_until_ms, now_ms);
-            }
-            let row = inner.runs.entry(thread.to_owned()).or_insert(RunRow {
-                created_at_ms: now_ms,
-                updated_at_ms: now_ms,
-                ..RunRow::default()
-            });
-            row.claim(owner, lease_until_ms, now_ms)
-        }))
+        ready(self.claim_now(thread, owner, lease_until_ms, now_ms))
     }
 
     fn release<'a>(
@@ -318,15 +365,8 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        ready(self.lock_mut().and_then(|mut inner| {
-            let row = inner.fenced_row(&checkpoint.thread, owner, lease_until_ms)?;
-            if checkpoint.namespace.is_empty() {
-                // The claim extended its lease from the time of this write: no clock read.
-                let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
-                row.follow(&checkpoint, now_ms);
-            }
-            Ok(inner.insert_checkpoint(checkpoint, self.retention))
-        }))
+        let thread = checkpoint.thread.clone();
+        ready(self.put_checkpoint_claimed_now(&thread, checkpoint, owner, lease_until_ms))
     }
 
     fn put_checkpoint_and_release<'a>(
@@ -334,14 +374,8 @@ impl Store for MemoryStore {
         checkpoint: Checkpoint,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        ready(self.lock_mut().and_then(|mut inner| {
-            let row = inner.fenced_row(&checkpoint.thread, owner, 0)?;
-            if checkpoint.namespace.is_empty() {
-                row.follow(&checkpoint, now_ms());
-            }
-            row.let_go();
-            Ok(inner.insert_checkpoint(checkpoint, self.retention))
-        }))
+        let thread = checkpoint.thread.clone();
+        ready(self.put_checkpoint_and_release_now(&thread, checkpoint, owner))
     }
 
     fn put_journal_claimed<'a>(
