@@ -1,34 +1,34 @@
 //! Retention: how many checkpoints a thread of the memory store keeps.
 
-use std::collections::{HashMap, HashSet};
-
 use super::kept::Kept;
 use crate::runtime::store::RunStatus;
 
 /// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest of each
 /// namespace and every interrupted one whatever their age.
 pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
-    let mut newest: HashMap<&str, u64> = HashMap::new();
-    for cp in kept.iter() {
-        newest.insert(cp.namespace.as_str(), cp.id);
+    // The newest row of each namespace, found from the end; a run has one namespace, or a
+    // few (its subgraphs), so a short list is all it takes.
+    let mut newest: Vec<(&str, u64)> = Vec::new();
+    for cp in kept.iter().rev() {
+        if !newest
+            .iter()
+            .any(|(namespace, _)| *namespace == cp.namespace)
+        {
+            newest.push((&cp.namespace, cp.id));
+        }
     }
-    let needed = |cp: &Kept| {
-        cp.status == RunStatus::Interrupted || newest.get(cp.namespace.as_str()) == Some(&cp.id)
-    };
+    let newest: Vec<u64> = newest.into_iter().map(|(_, id)| id).collect();
+    // Oldest first, until enough are gone.
     let mut excess = kept.len().saturating_sub(limit);
-    let drop: HashSet<u64> = kept
-        .iter()
-        .filter(|cp| {
-            if excess > 0 && !needed(cp) {
-                excess -= 1;
-                true
-            } else {
-                false
-            }
-        })
-        .map(|cp| cp.id)
-        .collect();
-    kept.retain(|cp| !drop.contains(&cp.id));
+    kept.retain(|cp| {
+        let needed = cp.status == RunStatus::Interrupted || newest.contains(&cp.id);
+        if excess > 0 && !needed {
+            excess -= 1;
+            false
+        } else {
+            true
+        }
+    });
 }
 
 #[cfg(test)]
