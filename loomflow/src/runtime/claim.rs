@@ -338,18 +338,6 @@ impl RunClaim {
         self.settle(until, write.await)
     }
 
-    /// [`fenced`](Self::fenced) for a write made at once (the memory store's).
-    fn fenced_now<T>(
-        &self,
-        until: u64,
-        write: impl FnOnce() -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        if self.is_lost() {
-            return Err(self.lost_error());
-        }
-        self.settle(until, write())
-    }
-
     /// Records what a write under the claim found: a loss, or the new expiry.
     fn settle<T>(&self, until: u64, written: Result<T, StoreError>) -> Result<T, StoreError> {
         match written {
@@ -380,10 +368,12 @@ impl RunClaim {
         let until = self.next_expiry();
         let (thread, owner) = (&*self.inner.thread, &self.inner.owner);
         if let Some(memory) = self.inner.store.as_memory() {
-            let written = self.fenced_now(until, || {
-                memory.put_checkpoint_claimed_now(thread, checkpoint, owner, until)
-            });
-            return Either::Left(std::future::ready(written));
+            // Written now, and not from a closure, which would take the checkpoint first.
+            let written = match self.is_lost() {
+                true => Err(self.lost_error()),
+                false => memory.put_checkpoint_claimed_now(thread, checkpoint, owner, until),
+            };
+            return Either::Left(std::future::ready(self.settle(until, written)));
         }
         let checkpoint = self.named(checkpoint);
         let write = (self.inner.store).put_checkpoint_claimed(checkpoint, owner, until);

@@ -300,13 +300,14 @@ async fn run_supersteps<S: State>(
         }
 
         let span = observe::superstep_span(g, step, &active);
-        let running = run_step(g, &shared, &active, &state, step, &pending, &resume_values);
+        let running = || run_step(g, &shared, &active, &state, step, &pending, &resume_values);
         // Not wrapped when nobody records spans: moving the step's future into the wrapper
-        // costs more than the step's own bookkeeping.
+        // costs more than the step's own bookkeeping. Made where it is awaited, so that it
+        // is not moved there.
         let outcome = if span.is_disabled() {
-            running.await
+            running().await
         } else {
-            running.instrument(span).await
+            running().instrument(span).await
         };
         let next_state = match outcome {
             Ok(StepOutcome::Merged(next_state)) => next_state,

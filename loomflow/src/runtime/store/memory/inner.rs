@@ -41,6 +41,7 @@ impl Inner {
 
     /// Files `checkpoint` under `thread` (its own `thread` is not read: the executor's
     /// checkpoints leave it to the claim they are written under).
+    #[inline]
     pub(super) fn insert_checkpoint(
         &mut self,
         thread: &str,

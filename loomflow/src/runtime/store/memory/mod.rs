@@ -148,6 +148,7 @@ impl MemoryStore {
     /// [`Store::put_checkpoint_claimed`] of `thread`'s `checkpoint`, made at once. The
     /// checkpoint's own `thread` is not read: the executor's leave it empty, for the claim
     /// they are written under to name.
+    #[inline]
     pub(crate) fn put_checkpoint_claimed_now(
         &self,
         thread: &str,
