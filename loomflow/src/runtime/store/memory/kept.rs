@@ -13,15 +13,17 @@ pub(super) struct Kept {
     run: u64,
     step: u64,
     pub(super) status: RunStatus,
-    pub(super) namespace: String,
+    /// Boxed strings and a boxed body: 80 bytes a row where `String`s and a `Value` made
+    /// 112, for a field that is most often empty and a body that is most often not built.
+    pub(super) namespace: Box<str>,
     body: Body,
-    error: Option<String>,
+    error: Option<Box<str>>,
 }
 
 /// The body as written, or the executor's snapshot to build it from when it is read.
 #[derive(Debug, Clone)]
 enum Body {
-    Built(Value),
+    Built(Box<Value>),
     Unbuilt(Unserialized),
 }
 
@@ -31,35 +33,35 @@ impl Kept {
     pub(super) fn new(checkpoint: Checkpoint, id: u64) -> Self {
         let body = match checkpoint.unserialized {
             Some(snapshot) => Body::Unbuilt(snapshot),
-            None => Body::Built(checkpoint.body),
+            None => Body::Built(Box::new(checkpoint.body)),
         };
         Self {
             id,
             run: checkpoint.run,
             step: checkpoint.step,
             status: checkpoint.status,
-            namespace: checkpoint.namespace,
+            namespace: checkpoint.namespace.into_boxed_str(),
             body,
-            error: checkpoint.error,
+            error: checkpoint.error.map(String::into_boxed_str),
         }
     }
 
     /// The checkpoint of `thread` it keeps, its body perhaps not built.
     pub(super) fn checkpoint(&self, thread: &str) -> Checkpoint {
         let body = match &self.body {
-            Body::Built(body) => body.clone(),
+            Body::Built(body) => Value::clone(body),
             Body::Unbuilt(_) => Value::Null,
         };
         let mut checkpoint = Checkpoint::new(
             thread,
             self.run,
-            self.namespace.clone(),
+            &*self.namespace,
             self.step,
             self.status,
             body,
         );
         checkpoint.id = self.id;
-        checkpoint.error.clone_from(&self.error);
+        checkpoint.error = self.error.as_deref().map(str::to_owned);
         if let Body::Unbuilt(snapshot) = &self.body {
             checkpoint.unserialized = Some(snapshot.clone());
         }
@@ -73,5 +75,17 @@ impl Kept {
     /// [`StoreError::Corrupt`] when the state does not serialize.
     pub(super) fn serialized(&self, thread: &str) -> Result<Checkpoint, StoreError> {
         self.checkpoint(thread).serialized()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run keeps a row per step: their size is what a long run's memory grows by.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_kept_row_is_80_bytes() {
+        assert_eq!(std::mem::size_of::<Kept>(), 80);
     }
 }

@@ -194,7 +194,7 @@ impl MemoryStore {
     ) -> Result<Option<Checkpoint>, StoreError> {
         self.lock().map(|inner| {
             let kept = inner.checkpoints.get(thread)?;
-            let newest = kept.iter().rev().find(|c| c.namespace == namespace)?;
+            let newest = kept.iter().rev().find(|c| *c.namespace == *namespace)?;
             Some(newest.checkpoint(thread))
         })
     }
