@@ -78,7 +78,17 @@ impl RunShared {
     ///
     /// Run-level events (`step`, `done`, `error`: no node) of a subgraph are not sent: the
     /// stream is the parent run's, which has its own.
+    ///
+    /// Inlined: with nobody listening (the common case), the event is dropped where it was
+    /// made, which for most kinds costs nothing.
+    #[inline]
     pub(crate) fn emit(&self, step: u64, node: Option<&str>, kind: EventKind) {
+        if self.events.is_some() {
+            self.send(step, node, kind);
+        }
+    }
+
+    fn send(&self, step: u64, node: Option<&str>, kind: EventKind) {
         if node.is_none() && !self.namespace.is_root() {
             return;
         }
@@ -141,7 +151,9 @@ struct NodeControl {
     /// A resume value that did not deserialize: the resume was a bad request, not a
     /// failure of the node.
     bad_resume: Option<RunError>,
-    occurrences: HashMap<String, u32>,
+    /// Hashed with foldhash: std's default hasher draws its keys from a thread-local on
+    /// every map made, and a context is made per node per step.
+    occurrences: HashMap<String, u32, foldhash::fast::FixedState>,
 }
 
 impl std::fmt::Debug for Context {

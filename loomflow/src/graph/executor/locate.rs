@@ -43,7 +43,15 @@ impl Stored {
         let snapshot = match kept.and_then(|kept| OwnedSnapshot::read(&*kept.0, g, payloads)) {
             Some(snapshot) => snapshot
                 .map_err(|e| RunError::json(format!("checkpointed state of thread {thread}"), e))?,
-            None => Snapshot::decode(cp.serialized()?.body, thread)?,
+            None => {
+                // A memory store's checkpoint comes without its thread: named here, for an
+                // error building its body to say whose it is.
+                let mut cp = cp;
+                if cp.thread.is_empty() {
+                    thread.clone_into(&mut cp.thread);
+                }
+                Snapshot::decode(cp.serialized()?.body, thread)?
+            }
         };
         Ok(Self {
             run,
@@ -209,14 +217,14 @@ async fn latest<S: State>(
 }
 
 /// The newest checkpoint of `thread` in `namespace`: from the memory store, as it was
-/// handed over (the values it keeps, no body built), read at once.
+/// handed over (the values it keeps, no body built, no thread named), read at once.
 async fn newest(
     runtime: &Runtime,
     thread: &str,
     namespace: &str,
 ) -> Result<Option<Checkpoint>, crate::runtime::StoreError> {
     match runtime.store().as_memory() {
-        Some(memory) => memory.latest(thread, namespace),
+        Some(memory) => memory.latest_unnamed(thread, namespace),
         None => runtime.store().latest_checkpoint(thread, namespace).await,
     }
 }

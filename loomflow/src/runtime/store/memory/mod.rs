@@ -187,7 +187,8 @@ impl MemoryStore {
 
     /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot
     /// kept as values keeps them, for the executor to read back (its body is not built).
-    pub(crate) fn latest(
+    /// Its `thread` is left empty: the executor, which asks, knows it.
+    pub(crate) fn latest_unnamed(
         &self,
         thread: &str,
         namespace: &str,
@@ -195,7 +196,7 @@ impl MemoryStore {
         self.lock().map(|inner| {
             let kept = inner.checkpoints.get(thread)?;
             let newest = kept.iter().rev().find(|c| *c.namespace == *namespace)?;
-            Some(newest.checkpoint(thread))
+            Some(newest.checkpoint(""))
         })
     }
 
@@ -241,10 +242,13 @@ impl Store for MemoryStore {
         thread: &'a str,
         namespace: &'a str,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
-        ready(
-            self.latest(thread, namespace)
-                .and_then(|cp| cp.map(Checkpoint::serialized).transpose()),
-        )
+        ready(self.latest_unnamed(thread, namespace).and_then(|cp| {
+            cp.map(|mut cp| {
+                cp.thread = thread.to_owned();
+                cp.serialized()
+            })
+            .transpose()
+        }))
     }
 
     fn get_checkpoint<'a>(
