@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::OwnedMutexGuard;
 
-type Locks = HashMap<String, Arc<tokio::sync::Mutex<()>>>;
+/// Hashed with foldhash, seeded per process, like the memory store's maps by thread: each
+/// agent run takes and gives back its session's turn.
+type Locks = HashMap<String, Arc<tokio::sync::Mutex<()>>, foldhash::fast::RandomState>;
 
 /// One lock per session that has a run going or waiting.
 #[derive(Debug, Default)]

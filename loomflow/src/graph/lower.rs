@@ -64,7 +64,8 @@ impl<'a> Names<'a> {
 
 /// A branch, lowered: the router, and where each of its labels leads.
 pub(crate) struct CompiledBranch<S> {
-    pub(crate) targets: HashMap<String, Vertex>,
+    /// Hashed with foldhash: a step that leaves through a branch looks its label up here.
+    pub(crate) targets: HashMap<String, Vertex, foldhash::fast::RandomState>,
     pub(crate) router: Router<S>,
 }
 
@@ -102,7 +103,10 @@ pub(crate) fn lower<S>(
         if routers[from.index()].is_some() {
             continue;
         }
-        let mut targets = HashMap::with_capacity(branch.targets.len());
+        let mut targets = HashMap::with_capacity_and_hasher(
+            branch.targets.len(),
+            foldhash::fast::RandomState::default(),
+        );
         for label in &branch.targets {
             if let Some(to) = names.target(&topology, label) {
                 let link = Link::Branch {

@@ -78,7 +78,7 @@ type ByThread<V> = HashMap<String, V, foldhash::fast::RandomState>;
 struct Inner {
     next_id: u64,
     checkpoints: ByThread<Vec<kept::Kept>>,
-    journal: HashMap<JournalKey, Value>,
+    journal: HashMap<JournalKey, Value, foldhash::fast::RandomState>,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,
     /// (session, name, key) of every signal stored with a key.
