@@ -219,10 +219,12 @@ async fn call_model_untraced(
         let withheld = guarded_text && matches!(chunk, crate::model::StreamChunk::Text { .. });
         if !withheld {
             ctx.event_room().await;
-            AgentEvent::ModelChunk {
-                chunk: chunk.clone(),
+            if ctx.has_listener() {
+                AgentEvent::ModelChunk {
+                    chunk: chunk.clone(),
+                }
+                .emit(ctx);
             }
-            .emit(ctx);
         }
         accumulator.push(chunk);
     }
@@ -275,12 +277,15 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 .acquire()
                 .await
                 .map_err(|_| Error::msg("tool permits closed"))?;
-            AgentEvent::ToolCall {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
+            // Built only for a listener: the arguments may be large.
+            if ctx.has_listener() {
+                AgentEvent::ToolCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                }
+                .emit(ctx);
             }
-            .emit(ctx);
             let rewritten = match guarded::check_tool_call(core, call, cx, ctx).await {
                 Ok(rewritten) => rewritten,
                 Err(refusal) => {
@@ -326,13 +331,15 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 if let Some(target) = core.handoff_target(&call.name) {
                     state.handoff = Some(target.to_owned());
                 }
-                AgentEvent::ToolResult {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    content: content.clone(),
-                    is_error,
+                if ctx.has_listener() {
+                    AgentEvent::ToolResult {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        content: content.clone(),
+                        is_error,
+                    }
+                    .emit(ctx);
                 }
-                .emit(ctx);
                 state.messages.push(if is_error {
                     Message::tool_error(&call.id, content)
                 } else {

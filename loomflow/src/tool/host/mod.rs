@@ -315,6 +315,11 @@ impl ToolHost {
         calls: &[ToolCall],
         ctx: DispatchContext<'_>,
     ) -> crate::Result<Vec<ToolOutcome>> {
+        // One call (an agent's tool step dispatches one at a time) needs no pool, whose
+        // set of futures allocates room for two of them before it runs the first.
+        if let [call] = calls {
+            return Ok(vec![self.run_one(call, ctx).await?]);
+        }
         // A hand-rolled pool rather than `stream::map(..).buffered(..)`: the closure there
         // makes the future fail the `Send` check inside graph nodes.
         let mut slots: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
