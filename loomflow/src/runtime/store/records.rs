@@ -99,17 +99,38 @@ impl Checkpoint {
         status: RunStatus,
         body: Value,
     ) -> Self {
+        Self::row(
+            thread.into(),
+            run,
+            namespace.into(),
+            step,
+            status,
+            body,
+            None,
+        )
+    }
+
+    /// A row of these columns: built in place, with the body as written or kept as values.
+    fn row(
+        thread: String,
+        run: u64,
+        namespace: String,
+        step: u64,
+        status: RunStatus,
+        body: Value,
+        unserialized: Option<Unserialized>,
+    ) -> Self {
         Self {
             id: 0,
-            thread: thread.into(),
+            thread,
             run,
-            namespace: namespace.into(),
+            namespace,
             step,
             status,
             body,
             error: None,
             audit: Vec::new(),
-            unserialized: None,
+            unserialized,
             start_only: false,
             waits: None,
         }
@@ -124,20 +145,9 @@ impl Checkpoint {
         status: RunStatus,
         source: std::sync::Arc<dyn super::unserialized::SnapshotSource>,
     ) -> Self {
-        Self {
-            id: 0,
-            thread: thread.into(),
-            run,
-            namespace: namespace.into(),
-            step,
-            status,
-            body: Value::Null,
-            error: None,
-            audit: Vec::new(),
-            unserialized: Some(Unserialized(source)),
-            start_only: false,
-            waits: None,
-        }
+        let (thread, namespace) = (thread.into(), namespace.into());
+        let kept = Some(Unserialized(source));
+        Self::row(thread, run, namespace, step, status, Value::Null, kept)
     }
 
     /// This checkpoint with its body built, as a store hands it out.
