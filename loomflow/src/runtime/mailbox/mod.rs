@@ -62,6 +62,7 @@ mod config;
 mod entry;
 mod error;
 mod idempotency;
+mod queued;
 mod state;
 mod wait;
 
@@ -79,7 +80,8 @@ pub use error::SignalError;
 pub use wait::Wait;
 pub(crate) use wait::WaitEntry;
 
-use state::{Place, Registration, State};
+use queued::Place;
+use state::{Registration, State};
 
 /// The prefix of the signal names reserved for loomflow itself.
 pub const RESERVED_PREFIX: &str = "loomflow:";

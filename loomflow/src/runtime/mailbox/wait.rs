@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
 use super::entry::Entry;
-use super::state::{Place, Queued};
+use super::queued::{Place, Queued};
 use super::{Inner, SignalError};
 
 /// A wait for the next payload of one (session, name): resolves to the oldest payload, or to

@@ -1,0 +1,89 @@
+//! The memory store's calls the executor makes in line (see
+//! [`Store::as_memory`](crate::runtime::Store::as_memory)): a claim, a step's write, an
+//! execution's last write and the read a run starts from, made at once rather than through
+//! a boxed future each.
+
+use super::MemoryStore;
+use super::run_row::RunRow;
+use crate::runtime::clock::now_ms;
+use crate::runtime::store::{Checkpoint, Claim, StoreError};
+
+impl MemoryStore {
+    /// [`Store::claim`](crate::runtime::Store::claim), made at once.
+    pub(crate) fn claim_now(
+        &self,
+        thread: &str,
+        owner: &str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Claim, StoreError> {
+        self.lock_mut().map(|mut inner| {
+            // Looked up before it is inserted: a thread claimed again (a resume, a
+            // recover) costs no copy of its name.
+            if let Some(row) = inner.runs.get_mut(thread) {
+                return row.claim(owner, lease_until_ms, now_ms);
+            }
+            let row = inner.runs.entry(thread.to_owned()).or_insert(RunRow {
+                created_at_ms: now_ms,
+                updated_at_ms: now_ms,
+                ..RunRow::default()
+            });
+            row.claim(owner, lease_until_ms, now_ms)
+        })
+    }
+
+    /// [`Store::put_checkpoint_claimed`](crate::runtime::Store::put_checkpoint_claimed) of
+    /// `thread`'s `checkpoint`, made at once. The checkpoint's own `thread` is not read: the
+    /// executor's leave it empty, for the claim they are written under to name.
+    #[inline]
+    pub(crate) fn put_checkpoint_claimed_now(
+        &self,
+        thread: &str,
+        checkpoint: Checkpoint,
+        owner: &str,
+        lease_until_ms: u64,
+    ) -> Result<u64, StoreError> {
+        // Straight-line rather than in a closure, which would take the checkpoint first.
+        let mut inner = self.lock_mut()?;
+        let row = inner.fenced_row(thread, owner, lease_until_ms)?;
+        if checkpoint.namespace.is_empty() {
+            // The claim extended its lease from the time of this write: no clock read.
+            let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
+            row.follow(&checkpoint, now_ms);
+        }
+        Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))
+    }
+
+    /// [`Store::put_checkpoint_and_release`](crate::runtime::Store::put_checkpoint_and_release)
+    /// of `thread`'s `checkpoint`, made at once (its own `thread` is not read, as for
+    /// [`put_checkpoint_claimed_now`](Self::put_checkpoint_claimed_now)).
+    pub(crate) fn put_checkpoint_and_release_now(
+        &self,
+        thread: &str,
+        checkpoint: Checkpoint,
+        owner: &str,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.lock_mut()?;
+        let row = inner.fenced_row(thread, owner, 0)?;
+        if checkpoint.namespace.is_empty() {
+            row.follow(&checkpoint, now_ms());
+        }
+        row.let_go();
+        Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))
+    }
+
+    /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot
+    /// kept as values keeps them, for the executor to read back (its body is not built).
+    /// Its `thread` is left empty: the executor, which asks, knows it.
+    pub(crate) fn latest_unnamed(
+        &self,
+        thread: &str,
+        namespace: &str,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        self.lock().map(|inner| {
+            let kept = inner.checkpoints.get(thread)?;
+            let newest = kept.iter().rev().find(|c| *c.namespace == *namespace)?;
+            Some(newest.checkpoint(""))
+        })
+    }
+}
