@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::checkpoint::Snapshot;
 use super::observe::Resumed;
-use super::owned::OwnedSnapshot;
+use super::owned::{OwnedSnapshot, ReadBack};
 use super::route::{JoinMarks, route};
 use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
@@ -22,51 +22,126 @@ pub(super) enum Located<S> {
 }
 
 /// A checkpoint read back: its row's columns and the executor's snapshot.
-struct Stored {
+struct Stored<S> {
     run: u64,
     step: u64,
     status: RunStatus,
+    state: StoredState<S>,
+    next: StoredNext,
+    /// The rest of the snapshot; its `state` and `next` are moved out to the fields above.
     snapshot: Snapshot,
 }
 
-impl Stored {
+/// A checkpoint's state, as read back.
+enum StoredState<S> {
+    /// From a checkpoint's body: decoded when the run needs it.
+    Json(Value),
+    /// From a snapshot this process kept as values, through JSON already.
+    Typed(S),
+}
+
+/// The nodes a checkpoint runs next, as read back.
+enum StoredNext {
+    /// By name, from a body or from a snapshot another graph kept.
+    Names(Vec<String>),
+    /// As indexes into the reading graph's nodes: a snapshot it kept itself.
+    Indexes(Vec<usize>),
+}
+
+impl<S: State> Stored<S> {
     /// Reads `cp` for `g`, whose snapshot a graph of state `S` may have kept as values (in
     /// memory); see [`OwnedSnapshot::read`] for `payloads`.
-    fn read<S: State>(
-        cp: Checkpoint,
-        g: &CompiledInner<S>,
-        thread: &str,
-        payloads: bool,
-    ) -> Result<Self> {
+    fn read(cp: Checkpoint, g: &CompiledInner<S>, thread: &str, payloads: bool) -> Result<Self> {
         let (run, step, status) = (cp.run, cp.step, cp.status);
         let kept = cp.unserialized.as_ref();
-        let snapshot = match kept.and_then(|kept| OwnedSnapshot::read(&*kept.0, g, payloads)) {
-            Some(snapshot) => snapshot
-                .map_err(|e| RunError::json(format!("checkpointed state of thread {thread}"), e))?,
-            None => {
-                // A memory store's checkpoint comes without its thread: named here, for an
-                // error building its body to say whose it is.
-                let mut cp = cp;
-                if cp.thread.is_empty() {
-                    thread.clone_into(&mut cp.thread);
+        let (state, next, snapshot) =
+            match kept.and_then(|kept| OwnedSnapshot::read(&*kept.0, g, payloads)) {
+                Some(read) => {
+                    let ReadBack {
+                        state,
+                        next,
+                        mut snapshot,
+                    } = read.map_err(|e| {
+                        RunError::json(format!("checkpointed state of thread {thread}"), e)
+                    })?;
+                    let next = match next {
+                        Some(indexes) => StoredNext::Indexes(indexes),
+                        None => StoredNext::Names(std::mem::take(&mut snapshot.next)),
+                    };
+                    (StoredState::Typed(state), next, snapshot)
                 }
-                Snapshot::decode(cp.serialized()?.body, thread)?
-            }
-        };
+                None => {
+                    // A memory store's checkpoint comes without its thread: named here, for
+                    // an error building its body to say whose it is.
+                    let mut cp = cp;
+                    if cp.thread.is_empty() {
+                        thread.clone_into(&mut cp.thread);
+                    }
+                    let mut snapshot = Snapshot::decode(cp.serialized()?.body, thread)?;
+                    let state = StoredState::Json(std::mem::take(&mut snapshot.state));
+                    let next = StoredNext::Names(std::mem::take(&mut snapshot.next));
+                    (state, next, snapshot)
+                }
+            };
         Ok(Self {
             run,
             step,
             status,
+            state,
+            next,
             snapshot,
         })
     }
+}
 
+impl<S> Stored<S> {
     fn interrupt_ids(&self) -> Vec<String> {
         self.snapshot
             .interrupts
             .iter()
             .map(|i| i.id.clone())
             .collect()
+    }
+}
+
+impl<S: State> StoredState<S> {
+    /// The state, decoded for `g` if it came as JSON.
+    fn decode(self, g: &CompiledInner<S>, thread: &str) -> Result<S> {
+        match self {
+            Self::Typed(state) => Ok(state),
+            Self::Json(state) => serde_json::from_value(state).map_err(|e| {
+                RunError::json(
+                    format!("checkpointed state of thread {thread} (graph {})", g.name),
+                    e,
+                )
+            }),
+        }
+    }
+}
+
+impl StoredNext {
+    /// The nodes, as indexes into `g`'s, in order; a name `g` has no node for is
+    /// [`RunError::CheckpointMismatch`].
+    fn indexes<S>(self, g: &CompiledInner<S>, thread: &str) -> Result<Vec<usize>> {
+        let mut active = match self {
+            Self::Indexes(indexes) => indexes,
+            Self::Names(names) => {
+                let mut active = Vec::with_capacity(names.len());
+                for name in names {
+                    let index =
+                        g.node_index(&name)
+                            .ok_or_else(|| RunError::CheckpointMismatch {
+                                thread: thread.to_owned(),
+                                graph: g.name.clone(),
+                                node: name,
+                            })?;
+                    active.push(index);
+                }
+                active
+            }
+        };
+        active.sort_unstable();
+        Ok(active)
     }
 }
 
@@ -106,11 +181,9 @@ pub(super) async fn locate<S: State>(
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
             match cp.status {
                 RunStatus::Completed => {
-                    return Ok(Located::Finished(RunOutcome::Completed(decode_state(
-                        g,
-                        thread,
-                        cp.snapshot.state,
-                    )?)));
+                    return Ok(Located::Finished(RunOutcome::Completed(
+                        cp.state.decode(g, thread)?,
+                    )));
                 }
                 // A run waiting for signals or timers is run again: the signals may have
                 // arrived, the timers may be due (a timer that is not suspends again).
@@ -125,7 +198,7 @@ pub(super) async fn locate<S: State>(
                 }
                 RunStatus::Interrupted => {
                     return Ok(Located::Finished(RunOutcome::Interrupted {
-                        state: decode_state(g, thread, cp.snapshot.state)?,
+                        state: cp.state.decode(g, thread)?,
                         interrupts: cp.snapshot.interrupts,
                     }));
                 }
@@ -148,13 +221,14 @@ pub(super) async fn locate<S: State>(
                     pending: cp.interrupt_ids(),
                 });
             };
-            let values = BTreeMap::from([(only.id.clone(), value)]);
-            resume_position(g, thread, cp, values)?
+            let answers = vec![answer(&cp, thread, 0, &only.id, value)?];
+            resume_position(g, thread, cp, answers)?
         }
         Start::Resume(values) => {
             let cp = interrupted(g, runtime, thread, namespace).await?;
             let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
-            resume_position(g, thread, cp, values)?
+            let answers = answers_by_id(&cp, thread, values)?;
+            resume_position(g, thread, cp, answers)?
         }
     };
     Ok(Located::Position(position))
@@ -167,9 +241,9 @@ async fn check_graph<S>(
     g: &CompiledInner<S>,
     thread: &str,
     runtime: &Runtime,
-    cp: Stored,
+    cp: Stored<S>,
     allow_graph_change: bool,
-) -> Result<Stored> {
+) -> Result<Stored<S>> {
     let Some(recorded) = cp.snapshot.graph.as_deref().filter(|_| !allow_graph_change) else {
         return Ok(cp);
     };
@@ -207,7 +281,7 @@ async fn latest<S: State>(
     thread: &str,
     namespace: &str,
     payloads: bool,
-) -> Result<Stored> {
+) -> Result<Stored<S>> {
     let cp = newest(runtime, thread, namespace)
         .await?
         .ok_or_else(|| RunError::UnknownThread {
@@ -236,7 +310,7 @@ async fn interrupted<S: State>(
     runtime: &Runtime,
     thread: &str,
     namespace: &str,
-) -> Result<Stored> {
+) -> Result<Stored<S>> {
     let cp = latest(g, runtime, thread, namespace, false).await?;
     if cp.status != RunStatus::Interrupted {
         return Err(RunError::NotInterrupted {
@@ -247,17 +321,47 @@ async fn interrupted<S: State>(
     Ok(cp)
 }
 
-/// Checks each value against the pending interrupts and files it under its node, at the
-/// position of the interrupt call it answers.
-fn resume_position<S: State>(
-    g: &CompiledInner<S>,
+/// The value `value` given to the pending interrupt at `at`, whose id is `id`, checked: an
+/// interrupt that waits for a signal or a timer takes no value, and the value must have
+/// serialized.
+fn answer<S>(
+    cp: &Stored<S>,
     thread: &str,
-    mut cp: Stored,
+    at: usize,
+    id: &str,
+    value: ResumeValue,
+) -> Result<(usize, Value)> {
+    let interrupt = &cp.snapshot.interrupts[at];
+    if let Some(signal) = &interrupt.signal {
+        return Err(RunError::WaitsForSignal {
+            thread: thread.to_owned(),
+            id: id.to_owned(),
+            signal: signal.clone(),
+        });
+    }
+    if let Some(wake_at_ms) = interrupt.wake_at_ms {
+        return Err(RunError::WaitsForTimer {
+            thread: thread.to_owned(),
+            id: id.to_owned(),
+            wake_at_ms,
+        });
+    }
+    let value = value.map_err(|source| RunError::UnserializableResume {
+        thread: thread.to_owned(),
+        id: id.to_owned(),
+        source,
+    })?;
+    Ok((at, value))
+}
+
+/// The answers `values` gives by interrupt id, each checked ([`answer`]) against the
+/// pending interrupts.
+fn answers_by_id<S>(
+    cp: &Stored<S>,
+    thread: &str,
     values: BTreeMap<String, ResumeValue>,
-) -> Result<Position<S>> {
-    // Each value with the position of the interrupt it answers.
-    let mut additions: Vec<(String, usize, Value)> = Vec::with_capacity(values.len());
-    let mut answered = Vec::with_capacity(values.len());
+) -> Result<Vec<(usize, Value)>> {
+    let mut answers = Vec::with_capacity(values.len());
     for (id, value) in values {
         let Some(at) = cp.snapshot.interrupts.iter().position(|i| i.id == id) else {
             return Err(RunError::UnknownInterrupt {
@@ -266,35 +370,26 @@ fn resume_position<S: State>(
                 id,
             });
         };
-        let interrupt = &cp.snapshot.interrupts[at];
-        if let Some(signal) = &interrupt.signal {
-            return Err(RunError::WaitsForSignal {
-                thread: thread.to_owned(),
-                id,
-                signal: signal.clone(),
-            });
-        }
-        if let Some(wake_at_ms) = interrupt.wake_at_ms {
-            return Err(RunError::WaitsForTimer {
-                thread: thread.to_owned(),
-                id,
-                wake_at_ms,
-            });
-        }
-        let value = value.map_err(|source| RunError::UnserializableResume {
-            thread: thread.to_owned(),
-            id: id.clone(),
-            source,
-        })?;
-        additions.push((id, at, value));
+        answers.push(answer(cp, thread, at, &id, value)?);
     }
-    for (id, at, value) in additions {
-        let Snapshot {
-            interrupts,
-            resume_values,
-            ..
-        } = &mut cp.snapshot;
-        let interrupt = &interrupts[at];
+    Ok(answers)
+}
+
+/// Files each answer (the index of the interrupt it answers, and its value) under its
+/// node, at the position of the interrupt call it answers.
+fn resume_position<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    mut cp: Stored<S>,
+    answers: Vec<(usize, Value)>,
+) -> Result<Position<S>> {
+    let Snapshot {
+        interrupts,
+        resume_values,
+        ..
+    } = &mut cp.snapshot;
+    for (at, value) in &answers {
+        let interrupt = &interrupts[*at];
         let node = &interrupt.node;
         let values = resume_values.entry(node.clone()).or_default();
         let is_subgraph = g
@@ -307,37 +402,27 @@ fn resume_position<S: State>(
                 *values = vec![Value::Object(serde_json::Map::new())];
             }
             if let Some(Value::Object(by_id)) = values.first_mut() {
-                by_id.insert(id.clone(), value.clone());
+                by_id.insert(interrupt.id.clone(), value.clone());
             }
         } else {
             values.truncate(interrupt.index);
             values.push(value.clone());
         }
-        answered.push((id, value));
     }
-    from_checkpoint(g, thread, cp, answered)
+    from_checkpoint(g, thread, cp, answers)
 }
 
-fn decode_state<S: State>(g: &CompiledInner<S>, thread: &str, state: Value) -> Result<S> {
-    serde_json::from_value(state).map_err(|e| {
-        RunError::json(
-            format!("checkpointed state of thread {thread} (graph {})", g.name),
-            e,
-        )
-    })
-}
-
-/// The position a checkpoint records; `answered` are the values a resume gives, by
-/// interrupt id.
+/// The position a checkpoint records; `answered` are the values a resume gives, by the
+/// index of the interrupt each answers.
 fn from_checkpoint<S: State>(
     g: &CompiledInner<S>,
     thread: &str,
-    cp: Stored,
-    answered: Vec<(String, Value)>,
+    cp: Stored<S>,
+    answered: Vec<(usize, Value)>,
 ) -> Result<Position<S>> {
     let Snapshot {
-        state,
-        next,
+        state: _,
+        next: _,
         joins: stored_joins,
         pending_writes,
         interrupts,
@@ -353,18 +438,7 @@ fn from_checkpoint<S: State>(
         interrupts,
         answered,
     };
-    let mut active = Vec::with_capacity(next.len());
-    for name in next {
-        let index = g
-            .node_index(&name)
-            .ok_or_else(|| RunError::CheckpointMismatch {
-                thread: thread.to_owned(),
-                graph: g.name.clone(),
-                node: name,
-            })?;
-        active.push(index);
-    }
-    active.sort_unstable();
+    let active = cp.next.indexes(g, thread)?;
     let mut joins = JoinMarks::new(g);
     if stored_joins.len() == joins.0.len()
         && stored_joins
@@ -377,7 +451,7 @@ fn from_checkpoint<S: State>(
     Ok(Position {
         run: cp.run,
         step: cp.step,
-        state: decode_state(g, thread, state)?,
+        state: cp.state.decode(g, thread)?,
         active,
         joins,
         pending: pending_writes,

@@ -23,8 +23,9 @@ pub(super) struct Resumed {
     pub(super) trace: Option<String>,
     /// The interrupts the run was suspended on.
     pub(super) interrupts: Vec<Interrupt>,
-    /// The values given to them by id, for a resume with values.
-    pub(super) answered: Vec<(String, Value)>,
+    /// The values given to them, by the index of the interrupt each answers, for a resume
+    /// with values.
+    pub(super) answered: Vec<(usize, Value)>,
 }
 
 /// The `run {graph}` span of one execution.
@@ -104,10 +105,10 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) 
     }
     let recovered = resumed.answered.is_empty();
     let mut answered = resumed.answered;
-    for interrupt in resumed.interrupts {
+    for (at, interrupt) in resumed.interrupts.into_iter().enumerate() {
         let value = answered
             .iter_mut()
-            .find(|(id, _)| *id == interrupt.id)
+            .find(|(answers, _)| *answers == at)
             .map(|(_, value)| std::mem::take(value));
         // Only the interrupts a resume answered, or every wait and timer of a recover.
         let how = match (value, interrupt.signal, interrupt.wake_at_ms) {
@@ -124,7 +125,7 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) 
         shared.record_audit(AuditEntry::new(
             shared.thread.as_ref(),
             AuditKind::Resume,
-            &interrupt.id,
+            interrupt.id,
             how,
         ));
     }

@@ -61,49 +61,58 @@ impl<S: State> OwnedSnapshot<S> {
     /// `g` reads instead of decoding a body. `None` for a snapshot of another state type,
     /// which the caller reads from its body as any other.
     ///
-    /// Everything but the state is handed back as it was kept. The state goes through JSON,
-    /// as it would through a durable store: a field the state does not serialize
-    /// (`#[serde(skip)]`) starts afresh after a resume, whichever store the run used.
+    /// The state goes through JSON, as it would through a durable store: a field the state
+    /// does not serialize (`#[serde(skip)]`) starts afresh after a resume, whichever store
+    /// the run used. It comes back typed, through bytes rather than a tree of values.
+    /// Everything else is handed back as it was kept.
     ///
-    /// A snapshot kept by `g` itself names no graph (there is no change to check), and
-    /// without `payloads` its interrupts come back with `null` payloads: a resume needs
-    /// only what identifies them, and a payload may be large.
+    /// A snapshot kept by `g` itself names no graph (there is no change to check), gives
+    /// its next nodes as indexes, and without `payloads` its interrupts come back with
+    /// `null` payloads: a resume needs only what identifies them, and a payload may be
+    /// large.
     pub(super) fn read(
         source: &dyn SnapshotSource,
         g: &CompiledInner<S>,
         payloads: bool,
-    ) -> Option<serde_json::Result<Snapshot>> {
+    ) -> Option<serde_json::Result<ReadBack<S>>> {
         let owned = source.as_any().downcast_ref::<Self>()?;
         let suspended = owned.suspended.as_deref();
-        let state = match serde_json::to_value(&owned.state) {
+        let state = match through_json(&owned.state) {
             Ok(state) => state,
             Err(e) => return Some(Err(e)),
         };
-        let names = owned
-            .next
-            .as_slice()
-            .iter()
-            .map(|&i| owned.graph.nodes[i].name.to_string());
         let same_graph = std::ptr::eq(&*owned.graph, g);
+        let (indexes, names) = match same_graph {
+            true => (Some(owned.next.as_slice().to_vec()), Vec::new()),
+            false => {
+                let names = owned.next.as_slice().iter();
+                let names = names.map(|&i| owned.graph.nodes[i].name.to_string());
+                (None, names.collect())
+            }
+        };
         let interrupts = suspended.map_or_else(Vec::new, |s| match payloads {
             true => s.interrupts.clone(),
             false => s.interrupts.iter().map(without_payload).collect(),
         });
-        Some(Ok(Snapshot {
+        Some(Ok(ReadBack {
             state,
-            next: names.collect(),
-            joins: owned.joins.to_vec(),
-            pending_writes: suspended
-                .map(|s| s.pending_writes.clone())
-                .unwrap_or_default(),
-            interrupts,
-            resume_values: suspended
-                .and_then(|s| s.resume_values.clone())
-                .unwrap_or_default(),
-            graph: (!same_graph).then(|| owned.graph.fingerprint.clone()),
-            graph_description: (owned.describe && !same_graph)
-                .then(|| owned.graph.description.clone()),
-            trace: owned.trace.as_deref().map(str::to_owned),
+            next: indexes,
+            snapshot: Snapshot {
+                state: Value::Null,
+                next: names,
+                joins: owned.joins.to_vec(),
+                pending_writes: suspended
+                    .map(|s| s.pending_writes.clone())
+                    .unwrap_or_default(),
+                interrupts,
+                resume_values: suspended
+                    .and_then(|s| s.resume_values.clone())
+                    .unwrap_or_default(),
+                graph: (!same_graph).then(|| owned.graph.fingerprint.clone()),
+                graph_description: (owned.describe && !same_graph)
+                    .then(|| owned.graph.description.clone()),
+                trace: owned.trace.as_deref().map(str::to_owned),
+            },
         }))
     }
 
@@ -120,6 +129,23 @@ impl<S: State> OwnedSnapshot<S> {
             describe: self.describe,
         }
     }
+}
+
+/// A kept snapshot read back by [`OwnedSnapshot::read`].
+pub(super) struct ReadBack<S> {
+    /// The state, through JSON.
+    pub(super) state: S,
+    /// The nodes that run next, as indexes into the nodes of the graph that kept the
+    /// snapshot, when that graph reads it; for another, `None`, and their names are in
+    /// `snapshot.next`.
+    pub(super) next: Option<Vec<usize>>,
+    /// The rest; its `state` is `null`.
+    pub(super) snapshot: Snapshot,
+}
+
+/// `state` as a store that keeps JSON hands it back.
+fn through_json<S: State>(state: &S) -> serde_json::Result<S> {
+    serde_json::from_slice(&serde_json::to_vec(state)?)
 }
 
 /// A copy of `interrupt` whose payload is `null`.
@@ -225,12 +251,15 @@ mod tests {
         let trace: Arc<str> = Arc::from("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         let owned = OwnedSnapshot::of(&graph.inner, &snapshot, Some(&trace));
 
-        // Read for another compiled graph: everything, the graph it was kept by included.
+        // Read for another compiled graph: everything, the graph it was kept by included,
+        // its next nodes by name.
         let kept = OwnedSnapshot::<u32>::read(&owned, &one_node_graph().inner, true)
             .unwrap()
             .unwrap();
         let decoded = Snapshot::decode(owned.body().unwrap(), "t").unwrap();
-        assert_eq!(kept.state, decoded.state);
+        assert_eq!(json!(kept.state), decoded.state);
+        assert_eq!(kept.next, None);
+        let kept = kept.snapshot;
         assert_eq!(kept.next, decoded.next);
         assert_eq!(kept.joins, decoded.joins);
         assert_eq!(kept.pending_writes, decoded.pending_writes);
@@ -240,20 +269,22 @@ mod tests {
         assert_eq!(kept.graph_description, decoded.graph_description);
         assert_eq!(kept.trace, decoded.trace);
 
-        // Read for the graph that kept it: no graph to check against, and without
-        // payloads, interrupts that say only who they are.
+        // Read for the graph that kept it: no graph to check against, next nodes as
+        // indexes, and without payloads, interrupts that say only who they are.
         let mine = OwnedSnapshot::<u32>::read(&owned, &graph.inner, false)
             .unwrap()
             .unwrap();
+        assert_eq!(mine.state, 7);
+        assert_eq!(mine.next, Some(vec![0]));
+        let mine = mine.snapshot;
         assert_eq!((mine.graph, mine.graph_description), (None, None));
+        assert!(mine.next.is_empty());
         assert_eq!(mine.interrupts.len(), 1);
         let (read, full) = (&mine.interrupts[0], &kept.interrupts[0]);
         assert_eq!(
             (&read.id, &read.node, read.index, &read.payload),
             (&full.id, &full.node, full.index, &Value::Null)
         );
-        assert_eq!(mine.state, kept.state);
-        assert_eq!(mine.next, kept.next);
 
         // A graph of another state type reads the body instead.
         let strings = Graph::new("s")
