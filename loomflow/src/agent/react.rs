@@ -271,7 +271,8 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     let permits = Semaphore::new(host.concurrency_limit());
     let permits = &permits;
     let cx = guarded::guard_context(core, state, ctx);
-    let results = join_all(calls.iter().zip(&names).map(|(call, name)| {
+    let call_step = |at: usize| {
+        let (call, name) = (&calls[at], &names[at]);
         ctx.step(name, move || async move {
             let _permit = permits
                 .acquire()
@@ -316,8 +317,13 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
             };
             Ok(guarded::check_tool_result(core, &call.name, outcome, cx).await)
         })
-    }))
-    .await;
+    };
+    // A single call (the common turn) is awaited as it is: joining one future would put
+    // it in a list of its own, an allocation of its whole size.
+    let results = match calls.len() {
+        1 => vec![call_step(0).await],
+        n => join_all((0..n).map(call_step)).await,
+    };
     let mut suspended = None;
     let mut block = None;
     for (call, result) in calls.iter().zip(results) {

@@ -298,7 +298,7 @@ impl RunClaim {
         checkpoint: Checkpoint,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send + '_ {
         let until = self.next_expiry();
-        let (thread, owner) = (&*self.inner.thread, &self.inner.owner);
+        let (thread, owner) = (&self.inner.thread, &self.inner.owner);
         if let Some(memory) = self.inner.store.as_memory() {
             // Written now, and not from a closure, which would take the checkpoint first.
             let written = match self.is_lost() {

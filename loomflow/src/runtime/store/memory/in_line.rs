@@ -3,8 +3,8 @@
 //! execution's last write and the read a run starts from, made at once rather than through
 //! a boxed future each.
 
-use super::MemoryStore;
 use super::run_row::RunRow;
+use super::{MemoryStore, ThreadName};
 use crate::runtime::clock::now_ms;
 use crate::runtime::store::{Checkpoint, Claim, StoreError};
 
@@ -12,18 +12,18 @@ impl MemoryStore {
     /// [`Store::claim`](crate::runtime::Store::claim), made at once.
     pub(crate) fn claim_now(
         &self,
-        thread: &str,
+        thread: impl ThreadName,
         owner: &str,
         lease_until_ms: u64,
         now_ms: u64,
     ) -> Result<Claim, StoreError> {
         self.lock_mut().map(|mut inner| {
             // Looked up before it is inserted: a thread claimed again (a resume, a
-            // recover) costs no copy of its name.
-            if let Some(row) = inner.runs.get_mut(thread) {
+            // recover) costs no copy of its name, nor a count of its shared one.
+            if let Some(row) = inner.runs.get_mut(thread.as_ref()) {
                 return row.claim(owner, lease_until_ms, now_ms);
             }
-            let row = inner.runs.entry(thread.to_owned()).or_insert(RunRow {
+            let row = inner.runs.entry(thread.to_key()).or_insert(RunRow {
                 created_at_ms: now_ms,
                 updated_at_ms: now_ms,
                 ..RunRow::default()
@@ -38,14 +38,14 @@ impl MemoryStore {
     #[inline]
     pub(crate) fn put_checkpoint_claimed_now(
         &self,
-        thread: &str,
+        thread: impl ThreadName,
         checkpoint: Checkpoint,
         owner: &str,
         lease_until_ms: u64,
     ) -> Result<u64, StoreError> {
         // Straight-line rather than in a closure, which would take the checkpoint first.
         let mut inner = self.lock_mut()?;
-        let row = inner.fenced_row(thread, owner, lease_until_ms)?;
+        let row = inner.fenced_row(thread.as_ref(), owner, lease_until_ms)?;
         if checkpoint.namespace.is_empty() {
             // The claim extended its lease from the time of this write: no clock read.
             let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
@@ -59,12 +59,12 @@ impl MemoryStore {
     /// [`put_checkpoint_claimed_now`](Self::put_checkpoint_claimed_now)).
     pub(crate) fn put_checkpoint_and_release_now(
         &self,
-        thread: &str,
+        thread: impl ThreadName,
         checkpoint: Checkpoint,
         owner: &str,
     ) -> Result<u64, StoreError> {
         let mut inner = self.lock_mut()?;
-        let row = inner.fenced_row(thread, owner, 0)?;
+        let row = inner.fenced_row(thread.as_ref(), owner, 0)?;
         if checkpoint.namespace.is_empty() {
             row.follow(&checkpoint, now_ms());
         }

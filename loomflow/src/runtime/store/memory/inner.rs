@@ -3,10 +3,10 @@
 
 use super::super::audit::signal_received;
 use super::super::{Checkpoint, StoreError};
-use super::Inner;
 use super::kept::Kept;
 use super::retention::prune;
 use super::run_row::RunRow;
+use super::{Inner, ThreadName};
 
 impl Inner {
     /// Checks that `owner` holds `thread` and extends its lease: the first half of every
@@ -44,7 +44,7 @@ impl Inner {
     #[inline]
     pub(super) fn insert_checkpoint(
         &mut self,
-        thread: &str,
+        thread: impl ThreadName,
         mut checkpoint: Checkpoint,
         retention: Option<usize>,
     ) -> u64 {
@@ -53,8 +53,8 @@ impl Inner {
         if !checkpoint.audit.is_empty() {
             self.audit.append(std::mem::take(&mut checkpoint.audit));
         }
-        // The thread's name is copied only for its first checkpoint.
-        if let Some(kept) = self.checkpoints.get_mut(thread) {
+        // The thread's name is filed only with its first checkpoint.
+        if let Some(kept) = self.checkpoints.get_mut(thread.as_ref()) {
             kept.push(Kept::new(checkpoint, id));
             // Pruned a batch at a time (past half as many again), so that a step costs no
             // scan.
@@ -64,15 +64,11 @@ impl Inner {
                 prune(kept, limit);
             }
         } else {
-            let thread = match std::mem::take(&mut checkpoint.thread) {
-                own if own == thread => own,
-                _ => thread.to_owned(),
-            };
             // Room for the few rows of a short run (its input, its steps, its end) at once,
             // where pushing onto one row's room would grow the list twice.
             let mut kept = Vec::with_capacity(4);
             kept.push(Kept::new(checkpoint, id));
-            self.checkpoints.insert(thread, kept);
+            self.checkpoints.insert(thread.to_key(), kept);
         }
         id
     }

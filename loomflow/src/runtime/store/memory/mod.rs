@@ -1,7 +1,7 @@
 //! The in-memory store: fast, and gone with the process.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
@@ -72,8 +72,28 @@ pub struct MemoryStore {
 }
 
 /// The maps keyed by thread: hashed with foldhash, seeded per process, which costs a
-/// fraction of SipHash on every step.
-type ByThread<V> = HashMap<String, V, foldhash::fast::RandomState>;
+/// fraction of SipHash on every step. A thread's name is shared: the executor's calls in
+/// line file it under the name its execution holds, without a copy (see [`ThreadName`]).
+type ByThread<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
+
+/// A thread's name as a caller hands it to the store: borrowed, and copied when a map
+/// files a new thread, or shared already (an execution's), and kept as it is.
+pub(crate) trait ThreadName: AsRef<str> {
+    /// The name to file a new thread under.
+    fn to_key(&self) -> Arc<str>;
+}
+
+impl ThreadName for &str {
+    fn to_key(&self) -> Arc<str> {
+        Arc::from(*self)
+    }
+}
+
+impl ThreadName for &Arc<str> {
+    fn to_key(&self) -> Arc<str> {
+        Arc::clone(self)
+    }
+}
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -158,10 +178,12 @@ impl Store for MemoryStore {
     }
 
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
-        ready(self.lock_mut().map(|mut inner| {
-            let thread = checkpoint.thread.clone();
-            inner.insert_checkpoint(&thread, checkpoint, self.retention)
-        }))
+        let mut checkpoint = checkpoint;
+        let thread = std::mem::take(&mut checkpoint.thread);
+        ready(
+            self.lock_mut()
+                .map(|mut inner| inner.insert_checkpoint(&*thread, checkpoint, self.retention)),
+        )
     }
 
     fn latest_checkpoint<'a>(
@@ -297,8 +319,9 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        let thread = checkpoint.thread.clone();
-        ready(self.put_checkpoint_claimed_now(&thread, checkpoint, owner, lease_until_ms))
+        let mut checkpoint = checkpoint;
+        let thread = std::mem::take(&mut checkpoint.thread);
+        ready(self.put_checkpoint_claimed_now(&*thread, checkpoint, owner, lease_until_ms))
     }
 
     fn put_checkpoint_and_release<'a>(
@@ -306,8 +329,9 @@ impl Store for MemoryStore {
         checkpoint: Checkpoint,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        let thread = checkpoint.thread.clone();
-        ready(self.put_checkpoint_and_release_now(&thread, checkpoint, owner))
+        let mut checkpoint = checkpoint;
+        let thread = std::mem::take(&mut checkpoint.thread);
+        ready(self.put_checkpoint_and_release_now(&*thread, checkpoint, owner))
     }
 
     fn put_journal_claimed<'a>(
@@ -361,7 +385,7 @@ impl Store for MemoryStore {
         ready(self.lock_mut().map(|mut inner| {
             let row = inner
                 .runs
-                .entry(thread.to_owned())
+                .entry(Arc::from(thread))
                 .or_insert_with(|| RunRow {
                     created_at_ms: now_ms,
                     ..RunRow::default()
