@@ -297,6 +297,12 @@ impl RowUpdate {
     /// The row's state, waits and wake time only: the graph's name, its fingerprint and
     /// the error are left `None`, for a store that takes them from `checkpoint` itself.
     pub(crate) fn state_of(checkpoint: &Checkpoint) -> Self {
+        Self::state_with(checkpoint, checkpoint.waits.as_deref().cloned())
+    }
+
+    /// [`state_of`](Self::state_of), given the waits the executor worked out for
+    /// `checkpoint` (taken from it by a store that keeps no copy), if any.
+    pub(crate) fn state_with(checkpoint: &Checkpoint, waits: Option<Waits>) -> Self {
         let mut update = Self {
             state: RunState::Running,
             waiting_on: Vec::new(),
@@ -311,11 +317,9 @@ impl RowUpdate {
             RunStatus::Failed => RunState::Failed,
             RunStatus::Cancelled => RunState::Cancelled,
             RunStatus::Interrupted => {
-                let waits = match &checkpoint.waits {
-                    Some(waits) => Waits::clone(waits),
-                    // An unreadable list of interrupts is left for a person: `interrupted`.
-                    None => Waits::of(&checkpoint.interrupts().unwrap_or_default()),
-                };
+                // An unreadable list of interrupts is left for a person: `interrupted`.
+                let waits = waits
+                    .unwrap_or_else(|| Waits::of(&checkpoint.interrupts().unwrap_or_default()));
                 update.wake_at_ms = waits.wake_at_ms;
                 update.waiting_on = waits.waiting_on;
                 waits.state

@@ -39,7 +39,7 @@ impl MemoryStore {
     pub(crate) fn put_checkpoint_claimed_now(
         &self,
         thread: impl ThreadName,
-        checkpoint: Checkpoint,
+        mut checkpoint: Checkpoint,
         owner: &str,
         lease_until_ms: u64,
     ) -> Result<u64, StoreError> {
@@ -49,7 +49,7 @@ impl MemoryStore {
         if checkpoint.namespace.is_empty() {
             // The claim extended its lease from the time of this write: no clock read.
             let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
-            row.follow(&checkpoint, now_ms);
+            row.follow(&mut checkpoint, now_ms);
         }
         Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))
     }
@@ -60,13 +60,13 @@ impl MemoryStore {
     pub(crate) fn put_checkpoint_and_release_now(
         &self,
         thread: impl ThreadName,
-        checkpoint: Checkpoint,
+        mut checkpoint: Checkpoint,
         owner: &str,
     ) -> Result<u64, StoreError> {
         let mut inner = self.lock_mut()?;
         let row = inner.fenced_row(thread.as_ref(), owner, 0)?;
         if checkpoint.namespace.is_empty() {
-            row.follow(&checkpoint, now_ms());
+            row.follow(&mut checkpoint, now_ms());
         }
         row.let_go();
         Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))

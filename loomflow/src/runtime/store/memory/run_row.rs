@@ -74,13 +74,15 @@ impl RunRow {
         self.owner.is_none() || self.until_ms <= now_ms
     }
 
-    /// Follows a top-level checkpoint written at `now_ms`.
-    pub(super) fn follow(&mut self, checkpoint: &Checkpoint, now_ms: u64) {
+    /// Follows a top-level checkpoint written at `now_ms`, taking the waits the executor
+    /// worked out for it (the store keeps no copy).
+    pub(super) fn follow(&mut self, checkpoint: &mut Checkpoint, now_ms: u64) {
         if checkpoint.status == RunStatus::Running && checkpoint.error.is_none() {
             self.follow_step(checkpoint, now_ms);
             return;
         }
-        let update = RowUpdate::state_of(checkpoint);
+        let waits = checkpoint.waits.take().map(|waits| *waits);
+        let update = RowUpdate::state_with(checkpoint, waits);
         self.run = checkpoint.run;
         self.runnable_at_ms = update.runnable_at_ms();
         self.state = Some(update.state);
