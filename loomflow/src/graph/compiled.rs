@@ -23,7 +23,7 @@ pub(crate) struct CompiledNode<S> {
 }
 
 pub(crate) struct CompiledInner<S> {
-    pub(crate) name: String,
+    pub(crate) name: Arc<str>,
     pub(crate) nodes: Vec<CompiledNode<S>>,
     /// Node name -> index into `nodes` (foldhash: looked up as a run resumes, no attacker
     /// chooses a graph's node names).
@@ -37,7 +37,7 @@ pub(crate) struct CompiledInner<S> {
     /// The structure, one fact a line (see [`identity`](crate::graph::identity)).
     pub(crate) description: Vec<String>,
     /// A fingerprint of `description`, recorded by every checkpoint.
-    pub(crate) fingerprint: String,
+    pub(crate) fingerprint: Arc<str>,
 }
 
 impl<S> CompiledInner<S> {
@@ -174,7 +174,7 @@ impl<S: State> CompiledGraph<S> {
             .collect();
         Ok(Self {
             inner: Arc::new(CompiledInner {
-                name,
+                name: name.into(),
                 nodes,
                 index,
                 branches: routers,
@@ -182,7 +182,7 @@ impl<S: State> CompiledGraph<S> {
                 recursion_limit,
                 shape,
                 description,
-                fingerprint,
+                fingerprint: fingerprint.into(),
             }),
         })
     }

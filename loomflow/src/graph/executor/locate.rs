@@ -132,7 +132,7 @@ impl StoredNext {
                         g.node_index(&name)
                             .ok_or_else(|| RunError::CheckpointMismatch {
                                 thread: thread.to_owned(),
-                                graph: g.name.clone(),
+                                graph: g.name.to_string(),
                                 node: name,
                             })?;
                     active.push(index);
@@ -247,7 +247,7 @@ async fn check_graph<S>(
     let Some(recorded) = cp.snapshot.graph.as_deref().filter(|_| !allow_graph_change) else {
         return Ok(cp);
     };
-    if recorded == g.fingerprint {
+    if *recorded == *g.fingerprint {
         return Ok(cp);
     }
     let mut before = cp.snapshot.graph_description.clone();
@@ -269,7 +269,7 @@ async fn check_graph<S>(
     };
     Err(RunError::GraphChanged {
         thread: thread.to_owned(),
-        graph: g.name.clone(),
+        graph: g.name.to_string(),
         changes,
     })
 }

@@ -108,7 +108,7 @@ impl<S: State> OwnedSnapshot<S> {
                 resume_values: suspended
                     .and_then(|s| s.resume_values.clone())
                     .unwrap_or_default(),
-                graph: (!same_graph).then(|| owned.graph.fingerprint.clone()),
+                graph: (!same_graph).then(|| owned.graph.fingerprint.to_string()),
                 graph_description: (owned.describe && !same_graph)
                     .then(|| owned.graph.description.clone()),
                 trace: owned.trace.as_deref().map(str::to_owned),
@@ -202,12 +202,12 @@ impl<S: State> SnapshotSource for OwnedSnapshot<S> {
         body_of(&self.as_ref(), self.trace.as_deref())
     }
 
-    fn fingerprint(&self) -> &str {
+    fn fingerprint(&self) -> &Arc<str> {
         &self.graph.fingerprint
     }
 
-    fn graph_name(&self) -> Option<&str> {
-        self.describe.then_some(&*self.graph.name)
+    fn graph_name(&self) -> Option<&Arc<str>> {
+        self.describe.then_some(&self.graph.name)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -104,7 +104,7 @@ pub(super) async fn run_step<S: State>(
             .node_index(&write.node)
             .ok_or_else(|| RunError::CheckpointMismatch {
                 thread: shared.thread.to_string(),
-                graph: g.name.clone(),
+                graph: g.name.to_string(),
                 node: write.node.clone(),
             })?;
         let working = S::deserialize(&write.state)

@@ -176,7 +176,7 @@ impl Checkpoint {
     /// The graph's name (`graph_name` in the body), built or not.
     pub(crate) fn graph_name(&self) -> Option<&str> {
         match &self.unserialized {
-            Some(Unserialized(source)) => source.graph_name(),
+            Some(Unserialized(source)) => source.graph_name().map(|name| &**name),
             None => self.body.get("graph_name").and_then(Value::as_str),
         }
     }

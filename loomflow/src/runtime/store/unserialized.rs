@@ -12,10 +12,10 @@ use serde_json::Value;
 pub(crate) trait SnapshotSource: Send + Sync {
     /// The body, exactly as it would have been written.
     fn body(&self) -> serde_json::Result<Value>;
-    /// The graph's fingerprint (`graph` in the body).
-    fn fingerprint(&self) -> &str;
-    /// The graph's name, when the body keeps it (`graph_name`).
-    fn graph_name(&self) -> Option<&str>;
+    /// The graph's fingerprint (`graph` in the body), shared with the compiled graph.
+    fn fingerprint(&self) -> &Arc<str>;
+    /// The graph's name, when the body keeps it (`graph_name`), shared likewise.
+    fn graph_name(&self) -> Option<&Arc<str>>;
     /// The snapshot itself, for the executor to read back without building the body.
     fn as_any(&self) -> &dyn std::any::Any;
 }

@@ -399,7 +399,7 @@ impl Store for MemoryStore {
             *row = RunRow {
                 run: row.run,
                 state: Some(RunState::Queued),
-                graph: Some(graph.to_owned()),
+                graph: Some(Arc::from(graph)),
                 runnable_at_ms: Some(0),
                 input: Some(input),
                 created_at_ms: now_ms,

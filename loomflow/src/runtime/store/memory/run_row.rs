@@ -1,7 +1,10 @@
 //! A thread's run row in the memory store.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
+use crate::runtime::store::unserialized::Unserialized;
 use crate::runtime::store::{Checkpoint, Claim, RowUpdate, RunRecord, RunState, RunStatus};
 
 /// A thread's current run, as the SQLite store's `runs` table keeps it.
@@ -10,8 +13,10 @@ pub(super) struct RunRow {
     pub(super) run: u64,
     /// `None` until the run's first checkpoint (or submit): claimed, never written.
     pub(super) state: Option<RunState>,
-    pub(super) graph: Option<String>,
-    pub(super) fingerprint: Option<String>,
+    /// The graph's name and fingerprint: shared with the compiled graph when they come
+    /// from a snapshot kept as values.
+    pub(super) graph: Option<Arc<str>>,
+    pub(super) fingerprint: Option<Arc<str>>,
     pub(super) waiting_on: Vec<String>,
     pub(super) wake_at_ms: Option<u64>,
     pub(super) runnable_at_ms: Option<u64>,
@@ -33,8 +38,8 @@ impl RunRow {
         Some(RunRecord {
             thread: thread.to_owned(),
             run: self.run,
-            graph: self.graph.clone(),
-            fingerprint: self.fingerprint.clone(),
+            graph: self.graph.as_deref().map(str::to_owned),
+            fingerprint: self.fingerprint.as_deref().map(str::to_owned),
             state: self.state?,
             waiting_on: self.waiting_on.clone(),
             wake_at_ms: self.wake_at_ms,
@@ -111,22 +116,22 @@ impl RunRow {
     }
 
     /// Takes the graph's name and fingerprint from `checkpoint` when it says them, copying
-    /// only what changed.
+    /// only what changed, and nothing when the checkpoint is a snapshot kept as values,
+    /// whose names are shared.
     fn follow_names(&mut self, checkpoint: &Checkpoint) {
-        if let Some(graph) = checkpoint.graph_name()
-            && self.graph.as_deref() != Some(graph)
-        {
-            self.graph = Some(graph.to_owned());
-        }
-        if let Some(fingerprint) = checkpoint.fingerprint()
-            && self.fingerprint.as_deref() != Some(fingerprint)
-        {
-            self.fingerprint = Some(fingerprint.to_owned());
+        if let Some(Unserialized(kept)) = &checkpoint.unserialized {
+            follow_name(&mut self.graph, kept.graph_name(), Arc::clone);
+            follow_name(&mut self.fingerprint, Some(kept.fingerprint()), Arc::clone);
+        } else {
+            follow_name(&mut self.graph, checkpoint.graph_name(), Arc::from);
+            follow_name(&mut self.fingerprint, checkpoint.fingerprint(), Arc::from);
         }
     }
 
     pub(super) fn in_graphs(&self, graphs: &[String]) -> bool {
-        self.graph.as_ref().is_some_and(|g| graphs.contains(g))
+        self.graph
+            .as_deref()
+            .is_some_and(|g| graphs.iter().any(|wanted| wanted == g))
     }
 
     /// Takes the lease for `owner`, counting an attempt.
@@ -161,5 +166,18 @@ impl RunRow {
         ) {
             self.runnable_at_ms = self.wake_at_ms;
         }
+    }
+}
+
+/// Sets `kept` to `name` when `name` says one that differs; `share` makes the copy.
+fn follow_name<'a, N: AsRef<str> + ?Sized>(
+    kept: &mut Option<Arc<str>>,
+    name: Option<&'a N>,
+    share: impl FnOnce(&'a N) -> Arc<str>,
+) {
+    if let Some(name) = name
+        && kept.as_deref() != Some(name.as_ref())
+    {
+        *kept = Some(share(name));
     }
 }
