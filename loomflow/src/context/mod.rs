@@ -430,7 +430,11 @@ impl Context {
     {
         let key = self.journal_key(name);
         let store = self.run.runtime.store();
-        if let Some(recorded) = store.get_journal(&key).await? {
+        let recorded = match store.as_memory() {
+            Some(memory) => memory.get_journal_now(&key)?,
+            None => store.get_journal(&key).await?,
+        };
+        if let Some(recorded) = recorded {
             return serde_json::from_value(recorded).map_err(|e| {
                 RunError::json(format!("journaled step {name} of node {}", self.node), e)
             });

@@ -352,38 +352,28 @@ impl RunClaim {
         written
     }
 
-    /// Journals a step's result under the claim.
-    pub(crate) async fn put_journal(
-        &self,
-        key: JournalKey,
-        value: Value,
-    ) -> Result<(), StoreError> {
-        let until = self.next_expiry();
-        let store = &self.inner.store;
-        self.fenced(
-            until,
-            store.put_journal_claimed(key, value, &self.inner.owner, until),
-        )
-        .await
-    }
-
-    /// [`put_journal`](Self::put_journal) with audit entries in the same write.
+    /// Journals a step's result under the claim, with the audit entries recorded since the
+    /// last write in the same write.
     pub(crate) async fn put_journal_audited(
         &self,
         key: JournalKey,
         value: Value,
         audit: Vec<AuditEntry>,
     ) -> Result<(), StoreError> {
-        if audit.is_empty() {
-            return self.put_journal(key, value).await;
-        }
         let until = self.next_expiry();
-        let store = &self.inner.store;
-        self.fenced(
-            until,
-            store.put_journal_audited(key, value, audit, &self.inner.owner, until),
-        )
-        .await
+        let (store, owner) = (&self.inner.store, &*self.inner.owner);
+        if let Some(memory) = store.as_memory() {
+            if self.is_lost() {
+                return Err(self.lost_error());
+            }
+            let written = memory.put_journal_claimed_now(key, value, audit, owner, until);
+            return self.settle(until, written);
+        }
+        let write = match audit.is_empty() {
+            true => store.put_journal_claimed(key, value, owner, until),
+            false => store.put_journal_audited(key, value, audit, owner, until),
+        };
+        self.fenced(until, write).await
     }
 
     /// Consumes a stored signal and journals it under the claim; `false` when another

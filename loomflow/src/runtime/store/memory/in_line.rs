@@ -1,12 +1,14 @@
 //! The memory store's calls the executor makes in line (see
 //! [`Store::as_memory`](crate::runtime::Store::as_memory)): a claim, a step's write, an
-//! execution's last write and the read a run starts from, made at once rather than through
-//! a boxed future each.
+//! execution's last write, the read a run starts from, and a journaled step's read and
+//! write, made at once rather than through a boxed future each.
 
 use super::run_row::RunRow;
 use super::{MemoryStore, ThreadName};
 use crate::runtime::clock::now_ms;
-use crate::runtime::store::{Checkpoint, Claim, StoreError};
+use serde_json::Value;
+
+use crate::runtime::store::{AuditEntry, Checkpoint, Claim, JournalKey, StoreError};
 
 impl MemoryStore {
     /// [`Store::claim`](crate::runtime::Store::claim), made at once.
@@ -85,5 +87,30 @@ impl MemoryStore {
             let newest = kept.iter().rev().find(|c| *c.namespace == *namespace)?;
             Some(newest.checkpoint(""))
         })
+    }
+
+    /// [`Store::get_journal`](crate::runtime::Store::get_journal), made at once.
+    pub(crate) fn get_journal_now(&self, key: &JournalKey) -> Result<Option<Value>, StoreError> {
+        self.lock().map(|inner| inner.journal.get(key).cloned())
+    }
+
+    /// [`Store::put_journal_audited`](crate::runtime::Store::put_journal_audited) (with no
+    /// entries, [`put_journal_claimed`](crate::runtime::Store::put_journal_claimed)), made
+    /// at once: the value and the entries are filed together, under one lock.
+    pub(crate) fn put_journal_claimed_now(
+        &self,
+        key: JournalKey,
+        value: Value,
+        audit: Vec<AuditEntry>,
+        owner: &str,
+        lease_until_ms: u64,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock_mut()?;
+        inner.fence(&key.thread, owner, lease_until_ms)?;
+        inner.journal.entry(key).or_insert(value);
+        if !audit.is_empty() {
+            inner.audit.append(audit);
+        }
+        Ok(())
     }
 }

@@ -232,7 +232,7 @@ impl Store for MemoryStore {
         &'a self,
         key: &'a JournalKey,
     ) -> BoxFuture<'a, Result<Option<Value>, StoreError>> {
-        ready(self.lock().map(|inner| inner.journal.get(key).cloned()))
+        ready(self.get_journal_now(key))
     }
 
     fn push_signal(
@@ -341,11 +341,18 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.lock_mut().and_then(|mut inner| {
-            inner.fence(&key.thread, owner, lease_until_ms)?;
-            inner.journal.entry(key).or_insert(value);
-            Ok(())
-        }))
+        ready(self.put_journal_claimed_now(key, value, Vec::new(), owner, lease_until_ms))
+    }
+
+    fn put_journal_audited<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        audit: Vec<AuditEntry>,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ready(self.put_journal_claimed_now(key, value, audit, owner, lease_until_ms))
     }
 
     fn take_signal_claimed<'a>(
