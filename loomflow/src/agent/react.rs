@@ -118,10 +118,15 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     let cost = add_cost(core, state, &response.usage, response.model.as_deref());
     core.budget
         .record(state.user.as_deref(), response.usage, cost);
-    state.messages.push(response.message());
     if !response.tool_calls.is_empty() {
+        // The reply is read no further: its text and calls move into the transcript.
+        state.messages.push(Message::Assistant {
+            content: response.content,
+            tool_calls: response.tool_calls,
+        });
         return Ok(());
     }
+    state.messages.push(response.message());
     let checked = match (&state.output_schema, &core.output) {
         (Some(own), _) => Some(super::output::check_against(&own.schema, &response.content)),
         (None, Some(output)) => Some((output.validate)(&response.content)),
@@ -254,10 +259,10 @@ impl Node<AgentState> for ToolsNode {
 }
 
 async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
-    let calls = state
-        .last_message()
-        .map(|m| m.tool_calls().to_vec())
-        .unwrap_or_default();
+    // The model's reply, shared rather than copied: its calls are read while results are
+    // added to the transcript.
+    let reply = state.messages.last_shared();
+    let calls = reply.as_deref().map_or(&[][..], Message::tool_calls);
     let user = state.user.clone();
     let dispatch = DispatchContext::new(ctx.thread())
         .user(user.as_deref())
@@ -265,7 +270,7 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
         .node(ctx);
     // One journaled step per call: a call that finished before a suspension or a crash is
     // not made again. The permits keep the host's concurrency limit across the steps.
-    let names: Vec<String> = calls.iter().map(|c| format!("tool:{}", c.id)).collect();
+    let names: Vec<String> = calls.iter().map(|c| ["tool:", &c.id].concat()).collect();
     let host = core.tools.for_session(ctx.thread());
     let host = &*host;
     let permits = Semaphore::new(host.concurrency_limit());

@@ -91,6 +91,12 @@ impl Transcript {
         }
     }
 
+    /// The last message, shared: it stays readable while the transcript changes.
+    pub(crate) fn last_shared(&self) -> Option<Arc<Message>> {
+        let last = self.len().checked_sub(1)?;
+        self.shared(last).cloned()
+    }
+
     /// The message at `index`, to change; copied first if another transcript shares it.
     pub fn get_mut(&mut self, index: usize) -> Option<&mut Message> {
         if index >= self.len() {

@@ -163,20 +163,18 @@ pub(super) enum Approval {
 }
 
 /// Surfaces a permission or approval decision on the run's stream, when the dispatch runs
-/// inside a node.
-pub(super) fn emit(ctx: DispatchContext<'_>, event: &AgentEvent) {
-    if let Some(node) = ctx.node {
-        event.emit(node);
+/// inside a node; the event is built only when the run has a listener, as it copies the
+/// call's id and names.
+pub(super) fn emit(ctx: DispatchContext<'_>, event: impl FnOnce() -> AgentEvent) {
+    if let Some(node) = ctx.node.filter(|node| node.has_listener()) {
+        event().emit(node);
     }
 }
 
 pub(super) fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision: Decision) {
-    emit(
-        ctx,
-        &AgentEvent::Approval {
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            decision,
-        },
-    );
+    emit(ctx, || AgentEvent::Approval {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        decision,
+    });
 }

@@ -346,27 +346,29 @@ impl ToolHost {
         call: &ToolCall,
         ctx: DispatchContext<'_>,
     ) -> crate::Result<ToolOutcome> {
-        let mut hook_call = HookCall {
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            arguments: call.arguments.clone(),
-            session: ctx.session.to_owned(),
-            user: ctx.user.map(str::to_owned),
-        };
+        // The arguments the tool runs with (normalized, perhaps edited by an approver); the
+        // model's own until they are checked.
+        let mut arguments = None;
         let span = observe::tool_span(call);
         let started = std::time::Instant::now();
         let result = self
-            .execute(call, ctx, &mut hook_call)
+            .execute(call, ctx, &mut arguments)
             .instrument(span.clone())
             .await?;
         let took = started.elapsed();
-        observe::record_result(&span, &hook_call.arguments, &result, self.record_content);
-        let entry = observe::tool_call_entry(ctx, call, &hook_call.arguments, &result, took);
+        let arguments = arguments.unwrap_or_else(|| call.arguments.clone());
+        observe::record_result(&span, &arguments, &result, self.record_content);
+        // The audit entry keeps the arguments: moved into it unless an after hook needs them.
+        let (audited, for_hooks) = match self.after.is_empty() {
+            true => (arguments, None),
+            false => (arguments.clone(), Some(arguments)),
+        };
+        let entry = observe::tool_call_entry(ctx, call, audited, &result, took);
         observe::record(ctx, entry).await;
         let outcome = ToolOutcome::new(call, result);
-        if !self.after.is_empty() {
+        if let Some(arguments) = for_hooks {
             let result = HookResult {
-                call: hook_call,
+                call: hook_call(call, ctx, arguments),
                 content: outcome.content.clone(),
                 is_error: outcome.is_error,
             };
@@ -375,11 +377,13 @@ impl ToolHost {
         Ok(outcome)
     }
 
+    /// Checks, hooks, permits and runs `call`; `used` gets the arguments it runs with once
+    /// they are checked.
     async fn execute(
         &self,
         call: &ToolCall,
         ctx: DispatchContext<'_>,
-        hook_call: &mut HookCall,
+        used: &mut Option<Value>,
     ) -> crate::Result<Result<Value, ToolError>> {
         let Some(tool) = self.get(&call.name) else {
             return Ok(Err(ToolError::UnknownTool {
@@ -399,26 +403,27 @@ impl ToolHost {
         if let Err(message) = validate(&spec.parameters, &arguments) {
             return Ok(Err(invalid(message)));
         }
-        hook_call.arguments = arguments.clone();
-        if let Some(reason) = self.run_before_hooks(hook_call).await {
+        *used = Some(arguments.clone());
+        if !self.before.is_empty()
+            && let Some(reason) = self
+                .run_before_hooks(&hook_call(call, ctx, arguments.clone()))
+                .await
+        {
             let hook = Some("hook".to_owned());
             let entry = observe::decision_entry(ctx, call, hook, "deny", Some(&reason), None);
             observe::record(ctx, entry).await;
             return Ok(Err(denied(spec, reason)));
         }
         let permission = self.permission(ctx.user, spec, &arguments);
-        emit(
-            ctx,
-            &AgentEvent::Permission {
-                call_id: call.id.clone(),
-                tool: spec.name.clone(),
-                decision: match &permission {
-                    Permission::Allow => Decision::Allow,
-                    Permission::Deny(_) => Decision::Deny,
-                    Permission::Ask => Decision::Ask,
-                },
+        emit(ctx, || AgentEvent::Permission {
+            call_id: call.id.clone(),
+            tool: spec.name.clone(),
+            decision: match &permission {
+                Permission::Allow => Decision::Allow,
+                Permission::Deny(_) => Decision::Deny,
+                Permission::Ask => Decision::Ask,
             },
-        );
+        });
         match permission {
             Permission::Allow => {}
             Permission::Deny(reason) => {
@@ -443,7 +448,7 @@ impl ToolHost {
                         return Ok(Err(invalid(format!("edited by the approver: {message}"))));
                     }
                     arguments = edited;
-                    hook_call.arguments = arguments.clone();
+                    *used = Some(arguments.clone());
                 }
                 Approval::Refuse(reason) => {
                     emit_approval(ctx, call, Decision::Deny);
@@ -521,5 +526,16 @@ fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
                 _ => "something else",
             }
         )),
+    }
+}
+
+/// `call` as hooks see it, running with `arguments`.
+fn hook_call(call: &ToolCall, ctx: DispatchContext<'_>, arguments: Value) -> HookCall {
+    HookCall {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments,
+        session: ctx.session.to_owned(),
+        user: ctx.user.map(str::to_owned),
     }
 }

@@ -60,15 +60,15 @@ pub(super) fn record_result(
 pub(super) fn tool_call_entry(
     ctx: DispatchContext<'_>,
     call: &ToolCall,
-    arguments: &Value,
+    arguments: Value,
     result: &Result<Value, ToolError>,
     took: Duration,
 ) -> AuditEntry {
     let mut detail = json!({
         "call_id": call.id,
-        "arguments": arguments,
         "duration_ms": u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
     });
+    detail["arguments"] = arguments;
     match result {
         Ok(value) => {
             detail["outcome"] = Value::from("ok");
@@ -76,7 +76,7 @@ pub(super) fn tool_call_entry(
                 Value::String(text) => text.clone(),
                 other => other.to_string(),
             };
-            detail["result"] = Value::from(clip(&text, RESULT_IN_AUDIT));
+            detail["result"] = Value::from(clip(text, RESULT_IN_AUDIT));
         }
         Err(error) => {
             detail["outcome"] = Value::from("error");
@@ -117,13 +117,30 @@ pub(super) async fn record(ctx: DispatchContext<'_>, entry: AuditEntry) {
     }
 }
 
-fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
+/// `text`, cut to at most `max` bytes (at a character boundary) and marked with `…` when it
+/// was longer; in place, without a copy.
+fn clip(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn clip_cuts_long_text_at_a_character_boundary() {
+        assert_eq!(clip("short".to_owned(), 10), "short");
+        assert_eq!(clip("exactly".to_owned(), 7), "exactly");
+        assert_eq!(clip("abcdef".to_owned(), 3), "abc…");
+        // 'é' is two bytes: a cut inside it moves back to its start.
+        assert_eq!(clip("aé".to_owned(), 2), "a…");
     }
-    format!("{}…", &text[..end])
 }
