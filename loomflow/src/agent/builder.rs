@@ -342,7 +342,7 @@ impl AgentBuilder {
         }
         let core = Arc::new(AgentCore {
             name: name.clone(),
-            instructions: self.instructions,
+            system: Arc::new(crate::model::Message::system(self.instructions)),
             model,
             tools: Arc::new(tools::AgentTools::new(tools)),
             max_turns: self.max_turns,

@@ -85,7 +85,9 @@ pub const DEFAULT_MAX_TURNS: u32 = 50;
 /// What an agent is made of; shared by its graph's nodes.
 pub(crate) struct AgentCore {
     pub(crate) name: String,
-    instructions: String,
+    /// The instructions, as the system message that opens every request: built once and
+    /// shared by the requests.
+    system: Arc<Message>,
     pub(crate) model: Arc<dyn Model>,
     pub(crate) tools: Arc<tools::AgentTools>,
     pub(crate) max_turns: u32,
@@ -132,7 +134,7 @@ impl AgentCore {
         tools: &ToolHost,
     ) -> ModelRequest {
         let mut all = Transcript::new();
-        all.push(Message::system(&self.instructions));
+        all.push_shared(Arc::clone(&self.system));
         if let Some(recalled) = recalled.filter(|r| !r.is_empty()) {
             all.push(Message::system(recalled));
         }
@@ -267,7 +269,7 @@ impl Agent {
         }
         let core = Arc::new(AgentCore {
             name: self.core.name.clone(),
-            instructions: self.core.instructions.clone(),
+            system: Arc::clone(&self.core.system),
             model: Arc::clone(&self.core.model),
             tools: Arc::new(tools::AgentTools::new(tools)),
             max_turns: self.core.max_turns,

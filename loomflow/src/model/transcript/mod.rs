@@ -37,7 +37,7 @@ pub use iter::Iter;
 /// assert_eq!(serde_json::to_value(&asked)?, serde_json::to_value(asked.to_vec())?);
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Transcript {
     /// Sealed runs of messages, oldest first; shared, never changed in place.
     chunks: Vec<Arc<[Arc<Message>]>>,
@@ -45,6 +45,21 @@ pub struct Transcript {
     open: Vec<Arc<Message>>,
     /// Messages in `chunks`.
     sealed: usize,
+}
+
+impl Clone for Transcript {
+    /// Shares the messages. The copy has room for one more open message: the executor runs
+    /// each step on a copy of the state, and a step adds a message, which would otherwise
+    /// grow the copy's list at once.
+    fn clone(&self) -> Self {
+        let mut open = Vec::with_capacity(self.open.len() + 1);
+        open.extend(self.open.iter().cloned());
+        Self {
+            chunks: self.chunks.clone(),
+            open,
+            sealed: self.sealed,
+        }
+    }
 }
 
 /// How many messages a sealed chunk holds (one made by joining transcripts may hold fewer).
@@ -136,7 +151,8 @@ impl Transcript {
         self.push_shared(Arc::new(message));
     }
 
-    fn push_shared(&mut self, message: Arc<Message>) {
+    /// Adds a message another transcript (or a request) may share.
+    pub(crate) fn push_shared(&mut self, message: Arc<Message>) {
         self.open.push(message);
         if self.open.len() >= CHUNK {
             let sealed: Arc<[Arc<Message>]> = std::mem::take(&mut self.open).into();
