@@ -275,7 +275,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// loomflow's in-memory store, when this is it. The executor then hands it checkpoints
     /// whose body is built only when read, reads back the values they keep, and makes its
-    /// claims and writes in line, with no future to box. Internal to loomflow: a store
+    /// claims, writes and journal lookups in line, with no future to box. Internal to
+    /// loomflow: a store
     /// outside the crate keeps the default, `None`.
     #[doc(hidden)]
     fn as_memory(&self) -> Option<&MemoryStore> {

@@ -49,9 +49,11 @@ use run_row::RunRow;
 /// through JSON on that read, as it would from a durable store, so a field the state does
 /// not serialize (`#[serde(skip)]`) starts afresh after a resume whichever store a run uses.
 ///
-/// The executor writes to this store and reads from it in line, with no future to box, and
-/// a kept row does not repeat its thread's name. What a run keeps per step is an 80-byte
-/// row and, for a state of one word, an 80-byte snapshot (plus the allocator's header).
+/// The executor writes to this store and reads from it in line, with no future to box:
+/// claims, checkpoints and journaled steps (a step's result and its audit entries under
+/// one lock). A thread's name is kept once, shared with the execution that filed it, and a
+/// kept row does not repeat it. What a run keeps per step is an 80-byte row and, for a
+/// state of one word, an 80-byte snapshot (plus the allocator's header).
 ///
 /// # Examples
 ///
