@@ -778,3 +778,105 @@ async fn at_normal_writes_committed_by_their_callers_still_reach_every_reader_an
     }
     assert_eq!(store.commit_stats().writes, 4000);
 }
+
+/// A chain of `nodes` nodes, each adding one.
+fn chain(nodes: usize) -> loomflow::CompiledGraph<u64> {
+    use loomflow::prelude::*;
+    let mut graph = Graph::new("chain").recursion_limit(nodes as u64 + 1);
+    for i in 0..nodes {
+        graph = graph.node_sync(format!("n{i}"), |n: &mut u64| *n += 1);
+    }
+    graph = graph.edge(START, "n0").edge(format!("n{}", nodes - 1), END);
+    for i in 1..nodes {
+        graph = graph.edge(format!("n{}", i - 1), format!("n{i}"));
+    }
+    graph.compile().unwrap()
+}
+
+/// A step that leaves its run's row saying what it said renews the lease only: the writes
+/// that name the row's indexed run columns do not grow with the run's steps, and the row
+/// still ends up saying where each run stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_that_leave_the_run_row_as_it_was_only_renew_its_lease() {
+    let db = TempDb::new("followed");
+    let options = SqliteOptions::default().synchronous(loomflow::runtime::Synchronous::Normal);
+    let store = Arc::new(SqliteStore::open_with(db.path(), options).unwrap());
+    // Counts every UPDATE that names a column a step's row update writes.
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE row_writes (thread TEXT NOT NULL);
+         CREATE TRIGGER count_row_writes
+         AFTER UPDATE OF status, waiting_on, runnable_at_ms ON runs
+         BEGIN INSERT INTO row_writes VALUES (new.thread); END;",
+    )
+    .unwrap();
+    let runtime = Runtime::builder().shared_store(store.clone()).build();
+    let writes = |thread: &str| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM row_writes WHERE thread = ?1",
+            [thread],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+
+    let short = chain(3);
+    let long = chain(30);
+    assert_eq!(
+        short
+            .invoke(&runtime, "short", 0)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        long.invoke(&runtime, "long", 0)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap(),
+        30
+    );
+    assert!(
+        writes("short") > 0,
+        "the first step and the last write the row"
+    );
+    assert_eq!(
+        writes("short"),
+        writes("long"),
+        "27 more steps, no more writes of the run columns"
+    );
+    for thread in ["short", "long"] {
+        let row = store.get_run(thread).await.unwrap().unwrap();
+        assert_eq!(row.state, loomflow::runtime::RunState::Completed, "{row:?}");
+        assert_eq!(row.lease_owner, None, "{row:?}");
+        assert_eq!(row.graph.as_deref(), Some("chain"), "{row:?}");
+    }
+
+    // A new run on the thread writes its row again, and so does a suspension and a resume.
+    assert_eq!(
+        long.invoke(&runtime, "long", 5)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap(),
+        35
+    );
+    assert_eq!(store.get_run("long").await.unwrap().unwrap().run, 2);
+    let graph = asks();
+    graph
+        .invoke(&runtime, "asks", Asked::default())
+        .await
+        .unwrap();
+    let row = store.get_run("asks").await.unwrap().unwrap();
+    assert_eq!(
+        row.state,
+        loomflow::runtime::RunState::Interrupted,
+        "{row:?}"
+    );
+    graph.resume(&runtime, "asks", "Ada").await.unwrap();
+    let row = store.get_run("asks").await.unwrap().unwrap();
+    assert_eq!(row.state, loomflow::runtime::RunState::Completed, "{row:?}");
+}

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::Connection;
 
 use super::Synchronous;
+use super::followed::Followed;
 use super::writer::{Counters, Op, Outcome, Request};
 use crate::runtime::store::StoreError;
 
@@ -58,6 +59,8 @@ pub(super) struct Committer {
     last_prune: i64,
     /// The pages in the WAL after the last commit.
     wal_pages: i32,
+    /// What the last step under each held claim made its run's row say.
+    followed: Followed,
 }
 
 impl Committer {
@@ -75,6 +78,7 @@ impl Committer {
             at_full: full,
             last_prune: i64::MIN,
             wal_pages: 0,
+            followed: Followed::default(),
         })
     }
 
@@ -117,7 +121,12 @@ impl Committer {
         }
         while !group.is_empty() {
             let synced = self.prepare(group);
-            match commit(&self.conn, group, now) {
+            let committed = commit(&self.conn, &mut self.followed, group, now);
+            if committed.is_err() {
+                // Rolled back: what was noted in the group may not have been written.
+                self.followed.forget_all();
+            }
+            match committed {
                 Ok(outcomes) => {
                     let writes = outcomes.len() as u64;
                     counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -201,7 +210,12 @@ enum Failure {
 ///
 /// `BEGIN` and `COMMIT` are prepared once and kept, like every other statement: parsing them
 /// again for each group costs about what binding a checkpoint's row does.
-fn commit(conn: &Connection, group: &[Request], now_ms: i64) -> Result<Vec<Outcome>, Failure> {
+fn commit(
+    conn: &Connection,
+    followed: &mut Followed,
+    group: &[Request],
+    now_ms: i64,
+) -> Result<Vec<Outcome>, Failure> {
     let statement = |sql: &str| {
         conn.prepare_cached(sql)
             .and_then(|mut stmt| stmt.execute([]))
@@ -212,7 +226,7 @@ fn commit(conn: &Connection, group: &[Request], now_ms: i64) -> Result<Vec<Outco
         .iter()
         .enumerate()
         .map(|(i, request)| {
-            request.op.apply(conn, now_ms).map_err(|e| {
+            request.op.apply(conn, followed, now_ms).map_err(|e| {
                 if concerns_one_write(&e) {
                     Failure::Op(i, e)
                 } else {

@@ -23,6 +23,7 @@
 
 mod audit;
 mod committer;
+mod followed;
 mod options;
 mod reader;
 mod rows;

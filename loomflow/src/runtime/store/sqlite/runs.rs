@@ -9,6 +9,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
+use super::followed::Followed;
 use super::run_rows::{
     RUN_COLUMNS, fence_and_follow, follow, next_runnable, read_record, record_from_row, submit,
     waiting_run,
@@ -137,15 +138,24 @@ impl RunOp {
         }
     }
 
-    pub(super) fn apply(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<Outcome> {
+    pub(super) fn apply(
+        &self,
+        conn: &Connection,
+        followed: &mut Followed,
+        now_ms: i64,
+    ) -> rusqlite::Result<Outcome> {
         match self {
             Self::Claim {
                 thread,
                 owner,
                 until_ms,
                 now_ms: asked_at,
-            } => claim(conn, thread, owner, *until_ms, *asked_at),
+            } => {
+                followed.forget(thread);
+                claim(conn, thread, owner, *until_ms, *asked_at)
+            }
             Self::Release { thread, owner } => {
+                followed.forget(thread);
                 release(conn, thread, owner, now_ms)?;
                 Ok(Outcome::Done)
             }
@@ -165,11 +175,33 @@ impl RunOp {
                 update,
             } => {
                 let held = match (update, until_ms) {
+                    // A step that leaves the row saying what the step before made it say
+                    // renews the lease only (see `followed.rs`).
+                    (Some(update), Some(until))
+                        if followed.unchanged(&row.thread, owner, row.run, update) =>
+                    {
+                        fence(conn, &row.thread, owner, *until, now_ms)?
+                    }
                     // A step of a running run: one UPDATE renews the lease and files it.
                     (Some(update), Some(until)) => {
-                        fence_and_follow(conn, &row.thread, owner, *until, now_ms, row.run, update)?
+                        let held = fence_and_follow(
+                            conn,
+                            &row.thread,
+                            owner,
+                            *until,
+                            now_ms,
+                            row.run,
+                            update,
+                        )?;
+                        if held {
+                            followed.note(&row.thread, owner, row.run, update);
+                        }
+                        held
                     }
                     _ => {
+                        if until_ms.is_none() {
+                            followed.forget(&row.thread);
+                        }
                         let held = fence(conn, &row.thread, owner, until_ms.unwrap_or(0), now_ms)?;
                         if held && let Some(update) = update {
                             follow(conn, &row.thread, row.run, update)?;
@@ -220,7 +252,10 @@ impl RunOp {
                 graph,
                 input,
                 now_ms,
-            } => submit(conn, thread, graph, input, *now_ms),
+            } => {
+                followed.forget(thread);
+                submit(conn, thread, graph, input, *now_ms)
+            }
             Self::ClaimRunnable {
                 thread,
                 graphs,
@@ -236,6 +271,7 @@ impl RunOp {
                 let Some(thread) = chosen else {
                     return Ok(Outcome::Runnable(Box::new(None)));
                 };
+                followed.forget(&thread);
                 conn.prepare_cached(
                     "UPDATE runs SET lease_owner = ?2, lease_until_ms = ?3,
                                      attempts = attempts + 1, updated_at_ms = ?4,
@@ -266,6 +302,7 @@ impl RunOp {
                 state,
                 error,
             } => {
+                followed.forget(thread);
                 let finished = conn
                     .prepare_cached(
                         "UPDATE runs SET status = ?3, error = ?4, runnable_at_ms = NULL,

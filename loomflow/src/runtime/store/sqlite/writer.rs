@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use super::Synchronous;
 use super::audit;
 use super::committer::Committer;
+use super::followed::Followed;
 use super::runs::RunOp;
 use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{Claim, RunRecord, SignalPush, StoreError, Submitted};
@@ -107,7 +108,12 @@ impl Op {
         }
     }
 
-    pub(super) fn apply(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<Outcome> {
+    pub(super) fn apply(
+        &self,
+        conn: &Connection,
+        followed: &mut Followed,
+        now_ms: i64,
+    ) -> rusqlite::Result<Outcome> {
         match self {
             Self::PutCheckpoint(row) => Ok(Outcome::Id(put_checkpoint(conn, row)?)),
             Self::PutJournal(row) => {
@@ -157,7 +163,7 @@ impl Op {
                 }
                 Ok(Outcome::Done)
             }
-            Self::Runs(op) => op.apply(conn, now_ms),
+            Self::Runs(op) => op.apply(conn, followed, now_ms),
             Self::AppendAudit(rows) => {
                 audit::append(conn, rows)?;
                 Ok(Outcome::Done)
