@@ -138,6 +138,13 @@ pub(super) async fn writes_under_a_claim_are_fenced(store: &dyn Store) {
         .put_journal_claimed(key.clone(), json!("first"), "a", 3_000)
         .await
         .unwrap();
+    // A subgraph's checkpoint (a namespace of its own) is fenced alike.
+    let mut nested = cp(&thread, 0);
+    nested.namespace = "sub".into();
+    store
+        .put_checkpoint_claimed(nested.clone(), "a", 3_000)
+        .await
+        .unwrap();
     store.renew_claim(&thread, "a", 4_000).await.unwrap();
 
     // The lease expires and "b" takes the run over: "a" can write nothing more.
@@ -152,6 +159,22 @@ pub(super) async fn writes_under_a_claim_are_fenced(store: &dyn Store) {
         &thread,
         "a"
     ));
+    nested.step = 1;
+    assert!(is_lease_lost(
+        store.put_checkpoint_claimed(nested, "a", LATER).await,
+        &thread,
+        "a"
+    ));
+    assert_eq!(
+        store
+            .latest_checkpoint(&thread, "sub")
+            .await
+            .unwrap()
+            .unwrap()
+            .step,
+        0,
+        "the subgraph's checkpoint of a lost lease was not written"
+    );
     let other = JournalKey::new(&thread, 1, "", 1, "n", "refund", 0);
     assert!(is_lease_lost(
         store

@@ -6,7 +6,9 @@
 //! writer holds the lease: it renews the lease and keeps the row locked until the commit,
 //! so no other process can claim the run between the check and the write. When it matches
 //! nothing, the transaction is rolled back and the write answers
-//! [`StoreError::LeaseLost`] having written nothing.
+//! [`StoreError::LeaseLost`] having written nothing. A step's checkpoint, the write a run
+//! makes most, is a single statement ([`step_fenced`]): the fence in a `WITH` clause, and
+//! the insert made from the row it matched, in one round trip to the server.
 //!
 //! Workers find runs with `SELECT ... FOR UPDATE SKIP LOCKED`: a row another worker is
 //! claiming is passed over rather than waited for, and a row claimed and committed since
@@ -153,6 +155,109 @@ async fn follow(
     )
     .await?;
     Ok(())
+}
+
+/// A step's checkpoint under a held claim, as one statement: the fence renews the lease
+/// (and, for a top-level checkpoint, makes the row follow it, as [`follow`] does) and the
+/// checkpoint is inserted only for a row the fence matched. Returns its id, or `None` when
+/// `owner` no longer holds the run and nothing was written. A statement is a transaction of
+/// its own, and this one is a single round trip where `BEGIN`, the fence, the follow, the
+/// insert and `COMMIT` were five.
+async fn step_fenced(
+    client: &impl GenericClient,
+    owner: &str,
+    until_ms: i64,
+    row: &CheckpointRow,
+    update: Option<&RowUpdate>,
+) -> Result<Option<u64>, Fail> {
+    let now = now_ms();
+    let inserted = match update {
+        Some(update) => {
+            let waiting_on = (!update.waiting_on.is_empty()).then_some(&update.waiting_on);
+            let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
+            let runnable = update
+                .runnable_at_ms()
+                .and_then(|ms| i64::try_from(ms).ok());
+            let stmt = client
+                .prepare_cached(
+                    "WITH fenced AS (
+                         UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4,
+                             run = $5, status = $10, waiting_on = $11, wake_at_ms = $12,
+                             runnable_at_ms = $13, graph = COALESCE($14, graph),
+                             fingerprint = COALESCE($15, fingerprint), error = $16,
+                             input = NULL, cancel_requested = cancel_requested AND $17
+                         WHERE thread = $1 AND lease_owner = $2
+                         RETURNING thread
+                     )
+                     INSERT INTO loomflow_checkpoints
+                         (thread, run, namespace, step, status, body, error)
+                     SELECT thread, $5, $6, $7, $8, $9, $18 FROM fenced RETURNING id",
+                )
+                .await?;
+            client
+                .query_opt(
+                    &stmt,
+                    &[
+                        &row.thread,
+                        &owner,
+                        &until_ms,
+                        &now,
+                        &row.run,
+                        &row.namespace,
+                        &row.step,
+                        &row.status,
+                        &row.body,
+                        &update.state.as_str(),
+                        &waiting_on,
+                        &wake,
+                        &runnable,
+                        &update.graph,
+                        &update.fingerprint,
+                        &update.error,
+                        &!update.state.is_finished(),
+                        &row.error,
+                    ],
+                )
+                .await?
+        }
+        None => {
+            let stmt = client
+                .prepare_cached(
+                    "WITH fenced AS (
+                         UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
+                         WHERE thread = $1 AND lease_owner = $2
+                         RETURNING thread
+                     )
+                     INSERT INTO loomflow_checkpoints
+                         (thread, run, namespace, step, status, body, error)
+                     SELECT thread, $5, $6, $7, $8, $9, $10 FROM fenced RETURNING id",
+                )
+                .await?;
+            client
+                .query_opt(
+                    &stmt,
+                    &[
+                        &row.thread,
+                        &owner,
+                        &until_ms,
+                        &now,
+                        &row.run,
+                        &row.namespace,
+                        &row.step,
+                        &row.status,
+                        &row.body,
+                        &row.error,
+                    ],
+                )
+                .await?
+        }
+    };
+    inserted
+        .map(|row_id| {
+            let id: i64 = get(&row_id, 0, &row.thread)?;
+            Ok(to_u64(id, "checkpoint id", &row.thread)?)
+        })
+        .transpose()
 }
 
 /// The thread of the longest-waiting run a worker should carry on now, locked, if any.
@@ -362,6 +467,14 @@ impl PostgresStore {
                 .is_empty()
                 .then(|| RowUpdate::of(&checkpoint));
             let mut client = self.client().await?;
+            if let Some(until) = until
+                && row.audit.is_empty()
+            {
+                // A step of a held run: one statement, so one round trip.
+                return step_fenced(&client, owner, until, &row, update.as_ref())
+                    .await?
+                    .ok_or_else(|| lease_lost(thread, owner));
+            }
             let tx = client.transaction().await?;
             if !fence(&tx, thread, owner, until.unwrap_or(0)).await? {
                 tx.rollback().await?;
