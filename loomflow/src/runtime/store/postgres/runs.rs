@@ -7,7 +7,7 @@
 //! so no other process can claim the run between the check and the write. When it matches
 //! nothing, the transaction is rolled back and the write answers
 //! [`StoreError::LeaseLost`] having written nothing. A step's checkpoint, the write a run
-//! makes most, is a single statement ([`step_fenced`]): the fence in a `WITH` clause, and
+//! makes most, is a single statement ([`write_fenced`]): the fence in a `WITH` clause, and
 //! the insert made from the row it matched, in one round trip to the server.
 //!
 //! Workers find runs with `SELECT ... FOR UPDATE SKIP LOCKED`: a row another worker is
@@ -18,6 +18,7 @@
 use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
 use super::checkpoints::{insert_checkpoint, insert_journal};
@@ -95,6 +96,9 @@ async fn fence(
     Ok(renewed > 0)
 }
 
+/// How many times a claim is tried when the run's holder changes under it.
+const CLAIM_TRIES: usize = 5;
+
 /// Set by every claim: a suspended run being carried on is runnable at once should its
 /// execution die (once its lease runs out), whatever woke it; otherwise a worker killed
 /// after consuming the run's signal would leave it waiting for a signal that is gone.
@@ -157,104 +161,136 @@ async fn follow(
     Ok(())
 }
 
-/// A step's checkpoint under a held claim, as one statement: the fence renews the lease
-/// (and, for a top-level checkpoint, makes the row follow it, as [`follow`] does) and the
-/// checkpoint is inserted only for a row the fence matched. Returns its id, or `None` when
-/// `owner` no longer holds the run and nothing was written. A statement is a transaction of
-/// its own, and this one is a single round trip where `BEGIN`, the fence, the follow, the
-/// insert and `COMMIT` were five.
-async fn step_fenced(
+/// An `UPDATE`'s `SET` list and the statement's parameters, numbered as they are bound.
+struct Assignments<'a> {
+    sql: String,
+    params: Vec<&'a (dyn ToSql + Sync)>,
+}
+
+impl<'a> Assignments<'a> {
+    /// Adds `assignment`, whose `?` stands for `value`'s parameter.
+    fn bind(&mut self, assignment: &str, value: &'a (dyn ToSql + Sync)) {
+        self.params.push(value);
+        let number = format!("${}", self.params.len());
+        self.add(&assignment.replace('?', &number));
+    }
+
+    /// Adds `assignments` as they are.
+    fn add(&mut self, assignments: &str) {
+        self.sql.push_str(", ");
+        self.sql.push_str(assignments);
+    }
+}
+
+/// The values a [`RowUpdate`] puts in a run's row, as the columns take them.
+struct RowColumns {
+    state: &'static str,
+    waiting_on: Option<Vec<String>>,
+    wake_at_ms: Option<i64>,
+    runnable_at_ms: Option<i64>,
+    unfinished: bool,
+}
+
+impl RowColumns {
+    fn of(update: &RowUpdate) -> Self {
+        Self {
+            state: update.state.as_str(),
+            waiting_on: (!update.waiting_on.is_empty()).then(|| update.waiting_on.clone()),
+            wake_at_ms: update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok()),
+            runnable_at_ms: update
+                .runnable_at_ms()
+                .and_then(|ms| i64::try_from(ms).ok()),
+            unfinished: !update.state.is_finished(),
+        }
+    }
+}
+
+/// A checkpoint written under a held claim, as one statement: the fence renews the lease
+/// (or, with no `until_ms`, lets it go, as [`release`] does, and notifies the listeners),
+/// makes the row follow a top-level checkpoint as [`follow`] does, and the checkpoint is
+/// inserted only for a row the fence matched. Returns its id, or `None` when `owner` no
+/// longer holds the run and nothing was written.
+///
+/// A statement is a transaction of its own: this one is a single round trip where
+/// `BEGIN`, the fence, the follow, the release, the notification, the insert and `COMMIT`
+/// were one each.
+async fn write_fenced(
     client: &impl GenericClient,
     owner: &str,
-    until_ms: i64,
+    until_ms: Option<i64>,
     row: &CheckpointRow,
     update: Option<&RowUpdate>,
 ) -> Result<Option<u64>, Fail> {
     let now = now_ms();
-    let inserted = match update {
-        Some(update) => {
-            let waiting_on = (!update.waiting_on.is_empty()).then_some(&update.waiting_on);
-            let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
-            let runnable = update
-                .runnable_at_ms()
-                .and_then(|ms| i64::try_from(ms).ok());
-            let stmt = client
-                .prepare_cached(
-                    "WITH fenced AS (
-                         UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4,
-                             run = $5, status = $10, waiting_on = $11, wake_at_ms = $12,
-                             runnable_at_ms = $13, graph = COALESCE($14, graph),
-                             fingerprint = COALESCE($15, fingerprint), error = $16,
-                             input = NULL, cancel_requested = cancel_requested AND $17
-                         WHERE thread = $1 AND lease_owner = $2
-                         RETURNING thread
-                     )
-                     INSERT INTO loomflow_checkpoints
-                         (thread, run, namespace, step, status, body, error)
-                     SELECT thread, $5, $6, $7, $8, $9, $18 FROM fenced RETURNING id",
-                )
-                .await?;
-            client
-                .query_opt(
-                    &stmt,
-                    &[
-                        &row.thread,
-                        &owner,
-                        &until_ms,
-                        &now,
-                        &row.run,
-                        &row.namespace,
-                        &row.step,
-                        &row.status,
-                        &row.body,
-                        &update.state.as_str(),
-                        &waiting_on,
-                        &wake,
-                        &runnable,
-                        &update.graph,
-                        &update.fingerprint,
-                        &update.error,
-                        &!update.state.is_finished(),
-                        &row.error,
-                    ],
-                )
-                .await?
-        }
-        None => {
-            let stmt = client
-                .prepare_cached(
-                    "WITH fenced AS (
-                         UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
-                         WHERE thread = $1 AND lease_owner = $2
-                         RETURNING thread
-                     )
-                     INSERT INTO loomflow_checkpoints
-                         (thread, run, namespace, step, status, body, error)
-                     SELECT thread, $5, $6, $7, $8, $9, $10 FROM fenced RETURNING id",
-                )
-                .await?;
-            client
-                .query_opt(
-                    &stmt,
-                    &[
-                        &row.thread,
-                        &owner,
-                        &until_ms,
-                        &now,
-                        &row.run,
-                        &row.namespace,
-                        &row.step,
-                        &row.status,
-                        &row.body,
-                        &row.error,
-                    ],
-                )
-                .await?
-        }
+    let columns = update.map(RowColumns::of);
+    let mut set = Assignments {
+        sql: String::from("updated_at_ms = $3"),
+        params: vec![
+            &row.thread,
+            &owner,
+            &now,
+            &row.run,
+            &row.namespace,
+            &row.step,
+            &row.status,
+            &row.body,
+            &row.error,
+        ],
     };
-    inserted
-        .map(|row_id| {
-            let id: i64 = get(&row_id, 0, &row.thread)?;
+    match &until_ms {
+        Some(until) => set.bind("lease_until_ms = ?", until),
+        None => set.add("lease_owner = NULL, lease_until_ms = 0"),
+    }
+    match (update, &columns) {
+        (Some(update), Some(columns)) => {
+            set.add("run = $4, input = NULL");
+            set.bind("status = ?", &columns.state);
+            set.bind("waiting_on = ?", &columns.waiting_on);
+            set.bind("wake_at_ms = ?", &columns.wake_at_ms);
+            // Also what a release sets: a suspended run is runnable at its wake time.
+            set.bind("runnable_at_ms = ?", &columns.runnable_at_ms);
+            set.bind("graph = COALESCE(?, graph)", &update.graph);
+            set.bind(
+                "fingerprint = COALESCE(?, fingerprint)",
+                &update.fingerprint,
+            );
+            set.bind("error = ?", &update.error);
+            set.bind(
+                "cancel_requested = cancel_requested AND ?",
+                &columns.unfinished,
+            );
+        }
+        _ if until_ms.is_none() => set.add(
+            "runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
+                                   THEN wake_at_ms ELSE runnable_at_ms END",
+        ),
+        _ => {}
+    }
+    let Assignments { sql: set, params } = set;
+    // Released: another worker may carry the run on, or wake it later.
+    let answer = match until_ms {
+        Some(_) => "SELECT id FROM inserted",
+        None => "SELECT id, pg_notify('loomflow_changes', '') FROM inserted",
+    };
+    let stmt = client
+        .prepare_cached(&format!(
+            "WITH fenced AS (
+                 UPDATE loomflow_runs SET {set}
+                 WHERE thread = $1 AND lease_owner = $2
+                 RETURNING thread
+             ), inserted AS (
+                 INSERT INTO loomflow_checkpoints
+                     (thread, run, namespace, step, status, body, error)
+                 SELECT thread, $4, $5, $6, $7, $8, $9 FROM fenced RETURNING id
+             )
+             {answer}"
+        ))
+        .await?;
+    client
+        .query_opt(&stmt, &params)
+        .await?
+        .map(|inserted| {
+            let id: i64 = get(&inserted, 0, &row.thread)?;
             Ok(to_u64(id, "checkpoint id", &row.thread)?)
         })
         .transpose()
@@ -367,56 +403,62 @@ impl PostgresStore {
         async {
             let until = to_i64(lease_until_ms, "lease expiry", thread)?;
             let now = to_i64(now_ms, "time", thread)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            // A thread without a row gets one, held by `owner`; when two claimers race,
-            // the second waits for the first's insert and then finds its row below.
-            let insert = tx
+            let client = self.client().await?;
+            // One statement: a thread without a row gets one, held by `owner`; a row that
+            // nobody holds, that `owner` holds, or whose lease ran out is taken (the
+            // conflict locks it, so two claimers of one row take turns). A claim taken
+            // over from someone else, or from nobody, counts an attempt.
+            let take = client
                 .prepare_cached(
-                    "INSERT INTO loomflow_runs (thread, lease_owner, lease_until_ms, attempts,
-                                                created_at_ms, updated_at_ms)
+                    "INSERT INTO loomflow_runs AS r (thread, lease_owner, lease_until_ms,
+                                                     attempts, created_at_ms, updated_at_ms)
                      VALUES ($1, $2, $3, 1, $4, $4)
-                     ON CONFLICT (thread) DO NOTHING",
+                     ON CONFLICT (thread) DO UPDATE SET
+                         lease_owner = $2, lease_until_ms = $3, updated_at_ms = $4,
+                         attempts = r.attempts
+                             + CASE WHEN r.lease_owner IS DISTINCT FROM $2 THEN 1 ELSE 0 END,
+                         runnable_at_ms = CASE WHEN r.status IN ('waiting', 'sleeping',
+                                                                 'interrupted')
+                                               THEN 0 ELSE r.runnable_at_ms END
+                     WHERE r.lease_owner IS NULL OR r.lease_owner = $2
+                        OR r.lease_until_ms <= $4
+                     RETURNING 1",
                 )
                 .await?;
-            if tx
-                .execute(&insert, &[&thread, &owner, &until, &now])
-                .await?
-                == 0
-            {
-                let holder = tx
-                    .prepare_cached(
-                        "SELECT lease_owner, lease_until_ms FROM loomflow_runs
-                         WHERE thread = $1 FOR UPDATE",
-                    )
-                    .await?;
-                let row = tx.query_one(&holder, &[&thread]).await?;
+            let holder = client
+                .prepare_cached(
+                    "SELECT lease_owner, lease_until_ms FROM loomflow_runs WHERE thread = $1",
+                )
+                .await?;
+            // The holder may let go between the two statements: then the claim is tried
+            // again, a few times at most.
+            for _ in 0..CLAIM_TRIES {
+                if client
+                    .query_opt(&take, &[&thread, &owner, &until, &now])
+                    .await?
+                    .is_some()
+                {
+                    return Ok(Claim::Claimed);
+                }
+                let Some(row) = client.query_opt(&holder, &[&thread]).await? else {
+                    continue;
+                };
                 let holder: Option<String> = get(&row, 0, thread)?;
                 let holder_until: i64 = get(&row, 1, thread)?;
-                match holder {
-                    Some(holder) if holder != owner && holder_until > now => {
-                        tx.rollback().await?;
-                        return Ok(Claim::Busy {
-                            owner: holder,
-                            until_ms: u64::try_from(holder_until).unwrap_or_default(),
-                        });
-                    }
-                    holder => {
-                        let taken_over = i64::from(holder.as_deref() != Some(owner));
-                        let update = tx
-                            .prepare_cached(&format!(
-                                "UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $3,
-                                     attempts = attempts + $4, updated_at_ms = $5, {IN_FLIGHT}
-                                 WHERE thread = $1"
-                            ))
-                            .await?;
-                        tx.execute(&update, &[&thread, &owner, &until, &taken_over, &now])
-                            .await?;
-                    }
+                if let Some(holder) = holder
+                    && holder != owner
+                    && holder_until > now
+                {
+                    return Ok(Claim::Busy {
+                        owner: holder,
+                        until_ms: u64::try_from(holder_until).unwrap_or_default(),
+                    });
                 }
             }
-            tx.commit().await?;
-            Ok(Claim::Claimed)
+            Err(Fail::Store(StoreError::Write {
+                thread: thread.to_owned(),
+                message: format!("the run changed hands {CLAIM_TRIES} times during a claim"),
+            }))
         }
         .await
         .map_err(|e: Fail| e.write(thread))
@@ -467,11 +509,9 @@ impl PostgresStore {
                 .is_empty()
                 .then(|| RowUpdate::of(&checkpoint));
             let mut client = self.client().await?;
-            if let Some(until) = until
-                && row.audit.is_empty()
-            {
-                // A step of a held run: one statement, so one round trip.
-                return step_fenced(&client, owner, until, &row, update.as_ref())
+            if row.audit.is_empty() {
+                // One statement, so one round trip.
+                return write_fenced(&client, owner, until, &row, update.as_ref())
                     .await?
                     .ok_or_else(|| lease_lost(thread, owner));
             }
