@@ -21,6 +21,7 @@
 mod audit;
 mod checkpoints;
 mod error;
+mod fenced;
 mod notify;
 mod rows;
 mod runs;

@@ -18,11 +18,11 @@
 use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
 use super::checkpoints::{insert_checkpoint, insert_journal};
 use super::error::Fail;
+use super::fenced::{fence, follow, lease_lost, release, write_fenced};
 use super::notify::notify;
 use super::rows::{
     CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
@@ -69,33 +69,6 @@ fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
     })
 }
 
-fn lease_lost(thread: &str, owner: &str) -> Fail {
-    Fail::Store(StoreError::LeaseLost {
-        thread: thread.to_owned(),
-        owner: owner.to_owned(),
-    })
-}
-
-/// Whether `owner` holds `thread`; if so, extends its lease to `until_ms` and keeps the
-/// row locked until the transaction ends.
-async fn fence(
-    tx: &Transaction<'_>,
-    thread: &str,
-    owner: &str,
-    until_ms: i64,
-) -> Result<bool, Fail> {
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
-             WHERE thread = $1 AND lease_owner = $2",
-        )
-        .await?;
-    let renewed = tx
-        .execute(&stmt, &[&thread, &owner, &until_ms, &now_ms()])
-        .await?;
-    Ok(renewed > 0)
-}
-
 /// How many times a claim is tried when the run's holder changes under it.
 const CLAIM_TRIES: usize = 5;
 
@@ -105,196 +78,6 @@ const CLAIM_TRIES: usize = 5;
 const IN_FLIGHT: &str =
     "runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
                                         THEN 0 ELSE runnable_at_ms END";
-
-/// Lets `thread` go if `owner` holds it; returns whether it did. A suspended run claimed and
-/// let go without a new checkpoint (a recover that found nothing to do, a refused resume) is
-/// runnable again only at its wake time, as before the claim.
-async fn release(client: &impl GenericClient, thread: &str, owner: &str) -> Result<bool, Fail> {
-    let stmt = client
-        .prepare_cached(
-            "UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = $3,
-                 runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
-                                       THEN wake_at_ms ELSE runnable_at_ms END
-             WHERE thread = $1 AND lease_owner = $2",
-        )
-        .await?;
-    Ok(client.execute(&stmt, &[&thread, &owner, &now_ms()]).await? > 0)
-}
-
-/// Makes `thread`'s row follow a top-level checkpoint of run `run`.
-async fn follow(
-    tx: &Transaction<'_>,
-    thread: &str,
-    run: i64,
-    update: &RowUpdate,
-) -> Result<(), Fail> {
-    let waiting_on = (!update.waiting_on.is_empty()).then_some(&update.waiting_on);
-    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
-    let runnable = update
-        .runnable_at_ms()
-        .and_then(|ms| i64::try_from(ms).ok());
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE loomflow_runs SET run = $2, status = $3, waiting_on = $4, wake_at_ms = $5,
-                 runnable_at_ms = $6, graph = COALESCE($7, graph),
-                 fingerprint = COALESCE($8, fingerprint), error = $9, input = NULL,
-                 cancel_requested = cancel_requested AND $10
-             WHERE thread = $1",
-        )
-        .await?;
-    tx.execute(
-        &stmt,
-        &[
-            &thread,
-            &run,
-            &update.state.as_str(),
-            &waiting_on,
-            &wake,
-            &runnable,
-            &update.graph,
-            &update.fingerprint,
-            &update.error,
-            &!update.state.is_finished(),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// An `UPDATE`'s `SET` list and the statement's parameters, numbered as they are bound.
-struct Assignments<'a> {
-    sql: String,
-    params: Vec<&'a (dyn ToSql + Sync)>,
-}
-
-impl<'a> Assignments<'a> {
-    /// Adds `assignment`, whose `?` stands for `value`'s parameter.
-    fn bind(&mut self, assignment: &str, value: &'a (dyn ToSql + Sync)) {
-        self.params.push(value);
-        let number = format!("${}", self.params.len());
-        self.add(&assignment.replace('?', &number));
-    }
-
-    /// Adds `assignments` as they are.
-    fn add(&mut self, assignments: &str) {
-        self.sql.push_str(", ");
-        self.sql.push_str(assignments);
-    }
-}
-
-/// The values a [`RowUpdate`] puts in a run's row, as the columns take them.
-struct RowColumns {
-    state: &'static str,
-    waiting_on: Option<Vec<String>>,
-    wake_at_ms: Option<i64>,
-    runnable_at_ms: Option<i64>,
-    unfinished: bool,
-}
-
-impl RowColumns {
-    fn of(update: &RowUpdate) -> Self {
-        Self {
-            state: update.state.as_str(),
-            waiting_on: (!update.waiting_on.is_empty()).then(|| update.waiting_on.clone()),
-            wake_at_ms: update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok()),
-            runnable_at_ms: update
-                .runnable_at_ms()
-                .and_then(|ms| i64::try_from(ms).ok()),
-            unfinished: !update.state.is_finished(),
-        }
-    }
-}
-
-/// A checkpoint written under a held claim, as one statement: the fence renews the lease
-/// (or, with no `until_ms`, lets it go, as [`release`] does, and notifies the listeners),
-/// makes the row follow a top-level checkpoint as [`follow`] does, and the checkpoint is
-/// inserted only for a row the fence matched. Returns its id, or `None` when `owner` no
-/// longer holds the run and nothing was written.
-///
-/// A statement is a transaction of its own: this one is a single round trip where
-/// `BEGIN`, the fence, the follow, the release, the notification, the insert and `COMMIT`
-/// were one each.
-async fn write_fenced(
-    client: &impl GenericClient,
-    owner: &str,
-    until_ms: Option<i64>,
-    row: &CheckpointRow,
-    update: Option<&RowUpdate>,
-) -> Result<Option<u64>, Fail> {
-    let now = now_ms();
-    let columns = update.map(RowColumns::of);
-    let mut set = Assignments {
-        sql: String::from("updated_at_ms = $3"),
-        params: vec![
-            &row.thread,
-            &owner,
-            &now,
-            &row.run,
-            &row.namespace,
-            &row.step,
-            &row.status,
-            &row.body,
-            &row.error,
-        ],
-    };
-    match &until_ms {
-        Some(until) => set.bind("lease_until_ms = ?", until),
-        None => set.add("lease_owner = NULL, lease_until_ms = 0"),
-    }
-    match (update, &columns) {
-        (Some(update), Some(columns)) => {
-            set.add("run = $4, input = NULL");
-            set.bind("status = ?", &columns.state);
-            set.bind("waiting_on = ?", &columns.waiting_on);
-            set.bind("wake_at_ms = ?", &columns.wake_at_ms);
-            // Also what a release sets: a suspended run is runnable at its wake time.
-            set.bind("runnable_at_ms = ?", &columns.runnable_at_ms);
-            set.bind("graph = COALESCE(?, graph)", &update.graph);
-            set.bind(
-                "fingerprint = COALESCE(?, fingerprint)",
-                &update.fingerprint,
-            );
-            set.bind("error = ?", &update.error);
-            set.bind(
-                "cancel_requested = cancel_requested AND ?",
-                &columns.unfinished,
-            );
-        }
-        _ if until_ms.is_none() => set.add(
-            "runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
-                                   THEN wake_at_ms ELSE runnable_at_ms END",
-        ),
-        _ => {}
-    }
-    let Assignments { sql: set, params } = set;
-    // Released: another worker may carry the run on, or wake it later.
-    let answer = match until_ms {
-        Some(_) => "SELECT id FROM inserted",
-        None => "SELECT id, pg_notify('loomflow_changes', '') FROM inserted",
-    };
-    let stmt = client
-        .prepare_cached(&format!(
-            "WITH fenced AS (
-                 UPDATE loomflow_runs SET {set}
-                 WHERE thread = $1 AND lease_owner = $2
-                 RETURNING thread
-             ), inserted AS (
-                 INSERT INTO loomflow_checkpoints
-                     (thread, run, namespace, step, status, body, error)
-                 SELECT thread, $4, $5, $6, $7, $8, $9 FROM fenced RETURNING id
-             )
-             {answer}"
-        ))
-        .await?;
-    client
-        .query_opt(&stmt, &params)
-        .await?
-        .map(|inserted| {
-            let id: i64 = get(&inserted, 0, &row.thread)?;
-            Ok(to_u64(id, "checkpoint id", &row.thread)?)
-        })
-        .transpose()
-}
 
 /// The thread of the longest-waiting run a worker should carry on now, locked, if any.
 async fn next_runnable(
