@@ -123,6 +123,9 @@ pub(super) async fn entries_ride_with_their_write(store: &dyn Store) {
     );
     cp.audit
         .push(AuditEntry::new(&thread, AuditKind::Interrupt, "n#0", json!({ "node": "n" })).run(1));
+    let mut decided = AuditEntry::new(&thread, AuditKind::Interrupt, "n#1", json!({})).run(1);
+    decided.actor = Some("ada".into());
+    cp.audit.push(decided);
     store.put_checkpoint_claimed(cp, "a", LATER).await.unwrap();
     let back = store.latest_checkpoint(&thread, "").await.unwrap().unwrap();
     assert!(back.audit.is_empty(), "entries are not part of the row");
@@ -143,9 +146,31 @@ pub(super) async fn entries_ride_with_their_write(store: &dyn Store) {
             .await
             .is_err()
     );
+    let mut stale = Checkpoint::new(&thread, 1, "", 4, RunStatus::Running, json!({}));
+    stale
+        .audit
+        .push(AuditEntry::new(&thread, AuditKind::Interrupt, "n#9", json!({})).run(1));
+    assert!(
+        store
+            .put_checkpoint_claimed(stale, "a", LATER)
+            .await
+            .is_err()
+    );
     let read = store.audit(&AuditQuery::thread(&thread)).await.unwrap();
-    assert_eq!(kinds(&read), [AuditKind::Interrupt, AuditKind::ToolCall]);
+    assert_eq!(
+        kinds(&read),
+        [
+            AuditKind::Interrupt,
+            AuditKind::Interrupt,
+            AuditKind::ToolCall
+        ],
+        "in the order written, nothing of the refused writes"
+    );
     assert_eq!(read[0].subject, "n#0");
+    assert_eq!(read[0].detail, json!({ "node": "n" }));
+    assert_eq!(read[1].subject, "n#1");
+    assert_eq!(read[1].actor.as_deref(), Some("ada"));
+    assert_eq!(read[1].detail, json!({}));
     store.release(&thread, "b").await.unwrap();
 }
 

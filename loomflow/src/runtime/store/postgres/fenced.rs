@@ -1,5 +1,5 @@
-//! Writes under a lease: the fence that checks and renews it, the row's follow of a
-//! checkpoint, the release, and a checkpoint written with them in one statement
+//! Writes under a lease: the fence that checks and renews it, the release, and a
+//! checkpoint written with them, its row's update and its audit entries in one statement
 //! ([`write_fenced`]).
 
 use deadpool_postgres::{GenericClient, Transaction};
@@ -7,6 +7,7 @@ use tokio_postgres::types::ToSql;
 
 use super::error::Fail;
 use super::rows::{CheckpointRow, get, now_ms, to_u64};
+use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{RowUpdate, StoreError};
 
 /// The error of a write under `owner`'s claim that found the run no longer held by it.
@@ -56,46 +57,6 @@ pub(super) async fn release(
     Ok(client.execute(&stmt, &[&thread, &owner, &now_ms()]).await? > 0)
 }
 
-/// Makes `thread`'s row follow a top-level checkpoint of run `run`.
-pub(super) async fn follow(
-    tx: &Transaction<'_>,
-    thread: &str,
-    run: i64,
-    update: &RowUpdate,
-) -> Result<(), Fail> {
-    let waiting_on = (!update.waiting_on.is_empty()).then_some(&update.waiting_on);
-    let wake = update.wake_at_ms.and_then(|ms| i64::try_from(ms).ok());
-    let runnable = update
-        .runnable_at_ms()
-        .and_then(|ms| i64::try_from(ms).ok());
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE loomflow_runs SET run = $2, status = $3, waiting_on = $4, wake_at_ms = $5,
-                 runnable_at_ms = $6, graph = COALESCE($7, graph),
-                 fingerprint = COALESCE($8, fingerprint), error = $9, input = NULL,
-                 cancel_requested = cancel_requested AND $10
-             WHERE thread = $1",
-        )
-        .await?;
-    tx.execute(
-        &stmt,
-        &[
-            &thread,
-            &run,
-            &update.state.as_str(),
-            &waiting_on,
-            &wake,
-            &runnable,
-            &update.graph,
-            &update.fingerprint,
-            &update.error,
-            &!update.state.is_finished(),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
 /// An `UPDATE`'s `SET` list and the statement's parameters, numbered as they are bound.
 struct Assignments<'a> {
     sql: String,
@@ -140,15 +101,54 @@ impl RowColumns {
     }
 }
 
-/// A checkpoint written under a held claim, as one statement: the fence renews the lease
-/// (or, with no `until_ms`, lets it go, as [`release`] does, and notifies the listeners),
-/// makes the row follow a top-level checkpoint as [`follow`] does, and the checkpoint is
-/// inserted only for a row the fence matched. Returns its id, or `None` when `owner` no
+/// Audit rows as one array per column, for `unnest`.
+struct AuditColumns<'a> {
+    thread: Vec<&'a str>,
+    run: Vec<i64>,
+    at_ms: Vec<i64>,
+    kind: Vec<&'static str>,
+    subject: Vec<&'a str>,
+    actor: Vec<Option<&'a str>>,
+    detail: Vec<Option<&'a str>>,
+}
+
+impl<'a> AuditColumns<'a> {
+    fn of(rows: &'a [AuditRow]) -> Self {
+        Self {
+            thread: rows.iter().map(|r| r.thread.as_str()).collect(),
+            run: rows.iter().map(|r| r.run).collect(),
+            at_ms: rows.iter().map(|r| r.at_ms).collect(),
+            kind: rows.iter().map(|r| r.kind).collect(),
+            subject: rows.iter().map(|r| r.subject.as_str()).collect(),
+            actor: rows.iter().map(|r| r.actor.as_deref()).collect(),
+            detail: rows.iter().map(|r| r.detail.as_deref()).collect(),
+        }
+    }
+
+    /// The arrays, in the order the columns are named.
+    fn params(&self) -> [&(dyn ToSql + Sync); 7] {
+        [
+            &self.thread,
+            &self.run,
+            &self.at_ms,
+            &self.kind,
+            &self.subject,
+            &self.actor,
+            &self.detail,
+        ]
+    }
+}
+
+/// A checkpoint written under a held claim, as one statement. The fence renews the lease,
+/// or with no `until_ms` lets it go (as [`release`] does) and notifies the listeners; for
+/// a top-level checkpoint it also brings the row to what the checkpoint says (state, waits,
+/// wake time, graph, fingerprint, error). The checkpoint and its audit entries are inserted
+/// only for a row the fence matched. Returns the checkpoint's id, or `None` when `owner` no
 /// longer holds the run and nothing was written.
 ///
 /// A statement is a transaction of its own: this one is a single round trip where
-/// `BEGIN`, the fence, the follow, the release, the notification, the insert and `COMMIT`
-/// were one each.
+/// `BEGIN`, the fence, the row's update, the release, the notification, the inserts and
+/// `COMMIT` were one each.
 pub(super) async fn write_fenced(
     client: &impl GenericClient,
     owner: &str,
@@ -201,7 +201,37 @@ pub(super) async fn write_fenced(
         ),
         _ => {}
     }
-    let Assignments { sql: set, params } = set;
+    let Assignments {
+        sql: set,
+        mut params,
+    } = set;
+    // The audit entries written with the checkpoint, as one array per column, inserted in
+    // their order and only when the fence matched.
+    let audit = AuditColumns::of(&row.audit);
+    let audited = if row.audit.is_empty() {
+        String::new()
+    } else {
+        let first = params.len() + 1;
+        params.extend(audit.params());
+        format!(
+            ", audited AS (
+                 INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, actor, detail)
+                 SELECT a.thread, a.run, a.at_ms, a.kind, a.subject, a.actor, a.detail
+                 FROM unnest(${}::text[], ${}::bigint[], ${}::bigint[], ${}::text[],
+                             ${}::text[], ${}::text[], ${}::text[])
+                      WITH ORDINALITY AS a(thread, run, at_ms, kind, subject, actor, detail, n)
+                 WHERE EXISTS (SELECT 1 FROM fenced)
+                 ORDER BY a.n
+             )",
+            first,
+            first + 1,
+            first + 2,
+            first + 3,
+            first + 4,
+            first + 5,
+            first + 6
+        )
+    };
     // Released: another worker may carry the run on, or wake it later.
     let answer = match until_ms {
         Some(_) => "SELECT id FROM inserted",
@@ -217,7 +247,7 @@ pub(super) async fn write_fenced(
                  INSERT INTO loomflow_checkpoints
                      (thread, run, namespace, step, status, body, error)
                  SELECT thread, $4, $5, $6, $7, $8, $9 FROM fenced RETURNING id
-             )
+             ){audited}
              {answer}"
         ))
         .await?;

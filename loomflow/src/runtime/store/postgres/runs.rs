@@ -6,9 +6,9 @@
 //! writer holds the lease: it renews the lease and keeps the row locked until the commit,
 //! so no other process can claim the run between the check and the write. When it matches
 //! nothing, the transaction is rolled back and the write answers
-//! [`StoreError::LeaseLost`] having written nothing. A step's checkpoint, the write a run
-//! makes most, is a single statement ([`write_fenced`]): the fence in a `WITH` clause, and
-//! the insert made from the row it matched, in one round trip to the server.
+//! [`StoreError::LeaseLost`] having written nothing. A checkpoint, the write a run makes
+//! most, is a single statement ([`write_fenced`]): the fence in a `WITH` clause, and the
+//! inserts made only if it matched the row, in one round trip to the server.
 //!
 //! Workers find runs with `SELECT ... FOR UPDATE SKIP LOCKED`: a row another worker is
 //! claiming is passed over rather than waited for, and a row claimed and committed since
@@ -20,9 +20,9 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::PostgresStore;
-use super::checkpoints::{insert_checkpoint, insert_journal};
+use super::checkpoints::insert_journal;
 use super::error::Fail;
-use super::fenced::{fence, follow, lease_lost, release, write_fenced};
+use super::fenced::{fence, lease_lost, release, write_fenced};
 use super::notify::notify;
 use super::rows::{
     CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
@@ -291,29 +291,10 @@ impl PostgresStore {
                 .namespace
                 .is_empty()
                 .then(|| RowUpdate::of(&checkpoint));
-            let mut client = self.client().await?;
-            if row.audit.is_empty() {
-                // One statement, so one round trip.
-                return write_fenced(&client, owner, until, &row, update.as_ref())
-                    .await?
-                    .ok_or_else(|| lease_lost(thread, owner));
-            }
-            let tx = client.transaction().await?;
-            if !fence(&tx, thread, owner, until.unwrap_or(0)).await? {
-                tx.rollback().await?;
-                return Err(lease_lost(thread, owner));
-            }
-            if let Some(update) = &update {
-                follow(&tx, thread, row.run, update).await?;
-            }
-            if until.is_none() {
-                release(&tx, thread, owner).await?;
-                // Released: another worker may carry the run on, or wake it later.
-                notify(&tx).await?;
-            }
-            let id = insert_checkpoint(&tx, &row).await?;
-            tx.commit().await?;
-            Ok(id)
+            let client = self.client().await?;
+            write_fenced(&client, owner, until, &row, update.as_ref())
+                .await?
+                .ok_or_else(|| lease_lost(thread, owner))
         }
         .await
         .map_err(|e: Fail| e.write(thread))
