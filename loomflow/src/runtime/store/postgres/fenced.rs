@@ -6,7 +6,7 @@ use deadpool_postgres::{GenericClient, Transaction};
 use tokio_postgres::types::ToSql;
 
 use super::error::Fail;
-use super::rows::{CheckpointRow, get, now_ms, to_u64};
+use super::rows::{CheckpointRow, JournalRow, get, now_ms, to_u64};
 use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{RowUpdate, StoreError};
 
@@ -125,17 +125,36 @@ impl<'a> AuditColumns<'a> {
         }
     }
 
-    /// The arrays, in the order the columns are named.
-    fn params(&self) -> [&(dyn ToSql + Sync); 7] {
-        [
-            &self.thread,
+    /// A `WITH` clause (after a `fenced` one) that inserts the rows, in their order, only
+    /// when the fence matched; its arrays are bound after `params`. Empty for no rows.
+    fn insert_if_fenced(&'a self, params: &mut Vec<&'a (dyn ToSql + Sync)>) -> String {
+        if self.thread.is_empty() {
+            return String::new();
+        }
+        let first = params.len() + 1;
+        params.extend([
+            &self.thread as &(dyn ToSql + Sync),
             &self.run,
             &self.at_ms,
             &self.kind,
             &self.subject,
             &self.actor,
             &self.detail,
-        ]
+        ]);
+        let [thread, run, at_ms, kind, subject, actor, detail] =
+            std::array::from_fn::<usize, 7, _>(|i| first + i);
+        format!(
+            ", audited AS (
+                 INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, actor, detail)
+                 SELECT a.thread, a.run, a.at_ms, a.kind, a.subject, a.actor, a.detail
+                 FROM unnest(${thread}::text[], ${run}::bigint[], ${at_ms}::bigint[],
+                             ${kind}::text[], ${subject}::text[], ${actor}::text[],
+                             ${detail}::text[])
+                      WITH ORDINALITY AS a(thread, run, at_ms, kind, subject, actor, detail, n)
+                 WHERE EXISTS (SELECT 1 FROM fenced)
+                 ORDER BY a.n
+             )"
+        )
     }
 }
 
@@ -205,33 +224,8 @@ pub(super) async fn write_fenced(
         sql: set,
         mut params,
     } = set;
-    // The audit entries written with the checkpoint, as one array per column, inserted in
-    // their order and only when the fence matched.
     let audit = AuditColumns::of(&row.audit);
-    let audited = if row.audit.is_empty() {
-        String::new()
-    } else {
-        let first = params.len() + 1;
-        params.extend(audit.params());
-        format!(
-            ", audited AS (
-                 INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, actor, detail)
-                 SELECT a.thread, a.run, a.at_ms, a.kind, a.subject, a.actor, a.detail
-                 FROM unnest(${}::text[], ${}::bigint[], ${}::bigint[], ${}::text[],
-                             ${}::text[], ${}::text[], ${}::text[])
-                      WITH ORDINALITY AS a(thread, run, at_ms, kind, subject, actor, detail, n)
-                 WHERE EXISTS (SELECT 1 FROM fenced)
-                 ORDER BY a.n
-             )",
-            first,
-            first + 1,
-            first + 2,
-            first + 3,
-            first + 4,
-            first + 5,
-            first + 6
-        )
-    };
+    let audited = audit.insert_if_fenced(&mut params);
     // Released: another worker may carry the run on, or wake it later.
     let answer = match until_ms {
         Some(_) => "SELECT id FROM inserted",
@@ -259,4 +253,49 @@ pub(super) async fn write_fenced(
             Ok(to_u64(id, "checkpoint id", &row.thread)?)
         })
         .transpose()
+}
+
+/// A journal entry written under a held claim, as one statement: the fence renews the
+/// lease, and the entry (unless its key has one already: the first value wins) and its
+/// audit entries are inserted only for a row the fence matched. Returns whether it matched;
+/// when it did not, nothing was written.
+pub(super) async fn write_journal_fenced(
+    client: &impl GenericClient,
+    owner: &str,
+    until_ms: i64,
+    row: &JournalRow,
+) -> Result<bool, Fail> {
+    let now = now_ms();
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &row.thread,
+        &owner,
+        &until_ms,
+        &now,
+        &row.run,
+        &row.namespace,
+        &row.step,
+        &row.node,
+        &row.name,
+        &row.occurrence,
+        &row.value,
+    ];
+    let audit = AuditColumns::of(&row.audit);
+    let audited = audit.insert_if_fenced(&mut params);
+    let stmt = client
+        .prepare_cached(&format!(
+            "WITH fenced AS (
+                 UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
+                 WHERE thread = $1 AND lease_owner = $2
+                 RETURNING thread
+             ), journaled AS (
+                 INSERT INTO loomflow_journal
+                     (thread, run, namespace, step, node, name, occurrence, value)
+                 SELECT thread, $5, $6, $7, $8, $9, $10, $11 FROM fenced
+                 ON CONFLICT DO NOTHING
+             ){audited}
+             SELECT count(*) FROM fenced"
+        ))
+        .await?;
+    let fenced: i64 = get(&client.query_one(&stmt, &params).await?, 0, &row.thread)?;
+    Ok(fenced > 0)
 }

@@ -22,7 +22,7 @@ use tokio_postgres::Row;
 use super::PostgresStore;
 use super::checkpoints::insert_journal;
 use super::error::Fail;
-use super::fenced::{fence, lease_lost, release, write_fenced};
+use super::fenced::{fence, lease_lost, release, write_fenced, write_journal_fenced};
 use super::notify::notify;
 use super::rows::{
     CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
@@ -313,15 +313,12 @@ impl PostgresStore {
             let until = to_i64(lease_until_ms, "lease expiry", &thread)?;
             let mut row = JournalRow::new(key, &value)?;
             row.audit = AuditRow::all(audit)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            if !fence(&tx, &thread, owner, until).await? {
-                tx.rollback().await?;
-                return Err(lease_lost(&thread, owner));
+            let client = self.client().await?;
+            if write_journal_fenced(&client, owner, until, &row).await? {
+                Ok(())
+            } else {
+                Err(lease_lost(&thread, owner))
             }
-            insert_journal(&tx, &row).await?;
-            tx.commit().await?;
-            Ok(())
         }
         .await
         .map_err(|e: Fail| e.write(&thread))
