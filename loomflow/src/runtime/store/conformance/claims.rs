@@ -316,6 +316,40 @@ pub(super) async fn signals_taken_under_a_claim_go_to_one_consumer(store: &dyn S
         !store.try_take_signal(&thread, seq).await.unwrap(),
         "so does a runtime-level consumer"
     );
+    // A signal with an idempotency key is taken alike (its row stays, consumed).
+    let SignalPush::Stored(keyed) = store
+        .push_signal(signal(&thread, "decision", 3, Some("once")))
+        .await
+        .unwrap()
+    else {
+        panic!("a new keyed signal is stored")
+    };
+    let keyed_key = JournalKey::new(&thread, 1, "", 2, "a", "signal:decision", 0);
+    assert!(
+        store
+            .take_signal_claimed(
+                &thread,
+                keyed,
+                (keyed_key.clone(), payload.clone()),
+                "a",
+                LATER
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.get_journal(&keyed_key).await.unwrap(),
+        Some(payload.clone())
+    );
+    let again = JournalKey::new(&thread, 1, "", 3, "a", "signal:decision", 0);
+    assert!(
+        !store
+            .take_signal_claimed(&thread, keyed, (again.clone(), payload.clone()), "a", LATER)
+            .await
+            .unwrap(),
+        "a keyed signal is taken once"
+    );
+    assert_eq!(store.get_journal(&again).await.unwrap(), None);
     store.release(&thread, "a").await.unwrap();
 
     // Outside a run: the first take wins, with or without an idempotency key.

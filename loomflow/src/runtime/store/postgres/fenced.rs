@@ -1,8 +1,10 @@
-//! Writes under a lease: the fence that checks and renews it, the release, and a
-//! checkpoint written with them, its row's update and its audit entries in one statement
-//! ([`write_fenced`]).
+//! Writes under a lease, each one statement that begins with the fence (an `UPDATE` that
+//! matches the run's row only while the writer holds the lease, and renews it) and writes
+//! the rest only from the row it matched: a checkpoint with its row's update and audit
+//! entries ([`write_fenced`]), a journal entry ([`write_journal_fenced`]), a signal taken
+//! with the entry that records it ([`take_journal_fenced`]). And the release.
 
-use deadpool_postgres::{GenericClient, Transaction};
+use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
 use super::error::Fail;
@@ -16,26 +18,6 @@ pub(super) fn lease_lost(thread: &str, owner: &str) -> Fail {
         thread: thread.to_owned(),
         owner: owner.to_owned(),
     })
-}
-
-/// Whether `owner` holds `thread`; if so, extends its lease to `until_ms` and keeps the
-/// row locked until the transaction ends.
-pub(super) async fn fence(
-    tx: &Transaction<'_>,
-    thread: &str,
-    owner: &str,
-    until_ms: i64,
-) -> Result<bool, Fail> {
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
-             WHERE thread = $1 AND lease_owner = $2",
-        )
-        .await?;
-    let renewed = tx
-        .execute(&stmt, &[&thread, &owner, &until_ms, &now_ms()])
-        .await?;
-    Ok(renewed > 0)
 }
 
 /// Lets `thread` go if `owner` holds it; returns whether it did. A suspended run claimed and
@@ -298,4 +280,76 @@ pub(super) async fn write_journal_fenced(
         .await?;
     let fenced: i64 = get(&client.query_one(&stmt, &params).await?, 0, &row.thread)?;
     Ok(fenced > 0)
+}
+
+/// A signal taken under a held claim, with the journal entry that records its value for
+/// the step that waited, as one statement: the fence renews the lease; the signal is taken
+/// (its receipt audited, as [`take`](super::signals::take) does) only for a row the fence
+/// matched, and the entry is inserted only when the signal was still there. Returns whether
+/// the fence matched, and whether the signal was taken.
+pub(super) async fn take_journal_fenced(
+    client: &impl GenericClient,
+    owner: &str,
+    until_ms: i64,
+    (session, seq): (&str, i64),
+    row: &JournalRow,
+) -> Result<(bool, bool), Fail> {
+    let now = now_ms();
+    let detail = format!("{{\"seq\":{seq}}}");
+    let stmt = client
+        .prepare_cached(
+            "WITH fenced AS (
+                 UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
+                 WHERE thread = $1 AND lease_owner = $2
+                 RETURNING thread
+             ), deleted AS (
+                 DELETE FROM loomflow_signals
+                 WHERE seq = $12 AND session = $13 AND idempotency_key IS NULL
+                   AND EXISTS (SELECT 1 FROM fenced)
+                 RETURNING name
+             ), consumed AS (
+                 UPDATE loomflow_signals SET consumed_at_ms = $4, payload = NULL
+                 WHERE seq = $12 AND session = $13 AND idempotency_key IS NOT NULL
+                   AND consumed_at_ms IS NULL AND EXISTS (SELECT 1 FROM fenced)
+                 RETURNING name
+             ), taken AS (
+                 SELECT name FROM deleted UNION ALL SELECT name FROM consumed
+             ), audited AS (
+                 INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, detail)
+                 SELECT $13::TEXT, $5::BIGINT, $4::BIGINT, 'signal_received', name, $14::TEXT
+                 FROM taken
+             ), journaled AS (
+                 INSERT INTO loomflow_journal
+                     (thread, run, namespace, step, node, name, occurrence, value)
+                 SELECT thread, $5, $6, $7, $8, $9, $10, $11 FROM fenced
+                 WHERE EXISTS (SELECT 1 FROM taken)
+                 ON CONFLICT DO NOTHING
+             )
+             SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM taken)",
+        )
+        .await?;
+    let counts = client
+        .query_one(
+            &stmt,
+            &[
+                &row.thread,
+                &owner,
+                &until_ms,
+                &now,
+                &row.run,
+                &row.namespace,
+                &row.step,
+                &row.node,
+                &row.name,
+                &row.occurrence,
+                &row.value,
+                &seq,
+                &session,
+                &detail,
+            ],
+        )
+        .await?;
+    let fenced: i64 = get(&counts, 0, &row.thread)?;
+    let taken: i64 = get(&counts, 1, &row.thread)?;
+    Ok((fenced > 0, taken > 0))
 }

@@ -2,13 +2,14 @@
 //! lets at most one execution at a time carry it on, and the writes made under that lease.
 //!
 //! Each operation is one transaction (or one statement, which is one). A write under a
-//! lease begins with [`fence`], an `UPDATE` of the run's row that matches only while the
-//! writer holds the lease: it renews the lease and keeps the row locked until the commit,
-//! so no other process can claim the run between the check and the write. When it matches
-//! nothing, the transaction is rolled back and the write answers
-//! [`StoreError::LeaseLost`] having written nothing. A checkpoint, the write a run makes
-//! most, is a single statement ([`write_fenced`]): the fence in a `WITH` clause, and the
-//! inserts made only if it matched the row, in one round trip to the server.
+//! lease is one statement ([`write_fenced`] for a checkpoint, [`write_journal_fenced`] for
+//! a journal entry, [`take_journal_fenced`] for a signal taken with its entry). It begins,
+//! in a `WITH` clause, with the fence: an `UPDATE` of the run's row that matches only while
+//! the writer holds the lease, which renews the lease and keeps the row locked until the
+//! statement commits, so no other process can claim the run between the check and the
+//! write. Everything else the statement writes is made only from the row the fence
+//! matched; when it matched nothing, the write answers [`StoreError::LeaseLost`] having
+//! written nothing. One statement is one round trip to the server.
 //!
 //! Workers find runs with `SELECT ... FOR UPDATE SKIP LOCKED`: a row another worker is
 //! claiming is passed over rather than waited for, and a row claimed and committed since
@@ -20,14 +21,12 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::PostgresStore;
-use super::checkpoints::insert_journal;
 use super::error::Fail;
-use super::fenced::{fence, lease_lost, release, write_fenced, write_journal_fenced};
+use super::fenced::{lease_lost, release, take_journal_fenced, write_fenced, write_journal_fenced};
 use super::notify::notify;
 use super::rows::{
     CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
 };
-use super::signals::take;
 use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{
     AuditEntry, Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord,
@@ -337,18 +336,11 @@ impl PostgresStore {
             let seq = to_i64(seq, "signal sequence number", session)?;
             let until = to_i64(lease_until_ms, "lease expiry", &thread)?;
             let row = JournalRow::new(key, &value)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            if !fence(&tx, &thread, owner, until).await? {
-                tx.rollback().await?;
-                return Err(lease_lost(&thread, owner));
+            let client = self.client().await?;
+            match take_journal_fenced(&client, owner, until, (session, seq), &row).await? {
+                (true, taken) => Ok(taken),
+                (false, _) => Err(lease_lost(&thread, owner)),
             }
-            let taken = take(&tx, session, seq, now_ms(), row.run).await?;
-            if taken {
-                insert_journal(&tx, &row).await?;
-            }
-            tx.commit().await?;
-            Ok(taken)
         }
         .await
         .map_err(|e: Fail| e.write(&thread))
