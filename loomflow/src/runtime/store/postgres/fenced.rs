@@ -237,6 +237,50 @@ pub(super) async fn write_fenced(
         .transpose()
 }
 
+/// The fence of a write that only renews the lease: parameters `$1` (thread), `$2`
+/// (owner), `$3` (lease expiry) and `$4` (now).
+const RENEWING_FENCE: &str = "fenced AS (
+         UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
+         WHERE thread = $1 AND lease_owner = $2
+         RETURNING thread
+     )";
+
+/// The insert of a journal entry from the row the fence matched, when `condition` holds
+/// (the first value for a key wins): parameters `$5` to `$11`.
+fn journal_insert(condition: &str) -> String {
+    format!(
+        "journaled AS (
+             INSERT INTO loomflow_journal
+                 (thread, run, namespace, step, node, name, occurrence, value)
+             SELECT thread, $5, $6, $7, $8, $9, $10, $11 FROM fenced
+             WHERE {condition}
+             ON CONFLICT DO NOTHING
+         )"
+    )
+}
+
+/// The parameters of [`RENEWING_FENCE`] and [`journal_insert`], `$1` to `$11`.
+fn journal_params<'a>(
+    row: &'a JournalRow,
+    owner: &'a &'a str,
+    until_ms: &'a i64,
+    now: &'a i64,
+) -> Vec<&'a (dyn ToSql + Sync)> {
+    vec![
+        &row.thread,
+        owner,
+        until_ms,
+        now,
+        &row.run,
+        &row.namespace,
+        &row.step,
+        &row.node,
+        &row.name,
+        &row.occurrence,
+        &row.value,
+    ]
+}
+
 /// A journal entry written under a held claim, as one statement: the fence renews the
 /// lease, and the entry (unless its key has one already: the first value wins) and its
 /// audit entries are inserted only for a row the fence matched. Returns whether it matched;
@@ -248,34 +292,14 @@ pub(super) async fn write_journal_fenced(
     row: &JournalRow,
 ) -> Result<bool, Fail> {
     let now = now_ms();
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-        &row.thread,
-        &owner,
-        &until_ms,
-        &now,
-        &row.run,
-        &row.namespace,
-        &row.step,
-        &row.node,
-        &row.name,
-        &row.occurrence,
-        &row.value,
-    ];
+    let mut params = journal_params(row, &owner, &until_ms, &now);
     let audit = AuditColumns::of(&row.audit);
     let audited = audit.insert_if_fenced(&mut params);
     let stmt = client
         .prepare_cached(&format!(
-            "WITH fenced AS (
-                 UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
-                 WHERE thread = $1 AND lease_owner = $2
-                 RETURNING thread
-             ), journaled AS (
-                 INSERT INTO loomflow_journal
-                     (thread, run, namespace, step, node, name, occurrence, value)
-                 SELECT thread, $5, $6, $7, $8, $9, $10, $11 FROM fenced
-                 ON CONFLICT DO NOTHING
-             ){audited}
-             SELECT count(*) FROM fenced"
+            "WITH {RENEWING_FENCE}, {}{audited}
+             SELECT count(*) FROM fenced",
+            journal_insert("TRUE")
         ))
         .await?;
     let fenced: i64 = get(&client.query_one(&stmt, &params).await?, 0, &row.thread)?;
@@ -296,13 +320,11 @@ pub(super) async fn take_journal_fenced(
 ) -> Result<(bool, bool), Fail> {
     let now = now_ms();
     let detail = format!("{{\"seq\":{seq}}}");
+    let mut params = journal_params(row, &owner, &until_ms, &now);
+    params.extend([&seq as &(dyn ToSql + Sync), &session, &detail]);
     let stmt = client
-        .prepare_cached(
-            "WITH fenced AS (
-                 UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
-                 WHERE thread = $1 AND lease_owner = $2
-                 RETURNING thread
-             ), deleted AS (
+        .prepare_cached(&format!(
+            "WITH {RENEWING_FENCE}, deleted AS (
                  DELETE FROM loomflow_signals
                  WHERE seq = $12 AND session = $13 AND idempotency_key IS NULL
                    AND EXISTS (SELECT 1 FROM fenced)
@@ -318,37 +340,12 @@ pub(super) async fn take_journal_fenced(
                  INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, detail)
                  SELECT $13::TEXT, $5::BIGINT, $4::BIGINT, 'signal_received', name, $14::TEXT
                  FROM taken
-             ), journaled AS (
-                 INSERT INTO loomflow_journal
-                     (thread, run, namespace, step, node, name, occurrence, value)
-                 SELECT thread, $5, $6, $7, $8, $9, $10, $11 FROM fenced
-                 WHERE EXISTS (SELECT 1 FROM taken)
-                 ON CONFLICT DO NOTHING
-             )
+             ), {}
              SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM taken)",
-        )
+            journal_insert("EXISTS (SELECT 1 FROM taken)")
+        ))
         .await?;
-    let counts = client
-        .query_one(
-            &stmt,
-            &[
-                &row.thread,
-                &owner,
-                &until_ms,
-                &now,
-                &row.run,
-                &row.namespace,
-                &row.step,
-                &row.node,
-                &row.name,
-                &row.occurrence,
-                &row.value,
-                &seq,
-                &session,
-                &detail,
-            ],
-        )
-        .await?;
+    let counts = client.query_one(&stmt, &params).await?;
     let fenced: i64 = get(&counts, 0, &row.thread)?;
     let taken: i64 = get(&counts, 1, &row.thread)?;
     Ok((fenced > 0, taken > 0))
