@@ -195,7 +195,7 @@ impl<S: State> RunBuilder<S> {
         self
     }
 
-    fn into_execution(self, events: Option<EventSink>) -> Execution<S> {
+    pub(crate) fn into_execution(self, events: Option<EventSink>) -> Execution<S> {
         let limit = self
             .recursion_limit
             .unwrap_or(self.graph.inner.recursion_limit);

@@ -178,7 +178,7 @@ pub(super) async fn locate<S: State>(
         Start::Child { input, run } => fresh(run, input)?,
         Start::Recover => {
             let cp = latest(g, runtime, thread, namespace, true).await?;
-            let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
+            check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
             match cp.status {
                 RunStatus::Completed => {
                     return Ok(Located::Finished(RunOutcome::Completed(
@@ -214,7 +214,7 @@ pub(super) async fn locate<S: State>(
         }
         Start::ResumeOne(value) => {
             let cp = interrupted(g, runtime, thread, namespace).await?;
-            let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
+            check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
             let [only] = cp.snapshot.interrupts.as_slice() else {
                 return Err(RunError::AmbiguousResume {
                     thread: thread.to_owned(),
@@ -226,7 +226,7 @@ pub(super) async fn locate<S: State>(
         }
         Start::Resume(values) => {
             let cp = interrupted(g, runtime, thread, namespace).await?;
-            let cp = check_graph(g, thread, runtime, cp, allow_graph_change).await?;
+            check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
             let answers = answers_by_id(&cp, thread, values)?;
             resume_position(g, thread, cp, answers)?
         }
@@ -237,18 +237,21 @@ pub(super) async fn locate<S: State>(
 /// Refuses a checkpoint written by a graph of another structure, naming what changed (from
 /// the description its run kept; a checkpoint from before fingerprints, or a caller who
 /// allowed the change, is let through).
+///
+/// Takes the checkpoint by reference: the future then keeps no copy of it, and a checkpoint
+/// of the same graph is let through without waiting on anything.
 async fn check_graph<S>(
     g: &CompiledInner<S>,
     thread: &str,
     runtime: &Runtime,
-    cp: Stored<S>,
+    cp: &Stored<S>,
     allow_graph_change: bool,
-) -> Result<Stored<S>> {
+) -> Result<()> {
     let Some(recorded) = cp.snapshot.graph.as_deref().filter(|_| !allow_graph_change) else {
-        return Ok(cp);
+        return Ok(());
     };
     if *recorded == *g.fingerprint {
-        return Ok(cp);
+        return Ok(());
     }
     let mut before = cp.snapshot.graph_description.clone();
     if before.is_none() {

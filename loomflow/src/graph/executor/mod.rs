@@ -97,20 +97,29 @@ struct Position<S> {
 
 /// Drives a run to its end. `Err` for store failures and bad resume requests; node failures
 /// are outcomes.
-pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutcome<S>> {
+///
+/// Not an `async fn`, which would keep the execution twice (as its argument, and as the
+/// variable the body moves it to); likewise [`claimed`] and [`run_supersteps`]. A run's
+/// future is moved whole when it is boxed or spawned.
+pub(crate) fn execute<S: State>(
+    execution: Execution<S>,
+) -> impl Future<Output = Result<RunOutcome<S>>> + Send {
     let span = observe::run_span(
         &execution.graph.inner.name,
         &execution.thread,
         execution.namespace.as_str(),
     );
-    // Not wrapped when nobody records spans: the wrapper would move the whole run's future.
-    let result = if span.is_disabled() {
-        claimed(execution).await
-    } else {
-        claimed(execution).instrument(span.clone()).await
-    };
-    span.record("loomflow.outcome", observe::outcome_name(&result));
-    result
+    async move {
+        // Not wrapped when nobody records spans: the wrapper would move the whole run's
+        // future.
+        let result = if span.is_disabled() {
+            claimed(execution).await
+        } else {
+            claimed(execution).instrument(span.clone()).await
+        };
+        span.record("loomflow.outcome", observe::outcome_name(&result));
+        result
+    }
 }
 
 /// Runs under the execution's claim: a top-level run claims its thread before it reads
@@ -126,64 +135,74 @@ pub(crate) async fn execute<S: State>(execution: Execution<S>) -> Result<RunOutc
 /// worker does not take it again and again. A store failure, a lost lease, a cancel, a
 /// hand-back or a refused resume request leave it as it was. The caller of a direct run
 /// gets the error instead, the run left as it was.
-async fn claimed<S: State>(mut execution: Execution<S>) -> Result<RunOutcome<S>> {
-    let top_level = execution.namespace.is_root();
-    let given = execution.claim.is_some();
-    if top_level && !given && matches!(execution.start, Start::Recover) {
-        // A recover in a long-lived process: signals other processes stored since it last
-        // looked (the decision a waiting run is recovered for) come in first. A worker
-        // looks before it claims, and a fresh run or a resume with values has no use for it.
-        execution.runtime.refresh_signals().await?;
-    }
-    let claim = match execution.claim.take() {
-        // The parent's claim, or one a worker took for this run.
-        Some(claim) => claim,
-        None => {
-            execution
-                .runtime
-                .claim_run(&execution.thread, execution.wait_if_busy)
-                .await?
+///
+/// Not an `async fn`, which would keep the execution twice: as its argument, and as the
+/// variable the body moves it to.
+#[allow(clippy::manual_async_fn)]
+fn claimed<S: State>(
+    mut execution: Execution<S>,
+) -> impl Future<Output = Result<RunOutcome<S>>> + Send {
+    async move {
+        let top_level = execution.namespace.is_root();
+        let given = execution.claim.is_some();
+        if top_level && !given && matches!(execution.start, Start::Recover) {
+            // A recover in a long-lived process: signals other processes stored since it last
+            // looked (the decision a waiting run is recovered for) come in first. A worker
+            // looks before it claims, and a fresh run or a resume with values has no use for it.
+            execution.runtime.refresh_signals().await?;
         }
-    };
-    let result = run_supersteps(execution, claim.clone()).await;
-    if claim.is_lost() {
-        return Err(claim.lost_error().into());
-    }
-    if top_level {
-        let failure = match &result {
-            Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
-            Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
-            // The store failed (a database restart, a lost connection): the run is not at
-            // fault. It stays as it was and is claimed again once its lease runs out.
-            Err(RunError::Store(_) | RunError::Busy { .. }) => None,
-            // A resume request the run could not take: it stays interrupted.
-            Err(
-                RunError::ResumeValue { .. }
-                | RunError::UnknownInterrupt { .. }
-                | RunError::AmbiguousResume { .. }
-                | RunError::WaitsForSignal { .. }
-                | RunError::WaitsForTimer { .. }
-                | RunError::NotInterrupted { .. },
-            ) => None,
-            Err(error) if given => Some(ErrorChain(error).to_string()),
-            _ => None,
+        let claim = match execution.claim.take() {
+            // The parent's claim, or one a worker took for this run.
+            Some(claim) => claim,
+            None => {
+                execution
+                    .runtime
+                    .claim_run(&execution.thread, execution.wait_if_busy)
+                    .await?
+            }
         };
-        let ended = match failure {
-            Some(message) => claim.finish(RunState::Failed, Some(message)).await,
-            None => claim.release().await,
-        };
-        if let Err(error) = ended {
-            // The outcome stands; the lease runs out on its own.
-            tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+        let result = run_supersteps(execution, claim.clone()).await;
+        if claim.is_lost() {
+            return Err(claim.lost_error().into());
         }
+        if top_level {
+            let failure = match &result {
+                Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
+                Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
+                // The store failed (a database restart, a lost connection): the run is not at
+                // fault. It stays as it was and is claimed again once its lease runs out.
+                Err(RunError::Store(_) | RunError::Busy { .. }) => None,
+                // A resume request the run could not take: it stays interrupted.
+                Err(
+                    RunError::ResumeValue { .. }
+                    | RunError::UnknownInterrupt { .. }
+                    | RunError::AmbiguousResume { .. }
+                    | RunError::WaitsForSignal { .. }
+                    | RunError::WaitsForTimer { .. }
+                    | RunError::NotInterrupted { .. },
+                ) => None,
+                Err(error) if given => Some(ErrorChain(error).to_string()),
+                _ => None,
+            };
+            let ended = match failure {
+                Some(message) => claim.finish(RunState::Failed, Some(message)).await,
+                None => claim.release().await,
+            };
+            if let Err(error) = ended {
+                // The outcome stands; the lease runs out on its own.
+                tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+            }
+        }
+        result
     }
-    result
 }
 
-async fn run_supersteps<S: State>(
+/// Not an `async fn`: the execution is taken apart before the future is made, so that the
+/// future keeps its parts once rather than the whole execution beside them.
+fn run_supersteps<S: State>(
     execution: Execution<S>,
     claim: RunClaim,
-) -> Result<RunOutcome<S>> {
+) -> impl Future<Output = Result<RunOutcome<S>>> + Send {
     let Execution {
         graph,
         thread,
@@ -197,216 +216,228 @@ async fn run_supersteps<S: State>(
         claim: _,
         wait_if_busy: _,
     } = execution;
-    let g = &*graph.inner;
-    runtime.load_stored_signals().await?;
-    let start = apply_resume_request(&runtime, &thread, &namespace, start).await?;
-    let located = locate(
-        g,
-        &thread,
-        &runtime,
-        namespace.as_str(),
-        start,
-        allow_graph_change,
-    );
-    let position = match located.await? {
-        Located::Position(position) => position,
-        Located::Finished(outcome) => return Ok(outcome),
-    };
-    let Position {
-        run,
-        mut step,
-        mut state,
-        mut active,
-        mut joins,
-        mut pending,
-        mut resume_values,
-        fresh,
-        resumed,
-    } = position;
-    // The run's session: signals sent to the thread queue here while it runs. What it has
-    // not received when it stops (it suspends, fails, loses its lease) stays pending for
-    // the execution that carries it on, instead of being discarded.
-    let session = namespace.is_root().then(|| {
-        let session = runtime.shared_session(&thread);
-        session.keep_leftovers();
-        session
-    });
-    let shared = Arc::new(RunShared {
-        thread,
-        run,
-        runtime,
-        events,
-        namespace,
-        durability,
-        claim,
-        _session: session,
-        audit: std::sync::Mutex::default(),
-        trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
-    });
-    observe::picked_up(&shared, run, resumed);
-    let key = RunKey::of(&shared);
-    let mut writer = CheckpointWriter::new(&shared.claim, durability);
-    // Whether the newest checkpoint written says the run completed; a run that ends without
-    // one (an `Exit` run, or one with nothing to run) gets it at the end.
-    let mut completed_written = false;
-    if fresh && durability != Durability::Exit {
-        let status = if active.is_empty() {
-            RunStatus::Completed
-        } else {
-            RunStatus::Running
+    async move {
+        let g = &*graph.inner;
+        runtime.load_stored_signals().await?;
+        let start = apply_resume_request(&runtime, &thread, &namespace, start).await?;
+        let located = locate(
+            g,
+            &thread,
+            &runtime,
+            namespace.as_str(),
+            start,
+            allow_graph_change,
+        );
+        // Taken apart as it comes: a named `Position` would keep its room in the future.
+        let Position {
+            run,
+            mut step,
+            mut state,
+            mut active,
+            mut joins,
+            mut pending,
+            mut resume_values,
+            fresh,
+            resumed,
+        } = match located.await? {
+            Located::Position(position) => position,
+            Located::Finished(outcome) => return Ok(outcome),
         };
-        let snapshot = SnapshotRef::new(g, &state, &active)
-            .joins(&joins.0)
-            .described();
-        let mut cp = key.step_checkpoint(&graph.inner, 0, status, &snapshot)?;
-        add_audit(&shared, &mut cp);
-        // Nothing has run yet: a power cut that takes this write back takes the whole
-        // run back with it. A run that is over at once (nothing to run) is an outcome.
-        cp.start_only = status == RunStatus::Running && cp.audit.is_empty();
-        writer.write(cp).await?;
-        completed_written = active.is_empty();
-    }
-    let mut last_nodes: Vec<usize> = Vec::new();
-
-    while !active.is_empty() {
-        if shared.namespace.is_root() && shared.claim.cancel_requested() {
-            writer.finish().await?;
-            return cancel(g, &shared, step, state, &active, &joins).await;
-        }
-        if shared.namespace.is_root() && shared.claim.yield_requested() {
-            // Every finished step is checkpointed (in `Exit` mode, nothing is: the run starts
-            // over); letting go is all that is left.
-            writer.finish().await?;
-            tracing::info!(graph = %g.name, thread = %shared.thread, step, "run handed back");
-            return Err(RunError::Yielded {
-                thread: shared.thread.to_string(),
-            });
-        }
-        if let Some(events) = &shared.events {
-            // A bounded stream's reader is behind: wait for it rather than run ahead.
-            events.room().await;
-        }
-        step += 1;
-        if step > recursion_limit {
-            let error = RunError::RecursionLimit {
-                limit: recursion_limit,
-                last_nodes: last_nodes
-                    .iter()
-                    .map(|&i| g.nodes[i].name.to_string())
-                    .collect(),
-            };
-            writer.finish().await?;
-            return fail(g, &shared, step, state, &active, error).await;
-        }
-
-        let span = observe::superstep_span(g, step, &active);
-        let running = || run_step(g, &shared, &active, &state, step, &pending, &resume_values);
-        // Not wrapped when nobody records spans: moving the step's future into the wrapper
-        // costs more than the step's own bookkeeping. Made where it is awaited, so that it
-        // is not moved there.
-        let outcome = if span.is_disabled() {
-            running().await
-        } else {
-            running().instrument(span).await
-        };
-        let next_state = match outcome {
-            Ok(StepOutcome::Merged(next_state)) => next_state,
-            Ok(StepOutcome::Suspended {
-                pending_writes,
-                interrupts,
-            }) => {
-                writer.finish().await?;
-                // A top-level run's first checkpoint keeps the graph's description (see
-                // `check_graph`, which finds it there); only a run that wrote none (`Exit`
-                // durability) or a subgraph keeps it where it suspends.
-                let describe = durability == Durability::Exit || !shared.namespace.is_root();
-                let snapshot = SnapshotRef::new(g, &state, &active)
-                    .joins(&joins.0)
-                    .suspended(&pending_writes, &interrupts, &resume_values)
-                    .describe(describe);
-                observe::record_interrupts(&shared, &interrupts);
-                let mut cp =
-                    key.step_checkpoint(&graph.inner, step - 1, RunStatus::Interrupted, &snapshot)?;
-                // What the interrupts say about the run, from them as they are: the store
-                // need not read them back out of the body.
-                cp.waits = Some(Box::new(crate::runtime::store::Waits::of(&interrupts)));
-                add_audit(&shared, &mut cp);
-                // Suspension always reaches the store before we return: the process may exit.
-                put_last(&shared, cp)
-                    .instrument(observe::suspend_span(step, &interrupts))
-                    .await?;
-                // Only built for a listener: the payloads may be large.
-                for interrupt in interrupts.iter().filter(|_| shared.events.is_some()) {
-                    shared.emit(
-                        step,
-                        Some(&interrupt.node),
-                        EventKind::Interrupt {
-                            id: interrupt.id.clone(),
-                            payload: interrupt.payload.clone(),
-                        },
-                    );
-                }
-                return Ok(RunOutcome::Interrupted { state, interrupts });
-            }
-            // A resume value the node could not use: the resume is refused as a bad request
-            // and the checkpoint it came from stays as it was.
-            Err(error @ RunError::ResumeValue { .. }) => {
-                writer.finish().await?;
-                return Err(error);
-            }
-            Err(error) => {
-                writer.finish().await?;
-                return fail(g, &shared, step, state, &active, error).await;
-            }
-        };
-        let mut next_joins = joins.clone();
-        let ran = active.iter().map(|&i| g.topology().node(i));
-        // The step before last's buffer holds the next active set: no allocation a step.
-        let mut next = std::mem::take(&mut last_nodes);
-        if let Err(error) = route_into(g, ran, &next_state, &mut next_joins, &mut next) {
-            writer.finish().await?;
-            return fail(g, &shared, step, state, &active, error).await;
-        }
-        state = next_state;
-        joins = next_joins;
-        pending.clear();
-        resume_values.clear();
-
-        if durability != Durability::Exit {
-            let status = if next.is_empty() {
+        // The run's session: signals sent to the thread queue here while it runs. What it has
+        // not received when it stops (it suspends, fails, loses its lease) stays pending for
+        // the execution that carries it on, instead of being discarded.
+        let session = namespace.is_root().then(|| {
+            let session = runtime.shared_session(&thread);
+            session.keep_leftovers();
+            session
+        });
+        let shared = Arc::new(RunShared {
+            thread,
+            run,
+            runtime,
+            events,
+            namespace,
+            durability,
+            claim,
+            _session: session,
+            audit: std::sync::Mutex::default(),
+            trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
+        });
+        observe::picked_up(&shared, run, resumed);
+        let key = RunKey::of(&shared);
+        let mut writer = CheckpointWriter::new(&shared.claim, durability);
+        // Whether the newest checkpoint written says the run completed; a run that ends without
+        // one (an `Exit` run, or one with nothing to run) gets it at the end.
+        let mut completed_written = false;
+        if fresh && durability != Durability::Exit {
+            let status = if active.is_empty() {
                 RunStatus::Completed
             } else {
                 RunStatus::Running
             };
-            let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
-            let mut cp = key.step_checkpoint(&graph.inner, step, status, &snapshot)?;
+            let snapshot = SnapshotRef::new(g, &state, &active)
+                .joins(&joins.0)
+                .described();
+            let mut cp = key.step_checkpoint(&graph.inner, 0, status, &snapshot)?;
             add_audit(&shared, &mut cp);
-            if next.is_empty() {
-                writer.write_last(cp, &shared).await?;
-            } else {
-                writer.write(cp).await?;
-            }
-            completed_written = next.is_empty();
+            // Nothing has run yet: a power cut that takes this write back takes the whole
+            // run back with it. A run that is over at once (nothing to run) is an outcome.
+            cp.start_only = status == RunStatus::Running && cp.audit.is_empty();
+            writer.write(cp).await?;
+            completed_written = active.is_empty();
         }
-        if shared.events.is_some() {
-            let nodes = active
-                .iter()
-                .map(|&i| g.nodes[i].name.to_string())
-                .collect();
-            shared.emit(step, None, EventKind::Step { nodes });
-        }
-        last_nodes = std::mem::replace(&mut active, next);
-    }
+        let mut last_nodes: Vec<usize> = Vec::new();
 
-    writer.finish().await?;
-    if !completed_written {
-        let snapshot = SnapshotRef::new(g, &state, &[]);
-        let mut cp = key.step_checkpoint(&graph.inner, step, RunStatus::Completed, &snapshot)?;
-        add_audit(&shared, &mut cp);
-        put_last(&shared, cp).await?;
+        while !active.is_empty() {
+            if shared.namespace.is_root() && shared.claim.cancel_requested() {
+                writer.finish().await?;
+                return Box::pin(cancel(g, &shared, step, state, &active, &joins)).await;
+            }
+            if shared.namespace.is_root() && shared.claim.yield_requested() {
+                // Every finished step is checkpointed (in `Exit` mode, nothing is: the run starts
+                // over); letting go is all that is left.
+                writer.finish().await?;
+                tracing::info!(graph = %g.name, thread = %shared.thread, step, "run handed back");
+                return Err(RunError::Yielded {
+                    thread: shared.thread.to_string(),
+                });
+            }
+            if let Some(events) = &shared.events {
+                // A bounded stream's reader is behind: wait for it rather than run ahead.
+                events.room().await;
+            }
+            step += 1;
+            if step > recursion_limit {
+                let error = RunError::RecursionLimit {
+                    limit: recursion_limit,
+                    last_nodes: last_nodes
+                        .iter()
+                        .map(|&i| g.nodes[i].name.to_string())
+                        .collect(),
+                };
+                writer.finish().await?;
+                return Box::pin(fail(g, &shared, step, state, &active, error)).await;
+            }
+
+            let span = observe::superstep_span(g, step, &active);
+            let running = || run_step(g, &shared, &active, &state, step, &pending, &resume_values);
+            // Not wrapped when nobody records spans: moving the step's future into the wrapper
+            // costs more than the step's own bookkeeping. Made where it is awaited, so that it
+            // is not moved there.
+            let outcome = if span.is_disabled() {
+                running().await
+            } else {
+                running().instrument(span).await
+            };
+            let next_state = match outcome {
+                Ok(StepOutcome::Merged(next_state)) => next_state,
+                Ok(StepOutcome::Suspended {
+                    pending_writes,
+                    interrupts,
+                }) => {
+                    writer.finish().await?;
+                    // A top-level run's first checkpoint keeps the graph's description (see
+                    // `check_graph`, which finds it there); only a run that wrote none (`Exit`
+                    // durability) or a subgraph keeps it where it suspends.
+                    let describe = durability == Durability::Exit || !shared.namespace.is_root();
+                    let snapshot = SnapshotRef::new(g, &state, &active)
+                        .joins(&joins.0)
+                        .suspended(&pending_writes, &interrupts, &resume_values)
+                        .describe(describe);
+                    observe::record_interrupts(&shared, &interrupts);
+                    // Made in a block of its own, so that the future awaited below keeps the
+                    // only copy of the checkpoint.
+                    let write = {
+                        let mut cp = key.step_checkpoint(
+                            &graph.inner,
+                            step - 1,
+                            RunStatus::Interrupted,
+                            &snapshot,
+                        )?;
+                        // What the interrupts say about the run, from them as they are: the
+                        // store need not read them back out of the body.
+                        cp.waits = Some(Box::new(crate::runtime::store::Waits::of(&interrupts)));
+                        add_audit(&shared, &mut cp);
+                        put_last(&shared, cp)
+                    };
+                    // Suspension always reaches the store before we return: the process may exit.
+                    write
+                        .instrument(observe::suspend_span(step, &interrupts))
+                        .await?;
+                    // Only built for a listener: the payloads may be large.
+                    for interrupt in interrupts.iter().filter(|_| shared.events.is_some()) {
+                        shared.emit(
+                            step,
+                            Some(&interrupt.node),
+                            EventKind::Interrupt {
+                                id: interrupt.id.clone(),
+                                payload: interrupt.payload.clone(),
+                            },
+                        );
+                    }
+                    return Ok(RunOutcome::Interrupted { state, interrupts });
+                }
+                // A resume value the node could not use: the resume is refused as a bad request
+                // and the checkpoint it came from stays as it was.
+                Err(error @ RunError::ResumeValue { .. }) => {
+                    writer.finish().await?;
+                    return Err(error);
+                }
+                Err(error) => {
+                    writer.finish().await?;
+                    return Box::pin(fail(g, &shared, step, state, &active, error)).await;
+                }
+            };
+            let mut next_joins = joins.clone();
+            let ran = active.iter().map(|&i| g.topology().node(i));
+            // The step before last's buffer holds the next active set: no allocation a step.
+            let mut next = std::mem::take(&mut last_nodes);
+            if let Err(error) = route_into(g, ran, &next_state, &mut next_joins, &mut next) {
+                writer.finish().await?;
+                return Box::pin(fail(g, &shared, step, state, &active, error)).await;
+            }
+            state = next_state;
+            joins = next_joins;
+            pending.clear();
+            resume_values.clear();
+
+            if durability != Durability::Exit {
+                let status = if next.is_empty() {
+                    RunStatus::Completed
+                } else {
+                    RunStatus::Running
+                };
+                let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
+                let mut cp = key.step_checkpoint(&graph.inner, step, status, &snapshot)?;
+                add_audit(&shared, &mut cp);
+                if next.is_empty() {
+                    writer.write_last(cp, &shared).await?;
+                } else {
+                    writer.write(cp).await?;
+                }
+                completed_written = next.is_empty();
+            }
+            if shared.events.is_some() {
+                let nodes = active
+                    .iter()
+                    .map(|&i| g.nodes[i].name.to_string())
+                    .collect();
+                shared.emit(step, None, EventKind::Step { nodes });
+            }
+            last_nodes = std::mem::replace(&mut active, next);
+        }
+
+        writer.finish().await?;
+        if !completed_written {
+            let snapshot = SnapshotRef::new(g, &state, &[]);
+            let mut cp =
+                key.step_checkpoint(&graph.inner, step, RunStatus::Completed, &snapshot)?;
+            add_audit(&shared, &mut cp);
+            put_last(&shared, cp).await?;
+        }
+        shared.emit(step, None, EventKind::Done);
+        Ok(RunOutcome::Completed(state))
     }
-    shared.emit(step, None, EventKind::Done);
-    Ok(RunOutcome::Completed(state))
 }
 
 /// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
@@ -497,13 +528,21 @@ async fn cancel<S: State>(
 
 /// Writes the checkpoint that ends an execution. A top-level run lets its claim go in the
 /// same write; a subgraph's claim is its parent's, which carries on.
-pub(super) async fn put_last(shared: &RunShared, cp: Checkpoint) -> Result<()> {
-    if shared.namespace.is_root() {
-        shared.claim.put_last_checkpoint(cp).await?;
-    } else {
-        shared.claim.put_checkpoint(cp).await?;
+///
+/// Not an `async fn`, which would keep the checkpoint twice.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn put_last(
+    shared: &RunShared,
+    cp: Checkpoint,
+) -> impl Future<Output = Result<()>> + Send + '_ {
+    async move {
+        if shared.namespace.is_root() {
+            shared.claim.put_last_checkpoint(cp).await?;
+        } else {
+            shared.claim.put_checkpoint(cp).await?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Adds to the checkpoint the audit entries the run recorded since its last write.
@@ -540,3 +579,6 @@ impl std::fmt::Display for ErrorChain<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

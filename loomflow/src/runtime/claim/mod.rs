@@ -324,24 +324,29 @@ impl RunClaim {
     /// empty `thread` names the claimed one, as for [`put_checkpoint`](Self::put_checkpoint)).
     ///
     /// Nothing may be written under the claim afterwards.
-    pub(crate) async fn put_last_checkpoint(
+    ///
+    /// Not an `async fn`, as for [`put_checkpoint`](Self::put_checkpoint): the memory
+    /// store's write is made at once, and another store's call takes the checkpoint.
+    pub(crate) fn put_last_checkpoint(
         &self,
         checkpoint: Checkpoint,
-    ) -> Result<u64, StoreError> {
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send + '_ {
         if self.is_lost() {
-            return Err(self.lost_error());
+            return Either::Left(std::future::ready(Err(self.lost_error())));
         }
         self.inner.releasing.store(true, Ordering::Release);
         let (store, owner) = (&self.inner.store, &self.inner.owner);
-        let written = match store.as_memory() {
-            Some(memory) => {
-                memory.put_checkpoint_and_release_now(&self.inner.thread, checkpoint, owner)
-            }
-            None => {
-                let checkpoint = self.named(checkpoint);
-                store.put_checkpoint_and_release(checkpoint, owner).await
-            }
-        };
+        if let Some(memory) = store.as_memory() {
+            let written =
+                memory.put_checkpoint_and_release_now(&self.inner.thread, checkpoint, owner);
+            return Either::Left(std::future::ready(self.released(written)));
+        }
+        let write = store.put_checkpoint_and_release(self.named(checkpoint), owner);
+        Either::Right(async move { self.released(write.await) })
+    }
+
+    /// Notes what a write that releases the claim did to it.
+    fn released(&self, written: Result<u64, StoreError>) -> Result<u64, StoreError> {
         match &written {
             Ok(_) => {
                 self.inner.released.store(true, Ordering::Release);
