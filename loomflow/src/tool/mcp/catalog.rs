@@ -26,6 +26,10 @@ pub(super) struct Catalog {
     version: watch::Sender<u64>,
     /// One re-read at a time, so an older answer never replaces a newer one.
     reading: tokio::sync::Mutex<()>,
+    /// A request found the connection closed, could not be sent, or was cancelled as the
+    /// connection closed: the server is gone ([`McpError::Gone`]), even before the SDK's
+    /// connection task has noticed the end of its output.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 impl Catalog {
@@ -37,6 +41,7 @@ impl Catalog {
             tools: Mutex::default(),
             version: watch::Sender::new(0),
             reading: tokio::sync::Mutex::new(()),
+            gone: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -91,6 +96,11 @@ impl Catalog {
         McpTool::new(spec, remote.name.into_owned(), self, peer)
     }
 
+    /// Whether a request found the server gone.
+    pub(super) fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub(super) fn timed_out(&self, operation: &str) -> McpError {
         McpError::TimedOut {
             server: self.server.clone(),
@@ -101,6 +111,14 @@ impl Catalog {
 
     /// The SDK's error for a request, as an [`McpError`] naming the server and request.
     pub(super) fn service_error(&self, operation: &str, error: ServiceError) -> McpError {
+        if matches!(
+            error,
+            ServiceError::TransportClosed
+                | ServiceError::TransportSend(_)
+                | ServiceError::Cancelled { .. }
+        ) {
+            self.gone.store(true, std::sync::atomic::Ordering::Release);
+        }
         let server = self.server.clone();
         let operation = operation.to_owned();
         match error {

@@ -164,8 +164,9 @@ impl McpServer {
     }
 
     /// Whether the connection has closed (the server exited, or [`close`](Self::close)).
+    /// Once a call has failed with [`McpError::Gone`], it has.
     pub fn is_closed(&self) -> bool {
-        self.inner.peer.is_transport_closed()
+        self.inner.catalog.is_gone() || self.inner.peer.is_transport_closed()
     }
 
     /// Closes the connection (a stdio server's process is killed). Later calls fail with
