@@ -19,6 +19,7 @@ use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::runtime::claim::RunClaim;
+use crate::runtime::store::JsonBody;
 use crate::runtime::{Checkpoint, Durability, Interrupt, RunStatus};
 use std::sync::Arc;
 
@@ -178,6 +179,60 @@ impl<'a, S: State> SnapshotRef<'a, S> {
     }
 }
 
+/// A snapshot's body as JSON text, serialized straight from what the executor holds: the
+/// JSON of [`body_of`]'s value, without building that value. Its keys come in the same
+/// order; a struct inside (the state, an interrupt) keeps its fields in declaration order,
+/// where a value sorts them.
+struct BodyJson<'a, 'b, S> {
+    snapshot: &'b SnapshotRef<'a, S>,
+    trace: Option<&'b str>,
+}
+
+impl<S: State> Serialize for BodyJson<'_, '_, S> {
+    fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        use serde::ser::SerializeMap;
+
+        let s = self.snapshot;
+        let mut body = serializer.serialize_map(None)?;
+        // In the order a JSON object built as a value keeps its keys: sorted.
+        body.serialize_entry("graph", &*s.g.fingerprint)?;
+        if s.describe {
+            body.serialize_entry("graph_description", &s.g.description)?;
+            body.serialize_entry("graph_name", &*s.g.name)?;
+        }
+        if !s.interrupts.is_empty() {
+            body.serialize_entry("interrupts", s.interrupts)?;
+        }
+        if !s.joins.is_empty() {
+            body.serialize_entry("joins", s.joins)?;
+        }
+        if !s.next.is_empty() {
+            let names = s.next.iter().map(|&i| &*s.g.nodes[i].name);
+            body.serialize_entry("next", &Names(std::cell::Cell::new(Some(names))))?;
+        }
+        if !s.pending_writes.is_empty() {
+            body.serialize_entry("pending_writes", s.pending_writes)?;
+        }
+        if let Some(values) = s.resume_values {
+            body.serialize_entry("resume_values", values)?;
+        }
+        body.serialize_entry("state", s.state)?;
+        if let Some(trace) = self.trace {
+            body.serialize_entry("trace", trace)?;
+        }
+        body.end()
+    }
+}
+
+/// Node names, serialized as a list without collecting them first.
+struct Names<I>(std::cell::Cell<Option<I>>);
+
+impl<'n, I: Iterator<Item = &'n str>> Serialize for Names<I> {
+    fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        serializer.collect_seq(self.0.take().into_iter().flatten())
+    }
+}
+
 /// A snapshot's body, with the execution's `traceparent` when it has one.
 pub(super) fn body_of<S: State>(
     snapshot: &SnapshotRef<'_, S>,
@@ -200,6 +255,8 @@ pub(super) struct RunKey<'a> {
     pub(super) trace: Option<&'a Arc<str>>,
     /// Whether the store takes checkpoints whose body it builds when read.
     pub(super) unserialized: bool,
+    /// Whether the store writes bodies as JSON text, which it then gets as text.
+    pub(super) json_bodies: bool,
 }
 
 impl<'a> RunKey<'a> {
@@ -211,6 +268,7 @@ impl<'a> RunKey<'a> {
             namespace: shared.namespace.as_str(),
             trace: shared.trace.as_ref(),
             unserialized: shared.runtime.store().as_memory().is_some(),
+            json_bodies: shared.runtime.store().writes_json_bodies(),
         }
     }
 
@@ -249,8 +307,22 @@ impl<'a> RunKey<'a> {
         status: RunStatus,
         snapshot: &SnapshotRef<'_, S>,
     ) -> Result<Checkpoint> {
-        let body = body_of(snapshot, self.trace.map(|trace| &**trace))
-            .map_err(|e| RunError::json(format!("state of graph {}", g.name), e))?;
+        let trace = self.trace.map(|trace| &**trace);
+        let unwritable = |e| RunError::json(format!("state of graph {}", g.name), e);
+        if self.json_bodies {
+            let text = serde_json::to_string(&BodyJson { snapshot, trace }).map_err(unwritable)?;
+            let name = snapshot.describe.then_some(&g.name);
+            let body = JsonBody::new(text, &g.fingerprint, name);
+            return Ok(Checkpoint::unserialized(
+                self.thread,
+                self.run,
+                self.namespace,
+                step,
+                status,
+                Arc::new(body),
+            ));
+        }
+        let body = body_of(snapshot, trace).map_err(unwritable)?;
         Ok(Checkpoint::new(
             self.thread,
             self.run,
@@ -353,6 +425,60 @@ pub(super) mod tests {
             .unwrap()
     }
 
+    /// A store that writes text gets, for every shape of snapshot, the JSON of the body
+    /// built as a value; it reads back as that value, with the graph's fingerprint, name
+    /// and interrupts.
+    #[test]
+    fn a_body_written_as_text_is_the_serialized_value() {
+        let graph = one_node_graph();
+        let g = &*graph.inner;
+        let trace: Arc<str> = Arc::from("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let key = |trace, json_bodies| RunKey {
+            thread: "t",
+            run: 1,
+            namespace: "",
+            trace,
+            unserialized: false,
+            json_bodies,
+        };
+        let writes = [PendingWrite {
+            node: "b".into(),
+            state: json!({"z": 1, "a": [2]}),
+        }];
+        let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
+            {"id": "a#0", "node": "a", "index": 0, "payload": {"q": "ok?", "n": 1}, "signal": "go"}
+        ]))
+        .unwrap();
+        let values = BTreeMap::from([("a".to_owned(), vec![json!(true)])]);
+        let joins = [vec![true, false]];
+        let snapshots = [
+            SnapshotRef::new(g, &1, &[0]),
+            SnapshotRef::new(g, &2, &[]),
+            SnapshotRef::new(g, &3, &[0]).described(),
+            SnapshotRef::new(g, &4, &[0])
+                .joins(&joins)
+                .suspended(&writes, &interrupts, &values),
+        ];
+        for trace in [None, Some(&trace)] {
+            for snapshot in &snapshots {
+                let tree = key(trace, false).checkpoint(g, 3, RunStatus::Interrupted, snapshot);
+                let text = key(trace, true).checkpoint(g, 3, RunStatus::Interrupted, snapshot);
+                let (tree, text) = (tree.unwrap(), text.unwrap());
+                assert_eq!(text.body, Value::Null, "not built");
+                let json = text.body_json().unwrap();
+                assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), tree.body);
+                if snapshot.interrupts.is_empty() {
+                    // No struct inside: the very same text.
+                    assert_eq!(json, serde_json::to_string(&tree.body).unwrap());
+                }
+                assert_eq!(text.fingerprint(), tree.fingerprint());
+                assert_eq!(text.graph_name(), tree.graph_name());
+                assert_eq!(text.interrupts().unwrap(), tree.interrupts().unwrap());
+                assert_eq!(text.serialized().unwrap().body, tree.body);
+            }
+        }
+    }
+
     #[test]
     fn a_plain_body_holds_only_state_next_and_the_graphs_fingerprint() {
         let graph = one_node_graph();
@@ -363,6 +489,7 @@ pub(super) mod tests {
             namespace: "",
             trace: None,
             unserialized: false,
+            json_bodies: false,
         };
         let running = key
             .checkpoint(g, 3, RunStatus::Running, &SnapshotRef::new(g, &1, &[0]))
@@ -418,9 +545,11 @@ pub(super) mod tests {
                 namespace: "",
                 trace,
                 unserialized: false,
+                json_bodies: false,
             };
             let lazy = RunKey {
                 unserialized: true,
+                json_bodies: false,
                 ..eager
             };
             let joins = [vec![true, false]];
@@ -462,9 +591,11 @@ pub(super) mod tests {
             namespace: "",
             trace: None,
             unserialized: true,
+            json_bodies: false,
         };
         let eager = RunKey {
             unserialized: false,
+            json_bodies: false,
             ..key
         };
         let kept = key

@@ -45,7 +45,7 @@ mod postgres;
 mod records;
 mod unserialized;
 pub(crate) use runs::Waits;
-pub(crate) use unserialized::SnapshotSource;
+pub(crate) use unserialized::{JsonBody, SnapshotSource};
 pub(crate) mod runs;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -281,6 +281,15 @@ pub trait Store: Send + Sync + 'static {
     #[doc(hidden)]
     fn as_memory(&self) -> Option<&MemoryStore> {
         None
+    }
+
+    /// Whether the store writes a checkpoint's body as JSON text, which the executor then
+    /// hands it serialized straight from its snapshot rather than as a tree of values.
+    /// Internal to loomflow: a store outside the crate keeps the default, `false`, and gets
+    /// the body as a value.
+    #[doc(hidden)]
+    fn writes_json_bodies(&self) -> bool {
+        false
     }
 
     /// Lets `thread`'s run go, if `owner` holds it; does nothing otherwise.

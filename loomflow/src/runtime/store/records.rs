@@ -74,8 +74,9 @@ pub struct Checkpoint {
     /// gives an empty list; [`Store::audit`](super::Store::audit) reads the entries.
     #[serde(skip)]
     pub audit: Vec<AuditEntry>,
-    /// The body not built yet (`body` is `null` meanwhile), for a store that keeps
-    /// checkpoints in memory; stores build it before handing the checkpoint out.
+    /// The body not built as a value yet (`body` is `null` meanwhile): the executor's
+    /// snapshot, for a store that keeps checkpoints in memory, or its JSON text, for a store
+    /// that writes text. Stores build the body before handing the checkpoint out.
     #[serde(skip)]
     pub(crate) unserialized: Option<Unserialized>,
     /// Records only that a run starts (its input): no node has run since the run's last
@@ -165,6 +166,23 @@ impl Checkpoint {
         Ok(self)
     }
 
+    /// The body as JSON text, as a store writes it: the text the executor handed over, or
+    /// the body serialized.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Write`] when the state does not serialize.
+    pub(crate) fn body_json(&self) -> Result<String, StoreError> {
+        let text = match &self.unserialized {
+            Some(Unserialized(source)) => source.body_json(),
+            None => serde_json::to_string(&self.body),
+        };
+        text.map_err(|e| StoreError::Write {
+            thread: self.thread.clone(),
+            message: e.to_string(),
+        })
+    }
+
     /// The graph's fingerprint (`graph` in the body), built or not.
     pub(crate) fn fingerprint(&self) -> Option<&str> {
         match &self.unserialized {
@@ -201,7 +219,18 @@ impl Checkpoint {
     ///
     /// [`StoreError::Corrupt`] when the body's `interrupts` is not an array of interrupts.
     pub fn interrupts(&self) -> Result<Vec<Interrupt>, StoreError> {
-        match self.body.get("interrupts") {
+        let built;
+        let body = match &self.unserialized {
+            Some(Unserialized(source)) => {
+                built = source.body().map_err(|e| StoreError::Corrupt {
+                    thread: self.thread.clone(),
+                    message: format!("body of checkpoint {}: {e}", self.id),
+                })?;
+                &built
+            }
+            None => &self.body,
+        };
+        match body.get("interrupts") {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(interrupts) => {
                 Vec::<Interrupt>::deserialize(interrupts).map_err(|e| StoreError::Corrupt {

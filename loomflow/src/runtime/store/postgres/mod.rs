@@ -242,6 +242,10 @@ impl PostgresStore {
 }
 
 impl Store for PostgresStore {
+    fn writes_json_bodies(&self) -> bool {
+        true
+    }
+
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(self.save_checkpoint(checkpoint))
     }

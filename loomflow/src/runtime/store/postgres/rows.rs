@@ -108,7 +108,7 @@ impl CheckpointRow {
             run: to_i64(checkpoint.run, "run", thread)?,
             step: to_i64(checkpoint.step, "step", thread)?,
             status: checkpoint.status.as_str(),
-            body: to_json(&checkpoint.body, thread)?,
+            body: checkpoint.body_json()?,
             thread: thread.clone(),
             namespace: checkpoint.namespace.clone(),
             error: checkpoint.error.clone(),

@@ -210,6 +210,10 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    fn writes_json_bodies(&self) -> bool {
+        true
+    }
+
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
         let row = checkpoint_row(&checkpoint);
         let thread = checkpoint.thread;

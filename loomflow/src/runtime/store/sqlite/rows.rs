@@ -96,7 +96,7 @@ pub(super) fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, S
         run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
         step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
         status: checkpoint.status.as_str(),
-        body: to_json(&checkpoint.body, &checkpoint.thread)?,
+        body: checkpoint.body_json()?,
         thread: checkpoint.thread.clone(),
         namespace: checkpoint.namespace.clone(),
         error: checkpoint.error.clone(),
