@@ -35,7 +35,11 @@ pub(super) struct OwnedSnapshot<S> {
 /// resume values given so far.
 struct Suspended {
     pending_writes: Vec<PendingWrite>,
+    /// The interrupts, their payloads `null`: a resume reads only who they are.
     interrupts: Vec<Interrupt>,
+    /// Their payloads, in order, as JSON text: a suspended run is kept as long as it waits,
+    /// and a payload's text is a fraction of its tree of values.
+    payloads: Box<[Box<str>]>,
     resume_values: Option<BTreeMap<String, Vec<Value>>>,
 }
 
@@ -90,10 +94,14 @@ impl<S: State> OwnedSnapshot<S> {
                 (None, names.collect())
             }
         };
-        let interrupts = suspended.map_or_else(Vec::new, |s| match payloads {
-            true => s.interrupts.clone(),
-            false => s.interrupts.iter().map(without_payload).collect(),
-        });
+        let interrupts = match (suspended, payloads) {
+            (None, _) => Vec::new(),
+            (Some(s), true) => match s.with_payloads() {
+                Ok(interrupts) => interrupts,
+                Err(e) => return Some(Err(e)),
+            },
+            (Some(s), false) => s.interrupts.clone(),
+        };
         Some(Ok(ReadBack {
             state,
             next: indexes,
@@ -116,7 +124,8 @@ impl<S: State> OwnedSnapshot<S> {
         }))
     }
 
-    fn as_ref(&self) -> SnapshotRef<'_, S> {
+    /// The snapshot to build the body from, its interrupts those given (with payloads).
+    fn as_ref<'a>(&'a self, interrupts: &'a [Interrupt]) -> SnapshotRef<'a, S> {
         let suspended = self.suspended.as_deref();
         SnapshotRef {
             g: &self.graph,
@@ -124,7 +133,7 @@ impl<S: State> OwnedSnapshot<S> {
             next: self.next.as_slice(),
             joins: &self.joins,
             pending_writes: suspended.map_or(&[], |s| &s.pending_writes),
-            interrupts: suspended.map_or(&[], |s| &s.interrupts),
+            interrupts,
             resume_values: suspended.and_then(|s| s.resume_values.as_ref()),
             describe: self.describe,
         }
@@ -160,6 +169,14 @@ fn without_payload(interrupt: &Interrupt) -> Interrupt {
     }
 }
 
+/// `payload` as compact JSON, written to a buffer of its size.
+fn payload_text(payload: &Value) -> Box<str> {
+    // A value always serializes: its map keys are strings.
+    serde_json::to_string(payload)
+        .unwrap_or_default()
+        .into_boxed_str()
+}
+
 impl Suspended {
     /// What `snapshot` leaves behind, if anything.
     fn of<S>(snapshot: &SnapshotRef<'_, S>) -> Option<Self> {
@@ -168,9 +185,23 @@ impl Suspended {
             && snapshot.resume_values.is_none();
         (!plain).then(|| Self {
             pending_writes: snapshot.pending_writes.to_vec(),
-            interrupts: snapshot.interrupts.to_vec(),
+            interrupts: snapshot.interrupts.iter().map(without_payload).collect(),
+            payloads: snapshot
+                .interrupts
+                .iter()
+                .map(|i| payload_text(&i.payload))
+                .collect(),
             resume_values: snapshot.resume_values.cloned(),
         })
+    }
+
+    /// The interrupts with their payloads, read back from their text.
+    fn with_payloads(&self) -> serde_json::Result<Vec<Interrupt>> {
+        let mut interrupts = self.interrupts.clone();
+        for (interrupt, payload) in interrupts.iter_mut().zip(&self.payloads) {
+            interrupt.payload = serde_json::from_str(payload)?;
+        }
+        Ok(interrupts)
     }
 }
 
@@ -199,7 +230,11 @@ impl Next {
 
 impl<S: State> SnapshotSource for OwnedSnapshot<S> {
     fn body(&self) -> serde_json::Result<Value> {
-        body_of(&self.as_ref(), self.trace.as_deref())
+        let interrupts = match self.suspended.as_deref() {
+            Some(suspended) => suspended.with_payloads()?,
+            None => Vec::new(),
+        };
+        body_of(&self.as_ref(&interrupts), self.trace.as_deref())
     }
 
     fn fingerprint(&self) -> &Arc<str> {
