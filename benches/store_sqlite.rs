@@ -275,7 +275,7 @@ fn raw_sqlite_commit(n: u64) {
     let conn = rusqlite::Connection::open(db.path()).unwrap();
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-         CREATE TABLE checkpoints (id INTEGER PRIMARY KEY AUTOINCREMENT, thread TEXT NOT NULL,
+         CREATE TABLE checkpoints (id INTEGER PRIMARY KEY, thread TEXT NOT NULL,
              run INTEGER NOT NULL, namespace TEXT NOT NULL, step INTEGER NOT NULL,
              status TEXT NOT NULL, body TEXT NOT NULL);
          CREATE INDEX checkpoints_by_thread ON checkpoints (thread, namespace, id);",

@@ -880,3 +880,46 @@ async fn steps_that_leave_the_run_row_as_it_was_only_renew_its_lease() {
     let row = store.get_run("asks").await.unwrap().unwrap();
     assert_eq!(row.state, loomflow::runtime::RunState::Completed, "{row:?}");
 }
+
+/// Checkpoint ids are rowids: a new file's commits rewrite no `sqlite_sequence` row (one
+/// page less in every commit), and ids still increase across threads and reopenings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_ids_are_rowids_that_only_increase() {
+    let db = TempDb::new("rowids");
+    let cp = |thread: &str, step| {
+        Checkpoint::new(
+            thread,
+            1,
+            "",
+            step,
+            RunStatus::Running,
+            json!({"state": step}),
+        )
+    };
+    let mut ids = Vec::new();
+    for round in 0..2 {
+        let store = SqliteStore::open(db.path()).unwrap();
+        for thread in ["a", "b", "a"] {
+            ids.push(store.put_checkpoint(cp(thread, round)).await.unwrap());
+        }
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'checkpoints'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(!sql.contains("AUTOINCREMENT"), "{sql}");
+    let sequences: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_sequence WHERE name = 'checkpoints'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap_or(0);
+    assert_eq!(sequences, 0);
+}

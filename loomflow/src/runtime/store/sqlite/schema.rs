@@ -16,12 +16,17 @@ pub(super) const SCHEMA_VERSION: i64 = 5;
 /// Rows are kept compact (the budget is 1 KiB of disk per suspended run): the fields that
 /// queries filter on are columns, the executor's snapshot is one opaque JSON `body`, and the
 /// journal is a `WITHOUT ROWID` table so its key is stored once.
+///
+/// Checkpoint ids are rowids, not `AUTOINCREMENT`, which would rewrite `sqlite_sequence` (one
+/// more page) in every commit. No checkpoint row is ever deleted, so a new row's id, one
+/// past the largest, is never one that was handed out before. Files created before this
+/// keep `AUTOINCREMENT`; both read and write alike.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // 0 -> 1
     "CREATE TABLE meta (schema_version INTEGER NOT NULL);
      INSERT INTO meta (schema_version) VALUES (0);
      CREATE TABLE checkpoints (
-         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         id INTEGER PRIMARY KEY,
          thread TEXT NOT NULL,
          run INTEGER NOT NULL,
          namespace TEXT NOT NULL,
