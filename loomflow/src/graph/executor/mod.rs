@@ -10,6 +10,7 @@
 //! state the step began with, the interrupts, and the finished copies of its siblings
 //! (pending writes), so that on resume only the interrupted nodes run again.
 
+mod body;
 mod checkpoint;
 mod locate;
 mod observe;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::checkpoint::{PendingWrite, Snapshot, SnapshotRef, body_of};
+use super::body::body_of;
+use super::checkpoint::{PendingWrite, Snapshot, SnapshotRef};
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::runtime::Interrupt;
