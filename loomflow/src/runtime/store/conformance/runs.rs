@@ -116,6 +116,49 @@ pub(super) async fn submitted_runs_are_claimed_once(store: &dyn Store) {
     assert!(store.get_run(&unique("nobody")).await.unwrap().is_none());
 }
 
+/// A submit waits for the run before to be let go, finished or not: a run whose last
+/// checkpoint says it completed but whose execution still holds it is refused; once
+/// released, the thread takes the new run.
+pub(super) async fn a_finished_run_still_held_refuses_a_submit(store: &dyn Store) {
+    let (thread, graph) = (unique("held"), unique("graph"));
+    assert_eq!(
+        store.claim(&thread, "runner", LATER, 1).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    let body = json!({"state": 1, "graph": "fingerprint", "graph_name": graph});
+    let cp = Checkpoint::new(&thread, 1, "", 1, RunStatus::Completed, body);
+    store
+        .put_checkpoint_claimed(cp, "runner", LATER)
+        .await
+        .unwrap();
+    match store
+        .submit_run(&thread, &graph, json!(2), 5)
+        .await
+        .unwrap()
+    {
+        Submitted::Active(record) => assert_eq!(
+            (record.state, record.lease_owner.as_deref()),
+            (RunState::Completed, Some("runner"))
+        ),
+        other => panic!("a run still held must refuse a submit, got {other:?}"),
+    }
+    store.release(&thread, "runner").await.unwrap();
+    assert_eq!(
+        store
+            .submit_run(&thread, &graph, json!(3), 6)
+            .await
+            .unwrap(),
+        Submitted::Queued
+    );
+    let claimed = store
+        .claim_next_run(std::slice::from_ref(&graph), "w", LATER, 7, 7)
+        .await
+        .unwrap()
+        .expect("the new run is claimed");
+    assert_eq!(claimed.record.thread, thread);
+    assert_eq!(claimed.input, Some(json!(3)));
+}
+
 /// A waiting run is claimed once its signal is stored or its deadline is due; a sleeping
 /// one when its time is due; neither before.
 pub(super) async fn suspended_runs_wake_on_a_signal_or_their_time(store: &dyn Store) {

@@ -20,9 +20,10 @@ pub(super) fn lease_lost(thread: &str, owner: &str) -> Fail {
     })
 }
 
-/// Lets `thread` go if `owner` holds it; returns whether it did. A suspended run claimed and
-/// let go without a new checkpoint (a recover that found nothing to do, a refused resume) is
-/// runnable again only at its wake time, as before the claim.
+/// Lets `thread` go if `owner` holds it, and says so to listening workers; returns whether
+/// it did. A suspended run claimed and let go without a new checkpoint (a recover that
+/// found nothing to do, a refused resume) is runnable again only at its wake time, as
+/// before the claim. One statement.
 pub(super) async fn release(
     client: &impl GenericClient,
     thread: &str,
@@ -30,13 +31,20 @@ pub(super) async fn release(
 ) -> Result<bool, Fail> {
     let stmt = client
         .prepare_cached(
-            "UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = $3,
-                 runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
-                                       THEN wake_at_ms ELSE runnable_at_ms END
-             WHERE thread = $1 AND lease_owner = $2",
+            "WITH released AS (
+                 UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0,
+                     updated_at_ms = $3,
+                     runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
+                                           THEN wake_at_ms ELSE runnable_at_ms END
+                 WHERE thread = $1 AND lease_owner = $2
+                 RETURNING 1)
+             SELECT pg_notify('loomflow_changes', '') FROM released",
         )
         .await?;
-    Ok(client.execute(&stmt, &[&thread, &owner, &now_ms()]).await? > 0)
+    Ok(client
+        .query_opt(&stmt, &[&thread, &owner, &now_ms()])
+        .await?
+        .is_some())
 }
 
 /// An `UPDATE`'s `SET` list and the statement's parameters, numbered as they are bound.

@@ -1,29 +1,31 @@
 //! The `loomflow_runs` table: one row per thread for its current run, with the lease that
 //! lets at most one execution at a time carry it on, and the writes made under that lease.
 //!
-//! Each operation is one transaction (or one statement, which is one). A write under a
-//! lease is one statement ([`write_fenced`] for a checkpoint, [`write_journal_fenced`] for
+//! Each operation is one statement, which is one transaction and one round trip to the
+//! server. (A claim or a submit that finds the row changing under it reads it, and may try
+//! again.) A write under a lease is one statement ([`write_fenced`] for a checkpoint, [`write_journal_fenced`] for
 //! a journal entry, [`take_journal_fenced`] for a signal taken with its entry). It begins,
 //! in a `WITH` clause, with the fence: an `UPDATE` of the run's row that matches only while
 //! the writer holds the lease, which renews the lease and keeps the row locked until the
 //! statement commits, so no other process can claim the run between the check and the
 //! write. Everything else the statement writes is made only from the row the fence
 //! matched; when it matched nothing, the write answers [`StoreError::LeaseLost`] having
-//! written nothing. One statement is one round trip to the server.
+//! written nothing.
 //!
-//! Workers find runs with `SELECT ... FOR UPDATE SKIP LOCKED`: a row another worker is
+//! Workers claim runs with one statement that chooses the run with `SELECT ... FOR UPDATE
+//! SKIP LOCKED` in a `WITH` clause and takes its lease in the `UPDATE` that follows: a row another worker is
 //! claiming is passed over rather than waited for, and a row claimed and committed since
 //! the query began is checked again against the lease condition (PostgreSQL re-reads a
-//! row it locks), so two workers never claim one run.
+//! row it locks), so two workers never claim one run. Finishing, releasing and queuing a
+//! run notify listening workers (`pg_notify`) in the statement that makes the change.
 
-use deadpool_postgres::{GenericClient, Transaction};
+use deadpool_postgres::GenericClient;
 use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::PostgresStore;
 use super::error::Fail;
 use super::fenced::{lease_lost, release, take_journal_fenced, write_fenced, write_journal_fenced};
-use super::notify::notify;
 use super::rows::{
     CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
 };
@@ -78,63 +80,62 @@ const IN_FLIGHT: &str =
     "runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
                                         THEN 0 ELSE runnable_at_ms END";
 
-/// The thread of the longest-waiting run a worker should carry on now, locked, if any.
-async fn next_runnable(
-    tx: &Transaction<'_>,
-    graphs: &[String],
-    now_ms: i64,
-    due_ms: i64,
-) -> Result<Option<String>, Fail> {
-    // Queued and running rows have `runnable_at_ms` 0: a running one qualifies only once
-    // its lease has run out.
-    let due = tx
-        .prepare_cached(
-            "SELECT thread FROM loomflow_runs
-             WHERE runnable_at_ms IS NOT NULL AND runnable_at_ms <= $2
-               AND (lease_owner IS NULL OR lease_until_ms <= $1)
-               AND graph = ANY($3)
-             ORDER BY runnable_at_ms, updated_at_ms LIMIT 1
-             FOR UPDATE SKIP LOCKED",
-        )
-        .await?;
-    if let Some(row) = tx.query_opt(&due, &[&now_ms, &due_ms, &graphs]).await? {
-        return Ok(Some(get(&row, 0, "(next run)")?));
-    }
-    let signalled = tx
-        .prepare_cached(
-            "SELECT r.thread FROM loomflow_signals s
-                 JOIN loomflow_runs r ON r.thread = s.session
-             WHERE s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
-               AND (r.lease_owner IS NULL OR r.lease_until_ms <= $1)
-               AND r.graph = ANY($2)
-               AND s.name = ANY(r.waiting_on)
-             ORDER BY s.seq LIMIT 1
-             FOR UPDATE OF r SKIP LOCKED",
-        )
-        .await?;
-    let row = tx.query_opt(&signalled, &[&now_ms, &graphs]).await?;
-    Ok(row.map(|row| get(&row, 0, "(next run)")).transpose()?)
+/// Where a worker's claim finds its run, as the `chosen` query of [`claim_sql`]: `$1` is
+/// now, `$3` the graphs the worker runs, and `$5` the thread or the due time.
+enum Choice {
+    /// The thread (`$5`), if its run is suspended on signals (waiting, or interrupted: a resume
+    /// request comes as a signal), is of one of the graphs, and is free.
+    Waiting,
+    /// The longest-waiting run the worker should carry on now: one due (queued, a lease
+    /// run out, a timer come), else one whose awaited signal has arrived. Rows another
+    /// worker is claiming are passed over (`SKIP LOCKED`).
+    Next,
 }
 
-/// `thread`, locked, if its run is suspended on signals (waiting, or interrupted: a resume
-/// request comes as a signal), is of one of `graphs`, and is free.
-async fn waiting_run(
-    tx: &Transaction<'_>,
-    thread: &str,
-    graphs: &[String],
-    now_ms: i64,
-) -> Result<Option<String>, Fail> {
-    let stmt = tx
-        .prepare_cached(
-            "SELECT thread FROM loomflow_runs
-             WHERE thread = $1 AND status IN ('waiting', 'interrupted')
-               AND (lease_owner IS NULL OR lease_until_ms <= $2)
-               AND graph = ANY($3)
-             FOR UPDATE",
-        )
-        .await?;
-    let row = tx.query_opt(&stmt, &[&thread, &now_ms, &graphs]).await?;
-    Ok(row.map(|row| get(&row, 0, thread)).transpose()?)
+/// The one statement of a worker's claim: chooses the run ([`Choice`]), locking its row,
+/// and takes the lease for `$2` until `$4`. Returns the claimed row ([`RUN_COLUMNS`], then
+/// `input`), or no row.
+fn claim_sql(choice: Choice) -> String {
+    // Queued and running rows have `runnable_at_ms` 0: a running one qualifies only once
+    // its lease has run out. The chosen queries are `MATERIALIZED`, so that each runs
+    // once, with its lock, before the update reads it.
+    let chosen = match choice {
+        Choice::Waiting => {
+            "chosen AS MATERIALIZED (
+                 SELECT thread FROM loomflow_runs
+                 WHERE thread = $5 AND status IN ('waiting', 'interrupted')
+                   AND (lease_owner IS NULL OR lease_until_ms <= $1)
+                   AND graph = ANY($3)
+                 FOR UPDATE)"
+        }
+        Choice::Next => {
+            "due AS MATERIALIZED (
+                 SELECT thread FROM loomflow_runs
+                 WHERE runnable_at_ms IS NOT NULL AND runnable_at_ms <= $5
+                   AND (lease_owner IS NULL OR lease_until_ms <= $1)
+                   AND graph = ANY($3)
+                 ORDER BY runnable_at_ms, updated_at_ms LIMIT 1
+                 FOR UPDATE SKIP LOCKED),
+             signalled AS MATERIALIZED (
+                 SELECT r.thread FROM loomflow_signals s
+                     JOIN loomflow_runs r ON r.thread = s.session
+                 WHERE NOT EXISTS (SELECT 1 FROM due)
+                   AND s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
+                   AND (r.lease_owner IS NULL OR r.lease_until_ms <= $1)
+                   AND r.graph = ANY($3)
+                   AND s.name = ANY(r.waiting_on)
+                 ORDER BY s.seq LIMIT 1
+                 FOR UPDATE OF r SKIP LOCKED),
+             chosen AS (SELECT thread FROM due UNION ALL SELECT thread FROM signalled)"
+        }
+    };
+    format!(
+        "WITH {chosen}
+         UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $4,
+             attempts = attempts + 1, updated_at_ms = $1, {IN_FLIGHT}
+         WHERE thread = (SELECT thread FROM chosen LIMIT 1)
+         RETURNING {RUN_COLUMNS}, input"
+    )
 }
 
 /// `thread`'s row; `None` when it has none or never ran.
@@ -160,14 +161,8 @@ pub(super) async fn release_thread(
     owner: String,
 ) -> Result<(), StoreError> {
     async {
-        let mut client = pool.get().await?;
-        let tx = client.transaction().await?;
-        if release(&tx, &thread, &owner).await? {
-            notify(&tx).await?;
-            tx.commit().await?;
-        } else {
-            tx.rollback().await?;
-        }
+        let client = pool.get().await?;
+        release(&client, &thread, &owner).await?;
         Ok(())
     }
     .await
@@ -356,47 +351,51 @@ impl PostgresStore {
         async {
             let input = to_json(input, thread)?;
             let now = to_i64(now_ms, "time", thread)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let insert = tx
+            let client = self.client().await?;
+            // One statement queues the run: a thread without a row gets one; a row whose
+            // run finished and that nobody holds (or one that never ran) is replaced.
+            let queue = client
                 .prepare_cached(
-                    "INSERT INTO loomflow_runs (thread, status, graph, input, runnable_at_ms,
-                                                created_at_ms, updated_at_ms)
-                     VALUES ($1, 'queued', $2, $3, 0, $4, $4)
-                     ON CONFLICT (thread) DO NOTHING",
-                )
-                .await?;
-            if tx
-                .execute(&insert, &[&thread, &graph, &input, &now])
-                .await?
-                == 0
-            {
-                // The thread has a row: refused while its run is unfinished or held.
-                if let Some(record) = read_record(&tx, thread, true).await? {
-                    let held = record.lease_owner.is_some()
-                        && i64::try_from(record.lease_until_ms).unwrap_or(i64::MAX) > now;
-                    if !record.state.is_finished() || held {
-                        tx.rollback().await?;
-                        return Ok(Submitted::Active(Box::new(record)));
-                    }
-                }
-                let replace = tx
-                    .prepare_cached(
-                        "UPDATE loomflow_runs SET
+                    "WITH queued AS (
+                         INSERT INTO loomflow_runs AS r (thread, status, graph, input,
+                             runnable_at_ms, created_at_ms, updated_at_ms)
+                         VALUES ($1, 'queued', $2, $3, 0, $4, $4)
+                         ON CONFLICT (thread) DO UPDATE SET
                              status = 'queued', graph = $2, input = $3, runnable_at_ms = 0,
                              fingerprint = NULL, waiting_on = NULL, wake_at_ms = NULL,
                              cancel_requested = FALSE, error = NULL, lease_owner = NULL,
                              lease_until_ms = 0, attempts = 0, created_at_ms = $4,
                              updated_at_ms = $4
-                         WHERE thread = $1",
-                    )
-                    .await?;
-                tx.execute(&replace, &[&thread, &graph, &input, &now])
-                    .await?;
+                         WHERE r.status IS NULL
+                            OR (r.status IN ('completed', 'failed', 'cancelled')
+                                AND (r.lease_owner IS NULL OR r.lease_until_ms <= $4))
+                         RETURNING 1)
+                     SELECT pg_notify('loomflow_changes', '') FROM queued",
+                )
+                .await?;
+            // Refused: the run is unfinished or held, and the caller is told which. It may
+            // finish between the two statements: then queuing is tried again, a few times
+            // at most.
+            for _ in 0..CLAIM_TRIES {
+                if client
+                    .query_opt(&queue, &[&thread, &graph, &input, &now])
+                    .await?
+                    .is_some()
+                {
+                    return Ok(Submitted::Queued);
+                }
+                if let Some(record) = read_record(&client, thread, false).await? {
+                    let held = record.lease_owner.is_some()
+                        && i64::try_from(record.lease_until_ms).unwrap_or(i64::MAX) > now;
+                    if !record.state.is_finished() || held {
+                        return Ok(Submitted::Active(Box::new(record)));
+                    }
+                }
             }
-            notify(&tx).await?;
-            tx.commit().await?;
-            Ok(Submitted::Queued)
+            Err(Fail::Store(StoreError::Write {
+                thread: thread.to_owned(),
+                message: format!("the run changed state {CLAIM_TRIES} times during a submit"),
+            }))
         }
         .await
         .map_err(|e: Fail| e.write(thread))
@@ -416,31 +415,28 @@ impl PostgresStore {
             let until = to_i64(lease_until_ms, "lease expiry", label)?;
             let now = to_i64(now_ms, "time", label)?;
             let due = to_i64(due_ms, "time", label)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let chosen = match thread {
-                Some(thread) => waiting_run(&tx, thread, graphs, now).await?,
-                None => next_runnable(&tx, graphs, now, due).await?,
+            let client = self.client().await?;
+            let row = match thread {
+                Some(thread) => {
+                    let stmt = client.prepare_cached(&claim_sql(Choice::Waiting)).await?;
+                    client
+                        .query_opt(&stmt, &[&now, &owner, &graphs, &until, &thread])
+                        .await?
+                }
+                None => {
+                    let stmt = client.prepare_cached(&claim_sql(Choice::Next)).await?;
+                    client
+                        .query_opt(&stmt, &[&now, &owner, &graphs, &until, &due])
+                        .await?
+                }
             };
-            let Some(chosen) = chosen else {
-                tx.rollback().await?;
+            let Some(row) = row else {
                 return Ok(None);
             };
-            let stmt = tx
-                .prepare_cached(&format!(
-                    "UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $3,
-                         attempts = attempts + 1, updated_at_ms = $4, {IN_FLIGHT}
-                     WHERE thread = $1 RETURNING {RUN_COLUMNS}, input"
-                ))
-                .await?;
-            let row = tx
-                .query_one(&stmt, &[&chosen, &owner, &until, &now])
-                .await?;
-            tx.commit().await?;
             let record = record_from_row(&row)?;
-            let input: Option<&str> = get(&row, 14, &chosen)?;
+            let input: Option<&str> = get(&row, 14, &record.thread)?;
             let input = input
-                .map(|text| from_json(text, &chosen, "input of the run"))
+                .map(|text| from_json(text, &record.thread, "input of the run"))
                 .transpose()?;
             Ok(Some(ClaimedRun { record, input }))
         }
@@ -500,19 +496,24 @@ impl PostgresStore {
     ) -> Result<Option<RunRecord>, StoreError> {
         async {
             let now = to_i64(now_ms, "time", thread)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let stmt = tx
-                .prepare_cached(
-                    "UPDATE loomflow_runs SET cancel_requested = TRUE, updated_at_ms = $2
-                     WHERE thread = $1 AND status IN ('queued', 'running', 'waiting',
-                                                      'sleeping', 'interrupted')",
-                )
+            let client = self.client().await?;
+            // The row as the request left it, or as it was when there was nothing to cancel.
+            let stmt = client
+                .prepare_cached(&format!(
+                    "WITH requested AS (
+                         UPDATE loomflow_runs SET cancel_requested = TRUE, updated_at_ms = $2
+                         WHERE thread = $1 AND status IN ('queued', 'running', 'waiting',
+                                                          'sleeping', 'interrupted')
+                         RETURNING {RUN_COLUMNS})
+                     SELECT {RUN_COLUMNS} FROM requested
+                     UNION ALL
+                     SELECT {RUN_COLUMNS} FROM loomflow_runs
+                     WHERE thread = $1 AND status IS NOT NULL
+                       AND NOT EXISTS (SELECT 1 FROM requested)"
+                ))
                 .await?;
-            tx.execute(&stmt, &[&thread, &now]).await?;
-            let record = read_record(&tx, thread, false).await?;
-            tx.commit().await?;
-            Ok(record)
+            let row = client.query_opt(&stmt, &[&thread, &now]).await?;
+            Ok(row.map(|row| record_from_row(&row)).transpose()?)
         }
         .await
         .map_err(|e: Fail| e.write(thread))
@@ -526,29 +527,28 @@ impl PostgresStore {
         error: Option<String>,
     ) -> Result<(), StoreError> {
         async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let stmt = tx
+            let client = self.client().await?;
+            let stmt = client
                 .prepare_cached(
-                    "UPDATE loomflow_runs SET status = $3, error = $4, runnable_at_ms = NULL,
-                         wake_at_ms = NULL, waiting_on = NULL, input = NULL,
-                         cancel_requested = FALSE, lease_owner = NULL, lease_until_ms = 0,
-                         updated_at_ms = $5
-                     WHERE thread = $1 AND lease_owner = $2",
+                    "WITH finished AS (
+                         UPDATE loomflow_runs SET status = $3, error = $4,
+                             runnable_at_ms = NULL, wake_at_ms = NULL, waiting_on = NULL,
+                             input = NULL, cancel_requested = FALSE, lease_owner = NULL,
+                             lease_until_ms = 0, updated_at_ms = $5
+                         WHERE thread = $1 AND lease_owner = $2
+                         RETURNING 1)
+                     SELECT pg_notify('loomflow_changes', '') FROM finished",
                 )
                 .await?;
-            let finished = tx
-                .execute(
+            let finished = client
+                .query_opt(
                     &stmt,
                     &[&thread, &owner, &state.as_str(), &error, &now_ms()],
                 )
                 .await?;
-            if finished == 0 {
-                tx.rollback().await?;
+            if finished.is_none() {
                 return Err(lease_lost(thread, owner));
             }
-            notify(&tx).await?;
-            tx.commit().await?;
             Ok(())
         }
         .await
