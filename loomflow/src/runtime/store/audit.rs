@@ -298,9 +298,7 @@ impl AuditRow {
         idempotency_key: Option<&str>,
         sent_at_ms: i64,
     ) -> Self {
-        let key = idempotency_key.map_or_else(String::new, |key| {
-            format!(",\"idempotency_key\":{}", serde_json::Value::from(key))
-        });
+        let after_seq = Self::signal_sent_after_seq(payload, idempotency_key);
         Self {
             thread: session.to_owned(),
             run: 0,
@@ -308,7 +306,16 @@ impl AuditRow {
             kind: AuditKind::SignalSent.as_str(),
             subject: name.to_owned(),
             actor: None,
-            detail: Some(format!("{{\"seq\":{seq},\"payload\":{payload}{key}}}")),
+            detail: Some(format!("{{\"seq\":{seq}{after_seq}")),
         }
+    }
+
+    /// The detail of a `signal_sent` row after its sequence number, for a store that
+    /// numbers the signal in the statement that writes the row: `{"seq":` comes before.
+    pub(crate) fn signal_sent_after_seq(payload: &str, idempotency_key: Option<&str>) -> String {
+        let key = idempotency_key.map_or_else(String::new, |key| {
+            format!(",\"idempotency_key\":{}", serde_json::Value::from(key))
+        });
+        format!(",\"payload\":{payload}{key}}}")
     }
 }

@@ -1,5 +1,6 @@
-//! The change counter: writes that may give a worker something to do `NOTIFY` a channel in
-//! their transaction (so the notification goes out only if they commit); a connection of
+//! The change counter: writes that may give a worker something to do notify channel
+//! `loomflow_changes` (`SELECT pg_notify(...)` from the rows they change, in the statement
+//! that changes them, so the notification goes out only if they commit); a connection of
 //! the store's own `LISTEN`s and bumps a counter for every notification, which
 //! [`Store::change_counter`](crate::runtime::Store::change_counter) returns.
 //!
@@ -13,22 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use super::error::{Fail, chain};
+use super::error::chain;
 use super::target::Target;
-
-/// Tells the listeners (on channel `loomflow_changes`) that something a worker may want to see was committed. Call it
-/// inside the transaction of the write.
-pub(super) async fn notify(client: &impl GenericClient) -> Result<(), Fail> {
-    let stmt = client
-        .prepare_cached("SELECT pg_notify('loomflow_changes', '')")
-        .await?;
-    client.execute(&stmt, &[]).await?;
-    Ok(())
-}
 
 /// What the listening task shares with the store.
 #[derive(Debug, Default)]

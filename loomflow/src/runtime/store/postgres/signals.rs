@@ -9,10 +9,9 @@ use serde_json::Value;
 use super::PostgresStore;
 use super::checkpoints::insert_journal;
 use super::error::Fail;
-use super::notify::notify;
 use super::rows::{JournalRow, from_json, get, now_ms, to_i64, to_json, to_u64};
 use crate::runtime::store::audit::AuditRow;
-use crate::runtime::store::{JournalKey, SignalPush, StoreError, StoredSignal};
+use crate::runtime::store::{AuditKind, JournalKey, SignalPush, StoreError, StoredSignal};
 
 /// The transaction-level advisory lock every signal insert holds until it commits:
 /// "loomsign" in ASCII.
@@ -81,35 +80,44 @@ impl PostgresStore {
         async {
             let payload = to_json(&signal.payload, &signal.session)?;
             let sent_at_ms = to_i64(signal.sent_at_ms, "sent_at_ms", &signal.session)?;
-            let mut client = self.client().await?;
+            let client = self.client().await?;
             self.prune_now_and_then(&client).await;
-            let tx = client.transaction().await?;
-            let lock = tx
-                .prepare_cached("SELECT pg_advisory_xact_lock($1)")
-                .await?;
-            tx.execute(&lock, &[&SIGNAL_ORDER_LOCK]).await?;
-            let insert = tx
+            // One statement: the order lock, then the signal's number and row, its
+            // `signal_sent` audit row, and the notification. A duplicate (its key seen
+            // already) inserts nothing and returns no row.
+            let stmt = client
                 .prepare_cached(
-                    "INSERT INTO loomflow_signals
-                         (session, name, payload, idempotency_key, sent_at_ms)
-                     VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT DO NOTHING RETURNING seq",
+                    "WITH ordered AS MATERIALIZED (SELECT pg_advisory_xact_lock($6)),
+                     inserted AS (
+                         INSERT INTO loomflow_signals
+                             (session, name, payload, idempotency_key, sent_at_ms)
+                         SELECT $1, $2, $3, $4, $5 FROM ordered
+                         ON CONFLICT DO NOTHING RETURNING seq),
+                     audited AS (
+                         INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, detail)
+                         SELECT $1, 0, $5, $8, $2, '{\"seq\":' || seq || $7
+                         FROM inserted)
+                     SELECT seq, pg_notify('loomflow_changes', '') FROM inserted",
                 )
                 .await?;
-            let inserted = tx
+            let after_seq =
+                AuditRow::signal_sent_after_seq(&payload, signal.idempotency_key.as_deref());
+            let inserted = client
                 .query_opt(
-                    &insert,
+                    &stmt,
                     &[
                         &signal.session,
                         &signal.name,
                         &payload,
                         &signal.idempotency_key,
                         &sent_at_ms,
+                        &SIGNAL_ORDER_LOCK,
+                        &after_seq,
+                        &AuditKind::SignalSent.as_str(),
                     ],
                 )
                 .await?;
             let Some(row) = inserted else {
-                tx.rollback().await?;
                 return Ok(SignalPush::Duplicate);
             };
             let seq = to_u64(
@@ -117,17 +125,6 @@ impl PostgresStore {
                 "signal sequence number",
                 &session,
             )?;
-            let sent = AuditRow::signal_sent(
-                &signal.session,
-                &signal.name,
-                i64::try_from(seq).unwrap_or(i64::MAX),
-                &payload,
-                signal.idempotency_key.as_deref(),
-                sent_at_ms,
-            );
-            super::audit::append(&tx, std::slice::from_ref(&sent)).await?;
-            notify(&tx).await?;
-            tx.commit().await?;
             Ok(SignalPush::Stored(seq))
         }
         .await
