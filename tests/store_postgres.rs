@@ -49,7 +49,7 @@ async fn a_database_written_by_a_newer_loomflow_is_refused() {
             found,
             supported,
         }) => {
-            assert_eq!((found, supported), (99, 2));
+            assert_eq!((found, supported), (99, 3));
             assert!(path.starts_with("postgres://postgres@"), "{path}");
             assert!(!path.contains("not-shown"), "{path}");
         }
@@ -78,7 +78,7 @@ async fn processes_starting_together_create_the_tables_once() {
         .await
         .unwrap();
     let versions: Vec<i64> = versions.iter().map(|row| row.get(0)).collect();
-    assert_eq!(versions, [2], "one version row, at the current version");
+    assert_eq!(versions, [3], "one version row, at the current version");
     // And each of them works on the tables the first one made.
     for (n, store) in stores.iter().enumerate() {
         let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
@@ -312,4 +312,52 @@ async fn a_version_1_database_gains_the_audit_log() {
         .await
         .unwrap();
     assert_eq!(log.len(), 1);
+}
+
+/// Version 3 indexes the suspended runs and the pending signals by session, so that a
+/// worker's search for a run whose signal has arrived does not read every row the table
+/// has held; a version 2 database gains them, and keeps its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_database_gains_the_indexes_of_suspended_runs() {
+    let Some(db) = TempPgDb::create("suspension indexes").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let cp = Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({ "state": 1 }));
+    store.put_checkpoint(cp).await.unwrap();
+    drop(store);
+    db.execute(
+        "DROP INDEX loomflow_runs_suspended; DROP INDEX loomflow_signals_pending_by_session;
+         UPDATE loomflow_meta SET schema_version = 2",
+    )
+    .await;
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let latest = store.latest_checkpoint("t", "").await.unwrap().unwrap();
+    assert_eq!(latest.state(), &json!(1));
+    let client = postgres::connect(&db.url).await;
+    let indexes: Vec<String> = client
+        .query(
+            "SELECT indexname::TEXT FROM pg_indexes
+             WHERE indexname IN ('loomflow_runs_suspended', 'loomflow_signals_pending_by_session')
+             ORDER BY indexname",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        indexes,
+        [
+            "loomflow_runs_suspended",
+            "loomflow_signals_pending_by_session"
+        ]
+    );
+    let version: i64 = client
+        .query_one("SELECT schema_version FROM loomflow_meta", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 3);
 }

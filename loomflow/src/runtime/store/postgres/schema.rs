@@ -11,7 +11,7 @@ use super::target::Target;
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
 /// The advisory lock (a transaction-level one, released at commit) that lets one process at
 /// a time migrate: "loomflow" in ASCII.
@@ -91,6 +91,13 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
      CREATE INDEX loomflow_runs_by_update ON loomflow_runs (updated_at_ms);",
     // 1 -> 2: the audit log (`audit.rs`).
     super::audit::MIGRATION,
+    // 2 -> 3: a worker looking for a run whose signal has arrived starts from the
+    // suspended runs and looks up each one's pending signals, rather than reading every
+    // row the table has ever held.
+    "CREATE INDEX IF NOT EXISTS loomflow_runs_suspended ON loomflow_runs (thread)
+         WHERE status IN ('waiting', 'interrupted');
+     CREATE INDEX IF NOT EXISTS loomflow_signals_pending_by_session
+         ON loomflow_signals (session, name) WHERE consumed_at_ms IS NULL;",
 ];
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one: in one transaction,
