@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [5]);
+    assert_eq!(versions, [6]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,7 +301,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -922,4 +922,38 @@ async fn checkpoint_ids_are_rowids_that_only_increase() {
         )
         .unwrap_or(0);
     assert_eq!(sequences, 0);
+}
+
+/// Version 6 indexes the pending signals by sequence number: a worker's search for the
+/// oldest signal a suspended run waits for reads the pending ones, not every signal kept.
+/// A version 5 file gains the index.
+#[tokio::test]
+async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
+    let db = TempDb::new("v5");
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch("DROP INDEX signals_pending_in_order; UPDATE meta SET schema_version = 5;")
+        .unwrap();
+    drop(conn);
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 6);
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT seq FROM signals WHERE consumed_at_ms IS NULL
+             ORDER BY seq LIMIT 1",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("signals_pending_in_order")),
+        "{plan:?}"
+    );
 }

@@ -33,6 +33,14 @@ pub(super) const MIGRATION_WORKER: &str = "
     CREATE INDEX runs_by_update ON runs (updated_at_ms);
     CREATE INDEX signals_pending ON signals (session, name) WHERE consumed_at_ms IS NULL;";
 
+/// Migration step 5 -> 6: the pending signals by sequence number. A worker with nothing
+/// due looks for the oldest pending signal that a suspended run waits for; without this
+/// index SQLite reads every signal row in order, consumed ones too (those with an
+/// idempotency key are kept for an hour), on every poll.
+pub(super) const MIGRATION_PENDING_IN_ORDER: &str = "
+    CREATE INDEX IF NOT EXISTS signals_pending_in_order ON signals (seq)
+        WHERE consumed_at_ms IS NULL;";
+
 /// The columns [`record_from_row`] reads, in order.
 pub(super) const RUN_COLUMNS: &str =
     "thread, run, graph, fingerprint, status, waiting_on, wake_at_ms,

@@ -9,7 +9,7 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 5;
+pub(super) const SCHEMA_VERSION: i64 = 6;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
@@ -69,6 +69,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     super::run_rows::MIGRATION_WORKER,
     // 4 -> 5: the audit log (`audit.rs`).
     super::audit::MIGRATION,
+    // 5 -> 6: the pending signals in the order workers read them (`run_rows.rs`).
+    super::run_rows::MIGRATION_PENDING_IN_ORDER,
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {
