@@ -6,6 +6,9 @@
 //!   and pool, as separate processes would have): runs per second.
 //! - `postgres: wake`: a signal sent by another runtime to the completion of the run it
 //!   wakes (LISTEN/NOTIFY, polling as the fallback): p50 and p99.
+//! - `postgres: one statement each`: wall time of a signal sent, a submit, a worker's
+//!   claim with the finish of the claimed run, and a worker's poll that finds nothing to
+//!   do, each one statement.
 //! - `postgres: durable step`: one superstep of a 100-node chain, checkpointed, beside the
 //!   same on SQLite at `synchronous=NORMAL` and `FULL`.
 //!
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use loomflow::prelude::*;
 use loomflow::runtime::{
-    PostgresStore, RunFilter, RunState, SqliteOptions, SqliteStore, Synchronous,
+    PostgresStore, RunFilter, RunState, SqliteOptions, SqliteStore, Store, Synchronous,
 };
 use loomflow_benches::{remove_db, temp_db};
 use tokio::sync::mpsc;
@@ -143,6 +146,53 @@ async fn wake_latencies(url: &str, n: usize, tag: &str) -> Vec<Duration> {
     latencies
 }
 
+/// Wall µs of the store operations a worker and a sender make, each one statement:
+/// (signal sent, submit, claim and finish, idle poll).
+async fn single_statements(url: &str, tag: &str) -> (f64, f64, f64, f64) {
+    const N: usize = 400;
+    let store = PostgresStore::connect(url).await.unwrap();
+    let sender = pg(url).await;
+    let graphs = [format!("ops_{tag}")];
+    let per = |started: Instant| started.elapsed().as_secs_f64() * 1e6 / N as f64;
+    let started = Instant::now();
+    for i in 0..N {
+        let session = format!("{tag}-ops-{}", i % 50);
+        sender.signal(&session, "go", i).await.unwrap();
+    }
+    let signal = per(started);
+    let started = Instant::now();
+    for i in 0..N {
+        let thread = format!("{tag}-ops-run-{i}");
+        store
+            .submit_run(&thread, &graphs[0], json!(i), 5)
+            .await
+            .unwrap();
+    }
+    let submit = per(started);
+    let started = Instant::now();
+    for _ in 0..N {
+        let run = store
+            .claim_next_run(&graphs, "bench", u64::MAX / 4, 10, 10)
+            .await
+            .unwrap()
+            .expect("a submitted run");
+        store
+            .finish_run(&run.record.thread, "bench", RunState::Completed, None)
+            .await
+            .unwrap();
+    }
+    let claim = per(started);
+    let started = Instant::now();
+    for _ in 0..N {
+        let none = store
+            .claim_next_run(&graphs, "bench", u64::MAX / 4, 10, 10)
+            .await
+            .unwrap();
+        assert!(none.is_none());
+    }
+    (signal, submit, claim, per(started))
+}
+
 /// µs per superstep of a 100-node chain, checkpointed every step, over `runs` runs.
 async fn step_cost(runtime: &Runtime, tag: &str, runs: usize) -> f64 {
     let graph = chain(100);
@@ -184,6 +234,10 @@ fn main() {
             "postgres: wake (signal from another runtime to completed run): p50 {:.1} ms, p99 {:.1} ms",
             at(0.50).as_secs_f64() * 1e3,
             at(0.99).as_secs_f64() * 1e3
+        );
+        let (signal, submit, claim, idle) = single_statements(&url, &tag).await;
+        println!(
+            "postgres: one statement each: signal sent {signal:.0} µs, submit {submit:.0} µs, claim + finish {claim:.0} µs, idle poll {idle:.0} µs (wall time)"
         );
         let pg_step = step_cost(&pg(&url).await, &tag, 5).await;
         let mut sqlite = Vec::new();
