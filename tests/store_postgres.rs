@@ -361,3 +361,51 @@ async fn a_version_2_database_gains_the_indexes_of_suspended_runs() {
         .get(0);
     assert_eq!(version, 3);
 }
+
+/// A cancel request that waits for another write holding the run's row answers with the
+/// row that write left: a run that finished meanwhile is reported finished, and its cancel
+/// is not recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_that_waits_for_a_finish_reports_the_finished_run() {
+    let Some(db) = TempPgDb::create("cancel race").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    store.submit_run("t", "g", json!(0), 1).await.unwrap();
+    // Another transaction finishes the run and holds the row until it commits.
+    let mut finisher = postgres::connect(&db.url).await;
+    let finishing = finisher.transaction().await.unwrap();
+    finishing
+        .execute(
+            "UPDATE loomflow_runs SET status = 'completed', runnable_at_ms = NULL
+             WHERE thread = 't'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let cancel = tokio::spawn(async move { store.request_cancel("t", 2).await });
+    let watcher = postgres::connect(&db.url).await;
+    eventually("the cancel waits for the row", async || {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        waiting > 0
+    })
+    .await;
+    finishing.commit().await.unwrap();
+    let record = cancel
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the thread has a row");
+    assert_eq!(
+        (record.state, record.cancel_requested),
+        (RunState::Completed, false)
+    );
+}

@@ -290,6 +290,7 @@ impl AuditRow {
     }
 
     /// A `signal_sent` row: the signal's payload, as stored, under its new sequence number.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn signal_sent(
         session: &str,
         name: &str,

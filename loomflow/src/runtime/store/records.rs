@@ -172,6 +172,7 @@ impl Checkpoint {
     /// # Errors
     ///
     /// [`StoreError::Write`] when the state does not serialize.
+    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
     pub(crate) fn body_json(&self) -> Result<String, StoreError> {
         let text = match &self.unserialized {
             Some(Unserialized(source)) => source.body_json(),

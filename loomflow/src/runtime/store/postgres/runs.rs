@@ -2,9 +2,11 @@
 //! lets at most one execution at a time carry it on, and the writes made under that lease.
 //!
 //! Each operation is one statement, which is one transaction and one round trip to the
-//! server. (A claim or a submit that finds the row changing under it reads it, and may try
-//! again.) A write under a lease is one statement ([`write_fenced`] for a checkpoint, [`write_journal_fenced`] for
-//! a journal entry, [`take_journal_fenced`] for a signal taken with its entry). It begins,
+//! server. Only a refusal reads the row in a second statement: a claim of a held thread, a
+//! submit while the run is active (which queues again should the run have been let go
+//! meanwhile), a cancel with nothing to cancel. A write under a lease is one statement
+//! ([`write_fenced`] for a checkpoint, [`write_journal_fenced`] for a journal entry,
+//! [`take_journal_fenced`] for a signal taken with its entry). It begins,
 //! in a `WITH` clause, with the fence: an `UPDATE` of the run's row that matches only while
 //! the writer holds the lease, which renews the lease and keeps the row locked until the
 //! statement commits, so no other process can claim the run between the check and the
@@ -70,7 +72,8 @@ fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
     })
 }
 
-/// How many times a claim is tried when the run's holder changes under it.
+/// How many times a claim, or a submit, is tried when the run's holder or state changes
+/// under it.
 const CLAIM_TRIES: usize = 5;
 
 /// Set by every claim: a suspended run being carried on is runnable at once should its
@@ -497,23 +500,21 @@ impl PostgresStore {
         async {
             let now = to_i64(now_ms, "time", thread)?;
             let client = self.client().await?;
-            // The row as the request left it, or as it was when there was nothing to cancel.
+            // The row as the request left it; when there was nothing to cancel, the row as
+            // it is, read by a second statement (a read in the first would see the row as
+            // it was when that statement began, not a finish that it waited for).
             let stmt = client
                 .prepare_cached(&format!(
-                    "WITH requested AS (
-                         UPDATE loomflow_runs SET cancel_requested = TRUE, updated_at_ms = $2
-                         WHERE thread = $1 AND status IN ('queued', 'running', 'waiting',
-                                                          'sleeping', 'interrupted')
-                         RETURNING {RUN_COLUMNS})
-                     SELECT {RUN_COLUMNS} FROM requested
-                     UNION ALL
-                     SELECT {RUN_COLUMNS} FROM loomflow_runs
-                     WHERE thread = $1 AND status IS NOT NULL
-                       AND NOT EXISTS (SELECT 1 FROM requested)"
+                    "UPDATE loomflow_runs SET cancel_requested = TRUE, updated_at_ms = $2
+                     WHERE thread = $1 AND status IN ('queued', 'running', 'waiting',
+                                                      'sleeping', 'interrupted')
+                     RETURNING {RUN_COLUMNS}"
                 ))
                 .await?;
-            let row = client.query_opt(&stmt, &[&thread, &now]).await?;
-            Ok(row.map(|row| record_from_row(&row)).transpose()?)
+            let Some(row) = client.query_opt(&stmt, &[&thread, &now]).await? else {
+                return read_record(&client, thread, false).await;
+            };
+            Ok(Some(record_from_row(&row)?))
         }
         .await
         .map_err(|e: Fail| e.write(thread))
