@@ -6,8 +6,8 @@
 //! submit while the run is active (which queues again should the run have been let go
 //! meanwhile), a cancel with nothing to cancel. A write under a lease is one statement
 //! ([`write_fenced`] for a checkpoint, [`write_journal_fenced`] for a journal entry,
-//! [`take_journal_fenced`] for a signal taken with its entry). It begins,
-//! in a `WITH` clause, with the fence: an `UPDATE` of the run's row that matches only while
+//! [`take_journal_fenced`] for a signal taken with its entry). It begins, in a `WITH`
+//! clause, with the fence: an `UPDATE` of the run's row that matches only while
 //! the writer holds the lease, which renews the lease and keeps the row locked until the
 //! statement commits, so no other process can claim the run between the check and the
 //! write. Everything else the statement writes is made only from the row the fence
@@ -15,11 +15,14 @@
 //! written nothing.
 //!
 //! Workers claim runs with one statement that chooses the run with `SELECT ... FOR UPDATE
-//! SKIP LOCKED` in a `WITH` clause and takes its lease in the `UPDATE` that follows: a row another worker is
-//! claiming is passed over rather than waited for, and a row claimed and committed since
-//! the query began is checked again against the lease condition (PostgreSQL re-reads a
-//! row it locks), so two workers never claim one run. Finishing, releasing and queuing a
-//! run notify listening workers (`pg_notify`) in the statement that makes the change.
+//! SKIP LOCKED` in a `WITH` clause and takes its lease in the `UPDATE` that follows: a row
+//! another worker is claiming is passed over rather than waited for, and a row claimed and
+//! committed since the query began is checked again against the lease condition
+//! (PostgreSQL re-reads a row it locks), so two workers never claim one run. Finishing,
+//! releasing and queuing a run notify listening workers (`pg_notify`) in the statement
+//! that makes the change.
+
+use std::sync::LazyLock;
 
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
@@ -97,8 +100,18 @@ enum Choice {
 
 /// The one statement of a worker's claim: chooses the run ([`Choice`]), locking its row,
 /// and takes the lease for `$2` until `$4`. Returns the claimed row ([`RUN_COLUMNS`], then
-/// `input`), or no row.
-fn claim_sql(choice: Choice) -> String {
+/// `input`), or no row. Built once per kind, as the statement cache's key.
+fn claim_sql(choice: Choice) -> &'static str {
+    static WAITING: LazyLock<String> = LazyLock::new(|| claim_statement(Choice::Waiting));
+    static NEXT: LazyLock<String> = LazyLock::new(|| claim_statement(Choice::Next));
+    match choice {
+        Choice::Waiting => &WAITING,
+        Choice::Next => &NEXT,
+    }
+}
+
+/// [`claim_sql`], built.
+fn claim_statement(choice: Choice) -> String {
     // Queued and running rows have `runnable_at_ms` 0: a running one qualifies only once
     // its lease has run out. The chosen queries are `MATERIALIZED`, so that each runs
     // once, with its lock, before the update reads it.
@@ -421,13 +434,13 @@ impl PostgresStore {
             let client = self.client().await?;
             let row = match thread {
                 Some(thread) => {
-                    let stmt = client.prepare_cached(&claim_sql(Choice::Waiting)).await?;
+                    let stmt = client.prepare_cached(claim_sql(Choice::Waiting)).await?;
                     client
                         .query_opt(&stmt, &[&now, &owner, &graphs, &until, &thread])
                         .await?
                 }
                 None => {
-                    let stmt = client.prepare_cached(&claim_sql(Choice::Next)).await?;
+                    let stmt = client.prepare_cached(claim_sql(Choice::Next)).await?;
                     client
                         .query_opt(&stmt, &[&now, &owner, &graphs, &until, &due])
                         .await?
