@@ -286,20 +286,31 @@ async fn an_execution_dropped_mid_run_lets_its_run_go_at_once() {
     .await;
 }
 
+/// A store on `db` after a checkpoint of thread `t` was written and `downgrade` took the
+/// schema back to an older version: reopening migrated it, and the checkpoint is still
+/// there.
+async fn migrated_from(db: &TempPgDb, downgrade: &str) -> PostgresStore {
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let cp = Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({ "state": 1 }));
+    store.put_checkpoint(cp).await.unwrap();
+    drop(store);
+    db.execute(downgrade).await;
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let latest = store.latest_checkpoint("t", "").await.unwrap().unwrap();
+    assert_eq!(latest.state(), &json!(1));
+    store
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_database_gains_the_audit_log() {
     let Some(db) = TempPgDb::create("audit migration").await else {
         return;
     };
-    let store = PostgresStore::connect(&db.url).await.unwrap();
-    let cp = Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({ "state": 1 }));
-    store.put_checkpoint(cp).await.unwrap();
-    drop(store);
-    db.execute("DROP TABLE loomflow_audit; UPDATE loomflow_meta SET schema_version = 1")
-        .await;
-    let store = PostgresStore::connect(&db.url).await.unwrap();
-    let latest = store.latest_checkpoint("t", "").await.unwrap().unwrap();
-    assert_eq!(latest.state(), &json!(1));
+    let store = migrated_from(
+        &db,
+        "DROP TABLE loomflow_audit; UPDATE loomflow_meta SET schema_version = 1",
+    )
+    .await;
     let entry = loomflow::runtime::AuditEntry::new(
         "t",
         loomflow::runtime::AuditKind::Resume,
@@ -322,18 +333,12 @@ async fn a_version_2_database_gains_the_indexes_of_suspended_runs() {
     let Some(db) = TempPgDb::create("suspension indexes").await else {
         return;
     };
-    let store = PostgresStore::connect(&db.url).await.unwrap();
-    let cp = Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({ "state": 1 }));
-    store.put_checkpoint(cp).await.unwrap();
-    drop(store);
-    db.execute(
+    migrated_from(
+        &db,
         "DROP INDEX loomflow_runs_suspended; DROP INDEX loomflow_signals_pending_by_session;
          UPDATE loomflow_meta SET schema_version = 2",
     )
     .await;
-    let store = PostgresStore::connect(&db.url).await.unwrap();
-    let latest = store.latest_checkpoint("t", "").await.unwrap().unwrap();
-    assert_eq!(latest.state(), &json!(1));
     let client = postgres::connect(&db.url).await;
     let indexes: Vec<String> = client
         .query(
