@@ -68,6 +68,7 @@ pub async fn run_all(store: &dyn Store) {
     audit::entries_read_back_in_order(store).await;
     audit::signals_are_audited_with_the_signal(store).await;
     audit::entries_ride_with_their_write(store).await;
+    audit::entries_ride_with_an_unclaimed_checkpoint(store).await;
     audit::old_entries_are_pruned(store).await;
 }
 

@@ -108,6 +108,26 @@ pub(super) async fn signals_are_audited_with_the_signal(store: &dyn Store) {
     store.release(&session, "reader").await.unwrap();
 }
 
+/// Entries a checkpoint written outside a claim carries are written with it, in order.
+pub(super) async fn entries_ride_with_an_unclaimed_checkpoint(store: &dyn Store) {
+    let thread = unique("audit-unclaimed");
+    let mut cp = Checkpoint::new(&thread, 1, "", 0, RunStatus::Running, json!({"state": 1}));
+    for subject in ["first", "second", "third"] {
+        cp.audit
+            .push(AuditEntry::new(&thread, AuditKind::Decision, subject, json!({})).run(1));
+    }
+    store.put_checkpoint(cp).await.unwrap();
+    let read = store.audit(&AuditQuery::thread(&thread)).await.unwrap();
+    let subjects: Vec<&str> = read.iter().map(|e| e.subject.as_str()).collect();
+    assert_eq!(subjects, ["first", "second", "third"]);
+    assert!(
+        read.iter()
+            .all(|e| e.run == 1 && e.kind == AuditKind::Decision)
+    );
+    let latest = store.latest_checkpoint(&thread, "").await.unwrap().unwrap();
+    assert_eq!(latest.state(), &json!(1));
+}
+
 /// Entries a checkpoint or a journal entry carries are written with it, and only when the
 /// write is: a write under a lost claim leaves no entry behind.
 pub(super) async fn entries_ride_with_their_write(store: &dyn Store) {

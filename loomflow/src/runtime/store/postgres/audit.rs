@@ -1,7 +1,8 @@
-//! The audit log's table: rows appended in the transaction of what they describe, read by
-//! thread, pruned by age.
+//! The audit log's table: rows appended in the statement of what they describe (or, for
+//! entries that ride with no write, in one of their own), read by thread, pruned by age.
 
 use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
 use super::error::Fail;
@@ -24,34 +25,88 @@ pub(super) const MIGRATION: &str = "
     CREATE INDEX loomflow_audit_by_thread ON loomflow_audit (thread, id);
     CREATE INDEX loomflow_audit_by_time ON loomflow_audit (at_ms);";
 
-/// Appends rows, in the caller's transaction.
-pub(super) async fn append(client: &impl GenericClient, rows: &[AuditRow]) -> Result<(), Fail> {
+/// Appends rows, in order, in one statement.
+async fn append(client: &impl GenericClient, rows: &[AuditRow]) -> Result<(), Fail> {
     if rows.is_empty() {
         return Ok(());
     }
-    let insert = client
-        .prepare_cached(
-            "INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, actor, detail)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .await?;
-    for row in rows {
-        client
-            .execute(
-                &insert,
-                &[
-                    &row.thread,
-                    &row.run,
-                    &row.at_ms,
-                    &row.kind,
-                    &row.subject,
-                    &row.actor,
-                    &row.detail,
-                ],
-            )
-            .await?;
-    }
+    let columns = AuditColumns::of(rows);
+    let mut params = Vec::new();
+    let insert = columns.insert(&mut params, "");
+    let stmt = client.prepare_cached(&insert).await?;
+    client.execute(&stmt, &params).await?;
     Ok(())
+}
+
+/// Audit rows as one array per column, for `unnest`: any number of rows in one statement.
+pub(super) struct AuditColumns<'a> {
+    thread: Vec<&'a str>,
+    run: Vec<i64>,
+    at_ms: Vec<i64>,
+    kind: Vec<&'static str>,
+    subject: Vec<&'a str>,
+    actor: Vec<Option<&'a str>>,
+    detail: Vec<Option<&'a str>>,
+}
+
+impl<'a> AuditColumns<'a> {
+    pub(super) fn of(rows: &'a [AuditRow]) -> Self {
+        Self {
+            thread: rows.iter().map(|r| r.thread.as_str()).collect(),
+            run: rows.iter().map(|r| r.run).collect(),
+            at_ms: rows.iter().map(|r| r.at_ms).collect(),
+            kind: rows.iter().map(|r| r.kind).collect(),
+            subject: rows.iter().map(|r| r.subject.as_str()).collect(),
+            actor: rows.iter().map(|r| r.actor.as_deref()).collect(),
+            detail: rows.iter().map(|r| r.detail.as_deref()).collect(),
+        }
+    }
+
+    /// The `INSERT` of the rows, in their order, with `condition` (a `WHERE` clause, or
+    /// nothing); its arrays are bound after `params`.
+    fn insert(&'a self, params: &mut Vec<&'a (dyn ToSql + Sync)>, condition: &str) -> String {
+        let first = params.len() + 1;
+        params.extend([
+            &self.thread as &(dyn ToSql + Sync),
+            &self.run,
+            &self.at_ms,
+            &self.kind,
+            &self.subject,
+            &self.actor,
+            &self.detail,
+        ]);
+        let [thread, run, at_ms, kind, subject, actor, detail] =
+            std::array::from_fn::<usize, 7, _>(|i| first + i);
+        format!(
+            "INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, actor, detail)
+             SELECT a.thread, a.run, a.at_ms, a.kind, a.subject, a.actor, a.detail
+             FROM unnest(${thread}::text[], ${run}::bigint[], ${at_ms}::bigint[],
+                         ${kind}::text[], ${subject}::text[], ${actor}::text[],
+                         ${detail}::text[])
+                  WITH ORDINALITY AS a(thread, run, at_ms, kind, subject, actor, detail, n)
+             {condition}
+             ORDER BY a.n"
+        )
+    }
+
+    /// A `WITH` clause, to follow another, that inserts the rows in their order when
+    /// `condition` holds; its arrays are bound after `params`. Empty for no rows.
+    pub(super) fn audited(
+        &'a self,
+        params: &mut Vec<&'a (dyn ToSql + Sync)>,
+        condition: &str,
+    ) -> String {
+        if self.thread.is_empty() {
+            return String::new();
+        }
+        let insert = self.insert(params, condition);
+        format!(", audited AS ({insert})")
+    }
+
+    /// [`audited`](Self::audited) after a `fenced` clause: only when the fence matched.
+    pub(super) fn inserted_if_fenced(&'a self, params: &mut Vec<&'a (dyn ToSql + Sync)>) -> String {
+        self.audited(params, "WHERE EXISTS (SELECT 1 FROM fenced)")
+    }
 }
 
 impl PostgresStore {
@@ -65,11 +120,8 @@ impl PostgresStore {
             .unwrap_or_default();
         async {
             let rows = AuditRow::all(&entries)?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            append(&tx, &rows).await?;
-            tx.commit().await?;
-            Ok(())
+            let client = self.client().await?;
+            append(&client, &rows).await
         }
         .await
         .map_err(|e: Fail| e.write(&thread))

@@ -3,76 +3,80 @@
 
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
+use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
+use super::audit::AuditColumns;
 use super::error::Fail;
 use super::rows::{
     CHECKPOINT_COLUMNS, CheckpointRow, JournalRow, checkpoint_from_row, from_json, get,
 };
 use crate::runtime::store::{Checkpoint, JournalKey, StoreError};
 
-/// Saves a checkpoint's row; returns its id. Ids come from an identity column: they
-/// increase with every insert (a thread's checkpoints are written one after another, so its
-/// ids increase in the order they were written).
+/// Saves a checkpoint's row, and its audit entries, in one statement; returns its id. Ids
+/// come from an identity column: they increase with every insert (a thread's checkpoints
+/// are written one after another, so its ids increase in the order they were written).
 pub(super) async fn insert_checkpoint(
     client: &impl GenericClient,
     row: &CheckpointRow,
 ) -> Result<u64, Fail> {
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &row.thread,
+        &row.run,
+        &row.namespace,
+        &row.step,
+        &row.status,
+        &row.body,
+        &row.error,
+    ];
+    let audit = AuditColumns::of(&row.audit);
+    let audited = audit.audited(&mut params, "");
     let stmt = client
-        .prepare_cached(
-            "INSERT INTO loomflow_checkpoints
-                 (thread, run, namespace, step, status, body, error)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-        )
+        .prepare_cached(&format!(
+            "WITH inserted AS (
+                 INSERT INTO loomflow_checkpoints
+                     (thread, run, namespace, step, status, body, error)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id
+             ){audited}
+             SELECT id FROM inserted"
+        ))
         .await?;
-    let inserted = client
-        .query_one(
-            &stmt,
-            &[
-                &row.thread,
-                &row.run,
-                &row.namespace,
-                &row.step,
-                &row.status,
-                &row.body,
-                &row.error,
-            ],
-        )
-        .await?;
+    let inserted = client.query_one(&stmt, &params).await?;
     let id: i64 = get(&inserted, 0, &row.thread)?;
-    super::audit::append(client, &row.audit).await?;
     Ok(super::rows::to_u64(id, "checkpoint id", &row.thread)?)
 }
 
-/// Records a journal entry unless its key already has one: the first value wins.
+/// Records a journal entry unless its key already has one (the first value wins), and its
+/// audit entries either way, in one statement.
 pub(super) async fn insert_journal(
     client: &impl GenericClient,
     row: &JournalRow,
 ) -> Result<(), Fail> {
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &row.thread,
+        &row.run,
+        &row.namespace,
+        &row.step,
+        &row.node,
+        &row.name,
+        &row.occurrence,
+        &row.value,
+    ];
+    let audit = AuditColumns::of(&row.audit);
+    let audited = audit.audited(&mut params, "");
     let stmt = client
-        .prepare_cached(
-            "INSERT INTO loomflow_journal
-                 (thread, run, namespace, step, node, name, occurrence, value)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT DO NOTHING",
-        )
+        .prepare_cached(&format!(
+            "WITH journaled AS (
+                 INSERT INTO loomflow_journal
+                     (thread, run, namespace, step, node, name, occurrence, value)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 ON CONFLICT DO NOTHING
+             ){audited}
+             SELECT 1"
+        ))
         .await?;
-    client
-        .execute(
-            &stmt,
-            &[
-                &row.thread,
-                &row.run,
-                &row.namespace,
-                &row.step,
-                &row.node,
-                &row.name,
-                &row.occurrence,
-                &row.value,
-            ],
-        )
-        .await?;
-    super::audit::append(client, &row.audit).await
+    client.execute(&stmt, &params).await?;
+    Ok(())
 }
 
 impl PostgresStore {

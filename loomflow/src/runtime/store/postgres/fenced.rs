@@ -7,9 +7,9 @@
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
+use super::audit::AuditColumns;
 use super::error::Fail;
 use super::rows::{CheckpointRow, JournalRow, get, now_ms, to_u64};
-use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{RowUpdate, StoreError};
 
 /// The error of a write under `owner`'s claim that found the run no longer held by it.
@@ -91,63 +91,6 @@ impl RowColumns {
     }
 }
 
-/// Audit rows as one array per column, for `unnest`.
-struct AuditColumns<'a> {
-    thread: Vec<&'a str>,
-    run: Vec<i64>,
-    at_ms: Vec<i64>,
-    kind: Vec<&'static str>,
-    subject: Vec<&'a str>,
-    actor: Vec<Option<&'a str>>,
-    detail: Vec<Option<&'a str>>,
-}
-
-impl<'a> AuditColumns<'a> {
-    fn of(rows: &'a [AuditRow]) -> Self {
-        Self {
-            thread: rows.iter().map(|r| r.thread.as_str()).collect(),
-            run: rows.iter().map(|r| r.run).collect(),
-            at_ms: rows.iter().map(|r| r.at_ms).collect(),
-            kind: rows.iter().map(|r| r.kind).collect(),
-            subject: rows.iter().map(|r| r.subject.as_str()).collect(),
-            actor: rows.iter().map(|r| r.actor.as_deref()).collect(),
-            detail: rows.iter().map(|r| r.detail.as_deref()).collect(),
-        }
-    }
-
-    /// A `WITH` clause (after a `fenced` one) that inserts the rows, in their order, only
-    /// when the fence matched; its arrays are bound after `params`. Empty for no rows.
-    fn insert_if_fenced(&'a self, params: &mut Vec<&'a (dyn ToSql + Sync)>) -> String {
-        if self.thread.is_empty() {
-            return String::new();
-        }
-        let first = params.len() + 1;
-        params.extend([
-            &self.thread as &(dyn ToSql + Sync),
-            &self.run,
-            &self.at_ms,
-            &self.kind,
-            &self.subject,
-            &self.actor,
-            &self.detail,
-        ]);
-        let [thread, run, at_ms, kind, subject, actor, detail] =
-            std::array::from_fn::<usize, 7, _>(|i| first + i);
-        format!(
-            ", audited AS (
-                 INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, actor, detail)
-                 SELECT a.thread, a.run, a.at_ms, a.kind, a.subject, a.actor, a.detail
-                 FROM unnest(${thread}::text[], ${run}::bigint[], ${at_ms}::bigint[],
-                             ${kind}::text[], ${subject}::text[], ${actor}::text[],
-                             ${detail}::text[])
-                      WITH ORDINALITY AS a(thread, run, at_ms, kind, subject, actor, detail, n)
-                 WHERE EXISTS (SELECT 1 FROM fenced)
-                 ORDER BY a.n
-             )"
-        )
-    }
-}
-
 /// A checkpoint written under a held claim, as one statement. The fence renews the lease,
 /// or with no `until_ms` lets it go (as [`release`] does) and notifies the listeners; for
 /// a top-level checkpoint it also brings the row to what the checkpoint says (state, waits,
@@ -215,7 +158,7 @@ pub(super) async fn write_fenced(
         mut params,
     } = set;
     let audit = AuditColumns::of(&row.audit);
-    let audited = audit.insert_if_fenced(&mut params);
+    let audited = audit.inserted_if_fenced(&mut params);
     // Released: another worker may carry the run on, or wake it later.
     let answer = match until_ms {
         Some(_) => "SELECT id FROM inserted",
@@ -302,7 +245,7 @@ pub(super) async fn write_journal_fenced(
     let now = now_ms();
     let mut params = journal_params(row, &owner, &until_ms, &now);
     let audit = AuditColumns::of(&row.audit);
-    let audited = audit.insert_if_fenced(&mut params);
+    let audited = audit.inserted_if_fenced(&mut params);
     let stmt = client
         .prepare_cached(&format!(
             "WITH {RENEWING_FENCE}, {}{audited}
