@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
+use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
-use super::checkpoints::insert_journal;
 use super::error::Fail;
 use super::rows::{JournalRow, from_json, get, now_ms, to_i64, to_json, to_u64};
 use crate::runtime::store::audit::AuditRow;
@@ -30,43 +30,77 @@ const KEEP_CONSUMED_MS: i64 = 3_600_000;
 /// How often a store deletes consumed signals older than [`KEEP_CONSUMED_MS`].
 const PRUNE_EVERY_MS: i64 = 60_000;
 
-/// Consumes a pending signal, auditing its receipt by `run` (0 outside one); returns
-/// whether it was still pending.
+/// The clauses that consume signal `$1` of session `$2` at `$3`, auditing its receipt by
+/// run `$4` with detail `$5`: without a key nothing needs remembering and the row goes;
+/// with one, the row stays (payload dropped) until pruned.
+macro_rules! take_clauses {
+    () => {
+        "WITH deleted AS (
+             DELETE FROM loomflow_signals
+             WHERE seq = $1 AND session = $2 AND idempotency_key IS NULL
+             RETURNING name
+         ), consumed AS (
+             UPDATE loomflow_signals SET consumed_at_ms = $3, payload = NULL
+             WHERE seq = $1 AND session = $2 AND idempotency_key IS NOT NULL
+               AND consumed_at_ms IS NULL
+             RETURNING name
+         ), audited AS (
+             INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, detail)
+             SELECT $2::TEXT, $4::BIGINT, $3::BIGINT, 'signal_received', name, $5::TEXT
+             FROM (SELECT name FROM deleted UNION ALL SELECT name FROM consumed) AS taken
+             RETURNING 1
+         )"
+    };
+}
+
+/// The `take_clauses`, and the count of signals taken.
+const TAKE: &str = concat!(take_clauses!(), " SELECT count(*) FROM audited");
+
+/// [`TAKE`], with a journal entry (`$6` to `$13`) inserted whether or not the signal was
+/// still pending, unless its key has one already.
+const TAKE_AND_JOURNAL: &str = concat!(
+    take_clauses!(),
+    ", journaled AS (
+         INSERT INTO loomflow_journal
+             (thread, run, namespace, step, node, name, occurrence, value)
+         VALUES ($6, $7, $8, $9, $10, $11, $12, $13)
+         ON CONFLICT DO NOTHING
+     )
+     SELECT count(*) FROM audited"
+);
+
+/// Consumes a pending signal, auditing its receipt by `run` (0 outside one), and records
+/// `journal` if given; returns whether the signal was still pending.
 ///
-/// One statement: without a key nothing needs remembering and the row goes; with one, the
-/// row stays (payload dropped) until pruned. Two consumers racing for one row are ordered
-/// by its row lock, and the second finds it gone or consumed.
+/// One statement. Two consumers racing for one row are ordered by its row lock, and the
+/// second finds it gone or consumed.
 pub(super) async fn take(
     client: &impl GenericClient,
     session: &str,
     seq: i64,
     now_ms: i64,
-    run: i64,
+    journal: Option<&JournalRow>,
 ) -> Result<bool, Fail> {
-    let stmt = client
-        .prepare_cached(
-            "WITH deleted AS (
-                 DELETE FROM loomflow_signals
-                 WHERE seq = $1 AND session = $2 AND idempotency_key IS NULL
-                 RETURNING name
-             ), consumed AS (
-                 UPDATE loomflow_signals SET consumed_at_ms = $3, payload = NULL
-                 WHERE seq = $1 AND session = $2 AND idempotency_key IS NOT NULL
-                   AND consumed_at_ms IS NULL
-                 RETURNING name
-             ), audited AS (
-                 INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, detail)
-                 SELECT $2::TEXT, $4::BIGINT, $3::BIGINT, 'signal_received', name, $5::TEXT
-                 FROM (SELECT name FROM deleted UNION ALL SELECT name FROM consumed) AS taken
-                 RETURNING 1
-             )
-             SELECT count(*) FROM audited",
-        )
-        .await?;
     let detail = format!("{{\"seq\":{seq}}}");
-    let row = client
-        .query_one(&stmt, &[&seq, &session, &now_ms, &run, &detail])
-        .await?;
+    let run = journal.map_or(0, |row| row.run);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&seq, &session, &now_ms, &run, &detail];
+    let stmt = match journal {
+        None => client.prepare_cached(TAKE).await?,
+        Some(row) => {
+            params.extend([
+                &row.thread as &(dyn ToSql + Sync),
+                &row.run,
+                &row.namespace,
+                &row.step,
+                &row.node,
+                &row.name,
+                &row.occurrence,
+                &row.value,
+            ]);
+            client.prepare_cached(TAKE_AND_JOURNAL).await?
+        }
+    };
+    let row = client.query_one(&stmt, &params).await?;
     let taken: i64 = get(&row, 0, session)?;
     Ok(taken > 0)
 }
@@ -132,7 +166,7 @@ impl PostgresStore {
     }
 
     /// `take_signal`: journals `journal` whether or not the signal was still pending (a
-    /// node that received it gets it again when it re-runs), in the same transaction.
+    /// node that received it gets it again when it re-runs), in the same statement.
     pub(super) async fn consume_signal(
         &self,
         session: &str,
@@ -144,18 +178,8 @@ impl PostgresStore {
             let journal = journal
                 .map(|(key, value)| JournalRow::new(key, &value))
                 .transpose()?;
-            let mut client = self.client().await?;
-            match journal {
-                None => {
-                    take(&client, session, seq, now_ms(), 0).await?;
-                }
-                Some(row) => {
-                    let tx = client.transaction().await?;
-                    take(&tx, session, seq, now_ms(), row.run).await?;
-                    insert_journal(&tx, &row).await?;
-                    tx.commit().await?;
-                }
-            }
+            let client = self.client().await?;
+            take(&client, session, seq, now_ms(), journal.as_ref()).await?;
             Ok(())
         }
         .await
@@ -171,7 +195,7 @@ impl PostgresStore {
         async {
             let seq = to_i64(seq, "signal sequence number", session)?;
             let client = self.client().await?;
-            take(&client, session, seq, now_ms(), 0).await
+            take(&client, session, seq, now_ms(), None).await
         }
         .await
         .map_err(|e: Fail| e.write(session))
