@@ -20,15 +20,8 @@ pub(super) async fn insert_checkpoint(
     client: &impl GenericClient,
     row: &CheckpointRow,
 ) -> Result<u64, Fail> {
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-        &row.thread,
-        &row.run,
-        &row.namespace,
-        &row.step,
-        &row.status,
-        &row.body,
-        &row.error,
-    ];
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&row.thread];
+    params.extend(row.params_after_thread());
     let audit = AuditColumns::of(&row.audit);
     let audited = audit.audited(&mut params, "");
     let stmt = client
@@ -52,16 +45,8 @@ pub(super) async fn insert_journal(
     client: &impl GenericClient,
     row: &JournalRow,
 ) -> Result<(), Fail> {
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-        &row.thread,
-        &row.run,
-        &row.namespace,
-        &row.step,
-        &row.node,
-        &row.name,
-        &row.occurrence,
-        &row.value,
-    ];
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&row.thread];
+    params.extend(row.params_after_thread());
     let audit = AuditColumns::of(&row.audit);
     let audited = audit.audited(&mut params, "");
     let stmt = client

@@ -110,19 +110,11 @@ pub(super) async fn write_fenced(
 ) -> Result<Option<u64>, Fail> {
     let now = now_ms();
     let columns = update.map(RowColumns::of);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&row.thread, &owner, &now];
+    params.extend(row.params_after_thread());
     let mut set = Assignments {
         sql: String::from("updated_at_ms = $3"),
-        params: vec![
-            &row.thread,
-            &owner,
-            &now,
-            &row.run,
-            &row.namespace,
-            &row.step,
-            &row.status,
-            &row.body,
-            &row.error,
-        ],
+        params,
     };
     match &until_ms {
         Some(until) => set.bind("lease_until_ms = ?", until),
@@ -217,19 +209,9 @@ fn journal_params<'a>(
     until_ms: &'a i64,
     now: &'a i64,
 ) -> Vec<&'a (dyn ToSql + Sync)> {
-    vec![
-        &row.thread,
-        owner,
-        until_ms,
-        now,
-        &row.run,
-        &row.namespace,
-        &row.step,
-        &row.node,
-        &row.name,
-        &row.occurrence,
-        &row.value,
-    ]
+    let mut params: Vec<&'a (dyn ToSql + Sync)> = vec![&row.thread, owner, until_ms, now];
+    params.extend(row.params_after_thread());
+    params
 }
 
 /// A journal entry written under a held claim, as one statement: the fence renews the

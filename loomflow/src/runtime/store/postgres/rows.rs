@@ -6,7 +6,7 @@ use crate::runtime::store::audit::AuditRow;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
-use tokio_postgres::types::FromSql;
+use tokio_postgres::types::{FromSql, ToSql};
 
 use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError};
 
@@ -102,6 +102,19 @@ pub(super) struct CheckpointRow {
 }
 
 impl CheckpointRow {
+    /// Its columns after `thread`, in the table's order (`run` to `error`), as a
+    /// statement's parameters.
+    pub(super) fn params_after_thread(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.run,
+            &self.namespace,
+            &self.step,
+            &self.status,
+            &self.body,
+            &self.error,
+        ]
+    }
+
     pub(super) fn new(checkpoint: &Checkpoint) -> Result<Self, StoreError> {
         let thread = &checkpoint.thread;
         Ok(Self {
@@ -132,6 +145,20 @@ pub(super) struct JournalRow {
 }
 
 impl JournalRow {
+    /// Its columns after `thread`, in the table's order (`run` to `value`), as a
+    /// statement's parameters.
+    pub(super) fn params_after_thread(&self) -> [&(dyn ToSql + Sync); 7] {
+        [
+            &self.run,
+            &self.namespace,
+            &self.step,
+            &self.node,
+            &self.name,
+            &self.occurrence,
+            &self.value,
+        ]
+    }
+
     pub(super) fn new(key: JournalKey, value: &serde_json::Value) -> Result<Self, StoreError> {
         Ok(Self {
             run: to_i64(key.run, "run", &key.thread)?,

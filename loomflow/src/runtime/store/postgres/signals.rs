@@ -87,16 +87,8 @@ pub(super) async fn take(
     let stmt = match journal {
         None => client.prepare_cached(TAKE).await?,
         Some(row) => {
-            params.extend([
-                &row.thread as &(dyn ToSql + Sync),
-                &row.run,
-                &row.namespace,
-                &row.step,
-                &row.node,
-                &row.name,
-                &row.occurrence,
-                &row.value,
-            ]);
+            params.push(&row.thread);
+            params.extend(row.params_after_thread());
             client.prepare_cached(TAKE_AND_JOURNAL).await?
         }
     };
