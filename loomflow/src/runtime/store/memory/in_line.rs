@@ -3,7 +3,6 @@
 //! execution's last write, the read a run starts from, and a journaled step's read and
 //! write, made at once rather than through a boxed future each.
 
-use super::run_row::RunRow;
 use super::{MemoryStore, ThreadName};
 use crate::runtime::clock::now_ms;
 use serde_json::Value;
@@ -22,14 +21,16 @@ impl MemoryStore {
         self.lock_mut().map(|mut inner| {
             // Looked up before it is inserted: a thread claimed again (a resume, a
             // recover) costs no copy of its name, nor a count of its shared one.
-            if let Some(row) = inner.runs.get_mut(thread.as_ref()) {
-                return row.claim(owner, lease_until_ms, now_ms);
+            let slot = match inner.threads.get_mut(thread.as_ref()) {
+                Some(slot) => slot,
+                None => inner.threads.entry(thread.to_key()).or_default(),
+            };
+            let row = &mut slot.row;
+            if row.created_at_ms == 0 {
+                // Never claimed nor submitted (a new thread, or one with checkpoints only).
+                row.created_at_ms = now_ms;
+                row.updated_at_ms = now_ms;
             }
-            let row = inner.runs.entry(thread.to_key()).or_insert(RunRow {
-                created_at_ms: now_ms,
-                updated_at_ms: now_ms,
-                ..RunRow::default()
-            });
             row.claim(owner, lease_until_ms, now_ms)
         })
     }
@@ -47,13 +48,14 @@ impl MemoryStore {
     ) -> Result<u64, StoreError> {
         // Straight-line rather than in a closure, which would take the checkpoint first.
         let mut inner = self.lock_mut()?;
-        let row = inner.fenced_row(thread.as_ref(), owner, lease_until_ms)?;
+        let fenced = inner.fenced(thread.as_ref(), owner, lease_until_ms)?;
         if checkpoint.namespace.is_empty() {
             // The claim extended its lease from the time of this write: no clock read.
+            let row = &mut fenced.slot.row;
             let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
             row.follow(&mut checkpoint, now_ms);
         }
-        Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))
+        Ok(fenced.file(checkpoint, self.retention))
     }
 
     /// [`Store::put_checkpoint_and_release`](crate::runtime::Store::put_checkpoint_and_release)
@@ -66,12 +68,13 @@ impl MemoryStore {
         owner: &str,
     ) -> Result<u64, StoreError> {
         let mut inner = self.lock_mut()?;
-        let row = inner.fenced_row(thread.as_ref(), owner, 0)?;
+        let fenced = inner.fenced(thread.as_ref(), owner, 0)?;
+        let row = &mut fenced.slot.row;
         if checkpoint.namespace.is_empty() {
             row.follow(&mut checkpoint, now_ms());
         }
         row.let_go();
-        Ok(inner.insert_checkpoint(thread, checkpoint, self.retention))
+        Ok(fenced.file(checkpoint, self.retention))
     }
 
     /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot
@@ -83,7 +86,7 @@ impl MemoryStore {
         namespace: &str,
     ) -> Result<Option<Checkpoint>, StoreError> {
         self.lock().map(|inner| {
-            let kept = inner.checkpoints.get(thread)?;
+            let kept = &inner.threads.get(thread)?.kept;
             let newest = kept.iter().rev().find(|c| *c.namespace == *namespace)?;
             Some(newest.checkpoint(""))
         })

@@ -3,9 +3,9 @@
 
 use super::super::audit::signal_received;
 use super::super::{Checkpoint, StoreError};
+use super::audit_log::AuditLog;
 use super::kept::Kept;
-use super::retention::prune;
-use super::run_row::RunRow;
+use super::slot::ThreadSlot;
 use super::{Inner, ThreadName};
 
 impl Inner {
@@ -17,20 +17,31 @@ impl Inner {
         owner: &str,
         until_ms: u64,
     ) -> Result<(), StoreError> {
-        self.fenced_row(thread, owner, until_ms).map(drop)
+        self.fenced(thread, owner, until_ms).map(drop)
     }
 
-    /// [`fence`](Self::fence), handing back the run's row for the rest of the write.
-    pub(super) fn fenced_row(
+    /// [`fence`](Self::fence), handing back the thread's slot for the rest of the write,
+    /// with what filing a checkpoint in it takes.
+    pub(super) fn fenced(
         &mut self,
         thread: &str,
         owner: &str,
         until_ms: u64,
-    ) -> Result<&mut RunRow, StoreError> {
-        match self.runs.get_mut(thread) {
-            Some(row) if row.owner.as_deref() == Some(owner) => {
-                row.until_ms = until_ms;
-                Ok(row)
+    ) -> Result<Fenced<'_>, StoreError> {
+        let Self {
+            threads,
+            next_id,
+            audit,
+            ..
+        } = self;
+        match threads.get_mut(thread) {
+            Some(slot) if slot.row.owner.as_deref() == Some(owner) => {
+                slot.row.until_ms = until_ms;
+                Ok(Fenced {
+                    slot,
+                    next_id,
+                    audit,
+                })
             }
             _ => Err(StoreError::LeaseLost {
                 thread: thread.to_owned(),
@@ -39,38 +50,25 @@ impl Inner {
         }
     }
 
-    /// Files `checkpoint` under `thread` (its own `thread` is not read: the executor's
-    /// checkpoints leave it to the claim they are written under).
-    #[inline]
+    /// Files `checkpoint` under `thread` (its own `thread` is not read), outside any claim.
     pub(super) fn insert_checkpoint(
         &mut self,
         thread: impl ThreadName,
-        mut checkpoint: Checkpoint,
+        checkpoint: Checkpoint,
         retention: Option<usize>,
     ) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        if !checkpoint.audit.is_empty() {
-            self.audit.append(std::mem::take(&mut checkpoint.audit));
-        }
         // The thread's name is filed only with its first checkpoint.
-        if let Some(kept) = self.checkpoints.get_mut(thread.as_ref()) {
-            kept.push(Kept::new(checkpoint, id));
-            // Pruned a batch at a time (past half as many again), so that a step costs no
-            // scan.
-            if let Some(limit) = retention
-                && kept.len() > limit + limit / 2 + 1
-            {
-                prune(kept, limit);
-            }
-        } else {
-            // Room for the few rows of a short run (its input, its steps, its end) at once,
-            // where pushing onto one row's room would grow the list twice.
-            let mut kept = Vec::with_capacity(4);
-            kept.push(Kept::new(checkpoint, id));
-            self.checkpoints.insert(thread.to_key(), kept);
-        }
-        id
+        let slot = match self.threads.get_mut(thread.as_ref()) {
+            Some(slot) => slot,
+            None => self.threads.entry(thread.to_key()).or_default(),
+        };
+        file(
+            slot,
+            &mut self.next_id,
+            &mut self.audit,
+            checkpoint,
+            retention,
+        )
     }
 
     /// Removes a pending signal, auditing its receipt by `run` (0 outside one); says
@@ -86,4 +84,38 @@ impl Inner {
             false
         }
     }
+}
+
+/// A thread's slot, fenced for a write under its claim.
+pub(super) struct Fenced<'a> {
+    pub(super) slot: &'a mut ThreadSlot,
+    next_id: &'a mut u64,
+    audit: &'a mut AuditLog,
+}
+
+impl Fenced<'_> {
+    /// Files `checkpoint` in the slot (its own `thread` is not read: the executor's
+    /// checkpoints leave it to the claim they are written under).
+    #[inline]
+    pub(super) fn file(self, checkpoint: Checkpoint, retention: Option<usize>) -> u64 {
+        file(self.slot, self.next_id, self.audit, checkpoint, retention)
+    }
+}
+
+/// Files `checkpoint` in `slot` under the next id, its audit entries in `audit`.
+#[inline]
+fn file(
+    slot: &mut ThreadSlot,
+    next_id: &mut u64,
+    audit: &mut AuditLog,
+    mut checkpoint: Checkpoint,
+    retention: Option<usize>,
+) -> u64 {
+    *next_id += 1;
+    let id = *next_id;
+    if !checkpoint.audit.is_empty() {
+        audit.append(std::mem::take(&mut checkpoint.audit));
+    }
+    slot.keep(Kept::new(checkpoint, id), retention);
+    id
 }

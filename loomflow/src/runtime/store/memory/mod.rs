@@ -18,11 +18,13 @@ mod inner;
 mod kept;
 mod retention;
 mod run_row;
+mod slot;
 
 pub use audit_log::DEFAULT_RETAINED_AUDIT_ENTRIES;
 
 use futures_util::future::BoxFuture;
 use run_row::RunRow;
+use slot::ThreadSlot;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
 /// [`Runtime::in_memory`](crate::Runtime::in_memory).
@@ -100,14 +102,13 @@ impl ThreadName for &Arc<str> {
 #[derive(Debug, Default)]
 struct Inner {
     next_id: u64,
-    checkpoints: ByThread<Vec<kept::Kept>>,
+    /// Each thread's run row and checkpoints.
+    threads: ByThread<ThreadSlot>,
     journal: HashMap<JournalKey, Value, foldhash::fast::RandomState>,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,
     /// (session, name, key) of every signal stored with a key.
     keys: HashSet<(String, String, String)>,
-    /// Each thread's current run and its lease.
-    runs: ByThread<RunRow>,
     audit: audit_log::AuditLog,
 }
 
@@ -157,7 +158,7 @@ impl MemoryStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> Option<ClaimedRun> {
-        let row = inner.runs.get_mut(thread)?;
+        let row = &mut inner.threads.get_mut(thread)?.row;
         row.take_lease(owner, lease_until_ms, now_ms);
         Some(ClaimedRun {
             record: row.record(thread)?,
@@ -208,8 +209,8 @@ impl Store for MemoryStore {
         id: u64,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
         ready(self.lock().and_then(|inner| {
-            let kept = inner.checkpoints.get(thread);
-            let found = kept.and_then(|kept| kept.iter().find(|c| c.id == id));
+            let slot = inner.threads.get(thread);
+            let found = slot.and_then(|slot| slot.kept.iter().find(|c| c.id == id));
             found.map(|cp| cp.serialized(thread)).transpose()
         }))
     }
@@ -219,7 +220,7 @@ impl Store for MemoryStore {
         thread: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>> {
         ready(self.lock().and_then(|inner| {
-            let kept = inner.checkpoints.get(thread).map_or(&[][..], Vec::as_slice);
+            let kept = inner.threads.get(thread).map_or(&[][..], |s| &s.kept);
             kept.iter().map(|cp| cp.serialized(thread)).collect()
         }))
     }
@@ -295,10 +296,10 @@ impl Store for MemoryStore {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            if let Some(row) = inner.runs.get_mut(thread)
-                && row.owner.as_deref() == Some(owner)
+            if let Some(slot) = inner.threads.get_mut(thread)
+                && slot.row.owner.as_deref() == Some(owner)
             {
-                row.let_go();
+                slot.row.let_go();
             }
         }))
     }
@@ -392,13 +393,7 @@ impl Store for MemoryStore {
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Submitted, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            let row = inner
-                .runs
-                .entry(Arc::from(thread))
-                .or_insert_with(|| RunRow {
-                    created_at_ms: now_ms,
-                    ..RunRow::default()
-                });
+            let row = &mut inner.threads.entry(Arc::from(thread)).or_default().row;
             let finished = row.state.is_none_or(RunState::is_finished);
             if (!finished || !row.is_free(now_ms))
                 && let Some(record) = row.record(thread)
@@ -436,8 +431,9 @@ impl Store for MemoryStore {
                         .any(|s| s.session == thread && row.waiting_on.contains(&s.name))
             };
             let chosen = inner
-                .runs
+                .threads
                 .iter()
+                .map(|(thread, slot)| (thread, &slot.row))
                 .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
                 .filter_map(|(thread, row)| {
                     let due = row.runnable_at_ms.filter(|&at| at <= due_ms);
@@ -459,7 +455,7 @@ impl Store for MemoryStore {
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            let row = inner.runs.get(thread)?;
+            let row = &inner.threads.get(thread)?.row;
             let suspended = matches!(row.state, Some(RunState::Waiting | RunState::Interrupted));
             if !suspended || !row.in_graphs(graphs) || !row.is_free(now_ms) {
                 return None;
@@ -474,7 +470,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
         ready(
             self.lock()
-                .map(|inner| inner.runs.get(thread).and_then(|row| row.record(thread))),
+                .map(|inner| inner.threads.get(thread).and_then(|s| s.row.record(thread))),
         )
     }
 
@@ -484,9 +480,9 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
         ready(self.lock().map(|inner| {
             let mut records: Vec<RunRecord> = inner
-                .runs
+                .threads
                 .iter()
-                .filter_map(|(thread, row)| row.record(thread))
+                .filter_map(|(thread, slot)| slot.row.record(thread))
                 .filter(|record| filter.matches(record))
                 .collect();
             records.sort_by(|a, b| (b.updated_at_ms, &a.thread).cmp(&(a.updated_at_ms, &b.thread)));
@@ -501,7 +497,7 @@ impl Store for MemoryStore {
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            let row = inner.runs.get_mut(thread)?;
+            let row = &mut inner.threads.get_mut(thread)?.row;
             if row.state.is_some_and(|s| !s.is_finished()) {
                 row.cancel_requested = true;
                 row.updated_at_ms = now_ms;
@@ -518,19 +514,17 @@ impl Store for MemoryStore {
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         ready(self.lock_mut().and_then(|mut inner| {
-            inner.fence(thread, owner, 0)?;
-            if let Some(row) = inner.runs.get_mut(thread) {
-                row.state = Some(state);
-                row.error = error;
-                row.runnable_at_ms = None;
-                row.wake_at_ms = None;
-                row.waiting_on.clear();
-                row.input = None;
-                row.cancel_requested = false;
-                row.owner = None;
-                row.until_ms = 0;
-                row.updated_at_ms = now_ms();
-            }
+            let row = &mut inner.fenced(thread, owner, 0)?.slot.row;
+            row.state = Some(state);
+            row.error = error;
+            row.runnable_at_ms = None;
+            row.wake_at_ms = None;
+            row.waiting_on.clear();
+            row.input = None;
+            row.cancel_requested = false;
+            row.owner = None;
+            row.until_ms = 0;
+            row.updated_at_ms = now_ms();
             Ok(())
         }))
     }
@@ -542,8 +536,9 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         ready(self.lock().map(|inner| {
             inner
-                .runs
+                .threads
                 .values()
+                .map(|slot| &slot.row)
                 .filter(|row| row.in_graphs(graphs))
                 .filter_map(|row| row.runnable_at_ms)
                 .filter(|&at| at > due_ms)

@@ -120,8 +120,8 @@ impl RunRow {
     /// whose names are shared.
     fn follow_names(&mut self, checkpoint: &Checkpoint) {
         if let Some(Unserialized(kept)) = &checkpoint.unserialized {
-            follow_name(&mut self.graph, kept.graph_name(), Arc::clone);
-            follow_name(&mut self.fingerprint, Some(kept.fingerprint()), Arc::clone);
+            follow_shared(&mut self.graph, kept.graph_name());
+            follow_shared(&mut self.fingerprint, Some(kept.fingerprint()));
         } else {
             follow_name(&mut self.graph, checkpoint.graph_name(), Arc::from);
             follow_name(&mut self.fingerprint, checkpoint.fingerprint(), Arc::from);
@@ -166,6 +166,16 @@ impl RunRow {
         ) {
             self.runnable_at_ms = self.wake_at_ms;
         }
+    }
+}
+
+/// Sets `kept` to the shared `name` when it says one, unless `kept` is that one already:
+/// every step of a run hands over the same name, and a pointer compared costs no scan of it.
+fn follow_shared(kept: &mut Option<Arc<str>>, name: Option<&Arc<str>>) {
+    if let Some(name) = name
+        && !kept.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, name))
+    {
+        *kept = Some(Arc::clone(name));
     }
 }
 

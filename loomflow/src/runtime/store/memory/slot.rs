@@ -1,0 +1,77 @@
+//! Everything the memory store keeps of one thread, under one key: its run's row and its
+//! checkpoints. A write under a claim fences the row and files the checkpoint beside it, so
+//! a step costs one lookup of the thread rather than one per map.
+
+use super::kept::Kept;
+use super::retention::prune;
+use super::run_row::RunRow;
+
+#[derive(Debug, Default)]
+pub(super) struct ThreadSlot {
+    /// The run's row. A thread that was never claimed nor submitted (checkpoints written
+    /// outside a claim, as a fork writes them) has the default row, which names no state:
+    /// it is not a run, and nothing lists or claims it.
+    pub(super) row: RunRow,
+    /// Its checkpoints, oldest first.
+    pub(super) kept: Vec<Kept>,
+}
+
+impl ThreadSlot {
+    /// Keeps `checkpoint`, pruned to `retention` a batch at a time (past half as many
+    /// again), so that a step costs no scan.
+    #[inline]
+    pub(super) fn keep(&mut self, checkpoint: Kept, retention: Option<usize>) {
+        self.kept.push(checkpoint);
+        if let Some(limit) = retention
+            && self.kept.len() > limit + limit / 2 + 1
+        {
+            prune(&mut self.kept, limit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::super::MemoryStore;
+    use crate::runtime::store::{Checkpoint, Claim, RunFilter, RunStatus, Store, Submitted};
+
+    fn input_checkpoint() -> Checkpoint {
+        Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({"state": 1}))
+    }
+
+    #[tokio::test]
+    async fn a_thread_with_checkpoints_only_is_no_run_until_claimed() {
+        let store = MemoryStore::new();
+        store.put_checkpoint(input_checkpoint()).await.unwrap();
+        assert_eq!(store.get_run("t").await.unwrap(), None);
+        assert!(
+            store
+                .list_runs(&RunFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        let claimed = store.claim("t", "me", 2_000, 1_000).await.unwrap();
+        assert!(matches!(claimed, Claim::Claimed));
+        let cp = input_checkpoint();
+        store.put_checkpoint_claimed(cp, "me", 2_000).await.unwrap();
+        let run = store.get_run("t").await.unwrap().unwrap();
+        assert_eq!(run.created_at_ms, 1_000, "created when first claimed");
+        assert_eq!(store.list_checkpoints("t").await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_submit_keeps_the_threads_checkpoints() {
+        let store = MemoryStore::new();
+        store.put_checkpoint(input_checkpoint()).await.unwrap();
+        let submitted = store.submit_run("t", "g", json!(1), 5).await.unwrap();
+        assert!(matches!(submitted, Submitted::Queued));
+        assert_eq!(store.list_checkpoints("t").await.unwrap().len(), 1);
+        assert_eq!(store.get_run("t").await.unwrap().unwrap().created_at_ms, 5);
+    }
+}
