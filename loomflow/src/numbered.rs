@@ -1,8 +1,41 @@
 //! Ids made of a name, `#` and a number (`node#0`, `owner#12`): built a few times per run,
 //! so without the formatting machinery, which costs several times the copy.
 
+use std::sync::Arc;
+
 /// `name#n`.
 pub(crate) fn numbered(name: &str, n: u64) -> String {
+    let (digits, start) = decimal(n);
+    let mut id = String::with_capacity(name.len() + 1 + digits.len() - start);
+    id.push_str(name);
+    id.push('#');
+    id.extend(digits[start..].iter().map(|&d| char::from(d)));
+    id
+}
+
+/// [`numbered`], shared: written on the stack and copied once into its `Arc` (an owner id,
+/// which the execution and the store's run row then share), rather than built as a
+/// `String` and copied again.
+pub(crate) fn numbered_shared(name: &str, n: u64) -> Arc<str> {
+    let (digits, start) = decimal(n);
+    let digits = &digits[start..];
+    let mut id = [0u8; 64];
+    let len = name.len() + 1 + digits.len();
+    if len > id.len() {
+        return Arc::from(numbered(name, n));
+    }
+    id[..name.len()].copy_from_slice(name.as_bytes());
+    id[name.len()] = b'#';
+    id[name.len() + 1..len].copy_from_slice(digits);
+    match std::str::from_utf8(&id[..len]) {
+        Ok(id) => Arc::from(id),
+        // A name and ASCII digits are UTF-8 whole: not reached.
+        Err(_) => Arc::from(numbered(name, n)),
+    }
+}
+
+/// `n` in decimal: the digits are `digits[start..]`.
+fn decimal(n: u64) -> ([u8; 20], usize) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
     let mut rest = n;
@@ -15,16 +48,12 @@ pub(crate) fn numbered(name: &str, n: u64) -> String {
             break;
         }
     }
-    let mut id = String::with_capacity(name.len() + 1 + digits.len() - start);
-    id.push_str(name);
-    id.push('#');
-    id.extend(digits[start..].iter().map(|&d| char::from(d)));
-    id
+    (digits, start)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::numbered;
+    use super::{numbered, numbered_shared};
 
     #[test]
     fn numbered_ids_read_as_format_writes_them() {
@@ -33,5 +62,13 @@ mod tests {
         }
         assert_eq!(numbered("", 7), "#7");
         assert_eq!(numbered("parent:1/child", 3), "parent:1/child#3");
+        for n in [0, 42, u64::MAX] {
+            assert_eq!(
+                *numbered_shared("pid7-0badf00d", n),
+                numbered("pid7-0badf00d", n)
+            );
+        }
+        let long = "x".repeat(60);
+        assert_eq!(*numbered_shared(&long, 12), format!("{long}#12"));
     }
 }

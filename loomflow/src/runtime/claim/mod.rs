@@ -72,7 +72,8 @@ struct ClaimInner {
     store: Arc<dyn Store>,
     /// Shared with the execution's own name for it: a claim copies no string.
     thread: Arc<str>,
-    owner: String,
+    /// Shared with the run's row in a memory store: a claim copies no string there either.
+    owner: Arc<str>,
     lease: Duration,
     /// The expiry last written, in ms since the Unix epoch.
     until_ms: AtomicU64,
@@ -161,9 +162,9 @@ impl Runtime {
 
 impl Runtime {
     /// A new execution's owner id: the runtime's, and a number.
-    pub(crate) fn next_owner(&self) -> String {
+    pub(crate) fn next_owner(&self) -> Arc<str> {
         let execution = self.inner.executions.fetch_add(1, Ordering::Relaxed);
-        crate::numbered::numbered(&self.inner.owner, execution)
+        crate::numbered::numbered_shared(&self.inner.owner, execution)
     }
 
     /// Wraps a claim `owner` already took in the store (a worker's), until `until_ms`, with
@@ -171,7 +172,7 @@ impl Runtime {
     pub(crate) fn adopt_claim(
         &self,
         thread: &str,
-        owner: String,
+        owner: Arc<str>,
         lease: Duration,
         until_ms: u64,
         park_grace: Option<Duration>,
@@ -187,7 +188,7 @@ impl RunClaim {
     fn new(
         store: Arc<dyn Store>,
         thread: Arc<str>,
-        owner: String,
+        owner: Arc<str>,
         lease: Duration,
         until_ms: u64,
         park_grace: Option<Duration>,
@@ -249,7 +250,7 @@ impl RunClaim {
     pub(crate) fn lost_error(&self) -> StoreError {
         StoreError::LeaseLost {
             thread: self.inner.thread.to_string(),
-            owner: self.inner.owner.clone(),
+            owner: self.inner.owner.to_string(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! execution's last write, the read a run starts from, and a journaled step's read and
 //! write, made at once rather than through a boxed future each.
 
-use super::{MemoryStore, ThreadName};
+use super::{MemoryStore, SharedName};
 use crate::runtime::clock::now_ms;
 use serde_json::Value;
 
@@ -13,8 +13,8 @@ impl MemoryStore {
     /// [`Store::claim`](crate::runtime::Store::claim), made at once.
     pub(crate) fn claim_now(
         &self,
-        thread: impl ThreadName,
-        owner: &str,
+        thread: impl SharedName,
+        owner: impl SharedName,
         lease_until_ms: u64,
         now_ms: u64,
     ) -> Result<Claim, StoreError> {
@@ -41,7 +41,7 @@ impl MemoryStore {
     #[inline]
     pub(crate) fn put_checkpoint_claimed_now(
         &self,
-        thread: impl ThreadName,
+        thread: impl SharedName,
         mut checkpoint: Checkpoint,
         owner: &str,
         lease_until_ms: u64,
@@ -63,7 +63,7 @@ impl MemoryStore {
     /// [`put_checkpoint_claimed_now`](Self::put_checkpoint_claimed_now)).
     pub(crate) fn put_checkpoint_and_release_now(
         &self,
-        thread: impl ThreadName,
+        thread: impl SharedName,
         mut checkpoint: Checkpoint,
         owner: &str,
     ) -> Result<u64, StoreError> {

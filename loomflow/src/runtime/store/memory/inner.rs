@@ -6,7 +6,7 @@ use super::super::{Checkpoint, StoreError};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
 use super::slot::ThreadSlot;
-use super::{Inner, ThreadName};
+use super::{Inner, SharedName};
 
 impl Inner {
     /// Checks that `owner` holds `thread` and extends its lease: the first half of every
@@ -53,7 +53,7 @@ impl Inner {
     /// Files `checkpoint` under `thread` (its own `thread` is not read), outside any claim.
     pub(super) fn insert_checkpoint(
         &mut self,
-        thread: impl ThreadName,
+        thread: impl SharedName,
         checkpoint: Checkpoint,
         retention: Option<usize>,
     ) -> u64 {

@@ -77,23 +77,23 @@ pub struct MemoryStore {
 
 /// The maps keyed by thread: hashed with foldhash, seeded per process, which costs a
 /// fraction of SipHash on every step. A thread's name is shared: the executor's calls in
-/// line file it under the name its execution holds, without a copy (see [`ThreadName`]).
+/// line file it under the name its execution holds, without a copy (see [`SharedName`]).
 type ByThread<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
 
-/// A thread's name as a caller hands it to the store: borrowed, and copied when a map
-/// files a new thread, or shared already (an execution's), and kept as it is.
-pub(crate) trait ThreadName: AsRef<str> {
-    /// The name to file a new thread under.
+/// A name (a thread's, an owner's) as a caller hands it to the store: borrowed, and copied
+/// when the store keeps it, or shared already (an execution's), and kept as it is.
+pub(crate) trait SharedName: AsRef<str> {
+    /// The name to keep.
     fn to_key(&self) -> Arc<str>;
 }
 
-impl ThreadName for &str {
+impl SharedName for &str {
     fn to_key(&self) -> Arc<str> {
         Arc::from(*self)
     }
 }
 
-impl ThreadName for &Arc<str> {
+impl SharedName for &Arc<str> {
     fn to_key(&self) -> Arc<str> {
         Arc::clone(self)
     }

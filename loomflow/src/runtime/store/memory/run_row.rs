@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::SharedName;
 use crate::runtime::store::unserialized::Unserialized;
 use crate::runtime::store::{Checkpoint, Claim, RowUpdate, RunRecord, RunState, RunStatus};
 
@@ -20,7 +21,8 @@ pub(super) struct RunRow {
     pub(super) waiting_on: Vec<String>,
     pub(super) wake_at_ms: Option<u64>,
     pub(super) runnable_at_ms: Option<u64>,
-    pub(super) owner: Option<String>,
+    /// Shared with the claim that holds it, when that claim was taken in line.
+    pub(super) owner: Option<Arc<str>>,
     pub(super) until_ms: u64,
     /// How long the holder's leases last (`until_ms` less the time it was taken): a write
     /// that extends the lease to `until_ms` was made at `until_ms - lease_ms`.
@@ -43,7 +45,7 @@ impl RunRow {
             state: self.state?,
             waiting_on: self.waiting_on.clone(),
             wake_at_ms: self.wake_at_ms,
-            lease_owner: self.owner.clone(),
+            lease_owner: self.owner.as_deref().map(str::to_owned),
             lease_until_ms: self.until_ms,
             attempts: self.attempts,
             cancel_requested: self.cancel_requested,
@@ -55,17 +57,22 @@ impl RunRow {
 
     /// Takes the run for `owner` until `lease_until_ms`, unless another execution holds it
     /// at `now_ms`; a new holder counts an attempt.
-    pub(super) fn claim(&mut self, owner: &str, lease_until_ms: u64, now_ms: u64) -> Claim {
+    pub(super) fn claim(
+        &mut self,
+        owner: impl SharedName,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Claim {
         match &self.owner {
-            Some(holder) if holder != owner && self.until_ms > now_ms => Claim::Busy {
-                owner: holder.clone(),
+            Some(holder) if **holder != *owner.as_ref() && self.until_ms > now_ms => Claim::Busy {
+                owner: holder.to_string(),
                 until_ms: self.until_ms,
             },
             holder => {
-                if holder.as_deref() != Some(owner) {
+                if holder.as_deref() != Some(owner.as_ref()) {
                     self.attempts += 1;
                 }
-                self.owner = Some(owner.to_owned());
+                self.owner = Some(owner.to_key());
                 self.until_ms = lease_until_ms;
                 self.lease_ms = lease_until_ms.saturating_sub(now_ms);
                 self.mark_in_flight();
@@ -136,7 +143,7 @@ impl RunRow {
 
     /// Takes the lease for `owner`, counting an attempt.
     pub(super) fn take_lease(&mut self, owner: &str, until_ms: u64, now_ms: u64) {
-        self.owner = Some(owner.to_owned());
+        self.owner = Some(Arc::from(owner));
         self.until_ms = until_ms;
         self.lease_ms = until_ms.saturating_sub(now_ms);
         self.attempts += 1;

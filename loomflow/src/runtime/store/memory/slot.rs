@@ -6,6 +6,9 @@ use super::kept::Kept;
 use super::retention::prune;
 use super::run_row::RunRow;
 
+/// How many rows a thread's list has room for at its first checkpoint.
+const FIRST_ROOM: usize = 8;
+
 #[derive(Debug, Default)]
 pub(super) struct ThreadSlot {
     /// The run's row. A thread that was never claimed nor submitted (checkpoints written
@@ -21,6 +24,11 @@ impl ThreadSlot {
     /// again), so that a step costs no scan.
     #[inline]
     pub(super) fn keep(&mut self, checkpoint: Kept, retention: Option<usize>) {
+        if self.kept.capacity() == 0 {
+            // Room for a short run's rows at once (its input, its steps, a suspension and
+            // the steps after its resume), where the list would otherwise grow twice.
+            self.kept.reserve_exact(FIRST_ROOM);
+        }
         self.kept.push(checkpoint);
         if let Some(limit) = retention
             && self.kept.len() > limit + limit / 2 + 1
