@@ -197,9 +197,14 @@ impl AuditQuery {
 
     /// Whether `entry` is one it selects (ignoring the limit).
     pub fn matches(&self, entry: &AuditEntry) -> bool {
-        entry.id > self.after_id
-            && self.thread.as_deref().is_none_or(|t| t == entry.thread)
-            && self.kind.is_none_or(|k| k == entry.kind)
+        self.selects(entry.id, &entry.thread, entry.kind)
+    }
+
+    /// [`matches`](Self::matches), for an entry of this id, thread and kind.
+    pub(crate) fn selects(&self, id: u64, thread: &str, kind: AuditKind) -> bool {
+        id > self.after_id
+            && self.thread.as_deref().is_none_or(|t| t == thread)
+            && self.kind.is_none_or(|k| k == kind)
     }
 }
 

@@ -2,7 +2,9 @@
 
 use std::collections::VecDeque;
 
-use super::super::{AuditEntry, AuditQuery};
+use serde_json::{Map, Value};
+
+use super::super::{AuditEntry, AuditKind, AuditQuery, StoreError};
 
 /// How many audit entries a [`MemoryStore`](super::MemoryStore) keeps: past this, the oldest
 /// are dropped (a batch at a time), as a long-lived process would otherwise keep them all.
@@ -10,16 +12,74 @@ pub const DEFAULT_RETAINED_AUDIT_ENTRIES: usize = 100_000;
 
 #[derive(Debug, Default)]
 pub(super) struct AuditLog {
-    entries: VecDeque<AuditEntry>,
+    entries: VecDeque<KeptEntry>,
     next_id: u64,
+}
+
+/// An entry as the log keeps it: its strings boxed, and its detail as JSON text rather than
+/// a tree of values. A resume's detail (`{"node": …, "value": …}`) is a 632-byte map node
+/// as values and a few dozen bytes as text; the log keeps up to 100,000 entries, and every
+/// suspension and resume adds one. The detail is read back when the log is queried.
+#[derive(Debug)]
+struct KeptEntry {
+    id: u64,
+    run: u64,
+    at_ms: u64,
+    kind: AuditKind,
+    thread: Box<str>,
+    subject: Box<str>,
+    actor: Option<Box<str>>,
+    /// `None` for an empty object, the detail of most interrupts.
+    detail: Option<Box<str>>,
+}
+
+impl KeptEntry {
+    fn new(entry: AuditEntry, id: u64) -> Self {
+        let empty = entry.detail.as_object().is_some_and(Map::is_empty);
+        Self {
+            id,
+            run: entry.run,
+            at_ms: entry.at_ms,
+            kind: entry.kind,
+            thread: entry.thread.into_boxed_str(),
+            subject: entry.subject.into_boxed_str(),
+            actor: entry.actor.map(String::into_boxed_str),
+            // A value always serializes: its map keys are strings.
+            detail: (!empty).then(|| {
+                serde_json::to_string(&entry.detail)
+                    .unwrap_or_default()
+                    .into_boxed_str()
+            }),
+        }
+    }
+
+    /// The entry as the store hands it out.
+    fn entry(&self) -> Result<AuditEntry, StoreError> {
+        let detail = match &self.detail {
+            None => Value::Object(Map::new()),
+            Some(text) => serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+                thread: self.thread.to_string(),
+                message: format!("audit entry {}: {e}", self.id),
+            })?,
+        };
+        Ok(AuditEntry {
+            id: self.id,
+            thread: self.thread.to_string(),
+            run: self.run,
+            at_ms: self.at_ms,
+            kind: self.kind,
+            subject: self.subject.to_string(),
+            actor: self.actor.as_deref().map(str::to_owned),
+            detail,
+        })
+    }
 }
 
 impl AuditLog {
     pub(super) fn append(&mut self, entries: impl IntoIterator<Item = AuditEntry>) {
-        for mut entry in entries {
+        for entry in entries {
             self.next_id += 1;
-            entry.id = self.next_id;
-            self.entries.push_back(entry);
+            self.entries.push_back(KeptEntry::new(entry, self.next_id));
         }
         let limit = DEFAULT_RETAINED_AUDIT_ENTRIES;
         if self.entries.len() > limit + limit / 10 {
@@ -28,18 +88,61 @@ impl AuditLog {
         }
     }
 
-    pub(super) fn query(&self, query: &AuditQuery) -> Vec<AuditEntry> {
+    pub(super) fn query(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
         let start = self.entries.partition_point(|e| e.id <= query.after_id);
-        let selected = self.entries.range(start..).filter(|e| query.matches(e));
-        match query.limit {
-            Some(limit) => selected.take(limit).cloned().collect(),
-            None => selected.cloned().collect(),
-        }
+        let selected = self.entries.range(start..);
+        let selected = selected.filter(|e| query.selects(e.id, &e.thread, e.kind));
+        let limit = query.limit.unwrap_or(usize::MAX);
+        selected.take(limit).map(KeptEntry::entry).collect()
     }
 
     pub(super) fn prune(&mut self, before_ms: u64) -> u64 {
         let before = self.entries.len();
         self.entries.retain(|e| e.at_ms >= before_ms);
         (before - self.entries.len()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn entries_read_back_as_they_were_appended() {
+        let mut log = AuditLog::default();
+        let resume = AuditEntry::new(
+            "t",
+            AuditKind::Resume,
+            "ask#0",
+            json!({"node": "ask", "value": {"n": 1.5, "big": u64::MAX, "s": "é\n"}}),
+        )
+        .run(3)
+        .at_ms(7);
+        let interrupt = AuditEntry::new("t", AuditKind::Interrupt, "ask#0", json!({}));
+        let other = AuditEntry::new("u", AuditKind::ToolCall, "search", Value::Null);
+        log.append([resume.clone(), interrupt.clone(), other.clone()]);
+
+        let read = log.query(&AuditQuery::all()).unwrap();
+        let ids: Vec<u64> = read.iter().map(|e| e.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        for (mut written, read) in [resume, interrupt, other].into_iter().zip(read) {
+            written.id = read.id;
+            assert_eq!(written, read);
+        }
+        let of_t = log.query(&AuditQuery::thread("t").after_id(1)).unwrap();
+        assert_eq!(of_t.len(), 1);
+        assert_eq!(of_t[0].kind, AuditKind::Interrupt);
+    }
+
+    /// What the log keeps of an entry, besides its text: what a long-lived process holds
+    /// for each of the entries it keeps.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_kept_entry_is_96_bytes() {
+        assert_eq!(std::mem::size_of::<KeptEntry>(), 96);
     }
 }

@@ -7,7 +7,7 @@ use super::{MemoryStore, SharedName};
 use crate::runtime::clock::now_ms;
 use serde_json::Value;
 
-use crate::runtime::store::{AuditEntry, Checkpoint, Claim, JournalKey, StoreError};
+use crate::runtime::store::{AuditEntry, Checkpoint, Claim, JournalKey, RunState, StoreError};
 
 impl MemoryStore {
     /// [`Store::claim`](crate::runtime::Store::claim), made at once.
@@ -48,7 +48,7 @@ impl MemoryStore {
     ) -> Result<u64, StoreError> {
         // Straight-line rather than in a closure, which would take the checkpoint first.
         let mut inner = self.lock_mut()?;
-        let fenced = inner.fenced(thread.as_ref(), owner, lease_until_ms)?;
+        let mut fenced = inner.fenced(thread.as_ref(), owner, lease_until_ms)?;
         if checkpoint.namespace.is_empty() {
             // The claim extended its lease from the time of this write: no clock read.
             let row = &mut fenced.slot.row;
@@ -68,13 +68,20 @@ impl MemoryStore {
         owner: &str,
     ) -> Result<u64, StoreError> {
         let mut inner = self.lock_mut()?;
-        let fenced = inner.fenced(thread.as_ref(), owner, 0)?;
+        let mut fenced = inner.fenced(thread.as_ref(), owner, 0)?;
         let row = &mut fenced.slot.row;
         if checkpoint.namespace.is_empty() {
             row.follow(&mut checkpoint, now_ms());
         }
         row.let_go();
-        Ok(fenced.file(checkpoint, self.retention))
+        let finished = row.state.is_some_and(RunState::is_finished);
+        let id = fenced.file(checkpoint, self.retention);
+        if finished {
+            // A finished run writes nothing more until the thread runs again: the room its
+            // list kept for more rows goes back to the allocator.
+            fenced.slot.kept.shrink_to_fit();
+        }
+        Ok(id)
     }
 
     /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot

@@ -97,7 +97,7 @@ impl Fenced<'_> {
     /// Files `checkpoint` in the slot (its own `thread` is not read: the executor's
     /// checkpoints leave it to the claim they are written under).
     #[inline]
-    pub(super) fn file(self, checkpoint: Checkpoint, retention: Option<usize>) -> u64 {
+    pub(super) fn file(&mut self, checkpoint: Checkpoint, retention: Option<usize>) -> u64 {
         file(self.slot, self.next_id, self.audit, checkpoint, retention)
     }
 }

@@ -55,7 +55,13 @@ use slot::ThreadSlot;
 /// claims, checkpoints and journaled steps (a step's result and its audit entries under
 /// one lock). A thread's name is kept once, shared with the execution that filed it, and a
 /// kept row does not repeat it. What a run keeps per step is an 80-byte row and, for a
-/// state of one word, an 80-byte snapshot (plus the allocator's header).
+/// state of one word, an 80-byte snapshot (plus the allocator's header). A thread's run row
+/// and its checkpoints share one slot, found with one lookup per write; a finished run's
+/// list of rows is trimmed to what it holds.
+///
+/// Audit entries are kept compact too, their detail as JSON text rather than a tree of
+/// values (a resume's two-field detail is a 632-byte map node as values): 96 bytes an entry
+/// plus its text, built back into an [`AuditEntry`] when the log is queried.
 ///
 /// # Examples
 ///
@@ -558,7 +564,7 @@ impl Store for MemoryStore {
         &'a self,
         query: &'a AuditQuery,
     ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>> {
-        ready(self.lock().map(|inner| inner.audit.query(query)))
+        ready(self.lock().and_then(|inner| inner.audit.query(query)))
     }
 
     fn prune_audit(&self, before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
