@@ -94,7 +94,7 @@ impl MemoryStore {
     ) -> Result<Option<Checkpoint>, StoreError> {
         self.lock().map(|inner| {
             let kept = &inner.threads.get(thread)?.kept;
-            let newest = kept.iter().rev().find(|c| *c.namespace == *namespace)?;
+            let newest = kept.iter().rev().find(|c| c.namespace() == namespace)?;
             Some(newest.checkpoint(""))
         })
     }

@@ -54,8 +54,10 @@ use slot::ThreadSlot;
 /// The executor writes to this store and reads from it in line, with no future to box:
 /// claims, checkpoints and journaled steps (a step's result and its audit entries under
 /// one lock). A thread's name is kept once, shared with the execution that filed it, and a
-/// kept row does not repeat it. What a run keeps per step is an 80-byte row and, for a
-/// state of one word, an 80-byte snapshot (plus the allocator's header). A thread's run row
+/// kept row does not repeat it. What a run keeps per step is a 56-byte row and, for a
+/// state of one word, a 48-byte snapshot (plus the allocator's header): what most steps
+/// leave empty (a subgraph's namespace, an error, joins in progress, a suspension, a
+/// `traceparent`) is boxed apart. A thread's run row
 /// and its checkpoints share one slot, found with one lookup per write; a finished run's
 /// list of rows is trimmed to what it holds.
 ///

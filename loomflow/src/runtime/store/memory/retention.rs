@@ -12,9 +12,9 @@ pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
     for cp in kept.iter().rev() {
         if !newest
             .iter()
-            .any(|(namespace, _)| *namespace == &*cp.namespace)
+            .any(|(namespace, _)| *namespace == cp.namespace())
         {
-            newest.push((&cp.namespace, cp.id));
+            newest.push((cp.namespace(), cp.id));
         }
     }
     let newest: Vec<u64> = newest.into_iter().map(|(_, id)| id).collect();
@@ -68,7 +68,7 @@ mod tests {
             "interrupted checkpoints stay"
         );
         assert!(
-            kept.iter().any(|c| &*c.namespace == "child:1"),
+            kept.iter().any(|c| c.namespace == "child:1"),
             "each namespace's newest stays"
         );
         assert_eq!(kept.last().unwrap().step, 100, "the newest stays");
