@@ -294,6 +294,56 @@ mod tests {
         assert_eq!(std::mem::size_of::<OwnedSnapshot<u64>>(), 48);
     }
 
+    /// A state read back on resume is the state written, floats included: it goes through
+    /// JSON text, which reads floats back exactly only with serde_json's `float_roundtrip`
+    /// (on for the workspace; this crate's tests run without the features that would turn
+    /// it on anyway).
+    #[test]
+    fn floats_in_the_state_read_back_exactly() {
+        let written = vec![0.000_216_599_397_130_613_38, 1_859_062_658_947_177.0, 0.1];
+        assert_eq!(through_json(&written).unwrap(), written);
+    }
+
+    /// Each part boxed apart reads back alone: a plain step keeps no box, joins or a
+    /// `traceparent` alone keep one, and the body says what the snapshot held.
+    #[test]
+    fn a_snapshot_keeps_only_the_parts_it_has() {
+        let graph = one_node_graph();
+        let trace: Arc<str> = Arc::from("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let joins = [vec![true, false]];
+        let plain = SnapshotRef::new(&*graph.inner, &7, &[0]);
+        let with_joins = SnapshotRef::new(&*graph.inner, &7, &[0]).joins(&joins);
+        let cases = [
+            (OwnedSnapshot::of(&graph.inner, &plain, None), false, false),
+            (
+                OwnedSnapshot::of(&graph.inner, &with_joins, None),
+                true,
+                false,
+            ),
+            (
+                OwnedSnapshot::of(&graph.inner, &plain, Some(&trace)),
+                false,
+                true,
+            ),
+        ];
+        for (owned, has_joins, has_trace) in cases {
+            assert_eq!(owned.rest.is_some(), has_joins || has_trace);
+            assert!(owned.suspended().is_none());
+            let body = Snapshot::decode(owned.body().unwrap(), "t").unwrap();
+            let read = OwnedSnapshot::<u32>::read(&owned, &one_node_graph().inner, true)
+                .unwrap()
+                .unwrap()
+                .snapshot;
+            let expected: &[Vec<bool>] = if has_joins { &joins } else { &[] };
+            assert_eq!(body.joins, expected);
+            assert_eq!(read.joins, expected);
+            let expected = has_trace.then(|| trace.to_string());
+            assert_eq!(body.trace, expected);
+            assert_eq!(read.trace, expected);
+            assert!(body.interrupts.is_empty() && read.interrupts.is_empty());
+        }
+    }
+
     #[test]
     fn a_kept_snapshot_reads_back_as_its_body_decodes() {
         let graph = one_node_graph();

@@ -29,13 +29,53 @@ struct KeptEntry {
     thread: Box<str>,
     subject: Box<str>,
     actor: Option<Box<str>>,
-    /// `None` for an empty object, the detail of most interrupts.
-    detail: Option<Box<str>>,
+    detail: Detail,
+}
+
+/// An entry's detail as the log keeps it.
+#[derive(Debug)]
+enum Detail {
+    /// An empty object: the detail of most interrupts.
+    Empty,
+    /// As JSON text.
+    Text(Box<str>),
+    /// As it came: nested deeper than JSON text reads back (serde_json stops at 128
+    /// levels), which a signal's payload may be.
+    Value(Box<Value>),
+}
+
+/// How deeply a detail may nest and still be kept as text: well inside what serde_json
+/// reads back.
+const TEXT_DEPTH: usize = 100;
+
+impl Detail {
+    fn of(detail: Value) -> Self {
+        if detail.as_object().is_some_and(Map::is_empty) {
+            Self::Empty
+        } else if deeper_than(&detail, TEXT_DEPTH) {
+            Self::Value(Box::new(detail))
+        } else {
+            // A value always serializes: its map keys are strings.
+            Self::Text(
+                serde_json::to_string(&detail)
+                    .unwrap_or_default()
+                    .into_boxed_str(),
+            )
+        }
+    }
+}
+
+/// Whether `value` nests arrays and objects more than `levels` deep (looking no deeper).
+fn deeper_than(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Array(items) => levels == 0 || items.iter().any(|v| deeper_than(v, levels - 1)),
+        Value::Object(fields) => levels == 0 || fields.values().any(|v| deeper_than(v, levels - 1)),
+        _ => false,
+    }
 }
 
 impl KeptEntry {
     fn new(entry: AuditEntry, id: u64) -> Self {
-        let empty = entry.detail.as_object().is_some_and(Map::is_empty);
         Self {
             id,
             run: entry.run,
@@ -44,23 +84,19 @@ impl KeptEntry {
             thread: entry.thread.into_boxed_str(),
             subject: entry.subject.into_boxed_str(),
             actor: entry.actor.map(String::into_boxed_str),
-            // A value always serializes: its map keys are strings.
-            detail: (!empty).then(|| {
-                serde_json::to_string(&entry.detail)
-                    .unwrap_or_default()
-                    .into_boxed_str()
-            }),
+            detail: Detail::of(entry.detail),
         }
     }
 
     /// The entry as the store hands it out.
     fn entry(&self) -> Result<AuditEntry, StoreError> {
         let detail = match &self.detail {
-            None => Value::Object(Map::new()),
-            Some(text) => serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+            Detail::Empty => Value::Object(Map::new()),
+            Detail::Text(text) => serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
                 thread: self.thread.to_string(),
                 message: format!("audit entry {}: {e}", self.id),
             })?,
+            Detail::Value(value) => Value::clone(value),
         };
         Ok(AuditEntry {
             id: self.id,
@@ -114,35 +150,62 @@ mod tests {
     #[test]
     fn entries_read_back_as_they_were_appended() {
         let mut log = AuditLog::default();
+        // Floats that JSON text reads back exactly only with serde_json's `float_roundtrip`.
+        let value = json!({"n": 1.5, "small": 0.000_216_599_397_130_613_38,
+                           "large": 1_859_062_658_947_177.0, "big": u64::MAX, "s": "é\n"});
         let resume = AuditEntry::new(
             "t",
             AuditKind::Resume,
             "ask#0",
-            json!({"node": "ask", "value": {"n": 1.5, "big": u64::MAX, "s": "é\n"}}),
+            json!({"node": "ask", "value": value}),
         )
         .run(3)
         .at_ms(7);
         let interrupt = AuditEntry::new("t", AuditKind::Interrupt, "ask#0", json!({}));
-        let other = AuditEntry::new("u", AuditKind::ToolCall, "search", Value::Null);
-        log.append([resume.clone(), interrupt.clone(), other.clone()]);
+        let other = AuditEntry::new("u", AuditKind::ToolCall, "search", Value::Null)
+            .actor(Some("bob".to_owned()));
+        let deep = (0..200).fold(json!("core"), |inner, _| json!([inner]));
+        let sent = AuditEntry::new("t", AuditKind::SignalSent, "go", json!({"payload": deep}));
+        let written = [resume, interrupt, other, sent];
+        log.append(written.clone());
 
         let read = log.query(&AuditQuery::all()).unwrap();
         let ids: Vec<u64> = read.iter().map(|e| e.id).collect();
-        assert_eq!(ids, [1, 2, 3]);
-        for (mut written, read) in [resume, interrupt, other].into_iter().zip(read) {
+        assert_eq!(ids, [1, 2, 3, 4]);
+        for (mut written, read) in written.into_iter().zip(read) {
             written.id = read.id;
             assert_eq!(written, read);
         }
         let of_t = log.query(&AuditQuery::thread("t").after_id(1)).unwrap();
-        assert_eq!(of_t.len(), 1);
-        assert_eq!(of_t[0].kind, AuditKind::Interrupt);
+        assert_eq!(of_t.iter().map(|e| e.id).collect::<Vec<_>>(), [2, 4]);
+        let kind = log
+            .query(&AuditQuery::all().kind(AuditKind::ToolCall))
+            .unwrap();
+        assert_eq!(kind.iter().map(|e| e.id).collect::<Vec<_>>(), [3]);
+        let first = log.query(&AuditQuery::thread("t").limit(1)).unwrap();
+        assert_eq!(first.iter().map(|e| e.id).collect::<Vec<_>>(), [1]);
+
+        // Pruned by time: only the resume, written at 7 ms, is older than 8 ms.
+        assert_eq!(log.prune(8), 1);
+        let left = log.query(&AuditQuery::all()).unwrap();
+        assert_eq!(left.iter().map(|e| e.id).collect::<Vec<_>>(), [2, 3, 4]);
+    }
+
+    #[test]
+    fn a_detail_too_deep_for_json_text_is_kept_as_it_came() {
+        let shallow = (0..TEXT_DEPTH).fold(json!(1), |inner, _| json!([inner]));
+        assert!(matches!(Detail::of(shallow), Detail::Text(_)));
+        let deep = (0..=TEXT_DEPTH).fold(json!(1), |inner, _| json!([inner]));
+        assert!(matches!(Detail::of(deep), Detail::Value(_)));
+        assert!(matches!(Detail::of(json!({})), Detail::Empty));
+        assert!(matches!(Detail::of(Value::Null), Detail::Text(_)));
     }
 
     /// What the log keeps of an entry, besides its text: what a long-lived process holds
     /// for each of the entries it keeps.
     #[test]
     #[cfg(target_pointer_width = "64")]
-    fn a_kept_entry_is_96_bytes() {
-        assert_eq!(std::mem::size_of::<KeptEntry>(), 96);
+    fn a_kept_entry_is_104_bytes() {
+        assert_eq!(std::mem::size_of::<KeptEntry>(), 104);
     }
 }

@@ -58,11 +58,11 @@ use slot::ThreadSlot;
 /// state of one word, a 48-byte snapshot (plus the allocator's header): what most steps
 /// leave empty (a subgraph's namespace, an error, joins in progress, a suspension, a
 /// `traceparent`) is boxed apart. A thread's run row
-/// and its checkpoints share one slot, found with one lookup per write; a finished run's
-/// list of rows is trimmed to what it holds.
+/// and its checkpoints share one slot, found with one lookup per write; the execution that
+/// finishes a run trims its list of rows to what it holds as it lets go.
 ///
 /// Audit entries are kept compact too, their detail as JSON text rather than a tree of
-/// values (a resume's two-field detail is a 632-byte map node as values): 96 bytes an entry
+/// values (a resume's two-field detail is a 632-byte map node as values): 104 bytes an entry
 /// plus its text, built back into an [`AuditEntry`] when the log is queried.
 ///
 /// # Examples
