@@ -14,8 +14,8 @@ pub(crate) fn numbered(name: &str, n: u64) -> String {
 }
 
 /// [`numbered`], shared: written on the stack and copied once into its `Arc` (an owner id,
-/// which the execution and the store's run row then share), rather than built as a
-/// `String` and copied again.
+/// which the execution shares with a memory store's run row when it claims in line),
+/// rather than built as a `String` and copied again.
 pub(crate) fn numbered_shared(name: &str, n: u64) -> Arc<str> {
     let (digits, start) = decimal(n);
     let digits = &digits[start..];
@@ -68,7 +68,10 @@ mod tests {
                 numbered("pid7-0badf00d", n)
             );
         }
-        let long = "x".repeat(60);
-        assert_eq!(*numbered_shared(&long, 12), format!("{long}#12"));
+        // 64 bytes fill the stack buffer; 70 go through a String.
+        for len in [61, 62, 70] {
+            let long = "x".repeat(len);
+            assert_eq!(*numbered_shared(&long, 12), format!("{long}#12"));
+        }
     }
 }

@@ -72,7 +72,8 @@ struct ClaimInner {
     store: Arc<dyn Store>,
     /// Shared with the execution's own name for it: a claim copies no string.
     thread: Arc<str>,
-    /// Shared with the run's row in a memory store: a claim copies no string there either.
+    /// Shared with the run's row when the claim is taken in line (a memory store's): such a
+    /// claim copies no string there either.
     owner: Arc<str>,
     lease: Duration,
     /// The expiry last written, in ms since the Unix epoch.

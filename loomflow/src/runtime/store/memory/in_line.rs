@@ -26,7 +26,7 @@ impl MemoryStore {
                 None => inner.threads.entry(thread.to_key()).or_default(),
             };
             let row = &mut slot.row;
-            if row.created_at_ms == 0 {
+            if row.state.is_none() && row.owner.is_none() && row.created_at_ms == 0 {
                 // Never claimed nor submitted (a new thread, or one with checkpoints only).
                 row.created_at_ms = now_ms;
                 row.updated_at_ms = now_ms;

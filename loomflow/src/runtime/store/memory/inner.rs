@@ -57,7 +57,7 @@ impl Inner {
         checkpoint: Checkpoint,
         retention: Option<usize>,
     ) -> u64 {
-        // The thread's name is filed only with its first checkpoint.
+        // The thread's name is copied only for a thread the store does not know yet.
         let slot = match self.threads.get_mut(thread.as_ref()) {
             Some(slot) => slot,
             None => self.threads.entry(thread.to_key()).or_default(),
