@@ -238,6 +238,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "openai")]
     fn explicit_key_is_used_and_never_printed() {
         let model = resolve_with_key("gpt-4o", "sk-do-not-print").unwrap();
         assert_eq!(model.name(), "openai:gpt-4o");

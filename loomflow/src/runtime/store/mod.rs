@@ -20,7 +20,7 @@
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod tests {
     use super::{RunStatus, StoreError};
 
