@@ -16,10 +16,10 @@ pub(super) struct AuditLog {
     next_id: u64,
 }
 
-/// An entry as the log keeps it: its strings boxed, and its detail as JSON text rather than
-/// a tree of values. A resume's detail (`{"node": …, "value": …}`) is a 632-byte map node
-/// as values and a few dozen bytes as text; the log keeps up to 100,000 entries, and every
-/// suspension and resume adds one. The detail is read back when the log is queried.
+/// An entry as the log keeps it: its strings boxed, and a small detail as JSON text rather
+/// than a tree of values. A resume's detail (`{"node": …, "value": …}`) is a 632-byte map
+/// node as values and a few dozen bytes as text; the log keeps up to 100,000 entries, and
+/// every suspension and resume adds one. The detail is read back when the log is queried.
 #[derive(Debug)]
 struct KeptEntry {
     id: u64,
@@ -37,40 +37,59 @@ struct KeptEntry {
 enum Detail {
     /// An empty object: the detail of most interrupts.
     Empty,
-    /// As JSON text.
+    /// As JSON text: a small detail, where a tree of values costs most over its text.
     Text(Box<str>),
-    /// As it came: nested deeper than JSON text reads back (serde_json stops at 128
-    /// levels), which a signal's payload may be.
+    /// As it came: a large detail (a signal's payload, a tool's result), which would take
+    /// its text's time to write under the store's lock, or one nested deeper than JSON text
+    /// reads back (serde_json stops at 128 levels).
     Value(Box<Value>),
 }
 
-/// How deeply a detail may nest and still be kept as text: well inside what serde_json
-/// reads back.
+/// How large a detail kept as text may be, in bytes of text (roughly: the walk that checks
+/// counts a little over).
+const TEXT_ROOM: usize = 1024;
+
+/// How deeply a detail kept as text may nest: well inside what serde_json reads back.
 const TEXT_DEPTH: usize = 100;
 
 impl Detail {
     fn of(detail: Value) -> Self {
         if detail.as_object().is_some_and(Map::is_empty) {
-            Self::Empty
-        } else if deeper_than(&detail, TEXT_DEPTH) {
-            Self::Value(Box::new(detail))
-        } else {
-            // A value always serializes: its map keys are strings.
-            Self::Text(
-                serde_json::to_string(&detail)
-                    .unwrap_or_default()
-                    .into_boxed_str(),
-            )
+            return Self::Empty;
         }
+        let mut room = TEXT_ROOM;
+        if !fits_text(&detail, TEXT_DEPTH, &mut room) {
+            return Self::Value(Box::new(detail));
+        }
+        // A value always serializes: its map keys are strings.
+        let text = serde_json::to_string(&detail).unwrap_or_default();
+        Self::Text(text.into_boxed_str())
     }
 }
 
-/// Whether `value` nests arrays and objects more than `levels` deep (looking no deeper).
-fn deeper_than(value: &Value, levels: usize) -> bool {
+/// Whether `value` nests arrays and objects at most `levels` deep and its text takes at
+/// most `room` bytes (`room` is what is left of it after); looks no further than that.
+fn fits_text(value: &Value, levels: usize, room: &mut usize) -> bool {
+    let size = match value {
+        Value::Array(_) => 2,
+        Value::Object(fields) => 2 + fields.keys().map(|key| key.len() + 4).sum::<usize>(),
+        // Quotes and a few escapes; a number's digits, `false`: a few bytes more.
+        Value::String(text) => text.len() + 4,
+        _ => 24,
+    };
+    let Some(left) = room.checked_sub(size) else {
+        return false;
+    };
+    *room = left;
     match value {
-        Value::Array(items) => levels == 0 || items.iter().any(|v| deeper_than(v, levels - 1)),
-        Value::Object(fields) => levels == 0 || fields.values().any(|v| deeper_than(v, levels - 1)),
-        _ => false,
+        Value::Array(items) => {
+            items.is_empty() || (levels > 0 && items.iter().all(|v| fits_text(v, levels - 1, room)))
+        }
+        Value::Object(fields) => {
+            fields.is_empty()
+                || (levels > 0 && fields.values().all(|v| fits_text(v, levels - 1, room)))
+        }
+        _ => true,
     }
 }
 
@@ -192,13 +211,20 @@ mod tests {
     }
 
     #[test]
-    fn a_detail_too_deep_for_json_text_is_kept_as_it_came() {
+    fn a_detail_too_deep_or_too_large_for_text_is_kept_as_it_came() {
         let shallow = (0..TEXT_DEPTH).fold(json!(1), |inner, _| json!([inner]));
         assert!(matches!(Detail::of(shallow), Detail::Text(_)));
         let deep = (0..=TEXT_DEPTH).fold(json!(1), |inner, _| json!([inner]));
         assert!(matches!(Detail::of(deep), Detail::Value(_)));
+        let small = json!({"payload": "x".repeat(TEXT_ROOM / 2)});
+        assert!(matches!(Detail::of(small), Detail::Text(_)));
+        let large = json!({"payload": "x".repeat(TEXT_ROOM)});
+        assert!(matches!(Detail::of(large), Detail::Value(_)));
+        let many = json!({"payload": vec![1; TEXT_ROOM]});
+        assert!(matches!(Detail::of(many), Detail::Value(_)));
         assert!(matches!(Detail::of(json!({})), Detail::Empty));
         assert!(matches!(Detail::of(Value::Null), Detail::Text(_)));
+        assert!(matches!(Detail::of(json!([])), Detail::Text(_)));
     }
 
     /// What the log keeps of an entry, besides its text: what a long-lived process holds

@@ -61,9 +61,11 @@ use slot::ThreadSlot;
 /// and its checkpoints share one slot, found with one lookup per write; the execution that
 /// finishes a run trims its list of rows to what it holds as it lets go.
 ///
-/// Audit entries are kept compact too, their detail as JSON text rather than a tree of
-/// values (a resume's two-field detail is a 632-byte map node as values): 104 bytes an entry
-/// plus its text, built back into an [`AuditEntry`] when the log is queried.
+/// Audit entries are kept compact too, a small detail (up to about 1 KiB of text) as JSON
+/// text rather than a tree of values (a resume's two-field detail is a 632-byte map node as
+/// values): 104 bytes an entry plus its text, built back into an [`AuditEntry`] when the log
+/// is queried. A larger detail stays a value, so that no long write is made under the
+/// store's lock.
 ///
 /// # Examples
 ///
