@@ -131,14 +131,14 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) 
     }
 }
 
-/// An audit entry's detail: an object of these fields.
+/// An audit entry's detail: an object of these fields. Inserted one by one: collecting
+/// would gather them in a vector and sort it first, for two fields.
 fn detail<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    Value::Object(
-        fields
-            .into_iter()
-            .map(|(key, value)| (key.to_owned(), value))
-            .collect(),
-    )
+    let mut object = serde_json::Map::new();
+    for (key, value) in fields {
+        object.insert(key.to_owned(), value);
+    }
+    Value::Object(object)
 }
 
 /// The `interrupt` audit entries of a top-level run's suspension: the subject is the
