@@ -457,6 +457,15 @@ impl Store for Traced {
         )
     }
 
+    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let before = self.commits();
+        self.record(
+            "prune_signals".into(),
+            before,
+            self.inner.prune_signals(sent_before_ms),
+        )
+    }
+
     fn put_journal_audited<'a>(
         &'a self,
         key: JournalKey,

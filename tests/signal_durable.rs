@@ -1,14 +1,17 @@
 //! Signals on a SQLite file are delivered exactly once across restarts: nothing that was
 //! received, dropped by a pending bound (least recently used, TTL on the stored send time) or
-//! discarded on a session's last exit comes back when the runtime is opened again.
+//! discarded on a session's last exit comes back when the runtime is opened again; and
+//! signals no run will take do not stay in the file past the TTL.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use loomflow::Runtime;
-use loomflow::runtime::{Delivery, MailboxConfig, SignalPush, SqliteStore, Store, StoredSignal};
+use loomflow::runtime::{
+    AuditKind, AuditQuery, Delivery, MailboxConfig, SignalPush, SqliteStore, Store, StoredSignal,
+};
+use loomflow::{END, Graph, Runtime, START, Worker};
 use serde_json::{Value, json};
 
 /// A fresh database path; removes the file and its WAL companions when dropped.
@@ -164,6 +167,50 @@ async fn a_signal_past_the_ttl_on_its_stored_send_time_does_not_come_back() {
     assert_eq!(
         delivered(&again, "kept").await,
         [json!("fifty minutes old")]
+    );
+}
+
+/// Signals another process stored for a session that never runs are dropped by a worker
+/// once they are past the pending TTL, though no runtime ever loads them; newer ones stay.
+/// Nobody received the dropped one, so nothing says it was received.
+#[tokio::test]
+async fn a_worker_drops_stored_signals_past_the_ttl_that_no_run_will_take() {
+    let db = TempDb::new("prune");
+    {
+        let sender = SqliteStore::open(db.path()).unwrap();
+        for signal in [
+            sent_ago("ghost", json!("two hours old"), Duration::from_secs(7_200)),
+            sent_ago("late", json!("ten minutes old"), Duration::from_secs(600)),
+        ] {
+            let pushed = sender.push_signal(signal).await.unwrap();
+            assert!(matches!(pushed, SignalPush::Stored(_)));
+        }
+    }
+
+    // A worker on the file, with the default one-hour TTL. It prunes before it loads the
+    // stored signals into its mailbox (which would drop the old one too, as received).
+    let runtime = db.open(MailboxConfig::default());
+    let graph = Graph::new("count")
+        .node_sync("add", |n: &mut u64| *n += 1)
+        .edge(START, "add")
+        .edge("add", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+
+    assert_eq!(
+        stored(&runtime).await,
+        [("late".to_owned(), json!("ten minutes old"))]
+    );
+    let received = runtime
+        .audit_query(&AuditQuery::all().kind(AuditKind::SignalReceived))
+        .await
+        .unwrap();
+    assert!(received.is_empty(), "nobody received them: {received:?}");
+    assert_eq!(
+        delivered(&runtime, "late").await,
+        [json!("ten minutes old")]
     );
 }
 

@@ -1,30 +1,10 @@
-//! Reading the audit log, and keeping it to its retention.
+//! Reading the audit log, and pruning it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::clock::now_ms;
 use super::store::{AuditEntry, AuditQuery};
 use super::{Result, Runtime};
-
-/// How often, at most, workers prune the audit log.
-const PRUNE_EVERY_MS: u64 = 60_000;
-
-/// How long audit entries are kept, and when they were last pruned.
-#[derive(Debug)]
-pub(super) struct Retention {
-    keep: Option<Duration>,
-    last_prune_ms: AtomicU64,
-}
-
-impl Retention {
-    pub(super) fn new(keep: Option<Duration>) -> Self {
-        Self {
-            keep,
-            last_prune_ms: AtomicU64::new(0),
-        }
-    }
-}
 
 impl Runtime {
     /// The audit log of a thread, oldest first: every tool call, permission decision and
@@ -77,30 +57,5 @@ impl Runtime {
             .store()
             .prune_audit(now_ms().saturating_sub(keep_ms))
             .await?)
-    }
-
-    /// Prunes the audit log to the runtime's
-    /// [retention](super::RuntimeBuilder::audit_retention), if it has one and the last
-    /// prune is a minute old. Workers call it as they go; a failure is logged.
-    pub(crate) async fn prune_audit_if_due(&self) {
-        let retention = &self.inner.audit_retention;
-        let Some(keep) = retention.keep else {
-            return;
-        };
-        let now = now_ms();
-        let last = retention.last_prune_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < PRUNE_EVERY_MS
-            || retention
-                .last_prune_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        match self.prune_audit(keep).await {
-            Ok(0) => {}
-            Ok(pruned) => tracing::debug!(pruned, "pruned the audit log"),
-            Err(error) => tracing::warn!(%error, "pruning the audit log failed"),
-        }
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod claim;
 pub(crate) mod clock;
 mod error;
 mod extensions;
+mod housekeeping;
 pub mod mailbox;
 mod runs;
 pub(crate) mod signals;
@@ -81,8 +82,8 @@ struct RuntimeInner {
     poll_interval: std::time::Duration,
     /// Set once the task that looks for them runs.
     watching: std::sync::atomic::AtomicBool,
-    /// How long audit entries are kept, and when workers last pruned them.
-    audit_retention: audit::Retention,
+    /// How long audit entries are kept, and when workers last pruned what they prune.
+    housekeeping: housekeeping::Housekeeping,
 }
 
 /// Builds a [`Runtime`]; see [`Runtime::builder`].
@@ -219,7 +220,7 @@ impl RuntimeBuilder {
                 signals_seen: tokio::sync::Mutex::new(signals::Seen::default()),
                 poll_interval: self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL),
                 watching: std::sync::atomic::AtomicBool::new(false),
-                audit_retention: audit::Retention::new(self.audit_retention),
+                housekeeping: housekeeping::Housekeeping::new(self.audit_retention),
             }),
         }
     }

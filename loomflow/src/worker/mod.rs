@@ -270,7 +270,7 @@ impl Worker {
     pub async fn run_until_idle(&self) -> Result<usize> {
         let inner = &self.inner;
         let mut executed = 0;
-        inner.runtime.prune_audit_if_due().await;
+        inner.runtime.prune_if_due().await;
         loop {
             inner.runtime.refresh_signals().await?;
             let mut claimed = None;
@@ -403,7 +403,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     let notifier = store.change_notifier();
     let mut notified = false;
     while !*stop.borrow() {
-        runtime.prune_audit_if_due().await;
+        runtime.prune_if_due().await;
         signalled.extend(runtime.wakes().take_signalled());
         while running.len() < inner.concurrency
             && let Some(thread) = signalled.pop_front()

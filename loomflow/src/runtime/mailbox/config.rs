@@ -25,6 +25,10 @@ pub struct MailboxConfig {
     /// How long a pending signal is kept for a session that is not open, counted from when
     /// it was sent (on a durable runtime, from the stored send time, also after a restart).
     /// `None`: forever. Default one hour.
+    ///
+    /// On a durable store, workers also drop the stored signals older than this that no
+    /// run is there to take: those of sessions with no unfinished run (see
+    /// [`Runtime::prune_signals`](crate::Runtime::prune_signals)).
     pub pending_signal_ttl: Option<Duration>,
     /// The largest payload accepted, in bytes of serialized JSON. Default 1 MiB.
     pub max_payload_bytes: usize,

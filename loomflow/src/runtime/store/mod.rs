@@ -256,6 +256,16 @@ pub trait Store: Send + Sync + 'static {
     /// Every stored, unconsumed signal, oldest first.
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>>;
 
+    /// Drops the unconsumed signals sent before `sent_before_ms` (milliseconds since the
+    /// Unix epoch) to a session that has no unfinished run: no run at all, or one that
+    /// completed, failed or was cancelled. Returns how many.
+    ///
+    /// A run that is queued, running or suspended keeps its signals whatever their age. A
+    /// dropped signal with an idempotency key is kept as consumed, as
+    /// [`take_signal`](Self::take_signal) keeps it, so that a retried send is still a
+    /// duplicate. Nothing is audited: nobody received it.
+    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>>;
+
     // Claims: at most one execution at a time per thread. Each of these methods runs as one
     // transaction, so that checking the lease and writing cannot be split by another process.
 

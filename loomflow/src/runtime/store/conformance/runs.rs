@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{signal, unique};
 use crate::runtime::store::{
-    Checkpoint, Interrupt, RunFilter, RunState, RunStatus, Store, StoreError, Submitted,
+    Checkpoint, Interrupt, RunFilter, RunState, RunStatus, SignalPush, Store, StoreError, Submitted,
 };
 
 /// Far enough in the future that no lease in these checks expires on its own.
@@ -370,4 +370,95 @@ pub(super) async fn a_claimed_suspended_run_whose_execution_died_is_runnable(sto
     // Let go without a write: back to waiting for its signal.
     store.release(&died, "w1").await.unwrap();
     assert_eq!(next("w2", 200).await, None);
+}
+
+/// Old pending signals of sessions with no unfinished run are dropped (kept as consumed when
+/// they have an idempotency key, so that a retried send is still a duplicate); a queued,
+/// running or suspended run keeps its signals whatever their age, and newer signals stay.
+///
+/// The signals are sent in the first seconds of 1970, before the cutoff, so that pruning
+/// touches nothing a store in use holds.
+pub(super) async fn old_signals_of_sessions_without_a_run_are_dropped(store: &dyn Store) {
+    const CUTOFF_MS: u64 = 5_000;
+    let old = |session: &str, key: Option<&str>| {
+        let mut old = signal(session, "ping", 1, key);
+        old.sent_at_ms = 100;
+        old
+    };
+    let (orphan, keyed, recent) = (unique("orphan"), unique("keyed"), unique("recent"));
+    let (queued, held, waiting, done) = (
+        unique("queued"),
+        unique("held"),
+        unique("waiting"),
+        unique("done"),
+    );
+    store
+        .submit_run(&queued, "graph", json!(0), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&held, "runner", LATER, 10).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    suspend(
+        store,
+        &waiting,
+        "graph",
+        vec![interrupt(Some("ping"), None)],
+    )
+    .await;
+    assert_eq!(
+        store.claim(&done, "runner", LATER, 10).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    let body = json!({"state": 1, "graph": "fingerprint", "graph_name": "graph"});
+    let cp = Checkpoint::new(&done, 1, "", 1, RunStatus::Completed, body);
+    store
+        .put_checkpoint_and_release(cp, "runner")
+        .await
+        .unwrap();
+
+    let mut newer = signal(&recent, "ping", 1, None);
+    newer.sent_at_ms = 10_000;
+    let sent = [
+        old(&orphan, None),
+        old(&keyed, Some("k")),
+        newer,
+        old(&queued, None),
+        old(&held, None),
+        old(&waiting, None),
+        old(&done, None),
+    ];
+    for signal in sent {
+        assert!(matches!(
+            store.push_signal(signal).await.unwrap(),
+            SignalPush::Stored(_)
+        ));
+    }
+
+    let dropped = store.prune_signals(CUTOFF_MS).await.unwrap();
+    assert!(
+        dropped >= 3,
+        "the orphan, the keyed orphan and the finished run's signal are dropped, got {dropped}"
+    );
+    let pending: BTreeSet<String> = (store.pending_signals().await.unwrap())
+        .into_iter()
+        .map(|s| s.session)
+        .collect();
+    for session in [&orphan, &keyed, &done] {
+        assert!(!pending.contains(session), "{session} is dropped");
+    }
+    for session in [&recent, &queued, &held, &waiting] {
+        assert!(pending.contains(session), "{session} keeps its signal");
+    }
+    assert_eq!(
+        store.push_signal(old(&keyed, Some("k"))).await.unwrap(),
+        SignalPush::Duplicate,
+        "a dropped signal's idempotency key is still remembered"
+    );
+    assert_eq!(
+        store.prune_signals(CUTOFF_MS).await.unwrap(),
+        0,
+        "nothing left to drop"
+    );
 }

@@ -290,6 +290,13 @@ impl Store for MemoryStore {
         )
     }
 
+    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        ready(
+            self.lock_mut()
+                .map(|mut inner| inner.prune_signals(sent_before_ms)),
+        )
+    }
+
     fn claim<'a>(
         &'a self,
         thread: &'a str,

@@ -81,6 +81,12 @@ impl RunRow {
         }
     }
 
+    /// Whether it is a run that has not finished: held by an execution, or queued, running
+    /// or suspended. The row of a thread with checkpoints only (a fork's) is no run.
+    pub(super) fn is_unfinished(&self) -> bool {
+        self.owner.is_some() || self.state.is_some_and(|state| !state.is_finished())
+    }
+
     /// Whether no execution holds it at `now_ms`.
     pub(super) fn is_free(&self, now_ms: u64) -> bool {
         self.owner.is_none() || self.until_ms <= now_ms

@@ -406,6 +406,10 @@ impl Store for PostgresStore {
         Box::pin(self.prune_audit_rows(before_ms))
     }
 
+    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.prune_pending(sent_before_ms))
+    }
+
     fn take_signal_claimed<'a>(
         &'a self,
         session: &'a str,

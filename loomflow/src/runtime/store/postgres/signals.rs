@@ -236,6 +236,44 @@ impl PostgresStore {
         .map_err(|e: Fail| e.read(LABEL))
     }
 
+    /// Drops the pending signals sent before `sent_before_ms` to sessions with no unfinished
+    /// run, in one statement: those without an idempotency key are deleted, the others kept
+    /// as consumed (payload dropped) until pruned, as a take keeps them.
+    pub(super) async fn prune_pending(&self, sent_before_ms: u64) -> Result<u64, StoreError> {
+        async {
+            let before = i64::try_from(sent_before_ms).unwrap_or(i64::MAX);
+            let now = now_ms();
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "WITH orphans AS (
+                         SELECT seq FROM loomflow_signals s
+                         WHERE consumed_at_ms IS NULL AND sent_at_ms < $1
+                           AND NOT EXISTS (
+                               SELECT 1 FROM loomflow_runs r
+                               WHERE r.thread = s.session
+                                 AND (r.lease_owner IS NOT NULL
+                                      OR r.status NOT IN ('completed', 'failed', 'cancelled')))
+                     ), deleted AS (
+                         DELETE FROM loomflow_signals
+                         WHERE seq IN (SELECT seq FROM orphans) AND idempotency_key IS NULL
+                         RETURNING 1
+                     ), consumed AS (
+                         UPDATE loomflow_signals SET consumed_at_ms = $2, payload = NULL
+                         WHERE seq IN (SELECT seq FROM orphans) AND idempotency_key IS NOT NULL
+                         RETURNING 1
+                     )
+                     SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM consumed)",
+                )
+                .await?;
+            let row = client.query_one(&stmt, &[&before, &now]).await?;
+            let dropped: i64 = get(&row, 0, "(signals)")?;
+            Ok(to_u64(dropped, "signals dropped", "(signals)")?)
+        }
+        .await
+        .map_err(|e: Fail| e.write("(signals)"))
+    }
+
     /// Forgets consumed signals whose key has been remembered long enough, at most once a
     /// minute per store. Best effort: a failure is logged and retried a minute later.
     async fn prune_now_and_then(&self, client: &impl GenericClient) {

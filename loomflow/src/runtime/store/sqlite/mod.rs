@@ -465,6 +465,17 @@ impl Store for SqliteStore {
         self.prune_audit_rows(before_ms)
     }
 
+    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let before = i64::try_from(sent_before_ms).unwrap_or(i64::MAX);
+        let written = self.write(Op::PruneSignals(before));
+        Box::pin(async move {
+            match written.await? {
+                Outcome::Count(n) => Ok(n),
+                other => Err(unexpected("(signals)", &other)),
+            }
+        })
+    }
+
     fn take_signal_claimed<'a>(
         &'a self,
         session: &'a str,

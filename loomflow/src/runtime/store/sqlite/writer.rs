@@ -77,6 +77,8 @@ pub(super) enum Op {
     AppendAudit(Vec<AuditRow>),
     /// Deletes audit entries older than this (ms since the epoch).
     PruneAudit(i64),
+    /// Drops pending signals sent before this to sessions with no unfinished run.
+    PruneSignals(i64),
 }
 
 impl Op {
@@ -89,6 +91,7 @@ impl Op {
             Self::TakeSignal { session, .. } => session,
             Self::Runs(op) => op.thread(),
             Self::AppendAudit(_) | Self::PruneAudit(_) => "(audit)",
+            Self::PruneSignals(_) => "(signals)",
         }
     }
 
@@ -169,6 +172,9 @@ impl Op {
                 Ok(Outcome::Done)
             }
             Self::PruneAudit(before_ms) => Ok(Outcome::Count(audit::prune(conn, *before_ms)?)),
+            Self::PruneSignals(before_ms) => {
+                Ok(Outcome::Count(prune_signals(conn, *before_ms, now_ms)?))
+            }
         }
     }
 }
@@ -229,6 +235,29 @@ pub(super) fn take_signal(
     let received = AuditRow::signal_received(session, name, seq, run, now_ms);
     audit::append(conn, std::slice::from_ref(&received))?;
     Ok(deleted + consumed > 0)
+}
+
+/// Drops the pending signals sent before `before_ms` to sessions with no unfinished run
+/// (none, or one that completed, failed or was cancelled): those without an idempotency
+/// key are deleted, the others kept as consumed (payload dropped) until pruned, as
+/// [`take_signal`] keeps them. Returns how many.
+fn prune_signals(conn: &Connection, before_ms: i64, now_ms: i64) -> rusqlite::Result<u64> {
+    const ORPHAN: &str = "consumed_at_ms IS NULL AND sent_at_ms < ?1
+        AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.thread = signals.session
+                        AND (runs.lease_owner IS NOT NULL
+                             OR runs.status NOT IN ('completed', 'failed', 'cancelled')))";
+    let deleted = conn
+        .prepare_cached(&format!(
+            "DELETE FROM signals WHERE idempotency_key IS NULL AND {ORPHAN}"
+        ))?
+        .execute([before_ms])?;
+    let consumed = conn
+        .prepare_cached(&format!(
+            "UPDATE signals SET consumed_at_ms = ?2, payload = NULL
+             WHERE idempotency_key IS NOT NULL AND {ORPHAN}"
+        ))?
+        .execute([before_ms, now_ms])?;
+    Ok((deleted + consumed) as u64)
 }
 
 pub(super) fn put_journal(conn: &Connection, row: &JournalRow) -> rusqlite::Result<()> {

@@ -1,0 +1,130 @@
+//! What workers delete as they go: audit entries past the runtime's retention, and stored
+//! signals past the pending TTL that no unfinished run is there to take.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::clock::now_ms;
+use super::{Result, Runtime};
+
+/// How often, at most, workers do each chore.
+const EVERY_MS: u64 = 60_000;
+
+/// When a chore last ran: it runs at most once a minute, by whichever caller comes first.
+#[derive(Debug, Default)]
+struct LastRun(AtomicU64);
+
+impl LastRun {
+    /// Whether the chore is due at `now_ms`; if it is, it is the caller's to do.
+    fn take(&self, now_ms: u64) -> bool {
+        let last = self.0.load(Ordering::Relaxed);
+        now_ms.saturating_sub(last) >= EVERY_MS
+            && self
+                .0
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// A runtime's chores: how long its audit entries are kept, and when each chore last ran.
+#[derive(Debug)]
+pub(super) struct Housekeeping {
+    audit_retention: Option<Duration>,
+    audit: LastRun,
+    signals: LastRun,
+}
+
+impl Housekeeping {
+    pub(super) fn new(audit_retention: Option<Duration>) -> Self {
+        Self {
+            audit_retention,
+            audit: LastRun::default(),
+            signals: LastRun::default(),
+        }
+    }
+}
+
+impl Runtime {
+    /// Drops the signals stored more than `older_than` ago that no run has taken, for
+    /// sessions with no unfinished run (none, or one that completed, failed or was
+    /// cancelled); returns how many. A run that is queued, running or suspended keeps its
+    /// signals whatever their age.
+    ///
+    /// Workers do this on their own, with the runtime's
+    /// [`pending_signal_ttl`](super::MailboxConfig::pending_signal_ttl), so that signals
+    /// sent to sessions that never run do not pile up in a durable store. A process that
+    /// only sends signals and runs no worker can call it itself.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loomflow::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// # let path = std::env::temp_dir().join(format!("loomflow-doc-prune-{}.db", std::process::id()));
+    /// let runtime = Runtime::sqlite(&path)?;
+    /// runtime.signal("nobody-runs-this", "approval", true).await?;
+    /// // Nothing is an hour old yet; everything is older than nothing.
+    /// assert_eq!(runtime.prune_signals(Duration::from_secs(3_600)).await?, 0);
+    /// # tokio::time::sleep(Duration::from_millis(2)).await;
+    /// assert_eq!(runtime.prune_signals(Duration::ZERO).await?, 1);
+    /// # drop(runtime);
+    /// # for suffix in ["", "-wal", "-shm"] { let _ = std::fs::remove_file(format!("{}{suffix}", path.display())); }
+    /// # Ok(()) }
+    /// ```
+    pub async fn prune_signals(&self, older_than: Duration) -> Result<u64> {
+        let older_than_ms = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
+        Ok(self
+            .store()
+            .prune_signals(now_ms().saturating_sub(older_than_ms))
+            .await?)
+    }
+
+    /// Does the chores that are due: prunes the audit log to the runtime's
+    /// [retention](super::RuntimeBuilder::audit_retention), if it has one, and a durable
+    /// store's signals to the pending TTL, if there is one (see
+    /// [`prune_signals`](Self::prune_signals)); each at most once a minute. Workers call it
+    /// as they go; a failure is logged.
+    pub(crate) async fn prune_if_due(&self) {
+        let now = now_ms();
+        let chores = &self.inner.housekeeping;
+        if let Some(keep) = chores.audit_retention
+            && chores.audit.take(now)
+        {
+            match self.prune_audit(keep).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::debug!(pruned, "pruned the audit log"),
+                Err(error) => tracing::warn!(%error, "pruning the audit log failed"),
+            }
+        }
+        if self.store().is_durable()
+            && let Some(ttl) = self.signal_config().pending_signal_ttl
+            && chores.signals.take(now)
+        {
+            match self.prune_signals(ttl).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::debug!(pruned, "dropped signals past the pending TTL"),
+                Err(error) => tracing::warn!(%error, "pruning stored signals failed"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chore_is_due_once_a_minute_to_one_caller() {
+        let last = LastRun::default();
+        assert!(last.take(EVERY_MS), "never run: due");
+        assert!(!last.take(EVERY_MS), "taken: not due again at once");
+        assert!(!last.take(2 * EVERY_MS - 1));
+        assert!(last.take(2 * EVERY_MS));
+    }
+}
