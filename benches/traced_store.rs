@@ -457,6 +457,19 @@ impl Store for Traced {
         )
     }
 
+    fn discard_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let before = self.commits();
+        self.record(
+            format!("discard_signal({seq})"),
+            before,
+            self.inner.discard_signal(session, seq),
+        )
+    }
+
     fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
         let before = self.commits();
         self.record(

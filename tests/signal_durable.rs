@@ -159,6 +159,11 @@ async fn a_signal_past_the_ttl_on_its_stored_send_time_does_not_come_back() {
         [("kept".to_owned(), json!("fifty minutes old"))],
         "only the expired signal left the store"
     );
+
+    // Nobody received it: the log says it was sent, and nothing more.
+    let log = restarted.audit("expired").await.unwrap();
+    let kinds: Vec<AuditKind> = log.iter().map(|entry| entry.kind).collect();
+    assert_eq!(kinds, [AuditKind::SignalSent]);
     drop(restarted);
 
     // Restarted again without a TTL: the dropped signal does not come back.

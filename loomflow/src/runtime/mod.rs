@@ -10,6 +10,7 @@ mod error;
 mod extensions;
 mod housekeeping;
 pub mod mailbox;
+mod removals;
 mod runs;
 pub(crate) mod signals;
 pub mod store;
@@ -58,7 +59,7 @@ struct RuntimeInner {
     durability: Durability,
     mailbox: Mailbox,
     /// Stored signals on their way out of the store (see [`signals`]).
-    removals: Arc<signals::Removals>,
+    removals: Arc<removals::Removals>,
     /// Set once a durable store's signals are in the mailbox.
     signals_loaded: tokio::sync::OnceCell<()>,
     /// State that layers above the runtime attach to it.
@@ -197,11 +198,11 @@ impl RuntimeBuilder {
     /// Builds the runtime.
     pub fn build(self) -> Runtime {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        let removals = signals::Removals::new(Arc::clone(&store));
+        let removals = removals::Removals::new(Arc::clone(&store));
         let hook = {
             // The mailbox reports the stored signals it drops; the store forgets them.
             let removals = Arc::clone(&removals);
-            Box::new(move |dropped| removals.push(dropped))
+            Box::new(move |dropped| removals.push_dropped(dropped))
         };
         Runtime {
             inner: Arc::new(RuntimeInner {
@@ -302,7 +303,7 @@ impl Runtime {
         self.inner.extensions.get_or_default()
     }
 
-    pub(crate) fn removals(&self) -> &Arc<signals::Removals> {
+    pub(crate) fn removals(&self) -> &Arc<removals::Removals> {
         &self.inner.removals
     }
 

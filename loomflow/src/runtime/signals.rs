@@ -10,12 +10,11 @@
 //!
 //! The store also forgets what the mailbox lets go undelivered: signals dropped by the
 //! pending bounds (least recently used, TTL) and discarded on a session's last exit. The
-//! mailbox reports them as it drops them; [`Removals`] takes them out of the store in the
-//! background, and every async signal operation waits until those reported before it are
+//! mailbox reports them as it drops them; [`Removals`](super::removals::Removals) takes
+//! them out of the store in the background (without auditing a receipt), and every async signal operation waits until those reported before it are
 //! gone. Nothing delivered, dropped or discarded comes back after a restart.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -27,7 +26,7 @@ use super::clock::now_ms;
 use super::mailbox::{
     Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
 };
-use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, Store, StoredSignal};
+use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -48,63 +47,6 @@ pub(crate) struct Seen {
 
 /// How many signals sent here are remembered while no refresh runs.
 const MAX_SENT_HERE: usize = 100_000;
-
-/// Stored signals on their way out of the store: let go by the mailbox (bounds, session
-/// discards), or consumed where the consumer cannot await (`poll_signal`).
-pub(crate) struct Removals {
-    store: Arc<dyn Store>,
-    queue: Mutex<Vec<Dropped>>,
-    /// Queued and not yet removed: lets an operation skip the flush when there is nothing.
-    outstanding: AtomicUsize,
-    /// Held while removing, so that a flush waits for one already under way.
-    flushing: tokio::sync::Mutex<()>,
-}
-
-impl Removals {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Arc<Self> {
-        Arc::new(Self {
-            store,
-            queue: Mutex::new(Vec::new()),
-            outstanding: AtomicUsize::new(0),
-            flushing: tokio::sync::Mutex::new(()),
-        })
-    }
-
-    /// Queues `dropped` for removal and starts removing in the background (without a tokio
-    /// runtime at hand, the next async signal operation removes them).
-    pub(crate) fn push(self: &Arc<Self>, dropped: Vec<Dropped>) {
-        if dropped.is_empty() {
-            return;
-        }
-        self.outstanding.fetch_add(dropped.len(), Ordering::AcqRel);
-        crate::sync::lock(&self.queue).extend(dropped);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let this = Arc::clone(self);
-            handle.spawn(async move { this.flush().await });
-        }
-    }
-
-    /// Removes every queued signal from the store; returns once those queued before the call
-    /// are gone (or failed, which is logged: the mailbox no longer holds them either way).
-    pub(crate) async fn flush(&self) {
-        if self.outstanding.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let _flushing = self.flushing.lock().await;
-        loop {
-            let batch = std::mem::take(&mut *crate::sync::lock(&self.queue));
-            if batch.is_empty() {
-                return;
-            }
-            for Dropped { session, seq } in batch {
-                if let Err(error) = self.store.take_signal(&session, seq, None).await {
-                    tracing::error!(%error, %session, seq, "could not remove a signal from the store");
-                }
-                self.outstanding.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-    }
-}
 
 pub(crate) fn decode<T: DeserializeOwned>(
     session: &str,
@@ -505,7 +447,7 @@ impl Runtime {
     pub(crate) fn forget_consumed_signal(&self, session: &str, seq: Option<u64>) {
         let Some(seq) = seq else { return };
         let session = Arc::from(session);
-        self.removals().push(vec![Dropped { session, seq }]);
+        self.removals().push_received(Dropped { session, seq });
     }
 
     /// Loads signals kept by a durable store into the mailbox, once per runtime.

@@ -68,6 +68,7 @@ pub async fn run_all(store: &dyn Store) {
     runs::old_signals_of_sessions_without_a_run_are_dropped(store).await;
     audit::entries_read_back_in_order(store).await;
     audit::signals_are_audited_with_the_signal(store).await;
+    audit::discarded_signals_are_not_audited_as_received(store).await;
     audit::entries_ride_with_their_write(store).await;
     audit::entries_ride_with_an_unclaimed_checkpoint(store).await;
     audit::old_entries_are_pruned(store).await;

@@ -253,6 +253,16 @@ pub trait Store: Send + Sync + 'static {
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Removes a pending signal that nobody received: the mailbox dropped it (past the
+    /// pending TTL, beyond the pending bound) or discarded it with its session. As
+    /// [`take_signal`](Self::take_signal), its idempotency key stays remembered, but no
+    /// entry says it was received.
+    fn discard_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// Every stored, unconsumed signal, oldest first.
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>>;
 

@@ -108,6 +108,46 @@ pub(super) async fn signals_are_audited_with_the_signal(store: &dyn Store) {
     store.release(&session, "reader").await.unwrap();
 }
 
+/// A discarded signal (one the mailbox dropped undelivered) leaves the store with nothing
+/// saying it was received, and a discarded signal's idempotency key is still remembered;
+/// discarding one that is gone changes nothing.
+pub(super) async fn discarded_signals_are_not_audited_as_received(store: &dyn Store) {
+    let session = unique("audit-discard");
+    let mut sent = Vec::new();
+    for (n, key) in [(1, None), (2, Some("k"))] {
+        let SignalPush::Stored(seq) = store
+            .push_signal(signal(&session, "approve", n, key))
+            .await
+            .unwrap()
+        else {
+            panic!("a first send is stored");
+        };
+        sent.push(seq);
+    }
+    for &seq in &sent {
+        store.discard_signal(&session, seq).await.unwrap();
+        store.discard_signal(&session, seq).await.unwrap();
+    }
+    let pending = store.pending_signals().await.unwrap();
+    assert!(
+        pending.iter().all(|s| s.session != session),
+        "discarded signals are not pending"
+    );
+    assert_eq!(
+        store
+            .push_signal(signal(&session, "approve", 3, Some("k")))
+            .await
+            .unwrap(),
+        SignalPush::Duplicate
+    );
+    let read = store.audit(&AuditQuery::thread(&session)).await.unwrap();
+    assert_eq!(
+        kinds(&read),
+        [AuditKind::SignalSent, AuditKind::SignalSent],
+        "nobody received them"
+    );
+}
+
 /// Entries a checkpoint written outside a claim carries are written with it, in order.
 pub(super) async fn entries_ride_with_an_unclaimed_checkpoint(store: &dyn Store) {
     let thread = unique("audit-unclaimed");

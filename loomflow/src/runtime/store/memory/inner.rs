@@ -2,7 +2,7 @@
 //! checkpoint (pruned to the retention), taking a signal.
 
 use super::super::audit::signal_received;
-use super::super::{Checkpoint, StoreError};
+use super::super::{Checkpoint, StoreError, StoredSignal};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
 use super::slot::ThreadSlot;
@@ -74,14 +74,21 @@ impl Inner {
     /// Removes a pending signal, auditing its receipt by `run` (0 outside one); says
     /// whether it was there.
     pub(super) fn take(&mut self, session: &str, seq: u64, run: u64) -> bool {
+        let Some(signal) = self.remove_signal(session, seq) else {
+            return false;
+        };
+        let received = signal_received(session, &signal.name, seq, run);
+        self.audit.append([received]);
+        true
+    }
+
+    /// Removes a pending signal of `session`, if it is there (its idempotency key, if any,
+    /// stays remembered).
+    pub(super) fn remove_signal(&mut self, session: &str, seq: u64) -> Option<StoredSignal> {
         if self.signals.get(&seq).is_some_and(|s| s.session == session) {
-            if let Some(signal) = self.signals.remove(&seq) {
-                let received = signal_received(session, &signal.name, seq, run);
-                self.audit.append([received]);
-            }
-            true
+            self.signals.remove(&seq)
         } else {
-            false
+            None
         }
     }
 }

@@ -283,6 +283,16 @@ impl Store for MemoryStore {
         }))
     }
 
+    fn discard_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ready(self.lock_mut().map(|mut inner| {
+            inner.remove_signal(session, seq);
+        }))
+    }
+
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
         ready(
             self.lock()

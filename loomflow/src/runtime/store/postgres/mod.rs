@@ -297,6 +297,14 @@ impl Store for PostgresStore {
         Box::pin(self.consume_signal(session, seq, journal))
     }
 
+    fn discard_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.discard(session, seq))
+    }
+
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
         Box::pin(self.stored_signals_after(0))
     }

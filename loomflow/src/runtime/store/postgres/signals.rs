@@ -178,6 +178,30 @@ impl PostgresStore {
         .map_err(|e: Fail| e.write(session))
     }
 
+    /// `discard_signal`: removed as a take removes it, in one statement, with no entry
+    /// saying it was received.
+    pub(super) async fn discard(&self, session: &str, seq: u64) -> Result<(), StoreError> {
+        async {
+            let seq = to_i64(seq, "signal sequence number", session)?;
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "WITH deleted AS (
+                         DELETE FROM loomflow_signals
+                         WHERE seq = $1 AND session = $2 AND idempotency_key IS NULL
+                     )
+                     UPDATE loomflow_signals SET consumed_at_ms = $3, payload = NULL
+                     WHERE seq = $1 AND session = $2 AND idempotency_key IS NOT NULL
+                       AND consumed_at_ms IS NULL",
+                )
+                .await?;
+            client.execute(&stmt, &[&seq, &session, &now_ms()]).await?;
+            Ok(())
+        }
+        .await
+        .map_err(|e: Fail| e.write(session))
+    }
+
     /// `try_take_signal`.
     pub(super) async fn consume_if_pending(
         &self,

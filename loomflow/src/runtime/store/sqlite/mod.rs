@@ -186,6 +186,23 @@ impl SqliteStore {
         })
     }
 
+    /// [`write`](Self::write) of `op`, which answers `Done`; an error building it is handed
+    /// back as it is.
+    fn write_done(&self, op: Result<Op, StoreError>) -> BoxFuture<'_, Result<(), StoreError>> {
+        let op = match op {
+            Ok(op) => op,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let thread = op.thread().to_owned();
+        let written = self.write(op);
+        Box::pin(async move {
+            match written.await? {
+                Outcome::Done => Ok(()),
+                other => Err(unexpected(&thread, &other)),
+            }
+        })
+    }
+
     fn read<T: Send + 'static>(
         &self,
         thread: &str,
@@ -291,19 +308,7 @@ impl Store for SqliteStore {
     }
 
     fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>> {
-        let thread = key.thread.clone();
-        match journal_row(key, &value) {
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-            Ok(row) => {
-                let written = self.write(Op::PutJournal(row));
-                Box::pin(async move {
-                    match written.await? {
-                        Outcome::Done => Ok(()),
-                        other => Err(unexpected(&thread, &other)),
-                    }
-                })
-            }
-        }
+        self.write_done(journal_row(key, &value).map(Op::PutJournal))
     }
 
     fn get_journal<'a>(
@@ -351,7 +356,7 @@ impl Store for SqliteStore {
         seq: u64,
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let op = (|| {
+        self.write_done((|| {
             Ok(Op::TakeSignal {
                 session: session.to_owned(),
                 seq: to_i64(seq, "signal sequence number", session)?,
@@ -359,19 +364,20 @@ impl Store for SqliteStore {
                     .map(|(key, value)| journal_row(key, &value))
                     .transpose()?,
             })
-        })();
-        match op {
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-            Ok(op) => {
-                let written = self.write(op);
-                Box::pin(async move {
-                    match written.await? {
-                        Outcome::Done => Ok(()),
-                        other => Err(unexpected(session, &other)),
-                    }
-                })
+        })())
+    }
+
+    fn discard_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.write_done(to_i64(seq, "signal sequence number", session).map(|seq| {
+            Op::DiscardSignal {
+                session: session.to_owned(),
+                seq,
             }
-        }
+        }))
     }
 
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {

@@ -72,6 +72,11 @@ pub(super) enum Op {
         seq: i64,
         journal: Option<JournalRow>,
     },
+    /// Removes a pending signal nobody received: no entry says it was.
+    DiscardSignal {
+        session: String,
+        seq: i64,
+    },
     /// A claim, or a write under one (see `runs.rs`).
     Runs(RunOp),
     AppendAudit(Vec<AuditRow>),
@@ -88,7 +93,7 @@ impl Op {
             Self::PutCheckpoint(row) => &row.thread,
             Self::PutJournal(row) => &row.thread,
             Self::PushSignal(row) => &row.session,
-            Self::TakeSignal { session, .. } => session,
+            Self::TakeSignal { session, .. } | Self::DiscardSignal { session, .. } => session,
             Self::Runs(op) => op.thread(),
             Self::AppendAudit(_) | Self::PruneAudit(_) => "(audit)",
             Self::PruneSignals(_) => "(signals)",
@@ -166,6 +171,10 @@ impl Op {
                 }
                 Ok(Outcome::Done)
             }
+            Self::DiscardSignal { session, seq } => {
+                remove_pending(conn, session, *seq, now_ms)?;
+                Ok(Outcome::Done)
+            }
             Self::Runs(op) => op.apply(conn, followed, now_ms),
             Self::AppendAudit(rows) => {
                 audit::append(conn, rows)?;
@@ -208,6 +217,23 @@ pub(super) fn take_signal(
     now_ms: i64,
     run: i64,
 ) -> rusqlite::Result<bool> {
+    let Some(name) = remove_pending(conn, session, seq, now_ms)? else {
+        return Ok(false);
+    };
+    let received = AuditRow::signal_received(session, name, seq, run, now_ms);
+    audit::append(conn, std::slice::from_ref(&received))?;
+    Ok(true)
+}
+
+/// Removes a pending signal; returns its name if it was still pending. Without a key
+/// nothing needs remembering; with one, the row stays (payload dropped) until pruned, so
+/// that a retried send is still a duplicate.
+fn remove_pending(
+    conn: &Connection,
+    session: &str,
+    seq: i64,
+    now_ms: i64,
+) -> rusqlite::Result<Option<String>> {
     let name: Option<String> = conn
         .prepare_cached(
             "SELECT name FROM signals
@@ -215,26 +241,20 @@ pub(super) fn take_signal(
         )?
         .query_row(params![seq, session], |row| row.get(0))
         .optional()?;
-    let Some(name) = name else {
-        return Ok(false);
-    };
-    // Without a key nothing needs remembering; with one, the row stays (payload dropped)
-    // until pruned, so that a retried send is still a duplicate.
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM signals
+    if name.is_none() {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "DELETE FROM signals
              WHERE seq = ?1 AND session = ?2 AND idempotency_key IS NULL",
-        )?
-        .execute(params![seq, session])?;
-    let consumed = conn
-        .prepare_cached(
-            "UPDATE signals SET consumed_at_ms = ?3, payload = NULL
-             WHERE seq = ?1 AND session = ?2 AND consumed_at_ms IS NULL",
-        )?
-        .execute(params![seq, session, now_ms])?;
-    let received = AuditRow::signal_received(session, name, seq, run, now_ms);
-    audit::append(conn, std::slice::from_ref(&received))?;
-    Ok(deleted + consumed > 0)
+    )?
+    .execute(params![seq, session])?;
+    conn.prepare_cached(
+        "UPDATE signals SET consumed_at_ms = ?3, payload = NULL
+         WHERE seq = ?1 AND session = ?2 AND consumed_at_ms IS NULL",
+    )?
+    .execute(params![seq, session, now_ms])?;
+    Ok(name)
 }
 
 /// Drops the pending signals sent before `before_ms` to sessions with no unfinished run

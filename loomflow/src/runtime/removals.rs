@@ -1,0 +1,95 @@
+//! Stored signals on their way out of a durable store, in the background: those the mailbox
+//! let go undelivered (pending bounds, a session's last exit), and those consumed where the
+//! consumer cannot await (`poll_signal`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::mailbox::Dropped;
+use super::store::Store;
+
+/// A stored signal to take out of the store.
+struct Removal {
+    signal: Dropped,
+    /// Whether someone received it: its receipt is audited. A signal the mailbox dropped
+    /// went to nobody, and is removed without an entry saying it was received.
+    received: bool,
+}
+
+/// The removals queued and not made yet, for one store.
+pub(crate) struct Removals {
+    store: Arc<dyn Store>,
+    queue: Mutex<Vec<Removal>>,
+    /// Queued and not yet removed: lets an operation skip the flush when there is nothing.
+    outstanding: AtomicUsize,
+    /// Held while removing, so that a flush waits for one already under way.
+    flushing: tokio::sync::Mutex<()>,
+}
+
+impl Removals {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            queue: Mutex::new(Vec::new()),
+            outstanding: AtomicUsize::new(0),
+            flushing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Queues the signals the mailbox dropped undelivered.
+    pub(crate) fn push_dropped(self: &Arc<Self>, dropped: Vec<Dropped>) {
+        let removals = dropped.into_iter().map(|signal| Removal {
+            signal,
+            received: false,
+        });
+        self.push(removals.collect());
+    }
+
+    /// Queues a signal a consumer received and cannot take out of the store itself.
+    pub(crate) fn push_received(self: &Arc<Self>, signal: Dropped) {
+        self.push(vec![Removal {
+            signal,
+            received: true,
+        }]);
+    }
+
+    /// Queues `removals` and starts making them in the background (without a tokio runtime
+    /// at hand, the next async signal operation makes them).
+    fn push(self: &Arc<Self>, removals: Vec<Removal>) {
+        if removals.is_empty() {
+            return;
+        }
+        self.outstanding.fetch_add(removals.len(), Ordering::AcqRel);
+        crate::sync::lock(&self.queue).extend(removals);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let this = Arc::clone(self);
+            handle.spawn(async move { this.flush().await });
+        }
+    }
+
+    /// Removes every queued signal from the store; returns once those queued before the call
+    /// are gone (or failed, which is logged: the mailbox no longer holds them either way).
+    pub(crate) async fn flush(&self) {
+        if self.outstanding.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _flushing = self.flushing.lock().await;
+        loop {
+            let batch = std::mem::take(&mut *crate::sync::lock(&self.queue));
+            if batch.is_empty() {
+                return;
+            }
+            for Removal { signal, received } in batch {
+                let Dropped { session, seq } = signal;
+                let removed = match received {
+                    true => self.store.take_signal(&session, seq, None).await,
+                    false => self.store.discard_signal(&session, seq).await,
+                };
+                if let Err(error) = removed {
+                    tracing::error!(%error, %session, seq, "could not remove a signal from the store");
+                }
+                self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
