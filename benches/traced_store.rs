@@ -470,12 +470,16 @@ impl Store for Traced {
         )
     }
 
-    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+    fn prune_signals<'a>(
+        &'a self,
+        sent_before_ms: u64,
+        spare: &'a [String],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
         let before = self.commits();
         self.record(
             "prune_signals".into(),
             before,
-            self.inner.prune_signals(sent_before_ms),
+            self.inner.prune_signals(sent_before_ms, spare),
         )
     }
 

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use loomflow::runtime::{
@@ -13,6 +14,7 @@ use loomflow::runtime::{
 };
 use loomflow::{END, Graph, Runtime, START, Worker};
 use serde_json::{Value, json};
+use tracing_subscriber::layer::SubscriberExt;
 
 /// A fresh database path; removes the file and its WAL companions when dropped.
 struct TempDb(PathBuf);
@@ -175,11 +177,45 @@ async fn a_signal_past_the_ttl_on_its_stored_send_time_does_not_come_back() {
     );
 }
 
+/// The events logged while it is the thread's subscriber: message and fields, a line each.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Log {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut line = Line::default();
+        event.record(&mut line);
+        self.0.lock().unwrap().push(line.0);
+    }
+}
+
+#[derive(Default)]
+struct Line(String);
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.0.push_str(&format!("{value:?}")),
+            name => self.0.push_str(&format!(" {name}={value:?}")),
+        }
+    }
+}
+
+impl Log {
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
 /// Signals another process stored for a session that never runs are dropped by a worker
-/// once they are past the pending TTL, though no runtime ever loads them; newer ones stay.
-/// Nobody received the dropped one, so nothing says it was received.
+/// once they are past the pending TTL: it prunes the store (and says so) before it brings
+/// stored signals into its mailbox, which would drop them too but only in a worker that
+/// happens to load them. Newer ones stay, and nothing says the dropped one was received.
 #[tokio::test]
 async fn a_worker_drops_stored_signals_past_the_ttl_that_no_run_will_take() {
+    let log = Log::default();
+    let _logging =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(log.clone()));
     let db = TempDb::new("prune");
     {
         let sender = SqliteStore::open(db.path()).unwrap();
@@ -192,8 +228,7 @@ async fn a_worker_drops_stored_signals_past_the_ttl_that_no_run_will_take() {
         }
     }
 
-    // A worker on the file, with the default one-hour TTL. It prunes before it loads the
-    // stored signals into its mailbox (which would drop the old one too, as received).
+    // A worker on the file, with the default one-hour TTL.
     let runtime = db.open(MailboxConfig::default());
     let graph = Graph::new("count")
         .node_sync("add", |n: &mut u64| *n += 1)
@@ -204,6 +239,11 @@ async fn a_worker_drops_stored_signals_past_the_ttl_that_no_run_will_take() {
     let worker = Worker::builder(&runtime).graph(&graph).build();
     assert_eq!(worker.run_until_idle().await.unwrap(), 0);
 
+    let lines = log.lines();
+    assert!(
+        lines.contains(&"dropped signals past the pending TTL pruned=1".to_owned()),
+        "the worker pruned the store: {lines:?}"
+    );
     assert_eq!(
         stored(&runtime).await,
         [("late".to_owned(), json!("ten minutes old"))]
@@ -217,6 +257,24 @@ async fn a_worker_drops_stored_signals_past_the_ttl_that_no_run_will_take() {
         delivered(&runtime, "late").await,
         [json!("ten minutes old")]
     );
+}
+
+/// A session held open in this process keeps its queued signals however old: they are
+/// live here, where the pending TTL does not apply, and a wait still receives them (the
+/// store's copy is what it takes).
+#[tokio::test]
+async fn signals_queued_in_a_session_open_here_are_not_pruned() {
+    let db = TempDb::new("spare");
+    let runtime = db.open(unbounded());
+    let _open = runtime.session("open-here");
+    let delivery = runtime.signal("open-here", "n", json!("queued")).await;
+    assert_eq!(delivery.unwrap(), Delivery::Queued);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let pruned = runtime.prune_signals(Duration::from_millis(5)).await;
+    assert_eq!(pruned.unwrap(), 0);
+    let wait = runtime.wait_for_signal::<Value>("open-here", "n", Some(Duration::from_secs(2)));
+    assert_eq!(wait.await.unwrap(), json!("queued"));
 }
 
 #[tokio::test]

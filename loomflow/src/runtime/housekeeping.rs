@@ -45,15 +45,22 @@ impl Housekeeping {
 }
 
 impl Runtime {
-    /// Drops the signals stored more than `older_than` ago that no run has taken, for
+    /// Drops the signals stored more than `older_than` ago that nobody has taken, for
     /// sessions with no unfinished run (none, or one that completed, failed or was
-    /// cancelled); returns how many. A run that is queued, running or suspended keeps its
-    /// signals whatever their age.
+    /// cancelled) that are not open in this runtime; returns how many.
     ///
-    /// Workers do this on their own, with the runtime's
-    /// [`pending_signal_ttl`](super::MailboxConfig::pending_signal_ttl), so that signals
-    /// sent to sessions that never run do not pile up in a durable store. A process that
-    /// only sends signals and runs no worker can call it itself.
+    /// Workers do this on their own, at most once a minute, with the runtime's
+    /// [`pending_signal_ttl`](super::MailboxConfig::pending_signal_ttl) (a worker whose TTL
+    /// is `None` does not), so that signals sent to sessions that never run do not pile up
+    /// in a durable store. A process that only sends signals and runs no worker can call it
+    /// itself.
+    ///
+    /// Spared: the sessions of queued, running and suspended runs, and those open here (a
+    /// [`session`](Runtime::session) guard, a parked wait), whose queued signals are live.
+    /// A session open in *another* process is not known here: a signal queued in it for
+    /// longer than `older_than` can be dropped, as a worker that starts drops the stored
+    /// signals older than its TTL when it loads them. Every process on a store should use
+    /// the same TTL; the shortest one a worker uses is the one that holds.
     ///
     /// # Errors
     ///
@@ -79,9 +86,10 @@ impl Runtime {
     /// ```
     pub async fn prune_signals(&self, older_than: Duration) -> Result<u64> {
         let older_than_ms = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
+        let spare = self.mailbox().live_sessions();
         Ok(self
             .store()
-            .prune_signals(now_ms().saturating_sub(older_than_ms))
+            .prune_signals(now_ms().saturating_sub(older_than_ms), &spare)
             .await?)
     }
 

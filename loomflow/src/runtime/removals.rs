@@ -81,9 +81,10 @@ impl Removals {
             }
             for Removal { signal, received } in batch {
                 let Dropped { session, seq } = signal;
-                let removed = match received {
-                    true => self.store.take_signal(&session, seq, None).await,
-                    false => self.store.discard_signal(&session, seq).await,
+                let removed = if received {
+                    self.store.take_signal(&session, seq, None).await
+                } else {
+                    self.store.discard_signal(&session, seq).await
                 };
                 if let Err(error) = removed {
                     tracing::error!(%error, %session, seq, "could not remove a signal from the store");

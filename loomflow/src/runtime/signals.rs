@@ -11,8 +11,9 @@
 //! The store also forgets what the mailbox lets go undelivered: signals dropped by the
 //! pending bounds (least recently used, TTL) and discarded on a session's last exit. The
 //! mailbox reports them as it drops them; [`Removals`](super::removals::Removals) takes
-//! them out of the store in the background (without auditing a receipt), and every async signal operation waits until those reported before it are
-//! gone. Nothing delivered, dropped or discarded comes back after a restart.
+//! them out of the store in the background (without auditing a receipt), and every async
+//! signal operation waits until those reported before it are gone. Nothing delivered,
+//! dropped or discarded comes back after a restart.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -26,8 +26,8 @@ pub struct MailboxConfig {
     /// it was sent (on a durable runtime, from the stored send time, also after a restart).
     /// `None`: forever. Default one hour.
     ///
-    /// On a durable store, workers also drop the stored signals older than this that no
-    /// run is there to take: those of sessions with no unfinished run (see
+    /// On a durable store, workers also drop the stored signals older than this of
+    /// sessions with no unfinished run that are not open in their process (see
     /// [`Runtime::prune_signals`](crate::Runtime::prune_signals)).
     pub pending_signal_ttl: Option<Duration>,
     /// The largest payload accepted, in bytes of serialized JSON. Default 1 MiB.

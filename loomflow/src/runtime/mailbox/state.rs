@@ -325,6 +325,11 @@ impl State {
             })
     }
 
+    /// The sessions that are open or held by a parked waiter.
+    pub(super) fn live_sessions(&self) -> impl Iterator<Item = &str> {
+        self.live.keys().map(|key| &**key)
+    }
+
     /// Whether a guard holds the session open.
     pub(super) fn is_open(&self, session: &str) -> bool {
         self.live.get(session).is_some_and(|live| live.guards > 0)
@@ -555,5 +560,14 @@ impl State {
                 tracing::debug!(session = &*session, dropped, "pending signals expired");
             }
         }
+    }
+}
+
+impl super::Mailbox {
+    /// The sessions open here (a guard, a run) or held by a parked waiter: their queued
+    /// signals are live, whatever their age.
+    pub(crate) fn live_sessions(&self) -> Vec<String> {
+        let state = crate::sync::lock(&self.inner.state);
+        state.live_sessions().map(str::to_owned).collect()
     }
 }

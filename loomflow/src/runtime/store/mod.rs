@@ -257,24 +257,38 @@ pub trait Store: Send + Sync + 'static {
     /// pending TTL, beyond the pending bound) or discarded it with its session. As
     /// [`take_signal`](Self::take_signal), its idempotency key stays remembered, but no
     /// entry says it was received.
+    ///
+    /// The default takes it with [`take_signal`](Self::take_signal), which audits a receipt;
+    /// the built-in stores do not.
     fn discard_signal<'a>(
         &'a self,
         session: &'a str,
         seq: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.take_signal(session, seq, None)
+    }
 
     /// Every stored, unconsumed signal, oldest first.
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>>;
 
     /// Drops the unconsumed signals sent before `sent_before_ms` (milliseconds since the
-    /// Unix epoch) to a session that has no unfinished run: no run at all, or one that
-    /// completed, failed or was cancelled. Returns how many.
+    /// Unix epoch) to a session that has no unfinished run (no run at all, or one that
+    /// completed, failed or was cancelled) and is not one of `spare`. Returns how many.
     ///
-    /// A run that is queued, running or suspended keeps its signals whatever their age. A
-    /// dropped signal with an idempotency key is kept as consumed, as
-    /// [`take_signal`](Self::take_signal) keeps it, so that a retried send is still a
-    /// duplicate. Nothing is audited: nobody received it.
-    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>>;
+    /// The signals of a queued, running or suspended run are left alone. A dropped signal
+    /// with an idempotency key is kept as consumed, as [`take_signal`](Self::take_signal)
+    /// keeps it, so that a retried send is still a duplicate. Nothing is audited: nobody
+    /// received it.
+    ///
+    /// The default drops nothing.
+    fn prune_signals<'a>(
+        &'a self,
+        sent_before_ms: u64,
+        spare: &'a [String],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let _ = (sent_before_ms, spare);
+        Box::pin(std::future::ready(Ok(0)))
+    }
 
     // Claims: at most one execution at a time per thread. Each of these methods runs as one
     // transaction, so that checking the lease and writing cannot be split by another process.

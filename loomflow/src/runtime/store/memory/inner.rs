@@ -95,15 +95,17 @@ impl Inner {
 
 impl Inner {
     /// Drops the pending signals sent before `sent_before_ms` to sessions with no unfinished
-    /// run (see [`Store::prune_signals`](crate::runtime::Store::prune_signals)); their
-    /// idempotency keys stay remembered. Returns how many.
-    pub(super) fn prune_signals(&mut self, sent_before_ms: u64) -> u64 {
+    /// run, but those of `spare` (see
+    /// [`Store::prune_signals`](crate::runtime::Store::prune_signals)); their idempotency
+    /// keys stay remembered. Returns how many.
+    pub(super) fn prune_signals(&mut self, sent_before_ms: u64, spare: &[String]) -> u64 {
         let Self {
             signals, threads, ..
         } = self;
         let before = signals.len();
         signals.retain(|_, signal| {
             signal.sent_at_ms >= sent_before_ms
+                || spare.contains(&signal.session)
                 || threads
                     .get(signal.session.as_str())
                     .is_some_and(|slot| slot.row.is_unfinished())

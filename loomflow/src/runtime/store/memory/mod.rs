@@ -300,10 +300,14 @@ impl Store for MemoryStore {
         )
     }
 
-    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+    fn prune_signals<'a>(
+        &'a self,
+        sent_before_ms: u64,
+        spare: &'a [String],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
         ready(
             self.lock_mut()
-                .map(|mut inner| inner.prune_signals(sent_before_ms)),
+                .map(|mut inner| inner.prune_signals(sent_before_ms, spare)),
         )
     }
 

@@ -414,8 +414,12 @@ impl Store for PostgresStore {
         Box::pin(self.prune_audit_rows(before_ms))
     }
 
-    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(self.prune_pending(sent_before_ms))
+    fn prune_signals<'a>(
+        &'a self,
+        sent_before_ms: u64,
+        spare: &'a [String],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.prune_pending(sent_before_ms, spare))
     }
 
     fn take_signal_claimed<'a>(

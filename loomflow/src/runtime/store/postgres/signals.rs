@@ -261,9 +261,14 @@ impl PostgresStore {
     }
 
     /// Drops the pending signals sent before `sent_before_ms` to sessions with no unfinished
-    /// run, in one statement: those without an idempotency key are deleted, the others kept
-    /// as consumed (payload dropped) until pruned, as a take keeps them.
-    pub(super) async fn prune_pending(&self, sent_before_ms: u64) -> Result<u64, StoreError> {
+    /// run, but those of `spare`, in one statement: those without an idempotency key are
+    /// deleted, the others kept as consumed (payload dropped) until pruned, as a take keeps
+    /// them. A signal consumed meanwhile is left as it is.
+    pub(super) async fn prune_pending(
+        &self,
+        sent_before_ms: u64,
+        spare: &[String],
+    ) -> Result<u64, StoreError> {
         async {
             let before = i64::try_from(sent_before_ms).unwrap_or(i64::MAX);
             let now = now_ms();
@@ -273,6 +278,7 @@ impl PostgresStore {
                     "WITH orphans AS (
                          SELECT seq FROM loomflow_signals s
                          WHERE consumed_at_ms IS NULL AND sent_at_ms < $1
+                           AND NOT (session = ANY($3))
                            AND NOT EXISTS (
                                SELECT 1 FROM loomflow_runs r
                                WHERE r.thread = s.session
@@ -281,16 +287,18 @@ impl PostgresStore {
                      ), deleted AS (
                          DELETE FROM loomflow_signals
                          WHERE seq IN (SELECT seq FROM orphans) AND idempotency_key IS NULL
+                           AND consumed_at_ms IS NULL
                          RETURNING 1
                      ), consumed AS (
                          UPDATE loomflow_signals SET consumed_at_ms = $2, payload = NULL
                          WHERE seq IN (SELECT seq FROM orphans) AND idempotency_key IS NOT NULL
+                           AND consumed_at_ms IS NULL
                          RETURNING 1
                      )
                      SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM consumed)",
                 )
                 .await?;
-            let row = client.query_one(&stmt, &[&before, &now]).await?;
+            let row = client.query_one(&stmt, &[&before, &now, &spare]).await?;
             let dropped: i64 = get(&row, 0, "(signals)")?;
             Ok(to_u64(dropped, "signals dropped", "(signals)")?)
         }

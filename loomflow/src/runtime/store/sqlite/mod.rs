@@ -471,9 +471,14 @@ impl Store for SqliteStore {
         self.prune_audit_rows(before_ms)
     }
 
-    fn prune_signals(&self, sent_before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
-        let before = i64::try_from(sent_before_ms).unwrap_or(i64::MAX);
-        let written = self.write(Op::PruneSignals(before));
+    fn prune_signals<'a>(
+        &'a self,
+        sent_before_ms: u64,
+        spare: &'a [String],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let before_ms = i64::try_from(sent_before_ms).unwrap_or(i64::MAX);
+        let spare = serde_json::to_string(spare).unwrap_or_default();
+        let written = self.write(Op::PruneSignals { before_ms, spare });
         Box::pin(async move {
             match written.await? {
                 Outcome::Count(n) => Ok(n),

@@ -82,8 +82,12 @@ pub(super) enum Op {
     AppendAudit(Vec<AuditRow>),
     /// Deletes audit entries older than this (ms since the epoch).
     PruneAudit(i64),
-    /// Drops pending signals sent before this to sessions with no unfinished run.
-    PruneSignals(i64),
+    /// Drops pending signals sent before `before_ms` to sessions with no unfinished run,
+    /// but those of `spare` (a JSON array of session names).
+    PruneSignals {
+        before_ms: i64,
+        spare: String,
+    },
 }
 
 impl Op {
@@ -96,7 +100,7 @@ impl Op {
             Self::TakeSignal { session, .. } | Self::DiscardSignal { session, .. } => session,
             Self::Runs(op) => op.thread(),
             Self::AppendAudit(_) | Self::PruneAudit(_) => "(audit)",
-            Self::PruneSignals(_) => "(signals)",
+            Self::PruneSignals { .. } => "(signals)",
         }
     }
 
@@ -181,9 +185,9 @@ impl Op {
                 Ok(Outcome::Done)
             }
             Self::PruneAudit(before_ms) => Ok(Outcome::Count(audit::prune(conn, *before_ms)?)),
-            Self::PruneSignals(before_ms) => {
-                Ok(Outcome::Count(prune_signals(conn, *before_ms, now_ms)?))
-            }
+            Self::PruneSignals { before_ms, spare } => Ok(Outcome::Count(prune_signals(
+                conn, *before_ms, spare, now_ms,
+            )?)),
         }
     }
 }
@@ -258,11 +262,17 @@ fn remove_pending(
 }
 
 /// Drops the pending signals sent before `before_ms` to sessions with no unfinished run
-/// (none, or one that completed, failed or was cancelled): those without an idempotency
-/// key are deleted, the others kept as consumed (payload dropped) until pruned, as
-/// [`take_signal`] keeps them. Returns how many.
-fn prune_signals(conn: &Connection, before_ms: i64, now_ms: i64) -> rusqlite::Result<u64> {
+/// (none, or one that completed, failed or was cancelled), but those of `spare` (a JSON
+/// array): those without an idempotency key are deleted, the others kept as consumed
+/// (payload dropped) until pruned, as [`take_signal`] keeps them. Returns how many.
+fn prune_signals(
+    conn: &Connection,
+    before_ms: i64,
+    spare: &str,
+    now_ms: i64,
+) -> rusqlite::Result<u64> {
     const ORPHAN: &str = "consumed_at_ms IS NULL AND sent_at_ms < ?1
+        AND session NOT IN (SELECT value FROM json_each(?2))
         AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.thread = signals.session
                         AND (runs.lease_owner IS NOT NULL
                              OR runs.status NOT IN ('completed', 'failed', 'cancelled')))";
@@ -270,13 +280,13 @@ fn prune_signals(conn: &Connection, before_ms: i64, now_ms: i64) -> rusqlite::Re
         .prepare_cached(&format!(
             "DELETE FROM signals WHERE idempotency_key IS NULL AND {ORPHAN}"
         ))?
-        .execute([before_ms])?;
+        .execute(params![before_ms, spare])?;
     let consumed = conn
         .prepare_cached(&format!(
-            "UPDATE signals SET consumed_at_ms = ?2, payload = NULL
+            "UPDATE signals SET consumed_at_ms = ?3, payload = NULL
              WHERE idempotency_key IS NOT NULL AND {ORPHAN}"
         ))?
-        .execute([before_ms, now_ms])?;
+        .execute(params![before_ms, spare, now_ms])?;
     Ok((deleted + consumed) as u64)
 }
 
