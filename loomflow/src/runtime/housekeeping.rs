@@ -60,7 +60,9 @@ impl Runtime {
     /// A session open in *another* process is not known here: a signal queued in it for
     /// longer than `older_than` can be dropped, as a worker that starts drops the stored
     /// signals older than its TTL when it loads them. Every process on a store should use
-    /// the same TTL; the shortest one a worker uses is the one that holds.
+    /// the same TTL; the shortest one a worker uses is the one that holds. An `older_than`
+    /// shorter than this runtime's own TTL can drop a signal its mailbox still holds as
+    /// pending, which a wait then finds gone from the store and skips.
     ///
     /// # Errors
     ///
@@ -71,15 +73,19 @@ impl Runtime {
     /// ```
     /// use std::time::Duration;
     /// use loomflow::prelude::*;
+    /// use loomflow::runtime::{MailboxConfig, SqliteStore};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
     /// # let path = std::env::temp_dir().join(format!("loomflow-doc-prune-{}.db", std::process::id()));
-    /// let runtime = Runtime::sqlite(&path)?;
+    /// let ttl = Duration::from_millis(200);
+    /// let runtime = Runtime::builder()
+    ///     .store(SqliteStore::open(&path)?)
+    ///     .signals(MailboxConfig::default().pending_signal_ttl(Some(ttl)))
+    ///     .build();
     /// runtime.signal("nobody-runs-this", "approval", true).await?;
-    /// // Nothing is an hour old yet; everything is older than nothing.
-    /// assert_eq!(runtime.prune_signals(Duration::from_secs(3_600)).await?, 0);
-    /// # tokio::time::sleep(Duration::from_millis(2)).await;
-    /// assert_eq!(runtime.prune_signals(Duration::ZERO).await?, 1);
+    /// assert_eq!(runtime.prune_signals(ttl).await?, 0, "not that old yet");
+    /// tokio::time::sleep(2 * ttl).await;
+    /// assert_eq!(runtime.prune_signals(ttl).await?, 1);
     /// # drop(runtime);
     /// # for suffix in ["", "-wal", "-shm"] { let _ = std::fs::remove_file(format!("{}{suffix}", path.display())); }
     /// # Ok(()) }
