@@ -198,3 +198,81 @@ async fn a_signal_wait_inside_a_subgraph_suspends_and_another_runtime_carries_it
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+/// A subgraph that asks twice: once in each of two nodes (`x` then `y`), or twice in one
+/// node (`x` alone).
+fn asking_twice(in_one_node: bool) -> CompiledGraph<u32> {
+    let graph = Graph::new("asking-twice").node_fn("x", move |n: &mut u32, ctx| {
+        Box::pin(async move {
+            let first: u32 = ctx.interrupt(json!("first?"))?;
+            *n += first;
+            if in_one_node {
+                let second: u32 = ctx.interrupt(json!("second?"))?;
+                *n += second * 100;
+            }
+            Ok(())
+        })
+    });
+    let graph = if in_one_node {
+        graph.edge("x", END)
+    } else {
+        graph
+            .node_fn("y", |n: &mut u32, ctx| {
+                Box::pin(async move {
+                    let second: u32 = ctx.interrupt(json!("second?"))?;
+                    *n += second * 100;
+                    Ok(())
+                })
+            })
+            .edge("x", "y")
+            .edge("y", END)
+    };
+    graph.edge(START, "x").compile().unwrap()
+}
+
+async fn resume_twice_inside_a_subgraph(runtime: &Runtime, in_one_node: bool) {
+    let graph = Graph::new("outer")
+        .subgraph(
+            "sub",
+            asking_twice(in_one_node),
+            |n: &u32| *n,
+            |n: &mut u32, m: u32| *n = m,
+        )
+        .edge(START, "sub")
+        .edge("sub", END)
+        .compile()
+        .unwrap();
+    let first = graph.invoke(runtime, "t", 0).await.unwrap();
+    assert_eq!(first.interrupts()[0].id, "sub:1/x#0", "{first:?}");
+    let second = graph.resume(runtime, "t", 1).await.unwrap();
+    let asked = if in_one_node {
+        "sub:1/x#1"
+    } else {
+        "sub:1/y#0"
+    };
+    assert_eq!(second.interrupts().len(), 1, "{second:?}");
+    assert_eq!(second.interrupts()[0].id, asked);
+    assert_eq!(
+        runtime.pending_interrupts("t").await.unwrap()[0].id,
+        asked,
+        "only the second question is pending"
+    );
+    let done = graph.resume(runtime, "t", 2).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 201, "both answers arrived once");
+}
+
+#[tokio::test]
+async fn a_subgraph_that_asks_twice_is_resumed_twice() {
+    resume_twice_inside_a_subgraph(&Runtime::in_memory(), false).await;
+    resume_twice_inside_a_subgraph(&Runtime::in_memory(), true).await;
+    let path = std::env::temp_dir().join(format!("loomflow-sub-twice-{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let runtime = Runtime::sqlite(&path).unwrap();
+    resume_twice_inside_a_subgraph(&runtime, false).await;
+    drop(runtime);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}

@@ -415,6 +415,21 @@ fn resume_position<S: State>(
     from_checkpoint(g, thread, cp, answers)
 }
 
+/// Drops the answers given to subgraph nodes, as a run suspends again. A subgraph's child
+/// run took them up and its own checkpoints record what they did: handing them down again
+/// at the next resume would answer interrupts that are no longer pending.
+pub(super) fn forget_child_answers<S: State>(
+    g: &CompiledInner<S>,
+    resume_values: &mut BTreeMap<String, Vec<Value>>,
+) {
+    if !resume_values.is_empty() {
+        resume_values.retain(|node, _| {
+            g.node_index(node)
+                .is_none_or(|i| g.nodes[i].node.subgraph_shape().is_none())
+        });
+    }
+}
+
 /// The position a checkpoint records; `answered` are the values a resume gives, by the
 /// index of the interrupt each answers.
 fn from_checkpoint<S: State>(

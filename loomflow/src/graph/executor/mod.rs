@@ -337,6 +337,7 @@ fn run_supersteps<S: State>(
                     interrupts,
                 }) => {
                     writer.finish().await?;
+                    locate::forget_child_answers(g, &mut resume_values);
                     // A top-level run's first checkpoint keeps the graph's description (see
                     // `check_graph`, which finds it there); only a run that wrote none (`Exit`
                     // durability) or a subgraph keeps it where it suspends.
