@@ -279,6 +279,48 @@ async fn a_start_resume_or_fork_into_a_busy_thread_is_refused_too() {
     assert_eq!(first.await.unwrap().completed().unwrap(), expected());
 }
 
+/// A direct run holds its thread from its claim, before it has written anything (with
+/// `Durability::Exit`, until it ends): a submit for a worker is refused meanwhile, on every
+/// store, rather than queuing a second execution that takes the lease from under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_into_a_thread_a_direct_run_holds_is_refused() {
+    let db = std::env::temp_dir().join(format!("loomflow-submit-held-{}.db", std::process::id()));
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(&db).unwrap()] {
+        let gate = Gate::new();
+        let hold = Arc::clone(&gate.hold);
+        let graph = Graph::new("held")
+            .node_fn("work", move |n: &mut u32, _ctx| {
+                let hold = Arc::clone(&hold);
+                Box::pin(async move {
+                    hold().await;
+                    *n += 1;
+                    Ok(())
+                })
+            })
+            .edge(START, "work")
+            .edge("work", END)
+            .compile()
+            .unwrap();
+        let direct = graph
+            .run(&runtime, "t", 0)
+            .durability(Durability::Exit)
+            .start();
+        gate.wait_entered().await;
+        match runtime.submit("held", "t", 10).await {
+            Err(loomflow::RuntimeError::RunActive { state, .. }) => {
+                assert_eq!(state, loomflow::runtime::RunState::Running)
+            }
+            other => panic!("a held thread must refuse a submit, got {other:?}"),
+        }
+        gate.open.notify_one();
+        assert_eq!(direct.await.unwrap().completed().unwrap(), 1);
+        runtime.submit("held", "t", 10).await.unwrap();
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_lost_its_claim_records_nothing_more_and_says_so() {
     let dir = TempDir::new("lost");

@@ -64,6 +64,7 @@ pub async fn run_all(store: &dyn Store) {
     claims::signals_taken_under_a_claim_go_to_one_consumer(store).await;
     runs::submitted_runs_are_claimed_once(store).await;
     runs::a_finished_run_still_held_refuses_a_submit(store).await;
+    runs::a_claim_not_written_yet_refuses_a_submit(store).await;
     runs::suspended_runs_wake_on_a_signal_or_their_time(store).await;
     runs::cancel_requests_are_recorded(store).await;
     runs::a_claimed_suspended_run_whose_execution_died_is_runnable(store).await;

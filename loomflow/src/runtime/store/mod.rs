@@ -426,6 +426,7 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// Refused, writing nothing, while the thread's current run has not finished (or an
     /// execution holds the thread): then returns [`Submitted::Active`] with that run's row.
+    /// A thread an execution claimed and has not written to yet reads as running.
     fn submit_run<'a>(
         &'a self,
         thread: &'a str,

@@ -159,6 +159,44 @@ pub(super) async fn a_finished_run_still_held_refuses_a_submit(store: &dyn Store
     assert_eq!(claimed.input, Some(json!(3)));
 }
 
+/// A thread an execution claimed and has not written to yet (a direct run before its first
+/// checkpoint) refuses a submit as a running run: queuing would take the lease from under
+/// it. Once released, or once the lease runs out, the submit is taken.
+pub(super) async fn a_claim_not_written_yet_refuses_a_submit(store: &dyn Store) {
+    let (thread, graph) = (unique("fresh-claim"), unique("graph"));
+    assert_eq!(
+        store.claim(&thread, "runner", 100, 1).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    match store
+        .submit_run(&thread, &graph, json!(1), 5)
+        .await
+        .unwrap()
+    {
+        Submitted::Active(record) => assert_eq!(
+            (record.state, record.lease_owner.as_deref()),
+            (RunState::Running, Some("runner"))
+        ),
+        other => panic!("a claimed thread must refuse a submit, got {other:?}"),
+    }
+    assert_eq!(
+        store.claim(&thread, "worker", LATER, 6).await.unwrap(),
+        crate::runtime::store::Claim::Busy {
+            owner: "runner".to_owned(),
+            until_ms: 100
+        },
+        "the refused submit left the claim as it was"
+    );
+    assert_eq!(
+        store
+            .submit_run(&thread, &graph, json!(2), 100)
+            .await
+            .unwrap(),
+        Submitted::Queued,
+        "a lease run out no longer holds the thread"
+    );
+}
+
 /// A waiting run is claimed once its signal is stored or its deadline is due; a sleeping
 /// one when its time is due; neither before.
 pub(super) async fn suspended_runs_wake_on_a_signal_or_their_time(store: &dyn Store) {

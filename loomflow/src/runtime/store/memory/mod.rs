@@ -426,10 +426,8 @@ impl Store for MemoryStore {
         ready(self.lock_mut().map(|mut inner| {
             let row = &mut inner.threads.entry(Arc::from(thread)).or_default().row;
             let finished = row.state.is_none_or(RunState::is_finished);
-            if (!finished || !row.is_free(now_ms))
-                && let Some(record) = row.record(thread)
-            {
-                return Submitted::Active(Box::new(record));
+            if !finished || !row.is_free(now_ms) {
+                return Submitted::Active(Box::new(row.active_record(thread)));
             }
             *row = RunRow {
                 run: row.run,

@@ -37,12 +37,22 @@ pub(super) struct RunRow {
 
 impl RunRow {
     pub(super) fn record(&self, thread: &str) -> Option<RunRecord> {
-        Some(RunRecord {
+        Some(self.record_in(thread, self.state?))
+    }
+
+    /// The row as a submit it refuses reports it: a run an execution claimed and has not
+    /// written to yet is running.
+    pub(super) fn active_record(&self, thread: &str) -> RunRecord {
+        self.record_in(thread, self.state.unwrap_or(RunState::Running))
+    }
+
+    fn record_in(&self, thread: &str, state: RunState) -> RunRecord {
+        RunRecord {
             thread: thread.to_owned(),
             run: self.run,
             graph: self.graph.as_deref().map(str::to_owned),
             fingerprint: self.fingerprint.as_deref().map(str::to_owned),
-            state: self.state?,
+            state,
             waiting_on: self.waiting_on.clone(),
             wake_at_ms: self.wake_at_ms,
             lease_owner: self.owner.as_deref().map(str::to_owned),
@@ -52,7 +62,7 @@ impl RunRow {
             error: self.error.clone(),
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
-        })
+        }
     }
 
     /// Takes the run for `owner` until `lease_until_ms`, unless another execution holds it

@@ -27,6 +27,7 @@ mod rows;
 mod runs;
 mod schema;
 mod signals;
+mod submit;
 mod target;
 
 use std::sync::atomic::AtomicI64;

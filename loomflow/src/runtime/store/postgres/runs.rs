@@ -31,22 +31,21 @@ use tokio_postgres::Row;
 use super::PostgresStore;
 use super::error::Fail;
 use super::fenced::{lease_lost, release, take_journal_fenced, write_fenced, write_journal_fenced};
-use super::rows::{
-    CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_json, to_u64,
-};
+use super::rows::{CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_u64};
 use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{
     AuditEntry, Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord,
-    RunState, StoreError, Submitted,
+    RunState, StoreError,
 };
 
 /// The columns [`record_from_row`] reads, in order.
-const RUN_COLUMNS: &str = "thread, run, graph, fingerprint, status, waiting_on, wake_at_ms,
+pub(super) const RUN_COLUMNS: &str =
+    "thread, run, graph, fingerprint, status, waiting_on, wake_at_ms,
     lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
     updated_at_ms";
 
 /// Decodes a row of [`RUN_COLUMNS`].
-fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
+pub(super) fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
     let thread: String = get(row, 0, "(runs)")?;
     let t = thread.as_str();
     let status: &str = get(row, 4, t)?;
@@ -77,7 +76,7 @@ fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
 
 /// How many times a claim, or a submit, is tried when the run's holder or state changes
 /// under it.
-const CLAIM_TRIES: usize = 5;
+pub(super) const CLAIM_TRIES: usize = 5;
 
 /// Set by every claim: a suspended run being carried on is runnable at once should its
 /// execution die (once its lease runs out), whatever woke it; otherwise a worker killed
@@ -355,66 +354,6 @@ impl PostgresStore {
         }
         .await
         .map_err(|e: Fail| e.write(&thread))
-    }
-
-    pub(super) async fn submit(
-        &self,
-        thread: &str,
-        graph: &str,
-        input: &Value,
-        now_ms: u64,
-    ) -> Result<Submitted, StoreError> {
-        async {
-            let input = to_json(input, thread)?;
-            let now = to_i64(now_ms, "time", thread)?;
-            let client = self.client().await?;
-            // One statement queues the run: a thread without a row gets one; a row whose
-            // run finished and that nobody holds (or one that never ran) is replaced.
-            let queue = client
-                .prepare_cached(
-                    "WITH queued AS (
-                         INSERT INTO loomflow_runs AS r (thread, status, graph, input,
-                             runnable_at_ms, created_at_ms, updated_at_ms)
-                         VALUES ($1, 'queued', $2, $3, 0, $4, $4)
-                         ON CONFLICT (thread) DO UPDATE SET
-                             status = 'queued', graph = $2, input = $3, runnable_at_ms = 0,
-                             fingerprint = NULL, waiting_on = NULL, wake_at_ms = NULL,
-                             cancel_requested = FALSE, error = NULL, lease_owner = NULL,
-                             lease_until_ms = 0, attempts = 0, created_at_ms = $4,
-                             updated_at_ms = $4
-                         WHERE r.status IS NULL
-                            OR (r.status IN ('completed', 'failed', 'cancelled')
-                                AND (r.lease_owner IS NULL OR r.lease_until_ms <= $4))
-                         RETURNING 1)
-                     SELECT pg_notify('loomflow_changes', '') FROM queued",
-                )
-                .await?;
-            // Refused: the run is unfinished or held, and the caller is told which. It may
-            // finish between the two statements: then queuing is tried again, a few times
-            // at most.
-            for _ in 0..CLAIM_TRIES {
-                if client
-                    .query_opt(&queue, &[&thread, &graph, &input, &now])
-                    .await?
-                    .is_some()
-                {
-                    return Ok(Submitted::Queued);
-                }
-                if let Some(record) = read_record(&client, thread, false).await? {
-                    let held = record.lease_owner.is_some()
-                        && i64::try_from(record.lease_until_ms).unwrap_or(i64::MAX) > now;
-                    if !record.state.is_finished() || held {
-                        return Ok(Submitted::Active(Box::new(record)));
-                    }
-                }
-            }
-            Err(Fail::Store(StoreError::Write {
-                thread: thread.to_owned(),
-                message: format!("the run changed state {CLAIM_TRIES} times during a submit"),
-            }))
-        }
-        .await
-        .map_err(|e: Fail| e.write(thread))
     }
 
     /// With a thread, `claim_waiting_run`; without, `claim_next_run`.

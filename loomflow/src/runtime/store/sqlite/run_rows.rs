@@ -47,6 +47,13 @@ pub(super) const RUN_COLUMNS: &str =
     lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
     updated_at_ms";
 
+/// [`RUN_COLUMNS`] as a submit reads them: a row with no status (claimed, never written)
+/// reads as running.
+const ACTIVE_COLUMNS: &str =
+    "thread, run, graph, fingerprint, COALESCE(status, 'running'), waiting_on, wake_at_ms,
+    lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
+    updated_at_ms";
+
 /// The columns of a run's row a checkpoint decides that need converting: the signals it
 /// waits on (JSON), its wake time and when it is runnable.
 fn row_columns(update: &RowUpdate) -> (Option<String>, Option<i64>, Option<i64>) {
@@ -137,14 +144,24 @@ pub(super) fn submit(
     input: &str,
     now_ms: i64,
 ) -> rusqlite::Result<Outcome> {
-    if let Some(record) = read_record(conn, thread)? {
+    // A row an execution claimed and has not written to yet has no status: it reads as
+    // running, and refuses the submit while the claim holds.
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {ACTIVE_COLUMNS}, status IS NOT NULL FROM runs WHERE thread = ?1"
+        ))?
+        .query_row([thread], |row| {
+            Ok((record_from_row(row), row.get::<_, bool>(14)?))
+        })
+        .optional()?;
+    if let Some((record, written)) = row {
         let record = match record {
             Ok(record) => record,
             Err(e) => return Ok(Outcome::Submitted(Box::new(Err(e)))),
         };
         let held = record.lease_owner.is_some()
             && i64::try_from(record.lease_until_ms).unwrap_or(i64::MAX) > now_ms;
-        if !record.state.is_finished() || held {
+        if (written && !record.state.is_finished()) || held {
             return Ok(Outcome::Submitted(Box::new(Ok(Submitted::Active(
                 Box::new(record),
             )))));
