@@ -684,3 +684,58 @@ async fn recover_applies_a_waiting_resume_request() {
         .unwrap();
     assert_eq!(done.approved, Some(false));
 }
+
+/// On the memory store, signals live only in the mailbox. One sent while the run that waits
+/// for it is still held (its node suspended, a sibling still running) finds no run to wake;
+/// the run wakes once its execution lets go of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_sent_while_its_run_is_still_held_wakes_it_once_let_go() {
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let finish = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::clone(&finish);
+    let graph = Graph::new("siblings")
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let add: u32 = ctx.wait_for_signal("go").await?;
+                *n += add;
+                Ok(())
+            })
+        })
+        .node_fn("slow", move |_n: &mut u32, _ctx| {
+            let (entered, finish) = (entered_tx.clone(), Arc::clone(&release));
+            Box::pin(async move {
+                let _ = entered.send(());
+                finish.notified().await;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge(START, "slow")
+        .edge("wait", END)
+        .edge("slow", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build()
+        .start();
+    runtime.submit("siblings", "s", 0).await.unwrap();
+    entered.recv().await.unwrap();
+    // `wait` has nothing to park on (no grace): it suspends while `slow` holds the step.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    runtime.signal("s", "go", 5).await.unwrap();
+    finish.notify_one();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let record = loop {
+        let record = runtime.run("s").await.unwrap().record;
+        if record.state.is_finished() || tokio::time::Instant::now() > deadline {
+            break record;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.state, RunState::Completed, "{record:?}");
+    worker.shutdown().await.unwrap();
+    assert_eq!(runtime.run("s").await.unwrap().state, json!(5));
+}

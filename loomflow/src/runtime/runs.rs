@@ -180,6 +180,23 @@ impl Runtime {
         }
     }
 
+    /// Tells the workers about `thread`, which has just let go of a run suspended on
+    /// `interrupts`, if what the run waits for is queued here already: a signal or a resume
+    /// request that came while the run was still held (a sibling node finishing its step)
+    /// found nothing to wake. A store that keeps signals finds them itself; the memory
+    /// store has only the mailbox.
+    pub(crate) fn wake_if_queued(&self, thread: &str, interrupts: &[Interrupt]) {
+        let queued = |name: &str| self.mailbox().queued(thread, name) > 0;
+        let arrived = interrupts.iter().any(|i| match (&i.signal, i.wake_at_ms) {
+            (Some(signal), _) => queued(signal),
+            (None, None) => queued(RESUME_SIGNAL),
+            (None, Some(_)) => false,
+        });
+        if arrived {
+            self.wakes().wake(Some(thread));
+        }
+    }
+
     /// Whether a resume request waits for `thread` in this process's mailbox (cheap: no
     /// store access).
     pub(crate) fn has_resume_request(&self, thread: &str) -> bool {

@@ -162,6 +162,8 @@ fn claimed<S: State>(
                     .await?
             }
         };
+        // Kept for a top-level run only, to look at what arrived once it has let go.
+        let runtime = top_level.then(|| execution.runtime.clone());
         let result = run_supersteps(execution, claim.clone()).await;
         if claim.is_lost() {
             return Err(claim.lost_error().into());
@@ -192,6 +194,11 @@ fn claimed<S: State>(
             if let Err(error) = ended {
                 // The outcome stands; the lease runs out on its own.
                 tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+            }
+            if let (Some(runtime), Ok(RunOutcome::Interrupted { interrupts, .. })) =
+                (&runtime, &result)
+            {
+                runtime.wake_if_queued(claim.thread(), interrupts);
             }
         }
         result
