@@ -121,6 +121,42 @@ async fn a_signal_received_through_wait_for_signal_is_not_delivered_after_a_rest
     assert!(stored(&db.open(unbounded())).await.is_empty());
 }
 
+/// A wait cut short (a `timeout` around it) after the mailbox handed it a stored payload,
+/// while the payload's row is being consumed, loses nothing: every payload sent is received
+/// by a later wait or still stored. The cuts land at varied points of the hand-over.
+#[tokio::test]
+async fn a_wait_cancelled_during_the_hand_over_loses_no_payload() {
+    let db = TempDb::new("cancelled-wait");
+    let runtime = db.open(unbounded());
+    let _open = runtime.session("s");
+    let sent = 500u32;
+    let mut received = Vec::new();
+    for i in 0..sent {
+        runtime.signal("s", "n", i).await.unwrap();
+        let cut = Duration::from_micros(u64::from(i % 50) * 40);
+        let wait = runtime.wait_for_signal::<u32>("s", "n", None);
+        if let Ok(got) = tokio::time::timeout(cut, wait).await {
+            received.push(got.unwrap());
+        }
+    }
+    let drain = || runtime.wait_for_signal::<u32>("s", "n", Some(Duration::from_millis(300)));
+    while let Ok(got) = drain().await {
+        received.push(got);
+    }
+    let still_stored = stored(&runtime).await.len();
+    received.sort_unstable();
+    let all = received.len();
+    received.dedup();
+    assert_eq!(received.len(), all, "no payload was received twice");
+    assert_eq!(
+        received.len() + still_stored,
+        sent as usize,
+        "received {} distinct payloads, {still_stored} still stored",
+        received.len()
+    );
+    assert_eq!(still_stored, 0, "every payload was received");
+}
+
 #[tokio::test]
 async fn a_payload_keeps_its_own_fields_through_the_store() {
     // Nothing is wrapped around a durable payload: a field that once was the in-band

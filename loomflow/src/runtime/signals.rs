@@ -310,6 +310,12 @@ impl Runtime {
     /// that arrives afterwards stays queued. A wait on a session that is not open holds its
     /// mailbox while it waits.
     ///
+    /// Cancelling the wait (dropping it in a `select!`, or a `tokio::time::timeout` around
+    /// it) loses no payload. On a durable runtime the payload's row is consumed before the
+    /// wait returns; a wait dropped meanwhile leaves the payload at the head of its queue for
+    /// the next wait in this process: still stored if consuming failed, or no longer stored
+    /// (and so not delivered after a restart) if it went through.
+    ///
     /// # Errors
     ///
     /// [`SignalError::Timeout`]; [`SignalError::Payload`] when the payload is not a `T` (it
@@ -324,14 +330,24 @@ impl Runtime {
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
             let entry = self.receive(session, name, left, Scope::User).await?;
-            let (value, seq) = self.accept(session, name, entry, Scope::User)?;
-            let Some(seq) = seq else { return Ok(value) };
+            let value = match decode::<T>(session, name, entry.payload.clone()) {
+                Ok(value) => value,
+                Err(error) => {
+                    self.give_back(session, name, entry, Scope::User);
+                    return Err(error.into());
+                }
+            };
+            let seq = entry.seq;
             // Consumed durably before it is handed over: it is not delivered again after a
-            // restart, nor to another process that had it in its mailbox too.
-            if self.store().try_take_signal(session, seq).await? {
+            // restart, nor to another process that had it in its mailbox too. Cancelling
+            // this wait meanwhile puts the payload back (see `handover`).
+            if self
+                .take_handed_over(session, name, entry, Scope::User)
+                .await?
+            {
                 return Ok(value);
             }
-            tracing::debug!(%session, %name, seq, "signal was consumed elsewhere; waiting for the next");
+            tracing::debug!(%session, %name, ?seq, "signal was consumed elsewhere; waiting for the next");
         }
     }
 
