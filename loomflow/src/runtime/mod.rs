@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock, Utc};
 pub use error::RuntimeError;
+pub(crate) use runs::ResumeRequest;
 pub use runs::RunInfo;
 
 use serde::de::DeserializeOwned;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::clock::now_ms;
-use super::mailbox::{Delivery, Scope, SignalOptions};
+use super::mailbox::{Delivery, SignalOptions};
 use super::store::{Interrupt, RunFilter, RunRecord, RunState, RunStatus, Submitted};
 use super::{Runtime, RuntimeError};
 
@@ -103,12 +103,19 @@ impl Runtime {
     /// carries interrupted runs on when a request arrives, or a `recover` in the program)
     /// resumes it as [`CompiledGraph::resume`](crate::CompiledGraph::resume) would.
     ///
+    /// The execution that applies the request consumes it under the run's claim and
+    /// journals it in the same write: should that execution die before the resumed step is
+    /// checkpointed, the next one (a worker taking the run over once the lease runs out)
+    /// resumes with the same value. Of several requests sent for one interruption, the
+    /// newest applies.
+    ///
     /// # Errors
     ///
     /// [`RuntimeError::UnknownRun`]; [`RuntimeError::NotInterrupted`] when the run does not
     /// wait for a resume value; a value that does not serialize; a store failure. A value
     /// the node cannot use is refused when the request is applied: the run then stays
-    /// interrupted.
+    /// interrupted until a newer request comes (a `recover` meanwhile refuses the same value
+    /// again).
     pub async fn request_resume(&self, thread: &str, value: impl Serialize) -> Result<Delivery> {
         self.send_resume(thread, None, value).await
     }
@@ -157,29 +164,6 @@ impl Runtime {
             .await
     }
 
-    /// Takes the resume request waiting for `thread`, if any, consuming it durably.
-    pub(crate) async fn take_resume_request(&self, thread: &str) -> Result<Option<ResumeRequest>> {
-        loop {
-            let Some(entry) = self
-                .receive_now(thread, RESUME_SIGNAL, Scope::Framework)
-                .await?
-            else {
-                return Ok(None);
-            };
-            if let Some(seq) = entry.seq
-                && !self.store().try_take_signal(thread, seq).await?
-            {
-                continue; // consumed elsewhere
-            }
-            match serde_json::from_value::<ResumeRequest>(entry.payload) {
-                Ok(request) => return Ok(Some(request)),
-                Err(error) => {
-                    tracing::warn!(%thread, %error, "a resume request did not decode; dropped");
-                }
-            }
-        }
-    }
-
     /// Tells the workers about `thread`, which has just let go of a run suspended on
     /// `interrupts`, if what the run waits for is queued here already: a signal or a resume
     /// request that came while the run was still held (a sibling node finishing its step)
@@ -195,12 +179,6 @@ impl Runtime {
         if arrived {
             self.wakes().wake(Some(thread));
         }
-    }
-
-    /// Whether a resume request waits for `thread` in this process's mailbox (cheap: no
-    /// store access).
-    pub(crate) fn has_resume_request(&self, thread: &str) -> bool {
-        self.mailbox().queued(thread, RESUME_SIGNAL) > 0
     }
 
     pub(crate) fn wakes(&self) -> &Wakes {

@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::checkpoint::Snapshot;
 use super::observe::Resumed;
 use super::owned::{OwnedSnapshot, ReadBack};
+use super::resume_request::{Answering, resume_request};
 use super::route::{JoinMarks, route};
 use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
@@ -14,7 +15,8 @@ use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::graph::identity;
 use crate::graph::run::RunOutcome;
-use crate::runtime::{Checkpoint, RunStatus, Runtime};
+use crate::runtime::claim::RunClaim;
+use crate::runtime::{Checkpoint, ResumeRequest, RunStatus, Runtime};
 
 pub(super) enum Located<S> {
     Position(Position<S>),
@@ -23,6 +25,7 @@ pub(super) enum Located<S> {
 
 /// A checkpoint read back: its row's columns and the executor's snapshot.
 struct Stored<S> {
+    id: u64,
     run: u64,
     step: u64,
     status: RunStatus,
@@ -52,7 +55,7 @@ impl<S: State> Stored<S> {
     /// Reads `cp` for `g`, whose snapshot a graph of state `S` may have kept as values (in
     /// memory); see [`OwnedSnapshot::read`] for `payloads`.
     fn read(cp: Checkpoint, g: &CompiledInner<S>, thread: &str, payloads: bool) -> Result<Self> {
-        let (run, step, status) = (cp.run, cp.step, cp.status);
+        let (id, run, step, status) = (cp.id, cp.run, cp.step, cp.status);
         let kept = cp.unserialized.as_ref();
         let (state, next, snapshot) =
             match kept.and_then(|kept| OwnedSnapshot::read(&*kept.0, g, payloads)) {
@@ -84,6 +87,7 @@ impl<S: State> Stored<S> {
                 }
             };
         Ok(Self {
+            id,
             run,
             step,
             status,
@@ -95,6 +99,15 @@ impl<S: State> Stored<S> {
 }
 
 impl<S> Stored<S> {
+    /// The checkpoint, as a resume request answers it.
+    fn answering(&self) -> Answering {
+        Answering {
+            id: self.id,
+            run: self.run,
+            step: self.step,
+        }
+    }
+
     fn interrupt_ids(&self) -> Vec<String> {
         self.snapshot
             .interrupts
@@ -150,6 +163,7 @@ pub(super) async fn locate<S: State>(
     g: &CompiledInner<S>,
     thread: &str,
     runtime: &Runtime,
+    claim: &RunClaim,
     namespace: &str,
     start: Start<S>,
     allow_graph_change: bool,
@@ -169,69 +183,78 @@ pub(super) async fn locate<S: State>(
             resumed: None,
         })
     };
-    let position = match start {
-        Start::Fresh(input) => {
-            let previous = newest(runtime, thread, namespace).await?;
-            let run = previous.map_or(1, |cp| cp.run + 1);
-            fresh(run, input)?
-        }
-        Start::Child { input, run } => fresh(run, input)?,
-        Start::Recover => {
-            let cp = latest(g, runtime, thread, namespace, true).await?;
-            check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
-            match cp.status {
-                RunStatus::Completed => {
-                    return Ok(Located::Finished(RunOutcome::Completed(
-                        cp.state.decode(g, thread)?,
-                    )));
+    // A recover with a resume request to apply leaves this block with the future that
+    // applies it, awaited outside: inside, the checkpoint it moved there would keep its
+    // room in this future across the await.
+    let with_request = 'located: {
+        let position = match start {
+            Start::Fresh(input) => {
+                let previous = newest(runtime, thread, namespace).await?;
+                let run = previous.map_or(1, |cp| cp.run + 1);
+                fresh(run, input)?
+            }
+            Start::Child { input, run } => fresh(run, input)?,
+            Start::Recover => {
+                let cp = latest(g, runtime, thread, namespace, true).await?;
+                check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
+                // A top-level run interrupted for a value carries on with a resume request
+                // sent for it, if there is one, as a resume with that value would.
+                let for_a_value = cp.status == RunStatus::Interrupted
+                    && namespace.is_empty()
+                    && (cp.snapshot.interrupts.iter())
+                        .any(|i| i.signal.is_none() && i.wake_at_ms.is_none());
+                if for_a_value {
+                    break 'located Box::pin(with_request(g, (runtime, claim), thread, cp));
                 }
-                // A run waiting for signals or timers is run again: the signals may have
-                // arrived, the timers may be due (a timer that is not suspends again).
-                RunStatus::Interrupted
-                    if cp
-                        .snapshot
-                        .interrupts
-                        .iter()
-                        .any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) =>
-                {
-                    from_checkpoint(g, thread, cp, Vec::new())?
-                }
-                RunStatus::Interrupted => {
-                    return Ok(Located::Finished(RunOutcome::Interrupted {
-                        state: cp.state.decode(g, thread)?,
-                        interrupts: cp.snapshot.interrupts,
-                    }));
-                }
-                RunStatus::Running | RunStatus::Failed => {
-                    from_checkpoint(g, thread, cp, Vec::new())?
-                }
-                RunStatus::Cancelled => {
-                    return Err(RunError::Cancelled {
-                        thread: thread.to_owned(),
-                    });
+                match cp.status {
+                    RunStatus::Completed => {
+                        return Ok(Located::Finished(RunOutcome::Completed(
+                            cp.state.decode(g, thread)?,
+                        )));
+                    }
+                    // A run waiting for signals or timers is run again: the signals may have
+                    // arrived, the timers may be due (a timer that is not suspends again).
+                    RunStatus::Interrupted
+                        if cp
+                            .snapshot
+                            .interrupts
+                            .iter()
+                            .any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) =>
+                    {
+                        from_checkpoint(g, thread, cp, Vec::new())?
+                    }
+                    RunStatus::Interrupted => {
+                        return Ok(Located::Finished(RunOutcome::Interrupted {
+                            state: cp.state.decode(g, thread)?,
+                            interrupts: cp.snapshot.interrupts,
+                        }));
+                    }
+                    RunStatus::Running | RunStatus::Failed => {
+                        from_checkpoint(g, thread, cp, Vec::new())?
+                    }
+                    RunStatus::Cancelled => {
+                        return Err(RunError::Cancelled {
+                            thread: thread.to_owned(),
+                        });
+                    }
                 }
             }
-        }
-        Start::ResumeOne(value) => {
-            let cp = interrupted(g, runtime, thread, namespace).await?;
-            check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
-            let [only] = cp.snapshot.interrupts.as_slice() else {
-                return Err(RunError::AmbiguousResume {
-                    thread: thread.to_owned(),
-                    pending: cp.interrupt_ids(),
-                });
-            };
-            let answers = vec![answer(&cp, thread, 0, &only.id, value)?];
-            resume_position(g, thread, cp, answers)?
-        }
-        Start::Resume(values) => {
-            let cp = interrupted(g, runtime, thread, namespace).await?;
-            check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
-            let answers = answers_by_id(&cp, thread, values)?;
-            resume_position(g, thread, cp, answers)?
-        }
+            Start::ResumeOne(value) => {
+                let cp = interrupted(g, runtime, thread, namespace).await?;
+                check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
+                let answers = only_answer(&cp, thread, value)?;
+                resume_position(g, thread, cp, answers)?
+            }
+            Start::Resume(values) => {
+                let cp = interrupted(g, runtime, thread, namespace).await?;
+                check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
+                let answers = answers_by_id(&cp, thread, values)?;
+                resume_position(g, thread, cp, answers)?
+            }
+        };
+        return Ok(Located::Position(position));
     };
-    Ok(Located::Position(position))
+    with_request.await
 }
 
 /// Refuses a checkpoint written by a graph of another structure, naming what changed (from
@@ -355,6 +378,55 @@ fn answer<S>(
         source,
     })?;
     Ok((at, value))
+}
+
+/// The position `cp` resumes from with the resume request sent for it, if there is one
+/// (see [`resume_request`]); else `cp` back. A request an earlier execution took and that
+/// was refused then is not refused again.
+async fn with_request<S: State>(
+    g: &CompiledInner<S>,
+    (runtime, claim): (&Runtime, &RunClaim),
+    thread: &str,
+    cp: Stored<S>,
+) -> Result<Located<S>> {
+    if let Some((ResumeRequest { interrupt, value }, fresh)) =
+        resume_request(runtime, claim, thread, &cp.answering()).await?
+    {
+        let answers = match interrupt {
+            Some(id) => answers_by_id(&cp, thread, BTreeMap::from([(id, Ok(value))])),
+            None => only_answer(&cp, thread, Ok(value)),
+        };
+        match answers {
+            Ok(answers) => return Ok(Located::Position(resume_position(g, thread, cp, answers)?)),
+            Err(error) if fresh => return Err(error),
+            Err(_) => {}
+        }
+    }
+    // No request: as any recover of an interrupted run (see `locate`).
+    if (cp.snapshot.interrupts.iter()).any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) {
+        return Ok(Located::Position(from_checkpoint(
+            g,
+            thread,
+            cp,
+            Vec::new(),
+        )?));
+    }
+    Ok(Located::Finished(RunOutcome::Interrupted {
+        state: cp.state.decode(g, thread)?,
+        interrupts: cp.snapshot.interrupts,
+    }))
+}
+
+/// The answer `value` gives the only pending interrupt ([`answer`]); refused when several
+/// are pending.
+fn only_answer<S>(cp: &Stored<S>, thread: &str, value: ResumeValue) -> Result<Vec<(usize, Value)>> {
+    let [only] = cp.snapshot.interrupts.as_slice() else {
+        return Err(RunError::AmbiguousResume {
+            thread: thread.to_owned(),
+            pending: cp.interrupt_ids(),
+        });
+    };
+    Ok(vec![answer(cp, thread, 0, &only.id, value)?])
 }
 
 /// The answers `values` gives by interrupt id, each checked ([`answer`]) against the

@@ -15,6 +15,7 @@ mod checkpoint;
 mod locate;
 mod observe;
 mod owned;
+mod resume_request;
 mod route;
 mod step;
 
@@ -227,11 +228,11 @@ fn run_supersteps<S: State>(
     async move {
         let g = &*graph.inner;
         runtime.load_stored_signals().await?;
-        let start = apply_resume_request(&runtime, &thread, &namespace, start).await?;
         let located = locate(
             g,
             &thread,
             &runtime,
+            &claim,
             namespace.as_str(),
             start,
             allow_graph_change,
@@ -476,39 +477,6 @@ async fn fail<S: State>(
     }
     shared.emit(step, None, EventKind::Error { message });
     Ok(RunOutcome::Failed { state, error })
-}
-
-/// A recover of a top-level run with a resume request waiting (sent without the graph's
-/// code: `loomflow resume`, [`Runtime::request_resume`]) becomes that resume. The request
-/// is consumed here, under the run's claim; a value the node cannot use fails the resume as
-/// a direct one would, and the run stays interrupted.
-async fn apply_resume_request<S>(
-    runtime: &Runtime,
-    thread: &str,
-    namespace: &Namespace,
-    start: Start<S>,
-) -> Result<Start<S>> {
-    if !matches!(start, Start::Recover)
-        || !namespace.is_root()
-        || !runtime.has_resume_request(thread)
-    {
-        return Ok(start);
-    }
-    let interrupted = runtime
-        .store()
-        .latest_checkpoint(thread, "")
-        .await?
-        .is_some_and(|cp| cp.status == RunStatus::Interrupted);
-    if !interrupted {
-        return Ok(start);
-    }
-    Ok(match runtime.take_resume_request(thread).await? {
-        Some(request) => match request.interrupt {
-            Some(id) => Start::Resume(BTreeMap::from([(id, Ok(request.value))])),
-            None => Start::ResumeOne(Ok(request.value)),
-        },
-        None => start,
-    })
 }
 
 /// Stops a run that was asked to stop ([`Runtime::cancel`]) between two supersteps: its
