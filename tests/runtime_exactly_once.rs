@@ -368,6 +368,66 @@ async fn a_run_that_lost_its_claim_records_nothing_more_and_says_so() {
     assert_eq!(after.last().unwrap().step, 1);
 }
 
+/// A run that does not write each step (`Exit`, `Async`) whose lease another execution
+/// took while a node ran learns it from the heartbeat, and runs no further node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_writes_later_stops_at_the_next_step_once_its_lease_is_gone() {
+    for durability in [Durability::Exit, Durability::Async] {
+        let dir = TempDir::new("lost-later");
+        let gate = Gate::new();
+        let hold = Arc::clone(&gate.hold);
+        let after = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ran = Arc::clone(&after);
+        let graph = Graph::new("later")
+            .node_fn("first", move |n: &mut u32, _ctx| {
+                let hold = Arc::clone(&hold);
+                Box::pin(async move {
+                    hold().await;
+                    *n += 1;
+                    Ok(())
+                })
+            })
+            .node_fn("second", move |n: &mut u32, _ctx| {
+                ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                *n += 1;
+                Box::pin(async { Ok(()) })
+            })
+            .edge(START, "first")
+            .edge("first", "second")
+            .edge("second", END)
+            .compile()
+            .unwrap();
+        let rt = Runtime::builder()
+            .store(SqliteStore::open(dir.0.join("runs.db")).unwrap())
+            .lease(Duration::from_millis(300))
+            .build();
+        let run = graph.run(&rt, "t", 0).durability(durability).start();
+        gate.wait_entered().await;
+        // Another process takes the run over, as if this one had stalled past its lease.
+        let later = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + 120_000;
+        let taken = rt
+            .store()
+            .claim("t", "another-process", later + 30_000, later);
+        assert_eq!(taken.await.unwrap(), loomflow::runtime::Claim::Claimed);
+        // The heartbeat (every 100 ms with this lease) finds the lease gone.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        gate.open.notify_one();
+        match run.await {
+            Err(RunError::Store(StoreError::LeaseLost { thread, .. })) => assert_eq!(thread, "t"),
+            other => panic!("{durability:?}: the run stops with the lost lease, not {other:?}"),
+        }
+        assert_eq!(
+            after.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{durability:?}: no node ran after the lease was gone"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // In several processes.
 

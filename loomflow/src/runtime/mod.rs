@@ -41,6 +41,11 @@ pub use store::{PostgresOptions, PostgresStore};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 /// When a run's checkpoints reach the store, and what a crash can cost.
+///
+/// Whatever the mode, a run whose lease another execution took over (this process stalled
+/// past it) runs no further step: it learns it from its next write, or from the lease's
+/// heartbeat before its next step, and ends with
+/// [`StoreError::LeaseLost`](crate::runtime::StoreError::LeaseLost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Durability {

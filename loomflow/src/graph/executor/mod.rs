@@ -298,6 +298,13 @@ fn run_supersteps<S: State>(
         let mut last_nodes: Vec<usize> = Vec::new();
 
         while !active.is_empty() {
+            // Another execution took the run over (the heartbeat found the lease gone): stop
+            // before running anything more. A run that writes each step learns it from its
+            // next write; one that writes later (`Async`, `Exit`) learns it here.
+            if shared.claim.is_lost() {
+                let _ = writer.finish().await;
+                return Err(shared.claim.lost_error().into());
+            }
             if shared.namespace.is_root() && shared.claim.cancel_requested() {
                 writer.finish().await?;
                 return Box::pin(cancel(g, &shared, step, state, &active, &joins)).await;
