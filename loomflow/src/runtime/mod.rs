@@ -45,7 +45,7 @@ type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 /// Whatever the mode, a run whose lease another execution took over (this process stalled
 /// past it) runs no further step: it learns it from its next write, or from the lease's
 /// heartbeat before its next step, and ends with
-/// [`StoreError::LeaseLost`](crate::runtime::StoreError::LeaseLost).
+/// [`StoreError::LeaseLost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Durability {
