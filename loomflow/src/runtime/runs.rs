@@ -60,6 +60,11 @@ impl Wakes {
         self.notify.notify_one();
     }
 
+    /// Whether any worker listens.
+    pub(crate) fn listened(&self) -> bool {
+        self.listeners.load(Ordering::Acquire) > 0
+    }
+
     /// A worker starts listening.
     pub(crate) fn listen(&self) {
         self.listeners.fetch_add(1, Ordering::AcqRel);
@@ -170,6 +175,9 @@ impl Runtime {
     /// found nothing to wake. A store that keeps signals finds them itself; the memory
     /// store has only the mailbox.
     pub(crate) fn wake_if_queued(&self, thread: &str, interrupts: &[Interrupt]) {
+        if !self.wakes().listened() {
+            return;
+        }
         let queued = |name: &str| self.mailbox().queued(thread, name) > 0;
         let arrived = interrupts.iter().any(|i| match (&i.signal, i.wake_at_ms) {
             (Some(signal), _) => queued(signal),

@@ -163,8 +163,10 @@ fn claimed<S: State>(
                     .await?
             }
         };
-        // Kept for a top-level run only, to look at what arrived once it has let go.
-        let runtime = top_level.then(|| execution.runtime.clone());
+        // Kept for a top-level run that workers may carry on, to look at what arrived for
+        // it once it has let go.
+        let runtime =
+            (top_level && execution.runtime.wakes().listened()).then(|| execution.runtime.clone());
         let result = run_supersteps(execution, claim.clone()).await;
         if claim.is_lost() {
             return Err(claim.lost_error().into());
