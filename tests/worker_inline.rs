@@ -656,6 +656,10 @@ async fn a_resume_requested_without_the_graph_is_applied_by_the_worker() {
     worker.run_until_idle().await.unwrap();
     assert_eq!(state_of(&runtime, "r-9").await, RunState::Interrupted);
 
+    // Refused, the request is spent: a recover finds the run interrupted, as it was.
+    let recovered = review_graph().recover(&runtime, "r-9").await.unwrap();
+    assert_eq!(recovered.interrupts().len(), 1, "{recovered:?}");
+
     operator.request_resume("r-9", true).await.unwrap();
     assert_eq!(worker.run_until_idle().await.unwrap(), 1);
     let done: Refund = runtime.get_state("r-9").await.unwrap().unwrap();
@@ -738,4 +742,119 @@ async fn a_signal_sent_while_its_run_is_still_held_wakes_it_once_let_go() {
     assert_eq!(record.state, RunState::Completed, "{record:?}");
     worker.shutdown().await.unwrap();
     assert_eq!(runtime.run("s").await.unwrap().state, json!(5));
+}
+
+/// `ask` asks twice in one node; the answers make 1 × first + 100 × second.
+fn asking_twice_graph() -> CompiledGraph<u32> {
+    Graph::new("twice")
+        .node_fn("ask", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let first: u32 = ctx.interrupt(json!("first?"))?;
+                let second: u32 = ctx.interrupt(json!("second?"))?;
+                *n = first + 100 * second;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
+/// Two requests sent for one question (a correction): the newest answers it, and neither
+/// is left over to answer the next question, which waits for a request of its own.
+#[tokio::test]
+async fn of_two_resume_requests_for_one_question_the_newest_answers_it() {
+    let db = TempDb::new("newest-request");
+    let runtime = db.runtime();
+    let graph = asking_twice_graph();
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    runtime.submit("twice", "t", 0).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(
+        runtime.pending_interrupts("t").await.unwrap()[0].id,
+        "ask#0"
+    );
+
+    let operator = db.runtime();
+    operator.request_resume("t", 1).await.unwrap();
+    operator.request_resume("t", 2).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let pending = runtime.pending_interrupts("t").await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(
+        pending[0].id, "ask#1",
+        "the second question waits for its own answer"
+    );
+
+    operator.request_resume("t", 3).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(state_of(&runtime, "t").await, RunState::Completed);
+    let answered: u32 = runtime.get_state("t").await.unwrap().unwrap();
+    assert_eq!(
+        answered, 302,
+        "2 (the newest) for the first, 3 for the second"
+    );
+}
+
+/// A worker that shuts down while a resumed node runs lets go of nothing it cannot give
+/// back: the request it took stays with the run (its lease runs out instead), and the next
+/// worker resumes with the same value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_request_taken_by_a_worker_that_shuts_down_is_applied_by_the_next() {
+    static HANG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+    let db = TempDb::new("request-shutdown");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db.0).unwrap())
+        .lease(Duration::from_millis(300))
+        .build();
+    let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let graph = Graph::new("hang")
+        .node_fn("ask", move |n: &mut u32, ctx| {
+            let got = got_tx.clone();
+            Box::pin(async move {
+                let answer: u32 = ctx.interrupt(json!("how many?"))?;
+                let _ = got.send(answer);
+                if HANG.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                *n = answer;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let interrupted = graph.invoke(&runtime, "t", 0).await.unwrap();
+    assert_eq!(interrupted.interrupts().len(), 1);
+    runtime.request_resume("t", 7).await.unwrap();
+
+    let first = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_timeout(Duration::from_millis(50))
+        .build()
+        .start();
+    assert_eq!(got.recv().await, Some(7));
+    // The node never finishes: shutting down aborts it.
+    first.shutdown().await.unwrap();
+    HANG.store(false, std::sync::atomic::Ordering::SeqCst);
+
+    let second = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while state_of(&runtime, "t").await != RunState::Completed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request was lost"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    second.shutdown().await.unwrap();
+    let answered: u32 = runtime.get_state("t").await.unwrap().unwrap();
+    assert_eq!(answered, 7);
 }

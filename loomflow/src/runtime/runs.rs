@@ -109,18 +109,18 @@ impl Runtime {
     /// resumes it as [`CompiledGraph::resume`](crate::CompiledGraph::resume) would.
     ///
     /// The execution that applies the request consumes it under the run's claim and
-    /// journals it in the same write: should that execution die before the resumed step is
-    /// checkpointed, the next one (a worker taking the run over once the lease runs out)
-    /// resumes with the same value. Of several requests sent for one interruption, the
-    /// newest applies.
+    /// journals it in the same write: should that execution stop before the resumed step is
+    /// checkpointed (killed, or shut down), it leaves the run held until its lease runs out,
+    /// and the next one (a worker taking the run over) resumes with the same value. The
+    /// requests queued when an execution starts are applied together, the newest for each
+    /// interrupt; none is left over to answer a later question.
     ///
     /// # Errors
     ///
     /// [`RuntimeError::UnknownRun`]; [`RuntimeError::NotInterrupted`] when the run does not
     /// wait for a resume value; a value that does not serialize; a store failure. A value
-    /// the node cannot use is refused when the request is applied: the run then stays
-    /// interrupted until a newer request comes (a `recover` meanwhile refuses the same value
-    /// again).
+    /// the node cannot use is refused when the request is applied: the request is spent,
+    /// and the run stays interrupted.
     pub async fn request_resume(&self, thread: &str, value: impl Serialize) -> Result<Delivery> {
         self.send_resume(thread, None, value).await
     }

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::checkpoint::Snapshot;
 use super::observe::Resumed;
 use super::owned::{OwnedSnapshot, ReadBack};
-use super::resume_request::{Answering, resume_request};
+use super::resume_request::{Answering, resume_requests};
 use super::route::{JoinMarks, route};
 use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
@@ -380,23 +380,18 @@ fn answer<S>(
     Ok((at, value))
 }
 
-/// The position `cp` resumes from with the resume request sent for it, if there is one
-/// (see [`resume_request`]); else `cp` back. A request an earlier execution took and that
-/// was refused then is not refused again.
+/// Where `cp`, interrupted for a value, carries on: resumed with the resume requests sent
+/// for it, if there are any (see [`resume_requests`]); else as any recover of it would.
+/// Requests an earlier execution took and that were refused then are not refused again.
 async fn with_request<S: State>(
     g: &CompiledInner<S>,
     (runtime, claim): (&Runtime, &RunClaim),
     thread: &str,
     cp: Stored<S>,
 ) -> Result<Located<S>> {
-    if let Some((ResumeRequest { interrupt, value }, fresh)) =
-        resume_request(runtime, claim, thread, &cp.answering()).await?
-    {
-        let answers = match interrupt {
-            Some(id) => answers_by_id(&cp, thread, BTreeMap::from([(id, Ok(value))])),
-            None => only_answer(&cp, thread, Ok(value)),
-        };
-        match answers {
+    let (requests, fresh) = resume_requests(runtime, claim, thread, &cp.answering()).await?;
+    if !requests.is_empty() {
+        match requested_answers(&cp, thread, requests) {
             Ok(answers) => return Ok(Located::Position(resume_position(g, thread, cp, answers)?)),
             Err(error) if fresh => return Err(error),
             Err(_) => {}
@@ -415,6 +410,30 @@ async fn with_request<S: State>(
         state: cp.state.decode(g, thread)?,
         interrupts: cp.snapshot.interrupts,
     }))
+}
+
+/// The answers `requests` give `cp`'s interrupts, oldest first: one per interrupt, the
+/// newest for each; a request that names none answers the only pending one.
+fn requested_answers<S>(
+    cp: &Stored<S>,
+    thread: &str,
+    requests: Vec<ResumeRequest>,
+) -> Result<Vec<(usize, Value)>> {
+    let mut values = BTreeMap::new();
+    for ResumeRequest { interrupt, value } in requests {
+        let id = match (interrupt, cp.snapshot.interrupts.as_slice()) {
+            (Some(id), _) => id,
+            (None, [only]) => only.id.clone(),
+            (None, _) => {
+                return Err(RunError::AmbiguousResume {
+                    thread: thread.to_owned(),
+                    pending: cp.interrupt_ids(),
+                });
+            }
+        };
+        values.insert(id, Ok(value));
+    }
+    answers_by_id(cp, thread, values)
 }
 
 /// The answer `value` gives the only pending interrupt ([`answer`]); refused when several
@@ -463,6 +482,8 @@ fn resume_position<S: State>(
         resume_values,
         ..
     } = &mut cp.snapshot;
+    // The subgraph nodes this resume answers: each starts its object afresh.
+    let mut answered_subgraphs: Vec<&str> = Vec::new();
     for (at, value) in &answers {
         let interrupt = &interrupts[*at];
         let node = &interrupt.node;
@@ -472,8 +493,11 @@ fn resume_position<S: State>(
             .is_some_and(|i| g.nodes[i].node.subgraph_shape().is_some());
         if is_subgraph {
             // A subgraph node suspends on its child's interrupts, answered by id, in any
-            // order: its values travel as one object, {id: value}, that it hands down.
-            if !matches!(values.first(), Some(Value::Object(_))) {
+            // order: its values travel as one object, {id: value}, that it hands down. Only
+            // this resume's: the child's checkpoints keep what earlier answers did (a
+            // checkpoint from before `forget_child_answers` may still hold them).
+            if !answered_subgraphs.contains(&node.as_str()) {
+                answered_subgraphs.push(node);
                 *values = vec![Value::Object(serde_json::Map::new())];
             }
             if let Some(Value::Object(by_id)) = values.first_mut() {

@@ -178,7 +178,8 @@ fn claimed<S: State>(
                 // The store failed (a database restart, a lost connection): the run is not at
                 // fault. It stays as it was and is claimed again once its lease runs out.
                 Err(RunError::Store(_) | RunError::Busy { .. }) => None,
-                // A resume request the run could not take: it stays interrupted.
+                // A resume request the run could not take: it stays interrupted, and the
+                // request is spent.
                 Err(
                     RunError::ResumeValue { .. }
                     | RunError::UnknownInterrupt { .. }
@@ -186,7 +187,12 @@ fn claimed<S: State>(
                     | RunError::WaitsForSignal { .. }
                     | RunError::WaitsForTimer { .. }
                     | RunError::NotInterrupted { .. },
-                ) => None,
+                ) => {
+                    if let Err(error) = claim.refuse_request().await {
+                        tracing::warn!(thread = %claim.thread(), %error, "could not record a refused resume request");
+                    }
+                    None
+                }
                 Err(error) if given => Some(ErrorChain(error).to_string()),
                 _ => None,
             };
@@ -437,6 +443,8 @@ fn run_supersteps<S: State>(
                 } else {
                     writer.write(cp).await?;
                 }
+                // Past the interrupted checkpoint: resume requests taken are spent.
+                shared.claim.request_spent();
                 completed_written = next.is_empty();
             }
             if shared.events.is_some() {

@@ -1,13 +1,14 @@
-//! Resume requests: a value for an interrupted run, sent without the graph's code
+//! Resume requests: values for an interrupted run, sent without the graph's code
 //! ([`Runtime::request_resume`], `loomflow resume`) and applied by the run's next execution.
 //!
-//! The execution consumes the request under the run's claim and journals it in the same
-//! write, under a key of the interrupted checkpoint it answers. An execution that dies
-//! before the resumed step's checkpoint leaves the request in the journal, where the next
-//! execution of the run finds it; one that took the run over from it cannot consume the
-//! request a second time (the write is fenced). A request sent after another was taken at
-//! the same checkpoint (the first one's value was refused, say) is journaled next to it,
-//! and the newest applies.
+//! The execution takes every request queued for the run, each under the run's claim and
+//! journaled in the same write, under a key of the interrupted checkpoint they answer, and
+//! applies them together: one per interrupt, the newest for each. An execution that stops
+//! before the resumed step's checkpoint (killed, or let go) leaves them in the journal,
+//! where the next execution of the run finds them (see [`RunClaim::hold_request`]); one
+//! that took the run over from it cannot take a request a second time (the write is
+//! fenced). Requests the run refused are followed in the journal by a mark (`null`) that
+//! spends them.
 
 use serde_json::Value;
 
@@ -17,7 +18,7 @@ use crate::runtime::mailbox::Scope;
 use crate::runtime::store::runs::RESUME_SIGNAL;
 use crate::runtime::{JournalKey, ResumeRequest, Runtime};
 
-/// The interrupted checkpoint a request answers.
+/// The interrupted checkpoint the requests answer.
 pub(super) struct Answering {
     pub(super) id: u64,
     pub(super) run: u64,
@@ -33,31 +34,35 @@ impl Answering {
     }
 }
 
-/// The resume request for `thread`'s top-level run, interrupted at `at`, and whether it is
-/// fresh: the newest one queued here, consumed and journaled now (fresh), or else the
-/// newest one an earlier execution journaled at that checkpoint. `None` when there is
-/// neither.
-pub(super) async fn resume_request(
+/// The requests for `thread`'s top-level run, interrupted at `at`, oldest first, and
+/// whether any was taken now: those journaled at that checkpoint since the last refusal,
+/// then those queued here, taken and journaled now. Empty when there are none. While there
+/// are, `claim` holds them (see [`RunClaim::hold_request`]).
+pub(super) async fn resume_requests(
     runtime: &Runtime,
     claim: &RunClaim,
     thread: &str,
     at: &Answering,
-) -> Result<Option<(ResumeRequest, bool)>> {
-    let mut journaled = None;
+) -> Result<(Vec<ResumeRequest>, bool)> {
+    let mut requests = Vec::new();
     let mut taken = 0;
     while let Some(value) = runtime.store().get_journal(&at.key(thread, taken)).await? {
-        journaled = Some(value);
         taken += 1;
+        match value {
+            Value::Null => requests.clear(), // refused: spent
+            value => requests.extend(decoded(thread, value)),
+        }
     }
+    let mut fresh = false;
     while let Some(entry) = runtime
         .receive_now(thread, RESUME_SIGNAL, Scope::Framework)
         .await?
     {
-        if decoded(thread, entry.payload.clone()).is_none() {
+        let Some(request) = decoded(thread, entry.payload.clone()) else {
             // Nothing could apply it: consumed, and not journaled.
             runtime.forget_consumed_signal(thread, entry.seq);
             continue;
-        }
+        };
         let key = at.key(thread, taken);
         let took = match entry.seq {
             Some(seq) => {
@@ -71,17 +76,25 @@ pub(super) async fn resume_request(
                 .map(|()| true),
         };
         match took {
-            Ok(true) => return Ok(decoded(thread, entry.payload).map(|r| (r, true))),
-            Ok(false) => continue, // another execution consumed it
+            Ok(true) => {
+                taken += 1;
+                fresh = true;
+                requests.push(request);
+            }
+            Ok(false) => {} // another execution took it
             Err(error) => {
                 runtime.give_back(thread, RESUME_SIGNAL, entry, Scope::Framework);
+                if !requests.is_empty() {
+                    claim.hold_request(at.key(thread, taken));
+                }
                 return Err(error.into());
             }
         }
     }
-    Ok(journaled
-        .and_then(|value| decoded(thread, value))
-        .map(|request| (request, false)))
+    if !requests.is_empty() {
+        claim.hold_request(at.key(thread, taken));
+    }
+    Ok((requests, fresh))
 }
 
 /// `payload` as a request; `None`, logged, when it is not one.

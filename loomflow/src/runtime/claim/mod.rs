@@ -27,6 +27,7 @@ use super::store::{AuditEntry, Checkpoint, Claim, JournalKey, RunState, Store, S
 use super::{Runtime, RuntimeError};
 
 mod live;
+mod request;
 
 pub(crate) use live::LiveClaims;
 
@@ -91,6 +92,9 @@ struct ClaimInner {
     /// For a run a worker executes: how long a wait with nothing to receive parks in memory
     /// before it suspends the run. `None`: waits park for as long as they wait.
     park_grace: Option<Duration>,
+    /// The resume requests the execution took, until a checkpoint past them (see
+    /// [`request`]).
+    request: request::TakenRequest,
 }
 
 impl std::fmt::Debug for RunClaim {
@@ -207,6 +211,7 @@ impl RunClaim {
                 cancel: AtomicBool::new(false),
                 yield_requested: AtomicBool::new(false),
                 park_grace,
+                request: request::TakenRequest::default(),
             }),
         }
     }
@@ -446,9 +451,11 @@ impl RunClaim {
         finished
     }
 
-    /// Lets the run go: another execution may claim it at once.
+    /// Lets the run go: another execution may claim it at once. Not while it holds a resume
+    /// request it took and did not checkpoint past: then the lease runs out instead, and
+    /// the next execution applies the request again (see [`request`]).
     pub(crate) async fn release(&self) -> Result<(), StoreError> {
-        if self.inner.released.swap(true, Ordering::AcqRel) {
+        if self.inner.request.held() || self.inner.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.inner
@@ -460,7 +467,7 @@ impl RunClaim {
 
 impl Drop for ClaimInner {
     fn drop(&mut self) {
-        if !*self.released.get_mut() {
+        if !*self.released.get_mut() && !self.request.held() {
             // An execution that was dropped mid-way (an aborted task). Stores queue a write
             // when it is called (the memory store performs it), so one poll is enough to
             // send it; if it does not reach the store, the lease expires instead.

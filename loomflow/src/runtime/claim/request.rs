@@ -1,0 +1,64 @@
+//! The resume requests an execution took (see `graph::executor::resume_request`).
+//!
+//! An execution that applies resume requests took them out of the store and journaled them
+//! at the interrupted checkpoint. Until it writes a checkpoint past that one, it does not let
+//! go of the run when it stops: its lease runs out instead, and the run is claimed again
+//! (a claim makes a suspended run runnable should its execution die), by an execution that
+//! finds the requests in the journal. Letting go would leave the run interrupted with its
+//! requests consumed, and nothing would carry it on. A request the run refused (a value the
+//! node cannot use) is spent: a mark journaled after it says so, and the run lets go.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::Value;
+
+use super::RunClaim;
+use crate::runtime::store::{JournalKey, StoreError};
+
+/// Where the refusal of the requests taken would be journaled, while they are held.
+#[derive(Default)]
+pub(super) struct TakenRequest {
+    held: AtomicBool,
+    refusal: Mutex<Option<JournalKey>>,
+}
+
+impl TakenRequest {
+    /// Whether the execution holds requests it did not checkpoint past.
+    pub(super) fn held(&self) -> bool {
+        self.held.load(Ordering::Acquire)
+    }
+}
+
+impl RunClaim {
+    /// The execution applies resume requests it journaled; a refusal of them is journaled
+    /// under `refusal`.
+    pub(crate) fn hold_request(&self, refusal: JournalKey) {
+        *crate::sync::lock(&self.inner.request.refusal) = Some(refusal);
+        self.inner.request.held.store(true, Ordering::Release);
+    }
+
+    /// A checkpoint past the interrupted one is written: the requests are spent.
+    pub(crate) fn request_spent(&self) {
+        if self.inner.request.held() {
+            self.inner.request.held.store(false, Ordering::Release);
+            crate::sync::lock(&self.inner.request.refusal).take();
+        }
+    }
+
+    /// The run refused the requests it applied: journals that they are spent, under the
+    /// claim, so that no execution applies them again.
+    ///
+    /// # Errors
+    ///
+    /// A store failure, or a lost lease; the requests are then still held.
+    pub(crate) async fn refuse_request(&self) -> Result<(), StoreError> {
+        let refusal = crate::sync::lock(&self.inner.request.refusal).clone();
+        if let Some(key) = refusal {
+            self.put_journal_audited(key, Value::Null, Vec::new())
+                .await?;
+        }
+        self.request_spent();
+        Ok(())
+    }
+}
