@@ -11,7 +11,7 @@ use super::Context;
 use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::clock::unix_ms;
-use crate::runtime::mailbox::{Entry, Scope};
+use crate::runtime::mailbox::{Entry, Scope, Taken, Taking};
 use crate::runtime::signals::decode;
 use crate::runtime::store::audit::signal_received;
 use crate::runtime::{JournalKey, RuntimeError, SignalError};
@@ -218,12 +218,28 @@ async fn accept<T: DeserializeOwned>(
             return Err(error.into());
         }
     };
+    let mut received = received;
     let journal = (key.clone(), received.payload.clone());
-    let consumed = match received.seq {
-        Some(seq) => ctx.claim().take_signal(session, seq, journal).await,
+    // A waiter outside the run was consuming the row when it was cancelled (see
+    // `runtime::handover`): how that ended decides, and a row it consumed is journaled here.
+    let taken = match received.taking.take() {
+        Some(mut taking) => Some(taking.outcome().await),
+        None => None,
+    };
+    let consumed = match (&taken, received.seq) {
+        (Some(Taken::Elsewhere), _) => Ok(false),
+        (Some(Taken::Consumed), _) => {
+            // Should the journal write fail, the entry goes back saying so.
+            received.taking = Some(Taking::ended(Taken::Consumed));
+            ctx.claim()
+                .put_journal_audited(journal.0, journal.1, Vec::new())
+                .await
+                .map(|()| true)
+        }
+        (_, Some(seq)) => ctx.claim().take_signal(session, seq, journal).await,
         // Delivered by the in-memory mailbox: no store took it, so the receipt is audited
         // here, with the journal entry.
-        None => {
+        (_, None) => {
             let received = signal_received(session, name, 0, ctx.run_number());
             ctx.claim()
                 .put_journal_audited(journal.0, journal.1, vec![received])

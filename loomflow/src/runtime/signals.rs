@@ -311,10 +311,11 @@ impl Runtime {
     /// mailbox while it waits.
     ///
     /// Cancelling the wait (dropping it in a `select!`, or a `tokio::time::timeout` around
-    /// it) loses no payload. On a durable runtime the payload's row is consumed before the
-    /// wait returns; a wait dropped meanwhile leaves the payload at the head of its queue for
-    /// the next wait in this process: still stored if consuming failed, or no longer stored
-    /// (and so not delivered after a restart) if it went through.
+    /// it) loses and reorders no payload. On a durable runtime the payload's row is consumed
+    /// before the wait returns; a wait dropped meanwhile puts the payload back at the head of
+    /// its queue, its consuming still under way, and the next receiver in this process (a
+    /// wait, or a node's) gets it once that ends. Should the process die before, a payload
+    /// whose row was consumed is not delivered after the restart.
     ///
     /// # Errors
     ///

@@ -15,6 +15,10 @@ pub(crate) struct Entry {
     pub(crate) seq: Option<u64>,
     /// When it was sent: the pending TTL counts from here.
     pub(crate) sent_at: Instant,
+    /// The consuming of its stored row, when a waiter outside any run started it and was
+    /// cancelled before it ended: the next receiver learns how it ended instead of
+    /// consuming the row again.
+    pub(crate) taking: Option<Taking>,
 }
 
 impl Entry {
@@ -24,6 +28,46 @@ impl Entry {
             payload,
             seq: None,
             sent_at: Instant::now(),
+            taking: None,
+        }
+    }
+}
+
+/// How consuming a stored row ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// Consumed: the payload is the receiver's.
+    Consumed,
+    /// Another consumer had taken it first.
+    Elsewhere,
+    /// The store failed (its message): the row is still there.
+    Failed(String),
+}
+
+/// The consuming of an entry's stored row, under way or ended.
+#[derive(Debug, Clone)]
+pub(crate) struct Taking(tokio::sync::watch::Receiver<Option<Taken>>);
+
+impl Taking {
+    /// A consuming about to start, and where its outcome goes.
+    pub(crate) fn start() -> (tokio::sync::watch::Sender<Option<Taken>>, Self) {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        (tx, Self(rx))
+    }
+
+    /// A consuming that ended as `taken`.
+    pub(crate) fn ended(taken: Taken) -> Self {
+        let (outcome, taking) = Self::start();
+        let _ = outcome.send(Some(taken));
+        taking
+    }
+
+    /// How it ended, once it has. One whose task was gone before it said (a runtime
+    /// shutting down) counts as failed: the row may be there still.
+    pub(crate) async fn outcome(&mut self) -> Taken {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(outcome) => outcome.clone().unwrap_or(Taken::Failed(String::new())),
+            Err(_) => Taken::Failed("the consuming task ended without a word".to_owned()),
         }
     }
 }

@@ -75,7 +75,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 pub use config::{MailboxConfig, SignalOptions};
-pub(crate) use entry::{Dropped, Entry};
+pub(crate) use entry::{Dropped, Entry, Taken, Taking};
 pub use error::SignalError;
 pub use wait::Wait;
 pub(crate) use wait::WaitEntry;
@@ -424,6 +424,7 @@ impl Mailbox {
             payload,
             seq: Some(seq),
             sent_at,
+            taking: None,
         };
         let mut state = self.inner.lock();
         if state.holds_seq(session, name, seq) {
