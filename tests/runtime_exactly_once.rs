@@ -321,6 +321,22 @@ async fn a_submit_into_a_thread_a_direct_run_holds_is_refused() {
     }
 }
 
+/// Another process claims `thread`'s run as it would two minutes from now, when the lease
+/// of this one's execution has long run out.
+async fn taken_over(rt: &Runtime, thread: &str) {
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 120_000;
+    let taken = rt
+        .store()
+        .claim(thread, "another-process", later + 30_000, later)
+        .await
+        .unwrap();
+    assert_eq!(taken, loomflow::runtime::Claim::Claimed);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_lost_its_claim_records_nothing_more_and_says_so() {
     let dir = TempDir::new("lost");
@@ -335,17 +351,7 @@ async fn a_run_that_lost_its_claim_records_nothing_more_and_says_so() {
     gate.wait_entered().await;
     // The process stalls past its lease (as if paused for a minute), and another takes the
     // run over: seen from the store, the lease expired.
-    let later = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        + 120_000;
-    let taken = rt
-        .store()
-        .claim("exp-4", "another-process", later + 30_000, later)
-        .await
-        .unwrap();
-    assert_eq!(taken, loomflow::runtime::Claim::Claimed);
+    taken_over(&rt, "exp-4").await;
     gate.open.notify_one();
 
     match first.await {
@@ -404,15 +410,7 @@ async fn a_run_that_writes_later_stops_at_the_next_step_once_its_lease_is_gone()
         let run = graph.run(&rt, "t", 0).durability(durability).start();
         gate.wait_entered().await;
         // Another process takes the run over, as if this one had stalled past its lease.
-        let later = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + 120_000;
-        let taken = rt
-            .store()
-            .claim("t", "another-process", later + 30_000, later);
-        assert_eq!(taken.await.unwrap(), loomflow::runtime::Claim::Claimed);
+        taken_over(&rt, "t").await;
         // The heartbeat (every 100 ms with this lease) finds the lease gone.
         tokio::time::sleep(Duration::from_secs(2)).await;
         gate.open.notify_one();
