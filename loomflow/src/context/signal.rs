@@ -11,6 +11,7 @@ use super::Context;
 use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::clock::unix_ms;
+use crate::runtime::handover::Held;
 use crate::runtime::mailbox::{Entry, Scope, Taken, Taking};
 use crate::runtime::signals::decode;
 use crate::runtime::store::audit::signal_received;
@@ -222,8 +223,16 @@ async fn accept<T: DeserializeOwned>(
     let journal = (key.clone(), received.payload.clone());
     // A waiter outside the run was consuming the row when it was cancelled (see
     // `runtime::handover`): how that ended decides, and a row it consumed is journaled here.
-    let taken = match received.taking.take() {
-        Some(mut taking) => Some(taking.outcome().await),
+    let taken = match received.taking.clone() {
+        Some(mut taking) => {
+            let held = Held::new(runtime, (session, name), scope, received);
+            let taken = taking.outcome().await;
+            received = held.keep().ok_or(RunError::Internal {
+                problem: "a held signal went missing",
+            })?;
+            received.taking = None;
+            Some(taken)
+        }
         None => None,
     };
     let consumed = match (&taken, received.seq) {

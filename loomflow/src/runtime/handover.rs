@@ -20,8 +20,9 @@ use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 /// An entry taken from the mailbox, put back at the head of its queue if it is dropped
-/// before [`keep`](Self::keep).
-struct Held<'a> {
+/// before [`keep`](Self::keep): a receiver cancelled while it waits for the entry's
+/// consuming to end leaves it to the next one.
+pub(crate) struct Held<'a> {
     runtime: &'a Runtime,
     session: &'a str,
     name: &'a str,
@@ -29,8 +30,24 @@ struct Held<'a> {
     entry: Option<Entry>,
 }
 
-impl Held<'_> {
-    fn keep(mut self) -> Option<Entry> {
+impl<'a> Held<'a> {
+    pub(crate) fn new(
+        runtime: &'a Runtime,
+        (session, name): (&'a str, &'a str),
+        scope: Scope,
+        entry: Entry,
+    ) -> Self {
+        Self {
+            runtime,
+            session,
+            name,
+            scope,
+            entry: Some(entry),
+        }
+    }
+
+    /// The entry, no longer put back.
+    pub(crate) fn keep(mut self) -> Option<Entry> {
         self.entry.take()
     }
 }
@@ -84,13 +101,7 @@ impl Runtime {
                 taking
             }
         };
-        let held = Held {
-            runtime: self,
-            session,
-            name,
-            scope,
-            entry: Some(entry),
-        };
+        let held = Held::new(self, (session, name), scope, entry);
         let outcome = taking.outcome().await;
         let entry = held.keep();
         match outcome {

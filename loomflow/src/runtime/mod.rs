@@ -8,7 +8,7 @@ pub(crate) mod claim;
 pub(crate) mod clock;
 mod error;
 mod extensions;
-mod handover;
+pub(crate) mod handover;
 mod housekeeping;
 pub mod mailbox;
 mod removals;

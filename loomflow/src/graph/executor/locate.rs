@@ -394,7 +394,9 @@ async fn with_request<S: State>(
         match requested_answers(&cp, thread, requests) {
             Ok(answers) => return Ok(Located::Position(resume_position(g, thread, cp, answers)?)),
             Err(error) if fresh => return Err(error),
-            Err(_) => {}
+            // Taken by an execution that stopped before it could refuse them: spent now,
+            // or every later execution would take them up again.
+            Err(_) => claim.refuse_request().await?,
         }
     }
     // No request: as any recover of an interrupted run (see `locate`).
