@@ -212,23 +212,10 @@ pub(super) async fn locate<S: State>(
                             cp.state.decode(g, thread)?,
                         )));
                     }
-                    // A run waiting for signals or timers is run again: the signals may have
-                    // arrived, the timers may be due (a timer that is not suspends again).
-                    RunStatus::Interrupted
-                        if cp
-                            .snapshot
-                            .interrupts
-                            .iter()
-                            .any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) =>
-                    {
-                        from_checkpoint(g, thread, cp, Vec::new())?
-                    }
-                    RunStatus::Interrupted => {
-                        return Ok(Located::Finished(RunOutcome::Interrupted {
-                            state: cp.state.decode(g, thread)?,
-                            interrupts: cp.snapshot.interrupts,
-                        }));
-                    }
+                    RunStatus::Interrupted => match recover_interrupted(g, thread, cp)? {
+                        Located::Position(position) => position,
+                        finished => return Ok(finished),
+                    },
                     RunStatus::Running | RunStatus::Failed => {
                         from_checkpoint(g, thread, cp, Vec::new())?
                     }
@@ -399,7 +386,17 @@ async fn with_request<S: State>(
             Err(_) => claim.refuse_request().await?,
         }
     }
-    // No request: as any recover of an interrupted run (see `locate`).
+    recover_interrupted(g, thread, cp)
+}
+
+/// Where a recover of a run interrupted at `cp` (with no value given) carries on. A run
+/// waiting for signals or timers is run again: the signals may have arrived, the timers
+/// may be due (a timer that is not suspends again). One waiting for a value stays as it is.
+fn recover_interrupted<S: State>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    cp: Stored<S>,
+) -> Result<Located<S>> {
     if (cp.snapshot.interrupts.iter()).any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) {
         return Ok(Located::Position(from_checkpoint(
             g,
