@@ -286,6 +286,10 @@ impl JournalKey {
     }
 }
 
+/// How long a store remembers a signal's idempotency key after the signal was consumed,
+/// discarded or pruned: a send retried within this time is still a duplicate.
+pub(crate) const CONSUMED_KEY_KEPT_MS: u64 = 3_600_000;
+
 /// A signal kept by a durable store until it is consumed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]

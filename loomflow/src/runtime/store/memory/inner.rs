@@ -7,6 +7,7 @@ use super::audit_log::AuditLog;
 use super::kept::Kept;
 use super::slot::ThreadSlot;
 use super::{Inner, SharedName};
+use crate::runtime::clock::now_ms;
 
 impl Inner {
     /// Checks that `owner` holds `thread` and extends its lease: the first half of every
@@ -83,13 +84,16 @@ impl Inner {
     }
 
     /// Removes a pending signal of `session`, if it is there (its idempotency key, if any,
-    /// stays remembered).
+    /// stays remembered for a while: see [`SignalKeys`](super::keys::SignalKeys)).
     pub(super) fn remove_signal(&mut self, session: &str, seq: u64) -> Option<StoredSignal> {
-        if self.signals.get(&seq).is_some_and(|s| s.session == session) {
-            self.signals.remove(&seq)
-        } else {
-            None
+        if self.signals.get(&seq).is_none_or(|s| s.session != session) {
+            return None;
         }
+        let signal = self.signals.remove(&seq)?;
+        if signal.idempotency_key.is_some() {
+            self.keys.released(&signal, now_ms());
+        }
+        Some(signal)
     }
 }
 
@@ -97,18 +101,26 @@ impl Inner {
     /// Drops the pending signals sent before `sent_before_ms` to sessions with no unfinished
     /// run, but those of `spare` (see
     /// [`Store::prune_signals`](crate::runtime::Store::prune_signals)); their idempotency
-    /// keys stay remembered. Returns how many.
+    /// keys stay remembered for a while, as those of signals received. Returns how many.
     pub(super) fn prune_signals(&mut self, sent_before_ms: u64, spare: &[String]) -> u64 {
         let Self {
-            signals, threads, ..
+            signals,
+            threads,
+            keys,
+            ..
         } = self;
         let before = signals.len();
+        let now_ms = now_ms();
         signals.retain(|_, signal| {
-            signal.sent_at_ms >= sent_before_ms
+            let kept = signal.sent_at_ms >= sent_before_ms
                 || spare.contains(&signal.session)
                 || threads
                     .get(signal.session.as_str())
-                    .is_some_and(|slot| slot.row.is_unfinished())
+                    .is_some_and(|slot| slot.row.is_unfinished());
+            if !kept {
+                keys.released(signal, now_ms);
+            }
+            kept
         });
         (before - signals.len()) as u64
     }

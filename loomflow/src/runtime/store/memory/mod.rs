@@ -1,6 +1,6 @@
 //! The in-memory store: fast, and gone with the process.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -16,6 +16,7 @@ mod audit_log;
 mod in_line;
 mod inner;
 mod kept;
+mod keys;
 mod retention;
 mod run_row;
 mod slot;
@@ -117,8 +118,8 @@ struct Inner {
     journal: HashMap<JournalKey, Value, foldhash::fast::RandomState>,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,
-    /// (session, name, key) of every signal stored with a key.
-    keys: HashSet<(String, String, String)>,
+    /// The idempotency keys remembered.
+    keys: keys::SignalKeys,
     audit: audit_log::AuditLog,
 }
 
@@ -253,11 +254,8 @@ impl Store for MemoryStore {
         mut signal: StoredSignal,
     ) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            if let Some(key) = &signal.idempotency_key {
-                let entry = (signal.session.clone(), signal.name.clone(), key.clone());
-                if !inner.keys.insert(entry) {
-                    return SignalPush::Duplicate;
-                }
+            if !inner.keys.remember(&signal, now_ms()) {
+                return SignalPush::Duplicate;
             }
             inner.next_seq += 1;
             signal.seq = inner.next_seq;

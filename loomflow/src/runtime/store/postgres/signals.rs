@@ -25,7 +25,7 @@ use crate::runtime::store::{AuditKind, JournalKey, SignalPush, StoreError, Store
 const SIGNAL_ORDER_LOCK: i64 = 0x6c6f_6f6d_7369_676e;
 
 /// A consumed signal's idempotency key is kept at least this long.
-const KEEP_CONSUMED_MS: i64 = 3_600_000;
+const KEEP_CONSUMED_MS: i64 = crate::runtime::store::records::CONSUMED_KEY_KEPT_MS as i64;
 
 /// How often a store deletes consumed signals older than [`KEEP_CONSUMED_MS`].
 const PRUNE_EVERY_MS: i64 = 60_000;

@@ -20,7 +20,7 @@ use crate::runtime::store::StoreError;
 const MAX_GROUP: usize = 1024;
 
 /// A consumed signal's idempotency key is kept at least this long.
-const KEEP_CONSUMED_MS: i64 = 3_600_000;
+const KEEP_CONSUMED_MS: i64 = crate::runtime::store::records::CONSUMED_KEY_KEPT_MS as i64;
 
 /// How often the writer deletes consumed signals older than [`KEEP_CONSUMED_MS`].
 const PRUNE_EVERY_MS: i64 = 60_000;
