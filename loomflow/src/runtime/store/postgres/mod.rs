@@ -120,9 +120,12 @@ impl PostgresOptions {
 /// `LISTEN/NOTIFY`, polling as a fallback.
 ///
 /// Connections have no TLS: reach a remote server through a private network or a tunnel.
-/// Each operation runs as one transaction, and its future resolves once that committed;
-/// dropping the future before then rolls the operation back (unlike the SQLite store,
-/// whose writes are queued when called).
+/// Each operation runs as one transaction, and its future resolves once that committed.
+/// Dropping the future does not undo the operation: once its statement is sent, the server
+/// carries it out and commits it, as the SQLite store carries out a write queued when
+/// called. A claim given up that way holds the run until its lease runs out; and the
+/// connection goes back to the pool at once, so the next operation on it waits for that
+/// statement to finish.
 ///
 /// # Examples
 ///
