@@ -59,7 +59,9 @@ impl From<RuntimeError> for ApiError {
     fn from(error: RuntimeError) -> Self {
         match &error {
             RuntimeError::UnknownRun { .. } => Self::not_found(error.to_string()),
-            RuntimeError::RunActive { .. } | RuntimeError::Busy { .. } => {
+            RuntimeError::RunActive { .. }
+            | RuntimeError::Busy { .. }
+            | RuntimeError::AlreadyDecided { .. } => {
                 Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
             }
             RuntimeError::Signal(signal) => Self::from_signal(signal, error.to_string()),

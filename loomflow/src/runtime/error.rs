@@ -54,6 +54,35 @@ pub enum RuntimeError {
         /// Where its run stands.
         state: RunState,
     },
+    /// A resume request named an interrupt that is not pending.
+    #[error("interrupt {id} is not pending on thread {thread}; pending: {}", pending.join(", "))]
+    UnknownInterrupt {
+        /// The thread.
+        thread: String,
+        /// The id given.
+        id: String,
+        /// The ids that are pending.
+        pending: Vec<String>,
+    },
+    /// A resume request named no interrupt while several are pending.
+    #[error("thread {thread} has {} pending interrupts ({}); name the one to resume", pending.len(), pending.join(", "))]
+    AmbiguousResume {
+        /// The thread.
+        thread: String,
+        /// The ids that are pending.
+        pending: Vec<String>,
+    },
+    /// A decision was sent for a call that has one already (another person, or a retry,
+    /// decided first): the first decision stands.
+    #[error(
+        "call {call_id} on session {session} has been decided already; the first decision stands"
+    )]
+    AlreadyDecided {
+        /// The session.
+        session: String,
+        /// The call.
+        call_id: String,
+    },
     /// A run was submitted to a thread whose current run has not finished.
     #[error(
         "thread {thread} already has a run that is {state}; it must finish (or be cancelled) before another is submitted"

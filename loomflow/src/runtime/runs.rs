@@ -118,7 +118,9 @@ impl Runtime {
     /// # Errors
     ///
     /// [`RuntimeError::UnknownRun`]; [`RuntimeError::NotInterrupted`] when the run does not
-    /// wait for a resume value; a value that does not serialize; a store failure. A value
+    /// wait for a resume value; [`RuntimeError::AmbiguousResume`] when several interrupts
+    /// are pending (name one with [`request_resume_with`](Self::request_resume_with)); a
+    /// value that does not serialize; a store failure. A value
     /// the node cannot use is refused when the request is applied: the request is spent,
     /// and the run stays interrupted.
     pub async fn request_resume(&self, thread: &str, value: impl Serialize) -> Result<Delivery> {
@@ -130,7 +132,8 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// As for [`request_resume`](Self::request_resume).
+    /// As for [`request_resume`](Self::request_resume), and
+    /// [`RuntimeError::UnknownInterrupt`] when `interrupt` is not pending.
     pub async fn request_resume_with(
         &self,
         thread: &str,
@@ -162,11 +165,35 @@ impl Runtime {
         }
         let value = serde_json::to_value(value)
             .map_err(|e| RuntimeError::json(format!("resume value for thread {thread}"), e))?;
+        self.check_resume_target(thread, interrupt.as_deref())
+            .await?;
         let request = ResumeRequest { interrupt, value };
         let payload = serde_json::to_value(&request)
             .map_err(|e| RuntimeError::json(format!("resume request for thread {thread}"), e))?;
         self.send_framework(thread, RESUME_SIGNAL, payload, SignalOptions::default())
             .await
+    }
+
+    /// Refuses a resume request that could not apply: one naming an interrupt that is not
+    /// pending, or naming none while several are. A request refused only when applied would
+    /// spend the requests queued with it.
+    async fn check_resume_target(&self, thread: &str, interrupt: Option<&str>) -> Result<()> {
+        let pending = self.pending_interrupts(thread).await?;
+        let ids = || pending.iter().map(|i| i.id.clone()).collect();
+        match interrupt {
+            Some(id) if !pending.iter().any(|i| i.id == id) => {
+                Err(RuntimeError::UnknownInterrupt {
+                    thread: thread.to_owned(),
+                    id: id.to_owned(),
+                    pending: ids(),
+                })
+            }
+            None if pending.len() > 1 => Err(RuntimeError::AmbiguousResume {
+                thread: thread.to_owned(),
+                pending: ids(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Tells the workers about `thread`, which has just let go of a run suspended on

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::approval::{ApprovalDecision, ApprovalRequest, SignalApprover};
 use crate::Result;
-use crate::runtime::{Interrupt, Runtime, SignalOptions};
+use crate::runtime::{Delivery, Interrupt, Runtime, RuntimeError, SignalOptions};
 
 /// Where an approval's interrupt carries its request: `{"waiting_for_signal": .., "details":
 /// {"approval": request}}`.
@@ -120,9 +120,14 @@ impl Runtime {
     /// `loomflow:approval:<call_id>` of `session`. A suspended run carries on when it is
     /// recovered (or by itself, under a worker).
     ///
+    /// A call decides once: a second decision for the same request (a retry, a double click,
+    /// two people at once) is refused with [`RuntimeError::AlreadyDecided`], and the first
+    /// stands.
+    ///
     /// # Errors
     ///
-    /// As for [`signal`](Self::signal): the mailbox refused it or the store failed.
+    /// [`RuntimeError::AlreadyDecided`]; as for [`signal`](Self::signal): the mailbox
+    /// refused it or the store failed.
     pub async fn decide_approval(
         &self,
         session: &str,
@@ -161,14 +166,38 @@ impl Runtime {
         if let (Some(by), Value::Object(fields)) = (by, &mut payload) {
             fields.insert("by".to_owned(), Value::from(by));
         }
-        self.send_framework(
-            session,
-            &SignalApprover::signal_name(call_id),
-            payload,
-            SignalOptions::default(),
-        )
-        .await?;
+        // The request's time keys the decision: a second one for the same request (a
+        // double click, a colleague deciding at the same moment) is a duplicate and refused,
+        // so no decision is left over to answer a later call that reuses the id.
+        let mut options = SignalOptions::default();
+        if let Some(asked_at) = self.asked_at(session, call_id).await? {
+            options = options.idempotency_key(format!("{call_id}@{asked_at}"));
+        }
+        let name = SignalApprover::signal_name(call_id);
+        let delivery = self
+            .send_framework(session, &name, payload, options)
+            .await?;
+        if delivery == Delivery::Duplicate {
+            return Err(RuntimeError::AlreadyDecided {
+                session: session.to_owned(),
+                call_id: call_id.to_owned(),
+            }
+            .into());
+        }
         self.extension::<LiveApprovals>().forget(session, call_id);
         Ok(())
+    }
+
+    /// When the call `call_id` of `session` asked for approval, if it waits for a decision
+    /// (one queued already or not).
+    async fn asked_at(&self, session: &str, call_id: &str) -> Result<Option<u64>> {
+        let suspended = self.pending_interrupts(session).await?;
+        let suspended = suspended.iter().filter_map(request_of);
+        let live = self.extension::<LiveApprovals>();
+        let live = live.lock().get(session).cloned().unwrap_or_default();
+        Ok(suspended
+            .chain(live)
+            .find(|r| r.call_id == call_id)
+            .map(|r| r.requested_at_ms))
     }
 }
