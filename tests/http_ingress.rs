@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use loomflow::agent::Agent;
-use loomflow::http::{HttpConfig, router, sign};
+use loomflow::http::{HttpConfig, router, sign, signature_header};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow::runtime::{MailboxConfig, SqliteStore};
@@ -179,9 +179,12 @@ async fn every_refusal_is_a_json_error_with_a_code() {
 
     // A correctly signed request captured an hour ago is refused: the time is signed too.
     let old = now_secs() - 3_600;
-    let stale = sign(SIGNING, &[old.to_string().as_bytes(), b".", body]);
-    let replayed = ("X-Loomflow-Signature", format!("t={old},v1={stale}"));
-    let (status, _, reply) = request(server.addr, "POST", path, &[replayed], body).await;
+    let stale = signature_header(SIGNING, old, path, "d-old", body);
+    let replayed = [
+        ("X-Loomflow-Signature", stale),
+        ("X-Loomflow-Delivery", "d-old".to_owned()),
+    ];
+    let (status, _, reply) = request(server.addr, "POST", path, &replayed, body).await;
     assert_eq!(
         (status, error_code(&reply).as_str()),
         (401, "bad_signature")
@@ -203,9 +206,12 @@ async fn every_refusal_is_a_json_error_with_a_code() {
 
     // And what is accepted: a fresh signature, a bearer token.
     let now = now_secs();
-    let fresh = sign(SIGNING, &[now.to_string().as_bytes(), b".", body]);
-    let signed = ("X-Loomflow-Signature", format!("t={now},v1={fresh}"));
-    let (status, _, reply) = request(server.addr, "POST", path, &[signed], body).await;
+    let fresh = signature_header(SIGNING, now, path, "d-1", body);
+    let signed = [
+        ("X-Loomflow-Signature", fresh),
+        ("X-Loomflow-Delivery", "d-1".to_owned()),
+    ];
+    let (status, _, reply) = request(server.addr, "POST", path, &signed, body).await;
     assert_eq!(status, 202, "{reply}");
     let (status, _, reply) =
         request(server.addr, "GET", "/v1/threads/ord_1", &[bearer()], b"").await;

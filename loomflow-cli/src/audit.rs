@@ -33,6 +33,16 @@ pub(crate) async fn audit(
         query = query.limit(limit);
     }
     let entries = runtime.audit_query(&query).await?;
+    // A thread that never ran (and has no entries) is not found, so that a mistyped thread
+    // does not read as a quiet one.
+    if let Some(thread) = thread
+        && entries.is_empty()
+    {
+        let run = runtime.store().get_run(thread).await;
+        if run.map_err(loomflow::RuntimeError::from)?.is_none() {
+            return Err(Failure::not_found(format!("thread {thread} has no run")));
+        }
+    }
     if out.json {
         out.json(&entries);
         return Ok(());

@@ -193,8 +193,17 @@ pub(crate) async fn signal(
     key: Option<String>,
 ) -> Result<(), Failure> {
     let payload = parse_json("the payload", payload)?;
-    let mut options = SignalOptions::default();
+    // A signal for a thread that never ran would wait unseen, and one for a run that has
+    // ended would wait for the next run on the thread: both are refused.
+    let run = runtime.store().get_run(thread).await;
+    if run.map_err(loomflow::RuntimeError::from)?.is_none() {
+        return Err(Failure::not_found(format!("thread {thread} has no run")));
+    }
+    let mut options = SignalOptions::default().require_live_run();
     if let Some(key) = key {
+        if key.is_empty() {
+            return Err(Failure::usage("--key must not be empty"));
+        }
         options = options.idempotency_key(key);
     }
     let delivery = runtime.signal_with(thread, name, payload, options).await?;

@@ -12,8 +12,10 @@
 //! ```
 //!
 //! Exit codes: 0 done; 1 the store failed; 2 bad usage (an unknown flag, a payload that is
-//! not JSON); 3 not found (no such run, no such pending approval); 4 refused (the mailbox
-//! refused the signal: a reserved name, a payload over the limit).
+//! not JSON, a resume that names no interrupt while several are pending); 3 not found (no
+//! such run, no such pending approval or interrupt); 4 refused (the mailbox refused the
+//! signal: a reserved name, a payload over the limit, a run that has ended; a call decided
+//! already; a run that is not interrupted).
 
 mod audit;
 mod commands;
@@ -143,7 +145,8 @@ enum Command {
         /// Verify GitHub webhooks (X-Hub-Signature-256) with this secret.
         #[arg(long, env = "LOOMFLOW_GITHUB_SECRET", hide_env_values = true)]
         github_secret: Option<String>,
-        /// Verify X-Loomflow-Signature (a signed time and body) with this secret.
+        /// Verify X-Loomflow-Signature (a signed time, path, delivery id and body) with this
+        /// secret.
         #[arg(long, env = "LOOMFLOW_SIGNING_SECRET", hide_env_values = true)]
         signing_secret: Option<String>,
         /// Accept requests without a token. Only behind something that authenticates.
@@ -178,8 +181,15 @@ impl Failure {
 impl From<loomflow::Error> for Failure {
     fn from(error: loomflow::Error) -> Self {
         let code = match &error {
-            loomflow::Error::Runtime(loomflow::RuntimeError::UnknownRun { .. }) => 3,
-            loomflow::Error::Runtime(loomflow::RuntimeError::NotInterrupted { .. }) => 4,
+            loomflow::Error::Runtime(
+                loomflow::RuntimeError::UnknownRun { .. }
+                | loomflow::RuntimeError::UnknownInterrupt { .. },
+            ) => 3,
+            loomflow::Error::Runtime(loomflow::RuntimeError::AmbiguousResume { .. }) => 2,
+            loomflow::Error::Runtime(
+                loomflow::RuntimeError::NotInterrupted { .. }
+                | loomflow::RuntimeError::AlreadyDecided { .. },
+            ) => 4,
             loomflow::Error::Signal(_) => 4,
             _ => 1,
         };
@@ -261,6 +271,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             signing_secret,
             no_auth,
         } => {
+            let token = token.filter(|token| !token.is_empty());
+            if token.is_none() && !no_auth {
+                // Every request would be refused: say so rather than serve nothing.
+                return Err(Failure::usage(
+                    "serve needs a bearer token (--token or LOOMFLOW_TOKEN, not empty), or \
+                     --no-auth behind something that authenticates",
+                ));
+            }
             let mut config = loomflow::http::HttpConfig::new();
             if let Some(token) = token {
                 config = config.bearer_token(token);

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use loomflow::agent::Agent;
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
@@ -133,6 +133,14 @@ async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
         .completed()
         .unwrap();
     assert_eq!(done.approved, Some(true));
+    // The run has ended: a late signal would wait for the thread's next run. Refused.
+    let late = loomflow(&db.0, &["signal", "ord_1", "review", "false"]);
+    assert_eq!(late.status.code(), Some(4), "{}", stderr(&late));
+    assert!(stderr(&late).contains("completed"), "{}", stderr(&late));
+    let reserved = loomflow(&db.0, &["signal", "ord_2", "loomflow:approval:x", "1"]);
+    assert_eq!(reserved.status.code(), Some(4), "{}", stderr(&reserved));
+    let empty_key = loomflow(&db.0, &["signal", "ord_2", "review", "1", "--key", ""]);
+    assert_eq!(empty_key.status.code(), Some(2), "{}", stderr(&empty_key));
 
     let cancelled = loomflow(&db.0, &["cancel", "ord_2"]);
     assert!(
@@ -154,11 +162,7 @@ fn exit_codes_say_what_went_wrong() {
     let code = |args: &[&str]| loomflow(&db.0, args).status.code().unwrap();
     assert_eq!(code(&["show", "nobody"]), 3, "no such run");
     assert_eq!(code(&["signal", "t", "go", "{not json"]), 2, "bad JSON");
-    assert_eq!(
-        code(&["signal", "t", "loomflow:approval:x", "1"]),
-        4,
-        "reserved name"
-    );
+    assert_eq!(code(&["signal", "t", "go", "1"]), 3, "a thread with no run");
     assert_eq!(code(&["runs", "--status", "sleepy"]), 2, "unknown status");
     assert_eq!(code(&["approve", "t", "call_1"]), 3, "nothing pending");
     assert_eq!(code(&["frobnicate"]), 2, "unknown command");
@@ -311,6 +315,63 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
     );
 }
 
+/// Operators deciding the same call at the same moment: one decision is taken, the others
+/// are told so, and none is left over to answer a later call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_decided_by_several_at_once_is_decided_once() {
+    let db = Db::new("decided-once");
+    for round in 0..3 {
+        let session = format!("race-{round}");
+        let call = ToolCall::new("call_1", "refund", json!({ "order": "ord_1", "cents": 10 }));
+        let asked = agent(&db.0, vec![ModelResponse::tool_calls(vec![call])])
+            .run("refund order 1")
+            .session(&session)
+            .await
+            .unwrap();
+        assert!(asked.interrupted);
+        let deciders: Vec<_> = [
+            vec!["approve", &session, "call_1"],
+            vec!["reject", &session, "call_1", "--reason", "no"],
+            vec!["approve", &session, "call_1"],
+            vec!["reject", &session, "call_1", "--reason", "no"],
+        ]
+        .into_iter()
+        .map(|args| {
+            Command::new(env!("CARGO_BIN_EXE_loomflow"))
+                .arg("--db")
+                .arg(format!("sqlite:{}", db.0.display()))
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+        let codes: Vec<i32> = deciders
+            .into_iter()
+            .map(|child| child.wait_with_output().unwrap().status.code().unwrap())
+            .collect();
+        assert_eq!(
+            codes.iter().filter(|&&code| code == 0).count(),
+            1,
+            "exactly one decision is taken: {codes:?}"
+        );
+        assert!(
+            codes.iter().all(|&code| [0, 3, 4].contains(&code)),
+            "the others are told nothing is pending (3) or it was decided (4): {codes:?}"
+        );
+        let carried_on = agent(&db.0, vec![ModelResponse::text("Done.")])
+            .resume(&session)
+            .await
+            .unwrap();
+        assert!(!carried_on.interrupted);
+        let runtime = Runtime::sqlite(&db.0).unwrap();
+        let stored = runtime.store().pending_signals().await.unwrap();
+        let left = stored.iter().filter(|s| s.session == session).count();
+        assert_eq!(left, 0, "no decision left over on {session}");
+    }
+}
+
 #[test]
 fn serve_answers_signals_and_refuses_callers_without_the_token() {
     use std::io::{BufRead, BufReader, Read, Write};
@@ -360,6 +421,37 @@ fn serve_answers_signals_and_refuses_callers_without_the_token() {
     server.wait().unwrap();
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
     assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
+
+    // Without a token (or with an empty one) every request would be refused: it says so
+    // and does not start.
+    for token in [None, Some("")] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_loomflow"));
+        command.args(["--db", &db.url(), "serve", "--listen", "127.0.0.1:0"]);
+        match token {
+            Some(token) => command.env("LOOMFLOW_TOKEN", token),
+            None => command.env_remove("LOOMFLOW_TOKEN"),
+        };
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("needs a bearer token"),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn the_audit_of_a_thread_that_never_ran_is_not_found() {
+    let db = Db::new("audit-unknown");
+    drop(Runtime::sqlite(&db.0).unwrap());
+    let output = loomflow(&db.0, &["audit", "ord_typo"]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("has no run"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,6 +474,14 @@ async fn an_interrupted_run_is_resumed_from_the_command_line() {
     let shown = stdout(&loomflow(&db.0, &["show", "q1"]));
     assert!(shown.contains("state      interrupted"), "{shown}");
 
+    // A mistyped interrupt id is refused at once, and spoils nothing sent after it.
+    let typo = loomflow(&db.0, &["resume", "q1", "true", "--interrupt", "ask#9"]);
+    assert_eq!(typo.status.code(), Some(3), "{}", stderr(&typo));
+    assert!(
+        stderr(&typo).contains("ask#9 is not pending"),
+        "{}",
+        stderr(&typo)
+    );
     let resumed = loomflow(&db.0, &["resume", "q1", "true"]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     // The program carries the run on; the request is applied.

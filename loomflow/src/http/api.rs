@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -37,31 +37,31 @@ fn body(body: Body) -> Result<Bytes, ApiError> {
 pub(super) async fn post_signal(
     State(app): State<Arc<AppState>>,
     Path((thread, name)): Path<(String, String)>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let body = self::body(body)?;
-    match auth::signature(&app.config, &headers, &body, now_ms() / 1_000)? {
+    let request = auth::SignedRequest {
+        path: uri.path(),
+        headers: &headers,
+        body: &body,
+        now_secs: now_ms() / 1_000,
+    };
+    match auth::signature(&app.config, &request)? {
         Signed::Yes => {}
         Signed::No => auth::bearer(&app.config, &headers)?,
     }
-    let payload: Value = if body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?
-    };
-    // The sender's key, or the webhook's delivery id: a redelivery is one signal.
-    let key = [
-        "idempotency-key",
-        "x-github-delivery",
-        "x-loomflow-delivery",
-    ]
-    .iter()
-    .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
-    .map(str::to_owned);
-    let mut options = SignalOptions::default();
-    if let Some(key) = key {
+    if body.is_empty() {
+        return Err(ApiError::bad_request(
+            "the body is empty: send the payload as JSON (`null` for none)",
+        ));
+    }
+    let payload: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    // A signal to a run that has ended would wait for the next run on the thread.
+    let mut options = SignalOptions::default().require_live_run();
+    if let Some(key) = idempotency_key(&headers)? {
         options = options.idempotency_key(key);
     }
     // A signal for a thread that never ran would wait unseen: refuse it.
@@ -83,6 +83,30 @@ pub(super) async fn post_signal(
         status,
         Json(json!({ "thread": thread, "signal": name, "delivery": word })),
     ))
+}
+
+/// The sender's key, or the webhook's delivery id: a redelivery is one signal. A key that
+/// is empty or not visible ASCII is refused rather than ignored, as ignoring it would
+/// deliver a retry twice (and an empty one would make every later send a duplicate).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    const HEADERS: [&str; 3] = [
+        "idempotency-key",
+        "x-github-delivery",
+        "x-loomflow-delivery",
+    ];
+    let Some((name, value)) = HEADERS
+        .iter()
+        .find_map(|name| headers.get(*name).map(|value| (name, value)))
+    else {
+        return Ok(None);
+    };
+    let key = value.to_str().ok().map(str::trim).unwrap_or_default();
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return Err(ApiError::bad_request(format!(
+            "the {name} header must be non-empty visible ASCII"
+        )));
+    }
+    Ok(Some(key.to_owned()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,10 +182,19 @@ pub(super) async fn get_audit(
         query = query.kind(kind);
     }
     let entries = app.runtime.audit_query(&query).await?;
+    // As every thread route: a thread that never ran (and has no entries) is 404, so that
+    // a mistyped thread does not read as a quiet one.
+    if entries.is_empty() {
+        let known = app.runtime.store().get_run(&thread).await;
+        if known.map_err(crate::runtime::RuntimeError::from)?.is_none() {
+            return Err(ApiError::not_found(format!("thread {thread} has no run")));
+        }
+    }
     Ok(Json(json!({ "thread": thread, "entries": entries })))
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ApproveBody {
     arguments: Option<Value>,
     /// Who decided, for the audit log.
@@ -169,6 +202,7 @@ pub(super) struct ApproveBody {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RejectBody {
     reason: String,
     /// Who decided, for the audit log.
@@ -213,7 +247,12 @@ pub(super) async fn approve(
     auth::bearer(&app.config, &headers)?;
     let body: ApproveBody = parse_body(&self::body(body)?)?;
     let decision = match body.arguments {
-        Some(arguments) => ApprovalDecision::Edit { arguments },
+        Some(arguments @ Value::Object(_)) => ApprovalDecision::Edit { arguments },
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "\"arguments\" must be an object of the tool's arguments, not {other}"
+            )));
+        }
         None => ApprovalDecision::Allow,
     };
     let by = body.by.as_deref().unwrap_or("http");

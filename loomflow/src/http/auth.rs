@@ -27,8 +27,10 @@ pub(crate) fn bearer(config: &HttpConfig, headers: &HeaderMap) -> Result<(), Api
     let presented = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.split_once(' '))
+        // The scheme's name is case-insensitive (RFC 9110, section 11.1).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let Some(presented) = presented else {
         return Err(ApiError::unauthorized(
             "missing Authorization: Bearer <token>",
@@ -73,15 +75,28 @@ pub(crate) enum Signed {
     Yes,
 }
 
+/// A signed request to `path` (as sent, so a router nested under a prefix checks the whole
+/// path) with `headers` and `body`, received at `now_secs`.
+pub(crate) struct SignedRequest<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) body: &'a [u8],
+    pub(crate) now_secs: u64,
+}
+
 /// Checks a webhook signature, if the request has one: GitHub's `X-Hub-Signature-256`, or
-/// `X-Loomflow-Signature: t=<unix seconds>,v1=<hex>` over `"<t>.<body>"` within the replay
-/// window. A signature that is present but wrong is refused, whatever else the request has.
+/// `X-Loomflow-Signature` ([`signature_header`]) within the replay window. A signature that
+/// is present but wrong is refused, whatever else the request has.
 pub(crate) fn signature(
     config: &HttpConfig,
-    headers: &HeaderMap,
-    body: &[u8],
-    now_secs: u64,
+    request: &SignedRequest<'_>,
 ) -> Result<Signed, ApiError> {
+    let SignedRequest {
+        path,
+        headers,
+        body,
+        now_secs,
+    } = *request;
     let bad = |message: &str| {
         ApiError::new(
             axum::http::StatusCode::UNAUTHORIZED,
@@ -131,16 +146,80 @@ pub(crate) fn signature(
                 "the signed time is outside the replay window; a replayed request is refused",
             ));
         }
-        let t = time.to_string();
-        return hmac(secret, &[t.as_bytes(), b".", body])
-            .verify_slice(&sig)
-            .map(|()| Signed::Yes)
-            .map_err(|_| bad("X-Loomflow-Signature does not match the time and body"));
+        let delivery = headers
+            .get("x-loomflow-delivery")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                bad("a signed request needs its delivery id in X-Loomflow-Delivery (signed too)")
+            })?;
+        return hmac(
+            secret,
+            &signed_parts(&time.to_string(), path, delivery, body),
+        )
+        .verify_slice(&sig)
+        .map(|()| Signed::Yes)
+        .map_err(|_| {
+            bad("X-Loomflow-Signature does not match the time, path, delivery id and body")
+        });
     }
     Ok(Signed::No)
 }
 
-/// The hex HMAC-SHA256 of `parts` under `secret`: what a sender puts in a signature header.
+/// What `X-Loomflow-Signature` signs, newline-separated (no part but the body can hold a
+/// newline, so no two requests sign the same text): the time, the path, the delivery id and
+/// the body. The path names the thread and the signal, and the delivery id is the
+/// idempotency key, so a captured request cannot be sent to another thread or signal, nor
+/// delivered twice.
+fn signed_parts<'a>(
+    time: &'a str,
+    path: &'a str,
+    delivery: &'a str,
+    body: &'a [u8],
+) -> [&'a [u8]; 7] {
+    [
+        time.as_bytes(),
+        b"\n",
+        path.as_bytes(),
+        b"\n",
+        delivery.as_bytes(),
+        b"\n",
+        body,
+    ]
+}
+
+/// The `X-Loomflow-Signature` header's value for a signal POST: to `path` (the whole path
+/// as sent, `/v1/threads/{thread}/signals/{name}` under any prefix the router is nested
+/// in), at `time` (Unix seconds), with delivery id `delivery` (sent as
+/// `X-Loomflow-Delivery`, which also makes a redelivery one signal) and `body`.
+///
+/// # Examples
+///
+/// ```
+/// let body = br#"{"approved": true}"#;
+/// let value = loomflow::http::signature_header(
+///     "shared-secret",
+///     1_767_225_600,
+///     "/v1/threads/pr-7/signals/review",
+///     "delivery-41",
+///     body,
+/// );
+/// assert!(value.starts_with("t=1767225600,v1="));
+/// ```
+pub fn signature_header(
+    secret: &str,
+    time: u64,
+    path: &str,
+    delivery: &str,
+    body: &[u8],
+) -> String {
+    let time = time.to_string();
+    let signature = sign(secret, &signed_parts(&time, path, delivery, body));
+    format!("t={time},v1={signature}")
+}
+
+/// The hex HMAC-SHA256 of `parts` under `secret`: what a sender puts in a signature header
+/// (GitHub's `X-Hub-Signature-256` is `sha256=` and this, over the body).
 pub fn sign(secret: &str, parts: &[&[u8]]) -> String {
     hmac(secret, parts)
         .finalize()

@@ -14,14 +14,19 @@
 //! Secure by default:
 //! - every request needs `Authorization: Bearer <token>` (one of the configured tokens),
 //!   unless [`HttpConfig::without_auth`] says otherwise; a signal POST may instead carry a
-//!   valid webhook signature: GitHub's `X-Hub-Signature-256`, or `X-Loomflow-Signature:
-//!   t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, which signs the time too, so a
-//!   captured request is refused once [`replay_window`](HttpConfig::replay_window) has passed;
+//!   valid webhook signature: GitHub's `X-Hub-Signature-256` (over the body), or
+//!   `X-Loomflow-Signature` ([`signature_header`]: an HMAC-SHA256 over the time, the path, the
+//!   `X-Loomflow-Delivery` id and the body), so that a captured request cannot be sent to
+//!   another thread or signal, is delivered once, and is refused once
+//!   [`replay_window`](HttpConfig::replay_window) has passed;
 //! - tokens and signatures are compared in constant time;
 //! - the body limit is the runtime's signal payload limit (413 beyond it);
 //! - reserved `loomflow:` names are refused (400), a thread with no run is 404;
-//! - the `Idempotency-Key` header, or a webhook's delivery id (`X-GitHub-Delivery`), makes
-//!   a repeated delivery one signal;
+//! - the `Idempotency-Key` header, or a webhook's delivery id (`X-GitHub-Delivery`,
+//!   `X-Loomflow-Delivery`), makes a repeated delivery one signal; a key that is empty or not
+//!   visible ASCII is refused (400), as is an empty body (send `null` for no payload);
+//! - a signal to a thread whose run has ended is refused (409): it would wait for the
+//!   thread's next run; so is a second decision on a call (409);
 //! - errors are JSON: `{"error": {"code": "…", "message": "…"}}`.
 //!
 //! # Examples
@@ -55,7 +60,7 @@ use axum::routing::{get, post};
 
 use crate::Runtime;
 
-pub use auth::sign;
+pub use auth::{sign, signature_header};
 pub use error::ApiError;
 
 /// Who may call the ingress, and how webhooks prove who they are.

@@ -1,0 +1,594 @@
+//! The HTTP ingress under the input operators and webhooks really send: retries with odd
+//! keys, empty bodies, typos, late signals, and two people deciding the same call at once.
+//! Each refusal is a JSON error that names what is wrong; nothing is delivered twice, and
+//! no decision is left over to answer a later call.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use loomflow::agent::Agent;
+use loomflow::http::{HttpConfig, router, signature_header};
+use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::prelude::*;
+use loomflow::runtime::{MailboxConfig, SqliteStore};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOKEN: &str = "s3cret-token";
+
+struct Server {
+    addr: SocketAddr,
+    runtime: Runtime,
+    db: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.db.display()));
+        }
+    }
+}
+
+async fn serve(name: &str, config: HttpConfig) -> Server {
+    let db = std::env::temp_dir().join(format!("http-input-{name}-{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db).unwrap())
+        .signals(MailboxConfig::default().max_payload_bytes(4_096))
+        .build();
+    let app = router(runtime.clone(), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server { addr, runtime, db }
+}
+
+fn config() -> HttpConfig {
+    HttpConfig::new().bearer_token(TOKEN)
+}
+
+/// One raw HTTP/1.1 request; header values are raw bytes (so non-ASCII can be sent).
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, Vec<u8>)],
+    body: &[u8],
+) -> (u16, String, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    for (name, value) in headers {
+        head.extend_from_slice(name.as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value);
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    stream.write_all(&head).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_owned(), body.to_owned())
+}
+
+fn bearer() -> (&'static str, Vec<u8>) {
+    ("Authorization", format!("Bearer {TOKEN}").into_bytes())
+}
+
+fn is_json_error(body: &str) -> bool {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
+        .is_some()
+}
+
+/// A non-ASCII `Idempotency-Key` is silently dropped: two sends with the same key become
+/// two signals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_not_visible_ascii_is_refused() {
+    let server = serve("utf8key", config()).await;
+    server.runtime.submit("g", "k1", json!({})).await.unwrap();
+    let key = ("Idempotency-Key", "commande-é-42".as_bytes().to_vec());
+    let path = "/v1/threads/k1/signals/n";
+    let (first, _, r1) = request(server.addr, "POST", path, &[bearer(), key.clone()], b"1").await;
+    let (second, _, r2) = request(server.addr, "POST", path, &[bearer(), key], b"2").await;
+    eprintln!("first {first} {r1}\nsecond {second} {r2}");
+    let got1 = server.runtime.poll_signal::<u32>("k1", "n").unwrap();
+    let got2 = server.runtime.poll_signal::<u32>("k1", "n").unwrap();
+    eprintln!("queued: {got1:?} {got2:?}");
+    // Ignoring the key would deliver the retry twice: it is refused, naming the header.
+    assert_eq!((first, second), (400, 400), "{r1} {r2}");
+    assert!(r1.contains("idempotency-key") && is_json_error(&r1), "{r1}");
+    assert_eq!((got1, got2), (None, None), "nothing was delivered");
+}
+
+/// The same Idempotency-Key sent in parallel delivers once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_sent_in_parallel_delivers_once() {
+    let server = serve("samekey", config()).await;
+    server.runtime.submit("g", "p1", json!({})).await.unwrap();
+    let posts = (0..40).map(|i| {
+        let addr = server.addr;
+        tokio::spawn(async move {
+            let key = ("Idempotency-Key", b"same".to_vec());
+            request(
+                addr,
+                "POST",
+                "/v1/threads/p1/signals/n",
+                &[bearer(), key],
+                i.to_string().as_bytes(),
+            )
+            .await
+            .0
+        })
+    });
+    let statuses: Vec<u16> = futures_util::future::join_all(posts)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let accepted = statuses.iter().filter(|s| **s == 202).count();
+    let mut delivered = 0;
+    while server
+        .runtime
+        .poll_signal::<u32>("p1", "n")
+        .unwrap()
+        .is_some()
+    {
+        delivered += 1;
+    }
+    eprintln!("statuses {statuses:?}; delivered {delivered}");
+    assert_eq!((accepted, delivered), (1, 1), "{statuses:?}");
+}
+
+/// A signal to a run that has completed: no run will ever read it; the ingress should say
+/// so with 409 instead of accepting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_to_a_completed_run_is_refused() {
+    let server = serve("ended", config()).await;
+    let graph = Graph::new("count")
+        .node_sync("inc", |n: &mut u64| *n += 1)
+        .edge(START, "inc")
+        .edge("inc", END)
+        .compile()
+        .unwrap();
+    graph.invoke(&server.runtime, "done-1", 1).await.unwrap();
+    let (status, _, _) = request(server.addr, "GET", "/v1/threads/done-1", &[bearer()], b"").await;
+    assert_eq!(status, 200);
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/v1/threads/done-1/signals/review",
+        &[bearer()],
+        b"true",
+    )
+    .await;
+    eprintln!("{status} {reply}");
+    assert_eq!(status, 409, "a signal for a finished run: {status} {reply}");
+}
+
+/// The audit of a thread with no run: the contract says a thread with no run is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_of_a_thread_that_never_ran_is_404() {
+    let server = serve("auditunknown", config()).await;
+    let (status, _, reply) = request(
+        server.addr,
+        "GET",
+        "/v1/threads/nobody/audit",
+        &[bearer()],
+        b"",
+    )
+    .await;
+    eprintln!("{status} {reply}");
+    assert_eq!(status, 404, "{reply}");
+}
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String, cents: u64) -> String {
+    format!("refunded {cents} cents on {order}")
+}
+
+fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
+    Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new(replies))
+        .tool(refund)
+        .durable_approvals()
+        .runtime(runtime.clone())
+        .build()
+        .unwrap()
+}
+
+fn call(cents: u64) -> ToolCall {
+    ToolCall::new(
+        "call_1",
+        "refund",
+        json!({ "order": "ord_42", "cents": cents }),
+    )
+}
+
+/// Parallel approve and reject of one pending call: exactly one may win; the loser must
+/// not be told it succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_and_rejections_at_once_decide_once() {
+    let server = serve("race", config()).await;
+    let asked = agent(
+        &server.runtime,
+        vec![ModelResponse::tool_calls(vec![call(100)])],
+    )
+    .run("refund")
+    .session("r1")
+    .await
+    .unwrap();
+    assert!(asked.interrupted);
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let addr = server.addr;
+        tasks.push(tokio::spawn(async move {
+            let (path, body): (&str, &[u8]) = if i % 2 == 0 {
+                ("/v1/threads/r1/approvals/call_1/approve", b"")
+            } else {
+                (
+                    "/v1/threads/r1/approvals/call_1/reject",
+                    br#"{"reason": "no"}"#,
+                )
+            };
+            let (status, _, reply) = request(addr, "POST", path, &[bearer()], body).await;
+            (path, status, reply)
+        }));
+    }
+    let results: Vec<_> = futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for r in &results {
+        eprintln!("{r:?}");
+    }
+    let ok = results.iter().filter(|(_, s, _)| *s == 200).count();
+    let decisions = server
+        .runtime
+        .audit_query(&loomflow::runtime::AuditQuery::thread("r1"))
+        .await
+        .unwrap();
+    eprintln!(
+        "audit: {}",
+        serde_json::to_string_pretty(&decisions).unwrap()
+    );
+    assert_eq!(ok, 1, "{results:?}");
+    for (_, status, reply) in results.iter().filter(|(_, s, _)| *s != 200) {
+        // Told nothing is pending (the first decision is queued), or that it was decided.
+        assert!(
+            [404, 409].contains(status) && is_json_error(reply),
+            "{status} {reply}"
+        );
+    }
+}
+
+/// After a raced decision, a leftover decision sits in the mailbox and answers the NEXT call
+/// with the same id on the session without anyone deciding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_decision_is_left_over_for_a_later_call() {
+    let server = serve("leftover", config()).await;
+    let asked = agent(
+        &server.runtime,
+        vec![ModelResponse::tool_calls(vec![call(100)])],
+    )
+    .run("refund")
+    .session("l1")
+    .await
+    .unwrap();
+    assert!(asked.interrupted);
+    // Two operators click "approve" at once.
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let addr = server.addr;
+        tasks.push(tokio::spawn(async move {
+            request(
+                addr,
+                "POST",
+                "/v1/threads/l1/approvals/call_1/approve",
+                &[bearer()],
+                b"",
+            )
+            .await
+            .0
+        }));
+    }
+    let statuses: Vec<u16> = futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    eprintln!("approve statuses: {statuses:?}");
+    let done = agent(&server.runtime, vec![ModelResponse::text("Done.")])
+        .resume("l1")
+        .await
+        .unwrap();
+    assert!(!done.interrupted);
+    // A new request on the same session; the model reuses the call id (scripted models,
+    // local models and some providers number calls per turn).
+    let next = agent(
+        &server.runtime,
+        vec![
+            ModelResponse::tool_calls(vec![call(999_999)]),
+            ModelResponse::text("Done again."),
+        ],
+    )
+    .run("refund again, much more")
+    .session("l1")
+    .await
+    .unwrap();
+    let transcript = serde_json::to_string(&next.messages).unwrap();
+    eprintln!("interrupted: {}; {transcript}", next.interrupted);
+    assert!(
+        next.interrupted && !transcript.contains("refunded 999999"),
+        "the second refund ran without anyone approving it: {transcript}"
+    );
+}
+
+/// An approval decided in the inbox for a call that another operator already decided over
+/// the API: must be refused, not 303 as if it worked (sequential: should already be sound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_decision_is_refused() {
+    let server = serve("seq", config()).await;
+    let asked = agent(
+        &server.runtime,
+        vec![ModelResponse::tool_calls(vec![call(5)])],
+    )
+    .run("refund")
+    .session("s1")
+    .await
+    .unwrap();
+    assert!(asked.interrupted);
+    let path = "/v1/threads/s1/approvals/call_1/approve";
+    let (a, _, _) = request(server.addr, "POST", path, &[bearer()], b"").await;
+    let (b, _, reply) = request(server.addr, "POST", path, &[bearer()], b"").await;
+    eprintln!("{a} {b} {reply}");
+    assert_eq!((a, b), (200, 404));
+}
+
+/// Scheme names are case-insensitive (RFC 9110 §11.1): `bearer <token>` is a valid header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let server = serve("scheme", config()).await;
+    let lower = ("Authorization", format!("bearer {TOKEN}").into_bytes());
+    let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &[lower], b"").await;
+    eprintln!("{status} {reply}");
+    assert_eq!(status, 200, "{reply}");
+}
+
+/// A typo in the approve body (`argumets`) is ignored: the call runs with the ORIGINAL
+/// arguments and the API says "approved".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_field_in_an_approval_is_refused() {
+    let server = serve("typo", config()).await;
+    let asked = agent(
+        &server.runtime,
+        vec![ModelResponse::tool_calls(vec![call(1299)])],
+    )
+    .run("refund")
+    .session("t1")
+    .await
+    .unwrap();
+    assert!(asked.interrupted);
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/v1/threads/t1/approvals/call_1/approve",
+        &[bearer()],
+        br#"{"argumets": {"order": "ord_42", "cents": 700}}"#,
+    )
+    .await;
+    eprintln!("{status} {reply}");
+    let done = agent(&server.runtime, vec![ModelResponse::text("Done.")])
+        .resume("t1")
+        .await
+        .unwrap();
+    let transcript = serde_json::to_string(&done.messages).unwrap();
+    eprintln!("{transcript}");
+    assert_eq!(
+        status, 400,
+        "an unknown field must be refused: {transcript}"
+    );
+}
+
+/// `{"arguments": "lots"}`: arguments that are not an object are accepted as an edit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edited_arguments_must_be_an_object() {
+    let server = serve("nonobj", config()).await;
+    let asked = agent(
+        &server.runtime,
+        vec![ModelResponse::tool_calls(vec![call(1299)])],
+    )
+    .run("refund")
+    .session("t2")
+    .await
+    .unwrap();
+    assert!(asked.interrupted);
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/v1/threads/t2/approvals/call_1/approve",
+        &[bearer()],
+        br#"{"arguments": "lots"}"#,
+    )
+    .await;
+    eprintln!("{status} {reply}");
+    let done = agent(&server.runtime, vec![ModelResponse::text("Done.")])
+        .resume("t2")
+        .await
+        .unwrap();
+    let transcript = serde_json::to_string(&done.messages).unwrap();
+    eprintln!("{transcript}");
+    assert_eq!(
+        status, 400,
+        "edited arguments that are not an object: {transcript}"
+    );
+    assert!(reply.contains("must be an object"), "{reply}");
+}
+
+/// An empty `Idempotency-Key:` header is taken as the key "": every later send with an
+/// empty key on that (thread, name) is answered 200 "duplicate" and dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_key_is_refused() {
+    let server = serve("emptykey", config()).await;
+    server.runtime.submit("g", "e1", json!({})).await.unwrap();
+    let path = "/v1/threads/e1/signals/n";
+    let empty = ("Idempotency-Key", Vec::new());
+    let (a, _, ra) = request(server.addr, "POST", path, &[bearer(), empty.clone()], b"1").await;
+    let (b, _, rb) = request(server.addr, "POST", path, &[bearer(), empty], b"2").await;
+    eprintln!("{a} {ra}\n{b} {rb}");
+    assert_eq!((a, b), (400, 400), "{ra} {rb}");
+    assert!(
+        server
+            .runtime
+            .poll_signal::<u32>("e1", "n")
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// No body at all (a forgotten `-d`) is delivered as `null` with 202.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_body_is_refused() {
+    let server = serve("emptybody", config()).await;
+    server.runtime.submit("g", "n1", json!({})).await.unwrap();
+    let (a, _, ra) = request(
+        server.addr,
+        "POST",
+        "/v1/threads/n1/signals/n",
+        &[bearer()],
+        b"",
+    )
+    .await;
+    let got = server.runtime.poll_signal::<Value>("n1", "n").unwrap();
+    eprintln!("{a} {ra}; delivered {got:?}");
+    assert_eq!(a, 400, "an empty body is not JSON: {ra}");
+    assert!(
+        ra.contains("the body is empty") && is_json_error(&ra),
+        "{ra}"
+    );
+    assert_eq!(got, None, "nothing was delivered");
+}
+
+/// Where the signal accepted for a finished run goes: a later run on the thread gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_signal_does_not_answer_the_next_run() {
+    let server = serve("ended2", config()).await;
+    let graph = Graph::new("review")
+        .node_fn("ask", |s: &mut Option<bool>, ctx| {
+            Box::pin(async move {
+                *s = Some(ctx.wait_for_signal("review").or_suspend().await?);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    graph.invoke(&server.runtime, "th", None).await.unwrap();
+    server.runtime.signal("th", "review", true).await.unwrap();
+    let first = graph.recover(&server.runtime, "th").await.unwrap();
+    eprintln!("first run: {first:?}");
+    // Late duplicate click from an operator, after the run completed: 202.
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/v1/threads/th/signals/review",
+        &[bearer()],
+        b"true",
+    )
+    .await;
+    assert_eq!(status, 409, "a signal for a run that has ended: {reply}");
+    // Next week, a new run on the thread asks again.
+    let second = graph.invoke(&server.runtime, "th", None).await;
+    eprintln!("second run: {second:?}");
+    assert!(
+        matches!(second, Ok(ref o) if !o.interrupts().is_empty()),
+        "the second run was answered by the stale signal: {second:?}"
+    );
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A signed request signs its path and delivery id too: captured, it is refused on another
+/// thread or signal and without its delivery id, and sent again it is the same delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_request_is_good_for_its_own_path_and_delivery_only() {
+    let config = HttpConfig::new().bearer_token(TOKEN).signing_secret("sk");
+    let server = serve("replay", config).await;
+    for thread in ["ci-1", "refund-42"] {
+        server.runtime.submit("g", thread, json!({})).await.unwrap();
+    }
+    let body = br#"{"approved": true}"#;
+    let path = "/v1/threads/ci-1/signals/build_done";
+    let value = signature_header("sk", now_secs(), path, "d-1", body);
+    let signed = ("X-Loomflow-Signature", value.into_bytes());
+    let delivery = |id: &str| ("X-Loomflow-Delivery", id.as_bytes().to_vec());
+
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        path,
+        &[signed.clone(), delivery("d-1")],
+        body,
+    )
+    .await;
+    assert_eq!(status, 202, "{reply}");
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        path,
+        &[signed.clone(), delivery("d-1")],
+        body,
+    )
+    .await;
+    assert_eq!(
+        status, 200,
+        "the same delivery again is a duplicate: {reply}"
+    );
+    assert!(reply.contains("duplicate"), "{reply}");
+
+    let elsewhere = "/v1/threads/refund-42/signals/manager_review";
+    let refused = [
+        (elsewhere, Some("d-1")),
+        ("/v1/threads/ci-1/signals/deploy", Some("d-1")),
+        (path, Some("d-2")),
+        (path, None),
+    ];
+    for (to, id) in refused {
+        let mut headers = vec![signed.clone()];
+        headers.extend(id.map(delivery));
+        let (status, _, reply) = request(server.addr, "POST", to, &headers, body).await;
+        assert_eq!(status, 401, "{to} {id:?}: {reply}");
+        assert!(reply.contains("bad_signature"), "{reply}");
+    }
+    let review = server
+        .runtime
+        .poll_signal::<Value>("refund-42", "manager_review")
+        .unwrap();
+    assert_eq!(review, None);
+}
