@@ -592,3 +592,72 @@ async fn a_signed_request_is_good_for_its_own_path_and_delivery_only() {
         .unwrap();
     assert_eq!(review, None);
 }
+
+/// A request: method, path, headers, body.
+type Case<'a> = (&'a str, &'a str, Vec<(&'a str, Vec<u8>)>, &'a [u8]);
+
+/// Every refusal is `{"error": {"code", "message"}}`, a request axum cannot read included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_the_server_cannot_read_are_refused_as_json() {
+    let server = serve("extract", config()).await;
+    server.runtime.submit("g", "t1", json!({})).await.unwrap();
+    let form_type = (
+        "Content-Type",
+        b"application/x-www-form-urlencoded".to_vec(),
+    );
+    let cases: Vec<Case<'_>> = vec![
+        ("GET", "/v1/runs?limit=abc", vec![bearer()], b""),
+        ("GET", "/v1/runs?limit=-1", vec![bearer()], b""),
+        ("GET", "/v1/threads/t1/audit?after=-1", vec![bearer()], b""),
+        ("GET", "/v1/threads/t1/audit?limit=x", vec![bearer()], b""),
+        ("GET", "/v1/threads/%FF", vec![bearer()], b""),
+        ("POST", "/v1/threads/%FF/signals/go", vec![bearer()], b"1"),
+        // Wrong method on a known path.
+        ("GET", "/v1/threads/t1/signals/go", vec![bearer()], b""),
+        ("DELETE", "/v1/threads/t1", vec![bearer()], b""),
+        // The inbox form with a missing field / wrong content type.
+        (
+            "POST",
+            "/inbox/decide",
+            vec![bearer(), form_type.clone()],
+            b"csrf=x",
+        ),
+        ("POST", "/inbox/decide", vec![bearer()], b"csrf=x"),
+    ];
+    let mut not_json = Vec::new();
+    for (method, path, headers, body) in cases {
+        let (status, _, reply) = request(server.addr, method, path, &headers, body).await;
+        eprintln!("{method} {path} -> {status} {reply:?}");
+        if !is_json_error(&reply) {
+            not_json.push(format!("{method} {path} -> {status} body {reply:?}"));
+        }
+    }
+    assert!(
+        not_json.is_empty(),
+        "refusals that are not JSON errors:\n{}",
+        not_json.join("\n")
+    );
+}
+
+/// Without a token, a malformed query is still 401 (who asks is checked first), not a 400
+/// that tells anyone the route's parameters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthenticated_caller_learns_nothing_of_a_route() {
+    let server = serve("authorder", config()).await;
+    let (status, _, reply) = request(server.addr, "GET", "/v1/runs?limit=abc", &[], b"").await;
+    eprintln!("{status} {reply}");
+    assert_eq!(status, 401, "{reply}");
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/inbox/decide",
+        &[(
+            "Content-Type",
+            b"application/x-www-form-urlencoded".to_vec(),
+        )],
+        b"x=1",
+    )
+    .await;
+    eprintln!("{status} {reply}");
+    assert_eq!(status, 401, "{reply}");
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
@@ -36,7 +36,7 @@ fn body(body: Body) -> Result<Bytes, ApiError> {
 /// `POST /v1/threads/{thread}/signals/{name}`: the body is the payload.
 pub(super) async fn post_signal(
     State(app): State<Arc<AppState>>,
-    Path((thread, name)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Body,
@@ -52,6 +52,7 @@ pub(super) async fn post_signal(
         Signed::Yes => {}
         Signed::No => auth::bearer(&app.config, &headers)?,
     }
+    let Path((thread, name)) = path?;
     if body.is_empty() {
         return Err(ApiError::bad_request(
             "the body is empty: send the payload as JSON (`null` for none)",
@@ -120,9 +121,10 @@ pub(super) struct RunsQuery {
 pub(super) async fn list_runs(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(query): Query<RunsQuery>,
+    query: Result<Query<RunsQuery>, QueryRejection>,
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
+    let Query(query) = query?;
     let mut filter = RunFilter::new();
     if let Some(word) = &query.status {
         let state = RunState::parse(word)
@@ -141,9 +143,10 @@ pub(super) async fn list_runs(
 pub(super) async fn get_thread(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(thread): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
+    let Path(thread) = path?;
     let info = app.runtime.run(&thread).await?;
     let approvals = app.runtime.pending_approvals(&thread).await?;
     Ok(Json(json!({
@@ -169,10 +172,11 @@ pub(super) struct AuditParams {
 pub(super) async fn get_audit(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(thread): Path<String>,
-    Query(params): Query<AuditParams>,
+    path: Result<Path<String>, PathRejection>,
+    params: Result<Query<AuditParams>, QueryRejection>,
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
+    let (Path(thread), Query(params)) = (path?, params?);
     let mut query = AuditQuery::thread(&thread)
         .after_id(params.after.unwrap_or(0))
         .limit(params.limit.unwrap_or(1_000));
@@ -241,10 +245,11 @@ fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T
 pub(super) async fn approve(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((thread, call_id)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     body: Body,
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
+    let Path((thread, call_id)) = path?;
     let body: ApproveBody = parse_body(&self::body(body)?)?;
     let decision = match body.arguments {
         Some(arguments @ Value::Object(_)) => ApprovalDecision::Edit { arguments },
@@ -266,10 +271,11 @@ pub(super) async fn approve(
 pub(super) async fn reject(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((thread, call_id)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     body: Body,
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
+    let Path((thread, call_id)) = path?;
     let body: RejectBody = serde_json::from_slice(&self::body(body)?)
         .map_err(|e| ApiError::bad_request(format!("a rejection needs {{\"reason\": …}}: {e}")))?;
     decide(
@@ -290,4 +296,13 @@ pub(super) async fn reject(
 /// Anything else: 404, as JSON.
 pub(super) async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
+}
+
+/// A known path with a method it does not take: 405, as JSON.
+pub(super) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method",
+    )
 }

@@ -13,7 +13,8 @@ pub struct ApiError {
     /// The HTTP status.
     pub status: StatusCode,
     /// A stable code scripts can match: `unauthorized`, `bad_signature`, `not_found`,
-    /// `bad_request`, `payload_too_large`, `reserved_name`, `conflict`, `internal`.
+    /// `method_not_allowed`, `bad_request`, `unsupported_media_type`, `payload_too_large`,
+    /// `reserved_name`, `conflict`, `internal`.
     pub code: &'static str,
     /// What went wrong.
     pub message: String,
@@ -40,6 +41,31 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 }
+
+/// A request axum could not read (its path, its query, its form), as JSON. Handlers take
+/// these rejections as values and turn them into errors only once the caller is
+/// authenticated, so that nobody unauthenticated learns what a route expects.
+macro_rules! from_rejection {
+    ($($rejection:ty),*) => {$(
+        impl From<$rejection> for ApiError {
+            fn from(rejection: $rejection) -> Self {
+                let status = rejection.status();
+                let code = match status {
+                    StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+                    _ => "bad_request",
+                };
+                Self::new(status, code, rejection.body_text())
+            }
+        }
+    )*};
+}
+
+from_rejection!(
+    axum::extract::rejection::PathRejection,
+    axum::extract::rejection::QueryRejection,
+    axum::extract::rejection::FormRejection
+);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::Form;
+use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -80,8 +81,11 @@ fn escape(text: &str) -> String {
 pub(super) async fn page(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(query): Query<PageQuery>,
+    query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    // The query holds only the login token: one it cannot read is refused as unauthorized.
+    let Query(query) =
+        query.map_err(|_| ApiError::unauthorized("the inbox's query is not ?token=<token>"))?;
     if let Some(token) = query.token {
         // Log in: check the token, keep it in a cookie, and drop it from the address bar.
         let mut with_token = HeaderMap::new();
@@ -186,9 +190,10 @@ pub(super) struct DecideForm {
 pub(super) async fn decide(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Form(form): Form<DecideForm>,
+    form: Result<Form<DecideForm>, FormRejection>,
 ) -> Result<Response, ApiError> {
     let credential = authorize(&app, &headers)?;
+    let Form(form) = form?;
     let expected = form_token(&app, &credential);
     if !auth::same(expected.as_bytes(), form.csrf.as_bytes()) {
         return Err(ApiError::new(

@@ -27,7 +27,9 @@
 //!   visible ASCII is refused (400), as is an empty body (send `null` for no payload);
 //! - a signal to a thread whose run has ended is refused (409): it would wait for the
 //!   thread's next run; so is a second decision on a call (409);
-//! - errors are JSON: `{"error": {"code": "…", "message": "…"}}`.
+//! - errors are JSON: `{"error": {"code": "…", "message": "…"}}`, a request the server cannot
+//!   read (a bad query or path, a wrong method) included, and an unauthenticated caller is
+//!   told only that (401) whatever else is wrong with its request.
 //!
 //! # Examples
 //!
@@ -189,6 +191,7 @@ pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
         .route("/inbox", get(inbox::page))
         .route("/inbox/decide", post(inbox::decide))
         .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
