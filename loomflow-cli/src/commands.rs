@@ -208,8 +208,13 @@ pub(crate) async fn signal(
     }
     let delivery = runtime.signal_with(thread, name, payload, options).await?;
     let word = format!("{delivery:?}").to_lowercase();
+    let message = if delivery == loomflow::runtime::Delivery::Duplicate {
+        format!("signal {name} to {thread} not sent again: its key was sent before (duplicate)")
+    } else {
+        format!("signal {name} sent to {thread} ({word})")
+    };
     out.done(
-        &format!("signal {name} sent to {thread} ({word})"),
+        &message,
         &json!({ "thread": thread, "signal": name, "delivery": word }),
     );
     Ok(())
