@@ -338,7 +338,7 @@ async fn a_sender_can_learn_that_no_run_will_read_its_signal() {
         .await
         .unwrap();
     let err = runtime
-        .signal_with("t", "nudge", json!(2), live)
+        .signal_with("t", "nudge", json!(2), live.clone())
         .await
         .unwrap_err();
     assert!(
@@ -357,4 +357,31 @@ async fn a_sender_can_learn_that_no_run_will_read_its_signal() {
     );
     // Without the option the send is accepted, as before.
     runtime.signal("t", "nudge", json!(3)).await.unwrap();
+
+    // A run submitted again on the thread will read it, though the newest checkpoint is
+    // still the completed run's: accepted.
+    runtime
+        .submit("g", "t", json!(Refund::default()))
+        .await
+        .unwrap();
+    runtime
+        .signal_with("t", "nudge", json!(4), live.clone())
+        .await
+        .unwrap();
+    // That run cancelled before it ran: no run will read it.
+    runtime.cancel("t").await.unwrap();
+    let err = runtime
+        .signal_with("t", "nudge", json!(5), live)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RuntimeError::Signal(SignalError::RunEnded {
+                status: "cancelled",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
 }

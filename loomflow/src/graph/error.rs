@@ -79,6 +79,12 @@ pub enum GraphProblem {
         /// The node the branch leaves.
         from: String,
     },
+    /// A join declares no sources: it would never fire.
+    #[error("join into {target} declares no sources")]
+    EmptyJoin {
+        /// The join's target.
+        target: String,
+    },
     /// An edge leaves `END` or enters `START`.
     #[error("edge {from} -> {to} uses START or END the wrong way round")]
     MisdirectedEdge {
@@ -153,6 +159,15 @@ pub enum RunError {
         node: String,
         /// The superstep it ran in.
         step: u64,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+    /// The router of a branch leaving `node` panicked; the panic was caught, and the step
+    /// fails as for a route to an undeclared target.
+    #[error("the router after node {node} panicked: {message}")]
+    RouterPanicked {
+        /// The node the branch leaves.
+        node: String,
         /// The panic message, when it was a string.
         message: String,
     },

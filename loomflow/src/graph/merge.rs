@@ -88,8 +88,11 @@ impl Reducer {
                 };
                 let mut merged = base_items.to_vec();
                 for write in writes {
-                    let Value::Array(items) = write else {
-                        return Err("append needs an array field".to_owned());
+                    let items = match write {
+                        Value::Array(items) => items,
+                        // A field the node removed (`skip_serializing_if` on an empty list).
+                        Value::Null => Vec::new(),
+                        _ => return Err("append needs an array field".to_owned()),
                     };
                     if !items.starts_with(base_items) {
                         return Err("a node changed existing items instead of appending".into());
@@ -101,7 +104,14 @@ impl Reducer {
             ReducerKind::Custom(f) => {
                 let mut writes = writes.into_iter();
                 let first = writes.next().unwrap_or(Value::Null);
-                writes.try_fold(first, |acc, next| f(acc, next))
+                writes.try_fold(first, |acc, next| {
+                    // A reducer is the user's code: its panic fails the step, as a node's does.
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(acc, next)))
+                        .unwrap_or_else(|panic| {
+                            let message = crate::sync::panic_message(&*panic);
+                            Err(format!("the reducer panicked: {message}"))
+                        })
+                })
             }
         }
     }
@@ -113,6 +123,10 @@ pub(crate) struct BranchResult<'a, S> {
     pub(crate) state: S,
 }
 
+/// The nodes that changed one field, in declaration order, each with its new value: `None`
+/// when the node removed the field (a map state's key, a field skipped when empty).
+type Writers = Vec<(usize, Option<Value>)>;
+
 /// Merges the copies of several nodes into a new state.
 pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
     base_state: S,
@@ -121,23 +135,21 @@ pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
     step: u64,
 ) -> Result<S> {
     let base = to_fields(&base_state)?;
-    // (field, writers in declaration order)
-    let mut writes: Vec<(String, Vec<(usize, Value)>)> = Vec::new();
+    let mut writes: Vec<(String, Writers)> = Vec::new();
+    let mut note =
+        |key: &str, b: usize, value: Option<Value>| match writes.iter_mut().find(|(k, _)| k == key)
+        {
+            Some((_, writers)) => writers.push((b, value)),
+            None => writes.push((key.to_owned(), vec![(b, value)])),
+        };
     for (b, branch) in branches.iter().enumerate() {
-        let mut fields = to_fields(&branch.state)?;
-        // A field the node removed (possible with skip_serializing_if) is a write of null.
-        for key in base.keys() {
-            if !fields.contains_key(key) {
-                fields.insert(key.clone(), Value::Null);
-            }
+        let fields = to_fields(&branch.state)?;
+        for key in base.keys().filter(|key| !fields.contains_key(*key)) {
+            note(key, b, None);
         }
         for (key, value) in fields {
-            if base.get(&key) == Some(&value) {
-                continue;
-            }
-            match writes.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, writers)) => writers.push((b, value)),
-                None => writes.push((key, vec![(b, value)])),
+            if base.get(&key) != Some(&value) {
+                note(&key, b, Some(value));
             }
         }
     }
@@ -158,14 +170,23 @@ pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
 
     let mut merged = base;
     for (field, writers) in writes {
-        let value = if writers.len() == 1 {
+        let value = if writers.iter().all(|(_, v)| v.is_none()) {
+            // Removed by every node that touched it: gone, whatever the reducer.
+            merged.remove(&field);
+            continue;
+        } else if writers.len() == 1 {
             writers
                 .into_iter()
                 .next()
-                .map(|(_, v)| v)
+                .and_then(|(_, v)| v)
                 .unwrap_or(Value::Null)
         } else if let Some(reducer) = reducers.get(&field) {
-            let values = writers.into_iter().map(|(_, v)| v).collect();
+            // A removal among other writes reaches the reducer as `null` (an append reads it
+            // as an empty list).
+            let values = writers
+                .into_iter()
+                .map(|(_, v)| v.unwrap_or(Value::Null))
+                .collect();
             reducer
                 .combine(merged.get(&field), values)
                 .map_err(|message| RunError::Reducer {

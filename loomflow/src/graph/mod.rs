@@ -36,6 +36,11 @@ pub const END: &str = "__end__";
 /// What a graph's state must be: cloneable (each parallel node gets its own copy),
 /// serializable (checkpoints and merges go through JSON), and shareable across tasks.
 ///
+/// The state is what serializes. A field it does not serialize (`#[serde(skip)]`) is a
+/// cache for the current step at most: it is carried on by a step in which one node
+/// changed the state, and starts afresh (from `Default`) after a step in which several did
+/// (their copies are merged through JSON), after a resume and after a recovery.
+///
 /// Implemented for every type that qualifies.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a graph's state",

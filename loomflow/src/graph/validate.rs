@@ -163,6 +163,11 @@ fn check_one_branch_per_node<S: 'static>(
 fn check_join_ends<S: 'static>(graph: &Declared<'_, S>, problems: &mut Vec<GraphProblem>) {
     for join in graph.joins {
         let context = || format!("join into {}", join.target);
+        if join.sources.is_empty() {
+            problems.push(GraphProblem::EmptyJoin {
+                target: join.target.clone(),
+            });
+        }
         if !graph.names.is_target(&join.target) {
             problems.push(problem_unknown(&join.target, context()));
         }

@@ -143,6 +143,20 @@ impl Runtime {
         sent
     }
 
+    /// How `session`'s current run ended (`completed`, `failed`, `cancelled`), if it has.
+    /// The run's row says, so that a run submitted again on a thread whose last run
+    /// completed counts as live before it writes; a thread with checkpoints but no row (a
+    /// fork, a run from before rows were kept) is judged by its newest checkpoint.
+    async fn ended_run(&self, session: &str) -> Result<Option<&'static str>> {
+        if let Some(run) = self.store().get_run(session).await? {
+            return Ok(run.state.is_finished().then(|| run.state.as_str()));
+        }
+        let latest = self.store().latest_checkpoint(session, "").await?;
+        Ok(latest
+            .filter(|cp| matches!(cp.status, RunStatus::Completed | RunStatus::Failed))
+            .map(|cp| cp.status.as_str()))
+    }
+
     /// Sends on one of loomflow's own (`loomflow:…`) names, such as an approval decision.
     pub(crate) async fn send_framework(
         &self,
@@ -164,13 +178,12 @@ impl Runtime {
         scope: Scope,
     ) -> Result<Delivery> {
         if options.require_live_run
-            && let Some(latest) = self.store().latest_checkpoint(session, "").await?
-            && matches!(latest.status, RunStatus::Completed | RunStatus::Failed)
+            && let Some(status) = self.ended_run(session).await?
         {
             return Err(SignalError::RunEnded {
                 session: session.to_owned(),
                 name: name.to_owned(),
-                status: latest.status.as_str(),
+                status,
             }
             .into());
         }

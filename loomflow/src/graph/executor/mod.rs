@@ -340,7 +340,18 @@ fn run_supersteps<S: State>(
                         .collect(),
                 };
                 writer.finish().await?;
-                return Box::pin(fail(g, &shared, step, state, &active, error)).await;
+                return Box::pin(fail(
+                    g,
+                    &shared,
+                    step,
+                    state,
+                    &active,
+                    error,
+                    &joins,
+                    &pending,
+                    &resume_values,
+                ))
+                .await;
             }
 
             let span = observe::superstep_span(g, step, &active);
@@ -410,7 +421,18 @@ fn run_supersteps<S: State>(
                 }
                 Err(error) => {
                     writer.finish().await?;
-                    return Box::pin(fail(g, &shared, step, state, &active, error)).await;
+                    return Box::pin(fail(
+                        g,
+                        &shared,
+                        step,
+                        state,
+                        &active,
+                        error,
+                        &joins,
+                        &pending,
+                        &resume_values,
+                    ))
+                    .await;
                 }
             };
             let mut next_joins = joins.clone();
@@ -419,7 +441,18 @@ fn run_supersteps<S: State>(
             let mut next = std::mem::take(&mut last_nodes);
             if let Err(error) = route_into(g, ran, &next_state, &mut next_joins, &mut next) {
                 writer.finish().await?;
-                return Box::pin(fail(g, &shared, step, state, &active, error)).await;
+                return Box::pin(fail(
+                    g,
+                    &shared,
+                    step,
+                    state,
+                    &active,
+                    error,
+                    &joins,
+                    &pending,
+                    &resume_values,
+                ))
+                .await;
             }
             state = next_state;
             joins = next_joins;
@@ -473,6 +506,7 @@ fn run_supersteps<S: State>(
 /// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
 /// newest), except in `Exit` mode, which has written nothing yet and records the last good
 /// state with the step to retry.
+#[allow(clippy::too_many_arguments)] // the position a failed step leaves, part by part
 async fn fail<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
@@ -480,11 +514,19 @@ async fn fail<S: State>(
     state: S,
     active: &[usize],
     error: RunError,
+    joins: &JoinMarks,
+    pending: &[PendingWrite],
+    resume_values: &BTreeMap<String, Vec<Value>>,
 ) -> Result<RunOutcome<S>> {
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
     if shared.durability == Durability::Exit {
-        let snapshot = SnapshotRef::new(g, &state, active);
+        // The whole position, as a checkpoint of another mode would have kept it: the joins'
+        // progress, and for a resumed step its finished siblings and the values it was
+        // given, so that a recovery neither loses a join nor runs a sibling again.
+        let snapshot = SnapshotRef::new(g, &state, active)
+            .joins(&joins.0)
+            .suspended(pending, &[], resume_values);
         let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
         cp.error = Some(message.clone());
         add_audit(shared, &mut cp);

@@ -1,5 +1,7 @@
 //! Routing: which nodes run next, following the topology's edges, branches and joins.
 
+use std::panic::AssertUnwindSafe;
+
 use petgraph::graph::NodeIndex;
 
 use super::Result;
@@ -71,7 +73,13 @@ pub(super) fn route_into<S>(
             }
         }
         if let Some(Some(branch)) = g.branches.get(vertex.index()) {
-            for chosen in (branch.router)(state).0 {
+            // A router is the user's code: its panic fails the step, as a node's does.
+            let routed = std::panic::catch_unwind(AssertUnwindSafe(|| (branch.router)(state)))
+                .map_err(|panic| RunError::RouterPanicked {
+                    node: g.vertex_name(topology.vertex(vertex)).to_owned(),
+                    message: crate::sync::panic_message(&*panic),
+                })?;
+            for chosen in routed.0 {
                 match branch.targets.get(&chosen) {
                     Some(&to) => mark(to),
                     None => {

@@ -103,8 +103,9 @@ pub struct SignalOptions {
     /// remembered (see [`MailboxConfig::idempotency_key_ttl`]).
     pub idempotency_key: Option<String>,
     /// Refuses the send with [`SignalError::RunEnded`](super::SignalError::RunEnded) when the
-    /// session's newest run has completed or failed, so that no run will ever read the
-    /// signal. A session with no run yet, or a run in progress or suspended, accepts it.
+    /// session's newest run has completed, failed or been cancelled, so that no run will
+    /// ever read the signal. A session with no run yet, or a run queued (a new one
+    /// submitted after one that ended included), in progress or suspended, accepts it.
     /// Checked by [`Runtime::signal_with`](crate::Runtime::signal_with) against the store.
     pub require_live_run: bool,
 }

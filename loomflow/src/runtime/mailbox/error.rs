@@ -36,7 +36,7 @@ pub enum SignalError {
         session: String,
         /// The signal name.
         name: String,
-        /// How the run ended: `completed` or `failed`.
+        /// How the run ended: `completed`, `failed` or `cancelled`.
         status: &'static str,
     },
     /// No payload arrived before the wait's timeout.

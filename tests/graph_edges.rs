@@ -1,0 +1,477 @@
+//! The graph engine at its edges, on the memory store and on SQLite alike: a parallel
+//! step whose nodes remove what they held, a failed step under `Durability::Exit`, a fork of
+//! a run suspended inside a subgraph, a router or reducer that panics. Each case failed
+//! before its fix.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loomflow::RunError;
+use loomflow::prelude::*;
+use loomflow::runtime::RunState;
+
+/// A fresh database path; removes the file and its WAL companions when dropped.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Self(std::env::temp_dir().join(format!(
+            "loomflow-edges-{name}-{}-{nanos}.db",
+            std::process::id()
+        )))
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+/// The memory runtime and a SQLite runtime, labelled.
+fn runtimes(name: &str) -> (Vec<(&'static str, Runtime)>, TempDb) {
+    let db = TempDb::new(name);
+    let sqlite = Runtime::sqlite(&db.0).unwrap();
+    (
+        vec![("memory", Runtime::in_memory()), ("sqlite", sqlite)],
+        db,
+    )
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Basket {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    items: Vec<String>,
+    count: u32,
+}
+
+#[tokio::test]
+async fn a_branch_that_empties_a_skip_if_empty_vec_merges() {
+    let graph = Graph::new("basket")
+        .node_sync("clear", |b: &mut Basket| b.items.clear())
+        .node_sync("count", |b: &mut Basket| b.count += 1)
+        .edge(START, "clear")
+        .edge(START, "count")
+        .edge("clear", END)
+        .edge("count", END)
+        .compile()
+        .unwrap();
+    let (rts, _db) = runtimes("skipvec");
+    for (label, rt) in rts {
+        let input = Basket {
+            items: vec!["apple".into()],
+            count: 0,
+        };
+        let outcome = graph.invoke(&rt, "t", input).await.unwrap();
+        match outcome {
+            RunOutcome::Completed(b) => {
+                assert_eq!(
+                    b,
+                    Basket {
+                        items: vec![],
+                        count: 1
+                    },
+                    "{label}"
+                );
+            }
+            other => panic!("{label}: expected completed, got {other:?}"),
+        }
+    }
+}
+
+/// A state that is a map: one branch removes a key, another adds one.
+#[tokio::test]
+async fn a_branch_that_removes_a_key_of_a_map_state_merges() {
+    let graph = Graph::new("map")
+        .node_sync("remove", |m: &mut BTreeMap<String, u32>| {
+            m.remove("x");
+        })
+        .node_sync("add", |m: &mut BTreeMap<String, u32>| {
+            m.insert("y".into(), 2);
+        })
+        .edge(START, "remove")
+        .edge(START, "add")
+        .edge("remove", END)
+        .edge("add", END)
+        .compile()
+        .unwrap();
+    let (rts, _db) = runtimes("mapkey");
+    for (label, rt) in rts {
+        let input = BTreeMap::from([("x".to_owned(), 1)]);
+        let outcome = graph.invoke(&rt, "t", input).await.unwrap();
+        match outcome {
+            RunOutcome::Completed(m) => {
+                assert_eq!(m, BTreeMap::from([("y".to_owned(), 2)]), "{label}");
+            }
+            other => panic!("{label}: expected completed, got {other:?}"),
+        }
+    }
+}
+
+/// Same, for a map state of JSON values: the removed key must not come back as `null`.
+#[tokio::test]
+async fn a_branch_that_removes_a_key_of_a_value_map_state_does_not_leave_null() {
+    let graph = Graph::new("vmap")
+        .node_sync(
+            "remove",
+            |m: &mut serde_json::Map<String, serde_json::Value>| {
+                m.remove("x");
+            },
+        )
+        .node_sync(
+            "add",
+            |m: &mut serde_json::Map<String, serde_json::Value>| {
+                m.insert("y".into(), json!(2));
+            },
+        )
+        .edge(START, "remove")
+        .edge(START, "add")
+        .edge("remove", END)
+        .edge("add", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    let mut input = serde_json::Map::new();
+    input.insert("x".into(), json!(1));
+    let out = graph
+        .invoke(&rt, "t", input)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(serde_json::Value::Object(out), json!({"y": 2}));
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Log {
+    log: Vec<String>,
+}
+
+fn join_graph(failures: Arc<AtomicUsize>) -> CompiledGraph<Log> {
+    Graph::new("join")
+        .node_sync("a", |s: &mut Log| s.log.push("a".into()))
+        .node_sync("b1", |s: &mut Log| s.log.push("b1".into()))
+        .node_sync("b2", move |s: &mut Log| -> Result<(), String> {
+            if failures.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err("b2 fails once".into());
+            }
+            s.log.push("b2".into());
+            Ok(())
+        })
+        .node_sync("c", |s: &mut Log| s.log.push("c".into()))
+        .reducer("log", Reducer::append())
+        .edge(START, "a")
+        .edge(START, "b1")
+        .edge("b1", "b2")
+        .join(["a", "b2"], "c")
+        .edge("c", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn recovering_a_failed_step_keeps_join_progress_in_every_durability_mode() {
+    let mut wrong = Vec::new();
+    for durability in [Durability::Sync, Durability::Async, Durability::Exit] {
+        let (rts, _db) = runtimes("exitjoin");
+        for (label, rt) in rts {
+            let graph = join_graph(Arc::new(AtomicUsize::new(0)));
+            let first = graph
+                .run(&rt, "t", Log::default())
+                .durability(durability)
+                .await
+                .unwrap();
+            assert!(
+                matches!(first, RunOutcome::Failed { .. }),
+                "{label} {durability:?}: {first:?}"
+            );
+            let row = rt.run("t").await.unwrap().record.state;
+            let second = graph
+                .recover(&rt, "t")
+                .durability(durability)
+                .await
+                .unwrap_or_else(|e| panic!("{label} {durability:?}: recover: {e}"));
+            match second {
+                RunOutcome::Completed(s) if s.log == ["a", "b1", "b2", "c"] => {}
+                other => wrong.push(format!(
+                    "{label} {durability:?} (row after failure: {row:?}): {other:?}"
+                )),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "join target lost after recover:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct S {
+    answer: Option<String>,
+    side: u32,
+    log: Vec<String>,
+}
+
+/// `a` interrupts and, on its first resume, fails once; `b` beside it counts its runs.
+#[tokio::test]
+async fn a_failed_resumed_step_keeps_its_finished_sibling_in_every_durability_mode() {
+    let mut wrong = Vec::new();
+    for durability in [Durability::Sync, Durability::Exit] {
+        let (rts, _db) = runtimes("exitpending");
+        for (label, rt) in rts {
+            let b_runs = Arc::new(AtomicUsize::new(0));
+            let a_fail = Arc::new(AtomicUsize::new(0));
+            let (br, af) = (Arc::clone(&b_runs), Arc::clone(&a_fail));
+            let graph = Graph::new("g")
+                .node_fn("a", move |s: &mut S, ctx| {
+                    let af = Arc::clone(&af);
+                    Box::pin(async move {
+                        let v: String = ctx.interrupt(json!("a?"))?;
+                        if af.fetch_add(1, Ordering::SeqCst) == 0 {
+                            return Err("a fails once after its resume".into());
+                        }
+                        s.answer = Some(v);
+                        Ok(())
+                    })
+                })
+                .node_sync("b", move |s: &mut S| {
+                    br.fetch_add(1, Ordering::SeqCst);
+                    s.side += 1;
+                })
+                .edge(START, "a")
+                .edge(START, "b")
+                .edge("a", END)
+                .edge("b", END)
+                .compile()
+                .unwrap();
+            let first = graph
+                .run(&rt, "t", S::default())
+                .durability(durability)
+                .await
+                .unwrap();
+            assert_eq!(first.interrupts().len(), 1);
+            let second = graph
+                .resume(&rt, "t", "yes")
+                .durability(durability)
+                .await
+                .unwrap();
+            assert!(matches!(second, RunOutcome::Failed { .. }), "{second:?}");
+            // Carry on: in Sync mode the run is interrupted as before (answer again); either
+            // way `b`, which finished, must not run again.
+            let third = graph
+                .recover(&rt, "t")
+                .durability(durability)
+                .await
+                .unwrap();
+            let third = match third {
+                RunOutcome::Interrupted { .. } => graph
+                    .resume(&rt, "t", "yes")
+                    .durability(durability)
+                    .await
+                    .unwrap(),
+                other => other,
+            };
+            let line = format!(
+                "{label} {durability:?}: b ran {} times; outcome {third:?}",
+                b_runs.load(Ordering::SeqCst)
+            );
+            eprintln!("{line}");
+            let ok = matches!(&third, RunOutcome::Completed(s) if s.side == 1 && s.answer.as_deref() == Some("yes"))
+                && b_runs.load(Ordering::SeqCst) == 1;
+            if !ok {
+                wrong.push(line);
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Child {
+    got: Option<String>,
+}
+
+fn parent_graph(prep_runs: Arc<AtomicUsize>) -> CompiledGraph<S> {
+    let child = Graph::new("child")
+        .node_sync("prep", move |_: &mut Child| {
+            prep_runs.fetch_add(1, Ordering::SeqCst);
+        })
+        .node_fn("ask", |c: &mut Child, ctx| {
+            Box::pin(async move {
+                let v: String = ctx.interrupt(json!("child?"))?;
+                c.got = Some(v);
+                Ok(())
+            })
+        })
+        .edge(START, "prep")
+        .edge("prep", "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    Graph::new("parent")
+        .subgraph(
+            "sub",
+            child,
+            |_: &S| Child::default(),
+            |p: &mut S, c: Child| p.answer = c.got,
+        )
+        .edge(START, "sub")
+        .edge("sub", END)
+        .compile()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_fork_of_a_run_interrupted_in_a_subgraph_can_be_resumed() {
+    let mut wrong = Vec::new();
+    let (rts, _db) = runtimes("forksub");
+    for (label, rt) in rts {
+        let prep = Arc::new(AtomicUsize::new(0));
+        let graph = parent_graph(Arc::clone(&prep));
+        let first = graph.invoke(&rt, "t", S::default()).await.unwrap();
+        assert_eq!(first.interrupts().len(), 1, "{label}");
+        // The original resumes fine.
+        let cps = rt.store().list_checkpoints("t").await.unwrap();
+        let top: Vec<_> = cps.iter().filter(|c| c.namespace.is_empty()).collect();
+        let interrupted = top.iter().max_by_key(|c| c.id).unwrap();
+        rt.fork("t", interrupted.id, "t2").await.unwrap();
+        let resumed = graph.resume(&rt, "t2", "forked answer").await;
+        let line = format!(
+            "{label}: resume of fork -> {resumed:?}; prep ran {}",
+            prep.load(Ordering::SeqCst)
+        );
+        eprintln!("{line}");
+        match resumed {
+            Ok(RunOutcome::Completed(s)) if s.answer.as_deref() == Some("forked answer") => {}
+            _ => wrong.push(line),
+        }
+        let orig = graph.resume(&rt, "t", "orig").await.unwrap();
+        assert_eq!(
+            orig.completed().unwrap().answer.as_deref(),
+            Some("orig"),
+            "{label}"
+        );
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn a_panicking_router_fails_the_run_with_a_typed_error() {
+    let (rts, _db) = runtimes("routerpanic");
+    for (label, rt) in rts {
+        let graph = Graph::new("rp")
+            .node_sync("a", |n: &mut u32| *n += 1)
+            .node_sync("b", |n: &mut u32| *n += 10)
+            .edge(START, "a")
+            .branch("a", ["b", END], |n: &u32| {
+                if *n == 1 {
+                    panic!("router bug");
+                }
+                "b"
+            })
+            .edge("b", END)
+            .compile()
+            .unwrap();
+        // In a background task, so that a panic does not take the test down.
+        let outcome = graph.start(&rt, "t", 0).await;
+        let row = rt.run("t").await.map(|i| (i.record.state, i.state));
+        eprintln!("{label}: outcome {outcome:?}; row {row:?}");
+        let again = graph.recover(&rt, "t").start().await;
+        eprintln!("{label}: recover right after -> {again:?}");
+        let worker_view = rt
+            .runs(&loomflow::runtime::RunFilter::default())
+            .await
+            .map(|r| {
+                r.iter()
+                    .map(|r| (r.thread.clone(), r.state))
+                    .collect::<Vec<_>>()
+            });
+        eprintln!("{label}: runs -> {worker_view:?}");
+        match &outcome {
+            Ok(RunOutcome::Failed { error, state }) => {
+                assert!(
+                    matches!(error, RunError::RouterPanicked { node, message } if node == "a" && message == "router bug"),
+                    "{label}: {error:?}"
+                );
+                assert_eq!(*state, 0, "{label}: the state before the failed step");
+            }
+            other => panic!("{label}: a router panic is a failed run, got {other:?}"),
+        }
+        let (state, _) = row.unwrap();
+        assert_eq!(
+            state,
+            RunState::Failed,
+            "{label}: the run is not left running"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_reducer_fails_the_run_with_a_typed_error() {
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    struct Best {
+        best: u32,
+    }
+    let rt = Runtime::in_memory();
+    let graph = Graph::new("rd")
+        .node_sync("a", |s: &mut Best| s.best = 1)
+        .node_sync("b", |s: &mut Best| s.best = 2)
+        .reducer(
+            "best",
+            Reducer::with(|x: u32, y: u32| -> u32 {
+                assert!(x != 1, "reducer bug");
+                x.max(y)
+            }),
+        )
+        .edge(START, "a")
+        .edge(START, "b")
+        .edge("a", END)
+        .edge("b", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.start(&rt, "t", Best::default()).await;
+    let row = rt.run("t").await.map(|i| (i.record.state, i.state));
+    eprintln!("outcome {outcome:?}; row {row:?}");
+    match &outcome {
+        Ok(RunOutcome::Failed { error, .. }) => assert!(
+            matches!(error, RunError::Reducer { field, message, .. } if field == "best" && message.contains("reducer bug")),
+            "{error:?}"
+        ),
+        other => panic!("a reducer panic is a failed run, got {other:?}"),
+    }
+    assert_eq!(
+        row.unwrap().0,
+        RunState::Failed,
+        "the run is not left running"
+    );
+}
+
+#[test]
+fn a_join_with_no_sources_is_refused_at_compile() {
+    let refused = Graph::new("empty-join")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .node_sync("c", |n: &mut u32| *n += 100)
+        .edge(START, "a")
+        .edge("a", "c")
+        .join(Vec::<String>::new(), "c")
+        .edge("c", END)
+        .compile()
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("join into c declares no sources"),
+        "{refused}"
+    );
+}
