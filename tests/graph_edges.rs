@@ -475,3 +475,63 @@ fn a_join_with_no_sources_is_refused_at_compile() {
         "{refused}"
     );
 }
+
+/// A conversation that suspends every turn (ask, reply, ask again) is not stopped by the
+/// recursion limit at turn 13: each resume counts its own supersteps. A loop that never
+/// suspends still is.
+#[tokio::test]
+async fn the_recursion_limit_counts_each_execution_so_a_long_conversation_goes_on() {
+    let (rts, _db) = runtimes("chat");
+    for (label, rt) in rts {
+        let graph = Graph::new("chat")
+            .node_fn("ask", |s: &mut S, ctx| {
+                Box::pin(async move {
+                    let line: String = ctx.interrupt(json!("say something"))?;
+                    s.answer = Some(line);
+                    Ok(())
+                })
+            })
+            .node_sync("reply", |s: &mut S| s.side += 1)
+            .edge(START, "ask")
+            .edge("ask", "reply")
+            .branch("reply", ["ask", END], |s: &S| {
+                if s.answer.as_deref() == Some("bye") {
+                    END
+                } else {
+                    "ask"
+                }
+            })
+            .compile()
+            .unwrap();
+        let mut outcome = graph.invoke(&rt, "t", S::default()).await.unwrap();
+        for turn in 1..=40 {
+            assert!(
+                matches!(outcome, RunOutcome::Interrupted { .. }),
+                "{label}: turn {turn}: {outcome:?}"
+            );
+            outcome = graph
+                .resume(&rt, "t", format!("hello {turn}"))
+                .await
+                .unwrap();
+        }
+        let done = graph.resume(&rt, "t", "bye").await.unwrap();
+        assert_eq!(done.completed().unwrap().side, 41, "{label}");
+    }
+    let runaway = Graph::new("runaway")
+        .node_sync("spin", |n: &mut u32| *n += 1)
+        .edge(START, "spin")
+        .branch("spin", ["spin", END], |_: &u32| "spin")
+        .compile()
+        .unwrap();
+    let stopped = runaway.invoke(&Runtime::in_memory(), "r", 0).await.unwrap();
+    assert!(
+        matches!(
+            stopped,
+            RunOutcome::Failed {
+                error: RunError::RecursionLimit { limit: 25, .. },
+                ..
+            }
+        ),
+        "{stopped:?}"
+    );
+}

@@ -254,7 +254,10 @@ impl<S: State> Graph<S> {
         self
     }
 
-    /// Sets the default recursion limit (supersteps per run) for runs of this graph.
+    /// Sets the default recursion limit for runs of this graph: how many supersteps one
+    /// execution (an invoke, a resume, a recover) may run. A run that suspends and is resumed
+    /// counts afresh from its resume, so a conversation that asks every turn runs as long as
+    /// it lasts; a loop that never suspends is stopped.
     pub fn recursion_limit(mut self, limit: u64) -> Self {
         self.recursion_limit = limit;
         self

@@ -304,6 +304,9 @@ fn run_supersteps<S: State>(
             completed_written = active.is_empty();
         }
         let mut last_nodes: Vec<usize> = Vec::new();
+        // The limit counts this execution's supersteps: a run that suspends every turn (a
+        // conversation, an approval loop) is not stopped by the turns before its resume.
+        let first_step = step;
 
         while !active.is_empty() {
             // Another execution took the run over (the heartbeat found the lease gone): stop
@@ -331,7 +334,7 @@ fn run_supersteps<S: State>(
                 events.room().await;
             }
             step += 1;
-            if step > recursion_limit {
+            if step - first_step > recursion_limit {
                 let error = RunError::RecursionLimit {
                     limit: recursion_limit,
                     last_nodes: last_nodes
