@@ -46,6 +46,27 @@ pub(super) struct Listener {
 /// The longest wait between two attempts to connect again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// How long the listening connection may be quiet before TCP probes it, how often it probes
+/// then, and how many unanswered probes end it. A connection that only listens sends
+/// nothing: a link that died without a word (a dropped NAT entry, a failover) would
+/// otherwise read as alive for the kernel's default two hours, the counter frozen, and a
+/// process waiting for a signal from another would not hear of it. With these it is known
+/// dead within a minute, and the listener connects again.
+const PROBE_AFTER: Duration = Duration::from_secs(30);
+const PROBE_EVERY: Duration = Duration::from_secs(10);
+const PROBES: u32 = 3;
+
+/// The listening connection's settings: the store's, with TCP keepalive probes.
+fn listener_config(target: &Target) -> tokio_postgres::Config {
+    let mut config = target.config.clone();
+    config
+        .keepalives(true)
+        .keepalives_idle(PROBE_AFTER)
+        .keepalives_interval(PROBE_EVERY)
+        .keepalives_retries(PROBES);
+    config
+}
+
 impl Listener {
     /// Starts listening on `target` from a task of the current tokio runtime.
     pub(super) fn spawn(target: Target) -> Self {
@@ -99,7 +120,7 @@ async fn listen(target: Target, shared: Arc<Shared>) {
 
 /// One connection's life: `LISTEN`, then count notifications until it ends.
 async fn session(target: &Target, shared: &Shared) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = target.config.connect(NoTls).await?;
+    let (client, mut connection) = listener_config(target).connect(NoTls).await?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
     // The connection is driven by polling its messages, so `LISTEN` runs beside that.
     {
@@ -131,4 +152,26 @@ async fn session(target: &Target, shared: &Shared) -> Result<(), tokio_postgres:
     // `client` lives until here: dropping it would close the connection.
     drop(client);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_silent_listening_connection_is_probed_within_a_minute() {
+        let target = Target::parse("postgres://loomflow@127.0.0.1:5432/flows").unwrap();
+        assert_eq!(
+            target.config.get_keepalives_idle(),
+            Duration::from_secs(7_200)
+        );
+        let config = listener_config(&target);
+        assert!(config.get_keepalives());
+        let probed_dead = config.get_keepalives_idle()
+            + config.get_keepalives_interval().unwrap() * config.get_keepalives_retries().unwrap();
+        assert!(probed_dead <= Duration::from_secs(60), "{probed_dead:?}");
+        assert_eq!(config.get_dbname(), target.config.get_dbname());
+    }
 }
