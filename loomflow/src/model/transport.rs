@@ -39,6 +39,21 @@ pub(crate) fn build_client(provider: &'static str) -> Result<reqwest::Client, Mo
         .map_err(|e| config_error(format!("http client set-up failed: {e}")))
 }
 
+/// Whether `base_url` addresses exactly `host` over HTTPS on the default port, with no user
+/// name or password: only then may the provider's key from the environment be attached. A
+/// prefix check would also accept `https://api.example.com.evil.example` or
+/// `https://api.example.com@evil.example`, and hand the key to whoever runs those.
+pub(crate) fn is_official_host(base_url: &str, host: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url) else {
+        return false;
+    };
+    url.scheme() == "https"
+        && url.host_str() == Some(host)
+        && url.username().is_empty()
+        && url.password().is_none()
+        && url.port().is_none()
+}
+
 /// Sends one request; a non-2xx answer becomes the matching [`ModelError`].
 pub(crate) async fn send_once(
     request: reqwest::RequestBuilder,
@@ -371,6 +386,25 @@ mod tests {
         let err = status_error(&target(), 529, None, "overloaded", None);
         assert!(matches!(err, ModelError::Server { status: 529, .. }));
         assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn only_the_exact_official_host_is_official() {
+        let host = "api.anthropic.com";
+        assert!(is_official_host("https://api.anthropic.com", host));
+        assert!(is_official_host("https://api.anthropic.com/", host));
+        assert!(is_official_host("https://API.anthropic.com:443/v1", host));
+        for lookalike in [
+            "https://api.anthropic.com.evil.example",
+            "https://api.anthropic.com@evil.example",
+            "https://user:pw@api.anthropic.com",
+            "https://api.anthropic.community",
+            "https://api.anthropic.com:8443",
+            "http://api.anthropic.com",
+            "api.anthropic.com",
+        ] {
+            assert!(!is_official_host(lookalike, host), "{lookalike}");
+        }
     }
 
     #[test]

@@ -19,6 +19,9 @@ mod stream;
 /// Anthropic's API address; the default base URL (without `/v1`).
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 
+/// The host whose base URLs count as Anthropic's own: only they get `ANTHROPIC_API_KEY`.
+const ANTHROPIC_HOST: &str = "api.anthropic.com";
+
 /// The environment variable the key is read from when none is given.
 pub const ANTHROPIC_API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
@@ -84,8 +87,9 @@ impl AnthropicModelBuilder {
         self
     }
 
-    /// Uses this key. Without one, api.anthropic.com gets the `ANTHROPIC_API_KEY` environment
-    /// variable and other base URLs get no key (the variable's key is never sent elsewhere).
+    /// Uses this key. Without one, a base URL on exactly `https://api.anthropic.com` (default port,
+    /// no user name) gets the `ANTHROPIC_API_KEY` environment variable and other base URLs get no
+    /// key: the variable's key is never sent elsewhere, not even to a look-alike host.
     pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
         self.key = Some(key.into());
         self
@@ -127,7 +131,7 @@ impl AnthropicModelBuilder {
                 message: format!("base url {base:?} does not start with http:// or https://"),
             });
         }
-        let official = base.starts_with(ANTHROPIC_BASE_URL);
+        let official = transport::is_official_host(&base, ANTHROPIC_HOST);
         // The environment's key is for Anthropic: it is never sent to another server.
         let key = self.key.or_else(|| {
             official
@@ -289,5 +293,25 @@ impl Model for AnthropicModel {
                 Err(error) => transport::failed(error),
             }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_that_only_look_like_anthropics_get_no_key_from_the_environment() {
+        for lookalike in [
+            "https://api.anthropic.com.evil.example",
+            "https://api.anthropic.com@evil.example",
+            "https://api.anthropic.community",
+        ] {
+            let model = AnthropicModel::builder("claude-x")
+                .base_url(lookalike)
+                .build()
+                .unwrap_or_else(|e| panic!("{lookalike}: {e}"));
+            assert!(model.inner.key.is_none(), "{lookalike} would get the key");
+        }
     }
 }

@@ -19,6 +19,9 @@ mod stream;
 /// OpenAI's API address; the default base URL.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 
+/// The host whose base URLs count as OpenAI's own: only they get `OPENAI_API_KEY`.
+const OPENAI_HOST: &str = "api.openai.com";
+
 /// The environment variable the key is read from when none is given.
 pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
 
@@ -81,8 +84,9 @@ impl OpenAiModelBuilder {
         self
     }
 
-    /// Uses this key. Without one, api.openai.com gets the `OPENAI_API_KEY` environment
-    /// variable and other base URLs get no key (the variable's key is never sent elsewhere).
+    /// Uses this key. Without one, a base URL on exactly `https://api.openai.com` (default port,
+    /// no user name) gets the `OPENAI_API_KEY` environment variable and other base URLs get no
+    /// key: the variable's key is never sent elsewhere, not even to a look-alike host.
     pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
         self.key = Some(key.into());
         self
@@ -109,9 +113,9 @@ impl OpenAiModelBuilder {
     /// without one); [`ModelError::Config`] for a base URL that is not `http(s)://…` or a TLS
     /// set-up failure.
     pub fn build(self) -> Result<OpenAiModel, ModelError> {
-        let official = self.base_url.is_none();
         let base = self.base_url.unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
-        let provider = if official || base.starts_with(OPENAI_BASE_URL) {
+        let official = transport::is_official_host(&base, OPENAI_HOST);
+        let provider = if official {
             "openai"
         } else {
             "openai-compatible"
@@ -122,7 +126,6 @@ impl OpenAiModelBuilder {
                 message: format!("base url {base:?} does not start with http:// or https://"),
             });
         }
-        let official = official || provider == "openai";
         // The environment's key is for OpenAI: it is never sent to another server.
         let key = self.key.or_else(|| {
             official
@@ -279,5 +282,26 @@ impl Model for OpenAiModel {
                 Err(error) => transport::failed(error),
             }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_that_only_look_like_openais_get_no_key_from_the_environment() {
+        for lookalike in [
+            "https://api.openai.com.evil.example/v1",
+            "https://api.openai.com@evil.example/v1",
+            "https://api.openai.community/v1",
+        ] {
+            let model = OpenAiModel::builder("gpt-x")
+                .base_url(lookalike)
+                .build()
+                .unwrap_or_else(|e| panic!("{lookalike}: {e}"));
+            assert!(model.inner.key.is_none(), "{lookalike} would get the key");
+            assert_eq!(model.inner.provider, "openai-compatible");
+        }
     }
 }
