@@ -224,6 +224,49 @@ pub(crate) fn status_error(
     }
 }
 
+/// The error an error object gives when it arrives in a 2xx body: some gateways (and, rarely,
+/// Anthropic) answer 200 with `{"error": {...}}` or `{"type": "error", "error": {...}}`. It maps
+/// as the status it implies would: the status in its `code` (`"code": 500`), else the one its
+/// provider documents for its type (`overloaded_error` is 529), else 500 (retried).
+pub(crate) fn body_error(
+    target: &Target,
+    error: serde_json::Value,
+    key: Option<&ApiKey>,
+) -> ModelError {
+    let status = implied_status(&error);
+    let body = serde_json::json!({ "error": error }).to_string();
+    status_error(target, status, None, &body, key)
+}
+
+fn implied_status(error: &serde_json::Value) -> u16 {
+    let code = error.get("code");
+    let numeric = code.and_then(|c| {
+        c.as_u64()
+            .or_else(|| c.as_str().and_then(|s| s.trim().parse().ok()))
+    });
+    if let Some(status) = numeric.filter(|s| (400..=599).contains(s)) {
+        return status as u16;
+    }
+    let named = |field: &str| error.get(field).and_then(|v| v.as_str()).unwrap_or("");
+    [named("code"), named("type")]
+        .into_iter()
+        .find_map(|kind| {
+            Some(match kind {
+                "invalid_request_error" | "context_length_exceeded" => 400,
+                "authentication_error" | "invalid_api_key" => 401,
+                "billing_error" => 402,
+                "permission_error" => 403,
+                "not_found_error" => 404,
+                "request_too_large" => 413,
+                "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => 429,
+                "timeout_error" => 504,
+                "overloaded_error" => 529,
+                _ => return None,
+            })
+        })
+        .unwrap_or(500)
+}
+
 /// Turns one provider's SSE events into chunks.
 pub(crate) trait EventDecoder: Send + 'static {
     /// Handles one event, appending what it yields. Returns `Ok(true)` once the reply is
@@ -338,6 +381,7 @@ pub(crate) fn failed(error: ModelError) -> ChunkStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn target() -> Target {
         Target {
@@ -386,6 +430,25 @@ mod tests {
         let err = status_error(&target(), 529, None, "overloaded", None);
         assert!(matches!(err, ModelError::Server { status: 529, .. }));
         assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn an_error_object_in_a_success_body_maps_as_its_status_would() {
+        let error = |value| body_error(&target(), value, None);
+        let overloaded = error(json!({"type": "overloaded_error", "message": "Overloaded"}));
+        assert!(matches!(overloaded, ModelError::Server { status: 529, .. }));
+        let crashed = error(json!({"message": "crashed", "type": "server_error", "code": 502}));
+        assert!(matches!(crashed, ModelError::Server { status: 502, .. }));
+        let bad = error(json!({"message": "no", "type": "invalid_request_error"}));
+        assert!(matches!(
+            bad,
+            ModelError::InvalidRequest { status: 400, .. }
+        ));
+        assert!(
+            error(json!("upstream down"))
+                .to_string()
+                .contains("upstream down")
+        );
     }
 
     #[test]

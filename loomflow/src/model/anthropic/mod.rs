@@ -230,7 +230,10 @@ impl Inner {
     async fn complete(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
         let target = self.target(&request);
         let body = self.encode(&request, &target, false)?;
-        let bytes = with_retry(&self.retry, PROVIDER, &target.model, || async {
+        let output_tool = request.output_schema.as_ref().map(|s| s.name.as_str());
+        // The reply is read inside the retry: an error object in a 200 is retried as its
+        // status would be.
+        with_retry(&self.retry, PROVIDER, &target.model, || async {
             let call = async {
                 let response =
                     transport::send_once(self.post(&body), &target, self.key.as_ref()).await?;
@@ -239,13 +242,12 @@ impl Inner {
                     .await
                     .map_err(|e| transport::transport_error(e, &target))
             };
-            tokio::time::timeout(self.timeout, call)
+            let bytes = tokio::time::timeout(self.timeout, call)
                 .await
-                .map_err(|_| transport::timeout_error(&target, self.timeout))?
+                .map_err(|_| transport::timeout_error(&target, self.timeout))??;
+            response::parse(&bytes, &target, output_tool, self.key.as_ref())
         })
-        .await?;
-        let output_tool = request.output_schema.as_ref().map(|s| s.name.as_str());
-        response::parse(&bytes, &target, output_tool)
+        .await
     }
 
     async fn open_stream(

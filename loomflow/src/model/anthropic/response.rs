@@ -2,13 +2,16 @@
 
 use serde::Deserialize;
 
-use crate::model::transport::{Target, decode_error};
-use crate::model::{FinishReason, ModelError, ModelResponse, ToolCall, Usage};
+use crate::model::transport::{Target, body_error, decode_error};
+use crate::model::{ApiKey, FinishReason, ModelError, ModelResponse, ToolCall, Usage};
 
 #[derive(Deserialize)]
 struct Reply {
-    #[serde(default)]
-    content: Vec<Block>,
+    /// `message`; `error` for an error object, which a 200 can carry too.
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    error: Option<serde_json::Value>,
+    content: Option<Vec<Block>>,
     stop_reason: Option<String>,
     #[serde(default)]
     usage: WireUsage,
@@ -83,17 +86,32 @@ pub(super) fn finish_reason(reason: Option<&str>, real_tool_calls: bool) -> Fini
     }
 }
 
+/// Reads a reply. An error object is the error it names, even in a 200; a body that is
+/// neither is a decode error. A body without `type` is taken for a message when it has
+/// `content` (compatible servers may leave `type` out).
 pub(super) fn parse(
     bytes: &[u8],
     target: &Target,
     output_tool: Option<&str>,
+    key: Option<&ApiKey>,
 ) -> Result<ModelResponse, ModelError> {
     let reply: Reply = serde_json::from_slice(bytes)
         .map_err(|e| decode_error(target, format!("not a message: {e}")))?;
+    if let Some(error) = reply.error.filter(|e| !e.is_null()) {
+        return Err(body_error(target, error, key));
+    }
+    let blocks = match (reply.kind.as_deref(), reply.content) {
+        (Some("message") | None, Some(blocks)) => blocks,
+        (Some("message"), None) => Vec::new(),
+        (kind, _) => {
+            let kind = kind.unwrap_or("none");
+            return Err(decode_error(target, format!("not a message: type {kind}")));
+        }
+    };
     let mut content = String::new();
     let mut tool_calls = Vec::new();
     let mut output_seen = false;
-    for block in reply.content {
+    for block in blocks {
         match block {
             Block::Text { text } => content.push_str(&text),
             // The answer is the first call of the output tool; a model that calls it again
@@ -147,7 +165,7 @@ mod tests {
             "usage": {"input_tokens": 10, "output_tokens": 20, "cache_read_input_tokens": 5,
                       "cache_creation_input_tokens": 0}
         });
-        let response = parse(body.to_string().as_bytes(), &target(), None).unwrap();
+        let response = parse(body.to_string().as_bytes(), &target(), None, None).unwrap();
         assert_eq!(response.content, "Let me check.");
         assert_eq!(response.tool_calls[0].arguments, json!({"city": "Oslo"}));
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
@@ -170,7 +188,7 @@ mod tests {
             ],
             "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}
         });
-        let response = parse(body.to_string().as_bytes(), &target(), Some("answer")).unwrap();
+        let response = parse(body.to_string().as_bytes(), &target(), Some("answer"), None).unwrap();
         assert_eq!(response.content, "{\"n\":4}");
         assert!(response.tool_calls.is_empty());
         assert_eq!(response.finish_reason, FinishReason::Stop);

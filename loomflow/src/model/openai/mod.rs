@@ -221,7 +221,9 @@ impl Inner {
     async fn complete(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
         let target = self.target(&request);
         let body = self.encode(&request, &target, false)?;
-        let bytes = with_retry(&self.retry, self.provider, &target.model, || async {
+        // The reply is read inside the retry: an error object in a 200 is retried as its
+        // status would be.
+        with_retry(&self.retry, self.provider, &target.model, || async {
             let call = async {
                 let response =
                     transport::send_once(self.post(&body), &target, self.key.as_ref()).await?;
@@ -230,12 +232,12 @@ impl Inner {
                     .await
                     .map_err(|e| transport::transport_error(e, &target))
             };
-            tokio::time::timeout(self.timeout, call)
+            let bytes = tokio::time::timeout(self.timeout, call)
                 .await
-                .map_err(|_| transport::timeout_error(&target, self.timeout))?
+                .map_err(|_| transport::timeout_error(&target, self.timeout))??;
+            response::parse(&bytes, &target, self.key.as_ref())
         })
-        .await?;
-        response::parse(&bytes, &target)
+        .await
     }
 
     async fn open_stream(

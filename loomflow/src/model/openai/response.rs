@@ -3,11 +3,13 @@
 use serde::Deserialize;
 
 use crate::model::response::parse_arguments;
-use crate::model::transport::{Target, decode_error};
-use crate::model::{FinishReason, ModelError, ModelResponse, ToolCall, Usage};
+use crate::model::transport::{Target, body_error, decode_error};
+use crate::model::{ApiKey, FinishReason, ModelError, ModelResponse, ToolCall, Usage};
 
 #[derive(Deserialize)]
 struct Completion {
+    /// An error object, which some gateways send with a 200.
+    error: Option<serde_json::Value>,
     #[serde(default)]
     choices: Vec<Choice>,
     usage: Option<WireUsage>,
@@ -82,9 +84,17 @@ pub(super) fn finish_reason(reason: &str) -> FinishReason {
     }
 }
 
-pub(super) fn parse(bytes: &[u8], target: &Target) -> Result<ModelResponse, ModelError> {
+/// Reads a completion; an error object is the error it names, even in a 200.
+pub(super) fn parse(
+    bytes: &[u8],
+    target: &Target,
+    key: Option<&ApiKey>,
+) -> Result<ModelResponse, ModelError> {
     let completion: Completion = serde_json::from_slice(bytes)
         .map_err(|e| decode_error(target, format!("not a chat completion: {e}")))?;
+    if let Some(error) = completion.error.filter(|e| !e.is_null()) {
+        return Err(body_error(target, error, key));
+    }
     let Some(choice) = completion.choices.into_iter().next() else {
         return Err(decode_error(target, "the reply has no choices"));
     };
@@ -146,7 +156,7 @@ mod tests {
             model: "gpt-x".into(),
             url: String::new(),
         };
-        let response = parse(body.to_string().as_bytes(), &target).unwrap();
+        let response = parse(body.to_string().as_bytes(), &target, None).unwrap();
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
         assert_eq!(response.tool_calls[0].arguments, json!({"x": 1}));
         assert_eq!(response.tool_calls[1].arguments, json!({}));

@@ -1,0 +1,108 @@
+//! Both HTTP adapters at the edges of their wire formats: error objects in 200 bodies,
+//! explicit nulls, odd `retry-after` values, refusals and truncated replies, against a local
+//! server speaking each provider's format.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+
+use std::time::Duration;
+
+use fixtures::*;
+use loomflow::model::{
+    AnthropicModel, Message, Model, ModelError, ModelRequest, OpenAiModel, RetryPolicy,
+};
+use mock_server::{MockServer, Reply};
+use serde_json::json;
+
+fn fast_retries() -> RetryPolicy {
+    RetryPolicy::default()
+        .initial_backoff(Duration::from_millis(10))
+        .max_backoff(Duration::from_millis(50))
+}
+
+fn openai(server: &MockServer) -> OpenAiModel {
+    OpenAiModel::builder("gpt-test")
+        .base_url(format!("{}/v1", server.url()))
+        .api_key("sk-test")
+        .retry(fast_retries())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn anthropic(server: &MockServer) -> AnthropicModel {
+    AnthropicModel::builder("claude-test")
+        .base_url(server.url())
+        .api_key("sk-ant-test")
+        .retry(fast_retries())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn hi() -> ModelRequest {
+    ModelRequest::new(vec![Message::user("Hi")])
+}
+
+fn anthropic_ok() -> Reply {
+    Reply::json(
+        200,
+        anthropic_message(json!([{"type": "text", "text": "ok"}]), "end_turn", 3, 1),
+    )
+}
+
+fn openai_ok() -> Reply {
+    Reply::json(
+        200,
+        openai_completion(json!({"role": "assistant", "content": "ok"}), "stop", 1, 1),
+    )
+}
+
+#[tokio::test]
+async fn a_200_with_an_anthropic_error_body_is_an_error() {
+    let overloaded =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let invalid = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: too large"}});
+    let server = MockServer::start(vec![
+        Reply::json(200, overloaded),
+        anthropic_ok(),
+        Reply::json(200, invalid),
+    ])
+    .await;
+    let model = anthropic(&server);
+    // overloaded is transient: retried like a 529
+    assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
+    assert_eq!(server.requests().len(), 2);
+    let err = model.complete(hi()).await.unwrap_err();
+    assert!(
+        matches!(err, ModelError::InvalidRequest { status: 400, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("max_tokens: too large"), "{err}");
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "an invalid request is not retried"
+    );
+}
+
+#[tokio::test]
+async fn a_200_with_an_openai_error_body_carries_the_providers_message() {
+    let crashed = || {
+        Reply::json(
+            200,
+            json!({"error": {"message": "upstream model crashed", "type": "server_error", "code": 502}}),
+        )
+    };
+    let server = MockServer::start(vec![crashed(), crashed(), crashed(), openai_ok()]).await;
+    let err = openai(&server).complete(hi()).await.unwrap_err();
+    assert!(
+        matches!(err, ModelError::Server { status: 502, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("upstream model crashed"), "{err}");
+    assert_eq!(server.requests().len(), 3, "retried up to max_attempts");
+}
