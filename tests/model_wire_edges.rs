@@ -13,6 +13,7 @@ use std::time::Duration;
 use fixtures::*;
 use loomflow::model::{
     AnthropicModel, Message, Model, ModelError, ModelRequest, OpenAiModel, RetryPolicy,
+    collect_stream,
 };
 use mock_server::{MockServer, Reply};
 use serde_json::json;
@@ -105,4 +106,30 @@ async fn a_200_with_an_openai_error_body_carries_the_providers_message() {
     );
     assert!(err.to_string().contains("upstream model crashed"), "{err}");
     assert_eq!(server.requests().len(), 3, "retried up to max_attempts");
+}
+
+#[tokio::test]
+async fn explicit_nulls_from_gateways_read_as_empty() {
+    let stream = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "content": "Hel", "tool_calls": null}),
+            None,
+        ),
+        openai_chunk(json!({"content": "lo", "tool_calls": null}), None),
+        openai_chunk(json!({"content": null, "tool_calls": null}), Some("stop")),
+        json!({"choices": null, "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+    ]);
+    let plain = openai_completion(
+        json!({"role": "assistant", "content": "Hello", "tool_calls": null, "function_call": null}),
+        "stop",
+        3,
+        2,
+    );
+    let server = MockServer::start(vec![Reply::json(200, plain), Reply::sse(&stream, 64)]).await;
+    let model = openai(&server);
+    let plain = model.complete(hi()).await.unwrap();
+    let streamed = collect_stream(model.stream(hi())).await.unwrap();
+    assert_eq!(plain.content, "Hello");
+    assert!(plain.tool_calls.is_empty());
+    assert_eq!(streamed, plain);
 }

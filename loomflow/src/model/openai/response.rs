@@ -10,7 +10,7 @@ use crate::model::{ApiKey, FinishReason, ModelError, ModelResponse, ToolCall, Us
 struct Completion {
     /// An error object, which some gateways send with a 200.
     error: Option<serde_json::Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     choices: Vec<Choice>,
     usage: Option<WireUsage>,
     model: Option<String>,
@@ -26,13 +26,13 @@ struct Choice {
 struct WireMessage {
     content: Option<String>,
     refusal: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     tool_calls: Vec<WireToolCall>,
 }
 
 #[derive(Deserialize)]
 struct WireToolCall {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     id: String,
     function: WireFunction,
 }
@@ -43,6 +43,16 @@ struct WireFunction {
     /// A JSON text per the API; some compatible servers send the object itself.
     #[serde(default)]
     arguments: Option<serde_json::Value>,
+}
+
+/// A field that may be absent or `null`: gateways that serialise every field (LiteLLM and
+/// other pydantic-based servers) send `"tool_calls": null` where OpenAI leaves it out.
+pub(super) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// The `usage` object of replies and of the last streamed chunk.

@@ -4,14 +4,14 @@ use std::collections::VecDeque;
 
 use serde::Deserialize;
 
-use super::response::{WireUsage, finish_reason};
+use super::response::{WireUsage, finish_reason, null_as_default};
 use crate::model::sse::SseEvent;
 use crate::model::transport::{EventDecoder, Target, decode_error, error_details};
 use crate::model::{FinishReason, ModelError, StreamChunk, Usage};
 
 #[derive(Deserialize)]
 struct Chunk {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     choices: Vec<ChoiceDelta>,
     usage: Option<WireUsage>,
     error: Option<serde_json::Value>,
@@ -28,7 +28,7 @@ struct ChoiceDelta {
 struct Delta {
     content: Option<String>,
     refusal: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     tool_calls: Vec<ToolDelta>,
 }
 
