@@ -8,7 +8,7 @@ mod fixtures;
 #[path = "support/mock_server.rs"]
 mod mock_server;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fixtures::*;
 use loomflow::model::{
@@ -132,4 +132,91 @@ async fn explicit_nulls_from_gateways_read_as_empty() {
     assert_eq!(plain.content, "Hello");
     assert!(plain.tool_calls.is_empty());
     assert_eq!(streamed, plain);
+}
+
+#[tokio::test]
+async fn retry_after_on_a_server_error_is_honoured_within_the_cap() {
+    let overloaded = || {
+        Reply::json(
+            529,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        )
+    };
+    let server = MockServer::start(vec![
+        overloaded().with_header("retry-after", "1"),
+        anthropic_ok(),
+        overloaded().with_header("retry-after", "3600"),
+    ])
+    .await;
+    let model = anthropic(&server);
+    let started = Instant::now();
+    assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited {:?}",
+        started.elapsed()
+    );
+    // longer than the policy's max_retry_after (60 s): fails at once, as a 429 does
+    let err = model.complete(hi()).await.unwrap_err();
+    assert!(
+        matches!(err, ModelError::Server { status: 529, .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(3600)));
+    assert_eq!(server.requests().len(), 3);
+
+    let server = MockServer::start(vec![
+        Reply::json(
+            503,
+            json!({"error": {"message": "busy", "type": "server_error"}}),
+        )
+        .with_header("retry-after-ms", "700"),
+        openai_ok(),
+    ])
+    .await;
+    let started = Instant::now();
+    assert_eq!(openai(&server).complete(hi()).await.unwrap().content, "ok");
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "waited {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_read() {
+    let limited = || {
+        Reply::json(
+            429,
+            json!({"error": {"message": "slow down", "type": "requests"}}),
+        )
+        .with_header("retry-after", "Fri, 01 Jan 2100 00:00:00 GMT")
+    };
+    let server = MockServer::start(vec![limited(), limited(), limited()]).await;
+    let err = openai(&server).complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::RateLimited { .. }), "{err:?}");
+    // a date decades away is far past the policy's cap: no retry, no backoff guess
+    assert!(
+        err.retry_after() >= Some(Duration::from_secs(60)),
+        "{err:?}"
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn request_timeout_and_conflict_are_retried() {
+    let server = MockServer::start(vec![
+        Reply::json(
+            408,
+            json!({"error": {"message": "request timed out", "type": "timeout"}}),
+        ),
+        Reply::json(
+            409,
+            json!({"error": {"message": "lock held", "type": "conflict"}}),
+        ),
+        openai_ok(),
+    ])
+    .await;
+    assert_eq!(openai(&server).complete(hi()).await.unwrap().content, "ok");
+    assert_eq!(server.requests().len(), 3);
 }

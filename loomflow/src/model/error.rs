@@ -51,7 +51,8 @@ pub enum ModelError {
         /// The provider's message.
         message: String,
     },
-    /// The provider rejected the request (a 4xx other than 401, 403 and 429).
+    /// The provider rejected the request (a 4xx other than 401, 403 and 429). A 408 (request
+    /// timeout) or 409 (conflict) is retried, as the providers' own SDKs do.
     #[error("{provider} rejected the request for model {model} (status {status}): {message}")]
     InvalidRequest {
         /// The provider.
@@ -64,7 +65,10 @@ pub enum ModelError {
         message: String,
     },
     /// The provider failed (a 5xx, or Anthropic's 529 "overloaded").
-    #[error("{provider} failed serving model {model} (status {status}): {message}")]
+    #[error(
+        "{provider} failed serving model {model} (status {status}){}: {message}",
+        retry_hint(.retry_after)
+    )]
     Server {
         /// The provider.
         provider: String,
@@ -72,6 +76,8 @@ pub enum ModelError {
         model: String,
         /// The HTTP status.
         status: u16,
+        /// How long the provider asked us to wait (`retry-after`), when it said.
+        retry_after: Option<Duration>,
         /// The provider's message.
         message: String,
     },
@@ -168,7 +174,7 @@ fn retry_hint(retry_after: &Option<Duration>) -> String {
 
 impl ModelError {
     /// Whether trying the same call again may succeed: connection failures, timeouts, rate
-    /// limits and server errors.
+    /// limits, server errors, and a 408 or 409.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
@@ -176,13 +182,20 @@ impl ModelError {
                 | Self::Timeout { .. }
                 | Self::RateLimited { .. }
                 | Self::Server { .. }
+                | Self::InvalidRequest {
+                    status: 408 | 409,
+                    ..
+                }
         )
     }
 
-    /// The wait the provider asked for, when it sent `retry-after`.
+    /// The wait the provider asked for (`retry-after`, `retry-after-ms`), when it sent one with
+    /// a rate limit or a server error.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::RateLimited { retry_after, .. } => *retry_after,
+            Self::RateLimited { retry_after, .. } | Self::Server { retry_after, .. } => {
+                *retry_after
+            }
             _ => None,
         }
     }

@@ -47,6 +47,8 @@ mod request;
 mod resolve;
 mod response;
 mod retry;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod retry_after;
 mod scripted;
 mod secret;
 pub mod sse;

@@ -9,11 +9,11 @@ use super::ModelError;
 
 /// When and how often a failed model call is tried again.
 ///
-/// Connection failures, timeouts, 429 and 5xx answers are retried (see
+/// Connection failures, timeouts, 408, 409, 429 and 5xx answers are retried (see
 /// [`ModelError::is_retryable`]). Attempt `n` (counting from 1) waits a random time between
 /// zero and `min(max_backoff, initial_backoff · 2ⁿ⁻¹)` ("full jitter"), unless the provider sent
-/// `retry-after`: then it waits exactly that long, or gives up when that is longer than
-/// `max_retry_after`.
+/// `retry-after` (with a 429 or a 5xx; in seconds, as an HTTP date, or as `retry-after-ms`):
+/// then it waits exactly that long, or gives up when that is longer than `max_retry_after`.
 ///
 /// # Examples
 ///
@@ -168,6 +168,7 @@ mod tests {
             provider: "p".into(),
             model: "m".into(),
             status: 503,
+            retry_after: None,
             message: String::new(),
         }
     }

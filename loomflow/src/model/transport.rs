@@ -68,20 +68,7 @@ pub(crate) async fn send_once(
     if status.is_success() {
         return Ok(response);
     }
-    let headers = response.headers();
-    // `retry-after-ms` (OpenAI) is the more precise of the two when both are sent.
-    let retry_after = headers
-        .get("retry-after-ms")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|ms| ms.is_finite() && *ms >= 0.0)
-        .map(|ms| Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0))
-        .or_else(|| {
-            headers
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after)
-        });
+    let retry_after = super::retry_after::from_headers(response.headers());
     let body = response.text().await.unwrap_or_default();
     Err(status_error(
         target,
@@ -90,13 +77,6 @@ pub(crate) async fn send_once(
         &body,
         key,
     ))
-}
-
-/// `retry-after` in its seconds form (`"3"`, `"1.5"`). The HTTP-date form is ignored: the
-/// backoff applies then.
-pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
-    let secs: f64 = value.trim().parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
 }
 
 pub(crate) fn transport_error(error: reqwest::Error, target: &Target) -> ModelError {
@@ -204,6 +184,14 @@ pub(crate) fn status_error(
             retry_after,
             message,
         },
+        // Both official SDKs retry these: the server gave up waiting for the request (408),
+        // or a conflicting request held a lock (409).
+        408 | 409 => ModelError::InvalidRequest {
+            provider,
+            model,
+            status,
+            message,
+        },
         400..=499 if is_context_overflow(&kind, &message) => ModelError::ContextTooLong {
             provider,
             model,
@@ -219,6 +207,7 @@ pub(crate) fn status_error(
             provider,
             model,
             status,
+            retry_after,
             message,
         },
     }
@@ -468,13 +457,5 @@ mod tests {
         ] {
             assert!(!is_official_host(lookalike, host), "{lookalike}");
         }
-    }
-
-    #[test]
-    fn retry_after_seconds_form() {
-        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
-        assert_eq!(parse_retry_after("-1"), None);
     }
 }
