@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use fixtures::*;
 use loomflow::model::{
-    AnthropicModel, Message, Model, ModelError, ModelRequest, OpenAiModel, RetryPolicy,
-    collect_stream,
+    AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, OpenAiModel,
+    RetryPolicy, collect_stream,
 };
 use mock_server::{MockServer, Reply};
 use serde_json::json;
@@ -219,4 +219,69 @@ async fn request_timeout_and_conflict_are_retried() {
     .await;
     assert_eq!(openai(&server).complete(hi()).await.unwrap().content, "ok");
     assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn an_openai_refusal_ends_as_content_filter_with_its_text() {
+    let refusal = "I can't help with that.";
+    let stream = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "content": null, "refusal": "I can't "}),
+            None,
+        ),
+        openai_chunk(json!({"refusal": "help with that."}), Some("stop")),
+    ]);
+    let server = MockServer::start(vec![
+        Reply::json(
+            200,
+            openai_completion(
+                json!({"role": "assistant", "content": null, "refusal": refusal}),
+                "stop",
+                10,
+                9,
+            ),
+        ),
+        Reply::sse(&stream, 16),
+    ])
+    .await;
+    let model = openai(&server);
+    let plain = model.complete(hi()).await.unwrap();
+    assert_eq!(plain.content, refusal);
+    assert_eq!(plain.finish_reason, FinishReason::ContentFilter);
+    let streamed = collect_stream(model.stream(hi())).await.unwrap();
+    assert_eq!(streamed.content, refusal);
+    assert_eq!(streamed.finish_reason, FinishReason::ContentFilter);
+}
+
+#[tokio::test]
+async fn a_tool_call_cut_by_the_token_limit_reports_length() {
+    let cut = || {
+        json!({"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Par"}}]})
+    };
+    let stream = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Par"}}]}),
+            Some("length"),
+        ),
+    ]);
+    let server = MockServer::start(vec![
+        Reply::json(200, openai_completion(cut(), "length", 10, 16)),
+        Reply::sse(&stream, 32),
+    ])
+    .await;
+    let model = openai(&server);
+    for response in [
+        model.complete(hi()).await.unwrap(),
+        collect_stream(model.stream(hi())).await.unwrap(),
+    ] {
+        assert_eq!(response.finish_reason, FinishReason::Length);
+        assert_eq!(response.content, "Checking.");
+        assert!(response.tool_calls.is_empty(), "{:?}", response.tool_calls);
+    }
 }

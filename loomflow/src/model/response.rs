@@ -14,11 +14,11 @@ use super::{ChunkStream, Message, ModelError, ToolCall};
 pub enum FinishReason {
     /// It finished its reply, or hit a stop sequence.
     Stop,
-    /// It hit the token limit.
+    /// It hit the token limit. A tool call the limit cut short is dropped from the reply.
     Length,
     /// It wants tools called.
     ToolCalls,
-    /// The provider filtered or refused the reply.
+    /// The provider filtered or refused the reply; a refusal's text is the reply's content.
     ContentFilter,
     /// Anything else, as the provider named it.
     Other(String),
@@ -216,7 +216,9 @@ impl StreamAccumulator {
     /// # Errors
     ///
     /// [`ModelError::StreamCut`] when no finish chunk was seen; [`ModelError::Decode`] when a
-    /// tool call's arguments are not JSON. `provider` and `model` name the culprit in them.
+    /// tool call's arguments are not JSON (unless the reply hit its token limit: then the
+    /// call is dropped and the finish reason is [`FinishReason::Length`]). `provider` and
+    /// `model` name the culprit in them.
     pub fn finish(self, provider: &str, model: &str) -> Result<ModelResponse, ModelError> {
         let Some(finish_reason) = self.finish else {
             return Err(ModelError::StreamCut {
@@ -226,12 +228,21 @@ impl StreamAccumulator {
         };
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (index, call) in self.calls {
+            let arguments = match parse_arguments(&call.arguments) {
+                Ok(arguments) => arguments,
+                // The token limit cut the call short: it is dropped, and the reply's
+                // `Length` says why, rather than a decode error.
+                Err(_) if finish_reason == FinishReason::Length => continue,
+                Err(e) => {
+                    return Err(ModelError::Decode {
+                        provider: provider.to_owned(),
+                        model: model.to_owned(),
+                        message: format!("arguments of tool call {index} ({}): {e}", call.name),
+                    });
+                }
+            };
             tool_calls.push(ToolCall {
-                arguments: parse_arguments(&call.arguments).map_err(|e| ModelError::Decode {
-                    provider: provider.to_owned(),
-                    model: model.to_owned(),
-                    message: format!("arguments of tool call {index} ({}): {e}", call.name),
-                })?,
+                arguments,
                 id: call.id,
                 name: call.name,
             });

@@ -108,18 +108,21 @@ pub(super) fn parse(
     let Some(choice) = completion.choices.into_iter().next() else {
         return Err(decode_error(target, "the reply has no choices"));
     };
+    let cut_short = choice.finish_reason.as_deref() == Some("length");
     let mut tool_calls = Vec::with_capacity(choice.message.tool_calls.len());
     for (index, call) in choice.message.tool_calls.into_iter().enumerate() {
         let arguments = match call.function.arguments {
-            Some(serde_json::Value::String(text)) => parse_arguments(&text).map_err(|e| {
-                decode_error(
-                    target,
-                    format!(
-                        "arguments of tool call {index} ({}): {e}",
-                        call.function.name
-                    ),
-                )
-            })?,
+            Some(serde_json::Value::String(text)) => match parse_arguments(&text) {
+                Ok(arguments) => arguments,
+                // The token limit cut the call short: it is dropped and the reply says
+                // `Length`, rather than a decode error that hides why.
+                Err(_) if cut_short => continue,
+                Err(e) => {
+                    let name = &call.function.name;
+                    let message = format!("arguments of tool call {index} ({name}): {e}");
+                    return Err(decode_error(target, message));
+                }
+            },
             Some(serde_json::Value::Null) | None => parse_arguments("").unwrap_or_default(),
             Some(value) => value,
         };
@@ -129,15 +132,22 @@ pub(super) fn parse(
             arguments,
         });
     }
+    // A refusal is the provider declining: its text is the reply, and it is no plain stop.
+    let refusal = choice.message.refusal.filter(|r| !r.is_empty());
+    let finish_reason = match &refusal {
+        Some(_) => FinishReason::ContentFilter,
+        None => finish_reason(choice.finish_reason.as_deref().unwrap_or("stop")),
+    };
     let content = choice
         .message
         .content
-        .or(choice.message.refusal)
+        .filter(|c| !c.is_empty())
+        .or(refusal)
         .unwrap_or_default();
     Ok(ModelResponse {
         content,
         tool_calls,
-        finish_reason: finish_reason(choice.finish_reason.as_deref().unwrap_or("stop")),
+        finish_reason,
         usage: completion.usage.map(Usage::from).unwrap_or_default(),
         model: completion.model,
     })

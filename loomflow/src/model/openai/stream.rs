@@ -52,6 +52,8 @@ pub(super) struct Decoder {
     finish: Option<FinishReason>,
     /// Whether the model's name was passed on (every chunk repeats it).
     model_seen: bool,
+    /// Whether the model refused (sent `refusal` text).
+    refused: bool,
 }
 
 impl Decoder {
@@ -60,6 +62,7 @@ impl Decoder {
             target,
             finish: None,
             model_seen: false,
+            refused: false,
         }
     }
 }
@@ -71,10 +74,11 @@ impl EventDecoder for Decoder {
         out: &mut VecDeque<Result<StreamChunk, ModelError>>,
     ) -> Result<bool, ModelError> {
         if event.is_done() {
-            let reason = self
-                .finish
-                .take()
-                .unwrap_or_else(|| FinishReason::Other("unspecified".into()));
+            let reason = match self.finish.take() {
+                _ if self.refused => FinishReason::ContentFilter,
+                Some(reason) => reason,
+                None => FinishReason::Other("unspecified".into()),
+            };
             out.push_back(Ok(StreamChunk::Finish { reason }));
             return Ok(true);
         }
@@ -97,7 +101,12 @@ impl EventDecoder for Decoder {
         }
         if let Some(choice) = chunk.choices.into_iter().next() {
             if let Some(delta) = choice.delta {
-                if let Some(text) = delta.content.or(delta.refusal).filter(|t| !t.is_empty()) {
+                if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                    out.push_back(Ok(StreamChunk::Text { text }));
+                }
+                // A refusal streams as the reply's text, and the reply ends as filtered.
+                if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+                    self.refused = true;
                     out.push_back(Ok(StreamChunk::Text { text }));
                 }
                 for (position, call) in delta.tool_calls.into_iter().enumerate() {
