@@ -1,13 +1,14 @@
 //! Typed output: the schema comes from the type, for the agent or for one run; a model
 //! without structured output is asked in the prompt; answers that do not fit are retried,
-//! and the typed value is read back with `parsed`.
+//! and the typed value is read back with `parsed`. A reply cut short by the token limit or
+//! filtered by the provider stops the run instead of passing for an answer.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::sync::Arc;
 
-use loomflow::agent::Agent;
-use loomflow::model::{Message, ModelResponse, ScriptedModel};
+use loomflow::agent::{Agent, StopReason};
+use loomflow::model::{FinishReason, Message, ModelResponse, ScriptedModel};
 use loomflow::prelude::*;
 
 #[derive(Debug, Deserialize, JsonSchema, PartialEq)]
@@ -123,4 +124,55 @@ async fn answers_that_never_fit_fail_naming_the_agent() {
         debug.contains("OutputSchema { agent: \"reviewer\", attempts: 2"),
         "{debug}"
     );
+}
+
+fn finishing(content: &str, finish_reason: FinishReason) -> ModelResponse {
+    ModelResponse {
+        finish_reason,
+        ..ModelResponse::text(content)
+    }
+}
+
+#[tokio::test]
+async fn a_reply_cut_by_the_token_limit_stops_the_run_as_truncated() {
+    let cut = "The three steps are: first, you";
+    let agent = Agent::builder("You help.")
+        .model(ScriptedModel::new([finishing(cut, FinishReason::Length)]))
+        .build()
+        .unwrap();
+    let result = agent.run("How do I do it?").await.unwrap();
+    assert!(result.interrupted);
+    assert_eq!(result.reason, Some(StopReason::Truncated));
+    assert_eq!(result.output, cut, "the reply as it came");
+}
+
+#[tokio::test]
+async fn a_filtered_reply_stops_the_run_as_content_filter() {
+    let agent = Agent::builder("You help.")
+        .model(ScriptedModel::new([
+            ModelResponse::text("Earlier answer."),
+            finishing("", FinishReason::ContentFilter),
+        ]))
+        .build()
+        .unwrap();
+    agent.run("First").session("s").await.unwrap();
+    let result = agent.run("Second").session("s").await.unwrap();
+    assert!(result.interrupted);
+    assert_eq!(result.reason, Some(StopReason::ContentFilter));
+    assert_eq!(result.output, "", "not the earlier turn's answer");
+}
+
+#[tokio::test]
+async fn a_truncated_reply_spends_no_schema_retries() {
+    let agent = Agent::builder("You review refunds.")
+        .model(ScriptedModel::new([
+            finishing(r#"{"approved": true, "rea"#, FinishReason::Length),
+            ModelResponse::text(r#"{"approved": true, "reason": "ok"}"#),
+        ]))
+        .output::<Verdict>()
+        .build()
+        .unwrap();
+    let result = agent.run("Refund?").await.unwrap();
+    assert_eq!(result.reason, Some(StopReason::Truncated));
+    assert_eq!(result.turns, 1, "no second call to fix the schema");
 }

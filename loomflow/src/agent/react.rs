@@ -4,7 +4,7 @@
 //! ```text
 //! START → model ─(tool calls)→ tools → model …
 //!               ─(schema retry)→ model
-//!               ─(answer, or a limit)→ END
+//!               ─(answer, a limit, or a cut or filtered reply)→ END
 //! ```
 //!
 //! Model replies and tool results are journaled (`ctx.step`), so a run that resumes or
@@ -28,7 +28,7 @@ use crate::graph::{
     BoxFuture, CompiledGraph, END, Graph, Node, NodeError, NodeResult, RunError, START,
 };
 use crate::model::{
-    Message, ModelError, ModelRequest, ModelResponse, StreamAccumulator, Transcript,
+    FinishReason, Message, ModelError, ModelRequest, ModelResponse, StreamAccumulator, Transcript,
 };
 use crate::tool::{AgentEvent, DispatchContext};
 use crate::{Error, Result};
@@ -127,6 +127,9 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         return Ok(());
     }
     state.messages.push(response.message());
+    if let Some(stop) = unfinished(&response.finish_reason) {
+        return stop_unfinished(core, state, ctx, response.content, stop).await;
+    }
     let checked = match (&state.output_schema, &core.output) {
         (Some(own), _) => Some(super::output::check_against(&own.schema, &response.content)),
         (None, Some(output)) => Some((output.validate)(&response.content)),
@@ -154,6 +157,34 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     if state.output.is_some() {
         super::memory::extract(core, state, ctx).await?;
     }
+    Ok(())
+}
+
+/// Why a final reply (one without tool calls) is not a whole answer, if it is not: the
+/// token limit cut it short, or the provider filtered it.
+fn unfinished(finish: &FinishReason) -> Option<StopReason> {
+    match finish {
+        FinishReason::Length => Some(StopReason::Truncated),
+        FinishReason::ContentFilter => Some(StopReason::ContentFilter),
+        _ => None,
+    }
+}
+
+/// Stops the run on a reply that is not a whole answer (the transcript's last message),
+/// rather than pass it off as the output or spend output-schema retries on it. The output
+/// guardrails still check it first: the run's output shows it.
+async fn stop_unfinished(
+    core: &AgentCore,
+    state: &mut AgentState,
+    ctx: &Context,
+    reply: String,
+    stop: StopReason,
+) -> Result<()> {
+    state.output = Some(reply);
+    super::guarded::check_output(core, state, ctx).await?;
+    state.output = None;
+    // a guardrail that blocked the reply has named itself the reason
+    state.stopped.get_or_insert(stop);
     Ok(())
 }
 

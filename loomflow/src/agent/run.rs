@@ -32,7 +32,8 @@ pub struct RunResult {
     /// The session the run was on (generated when none was given).
     pub session: String,
     /// The final answer (the last assistant text when the run stopped early; empty when a
-    /// guardrail stopped it).
+    /// guardrail stopped it; the cut or filtered reply itself when the reason is
+    /// [`StopReason::Truncated`] or [`StopReason::ContentFilter`]).
     pub output: String,
     /// Tokens used by this run, across all its resumptions.
     pub usage: Usage,
@@ -41,9 +42,11 @@ pub struct RunResult {
     pub cost_usd: Option<f64>,
     /// Model turns taken.
     pub turns: u32,
-    /// Whether the run stopped before an answer: a limit, a budget, or a suspension.
+    /// Whether the run stopped before an answer: a limit, a budget, a guardrail, a final
+    /// reply cut short or filtered, or a suspension.
     pub interrupted: bool,
-    /// Why: a turn limit, a budget cap, or a suspension (see `pending`).
+    /// Why: a turn limit, a budget cap, a guardrail, [`StopReason::Truncated`] or
+    /// [`StopReason::ContentFilter`], or a suspension (see `pending`).
     pub reason: Option<StopReason>,
     /// What a suspended run waits for (tool approvals, interrupts).
     pub pending: Vec<Interrupt>,
@@ -66,11 +69,15 @@ impl RunResult {
 
     fn from_state(session: String, state: AgentState, pending: Vec<Interrupt>) -> Self {
         let suspended = !pending.is_empty();
-        // A run a guardrail stopped has no answer to give.
-        let output = if matches!(state.stopped, Some(StopReason::Guardrail(_))) {
-            String::new()
-        } else {
-            state.answer()
+        let output = match state.stopped {
+            // A run a guardrail stopped has no answer to give.
+            Some(StopReason::Guardrail(_)) => String::new(),
+            // The cut or filtered reply itself, even empty: not an earlier turn's text.
+            Some(StopReason::Truncated | StopReason::ContentFilter) => state
+                .last_message()
+                .map(|m| m.text().to_owned())
+                .unwrap_or_default(),
+            _ => state.answer(),
         };
         let reason = if suspended {
             Some(StopReason::Suspended)

@@ -32,7 +32,8 @@ pub struct AgentState {
     /// The user the run acts for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Why the loop stopped early (a turn limit or a budget), if it did.
+    /// Why the loop stopped early (a turn limit, a budget, a guardrail, a cut or filtered
+    /// reply), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<StopReason>,
     /// The agent a handoff tool transferred the conversation to (swarms), if one did.

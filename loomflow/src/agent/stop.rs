@@ -37,11 +37,13 @@ impl BudgetCap {
 }
 
 /// Why an agent run stopped without an answer: a limit or a budget (the work so far is
-/// kept), or a suspension (see [`RunResult::pending`](super::RunResult::pending)).
+/// kept), a final reply that is not a whole answer (cut short by the token limit, or
+/// filtered by the provider), or a suspension (see
+/// [`RunResult::pending`](super::RunResult::pending)).
 ///
 /// On the wire (checkpoints, JSON results) it keeps its strings: `max_turns_exceeded`,
 /// `budget:tokens`, `budget:cost`, `budget:user_tokens`, `budget:wall_clock`,
-/// `budget:user_cost`, `suspended`, `guardrail:<name>`.
+/// `budget:user_cost`, `suspended`, `guardrail:<name>`, `truncated`, `content_filter`.
 ///
 /// # Examples
 ///
@@ -66,6 +68,17 @@ pub enum StopReason {
     /// A [guardrail](super::Guardrail), named here, blocked the prompt, a tool result or
     /// the answer.
     Guardrail(String),
+    /// The model's final reply hit its token limit ([`FinishReason::Length`]): the run's
+    /// output is that reply, cut short. Raise `max_tokens`, or ask for less.
+    ///
+    /// [`FinishReason::Length`]: crate::model::FinishReason::Length
+    Truncated,
+    /// The provider filtered or refused the model's final reply
+    /// ([`FinishReason::ContentFilter`]): the run's output is what the reply kept (a
+    /// refusal's text, or nothing).
+    ///
+    /// [`FinishReason::ContentFilter`]: crate::model::FinishReason::ContentFilter
+    ContentFilter,
 }
 
 impl fmt::Display for StopReason {
@@ -75,6 +88,8 @@ impl fmt::Display for StopReason {
             Self::Budget(cap) => write!(f, "budget:{}", cap.as_str()),
             Self::Suspended => f.write_str("suspended"),
             Self::Guardrail(name) => write!(f, "guardrail:{name}"),
+            Self::Truncated => f.write_str("truncated"),
+            Self::ContentFilter => f.write_str("content_filter"),
         }
     }
 }
@@ -91,6 +106,8 @@ impl FromStr for StopReason {
         Ok(match s {
             "max_turns_exceeded" => Self::MaxTurns,
             "suspended" => Self::Suspended,
+            "truncated" => Self::Truncated,
+            "content_filter" => Self::ContentFilter,
             "budget:tokens" => Self::Budget(BudgetCap::Tokens),
             "budget:cost" => Self::Budget(BudgetCap::Cost),
             "budget:user_tokens" => Self::Budget(BudgetCap::UserTokens),
@@ -133,6 +150,8 @@ mod tests {
             StopReason::Guardrail("no_pii".to_owned()),
             StopReason::Budget(BudgetCap::WallClock),
             StopReason::Budget(BudgetCap::UserCost),
+            StopReason::Truncated,
+            StopReason::ContentFilter,
         ] {
             assert_eq!(reason.to_string().parse::<StopReason>(), Ok(reason));
         }
