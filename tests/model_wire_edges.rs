@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use fixtures::*;
 use loomflow::model::{
     AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, OpenAiModel,
-    RetryPolicy, collect_stream,
+    RetryPolicy, ToolCall, collect_stream,
 };
 use mock_server::{MockServer, Reply};
 use serde_json::json;
@@ -284,4 +284,29 @@ async fn a_tool_call_cut_by_the_token_limit_reports_length() {
         assert_eq!(response.content, "Checking.");
         assert!(response.tool_calls.is_empty(), "{:?}", response.tool_calls);
     }
+}
+
+#[tokio::test]
+async fn an_empty_assistant_turn_sends_no_empty_text_block_to_anthropic() {
+    let server = MockServer::start(vec![anthropic_ok()]).await;
+    let request = ModelRequest::new(vec![
+        Message::user("Hi"),
+        Message::assistant(""), // Anthropic may answer end_turn with no content
+        Message::user("Hello?"),
+        Message::assistant_tool_calls(vec![ToolCall::new("t1", "f", json!({}))]),
+        Message::tool_result("t1", "done"),
+    ]);
+    anthropic(&server).complete(request).await.unwrap();
+    let messages = server.requests()[0].body["messages"].clone();
+    assert_eq!(
+        messages,
+        json!([
+            {"role": "user", "content": [
+                {"type": "text", "text": "Hi"}, {"type": "text", "text": "Hello?"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "done"}]},
+        ])
+    );
 }

@@ -85,12 +85,19 @@ fn messages(messages: &Transcript) -> Value {
         let (role, blocks) = match message {
             Message::System { .. } => continue,
             Message::User { content } => ("user", vec![text_block(content)]),
+            // The API refuses empty (or blank) text blocks, and Anthropic itself may answer
+            // `end_turn` with no content: such a turn is left out, and the user turns on
+            // either side of it merge, which keeps the roles alternating.
+            Message::Assistant {
+                content,
+                tool_calls,
+            } if content.trim().is_empty() && tool_calls.is_empty() => continue,
             Message::Assistant {
                 content,
                 tool_calls,
             } => {
                 let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
-                if !content.is_empty() || tool_calls.is_empty() {
+                if !content.trim().is_empty() {
                     blocks.push(text_block(content));
                 }
                 blocks.extend(tool_calls.iter().map(|call| {
