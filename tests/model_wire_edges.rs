@@ -310,3 +310,35 @@ async fn an_empty_assistant_turn_sends_no_empty_text_block_to_anthropic() {
         ])
     );
 }
+
+#[tokio::test]
+async fn parallel_tool_calls_streamed_without_an_index_stay_apart() {
+    // Gemini's OpenAI-compatible endpoint: no `index`, one call per chunk, the name repeated
+    let sse = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":"}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [
+            {"type": "function", "function": {"name": "weather", "arguments": "\"Oslo\"}"}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [
+            {"id": "call_b", "type": "function", "function": {"name": "time", "arguments": "{\"tz\":\"CET\"}"}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+    ]);
+    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
+    let response = collect_stream(openai(&server).stream(hi())).await.unwrap();
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall::new("call_a", "weather", json!({"city": "Oslo"})),
+            ToolCall::new("call_b", "time", json!({"tz": "CET"})),
+        ]
+    );
+}

@@ -129,8 +129,8 @@ pub enum StreamChunk {
         /// The new text.
         text: String,
     },
-    /// A piece of a tool call. The first piece of a call carries its id and name; arguments
-    /// arrive as fragments of a JSON text to concatenate.
+    /// A piece of a tool call. The first piece of a call carries its id and name (a name on
+    /// a later piece is ignored); arguments arrive as fragments of a JSON text to concatenate.
     ToolCall {
         /// Which call of the reply (0, 1, …) this piece belongs to.
         index: usize,
@@ -195,8 +195,10 @@ impl StreamAccumulator {
                 if let Some(id) = id {
                     call.id = id;
                 }
-                if let Some(name) = name {
-                    call.name.push_str(&name);
+                // The name is whole on the call's first piece; servers that repeat it on
+                // later pieces do not get it doubled.
+                if let Some(name) = name.filter(|_| call.name.is_empty()) {
+                    call.name = name;
                 }
                 call.arguments.push_str(&arguments);
             }

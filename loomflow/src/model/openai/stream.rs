@@ -54,6 +54,8 @@ pub(super) struct Decoder {
     model_seen: bool,
     /// Whether the model refused (sent `refusal` text).
     refused: bool,
+    /// The index given to the last tool call that came without one, and its id.
+    unindexed: Option<(usize, String)>,
 }
 
 impl Decoder {
@@ -63,6 +65,25 @@ impl Decoder {
             finish: None,
             model_seen: false,
             refused: false,
+            unindexed: None,
+        }
+    }
+
+    /// Which call of the reply a tool-call delta belongs to. Some compatible servers
+    /// (Gemini's) send no `index`: then a new id starts the next call, and a delta without
+    /// an id continues the last one.
+    fn call_index(&mut self, index: Option<usize>, id: Option<&str>) -> usize {
+        if let Some(index) = index {
+            return index;
+        }
+        match (&self.unindexed, id) {
+            (Some((last, _)), None) => *last,
+            (Some((last, last_id)), Some(id)) if id == last_id => *last,
+            (last, id) => {
+                let next = last.as_ref().map_or(0, |(last, _)| last + 1);
+                self.unindexed = Some((next, id.unwrap_or_default().to_owned()));
+                next
+            }
         }
     }
 }
@@ -109,14 +130,15 @@ impl EventDecoder for Decoder {
                     self.refused = true;
                     out.push_back(Ok(StreamChunk::Text { text }));
                 }
-                for (position, call) in delta.tool_calls.into_iter().enumerate() {
+                for call in delta.tool_calls {
                     let (name, arguments) = match call.function {
                         Some(f) => (f.name, f.arguments.unwrap_or_default()),
                         None => (None, String::new()),
                     };
+                    let id = call.id.filter(|id| !id.is_empty());
                     out.push_back(Ok(StreamChunk::ToolCall {
-                        index: call.index.unwrap_or(position),
-                        id: call.id.filter(|id| !id.is_empty()),
+                        index: self.call_index(call.index, id.as_deref()),
+                        id,
                         name: name.filter(|n| !n.is_empty()),
                         arguments,
                     }));
