@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use fixtures::*;
 use loomflow::model::{
-    AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, OpenAiModel,
-    RetryPolicy, ToolCall, collect_stream,
+    AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, ModelResponse,
+    OpenAiModel, OutputSchema, RetryPolicy, ToolCall, collect_stream,
 };
 use mock_server::{MockServer, Reply};
 use serde_json::json;
@@ -341,4 +341,53 @@ async fn parallel_tool_calls_streamed_without_an_index_stay_apart() {
             ToolCall::new("call_b", "time", json!({"tz": "CET"})),
         ]
     );
+}
+
+#[tokio::test]
+async fn anthropic_structured_output_streams_as_it_completes_when_text_comes_with_it() {
+    let schema = OutputSchema::new(
+        "answer",
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+    );
+    let mut events = vec![anthropic_start(10)];
+    events.extend(anthropic_text_block(0, &["Here is ", "the answer:"]));
+    events.extend(anthropic_tool_block(
+        1,
+        "toolu_1",
+        "answer",
+        &["{\"n\":", " 4}"],
+    ));
+    events.extend(anthropic_text_block(2, &["Done."]));
+    events.extend(anthropic_end("tool_use", 9));
+    let plain = anthropic_message(
+        json!([
+            {"type": "text", "text": "Here is the answer:"},
+            {"type": "tool_use", "id": "toolu_1", "name": "answer", "input": {"n": 4}},
+            {"type": "text", "text": "Done."}
+        ]),
+        "tool_use",
+        10,
+        9,
+    );
+    // and a model that answers in text, without the tool
+    let mut text_only = vec![anthropic_start(10)];
+    text_only.extend(anthropic_text_block(0, &["{\"n\":", " 5}"]));
+    text_only.extend(anthropic_end("end_turn", 4));
+    let server = MockServer::start(vec![
+        Reply::json(200, plain),
+        Reply::sse(&anthropic_sse(&events), 4096),
+        Reply::sse(&anthropic_sse(&text_only), 4096),
+    ])
+    .await;
+    let model = anthropic(&server);
+    let request = hi().output_schema(schema);
+    let complete = model.complete(request.clone()).await.unwrap();
+    let streamed = collect_stream(model.stream(request.clone())).await.unwrap();
+    assert_eq!(complete.content, "{\"n\":4}");
+    // the same document (a stream passes the JSON text on as it was sent, spaces and all)
+    let document = |r: &ModelResponse| r.parse::<serde_json::Value>().unwrap();
+    assert_eq!(document(&streamed), document(&complete));
+    assert_eq!(streamed.finish_reason, complete.finish_reason);
+    let text_answer = collect_stream(model.stream(request)).await.unwrap();
+    assert_eq!(text_answer.content, "{\"n\": 5}");
 }

@@ -108,19 +108,16 @@ pub(super) fn parse(
             return Err(decode_error(target, format!("not a message: type {kind}")));
         }
     };
-    let mut content = String::new();
+    let mut text = String::new();
+    let mut output = None;
     let mut tool_calls = Vec::new();
-    let mut output_seen = false;
     for block in blocks {
         match block {
-            Block::Text { text } => content.push_str(&text),
-            // The answer is the first call of the output tool; a model that calls it again
-            // does not get a second document glued to the first.
+            Block::Text { text: more } => text.push_str(&more),
+            // The answer is the first call of the output tool alone: text around it is not
+            // glued to the document, nor is a second call's input.
             Block::ToolUse { name, input, .. } if Some(name.as_str()) == output_tool => {
-                if !output_seen {
-                    output_seen = true;
-                    content = input.to_string();
-                }
+                output.get_or_insert_with(|| input.to_string());
             }
             Block::ToolUse { id, name, input } => tool_calls.push(ToolCall {
                 id,
@@ -132,7 +129,7 @@ pub(super) fn parse(
     }
     Ok(ModelResponse {
         finish_reason: finish_reason(reply.stop_reason.as_deref(), !tool_calls.is_empty()),
-        content,
+        content: output.unwrap_or(text),
         tool_calls,
         usage: reply.usage.into(),
         model: reply.model,

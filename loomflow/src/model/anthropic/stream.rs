@@ -91,6 +91,9 @@ struct WireError {
 
 enum Block {
     Text,
+    /// Text while an output tool is expected: held back, and dropped once the tool comes
+    /// (the answer is the tool's input alone, as a complete call gives it).
+    HeldText,
     /// A tool call, numbered among the reply's tool calls.
     Tool(usize),
     /// The forced output-schema tool: its input streams out as text.
@@ -104,6 +107,8 @@ pub(super) struct Decoder {
     blocks: HashMap<usize, Block>,
     tool_calls: usize,
     output_seen: bool,
+    /// Text held back until it is known whether the output tool comes.
+    held_text: String,
     usage: WireUsage,
     stop_reason: Option<String>,
 }
@@ -116,6 +121,7 @@ impl Decoder {
             blocks: HashMap::new(),
             tool_calls: 0,
             output_seen: false,
+            held_text: String::new(),
             usage: WireUsage::default(),
             stop_reason: None,
         }
@@ -143,6 +149,11 @@ impl EventDecoder for Decoder {
                 content_block,
             } => {
                 let block = match content_block {
+                    BlockStart::Text { .. } if self.output_seen => Block::Other,
+                    BlockStart::Text { text } if self.output_tool.is_some() => {
+                        self.held_text.push_str(&text);
+                        Block::HeldText
+                    }
                     BlockStart::Text { text } => {
                         if !text.is_empty() {
                             out.push_back(Ok(StreamChunk::Text { text }));
@@ -159,6 +170,7 @@ impl EventDecoder for Decoder {
                         if Some(&name) == self.output_tool.as_ref() =>
                     {
                         self.output_seen = true;
+                        self.held_text.clear();
                         if let Some(text) = initial_input(&input) {
                             out.push_back(Ok(StreamChunk::Text { text }));
                         }
@@ -185,6 +197,11 @@ impl EventDecoder for Decoder {
                     | (Some(Block::Output), BlockDelta::InputJsonDelta { partial_json: text }) => {
                         out.push_back(Ok(StreamChunk::Text { text }));
                     }
+                    (Some(Block::HeldText), BlockDelta::TextDelta { text })
+                        if !self.output_seen =>
+                    {
+                        self.held_text.push_str(&text);
+                    }
                     (Some(Block::Tool(ordinal)), BlockDelta::InputJsonDelta { partial_json }) => {
                         out.push_back(Ok(StreamChunk::ToolCall {
                             index: *ordinal,
@@ -208,6 +225,11 @@ impl EventDecoder for Decoder {
                 out.push_back(Ok(StreamChunk::Usage(Usage::from(self.usage))));
             }
             Event::MessageStop {} => {
+                // no output tool came: the text is the reply, as a complete call gives it
+                if !self.held_text.is_empty() {
+                    let text = std::mem::take(&mut self.held_text);
+                    out.push_back(Ok(StreamChunk::Text { text }));
+                }
                 let reason = finish_reason(self.stop_reason.as_deref(), self.tool_calls > 0);
                 out.push_back(Ok(StreamChunk::Finish { reason }));
                 return Ok(true);
