@@ -391,3 +391,30 @@ async fn anthropic_structured_output_streams_as_it_completes_when_text_comes_wit
     let text_answer = collect_stream(model.stream(request)).await.unwrap();
     assert_eq!(text_answer.content, "{\"n\": 5}");
 }
+
+#[tokio::test]
+async fn a_stream_error_before_any_content_is_retried() {
+    let overloaded = anthropic_sse(&[
+        anthropic_start(3),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ]);
+    let mut after_text = vec![anthropic_start(3)];
+    after_text.extend(anthropic_text_block(0, &["so far"]));
+    after_text.push(
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    );
+    let server = MockServer::start(vec![
+        Reply::sse(&overloaded, 4096),
+        Reply::sse(&anthropic_text_stream(3), 4096),
+        Reply::sse(&anthropic_sse(&after_text), 4096),
+    ])
+    .await;
+    let model = anthropic(&server);
+    let response = collect_stream(model.stream(hi())).await.unwrap();
+    assert!(!response.content.is_empty());
+    assert_eq!(server.requests().len(), 2);
+    // once text has reached the caller, the error is theirs: no retry, no repeated text
+    let err = collect_stream(model.stream(hi())).await.unwrap_err();
+    assert!(matches!(err, ModelError::StreamError { .. }), "{err:?}");
+    assert_eq!(server.requests().len(), 3);
+}

@@ -174,19 +174,28 @@ fn retry_hint(retry_after: &Option<Duration>) -> String {
 
 impl ModelError {
     /// Whether trying the same call again may succeed: connection failures, timeouts, rate
-    /// limits, server errors, and a 408 or 409.
+    /// limits, server errors, a 408 or 409, and a stream's report of an overload or a server
+    /// error. (A stream is retried only while nothing of it has reached the caller.)
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Self::Connection { .. }
-                | Self::Timeout { .. }
-                | Self::RateLimited { .. }
-                | Self::Server { .. }
-                | Self::InvalidRequest {
-                    status: 408 | 409,
-                    ..
-                }
-        )
+            | Self::Timeout { .. }
+            | Self::RateLimited { .. }
+            | Self::Server { .. }
+            | Self::InvalidRequest {
+                status: 408 | 409, ..
+            } => true,
+            Self::StreamError { kind, .. } => matches!(
+                kind.as_str(),
+                "overloaded_error"
+                    | "api_error"
+                    | "rate_limit_error"
+                    | "timeout_error"
+                    | "server_error"
+                    | "rate_limit_exceeded"
+            ),
+            _ => false,
+        }
     }
 
     /// The wait the provider asked for (`retry-after`, `retry-after-ms`), when it sent one with

@@ -362,6 +362,24 @@ fn cut(target: &Target) -> ModelError {
     }
 }
 
+/// Reads `stream` up to its first piece of content (text, a tool call or the finish) and
+/// gives it back whole, the pieces read on the way (the model's name, usage) first. An error
+/// before that point, such as Anthropic's `overloaded_error` event right after a 200, is
+/// returned instead, so that the retry layer can try the call again without the caller
+/// seeing anything twice.
+pub(crate) async fn until_content(mut stream: ChunkStream) -> Result<ChunkStream, ModelError> {
+    let mut read = Vec::new();
+    while let Some(item) = stream.next().await {
+        let chunk = item?;
+        let content = !matches!(chunk, StreamChunk::Usage(_) | StreamChunk::Model { .. });
+        read.push(Ok(chunk));
+        if content {
+            break;
+        }
+    }
+    Ok(Box::pin(futures_util::stream::iter(read).chain(stream)))
+}
+
 /// A stream whose only item is `error`.
 pub(crate) fn failed(error: ModelError) -> ChunkStream {
     Box::pin(futures_util::stream::iter([Err(error)]))

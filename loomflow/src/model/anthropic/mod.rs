@@ -256,20 +256,22 @@ impl Inner {
     ) -> Result<ChunkStream, ModelError> {
         let target = self.target(&request);
         let body = self.encode(&request, &target, true)?;
-        let response = with_retry(&self.retry, PROVIDER, &target.model, || async {
-            let call = transport::send_once(self.post(&body), &target, self.key.as_ref());
-            tokio::time::timeout(self.timeout, call)
-                .await
-                .map_err(|_| transport::timeout_error(&target, self.timeout))?
-        })
-        .await?;
         let output_tool = request.output_schema.map(|s| s.name);
-        Ok(transport::sse_chunks(
-            Box::pin(response.bytes_stream()),
-            stream::Decoder::new(target.clone(), output_tool),
-            self.timeout,
-            target,
-        ))
+        // Retried up to the first content, so an error event before it is retried too.
+        with_retry(&self.retry, PROVIDER, &target.model, || async {
+            let call = transport::send_once(self.post(&body), &target, self.key.as_ref());
+            let response = tokio::time::timeout(self.timeout, call)
+                .await
+                .map_err(|_| transport::timeout_error(&target, self.timeout))??;
+            let chunks = transport::sse_chunks(
+                Box::pin(response.bytes_stream()),
+                stream::Decoder::new(target.clone(), output_tool.clone()),
+                self.timeout,
+                target.clone(),
+            );
+            transport::until_content(chunks).await
+        })
+        .await
     }
 }
 

@@ -246,19 +246,21 @@ impl Inner {
     ) -> Result<ChunkStream, ModelError> {
         let target = self.target(&request);
         let body = self.encode(&request, &target, true)?;
-        let response = with_retry(&self.retry, self.provider, &target.model, || async {
+        // Retried up to the first content, so an error chunk before it is retried too.
+        with_retry(&self.retry, self.provider, &target.model, || async {
             let call = transport::send_once(self.post(&body), &target, self.key.as_ref());
-            tokio::time::timeout(self.timeout, call)
+            let response = tokio::time::timeout(self.timeout, call)
                 .await
-                .map_err(|_| transport::timeout_error(&target, self.timeout))?
+                .map_err(|_| transport::timeout_error(&target, self.timeout))??;
+            let chunks = transport::sse_chunks(
+                Box::pin(response.bytes_stream()),
+                stream::Decoder::new(target.clone()),
+                self.timeout,
+                target.clone(),
+            );
+            transport::until_content(chunks).await
         })
-        .await?;
-        Ok(transport::sse_chunks(
-            Box::pin(response.bytes_stream()),
-            stream::Decoder::new(target.clone()),
-            self.timeout,
-            target,
-        ))
+        .await
     }
 }
 
