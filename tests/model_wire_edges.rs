@@ -418,3 +418,22 @@ async fn a_stream_error_before_any_content_is_retried() {
     assert!(matches!(err, ModelError::StreamError { .. }), "{err:?}");
     assert_eq!(server.requests().len(), 3);
 }
+
+#[tokio::test]
+async fn a_streamed_decode_error_names_the_provider_and_the_model() {
+    let sse = openai_sse(&[openai_chunk(
+        json!({"tool_calls": [
+            {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}),
+        Some("tool_calls"),
+    )]);
+    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
+    let err = collect_stream(openai(&server).stream(hi()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ModelError::Decode { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("openai-compatible model gpt-test") && message.contains("(f)"),
+        "{message}"
+    );
+}

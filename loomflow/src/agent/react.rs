@@ -264,8 +264,10 @@ async fn call_model_untraced(
         }
         accumulator.push(chunk);
     }
-    let model_name = core.model.name().to_owned();
-    accumulator.finish(&model_name, &model_name)
+    // `openai:gpt-4o` names the provider and the model
+    let name = core.model.name();
+    let (provider, model) = name.split_once(':').unwrap_or(("model", name));
+    accumulator.finish(provider, model)
 }
 
 struct ToolsNode(Arc<AgentCore>);

@@ -273,7 +273,9 @@ pub(crate) fn parse_arguments(text: &str) -> Result<serde_json::Value, serde_jso
 /// # Errors
 ///
 /// The first error the stream yields; [`ModelError::StreamCut`] when it ends without a
-/// finish chunk; [`ModelError::Decode`] when a tool call's arguments are not JSON.
+/// finish chunk; [`ModelError::Decode`] when a tool call's arguments are not JSON. The
+/// adapters' streams report those two themselves, naming the provider and the model; for
+/// other streams the error names the model the stream reported, if it did.
 ///
 /// # Examples
 ///
@@ -293,7 +295,11 @@ pub async fn collect_stream(mut stream: ChunkStream) -> Result<ModelResponse, Mo
     while let Some(chunk) = stream.next().await {
         acc.push(chunk?);
     }
-    acc.finish("model", "(unnamed)")
+    let model = acc.model.clone();
+    acc.finish(
+        "an unnamed provider",
+        model.as_deref().unwrap_or("(unnamed)"),
+    )
 }
 
 #[cfg(test)]
