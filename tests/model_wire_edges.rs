@@ -437,3 +437,21 @@ async fn a_streamed_decode_error_names_the_provider_and_the_model() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn a_rate_limit_error_shows_the_providers_message() {
+    let limited = || {
+        Reply::json(
+            429,
+            json!({"error": {"message": "Rate limit reached for gpt-test on tokens per min", "type": "tokens"}}),
+        )
+        .with_header("retry-after", "3600")
+    };
+    let server = MockServer::start(vec![limited()]).await;
+    let err = openai(&server).complete(hi()).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with(": Rate limit reached for gpt-test on tokens per min"),
+        "{err}"
+    );
+}

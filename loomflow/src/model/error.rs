@@ -30,7 +30,7 @@ pub enum ModelError {
         env: String,
     },
     /// The provider answered 429: too many requests.
-    #[error("{provider} rate limited model {model}{}", retry_hint(.retry_after))]
+    #[error("{provider} rate limited model {model}{}: {message}", retry_hint(.retry_after))]
     RateLimited {
         /// The provider.
         provider: String,
@@ -232,7 +232,7 @@ mod tests {
         };
         assert_eq!(
             err.to_string(),
-            "anthropic rate limited model claude-x (retry after 2s)"
+            "anthropic rate limited model claude-x (retry after 2s): slow down"
         );
         assert!(err.is_retryable());
     }
