@@ -34,7 +34,8 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// replies (`message_start` … `message_stop`), tool calls (parallel ones too), usage (cache
 /// reads count as cached input), retries and a per-request timeout. An output schema becomes
 /// a forced tool whose input is returned as the reply's text, so the response looks like any
-/// structured reply.
+/// structured reply; streamed, that text comes whole at the end, written as the complete call
+/// writes it.
 ///
 /// # Examples
 ///

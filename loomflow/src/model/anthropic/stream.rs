@@ -96,7 +96,7 @@ enum Block {
     HeldText,
     /// A tool call, numbered among the reply's tool calls.
     Tool(usize),
-    /// The forced output-schema tool: its input streams out as text.
+    /// The forced output-schema tool: its input is the answer, held until the end.
     Output,
     Other,
 }
@@ -106,9 +106,10 @@ pub(super) struct Decoder {
     output_tool: Option<String>,
     blocks: HashMap<usize, Block>,
     tool_calls: usize,
-    output_seen: bool,
     /// Text held back until it is known whether the output tool comes.
     held_text: String,
+    /// The output tool's input text, once its first call started.
+    output: Option<String>,
     usage: WireUsage,
     stop_reason: Option<String>,
 }
@@ -120,8 +121,8 @@ impl Decoder {
             output_tool,
             blocks: HashMap::new(),
             tool_calls: 0,
-            output_seen: false,
             held_text: String::new(),
+            output: None,
             usage: WireUsage::default(),
             stop_reason: None,
         }
@@ -149,7 +150,7 @@ impl EventDecoder for Decoder {
                 content_block,
             } => {
                 let block = match content_block {
-                    BlockStart::Text { .. } if self.output_seen => Block::Other,
+                    BlockStart::Text { .. } if self.output.is_some() => Block::Other,
                     BlockStart::Text { text } if self.output_tool.is_some() => {
                         self.held_text.push_str(&text);
                         Block::HeldText
@@ -162,18 +163,15 @@ impl EventDecoder for Decoder {
                     }
                     // only the first call of the output tool is the answer
                     BlockStart::ToolUse { name, .. }
-                        if self.output_seen && Some(&name) == self.output_tool.as_ref() =>
+                        if self.output.is_some() && Some(&name) == self.output_tool.as_ref() =>
                     {
                         Block::Other
                     }
                     BlockStart::ToolUse { name, input, .. }
                         if Some(&name) == self.output_tool.as_ref() =>
                     {
-                        self.output_seen = true;
                         self.held_text.clear();
-                        if let Some(text) = initial_input(&input) {
-                            out.push_back(Ok(StreamChunk::Text { text }));
-                        }
+                        self.output = Some(initial_input(&input).unwrap_or_default());
                         Block::Output
                     }
                     BlockStart::ToolUse { id, name, input } => {
@@ -193,12 +191,16 @@ impl EventDecoder for Decoder {
             }
             Event::ContentBlockDelta { index, delta } => {
                 match (self.blocks.get(&index), delta) {
-                    (Some(Block::Text), BlockDelta::TextDelta { text })
-                    | (Some(Block::Output), BlockDelta::InputJsonDelta { partial_json: text }) => {
+                    (Some(Block::Text), BlockDelta::TextDelta { text }) => {
                         out.push_back(Ok(StreamChunk::Text { text }));
                     }
+                    (Some(Block::Output), BlockDelta::InputJsonDelta { partial_json }) => {
+                        if let Some(output) = &mut self.output {
+                            output.push_str(&partial_json);
+                        }
+                    }
                     (Some(Block::HeldText), BlockDelta::TextDelta { text })
-                        if !self.output_seen =>
+                        if self.output.is_none() =>
                     {
                         self.held_text.push_str(&text);
                     }
@@ -225,9 +227,13 @@ impl EventDecoder for Decoder {
                 out.push_back(Ok(StreamChunk::Usage(Usage::from(self.usage))));
             }
             Event::MessageStop {} => {
-                // no output tool came: the text is the reply, as a complete call gives it
-                if !self.held_text.is_empty() {
-                    let text = std::mem::take(&mut self.held_text);
+                // The answer as a complete call gives it: the output tool's input, or the text
+                // when no output tool came.
+                let text = match self.output.take() {
+                    Some(json) => compact(json),
+                    None => std::mem::take(&mut self.held_text),
+                };
+                if !text.is_empty() {
                     out.push_back(Ok(StreamChunk::Text { text }));
                 }
                 let reason = finish_reason(self.stop_reason.as_deref(), self.tool_calls > 0);
@@ -246,6 +252,16 @@ impl EventDecoder for Decoder {
         }
         Ok(false)
     }
+}
+
+/// The output tool's input text written as a complete call writes the parsed input (compact,
+/// keys sorted), so that both give the same answer; as it came when it is not JSON (cut by
+/// the token limit).
+fn compact(json: String) -> String {
+    if json.trim().is_empty() {
+        return "{}".to_owned();
+    }
+    serde_json::from_str::<serde_json::Value>(&json).map_or(json, |value| value.to_string())
 }
 
 /// A tool block's `input` at its start: Anthropic sends `{}` and streams the rest; a server
