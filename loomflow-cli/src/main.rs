@@ -183,7 +183,8 @@ impl From<loomflow::Error> for Failure {
         let code = match &error {
             loomflow::Error::Runtime(
                 loomflow::RuntimeError::UnknownRun { .. }
-                | loomflow::RuntimeError::UnknownInterrupt { .. },
+                | loomflow::RuntimeError::UnknownInterrupt { .. }
+                | loomflow::RuntimeError::NoPendingApproval { .. },
             ) => 3,
             loomflow::Error::Runtime(loomflow::RuntimeError::AmbiguousResume { .. }) => 2,
             loomflow::Error::Runtime(

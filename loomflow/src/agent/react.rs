@@ -371,10 +371,15 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 is_error,
                 blocked,
             }) => {
-                block = block.or(blocked);
-                if let Some(target) = core.handoff_target(&call.name) {
+                // A handoff happens when its call did: one denied, refused by a guardrail or
+                // failed hands nothing off (the model reads why instead).
+                if !is_error
+                    && blocked.is_none()
+                    && let Some(target) = core.handoff_target(&call.name)
+                {
                     state.handoff = Some(target.to_owned());
                 }
+                block = block.or(blocked);
                 if ctx.has_listener() {
                     AgentEvent::ToolResult {
                         id: call.id.clone(),

@@ -84,7 +84,9 @@ impl IntoResponse for ApiError {
 impl From<RuntimeError> for ApiError {
     fn from(error: RuntimeError) -> Self {
         match &error {
-            RuntimeError::UnknownRun { .. } => Self::not_found(error.to_string()),
+            RuntimeError::UnknownRun { .. } | RuntimeError::NoPendingApproval { .. } => {
+                Self::not_found(error.to_string())
+            }
             RuntimeError::RunActive { .. }
             | RuntimeError::Busy { .. }
             | RuntimeError::AlreadyDecided { .. } => {

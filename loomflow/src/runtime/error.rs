@@ -72,6 +72,15 @@ pub enum RuntimeError {
         /// The ids that are pending.
         pending: Vec<String>,
     },
+    /// A decision was sent for a call that does not wait for one: it never asked, or it was
+    /// answered and its run carried on.
+    #[error("no call {call_id} waits for a decision on session {session}")]
+    NoPendingApproval {
+        /// The session.
+        session: String,
+        /// The call.
+        call_id: String,
+    },
     /// A decision was sent for a call that has one already (another person, or a retry,
     /// decided first): the first decision stands.
     #[error(

@@ -108,10 +108,10 @@ pub enum ApprovalDecision {
         arguments: Value,
     },
     /// Run it, and allow this tool for this user without asking for the rest of the host's
-    /// life.
+    /// life. A run that names no user remembers nothing: this call runs, the next asks.
     RememberAllow,
     /// Refuse it, and refuse this tool for this user without asking for the rest of the
-    /// host's life.
+    /// host's life. A run that names no user remembers nothing.
     RememberDeny,
 }
 

@@ -126,6 +126,8 @@ impl Runtime {
     ///
     /// # Errors
     ///
+    /// [`RuntimeError::NoPendingApproval`] when no call `call_id` of `session` waits for a
+    /// decision (list them with [`pending_approvals`](Self::pending_approvals));
     /// [`RuntimeError::AlreadyDecided`]; as for [`signal`](Self::signal): the mailbox
     /// refused it or the store failed.
     pub async fn decide_approval(
@@ -169,10 +171,17 @@ impl Runtime {
         // The request's time keys the decision: a second one for the same request (a
         // double click, a colleague deciding at the same moment) is a duplicate and refused,
         // so no decision is left over to answer a later call that reuses the id.
-        let mut options = SignalOptions::default();
-        if let Some(asked_at) = self.asked_at(session, call_id).await? {
-            options = options.idempotency_key(format!("{call_id}@{asked_at}"));
-        }
+        // A decision for a call that does not wait for one (never asked, or answered and
+        // carried on already) would stay queued and answer the next call that reuses the id,
+        // with nobody deciding it: refused.
+        let Some(asked_at) = self.asked_at(session, call_id).await? else {
+            return Err(RuntimeError::NoPendingApproval {
+                session: session.to_owned(),
+                call_id: call_id.to_owned(),
+            }
+            .into());
+        };
+        let options = SignalOptions::default().idempotency_key(format!("{call_id}@{asked_at}"));
         let name = SignalApprover::signal_name(call_id);
         let delivery = self
             .send_framework(session, &name, payload, options)

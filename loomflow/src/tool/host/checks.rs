@@ -37,9 +37,46 @@ impl ToolHost {
         }
     }
 
+    /// Why arguments an approver edited may not run, if they may not: a before hook or the
+    /// permission policy refuses them, as either would have refused them from the model.
+    /// The refusal is recorded as the decision of the hook or the policy.
+    pub(super) async fn refuse_edit(
+        &self,
+        call: &ToolCall,
+        spec: &ToolSpec,
+        edited: &Value,
+        ctx: DispatchContext<'_>,
+    ) -> Option<String> {
+        let (by, reason) = if let Some(reason) = self
+            .run_before_hooks(&super::hook_call(call, ctx, edited.clone()))
+            .await
+        {
+            ("hook", reason)
+        } else if let Permission::Deny(reason) = self.policy.decide(ctx.user, spec, edited) {
+            ("policy", reason)
+        } else {
+            return None;
+        };
+        let reason = format!("the approver's edit is refused: {reason}");
+        let entry =
+            observe::decision_entry(ctx, call, Some(by.to_owned()), "deny", Some(&reason), None);
+        observe::record(ctx, entry).await;
+        Some(reason)
+    }
+
+    /// Remembers a decision for `user` and `tool`. A run for no user has nobody to remember
+    /// it for: every such run shares the key, so a decision given in one session would
+    /// decide in all of them. It is not remembered.
     pub(super) fn remember(&self, user: Option<&str>, tool: &str, allowed: bool) {
+        let Some(user) = user else {
+            tracing::debug!(
+                tool,
+                "not remembering an approval decision: the run has no user"
+            );
+            return;
+        };
         crate::sync::lock(&self.remembered)
-            .insert((user.map(str::to_owned), tool.to_owned()), allowed);
+            .insert((Some(user.to_owned()), tool.to_owned()), allowed);
     }
 
     pub(super) async fn ask(

@@ -447,6 +447,11 @@ impl ToolHost {
                     if let Err(message) = validate(&spec.parameters, &edited) {
                         return Ok(Err(invalid(format!("edited by the approver: {message}"))));
                     }
+                    // The edit is what runs: it passes the same hooks and rules as the
+                    // model's arguments did (the approver's decision stands for an `Ask`).
+                    if let Some(reason) = self.refuse_edit(call, spec, &edited, ctx).await {
+                        return Ok(Err(denied(spec, reason)));
+                    }
                     arguments = edited;
                     *used = Some(arguments.clone());
                 }

@@ -1,0 +1,327 @@
+//! Who decides a tool call, and what a decision can reach: a decision needs a call waiting
+//! for it, an approver's edit passes the same hooks and rules as the model's arguments, an
+//! approval remembered for no user is not remembered, and a handoff that was refused hands
+//! nothing off. Each case ran a call it should not have before its fix.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loomflow::agent::Agent;
+use loomflow::architecture::{Swarm, TeamState};
+use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::prelude::*;
+use loomflow::tool::{
+    ApprovalDecision, DispatchContext, HookDecision, Permission, PermissionPolicy, SignalApprover,
+    ToolOutcome, approver_fn,
+};
+use serde_json::Value;
+
+/// Delete a file.
+#[tool(destructive)]
+fn delete_file(path: String) -> String {
+    format!("deleted {path}")
+}
+
+/// Send money.
+#[tool(approval)]
+fn pay(amount: u32) -> String {
+    format!("paid {amount}")
+}
+
+async fn run_in(host: &ToolHost, session: &str, id: &str, name: &str, args: Value) -> ToolOutcome {
+    host.dispatch(
+        &[ToolCall::new(id, name, args)],
+        DispatchContext::new(session),
+    )
+    .await
+    .unwrap()
+    .remove(0)
+}
+
+/// A before_tool hook that enforces a sandbox is not asked again when an approver edits
+/// the arguments: the edited call runs with arguments no hook or rule has seen.
+#[tokio::test]
+async fn an_approvers_edit_passes_the_hooks_and_rules_the_model_would() {
+    let hook_saw = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let seen = hook_saw.clone();
+    let host = ToolHost::new()
+        .with(delete_file)
+        .permissions(PermissionPolicy::allow_all().router(|_user, spec, args| {
+            // Never delete under /etc; ask for anything else destructive.
+            let path = args["path"].as_str().unwrap_or_default();
+            match (spec.name.as_str(), path.starts_with("/etc")) {
+                ("delete_file", true) => Some(Permission::Deny("not under /etc".into())),
+                ("delete_file", false) => Some(Permission::Ask),
+                _ => None,
+            }
+        }))
+        .before_tool(move |call| {
+            seen.lock().unwrap().push(call.arguments.clone());
+            let deny = call.arguments["path"]
+                .as_str()
+                .is_some_and(|p| !p.starts_with("/tmp/"));
+            async move {
+                if deny {
+                    HookDecision::Deny("outside the sandbox".into())
+                } else {
+                    HookDecision::Continue
+                }
+            }
+        })
+        .approval_handler(approver_fn(|_req| async {
+            Ok(ApprovalDecision::Edit {
+                arguments: json!({ "path": "/etc/passwd" }),
+            })
+        }));
+    // Sanity: the rules refuse /etc/passwd when the model asks for it directly.
+    let direct = run_in(
+        &host,
+        "s",
+        "c0",
+        "delete_file",
+        json!({ "path": "/etc/passwd" }),
+    )
+    .await;
+    assert!(direct.is_error, "{direct:?}");
+    let out = run_in(&host, "s", "c1", "delete_file", json!({ "path": "/tmp/a" })).await;
+    println!("hook saw {:?}\n{out:?}", hook_saw.lock().unwrap());
+    assert!(
+        out.is_error && out.content.contains("the approver's edit is refused"),
+        "the edited call ran on a path the hook and the router refuse: {}",
+        out.content
+    );
+    assert!(
+        hook_saw
+            .lock()
+            .unwrap()
+            .contains(&json!({ "path": "/etc/passwd" })),
+        "the hook saw the edit"
+    );
+}
+
+/// `decide_approval` on a call that is not waiting is accepted, and the decision is kept:
+/// it later approves a call nobody has looked at.
+#[tokio::test]
+async fn a_decision_for_a_call_not_waiting_is_refused() {
+    let runtime = Runtime::in_memory();
+    let host = ToolHost::new()
+        .with(pay)
+        .approval_handler(SignalApprover::new().timeout(Duration::from_millis(200)));
+    // Nothing is pending; this should be refused (the HTTP API answers 404 here).
+    let early = runtime
+        .decide_approval("s", "call_0", ApprovalDecision::Allow)
+        .await;
+    println!("decide on nothing pending: {early:?}");
+    let out = host
+        .dispatch(
+            &[ToolCall::new("call_0", "pay", json!({ "amount": 5000 }))],
+            DispatchContext::new("s").runtime(&runtime),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    println!("{out:?}");
+    assert!(
+        matches!(
+            early,
+            Err(loomflow::Error::Runtime(
+                loomflow::RuntimeError::NoPendingApproval { .. }
+            ))
+        ),
+        "{early:?}"
+    );
+    assert!(
+        out.is_error,
+        "a decision sent before the call existed approved it: {}",
+        out.content
+    );
+}
+
+/// The same, after a real approval: a second click after the run went on is not refused as
+/// `AlreadyDecided`, and it approves the next call that reuses the id.
+#[tokio::test]
+async fn a_second_decision_after_the_run_went_on_is_refused() {
+    let runtime = Runtime::in_memory();
+    let host = ToolHost::new()
+        .with(pay)
+        .approval_handler(SignalApprover::new().timeout(Duration::from_millis(200)));
+    let decider = {
+        let runtime = runtime.clone();
+        tokio::spawn(async move {
+            loop {
+                if !runtime.pending_approvals("s").await.unwrap().is_empty() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            runtime
+                .decide_approval("s", "call_0", ApprovalDecision::Allow)
+                .await
+                .unwrap();
+        })
+    };
+    let first = host
+        .dispatch(
+            &[ToolCall::new("call_0", "pay", json!({ "amount": 1 }))],
+            DispatchContext::new("s").runtime(&runtime),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    decider.await.unwrap();
+    assert_eq!(first.content, "paid 1");
+    let second_click = runtime
+        .decide_approval("s", "call_0", ApprovalDecision::Allow)
+        .await;
+    println!("second click: {second_click:?}");
+    // A later turn whose model reuses the id (local models often number calls call_0, ..).
+    let later = host
+        .dispatch(
+            &[ToolCall::new("call_0", "pay", json!({ "amount": 9999 }))],
+            DispatchContext::new("s").runtime(&runtime),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    println!("{later:?}");
+    assert!(
+        matches!(
+            second_click,
+            Err(loomflow::Error::Runtime(
+                loomflow::RuntimeError::NoPendingApproval { .. }
+            ))
+        ),
+        "{second_click:?}"
+    );
+    assert!(
+        later.is_error,
+        "the stale second click approved a new call: {}",
+        later.content
+    );
+}
+
+/// A remembered approval for a run with no user applies to every other run with no user,
+/// in every session.
+#[tokio::test]
+async fn an_approval_is_not_remembered_for_a_run_without_a_user() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let host = ToolHost::new()
+        .with(pay)
+        .approval_handler(approver_fn(move |req| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok(if req.session == "alice-chat" {
+                    ApprovalDecision::RememberAllow
+                } else {
+                    ApprovalDecision::deny("no")
+                })
+            }
+        }));
+    run_in(&host, "alice-chat", "c1", "pay", json!({ "amount": 1 })).await;
+    let out = run_in(&host, "bob-chat", "c2", "pay", json!({ "amount": 7777 })).await;
+    println!("asked {} times; {out:?}", asked.load(Ordering::SeqCst));
+    assert!(
+        out.is_error,
+        "bob's session was allowed by alice's remembered approval: {}",
+        out.content
+    );
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "bob's call was asked about"
+    );
+}
+
+fn scripted(name: &str, replies: &[&str]) -> Agent {
+    Agent::builder(format!("You are {name}."))
+        .name(name)
+        .model(ScriptedModel::new(
+            replies.iter().map(|r| ModelResponse::text(*r)),
+        ))
+        .build()
+        .unwrap()
+}
+
+/// The triage agent's policy refuses the handoff to billing; the model reads "denied", yet
+/// the conversation is handed to billing anyway.
+#[tokio::test]
+async fn a_denied_handoff_hands_nothing_off() {
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![ToolCall::new("h1", "transfer_to_billing", json!({}))]),
+            ModelResponse::text("I cannot transfer you; here is what I can do."),
+        ]))
+        .tools(
+            ToolHost::new().permissions(PermissionPolicy::allow_all().tool(
+                "transfer_to_billing",
+                Permission::Deny("billing is closed".into()),
+            )),
+        )
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage)
+        .agent(
+            "billing",
+            "money questions",
+            scripted("billing", &["Refund issued."]),
+        )
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let team = swarm
+        .invoke(&runtime, "s", TeamState::new("refund please"))
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    println!(
+        "path {:?}\noutput {:?}\nmessages {:#?}",
+        team.path, team.output, team.messages
+    );
+    assert_eq!(
+        team.path,
+        ["triage"],
+        "the handoff was denied, but the conversation went to billing"
+    );
+}
+
+/// Same with a handoff whose arguments are not JSON: the model reads an error, and the
+/// handoff happens.
+#[tokio::test]
+async fn a_failed_handoff_call_hands_nothing_off() {
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![ToolCall::new(
+                "h1",
+                "transfer_to_billing",
+                json!("{not json"),
+            )]),
+            ModelResponse::text("Sorry."),
+        ]))
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage)
+        .agent(
+            "billing",
+            "money questions",
+            scripted("billing", &["Refund issued."]),
+        )
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let team = swarm
+        .invoke(&runtime, "s2", TeamState::new("refund please"))
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    println!("path {:?}\noutput {:?}", team.path, team.output);
+    assert_eq!(team.path, ["triage"], "an error result handed off");
+}
