@@ -306,6 +306,13 @@ impl ToolHost {
     ///
     /// Up to [`max_concurrency`](Self::max_concurrency) calls run at once.
     ///
+    /// A suspension (an approval that suspends the run) ends the whole batch at once: the
+    /// other calls' outcomes are dropped, those still running are cancelled, and when the
+    /// node runs again after the resume, the batch runs again from its first call. Agents
+    /// journal each call as a step of its own, so a finished call is not run twice; a node
+    /// of your own that dispatches calls with side effects under a suspending approver
+    /// should do the same (one call per [`Context::step`](crate::Context::step)).
+    ///
     /// # Errors
     ///
     /// Only [`Error::Suspended`](crate::Error::Suspended), when an approval suspended the
