@@ -1,10 +1,11 @@
 //! The tool host: add/remove/list, bad calls become error results, parallel dispatch with a
-//! concurrency limit and results in call order, per-call timeouts, caught panics.
+//! concurrency limit and results in call order, per-call timeouts, caught panics; sync tools
+//! run on the blocking pool, so they run together and the timeout applies to them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use loomflow::graph::BoxFuture;
 use loomflow::model::ToolCall;
@@ -42,6 +43,56 @@ async fn slow() -> String {
 async fn nap(ms: u64) -> u64 {
     tokio::time::sleep(Duration::from_millis(ms)).await;
     ms
+}
+
+/// Where sync tools block their thread: each arrival counts, and waits for enough others (or
+/// for the test to open it) up to a limit.
+struct Gate {
+    arrived: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Gate {
+    const fn new() -> Self {
+        Self {
+            arrived: Mutex::new(0),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Arrives, then blocks until `count` calls have arrived or 10 s pass: whether they did.
+    fn arrive_and_wait(&self, count: usize) -> bool {
+        let mut arrived = self.arrived.lock().unwrap();
+        *arrived = arrived.saturating_add(1);
+        self.changed.notify_all();
+        let (arrived, _) = self
+            .changed
+            .wait_timeout_while(arrived, Duration::from_secs(10), |n| *n < count)
+            .unwrap();
+        *arrived >= count
+    }
+
+    fn open(&self) {
+        *self.arrived.lock().unwrap() = usize::MAX;
+        self.changed.notify_all();
+    }
+}
+
+static HELD: Gate = Gate::new();
+static MEETING: Gate = Gate::new();
+
+/// Blocks its thread until the test lets it go.
+#[tool]
+fn held() -> String {
+    HELD.arrive_and_wait(usize::MAX);
+    "released".into()
+}
+
+/// Blocks its thread until two calls are in it at once.
+#[tool]
+fn meet(who: u32) -> bool {
+    let _ = who;
+    MEETING.arrive_and_wait(2)
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
@@ -222,6 +273,32 @@ async fn a_slow_tool_times_out() {
     assert!(out[0].is_error);
     assert_eq!(out[0].content, "tool slow timed out after 2 s");
     assert_eq!(out[1].content, "2");
+}
+
+#[tokio::test]
+async fn a_sync_tool_that_overruns_the_timeout_times_out() {
+    let host = ToolHost::new()
+        .with(held)
+        .timeout(Duration::from_millis(100));
+    let out = run_one(&host, "held", json!({})).await;
+    HELD.open();
+    assert!(out.is_error, "{}", out.content);
+    assert_eq!(out.content, "tool held timed out after 0.1 s");
+}
+
+#[tokio::test]
+async fn the_sync_calls_of_one_turn_run_at_the_same_time() {
+    let host = ToolHost::new().with(meet);
+    let out = run(
+        &host,
+        &[
+            call("c1", "meet", json!({ "who": 1 })),
+            call("c2", "meet", json!({ "who": 2 })),
+        ],
+    )
+    .await;
+    assert_eq!(out[0].content, "true");
+    assert_eq!(out[1].content, "true");
 }
 
 #[tokio::test(start_paused = true)]

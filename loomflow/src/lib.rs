@@ -227,10 +227,20 @@ pub use loomflow_macros::agent;
 ///   fields (and no `param` description) *is* the arguments object; its field docs become
 ///   the descriptions.
 /// - **`&ToolContext`** parameters (session, user, call id) are injected and not in the schema.
+/// - **Arguments** are checked against the schema before the body runs, and every error
+///   names the field (`field `hosts[1].addr`: ...`). Fields that are not parameters are
+///   refused (the schema says `additionalProperties: false`). An integral float (`3.0`) is
+///   accepted for an integer within the range of its type, and `null` for an optional
+///   parameter is the parameter left out, as OpenAI's strict mode sends it.
 /// - **The return value** is serialized. A `Result<T, E>` with `E: Display` makes a
-///   fallible tool: `Err` becomes a failed call the model reads.
-/// - **Sync or async**: a sync body runs on the dispatching task, so keep it quick; do slow
-///   or blocking work in an `async fn`.
+///   fallible tool: `Err` becomes a failed call the model reads. An alias of `Result`
+///   (`type ToolResult<T> = Result<T, String>`) is fallible too.
+/// - **Sync or async**: a sync body runs on tokio's blocking pool
+///   (`tokio::task::spawn_blocking`), with its arguments moved there and `&ToolContext` a
+///   clone, so it may block: the calls of one turn run together and the host's timeout
+///   applies. A body that overruns the timeout is reported as timed out but runs on to its
+///   end, as a blocking thread cannot be stopped. Its parameter types must therefore be
+///   `Send` (the result is serialized on the blocking thread, so it need not be).
 /// - **Attributes**: `name = "..."`, `description = "..."` (instead of a doc comment),
 ///   `approval` (every call needs a person's approval), `destructive` (for permission
 ///   policies), `crate = path` (where loomflow is), `param(x = "...", ...)`.
@@ -306,7 +316,8 @@ pub mod prelude {
 pub mod __private {
     pub use crate::graph::{BoxFuture, IntoNodeResult, NodeResult};
     pub use crate::tool::macro_support::{
-        IntoToolResult, parse_tool_arguments, plain_tool_output, tool_arguments_schema,
+        FallibleOutput, FallibleOutputKind, IntoToolResult, PlainOutput, PlainOutputKind,
+        parse_tool_arguments, plain_tool_output, run_blocking_tool, tool_arguments_schema,
         whole_argument_schema,
     };
     pub use schemars;

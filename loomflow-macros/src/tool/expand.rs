@@ -45,14 +45,15 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
         }
     }
 
-    let await_call = func.sig.asyncness.map(|_| quote!(.await));
+    let takes_context = model.params.iter().any(|p| matches!(p, Param::Context));
     let parse = match (&whole_ty, model.single_may_be_whole) {
         (Some(ty), true) => quote! {
             let (#(#locals,)*) = if __loomflow_setup().whole {
-                (#private::parse_tool_arguments::<#ty>(#name, __loomflow_arguments)?,)
+                (#private::parse_tool_arguments::<#ty>(#name, __loomflow_schema, __loomflow_arguments)?,)
             } else {
                 let __loomflow_args = #private::parse_tool_arguments::<__LoomflowToolArgs>(
                     #name,
+                    __loomflow_schema,
                     __loomflow_arguments,
                 )?;
                 (#(__loomflow_args.#field_idents,)*)
@@ -61,6 +62,7 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
         _ => quote! {
             let __loomflow_args = #private::parse_tool_arguments::<__LoomflowToolArgs>(
                 #name,
+                __loomflow_schema,
                 __loomflow_arguments,
             )?;
             let (#(#locals,)*) = (#(__loomflow_args.#field_idents,)*);
@@ -71,12 +73,44 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
         _ => quote!(::core::option::Option::None),
     };
     let convert = match model.output {
+        // Not spelled `Result<..>`: chosen by type, so that an alias of `Result` is still
+        // fallible.
         Output::Plain => quote_spanned! {model.output_span=>
-            #private::plain_tool_output(#name, &__loomflow_output)
+            {
+                #[allow(unused_imports)]
+                use #private::{FallibleOutputKind as _, PlainOutputKind as _};
+                (&__loomflow_output)
+                    .tool_output_kind()
+                    .convert(__loomflow_output, #name)
+            }
         },
         Output::Result => quote_spanned! {model.output_span=>
             #private::IntoToolResult::into_tool_result(__loomflow_output, #name)
         },
+    };
+    // A sync body runs on tokio's blocking pool, so that it does not hold up the task that
+    // dispatches it (nor the other calls of its turn), and the host's timeout can end the
+    // wait for it. The context it may borrow is cloned for the blocking thread.
+    let run = if func.sig.asyncness.is_some() {
+        quote! {
+            let __loomflow_output = #ident::call(#(#call_args),*).await;
+            #convert
+        }
+    } else {
+        let own_context = takes_context.then(
+            || quote!(let __loomflow_ctx_owned = ::core::clone::Clone::clone(__loomflow_ctx);),
+        );
+        let borrow_context =
+            takes_context.then(|| quote!(let __loomflow_ctx = &__loomflow_ctx_owned;));
+        quote! {
+            #own_context
+            #private::run_blocking_tool(#name, move || {
+                #borrow_context
+                let __loomflow_output = #ident::call(#(#call_args),*);
+                #convert
+            })
+            .await
+        }
     };
 
     quote! {
@@ -86,6 +120,7 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
             #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
             #[serde(crate = #serde_path)]
             #[schemars(crate = #schemars_path)]
+            #[serde(deny_unknown_fields)]
             #[allow(non_camel_case_types, dead_code)]
             struct __LoomflowToolArgs {
                 #(#fields,)*
@@ -132,9 +167,9 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
                 > {
                     ::std::boxed::Box::pin(async move {
                         let _ = __loomflow_ctx;
+                        let __loomflow_schema = &__loomflow_setup().spec.parameters;
                         #parse
-                        let __loomflow_output = #ident::call(#(#call_args),*) #await_call;
-                        #convert
+                        #run
                     })
                 }
             }

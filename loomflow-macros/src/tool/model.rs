@@ -136,6 +136,14 @@ impl ToolModel {
                 "#[tool] functions need a description for the model: add a doc comment or `#[tool(description = \"...\")]`",
             );
         }
+        match &args.name {
+            Some(name) if !is_model_name(&name.value()) => errors.push_spanned(name, NAME_RULE),
+            None if !is_model_name(&unraw(&sig.ident)) => errors.push_spanned(
+                &sig.ident,
+                format!("{NAME_RULE}; rename the function or set `#[tool(name = \"...\")]`"),
+            ),
+            _ => {}
+        }
         if let Err(error) = errors.finish() {
             return Err(Box::new(Invalid {
                 error,
@@ -170,6 +178,17 @@ impl ToolModel {
             func,
         })
     }
+}
+
+const NAME_RULE: &str =
+    "a tool name must be 1 to 64 ASCII letters, digits, `_` or `-`, as model providers require";
+
+/// The names model providers accept: `^[a-zA-Z0-9_-]{1,64}$`.
+fn is_model_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 fn unraw(ident: &Ident) -> String {

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ToolError;
-use super::schema::schema_for;
+use super::schema::{normalize_arguments, schema_for};
 
 /// The schema of the generated arguments struct.
 pub fn tool_arguments_schema<A: schemars::JsonSchema>() -> Value {
@@ -27,22 +27,36 @@ pub fn whole_argument_schema<T: schemars::JsonSchema>() -> Option<Value> {
     is_struct.then_some(schema)
 }
 
-/// Deserializes the model's arguments (already checked against the schema by the host).
+/// Deserializes the model's arguments (already checked against `schema` by the host),
+/// after [normalizing](super::schema::normalize_arguments) them: `null` for an optional
+/// field is dropped and an integral float for an integer field becomes an integer.
 ///
 /// # Errors
 ///
-/// [`ToolError::InvalidArguments`] with serde's message, which names the field.
+/// [`ToolError::InvalidArguments`] with serde's message, prefixed with the path of the field
+/// it is about (`field `xs[2]`: ...`).
 pub fn parse_tool_arguments<A: DeserializeOwned>(
     tool: &str,
+    schema: &Value,
     arguments: Value,
 ) -> Result<A, ToolError> {
-    let arguments = match arguments {
+    let mut arguments = match arguments {
         Value::Null => Value::Object(serde_json::Map::new()),
         other => other,
     };
-    serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments {
-        tool: tool.to_owned(),
-        message: e.to_string(),
+    normalize_arguments(schema, &mut arguments);
+    serde_path_to_error::deserialize(arguments).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        let message = if path.is_empty() || path == "." {
+            inner.to_string()
+        } else {
+            format!("field `{path}`: {inner}")
+        };
+        ToolError::InvalidArguments {
+            tool: tool.to_owned(),
+            message,
+        }
     })
 }
 
@@ -81,5 +95,89 @@ impl<T: Serialize, E: Display> IntoToolResult for Result<T, E> {
                 message: error.to_string(),
             }),
         }
+    }
+}
+
+/// Runs a sync tool's body (its arguments decoded, its result converted) on tokio's blocking
+/// pool and waits for it; the wait is what the host's timeout ends.
+///
+/// # Errors
+///
+/// The body's own error; [`ToolError::Panicked`] naming the tool when the body panicked;
+/// [`ToolError::Failed`] when the runtime shut down before the body ran.
+pub async fn run_blocking_tool<F>(tool: &str, body: F) -> Result<Value, ToolError>
+where
+    F: FnOnce() -> Result<Value, ToolError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(body).await {
+        Ok(result) => result,
+        Err(error) => Err(match error.try_into_panic() {
+            Ok(panic) => ToolError::Panicked {
+                tool: tool.to_owned(),
+                message: crate::sync::panic_message(&*panic),
+            },
+            Err(_) => ToolError::Failed {
+                tool: tool.to_owned(),
+                message: "the runtime shut down before the tool ran".to_owned(),
+            },
+        }),
+    }
+}
+
+/// How a return value not spelled `Result<..>` becomes a result is chosen by its type
+/// (autoref specialisation): a `Result` under another name (an alias) is fallible, through
+/// [`FallibleOutputKind`]; anything else is a plain value, through [`PlainOutputKind`]. The
+/// generated code calls `(&output).tool_output_kind().convert(output, tool)`, with both
+/// traits in scope: method lookup tries `&Result<T, E>` before `&&R`.
+#[derive(Debug)]
+pub struct FallibleOutput;
+
+/// See [`FallibleOutput`]: a value serialized as it is.
+#[derive(Debug)]
+pub struct PlainOutput;
+
+/// Picks [`FallibleOutput`] for a `Result` whose error is `Display`.
+pub trait FallibleOutputKind {
+    /// The conversion to use.
+    fn tool_output_kind(&self) -> FallibleOutput {
+        FallibleOutput
+    }
+}
+
+impl<T: Serialize, E: Display> FallibleOutputKind for Result<T, E> {}
+
+/// Picks [`PlainOutput`] for any other value.
+pub trait PlainOutputKind {
+    /// The conversion to use.
+    fn tool_output_kind(&self) -> PlainOutput {
+        PlainOutput
+    }
+}
+
+impl<T: ?Sized> PlainOutputKind for &T {}
+
+impl FallibleOutput {
+    /// `Ok` is serialized, `Err` is a failed call.
+    ///
+    /// # Errors
+    ///
+    /// As [`IntoToolResult::into_tool_result`].
+    pub fn convert<T: Serialize, E: Display>(
+        self,
+        output: Result<T, E>,
+        tool: &str,
+    ) -> Result<Value, ToolError> {
+        output.into_tool_result(tool)
+    }
+}
+
+impl PlainOutput {
+    /// The value, serialized.
+    ///
+    /// # Errors
+    ///
+    /// As [`plain_tool_output`].
+    pub fn convert<T: Serialize>(self, output: T, tool: &str) -> Result<Value, ToolError> {
+        plain_tool_output(tool, &output)
     }
 }

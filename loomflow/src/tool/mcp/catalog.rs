@@ -53,9 +53,9 @@ impl Catalog {
         self.version.subscribe()
     }
 
-    /// The name a host knows a server's tool by.
+    /// The name a host knows a server's tool by: see [`model_name`].
     pub(super) fn local_name(&self, remote: &str) -> String {
-        format!("{}{remote}", self.prefix)
+        model_name(&self.prefix, remote)
     }
 
     /// Lists the server's tools again and replaces the list.
@@ -66,10 +66,19 @@ impl Catalog {
             Err(_) => return Err(self.timed_out("tools/list")),
             Ok(result) => result.map_err(|e| self.service_error("tools/list", e))?,
         };
-        let tools: Vec<Arc<dyn Tool>> = listed
-            .into_iter()
-            .map(|remote| Arc::new(self.tool(remote, peer.clone())) as Arc<dyn Tool>)
-            .collect();
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+        for remote in listed {
+            if !is_object_schema(&remote.input_schema) {
+                tracing::warn!(server = %self.server, tool = %remote.name, "mcp tool skipped: its input schema is not an object schema");
+                continue;
+            }
+            let tool = self.tool(remote, peer.clone());
+            if tools.iter().any(|t| t.spec().name == tool.spec().name) {
+                tracing::warn!(server = %self.server, tool = %tool.spec().name, "mcp tool skipped: another of the server's tools has the same name for the model");
+                continue;
+            }
+            tools.push(Arc::new(tool));
+        }
         tracing::debug!(server = %self.server, tools = tools.len(), "mcp tool list read");
         *crate::sync::lock(&self.tools) = tools;
         self.version.send_modify(|v| *v += 1);
@@ -180,6 +189,30 @@ impl rmcp::ClientHandler for Listener {
     }
 }
 
+/// The name a model can call: `prefix` + the server's name, with every character outside
+/// `[a-zA-Z0-9_-]` turned into `_` and cut to 64 characters, as model providers require
+/// (`files.read` becomes `files_read`). The call to the server still uses its own name.
+fn model_name(prefix: &str, remote: &str) -> String {
+    prefix
+        .chars()
+        .chain(remote.chars())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect()
+}
+
+/// A tool's input schema must describe an object (`"type": "object"`), as MCP requires and
+/// as model providers do for a tool's parameters.
+fn is_object_schema(schema: &serde_json::Map<String, Value>) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
 /// The innermost error of a chain: "connection refused" rather than the transport's type.
 fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut error = error;
@@ -187,4 +220,27 @@ fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
         error = source;
     }
     error.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_tool_name_becomes_one_a_model_provider_accepts() {
+        assert_eq!(model_name("", "files.read"), "files_read");
+        assert_eq!(model_name("fs.", "read file/é"), "fs_read_file__");
+        assert_eq!(model_name("", "get-weather_2"), "get-weather_2");
+        assert_eq!(model_name("p_", &"x".repeat(80)).len(), 64);
+    }
+
+    #[test]
+    fn only_object_input_schemas_are_offered() {
+        let schema = |value: Value| value.as_object().cloned().unwrap_or_default();
+        assert!(is_object_schema(&schema(json!({ "type": "object" }))));
+        assert!(!is_object_schema(&schema(json!({ "type": "string" }))));
+        assert!(!is_object_schema(&schema(json!({}))));
+    }
 }

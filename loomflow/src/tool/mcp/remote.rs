@@ -60,6 +60,10 @@ impl Tool for McpTool {
                     reason: "the server's connection was dropped".to_owned(),
                 });
             };
+            // As a `#[tool]`'s arguments are: `null` for an optional property (strict mode
+            // sends it) is left out, and `3.0` for an integer is `3`.
+            let mut arguments = arguments;
+            crate::tool::schema::normalize_arguments(&self.spec.parameters, &mut arguments);
             call(&catalog, &self.peer, &self.remote, arguments)
                 .await
                 .map_err(|e| e.into_tool_error(&self.spec.name))

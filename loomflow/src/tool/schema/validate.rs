@@ -1,172 +1,42 @@
-//! Argument schemas: made from Rust types by schemars, rewritten for OpenAI's strict mode,
-//! and checked against a model's arguments before a tool runs.
+//! Checking a model's arguments against a tool's schema, naming the field that is wrong.
 
-use serde_json::{Map, Value, json};
-
-/// The JSON Schema (2020-12) of `T`, as a tool's `parameters`.
-///
-/// The `$schema` and `title` keywords are left out (models do not need them); an object
-/// schema always has `properties`.
-pub fn schema_for<T: schemars::JsonSchema>() -> Value {
-    let schema = schemars::generate::SchemaSettings::draft2020_12()
-        .into_generator()
-        .into_root_schema_for::<T>();
-    let mut value = schema.to_value();
-    if let Value::Object(map) = &mut value {
-        map.remove("$schema");
-        map.remove("title");
-        if map.get("type").and_then(Value::as_str) == Some("object")
-            && !map.contains_key("properties")
-        {
-            map.insert("properties".to_owned(), Value::Object(Map::new()));
-        }
-    }
-    value
-}
-
-/// The form OpenAI's strict mode accepts: in every object schema, every property is
-/// required, the ones that were optional accept `null`, and `additionalProperties` is
-/// `false`; numeric `format` hints are dropped and `oneOf` becomes `anyOf`. Applies to nested objects, array items, `$defs` and `anyOf`/`oneOf`/`allOf`
-/// branches.
-///
-/// # Examples
-///
-/// ```
-/// use loomflow::tool::strict_schema;
-/// use serde_json::json;
-///
-/// let plain = json!({
-///     "type": "object",
-///     "properties": { "city": { "type": "string" }, "days": { "type": "integer" } },
-///     "required": ["city"]
-/// });
-/// assert_eq!(strict_schema(&plain), json!({
-///     "type": "object",
-///     "properties": { "city": { "type": "string" }, "days": { "type": ["integer", "null"] } },
-///     "required": ["city", "days"],
-///     "additionalProperties": false
-/// }));
-/// ```
-pub fn strict_schema(schema: &Value) -> Value {
-    let mut schema = schema.clone();
-    make_strict(&mut schema);
-    schema
-}
-
-fn make_strict(schema: &mut Value) {
-    let Value::Object(map) = schema else { return };
-    // Strict mode knows string formats only; schemars' `uint8`-style hints are dropped.
-    if map.get("type").and_then(Value::as_str) != Some("string") {
-        map.remove("format");
-    }
-    // Strict mode takes `anyOf`, not `oneOf` (schemars uses it for documented enums).
-    if !map.contains_key("anyOf")
-        && let Some(branches) = map.remove("oneOf")
-    {
-        map.insert("anyOf".to_owned(), branches);
-    }
-    for key in ["$defs", "definitions"] {
-        if let Some(Value::Object(defs)) = map.get_mut(key) {
-            defs.values_mut().for_each(make_strict);
-        }
-    }
-    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
-        if let Some(Value::Array(branches)) = map.get_mut(key) {
-            branches.iter_mut().for_each(make_strict);
-        }
-    }
-    for key in ["items", "additionalProperties", "not"] {
-        if let Some(inner @ Value::Object(_)) = map.get_mut(key) {
-            make_strict(inner);
-        }
-    }
-    if !map.get("properties").is_some_and(Value::is_object) {
-        return;
-    }
-    let required: Vec<String> = match map.get("required") {
-        Some(Value::Array(names)) => names
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        _ => Vec::new(),
-    };
-    let Some(Value::Object(properties)) = map.get_mut("properties") else {
-        return;
-    };
-    let mut names = Vec::with_capacity(properties.len());
-    for (name, property) in properties.iter_mut() {
-        make_strict(property);
-        if !required.contains(name) {
-            make_nullable(property);
-        }
-        names.push(Value::String(name.clone()));
-    }
-    map.insert("required".to_owned(), Value::Array(names));
-    map.insert("additionalProperties".to_owned(), Value::Bool(false));
-}
-
-fn make_nullable(schema: &mut Value) {
-    if accepts_null(schema) {
-        return;
-    }
-    if let Value::Object(map) = schema {
-        map.remove("default");
-        match map.get_mut("type") {
-            Some(Value::String(ty)) => {
-                let ty = std::mem::take(ty);
-                map.insert("type".to_owned(), json!([ty, "null"]));
-                if let Some(Value::Array(values)) = map.get_mut("enum") {
-                    values.push(Value::Null);
-                }
-                return;
-            }
-            Some(Value::Array(types)) => {
-                types.push(json!("null"));
-                return;
-            }
-            _ => {}
-        }
-    }
-    let inner = std::mem::take(schema);
-    *schema = json!({ "anyOf": [inner, { "type": "null" }] });
-}
-
-fn accepts_null(schema: &Value) -> bool {
-    match schema {
-        Value::Bool(yes) => *yes,
-        Value::Object(map) => {
-            let typed_null = match map.get("type") {
-                Some(Value::String(ty)) => ty == "null",
-                Some(Value::Array(types)) => types.iter().any(|t| t == "null"),
-                _ => false,
-            };
-            let untyped = map.is_empty();
-            let branch_null = ["anyOf", "oneOf"].iter().any(|key| {
-                map.get(*key)
-                    .and_then(Value::as_array)
-                    .is_some_and(|branches| branches.iter().any(accepts_null))
-            });
-            typed_null || untyped || branch_null
-        }
-        _ => false,
-    }
-}
+use serde_json::Value;
 
 /// Checks `value` against `schema`; on a mismatch, says where and what was expected.
 ///
 /// Covers what tool schemas use: `type`, `properties`, `required`, `additionalProperties`,
-/// `enum`, `const`, `items`, `anyOf`/`oneOf`/`allOf`, numeric bounds, and local `$ref`s.
-/// Other keywords are not checked here (the tool's own deserialization still is).
+/// `enum`, `const`, `items`, `prefixItems`, `anyOf`/`oneOf`/`allOf`, numeric bounds, the
+/// integer ranges of schemars' `format`s (`uint8`, `int32`, `uint64`, …), string and array
+/// lengths, and local `$ref`s. Other keywords are not checked here (the tool's own
+/// deserialization still is).
+///
+/// Two leniencies match what models send, and what [`normalize_arguments`] then fixes
+/// before decoding: an integer may be written as an integral float (`3.0`), and `null` for
+/// a property that is not required counts as leaving it out (OpenAI's strict mode makes
+/// every property required and sends `null` for the ones that were optional).
+///
+/// [`normalize_arguments`]: super::normalize_arguments
 pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
     Validator { root: schema }.check(schema, value, &mut String::new(), 0)
+}
+
+/// Whether `value` fits `schema`, a part of `root` (which its `$ref`s point into).
+pub(super) fn fits(root: &Value, schema: &Value, value: &Value) -> bool {
+    Validator { root }
+        .check(schema, value, &mut String::new(), 0)
+        .is_ok()
+}
+
+/// The schema a local `$ref` points to.
+pub(super) fn resolve<'s>(root: &'s Value, reference: &str) -> Option<&'s Value> {
+    root.pointer(reference.strip_prefix('#')?)
 }
 
 struct Validator<'s> {
     root: &'s Value,
 }
 
-const MAX_DEPTH: usize = 64;
+pub(super) const MAX_DEPTH: usize = 64;
 
 impl Validator<'_> {
     fn check(
@@ -215,7 +85,25 @@ impl Validator<'_> {
         {
             return Err(format!("{}: expected {expected}, got {value}", at(path)));
         }
+        check_integer_format(map, value, path)?;
+        check_lengths(map, value, path)?;
         if let Some(number) = value.as_f64() {
+            if let Some(min) = map.get("exclusiveMinimum").and_then(Value::as_f64)
+                && number <= min
+            {
+                return Err(format!(
+                    "{}: expected a number > {min}, got {value}",
+                    at(path)
+                ));
+            }
+            if let Some(max) = map.get("exclusiveMaximum").and_then(Value::as_f64)
+                && number >= max
+            {
+                return Err(format!(
+                    "{}: expected a number < {max}, got {value}",
+                    at(path)
+                ));
+            }
             if let Some(min) = map.get("minimum").and_then(Value::as_f64)
                 && number < min
             {
@@ -234,15 +122,21 @@ impl Validator<'_> {
             }
         }
         if let Value::Object(object) = value {
-            if let Some(Value::Array(required)) = map.get("required") {
-                for name in required.iter().filter_map(Value::as_str) {
-                    if !object.contains_key(name) {
-                        return Err(format!("missing required field `{}`", join(path, name)));
-                    }
+            let required = required_names(map);
+            for name in &required {
+                if !object.contains_key(*name) {
+                    return Err(format!("missing required field `{}`", join(path, name)));
                 }
             }
             let properties = map.get("properties").and_then(Value::as_object);
             for (name, field) in object {
+                // `null` for an optional property is the property left out.
+                if field.is_null()
+                    && properties.is_some_and(|p| p.contains_key(name))
+                    && !required.contains(&name.as_str())
+                {
+                    continue;
+                }
                 let len = path.len();
                 push_field(path, name);
                 let result = match properties.and_then(|p| p.get(name)) {
@@ -257,8 +151,21 @@ impl Validator<'_> {
                 result?;
             }
         }
+        if let (Value::Array(items), Some(Value::Array(prefix))) = (value, map.get("prefixItems")) {
+            for (index, (item, item_schema)) in items.iter().zip(prefix).enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{index}]"));
+                let result = self.check(item_schema, item, path, depth + 1);
+                path.truncate(len);
+                result?;
+            }
+        }
         if let (Value::Array(items), Some(item_schema)) = (value, map.get("items")) {
-            for (index, item) in items.iter().enumerate() {
+            let skip = match map.get("prefixItems") {
+                Some(Value::Array(prefix)) => prefix.len(),
+                _ => 0,
+            };
+            for (index, item) in items.iter().enumerate().skip(skip) {
                 let len = path.len();
                 path.push_str(&format!("[{index}]"));
                 let result = self.check(item_schema, item, path, depth + 1);
@@ -297,9 +204,114 @@ impl Validator<'_> {
     }
 
     fn resolve(&self, reference: &str) -> Option<&Value> {
-        let pointer = reference.strip_prefix('#')?;
-        self.root.pointer(pointer)
+        resolve(self.root, reference)
     }
+}
+
+/// The names in an object schema's `required`.
+pub(super) fn required_names(map: &serde_json::Map<String, Value>) -> Vec<&str> {
+    match map.get("required") {
+        Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// An integer outside the range its `format` names (schemars writes `uint8` for a `u8`, and
+/// so on), reported before decoding so that the model is told which field is out of range.
+fn check_integer_format(
+    map: &serde_json::Map<String, Value>,
+    value: &Value,
+    path: &str,
+) -> Result<(), String> {
+    let (Value::Number(number), Some(format)) = (value, map.get("format").and_then(Value::as_str))
+    else {
+        return Ok(());
+    };
+    let Some((low, high)) = integer_range(format) else {
+        return Ok(());
+    };
+    match integral(number) {
+        Some(n) if (low..=high).contains(&n) => Ok(()),
+        Some(_) => Err(format!(
+            "{}: expected an integer from {low} to {high} ({format}), got {value}",
+            at(path)
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The range of an integer `format`; 128-bit ones are left to the decoder (JSON numbers
+/// read by serde_json never exceed 64 bits as integers).
+pub(super) fn integer_range(format: &str) -> Option<(i128, i128)> {
+    Some(match format {
+        "int8" => (i8::MIN.into(), i8::MAX.into()),
+        "int16" => (i16::MIN.into(), i16::MAX.into()),
+        "int32" => (i32::MIN.into(), i32::MAX.into()),
+        "int64" | "int" => (i64::MIN.into(), i64::MAX.into()),
+        "uint8" => (0, u8::MAX.into()),
+        "uint16" => (0, u16::MAX.into()),
+        "uint32" => (0, u32::MAX.into()),
+        "uint64" | "uint" => (0, u64::MAX.into()),
+        _ => return None,
+    })
+}
+
+/// The number as an integer when it is one, including an integral float (`3.0`, `1e20`).
+pub(super) fn integral(number: &serde_json::Number) -> Option<i128> {
+    if let Some(n) = number.as_i64() {
+        return Some(n.into());
+    }
+    if let Some(n) = number.as_u64() {
+        return Some(n.into());
+    }
+    let float = number.as_f64()?;
+    // Past 2^120 the cast saturates; such a float is out of every 64-bit range anyway.
+    #[allow(clippy::cast_possible_truncation)]
+    (float.fract() == 0.0 && float.abs() < 1e36).then_some(float as i128)
+}
+
+/// `minLength`/`maxLength` (in characters) and `minItems`/`maxItems`.
+fn check_lengths(
+    map: &serde_json::Map<String, Value>,
+    value: &Value,
+    path: &str,
+) -> Result<(), String> {
+    let (len, unit, what) = match value {
+        Value::String(text) => (
+            text.chars().count(),
+            "character",
+            ("minLength", "maxLength"),
+        ),
+        Value::Array(items) => (items.len(), "item", ("minItems", "maxItems")),
+        _ => return Ok(()),
+    };
+    let count = |n: u64| {
+        if n == 1 {
+            format!("1 {unit}")
+        } else {
+            format!("{n} {unit}s")
+        }
+    };
+    let len = len as u64;
+    if let Some(min) = map.get(what.0).and_then(Value::as_u64)
+        && len < min
+    {
+        return Err(format!(
+            "{}: expected at least {}, got {len}",
+            at(path),
+            count(min)
+        ));
+    }
+    if let Some(max) = map.get(what.1).and_then(Value::as_u64)
+        && len > max
+    {
+        return Err(format!(
+            "{}: expected at most {}, got {len}",
+            at(path),
+            count(max)
+        ));
+    }
+    Ok(())
 }
 
 fn at(path: &str) -> String {
@@ -385,6 +397,8 @@ fn describe_value(value: &Value) -> String {
 mod tests {
     use super::*;
 
+    use serde_json::json;
+
     #[test]
     fn validation_names_the_field_and_the_expectation() {
         let schema = json!({
@@ -415,28 +429,6 @@ mod tests {
         assert_eq!(
             validate(&schema, &json!({ "city": "x", "dates": [{ "day": 0 }] })),
             Err("field `dates[0].day`: expected a number >= 1, got 0".to_owned())
-        );
-    }
-
-    #[test]
-    fn strict_form_reaches_nested_objects() {
-        let plain = json!({
-            "type": "object",
-            "properties": { "inner": { "$ref": "#/$defs/Inner" } },
-            "$defs": { "Inner": { "type": "object", "properties": { "x": { "type": "string", "enum": ["a"] } } } }
-        });
-        let strict = strict_schema(&plain);
-        assert_eq!(strict["additionalProperties"], json!(false));
-        assert_eq!(strict["required"], json!(["inner"]));
-        assert_eq!(
-            strict["properties"]["inner"]["anyOf"][1],
-            json!({ "type": "null" })
-        );
-        let inner = &strict["$defs"]["Inner"];
-        assert_eq!(inner["additionalProperties"], json!(false));
-        assert_eq!(
-            inner["properties"]["x"],
-            json!({ "type": ["string", "null"], "enum": ["a", null] })
         );
     }
 }

@@ -1,0 +1,155 @@
+//! Arguments rewritten, guided by the schema, into the form the tool's decoder takes.
+
+use serde_json::{Number, Value};
+
+use super::validate::{MAX_DEPTH, fits, integer_range, integral, required_names, resolve};
+
+/// Rewrites arguments that [`validate`](super::validate) accepts into the form serde
+/// decodes: a `null` given for a property that is not required is removed (strict mode sends
+/// it for a property left out), and an integral float (`3.0`) where the schema asks for an
+/// integer becomes that integer, when it is within the range of its `format`.
+///
+/// Follows `properties`, `additionalProperties`, `items`, `prefixItems`, local `$ref`s,
+/// `allOf`, and the first `anyOf`/`oneOf` branch the rewritten value fits.
+pub(crate) fn normalize_arguments(schema: &Value, arguments: &mut Value) {
+    normalize(schema, schema, arguments, 0);
+}
+
+fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let Value::Object(map) = schema else { return };
+    if let Some(Value::String(reference)) = map.get("$ref")
+        && let Some(target) = resolve(root, reference)
+    {
+        normalize(root, target, value, depth + 1);
+    }
+    if asks_for_integer(map.get("type"))
+        && let Value::Number(number) = value
+        && let Some(integer) = as_integer(number, map.get("format").and_then(Value::as_str))
+    {
+        *value = Value::Number(integer);
+    }
+    match value {
+        Value::Object(object) => {
+            let properties = map.get("properties").and_then(Value::as_object);
+            let required = required_names(map);
+            object.retain(|name, field| {
+                !(field.is_null()
+                    && properties.is_some_and(|p| p.contains_key(name))
+                    && !required.contains(&name.as_str()))
+            });
+            for (name, field) in object.iter_mut() {
+                match properties.and_then(|p| p.get(name)) {
+                    Some(property) => normalize(root, property, field, depth + 1),
+                    None => {
+                        if let Some(extra) = map.get("additionalProperties") {
+                            normalize(root, extra, field, depth + 1);
+                        }
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            let prefix = match map.get("prefixItems") {
+                Some(Value::Array(prefix)) => prefix.as_slice(),
+                _ => &[],
+            };
+            for (index, item) in items.iter_mut().enumerate() {
+                match (prefix.get(index), map.get("items")) {
+                    (Some(item_schema), _) | (None, Some(item_schema)) => {
+                        normalize(root, item_schema, item, depth + 1);
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(Value::Array(all)) = map.get("allOf") {
+        for branch in all {
+            normalize(root, branch, value, depth + 1);
+        }
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(branches)) = map.get(key) {
+            for branch in branches {
+                let mut candidate = value.clone();
+                normalize(root, branch, &mut candidate, depth + 1);
+                if fits(root, branch, &candidate) {
+                    *value = candidate;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// `"integer"` is a type allowed and `"number"` is not (a float is then never meant).
+fn asks_for_integer(ty: Option<&Value>) -> bool {
+    let has = |name: &str| match ty {
+        Some(Value::String(ty)) => ty == name,
+        Some(Value::Array(types)) => types.iter().any(|t| t == name),
+        _ => false,
+    };
+    has("integer") && !has("number")
+}
+
+/// An integral float as an integer, when it fits in `format`'s range (or in an `i64`/`u64`
+/// without one); `None` for an integer already, or a float that stays a float.
+fn as_integer(number: &Number, format: Option<&str>) -> Option<Number> {
+    if !number.is_f64() {
+        return None;
+    }
+    let integer = integral(number)?;
+    let (low, high) = format
+        .and_then(integer_range)
+        .unwrap_or((i64::MIN.into(), u64::MAX.into()));
+    if !(low..=high).contains(&integer) {
+        return None;
+    }
+    match i64::try_from(integer) {
+        Ok(n) => Some(n.into()),
+        Err(_) => u64::try_from(integer).ok().map(Number::from),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn integral_floats_become_integers_and_optional_nulls_are_dropped() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "a": { "type": "integer", "format": "int64" },
+                "ratio": { "type": "number" },
+                "retries": { "type": "integer", "format": "uint8", "default": 0 },
+                "inner": { "anyOf": [{ "$ref": "#/$defs/Inner" }, { "type": "null" }] }
+            },
+            "required": ["a"],
+            "$defs": { "Inner": { "type": "object", "properties": {
+                "n": { "type": ["integer", "null"], "format": "uint32" },
+                "tag": { "type": "string" }
+            } } }
+        });
+        let mut arguments = json!({
+            "a": 3.0, "ratio": 2.0, "retries": null, "inner": { "n": 7.0, "tag": null }
+        });
+        normalize_arguments(&schema, &mut arguments);
+        assert_eq!(
+            arguments,
+            json!({ "a": 3, "ratio": 2.0, "inner": { "n": 7 } })
+        );
+        assert!(arguments["a"].is_i64());
+
+        // Out of the format's range: left as it is, for the validator to report.
+        let mut arguments = json!({ "a": 1e20 });
+        normalize_arguments(&schema, &mut arguments);
+        assert!(arguments["a"].is_f64());
+    }
+}

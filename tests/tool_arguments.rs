@@ -1,0 +1,216 @@
+//! A model's arguments for a `#[tool]`, through the host: every error names the field, the
+//! schema and the decoder agree (integral floats, integer ranges, lengths), the strict
+//! form's `null`s are accepted, unknown fields are refused, and a `Result` alias is fallible.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::net::IpAddr;
+
+use loomflow::model::ToolCall;
+use loomflow::prelude::*;
+use loomflow::tool::{DispatchContext, ToolOutcome};
+use serde_json::Value;
+
+/// Add two numbers.
+#[tool]
+fn add(a: i64, b: i64) -> i64 {
+    a + b
+}
+
+/// Count.
+#[tool]
+fn count(n: u32) -> u32 {
+    n
+}
+
+/// Big.
+#[tool]
+fn big(n: u64) -> u64 {
+    n
+}
+
+/// One letter.
+#[tool]
+fn letter(c: char) -> String {
+    c.to_string()
+}
+
+/// Three bytes.
+#[tool]
+fn triple(xs: [u8; 3]) -> u32 {
+    xs.iter().map(|&x| u32::from(x)).sum()
+}
+
+/// A host to ping.
+#[derive(Deserialize, JsonSchema)]
+struct Host {
+    addr: IpAddr,
+}
+
+/// Ping hosts.
+#[tool(param(hosts = "The hosts"))]
+fn ping(hosts: Vec<Host>) -> Vec<String> {
+    hosts.iter().map(|host| host.addr.to_string()).collect()
+}
+
+/// The weather.
+#[tool(param(city = "The city"))]
+fn weather(city: String, days: Option<u8>) -> String {
+    format!("{city}:{days:?}")
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Retry {
+    /// Attempts, 0 by default.
+    #[serde(default)]
+    retries: u8,
+    /// What to retry.
+    name: String,
+}
+
+/// Retry something.
+#[tool]
+fn retry(args: Retry) -> String {
+    format!("{}:{}", args.name, args.retries)
+}
+
+/// A project's own alias for results.
+type ToolResult<T> = Result<T, String>;
+
+/// Fails through an alias of `Result`.
+#[tool]
+fn aliased(fail: bool) -> ToolResult<String> {
+    if fail {
+        Err("disk full".into())
+    } else {
+        Ok("fine".into())
+    }
+}
+
+fn host() -> ToolHost {
+    ToolHost::new()
+        .with(add)
+        .with(count)
+        .with(big)
+        .with(letter)
+        .with(triple)
+        .with(ping)
+        .with(weather)
+        .with(retry)
+        .with(aliased)
+}
+
+async fn run(name: &str, arguments: Value) -> ToolOutcome {
+    host()
+        .dispatch(
+            &[ToolCall::new("c1", name, arguments)],
+            DispatchContext::new("s"),
+        )
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+async fn error(name: &str, arguments: Value) -> String {
+    let outcome = run(name, arguments).await;
+    assert!(outcome.is_error, "{name} succeeded: {}", outcome.content);
+    outcome.content
+}
+
+#[tokio::test]
+async fn an_integral_float_for_an_integer_is_that_integer() {
+    let outcome = run("add", json!({ "a": 3.0, "b": 1 })).await;
+    assert!(!outcome.is_error, "{}", outcome.content);
+    assert_eq!(outcome.content, "4");
+    assert_eq!(
+        run("big", json!({ "n": 1e19 })).await.content,
+        "10000000000000000000"
+    );
+}
+
+#[tokio::test]
+async fn an_integer_out_of_its_range_names_the_field_and_the_range() {
+    let message = error("add", json!({ "a": 1e20, "b": 1 })).await;
+    assert!(
+        message.contains(
+            "field `a`: expected an integer from -9223372036854775808 to 9223372036854775807"
+        ),
+        "{message}"
+    );
+    let message = error("count", json!({ "n": 5_000_000_000u64 })).await;
+    assert!(
+        message.contains("field `n`: expected an integer from 0 to 4294967295"),
+        "{message}"
+    );
+    let message = error("big", json!({ "n": 1e20 })).await;
+    assert!(
+        message.contains("field `n`: expected an integer from 0 to"),
+        "{message}"
+    );
+    let message = error("big", json!({ "n": -1 })).await;
+    assert!(message.contains("field `n`"), "{message}");
+}
+
+#[tokio::test]
+async fn a_wrong_length_names_the_field() {
+    let message = error("letter", json!({ "c": "ab" })).await;
+    assert!(
+        message.contains("field `c`: expected at most 1 character, got 2"),
+        "{message}"
+    );
+    let message = error("triple", json!({ "xs": [1, 2] })).await;
+    assert!(
+        message.contains("field `xs`: expected at least 3 items, got 2"),
+        "{message}"
+    );
+    assert_eq!(
+        run("triple", json!({ "xs": [1, 2, 3.0] })).await.content,
+        "6"
+    );
+}
+
+#[tokio::test]
+async fn a_decoding_error_names_the_path_to_the_field() {
+    let arguments = json!({ "hosts": [{ "addr": "10.0.0.1" }, { "addr": "not an address" }] });
+    let message = error("ping", arguments).await;
+    assert!(message.contains("field `hosts[1].addr`: "), "{message}");
+}
+
+#[tokio::test]
+async fn null_for_an_optional_field_is_the_field_left_out() {
+    // What a model in OpenAI's strict mode sends: every field, the optional ones as null.
+    let spec = host().get("retry").unwrap().spec().clone();
+    assert_eq!(
+        spec.strict_parameters()["required"],
+        json!(["name", "retries"])
+    );
+    let outcome = run("retry", json!({ "name": "upload", "retries": null })).await;
+    assert!(!outcome.is_error, "{}", outcome.content);
+    assert_eq!(outcome.content, "upload:0");
+    let outcome = run("weather", json!({ "city": "Lyon", "days": null })).await;
+    assert_eq!(outcome.content, "Lyon:None");
+    // A required field still may not be null.
+    let message = error("retry", json!({ "name": null })).await;
+    assert!(message.contains("field `name`"), "{message}");
+}
+
+#[tokio::test]
+async fn a_misspelled_argument_is_refused_by_name() {
+    let spec = host().get("weather").unwrap().spec().clone();
+    assert_eq!(spec.parameters["additionalProperties"], json!(false));
+    let message = error("weather", json!({ "city": "Lyon", "dayz": 3 })).await;
+    assert!(message.contains("unexpected field `dayz`"), "{message}");
+}
+
+#[tokio::test]
+async fn an_err_through_an_alias_of_result_is_a_failed_call() {
+    let message = error("aliased", json!({ "fail": true })).await;
+    assert!(
+        message.contains("tool aliased failed: disk full"),
+        "{message}"
+    );
+    assert_eq!(
+        run("aliased", json!({ "fail": false })).await.content,
+        "fine"
+    );
+}
