@@ -263,6 +263,8 @@ async fn workers_keep_the_log_to_its_retention() {
     runtime.signal("old", "ping", 1).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(runtime.audit("old").await.unwrap().len(), 1);
+    // The newest entry is kept whatever its age (so that ids never go back): write one.
+    runtime.signal("recent", "ping", 0).await.unwrap();
     let graph = Graph::new("idle")
         .node(await_payment)
         .edge(START, "await_payment")
@@ -291,4 +293,46 @@ async fn without_prices_there_is_no_cost() {
     let result = agent.run("Hello").await.unwrap();
     assert_eq!(result.usage.input_tokens, 10);
     assert_eq!(result.cost_usd, None);
+}
+
+/// Pruning never hands an id out again: a reader paging with `after_id` (the HTTP
+/// `?after=ID`) sees what is written after its cursor even when pruning emptied the log.
+/// And no detail reads back as an empty object from every store.
+#[tokio::test]
+async fn ids_never_go_back_and_no_detail_reads_the_same_everywhere() {
+    let db = loomflow_tests::TempDb::new("audit-ids");
+    for (label, runtime) in [
+        ("memory", Runtime::in_memory()),
+        ("sqlite", Runtime::sqlite(db.path()).unwrap()),
+    ] {
+        for i in 0..3 {
+            runtime.signal("tail", "ping", i).await.unwrap();
+        }
+        let cursor = runtime.audit("tail").await.unwrap().last().unwrap().id;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        runtime
+            .prune_audit(std::time::Duration::ZERO)
+            .await
+            .unwrap();
+        runtime.signal("tail", "ping", 99).await.unwrap();
+        let page = runtime
+            .audit_query(&AuditQuery::thread("tail").after_id(cursor))
+            .await
+            .unwrap();
+        assert_eq!(page.len(), 1, "{label}: the entry written after the cursor");
+        assert!(page[0].id > cursor, "{label}");
+
+        runtime
+            .store()
+            .append_audit(vec![AuditEntry::new(
+                "nothing",
+                AuditKind::ToolCall,
+                "x",
+                serde_json::Value::Null,
+            )])
+            .await
+            .unwrap();
+        let log = runtime.audit("nothing").await.unwrap();
+        assert_eq!(log[0].detail, json!({}), "{label}");
+    }
 }

@@ -197,6 +197,19 @@ async fn the_audit_of_a_thread_that_never_ran_is_404() {
     .await;
     eprintln!("{status} {reply}");
     assert_eq!(status, 404, "{reply}");
+    // A thread with entries but no run (signals sent to a session that never ran): an
+    // empty page is an empty list, not 404, so a tail that is up to date reads as such.
+    server.runtime.signal("quiet", "ping", 1).await.unwrap();
+    let (status, _, reply) = request(
+        server.addr,
+        "GET",
+        "/v1/threads/quiet/audit?after=1000000",
+        &[bearer()],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(reply.contains("\"entries\":[]"), "{reply}");
 }
 
 /// Refund an order. Moves money.

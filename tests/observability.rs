@@ -509,3 +509,39 @@ async fn a_resumed_run_links_to_the_trace_it_suspended_in() {
     assert_eq!(links[0].trace_id(), suspended.trace_id());
     assert_eq!(links[0].span_id(), suspended.span_id());
 }
+
+/// A failed run exports with an error status, so a trace backend shows it as failed; a
+/// completed one does not.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_run_exports_an_error_status() {
+    let graph = Graph::new("fragile")
+        .node_sync("boom", |_: &mut u32| -> Result<(), String> {
+            Err("the disk is full".into())
+        })
+        .edge(START, "boom")
+        .edge("boom", END)
+        .compile()
+        .unwrap();
+    let sound = Graph::new("sound")
+        .node_sync("ok", |n: &mut u32| *n += 1)
+        .edge(START, "ok")
+        .edge("ok", END)
+        .compile()
+        .unwrap();
+    let (provider, exporter, guard) = otel();
+    let runtime = Runtime::in_memory();
+    let failed = graph.invoke(&runtime, "f", 0).await.unwrap();
+    assert!(matches!(failed, RunOutcome::Failed { .. }));
+    sound.invoke(&runtime, "s", 0).await.unwrap();
+    drop(guard);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let failed = exported(&spans, "run fragile");
+    assert!(
+        matches!(failed[0].status, opentelemetry::trace::Status::Error { .. }),
+        "{:?}",
+        failed[0].status
+    );
+    let completed = exported(&spans, "run sound");
+    assert_eq!(completed[0].status, opentelemetry::trace::Status::Unset);
+}

@@ -39,7 +39,12 @@ pub(crate) async fn audit(
         && entries.is_empty()
     {
         let run = runtime.store().get_run(thread).await;
-        if run.map_err(loomflow::RuntimeError::from)?.is_none() {
+        if run.map_err(loomflow::RuntimeError::from)?.is_none()
+            && runtime
+                .audit_query(&AuditQuery::thread(thread).limit(1))
+                .await?
+                .is_empty()
+        {
             return Err(Failure::not_found(format!("thread {thread} has no run")));
         }
     }

@@ -186,11 +186,18 @@ pub(super) async fn get_audit(
         query = query.kind(kind);
     }
     let entries = app.runtime.audit_query(&query).await?;
-    // As every thread route: a thread that never ran (and has no entries) is 404, so that
-    // a mistyped thread does not read as a quiet one.
+    // As every thread route: a thread that never ran and has no entries at all is 404, so
+    // that a mistyped thread does not read as a quiet one. An empty page of a known thread
+    // (a tail that is up to date, a kind with no entries) is an empty list.
     if entries.is_empty() {
         let known = app.runtime.store().get_run(&thread).await;
-        if known.map_err(crate::runtime::RuntimeError::from)?.is_none() {
+        if known.map_err(crate::runtime::RuntimeError::from)?.is_none()
+            && app
+                .runtime
+                .audit_query(&AuditQuery::thread(&thread).limit(1))
+                .await?
+                .is_empty()
+        {
             return Err(ApiError::not_found(format!("thread {thread} has no run")));
         }
     }

@@ -120,6 +120,9 @@ pub(crate) fn execute<S: State>(
             claimed(execution).instrument(span.clone()).await
         };
         span.record("loomflow.outcome", observe::outcome_name(&result));
+        if observe::failed(&result) {
+            span.record("otel.status_code", "ERROR");
+        }
         result
     }
 }

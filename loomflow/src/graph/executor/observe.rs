@@ -40,7 +40,14 @@ pub(super) fn run_span(graph: &str, thread: &str, namespace: &str) -> Span {
         loomflow.run = tracing::field::Empty,
         loomflow.resumed = tracing::field::Empty,
         loomflow.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     )
+}
+
+/// Whether a run's result is a failure its span reports with an error status: a failed
+/// run or an error (a cancellation or a hand-back is not one).
+pub(super) fn failed<S>(result: &Result<RunOutcome<S>>) -> bool {
+    matches!(outcome_name(result), "failed" | "error")
 }
 
 /// What a run's result was, for its span's `loomflow.outcome`.

@@ -174,7 +174,12 @@ impl AuditQuery {
         Self::default()
     }
 
-    /// Only entries with an id above `id`.
+    /// Only entries with an id above `id`: to page through the log, or to tail it.
+    ///
+    /// Ids never go back. On PostgreSQL an id is taken when an entry is written and becomes
+    /// visible when its transaction commits, so two writers may commit out of id order: a
+    /// tail that must see every entry re-reads the last few seconds' ids (entries are
+    /// written in short single-statement transactions) rather than trust its cursor alone.
     #[must_use]
     pub fn after_id(mut self, id: u64) -> Self {
         self.after_id = id;

@@ -542,7 +542,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>>;
 
     /// Deletes the audit entries older than `before_ms` (milliseconds since the Unix epoch);
-    /// returns how many.
+    /// returns how many. Entry ids never go back: a store whose ids come from its table
+    /// (SQLite) keeps the newest entry, whatever its age, until a newer one is written.
     fn prune_audit(&self, before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// [`put_journal_claimed`](Self::put_journal_claimed), appending `audit` in the same

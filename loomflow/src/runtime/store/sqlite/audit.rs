@@ -10,8 +10,8 @@ use crate::runtime::store::{AuditEntry, AuditKind, AuditQuery, StoreError};
 use futures_util::future::BoxFuture;
 
 /// Schema version 4 -> 5: the audit log. Its ids are rowids (not `AUTOINCREMENT`, which
-/// rewrites `sqlite_sequence` on every insert); pruning deletes the oldest, so ids still
-/// increase. The index by time serves pruning (entries may be appended with times of their
+/// rewrites `sqlite_sequence` on every insert); pruning never deletes the newest row
+/// ([`prune`]), so ids still increase. The index by time serves pruning (entries may be appended with times of their
 /// own, so id order is not time order).
 pub(super) const MIGRATION: &str = "
     CREATE TABLE audit (
@@ -112,10 +112,13 @@ fn read(
     Ok(Ok(entries))
 }
 
-/// Deletes rows older than `before_ms`, in the caller's transaction.
+/// Deletes rows older than `before_ms`, in the caller's transaction, but the newest row:
+/// a rowid is the largest one in the table plus one, so deleting the row with the largest
+/// would hand its id (and those below it) out again, and a reader paging with `after_id`
+/// would pass over the new entries. The newest row stays until a newer one is written.
 pub(super) fn prune(conn: &Connection, before_ms: i64) -> rusqlite::Result<u64> {
     let deleted = conn
-        .prepare_cached("DELETE FROM audit WHERE at_ms < ?1")?
+        .prepare_cached("DELETE FROM audit WHERE at_ms < ?1 AND id < (SELECT max(id) FROM audit)")?
         .execute([before_ms])?;
     Ok(deleted as u64)
 }
