@@ -290,3 +290,32 @@ async fn extraction_after_a_run_is_opt_in_and_feeds_the_next_run() {
         "nothing new in []"
     );
 }
+
+/// A blank user id is no user for the `remember` tool, as for recall and extraction: the
+/// fact is kept with the session, not refused for an empty user scope.
+#[tokio::test]
+async fn remember_tool_with_a_blank_user_falls_back_to_the_session() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let call = ToolCall::new("c1", "remember", json!({ "text": "Likes tea" }));
+    let agent = Agent::builder("You help.")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![call]),
+            ModelResponse::text("Noted."),
+        ]))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    agent
+        .run("I like tea")
+        .session("s-blank")
+        .user(" ")
+        .await
+        .unwrap();
+    assert_eq!(memory.count(&Scope::session("s-blank")).await.unwrap(), 1);
+    let found = memory
+        .recall(&Scope::session("s-blank"), "tea", 5)
+        .await
+        .unwrap();
+    assert_eq!(found[0].text, "Likes tea");
+}

@@ -86,3 +86,21 @@ async fn processes_starting_together_create_the_table_once() {
             .unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_message_still_recalls_what_it_names() {
+    let Some(db) = TempPgDb::create("memory long message").await else {
+        return;
+    };
+    let memory = PostgresMemory::connect(&db.url).await.unwrap();
+    behaviour::a_long_message_still_recalls_what_it_names(&memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_finds_its_own_text() {
+    let Some(db) = TempPgDb::create("memory unicode query").await else {
+        return;
+    };
+    let memory = PostgresMemory::connect(&db.url).await.unwrap();
+    behaviour::a_query_finds_its_own_text(&memory).await;
+}

@@ -89,3 +89,14 @@ async fn an_unopenable_file_is_a_typed_error() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_long_message_still_recalls_what_it_names() {
+    behaviour::a_long_message_still_recalls_what_it_names(&SqliteMemory::in_memory().unwrap())
+        .await;
+}
+
+#[tokio::test]
+async fn a_query_finds_its_own_text() {
+    behaviour::a_query_finds_its_own_text(&SqliteMemory::in_memory().unwrap()).await;
+}

@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use loomflow::agent::Agent;
+use loomflow::memory::{Memory, MemoryOptions, Scope, SqliteMemory};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall, Usage};
 use loomflow::prelude::*;
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::{Status, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -544,4 +545,129 @@ async fn a_failed_run_exports_an_error_status() {
     );
     let completed = exported(&spans, "run sound");
     assert_eq!(completed[0].status, opentelemetry::trace::Status::Unset);
+}
+
+/// A failed model call, tool call and agent run are exported with the span status `Error`
+/// (not only an `error.type`), and the failed run's `invoke_agent` span names its error.
+#[tokio::test(flavor = "current_thread")]
+async fn failures_are_exported_with_error_status() {
+    let (provider, exporter, guard) = otel();
+    let call = ToolCall::new("call_9", "refund", json!({ "order": "B-2" }));
+    // One reply only: the second model call finds the script spent.
+    let agent = Agent::builder("You refund.")
+        .name("refunds")
+        .model(ScriptedModel::new([ModelResponse::tool_calls(vec![call])]).named("openai:gpt-4o"))
+        .tool(refund)
+        .build()
+        .unwrap();
+    assert!(agent.run("Refund B-2").await.is_err());
+    drop(guard);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let failed = |span: &SpanData| matches!(span.status, Status::Error { .. });
+    let chats = exported(&spans, "chat gpt-4o");
+    assert_eq!(chats.len(), 2);
+    assert!(!failed(chats[0]), "the call that answered did not fail");
+    assert!(failed(chats[1]));
+    assert_eq!(
+        attribute(chats[1], "error.type").as_deref(),
+        Some("script_exhausted")
+    );
+    assert!(failed(exported(&spans, "execute_tool refund")[0]));
+    let agent_span = exported(&spans, "invoke_agent refunds")[0];
+    assert!(failed(agent_span));
+    assert!(attribute(agent_span, "error.type").is_some());
+}
+
+/// The model call that extracts memories after a run has its own `chat` span, with its
+/// usage, like the agent's other model calls.
+#[tokio::test(flavor = "current_thread")]
+async fn memory_extraction_model_call_has_a_chat_span() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let agent = Agent::builder("You suggest dinners.")
+        .name("chef")
+        .model(
+            ScriptedModel::new([
+                with_usage(ModelResponse::text("A curry."), 100, 10),
+                with_usage(
+                    ModelResponse::text(r#"["Ada is allergic to peanuts"]"#),
+                    300,
+                    30,
+                ),
+            ])
+            .named("openai:gpt-4o"),
+        )
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().extract_after_run(true))
+        .build()
+        .unwrap();
+    let (provider, exporter, guard) = otel();
+    let result = agent
+        .run("Dinner idea? I am allergic to peanuts.")
+        .user("ada")
+        .await
+        .unwrap();
+    drop(guard);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    assert_eq!(memory.count(&Scope::user("ada")).await.unwrap(), 1);
+    assert_eq!(result.usage.input_tokens, 400, "two model calls");
+    let chats = exported(&spans, "chat gpt-4o");
+    assert_eq!(chats.len(), 2, "one chat span per model call");
+    let traced: Vec<Option<String>> = chats
+        .iter()
+        .map(|s| attribute(s, "gen_ai.usage.input_tokens"))
+        .collect();
+    assert_eq!(traced, [Some("100".to_owned()), Some("300".to_owned())]);
+    let agent_span = exported(&spans, "invoke_agent chef")[0];
+    assert!(
+        chats
+            .iter()
+            .all(|c| c.span_context.trace_id() == agent_span.span_context.trace_id())
+    );
+}
+
+/// With content recording off, an extraction answer that is not a JSON array (the model's
+/// completion) reaches no span or event of the trace.
+#[tokio::test(flavor = "current_thread")]
+async fn extraction_does_not_put_completions_in_the_trace_when_content_is_off() {
+    let agent = Agent::builder("You help.")
+        .name("helper")
+        .model(ScriptedModel::new([
+            ModelResponse::text("Sure."),
+            ModelResponse::text("The user's card number is 4111-SECRET-1111."),
+        ]))
+        .memory(SqliteMemory::in_memory().unwrap())
+        .memory_options(MemoryOptions::default().extract_after_run(true))
+        .record_content(false)
+        .build()
+        .unwrap();
+    let (provider, exporter, guard) = otel();
+    agent.run("Pay with my card").user("ada").await.unwrap();
+    drop(guard);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let mut warned = false;
+    for span in &spans {
+        for kv in &span.attributes {
+            assert!(
+                !kv.value.to_string().contains("SECRET"),
+                "{} {}",
+                span.name,
+                kv.key
+            );
+        }
+        for event in span.events.iter() {
+            warned |= event.name.contains("memory extraction");
+            for kv in &event.attributes {
+                assert!(
+                    !kv.value.to_string().contains("SECRET"),
+                    "{} {}",
+                    span.name,
+                    kv.key
+                );
+            }
+        }
+    }
+    assert!(warned, "the unusable answer is still reported");
 }

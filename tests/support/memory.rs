@@ -362,3 +362,38 @@ impl<M: Memory + Clone> Memory for Flaky<M> {
         self.inner.replace(scope, old, texts, metadata)
     }
 }
+
+/// A fact named at the end of a long message, after more than 32 other words (many of them
+/// common ones), is still recalled: an agent recalls with the user's whole message.
+pub(crate) async fn a_long_message_still_recalls_what_it_names<M: Memory>(memory: &M) {
+    let ada = Scope::user("long");
+    memory.forget_all(&ada).await.unwrap();
+    memory
+        .remember(&ada, "Ada is allergic to peanuts", json!({}))
+        .await
+        .unwrap();
+    let message = "Hi there, I hope you are doing well today. My partner and I are hosting a \
+        small dinner party this Saturday for six friends from work, and we would love a \
+        main course idea; one guest cannot eat peanuts.";
+    assert_eq!(memory.recall(&ada, message, 5).await.unwrap().len(), 1);
+    let filler: Vec<String> = (0..60).map(|i| format!("w{i}")).collect();
+    let message = format!("{} peanuts", filler.join(" "));
+    assert_eq!(memory.recall(&ada, &message, 5).await.unwrap().len(), 1);
+}
+
+/// A query finds the text it was typed from, whatever case or Unicode form it comes in:
+/// `İ` (whose lowercase is `i` + a combining dot) and an accent typed as its own code point.
+pub(crate) async fn a_query_finds_its_own_text<M: Memory>(memory: &M) {
+    let scope = Scope::user("unicode");
+    for (text, query) in [
+        ("Ada moved to İstanbul", "İstanbul"),
+        ("Ada moved to İzmir", "İZMİR"),
+        ("Ada's favourite café", "cafe\u{301}"),
+        ("Ada reads Hindi: हिन्दी", "हिन्दी"),
+    ] {
+        memory.forget_all(&scope).await.unwrap();
+        memory.remember(&scope, text, json!({})).await.unwrap();
+        let found = memory.recall(&scope, query, 5).await.unwrap();
+        assert_eq!(found.len(), 1, "{query:?} does not find {text:?}");
+    }
+}

@@ -4,12 +4,15 @@
 use std::sync::Arc;
 
 use super::AgentCore;
+use super::rate_limit::call_model;
+use super::react::Chunks;
 use super::state::AgentState;
 use crate::Result;
 use crate::context::Context;
 use crate::graph::RunError;
 use crate::memory::{
-    Memory, MemoryId, MemoryOptions, Scope, extract_after_run, recall_for_prompt, run_scopes,
+    Memory, MemoryId, MemoryOptions, Scope, extraction_request, memory_user, recall_for_prompt,
+    remember_extracted, run_scopes,
 };
 use crate::model::{Role, Usage};
 
@@ -52,20 +55,20 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
     let Some(memory) = core.memory.as_ref().filter(|m| m.options.extract) else {
         return Ok(());
     };
-    let scope = match &state.user {
-        Some(user) if !user.trim().is_empty() => Scope::user(user),
-        _ => Scope::session(ctx.thread()),
+    let scope = match memory_user(state.user.as_deref()) {
+        Some(user) => Scope::user(user),
+        None => Scope::session(ctx.thread()),
     };
-    let messages = &state.messages;
+    // Through the agent's own model path: a `chat` span, the rate limiter, no chunks
+    // streamed to the run's listener (the answer is JSON for the memory, not for the user).
+    let request = extraction_request(&state.messages);
+    let user = state.user.as_deref();
     let extracted: std::result::Result<(Vec<MemoryId>, Usage), RunError> = ctx
-        .step("memory:extract", || {
-            extract_after_run(
-                &*memory.store,
-                core.model.as_ref(),
-                &scope,
-                ctx.thread(),
-                messages,
-            )
+        .step("memory:extract", || async move {
+            let response = call_model(core, request, user, ctx, Chunks::Withhold).await?;
+            let ids =
+                remember_extracted(&*memory.store, &scope, ctx.thread(), &response.content).await?;
+            Ok::<_, crate::Error>((ids, response.usage))
         })
         .await;
     let (_, usage) = match extracted {

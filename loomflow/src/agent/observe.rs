@@ -1,7 +1,7 @@
 //! What an agent reports: its `invoke_agent` span and a `chat` span per model call (see
 //! [`crate::telemetry`]).
 
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use crate::model::{FinishReason, ModelError, ModelResponse, Transcript};
 use crate::telemetry::{self, TARGET};
@@ -15,7 +15,29 @@ pub(super) fn agent_span(agent: &str, session: &str) -> Span {
         gen_ai.operation.name = "invoke_agent",
         gen_ai.agent.name = %agent,
         gen_ai.conversation.id = %session,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     )
+}
+
+/// Runs `call` (a run of an agent) under its `invoke_agent` span, and marks the span failed
+/// when the call fails.
+pub(super) async fn in_agent_span<T>(
+    span: Span,
+    call: impl Future<Output = crate::Result<T>>,
+) -> crate::Result<T> {
+    let result = call.instrument(span.clone()).await;
+    if let Err(error) = &result {
+        record_failure(&span, error);
+    }
+    result
+}
+
+/// Marks a span failed: `error.type` names the error, and the span's status is `Error`.
+/// The span must declare both fields.
+pub(crate) fn record_failure(span: &Span, error: &dyn std::fmt::Debug) {
+    span.record("error.type", telemetry::error_type(error).as_str());
+    span.record("otel.status_code", "ERROR");
 }
 
 /// A model's provider and model, from its name (`openai:gpt-4o`; a name without a provider
@@ -42,6 +64,7 @@ pub(super) fn chat_span(model_name: &str) -> Span {
         gen_ai.input.messages = tracing::field::Empty,
         gen_ai.output.messages = tracing::field::Empty,
         error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     )
 }
 
@@ -81,7 +104,7 @@ pub(super) fn record_chat(
             }
         }
         Err(error) => {
-            span.record("error.type", telemetry::error_type(error).as_str());
+            record_failure(span, error);
         }
     }
 }

@@ -109,7 +109,7 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     let user = state.user.as_deref();
     let response: ModelResponse = ctx
         .step("model", || {
-            super::rate_limit::call_model(core, request, user, ctx)
+            super::rate_limit::call_model(core, request, user, ctx, Chunks::Emit)
         })
         .await
         .map_err(super::rate_limit::surface)?;
@@ -215,16 +215,26 @@ pub(super) fn add_cost(
     priced
 }
 
+/// Whether a model call's chunks reach the run's listener as they stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Chunks {
+    /// Streamed to the listener, when the run has one (the agent's own turns).
+    Emit,
+    /// Never streamed: the answer is for the agent, not the user (memory extraction).
+    Withhold,
+}
+
 /// Calls the model under a `chat {model}` span; see [`call_model_untraced`].
 pub(super) async fn call_model(
     core: &AgentCore,
     request: ModelRequest,
     ctx: &Context,
+    chunks: Chunks,
 ) -> Result<ModelResponse> {
     let name = core.model.name();
     let span = observe::chat_span(name);
     let sent = (core.record_content && !span.is_disabled()).then(|| request.messages.clone());
-    let result = call_model_untraced(core, request, ctx)
+    let result = call_model_untraced(core, request, ctx, chunks)
         .instrument(span.clone())
         .await;
     observe::record_chat(
@@ -242,8 +252,9 @@ async fn call_model_untraced(
     core: &AgentCore,
     request: ModelRequest,
     ctx: &Context,
+    chunks: Chunks,
 ) -> Result<ModelResponse, ModelError> {
-    if !ctx.has_listener() {
+    if chunks == Chunks::Withhold || !ctx.has_listener() {
         return core.model.complete(request).await;
     }
     let guarded_text = !core.guardrails.is_empty();

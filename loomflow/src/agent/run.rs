@@ -10,7 +10,6 @@ use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::Instrument;
 
 use super::{Agent, AgentError, AgentEvent, AgentState, StopReason, observe};
 use crate::graph::RunError;
@@ -222,51 +221,48 @@ impl<'a> AgentRun<'a> {
         let capacity = self.stream_capacity;
         let (events, receiver) = mpsc::channel(capacity);
         let span = observe::agent_span(agent.name(), &session);
-        let task = tokio::spawn(
-            async move {
-                let _turn = turn;
-                let _lent = lent;
-                let mut run = agent
-                    .graph
-                    .run(&agent.runtime, session.clone(), state)
-                    .stream_bounded(capacity);
-                let forward = async {
-                    while let Some(event) = run.next().await {
-                        if let Some(event) = AgentEvent::from_event(&event) {
-                            // Waits while the reader is behind. A closed receiver means the
-                            // caller dropped the stream; the task is aborted with it.
-                            let _ = events.send(event).await;
-                        }
+        let task = tokio::spawn(observe::in_agent_span(span, async move {
+            let _turn = turn;
+            let _lent = lent;
+            let mut run = agent
+                .graph
+                .run(&agent.runtime, session.clone(), state)
+                .stream_bounded(capacity);
+            let forward = async {
+                while let Some(event) = run.next().await {
+                    if let Some(event) = AgentEvent::from_event(&event) {
+                        // Waits while the reader is behind. A closed receiver means the
+                        // caller dropped the stream; the task is aborted with it.
+                        let _ = events.send(event).await;
                     }
-                };
-                let timed_out = match agent.timeout {
-                    None => {
-                        forward.await;
-                        None
-                    }
-                    Some(limit) => tokio::time::timeout(limit, forward)
-                        .await
-                        .err()
-                        .map(|_| limit),
-                };
-                if let Some(limit) = timed_out {
-                    drop(run); // cancels the run
-                    let error = AgentError::Timeout {
-                        agent: agent.core.name.clone(),
-                        session: session.clone(),
-                        seconds: limit.as_secs_f64(),
-                    };
-                    let _ = events
-                        .send(AgentEvent::Failed {
-                            message: error.to_string(),
-                        })
-                        .await;
-                    return Err(error.into());
                 }
-                finish(session, run.outcome().await?)
+            };
+            let timed_out = match agent.timeout {
+                None => {
+                    forward.await;
+                    None
+                }
+                Some(limit) => tokio::time::timeout(limit, forward)
+                    .await
+                    .err()
+                    .map(|_| limit),
+            };
+            if let Some(limit) = timed_out {
+                drop(run); // cancels the run
+                let error = AgentError::Timeout {
+                    agent: agent.core.name.clone(),
+                    session: session.clone(),
+                    seconds: limit.as_secs_f64(),
+                };
+                let _ = events
+                    .send(AgentEvent::Failed {
+                        message: error.to_string(),
+                    })
+                    .await;
+                return Err(error.into());
             }
-            .instrument(span),
-        );
+            finish(session, run.outcome().await?)
+        }));
         Ok(AgentStream { receiver, task })
     }
 }
@@ -399,17 +395,14 @@ impl<'a> IntoFuture for AgentResume<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         let span = observe::agent_span(self.agent.name(), &self.session);
-        Box::pin(
-            async move {
-                let agent = self.agent;
-                let session = self.session.clone();
-                let _turn = agent.turn(&session).await;
-                let _lent = agent.core.tools.lend(&session, &self.extra_tools);
-                let outcome = self.outcome().await?;
-                finish(session, outcome)
-            }
-            .instrument(span),
-        )
+        Box::pin(observe::in_agent_span(span, async move {
+            let agent = self.agent;
+            let session = self.session.clone();
+            let _turn = agent.turn(&session).await;
+            let _lent = agent.core.tools.lend(&session, &self.extra_tools);
+            let outcome = self.outcome().await?;
+            finish(session, outcome)
+        }))
     }
 }
 
@@ -466,18 +459,15 @@ impl<'a> IntoFuture for AgentRun<'a> {
     fn into_future(self) -> Self::IntoFuture {
         let session = self.session.clone().unwrap_or_else(generated_session);
         let span = observe::agent_span(self.agent.name(), &session);
-        Box::pin(
-            async move {
-                let agent = self.agent;
-                let _turn = agent.turn(&session).await;
-                let _lent = agent.core.tools.lend(&session, &self.extra_tools);
-                let state = self.initial_state(&session).await?;
-                let run = agent.graph.run(&agent.runtime, session.clone(), state);
-                let outcome = agent.with_timeout(&session, run.into_future()).await?;
-                finish(session, outcome)
-            }
-            .instrument(span),
-        )
+        Box::pin(observe::in_agent_span(span, async move {
+            let agent = self.agent;
+            let _turn = agent.turn(&session).await;
+            let _lent = agent.core.tools.lend(&session, &self.extra_tools);
+            let state = self.initial_state(&session).await?;
+            let run = agent.graph.run(&agent.runtime, session.clone(), state);
+            let outcome = agent.with_timeout(&session, run.into_future()).await?;
+            finish(session, outcome)
+        }))
     }
 }
 

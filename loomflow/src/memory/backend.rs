@@ -4,24 +4,68 @@
 use std::time::SystemTime;
 
 use serde_json::Value;
+use unicode_normalization::UnicodeNormalization;
+use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
 
 use super::{MemoryError, Scope};
 
-/// The most words of a query that are searched.
-const MAX_WORDS: usize = 32;
+/// The most words of a query that are searched, after its stop words are dropped.
+pub(crate) const MAX_WORDS: usize = 64;
 
-/// The query's words: runs of letters and digits, lowercased, each once, in order. Nothing
-/// else of the query reaches a backend's search syntax.
+/// Common English words that say nothing about what to recall: dropped from a query so that
+/// a long message's cap ([`MAX_WORDS`]) is spent on the words that name something. Sorted.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "because", "been", "before", "but", "by", "can", "could", "did", "do", "does", "doing", "for",
+    "from", "had", "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i",
+    "if", "in", "into", "is", "it", "its", "just", "me", "my", "no", "not", "of", "on", "or",
+    "our", "ours", "she", "so", "some", "than", "that", "the", "their", "them", "then", "there",
+    "these", "they", "this", "those", "to", "too", "us", "very", "was", "we", "were", "what",
+    "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you",
+    "your", "yours",
+];
+
+/// `word` lowercased a character at a time, as PostgreSQL's text search lowercases it: `İ`
+/// is `i` (not `i` + U+0307) and a final `Σ` is `σ`, so a query's word is the text's word.
+fn lowercase(word: &str) -> String {
+    word.chars()
+        .flat_map(|c| if c == '\u{130}' { 'i' } else { c }.to_lowercase())
+        .collect()
+}
+
+/// Whether `c` belongs to a word: a letter or digit, or a combining mark (`\p{M}`), so that
+/// an accent typed as its own code point (`e` + U+0301) or the dot of `İ` stays in its word.
+fn in_word(c: char) -> bool {
+    c.is_alphanumeric() || c.general_category_group() == GeneralCategoryGroup::Mark
+}
+
+/// The query's words: runs of letters, digits and combining marks, in Unicode's composed
+/// form (NFC), lowercased a character at a time, each once, in order, without common English
+/// stop words (unless nothing else is left), at most [`MAX_WORDS`]. Nothing else of the
+/// query reaches a backend's search syntax.
 pub(crate) fn words(query: &str) -> Vec<String> {
+    let query: String = query.nfc().collect();
     let mut words: Vec<String> = Vec::new();
-    for word in query.split(|c: char| !c.is_alphanumeric()) {
-        let word = word.to_lowercase();
-        if !word.is_empty() && !words.contains(&word) {
-            words.push(word);
+    let mut stop: Vec<String> = Vec::new();
+    // Split first, then lowercase: lowercasing can turn a letter into a letter and a mark,
+    // which must not split the word.
+    for word in query.split(|c: char| !in_word(c)).filter(|w| !w.is_empty()) {
+        let word = lowercase(word);
+        let list = if STOP_WORDS.binary_search(&word.as_str()).is_ok() {
+            &mut stop
+        } else {
+            &mut words
+        };
+        if !list.contains(&word) {
+            list.push(word);
         }
         if words.len() == MAX_WORDS {
             break;
         }
+    }
+    if words.is_empty() {
+        stop.truncate(MAX_WORDS);
+        return stop;
     }
     words
 }
@@ -87,11 +131,46 @@ mod tests {
     fn only_words_survive() {
         assert_eq!(
             words(r#"How does "she" take her coffee? NEAR(x) AND -- ; DROP"#),
-            [
-                "how", "does", "she", "take", "her", "coffee", "near", "x", "and", "drop"
-            ]
+            ["take", "coffee", "near", "x", "drop"]
         );
         assert!(words("?!  ...").is_empty());
         assert_eq!(words("Café café"), ["café"]);
+    }
+
+    #[test]
+    fn stop_words_are_sorted_lowercase_words() {
+        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(
+            STOP_WORDS
+                .iter()
+                .all(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+        );
+    }
+
+    #[test]
+    fn a_query_of_only_stop_words_keeps_them() {
+        assert_eq!(words("Who is she?"), ["who", "is", "she"]);
+    }
+
+    #[test]
+    fn combining_marks_stay_in_their_word() {
+        // `İ` is `i`, as the backends lowercase it (not `i` + U+0307, which split it).
+        assert_eq!(words("İstanbul"), ["istanbul"]);
+        assert_eq!(words("İZMİR"), ["izmir"]);
+        // An accent typed as its own code point is composed with its letter.
+        assert_eq!(words("cafe\u{301} au lait"), ["café", "au", "lait"]);
+        // A mark with no composed form stays in its word.
+        assert_eq!(words("x\u{301}y q\u{323}"), ["x\u{301}y", "q\u{323}"]);
+        // A virama inside a Hindi word.
+        assert_eq!(words("हिन्दी"), ["हिन्दी"]);
+    }
+
+    #[test]
+    fn the_cap_counts_words_that_are_not_stop_words() {
+        let filler: Vec<String> = (0..MAX_WORDS - 1).map(|i| format!("w{i}")).collect();
+        let query = format!("the {} and of peanuts w0 extra", filler.join(" a "));
+        let found = words(&query);
+        assert_eq!(found.len(), MAX_WORDS);
+        assert_eq!(found.last().map(String::as_str), Some("peanuts"));
     }
 }

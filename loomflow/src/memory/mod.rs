@@ -51,8 +51,8 @@ pub use prompt::MemoryOptions;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteMemory;
 
-pub(crate) use prompt::{extract_after_run, recall_for_prompt};
-pub(crate) use tools::{memory_tools, run_scopes};
+pub(crate) use prompt::{extraction_request, recall_for_prompt, remember_extracted};
+pub(crate) use tools::{memory_tools, memory_user, run_scopes};
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -174,6 +174,10 @@ pub trait Memory: Send + Sync + 'static {
     /// words are matched (stemmed) against the items' words; an item that matches more of
     /// them, or rarer ones, ranks higher; ties go to the newer item. A query without words
     /// finds nothing.
+    ///
+    /// Common English words (`the`, `is`, `my`, …) are left out of a query that has other
+    /// words, and only its first 64 distinct other words are searched: words after them are
+    /// ignored, so a very long query can miss what it names at its end.
     ///
     /// # Errors
     ///

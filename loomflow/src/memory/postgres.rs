@@ -31,6 +31,12 @@ CREATE INDEX IF NOT EXISTS loomflow_memory_search ON loomflow_memory USING GIN (
 /// Long-term memory in PostgreSQL (feature `postgres`), searched with its full-text search
 /// (English stemming) and ranked by `ts_rank`.
 ///
+/// Diacritics are not folded: `cafe` does not find `café`, as it does in
+/// `SqliteMemory`. A query's words are composed (NFC) and lowercased
+/// before the search; an item's text is searched as stored, so text stored decomposed
+/// (`e` + U+0301) is not found by the composed word. `ts_rank` reads only the matching
+/// item, so other scopes' items do not change a scope's scores.
+///
 /// It lives in the database of a [`PostgresStore`] and shares its connection pool
 /// ([`new`](Self::new)), or connects on its own ([`connect`](Self::connect)). Cheap to
 /// clone.
@@ -159,7 +165,7 @@ impl Memory for PostgresMemory {
             if words.is_empty() || k == 0 {
                 return Ok(Vec::new());
             }
-            // Only letters and digits reach to_tsquery; `|` makes any word a match.
+            // Only letters, digits and combining marks reach to_tsquery; `|` makes any word a match.
             let matching = words.join(" | ");
             let operation = format!("recall for {scope}");
             let client = self.client(&operation).await?;

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
-use crate::model::{Message, Model, ModelRequest, Role, Transcript, Usage};
+use crate::model::{Message, ModelRequest, Role, Transcript};
 
 /// How an agent uses its memory (see [`AgentBuilder::memory_options`](crate::agent::AgentBuilder::memory_options)).
 ///
@@ -131,29 +131,41 @@ circumstances, decisions, commitments. Skip small talk and anything only true fo
 conversation. Answer with only a JSON array of short, self-contained statements, or [] if \
 nothing is worth remembering.";
 
-/// Asks `model` for the durable facts of `messages` and remembers the new ones under
-/// `scope`. An answer that is not a JSON array of strings remembers nothing (and is
-/// logged). Returns the new items' ids and the tokens the call used.
-pub(crate) async fn extract_after_run(
-    memory: &dyn Memory,
-    model: &dyn Model,
-    scope: &Scope,
-    session: &str,
-    messages: &Transcript,
-) -> crate::Result<(Vec<MemoryId>, Usage)> {
+/// The model request that asks for the durable facts of `messages` (the user's and the
+/// assistant's text, in order).
+pub(crate) fn extraction_request(messages: &Transcript) -> ModelRequest {
     let transcript: Vec<String> = messages
         .iter()
         .filter(|m| matches!(m.role(), Role::User | Role::Assistant) && !m.text().is_empty())
         .map(|m| format!("{:?}: {}", m.role(), m.text()))
         .collect();
-    let request = ModelRequest::new(vec![
+    ModelRequest::new(vec![
         Message::system(EXTRACT),
         Message::user(transcript.join("\n")),
-    ]);
-    let response = model.complete(request).await?;
-    let Some(facts) = string_array(&response.content) else {
-        tracing::warn!(%scope, answer = %response.content, "memory extraction: the answer is not a JSON array of strings; nothing remembered");
-        return Ok((Vec::new(), response.usage));
+    ])
+}
+
+/// Remembers under `scope` the facts of an extraction's `answer` that `scope` does not hold
+/// yet, and returns their ids. An answer that is not a JSON array of strings remembers
+/// nothing and is logged by its length only: it is the model's completion, which must not
+/// reach a trace that records no content.
+pub(crate) async fn remember_extracted(
+    memory: &dyn Memory,
+    scope: &Scope,
+    session: &str,
+    answer: &str,
+) -> Result<Vec<MemoryId>, MemoryError> {
+    let facts = match parse_string_array(answer) {
+        Ok(facts) => facts,
+        Err(problem) => {
+            tracing::warn!(
+                %scope,
+                answer_chars = answer.chars().count(),
+                problem,
+                "memory extraction: the answer is not a JSON array of strings; nothing remembered"
+            );
+            return Ok(Vec::new());
+        }
     };
     let mut ids = Vec::new();
     for fact in facts.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
@@ -167,15 +179,31 @@ pub(crate) async fn extract_after_run(
         let metadata = json!({ "source": "extraction", "session": session });
         ids.push(memory.remember(scope, fact, metadata).await?);
     }
-    Ok((ids, response.usage))
+    Ok(ids)
 }
 
 /// A JSON array of strings, also when a model wraps it in a code fence.
 pub(crate) fn string_array(answer: &str) -> Option<Vec<String>> {
+    parse_string_array(answer).ok()
+}
+
+/// [`string_array`], or why not, in words that quote nothing of the answer (serde's own
+/// messages can quote the offending value).
+fn parse_string_array(answer: &str) -> Result<Vec<String>, String> {
     let trimmed = answer.trim();
-    let start = trimmed.find('[')?;
-    let end = trimmed.rfind(']')?;
-    serde_json::from_str(trimmed.get(start..=end)?).ok()
+    let array = trimmed
+        .find('[')
+        .zip(trimmed.rfind(']'))
+        .and_then(|(start, end)| trimmed.get(start..=end))
+        .ok_or_else(|| "no JSON array".to_owned())?;
+    serde_json::from_str(array).map_err(|e| {
+        format!(
+            "{:?} error at line {} column {} of the array",
+            e.classify(),
+            e.line(),
+            e.column()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -191,5 +219,16 @@ mod tests {
         assert_eq!(string_array("[]"), Some(Vec::new()));
         assert_eq!(string_array("nothing to add"), None);
         assert_eq!(string_array("[1, 2]"), None);
+    }
+
+    #[test]
+    fn why_an_answer_is_not_an_array_quotes_none_of_it() {
+        for answer in ["my SECRET", "[\"SECRET\", 4111]", "[SECRET]", "] SECRET ["] {
+            let problem = parse_string_array(answer).unwrap_err();
+            assert!(
+                !problem.contains("SECRET") && !problem.contains("4111"),
+                "{problem}"
+            );
+        }
     }
 }

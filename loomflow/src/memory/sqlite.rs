@@ -38,6 +38,14 @@ END;
 /// Long-term memory in a SQLite database (feature `sqlite`), searched with an FTS5
 /// full-text index (Porter stemming, diacritics folded) and ranked by BM25.
 ///
+/// Diacritics are folded, so `cafe` finds `café` (and the reverse); `PostgresMemory`
+/// does not fold them. BM25's statistics (how rare a word is, how long items are) are those
+/// of the whole index, every scope's items together: what other scopes hold changes a
+/// scope's scores and can change its order (and so which items make the first `k`), though
+/// never which of its items match.
+/// [`MemoryItem::score`] is therefore a weak side channel on other scopes' contents: do not
+/// show scores to a user who must learn nothing of other users' memories.
+///
 /// It may share a file with [`SqliteStore`](crate::runtime::SqliteStore): its tables are
 /// its own (`loomflow_memory*`). Cheap to clone; clones share one connection, used from
 /// tokio's blocking pool.

@@ -8,10 +8,16 @@ use super::{Memory, MemoryOptions, Scope};
 use crate::graph::BoxFuture;
 use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
+/// The run's user as memory sees it: a blank user id is no user, so what would be the
+/// user's is kept with the session (recall, extraction and the `remember` tool alike).
+pub(crate) fn memory_user(user: Option<&str>) -> Option<&str> {
+    user.filter(|u| !u.trim().is_empty())
+}
+
 /// The scopes a run reads: its user's (when it has one), its session's, its agent's.
 pub(crate) fn run_scopes(agent: &str, session: &str, user: Option<&str>) -> Vec<Scope> {
     let mut scopes = Vec::with_capacity(3);
-    if let Some(user) = user.filter(|u| !u.trim().is_empty()) {
+    if let Some(user) = memory_user(user) {
         scopes.push(Scope::user(user));
     }
     scopes.push(Scope::session(session));
@@ -102,7 +108,8 @@ impl Tool for Remember {
                 message,
             };
             let text = arguments["text"].as_str().unwrap_or_default();
-            let scope = match (arguments["about"].as_str().unwrap_or("user"), &ctx.user) {
+            let user = memory_user(ctx.user.as_deref());
+            let scope = match (arguments["about"].as_str().unwrap_or("user"), user) {
                 ("user", Some(user)) => Scope::user(user),
                 // A run without a user keeps "user" facts with its session.
                 ("user", None) | ("session", _) => Scope::session(&ctx.session),

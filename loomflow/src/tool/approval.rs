@@ -299,7 +299,29 @@ fn decision_from(request: &ApprovalRequest, payload: &Value) -> ApprovalDecision
         request.decided_by(by);
     }
     ApprovalDecision::from_json(payload).unwrap_or_else(|| {
-        tracing::warn!(call_id = %request.call_id, %payload, "unrecognised approval decision; denying");
+        // Its shape only: the values may hold an approver's edited arguments.
+        let keys: Vec<&str> = payload
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        tracing::warn!(
+            call_id = %request.call_id,
+            kind = json_kind(payload),
+            ?keys,
+            "unrecognised approval decision; denying"
+        );
         ApprovalDecision::deny("unrecognised approval decision")
     })
+}
+
+/// What kind of JSON value a payload is, for a log line that must not show it.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::RateLimitMode;
+use crate::agent::react::Chunks;
 use crate::agent::{AgentCore, AgentError, AgentEvent};
 use crate::context::Context;
 use crate::graph::RunError;
@@ -17,9 +18,10 @@ pub(in crate::agent) async fn call_model(
     request: ModelRequest,
     user: Option<&str>,
     ctx: &Context,
+    chunks: Chunks,
 ) -> Result<ModelResponse> {
     let Some(limiter) = &core.rate_limiter else {
-        return crate::agent::react::call_model(core, request, ctx).await;
+        return crate::agent::react::call_model(core, request, ctx, chunks).await;
     };
     let model = core.model.name();
     let tokens = estimate_tokens(&request);
@@ -48,7 +50,7 @@ pub(in crate::agent) async fn call_model(
         } else {
             std::mem::take(&mut request)
         };
-        match crate::agent::react::call_model(core, attempt, ctx).await {
+        match crate::agent::react::call_model(core, attempt, ctx, chunks).await {
             Ok(response) => {
                 permit.settle(response.usage.total_tokens());
                 return Ok(response);

@@ -28,10 +28,11 @@ pub(super) fn tool_span(call: &ToolCall) -> Span {
         gen_ai.tool.call.arguments = tracing::field::Empty,
         gen_ai.tool.call.result = tracing::field::Empty,
         error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     )
 }
 
-/// Records a call's result on its span: `error.type` on failure, and with `content` on,
+/// Records a call's result on its span: `error.type` and an `Error` status on failure, and with `content` on,
 /// the arguments and the result.
 pub(super) fn record_result(
     span: &Span,
@@ -44,6 +45,7 @@ pub(super) fn record_result(
     }
     if let Err(error) = result {
         span.record("error.type", telemetry::error_type(error).as_str());
+        span.record("otel.status_code", "ERROR");
     }
     if content {
         span.record("gen_ai.tool.call.arguments", arguments.to_string().as_str());
