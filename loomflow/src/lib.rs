@@ -228,7 +228,7 @@ pub use loomflow_macros::agent;
 ///   the descriptions.
 /// - **`&ToolContext`** parameters (session, user, call id) are injected and not in the schema.
 /// - **Arguments** are checked against the schema before the body runs, and every error
-///   names the field (`field `hosts[1].addr`: ...`). Fields that are not parameters are
+///   names the field (``field `hosts[1].addr`: ...``). Fields that are not parameters are
 ///   refused (the schema says `additionalProperties: false`). An integral float (`3.0`) is
 ///   accepted for an integer within the range of its type, and `null` for an optional
 ///   parameter is the parameter left out, as OpenAI's strict mode sends it.

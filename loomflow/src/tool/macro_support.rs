@@ -28,13 +28,13 @@ pub fn whole_argument_schema<T: schemars::JsonSchema>() -> Option<Value> {
 }
 
 /// Deserializes the model's arguments (already checked against `schema` by the host),
-/// after [normalizing](super::schema::normalize_arguments) them: `null` for an optional
-/// field is dropped and an integral float for an integer field becomes an integer.
+/// after normalizing them: `null` for an optional field is dropped and an integral float
+/// for an integer field becomes an integer.
 ///
 /// # Errors
 ///
 /// [`ToolError::InvalidArguments`] with serde's message, prefixed with the path of the field
-/// it is about (`field `xs[2]`: ...`).
+/// it is about (``field `xs[2]`: ...``).
 pub fn parse_tool_arguments<A: DeserializeOwned>(
     tool: &str,
     schema: &Value,

@@ -1,0 +1,79 @@
+//! How an execution stops before its graph's end: a failed step, or a cancel between two
+//! supersteps.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::checkpoint::{PendingWrite, RunKey, SnapshotRef};
+use super::route::JoinMarks;
+use super::{ErrorChain, Result, add_audit, flush_audit, put_last};
+use crate::context::RunShared;
+use crate::event::EventKind;
+use crate::graph::State;
+use crate::graph::compiled::CompiledInner;
+use crate::graph::error::RunError;
+use crate::graph::run::RunOutcome;
+use crate::runtime::{Durability, RunStatus};
+
+/// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
+/// newest), except in `Exit` mode, which has written nothing yet and records the last good
+/// state with the step to retry.
+#[allow(clippy::too_many_arguments)] // the position a failed step leaves, part by part
+pub(super) async fn fail<S: State>(
+    g: &CompiledInner<S>,
+    shared: &RunShared,
+    step: u64,
+    state: S,
+    active: &[usize],
+    error: RunError,
+    joins: &JoinMarks,
+    pending: &[PendingWrite],
+    resume_values: &BTreeMap<String, Vec<Value>>,
+) -> Result<RunOutcome<S>> {
+    let message = ErrorChain(&error).to_string();
+    tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
+    if shared.durability == Durability::Exit {
+        // The whole position, as a checkpoint of another mode would have kept it: the joins'
+        // progress, and for a resumed step its finished siblings and the values it was
+        // given, so that a recovery neither loses a join nor runs a sibling again.
+        let snapshot = SnapshotRef::new(g, &state, active)
+            .joins(&joins.0)
+            .suspended(pending, &[], resume_values);
+        let mut cp = RunKey::of(shared).checkpoint(g, step - 1, RunStatus::Failed, &snapshot)?;
+        cp.error = Some(message.clone());
+        add_audit(shared, &mut cp);
+        put_last(shared, cp).await?;
+    } else {
+        flush_audit(shared).await?;
+    }
+    shared.emit(step, None, EventKind::Error { message });
+    Ok(RunOutcome::Failed { state, error })
+}
+
+/// Stops a run that was asked to stop ([`Runtime::cancel`](crate::Runtime::cancel)) between two supersteps: its
+/// last checkpoint is written again as cancelled, with the step it would have run next.
+pub(super) async fn cancel<S: State>(
+    g: &CompiledInner<S>,
+    shared: &RunShared,
+    step: u64,
+    state: S,
+    active: &[usize],
+    joins: &JoinMarks,
+) -> Result<RunOutcome<S>> {
+    tracing::info!(graph = %g.name, thread = %shared.thread, step, "run cancelled");
+    let snapshot = SnapshotRef::new(g, &state, active).joins(&joins.0);
+    let mut cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Cancelled, &snapshot)?;
+    add_audit(shared, &mut cp);
+    put_last(shared, cp).await?;
+    shared.emit(
+        step,
+        None,
+        EventKind::Error {
+            message: "the run was cancelled".to_owned(),
+        },
+    );
+    Err(RunError::Cancelled {
+        thread: shared.thread.to_string(),
+    })
+}
