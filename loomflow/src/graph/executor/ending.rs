@@ -16,21 +16,33 @@ use crate::graph::error::RunError;
 use crate::graph::run::RunOutcome;
 use crate::runtime::{Durability, RunStatus};
 
+/// Where a failed step started: its number, the nodes it ran, the joins' progress, and
+/// for a resumed step its finished siblings and the values it was given.
+pub(super) struct Position<'a> {
+    pub(super) step: u64,
+    pub(super) active: &'a [usize],
+    pub(super) joins: &'a JoinMarks,
+    pub(super) pending: &'a [PendingWrite],
+    pub(super) resume_values: &'a BTreeMap<String, Vec<Value>>,
+}
+
 /// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
 /// newest), except in `Exit` mode, which has written nothing yet and records the last good
 /// state with the step to retry.
-#[allow(clippy::too_many_arguments)] // the position a failed step leaves, part by part
 pub(super) async fn fail<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
-    step: u64,
     state: S,
-    active: &[usize],
     error: RunError,
-    joins: &JoinMarks,
-    pending: &[PendingWrite],
-    resume_values: &BTreeMap<String, Vec<Value>>,
+    at: Position<'_>,
 ) -> Result<RunOutcome<S>> {
+    let Position {
+        step,
+        active,
+        joins,
+        pending,
+        resume_values,
+    } = at;
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
     if shared.durability == Durability::Exit {

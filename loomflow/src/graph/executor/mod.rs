@@ -309,6 +309,21 @@ fn run_supersteps<S: State>(
             completed_written = active.is_empty();
         }
         let mut last_nodes: Vec<usize> = Vec::new();
+        // Ends the run with a failed step: what was queued for the store goes first, then
+        // the failure is written from the position the step started at.
+        macro_rules! stop_failed {
+            ($error:expr) => {{
+                writer.finish().await?;
+                let position = ending::Position {
+                    step,
+                    active: &active,
+                    joins: &joins,
+                    pending: &pending,
+                    resume_values: &resume_values,
+                };
+                return Box::pin(fail(g, &shared, state, $error, position)).await;
+            }};
+        }
         // The limit counts this execution's supersteps: a run that suspends every turn (a
         // conversation, an approval loop) is not stopped by the turns before its resume.
         let first_step = step;
@@ -347,19 +362,7 @@ fn run_supersteps<S: State>(
                         .map(|&i| g.nodes[i].name.to_string())
                         .collect(),
                 };
-                writer.finish().await?;
-                return Box::pin(fail(
-                    g,
-                    &shared,
-                    step,
-                    state,
-                    &active,
-                    error,
-                    &joins,
-                    &pending,
-                    &resume_values,
-                ))
-                .await;
+                stop_failed!(error);
             }
 
             let span = observe::superstep_span(g, step, &active);
@@ -428,19 +431,7 @@ fn run_supersteps<S: State>(
                     return Err(error);
                 }
                 Err(error) => {
-                    writer.finish().await?;
-                    return Box::pin(fail(
-                        g,
-                        &shared,
-                        step,
-                        state,
-                        &active,
-                        error,
-                        &joins,
-                        &pending,
-                        &resume_values,
-                    ))
-                    .await;
+                    stop_failed!(error);
                 }
             };
             let mut next_joins = joins.clone();
@@ -448,19 +439,7 @@ fn run_supersteps<S: State>(
             // The step before last's buffer holds the next active set: no allocation a step.
             let mut next = std::mem::take(&mut last_nodes);
             if let Err(error) = route_into(g, ran, &next_state, &mut next_joins, &mut next) {
-                writer.finish().await?;
-                return Box::pin(fail(
-                    g,
-                    &shared,
-                    step,
-                    state,
-                    &active,
-                    error,
-                    &joins,
-                    &pending,
-                    &resume_values,
-                ))
-                .await;
+                stop_failed!(error);
             }
             state = next_state;
             joins = next_joins;
