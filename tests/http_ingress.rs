@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/raw_http.rs"]
+mod raw_http;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,8 +18,8 @@ use loomflow::http::{HttpConfig, router, sign, signature_header};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow::runtime::{MailboxConfig, SqliteStore};
+use raw_http::{NO_HEADERS, request, try_request};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "s3cret-token";
 const GITHUB: &str = "github-hook-secret";
@@ -57,49 +60,6 @@ fn config() -> HttpConfig {
         .bearer_token(TOKEN)
         .github_secret(GITHUB)
         .signing_secret(SIGNING)
-}
-
-/// One HTTP/1.1 request on a fresh connection; returns the status, the headers and the body.
-async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> (u16, String, String) {
-    try_request(addr, method, path, headers, body)
-        .await
-        .unwrap()
-}
-
-async fn try_request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> std::io::Result<(u16, String, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, head.to_owned(), body.to_owned()))
 }
 
 fn bearer() -> (&'static str, String) {
@@ -201,7 +161,7 @@ async fn every_refusal_is_a_json_error_with_a_code() {
     )
     .await;
     assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
-    let (status, _, _) = request(server.addr, "GET", "/v1/runs", &[], b"").await;
+    let (status, _, _) = request(server.addr, "GET", "/v1/runs", NO_HEADERS, b"").await;
     assert_eq!(status, 401);
 
     // And what is accepted: a fresh signature, a bearer token.
@@ -424,7 +384,7 @@ async fn approvals_are_decided_over_the_api() {
     let path = "/v1/threads/a2/audit?kind=nonsense";
     let (status, _, reply) = request(server.addr, "GET", path, &[bearer()], b"").await;
     assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
-    let (status, _, _) = request(server.addr, "GET", "/v1/threads/a2/audit", &[], b"").await;
+    let (status, _, _) = request(server.addr, "GET", "/v1/threads/a2/audit", NO_HEADERS, b"").await;
     assert_eq!(status, 401);
 }
 
@@ -439,13 +399,13 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
     let server = serve("inbox", config()).await;
     ask(&server.runtime, "i1").await;
 
-    let (status, _, _) = request(server.addr, "GET", "/inbox", &[], b"").await;
+    let (status, _, _) = request(server.addr, "GET", "/inbox", NO_HEADERS, b"").await;
     assert_eq!(status, 401, "the inbox needs the token");
     let (status, head, _) = request(
         server.addr,
         "GET",
         &format!("/inbox?token={TOKEN}"),
-        &[],
+        NO_HEADERS,
         b"",
     )
     .await;

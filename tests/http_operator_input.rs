@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/raw_http.rs"]
+mod raw_http;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -13,8 +16,8 @@ use loomflow::http::{HttpConfig, router, signature_header};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow::runtime::{MailboxConfig, SqliteStore};
+use raw_http::{NO_HEADERS, request};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "s3cret-token";
 
@@ -50,41 +53,6 @@ async fn serve(name: &str, config: HttpConfig) -> Server {
 
 fn config() -> HttpConfig {
     HttpConfig::new().bearer_token(TOKEN)
-}
-
-/// One raw HTTP/1.1 request; header values are raw bytes (so non-ASCII can be sent).
-async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, Vec<u8>)],
-    body: &[u8],
-) -> (u16, String, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    )
-    .into_bytes();
-    for (name, value) in headers {
-        head.extend_from_slice(name.as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value);
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
-    stream.write_all(&head).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_owned(), body.to_owned())
 }
 
 fn bearer() -> (&'static str, Vec<u8>) {
@@ -657,7 +625,8 @@ async fn requests_the_server_cannot_read_are_refused_as_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unauthenticated_caller_learns_nothing_of_a_route() {
     let server = serve("authorder", config()).await;
-    let (status, _, reply) = request(server.addr, "GET", "/v1/runs?limit=abc", &[], b"").await;
+    let (status, _, reply) =
+        request(server.addr, "GET", "/v1/runs?limit=abc", NO_HEADERS, b"").await;
     eprintln!("{status} {reply}");
     assert_eq!(status, 401, "{reply}");
     let (status, _, reply) = request(
