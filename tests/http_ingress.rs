@@ -5,55 +5,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-#[path = "support/raw_http.rs"]
-mod raw_http;
+#[path = "support/http_harness.rs"]
+mod http_harness;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use http_harness::{NO_HEADERS, request, serve, try_request};
 use loomflow::agent::Agent;
-use loomflow::http::{HttpConfig, router, sign, signature_header};
+use loomflow::http::{HttpConfig, sign, signature_header};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
-use loomflow::runtime::{MailboxConfig, SqliteStore};
-use raw_http::{NO_HEADERS, request, try_request};
 use serde_json::Value;
 
 const TOKEN: &str = "s3cret-token";
 const GITHUB: &str = "github-hook-secret";
 const SIGNING: &str = "signing-secret";
-
-struct Server {
-    addr: SocketAddr,
-    runtime: Runtime,
-    db: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", self.db.display()));
-        }
-    }
-}
-
-async fn serve(name: &str, config: HttpConfig) -> Server {
-    let db = std::env::temp_dir().join(format!("loomflow-http-{name}-{}.db", std::process::id()));
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-    }
-    let runtime = Runtime::builder()
-        .store(SqliteStore::open(&db).unwrap())
-        .signals(MailboxConfig::default().max_payload_bytes(4_096))
-        .build();
-    let app = router(runtime.clone(), config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Server { addr, runtime, db }
-}
 
 fn config() -> HttpConfig {
     HttpConfig::new()

@@ -5,51 +5,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-#[path = "support/raw_http.rs"]
-mod raw_http;
+#[path = "support/http_harness.rs"]
+mod http_harness;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-
+use http_harness::{NO_HEADERS, request, serve};
 use loomflow::agent::Agent;
-use loomflow::http::{HttpConfig, router, signature_header};
+use loomflow::http::{HttpConfig, signature_header};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
-use loomflow::runtime::{MailboxConfig, SqliteStore};
-use raw_http::{NO_HEADERS, request};
 use serde_json::Value;
 
 const TOKEN: &str = "s3cret-token";
-
-struct Server {
-    addr: SocketAddr,
-    runtime: Runtime,
-    db: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", self.db.display()));
-        }
-    }
-}
-
-async fn serve(name: &str, config: HttpConfig) -> Server {
-    let db = std::env::temp_dir().join(format!("http-input-{name}-{}.db", std::process::id()));
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-    }
-    let runtime = Runtime::builder()
-        .store(SqliteStore::open(&db).unwrap())
-        .signals(MailboxConfig::default().max_payload_bytes(4_096))
-        .build();
-    let app = router(runtime.clone(), config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Server { addr, runtime, db }
-}
 
 fn config() -> HttpConfig {
     HttpConfig::new().bearer_token(TOKEN)
@@ -197,6 +163,20 @@ fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
         .unwrap()
 }
 
+/// Runs the refund agent on `session` until it suspends, asking to refund `cents`.
+async fn ask_for_refund(runtime: &Runtime, session: &str, cents: u64) {
+    let replies = vec![ModelResponse::tool_calls(vec![call(cents)])];
+    let asked = agent(runtime, replies)
+        .run("refund")
+        .session(session)
+        .await
+        .unwrap();
+    assert!(
+        asked.interrupted,
+        "{session}: the refund waits for approval"
+    );
+}
+
 fn call(cents: u64) -> ToolCall {
     ToolCall::new(
         "call_1",
@@ -210,15 +190,7 @@ fn call(cents: u64) -> ToolCall {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_and_rejections_at_once_decide_once() {
     let server = serve("race", config()).await;
-    let asked = agent(
-        &server.runtime,
-        vec![ModelResponse::tool_calls(vec![call(100)])],
-    )
-    .run("refund")
-    .session("r1")
-    .await
-    .unwrap();
-    assert!(asked.interrupted);
+    ask_for_refund(&server.runtime, "r1", 100).await;
     let mut tasks = Vec::new();
     for i in 0..6 {
         let addr = server.addr;
@@ -268,15 +240,7 @@ async fn approvals_and_rejections_at_once_decide_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_decision_is_left_over_for_a_later_call() {
     let server = serve("leftover", config()).await;
-    let asked = agent(
-        &server.runtime,
-        vec![ModelResponse::tool_calls(vec![call(100)])],
-    )
-    .run("refund")
-    .session("l1")
-    .await
-    .unwrap();
-    assert!(asked.interrupted);
+    ask_for_refund(&server.runtime, "l1", 100).await;
     // Two operators click "approve" at once.
     let mut tasks = Vec::new();
     for _ in 0..6 {
@@ -330,15 +294,7 @@ async fn no_decision_is_left_over_for_a_later_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_decision_is_refused() {
     let server = serve("seq", config()).await;
-    let asked = agent(
-        &server.runtime,
-        vec![ModelResponse::tool_calls(vec![call(5)])],
-    )
-    .run("refund")
-    .session("s1")
-    .await
-    .unwrap();
-    assert!(asked.interrupted);
+    ask_for_refund(&server.runtime, "s1", 5).await;
     let path = "/v1/threads/s1/approvals/call_1/approve";
     let (a, _, _) = request(server.addr, "POST", path, &[bearer()], b"").await;
     let (b, _, reply) = request(server.addr, "POST", path, &[bearer()], b"").await;
@@ -361,15 +317,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_field_in_an_approval_is_refused() {
     let server = serve("typo", config()).await;
-    let asked = agent(
-        &server.runtime,
-        vec![ModelResponse::tool_calls(vec![call(1299)])],
-    )
-    .run("refund")
-    .session("t1")
-    .await
-    .unwrap();
-    assert!(asked.interrupted);
+    ask_for_refund(&server.runtime, "t1", 1299).await;
     let (status, _, reply) = request(
         server.addr,
         "POST",
@@ -395,15 +343,7 @@ async fn an_unknown_field_in_an_approval_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edited_arguments_must_be_an_object() {
     let server = serve("nonobj", config()).await;
-    let asked = agent(
-        &server.runtime,
-        vec![ModelResponse::tool_calls(vec![call(1299)])],
-    )
-    .run("refund")
-    .session("t2")
-    .await
-    .unwrap();
-    assert!(asked.interrupted);
+    ask_for_refund(&server.runtime, "t2", 1299).await;
     let (status, _, reply) = request(
         server.addr,
         "POST",

@@ -1,10 +1,48 @@
-//! One HTTP/1.1 request on a fresh connection, written byte for byte: a test can send what
-//! a real client would not (a non-ASCII header, a body of the wrong type) and read exactly
-//! what the server answers.
+//! The HTTP tests' harness: the ingress served on a loopback port over a SQLite file, and
+//! one HTTP/1.1 request on a fresh connection, written byte for byte, so that a test can
+//! send what a real client would not (a non-ASCII header, a body of the wrong type) and
+//! read exactly what the server answers.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
+use loomflow::Runtime;
+use loomflow::http::{HttpConfig, router};
+use loomflow::runtime::{MailboxConfig, SqliteStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The ingress serving a runtime on a SQLite file; the file goes when it is dropped.
+pub(crate) struct Server {
+    pub(crate) addr: SocketAddr,
+    pub(crate) runtime: Runtime,
+    db: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.db.display()));
+        }
+    }
+}
+
+/// Serves `config` on 127.0.0.1 over a fresh SQLite file named after `name`, with a 4 KiB
+/// signal payload limit.
+pub(crate) async fn serve(name: &str, config: HttpConfig) -> Server {
+    let db = std::env::temp_dir().join(format!("loomflow-http-{name}-{}.db", std::process::id()));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db).unwrap())
+        .signals(MailboxConfig::default().max_payload_bytes(4_096))
+        .build();
+    let app = router(runtime.clone(), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server { addr, runtime, db }
+}
 
 /// Sends `method path` with `headers` (raw values) and `body`; returns the status, the
 /// response's head and its body.
