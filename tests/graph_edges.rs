@@ -6,37 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use loomflow::RunError;
 use loomflow::prelude::*;
 use loomflow::runtime::RunState;
-
-/// A fresh database path; removes the file and its WAL companions when dropped.
-struct TempDb(PathBuf);
-
-impl TempDb {
-    fn new(name: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        Self(std::env::temp_dir().join(format!(
-            "loomflow-edges-{name}-{}-{nanos}.db",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
-        }
-    }
-}
+use loomflow_tests::TempDb;
 
 /// The memory runtime and a SQLite runtime, labelled.
 fn runtimes(name: &str) -> (Vec<(&'static str, Runtime)>, TempDb) {
