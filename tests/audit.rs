@@ -336,3 +336,113 @@ async fn ids_never_go_back_and_no_detail_reads_the_same_everywhere() {
         assert_eq!(log[0].detail, json!({}), "{label}");
     }
 }
+
+static PAUSE: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>> =
+    std::sync::Mutex::new(None);
+
+fn gate_graph() -> CompiledGraph<Option<String>> {
+    Graph::new("gate")
+        .node_fn("gate", |state: &mut Option<String>, ctx| {
+            Box::pin(async move {
+                let value: String = ctx.wait_for_signal("go").or_suspend().await?;
+                let _: u32 = ctx.step("work", || async { Ok::<_, Error>(7) }).await?;
+                // The first carry-on "crashes" here: after its journaled step, before its
+                // checkpoint.
+                let pause = PAUSE.lock().unwrap().take();
+                if let Some(pause) = pause {
+                    let _ = pause.send(());
+                    std::future::pending::<()>().await;
+                }
+                *state = Some(value);
+                Ok(())
+            })
+        })
+        .edge(START, "gate")
+        .edge("gate", END)
+        .compile()
+        .unwrap()
+}
+
+fn durable(path: &std::path::Path) -> Runtime {
+    Runtime::builder()
+        .store(loomflow::runtime::SqliteStore::open(path).unwrap())
+        .lease(Duration::from_millis(300))
+        .build()
+}
+
+/// A run carried on from a suspension, killed after a journaled step of the resumed
+/// node and before its checkpoint, then recovered: the log says it resumed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_after_a_crash_mid_resume_records_the_resume_once() {
+    let db = TempDb::new("audit-resume");
+    let graph = gate_graph();
+    let first = durable(db.path());
+    let outcome = graph.run(&first, "job", None).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Interrupted { .. }));
+    first.signal("job", "go", "ok").await.unwrap();
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    *PAUSE.lock().unwrap() = Some(tx);
+    let carried = tokio::spawn({
+        let graph = graph.clone();
+        let runtime = first.clone();
+        async move { graph.recover(&runtime, "job").await }
+    });
+    rx.await.unwrap();
+    carried.abort(); // the process dies
+    let _ = carried.await;
+    drop(first);
+
+    let restarted = durable(db.path());
+    let outcome = graph
+        .recover(&restarted, "job")
+        .wait_if_busy(Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Completed(Some(ref v)) if v == "ok"),
+        "{outcome:?}"
+    );
+
+    let log = restarted.audit("job").await.unwrap();
+    for e in &log {
+        println!(
+            "{} run {} {} {} {}",
+            e.id, e.run, e.kind, e.subject, e.detail
+        );
+    }
+    let count = |kind| log.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(count(AuditKind::Interrupt), 1);
+    assert_eq!(count(AuditKind::SignalReceived), 1);
+    assert_eq!(count(AuditKind::Resume), 1, "one suspension, one resume");
+}
+
+/// `recover` of a run whose signal has not come (an operator's early `resume`, a
+/// spurious wake) carries nothing on, yet the log records a `resume` by that signal, and
+/// a second `interrupt` for the same wait.
+#[tokio::test]
+async fn a_recover_that_finds_nothing_to_receive_records_no_resume() {
+    let db = TempDb::new("audit-early");
+    let graph = gate_graph();
+    let runtime = durable(db.path());
+    let outcome = graph.run(&runtime, "early", None).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Interrupted { .. }));
+    let outcome = graph.recover(&runtime, "early").await.unwrap();
+    assert!(
+        matches!(outcome, RunOutcome::Interrupted { .. }),
+        "{outcome:?}"
+    );
+    let log = runtime.audit("early").await.unwrap();
+    for e in &log {
+        println!(
+            "{} run {} {} {} {}",
+            e.id, e.run, e.kind, e.subject, e.detail
+        );
+    }
+    let count = |kind| log.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(
+        count(AuditKind::Resume),
+        0,
+        "nothing was received, nothing resumed"
+    );
+}

@@ -18,7 +18,7 @@ use crate::event::{Event, EventKind};
 use crate::graph::namespace::Namespace;
 use crate::graph::{BoxError, RunError};
 use crate::runtime::claim::RunClaim;
-use crate::runtime::{AuditEntry, Durability, Interrupt, JournalKey, Runtime};
+use crate::runtime::{AuditEntry, AuditKind, Durability, Interrupt, JournalKey, Runtime};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -66,6 +66,31 @@ impl RunShared {
         } else {
             std::mem::take(&mut *queued)
         }
+    }
+
+    /// [`take_audit`](Self::take_audit), but the `resume` entries of the suspension being
+    /// carried on stay queued: they are written with the checkpoint that carries the run past
+    /// it. Written with a journaled step before that, a crash in between would leave them in
+    /// the log, and the execution recovering the run would record them again.
+    pub(crate) fn take_audit_but_resumes(&self) -> Vec<AuditEntry> {
+        let mut queued = crate::sync::lock(&self.audit);
+        if !queued.iter().any(|e| e.kind == AuditKind::Resume) {
+            return std::mem::take(&mut *queued);
+        }
+        let (resumes, rest) = queued
+            .drain(..)
+            .partition(|e: &AuditEntry| e.kind == AuditKind::Resume);
+        *queued = resumes;
+        rest
+    }
+
+    /// Forgets the queued `resume` entries of `interrupts`: the run suspends on them again,
+    /// so it was not carried past them (a recover that found nothing to receive).
+    pub(crate) fn forget_resumes_of(&self, interrupts: &[Interrupt]) {
+        let mut queued = crate::sync::lock(&self.audit);
+        queued.retain(|e| {
+            e.kind != AuditKind::Resume || !interrupts.iter().any(|i| i.id == e.subject)
+        });
     }
 
     /// Whether anyone listens to the run's events (a stream).
@@ -461,7 +486,7 @@ impl Context {
         let json = serde_json::to_value(&value).map_err(|e| {
             RunError::json(format!("result of step {name} of node {}", self.node), e)
         })?;
-        let audit = self.run.take_audit();
+        let audit = self.run.take_audit_but_resumes();
         self.run.claim.put_journal_audited(key, json, audit).await?;
         Ok(value)
     }

@@ -520,9 +520,11 @@ fn add_audit(shared: &RunShared, cp: &mut Checkpoint) {
 }
 
 /// Writes the audit entries the run recorded since its last write, for a run that stops
-/// without writing a checkpoint (a failed step leaves the last one as it was).
+/// without writing a checkpoint (a failed step leaves the last one as it was). `resume`
+/// entries are not among them: the run was not carried past its suspension, and the
+/// execution that carries it on records them.
 async fn flush_audit(shared: &RunShared) -> Result<()> {
-    let audit = shared.take_audit();
+    let audit = shared.take_audit_but_resumes();
     if !audit.is_empty() {
         shared.runtime.store().append_audit(audit).await?;
     }

@@ -157,6 +157,7 @@ pub(super) fn record_interrupts(shared: &RunShared, interrupts: &[Interrupt]) {
         // The parent suspends on the same interrupts and records them.
         return;
     }
+    shared.forget_resumes_of(interrupts);
     for interrupt in interrupts {
         let mut detail = json!({});
         if let Some(signal) = &interrupt.signal {
