@@ -385,6 +385,20 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    assert!(
+        !cookie.contains("Secure"),
+        "served over plain HTTP: {cookie}"
+    );
+    // Behind a proxy that ends TLS, the cookie goes back over HTTPS only.
+    let (_, proxied, _) = request(
+        server.addr,
+        "GET",
+        &format!("/inbox?token={TOKEN}"),
+        &[("X-Forwarded-Proto", "https")],
+        b"",
+    )
+    .await;
+    assert!(proxied.contains("; Secure"), "{proxied}");
     let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
 
     let (status, _, page) = request(

@@ -167,6 +167,11 @@ impl AgentBuilder {
     }
 
     /// Uses this tool host (with its permissions, approver and hooks) for the agent's tools.
+    ///
+    /// It replaces the host the builder had, tools included: the tools an `#[agent]`'s
+    /// `tools(..)` declared, or that [`tool`](Self::tool) added before, are gone. To add
+    /// permissions, an approver or hooks to the tools already there, use
+    /// [`map_tools`](Self::map_tools).
     pub fn tools(mut self, host: ToolHost) -> Self {
         self.tools = host;
         self

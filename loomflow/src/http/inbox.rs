@@ -3,7 +3,8 @@
 //! approve or reject with a reason. No JavaScript.
 //!
 //! A browser cannot send a bearer header, so `GET /inbox?token=<token>` checks the token
-//! and keeps it in a cookie (`HttpOnly`, `SameSite=Strict`, path `/inbox`), then redirects
+//! and keeps it in a cookie (`HttpOnly`, `SameSite=Strict`, path `/inbox`, and `Secure`
+//! when a proxy says the request came over HTTPS), then redirects
 //! to `/inbox`. Every form carries a token derived from that credential (an HMAC), and a
 //! decision is accepted only with both the cookie and the matching form token: a form
 //! posted from another site has neither.
@@ -93,7 +94,13 @@ pub(super) async fn page(
             .map_err(|_| ApiError::unauthorized("the token is not a header value"))?;
         with_token.insert(header::AUTHORIZATION, value);
         auth::bearer(&app.config, &with_token)?;
-        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/inbox");
+        // Behind a proxy that ends TLS, the cookie is sent back over HTTPS only.
+        let secure = if forwarded_https(&headers) {
+            "; Secure"
+        } else {
+            ""
+        };
+        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/inbox{secure}");
         let mut response = Redirect::to("/inbox").into_response();
         let cookie = HeaderValue::from_str(&cookie)
             .map_err(|_| ApiError::unauthorized("the token is not a cookie value"))?;
@@ -175,6 +182,18 @@ pub(super) async fn page(
     }
     html.push_str("</table>\n</body></html>\n");
     Ok(Html(html).into_response())
+}
+
+/// Whether the request reached a proxy over HTTPS (`X-Forwarded-Proto: https`, or
+/// `Forwarded: ..proto=https`): the server itself speaks plain HTTP.
+fn forwarded_https(headers: &HeaderMap) -> bool {
+    let said = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    said("x-forwarded-proto").is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
+        || said("forwarded").is_some_and(|forwarded| {
+            forwarded
+                .split([';', ','])
+                .any(|part| part.trim().eq_ignore_ascii_case("proto=https"))
+        })
 }
 
 #[derive(Debug, Deserialize)]
