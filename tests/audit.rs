@@ -371,7 +371,7 @@ fn durable(path: &std::path::Path) -> Runtime {
 }
 
 /// A run carried on from a suspension, killed after a journaled step of the resumed
-/// node and before its checkpoint, then recovered: the log says it resumed twice.
+/// node and before its checkpoint, then recovered: the log says it resumed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recovery_after_a_crash_mid_resume_records_the_resume_once() {
     let db = TempDb::new("audit-resume");
@@ -418,8 +418,7 @@ async fn a_recovery_after_a_crash_mid_resume_records_the_resume_once() {
 }
 
 /// `recover` of a run whose signal has not come (an operator's early `resume`, a
-/// spurious wake) carries nothing on, yet the log records a `resume` by that signal, and
-/// a second `interrupt` for the same wait.
+/// spurious wake) carries nothing on, and the log records no `resume` for it.
 #[tokio::test]
 async fn a_recover_that_finds_nothing_to_receive_records_no_resume() {
     let db = TempDb::new("audit-early");

@@ -8,7 +8,7 @@
 #[path = "support/http_harness.rs"]
 mod http_harness;
 
-use http_harness::{NO_HEADERS, request, serve};
+use http_harness::{NO_HEADERS, Server, request, serve};
 use loomflow::agent::Agent;
 use loomflow::http::{HttpConfig, signature_header};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
@@ -32,8 +32,8 @@ fn is_json_error(body: &str) -> bool {
         .is_some()
 }
 
-/// A non-ASCII `Idempotency-Key` is silently dropped: two sends with the same key become
-/// two signals.
+/// A non-ASCII `Idempotency-Key` is refused, naming the header: ignoring it would make two
+/// sends with the same key two signals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_that_is_not_visible_ascii_is_refused() {
     let server = serve("utf8key", config()).await;
@@ -91,8 +91,8 @@ async fn one_key_sent_in_parallel_delivers_once() {
     assert_eq!((accepted, delivered), (1, 1), "{statuses:?}");
 }
 
-/// A signal to a run that has completed: no run will ever read it; the ingress should say
-/// so with 409 instead of accepting it.
+/// A signal to a run that has completed: no run will ever read it, and the ingress says so
+/// with 409 instead of accepting it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_to_a_completed_run_is_refused() {
     let server = serve("ended", config()).await;
@@ -117,7 +117,7 @@ async fn a_signal_to_a_completed_run_is_refused() {
     assert_eq!(status, 409, "a signal for a finished run: {status} {reply}");
 }
 
-/// The audit of a thread with no run: the contract says a thread with no run is 404.
+/// The audit of a thread with no run and no entries is 404, as for every thread route.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_of_a_thread_that_never_ran_is_404() {
     let server = serve("auditunknown", config()).await;
@@ -185,8 +185,8 @@ fn call(cents: u64) -> ToolCall {
     )
 }
 
-/// Parallel approve and reject of one pending call: exactly one may win; the loser must
-/// not be told it succeeded.
+/// Parallel approve and reject of one pending call: exactly one wins, and the others are
+/// told it did not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_and_rejections_at_once_decide_once() {
     let server = serve("race", config()).await;
@@ -235,7 +235,7 @@ async fn approvals_and_rejections_at_once_decide_once() {
     }
 }
 
-/// After a raced decision, a leftover decision sits in the mailbox and answers the NEXT call
+/// After a raced decision, no leftover decision sits in the mailbox to answer the next call
 /// with the same id on the session without anyone deciding it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_decision_is_left_over_for_a_later_call() {
@@ -289,8 +289,7 @@ async fn no_decision_is_left_over_for_a_later_call() {
     );
 }
 
-/// An approval decided in the inbox for a call that another operator already decided over
-/// the API: must be refused, not 303 as if it worked (sequential: should already be sound).
+/// A second approval, the first queued for the run, is refused (404: no call waits for one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_decision_is_refused() {
     let server = serve("seq", config()).await;
@@ -312,53 +311,39 @@ async fn the_bearer_scheme_is_case_insensitive() {
     assert_eq!(status, 200, "{reply}");
 }
 
-/// A typo in the approve body (`argumets`) is ignored: the call runs with the ORIGINAL
-/// arguments and the API says "approved".
+/// Posts `body` as the approval of `session`'s pending refund; returns the status and the
+/// reply, and the transcript once the run has been carried on.
+async fn approve_with(server: &Server, session: &str, body: &[u8]) -> (u16, String, String) {
+    ask_for_refund(&server.runtime, session, 1299).await;
+    let path = format!("/v1/threads/{session}/approvals/call_1/approve");
+    let (status, _, reply) = request(server.addr, "POST", &path, &[bearer()], body).await;
+    let done = agent(&server.runtime, vec![ModelResponse::text("Done.")])
+        .resume(session)
+        .await
+        .unwrap();
+    let transcript = serde_json::to_string(&done.messages).unwrap();
+    (status, reply, transcript)
+}
+
+/// A typo in the approve body (`argumets`) is refused: ignored, the call would run with its
+/// original arguments and the API would say "approved".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_field_in_an_approval_is_refused() {
     let server = serve("typo", config()).await;
-    ask_for_refund(&server.runtime, "t1", 1299).await;
-    let (status, _, reply) = request(
-        server.addr,
-        "POST",
-        "/v1/threads/t1/approvals/call_1/approve",
-        &[bearer()],
-        br#"{"argumets": {"order": "ord_42", "cents": 700}}"#,
-    )
-    .await;
-    eprintln!("{status} {reply}");
-    let done = agent(&server.runtime, vec![ModelResponse::text("Done.")])
-        .resume("t1")
-        .await
-        .unwrap();
-    let transcript = serde_json::to_string(&done.messages).unwrap();
-    eprintln!("{transcript}");
+    let body = br#"{"argumets": {"order": "ord_42", "cents": 700}}"#;
+    let (status, reply, transcript) = approve_with(&server, "t1", body).await;
     assert_eq!(
         status, 400,
-        "an unknown field must be refused: {transcript}"
+        "an unknown field must be refused: {reply} {transcript}"
     );
 }
 
-/// `{"arguments": "lots"}`: arguments that are not an object are accepted as an edit.
+/// `{"arguments": "lots"}`: edited arguments that are not an object are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edited_arguments_must_be_an_object() {
     let server = serve("nonobj", config()).await;
-    ask_for_refund(&server.runtime, "t2", 1299).await;
-    let (status, _, reply) = request(
-        server.addr,
-        "POST",
-        "/v1/threads/t2/approvals/call_1/approve",
-        &[bearer()],
-        br#"{"arguments": "lots"}"#,
-    )
-    .await;
-    eprintln!("{status} {reply}");
-    let done = agent(&server.runtime, vec![ModelResponse::text("Done.")])
-        .resume("t2")
-        .await
-        .unwrap();
-    let transcript = serde_json::to_string(&done.messages).unwrap();
-    eprintln!("{transcript}");
+    let (status, reply, transcript) =
+        approve_with(&server, "t2", br#"{"arguments": "lots"}"#).await;
     assert_eq!(
         status, 400,
         "edited arguments that are not an object: {transcript}"
@@ -366,8 +351,8 @@ async fn edited_arguments_must_be_an_object() {
     assert!(reply.contains("must be an object"), "{reply}");
 }
 
-/// An empty `Idempotency-Key:` header is taken as the key "": every later send with an
-/// empty key on that (thread, name) is answered 200 "duplicate" and dropped.
+/// An empty `Idempotency-Key:` header is refused: taken as the key "", it would make every
+/// later send with an empty key on that (thread, name) a dropped duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_key_is_refused() {
     let server = serve("emptykey", config()).await;
@@ -387,7 +372,7 @@ async fn an_empty_key_is_refused() {
     );
 }
 
-/// No body at all (a forgotten `-d`) is delivered as `null` with 202.
+/// No body at all (a forgotten `-d`) is refused rather than delivered as `null`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_body_is_refused() {
     let server = serve("emptybody", config()).await;
@@ -410,7 +395,7 @@ async fn an_empty_body_is_refused() {
     assert_eq!(got, None, "nothing was delivered");
 }
 
-/// Where the signal accepted for a finished run goes: a later run on the thread gets it.
+/// A signal for a finished run is refused, so a later run on the thread does not get it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_signal_does_not_answer_the_next_run() {
     let server = serve("ended2", config()).await;

@@ -40,8 +40,8 @@ async fn run_in(host: &ToolHost, session: &str, id: &str, name: &str, args: Valu
     .remove(0)
 }
 
-/// A before_tool hook that enforces a sandbox is not asked again when an approver edits
-/// the arguments: the edited call runs with arguments no hook or rule has seen.
+/// An approver's edit is checked by the before hooks and the permission rules, as the
+/// model's arguments are: an edit to a path the sandbox refuses does not run.
 #[tokio::test]
 async fn an_approvers_edit_passes_the_hooks_and_rules_the_model_would() {
     let hook_saw = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
@@ -101,37 +101,42 @@ async fn an_approvers_edit_passes_the_hooks_and_rules_the_model_would() {
     );
 }
 
-/// `decide_approval` on a call that is not waiting is accepted, and the decision is kept:
-/// it later approves a call nobody has looked at.
+/// A host whose `pay` calls wait for a decision sent as a signal, for 200 ms.
+fn host_asking_by_signal() -> ToolHost {
+    ToolHost::new()
+        .with(pay)
+        .approval_handler(SignalApprover::new().timeout(Duration::from_millis(200)))
+}
+
+/// Asks to pay `amount` as call `call_0` of session `s`.
+async fn pay_as_call_0(host: &ToolHost, runtime: &Runtime, amount: u32) -> ToolOutcome {
+    let call = ToolCall::new("call_0", "pay", json!({ "amount": amount }));
+    host.dispatch(&[call], DispatchContext::new("s").runtime(runtime))
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+fn refused_as_not_pending(decided: &loomflow::Result<()>) -> bool {
+    matches!(
+        decided,
+        Err(loomflow::Error::Runtime(
+            loomflow::RuntimeError::NoPendingApproval { .. }
+        ))
+    )
+}
+
+/// A decision for a call that is not waiting is refused, and so nothing is kept to approve
+/// a later call with that id that nobody has looked at.
 #[tokio::test]
 async fn a_decision_for_a_call_not_waiting_is_refused() {
     let runtime = Runtime::in_memory();
-    let host = ToolHost::new()
-        .with(pay)
-        .approval_handler(SignalApprover::new().timeout(Duration::from_millis(200)));
-    // Nothing is pending; this should be refused (the HTTP API answers 404 here).
+    let host = host_asking_by_signal();
     let early = runtime
         .decide_approval("s", "call_0", ApprovalDecision::Allow)
         .await;
-    println!("decide on nothing pending: {early:?}");
-    let out = host
-        .dispatch(
-            &[ToolCall::new("call_0", "pay", json!({ "amount": 5000 }))],
-            DispatchContext::new("s").runtime(&runtime),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    println!("{out:?}");
-    assert!(
-        matches!(
-            early,
-            Err(loomflow::Error::Runtime(
-                loomflow::RuntimeError::NoPendingApproval { .. }
-            ))
-        ),
-        "{early:?}"
-    );
+    let out = pay_as_call_0(&host, &runtime, 5000).await;
+    assert!(refused_as_not_pending(&early), "{early:?}");
     assert!(
         out.is_error,
         "a decision sent before the call existed approved it: {}",
@@ -139,21 +144,16 @@ async fn a_decision_for_a_call_not_waiting_is_refused() {
     );
 }
 
-/// The same, after a real approval: a second click after the run went on is not refused as
-/// `AlreadyDecided`, and it approves the next call that reuses the id.
+/// A second click after the run went on is refused too, and does not approve the next call
+/// that reuses the id (local models often number calls `call_0`, ..).
 #[tokio::test]
 async fn a_second_decision_after_the_run_went_on_is_refused() {
     let runtime = Runtime::in_memory();
-    let host = ToolHost::new()
-        .with(pay)
-        .approval_handler(SignalApprover::new().timeout(Duration::from_millis(200)));
+    let host = host_asking_by_signal();
     let decider = {
         let runtime = runtime.clone();
         tokio::spawn(async move {
-            loop {
-                if !runtime.pending_approvals("s").await.unwrap().is_empty() {
-                    break;
-                }
+            while runtime.pending_approvals("s").await.unwrap().is_empty() {
                 tokio::task::yield_now().await;
             }
             runtime
@@ -162,39 +162,14 @@ async fn a_second_decision_after_the_run_went_on_is_refused() {
                 .unwrap();
         })
     };
-    let first = host
-        .dispatch(
-            &[ToolCall::new("call_0", "pay", json!({ "amount": 1 }))],
-            DispatchContext::new("s").runtime(&runtime),
-        )
-        .await
-        .unwrap()
-        .remove(0);
+    let first = pay_as_call_0(&host, &runtime, 1).await;
     decider.await.unwrap();
     assert_eq!(first.content, "paid 1");
     let second_click = runtime
         .decide_approval("s", "call_0", ApprovalDecision::Allow)
         .await;
-    println!("second click: {second_click:?}");
-    // A later turn whose model reuses the id (local models often number calls call_0, ..).
-    let later = host
-        .dispatch(
-            &[ToolCall::new("call_0", "pay", json!({ "amount": 9999 }))],
-            DispatchContext::new("s").runtime(&runtime),
-        )
-        .await
-        .unwrap()
-        .remove(0);
-    println!("{later:?}");
-    assert!(
-        matches!(
-            second_click,
-            Err(loomflow::Error::Runtime(
-                loomflow::RuntimeError::NoPendingApproval { .. }
-            ))
-        ),
-        "{second_click:?}"
-    );
+    let later = pay_as_call_0(&host, &runtime, 9999).await;
+    assert!(refused_as_not_pending(&second_click), "{second_click:?}");
     assert!(
         later.is_error,
         "the stale second click approved a new call: {}",
@@ -202,8 +177,8 @@ async fn a_second_decision_after_the_run_went_on_is_refused() {
     );
 }
 
-/// A remembered approval for a run with no user applies to every other run with no user,
-/// in every session.
+/// An approval is not remembered for a run with no user: it would apply to every other run
+/// with no user, in every session.
 #[tokio::test]
 async fn an_approval_is_not_remembered_for_a_run_without_a_user() {
     let asked = Arc::new(AtomicUsize::new(0));
@@ -245,8 +220,8 @@ fn scripted(name: &str, replies: &[&str]) -> Agent {
         .unwrap()
 }
 
-/// The triage agent's policy refuses the handoff to billing; the model reads "denied", yet
-/// the conversation is handed to billing anyway.
+/// The triage agent's policy refuses the handoff to billing: the model reads "denied", and
+/// the conversation stays with triage.
 #[tokio::test]
 async fn a_denied_handoff_hands_nothing_off() {
     let triage = Agent::builder("You route customers.")
@@ -290,7 +265,7 @@ async fn a_denied_handoff_hands_nothing_off() {
     );
 }
 
-/// Same with a handoff whose arguments are not JSON: the model reads an error, and the
+/// Same with a handoff whose arguments are not JSON: the model reads an error, and no
 /// handoff happens.
 #[tokio::test]
 async fn a_failed_handoff_call_hands_nothing_off() {
