@@ -444,4 +444,107 @@ async fn a_recover_that_finds_nothing_to_receive_records_no_resume() {
         0,
         "nothing was received, nothing resumed"
     );
+    assert_eq!(
+        count(AuditKind::Interrupt),
+        1,
+        "the run still waits where it first suspended"
+    );
+}
+
+/// Two nodes suspend in one step; a resume answers one. The other asks again in the
+/// resumed step: it is the same suspension, recorded once.
+#[tokio::test]
+async fn a_resume_that_answers_one_of_two_records_the_other_once() {
+    #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+    struct Answers {
+        log: Vec<String>,
+    }
+    fn ask(state: &mut Answers, ctx: &Context) -> NodeResult {
+        let answer: String = ctx.interrupt(json!({ "asks": ctx.node() }))?;
+        state.log.push(format!("{}={answer}", ctx.node()));
+        Ok(())
+    }
+    let graph = Graph::new("pair")
+        .node_fn("left", |s, ctx| Box::pin(async move { ask(s, ctx) }))
+        .node_fn("right", |s, ctx| Box::pin(async move { ask(s, ctx) }))
+        .reducer("log", Reducer::append())
+        .edge(START, "left")
+        .edge(START, "right")
+        .edge("left", END)
+        .edge("right", END)
+        .compile()
+        .unwrap();
+    let db = TempDb::new("audit-pair");
+    let runtime = durable(db.path());
+    let outcome = graph
+        .invoke(&runtime, "pair", Answers::default())
+        .await
+        .unwrap();
+    assert_eq!(outcome.interrupts().len(), 2);
+    let outcome = graph
+        .resume_with(&runtime, "pair", [("left#0", "yes")])
+        .await
+        .unwrap();
+    assert_eq!(outcome.interrupts().len(), 1, "{outcome:?}");
+    let done = graph
+        .resume(&runtime, "pair", "no")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.log.len(), 2);
+    let log = runtime.audit("pair").await.unwrap();
+    let subjects = |kind| -> Vec<&str> {
+        log.iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.subject.as_str())
+            .collect()
+    };
+    let mut interrupts = subjects(AuditKind::Interrupt);
+    interrupts.sort_unstable();
+    assert_eq!(interrupts, ["left#0", "right#0"], "each suspension once");
+    assert_eq!(subjects(AuditKind::Resume), ["left#0", "right#0"]);
+}
+
+/// Under `Durability::Exit` the resume entry waits for the run's next write. A node asked
+/// again in a later step (a loop) is a new suspension: the earlier answer stays recorded.
+#[tokio::test]
+async fn an_exit_run_that_asks_again_later_keeps_the_first_answer() {
+    let graph = Graph::new("again")
+        .node_fn("ask", |state: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt(json!({ "turn": state.len() }))?;
+                state.push(answer);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .branch("ask", ["ask", END], |state: &Vec<String>| {
+            match state.len() {
+                1 => "ask",
+                _ => END,
+            }
+        })
+        .compile()
+        .unwrap();
+    let runtime = Runtime::builder().durability(Durability::Exit).build();
+    graph.invoke(&runtime, "again", Vec::new()).await.unwrap();
+    let outcome = graph.resume(&runtime, "again", "first").await.unwrap();
+    assert_eq!(outcome.interrupts().len(), 1, "{outcome:?}");
+    let done = graph.resume(&runtime, "again", "second").await.unwrap();
+    assert_eq!(done.completed().unwrap(), ["first", "second"]);
+    let log = runtime.audit("again").await.unwrap();
+    let kinds: Vec<String> = log
+        .iter()
+        .map(|e| format!("{} {}", e.kind, e.subject))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "interrupt ask#0",
+            "resume ask#0",
+            "interrupt ask#0",
+            "resume ask#0"
+        ]
+    );
 }

@@ -86,11 +86,11 @@ impl RunShared {
 
     /// Forgets the queued `resume` entries of `interrupts`: the run suspends on them again,
     /// so it was not carried past them (a recover that found nothing to receive).
-    pub(crate) fn forget_resumes_of(&self, interrupts: &[Interrupt]) {
+    pub(crate) fn forget_resumes_of<'a>(&self, interrupts: impl Iterator<Item = &'a Interrupt>) {
         let mut queued = crate::sync::lock(&self.audit);
-        queued.retain(|e| {
-            e.kind != AuditKind::Resume || !interrupts.iter().any(|i| i.id == e.subject)
-        });
+        for interrupt in interrupts {
+            queued.retain(|e| e.kind != AuditKind::Resume || e.subject != interrupt.id);
+        }
     }
 
     /// Whether anyone listens to the run's events (a stream).

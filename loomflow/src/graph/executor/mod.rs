@@ -285,7 +285,7 @@ fn run_supersteps<S: State>(
             audit: std::sync::Mutex::default(),
             trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
         });
-        observe::picked_up(&shared, run, resumed);
+        let still_waiting = observe::picked_up(&shared, run, resumed);
         let key = RunKey::of(&shared);
         let mut writer = CheckpointWriter::new(&shared.claim, durability);
         // Whether the newest checkpoint written says the run completed; a run that ends without
@@ -391,7 +391,12 @@ fn run_supersteps<S: State>(
                         .joins(&joins.0)
                         .suspended(&pending_writes, &interrupts, &resume_values)
                         .describe(describe);
-                    observe::record_interrupts(&shared, &interrupts);
+                    // Only the step it resumed can suspend on what the run waited for.
+                    let still_waiting = match step == first_step + 1 {
+                        true => &still_waiting[..],
+                        false => &[],
+                    };
+                    observe::record_interrupts(&shared, &interrupts, still_waiting);
                     // Made in a block of its own, so that the future awaited below keeps the
                     // only copy of the checkpoint.
                     let write = {

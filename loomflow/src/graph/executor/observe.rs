@@ -86,12 +86,16 @@ pub(super) fn suspend_span(step: u64, interrupts: &[Interrupt]) -> Span {
 /// Records where the execution picked up on its `run` span, links the span to the trace of
 /// the execution before, and opens (and closes) a `resume` span. A top-level run carried on
 /// from a suspension also records `resume` audit entries, written with its next checkpoint.
-pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) {
+///
+/// Returns the ids of the interrupts the run was suspended on that this execution does not
+/// answer: should the resumed step suspend on one of them again, the run is still where it
+/// was, and [`record_interrupts`] records no second `interrupt` entry for it.
+pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) -> Vec<String> {
     let span = Span::current();
     span.record("loomflow.run", run);
     let Some(resumed) = resumed else {
         span.record("loomflow.resumed", false);
-        return;
+        return Vec::new();
     };
     span.record("loomflow.resumed", true);
     if let Some(trace) = &resumed.trace {
@@ -108,15 +112,19 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) 
         .entered(),
     );
     if resumed.status != RunStatus::Interrupted || !shared.namespace.is_root() {
-        return;
+        return Vec::new();
     }
     let recovered = resumed.answered.is_empty();
     let mut answered = resumed.answered;
+    let mut unanswered = Vec::new();
     for (at, interrupt) in resumed.interrupts.into_iter().enumerate() {
         let value = answered
             .iter_mut()
             .find(|(answers, _)| *answers == at)
             .map(|(_, value)| std::mem::take(value));
+        if value.is_none() {
+            unanswered.push(interrupt.id.clone());
+        }
         // Only the interrupts a resume answered, or every wait and timer of a recover.
         let how = match (value, interrupt.signal, interrupt.wake_at_ms) {
             (Some(value), _, _) => detail([("node", interrupt.node.into()), ("value", value)]),
@@ -136,6 +144,7 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) 
             how,
         ));
     }
+    unanswered
 }
 
 /// An audit entry's detail: an object of these fields. Inserted one by one: collecting
@@ -152,13 +161,23 @@ fn detail<const N: usize>(fields: [(&str, Value); N]) -> Value {
 /// interrupt's id (which names its node), the detail what it waits for (a signal, a time).
 /// The payload is not repeated: the suspended checkpoint keeps it, and is always kept.
 /// A suspended run's rows are what the 1 KiB-per-run disk budget is spent on.
-pub(super) fn record_interrupts(shared: &RunShared, interrupts: &[Interrupt]) {
+///
+/// `still_waiting` are the interrupts the execution picked up on and did not answer, when
+/// the suspending step is the one it resumed (see [`picked_up`]): suspending on one of them
+/// again is no new suspension, so it gets no entry, and the `resume` entry a recover queued
+/// for it is forgotten, as the run was not carried past it.
+pub(super) fn record_interrupts(
+    shared: &RunShared,
+    interrupts: &[Interrupt],
+    still_waiting: &[String],
+) {
     if !shared.namespace.is_root() {
         // The parent suspends on the same interrupts and records them.
         return;
     }
-    shared.forget_resumes_of(interrupts);
-    for interrupt in interrupts {
+    let again = |interrupt: &&Interrupt| still_waiting.contains(&interrupt.id);
+    shared.forget_resumes_of(interrupts.iter().filter(again));
+    for interrupt in interrupts.iter().filter(|i| !again(i)) {
         let mut detail = json!({});
         if let Some(signal) = &interrupt.signal {
             detail["signal"] = Value::from(signal.as_str());
