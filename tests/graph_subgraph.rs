@@ -276,3 +276,51 @@ async fn a_subgraph_that_asks_twice_is_resumed_twice() {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+/// A run's recursion limit is the outer graph's: a subgraph keeps the limit it was compiled
+/// with, as an agent's is derived from its turns.
+#[tokio::test]
+async fn a_subgraph_keeps_its_own_recursion_limit() {
+    let counting = Graph::new("counting")
+        .node_sync("count", |n: &mut u32| *n += 1)
+        .edge(START, "count")
+        .branch("count", ["count", END], |n: &u32| match *n {
+            0..4 => "count",
+            _ => END,
+        })
+        .compile()
+        .unwrap();
+    let outer = Graph::new("outer")
+        .subgraph("sub", counting, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+        .node_sync("after", |n: &mut u32| *n *= 2)
+        .edge(START, "sub")
+        .edge("sub", "after")
+        .edge("after", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    // Two supersteps outside, four inside: the limit of 2 holds the outer graph only.
+    let done = outer
+        .run(&runtime, "limit", 0)
+        .recursion_limit(2)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, 8);
+    let outcome = outer
+        .run(&runtime, "tight", 0)
+        .recursion_limit(1)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            outcome,
+            RunOutcome::Failed {
+                error: loomflow::RunError::RecursionLimit { limit: 1, .. },
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+}

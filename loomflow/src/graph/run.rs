@@ -171,6 +171,13 @@ impl<S: State> RunBuilder<S> {
     }
 
     /// Overrides the graph's recursion limit (supersteps) for this run.
+    ///
+    /// The limit counts the supersteps of one execution of this graph. A subgraph node
+    /// keeps the limit its own graph was compiled with ([`Graph::recursion_limit`]): an
+    /// agent or a multi-agent shape derives its limit from its own settings (turns, rounds),
+    /// which an override meant for the outer graph should not change.
+    ///
+    /// [`Graph::recursion_limit`]: crate::graph::Graph::recursion_limit
     pub fn recursion_limit(mut self, limit: u64) -> Self {
         self.recursion_limit = Some(limit);
         self
