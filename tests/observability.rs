@@ -403,6 +403,18 @@ async fn the_sdk_exports_genai_spans_with_their_attributes() {
         Some("18")
     );
     assert_eq!(chat.span_kind, opentelemetry::trace::SpanKind::Client);
+    // A string array, as the semantic conventions type it, not the text of one.
+    let reasons = chat
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "gen_ai.response.finish_reasons")
+        .map(|kv| kv.value.clone());
+    assert_eq!(
+        reasons,
+        Some(opentelemetry::Value::Array(opentelemetry::Array::String(
+            vec!["tool_call".into()]
+        )))
+    );
 
     let [tool] = exported(&spans, "execute_tool lookup_order")[..] else {
         panic!("one tool span");

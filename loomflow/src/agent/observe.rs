@@ -94,10 +94,7 @@ pub(super) fn record_chat(
             span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
             span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
             let reason = finish_reason(&response.finish_reason);
-            span.record(
-                "gen_ai.response.finish_reasons",
-                format!("[\"{reason}\"]").as_str(),
-            );
+            telemetry::record_strings(span, "gen_ai.response.finish_reasons", &[reason]);
             if content {
                 let reply = serde_json::to_string(&response.message()).unwrap_or_default();
                 span.record("gen_ai.output.messages", reply.as_str());
