@@ -1,7 +1,7 @@
 //! The graph engine at its edges, on the memory store and on SQLite alike: a parallel
 //! step whose nodes remove what they held, a failed step under `Durability::Exit`, a fork of
-//! a run suspended inside a subgraph, a router or reducer that panics. Each case failed
-//! before its fix.
+//! a run suspended inside a subgraph, a router or reducer that panics, a join that never
+//! fires. Each case failed before its fix.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -510,4 +510,83 @@ async fn the_recursion_limit_counts_each_execution_so_a_long_conversation_goes_o
         ),
         "{stopped:?}"
     );
+}
+
+/// The warnings a run logs, each as `message key=value …`.
+#[derive(Clone, Default)]
+struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Line(String);
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                match field.name() {
+                    "message" => self.0.insert_str(0, &format!("{value:?}")),
+                    name => self.0.push_str(&format!(" {name}={value:?}")),
+                }
+            }
+        }
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut line = Line(String::new());
+            event.record(&mut line);
+            self.0.lock().unwrap().push(line.0);
+        }
+    }
+}
+
+impl Warnings {
+    /// Runs `f` with these warnings recorded; returns them.
+    async fn during<F: std::future::Future>(f: F) -> (F::Output, Vec<String>) {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let warnings = Self::default();
+        let subscriber = tracing_subscriber::registry().with(warnings.clone());
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let out = f.await;
+        let lines = warnings.0.lock().unwrap().clone();
+        (out, lines)
+    }
+}
+
+/// A join whose sources sit on branches that exclude each other never fires. The run
+/// completes, and a warning names the join's target and the source that did not run.
+#[tokio::test(flavor = "current_thread")]
+async fn a_join_that_never_fires_is_reported() {
+    let graph = Graph::new("either")
+        .node_sync("pick", |n: &mut u32| *n += 1)
+        .node_sync("left", |n: &mut u32| *n += 10)
+        .node_sync("right", |n: &mut u32| *n += 100)
+        .node_sync("both", |n: &mut u32| *n += 1000)
+        .edge(START, "pick")
+        .branch("pick", ["left", "right"], |_: &u32| "left")
+        .join(["left", "right"], "both")
+        .edge("both", END)
+        .compile()
+        .unwrap();
+    let (done, warnings) = Warnings::during(graph.invoke(&Runtime::in_memory(), "either", 0)).await;
+    assert_eq!(done.unwrap().completed().unwrap(), 11, "`both` did not run");
+    let [warning] = &warnings[..] else {
+        panic!("one warning: {warnings:?}");
+    };
+    assert!(warning.contains("join that never fired"), "{warning}");
+    assert!(warning.contains("join_target=\"both\""), "{warning}");
+    assert!(warning.contains("missing=right"), "{warning}");
+}
+
+/// A join whose sources all ran, in different steps, fires and says nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn a_join_that_fired_is_not_reported() {
+    let graph = Graph::new("both")
+        .node_sync("left", |n: &mut u32| *n += 10)
+        .node_sync("right", |n: &mut u32| *n += 100)
+        .node_sync("both", |n: &mut u32| *n += 1000)
+        .edge(START, "left")
+        .edge("left", "right")
+        .join(["left", "right"], "both")
+        .edge("both", END)
+        .compile()
+        .unwrap();
+    let (done, warnings) = Warnings::during(graph.invoke(&Runtime::in_memory(), "both", 0)).await;
+    assert_eq!(done.unwrap().completed().unwrap(), 1110);
+    assert!(warnings.is_empty(), "{warnings:?}");
 }

@@ -229,6 +229,11 @@ impl<S: State> Graph<S> {
     }
 
     /// Adds an explicit join: `target` runs once every node in `sources` has run.
+    ///
+    /// The sources may run in different supersteps. A run that ends before all of them ran
+    /// (some sit on branches that exclude each other) completes without running `target`,
+    /// and logs a warning (target `loomflow`) naming the join's target and the sources that
+    /// did not run. To run a node after any one of several, use plain edges instead.
     pub fn join<T: Into<String>>(
         mut self,
         sources: impl IntoIterator<Item = T>,

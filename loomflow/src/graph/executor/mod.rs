@@ -482,6 +482,7 @@ fn run_supersteps<S: State>(
             last_nodes = std::mem::replace(&mut active, next);
         }
 
+        observe::unfired_joins(g, &shared.thread, &joins.0);
         writer.finish().await?;
         if !completed_written {
             let snapshot = SnapshotRef::new(g, &state, &[]);

@@ -194,6 +194,33 @@ pub(super) fn record_interrupts(
     }
 }
 
+/// Warns of each join that some of its sources reached and the run ended without firing:
+/// its target never ran, which a graph whose join sources sit on branches that exclude each
+/// other does without failing. Joins are rare and their marks few; most graphs have none.
+pub(super) fn unfired_joins<S>(g: &CompiledInner<S>, thread: &str, joins: &[Vec<bool>]) {
+    for (j, marks) in joins.iter().enumerate() {
+        if !marks.contains(&true) {
+            continue;
+        }
+        let topology = g.topology();
+        let sources = topology.join_sources(j);
+        let missing: Vec<&str> = sources
+            .iter()
+            .zip(marks)
+            .filter(|(_, ran)| !**ran)
+            .map(|(&i, _)| &*g.nodes[i].name)
+            .collect();
+        tracing::warn!(
+            target: TARGET,
+            graph = %g.name,
+            thread,
+            join_target = g.vertex_name(topology.join_target(j)),
+            missing = %missing.join(","),
+            "the run ended with a join that never fired: its target did not run"
+        );
+    }
+}
+
 /// Node names, comma-separated, for a span field.
 struct NodeNames<'a, S>(&'a CompiledInner<S>, &'a [usize]);
 
