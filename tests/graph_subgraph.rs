@@ -21,8 +21,13 @@ fn inner() -> CompiledGraph<u32> {
 }
 
 fn outer() -> CompiledGraph<u32> {
+    around(inner())
+}
+
+/// `sub` (the child, given its input as it is), then `after`, which doubles.
+fn around(child: CompiledGraph<u32>) -> CompiledGraph<u32> {
     Graph::new("outer")
-        .subgraph("sub", inner(), |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+        .subgraph("sub", child, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
         .node_sync("after", |n: &mut u32| *n *= 2)
         .edge(START, "sub")
         .edge("sub", "after")
@@ -112,19 +117,7 @@ fn asking(before_question: Arc<AtomicUsize>) -> CompiledGraph<u32> {
 #[tokio::test]
 async fn an_interrupt_inside_a_subgraph_suspends_the_whole_run_and_resumes_there() {
     let before_question = Arc::new(AtomicUsize::new(0));
-    let graph = Graph::new("outer")
-        .subgraph(
-            "sub",
-            asking(Arc::clone(&before_question)),
-            |n: &u32| *n,
-            |n: &mut u32, m: u32| *n = m,
-        )
-        .node_sync("after", |n: &mut u32| *n *= 2)
-        .edge(START, "sub")
-        .edge("sub", "after")
-        .edge("after", END)
-        .compile()
-        .unwrap();
+    let graph = around(asking(Arc::clone(&before_question)));
     let runtime = Runtime::in_memory();
     let out = graph.invoke(&runtime, "t", 1).await.unwrap();
     let interrupts = out.interrupts();
@@ -290,14 +283,7 @@ async fn a_subgraph_keeps_its_own_recursion_limit() {
         })
         .compile()
         .unwrap();
-    let outer = Graph::new("outer")
-        .subgraph("sub", counting, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
-        .node_sync("after", |n: &mut u32| *n *= 2)
-        .edge(START, "sub")
-        .edge("sub", "after")
-        .edge("after", END)
-        .compile()
-        .unwrap();
+    let outer = around(counting);
     let runtime = Runtime::in_memory();
     // Two supersteps outside, four inside: the limit of 2 holds the outer graph only.
     let done = outer
