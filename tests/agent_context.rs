@@ -277,3 +277,49 @@ async fn a_compaction_neither_summarizes_the_question_it_keeps_nor_its_own_summa
     );
     assert_eq!(result.messages[1].text(), "Read pages 1 to 3.");
 }
+
+/// A summary's call is one of the run's model calls: its tokens count in the run's usage
+/// (and so against its token budget), and the agent's rate limiter paces it.
+#[tokio::test(start_paused = true)]
+async fn a_compactions_call_is_counted_and_paced_as_the_agents_others() {
+    use loomflow::agent::{Limits, RateLimiter};
+    use loomflow::model::Usage;
+    let used = |input_tokens: u64| Usage {
+        input_tokens,
+        ..Usage::default()
+    };
+    let model = Arc::new(
+        ScriptedModel::new([
+            fetch_call(1).with_usage(used(10)),
+            fetch_call(2).with_usage(used(10)),
+            ModelResponse::text("A summary of pages 1 and 2.").with_usage(used(1_000)),
+            ModelResponse::text("All read.").with_usage(used(10)),
+        ])
+        .named("m"),
+    );
+    let limiter = RateLimiter::new().model("m", Limits::new().requests_per_minute(1));
+    let agent = Agent::builder("You read pages.")
+        .model(Arc::clone(&model))
+        .tool(Fetch::new())
+        .rate_limiter(limiter)
+        .context_policy(ContextPolicy::compact().above_tokens(250).keep_recent(1))
+        .build()
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let result = agent.run("Read pages 1 and 2.").await.unwrap();
+    assert_eq!(result.output, "All read.");
+    assert_eq!(model.requests().len(), 4, "three turns and a summary");
+    assert!(
+        result.messages[0]
+            .text()
+            .contains("A summary of pages 1 and 2."),
+        "{:?}",
+        result.messages
+    );
+    assert_eq!(
+        result.usage.input_tokens, 1_030,
+        "the summary's tokens count"
+    );
+    // One call a minute: at 0, 60, 120 and 180 s.
+    assert_eq!(start.elapsed(), std::time::Duration::from_secs(180));
+}

@@ -65,7 +65,8 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
     let user = state.user.as_deref();
     let extracted: std::result::Result<(Vec<MemoryId>, Usage), RunError> = ctx
         .step("memory:extract", || async move {
-            let response = call_model(core, request, user, ctx, Chunks::Withhold).await?;
+            let response =
+                call_model(core, &*core.model, request, user, ctx, Chunks::Withhold).await?;
             let ids =
                 remember_extracted(&*memory.store, &scope, ctx.thread(), &response.content).await?;
             Ok::<_, crate::Error>((ids, response.usage))
@@ -86,7 +87,7 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
         Err(error) => return Err(error.into()),
     };
     state.usage += usage;
-    let cost = super::react::add_cost(core, state, &usage, None);
+    let cost = super::react::add_cost(core, core.model.name(), state, &usage, None);
     core.budget.record(state.user.as_deref(), usage, cost);
     Ok(())
 }

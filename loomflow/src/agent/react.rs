@@ -28,7 +28,8 @@ use crate::graph::{
     BoxFuture, CompiledGraph, END, Graph, Node, NodeError, NodeResult, RunError, START,
 };
 use crate::model::{
-    FinishReason, Message, ModelError, ModelRequest, ModelResponse, StreamAccumulator, Transcript,
+    FinishReason, Message, Model, ModelError, ModelRequest, ModelResponse, StreamAccumulator,
+    Transcript,
 };
 use crate::tool::{AgentEvent, DispatchContext};
 use crate::{Error, Result};
@@ -109,13 +110,14 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     let user = state.user.as_deref();
     let response: ModelResponse = ctx
         .step("model", || {
-            super::rate_limit::call_model(core, request, user, ctx, Chunks::Emit)
+            super::rate_limit::call_model(core, &*core.model, request, user, ctx, Chunks::Emit)
         })
         .await
         .map_err(super::rate_limit::surface)?;
     state.turns += 1;
     state.usage += response.usage;
-    let cost = add_cost(core, state, &response.usage, response.model.as_deref());
+    let answered = response.model.as_deref();
+    let cost = add_cost(core, core.model.name(), state, &response.usage, answered);
     core.budget
         .record(state.user.as_deref(), response.usage, cost);
     if !response.tool_calls.is_empty() {
@@ -188,11 +190,12 @@ async fn stop_unfinished(
     Ok(())
 }
 
-/// Adds what `usage` of the agent's model cost to the run's `cost_usd`, at the agent's
-/// prices (by the model's name, or else the one the provider reported, `answered`), and
-/// returns it (`None` when it is not priced).
+/// Adds what `usage` of `model` (by its name) cost to the run's `cost_usd`, at the agent's
+/// prices (by that name, or else the one the provider reported, `answered`), and returns
+/// it (`None` when it is not priced).
 pub(super) fn add_cost(
     core: &AgentCore,
+    model: &str,
     state: &mut AgentState,
     usage: &crate::model::Usage,
     answered: Option<&str>,
@@ -202,14 +205,14 @@ pub(super) fn add_cost(
     }
     let priced = core
         .prices
-        .cost_usd(core.model.name(), usage)
+        .cost_usd(model, usage)
         .or_else(|| core.prices.cost_usd(answered?, usage));
     match priced {
         Some(cost) => state.cost_usd = Some(state.cost_usd.unwrap_or(0.0) + cost),
         None => tracing::warn!(
             agent = %core.name,
-            model = %core.model.name(),
-            "the agent's price table has no price for its model; the call is not costed"
+            model,
+            "the agent's price table has no price for the model; the call is not costed"
         ),
     }
     priced
@@ -224,17 +227,19 @@ pub(super) enum Chunks {
     Withhold,
 }
 
-/// Calls the model under a `chat {model}` span; see [`call_model_untraced`].
+/// Calls `model` (the agent's, or one it uses for a chore such as a summary) under a
+/// `chat {model}` span; see [`call_model_untraced`].
 pub(super) async fn call_model(
     core: &AgentCore,
+    model: &dyn Model,
     request: ModelRequest,
     ctx: &Context,
     chunks: Chunks,
 ) -> Result<ModelResponse> {
-    let name = core.model.name();
+    let name = model.name();
     let span = observe::chat_span(name);
     let sent = (core.record_content && !span.is_disabled()).then(|| request.messages.clone());
-    let result = call_model_untraced(core, request, ctx, chunks)
+    let result = call_model_untraced(core, model, request, ctx, chunks)
         .instrument(span.clone())
         .await;
     observe::record_chat(
@@ -250,15 +255,16 @@ pub(super) async fn call_model(
 /// Calls the model; streams (and surfaces the chunks as events) when someone listens.
 async fn call_model_untraced(
     core: &AgentCore,
+    model: &dyn Model,
     request: ModelRequest,
     ctx: &Context,
     chunks: Chunks,
 ) -> Result<ModelResponse, ModelError> {
     if chunks == Chunks::Withhold || !ctx.has_listener() {
-        return core.model.complete(request).await;
+        return model.complete(request).await;
     }
     let guarded_text = !core.guardrails.is_empty();
-    let mut stream = core.model.stream(request);
+    let mut stream = model.stream(request);
     let mut accumulator = StreamAccumulator::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;
@@ -276,7 +282,7 @@ async fn call_model_untraced(
         accumulator.push(chunk);
     }
     // `openai:gpt-4o` names the provider and the model
-    let name = core.model.name();
+    let name = model.name();
     let (provider, model) = name.split_once(':').unwrap_or(("model", name));
     accumulator.finish(provider, model)
 }

@@ -3,13 +3,16 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
+use super::AgentCore;
+use super::rate_limit::call_model;
+use super::react::Chunks;
 use super::state::AgentState;
-use super::{AgentCore, observe};
 use crate::context::Context;
-use crate::model::{Message, Model, ModelRequest, Role, Transcript};
+use crate::model::{Message, Model, ModelRequest, Role, Transcript, Usage};
 use crate::tool::AgentEvent;
 use crate::{Error, Result};
-use tracing::Instrument;
 
 /// The default number of recent exchanges a snip or a compaction keeps word for word.
 pub const DEFAULT_KEEP_RECENT: usize = 4;
@@ -200,9 +203,20 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
         Strategy::Snip => None,
         Strategy::Compact { summarizer } => {
             let model = summarizer.as_ref().unwrap_or(&core.model);
-            let summary: Option<String> = ctx
-                .step("compact", || summarize(model.as_ref(), &older))
+            let user = state.user.as_deref();
+            let compacted: Compacted = ctx
+                .step("compact", || {
+                    summarize(core, model.as_ref(), &older, user, ctx)
+                })
                 .await?;
+            let (summary, usage) = compacted.into_parts();
+            // What the summary cost counts as the run's other calls do: in its usage, its
+            // cost, and the budgets.
+            if usage != Usage::default() {
+                state.usage += usage;
+                let cost = super::react::add_cost(core, model.name(), state, &usage, None);
+                core.budget.record(state.user.as_deref(), usage, cost);
+            }
             match summary {
                 Some(summary) => Some(summary),
                 None => return Ok(()), // the summary failed: the conversation stays whole
@@ -240,8 +254,37 @@ fn is_summary(message: &Message) -> bool {
     message.role() == Role::User && message.text().starts_with(SUMMARY_HEADING)
 }
 
-/// Asks `model` for a summary of `messages`; `None` when the call fails.
-async fn summarize(model: &dyn Model, messages: &[Message]) -> Result<Option<String>, Error> {
+/// What the journaled `compact` step records: the summary, when the call gave one, and the
+/// tokens the call used. A journal written before the usage was kept (the summary alone)
+/// still reads, as a call that used none.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Compacted {
+    Counted {
+        summary: Option<String>,
+        usage: Usage,
+    },
+    Uncounted(Option<String>),
+}
+
+impl Compacted {
+    fn into_parts(self) -> (Option<String>, Usage) {
+        match self {
+            Self::Counted { summary, usage } => (summary, usage),
+            Self::Uncounted(summary) => (summary, Usage::default()),
+        }
+    }
+}
+
+/// Asks `model` for a summary of `messages`, through the agent's rate limiter as any of its
+/// calls; no summary when the call fails or gives an empty one.
+async fn summarize(
+    core: &AgentCore,
+    model: &dyn Model,
+    messages: &[Message],
+    user: Option<&str>,
+    ctx: &Context,
+) -> Result<Compacted, Error> {
     let mut transcript = String::new();
     for message in messages {
         let role = match message.role() {
@@ -267,21 +310,25 @@ async fn summarize(model: &dyn Model, messages: &[Message]) -> Result<Option<Str
         ),
         Message::user(transcript),
     ]);
-    let span = observe::chat_span(model.name());
-    match model.complete(request).instrument(span).await {
-        Ok(response) if !response.content.trim().is_empty() => Ok(Some(response.content)),
-        Ok(_) => {
+    // The summary is for the agent, not the user: its chunks are not streamed.
+    let called = call_model(core, model, request, user, ctx, Chunks::Withhold).await;
+    let (summary, usage) = match called {
+        Ok(response) if !response.content.trim().is_empty() => {
+            (Some(response.content), response.usage)
+        }
+        Ok(response) => {
             tracing::warn!(
                 model = model.name(),
                 "the summary was empty; nothing is compacted"
             );
-            Ok(None)
+            (None, response.usage)
         }
         Err(error) => {
             tracing::warn!(model = model.name(), %error, "the summary failed; nothing is compacted");
-            Ok(None)
+            (None, Usage::default())
         }
-    }
+    };
+    Ok(Compacted::Counted { summary, usage })
 }
 
 #[cfg(test)]
@@ -289,6 +336,27 @@ mod tests {
     use super::*;
     use crate::model::ToolCall;
     use serde_json::json;
+
+    #[test]
+    fn a_compaction_journaled_before_its_usage_was_kept_still_reads() {
+        let old: Compacted = serde_json::from_value(json!("the summary")).unwrap();
+        assert_eq!(
+            old.into_parts(),
+            (Some("the summary".to_owned()), Usage::default())
+        );
+        let failed: Compacted = serde_json::from_value(json!(null)).unwrap();
+        assert_eq!(failed.into_parts(), (None, Usage::default()));
+        let usage = Usage {
+            input_tokens: 7,
+            ..Usage::default()
+        };
+        let new = Compacted::Counted {
+            summary: Some("s".to_owned()),
+            usage,
+        };
+        let read: Compacted = serde_json::from_value(serde_json::to_value(&new).unwrap()).unwrap();
+        assert_eq!(read.into_parts(), (Some("s".to_owned()), usage));
+    }
 
     fn tool_loop() -> Transcript {
         let call = |id: &str| {

@@ -8,22 +8,25 @@ use crate::agent::react::Chunks;
 use crate::agent::{AgentCore, AgentError, AgentEvent};
 use crate::context::Context;
 use crate::graph::RunError;
-use crate::model::{ModelError, ModelRequest, ModelResponse};
+use crate::model::{Model, ModelError, ModelRequest, ModelResponse};
 use crate::{Error, Result};
 
-/// Calls the agent's model for a run of `user`, through the agent's rate limiter if it has
-/// one. Runs inside the journaled model step, so a replayed step does none of this.
+/// Calls `model` (the agent's, or one it uses for a chore) for a run of `user`, through the
+/// agent's rate limiter if it has one. Runs inside a journaled step, so a replayed step
+/// does none of this.
 pub(in crate::agent) async fn call_model(
     core: &AgentCore,
+    model: &dyn Model,
     request: ModelRequest,
     user: Option<&str>,
     ctx: &Context,
     chunks: Chunks,
 ) -> Result<ModelResponse> {
     let Some(limiter) = &core.rate_limiter else {
-        return crate::agent::react::call_model(core, request, ctx, chunks).await;
+        return crate::agent::react::call_model(core, model, request, ctx, chunks).await;
     };
-    let model = core.model.name();
+    let called = model;
+    let model = called.name();
     let tokens = estimate_tokens(&request);
     let mut retries = limiter.config.retries;
     let mut request = request;
@@ -42,7 +45,7 @@ pub(in crate::agent) async fn call_model(
             .await
             .map_err(refused)?;
         if !permit.waited().is_zero() {
-            report_wait(core, user, permit.waited(), ctx);
+            report_wait(core, model, user, permit.waited(), ctx);
         }
         // The request is kept only while a retry may need it.
         let attempt = if retries > 0 {
@@ -50,7 +53,7 @@ pub(in crate::agent) async fn call_model(
         } else {
             std::mem::take(&mut request)
         };
-        match crate::agent::react::call_model(core, attempt, ctx, chunks).await {
+        match crate::agent::react::call_model(core, called, attempt, ctx, chunks).await {
             Ok(response) => {
                 permit.settle(response.usage.total_tokens());
                 return Ok(response);
@@ -87,17 +90,17 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// Says that a model call waited for the limiter: an `INFO` event and an agent event.
-fn report_wait(core: &AgentCore, user: Option<&str>, waited: Duration, ctx: &Context) {
+fn report_wait(core: &AgentCore, model: &str, user: Option<&str>, waited: Duration, ctx: &Context) {
     let waited_ms = millis(waited);
     tracing::info!(
         agent = %core.name,
-        model = %core.model.name(),
+        model,
         user,
         waited_ms,
         "the model call waited for the rate limiter"
     );
     AgentEvent::RateLimited {
-        model: core.model.name().to_owned(),
+        model: model.to_owned(),
         waited_ms,
     }
     .emit(ctx);
