@@ -154,6 +154,23 @@ async fn max_turns_stops_the_run_cleanly_and_keeps_the_work() {
     );
 }
 
+/// A run on a continued session that stops before it said anything has no answer so far:
+/// the session's earlier answer is not this run's output.
+#[tokio::test]
+async fn a_stopped_run_does_not_give_an_earlier_runs_answer_as_its_own() {
+    let (add, _) = Add::new();
+    let model = ScriptedModel::new([
+        ModelResponse::text("the answer to the first question"),
+        add_call("c1"),
+        add_call("c2"),
+    ]);
+    let agent = Agent::builder("x").model(model).tool(add).build().unwrap();
+    agent.run("first").session("s").await.unwrap();
+    let second = agent.run("second").session("s").max_turns(1).await.unwrap();
+    assert_eq!(second.reason, Some(StopReason::MaxTurns));
+    assert_eq!(second.output, "");
+}
+
 #[tokio::test]
 async fn a_token_budget_stops_the_run_with_its_cap_as_the_reason() {
     let (add, _) = Add::new();
@@ -227,6 +244,51 @@ async fn the_wall_clock_timeout_is_an_error_that_says_the_seconds() {
         err.to_string(),
         "agent agent timed out after 30 s on session s1"
     );
+}
+
+/// The timeout covers the whole call, waiting for the session's turn behind another run
+/// included; so does a stream's.
+#[tokio::test(start_paused = true)]
+async fn the_timeout_counts_the_wait_for_the_sessions_turn() {
+    let agent = Agent::builder("x")
+        .model(Never)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let first = tokio::spawn({
+        let agent = agent.clone();
+        async move { agent.run("one").session("s").await }
+    });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let start = tokio::time::Instant::now();
+    let second = agent.run("two").session("s").await;
+    assert_eq!(start.elapsed(), Duration::from_secs(10), "{second:?}");
+    assert!(
+        matches!(second, Err(Error::Agent(AgentError::Timeout { .. }))),
+        "{second:?}"
+    );
+    assert!(first.await.unwrap().is_err(), "the first run timed out too");
+
+    let first = tokio::spawn({
+        let agent = agent.clone();
+        async move { agent.run("one").session("t").await }
+    });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let start = tokio::time::Instant::now();
+    let outcome = agent
+        .run("two")
+        .session("t")
+        .stream()
+        .await
+        .unwrap()
+        .outcome()
+        .await;
+    assert!(
+        matches!(outcome, Err(Error::Agent(AgentError::Timeout { .. }))),
+        "{outcome:?}"
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+    assert!(first.await.unwrap().is_err());
 }
 
 #[derive(Debug, Deserialize, PartialEq)]

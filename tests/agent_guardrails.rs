@@ -377,3 +377,45 @@ fn a_stop_reason_names_its_guardrail_on_the_wire() {
         "agent a: guardrail pii blocked the tool_result: a card number"
     );
 }
+
+/// A run stopped before its answer gives the answer so far as its output: text that came
+/// with a tool call, which no guardrail saw when it was given. The output guardrails check
+/// it first.
+#[tokio::test]
+async fn the_answer_so_far_of_a_stopped_run_passes_the_output_guardrails() {
+    let mut call = lookup_call();
+    call.content = "Customer 4111 1111 1111 1111, let me look them up.".to_owned();
+    let agent = Agent::builder("x")
+        .model(ScriptedModel::new([call]))
+        .tool(Lookup::default())
+        .guardrail(redact_digits())
+        .max_turns(1)
+        .build()
+        .unwrap();
+    let result = agent.run("who is 42?").await.unwrap();
+    assert_eq!(result.reason, Some(StopReason::MaxTurns));
+    assert_eq!(
+        result.output,
+        "Customer #### #### #### ####, let me look them up."
+    );
+
+    let blocking = on_output("no_cards", |text| {
+        if text.contains("4111") {
+            Verdict::Block("a card number".into())
+        } else {
+            Verdict::Allow
+        }
+    });
+    let mut call = lookup_call();
+    call.content = "Customer 4111 1111 1111 1111, let me look them up.".to_owned();
+    let agent = Agent::builder("x")
+        .model(ScriptedModel::new([call]))
+        .tool(Lookup::default())
+        .guardrail(blocking)
+        .max_turns(1)
+        .build()
+        .unwrap();
+    let result = agent.run("who is 42?").await.unwrap();
+    assert_eq!(result.reason, Some(StopReason::MaxTurns));
+    assert_eq!(result.output, "", "a blocked answer so far is no output");
+}

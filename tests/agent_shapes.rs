@@ -179,6 +179,52 @@ async fn swarm_agents_hand_off_and_the_active_agent_is_checkpointed() {
     check_mermaid("shape_swarm", &text).unwrap();
 }
 
+/// A handoff tool has a name providers accept, whatever the agent's name, and the call
+/// still hands the conversation to that agent. Two agents whose tools would share a name
+/// are refused when the swarm is built.
+#[tokio::test]
+async fn a_handoff_to_an_agent_with_a_spaced_name_is_a_name_providers_accept() {
+    let model = Arc::new(ScriptedModel::new([ModelResponse::tool_calls(vec![
+        ToolCall::new("h1", "transfer_to_billing_team", json!({})),
+    ])]));
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(Arc::clone(&model))
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage)
+        .agent(
+            "billing team",
+            "invoices",
+            scripted("billing", &["Invoice sent."]),
+        )
+        .build()
+        .unwrap();
+    let team = run(&swarm, "my invoice").await;
+    assert_eq!(team.path, ["triage", "billing team"]);
+    assert_eq!(team.output.as_deref(), Some("Invoice sent."));
+    let offered: Vec<String> = model.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(offered, ["transfer_to_billing_team"]);
+
+    let error = Swarm::new()
+        .agent("triage", "first contact", scripted("triage", &[]))
+        .agent("billing team", "invoices", scripted("a", &[]))
+        .agent("billing_team", "invoices too", scripted("b", &[]))
+        .build()
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("the handoffs to billing team and to billing_team would both be the tool transfer_to_billing_team"),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn plan_and_execute_runs_each_step_then_replans_until_done() {
     let graph = PlanAndExecute::new(

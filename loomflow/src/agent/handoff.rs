@@ -11,9 +11,11 @@ pub(crate) struct HandoffTool {
 }
 
 impl HandoffTool {
+    /// The tool that hands the conversation to `target`: `transfer_to_<target>`, made a
+    /// name providers accept (`billing team` gives `transfer_to_billing_team`).
     pub(crate) fn new(target: &str, description: &str) -> Self {
         let spec = ToolSpec::new(
-            format!("transfer_to_{target}"),
+            crate::tool::callable_name("transfer_to_", target),
             format!("Hand the conversation to {target}: {description}"),
             json!({ "type": "object", "properties": {}, "additionalProperties": false }),
         );

@@ -49,6 +49,7 @@ mod observe;
 mod output;
 mod rate_limit;
 mod react;
+mod result;
 mod run;
 mod state;
 mod stop;
@@ -65,7 +66,8 @@ pub use guardrail::{
     GuardContext, GuardStage, Guardrail, OnBlock, Verdict, on_input, on_output, on_tool_result,
 };
 pub use rate_limit::{Limits, RateLimitMode, RateLimiter};
-pub use run::{AgentResume, AgentRun, AgentStream, DEFAULT_STREAM_CAPACITY, RunResult};
+pub use result::RunResult;
+pub use run::{AgentResume, AgentRun, AgentStream, DEFAULT_STREAM_CAPACITY};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};
 pub use window::{ContextPolicy, DEFAULT_KEEP_RECENT};
@@ -259,13 +261,36 @@ impl Agent {
 
     /// A copy of this agent that can hand the conversation off to `targets` (name,
     /// description) through `transfer_to_<name>` tools; used by swarms.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::Invalid`] when two targets' tools would have one name (`billing team`
+    /// and `billing_team`), or one would take the name of a tool the agent has.
     pub(crate) fn with_handoffs(&self, targets: &[(String, String)]) -> crate::Result<Self> {
         let mut tools = (*self.core.tools.current()).clone();
-        let mut handoffs = Vec::new();
+        let mut handoffs: Vec<(String, String)> = Vec::new();
+        let mut problems = Vec::new();
         for (target, description) in targets {
             let tool = handoff::HandoffTool::new(target, description);
-            handoffs.push((tool.spec().name.clone(), target.clone()));
+            let name = &tool.spec().name;
+            if let Some((_, other)) = handoffs.iter().find(|(taken, _)| taken == name) {
+                problems.push(format!(
+                    "the handoffs to {other} and to {target} would both be the tool {name}"
+                ));
+            } else if tools.get(name).is_some() {
+                problems.push(format!(
+                    "the handoff to {target} would replace the agent's tool {name}"
+                ));
+            }
+            handoffs.push((name.clone(), target.clone()));
             tools.add(tool);
+        }
+        if !problems.is_empty() {
+            return Err(AgentError::Invalid {
+                agent: self.core.name.clone(),
+                problems,
+            }
+            .into());
         }
         let core = Arc::new(AgentCore {
             name: self.core.name.clone(),

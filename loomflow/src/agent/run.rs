@@ -7,15 +7,14 @@ use std::task::{Context as TaskContext, Poll};
 
 use futures_core::Stream;
 use futures_util::StreamExt;
-use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{Agent, AgentError, AgentEvent, AgentState, StopReason, observe};
-use crate::graph::RunError;
+use super::result::{RunResult, finish};
+use super::{Agent, AgentError, AgentEvent, AgentState, observe};
 use crate::graph::RunOutcome;
-use crate::model::{Message, OutputSchema, Usage};
-use crate::runtime::{Checkpoint, Interrupt, RunStatus};
+use crate::model::{Message, OutputSchema};
+use crate::runtime::{Checkpoint, RunStatus};
 use crate::tool::Tool;
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -23,79 +22,6 @@ use std::sync::Arc;
 /// How many events an agent's stream holds for a reader that is behind, unless the run
 /// says otherwise ([`AgentRun::stream_capacity`]).
 pub const DEFAULT_STREAM_CAPACITY: usize = 64;
-
-/// What an agent run produced.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct RunResult {
-    /// The session the run was on (generated when none was given).
-    pub session: String,
-    /// The final answer (the last assistant text when the run stopped early; empty when a
-    /// guardrail stopped it; the cut or filtered reply itself when the reason is
-    /// [`StopReason::Truncated`] or [`StopReason::ContentFilter`]).
-    pub output: String,
-    /// Tokens used by this run, across all its resumptions.
-    pub usage: Usage,
-    /// What the run cost in US dollars, across all its resumptions, at the agent's
-    /// [prices](crate::agent::AgentBuilder::prices); `None` when it has none.
-    pub cost_usd: Option<f64>,
-    /// Model turns taken.
-    pub turns: u32,
-    /// Whether the run stopped before an answer: a limit, a budget, a guardrail, a final
-    /// reply cut short or filtered, or a suspension.
-    pub interrupted: bool,
-    /// Why: a turn limit, a budget cap, a guardrail, [`StopReason::Truncated`] or
-    /// [`StopReason::ContentFilter`], or a suspension (see `pending`).
-    pub reason: Option<StopReason>,
-    /// What a suspended run waits for (tool approvals, interrupts).
-    pub pending: Vec<Interrupt>,
-    /// The whole transcript.
-    pub messages: Vec<Message>,
-}
-
-impl RunResult {
-    /// The answer as a `T` (for runs with typed output: [`AgentBuilder::output`], or
-    /// [`AgentRun::output`]).
-    ///
-    /// [`AgentBuilder::output`]: super::AgentBuilder::output
-    ///
-    /// # Errors
-    ///
-    /// The output is not JSON for a `T`.
-    pub fn parsed<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_str(self.output.trim()).map_err(|e| Error::json("agent output", e))
-    }
-
-    fn from_state(session: String, state: AgentState, pending: Vec<Interrupt>) -> Self {
-        let suspended = !pending.is_empty();
-        let output = match state.stopped {
-            // A run a guardrail stopped has no answer to give.
-            Some(StopReason::Guardrail(_)) => String::new(),
-            // The cut or filtered reply itself, even empty: not an earlier turn's text.
-            Some(StopReason::Truncated | StopReason::ContentFilter) => state
-                .last_message()
-                .map(|m| m.text().to_owned())
-                .unwrap_or_default(),
-            _ => state.answer(),
-        };
-        let reason = if suspended {
-            Some(StopReason::Suspended)
-        } else {
-            state.stopped
-        };
-        Self {
-            session,
-            output,
-            usage: state.usage,
-            cost_usd: state.cost_usd,
-            turns: state.turns,
-            interrupted: reason.is_some(),
-            reason,
-            pending,
-            messages: state.messages.into_vec(),
-        }
-    }
-}
 
 /// An agent run being configured; `.await` it, or [`stream`](AgentRun::stream) it.
 #[must_use = "a run does nothing until it is awaited or streamed"]
@@ -214,7 +140,14 @@ impl<'a> AgentRun<'a> {
     /// A suspended session, or a store failure while reading the session.
     pub async fn stream(self) -> Result<AgentStream> {
         let session = self.session.clone().unwrap_or_else(generated_session);
-        let turn = self.agent.turn(&session).await;
+        // The timeout covers the whole run: waiting for the session's turn too.
+        let deadline = self.agent.deadline();
+        let turn = self
+            .agent
+            .by_deadline(&session, deadline, async {
+                Ok(self.agent.turn(&session).await)
+            })
+            .await?;
         let lent = self.agent.core.tools.lend(&session, &self.extra_tools);
         let state = self.initial_state(&session).await?;
         let agent = self.agent.clone();
@@ -236,32 +169,18 @@ impl<'a> AgentRun<'a> {
                         let _ = events.send(event).await;
                     }
                 }
+                Ok(())
             };
-            let timed_out = match agent.timeout {
-                None => {
-                    forward.await;
-                    None
-                }
-                Some(limit) => tokio::time::timeout(limit, forward)
-                    .await
-                    .err()
-                    .map(|_| limit),
-            };
-            if let Some(limit) = timed_out {
+            if let Err(error) = agent.by_deadline(&session, deadline, forward).await {
                 drop(run); // cancels the run
-                let error = AgentError::Timeout {
-                    agent: agent.core.name.clone(),
-                    session: session.clone(),
-                    seconds: limit.as_secs_f64(),
-                };
                 let _ = events
                     .send(AgentEvent::Failed {
                         message: error.to_string(),
                     })
                     .await;
-                return Err(error.into());
+                return Err(error);
             }
-            finish(session, run.outcome().await?)
+            finish(&agent, session, run.outcome().await?).await
         }));
         Ok(AgentStream { receiver, task })
     }
@@ -351,21 +270,16 @@ impl AgentResume<'_> {
             }
         };
         match (checkpoint, self.prompt) {
-            (None, None) => {
-                let run = agent.graph.recover(runtime, session);
-                agent.with_timeout(session, run.into_future()).await
-            }
+            (None, None) => Ok(agent.graph.recover(runtime, session).await?),
             (Some(cp), None) => {
                 runtime.fork(session, cp.id, session).await?;
-                let run = agent.graph.recover(runtime, session);
-                agent.with_timeout(session, run.into_future()).await
+                Ok(agent.graph.recover(runtime, session).await?)
             }
             (None, Some(prompt)) => {
                 let mut new_run = agent.run(prompt).session(session);
                 new_run.user = self.user;
                 let state = new_run.initial_state(session).await?;
-                let run = agent.graph.run(runtime, session.to_owned(), state);
-                agent.with_timeout(session, run.into_future()).await
+                Ok(agent.graph.run(runtime, session.to_owned(), state).await?)
             }
             (Some(cp), Some(prompt)) => {
                 if cp.status == RunStatus::Interrupted {
@@ -382,8 +296,7 @@ impl AgentResume<'_> {
                 if self.user.is_some() {
                     state.user = self.user;
                 }
-                let run = agent.graph.run(runtime, session.to_owned(), state);
-                agent.with_timeout(session, run.into_future()).await
+                Ok(agent.graph.run(runtime, session.to_owned(), state).await?)
             }
         }
     }
@@ -398,10 +311,15 @@ impl<'a> IntoFuture for AgentResume<'a> {
         Box::pin(observe::in_agent_span(span, async move {
             let agent = self.agent;
             let session = self.session.clone();
-            let _turn = agent.turn(&session).await;
-            let _lent = agent.core.tools.lend(&session, &self.extra_tools);
-            let outcome = self.outcome().await?;
-            finish(session, outcome)
+            // The timeout covers the whole call: waiting for the session's turn too.
+            let deadline = agent.deadline();
+            let run = async {
+                let _turn = agent.turn(&session).await;
+                let _lent = agent.core.tools.lend(&session, &self.extra_tools);
+                let outcome = self.outcome().await?;
+                finish(agent, session.clone(), outcome).await
+            };
+            agent.by_deadline(&session, deadline, run).await
         }))
     }
 }
@@ -461,12 +379,16 @@ impl<'a> IntoFuture for AgentRun<'a> {
         let span = observe::agent_span(self.agent.name(), &session);
         Box::pin(observe::in_agent_span(span, async move {
             let agent = self.agent;
-            let _turn = agent.turn(&session).await;
-            let _lent = agent.core.tools.lend(&session, &self.extra_tools);
-            let state = self.initial_state(&session).await?;
-            let run = agent.graph.run(&agent.runtime, session.clone(), state);
-            let outcome = agent.with_timeout(&session, run.into_future()).await?;
-            finish(session, outcome)
+            // The timeout covers the whole call: waiting for the session's turn too.
+            let deadline = agent.deadline();
+            let run = async {
+                let _turn = agent.turn(&session).await;
+                let _lent = agent.core.tools.lend(&session, &self.extra_tools);
+                let state = self.initial_state(&session).await?;
+                let run = agent.graph.run(&agent.runtime, session.clone(), state);
+                finish(agent, session.clone(), run.await?).await
+            };
+            agent.by_deadline(&session, deadline, run).await
         }))
     }
 }
@@ -520,16 +442,6 @@ fn continue_from(
     Ok(state)
 }
 
-fn finish(session: String, outcome: RunOutcome<AgentState>) -> Result<RunResult> {
-    match outcome {
-        RunOutcome::Completed(state) => Ok(RunResult::from_state(session, state, Vec::new())),
-        RunOutcome::Interrupted { state, interrupts } => {
-            Ok(RunResult::from_state(session, state, interrupts))
-        }
-        RunOutcome::Failed { error, .. } => Err(error.into()),
-    }
-}
-
 impl Agent {
     /// Runs the agent on a prompt. Configure with `.session(..)` and `.user(..)`, then
     /// `.await`.
@@ -556,7 +468,7 @@ impl Agent {
     ///
     /// Like [`CompiledGraph::recover`](crate::CompiledGraph::recover), which it uses, it
     /// claims the session's run first: while another process carries the run on it fails
-    /// with [`RunError::Busy`] (as
+    /// with [`RunError::Busy`](crate::graph::RunError::Busy) (as
     /// [`Error::Run`]) instead of running it a second time.
     pub fn resume(&self, session: impl Into<String>) -> AgentResume<'_> {
         AgentResume {
@@ -569,19 +481,34 @@ impl Agent {
         }
     }
 
-    async fn with_timeout<F>(&self, session: &str, run: F) -> Result<RunOutcome<AgentState>>
-    where
-        F: Future<Output = Result<RunOutcome<AgentState>, RunError>>,
-    {
-        match self.timeout {
-            None => Ok(run.await?),
-            Some(limit) => Ok(tokio::time::timeout(limit, run).await.map_err(|_| {
-                Error::from(AgentError::Timeout {
-                    agent: self.core.name.clone(),
-                    session: session.to_owned(),
-                    seconds: limit.as_secs_f64(),
-                })
-            })??),
+    /// When a call made now must be over, by the agent's timeout.
+    fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.timeout
+            .map(|limit| tokio::time::Instant::now() + limit)
+    }
+
+    /// `work`, ended with [`AgentError::Timeout`] when it is not done by `deadline`.
+    async fn by_deadline<T>(
+        &self,
+        session: &str,
+        deadline: Option<tokio::time::Instant>,
+        work: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(deadline) = deadline else {
+            return work.await;
+        };
+        tokio::time::timeout_at(deadline, work)
+            .await
+            .map_err(|_| self.timed_out(session))?
+    }
+
+    /// The error of a call of this agent on `session` that ran out of time.
+    fn timed_out(&self, session: &str) -> Error {
+        AgentError::Timeout {
+            agent: self.core.name.clone(),
+            session: session.to_owned(),
+            seconds: self.timeout.unwrap_or_default().as_secs_f64(),
         }
+        .into()
     }
 }

@@ -81,12 +81,27 @@ impl AgentState {
         self.messages.last()
     }
 
-    /// The final answer, or the last assistant text when the run stopped before one.
+    /// The final answer, or the answer so far (see [`answer_so_far`](Self::answer_so_far))
+    /// when the run stopped before one.
     pub fn answer(&self) -> String {
         self.output
             .clone()
-            .or_else(|| self.last_assistant_text().map(str::to_owned))
+            .or_else(|| self.answer_so_far().map(str::to_owned))
             .unwrap_or_default()
+    }
+
+    /// The text of this run's last model reply that has any: the answer so far of a run
+    /// that stopped before its answer. A reply of an earlier run of the session is not
+    /// this run's answer, so a run whose replies had no text yet has none.
+    pub fn answer_so_far(&self) -> Option<&str> {
+        // Each model turn of this run added one assistant message.
+        self.messages
+            .iter()
+            .rev()
+            .filter(|m| m.role() == Role::Assistant)
+            .take(self.turns as usize)
+            .find(|m| !m.text().is_empty())
+            .map(Message::text)
     }
 
     /// The text of the last assistant message that has any: the answer so far.

@@ -22,6 +22,7 @@ mod host;
 pub mod macro_support;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+mod name;
 mod pending;
 mod permission;
 mod schema;
@@ -33,6 +34,7 @@ pub use approval::{
 pub use event::{AgentEvent, Decision};
 pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
+pub(crate) use name::callable_name;
 pub use permission::{Permission, PermissionPolicy};
 pub(crate) use schema::validate as validate_schema;
 pub use schema::{schema_for, strict_schema};

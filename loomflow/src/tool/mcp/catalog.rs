@@ -189,22 +189,11 @@ impl rmcp::ClientHandler for Listener {
     }
 }
 
-/// The name a model can call: `prefix` + the server's name, with every character outside
-/// `[a-zA-Z0-9_-]` turned into `_` and cut to 64 characters, as model providers require
-/// (`files.read` becomes `files_read`). The call to the server still uses its own name.
+/// The name a model can call: `prefix` + the server's name, made one providers accept (see
+/// [`callable_name`](crate::tool::callable_name)). The call to the server still uses its
+/// own name.
 fn model_name(prefix: &str, remote: &str) -> String {
-    prefix
-        .chars()
-        .chain(remote.chars())
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect()
+    crate::tool::callable_name(prefix, remote)
 }
 
 /// A tool's input schema must describe an object (`"type": "object"`), as MCP requires and
