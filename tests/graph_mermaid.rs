@@ -195,3 +195,64 @@ fn nodes_that_wait_for_the_outside_world_are_marked() {
     );
     assert!(text.contains("classDef waits"), "{text}");
 }
+
+/// The description a run stores of `graph`, which `loomflow graph THREAD` draws from.
+async fn stored_description(graph: &CompiledGraph<S>) -> Vec<String> {
+    let runtime = Runtime::in_memory();
+    graph.invoke(&runtime, "t", S::default()).await.unwrap();
+    let checkpoints = runtime.list_checkpoints("t").await.unwrap();
+    let lines = checkpoints
+        .iter()
+        .find_map(|cp| cp.body.get("graph_description")?.as_array().cloned())
+        .expect("a stored description");
+    lines
+        .iter()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A diagram drawn from a stored description keeps the edges of nodes whose names hold
+/// what the description separates names with, and of a node named `END`.
+#[tokio::test]
+async fn a_diagram_from_a_stored_description_keeps_every_edge_whatever_the_names() {
+    let graph = Graph::new("g")
+        .node_sync("draft -> review", |s: &mut S| s.n += 1)
+        .node_sync("END", |s: &mut S| s.n += 1)
+        .node_sync("a (b)", |s: &mut S| s.n += 1)
+        .edge(START, "draft -> review")
+        .edge("draft -> review", "END")
+        .branch("END", ["a (b)", END], |_: &S| "a (b)")
+        .edge("a (b)", END)
+        .compile()
+        .unwrap();
+    let description = stored_description(&graph).await;
+    let text = loomflow::graph::mermaid::from_description(&description, &["END"]);
+    for edge in [
+        "__start__ --> n0",
+        "n0 --> n1",
+        r#"n1 -.->|"a (b)"| n2"#,
+        "n2 --> __end__",
+        r#"n1["END"]:::current"#,
+    ] {
+        assert!(
+            text.contains(edge),
+            "{edge} missing:\n{description:?}\n{text}"
+        );
+    }
+    assert!(!text.contains("n0 --> __end__"), "{text}");
+
+    // An edge to a node named END and one to the graph's end are different graphs: their
+    // descriptions, and so their fingerprints, differ.
+    let ending = |work_to: &str| {
+        Graph::new("g")
+            .node_sync("work", |s: &mut S| s.n += 1)
+            .node_sync("END", |s: &mut S| s.n += 1)
+            .edge(START, "work")
+            .edge(START, "END")
+            .edge("work", work_to)
+            .edge("END", END)
+            .compile()
+            .unwrap()
+    };
+    assert_ne!(ending(END).fingerprint(), ending("END").fingerprint());
+}

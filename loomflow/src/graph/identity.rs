@@ -3,12 +3,14 @@
 //! refused (see [`RunError::GraphChanged`](crate::RunError::GraphChanged)), naming what
 //! changed.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use crate::graph::shape::{EdgeKind, Endpoint, GraphShape};
 
 /// The facts that make up a graph's structure, in declaration order: its nodes (a subgraph
-/// with its own fingerprint), edges, branch routes and joins.
+/// with its own fingerprint), edges, branch routes and joins. Names are written as they are
+/// (see [`written`]), so that the facts read as plain text.
 pub(crate) fn describe(shape: &GraphShape) -> Vec<String> {
     let name = |end: &Endpoint| match end {
         Endpoint::Start => "START".to_owned(),
@@ -16,17 +18,14 @@ pub(crate) fn describe(shape: &GraphShape) -> Vec<String> {
         Endpoint::Node(i) => shape
             .nodes
             .get(*i)
-            .map_or_else(|| format!("#{i}"), |n| n.name.clone()),
+            .map_or_else(|| format!("#{i}"), |n| written(&n.name).into_owned()),
     };
     let mut lines = Vec::new();
     for node in &shape.nodes {
+        let name = written(&node.name);
         lines.push(match &node.subgraph {
-            Some(child) => format!(
-                "subgraph {} {}",
-                node.name,
-                fingerprint_of(&describe(child))
-            ),
-            None => format!("node {}", node.name),
+            Some(child) => format!("subgraph {name} {}", fingerprint_of(&describe(child))),
+            None => format!("node {name}"),
         });
     }
     for edge in shape.edges() {
@@ -52,6 +51,136 @@ pub(crate) fn describe(shape: &GraphShape) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// A node's name as a description writes it: as it is, unless it would read as the graph's
+/// `START` or `END`, or is empty or starts with a quote: then as a JSON string (`"END"`).
+/// Other names are never quoted, so the descriptions (and fingerprints) of graphs stored
+/// before stay as they were; [`Description::read`] tells their names apart by the nodes it
+/// knows.
+fn written(name: &str) -> Cow<'_, str> {
+    if matches!(name, "" | "START" | "END") || name.starts_with('"') {
+        Cow::Owned(serde_json::to_string(name).unwrap_or_default())
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// One end of an edge as a description names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Named {
+    Start,
+    End,
+    /// A node, by its position among the description's nodes.
+    Node(usize),
+}
+
+/// A description read back: what [`describe`] wrote, as its parts.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Description {
+    /// The nodes in order: each name, and whether it is a subgraph.
+    pub(crate) nodes: Vec<(String, bool)>,
+    pub(crate) edges: Vec<(Named, Named)>,
+    /// Branch routes: from, to, label.
+    pub(crate) branches: Vec<(Named, Named, String)>,
+    /// Joins: their sources, their target.
+    pub(crate) joins: Vec<(Vec<Named>, Named)>,
+}
+
+impl Description {
+    /// Reads `lines`, skipping those it does not know. A node's name may hold what the lines
+    /// use as separators (` -> `, ` + `, ` (`): an edge is read as names of known nodes,
+    /// the longest that fits first.
+    pub(crate) fn read<L: AsRef<str>>(lines: &[L]) -> Self {
+        let mut read = Self::default();
+        // Each node as lines write it, and what it reads as.
+        let mut known: Vec<(String, Named)> = vec![
+            ("START".to_owned(), Named::Start),
+            ("END".to_owned(), Named::End),
+        ];
+        for line in lines {
+            let line = line.as_ref();
+            let (as_written, subgraph) = if let Some(name) = line.strip_prefix("node ") {
+                (name, false)
+            } else if let Some(rest) = line.strip_prefix("subgraph ") {
+                // `subgraph <name> <fingerprint>`: the fingerprint is the last word.
+                (rest.rsplit_once(' ').map_or(rest, |(name, _)| name), true)
+            } else {
+                continue;
+            };
+            let name = match serde_json::from_str::<String>(as_written) {
+                Ok(name) if written(&name) == as_written => name,
+                _ => as_written.to_owned(),
+            };
+            known.push((as_written.to_owned(), Named::Node(read.nodes.len())));
+            read.nodes.push((name, subgraph));
+        }
+        // Longest first: of `a` and `a -> b`, an edge from `a -> b` is tried first.
+        known.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+        let starts = |text: &str| -> Vec<(Named, usize)> {
+            known
+                .iter()
+                .filter(|(name, _)| text.starts_with(name.as_str()))
+                .map(|(name, named)| (*named, name.len()))
+                .collect()
+        };
+        // `<name> -> <name><tail>`: the two ends and what follows the second.
+        let pair = |text: &str, tail: &dyn Fn(&str) -> bool| -> Option<(Named, Named, usize)> {
+            for (from, used) in starts(text) {
+                let Some(rest) = text[used..].strip_prefix(" -> ") else {
+                    continue;
+                };
+                for (to, used_to) in starts(rest) {
+                    if tail(&rest[used_to..]) {
+                        return Some((from, to, text.len() - rest.len() + used_to));
+                    }
+                }
+            }
+            None
+        };
+        for line in lines {
+            let line = line.as_ref();
+            if let Some(rest) = line.strip_prefix("edge ") {
+                if let Some((from, to, _)) = pair(rest, &str::is_empty) {
+                    read.edges.push((from, to));
+                }
+            } else if let Some(rest) = line.strip_prefix("branch ") {
+                let labelled = |tail: &str| tail.starts_with(" (") && tail.ends_with(')');
+                if let Some((from, to, used)) = pair(rest, &labelled) {
+                    let label = &rest[used + 2..rest.len() - 1];
+                    read.branches.push((from, to, label.to_owned()));
+                }
+            } else if let Some(rest) = line.strip_prefix("join ")
+                && let Some(join) = join_of(rest, &starts)
+            {
+                read.joins.push(join);
+            }
+        }
+        read
+    }
+}
+
+/// `<source> + <source> … -> <target>`, its names read by `starts` (the known names `text`
+/// may start with, longest first, with their lengths).
+fn join_of(
+    text: &str,
+    starts: &dyn Fn(&str) -> Vec<(Named, usize)>,
+) -> Option<(Vec<Named>, Named)> {
+    for (source, used) in starts(text) {
+        let rest = &text[used..];
+        if let Some(rest) = rest.strip_prefix(" + ")
+            && let Some((mut sources, target)) = join_of(rest, starts)
+        {
+            sources.insert(0, source);
+            return Some((sources, target));
+        }
+        if let Some(rest) = rest.strip_prefix(" -> ")
+            && let Some(&(target, _)) = starts(rest).iter().find(|(_, n)| *n == rest.len())
+        {
+            return Some((vec![source], target));
+        }
+    }
+    None
 }
 
 /// A stable fingerprint of a description: FNV-1a, 64 bits, as 16 hex digits. Stable across
@@ -107,6 +236,67 @@ mod tests {
                 "added: node b",
                 "added: edge START -> b"
             ]
+        );
+    }
+
+    fn lines(text: &[&str]) -> Vec<String> {
+        text.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn only_names_that_read_as_something_else_are_quoted() {
+        // Stored descriptions of ordinary graphs, and so their fingerprints, are unchanged.
+        assert_eq!(written("ask"), "ask");
+        assert_eq!(
+            written("draft -> review (human) + more"),
+            "draft -> review (human) + more"
+        );
+        assert_eq!(written("END"), "\"END\"");
+        assert_eq!(written("START"), "\"START\"");
+        assert_eq!(written(""), "\"\"");
+        assert_eq!(written("\"q\""), "\"\\\"q\\\"\"");
+    }
+
+    #[test]
+    fn a_description_reads_back_names_that_hold_its_separators() {
+        let read = Description::read(&lines(&[
+            "node draft -> review",
+            "node ship",
+            "node a + b",
+            "subgraph review (human) 0123456789abcdef",
+            "node \"END\"",
+            "edge START -> draft -> review",
+            "edge draft -> review -> ship",
+            "branch ship -> review (human) (review (human))",
+            "edge \"END\" -> END",
+            "join a + b + ship -> \"END\"",
+            "something else",
+        ]));
+        assert_eq!(
+            read.nodes,
+            [
+                ("draft -> review".to_owned(), false),
+                ("ship".to_owned(), false),
+                ("a + b".to_owned(), false),
+                ("review (human)".to_owned(), true),
+                ("END".to_owned(), false),
+            ]
+        );
+        assert_eq!(
+            read.edges,
+            [
+                (Named::Start, Named::Node(0)),
+                (Named::Node(0), Named::Node(1)),
+                (Named::Node(4), Named::End),
+            ]
+        );
+        assert_eq!(
+            read.branches,
+            [(Named::Node(1), Named::Node(3), "review (human)".to_owned())]
+        );
+        assert_eq!(
+            read.joins,
+            [(vec![Named::Node(2), Named::Node(1)], Named::Node(4))]
         );
     }
 }

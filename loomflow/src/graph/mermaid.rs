@@ -9,6 +9,7 @@ use petgraph::visit::EdgeRef;
 
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
+use crate::graph::identity::{Description, Named};
 use crate::graph::shape::GraphShape;
 use crate::graph::topology::{Link, Vertex};
 use crate::graph::{END, START};
@@ -140,27 +141,14 @@ fn render_body(out: &mut String, shape: &GraphShape, prefix: &str, depth: usize)
 /// assert!(text.contains("n0 --> n1"));
 /// ```
 pub fn from_description<L: AsRef<str>>(description: &[L], current: &[&str]) -> String {
-    let mut names: Vec<(String, bool)> = Vec::new();
-    for line in description {
-        let line = line.as_ref();
-        if let Some(name) = line.strip_prefix("node ") {
-            names.push((name.to_owned(), false));
-        } else if let Some(rest) = line.strip_prefix("subgraph ") {
-            // `subgraph <name> <fingerprint>`: the fingerprint is the last word.
-            let name = rest.rsplit_once(' ').map_or(rest, |(name, _)| name);
-            names.push((name.to_owned(), true));
-        }
-    }
-    let id = |name: &str| match name {
-        "START" => Some("__start__".to_owned()),
-        "END" => Some("__end__".to_owned()),
-        _ => names
-            .iter()
-            .position(|(n, _)| n == name)
-            .map(|i| node_id("", i)),
+    let read = Description::read(description);
+    let id = |named: Named| match named {
+        Named::Start => "__start__".to_owned(),
+        Named::End => "__end__".to_owned(),
+        Named::Node(i) => node_id("", i),
     };
     let mut out = String::from("flowchart TD\n    __start__([START])\n");
-    for (i, (name, subgraph)) in names.iter().enumerate() {
+    for (i, (name, subgraph)) in read.nodes.iter().enumerate() {
         let class = if current.contains(&name.as_str()) {
             ":::current"
         } else {
@@ -175,40 +163,20 @@ pub fn from_description<L: AsRef<str>>(description: &[L], current: &[&str]) -> S
         let _ = writeln!(out, "    {}{shape}{class}", node_id("", i));
     }
     out.push_str("    __end__([END])\n");
-    let mut joins = 0;
-    for line in description {
-        let line = line.as_ref();
-        if let Some(rest) = line.strip_prefix("edge ") {
-            if let Some((from, to)) = rest.split_once(" -> ")
-                && let (Some(from), Some(to)) = (id(from), id(to))
-            {
-                let _ = writeln!(out, "    {from} --> {to}");
-            }
-        } else if let Some(rest) = line.strip_prefix("branch ") {
-            let Some((from, target)) = rest.split_once(" -> ") else {
-                continue;
-            };
-            let (to, label) = match target.rsplit_once(" (") {
-                Some((to, label)) => (to, label.strip_suffix(')').unwrap_or(label)),
-                None => (target, ""),
-            };
-            if let (Some(from), Some(to)) = (id(from), id(to)) {
-                let label = escape(display_name(label));
-                let _ = writeln!(out, "    {from} -.->|\"{label}\"| {to}");
-            }
-        } else if let Some(rest) = line.strip_prefix("join ")
-            && let Some((sources, target)) = rest.rsplit_once(" -> ")
-        {
-            let join = format!("join{joins}");
-            joins += 1;
-            let _ = writeln!(out, "    {join}((\"join\"))");
-            for source in sources.split(" + ").filter_map(id) {
-                let _ = writeln!(out, "    {source} --> {join}");
-            }
-            if let Some(target) = id(target) {
-                let _ = writeln!(out, "    {join} --> {target}");
-            }
+    for &(from, to) in &read.edges {
+        let _ = writeln!(out, "    {} --> {}", id(from), id(to));
+    }
+    for (from, to, label) in &read.branches {
+        let label = escape(display_name(label));
+        let _ = writeln!(out, "    {} -.->|\"{label}\"| {}", id(*from), id(*to));
+    }
+    for (j, (sources, target)) in read.joins.iter().enumerate() {
+        let join = format!("join{j}");
+        let _ = writeln!(out, "    {join}((\"join\"))");
+        for &source in sources {
+            let _ = writeln!(out, "    {} --> {join}", id(source));
         }
+        let _ = writeln!(out, "    {join} --> {}", id(*target));
     }
     if !current.is_empty() {
         out.push_str("    classDef current stroke-width:4px,stroke:#d97706\n");
