@@ -103,9 +103,19 @@
 //!
 //! # Cargo features
 //!
-//! None: everything above is always built. SQLite is bundled (no system library), and the
-//! model adapters use reqwest with rustls and the platform's certificate verifier (no
-//! OpenSSL).
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `sqlite` | on | `SqliteStore`, `Runtime::sqlite`, `SqliteMemory`: SQLite bundled, no system library |
+//! | `openai` | on | `OpenAiModel` (reqwest with rustls and the platform's certificate verifier: no OpenSSL) |
+//! | `anthropic` | on | `AnthropicModel` (the same HTTP stack) |
+//! | `postgres` | off | `PostgresStore`, `Runtime::postgres`, `PostgresMemory`: one database shared by many workers |
+//! | `http` | off | `loomflow::http`: the HTTP ingress and the approval inbox (axum) |
+//! | `otel` | off | trace links between the executions of a run (spans themselves need no feature) |
+//! | `mcp` | off | `tool::mcp`: an MCP server's tools as loomflow tools (rmcp) |
+//! | `test-util` | off | `runtime::store::conformance`: the suite every `Store` passes |
+//!
+//! With `default-features = false`, loomflow is the engine alone: graphs, [`Context`], the
+//! in-memory runtime, tools, and agents over any [`Model`](model::Model).
 
 #![doc(test(attr(deny(warnings))))]
 
