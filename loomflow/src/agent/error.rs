@@ -26,8 +26,13 @@ pub enum AgentError {
     },
     /// The task running a streamed run stopped before it finished (it panicked or was
     /// aborted).
-    #[error("the streamed run of agent stopped before it finished")]
-    Cancelled,
+    #[error("the streamed run of agent {agent} on session {session} stopped before it finished")]
+    Cancelled {
+        /// The agent.
+        agent: String,
+        /// The session.
+        session: String,
+    },
     /// The model's answer kept failing the output schema.
     #[error("agent {agent}: output failed its schema after {attempts} attempts: {problem}")]
     OutputSchema {

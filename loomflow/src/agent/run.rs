@@ -151,6 +151,7 @@ impl<'a> AgentRun<'a> {
         let lent = self.agent.core.tools.lend(&session, &self.extra_tools);
         let state = self.initial_state(&session).await?;
         let agent = self.agent.clone();
+        let stream_session = session.clone();
         let capacity = self.stream_capacity;
         let (events, receiver) = mpsc::channel(capacity);
         let span = observe::agent_span(agent.name(), &session);
@@ -182,7 +183,12 @@ impl<'a> AgentRun<'a> {
             }
             finish(&agent, session, run.outcome().await?).await
         }));
-        Ok(AgentStream { receiver, task })
+        Ok(AgentStream {
+            receiver,
+            task,
+            agent: self.agent.name().to_owned(),
+            session: stream_session,
+        })
     }
 }
 
@@ -331,6 +337,9 @@ impl<'a> IntoFuture for AgentResume<'a> {
 pub struct AgentStream {
     receiver: mpsc::Receiver<AgentEvent>,
     task: JoinHandle<Result<RunResult>>,
+    /// The agent and the session, for an error that names them.
+    agent: String,
+    session: String,
 }
 
 impl AgentStream {
@@ -343,7 +352,11 @@ impl AgentStream {
         self.receiver.close();
         match (&mut self.task).await {
             Ok(result) => result,
-            Err(_) => Err(AgentError::Cancelled.into()),
+            Err(_) => Err(AgentError::Cancelled {
+                agent: std::mem::take(&mut self.agent),
+                session: std::mem::take(&mut self.session),
+            }
+            .into()),
         }
     }
 }
