@@ -724,3 +724,29 @@ async fn a_worker_carries_a_team_on_once_its_approval_is_decided_from_another_ru
     drop(runtime);
     remove();
 }
+
+/// `Swarm::build` refuses a `start_with` that names no agent, naming it, instead of
+/// building a swarm whose every run fails.
+#[test]
+fn a_swarm_starting_with_an_agent_it_does_not_have_is_refused_at_build() {
+    let err = Swarm::new()
+        .agent("a", "does a", scripted("a", &[]))
+        .agent("b", "does b", scripted("b", &[]))
+        .start_with("nobody")
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "graph swarm is invalid: start_with names unknown node nobody"
+    );
+    let Error::Graph(graph_error) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        graph_error.problems(),
+        [GraphProblem::UnknownNode {
+            name: "nobody".into(),
+            context: "start_with".into(),
+        }]
+    );
+}

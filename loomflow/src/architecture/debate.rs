@@ -1,8 +1,8 @@
 //! [`Debate`]: debaters argue in turn over a number of rounds, then a judge decides.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, answer};
-use crate::graph::{CompiledGraph, END, Graph, GraphError, GraphProblem, START};
+use crate::architecture::{TeamState, answer, compile_checked};
+use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 use crate::model::Message;
 
 /// Debaters argue over the task in turn for a number of rounds, each seeing the task and the
@@ -76,7 +76,7 @@ impl Debate {
     ///
     /// # Errors
     ///
-    /// A [`GraphError`] listing every problem found: fewer than two debaters
+    /// A [`GraphError`](crate::GraphError) listing every problem found: fewer than two debaters
     /// ([`GraphProblem::TooFewMembers`]), and debater names that clash with each other or with
     /// `judge` ([`GraphProblem::DuplicateNode`]).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
@@ -88,14 +88,7 @@ impl Debate {
                 found: self.debaters.len(),
             });
         }
-        match self.graph().compile() {
-            Ok(graph) if problems.is_empty() => Ok(graph),
-            Ok(_) => Err(invalid(problems)),
-            Err(error) => {
-                problems.extend_from_slice(error.problems());
-                Err(invalid(problems))
-            }
-        }
+        compile_checked("debate", self.graph(), problems)
     }
 
     /// The graph, wired whatever the number of debaters so that `compile` finds the other
@@ -174,12 +167,4 @@ impl Debate {
             },
         )
     }
-}
-
-fn invalid(problems: Vec<GraphProblem>) -> crate::Error {
-    GraphError::Invalid {
-        graph: "debate".to_owned(),
-        problems,
-    }
-    .into()
 }

@@ -31,6 +31,7 @@ pub use swarm::Swarm;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{Agent, AgentState};
+use crate::graph::{CompiledGraph, Graph, GraphError, GraphProblem};
 use crate::model::Message;
 
 /// The state a multi-agent shape runs on.
@@ -113,6 +114,31 @@ pub(crate) fn roster(members: &[Member]) -> String {
         .map(|m| format!("- {}: {}", m.name, m.description))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Compiles the shape `name`'s graph; the problems the shape found itself come first in the
+/// error, then every one `compile` finds.
+pub(crate) fn compile_checked(
+    name: &str,
+    graph: Graph<TeamState>,
+    mut problems: Vec<GraphProblem>,
+) -> crate::Result<CompiledGraph<TeamState>> {
+    match graph.compile() {
+        Ok(graph) if problems.is_empty() => Ok(graph),
+        Ok(_) => Err(GraphError::Invalid {
+            graph: name.to_owned(),
+            problems,
+        }
+        .into()),
+        Err(error) => {
+            problems.extend_from_slice(error.problems());
+            Err(GraphError::Invalid {
+                graph: name.to_owned(),
+                problems,
+            }
+            .into())
+        }
+    }
 }
 
 /// The final text of an agent run.

@@ -1,8 +1,8 @@
 //! [`Swarm`]: agents hand the conversation to each other through handoff tools.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, answer};
-use crate::graph::{CompiledGraph, END, Graph, START};
+use crate::architecture::{Member, TeamState, answer, compile_checked};
+use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 
 /// Agents that pass the conversation along: each gets a `transfer_to_<name>` tool for every
 /// other agent. The active agent is part of the checkpointed state (`TeamState::next`), so a
@@ -63,7 +63,8 @@ impl Swarm {
         self
     }
 
-    /// The agent that takes the first turn (default: the first added).
+    /// The agent that takes the first turn (default: the first added); `build` fails when
+    /// no agent has this name.
     pub fn start_with(mut self, name: impl Into<String>) -> Self {
         self.start = Some(name.into());
         self
@@ -73,9 +74,18 @@ impl Swarm {
     ///
     /// # Errors
     ///
-    /// A [`GraphError`](crate::GraphError) when names clash or there are no agents.
+    /// A [`GraphError`](crate::GraphError) listing every problem found: names that clash,
+    /// no agents, and a [`start_with`](Self::start_with) naming no agent
+    /// ([`GraphProblem::UnknownNode`]).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let names: Vec<String> = self.agents.iter().map(|a| a.name.clone()).collect();
+        let mut problems = Vec::new();
+        if let Some(start) = self.start.as_ref().filter(|start| !names.contains(start)) {
+            problems.push(GraphProblem::UnknownNode {
+                name: start.clone(),
+                context: "start_with".to_owned(),
+            });
+        }
         let first = self
             .start
             .clone()
@@ -118,6 +128,6 @@ impl Swarm {
                     team.next.clone().unwrap_or_else(|| END.to_owned())
                 });
         }
-        Ok(graph.compile()?)
+        compile_checked("swarm", graph, problems)
     }
 }
