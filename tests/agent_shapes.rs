@@ -750,3 +750,69 @@ fn a_swarm_starting_with_an_agent_it_does_not_have_is_refused_at_build() {
         }]
     );
 }
+
+/// Workers whose names are one inside the other (`writer`, `rewriter`).
+fn writers() -> [(&'static str, &'static str, Agent); 2] {
+    [
+        (
+            "writer",
+            "writes drafts",
+            scripted("writer", &["from writer"]),
+        ),
+        (
+            "rewriter",
+            "rewrites text",
+            scripted("rewriter", &["from rewriter"]),
+        ),
+    ]
+}
+
+/// A classifier's reply names a worker as a whole word: `The rewriter.` picks `rewriter`,
+/// not `writer`, whose name is inside it; a reply naming two workers is ambiguous and fails
+/// the run like a name that is no worker.
+#[tokio::test]
+async fn router_picks_the_worker_named_as_a_whole_word_and_refuses_an_ambiguous_reply() {
+    let router = |reply: &str| {
+        writers()
+            .into_iter()
+            .fold(
+                Router::new(scripted("classifier", &[reply])),
+                |r, (name, about, agent)| r.worker(name, about, agent),
+            )
+            .build()
+            .unwrap()
+    };
+    let team = run(&router("The rewriter."), "rewrite this").await;
+    assert_eq!(team.path, ["router", "rewriter"]);
+    assert_eq!(team.output.as_deref(), Some("from rewriter"));
+
+    let team = run(&router("**writer**"), "write this").await;
+    assert_eq!(team.path, ["router", "writer"]);
+
+    let out = router("writer or rewriter")
+        .invoke(&Runtime::in_memory(), "t", TeamState::new("either"))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.completed().unwrap_err().to_string(),
+        "branch from router chose writer or rewriter, which is not one of its declared targets"
+    );
+}
+
+/// A supervisor's directive names a worker as a whole word too.
+#[tokio::test]
+async fn supervisor_delegates_to_the_worker_named_as_a_whole_word() {
+    let sup = writers()
+        .into_iter()
+        .fold(
+            Supervisor::new(scripted(
+                "boss",
+                &["the rewriter: polish it", "FINISH: done"],
+            )),
+            |s, (name, about, agent)| s.worker(name, about, agent),
+        )
+        .build()
+        .unwrap();
+    let team = run(&sup, "rewrite this").await;
+    assert_eq!(team.path, ["supervisor", "rewriter", "supervisor"]);
+}

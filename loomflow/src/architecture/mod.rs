@@ -171,18 +171,93 @@ pub(crate) fn split_directive(text: &str) -> (String, String) {
     }
 }
 
+/// Whether `c` may be part of a member's name as a coordinator writes it: a name matches a
+/// reply only where the characters around it are not.
+fn is_name_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Where `name` (lowercase) occurs in `said` (lowercase) as a whole word: byte spans.
+fn whole_word_spans(said: &str, name: &str) -> Vec<(usize, usize)> {
+    said.match_indices(name)
+        .map(|(start, _)| (start, start + name.len()))
+        .filter(|&(start, end)| {
+            let before = said[..start].chars().next_back();
+            let after = said[end..].chars().next();
+            !before.is_some_and(is_name_char) && !after.is_some_and(is_name_char)
+        })
+        .collect()
+}
+
 /// Finds the member a coordinator named, ignoring case, quotes and punctuation around it.
+///
+/// A reply that is not just a name is searched for members' names as whole words (`The
+/// rewriter.` names `rewriter`, not `writer`); a name inside a longer one that also matched
+/// (`tech` in `tech support`) does not count. A reply naming two different members is
+/// ambiguous and, like a reply naming none, finds no member.
 pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a Member> {
     let cleaned = said
         .trim()
-        .trim_matches(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+        .trim_matches(|c: char| !is_name_char(c))
         .to_lowercase();
-    members
+    if let Some(exact) = members.iter().find(|m| m.name.to_lowercase() == cleaned) {
+        return Some(exact);
+    }
+    let found: Vec<(&Member, (usize, usize))> = members
         .iter()
-        .find(|m| m.name.to_lowercase() == cleaned)
-        .or_else(|| {
-            members
-                .iter()
-                .find(|m| cleaned.contains(&m.name.to_lowercase()))
+        .flat_map(|m| {
+            whole_word_spans(&cleaned, &m.name.to_lowercase())
+                .into_iter()
+                .map(move |span| (m, span))
         })
+        .collect();
+    let inside_longer = |&(start, end): &(usize, usize)| {
+        found
+            .iter()
+            .any(|&(_, (s, e))| s <= start && end <= e && e - s > end - start)
+    };
+    let mut named = found
+        .iter()
+        .filter(|(_, span)| !inside_longer(span))
+        .map(|&(m, _)| m);
+    let first = named.next()?;
+    named.all(|m| m.name == first.name).then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Member, find_member};
+    use crate::agent::Agent;
+
+    fn members(names: &[&str]) -> Vec<Member> {
+        names
+            .iter()
+            .map(|name| Member {
+                name: (*name).to_owned(),
+                description: String::new(),
+                agent: Agent::builder("x")
+                    .model(crate::model::ScriptedModel::new([]))
+                    .build()
+                    .unwrap(),
+            })
+            .collect()
+    }
+
+    fn named<'a>(members: &'a [Member], said: &str) -> Option<&'a str> {
+        find_member(members, said).map(|m| m.name.as_str())
+    }
+
+    #[test]
+    fn a_member_is_named_by_a_whole_word_the_longest_that_matches() {
+        let team = members(&["writer", "rewriter", "tech", "tech support", "billing-eu"]);
+        assert_eq!(named(&team, "Writer."), Some("writer"));
+        assert_eq!(named(&team, "The rewriter."), Some("rewriter"));
+        assert_eq!(named(&team, "send it to `writer` please"), Some("writer"));
+        assert_eq!(named(&team, "Tech support, I think"), Some("tech support"));
+        assert_eq!(named(&team, "the tech team"), Some("tech"));
+        assert_eq!(named(&team, "writer or rewriter"), None);
+        assert_eq!(named(&team, "the writer, the writer"), Some("writer"));
+        assert_eq!(named(&team, "billing"), None);
+        assert_eq!(named(&team, "typewriters"), None);
+    }
 }

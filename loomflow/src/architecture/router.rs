@@ -11,8 +11,10 @@ use crate::model::Message;
 /// START → router ─(worker name)→ worker → END
 /// ```
 ///
-/// The classifier is told the workers' names and descriptions and answers with a name; a
-/// name that is no worker fails the run with an error naming it.
+/// The classifier is told the workers' names and descriptions and answers with a name. A
+/// reply that is more than a name picks the worker it names as a whole word (`The
+/// rewriter.` picks `rewriter`, not `writer`); a reply that names no worker, or two, fails
+/// the run with an error quoting it.
 #[must_use]
 pub struct Router {
     classifier: Agent,

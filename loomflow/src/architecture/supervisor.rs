@@ -13,7 +13,9 @@ use crate::model::Message;
 /// ```
 ///
 /// The supervisor sees the task, the workers and the results so far, and answers
-/// `worker: instruction` or `FINISH: final answer`.
+/// `worker: instruction` or `FINISH: final answer`. The worker is the one named, as a whole
+/// word, before the colon (`the rewriter: polish it` picks `rewriter`, not `writer`); a
+/// directive that names no worker, or two, fails the run with an error quoting it.
 #[must_use]
 pub struct Supervisor {
     supervisor: Agent,
