@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use loomflow::agent::Agent;
+use loomflow::agent::{Agent, Verdict, on_output};
 use loomflow::architecture::{
     ActorCritic, Debate, PlanAndExecute, Reflexion, Router, Supervisor, Swarm, TeamState,
 };
@@ -815,4 +815,43 @@ async fn supervisor_delegates_to_the_worker_named_as_a_whole_word() {
         .unwrap();
     let team = run(&sup, "rewrite this").await;
     assert_eq!(team.path, ["supervisor", "rewriter", "supervisor"]);
+}
+
+/// Look up an order's internal notes.
+#[tool]
+fn notes(order: String) -> String {
+    format!("notes on {order}")
+}
+
+/// A worker whose answer its output guardrail blocked has no answer, as its own run's
+/// output is empty: the team's output is empty too, never the worker's earlier, unchecked
+/// text.
+#[tokio::test]
+async fn a_worker_whose_answer_a_guardrail_blocked_gives_the_team_no_output() {
+    let mut looking =
+        ModelResponse::tool_calls(vec![ToolCall::new("c1", "notes", json!({ "order": "A1" }))]);
+    looking.content = "Let me look at the internal notes".to_owned();
+    let billing = Agent::builder("You answer billing questions.")
+        .name("billing")
+        .model(ScriptedModel::new([
+            looking,
+            ModelResponse::text("SECRET internal note"),
+        ]))
+        .tool(notes)
+        .guardrail(on_output("no_secrets", |text| {
+            if text.contains("SECRET") {
+                Verdict::Block("secret".into())
+            } else {
+                Verdict::Allow
+            }
+        }))
+        .build()
+        .unwrap();
+    let router = Router::new(scripted("classifier", &["billing"]))
+        .worker("billing", "bills", billing)
+        .build()
+        .unwrap();
+    let team = run(&router, "why?").await;
+    assert_eq!(team.path, ["router", "billing"]);
+    assert_eq!(team.output.as_deref(), Some(""));
 }
