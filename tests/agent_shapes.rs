@@ -855,3 +855,38 @@ async fn a_worker_whose_answer_a_guardrail_blocked_gives_the_team_no_output() {
     assert_eq!(team.path, ["router", "billing"]);
     assert_eq!(team.output.as_deref(), Some(""));
 }
+
+/// A replanner's `DONE` is read whatever its case, punctuation or markdown: `Done.` ends the
+/// run instead of becoming a step for the executor, and `**DONE**: answer` gives the answer.
+#[tokio::test]
+async fn a_replanners_done_ends_the_run_whatever_its_punctuation_or_markdown() {
+    let graph = |done: &str| {
+        PlanAndExecute::new(
+            scripted("planner", &["gather prices"]),
+            scripted("executor", &["prices: 3, 5", "unused"]),
+            scripted("replanner", &[done, "DONE: fallback"]),
+        )
+        .build()
+        .unwrap()
+    };
+    let team = run(&graph("Done."), "t").await;
+    assert_eq!(team.path, ["planner", "executor", "replanner"]);
+    let team = run(&graph("**DONE**: buy the 3 one"), "t").await;
+    assert_eq!(team.path, ["planner", "executor", "replanner"]);
+    assert_eq!(team.output.as_deref(), Some("buy the 3 one"));
+}
+
+/// A bare `DONE` gives no answer: the team's output is the last step's result, as for the
+/// supervisor's bare `FINISH`, not an empty text.
+#[tokio::test]
+async fn a_bare_done_makes_the_last_steps_result_the_output() {
+    let graph = PlanAndExecute::new(
+        scripted("planner", &["gather prices"]),
+        scripted("executor", &["prices: 3, 5"]),
+        scripted("replanner", &["DONE"]),
+    )
+    .build()
+    .unwrap();
+    let team = run(&graph, "t").await;
+    assert_eq!(team.output.as_deref(), Some("prices: 3, 5"));
+}

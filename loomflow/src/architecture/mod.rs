@@ -185,6 +185,29 @@ pub(crate) fn split_directive(text: &str) -> (String, String) {
     }
 }
 
+/// Reads a coordinator's directive `word` (`DONE`, `FINISH`, `ACCEPT`): the reply's first
+/// line is the word, or starts with `word:`, ignoring case and the punctuation or markdown
+/// around the word (`Done.`, `**DONE**: 42`). Returns what follows it (the rest of that line
+/// after the colon, then the other lines), trimmed; `None` when the reply is not the
+/// directive.
+pub(crate) fn directive(reply: &str, word: &str) -> Option<String> {
+    let reply = reply.trim();
+    let (first, others) = reply.split_once('\n').unwrap_or((reply, ""));
+    let (head, rest) = split_directive(first);
+    let head = head.trim_matches(|c: char| !c.is_alphanumeric());
+    if !head.eq_ignore_ascii_case(word) {
+        return None;
+    }
+    // `**DONE:** 42` leaves the closing emphasis after the colon.
+    let rest = rest.trim_start_matches(['*', '_']).trim_start();
+    let others = others.trim();
+    Some(match (rest.is_empty(), others.is_empty()) {
+        (_, true) => rest.to_owned(),
+        (true, false) => others.to_owned(),
+        (false, false) => format!("{rest}\n{others}"),
+    })
+}
+
 /// Whether `c` may be part of a member's name as a coordinator writes it: a name matches a
 /// reply only where the characters around it are not.
 fn is_name_char(c: char) -> bool {
@@ -240,7 +263,7 @@ pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a M
 
 #[cfg(test)]
 mod tests {
-    use super::{Member, find_member};
+    use super::{Member, directive, find_member};
     use crate::agent::Agent;
 
     fn members(names: &[&str]) -> Vec<Member> {
@@ -273,5 +296,20 @@ mod tests {
         assert_eq!(named(&team, "the writer, the writer"), Some("writer"));
         assert_eq!(named(&team, "billing"), None);
         assert_eq!(named(&team, "typewriters"), None);
+    }
+
+    #[test]
+    fn a_directive_is_the_first_word_of_the_first_line() {
+        assert_eq!(directive("DONE", "done").as_deref(), Some(""));
+        assert_eq!(directive("Done.", "done").as_deref(), Some(""));
+        assert_eq!(directive("**DONE**: 42", "done").as_deref(), Some("42"));
+        assert_eq!(directive("**DONE:** 42", "done").as_deref(), Some("42"));
+        assert_eq!(directive("done: a\nb", "done").as_deref(), Some("a\nb"));
+        assert_eq!(
+            directive("DONE\nthe answer", "done").as_deref(),
+            Some("the answer")
+        );
+        assert_eq!(directive("Done. Now check the totals", "done"), None);
+        assert_eq!(directive("check it\nDONE: x", "done"), None);
     }
 }

@@ -1,7 +1,7 @@
 //! [`PlanAndExecute`]: plan, execute the steps with a worker, re-plan until done.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, answer, split_directive};
+use crate::architecture::{TeamState, answer, directive};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// A planner writes steps, an executor carries them out one by one, and a replanner either
@@ -12,6 +12,11 @@ use crate::graph::{CompiledGraph, END, Graph, START};
 ///                             ─(none left)→ replanner ─(DONE)→ END
 ///                                                     ─(new steps)→ executor
 /// ```
+///
+/// The replanner ends the run with `DONE: answer` (or `Done.`, `**DONE**`: case, punctuation
+/// and markdown around the word do not matter); the answer is the team's `output`, or, when
+/// it gives none, the last step's result. `done` holds the steps carried out with their
+/// results, and `plan` the steps still to do.
 #[must_use]
 pub struct PlanAndExecute {
     planner: Agent,
@@ -43,6 +48,11 @@ fn steps(text: &str) -> Vec<String> {
         })
         .filter(|line| !line.is_empty())
         .collect()
+}
+
+/// The last step's result: the answer when the replanner gives none.
+fn last_result(team: &TeamState) -> Option<String> {
+    team.done.last().map(|(_, result)| result.clone())
 }
 
 fn progress(team: &TeamState) -> String {
@@ -127,14 +137,16 @@ impl PlanAndExecute {
                 |team: &mut TeamState, state: AgentState| {
                     team.path.push("replanner".to_owned());
                     let text = answer(&state);
-                    let (head, rest) = split_directive(&text);
-                    if head.eq_ignore_ascii_case("done") {
-                        team.output = Some(rest);
-                    } else {
-                        team.plan = steps(&text);
-                        if team.plan.is_empty() {
+                    match directive(&text, "done") {
+                        Some(rest) if !rest.is_empty() => team.output = Some(rest),
+                        // A bare `DONE`: the last result is the answer.
+                        Some(_) => team.output = last_result(team),
+                        None => {
+                            team.plan = steps(&text);
                             // Nothing left to do and no verdict: the last result is the answer.
-                            team.output = team.done.last().map(|(_, r)| r.clone());
+                            if team.plan.is_empty() {
+                                team.output = last_result(team);
+                            }
                         }
                     }
                 },

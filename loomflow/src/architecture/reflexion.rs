@@ -2,7 +2,7 @@
 //! so far until the critic accepts.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, record_draft, record_said, split_directive};
+use crate::architecture::{TeamState, directive, record_draft, record_said};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// An actor answers the task; a critic (the evaluator) accepts the answer or critiques it;
@@ -39,10 +39,7 @@ impl std::fmt::Debug for Reflexion {
 /// Whether a critic's reply accepts the answer: its first line is `ACCEPT`, or starts with
 /// `ACCEPT:`, ignoring case and the punctuation or markdown around the word.
 fn accepts(reply: &str) -> bool {
-    let first = reply.trim().lines().next().unwrap_or_default();
-    let (head, _) = split_directive(first);
-    head.trim_matches(|c: char| !c.is_alphanumeric())
-        .eq_ignore_ascii_case("accept")
+    directive(reply, "accept").is_some()
 }
 
 /// The actor's prompt: the task alone at first, then the task, its last answer and every

@@ -1,7 +1,9 @@
 //! [`Supervisor`]: a supervisor agent picks the next worker, or finishes.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, answer, find_member, roster, split_directive};
+use crate::architecture::{
+    Member, TeamState, answer, directive, find_member, roster, split_directive,
+};
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
@@ -96,12 +98,13 @@ impl Supervisor {
                 },
                 move |team: &mut TeamState, state: AgentState| {
                     team.path.push("supervisor".to_owned());
-                    let (head, rest) = split_directive(&answer(&state));
-                    if head.eq_ignore_ascii_case("finish") {
+                    let text = answer(&state);
+                    if let Some(rest) = directive(&text, "finish") {
                         let last = team.messages.last().map(|m| m.text().to_owned());
                         team.output = Some(if rest.is_empty() { last.unwrap_or_default() } else { rest });
                         team.next = None;
                     } else {
+                        let (head, rest) = split_directive(&text);
                         team.next = Some(find_member(&workers, &head).map_or(head, |m| m.name.clone()));
                         team.instruction = Some(rest);
                     }
