@@ -890,3 +890,36 @@ async fn a_bare_done_makes_the_last_steps_result_the_output() {
     let team = run(&graph, "t").await;
     assert_eq!(team.output.as_deref(), Some("prices: 3, 5"));
 }
+
+/// `max_steps` caps the executor's steps over the run: once it has carried out that many,
+/// the run ends cleanly with the last result as output and the steps left undone in `plan`,
+/// whether they came from the planner or the replanner.
+#[tokio::test]
+async fn plan_and_execute_ends_after_max_steps_with_the_undone_steps_in_the_plan() {
+    let graph = PlanAndExecute::new(
+        scripted("planner", &["a\nb\nc\nd"]),
+        scripted("executor", &["1", "2", "3", "4"]),
+        scripted("replanner", &["DONE: ok"]),
+    )
+    .max_steps(2)
+    .build()
+    .unwrap();
+    let team = run(&graph, "t").await;
+    assert_eq!(team.path, ["planner", "executor", "executor"]);
+    assert_eq!(team.output.as_deref(), Some("2"));
+    assert_eq!(team.plan, ["c", "d"]);
+    assert_eq!(team.done.len(), 2);
+
+    let graph = PlanAndExecute::new(
+        scripted("planner", &["a"]),
+        scripted("executor", &["1", "2"]),
+        scripted("replanner", &["b", "DONE: unused"]),
+    )
+    .max_steps(1)
+    .build()
+    .unwrap();
+    let team = run(&graph, "t").await;
+    assert_eq!(team.path, ["planner", "executor", "replanner"]);
+    assert_eq!(team.output.as_deref(), Some("1"));
+    assert_eq!(team.plan, ["b"]);
+}

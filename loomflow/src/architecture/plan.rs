@@ -11,6 +11,7 @@ use crate::graph::{CompiledGraph, END, Graph, START};
 /// START → planner → executor ─(steps left)→ executor
 ///                             ─(none left)→ replanner ─(DONE)→ END
 ///                                                     ─(new steps)→ executor
+///                             ─(max_steps run, steps left)→ END
 /// ```
 ///
 /// The replanner ends the run with `DONE: answer` (or `Done.`, `**DONE**`: case, punctuation
@@ -77,9 +78,16 @@ impl PlanAndExecute {
         }
     }
 
-    /// The most executor steps before the run stops with a recursion-limit error (default 20).
+    /// The most steps the executor carries out in a run, over every plan (default 20); 0
+    /// counts as 1.
+    ///
+    /// Once it has carried out that many with steps still to do, the run ends cleanly,
+    /// without error and without asking the replanner: `output` is the last step's result,
+    /// `done` holds every step carried out and `plan` the steps left undone. When the last
+    /// allowed step ends the plan, the replanner still runs: its `DONE` answer is the output,
+    /// and the steps it writes instead are left in `plan`, the last result the output.
     pub fn max_steps(mut self, steps: u64) -> Self {
-        self.max_steps = steps;
+        self.max_steps = steps.max(1);
         self
     }
 
@@ -89,7 +97,10 @@ impl PlanAndExecute {
     ///
     /// Never in practice; the graph's shape is fixed.
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
+        let max_steps = usize::try_from(self.max_steps).unwrap_or(usize::MAX);
         Ok(Graph::new("plan_and_execute")
+            // A backstop only: `max_steps` ends the run first (planner, then at most one
+            // replanner per step).
             .recursion_limit(2 * self.max_steps + 2)
             .subgraph(
                 "planner",
@@ -116,11 +127,14 @@ impl PlanAndExecute {
                         progress(team)
                     ))
                 },
-                |team: &mut TeamState, state: AgentState| {
+                move |team: &mut TeamState, state: AgentState| {
                     team.path.push("executor".to_owned());
                     if !team.plan.is_empty() {
                         let step = team.plan.remove(0);
                         team.done.push((step, answer(&state)));
+                    }
+                    if !team.plan.is_empty() && team.done.len() >= max_steps {
+                        team.output = last_result(team);
                     }
                 },
             )
@@ -134,7 +148,7 @@ impl PlanAndExecute {
                         progress(team)
                     ))
                 },
-                |team: &mut TeamState, state: AgentState| {
+                move |team: &mut TeamState, state: AgentState| {
                     team.path.push("replanner".to_owned());
                     let text = answer(&state);
                     match directive(&text, "done") {
@@ -143,8 +157,9 @@ impl PlanAndExecute {
                         Some(_) => team.output = last_result(team),
                         None => {
                             team.plan = steps(&text);
-                            // Nothing left to do and no verdict: the last result is the answer.
-                            if team.plan.is_empty() {
+                            // No steps left to do, or no steps allowed: the last result is
+                            // the answer.
+                            if team.plan.is_empty() || team.done.len() >= max_steps {
                                 team.output = last_result(team);
                             }
                         }
@@ -153,8 +168,14 @@ impl PlanAndExecute {
             )
             .edge(START, "planner")
             .edge("planner", "executor")
-            .branch("executor", ["executor", "replanner"], |team: &TeamState| {
-                if team.plan.is_empty() { "replanner" } else { "executor" }
+            .branch("executor", ["executor", "replanner", END], |team: &TeamState| {
+                if team.plan.is_empty() {
+                    "replanner"
+                } else if team.output.is_some() {
+                    END
+                } else {
+                    "executor"
+                }
             })
             .branch("replanner", ["executor", END], |team: &TeamState| {
                 if team.output.is_some() || team.plan.is_empty() { END } else { "executor" }
