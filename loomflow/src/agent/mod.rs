@@ -67,6 +67,7 @@ pub use guardrail::{
 };
 pub use rate_limit::{Limits, RateLimitMode, RateLimiter};
 pub use result::RunResult;
+pub(crate) use result::stopped_output;
 pub use run::{AgentResume, AgentRun, AgentStream, DEFAULT_STREAM_CAPACITY};
 pub use state::AgentState;
 pub use stop::{BudgetCap, StopReason, UnknownStopReason};

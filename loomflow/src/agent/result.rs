@@ -93,23 +93,30 @@ pub(super) async fn finish(
     Ok(RunResult::from_state(session, state, output, pending))
 }
 
+/// The output of a run that a guardrail stopped (none: never an earlier, unchecked text),
+/// or that stopped on a cut or filtered reply (that reply, even empty, which its guardrails
+/// checked); `None` for any other run, whose output is its answer. The team shapes read
+/// their agents' answers by the same rule (`architecture::answer`).
+pub(crate) fn stopped_output(state: &AgentState) -> Option<String> {
+    match &state.stopped {
+        Some(StopReason::Guardrail(_)) => Some(String::new()),
+        Some(StopReason::Truncated | StopReason::ContentFilter) => Some(
+            state
+                .last_message()
+                .map(|m| m.text().to_owned())
+                .unwrap_or_default(),
+        ),
+        _ => None,
+    }
+}
+
 /// What a run gives as its output: its answer, once there is one. A run that stopped
 /// before one gives the answer so far ([`AgentState::answer`]), once the output guardrails
 /// have passed it as they pass an answer: the text that came with a reply's tool calls
 /// was not checked when it was given.
 async fn output_of(agent: &Agent, session: &str, state: &AgentState) -> String {
-    match &state.stopped {
-        // A run a guardrail stopped has no answer to give.
-        Some(StopReason::Guardrail(_)) => return String::new(),
-        // The cut or filtered reply itself, even empty (its guardrails checked it): not an
-        // earlier turn's text.
-        Some(StopReason::Truncated | StopReason::ContentFilter) => {
-            return state
-                .last_message()
-                .map(|m| m.text().to_owned())
-                .unwrap_or_default();
-        }
-        _ => {}
+    if let Some(output) = stopped_output(state) {
+        return output;
     }
     if let Some(output) = &state.output {
         return output.clone();

@@ -30,7 +30,7 @@ pub use swarm::Swarm;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, AgentState, StopReason};
+use crate::agent::{Agent, AgentState};
 use crate::graph::{CompiledGraph, Graph, GraphError, GraphProblem};
 use crate::model::Message;
 
@@ -144,20 +144,14 @@ pub(crate) fn compile_checked(
 /// The final text of an agent run, by the rules of
 /// [`RunResult::output`](crate::agent::RunResult::output): a run a guardrail stopped has no
 /// answer (empty, never an earlier, unchecked text); a cut or filtered reply is that reply,
-/// even empty; otherwise the answer, or the last assistant text when the run stopped first.
+/// even empty; otherwise the answer, or this run's answer so far when it stopped first.
 ///
 /// The team shapes read their agents' answers through this, so a worker's blocked answer
-/// does not become the team's output. `RunResult::from_state` states the same rules; it
-/// should call this rather than keep its own copy.
+/// does not become the team's output. A worker's answer so far (one stopped by its turn
+/// limit or a budget) is not passed through its output guardrails here, as a single
+/// agent's is by [`Agent::run`](crate::agent::Agent::run).
 pub(crate) fn answer(state: &AgentState) -> String {
-    match &state.stopped {
-        Some(StopReason::Guardrail(_)) => String::new(),
-        Some(StopReason::Truncated | StopReason::ContentFilter) => state
-            .last_message()
-            .map(|m| m.text().to_owned())
-            .unwrap_or_default(),
-        _ => state.answer(),
-    }
+    crate::agent::stopped_output(state).unwrap_or_else(|| state.answer())
 }
 
 /// Files an actor's answer as the draft of a new round (reflexion, actor-critic).
