@@ -923,3 +923,46 @@ async fn plan_and_execute_ends_after_max_steps_with_the_undone_steps_in_the_plan
     assert_eq!(team.output.as_deref(), Some("1"));
     assert_eq!(team.plan, ["b"]);
 }
+
+/// A team that works for a user runs its agents for that user: a worker's per-user budget
+/// counts the team's runs, and another user's team is not affected.
+#[tokio::test]
+async fn a_team_for_a_user_spends_that_users_budget() {
+    use loomflow::agent::{Budget, BudgetCap, StopReason};
+    use loomflow::model::Usage;
+    let used = Usage {
+        input_tokens: 60,
+        output_tokens: 40,
+        ..Usage::default()
+    };
+    let worker = Agent::builder("You answer.")
+        .name("answers")
+        .model(ScriptedModel::new(
+            (0..4).map(|i| ModelResponse::text(format!("answer {i}")).with_usage(used)),
+        ))
+        .budget(Budget::default().max_tokens_per_user(150))
+        .build()
+        .unwrap();
+    let router = Router::new(scripted("classifier", &["answers"; 4]))
+        .worker("answers", "everything", worker.clone())
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut outputs = Vec::new();
+    for (thread, user) in [("1", "ann"), ("2", "ann"), ("3", "ann"), ("4", "bob")] {
+        let team = router
+            .invoke(&runtime, thread, TeamState::new("?").with_user(user))
+            .await
+            .unwrap()
+            .completed()
+            .unwrap();
+        outputs.push(team.output.unwrap_or_default());
+    }
+    // ann's third run is refused its model call: she spent 200 of her 150 tokens.
+    assert_eq!(outputs, ["answer 0", "answer 1", "", "answer 2"]);
+    let third = worker.run("?").user("ann").await.unwrap();
+    assert_eq!(
+        third.reason,
+        Some(StopReason::Budget(BudgetCap::UserTokens))
+    );
+}

@@ -2,7 +2,7 @@
 //! with the latest feedback until the score is high enough.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, record_draft, record_said};
+use crate::architecture::{TeamState, agent_input, record_draft, record_said};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// An actor proposes an answer; a critic scores it from 0 to 10 with feedback; a score at
@@ -152,13 +152,13 @@ impl ActorCritic {
             .subgraph(
                 "actor",
                 self.actor.graph().clone(),
-                |team: &TeamState| AgentState::new(actor_prompt(team)),
+                |team: &TeamState| agent_input(team, actor_prompt(team)),
                 record_draft,
             )
             .subgraph(
                 "critic",
                 self.critic.graph().clone(),
-                |team: &TeamState| AgentState::new(critic_prompt(team)),
+                |team: &TeamState| agent_input(team, critic_prompt(team)),
                 move |team: &mut TeamState, state: AgentState| {
                     let text = record_said(team, "critic", &state);
                     let (score, feedback) = parse_score(&text);

@@ -1,7 +1,7 @@
 //! [`Debate`]: debaters argue in turn over a number of rounds, then a judge decides.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, answer, compile_checked};
+use crate::architecture::{TeamState, agent_input, answer, compile_checked};
 use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 use crate::model::Message;
 
@@ -107,7 +107,7 @@ impl Debate {
                 name.clone(),
                 agent.graph().clone(),
                 move |team: &TeamState| {
-                    AgentState::new(format!(
+                    agent_input(team, format!(
                         "Task: {}\n\nYou are {speaker}, one of the debaters ({everyone}); this is round {} of {rounds}.\n\nThe debate so far:\n\n{}\n\nGive your argument: your answer to the task and why, answering the other debaters' points. Reply with your argument only.",
                         team.task,
                         team.round + 1,
@@ -130,7 +130,7 @@ impl Debate {
                 "judge",
                 self.judge.graph().clone(),
                 move |team: &TeamState| {
-                    AgentState::new(format!(
+                    agent_input(team, format!(
                         "Task: {}\n\nThe debaters ({everyone}) argued over {rounds} rounds:\n\n{}\n\nYou are the judge. Weigh the arguments and decide: reply with the final answer to the task, and briefly why.",
                         team.task,
                         transcript(team)

@@ -77,6 +77,10 @@ pub struct TeamState {
     /// The team's answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// The user the team works for: each agent's run acts for them, so their budgets, rate
+    /// limits, permissions and remembered approvals apply (see [`with_user`](Self::with_user)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 impl TeamState {
@@ -89,6 +93,21 @@ impl TeamState {
             ..Self::default()
         }
     }
+
+    /// The team works for `user`: every agent's run acts for them, as
+    /// [`AgentRun::user`](crate::agent::AgentRun::user) makes a single agent's.
+    #[must_use]
+    pub fn with_user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+}
+
+/// The state an agent of the team starts a run on: `prompt`, acting for the team's user.
+pub(crate) fn agent_input(team: &TeamState, prompt: impl Into<String>) -> AgentState {
+    let mut state = AgentState::new(prompt);
+    state.user.clone_from(&team.user);
+    state
 }
 
 // serde's `skip_serializing_if` passes a reference.

@@ -1,7 +1,7 @@
 //! [`PlanAndExecute`]: plan, execute the steps with a worker, re-plan until done.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, answer, directive};
+use crate::architecture::{TeamState, agent_input, answer, directive};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// A planner writes steps, an executor carries them out one by one, and a replanner either
@@ -106,7 +106,7 @@ impl PlanAndExecute {
                 "planner",
                 self.planner.graph().clone(),
                 |team: &TeamState| {
-                    AgentState::new(format!(
+                    agent_input(team, format!(
                         "Task: {}\n\nWrite a short plan to do it: one step per line, nothing else.",
                         team.task
                     ))
@@ -121,7 +121,7 @@ impl PlanAndExecute {
                 self.executor.graph().clone(),
                 |team: &TeamState| {
                     let step = team.plan.first().cloned().unwrap_or_default();
-                    AgentState::new(format!(
+                    agent_input(team, format!(
                         "Task: {}\n\nDone so far:\n{}\n\nDo this step now and report the result: {step}",
                         team.task,
                         progress(team)
@@ -142,7 +142,7 @@ impl PlanAndExecute {
                 "replanner",
                 self.replanner.graph().clone(),
                 |team: &TeamState| {
-                    AgentState::new(format!(
+                    agent_input(team, format!(
                         "Task: {}\n\nDone so far:\n{}\n\nIf the task is complete, reply `DONE: <final answer>`. Otherwise reply with the remaining steps, one per line.",
                         team.task,
                         progress(team)

@@ -2,7 +2,7 @@
 //! so far until the critic accepts.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, directive, record_draft, record_said};
+use crate::architecture::{TeamState, agent_input, directive, record_draft, record_said};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// An actor answers the task; a critic (the evaluator) accepts the answer or critiques it;
@@ -98,13 +98,13 @@ impl Reflexion {
             .subgraph(
                 "actor",
                 self.actor.graph().clone(),
-                |team: &TeamState| AgentState::new(actor_prompt(team)),
+                |team: &TeamState| agent_input(team, actor_prompt(team)),
                 record_draft,
             )
             .subgraph(
                 "critic",
                 self.critic.graph().clone(),
-                |team: &TeamState| AgentState::new(critic_prompt(team)),
+                |team: &TeamState| agent_input(team, critic_prompt(team)),
                 move |team: &mut TeamState, state: AgentState| {
                     let text = record_said(team, "critic", &state);
                     if accepts(&text) {

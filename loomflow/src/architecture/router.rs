@@ -1,7 +1,7 @@
 //! [`Router`]: one classification step sends the task to one worker.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, answer, find_member, roster};
+use crate::architecture::{Member, TeamState, agent_input, answer, find_member, roster};
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
@@ -76,7 +76,7 @@ impl Router {
                 "router",
                 self.classifier.graph().clone(),
                 move |team: &TeamState| {
-                    AgentState::new(format!(
+                    agent_input(team, format!(
                         "Task: {}\n\nWorkers:\n{roster}\n\nAnswer with the name of the one worker best suited to the task, and nothing else.",
                         team.task
                     ))
@@ -97,7 +97,7 @@ impl Router {
                 .subgraph(
                     worker.name.clone(),
                     worker.agent.graph().clone(),
-                    |team: &TeamState| AgentState::new(&team.task),
+                    |team: &TeamState| agent_input(team, &team.task),
                     move |team: &mut TeamState, state: AgentState| {
                         let text = answer(&state);
                         team.path.push(name.clone());

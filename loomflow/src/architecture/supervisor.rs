@@ -2,7 +2,7 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    Member, TeamState, answer, directive, find_member, roster, split_directive,
+    Member, TeamState, agent_input, answer, directive, find_member, roster, split_directive,
 };
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
@@ -90,7 +90,7 @@ impl Supervisor {
                 self.supervisor.graph().clone(),
                 move |team: &TeamState| {
                     let progress: Vec<&str> = team.messages.iter().skip(1).map(Message::text).collect();
-                    AgentState::new(format!(
+                    agent_input(team, format!(
                         "Task: {}\n\nWorkers:\n{roster}\n\nProgress so far:\n{}\n\nReply with one line: `<worker>: <instruction>` to delegate, or `FINISH: <final answer>` when the task is done.",
                         team.task,
                         if progress.is_empty() { "(nothing yet)".to_owned() } else { progress.join("\n") }
@@ -122,12 +122,15 @@ impl Supervisor {
                     worker.agent.graph().clone(),
                     |team: &TeamState| {
                         let instruction = team.instruction.clone().filter(|i| !i.is_empty());
-                        AgentState::new(match instruction {
-                            Some(instruction) => {
-                                format!("{instruction}\n\n(Overall task: {})", team.task)
-                            }
-                            None => team.task.clone(),
-                        })
+                        agent_input(
+                            team,
+                            match instruction {
+                                Some(instruction) => {
+                                    format!("{instruction}\n\n(Overall task: {})", team.task)
+                                }
+                                None => team.task.clone(),
+                            },
+                        )
                     },
                     move |team: &mut TeamState, state: AgentState| {
                         team.path.push(name.clone());

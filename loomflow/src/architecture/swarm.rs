@@ -1,7 +1,7 @@
 //! [`Swarm`]: agents hand the conversation to each other through handoff tools.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, answer, compile_checked};
+use crate::architecture::{Member, TeamState, agent_input, answer, compile_checked};
 use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 
 /// Agents that pass the conversation along: each gets a `transfer_to_<name>` tool for every
@@ -111,7 +111,7 @@ impl Swarm {
                     member.name.clone(),
                     agent.graph().clone(),
                     |team: &TeamState| {
-                        let mut state = AgentState::new(&team.task);
+                        let mut state = agent_input(team, &team.task);
                         state.messages = team.messages.clone().into();
                         state
                     },
