@@ -46,6 +46,17 @@ impl Errors {
     }
 }
 
+/// An identifier as users write it in strings: `r#match` is `match`. The names `#[node]`,
+/// `#[tool]` and `#[agent]` derive from a fn or struct are looked up by that text
+/// (`.edge(START, "match")`, the tool name a model sends).
+pub(crate) fn unraw(ident: &syn::Ident) -> String {
+    let text = ident.to_string();
+    match text.strip_prefix("r#") {
+        Some(bare) => bare.to_owned(),
+        None => text,
+    }
+}
+
 /// The text of `///` comments, lines trimmed and joined, or `None` when there is none.
 pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
     let mut lines = Vec::new();

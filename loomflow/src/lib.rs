@@ -163,7 +163,8 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// The function takes `&mut S` (the state) and optionally `&Context`, and returns `()` or a
 /// `Result<(), E>` with `E: Into<loomflow::Error>`. The macro turns the name into a unit
 /// value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is named after the
-/// function (override with `#[node(name = "...")]`); the doc comment becomes its description.
+/// function, without the `r#` of a raw identifier (`r#match` is the node `"match"`; override
+/// with `#[node(name = "...")]`); the doc comment becomes its description.
 /// The original body stays callable as `name::call(state, ctx)`. A state type that is not a
 /// [`State`] is reported at the `&mut S` parameter.
 ///
@@ -226,7 +227,8 @@ pub use loomflow_macros::agent;
 ///
 /// The macro turns the name into a unit value implementing `Tool`: pass it to
 /// [`ToolHost::with`](tool::ToolHost::with). The tool is named after the function; the doc
-/// comment's first paragraph is its description. The original body stays callable as
+/// comment's first paragraph is its description (a raw identifier's `r#` is dropped:
+/// `r#type` is the tool `type`). The original body stays callable as
 /// `name::call(...)`. As with [`node`], the value is a `static` named after the function:
 /// where it is in scope, a local binding of the same name is refused with "let bindings
 /// cannot shadow statics" (E0530); rename the binding or refer to the tool by path.

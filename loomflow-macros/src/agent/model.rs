@@ -3,7 +3,7 @@
 use syn::{Data, DeriveInput};
 
 use super::attr::AgentArgs;
-use crate::common::doc_text;
+use crate::common::{doc_text, unraw};
 
 pub(crate) struct AgentModel {
     pub(crate) input: DeriveInput,
@@ -59,7 +59,7 @@ impl AgentModel {
         let name = args
             .name
             .as_ref()
-            .map_or_else(|| to_snake(&input.ident.to_string()), syn::LitStr::value);
+            .map_or_else(|| to_snake(&unraw(&input.ident)), syn::LitStr::value);
         Ok(Self {
             input,
             args,

@@ -4,7 +4,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn, Type};
 
 use super::attr::NodeArgs;
-use crate::common::doc_text;
+use crate::common::{doc_text, unraw};
 
 pub(crate) struct NodeModel {
     pub(crate) func: ItemFn,
@@ -82,9 +82,7 @@ impl NodeModel {
                 "#[node] functions take the state as their first parameter, as `&mut S`",
             ));
         }
-        let name = args
-            .name
-            .map_or_else(|| sig.ident.to_string(), |n| n.value());
+        let name = args.name.map_or_else(|| unraw(&sig.ident), |n| n.value());
         let state_ty = match (errors.finish(), state_ty) {
             (Ok(()), Some(state_ty)) => state_ty,
             (result, state_ty) => {

@@ -5,7 +5,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, Pat, Type};
 
 use super::attr::ToolArgs;
-use crate::common::doc_text;
+use crate::common::{doc_text, unraw};
 
 /// One parameter of the function, as the generated code passes it.
 pub(crate) enum Param {
@@ -189,11 +189,6 @@ fn is_model_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
-fn unraw(ident: &Ident) -> String {
-    let text = ident.to_string();
-    text.strip_prefix("r#").map_or(text.clone(), str::to_owned)
 }
 
 /// `&ToolContext` (any path ending in `ToolContext`), shared, not mutable.

@@ -1,0 +1,47 @@
+//! The names `#[node]` and `#[tool]` derive from a fn: a raw identifier's `r#` is dropped.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use loomflow::prelude::*;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Count {
+    n: u32,
+}
+
+/// A node whose name is a Rust keyword, written as a raw identifier.
+#[node]
+async fn r#match(state: &mut Count) {
+    state.n += 1;
+}
+
+/// A tool whose name is a Rust keyword, written as a raw identifier.
+#[tool]
+fn r#type(n: u32) -> u32 {
+    n
+}
+
+/// A node named `r#match` is the node `"match"`, the name `.edge(..)` wires it by.
+#[tokio::test]
+async fn a_raw_identifier_node_is_named_and_wired_without_r_hash() {
+    assert_eq!(Node::<Count>::name(&r#match), "match");
+    let graph = Graph::new("g")
+        .node(r#match)
+        .edge(START, "match")
+        .edge("match", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", Count::default())
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(out.n, 1);
+}
+
+/// A tool named `r#type` is the tool `"type"`, the name a model calls it by.
+#[test]
+fn a_raw_identifier_tool_is_named_without_r_hash() {
+    assert_eq!(r#type.spec().name, "type");
+}
