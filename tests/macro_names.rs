@@ -1,4 +1,6 @@
-//! The names `#[node]` and `#[tool]` derive from a fn: a raw identifier's `r#` is dropped.
+//! The names `#[node]`, `#[tool]` and `#[agent]` derive from a fn or a struct: a raw
+//! identifier's `r#` is dropped, and an agent's default name is its struct's name in snake
+//! case, an acronym as one word.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -8,6 +10,10 @@ use loomflow::prelude::*;
 struct Count {
     n: u32,
 }
+
+/// You repeat what you are told.
+#[agent(model = "echo")]
+struct HTTPHelper;
 
 /// A node whose name is a Rust keyword, written as a raw identifier.
 #[node]
@@ -44,4 +50,10 @@ async fn a_raw_identifier_node_is_named_and_wired_without_r_hash() {
 #[test]
 fn a_raw_identifier_tool_is_named_without_r_hash() {
     assert_eq!(r#type.spec().name, "type");
+}
+
+/// An agent's default name is snake case with an acronym as one word, as documented.
+#[test]
+fn an_agents_default_name_keeps_an_acronym_as_one_word() {
+    assert_eq!(HTTPHelper::agent().unwrap().name(), "http_helper");
 }

@@ -69,17 +69,47 @@ impl AgentModel {
     }
 }
 
+/// The struct's name in snake case, with word boundaries where `heck` puts them: before a
+/// capital that follows a lowercase letter or a digit, and before the last capital of an
+/// acronym that a lowercase letter follows. `HTTPHelper` is `http_helper`, `MyAPI` is
+/// `my_api`, `Agent2Go` is `agent2_go`; existing underscores are kept, never doubled.
 fn to_snake(ident: &str) -> String {
+    let chars: Vec<char> = ident.chars().collect();
     let mut out = String::with_capacity(ident.len() + 4);
-    for (i, c) in ident.chars().enumerate() {
-        if c.is_uppercase() {
-            if i > 0 {
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            let prev = chars[i - 1];
+            let next_is_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+            let after_word = prev.is_lowercase() || prev.is_ascii_digit();
+            let ends_acronym = prev.is_uppercase() && next_is_lower;
+            if after_word || ends_acronym {
                 out.push('_');
             }
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(c);
         }
+        out.extend(c.to_lowercase());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_snake;
+
+    #[test]
+    fn default_agent_names_are_snake_case_with_acronyms_as_one_word() {
+        for (ident, name) in [
+            ("Parrot", "parrot"),
+            ("ResearchAgent", "research_agent"),
+            ("HTTPHelper", "http_helper"),
+            ("MyAPI", "my_api"),
+            ("MyAPIClient", "my_api_client"),
+            ("Agent2Go", "agent2_go"),
+            ("V2Agent", "v2_agent"),
+            ("Already_Snake", "already_snake"),
+            ("A", "a"),
+            ("AB", "ab"),
+        ] {
+            assert_eq!(to_snake(ident), name, "{ident}");
+        }
+    }
 }
