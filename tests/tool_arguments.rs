@@ -1,14 +1,16 @@
 //! A model's arguments for a `#[tool]`, through the host: every error names the field, the
 //! schema and the decoder agree (integral floats, integer ranges, lengths), the strict
-//! form's `null`s are accepted, unknown fields are refused, and a `Result` alias is fallible.
+//! form's `null`s are accepted, unknown fields are refused (with a whole-struct argument
+//! too, unless the struct takes extra fields), and a `Result` alias is fallible.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use loomflow::model::ToolCall;
 use loomflow::prelude::*;
-use loomflow::tool::{DispatchContext, ToolOutcome};
+use loomflow::tool::{DispatchContext, ToolContext, ToolOutcome};
 use serde_json::Value;
 
 /// Add two numbers.
@@ -74,6 +76,22 @@ fn retry(args: Retry) -> String {
     format!("{}:{}", args.name, args.retries)
 }
 
+/// A label with any extra fields the model wants to add.
+#[derive(Deserialize, JsonSchema)]
+struct Label {
+    /// The label's name.
+    name: String,
+    /// Anything else.
+    #[serde(flatten)]
+    extra: BTreeMap<String, String>,
+}
+
+/// Label something.
+#[tool]
+fn label(args: Label) -> String {
+    format!("{}:{}", args.name, args.extra.len())
+}
+
 /// A project's own alias for results.
 type ToolResult<T> = Result<T, String>;
 
@@ -98,6 +116,7 @@ fn host() -> ToolHost {
         .with(weather)
         .with(retry)
         .with(aliased)
+        .with(label)
 }
 
 async fn run(name: &str, arguments: Value) -> ToolOutcome {
@@ -213,4 +232,37 @@ async fn an_err_through_an_alias_of_result_is_a_failed_call() {
         run("aliased", json!({ "fail": false })).await.content,
         "fine"
     );
+}
+
+/// A single struct argument is the arguments object; like the plain form, it refuses a field
+/// the struct does not have, through the host and when called directly.
+#[tokio::test]
+async fn a_whole_struct_argument_refuses_an_unknown_field_by_name() {
+    let spec = host().get("retry").unwrap().spec().clone();
+    assert_eq!(spec.parameters["additionalProperties"], json!(false));
+    let message = error("retry", json!({ "name": "upload", "bogus": 1 })).await;
+    assert!(message.contains("unexpected field `bogus`"), "{message}");
+    let direct = retry
+        .call(
+            json!({ "name": "upload", "bogus": 1 }),
+            &ToolContext::new("s", None, "c1"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        direct.to_string().contains("unexpected field `bogus`"),
+        "{direct}"
+    );
+    let outcome = run("retry", json!({ "name": "upload" })).await;
+    assert_eq!(outcome.content, "upload:0");
+}
+
+/// A struct that takes extra fields (a `#[serde(flatten)]` map) still gets them.
+#[tokio::test]
+async fn a_whole_struct_with_a_flattened_map_accepts_extra_fields() {
+    let spec = host().get("label").unwrap().spec().clone();
+    assert_ne!(spec.parameters["additionalProperties"], json!(false));
+    let outcome = run("label", json!({ "name": "bug", "color": "red" })).await;
+    assert!(!outcome.is_error, "{}", outcome.content);
+    assert_eq!(outcome.content, "bug:1");
 }

@@ -242,9 +242,11 @@ pub use loomflow_macros::agent;
 /// - **`&ToolContext`** parameters (session, user, call id) are injected and not in the schema.
 /// - **Arguments** are checked against the schema before the body runs, and every error
 ///   names the field (``field `hosts[1].addr`: ...``). Fields that are not parameters are
-///   refused (the schema says `additionalProperties: false`). An integral float (`3.0`) is
-///   accepted for an integer within the range of its type, and `null` for an optional
-///   parameter is the parameter left out, as OpenAI's strict mode sends it.
+///   refused (the schema says `additionalProperties: false`), with a whole-struct argument
+///   too unless the struct itself accepts extra fields (a `#[serde(flatten)]` map). An
+///   integral float (`3.0`) is accepted for an integer within the range of its type, and
+///   `null` for an optional parameter is the parameter left out, as OpenAI's strict mode
+///   sends it.
 /// - **The return value** is serialized. A `Result<T, E>` with `E: Display` makes a
 ///   fallible tool: `Err` becomes a failed call the model reads. An alias of `Result`
 ///   (`type ToolResult<T> = Result<T, String>`) is fallible too.

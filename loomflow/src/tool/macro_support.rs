@@ -17,24 +17,52 @@ pub fn tool_arguments_schema<A: schemars::JsonSchema>() -> Value {
 
 /// The schema of a single argument's type when it is an object with named fields (then the
 /// model's arguments are that type itself), or `None`.
+///
+/// Like the arguments struct the macro generates, it refuses fields it does not name: the
+/// root object gets `additionalProperties: false`, unless the type already says what extra
+/// fields may be (a `#[serde(flatten)]` map makes schemars write `additionalProperties`) or
+/// its fields come from `allOf`/`anyOf`/`oneOf`/`$ref` (a flattened enum), which a
+/// root-level `false` would wrongly refuse.
 pub fn whole_argument_schema<T: schemars::JsonSchema>() -> Option<Value> {
-    let schema = schema_for::<T>();
-    let is_struct = schema.get("type").and_then(Value::as_str) == Some("object")
-        && schema
+    let mut schema = schema_for::<T>();
+    let map = schema.as_object_mut()?;
+    let is_struct = map.get("type").and_then(Value::as_str) == Some("object")
+        && map
             .get("properties")
             .and_then(Value::as_object)
             .is_some_and(|p| !p.is_empty());
-    is_struct.then_some(schema)
+    if !is_struct {
+        return None;
+    }
+    let open = [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "$ref",
+    ]
+    .iter()
+    .any(|key| map.contains_key(*key));
+    if !open {
+        map.insert("additionalProperties".to_owned(), Value::Bool(false));
+    }
+    Some(schema)
 }
 
 /// Deserializes the model's arguments (already checked against `schema` by the host),
 /// after normalizing them: `null` for an optional field is dropped and an integral float
-/// for an integer field becomes an integer.
+/// for an integer field becomes an integer. A top-level field the schema refuses
+/// (`additionalProperties: false`) is refused here too, so that a tool called directly,
+/// not through the host, refuses it as well: serde alone would ignore it in a user's
+/// whole-struct argument type.
 ///
 /// # Errors
 ///
-/// [`ToolError::InvalidArguments`] with serde's message, prefixed with the path of the field
-/// it is about (``field `xs[2]`: ...``).
+/// [`ToolError::InvalidArguments`] naming an unexpected field (``unexpected field `x` ``), or
+/// with serde's message, prefixed with the path of the field it is about
+/// (``field `xs[2]`: ...``).
 pub fn parse_tool_arguments<A: DeserializeOwned>(
     tool: &str,
     schema: &Value,
@@ -45,6 +73,12 @@ pub fn parse_tool_arguments<A: DeserializeOwned>(
         other => other,
     };
     normalize_arguments(schema, &mut arguments);
+    if let Some(field) = unexpected_field(schema, &arguments) {
+        return Err(ToolError::InvalidArguments {
+            tool: tool.to_owned(),
+            message: format!("unexpected field `{field}`"),
+        });
+    }
     serde_path_to_error::deserialize(arguments).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
@@ -58,6 +92,20 @@ pub fn parse_tool_arguments<A: DeserializeOwned>(
             message,
         }
     })
+}
+
+/// The first top-level field of `arguments` that `schema` does not name, when its
+/// `additionalProperties` is `false`.
+fn unexpected_field<'a>(schema: &Value, arguments: &'a Value) -> Option<&'a str> {
+    if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
+        return None;
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    arguments
+        .as_object()?
+        .keys()
+        .find(|key| !properties.is_some_and(|p| p.contains_key(*key)))
+        .map(String::as_str)
 }
 
 /// Serializes a tool's plain return value.
