@@ -247,9 +247,10 @@ pub use loomflow_macros::agent;
 ///   integral float (`3.0`) is accepted for an integer within the range of its type, and
 ///   `null` for an optional parameter is the parameter left out, as OpenAI's strict mode
 ///   sends it.
-/// - **The return value** is serialized. A `Result<T, E>` with `E: Display` makes a
-///   fallible tool: `Err` becomes a failed call the model reads. An alias of `Result`
-///   (`type ToolResult<T> = Result<T, String>`) is fallible too.
+/// - **The return value** is serialized. A `Result<T, E>` makes a fallible tool: `Err`
+///   becomes a failed call the model reads, as `E`'s `Display` text. An alias of `Result`
+///   (`type ToolResult<T> = Result<T, String>`) is fallible too. An `E` that is not
+///   `Display` is a compile error, spelled out or through an alias.
 /// - **Sync or async**: a sync body runs on tokio's blocking pool
 ///   (`tokio::task::spawn_blocking`), with its arguments moved there and `&ToolContext` a
 ///   clone, so it may block: the calls of one turn run together and the host's timeout
@@ -331,7 +332,7 @@ pub mod prelude {
 pub mod __private {
     pub use crate::graph::{BoxFuture, IntoNodeResult, NodeResult};
     pub use crate::tool::macro_support::{
-        FallibleOutput, FallibleOutputKind, IntoToolResult, PlainOutput, PlainOutputKind,
+        FallibleOutput, FallibleOutputKind, PlainOutput, PlainOutputKind, ToolErrorText,
         parse_tool_arguments, plain_tool_output, run_blocking_tool, tool_arguments_schema,
         whole_argument_schema,
     };

@@ -84,8 +84,10 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
                     .convert(__loomflow_output, #name)
             }
         },
+        // The same conversion as an alias's, so that both refuse a non-`Display` error
+        // with the same message.
         Output::Result => quote_spanned! {model.output_span=>
-            #private::IntoToolResult::into_tool_result(__loomflow_output, #name)
+            #private::FallibleOutput.convert(__loomflow_output, #name)
         },
     };
     // A sync body runs on tokio's blocking pool, so that it does not hold up the task that

@@ -123,26 +123,22 @@ pub fn plain_tool_output<T: Serialize + ?Sized>(
     })
 }
 
-/// A fallible tool's return value: `Ok` is serialized, `Err` becomes [`ToolError::Failed`]
-/// with the error's `Display` text.
-pub trait IntoToolResult {
-    /// Converts the value.
-    ///
-    /// # Errors
-    ///
-    /// [`ToolError::Failed`] for an `Err`, or an `Ok` that does not serialize.
-    fn into_tool_result(self, tool: &str) -> Result<Value, ToolError>;
+/// The text a fallible tool's `Err` is reported with: its `Display`. A trait of its own so
+/// that a `Result` whose error is not `Display` is refused with a message that says why,
+/// the same whether the return type is spelled `Result<..>` or is an alias of it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is the error type of a #[tool]'s `Result`, and must implement `Display`",
+    label = "an `Err` is reported to the model as its `Display` text",
+    note = "implement `Display` for `{Self}`, or map the error to a `String`"
+)]
+pub trait ToolErrorText {
+    /// The error's text.
+    fn tool_error_text(&self) -> String;
 }
 
-impl<T: Serialize, E: Display> IntoToolResult for Result<T, E> {
-    fn into_tool_result(self, tool: &str) -> Result<Value, ToolError> {
-        match self {
-            Ok(value) => plain_tool_output(tool, &value),
-            Err(error) => Err(ToolError::Failed {
-                tool: tool.to_owned(),
-                message: error.to_string(),
-            }),
-        }
+impl<E: Display + ?Sized> ToolErrorText for E {
+    fn tool_error_text(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -172,11 +168,14 @@ where
     }
 }
 
-/// How a return value not spelled `Result<..>` becomes a result is chosen by its type
-/// (autoref specialisation): a `Result` under another name (an alias) is fallible, through
+/// How a return value becomes a result is chosen by its type (autoref specialisation): any
+/// `Result`, spelled out or under another name (an alias), is fallible, through
 /// [`FallibleOutputKind`]; anything else is a plain value, through [`PlainOutputKind`]. The
 /// generated code calls `(&output).tool_output_kind().convert(output, tool)`, with both
-/// traits in scope: method lookup tries `&Result<T, E>` before `&&R`.
+/// traits in scope: method lookup tries `&Result<T, E>` before `&&R`. The kind is picked
+/// whatever `T` and `E` are, and [`FallibleOutput::convert`] then requires `T: Serialize`
+/// and `E: Display`: were the bounds on the kind, a `Result` with a non-`Display` error
+/// would fall through to the plain kind and its `Err` would reach the model as a success.
 #[derive(Debug)]
 pub struct FallibleOutput;
 
@@ -184,7 +183,7 @@ pub struct FallibleOutput;
 #[derive(Debug)]
 pub struct PlainOutput;
 
-/// Picks [`FallibleOutput`] for a `Result` whose error is `Display`.
+/// Picks [`FallibleOutput`] for any `Result`.
 pub trait FallibleOutputKind {
     /// The conversion to use.
     fn tool_output_kind(&self) -> FallibleOutput {
@@ -192,7 +191,7 @@ pub trait FallibleOutputKind {
     }
 }
 
-impl<T: Serialize, E: Display> FallibleOutputKind for Result<T, E> {}
+impl<T, E> FallibleOutputKind for Result<T, E> {}
 
 /// Picks [`PlainOutput`] for any other value.
 pub trait PlainOutputKind {
@@ -205,17 +204,23 @@ pub trait PlainOutputKind {
 impl<T: ?Sized> PlainOutputKind for &T {}
 
 impl FallibleOutput {
-    /// `Ok` is serialized, `Err` is a failed call.
+    /// `Ok` is serialized, `Err` is a failed call with the error's `Display` text.
     ///
     /// # Errors
     ///
-    /// As [`IntoToolResult::into_tool_result`].
-    pub fn convert<T: Serialize, E: Display>(
+    /// [`ToolError::Failed`] for an `Err`, or an `Ok` that does not serialize.
+    pub fn convert<T: Serialize, E: ToolErrorText>(
         self,
         output: Result<T, E>,
         tool: &str,
     ) -> Result<Value, ToolError> {
-        output.into_tool_result(tool)
+        match output {
+            Ok(value) => plain_tool_output(tool, &value),
+            Err(error) => Err(ToolError::Failed {
+                tool: tool.to_owned(),
+                message: error.tool_error_text(),
+            }),
+        }
     }
 }
 
