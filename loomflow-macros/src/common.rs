@@ -57,6 +57,65 @@ pub(crate) fn unraw(ident: &syn::Ident) -> String {
     }
 }
 
+/// The first `impl Trait` anywhere in `ty` (`Option<impl Into<String>>`, `&mut impl State`),
+/// which generated code cannot name: the macros refuse it with their own message rather
+/// than let rustc report E0562 inside the expansion.
+pub(crate) fn find_impl_trait(ty: &syn::Type) -> Option<&syn::TypeImplTrait> {
+    use syn::Type;
+    match ty {
+        Type::ImplTrait(found) => Some(found),
+        Type::Array(t) => find_impl_trait(&t.elem),
+        Type::Group(t) => find_impl_trait(&t.elem),
+        Type::Paren(t) => find_impl_trait(&t.elem),
+        Type::Ptr(t) => find_impl_trait(&t.elem),
+        Type::Reference(t) => find_impl_trait(&t.elem),
+        Type::Slice(t) => find_impl_trait(&t.elem),
+        Type::Tuple(t) => t.elems.iter().find_map(find_impl_trait),
+        Type::BareFn(t) => t
+            .inputs
+            .iter()
+            .find_map(|arg| find_impl_trait(&arg.ty))
+            .or_else(|| return_impl_trait(&t.output)),
+        Type::Path(t) => t
+            .qself
+            .as_ref()
+            .and_then(|q| find_impl_trait(&q.ty))
+            .or_else(|| path_impl_trait(&t.path)),
+        Type::TraitObject(t) => t.bounds.iter().find_map(|bound| match bound {
+            syn::TypeParamBound::Trait(bound) => path_impl_trait(&bound.path),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+fn return_impl_trait(output: &syn::ReturnType) -> Option<&syn::TypeImplTrait> {
+    match output {
+        syn::ReturnType::Type(_, ty) => find_impl_trait(ty),
+        syn::ReturnType::Default => None,
+    }
+}
+
+fn path_impl_trait(path: &syn::Path) -> Option<&syn::TypeImplTrait> {
+    path.segments
+        .iter()
+        .find_map(|segment| match &segment.arguments {
+            syn::PathArguments::AngleBracketed(args) => {
+                args.args.iter().find_map(|arg| match arg {
+                    syn::GenericArgument::Type(ty) => find_impl_trait(ty),
+                    syn::GenericArgument::AssocType(assoc) => find_impl_trait(&assoc.ty),
+                    _ => None,
+                })
+            }
+            syn::PathArguments::Parenthesized(args) => args
+                .inputs
+                .iter()
+                .find_map(find_impl_trait)
+                .or_else(|| return_impl_trait(&args.output)),
+            syn::PathArguments::None => None,
+        })
+}
+
 /// The text of `///` comments, lines trimmed and joined, or `None` when there is none.
 pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
     let mut lines = Vec::new();

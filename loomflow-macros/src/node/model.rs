@@ -4,7 +4,10 @@ use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn, Type};
 
 use super::attr::NodeArgs;
-use crate::common::{doc_text, unraw};
+use crate::common::{doc_text, find_impl_trait, unraw};
+
+const NOT_GENERIC: &str =
+    "#[node] functions cannot be generic: the node's state type must be concrete";
 
 pub(crate) struct NodeModel {
     pub(crate) func: ItemFn,
@@ -38,10 +41,7 @@ impl NodeModel {
             errors.push_spanned(sig.fn_token, "#[node] functions must be `async fn`");
         }
         if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-            errors.push_spanned(
-                &sig.generics,
-                "#[node] functions cannot be generic: the node's state type must be concrete",
-            );
+            errors.push_spanned(&sig.generics, NOT_GENERIC);
         }
         if let Some(variadic) = &sig.variadic {
             errors.push_spanned(variadic, "#[node] functions cannot be variadic");
@@ -58,7 +58,10 @@ impl NodeModel {
                 ),
                 FnArg::Typed(pat_type) => match (post_increment(&mut typed_index), &*pat_type.ty) {
                     (0, Type::Reference(r)) if r.mutability.is_some() => {
-                        state_ty = Some((*r.elem).clone());
+                        match find_impl_trait(&r.elem) {
+                            Some(impl_trait) => errors.push_spanned(impl_trait, NOT_GENERIC),
+                            None => state_ty = Some((*r.elem).clone()),
+                        }
                     }
                     (0, other) => errors.push_spanned(
                         other,

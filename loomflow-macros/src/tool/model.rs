@@ -5,7 +5,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, Pat, Type};
 
 use super::attr::ToolArgs;
-use crate::common::{doc_text, unraw};
+use crate::common::{doc_text, find_impl_trait, unraw};
 
 /// One parameter of the function, as the generated code passes it.
 pub(crate) enum Param {
@@ -90,7 +90,7 @@ impl ToolModel {
                             continue;
                         }
                     };
-                    if let Type::ImplTrait(impl_trait) = &*pat_type.ty {
+                    if let Some(impl_trait) = find_impl_trait(&pat_type.ty) {
                         errors.push_spanned(
                             impl_trait,
                             "#[tool] parameters cannot be `impl Trait`: the argument schema needs concrete types",
