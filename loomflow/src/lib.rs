@@ -166,7 +166,9 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// function, without the `r#` of a raw identifier (`r#match` is the node `"match"`; override
 /// with `#[node(name = "...")]`); the doc comment becomes its description.
 /// The original body stays callable as `name::call(state, ctx)`. A state type that is not a
-/// [`State`] is reported at the `&mut S` parameter.
+/// [`State`] is reported at the `&mut S` parameter. The fn must be a free function (at module
+/// level): the macro declares a struct and a `static` beside it, which an `impl` block cannot
+/// hold, so on an associated fn rustc reports errors about the expansion instead.
 ///
 /// # The name
 ///
@@ -230,7 +232,8 @@ pub use loomflow_macros::agent;
 /// [`ToolHost::with`](tool::ToolHost::with). The tool is named after the function; the doc
 /// comment's first paragraph is its description (a raw identifier's `r#` is dropped:
 /// `r#type` is the tool `type`). The original body stays callable as
-/// `name::call(...)`. As with [`node`], the value is a `static` named after the function:
+/// `name::call(...)`. As with [`node`], the fn must be a free function, not inside an `impl`
+/// block, and the value is a `static` named after the function:
 /// where it is in scope, a local binding of the same name is refused with "let bindings
 /// cannot shadow statics" (E0530); rename the binding or refer to the tool by path.
 ///
