@@ -937,9 +937,9 @@ async fn a_team_for_a_user_spends_that_users_budget() {
     };
     let worker = Agent::builder("You answer.")
         .name("answers")
-        .model(ScriptedModel::new(
-            (0..4).map(|i| ModelResponse::text(format!("answer {i}")).with_usage(used)),
-        ))
+        .model(ScriptedModel::new((0..4).map(|i| {
+            ModelResponse::text(format!("answer {i}")).with_usage(used)
+        })))
         .budget(Budget::default().max_tokens_per_user(150))
         .build()
         .unwrap();
