@@ -116,7 +116,10 @@ fn path_impl_trait(path: &syn::Path) -> Option<&syn::TypeImplTrait> {
         })
 }
 
-/// The text of `///` comments, lines trimmed and joined, or `None` when there is none.
+/// The text of `///` comments, or `None` when there is none: the lines joined, less the
+/// indentation they all share (the space after `///`), so that a list or a code block in
+/// an agent's instructions keeps its own indentation; trailing spaces and blank lines at
+/// either end are dropped.
 pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
     let mut lines = Vec::new();
     for attr in attrs {
@@ -129,10 +132,21 @@ pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
                 ..
             }) = &nv.value
         {
-            lines.push(s.value().trim().to_owned());
+            // A `/** */` block is one attribute of several lines.
+            lines.extend(s.value().split('\n').map(|line| line.trim_end().to_owned()));
         }
     }
-    let text = lines.join("\n").trim().to_owned();
+    let indent = lines
+        .iter()
+        .filter(|line| !line.is_empty())
+        .map(|line| line.len() - line.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let lines: Vec<&str> = lines
+        .iter()
+        .map(|line| line.get(indent..).unwrap_or_default())
+        .collect();
+    let text = lines.join("\n").trim_matches('\n').to_owned();
     (!text.is_empty()).then_some(text)
 }
 
@@ -200,4 +214,32 @@ pub(crate) fn has_receiver(func: &ItemFn) -> bool {
         .inputs
         .iter()
         .any(|input| matches!(input, syn::FnArg::Receiver(_)))
+}
+
+#[cfg(test)]
+mod doc_tests {
+    use super::doc_text;
+
+    #[test]
+    fn doc_text_keeps_the_indentation_inside_the_comment() {
+        let item: syn::ItemStruct = syn::parse_quote! {
+            /// You plan trips.
+            ///
+            /// Steps:
+            /// - book
+            ///   - the flight first
+            ///
+            ///     let code = 1;
+            struct Planner;
+        };
+        assert_eq!(
+            doc_text(&item.attrs).as_deref(),
+            Some("You plan trips.\n\nSteps:\n- book\n  - the flight first\n\n    let code = 1;")
+        );
+        let none: syn::ItemStruct = syn::parse_quote! {
+            ///
+            struct Empty;
+        };
+        assert_eq!(doc_text(&none.attrs), None);
+    }
 }
