@@ -1,6 +1,6 @@
 //! The names `#[node]`, `#[tool]` and `#[agent]` derive from a fn or a struct: a raw
 //! identifier's `r#` is dropped, and an agent's default name is its struct's name in snake
-//! case, an acronym as one word.
+//! case, an acronym as one word. And `#[agent]` reads a whole-number temperature.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -56,4 +56,22 @@ fn a_raw_identifier_tool_is_named_without_r_hash() {
 #[test]
 fn an_agents_default_name_keeps_an_acronym_as_one_word() {
     assert_eq!(HTTPHelper::agent().unwrap().name(), "http_helper");
+}
+
+/// You answer warmly.
+#[agent(model = "echo", temperature = 1)]
+struct Warm;
+
+/// A whole-number temperature is read as that number.
+#[tokio::test]
+async fn a_whole_number_temperature_is_a_temperature() {
+    let model = std::sync::Arc::new(loomflow::model::ScriptedModel::new([
+        loomflow::model::ModelResponse::text("hello"),
+    ]));
+    let agent = Warm::builder()
+        .model(std::sync::Arc::clone(&model))
+        .build()
+        .unwrap();
+    agent.run("hi").await.unwrap();
+    assert_eq!(model.requests()[0].temperature, Some(1.0));
 }

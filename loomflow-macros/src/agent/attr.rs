@@ -51,6 +51,22 @@ fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
     input.parse()
 }
 
+/// `= 0.7`, or a whole number (`= 1`), which is the same temperature.
+fn temperature(input: ParseStream<'_>) -> syn::Result<LitFloat> {
+    input.parse::<Token![=]>()?;
+    match input.parse::<syn::Lit>()? {
+        syn::Lit::Float(float) => Ok(float),
+        syn::Lit::Int(int) if int.suffix().is_empty() => Ok(LitFloat::new(
+            &format!("{}.0", int.base10_digits()),
+            int.span(),
+        )),
+        other => Err(syn::Error::new(
+            other.span(),
+            "expected a number for `temperature`, such as 0.7",
+        )),
+    }
+}
+
 impl Parse for Arg {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let span = input.span();
@@ -77,7 +93,7 @@ impl Parse for Arg {
             Ok(Self::Timeout(span, value(input)?))
         } else if look.peek(kw::temperature) {
             input.parse::<kw::temperature>()?;
-            Ok(Self::Temperature(span, value(input)?))
+            Ok(Self::Temperature(span, temperature(input)?))
         } else if look.peek(kw::max_tokens) {
             input.parse::<kw::max_tokens>()?;
             Ok(Self::MaxTokens(span, value(input)?))
