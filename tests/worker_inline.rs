@@ -858,3 +858,74 @@ async fn a_resume_request_taken_by_a_worker_that_shuts_down_is_applied_by_the_ne
     let answered: u32 = runtime.get_state("t").await.unwrap().unwrap();
     assert_eq!(answered, 7);
 }
+
+/// A wait that timed out under a worker times out again when its node runs again for the
+/// same step (here, to be resumed from an interrupt it raised on the timeout branch): a
+/// signal that came after the deadline does not send the node down the other branch.
+#[tokio::test]
+async fn a_wait_that_timed_out_times_out_again_when_its_node_runs_again() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let clock = Arc::new(ManualClock::new(std::time::SystemTime::now()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let payments = Arc::new(AtomicU32::new(0));
+    let paid = Arc::clone(&payments);
+    let graph: CompiledGraph<Vec<String>> = Graph::new("approval")
+        .node_fn("ask", move |log: &mut Vec<String>, ctx| {
+            let paid = Arc::clone(&paid);
+            Box::pin(async move {
+                let approved = ctx
+                    .wait_for_signal::<bool>("approve")
+                    .timeout(Duration::from_secs(3_600))
+                    .await;
+                match approved {
+                    Ok(_) => {
+                        paid.fetch_add(1, Ordering::SeqCst);
+                        log.push("paid".into());
+                    }
+                    Err(RunError::Signal(SignalError::Timeout { .. })) => {
+                        let answer: String = ctx.interrupt(json!({ "escalated": true }))?;
+                        log.push(format!("escalated: {answer}"));
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+                // And a poll that found nothing finds nothing again.
+                let late: Option<bool> = ctx.poll_signal("late").await?;
+                log.push(format!("late: {late:?}"));
+                let _: String = ctx.interrupt(json!({ "done?": true }))?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit("approval", "t", Vec::<String>::new())
+        .await
+        .unwrap();
+    worker.run_until_idle().await.unwrap();
+    clock.advance(Duration::from_secs(3_601));
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(
+        runtime.run("t").await.unwrap().record.state,
+        RunState::Interrupted
+    );
+    // The approval comes after the deadline; then a person answers the escalation.
+    runtime.signal("t", "approve", true).await.unwrap();
+    let outcome = graph.resume(&runtime, "t", "yes").await.unwrap();
+    assert_eq!(outcome.interrupts().len(), 1, "{outcome:?}");
+    // The poll found nothing; what is sent now comes after it.
+    runtime.signal("t", "late", true).await.unwrap();
+    let log = graph
+        .resume(&runtime, "t", "done")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(log, ["escalated: yes", "late: None"]);
+    assert_eq!(payments.load(Ordering::SeqCst), 0);
+}

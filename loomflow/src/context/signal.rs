@@ -120,6 +120,23 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 name: name.clone(),
                 timeout: timeout.unwrap_or_default(),
             };
+            // Where a wait that timed out says so: a node running again for the same step
+            // (resumed, recovered) times out again, whatever came after the deadline.
+            let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
+            if let Some(key) = &timeout_key
+                && runtime.store().get_journal(key).await?.is_some()
+            {
+                return Err(timed_out().into());
+            }
+            let time_out = |key: Option<JournalKey>| async move {
+                if let Some(key) = key {
+                    let marked = serde_json::Value::Bool(true);
+                    ctx.claim()
+                        .put_journal_audited(key, marked, Vec::new())
+                        .await?;
+                }
+                Err::<T, RunError>(timed_out().into())
+            };
             let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
             let mut announced = false;
             // Each pass takes the next payload; one that another process consumed first
@@ -144,7 +161,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                             }
                             continue;
                         }
-                        None if left_ms == Some(0) => return Err(timed_out().into()),
+                        None if left_ms == Some(0) => return time_out(timeout_key).await,
                         None => {
                             return Err(ctx.suspend_for_signal_with(
                                 &name,
@@ -174,6 +191,9 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     Err(RuntimeError::Signal(SignalError::Timeout { .. })) if durable => {
                         suspend = true;
                         continue;
+                    }
+                    Err(RuntimeError::Signal(SignalError::Timeout { .. })) => {
+                        return time_out(timeout_key).await;
                     }
                     Err(error) => return Err(error.into()),
                 };
@@ -350,23 +370,34 @@ impl Context {
     }
 
     /// Takes the oldest payload of signal `name` on the run's session if one is queued;
-    /// does not wait. Journaled like [`wait_for_signal`](Self::wait_for_signal).
+    /// does not wait. Journaled like [`wait_for_signal`](Self::wait_for_signal): the node,
+    /// run again for the same step (a resume, a recovery), gets what this poll got, a
+    /// payload or nothing.
     ///
     /// # Errors
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub async fn poll_signal<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
         let key = self.journal_key(&format!("signal:{name}"));
+        // Where a poll that found nothing says so: a node running again for the same step
+        // finds nothing again, whatever came since.
+        let none_key = self.journal_key(&format!("signal-none:{name}"));
         let runtime = self.runtime();
         let session = self.thread();
         if let Some(recorded) = runtime.store().get_journal(&key).await? {
             return Ok(Some(decode(session, name, recorded)?));
+        }
+        if runtime.store().get_journal(&none_key).await?.is_some() {
+            return Ok(None);
         }
         while let Some(received) = runtime.receive_now(session, name, Scope::User).await? {
             if let Some(value) = accept(self, name, received, &key, Scope::User).await? {
                 return Ok(Some(value));
             }
         }
+        self.claim()
+            .put_journal_audited(none_key, serde_json::Value::Bool(true), Vec::new())
+            .await?;
         Ok(None)
     }
 }
