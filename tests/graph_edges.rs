@@ -590,3 +590,80 @@ async fn a_join_that_fired_is_not_reported() {
     assert_eq!(done.unwrap().completed().unwrap(), 1110);
     assert!(warnings.is_empty(), "{warnings:?}");
 }
+
+/// `pay`: journals a charge of its input, then waits for the signal `go`.
+fn charge_then_wait(calls: Arc<AtomicUsize>) -> CompiledGraph<u32> {
+    Graph::new("pay")
+        .node_fn("pay", move |n: &mut u32, ctx| {
+            let calls = Arc::clone(&calls);
+            Box::pin(async move {
+                let input = *n;
+                let charged: u32 = ctx
+                    .step("charge", || async move {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, String>(input)
+                    })
+                    .await?;
+                *n = charged * 10;
+                ctx.wait_for_signal::<bool>("go").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap()
+}
+
+/// An `Exit` run abandoned after it journaled a step (its future dropped, its process
+/// gone) is seen on its row while it runs; the thread's next run, from another input, does
+/// its own step instead of being handed the abandoned run's result; and a recover of an
+/// abandoned run carries it on without doing its step again.
+#[tokio::test]
+async fn an_abandoned_exit_run_hands_its_journal_to_no_other_run() {
+    let (runtimes, _db) = runtimes("exit-abandoned");
+    for (label, runtime) in runtimes {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let graph = charge_then_wait(Arc::clone(&calls));
+        let abandon = |input: u32| {
+            let run = graph
+                .run(&runtime, "t", input)
+                .durability(Durability::Exit)
+                .start();
+            let calls = Arc::clone(&calls);
+            async move {
+                let before = calls.load(Ordering::SeqCst);
+                while calls.load(Ordering::SeqCst) == before {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                run.abort();
+                let _ = run.await;
+            }
+        };
+        abandon(1).await;
+        let row = runtime.run("t").await.unwrap().record;
+        assert_eq!((row.run, row.state), (1, RunState::Running), "{label}");
+        runtime.signal("t", "go", true).await.unwrap();
+        let state = graph
+            .run(&runtime, "t", 2)
+            .durability(Durability::Exit)
+            .wait_if_busy(std::time::Duration::from_secs(5))
+            .await
+            .unwrap()
+            .completed()
+            .unwrap();
+        assert_eq!((state, calls.load(Ordering::SeqCst)), (20, 2), "{label}");
+
+        abandon(3).await;
+        runtime.signal("t", "go", true).await.unwrap();
+        let state = graph
+            .recover(&runtime, "t")
+            .durability(Durability::Exit)
+            .wait_if_busy(std::time::Duration::from_secs(5))
+            .await
+            .unwrap()
+            .completed()
+            .unwrap();
+        assert_eq!((state, calls.load(Ordering::SeqCst)), (30, 3), "{label}");
+    }
+}

@@ -307,6 +307,15 @@ fn run_supersteps<S: State>(
             cp.start_only = status == RunStatus::Running && cp.audit.is_empty();
             writer.write(cp).await?;
             completed_written = active.is_empty();
+        } else if fresh && !active.is_empty() && shared.namespace.is_root() {
+            // `Exit`: the start is written only before the run's first journal entry, which
+            // would otherwise be filed under a number the thread's next run takes again.
+            let snapshot = SnapshotRef::new(g, &state, &active)
+                .joins(&joins.0)
+                .described();
+            let mut cp = key.step_checkpoint(&graph.inner, 0, RunStatus::Running, &snapshot)?;
+            cp.start_only = true;
+            shared.claim.reserve_start(cp);
         }
         let mut last_nodes: Vec<usize> = Vec::new();
         // Ends the run with a failed step: what was queued for the store goes first, then

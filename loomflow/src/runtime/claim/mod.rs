@@ -28,6 +28,7 @@ use super::{Runtime, RuntimeError};
 
 mod live;
 mod request;
+mod reserve;
 
 pub(crate) use live::LiveClaims;
 
@@ -95,6 +96,8 @@ struct ClaimInner {
     /// The resume requests the execution took, until a checkpoint past them (see
     /// [`request`]).
     request: request::TakenRequest,
+    /// A fresh `Exit` run's start, until its first journal entry (see [`reserve`]).
+    reserved: reserve::ReservedStart,
 }
 
 impl std::fmt::Debug for RunClaim {
@@ -212,6 +215,7 @@ impl RunClaim {
                 yield_requested: AtomicBool::new(false),
                 park_grace,
                 request: request::TakenRequest::default(),
+                reserved: reserve::ReservedStart::default(),
             }),
         }
     }
@@ -372,6 +376,7 @@ impl RunClaim {
         value: Value,
         audit: Vec<AuditEntry>,
     ) -> Result<(), StoreError> {
+        self.write_reserved_start().await?;
         let until = self.next_expiry();
         let (store, owner) = (&self.inner.store, &*self.inner.owner);
         if let Some(memory) = store.as_memory() {
@@ -396,6 +401,7 @@ impl RunClaim {
         seq: u64,
         journal: (JournalKey, Value),
     ) -> Result<bool, StoreError> {
+        self.write_reserved_start().await?;
         let until = self.next_expiry();
         let store = &self.inner.store;
         self.fenced(
