@@ -929,3 +929,61 @@ async fn a_wait_that_timed_out_times_out_again_when_its_node_runs_again() {
     assert_eq!(log, ["escalated: yes", "late: None"]);
     assert_eq!(payments.load(Ordering::SeqCst), 0);
 }
+
+/// A run parked inside a node (a signal wait, an in-memory sleep, inside a subgraph too)
+/// stops when it is cancelled from this process, as the run is cancelled between steps:
+/// its row says cancelled, and the steps after it never run.
+#[tokio::test]
+async fn cancel_reaches_a_run_waiting_inside_a_node() {
+    fn waiting(kind: &'static str) -> CompiledGraph<u32> {
+        Graph::new(kind)
+            .node_fn("wait", move |n: &mut u32, ctx| {
+                Box::pin(async move {
+                    match kind {
+                        "signal" => *n += ctx.wait_for_signal::<u32>("go").await?,
+                        _ => ctx.sleep(Duration::from_secs(3_600)).await?,
+                    }
+                    Ok(())
+                })
+            })
+            .node_sync("after", |n: &mut u32| *n += 100)
+            .edge(START, "wait")
+            .edge("wait", "after")
+            .edge("after", END)
+            .compile()
+            .unwrap()
+    }
+    let db = loomflow_tests::TempDb::new("cancel-in-node");
+    let sqlite = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let inner = waiting("signal");
+    let nested: CompiledGraph<u32> = Graph::new("outer")
+        .subgraph("inner", inner, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+        .edge(START, "inner")
+        .edge("inner", END)
+        .compile()
+        .unwrap();
+    let cases = [
+        ("signal", waiting("signal"), Runtime::in_memory()),
+        ("sleep", waiting("sleep"), Runtime::in_memory()),
+        ("sqlite signal", waiting("signal"), sqlite),
+        ("subgraph", nested, Runtime::in_memory()),
+    ];
+    for (label, graph, runtime) in cases {
+        let run = graph.start(&runtime, "t", 0);
+        // Until the run is parked in its node.
+        while runtime.run("t").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        runtime.cancel("t").await.unwrap();
+        let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
+        assert!(
+            matches!(stopped, Err(RunError::Cancelled { .. })),
+            "{label}: {stopped:?}"
+        );
+        let row = runtime.run("t").await.unwrap().record;
+        assert_eq!(row.state, RunState::Cancelled, "{label}");
+    }
+}

@@ -185,7 +185,8 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         },
                     );
                 }
-                let received = match runtime.finish_wait(wait).await {
+                let finished = ctx.claim().unless_cancelled(runtime.finish_wait(wait));
+                let received = match finished.await? {
                     Ok(received) => received,
                     // The grace is over: look once more, then suspend (or time out).
                     Err(RuntimeError::Signal(SignalError::Timeout { .. })) if durable => {

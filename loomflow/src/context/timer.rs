@@ -72,7 +72,8 @@ impl<'a> IntoFuture for Sleep<'a> {
             if self.suspend || grace.is_some_and(|grace| left > grace) {
                 return Err(ctx.suspend_for_timer(wake_at_ms));
             }
-            tokio::time::sleep(left).await;
+            let sleep = tokio::time::sleep(left);
+            ctx.claim().unless_cancelled(sleep).await?;
             Ok(())
         })
     }

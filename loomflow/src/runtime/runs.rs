@@ -306,9 +306,12 @@ impl Runtime {
     /// A run nobody is executing (queued, suspended, or whose process died) is cancelled at
     /// once: its newest checkpoint is written again as cancelled, so resuming it is refused
     /// with [`RunError::Cancelled`](crate::RunError::Cancelled). A run executing right now
-    /// is asked to stop (`cancel_requested` on the row): it stops before its next superstep,
-    /// at once in this process, within a third of the lease in another. A finished run is
-    /// returned unchanged. A new run may be started on the thread afterwards.
+    /// is asked to stop (`cancel_requested` on the row), which it learns at once in this
+    /// process and within a third of the lease in another. It stops before its next
+    /// superstep; a node waiting for a signal or sleeping in memory stops waiting, and the
+    /// run is cancelled where that step started. Other work a node is doing (a model call,
+    /// a tool) finishes first. A finished run is returned unchanged. A new run may be
+    /// started on the thread afterwards.
     ///
     /// # Errors
     ///

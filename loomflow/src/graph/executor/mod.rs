@@ -444,6 +444,16 @@ fn run_supersteps<S: State>(
                     writer.finish().await?;
                     return Err(error);
                 }
+                // A node's wait woke because the run was asked to stop: the run is cancelled
+                // where the step started, as it is between steps.
+                // A subgraph's run hands it to its parent, which ends the run.
+                Err(error @ RunError::Cancelled { .. }) if shared.claim.cancel_requested() => {
+                    writer.finish().await?;
+                    if !shared.namespace.is_root() {
+                        return Err(error);
+                    }
+                    return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins)).await;
+                }
                 Err(error) => {
                     stop_failed!(error);
                 }

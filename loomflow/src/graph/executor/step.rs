@@ -163,6 +163,13 @@ async fn run_node<S: State>(
         return Err(bad_resume);
     }
     let suspension = Some(suspension).filter(|s| !s.is_empty());
+    // A node that failed once the run was asked to stop (its wait woke with
+    // `RunError::Cancelled`): the run is cancelled, not failed.
+    if matches!(outcome, Ok(Err(_))) && suspension.is_none() && shared.claim.cancel_requested() {
+        return Err(RunError::Cancelled {
+            thread: shared.thread.to_string(),
+        });
+    }
     match (outcome, suspension) {
         (Ok(result), Some(interrupts)) => {
             match result {

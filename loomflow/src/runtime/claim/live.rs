@@ -74,6 +74,7 @@ impl LiveClaims {
         match claim {
             Some(claim) if !claim.released.load(Ordering::Acquire) => {
                 claim.cancel.store(true, Ordering::Release);
+                claim.cancelled.notify_waiters();
                 true
             }
             _ => false,
@@ -128,6 +129,7 @@ async fn renew(claim: &ClaimInner) {
                 && row.cancel_requested
             {
                 claim.cancel.store(true, Ordering::Release);
+                claim.cancelled.notify_waiters();
             }
         }
         // Released while the renewal was on its way: the run is over, nothing was lost.

@@ -87,6 +87,8 @@ struct ClaimInner {
     releasing: AtomicBool,
     /// Someone asked the run to stop (in this process, or seen on the run's row).
     cancel: AtomicBool,
+    /// Wakes what a node waits on (a signal, a sleep) when `cancel` is set.
+    cancelled: tokio::sync::Notify,
     /// The worker executing the run shuts down: the run stops at its next superstep and
     /// lets go, for another worker to carry on.
     yield_requested: AtomicBool,
@@ -212,6 +214,7 @@ impl RunClaim {
                 released: AtomicBool::new(false),
                 releasing: AtomicBool::new(false),
                 cancel: AtomicBool::new(false),
+                cancelled: tokio::sync::Notify::new(),
                 yield_requested: AtomicBool::new(false),
                 park_grace,
                 request: request::TakenRequest::default(),
@@ -228,6 +231,29 @@ impl RunClaim {
     /// Whether someone asked the run to stop.
     pub(crate) fn cancel_requested(&self) -> bool {
         self.inner.cancel.load(Ordering::Acquire)
+    }
+
+    /// `work` (a node's wait: a signal, a sleep), unless the run is asked to stop first:
+    /// then [`RunError::Cancelled`](crate::RunError::Cancelled), and the executor ends the
+    /// run as cancelled.
+    pub(crate) async fn unless_cancelled<T>(
+        &self,
+        work: impl Future<Output = T>,
+    ) -> Result<T, crate::RunError> {
+        let cancelled = self.inner.cancelled.notified();
+        tokio::pin!(cancelled);
+        // Registered before the flag is read: a cancel set after the read wakes it.
+        cancelled.as_mut().enable();
+        let stopped = || crate::RunError::Cancelled {
+            thread: self.inner.thread.to_string(),
+        };
+        if self.cancel_requested() {
+            return Err(stopped());
+        }
+        tokio::select! {
+            done = work => Ok(done),
+            () = cancelled => Err(stopped()),
+        }
     }
 
     /// Whether the execution is over: released, or its lease lost.
