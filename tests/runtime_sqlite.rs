@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loomflow::runtime::{
-    Checkpoint, Claim, JournalKey, RunStatus, SignalPush, SqliteOptions, SqliteStore, Store,
-    StoreError, StoredSignal,
+    Checkpoint, Claim, JournalKey, RunFilter, RunState, RunStatus, SignalPush, SqliteOptions,
+    SqliteStore, Store, StoreError, StoredSignal,
 };
 use loomflow::{Runtime, RuntimeError};
 use serde_json::json;
@@ -956,4 +956,60 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
             .any(|step| step.contains("signals_pending_in_order")),
         "{plan:?}"
     );
+}
+
+/// A file from before the runs table (schema version 2) with a suspended run and a
+/// completed one: opened by this version, each thread has the row its checkpoints say, so
+/// `run`, `runs` and workers find them, and the suspended one still resumes.
+#[tokio::test]
+async fn a_file_from_before_the_runs_table_gets_a_row_for_each_run() {
+    use loomflow::prelude::*;
+    let db = TempDb::new("migrate-v2");
+    let graph = Graph::new("asker")
+        .node_fn("ask", |answer: &mut String, ctx| {
+            Box::pin(async move {
+                *answer = ctx.interrupt("what?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    {
+        let runtime = Runtime::sqlite(db.path()).unwrap();
+        graph
+            .invoke(&runtime, "waiting", String::new())
+            .await
+            .unwrap();
+        graph.invoke(&runtime, "done", String::new()).await.unwrap();
+        graph.resume(&runtime, "done", "yes").await.unwrap();
+    }
+    // What a version 2 file had: no runs table, no audit table, no later indexes.
+    rusqlite::Connection::open(db.path())
+        .unwrap()
+        .execute_batch(
+            "DROP TABLE runs; DROP TABLE audit;
+             DROP INDEX IF EXISTS signals_pending; DROP INDEX IF EXISTS signals_pending_in_order;
+             UPDATE meta SET schema_version = 2;",
+        )
+        .unwrap();
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    let waiting = runtime.run("waiting").await.unwrap().record;
+    assert_eq!(
+        (waiting.state, waiting.graph.as_deref()),
+        (RunState::Interrupted, Some("asker"))
+    );
+    assert_eq!(
+        runtime.run("done").await.unwrap().record.state,
+        RunState::Completed
+    );
+    assert_eq!(runtime.runs(&RunFilter::default()).await.unwrap().len(), 2);
+    let answer = graph
+        .resume(&runtime, "waiting", "later")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(answer, "later");
 }

@@ -6,11 +6,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::SqliteStore;
-use super::rows::{corrupt, to_i64, to_json, to_u64};
+use super::rows::{CHECKPOINT_COLUMNS, checkpoint_from_row, corrupt, to_i64, to_json, to_u64};
 use super::runs::{RunOp, done};
 use super::writer::Outcome;
 use crate::runtime::store::{
-    ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, StoreError, Submitted,
+    Checkpoint, ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, StoreError, Submitted,
 };
 use futures_util::future::BoxFuture;
 
@@ -40,6 +40,53 @@ pub(super) const MIGRATION_WORKER: &str = "
 pub(super) const MIGRATION_PENDING_IN_ORDER: &str = "
     CREATE INDEX IF NOT EXISTS signals_pending_in_order ON signals (seq)
         WHERE consumed_at_ms IS NULL;";
+
+/// Gives every thread that has top-level checkpoints and no run row the row its newest
+/// checkpoint says (its run, state, what it waits on; the graph from the run's first
+/// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
+/// the table existed. Part of opening a file of schema version 2 or older.
+pub(super) fn backfill(conn: &Connection) -> Result<(), String> {
+    let threads: Vec<String> = conn
+        .prepare(
+            "SELECT DISTINCT thread FROM checkpoints WHERE namespace = ''
+             AND thread NOT IN (SELECT thread FROM runs)",
+        )
+        .and_then(|mut query| query.query_map([], |row| row.get(0))?.collect())
+        .map_err(|e| format!("listing the threads that have no run row: {e}"))?;
+    let now = i64::try_from(crate::runtime::clock::now_ms()).unwrap_or(i64::MAX);
+    for thread in threads {
+        backfill_thread(conn, &thread, now)
+            .map_err(|e| format!("the run row of thread {thread}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// [`backfill`] for one thread.
+fn backfill_thread(conn: &Connection, thread: &str, now: i64) -> Result<(), String> {
+    let read = |order: &str| -> Result<Option<Checkpoint>, String> {
+        let query = format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread = ?1
+             AND namespace = '' AND run = (SELECT MAX(run) FROM checkpoints
+             WHERE thread = ?1 AND namespace = '') ORDER BY id {order} LIMIT 1"
+        );
+        let row = conn
+            .query_row(&query, [thread], |row| checkpoint_from_row(row, thread))
+            .optional()
+            .map_err(|e| e.to_string())?;
+        row.transpose().map_err(|e| e.to_string())
+    };
+    let (Some(first), Some(newest)) = (read("ASC")?, read("DESC")?) else {
+        return Ok(());
+    };
+    let run = to_i64(newest.run, "run", thread).map_err(|e| e.to_string())?;
+    conn.execute(
+        "INSERT INTO runs (thread, run, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?3)",
+        params![thread, run, now],
+    )
+    .map_err(|e| e.to_string())?;
+    follow(conn, thread, run, &RowUpdate::of(&first)).map_err(|e| e.to_string())?;
+    follow(conn, thread, run, &RowUpdate::of(&newest)).map_err(|e| e.to_string())
+}
 
 /// The columns [`record_from_row`] reads, in order.
 pub(super) const RUN_COLUMNS: &str =

@@ -166,6 +166,11 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             )
         })?;
     }
+    // A file from before the runs table (version 2 or older) has runs but no rows for
+    // them: each thread gets the row its newest checkpoint says, once the table is whole.
+    if (1..=2).contains(&from) {
+        super::run_rows::backfill(&tx).map_err(|e| open_error(path, e))?;
+    }
     tx.execute("UPDATE meta SET schema_version = ?1", [SCHEMA_VERSION])
         .map_err(|e| open_error(path, e))?;
     tx.commit().map_err(|e| open_error(path, e))
