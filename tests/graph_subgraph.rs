@@ -310,3 +310,39 @@ async fn a_subgraph_keeps_its_own_recursion_limit() {
         "{outcome:?}"
     );
 }
+
+/// A subgraph's checkpoint holds the child's state, not the thread's: `fork` refuses it,
+/// naming the thread, the checkpoint and the subgraph, and writes nothing.
+#[tokio::test]
+async fn a_fork_from_a_subgraph_checkpoint_is_refused_naming_it() {
+    let runtime = Runtime::in_memory();
+    let graph = outer();
+    assert_eq!(
+        graph
+            .invoke(&runtime, "t", 1)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap(),
+        24
+    );
+    let checkpoints = runtime.list_checkpoints("t").await.unwrap();
+    let child = checkpoints
+        .iter()
+        .find(|c| !c.namespace.is_empty())
+        .unwrap();
+
+    let refused = runtime.fork("t", child.id, "t2").await;
+    match refused {
+        Err(loomflow::RuntimeError::SubgraphCheckpoint {
+            thread,
+            checkpoint,
+            namespace,
+        }) => assert_eq!(
+            (&*thread, checkpoint, &*namespace),
+            ("t", child.id, "sub:1")
+        ),
+        other => panic!("a subgraph's checkpoint was forked: {other:?}"),
+    }
+    assert!(runtime.list_checkpoints("t2").await.unwrap().is_empty());
+}

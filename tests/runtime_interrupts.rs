@@ -675,3 +675,97 @@ async fn a_resume_in_memory_reads_the_state_a_durable_store_would_give_back() {
         .unwrap();
     assert_eq!((done.kept, done.scratch), (3, 2));
 }
+
+/// `a` then `ask`, which interrupts; `changed` adds an `audit` node after `ask`.
+fn asker(changed: bool) -> CompiledGraph<Order> {
+    let graph = Graph::new("asker")
+        .node_sync("a", |o: &mut Order| o.side += 1)
+        .node_fn("ask", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt(json!("q?"))?;
+                o.answers.push(answer);
+                Ok(())
+            })
+        })
+        .edge(START, "a")
+        .edge("a", "ask");
+    let graph = match changed {
+        true => graph
+            .node_sync("audit", |o: &mut Order| o.side += 100)
+            .edge("ask", "audit")
+            .edge("audit", END),
+        false => graph.edge("ask", END),
+    };
+    graph.compile().unwrap()
+}
+
+/// The newest top-level checkpoint of `thread`.
+async fn newest_top_level(rt: &Runtime, thread: &str) -> u64 {
+    let checkpoints = rt.list_checkpoints(thread).await.unwrap();
+    checkpoints
+        .iter()
+        .filter(|c| c.namespace.is_empty())
+        .map(|c| c.id)
+        .max()
+        .unwrap()
+}
+
+/// A fork from a checkpoint past a run's first is a run of the same graph: its row names
+/// the graph (what a worker claims it by), and a resume with a changed graph is refused
+/// naming what changed, as on the original thread. On every store alike.
+#[tokio::test]
+async fn a_fork_runs_the_source_runs_graph_and_its_row_names_it() {
+    let db = loomflow_tests::TempDb::new("fork-names-graph");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        asker(false)
+            .invoke(&rt, "t", Order::default())
+            .await
+            .unwrap();
+        let suspended = newest_top_level(&rt, "t").await;
+        rt.fork("t", suspended, "t2").await.unwrap();
+
+        let forked = rt.run("t2").await.unwrap().record;
+        assert_eq!(forked.graph.as_deref(), Some("asker"), "{forked:?}");
+        let refused = asker(true).resume(&rt, "t2", "x").await.unwrap_err();
+        assert!(
+            refused.to_string().contains("added: node audit"),
+            "{refused}"
+        );
+    }
+}
+
+/// A fork never discards another run's work: onto a thread whose run is queued or
+/// suspended it is refused, naming the thread and where its run stands, and that run stays
+/// as it was. Going back on one thread (a fork onto its own thread) still abandons its
+/// suspended run.
+#[tokio::test]
+async fn a_fork_onto_a_thread_with_an_unfinished_run_is_refused() {
+    let db = loomflow_tests::TempDb::new("fork-unfinished");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = asker(false);
+        graph.invoke(&rt, "t", Order::default()).await.unwrap();
+        let suspended = newest_top_level(&rt, "t").await;
+        rt.submit("asker", "queued", Order::default())
+            .await
+            .unwrap();
+        graph.invoke(&rt, "asking", Order::default()).await.unwrap();
+
+        for (target, state) in [
+            ("queued", loomflow::runtime::RunState::Queued),
+            ("asking", loomflow::runtime::RunState::Interrupted),
+        ] {
+            match rt.fork("t", suspended, target).await {
+                Err(loomflow::RuntimeError::RunActive { thread, state: was }) => {
+                    assert_eq!((&*thread, was), (target, state));
+                }
+                other => panic!("fork onto {target}: {other:?}"),
+            }
+            assert_eq!(rt.run(target).await.unwrap().record.state, state);
+        }
+
+        let first = rt.list_checkpoints("t").await.unwrap()[0].id;
+        rt.fork("t", first, "t").await.unwrap();
+        let again = graph.recover(&rt, "t").await.unwrap();
+        assert_eq!(again.interrupts().len(), 1, "{again:?}");
+    }
+}

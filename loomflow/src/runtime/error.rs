@@ -40,6 +40,20 @@ pub enum RuntimeError {
         /// The checkpoint id asked for.
         checkpoint: u64,
     },
+    /// A fork was asked from a subgraph's checkpoint: its state is the child's, not the
+    /// thread's. Fork from the top-level checkpoint of that moment (the one with an empty
+    /// namespace), which takes the subgraph's checkpoints along.
+    #[error(
+        "checkpoint {checkpoint} of thread {thread} belongs to subgraph {namespace}; fork from a top-level checkpoint"
+    )]
+    SubgraphCheckpoint {
+        /// The thread.
+        thread: String,
+        /// The checkpoint id asked for.
+        checkpoint: u64,
+        /// Its namespace.
+        namespace: String,
+    },
     /// No run was ever started or submitted on the thread.
     #[error("thread {thread} has no run")]
     UnknownRun {
@@ -92,9 +106,10 @@ pub enum RuntimeError {
         /// The call.
         call_id: String,
     },
-    /// A run was submitted to a thread whose current run has not finished.
+    /// A run was submitted, or a checkpoint forked, onto a thread whose current run has not
+    /// finished (see [`Runtime::fork`](super::Runtime::fork)).
     #[error(
-        "thread {thread} already has a run that is {state}; it must finish (or be cancelled) before another is submitted"
+        "thread {thread} already has a run that is {state}; it must finish (or be cancelled) before another is submitted or forked there"
     )]
     RunActive {
         /// The thread.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::store::{Checkpoint, RunStatus};
+use super::store::{Checkpoint, RunState, RunStatus};
 use super::{Result, Runtime, RuntimeError};
 
 impl Runtime {
@@ -12,12 +12,22 @@ impl Runtime {
     /// subgraph's own checkpoints along, so that resuming the fork answers the subgraph's
     /// question as resuming the original would. Carry on with
     /// [`CompiledGraph::recover`](crate::CompiledGraph::recover) (or `resume`, when the
-    /// checkpoint was interrupted) on the new thread.
+    /// checkpoint was interrupted) on the new thread, which runs the source run's graph (its
+    /// row names it, so a [`Worker`](crate::Worker) carries it on, and a changed graph is
+    /// refused naming what changed, as on the original thread).
+    ///
+    /// Only a top-level checkpoint starts a thread: a subgraph's state is not the thread's.
+    /// A fork never discards another run's work: `new_thread` must have no run, or a
+    /// finished one (completed, failed or cancelled). A fork onto `thread` itself (going
+    /// back on one thread) may abandon that thread's suspended run, not a queued one.
     ///
     /// # Errors
     ///
     /// [`RuntimeError::UnknownCheckpoint`] when `thread` has no such checkpoint;
-    /// [`RuntimeError::Busy`] when a run is executing on `new_thread`; a store failure.
+    /// [`RuntimeError::SubgraphCheckpoint`] when the checkpoint is a subgraph's;
+    /// [`RuntimeError::Busy`] when a run is executing on `new_thread`;
+    /// [`RuntimeError::RunActive`] when `new_thread`'s run is queued, or (on another
+    /// thread than `thread`) suspended; a store failure.
     pub async fn fork(&self, thread: &str, checkpoint_id: u64, new_thread: &str) -> Result<()> {
         let mut checkpoint = self
             .inner
@@ -28,9 +38,27 @@ impl Runtime {
                 thread: thread.to_owned(),
                 checkpoint: checkpoint_id,
             })?;
+        if !checkpoint.namespace.is_empty() {
+            return Err(RuntimeError::SubgraphCheckpoint {
+                thread: thread.to_owned(),
+                checkpoint: checkpoint_id,
+                namespace: checkpoint.namespace,
+            });
+        }
         // Written under a claim, like every write of a run: never into a thread that is
         // executing, and the run number below stays right.
         let claim = self.claim_run(&Arc::from(new_thread), None).await?;
+        // Under the claim, nothing starts a run there meanwhile: a submit is refused.
+        if let Some(record) = self.inner.store.get_run(new_thread).await?
+            && !record.state.is_finished()
+            && (new_thread != thread || record.state == RunState::Queued)
+        {
+            claim.release().await?;
+            return Err(RuntimeError::RunActive {
+                thread: new_thread.to_owned(),
+                state: record.state,
+            });
+        }
         // A new run of `new_thread`: its journal keys must not meet those of earlier runs
         // there, or their recorded results would be replayed.
         let run = self
@@ -42,8 +70,17 @@ impl Runtime {
         // A run suspended inside a subgraph keeps the child's position in the child's own
         // checkpoints: they go along, or a resume of the fork would start the child afresh
         // and ask its question again, whatever the answer.
-        if checkpoint.status == RunStatus::Interrupted {
-            for mut child in self.children_at(thread, &checkpoint).await? {
+        let described = checkpoint.graph_name().is_some();
+        let interrupted = checkpoint.status == RunStatus::Interrupted;
+        let all = match described && !interrupted {
+            true => Vec::new(),
+            false => self.inner.store.list_checkpoints(thread).await?,
+        };
+        if !described {
+            describe(&mut checkpoint, &all);
+        }
+        if interrupted {
+            for mut child in children_at(all, &checkpoint) {
                 child.id = 0;
                 child.thread = new_thread.to_owned();
                 child.run = run;
@@ -53,30 +90,49 @@ impl Runtime {
         checkpoint.id = 0;
         checkpoint.thread = new_thread.to_owned();
         checkpoint.run = run;
-        checkpoint.namespace = String::new();
         claim.put_checkpoint(checkpoint).await?;
         claim.release().await?;
         Ok(())
     }
+}
 
-    /// The newest checkpoint of each subgraph namespace of `parent`'s run on `thread`
-    /// written before `parent`: where its children stood when it was written.
-    async fn children_at(&self, thread: &str, parent: &Checkpoint) -> Result<Vec<Checkpoint>> {
-        let mut newest: Vec<Checkpoint> = Vec::new();
-        let all = self.inner.store.list_checkpoints(thread).await?;
-        let children = all
-            .into_iter()
-            .filter(|cp| !cp.namespace.is_empty() && cp.run == parent.run && cp.id < parent.id);
-        for cp in children {
-            match newest
-                .iter_mut()
-                .find(|kept| kept.namespace == cp.namespace)
-            {
-                Some(kept) if kept.id < cp.id => *kept = cp,
-                Some(_) => {}
-                None => newest.push(cp),
-            }
+/// Gives `checkpoint` its run's graph name and description, from the run's first top-level
+/// checkpoint (of the same structure) among `all`, its thread's checkpoints: the executor
+/// writes them there only, and a fork starts a run whose first checkpoint is `checkpoint`.
+fn describe(checkpoint: &mut Checkpoint, all: &[Checkpoint]) {
+    let first = all.iter().find(|cp| {
+        cp.run == checkpoint.run
+            && cp.namespace.is_empty()
+            && cp.graph_name().is_some()
+            && cp.fingerprint() == checkpoint.fingerprint()
+    });
+    let (Some(first), Some(body)) = (first, checkpoint.body.as_object_mut()) else {
+        return;
+    };
+    for key in ["graph_name", "graph_description"] {
+        if let Some(value) = first.body.get(key) {
+            body.insert(key.to_owned(), value.clone());
         }
-        Ok(newest)
     }
+}
+
+/// The newest checkpoint of each subgraph namespace of `parent`'s run among `all`, its
+/// thread's checkpoints, written before `parent`: where its children stood when it was
+/// written.
+fn children_at(all: Vec<Checkpoint>, parent: &Checkpoint) -> Vec<Checkpoint> {
+    let mut newest: Vec<Checkpoint> = Vec::new();
+    let children = all
+        .into_iter()
+        .filter(|cp| !cp.namespace.is_empty() && cp.run == parent.run && cp.id < parent.id);
+    for cp in children {
+        match newest
+            .iter_mut()
+            .find(|kept| kept.namespace == cp.namespace)
+        {
+            Some(kept) if kept.id < cp.id => *kept = cp,
+            Some(_) => {}
+            None => newest.push(cp),
+        }
+    }
+    newest
 }
