@@ -346,3 +346,59 @@ async fn a_fork_from_a_subgraph_checkpoint_is_refused_naming_it() {
     }
     assert!(runtime.list_checkpoints("t2").await.unwrap().is_empty());
 }
+
+/// A subgraph in a loop checkpoints in a namespace of its own each turn; the memory
+/// store's retention still bounds the thread, and a run suspended inside the subgraph
+/// many turns in resumes there.
+#[tokio::test]
+async fn retention_bounds_a_subgraph_in_a_loop_and_its_suspension_resumes() {
+    let runtime = Runtime::with_store(loomflow::runtime::MemoryStore::with_retention(Some(10)));
+    let asks = Arc::new(AtomicUsize::new(0));
+    let child = Graph::new("child")
+        .node_sync("c", |n: &mut u32| *n += 1)
+        .node_fn("ask", {
+            let asks = Arc::clone(&asks);
+            move |n: &mut u32, ctx| {
+                let asks = Arc::clone(&asks);
+                Box::pin(async move {
+                    if *n == 300 {
+                        asks.fetch_add(1, Ordering::SeqCst);
+                        let answer: u32 = ctx.interrupt(json!("last?"))?;
+                        *n += answer;
+                    }
+                    Ok(())
+                })
+            }
+        })
+        .edge(START, "c")
+        .edge("c", "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let graph = Graph::new("outer")
+        .subgraph("sub", child, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+        .edge(START, "sub")
+        .branch(
+            "sub",
+            ["sub", END],
+            |n: &u32| {
+                if *n < 300 { "sub" } else { END }
+            },
+        )
+        .recursion_limit(1000)
+        .compile()
+        .unwrap();
+
+    let out = graph.invoke(&runtime, "t", 0).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1, "{out:?}");
+    let kept = runtime.list_checkpoints("t").await.unwrap().len();
+    assert!(kept <= 20, "retention 10 keeps {kept} checkpoints");
+
+    let done = graph.resume(&runtime, "t", 5).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 305);
+    assert_eq!(
+        asks.load(Ordering::SeqCst),
+        2,
+        "the child carried on at its question"
+    );
+}

@@ -769,3 +769,45 @@ async fn a_fork_onto_a_thread_with_an_unfinished_run_is_refused() {
         assert_eq!(again.interrupts().len(), 1, "{again:?}");
     }
 }
+
+/// The memory store's retention keeps a run's first checkpoint, which describes its graph:
+/// a resume with a changed graph, many steps later, is refused naming what changed.
+#[tokio::test]
+async fn retention_keeps_what_a_changed_graph_is_refused_with() {
+    let looping = |changed: bool| {
+        let graph = Graph::new("looper")
+            .node_sync("inc", |o: &mut Order| o.side += 1)
+            .node_fn("ask", |o: &mut Order, ctx| {
+                Box::pin(async move {
+                    let answer: String = ctx.interrupt(json!("q?"))?;
+                    o.answers.push(answer);
+                    Ok(())
+                })
+            })
+            .edge(START, "inc")
+            .branch("inc", ["inc", "ask"], |o: &Order| {
+                if o.side < 30 { "inc" } else { "ask" }
+            })
+            .recursion_limit(100);
+        let graph = match changed {
+            true => graph
+                .node_sync("audit", |_: &mut Order| {})
+                .edge("ask", "audit")
+                .edge("audit", END),
+            false => graph.edge("ask", END),
+        };
+        graph.compile().unwrap()
+    };
+    let rt = Runtime::with_store(loomflow::runtime::MemoryStore::with_retention(Some(4)));
+    looping(false)
+        .invoke(&rt, "t", Order::default())
+        .await
+        .unwrap();
+    assert!(rt.list_checkpoints("t").await.unwrap().len() < 12, "pruned");
+
+    let refused = looping(true).resume(&rt, "t", "x").await.unwrap_err();
+    assert!(
+        refused.to_string().contains("added: node audit"),
+        "{refused}"
+    );
+}

@@ -61,6 +61,19 @@ impl Kept {
         self.rest.as_deref().map_or("", |rest| &rest.namespace)
     }
 
+    /// The run it belongs to.
+    pub(super) fn run(&self) -> u64 {
+        self.run
+    }
+
+    /// Whether it keeps the graph's name and description (a run's first checkpoint does).
+    pub(super) fn described(&self) -> bool {
+        match &self.body {
+            Body::Built(body) => body.get("graph_name").is_some(),
+            Body::Unbuilt(Unserialized(snapshot)) => snapshot.graph_name().is_some(),
+        }
+    }
+
     /// The checkpoint of `thread` it keeps, its body perhaps not built.
     pub(super) fn checkpoint(&self, thread: &str) -> Checkpoint {
         let body = match &self.body {

@@ -34,8 +34,12 @@ use slot::ThreadSlot;
 ///
 /// A long-lived process would otherwise keep every checkpoint of every run. By default a
 /// thread keeps its newest [`DEFAULT_RETAINED_CHECKPOINTS`] checkpoints, and always keeps
-/// the checkpoints runs need to carry on: the newest of each namespace (a subgraph's too)
-/// and every interrupted one. Older ones are dropped, a batch at a time:
+/// the checkpoints runs need to carry on: every interrupted one and, of the thread's newest
+/// run, its first (which describes its graph, for saying what changed), its newest
+/// top-level one, and the newest of each subgraph inside a step not over yet. A subgraph
+/// of a finished step (an earlier turn of a loop) is not kept on that account, so a
+/// thread stays bounded however many namespaces its runs go through. Older ones are
+/// dropped, a batch at a time:
 /// [`list_checkpoints`](Store::list_checkpoints) returns only those kept, and
 /// [`Runtime::fork`](crate::Runtime::fork) from a dropped one fails with
 /// `RuntimeError::UnknownCheckpoint`. [`MemoryStore::with_retention`] changes the bound;

@@ -3,25 +3,14 @@
 use super::kept::Kept;
 use crate::runtime::store::RunStatus;
 
-/// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest of each
-/// namespace and every interrupted one whatever their age.
+/// Drops the oldest checkpoints of one thread down to `limit`, keeping every interrupted
+/// one whatever its age, and what the thread's newest run may still read (see [`needed`]).
 pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
-    // The newest row of each namespace, found from the end; a run has one namespace, or a
-    // few (its subgraphs), so a short list is all it takes.
-    let mut newest: Vec<(&str, u64)> = Vec::new();
-    for cp in kept.iter().rev() {
-        if !newest
-            .iter()
-            .any(|(namespace, _)| *namespace == cp.namespace())
-        {
-            newest.push((cp.namespace(), cp.id));
-        }
-    }
-    let newest: Vec<u64> = newest.into_iter().map(|(_, id)| id).collect();
+    let needed = needed(kept);
     // Oldest first, until enough are gone.
     let mut excess = kept.len().saturating_sub(limit);
     kept.retain(|cp| {
-        let needed = cp.status == RunStatus::Interrupted || newest.contains(&cp.id);
+        let needed = cp.status == RunStatus::Interrupted || needed.contains(&cp.id);
         if excess > 0 && !needed {
             excess -= 1;
             false
@@ -29,6 +18,71 @@ pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
             true
         }
     });
+}
+
+/// Where one namespace of the newest run stands: its newest row, and its newest row that
+/// finished a step (running or completed: not suspended, not failed, so a step of its own
+/// may still be under way after it).
+struct Newest<'a> {
+    namespace: &'a str,
+    newest: u64,
+    settled: Option<u64>,
+}
+
+/// The rows kept whatever their age, besides interrupted ones: of the thread's newest run,
+/// its first checkpoint (the graph's description, which says what changed when the graph
+/// did), the newest top-level row, and the newest row of each subgraph whose parent's step
+/// is not over (written after the newest step its parent finished): a resume or recover
+/// runs that step again and carries the subgraph on from there. A subgraph of a step that
+/// is over (one of a loop's earlier turns) is never read again, so the namespaces a run
+/// keeps do not grow with its steps.
+fn needed(kept: &[Kept]) -> Vec<u64> {
+    let Some(run) = kept.last().map(Kept::run) else {
+        return Vec::new();
+    };
+    // From the end, one entry per namespace: a run has a handful in flight at a time.
+    let mut namespaces: Vec<Newest<'_>> = Vec::new();
+    for cp in kept.iter().rev().filter(|cp| cp.run() == run) {
+        let settles = matches!(cp.status, RunStatus::Running | RunStatus::Completed);
+        match namespaces
+            .iter_mut()
+            .find(|n| n.namespace == cp.namespace())
+        {
+            Some(entry) => {
+                if settles && entry.settled.is_none() {
+                    entry.settled = Some(cp.id);
+                }
+            }
+            None => namespaces.push(Newest {
+                namespace: cp.namespace(),
+                newest: cp.id,
+                settled: settles.then_some(cp.id),
+            }),
+        }
+    }
+    let settled_of = |namespace: &str| {
+        // The nearest ancestor with rows kept: its finished steps end its children's.
+        let mut ancestor = namespace;
+        loop {
+            ancestor = ancestor.rsplit_once('/').map_or("", |(parent, _)| parent);
+            if let Some(entry) = namespaces.iter().find(|n| n.namespace == ancestor) {
+                return entry.settled;
+            }
+            if ancestor.is_empty() {
+                return None;
+            }
+        }
+    };
+    let mut needed: Vec<u64> = namespaces
+        .iter()
+        .filter(|n| n.namespace.is_empty() || settled_of(n.namespace).is_none_or(|s| n.newest > s))
+        .map(|n| n.newest)
+        .collect();
+    let described = kept
+        .iter()
+        .find(|cp| cp.run() == run && cp.namespace().is_empty() && cp.described());
+    needed.extend(described.map(|cp| cp.id));
+    needed
 }
 
 #[cfg(test)]
@@ -44,47 +98,59 @@ mod tests {
         Checkpoint::new("t", 1, namespace, step, status, json!({ "state": step }))
     }
 
+    async fn put(store: &MemoryStore, checkpoint: Checkpoint) -> u64 {
+        store.put_checkpoint(checkpoint).await.unwrap()
+    }
+
+    /// Kept: interrupted rows, the run's first (described) row, the newest row, and the
+    /// newest row of a subgraph inside the step under way; a subgraph of a finished step
+    /// goes with the rest.
     #[tokio::test]
     async fn retention_keeps_the_newest_and_what_runs_need() {
         let store = MemoryStore::with_retention(Some(10));
-        store
-            .put_checkpoint(cp("child:1", 0, RunStatus::Running))
-            .await
-            .unwrap();
-        let interrupted = store
-            .put_checkpoint(cp("", 0, RunStatus::Interrupted))
-            .await
-            .unwrap();
+        let mut first = cp("", 0, RunStatus::Running);
+        first.body["graph_name"] = json!("g");
+        let described = put(&store, first).await;
+        put(&store, cp("child:1", 0, RunStatus::Running)).await;
+        let interrupted = put(&store, cp("", 1, RunStatus::Interrupted)).await;
         for step in 1..=100 {
-            store
-                .put_checkpoint(cp("", step, RunStatus::Running))
-                .await
-                .unwrap();
+            put(&store, cp("", step, RunStatus::Running)).await;
+        }
+        for step in 0..=30 {
+            put(&store, cp("child:101", step, RunStatus::Running)).await;
         }
         let kept = store.list_checkpoints("t").await.unwrap();
         assert!((10..=16).contains(&kept.len()), "{}", kept.len());
+        let ids: Vec<u64> = kept.iter().map(|c| c.id).collect();
+        assert!(ids.contains(&interrupted), "interrupted checkpoints stay");
+        assert!(ids.contains(&described), "the run's description stays");
+        let top = store.latest_checkpoint("t", "").await.unwrap().unwrap();
+        assert_eq!(top.step, 100, "the newest top-level row stays");
+        assert_eq!(kept.last().unwrap().step, 30, "the newest stays");
         assert!(
-            kept.iter().any(|c| c.id == interrupted),
-            "interrupted checkpoints stay"
-        );
-        assert!(
-            kept.iter().any(|c| c.namespace == "child:1"),
-            "each namespace's newest stays"
-        );
-        assert_eq!(kept.last().unwrap().step, 100, "the newest stays");
-        assert!(
-            store.get_checkpoint("t", 5).await.unwrap().is_none(),
-            "old ones go"
-        );
-        assert_eq!(
             store
                 .latest_checkpoint("t", "child:1")
                 .await
                 .unwrap()
-                .unwrap()
-                .step,
-            0
+                .is_none(),
+            "a subgraph of a finished step goes"
         );
+        assert!(
+            store.get_checkpoint("t", 5).await.unwrap().is_none(),
+            "old ones go"
+        );
+    }
+
+    /// A subgraph in a loop writes in a new namespace each turn: the thread stays bounded.
+    #[tokio::test]
+    async fn retention_bounds_a_subgraph_in_a_loop() {
+        let store = MemoryStore::with_retention(Some(10));
+        for step in 0..300 {
+            put(&store, cp(&format!("sub:{step}"), 0, RunStatus::Completed)).await;
+            put(&store, cp("", step, RunStatus::Running)).await;
+        }
+        let kept = store.list_checkpoints("t").await.unwrap().len();
+        assert!((10..=16).contains(&kept), "{kept}");
     }
 
     #[tokio::test]
