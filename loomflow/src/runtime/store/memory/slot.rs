@@ -12,7 +12,7 @@ const FIRST_ROOM: usize = 8;
 #[derive(Debug, Default)]
 pub(super) struct ThreadSlot {
     /// The run's row. A thread that was never claimed nor submitted (checkpoints written
-    /// outside a claim, as a fork writes them) has the default row, which names no state:
+    /// outside a claim, through the `Store` API) has the default row, which names no state:
     /// it is not a run, and nothing lists or claims it.
     pub(super) row: RunRow,
     /// Its checkpoints, oldest first.
