@@ -625,45 +625,44 @@ async fn an_abandoned_exit_run_hands_its_journal_to_no_other_run() {
     for (label, runtime) in runtimes {
         let calls = Arc::new(AtomicUsize::new(0));
         let graph = charge_then_wait(Arc::clone(&calls));
-        let abandon = |input: u32| {
-            let run = graph
+        // Starts run `run` from `input`, and drops it once its charge is journaled.
+        let abandon = |input: u32, run: u64| {
+            let started = graph
                 .run(&runtime, "t", input)
                 .durability(Durability::Exit)
                 .start();
-            let calls = Arc::clone(&calls);
+            let runtime = runtime.clone();
             async move {
-                let before = calls.load(Ordering::SeqCst);
-                while calls.load(Ordering::SeqCst) == before {
+                let charge =
+                    loomflow::runtime::JournalKey::new("t", run, "", 1, "pay", "charge", 0);
+                while runtime
+                    .store()
+                    .get_journal(&charge)
+                    .await
+                    .unwrap()
+                    .is_none()
+                {
                     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
                 }
-                run.abort();
-                let _ = run.await;
+                started.abort();
+                let _ = started.await;
             }
         };
-        abandon(1).await;
+        abandon(1, 1).await;
         let row = runtime.run("t").await.unwrap().record;
         assert_eq!((row.run, row.state), (1, RunState::Running), "{label}");
-        runtime.signal("t", "go", true).await.unwrap();
-        let state = graph
-            .run(&runtime, "t", 2)
-            .durability(Durability::Exit)
-            .wait_if_busy(std::time::Duration::from_secs(5))
-            .await
-            .unwrap()
-            .completed()
-            .unwrap();
+        // Lets the run go on and finish, under `Exit`.
+        let finish = |run: loomflow::RunBuilder<u32>| async {
+            runtime.signal("t", "go", true).await.unwrap();
+            let run = run.durability(Durability::Exit);
+            let outcome = run.wait_if_busy(std::time::Duration::from_secs(5)).await;
+            outcome.unwrap().completed().unwrap()
+        };
+        let state = finish(graph.run(&runtime, "t", 2)).await;
         assert_eq!((state, calls.load(Ordering::SeqCst)), (20, 2), "{label}");
 
-        abandon(3).await;
-        runtime.signal("t", "go", true).await.unwrap();
-        let state = graph
-            .recover(&runtime, "t")
-            .durability(Durability::Exit)
-            .wait_if_busy(std::time::Duration::from_secs(5))
-            .await
-            .unwrap()
-            .completed()
-            .unwrap();
+        abandon(3, 3).await;
+        let state = finish(graph.recover(&runtime, "t")).await;
         assert_eq!((state, calls.load(Ordering::SeqCst)), (30, 3), "{label}");
     }
 }
