@@ -323,3 +323,32 @@ async fn a_compactions_call_is_counted_and_paced_as_the_agents_others() {
     // One call a minute: at 0, 60, 120 and 180 s.
     assert_eq!(start.elapsed(), std::time::Duration::from_secs(180));
 }
+
+/// A summary that spends what was left of the run's token budget stops the run before
+/// another model call, with the budget as the reason.
+#[tokio::test]
+async fn a_summary_that_spends_the_budget_stops_the_run_before_the_next_call() {
+    use loomflow::agent::{Budget, BudgetCap, StopReason};
+    use loomflow::model::Usage;
+    let used = |input_tokens: u64| Usage {
+        input_tokens,
+        ..Usage::default()
+    };
+    let model = Arc::new(ScriptedModel::new([
+        fetch_call(1).with_usage(used(10)),
+        fetch_call(2).with_usage(used(10)),
+        ModelResponse::text("A summary of pages 1 and 2.").with_usage(used(1_000)),
+        ModelResponse::text("All read.").with_usage(used(10)),
+    ]));
+    let agent = Agent::builder("You read pages.")
+        .model(Arc::clone(&model))
+        .tool(Fetch::new())
+        .budget(Budget::default().max_tokens(500))
+        .context_policy(ContextPolicy::compact().above_tokens(250).keep_recent(1))
+        .build()
+        .unwrap();
+    let result = agent.run("Read pages 1 and 2.").await.unwrap();
+    assert_eq!(model.requests().len(), 3, "two turns and the summary");
+    assert_eq!(result.reason, Some(StopReason::Budget(BudgetCap::Tokens)));
+    assert_eq!(result.usage.input_tokens, 1_020);
+}

@@ -100,6 +100,11 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     }
     super::memory::recall(core, state, ctx).await?;
     super::window::manage(core, state, ctx).await?;
+    // A compaction's summary may have spent what was left of the budget.
+    if let Some(cap) = core.budget.exceeded(state) {
+        state.stopped = Some(StopReason::Budget(cap));
+        return Ok(());
+    }
     let tools = core.tools.for_session(ctx.thread());
     let request = core.request(
         &state.messages,
