@@ -136,15 +136,19 @@ pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
             lines.extend(s.value().split('\n').map(|line| line.trim_end().to_owned()));
         }
     }
+    // Counted in characters: indentation may hold a wide space.
     let indent = lines
         .iter()
         .filter(|line| !line.is_empty())
-        .map(|line| line.len() - line.trim_start().len())
+        .map(|line| line.chars().take_while(|c| c.is_whitespace()).count())
         .min()
         .unwrap_or(0);
     let lines: Vec<&str> = lines
         .iter()
-        .map(|line| line.get(indent..).unwrap_or_default())
+        .map(|line| match line.char_indices().nth(indent) {
+            Some((at, _)) => &line[at..],
+            None => "",
+        })
         .collect();
     let text = lines.join("\n").trim_matches('\n').to_owned();
     (!text.is_empty()).then_some(text)
@@ -235,6 +239,15 @@ mod doc_tests {
         assert_eq!(
             doc_text(&item.attrs).as_deref(),
             Some("You plan trips.\n\nSteps:\n- book\n  - the flight first\n\n    let code = 1;")
+        );
+        let wide: syn::ItemStruct = syn::parse_quote! {
+            #[doc = "   Fetch it:"]
+            #[doc = " \u{3000}second half."]
+            struct Wide;
+        };
+        assert_eq!(
+            doc_text(&wide.attrs).as_deref(),
+            Some(" Fetch it:\nsecond half.")
         );
         let none: syn::ItemStruct = syn::parse_quote! {
             ///

@@ -101,7 +101,7 @@ impl PlanAndExecute {
         Ok(Graph::new("plan_and_execute")
             // A backstop only: `max_steps` ends the run first (planner, then at most one
             // replanner per step).
-            .recursion_limit(2 * self.max_steps + 2)
+            .recursion_limit(self.max_steps.saturating_mul(2).saturating_add(2))
             .subgraph(
                 "planner",
                 self.planner.graph().clone(),
