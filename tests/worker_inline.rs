@@ -987,3 +987,91 @@ async fn cancel_reaches_a_run_waiting_inside_a_node() {
         assert_eq!(row.state, RunState::Cancelled, "{label}");
     }
 }
+
+/// Sends money.
+#[tool(approval)]
+fn pay_out(amount: u32) -> String {
+    format!("paid {amount}")
+}
+
+/// Cancel also reaches an `Exit` run that has written nothing yet (its row still says the
+/// thread's run before it), and a node waiting for a tool approval in memory.
+#[tokio::test]
+async fn cancel_reaches_an_exit_run_and_a_wait_for_an_approval() {
+    use loomflow::model::ToolCall;
+    use loomflow::tool::{DispatchContext, SignalApprover};
+    let runtime = Runtime::in_memory();
+    let waits = Graph::new("waits")
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n += ctx.wait_for_signal::<u32>("go").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    runtime.signal("t", "go", 1u32).await.unwrap();
+    assert_eq!(
+        waits
+            .invoke(&runtime, "t", 0)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap(),
+        1
+    );
+    let exit = waits
+        .run(&runtime, "t", 0)
+        .durability(Durability::Exit)
+        .start();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let row = runtime.cancel("t").await.unwrap();
+    assert_eq!((row.run, row.state), (2, RunState::Cancelled));
+    let stopped = tokio::time::timeout(Duration::from_secs(5), exit)
+        .await
+        .unwrap();
+    assert!(
+        matches!(stopped, Err(RunError::Cancelled { .. })),
+        "{stopped:?}"
+    );
+
+    let host = Arc::new(
+        ToolHost::new()
+            .with(pay_out)
+            .approval_handler(SignalApprover::new().timeout(Duration::from_secs(600))),
+    );
+    let approving: CompiledGraph<u32> = Graph::new("approving")
+        .node_fn("tools", move |n: &mut u32, ctx| {
+            let host = Arc::clone(&host);
+            Box::pin(async move {
+                let calls = [ToolCall::new("call-1", "pay_out", json!({ "amount": 12 }))];
+                let dispatch = DispatchContext::new(ctx.thread())
+                    .runtime(ctx.runtime())
+                    .node(ctx);
+                *n = u32::try_from(host.dispatch(&calls, dispatch).await?.len()).unwrap();
+                Ok(())
+            })
+        })
+        .edge(START, "tools")
+        .edge("tools", END)
+        .compile()
+        .unwrap();
+    let run = approving.start(&runtime, "a", 0);
+    while runtime.pending_approvals("a").await.unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    runtime.cancel("a").await.unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap();
+    assert!(
+        matches!(stopped, Err(RunError::Cancelled { .. })),
+        "{stopped:?}"
+    );
+    assert_eq!(
+        runtime.run("a").await.unwrap().record.state,
+        RunState::Cancelled
+    );
+}

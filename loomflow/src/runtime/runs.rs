@@ -313,6 +313,11 @@ impl Runtime {
     /// a tool) finishes first. A finished run is returned unchanged. A new run may be
     /// started on the thread afterwards.
     ///
+    /// A run this process executes that is not on its row yet (an
+    /// [`Exit`](crate::runtime::Durability::Exit) run that has written nothing) is asked to
+    /// stop all the same; the row returned is then the one its cancellation writes, or,
+    /// should the run not stop within a few seconds, the thread's row as it is.
+    ///
     /// # Errors
     ///
     /// [`RuntimeError::UnknownRun`] when the thread never ran; a store failure.
@@ -320,9 +325,19 @@ impl Runtime {
         let unknown = || RuntimeError::UnknownRun {
             thread: thread.to_owned(),
         };
-        let record = self.store().get_run(thread).await?.ok_or_else(unknown)?;
+        // A run this process executes stops even when its row does not show it yet (an
+        // `Exit` run that has written nothing): the row would say the run before it.
+        let live = self.inner.live_claims.cancel(thread);
+        let record = match self.store().get_run(thread).await? {
+            Some(record) => record,
+            None if live => return self.row_once_cancelled(thread).await,
+            None => return Err(unknown()),
+        };
         if record.state.is_finished() {
-            return Ok(record);
+            return match live {
+                true => self.row_once_cancelled(thread).await,
+                false => Ok(record),
+            };
         }
         match self.claim_run(&Arc::from(thread), None).await {
             Ok(claim) => {
@@ -344,5 +359,22 @@ impl Runtime {
             Err(error) => return Err(error),
         }
         self.store().get_run(thread).await?.ok_or_else(unknown)
+    }
+
+    /// The row of `thread`'s run once the execution in this process that was asked to
+    /// stop has written its cancellation, or, past a few seconds (it is inside a model
+    /// call, say), the row as it is.
+    async fn row_once_cancelled(&self, thread: &str) -> Result<RunRecord> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let row = self.store().get_run(thread).await?;
+            let stopped = row.as_ref().is_some_and(|r| r.state == RunState::Cancelled);
+            if stopped || tokio::time::Instant::now() >= deadline {
+                return row.ok_or_else(|| RuntimeError::UnknownRun {
+                    thread: thread.to_owned(),
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
 }

@@ -267,15 +267,18 @@ impl ApprovalHandler for SignalApprover {
                 return Ok(decision_from(request, &payload));
             }
             let _listed = LiveApproval::register(runtime, request);
-            match runtime
-                .receive(
-                    &request.session,
-                    &name,
-                    Some(self.timeout),
-                    Scope::Framework,
-                )
-                .await
-            {
+            let receive = runtime.receive(
+                &request.session,
+                &name,
+                Some(self.timeout),
+                Scope::Framework,
+            );
+            // In a node, a cancel of the run ends the wait, as it ends the node's own waits.
+            let received = match ctx.node {
+                Some(node) => node.claim().unless_cancelled(receive).await?,
+                None => receive.await,
+            };
+            match received {
                 Ok(received) => {
                     runtime.forget_consumed_signal(&request.session, received.seq);
                     Ok(decision_from(request, &received.payload))

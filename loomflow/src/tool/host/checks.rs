@@ -118,6 +118,10 @@ impl ToolHost {
                 return refused("the approval handler failed".to_owned()).await;
             }
             Ok(Ok(Err(error @ Error::Suspended { .. }))) => return Err(error),
+            // The run was cancelled while the call waited for its decision: the run stops.
+            Ok(Ok(Err(error @ Error::Run(crate::RunError::Cancelled { .. })))) => {
+                return Err(error);
+            }
             Ok(Ok(Err(error))) => {
                 tracing::warn!(tool = %spec.name, %error, "approval handler failed; denying");
                 return refused(format!("the approval handler failed: {error}")).await;

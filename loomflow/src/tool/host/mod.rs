@@ -315,8 +315,10 @@ impl ToolHost {
     ///
     /// # Errors
     ///
-    /// Only [`Error::Suspended`](crate::Error::Suspended), when an approval suspended the
-    /// calling node; every problem with a call becomes an error outcome instead.
+    /// [`Error::Suspended`](crate::Error::Suspended), when an approval suspended the
+    /// calling node, and [`RunError::Cancelled`](crate::RunError::Cancelled) (as
+    /// [`Error::Run`](crate::Error::Run)), when the run was cancelled while a call waited
+    /// for its approval; every problem with a call becomes an error outcome instead.
     pub async fn dispatch(
         &self,
         calls: &[ToolCall],
