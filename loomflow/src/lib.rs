@@ -246,10 +246,11 @@ pub use loomflow_macros::agent;
 /// - **Arguments** are checked against the schema before the body runs, and every error
 ///   names the field (``field `hosts[1].addr`: ...``). Fields that are not parameters are
 ///   refused (the schema says `additionalProperties: false`), with a whole-struct argument
-///   too unless the struct itself accepts extra fields (a `#[serde(flatten)]` map). An
-///   integral float (`3.0`) is accepted for an integer within the range of its type, and
-///   `null` for an optional parameter is the parameter left out, as OpenAI's strict mode
-///   sends it.
+///   too unless the struct itself accepts extra fields (a `#[serde(flatten)]` map); the
+///   schema names each field by its serialized name only, so a `#[serde(alias)]` is refused
+///   like any other unknown field. An integral float (`3.0`) is accepted for an integer
+///   within the range of its type, and `null` for an optional parameter is the parameter
+///   left out, as OpenAI's strict mode sends it.
 /// - **The return value** is serialized. A `Result<T, E>` makes a fallible tool: `Err`
 ///   becomes a failed call the model reads, as `E`'s `Display` text. An alias of `Result`
 ///   (`type ToolResult<T> = Result<T, String>`) is fallible too. An `E` that is not
