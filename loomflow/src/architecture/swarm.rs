@@ -76,7 +76,9 @@ impl Swarm {
     ///
     /// A [`GraphError`](crate::GraphError) listing every problem found: names that clash,
     /// no agents, and a [`start_with`](Self::start_with) naming no agent
-    /// ([`GraphProblem::UnknownNode`]).
+    /// ([`GraphProblem::UnknownNode`]). Before those, and alone:
+    /// [`AgentError::Invalid`](crate::agent::AgentError::Invalid) when two agents' handoff
+    /// tools would have one name (`billing team` and `billing_team`).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let names: Vec<String> = self.agents.iter().map(|a| a.name.clone()).collect();
         let mut problems = Vec::new();
