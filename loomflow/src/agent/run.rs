@@ -142,14 +142,14 @@ impl<'a> AgentRun<'a> {
         let session = self.session.clone().unwrap_or_else(generated_session);
         // The timeout covers the whole run: waiting for the session's turn too.
         let deadline = self.agent.deadline();
-        let turn = self
+        let (turn, state) = self
             .agent
             .by_deadline(&session, deadline, async {
-                Ok(self.agent.turn(&session).await)
+                let turn = self.agent.turn(&session).await;
+                Ok((turn, self.initial_state(&session).await?))
             })
             .await?;
         let lent = self.agent.core.tools.lend(&session, &self.extra_tools);
-        let state = self.initial_state(&session).await?;
         let agent = self.agent.clone();
         let stream_session = session.clone();
         let capacity = self.stream_capacity;
