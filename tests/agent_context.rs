@@ -352,3 +352,57 @@ async fn a_summary_that_spends_the_budget_stops_the_run_before_the_next_call() {
     assert_eq!(result.reason, Some(StopReason::Budget(BudgetCap::Tokens)));
     assert_eq!(result.usage.input_tokens, 1_020);
 }
+
+/// A rate limiter that fails at once refuses a summary the way it refuses the agent's own
+/// calls: the run fails with the limiter's error, naming the summarizer's model.
+#[tokio::test(start_paused = true)]
+async fn a_summary_refused_by_a_failing_rate_limiter_fails_the_run() {
+    use loomflow::agent::{AgentError, Limits, RateLimitMode, RateLimiter};
+    let model = Arc::new(ScriptedModel::new([
+        fetch_call(1),
+        fetch_call(2),
+        ModelResponse::text("All read."),
+        fetch_call(1),
+        fetch_call(2),
+    ]));
+    let summarizer = Arc::new(
+        ScriptedModel::new([
+            ModelResponse::text("A summary."),
+            ModelResponse::text("Another summary."),
+        ])
+        .named("s"),
+    );
+    let limiter = RateLimiter::new()
+        .model("s", Limits::new().requests_per_minute(1))
+        .mode(RateLimitMode::Fail);
+    let agent = Agent::builder("You read pages.")
+        .model(Arc::clone(&model))
+        .tool(Fetch::new())
+        .rate_limiter(limiter)
+        .context_policy(
+            ContextPolicy::compact()
+                .above_tokens(250)
+                .keep_recent(1)
+                .summarizer(Arc::clone(&summarizer)),
+        )
+        .build()
+        .unwrap();
+    let first = agent.run("Read pages 1 and 2.").session("a").await.unwrap();
+    assert_eq!(first.output, "All read.");
+    let error = agent
+        .run("Read pages 1 and 2.")
+        .session("b")
+        .await
+        .unwrap_err();
+    let text = format!("{error:?}");
+    assert!(
+        matches!(&error, Error::Run(loomflow::RunError::NodeFailed { source, .. })
+            if matches!(source.downcast_ref::<Error>(), Some(Error::Agent(AgentError::RateLimited { model, .. })) if model == "s")),
+        "{text}"
+    );
+    assert_eq!(
+        summarizer.requests().len(),
+        1,
+        "the second summary was refused"
+    );
+}

@@ -204,17 +204,22 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
         Strategy::Compact { summarizer } => {
             let model = summarizer.as_ref().unwrap_or(&core.model);
             let user = state.user.as_deref();
+            // A rate limiter that fails at once (`RateLimitMode::Fail`) fails the run here
+            // too, with its own error.
             let compacted: Compacted = ctx
                 .step("compact", || {
                     summarize(core, model.as_ref(), &older, user, ctx)
                 })
-                .await?;
-            let (summary, usage) = compacted.into_parts();
+                .await
+                .map_err(super::rate_limit::surface)?;
+            let (summary, usage, answered) = compacted.into_parts();
             // What the summary cost counts as the run's other calls do: in its usage, its
-            // cost, and the budgets.
+            // cost (by the model's name, or else the one the provider reported), and the
+            // budgets.
             if usage != Usage::default() {
                 state.usage += usage;
-                let cost = super::react::add_cost(core, model.name(), state, &usage, None);
+                let answered = answered.as_deref();
+                let cost = super::react::add_cost(core, model.name(), state, &usage, answered);
                 core.budget.record(state.user.as_deref(), usage, cost);
             }
             match summary {
@@ -254,30 +259,37 @@ fn is_summary(message: &Message) -> bool {
     message.role() == Role::User && message.text().starts_with(SUMMARY_HEADING)
 }
 
-/// What the journaled `compact` step records: the summary, when the call gave one, and the
-/// tokens the call used. A journal written before the usage was kept (the summary alone)
-/// still reads, as a call that used none.
+/// What the journaled `compact` step records: the summary, when the call gave one, the
+/// tokens the call used, and the model the provider said answered. A journal written before
+/// the usage was kept (the summary alone) still reads, as a call that used none.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 enum Compacted {
     Counted {
         summary: Option<String>,
         usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered: Option<String>,
     },
     Uncounted(Option<String>),
 }
 
 impl Compacted {
-    fn into_parts(self) -> (Option<String>, Usage) {
+    fn into_parts(self) -> (Option<String>, Usage, Option<String>) {
         match self {
-            Self::Counted { summary, usage } => (summary, usage),
-            Self::Uncounted(summary) => (summary, Usage::default()),
+            Self::Counted {
+                summary,
+                usage,
+                answered,
+            } => (summary, usage, answered),
+            Self::Uncounted(summary) => (summary, Usage::default(), None),
         }
     }
 }
 
 /// Asks `model` for a summary of `messages`, through the agent's rate limiter as any of its
-/// calls; no summary when the call fails or gives an empty one.
+/// calls; no summary when the call fails or gives an empty one. A limiter that refuses the
+/// call (`RateLimitMode::Fail`) is the step's error, as it is for the agent's own calls.
 async fn summarize(
     core: &AgentCore,
     model: &dyn Model,
@@ -312,23 +324,32 @@ async fn summarize(
     ]);
     // The summary is for the agent, not the user: its chunks are not streamed.
     let called = call_model(core, model, request, user, ctx, Chunks::Withhold).await;
-    let (summary, usage) = match called {
-        Ok(response) if !response.content.trim().is_empty() => {
-            (Some(response.content), response.usage)
-        }
-        Ok(response) => {
-            tracing::warn!(
-                model = model.name(),
-                "the summary was empty; nothing is compacted"
-            );
-            (None, response.usage)
-        }
+    let response = match called {
+        Ok(response) => response,
+        Err(error @ Error::Agent(super::AgentError::RateLimited { .. })) => return Err(error),
         Err(error) => {
             tracing::warn!(model = model.name(), %error, "the summary failed; nothing is compacted");
-            (None, Usage::default())
+            return Ok(Compacted::Counted {
+                summary: None,
+                usage: Usage::default(),
+                answered: None,
+            });
         }
     };
-    Ok(Compacted::Counted { summary, usage })
+    let summary = if response.content.trim().is_empty() {
+        tracing::warn!(
+            model = model.name(),
+            "the summary was empty; nothing is compacted"
+        );
+        None
+    } else {
+        Some(response.content)
+    };
+    Ok(Compacted::Counted {
+        summary,
+        usage: response.usage,
+        answered: response.model,
+    })
 }
 
 #[cfg(test)]
@@ -342,10 +363,10 @@ mod tests {
         let old: Compacted = serde_json::from_value(json!("the summary")).unwrap();
         assert_eq!(
             old.into_parts(),
-            (Some("the summary".to_owned()), Usage::default())
+            (Some("the summary".to_owned()), Usage::default(), None)
         );
         let failed: Compacted = serde_json::from_value(json!(null)).unwrap();
-        assert_eq!(failed.into_parts(), (None, Usage::default()));
+        assert_eq!(failed.into_parts(), (None, Usage::default(), None));
         let usage = Usage {
             input_tokens: 7,
             ..Usage::default()
@@ -353,9 +374,13 @@ mod tests {
         let new = Compacted::Counted {
             summary: Some("s".to_owned()),
             usage,
+            answered: Some("gpt-4o-2024".to_owned()),
         };
         let read: Compacted = serde_json::from_value(serde_json::to_value(&new).unwrap()).unwrap();
-        assert_eq!(read.into_parts(), (Some("s".to_owned()), usage));
+        assert_eq!(
+            read.into_parts(),
+            (Some("s".to_owned()), usage, Some("gpt-4o-2024".to_owned()))
+        );
     }
 
     fn tool_loop() -> Transcript {
