@@ -131,24 +131,32 @@ async fn supervisor_delegates_until_it_finishes() {
     check_mermaid("shape_supervisor", &supervisor.to_mermaid()).unwrap();
 }
 
-#[tokio::test]
-async fn swarm_agents_hand_off_and_the_active_agent_is_checkpointed() {
+/// A swarm whose `triage` agent calls `handoff` at once, and whose agent `target` then
+/// answers `reply`; with triage's model, whose requests show the tools it was offered.
+fn triage_then(
+    target: &str,
+    handoff: &str,
+    reply: &str,
+) -> (CompiledGraph<TeamState>, Arc<ScriptedModel>) {
+    let model = Arc::new(ScriptedModel::new([ModelResponse::tool_calls(vec![
+        ToolCall::new("h1", handoff, json!({})),
+    ])]));
     let triage = Agent::builder("You route customers.")
         .name("triage")
-        .model(ScriptedModel::new([ModelResponse::tool_calls(vec![
-            ToolCall::new("h1", "transfer_to_billing", json!({})),
-        ])]))
+        .model(Arc::clone(&model))
         .build()
         .unwrap();
     let swarm = Swarm::new()
         .agent("triage", "first contact", triage)
-        .agent(
-            "billing",
-            "money questions",
-            scripted("billing", &["Refund issued."]),
-        )
+        .agent(target, "what it handles", scripted(target, &[reply]))
         .build()
         .unwrap();
+    (swarm, model)
+}
+
+#[tokio::test]
+async fn swarm_agents_hand_off_and_the_active_agent_is_checkpointed() {
+    let (swarm, _) = triage_then("billing", "transfer_to_billing", "Refund issued.");
     let runtime = Runtime::in_memory();
     let team = swarm
         .invoke(&runtime, "s", TeamState::new("refund please"))
@@ -184,23 +192,7 @@ async fn swarm_agents_hand_off_and_the_active_agent_is_checkpointed() {
 /// are refused when the swarm is built.
 #[tokio::test]
 async fn a_handoff_to_an_agent_with_a_spaced_name_is_a_name_providers_accept() {
-    let model = Arc::new(ScriptedModel::new([ModelResponse::tool_calls(vec![
-        ToolCall::new("h1", "transfer_to_billing_team", json!({})),
-    ])]));
-    let triage = Agent::builder("You route customers.")
-        .name("triage")
-        .model(Arc::clone(&model))
-        .build()
-        .unwrap();
-    let swarm = Swarm::new()
-        .agent("triage", "first contact", triage)
-        .agent(
-            "billing team",
-            "invoices",
-            scripted("billing", &["Invoice sent."]),
-        )
-        .build()
-        .unwrap();
+    let (swarm, model) = triage_then("billing team", "transfer_to_billing_team", "Invoice sent.");
     let team = run(&swarm, "my invoice").await;
     assert_eq!(team.path, ["triage", "billing team"]);
     assert_eq!(team.output.as_deref(), Some("Invoice sent."));
