@@ -317,7 +317,8 @@ async fn newest(
 }
 
 /// The newest checkpoint of a suspended `thread`, to resume: its interrupts come without
-/// their payloads, which a resume does not read.
+/// their payloads, which a resume does not read. A cancelled run's resume is refused as
+/// cancelled, whether it was stopped while suspended or while it ran.
 async fn interrupted<S: State>(
     g: &CompiledInner<S>,
     runtime: &Runtime,
@@ -325,6 +326,11 @@ async fn interrupted<S: State>(
     namespace: &str,
 ) -> Result<Stored<S>> {
     let cp = latest(g, runtime, thread, namespace, false).await?;
+    if cp.status == RunStatus::Cancelled {
+        return Err(RunError::Cancelled {
+            thread: thread.to_owned(),
+        });
+    }
     if cp.status != RunStatus::Interrupted {
         return Err(RunError::NotInterrupted {
             thread: thread.to_owned(),

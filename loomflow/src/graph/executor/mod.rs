@@ -389,6 +389,16 @@ fn run_supersteps<S: State>(
                 Ok(StepOutcome::Suspended {
                     pending_writes,
                     interrupts,
+                }) if shared.namespace.is_root() && shared.claim.cancel_requested() => {
+                    // Asked to stop while the step ran: the run is cancelled where the step
+                    // started rather than left waiting for answers nobody will give.
+                    drop((pending_writes, interrupts));
+                    writer.finish().await?;
+                    return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins)).await;
+                }
+                Ok(StepOutcome::Suspended {
+                    pending_writes,
+                    interrupts,
                 }) => {
                     writer.finish().await?;
                     locate::forget_child_answers(g, &mut resume_values);

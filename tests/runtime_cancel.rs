@@ -1,0 +1,100 @@
+//! Runs that are busy when something is asked of them: `Runtime::cancel` while a node goes
+//! on to suspend, and a run waiting for a busy thread's claim under paused time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use loomflow::RunError;
+use loomflow::prelude::*;
+use loomflow::runtime::{RunState, SqliteStore};
+use tokio::sync::Semaphore;
+
+/// `work` waits for the test's go-ahead (a step doing work no cancel interrupts, such as a
+/// model call), then does `then`: ask for a value, or finish. `after` runs next.
+fn busy_graph(gate: Arc<Semaphore>, then: &'static str) -> CompiledGraph<u32> {
+    Graph::new("busy")
+        .node_fn("work", move |n: &mut u32, ctx| {
+            let gate = Arc::clone(&gate);
+            Box::pin(async move {
+                gate.acquire().await.unwrap().forget();
+                if then == "ask" {
+                    *n += ctx.interrupt::<u32>(json!("how many?"))?;
+                } else {
+                    *n += 1;
+                }
+                Ok(())
+            })
+        })
+        .node_sync("after", |n: &mut u32| *n += 100)
+        .edge(START, "work")
+        .edge("work", "after")
+        .edge("after", END)
+        .compile()
+        .unwrap()
+}
+
+/// Both stores, on a fresh thread each.
+fn runtimes(db: &loomflow_tests::TempDb) -> [(&'static str, Runtime); 2] {
+    [
+        ("memory", Runtime::in_memory()),
+        (
+            "sqlite",
+            Runtime::with_store(SqliteStore::open(db.path()).unwrap()),
+        ),
+    ]
+}
+
+/// Until `thread`'s run is on its row and running.
+async fn until_running(runtime: &Runtime, thread: &str) {
+    loop {
+        if let Ok(info) = runtime.run(thread).await
+            && info.record.state == RunState::Running
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A node that suspends after the run was asked to stop does not leave the run waiting
+/// for an answer: the run is cancelled where that step started, and a resume is refused.
+#[tokio::test]
+async fn a_run_asked_to_stop_that_then_suspends_is_cancelled() {
+    let db = loomflow_tests::TempDb::new("cancel-then-suspend");
+    for (label, runtime) in runtimes(&db) {
+        let gate = Arc::new(Semaphore::new(0));
+        let graph = busy_graph(Arc::clone(&gate), "ask");
+        let run = graph.start(&runtime, "t", 0);
+        until_running(&runtime, "t").await;
+        runtime.cancel("t").await.unwrap();
+        gate.add_permits(1);
+        let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
+        assert!(
+            matches!(stopped, Err(RunError::Cancelled { .. })),
+            "{label}: {stopped:?}"
+        );
+        let info = runtime.run("t").await.unwrap();
+        assert_eq!(info.record.state, RunState::Cancelled, "{label}");
+        assert!(info.interrupts.is_empty(), "{label}: {:?}", info.interrupts);
+        let resumed = graph.resume(&runtime, "t", 5u32).await;
+        assert!(
+            matches!(resumed, Err(RunError::Cancelled { .. })),
+            "{label}: {resumed:?}"
+        );
+
+        // A run cancelled while it waits for its answer is refused alike.
+        gate.add_permits(1);
+        let waiting = graph.invoke(&runtime, "u", 0).await.unwrap();
+        assert_eq!(waiting.interrupts().len(), 1, "{label}");
+        runtime.cancel("u").await.unwrap();
+        let resumed = graph.resume(&runtime, "u", 5u32).await;
+        assert!(
+            matches!(resumed, Err(RunError::Cancelled { .. })),
+            "{label}: {resumed:?}"
+        );
+    }
+}
