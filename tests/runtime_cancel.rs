@@ -98,3 +98,28 @@ async fn a_run_asked_to_stop_that_then_suspends_is_cancelled() {
         );
     }
 }
+
+/// `wait_if_busy` measures its patience on tokio's clock: under paused time (a test of
+/// timeouts) a busy thread is given up on once the virtual time has passed, at once in real
+/// time, instead of spinning until as much real time went by.
+#[tokio::test(start_paused = true)]
+async fn waiting_for_a_busy_thread_follows_paused_time() {
+    let runtime = Runtime::in_memory();
+    let gate = Arc::new(Semaphore::new(0));
+    let graph = busy_graph(Arc::clone(&gate), "finish");
+    let first = graph.start(&runtime, "t", 0);
+    until_running(&runtime, "t").await;
+    let real = std::time::Instant::now();
+    let second = graph
+        .run(&runtime, "t", 0)
+        .wait_if_busy(Duration::from_secs(120))
+        .await;
+    assert!(matches!(second, Err(RunError::Busy { .. })), "{second:?}");
+    assert!(
+        real.elapsed() < Duration::from_secs(60),
+        "gave up after {:?} of real time",
+        real.elapsed()
+    );
+    gate.add_permits(1);
+    assert_eq!(first.await.unwrap().completed().unwrap(), 101);
+}

@@ -16,7 +16,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt;
 use futures_util::future::Either;
@@ -126,7 +126,8 @@ impl Runtime {
     ) -> Result<RunClaim, RuntimeError> {
         let owner = self.next_owner();
         let lease = self.inner.lease;
-        let deadline = wait.map(|w| Instant::now() + w);
+        // On tokio's clock, as the pauses are: under paused time it moves with them.
+        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
         let mut backoff = FIRST_BACKOFF;
         loop {
             let now = now_ms();
@@ -153,7 +154,7 @@ impl Runtime {
                     until_ms,
                 } => {
                     let left = deadline
-                        .and_then(|d| d.checked_duration_since(Instant::now()))
+                        .and_then(|d| d.checked_duration_since(tokio::time::Instant::now()))
                         .filter(|left| !left.is_zero());
                     let Some(left) = left else {
                         return Err(RuntimeError::Busy {
