@@ -1,5 +1,6 @@
 //! Runs that are busy when something is asked of them: `Runtime::cancel` while a node goes
-//! on to suspend, and a run waiting for a busy thread's claim under paused time.
+//! on to suspend or a run is in its last step, and a run waiting for a busy thread's claim
+//! under paused time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -122,4 +123,47 @@ async fn waiting_for_a_busy_thread_follows_paused_time() {
     );
     gate.add_permits(1);
     assert_eq!(first.await.unwrap().completed().unwrap(), 101);
+}
+
+/// A cancel that comes while an `Exit` run (not on its row yet) is in its last step finds
+/// the run completed: the run is not stopped mid-node, and `cancel` returns its row as soon
+/// as it has let go, not after giving up on it.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_during_an_exit_runs_last_step_returns_once_the_run_completes() {
+    let runtime = Runtime::in_memory();
+    let gate = Arc::new(Semaphore::new(0));
+    let last = Arc::clone(&gate);
+    let graph: CompiledGraph<u32> = Graph::new("last")
+        .node_fn("work", move |n: &mut u32, _ctx| {
+            let gate = Arc::clone(&last);
+            Box::pin(async move {
+                gate.acquire().await.unwrap().forget();
+                *n += 1;
+                Ok(())
+            })
+        })
+        .edge(START, "work")
+        .edge("work", END)
+        .compile()
+        .unwrap();
+    let run = graph
+        .run(&runtime, "t", 0)
+        .durability(Durability::Exit)
+        .start();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let asked = tokio::time::Instant::now();
+    let cancel = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.cancel("t").await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    gate.add_permits(1);
+    let row = cancel.await.unwrap().unwrap();
+    assert_eq!(row.state, RunState::Completed);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "cancel returned after {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(run.await.unwrap().completed().unwrap(), 1);
 }

@@ -315,8 +315,9 @@ impl Runtime {
     ///
     /// A run this process executes that is not on its row yet (an
     /// [`Exit`](crate::runtime::Durability::Exit) run that has written nothing) is asked to
-    /// stop all the same; the row returned is then the one its cancellation writes, or,
-    /// should the run not stop within a few seconds, the thread's row as it is.
+    /// stop all the same; the row returned is then the one its cancellation writes (the
+    /// one it completes with, when the cancel came during its last step), or, should the
+    /// run not stop within a few seconds, the thread's row as it is.
     ///
     /// # Errors
     ///
@@ -362,14 +363,17 @@ impl Runtime {
     }
 
     /// The row of `thread`'s run once the execution in this process that was asked to
-    /// stop has written its cancellation, or, past a few seconds (it is inside a model
-    /// call, say), the row as it is.
+    /// stop has written its cancellation (or has ended otherwise: the cancel came during
+    /// its last step, or it failed), or, past a few seconds (it is inside a model call,
+    /// say), the row as it is.
     async fn row_once_cancelled(&self, thread: &str) -> Result<RunRecord> {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
+            // Looked at before the row: an execution that lets go has written its row.
+            let over = !self.inner.live_claims.executing(thread);
             let row = self.store().get_run(thread).await?;
             let stopped = row.as_ref().is_some_and(|r| r.state == RunState::Cancelled);
-            if stopped || tokio::time::Instant::now() >= deadline {
+            if stopped || over || tokio::time::Instant::now() >= deadline {
                 return row.ok_or_else(|| RuntimeError::UnknownRun {
                     thread: thread.to_owned(),
                 });

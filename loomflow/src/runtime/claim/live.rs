@@ -80,6 +80,17 @@ impl LiveClaims {
             _ => false,
         }
     }
+
+    /// Whether an execution in this process still holds `thread`'s claim: once it has let
+    /// go (or was dropped, or lost its lease), what it wrote is on the run's row.
+    pub(crate) fn executing(&self, thread: &str) -> bool {
+        let claim = crate::sync::lock(&self.shared.claims)
+            .get(thread)
+            .and_then(Weak::upgrade);
+        claim.is_some_and(|claim| {
+            !claim.released.load(Ordering::Acquire) && !claim.lost.load(Ordering::Acquire)
+        })
+    }
 }
 
 /// How often claims with `lease` need renewing: every third of it.
