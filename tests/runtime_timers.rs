@@ -111,3 +111,49 @@ async fn a_sleep_until_a_time_already_past_returns_at_once() {
         .unwrap();
     assert_eq!(n, 1);
 }
+
+/// A wait for a signal with a timeout, in memory (no worker), keeps its deadline as a sleep
+/// keeps its time: a run carried on after its execution stopped half way waits only what
+/// is left of the timeout, by the runtime's clock.
+#[tokio::test(start_paused = true)]
+async fn a_recovered_in_memory_wait_waits_only_what_is_left_of_its_timeout() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let graph = Graph::new("approval")
+        .node_fn("wait", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                match ctx.wait_for_signal::<String>("go").timeout(HOUR).await {
+                    Ok(got) => log.push(got),
+                    Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
+                        log.push("timed out".into());
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let run = graph.start(&runtime, "t", Vec::new());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The execution stops half way (its task is aborted), 50 minutes into its wait.
+    run.abort();
+    let _ = run.await;
+    clock.advance(Duration::from_secs(50 * 60));
+    let began = tokio::time::Instant::now();
+    let log = graph
+        .recover(&runtime, "t")
+        .wait_if_busy(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(log, ["timed out"]);
+    let waited = began.elapsed();
+    assert!(
+        waited < Duration::from_secs(30 * 60),
+        "waited {waited:?} more"
+    );
+}

@@ -67,6 +67,10 @@ impl<T> WaitForSignal<'_, T> {
     }
 
     /// Gives up after `timeout` with [`SignalError::Timeout`](crate::runtime::SignalError::Timeout).
+    ///
+    /// The deadline is journaled, by the runtime's clock: when the node runs again for the
+    /// same step (resumed, recovered, carried on by a worker), it waits only what is left,
+    /// and a wait that timed out times out again.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -104,16 +108,17 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             // Under a worker, a wait parks only briefly and then suspends the run.
             let grace = ctx.claim().park_grace();
             let durable = suspend || grace.is_some();
-            // A wait that may suspend keeps its deadline in the journal: the run, carried on
-            // later (by a worker at the deadline), times out at the same moment.
+            // A timed wait keeps its deadline in the journal, by the runtime's clock: the run,
+            // carried on later (by a worker at the deadline, or recovered after its execution
+            // stopped half way), times out at the same moment.
             let deadline_ms = match timeout {
-                Some(timeout) if durable => Some(
+                Some(timeout) => Some(
                     ctx.step(&format!("deadline:{name}"), || async {
                         Ok::<_, RunError>(unix_ms(runtime.now() + timeout))
                     })
                     .await?,
                 ),
-                _ => None,
+                None => None,
             };
             let timed_out = || SignalError::Timeout {
                 session: session.to_owned(),
@@ -137,7 +142,6 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 }
                 Err::<T, RunError>(timed_out().into())
             };
-            let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
             let mut announced = false;
             // Each pass takes the next payload; one that another process consumed first
             // (it was in this mailbox too) is dropped, and the wait goes on.
@@ -149,9 +153,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     (false, Some(grace)) => {
                         Some(left_ms.map_or(grace, |left| grace.min(Duration::from_millis(left))))
                     }
-                    (false, None) => {
-                        deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
-                    }
+                    (false, None) => left_ms.map(Duration::from_millis),
                 };
                 if durable && park.is_none_or(|p| p.is_zero()) {
                     match runtime.receive_now(session, &name, scope).await? {
