@@ -10,7 +10,7 @@ use loomflow::architecture::{
     ActorCritic, Debate, PlanAndExecute, Reflexion, Router, Supervisor, Swarm, TeamState,
 };
 use loomflow::graph::GraphProblem;
-use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::model::{Message, ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow_tests::check_mermaid;
 
@@ -214,6 +214,46 @@ async fn a_handoff_to_an_agent_with_a_spaced_name_is_a_name_providers_accept() {
             .to_string()
             .contains("the handoffs to billing team and to billing_team would both be the tool transfer_to_billing_team"),
         "{error}"
+    );
+}
+
+/// A reply that calls two handoff tools hands the conversation to the first; the second
+/// call's result says it was not taken, so the transcript does not claim two transfers.
+#[tokio::test]
+async fn a_reply_with_two_handoffs_hands_off_to_the_first() {
+    let model = Arc::new(ScriptedModel::new([ModelResponse::tool_calls(vec![
+        ToolCall::new("h1", "transfer_to_billing", json!({})),
+        ToolCall::new("h2", "transfer_to_tech", json!({})),
+    ])]));
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(Arc::clone(&model))
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage)
+        .agent(
+            "billing",
+            "invoices",
+            scripted("billing", &["Refund issued."]),
+        )
+        .agent("tech", "outages", scripted("tech", &["Rebooted."]))
+        .build()
+        .unwrap();
+    let team = run(&swarm, "refund please").await;
+    assert_eq!(team.path, ["triage", "billing"]);
+    assert_eq!(team.output.as_deref(), Some("Refund issued."));
+    let second = team
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(result) if result.call_id == "h2" => Some(result),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result for h2: {:?}", team.messages));
+    assert!(
+        second.is_error && second.content.contains("billing"),
+        "the second handoff's result: {second:?}"
     );
 }
 

@@ -386,11 +386,13 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     };
     let mut suspended = None;
     let mut block = None;
+    // The agent a handoff in this reply went to: a reply hands off once, to the first.
+    let mut handed_to: Option<&str> = None;
     for (call, result) in calls.iter().zip(results) {
         match result {
             Ok(ToolStepOutcome {
-                content,
-                is_error,
+                mut content,
+                mut is_error,
                 blocked,
             }) => {
                 // A handoff happens when its call did: one denied, refused by a guardrail or
@@ -399,7 +401,18 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                     && blocked.is_none()
                     && let Some(target) = core.handoff_target(&call.name)
                 {
-                    state.handoff = Some(target.to_owned());
+                    match handed_to {
+                        None => {
+                            state.handoff = Some(target.to_owned());
+                            handed_to = Some(target);
+                        }
+                        Some(first) => {
+                            content = format!(
+                                "not transferred to {target}: this reply already transferred the conversation to {first}"
+                            );
+                            is_error = true;
+                        }
+                    }
                 }
                 block = block.or(blocked);
                 if ctx.has_listener() {

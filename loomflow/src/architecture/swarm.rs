@@ -8,6 +8,9 @@ use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 /// other agent. The active agent is part of the checkpointed state (`TeamState::next`), so a
 /// resumed run carries on with the agent that had the conversation.
 ///
+/// A reply that calls several handoff tools hands off to the first that succeeds; the
+/// others' results tell the model they were not taken.
+///
 /// ```text
 /// START ─(active)→ a ─(handoff)→ b ─(answer)→ END
 /// ```
