@@ -330,6 +330,10 @@ impl Runtime {
     /// wait, or a node's) gets it once that ends. Should the process die before, a payload
     /// whose row was consumed is not delivered after the restart.
     ///
+    /// Inside a node, wait with [`Context::wait_for_signal`](crate::Context::wait_for_signal)
+    /// instead: it journals what it received, so that the node running again gets the same
+    /// payload, and [`Runtime::cancel`] wakes it. This wait knows nothing of the run.
+    ///
     /// # Errors
     ///
     /// [`SignalError::Timeout`]; [`SignalError::Payload`] when the payload is not a `T` (it
