@@ -223,6 +223,16 @@ impl Store for Traced {
         self.record("release".into(), before, self.inner.release(thread, owner))
     }
 
+    fn release_runnable<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let before = self.commits();
+        let release = self.inner.release_runnable(thread, owner);
+        self.record("release".into(), before, release)
+    }
+
     fn renew_claim<'a>(
         &'a self,
         thread: &'a str,

@@ -177,11 +177,16 @@ fn claimed<S: State>(
             return Err(claim.lost_error().into());
         }
         if top_level {
+            // Handed back, or stopped by a store failure (a database restart, a lost
+            // connection): the run is not at fault, and may have taken what it waited for.
+            // It is let go runnable at once, as after a crash.
+            let half_way = matches!(
+                &result,
+                Err(RunError::Yielded { .. } | RunError::Store(_) | RunError::Busy { .. })
+            );
             let failure = match &result {
                 Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
                 Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
-                // The store failed (a database restart, a lost connection): the run is not at
-                // fault. It stays as it was and is claimed again once its lease runs out.
                 Err(RunError::Store(_) | RunError::Busy { .. }) => None,
                 // A resume request the run could not take: it stays interrupted, and the
                 // request is spent.
@@ -203,6 +208,7 @@ fn claimed<S: State>(
             };
             let ended = match failure {
                 Some(message) => claim.finish(RunState::Failed, Some(message)).await,
+                None if half_way => claim.release_runnable().await,
                 None => claim.release().await,
             };
             if let Err(error) = ended {

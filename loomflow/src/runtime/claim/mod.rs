@@ -496,15 +496,31 @@ impl RunClaim {
             .release(&self.inner.thread, &self.inner.owner)
             .await
     }
+
+    /// Lets the run go after its execution stopped half way (handed back, a store failure):
+    /// a run its row says is waiting or sleeping is runnable at once, as after a crash,
+    /// since the execution may have taken what it waited for (see
+    /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)).
+    pub(crate) async fn release_runnable(&self) -> Result<(), StoreError> {
+        if self.inner.request.held() || self.inner.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner
+            .store
+            .release_runnable(&self.inner.thread, &self.inner.owner)
+            .await
+    }
 }
 
 impl Drop for ClaimInner {
     fn drop(&mut self) {
         if !*self.released.get_mut() && !self.request.held() {
-            // An execution that was dropped mid-way (an aborted task). Stores queue a write
-            // when it is called (the memory store performs it), so one poll is enough to
-            // send it; if it does not reach the store, the lease expires instead.
-            let _ = self.store.release(&self.thread, &self.owner).now_or_never();
+            // An execution that was dropped mid-way (an aborted task), perhaps after taking
+            // what its run waited for: runnable at once, as after a crash. Stores queue a
+            // write when it is called (the memory store performs it), so one poll is enough
+            // to send it; if it does not reach the store, the lease expires instead.
+            let release = self.store.release_runnable(&self.thread, &self.owner);
+            let _ = release.now_or_never();
         }
     }
 }

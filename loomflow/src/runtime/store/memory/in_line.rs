@@ -73,7 +73,7 @@ impl MemoryStore {
         if checkpoint.namespace.is_empty() {
             row.follow(&mut checkpoint, now_ms());
         }
-        row.let_go();
+        row.let_go(false, 0);
         let finished = row.state.is_some_and(RunState::is_finished);
         let id = fenced.file(checkpoint, self.retention);
         if finished {
@@ -82,6 +82,23 @@ impl MemoryStore {
             fenced.slot.kept.shrink_to_fit();
         }
         Ok(id)
+    }
+
+    /// [`Store::release`](crate::runtime::Store::release) of `thread`, or with `runnable`
+    /// [`Store::release_runnable`](crate::runtime::Store::release_runnable), made at once.
+    pub(super) fn release_now(
+        &self,
+        thread: &str,
+        owner: &str,
+        runnable: bool,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock_mut()?;
+        if let Some(slot) = inner.threads.get_mut(thread)
+            && slot.row.owner.as_deref() == Some(owner)
+        {
+            slot.row.let_go(runnable, now_ms());
+        }
+        Ok(())
     }
 
     /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot

@@ -328,13 +328,15 @@ impl Store for MemoryStore {
         thread: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.lock_mut().map(|mut inner| {
-            if let Some(slot) = inner.threads.get_mut(thread)
-                && slot.row.owner.as_deref() == Some(owner)
-            {
-                slot.row.let_go();
-            }
-        }))
+        ready(self.release_now(thread, owner, false))
+    }
+
+    fn release_runnable<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        ready(self.release_now(thread, owner, true))
     }
 
     fn renew_claim<'a>(

@@ -23,18 +23,22 @@ pub(super) fn lease_lost(thread: &str, owner: &str) -> Fail {
 /// Lets `thread` go if `owner` holds it, and says so to listening workers; returns whether
 /// it did. A suspended run claimed and let go without a new checkpoint (a recover that
 /// found nothing to do, a refused resume) is runnable again only at its wake time, as
-/// before the claim. One statement.
+/// before the claim; one whose execution stopped half way (`runnable`: see
+/// `Store::release_runnable`) at once. One statement.
 pub(super) async fn release(
     client: &impl GenericClient,
     thread: &str,
     owner: &str,
+    runnable: bool,
 ) -> Result<bool, Fail> {
     let stmt = client
         .prepare_cached(
             "WITH released AS (
                  UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0,
                      updated_at_ms = $3,
-                     runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted')
+                     runnable_at_ms = CASE WHEN $4 AND status IN ('waiting', 'sleeping')
+                                           THEN $3
+                                           WHEN status IN ('waiting', 'sleeping', 'interrupted')
                                            THEN wake_at_ms ELSE runnable_at_ms END
                  WHERE thread = $1 AND lease_owner = $2
                  RETURNING 1)
@@ -42,7 +46,7 @@ pub(super) async fn release(
         )
         .await?;
     Ok(client
-        .query_opt(&stmt, &[&thread, &owner, &now_ms()])
+        .query_opt(&stmt, &[&thread, &owner, &now_ms(), &runnable])
         .await?
         .is_some())
 }

@@ -327,30 +327,20 @@ impl Store for PostgresStore {
         Box::pin(self.claim_thread(thread, owner, lease_until_ms, now_ms))
     }
 
-    /// Sent when called, not when first polled, as the SQLite store queues its writes: an
-    /// execution dropped mid-way (its task aborted) releases its claim by polling this once
-    /// and dropping it, and the release must happen all the same rather than leave the run
-    /// to wait for its lease to expire.
     fn release<'a>(
         &'a self,
         thread: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let release = runs::release_thread(self.pool.clone(), thread.to_owned(), owner.to_owned());
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let task = handle.spawn(release);
-                Box::pin(async move {
-                    task.await.unwrap_or_else(|e| {
-                        Err(StoreError::Write {
-                            thread: thread.to_owned(),
-                            message: format!("the release did not finish: {e}"),
-                        })
-                    })
-                })
-            }
-            Err(_) => Box::pin(release),
-        }
+        self.let_go(thread, owner, false)
+    }
+
+    fn release_runnable<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.let_go(thread, owner, true)
     }
 
     fn renew_claim<'a>(

@@ -25,6 +25,7 @@
 use std::sync::LazyLock;
 
 use deadpool_postgres::GenericClient;
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_postgres::Row;
 
@@ -174,10 +175,11 @@ pub(super) async fn release_thread(
     pool: deadpool_postgres::Pool,
     thread: String,
     owner: String,
+    runnable: bool,
 ) -> Result<(), StoreError> {
     async {
         let client = pool.get().await?;
-        release(&client, &thread, &owner).await?;
+        release(&client, &thread, &owner, runnable).await?;
         Ok(())
     }
     .await
@@ -185,6 +187,39 @@ pub(super) async fn release_thread(
 }
 
 impl PostgresStore {
+    /// `Store::release` (or with `runnable`, `Store::release_runnable`), sent when called,
+    /// not when first polled, as the SQLite store queues its writes: an execution dropped
+    /// mid-way (its task aborted) releases its claim by polling this once and dropping it,
+    /// and the release must happen all the same rather than leave the run to wait for its
+    /// lease to expire.
+    pub(super) fn let_go<'a>(
+        &self,
+        thread: &'a str,
+        owner: &str,
+        runnable: bool,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let release = release_thread(
+            self.pool.clone(),
+            thread.to_owned(),
+            owner.to_owned(),
+            runnable,
+        );
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let task = handle.spawn(release);
+                Box::pin(async move {
+                    task.await.unwrap_or_else(|e| {
+                        Err(StoreError::Write {
+                            thread: thread.to_owned(),
+                            message: format!("the release did not finish: {e}"),
+                        })
+                    })
+                })
+            }
+            Err(_) => Box::pin(release),
+        }
+    }
+
     pub(super) async fn claim_thread(
         &self,
         thread: &str,

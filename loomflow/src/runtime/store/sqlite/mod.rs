@@ -5,10 +5,9 @@
 //! Five tables: `meta` (the schema version), `checkpoints` (one row per superstep: the
 //! columns queries filter on, the error of a failed run, and the executor's snapshot as one
 //! opaque JSON `body`), `journal` (results of journaled steps; the first value written for a
-//! key wins), `signals`
-//! (pending signals, and consumed ones with an idempotency key for an hour so that a
-//! retried send is recognised) and `runs` (one row per thread: its current run and the
-//! lease of the execution carrying it on; see `runs.rs`).
+//! key wins), `signals` (pending signals, and consumed ones with an idempotency key for an
+//! hour so that a retried send is recognised) and `runs` (one row per thread: its current
+//! run and the lease of the execution carrying it on; see `runs.rs`).
 //!
 //! # Threads
 //!
@@ -96,8 +95,7 @@ use futures_util::future::BoxFuture;
 /// ```
 pub struct SqliteStore {
     path: PathBuf,
-    /// A connection that only reads `PRAGMA data_version`: it changes whenever another
-    /// connection (this store's writer, or another process) commits.
+    /// Reads only `PRAGMA data_version`, which changes whenever anyone commits to the file.
     probe: std::sync::Mutex<Connection>,
     // Dropped in this order: readers first, then the writer, which flushes and closes last.
     readers: Readers,
@@ -406,7 +404,15 @@ impl Store for SqliteStore {
         thread: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.release_run(thread, owner)
+        self.release_run(thread, owner, false)
+    }
+
+    fn release_runnable<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.release_run(thread, owner, true)
     }
 
     fn renew_claim<'a>(
@@ -581,8 +587,7 @@ impl Store for SqliteStore {
     /// `PRAGMA data_version` on a connection of its own: a few microseconds, no disk read
     /// beyond the WAL index, so a worker may ask every few milliseconds.
     fn change_counter(&self) -> Option<u64> {
-        let probe = crate::sync::lock(&self.probe);
-        probe
+        crate::sync::lock(&self.probe)
             .query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
             .ok()
             .and_then(|v| u64::try_from(v).ok())

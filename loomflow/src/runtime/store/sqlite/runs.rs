@@ -46,6 +46,8 @@ pub(super) enum RunOp {
     Release {
         thread: String,
         owner: String,
+        /// Runnable at once (see `Store::release_runnable`), not at the run's wake time.
+        runnable: bool,
     },
     Renew {
         thread: String,
@@ -154,9 +156,13 @@ impl RunOp {
                 followed.forget(thread);
                 claim(conn, thread, owner, *until_ms, *asked_at)
             }
-            Self::Release { thread, owner } => {
+            Self::Release {
+                thread,
+                owner,
+                runnable,
+            } => {
                 followed.forget(thread);
-                release(conn, thread, owner, now_ms)?;
+                release(conn, thread, owner, *runnable, now_ms)?;
                 Ok(Outcome::Done)
             }
             Self::Renew {
@@ -213,7 +219,7 @@ impl RunOp {
                     return Ok(Outcome::LeaseLost);
                 }
                 if until_ms.is_none() {
-                    release(conn, &row.thread, owner, now_ms)?;
+                    release(conn, &row.thread, owner, false, now_ms)?;
                 }
                 Ok(Outcome::Id(writer::put_checkpoint(conn, row)?))
             }
@@ -365,15 +371,25 @@ fn claim(
 /// Lets the run go. A suspended run claimed and let go without a new checkpoint (a
 /// recover that found nothing to do, a refused resume) is runnable again only at its wake
 /// time, as before the claim.
-fn release(conn: &Connection, thread: &str, owner: &str, now_ms: i64) -> rusqlite::Result<()> {
+/// Lets `thread` go if `owner` holds it: a suspended run let go without a new checkpoint is
+/// runnable again at its wake time, as before the claim; one whose execution stopped half
+/// way (`runnable`) at once.
+fn release(
+    conn: &Connection,
+    thread: &str,
+    owner: &str,
+    runnable: bool,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = ?3,
                          runnable_at_ms = CASE
+                             WHEN ?4 AND status IN ('waiting', 'sleeping') THEN ?3
                              WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN wake_at_ms
                              ELSE runnable_at_ms END
          WHERE thread = ?1 AND lease_owner = ?2",
     )?
-    .execute(params![thread, owner, now_ms])?;
+    .execute(params![thread, owner, now_ms, runnable])?;
     Ok(())
 }
 
@@ -448,10 +464,12 @@ impl SqliteStore {
         &'a self,
         thread: &'a str,
         owner: &'a str,
+        runnable: bool,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let op = Ok(RunOp::Release {
             thread: thread.to_owned(),
             owner: owner.to_owned(),
+            runnable,
         });
         self.run_op(thread.to_owned(), None, op, done)
     }

@@ -1,0 +1,117 @@
+//! A worker's execution that stops half way (aborted by a shutdown, handed back) after
+//! taking what its run waited for: the run is let go runnable at once, as after a crash,
+//! and the next worker carries it on. Memory, SQLite and PostgreSQL (skipped without
+//! `LOOMFLOW_PG_URL`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use loomflow::prelude::*;
+use loomflow::runtime::{PostgresStore, RunState, SqliteStore};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Job {
+    got: Option<u32>,
+}
+
+/// Until `thread`'s run is in `state`, for at most `secs`; whether it got there.
+async fn reaches(runtime: &Runtime, thread: &str, state: RunState, secs: u64) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Ok(info) = runtime.run(thread).await
+            && info.record.state == state
+        {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A node receives its signal (consumed and journaled), then works past the worker's
+/// `shutdown_timeout`: the shutdown aborts it. Nothing else will ever wake the run, so the
+/// next worker must find it runnable, and it completes with the signal it took.
+async fn aborted_after_its_signal_is_carried_on(runtime: Runtime, next: Runtime) {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&executions);
+    let graph: CompiledGraph<Job> = Graph::new("long")
+        .node_fn("wait", move |job: &mut Job, ctx| {
+            let seen = Arc::clone(&seen);
+            Box::pin(async move {
+                job.got = Some(ctx.wait_for_signal::<u32>("go").await?);
+                // The first execution to get here works for a minute.
+                if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(10))
+        .park_grace(Duration::ZERO)
+        .shutdown_timeout(Duration::from_millis(200))
+        .build();
+    runtime.submit("long", "s-1", Job::default()).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert!(reaches(&runtime, "s-1", RunState::Waiting, 0).await);
+    let handle = worker.start();
+    runtime.signal("s-1", "go", 3).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while executions.load(Ordering::SeqCst) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never received");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.shutdown().await.unwrap();
+    drop(worker);
+    let row = runtime.run("s-1").await.unwrap().record;
+    let worker = Worker::builder(&next)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(10))
+        .park_grace(Duration::ZERO)
+        .build();
+    let handle = worker.start();
+    let done = reaches(&next, "s-1", RunState::Completed, 10).await;
+    let after = next.run("s-1").await.unwrap().record;
+    handle.shutdown().await.unwrap();
+    assert!(
+        done,
+        "after the aborting shutdown: {row:?}\n10 s later, with another worker: {after:?}"
+    );
+    let job: Job = next.get_state("s-1").await.unwrap().unwrap();
+    assert_eq!(job.got, Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_a_run_aborted_after_taking_its_signal_is_carried_on() {
+    let runtime = Runtime::in_memory();
+    aborted_after_its_signal_is_carried_on(runtime.clone(), runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_a_run_aborted_after_taking_its_signal_is_carried_on() {
+    let db = loomflow_tests::TempDb::new("aborted-after-signal");
+    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    aborted_after_its_signal_is_carried_on(open(), open()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_run_aborted_after_taking_its_signal_is_carried_on() {
+    let Some(db) = postgres::TempPgDb::create("half-way").await else {
+        return;
+    };
+    let open = async || Runtime::with_store(PostgresStore::connect(&db.url).await.unwrap());
+    aborted_after_its_signal_is_carried_on(open().await, open().await).await;
+}
