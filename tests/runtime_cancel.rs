@@ -167,3 +167,95 @@ async fn a_cancel_during_an_exit_runs_last_step_returns_once_the_run_completes()
     );
     assert_eq!(run.await.unwrap().completed().unwrap(), 1);
 }
+
+/// `work` waits for the test's go-ahead, then `wait` waits for the signal `go`: under a
+/// worker with no grace, it suspends at once.
+fn work_then_wait(gate: Arc<Semaphore>) -> CompiledGraph<u32> {
+    Graph::new("work-then-wait")
+        .node_fn("work", move |n: &mut u32, _ctx| {
+            let gate = Arc::clone(&gate);
+            Box::pin(async move {
+                gate.acquire().await.unwrap().forget();
+                *n += 1;
+                Ok(())
+            })
+        })
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n += ctx.wait_for_signal::<u32>("go").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "work")
+        .edge("work", "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
+/// A cancel asked for from another process while a worker executes the run is on the run's
+/// row; the worker's execution would learn it only at its next heartbeat. A run that
+/// suspends before then looks at its row first, and is cancelled instead of waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_process_is_not_lost_when_the_run_suspends() {
+    let db = loomflow_tests::TempDb::new("cancel-elsewhere-then-suspend");
+    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let (here, elsewhere) = (open(), open());
+    let gate = Arc::new(Semaphore::new(0));
+    let graph = work_then_wait(Arc::clone(&gate));
+    let worker = Worker::builder(&here)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(10))
+        .park_grace(Duration::ZERO)
+        .build();
+    let handle = worker.start();
+    elsewhere
+        .submit("work-then-wait", "t", json!(0))
+        .await
+        .unwrap();
+    until_running(&elsewhere, "t").await;
+    let asked = elsewhere.cancel("t").await.unwrap();
+    assert!(asked.cancel_requested, "{asked:?}");
+    gate.add_permits(1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let row = elsewhere.run("t").await.unwrap().record;
+        if row.state.is_finished() || row.state == RunState::Waiting {
+            break row;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{row:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    handle.shutdown().await.unwrap();
+    assert_eq!(row.state, RunState::Cancelled, "{row:?}");
+}
+
+/// A run whose row asks it to stop when a worker claims it (the cancel came as the
+/// execution that held it let go) is cancelled by that worker, not carried on.
+#[tokio::test]
+async fn a_worker_does_not_carry_on_a_run_its_row_asks_to_stop() {
+    let db = loomflow_tests::TempDb::new("cancel-on-the-row");
+    let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let gate = Arc::new(Semaphore::new(1));
+    let graph = work_then_wait(gate);
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit("work-then-wait", "t", json!(0))
+        .await
+        .unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert_eq!(
+        runtime.run("t").await.unwrap().record.state,
+        RunState::Waiting
+    );
+    runtime.store().request_cancel("t", 0).await.unwrap();
+    runtime.signal("t", "go", 5u32).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let row = runtime.run("t").await.unwrap().record;
+    assert_eq!(row.state, RunState::Cancelled, "{row:?}");
+    let state: u32 = runtime.get_state("t").await.unwrap().unwrap();
+    assert_eq!(state, 1, "the wait took nothing");
+}

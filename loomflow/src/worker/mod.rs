@@ -321,6 +321,11 @@ impl WorkerInner {
                 until,
                 Some(self.park_grace),
             );
+            // A cancel asked for while another execution held the run, which let it go
+            // (suspended) before it learnt of it: the run stops before its first step.
+            if run.record.cancel_requested {
+                claim.request_cancel();
+            }
             (run, claim)
         }))
     }

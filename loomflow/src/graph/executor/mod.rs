@@ -395,18 +395,16 @@ fn run_supersteps<S: State>(
                 Ok(StepOutcome::Suspended {
                     pending_writes,
                     interrupts,
-                }) if shared.namespace.is_root() && shared.claim.cancel_requested() => {
-                    // Asked to stop while the step ran: the run is cancelled where the step
-                    // started rather than left waiting for answers nobody will give.
-                    drop((pending_writes, interrupts));
-                    writer.finish().await?;
-                    return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins)).await;
-                }
-                Ok(StepOutcome::Suspended {
-                    pending_writes,
-                    interrupts,
                 }) => {
                     writer.finish().await?;
+                    // Asked to stop while the step ran (here, or from another process): the
+                    // run is cancelled where the step started rather than left waiting for
+                    // answers nobody will give.
+                    if shared.namespace.is_root() && shared.claim.cancel_asked().await? {
+                        drop((pending_writes, interrupts));
+                        return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins))
+                            .await;
+                    }
                     locate::forget_child_answers(g, &mut resume_values);
                     // A top-level run's first checkpoint keeps the graph's description (see
                     // `check_graph`, which finds it there); only a run that wrote none (`Exit`

@@ -234,6 +234,27 @@ impl RunClaim {
         self.inner.cancel.load(Ordering::Acquire)
     }
 
+    /// Asks the run to stop: its row said so when the claim was taken (a cancel asked for
+    /// while another execution held it).
+    pub(crate) fn request_cancel(&self) {
+        self.inner.cancel.store(true, Ordering::Release);
+    }
+
+    /// Whether someone asked the run to stop, here or, on a store other processes share,
+    /// on its row: what a run about to suspend looks at, since a cancel from another
+    /// process otherwise reaches it only at the next heartbeat, after it let go.
+    pub(crate) async fn cancel_asked(&self) -> Result<bool, StoreError> {
+        if self.cancel_requested() || self.inner.store.as_memory().is_some() {
+            return Ok(self.cancel_requested());
+        }
+        let row = self.inner.store.get_run(&self.inner.thread).await?;
+        let asked = row.is_some_and(|row| row.cancel_requested);
+        if asked {
+            self.request_cancel();
+        }
+        Ok(asked)
+    }
+
     /// `work` (a node's wait: a signal, a sleep), unless the run is asked to stop first:
     /// then [`RunError::Cancelled`](crate::RunError::Cancelled), and the executor ends the
     /// run as cancelled.
