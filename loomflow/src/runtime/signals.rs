@@ -46,6 +46,19 @@ pub(crate) struct Seen {
     sent_here: std::collections::BTreeSet<u64>,
 }
 
+impl Seen {
+    /// Whether signals stored before `seq` (above `up_to`) may have come from another
+    /// process: not all of them were sent here.
+    fn stored_elsewhere_before(&self, seq: u64) -> bool {
+        let between = seq.saturating_sub(self.up_to.saturating_add(1));
+        let ours = self
+            .sent_here
+            .range(self.up_to.saturating_add(1)..seq)
+            .count();
+        between > u64::try_from(ours).unwrap_or(u64::MAX)
+    }
+}
+
 /// How many signals sent here are remembered while no refresh runs.
 const MAX_SENT_HERE: usize = 100_000;
 
@@ -222,6 +235,12 @@ impl Runtime {
                 let mut seen = self.inner.signals_seen.lock().await;
                 if seq <= seen.up_to {
                     // A refresh brought it in already.
+                    Delivery::Queued
+                } else if seen.stored_elsewhere_before(seq) {
+                    // Another process stored signals before it, not loaded yet: a refresh
+                    // brings them in first, then this one, in the order they were stored.
+                    drop(seen);
+                    self.refresh_signals().await?;
                     Delivery::Queued
                 } else {
                     seen.sent_here.insert(seq);
