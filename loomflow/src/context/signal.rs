@@ -156,7 +156,13 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     (false, None) => left_ms.map(Duration::from_millis),
                 };
                 if durable && park.is_none_or(|p| p.is_zero()) {
-                    match runtime.receive_now(session, &name, scope).await? {
+                    let queued = match runtime.receive_now(session, &name, scope).await? {
+                        Some(received) => Some(received),
+                        // Dropped from this process's memory by the pending bounds, but kept
+                        // in the store for this run.
+                        None => runtime.receive_stored(session, &name).await?,
+                    };
+                    match queued {
                         Some(received) => {
                             if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
                                 return Ok(value);

@@ -14,6 +14,7 @@ mod housekeeping;
 pub mod mailbox;
 mod removals;
 mod runs;
+mod seen;
 pub(crate) mod signals;
 pub mod store;
 
@@ -91,8 +92,8 @@ struct RuntimeInner {
     /// Wake-ups for this process's workers.
     wakes: runs::Wakes,
     /// Which stored signals are already in (or through) the mailbox: see
-    /// [`signals::Seen`].
-    signals_seen: tokio::sync::Mutex<signals::Seen>,
+    /// [`seen::Seen`].
+    signals_seen: tokio::sync::Mutex<seen::Seen>,
     /// How often to look for signals other processes stored.
     poll_interval: std::time::Duration,
     /// Set once the task that looks for them runs.
@@ -232,7 +233,7 @@ impl RuntimeBuilder {
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 live_claims: claim::LiveClaims::default(),
                 wakes: runs::Wakes::default(),
-                signals_seen: tokio::sync::Mutex::new(signals::Seen::default()),
+                signals_seen: tokio::sync::Mutex::new(seen::Seen::default()),
                 poll_interval: self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL),
                 watching: std::sync::atomic::AtomicBool::new(false),
                 housekeeping: housekeeping::Housekeeping::new(self.audit_retention),

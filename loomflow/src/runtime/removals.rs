@@ -83,6 +83,9 @@ impl Removals {
                 let Dropped { session, seq } = signal;
                 let removed = if received {
                     self.store.take_signal(&session, seq, None).await
+                } else if self.awaited(&session).await {
+                    // Dropped from memory only: its run takes it from the store.
+                    Ok(())
                 } else {
                     self.store.discard_signal(&session, seq).await
                 };
@@ -91,6 +94,18 @@ impl Removals {
                 }
                 self.outstanding.fetch_sub(1, Ordering::AcqRel);
             }
+        }
+    }
+
+    /// Whether `session` has a run that has not ended, which may take the signals sent to
+    /// it: a signal the mailbox drops from memory (past the pending TTL, beyond the pending
+    /// bound) stays in the store for it, as `prune_signals` spares it. When the store cannot
+    /// say, it stays too; `prune_signals` drops it later if nobody takes it.
+    async fn awaited(&self, session: &str) -> bool {
+        match self.store.get_run(session).await {
+            Ok(Some(run)) => !run.state.is_finished(),
+            Ok(None) => false,
+            Err(_) => true,
         }
     }
 }

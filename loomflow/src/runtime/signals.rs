@@ -33,35 +33,6 @@ type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 /// Which stored signals this process's mailbox already got, so that none is put in twice.
 ///
-/// Two paths bring a stored signal into the mailbox: the send that stored it (in this
-/// process), and a refresh from the store (signals other processes stored). Both run under
-/// the lock that guards this: a refresh skips the signals this process sent, and a send
-/// skips a signal a refresh already brought in. Otherwise a signal taken by a waiter between
-/// the two would be queued again, stale.
-#[derive(Debug, Default)]
-pub(crate) struct Seen {
-    /// Every stored signal up to this sequence number has been loaded or skipped.
-    up_to: u64,
-    /// Signals above `up_to` this process sent and queued itself.
-    sent_here: std::collections::BTreeSet<u64>,
-}
-
-impl Seen {
-    /// Whether signals stored before `seq` (above `up_to`) may have come from another
-    /// process: not all of them were sent here.
-    fn stored_elsewhere_before(&self, seq: u64) -> bool {
-        let between = seq.saturating_sub(self.up_to.saturating_add(1));
-        let ours = self
-            .sent_here
-            .range(self.up_to.saturating_add(1)..seq)
-            .count();
-        between > u64::try_from(ours).unwrap_or(u64::MAX)
-    }
-}
-
-/// How many signals sent here are remembered while no refresh runs.
-const MAX_SENT_HERE: usize = 100_000;
-
 pub(crate) fn decode<T: DeserializeOwned>(
     session: &str,
     name: &str,
@@ -244,7 +215,7 @@ impl Runtime {
                     Delivery::Queued
                 } else {
                     seen.sent_here.insert(seq);
-                    if seen.sent_here.len() > MAX_SENT_HERE {
+                    if seen.sent_here.len() > super::seen::MAX_SENT_HERE {
                         seen.sent_here.pop_first();
                     }
                     mailbox
@@ -468,6 +439,24 @@ impl Runtime {
         let entry = self.mailbox().poll_in(session, name, scope)?;
         self.removals().flush().await;
         Ok(entry)
+    }
+
+    /// The oldest signal `name` of `session` a durable store keeps that the mailbox no
+    /// longer holds (its pending bounds dropped it from memory, sparing it in the store for
+    /// the session's run): for a node's wait that found nothing queued.
+    pub(crate) async fn receive_stored(&self, session: &str, name: &str) -> Result<Option<Entry>> {
+        if !self.store().is_durable() {
+            return Ok(None);
+        }
+        // What was received here is off the store first, so that it is not found again.
+        self.removals().flush().await;
+        let stored = self.store().oldest_signal(session, name).await?;
+        Ok(stored.map(|signal| Entry {
+            payload: signal.payload,
+            seq: Some(signal.seq),
+            sent_at: tokio::time::Instant::now(),
+            taking: None,
+        }))
     }
 
     /// Types a received payload; on failure puts it back at the head of its queue. On

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 /// Bounds and limits of a [`Mailbox`](super::Mailbox).
 ///
+/// The pending bounds hold memory in check. On a durable runtime they drop a signal from
+/// the process's memory only: a signal for a session whose run has not ended stays in the
+/// store, and that run takes it when it is carried on, however long it waited.
+///
 /// # Examples
 ///
 /// ```

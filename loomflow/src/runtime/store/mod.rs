@@ -54,69 +54,14 @@ pub use audit::{AuditEntry, AuditKind, AuditQuery};
 pub use memory::{DEFAULT_RETAINED_AUDIT_ENTRIES, DEFAULT_RETAINED_CHECKPOINTS, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
-pub use records::{Checkpoint, Interrupt, JournalKey, SignalPush, StoredSignal};
+pub use records::{Checkpoint, Interrupt, JournalKey, RunStatus, SignalPush, StoredSignal};
 pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use futures_util::future::BoxFuture;
-
-/// How far a run got, as recorded in its newest checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RunStatus {
-    /// Supersteps remain to run (or the process running it crashed).
-    Running,
-    /// Suspended on one or more interrupts; waiting for `resume`.
-    Interrupted,
-    /// Reached `END`.
-    Completed,
-    /// Stopped by an error; the checkpoint holds the last good state.
-    Failed,
-    /// Stopped by [`Runtime::cancel`](crate::Runtime::cancel); the checkpoint holds the state
-    /// it stopped at.
-    Cancelled,
-}
-
-impl RunStatus {
-    /// Every status.
-    pub const ALL: [Self; 5] = [
-        Self::Running,
-        Self::Interrupted,
-        Self::Completed,
-        Self::Failed,
-        Self::Cancelled,
-    ];
-
-    /// Reads a status written by [`as_str`](Self::as_str).
-    pub fn parse(word: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|status| status.as_str() == word)
-    }
-
-    /// A stored status, or [`StoreError::Corrupt`] naming `thread` (for the backends).
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub(crate) fn parse_stored(word: &str, thread: &str) -> Result<Self, StoreError> {
-        Self::parse(word).ok_or_else(|| StoreError::Corrupt {
-            thread: thread.to_owned(),
-            message: format!("unknown run status {word:?}"),
-        })
-    }
-
-    /// The status as stored: `running`, `interrupted`, `completed`, `failed`, `cancelled`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Interrupted => "interrupted",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +215,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every stored, unconsumed signal, oldest first.
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>>;
+
+    /// The oldest stored, unconsumed signal `name` of `session`: what a suspended run's
+    /// wait takes when its process's mailbox no longer holds it (the pending bounds drop
+    /// signals from memory, not from the store, while the session has a run to take them).
+    ///
+    /// The default looks through [`pending_signals`](Self::pending_signals).
+    fn oldest_signal<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
+        Box::pin(async move {
+            let pending = self.pending_signals().await?;
+            Ok((pending.into_iter()).find(|s| s.session == session && s.name == name))
+        })
+    }
 
     /// Drops the unconsumed signals sent before `sent_before_ms` (milliseconds since the
     /// Unix epoch) to a session that has no unfinished run (no run at all, or one that

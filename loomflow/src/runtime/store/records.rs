@@ -1,11 +1,65 @@
 //! The rows a store keeps, as the runtime and the executor hand them over: checkpoints (with
-//! the interrupts their bodies list), journal keys, and signals.
+//! the interrupts their bodies list, and how far their run got), journal keys, and signals.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::unserialized::Unserialized;
-use super::{AuditEntry, RunStatus, StoreError};
+use super::{AuditEntry, StoreError};
+
+/// How far a run got, as recorded in its newest checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// Supersteps remain to run (or the process running it crashed).
+    Running,
+    /// Suspended on one or more interrupts; waiting for `resume`.
+    Interrupted,
+    /// Reached `END`.
+    Completed,
+    /// Stopped by an error; the checkpoint holds the last good state.
+    Failed,
+    /// Stopped by [`Runtime::cancel`](crate::Runtime::cancel); the checkpoint holds the state
+    /// it stopped at.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Every status.
+    pub const ALL: [Self; 5] = [
+        Self::Running,
+        Self::Interrupted,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// Reads a status written by [`as_str`](Self::as_str).
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == word)
+    }
+
+    /// A stored status, or [`StoreError::Corrupt`] naming `thread` (for the backends).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn parse_stored(word: &str, thread: &str) -> Result<Self, StoreError> {
+        Self::parse(word).ok_or_else(|| StoreError::Corrupt {
+            thread: thread.to_owned(),
+            message: format!("unknown run status {word:?}"),
+        })
+    }
+
+    /// The status as stored: `running`, `interrupted`, `completed`, `failed`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Interrupted => "interrupted",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
 
 /// A node that asked to suspend, and what it asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

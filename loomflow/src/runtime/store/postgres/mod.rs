@@ -313,6 +313,14 @@ impl Store for PostgresStore {
         Box::pin(self.stored_signals_after(0))
     }
 
+    fn oldest_signal<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
+        Box::pin(self.stored_oldest_signal(session, name))
+    }
+
     fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
         Box::pin(self.stored_signals_after(seq))
     }

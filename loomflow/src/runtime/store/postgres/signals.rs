@@ -235,29 +235,35 @@ impl PostgresStore {
             let rows = client.query(&stmt, &[&after]).await?;
             let signals = rows
                 .iter()
-                .map(|row| {
-                    let session: String = get(row, 1, LABEL)?;
-                    let seq: i64 = get(row, 0, &session)?;
-                    let name: String = get(row, 2, &session)?;
-                    let payload: Option<&str> = get(row, 3, &session)?;
-                    Ok(StoredSignal {
-                        seq: to_u64(seq, "signal sequence number", &session)?,
-                        payload: from_json(
-                            payload.unwrap_or_default(),
-                            &session,
-                            format_args!("signal {seq} ({name})"),
-                        )?,
-                        idempotency_key: get(row, 4, &session)?,
-                        sent_at_ms: to_u64(get(row, 5, &session)?, "sent_at_ms", &session)?,
-                        session,
-                        name,
-                    })
-                })
+                .map(signal_from_row)
                 .collect::<Result<Vec<_>, StoreError>>()?;
             Ok(signals)
         }
         .await
         .map_err(|e: Fail| e.read(LABEL))
+    }
+
+    /// `oldest_signal`.
+    pub(super) async fn stored_oldest_signal(
+        &self,
+        session: &str,
+        name: &str,
+    ) -> Result<Option<StoredSignal>, StoreError> {
+        async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT seq, session, name, payload, idempotency_key, sent_at_ms
+                     FROM loomflow_signals
+                     WHERE session = $1 AND name = $2 AND consumed_at_ms IS NULL
+                     ORDER BY seq LIMIT 1",
+                )
+                .await?;
+            let row = client.query_opt(&stmt, &[&session, &name]).await?;
+            Ok(row.as_ref().map(signal_from_row).transpose()?)
+        }
+        .await
+        .map_err(|e: Fail| e.read(session))
     }
 
     /// Drops the pending signals sent before `sent_before_ms` to sessions with no unfinished
@@ -331,4 +337,24 @@ impl PostgresStore {
             tracing::warn!(error = %super::error::chain(&error), "pruning consumed signals failed");
         }
     }
+}
+
+/// A signal from a row of `seq, session, name, payload, idempotency_key, sent_at_ms`.
+fn signal_from_row(row: &tokio_postgres::Row) -> Result<StoredSignal, StoreError> {
+    let session: String = get(row, 1, "(pending signals)")?;
+    let seq: i64 = get(row, 0, &session)?;
+    let name: String = get(row, 2, &session)?;
+    let payload: Option<&str> = get(row, 3, &session)?;
+    Ok(StoredSignal {
+        seq: to_u64(seq, "signal sequence number", &session)?,
+        payload: from_json(
+            payload.unwrap_or_default(),
+            &session,
+            format_args!("signal {seq} ({name})"),
+        )?,
+        idempotency_key: get(row, 4, &session)?,
+        sent_at_ms: to_u64(get(row, 5, &session)?, "sent_at_ms", &session)?,
+        session,
+        name,
+    })
 }

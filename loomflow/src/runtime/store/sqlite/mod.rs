@@ -253,15 +253,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
         let (owned_thread, namespace) = (thread.to_owned(), namespace.to_owned());
         self.read(thread, move |conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints
-                 WHERE thread = ?1 AND namespace = ?2 ORDER BY id DESC LIMIT 1"
-            ))?
-            .query_row(params![owned_thread, namespace], |row| {
-                checkpoint_from_row(row, &owned_thread)
-            })
-            .optional()
-            .map(transpose)
+            rows::read_latest_checkpoint(conn, &owned_thread, &namespace)
         })
     }
 
@@ -293,15 +285,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>> {
         let owned_thread = thread.to_owned();
         self.read(thread, move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread = ?1 ORDER BY id"
-            ))?;
-            let rows = stmt
-                .query_map([&owned_thread], |row| {
-                    checkpoint_from_row(row, &owned_thread)
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(rows.into_iter().collect())
+            rows::read_checkpoints(conn, &owned_thread)
         })
     }
 
@@ -380,6 +364,17 @@ impl Store for SqliteStore {
 
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
         self.signals_after(0)
+    }
+
+    fn oldest_signal<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
+        let (session, name) = (session.to_owned(), name.to_owned());
+        self.read("(pending signals)", move |conn| {
+            rows::read_oldest_signal(conn, &session, &name)
+        })
     }
 
     fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {

@@ -147,6 +147,37 @@ pub(super) fn read_journal(
         .transpose())
 }
 
+/// The newest checkpoint of `thread` in `namespace`.
+pub(super) fn read_latest_checkpoint(
+    conn: &Connection,
+    thread: &str,
+    namespace: &str,
+) -> rusqlite::Result<Result<Option<Checkpoint>, StoreError>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints
+         WHERE thread = ?1 AND namespace = ?2 ORDER BY id DESC LIMIT 1"
+    ))?
+    .query_row(params![thread, namespace], |row| {
+        checkpoint_from_row(row, thread)
+    })
+    .optional()
+    .map(transpose)
+}
+
+/// Every checkpoint of `thread`, oldest first.
+pub(super) fn read_checkpoints(
+    conn: &Connection,
+    thread: &str,
+) -> rusqlite::Result<Result<Vec<Checkpoint>, StoreError>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread = ?1 ORDER BY id"
+    ))?;
+    let rows = stmt
+        .query_map([thread], |row| checkpoint_from_row(row, thread))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows.into_iter().collect())
+}
+
 /// The pending signals stored after sequence number `after`, in order.
 pub(super) fn read_signals_after(
     conn: &Connection,
@@ -157,26 +188,44 @@ pub(super) fn read_signals_after(
          WHERE seq > ?1 AND consumed_at_ms IS NULL ORDER BY seq",
     )?;
     let rows = stmt
-        .query_map([after], |row| {
-            let seq: i64 = row.get(0)?;
-            let session: String = row.get(1)?;
-            let name: String = row.get(2)?;
-            let payload: Option<String> = row.get(3)?;
-            let idempotency_key: Option<String> = row.get(4)?;
-            let sent_at_ms: i64 = row.get(5)?;
-            Ok((|| {
-                let payload = payload.unwrap_or_default();
-                Ok(StoredSignal {
-                    seq: to_u64(seq, "signal sequence number", &session)?,
-                    payload: serde_json::from_str(&payload)
-                        .map_err(|e| corrupt(&session, format!("signal {seq} ({name}): {e}")))?,
-                    sent_at_ms: to_u64(sent_at_ms, "sent_at_ms", &session)?,
-                    session,
-                    name,
-                    idempotency_key,
-                })
-            })())
-        })?
+        .query_map([after], signal_from_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows.into_iter().collect())
+}
+
+/// The oldest unconsumed signal `name` of `session` (see `Store::oldest_signal`).
+pub(super) fn read_oldest_signal(
+    conn: &Connection,
+    session: &str,
+    name: &str,
+) -> rusqlite::Result<Result<Option<StoredSignal>, StoreError>> {
+    conn.prepare_cached(
+        "SELECT seq, session, name, payload, idempotency_key, sent_at_ms FROM signals
+         WHERE session = ?1 AND name = ?2 AND consumed_at_ms IS NULL ORDER BY seq LIMIT 1",
+    )?
+    .query_row([session, name], signal_from_row)
+    .optional()
+    .map(Option::transpose)
+}
+
+/// A signal from a row of `seq, session, name, payload, idempotency_key, sent_at_ms`.
+fn signal_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredSignal, StoreError>> {
+    let seq: i64 = row.get(0)?;
+    let session: String = row.get(1)?;
+    let name: String = row.get(2)?;
+    let payload: Option<String> = row.get(3)?;
+    let idempotency_key: Option<String> = row.get(4)?;
+    let sent_at_ms: i64 = row.get(5)?;
+    Ok((|| {
+        let payload = payload.unwrap_or_default();
+        Ok(StoredSignal {
+            seq: to_u64(seq, "signal sequence number", &session)?,
+            payload: serde_json::from_str(&payload)
+                .map_err(|e| corrupt(&session, format!("signal {seq} ({name}): {e}")))?,
+            sent_at_ms: to_u64(sent_at_ms, "sent_at_ms", &session)?,
+            session,
+            name,
+            idempotency_key,
+        })
+    })())
 }

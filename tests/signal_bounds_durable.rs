@@ -1,0 +1,159 @@
+//! The pending bounds (the TTL, the least-recently-used bound) against durable signals for
+//! runs that wait: they drop signals from a process's memory, not from the store, while the
+//! session has a run that has not ended; that run takes them when a worker carries it on.
+//! SQLite, and PostgreSQL for the TTL (skipped without `LOOMFLOW_PG_URL`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::time::Duration;
+
+use loomflow::prelude::*;
+use loomflow::runtime::{MailboxConfig, PostgresStore, RunState, SqliteStore, Store};
+
+/// `wait` waits a day at most for `go`.
+fn waiting_graph() -> CompiledGraph<Option<u32>> {
+    Graph::new("waiting")
+        .node_fn("wait", |got: &mut Option<u32>, ctx| {
+            Box::pin(async move {
+                let wait = ctx.wait_for_signal::<u32>("go");
+                *got = Some(wait.timeout(Duration::from_secs(86_400)).await?);
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
+fn worker(runtime: &Runtime) -> Worker {
+    Worker::builder(runtime)
+        .graph(&waiting_graph())
+        .park_grace(Duration::ZERO)
+        .build()
+}
+
+/// Submits runs on `threads` and suspends them on their wait.
+async fn suspend(runtime: &Runtime, threads: &[&str]) {
+    for thread in threads {
+        runtime
+            .submit("waiting", thread, None::<u32>)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        worker(runtime).run_until_idle().await.unwrap(),
+        threads.len()
+    );
+}
+
+/// What each of `threads` ended with: its state and what its wait got.
+async fn outcomes(runtime: &Runtime, threads: &[&str]) -> Vec<(RunState, Option<u32>)> {
+    let mut outcomes = Vec::new();
+    for thread in threads {
+        let state = runtime.run(thread).await.unwrap().record.state;
+        let got: Option<u32> = runtime.get_state(thread).await.unwrap().unwrap();
+        outcomes.push((state, got));
+    }
+    outcomes
+}
+
+/// A signal sent while no worker runs (a deploy, an outage), older than the pending TTL
+/// when the next worker starts: the worker's mailbox lets it go, the run still takes it.
+async fn a_signal_older_than_the_ttl_reaches_its_waiting_run(open: impl AsyncFn() -> Runtime) {
+    let ttl = Duration::from_millis(300);
+    let runtime = open().await;
+    suspend(&runtime, &["t"]).await;
+    open().await.signal("t", "go", 5u32).await.unwrap();
+    tokio::time::sleep(3 * ttl).await;
+    let runtime = open().await;
+    // `prune_signals` spares it: its run waits.
+    assert_eq!(runtime.prune_signals(ttl).await.unwrap(), 0);
+    worker(&runtime).run_until_idle().await.unwrap();
+    let pending = runtime.store().pending_signals().await.unwrap();
+    assert_eq!(
+        outcomes(&runtime, &["t"]).await,
+        [(RunState::Completed, Some(5))],
+        "left in the store: {pending:?}"
+    );
+}
+
+fn with_ttl(store: impl Store, ttl: Duration) -> Runtime {
+    let signals = MailboxConfig::default().pending_signal_ttl(Some(ttl));
+    Runtime::builder().store(store).signals(signals).build()
+}
+
+#[tokio::test]
+async fn on_sqlite_a_signal_older_than_the_ttl_reaches_its_waiting_run() {
+    let db = loomflow_tests::TempDb::new("ttl-waiting");
+    let ttl = Duration::from_millis(300);
+    let open = async || with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+    a_signal_older_than_the_ttl_reaches_its_waiting_run(open).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_signal_older_than_the_ttl_reaches_its_waiting_run() {
+    let Some(db) = postgres::TempPgDb::create("ttl-waiting").await else {
+        return;
+    };
+    let ttl = Duration::from_millis(300);
+    let open = async || with_ttl(PostgresStore::connect(&db.url).await.unwrap(), ttl);
+    a_signal_older_than_the_ttl_reaches_its_waiting_run(open).await;
+}
+
+/// A web process sends signals to more waiting runs than its pending bound: the least
+/// recently used session's signal leaves its memory, not the store.
+#[tokio::test]
+async fn signals_beyond_a_senders_pending_bound_reach_their_waiting_runs() {
+    let db = loomflow_tests::TempDb::new("lru-sender");
+    let open = |bound: Option<usize>| {
+        let signals = MailboxConfig::default().max_pending_signal_sessions(bound);
+        let store = SqliteStore::open(db.path()).unwrap();
+        Runtime::builder().store(store).signals(signals).build()
+    };
+    let threads = ["a", "b", "c"];
+    suspend(&open(None), &threads).await;
+    let sender = open(Some(2));
+    for (n, thread) in (1u32..).zip(threads) {
+        sender.signal(thread, "go", n).await.unwrap();
+    }
+    // A send that pushes a session out removes its signal before it returns.
+    let runtime = open(None);
+    worker(&runtime).run_until_idle().await.unwrap();
+    let done = (RunState::Completed, Some(1));
+    assert_eq!(
+        outcomes(&runtime, &threads).await,
+        [
+            done,
+            (RunState::Completed, Some(2)),
+            (RunState::Completed, Some(3))
+        ]
+    );
+}
+
+/// A worker with a small pending bound takes in a burst of signals for more waiting runs
+/// than the bound: every run is carried on.
+#[tokio::test]
+async fn a_burst_beyond_a_workers_pending_bound_reaches_every_waiting_run() {
+    let db = loomflow_tests::TempDb::new("lru-worker");
+    let open = |bound: Option<usize>| {
+        let signals = MailboxConfig::default().max_pending_signal_sessions(bound);
+        let store = SqliteStore::open(db.path()).unwrap();
+        Runtime::builder().store(store).signals(signals).build()
+    };
+    let threads = ["a", "b", "c", "d"];
+    suspend(&open(None), &threads).await;
+    let runtime = open(Some(2));
+    let worker = worker(&runtime);
+    assert_eq!(worker.run_until_idle().await.unwrap(), 0);
+    let sender = open(None);
+    for (n, thread) in (1u32..).zip(threads) {
+        sender.signal(thread, "go", n).await.unwrap();
+    }
+    worker.run_until_idle().await.unwrap();
+    let expected: Vec<_> = (1..=4).map(|n| (RunState::Completed, Some(n))).collect();
+    assert_eq!(outcomes(&runtime, &threads).await, expected);
+}
