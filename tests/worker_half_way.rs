@@ -115,3 +115,38 @@ async fn on_postgres_a_run_aborted_after_taking_its_signal_is_carried_on() {
     let open = async || Runtime::with_store(PostgresStore::connect(&db.url).await.unwrap());
     aborted_after_its_signal_is_carried_on(open().await, open().await).await;
 }
+
+/// A shutdown that aborts a run still working has released its lease by the time it
+/// returns, as its rustdoc says: a `recover` right after is not told the thread is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborting_shutdown_returns_with_the_lease_released() {
+    let db = loomflow_tests::TempDb::new("abort-release");
+    let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let graph: CompiledGraph<Job> = Graph::new("busy")
+        .node_fn("work", |job: &mut Job, _ctx| {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                job.got = Some(1);
+                Ok(())
+            })
+        })
+        .edge(START, "work")
+        .edge("work", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(10))
+        .shutdown_timeout(Duration::from_millis(100))
+        .build();
+    let handle = worker.start();
+    runtime.submit("busy", "b-1", Job::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while (runtime.run("b-1").await.unwrap().record.lease_owner).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.shutdown().await.unwrap();
+    let row = runtime.run("b-1").await.unwrap().record;
+    assert!(row.lease_owner.is_none(), "still held: {row:?}");
+}

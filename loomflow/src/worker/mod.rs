@@ -485,6 +485,13 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             "shutdown timeout passed; aborting the runs still executing"
         );
         running.tasks.shutdown().await;
+        // Aborted half way: each run is let go runnable, and the release is written before
+        // the shutdown returns (dropping the claims would only queue it).
+        for claim in running.claims.iter().filter(|claim| !claim.is_done()) {
+            if let Err(error) = claim.release_runnable().await {
+                tracing::warn!(thread = %claim.thread(), %error, "could not release an aborted run");
+            }
+        }
     }
     Ok(())
 }
