@@ -744,6 +744,33 @@ async fn a_signal_sent_while_its_run_is_still_held_wakes_it_once_let_go() {
     assert_eq!(runtime.run("s").await.unwrap().state, json!(5));
 }
 
+/// On the memory store the worker learns of signals from the sends in its process: every
+/// run signalled before one `run_until_idle` is carried on by that call, not only the first.
+#[tokio::test]
+async fn in_memory_run_until_idle_carries_on_every_signalled_run() {
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        .park_grace(Duration::ZERO)
+        .build();
+    let orders = ["m-1", "m-2", "m-3"];
+    for order in orders {
+        runtime.submit("refund", order, input(order)).await.unwrap();
+    }
+    assert_eq!(worker.run_until_idle().await.unwrap(), 3);
+    for order in orders {
+        runtime.signal(order, "approve", true).await.unwrap();
+    }
+    assert_eq!(worker.run_until_idle().await.unwrap(), 3);
+    for order in orders {
+        assert_eq!(
+            state_of(&runtime, order).await,
+            RunState::Completed,
+            "{order}"
+        );
+    }
+}
+
 /// `ask` asks twice in one node; the answers make 1 × first + 100 × second.
 fn asking_twice_graph() -> CompiledGraph<u32> {
     Graph::new("twice")

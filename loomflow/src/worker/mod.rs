@@ -271,10 +271,14 @@ impl Worker {
         let inner = &self.inner;
         let mut executed = 0;
         inner.runtime.prune_if_due().await;
+        // Threads signalled in this process not tried yet: taking them empties the list,
+        // and on a store that keeps no signals nothing else finds their runs.
+        let mut signalled: VecDeque<String> = VecDeque::new();
         loop {
             inner.runtime.refresh_signals().await?;
+            signalled.extend(inner.runtime.wakes().take_signalled());
             let mut claimed = None;
-            for thread in inner.runtime.wakes().take_signalled() {
+            while let Some(thread) = signalled.pop_front() {
                 if let Some(run) = inner.claim(Some(&thread)).await? {
                     claimed = Some(run);
                     break;
