@@ -362,6 +362,7 @@ impl Store for Traced {
     fn claim_waiting_run<'a>(
         &'a self,
         thread: &'a str,
+        signal: &'a str,
         graphs: &'a [String],
         owner: &'a str,
         lease_until_ms: u64,
@@ -372,7 +373,7 @@ impl Store for Traced {
             "claim_waiting_run".into(),
             before,
             self.inner
-                .claim_waiting_run(thread, graphs, owner, lease_until_ms, now_ms),
+                .claim_waiting_run(thread, signal, graphs, owner, lease_until_ms, now_ms),
         )
     }
 

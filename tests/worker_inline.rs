@@ -771,6 +771,70 @@ async fn in_memory_run_until_idle_carries_on_every_signalled_run() {
     }
 }
 
+/// A signal of a name the run does not wait for leaves it suspended: the worker does not
+/// execute it (its node does not run again), and the signal it waits for still wakes it.
+/// An interrupted run waits for a resume request, not for a signal.
+async fn a_signal_of_another_name_leaves_a_suspended_run_alone(runtime: Runtime) {
+    let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&entered);
+    let graph = Graph::new("counted")
+        .node_fn("approval", move |refund: &mut Refund, ctx| {
+            let counted = Arc::clone(&counted);
+            Box::pin(async move {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                refund.approved = Some(ctx.wait_for_signal::<bool>("approve").await?);
+                Ok(())
+            })
+        })
+        .edge(START, "approval")
+        .edge("approval", END)
+        .compile()
+        .unwrap();
+    let entries = || entered.load(std::sync::atomic::Ordering::SeqCst);
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .graph(&review_graph())
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit("counted", "n-1", input("n-1"))
+        .await
+        .unwrap();
+    runtime.submit("review", "n-2", input("n-2")).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 2);
+    assert_eq!(state_of(&runtime, "n-1").await, RunState::Waiting);
+    assert_eq!(state_of(&runtime, "n-2").await, RunState::Interrupted);
+
+    runtime.signal("n-1", "unrelated", 1).await.unwrap();
+    runtime.signal("n-2", "approve", true).await.unwrap();
+    assert_eq!(
+        (worker.run_until_idle().await.unwrap(), entries()),
+        (0, 1),
+        "nothing waits for those signals"
+    );
+    assert_eq!(state_of(&runtime, "n-1").await, RunState::Waiting);
+    assert_eq!(runtime.run("n-1").await.unwrap().record.attempts, 1);
+    assert_eq!(state_of(&runtime, "n-2").await, RunState::Interrupted);
+
+    runtime.signal("n-1", "approve", true).await.unwrap();
+    runtime.request_resume("n-2", false).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 2);
+    assert_eq!(entries(), 2);
+    assert_eq!(state_of(&runtime, "n-1").await, RunState::Completed);
+    assert_eq!(state_of(&runtime, "n-2").await, RunState::Completed);
+}
+
+#[tokio::test]
+async fn in_memory_a_signal_of_another_name_leaves_a_suspended_run_alone() {
+    a_signal_of_another_name_leaves_a_suspended_run_alone(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn on_sqlite_a_signal_of_another_name_leaves_a_suspended_run_alone() {
+    let db = TempDb::new("other-name");
+    a_signal_of_another_name_leaves_a_suspended_run_alone(db.runtime()).await;
+}
+
 /// `ask` asks twice in one node; the answers make 1 × first + 100 × second.
 fn asking_twice_graph() -> CompiledGraph<u32> {
     Graph::new("twice")

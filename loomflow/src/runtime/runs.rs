@@ -33,26 +33,30 @@ pub struct RunInfo {
 #[derive(Default)]
 pub(crate) struct Wakes {
     notify: tokio::sync::Notify,
-    /// Threads that were sent a signal since a worker last looked.
-    signalled: Mutex<Vec<String>>,
+    /// The threads that were sent a signal since a worker last looked, with the signal's
+    /// name: only a run waiting for that name is woken.
+    signalled: Mutex<Vec<Signalled>>,
     /// A run was submitted since a worker last looked.
     submitted: std::sync::atomic::AtomicBool,
     /// How many workers listen; with none, nothing is recorded.
     listeners: AtomicUsize,
 }
 
+/// A thread that was sent a signal, and the signal's name.
+pub(crate) type Signalled = (String, String);
+
 impl Wakes {
-    /// Records a wake-up; `thread` when a signal was sent to it.
-    pub(crate) fn wake(&self, thread: Option<&str>) {
+    /// Records a wake-up; `(thread, name)` when the signal `name` was sent to `thread`.
+    pub(crate) fn wake(&self, signalled: Option<(&str, &str)>) {
         if self.listeners.load(Ordering::Acquire) == 0 {
             return;
         }
-        match thread {
-            Some(thread) => {
+        match signalled {
+            Some((thread, name)) => {
                 let mut signalled = crate::sync::lock(&self.signalled);
                 // Bounded: past this, workers find the runs through the store anyway.
                 if signalled.len() < 100_000 {
-                    signalled.push(thread.to_owned());
+                    signalled.push((thread.to_owned(), name.to_owned()));
                 }
             }
             None => self.submitted.store(true, Ordering::Release),
@@ -85,8 +89,8 @@ impl Wakes {
         self.submitted.swap(false, Ordering::AcqRel)
     }
 
-    /// The threads signalled since the last call.
-    pub(crate) fn take_signalled(&self) -> Vec<String> {
+    /// The threads signalled since the last call, with the signals' names.
+    pub(crate) fn take_signalled(&self) -> Vec<Signalled> {
         std::mem::take(&mut *crate::sync::lock(&self.signalled))
     }
 }
@@ -206,13 +210,15 @@ impl Runtime {
             return;
         }
         let queued = |name: &str| self.mailbox().queued(thread, name) > 0;
-        let arrived = interrupts.iter().any(|i| match (&i.signal, i.wake_at_ms) {
-            (Some(signal), _) => queued(signal),
-            (None, None) => queued(RESUME_SIGNAL),
-            (None, Some(_)) => false,
-        });
-        if arrived {
-            self.wakes().wake(Some(thread));
+        let arrived = interrupts
+            .iter()
+            .find_map(|i| match (&i.signal, i.wake_at_ms) {
+                (Some(signal), _) => queued(signal).then_some(signal.as_str()),
+                (None, None) => queued(RESUME_SIGNAL).then_some(RESUME_SIGNAL),
+                (None, Some(_)) => None,
+            });
+        if let Some(name) = arrived {
+            self.wakes().wake(Some((thread, name)));
         }
     }
 

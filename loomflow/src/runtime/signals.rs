@@ -185,7 +185,7 @@ impl Runtime {
                 let sent = AuditEntry::new(session, AuditKind::SignalSent, name, detail);
                 self.store().append_audit(vec![sent]).await?;
             }
-            self.wake_workers(session, delivery);
+            self.wake_workers(session, name, delivery);
             return Ok(delivery);
         }
         // Checked before it is stored: a stored signal must not be refused afterwards.
@@ -226,15 +226,15 @@ impl Runtime {
         };
         // A new pending session may have pushed the least recently used one out.
         self.removals().flush().await;
-        self.wake_workers(session, delivery);
+        self.wake_workers(session, name, delivery);
         Ok(delivery)
     }
 
     /// Tells this process's workers about a signal no waiter took: the run it is for may be
     /// suspended, waiting for it.
-    fn wake_workers(&self, session: &str, delivery: Delivery) {
+    fn wake_workers(&self, session: &str, name: &str, delivery: Delivery) {
         if matches!(delivery, Delivery::Queued | Delivery::Pending) {
-            self.wakes().wake(Some(session));
+            self.wakes().wake(Some((session, name)));
         }
     }
 

@@ -271,15 +271,16 @@ impl Worker {
         let inner = &self.inner;
         let mut executed = 0;
         inner.runtime.prune_if_due().await;
-        // Threads signalled in this process not tried yet: taking them empties the list,
-        // and on a store that keeps no signals nothing else finds their runs.
-        let mut signalled: VecDeque<String> = VecDeque::new();
+        // Threads signalled in this process not tried yet, with the signals' names: taking
+        // them empties the list, and on a store that keeps no signals nothing else finds
+        // their runs.
+        let mut signalled: VecDeque<(String, String)> = VecDeque::new();
         loop {
             inner.runtime.refresh_signals().await?;
             signalled.extend(inner.runtime.wakes().take_signalled());
             let mut claimed = None;
-            while let Some(thread) = signalled.pop_front() {
-                if let Some(run) = inner.claim(Some(&thread)).await? {
+            while let Some((thread, name)) = signalled.pop_front() {
+                if let Some(run) = inner.claim(Some((&thread, &name))).await? {
                     claimed = Some(run);
                     break;
                 }
@@ -298,16 +299,20 @@ impl Worker {
 }
 
 impl WorkerInner {
-    /// Claims `thread` if it waits for a signal, or else the next run that can go on.
-    async fn claim(&self, thread: Option<&str>) -> Result<Option<(ClaimedRun, RunClaim)>> {
+    /// Claims `thread` if it waits for the signal `name` sent to it, or else the next run
+    /// that can go on.
+    async fn claim(
+        &self,
+        signalled: Option<(&str, &str)>,
+    ) -> Result<Option<(ClaimedRun, RunClaim)>> {
         let owner = self.runtime.next_owner();
         let now = now_ms();
         let until = now.saturating_add(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
         let store = self.runtime.store();
-        let claimed = match thread {
-            Some(thread) => {
+        let claimed = match signalled {
+            Some((thread, name)) => {
                 store
-                    .claim_waiting_run(thread, &self.names, &owner, until, now)
+                    .claim_waiting_run(thread, name, &self.names, &owner, until, now)
                     .await?
             }
             None => {
@@ -399,8 +404,9 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     let runtime = inner.runtime.clone();
     let store = Arc::clone(runtime.store());
     let mut running = Running::default();
-    // Threads signalled in this process that could not be claimed yet (no free slot).
-    let mut signalled: VecDeque<String> = VecDeque::new();
+    // Threads signalled in this process that could not be claimed yet (no free slot), with
+    // the signals' names.
+    let mut signalled: VecDeque<(String, String)> = VecDeque::new();
     let mut seen_change: Option<u64> = None;
     let mut next_wake: Option<u64> = None;
     let mut look = true;
@@ -415,9 +421,9 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         runtime.prune_if_due().await;
         signalled.extend(runtime.wakes().take_signalled());
         while running.len() < inner.concurrency
-            && let Some(thread) = signalled.pop_front()
+            && let Some((thread, name)) = signalled.pop_front()
         {
-            match inner.claim(Some(&thread)).await {
+            match inner.claim(Some((&thread, &name))).await {
                 Ok(Some((run, claim))) => spawn(&inner, &mut running, run, claim),
                 Ok(None) => {}
                 Err(error) => tracing::warn!(%error, %thread, "could not claim a signalled run"),

@@ -431,13 +431,17 @@ pub trait Store: Send + Sync + 'static {
         due_ms: u64,
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>>;
 
-    /// Claims `thread`'s run for `owner` if it is suspended on signals (waiting, or
-    /// interrupted: a resume request comes as a signal), is of one of the graphs named, and
-    /// nobody holds it: a process that just sent the signal wakes the run without the store
-    /// having to keep the signal (the in-memory store does not).
+    /// Claims `thread`'s run for `owner` if it waits for the signal `signal` (waiting or
+    /// interrupted, with `signal` among its [`waiting_on`](RunRecord::waiting_on): an
+    /// interrupted run waits for a resume request, `loomflow:resume`, and for the signals of
+    /// any signal waits among its interrupts), is of one of the graphs named, and nobody
+    /// holds it: a process that just sent the signal wakes the run without the store having
+    /// to keep the signal (the in-memory store does not). A signal of another name wakes
+    /// nothing.
     fn claim_waiting_run<'a>(
         &'a self,
         thread: &'a str,
+        signal: &'a str,
         graphs: &'a [String],
         owner: &'a str,
         lease_until_ms: u64,

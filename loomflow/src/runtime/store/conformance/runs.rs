@@ -259,6 +259,14 @@ pub(super) async fn suspended_runs_wake_on_a_signal_or_their_time(store: &dyn St
         .await
         .unwrap();
     assert_eq!(next("w", 999).await, None);
+    assert_eq!(
+        store
+            .claim_waiting_run(&waiting, "stop", &graphs, "w", LATER, 5)
+            .await
+            .unwrap(),
+        None,
+        "a hint of another name wakes nothing"
+    );
     store
         .push_signal(signal(&waiting, "go", 1, None))
         .await
@@ -277,11 +285,19 @@ pub(super) async fn suspended_runs_wake_on_a_signal_or_their_time(store: &dyn St
         ["loomflow:resume"],
         "an interrupted run waits for a resume request"
     );
-    // A hint (a resume request sent in this process) claims an interrupted run too.
-    let hinted = store
-        .claim_waiting_run(&asking, &graphs, "w5", LATER, 5)
-        .await
-        .unwrap();
+    // A hint (a signal sent in this process) claims a run that waits for that signal only:
+    // an interrupted run waits for a resume request, not for any signal of its session.
+    let hint = |thread: &str, signal: &'static str| {
+        let (graphs, thread) = (graphs.clone(), thread.to_owned());
+        async move {
+            store
+                .claim_waiting_run(&thread, signal, &graphs, "w5", LATER, 5)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(hint(&asking, "go").await, None, "not a resume request");
+    let hinted = hint(&asking, "loomflow:resume").await;
     assert_eq!(
         hinted.map(|r| r.record.thread).as_deref(),
         Some(asking.as_str())

@@ -482,6 +482,7 @@ impl Store for MemoryStore {
     fn claim_waiting_run<'a>(
         &'a self,
         thread: &'a str,
+        signal: &'a str,
         graphs: &'a [String],
         owner: &'a str,
         lease_until_ms: u64,
@@ -489,7 +490,8 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
             let row = &inner.threads.get(thread)?.row;
-            let suspended = matches!(row.state, Some(RunState::Waiting | RunState::Interrupted));
+            let suspended = matches!(row.state, Some(RunState::Waiting | RunState::Interrupted))
+                && row.waiting_on.iter().any(|name| name == signal);
             if !suspended || !row.in_graphs(graphs) || !row.is_free(now_ms) {
                 return None;
             }

@@ -89,8 +89,8 @@ const IN_FLIGHT: &str =
 /// Where a worker's claim finds its run, as the `chosen` query of [`claim_sql`]: `$1` is
 /// now, `$3` the graphs the worker runs, and `$5` the thread or the due time.
 enum Choice {
-    /// The thread (`$5`), if its run is suspended on signals (waiting, or interrupted: a resume
-    /// request comes as a signal), is of one of the graphs, and is free.
+    /// The thread (`$5`), if its run waits for the signal `$6` (waiting, or interrupted: a
+    /// resume request comes as a signal), is of one of the graphs, and is free.
     Waiting,
     /// The longest-waiting run the worker should carry on now: one due (queued, a lease
     /// run out, a timer come), else one whose awaited signal has arrived. Rows another
@@ -121,7 +121,7 @@ fn claim_statement(choice: Choice) -> String {
                  SELECT thread FROM loomflow_runs
                  WHERE thread = $5 AND status IN ('waiting', 'interrupted')
                    AND (lease_owner IS NULL OR lease_until_ms <= $1)
-                   AND graph = ANY($3)
+                   AND graph = ANY($3) AND $6 = ANY(waiting_on)
                  FOR UPDATE)"
         }
         Choice::Next => {
@@ -391,26 +391,27 @@ impl PostgresStore {
         .map_err(|e: Fail| e.write(&thread))
     }
 
-    /// With a thread, `claim_waiting_run`; without, `claim_next_run`.
+    /// With a thread and the signal sent to it, `claim_waiting_run`; without,
+    /// `claim_next_run`.
     pub(super) async fn claim_runnable(
         &self,
-        thread: Option<&str>,
+        waiting: Option<(&str, &str)>,
         graphs: &[String],
         owner: &str,
         lease_until_ms: u64,
         (now_ms, due_ms): (u64, u64),
     ) -> Result<Option<ClaimedRun>, StoreError> {
-        let label = thread.unwrap_or("(next run)");
+        let label = waiting.map_or("(next run)", |(thread, _)| thread);
         async {
             let until = to_i64(lease_until_ms, "lease expiry", label)?;
             let now = to_i64(now_ms, "time", label)?;
             let due = to_i64(due_ms, "time", label)?;
             let client = self.client().await?;
-            let row = match thread {
-                Some(thread) => {
+            let row = match waiting {
+                Some((thread, signal)) => {
                     let stmt = client.prepare_cached(claim_sql(Choice::Waiting)).await?;
                     client
-                        .query_opt(&stmt, &[&now, &owner, &graphs, &until, &thread])
+                        .query_opt(&stmt, &[&now, &owner, &graphs, &until, &thread, &signal])
                         .await?
                 }
                 None => {

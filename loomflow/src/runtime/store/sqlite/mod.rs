@@ -531,12 +531,19 @@ impl Store for SqliteStore {
     fn claim_waiting_run<'a>(
         &'a self,
         thread: &'a str,
+        signal: &'a str,
         graphs: &'a [String],
         owner: &'a str,
         lease_until_ms: u64,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
-        self.claim_runnable(Some(thread), graphs, owner, lease_until_ms, (now_ms, 0))
+        self.claim_runnable(
+            Some((thread, signal)),
+            graphs,
+            owner,
+            lease_until_ms,
+            (now_ms, 0),
+        )
     }
 
     fn get_run<'a>(

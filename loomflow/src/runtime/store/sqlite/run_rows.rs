@@ -262,10 +262,10 @@ pub(super) fn next_runnable(
     .optional()
 }
 
-/// `thread`, if its run waits for a signal, is of one of `graphs`, and is free.
+/// `thread`, if its run waits for the signal `signal`, is of one of `graphs`, and is free.
 pub(super) fn waiting_run(
     conn: &Connection,
-    thread: &str,
+    (thread, signal): (&str, &str),
     graphs: &str,
     now_ms: i64,
 ) -> rusqlite::Result<Option<String>> {
@@ -273,9 +273,10 @@ pub(super) fn waiting_run(
         "SELECT thread FROM runs
          WHERE thread = ?1 AND status IN ('waiting', 'interrupted')
            AND (lease_owner IS NULL OR lease_until_ms <= ?2)
-           AND graph IN (SELECT value FROM json_each(?3))",
+           AND graph IN (SELECT value FROM json_each(?3))
+           AND EXISTS (SELECT 1 FROM json_each(waiting_on) w WHERE w.value = ?4)",
     )?
-    .query_row(params![thread, now_ms, graphs], |row| row.get(0))
+    .query_row(params![thread, now_ms, graphs, signal], |row| row.get(0))
     .optional()
 }
 
@@ -409,18 +410,20 @@ impl SqliteStore {
         )
     }
 
+    /// With a thread and the signal sent to it, `claim_waiting_run`; without,
+    /// `claim_next_run`.
     pub(super) fn claim_runnable<'a>(
         &'a self,
-        thread: Option<&'a str>,
+        waiting: Option<(&'a str, &'a str)>,
         graphs: &'a [String],
         owner: &'a str,
         lease_until_ms: u64,
         (now_ms, due_ms): (u64, u64),
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
-        let label = thread.unwrap_or("(next run)");
+        let label = waiting.map_or("(next run)", |(thread, _)| thread);
         let op = (|| {
             Ok(RunOp::ClaimRunnable {
-                thread: thread.map(str::to_owned),
+                waiting: waiting.map(|(thread, signal)| (thread.to_owned(), signal.to_owned())),
                 graphs: graph_list(graphs, label)?,
                 owner: owner.to_owned(),
                 until_ms: to_i64(lease_until_ms, "lease expiry", label)?,

@@ -84,9 +84,10 @@ pub(super) enum RunOp {
         input: String,
         now_ms: i64,
     },
-    /// With a thread: `claim_waiting_run`; without, `claim_next_run`.
+    /// With a thread and the signal sent to it: `claim_waiting_run`; without,
+    /// `claim_next_run`.
     ClaimRunnable {
-        thread: Option<String>,
+        waiting: Option<(String, String)>,
         /// A JSON array of graph names.
         graphs: String,
         owner: String,
@@ -119,7 +120,9 @@ impl RunOp {
             Self::Submit { thread, .. }
             | Self::RequestCancel { thread, .. }
             | Self::Finish { thread, .. } => thread,
-            Self::ClaimRunnable { thread, .. } => thread.as_deref().unwrap_or("(next run)"),
+            Self::ClaimRunnable { waiting, .. } => waiting
+                .as_ref()
+                .map_or("(next run)", |(thread, _)| thread.as_str()),
         }
     }
 
@@ -263,15 +266,15 @@ impl RunOp {
                 submit(conn, thread, graph, input, *now_ms)
             }
             Self::ClaimRunnable {
-                thread,
+                waiting,
                 graphs,
                 owner,
                 until_ms,
                 now_ms,
                 due_ms,
             } => {
-                let chosen = match thread {
-                    Some(thread) => waiting_run(conn, thread, graphs, *now_ms)?,
+                let chosen = match waiting {
+                    Some((thread, signal)) => waiting_run(conn, (thread, signal), graphs, *now_ms)?,
                     None => next_runnable(conn, graphs, *now_ms, *due_ms)?,
                 };
                 let Some(thread) = chosen else {
