@@ -771,6 +771,41 @@ async fn in_memory_run_until_idle_carries_on_every_signalled_run() {
     }
 }
 
+/// On the memory store, signals live only in the mailbox, and nothing tells the workers of
+/// a signal sent while none exists. A worker built afterwards (one per pass, as a job in a
+/// long-lived process might) still finds the runs signalled before it, inline or started.
+#[tokio::test]
+async fn in_memory_a_signal_sent_while_no_worker_exists_is_seen_by_the_next_worker() {
+    let runtime = Runtime::in_memory();
+    let graph = refund_graph();
+    let worker = || {
+        Worker::builder(&runtime)
+            .graph(&graph)
+            .poll_interval(Duration::from_secs(3_600))
+            .park_grace(Duration::ZERO)
+            .build()
+    };
+    for order in ["p-1", "p-2"] {
+        runtime.submit("refund", order, input(order)).await.unwrap();
+    }
+    assert_eq!(worker().run_until_idle().await.unwrap(), 2);
+    assert_eq!(state_of(&runtime, "p-1").await, RunState::Waiting);
+
+    runtime.signal("p-1", "approve", true).await.unwrap();
+    runtime.signal("p-2", "approve", false).await.unwrap();
+    assert_eq!(worker().run_until_idle().await.unwrap(), 2);
+    assert_eq!(state_of(&runtime, "p-1").await, RunState::Completed);
+    assert_eq!(state_of(&runtime, "p-2").await, RunState::Completed);
+
+    runtime.submit("refund", "p-3", input("p-3")).await.unwrap();
+    assert_eq!(worker().run_until_idle().await.unwrap(), 1);
+    runtime.signal("p-3", "approve", true).await.unwrap();
+    // Started, with a poll far longer than the test: it finds the run when it starts.
+    let handle = worker().start();
+    wait_for(&runtime, "p-3", RunState::Completed).await;
+    handle.shutdown().await.unwrap();
+}
+
 /// A signal of a name the run does not wait for leaves it suspended: the worker does not
 /// execute it (its node does not run again), and the signal it waits for still wakes it.
 /// An interrupted run waits for a resume request, not for a signal.

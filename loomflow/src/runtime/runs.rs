@@ -40,6 +40,8 @@ pub(crate) struct Wakes {
     submitted: std::sync::atomic::AtomicBool,
     /// How many workers listen; with none, nothing is recorded.
     listeners: AtomicUsize,
+    /// Signals went unrecorded because the list was full.
+    overflowed: std::sync::atomic::AtomicBool,
 }
 
 /// A thread that was sent a signal, and the signal's name.
@@ -54,9 +56,12 @@ impl Wakes {
         match signalled {
             Some((thread, name)) => {
                 let mut signalled = crate::sync::lock(&self.signalled);
-                // Bounded: past this, workers find the runs through the store anyway.
+                // Bounded: past this, workers find the runs through the store's signals, or
+                // the mailbox's (see `Runtime::signalled_in_mailbox`).
                 if signalled.len() < 100_000 {
                     signalled.push((thread.to_owned(), name.to_owned()));
+                } else {
+                    self.overflowed.store(true, Ordering::Release);
                 }
             }
             None => self.submitted.store(true, Ordering::Release),
@@ -92,6 +97,11 @@ impl Wakes {
     /// The threads signalled since the last call, with the signals' names.
     pub(crate) fn take_signalled(&self) -> Vec<Signalled> {
         std::mem::take(&mut *crate::sync::lock(&self.signalled))
+    }
+
+    /// Whether signals went unrecorded, the list being full, since the last call.
+    pub(crate) fn take_overflowed(&self) -> bool {
+        self.overflowed.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -220,6 +230,37 @@ impl Runtime {
         if let Some(name) = arrived {
             self.wakes().wake(Some((thread, name)));
         }
+    }
+
+    /// The suspended runs of the graphs named whose awaited signal is queued in this
+    /// process's mailbox, each with the name of one such signal, when the store keeps no
+    /// signals (the memory store): the runs signalled while no worker listened, which the
+    /// store's claims cannot find. Nothing on a durable store, whose claims find them.
+    ///
+    /// # Errors
+    ///
+    /// A store failure.
+    pub(crate) async fn signalled_in_mailbox(&self, graphs: &[String]) -> Result<Vec<Signalled>> {
+        if self.store().is_durable() {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::new();
+        for state in [RunState::Waiting, RunState::Interrupted] {
+            let suspended = self
+                .store()
+                .list_runs(&RunFilter::new().state(state))
+                .await?;
+            for record in suspended {
+                if !record.graph.as_ref().is_some_and(|g| graphs.contains(g)) {
+                    continue;
+                }
+                let queued = |name: &&String| self.mailbox().queued(&record.thread, name) > 0;
+                if let Some(name) = record.waiting_on.iter().find(queued) {
+                    found.push((record.thread.clone(), name.clone()));
+                }
+            }
+        }
+        Ok(found)
     }
 
     pub(crate) fn wakes(&self) -> &Wakes {

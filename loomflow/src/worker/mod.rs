@@ -25,10 +25,14 @@
 //!
 //! # Wake-ups
 //!
-//! A signal or a submit in the worker's own process wakes it at once; on PostgreSQL, so
-//! does another process's (`LISTEN/NOTIFY`). Otherwise another process's write is noticed
-//! by polling a cheap change counter of the store (SQLite's `PRAGMA data_version`) every
-//! [`poll_interval`](WorkerBuilder::poll_interval) (default 100 ms): an idle worker costs one such probe per interval, whatever the number of
+//! A signal or a submit in the worker's own process wakes it at once, and wakes only a run
+//! that waits for that signal's name; on PostgreSQL, so does another process's
+//! (`LISTEN/NOTIFY`). On the memory store, which keeps signals only in the process's
+//! mailbox, a worker also looks there, the first time it looks for work, for the runs
+//! signalled before it was built (while no worker existed). Otherwise another process's
+//! write is noticed by polling a cheap change counter of the store (SQLite's
+//! `PRAGMA data_version`) every [`poll_interval`](WorkerBuilder::poll_interval) (default
+//! 100 ms): an idle worker costs one such probe per interval, whatever the number of
 //! waiting runs; it queries for work only when something changed, a timer is due, or half a
 //! lease has passed (a lease running out changes nothing in the store).
 
@@ -36,6 +40,7 @@ mod registry;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -149,6 +154,7 @@ impl WorkerBuilder {
                 park_grace: self.park_grace,
                 shutdown_timeout: self.shutdown_timeout,
                 on_finished: self.on_finished,
+                looked: AtomicBool::new(false),
             }),
         }
     }
@@ -209,6 +215,8 @@ struct WorkerInner {
     lease: Duration,
     shutdown_timeout: Duration,
     on_finished: Option<OnFinished>,
+    /// Whether it has looked in the mailbox for the runs signalled before it listened.
+    looked: AtomicBool,
 }
 
 impl Drop for WorkerInner {
@@ -277,6 +285,7 @@ impl Worker {
         let mut signalled: VecDeque<(String, String)> = VecDeque::new();
         loop {
             inner.runtime.refresh_signals().await?;
+            signalled.extend(inner.unrecorded_signals().await?);
             signalled.extend(inner.runtime.wakes().take_signalled());
             let mut claimed = None;
             while let Some((thread, name)) = signalled.pop_front() {
@@ -299,6 +308,24 @@ impl Worker {
 }
 
 impl WorkerInner {
+    /// The threads signalled that this process's wake-ups did not tell the worker of, with
+    /// the signals' names, on a store that keeps no signals (the memory store, whose claims
+    /// cannot find them): the runs signalled before the worker began to listen (while no
+    /// worker existed), looked for in the mailbox the first time it looks for work, and
+    /// again should the wake-ups have overflowed. Nothing otherwise.
+    async fn unrecorded_signals(&self) -> Result<Vec<(String, String)>> {
+        let first = !self.looked.swap(true, Ordering::AcqRel);
+        if !(first | self.runtime.wakes().take_overflowed()) {
+            return Ok(Vec::new());
+        }
+        let found = self.runtime.signalled_in_mailbox(&self.names).await;
+        if found.is_err() {
+            // Looked for again the next time.
+            self.looked.store(false, Ordering::Release);
+        }
+        found
+    }
+
     /// Claims `thread` if it waits for the signal `name` sent to it, or else the next run
     /// that can go on.
     async fn claim(
@@ -419,6 +446,10 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     let mut notified = false;
     while !*stop.borrow() {
         runtime.prune_if_due().await;
+        match inner.unrecorded_signals().await {
+            Ok(found) => signalled.extend(found),
+            Err(error) => tracing::warn!(%error, "could not look for signalled runs"),
+        }
         signalled.extend(runtime.wakes().take_signalled());
         while running.len() < inner.concurrency
             && let Some((thread, name)) = signalled.pop_front()
