@@ -11,6 +11,7 @@
 #[path = "support/postgres.rs"]
 mod postgres;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use loomflow::prelude::*;
@@ -256,6 +257,95 @@ async fn a_worker_carries_runs_on_through_signals_sent_by_another_process() {
     // At least once to start and once to resume.
     assert!(run.record.attempts >= 2, "{:?}", run.record);
     assert!(run.record.lease_owner.is_none());
+}
+
+/// A worker whose poll interval is long (it relies on `LISTEN/NOTIFY`) carries on a run it
+/// suspended on a timer, and one whose wait has a deadline, when they are due: not at its
+/// next poll, a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_fires_timers_and_deadlines_when_due_with_a_long_poll_interval() {
+    let Some(db) = TempPgDb::create("worker timers").await else {
+        return;
+    };
+    let runtime = Runtime::postgres(&db.url).await.unwrap();
+    let nap = Graph::new("nap")
+        .node_fn("nap", |refund: &mut Refund, ctx| {
+            Box::pin(async move {
+                ctx.sleep(Duration::from_secs(1)).await?;
+                refund.approved = Some(true);
+                Ok(())
+            })
+        })
+        .edge(START, "nap")
+        .edge("nap", END)
+        .compile()
+        .unwrap();
+    let hurry = Graph::new("hurry")
+        .node_fn("hurry", |refund: &mut Refund, ctx| {
+            Box::pin(async move {
+                let wait = ctx.wait_for_signal::<bool>("approve");
+                match wait.timeout(Duration::from_secs(1)).await {
+                    Ok(approved) => refund.approved = Some(approved),
+                    Err(RunError::Signal(SignalError::Timeout { .. })) => {
+                        refund.approved = Some(false);
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "hurry")
+        .edge("hurry", END)
+        .compile()
+        .unwrap();
+    let suspended = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&suspended);
+    let worker = Worker::builder(&runtime)
+        .graph(&nap)
+        .graph(&hurry)
+        .poll_interval(Duration::from_secs(60))
+        .park_grace(Duration::from_millis(10))
+        .on_finished(move |report| {
+            if !report.state.is_finished() {
+                seen.lock()
+                    .unwrap()
+                    .push((report.thread.clone(), report.state));
+            }
+        })
+        .build();
+    let handle = worker.start();
+    runtime
+        .submit("nap", "t-1", Refund::default())
+        .await
+        .unwrap();
+    runtime
+        .submit("hurry", "t-2", Refund::default())
+        .await
+        .unwrap();
+    // Within PATIENCE (20 s), long before the next poll.
+    for thread in ["t-1", "t-2"] {
+        eventually(&format!("{thread} completes"), async || {
+            state_of(&runtime, thread).await == Some(RunState::Completed)
+        })
+        .await;
+    }
+    handle.shutdown().await.unwrap();
+    let mut suspended = suspended.lock().unwrap().clone();
+    suspended.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        suspended,
+        [
+            ("t-1".to_owned(), RunState::Sleeping),
+            ("t-2".to_owned(), RunState::Waiting)
+        ],
+        "each run suspended: a second is far longer than the grace"
+    );
+    let slept: Refund = runtime.get_state("t-1").await.unwrap().unwrap();
+    let hurried: Refund = runtime.get_state("t-2").await.unwrap().unwrap();
+    assert_eq!(
+        (slept.approved, hurried.approved),
+        (Some(true), Some(false))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,12 @@
 //! 100 ms): an idle worker costs one such probe per interval, whatever the number of
 //! waiting runs; it queries for work only when something changed, a timer is due, or half a
 //! lease has passed (a lease running out changes nothing in the store).
+//!
+//! Timers and wait deadlines wake the worker when they are due, whatever the poll interval:
+//! it naps no longer than until the earliest it knows of, those of the runs it suspended and
+//! those the store held when it last looked for work (a timer another process sets is known
+//! from the look its write prompts: at once on PostgreSQL, within the poll interval
+//! otherwise).
 
 mod registry;
 
@@ -104,6 +110,8 @@ impl WorkerBuilder {
     /// How often to check the store for what other processes wrote (default: the runtime's
     /// [`poll_interval`](crate::runtime::RuntimeBuilder::poll_interval), 100 ms): the
     /// longest a run that another process made runnable waits before the worker sees it.
+    /// Timers and wait deadlines the worker knows of fire when due, not at the next poll
+    /// (see [Wake-ups](crate::worker#wake-ups)).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval.max(Duration::from_millis(1));
         self
@@ -366,17 +374,18 @@ impl WorkerInner {
         }))
     }
 
-    /// Executes a claimed run to its next stop and reports how it ended.
-    async fn execute(&self, run: ClaimedRun, claim: RunClaim) {
+    /// Executes a claimed run to its next stop and reports how it ended; returns when the
+    /// run is due again, if it suspended on a timer or a wait with a deadline.
+    async fn execute(&self, run: ClaimedRun, claim: RunClaim) -> Option<u64> {
         let graph_name = run.record.graph.clone().unwrap_or_default();
         let Some(graph) = self.graphs.get(&graph_name) else {
             // Claims are asked for registered graphs only; let it go for whoever runs it.
             if let Err(error) = claim.release().await {
                 tracing::warn!(%error, "could not release a run");
             }
-            return;
+            return None;
         };
-        let report = graph.execute(&self.runtime, run, claim).await;
+        let (report, wake_at_ms) = graph.execute(&self.runtime, run, claim).await;
         match &report.error {
             Some(error) => {
                 tracing::warn!(thread = %report.thread, graph = %report.graph, state = %report.state, %error, "worker run ended with an error");
@@ -388,6 +397,7 @@ impl WorkerInner {
         if let Some(on_finished) = &self.on_finished {
             on_finished(&report);
         }
+        wake_at_ms
     }
 }
 
@@ -475,6 +485,9 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             // Read before looking, so that a change made while looking is seen next time.
             seen_change = change;
             last_look = tokio::time::Instant::now();
+            // Likewise the time: a run that comes due while the claims are made (a slow
+            // store) is not past the next wake time asked for below.
+            let looked_at = unix_ms(runtime.now());
             if let Err(error) = runtime.refresh_signals().await {
                 tracing::warn!(%error, "could not load new signals");
             }
@@ -491,7 +504,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             // Full: there may be more to claim once a slot frees.
             look = running.len() >= inner.concurrency;
             next_wake = store
-                .next_wake_at_ms(&inner.names, unix_ms(runtime.now()))
+                .next_wake_at_ms(&inner.names, looked_at)
                 .await
                 .unwrap_or_else(|error| {
                     tracing::warn!(%error, "could not read the next wake time");
@@ -500,15 +513,26 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         }
         // A change seen too soon after the last look is looked at when the interval is up.
         let pending_change = change.is_none() || change != seen_change;
-        let nap = if pending_change {
+        let mut nap = if pending_change {
             inner.poll_interval.saturating_sub(last_look.elapsed())
         } else {
             inner.poll_interval
         };
+        // A timer or deadline due before then wakes the worker when it is due. One due
+        // already was looked for above, unless every slot is taken: a run ending wakes it.
+        let now = unix_ms(runtime.now());
+        if let Some(at) = next_wake.filter(|&at| at > now) {
+            nap = nap.min(Duration::from_millis(at - now));
+        }
         tokio::select! {
             _ = stop.changed() => {}
             () = runtime.wakes().notified() => {}
-            Some(_) = running.tasks.join_next(), if !running.tasks.is_empty() => {}
+            Some(ended) = running.tasks.join_next(), if !running.tasks.is_empty() => {
+                // The run it suspended is due then: the store was not asked since.
+                if let Ok(Some(at)) = ended {
+                    next_wake = Some(next_wake.map_or(at, |next| next.min(at)));
+                }
+            }
             () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
             () = changed_in_store(notifier.as_deref()) => notified = true,
         }
@@ -545,10 +569,11 @@ async fn changed_in_store(notifier: Option<&tokio::sync::Notify>) {
     }
 }
 
-/// The runs a worker executes, and their claims.
+/// The runs a worker executes, and their claims; each task returns when its run is due
+/// again (see `WorkerInner::execute`).
 #[derive(Default)]
 struct Running {
-    tasks: JoinSet<()>,
+    tasks: JoinSet<Option<u64>>,
     claims: Vec<RunClaim>,
 }
 

@@ -22,6 +22,10 @@ pub struct RunReport {
     pub error: Option<String>,
 }
 
+/// How an execution ended: its report, and, for a run it suspended on a timer or a wait
+/// with a deadline, when the run is due (ms since the Unix epoch, by the runtime's clock).
+pub(crate) type Stopped = (RunReport, Option<u64>);
+
 /// A compiled graph with its state type erased.
 pub(crate) trait Registered: Send + Sync {
     /// Executes a claimed run to its next stop.
@@ -30,7 +34,7 @@ pub(crate) trait Registered: Send + Sync {
         runtime: &Runtime,
         claimed: ClaimedRun,
         claim: RunClaim,
-    ) -> BoxFuture<'static, RunReport>;
+    ) -> BoxFuture<'static, Stopped>;
 }
 
 impl<S: State> Registered for CompiledGraph<S> {
@@ -39,7 +43,7 @@ impl<S: State> Registered for CompiledGraph<S> {
         runtime: &Runtime,
         claimed: ClaimedRun,
         claim: RunClaim,
-    ) -> BoxFuture<'static, RunReport> {
+    ) -> BoxFuture<'static, Stopped> {
         let graph = self.clone();
         let runtime = runtime.clone();
         Box::pin(async move {
@@ -66,15 +70,17 @@ impl<S: State> Registered for CompiledGraph<S> {
                             tracing::warn!(%thread, %error, "could not record the failed run");
                         }
                         report.error = Some(message);
-                        return report;
+                        return (report, None);
                     }
                 },
                 _ => None,
             };
+            let mut wake_at_ms = None;
             match graph.run_claimed(&runtime, thread, input, claim).await {
                 Ok(RunOutcome::Completed(_)) => report.state = RunState::Completed,
                 Ok(RunOutcome::Interrupted { interrupts, .. }) => {
                     report.state = RunState::of_interrupts(&interrupts);
+                    wake_at_ms = interrupts.iter().filter_map(|i| i.wake_at_ms).min();
                 }
                 Ok(RunOutcome::Failed { error, .. }) => {
                     report.error = Some(error.to_string());
@@ -87,7 +93,7 @@ impl<S: State> Registered for CompiledGraph<S> {
                 }
                 Err(error) => report.error = Some(error.to_string()),
             }
-            report
+            (report, wake_at_ms)
         })
     }
 }
