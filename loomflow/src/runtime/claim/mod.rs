@@ -244,8 +244,12 @@ impl RunClaim {
     /// on its row: what a run about to suspend looks at, since a cancel from another
     /// process otherwise reaches it only at the next heartbeat, after it let go.
     pub(crate) async fn cancel_asked(&self) -> Result<bool, StoreError> {
-        if self.cancel_requested() || self.inner.store.as_memory().is_some() {
-            return Ok(self.cancel_requested());
+        if self.cancel_requested() {
+            return Ok(true);
+        }
+        if self.inner.store.as_memory().is_some() {
+            // Nobody else writes its rows: a cancel flags the live claim itself.
+            return Ok(false);
         }
         let row = self.inner.store.get_run(&self.inner.thread).await?;
         let asked = row.is_some_and(|row| row.cancel_requested);
