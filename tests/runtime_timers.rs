@@ -157,3 +157,42 @@ async fn a_recovered_in_memory_wait_waits_only_what_is_left_of_its_timeout() {
         "waited {waited:?} more"
     );
 }
+
+/// A node with two timed waits for the same signal, an interrupt between them: on resume
+/// the first wait returns what it received, and the second waits its own timeout, not the
+/// first one's (long past): each wait keeps its own journal entries.
+#[tokio::test]
+async fn each_timed_wait_of_a_node_run_again_keeps_its_own_deadline() {
+    let runtime = Runtime::in_memory();
+    let graph = Graph::new("two-waits")
+        .node_fn("node", |got: &mut Vec<u32>, ctx| {
+            Box::pin(async move {
+                let short = ctx.wait_for_signal::<u32>("go");
+                let first = short.timeout(Duration::from_millis(50)).await?;
+                let answer: u32 = ctx.interrupt(json!("more?"))?;
+                let long = ctx.wait_for_signal::<u32>("go");
+                let second = long.timeout(Duration::from_secs(10)).await?;
+                got.extend([first, answer, second]);
+                Ok(())
+            })
+        })
+        .edge(START, "node")
+        .edge("node", END)
+        .compile()
+        .unwrap();
+    let _open = runtime.session("t");
+    runtime.signal("t", "go", 1u32).await.unwrap();
+    let asked = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(asked.interrupts().len(), 1);
+    // The first wait's deadline passes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sender = runtime.clone();
+    let send = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sender.signal("t", "go", 2u32).await.unwrap();
+    });
+    let resumed = graph.resume(&runtime, "t", 7u32).await;
+    send.await.unwrap();
+    let got = resumed.unwrap().completed().unwrap();
+    assert_eq!(got, [1, 7, 2]);
+}

@@ -98,16 +98,12 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             let timeout = self.timeout;
             let mut suspend = self.suspend;
             let mut details = self.details;
-            let key = ctx.journal_key(&format!("signal:{name}"));
             let runtime = ctx.runtime();
             let session = ctx.thread();
-            // A node running again for the same step gets what it received before.
-            if let Some(recorded) = runtime.store().get_journal(&key).await? {
-                return Ok(decode(session, &name, recorded)?);
-            }
-            // Under a worker, a wait parks only briefly and then suspends the run.
-            let grace = ctx.claim().park_grace();
-            let durable = suspend || grace.is_some();
+            // The wait's journal keys, taken in the same order however the wait ends, so that
+            // each wait of a node running again for the same step finds its own entries (they
+            // are numbered by occurrence of their name within the node).
+            let key = ctx.journal_key(&format!("signal:{name}"));
             // A timed wait keeps its deadline in the journal, by the runtime's clock: the run,
             // carried on later (by a worker at the deadline, or recovered after its execution
             // stopped half way), times out at the same moment.
@@ -120,14 +116,21 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 ),
                 None => None,
             };
+            // Where a wait that timed out says so: a node running again for the same step
+            // (resumed, recovered) times out again, whatever came after the deadline.
+            let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
+            // A node running again for the same step gets what it received before.
+            if let Some(recorded) = runtime.store().get_journal(&key).await? {
+                return Ok(decode(session, &name, recorded)?);
+            }
+            // Under a worker, a wait parks only briefly and then suspends the run.
+            let grace = ctx.claim().park_grace();
+            let durable = suspend || grace.is_some();
             let timed_out = || SignalError::Timeout {
                 session: session.to_owned(),
                 name: name.clone(),
                 timeout: timeout.unwrap_or_default(),
             };
-            // Where a wait that timed out says so: a node running again for the same step
-            // (resumed, recovered) times out again, whatever came after the deadline.
-            let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
             if let Some(key) = &timeout_key
                 && runtime.store().get_journal(key).await?.is_some()
             {
