@@ -259,3 +259,47 @@ async fn a_worker_does_not_carry_on_a_run_its_row_asks_to_stop() {
     let state: u32 = runtime.get_state("t").await.unwrap().unwrap();
     assert_eq!(state, 1, "the wait took nothing");
 }
+
+/// Two runtimes share one in-memory store: the other runtime's cancel lands on the run's
+/// row, and the run that then suspends reads it there, as on a durable store.
+#[tokio::test]
+async fn a_cancel_from_another_runtime_on_a_shared_memory_store_is_not_lost() {
+    let store: Arc<dyn loomflow::runtime::Store> = Arc::new(loomflow::runtime::MemoryStore::new());
+    let here = Runtime::builder().shared_store(Arc::clone(&store)).build();
+    let elsewhere = Runtime::builder().shared_store(store).build();
+    let gate = Arc::new(Semaphore::new(0));
+    let run = busy_graph(Arc::clone(&gate), "ask").start(&here, "t", 0);
+    until_running(&elsewhere, "t").await;
+    assert!(elsewhere.cancel("t").await.unwrap().cancel_requested);
+    gate.add_permits(1);
+    let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("the run did not stop");
+    assert!(
+        matches!(stopped, Err(RunError::Cancelled { .. })),
+        "{stopped:?}"
+    );
+    let row = elsewhere.run("t").await.unwrap().record;
+    assert_eq!(row.state, RunState::Cancelled, "{row:?}");
+}
+
+/// An interrupted run whose row asks it to stop (the cancel came as its execution let go)
+/// is not carried on by a direct resume either: the resume is refused as cancelled, as a
+/// worker would cancel it.
+#[tokio::test]
+async fn a_direct_resume_does_not_carry_on_a_run_its_row_asks_to_stop() {
+    let db = loomflow_tests::TempDb::new("cancel-row-resume");
+    let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    // Room for the node to run again, should the resume carry the run on.
+    let graph = busy_graph(Arc::new(Semaphore::new(2)), "ask");
+    let waiting = graph.invoke(&runtime, "t", 0).await.unwrap();
+    assert_eq!(waiting.interrupts().len(), 1);
+    runtime.store().request_cancel("t", 0).await.unwrap();
+    let resumed = graph.resume(&runtime, "t", 5u32).await;
+    assert!(
+        matches!(resumed, Err(RunError::Cancelled { .. })),
+        "{resumed:?}"
+    );
+    let row = runtime.run("t").await.unwrap().record;
+    assert_eq!(row.state, RunState::Cancelled, "{row:?}");
+}

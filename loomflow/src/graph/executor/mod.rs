@@ -162,10 +162,16 @@ fn claimed<S: State>(
             // The parent's claim, or one a worker took for this run.
             Some(claim) => claim,
             None => {
-                execution
-                    .runtime
+                let claim = (execution.runtime)
                     .claim_run(&execution.thread, execution.wait_if_busy)
-                    .await?
+                    .await?;
+                // A resume or a recover of a run its row asks to stop (the cancel came as
+                // the execution before let go) stops before its first step, as under a
+                // worker.
+                if top_level && !matches!(execution.start, Start::Fresh(_)) {
+                    claim.cancel_asked().await?;
+                }
+                claim
             }
         };
         // Kept for a top-level run that workers may carry on, to look at what arrived for

@@ -240,19 +240,19 @@ impl RunClaim {
         self.inner.cancel.store(true, Ordering::Release);
     }
 
-    /// Whether someone asked the run to stop, here or, on a store other processes share,
-    /// on its row: what a run about to suspend looks at, since a cancel from another
-    /// process otherwise reaches it only at the next heartbeat, after it let go.
+    /// Whether someone asked the run to stop, here or on its row (another process, or
+    /// another runtime sharing the store): what a run about to suspend looks at, since such
+    /// a cancel otherwise reaches it only at the next heartbeat, after it let go; and what
+    /// a resume or a recover looks at before its first step.
     pub(crate) async fn cancel_asked(&self) -> Result<bool, StoreError> {
         if self.cancel_requested() {
             return Ok(true);
         }
-        if self.inner.store.as_memory().is_some() {
-            // Nobody else writes its rows: a cancel flags the live claim itself.
-            return Ok(false);
-        }
-        let row = self.inner.store.get_run(&self.inner.thread).await?;
-        let asked = row.is_some_and(|row| row.cancel_requested);
+        let asked = match self.inner.store.as_memory() {
+            Some(memory) => memory.cancel_requested_now(&self.inner.thread)?,
+            None => (self.inner.store.get_run(&self.inner.thread).await?)
+                .is_some_and(|row| row.cancel_requested),
+        };
         if asked {
             self.request_cancel();
         }

@@ -101,6 +101,16 @@ impl MemoryStore {
         Ok(())
     }
 
+    /// Whether `thread`'s run row asks the run to stop, read at once (see
+    /// `RunClaim::cancel_asked`): another runtime sharing the store may have asked.
+    pub(crate) fn cancel_requested_now(&self, thread: &str) -> Result<bool, StoreError> {
+        let inner = self.lock()?;
+        Ok(inner
+            .threads
+            .get(thread)
+            .is_some_and(|slot| slot.row.cancel_requested))
+    }
+
     /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot
     /// kept as values keeps them, for the executor to read back (its body is not built).
     /// Its `thread` is left empty: the executor, which asks, knows it.
