@@ -61,8 +61,9 @@ pub enum Durability {
     /// One checkpoint when the run stops (completes, fails or suspends). A crash loses the
     /// whole run so far; the fastest mode, for short runs that are cheap to redo.
     ///
-    /// A run that journals (a [`Context::step`](crate::Context::step), a signal received)
-    /// also writes its start, unsynced, before its first journal entry: the run is then on
+    /// A run that journals (a [`Context::step`](crate::Context::step), a signal received, a
+    /// timed wait's deadline) also writes its start, unsynced, before its first journal
+    /// entry: the run is then on
     /// its row while it runs, a recover carries it on from its start without doing its
     /// journaled steps again, and the thread's next run does not take its number (and with
     /// it, its journal).
