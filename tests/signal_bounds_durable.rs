@@ -157,3 +157,27 @@ async fn a_burst_beyond_a_workers_pending_bound_reaches_every_waiting_run() {
     let expected: Vec<_> = (1..=4).map(|n| (RunState::Completed, Some(n))).collect();
     assert_eq!(outcomes(&runtime, &threads).await, expected);
 }
+
+/// A signal the TTL dropped from memory, kept in the store for its waiting run, is still
+/// received before a later signal of the same name: FIFO per (session, name). Sent from
+/// another process, and from the worker's own.
+#[tokio::test]
+async fn a_signal_kept_past_the_ttl_is_received_before_a_later_one() {
+    for same_process in [false, true] {
+        let db = loomflow_tests::TempDb::new("ttl-fifo");
+        let ttl = Duration::from_millis(300);
+        let open = || with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+        let runtime = open();
+        suspend(&runtime, &["t"]).await;
+        let sender = if same_process { runtime.clone() } else { open() };
+        sender.signal("t", "go", 1u32).await.unwrap();
+        tokio::time::sleep(3 * ttl).await;
+        sender.signal("t", "go", 2u32).await.unwrap();
+        worker(&runtime).run_until_idle().await.unwrap();
+        assert_eq!(
+            outcomes(&runtime, &["t"]).await,
+            [(RunState::Completed, Some(1))],
+            "same process: {same_process}"
+        );
+    }
+}

@@ -160,7 +160,9 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 };
                 if durable && park.is_none_or(|p| p.is_zero()) {
                     let queued = match runtime.receive_now(session, &name, scope).await? {
-                        Some(received) => Some(received),
+                        Some(received) => Some(
+                            (runtime.older_stored_first(session, &name, received, scope)).await?,
+                        ),
                         // Dropped from this process's memory by the pending bounds, but kept
                         // in the store for this run.
                         None => runtime.receive_stored(session, &name).await?,

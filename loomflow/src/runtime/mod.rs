@@ -11,6 +11,7 @@ mod extensions;
 mod fork;
 pub(crate) mod handover;
 mod housekeeping;
+mod kept_signals;
 pub mod mailbox;
 mod removals;
 mod runs;

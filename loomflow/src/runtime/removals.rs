@@ -24,6 +24,9 @@ pub(crate) struct Removals {
     outstanding: AtomicUsize,
     /// Held while removing, so that a flush waits for one already under way.
     flushing: tokio::sync::Mutex<()>,
+    /// Sessions with a signal dropped from memory and kept in the store for their run (see
+    /// [`awaited`](Self::awaited)): their waits look in the store for an older signal first.
+    spared: Mutex<std::collections::HashSet<Arc<str>>>,
 }
 
 impl Removals {
@@ -33,6 +36,7 @@ impl Removals {
             queue: Mutex::new(Vec::new()),
             outstanding: AtomicUsize::new(0),
             flushing: tokio::sync::Mutex::new(()),
+            spared: Mutex::default(),
         })
     }
 
@@ -85,6 +89,7 @@ impl Removals {
                     self.store.take_signal(&session, seq, None).await
                 } else if self.awaited(&session).await {
                     // Dropped from memory only: its run takes it from the store.
+                    crate::sync::lock(&self.spared).insert(Arc::clone(&session));
                     Ok(())
                 } else {
                     self.store.discard_signal(&session, seq).await
@@ -95,6 +100,17 @@ impl Removals {
                 self.outstanding.fetch_sub(1, Ordering::AcqRel);
             }
         }
+    }
+
+    /// Whether a signal of `session` was dropped from memory and kept in the store for its
+    /// run: a queued signal may then be younger than one in the store.
+    pub(crate) fn spared(&self, session: &str) -> bool {
+        crate::sync::lock(&self.spared).contains(session)
+    }
+
+    /// Forgets that `session` had signals kept in the store: none is left there.
+    pub(crate) fn none_spared(&self, session: &str) {
+        crate::sync::lock(&self.spared).remove(session);
     }
 
     /// Whether `session` has a run that has not ended, which may take the signals sent to

@@ -441,24 +441,6 @@ impl Runtime {
         Ok(entry)
     }
 
-    /// The oldest signal `name` of `session` a durable store keeps that the mailbox no
-    /// longer holds (its pending bounds dropped it from memory, sparing it in the store for
-    /// the session's run): for a node's wait that found nothing queued.
-    pub(crate) async fn receive_stored(&self, session: &str, name: &str) -> Result<Option<Entry>> {
-        if !self.store().is_durable() {
-            return Ok(None);
-        }
-        // What was received here is off the store first, so that it is not found again.
-        self.removals().flush().await;
-        let stored = self.store().oldest_signal(session, name).await?;
-        Ok(stored.map(|signal| Entry {
-            payload: signal.payload,
-            seq: Some(signal.seq),
-            sent_at: tokio::time::Instant::now(),
-            taking: None,
-        }))
-    }
-
     /// Types a received payload; on failure puts it back at the head of its queue. On
     /// success for a runtime-level receive, removes it from the store in the background.
     fn accept<T: DeserializeOwned>(

@@ -1,0 +1,55 @@
+//! Signals a durable store keeps for a waiting run after the mailbox dropped them from
+//! memory (past the pending TTL, beyond the pending bound): a node's wait takes them from
+//! the store, oldest first (see `Removals::awaited`).
+
+use super::mailbox::{Entry, Scope};
+use super::{Runtime, RuntimeError};
+
+type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+impl Runtime {
+    /// The oldest signal `name` of `session` a durable store keeps that the mailbox no
+    /// longer holds (its pending bounds dropped it from memory, sparing it in the store for
+    /// the session's run): for a node's wait that found nothing queued.
+    pub(crate) async fn receive_stored(&self, session: &str, name: &str) -> Result<Option<Entry>> {
+        if !self.store().is_durable() {
+            return Ok(None);
+        }
+        // What was received here is off the store first, so that it is not found again.
+        self.removals().flush().await;
+        let stored = self.store().oldest_signal(session, name).await?;
+        Ok(stored.map(|signal| Entry {
+            payload: signal.payload,
+            seq: Some(signal.seq),
+            sent_at: tokio::time::Instant::now(),
+            taking: None,
+        }))
+    }
+
+    /// `received`, or an older signal `name` of `session` the store kept for its run when the
+    /// mailbox dropped it from memory: FIFO per (session, name). `received` then goes back to
+    /// the head of its queue.
+    pub(crate) async fn older_stored_first(
+        &self,
+        session: &str,
+        name: &str,
+        received: Entry,
+        scope: Scope,
+    ) -> Result<Entry> {
+        if !self.removals().spared(session) {
+            return Ok(received);
+        }
+        let Some(older) = self.receive_stored(session, name).await? else {
+            self.removals().none_spared(session);
+            return Ok(received);
+        };
+        if received
+            .seq
+            .is_some_and(|seq| older.seq.is_some_and(|o| o < seq))
+        {
+            self.give_back(session, name, received, scope);
+            return Ok(older);
+        }
+        Ok(received)
+    }
+}
