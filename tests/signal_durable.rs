@@ -1,7 +1,9 @@
 //! Signals on a SQLite file are delivered exactly once across restarts: nothing that was
 //! received, dropped by a pending bound (least recently used, TTL on the stored send time) or
 //! discarded on a session's last exit comes back when the runtime is opened again; and
-//! signals no run will take do not stay in the file past the TTL.
+//! signals no run will take do not stay in the file past the TTL. (A signal for a session
+//! whose run has not ended stays in the store whatever the bounds drop from memory: see
+//! `signal_bounds_durable.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
