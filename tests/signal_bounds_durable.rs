@@ -169,7 +169,11 @@ async fn a_signal_kept_past_the_ttl_is_received_before_a_later_one() {
         let open = || with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
         let runtime = open();
         suspend(&runtime, &["t"]).await;
-        let sender = if same_process { runtime.clone() } else { open() };
+        let sender = if same_process {
+            runtime.clone()
+        } else {
+            open()
+        };
         sender.signal("t", "go", 1u32).await.unwrap();
         tokio::time::sleep(3 * ttl).await;
         sender.signal("t", "go", 2u32).await.unwrap();
