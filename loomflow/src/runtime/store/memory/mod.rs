@@ -457,11 +457,8 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
             let signalled = |row: &RunRow, thread: &str| {
-                matches!(row.state, Some(RunState::Waiting | RunState::Interrupted))
-                    && inner
-                        .signals
-                        .values()
-                        .any(|s| s.session == thread && row.waiting_on.contains(&s.name))
+                let mut signals = inner.signals.values();
+                signals.any(|s| s.session == thread && row.waits_for(&s.name))
             };
             let chosen = inner
                 .threads
@@ -490,9 +487,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
             let row = &inner.threads.get(thread)?.row;
-            let suspended = matches!(row.state, Some(RunState::Waiting | RunState::Interrupted))
-                && row.waiting_on.iter().any(|name| name == signal);
-            if !suspended || !row.in_graphs(graphs) || !row.is_free(now_ms) {
+            if !row.waits_for(signal) || !row.in_graphs(graphs) || !row.is_free(now_ms) {
                 return None;
             }
             Self::claim_row(&mut inner, thread, owner, lease_until_ms, now_ms)

@@ -151,6 +151,13 @@ impl RunRow {
         }
     }
 
+    /// Whether the run is suspended on the signal `name` (waiting, or interrupted: a resume
+    /// request comes as a signal).
+    pub(super) fn waits_for(&self, name: &str) -> bool {
+        matches!(self.state, Some(RunState::Waiting | RunState::Interrupted))
+            && self.waiting_on.iter().any(|waited| waited == name)
+    }
+
     pub(super) fn in_graphs(&self, graphs: &[String]) -> bool {
         self.graph
             .as_deref()

@@ -36,15 +36,12 @@ pub use options::{CommitStats, SqliteOptions, Synchronous};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
 use self::reader::Readers;
-use self::rows::{
-    CHECKPOINT_COLUMNS, checkpoint_from_row, checkpoint_row, journal_row, to_i64, to_json,
-    transpose, unexpected,
-};
+use self::rows::{checkpoint_row, journal_row, to_i64, to_json, unexpected};
 use self::writer::{Op, Outcome, Request, SignalRow, StartError, Writer};
 use super::{
     AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
@@ -268,14 +265,7 @@ impl Store for SqliteStore {
             return Box::pin(std::future::ready(Ok(None)));
         };
         self.read(thread, move |conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = ?1 AND thread = ?2"
-            ))?
-            .query_row(params![id, owned_thread], |row| {
-                checkpoint_from_row(row, &owned_thread)
-            })
-            .optional()
-            .map(transpose)
+            rows::read_checkpoint(conn, &owned_thread, id)
         })
     }
 

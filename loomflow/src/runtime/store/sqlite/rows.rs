@@ -164,6 +164,20 @@ pub(super) fn read_latest_checkpoint(
     .map(transpose)
 }
 
+/// Checkpoint `id` of `thread`.
+pub(super) fn read_checkpoint(
+    conn: &Connection,
+    thread: &str,
+    id: i64,
+) -> rusqlite::Result<Result<Option<Checkpoint>, StoreError>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = ?1 AND thread = ?2"
+    ))?
+    .query_row(params![id, thread], |row| checkpoint_from_row(row, thread))
+    .optional()
+    .map(transpose)
+}
+
 /// Every checkpoint of `thread`, oldest first.
 pub(super) fn read_checkpoints(
     conn: &Connection,
