@@ -42,7 +42,9 @@
 //! from the look its write prompts: at once on PostgreSQL, within the poll interval
 //! otherwise).
 
+mod nap;
 mod registry;
+mod running;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -50,7 +52,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use crate::graph::{CompiledGraph, State};
 use crate::runtime::claim::RunClaim;
@@ -59,6 +60,7 @@ use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
 
 use registry::Registered;
 pub use registry::RunReport;
+use running::{Running, spawn};
 
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -513,17 +515,17 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         }
         // A change seen too soon after the last look is looked at when the interval is up.
         let pending_change = change.is_none() || change != seen_change;
-        let mut nap = if pending_change {
+        let poll = if pending_change {
             inner.poll_interval.saturating_sub(last_look.elapsed())
         } else {
             inner.poll_interval
         };
-        // A timer or deadline due before then wakes the worker when it is due. One due
-        // already was looked for above, unless every slot is taken: a run ending wakes it.
-        let now = unix_ms(runtime.now());
-        if let Some(at) = next_wake.filter(|&at| at > now) {
-            nap = nap.min(Duration::from_millis(at - now));
-        }
+        let nap = nap::length(
+            poll,
+            next_wake,
+            unix_ms(runtime.now()),
+            running.len() < inner.concurrency,
+        );
         tokio::select! {
             _ = stop.changed() => {}
             () = runtime.wakes().notified() => {}
@@ -567,34 +569,4 @@ async fn changed_in_store(notifier: Option<&tokio::sync::Notify>) {
         Some(notify) => notify.notified().await,
         None => std::future::pending().await,
     }
-}
-
-/// The runs a worker executes, and their claims; each task returns when its run is due
-/// again (see `WorkerInner::execute`).
-#[derive(Default)]
-struct Running {
-    tasks: JoinSet<Option<u64>>,
-    claims: Vec<RunClaim>,
-}
-
-impl Running {
-    fn len(&self) -> usize {
-        self.tasks.len()
-    }
-
-    /// Asks every run still executing to stop at its next superstep and let go.
-    fn hand_back(&self) {
-        for claim in &self.claims {
-            claim.request_yield();
-        }
-    }
-}
-
-fn spawn(inner: &Arc<WorkerInner>, running: &mut Running, run: ClaimedRun, claim: RunClaim) {
-    running.claims.retain(|claim| !claim.is_done());
-    running.claims.push(claim.clone());
-    let inner = Arc::clone(inner);
-    running
-        .tasks
-        .spawn(async move { inner.execute(run, claim).await });
 }

@@ -1,0 +1,55 @@
+//! How long an idle worker naps before it looks again.
+
+use std::time::Duration;
+
+/// The nap: what is `left` of the poll interval, cut to the earliest wake time the worker
+/// knows of (`next_wake`, in milliseconds since the Unix epoch, compared with `now`).
+///
+/// A wake time already past ends the nap at once when a slot is free: the run came due while
+/// the worker was looking (after its claims, before this), and nothing else would wake the
+/// worker for it before the poll interval is up. With every slot taken there is nothing to
+/// claim, and a run ending wakes the worker.
+pub(super) fn length(
+    left: Duration,
+    next_wake: Option<u64>,
+    now: u64,
+    slot_free: bool,
+) -> Duration {
+    match next_wake {
+        Some(at) if at > now => left.min(Duration::from_millis(at - now)),
+        Some(_) if slot_free => Duration::ZERO,
+        _ => left,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLL: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_worker_with_no_timer_naps_the_poll_interval() {
+        assert_eq!(length(POLL, None, 1_000, true), POLL);
+    }
+
+    #[test]
+    fn a_timer_due_before_the_poll_cuts_the_nap_to_it() {
+        assert_eq!(
+            length(POLL, Some(1_250), 1_000, true),
+            Duration::from_millis(250)
+        );
+        assert_eq!(length(POLL, Some(1_000 + 120_000), 1_000, true), POLL);
+    }
+
+    #[test]
+    fn a_run_that_came_due_while_the_worker_looked_ends_the_nap_at_once() {
+        assert_eq!(length(POLL, Some(1_000), 1_004, true), Duration::ZERO);
+        assert_eq!(length(POLL, Some(1_000), 1_000, true), Duration::ZERO);
+    }
+
+    #[test]
+    fn with_every_slot_taken_a_past_wake_time_does_not_spin() {
+        assert_eq!(length(POLL, Some(1_000), 1_004, false), POLL);
+    }
+}
