@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loomflow::prelude::*;
-use loomflow::runtime::{ManualClock, RunFilter, RunState, RuntimeError, SqliteStore};
+use loomflow::runtime::{
+    ManualClock, RunFilter, RunState, RuntimeError, SqliteOptions, SqliteStore,
+};
 use loomflow::{RunError, SignalError};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -291,6 +293,50 @@ async fn on_sqlite_timers_and_deadlines_fire_when_due_with_a_long_poll_interval(
     let hurried: Refund = runtime.get_state("t-2").await.unwrap().unwrap();
     assert!(slept.reminded);
     assert!(hurried.timed_out, "{hurried:?}");
+}
+
+/// A claim the store failed (the SQLite file locked by another connection past the store's
+/// busy timeout) is tried again shortly: not at the next poll, a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_the_store_failed_is_tried_again_shortly() {
+    let db = TempDb::new("claim-retry");
+    let options = SqliteOptions::default().busy_timeout(Duration::from_millis(20));
+    let runtime = Runtime::with_store(SqliteStore::open_with(&db.0, options).unwrap());
+    let quick = Graph::new("quick")
+        .node_fn("remind", |refund: &mut Refund, _ctx| {
+            Box::pin(async move {
+                refund.reminded = true;
+                Ok(())
+            })
+        })
+        .edge(START, "remind")
+        .edge("remind", END)
+        .compile()
+        .unwrap();
+    runtime.submit("quick", "q-1", input("q-1")).await.unwrap();
+    // Another connection holds the write lock: the worker's claims fail.
+    let other = rusqlite::Connection::open(&db.0).unwrap();
+    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let handle = Worker::builder(&runtime)
+        .graph(&quick)
+        .poll_interval(Duration::from_secs(60))
+        .build()
+        .start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(state_of(&runtime, "q-1").await, RunState::Queued);
+    other.execute_batch("COMMIT").unwrap();
+    drop(other);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while state_of(&runtime, "q-1").await != RunState::Completed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run was not claimed once the store could be written again"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.shutdown().await.unwrap();
+    let done: Refund = runtime.get_state("q-1").await.unwrap().unwrap();
+    assert!(done.reminded);
 }
 
 #[tokio::test]

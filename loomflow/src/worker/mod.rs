@@ -41,6 +41,10 @@
 //! those the store held when it last looked for work (a timer another process sets is known
 //! from the look its write prompts: at once on PostgreSQL, within the poll interval
 //! otherwise).
+//!
+//! A store that fails a claim (a locked SQLite file past its busy timeout, a PostgreSQL
+//! server that restarts) is tried again within a second, or the poll interval if shorter,
+//! and the failure is logged (`tracing`, at `warn`).
 
 mod nap;
 mod registry;
@@ -61,6 +65,10 @@ use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
 use registry::Registered;
 pub use registry::RunReport;
 use running::{Running, spawn};
+
+/// How soon a worker tries its store again after a claim (or the read of the next wake time)
+/// failed, at most: sooner if its poll interval is shorter.
+const STORE_RETRY: Duration = Duration::from_secs(1);
 
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -456,7 +464,11 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     // A store that is told of changes (PostgreSQL's LISTEN) wakes the worker at once.
     let notifier = store.change_notifier();
     let mut notified = false;
+    // A store that failed a claim, or the read of the next wake time, is tried again this
+    // soon rather than at the next poll, which may be a minute away.
+    let retry_after = inner.poll_interval.min(STORE_RETRY);
     while !*stop.borrow() {
+        let mut failed = false;
         runtime.prune_if_due().await;
         match inner.unrecorded_signals().await {
             Ok(found) => signalled.extend(found),
@@ -469,7 +481,12 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             match inner.claim(Some((&thread, &name))).await {
                 Ok(Some((run, claim))) => spawn(&inner, &mut running, run, claim),
                 Ok(None) => {}
-                Err(error) => tracing::warn!(%error, %thread, "could not claim a signalled run"),
+                Err(error) => {
+                    tracing::warn!(%error, %thread, "could not claim a signalled run; trying again shortly");
+                    signalled.push_front((thread, name));
+                    failed = true;
+                    break;
+                }
             }
         }
         // A change in the store (this process's writes count too) is looked at no more
@@ -499,19 +516,21 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                     Ok(None) => break,
                     Err(error) => {
                         tracing::warn!(%error, "could not claim a run; trying again shortly");
+                        failed = true;
                         break;
                     }
                 }
             }
-            // Full: there may be more to claim once a slot frees.
-            look = running.len() >= inner.concurrency;
             next_wake = store
                 .next_wake_at_ms(&inner.names, looked_at)
                 .await
                 .unwrap_or_else(|error| {
-                    tracing::warn!(%error, "could not read the next wake time");
+                    tracing::warn!(%error, "could not read the next wake time; trying again shortly");
+                    failed = true;
                     None
                 });
+            // Full: there may be more to claim once a slot frees. Failed: look again soon.
+            look = running.len() >= inner.concurrency || failed;
         }
         // A change seen too soon after the last look is looked at when the interval is up.
         let pending_change = change.is_none() || change != seen_change;
@@ -520,12 +539,15 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         } else {
             inner.poll_interval
         };
-        let nap = nap::length(
+        let mut nap = nap::length(
             poll,
             next_wake,
             unix_ms(runtime.now()),
             running.len() < inner.concurrency,
         );
+        if failed {
+            nap = nap.min(retry_after);
+        }
         tokio::select! {
             _ = stop.changed() => {}
             () = runtime.wakes().notified() => {}
