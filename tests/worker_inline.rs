@@ -908,6 +908,26 @@ async fn in_memory_run_until_idle_carries_on_every_signalled_run() {
     }
 }
 
+/// Two workers in one process, each with graphs of its own, on the memory store (which keeps
+/// signals only in the mailbox): a signal reaches the worker of its run's graph, even when
+/// the other worker looks first.
+#[tokio::test]
+async fn in_memory_a_signal_reaches_the_worker_of_its_runs_graph_among_several() {
+    let runtime = Runtime::in_memory();
+    let refunds = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        .park_grace(Duration::ZERO)
+        .build();
+    let reminders = Worker::builder(&runtime).graph(&reminder_graph()).build();
+    runtime.submit("refund", "r-1", input("r-1")).await.unwrap();
+    assert_eq!(refunds.run_until_idle().await.unwrap(), 1);
+    assert_eq!(state_of(&runtime, "r-1").await, RunState::Waiting);
+    runtime.signal("r-1", "approve", true).await.unwrap();
+    assert_eq!(reminders.run_until_idle().await.unwrap(), 0, "not its run");
+    assert_eq!(refunds.run_until_idle().await.unwrap(), 1);
+    assert_eq!(state_of(&runtime, "r-1").await, RunState::Completed);
+}
+
 /// On the memory store, signals live only in the mailbox, and nothing tells the workers of
 /// a signal sent while none exists. A worker built afterwards (one per pass, as a job in a
 /// long-lived process might) still finds the runs signalled before it, inline or started.

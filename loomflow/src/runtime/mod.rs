@@ -18,6 +18,7 @@ mod runs;
 mod seen;
 pub(crate) mod signals;
 pub mod store;
+pub(crate) mod wakes;
 
 use std::sync::Arc;
 
@@ -92,7 +93,7 @@ struct RuntimeInner {
     /// The claims executing in this process, for cancels.
     live_claims: claim::LiveClaims,
     /// Wake-ups for this process's workers.
-    wakes: runs::Wakes,
+    wakes: wakes::Wakes,
     /// Which stored signals are already in (or through) the mailbox: see
     /// [`seen::Seen`].
     signals_seen: tokio::sync::Mutex<seen::Seen>,
@@ -234,7 +235,7 @@ impl RuntimeBuilder {
                 executions: std::sync::atomic::AtomicU64::new(1),
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 live_claims: claim::LiveClaims::default(),
-                wakes: runs::Wakes::default(),
+                wakes: wakes::Wakes::default(),
                 signals_seen: tokio::sync::Mutex::new(seen::Seen::default()),
                 poll_interval: self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL),
                 watching: std::sync::atomic::AtomicBool::new(false),

@@ -1,8 +1,7 @@
 //! Runs as rows: submitting work for a worker, looking runs up, cancelling them; and the
 //! wake-ups that tell this process's workers that something changed.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -26,83 +25,6 @@ pub struct RunInfo {
     pub interrupts: Vec<Interrupt>,
     /// The state in the run's newest top-level checkpoint (`null` before the first).
     pub state: Value,
-}
-
-/// Tells the workers of this process that there may be work: a run was submitted, or a
-/// signal was sent to a thread (whose run may be waiting for it).
-#[derive(Default)]
-pub(crate) struct Wakes {
-    notify: tokio::sync::Notify,
-    /// The threads that were sent a signal since a worker last looked, with the signal's
-    /// name: only a run waiting for that name is woken.
-    signalled: Mutex<Vec<Signalled>>,
-    /// A run was submitted since a worker last looked.
-    submitted: std::sync::atomic::AtomicBool,
-    /// How many workers listen; with none, nothing is recorded.
-    listeners: AtomicUsize,
-    /// Signals went unrecorded because the list was full.
-    overflowed: std::sync::atomic::AtomicBool,
-}
-
-/// A thread that was sent a signal, and the signal's name.
-pub(crate) type Signalled = (String, String);
-
-impl Wakes {
-    /// Records a wake-up; `(thread, name)` when the signal `name` was sent to `thread`.
-    pub(crate) fn wake(&self, signalled: Option<(&str, &str)>) {
-        if self.listeners.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        match signalled {
-            Some((thread, name)) => {
-                let mut signalled = crate::sync::lock(&self.signalled);
-                // Bounded: past this, workers find the runs through the store's signals, or
-                // the mailbox's (see `Runtime::signalled_in_mailbox`).
-                if signalled.len() < 100_000 {
-                    signalled.push((thread.to_owned(), name.to_owned()));
-                } else {
-                    self.overflowed.store(true, Ordering::Release);
-                }
-            }
-            None => self.submitted.store(true, Ordering::Release),
-        }
-        self.notify.notify_one();
-    }
-
-    /// Whether any worker listens.
-    pub(crate) fn listened(&self) -> bool {
-        self.listeners.load(Ordering::Acquire) > 0
-    }
-
-    /// A worker starts listening.
-    pub(crate) fn listen(&self) {
-        self.listeners.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// A worker stops listening.
-    pub(crate) fn unlisten(&self) {
-        self.listeners.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Waits for the next wake-up.
-    pub(crate) async fn notified(&self) {
-        self.notify.notified().await;
-    }
-
-    /// Whether a run was submitted since the last call.
-    pub(crate) fn take_submitted(&self) -> bool {
-        self.submitted.swap(false, Ordering::AcqRel)
-    }
-
-    /// The threads signalled since the last call, with the signals' names.
-    pub(crate) fn take_signalled(&self) -> Vec<Signalled> {
-        std::mem::take(&mut *crate::sync::lock(&self.signalled))
-    }
-
-    /// Whether signals went unrecorded, the list being full, since the last call.
-    pub(crate) fn take_overflowed(&self) -> bool {
-        self.overflowed.swap(false, Ordering::AcqRel)
-    }
 }
 
 use super::store::runs::RESUME_SIGNAL;
@@ -240,7 +162,10 @@ impl Runtime {
     /// # Errors
     ///
     /// A store failure.
-    pub(crate) async fn signalled_in_mailbox(&self, graphs: &[String]) -> Result<Vec<Signalled>> {
+    pub(crate) async fn signalled_in_mailbox(
+        &self,
+        graphs: &[String],
+    ) -> Result<Vec<super::wakes::Signalled>> {
         if self.store().is_durable() {
             return Ok(Vec::new());
         }
@@ -263,7 +188,7 @@ impl Runtime {
         Ok(found)
     }
 
-    pub(crate) fn wakes(&self) -> &Wakes {
+    pub(crate) fn wakes(&self) -> &super::wakes::Wakes {
         &self.inner.wakes
     }
 

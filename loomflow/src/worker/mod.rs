@@ -27,9 +27,10 @@
 //!
 //! A signal or a submit in the worker's own process wakes it at once, and wakes only a run
 //! that waits for that signal's name; on PostgreSQL, so does another process's
-//! (`LISTEN/NOTIFY`). On the memory store, which keeps signals only in the process's
-//! mailbox, a worker also looks there, the first time it looks for work, for the runs
-//! signalled before it was built (while no worker existed). Otherwise another process's
+//! (`LISTEN/NOTIFY`). Every worker of the process hears of it, so several workers, each with
+//! graphs of its own, each carry on the runs of theirs. On the memory store, which keeps
+//! signals only in the process's mailbox, a worker also looks there, the first time it looks
+//! for work, for the runs signalled before it was built (while no worker existed). Otherwise another process's
 //! write is noticed by polling a cheap change counter of the store (SQLite's
 //! `PRAGMA data_version`) every [`poll_interval`](WorkerBuilder::poll_interval) (default
 //! 100 ms): an idle worker costs one such probe per interval, whatever the number of
@@ -60,6 +61,7 @@ use tokio::sync::watch;
 use crate::graph::{CompiledGraph, State};
 use crate::runtime::claim::RunClaim;
 use crate::runtime::clock::{now_ms, unix_ms};
+use crate::runtime::wakes::WakeInbox;
 use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
 
 use registry::Registered;
@@ -160,7 +162,7 @@ impl WorkerBuilder {
         let mut names: Vec<String> = self.graphs.keys().cloned().collect();
         names.sort();
         // From now on, this process's signals and submits tell the worker.
-        self.runtime.wakes().listen();
+        let wakes = self.runtime.wakes().listen();
         Worker {
             inner: Arc::new(WorkerInner {
                 lease: self.lease.unwrap_or(self.runtime.lease()),
@@ -173,6 +175,7 @@ impl WorkerBuilder {
                 shutdown_timeout: self.shutdown_timeout,
                 on_finished: self.on_finished,
                 looked: AtomicBool::new(false),
+                wakes,
             }),
         }
     }
@@ -235,11 +238,13 @@ struct WorkerInner {
     on_finished: Option<OnFinished>,
     /// Whether it has looked in the mailbox for the runs signalled before it listened.
     looked: AtomicBool,
+    /// This process's signals and submits, as they reach this worker.
+    wakes: Arc<WakeInbox>,
 }
 
 impl Drop for WorkerInner {
     fn drop(&mut self) {
-        self.runtime.wakes().unlisten();
+        self.runtime.wakes().unlisten(&self.wakes);
     }
 }
 
@@ -304,7 +309,7 @@ impl Worker {
         loop {
             inner.runtime.refresh_signals().await?;
             signalled.extend(inner.unrecorded_signals().await?);
-            signalled.extend(inner.runtime.wakes().take_signalled());
+            signalled.extend(inner.wakes.take_signalled());
             let mut claimed = None;
             while let Some((thread, name)) = signalled.pop_front() {
                 if let Some(run) = inner.claim(Some((&thread, &name))).await? {
@@ -333,7 +338,7 @@ impl WorkerInner {
     /// again should the wake-ups have overflowed. Nothing otherwise.
     async fn unrecorded_signals(&self) -> Result<Vec<(String, String)>> {
         let first = !self.looked.swap(true, Ordering::AcqRel);
-        if !(first | self.runtime.wakes().take_overflowed()) {
+        if !(first | self.wakes.take_overflowed()) {
             return Ok(Vec::new());
         }
         let found = self.runtime.signalled_in_mailbox(&self.names).await;
@@ -474,7 +479,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             Ok(found) => signalled.extend(found),
             Err(error) => tracing::warn!(%error, "could not look for signalled runs"),
         }
-        signalled.extend(runtime.wakes().take_signalled());
+        signalled.extend(inner.wakes.take_signalled());
         while running.len() < inner.concurrency
             && let Some((thread, name)) = signalled.pop_front()
         {
@@ -498,7 +503,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         notified = false;
         let due = next_wake.is_some_and(|at| at <= unix_ms(runtime.now()))
             || last_look.elapsed() >= sweep_every;
-        look |= runtime.wakes().take_submitted();
+        look |= inner.wakes.take_submitted();
         // With every slot taken there is nothing to claim: look once one frees.
         if (look || due || changed) && running.len() < inner.concurrency {
             // Read before looking, so that a change made while looking is seen next time.
@@ -550,7 +555,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         }
         tokio::select! {
             _ = stop.changed() => {}
-            () = runtime.wakes().notified() => {}
+            () = inner.wakes.notified() => {}
             Some(ended) = running.tasks.join_next(), if !running.tasks.is_empty() => {
                 // The run it suspended is due then: the store was not asked since.
                 if let Ok(Some(at)) = ended {
