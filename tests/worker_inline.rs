@@ -908,6 +908,67 @@ async fn in_memory_run_until_idle_carries_on_every_signalled_run() {
     }
 }
 
+/// The system clock, counting its reads: a worker's loop reads it once or twice a turn.
+#[derive(Debug, Default)]
+struct CountingClock(std::sync::atomic::AtomicUsize);
+
+impl loomflow::runtime::Clock for CountingClock {
+    fn now(&self) -> std::time::SystemTime {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::time::SystemTime::now()
+    }
+}
+
+/// How many times a worker whose one slot is taken (its run holds it for five seconds,
+/// with no checkpoint in between) reads the clock in two seconds.
+async fn clock_reads_with_every_slot_taken(runtime: &Runtime, clock: &CountingClock) -> usize {
+    let busy = Graph::new("busy")
+        .node_fn("work", |refund: &mut Refund, _ctx| {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                refund.reminded = true;
+                Ok(())
+            })
+        })
+        .edge(START, "work")
+        .edge("work", END)
+        .compile()
+        .unwrap();
+    let handle = Worker::builder(runtime)
+        .graph(&busy)
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(100))
+        .build()
+        .start();
+    runtime.submit("busy", "b-1", input("b-1")).await.unwrap();
+    wait_for(runtime, "b-1", RunState::Running).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = clock.0.load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reads = clock.0.load(std::sync::atomic::Ordering::Relaxed) - before;
+    drop(handle);
+    reads
+}
+
+/// A worker whose every slot is taken naps (a run ending wakes it): it does not turn every
+/// millisecond because its own claim changed the store. About 20 turns in two seconds with
+/// a 100 ms poll interval; it turned about 900 times before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_every_slot_taken_does_not_spin() {
+    let clock = Arc::new(CountingClock::default());
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let reads = clock_reads_with_every_slot_taken(&runtime, &clock).await;
+    assert!(reads < 100, "memory: {reads} clock reads in 2 s");
+    let db = TempDb::new("full");
+    let clock = Arc::new(CountingClock::default());
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db.0).unwrap())
+        .clock(Arc::clone(&clock))
+        .build();
+    let reads = clock_reads_with_every_slot_taken(&runtime, &clock).await;
+    assert!(reads < 100, "SQLite: {reads} clock reads in 2 s");
+}
+
 /// Two workers in one process, each with graphs of its own, on the memory store (which keeps
 /// signals only in the mailbox): a signal reaches the worker of its run's graph, even when
 /// the other worker looks first.

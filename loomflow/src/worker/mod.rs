@@ -47,6 +47,7 @@
 //! server that restarts) is tried again within a second, or the poll interval if shorter,
 //! and the failure is logged (`tracing`, at `warn`).
 
+mod handle;
 mod nap;
 mod registry;
 mod running;
@@ -64,6 +65,7 @@ use crate::runtime::clock::{now_ms, unix_ms};
 use crate::runtime::wakes::WakeInbox;
 use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
 
+pub use handle::WorkerHandle;
 use registry::Registered;
 pub use registry::RunReport;
 use running::{Running, spawn};
@@ -416,48 +418,13 @@ impl WorkerInner {
     }
 }
 
-/// The handle on a worker started with [`Worker::start`].
-///
-/// Dropping it without [`shutdown`](Self::shutdown) stops the worker too, abruptly: its
-/// runs' tasks are aborted, and their leases released or left to run out.
-#[derive(Debug)]
-pub struct WorkerHandle {
-    stop: watch::Sender<bool>,
-    task: Option<tokio::task::JoinHandle<Result<()>>>,
-}
-
-impl WorkerHandle {
-    /// Stops gracefully: claims nothing more, lets the runs it executes reach their next
-    /// stop (complete or suspend; a waiting run suspends after the grace), up to the
-    /// shutdown timeout, then returns with their leases released.
-    ///
-    /// # Errors
-    ///
-    /// The store failure that stopped the worker, if one did.
-    pub async fn shutdown(mut self) -> Result<()> {
-        let _ = self.stop.send(true);
-        match self.task.take() {
-            Some(task) => task.await.unwrap_or(Ok(())),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for WorkerHandle {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
 /// The worker's loop.
 async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Result<()> {
     let runtime = inner.runtime.clone();
     let store = Arc::clone(runtime.store());
     let mut running = Running::default();
-    // Threads signalled in this process that could not be claimed yet (no free slot), with
-    // the signals' names.
+    // Threads signalled in this process not claimed yet (no free slot, or the claim
+    // failed), with the signals' names.
     let mut signalled: VecDeque<(String, String)> = VecDeque::new();
     let mut seen_change: Option<u64> = None;
     let mut next_wake: Option<u64> = None;
@@ -479,7 +446,11 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             Ok(found) => signalled.extend(found),
             Err(error) => tracing::warn!(%error, "could not look for signalled runs"),
         }
-        signalled.extend(inner.wakes.take_signalled());
+        // Taken only when a run can be claimed: the inbox is bounded (and says when it
+        // overflowed), this queue is not.
+        if running.len() < inner.concurrency {
+            signalled.extend(inner.wakes.take_signalled());
+        }
         while running.len() < inner.concurrency
             && let Some((thread, name)) = signalled.pop_front()
         {
@@ -488,7 +459,8 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                 Ok(None) => {}
                 Err(error) => {
                     tracing::warn!(%error, %thread, "could not claim a signalled run; trying again shortly");
-                    signalled.push_front((thread, name));
+                    // Behind the others: a row that keeps failing holds none of them up.
+                    signalled.push_back((thread, name));
                     failed = true;
                     break;
                 }
@@ -538,18 +510,16 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             look = running.len() >= inner.concurrency || failed;
         }
         // A change seen too soon after the last look is looked at when the interval is up.
-        let pending_change = change.is_none() || change != seen_change;
+        // With every slot taken nothing is looked at (the worker's own claims count as
+        // changes): a run ending wakes the worker.
+        let slot_free = running.len() < inner.concurrency;
+        let pending_change = slot_free && (change.is_none() || change != seen_change);
         let poll = if pending_change {
             inner.poll_interval.saturating_sub(last_look.elapsed())
         } else {
             inner.poll_interval
         };
-        let mut nap = nap::length(
-            poll,
-            next_wake,
-            unix_ms(runtime.now()),
-            running.len() < inner.concurrency,
-        );
+        let mut nap = nap::length(poll, next_wake, unix_ms(runtime.now()), slot_free);
         if failed {
             nap = nap.min(retry_after);
         }

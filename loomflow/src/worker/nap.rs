@@ -8,7 +8,8 @@ use std::time::Duration;
 /// A wake time already past ends the nap at once when a slot is free: the run came due while
 /// the worker was looking (after its claims, before this), and nothing else would wake the
 /// worker for it before the poll interval is up. With every slot taken there is nothing to
-/// claim, and a run ending wakes the worker.
+/// claim, and a run ending wakes the worker: `left` is then the whole poll interval, as a
+/// pending change in the store cannot be looked at either.
 pub(super) fn length(
     left: Duration,
     next_wake: Option<u64>,
