@@ -969,6 +969,34 @@ async fn a_worker_with_every_slot_taken_does_not_spin() {
     assert!(reads < 100, "SQLite: {reads} clock reads in 2 s");
 }
 
+/// An idle worker on the memory store changes nothing in it: its looks that claim nothing
+/// are not changes it would look at again every poll interval (scanning every run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_an_idle_worker_changes_nothing_in_the_store() {
+    let runtime = Runtime::in_memory();
+    let handle = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        .park_grace(Duration::ZERO)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .start();
+    runtime.submit("refund", "r-1", input("r-1")).await.unwrap();
+    wait_for(&runtime, "r-1", RunState::Waiting).await;
+    // Past the look that the suspension's own write prompts.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = runtime.store().change_counter();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        runtime.store().change_counter(),
+        before,
+        "25 poll intervals"
+    );
+    // Still awake: a signal carries the run on.
+    runtime.signal("r-1", "approve", true).await.unwrap();
+    wait_for(&runtime, "r-1", RunState::Completed).await;
+    handle.shutdown().await.unwrap();
+}
+
 /// Two workers in one process, each with graphs of its own, on the memory store (which keeps
 /// signals only in the mailbox): a signal reaches the worker of its run's graph, even when
 /// the other worker looks first.

@@ -2,14 +2,59 @@
 //! checkpoint (pruned to the retention), taking a signal.
 
 use super::super::audit::signal_received;
-use super::super::{Checkpoint, StoreError, StoredSignal};
+use std::sync::Arc;
+
+use super::super::{Checkpoint, ClaimedRun, StoreError, StoredSignal};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
+use super::run_row::RunRow;
 use super::slot::ThreadSlot;
 use super::{Inner, SharedName};
 use crate::runtime::clock::now_ms;
 
 impl Inner {
+    /// The run of `graphs` a worker should claim next: free, and due by `due_ms` or sent a
+    /// signal it waits for; the longest due first.
+    pub(super) fn next_runnable(
+        &self,
+        graphs: &[String],
+        now_ms: u64,
+        due_ms: u64,
+    ) -> Option<Arc<str>> {
+        let signalled = |row: &RunRow, thread: &str| {
+            let mut signals = self.signals.values();
+            signals.any(|s| s.session == thread && row.waits_for(&s.name))
+        };
+        let chosen = self
+            .threads
+            .iter()
+            .map(|(thread, slot)| (thread, &slot.row))
+            .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
+            .filter_map(|(thread, row)| {
+                let due = row.runnable_at_ms.filter(|&at| at <= due_ms);
+                due.or_else(|| signalled(row, thread).then_some(row.updated_at_ms))
+                    .map(|at| (at, thread.clone()))
+            })
+            .min();
+        chosen.map(|(_, thread)| thread)
+    }
+
+    /// Claims `thread`'s row for `owner` (which the caller found runnable).
+    pub(super) fn claim_row(
+        &mut self,
+        thread: &str,
+        owner: &str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Option<ClaimedRun> {
+        let row = &mut self.threads.get_mut(thread)?.row;
+        row.take_lease(owner, lease_until_ms, now_ms);
+        Some(ClaimedRun {
+            record: row.record(thread)?,
+            input: row.input.clone(),
+        })
+    }
+
     /// Checks that `owner` holds `thread` and extends its lease: the first half of every
     /// write under a claim.
     pub(super) fn fence(

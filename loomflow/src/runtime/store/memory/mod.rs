@@ -160,25 +160,14 @@ impl MemoryStore {
 
     /// The lock, for a write: counts a change.
     fn lock_mut(&self) -> Result<MutexGuard<'_, Inner>, StoreError> {
-        self.changes
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.count_change();
         self.lock()
     }
 
-    /// Claims `thread`'s row for `owner` (which the caller found runnable).
-    fn claim_row(
-        inner: &mut Inner,
-        thread: &str,
-        owner: &str,
-        lease_until_ms: u64,
-        now_ms: u64,
-    ) -> Option<ClaimedRun> {
-        let row = &mut inner.threads.get_mut(thread)?.row;
-        row.take_lease(owner, lease_until_ms, now_ms);
-        Some(ClaimedRun {
-            record: row.record(thread)?,
-            input: row.input.clone(),
-        })
+    /// Counts a change (see [`Store::change_counter`]).
+    fn count_change(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -455,24 +444,12 @@ impl Store for MemoryStore {
         now_ms: u64,
         due_ms: u64,
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
-        ready(self.lock_mut().map(|mut inner| {
-            let signalled = |row: &RunRow, thread: &str| {
-                let mut signals = inner.signals.values();
-                signals.any(|s| s.session == thread && row.waits_for(&s.name))
-            };
-            let chosen = inner
-                .threads
-                .iter()
-                .map(|(thread, slot)| (thread, &slot.row))
-                .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
-                .filter_map(|(thread, row)| {
-                    let due = row.runnable_at_ms.filter(|&at| at <= due_ms);
-                    due.or_else(|| signalled(row, thread).then_some(row.updated_at_ms))
-                        .map(|at| (at, thread.clone()))
-                })
-                .min();
-            let (_, thread) = chosen?;
-            Self::claim_row(&mut inner, &thread, owner, lease_until_ms, now_ms)
+        // A claim that finds nothing changes nothing: an idle worker would otherwise see its
+        // own looks as changes, and look every poll interval.
+        ready(self.lock().map(|mut inner| {
+            let thread = inner.next_runnable(graphs, now_ms, due_ms)?;
+            self.count_change();
+            inner.claim_row(&thread, owner, lease_until_ms, now_ms)
         }))
     }
 
@@ -485,12 +462,13 @@ impl Store for MemoryStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
-        ready(self.lock_mut().map(|mut inner| {
+        ready(self.lock().map(|mut inner| {
             let row = &inner.threads.get(thread)?.row;
             if !row.waits_for(signal) || !row.in_graphs(graphs) || !row.is_free(now_ms) {
                 return None;
             }
-            Self::claim_row(&mut inner, thread, owner, lease_until_ms, now_ms)
+            self.count_change();
+            inner.claim_row(thread, owner, lease_until_ms, now_ms)
         }))
     }
 
