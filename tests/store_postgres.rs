@@ -8,10 +8,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/due.rs"]
+mod due;
 #[path = "support/postgres.rs"]
 mod postgres;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use loomflow::prelude::*;
@@ -268,92 +269,7 @@ async fn a_worker_fires_timers_and_deadlines_when_due_with_a_long_poll_interval(
         return;
     };
     let runtime = Runtime::postgres(&db.url).await.unwrap();
-    let nap = Graph::new("nap")
-        .node_fn("nap", |refund: &mut Refund, ctx| {
-            Box::pin(async move {
-                ctx.sleep(Duration::from_secs(1)).await?;
-                refund.approved = Some(true);
-                Ok(())
-            })
-        })
-        .edge(START, "nap")
-        .edge("nap", END)
-        .compile()
-        .unwrap();
-    let hurry = Graph::new("hurry")
-        .node_fn("hurry", |refund: &mut Refund, ctx| {
-            Box::pin(async move {
-                let wait = ctx.wait_for_signal::<bool>("approve");
-                match wait.timeout(Duration::from_secs(1)).await {
-                    Ok(approved) => refund.approved = Some(approved),
-                    Err(RunError::Signal(SignalError::Timeout { .. })) => {
-                        refund.approved = Some(false);
-                    }
-                    Err(other) => return Err(other.into()),
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "hurry")
-        .edge("hurry", END)
-        .compile()
-        .unwrap();
-    let suspended = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = Arc::clone(&suspended);
-    let worker = Worker::builder(&runtime)
-        .graph(&nap)
-        .graph(&hurry)
-        .poll_interval(Duration::from_secs(60))
-        .park_grace(Duration::from_millis(10))
-        .on_finished(move |report| {
-            if !report.state.is_finished() {
-                seen.lock()
-                    .unwrap()
-                    .push((report.thread.clone(), report.state));
-            }
-        })
-        .build();
-    let handle = worker.start();
-    runtime
-        .submit("nap", "t-1", Refund::default())
-        .await
-        .unwrap();
-    runtime
-        .submit("hurry", "t-2", Refund::default())
-        .await
-        .unwrap();
-    // Within PATIENCE (20 s), long before the next poll.
-    for thread in ["t-1", "t-2"] {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let record = runtime.run(thread).await.unwrap().record;
-            if record.state == RunState::Completed {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{thread} was not carried on when due: {record:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    handle.shutdown().await.unwrap();
-    let mut suspended = suspended.lock().unwrap().clone();
-    suspended.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(
-        suspended,
-        [
-            ("t-1".to_owned(), RunState::Sleeping),
-            ("t-2".to_owned(), RunState::Waiting)
-        ],
-        "each run suspended: a second is far longer than the grace"
-    );
-    let slept: Refund = runtime.get_state("t-1").await.unwrap().unwrap();
-    let hurried: Refund = runtime.get_state("t-2").await.unwrap().unwrap();
-    assert_eq!(
-        (slept.approved, hurried.approved),
-        (Some(true), Some(false))
-    );
+    due::timers_and_deadlines_fire_when_due(&runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

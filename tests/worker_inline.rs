@@ -7,6 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/due.rs"]
+mod due;
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -204,95 +207,13 @@ async fn a_sleep_suspends_the_run_and_the_worker_wakes_it_when_due() {
     assert_eq!(state_of(&runtime, "r-1").await, RunState::Completed);
 }
 
-/// `nap` sleeps durably for a second; `hurry` waits a second at most for `approve`.
-fn one_second_graphs() -> [CompiledGraph<Refund>; 2] {
-    let nap = Graph::new("nap")
-        .node_fn("nap", |refund: &mut Refund, ctx| {
-            Box::pin(async move {
-                ctx.sleep(Duration::from_secs(1)).await?;
-                refund.reminded = true;
-                Ok(())
-            })
-        })
-        .edge(START, "nap")
-        .edge("nap", END)
-        .compile()
-        .unwrap();
-    let hurry = Graph::new("hurry")
-        .node_fn("hurry", |refund: &mut Refund, ctx| {
-            Box::pin(async move {
-                let wait = ctx.wait_for_signal::<bool>("approve");
-                match wait.timeout(Duration::from_secs(1)).await {
-                    Ok(approved) => refund.approved = Some(approved),
-                    Err(RunError::Signal(SignalError::Timeout { .. })) => refund.timed_out = true,
-                    Err(other) => return Err(other.into()),
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "hurry")
-        .edge("hurry", END)
-        .compile()
-        .unwrap();
-    [nap, hurry]
-}
-
 /// A worker whose poll interval is long (one that relies on wake-ups) carries on a run it
 /// suspended on a timer, and one whose wait has a deadline, when they are due: not at its
 /// next poll, a minute later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sqlite_timers_and_deadlines_fire_when_due_with_a_long_poll_interval() {
     let db = TempDb::new("long-poll");
-    let runtime = db.runtime();
-    let [nap, hurry] = one_second_graphs();
-    let finished = Arc::new(Mutex::new(Vec::new()));
-    let seen = Arc::clone(&finished);
-    let worker = Worker::builder(&runtime)
-        .graph(&nap)
-        .graph(&hurry)
-        .poll_interval(Duration::from_secs(60))
-        .park_grace(Duration::from_millis(10))
-        .on_finished(move |report| {
-            seen.lock()
-                .unwrap()
-                .push((report.thread.clone(), report.state));
-        })
-        .build();
-    let handle = worker.start();
-    runtime.submit("nap", "t-1", input("t-1")).await.unwrap();
-    runtime.submit("hurry", "t-2", input("t-2")).await.unwrap();
-    // Within 20 s, long before the next poll.
-    for thread in ["t-1", "t-2"] {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let record = runtime.run(thread).await.unwrap().record;
-            if record.state == RunState::Completed {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{thread} was not carried on when due: {record:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    handle.shutdown().await.unwrap();
-    let mut finished = finished.lock().unwrap().clone();
-    finished.sort_by(|a, b| a.0.cmp(&b.0)); // stable: each run's reports stay in order
-    assert_eq!(
-        finished,
-        [
-            ("t-1".to_owned(), RunState::Sleeping),
-            ("t-1".to_owned(), RunState::Completed),
-            ("t-2".to_owned(), RunState::Waiting),
-            ("t-2".to_owned(), RunState::Completed),
-        ],
-        "each run suspended (a second is far longer than the grace), then went on"
-    );
-    let slept: Refund = runtime.get_state("t-1").await.unwrap().unwrap();
-    let hurried: Refund = runtime.get_state("t-2").await.unwrap().unwrap();
-    assert!(slept.reminded);
-    assert!(hurried.timed_out, "{hurried:?}");
+    due::timers_and_deadlines_fire_when_due(&db.runtime()).await;
 }
 
 /// A claim the store failed (the SQLite file locked by another connection past the store's

@@ -30,12 +30,13 @@
 //! (`LISTEN/NOTIFY`). Every worker of the process hears of it, so several workers, each with
 //! graphs of its own, each carry on the runs of theirs. On the memory store, which keeps
 //! signals only in the process's mailbox, a worker also looks there, the first time it looks
-//! for work, for the runs signalled before it was built (while no worker existed). Otherwise another process's
-//! write is noticed by polling a cheap change counter of the store (SQLite's
-//! `PRAGMA data_version`) every [`poll_interval`](WorkerBuilder::poll_interval) (default
-//! 100 ms): an idle worker costs one such probe per interval, whatever the number of
-//! waiting runs; it queries for work only when something changed, a timer is due, or half a
-//! lease has passed (a lease running out changes nothing in the store).
+//! for work, for the runs signalled before it was built (while no worker existed).
+//! Otherwise another process's write is noticed by polling a cheap change counter of the
+//! store (SQLite's `PRAGMA data_version`) every
+//! [`poll_interval`](WorkerBuilder::poll_interval) (default 100 ms): an idle worker costs
+//! one such probe per interval, whatever the number of waiting runs; it queries for work
+//! only when something changed, a timer is due, or half a lease has passed (a lease running
+//! out changes nothing in the store).
 //!
 //! Timers and wait deadlines wake the worker when they are due, whatever the poll interval:
 //! it naps no longer than until the earliest it knows of, those of the runs it suspended and
