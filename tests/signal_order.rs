@@ -1,6 +1,7 @@
 //! FIFO per (session, name) when the sends come from several processes on one store: a
 //! signal whose `signal(...)` returned before another was sent is received first, by a run
-//! and by `Runtime::wait_for_signal`. SQLite, and PostgreSQL (skipped without
+//! and by `Runtime::wait_for_signal`; and a send that loads older signals first says how its
+//! own was delivered. SQLite, and PostgreSQL (skipped without
 //! `LOOMFLOW_PG_URL`). Two runtimes on one store stand in for two processes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
@@ -11,7 +12,7 @@ mod postgres;
 use std::time::Duration;
 
 use loomflow::prelude::*;
-use loomflow::runtime::{PostgresStore, RunState, SqliteStore};
+use loomflow::runtime::{Delivery, PostgresStore, RunState, SqliteStore};
 
 /// `first` and then `second` each wait for one `go`, keeping what they got in order.
 fn twice_graph() -> CompiledGraph<Vec<u32>> {
@@ -88,4 +89,28 @@ async fn on_sqlite_a_runtime_wait_receives_signals_from_two_processes_in_send_or
         got.push(wait.await.unwrap());
     }
     assert_eq!(got, [1, 2]);
+}
+
+/// A send that must first bring in a signal another process stored before it says how its
+/// own was delivered: to the waiter parked for it, here.
+#[tokio::test]
+async fn on_sqlite_a_send_that_loads_older_signals_first_says_it_woke_the_waiter() {
+    let db = loomflow_tests::TempDb::new("fifo-delivery");
+    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let (here, other) = (open(), open());
+    let _open = here.session("s");
+    let nothing = here.wait_for_signal::<u32>("s", "go", Some(Duration::from_millis(10)));
+    assert!(nothing.await.is_err());
+    let waiter = here.clone();
+    let parked = tokio::spawn(async move {
+        waiter
+            .wait_for_signal::<u32>("s", "go", Some(Duration::from_secs(5)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Stored before `here`'s send, under another name, and not loaded by `here` yet.
+    other.signal("s", "other", 1).await.unwrap();
+    let delivery = here.signal("s", "go", 2).await.unwrap();
+    assert_eq!(delivery, Delivery::Woke);
+    assert_eq!(parked.await.unwrap().unwrap(), 2);
 }

@@ -211,8 +211,8 @@ impl Runtime {
                     // Another process stored signals before it, not loaded yet: a refresh
                     // brings them in first, then this one, in the order they were stored.
                     drop(seen);
-                    self.refresh_signals().await?;
-                    Delivery::Queued
+                    let (_, own) = self.refresh_signals_telling(Some(seq)).await?;
+                    own.unwrap_or(Delivery::Queued)
                 } else {
                     seen.sent_here.insert(seq);
                     if seen.sent_here.len() > super::seen::MAX_SENT_HERE {
@@ -274,14 +274,25 @@ impl Runtime {
     /// a worker calls it when the store changed, so that a waiter here receives a signal a
     /// web handler elsewhere sent. Returns the sessions they were sent to.
     pub(crate) async fn refresh_signals(&self) -> Result<Vec<String>> {
+        Ok(self.refresh_signals_telling(None).await?.0)
+    }
+
+    /// [`refresh_signals`](Self::refresh_signals), telling also how the signal stored as
+    /// `own` was delivered, should this refresh bring it in: a send that refreshes first
+    /// (see `send_untraced`) says whether a waiter took its signal.
+    async fn refresh_signals_telling(
+        &self,
+        own: Option<u64>,
+    ) -> Result<(Vec<String>, Option<Delivery>)> {
         if !self.store().is_durable() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         }
         self.load_stored_signals().await?;
         let mut seen = self.inner.signals_seen.lock().await;
         let stored = self.store().signals_after(seen.up_to).await?;
         let now = now_ms();
         let mut sessions = Vec::new();
+        let mut own_delivery = None;
         for signal in stored {
             seen.up_to = seen.up_to.max(signal.seq);
             if seen.sent_here.remove(&signal.seq) {
@@ -295,6 +306,9 @@ impl Runtime {
                 signal.seq,
                 age,
             );
+            if own == Some(signal.seq) {
+                own_delivery = delivered;
+            }
             if delivered.is_some() {
                 sessions.push(signal.session);
             }
@@ -304,7 +318,7 @@ impl Runtime {
         seen.sent_here.retain(|&seq| seq > up_to);
         drop(seen);
         self.removals().flush().await;
-        Ok(sessions)
+        Ok((sessions, own_delivery))
     }
 
     /// Waits for the signal `name` of `session` and returns the oldest payload, typed.
