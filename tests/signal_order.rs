@@ -72,15 +72,21 @@ async fn on_postgres_a_run_receives_signals_from_two_processes_in_send_order() {
     a_run_receives_in_send_order(open().await, open().await).await;
 }
 
+/// Two runtimes on `db`, `here` and `other`; `here` has looked at the store (a wait on the
+/// session `s` that found nothing), so what was stored before is loaded.
+async fn two_processes(db: &loomflow_tests::TempDb) -> (Runtime, Runtime) {
+    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let (here, other) = (open(), open());
+    let nothing = here.wait_for_signal::<u32>("s", "go", Some(Duration::from_millis(10)));
+    assert!(nothing.await.is_err());
+    (here, other)
+}
+
 #[tokio::test]
 async fn on_sqlite_a_runtime_wait_receives_signals_from_two_processes_in_send_order() {
     let db = loomflow_tests::TempDb::new("fifo-wait");
-    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
-    let (here, other) = (open(), open());
+    let (here, other) = two_processes(&db).await;
     let _open = here.session("s");
-    // `here` has looked at the store: what was stored before is loaded.
-    let nothing = here.wait_for_signal::<u32>("s", "go", Some(Duration::from_millis(10)));
-    assert!(nothing.await.is_err());
     other.signal("s", "go", 1).await.unwrap();
     here.signal("s", "go", 2).await.unwrap();
     let mut got = Vec::new();
@@ -96,11 +102,8 @@ async fn on_sqlite_a_runtime_wait_receives_signals_from_two_processes_in_send_or
 #[tokio::test]
 async fn on_sqlite_a_send_that_loads_older_signals_first_says_it_woke_the_waiter() {
     let db = loomflow_tests::TempDb::new("fifo-delivery");
-    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
-    let (here, other) = (open(), open());
+    let (here, other) = two_processes(&db).await;
     let _open = here.session("s");
-    let nothing = here.wait_for_signal::<u32>("s", "go", Some(Duration::from_millis(10)));
-    assert!(nothing.await.is_err());
     let waiter = here.clone();
     let parked = tokio::spawn(async move {
         waiter
