@@ -1,9 +1,9 @@
-//! The writes every `MemoryStore` operation is made of: fencing a claim, filing a
-//! checkpoint (pruned to the retention), taking a signal.
+//! The writes every `MemoryStore` operation is made of: choosing and claiming a run, fencing
+//! a claim, filing a checkpoint (pruned to the retention), taking a signal.
 
-use super::super::audit::signal_received;
 use std::sync::Arc;
 
+use super::super::audit::signal_received;
 use super::super::{Checkpoint, ClaimedRun, StoreError, StoredSignal};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
