@@ -128,7 +128,7 @@ impl MemoryStore {
 
     /// [`Store::get_journal`](crate::runtime::Store::get_journal), made at once.
     pub(crate) fn get_journal_now(&self, key: &JournalKey) -> Result<Option<Value>, StoreError> {
-        self.lock().map(|inner| inner.journal.get(key).cloned())
+        self.lock().map(|inner| inner.journaled(key).cloned())
     }
 
     /// [`Store::put_journal_audited`](crate::runtime::Store::put_journal_audited) (with no
@@ -143,11 +143,8 @@ impl MemoryStore {
         lease_until_ms: u64,
     ) -> Result<(), StoreError> {
         let mut inner = self.lock_mut()?;
-        inner.fence(&key.thread, owner, lease_until_ms)?;
-        inner.journal.entry(key).or_insert(value);
-        if !audit.is_empty() {
-            inner.audit.append(audit);
-        }
+        let mut fenced = inner.fenced(&key.thread, owner, lease_until_ms)?;
+        fenced.journal(key, value, audit);
         Ok(())
     }
 }

@@ -4,7 +4,11 @@
 use std::sync::Arc;
 
 use super::super::audit::signal_received;
-use super::super::{Checkpoint, ClaimedRun, StoreError, StoredSignal};
+use serde_json::Value;
+
+use super::super::{
+    AuditEntry, Checkpoint, ClaimedRun, JournalKey, RunStatus, StoreError, StoredSignal,
+};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
 use super::run_row::RunRow;
@@ -117,6 +121,23 @@ impl Inner {
         )
     }
 
+    /// Journals `value` under `key`, in its thread's slot (see [`ThreadSlot::journal`]).
+    pub(super) fn journal(&mut self, key: JournalKey, value: Value) {
+        let slot = match self.threads.get_mut(key.thread.as_str()) {
+            Some(slot) => slot,
+            None => self
+                .threads
+                .entry(Arc::from(key.thread.as_str()))
+                .or_default(),
+        };
+        slot.journal(key, value);
+    }
+
+    /// What is journaled under `key`, if anything.
+    pub(super) fn journaled(&self, key: &JournalKey) -> Option<&Value> {
+        self.threads.get(key.thread.as_str())?.journal.get(key)
+    }
+
     /// Removes a pending signal, auditing its receipt by `run` (0 outside one); says
     /// whether it was there.
     pub(super) fn take(&mut self, session: &str, seq: u64, run: u64) -> bool {
@@ -185,6 +206,15 @@ impl Fenced<'_> {
     pub(super) fn file(&mut self, checkpoint: Checkpoint, retention: Option<usize>) -> u64 {
         file(self.slot, self.next_id, self.audit, checkpoint, retention)
     }
+
+    /// Journals `value` under `key` in the slot, with `audit`, the entries that travel with
+    /// it.
+    pub(super) fn journal(&mut self, key: JournalKey, value: Value, audit: Vec<AuditEntry>) {
+        self.slot.journal(key, value);
+        if !audit.is_empty() {
+            self.audit.append(audit);
+        }
+    }
 }
 
 /// Files `checkpoint` in `slot` under the next id, its audit entries in `audit`.
@@ -200,6 +230,9 @@ fn file(
     let id = *next_id;
     if !checkpoint.audit.is_empty() {
         audit.append(std::mem::take(&mut checkpoint.audit));
+    }
+    if checkpoint.status == RunStatus::Completed && checkpoint.namespace.is_empty() {
+        slot.forget_journal();
     }
     slot.keep(Kept::new(checkpoint, id), retention);
     id

@@ -45,6 +45,10 @@ use slot::ThreadSlot;
 /// `RuntimeError::UnknownCheckpoint`. [`MemoryStore::with_retention`] changes the bound;
 /// `None` keeps everything.
 ///
+/// A thread's journal (what `ctx.step`, model and tool calls recorded) is kept until a run
+/// of the thread completes, then dropped: nothing reads a completed run's journal again,
+/// and an agent's would keep every model answer and tool result a second time.
+///
 /// # Cost of a checkpoint
 ///
 /// A graph's step hands this store a copy of its state, not the checkpoint's JSON body:
@@ -119,7 +123,6 @@ struct Inner {
     next_id: u64,
     /// Each thread's run row and checkpoints.
     threads: ByThread<ThreadSlot>,
-    journal: HashMap<JournalKey, Value, foldhash::fast::RandomState>,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,
     /// The idempotency keys remembered.
@@ -230,9 +233,7 @@ impl Store for MemoryStore {
     }
 
     fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>> {
-        ready(self.lock_mut().map(|mut inner| {
-            inner.journal.entry(key).or_insert(value);
-        }))
+        ready(self.lock_mut().map(|mut inner| inner.journal(key, value)))
     }
 
     fn get_journal<'a>(
@@ -269,7 +270,7 @@ impl Store for MemoryStore {
             let run = journal.as_ref().map_or(0, |(key, _)| key.run);
             inner.take(session, seq, run);
             if let Some((key, value)) = journal {
-                inner.journal.entry(key).or_insert(value);
+                inner.journal(key, value);
             }
         }))
     }
@@ -395,7 +396,7 @@ impl Store for MemoryStore {
             inner.fence(&key.thread, owner, lease_until_ms)?;
             let taken = inner.take(session, seq, key.run);
             if taken {
-                inner.journal.entry(key).or_insert(value);
+                inner.journal(key, value);
             }
             Ok(taken)
         }))

@@ -1,10 +1,16 @@
-//! Everything the memory store keeps of one thread, under one key: its run's row and its
-//! checkpoints. A write under a claim fences the row and files the checkpoint beside it, so
-//! a step costs one lookup of the thread rather than one per map.
+//! Everything the memory store keeps of one thread, under one key: its run's row, its
+//! checkpoints and its journal. A write under a claim fences the row and files the
+//! checkpoint (or the journal entry) beside it, so a step costs one lookup of the thread
+//! rather than one per map.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
 
 use super::kept::Kept;
 use super::retention::prune;
 use super::run_row::RunRow;
+use crate::runtime::store::JournalKey;
 
 /// How many rows a thread's list has room for at its first checkpoint.
 const FIRST_ROOM: usize = 8;
@@ -17,9 +23,28 @@ pub(super) struct ThreadSlot {
     pub(super) row: RunRow,
     /// Its checkpoints, oldest first.
     pub(super) kept: Vec<Kept>,
+    /// What the steps of its runs journaled, until a run of the thread completes: nothing
+    /// reads a completed run's journal again (the thread's next run has a number of its
+    /// own, and so does a fork), and a long-lived process would otherwise keep every
+    /// model answer and tool result of every run twice, beside the checkpoints.
+    pub(super) journal: HashMap<JournalKey, Value, foldhash::fast::RandomState>,
 }
 
 impl ThreadSlot {
+    /// Journals `value` under `key`, unless something is there already (the first write
+    /// wins, as in the durable stores).
+    pub(super) fn journal(&mut self, key: JournalKey, value: Value) {
+        self.journal.entry(key).or_insert(value);
+    }
+
+    /// Forgets the journal, for a thread whose run completed; its room goes back to the
+    /// allocator.
+    pub(super) fn forget_journal(&mut self) {
+        if !self.journal.is_empty() {
+            self.journal = HashMap::default();
+        }
+    }
+
     /// Keeps `checkpoint`, pruned to `retention` a batch at a time (past half as many
     /// again), so that a step costs no scan.
     #[inline]
@@ -45,7 +70,9 @@ mod tests {
     use serde_json::json;
 
     use super::super::MemoryStore;
-    use crate::runtime::store::{Checkpoint, Claim, RunFilter, RunStatus, Store, Submitted};
+    use crate::runtime::store::{
+        Checkpoint, Claim, JournalKey, RunFilter, RunStatus, Store, Submitted,
+    };
 
     fn input_checkpoint() -> Checkpoint {
         Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({"state": 1}))
@@ -81,5 +108,54 @@ mod tests {
         assert!(matches!(submitted, Submitted::Queued));
         assert_eq!(store.list_checkpoints("t").await.unwrap().len(), 1);
         assert_eq!(store.get_run("t").await.unwrap().unwrap().created_at_ms, 5);
+    }
+
+    /// A thread's journal lasts until its run completes: through steps, a subgraph's
+    /// completion, a suspension and a failure, which a resume or a recover carries on; a
+    /// completed run's is gone, and the thread's next run journals afresh.
+    #[tokio::test]
+    async fn a_threads_journal_is_forgotten_when_its_run_completes() {
+        let store = MemoryStore::new();
+        let key = |run| JournalKey::new("t", run, "", 1, "pay", "charge", 0);
+        let at = |run, namespace: &str, status| {
+            Checkpoint::new("t", run, namespace, 1, status, json!({"state": 1}))
+        };
+        let journaled = |run| {
+            let store = &store;
+            async move { store.get_journal(&key(run)).await.unwrap() }
+        };
+        store.claim("t", "me", 2_000, 1_000).await.unwrap();
+        store
+            .put_journal_claimed(key(1), json!("ch_1"), "me", 2_000)
+            .await
+            .unwrap();
+        let kept = [
+            at(1, "", RunStatus::Running),
+            at(1, "child:1", RunStatus::Completed),
+        ];
+        for cp in kept {
+            store.put_checkpoint_claimed(cp, "me", 2_000).await.unwrap();
+            assert_eq!(journaled(1).await, Some(json!("ch_1")));
+        }
+        for status in [RunStatus::Interrupted, RunStatus::Failed] {
+            store.claim("t", "me", 2_000, 1_000).await.unwrap();
+            let cp = at(1, "", status);
+            store.put_checkpoint_and_release(cp, "me").await.unwrap();
+            assert_eq!(journaled(1).await, Some(json!("ch_1")), "{status:?}");
+        }
+
+        store.claim("t", "me", 2_000, 1_000).await.unwrap();
+        let cp = at(1, "", RunStatus::Completed);
+        store.put_checkpoint_and_release(cp, "me").await.unwrap();
+        assert_eq!(journaled(1).await, None);
+
+        // Also when the completion is written outside a claim.
+        store.put_journal(key(2), json!("ch_2")).await.unwrap();
+        assert_eq!(journaled(2).await, Some(json!("ch_2")));
+        store
+            .put_checkpoint(at(2, "", RunStatus::Completed))
+            .await
+            .unwrap();
+        assert_eq!(journaled(2).await, None);
     }
 }
