@@ -415,3 +415,47 @@ pub(super) async fn check_reopen_claims<S: Store>(open: impl Fn() -> S) {
         .unwrap();
     store.release(&thread, "a").await.unwrap();
 }
+
+/// A thread's journal lasts until its run completes: through steps, a subgraph's
+/// completion, a suspension and a failure, which a resume or a recover carries on. A
+/// completed run's is gone, whether the completion was written under a claim or not.
+pub(super) async fn a_completed_runs_journal_is_forgotten(store: &dyn Store) {
+    let thread = unique("journal-completed");
+    let key = |run| JournalKey::new(&thread, run, "", 1, "pay", "charge", 0);
+    let at = |run, namespace: &str, status| {
+        Checkpoint::new(&thread, run, namespace, 1, status, json!({ "state": 1 }))
+    };
+    let journaled = |run| {
+        let key = key(run);
+        async move { store.get_journal(&key).await.unwrap() }
+    };
+    let claim = || store.claim(&thread, "me", LATER, 1_000);
+    assert!(matches!(claim().await.unwrap(), Claim::Claimed));
+    store
+        .put_journal_claimed(key(1), json!("ch_1"), "me", LATER)
+        .await
+        .unwrap();
+    for cp in [
+        at(1, "", RunStatus::Running),
+        at(1, "child:1", RunStatus::Completed),
+    ] {
+        store.put_checkpoint_claimed(cp, "me", LATER).await.unwrap();
+        assert_eq!(journaled(1).await, Some(json!("ch_1")));
+    }
+    for status in [RunStatus::Interrupted, RunStatus::Failed] {
+        let cp = at(1, "", status);
+        store.put_checkpoint_and_release(cp, "me").await.unwrap();
+        assert_eq!(journaled(1).await, Some(json!("ch_1")), "{status:?}");
+        assert!(matches!(claim().await.unwrap(), Claim::Claimed));
+    }
+
+    let cp = at(1, "", RunStatus::Completed);
+    store.put_checkpoint_and_release(cp, "me").await.unwrap();
+    assert_eq!(journaled(1).await, None);
+
+    store.put_journal(key(2), json!("ch_2")).await.unwrap();
+    assert_eq!(journaled(2).await, Some(json!("ch_2")));
+    let cp = at(2, "", RunStatus::Completed);
+    store.put_checkpoint(cp).await.unwrap();
+    assert_eq!(journaled(2).await, None);
+}

@@ -46,8 +46,9 @@ use slot::ThreadSlot;
 /// `None` keeps everything.
 ///
 /// A thread's journal (what `ctx.step`, model and tool calls recorded) is kept until a run
-/// of the thread completes, then dropped: nothing reads a completed run's journal again,
-/// and an agent's would keep every model answer and tool result a second time.
+/// of the thread completes, then dropped, as in every store: nothing reads a completed
+/// run's journal again, and an agent's would keep every model answer and tool result a
+/// second time.
 ///
 /// # Cost of a checkpoint
 ///

@@ -70,9 +70,7 @@ mod tests {
     use serde_json::json;
 
     use super::super::MemoryStore;
-    use crate::runtime::store::{
-        Checkpoint, Claim, JournalKey, RunFilter, RunStatus, Store, Submitted,
-    };
+    use crate::runtime::store::{Checkpoint, Claim, RunFilter, RunStatus, Store, Submitted};
 
     fn input_checkpoint() -> Checkpoint {
         Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({"state": 1}))
@@ -108,54 +106,5 @@ mod tests {
         assert!(matches!(submitted, Submitted::Queued));
         assert_eq!(store.list_checkpoints("t").await.unwrap().len(), 1);
         assert_eq!(store.get_run("t").await.unwrap().unwrap().created_at_ms, 5);
-    }
-
-    /// A thread's journal lasts until its run completes: through steps, a subgraph's
-    /// completion, a suspension and a failure, which a resume or a recover carries on; a
-    /// completed run's is gone, and the thread's next run journals afresh.
-    #[tokio::test]
-    async fn a_threads_journal_is_forgotten_when_its_run_completes() {
-        let store = MemoryStore::new();
-        let key = |run| JournalKey::new("t", run, "", 1, "pay", "charge", 0);
-        let at = |run, namespace: &str, status| {
-            Checkpoint::new("t", run, namespace, 1, status, json!({"state": 1}))
-        };
-        let journaled = |run| {
-            let store = &store;
-            async move { store.get_journal(&key(run)).await.unwrap() }
-        };
-        store.claim("t", "me", 2_000, 1_000).await.unwrap();
-        store
-            .put_journal_claimed(key(1), json!("ch_1"), "me", 2_000)
-            .await
-            .unwrap();
-        let kept = [
-            at(1, "", RunStatus::Running),
-            at(1, "child:1", RunStatus::Completed),
-        ];
-        for cp in kept {
-            store.put_checkpoint_claimed(cp, "me", 2_000).await.unwrap();
-            assert_eq!(journaled(1).await, Some(json!("ch_1")));
-        }
-        for status in [RunStatus::Interrupted, RunStatus::Failed] {
-            store.claim("t", "me", 2_000, 1_000).await.unwrap();
-            let cp = at(1, "", status);
-            store.put_checkpoint_and_release(cp, "me").await.unwrap();
-            assert_eq!(journaled(1).await, Some(json!("ch_1")), "{status:?}");
-        }
-
-        store.claim("t", "me", 2_000, 1_000).await.unwrap();
-        let cp = at(1, "", RunStatus::Completed);
-        store.put_checkpoint_and_release(cp, "me").await.unwrap();
-        assert_eq!(journaled(1).await, None);
-
-        // Also when the completion is written outside a claim.
-        store.put_journal(key(2), json!("ch_2")).await.unwrap();
-        assert_eq!(journaled(2).await, Some(json!("ch_2")));
-        store
-            .put_checkpoint(at(2, "", RunStatus::Completed))
-            .await
-            .unwrap();
-        assert_eq!(journaled(2).await, None);
     }
 }

@@ -24,13 +24,14 @@ pub(super) async fn insert_checkpoint(
     params.extend(row.params_after_thread());
     let audit = AuditColumns::of(&row.audit);
     let audited = audit.audited(&mut params, "");
+    let forgotten = row.forgotten_journal("$1");
     let stmt = client
         .prepare_cached(&format!(
             "WITH inserted AS (
                  INSERT INTO loomflow_checkpoints
                      (thread, run, namespace, step, status, body, error)
                  VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id
-             ){audited}
+             ){audited}{forgotten}
              SELECT id FROM inserted"
         ))
         .await?;

@@ -155,6 +155,7 @@ pub(super) async fn write_fenced(
     } = set;
     let audit = AuditColumns::of(&row.audit);
     let audited = audit.inserted_if_fenced(&mut params);
+    let forgotten = row.forgotten_journal("(SELECT thread FROM fenced)");
     // Released: another worker may carry the run on, or wake it later.
     let answer = match until_ms {
         Some(_) => "SELECT id FROM inserted",
@@ -170,7 +171,7 @@ pub(super) async fn write_fenced(
                  INSERT INTO loomflow_checkpoints
                      (thread, run, namespace, step, status, body, error)
                  SELECT thread, $4, $5, $6, $7, $8, $9 FROM fenced RETURNING id
-             ){audited}
+             ){audited}{forgotten}
              {answer}"
         ))
         .await?;

@@ -102,6 +102,19 @@ pub(super) struct CheckpointRow {
 }
 
 impl CheckpointRow {
+    /// The clause of its write that deletes the journal of `thread` (the SQL naming it: a
+    /// parameter, or the fenced row's) when it records that a top-level run completed:
+    /// nothing reads that run's journal again (the thread's next run, and a fork, journal
+    /// under a number of their own). Empty for any other checkpoint.
+    pub(super) fn forgotten_journal(&self, thread: &str) -> String {
+        match self.status == RunStatus::Completed.as_str() && self.namespace.is_empty() {
+            true => {
+                format!(", forgotten AS (DELETE FROM loomflow_journal WHERE thread = {thread})")
+            }
+            false => String::new(),
+        }
+    }
+
     /// Its columns after `thread`, in the table's order (`run` to `error`), as a
     /// statement's parameters.
     pub(super) fn params_after_thread(&self) -> [&(dyn ToSql + Sync); 6] {
