@@ -152,8 +152,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Saves a checkpoint and returns the id it was filed under (ids increase).
     ///
-    /// A top-level checkpoint that records its run completed also deletes the thread's
-    /// journal, in the same write: nothing reads a completed run's journal again.
+    /// A top-level checkpoint that records its run completed or cancelled also deletes the
+    /// thread's journal, in the same write: nothing carries such a run on, and the
+    /// thread's next run journals under a number of its own.
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// The newest checkpoint of a thread in a namespace (`""` for the top-level graph).
@@ -177,7 +178,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>>;
 
     /// Records a journaled step's result. Writing the same key twice keeps the first value.
-    /// It is kept until a run of its thread completes (see
+    /// It is kept until a run of its thread completes or is cancelled (see
     /// [`put_checkpoint`](Self::put_checkpoint)).
     fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>>;
 

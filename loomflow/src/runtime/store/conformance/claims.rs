@@ -416,10 +416,10 @@ pub(super) async fn check_reopen_claims<S: Store>(open: impl Fn() -> S) {
     store.release(&thread, "a").await.unwrap();
 }
 
-/// A thread's journal lasts until its run completes: through steps, a subgraph's
-/// completion, a suspension and a failure, which a resume or a recover carries on. A
-/// completed run's is gone, whether the completion was written under a claim or not.
-pub(super) async fn a_completed_runs_journal_is_forgotten(store: &dyn Store) {
+/// A thread's journal lasts until its run completes or is cancelled: through steps, a
+/// subgraph's completion, a suspension and a failure, which a resume or a recover carries
+/// on. An ended run's is gone, whether its end was written under a claim or not.
+pub(super) async fn an_ended_runs_journal_is_forgotten(store: &dyn Store) {
     let thread = unique("journal-completed");
     let key = |run| JournalKey::new(&thread, run, "", 1, "pay", "charge", 0);
     let at = |run, namespace: &str, status| {
@@ -453,9 +453,19 @@ pub(super) async fn a_completed_runs_journal_is_forgotten(store: &dyn Store) {
     store.put_checkpoint_and_release(cp, "me").await.unwrap();
     assert_eq!(journaled(1).await, None);
 
-    store.put_journal(key(2), json!("ch_2")).await.unwrap();
-    assert_eq!(journaled(2).await, Some(json!("ch_2")));
-    let cp = at(2, "", RunStatus::Completed);
-    store.put_checkpoint(cp).await.unwrap();
+    // A cancelled run is not carried on either.
+    assert!(matches!(claim().await.unwrap(), Claim::Claimed));
+    store
+        .put_journal_claimed(key(2), json!("ch_2"), "me", LATER)
+        .await
+        .unwrap();
+    let cp = at(2, "", RunStatus::Cancelled);
+    store.put_checkpoint_and_release(cp, "me").await.unwrap();
     assert_eq!(journaled(2).await, None);
+
+    store.put_journal(key(3), json!("ch_3")).await.unwrap();
+    assert_eq!(journaled(3).await, Some(json!("ch_3")));
+    let cp = at(3, "", RunStatus::Completed);
+    store.put_checkpoint(cp).await.unwrap();
+    assert_eq!(journaled(3).await, None);
 }

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use super::super::audit::signal_received;
 use serde_json::Value;
 
-use super::super::{
-    AuditEntry, Checkpoint, ClaimedRun, JournalKey, RunStatus, StoreError, StoredSignal,
-};
+use super::super::{AuditEntry, Checkpoint, ClaimedRun, JournalKey, StoreError, StoredSignal};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
 use super::run_row::RunRow;
@@ -231,7 +229,7 @@ fn file(
     if !checkpoint.audit.is_empty() {
         audit.append(std::mem::take(&mut checkpoint.audit));
     }
-    if checkpoint.status == RunStatus::Completed && checkpoint.namespace.is_empty() {
+    if checkpoint.ends_run() {
         slot.forget_journal();
     }
     slot.keep(Kept::new(checkpoint, id), retention);

@@ -46,9 +46,9 @@ use slot::ThreadSlot;
 /// `None` keeps everything.
 ///
 /// A thread's journal (what `ctx.step`, model and tool calls recorded) is kept until a run
-/// of the thread completes, then dropped, as in every store: nothing reads a completed
-/// run's journal again, and an agent's would keep every model answer and tool result a
-/// second time.
+/// of the thread completes or is cancelled, then dropped, as in every store: nothing
+/// carries such a run on, and an agent's journal would keep every model answer and tool
+/// result a second time.
 ///
 /// # Cost of a checkpoint
 ///
@@ -122,7 +122,7 @@ impl SharedName for &Arc<str> {
 #[derive(Debug, Default)]
 struct Inner {
     next_id: u64,
-    /// Each thread's run row and checkpoints.
+    /// Each thread's run row, checkpoints and journal.
     threads: ByThread<ThreadSlot>,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,

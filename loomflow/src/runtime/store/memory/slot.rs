@@ -10,6 +10,8 @@ use serde_json::Value;
 use super::kept::Kept;
 use super::retention::prune;
 use super::run_row::RunRow;
+#[cfg(doc)]
+use crate::runtime::store::Checkpoint;
 use crate::runtime::store::JournalKey;
 
 /// How many rows a thread's list has room for at its first checkpoint.
@@ -23,10 +25,9 @@ pub(super) struct ThreadSlot {
     pub(super) row: RunRow,
     /// Its checkpoints, oldest first.
     pub(super) kept: Vec<Kept>,
-    /// What the steps of its runs journaled, until a run of the thread completes: nothing
-    /// reads a completed run's journal again (the thread's next run has a number of its
-    /// own, and so does a fork), and a long-lived process would otherwise keep every
-    /// model answer and tool result of every run twice, beside the checkpoints.
+    /// What the steps of its runs journaled, until a run of the thread completes or is
+    /// cancelled (see [`Checkpoint::ends_run`]): a long-lived process would otherwise keep
+    /// every model answer and tool result of every run twice, beside the checkpoints.
     pub(super) journal: HashMap<JournalKey, Value, foldhash::fast::RandomState>,
 }
 
@@ -37,8 +38,8 @@ impl ThreadSlot {
         self.journal.entry(key).or_insert(value);
     }
 
-    /// Forgets the journal, for a thread whose run completed; its room goes back to the
-    /// allocator.
+    /// Forgets the journal, for a thread whose run ended for good; its room goes back to
+    /// the allocator.
     pub(super) fn forget_journal(&mut self) {
         if !self.journal.is_empty() {
             self.journal = HashMap::default();

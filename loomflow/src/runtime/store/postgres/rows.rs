@@ -99,15 +99,16 @@ pub(super) struct CheckpointRow {
     pub(super) error: Option<String>,
     /// Audit entries written with it.
     pub(super) audit: Vec<AuditRow>,
+    /// Whether it ends its run for good (see `Checkpoint::ends_run`).
+    ends_run: bool,
 }
 
 impl CheckpointRow {
     /// The clause of its write that deletes the journal of `thread` (the SQL naming it: a
-    /// parameter, or the fenced row's) when it records that a top-level run completed:
-    /// nothing reads that run's journal again (the thread's next run, and a fork, journal
-    /// under a number of their own). Empty for any other checkpoint.
+    /// parameter, or the fenced row's) when it ends its run for good (see
+    /// `Checkpoint::ends_run`). Empty for any other checkpoint.
     pub(super) fn forgotten_journal(&self, thread: &str) -> String {
-        match self.status == RunStatus::Completed.as_str() && self.namespace.is_empty() {
+        match self.ends_run {
             true => {
                 format!(", forgotten AS (DELETE FROM loomflow_journal WHERE thread = {thread})")
             }
@@ -139,6 +140,7 @@ impl CheckpointRow {
             namespace: checkpoint.namespace.clone(),
             error: checkpoint.error.clone(),
             audit: AuditRow::all(&checkpoint.audit)?,
+            ends_run: checkpoint.ends_run(),
         })
     }
 }

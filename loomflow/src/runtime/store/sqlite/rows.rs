@@ -102,6 +102,7 @@ pub(super) fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, S
         error: checkpoint.error.clone(),
         audit: AuditRow::all(&checkpoint.audit)?,
         needs_sync: !checkpoint.start_only,
+        ends_run: checkpoint.ends_run(),
     })
 }
 

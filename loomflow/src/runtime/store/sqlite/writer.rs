@@ -21,7 +21,7 @@ use super::committer::Committer;
 use super::followed::Followed;
 use super::runs::RunOp;
 use crate::runtime::store::audit::AuditRow;
-use crate::runtime::store::{Claim, RunRecord, RunStatus, SignalPush, StoreError, Submitted};
+use crate::runtime::store::{Claim, RunRecord, SignalPush, StoreError, Submitted};
 
 /// A checkpoint, ready for its row.
 pub(super) struct CheckpointRow {
@@ -37,13 +37,9 @@ pub(super) struct CheckpointRow {
     /// Whether its commit must reach the disk before it is answered (see
     /// [`Op::needs_sync`]).
     pub(super) needs_sync: bool,
-}
-
-impl CheckpointRow {
-    /// Whether it records that a top-level run completed.
-    fn completes_run(&self) -> bool {
-        self.status == RunStatus::Completed.as_str() && self.namespace.is_empty()
-    }
+    /// Whether it ends its run for good, and deletes the thread's journal (see
+    /// `Checkpoint::ends_run`).
+    pub(super) ends_run: bool,
 }
 
 /// A journal entry, ready for its row.
@@ -216,9 +212,8 @@ pub(super) fn put_checkpoint(conn: &Connection, row: &CheckpointRow) -> rusqlite
     // Row ids are positive, so the conversion only guards against the impossible.
     let id = u64::try_from(conn.last_insert_rowid()).unwrap_or_default();
     audit::append(conn, &row.audit)?;
-    if row.completes_run() {
-        // Nothing reads a completed run's journal again: the thread's next run, and a
-        // fork, journal under a number of their own.
+    if row.ends_run {
+        // See `Checkpoint::ends_run`.
         conn.prepare_cached("DELETE FROM journal WHERE thread = ?1")?
             .execute(params![row.thread])?;
     }
