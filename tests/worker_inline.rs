@@ -176,6 +176,64 @@ async fn a_wait_deadline_fires_by_the_runtime_clock() {
     assert_eq!(done.approved, None);
 }
 
+/// A wait carried on after its deadline (the worker was down, or busy) ends as it would
+/// have at the deadline: a signal sent by then is taken, one sent after it (by the runtime's
+/// clock) is not, and stays queued for whoever waits for it next.
+async fn a_wait_carried_on_late_takes_only_what_came_by_its_deadline(
+    runtime: Runtime,
+    clock: &ManualClock,
+) {
+    let worker = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        .park_grace(Duration::ZERO)
+        .build();
+    for order in ["in-time", "late"] {
+        runtime.submit("refund", order, input(order)).await.unwrap();
+    }
+    assert_eq!(worker.run_until_idle().await.unwrap(), 2);
+
+    // Nothing runs the worker while the deadline passes.
+    clock.advance(Duration::from_secs(3_599));
+    runtime.signal("in-time", "approve", true).await.unwrap();
+    clock.advance(Duration::from_secs(2));
+    runtime.signal("late", "approve", true).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 2);
+
+    let in_time: Refund = runtime.get_state("in-time").await.unwrap().unwrap();
+    assert_eq!(in_time.approved, Some(true));
+    assert!(!in_time.timed_out);
+    let late: Refund = runtime.get_state("late").await.unwrap().unwrap();
+    assert!(
+        late.timed_out,
+        "a signal sent after the deadline ended the wait: {late:?}"
+    );
+    assert_eq!(late.approved, None);
+    assert_eq!(state_of(&runtime, "late").await, RunState::Completed);
+    assert_eq!(
+        runtime.poll_signal::<bool>("late", "approve").unwrap(),
+        Some(true),
+        "the late signal stays queued"
+    );
+}
+
+#[tokio::test]
+async fn in_memory_a_wait_carried_on_late_takes_only_what_came_by_its_deadline() {
+    let clock = Arc::new(ManualClock::new(std::time::SystemTime::now()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    a_wait_carried_on_late_takes_only_what_came_by_its_deadline(runtime, &clock).await;
+}
+
+#[tokio::test]
+async fn on_sqlite_a_wait_carried_on_late_takes_only_what_came_by_its_deadline() {
+    let db = TempDb::new("late-signal");
+    let clock = Arc::new(ManualClock::new(std::time::SystemTime::now()));
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(&db.0).unwrap())
+        .clock(Arc::clone(&clock))
+        .build();
+    a_wait_carried_on_late_takes_only_what_came_by_its_deadline(runtime, &clock).await;
+}
+
 #[tokio::test]
 async fn a_sleep_suspends_the_run_and_the_worker_wakes_it_when_due() {
     let db = TempDb::new("sleep");

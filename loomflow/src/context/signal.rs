@@ -71,6 +71,12 @@ impl<T> WaitForSignal<'_, T> {
     /// The deadline is journaled, by the runtime's clock: when the node runs again for the
     /// same step (resumed, recovered, carried on by a worker), it waits only what is left,
     /// and a wait that timed out times out again.
+    ///
+    /// A wait carried on after its deadline (its worker was down or busy when it passed)
+    /// ends as it would have at the deadline: it takes a signal sent by then, and times out
+    /// if the only ones queued were sent later, which stay queued for the next receiver.
+    /// Signals are stamped by the clock of the runtime that sends them
+    /// ([`RuntimeBuilder::clock`](crate::runtime::RuntimeBuilder::clock)).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -145,6 +151,17 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 }
                 Err::<T, RunError>(timed_out().into())
             };
+            // Sent after the deadline, once it has passed here: a wait carried on late (its
+            // worker was down or busy) ends as it would have at the deadline, and the signal
+            // stays queued for whoever waits next. Signals are stamped by the sending
+            // runtime's clock, the deadline by this one's: one clock in production, and the
+            // same `ManualClock` in a test. Before the deadline passes here, whatever comes
+            // is in time, whatever the sender's clock said.
+            let late = |received: &Entry| {
+                deadline_ms.is_some_and(|deadline| {
+                    received.sent_at_ms > deadline && unix_ms(runtime.now()) >= deadline
+                })
+            };
             let mut announced = false;
             // Each pass takes the next payload; one that another process consumed first
             // (it was in this mailbox too) is dropped, and the wait goes on.
@@ -168,6 +185,10 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         None => runtime.receive_stored(session, &name).await?,
                     };
                     match queued {
+                        Some(received) if late(&received) => {
+                            runtime.give_back(session, &name, received, scope);
+                            return time_out(timeout_key).await;
+                        }
                         Some(received) => {
                             if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
                                 return Ok(value);
@@ -211,6 +232,10 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     }
                     Err(error) => return Err(error.into()),
                 };
+                if late(&received) {
+                    runtime.give_back(session, &name, received, scope);
+                    return time_out(timeout_key).await;
+                }
                 if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
                     return Ok(value);
                 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::clock::now_ms;
+use super::clock::{now_ms, unix_ms};
 use super::{Result, Runtime};
 
 /// How often, at most, workers do each chore.
@@ -45,7 +45,9 @@ impl Housekeeping {
 }
 
 impl Runtime {
-    /// Drops the signals stored more than `older_than` ago that nobody has taken, for
+    /// Drops the signals stored more than `older_than` ago (by the runtime's
+    /// [clock](super::RuntimeBuilder::clock), which stamps the signals it sends) that nobody
+    /// has taken, for
     /// sessions with no unfinished run (none, or one that completed, failed or was
     /// cancelled) that are not open in this runtime; returns how many.
     ///
@@ -95,7 +97,7 @@ impl Runtime {
         let spare = self.mailbox().live_sessions();
         Ok(self
             .store()
-            .prune_signals(now_ms().saturating_sub(older_than_ms), &spare)
+            .prune_signals(unix_ms(self.now()).saturating_sub(older_than_ms), &spare)
             .await?)
     }
 

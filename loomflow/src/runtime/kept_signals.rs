@@ -22,6 +22,7 @@ impl Runtime {
             payload: signal.payload,
             seq: Some(signal.seq),
             sent_at: tokio::time::Instant::now(),
+            sent_at_ms: signal.sent_at_ms,
             taking: None,
         }))
     }

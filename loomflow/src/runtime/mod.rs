@@ -208,6 +208,10 @@ impl RuntimeBuilder {
     }
 
     /// The clock timers read (default: [`SystemClock`]); tests pass a [`ManualClock`].
+    ///
+    /// Signals this runtime sends are stamped with it too: a timed wait compares the stamp
+    /// with its deadline, and the pending TTL and [`Runtime::prune_signals`] age signals by
+    /// it.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
         self

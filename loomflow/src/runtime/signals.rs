@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::clock::now_ms;
+use super::clock::unix_ms;
 use super::mailbox::{
     Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
 };
@@ -173,6 +173,8 @@ impl Runtime {
         }
         let mailbox = self.mailbox();
         let key = options.idempotency_key.as_deref();
+        // By the runtime's clock, as timers are: a timed wait compares it with its deadline.
+        let sent_at_ms = unix_ms(self.now());
         if !self.store().is_durable() {
             // The mailbox checks the name and the size itself; the audit entry is the
             // store's, as a durable store writes it with the signal.
@@ -180,9 +182,10 @@ impl Runtime {
             if let Some(key) = key {
                 detail["idempotency_key"] = Value::from(key);
             }
-            let delivery = mailbox.send(session, name, payload, key, scope)?;
+            let delivery = mailbox.send(session, name, payload, key, scope, sent_at_ms)?;
             if delivery != Delivery::Duplicate {
-                let sent = AuditEntry::new(session, AuditKind::SignalSent, name, detail);
+                let sent =
+                    AuditEntry::new(session, AuditKind::SignalSent, name, detail).at_ms(sent_at_ms);
                 self.store().append_audit(vec![sent]).await?;
             }
             self.wake_workers(session, name, delivery);
@@ -197,7 +200,7 @@ impl Runtime {
             name: name.to_owned(),
             payload,
             idempotency_key: options.idempotency_key,
-            sent_at_ms: now_ms(),
+            sent_at_ms,
         };
         let payload = stored.payload.clone();
         let delivery = match self.store().push_signal(stored).await? {
@@ -219,7 +222,7 @@ impl Runtime {
                         seen.sent_here.pop_first();
                     }
                     mailbox
-                        .signal_stored_once(session, name, payload, seq, Duration::ZERO)
+                        .signal_stored_once(session, name, payload, seq, sent_at_ms, Duration::ZERO)
                         .unwrap_or(Delivery::Queued)
                 }
             }
@@ -290,7 +293,8 @@ impl Runtime {
         self.load_stored_signals().await?;
         let mut seen = self.inner.signals_seen.lock().await;
         let stored = self.store().signals_after(seen.up_to).await?;
-        let now = now_ms();
+        // Signals are stamped by the runtime's clock (see `send_untraced`).
+        let now = unix_ms(self.now());
         let mut sessions = Vec::new();
         let mut own_delivery = None;
         for signal in stored {
@@ -304,6 +308,7 @@ impl Runtime {
                 &signal.name,
                 signal.payload,
                 signal.seq,
+                signal.sent_at_ms,
                 age,
             );
             if own == Some(signal.seq) {
@@ -498,7 +503,7 @@ impl Runtime {
             .get_or_try_init(|| async {
                 let stored = self.store().pending_signals().await?;
                 let count = stored.len();
-                let now = now_ms();
+                let now = unix_ms(self.now());
                 if let Some(last) = stored.last() {
                     let mut seen = self.inner.signals_seen.lock().await;
                     seen.up_to = seen.up_to.max(last.seq);
@@ -511,6 +516,7 @@ impl Runtime {
                         &signal.name,
                         signal.payload,
                         signal.seq,
+                        signal.sent_at_ms,
                         age,
                     );
                 }

@@ -1,6 +1,7 @@
 //! [`Entry`]: a signal as the mailbox holds it, and [`Dropped`]: a stored one it let go.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -15,6 +16,9 @@ pub(crate) struct Entry {
     pub(crate) seq: Option<u64>,
     /// When it was sent: the pending TTL counts from here.
     pub(crate) sent_at: Instant,
+    /// When it was sent by the sending runtime's clock, in ms since the Unix epoch: a timed
+    /// wait carried on after its deadline takes only what was sent by then.
+    pub(crate) sent_at_ms: u64,
     /// The consuming of its stored row, when a waiter outside any run started it and was
     /// cancelled before it ended: the next receiver learns how it ended instead of
     /// consuming the row again.
@@ -22,12 +26,42 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// A signal sent just now that no store keeps.
-    pub(crate) fn new(payload: Value) -> Self {
+    /// A signal sent just now, at `sent_at_ms` by the sender's clock, that no store keeps.
+    pub(crate) fn new(payload: Value, sent_at_ms: u64) -> Self {
         Self {
             payload,
             seq: None,
             sent_at: Instant::now(),
+            sent_at_ms,
+            taking: None,
+        }
+    }
+
+    /// A signal a durable store keeps under `seq`, sent at `sent_at_ms` by its sender's
+    /// clock, `age` ago; `ttl` is the mailbox's pending TTL.
+    pub(crate) fn stored(
+        payload: Value,
+        seq: u64,
+        sent_at_ms: u64,
+        age: Duration,
+        ttl: Option<Duration>,
+    ) -> Self {
+        let now = Instant::now();
+        // An age beyond what the monotonic clock can go back to (a signal older than the
+        // machine's uptime) is clamped: to exactly the TTL when that fits, so the signal
+        // still counts as expired, else to now.
+        let sent_at = now
+            .checked_sub(age)
+            .or_else(|| {
+                ttl.filter(|&ttl| age >= ttl)
+                    .and_then(|ttl| now.checked_sub(ttl))
+            })
+            .unwrap_or(now);
+        Self {
+            payload,
+            seq: Some(seq),
+            sent_at,
+            sent_at_ms,
             taking: None,
         }
     }

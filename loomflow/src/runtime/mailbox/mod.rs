@@ -74,6 +74,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::clock::now_ms;
+
 pub use config::{MailboxConfig, SignalOptions};
 pub(crate) use entry::{Dropped, Entry, Taken, Taking};
 pub use error::SignalError;
@@ -255,7 +257,7 @@ impl Mailbox {
     /// [`SignalError::EmptyName`], [`SignalError::ReservedName`] (a `loomflow:` name) and
     /// [`SignalError::PayloadTooLarge`].
     pub fn signal(&self, session: &str, name: &str, payload: Value) -> Result<(), SignalError> {
-        self.send(session, name, payload, None, Scope::User)
+        self.send(session, name, payload, None, Scope::User, now_ms())
             .map(|_| ())
     }
 
@@ -272,7 +274,7 @@ impl Mailbox {
         options: SignalOptions,
     ) -> Result<Delivery, SignalError> {
         let key = options.idempotency_key.as_deref();
-        self.send(session, name, payload, key, Scope::User)
+        self.send(session, name, payload, key, Scope::User, now_ms())
     }
 
     /// Waits for the oldest payload of (session, name), at most `timeout` (`None`: forever).
@@ -312,7 +314,7 @@ impl Mailbox {
         name: &str,
         payload: Value,
     ) -> Result<(), SignalError> {
-        self.requeue_front_in(session, name, Entry::new(payload), Scope::User)
+        self.requeue_front_in(session, name, Entry::new(payload, now_ms()), Scope::User)
     }
 
     /// Opens `session` (or joins it if already open), picking up its pending signals.
@@ -379,18 +381,19 @@ impl Mailbox {
         Ok(())
     }
 
-    /// Delivers a signal that a durable store has already accepted (under `seq`, `age` ago),
-    /// without checking it again: a stored signal must not be refused afterwards, even by a
-    /// limit lowered since.
+    /// Delivers a signal that a durable store has already accepted (under `seq`, sent at
+    /// `sent_at_ms` by its sender's clock, `age` ago), without checking it again: a stored
+    /// signal must not be refused afterwards, even by a limit lowered since.
     pub(crate) fn signal_stored(
         &self,
         session: &str,
         name: &str,
         payload: Value,
         seq: u64,
+        sent_at_ms: u64,
         age: Duration,
     ) -> Delivery {
-        self.signal_stored_once(session, name, payload, seq, age)
+        self.signal_stored_once(session, name, payload, seq, sent_at_ms, age)
             .unwrap_or(Delivery::Queued)
     }
 
@@ -403,29 +406,11 @@ impl Mailbox {
         name: &str,
         payload: Value,
         seq: u64,
+        sent_at_ms: u64,
         age: Duration,
     ) -> Option<Delivery> {
-        let now = Instant::now();
-        // An age beyond what the monotonic clock can go back to (a signal older than the
-        // machine's uptime) is clamped: to exactly the TTL when that fits, so the signal
-        // still counts as expired, else to now.
-        let sent_at = now
-            .checked_sub(age)
-            .or_else(|| {
-                let ttl = self.inner.config.pending_signal_ttl?;
-                if age >= ttl {
-                    now.checked_sub(ttl)
-                } else {
-                    None
-                }
-            })
-            .unwrap_or(now);
-        let entry = Entry {
-            payload,
-            seq: Some(seq),
-            sent_at,
-            taking: None,
-        };
+        let ttl = self.inner.config.pending_signal_ttl;
+        let entry = Entry::stored(payload, seq, sent_at_ms, age, ttl);
         let mut state = self.inner.lock();
         if state.holds_seq(session, name, seq) {
             return None;
@@ -440,6 +425,7 @@ impl Mailbox {
         payload: Value,
         key: Option<&str>,
         scope: Scope,
+        sent_at_ms: u64,
     ) -> Result<Delivery, SignalError> {
         self.check(session, name, Some(&payload), scope)?;
         let config = &self.inner.config;
@@ -451,7 +437,8 @@ impl Mailbox {
         {
             return Ok(Delivery::Duplicate);
         }
-        Ok(state.deliver(config, session, name, Entry::new(payload), Place::Back))
+        let entry = Entry::new(payload, sent_at_ms);
+        Ok(state.deliver(config, session, name, entry, Place::Back))
     }
 
     pub(crate) fn wait_in(

@@ -35,7 +35,7 @@ fn a_stored_entry_carries_its_seq_beside_the_untouched_payload() {
     let mb = mailbox();
     let _open = mb.open_session("s");
     let payload = json!({ "__loomflow_signal_seq": "the user's own field", "payload": 1 });
-    mb.signal_stored("s", "n", payload.clone(), 7, Duration::ZERO);
+    mb.signal_stored("s", "n", payload.clone(), 7, 0, Duration::ZERO);
     let entry = mb.poll_in("s", "n", Scope::User).unwrap().unwrap();
     assert_eq!(entry.seq, Some(7));
     assert_eq!(entry.payload, payload, "the payload is never rewritten");
@@ -48,18 +48,18 @@ fn a_stored_entry_carries_its_seq_beside_the_untouched_payload() {
     assert_eq!((entry.seq, entry.sent_at), (Some(7), sent_at));
 
     // The public API still speaks plain payloads.
-    mb.signal_stored("s", "n", json!(2), 8, Duration::ZERO);
+    mb.signal_stored("s", "n", json!(2), 8, 0, Duration::ZERO);
     assert_eq!(mb.poll("s", "n").unwrap(), Some(json!(2)));
 }
 
 #[test]
 fn stored_signals_dropped_by_the_lru_bound_are_reported() {
     let (mb, seen) = reporting(MailboxConfig::default().max_pending_signal_sessions(Some(1)));
-    mb.signal_stored("a", "n", json!(1), 1, Duration::ZERO);
-    mb.signal_stored("a", "m", json!(2), 2, Duration::ZERO);
+    mb.signal_stored("a", "n", json!(1), 1, 0, Duration::ZERO);
+    mb.signal_stored("a", "m", json!(2), 2, 0, Duration::ZERO);
     mb.signal("a", "n", json!("in memory")).unwrap();
     assert!(reported(&seen).is_empty());
-    mb.signal_stored("b", "n", json!(3), 3, Duration::ZERO);
+    mb.signal_stored("b", "n", json!(3), 3, 0, Duration::ZERO);
     let mut dropped = reported(&seen);
     dropped.sort();
     assert_eq!(
@@ -74,7 +74,7 @@ fn stored_signals_dropped_by_the_lru_bound_are_reported() {
 fn a_disabled_pending_mailbox_reports_what_it_drops() {
     let (mb, seen) = reporting(MailboxConfig::default().max_pending_signal_sessions(Some(0)));
     assert_eq!(
-        mb.signal_stored("s", "n", json!(1), 4, Duration::ZERO),
+        mb.signal_stored("s", "n", json!(1), 4, 0, Duration::ZERO),
         Delivery::Pending
     );
     assert_eq!(reported(&seen), [("s".to_owned(), 4)]);
@@ -85,10 +85,10 @@ async fn the_ttl_counts_from_the_stored_send_time() {
     let ttl = Duration::from_secs(60);
     let (mb, seen) = reporting(MailboxConfig::default().pending_signal_ttl(Some(ttl)));
     // As after a restart: sent 50 s ago, 10 s left; another already past the TTL.
-    mb.signal_stored("s", "n", json!("old"), 1, Duration::from_secs(50));
-    mb.signal_stored("s", "n", json!("older"), 2, ttl);
+    mb.signal_stored("s", "n", json!("old"), 1, 0, Duration::from_secs(50));
+    mb.signal_stored("s", "n", json!("older"), 2, 0, ttl);
     assert_eq!(reported(&seen), [("s".to_owned(), 2)], "expired on arrival");
-    mb.signal_stored("s", "n", json!("new"), 3, Duration::ZERO);
+    mb.signal_stored("s", "n", json!("new"), 3, 0, Duration::ZERO);
     assert_eq!(mb.queued("s", "n"), 2);
 
     tokio::time::advance(Duration::from_secs(10)).await;
@@ -106,9 +106,9 @@ async fn expired_pending_signals_are_reported_however_they_go() {
     let ttl = Duration::from_secs(60);
     let (mb, seen) = reporting(MailboxConfig::default().pending_signal_ttl(Some(ttl)));
     let age = Duration::from_secs(50);
-    mb.signal_stored("opened", "n", json!(1), 1, age);
-    mb.signal_stored("waited", "n", json!(2), 2, age);
-    mb.signal_stored("swept", "n", json!(3), 3, Duration::ZERO);
+    mb.signal_stored("opened", "n", json!(1), 1, 0, age);
+    mb.signal_stored("waited", "n", json!(2), 2, 0, age);
+    mb.signal_stored("swept", "n", json!(3), 3, 0, Duration::ZERO);
     tokio::time::advance(Duration::from_secs(10)).await;
 
     // The sessions were touched 10 s ago, but two signals were sent a whole TTL ago.
@@ -127,7 +127,7 @@ async fn leftovers_returned_to_pending_keep_their_send_time() {
     let ttl = Duration::from_secs(60);
     let (mb, seen) = reporting(MailboxConfig::default().pending_signal_ttl(Some(ttl)));
     let wait = mb.wait("s", "n", Some(ttl));
-    mb.signal_stored("s", "other", json!("left"), 9, Duration::ZERO);
+    mb.signal_stored("s", "other", json!("left"), 9, 0, Duration::ZERO);
     assert!(wait.await.is_err(), "timed out after a whole TTL");
     assert_eq!(mb.queued("s", "other"), 0);
     assert_eq!(reported(&seen), [("s".to_owned(), 9)]);
@@ -138,8 +138,8 @@ fn signals_discarded_with_the_last_guard_are_reported() {
     let (mb, seen) = reporting(MailboxConfig::default());
     let open = mb.open_session("s");
     let again = open.clone();
-    mb.signal_stored("s", "n", json!(1), 5, Duration::ZERO);
-    mb.signal_stored("s", "m", json!(2), 6, Duration::ZERO);
+    mb.signal_stored("s", "n", json!(1), 5, 0, Duration::ZERO);
+    mb.signal_stored("s", "m", json!(2), 6, 0, Duration::ZERO);
     mb.signal("s", "n", json!("in memory")).unwrap();
     drop(open);
     assert!(reported(&seen).is_empty(), "still open");
@@ -153,8 +153,8 @@ fn signals_discarded_with_the_last_guard_are_reported() {
 fn delivered_and_returned_signals_are_not_reported() {
     let (mb, seen) = reporting(MailboxConfig::default());
     let wait = mb.wait("s", "n", None);
-    mb.signal_stored("s", "n", json!(1), 1, Duration::ZERO);
-    mb.signal_stored("s", "n", json!(2), 2, Duration::ZERO);
+    mb.signal_stored("s", "n", json!(1), 1, 0, Duration::ZERO);
+    mb.signal_stored("s", "n", json!(2), 2, 0, Duration::ZERO);
     // The waiter's payload is handed over; the leftover goes back to pending.
     assert_eq!(ready(wait).unwrap(), json!(1));
     assert_eq!(mb.queued("s", "n"), 1);

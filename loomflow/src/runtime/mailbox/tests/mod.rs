@@ -494,6 +494,7 @@ fn the_framework_may_use_reserved_names() {
             json!({ "action": "allow" }),
             None,
             Scope::Framework,
+            0,
         )
         .unwrap();
     assert_eq!(delivery, Delivery::Woke);
@@ -501,12 +502,12 @@ fn the_framework_may_use_reserved_names() {
         ready(Wait::new(wait)).unwrap(),
         json!({ "action": "allow" })
     );
-    mb.requeue_front_in("s", name, Entry::new(json!(2)), Scope::Framework)
+    mb.requeue_front_in("s", name, Entry::new(json!(2), 0), Scope::Framework)
         .unwrap();
     let polled = mb.poll_in("s", name, Scope::Framework).unwrap();
     assert_eq!(polled.map(|entry| entry.payload), Some(json!(2)));
     assert!(matches!(
-        mb.send("s", "", json!(1), None, Scope::Framework),
+        mb.send("s", "", json!(1), None, Scope::Framework, 0),
         Err(SignalError::EmptyName { .. })
     ));
 }
