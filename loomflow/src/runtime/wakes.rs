@@ -100,6 +100,15 @@ impl WakeInbox {
         std::mem::take(&mut *crate::sync::lock(&self.signalled))
     }
 
+    /// Puts back signalled threads taken and not tried (a claim failed), ahead of those
+    /// signalled since.
+    pub(crate) fn put_back(&self, untried: impl IntoIterator<Item = Signalled>) {
+        let mut signalled = crate::sync::lock(&self.signalled);
+        let since = std::mem::take(&mut *signalled);
+        signalled.extend(untried);
+        signalled.extend(since);
+    }
+
     /// Whether signals went unrecorded, the list being full, since the last call.
     pub(crate) fn take_overflowed(&self) -> bool {
         self.overflowed.swap(false, Ordering::AcqRel)
@@ -140,5 +149,19 @@ mod tests {
         assert_eq!(staying.take_signalled().len(), 1);
         wakes.unlisten(&staying);
         assert!(!wakes.listened());
+    }
+
+    #[test]
+    fn signalled_threads_put_back_come_before_those_signalled_since() {
+        let wakes = Wakes::default();
+        let inbox = wakes.listen();
+        wakes.wake(Some(("t-1", "approve")));
+        wakes.wake(Some(("t-2", "approve")));
+        let taken = inbox.take_signalled();
+        wakes.wake(Some(("t-3", "approve")));
+        // The claim of t-1 failed: t-1 and t-2 were not tried.
+        inbox.put_back(taken);
+        let threads: Vec<String> = inbox.take_signalled().into_iter().map(|(t, _)| t).collect();
+        assert_eq!(threads, ["t-1", "t-2", "t-3"]);
     }
 }

@@ -301,6 +301,7 @@ impl Worker {
     /// # Errors
     ///
     /// A store failure while looking for work (a run's own failure is recorded on the run).
+    /// The signalled runs it had not tried yet are tried by the next call.
     pub async fn run_until_idle(&self) -> Result<usize> {
         let inner = &self.inner;
         let mut executed = 0;
@@ -310,19 +311,12 @@ impl Worker {
         // their runs.
         let mut signalled: VecDeque<(String, String)> = VecDeque::new();
         loop {
-            inner.runtime.refresh_signals().await?;
-            signalled.extend(inner.unrecorded_signals().await?);
-            signalled.extend(inner.wakes.take_signalled());
-            let mut claimed = None;
-            while let Some((thread, name)) = signalled.pop_front() {
-                if let Some(run) = inner.claim(Some((&thread, &name))).await? {
-                    claimed = Some(run);
-                    break;
+            let claimed = match inner.next_run(&mut signalled).await {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    inner.wakes.put_back(signalled);
+                    return Err(error);
                 }
-            }
-            let claimed = match claimed {
-                Some(run) => Some(run),
-                None => inner.claim(None).await?,
             };
             let Some((run, claim)) = claimed else {
                 return Ok(executed);
@@ -334,6 +328,29 @@ impl Worker {
 }
 
 impl WorkerInner {
+    /// Claims the next run [`Worker::run_until_idle`] executes: a signalled one first (from
+    /// `signalled`, and what came since), then any that can go on. On a failure, `signalled`
+    /// keeps the ones not tried, the one whose claim failed first.
+    async fn next_run(
+        &self,
+        signalled: &mut VecDeque<(String, String)>,
+    ) -> Result<Option<(ClaimedRun, RunClaim)>> {
+        self.runtime.refresh_signals().await?;
+        signalled.extend(self.unrecorded_signals().await?);
+        signalled.extend(self.wakes.take_signalled());
+        while let Some((thread, name)) = signalled.pop_front() {
+            match self.claim(Some((&thread, &name))).await {
+                Ok(Some(run)) => return Ok(Some(run)),
+                Ok(None) => {}
+                Err(error) => {
+                    signalled.push_front((thread, name));
+                    return Err(error);
+                }
+            }
+        }
+        self.claim(None).await
+    }
+
     /// The threads signalled that this process's wake-ups did not tell the worker of, with
     /// the signals' names, on a store that keeps no signals (the memory store, whose claims
     /// cannot find them): the runs signalled before the worker began to listen (while no
