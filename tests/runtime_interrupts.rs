@@ -770,44 +770,119 @@ async fn a_fork_onto_a_thread_with_an_unfinished_run_is_refused() {
     }
 }
 
+/// A graph that counts to 30 in as many steps, then asks; `changed` adds a node after the
+/// question.
+fn looper(changed: bool) -> CompiledGraph<Order> {
+    let graph = Graph::new("looper")
+        .node_sync("inc", |o: &mut Order| o.side += 1)
+        .node_fn("ask", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt(json!("q?"))?;
+                o.answers.push(answer);
+                Ok(())
+            })
+        })
+        .edge(START, "inc")
+        .branch("inc", ["inc", "ask"], |o: &Order| {
+            if o.side < 30 { "inc" } else { "ask" }
+        })
+        .recursion_limit(100);
+    let graph = match changed {
+        true => graph
+            .node_sync("audit", |_: &mut Order| {})
+            .edge("ask", "audit")
+            .edge("audit", END),
+        false => graph.edge("ask", END),
+    };
+    graph.compile().unwrap()
+}
+
 /// The memory store's retention keeps a run's first checkpoint, which describes its graph:
 /// a resume with a changed graph, many steps later, is refused naming what changed.
 #[tokio::test]
 async fn retention_keeps_what_a_changed_graph_is_refused_with() {
-    let looping = |changed: bool| {
-        let graph = Graph::new("looper")
-            .node_sync("inc", |o: &mut Order| o.side += 1)
-            .node_fn("ask", |o: &mut Order, ctx| {
-                Box::pin(async move {
-                    let answer: String = ctx.interrupt(json!("q?"))?;
-                    o.answers.push(answer);
-                    Ok(())
-                })
-            })
-            .edge(START, "inc")
-            .branch("inc", ["inc", "ask"], |o: &Order| {
-                if o.side < 30 { "inc" } else { "ask" }
-            })
-            .recursion_limit(100);
-        let graph = match changed {
-            true => graph
-                .node_sync("audit", |_: &mut Order| {})
-                .edge("ask", "audit")
-                .edge("audit", END),
-            false => graph.edge("ask", END),
-        };
-        graph.compile().unwrap()
-    };
     let rt = Runtime::with_store(loomflow::runtime::MemoryStore::with_retention(Some(4)));
-    looping(false)
+    looper(false)
         .invoke(&rt, "t", Order::default())
         .await
         .unwrap();
     assert!(rt.list_checkpoints("t").await.unwrap().len() < 12, "pruned");
 
-    let refused = looping(true).resume(&rt, "t", "x").await.unwrap_err();
+    let refused = looper(true).resume(&rt, "t", "x").await.unwrap_err();
     assert!(
         refused.to_string().contains("added: node audit"),
         "{refused}"
     );
+}
+
+/// Retention keeps the first checkpoint of every run it keeps a checkpoint of, not only
+/// the newest run's: a fork from an older run's suspension, after newer runs on the
+/// thread, still names the graph on its row (what a worker claims it by) and refuses a
+/// changed graph naming what changed.
+#[tokio::test]
+async fn retention_keeps_the_description_of_an_older_suspended_run() {
+    let rt = Runtime::with_store(loomflow::runtime::MemoryStore::with_retention(Some(4)));
+    looper(false)
+        .invoke(&rt, "t", Order::default())
+        .await
+        .unwrap();
+    let suspended = newest_top_level(&rt, "t").await;
+    // A newer run on the thread: the first run is no longer the newest.
+    looper(false)
+        .invoke(&rt, "t", Order::default())
+        .await
+        .unwrap();
+    assert!(rt.list_checkpoints("t").await.unwrap().len() < 14, "pruned");
+
+    rt.fork("t", suspended, "t2").await.unwrap();
+    let forked = rt.run("t2").await.unwrap().record;
+    assert_eq!(forked.graph.as_deref(), Some("looper"), "{forked:?}");
+    let refused = looper(true).resume(&rt, "t2", "x").await.unwrap_err();
+    assert!(
+        refused.to_string().contains("added: node audit"),
+        "{refused}"
+    );
+    let done = looper(false).resume(&rt, "t2", "x").await.unwrap();
+    assert_eq!(done.completed().unwrap().answers, ["x"]);
+}
+
+/// A fork from the last steps of an older run, whose first checkpoint is past the
+/// retention bound, names that run's graph on its row too.
+#[tokio::test]
+async fn a_fork_from_an_older_runs_last_steps_names_its_graph() {
+    let counting = Graph::new("counting")
+        .node_sync("inc", |o: &mut Order| o.side += 1)
+        .edge(START, "inc")
+        .branch(
+            "inc",
+            ["inc", END],
+            |o: &Order| {
+                if o.side < 10 { "inc" } else { END }
+            },
+        )
+        .compile()
+        .unwrap();
+    let rt = Runtime::with_store(loomflow::runtime::MemoryStore::with_retention(Some(4)));
+    counting.invoke(&rt, "t", Order::default()).await.unwrap();
+    // A run of one step: the older run's last steps stay within the bound.
+    let short = Order {
+        side: 9,
+        ..Order::default()
+    };
+    counting.invoke(&rt, "t", short).await.unwrap();
+    let kept = rt.list_checkpoints("t").await.unwrap();
+    let older = kept
+        .iter()
+        .filter(|c| c.run == 1 && c.step > 1)
+        .map(|c| c.id);
+    let older = older.max();
+    assert!(
+        older.is_some(),
+        "the older run's last steps are kept: {kept:?}"
+    );
+    let older = older.unwrap();
+
+    rt.fork("t", older, "t2").await.unwrap();
+    let forked = rt.run("t2").await.unwrap().record;
+    assert_eq!(forked.graph.as_deref(), Some("counting"), "{forked:?}");
 }

@@ -34,9 +34,11 @@ use slot::ThreadSlot;
 ///
 /// A long-lived process would otherwise keep every checkpoint of every run. By default a
 /// thread keeps its newest [`DEFAULT_RETAINED_CHECKPOINTS`] checkpoints, and always keeps
-/// the checkpoints runs need to carry on: every interrupted one and, of the thread's newest
-/// run, its first (which describes its graph, for saying what changed), its newest
-/// top-level one, and the newest of each subgraph inside a step not over yet. A subgraph
+/// the checkpoints runs need to carry on: every interrupted one; the first of every run
+/// with a top-level one kept (it describes the graph: a changed graph is refused saying
+/// what changed, and a fork's row names the graph a worker runs it with); and, of the
+/// thread's newest run, its newest top-level one and the newest of each subgraph inside a
+/// step not over yet. A subgraph
 /// of a finished step (an earlier turn of a loop) is not kept on that account, so a
 /// thread stays bounded however many namespaces its runs go through. Older ones are
 /// dropped, a batch at a time:

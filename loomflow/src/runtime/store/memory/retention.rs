@@ -4,20 +4,39 @@ use super::kept::Kept;
 use crate::runtime::store::RunStatus;
 
 /// Drops the oldest checkpoints of one thread down to `limit`, keeping every interrupted
-/// one whatever its age, and what the thread's newest run may still read (see [`needed`]).
+/// one whatever its age, what the thread's newest run may still read (see [`needed`]), and
+/// the first checkpoint of every run with a top-level one kept: it describes the run's
+/// graph, which a fork from any of them names (see `Runtime::fork`).
 pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
     let needed = needed(kept);
     // Oldest first, until enough are gone.
     let mut excess = kept.len().saturating_sub(limit);
-    kept.retain(|cp| {
-        let needed = cp.status == RunStatus::Interrupted || needed.contains(&cp.id);
-        if excess > 0 && !needed {
-            excess -= 1;
-            false
-        } else {
-            true
+    let mut keep: Vec<bool> = (kept.iter())
+        .map(|cp| {
+            let needed = cp.status == RunStatus::Interrupted || needed.contains(&cp.id);
+            if excess > 0 && !needed {
+                excess -= 1;
+                false
+            } else {
+                true
+            }
+        })
+        .collect();
+    // Runs are filed one after another: a run's first row comes before its others.
+    let mut described_of = None;
+    for (at, cp) in kept.iter().enumerate().rev() {
+        if !cp.namespace().is_empty() {
+            continue;
         }
-    });
+        if keep[at] {
+            described_of = Some(cp.run());
+        }
+        if described_of == Some(cp.run()) && cp.described() {
+            keep[at] = true;
+        }
+    }
+    let mut keep = keep.into_iter();
+    kept.retain(|_| keep.next().unwrap_or(true));
 }
 
 /// Where one namespace of the newest run stands: its newest row, and its newest row that
@@ -29,13 +48,12 @@ struct Newest<'a> {
     settled: Option<u64>,
 }
 
-/// The rows kept whatever their age, besides interrupted ones: of the thread's newest run,
-/// its first checkpoint (the graph's description, which says what changed when the graph
-/// did), the newest top-level row, and the newest row of each subgraph whose parent's step
-/// is not over (written after the newest step its parent finished): a resume or recover
-/// runs that step again and carries the subgraph on from there. A subgraph of a step that
-/// is over (one of a loop's earlier turns) is never read again, so the namespaces a run
-/// keeps do not grow with its steps.
+/// The rows of the thread's newest run kept whatever their age, besides interrupted ones
+/// and its first (see [`prune`]): its newest top-level row, and the newest row of each
+/// subgraph whose parent's step is not over (written after the newest step its parent
+/// finished): a resume or recover runs that step again and carries the subgraph on from
+/// there. A subgraph of a step that is over (one of a loop's earlier turns) is never read
+/// again, so the namespaces a run keeps do not grow with its steps.
 fn needed(kept: &[Kept]) -> Vec<u64> {
     let Some(run) = kept.last().map(Kept::run) else {
         return Vec::new();
@@ -73,16 +91,11 @@ fn needed(kept: &[Kept]) -> Vec<u64> {
             }
         }
     };
-    let mut needed: Vec<u64> = namespaces
+    namespaces
         .iter()
         .filter(|n| n.namespace.is_empty() || settled_of(n.namespace).is_none_or(|s| n.newest > s))
         .map(|n| n.newest)
-        .collect();
-    let described = kept
-        .iter()
-        .find(|cp| cp.run() == run && cp.namespace().is_empty() && cp.described());
-    needed.extend(described.map(|cp| cp.id));
-    needed
+        .collect()
 }
 
 #[cfg(test)]
