@@ -303,3 +303,74 @@ async fn a_direct_resume_does_not_carry_on_a_run_its_row_asks_to_stop() {
     let row = runtime.run("t").await.unwrap().record;
     assert_eq!(row.state, RunState::Cancelled, "{row:?}");
 }
+
+/// A run cancelled while a subgraph node runs stops before the subgraph's next superstep,
+/// as it would before its own: the child's loop does not run on to its end first, and its
+/// newest checkpoint records that it was cancelled.
+#[tokio::test]
+async fn a_cancel_stops_a_subgraph_before_its_next_step() {
+    let db = loomflow_tests::TempDb::new("cancel-subgraph");
+    for (label, runtime) in runtimes(&db) {
+        let gate = Arc::new(Semaphore::new(1));
+        let steps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (g, s) = (Arc::clone(&gate), Arc::clone(&steps));
+        let child = Graph::new("looping")
+            .node_fn("work", move |n: &mut u32, _ctx| {
+                let (gate, steps) = (Arc::clone(&g), Arc::clone(&s));
+                Box::pin(async move {
+                    gate.acquire().await.unwrap().forget();
+                    steps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    *n += 1;
+                    Ok(())
+                })
+            })
+            .edge(START, "work")
+            .branch(
+                "work",
+                ["work", END],
+                |n: &u32| if *n < 20 { "work" } else { END },
+            )
+            .recursion_limit(50)
+            .compile()
+            .unwrap();
+        let graph = Graph::new("parent")
+            .subgraph("sub", child, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+            .node_sync("after", |n: &mut u32| *n += 100)
+            .edge(START, "sub")
+            .edge("sub", "after")
+            .edge("after", END)
+            .compile()
+            .unwrap();
+        let run = graph.start(&runtime, "t", 0);
+        // The child's first step has run, and its second waits for the gate.
+        while steps.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        until_running(&runtime, "t").await;
+        runtime.cancel("t").await.unwrap();
+        gate.add_permits(100);
+        let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
+        assert!(
+            matches!(stopped, Err(RunError::Cancelled { .. })),
+            "{label}: {stopped:?}"
+        );
+        let ran = steps.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            ran <= 2,
+            "{label}: the subgraph ran {ran} steps after the cancel"
+        );
+        let info = runtime.run("t").await.unwrap();
+        assert_eq!(info.record.state, RunState::Cancelled, "{label}");
+        // The subgraph's own newest checkpoint says so too.
+        let checkpoints = runtime.list_checkpoints("t").await.unwrap();
+        let child = checkpoints.iter().rev().find(|c| !c.namespace.is_empty());
+        let status = child.map(|c| c.status);
+        assert_eq!(
+            status,
+            Some(loomflow::runtime::RunStatus::Cancelled),
+            "{label}"
+        );
+    }
+}

@@ -357,7 +357,9 @@ fn run_supersteps<S: State>(
                 let _ = writer.finish().await;
                 return Err(shared.claim.lost_error().into());
             }
-            if shared.namespace.is_root() && shared.claim.cancel_requested() {
+            // A subgraph's run stops too, before its own next step: its parent's step then
+            // ends cancelled, and the parent's run with it.
+            if shared.claim.cancel_requested() {
                 writer.finish().await?;
                 return Box::pin(cancel(g, &shared, step, state, &active, &joins)).await;
             }
@@ -465,13 +467,10 @@ fn run_supersteps<S: State>(
                     return Err(error);
                 }
                 // A node's wait woke because the run was asked to stop: the run is cancelled
-                // where the step started, as it is between steps.
-                // A subgraph's run hands it to its parent, which ends the run.
-                Err(error @ RunError::Cancelled { .. }) if shared.claim.cancel_requested() => {
+                // where the step started, as it is between steps. A subgraph's run records
+                // it under its own namespace and hands it to its parent, which ends the run.
+                Err(RunError::Cancelled { .. }) if shared.claim.cancel_requested() => {
                     writer.finish().await?;
-                    if !shared.namespace.is_root() {
-                        return Err(error);
-                    }
                     return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins)).await;
                 }
                 Err(error) => {
