@@ -702,6 +702,70 @@ async fn a_shutdown_hands_running_runs_back_at_their_next_step() {
     assert_eq!(state_of(&runtime, "count").await, RunState::Completed);
 }
 
+/// A run whose step runs a subgraph is handed back at the subgraph's next step: the
+/// shutdown does not wait for the subgraph's loop to end, and another worker carries the
+/// subgraph on from its own checkpoint, running no step of it twice.
+#[tokio::test]
+async fn a_shutdown_hands_a_run_back_at_its_subgraphs_next_step() {
+    let db = TempDb::new("shutdown-subgraph");
+    let runtime = db.runtime();
+    let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = Arc::clone(&ticks);
+    let counter = Graph::new("counter")
+        .node_fn("tick", move |n: &mut u64, _ctx| {
+            let counted = Arc::clone(&counted);
+            Box::pin(async move {
+                *n += 1;
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(())
+            })
+        })
+        .edge(START, "tick")
+        .branch(
+            "tick",
+            ["tick", END],
+            |n: &u64| if *n < 300 { "tick" } else { END },
+        )
+        .recursion_limit(1_000)
+        .compile()
+        .unwrap();
+    let nested = Graph::new("nested")
+        .subgraph("count", counter, |n: &u64| *n, |n: &mut u64, m: u64| *n = m)
+        .node_sync("after", |n: &mut u64| *n += 1)
+        .edge(START, "count")
+        .edge("count", "after")
+        .edge("after", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime).graph(&nested).build();
+    let handle = worker.start();
+    runtime.submit("nested", "count", 0u64).await.unwrap();
+    while ticks.load(std::sync::atomic::Ordering::SeqCst) < 5 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let asked = ticks.load(std::sync::atomic::Ordering::SeqCst);
+    handle.shutdown().await.unwrap();
+    let stopped = ticks.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        stopped <= asked + 1,
+        "the subgraph ran on from {asked} to {stopped} steps"
+    );
+    let record = runtime.run("count").await.unwrap().record;
+    assert_eq!(
+        (record.state, record.lease_owner.as_deref()),
+        (RunState::Running, None),
+        "handed back: {record:?}"
+    );
+
+    let next = Worker::builder(&runtime).graph(&nested).build();
+    assert_eq!(next.run_until_idle().await.unwrap(), 1);
+    let done: u64 = runtime.get_state("count").await.unwrap().unwrap();
+    assert_eq!(done, 301);
+    let ran = ticks.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(ran, 300, "each of the subgraph's steps ran once");
+}
+
 #[tokio::test]
 async fn a_run_executing_elsewhere_stops_when_another_runtime_cancels_it() {
     let db = TempDb::new("cancel-elsewhere");

@@ -16,8 +16,10 @@ pub struct WorkerHandle {
 
 impl WorkerHandle {
     /// Stops gracefully: claims nothing more, lets the runs it executes reach their next
-    /// stop (complete or suspend; a waiting run suspends after the grace), up to the
-    /// shutdown timeout, then returns with their leases released.
+    /// stop, up to the shutdown timeout, then returns with their leases released. A run
+    /// stops at the end of the superstep under way (or of a subgraph's, when the step runs
+    /// one), and is handed back runnable for another worker to carry on; or it completes
+    /// or suspends first (a waiting run suspends after the grace).
     ///
     /// # Errors
     ///

@@ -363,9 +363,11 @@ fn run_supersteps<S: State>(
                 writer.finish().await?;
                 return Box::pin(cancel(g, &shared, step, state, &active, &joins)).await;
             }
-            if shared.namespace.is_root() && shared.claim.yield_requested() {
+            if shared.claim.yield_requested() {
                 // Every finished step is checkpointed (in `Exit` mode, nothing is: the run starts
-                // over); letting go is all that is left.
+                // over); letting go is all that is left. A subgraph's run stops too, and its
+                // parent's step with it: carried on, the step runs again, and the subgraph
+                // picks up from its own checkpoint.
                 writer.finish().await?;
                 tracing::info!(graph = %g.name, thread = %shared.thread, step, "run handed back");
                 return Err(RunError::Yielded {
@@ -459,6 +461,12 @@ fn run_supersteps<S: State>(
                         );
                     }
                     return Ok(RunOutcome::Interrupted { state, interrupts });
+                }
+                // A subgraph let go at its worker's shutdown: so does the run, from where its
+                // step started.
+                Err(error @ RunError::Yielded { .. }) => {
+                    writer.finish().await?;
+                    return Err(error);
                 }
                 // A resume value the node could not use: the resume is refused as a bad request
                 // and the checkpoint it came from stays as it was.

@@ -170,6 +170,15 @@ async fn run_node<S: State>(
             thread: shared.thread.to_string(),
         });
     }
+    // A subgraph's run that let go at its worker's shutdown (see `run_supersteps`): the run
+    // lets go too, its step to be run again, which carries the subgraph on.
+    if let Ok(Err(NodeError::Failed(error))) = &outcome
+        && matches!(error.downcast_ref(), Some(RunError::Yielded { .. }))
+    {
+        return Err(RunError::Yielded {
+            thread: shared.thread.to_string(),
+        });
+    }
     match (outcome, suspension) {
         (Ok(result), Some(interrupts)) => {
             match result {
