@@ -374,3 +374,45 @@ async fn a_cancel_stops_a_subgraph_before_its_next_step() {
         );
     }
 }
+
+/// A subgraph whose node goes on to suspend after the run was asked to stop records its
+/// cancellation, as its parent does, rather than a suspension nobody will answer.
+#[tokio::test]
+async fn a_subgraph_asked_to_stop_that_then_suspends_is_cancelled() {
+    let db = loomflow_tests::TempDb::new("cancel-subgraph-suspend");
+    for (label, runtime) in runtimes(&db) {
+        let gate = Arc::new(Semaphore::new(0));
+        let graph = Graph::new("parent")
+            .subgraph(
+                "sub",
+                busy_graph(Arc::clone(&gate), "ask"),
+                |n: &u32| *n,
+                |n: &mut u32, m: u32| *n = m,
+            )
+            .edge(START, "sub")
+            .edge("sub", END)
+            .compile()
+            .unwrap();
+        let run = graph.start(&runtime, "t", 0);
+        until_running(&runtime, "t").await;
+        runtime.cancel("t").await.unwrap();
+        gate.add_permits(1);
+        let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
+        assert!(
+            matches!(stopped, Err(RunError::Cancelled { .. })),
+            "{label}: {stopped:?}"
+        );
+        let checkpoints = runtime.list_checkpoints("t").await.unwrap();
+        let child = checkpoints.iter().rev().find(|c| !c.namespace.is_empty());
+        let status = child.map(|c| c.status);
+        assert_eq!(
+            status,
+            Some(loomflow::runtime::RunStatus::Cancelled),
+            "{label}"
+        );
+        let info = runtime.run("t").await.unwrap();
+        assert_eq!(info.record.state, RunState::Cancelled, "{label}");
+    }
+}

@@ -409,8 +409,13 @@ fn run_supersteps<S: State>(
                     writer.finish().await?;
                     // Asked to stop while the step ran (here, or from another process): the
                     // run is cancelled where the step started rather than left waiting for
-                    // answers nobody will give.
-                    if shared.namespace.is_root() && shared.claim.cancel_asked().await? {
+                    // answers nobody will give. A subgraph's run goes by what this process
+                    // knows (its parent's run looks at the row).
+                    let cancelled = match shared.namespace.is_root() {
+                        true => shared.claim.cancel_asked().await?,
+                        false => shared.claim.cancel_requested(),
+                    };
+                    if cancelled {
                         drop((pending_writes, interrupts));
                         return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins))
                             .await;
