@@ -998,3 +998,72 @@ async fn a_team_for_a_user_spends_that_users_budget() {
         Some(StopReason::Budget(BudgetCap::UserTokens))
     );
 }
+
+/// A tool that waits for the test's go-ahead, and counts its calls.
+struct Gated {
+    spec: loomflow::tool::ToolSpec,
+    gate: Arc<tokio::sync::Semaphore>,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl loomflow::tool::Tool for Gated {
+    fn spec(&self) -> &loomflow::tool::ToolSpec {
+        &self.spec
+    }
+    fn call<'a>(
+        &'a self,
+        _: serde_json::Value,
+        _: &'a loomflow::tool::ToolContext,
+    ) -> BoxFuture<'a, Result<serde_json::Value, loomflow::tool::ToolError>> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            self.gate.acquire().await.unwrap().forget();
+            Ok(json!("done"))
+        })
+    }
+}
+
+/// Cancelling a team's run while a worker agent calls a tool stops the agent before its
+/// next turn: no further model call or tool call is made for a run nobody wants.
+#[tokio::test]
+async fn a_cancelled_team_stops_its_worker_before_its_next_turn() {
+    let turns = (0..10).map(|i| {
+        ModelResponse::tool_calls(vec![ToolCall::new(format!("c{i}"), "work", json!({}))])
+    });
+    let model = Arc::new(ScriptedModel::new(
+        turns.chain([ModelResponse::text("all done")]),
+    ));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tool = Gated {
+        spec: loomflow::tool::ToolSpec::new("work", "Does some work.", json!({"type": "object"})),
+        gate: Arc::clone(&gate),
+        calls: Arc::clone(&calls),
+    };
+    let worker = Agent::builder("You work.")
+        .name("billing")
+        .model(Arc::clone(&model))
+        .tool(tool)
+        .build()
+        .unwrap();
+    let router = Router::new(scripted("classifier", &["billing"]))
+        .worker("billing", "invoices", worker)
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let run = router.start(&runtime, "team", TeamState::new("refund me"));
+    while calls.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    runtime.cancel("team").await.unwrap();
+    gate.add_permits(100);
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .unwrap();
+    assert!(
+        matches!(stopped, Err(loomflow::RunError::Cancelled { .. })),
+        "{stopped:?}"
+    );
+    assert_eq!(model.requests().len(), 1, "model calls after the cancel");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
