@@ -196,3 +196,148 @@ async fn each_timed_wait_of_a_node_run_again_keeps_its_own_deadline() {
     let got = resumed.unwrap().completed().unwrap();
     assert_eq!(got, [1, 7, 2]);
 }
+
+/// Both stores, on `clock`.
+fn runtimes(db: &loomflow_tests::TempDb, clock: &Arc<ManualClock>) -> [(&'static str, Runtime); 2] {
+    let sqlite = loomflow::runtime::SqliteStore::open(db.path()).unwrap();
+    [
+        (
+            "memory",
+            Runtime::builder().clock(Arc::clone(clock)).build(),
+        ),
+        (
+            "sqlite",
+            Runtime::builder()
+                .store(sqlite)
+                .clock(Arc::clone(clock))
+                .build(),
+        ),
+    ]
+}
+
+/// The newest top-level checkpoint of `thread`.
+async fn newest_top_level(rt: &Runtime, thread: &str) -> u64 {
+    let checkpoints = rt.list_checkpoints(thread).await.unwrap();
+    let top = checkpoints.iter().filter(|c| c.namespace.is_empty());
+    top.map(|c| c.id).max().unwrap()
+}
+
+/// A fork of a suspended sleep wakes when the original does, as its row says: recovered
+/// once due, or carried on by a worker, it does not start its sleep over.
+#[tokio::test]
+async fn a_forked_sleep_keeps_its_wake_time() {
+    let db = loomflow_tests::TempDb::new("fork-sleep");
+    let clock = Arc::new(ManualClock::new(start()));
+    for (label, rt) in runtimes(&db, &clock) {
+        let graph = reminder(true);
+        let out = graph.invoke(&rt, "t", Vec::new()).await.unwrap();
+        let wake = out.interrupts()[0].wake_at_ms;
+        assert_eq!(wake, Some(ms(start() + HOUR)), "{label}");
+        let at = newest_top_level(&rt, "t").await;
+        rt.fork("t", at, "by-hand").await.unwrap();
+        rt.fork("t", at, "by-worker").await.unwrap();
+        assert_eq!(
+            rt.run("by-hand").await.unwrap().record.wake_at_ms,
+            wake,
+            "{label}"
+        );
+
+        clock.advance(HOUR + Duration::from_secs(1));
+        let woke = graph.recover(&rt, "by-hand").await.unwrap();
+        assert_eq!(woke.completed().unwrap(), ["woke"], "{label}");
+        let worker = Worker::builder(&rt)
+            .graph(&graph)
+            .park_grace(Duration::ZERO)
+            .build();
+        worker.run_until_idle().await.unwrap();
+        let record = rt.run("by-worker").await.unwrap().record;
+        assert_eq!(
+            record.state,
+            loomflow::runtime::RunState::Completed,
+            "{label}: {record:?}"
+        );
+        clock.set(start());
+    }
+}
+
+/// A fork of a wait with a timeout keeps its deadline: carried on past it, it times out.
+#[tokio::test]
+async fn a_forked_timed_wait_keeps_its_deadline() {
+    let db = loomflow_tests::TempDb::new("fork-timed-wait");
+    let clock = Arc::new(ManualClock::new(start()));
+    for (label, rt) in runtimes(&db, &clock) {
+        let graph = Graph::new("timed")
+            .node_fn("approval", |log: &mut Vec<String>, ctx| {
+                Box::pin(async move {
+                    let wait = ctx.wait_for_signal::<bool>("approve").timeout(HOUR);
+                    match wait.or_suspend().await {
+                        Ok(approved) => log.push(format!("approved: {approved}")),
+                        Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
+                            log.push("timed out".into());
+                        }
+                        Err(other) => return Err(other.into()),
+                    }
+                    Ok(())
+                })
+            })
+            .edge(START, "approval")
+            .edge("approval", END)
+            .compile()
+            .unwrap();
+        graph.invoke(&rt, "t", Vec::new()).await.unwrap();
+        let at = newest_top_level(&rt, "t").await;
+        rt.fork("t", at, "f").await.unwrap();
+
+        clock.advance(HOUR + Duration::from_secs(1));
+        let ended = graph.recover(&rt, "f").await.unwrap();
+        assert_eq!(ended.completed().unwrap(), ["timed out"], "{label}");
+        clock.set(start());
+    }
+}
+
+/// A step journaled before the node suspended is not run again when a fork of the
+/// suspension is resumed: the fork replays it, as the original's resume does.
+#[tokio::test]
+async fn a_forked_suspension_replays_its_journaled_steps() {
+    let db = loomflow_tests::TempDb::new("fork-journal");
+    let clock = Arc::new(ManualClock::new(start()));
+    for (label, rt) in runtimes(&db, &clock) {
+        let paid = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&paid);
+        let graph = Graph::new("pay-then-ask")
+            .node_fn("ask", move |log: &mut Vec<String>, ctx| {
+                let counted = Arc::clone(&counted);
+                Box::pin(async move {
+                    let receipt: String = ctx
+                        .step("pay", || async move {
+                            let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            Ok::<_, loomflow::Error>(format!("receipt {n}"))
+                        })
+                        .await?;
+                    let ok: bool = ctx.interrupt(json!("ship it?"))?;
+                    log.push(format!("{receipt}, ship: {ok}"));
+                    Ok(())
+                })
+            })
+            .edge(START, "ask")
+            .edge("ask", END)
+            .compile()
+            .unwrap();
+        graph.invoke(&rt, "t", Vec::new()).await.unwrap();
+        let at = newest_top_level(&rt, "t").await;
+        rt.fork("t", at, "f").await.unwrap();
+        let forked = graph.resume(&rt, "f", false).await.unwrap();
+        assert_eq!(
+            forked.completed().unwrap(),
+            ["receipt 0, ship: false"],
+            "{label}"
+        );
+        let original = graph.resume(&rt, "t", true).await.unwrap();
+        assert_eq!(
+            original.completed().unwrap(),
+            ["receipt 0, ship: true"],
+            "{label}"
+        );
+        assert_eq!(paid.load(std::sync::atomic::Ordering::SeqCst), 1, "{label}");
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::store::{Checkpoint, RunState, RunStatus};
+use super::store::{Checkpoint, JournalKey, RunState, RunStatus};
 use super::{Result, Runtime, RuntimeError};
 
 impl Runtime {
@@ -10,7 +10,10 @@ impl Runtime {
     ///
     /// The original thread is untouched. A run suspended inside a subgraph takes the
     /// subgraph's own checkpoints along, so that resuming the fork answers the subgraph's
-    /// question as resuming the original would. Carry on with
+    /// question as resuming the original would. A suspension takes along what its step
+    /// journaled before it suspended ([`Store::list_journal`](crate::runtime::Store::list_journal)):
+    /// carried on, the fork's step replays it as the original's would, so a sleep wakes
+    /// and a wait times out when the original's do, and a `ctx.step` is not done twice. Carry on with
     /// [`CompiledGraph::recover`](crate::CompiledGraph::recover) (or `resume`, when the
     /// checkpoint was interrupted) on the new thread, which runs the source run's graph (its
     /// row names it, so a [`Worker`](crate::Worker) carries it on, and a changed graph is
@@ -80,7 +83,24 @@ impl Runtime {
             describe(&mut checkpoint, &all);
         }
         if interrupted {
-            for mut child in children_at(all, &checkpoint) {
+            let children = children_at(all, &checkpoint);
+            // What the suspended step (and the subgraph steps it suspended in) journaled
+            // before it suspended: the fork's step replays it, as the original's would (a
+            // sleep keeps its wake time, a journaled step its result).
+            let journal = self
+                .inner
+                .store
+                .list_journal(thread, checkpoint.run)
+                .await?;
+            for (mut key, value) in journal {
+                if !suspended_in(&key, &checkpoint, &children) {
+                    continue;
+                }
+                new_thread.clone_into(&mut key.thread);
+                key.run = run;
+                claim.put_journal_audited(key, value, Vec::new()).await?;
+            }
+            for mut child in children {
                 child.id = 0;
                 child.thread = new_thread.to_owned();
                 child.run = run;
@@ -114,6 +134,14 @@ fn describe(checkpoint: &mut Checkpoint, all: &[Checkpoint]) {
             body.insert(key.to_owned(), value.clone());
         }
     }
+}
+
+/// Whether `key` was journaled by a node of the step `parent` (an interrupted top-level
+/// checkpoint) suspended in, or of the step one of its `children` suspended in. Not the
+/// resume requests journaled at `parent` (no node): they were the original's.
+fn suspended_in(key: &JournalKey, parent: &Checkpoint, children: &[Checkpoint]) -> bool {
+    let in_step = |cp: &Checkpoint| key.namespace == cp.namespace && key.step == cp.step + 1;
+    !key.node.is_empty() && (in_step(parent) || children.iter().any(in_step))
 }
 
 /// The newest checkpoint of each subgraph namespace of `parent`'s run among `all`, its

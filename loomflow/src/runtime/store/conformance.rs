@@ -231,13 +231,20 @@ async fn journal_keeps_the_first_value(store: &dyn Store) {
         None,
         "occurrences are separate entries"
     );
-    let mut other_run = key;
+    let mut other_run = key.clone();
     other_run.run = 2;
     assert_eq!(
         store.get_journal(&other_run).await.unwrap(),
         None,
         "runs are separate"
     );
+    // A run's entries, every namespace, and no other run's.
+    let child = JournalKey::new(&thread, 1, "sub:2", 1, "ask", "deadline:ok", 0);
+    store.put_journal(child.clone(), json!(5)).await.unwrap();
+    store.put_journal(other_run, json!("later")).await.unwrap();
+    let mut listed = store.list_journal(&thread, 1).await.unwrap();
+    listed.sort_by(|a, b| a.0.namespace.cmp(&b.0.namespace));
+    assert_eq!(listed, [(key, json!({"id": "ch_1"})), (child, json!(5))]);
 }
 
 async fn signals_are_fifo_and_taken_once(store: &dyn Store) {

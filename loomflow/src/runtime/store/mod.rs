@@ -188,6 +188,19 @@ pub trait Store: Send + Sync + 'static {
         key: &'a JournalKey,
     ) -> BoxFuture<'a, Result<Option<Value>, StoreError>>;
 
+    /// The journal entries of run `run` of `thread`, every namespace, in no set order: what
+    /// [`Runtime::fork`](crate::Runtime::fork) copies so that a forked suspension's step
+    /// replays what the original's would (a sleep keeps its wake time, a step its result).
+    /// The default lists none: forked, such a step runs its journaled steps again.
+    fn list_journal<'a>(
+        &'a self,
+        thread: &'a str,
+        run: u64,
+    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>> {
+        let _ = (thread, run);
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
     /// Stores a signal until it is consumed. With an idempotency key, a second signal with
     /// the same (session, name, key) is not stored.
     fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>>;

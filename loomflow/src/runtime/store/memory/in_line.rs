@@ -131,6 +131,20 @@ impl MemoryStore {
         self.lock().map(|inner| inner.journaled(key).cloned())
     }
 
+    /// [`Store::list_journal`](crate::runtime::Store::list_journal), made at once.
+    pub(super) fn list_journal_now(
+        &self,
+        thread: &str,
+        run: u64,
+    ) -> Result<Vec<(JournalKey, Value)>, StoreError> {
+        let inner = self.lock()?;
+        let Some(slot) = inner.threads.get(thread) else {
+            return Ok(Vec::new());
+        };
+        let entries = slot.journal.iter().filter(|(key, _)| key.run == run);
+        Ok(entries.map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
     /// [`Store::put_journal_audited`](crate::runtime::Store::put_journal_audited) (with no
     /// entries, [`put_journal_claimed`](crate::runtime::Store::put_journal_claimed)), made
     /// at once: the value and the entries are filed together, under one lock.

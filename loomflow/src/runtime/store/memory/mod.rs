@@ -246,6 +246,14 @@ impl Store for MemoryStore {
         ready(self.get_journal_now(key))
     }
 
+    fn list_journal<'a>(
+        &'a self,
+        thread: &'a str,
+        run: u64,
+    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>> {
+        ready(self.list_journal_now(thread, run))
+    }
+
     fn push_signal(
         &self,
         mut signal: StoredSignal,

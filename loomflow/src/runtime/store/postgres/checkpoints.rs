@@ -205,4 +205,46 @@ impl PostgresStore {
         .await
         .map_err(|e: Fail| e.read(thread))
     }
+
+    /// [`Store::list_journal`](crate::runtime::Store::list_journal).
+    pub(super) async fn run_journal(
+        &self,
+        thread: &str,
+        run: u64,
+    ) -> Result<Vec<(JournalKey, Value)>, StoreError> {
+        // A run past BIGINT has no entries.
+        let Ok(stored_run) = i64::try_from(run) else {
+            return Ok(Vec::new());
+        };
+        async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT namespace, step, node, name, occurrence, value FROM loomflow_journal
+                     WHERE thread = $1 AND run = $2",
+                )
+                .await?;
+            let rows = client.query(&stmt, &[&thread, &stored_run]).await?;
+            let mut entries = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let step: i64 = get(row, 1, thread)?;
+                let occurrence: i64 = get(row, 4, thread)?;
+                let key = JournalKey::new(
+                    thread,
+                    run,
+                    get::<String>(row, 0, thread)?,
+                    u64::try_from(step).unwrap_or_default(),
+                    get::<String>(row, 2, thread)?,
+                    get::<String>(row, 3, thread)?,
+                    u32::try_from(occurrence).unwrap_or_default(),
+                );
+                let value: &str = get(row, 5, thread)?;
+                let value = from_json(value, thread, format_args!("journal entry {}", key.name))?;
+                entries.push((key, value));
+            }
+            Ok(entries)
+        }
+        .await
+        .map_err(|e: Fail| e.read(thread))
+    }
 }

@@ -288,6 +288,14 @@ impl Store for PostgresStore {
         Box::pin(self.journal_entry(key))
     }
 
+    fn list_journal<'a>(
+        &'a self,
+        thread: &'a str,
+        run: u64,
+    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>> {
+        Box::pin(self.run_journal(thread, run))
+    }
+
     fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
         Box::pin(self.store_signal(signal))
     }

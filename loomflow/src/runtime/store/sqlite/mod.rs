@@ -287,14 +287,17 @@ impl Store for SqliteStore {
         &'a self,
         key: &'a JournalKey,
     ) -> BoxFuture<'a, Result<Option<Value>, StoreError>> {
-        let (Ok(run), Ok(step)) = (i64::try_from(key.run), i64::try_from(key.step)) else {
-            return Box::pin(std::future::ready(Ok(None)));
-        };
-        let key = key.clone();
-        let thread = key.thread.clone();
-        self.read(&thread, move |conn| {
-            rows::read_journal(conn, &key, run, step)
-        })
+        let owned = key.clone();
+        self.read(&key.thread, move |conn| rows::read_journal(conn, &owned))
+    }
+
+    fn list_journal<'a>(
+        &'a self,
+        thread: &'a str,
+        run: u64,
+    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>> {
+        let owned = thread.to_owned();
+        self.read(thread, move |conn| rows::list_journal(conn, &owned, run))
     }
 
     fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>> {

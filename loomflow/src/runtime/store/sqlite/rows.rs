@@ -115,13 +115,14 @@ pub(super) fn unexpected(thread: &str, outcome: &Outcome) -> StoreError {
     }
 }
 
-/// The journal entry under `key` (whose run and step are `run` and `step`), if written.
+/// The journal entry under `key`, if written (a run or step past `i64` names none).
 pub(super) fn read_journal(
     conn: &Connection,
     key: &JournalKey,
-    run: i64,
-    step: i64,
 ) -> rusqlite::Result<Result<Option<Value>, StoreError>> {
+    let (Ok(run), Ok(step)) = (i64::try_from(key.run), i64::try_from(key.step)) else {
+        return Ok(Ok(None));
+    };
     let value: Option<String> = conn
         .prepare_cached(
             "SELECT value FROM journal WHERE thread = ?1 AND run = ?2 AND namespace = ?3
@@ -146,6 +147,40 @@ pub(super) fn read_journal(
                 .map_err(|e| corrupt(&key.thread, format!("journal entry {}: {e}", key.name)))
         })
         .transpose())
+}
+
+/// The journal entries of run `run` of `thread`, every namespace.
+pub(super) fn list_journal(
+    conn: &Connection,
+    thread: &str,
+    run: u64,
+) -> rusqlite::Result<Result<Vec<(JournalKey, Value)>, StoreError>> {
+    let Ok(stored_run) = i64::try_from(run) else {
+        return Ok(Ok(Vec::new()));
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT namespace, step, node, name, occurrence, value FROM journal
+         WHERE thread = ?1 AND run = ?2",
+    )?;
+    let rows = stmt.query_map(params![thread, stored_run], |row| {
+        let (namespace, step): (String, i64) = (row.get(0)?, row.get(1)?);
+        let (node, name): (String, String) = (row.get(2)?, row.get(3)?);
+        let step = u64::try_from(step).unwrap_or_default();
+        let key = JournalKey::new(thread, run, namespace, step, node, name, row.get(4)?);
+        Ok((key, row.get::<_, String>(5)?))
+    })?;
+    let mut entries = Vec::new();
+    for row in rows {
+        let (key, value) = row?;
+        match serde_json::from_str(&value) {
+            Ok(value) => entries.push((key, value)),
+            Err(e) => {
+                let message = format!("journal entry {}: {e}", key.name);
+                return Ok(Err(corrupt(thread, message)));
+            }
+        }
+    }
+    Ok(Ok(entries))
 }
 
 /// The newest checkpoint of `thread` in `namespace`.
