@@ -253,6 +253,38 @@ async fn in_memory_signals_are_audited_when_sent_and_received() {
     assert_eq!(log[1].run, 1);
 }
 
+/// A resume request (`Runtime::request_resume`, what `loomflow resume` and the HTTP API
+/// send) is audited when it is sent and when the run takes it, in memory as on SQLite.
+#[tokio::test]
+async fn resume_requests_are_audited_when_sent_and_taken() {
+    let db = loomflow_tests::TempDb::new("audit-resume-request");
+    let asker = Graph::new("asker")
+        .node_fn("ask", |answer: &mut Option<String>, ctx| {
+            Box::pin(async move {
+                *answer = Some(ctx.interrupt(json!("ok?"))?);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    for runtime in [Runtime::in_memory(), durable(db.path())] {
+        asker.invoke(&runtime, "t", None).await.unwrap();
+        runtime.request_resume("t", "yes").await.unwrap();
+        let done = asker.recover(&runtime, "t").await.unwrap();
+        assert_eq!(done.completed().unwrap().as_deref(), Some("yes"));
+        let log = runtime.audit("t").await.unwrap();
+        let taken = of_kind(&log, AuditKind::SignalReceived);
+        assert_eq!(taken.len(), 1, "{log:#?}");
+        assert_eq!(
+            (taken[0].subject.as_str(), taken[0].run),
+            ("loomflow:resume", 1)
+        );
+        assert_eq!(of_kind(&log, AuditKind::SignalSent).len(), 1, "{log:#?}");
+    }
+}
+
 #[tokio::test]
 async fn workers_keep_the_log_to_its_retention() {
     let db = TempDb::new("audit-retention");

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::Result;
 use crate::runtime::claim::RunClaim;
 use crate::runtime::mailbox::Scope;
+use crate::runtime::store::audit::signal_received;
 use crate::runtime::store::runs::RESUME_SIGNAL;
 use crate::runtime::{JournalKey, ResumeRequest, Runtime};
 
@@ -70,10 +71,15 @@ pub(super) async fn resume_requests(
                     .take_signal(thread, seq, (key, entry.payload.clone()))
                     .await
             }
-            None => claim
-                .put_journal_audited(key, entry.payload.clone(), Vec::new())
-                .await
-                .map(|()| true),
+            // Delivered by the in-memory mailbox: no store took it, so the receipt is
+            // audited here, with the journal entry, as a store's take audits it.
+            None => {
+                let received = signal_received(thread, RESUME_SIGNAL, 0, at.run);
+                claim
+                    .put_journal_audited(key, entry.payload.clone(), vec![received])
+                    .await
+                    .map(|()| true)
+            }
         };
         match took {
             Ok(true) => {
