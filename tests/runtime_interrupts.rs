@@ -886,3 +886,42 @@ async fn a_fork_from_an_older_runs_last_steps_names_its_graph() {
     let forked = rt.run("t2").await.unwrap().record;
     assert_eq!(forked.graph.as_deref(), Some("counting"), "{forked:?}");
 }
+
+/// Going back on one thread drops the resume requests queued for the run it abandons:
+/// a request meant for its second question does not answer the fork's first.
+#[tokio::test]
+async fn a_fork_back_drops_the_requests_queued_for_the_abandoned_run() {
+    let two_questions = Graph::new("two-questions")
+        .node_fn("q1", |v: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let a: String = ctx.interrupt(json!("q1?"))?;
+                v.push(format!("q1={a}"));
+                Ok(())
+            })
+        })
+        .node_fn("q2", |v: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let a: String = ctx.interrupt(json!("q2?"))?;
+                v.push(format!("q2={a}"));
+                Ok(())
+            })
+        })
+        .edge(START, "q1")
+        .edge("q1", "q2")
+        .edge("q2", END)
+        .compile()
+        .unwrap();
+    let db = loomflow_tests::TempDb::new("fork-drops-requests");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        two_questions.invoke(&rt, "t", Vec::new()).await.unwrap();
+        let at_q1 = newest_top_level(&rt, "t").await;
+        two_questions.resume(&rt, "t", "first").await.unwrap();
+        rt.request_resume("t", "meant for q2").await.unwrap();
+
+        rt.fork("t", at_q1, "t").await.unwrap();
+        let again = two_questions.recover(&rt, "t").await.unwrap();
+        assert_eq!(again.interrupts().len(), 1, "{again:?}");
+        assert_eq!(again.interrupts()[0].node, "q1", "{again:?}");
+        assert!(again.state().is_empty(), "{again:?}");
+    }
+}

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use super::mailbox::Scope;
+use super::store::runs::RESUME_SIGNAL;
 use super::store::{Checkpoint, JournalKey, RunState, RunStatus};
 use super::{Result, Runtime, RuntimeError};
 
@@ -18,6 +20,9 @@ impl Runtime {
     /// checkpoint was interrupted) on the new thread, which runs the source run's graph (its
     /// row names it, so a [`Worker`](crate::Worker) carries it on, and a changed graph is
     /// refused naming what changed, as on the original thread).
+    ///
+    /// Resume requests queued for `new_thread` ([`request_resume`](Self::request_resume))
+    /// are dropped unapplied: they were for the questions of the run the fork replaces.
     ///
     /// Only a top-level checkpoint starts a thread: a subgraph's state is not the thread's.
     /// A fork never discards another run's work: `new_thread` must have no run, or a
@@ -62,6 +67,9 @@ impl Runtime {
                 state: record.state,
             });
         }
+        // Resume requests queued for `new_thread` were for the questions of the run the fork
+        // replaces: none is left over to answer the fork's.
+        self.drop_resume_requests(new_thread).await?;
         // A new run of `new_thread`: its journal keys must not meet those of earlier runs
         // there, or their recorded results would be replayed.
         let run = self
@@ -112,6 +120,21 @@ impl Runtime {
         checkpoint.run = run;
         claim.put_checkpoint(checkpoint).await?;
         claim.release().await?;
+        Ok(())
+    }
+}
+
+impl Runtime {
+    /// Takes the resume requests queued for `thread` out, unapplied: those other processes
+    /// stored since this one last looked too.
+    async fn drop_resume_requests(&self, thread: &str) -> Result<()> {
+        self.refresh_signals().await?;
+        while let Some(entry) = (self.receive_now(thread, RESUME_SIGNAL, Scope::Framework)).await? {
+            tracing::info!(%thread, "a resume request for the run a fork replaces was dropped");
+            if let Some(seq) = entry.seq {
+                self.inner.store.discard_signal(thread, seq).await?;
+            }
+        }
         Ok(())
     }
 }
