@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
-use loomflow::EventKind;
 use loomflow::prelude::*;
+use loomflow::runtime::RunState;
+use loomflow::{EventKind, RunError};
 
 fn inner() -> CompiledGraph<u32> {
     Graph::new("inner")
@@ -401,4 +402,51 @@ async fn retention_bounds_a_subgraph_in_a_loop_and_its_suspension_resumes() {
         2,
         "the child carried on at its question"
     );
+}
+
+/// A resume value the subgraph's node cannot use is refused as it is at top level: the
+/// run stays interrupted, and a good value resumes it. Directly, and as a request a
+/// worker applies (spent, not applied again by the next execution).
+#[tokio::test]
+async fn a_bad_resume_value_for_a_subgraphs_question_is_refused() {
+    let db = loomflow_tests::TempDb::new("subgraph-bad-resume");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = Graph::new("outer")
+            .subgraph(
+                "sub",
+                asking(Arc::default()),
+                |n: &u32| *n,
+                |n: &mut u32, m: u32| {
+                    *n = m;
+                },
+            )
+            .edge(START, "sub")
+            .edge("sub", END)
+            .compile()
+            .unwrap();
+        graph.invoke(&runtime, "t", 1).await.unwrap();
+        let refused = graph.resume(&runtime, "t", "not a number").await;
+        assert!(
+            matches!(refused, Err(RunError::ResumeValue { .. })),
+            "{refused:?}"
+        );
+        let record = runtime.run("t").await.unwrap().record;
+        assert_eq!(record.state, RunState::Interrupted, "{record:?}");
+        let done = graph.resume(&runtime, "t", 4).await.unwrap();
+        assert_eq!(done.completed().unwrap(), 5);
+
+        let worker = Worker::builder(&runtime).graph(&graph).build();
+        runtime.submit("outer", "w", 1u32).await.unwrap();
+        worker.run_until_idle().await.unwrap();
+        runtime.request_resume("w", "not a number").await.unwrap();
+        worker.run_until_idle().await.unwrap();
+        let record = runtime.run("w").await.unwrap().record;
+        assert_eq!(record.state, RunState::Interrupted, "{record:?}");
+        let again = graph.recover(&runtime, "w").await.unwrap();
+        assert_eq!(
+            again.interrupts().len(),
+            1,
+            "the request was spent: {again:?}"
+        );
+    }
 }

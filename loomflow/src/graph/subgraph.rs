@@ -7,10 +7,18 @@ use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
 use crate::graph::error::RunError;
 use crate::graph::executor::{Execution, Start, execute};
-use crate::graph::node::{BoxFuture, Node, NodeResult};
+use crate::graph::node::{BoxFuture, Node, NodeError, NodeResult};
 use crate::graph::run::RunOutcome;
 use crate::graph::shape::GraphShape;
 use crate::runtime::RunStatus;
+
+/// How a subgraph's run stopped without failing: handed back at its worker's shutdown,
+/// refused a resume value it could not use, or stopped by a store failure. It leaves its
+/// node as this error, which the parent's step takes out again to stop the same way
+/// (`executor::step`), rather than as the node's failure, which would fail the run.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct ChildStop(pub(crate) RunError);
 
 type MapIn<S, T> = Box<dyn Fn(&S) -> T + Send + Sync>;
 type MapOut<S, T> = Box<dyn Fn(&mut S, T) + Send + Sync>;
@@ -94,7 +102,16 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 claim: Some(ctx.claim().clone()),
                 wait_if_busy: None,
             };
-            match execute(execution).await? {
+            let outcome = match execute(execution).await {
+                Ok(outcome) => outcome,
+                Err(
+                    stop @ (RunError::Yielded { .. }
+                    | RunError::ResumeValue { .. }
+                    | RunError::Store(_)),
+                ) => return Err(NodeError::failed(ChildStop(stop))),
+                Err(error) => return Err(error.into()),
+            };
+            match outcome {
                 RunOutcome::Completed(child) => {
                     (self.from)(state, child);
                     Ok(())

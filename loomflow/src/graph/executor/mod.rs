@@ -467,9 +467,9 @@ fn run_supersteps<S: State>(
                     }
                     return Ok(RunOutcome::Interrupted { state, interrupts });
                 }
-                // A subgraph let go at its worker's shutdown: so does the run, from where its
-                // step started.
-                Err(error @ RunError::Yielded { .. }) => {
+                // A subgraph let go at its worker's shutdown, or a store failure stopped the
+                // step: the run lets go from where the step started, not at fault.
+                Err(error @ (RunError::Yielded { .. } | RunError::Store(_))) => {
                     writer.finish().await?;
                     return Err(error);
                 }

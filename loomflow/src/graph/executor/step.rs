@@ -19,6 +19,7 @@ use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::graph::merge::{BranchResult, merge_branches};
 use crate::graph::node::NodeError;
+use crate::graph::subgraph::ChildStop;
 use crate::runtime::Interrupt;
 
 pub(super) enum StepOutcome<S> {
@@ -170,15 +171,19 @@ async fn run_node<S: State>(
             thread: shared.thread.to_string(),
         });
     }
-    // A subgraph's run that let go at its worker's shutdown (see `run_supersteps`): the run
-    // lets go too, its step to be run again, which carries the subgraph on.
-    if let Ok(Err(NodeError::Failed(error))) = &outcome
-        && matches!(error.downcast_ref(), Some(RunError::Yielded { .. }))
-    {
-        return Err(RunError::Yielded {
-            thread: shared.thread.to_string(),
-        });
-    }
+    // A subgraph's run that stopped without failing (handed back, a resume value refused,
+    // a store failure): the run stops the same way, from where this step started, rather
+    // than failing; carried on, the step runs again and the subgraph picks up from its own
+    // checkpoint.
+    let outcome = match outcome {
+        Ok(Err(NodeError::Failed(error))) if suspension.is_none() => {
+            match error.downcast::<ChildStop>() {
+                Ok(stop) => return Err(stop.0),
+                Err(error) => Ok(Err(NodeError::Failed(error))),
+            }
+        }
+        outcome => outcome,
+    };
     match (outcome, suspension) {
         (Ok(result), Some(interrupts)) => {
             match result {
