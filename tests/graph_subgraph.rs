@@ -450,3 +450,25 @@ async fn a_bad_resume_value_for_a_subgraphs_question_is_refused() {
         );
     }
 }
+
+/// An interrupt raised two subgraphs down is streamed once, as the outcome names it, not
+/// once for each level it suspends through.
+#[tokio::test]
+async fn an_interrupt_in_a_nested_subgraph_is_streamed_once() {
+    let nested = around(around(asking(Arc::default())));
+    let runtime = Runtime::in_memory();
+    let events: Vec<_> = nested.stream(&runtime, "t", 1).collect().await;
+    let interrupts: Vec<_> = (events.iter())
+        .filter(|e| matches!(e.kind, EventKind::Interrupt { .. }))
+        .collect();
+    assert_eq!(interrupts.len(), 1, "{interrupts:#?}");
+    let pending = runtime.pending_interrupts("t").await.unwrap();
+    let EventKind::Interrupt { id, .. } = &interrupts[0].kind else {
+        unreachable!()
+    };
+    assert_eq!(*id, pending[0].id);
+    assert_eq!(
+        interrupts[0].node.as_deref(),
+        Some(pending[0].node.as_str())
+    );
+}

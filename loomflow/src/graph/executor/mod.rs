@@ -454,8 +454,12 @@ fn run_supersteps<S: State>(
                     write
                         .instrument(observe::suspend_span(step, &interrupts))
                         .await?;
-                    // Only built for a listener: the payloads may be large.
-                    for interrupt in interrupts.iter().filter(|_| shared.events.is_some()) {
+                    // Only built for a listener: the payloads may be large. One event per
+                    // interrupt, the top-level run's, which names it as the outcome does (a
+                    // subgraph's by its subgraph node): not one more for each level it
+                    // suspends through.
+                    let told = shared.events.is_some() && shared.namespace.is_root();
+                    for interrupt in interrupts.iter().filter(|_| told) {
                         shared.emit(
                             step,
                             Some(&interrupt.node),
