@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use loomflow::RunError;
 use loomflow::prelude::*;
-use loomflow::runtime::{RunState, SqliteStore};
+use loomflow::runtime::{RunState, RunStatus, SqliteStore};
 use tokio::sync::Semaphore;
 
 /// `work` waits for the test's go-ahead (a step doing work no cancel interrupts, such as a
@@ -59,6 +59,45 @@ async fn until_running(runtime: &Runtime, thread: &str) {
     }
 }
 
+/// `child` as the one node of a graph.
+fn in_parent(child: CompiledGraph<u32>) -> CompiledGraph<u32> {
+    Graph::new("parent")
+        .subgraph("sub", child, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+        .edge(START, "sub")
+        .edge("sub", END)
+        .compile()
+        .unwrap()
+}
+
+/// Cancels `thread`'s run, opens `gate` by `permits`, and checks that `run` ended
+/// cancelled, as its row says.
+async fn cancel_and_see_it_stop(
+    (label, runtime): (&str, &Runtime),
+    thread: &str,
+    run: loomflow::graph::RunHandle<u32>,
+    gate: &Semaphore,
+    permits: usize,
+) {
+    runtime.cancel(thread).await.unwrap();
+    gate.add_permits(permits);
+    let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
+    assert!(
+        matches!(stopped, Err(RunError::Cancelled { .. })),
+        "{label}: {stopped:?}"
+    );
+    let info = runtime.run(thread).await.unwrap();
+    assert_eq!(info.record.state, RunState::Cancelled, "{label}");
+}
+
+/// The status of the newest checkpoint of a subgraph of `thread`.
+async fn newest_child_status(runtime: &Runtime, thread: &str) -> Option<RunStatus> {
+    let checkpoints = runtime.list_checkpoints(thread).await.unwrap();
+    let child = checkpoints.iter().rev().find(|c| !c.namespace.is_empty());
+    child.map(|c| c.status)
+}
+
 /// A node that suspends after the run was asked to stop does not leave the run waiting
 /// for an answer: the run is cancelled where that step started, and a resume is refused.
 #[tokio::test]
@@ -69,17 +108,8 @@ async fn a_run_asked_to_stop_that_then_suspends_is_cancelled() {
         let graph = busy_graph(Arc::clone(&gate), "ask");
         let run = graph.start(&runtime, "t", 0);
         until_running(&runtime, "t").await;
-        runtime.cancel("t").await.unwrap();
-        gate.add_permits(1);
-        let stopped = tokio::time::timeout(Duration::from_secs(5), run)
-            .await
-            .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
-        assert!(
-            matches!(stopped, Err(RunError::Cancelled { .. })),
-            "{label}: {stopped:?}"
-        );
+        cancel_and_see_it_stop((label, &runtime), "t", run, &gate, 1).await;
         let info = runtime.run("t").await.unwrap();
-        assert_eq!(info.record.state, RunState::Cancelled, "{label}");
         assert!(info.interrupts.is_empty(), "{label}: {:?}", info.interrupts);
         let resumed = graph.resume(&runtime, "t", 5u32).await;
         assert!(
@@ -333,45 +363,21 @@ async fn a_cancel_stops_a_subgraph_before_its_next_step() {
             .recursion_limit(50)
             .compile()
             .unwrap();
-        let graph = Graph::new("parent")
-            .subgraph("sub", child, |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
-            .node_sync("after", |n: &mut u32| *n += 100)
-            .edge(START, "sub")
-            .edge("sub", "after")
-            .edge("after", END)
-            .compile()
-            .unwrap();
-        let run = graph.start(&runtime, "t", 0);
+        let run = in_parent(child).start(&runtime, "t", 0);
         // The child's first step has run, and its second waits for the gate.
         while steps.load(std::sync::atomic::Ordering::SeqCst) < 1 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         until_running(&runtime, "t").await;
-        runtime.cancel("t").await.unwrap();
-        gate.add_permits(100);
-        let stopped = tokio::time::timeout(Duration::from_secs(5), run)
-            .await
-            .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
-        assert!(
-            matches!(stopped, Err(RunError::Cancelled { .. })),
-            "{label}: {stopped:?}"
-        );
+        cancel_and_see_it_stop((label, &runtime), "t", run, &gate, 100).await;
         let ran = steps.load(std::sync::atomic::Ordering::SeqCst);
         assert!(
             ran <= 2,
             "{label}: the subgraph ran {ran} steps after the cancel"
         );
-        let info = runtime.run("t").await.unwrap();
-        assert_eq!(info.record.state, RunState::Cancelled, "{label}");
         // The subgraph's own newest checkpoint says so too.
-        let checkpoints = runtime.list_checkpoints("t").await.unwrap();
-        let child = checkpoints.iter().rev().find(|c| !c.namespace.is_empty());
-        let status = child.map(|c| c.status);
-        assert_eq!(
-            status,
-            Some(loomflow::runtime::RunStatus::Cancelled),
-            "{label}"
-        );
+        let status = newest_child_status(&runtime, "t").await;
+        assert_eq!(status, Some(RunStatus::Cancelled), "{label}");
     }
 }
 
@@ -382,37 +388,10 @@ async fn a_subgraph_asked_to_stop_that_then_suspends_is_cancelled() {
     let db = loomflow_tests::TempDb::new("cancel-subgraph-suspend");
     for (label, runtime) in runtimes(&db) {
         let gate = Arc::new(Semaphore::new(0));
-        let graph = Graph::new("parent")
-            .subgraph(
-                "sub",
-                busy_graph(Arc::clone(&gate), "ask"),
-                |n: &u32| *n,
-                |n: &mut u32, m: u32| *n = m,
-            )
-            .edge(START, "sub")
-            .edge("sub", END)
-            .compile()
-            .unwrap();
-        let run = graph.start(&runtime, "t", 0);
+        let run = in_parent(busy_graph(Arc::clone(&gate), "ask")).start(&runtime, "t", 0);
         until_running(&runtime, "t").await;
-        runtime.cancel("t").await.unwrap();
-        gate.add_permits(1);
-        let stopped = tokio::time::timeout(Duration::from_secs(5), run)
-            .await
-            .unwrap_or_else(|_| panic!("{label}: the run did not stop"));
-        assert!(
-            matches!(stopped, Err(RunError::Cancelled { .. })),
-            "{label}: {stopped:?}"
-        );
-        let checkpoints = runtime.list_checkpoints("t").await.unwrap();
-        let child = checkpoints.iter().rev().find(|c| !c.namespace.is_empty());
-        let status = child.map(|c| c.status);
-        assert_eq!(
-            status,
-            Some(loomflow::runtime::RunStatus::Cancelled),
-            "{label}"
-        );
-        let info = runtime.run("t").await.unwrap();
-        assert_eq!(info.record.state, RunState::Cancelled, "{label}");
+        cancel_and_see_it_stop((label, &runtime), "t", run, &gate, 1).await;
+        let status = newest_child_status(&runtime, "t").await;
+        assert_eq!(status, Some(RunStatus::Cancelled), "{label}");
     }
 }
