@@ -472,3 +472,44 @@ async fn an_interrupt_in_a_nested_subgraph_is_streamed_once() {
         Some(pending[0].node.as_str())
     );
 }
+
+/// An `Exit` run abandoned after its subgraph finished leaves no top-level checkpoint: the
+/// thread's next run must still run the subgraph on its own input, not be handed the
+/// abandoned run's subgraph result.
+#[tokio::test]
+async fn an_exit_run_after_an_abandoned_one_runs_its_subgraph_afresh() {
+    let db = loomflow_tests::TempDb::new("subgraph-exit-abandoned");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let entered = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&entered);
+        let graph = Graph::new("outer")
+            .subgraph("sub", inner(), |n: &u32| *n, |n: &mut u32, m: u32| *n = m)
+            .node_fn("slow", move |_: &mut u32, _ctx| {
+                let seen = Arc::clone(&seen);
+                Box::pin(async move {
+                    if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(())
+                })
+            })
+            .edge(START, "sub")
+            .edge("sub", "slow")
+            .edge("slow", END)
+            .compile()
+            .unwrap();
+        let abandoned = graph
+            .run(&runtime, "x", 1)
+            .durability(Durability::Exit)
+            .start();
+        while entered.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        abandoned.abort();
+        let _ = abandoned.await;
+
+        let next = graph.run(&runtime, "x", 100).durability(Durability::Exit);
+        // `inner` adds 1, then 10.
+        assert_eq!(next.await.unwrap().completed().unwrap(), 111);
+    }
+}

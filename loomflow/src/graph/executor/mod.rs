@@ -564,6 +564,10 @@ pub(super) fn put_last(
         if shared.namespace.is_root() {
             shared.claim.put_last_checkpoint(cp).await?;
         } else {
+            // An `Exit` run's start goes first, as before a journal entry: the subgraph's
+            // rows would otherwise be filed under a run number the thread's next run takes
+            // again, and read back by it.
+            shared.claim.write_reserved_start().await?;
             shared.claim.put_checkpoint(cp).await?;
         }
         Ok(())

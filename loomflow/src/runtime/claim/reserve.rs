@@ -4,9 +4,10 @@
 //! writes no checkpoint until it stops, so one abandoned half way (its process died, its
 //! future was dropped) leaves none, and the thread's next run takes the same number. Its
 //! journal is keyed by that number: the next run would be handed the abandoned run's step
-//! results instead of doing its own steps. So an `Exit` run that journals anything writes
-//! its start first (unsynced, as a `Sync` run's start is), which gives the number away; a
-//! run that journals nothing writes nothing more than before.
+//! results instead of doing its own steps, and its subgraphs the abandoned run's
+//! subgraph checkpoints. So an `Exit` run that journals anything, or whose subgraph writes
+//! a checkpoint, writes its start first (unsynced, as a `Sync` run's start is), which gives
+//! the number away; a run that does neither writes nothing more than before.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -33,8 +34,9 @@ impl RunClaim {
         }
     }
 
-    /// Writes the reserved start, if one waits; what every journal write does first.
-    pub(super) async fn write_reserved_start(&self) -> Result<(), StoreError> {
+    /// Writes the reserved start, if one waits; what every journal write, and every
+    /// checkpoint of a subgraph's run, does first.
+    pub(crate) async fn write_reserved_start(&self) -> Result<(), StoreError> {
         let reserved = &self.inner.reserved;
         if !reserved.waiting.load(Ordering::Acquire) {
             return Ok(());
