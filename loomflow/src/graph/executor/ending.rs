@@ -1,5 +1,5 @@
-//! How an execution stops before its graph's end: a failed step, or a cancel between two
-//! supersteps.
+//! How an execution stops: the write that ends it, and a failed step or a cancel between
+//! two supersteps before its graph's end.
 
 use std::collections::BTreeMap;
 
@@ -7,14 +7,14 @@ use serde_json::Value;
 
 use super::checkpoint::{PendingWrite, RunKey, SnapshotRef};
 use super::route::JoinMarks;
-use super::{ErrorChain, Result, add_audit, flush_audit, put_last};
+use super::{ErrorChain, Result, add_audit};
 use crate::context::RunShared;
 use crate::event::EventKind;
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::graph::run::RunOutcome;
-use crate::runtime::{Durability, RunStatus};
+use crate::runtime::{Checkpoint, Durability, RunStatus};
 
 /// Where a failed step started: its number, the nodes it ran, the joins' progress, and
 /// for a resumed step its finished siblings and the values it was given.
@@ -88,4 +88,39 @@ pub(super) async fn cancel<S: State>(
     Err(RunError::Cancelled {
         thread: shared.thread.to_string(),
     })
+}
+
+/// Writes the checkpoint that ends an execution. A top-level run lets its claim go in the
+/// same write; a subgraph's claim is its parent's, which carries on.
+///
+/// Not an `async fn`, which would keep the checkpoint twice.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn put_last(
+    shared: &RunShared,
+    cp: Checkpoint,
+) -> impl Future<Output = Result<()>> + Send + '_ {
+    async move {
+        if shared.namespace.is_root() {
+            shared.claim.put_last_checkpoint(cp).await?;
+        } else {
+            // An `Exit` run's start goes first, as before a journal entry: the subgraph's
+            // rows would otherwise be filed under a run number the thread's next run takes
+            // again, and read back by it.
+            shared.claim.write_reserved_start().await?;
+            shared.claim.put_checkpoint(cp).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the audit entries the run recorded since its last write, for a run that stops
+/// without writing a checkpoint (a failed step leaves the last one as it was). `resume`
+/// entries are not among them: the run was not carried past its suspension, and the
+/// execution that carries it on records them.
+async fn flush_audit(shared: &RunShared) -> Result<()> {
+    let audit = shared.take_audit_but_resumes();
+    if !audit.is_empty() {
+        shared.runtime.store().append_audit(audit).await?;
+    }
+    Ok(())
 }

@@ -37,7 +37,7 @@ use crate::runtime::claim::RunClaim;
 use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
 
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
-use ending::{cancel, fail};
+use ending::{cancel, fail, put_last};
 use locate::{Located, locate};
 use observe::Resumed;
 use route::{JoinMarks, route_into};
@@ -551,29 +551,6 @@ fn run_supersteps<S: State>(
     }
 }
 
-/// Writes the checkpoint that ends an execution. A top-level run lets its claim go in the
-/// same write; a subgraph's claim is its parent's, which carries on.
-///
-/// Not an `async fn`, which would keep the checkpoint twice.
-#[allow(clippy::manual_async_fn)]
-pub(super) fn put_last(
-    shared: &RunShared,
-    cp: Checkpoint,
-) -> impl Future<Output = Result<()>> + Send + '_ {
-    async move {
-        if shared.namespace.is_root() {
-            shared.claim.put_last_checkpoint(cp).await?;
-        } else {
-            // An `Exit` run's start goes first, as before a journal entry: the subgraph's
-            // rows would otherwise be filed under a run number the thread's next run takes
-            // again, and read back by it.
-            shared.claim.write_reserved_start().await?;
-            shared.claim.put_checkpoint(cp).await?;
-        }
-        Ok(())
-    }
-}
-
 /// Adds to the checkpoint the audit entries the run recorded since its last write.
 fn add_audit(shared: &RunShared, cp: &mut Checkpoint) {
     let mut audit = shared.take_audit();
@@ -582,18 +559,6 @@ fn add_audit(shared: &RunShared, cp: &mut Checkpoint) {
     } else {
         cp.audit.append(&mut audit);
     }
-}
-
-/// Writes the audit entries the run recorded since its last write, for a run that stops
-/// without writing a checkpoint (a failed step leaves the last one as it was). `resume`
-/// entries are not among them: the run was not carried past its suspension, and the
-/// execution that carries it on records them.
-async fn flush_audit(shared: &RunShared) -> Result<()> {
-    let audit = shared.take_audit_but_resumes();
-    if !audit.is_empty() {
-        shared.runtime.store().append_audit(audit).await?;
-    }
-    Ok(())
 }
 
 /// Displays an error with its chain of sources.
