@@ -10,19 +10,20 @@ use super::{Result, Runtime, RuntimeError};
 impl Runtime {
     /// Starts thread `new_thread` from checkpoint `checkpoint_id` of `thread` (time travel).
     ///
-    /// The original thread is untouched. A run suspended inside a subgraph takes the
-    /// subgraph's own checkpoints along, so that resuming the fork answers the subgraph's
-    /// question as resuming the original would. A suspension takes along what its step
-    /// journaled before it suspended ([`Store::list_journal`](crate::runtime::Store::list_journal)):
-    /// carried on, the fork's step replays it as the original's would, so a sleep wakes
-    /// and a wait times out when the original's do, and a `ctx.step` is not done twice. Carry on with
+    /// The original thread is untouched. Carry on with
     /// [`CompiledGraph::recover`](crate::CompiledGraph::recover) (or `resume`, when the
     /// checkpoint was interrupted) on the new thread, which runs the source run's graph (its
     /// row names it, so a [`Worker`](crate::Worker) carries it on, and a changed graph is
     /// refused naming what changed, as on the original thread).
     ///
-    /// Resume requests queued for `new_thread` ([`request_resume`](Self::request_resume))
-    /// are dropped unapplied: they were for the questions of the run the fork replaces.
+    /// A fork of a suspension is carried on as the original would be. It takes along the
+    /// checkpoints of the subgraphs the run suspended inside, so that the fork's resume
+    /// answers a subgraph's question. It takes along what the suspended step journaled
+    /// before it suspended ([`Store::list_journal`](crate::runtime::Store::list_journal)):
+    /// a sleep wakes and a wait times out when the original's do, and a `ctx.step` is not
+    /// done twice. Resume requests queued for `new_thread`
+    /// ([`request_resume`](Self::request_resume)) are dropped unapplied: they were for the
+    /// questions of the run the fork replaces.
     ///
     /// Only a top-level checkpoint starts a thread: a subgraph's state is not the thread's.
     /// A fork never discards another run's work: `new_thread` must have no run, or a
@@ -122,14 +123,13 @@ impl Runtime {
         claim.release().await?;
         Ok(())
     }
-}
 
-impl Runtime {
     /// Takes the resume requests queued for `thread` out, unapplied: those other processes
     /// stored since this one last looked too.
     async fn drop_resume_requests(&self, thread: &str) -> Result<()> {
         self.refresh_signals().await?;
-        while let Some(entry) = (self.receive_now(thread, RESUME_SIGNAL, Scope::Framework)).await? {
+        let scope = Scope::Framework;
+        while let Some(entry) = self.receive_now(thread, RESUME_SIGNAL, scope).await? {
             tracing::info!(%thread, "a resume request for the run a fork replaces was dropped");
             if let Some(seq) = entry.seq {
                 self.inner.store.discard_signal(thread, seq).await?;

@@ -280,9 +280,9 @@ impl Runtime {
     /// with [`RunError::Cancelled`](crate::RunError::Cancelled). A run executing right now
     /// is asked to stop (`cancel_requested` on the row), which it learns at once in this
     /// process and within a third of the lease in another. It stops before its next
-    /// superstep (a subgraph running in a node, before the subgraph's); a node waiting for a signal or sleeping in memory stops waiting, and the
-    /// run is cancelled where that step started. Other work a node is doing (a model call,
-    /// a tool) finishes first. A run that would suspend looks at its row first and is
+    /// superstep (a subgraph running in a node, before the subgraph's); a node waiting for
+    /// a signal or sleeping in memory stops waiting, and the run is cancelled where that
+    /// step started. Other work a node is doing (a model call, a tool) finishes first. A run that would suspend looks at its row first and is
     /// cancelled instead, and a worker does not carry on a run whose row asks it to stop.
     /// A finished run is returned unchanged. A new run may be started on the thread
     /// afterwards.
