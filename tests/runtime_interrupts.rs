@@ -699,6 +699,15 @@ fn asker(changed: bool) -> CompiledGraph<Order> {
     graph.compile().unwrap()
 }
 
+/// Checks that a resume with a changed graph was refused, naming the node it added.
+fn refused_naming_the_added_node<T: std::fmt::Debug>(resumed: Result<T, RunError>) {
+    let refused = resumed.unwrap_err();
+    assert!(
+        refused.to_string().contains("added: node audit"),
+        "{refused}"
+    );
+}
+
 /// The newest top-level checkpoint of `thread`.
 async fn newest_top_level(rt: &Runtime, thread: &str) -> u64 {
     let checkpoints = rt.list_checkpoints(thread).await.unwrap();
@@ -726,11 +735,7 @@ async fn a_fork_runs_the_source_runs_graph_and_its_row_names_it() {
 
         let forked = rt.run("t2").await.unwrap().record;
         assert_eq!(forked.graph.as_deref(), Some("asker"), "{forked:?}");
-        let refused = asker(true).resume(&rt, "t2", "x").await.unwrap_err();
-        assert!(
-            refused.to_string().contains("added: node audit"),
-            "{refused}"
-        );
+        refused_naming_the_added_node(asker(true).resume(&rt, "t2", "x").await);
     }
 }
 
@@ -808,11 +813,7 @@ async fn retention_keeps_what_a_changed_graph_is_refused_with() {
         .unwrap();
     assert!(rt.list_checkpoints("t").await.unwrap().len() < 12, "pruned");
 
-    let refused = looper(true).resume(&rt, "t", "x").await.unwrap_err();
-    assert!(
-        refused.to_string().contains("added: node audit"),
-        "{refused}"
-    );
+    refused_naming_the_added_node(looper(true).resume(&rt, "t", "x").await);
 }
 
 /// Retention keeps the first checkpoint of every run it keeps a checkpoint of, not only
@@ -837,11 +838,7 @@ async fn retention_keeps_the_description_of_an_older_suspended_run() {
     rt.fork("t", suspended, "t2").await.unwrap();
     let forked = rt.run("t2").await.unwrap().record;
     assert_eq!(forked.graph.as_deref(), Some("looper"), "{forked:?}");
-    let refused = looper(true).resume(&rt, "t2", "x").await.unwrap_err();
-    assert!(
-        refused.to_string().contains("added: node audit"),
-        "{refused}"
-    );
+    refused_naming_the_added_node(looper(true).resume(&rt, "t2", "x").await);
     let done = looper(false).resume(&rt, "t2", "x").await.unwrap();
     assert_eq!(done.completed().unwrap().answers, ["x"]);
 }
