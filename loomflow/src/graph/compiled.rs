@@ -71,6 +71,14 @@ pub struct CompiledGraph<S> {
     pub(crate) inner: Arc<CompiledInner<S>>,
 }
 
+impl<S: State> CompiledInner<S> {
+    /// Whether the node called `name` is a subgraph: its interrupts are its child run's.
+    pub(crate) fn is_subgraph(&self, name: &str) -> bool {
+        self.node_index(name)
+            .is_some_and(|i| self.nodes[i].node.subgraph_shape().is_some())
+    }
+}
+
 impl<S> Clone for CompiledGraph<S> {
     fn clone(&self) -> Self {
         Self {

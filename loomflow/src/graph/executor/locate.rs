@@ -493,10 +493,7 @@ fn resume_position<S: State>(
         let interrupt = &interrupts[*at];
         let node = &interrupt.node;
         let values = resume_values.entry(node.clone()).or_default();
-        let is_subgraph = g
-            .node_index(node)
-            .is_some_and(|i| g.nodes[i].node.subgraph_shape().is_some());
-        if is_subgraph {
+        if g.is_subgraph(node) {
             // A subgraph node suspends on its child's interrupts, answered by id, in any
             // order: its values travel as one object, {id: value}, that it hands down. Only
             // this resume's: the child's checkpoints keep what earlier answers did (a
@@ -524,10 +521,7 @@ pub(super) fn forget_child_answers<S: State>(
     resume_values: &mut BTreeMap<String, Vec<Value>>,
 ) {
     if !resume_values.is_empty() {
-        resume_values.retain(|node, _| {
-            g.node_index(node)
-                .is_none_or(|i| g.nodes[i].node.subgraph_shape().is_none())
-        });
+        resume_values.retain(|node, _| !g.is_subgraph(node));
     }
 }
 

@@ -297,7 +297,7 @@ fn run_supersteps<S: State>(
             audit: std::sync::Mutex::default(),
             trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
         });
-        let still_waiting = observe::picked_up(&shared, run, resumed);
+        let still_waiting = observe::picked_up(&shared, g, run, resumed);
         let key = RunKey::of(&shared);
         let mut writer = CheckpointWriter::new(&shared.claim, durability);
         // Whether the newest checkpoint written says the run completed; a run that ends without
@@ -434,7 +434,7 @@ fn run_supersteps<S: State>(
                         true => &still_waiting[..],
                         false => &[],
                     };
-                    observe::record_interrupts(&shared, &interrupts, still_waiting);
+                    observe::record_interrupts(&shared, g, &interrupts, still_waiting);
                     // Made in a block of its own, so that the future awaited below keeps the
                     // only copy of the checkpoint.
                     let write = {

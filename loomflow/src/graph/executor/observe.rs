@@ -6,6 +6,7 @@ use tracing::Span;
 
 use super::Result;
 use crate::context::RunShared;
+use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::run::RunOutcome;
 use crate::runtime::{AuditEntry, AuditKind, Interrupt, RunStatus};
@@ -84,13 +85,20 @@ pub(super) fn suspend_span(step: u64, interrupts: &[Interrupt]) -> Span {
 }
 
 /// Records where the execution picked up on its `run` span, links the span to the trace of
-/// the execution before, and opens (and closes) a `resume` span. A top-level run carried on
-/// from a suspension also records `resume` audit entries, written with its next checkpoint.
+/// the execution before, and opens (and closes) a `resume` span. A run carried on from a
+/// suspension also records `resume` audit entries, written with its next checkpoint, for
+/// the interrupts of its own nodes: a subgraph's child run records those of its nodes, as
+/// only it knows whether it moved on before it suspended again.
 ///
 /// Returns the ids of the interrupts the run was suspended on that this execution does not
 /// answer: should the resumed step suspend on one of them again, the run is still where it
 /// was, and [`record_interrupts`] records no second `interrupt` entry for it.
-pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) -> Vec<String> {
+pub(super) fn picked_up<S: State>(
+    shared: &RunShared,
+    g: &CompiledInner<S>,
+    run: u64,
+    resumed: Option<Resumed>,
+) -> Vec<String> {
     let span = Span::current();
     span.record("loomflow.run", run);
     let Some(resumed) = resumed else {
@@ -111,13 +119,16 @@ pub(super) fn picked_up(shared: &RunShared, run: u64, resumed: Option<Resumed>) 
         )
         .entered(),
     );
-    if resumed.status != RunStatus::Interrupted || !shared.namespace.is_root() {
+    if resumed.status != RunStatus::Interrupted {
         return Vec::new();
     }
     let recovered = resumed.answered.is_empty();
     let mut answered = resumed.answered;
     let mut unanswered = Vec::new();
     for (at, interrupt) in resumed.interrupts.into_iter().enumerate() {
+        if g.is_subgraph(&interrupt.node) {
+            continue;
+        }
         let value = answered
             .iter_mut()
             .find(|(answers, _)| *answers == at)
@@ -157,8 +168,9 @@ fn detail<const N: usize>(fields: [(&str, Value); N]) -> Value {
     Value::Object(object)
 }
 
-/// The `interrupt` audit entries of a top-level run's suspension: the subject is the
-/// interrupt's id (which names its node), the detail what it waits for (a signal, a time).
+/// The `interrupt` audit entries of a run's suspension, for the interrupts of its own
+/// nodes (a subgraph's child run records its own): the subject is the interrupt's id (which
+/// names its node), the detail what it waits for (a signal, a time).
 /// The payload is not repeated: the suspended checkpoint keeps it, and is always kept.
 /// A suspended run's rows are what the 1 KiB-per-run disk budget is spent on.
 ///
@@ -166,18 +178,16 @@ fn detail<const N: usize>(fields: [(&str, Value); N]) -> Value {
 /// the suspending step is the one it resumed (see [`picked_up`]): suspending on one of them
 /// again is no new suspension, so it gets no entry, and the `resume` entry a recover queued
 /// for it is forgotten, as the run was not carried past it.
-pub(super) fn record_interrupts(
+pub(super) fn record_interrupts<S: State>(
     shared: &RunShared,
+    g: &CompiledInner<S>,
     interrupts: &[Interrupt],
     still_waiting: &[String],
 ) {
-    if !shared.namespace.is_root() {
-        // The parent suspends on the same interrupts and records them.
-        return;
-    }
+    let own = interrupts.iter().filter(|i| !g.is_subgraph(&i.node));
     let again = |interrupt: &&Interrupt| still_waiting.contains(&interrupt.id);
-    shared.forget_resumes_of(interrupts.iter().filter(again));
-    for interrupt in interrupts.iter().filter(|i| !again(i)) {
+    shared.forget_resumes_of(own.clone().filter(again));
+    for interrupt in own.filter(|i| !again(i)) {
         let mut detail = json!({});
         if let Some(signal) = &interrupt.signal {
             detail["signal"] = Value::from(signal.as_str());

@@ -37,9 +37,10 @@ pub enum AuditKind {
     SignalSent,
     /// A run consumed a signal.
     SignalReceived,
-    /// A run suspended on an interrupt (a question, an approval, a wait, a timer).
+    /// A run suspended on an interrupt (a question, an approval, a wait, a timer), once
+    /// for each time it stopped there, however deeply nested the subgraph that asked.
     Interrupt,
-    /// A suspended run was carried on.
+    /// A suspended run was carried on past an interrupt.
     Resume,
 }
 
