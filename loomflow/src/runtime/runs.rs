@@ -282,10 +282,10 @@ impl Runtime {
     /// process and within a third of the lease in another. It stops before its next
     /// superstep (a subgraph running in a node, before the subgraph's); a node waiting for
     /// a signal or sleeping in memory stops waiting, and the run is cancelled where that
-    /// step started. Other work a node is doing (a model call, a tool) finishes first. A run that would suspend looks at its row first and is
-    /// cancelled instead, and a worker does not carry on a run whose row asks it to stop.
-    /// A finished run is returned unchanged. A new run may be started on the thread
-    /// afterwards.
+    /// step started. Other work a node is doing (a model call, a tool) finishes first. A
+    /// run that would suspend looks at its row first and is cancelled instead, and a
+    /// worker does not carry on a run whose row asks it to stop. A finished run is
+    /// returned unchanged. A new run may be started on the thread afterwards.
     ///
     /// A run this process executes that is not on its row yet (an
     /// [`Exit`](crate::runtime::Durability::Exit) run that has written nothing) is asked to
