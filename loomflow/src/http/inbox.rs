@@ -5,7 +5,13 @@
 //! A browser cannot send a bearer header, so `GET /inbox?token=<token>` checks the token
 //! and keeps it in a cookie (`HttpOnly`, `SameSite=Strict`, path `/inbox`, and `Secure`
 //! when a proxy says the request came over HTTPS), then redirects
-//! to `/inbox`. Every form carries a token derived from that credential (an HMAC), and a
+//! to `/inbox`. Nested under a prefix ([`Router::nest`](axum::Router::nest)), the cookie's
+//! path, the redirects and the forms all carry the prefix.
+//!
+//! The page shows the [`SHOWN_RUNS`] most recently updated runs of each waiting state and
+//! says so when there are more (list them all with `GET /v1/runs?status=waiting`).
+//!
+//! Every form carries a token derived from that credential (an HMAC), and a
 //! decision is accepted only with both the cookie and the matching form token: a form
 //! posted from another site has neither.
 
@@ -14,7 +20,7 @@ use std::sync::Arc;
 
 use axum::Form;
 use axum::extract::rejection::{FormRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{OriginalUri, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
@@ -25,6 +31,20 @@ use crate::runtime::{RunFilter, RunState, Utc};
 use crate::tool::ApprovalDecision;
 
 const COOKIE: &str = "loomflow_inbox";
+
+/// How many runs of each waiting state (waiting, interrupted) the page looks at, newest
+/// first.
+pub const SHOWN_RUNS: usize = 200;
+
+/// The inbox page's own path as the client sent it (`/inbox`, or `/ops/inbox` when the
+/// router is nested under `/ops`), from the path of a request to `/inbox` or to one of its
+/// subpaths such as `/inbox/decide`.
+fn inbox_path(requested: &str, subpath: &str) -> String {
+    requested
+        .strip_suffix(subpath)
+        .unwrap_or(requested)
+        .to_owned()
+}
 
 #[derive(Debug, Deserialize)]
 pub(super) struct PageQuery {
@@ -81,9 +101,11 @@ fn escape(text: &str) -> String {
 /// `GET /inbox`.
 pub(super) async fn page(
     State(app): State<Arc<AppState>>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let inbox = inbox_path(uri.path(), "");
     // The query holds only the login token: one it cannot read is refused as unauthorized.
     let Query(query) =
         query.map_err(|_| ApiError::unauthorized("the inbox's query is not ?token=<token>"))?;
@@ -100,8 +122,8 @@ pub(super) async fn page(
         } else {
             ""
         };
-        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/inbox{secure}");
-        let mut response = Redirect::to("/inbox").into_response();
+        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path={inbox}{secure}");
+        let mut response = Redirect::to(&inbox).into_response();
         let cookie = HeaderValue::from_str(&cookie)
             .map_err(|_| ApiError::unauthorized("the token is not a cookie value"))?;
         response.headers_mut().insert(header::SET_COOKIE, cookie);
@@ -110,13 +132,17 @@ pub(super) async fn page(
     let credential = authorize(&app, &headers)?;
     let csrf = form_token(&app, &credential);
     let mut waiting = Vec::new();
+    let mut more = false;
     for state in [RunState::Waiting, RunState::Interrupted] {
-        waiting.extend(
-            app.runtime
-                .runs(&RunFilter::new().state(state).limit(200))
-                .await?,
-        );
+        let mut runs = app
+            .runtime
+            .runs(&RunFilter::new().state(state).limit(SHOWN_RUNS + 1))
+            .await?;
+        more |= runs.len() > SHOWN_RUNS;
+        runs.truncate(SHOWN_RUNS);
+        waiting.extend(runs);
     }
+    let action = escape(&format!("{inbox}/decide"));
     let mut html = String::from(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>loomflow inbox</title><style>\
@@ -139,13 +165,13 @@ pub(super) async fn page(
                 "<section class=\"approval\" data-thread=\"{thread}\" data-call=\"{call_id}\">\n\
                  <h2>{tool} <small>on {thread}</small></h2>\n\
                  <p>asked {asked}{user}; call <code>{call_id}</code></p>\n<pre>{arguments}</pre>\n\
-                 <form method=\"post\" action=\"/inbox/decide\">\
+                 <form method=\"post\" action=\"{action}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
                  <input type=\"hidden\" name=\"thread\" value=\"{thread}\">\
                  <input type=\"hidden\" name=\"call_id\" value=\"{call_id}\">\
                  <input type=\"hidden\" name=\"decision\" value=\"approve\">\
                  <button type=\"submit\" name=\"approve\">Approve</button></form>\n\
-                 <form method=\"post\" action=\"/inbox/decide\">\
+                 <form method=\"post\" action=\"{action}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
                  <input type=\"hidden\" name=\"thread\" value=\"{thread}\">\
                  <input type=\"hidden\" name=\"call_id\" value=\"{call_id}\">\
@@ -165,8 +191,20 @@ pub(super) async fn page(
             );
         }
     }
+    if more {
+        let _ = writeln!(
+            html,
+            "<p id=\"more\">More runs wait than this page shows (the {SHOWN_RUNS} most recently \
+             updated of each state): list them all with <code>GET /v1/runs?status=waiting</code> \
+             and <code>?status=interrupted</code>, or <code>loomflow runs</code>.</p>"
+        );
+    }
     if approvals == 0 {
-        html.push_str("<p id=\"empty\">No tool call waits for approval.</p>\n");
+        let among = if more { " among these runs" } else { "" };
+        let _ = writeln!(
+            html,
+            "<p id=\"empty\">No tool call waits for approval{among}.</p>"
+        );
     }
     html.push_str("<h2>Waiting runs</h2>\n<table><tr><th>thread</th><th>graph</th><th>state</th><th>waits for</th><th>since</th></tr>\n");
     for run in &waiting {
@@ -208,6 +246,7 @@ pub(super) struct DecideForm {
 /// `POST /inbox/decide`: a form from the page.
 pub(super) async fn decide(
     State(app): State<Arc<AppState>>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     form: Result<Form<DecideForm>, FormRejection>,
 ) -> Result<Response, ApiError> {
@@ -234,5 +273,5 @@ pub(super) async fn decide(
         }
     };
     super::api::decide(&app, &form.thread, &form.call_id, decision, "inbox").await?;
-    Ok(Redirect::to("/inbox").into_response())
+    Ok(Redirect::to(&inbox_path(uri.path(), "/decide")).into_response())
 }

@@ -1,0 +1,149 @@
+//! The approval inbox as an app that mounts the ingress under a prefix meets it: the login
+//! cookie, the redirects and the forms keep the prefix, so an operator can log in and
+//! decide. And a page that cannot show every waiting run says so, rather than telling the
+//! operator that nothing waits.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/http_harness.rs"]
+#[allow(dead_code)] // this file serves its own router, nested
+mod http_harness;
+
+use std::net::SocketAddr;
+
+use http_harness::{NO_HEADERS, request};
+use loomflow::agent::Agent;
+use loomflow::http::inbox::SHOWN_RUNS;
+use loomflow::http::{HttpConfig, router};
+use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::prelude::*;
+
+const TOKEN: &str = "inbox-token";
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String, cents: u64) -> String {
+    format!("refunded {cents} cents on {order}")
+}
+
+fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
+    Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new(replies))
+        .tool(refund)
+        .durable_approvals()
+        .runtime(runtime.clone())
+        .build()
+        .unwrap()
+}
+
+async fn ask(runtime: &Runtime, session: &str) {
+    let call = ToolCall::new(
+        "call_1",
+        "refund",
+        json!({ "order": "ord_7", "cents": 250 }),
+    );
+    let asked = agent(runtime, vec![ModelResponse::tool_calls(vec![call])])
+        .run("refund order 7")
+        .session(session)
+        .await
+        .unwrap();
+    assert!(asked.interrupted);
+}
+
+/// The ingress nested under `/ops` in an app of its own, on a loopback port.
+async fn serve_nested(runtime: &Runtime) -> SocketAddr {
+    let ingress = router(runtime.clone(), HttpConfig::new().bearer_token(TOKEN));
+    let app = axum::Router::new().nest("/ops", ingress);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+fn header<'a>(head: &'a str, name: &str) -> &'a str {
+    head.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+        .unwrap_or_else(|| panic!("no {name}: {head}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbox_nested_under_a_prefix_logs_in_and_decides() {
+    let runtime = Runtime::in_memory();
+    ask(&runtime, "n1").await;
+    let addr = serve_nested(&runtime).await;
+
+    let login = format!("/ops/inbox?token={TOKEN}");
+    let (status, head, _) = request(addr, "GET", &login, NO_HEADERS, b"").await;
+    assert_eq!(status, 303, "{head}");
+    assert_eq!(header(&head, "location"), "/ops/inbox");
+    let cookie = header(&head, "set-cookie");
+    assert!(cookie.contains("Path=/ops/inbox"), "{cookie}");
+    let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
+
+    let (status, _, page) = request(
+        addr,
+        "GET",
+        "/ops/inbox",
+        std::slice::from_ref(&cookie),
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("action=\"/ops/inbox/decide\""), "{page}");
+    assert!(!page.contains("id=\"more\""), "{page}");
+    let at = page.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
+    let csrf = page[at..].split('"').next().unwrap();
+    let form = format!("csrf={csrf}&thread=n1&call_id=call_1&decision=approve");
+    let form_type = (
+        "Content-Type",
+        "application/x-www-form-urlencoded".to_owned(),
+    );
+    let (status, head, reply) = request(
+        addr,
+        "POST",
+        "/ops/inbox/decide",
+        &[form_type, cookie.clone()],
+        form.as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 303, "{head}{reply}");
+    assert_eq!(header(&head, "location"), "/ops/inbox");
+    let (_, _, page) = request(addr, "GET", "/ops/inbox", &[cookie], b"").await;
+    assert!(page.contains("No tool call waits for approval."), "{page}");
+
+    let done = agent(&runtime, vec![ModelResponse::text("Done.")])
+        .resume("n1")
+        .await
+        .unwrap();
+    assert!(
+        serde_json::to_string(&done.messages)
+            .unwrap()
+            .contains("refunded 250 cents on ord_7")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbox_with_more_waiting_runs_than_it_shows_says_so() {
+    let runtime = Runtime::in_memory();
+    // The oldest run asks first; a page of newer runs ask after it.
+    ask(&runtime, "asks-first").await;
+    for i in 0..SHOWN_RUNS {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        ask(&runtime, &format!("newer-{i}")).await;
+    }
+    let addr = serve_nested(&runtime).await;
+    let bearer = ("Authorization", format!("Bearer {TOKEN}"));
+    let (status, _, page) = request(addr, "GET", "/ops/inbox", &[bearer], b"").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(
+        page.matches("<section class=\"approval\"").count(),
+        SHOWN_RUNS
+    );
+    assert!(!page.contains("asks-first"), "the oldest is past the page");
+    assert!(
+        page.contains("id=\"more\""),
+        "the page says it does not show every run"
+    );
+    assert!(page.contains("GET /v1/runs?status=waiting"), "{page}");
+}
