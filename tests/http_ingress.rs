@@ -242,6 +242,88 @@ async fn a_replayed_github_webhook_is_delivered_once() {
     );
 }
 
+/// A signed request's delivery id is its idempotency key: the same request replayed inside
+/// the window with a key of the replayer's choosing is still one signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_request_replayed_under_another_key_is_delivered_once() {
+    let server = serve("signed-replay", config()).await;
+    server
+        .runtime
+        .submit("g", "ord_9", json!({}))
+        .await
+        .unwrap();
+    let path = "/v1/threads/ord_9/signals/review";
+    let body = br#"{"approved": true}"#;
+    let signed = vec![
+        (
+            "X-Loomflow-Signature",
+            signature_header(SIGNING, now_secs(), path, "d-9", body),
+        ),
+        ("X-Loomflow-Delivery", "d-9".to_owned()),
+    ];
+    let (first, _, reply) = request(server.addr, "POST", path, &signed, body).await;
+    assert_eq!(first, 202, "{reply}");
+    for (header, key) in [
+        ("Idempotency-Key", "fresh-1"),
+        ("X-GitHub-Delivery", "fresh-2"),
+    ] {
+        let mut replay = signed.clone();
+        replay.push((header, key.to_owned()));
+        let (status, _, reply) = request(server.addr, "POST", path, &replay, body).await;
+        assert_eq!(status, 200, "replayed with {header}: {reply}");
+        assert!(reply.contains("duplicate"), "{reply}");
+    }
+    let approved: Value = server
+        .runtime
+        .wait_for_signal("ord_9", "review", Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(approved["approved"], true);
+    assert_eq!(
+        server
+            .runtime
+            .poll_signal::<Value>("ord_9", "review")
+            .unwrap(),
+        None,
+        "delivered once"
+    );
+}
+
+/// A caller with neither a token nor a signature is told that, and nothing about its body,
+/// the path or the method.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthenticated_caller_learns_only_that() {
+    let server = serve("unauthenticated", config()).await;
+    server
+        .runtime
+        .submit("g", "ord_1", json!({}))
+        .await
+        .unwrap();
+    let path = "/v1/threads/ord_1/signals/review";
+    let big = format!("\"{}\"", "x".repeat(5_000));
+    let cases: [(&str, &str, &[u8]); 4] = [
+        ("POST", path, big.as_bytes()),
+        ("PUT", path, b"{}"),
+        ("DELETE", "/v1/runs", b""),
+        ("GET", "/v1/nothing", b""),
+    ];
+    for (method, path, body) in cases {
+        let (status, _, reply) = request(server.addr, method, path, NO_HEADERS, body).await;
+        assert_eq!(
+            (status, error_code(&reply).as_str()),
+            (401, "unauthorized"),
+            "{method} {path}"
+        );
+        let (status, _, reply) = request(server.addr, method, path, &[bearer()], body).await;
+        let expected = match method {
+            "POST" => 413,
+            "GET" => 404,
+            _ => 405,
+        };
+        assert_eq!(status, expected, "{method} {path} with a token: {reply}");
+    }
+}
+
 /// Refund an order. Moves money.
 #[tool(approval)]
 fn refund(order: String, cents: u64) -> String {
@@ -308,6 +390,9 @@ async fn approvals_are_decided_over_the_api() {
     )
     .await;
     assert_eq!(status, 200, "{reply}");
+    // A second decision while the first waits to be carried on is refused, and says so.
+    let (status, _, reply) = request(server.addr, "POST", approve, &[bearer()], b"").await;
+    assert_eq!((status, error_code(&reply).as_str()), (409, "conflict"));
 
     let refused = agent(&server.runtime, vec![ModelResponse::text("No.")])
         .resume("a1")
@@ -327,6 +412,9 @@ async fn approvals_are_decided_over_the_api() {
             .unwrap()
             .contains("refunded 700 cents on ord_42")
     );
+    // Carried on: nothing is pending under that id any more.
+    let (status, _, reply) = request(server.addr, "POST", approve, &[bearer()], b"").await;
+    assert_eq!((status, error_code(&reply).as_str()), (404, "not_found"));
 
     // The audit log, over the API: who decided, and what ran.
     let path = "/v1/threads/a1/audit?kind=decision";

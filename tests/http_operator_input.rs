@@ -289,7 +289,7 @@ async fn no_decision_is_left_over_for_a_later_call() {
     );
 }
 
-/// A second approval, the first queued for the run, is refused (404: no call waits for one).
+/// A second approval, the first queued for the run, is refused as decided already (409).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_decision_is_refused() {
     let server = serve("seq", config()).await;
@@ -298,7 +298,8 @@ async fn a_second_decision_is_refused() {
     let (a, _, _) = request(server.addr, "POST", path, &[bearer()], b"").await;
     let (b, _, reply) = request(server.addr, "POST", path, &[bearer()], b"").await;
     eprintln!("{a} {b} {reply}");
-    assert_eq!((a, b), (200, 404));
+    assert_eq!((a, b), (200, 409), "{reply}");
+    assert!(reply.contains("already"), "{reply}");
 }
 
 /// Scheme names are case-insensitive (RFC 9110 §11.1): `bearer <token>` is a valid header.

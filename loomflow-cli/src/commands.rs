@@ -221,11 +221,23 @@ pub(crate) async fn signal(
 }
 
 /// Checks that `call_id` waits for a decision on `thread`.
-async fn pending(runtime: &Runtime, thread: &str, call_id: &str) -> Result<(), Failure> {
+/// Sends `decision` for call `call_id` of `thread`. When nothing waits under that id, the
+/// failure lists what does.
+async fn decide(
+    runtime: &Runtime,
+    thread: &str,
+    call_id: &str,
+    decision: ApprovalDecision,
+    by: &str,
+) -> Result<(), Failure> {
+    let sent = runtime
+        .decide_approval_by(thread, call_id, decision, by)
+        .await;
+    let Err(loomflow::Error::Runtime(loomflow::RuntimeError::NoPendingApproval { .. })) = sent
+    else {
+        return Ok(sent?);
+    };
     let approvals = runtime.pending_approvals(thread).await?;
-    if approvals.iter().any(|a| a.call_id == call_id) {
-        return Ok(());
-    }
     let pending: Vec<&str> = approvals.iter().map(|a| a.call_id.as_str()).collect();
     Err(Failure::not_found(format!(
         "no approval pending for call {call_id} on thread {thread} (pending: {})",
@@ -251,16 +263,18 @@ pub(crate) async fn approve(
     edit: Option<&str>,
     by: &str,
 ) -> Result<(), Failure> {
-    pending(runtime, thread, call_id).await?;
     let decision = match edit {
-        Some(arguments) => ApprovalDecision::Edit {
-            arguments: parse_json("--edit", arguments)?,
+        Some(arguments) => match parse_json("--edit", arguments)? {
+            arguments @ Value::Object(_) => ApprovalDecision::Edit { arguments },
+            other => {
+                return Err(Failure::usage(format!(
+                    "--edit must be a JSON object of the tool's arguments, not {other}"
+                )));
+            }
         },
         None => ApprovalDecision::Allow,
     };
-    runtime
-        .decide_approval_by(thread, call_id, decision, by)
-        .await?;
+    decide(runtime, thread, call_id, decision, by).await?;
     out.done(
         &format!("approved call {call_id} on {thread}"),
         &json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
@@ -276,10 +290,14 @@ pub(crate) async fn reject(
     reason: String,
     by: &str,
 ) -> Result<(), Failure> {
-    pending(runtime, thread, call_id).await?;
-    runtime
-        .decide_approval_by(thread, call_id, ApprovalDecision::Deny { reason }, by)
-        .await?;
+    decide(
+        runtime,
+        thread,
+        call_id,
+        ApprovalDecision::Deny { reason },
+        by,
+    )
+    .await?;
     out.done(
         &format!("rejected call {call_id} on {thread}"),
         &json!({ "thread": thread, "call_id": call_id, "decision": "rejected" }),

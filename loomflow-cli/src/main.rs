@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Exit codes: 0 done; 1 the store failed; 2 bad usage (an unknown flag, a payload that is
-//! not JSON, a resume that names no interrupt while several are pending); 3 not found (no
+//! not JSON, an `--edit` that is not a JSON object, a resume that names no interrupt while several are pending); 3 not found (no
 //! such run, no such pending approval or interrupt); 4 refused (the mailbox refused the
 //! signal: a reserved name, a payload over the limit, a run that has ended; a call decided
 //! already; a run that is not interrupted).
@@ -93,7 +93,7 @@ enum Command {
         thread: String,
         /// The call's id (see `show`).
         call_id: String,
-        /// Run the call with these arguments instead (JSON).
+        /// Run the call with these arguments instead (a JSON object).
         #[arg(long)]
         edit: Option<String>,
         /// Who decides, for the audit log (default: $USER).

@@ -236,6 +236,19 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
         serde_json::from_slice(&loomflow(&db.0, &["--json", "show", "s1"]).stdout).unwrap();
     assert_eq!(json_shown["approvals"][0]["arguments"]["cents"], 1299);
 
+    // Edited arguments are an object of the tool's arguments; anything else is bad usage,
+    // and the call stays pending.
+    for edit in ["[1, 2]", "\"ord_42\"", "null"] {
+        let bad = loomflow(&db.0, &["approve", "s2", "call_7", "--edit", edit]);
+        assert_eq!(
+            bad.status.code(),
+            Some(2),
+            "--edit {edit}: {}",
+            stderr(&bad)
+        );
+        assert!(stderr(&bad).contains("JSON object"), "{}", stderr(&bad));
+    }
+
     let rejected = loomflow(
         &db.0,
         &[
@@ -260,10 +273,12 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
         ],
     );
     assert!(edited.status.success(), "{}", stderr(&edited));
+    let again = loomflow(&db.0, &["approve", "s2", "call_7"]);
     assert_eq!(
-        loomflow(&db.0, &["approve", "s2", "call_7"]).status.code(),
-        Some(3),
-        "decided already: nothing pending"
+        again.status.code(),
+        Some(4),
+        "decided already: {}",
+        stderr(&again)
     );
 
     let refused = agent(&db.0, vec![ModelResponse::text("Not refunded.")])

@@ -41,6 +41,11 @@ pub(super) async fn post_signal(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    // Who is calling comes first: a caller with neither a signature nor a token is refused
+    // before anything is said about its body.
+    if !auth::is_signed(&headers) {
+        auth::bearer(&app.config, &headers)?;
+    }
     let body = self::body(body)?;
     let request = auth::SignedRequest {
         path: uri.path(),
@@ -48,10 +53,10 @@ pub(super) async fn post_signal(
         body: &body,
         now_secs: now_ms() / 1_000,
     };
-    match auth::signature(&app.config, &request)? {
-        Signed::Yes => {}
-        Signed::No => auth::bearer(&app.config, &headers)?,
-    }
+    let signed_delivery = match auth::signature(&app.config, &request)? {
+        Signed::Yes { delivery } => delivery,
+        Signed::No => None,
+    };
     let Path((thread, name)) = path?;
     if body.is_empty() {
         return Err(ApiError::bad_request(
@@ -62,7 +67,11 @@ pub(super) async fn post_signal(
         .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
     // A signal to a run that has ended would wait for the next run on the thread.
     let mut options = SignalOptions::default().require_live_run();
-    if let Some(key) = idempotency_key(&headers)? {
+    let key = match signed_delivery {
+        Some(delivery) => Some(delivery),
+        None => idempotency_key(&headers)?,
+    };
+    if let Some(key) = key {
         options = options.idempotency_key(key);
     }
     // A signal for a thread that never ran would wait unseen: refuse it.
@@ -86,7 +95,9 @@ pub(super) async fn post_signal(
     ))
 }
 
-/// The sender's key, or the webhook's delivery id: a redelivery is one signal. A key that
+/// The sender's key, or the webhook's delivery id: a redelivery is one signal. (A request
+/// signed with `X-Loomflow-Signature` does not come here: its signed delivery id is the
+/// key, whatever other header it carries.) A key that
 /// is empty or not visible ASCII is refused rather than ignored, as ignoring it would
 /// deliver a retry twice (and an empty one would make every later send a duplicate).
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -220,7 +231,8 @@ pub(super) struct RejectBody {
     by: Option<String>,
 }
 
-/// Decides a pending call; 404 when nothing is pending under that id.
+/// Decides a pending call: 404 when nothing is pending under that id, 409 when a decision
+/// for it is taken already (the run has not carried on with it yet).
 pub(super) async fn decide(
     app: &AppState,
     thread: &str,
@@ -229,12 +241,6 @@ pub(super) async fn decide(
     by: &str,
 ) -> Result<(), ApiError> {
     app.runtime.run(thread).await?;
-    let pending = app.runtime.pending_approvals(thread).await?;
-    if !pending.iter().any(|a| a.call_id == call_id) {
-        return Err(ApiError::not_found(format!(
-            "no approval pending for call {call_id} on thread {thread}"
-        )));
-    }
     app.runtime
         .decide_approval_by(thread, call_id, decision, by)
         .await?;
@@ -300,16 +306,26 @@ pub(super) async fn reject(
     ))
 }
 
-/// Anything else: 404, as JSON.
-pub(super) async fn not_found() -> ApiError {
-    ApiError::not_found("no such endpoint")
+/// Anything else: 404, as JSON (401 to a caller without a token, who learns nothing else).
+pub(super) async fn not_found(State(app): State<Arc<AppState>>, headers: HeaderMap) -> ApiError {
+    match auth::bearer(&app.config, &headers) {
+        Ok(()) => ApiError::not_found("no such endpoint"),
+        Err(unauthorized) => unauthorized,
+    }
 }
 
-/// A known path with a method it does not take: 405, as JSON.
-pub(super) async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "this endpoint does not take that method",
-    )
+/// A known path with a method it does not take: 405, as JSON (401 to a caller without a
+/// token).
+pub(super) async fn method_not_allowed(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> ApiError {
+    match auth::bearer(&app.config, &headers) {
+        Ok(()) => ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this endpoint does not take that method",
+        ),
+        Err(unauthorized) => unauthorized,
+    }
 }

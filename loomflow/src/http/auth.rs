@@ -71,8 +71,17 @@ fn from_hex(text: &str) -> Option<Vec<u8>> {
 pub(crate) enum Signed {
     /// Not signed at all: the bearer token decides.
     No,
-    /// Signed with a configured secret.
-    Yes,
+    /// Signed with a configured secret. `delivery` is the delivery id the signature covers
+    /// (`X-Loomflow-Delivery`), which must be the idempotency key: any other key would let a
+    /// captured request be delivered again under a key of the sender's choosing. GitHub signs
+    /// only the body, so its requests have none.
+    Yes { delivery: Option<String> },
+}
+
+/// Whether the request carries a signature header, so that the signature (over the body)
+/// and not a bearer token decides who is calling.
+pub(crate) fn is_signed(headers: &HeaderMap) -> bool {
+    headers.contains_key("x-hub-signature-256") || headers.contains_key("x-loomflow-signature")
 }
 
 /// A signed request to `path` (as sent, so a router nested under a prefix checks the whole
@@ -117,7 +126,7 @@ pub(crate) fn signature(
             .ok_or_else(|| bad("X-Hub-Signature-256 is not sha256=<hex>"))?;
         return hmac(secret, &[body])
             .verify_slice(&expected)
-            .map(|()| Signed::Yes)
+            .map(|()| Signed::Yes { delivery: None })
             .map_err(|_| bad("X-Hub-Signature-256 does not match the body"));
     }
     if let Some(value) = headers.get("x-loomflow-signature") {
@@ -158,7 +167,9 @@ pub(crate) fn signature(
             &signed_parts(&time.to_string(), path, delivery, body),
         )
         .verify_slice(&sig)
-        .map(|()| Signed::Yes)
+        .map(|()| Signed::Yes {
+            delivery: Some(delivery.to_owned()),
+        })
         .map_err(|_| {
             bad("X-Loomflow-Signature does not match the time, path, delivery id and body")
         });

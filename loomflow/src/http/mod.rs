@@ -24,9 +24,12 @@
 //! - reserved `loomflow:` names are refused (400), a thread with no run is 404;
 //! - the `Idempotency-Key` header, or a webhook's delivery id (`X-GitHub-Delivery`,
 //!   `X-Loomflow-Delivery`), makes a repeated delivery one signal; a key that is empty or not
-//!   visible ASCII is refused (400), as is an empty body (send `null` for no payload);
+//!   visible ASCII is refused (400), as is an empty body (send `null` for no payload). A
+//!   request signed with `X-Loomflow-Signature` is keyed by its signed delivery id alone, so
+//!   a replay with another `Idempotency-Key` is still the same signal;
 //! - a signal to a thread whose run has ended is refused (409): it would wait for the
-//!   thread's next run; so is a second decision on a call (409);
+//!   thread's next run; so is a second decision on a call (409; 404 once the run has carried
+//!   on with the first, as nothing is pending then);
 //! - errors are JSON: `{"error": {"code": "…", "message": "…"}}`, a request the server cannot
 //!   read (a bad query or path, a wrong method) included, and an unauthenticated caller is
 //!   told only that (401) whatever else is wrong with its request.
@@ -121,7 +124,9 @@ impl HttpConfig {
     }
 
     /// Accepts signal POSTs signed with this secret in `X-Loomflow-Signature:
-    /// t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+    /// t=<unix seconds>,v1=<hex HMAC-SHA256>`, over the time, the path, the
+    /// `X-Loomflow-Delivery` id and the body ([`signature_header`] computes it). The signed
+    /// delivery id is the idempotency key.
     pub fn signing_secret(mut self, secret: impl Into<String>) -> Self {
         self.signing_secret = Some(secret.into());
         self
