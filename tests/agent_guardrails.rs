@@ -419,3 +419,115 @@ async fn the_answer_so_far_of_a_stopped_run_passes_the_output_guardrails() {
     assert_eq!(result.reason, Some(StopReason::MaxTurns));
     assert_eq!(result.output, "", "a blocked answer so far is no output");
 }
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String, cents: u64) -> String {
+    format!("refunded {cents} cents on {order}")
+}
+
+/// Caps refunds, at a cap that changes each time it is asked (as a model-backed check
+/// might): what it said first must be what runs.
+struct RefundCap {
+    asked: Arc<AtomicUsize>,
+}
+
+impl Guardrail for RefundCap {
+    fn name(&self) -> &str {
+        "refund_cap"
+    }
+
+    fn check_tool_call<'a>(
+        &'a self,
+        _: &'a str,
+        arguments: &'a Value,
+        _: GuardContext<'a>,
+    ) -> BoxFuture<'a, Verdict<Value>> {
+        let n = self.asked.fetch_add(1, Ordering::SeqCst) as u64;
+        let order = arguments["order"].clone();
+        Box::pin(async move { Verdict::Rewrite(json!({ "order": order, "cents": 100 + n })) })
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_waits_for_approval_runs_as_the_guardrail_rewrote_it_before() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let call = ToolCall::new("c1", "refund", json!({ "order": "o1", "cents": 5_000 }));
+    let agent = Agent::builder("You refund.")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![call]),
+            ModelResponse::text("Done."),
+        ]))
+        .tool(refund)
+        .durable_approvals()
+        .guardrail(RefundCap {
+            asked: Arc::clone(&asked),
+        })
+        .build()
+        .unwrap();
+    let first = agent.run("refund o1").session("s").await.unwrap();
+    assert!(first.interrupted);
+    let pending = agent.runtime().pending_approvals("s").await.unwrap();
+    assert_eq!(
+        pending[0].arguments["cents"], 100,
+        "the approver sees the rewrite"
+    );
+    agent
+        .runtime()
+        .decide_approval("s", "c1", loomflow::tool::ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let done = agent.resume("s").await.unwrap();
+    let transcript = serde_json::to_string(&done.messages).unwrap();
+    assert!(
+        transcript.contains("refunded 100 cents on o1"),
+        "what was approved is what ran: {transcript}"
+    );
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        1,
+        "the guardrail was asked once"
+    );
+}
+
+/// An agent a conversation is handed to checks the prompt with its own input guardrails,
+/// though the handoff's call and result come after it in the transcript.
+#[tokio::test]
+async fn an_agent_handed_a_conversation_checks_its_prompt() {
+    use loomflow::architecture::{Swarm, TeamState};
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(ScriptedModel::new([ModelResponse::tool_calls(vec![
+            ToolCall::new("h1", "transfer_to_billing", json!({})),
+        ])]))
+        .build()
+        .unwrap();
+    let billing_model = Arc::new(ScriptedModel::new([ModelResponse::text("never")]));
+    let billing = Agent::builder("You handle billing.")
+        .name("billing")
+        .model(Arc::clone(&billing_model))
+        .guardrail(no_passwords())
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage)
+        .agent("billing", "invoices and refunds", billing)
+        .build()
+        .unwrap();
+    let team = swarm
+        .invoke(
+            &Runtime::in_memory(),
+            "team",
+            TeamState::new("my password is hunter2, refund me"),
+        )
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(team.path, ["triage", "billing"]);
+    assert!(
+        billing_model.requests().is_empty(),
+        "billing's guardrail stopped the prompt before its model: {:?}",
+        billing_model.requests()
+    );
+}

@@ -398,3 +398,46 @@ async fn a_per_user_cost_cap_spans_runs_and_leaves_other_users_alone() {
     assert!(!other.interrupted);
     assert_eq!(other.output, "reply 2");
 }
+
+/// A model reply is charged to its user once: a run that failed after the reply was
+/// journaled, resumed, replays the reply without charging it again.
+#[tokio::test(start_paused = true)]
+async fn a_replayed_reply_is_not_charged_to_its_user_again() {
+    use loomflow::agent::{OnBlock, Verdict, on_output};
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text("the secret is 42").with_usage(input_tokens(600)),
+        ModelResponse::text("hello").with_usage(input_tokens(100)),
+    ]));
+    let blocked = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&blocked);
+    let agent = Agent::builder("You help.")
+        .model(Arc::clone(&model))
+        .guardrail(on_output("no_secrets", move |text| {
+            if text.contains("secret") {
+                seen.fetch_add(1, Ordering::SeqCst);
+                Verdict::Block("tells a secret".into())
+            } else {
+                Verdict::Allow
+            }
+        }))
+        .on_guardrail_block(OnBlock::Fail)
+        .budget(Budget::default().max_tokens_per_user(1_000))
+        .build()
+        .unwrap();
+    let failed = agent.run("tell me").session("s").user("a").await;
+    assert!(failed.is_err(), "{failed:?}");
+    let again = agent.resume("s").await;
+    assert!(
+        again.is_err(),
+        "the journaled reply is blocked again: {again:?}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "the reply was replayed, not asked for again"
+    );
+    // 600 tokens spent, not 1,200: the user's next run goes ahead.
+    let next = agent.run("hi").session("t").user("a").await.unwrap();
+    assert_eq!(next.reason, None, "{next:?}");
+    assert_eq!(next.output, "hello");
+}

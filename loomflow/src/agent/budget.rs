@@ -3,6 +3,7 @@
 use super::AgentState;
 use super::stop::BudgetCap;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +17,8 @@ use crate::model::Usage;
 ///
 /// The per-user caps count every run of the agent (and of its clones) for that user in
 /// this process: they are kept in memory, not in the store, so another process or a
-/// restart starts from zero.
+/// restart starts from zero. A call is counted when it is made: a reply replayed from the
+/// journal (a run resumed or recovered) was counted the first time.
 ///
 /// # Examples
 ///
@@ -177,6 +179,23 @@ impl Budget {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, UserSpend>> {
         crate::sync::lock(&self.used_by_user)
+    }
+}
+
+/// Whether a journaled step's closure ran in this execution, rather than its result being
+/// replayed from the journal: what a replayed call spent was charged to its user when it
+/// ran, so only a call that ran now is [recorded](Budget::record).
+#[derive(Debug, Default)]
+pub(crate) struct Ran(AtomicBool);
+
+impl Ran {
+    /// Called from inside the step's closure.
+    pub(crate) fn mark(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn happened(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Where the ReAct loop asks its guardrails: the prompt before the first model turn, the
-//! answer before it is returned (both journaled steps of the `model` node), and each tool
-//! call and result inside the call's own journaled step.
+//! answer before it is returned (both journaled steps of the `model` node), each tool call
+//! in a journaled step of its own before it runs, and each result inside the call's step.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +25,10 @@ pub(super) fn guard_context<'a>(
     }
 }
 
-/// Checks the run's prompt (its last user message) once, before its first model turn.
+/// Checks the run's prompt (the transcript's last user message) once, before its first
+/// model turn. The prompt is usually the last message; for an agent a conversation was
+/// handed to (a [`Swarm`](crate::architecture::Swarm) member), the handoff's call and
+/// result follow it, and it is checked all the same.
 pub(super) async fn check_input(
     core: &AgentCore,
     state: &mut AgentState,
@@ -34,10 +37,13 @@ pub(super) async fn check_input(
     if core.guardrails.is_empty() || state.turns > 0 {
         return Ok(());
     }
-    let Some(prompt) = state.messages.last().filter(|m| m.role() == Role::User) else {
+    let Some(at) = (0..state.messages.len())
+        .rev()
+        .find(|&at| state.messages[at].role() == Role::User)
+    else {
         return Ok(());
     };
-    let text = prompt.text().to_owned();
+    let text = state.messages[at].text().to_owned();
     let cx = guard_context(core, state, ctx);
     let checked: Checked<String> = ctx
         .step("guard:input", || async {
@@ -47,14 +53,17 @@ pub(super) async fn check_input(
     match checked {
         Checked::Passed(None) => Ok(()),
         Checked::Passed(Some(rewritten)) => {
-            if let Some(last) = state.messages.last_mut() {
-                *last = Message::user(rewritten);
+            if let Some(prompt) = state.messages.get_mut(at) {
+                *prompt = Message::user(rewritten);
             }
             Ok(())
         }
         Checked::Blocked { guardrail, reason } => {
-            // Not kept: a later run on the session would send it to the model.
-            state.messages.pop();
+            // Not kept: a later run on the session would send it to the model. One that
+            // another agent has answered already stays, as the answer needs its question.
+            if at + 1 == state.messages.len() {
+                state.messages.pop();
+            }
             blocked(core, state, ctx, GuardStage::Input, guardrail, reason)
         }
     }
@@ -108,9 +117,42 @@ pub(super) struct ToolStepOutcome {
     pub(super) blocked: Option<(String, String)>,
 }
 
+/// What the guardrails said of a call: the call to run instead of it (a rewrite), or the
+/// refusal the model reads.
+pub(super) type CallVerdict = std::result::Result<Option<ToolCall>, String>;
+
+/// The guardrails' verdict on each of a reply's calls, each journaled as its own step
+/// (`guard:tool:<call id>`): a call that suspends for an approval carries on as it was
+/// checked then, which is what the approver saw, and the guardrails are not asked again.
+/// Empty when the agent has no guardrails.
+pub(super) async fn check_tool_calls(
+    core: &AgentCore,
+    calls: &[ToolCall],
+    cx: GuardContext<'_>,
+    ctx: &Context,
+) -> Result<Vec<CallVerdict>> {
+    if core.guardrails.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<String> = calls
+        .iter()
+        .map(|c| ["guard:tool:", &c.id].concat())
+        .collect();
+    let steps = calls.iter().zip(&names).map(|(call, name)| {
+        ctx.step(name, move || async move {
+            Ok::<_, Error>(check_tool_call(core, call, cx, ctx).await)
+        })
+    });
+    let verdicts = futures_util::future::join_all(steps).await;
+    verdicts
+        .into_iter()
+        .map(|verdict| verdict.map_err(Error::from))
+        .collect()
+}
+
 /// The call the tool host runs: the guardrails' rewrite of it, or `Err` with what the model
 /// reads when a guardrail refused it.
-pub(super) async fn check_tool_call(
+async fn check_tool_call(
     core: &AgentCore,
     call: &ToolCall,
     cx: GuardContext<'_>,

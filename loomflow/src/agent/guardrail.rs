@@ -130,7 +130,9 @@ pub trait Guardrail: Send + Sync + 'static {
     /// The guardrail's name: stop reasons (`guardrail:<name>`), errors and events name it.
     fn name(&self) -> &str;
 
-    /// Checks the run's prompt. A rewrite replaces the user message the model reads.
+    /// Checks the run's prompt (the last user message; for an agent a conversation was
+    /// handed to, the one before the handoff). A rewrite replaces the user message the
+    /// model reads.
     fn check_input<'a>(
         &'a self,
         text: &'a str,
@@ -142,6 +144,9 @@ pub trait Guardrail: Send + Sync + 'static {
 
     /// Checks a tool call before it runs. A block refuses the call (the model reads the
     /// reason, as for a permission denial); a rewrite replaces its arguments.
+    ///
+    /// Each call is checked once, and the verdict journaled: a call that waits for an
+    /// approval runs, once approved, with the arguments the approver saw.
     fn check_tool_call<'a>(
         &'a self,
         tool: &'a str,

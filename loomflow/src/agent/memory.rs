@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::AgentCore;
+use super::budget::Ran;
 use super::rate_limit::call_model;
 use super::react::Chunks;
 use super::state::AgentState;
@@ -63,8 +64,10 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
     // streamed to the run's listener (the answer is JSON for the memory, not for the user).
     let request = extraction_request(&state.messages);
     let user = state.user.as_deref();
+    let ran = Ran::default();
     let extracted: std::result::Result<(Vec<MemoryId>, Usage), RunError> = ctx
-        .step("memory:extract", || async move {
+        .step("memory:extract", || async {
+            ran.mark();
             let response =
                 call_model(core, &*core.model, request, user, ctx, Chunks::Withhold).await?;
             let ids =
@@ -88,6 +91,8 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
     };
     state.usage += usage;
     let cost = super::react::add_cost(core, core.model.name(), state, &usage, None);
-    core.budget.record(state.user.as_deref(), usage, cost);
+    if ran.happened() {
+        core.budget.record(state.user.as_deref(), usage, cost);
+    }
     Ok(())
 }

@@ -17,6 +17,7 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use super::budget::Ran;
 use super::guarded::{self, ToolStepOutcome};
 use super::guardrail::GuardStage;
 use super::observe;
@@ -113,8 +114,10 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         &tools,
     );
     let user = state.user.as_deref();
+    let ran = Ran::default();
     let response: ModelResponse = ctx
         .step("model", || {
+            ran.mark();
             super::rate_limit::call_model(core, &*core.model, request, user, ctx, Chunks::Emit)
         })
         .await
@@ -123,8 +126,10 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     state.usage += response.usage;
     let answered = response.model.as_deref();
     let cost = add_cost(core, core.model.name(), state, &response.usage, answered);
-    core.budget
-        .record(state.user.as_deref(), response.usage, cost);
+    if ran.happened() {
+        core.budget
+            .record(state.user.as_deref(), response.usage, cost);
+    }
     if !response.tool_calls.is_empty() {
         // The reply is read no further: its text and calls move into the transcript.
         state.messages.push(Message::Assistant {
@@ -331,6 +336,8 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     let permits = Semaphore::new(host.concurrency_limit());
     let permits = &permits;
     let cx = guarded::guard_context(core, state, ctx);
+    let verdicts = guarded::check_tool_calls(core, calls, cx, ctx).await?;
+    let verdicts = &verdicts;
     let call_step = |at: usize| {
         let (call, name) = (&calls[at], &names[at]);
         ctx.step(name, move || async move {
@@ -347,21 +354,19 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                 }
                 .emit(ctx);
             }
-            let rewritten = match guarded::check_tool_call(core, call, cx, ctx).await {
-                Ok(rewritten) => rewritten,
-                Err(refusal) => {
+            let rewritten = match verdicts.get(at) {
+                None | Some(Ok(None)) => None,
+                Some(Ok(Some(rewritten))) => Some(rewritten),
+                Some(Err(refusal)) => {
                     return Ok::<_, Error>(ToolStepOutcome {
-                        content: refusal,
+                        content: refusal.clone(),
                         is_error: true,
                         blocked: None,
                     });
                 }
             };
             let outcome = host
-                .dispatch(
-                    std::slice::from_ref(rewritten.as_ref().unwrap_or(call)),
-                    dispatch,
-                )
+                .dispatch(std::slice::from_ref(rewritten.unwrap_or(call)), dispatch)
                 .await?
                 .pop()
                 .ok_or_else(|| {

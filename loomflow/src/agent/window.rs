@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::AgentCore;
+use super::budget::Ran;
 use super::rate_limit::call_model;
 use super::react::Chunks;
 use super::state::AgentState;
@@ -206,8 +207,10 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
             let user = state.user.as_deref();
             // A rate limiter that fails at once (`RateLimitMode::Fail`) fails the run here
             // too, with its own error.
+            let ran = Ran::default();
             let compacted: Compacted = ctx
                 .step("compact", || {
+                    ran.mark();
                     summarize(core, model.as_ref(), &older, user, ctx)
                 })
                 .await
@@ -220,7 +223,9 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
                 state.usage += usage;
                 let answered = answered.as_deref();
                 let cost = super::react::add_cost(core, model.name(), state, &usage, answered);
-                core.budget.record(state.user.as_deref(), usage, cost);
+                if ran.happened() {
+                    core.budget.record(state.user.as_deref(), usage, cost);
+                }
             }
             match summary {
                 Some(summary) => Some(summary),
