@@ -176,3 +176,51 @@ async fn a_truncated_reply_spends_no_schema_retries() {
     assert_eq!(result.reason, Some(StopReason::Truncated));
     assert_eq!(result.turns, 1, "no second call to fix the schema");
 }
+
+/// A type with a `#[serde(default)]` field: the strict schema lets the model send `null`
+/// for it (strict mode wants every field), and `null` reads as the default.
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+struct Plan {
+    title: String,
+    #[serde(default)]
+    steps: Vec<String>,
+    #[serde(default)]
+    days: u32,
+}
+
+#[tokio::test]
+async fn null_for_a_field_with_a_default_reads_as_the_default() {
+    let answer = r#"{"title": "Move house", "steps": null, "days": 3.0}"#;
+    let plan = Plan {
+        title: "Move house".into(),
+        steps: Vec::new(),
+        days: 3,
+    };
+    // The agent's own output type.
+    let model = Arc::new(ScriptedModel::new([ModelResponse::text(answer)]));
+    let agent = Agent::builder("You plan.")
+        .model(Arc::clone(&model))
+        .output::<Plan>()
+        .build()
+        .unwrap();
+    let result = agent.run("plan my move").await.unwrap();
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "answered the first time, not retried"
+    );
+    assert_eq!(result.parsed::<Plan>().unwrap(), plan);
+    // One run's own output type.
+    let model = Arc::new(ScriptedModel::new([ModelResponse::text(answer)]));
+    let agent = Agent::builder("You plan.")
+        .model(Arc::clone(&model))
+        .build()
+        .unwrap();
+    let result = agent.run("plan my move").output::<Plan>().await.unwrap();
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "answered the first time, not retried"
+    );
+    assert_eq!(result.parsed::<Plan>().unwrap(), plan);
+}

@@ -215,7 +215,8 @@ impl AgentBuilder {
         name: impl Into<String>,
         schema: Value,
     ) -> Self {
-        self.output = Some(OutputSpec::of::<T>(OutputSchema::new(name, schema)));
+        let fields = schema.clone();
+        self.output = Some(OutputSpec::of::<T>(OutputSchema::new(name, schema), fields));
         self
     }
 

@@ -19,16 +19,22 @@ pub(super) type Validator = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync
 #[derive(Clone)]
 pub(crate) struct OutputSpec {
     pub(super) schema: OutputSchema,
+    /// The schema before it was made strict: which fields the answer may go without.
+    pub(super) fields: Value,
     pub(super) validate: Validator,
 }
 
 impl OutputSpec {
-    /// Output that deserializes into `T`, described by `schema`.
-    pub(super) fn of<T: DeserializeOwned + 'static>(schema: OutputSchema) -> Self {
+    /// Output that deserializes into `T`, described to the model by `schema`; `fields` is
+    /// the schema before it was made strict.
+    pub(super) fn of<T: DeserializeOwned + 'static>(schema: OutputSchema, fields: Value) -> Self {
+        let checked = fields.clone();
         Self {
             schema,
-            validate: Arc::new(|text: &str| {
-                serde_json::from_str::<T>(text.trim())
+            fields,
+            validate: Arc::new(move |text: &str| {
+                let value = answer_value(&checked, text)?;
+                serde_json::from_value::<T>(value)
                     .map(drop)
                     .map_err(|e| e.to_string())
             }),
@@ -36,11 +42,33 @@ impl OutputSpec {
     }
 }
 
+/// The answer as JSON, normalized as tool arguments are: `null` for a field that `fields`
+/// does not require is dropped (a strict schema makes such a field nullable, as strict mode
+/// wants every field present, but a `#[serde(default)]` field does not read `null`), and
+/// an integral float for an integer field becomes an integer.
+fn answer_value(fields: &Value, text: &str) -> Result<Value, String> {
+    let mut value: Value =
+        serde_json::from_str(text.trim()).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    crate::tool::normalize_arguments(fields, &mut value);
+    Ok(value)
+}
+
+/// The answer to keep, when it is not the model's text as it is: the normalized JSON
+/// ([`answer_value`]), so that [`RunResult::parsed`](super::RunResult::parsed) reads what
+/// was checked.
+pub(super) fn settled(fields: &Value, text: &str) -> Option<String> {
+    let value = answer_value(fields, text).ok()?;
+    let given: Value = serde_json::from_str(text.trim()).ok()?;
+    (value != given).then(|| value.to_string())
+}
+
 /// The output schema of `T`, derived with schemars and made strict (every property required,
-/// no others), named after the type.
-pub(super) fn schema_of<T: JsonSchema>() -> OutputSchema {
-    let schema = crate::tool::strict_schema(&crate::tool::schema_for::<T>());
-    OutputSchema::new(schema_name::<T>(), schema)
+/// no others), named after the type; and the schema as derived, which says which fields
+/// `T` may go without.
+pub(super) fn schema_of<T: JsonSchema>() -> (OutputSchema, Value) {
+    let fields = crate::tool::schema_for::<T>();
+    let schema = crate::tool::strict_schema(&fields);
+    (OutputSchema::new(schema_name::<T>(), schema), fields)
 }
 
 /// A schema name from a type's name: letters, digits, `_` and `-` (`Vec<Answer>` is
@@ -122,7 +150,8 @@ impl AgentBuilder {
     /// # Ok(()) }
     /// ```
     pub fn output<T: JsonSchema + DeserializeOwned + 'static>(mut self) -> Self {
-        self.output = Some(OutputSpec::of::<T>(schema_of::<T>()));
+        let (schema, fields) = schema_of::<T>();
+        self.output = Some(OutputSpec::of::<T>(schema, fields));
         self
     }
 }
@@ -132,7 +161,9 @@ impl AgentRun<'_> {
     /// [`AgentBuilder::output`]). The schema is kept in the run's state, so a run resumed
     /// later still asks for it; the answer is checked against the schema.
     pub fn output<T: JsonSchema>(mut self) -> Self {
-        self.output = Some(schema_of::<T>());
+        let (schema, fields) = schema_of::<T>();
+        self.output = Some(schema);
+        self.output_fields = Some(fields);
         self
     }
 }
@@ -150,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_types_schema_is_strict_and_named_after_it() {
-        let schema = schema_of::<Answer>();
+        let (schema, _) = schema_of::<Answer>();
         assert_eq!(schema.name, "Answer");
         assert!(schema.strict);
         assert_eq!(schema.schema["additionalProperties"], false);
@@ -158,12 +189,12 @@ mod tests {
             schema.schema["required"],
             serde_json::json!(["city", "days"])
         );
-        assert_eq!(schema_of::<Vec<Answer>>().name, "Vec_Answer");
+        assert_eq!(schema_of::<Vec<Answer>>().0.name, "Vec_Answer");
     }
 
     #[test]
     fn answers_are_checked_against_a_schema() {
-        let schema = schema_of::<Answer>().schema;
+        let schema = schema_of::<Answer>().0.schema;
         assert!(check_against(&schema, r#"{"city": "Lyon", "days": null}"#).is_ok());
         let wrong = check_against(&schema, r#"{"city": 7, "days": 1}"#).unwrap_err();
         assert!(wrong.contains("city"), "{wrong}");

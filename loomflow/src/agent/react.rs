@@ -142,13 +142,24 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     if let Some(stop) = unfinished(&response.finish_reason) {
         return stop_unfinished(core, state, ctx, response.content, stop).await;
     }
+    // Checked, with the schema before it was made strict that tells which fields may be
+    // left out.
     let checked = match (&state.output_schema, &core.output) {
-        (Some(own), _) => Some(super::output::check_against(&own.schema, &response.content)),
-        (None, Some(output)) => Some((output.validate)(&response.content)),
+        (Some(own), _) => Some(
+            super::output::check_against(&own.schema, &response.content)
+                .map(|()| state.output_fields.as_ref()),
+        ),
+        (None, Some(output)) => {
+            Some((output.validate)(&response.content).map(|()| Some(&output.fields)))
+        }
         (None, None) => None,
     };
     match checked {
-        None | Some(Ok(())) => state.output = Some(response.content),
+        None => state.output = Some(response.content),
+        Some(Ok(fields)) => {
+            let settled = fields.and_then(|f| super::output::settled(f, &response.content));
+            state.output = Some(settled.unwrap_or(response.content));
+        }
         Some(Err(problem)) if state.schema_retries < core.max_schema_retries => {
             state.schema_retries += 1;
             state.messages.push(Message::user(format!(

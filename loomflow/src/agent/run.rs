@@ -33,6 +33,8 @@ pub struct AgentRun<'a> {
     max_turns: Option<u32>,
     /// This run's own output schema.
     pub(super) output: Option<OutputSchema>,
+    /// That schema before it was made strict.
+    pub(super) output_fields: Option<serde_json::Value>,
     /// Tools for this run only.
     extra_tools: Vec<Arc<dyn Tool>>,
     /// How many events a stream of the run holds.
@@ -112,6 +114,7 @@ impl<'a> AgentRun<'a> {
         }
         state.max_turns = self.max_turns.map(|n| n.min(self.agent.core.max_turns));
         state.output_schema.clone_from(&self.output);
+        state.output_fields.clone_from(&self.output_fields);
         Ok(state)
     }
 
@@ -469,6 +472,7 @@ impl Agent {
             user: None,
             max_turns: None,
             output: None,
+            output_fields: None,
             extra_tools: Vec::new(),
             stream_capacity: DEFAULT_STREAM_CAPACITY,
         }

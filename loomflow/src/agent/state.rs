@@ -43,6 +43,11 @@ pub struct AgentState {
     /// run still asks for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<OutputSchema>,
+    /// That schema as derived from the type, before it was made strict: it tells which
+    /// fields the answer may go without, so that a `null` the strict schema allows for one
+    /// is dropped before the answer is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_fields: Option<serde_json::Value>,
     /// The final answer, once there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,

@@ -36,6 +36,7 @@ pub use hook::{HookCall, HookDecision, HookResult};
 pub use host::{DispatchContext, ToolHost, ToolOutcome};
 pub(crate) use name::callable_name;
 pub use permission::{Permission, PermissionPolicy};
+pub(crate) use schema::normalize_arguments;
 pub(crate) use schema::validate as validate_schema;
 pub use schema::{schema_for, strict_schema};
 pub use set::ToolSet;
