@@ -4,7 +4,9 @@
 //! and `\n`); it yields the same events as if the whole body had come at once. It follows the
 //! WHATWG rules that matter for model APIs: `\n`, `\r\n` and `\r` line ends, `:` comments,
 //! `field: value` with one optional space, multi-line `data:` joined by `\n`, `event:` and
-//! `id:`, and an event dispatched on each blank line.
+//! `id:`, and an event dispatched on each blank line. One field beyond the standard is kept:
+//! an `error:` line (llama.cpp's server sends one when a generation fails after the 200) reads
+//! as an `error` event carrying that line as its data.
 //!
 //! # Examples
 //!
@@ -123,6 +125,15 @@ impl SseParser {
                 if self.has_data {
                     self.data.push('\n');
                 }
+                self.has_data = true;
+                push_utf8(&mut self.data, value);
+            }
+            // Not a WHATWG field: llama.cpp's server reports a failure after the 200 as an
+            // `error: {...}` line. It is read as an `error` event with that data, so that the
+            // failure is not skipped as an unknown field.
+            b"error" => {
+                self.event = Some("error".to_owned());
+                self.data.clear();
                 self.has_data = true;
                 push_utf8(&mut self.data, value);
             }
@@ -258,6 +269,15 @@ pub(crate) mod tests {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].data, "a\n\n b");
         assert_eq!(events[0].id.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn an_error_line_is_an_error_event() {
+        let events = parse_all(&[b"error: {\"code\":500}\n\ndata: [DONE]\n\n"]);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].event.as_deref(), Some("error"));
+        assert_eq!(events[0].data, "{\"code\":500}");
+        assert!(events[1].event.is_none() && events[1].is_done());
     }
 
     #[test]

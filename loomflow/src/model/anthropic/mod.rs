@@ -260,12 +260,12 @@ impl Inner {
         let output_tool = request.output_schema.map(|s| s.name);
         // Retried up to the first content, so an error event before it is retried too.
         with_retry(&self.retry, PROVIDER, &target.model, || async {
-            let call = transport::send_once(self.post(&body), &target, self.key.as_ref());
-            let response = tokio::time::timeout(self.timeout, call)
+            let call = transport::send_for_events(self.post(&body), &target, self.key.as_ref());
+            let events = tokio::time::timeout(self.timeout, call)
                 .await
                 .map_err(|_| transport::timeout_error(&target, self.timeout))??;
             let chunks = transport::sse_chunks(
-                Box::pin(response.bytes_stream()),
+                events,
                 stream::Decoder::new(target.clone(), output_tool.clone()),
                 self.timeout,
                 target.clone(),

@@ -53,7 +53,9 @@ pub(super) fn body(
             "description": "Respond with the final answer, following this schema exactly.",
             "input_schema": schema.schema,
         }));
-        if request.tools.is_empty() {
+        // With no tools of the caller's to choose from, or none allowed, the output tool is
+        // the only call the model may make: force it by name, not `any` tool.
+        if request.tools.is_empty() || matches!(request.tool_choice, Some(ToolChoice::None)) {
             choice = Some(json!({"type": "tool", "name": schema.name}));
         } else if !matches!(request.tool_choice, Some(ToolChoice::Tool(_))) {
             choice = Some(json!({"type": "any"}));

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::response::{WireUsage, finish_reason};
 use crate::model::sse::SseEvent;
-use crate::model::transport::{EventDecoder, Target, decode_error};
+use crate::model::transport::{EventDecoder, Target, decode_error, stream_error};
 use crate::model::{ModelError, StreamChunk, Usage};
 
 #[derive(Deserialize)]
@@ -241,12 +241,7 @@ impl EventDecoder for Decoder {
                 return Ok(true);
             }
             Event::Error { error } => {
-                return Err(ModelError::StreamError {
-                    provider: self.target.provider.to_owned(),
-                    model: self.target.model.clone(),
-                    kind: error.kind,
-                    message: error.message,
-                });
+                return Err(stream_error(&self.target, error.kind, error.message));
             }
             Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
         }

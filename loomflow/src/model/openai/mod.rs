@@ -32,6 +32,13 @@ pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
 /// `json_schema`, usage (with `stream_options.include_usage` when streaming), retries and a
 /// per-request timeout.
 ///
+/// Compatible servers are read as they really write. A failure reported after the 200, as an
+/// SSE `error:` line (llama.cpp) or as an error object in place of the events (gateways), is
+/// the typed error it names and is retried as its status would be; a prompt too long for the
+/// context is [`ModelError::ContextTooLong`] either way. Parallel tool calls sent without an
+/// `index` (Gemini) or all under `index: 0` (Ollama) are told apart by their ids. A stream that
+/// says `[DONE]` before it said anything is [`ModelError::StreamCut`], not an empty reply.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -248,12 +255,12 @@ impl Inner {
         let body = self.encode(&request, &target, true)?;
         // Retried up to the first content, so an error chunk before it is retried too.
         with_retry(&self.retry, self.provider, &target.model, || async {
-            let call = transport::send_once(self.post(&body), &target, self.key.as_ref());
-            let response = tokio::time::timeout(self.timeout, call)
+            let call = transport::send_for_events(self.post(&body), &target, self.key.as_ref());
+            let events = tokio::time::timeout(self.timeout, call)
                 .await
                 .map_err(|_| transport::timeout_error(&target, self.timeout))??;
             let chunks = transport::sse_chunks(
-                Box::pin(response.bytes_stream()),
+                events,
                 stream::Decoder::new(target.clone()),
                 self.timeout,
                 target.clone(),

@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use super::response::{WireUsage, finish_reason, null_as_default};
 use crate::model::sse::SseEvent;
-use crate::model::transport::{EventDecoder, Target, decode_error, error_details};
+use crate::model::transport::{EventDecoder, Target, decode_error, error_details, stream_error};
 use crate::model::{FinishReason, ModelError, StreamChunk, Usage};
 
 #[derive(Deserialize)]
@@ -54,8 +54,12 @@ pub(super) struct Decoder {
     model_seen: bool,
     /// Whether the model refused (sent `refusal` text).
     refused: bool,
-    /// The index given to the last tool call that came without one, and its id.
-    unindexed: Option<(usize, String)>,
+    /// The tool calls seen so far, in order, as (the index the server gave, the call's id).
+    /// A call is passed on under its position here.
+    calls: Vec<(Option<usize>, String)>,
+    /// Whether any text or tool call came: `[DONE]` after nothing at all, and no finish
+    /// reason, is not a reply.
+    received: bool,
 }
 
 impl Decoder {
@@ -65,27 +69,47 @@ impl Decoder {
             finish: None,
             model_seen: false,
             refused: false,
-            unindexed: None,
+            calls: Vec::new(),
+            received: false,
         }
     }
 
-    /// Which call of the reply a tool-call delta belongs to. Some compatible servers
-    /// (Gemini's) send no `index`: then a new id starts the next call, and a delta without
-    /// an id continues the last one.
+    /// Which call of the reply a tool-call delta belongs to. A delta continues the latest
+    /// call the server gave the same index, unless it brings a different id: some compatible
+    /// servers send no `index` (Gemini's) or send every call of a parallel batch under
+    /// `index: 0` (Ollama's), and a new id is then the only sign of a new call.
     fn call_index(&mut self, index: Option<usize>, id: Option<&str>) -> usize {
-        if let Some(index) = index {
-            return index;
-        }
-        match (&self.unindexed, id) {
-            (Some((last, _)), None) => *last,
-            (Some((last, last_id)), Some(id)) if id == last_id => *last,
-            (last, id) => {
-                let next = last.as_ref().map_or(0, |(last, _)| last + 1);
-                self.unindexed = Some((next, id.unwrap_or_default().to_owned()));
-                next
+        let latest = match index {
+            Some(_) => self.calls.iter().rposition(|(given, _)| *given == index),
+            None => self.calls.iter().rposition(|(given, _)| given.is_none()),
+        };
+        if let Some(position) = latest {
+            let known = &mut self.calls[position].1;
+            match id {
+                None => return position,
+                Some(id) if known == id => return position,
+                Some(id) if known.is_empty() => {
+                    id.clone_into(known);
+                    return position;
+                }
+                Some(_) => {}
             }
         }
+        self.calls.push((index, id.unwrap_or_default().to_owned()));
+        self.calls.len() - 1
     }
+}
+
+/// The error object of an `error` event or of a chunk's `error` field, as a typed error.
+fn error_event(target: &Target, error: serde_json::Value) -> ModelError {
+    let error = match error {
+        serde_json::Value::Object(mut fields) if fields.contains_key("error") => {
+            fields.remove("error").unwrap_or_default()
+        }
+        other => other,
+    };
+    let (kind, message) = error_details(&serde_json::json!({ "error": error }).to_string());
+    stream_error(target, kind, message)
 }
 
 impl EventDecoder for Decoder {
@@ -94,10 +118,21 @@ impl EventDecoder for Decoder {
         event: SseEvent,
         out: &mut VecDeque<Result<StreamChunk, ModelError>>,
     ) -> Result<bool, ModelError> {
+        if event.event.as_deref() == Some("error") {
+            let error = serde_json::from_str(&event.data)
+                .unwrap_or_else(|_| serde_json::Value::String(event.data.clone()));
+            return Err(error_event(&self.target, error));
+        }
         if event.is_done() {
             let reason = match self.finish.take() {
                 _ if self.refused => FinishReason::ContentFilter,
                 Some(reason) => reason,
+                None if !self.received => {
+                    return Err(ModelError::StreamCut {
+                        provider: self.target.provider.to_owned(),
+                        model: self.target.model.clone(),
+                    });
+                }
                 None => FinishReason::Other("unspecified".into()),
             };
             out.push_back(Ok(StreamChunk::Finish { reason }));
@@ -106,13 +141,7 @@ impl EventDecoder for Decoder {
         let chunk: Chunk = serde_json::from_str(&event.data)
             .map_err(|e| decode_error(&self.target, format!("bad stream chunk: {e}")))?;
         if let Some(error) = chunk.error {
-            let (kind, message) = error_details(&serde_json::json!({ "error": error }).to_string());
-            return Err(ModelError::StreamError {
-                provider: self.target.provider.to_owned(),
-                model: self.target.model.clone(),
-                kind,
-                message,
-            });
+            return Err(error_event(&self.target, error));
         }
         if !self.model_seen
             && let Some(model) = chunk.model.filter(|m| !m.is_empty())
@@ -123,6 +152,7 @@ impl EventDecoder for Decoder {
         if let Some(choice) = chunk.choices.into_iter().next() {
             if let Some(delta) = choice.delta {
                 if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                    self.received = true;
                     out.push_back(Ok(StreamChunk::Text { text }));
                 }
                 // A refusal streams as the reply's text, and the reply ends as filtered.
@@ -136,6 +166,7 @@ impl EventDecoder for Decoder {
                         None => (None, String::new()),
                     };
                     let id = call.id.filter(|id| !id.is_empty());
+                    self.received = true;
                     out.push_back(Ok(StreamChunk::ToolCall {
                         index: self.call_index(call.index, id.as_deref()),
                         id,

@@ -1,0 +1,318 @@
+//! Both HTTP adapters against what real servers send besides the documented format: an SSE
+//! `error` event (llama.cpp), an error object in a 200 reply to a stream request, parallel
+//! calls that all claim index 0 (Ollama), Anthropic's context-limit wording, and bytes cut
+//! anywhere in a stream.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+
+use std::time::Duration;
+
+use fixtures::*;
+use loomflow::model::{
+    AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, OpenAiModel,
+    OutputSchema, RetryPolicy, ToolCall, ToolChoice, ToolDefinition, collect_stream,
+};
+use mock_server::{MockServer, Reply};
+use serde_json::json;
+
+fn fast_retries() -> RetryPolicy {
+    RetryPolicy::default()
+        .initial_backoff(Duration::from_millis(10))
+        .max_backoff(Duration::from_millis(50))
+}
+
+fn openai(server: &MockServer) -> OpenAiModel {
+    OpenAiModel::builder("gpt-test")
+        .base_url(format!("{}/v1", server.url()))
+        .api_key("sk-test")
+        .retry(fast_retries())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn anthropic(server: &MockServer) -> AnthropicModel {
+    AnthropicModel::builder("claude-test")
+        .base_url(server.url())
+        .api_key("sk-ant-test")
+        .retry(fast_retries())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn hi() -> ModelRequest {
+    ModelRequest::new(vec![Message::user("Hi")])
+}
+
+// A streamed error event followed by `[DONE]` (llama.cpp) is the error it names.
+
+#[tokio::test]
+async fn a_llama_cpp_stream_error_event_is_the_error_it_names() {
+    // Exactly what llama.cpp's server (handle_completions_impl, oaicompat chat) writes when
+    // the task fails after the 200 went out: `server_sent_event(sink, "error", error_data)`
+    // and then `data: [DONE]`.
+    let body = concat!(
+        "error: {\"code\":400,\"message\":\"the request exceeds the available context size, ",
+        "try increasing it\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":5000,",
+        "\"n_ctx\":4096}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let server = MockServer::start(vec![Reply::sse(body, 4096)]).await;
+    let result = collect_stream(openai(&server).stream(hi())).await;
+    match result {
+        Err(err) => {
+            assert!(
+                err.to_string()
+                    .contains("exceeds the available context size"),
+                "the server's message is lost: {err}"
+            );
+            assert!(matches!(err, ModelError::ContextTooLong { .. }), "{err:?}");
+        }
+        Ok(response) => panic!("a failed generation reads as a successful reply: {response:?}"),
+    }
+}
+
+#[tokio::test]
+async fn done_without_any_finish_reason_is_not_a_complete_reply() {
+    // The same without the llama.cpp quirk: a stream that says [DONE] although no chunk ever
+    // carried a finish_reason (nor any content) is not a complete Chat Completions stream.
+    let body = "data: [DONE]\n\n";
+    let server = MockServer::start(vec![Reply::sse(body, 4096)]).await;
+    let result = collect_stream(openai(&server).stream(hi())).await;
+    assert!(result.is_err(), "{result:?}");
+}
+
+// Anthropic: ToolChoice::None with an output schema forces the output tool, not any tool.
+
+#[tokio::test]
+async fn anthropic_tool_choice_none_with_an_output_schema_does_not_force_a_real_tool() {
+    let server = MockServer::start(vec![Reply::json(
+        200,
+        anthropic_message(
+            json!([{"type": "tool_use", "id": "t", "name": "answer", "input": {"n": 1}}]),
+            "tool_use",
+            3,
+            1,
+        ),
+    )])
+    .await;
+    let request = hi()
+        .tools(vec![ToolDefinition::new(
+            "delete_everything",
+            "Deletes everything.",
+            json!({"type": "object"}),
+        )])
+        .tool_choice(ToolChoice::None)
+        .output_schema(OutputSchema::new(
+            "answer",
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        ));
+    anthropic(&server).complete(request).await.unwrap();
+    let sent = &server.requests()[0].body;
+    // "none" means the model must not call the user's tools; the only call it may make is
+    // the output tool, so that one is what must be forced. `{"type": "any"}` makes it call
+    // *some* tool, delete_everything included.
+    assert_ne!(sent["tool_choice"], json!({"type": "any"}), "{sent}");
+    assert_eq!(
+        sent["tool_choice"],
+        json!({"type": "tool", "name": "answer"}),
+        "{sent}"
+    );
+}
+
+// Anthropic: "input length and `max_tokens` exceed context limit" is ContextTooLong.
+
+#[tokio::test]
+async fn anthropic_context_limit_error_is_context_too_long() {
+    let server = MockServer::start(vec![Reply::json(
+        400,
+        json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again"}}),
+    )])
+    .await;
+    let err = anthropic(&server).complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::ContextTooLong { .. }), "{err:?}");
+}
+
+// An error object in a 200 reply reads the same to stream() as to complete().
+
+#[tokio::test]
+async fn a_200_error_body_to_a_stream_request_is_the_error_it_names() {
+    let crashed = || {
+        Reply::json(
+            200,
+            json!({"error": {"message": "upstream model crashed", "type": "server_error", "code": 502}}),
+        )
+    };
+    // complete(): Server { status: 502 }, retried, and the gateway's message kept
+    let server = MockServer::start(vec![
+        crashed(),
+        Reply::json(
+            200,
+            openai_completion(json!({"role": "assistant", "content": "ok"}), "stop", 1, 1),
+        ),
+    ])
+    .await;
+    assert_eq!(openai(&server).complete(hi()).await.unwrap().content, "ok");
+    assert_eq!(server.requests().len(), 2);
+    // stream(): the same answer to the same request
+    let server = MockServer::start(vec![crashed(), Reply::sse(&openai_text_stream(2), 4096)]).await;
+    let result = collect_stream(openai(&server).stream(hi())).await;
+    assert!(
+        result.is_ok() && server.requests().len() == 2,
+        "not retried as complete() retries it: {result:?} after {} request(s)",
+        server.requests().len()
+    );
+    let server = MockServer::start(vec![crashed(), crashed(), crashed()]).await;
+    let err = collect_stream(openai(&server).stream(hi()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("upstream model crashed"), "{err}");
+}
+
+// Parallel tool calls that all claim `index: 0` with distinct ids (Ollama) stay apart.
+
+#[tokio::test]
+async fn parallel_tool_calls_reusing_index_zero_with_new_ids_stay_apart() {
+    // Ollama's /v1/chat/completions (ollama/ollama#15457): every call of a parallel batch is
+    // sent whole, in a chunk of its own, with a fresh id but `index: 0`.
+    let sse = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_a", "index": 0, "type": "function",
+             "function": {"name": "file_write", "arguments": "{\"path\":\"hello.py\"}"}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [
+            {"id": "call_b", "index": 0, "type": "function",
+             "function": {"name": "file_write", "arguments": "{\"path\":\"world.py\"}"}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+    ]);
+    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
+    let response = collect_stream(openai(&server).stream(hi()))
+        .await
+        .unwrap_or_else(|err| panic!("the two calls were glued into one: {err}"));
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall::new("call_a", "file_write", json!({"path": "hello.py"})),
+            ToolCall::new("call_b", "file_write", json!({"path": "world.py"})),
+        ]
+    );
+}
+
+// Byte-exact streams and HTML error pages
+
+#[tokio::test]
+async fn an_openai_stream_cut_anywhere_with_crlf_comments_and_split_data_decodes_whole() {
+    let chunks = [
+        json!({"choices": [], "prompt_filter_results": [{"prompt_index": 0}]}),
+        openai_chunk(json!({"role": "assistant", "content": ""}), None),
+        openai_chunk(json!({"content": "Zürich ✓ 🌍"}), None),
+        openai_chunk(
+            json!({"tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function", "function": {"name": "weather", "arguments": ""}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [
+            {"index": 1, "id": "call_b", "type": "function", "function": {"name": "time", "arguments": "{\"tz\""}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": \"Zü"}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [{"index": 1, "function": {"arguments": ": \"CET\"}"}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "rich\"}"}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+        openai_usage_chunk(11, 7, 4),
+    ];
+    let mut text = String::from(": keep-alive\r\n\r\n");
+    for (i, chunk) in chunks.iter().enumerate() {
+        if i == 2 {
+            // multi-line data: the JSON split over two data lines
+            let s = chunk.to_string();
+            let (a, b) = s.split_at(s.find("\"choices\"").unwrap());
+            text.push_str(&format!("data: {a}\r\ndata: {b}\r\n\r\n"));
+        } else {
+            text.push_str(&format!("data: {chunk}\r\n: comment\r\n\r\n"));
+        }
+    }
+    text.push_str("data: [DONE]\r\n\r\n");
+    let server = MockServer::start(vec![Reply::sse(&text, 1), Reply::sse(&text, 3)]).await;
+    let model = openai(&server);
+    for _ in 0..2 {
+        let response = collect_stream(model.stream(hi())).await.unwrap();
+        assert_eq!(response.content, "Zürich ✓ 🌍");
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                ToolCall::new("call_a", "weather", json!({"city": "Zürich"})),
+                ToolCall::new("call_b", "time", json!({"tz": "CET"})),
+            ]
+        );
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(response.usage.input_tokens, 11);
+        assert_eq!(response.usage.output_tokens, 7);
+        assert_eq!(response.usage.cached_tokens, 4);
+    }
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_cut_anywhere_with_crlf_decodes_whole() {
+    let mut events = vec![anthropic_start(10), json!({"type": "ping"})];
+    events.extend(anthropic_text_block(0, &["Grüß", "e ✓"]));
+    events.extend(anthropic_tool_block(
+        1,
+        "toolu_a",
+        "weather",
+        &["", "{\"city\": \"Ös", "lo\"}"],
+    ));
+    events.extend(anthropic_tool_block(2, "toolu_b", "time", &[]));
+    events.extend(anthropic_end("tool_use", 20));
+    let text = anthropic_sse(&events).replace('\n', "\r\n");
+    let server = MockServer::start(vec![Reply::sse(&text, 1)]).await;
+    let response = collect_stream(anthropic(&server).stream(hi()))
+        .await
+        .unwrap();
+    assert_eq!(response.content, "Grüße ✓");
+    assert_eq!(
+        response.tool_calls,
+        vec![
+            ToolCall::new("toolu_a", "weather", json!({"city": "Öslo"})),
+            ToolCall::new("toolu_b", "time", json!({})),
+        ]
+    );
+    assert_eq!(response.usage.output_tokens, 20);
+}
+
+#[tokio::test]
+async fn an_html_error_page_is_a_retried_server_error() {
+    let html = Reply::Json {
+        status: 502,
+        headers: vec![],
+        body: "<html><body><h1>502 Bad Gateway</h1></body></html>".into(),
+    };
+    let server = MockServer::start(vec![html.clone(), html.clone(), html]).await;
+    let err = openai(&server).complete(hi()).await.unwrap_err();
+    assert!(
+        matches!(err, ModelError::Server { status: 502, .. }),
+        "{err:?}"
+    );
+    assert_eq!(server.requests().len(), 3);
+}
