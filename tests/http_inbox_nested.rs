@@ -8,48 +8,19 @@
 #[path = "support/http_harness.rs"]
 #[allow(dead_code)] // this file serves its own router, nested
 mod http_harness;
+#[path = "support/refunds.rs"]
+mod refunds;
 
 use std::net::SocketAddr;
 
 use http_harness::{NO_HEADERS, request};
-use loomflow::agent::Agent;
 use loomflow::http::inbox::SHOWN_RUNS;
 use loomflow::http::{HttpConfig, router};
-use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::model::ModelResponse;
 use loomflow::prelude::*;
+use refunds::{agent, ask_for_refund};
 
 const TOKEN: &str = "inbox-token";
-
-/// Refund an order. Moves money.
-#[tool(approval)]
-fn refund(order: String, cents: u64) -> String {
-    format!("refunded {cents} cents on {order}")
-}
-
-fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
-    Agent::builder("You handle refunds.")
-        .name("refunds")
-        .model(ScriptedModel::new(replies))
-        .tool(refund)
-        .durable_approvals()
-        .runtime(runtime.clone())
-        .build()
-        .unwrap()
-}
-
-async fn ask(runtime: &Runtime, session: &str) {
-    let call = ToolCall::new(
-        "call_1",
-        "refund",
-        json!({ "order": "ord_7", "cents": 250 }),
-    );
-    let asked = agent(runtime, vec![ModelResponse::tool_calls(vec![call])])
-        .run("refund order 7")
-        .session(session)
-        .await
-        .unwrap();
-    assert!(asked.interrupted);
-}
 
 /// The ingress nested under `/ops` in an app of its own, on a loopback port.
 async fn serve_nested(runtime: &Runtime) -> SocketAddr {
@@ -70,7 +41,7 @@ fn header<'a>(head: &'a str, name: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inbox_nested_under_a_prefix_logs_in_and_decides() {
     let runtime = Runtime::in_memory();
-    ask(&runtime, "n1").await;
+    ask_for_refund(&runtime, "n1", 250).await;
     let addr = serve_nested(&runtime).await;
 
     let login = format!("/ops/inbox?token={TOKEN}");
@@ -119,7 +90,7 @@ async fn an_inbox_nested_under_a_prefix_logs_in_and_decides() {
     assert!(
         serde_json::to_string(&done.messages)
             .unwrap()
-            .contains("refunded 250 cents on ord_7")
+            .contains("refunded 250 cents on ord_42")
     );
 }
 
@@ -127,10 +98,10 @@ async fn an_inbox_nested_under_a_prefix_logs_in_and_decides() {
 async fn an_inbox_with_more_waiting_runs_than_it_shows_says_so() {
     let runtime = Runtime::in_memory();
     // The oldest run asks first; a page of newer runs ask after it.
-    ask(&runtime, "asks-first").await;
+    ask_for_refund(&runtime, "asks-first", 250).await;
     for i in 0..SHOWN_RUNS {
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        ask(&runtime, &format!("newer-{i}")).await;
+        ask_for_refund(&runtime, &format!("newer-{i}"), 250).await;
     }
     let addr = serve_nested(&runtime).await;
     let bearer = ("Authorization", format!("Bearer {TOKEN}"));

@@ -7,15 +7,17 @@
 
 #[path = "support/http_harness.rs"]
 mod http_harness;
+#[path = "support/refunds.rs"]
+mod refunds;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use http_harness::{NO_HEADERS, request, serve, try_request};
-use loomflow::agent::Agent;
 use loomflow::http::{HttpConfig, sign, signature_header};
-use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::model::ModelResponse;
 use loomflow::prelude::*;
+use refunds::{agent, ask_for_refund};
 use serde_json::Value;
 
 const TOKEN: &str = "s3cret-token";
@@ -324,42 +326,11 @@ async fn an_unauthenticated_caller_learns_only_that() {
     }
 }
 
-/// Refund an order. Moves money.
-#[tool(approval)]
-fn refund(order: String, cents: u64) -> String {
-    format!("refunded {cents} cents on {order}")
-}
-
-fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
-    Agent::builder("You handle refunds.")
-        .name("refunds")
-        .model(ScriptedModel::new(replies))
-        .tool(refund)
-        .durable_approvals()
-        .runtime(runtime.clone())
-        .build()
-        .unwrap()
-}
-
-async fn ask(runtime: &Runtime, session: &str) {
-    let call = ToolCall::new(
-        "call_1",
-        "refund",
-        json!({ "order": "ord_42", "cents": 1299 }),
-    );
-    let asked = agent(runtime, vec![ModelResponse::tool_calls(vec![call])])
-        .run("refund order 42")
-        .session(session)
-        .await
-        .unwrap();
-    assert!(asked.interrupted);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_are_decided_over_the_api() {
     let server = serve("approvals", config()).await;
-    ask(&server.runtime, "a1").await;
-    ask(&server.runtime, "a2").await;
+    ask_for_refund(&server.runtime, "a1", 1299).await;
+    ask_for_refund(&server.runtime, "a2", 1299).await;
     let (status, _, reply) = request(server.addr, "GET", "/v1/threads/a1", &[bearer()], b"").await;
     assert_eq!(status, 200);
     let shown: Value = serde_json::from_str(&reply).unwrap();
@@ -452,7 +423,7 @@ fn csrf_of(page: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
     let server = serve("inbox", config()).await;
-    ask(&server.runtime, "i1").await;
+    ask_for_refund(&server.runtime, "i1", 1299).await;
 
     let (status, _, _) = request(server.addr, "GET", "/inbox", NO_HEADERS, b"").await;
     assert_eq!(status, 401, "the inbox needs the token");

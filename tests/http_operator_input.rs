@@ -7,12 +7,14 @@
 
 #[path = "support/http_harness.rs"]
 mod http_harness;
+#[path = "support/refunds.rs"]
+mod refunds;
 
 use http_harness::{NO_HEADERS, Server, request, serve};
-use loomflow::agent::Agent;
 use loomflow::http::{HttpConfig, signature_header};
-use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::model::ModelResponse;
 use loomflow::prelude::*;
+use refunds::{agent, ask_for_refund, call};
 use serde_json::Value;
 
 const TOKEN: &str = "s3cret-token";
@@ -144,45 +146,6 @@ async fn the_audit_of_a_thread_that_never_ran_is_404() {
     .await;
     assert_eq!(status, 200, "{reply}");
     assert!(reply.contains("\"entries\":[]"), "{reply}");
-}
-
-/// Refund an order. Moves money.
-#[tool(approval)]
-fn refund(order: String, cents: u64) -> String {
-    format!("refunded {cents} cents on {order}")
-}
-
-fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
-    Agent::builder("You handle refunds.")
-        .name("refunds")
-        .model(ScriptedModel::new(replies))
-        .tool(refund)
-        .durable_approvals()
-        .runtime(runtime.clone())
-        .build()
-        .unwrap()
-}
-
-/// Runs the refund agent on `session` until it suspends, asking to refund `cents`.
-async fn ask_for_refund(runtime: &Runtime, session: &str, cents: u64) {
-    let replies = vec![ModelResponse::tool_calls(vec![call(cents)])];
-    let asked = agent(runtime, replies)
-        .run("refund")
-        .session(session)
-        .await
-        .unwrap();
-    assert!(
-        asked.interrupted,
-        "{session}: the refund waits for approval"
-    );
-}
-
-fn call(cents: u64) -> ToolCall {
-    ToolCall::new(
-        "call_1",
-        "refund",
-        json!({ "order": "ord_42", "cents": cents }),
-    )
 }
 
 /// Parallel approve and reject of one pending call: exactly one wins, and the others are

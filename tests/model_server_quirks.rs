@@ -8,46 +8,17 @@
 mod fixtures;
 #[path = "support/mock_server.rs"]
 mod mock_server;
-
-use std::time::Duration;
+#[path = "support/models.rs"]
+mod models;
 
 use fixtures::*;
 use loomflow::model::{
-    AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, OpenAiModel,
-    OutputSchema, RetryPolicy, ToolCall, ToolChoice, ToolDefinition, collect_stream,
+    FinishReason, Model, ModelError, OutputSchema, ToolCall, ToolChoice, ToolDefinition,
+    collect_stream,
 };
 use mock_server::{MockServer, Reply};
+use models::{anthropic, hi, openai};
 use serde_json::json;
-
-fn fast_retries() -> RetryPolicy {
-    RetryPolicy::default()
-        .initial_backoff(Duration::from_millis(10))
-        .max_backoff(Duration::from_millis(50))
-}
-
-fn openai(server: &MockServer) -> OpenAiModel {
-    OpenAiModel::builder("gpt-test")
-        .base_url(format!("{}/v1", server.url()))
-        .api_key("sk-test")
-        .retry(fast_retries())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-fn anthropic(server: &MockServer) -> AnthropicModel {
-    AnthropicModel::builder("claude-test")
-        .base_url(server.url())
-        .api_key("sk-ant-test")
-        .retry(fast_retries())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-fn hi() -> ModelRequest {
-    ModelRequest::new(vec![Message::user("Hi")])
-}
 
 // A streamed error event followed by `[DONE]` (llama.cpp) is the error it names.
 

@@ -7,46 +7,18 @@
 mod fixtures;
 #[path = "support/mock_server.rs"]
 mod mock_server;
+#[path = "support/models.rs"]
+mod models;
 
 use std::time::{Duration, Instant};
 
 use fixtures::*;
 use loomflow::model::{
-    AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, OpenAiModel,
-    OutputSchema, RetryPolicy, ToolCall, collect_stream,
+    FinishReason, Message, Model, ModelError, ModelRequest, OutputSchema, ToolCall, collect_stream,
 };
 use mock_server::{MockServer, Reply};
+use models::{anthropic, hi, openai};
 use serde_json::json;
-
-fn fast_retries() -> RetryPolicy {
-    RetryPolicy::default()
-        .initial_backoff(Duration::from_millis(10))
-        .max_backoff(Duration::from_millis(50))
-}
-
-fn openai(server: &MockServer) -> OpenAiModel {
-    OpenAiModel::builder("gpt-test")
-        .base_url(format!("{}/v1", server.url()))
-        .api_key("sk-test")
-        .retry(fast_retries())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-fn anthropic(server: &MockServer) -> AnthropicModel {
-    AnthropicModel::builder("claude-test")
-        .base_url(server.url())
-        .api_key("sk-ant-test")
-        .retry(fast_retries())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-fn hi() -> ModelRequest {
-    ModelRequest::new(vec![Message::user("Hi")])
-}
 
 fn anthropic_ok() -> Reply {
     Reply::json(
