@@ -167,6 +167,19 @@ impl Store for Traced {
         )
     }
 
+    fn list_journal<'a>(
+        &'a self,
+        thread: &'a str,
+        run: u64,
+    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>> {
+        let before = self.commits();
+        self.record(
+            format!("list_journal({thread}, {run})"),
+            before,
+            self.inner.list_journal(thread, run),
+        )
+    }
+
     fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
         let before = self.commits();
         self.record(

@@ -191,15 +191,13 @@ pub trait Store: Send + Sync + 'static {
     /// The journal entries of run `run` of `thread`, every namespace, in no set order: what
     /// [`Runtime::fork`](crate::Runtime::fork) copies so that a forked suspension's step
     /// replays what the original's would (a sleep keeps its wake time, a step its result).
-    /// The default lists none: forked, such a step runs its journaled steps again.
+    /// It has no default: a store (or a wrapper around one) that listed nothing would make
+    /// a forked step run its journaled steps, model calls and tool calls included, again.
     fn list_journal<'a>(
         &'a self,
         thread: &'a str,
         run: u64,
-    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>> {
-        let _ = (thread, run);
-        Box::pin(std::future::ready(Ok(Vec::new())))
-    }
+    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>>;
 
     /// Stores a signal until it is consumed. With an idempotency key, a second signal with
     /// the same (session, name, key) is not stored.
