@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::claim::RunClaim;
 use super::clock::now_ms;
 use super::mailbox::{Delivery, SignalOptions};
 use super::store::{Interrupt, RunFilter, RunRecord, RunState, RunStatus, Submitted};
@@ -283,8 +284,10 @@ impl Runtime {
     /// superstep (a subgraph running in a node, before the subgraph's); a node waiting for
     /// a signal or sleeping in memory stops waiting, and the run is cancelled where that
     /// step started. Other work a node is doing (a model call, a tool) finishes first. A
-    /// run that would suspend looks at its row first and is cancelled instead, and a
-    /// worker does not carry on a run whose row asks it to stop. A finished run is
+    /// run that would suspend looks at its row first and is cancelled instead; one the
+    /// cancel reaches while its suspension is being written is cancelled right after it,
+    /// and its caller gets [`RunError::Cancelled`](crate::RunError::Cancelled) all the same.
+    /// A worker does not carry on a run whose row asks it to stop. A finished run is
     /// returned unchanged. A new run may be started on the thread afterwards.
     ///
     /// A run this process executes that is not on its row yet (an
@@ -314,26 +317,46 @@ impl Runtime {
                 false => Ok(record),
             };
         }
-        match self.claim_run(&Arc::from(thread), None).await {
-            Ok(claim) => {
-                let latest = self.store().latest_checkpoint(thread, "").await?;
-                match latest {
-                    Some(mut cp) if cp.run == record.run && record.state != RunState::Queued => {
-                        cp.id = 0;
-                        cp.status = RunStatus::Cancelled;
-                        cp.error = Some("cancelled".to_owned());
-                        claim.put_last_checkpoint(cp).await?;
-                    }
-                    _ => claim.finish(RunState::Cancelled, None).await?,
+        let thread_name: Arc<str> = Arc::from(thread);
+        let mut record = record;
+        // Twice at most: an execution that held the run may let go of it (suspended) between
+        // the claim this tries and the request it leaves on the row, which nothing would then
+        // read until the run is carried on; it is cancelled here instead.
+        for _ in 0..2 {
+            match self.claim_run(&thread_name, None).await {
+                Ok(claim) => {
+                    self.cancel_claimed(&claim, &record).await?;
+                    break;
                 }
+                Err(RuntimeError::Busy { .. }) => {
+                    self.inner.live_claims.cancel(thread);
+                    self.store().request_cancel(thread, now_ms()).await?;
+                }
+                Err(error) => return Err(error),
             }
-            Err(RuntimeError::Busy { .. }) => {
-                self.inner.live_claims.cancel(thread);
-                self.store().request_cancel(thread, now_ms()).await?;
+            record = self.store().get_run(thread).await?.ok_or_else(unknown)?;
+            let held = record.lease_owner.is_some() && record.lease_until_ms > now_ms();
+            if held || record.state.is_finished() {
+                return Ok(record);
             }
-            Err(error) => return Err(error),
         }
         self.store().get_run(thread).await?.ok_or_else(unknown)
+    }
+
+    /// Cancels the run of `record` under `claim`: its newest checkpoint is written again as
+    /// cancelled (a queued run, which has none, is just finished as cancelled).
+    async fn cancel_claimed(&self, claim: &RunClaim, record: &RunRecord) -> Result<()> {
+        let latest = self.store().latest_checkpoint(&record.thread, "").await?;
+        match latest {
+            Some(mut cp) if cp.run == record.run && record.state != RunState::Queued => {
+                cp.id = 0;
+                cp.status = RunStatus::Cancelled;
+                cp.error = Some("cancelled".to_owned());
+                claim.put_last_checkpoint(cp).await?;
+            }
+            _ => claim.finish(RunState::Cancelled, None).await?,
+        }
+        Ok(())
     }
 
     /// The row of `thread`'s run once the execution in this process that was asked to

@@ -14,7 +14,8 @@ use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
 use crate::graph::run::RunOutcome;
-use crate::runtime::{Checkpoint, Durability, RunStatus};
+use crate::runtime::claim::RunClaim;
+use crate::runtime::{Checkpoint, Durability, RunStatus, Runtime};
 
 /// Where a failed step started: its number, the nodes it ran, the joins' progress, and
 /// for a resumed step its finished siblings and the values it was given.
@@ -123,4 +124,20 @@ async fn flush_audit(shared: &RunShared) -> Result<()> {
         shared.runtime.store().append_audit(audit).await?;
     }
     Ok(())
+}
+
+/// Whether a cancel landed after the run looked at its row and before its suspension was
+/// written, and the run, suspended now, was cancelled as a suspended run is. Should the
+/// store fail here, the suspension stands, and the row's request stops the run when it is
+/// carried on.
+pub(super) async fn cancel_after_suspending(runtime: &Runtime, claim: &RunClaim) -> bool {
+    let cancelled = match claim.cancel_asked().await {
+        Ok(true) => runtime.cancel(claim.thread()).await.map(|_| true),
+        Ok(false) => Ok(false),
+        Err(error) => Err(error.into()),
+    };
+    cancelled.unwrap_or_else(|error| {
+        tracing::warn!(thread = %claim.thread(), %error, "could not cancel the run asked to stop as it suspended");
+        false
+    })
 }

@@ -174,10 +174,8 @@ fn claimed<S: State>(
                 claim
             }
         };
-        // Kept for a top-level run that workers may carry on, to look at what arrived for
-        // it once it has let go.
-        let runtime =
-            (top_level && execution.runtime.wakes().listened()).then(|| execution.runtime.clone());
+        // Kept for a top-level run, to look at what arrived for it once it has let go.
+        let runtime = top_level.then(|| execution.runtime.clone());
         let result = run_supersteps(execution, claim.clone()).await;
         if claim.is_lost() {
             return Err(claim.lost_error().into());
@@ -224,6 +222,14 @@ fn claimed<S: State>(
             if let (Some(runtime), Ok(RunOutcome::Interrupted { interrupts, .. })) =
                 (&runtime, &result)
             {
+                // Boxed where it waits for the store, as the rare cancel does: neither
+                // makes every run's future larger.
+                let quiet = matches!(claim.cancel_asked_now(), Some(Ok(false)));
+                if !quiet && Box::pin(ending::cancel_after_suspending(runtime, &claim)).await {
+                    return Err(RunError::Cancelled {
+                        thread: claim.thread().to_owned(),
+                    });
+                }
                 runtime.wake_if_queued(claim.thread(), interrupts);
             }
         }

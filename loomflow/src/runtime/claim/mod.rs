@@ -245,18 +245,29 @@ impl RunClaim {
     /// a cancel otherwise reaches it only at the next heartbeat, after it let go; and what
     /// a resume or a recover looks at before its first step.
     pub(crate) async fn cancel_asked(&self) -> Result<bool, StoreError> {
-        if self.cancel_requested() {
-            return Ok(true);
+        if let Some(asked) = self.cancel_asked_now() {
+            return asked;
         }
-        let asked = match self.inner.store.as_memory() {
-            Some(memory) => memory.cancel_requested_now(&self.inner.thread)?,
-            None => (self.inner.store.get_run(&self.inner.thread).await?)
-                .is_some_and(|row| row.cancel_requested),
-        };
+        let asked = (self.inner.store.get_run(&self.inner.thread).await?)
+            .is_some_and(|row| row.cancel_requested);
         if asked {
             self.request_cancel();
         }
         Ok(asked)
+    }
+
+    /// [`cancel_asked`](Self::cancel_asked) when it needs no wait: the flag is set, or the
+    /// store is the memory store; `None` when the row must be read.
+    pub(crate) fn cancel_asked_now(&self) -> Option<Result<bool, StoreError>> {
+        if self.cancel_requested() {
+            return Some(Ok(true));
+        }
+        let memory = self.inner.store.as_memory()?;
+        let asked = memory.cancel_requested_now(&self.inner.thread);
+        if let Ok(true) = asked {
+            self.request_cancel();
+        }
+        Some(asked)
     }
 
     /// `work` (a node's wait: a signal, a sleep), unless the run is asked to stop first:
