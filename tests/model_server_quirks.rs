@@ -180,6 +180,31 @@ async fn parallel_tool_calls_reusing_index_zero_with_new_ids_stay_apart() {
     );
 }
 
+#[tokio::test]
+async fn a_fragment_whose_id_changed_continues_its_call() {
+    // Some proxies stamp every chunk with a fresh id; a piece of arguments without a function
+    // name is still the call its index names.
+    let sse = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "tool_calls": [
+            {"id": "call_1", "index": 0, "type": "function",
+             "function": {"name": "weather", "arguments": "{\"city\""}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [
+            {"id": "call_2", "index": 0, "function": {"arguments": ": \"Oslo\"}"}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+    ]);
+    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
+    let response = collect_stream(openai(&server).stream(hi())).await.unwrap();
+    assert_eq!(response.tool_calls.len(), 1, "{:?}", response.tool_calls);
+    assert_eq!(response.tool_calls[0].name, "weather");
+    assert_eq!(response.tool_calls[0].arguments, json!({"city": "Oslo"}));
+}
+
 // Byte-exact streams and HTML error pages
 
 #[tokio::test]

@@ -75,10 +75,12 @@ impl Decoder {
     }
 
     /// Which call of the reply a tool-call delta belongs to. A delta continues the latest
-    /// call the server gave the same index, unless it brings a different id: some compatible
-    /// servers send no `index` (Gemini's) or send every call of a parallel batch under
-    /// `index: 0` (Ollama's), and a new id is then the only sign of a new call.
-    fn call_index(&mut self, index: Option<usize>, id: Option<&str>) -> usize {
+    /// call the server gave the same index, unless it starts another: some compatible
+    /// servers send no `index` (Gemini's), where a new id starts the next call, or send
+    /// every call of a parallel batch under `index: 0` (Ollama's), where a new id with a
+    /// function name does. (An id that changes on a fragment of arguments, with no name,
+    /// still continues its call.)
+    fn call_index(&mut self, index: Option<usize>, id: Option<&str>, named: bool) -> usize {
         let latest = match index {
             Some(_) => self.calls.iter().rposition(|(given, _)| *given == index),
             None => self.calls.iter().rposition(|(given, _)| given.is_none()),
@@ -92,6 +94,7 @@ impl Decoder {
                     id.clone_into(known);
                     return position;
                 }
+                Some(_) if index.is_some() && !named => return position,
                 Some(_) => {}
             }
         }
@@ -168,7 +171,11 @@ impl EventDecoder for Decoder {
                     let id = call.id.filter(|id| !id.is_empty());
                     self.received = true;
                     out.push_back(Ok(StreamChunk::ToolCall {
-                        index: self.call_index(call.index, id.as_deref()),
+                        index: self.call_index(
+                            call.index,
+                            id.as_deref(),
+                            name.as_ref().is_some_and(|n| !n.is_empty()),
+                        ),
                         id,
                         name: name.filter(|n| !n.is_empty()),
                         arguments,
