@@ -329,6 +329,11 @@ impl Runtime {
                     break;
                 }
                 Err(RuntimeError::Busy { .. }) => {
+                    tracing::debug!(
+                        thread,
+                        cancel_busy = true,
+                        "the run of thread {thread} is executing; asking it to stop"
+                    );
                     self.inner.live_claims.cancel(thread);
                     self.store().request_cancel(thread, now_ms()).await?;
                 }
