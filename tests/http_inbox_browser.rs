@@ -8,32 +8,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use loomflow::agent::Agent;
 use loomflow::http::{HttpConfig, router};
-use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
+use loomflow::model::ModelResponse;
 use loomflow::prelude::*;
 
-static REFUNDS: AtomicUsize = AtomicUsize::new(0);
-
-/// Refund an order. Moves money.
-#[tool(approval)]
-fn refund(order: String, cents: u64) -> String {
-    REFUNDS.fetch_add(1, Ordering::SeqCst);
-    format!("refunded {cents} cents on {order}")
-}
-
-fn agent(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
-    Agent::builder("You handle refunds.")
-        .name("refunds")
-        .model(ScriptedModel::new(replies))
-        .tool(refund)
-        .durable_approvals()
-        .runtime(runtime.clone())
-        .build()
-        .unwrap()
-}
+#[path = "support/refunds.rs"]
+mod refunds;
+use refunds::{REFUNDS, agent, ask_for_refund};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -58,17 +41,7 @@ async fn a_person_approves_a_call_in_the_inbox_and_the_run_completes() {
     }
     let db = std::env::temp_dir().join(format!("loomflow-inbox-{}.db", std::process::id()));
     let runtime = Runtime::sqlite(&db).unwrap();
-    let call = ToolCall::new(
-        "call_1",
-        "refund",
-        json!({ "order": "ord_42", "cents": 1299 }),
-    );
-    let asked = agent(&runtime, vec![ModelResponse::tool_calls(vec![call])])
-        .run("refund order 42")
-        .session("inbox-1")
-        .await
-        .unwrap();
-    assert!(asked.interrupted);
+    ask_for_refund(&runtime, "inbox-1", 1299).await;
 
     let app = router(
         runtime.clone(),

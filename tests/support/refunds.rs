@@ -1,13 +1,19 @@
 //! A refund agent whose one tool waits for approval: the run the HTTP and inbox tests decide.
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use loomflow::agent::Agent;
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 
+/// How many refunds this test binary's agents made.
+pub(crate) static REFUNDS: AtomicUsize = AtomicUsize::new(0);
+
 /// Refund an order. Moves money.
 #[tool(approval)]
 pub(crate) fn refund(order: String, cents: u64) -> String {
+    REFUNDS.fetch_add(1, Ordering::SeqCst);
     format!("refunded {cents} cents on {order}")
 }
 
