@@ -84,18 +84,9 @@ fn cancel_now(runtime: &Runtime, thread: &'static str) {
     .unwrap();
 }
 
+/// A graph whose one node suspends at once.
 fn asking() -> CompiledGraph<u32> {
-    Graph::new("asking")
-        .node_fn("ask", |n: &mut u32, ctx| {
-            Box::pin(async move {
-                *n += ctx.interrupt::<u32>(json!("how many?"))?;
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
-        .unwrap()
+    parked(None, Arc::new(Notify::new()))
 }
 
 async fn cancelled_as_it_suspends(name: &str, runtime: Runtime) {
@@ -207,9 +198,7 @@ async fn cancelled_after_it_let_go() {
         "the run suspended before the cancel asked it to stop"
     );
     assert_eq!(row.state, RunState::Cancelled, "{row:?}");
-    let resumed = parked(None, Arc::new(Notify::new()))
-        .resume(&canceller, thread, 3)
-        .await;
+    let resumed = asking().resume(&canceller, thread, 3).await;
     assert!(
         matches!(resumed, Err(RunError::Cancelled { .. })),
         "a cancelled run is not resumed: {resumed:?}"
