@@ -285,6 +285,65 @@ async fn resume_requests_are_audited_when_sent_and_taken() {
     }
 }
 
+/// A `resume` entry names the node and the value it was given, and reads back the same from
+/// every store. In memory, also a value nested too deeply to be kept as JSON text (the
+/// durable stores keep text, which serde_json reads back only 128 levels deep).
+async fn resume_details_read_back(label: &str, runtime: &Runtime) {
+    let asker = Graph::new("asker")
+        .node_fn("ask", |answer: &mut Option<serde_json::Value>, ctx| {
+            Box::pin(async move {
+                *answer = Some(ctx.interrupt(json!({"q": "ok?"}))?);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let mut values = vec![("small", json!({"by": "ada", "ok": true}))];
+    if label == "memory" {
+        values.push((
+            "deep",
+            (0..150).fold(json!("core"), |inner, _| json!([inner])),
+        ));
+    }
+    for (thread, value) in values {
+        asker.invoke(runtime, thread, None).await.unwrap();
+        let done = asker.resume(runtime, thread, &value).await.unwrap();
+        assert_eq!(done.completed().unwrap().as_ref(), Some(&value), "{label}");
+        let log = runtime.audit(thread).await.unwrap();
+        let [resume] = of_kind(&log, AuditKind::Resume)[..] else {
+            panic!("{label}: one resume: {log:#?}");
+        };
+        assert_eq!(resume.subject, "ask#0", "{label}");
+        assert_eq!(resume.run, 1, "{label}");
+        assert_eq!(
+            resume.detail,
+            json!({"node": "ask", "value": value}),
+            "{label}"
+        );
+        let [interrupt] = of_kind(&log, AuditKind::Interrupt)[..] else {
+            panic!("{label}: one interrupt: {log:#?}");
+        };
+        assert_eq!(interrupt.detail, json!({}), "{label}");
+    }
+}
+
+#[tokio::test]
+async fn resume_entries_name_the_node_and_the_value_in_memory_and_sqlite() {
+    let db = TempDb::new("audit-resume-detail");
+    resume_details_read_back("memory", &Runtime::in_memory()).await;
+    resume_details_read_back("sqlite", &Runtime::sqlite(db.path()).unwrap()).await;
+}
+
+#[tokio::test]
+async fn resume_entries_name_the_node_and_the_value_in_postgres() {
+    let Some(db) = postgres::TempPgDb::create("audit resume detail").await else {
+        return;
+    };
+    resume_details_read_back("postgres", &Runtime::postgres(&db.url).await.unwrap()).await;
+}
+
 #[tokio::test]
 async fn workers_keep_the_log_to_its_retention() {
     let db = TempDb::new("audit-retention");

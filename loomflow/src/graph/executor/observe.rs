@@ -1,6 +1,7 @@
 //! What a run reports as it goes: its spans (see [`crate::telemetry`]) and the audit
 //! entries of its interrupts and resumes.
 
+use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Span;
 
@@ -123,49 +124,120 @@ pub(super) fn picked_up<S: State>(
         return Vec::new();
     }
     let recovered = resumed.answered.is_empty();
-    let mut answered = resumed.answered;
+    let answered = resumed.answered;
     let mut unanswered = Vec::new();
     for (at, interrupt) in resumed.interrupts.into_iter().enumerate() {
         if g.is_subgraph(&interrupt.node) {
             continue;
         }
         let value = answered
-            .iter_mut()
+            .iter()
             .find(|(answers, _)| *answers == at)
-            .map(|(_, value)| std::mem::take(value));
+            .map(|(_, value)| value);
         if value.is_none() {
             unanswered.push(interrupt.id.clone());
         }
         // Only the interrupts a resume answered, or every wait and timer of a recover.
-        let how = match (value, interrupt.signal, interrupt.wake_at_ms) {
-            (Some(value), _, _) => detail([("node", interrupt.node.into()), ("value", value)]),
-            (None, Some(signal), _) if recovered => {
-                detail([("node", interrupt.node.into()), ("signal", signal.into())])
-            }
-            (None, None, Some(wake_at_ms)) if recovered => detail([
-                ("node", interrupt.node.into()),
-                ("wake_at_ms", wake_at_ms.into()),
-            ]),
+        let node = &interrupt.node;
+        let how = match (value, &interrupt.signal, interrupt.wake_at_ms) {
+            (Some(value), _, _) => ResumeDetail::given(node, value),
+            (None, Some(signal), _) if recovered => ResumeDetail::signal(node, signal),
+            (None, None, Some(wake_at_ms)) if recovered => ResumeDetail::timer(node, wake_at_ms),
             _ => continue,
         };
-        shared.record_audit(AuditEntry::new(
-            shared.thread.as_ref(),
-            AuditKind::Resume,
-            interrupt.id,
-            how,
-        ));
+        let thread = shared.thread.as_ref();
+        let entry = match how.text() {
+            Some(text) => AuditEntry::with_text(thread, AuditKind::Resume, interrupt.id, text),
+            None => {
+                let detail = how.value_of();
+                AuditEntry::new(thread, AuditKind::Resume, interrupt.id, detail)
+            }
+        };
+        shared.record_audit(entry);
     }
     unanswered
 }
 
-/// An audit entry's detail: an object of these fields. Inserted one by one: collecting
-/// would gather them in a vector and sort it first, for two fields.
-fn detail<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    let mut object = serde_json::Map::new();
-    for (key, value) in fields {
-        object.insert(key.to_owned(), value);
+/// A `resume` entry's detail: the node, and the value it was given, or the signal or the
+/// time it waited for.
+#[derive(Serialize)]
+struct ResumeDetail<'a> {
+    node: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signal: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wake_at_ms: Option<u64>,
+}
+
+/// How deeply a detail written as text may nest: well inside what serde_json reads back.
+const TEXT_DEPTH: usize = 100;
+
+impl<'a> ResumeDetail<'a> {
+    /// Of an interrupt of `node` answered with `value`.
+    fn given(node: &'a str, value: &'a Value) -> Self {
+        Self {
+            value: Some(value),
+            ..Self::of(node)
+        }
     }
-    Value::Object(object)
+
+    /// Of `node`'s wait for `signal`.
+    fn signal(node: &'a str, signal: &'a str) -> Self {
+        Self {
+            signal: Some(signal),
+            ..Self::of(node)
+        }
+    }
+
+    /// Of `node`'s timer, due at `wake_at_ms`.
+    fn timer(node: &'a str, wake_at_ms: u64) -> Self {
+        Self {
+            wake_at_ms: Some(wake_at_ms),
+            ..Self::of(node)
+        }
+    }
+
+    fn of(node: &'a str) -> Self {
+        Self {
+            node,
+            signal: None,
+            value: None,
+            wake_at_ms: None,
+        }
+    }
+
+    /// As JSON text, written at once rather than through a map of values; `None` for a
+    /// value nested too deeply for its text to be read back.
+    fn text(&self) -> Option<Box<str>> {
+        if !self
+            .value
+            .is_none_or(|value| nests_within(value, TEXT_DEPTH))
+        {
+            return None;
+        }
+        serde_json::to_string(self).ok().map(String::into_boxed_str)
+    }
+
+    /// As a value.
+    fn value_of(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// Whether `value` nests arrays and objects at most `levels` deep.
+fn nests_within(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Array(items) => {
+            items.is_empty() || (levels > 0 && items.iter().all(|v| nests_within(v, levels - 1)))
+        }
+        Value::Object(fields) => {
+            fields.is_empty()
+                || (levels > 0 && fields.values().all(|v| nests_within(v, levels - 1)))
+        }
+        _ => true,
+    }
 }
 
 /// The `interrupt` audit entries of a run's suspension, for the interrupts of its own

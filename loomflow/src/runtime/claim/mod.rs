@@ -386,11 +386,13 @@ impl RunClaim {
         Either::Right(self.fenced(until, write))
     }
 
-    /// `checkpoint`, naming the claimed thread if it names none.
+    /// `checkpoint`, as a store other than the memory store takes it: naming the claimed
+    /// thread if it names none, its audit entries' details built as values.
     fn named(&self, mut checkpoint: Checkpoint) -> Checkpoint {
         if checkpoint.thread.is_empty() {
             checkpoint.thread = self.inner.thread.to_string();
         }
+        AuditEntry::build_all(&mut checkpoint.audit);
         checkpoint
     }
 
@@ -437,7 +439,7 @@ impl RunClaim {
         &self,
         key: JournalKey,
         value: Value,
-        audit: Vec<AuditEntry>,
+        mut audit: Vec<AuditEntry>,
     ) -> Result<(), StoreError> {
         self.write_reserved_start().await?;
         let until = self.next_expiry();
@@ -449,6 +451,7 @@ impl RunClaim {
             let written = memory.put_journal_claimed_now(key, value, audit, owner, until);
             return self.settle(until, written);
         }
+        AuditEntry::build_all(&mut audit);
         let write = match audit.is_empty() {
             true => store.put_journal_claimed(key, value, owner, until),
             false => store.put_journal_audited(key, value, audit, owner, until),

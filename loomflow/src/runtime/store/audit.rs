@@ -103,6 +103,11 @@ pub struct AuditEntry {
     /// decision, reason and edited arguments of an approval; a signal's payload; an
     /// interrupt's payload; the values a resume gave.
     pub detail: Value,
+    /// The detail as JSON text, written where the entry was made, `detail` being `null`
+    /// meanwhile: what a run's `resume` entries carry to the memory store, which keeps the
+    /// text as it is. Any other store gets the detail as a value ([`Self::built`]).
+    #[serde(skip)]
+    pub(crate) detail_text: Option<Box<str>>,
 }
 
 impl AuditEntry {
@@ -122,6 +127,37 @@ impl AuditEntry {
             subject: subject.into(),
             actor: None,
             detail,
+            detail_text: None,
+        }
+    }
+
+    /// An entry whose detail is this JSON text (see [`Self::built`]).
+    pub(crate) fn with_text(
+        thread: impl Into<String>,
+        kind: AuditKind,
+        subject: impl Into<String>,
+        text: Box<str>,
+    ) -> Self {
+        let mut entry = Self::new(thread, kind, subject, Value::Null);
+        entry.detail_text = Some(text);
+        entry
+    }
+
+    /// This entry with its detail as a value, read from its text if it has one.
+    #[must_use]
+    pub(crate) fn built(mut self) -> Self {
+        if let Some(text) = self.detail_text.take() {
+            // The text was written from a value, well inside the depth serde_json reads.
+            self.detail = serde_json::from_str(&text).unwrap_or(Value::String(text.into()));
+        }
+        self
+    }
+
+    /// Builds the detail of each of `entries` that has it as text ([`Self::built`]).
+    pub(crate) fn build_all(entries: &mut [AuditEntry]) {
+        for entry in entries.iter_mut().filter(|e| e.detail_text.is_some()) {
+            *entry =
+                std::mem::replace(entry, Self::new("", AuditKind::Resume, "", Value::Null)).built();
         }
     }
 
@@ -266,6 +302,9 @@ impl AuditRow {
             subject: entry.subject.clone(),
             actor: entry.actor.clone(),
             detail: match &entry.detail {
+                Value::Null if entry.detail_text.is_some() => {
+                    entry.detail_text.as_deref().map(str::to_owned)
+                }
                 Value::Null => None,
                 Value::Object(fields) if fields.is_empty() => None,
                 detail => {

@@ -104,7 +104,10 @@ impl KeptEntry {
             thread: entry.thread.into_boxed_str(),
             subject: entry.subject.into_boxed_str(),
             actor: entry.actor.map(String::into_boxed_str),
-            detail: Detail::of(entry.detail),
+            detail: match entry.detail_text {
+                Some(text) => Detail::Text(text),
+                None => Detail::of(entry.detail),
+            },
         }
     }
 
@@ -127,6 +130,7 @@ impl KeptEntry {
             subject: self.subject.to_string(),
             actor: self.actor.as_deref().map(str::to_owned),
             detail,
+            detail_text: None,
         })
     }
 }
