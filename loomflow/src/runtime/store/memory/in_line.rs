@@ -104,6 +104,9 @@ impl MemoryStore {
     /// Whether `thread`'s run row asks the run to stop, read at once (see
     /// `RunClaim::cancel_asked`): another runtime sharing the store may have asked.
     pub(crate) fn cancel_requested_now(&self, thread: &str) -> Result<bool, StoreError> {
+        if !self.cancels_asked.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(false);
+        }
         let inner = self.lock()?;
         Ok(inner
             .threads

@@ -95,6 +95,9 @@ pub struct MemoryStore {
     retention: Option<usize>,
     /// Bumped by every write, for [`Store::change_counter`].
     changes: std::sync::atomic::AtomicU64,
+    /// Whether a run of the store was ever asked to stop: until then, a run's look at its
+    /// row for a cancel (twice an execution) takes no lock.
+    cancels_asked: std::sync::atomic::AtomicBool,
 }
 
 /// The maps keyed by thread: hashed with foldhash, seeded per process, which costs a
@@ -156,6 +159,7 @@ impl MemoryStore {
             inner: Mutex::default(),
             retention: checkpoints.map(|n| n.max(1)),
             changes: std::sync::atomic::AtomicU64::new(0),
+            cancels_asked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -519,6 +523,9 @@ impl Store for MemoryStore {
         ready(self.lock_mut().map(|mut inner| {
             let row = &mut inner.threads.get_mut(thread)?.row;
             if row.state.is_some_and(|s| !s.is_finished()) {
+                // Before the lock is let go: a run that takes it next sees the flag.
+                self.cancels_asked
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
                 row.cancel_requested = true;
                 row.updated_at_ms = now_ms;
             }
