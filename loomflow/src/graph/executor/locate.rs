@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::checkpoint::Snapshot;
-use super::observe::Resumed;
+use super::observe::{Answered, Resumed};
 use super::owned::{OwnedSnapshot, ReadBack};
 use super::resume_request::{Answering, resume_requests};
 use super::route::{JoinMarks, route};
@@ -229,14 +229,14 @@ pub(super) async fn locate<S: State>(
             Start::ResumeOne(value) => {
                 let cp = interrupted(g, runtime, thread, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
-                let answers = only_answer(&cp, thread, value)?;
-                resume_position(g, thread, cp, answers)?
+                let answer = only_answer(&cp, thread, value)?;
+                resume_position(g, thread, cp, [answer].into_iter())?
             }
             Start::Resume(values) => {
                 let cp = interrupted(g, runtime, thread, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answers = answers_by_id(&cp, thread, values)?;
-                resume_position(g, thread, cp, answers)?
+                resume_position(g, thread, cp, answers.into_iter())?
             }
         };
         return Ok(Located::Position(position));
@@ -385,7 +385,10 @@ async fn with_request<S: State>(
     let (requests, fresh) = resume_requests(runtime, claim, thread, &cp.answering()).await?;
     if !requests.is_empty() {
         match requested_answers(&cp, thread, requests) {
-            Ok(answers) => return Ok(Located::Position(resume_position(g, thread, cp, answers)?)),
+            Ok(answers) => {
+                let position = resume_position(g, thread, cp, answers.into_iter())?;
+                return Ok(Located::Position(position));
+            }
             Err(error) if fresh => return Err(error),
             // Taken by an execution that stopped before it could refuse them: spent now,
             // or every later execution would take them up again.
@@ -443,14 +446,14 @@ fn requested_answers<S>(
 
 /// The answer `value` gives the only pending interrupt ([`answer`]); refused when several
 /// are pending.
-fn only_answer<S>(cp: &Stored<S>, thread: &str, value: ResumeValue) -> Result<Vec<(usize, Value)>> {
+fn only_answer<S>(cp: &Stored<S>, thread: &str, value: ResumeValue) -> Result<(usize, Value)> {
     let [only] = cp.snapshot.interrupts.as_slice() else {
         return Err(RunError::AmbiguousResume {
             thread: thread.to_owned(),
             pending: cp.interrupt_ids(),
         });
     };
-    Ok(vec![answer(cp, thread, 0, &only.id, value)?])
+    answer(cp, thread, 0, &only.id, value)
 }
 
 /// The answers `values` gives by interrupt id, each checked ([`answer`]) against the
@@ -480,7 +483,7 @@ fn resume_position<S: State>(
     g: &CompiledInner<S>,
     thread: &str,
     mut cp: Stored<S>,
-    answers: Vec<(usize, Value)>,
+    answers: impl ExactSizeIterator<Item = (usize, Value)>,
 ) -> Result<Position<S>> {
     let Snapshot {
         interrupts,
@@ -489,8 +492,9 @@ fn resume_position<S: State>(
     } = &mut cp.snapshot;
     // The subgraph nodes this resume answers: each starts its object afresh.
     let mut answered_subgraphs: Vec<&str> = Vec::new();
-    for (at, value) in &answers {
-        let interrupt = &interrupts[*at];
+    let mut answered = Vec::with_capacity(answers.len());
+    for (at, value) in answers {
+        let interrupt = &interrupts[at];
         let node = &interrupt.node;
         let values = resume_values.entry(node.clone()).or_default();
         if g.is_subgraph(node) {
@@ -503,14 +507,17 @@ fn resume_position<S: State>(
                 *values = vec![Value::Object(serde_json::Map::new())];
             }
             if let Some(Value::Object(by_id)) = values.first_mut() {
-                by_id.insert(interrupt.id.clone(), value.clone());
+                by_id.insert(interrupt.id.clone(), value);
             }
+            answered.push(Answered { at, value: 0 });
         } else {
             values.truncate(interrupt.index);
-            values.push(value.clone());
+            values.push(value);
+            let value = values.len() - 1;
+            answered.push(Answered { at, value });
         }
     }
-    from_checkpoint(g, thread, cp, answers)
+    from_checkpoint(g, thread, cp, answered)
 }
 
 /// Drops the answers given to subgraph nodes, as a run suspends again. A subgraph's child
@@ -525,13 +532,13 @@ pub(super) fn forget_child_answers<S: State>(
     }
 }
 
-/// The position a checkpoint records; `answered` are the values a resume gives, by the
-/// index of the interrupt each answers.
+/// The position a checkpoint records; `answered` says which interrupts a resume answers,
+/// and where their values are filed.
 fn from_checkpoint<S: State>(
     g: &CompiledInner<S>,
     thread: &str,
     cp: Stored<S>,
-    answered: Vec<(usize, Value)>,
+    answered: Vec<Answered>,
 ) -> Result<Position<S>> {
     let Snapshot {
         state: _,

@@ -303,7 +303,7 @@ fn run_supersteps<S: State>(
             audit: std::sync::Mutex::default(),
             trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
         });
-        let still_waiting = observe::picked_up(&shared, g, run, resumed);
+        let still_waiting = observe::picked_up(&shared, g, run, resumed, &resume_values);
         let key = RunKey::of(&shared);
         let mut writer = CheckpointWriter::new(&shared.claim, durability);
         // Whether the newest checkpoint written says the run completed; a run that ends without

@@ -1,6 +1,8 @@
 //! What a run reports as it goes: its spans (see [`crate::telemetry`]) and the audit
 //! entries of its interrupts and resumes.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::Span;
@@ -25,9 +27,16 @@ pub(super) struct Resumed {
     pub(super) trace: Option<String>,
     /// The interrupts the run was suspended on.
     pub(super) interrupts: Vec<Interrupt>,
-    /// The values given to them, by the index of the interrupt each answers, for a resume
-    /// with values.
-    pub(super) answered: Vec<(usize, Value)>,
+    /// The interrupts a resume with values answers.
+    pub(super) answered: Vec<Answered>,
+}
+
+/// An interrupt a resume answers: its index among the interrupts the run was suspended
+/// on, and where its value is among its node's resume values.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answered {
+    pub(super) at: usize,
+    pub(super) value: usize,
 }
 
 /// The `run {graph}` span of one execution.
@@ -99,6 +108,7 @@ pub(super) fn picked_up<S: State>(
     g: &CompiledInner<S>,
     run: u64,
     resumed: Option<Resumed>,
+    resume_values: &BTreeMap<String, Vec<Value>>,
 ) -> Vec<String> {
     let span = Span::current();
     span.record("loomflow.run", run);
@@ -130,10 +140,10 @@ pub(super) fn picked_up<S: State>(
         if g.is_subgraph(&interrupt.node) {
             continue;
         }
-        let value = answered
-            .iter()
-            .find(|(answers, _)| *answers == at)
-            .map(|(_, value)| value);
+        let value = answered.iter().find(|a| a.at == at).and_then(|a| {
+            let values = resume_values.get(&interrupt.node)?;
+            values.get(a.value)
+        });
         if value.is_none() {
             unanswered.push(interrupt.id.clone());
         }
