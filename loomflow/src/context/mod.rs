@@ -47,11 +47,10 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
-    /// Queues an audit entry for the run's next write, filling in its thread and run.
+    /// Queues an audit entry for the run's next write, filling in its run.
     pub(crate) fn record_audit(&self, mut entry: AuditEntry) {
-        if entry.thread.is_empty() {
-            entry.thread = self.thread.to_string();
-        }
+        // An entry that names no thread is the run's: the claim it is written under names
+        // it (the memory store shares its own name for the thread).
         if entry.run == 0 {
             entry.run = self.run;
         }
@@ -271,13 +270,13 @@ impl Context {
             control.suspension = interrupts
                 .into_iter()
                 .map(|child| Interrupt {
-                    node: self.node.to_string(),
+                    node: String::from(&*self.node),
                     ..child
                 })
                 .collect();
         }
         RunError::Suspended {
-            node: self.node.to_string(),
+            node: String::from(&*self.node),
         }
     }
 
@@ -309,7 +308,7 @@ impl Context {
             let index = control.interrupts_called;
             control.suspension.push(Interrupt {
                 id: format!("{}#signal:{name}", self.qualified_node()),
-                node: self.node.to_string(),
+                node: String::from(&*self.node),
                 index,
                 payload: match details {
                     Some(details) => {
@@ -322,7 +321,7 @@ impl Context {
             });
         }
         RunError::Suspended {
-            node: self.node.to_string(),
+            node: String::from(&*self.node),
         }
     }
 
@@ -382,7 +381,7 @@ impl Context {
         control.interrupts_called += 1;
         if let Some(value) = self.resume.get(index) {
             let bad = |source| RunError::ResumeValue {
-                node: self.node.to_string(),
+                node: String::from(&*self.node),
                 index,
                 expected: crate::type_name::readable::<T>(),
                 source,
@@ -402,7 +401,7 @@ impl Context {
             })?;
             control.suspension.push(Interrupt {
                 id: crate::numbered::numbered(&self.qualified_node(), index as u64),
-                node: self.node.to_string(),
+                node: String::from(&*self.node),
                 index,
                 payload,
                 signal: None,
@@ -410,7 +409,7 @@ impl Context {
             });
         }
         Err(RunError::Suspended {
-            node: self.node.to_string(),
+            node: String::from(&*self.node),
         })
     }
 
@@ -472,12 +471,12 @@ impl Context {
             // the node's suspension, not a failed step.
             Err(_) if !self.control().suspension.is_empty() => {
                 return Err(RunError::Suspended {
-                    node: self.node.to_string(),
+                    node: String::from(&*self.node),
                 });
             }
             Err(source) => {
                 return Err(RunError::StepFailed {
-                    node: self.node.to_string(),
+                    node: String::from(&*self.node),
                     name: name.to_owned(),
                     source: source.into(),
                 });

@@ -133,7 +133,7 @@ impl Context {
             let index = control.interrupts_called;
             control.suspension.push(Interrupt {
                 id: format!("{}#sleep:{wake_at_ms}", self.qualified_node()),
-                node: self.node.to_string(),
+                node: String::from(&*self.node),
                 index,
                 payload: serde_json::json!({ "sleeping_until_ms": wake_at_ms }),
                 signal: None,
@@ -141,7 +141,7 @@ impl Context {
             });
         }
         RunError::Suspended {
-            node: self.node.to_string(),
+            node: String::from(&*self.node),
         }
     }
 }

@@ -119,8 +119,9 @@ pub(super) fn put_last(
 /// entries are not among them: the run was not carried past its suspension, and the
 /// execution that carries it on records them.
 async fn flush_audit(shared: &RunShared) -> Result<()> {
-    let audit = shared.take_audit_but_resumes();
+    let mut audit = shared.take_audit_but_resumes();
     if !audit.is_empty() {
+        shared.claim.entries_named(&mut audit);
         shared.runtime.store().append_audit(audit).await?;
     }
     Ok(())

@@ -155,7 +155,8 @@ pub(super) fn picked_up<S: State>(
             (None, None, Some(wake_at_ms)) if recovered => ResumeDetail::timer(node, wake_at_ms),
             _ => continue,
         };
-        let thread = shared.thread.as_ref();
+        // Named by the claim it is written under.
+        let thread = String::new();
         let entry = match how.text() {
             Some(text) => AuditEntry::with_text(thread, AuditKind::Resume, interrupt.id, text),
             None => {
@@ -277,8 +278,9 @@ pub(super) fn record_interrupts<S: State>(
         if let Some(wake_at_ms) = interrupt.wake_at_ms {
             detail["wake_at_ms"] = Value::from(wake_at_ms);
         }
+        // Named by the claim it is written under.
         shared.record_audit(AuditEntry::new(
-            shared.thread.as_ref(),
+            String::new(),
             AuditKind::Interrupt,
             &interrupt.id,
             detail,

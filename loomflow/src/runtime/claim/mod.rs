@@ -387,13 +387,23 @@ impl RunClaim {
     }
 
     /// `checkpoint`, as a store other than the memory store takes it: naming the claimed
-    /// thread if it names none, its audit entries' details built as values.
+    /// thread if it names none, as its audit entries do ([`Self::entries_named`]).
     fn named(&self, mut checkpoint: Checkpoint) -> Checkpoint {
         if checkpoint.thread.is_empty() {
-            checkpoint.thread = self.inner.thread.to_string();
+            checkpoint.thread = String::from(&*self.inner.thread);
         }
-        AuditEntry::build_all(&mut checkpoint.audit);
+        self.entries_named(&mut checkpoint.audit);
         checkpoint
+    }
+
+    /// A run's audit `entries` as a store other than the memory store takes them: those
+    /// that name no thread name the claimed one, and their details are built as values.
+    /// The memory store files them as they are, under the claim's name for the thread.
+    pub(crate) fn entries_named(&self, entries: &mut [AuditEntry]) {
+        for entry in entries.iter_mut().filter(|e| e.thread.is_empty()) {
+            entry.thread = String::from(&*self.inner.thread);
+        }
+        AuditEntry::build_all(entries);
     }
 
     /// Saves an execution's last checkpoint and releases the claim in the same write (an
@@ -448,10 +458,11 @@ impl RunClaim {
             if self.is_lost() {
                 return Err(self.lost_error());
             }
-            let written = memory.put_journal_claimed_now(key, value, audit, owner, until);
+            let audit = (audit, Some(&self.inner.thread));
+            let written = memory.put_journal_claimed_now((key, value), audit, owner, until);
             return self.settle(until, written);
         }
-        AuditEntry::build_all(&mut audit);
+        self.entries_named(&mut audit);
         let write = match audit.is_empty() {
             true => store.put_journal_claimed(key, value, owner, until),
             false => store.put_journal_audited(key, value, audit, owner, until),

@@ -1,6 +1,7 @@
 //! The in-memory store's audit log: a bounded queue, oldest first.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -16,8 +17,9 @@ pub(super) struct AuditLog {
     next_id: u64,
 }
 
-/// An entry as the log keeps it: its strings boxed, and a small detail as JSON text rather
-/// than a tree of values. A resume's detail (`{"node": …, "value": …}`) is a 632-byte map
+/// An entry as the log keeps it: its strings boxed (its thread's name shared with the
+/// thread's slot when a run wrote it), and a small detail as JSON text rather than a tree
+/// of values. A resume's detail (`{"node": …, "value": …}`) is a 632-byte map
 /// node as values and a few dozen bytes as text; the log keeps up to 100,000 entries, and
 /// every suspension and resume adds one. The detail is read back when the log is queried.
 #[derive(Debug)]
@@ -26,7 +28,7 @@ struct KeptEntry {
     run: u64,
     at_ms: u64,
     kind: AuditKind,
-    thread: Box<str>,
+    thread: Arc<str>,
     subject: Box<str>,
     actor: Option<Box<str>>,
     detail: Detail,
@@ -95,13 +97,18 @@ fn fits_text(value: &Value, levels: usize, room: &mut usize) -> bool {
 }
 
 impl KeptEntry {
-    fn new(entry: AuditEntry, id: u64) -> Self {
+    /// Keeps `entry` under `id`; one that names no thread is `thread`'s.
+    fn new(entry: AuditEntry, id: u64, thread: Option<&Arc<str>>) -> Self {
+        let thread = match thread {
+            Some(thread) if entry.thread.is_empty() => Arc::clone(thread),
+            _ => Arc::from(entry.thread),
+        };
         Self {
             id,
             run: entry.run,
             at_ms: entry.at_ms,
             kind: entry.kind,
-            thread: entry.thread.into_boxed_str(),
+            thread,
             subject: entry.subject.into_boxed_str(),
             actor: entry.actor.map(String::into_boxed_str),
             detail: match entry.detail_text {
@@ -137,9 +144,20 @@ impl KeptEntry {
 
 impl AuditLog {
     pub(super) fn append(&mut self, entries: impl IntoIterator<Item = AuditEntry>) {
+        self.append_for(entries, None);
+    }
+
+    /// Appends `entries`; those that name no thread (a run's, written under its claim) are
+    /// `thread`'s.
+    pub(super) fn append_for(
+        &mut self,
+        entries: impl IntoIterator<Item = AuditEntry>,
+        thread: Option<&Arc<str>>,
+    ) {
         for entry in entries {
             self.next_id += 1;
-            self.entries.push_back(KeptEntry::new(entry, self.next_id));
+            self.entries
+                .push_back(KeptEntry::new(entry, self.next_id, thread));
         }
         let limit = DEFAULT_RETAINED_AUDIT_ENTRIES;
         if self.entries.len() > limit + limit / 10 {

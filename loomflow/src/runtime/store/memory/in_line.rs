@@ -3,6 +3,8 @@
 //! execution's last write, the read a run starts from, and a journaled step's read and
 //! write, made at once rather than through a boxed future each.
 
+use std::sync::Arc;
+
 use super::{MemoryStore, SharedName};
 use crate::runtime::clock::now_ms;
 use serde_json::Value;
@@ -55,7 +57,7 @@ impl MemoryStore {
             let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
             row.follow(&mut checkpoint, now_ms);
         }
-        Ok(fenced.file(checkpoint, self.retention))
+        Ok(fenced.file(thread, checkpoint, self.retention))
     }
 
     /// [`Store::put_checkpoint_and_release`](crate::runtime::Store::put_checkpoint_and_release)
@@ -75,7 +77,7 @@ impl MemoryStore {
         }
         row.let_go(false, 0);
         let finished = row.state.is_some_and(RunState::is_finished);
-        let id = fenced.file(checkpoint, self.retention);
+        let id = fenced.file(thread, checkpoint, self.retention);
         if finished {
             // A finished run writes nothing more until the thread runs again: the room its
             // list kept for more rows goes back to the allocator.
@@ -151,17 +153,18 @@ impl MemoryStore {
     /// [`Store::put_journal_audited`](crate::runtime::Store::put_journal_audited) (with no
     /// entries, [`put_journal_claimed`](crate::runtime::Store::put_journal_claimed)), made
     /// at once: the value and the entries are filed together, under one lock.
+    ///
+    /// Entries that name no thread are `thread`'s, when it is given (a run's claim names it).
     pub(crate) fn put_journal_claimed_now(
         &self,
-        key: JournalKey,
-        value: Value,
-        audit: Vec<AuditEntry>,
+        (key, value): (JournalKey, Value),
+        (audit, thread): (Vec<AuditEntry>, Option<&Arc<str>>),
         owner: &str,
         lease_until_ms: u64,
     ) -> Result<(), StoreError> {
         let mut inner = self.lock_mut()?;
         let mut fenced = inner.fenced(&key.thread, owner, lease_until_ms)?;
-        fenced.journal(key, value, audit);
+        fenced.journal((key, value), audit, thread);
         Ok(())
     }
 }

@@ -114,7 +114,7 @@ impl Inner {
             slot,
             &mut self.next_id,
             &mut self.audit,
-            checkpoint,
+            (checkpoint, &thread),
             retention,
         )
     }
@@ -198,36 +198,52 @@ pub(super) struct Fenced<'a> {
 }
 
 impl Fenced<'_> {
-    /// Files `checkpoint` in the slot (its own `thread` is not read: the executor's
-    /// checkpoints leave it to the claim they are written under).
+    /// Files `thread`'s `checkpoint` in the slot (its own `thread` is not read: the
+    /// executor's checkpoints leave it to the claim they are written under, as they leave
+    /// their audit entries').
     #[inline]
-    pub(super) fn file(&mut self, checkpoint: Checkpoint, retention: Option<usize>) -> u64 {
-        file(self.slot, self.next_id, self.audit, checkpoint, retention)
+    pub(super) fn file(
+        &mut self,
+        thread: impl SharedName,
+        checkpoint: Checkpoint,
+        retention: Option<usize>,
+    ) -> u64 {
+        let at = (checkpoint, &thread);
+        file(self.slot, self.next_id, self.audit, at, retention)
     }
 
     /// Journals `value` under `key` in the slot, with `audit`, the entries that travel with
-    /// it.
-    pub(super) fn journal(&mut self, key: JournalKey, value: Value, audit: Vec<AuditEntry>) {
+    /// it (those that name no thread are `thread`'s, when it is given).
+    pub(super) fn journal(
+        &mut self,
+        (key, value): (JournalKey, Value),
+        audit: Vec<AuditEntry>,
+        thread: Option<&Arc<str>>,
+    ) {
         self.slot.journal(key, value);
         if !audit.is_empty() {
-            self.audit.append(audit);
+            self.audit.append_for(audit, thread);
         }
     }
 }
 
-/// Files `checkpoint` in `slot` under the next id, its audit entries in `audit`.
+/// Files `checkpoint` of `thread` in `slot` under the next id, its audit entries in
+/// `audit` (those that name no thread are `thread`'s).
 #[inline]
 fn file(
     slot: &mut ThreadSlot,
     next_id: &mut u64,
     audit: &mut AuditLog,
-    mut checkpoint: Checkpoint,
+    (mut checkpoint, thread): (Checkpoint, &impl SharedName),
     retention: Option<usize>,
 ) -> u64 {
     *next_id += 1;
     let id = *next_id;
     if !checkpoint.audit.is_empty() {
-        audit.append(std::mem::take(&mut checkpoint.audit));
+        let entries = std::mem::take(&mut checkpoint.audit);
+        let unnamed = entries.iter().any(|entry| entry.thread.is_empty());
+        let thread = unnamed.then(|| thread.to_key());
+        audit.append_for(entries, thread.as_ref());
     }
     if checkpoint.ends_run() {
         slot.forget_journal();

@@ -384,7 +384,7 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.put_journal_claimed_now(key, value, Vec::new(), owner, lease_until_ms))
+        ready(self.put_journal_claimed_now((key, value), (Vec::new(), None), owner, lease_until_ms))
     }
 
     fn put_journal_audited<'a>(
@@ -395,7 +395,7 @@ impl Store for MemoryStore {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.put_journal_claimed_now(key, value, audit, owner, lease_until_ms))
+        ready(self.put_journal_claimed_now((key, value), (audit, None), owner, lease_until_ms))
     }
 
     fn take_signal_claimed<'a>(
