@@ -228,7 +228,7 @@ impl<'a> ResumeDetail<'a> {
         {
             return None;
         }
-        serde_json::to_string(self).ok().map(String::into_boxed_str)
+        crate::json_text::boxed(self).ok()
     }
 
     /// As a value.

@@ -181,7 +181,7 @@ pub(super) struct ReadBack<S> {
 
 /// `state` as a store that keeps JSON hands it back.
 fn through_json<S: State>(state: &S) -> serde_json::Result<S> {
-    serde_json::from_slice(&serde_json::to_vec(state)?)
+    crate::json_text::through(state)
 }
 
 /// A copy of `interrupt` whose payload is `null`.
@@ -196,12 +196,10 @@ fn without_payload(interrupt: &Interrupt) -> Interrupt {
     }
 }
 
-/// `payload` as compact JSON, written to a buffer of its size.
+/// `payload` as compact JSON, in an allocation of its size.
 fn payload_text(payload: &Value) -> Box<str> {
     // A value always serializes: its map keys are strings.
-    serde_json::to_string(payload)
-        .unwrap_or_default()
-        .into_boxed_str()
+    crate::json_text::boxed(payload).unwrap_or_default()
 }
 
 impl Suspended {

@@ -65,8 +65,7 @@ impl Detail {
             return Self::Value(Box::new(detail));
         }
         // A value always serializes: its map keys are strings.
-        let text = serde_json::to_string(&detail).unwrap_or_default();
-        Self::Text(text.into_boxed_str())
+        Self::Text(crate::json_text::boxed(&detail).unwrap_or_default())
     }
 }
 
