@@ -922,3 +922,91 @@ async fn a_fork_back_drops_the_requests_queued_for_the_abandoned_run() {
         assert!(again.state().is_empty(), "{again:?}");
     }
 }
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Heard {
+    answer: Option<String>,
+    signals: Vec<String>,
+}
+
+/// `ask` interrupts for a value, `wait` waits for the signals `zeta` and `alpha`, in one step.
+fn asks_and_waits() -> CompiledGraph<Heard> {
+    Graph::new("asks and waits")
+        .node_fn("ask", |heard: &mut Heard, ctx| {
+            Box::pin(async move {
+                heard.answer = Some(ctx.interrupt("ok?")?);
+                Ok(())
+            })
+        })
+        .node_fn("wait", |heard: &mut Heard, ctx| {
+            Box::pin(async move {
+                let zeta: String = ctx.wait_for_signal("zeta").or_suspend().await?;
+                let alpha: String = ctx.wait_for_signal("alpha").or_suspend().await?;
+                heard.signals = vec![zeta, alpha];
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge(START, "wait")
+        .edge("ask", END)
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
+/// What a suspension's run row says it waits for, in order: the signals its waits name, and
+/// a resume request when it is interrupted for a value; the same from every store.
+async fn suspended_rows_list_what_they_wait_for(label: &str, runtime: Runtime) {
+    let waiting_on = |runtime: &Runtime, thread: &'static str| {
+        let runtime = runtime.clone();
+        async move { runtime.run(thread).await.unwrap().record.waiting_on }
+    };
+    let asking = Graph::new("asking")
+        .node_fn("ask", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n = ctx.interrupt("ok?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    asking.invoke(&runtime, "asking", 0).await.unwrap();
+    assert_eq!(
+        waiting_on(&runtime, "asking").await,
+        ["loomflow:resume"],
+        "{label}"
+    );
+
+    let both = asks_and_waits();
+    both.invoke(&runtime, "both", Heard::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting_on(&runtime, "both").await,
+        ["loomflow:resume", "zeta"],
+        "{label}"
+    );
+    runtime.signal("both", "zeta", "z").await.unwrap();
+    runtime.signal("both", "alpha", "a").await.unwrap();
+    let outcome = both.recover(&runtime, "both").await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Interrupted { .. }), "{label}");
+    assert_eq!(
+        waiting_on(&runtime, "both").await,
+        ["loomflow:resume"],
+        "{label}"
+    );
+    let done = both.resume(&runtime, "both", "yes").await.unwrap();
+    let heard = done.completed().unwrap();
+    assert_eq!(heard.answer.as_deref(), Some("yes"), "{label}");
+    assert_eq!(heard.signals, ["z", "a"], "{label}");
+    assert!(waiting_on(&runtime, "both").await.is_empty(), "{label}");
+}
+
+#[tokio::test]
+async fn suspended_rows_list_what_they_wait_for_in_memory_and_sqlite() {
+    suspended_rows_list_what_they_wait_for("memory", Runtime::in_memory()).await;
+    let db = loomflow_tests::TempDb::new("interrupts-waiting-on");
+    suspended_rows_list_what_they_wait_for("sqlite", Runtime::sqlite(db.path()).unwrap()).await;
+}

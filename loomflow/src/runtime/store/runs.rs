@@ -255,9 +255,11 @@ pub struct RowUpdate {
 /// signals it waits for.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Waits {
-    state: RunState,
-    wake_at_ms: Option<u64>,
-    waiting_on: Vec<String>,
+    pub(crate) state: RunState,
+    pub(crate) wake_at_ms: Option<u64>,
+    /// The signals its interrupts wait for, sorted, without [`RESUME_SIGNAL`]: most
+    /// suspensions wait for none, and keep no list.
+    pub(crate) signals: Vec<String>,
 }
 
 impl Waits {
@@ -265,21 +267,42 @@ impl Waits {
     /// any, wake it), sleeping when every interrupt is a timer, and interrupted otherwise
     /// (still woken at the earliest timer or deadline among its interrupts, if any).
     pub(crate) fn of(interrupts: &[Interrupt]) -> Self {
-        let mut waiting_on: Vec<String> =
-            interrupts.iter().filter_map(|i| i.signal.clone()).collect();
-        let state = RunState::of_interrupts(interrupts);
-        if state == RunState::Interrupted {
-            // A resume requested without the graph's code comes as this signal.
-            waiting_on.push(RESUME_SIGNAL.to_owned());
+        let mut signals: Vec<String> = interrupts.iter().filter_map(|i| i.signal.clone()).collect();
+        if signals.len() > 1 {
+            signals.sort();
+            signals.dedup();
         }
-        waiting_on.sort();
-        waiting_on.dedup();
         Self {
-            state,
+            state: RunState::of_interrupts(interrupts),
             wake_at_ms: interrupts.iter().filter_map(|i| i.wake_at_ms).min(),
-            waiting_on,
+            signals,
         }
     }
+
+    /// Whether a resume request (which comes as [`RESUME_SIGNAL`]) carries the run on: it is
+    /// interrupted for a value.
+    pub(crate) fn resumable(&self) -> bool {
+        self.state == RunState::Interrupted
+    }
+
+    /// The signals the run waits for, as a row lists them: with [`RESUME_SIGNAL`] when a
+    /// resume request carries it on.
+    pub(crate) fn waiting_on(self) -> Vec<String> {
+        let resumable = self.resumable();
+        waiting_on(self.signals, resumable)
+    }
+}
+
+/// `signals` (sorted), with [`RESUME_SIGNAL`] in its place when `resumable`.
+pub(crate) fn waiting_on(mut signals: Vec<String>, resumable: bool) -> Vec<String> {
+    if resumable {
+        // A resume requested without the graph's code comes as this signal.
+        let at = signals.partition_point(|s| s.as_str() < RESUME_SIGNAL);
+        if signals.get(at).is_none_or(|s| s != RESUME_SIGNAL) {
+            signals.insert(at, RESUME_SIGNAL.to_owned());
+        }
+    }
+    signals
 }
 
 impl RowUpdate {
@@ -321,8 +344,9 @@ impl RowUpdate {
                 let waits = waits
                     .unwrap_or_else(|| Waits::of(&checkpoint.interrupts().unwrap_or_default()));
                 update.wake_at_ms = waits.wake_at_ms;
-                update.waiting_on = waits.waiting_on;
-                waits.state
+                let state = waits.state;
+                update.waiting_on = waits.waiting_on();
+                state
             }
         };
         update
