@@ -189,8 +189,11 @@ pub(super) async fn locate<S: State>(
     let with_request = 'located: {
         let position = match start {
             Start::Fresh(input) => {
-                let previous = newest(runtime, thread, namespace).await?;
-                let run = previous.map_or(1, |cp| cp.run + 1);
+                let previous = match runtime.store().as_memory() {
+                    Some(memory) => memory.latest_run(thread, namespace)?,
+                    None => newest(runtime, thread, namespace).await?.map(|cp| cp.run),
+                };
+                let run = previous.map_or(1, |run| run + 1);
                 fresh(run, input)?
             }
             Start::Child { input, run } => fresh(run, input)?,

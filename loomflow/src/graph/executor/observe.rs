@@ -269,7 +269,9 @@ pub(super) fn record_interrupts<S: State>(
 ) {
     let own = interrupts.iter().filter(|i| !g.is_subgraph(&i.node));
     let again = |interrupt: &&Interrupt| still_waiting.contains(&interrupt.id);
-    shared.forget_resumes_of(own.clone().filter(again));
+    if !still_waiting.is_empty() {
+        shared.forget_resumes_of(own.clone().filter(again));
+    }
     for interrupt in own.filter(|i| !again(i)) {
         let mut detail = json!({});
         if let Some(signal) = &interrupt.signal {

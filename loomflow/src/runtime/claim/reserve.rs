@@ -19,8 +19,9 @@ use crate::runtime::store::{Checkpoint, StoreError};
 pub(super) struct ReservedStart {
     /// Whether one waits: read on every journal write, so that most take no lock.
     waiting: AtomicBool,
-    /// Held while it is written, so that no journal entry goes out before it.
-    start: tokio::sync::Mutex<Option<Checkpoint>>,
+    /// Held while it is written, so that no journal entry goes out before it. Boxed: most
+    /// runs reserve none, and every claim has room for one.
+    start: tokio::sync::Mutex<Option<Box<Checkpoint>>>,
 }
 
 impl RunClaim {
@@ -29,7 +30,7 @@ impl RunClaim {
     pub(crate) fn reserve_start(&self, start: Checkpoint) {
         let reserved = &self.inner.reserved;
         if let Ok(mut slot) = reserved.start.try_lock() {
-            *slot = Some(start);
+            *slot = Some(Box::new(start));
             reserved.waiting.store(true, Ordering::Release);
         }
     }
@@ -43,7 +44,7 @@ impl RunClaim {
         }
         let mut slot = reserved.start.lock().await;
         if let Some(start) = slot.take()
-            && let Err(error) = self.put_checkpoint(start.clone()).await
+            && let Err(error) = self.put_checkpoint(Checkpoint::clone(&start)).await
         {
             // Kept for the next journal write to try again.
             *slot = Some(start);

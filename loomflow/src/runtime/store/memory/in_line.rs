@@ -116,6 +116,20 @@ impl MemoryStore {
             .is_some_and(|slot| slot.row.cancel_requested))
     }
 
+    /// The run of the newest checkpoint of `thread` in `namespace`, if it has one: what a new
+    /// run's number follows.
+    pub(crate) fn latest_run(
+        &self,
+        thread: &str,
+        namespace: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        self.lock().map(|inner| {
+            let kept = &inner.threads.get(thread)?.kept;
+            let newest = kept.iter().rev().find(|c| c.namespace() == namespace)?;
+            Some(newest.run())
+        })
+    }
+
     /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot
     /// kept as values keeps them, for the executor to read back (its body is not built).
     /// Its `thread` is left empty: the executor, which asks, knows it.
