@@ -307,9 +307,15 @@ async fn resume_details_read_back(label: &str, runtime: &Runtime) {
             (0..150).fold(json!("core"), |inner, _| json!([inner])),
         ));
     }
+    let now_ms = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        u64::try_from(since.unwrap().as_millis()).unwrap()
+    };
     for (thread, value) in values {
+        let before = now_ms();
         asker.invoke(runtime, thread, None).await.unwrap();
         let done = asker.resume(runtime, thread, &value).await.unwrap();
+        let after = now_ms();
         assert_eq!(done.completed().unwrap().as_ref(), Some(&value), "{label}");
         let log = runtime.audit(thread).await.unwrap();
         let [resume] = of_kind(&log, AuditKind::Resume)[..] else {
@@ -326,6 +332,9 @@ async fn resume_details_read_back(label: &str, runtime: &Runtime) {
             panic!("{label}: one interrupt: {log:#?}");
         };
         assert_eq!(interrupt.detail, json!({}), "{label}");
+        // Dated when the run suspended and when it was picked up again, in that order.
+        let times = [before, interrupt.at_ms, resume.at_ms, after];
+        assert!(times.is_sorted(), "{label}: {times:?}");
     }
 }
 

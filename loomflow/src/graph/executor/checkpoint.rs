@@ -272,6 +272,19 @@ impl CheckpointWriter {
         }
     }
 
+    /// Writes (or queues) a fresh run's first checkpoint, `cp`, made as soon as the run is
+    /// claimed: in line, under the lease the claim took (see
+    /// [`RunClaim::put_start_checkpoint`]).
+    pub(super) fn write_start(&mut self, cp: Checkpoint) -> impl Future<Output = Result<()>> + '_ {
+        match self {
+            Self::Direct(claim) => {
+                let write = claim.put_start_checkpoint(cp);
+                Either::Left(async move { write.await.map(drop).map_err(Into::into) })
+            }
+            Self::Background { .. } => Either::Right(self.write(cp)),
+        }
+    }
+
     /// Writes (or queues) `cp`. Not an `async fn`, so that the checkpoint is moved straight
     /// into the write instead of into this future first.
     pub(super) fn write(&mut self, cp: Checkpoint) -> impl Future<Output = Result<()>> + '_ {

@@ -323,7 +323,7 @@ fn run_supersteps<S: State>(
             // Nothing has run yet: a power cut that takes this write back takes the whole
             // run back with it. A run that is over at once (nothing to run) is an outcome.
             cp.start_only = status == RunStatus::Running && cp.audit.is_empty();
-            writer.write(cp).await?;
+            writer.write_start(cp).await?;
             completed_written = active.is_empty();
         } else if fresh && !active.is_empty() && shared.namespace.is_root() {
             // `Exit`: the start is written only before the run's first journal entry, which

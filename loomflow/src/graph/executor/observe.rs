@@ -161,10 +161,11 @@ pub(super) fn picked_up<S: State>(
             Some(text) => AuditEntry::with_text(thread, AuditKind::Resume, interrupt.id, text),
             None => {
                 let detail = how.value_of();
-                AuditEntry::new(thread, AuditKind::Resume, interrupt.id, detail)
+                AuditEntry::unstamped(thread, AuditKind::Resume, interrupt.id, detail)
             }
         };
-        shared.record_audit(entry);
+        // The resume happened when this execution picked the run up.
+        shared.record_audit(entry.at_ms(shared.claim.claimed_at_ms()));
     }
     unanswered
 }
@@ -280,8 +281,8 @@ pub(super) fn record_interrupts<S: State>(
         if let Some(wake_at_ms) = interrupt.wake_at_ms {
             detail["wake_at_ms"] = Value::from(wake_at_ms);
         }
-        // Named by the claim it is written under.
-        shared.record_audit(AuditEntry::new(
+        // Named by the claim it is written under, and dated by the write that suspends.
+        shared.record_audit(AuditEntry::unstamped(
             String::new(),
             AuditKind::Interrupt,
             &interrupt.id,

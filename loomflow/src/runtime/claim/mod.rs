@@ -80,6 +80,8 @@ struct ClaimInner {
     lease: Duration,
     /// The expiry last written, in ms since the Unix epoch.
     until_ms: AtomicU64,
+    /// When the claim was taken, in ms since the Unix epoch.
+    claimed_at_ms: u64,
     lost: AtomicBool,
     released: AtomicBool,
     /// The write that releases the claim is on its way: a renewal refused meanwhile is not a
@@ -211,6 +213,7 @@ impl RunClaim {
                 owner,
                 lease,
                 until_ms: AtomicU64::new(until_ms),
+                claimed_at_ms: until_ms.saturating_sub(millis(lease)),
                 lost: AtomicBool::new(false),
                 released: AtomicBool::new(false),
                 releasing: AtomicBool::new(false),
@@ -227,6 +230,12 @@ impl RunClaim {
     /// The thread claimed.
     pub(crate) fn thread(&self) -> &str {
         &self.inner.thread
+    }
+
+    /// When the claim was taken, in ms since the Unix epoch: when its execution picked the
+    /// run up.
+    pub(crate) fn claimed_at_ms(&self) -> u64 {
+        self.inner.claimed_at_ms
     }
 
     /// Whether someone asked the run to stop.
@@ -371,7 +380,25 @@ impl RunClaim {
         &self,
         checkpoint: Checkpoint,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send + '_ {
-        let until = self.next_expiry();
+        self.put_checkpoint_until(checkpoint, self.next_expiry())
+    }
+
+    /// Saves a fresh run's first checkpoint, written as soon as the run is claimed: under
+    /// the lease the claim just took, which it does not extend (no clock is read).
+    pub(crate) fn put_start_checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send + '_ {
+        let until = self.inner.until_ms.load(Ordering::Acquire);
+        self.put_checkpoint_until(checkpoint, until)
+    }
+
+    /// [`put_checkpoint`](Self::put_checkpoint), extending the lease to `until`.
+    fn put_checkpoint_until(
+        &self,
+        checkpoint: Checkpoint,
+        until: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send + '_ {
         let (thread, owner) = (&self.inner.thread, &self.inner.owner);
         if let Some(memory) = self.inner.store.as_memory() {
             // Written now, and not from a closure, which would take the checkpoint first.
@@ -397,11 +424,16 @@ impl RunClaim {
     }
 
     /// A run's audit `entries` as a store other than the memory store takes them: those
-    /// that name no thread name the claimed one, and their details are built as values.
-    /// The memory store files them as they are, under the claim's name for the thread.
+    /// that name no thread name the claimed one, those that say no time happen now, and
+    /// their details are built as values. The memory store files them as they are, under
+    /// the claim's name for the thread, at the time of its write.
     pub(crate) fn entries_named(&self, entries: &mut [AuditEntry]) {
         for entry in entries.iter_mut().filter(|e| e.thread.is_empty()) {
             entry.thread = String::from(&*self.inner.thread);
+        }
+        let unstamped = entries.iter_mut().filter(|e| e.at_ms == 0);
+        for (entry, now) in unstamped.zip(std::iter::repeat_with(now_ms)) {
+            entry.at_ms = now;
         }
         AuditEntry::build_all(entries);
     }

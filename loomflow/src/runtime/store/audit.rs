@@ -118,29 +118,41 @@ impl AuditEntry {
         subject: impl Into<String>,
         detail: Value,
     ) -> Self {
-        Self {
-            id: 0,
-            thread: thread.into(),
-            run: 0,
-            at_ms: crate::runtime::clock::now_ms(),
-            kind,
-            subject: subject.into(),
-            actor: None,
-            detail,
-            detail_text: None,
-        }
+        Self::unstamped(thread, kind, subject, detail).at_ms(crate::runtime::clock::now_ms())
     }
 
-    /// An entry whose detail is this JSON text (see [`Self::built`]).
+    /// An entry whose detail is this JSON text (see [`Self::built`]), at no time yet (see
+    /// [`Self::unstamped`]).
     pub(crate) fn with_text(
         thread: impl Into<String>,
         kind: AuditKind,
         subject: impl Into<String>,
         text: Box<str>,
     ) -> Self {
-        let mut entry = Self::new(thread, kind, subject, Value::Null);
+        let mut entry = Self::unstamped(thread, kind, subject, Value::Null);
         entry.detail_text = Some(text);
         entry
+    }
+
+    /// An entry at no time yet (`at_ms` 0), for a run's: it happens when the write that
+    /// carries it is made, unless the run says when (the clock is read once, for both).
+    pub(crate) fn unstamped(
+        thread: impl Into<String>,
+        kind: AuditKind,
+        subject: impl Into<String>,
+        detail: Value,
+    ) -> Self {
+        Self {
+            id: 0,
+            thread: thread.into(),
+            run: 0,
+            at_ms: 0,
+            kind,
+            subject: subject.into(),
+            actor: None,
+            detail,
+            detail_text: None,
+        }
     }
 
     /// This entry with its detail as a value, read from its text if it has one.

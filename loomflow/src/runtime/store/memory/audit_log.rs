@@ -96,8 +96,9 @@ fn fits_text(value: &Value, levels: usize, room: &mut usize) -> bool {
 }
 
 impl KeptEntry {
-    /// Keeps `entry` under `id`; one that names no thread is `thread`'s.
-    fn new(entry: AuditEntry, id: u64, thread: Option<&Arc<str>>) -> Self {
+    /// Keeps `entry` under `id`; one that names no thread is `thread`'s, one that says no
+    /// time happened at `now_ms`, when that is known.
+    fn new(entry: AuditEntry, id: u64, thread: Option<&Arc<str>>, now_ms: u64) -> Self {
         let thread = match thread {
             Some(thread) if entry.thread.is_empty() => Arc::clone(thread),
             _ => Arc::from(entry.thread),
@@ -105,7 +106,11 @@ impl KeptEntry {
         Self {
             id,
             run: entry.run,
-            at_ms: entry.at_ms,
+            at_ms: if entry.at_ms == 0 && now_ms > 0 {
+                now_ms
+            } else {
+                entry.at_ms
+            },
             kind: entry.kind,
             thread,
             subject: entry.subject.into_boxed_str(),
@@ -143,20 +148,22 @@ impl KeptEntry {
 
 impl AuditLog {
     pub(super) fn append(&mut self, entries: impl IntoIterator<Item = AuditEntry>) {
-        self.append_for(entries, None);
+        self.append_for(entries, None, 0);
     }
 
-    /// Appends `entries`; those that name no thread (a run's, written under its claim) are
-    /// `thread`'s.
+    /// Appends `entries`, written under a run's claim at `now_ms` (0: not known, and left
+    /// as they are); those that name no thread (a run's) are `thread`'s, those that say no
+    /// time happened at the write.
     pub(super) fn append_for(
         &mut self,
         entries: impl IntoIterator<Item = AuditEntry>,
         thread: Option<&Arc<str>>,
+        now_ms: u64,
     ) {
         for entry in entries {
             self.next_id += 1;
-            self.entries
-                .push_back(KeptEntry::new(entry, self.next_id, thread));
+            let kept = KeptEntry::new(entry, self.next_id, thread, now_ms);
+            self.entries.push_back(kept);
         }
         let limit = DEFAULT_RETAINED_AUDIT_ENTRIES;
         if self.entries.len() > limit + limit / 10 {

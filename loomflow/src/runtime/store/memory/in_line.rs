@@ -51,13 +51,13 @@ impl MemoryStore {
         // Straight-line rather than in a closure, which would take the checkpoint first.
         let mut inner = self.lock_mut()?;
         let mut fenced = inner.fenced(thread.as_ref(), owner, lease_until_ms)?;
+        // The claim extended its lease from the time of this write: no clock read.
+        let row = &mut fenced.slot.row;
+        let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
         if checkpoint.namespace.is_empty() {
-            // The claim extended its lease from the time of this write: no clock read.
-            let row = &mut fenced.slot.row;
-            let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
             row.follow(&mut checkpoint, now_ms);
         }
-        Ok(fenced.file(thread, checkpoint, self.retention))
+        Ok(fenced.file((thread, now_ms), checkpoint, self.retention))
     }
 
     /// [`Store::put_checkpoint_and_release`](crate::runtime::Store::put_checkpoint_and_release)
@@ -72,12 +72,13 @@ impl MemoryStore {
         let mut inner = self.lock_mut()?;
         let mut fenced = inner.fenced(thread.as_ref(), owner, 0)?;
         let row = &mut fenced.slot.row;
+        let now_ms = now_ms();
         if checkpoint.namespace.is_empty() {
-            row.follow(&mut checkpoint, now_ms());
+            row.follow(&mut checkpoint, now_ms);
         }
         row.let_go(false, 0);
         let finished = row.state.is_some_and(RunState::is_finished);
-        let id = fenced.file(thread, checkpoint, self.retention);
+        let id = fenced.file((thread, now_ms), checkpoint, self.retention);
         if finished {
             // A finished run writes nothing more until the thread runs again: the room its
             // list kept for more rows goes back to the allocator.

@@ -114,7 +114,7 @@ impl Inner {
             slot,
             &mut self.next_id,
             &mut self.audit,
-            (checkpoint, &thread),
+            (checkpoint, &thread, 0),
             retention,
         )
     }
@@ -198,17 +198,17 @@ pub(super) struct Fenced<'a> {
 }
 
 impl Fenced<'_> {
-    /// Files `thread`'s `checkpoint` in the slot (its own `thread` is not read: the
-    /// executor's checkpoints leave it to the claim they are written under, as they leave
-    /// their audit entries').
+    /// Files `thread`'s `checkpoint`, written at `now_ms`, in the slot (its own `thread` is
+    /// not read: the executor's checkpoints leave it to the claim they are written under,
+    /// as they leave their audit entries' thread and time).
     #[inline]
     pub(super) fn file(
         &mut self,
-        thread: impl SharedName,
+        (thread, now_ms): (impl SharedName, u64),
         checkpoint: Checkpoint,
         retention: Option<usize>,
     ) -> u64 {
-        let at = (checkpoint, &thread);
+        let at = (checkpoint, &thread, now_ms);
         file(self.slot, self.next_id, self.audit, at, retention)
     }
 
@@ -222,19 +222,20 @@ impl Fenced<'_> {
     ) {
         self.slot.journal(key, value);
         if !audit.is_empty() {
-            self.audit.append_for(audit, thread);
+            self.audit.append_for(audit, thread, 0);
         }
     }
 }
 
-/// Files `checkpoint` of `thread` in `slot` under the next id, its audit entries in
-/// `audit` (those that name no thread are `thread`'s).
+/// Files `checkpoint` of `thread`, written at `now_ms` (0: not known), in `slot` under the
+/// next id, its audit entries in `audit` (those that name no thread are `thread`'s, those
+/// that say no time happened at the write).
 #[inline]
 fn file(
     slot: &mut ThreadSlot,
     next_id: &mut u64,
     audit: &mut AuditLog,
-    (mut checkpoint, thread): (Checkpoint, &impl SharedName),
+    (mut checkpoint, thread, now_ms): (Checkpoint, &impl SharedName, u64),
     retention: Option<usize>,
 ) -> u64 {
     *next_id += 1;
@@ -243,7 +244,7 @@ fn file(
         let entries = std::mem::take(&mut checkpoint.audit);
         let unnamed = entries.iter().any(|entry| entry.thread.is_empty());
         let thread = unnamed.then(|| thread.to_key());
-        audit.append_for(entries, thread.as_ref());
+        audit.append_for(entries, thread.as_ref(), now_ms);
     }
     if checkpoint.ends_run() {
         slot.forget_journal();
