@@ -13,6 +13,7 @@
 mod body;
 mod checkpoint;
 mod ending;
+mod kept_interrupt;
 mod locate;
 mod observe;
 mod owned;

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::body::body_of;
 use super::checkpoint::{PendingWrite, Snapshot, SnapshotRef};
+use super::kept_interrupt::KeptInterrupt;
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::runtime::Interrupt;
@@ -40,11 +41,8 @@ struct Rest {
 /// resume values given so far.
 struct Suspended {
     pending_writes: Vec<PendingWrite>,
-    /// The interrupts, their payloads `null`: a resume reads only who they are.
-    interrupts: Vec<Interrupt>,
-    /// Their payloads, in order, as JSON text: a suspended run is kept as long as it waits,
-    /// and a payload's text is a fraction of its tree of values.
-    payloads: Box<[Box<str>]>,
+    /// The interrupts, kept small: a suspended run is kept as long as it waits.
+    interrupts: Box<[KeptInterrupt]>,
     resume_values: Option<BTreeMap<String, Vec<Value>>>,
 }
 
@@ -55,7 +53,7 @@ impl<S: State> OwnedSnapshot<S> {
         snapshot: &SnapshotRef<'_, S>,
         trace: Option<&Arc<str>>,
     ) -> Self {
-        let suspended = Suspended::of(snapshot);
+        let suspended = Suspended::of(graph, snapshot);
         let plain = snapshot.joins.is_empty() && suspended.is_none() && trace.is_none();
         Self {
             graph: Arc::clone(graph),
@@ -105,13 +103,12 @@ impl<S: State> OwnedSnapshot<S> {
                 (None, names.collect())
             }
         };
-        let interrupts = match (suspended, payloads) {
-            (None, _) => Vec::new(),
-            (Some(s), true) => match s.with_payloads() {
+        let interrupts = match suspended {
+            None => Vec::new(),
+            Some(s) => match s.interrupts(&owned.graph, payloads) {
                 Ok(interrupts) => interrupts,
                 Err(e) => return Some(Err(e)),
             },
-            (Some(s), false) => s.interrupts.clone(),
         };
         Some(Ok(ReadBack {
             state,
@@ -184,49 +181,30 @@ fn through_json<S: State>(state: &S) -> serde_json::Result<S> {
     crate::json_text::through(state)
 }
 
-/// A copy of `interrupt` whose payload is `null`.
-fn without_payload(interrupt: &Interrupt) -> Interrupt {
-    Interrupt {
-        id: interrupt.id.clone(),
-        node: interrupt.node.clone(),
-        index: interrupt.index,
-        payload: Value::Null,
-        signal: interrupt.signal.clone(),
-        wake_at_ms: interrupt.wake_at_ms,
-    }
-}
-
-/// `payload` as compact JSON, in an allocation of its size.
-fn payload_text(payload: &Value) -> Box<str> {
-    // A value always serializes: its map keys are strings.
-    crate::json_text::boxed(payload).unwrap_or_default()
-}
-
 impl Suspended {
-    /// What `snapshot` leaves behind, if anything.
-    fn of<S>(snapshot: &SnapshotRef<'_, S>) -> Option<Self> {
+    /// What `snapshot`, of `g`, leaves behind, if anything.
+    fn of<S>(g: &CompiledInner<S>, snapshot: &SnapshotRef<'_, S>) -> Option<Self> {
         let plain = snapshot.pending_writes.is_empty()
             && snapshot.interrupts.is_empty()
             && snapshot.resume_values.is_none();
         (!plain).then(|| Self {
             pending_writes: snapshot.pending_writes.to_vec(),
-            interrupts: snapshot.interrupts.iter().map(without_payload).collect(),
-            payloads: snapshot
-                .interrupts
-                .iter()
-                .map(|i| payload_text(&i.payload))
+            interrupts: (snapshot.interrupts.iter())
+                .map(|interrupt| KeptInterrupt::of(g, interrupt))
                 .collect(),
             resume_values: snapshot.resume_values.cloned(),
         })
     }
 
-    /// The interrupts with their payloads, read back from their text.
-    fn with_payloads(&self) -> serde_json::Result<Vec<Interrupt>> {
-        let mut interrupts = self.interrupts.clone();
-        for (interrupt, payload) in interrupts.iter_mut().zip(&self.payloads) {
-            interrupt.payload = serde_json::from_str(payload)?;
-        }
-        Ok(interrupts)
+    /// The interrupts, as raised in `g`; their payloads `null` unless `payloads`.
+    fn interrupts<S>(
+        &self,
+        g: &CompiledInner<S>,
+        payloads: bool,
+    ) -> serde_json::Result<Vec<Interrupt>> {
+        (self.interrupts.iter())
+            .map(|kept| kept.interrupt(g, payloads))
+            .collect()
     }
 }
 
@@ -256,7 +234,7 @@ impl Next {
 impl<S: State> SnapshotSource for OwnedSnapshot<S> {
     fn body(&self) -> serde_json::Result<Value> {
         let interrupts = match self.suspended() {
-            Some(suspended) => suspended.with_payloads()?,
+            Some(suspended) => suspended.interrupts(&self.graph, true)?,
             None => Vec::new(),
         };
         body_of(&self.as_ref(&interrupts), self.trace())
