@@ -38,6 +38,9 @@ pub(crate) struct CompiledInner<S> {
     pub(crate) description: Vec<String>,
     /// A fingerprint of `description`, recorded by every checkpoint.
     pub(crate) fingerprint: Arc<str>,
+    /// Whether any node runs a subgraph: most graphs have none, and a run asks of its
+    /// interrupts' nodes as it suspends and resumes.
+    pub(crate) has_subgraphs: bool,
 }
 
 impl<S> CompiledInner<S> {
@@ -74,8 +77,10 @@ pub struct CompiledGraph<S> {
 impl<S: State> CompiledInner<S> {
     /// Whether the node called `name` is a subgraph: its interrupts are its child run's.
     pub(crate) fn is_subgraph(&self, name: &str) -> bool {
-        self.node_index(name)
-            .is_some_and(|i| self.nodes[i].node.subgraph_shape().is_some())
+        self.has_subgraphs
+            && self
+                .node_index(name)
+                .is_some_and(|i| self.nodes[i].node.subgraph_shape().is_some())
     }
 }
 
@@ -180,6 +185,7 @@ impl<S: State> CompiledGraph<S> {
             .enumerate()
             .map(|(i, n)| (Arc::clone(&n.name), i))
             .collect();
+        let has_subgraphs = nodes.iter().any(|n| n.node.subgraph_shape().is_some());
         Ok(Self {
             inner: Arc::new(CompiledInner {
                 name: name.into(),
@@ -191,6 +197,7 @@ impl<S: State> CompiledGraph<S> {
                 shape,
                 description,
                 fingerprint: fingerprint.into(),
+                has_subgraphs,
             }),
         })
     }
