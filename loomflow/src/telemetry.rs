@@ -39,13 +39,15 @@ use tracing::Span;
 /// The target of every span loomflow opens.
 pub const TARGET: &str = "loomflow";
 
-/// The W3C `traceparent` of `span`'s OpenTelemetry context: `None` without the `otel`
-/// feature, or when no `tracing-opentelemetry` layer records the span.
-pub(crate) fn trace_parent(span: &Span) -> Option<String> {
+/// The W3C `traceparent` of the current span's OpenTelemetry context: `None` without the
+/// `otel` feature (the current span is not looked up), or when no `tracing-opentelemetry`
+/// layer records the span.
+pub(crate) fn current_trace_parent() -> Option<String> {
     #[cfg(feature = "otel")]
     {
         use opentelemetry::trace::TraceContextExt as _;
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = Span::current();
         if span.is_disabled() {
             return None;
         }
@@ -64,7 +66,6 @@ pub(crate) fn trace_parent(span: &Span) -> Option<String> {
     }
     #[cfg(not(feature = "otel"))]
     {
-        let _ = span;
         None
     }
 }

@@ -302,7 +302,7 @@ fn run_supersteps<S: State>(
             claim,
             _session: session,
             audit: std::sync::Mutex::default(),
-            trace: crate::telemetry::trace_parent(&tracing::Span::current()).map(Arc::from),
+            trace: crate::telemetry::current_trace_parent().map(Arc::from),
         });
         let still_waiting = observe::picked_up(&shared, g, run, resumed, &resume_values);
         let key = RunKey::of(&shared);
