@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/asker.rs"]
+mod asker;
 #[path = "support/postgres.rs"]
 mod postgres;
 
@@ -258,17 +260,7 @@ async fn in_memory_signals_are_audited_when_sent_and_received() {
 #[tokio::test]
 async fn resume_requests_are_audited_when_sent_and_taken() {
     let db = loomflow_tests::TempDb::new("audit-resume-request");
-    let asker = Graph::new("asker")
-        .node_fn("ask", |answer: &mut Option<String>, ctx| {
-            Box::pin(async move {
-                *answer = Some(ctx.interrupt(json!("ok?"))?);
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
-        .unwrap();
+    let asker = asker::asker::<String>();
     for runtime in [Runtime::in_memory(), durable(db.path())] {
         asker.invoke(&runtime, "t", None).await.unwrap();
         runtime.request_resume("t", "yes").await.unwrap();
@@ -289,17 +281,7 @@ async fn resume_requests_are_audited_when_sent_and_taken() {
 /// every store. In memory, also a value nested too deeply to be kept as JSON text (the
 /// durable stores keep text, which serde_json reads back only 128 levels deep).
 async fn resume_details_read_back(label: &str, runtime: &Runtime) {
-    let asker = Graph::new("asker")
-        .node_fn("ask", |answer: &mut Option<serde_json::Value>, ctx| {
-            Box::pin(async move {
-                *answer = Some(ctx.interrupt(json!({"q": "ok?"}))?);
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
-        .unwrap();
+    let asker = asker::asker::<serde_json::Value>();
     let mut values = vec![("small", json!({"by": "ada", "ok": true}))];
     if label == "memory" {
         values.push((

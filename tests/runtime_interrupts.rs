@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/asker.rs"]
+mod asker;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -961,18 +964,10 @@ async fn suspended_rows_list_what_they_wait_for(label: &str, runtime: Runtime) {
         let runtime = runtime.clone();
         async move { runtime.run(thread).await.unwrap().record.waiting_on }
     };
-    let asking = Graph::new("asking")
-        .node_fn("ask", |n: &mut u32, ctx| {
-            Box::pin(async move {
-                *n = ctx.interrupt("ok?")?;
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
+    asker::asker::<u32>()
+        .invoke(&runtime, "asking", None)
+        .await
         .unwrap();
-    asking.invoke(&runtime, "asking", 0).await.unwrap();
     assert_eq!(
         waiting_on(&runtime, "asking").await,
         ["loomflow:resume"],

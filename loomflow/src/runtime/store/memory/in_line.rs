@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use super::kept::Kept;
 use super::{MemoryStore, SharedName};
 use crate::runtime::clock::now_ms;
 use serde_json::Value;
@@ -124,11 +125,7 @@ impl MemoryStore {
         thread: &str,
         namespace: &str,
     ) -> Result<Option<u64>, StoreError> {
-        self.lock().map(|inner| {
-            let kept = &inner.threads.get(thread)?.kept;
-            let newest = kept.iter().rev().find(|c| c.namespace() == namespace)?;
-            Some(newest.run())
-        })
+        self.with_newest(thread, namespace, Kept::run)
     }
 
     /// The newest checkpoint of `thread` in `namespace`, as it was handed over: a snapshot
@@ -139,10 +136,22 @@ impl MemoryStore {
         thread: &str,
         namespace: &str,
     ) -> Result<Option<Checkpoint>, StoreError> {
+        self.with_newest(thread, namespace, |newest| newest.checkpoint(""))
+    }
+
+    /// `read` of the newest checkpoint of `thread` in `namespace`, if it has one.
+    fn with_newest<T>(
+        &self,
+        thread: &str,
+        namespace: &str,
+        read: impl FnOnce(&Kept) -> T,
+    ) -> Result<Option<T>, StoreError> {
         self.lock().map(|inner| {
             let kept = &inner.threads.get(thread)?.kept;
-            let newest = kept.iter().rev().find(|c| c.namespace() == namespace)?;
-            Some(newest.checkpoint(""))
+            kept.iter()
+                .rev()
+                .find(|c| c.namespace() == namespace)
+                .map(read)
         })
     }
 
