@@ -185,3 +185,39 @@ async fn a_signal_kept_past_the_ttl_is_received_before_a_later_one() {
         );
     }
 }
+
+/// A runtime-level wait (`Runtime::wait_for_signal`, outside any node) receives a signal the
+/// TTL dropped from memory and the store kept for the session's waiting run, and before a
+/// later one of the same name. Without a later one, it receives the kept one at once.
+#[tokio::test]
+async fn a_runtime_level_wait_receives_a_signal_kept_past_the_ttl() {
+    for later in [false, true] {
+        let db = loomflow_tests::TempDb::new("ttl-runtime-wait");
+        let ttl = Duration::from_millis(300);
+        let open = || with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+        suspend(&open(), &["t"]).await;
+        open().signal("t", "go", 1u32).await.unwrap();
+        tokio::time::sleep(3 * ttl).await;
+        let runtime = open();
+        if later {
+            runtime.signal("t", "go", 2u32).await.unwrap();
+        }
+        let first: u32 = runtime
+            .wait_for_signal("t", "go", Some(Duration::from_secs(2)))
+            .await
+            .unwrap();
+        assert_eq!(first, 1, "later: {later}");
+        if later {
+            let second: u32 = runtime
+                .wait_for_signal("t", "go", Some(Duration::from_secs(2)))
+                .await
+                .unwrap();
+            assert_eq!(second, 2);
+        }
+        // Taken from the store: not delivered again.
+        let again = runtime
+            .wait_for_signal::<u32>("t", "go", Some(Duration::from_millis(50)))
+            .await;
+        assert!(again.is_err(), "later: {later}: {again:?}");
+    }
+}

@@ -1,6 +1,8 @@
 //! Signals a durable store keeps for a waiting run after the mailbox dropped them from
-//! memory (past the pending TTL, beyond the pending bound): a node's wait takes them from
-//! the store, oldest first (see `Removals::awaited`).
+//! memory (past the pending TTL, beyond the pending bound): a node's wait, and a
+//! runtime-level one, take them from the store, oldest first (see `Removals::awaited`).
+
+use std::time::Duration;
 
 use super::mailbox::{Entry, Scope};
 use super::{Runtime, RuntimeError};
@@ -8,6 +10,28 @@ use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 impl Runtime {
+    /// The next payload of signal `name` of `session` for a runtime-level wait
+    /// ([`Runtime::wait_for_signal`]): queued in the mailbox, or kept in the store for the
+    /// session's run after the mailbox dropped it from memory, oldest first; else the next
+    /// to arrive, within `timeout`.
+    pub(crate) async fn receive_oldest(
+        &self,
+        session: &str,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Entry> {
+        let queued = match self.receive_now(session, name, Scope::User).await? {
+            Some(received) => {
+                Some((self.older_stored_first(session, name, received, Scope::User)).await?)
+            }
+            None => self.receive_stored(session, name).await?,
+        };
+        match queued {
+            Some(entry) => Ok(entry),
+            None => self.receive(session, name, timeout, Scope::User).await,
+        }
+    }
+
     /// The oldest signal `name` of `session` a durable store keeps that the mailbox no
     /// longer holds (its pending bounds dropped it from memory, sparing it in the store for
     /// the session's run): for a node's wait that found nothing queued.

@@ -330,7 +330,9 @@ impl Runtime {
     ///
     /// With a `timeout`, gives up with [`SignalError::Timeout`] when it passes; a payload
     /// that arrives afterwards stays queued. A wait on a session that is not open holds its
-    /// mailbox while it waits.
+    /// mailbox while it waits. On a durable runtime, a payload the store kept for the
+    /// session's run after this process dropped it from memory (the pending TTL or bound)
+    /// is received too, in its turn.
     ///
     /// Cancelling the wait (dropping it in a `select!`, or a `tokio::time::timeout` around
     /// it) loses and reorders no payload. On a durable runtime the payload's row is consumed
@@ -356,7 +358,7 @@ impl Runtime {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
-            let entry = self.receive(session, name, left, Scope::User).await?;
+            let entry = self.receive_oldest(session, name, left).await?;
             let value = match decode::<T>(session, name, entry.payload.clone()) {
                 Ok(value) => value,
                 Err(error) => {
