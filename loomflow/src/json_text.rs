@@ -6,6 +6,7 @@ use std::cell::RefCell;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 thread_local! {
     static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -13,6 +14,36 @@ thread_local! {
 
 /// Past this, a buffer is let go after use rather than kept for the next text.
 const KEPT: usize = 64 * 1024;
+
+/// How deeply a value kept as text may nest: well inside the 128 levels serde_json reads
+/// back.
+pub(crate) const TEXT_DEPTH: usize = 100;
+
+/// Whether `value` nests arrays and objects at most `levels` deep and its text takes at
+/// most `room` bytes (`room` is what is left of it after; `usize::MAX` for no bound);
+/// looks no further than that.
+pub(crate) fn fits(value: &Value, levels: usize, room: &mut usize) -> bool {
+    let size = match value {
+        Value::Array(_) => 2,
+        Value::Object(fields) => 2 + fields.keys().map(|key| key.len() + 4).sum::<usize>(),
+        // Quotes and a few escapes; a number's digits, `false`: a few bytes more.
+        Value::String(text) => text.len() + 4,
+        _ => 24,
+    };
+    let Some(left) = room.checked_sub(size) else {
+        return false;
+    };
+    *room = left;
+    match value {
+        Value::Array(items) => {
+            items.is_empty() || (levels > 0 && items.iter().all(|v| fits(v, levels - 1, room)))
+        }
+        Value::Object(fields) => {
+            fields.is_empty() || (levels > 0 && fields.values().all(|v| fits(v, levels - 1, room)))
+        }
+        _ => true,
+    }
+}
 
 /// Runs `f` on this thread's buffer, emptied; on a buffer of its own when the thread's is in
 /// use (a `Serialize` that writes JSON itself).

@@ -12,6 +12,7 @@ use crate::context::RunShared;
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::run::RunOutcome;
+use crate::json_text;
 use crate::runtime::{AuditEntry, AuditKind, Interrupt, RunStatus};
 use crate::telemetry::{self, TARGET};
 
@@ -183,9 +184,6 @@ struct ResumeDetail<'a> {
     wake_at_ms: Option<u64>,
 }
 
-/// How deeply a detail written as text may nest: well inside what serde_json reads back.
-const TEXT_DEPTH: usize = 100;
-
 impl<'a> ResumeDetail<'a> {
     /// Of an interrupt of `node` answered with `value`.
     fn given(node: &'a str, value: &'a Value) -> Self {
@@ -223,32 +221,18 @@ impl<'a> ResumeDetail<'a> {
     /// As JSON text, written at once rather than through a map of values; `None` for a
     /// value nested too deeply for its text to be read back.
     fn text(&self) -> Option<Box<str>> {
-        if !self
-            .value
-            .is_none_or(|value| nests_within(value, TEXT_DEPTH))
-        {
+        // Its depth only: a resume's value is written here, not under the store's lock.
+        let mut room = usize::MAX;
+        let readable = |value| json_text::fits(value, json_text::TEXT_DEPTH, &mut room);
+        if !self.value.is_none_or(readable) {
             return None;
         }
-        crate::json_text::boxed(self).ok()
+        json_text::boxed(self).ok()
     }
 
     /// As a value.
     fn value_of(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
-/// Whether `value` nests arrays and objects at most `levels` deep.
-fn nests_within(value: &Value, levels: usize) -> bool {
-    match value {
-        Value::Array(items) => {
-            items.is_empty() || (levels > 0 && items.iter().all(|v| nests_within(v, levels - 1)))
-        }
-        Value::Object(fields) => {
-            fields.is_empty()
-                || (levels > 0 && fields.values().all(|v| nests_within(v, levels - 1)))
-        }
-        _ => true,
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::super::{AuditEntry, AuditKind, AuditQuery, StoreError};
+use crate::json_text::{TEXT_DEPTH, fits as fits_text};
 
 /// How many audit entries a [`MemoryStore`](super::MemoryStore) keeps: past this, the oldest
 /// are dropped (a batch at a time), as a long-lived process would otherwise keep them all.
@@ -51,9 +52,6 @@ enum Detail {
 /// counts a little over).
 const TEXT_ROOM: usize = 1024;
 
-/// How deeply a detail kept as text may nest: well inside what serde_json reads back.
-const TEXT_DEPTH: usize = 100;
-
 impl Detail {
     fn of(detail: Value) -> Self {
         // No detail reads back as an empty object, as from the durable stores.
@@ -66,32 +64,6 @@ impl Detail {
         }
         // A value always serializes: its map keys are strings.
         Self::Text(crate::json_text::boxed(&detail).unwrap_or_default())
-    }
-}
-
-/// Whether `value` nests arrays and objects at most `levels` deep and its text takes at
-/// most `room` bytes (`room` is what is left of it after); looks no further than that.
-fn fits_text(value: &Value, levels: usize, room: &mut usize) -> bool {
-    let size = match value {
-        Value::Array(_) => 2,
-        Value::Object(fields) => 2 + fields.keys().map(|key| key.len() + 4).sum::<usize>(),
-        // Quotes and a few escapes; a number's digits, `false`: a few bytes more.
-        Value::String(text) => text.len() + 4,
-        _ => 24,
-    };
-    let Some(left) = room.checked_sub(size) else {
-        return false;
-    };
-    *room = left;
-    match value {
-        Value::Array(items) => {
-            items.is_empty() || (levels > 0 && items.iter().all(|v| fits_text(v, levels - 1, room)))
-        }
-        Value::Object(fields) => {
-            fields.is_empty()
-                || (levels > 0 && fields.values().all(|v| fits_text(v, levels - 1, room)))
-        }
-        _ => true,
     }
 }
 
