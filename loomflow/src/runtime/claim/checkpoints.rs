@@ -70,14 +70,17 @@ impl RunClaim {
     /// their details are built as values. The memory store files them as they are, under
     /// the claim's name for the thread, at the time of its write.
     pub(crate) fn entries_named(&self, entries: &mut [AuditEntry]) {
-        for entry in entries.iter_mut().filter(|e| e.thread.is_empty()) {
-            entry.thread = String::from(&*self.inner.thread);
+        // One clock read, if any entry needs one.
+        let mut now = None;
+        for entry in entries.iter_mut() {
+            if entry.thread.is_empty() {
+                entry.thread = String::from(&*self.inner.thread);
+            }
+            if entry.at_ms == 0 {
+                entry.at_ms = *now.get_or_insert_with(now_ms);
+            }
+            entry.build_detail();
         }
-        let unstamped = entries.iter_mut().filter(|e| e.at_ms == 0);
-        for (entry, now) in unstamped.zip(std::iter::repeat_with(now_ms)) {
-            entry.at_ms = now;
-        }
-        AuditEntry::build_all(entries);
     }
 
     /// Saves an execution's last checkpoint and releases the claim in the same write (an

@@ -105,7 +105,7 @@ pub struct AuditEntry {
     pub detail: Value,
     /// The detail as JSON text, written where the entry was made, `detail` being `null`
     /// meanwhile: what a run's `resume` entries carry to the memory store, which keeps the
-    /// text as it is. Any other store gets the detail as a value ([`Self::built`]).
+    /// text as it is. Any other store gets the detail as a value ([`Self::build_detail`]).
     #[serde(skip)]
     pub(crate) detail_text: Option<Box<str>>,
 }
@@ -121,7 +121,7 @@ impl AuditEntry {
         Self::unstamped(thread, kind, subject, detail).at_ms(crate::runtime::clock::now_ms())
     }
 
-    /// An entry whose detail is this JSON text (see [`Self::built`]), at no time yet (see
+    /// An entry whose detail is this JSON text (see [`Self::build_detail`]), at no time yet (see
     /// [`Self::unstamped`]).
     pub(crate) fn with_text(
         thread: impl Into<String>,
@@ -155,21 +155,12 @@ impl AuditEntry {
         }
     }
 
-    /// This entry with its detail as a value, read from its text if it has one.
-    #[must_use]
-    pub(crate) fn built(mut self) -> Self {
+    /// Builds the detail as a value from its text, if it has one (see `detail_text`).
+    pub(crate) fn build_detail(&mut self) {
         if let Some(text) = self.detail_text.take() {
-            // The text was written from a value, well inside the depth serde_json reads.
-            self.detail = serde_json::from_str(&text).unwrap_or(Value::String(text.into()));
-        }
-        self
-    }
-
-    /// Builds the detail of each of `entries` that has it as text ([`Self::built`]).
-    pub(crate) fn build_all(entries: &mut [AuditEntry]) {
-        for entry in entries.iter_mut().filter(|e| e.detail_text.is_some()) {
-            *entry =
-                std::mem::replace(entry, Self::new("", AuditKind::Resume, "", Value::Null)).built();
+            // Written from a value, well inside the depth serde_json reads back.
+            self.detail =
+                serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into()));
         }
     }
 

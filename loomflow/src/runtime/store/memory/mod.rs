@@ -547,7 +547,6 @@ impl Store for MemoryStore {
             row.runnable_at_ms = None;
             row.wake_at_ms = None;
             row.waiting_on.clear();
-            row.resumable = false;
             row.input = None;
             row.cancel_requested = false;
             row.owner = None;

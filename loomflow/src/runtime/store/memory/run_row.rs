@@ -19,11 +19,9 @@ pub(super) struct RunRow {
     /// from a snapshot kept as values.
     pub(super) graph: Option<Arc<str>>,
     pub(super) fingerprint: Option<Arc<str>>,
-    /// The signals it waits for, besides a resume request when `resumable`.
+    /// The signals it waits for, besides a resume request when it is interrupted (see
+    /// [`resumable`](Self::resumable)).
     pub(super) waiting_on: Vec<String>,
-    /// Whether a resume request carries the suspended run on (it is interrupted for a
-    /// value): listed as waiting on [`RESUME_SIGNAL`] too.
-    pub(super) resumable: bool,
     pub(super) wake_at_ms: Option<u64>,
     pub(super) runnable_at_ms: Option<u64>,
     /// Shared with the claim that holds it, when that claim was taken in line.
@@ -58,7 +56,7 @@ impl RunRow {
             graph: self.graph.as_deref().map(str::to_owned),
             fingerprint: self.fingerprint.as_deref().map(str::to_owned),
             state,
-            waiting_on: waiting_on(self.waiting_on.clone(), self.resumable),
+            waiting_on: waiting_on(self.waiting_on.clone(), self.resumable()),
             wake_at_ms: self.wake_at_ms,
             lease_owner: self.owner.as_deref().map(str::to_owned),
             lease_until_ms: self.until_ms,
@@ -114,27 +112,27 @@ impl RunRow {
             self.follow_step(checkpoint, now_ms);
             return;
         }
-        let (update, resumable) = match checkpoint.waits.take() {
+        let update = match checkpoint.waits.take() {
             // As the executor worked it out: the row keeps its signals as they are.
-            Some(waits) if checkpoint.status == RunStatus::Interrupted => {
-                let resumable = waits.resumable();
-                let update = RowUpdate {
-                    state: waits.state,
-                    waiting_on: waits.signals,
-                    wake_at_ms: waits.wake_at_ms,
-                    graph: None,
-                    fingerprint: None,
-                    error: None,
-                };
-                (update, resumable)
+            Some(waits) if checkpoint.status == RunStatus::Interrupted => RowUpdate {
+                state: waits.state,
+                waiting_on: waits.signals,
+                wake_at_ms: waits.wake_at_ms,
+                graph: None,
+                fingerprint: None,
+                error: None,
+            },
+            waits => {
+                let mut update = RowUpdate::state_with(checkpoint, waits.map(|w| *w));
+                // Listed again when the row is read, from its state.
+                update.waiting_on.retain(|signal| signal != RESUME_SIGNAL);
+                update
             }
-            waits => (RowUpdate::state_with(checkpoint, waits.map(|w| *w)), false),
         };
         self.run = checkpoint.run;
         self.runnable_at_ms = update.runnable_at_ms();
         self.state = Some(update.state);
         self.waiting_on = update.waiting_on;
-        self.resumable = resumable;
         self.wake_at_ms = update.wake_at_ms;
         self.follow_names(checkpoint);
         self.error.clone_from(&checkpoint.error);
@@ -151,7 +149,6 @@ impl RunRow {
         self.runnable_at_ms = Some(0);
         self.state = Some(RunState::Running);
         self.waiting_on.clear();
-        self.resumable = false;
         self.wake_at_ms = None;
         self.follow_names(checkpoint);
         self.error = None;
@@ -172,11 +169,17 @@ impl RunRow {
         }
     }
 
+    /// Whether a resume request (which comes as [`RESUME_SIGNAL`]) carries the run on: it is
+    /// interrupted for a value.
+    pub(super) fn resumable(&self) -> bool {
+        self.state == Some(RunState::Interrupted)
+    }
+
     /// Whether the run is suspended on the signal `name` (waiting, or interrupted: a resume
     /// request comes as a signal).
     pub(super) fn waits_for(&self, name: &str) -> bool {
         matches!(self.state, Some(RunState::Waiting | RunState::Interrupted))
-            && ((self.resumable && name == RESUME_SIGNAL)
+            && ((self.resumable() && name == RESUME_SIGNAL)
                 || self.waiting_on.iter().any(|waited| waited == name))
     }
 
