@@ -208,7 +208,8 @@ impl<'a> RunKey<'a> {
         let trace = self.trace.map(|trace| &**trace);
         let unwritable = |e| RunError::json(format!("state of graph {}", g.name), e);
         if self.json_bodies {
-            let text = serde_json::to_string(&BodyJson { snapshot, trace }).map_err(unwritable)?;
+            let text = crate::json_depth::to_string(&BodyJson { snapshot, trace });
+            let text = text.map_err(unwritable)?;
             let name = snapshot.describe.then_some(&g.name);
             let body = JsonBody::new(text, &g.fingerprint, name);
             return Ok(Checkpoint::unserialized(

@@ -64,7 +64,7 @@ impl KeptInterrupt {
             node: String::from(node),
             index: self.index,
             payload: match payload {
-                true => serde_json::from_str(&self.payload)?,
+                true => crate::json_depth::from_str(&self.payload)?,
                 false => Value::Null,
             },
             signal: self.signal.as_deref().map(String::from),

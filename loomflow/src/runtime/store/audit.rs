@@ -160,7 +160,7 @@ impl AuditEntry {
         if let Some(text) = self.detail_text.take() {
             // Written from a value, well inside the depth serde_json reads back.
             self.detail =
-                serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into()));
+                crate::json_depth::from_str(&text).unwrap_or_else(|_| Value::String(text.into()));
         }
     }
 
@@ -310,9 +310,9 @@ impl AuditRow {
                 }
                 Value::Null => None,
                 Value::Object(fields) if fields.is_empty() => None,
-                detail => {
-                    Some(serde_json::to_string(detail).map_err(|e| write_error(e.to_string()))?)
-                }
+                detail => Some(
+                    crate::json_depth::to_string(detail).map_err(|e| write_error(e.to_string()))?,
+                ),
             },
             thread: entry.thread.clone(),
         })

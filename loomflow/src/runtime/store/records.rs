@@ -239,7 +239,7 @@ impl Checkpoint {
     pub(crate) fn body_json(&self) -> Result<String, StoreError> {
         let text = match &self.unserialized {
             Some(Unserialized(source)) => source.body_json(),
-            None => serde_json::to_string(&self.body),
+            None => crate::json_depth::to_string(&self.body),
         };
         text.map_err(|e| StoreError::Write {
             thread: self.thread.clone(),

@@ -17,7 +17,7 @@ pub(crate) trait SnapshotSource: Send + Sync {
     /// The body as JSON text, as a store writes it.
     #[cfg(any(feature = "sqlite", feature = "postgres", test))]
     fn body_json(&self) -> serde_json::Result<String> {
-        serde_json::to_string(&self.body()?)
+        crate::json_depth::to_string(&self.body()?)
     }
     /// The graph's fingerprint (`graph` in the body), shared with the compiled graph.
     fn fingerprint(&self) -> &Arc<str>;
@@ -66,7 +66,7 @@ impl JsonBody {
 
 impl SnapshotSource for JsonBody {
     fn body(&self) -> serde_json::Result<Value> {
-        serde_json::from_str(&self.text)
+        crate::json_depth::from_str(&self.text)
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres", test))]

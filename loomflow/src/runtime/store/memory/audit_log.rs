@@ -98,10 +98,12 @@ impl KeptEntry {
     fn entry(&self) -> Result<AuditEntry, StoreError> {
         let detail = match &self.detail {
             Detail::Empty => Value::Object(Map::new()),
-            Detail::Text(text) => serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
-                thread: self.thread.to_string(),
-                message: format!("audit entry {}: {e}", self.id),
-            })?,
+            Detail::Text(text) => {
+                crate::json_depth::from_str(text).map_err(|e| StoreError::Corrupt {
+                    thread: self.thread.to_string(),
+                    message: format!("audit entry {}: {e}", self.id),
+                })?
+            }
             Detail::Value(value) => Value::clone(value),
         };
         Ok(AuditEntry {

@@ -164,7 +164,7 @@ impl PostgresStore {
                 let detail: Option<String> = get(row, 7, &thread)?;
                 let detail = match detail {
                     None => serde_json::Value::Object(serde_json::Map::new()),
-                    Some(detail) => serde_json::from_str(&detail)
+                    Some(detail) => crate::json_depth::from_str(&detail)
                         .map_err(|e| corrupt(format!("detail of audit entry {id}: {e}")))?,
                 };
                 let run = to_u64(get(row, 2, &thread)?, "run", &thread)?;

@@ -26,7 +26,7 @@ pub(super) fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreE
 /// JSON text, as stored. Text rather than `jsonb`: the body must come back exactly as it
 /// went in, and `jsonb` refuses some valid JSON (a `\u0000` in a string).
 pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Write {
+    crate::json_depth::to_string(value).map_err(|e| StoreError::Write {
         thread: thread.to_owned(),
         message: e.to_string(),
     })
@@ -37,7 +37,7 @@ pub(super) fn from_json<T: DeserializeOwned>(
     thread: &str,
     what: impl std::fmt::Display,
 ) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| corrupt(thread, format!("{what}: {e}")))
+    crate::json_depth::from_str(text).map_err(|e| corrupt(thread, format!("{what}: {e}")))
 }
 
 pub(super) fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreError {

@@ -95,7 +95,7 @@ fn read(
                 "audit entry {id} has unknown kind {kind:?}"
             ))));
         };
-        let detail = match detail.as_deref().map(serde_json::from_str) {
+        let detail = match detail.as_deref().map(crate::json_depth::from_str) {
             None => serde_json::Value::Object(serde_json::Map::new()),
             Some(Ok(detail)) => detail,
             Some(Err(e)) => {

@@ -18,7 +18,7 @@ pub(super) fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreE
 }
 
 pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Write {
+    crate::json_depth::to_string(value).map_err(|e| StoreError::Write {
         thread: thread.to_owned(),
         message: e.to_string(),
     })
@@ -66,7 +66,7 @@ pub(super) fn checkpoint_from_row(
     let body: String = row.get(5)?;
     let error: Option<String> = row.get(6)?;
     Ok((|| {
-        let body = serde_json::from_str(&body)
+        let body = crate::json_depth::from_str(&body)
             .map_err(|e| corrupt(thread, format!("checkpoint {id}: {e}")))?;
         Ok(Checkpoint {
             id: to_u64(id, "checkpoint id", thread)?,
@@ -143,7 +143,7 @@ pub(super) fn read_journal(
         .optional()?;
     Ok(value
         .map(|v| {
-            serde_json::from_str(&v)
+            crate::json_depth::from_str(&v)
                 .map_err(|e| corrupt(&key.thread, format!("journal entry {}: {e}", key.name)))
         })
         .transpose())
@@ -172,7 +172,7 @@ pub(super) fn list_journal(
     let mut entries = Vec::new();
     for row in rows {
         let (key, value) = row?;
-        match serde_json::from_str(&value) {
+        match crate::json_depth::from_str(&value) {
             Ok(value) => entries.push((key, value)),
             Err(e) => {
                 let message = format!("journal entry {}: {e}", key.name);
@@ -270,7 +270,7 @@ fn signal_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredSig
         let payload = payload.unwrap_or_default();
         Ok(StoredSignal {
             seq: to_u64(seq, "signal sequence number", &session)?,
-            payload: serde_json::from_str(&payload)
+            payload: crate::json_depth::from_str(&payload)
                 .map_err(|e| corrupt(&session, format!("signal {seq} ({name}): {e}")))?,
             sent_at_ms: to_u64(sent_at_ms, "sent_at_ms", &session)?,
             session,

@@ -330,7 +330,7 @@ pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, Stor
     let state = RunState::parse(&status)
         .ok_or_else(|| corrupt(&thread, format!("unknown run state {status:?}")))?;
     let waiting_on = match waiting_on {
-        Some(names) => serde_json::from_str(&names)
+        Some(names) => crate::json_depth::from_str(&names)
             .map_err(|e| corrupt(&thread, format!("waiting_on of the run: {e}")))?,
         None => Vec::new(),
     };
@@ -369,7 +369,7 @@ fn runnable(outcome: Outcome) -> Result<Decoded<Option<ClaimedRun>>, Outcome> {
             let record = record?;
             let input = input
                 .map(|text| {
-                    serde_json::from_str(&text)
+                    crate::json_depth::from_str(&text)
                         .map_err(|e| corrupt(&record.thread, format!("input of the run: {e}")))
                 })
                 .transpose()?;
