@@ -41,9 +41,9 @@ pub const END: &str = "__end__";
 /// changed the state, and starts afresh (from `Default`) after a step in which several did
 /// (their copies are merged through JSON), after a resume and after a recovery.
 ///
-/// Its JSON may nest arrays and objects up to 512 levels deep. A durable store refuses a
-/// deeper state: the step that made it fails with [`RunError::Json`](crate::RunError::Json),
-/// and the thread keeps its last checkpoint.
+/// Its JSON may nest arrays and objects up to 512 levels deep, less the few a checkpoint
+/// wraps it in. A durable store refuses a deeper state: the step that made it fails with
+/// [`RunError::Json`](crate::RunError::Json), and the thread keeps its last checkpoint.
 ///
 /// Implemented for every type that qualifies.
 #[diagnostic::on_unimplemented(
