@@ -98,7 +98,7 @@ impl MemoryStore {
     ) -> Result<(), StoreError> {
         let mut inner = self.lock_mut()?;
         if let Some(slot) = inner.threads.get_mut(thread)
-            && slot.row.owner.as_deref() == Some(owner)
+            && slot.row.held_by(owner)
         {
             slot.row.let_go(runnable, now_ms());
         }

@@ -83,7 +83,7 @@ impl Inner {
             ..
         } = self;
         match threads.get_mut(thread) {
-            Some(slot) if slot.row.owner.as_deref() == Some(owner) => {
+            Some(slot) if slot.row.held_by(owner) => {
                 slot.row.until_ms = until_ms;
                 Ok(Fenced {
                     slot,

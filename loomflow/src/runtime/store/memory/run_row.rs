@@ -94,6 +94,14 @@ impl RunRow {
         }
     }
 
+    /// Whether `owner` holds it. An execution that claimed in line shares its owner id with
+    /// the row, so the common case compares a pointer rather than the text.
+    pub(super) fn held_by(&self, owner: &str) -> bool {
+        self.owner
+            .as_deref()
+            .is_some_and(|held| std::ptr::eq(held, owner) || held == owner)
+    }
+
     /// Whether it is a run that has not finished: held by an execution, or queued, running
     /// or suspended. The row of a thread with checkpoints only (a fork's) is no run.
     pub(super) fn is_unfinished(&self) -> bool {
