@@ -139,8 +139,8 @@ async fn too_deep_a_state_fails_its_step_in_postgres() {
 }
 
 /// The memory store keeps states as they are and writes no JSON: it refuses one nested past
-/// the bound when a resume reads it back through JSON, as a durable store would have read it,
-/// naming the thread, and the suspended checkpoint stays for a resume once the state is fixed.
+/// the bound when a resume reads it back through JSON (a durable store refused it when it
+/// wrote it), naming the thread; the suspended checkpoint stays.
 #[tokio::test]
 async fn in_memory_too_deep_a_state_is_refused_when_read_back() {
     let runtime = Runtime::in_memory();
@@ -156,4 +156,51 @@ async fn in_memory_too_deep_a_state_is_refused_when_read_back() {
     assert!(error.contains("deeper than 512 levels"), "{error}");
     let newest = runtime.list_checkpoints("too-deep").await.unwrap();
     assert_eq!(newest.last().unwrap().status, RunStatus::Interrupted);
+}
+
+#[node]
+async fn ask_deeply(doc: &mut Doc, ctx: &Context) -> loomflow::Result<()> {
+    doc.answer = Some(ctx.interrupt(json!({ "tree": nested(doc.levels) }))?);
+    Ok(())
+}
+
+/// An interrupt payload nested past the bound is refused where the node asks, whichever
+/// store the run uses: the node fails, naming itself and the bound, and the thread keeps
+/// the input's checkpoint, readable.
+async fn too_deep_a_payload_fails_its_node(label: &str, runtime: &Runtime) {
+    let graph = Graph::new("asking")
+        .node(ask_deeply)
+        .edge(START, "ask_deeply")
+        .edge("ask_deeply", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.invoke(runtime, "payload", input(600)).await.unwrap();
+    let RunOutcome::Failed { error, .. } = outcome else {
+        panic!("{label}: the node fails: {outcome:?}");
+    };
+    let error = chain(&error);
+    assert!(error.contains("ask_deeply"), "{label}: {error}");
+    assert!(error.contains("deeper than 512 levels"), "{label}: {error}");
+    let checkpoints = runtime.list_checkpoints("payload").await.unwrap();
+    assert_eq!(checkpoints.len(), 1, "{label}: {checkpoints:#?}");
+    assert_eq!(checkpoints[0].step, 0, "{label}");
+    // 300 levels ask, and are answered, as any payload.
+    let out = graph
+        .invoke(runtime, "payload-300", input(300))
+        .await
+        .unwrap();
+    assert_eq!(out.interrupts()[0].payload["tree"], nested(300), "{label}");
+    let done = graph.resume(runtime, "payload-300", "ok").await.unwrap();
+    assert_eq!(
+        done.completed().unwrap().answer.as_deref(),
+        Some("ok"),
+        "{label}"
+    );
+}
+
+#[tokio::test]
+async fn too_deep_a_payload_fails_its_node_in_memory_and_sqlite() {
+    let db = TempDb::new("too-deep-payload");
+    too_deep_a_payload_fails_its_node("memory", &Runtime::in_memory()).await;
+    too_deep_a_payload_fails_its_node("sqlite", &Runtime::sqlite(db.path()).unwrap()).await;
 }

@@ -101,7 +101,18 @@ fn depth(bytes: &[u8]) -> usize {
     deepest
 }
 
-fn too_deep() -> serde_json::Error {
+/// Whether `value`, kept `wrapping` levels inside a larger text (a payload inside a
+/// checkpoint's body), stays within [`MAX_DEPTH`].
+pub(crate) fn value_fits(value: &serde_json::Value, wrapping: usize) -> bool {
+    // `fits` does not count an empty array or object as a level: one to spare, so a value
+    // that ends in a scalar may nest one level less than the bound allows.
+    let levels = MAX_DEPTH.saturating_sub(wrapping + 1);
+    let mut room = usize::MAX;
+    crate::json_text::fits(value, levels, &mut room)
+}
+
+/// The error of a value nested past [`MAX_DEPTH`].
+pub(crate) fn too_deep() -> serde_json::Error {
     serde::de::Error::custom(too_deep_message())
 }
 
@@ -153,7 +164,7 @@ mod tests {
 
     use serde_json::{Value, json};
 
-    use super::{MAX_DEPTH, depth, from_str, to_string};
+    use super::{MAX_DEPTH, depth, from_str, to_string, value_fits};
 
     fn nested(levels: usize) -> Value {
         let mut value = json!("[{\"");
@@ -193,6 +204,21 @@ mod tests {
         let text = serde_json::to_string(&value).unwrap();
         let error = from_str::<Value>(&text).unwrap_err().to_string();
         assert!(error.contains("deeper than 512 levels"), "{error}");
+    }
+
+    #[test]
+    fn a_value_that_fits_its_wrapping_is_written_whole() {
+        for wrapping in [0, 3] {
+            let fitting = nested(MAX_DEPTH - wrapping - 1);
+            assert!(value_fits(&fitting, wrapping));
+            assert!(!value_fits(&nested(MAX_DEPTH - wrapping), wrapping));
+            let wrapped = (0..wrapping).fold(fitting, |inner, _| json!([inner]));
+            assert!(to_string(&wrapped).is_ok(), "{wrapping} levels around it");
+        }
+        // An empty array innermost is no level to `fits`: still inside the bound.
+        let empty = (1..MAX_DEPTH).fold(json!([]), |inner, _| json!([inner]));
+        assert!(value_fits(&empty, 0));
+        assert_eq!(depth(to_string(&empty).unwrap().as_bytes()), MAX_DEPTH);
     }
 
     #[test]

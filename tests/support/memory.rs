@@ -145,6 +145,26 @@ pub(crate) async fn bad_input_is_a_typed_error<M: Memory>(memory: &M) {
     );
     let error = memory.recall(&Scope::agent(""), "x", 3).await.unwrap_err();
     assert!(matches!(error, MemoryError::EmptyScope { kind: "agent" }));
+
+    // Metadata is kept as JSON text: past serde_json's 128 levels it reads back whole, past
+    // 512 it is refused.
+    let nested = |levels: usize| (0..levels).fold(json!("leaf"), |inner, _| json!([inner]));
+    let deep = json!({ "tree": nested(300) });
+    let ada = Scope::user("ada");
+    memory
+        .remember(&ada, "Ada keeps a deep tree", deep.clone())
+        .await
+        .unwrap();
+    let found = memory.recall(&ada, "deep tree", 1).await.unwrap();
+    assert_eq!(found[0].metadata, deep);
+    let error = memory
+        .remember(&ada, "too deep", json!({ "tree": nested(600) }))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "metadata for user ada nests deeper than 512 levels"
+    );
 }
 
 /// Consolidation merges the old items through one journaled model call: after a failure

@@ -396,9 +396,14 @@ impl Context {
             });
         }
         if control.suspension.is_empty() {
-            let payload = serde_json::to_value(payload).map_err(|e| {
-                RunError::json(format!("interrupt payload of node {}", self.node), e)
-            })?;
+            let unwritable =
+                |e| RunError::json(format!("interrupt payload of node {}", self.node), e);
+            let payload = serde_json::to_value(payload).map_err(unwritable)?;
+            // Kept in the checkpoint's body, inside its list of interrupts: refused here,
+            // whichever store the run uses, rather than when a durable store writes it.
+            if !crate::json_depth::value_fits(&payload, 3) {
+                return Err(unwritable(crate::json_depth::too_deep()));
+            }
             control.suspension.push(Interrupt {
                 id: crate::numbered::numbered(&self.qualified_node(), index as u64),
                 node: String::from(&*self.node),

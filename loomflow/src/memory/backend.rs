@@ -103,6 +103,13 @@ pub(crate) fn check_text(scope: &Scope, text: &str) -> Result<(), MemoryError> {
 pub(crate) fn check_metadata(scope: &Scope, metadata: Value) -> Result<Value, MemoryError> {
     match metadata {
         Value::Null => Ok(Value::Object(serde_json::Map::new())),
+        // Kept as JSON text, read back only this deep (see `json_depth`).
+        Value::Object(_) if !crate::json_depth::value_fits(&metadata, 0) => {
+            Err(MemoryError::MetadataTooDeep {
+                scope: scope.clone(),
+                limit: crate::json_depth::MAX_DEPTH,
+            })
+        }
         Value::Object(map) => Ok(Value::Object(map)),
         other => Err(MemoryError::BadMetadata {
             scope: scope.clone(),

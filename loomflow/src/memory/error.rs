@@ -27,6 +27,14 @@ pub enum MemoryError {
         /// What was given: `an array`, `a string`, ….
         found: String,
     },
+    /// The metadata nests arrays and objects deeper than a store reads back.
+    #[error("metadata for {scope} nests deeper than {limit} levels")]
+    MetadataTooDeep {
+        /// The scope.
+        scope: Scope,
+        /// How deeply metadata may nest.
+        limit: usize,
+    },
     /// The backend failed.
     #[error("{backend} memory failed to {operation}")]
     Backend {

@@ -140,7 +140,7 @@ fn item(scope: &Scope, row: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<
         id: MemoryId(row.get(0)?),
         scope: scope.clone(),
         text: row.get(1)?,
-        metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
+        metadata: crate::json_depth::from_str(&metadata).unwrap_or(Value::Null),
         created_at: from_ms(row.get(3)?),
         score,
     })

@@ -158,7 +158,7 @@ impl AuditEntry {
     /// Builds the detail as a value from its text, if it has one (see `detail_text`).
     pub(crate) fn build_detail(&mut self) {
         if let Some(text) = self.detail_text.take() {
-            // Written from a value, well inside the depth serde_json reads back.
+            // Written from a value no deeper than `json_text::TEXT_DEPTH`.
             self.detail =
                 crate::json_depth::from_str(&text).unwrap_or_else(|_| Value::String(text.into()));
         }
