@@ -39,19 +39,23 @@ fn to_writer(writer: impl io::Write, value: &impl Serialize) -> serde_json::Resu
 }
 
 /// Reads `text` as a `T`, nested up to [`MAX_DEPTH`] levels.
-pub(crate) fn from_str<T: DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+pub(crate) fn from_str<T: DeserializeOwned + Send>(text: &str) -> serde_json::Result<T> {
     from_slice(text.as_bytes())
 }
 
 /// [`from_str`] of bytes.
-pub(crate) fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
+pub(crate) fn from_slice<T: DeserializeOwned + Send>(bytes: &[u8]) -> serde_json::Result<T> {
     serde_json::from_slice(bytes).or_else(|error| read_again(bytes, error))
 }
 
 /// After serde_json failed to read `bytes` with `error`: reads them again without its
 /// recursion limit if they nest past it (and no deeper than [`MAX_DEPTH`]); otherwise the
 /// error stands. Shallow text, the common case, is read once and never scanned.
-pub(crate) fn read_again<T: DeserializeOwned>(
+///
+/// The deep read runs on a thread of its own with a large stack: a type with many fields a
+/// level (or one serde reads through a buffer: a tagged or untagged enum, a flattened
+/// struct) takes far more stack a level than a JSON value, more than a task's thread has.
+pub(crate) fn read_again<T: DeserializeOwned + Send>(
     bytes: &[u8],
     error: serde_json::Error,
 ) -> serde_json::Result<T> {
@@ -62,12 +66,29 @@ pub(crate) fn read_again<T: DeserializeOwned>(
     if deepest > MAX_DEPTH {
         return Err(too_deep());
     }
-    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    deserializer.disable_recursion_limit();
-    let value = T::deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(value)
+    let read = || {
+        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+        deserializer.disable_recursion_limit();
+        let value = T::deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(value)
+    };
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name("loomflow-json".to_owned())
+            .stack_size(DEEP_READ_STACK)
+            .spawn_scoped(scope, read)
+            .map_err(serde::de::Error::custom)?;
+        reader.join().unwrap_or_else(|_| {
+            Err(serde::de::Error::custom(
+                "reading deeply nested JSON panicked",
+            ))
+        })
+    })
 }
+
+/// The stack of a deep read: reserved, not used, until a read goes that deep.
+const DEEP_READ_STACK: usize = 64 * 1024 * 1024;
 
 /// Below its recursion limit (128 levels) with some room: text that failed to read and nests
 /// less than this failed for another reason, and is not read again.
@@ -219,6 +240,62 @@ mod tests {
         let empty = (1..MAX_DEPTH).fold(json!([]), |inner, _| json!([inner]));
         assert!(value_fits(&empty, 0));
         assert_eq!(depth(to_string(&empty).unwrap().as_bytes()), MAX_DEPTH);
+    }
+
+    /// Many fields a level: serde keeps room for each while it reads the level below.
+    #[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Wide {
+        #[serde(default)]
+        f0: Option<[u64; 8]>,
+        #[serde(default)]
+        f1: Option<[u64; 8]>,
+        #[serde(default)]
+        f2: Option<[u64; 8]>,
+        #[serde(default)]
+        f3: Option<[u64; 8]>,
+        #[serde(default)]
+        f4: Option<[u64; 8]>,
+        #[serde(default)]
+        f5: Option<[u64; 8]>,
+        #[serde(default)]
+        f6: Option<[u64; 8]>,
+        #[serde(default)]
+        f7: Option<[u64; 8]>,
+        #[serde(default)]
+        f8: Option<[u64; 8]>,
+        #[serde(default)]
+        f9: Option<[u64; 8]>,
+        #[serde(default)]
+        child: Option<Box<Wide>>,
+    }
+
+    #[test]
+    fn a_deep_value_of_a_wide_type_reads_back_on_a_small_stack() {
+        let wide = (1..MAX_DEPTH).fold(Wide::default(), |child, _| Wide {
+            child: Some(Box::new(child)),
+            ..Wide::default()
+        });
+        let text = to_string(&wide).unwrap();
+        // A thread with a task's stack, which the read would overflow in line. What it
+        // reads is walked and dropped a level at a time: comparing or dropping it whole
+        // takes a stack of its own.
+        let read = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                let mut next = Some(Box::new(from_str::<Wide>(&text).unwrap()));
+                let mut levels = 0;
+                while let Some(mut level) = next {
+                    levels += 1;
+                    next = level.child.take();
+                }
+                levels
+            })
+            .unwrap();
+        assert_eq!(read.join().unwrap(), MAX_DEPTH);
+        let mut next = Some(Box::new(wide));
+        while let Some(mut level) = next {
+            next = level.child.take();
+        }
     }
 
     #[test]

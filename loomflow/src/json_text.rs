@@ -73,7 +73,7 @@ pub(crate) fn boxed(value: &impl Serialize) -> serde_json::Result<Box<str>> {
 
 /// `value` written as JSON and read back, as a store that keeps JSON hands it back: nested up
 /// to [`MAX_DEPTH`](crate::json_depth::MAX_DEPTH) levels, as such a store takes it.
-pub(crate) fn through<T: Serialize + DeserializeOwned>(value: &T) -> serde_json::Result<T> {
+pub(crate) fn through<T: Serialize + DeserializeOwned + Send>(value: &T) -> serde_json::Result<T> {
     with_buffer(|bytes| {
         serde_json::to_writer(&mut *bytes, value)?;
         serde_json::from_slice(bytes).or_else(|error| crate::json_depth::read_again(bytes, error))

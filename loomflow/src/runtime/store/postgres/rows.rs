@@ -32,7 +32,7 @@ pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, St
     })
 }
 
-pub(super) fn from_json<T: DeserializeOwned>(
+pub(super) fn from_json<T: DeserializeOwned + Send>(
     text: &str,
     thread: &str,
     what: impl std::fmt::Display,
