@@ -43,7 +43,7 @@ pub const END: &str = "__end__";
 ///
 /// Its JSON may nest arrays and objects up to 512 levels deep, less the few a checkpoint
 /// wraps it in. A durable store refuses a deeper state: the step that made it fails with
-/// [`RunError::Json`](crate::RunError::Json), and the thread keeps its last checkpoint.
+/// [`RunError::Json`], and the thread keeps its last checkpoint.
 ///
 /// Implemented for every type that qualifies.
 #[diagnostic::on_unimplemented(
