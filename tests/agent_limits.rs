@@ -365,6 +365,39 @@ async fn the_wall_clock_cap_adds_up_the_legs_of_a_run_but_not_its_suspension() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_tools_step_that_suspends_keeps_the_time_its_finished_calls_ran() {
+    // One reply, two calls: a 10 s job runs while the other waits for approval, and the
+    // step suspends at 10 s. Resumed, the finished job replays from the journal at once and
+    // the approved one runs 10 s: the run ran 20 s, though the first leg's state was lost.
+    let agent = Agent::builder("You work.")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![
+                ToolCall::new("c1", "slow_job", json!({})),
+                ToolCall::new("c2", "slow_approved_job", json!({})),
+            ]),
+            ModelResponse::text("finished"),
+        ]))
+        .tool(slow_job)
+        .tool(slow_approved_job)
+        .durable_approvals()
+        .budget(Budget::default().max_wall_clock(secs(60)))
+        .build()
+        .unwrap();
+    let first = agent.run("go").session("s").await.unwrap();
+    assert_eq!(first.reason, Some(StopReason::Suspended));
+    tokio::time::advance(secs(3_600)).await;
+    agent
+        .runtime()
+        .decide_approval("s", "c2", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let done = agent.resume("s").await.unwrap();
+    assert_eq!(done.output, "finished");
+    let state: AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
+    assert_eq!(state.running_ms, 20_000, "both legs, not the hour between");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_per_user_cost_cap_spans_runs_and_leaves_other_users_alone() {
     // $1 per million input tokens; each reply costs $0.60; the cap is $1.
     let model =

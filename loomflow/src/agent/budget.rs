@@ -92,10 +92,12 @@ impl Budget {
     }
 
     /// Caps the time one run spends running, added up over all its legs: a run suspended
-    /// for days waiting for an approval has used only the time before and after. It is
-    /// checked before each model turn (a long tool call can go past it; the run stops at
-    /// the next turn), and the run's [`running_ms`](super::AgentState::running_ms) keeps
-    /// the count.
+    /// for days waiting for an approval has used only the time before and after. The calls
+    /// of a tools step that finished before another call suspended count too: the step
+    /// journals the time each of its executions ran (one small journal entry a tools step,
+    /// only with this cap). It is checked before each model turn (a long tool call can go
+    /// past it; the run stops at the next turn), and the run's
+    /// [`running_ms`](super::AgentState::running_ms) keeps the count.
     ///
     /// Unlike [`AgentBuilder::timeout`](super::AgentBuilder::timeout), which cancels one
     /// call of `run` or `resume` with an error wherever it is, this stops the run cleanly
@@ -103,6 +105,12 @@ impl Budget {
     pub fn max_wall_clock(mut self, limit: Duration) -> Self {
         self.max_wall_clock = Some(limit);
         self
+    }
+
+    /// Whether it caps the run's running time: only then does a tools node that suspends
+    /// carry its time over to the leg that resumes it (see [`carry_leg`]).
+    pub(crate) fn caps_wall_clock(&self) -> bool {
+        self.max_wall_clock.is_some()
     }
 
     /// The cost of `usage` at the configured prices.
@@ -179,6 +187,30 @@ impl Budget {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, UserSpend>> {
         crate::sync::lock(&self.used_by_user)
+    }
+}
+
+/// What the earlier executions of this tools step spent running, in ms, and records this
+/// one's `this_leg_ms` for the executions after it.
+///
+/// A tools node that suspends (a call waits for approval) loses its state, the time it ran
+/// included, and runs again when resumed: the calls that finished replay from the journal
+/// in no time. Each execution journals the time it ran, one entry after another under one
+/// name; the next replays them (they are recorded) and adds them up, then records its own.
+pub(crate) async fn carry_leg(ctx: &crate::Context, this_leg_ms: u64) -> crate::Result<u64> {
+    let mut earlier: u64 = 0;
+    loop {
+        let ran = Ran::default();
+        let ms: u64 = ctx
+            .step("budget:tools_leg", || async {
+                ran.mark();
+                Ok::<_, crate::Error>(this_leg_ms)
+            })
+            .await?;
+        if ran.happened() {
+            return Ok(earlier);
+        }
+        earlier = earlier.saturating_add(ms);
     }
 }
 

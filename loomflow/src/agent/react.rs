@@ -322,8 +322,24 @@ impl Node<AgentState> for ToolsNode {
     fn run<'a>(&'a self, state: &'a mut AgentState, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
         Box::pin(async move {
             state.count_running_time();
+            let started_ms = state.running_ms;
             let turn = tool_turn(&self.0, state, ctx).await;
             state.count_running_time();
+            if self.0.budget.caps_wall_clock() {
+                // Whether it suspends or finishes: a suspension loses this state.
+                let this_leg_ms = state.running_ms.saturating_sub(started_ms);
+                match (super::budget::carry_leg(ctx, this_leg_ms).await, &turn) {
+                    (Ok(earlier), _) => {
+                        state.running_ms = state.running_ms.saturating_add(earlier);
+                    }
+                    // The turn's own outcome (a suspension, a failure) stands: only its
+                    // running time goes uncounted.
+                    (Err(error), Err(_)) => {
+                        tracing::warn!(%error, "could not journal the tools step's running time");
+                    }
+                    (Err(error), Ok(())) => return Err(NodeError::from(error)),
+                }
+            }
             turn.map_err(NodeError::from)
         })
     }
