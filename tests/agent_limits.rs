@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use loomflow::agent::{
     Agent, AgentError, AgentEvent, AgentState, Budget, BudgetCap, Limits, RateLimitMode,
-    RateLimiter, StopReason,
+    RateLimiter, RunResult, StopReason,
 };
 use loomflow::model::{
     BoxFuture, ChunkStream, EchoModel, FinishReason, Model, ModelError, ModelRequest,
@@ -299,6 +299,31 @@ fn call(id: &str, tool: &str) -> ModelResponse {
     ModelResponse::tool_calls(vec![ToolCall::new(id, tool, json!({}))])
 }
 
+/// An agent scripted with `replies`, its two slow jobs, durable approvals and a wall-clock
+/// cap of `cap`.
+fn timed_agent(replies: Vec<ModelResponse>, cap: Duration) -> Agent {
+    Agent::builder("You work.")
+        .model(ScriptedModel::new(replies))
+        .tool(slow_job)
+        .tool(slow_approved_job)
+        .durable_approvals()
+        .budget(Budget::default().max_wall_clock(cap))
+        .build()
+        .unwrap()
+}
+
+/// Lets an hour pass on session `s`, suspended, then allows call `c2` and resumes: the
+/// resumed run's result.
+async fn approve_after_an_hour(agent: &Agent) -> RunResult {
+    tokio::time::advance(secs(3_600)).await;
+    agent
+        .runtime()
+        .decide_approval("s", "c2", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    agent.resume("s").await.unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_wall_clock_cap_stops_a_run_at_the_turn_after_it() {
     let agent = Agent::builder("You work.")
@@ -330,31 +355,21 @@ async fn the_wall_clock_cap_adds_up_the_legs_of_a_run_but_not_its_suspension() {
     // Leg 1: turn 1 calls a 10 s job, turn 2 a job that needs approval (suspends at 10 s).
     // An hour passes. Leg 2: the approved 10 s job runs (20 s), turn 3 calls another 10 s
     // job (30 s), and the 25 s cap stops the run before turn 4.
-    let agent = Agent::builder("You work.")
-        .model(ScriptedModel::new([
+    let agent = timed_agent(
+        vec![
             call("c1", "slow_job"),
             call("c2", "slow_approved_job"),
             call("c3", "slow_job"),
             ModelResponse::text("finished"),
-        ]))
-        .tool(slow_job)
-        .tool(slow_approved_job)
-        .durable_approvals()
-        .budget(Budget::default().max_wall_clock(secs(25)))
-        .build()
-        .unwrap();
+        ],
+        secs(25),
+    );
     let first = agent.run("go").session("s").await.unwrap();
     assert_eq!(first.reason, Some(StopReason::Suspended));
     let suspended: AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
     assert_eq!(suspended.running_ms, 10_000);
 
-    tokio::time::advance(secs(3_600)).await;
-    agent
-        .runtime()
-        .decide_approval("s", "c2", ApprovalDecision::Allow)
-        .await
-        .unwrap();
-    let done = agent.resume("s").await.unwrap();
+    let done = approve_after_an_hour(&agent).await;
     assert_eq!(done.reason, Some(StopReason::Budget(BudgetCap::WallClock)));
     assert_eq!(
         done.turns, 3,
@@ -369,29 +384,19 @@ async fn a_tools_step_that_suspends_keeps_the_time_its_finished_calls_ran() {
     // One reply, two calls: a 10 s job runs while the other waits for approval, and the
     // step suspends at 10 s. Resumed, the finished job replays from the journal at once and
     // the approved one runs 10 s: the run ran 20 s, though the first leg's state was lost.
-    let agent = Agent::builder("You work.")
-        .model(ScriptedModel::new([
+    let agent = timed_agent(
+        vec![
             ModelResponse::tool_calls(vec![
                 ToolCall::new("c1", "slow_job", json!({})),
                 ToolCall::new("c2", "slow_approved_job", json!({})),
             ]),
             ModelResponse::text("finished"),
-        ]))
-        .tool(slow_job)
-        .tool(slow_approved_job)
-        .durable_approvals()
-        .budget(Budget::default().max_wall_clock(secs(60)))
-        .build()
-        .unwrap();
+        ],
+        secs(60),
+    );
     let first = agent.run("go").session("s").await.unwrap();
     assert_eq!(first.reason, Some(StopReason::Suspended));
-    tokio::time::advance(secs(3_600)).await;
-    agent
-        .runtime()
-        .decide_approval("s", "c2", ApprovalDecision::Allow)
-        .await
-        .unwrap();
-    let done = agent.resume("s").await.unwrap();
+    let done = approve_after_an_hour(&agent).await;
     assert_eq!(done.output, "finished");
     let state: AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
     assert_eq!(state.running_ms, 20_000, "both legs, not the hour between");
