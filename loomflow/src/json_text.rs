@@ -15,8 +15,8 @@ thread_local! {
 /// Past this, a buffer is let go after use rather than kept for the next text.
 const KEPT: usize = 64 * 1024;
 
-/// How deeply a value kept as text may nest: well inside the 128 levels serde_json reads
-/// back.
+/// How deeply a value kept as text may nest: well inside the 128 levels serde_json reads back
+/// in one pass, so that reading it never takes the deep path of [`crate::json_depth`].
 pub(crate) const TEXT_DEPTH: usize = 100;
 
 /// Whether `value` nests arrays and objects at most `levels` deep and its text takes at

@@ -219,7 +219,7 @@ impl<'a> ResumeDetail<'a> {
     }
 
     /// As JSON text, written at once rather than through a map of values; `None` for a
-    /// value nested too deeply for its text to be read back.
+    /// value nested past [`json_text::TEXT_DEPTH`], which is kept as a value.
     fn text(&self) -> Option<Box<str>> {
         // Its depth only: a resume's value is written here, not under the store's lock.
         let mut room = usize::MAX;
