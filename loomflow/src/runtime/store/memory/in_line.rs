@@ -81,9 +81,7 @@ impl MemoryStore {
         let finished = row.state.is_some_and(RunState::is_finished);
         let id = fenced.file((thread, now_ms), checkpoint, self.retention);
         if finished {
-            // A finished run writes nothing more until the thread runs again: the room its
-            // list kept for more rows goes back to the allocator.
-            fenced.slot.kept.shrink_to_fit();
+            fenced.slot.settle();
         }
         Ok(id)
     }
