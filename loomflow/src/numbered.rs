@@ -34,6 +34,17 @@ pub(crate) fn numbered_shared(name: &str, n: u64) -> Arc<str> {
     }
 }
 
+/// Whether `text` is `name#n`, as [`numbered`] writes it (no sign, no leading zero).
+pub(crate) fn is_numbered(text: &str, name: &str, n: u64) -> bool {
+    let digits = text
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix('#'));
+    digits.is_some_and(|d| {
+        let (decimal, start) = decimal(n);
+        d.as_bytes() == &decimal[start..]
+    })
+}
+
 /// `n` in decimal: the digits are `digits[start..]`.
 fn decimal(n: u64) -> ([u8; 20], usize) {
     let mut digits = [0u8; 20];
@@ -53,7 +64,7 @@ fn decimal(n: u64) -> ([u8; 20], usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{numbered, numbered_shared};
+    use super::{is_numbered, numbered, numbered_shared};
 
     #[test]
     fn numbered_ids_read_as_format_writes_them() {
@@ -68,6 +79,19 @@ mod tests {
                 numbered("pid7-0badf00d", n)
             );
         }
+        for n in [0, 7, 10, 12_345, u64::MAX] {
+            assert!(is_numbered(&numbered("node", n), "node", n));
+        }
+        for (text, n) in [
+            ("node#01", 1),
+            ("node#+1", 1),
+            ("node#", 0),
+            ("node1", 1),
+            ("nod#1", 1),
+        ] {
+            assert!(!is_numbered(text, "node", n), "{text}");
+        }
+        assert!(!is_numbered("node#12", "node", 1) && !is_numbered("node#1", "node", 12));
         // 64 bytes fill the stack buffer; 70 go through a String.
         for len in [61, 62, 70] {
             let long = "x".repeat(len);

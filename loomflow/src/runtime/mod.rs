@@ -13,6 +13,7 @@ pub(crate) mod handover;
 mod housekeeping;
 mod kept_signals;
 pub mod mailbox;
+pub(crate) mod owner;
 mod removals;
 mod runs;
 mod seen;
@@ -85,7 +86,7 @@ struct RuntimeInner {
     /// How long a claim on a run lasts without renewal.
     lease: std::time::Duration,
     /// This runtime's part of every claim's owner id.
-    owner: String,
+    owner: Arc<str>,
     /// Numbers this runtime's executions, for their owner ids.
     executions: std::sync::atomic::AtomicU64,
     /// The time timers compare against.
@@ -235,7 +236,7 @@ impl RuntimeBuilder {
                 signals_loaded: tokio::sync::OnceCell::new(),
                 extensions: extensions::Extensions::default(),
                 lease: self.lease.unwrap_or(claim::DEFAULT_LEASE),
-                owner: claim::runtime_owner_id(),
+                owner: Arc::from(claim::runtime_owner_id()),
                 executions: std::sync::atomic::AtomicU64::new(1),
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 live_claims: claim::LiveClaims::default(),

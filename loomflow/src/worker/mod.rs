@@ -375,7 +375,7 @@ impl WorkerInner {
         &self,
         signalled: Option<(&str, &str)>,
     ) -> Result<Option<(ClaimedRun, RunClaim)>> {
-        let owner = self.runtime.next_owner();
+        let owner = self.runtime.next_owner().to_text();
         let now = now_ms();
         let until = now.saturating_add(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
         let store = self.runtime.store();

@@ -75,10 +75,7 @@ impl KeptInterrupt {
 
 /// Whether `id` is `node#index`, as `numbered` writes it.
 fn is_numbering(id: &str, node: &str, index: usize) -> bool {
-    let digits = id
-        .strip_prefix(node)
-        .and_then(|rest| rest.strip_prefix('#'));
-    digits.is_some_and(|d| d.parse() == Ok(index) && (d == "0" || !d.starts_with('0')))
+    crate::numbered::is_numbered(id, node, index as u64)
 }
 
 #[cfg(test)]

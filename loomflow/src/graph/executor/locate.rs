@@ -190,15 +190,17 @@ pub(super) async fn locate<S: State>(
         let position = match start {
             Start::Fresh(input) => {
                 let previous = match runtime.store().as_memory() {
-                    Some(memory) => memory.latest_run(thread, namespace)?,
-                    None => newest(runtime, thread, namespace).await?.map(|cp| cp.run),
+                    Some(memory) => memory.latest_run((thread, claim.place()), namespace)?,
+                    None => newest(runtime, (thread, claim.place()), namespace)
+                        .await?
+                        .map(|cp| cp.run),
                 };
                 let run = previous.map_or(1, |run| run + 1);
                 fresh(run, input)?
             }
             Start::Child { input, run } => fresh(run, input)?,
             Start::Recover => {
-                let cp = latest(g, runtime, thread, namespace, true).await?;
+                let cp = latest(g, runtime, (thread, claim.place()), namespace, true).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 // A top-level run interrupted for a value carries on with a resume request
                 // sent for it, if there is one, as a resume with that value would.
@@ -230,13 +232,13 @@ pub(super) async fn locate<S: State>(
                 }
             }
             Start::ResumeOne(value) => {
-                let cp = interrupted(g, runtime, thread, namespace).await?;
+                let cp = interrupted(g, runtime, (thread, claim.place()), namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answer = only_answer(&cp, thread, value)?;
                 resume_position(g, thread, cp, [answer].into_iter())?
             }
             Start::Resume(values) => {
-                let cp = interrupted(g, runtime, thread, namespace).await?;
+                let cp = interrupted(g, runtime, (thread, claim.place()), namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answers = answers_by_id(&cp, thread, values)?;
                 resume_position(g, thread, cp, answers.into_iter())?
@@ -294,11 +296,11 @@ async fn check_graph<S>(
 async fn latest<S: State>(
     g: &CompiledInner<S>,
     runtime: &Runtime,
-    thread: &str,
+    (thread, place): (&str, usize),
     namespace: &str,
     payloads: bool,
 ) -> Result<Stored<S>> {
-    let cp = newest(runtime, thread, namespace)
+    let cp = newest(runtime, (thread, place), namespace)
         .await?
         .ok_or_else(|| RunError::UnknownThread {
             thread: thread.to_owned(),
@@ -307,14 +309,15 @@ async fn latest<S: State>(
 }
 
 /// The newest checkpoint of `thread` in `namespace`: from the memory store, as it was
-/// handed over (the values it keeps, no body built, no thread named), read at once.
+/// handed over (the values it keeps, no body built, no thread named), read at once; there,
+/// the thread is found from its `place`, the claim's (see `MemoryStore::claim_now`).
 async fn newest(
     runtime: &Runtime,
-    thread: &str,
+    (thread, place): (&str, usize),
     namespace: &str,
 ) -> Result<Option<Checkpoint>, crate::runtime::StoreError> {
     match runtime.store().as_memory() {
-        Some(memory) => memory.latest_unnamed(thread, namespace),
+        Some(memory) => memory.latest_unnamed((thread, place), namespace),
         None => runtime.store().latest_checkpoint(thread, namespace).await,
     }
 }
@@ -325,10 +328,10 @@ async fn newest(
 async fn interrupted<S: State>(
     g: &CompiledInner<S>,
     runtime: &Runtime,
-    thread: &str,
+    (thread, place): (&str, usize),
     namespace: &str,
 ) -> Result<Stored<S>> {
-    let cp = latest(g, runtime, thread, namespace, false).await?;
+    let cp = latest(g, runtime, (thread, place), namespace, false).await?;
     if cp.status == RunStatus::Cancelled {
         return Err(RunError::Cancelled {
             thread: thread.to_owned(),

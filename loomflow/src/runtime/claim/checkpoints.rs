@@ -46,11 +46,15 @@ impl RunClaim {
             // Written now, and not from a closure, which would take the checkpoint first.
             let written = match self.is_lost() {
                 true => Err(self.lost_error()),
-                false => memory.put_checkpoint_claimed_now(thread, checkpoint, owner, until),
+                false => {
+                    let thread = (thread, self.inner.place);
+                    memory.put_checkpoint_claimed_now(thread, checkpoint, owner, until)
+                }
             };
             return Either::Left(std::future::ready(self.settle(until, written)));
         }
         let checkpoint = self.named(checkpoint);
+        let owner = self.owner_text();
         let write = (self.inner.store).put_checkpoint_claimed(checkpoint, owner, until);
         Either::Right(self.fenced(until, write))
     }
@@ -100,11 +104,11 @@ impl RunClaim {
         self.inner.releasing.store(true, Ordering::Release);
         let (store, owner) = (&self.inner.store, &self.inner.owner);
         if let Some(memory) = store.as_memory() {
-            let written =
-                memory.put_checkpoint_and_release_now(&self.inner.thread, checkpoint, owner);
+            let thread = (&self.inner.thread, self.inner.place);
+            let written = memory.put_checkpoint_and_release_now(thread, checkpoint, owner);
             return Either::Left(std::future::ready(self.released(written)));
         }
-        let write = store.put_checkpoint_and_release(self.named(checkpoint), owner);
+        let write = store.put_checkpoint_and_release(self.named(checkpoint), self.owner_text());
         Either::Right(async move { self.released(write.await) })
     }
 

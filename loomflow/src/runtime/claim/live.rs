@@ -130,7 +130,7 @@ async fn renew(claim: &ClaimInner) {
     let until = now_ms().saturating_add(millis(claim.lease));
     match claim
         .store
-        .renew_claim(&claim.thread, &claim.owner, until)
+        .renew_claim(&claim.thread, claim.owner_text(), until)
         .await
     {
         Ok(()) => {

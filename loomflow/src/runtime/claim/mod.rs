@@ -22,6 +22,8 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::clock::now_ms;
+use super::owner::OwnerId;
+use super::store::NO_PLACE;
 use super::store::{AuditEntry, Claim, JournalKey, RunState, Store, StoreError};
 use super::{Runtime, RuntimeError};
 
@@ -74,9 +76,14 @@ struct ClaimInner {
     store: Arc<dyn Store>,
     /// Shared with the execution's own name for it: a claim copies no string.
     thread: Arc<str>,
-    /// Shared with the run's row when the claim is taken in line (a memory store's): such a
-    /// claim copies no string there either.
-    owner: Arc<str>,
+    /// The thread's place in the memory store, for the writes under the claim to find its
+    /// slot by; [`NO_PLACE`] in another store, or for a claim taken through the `Store` API.
+    place: usize,
+    /// Shared with the run's row when the claim is taken in line (a memory store's), which
+    /// then keeps no text of it.
+    owner: OwnerId,
+    /// The owner id as text, for a store that takes it: written on first use.
+    owner_text: std::sync::OnceLock<Arc<str>>,
     lease: Duration,
     /// The expiry last written, in ms since the Unix epoch.
     until_ms: AtomicU64,
@@ -108,7 +115,7 @@ impl std::fmt::Debug for RunClaim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunClaim")
             .field("thread", &self.inner.thread)
-            .field("owner", &self.inner.owner)
+            .field("owner", &format_args!("{}", self.inner.owner))
             .finish_non_exhaustive()
     }
 }
@@ -131,23 +138,34 @@ impl Runtime {
         // On tokio's clock, as the pauses are: under paused time it moves with them.
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
         let mut backoff = FIRST_BACKOFF;
+        // The owner id as text, for a store that takes it: the memory store needs none.
+        let mut text = None;
         loop {
             let now = now_ms();
             let until = now.saturating_add(millis(lease));
-            let claimed = match self.store().as_memory() {
-                Some(memory) => memory.claim_now(thread, &owner, until, now),
-                None => self.store().claim(thread, &owner, until, now).await,
+            let (claimed, place) = match self.store().as_memory() {
+                Some(memory) => memory.claim_now(thread, &owner, until, now)?,
+                None => {
+                    let text = text.get_or_insert_with(|| owner.to_text());
+                    (
+                        self.store().claim(thread, text, until, now).await?,
+                        NO_PLACE,
+                    )
+                }
             };
-            match claimed? {
+            match claimed {
                 Claim::Claimed => {
                     let claim = RunClaim::new(
                         Arc::clone(self.store()),
-                        Arc::clone(thread),
+                        (Arc::clone(thread), place),
                         owner,
                         lease,
                         until,
                         None,
                     );
+                    if let Some(text) = text {
+                        let _ = claim.inner.owner_text.set(text);
+                    }
                     self.inner.live_claims.insert(&claim);
                     return Ok(claim);
                 }
@@ -175,9 +193,9 @@ impl Runtime {
 
 impl Runtime {
     /// A new execution's owner id: the runtime's, and a number.
-    pub(crate) fn next_owner(&self) -> Arc<str> {
+    pub(crate) fn next_owner(&self) -> OwnerId {
         let execution = self.inner.executions.fetch_add(1, Ordering::Relaxed);
-        crate::numbered::numbered_shared(&self.inner.owner, execution)
+        OwnerId::of_execution(&self.inner.owner, execution)
     }
 
     /// Wraps a claim `owner` already took in the store (a worker's), until `until_ms`, with
@@ -191,7 +209,9 @@ impl Runtime {
         park_grace: Option<Duration>,
     ) -> RunClaim {
         let store = Arc::clone(self.store());
-        let claim = RunClaim::new(store, Arc::from(thread), owner, lease, until_ms, park_grace);
+        let owner = OwnerId::from_text(owner);
+        let thread = (Arc::from(thread), NO_PLACE);
+        let claim = RunClaim::new(store, thread, owner, lease, until_ms, park_grace);
         self.inner.live_claims.insert(&claim);
         claim
     }
@@ -200,8 +220,8 @@ impl Runtime {
 impl RunClaim {
     fn new(
         store: Arc<dyn Store>,
-        thread: Arc<str>,
-        owner: Arc<str>,
+        (thread, place): (Arc<str>, usize),
+        owner: OwnerId,
         lease: Duration,
         until_ms: u64,
         park_grace: Option<Duration>,
@@ -210,7 +230,9 @@ impl RunClaim {
             inner: Arc::new(ClaimInner {
                 store,
                 thread,
+                place,
                 owner,
+                owner_text: std::sync::OnceLock::new(),
                 lease,
                 until_ms: AtomicU64::new(until_ms),
                 claimed_at_ms: until_ms.saturating_sub(millis(lease)),
@@ -230,6 +252,17 @@ impl RunClaim {
     /// The thread claimed.
     pub(crate) fn thread(&self) -> &str {
         &self.inner.thread
+    }
+
+    /// The thread's place in the memory store (see `MemoryStore::claim_now`): any other
+    /// store, or a claim taken through the `Store` API, has [`NO_PLACE`].
+    pub(crate) fn place(&self) -> usize {
+        self.inner.place
+    }
+
+    /// The owner id as text, as a store other than the memory store takes it.
+    fn owner_text(&self) -> &str {
+        self.inner.owner_text()
     }
 
     /// When the claim was taken, in ms since the Unix epoch: when its execution picked the
@@ -332,7 +365,7 @@ impl RunClaim {
     pub(crate) fn lost_error(&self) -> StoreError {
         StoreError::LeaseLost {
             thread: self.inner.thread.to_string(),
-            owner: self.inner.owner.to_string(),
+            owner: self.owner_text().to_owned(),
         }
     }
 
@@ -378,15 +411,17 @@ impl RunClaim {
     ) -> Result<(), StoreError> {
         self.write_reserved_start().await?;
         let until = self.next_expiry();
-        let (store, owner) = (&self.inner.store, &*self.inner.owner);
+        let store = &self.inner.store;
         if let Some(memory) = store.as_memory() {
             if self.is_lost() {
                 return Err(self.lost_error());
             }
-            let audit = (audit, Some(&self.inner.thread));
+            let audit = (audit, Some((&self.inner.thread, self.inner.place)));
+            let owner = &self.inner.owner;
             let written = memory.put_journal_claimed_now((key, value), audit, owner, until);
             return self.settle(until, written);
         }
+        let owner = self.owner_text();
         self.entries_named(&mut audit);
         let write = match audit.is_empty() {
             true => store.put_journal_claimed(key, value, owner, until),
@@ -408,7 +443,7 @@ impl RunClaim {
         let store = &self.inner.store;
         self.fenced(
             until,
-            store.take_signal_claimed(session, seq, journal, &self.inner.owner, until),
+            store.take_signal_claimed(session, seq, journal, self.owner_text(), until),
         )
         .await
     }
@@ -432,7 +467,7 @@ impl RunClaim {
         let store = &self.inner.store;
         self.fenced(
             until,
-            store.renew_claim(&self.inner.thread, &self.inner.owner, until),
+            store.renew_claim(&self.inner.thread, self.owner_text(), until),
         )
         .await
     }
@@ -451,7 +486,7 @@ impl RunClaim {
         let finished = self
             .inner
             .store
-            .finish_run(&self.inner.thread, &self.inner.owner, state, error)
+            .finish_run(&self.inner.thread, self.owner_text(), state, error)
             .await;
         if let Err(StoreError::LeaseLost { .. }) = &finished {
             self.inner.lost.store(true, Ordering::Release);
@@ -468,7 +503,7 @@ impl RunClaim {
         }
         self.inner
             .store
-            .release(&self.inner.thread, &self.inner.owner)
+            .release(&self.inner.thread, self.owner_text())
             .await
     }
 
@@ -482,8 +517,14 @@ impl RunClaim {
         }
         self.inner
             .store
-            .release_runnable(&self.inner.thread, &self.inner.owner)
+            .release_runnable(&self.inner.thread, self.owner_text())
             .await
+    }
+}
+
+impl ClaimInner {
+    fn owner_text(&self) -> &str {
+        self.owner_text.get_or_init(|| self.owner.to_text())
     }
 }
 
@@ -494,7 +535,7 @@ impl Drop for ClaimInner {
             // what its run waited for: runnable at once, as after a crash. Stores queue a
             // write when it is called (the memory store performs it), so one poll is enough
             // to send it; if it does not reach the store, the lease expires instead.
-            let release = self.store.release_runnable(&self.thread, &self.owner);
+            let release = self.store.release_runnable(&self.thread, self.owner_text());
             let _ = release.now_or_never();
         }
     }

@@ -51,6 +51,7 @@ pub(crate) mod runs;
 mod sqlite;
 
 pub use audit::{AuditEntry, AuditKind, AuditQuery};
+pub(crate) use memory::NO_PLACE;
 pub use memory::{DEFAULT_RETAINED_AUDIT_ENTRIES, DEFAULT_RETAINED_CHECKPOINTS, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};

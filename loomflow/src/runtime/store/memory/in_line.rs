@@ -6,6 +6,8 @@
 use std::sync::Arc;
 
 use super::kept::Kept;
+use super::run_row::Holder;
+use super::threads::NO_PLACE;
 use super::{MemoryStore, SharedName};
 use crate::runtime::clock::now_ms;
 use serde_json::Value;
@@ -13,28 +15,25 @@ use serde_json::Value;
 use crate::runtime::store::{AuditEntry, Checkpoint, Claim, JournalKey, RunState, StoreError};
 
 impl MemoryStore {
-    /// [`Store::claim`](crate::runtime::Store::claim), made at once.
+    /// [`Store::claim`](crate::runtime::Store::claim), made at once; with the thread's place,
+    /// for the writes under the claim to find its slot by (see [`threads`](super::threads)).
     pub(crate) fn claim_now(
         &self,
         thread: impl SharedName,
-        owner: impl SharedName,
+        owner: impl Holder,
         lease_until_ms: u64,
         now_ms: u64,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<(Claim, usize), StoreError> {
         self.lock_mut().map(|mut inner| {
-            // Looked up before it is inserted: a thread claimed again (a resume, a
-            // recover) costs no copy of its name, nor a count of its shared one.
-            let slot = match inner.threads.get_mut(thread.as_ref()) {
-                Some(slot) => slot,
-                None => inner.threads.entry(thread.to_key()).or_default(),
-            };
+            // A thread claimed again (a resume, a recover) costs no copy of its name.
+            let (place, slot) = inner.threads.place(thread);
             let row = &mut slot.row;
             if row.state.is_none() && row.owner.is_none() && row.created_at_ms == 0 {
                 // Never claimed nor submitted (a new thread, or one with checkpoints only).
                 row.created_at_ms = now_ms;
                 row.updated_at_ms = now_ms;
             }
-            row.claim(owner, lease_until_ms, now_ms)
+            (row.claim(owner, lease_until_ms, now_ms), place)
         })
     }
 
@@ -44,14 +43,14 @@ impl MemoryStore {
     #[inline]
     pub(crate) fn put_checkpoint_claimed_now(
         &self,
-        thread: impl SharedName,
+        (thread, place): (impl SharedName, usize),
         mut checkpoint: Checkpoint,
-        owner: &str,
+        owner: impl Holder,
         lease_until_ms: u64,
     ) -> Result<u64, StoreError> {
         // Straight-line rather than in a closure, which would take the checkpoint first.
         let mut inner = self.lock_mut()?;
-        let mut fenced = inner.fenced(thread.as_ref(), owner, lease_until_ms)?;
+        let mut fenced = inner.fenced((thread.as_ref(), place), owner, lease_until_ms)?;
         // The claim extended its lease from the time of this write: no clock read.
         let row = &mut fenced.slot.row;
         let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
@@ -66,12 +65,12 @@ impl MemoryStore {
     /// [`put_checkpoint_claimed_now`](Self::put_checkpoint_claimed_now)).
     pub(crate) fn put_checkpoint_and_release_now(
         &self,
-        thread: impl SharedName,
+        (thread, place): (impl SharedName, usize),
         mut checkpoint: Checkpoint,
-        owner: &str,
+        owner: impl Holder,
     ) -> Result<u64, StoreError> {
         let mut inner = self.lock_mut()?;
-        let mut fenced = inner.fenced(thread.as_ref(), owner, 0)?;
+        let mut fenced = inner.fenced((thread.as_ref(), place), owner, 0)?;
         let row = &mut fenced.slot.row;
         let now_ms = now_ms();
         if checkpoint.namespace.is_empty() {
@@ -120,7 +119,7 @@ impl MemoryStore {
     /// run's number follows.
     pub(crate) fn latest_run(
         &self,
-        thread: &str,
+        thread: (&str, usize),
         namespace: &str,
     ) -> Result<Option<u64>, StoreError> {
         self.with_newest(thread, namespace, Kept::run)
@@ -131,21 +130,22 @@ impl MemoryStore {
     /// Its `thread` is left empty: the executor, which asks, knows it.
     pub(crate) fn latest_unnamed(
         &self,
-        thread: &str,
+        thread: (&str, usize),
         namespace: &str,
     ) -> Result<Option<Checkpoint>, StoreError> {
         self.with_newest(thread, namespace, |newest| newest.checkpoint(""))
     }
 
-    /// `read` of the newest checkpoint of `thread` in `namespace`, if it has one.
+    /// `read` of the newest checkpoint of `thread` (found from its place, if it is there) in
+    /// `namespace`, if it has one.
     fn with_newest<T>(
         &self,
-        thread: &str,
+        (thread, place): (&str, usize),
         namespace: &str,
         read: impl FnOnce(&Kept) -> T,
     ) -> Result<Option<T>, StoreError> {
         self.lock().map(|inner| {
-            let kept = &inner.threads.get(thread)?.kept;
+            let kept = &inner.threads.at(place, thread)?.kept;
             kept.iter()
                 .rev()
                 .find(|c| c.namespace() == namespace)
@@ -180,13 +180,14 @@ impl MemoryStore {
     pub(crate) fn put_journal_claimed_now(
         &self,
         (key, value): (JournalKey, Value),
-        (audit, thread): (Vec<AuditEntry>, Option<&Arc<str>>),
-        owner: &str,
+        (audit, thread): (Vec<AuditEntry>, Option<(&Arc<str>, usize)>),
+        owner: impl Holder,
         lease_until_ms: u64,
     ) -> Result<(), StoreError> {
         let mut inner = self.lock_mut()?;
-        let mut fenced = inner.fenced(&key.thread, owner, lease_until_ms)?;
-        fenced.journal((key, value), audit, thread);
+        let place = thread.map_or(NO_PLACE, |(_, place)| place);
+        let mut fenced = inner.fenced((&key.thread, place), owner, lease_until_ms)?;
+        fenced.journal((key, value), audit, thread.map(|(name, _)| name));
         Ok(())
     }
 }

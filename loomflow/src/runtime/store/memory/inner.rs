@@ -9,8 +9,9 @@ use serde_json::Value;
 use super::super::{AuditEntry, Checkpoint, ClaimedRun, JournalKey, StoreError, StoredSignal};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
-use super::run_row::RunRow;
+use super::run_row::{Holder, RunRow};
 use super::slot::ThreadSlot;
+use super::threads::NO_PLACE;
 use super::{Inner, SharedName};
 use crate::runtime::clock::now_ms;
 
@@ -62,18 +63,18 @@ impl Inner {
     pub(super) fn fence(
         &mut self,
         thread: &str,
-        owner: &str,
+        owner: impl Holder,
         until_ms: u64,
     ) -> Result<(), StoreError> {
-        self.fenced(thread, owner, until_ms).map(drop)
+        self.fenced((thread, NO_PLACE), owner, until_ms).map(drop)
     }
 
-    /// [`fence`](Self::fence), handing back the thread's slot for the rest of the write,
-    /// with what filing a checkpoint in it takes.
+    /// [`fence`](Self::fence) of `thread`, found from its place if it is there, handing back
+    /// its slot for the rest of the write, with what filing a checkpoint in it takes.
     pub(super) fn fenced(
         &mut self,
-        thread: &str,
-        owner: &str,
+        (thread, place): (&str, usize),
+        owner: impl Holder,
         until_ms: u64,
     ) -> Result<Fenced<'_>, StoreError> {
         let Self {
@@ -82,7 +83,7 @@ impl Inner {
             audit,
             ..
         } = self;
-        match threads.get_mut(thread) {
+        match threads.at_mut(place, thread) {
             Some(slot) if slot.row.held_by(owner) => {
                 slot.row.until_ms = until_ms;
                 Ok(Fenced {
@@ -93,7 +94,7 @@ impl Inner {
             }
             _ => Err(StoreError::LeaseLost {
                 thread: thread.to_owned(),
-                owner: owner.to_owned(),
+                owner: owner.text(),
             }),
         }
     }
@@ -106,10 +107,7 @@ impl Inner {
         retention: Option<usize>,
     ) -> u64 {
         // The thread's name is copied only for a thread the store does not know yet.
-        let slot = match self.threads.get_mut(thread.as_ref()) {
-            Some(slot) => slot,
-            None => self.threads.entry(thread.to_key()).or_default(),
-        };
+        let slot = self.threads.slot(thread);
         file(
             slot,
             &mut self.next_id,
@@ -121,13 +119,7 @@ impl Inner {
 
     /// Journals `value` under `key`, in its thread's slot (see [`ThreadSlot::journal`]).
     pub(super) fn journal(&mut self, key: JournalKey, value: Value) {
-        let slot = match self.threads.get_mut(key.thread.as_str()) {
-            Some(slot) => slot,
-            None => self
-                .threads
-                .entry(Arc::from(key.thread.as_str()))
-                .or_default(),
-        };
+        let slot = self.threads.slot(key.thread.as_str());
         slot.journal(key, value);
     }
 

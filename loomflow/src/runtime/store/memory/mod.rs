@@ -20,12 +20,14 @@ mod keys;
 mod retention;
 mod run_row;
 mod slot;
+mod threads;
+
+pub(crate) use threads::NO_PLACE;
 
 pub use audit_log::DEFAULT_RETAINED_AUDIT_ENTRIES;
 
 use futures_util::future::BoxFuture;
 use run_row::RunRow;
-use slot::ThreadSlot;
 
 /// Keeps checkpoints, journal entries and signals in memory. The store of
 /// [`Runtime::in_memory`](crate::Runtime::in_memory).
@@ -105,9 +107,9 @@ pub struct MemoryStore {
 /// line file it under the name its execution holds, without a copy (see [`SharedName`]).
 type ByThread<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
 
-/// A name (a thread's, an owner's) as a caller hands it to the store: borrowed, and copied
-/// when the store keeps it, or shared already (an execution's), and kept as it is.
-pub(crate) trait SharedName: AsRef<str> {
+/// A thread's name as a caller hands it to the store: borrowed, and copied when the store
+/// keeps it, or shared already (an execution's), and kept as it is.
+pub(crate) trait SharedName: AsRef<str> + Copy {
     /// The name to keep.
     fn to_key(&self) -> Arc<str>;
 }
@@ -128,7 +130,7 @@ impl SharedName for &Arc<str> {
 struct Inner {
     next_id: u64,
     /// Each thread's run row, checkpoints and journal.
-    threads: ByThread<ThreadSlot>,
+    threads: threads::Threads,
     next_seq: u64,
     signals: BTreeMap<u64, StoredSignal>,
     /// The idempotency keys remembered.
@@ -208,13 +210,16 @@ impl Store for MemoryStore {
         thread: &'a str,
         namespace: &'a str,
     ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
-        ready(self.latest_unnamed(thread, namespace).and_then(|cp| {
-            cp.map(|mut cp| {
-                cp.thread = thread.to_owned();
-                cp.serialized()
-            })
-            .transpose()
-        }))
+        ready(
+            self.latest_unnamed((thread, NO_PLACE), namespace)
+                .and_then(|cp| {
+                    cp.map(|mut cp| {
+                        cp.thread = thread.to_owned();
+                        cp.serialized()
+                    })
+                    .transpose()
+                }),
+        )
     }
 
     fn get_checkpoint<'a>(
@@ -325,7 +330,10 @@ impl Store for MemoryStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        ready(self.claim_now(thread, owner, lease_until_ms, now_ms))
+        ready(
+            self.claim_now(thread, owner, lease_until_ms, now_ms)
+                .map(|(claim, _)| claim),
+        )
     }
 
     fn release<'a>(
@@ -364,7 +372,12 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         let mut checkpoint = checkpoint;
         let thread = std::mem::take(&mut checkpoint.thread);
-        ready(self.put_checkpoint_claimed_now(&*thread, checkpoint, owner, lease_until_ms))
+        ready(self.put_checkpoint_claimed_now(
+            (&*thread, NO_PLACE),
+            checkpoint,
+            owner,
+            lease_until_ms,
+        ))
     }
 
     fn put_checkpoint_and_release<'a>(
@@ -374,7 +387,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         let mut checkpoint = checkpoint;
         let thread = std::mem::take(&mut checkpoint.thread);
-        ready(self.put_checkpoint_and_release_now(&*thread, checkpoint, owner))
+        ready(self.put_checkpoint_and_release_now((&*thread, NO_PLACE), checkpoint, owner))
     }
 
     fn put_journal_claimed<'a>(
@@ -433,7 +446,7 @@ impl Store for MemoryStore {
         now_ms: u64,
     ) -> BoxFuture<'a, Result<Submitted, StoreError>> {
         ready(self.lock_mut().map(|mut inner| {
-            let row = &mut inner.threads.entry(Arc::from(thread)).or_default().row;
+            let row = &mut inner.threads.slot(thread).row;
             let finished = row.state.is_none_or(RunState::is_finished);
             if !finished || !row.is_free(now_ms) {
                 return Submitted::Active(Box::new(row.active_record(thread)));
@@ -541,7 +554,7 @@ impl Store for MemoryStore {
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         ready(self.lock_mut().and_then(|mut inner| {
-            let row = &mut inner.fenced(thread, owner, 0)?.slot.row;
+            let row = &mut inner.fenced((thread, NO_PLACE), owner, 0)?.slot.row;
             row.state = Some(state);
             row.error = error;
             row.runnable_at_ms = None;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::SharedName;
+use crate::runtime::owner::OwnerId;
 use crate::runtime::store::runs::{RESUME_SIGNAL, waiting_on};
 use crate::runtime::store::unserialized::Unserialized;
 use crate::runtime::store::{Checkpoint, Claim, RowUpdate, RunRecord, RunState, RunStatus};
@@ -24,8 +24,9 @@ pub(super) struct RunRow {
     pub(super) waiting_on: Vec<String>,
     pub(super) wake_at_ms: Option<u64>,
     pub(super) runnable_at_ms: Option<u64>,
-    /// Shared with the claim that holds it, when that claim was taken in line.
-    pub(super) owner: Option<Arc<str>>,
+    /// Who holds it: the claim's own id when that claim was taken in line, which shares
+    /// its runtime's id with it.
+    pub(super) owner: Option<OwnerId>,
     pub(super) until_ms: u64,
     /// How long the holder's leases last (`until_ms` less the time it was taken): a write
     /// that extends the lease to `until_ms` was made at `until_ms - lease_ms`.
@@ -58,7 +59,7 @@ impl RunRow {
             state,
             waiting_on: waiting_on(self.waiting_on.clone(), self.resumable()),
             wake_at_ms: self.wake_at_ms,
-            lease_owner: self.owner.as_deref().map(str::to_owned),
+            lease_owner: self.owner.as_ref().map(OwnerId::to_string),
             lease_until_ms: self.until_ms,
             attempts: self.attempts,
             cancel_requested: self.cancel_requested,
@@ -70,22 +71,17 @@ impl RunRow {
 
     /// Takes the run for `owner` until `lease_until_ms`, unless another execution holds it
     /// at `now_ms`; a new holder counts an attempt.
-    pub(super) fn claim(
-        &mut self,
-        owner: impl SharedName,
-        lease_until_ms: u64,
-        now_ms: u64,
-    ) -> Claim {
+    pub(super) fn claim(&mut self, owner: impl Holder, lease_until_ms: u64, now_ms: u64) -> Claim {
         match &self.owner {
-            Some(holder) if **holder != *owner.as_ref() && self.until_ms > now_ms => Claim::Busy {
+            Some(holder) if !owner.holds(holder) && self.until_ms > now_ms => Claim::Busy {
                 owner: holder.to_string(),
                 until_ms: self.until_ms,
             },
             holder => {
-                if holder.as_deref() != Some(owner.as_ref()) {
+                if !holder.as_ref().is_some_and(|holder| owner.holds(holder)) {
                     self.attempts += 1;
                 }
-                self.owner = Some(owner.to_key());
+                self.owner = Some(owner.to_id());
                 self.until_ms = lease_until_ms;
                 self.lease_ms = lease_until_ms.saturating_sub(now_ms);
                 self.mark_in_flight();
@@ -94,12 +90,10 @@ impl RunRow {
         }
     }
 
-    /// Whether `owner` holds it. An execution that claimed in line shares its owner id with
-    /// the row, so the common case compares a pointer rather than the text.
-    pub(super) fn held_by(&self, owner: &str) -> bool {
-        self.owner
-            .as_deref()
-            .is_some_and(|held| std::ptr::eq(held, owner) || held == owner)
+    /// Whether `owner` holds it. An execution that claimed in line shares its runtime's id
+    /// with the row, so the common case compares a pointer and a number.
+    pub(super) fn held_by(&self, owner: impl Holder) -> bool {
+        self.owner.as_ref().is_some_and(|held| owner.holds(held))
     }
 
     /// Whether it is a run that has not finished: held by an execution, or queued, running
@@ -199,7 +193,7 @@ impl RunRow {
 
     /// Takes the lease for `owner`, counting an attempt.
     pub(super) fn take_lease(&mut self, owner: &str, until_ms: u64, now_ms: u64) {
-        self.owner = Some(Arc::from(owner));
+        self.owner = Some(OwnerId::from_text(Arc::from(owner)));
         self.until_ms = until_ms;
         self.lease_ms = until_ms.saturating_sub(now_ms);
         self.attempts += 1;
@@ -233,6 +227,46 @@ impl RunRow {
             }
             _ => {}
         }
+    }
+}
+
+/// The owner a write under a claim names: as text (a call through the `Store` API), or as
+/// the claim's own id (a call the executor makes in line), which is kept and compared
+/// without being written out.
+pub(crate) trait Holder: Copy {
+    /// Whether it is `held`, the owner a row keeps.
+    fn holds(&self, held: &OwnerId) -> bool;
+    /// The id for a row to keep.
+    fn to_id(&self) -> OwnerId;
+    /// The id as text, for an error to name.
+    fn text(&self) -> String;
+}
+
+impl Holder for &str {
+    fn holds(&self, held: &OwnerId) -> bool {
+        held.is_text(self)
+    }
+
+    fn to_id(&self) -> OwnerId {
+        OwnerId::from_text(Arc::from(*self))
+    }
+
+    fn text(&self) -> String {
+        (*self).to_owned()
+    }
+}
+
+impl Holder for &OwnerId {
+    fn holds(&self, held: &OwnerId) -> bool {
+        held.is(self)
+    }
+
+    fn to_id(&self) -> OwnerId {
+        (*self).clone()
+    }
+
+    fn text(&self) -> String {
+        self.to_string()
     }
 }
 
