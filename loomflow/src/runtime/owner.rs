@@ -50,6 +50,7 @@ impl OwnerId {
     /// Whether `self` and `other` are the same owner, whichever form each was taken in. The
     /// common case, a claim and the row it took, shares the runtime's id: a pointer is
     /// compared rather than the text.
+    #[inline]
     pub(crate) fn is(&self, other: &Self) -> bool {
         let same_base = || Arc::ptr_eq(&self.base, &other.base) || self.base == other.base;
         match (self.execution, other.execution) {

@@ -34,7 +34,7 @@ enum Body {
 
 impl Kept {
     /// Keeps `checkpoint`, filed under `id`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn new(checkpoint: Checkpoint, id: u64) -> Self {
         let body = match checkpoint.unserialized {
             Some(snapshot) => Body::Unbuilt(snapshot),

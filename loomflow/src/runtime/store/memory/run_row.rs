@@ -92,6 +92,7 @@ impl RunRow {
 
     /// Whether `owner` holds it. An execution that claimed in line shares its runtime's id
     /// with the row, so the common case compares a pointer and a number.
+    #[inline]
     pub(super) fn held_by(&self, owner: impl Holder) -> bool {
         self.owner.as_ref().is_some_and(|held| owner.holds(held))
     }
@@ -257,6 +258,7 @@ impl Holder for &str {
 }
 
 impl Holder for &OwnerId {
+    #[inline(always)]
     fn holds(&self, held: &OwnerId) -> bool {
         held.is(self)
     }

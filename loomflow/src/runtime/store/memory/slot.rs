@@ -62,7 +62,7 @@ impl ThreadSlot {
 
     /// Keeps `checkpoint`, pruned to `retention` a batch at a time (past half as many
     /// again), so that a step costs no scan.
-    #[inline]
+    #[inline(always)]
     pub(super) fn keep(&mut self, checkpoint: Kept, retention: Option<usize>) {
         if self.kept.capacity() == 0 {
             // Room for a short run's rows at once (its input, its steps, a suspension and

@@ -33,6 +33,7 @@ impl Threads {
     }
 
     /// `thread`'s slot, from `place` when the thread is there, or else by its name.
+    #[inline]
     pub(super) fn at(&self, place: usize, thread: &str) -> Option<&ThreadSlot> {
         match self.slots.get(place) {
             Some((name, slot)) if same(name, thread) => Some(slot),
@@ -41,6 +42,7 @@ impl Threads {
     }
 
     /// [`at`](Self::at), to write.
+    #[inline]
     pub(super) fn at_mut(&mut self, place: usize, thread: &str) -> Option<&mut ThreadSlot> {
         let here = (self.slots.get(place)).is_some_and(|(name, _)| same(name, thread));
         match here {
@@ -84,6 +86,7 @@ impl Threads {
 
 /// Whether `name`, a slot's, is `thread`: the claim's own name for it is the slot's when
 /// it first claimed the thread, and then a pointer is compared rather than the text.
+#[inline]
 fn same(name: &Arc<str>, thread: &str) -> bool {
     std::ptr::eq(&**name, thread) || **name == *thread
 }
