@@ -348,6 +348,10 @@ impl State {
         let Some((key, live)) = self.live.remove_entry(session) else {
             return;
         };
+        // Most sessions close with nothing queued (a run nobody signalled).
+        if live.names.is_empty() {
+            return;
+        }
         let mut leftovers = live
             .names
             .into_values()
