@@ -186,21 +186,21 @@ pub(super) async fn locate<S: State>(
     // A recover with a resume request to apply leaves this block with the future that
     // applies it, awaited outside: inside, the checkpoint it moved there would keep its
     // room in this future across the await.
+    // Where the memory store keeps the thread: the claim found it (see `MemoryStore::claim_now`).
+    let placed = (thread, claim.place());
     let with_request = 'located: {
         let position = match start {
             Start::Fresh(input) => {
                 let previous = match runtime.store().as_memory() {
-                    Some(memory) => memory.latest_run((thread, claim.place()), namespace)?,
-                    None => newest(runtime, (thread, claim.place()), namespace)
-                        .await?
-                        .map(|cp| cp.run),
+                    Some(memory) => memory.latest_run(placed, namespace)?,
+                    None => newest(runtime, placed, namespace).await?.map(|cp| cp.run),
                 };
                 let run = previous.map_or(1, |run| run + 1);
                 fresh(run, input)?
             }
             Start::Child { input, run } => fresh(run, input)?,
             Start::Recover => {
-                let cp = latest(g, runtime, (thread, claim.place()), namespace, true).await?;
+                let cp = latest(g, runtime, placed, namespace, true).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 // A top-level run interrupted for a value carries on with a resume request
                 // sent for it, if there is one, as a resume with that value would.
@@ -232,13 +232,13 @@ pub(super) async fn locate<S: State>(
                 }
             }
             Start::ResumeOne(value) => {
-                let cp = interrupted(g, runtime, (thread, claim.place()), namespace).await?;
+                let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answer = only_answer(&cp, thread, value)?;
                 resume_position(g, thread, cp, [answer].into_iter())?
             }
             Start::Resume(values) => {
-                let cp = interrupted(g, runtime, (thread, claim.place()), namespace).await?;
+                let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answers = answers_by_id(&cp, thread, values)?;
                 resume_position(g, thread, cp, answers.into_iter())?

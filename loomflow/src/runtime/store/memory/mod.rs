@@ -1,6 +1,6 @@
 //! The in-memory store: fast, and gone with the process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -22,7 +22,7 @@ mod run_row;
 mod slot;
 mod threads;
 
-pub(crate) use threads::NO_PLACE;
+pub(crate) use threads::{NO_PLACE, SharedName};
 
 pub use audit_log::DEFAULT_RETAINED_AUDIT_ENTRIES;
 
@@ -100,30 +100,6 @@ pub struct MemoryStore {
     /// Whether a run of the store was ever asked to stop: until then, a run's look at its
     /// row for a cancel (twice an execution) takes no lock.
     cancels_asked: std::sync::atomic::AtomicBool,
-}
-
-/// The maps keyed by thread: hashed with foldhash, seeded per process, which costs a
-/// fraction of SipHash on every step. A thread's name is shared: the executor's calls in
-/// line file it under the name its execution holds, without a copy (see [`SharedName`]).
-type ByThread<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
-
-/// A thread's name as a caller hands it to the store: borrowed, and copied when the store
-/// keeps it, or shared already (an execution's), and kept as it is.
-pub(crate) trait SharedName: AsRef<str> + Copy {
-    /// The name to keep.
-    fn to_key(&self) -> Arc<str>;
-}
-
-impl SharedName for &str {
-    fn to_key(&self) -> Arc<str> {
-        Arc::from(*self)
-    }
-}
-
-impl SharedName for &Arc<str> {
-    fn to_key(&self) -> Arc<str> {
-        Arc::clone(self)
-    }
 }
 
 #[derive(Debug, Default)]

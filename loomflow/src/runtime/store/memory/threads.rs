@@ -5,18 +5,40 @@
 //! the run) find the slot without hashing the name; the name at that place is compared
 //! first, and any place that does not hold the thread falls back to the lookup by name.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::slot::ThreadSlot;
-use super::{ByThread, SharedName};
+
+/// A thread's name as a caller hands it to the store: borrowed, and copied when the store
+/// keeps it, or shared already (an execution's), and kept as it is.
+pub(crate) trait SharedName: AsRef<str> + Copy {
+    /// The name to keep.
+    fn to_key(&self) -> Arc<str>;
+}
+
+impl SharedName for &str {
+    fn to_key(&self) -> Arc<str> {
+        Arc::from(*self)
+    }
+}
+
+impl SharedName for &Arc<str> {
+    fn to_key(&self) -> Arc<str> {
+        Arc::clone(self)
+    }
+}
 
 /// A place no thread has: what a caller that knows none passes.
 pub(crate) const NO_PLACE: usize = usize::MAX;
 
 #[derive(Debug, Default)]
 pub(super) struct Threads {
-    /// Each thread's place in `slots`.
-    places: ByThread<usize>,
+    /// Each thread's place in `slots`, by name: hashed with foldhash, seeded per process,
+    /// which costs a fraction of SipHash. A name is shared: the executor's claims in line
+    /// file a thread under the name its execution holds, without a copy (see
+    /// [`SharedName`]).
+    places: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
     /// The slots, with their threads' names, in the order the threads came.
     slots: Vec<(Arc<str>, ThreadSlot)>,
 }
