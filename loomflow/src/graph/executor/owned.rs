@@ -202,9 +202,11 @@ impl Suspended {
         g: &CompiledInner<S>,
         payloads: bool,
     ) -> serde_json::Result<Vec<Interrupt>> {
-        (self.interrupts.iter())
-            .map(|kept| kept.interrupt(g, payloads))
-            .collect()
+        let mut interrupts = Vec::with_capacity(self.interrupts.len());
+        for kept in &self.interrupts {
+            interrupts.push(kept.interrupt(g, payloads)?);
+        }
+        Ok(interrupts)
     }
 }
 
