@@ -42,7 +42,7 @@ struct Rest {
 struct Suspended {
     pending_writes: Vec<PendingWrite>,
     /// The interrupts, kept small: a suspended run is kept as long as it waits.
-    interrupts: Box<[KeptInterrupt]>,
+    interrupts: KeptInterrupts,
     resume_values: Option<BTreeMap<String, Vec<Value>>>,
 }
 
@@ -189,9 +189,7 @@ impl Suspended {
             && snapshot.resume_values.is_none();
         (!plain).then(|| Self {
             pending_writes: snapshot.pending_writes.to_vec(),
-            interrupts: (snapshot.interrupts.iter())
-                .map(|interrupt| KeptInterrupt::of(g, interrupt))
-                .collect(),
+            interrupts: KeptInterrupts::of(g, snapshot.interrupts),
             resume_values: snapshot.resume_values.cloned(),
         })
     }
@@ -202,11 +200,36 @@ impl Suspended {
         g: &CompiledInner<S>,
         payloads: bool,
     ) -> serde_json::Result<Vec<Interrupt>> {
-        let mut interrupts = Vec::with_capacity(self.interrupts.len());
-        for kept in &self.interrupts {
+        let kept = self.interrupts.as_slice();
+        let mut interrupts = Vec::with_capacity(kept.len());
+        for kept in kept {
             interrupts.push(kept.interrupt(g, payloads)?);
         }
         Ok(interrupts)
+    }
+}
+
+/// A suspended step's interrupts: most steps suspend on one, which is kept in the
+/// snapshot's own allocation rather than in one more.
+enum KeptInterrupts {
+    One(KeptInterrupt),
+    Many(Box<[KeptInterrupt]>),
+}
+
+impl KeptInterrupts {
+    /// Keeps `interrupts`, raised in `g`.
+    fn of<S>(g: &CompiledInner<S>, interrupts: &[Interrupt]) -> Self {
+        match interrupts {
+            [one] => Self::One(KeptInterrupt::of(g, one)),
+            many => Self::Many(many.iter().map(|i| KeptInterrupt::of(g, i)).collect()),
+        }
+    }
+
+    fn as_slice(&self) -> &[KeptInterrupt] {
+        match self {
+            Self::One(one) => std::slice::from_ref(one),
+            Self::Many(many) => many,
+        }
     }
 }
 
