@@ -1,0 +1,97 @@
+//! The in-memory workloads of the peer comparison, run a given number of times and nothing
+//! else, for `benches/instructions.sh` to count their instructions under callgrind:
+//!
+//! ```text
+//! cycles interrupt_resume N   # N threads, each run to its interrupt and resumed (a → ask → c)
+//! cycles linear_ckpt N        # N runs of 100 nodes, a checkpoint a step
+//! ```
+//!
+//! The process exits without dropping the runtime: what the store keeps is let go by the
+//! exit, so that the difference between two counts is the runs' own work.
+
+#![allow(clippy::expect_used)] // a measuring tool: a run that goes wrong aborts loudly
+
+use loomflow::prelude::*;
+
+#[derive(Clone, Default, Serialize, Deserialize)]
+struct Ask {
+    x: u64,
+    answer: Option<String>,
+    done: bool,
+}
+
+#[node]
+async fn ask(state: &mut Ask, ctx: &Context) -> loomflow::Result<()> {
+    let answer: String = ctx.interrupt(json!({"question": "value?", "x": state.x}))?;
+    state.answer = Some(answer);
+    Ok(())
+}
+
+#[derive(Clone, Default, Serialize, Deserialize)]
+struct Count {
+    n: u64,
+}
+
+const NODES: u64 = 100;
+
+async fn interrupt_resume(runs: u64) {
+    let graph = Graph::new("interrupt")
+        .node_sync("a", |s: &mut Ask| s.x += 1)
+        .node(ask)
+        .node_sync("c", |s: &mut Ask| s.done = true)
+        .edge(START, "a")
+        .edge("a", "ask")
+        .edge("ask", "c")
+        .edge("c", END)
+        .compile()
+        .expect("valid graph");
+    let runtime = Runtime::in_memory();
+    for i in 0..runs {
+        let thread = format!("t-{i}");
+        let out = graph.invoke(&runtime, &thread, Ask::default()).await;
+        assert_eq!(out.expect("invoke").interrupts().len(), 1);
+        let done = graph.resume(&runtime, &thread, format!("v{i}")).await;
+        assert!(done.expect("resume").completed().expect("completed").done);
+    }
+    std::mem::forget(runtime);
+}
+
+async fn linear_ckpt(runs: u64) {
+    let mut graph = Graph::new("linear").recursion_limit(NODES + 10);
+    for i in 0..NODES {
+        graph = graph.node_sync(format!("n{i}"), |s: &mut Count| s.n += 1);
+    }
+    graph = graph.edge(START, "n0").edge(format!("n{}", NODES - 1), END);
+    for i in 1..NODES {
+        graph = graph.edge(format!("n{}", i - 1), format!("n{i}"));
+    }
+    let graph = graph.compile().expect("valid graph");
+    let runtime = Runtime::in_memory();
+    for i in 0..runs {
+        let out = graph
+            .invoke(&runtime, format!("t-{i}"), Count::default())
+            .await;
+        assert_eq!(
+            out.expect("invoke").completed().expect("completed").n,
+            NODES
+        );
+    }
+    std::mem::forget(runtime);
+}
+
+const USAGE: &str = "usage: cycles interrupt_resume|linear_ckpt RUNS";
+
+fn main() -> Result<(), &'static str> {
+    let mut args = std::env::args().skip(1);
+    let (workload, runs) = (args.next(), args.next());
+    let runs: u64 = runs.and_then(|n| n.parse().ok()).ok_or(USAGE)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("tokio");
+    match workload.as_deref() {
+        Some("interrupt_resume") => rt.block_on(interrupt_resume(runs)),
+        Some("linear_ckpt") => rt.block_on(linear_ckpt(runs)),
+        _ => return Err(USAGE),
+    }
+    Ok(())
+}
