@@ -13,32 +13,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use loomflow::prelude::*;
 
-#[derive(Clone, Default, Serialize, Deserialize)]
-struct Ask {
-    x: u64,
-    answer: Option<String>,
-    done: bool,
-}
+#[path = "workloads/asking.rs"]
+mod asking;
 
-#[node]
-async fn ask(state: &mut Ask, ctx: &Context) -> loomflow::Result<()> {
-    let answer: String = ctx.interrupt(json!({"question": "value?", "x": state.x}))?;
-    state.answer = Some(answer);
-    Ok(())
-}
-
-fn asking() -> CompiledGraph<Ask> {
-    Graph::new("interrupt")
-        .node_sync("a", |s: &mut Ask| s.x += 1)
-        .node(ask)
-        .node_sync("c", |s: &mut Ask| s.done = true)
-        .edge(START, "a")
-        .edge("a", "ask")
-        .edge("ask", "c")
-        .edge("c", END)
-        .compile()
-        .expect("valid graph")
-}
+use asking::{Ask, asking};
 
 /// One cycle on `thread`: to the interrupt, then resumed to the end. Returns how long
 /// each half took.

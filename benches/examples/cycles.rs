@@ -13,19 +13,10 @@
 
 use loomflow::prelude::*;
 
-#[derive(Clone, Default, Serialize, Deserialize)]
-struct Ask {
-    x: u64,
-    answer: Option<String>,
-    done: bool,
-}
+#[path = "../workloads/asking.rs"]
+mod asking;
 
-#[node]
-async fn ask(state: &mut Ask, ctx: &Context) -> loomflow::Result<()> {
-    let answer: String = ctx.interrupt(json!({"question": "value?", "x": state.x}))?;
-    state.answer = Some(answer);
-    Ok(())
-}
+use asking::{Ask, asking};
 
 #[derive(Clone, Default, Serialize, Deserialize)]
 struct Count {
@@ -35,16 +26,7 @@ struct Count {
 const NODES: u64 = 100;
 
 async fn interrupt_resume(runs: u64) {
-    let graph = Graph::new("interrupt")
-        .node_sync("a", |s: &mut Ask| s.x += 1)
-        .node(ask)
-        .node_sync("c", |s: &mut Ask| s.done = true)
-        .edge(START, "a")
-        .edge("a", "ask")
-        .edge("ask", "c")
-        .edge("c", END)
-        .compile()
-        .expect("valid graph");
+    let graph = asking();
     let runtime = Runtime::in_memory();
     for i in 0..runs {
         let thread = format!("t-{i}");
