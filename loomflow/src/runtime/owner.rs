@@ -52,16 +52,17 @@ impl OwnerId {
     /// compared rather than the text.
     #[inline]
     pub(crate) fn is(&self, other: &Self) -> bool {
-        let same_base = || Arc::ptr_eq(&self.base, &other.base) || self.base == other.base;
         match (self.execution, other.execution) {
-            (Some(n), Some(m)) => n == m && same_base(),
-            (None, None) => same_base(),
-            (Some(n), None) => is_numbered(&other.base, &self.base, n),
-            (None, Some(m)) => is_numbered(&self.base, &other.base, m),
+            (Some(n), Some(m)) => {
+                n == m && (Arc::ptr_eq(&self.base, &other.base) || self.base == other.base)
+            }
+            (_, None) => self.is_text(&other.base),
+            (None, Some(_)) => other.is_text(&self.base),
         }
     }
 
     /// Whether `text` is this owner's id.
+    #[inline]
     pub(crate) fn is_text(&self, text: &str) -> bool {
         match self.execution {
             Some(n) => is_numbered(text, &self.base, n),

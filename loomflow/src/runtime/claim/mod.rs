@@ -14,8 +14,8 @@
 //! execution, so two executions in one process are as distinct as two processes.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt;
@@ -83,7 +83,7 @@ struct ClaimInner {
     /// then keeps no text of it.
     owner: OwnerId,
     /// The owner id as text, for a store that takes it: written on first use.
-    owner_text: std::sync::OnceLock<Arc<str>>,
+    owner_text: OnceLock<Arc<str>>,
     lease: Duration,
     /// The expiry last written, in ms since the Unix epoch.
     until_ms: AtomicU64,
@@ -139,14 +139,14 @@ impl Runtime {
         let deadline = wait.map(|w| tokio::time::Instant::now() + w);
         let mut backoff = FIRST_BACKOFF;
         // The owner id as text, for a store that takes it: the memory store needs none.
-        let mut text = None;
+        let text = OnceLock::new();
         loop {
             let now = now_ms();
             let until = now.saturating_add(millis(lease));
             let (claimed, place) = match self.store().as_memory() {
                 Some(memory) => memory.claim_now(thread, &owner, until, now)?,
                 None => {
-                    let text = text.get_or_insert_with(|| owner.to_text());
+                    let text = text.get_or_init(|| owner.to_text());
                     (
                         self.store().claim(thread, text, until, now).await?,
                         NO_PLACE,
@@ -158,14 +158,11 @@ impl Runtime {
                     let claim = RunClaim::new(
                         Arc::clone(self.store()),
                         (Arc::clone(thread), place),
-                        owner,
+                        (owner, text),
                         lease,
                         until,
                         None,
                     );
-                    if let Some(text) = text {
-                        let _ = claim.inner.owner_text.set(text);
-                    }
                     self.inner.live_claims.insert(&claim);
                     return Ok(claim);
                 }
@@ -209,7 +206,10 @@ impl Runtime {
         park_grace: Option<Duration>,
     ) -> RunClaim {
         let store = Arc::clone(self.store());
-        let owner = OwnerId::from_text(owner);
+        let owner = (
+            OwnerId::from_text(Arc::clone(&owner)),
+            OnceLock::from(owner),
+        );
         let thread = (Arc::from(thread), NO_PLACE);
         let claim = RunClaim::new(store, thread, owner, lease, until_ms, park_grace);
         self.inner.live_claims.insert(&claim);
@@ -221,7 +221,7 @@ impl RunClaim {
     fn new(
         store: Arc<dyn Store>,
         (thread, place): (Arc<str>, usize),
-        owner: OwnerId,
+        (owner, owner_text): (OwnerId, OnceLock<Arc<str>>),
         lease: Duration,
         until_ms: u64,
         park_grace: Option<Duration>,
@@ -232,7 +232,7 @@ impl RunClaim {
                 thread,
                 place,
                 owner,
-                owner_text: std::sync::OnceLock::new(),
+                owner_text,
                 lease,
                 until_ms: AtomicU64::new(until_ms),
                 claimed_at_ms: until_ms.saturating_sub(millis(lease)),
