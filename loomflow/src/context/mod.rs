@@ -36,14 +36,22 @@ pub(crate) struct RunShared {
     pub(crate) durability: Durability,
     /// The claim every write of the run is made under.
     pub(crate) claim: RunClaim,
-    /// Keeps the thread's signal session open while the run lives (top-level runs only).
-    pub(crate) _session: Option<crate::runtime::SessionGuard>,
     /// Audit entries recorded by the run's nodes and not written yet: they go with the next
     /// journal entry or checkpoint the run writes.
     pub(crate) audit: Mutex<Vec<AuditEntry>>,
     /// The W3C `traceparent` of this execution's `run` span (feature `otel`), kept in its
     /// checkpoints so that the execution carrying the run on can link to it.
     pub(crate) trace: Option<Arc<str>>,
+}
+
+impl Drop for RunShared {
+    /// A top-level run closes its thread's signal session, if something opened it, when it
+    /// stops: what it did not receive goes back to pending.
+    fn drop(&mut self) {
+        if self.namespace.is_root() {
+            self.claim.close_session();
+        }
+    }
 }
 
 impl RunShared {

@@ -171,6 +171,8 @@ impl Runtime {
             }
             .into());
         }
+        // A run of the thread executing here queues it in its session.
+        self.open_for_live_run(session);
         let mailbox = self.mailbox();
         let key = options.idempotency_key.as_deref();
         // By the runtime's clock, as timers are: a timed wait compares it with its deadline.
@@ -303,6 +305,7 @@ impl Runtime {
                 continue; // its send queued it
             }
             let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
+            self.open_for_live_run(&signal.session);
             let delivered = self.mailbox().signal_stored_once(
                 &signal.session,
                 &signal.name,
@@ -393,6 +396,7 @@ impl Runtime {
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub fn poll_signal<T: DeserializeOwned>(&self, session: &str, name: &str) -> Result<Option<T>> {
+        self.open_for_live_run(session);
         let Some(entry) = self.mailbox().poll_in(session, name, Scope::User)? else {
             return Ok(None);
         };
@@ -404,7 +408,7 @@ impl Runtime {
     /// Opens a session: signals sent to it queue in its mailbox (instead of the bounded
     /// pending mailbox) until the last guard is dropped, when undelivered ones are discarded.
     ///
-    /// Runs open their thread's session for as long as they run.
+    /// While a run executes, the signals sent to its thread queue as in an open session.
     pub fn session(&self, session: &str) -> SessionGuard {
         self.mailbox().open_session(session)
     }
@@ -437,6 +441,8 @@ impl Runtime {
         self.mailbox().check(session, name, None, scope)?;
         self.load_stored_signals().await?;
         self.watch_for_signals();
+        // A run's wait: what arrives after it, before the next, queues in the session.
+        self.open_for_live_run(session);
         let wait = self.mailbox().wait_in(session, name, timeout, scope);
         // Taking a session's pending signals may have found some of them expired.
         self.removals().flush().await;
@@ -457,6 +463,7 @@ impl Runtime {
     ) -> Result<Option<Entry>> {
         self.mailbox().check(session, name, None, scope)?;
         self.load_stored_signals().await?;
+        self.open_for_live_run(session);
         let entry = self.mailbox().poll_in(session, name, scope)?;
         self.removals().flush().await;
         Ok(entry)
@@ -483,6 +490,7 @@ impl Runtime {
 
     /// Puts an entry that could not be used back at the head of its queue.
     pub(crate) fn give_back(&self, session: &str, name: &str, entry: Entry, scope: Scope) {
+        self.open_for_live_run(session);
         if let Err(error) = self.mailbox().requeue_front_in(session, name, entry, scope) {
             tracing::error!(%error, %session, %name, "could not put a signal back");
         }
@@ -513,6 +521,7 @@ impl Runtime {
                 for signal in stored {
                     // Aged from the stored send time: the pending TTL does not restart.
                     let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
+                    self.open_for_live_run(&signal.session);
                     self.mailbox().signal_stored(
                         &signal.session,
                         &signal.name,

@@ -284,14 +284,14 @@ fn run_supersteps<S: State>(
             Located::Position(position) => position,
             Located::Finished(outcome) => return Ok(outcome),
         };
-        // The run's session: signals sent to the thread queue here while it runs. What it has
-        // not received when it stops (it suspends, fails, loses its lease) stays pending for
-        // the execution that carries it on, instead of being discarded.
-        let session = namespace.is_root().then(|| {
-            let session = runtime.shared_session(&thread);
-            session.keep_leftovers();
-            session
-        });
+        // The run's session: signals sent to the thread queue there while it runs. It is
+        // opened now only to take in what waits pending for the thread; otherwise by the
+        // first signal or receive that needs it (see `RunClaim::open_session`). What the run
+        // has not received when it stops (it suspends, fails, loses its lease) goes back to
+        // pending for the execution that carries it on, instead of being discarded.
+        if namespace.is_root() {
+            runtime.open_if_pending(&claim);
+        }
         let shared = Arc::new(RunShared {
             thread,
             run,
@@ -300,7 +300,6 @@ fn run_supersteps<S: State>(
             namespace,
             durability,
             claim,
-            _session: session,
             audit: std::sync::Mutex::default(),
             trace: crate::telemetry::current_trace_parent().map(Arc::from),
         });

@@ -81,16 +81,33 @@ impl LiveClaims {
         }
     }
 
+    /// The claim of the execution in this process that still holds `thread`'s run, if any.
+    pub(crate) fn running(&self, thread: &str) -> Option<RunClaim> {
+        let claim = crate::sync::lock(&self.shared.claims)
+            .get(thread)
+            .and_then(Weak::upgrade)?;
+        holds(&claim).then_some(RunClaim { inner: claim })
+    }
+
+    /// The threads whose runs executions in this process hold.
+    pub(crate) fn running_threads(&self) -> Vec<String> {
+        let claims = crate::sync::lock(&self.shared.claims);
+        let holding = claims
+            .iter()
+            .filter(|(_, claim)| claim.upgrade().is_some_and(|claim| holds(&claim)));
+        holding.map(|(thread, _)| thread.to_string()).collect()
+    }
+
     /// Whether an execution in this process still holds `thread`'s claim: once it has let
     /// go (or was dropped, or lost its lease), what it wrote is on the run's row.
     pub(crate) fn executing(&self, thread: &str) -> bool {
-        let claim = crate::sync::lock(&self.shared.claims)
-            .get(thread)
-            .and_then(Weak::upgrade);
-        claim.is_some_and(|claim| {
-            !claim.released.load(Ordering::Acquire) && !claim.lost.load(Ordering::Acquire)
-        })
+        self.running(thread).is_some()
     }
+}
+
+/// Whether `claim`'s execution still holds its run: it has not let go nor lost its lease.
+fn holds(claim: &ClaimInner) -> bool {
+    !claim.released.load(Ordering::Acquire) && !claim.lost.load(Ordering::Acquire)
 }
 
 /// How often claims with `lease` need renewing: every third of it.
@@ -109,7 +126,7 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
             let claims: Vec<Arc<ClaimInner>> = crate::sync::lock(&live.claims)
                 .values()
                 .filter_map(Weak::upgrade)
-                .filter(|c| !c.released.load(Ordering::Acquire) && !c.lost.load(Ordering::Acquire))
+                .filter(|claim| holds(claim))
                 .collect();
             if claims.is_empty() {
                 // Decided under the lock an insert takes after adding its claim: either the

@@ -31,6 +31,7 @@ mod checkpoints;
 mod live;
 mod request;
 mod reserve;
+mod session;
 
 pub(crate) use live::LiveClaims;
 
@@ -109,6 +110,8 @@ struct ClaimInner {
     request: request::TakenRequest,
     /// A fresh `Exit` run's start, until its first journal entry (see [`reserve`]).
     reserved: reserve::ReservedStart,
+    /// The thread's signal session, once something needed it (see [`session`]).
+    session: session::RunSession,
 }
 
 impl std::fmt::Debug for RunClaim {
@@ -245,6 +248,7 @@ impl RunClaim {
                 park_grace,
                 request: request::TakenRequest::default(),
                 reserved: reserve::ReservedStart::default(),
+                session: session::RunSession::default(),
             }),
         }
     }

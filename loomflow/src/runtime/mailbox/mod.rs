@@ -342,6 +342,12 @@ impl Mailbox {
         self.inner.lock().is_open(session)
     }
 
+    /// Whether signals of `session` wait in the pending mailbox (the session is not open).
+    pub(crate) fn has_pending(&self, session: &str) -> bool {
+        // Only looks: nothing is dropped, so there is nothing to report on unlocking.
+        crate::sync::lock(&self.inner.state).has_pending(session)
+    }
+
     /// How many waiters are parked on (session, name).
     pub fn waiting(&self, session: &str, name: &str) -> usize {
         self.inner.lock().waiting(session, name)

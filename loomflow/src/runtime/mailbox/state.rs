@@ -55,7 +55,7 @@ impl Channel {
 }
 
 /// Maps keyed by session or signal name: hashed with foldhash, seeded per process, which
-/// costs a fraction of SipHash; every run opens and closes its session.
+/// costs a fraction of SipHash; a run opens and closes its session when it is signalled.
 type ByName<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
 
 /// The mailbox of a session that is open (a guard) or held (a parked waiter).
@@ -256,7 +256,7 @@ impl State {
         match self.live.get_mut(&**session) {
             Some(live) => live.guards += 1,
             // Nothing pending for any session: nothing to pick up or to expire, so no
-            // clock read (most runs open a session that nobody has signalled).
+            // clock read (most sessions are opened with nothing pending).
             None if self.pending.is_empty() => {
                 let live = Live {
                     key: Arc::clone(session),
@@ -333,6 +333,11 @@ impl State {
     /// Whether a guard holds the session open.
     pub(super) fn is_open(&self, session: &str) -> bool {
         self.live.get(session).is_some_and(|live| live.guards > 0)
+    }
+
+    /// Whether the pending mailbox holds signals of `session`, expired or not.
+    pub(super) fn has_pending(&self, session: &str) -> bool {
+        !self.pending.is_empty() && self.pending.contains_key(session)
     }
 
     /// Sessions with unexpired signals in the pending mailbox.
