@@ -20,7 +20,8 @@ use crate::runtime::store::{JournalKey, StoreError};
 #[derive(Default)]
 pub(super) struct TakenRequest {
     held: AtomicBool,
-    refusal: Mutex<Option<JournalKey>>,
+    /// Boxed: every claim has room for one, and few executions take requests.
+    refusal: Mutex<Option<Box<JournalKey>>>,
 }
 
 impl TakenRequest {
@@ -34,7 +35,7 @@ impl RunClaim {
     /// The execution applies resume requests it journaled; a refusal of them is journaled
     /// under `refusal`.
     pub(crate) fn hold_request(&self, refusal: JournalKey) {
-        *crate::sync::lock(&self.inner.request.refusal) = Some(refusal);
+        *crate::sync::lock(&self.inner.request.refusal) = Some(Box::new(refusal));
         self.inner.request.held.store(true, Ordering::Release);
     }
 
@@ -55,7 +56,7 @@ impl RunClaim {
     pub(crate) async fn refuse_request(&self) -> Result<(), StoreError> {
         let refusal = crate::sync::lock(&self.inner.request.refusal).clone();
         if let Some(key) = refusal {
-            self.put_journal_audited(key, Value::Null, Vec::new())
+            self.put_journal_audited(*key, Value::Null, Vec::new())
                 .await?;
         }
         self.request_spent();
