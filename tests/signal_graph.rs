@@ -385,3 +385,56 @@ async fn a_sender_can_learn_that_no_run_will_read_its_signal() {
         "{err:?}"
     );
 }
+
+/// Signals sent to a run while it works, before it waits, queue for its waits: they stay
+/// out of the pending mailbox, whose TTL would drop them meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_sent_while_a_run_works_wait_for_it_past_the_pending_ttl() {
+    use loomflow::runtime::MailboxConfig;
+    use std::time::Duration;
+    use tokio::sync::Notify;
+
+    let ttl = Duration::from_millis(50);
+    let runtime = Runtime::builder()
+        .signals(MailboxConfig::default().pending_signal_ttl(Some(ttl)))
+        .build();
+    let (working, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let graph = {
+        let (working, go) = (Arc::clone(&working), Arc::clone(&go));
+        Graph::new("busy")
+            .node_fn("work", move |s: &mut Refund, ctx| {
+                let (working, go) = (Arc::clone(&working), Arc::clone(&go));
+                Box::pin(async move {
+                    working.notify_one();
+                    go.notified().await;
+                    // Past the pending TTL: a signal kept as pending would be gone by now.
+                    tokio::time::sleep(ttl * 3).await;
+                    let first: Review = ctx.wait_for_signal("review").await?;
+                    let second: Review = ctx.wait_for_signal("review").await?;
+                    s.approved = Some(first.approved && !second.approved);
+                    Ok(())
+                })
+            })
+            .edge(START, "work")
+            .edge("work", END)
+            .compile()
+            .unwrap()
+    };
+    let run = {
+        let runtime = runtime.clone();
+        tokio::spawn(async move { graph.invoke(&runtime, "busy-1", Refund::default()).await })
+    };
+    working.notified().await;
+    for approved in [true, false] {
+        let review = json!({ "approved": approved });
+        let delivery = runtime.signal("busy-1", "review", review).await.unwrap();
+        assert_eq!(delivery, Delivery::Queued, "the run is executing");
+    }
+    go.notify_one();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run received both signals")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.completed().unwrap().approved, Some(true));
+}
