@@ -278,12 +278,14 @@ async fn resume_requests_are_audited_when_sent_and_taken() {
 }
 
 /// A `resume` entry names the node and the value it was given, and reads back the same from
-/// every store, also a value nested deeper than serde_json reads by default (128 levels):
-/// the memory store keeps it as a value rather than as text, the durable stores write text
-/// and read it back whole.
+/// every store: a scalar (the memory store keeps it with its node, and builds the detail
+/// when the log is read), a map (kept as text), and a value nested deeper than serde_json
+/// reads by default (128 levels): the memory store keeps it as a value rather than as
+/// text, the durable stores write text and read it back whole.
 async fn resume_details_read_back(label: &str, runtime: &Runtime) {
     let asker = asker::asker::<serde_json::Value>();
     let values = [
+        ("scalar", json!("approved by ada")),
         ("small", json!({"by": "ada", "ok": true})),
         (
             "deep",

@@ -148,6 +148,18 @@ pub(super) fn picked_up<S: State>(
         if value.is_none() {
             unanswered.push(interrupt.id.clone());
         }
+        // Named by the claim it is written under.
+        let thread = String::new();
+        // The resume happened when this execution picked the run up.
+        let at_ms = shared.claim.claimed_at_ms();
+        if let Some(value) = value.filter(|value| !value.is_object() && !value.is_array()) {
+            // A scalar is kept as it is, with its node: a store that keeps its log in memory
+            // builds the detail only when the log is read. A map or a list is written as
+            // text, below, which takes a fraction of its tree of values.
+            let entry = AuditEntry::given(thread, interrupt.id, interrupt.node, value.clone());
+            shared.record_audit(entry.at_ms(at_ms));
+            continue;
+        }
         // Only the interrupts a resume answered, or every wait and timer of a recover.
         let node = &interrupt.node;
         let how = match (value, &interrupt.signal, interrupt.wake_at_ms) {
@@ -156,8 +168,6 @@ pub(super) fn picked_up<S: State>(
             (None, None, Some(wake_at_ms)) if recovered => ResumeDetail::timer(node, wake_at_ms),
             _ => continue,
         };
-        // Named by the claim it is written under.
-        let thread = String::new();
         let entry = match how.text() {
             Some(text) => AuditEntry::with_text(thread, AuditKind::Resume, interrupt.id, text),
             None => {
@@ -165,8 +175,7 @@ pub(super) fn picked_up<S: State>(
                 AuditEntry::unstamped(thread, AuditKind::Resume, interrupt.id, detail)
             }
         };
-        // The resume happened when this execution picked the run up.
-        shared.record_audit(entry.at_ms(shared.claim.claimed_at_ms()));
+        shared.record_audit(entry.at_ms(at_ms));
     }
     unanswered
 }

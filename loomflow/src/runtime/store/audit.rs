@@ -103,11 +103,51 @@ pub struct AuditEntry {
     /// decision, reason and edited arguments of an approval; a signal's payload; an
     /// interrupt's payload; the values a resume gave.
     pub detail: Value,
-    /// The detail as JSON text, written where the entry was made, `detail` being `null`
-    /// meanwhile: what a run's `resume` entries carry to the memory store, which keeps the
-    /// text as it is. Any other store gets the detail as a value ([`Self::build_detail`]).
+    /// The detail in the form it was made in, `detail` being `null` meanwhile: what a run's
+    /// `resume` entries carry to the memory store, which keeps it as it is. Any other store
+    /// gets the detail as a value ([`Self::build_detail`]).
     #[serde(skip)]
-    pub(crate) detail_text: Option<Box<str>>,
+    pub(crate) later: Option<LaterDetail>,
+}
+
+/// An audit entry's detail, kept as it was made until a store needs it as a value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum LaterDetail {
+    /// Written as JSON text.
+    Text(Box<str>),
+    /// A `resume` entry's: the value given to an interrupt of a node. Boxed, for the memory
+    /// store to keep as it comes.
+    Given(Box<Given>),
+}
+
+/// A `resume` entry's detail for an interrupt answered with a value: `{"node", "value"}`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Given {
+    pub(crate) node: Box<str>,
+    pub(crate) value: Value,
+}
+
+impl Given {
+    /// The detail as a value.
+    pub(crate) fn to_value(&self) -> Value {
+        let mut detail = serde_json::Map::new();
+        detail.insert("node".to_owned(), Value::from(&*self.node));
+        detail.insert("value".to_owned(), self.value.clone());
+        Value::Object(detail)
+    }
+}
+
+impl LaterDetail {
+    /// The detail as a value.
+    fn into_value(self) -> Value {
+        match self {
+            // Written from a value no deeper than `json_text::TEXT_DEPTH`.
+            Self::Text(text) => {
+                crate::json_depth::from_str(&text).unwrap_or_else(|_| Value::String(text.into()))
+            }
+            Self::Given(given) => given.to_value(),
+        }
+    }
 }
 
 impl AuditEntry {
@@ -130,7 +170,24 @@ impl AuditEntry {
         text: Box<str>,
     ) -> Self {
         let mut entry = Self::unstamped(thread, kind, subject, Value::Null);
-        entry.detail_text = Some(text);
+        entry.later = Some(LaterDetail::Text(text));
+        entry
+    }
+
+    /// A `resume` entry about `subject`, an interrupt of `node` answered with `value`, at
+    /// no time yet (see [`Self::unstamped`]).
+    pub(crate) fn given(
+        thread: impl Into<String>,
+        subject: impl Into<String>,
+        node: impl Into<Box<str>>,
+        value: Value,
+    ) -> Self {
+        let mut entry = Self::unstamped(thread, AuditKind::Resume, subject, Value::Null);
+        let given = Given {
+            node: node.into(),
+            value,
+        };
+        entry.later = Some(LaterDetail::Given(Box::new(given)));
         entry
     }
 
@@ -151,16 +208,14 @@ impl AuditEntry {
             subject: subject.into(),
             actor: None,
             detail,
-            detail_text: None,
+            later: None,
         }
     }
 
-    /// Builds the detail as a value from its text, if it has one (see `detail_text`).
+    /// Builds the detail as a value, if it was kept as it was made (see `later`).
     pub(crate) fn build_detail(&mut self) {
-        if let Some(text) = self.detail_text.take() {
-            // Written from a value no deeper than `json_text::TEXT_DEPTH`.
-            self.detail =
-                crate::json_depth::from_str(&text).unwrap_or_else(|_| Value::String(text.into()));
+        if let Some(later) = self.later.take() {
+            self.detail = later.into_value();
         }
     }
 
@@ -305,9 +360,14 @@ impl AuditRow {
             subject: entry.subject.clone(),
             actor: entry.actor.clone(),
             detail: match &entry.detail {
-                Value::Null if entry.detail_text.is_some() => {
-                    entry.detail_text.as_deref().map(str::to_owned)
-                }
+                Value::Null if entry.later.is_some() => match &entry.later {
+                    Some(LaterDetail::Given(given)) => Some(
+                        crate::json_depth::to_string(&given.to_value())
+                            .map_err(|e| write_error(e.to_string()))?,
+                    ),
+                    Some(LaterDetail::Text(text)) => Some(text.to_string()),
+                    None => None,
+                },
                 Value::Null => None,
                 Value::Object(fields) if fields.is_empty() => None,
                 detail => Some(
@@ -371,5 +431,37 @@ impl AuditRow {
             format!(",\"idempotency_key\":{}", serde_json::Value::from(key))
         });
         format!(",\"payload\":{payload}{key}}}")
+    }
+}
+
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A row written from an entry whose detail was kept as it was made holds the same
+    /// text as one written from the detail built as a value.
+    #[test]
+    fn a_row_holds_the_detail_an_entry_was_made_with() {
+        let given = AuditEntry::given("t", "ask#0", "ask", json!("v1"));
+        let text = AuditEntry::with_text("t", AuditKind::Resume, "ask#0", r#"{"a":1}"#.into());
+        for (entry, detail) in [
+            (given, r#"{"node":"ask","value":"v1"}"#),
+            (text, r#"{"a":1}"#),
+        ] {
+            assert_eq!(
+                AuditRow::of(&entry).unwrap().detail.as_deref(),
+                Some(detail)
+            );
+            let mut built = entry.clone();
+            built.build_detail();
+            assert_eq!(
+                AuditRow::of(&built).unwrap().detail.as_deref(),
+                Some(detail)
+            );
+        }
     }
 }

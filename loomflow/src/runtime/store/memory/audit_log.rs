@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::super::audit::{Given, LaterDetail};
 use super::super::{AuditEntry, AuditKind, AuditQuery, StoreError};
 use crate::json_text::{TEXT_DEPTH, fits as fits_text};
 
@@ -20,9 +21,10 @@ pub(super) struct AuditLog {
 
 /// An entry as the log keeps it: its strings boxed (its thread's name shared with the
 /// thread's slot when a run wrote it), and a small detail as JSON text rather than a tree
-/// of values. A resume's detail (`{"node": …, "value": …}`) is a 632-byte map
-/// node as values and a few dozen bytes as text; the log keeps up to 100,000 entries, and
-/// every suspension and resume adds one. The detail is read back when the log is queried.
+/// of values: a detail map (`{"node": …, "value": …}`) takes a 632-byte node as values and
+/// a few dozen bytes as text; the log keeps up to 100,000 entries, and every suspension and
+/// resume adds one. A resume's detail is kept as its parts, the node and the value, and
+/// built only when the log is queried. The detail is read back when the log is queried.
 #[derive(Debug)]
 struct KeptEntry {
     id: u64,
@@ -46,6 +48,9 @@ enum Detail {
     /// its text's time to write under the store's lock, or one nested deeper than JSON text
     /// reads back (serde_json stops at 128 levels).
     Value(Box<Value>),
+    /// A resume's value given to an interrupt, with its node, as the run made it: built
+    /// into a detail when the log is read.
+    Given(Box<Given>),
 }
 
 /// How large a detail kept as text may be, in bytes of text (roughly: the walk that checks
@@ -87,8 +92,9 @@ impl KeptEntry {
             thread,
             subject: entry.subject.into_boxed_str(),
             actor: entry.actor.map(String::into_boxed_str),
-            detail: match entry.detail_text {
-                Some(text) => Detail::Text(text),
+            detail: match entry.later {
+                Some(LaterDetail::Text(text)) => Detail::Text(text),
+                Some(LaterDetail::Given(given)) => Detail::Given(given),
                 None => Detail::of(entry.detail),
             },
         }
@@ -105,6 +111,7 @@ impl KeptEntry {
                 })?
             }
             Detail::Value(value) => Value::clone(value),
+            Detail::Given(given) => given.to_value(),
         };
         Ok(AuditEntry {
             id: self.id,
@@ -115,7 +122,7 @@ impl KeptEntry {
             subject: self.subject.to_string(),
             actor: self.actor.as_deref().map(str::to_owned),
             detail,
-            detail_text: None,
+            later: None,
         })
     }
 }
@@ -215,6 +222,28 @@ mod tests {
         assert_eq!(log.prune(8), 1);
         let left = log.query(&AuditQuery::all()).unwrap();
         assert_eq!(left.iter().map(|e| e.id).collect::<Vec<_>>(), [2, 3, 4]);
+    }
+
+    /// A resume's value kept with its node reads back as the detail a durable store
+    /// writes for it, and as the same entry written with that detail.
+    #[test]
+    fn a_given_value_reads_back_as_its_detail() {
+        let mut log = AuditLog::default();
+        let thread: Arc<str> = Arc::from("t");
+        for value in [json!("v1"), json!(1.5), json!(null), json!(u64::MAX)] {
+            let mut given = AuditEntry::given("", "ask#0", "ask", value.clone());
+            let detail = json!({"node": "ask", "value": value});
+            log.append_for([given.clone()], Some(&thread), 9);
+            let read = log.query(&AuditQuery::all()).unwrap().pop().unwrap();
+            assert_eq!(read.detail, detail);
+            assert_eq!(
+                (&*read.thread, read.at_ms, read.kind),
+                ("t", 9, AuditKind::Resume)
+            );
+            given.build_detail();
+            assert_eq!(given.detail, detail);
+            assert_eq!(given.later, None);
+        }
     }
 
     #[test]
