@@ -6,7 +6,7 @@
 //! what the run has not received when it stops goes back to pending, for the execution
 //! that carries it on. Most runs are sent nothing while they execute, so the session is not
 //! opened with the claim: it is opened by the first thing that needs it, and closed when
-//! the run stops.
+//! the run stops. What opens it:
 //!
 //! - the run itself, at its start, when signals wait pending for its thread, and before it
 //!   receives (a wait, a poll, a payload given back);
@@ -15,7 +15,9 @@
 //!
 //! Each of them finds the execution through the runtime's live claims (see
 //! [`Runtime::open_for_live_run`]). A session is opened at most once per execution, and
-//! not after the run closed it.
+//! not after the run closed it. One opened for an execution that stopped before it got
+//! under way (a signal came while it read where to start, and that failed) is closed with
+//! the claim.
 
 use std::sync::Mutex;
 
