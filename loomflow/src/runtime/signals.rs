@@ -185,6 +185,7 @@ impl Runtime {
                 detail["idempotency_key"] = Value::from(key);
             }
             let delivery = mailbox.send(session, name, payload, key, scope, sent_at_ms)?;
+            let delivery = self.settle_pending(session, delivery);
             if delivery != Delivery::Duplicate {
                 let sent =
                     AuditEntry::new(session, AuditKind::SignalSent, name, detail).at_ms(sent_at_ms);
@@ -223,9 +224,10 @@ impl Runtime {
                     if seen.sent_here.len() > super::seen::MAX_SENT_HERE {
                         seen.sent_here.pop_first();
                     }
-                    mailbox
+                    let delivery = mailbox
                         .signal_stored_once(session, name, payload, seq, sent_at_ms, Duration::ZERO)
-                        .unwrap_or(Delivery::Queued)
+                        .unwrap_or(Delivery::Queued);
+                    self.settle_pending(session, delivery)
                 }
             }
         };

@@ -342,10 +342,11 @@ impl Mailbox {
         self.inner.lock().is_open(session)
     }
 
-    /// Whether signals of `session` wait in the pending mailbox (the session is not open).
-    pub(crate) fn has_pending(&self, session: &str) -> bool {
+    /// Whether `session` is live, held by a guard or a parked waiter, or signals of it wait
+    /// in the pending mailbox.
+    pub(crate) fn is_live_or_pending(&self, session: &str) -> bool {
         // Only looks: nothing is dropped, so there is nothing to report on unlocking.
-        crate::sync::lock(&self.inner.state).has_pending(session)
+        crate::sync::lock(&self.inner.state).is_live_or_pending(session)
     }
 
     /// How many waiters are parked on (session, name).

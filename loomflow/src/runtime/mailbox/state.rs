@@ -335,9 +335,11 @@ impl State {
         self.live.get(session).is_some_and(|live| live.guards > 0)
     }
 
-    /// Whether the pending mailbox holds signals of `session`, expired or not.
-    pub(super) fn has_pending(&self, session: &str) -> bool {
-        !self.pending.is_empty() && self.pending.contains_key(session)
+    /// Whether `session` is live (a guard or a parked waiter holds it, and signals may be
+    /// queued there) or the pending mailbox holds signals of it, expired or not.
+    pub(super) fn is_live_or_pending(&self, session: &str) -> bool {
+        (!self.live.is_empty() && self.live.contains_key(session))
+            || (!self.pending.is_empty() && self.pending.contains_key(session))
     }
 
     /// Sessions with unexpired signals in the pending mailbox.
