@@ -316,6 +316,7 @@ impl Runtime {
                 signal.sent_at_ms,
                 age,
             );
+            let delivered = delivered.map(|d| self.settle_pending(&signal.session, d));
             if own == Some(signal.seq) {
                 own_delivery = delivered;
             }
@@ -524,7 +525,7 @@ impl Runtime {
                     // Aged from the stored send time: the pending TTL does not restart.
                     let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
                     self.open_for_live_run(&signal.session);
-                    self.mailbox().signal_stored(
+                    let delivery = self.mailbox().signal_stored(
                         &signal.session,
                         &signal.name,
                         signal.payload,
@@ -532,6 +533,7 @@ impl Runtime {
                         signal.sent_at_ms,
                         age,
                     );
+                    self.settle_pending(&signal.session, delivery);
                 }
                 if count > 0 {
                     tracing::info!(count, "loaded stored signals into the mailbox");
