@@ -94,9 +94,9 @@ impl Runtime {
     /// ```
     pub async fn prune_signals(&self, older_than: Duration) -> Result<u64> {
         let older_than_ms = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
-        let mut spare = self.mailbox().live_sessions();
-        // A run executing here keeps its signals, whether or not it opened its session.
-        spare.extend(self.inner.live_claims.running_threads());
+        // A run executing here need not be named: its row is unfinished, and a store spares
+        // the signals of unfinished runs, whether or not the run opened its session.
+        let spare = self.mailbox().live_sessions();
         Ok(self
             .store()
             .prune_signals(unix_ms(self.now()).saturating_sub(older_than_ms), &spare)

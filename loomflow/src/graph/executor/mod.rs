@@ -287,9 +287,9 @@ fn run_supersteps<S: State>(
         // The run's session: signals sent to the thread queue there while it runs. It is
         // opened now only to take in what waits pending for the thread, or to share a session
         // someone holds already; otherwise by the first signal or receive that needs it (see
-        // `RunClaim::open_session`). What the run
-        // has not received when it stops (it suspends, fails, loses its lease) goes back to
-        // pending for the execution that carries it on, instead of being discarded.
+        // `RunClaim::open_session`). What the run has not received when it stops (it
+        // suspends, fails, loses its lease) goes back to pending for the execution that
+        // carries it on, instead of being discarded.
         if namespace.is_root() {
             runtime.open_if_needed(&claim);
         }

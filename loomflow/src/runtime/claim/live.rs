@@ -89,15 +89,6 @@ impl LiveClaims {
         holds(&claim).then_some(RunClaim { inner: claim })
     }
 
-    /// The threads whose runs executions in this process hold.
-    pub(crate) fn running_threads(&self) -> Vec<String> {
-        let claims = crate::sync::lock(&self.shared.claims);
-        let holding = claims
-            .iter()
-            .filter(|(_, claim)| claim.upgrade().is_some_and(|claim| holds(&claim)));
-        holding.map(|(thread, _)| thread.to_string()).collect()
-    }
-
     /// Whether an execution in this process still holds `thread`'s claim: once it has let
     /// go (or was dropped, or lost its lease), what it wrote is on the run's row.
     pub(crate) fn executing(&self, thread: &str) -> bool {

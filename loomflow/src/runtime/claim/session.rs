@@ -16,10 +16,10 @@
 //!
 //! Each of them finds the execution through the runtime's live claims (see
 //! [`Runtime::open_for_live_run`]). A run registers its claim before it looks for pending
-//! signals, and a send or a load that found no run looks again once its signal went pending (see
-//! [`Runtime::settle_pending`]): whichever comes second sees the other, so a signal sent
-//! as a run starts is not left to the pending TTL. A session is opened at most once per
-//! execution, and not after the run closed it. One opened for an execution that stopped
+//! signals, and a send or a load that found no run looks again once its signal went
+//! pending (see [`Runtime::settle_pending`]): whichever comes second sees the other, so a
+//! signal sent as a run starts is not left to the pending TTL. A session is opened at most
+//! once per execution, and not after the run closed it. One opened for an execution that stopped
 //! before it got under way (a signal came while it read where to start, and that failed)
 //! is closed with the claim.
 

@@ -23,8 +23,8 @@ pub(super) struct AuditLog {
 /// thread's slot when a run wrote it), and a small detail as JSON text rather than a tree
 /// of values: a detail map (`{"node": …, "value": …}`) takes a 632-byte node as values and
 /// a few dozen bytes as text; the log keeps up to 100,000 entries, and every suspension and
-/// resume adds one. A resume's detail is kept as its parts, the node and the value, and
-/// built only when the log is queried. The detail is read back when the log is queried.
+/// resume adds one. A resume's detail is kept as its parts, the node and the value. The
+/// detail is built or read back when the log is queried.
 #[derive(Debug)]
 struct KeptEntry {
     id: u64,
