@@ -318,14 +318,20 @@ impl Runtime {
             };
         }
         let thread_name: Arc<str> = Arc::from(thread);
-        let mut record = record;
         // Twice at most: an execution that held the run may let go of it (suspended) between
         // the claim this tries and the request it leaves on the row, which nothing would then
         // read until the run is carried on; it is cancelled here instead.
         for _ in 0..2 {
             match self.claim_run(&thread_name, None).await {
                 Ok(claim) => {
-                    self.cancel_claimed(&claim, &record).await?;
+                    // Read again under the claim: the run may have moved on since the read
+                    // above (a worker resumed it and it completed, or a queued run started).
+                    let now = self.store().get_run(thread).await?.ok_or_else(unknown)?;
+                    if now.state.is_finished() {
+                        claim.release().await?;
+                        return Ok(now);
+                    }
+                    self.cancel_claimed(&claim, &now).await?;
                     break;
                 }
                 Err(RuntimeError::Busy { .. }) => {
@@ -339,7 +345,7 @@ impl Runtime {
                 }
                 Err(error) => return Err(error),
             }
-            record = self.store().get_run(thread).await?.ok_or_else(unknown)?;
+            let record = self.store().get_run(thread).await?.ok_or_else(unknown)?;
             let held = record.lease_owner.is_some() && record.lease_until_ms > now_ms();
             if held || record.state.is_finished() {
                 return Ok(record);

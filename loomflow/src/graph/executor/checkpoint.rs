@@ -254,6 +254,10 @@ impl CheckpointWriter {
         let task = tokio::spawn(async move {
             while let Some(cp) = rx.recv().await {
                 claim.put_checkpoint(cp).await?;
+                // Resume requests taken are spent once a checkpoint past them is written,
+                // not when it is queued: should the write fail, the run lets its lease run
+                // out, and the next execution applies them again.
+                claim.request_spent();
             }
             Ok(())
         });
@@ -265,10 +269,14 @@ impl CheckpointWriter {
 
     /// Writes the checkpoint that ends the execution: in line, it releases a top-level
     /// run's claim in the same write; in the background, the claim is released after
-    /// [`finish`](Self::finish).
+    /// [`finish`](Self::finish). Spends the resume requests taken, as [`write`](Self::write).
     pub(super) async fn write_last(&mut self, cp: Checkpoint, shared: &RunShared) -> Result<()> {
         match self {
-            Self::Direct(_) => super::put_last(shared, cp).await,
+            Self::Direct(claim) => {
+                super::put_last(shared, cp).await?;
+                claim.request_spent();
+                Ok(())
+            }
             Self::Background { .. } => self.write(cp).await,
         }
     }
@@ -286,13 +294,20 @@ impl CheckpointWriter {
         }
     }
 
-    /// Writes (or queues) `cp`. Not an `async fn`, so that the checkpoint is moved straight
-    /// into the write instead of into this future first.
+    /// Writes (or queues) a step's checkpoint, `cp`: past the interrupted checkpoint, so
+    /// the resume requests the execution took are spent once it is written (see
+    /// [`RunClaim::request_spent`]). Not an `async fn`, so that the checkpoint is moved
+    /// straight into the write instead of into this future first.
     pub(super) fn write(&mut self, cp: Checkpoint) -> impl Future<Output = Result<()>> + '_ {
         match self {
             Self::Direct(claim) => {
                 let write = claim.put_checkpoint(cp);
-                Either::Left(async move { write.await.map(drop).map_err(Into::into) })
+                let claim = &*claim;
+                Either::Left(async move {
+                    write.await?;
+                    claim.request_spent();
+                    Ok(())
+                })
             }
             Self::Background { queue, .. } => {
                 if let Some(queue) = queue {

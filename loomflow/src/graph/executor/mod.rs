@@ -525,13 +525,13 @@ fn run_supersteps<S: State>(
                 let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
                 let mut cp = key.step_checkpoint(&graph.inner, step, status, &snapshot)?;
                 add_audit(&shared, &mut cp);
+                // Past the interrupted checkpoint: the writer spends the resume requests
+                // taken once the checkpoint is written.
                 if next.is_empty() {
                     writer.write_last(cp, &shared).await?;
                 } else {
                     writer.write(cp).await?;
                 }
-                // Past the interrupted checkpoint: resume requests taken are spent.
-                shared.claim.request_spent();
                 completed_written = next.is_empty();
             }
             if shared.events.is_some() {

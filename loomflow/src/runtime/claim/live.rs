@@ -72,7 +72,10 @@ impl LiveClaims {
             .get(thread)
             .and_then(Weak::upgrade);
         match claim {
-            Some(claim) if !claim.released.load(Ordering::Acquire) => {
+            Some(claim)
+                if !claim.released.load(Ordering::Acquire)
+                    && !claim.stopped.load(Ordering::Acquire) =>
+            {
                 claim.cancel.store(true, Ordering::Release);
                 claim.cancelled.notify_waiters();
                 true
@@ -96,9 +99,12 @@ impl LiveClaims {
     }
 }
 
-/// Whether `claim`'s execution still holds its run: it has not let go nor lost its lease.
-fn holds(claim: &ClaimInner) -> bool {
-    !claim.released.load(Ordering::Acquire) && !claim.lost.load(Ordering::Acquire)
+/// Whether `claim`'s execution still holds its run: it has not let go, nor stopped holding
+/// resume requests (its lease runs out), nor lost its lease.
+pub(super) fn holds(claim: &ClaimInner) -> bool {
+    !claim.released.load(Ordering::Acquire)
+        && !claim.stopped.load(Ordering::Acquire)
+        && !claim.lost.load(Ordering::Acquire)
 }
 
 /// How often claims with `lease` need renewing: every third of it.
@@ -158,6 +164,9 @@ async fn renew(claim: &ClaimInner) {
         Err(StoreError::LeaseLost { .. }) => {
             tracing::warn!(thread = %claim.thread, owner = %claim.owner, "lease lost: another execution claimed the run");
             claim.lost.store(true, Ordering::Release);
+            // A node waiting in memory (a signal, a sleep) stops waiting: the run is no
+            // longer this execution's to carry on.
+            claim.cancelled.notify_waiters();
         }
         Err(error) => {
             tracing::warn!(thread = %claim.thread, %error, "could not renew the lease; retrying");

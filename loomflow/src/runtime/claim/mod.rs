@@ -92,6 +92,10 @@ struct ClaimInner {
     claimed_at_ms: u64,
     lost: AtomicBool,
     released: AtomicBool,
+    /// The execution stopped without letting go: it holds resume requests it did not
+    /// checkpoint past (see [`request`]). The claim is no longer renewed, and its lease runs
+    /// out for the next execution to claim the run and apply them.
+    stopped: AtomicBool,
     /// The write that releases the claim is on its way: a renewal refused meanwhile is not a
     /// lost lease.
     releasing: AtomicBool,
@@ -241,6 +245,7 @@ impl RunClaim {
                 claimed_at_ms: until_ms.saturating_sub(millis(lease)),
                 lost: AtomicBool::new(false),
                 released: AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
                 releasing: AtomicBool::new(false),
                 cancel: AtomicBool::new(false),
                 cancelled: tokio::sync::Notify::new(),
@@ -318,19 +323,23 @@ impl RunClaim {
 
     /// `work` (a node's wait: a signal, a sleep), unless the run is asked to stop first:
     /// then [`RunError::Cancelled`](crate::RunError::Cancelled), and the executor ends the
-    /// run as cancelled.
+    /// run as cancelled. Or unless the heartbeat finds the lease lost (another execution
+    /// took the run over): then the lost lease's error, and the execution stops.
     pub(crate) async fn unless_cancelled<T>(
         &self,
         work: impl Future<Output = T>,
     ) -> Result<T, crate::RunError> {
         let cancelled = self.inner.cancelled.notified();
         tokio::pin!(cancelled);
-        // Registered before the flag is read: a cancel set after the read wakes it.
+        // Registered before the flags are read: a cancel or a loss after the read wakes it.
         cancelled.as_mut().enable();
-        let stopped = || crate::RunError::Cancelled {
-            thread: self.inner.thread.to_string(),
+        let stopped = || match self.is_lost() {
+            true => crate::RunError::from(self.lost_error()),
+            false => crate::RunError::Cancelled {
+                thread: self.inner.thread.to_string(),
+            },
         };
-        if self.cancel_requested() {
+        if self.cancel_requested() || self.is_lost() {
             return Err(stopped());
         }
         tokio::select! {
@@ -339,9 +348,10 @@ impl RunClaim {
         }
     }
 
-    /// Whether the execution is over: released, or its lease lost.
+    /// Whether the execution is over: released, stopped holding resume requests, or its
+    /// lease lost.
     pub(crate) fn is_done(&self) -> bool {
-        self.inner.released.load(Ordering::Acquire) || self.is_lost()
+        !live::holds(&self.inner)
     }
 
     /// Asks the run to stop at its next superstep and let go (its worker shuts down).
@@ -502,7 +512,7 @@ impl RunClaim {
     /// request it took and did not checkpoint past: then the lease runs out instead, and
     /// the next execution applies the request again (see [`request`]).
     pub(crate) async fn release(&self) -> Result<(), StoreError> {
-        if self.inner.request.held() || self.inner.released.swap(true, Ordering::AcqRel) {
+        if self.stopped_holding_request() || self.inner.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.inner
@@ -516,13 +526,26 @@ impl RunClaim {
     /// since the execution may have taken what it waited for (see
     /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)).
     pub(crate) async fn release_runnable(&self) -> Result<(), StoreError> {
-        if self.inner.request.held() || self.inner.released.swap(true, Ordering::AcqRel) {
+        if self.stopped_holding_request() || self.inner.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.inner
             .store
             .release_runnable(&self.inner.thread, self.owner_text())
             .await
+    }
+}
+
+impl RunClaim {
+    /// Whether the execution, as it stops, holds resume requests it did not checkpoint past:
+    /// then it does not let go, and stops renewing its lease (a worker keeps its claims
+    /// while it runs), so that the lease runs out.
+    fn stopped_holding_request(&self) -> bool {
+        let held = self.inner.request.held();
+        if held {
+            self.inner.stopped.store(true, Ordering::Release);
+        }
+        held
     }
 }
 

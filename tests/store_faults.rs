@@ -1,0 +1,201 @@
+//! What a run's claim does when the store fails under it, or when the run moves on while
+//! someone looks at it: a resume request taken by an execution that could not write its
+//! step is applied by the next execution, once the lease runs out (`Sync` and `Async`); a
+//! cancel decides from the run as it is once claimed; a node waiting in memory stops when
+//! another execution took its run over.
+//!
+//! Faults are injected by a store that passes every call to a real SQLite store (see
+//! `support/faulty_store.rs`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use loomflow::RunError;
+use loomflow::prelude::*;
+use loomflow::runtime::{Durability, RunState, RunStatus, SqliteStore, StoreError};
+
+use faulty_store::FaultyStore;
+
+const LEASE: Duration = Duration::from_millis(300);
+
+/// `review` asks how many; the answer is added to the state.
+fn review_graph() -> CompiledGraph<u32> {
+    Graph::new("review")
+        .node_fn("review", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let answer: u32 = ctx.interrupt(json!("how many?"))?;
+                *n += answer;
+                Ok(())
+            })
+        })
+        .edge(START, "review")
+        .edge("review", END)
+        .compile()
+        .unwrap()
+}
+
+async fn state_of(runtime: &Runtime, thread: &str) -> RunState {
+    runtime.run(thread).await.unwrap().record.state
+}
+
+/// Waits up to `within` for `thread`'s run to be in `state`; says whether it got there.
+async fn reaches(runtime: &Runtime, thread: &str, state: RunState, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        // The run may not be on its row yet.
+        let now = runtime.run(thread).await.ok().map(|info| info.record.state);
+        if now == Some(state) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A worker takes a resume request and cannot write the resumed step (the store fails):
+/// its execution stops holding the request, its lease runs out rather than being renewed
+/// for as long as the worker runs, and once the store works again the run is carried on
+/// with the request's value, once.
+async fn a_request_whose_step_could_not_be_written_is_applied_later(durability: Durability) {
+    let db = loomflow_tests::TempDb::new("faults-request");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder()
+        .store(store)
+        .lease(LEASE)
+        .durability(durability)
+        .build();
+    let graph = review_graph();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(20))
+        .build();
+    let handle = worker.start();
+    runtime.submit("review", "r-1", 1u32).await.unwrap();
+    assert!(
+        reaches(
+            &runtime,
+            "r-1",
+            RunState::Interrupted,
+            Duration::from_secs(5)
+        )
+        .await
+    );
+
+    faults.fail_checkpoints.store(true, Ordering::SeqCst);
+    runtime.request_resume("r-1", 41u32).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while faults.checkpoint_faults() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        faults.checkpoint_faults() > 0,
+        "the worker never tried the step"
+    );
+    // Several leases: time enough for a claim that is still renewed to show it.
+    tokio::time::sleep(3 * LEASE).await;
+    faults.fail_checkpoints.store(false, Ordering::SeqCst);
+
+    assert!(
+        reaches(
+            &runtime,
+            "r-1",
+            RunState::Completed,
+            Duration::from_secs(10)
+        )
+        .await,
+        "the run was not carried on: {:?}",
+        runtime.run("r-1").await.unwrap().record
+    );
+    let done: u32 = runtime.get_state("r-1").await.unwrap().unwrap();
+    assert_eq!(done, 42, "the request's value is applied once");
+    handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_request_survives_a_step_the_store_failed_to_write() {
+    a_request_whose_step_could_not_be_written_is_applied_later(Durability::Sync).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_request_survives_a_background_write_that_failed() {
+    a_request_whose_step_could_not_be_written_is_applied_later(Durability::Async).await;
+}
+
+/// A cancel that read the run's row (interrupted) before a resume completed the run finds
+/// it completed once it holds the claim: it leaves it completed and says so, rather than
+/// writing the completed checkpoint again as cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_that_races_the_runs_completion_leaves_it_completed() {
+    let db = loomflow_tests::TempDb::new("faults-cancel");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::with_store(store);
+    let graph = review_graph();
+    let outcome = graph.invoke(&runtime, "c-1", 1).await.unwrap();
+    assert_eq!(outcome.interrupts().len(), 1);
+
+    let (read, go) = faults.hold_next_run_read();
+    let cancel = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.cancel("c-1").await }
+    });
+    read.await.unwrap();
+    // The cancel read the run as interrupted; the run completes before it claims it.
+    let done = graph.resume(&runtime, "c-1", 41).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 42);
+    go.send(()).unwrap();
+
+    let record = cancel.await.unwrap().unwrap();
+    assert_eq!(record.state, RunState::Completed, "{record:?}");
+    assert_eq!(state_of(&runtime, "c-1").await, RunState::Completed);
+    let latest = runtime.store().latest_checkpoint("c-1", "").await.unwrap();
+    assert_eq!(latest.unwrap().status, RunStatus::Completed);
+}
+
+/// A node waiting in memory for a signal that will not come, when another execution takes
+/// the run over (this one's lease was lost): the wait ends, and the execution stops with
+/// the lost lease instead of waiting for as long as the process lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_when_the_lease_is_lost() {
+    let runtime = Runtime::builder().lease(LEASE).build();
+    let graph = Graph::new("waits")
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n += ctx.wait_for_signal::<u32>("go").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let run = graph.start(&runtime, "w-1", 1);
+    assert!(reaches(&runtime, "w-1", RunState::Running, Duration::from_secs(5)).await);
+    tokio::time::sleep(LEASE / 2).await;
+
+    // Another process, whose clock runs ahead, finds the lease expired and takes the run.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let ahead = now + 10 * LEASE.as_millis() as u64;
+    let claim = runtime
+        .store()
+        .claim("w-1", "intruder", ahead + 60_000, ahead);
+    assert!(matches!(
+        claim.await.unwrap(),
+        loomflow::runtime::Claim::Claimed
+    ));
+
+    let stopped = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("the wait did not end when the lease was lost");
+    match stopped {
+        Err(RunError::Store(StoreError::LeaseLost { thread, .. })) => assert_eq!(thread, "w-1"),
+        other => panic!("expected the lost lease, got {other:?}"),
+    }
+}

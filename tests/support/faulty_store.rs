@@ -1,0 +1,383 @@
+//! A store that passes every call to a real one (SQLite, in these tests), except where a
+//! test arms a fault: checkpoint writes under a claim that fail as a backend's would (a
+//! full disk, a dropped connection), or a read of a run's row that is held back until the
+//! test lets it go, to make a race happen in a given order.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use loomflow::runtime::{
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
+    RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
+};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// The faults a test arms; shared between the test and the store it handed its runtime.
+#[derive(Default)]
+pub(crate) struct Faults {
+    /// While set, every checkpoint written under a claim fails with [`StoreError::Write`].
+    pub(crate) fail_checkpoints: AtomicBool,
+    /// How many checkpoint writes failed so.
+    checkpoint_faults: AtomicUsize,
+    /// The next `get_run` reads the row, says so on the first sender, and returns it only
+    /// once the second channel fires.
+    held_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+}
+
+impl Faults {
+    /// Holds back the next read of a run's row: the first receiver fires once it has read
+    /// the row; it returns what it read when the sender fires (or is dropped).
+    pub(crate) fn hold_next_run_read(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (read_tx, read_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_read.lock().unwrap() = Some((read_tx, go_rx));
+        (read_rx, go_tx)
+    }
+
+    /// How many checkpoint writes failed so far.
+    pub(crate) fn checkpoint_faults(&self) -> usize {
+        self.checkpoint_faults.load(Ordering::SeqCst)
+    }
+
+    fn checkpoint_fault(&self, thread: &str) -> Result<(), StoreError> {
+        let armed = self.fail_checkpoints.load(Ordering::SeqCst);
+        if armed {
+            self.checkpoint_faults.fetch_add(1, Ordering::SeqCst);
+        }
+        match armed {
+            true => Err(StoreError::Write {
+                thread: thread.to_owned(),
+                message: "injected: the disk is full".to_owned(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// `inner`, with the faults of `faults`.
+pub(crate) struct FaultyStore<S> {
+    inner: S,
+    faults: Arc<Faults>,
+}
+
+impl<S: Store> FaultyStore<S> {
+    pub(crate) fn new(inner: S) -> (Self, Arc<Faults>) {
+        let faults = Arc::new(Faults::default());
+        let store = Self {
+            inner,
+            faults: Arc::clone(&faults),
+        };
+        (store, faults)
+    }
+}
+
+impl<S: Store> Store for FaultyStore<S> {
+    fn is_durable(&self) -> bool {
+        self.inner.is_durable()
+    }
+
+    fn writes_json_bodies(&self) -> bool {
+        self.inner.writes_json_bodies()
+    }
+
+    fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.inner.put_checkpoint(checkpoint)
+    }
+
+    fn latest_checkpoint<'a>(
+        &'a self,
+        thread: &'a str,
+        namespace: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        self.inner.latest_checkpoint(thread, namespace)
+    }
+
+    fn get_checkpoint<'a>(
+        &'a self,
+        thread: &'a str,
+        id: u64,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>, StoreError>> {
+        self.inner.get_checkpoint(thread, id)
+    }
+
+    fn list_checkpoints<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Checkpoint>, StoreError>> {
+        self.inner.list_checkpoints(thread)
+    }
+
+    fn put_journal(&self, key: JournalKey, value: Value) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.put_journal(key, value)
+    }
+
+    fn get_journal<'a>(
+        &'a self,
+        key: &'a JournalKey,
+    ) -> BoxFuture<'a, Result<Option<Value>, StoreError>> {
+        self.inner.get_journal(key)
+    }
+
+    fn list_journal<'a>(
+        &'a self,
+        thread: &'a str,
+        run: u64,
+    ) -> BoxFuture<'a, Result<Vec<(JournalKey, Value)>, StoreError>> {
+        self.inner.list_journal(thread, run)
+    }
+
+    fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
+        self.inner.push_signal(signal)
+    }
+
+    fn take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: Option<(JournalKey, Value)>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.take_signal(session, seq, journal)
+    }
+
+    fn discard_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.discard_signal(session, seq)
+    }
+
+    fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        self.inner.pending_signals()
+    }
+
+    fn oldest_signal<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
+        self.inner.oldest_signal(session, name)
+    }
+
+    fn prune_signals<'a>(
+        &'a self,
+        sent_before_ms: u64,
+        spare: &'a [String],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.inner.prune_signals(sent_before_ms, spare)
+    }
+
+    fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        self.inner.signals_after(seq)
+    }
+
+    fn claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        self.inner.claim(thread, owner, lease_until_ms, now_ms)
+    }
+
+    fn release<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release(thread, owner)
+    }
+
+    fn release_runnable<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release_runnable(thread, owner)
+    }
+
+    fn renew_claim<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.renew_claim(thread, owner, lease_until_ms)
+    }
+
+    fn put_checkpoint_claimed<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        if let Err(fault) = self.faults.checkpoint_fault(&checkpoint.thread) {
+            return Box::pin(std::future::ready(Err(fault)));
+        }
+        self.inner
+            .put_checkpoint_claimed(checkpoint, owner, lease_until_ms)
+    }
+
+    fn put_checkpoint_and_release<'a>(
+        &'a self,
+        checkpoint: Checkpoint,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        if let Err(fault) = self.faults.checkpoint_fault(&checkpoint.thread) {
+            return Box::pin(std::future::ready(Err(fault)));
+        }
+        self.inner.put_checkpoint_and_release(checkpoint, owner)
+    }
+
+    fn put_journal_claimed<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner
+            .put_journal_claimed(key, value, owner, lease_until_ms)
+    }
+
+    fn put_journal_audited<'a>(
+        &'a self,
+        key: JournalKey,
+        value: Value,
+        audit: Vec<AuditEntry>,
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner
+            .put_journal_audited(key, value, audit, owner, lease_until_ms)
+    }
+
+    fn take_signal_claimed<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+        journal: (JournalKey, Value),
+        owner: &'a str,
+        lease_until_ms: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner
+            .take_signal_claimed(session, seq, journal, owner, lease_until_ms)
+    }
+
+    fn try_take_signal<'a>(
+        &'a self,
+        session: &'a str,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.try_take_signal(session, seq)
+    }
+
+    fn submit_run<'a>(
+        &'a self,
+        thread: &'a str,
+        graph: &'a str,
+        input: Value,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Submitted, StoreError>> {
+        self.inner.submit_run(thread, graph, input, now_ms)
+    }
+
+    fn claim_next_run<'a>(
+        &'a self,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        self.inner
+            .claim_next_run(graphs, owner, lease_until_ms, now_ms, due_ms)
+    }
+
+    fn claim_waiting_run<'a>(
+        &'a self,
+        thread: &'a str,
+        signal: &'a str,
+        graphs: &'a [String],
+        owner: &'a str,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        self.inner
+            .claim_waiting_run(thread, signal, graphs, owner, lease_until_ms, now_ms)
+    }
+
+    fn get_run<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        let held = self.faults.held_read.lock().unwrap().take();
+        Box::pin(async move {
+            let row = self.inner.get_run(thread).await;
+            if let Some((read, go)) = held {
+                let _ = read.send(());
+                let _ = go.await;
+            }
+            row
+        })
+    }
+
+    fn list_runs<'a>(
+        &'a self,
+        filter: &'a RunFilter,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
+        self.inner.list_runs(filter)
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        thread: &'a str,
+        now_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        self.inner.request_cancel(thread, now_ms)
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+        state: RunState,
+        error: Option<String>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.finish_run(thread, owner, state, error)
+    }
+
+    fn next_wake_at_ms<'a>(
+        &'a self,
+        graphs: &'a [String],
+        due_ms: u64,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        self.inner.next_wake_at_ms(graphs, due_ms)
+    }
+
+    fn change_counter(&self) -> Option<u64> {
+        self.inner.change_counter()
+    }
+
+    fn change_notifier(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.inner.change_notifier()
+    }
+
+    fn append_audit(&self, entries: Vec<AuditEntry>) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.append_audit(entries)
+    }
+
+    fn audit<'a>(
+        &'a self,
+        query: &'a AuditQuery,
+    ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>> {
+        self.inner.audit(query)
+    }
+
+    fn prune_audit(&self, before_ms: u64) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.inner.prune_audit(before_ms)
+    }
+}
