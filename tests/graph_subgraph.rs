@@ -451,6 +451,78 @@ async fn a_bad_resume_value_for_a_subgraphs_question_is_refused() {
     }
 }
 
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Asked {
+    sub: u32,
+    ask: u32,
+}
+
+/// A subgraph asks twice while a sibling node asks once. A resume answers the subgraph's
+/// first question, and the sibling refuses its value: the child took its answer and asked
+/// again, in its own checkpoint, while its parent stays where it was. Sending the answers
+/// again does not fail the run: the child's spent answer is left out, its new question
+/// suspends the run, and answering it completes the run with every answer applied once.
+#[tokio::test]
+async fn a_siblings_refused_value_leaves_the_subgraph_resumable() {
+    let db = loomflow_tests::TempDb::new("subgraph-sibling-refused");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = Graph::new("outer")
+            .subgraph(
+                "sub",
+                asking_twice(true),
+                |s: &Asked| s.sub,
+                |s: &mut Asked, m: u32| s.sub = m,
+            )
+            .node_fn("ask", |s: &mut Asked, ctx| {
+                Box::pin(async move {
+                    s.ask = ctx.interrupt(json!("ask?"))?;
+                    Ok(())
+                })
+            })
+            .edge(START, "sub")
+            .edge(START, "ask")
+            .edge("sub", END)
+            .edge("ask", END)
+            .compile()
+            .unwrap();
+        let first = graph.invoke(&runtime, "t", Asked::default()).await.unwrap();
+        let mut ids: Vec<_> = first.interrupts().iter().map(|i| i.id.clone()).collect();
+        ids.sort();
+        assert_eq!(ids, ["ask#0", "sub:1/x#0"], "{first:?}");
+
+        let refused = graph
+            .resume_with(
+                &runtime,
+                "t",
+                [("sub:1/x#0", json!(1)), ("ask#0", json!("nan"))],
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(RunError::ResumeValue { .. })),
+            "{refused:?}"
+        );
+
+        let again = graph
+            .resume_with(
+                &runtime,
+                "t",
+                [("sub:1/x#0", json!(1)), ("ask#0", json!(5))],
+            )
+            .await
+            .unwrap();
+        let asked: Vec<_> = again.interrupts().iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(asked, ["sub:1/x#1"], "{again:?}");
+        assert_eq!(
+            runtime.pending_interrupts("t").await.unwrap()[0].payload,
+            json!("second?")
+        );
+
+        let done = graph.resume(&runtime, "t", 2).await.unwrap();
+        let done = done.completed().unwrap();
+        assert_eq!(done, Asked { sub: 201, ask: 5 }, "each answer applied once");
+    }
+}
+
 /// An interrupt raised two subgraphs down is streamed once, as the outcome names it, not
 /// once for each level it suspends through.
 #[tokio::test]

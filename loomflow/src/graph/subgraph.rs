@@ -63,12 +63,19 @@ impl<S: State, T: State> SubgraphNode<S, T> {
                 run: ctx.run_number(),
             });
         };
-        let values = ctx.child_resume_values();
-        Ok(match latest.status {
-            RunStatus::Interrupted if !values.is_empty() => {
-                Start::Resume(values.into_iter().map(|(id, v)| (id, Ok(v))).collect())
-            }
-            _ => Start::Recover,
+        let mut values = ctx.child_resume_values();
+        if latest.status != RunStatus::Interrupted || values.is_empty() {
+            return Ok(Start::Recover);
+        }
+        // Only the answers to what the child still asks. The child writes its own
+        // checkpoints: it may have taken an answer and asked again in a step whose parent
+        // did not write (a sibling's value was refused, the store failed). Its new question
+        // then reaches the parent as the child is recovered.
+        let pending = latest.interrupts()?;
+        values.retain(|id, _| pending.iter().any(|interrupt| interrupt.id == *id));
+        Ok(match values.is_empty() {
+            true => Start::Recover,
+            false => Start::Resume(values.into_iter().map(|(id, v)| (id, Ok(v))).collect()),
         })
     }
 }
