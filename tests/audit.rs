@@ -633,3 +633,50 @@ async fn an_exit_run_that_asks_again_later_keeps_the_first_answer() {
         ]
     );
 }
+
+/// A node that waits twice for the same signal name suspends twice: each suspension is
+/// recorded, and so is each signal that carried the run past one, rather than the second
+/// wait being taken for the first one still waiting.
+#[tokio::test]
+async fn a_node_that_waits_twice_for_one_name_records_both_waits() {
+    let db = TempDb::new("audit-twice");
+    for runtime in [Runtime::in_memory(), durable(db.path())] {
+        let graph = Graph::new("twice")
+            .node_fn("twice", |total: &mut u32, ctx| {
+                Box::pin(async move {
+                    let first: u32 = ctx.wait_for_signal("go").or_suspend().await?;
+                    let second: u32 = ctx.wait_for_signal("go").or_suspend().await?;
+                    *total = first + second;
+                    Ok(())
+                })
+            })
+            .edge(START, "twice")
+            .edge("twice", END)
+            .compile()
+            .unwrap();
+        let first = graph.invoke(&runtime, "t", 0).await.unwrap();
+        assert_eq!(first.interrupts()[0].id, "twice#signal:go", "{first:?}");
+        runtime.signal("t", "go", 1).await.unwrap();
+        let second = graph.recover(&runtime, "t").await.unwrap();
+        assert_eq!(second.interrupts()[0].id, "twice#signal:go#1", "{second:?}");
+        runtime.signal("t", "go", 2).await.unwrap();
+        let done = graph.recover(&runtime, "t").await.unwrap();
+        assert_eq!(done.completed().unwrap(), 3);
+
+        let log = runtime.audit("t").await.unwrap();
+        let subjects = |kind| {
+            of_kind(&log, kind)
+                .iter()
+                .map(|e| e.subject.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            subjects(AuditKind::Interrupt),
+            ["twice#signal:go", "twice#signal:go#1"]
+        );
+        assert_eq!(
+            subjects(AuditKind::Resume),
+            ["twice#signal:go", "twice#signal:go#1"]
+        );
+    }
+}

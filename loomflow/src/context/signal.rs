@@ -199,6 +199,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         None => {
                             return Err(ctx.suspend_for_signal_with(
                                 &name,
+                                key.occurrence,
                                 details.take(),
                                 deadline_ms,
                             ));

@@ -66,7 +66,8 @@ impl RunStatus {
 #[non_exhaustive]
 pub struct Interrupt {
     /// Identifies the interrupt within its thread: `node#index`, prefixed by the namespace
-    /// inside subgraphs.
+    /// inside subgraphs. A wait for a signal is `node#signal:name`, and
+    /// `node#signal:name#k` for the node's wait for that name after `k` others.
     pub id: String,
     /// The node.
     pub node: String,
