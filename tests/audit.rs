@@ -680,3 +680,53 @@ async fn a_node_that_waits_twice_for_one_name_records_both_waits() {
         );
     }
 }
+
+/// A resume answers one node's question while a sibling in the same step waits for a
+/// signal that came meanwhile: the sibling receives it, and the log records a `resume` for
+/// each, as a recover would for the wait.
+#[tokio::test]
+async fn a_wait_carried_past_by_a_resume_of_its_sibling_is_recorded() {
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    struct Both {
+        asked: u32,
+        heard: u32,
+    }
+    let db = TempDb::new("audit-sibling-wait");
+    for runtime in [Runtime::in_memory(), durable(db.path())] {
+        let graph = Graph::new("both")
+            .node_fn("ask", |s: &mut Both, ctx| {
+                Box::pin(async move {
+                    s.asked = ctx.interrupt(json!("how many?"))?;
+                    Ok(())
+                })
+            })
+            .node_fn("hear", |s: &mut Both, ctx| {
+                Box::pin(async move {
+                    s.heard = ctx.wait_for_signal("go").or_suspend().await?;
+                    Ok(())
+                })
+            })
+            .edge(START, "ask")
+            .edge(START, "hear")
+            .edge("ask", END)
+            .edge("hear", END)
+            .compile()
+            .unwrap();
+        let first = graph.invoke(&runtime, "t", Both::default()).await.unwrap();
+        assert_eq!(first.interrupts().len(), 2, "{first:?}");
+        runtime.signal("t", "go", 2).await.unwrap();
+        let done = graph
+            .resume_with(&runtime, "t", [("ask#0", 1)])
+            .await
+            .unwrap();
+        assert_eq!(done.completed().unwrap(), Both { asked: 1, heard: 2 });
+
+        let log = runtime.audit("t").await.unwrap();
+        let mut resumed: Vec<_> = of_kind(&log, AuditKind::Resume)
+            .iter()
+            .map(|e| e.subject.clone())
+            .collect();
+        resumed.sort();
+        assert_eq!(resumed, ["ask#0", "hear#signal:go"]);
+    }
+}

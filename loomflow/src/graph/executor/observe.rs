@@ -134,7 +134,6 @@ pub(super) fn picked_up<S: State>(
     if resumed.status != RunStatus::Interrupted {
         return Vec::new();
     }
-    let recovered = resumed.answered.is_empty();
     let answered = resumed.answered;
     let mut unanswered = Vec::new();
     for (at, interrupt) in resumed.interrupts.into_iter().enumerate() {
@@ -160,12 +159,14 @@ pub(super) fn picked_up<S: State>(
             shared.record_audit(entry.at_ms(at_ms));
             continue;
         }
-        // Only the interrupts a resume answered, or every wait and timer of a recover.
+        // The interrupts a resume answered, and every wait and timer: a wait may receive
+        // what came for it whether the execution answers other interrupts or recovers. One
+        // that suspends again is no resume: `record_interrupts` forgets its entry.
         let node = &interrupt.node;
         let how = match (value, &interrupt.signal, interrupt.wake_at_ms) {
             (Some(value), _, _) => ResumeDetail::given(node, value),
-            (None, Some(signal), _) if recovered => ResumeDetail::signal(node, signal),
-            (None, None, Some(wake_at_ms)) if recovered => ResumeDetail::timer(node, wake_at_ms),
+            (None, Some(signal), _) => ResumeDetail::signal(node, signal),
+            (None, None, Some(wake_at_ms)) => ResumeDetail::timer(node, wake_at_ms),
             _ => continue,
         };
         let entry = match how.text() {
