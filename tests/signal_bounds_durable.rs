@@ -186,6 +186,49 @@ async fn a_signal_kept_past_the_ttl_is_received_before_a_later_one() {
     }
 }
 
+/// A node's `poll_signal` takes a signal the TTL dropped from memory and the store kept
+/// for the run as a wait does: before a later one of the same name.
+#[tokio::test]
+async fn a_poll_takes_a_signal_kept_past_the_ttl_first() {
+    let db = loomflow_tests::TempDb::new("ttl-poll");
+    let ttl = Duration::from_millis(300);
+    let runtime = with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+    let graph = Graph::new("polling")
+        .node_fn("poll", |got: &mut Vec<Option<u32>>, ctx| {
+            Box::pin(async move {
+                ctx.wait_for_signal::<bool>("start").await?;
+                for _ in 0..3 {
+                    got.push(ctx.poll_signal::<u32>("go").await?);
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "poll")
+        .edge("poll", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit("polling", "t", Vec::<Option<u32>>::new())
+        .await
+        .unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    runtime.signal("t", "go", 1u32).await.unwrap();
+    tokio::time::sleep(3 * ttl).await;
+    runtime.signal("t", "go", 2u32).await.unwrap();
+    runtime.signal("t", "start", true).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(
+        runtime.run("t").await.unwrap().record.state,
+        RunState::Completed
+    );
+    let got: Vec<Option<u32>> = runtime.get_state("t").await.unwrap().unwrap();
+    assert_eq!(got, [Some(1), Some(2), None]);
+}
+
 /// A runtime-level wait (`Runtime::wait_for_signal`, outside any node) receives a signal the
 /// TTL dropped from memory and the store kept for the session's waiting run, and before a
 /// later one of the same name. Without a later one, it receives the kept one at once.

@@ -436,3 +436,33 @@ async fn a_signal_taken_with_poll_signal_is_not_delivered_after_a_restart() {
     runtime.signal("t", "n", json!(2)).await.unwrap();
     assert_eq!(stored(&runtime).await, [("t".to_owned(), json!(2))]);
 }
+
+/// A runtime-level wait cancelled while it waits for the store (a timeout of zero, with a
+/// removal of another session's signal under way) loses and reorders nothing: the next
+/// waits receive every payload, in the order sent.
+#[tokio::test]
+async fn a_wait_cancelled_while_the_store_catches_up_keeps_its_payload_in_place() {
+    let db = TempDb::new("cancelled-wait");
+    let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    for n in 1..=3u32 {
+        runtime.signal("s", "n", n).await.unwrap();
+    }
+    let (mut cancelled, mut received) = (0, Vec::new());
+    for _ in 0..3 {
+        // A signal received where no store call can be awaited: its removal is under way.
+        runtime.signal("o", "x", 0u32).await.unwrap();
+        let polled: Option<u32> = runtime.poll_signal("o", "x").unwrap();
+        assert_eq!(polled, Some(0));
+        let wait = runtime.wait_for_signal::<u32>("s", "n", None);
+        match tokio::time::timeout(Duration::ZERO, wait).await {
+            Ok(got) => received.push(got.unwrap()),
+            Err(_) => cancelled += 1,
+        }
+    }
+    assert!(cancelled > 0, "no wait was cancelled mid-way");
+    while received.len() < 3 {
+        let wait = runtime.wait_for_signal::<u32>("s", "n", Some(Duration::from_secs(2)));
+        received.push(wait.await.unwrap());
+    }
+    assert_eq!(received, [1, 2, 3]);
+}

@@ -177,9 +177,9 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 };
                 if durable && park.is_none_or(|p| p.is_zero()) {
                     let queued = match runtime.receive_now(session, &name, scope).await? {
-                        Some(received) => Some(
-                            (runtime.older_stored_first(session, &name, received, scope)).await?,
-                        ),
+                        Some(received) => {
+                            (runtime.older_stored_first(session, &name, received, scope)).await?
+                        }
                         // Dropped from this process's memory by the pending bounds, but kept
                         // in the store for this run.
                         None => runtime.receive_stored(session, &name).await?,
@@ -430,7 +430,16 @@ impl Context {
         if runtime.store().get_journal(&none_key).await?.is_some() {
             return Ok(None);
         }
-        while let Some(received) = runtime.receive_now(session, name, Scope::User).await? {
+        // As a wait takes it: what is queued, or an older signal the store kept for the run
+        // after the mailbox dropped it from memory.
+        loop {
+            let queued = match runtime.receive_now(session, name, Scope::User).await? {
+                Some(received) => {
+                    (runtime.older_stored_first(session, name, received, Scope::User)).await?
+                }
+                None => runtime.receive_stored(session, name).await?,
+            };
+            let Some(received) = queued else { break };
             if let Some(value) = accept(self, name, received, &key, Scope::User).await? {
                 return Ok(Some(value));
             }

@@ -22,7 +22,7 @@ impl Runtime {
     ) -> Result<Entry> {
         let queued = match self.receive_now(session, name, Scope::User).await? {
             Some(received) => {
-                Some((self.older_stored_first(session, name, received, Scope::User)).await?)
+                (self.older_stored_first(session, name, received, Scope::User)).await?
             }
             None => self.receive_stored(session, name).await?,
         };
@@ -52,29 +52,34 @@ impl Runtime {
     }
 
     /// `received`, or an older signal `name` of `session` the store kept for its run when the
-    /// mailbox dropped it from memory: FIFO per (session, name). `received` then goes back to
-    /// the head of its queue.
+    /// mailbox dropped it from memory: FIFO per (session, name).
+    ///
+    /// `received` waits at the head of its queue while the store is read, so that a receive
+    /// cancelled there loses nothing; it is then taken again, and `None` when someone else
+    /// took it meanwhile and nothing is left.
     pub(crate) async fn older_stored_first(
         &self,
         session: &str,
         name: &str,
         received: Entry,
         scope: Scope,
-    ) -> Result<Entry> {
+    ) -> Result<Option<Entry>> {
         if !self.removals().spared(session) {
-            return Ok(received);
+            return Ok(Some(received));
         }
-        let Some(older) = self.receive_stored(session, name).await? else {
-            self.removals().none_spared(session);
-            return Ok(received);
-        };
-        if received
-            .seq
-            .is_some_and(|seq| older.seq.is_some_and(|o| o < seq))
-        {
-            self.give_back(session, name, received, scope);
-            return Ok(older);
+        let seq = received.seq;
+        self.give_back(session, name, received, scope);
+        let stored = self.receive_stored(session, name).await?;
+        match stored {
+            Some(older) if seq.is_some_and(|seq| older.seq.is_some_and(|o| o < seq)) => {
+                Ok(Some(older))
+            }
+            stored => {
+                if stored.is_none() {
+                    self.removals().none_spared(session);
+                }
+                Ok(self.mailbox().poll_in(session, name, scope)?)
+            }
         }
-        Ok(received)
     }
 }

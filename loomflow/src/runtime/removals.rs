@@ -102,6 +102,11 @@ impl Removals {
         }
     }
 
+    /// Whether no removal is queued or under way.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.outstanding.load(Ordering::Acquire) == 0
+    }
+
     /// Whether a signal of `session` was dropped from memory and kept in the store for its
     /// run: a queued signal may then be younger than one in the store.
     pub(crate) fn spared(&self, session: &str) -> bool {

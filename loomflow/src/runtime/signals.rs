@@ -458,6 +458,9 @@ impl Runtime {
     }
 
     /// Takes the next payload if one is queued (framework names allowed when asked).
+    ///
+    /// No payload is held across a wait for the store: a receive cancelled there (a timed
+    /// out `wait_for_signal`, a node's `select!`) leaves it in its place.
     pub(crate) async fn receive_now(
         &self,
         session: &str,
@@ -468,8 +471,17 @@ impl Runtime {
         self.load_stored_signals().await?;
         self.open_for_live_run(session);
         let entry = self.mailbox().poll_in(session, name, scope)?;
+        if self.removals().is_idle() {
+            return Ok(entry);
+        }
+        // Taking a session's pending signals may have found some of them expired: once the
+        // store has them, an older one it keeps for the run is seen (`older_stored_first`).
+        // Meanwhile the payload is back at the head of its queue.
+        if let Some(entry) = entry {
+            self.give_back(session, name, entry, scope);
+        }
         self.removals().flush().await;
-        Ok(entry)
+        Ok(self.mailbox().poll_in(session, name, scope)?)
     }
 
     /// Types a received payload; on failure puts it back at the head of its queue. On
