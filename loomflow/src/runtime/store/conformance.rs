@@ -69,6 +69,7 @@ pub async fn run_all(store: &dyn Store) {
     runs::suspended_runs_wake_on_a_signal_or_their_time(store).await;
     runs::cancel_requests_are_recorded(store).await;
     runs::a_claimed_suspended_run_whose_execution_died_is_runnable(store).await;
+    runs::a_run_let_go_half_way_is_runnable_at_once(store).await;
     runs::old_signals_of_sessions_without_a_run_are_dropped(store).await;
     audit::entries_read_back_in_order(store).await;
     audit::signals_are_audited_with_the_signal(store).await;

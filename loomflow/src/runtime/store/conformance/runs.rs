@@ -426,6 +426,27 @@ pub(super) async fn a_claimed_suspended_run_whose_execution_died_is_runnable(sto
     assert_eq!(next("w2", 200).await, None);
 }
 
+/// A waiting run let go by an execution that stopped half way (`release_runnable`) is
+/// runnable at once, whatever the clock of the worker that looks: a runtime's clock (a test's
+/// manual clock, a skewed host) may be behind the one the store's host keeps.
+pub(super) async fn a_run_let_go_half_way_is_runnable_at_once(store: &dyn Store) {
+    let graph = unique("graph");
+    let graphs = [graph.clone()];
+    let thread = unique("half-way");
+    suspend(store, &thread, &graph, vec![interrupt(Some("go"), None)]).await;
+    assert_eq!(
+        store.claim(&thread, "stopped", LATER, 1).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    store.release_runnable(&thread, "stopped").await.unwrap();
+    let claimed = store
+        .claim_next_run(&graphs, "w", LATER, 2, 2)
+        .await
+        .unwrap()
+        .map(|run| run.record.thread);
+    assert_eq!(claimed.as_deref(), Some(thread.as_str()));
+}
+
 /// Old pending signals of sessions with no unfinished run are dropped (kept as consumed when
 /// they have an idempotency key, so that a retried send is still a duplicate); the prune
 /// leaves the signals of a queued, held or suspended run whatever their age, those of the

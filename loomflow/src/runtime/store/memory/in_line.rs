@@ -76,7 +76,7 @@ impl MemoryStore {
         if checkpoint.namespace.is_empty() {
             row.follow(&mut checkpoint, now_ms);
         }
-        row.let_go(false, 0);
+        row.let_go(false);
         let finished = row.state.is_some_and(RunState::is_finished);
         let id = fenced.file((thread, now_ms), checkpoint, self.retention);
         if finished {
@@ -97,7 +97,7 @@ impl MemoryStore {
         if let Some(slot) = inner.threads.get_mut(thread)
             && slot.row.held_by(owner)
         {
-            slot.row.let_go(runnable, now_ms());
+            slot.row.let_go(runnable);
         }
         Ok(())
     }

@@ -215,13 +215,14 @@ impl RunRow {
 
     /// Lets the run go: a suspended run let go without a new checkpoint is runnable again
     /// only at its wake time, unless its execution stopped half way (`runnable`: see
-    /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)).
-    pub(super) fn let_go(&mut self, runnable: bool, now_ms: u64) {
+    /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)): then at once,
+    /// whatever the clock of the worker that looks (0, as a claim marks it).
+    pub(super) fn let_go(&mut self, runnable: bool) {
         self.owner = None;
         self.until_ms = 0;
         match self.state {
             Some(RunState::Waiting | RunState::Sleeping) if runnable => {
-                self.runnable_at_ms = Some(now_ms);
+                self.runnable_at_ms = Some(0);
             }
             Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted) => {
                 self.runnable_at_ms = self.wake_at_ms;
