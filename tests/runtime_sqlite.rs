@@ -1013,3 +1013,31 @@ async fn a_file_from_before_the_runs_table_gets_a_row_for_each_run() {
         .unwrap();
     assert_eq!(answer, "later");
 }
+
+/// A lease far past what a store can write (`Duration::MAX`) is bounded to a century: runs
+/// start and resume on SQLite as they do in memory, rather than every claim failing.
+#[tokio::test]
+async fn a_lease_of_any_length_claims_on_sqlite() {
+    use loomflow::prelude::*;
+    let db = TempDb::new("lease-max");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .lease(Duration::MAX)
+        .build();
+    assert_eq!(runtime.lease(), Duration::from_secs(100 * 365 * 24 * 3600));
+    let graph = Graph::new("count")
+        .node_sync("inc", |n: &mut u32| *n += 1)
+        .edge(START, "inc")
+        .edge("inc", END)
+        .compile()
+        .unwrap();
+    let done = graph.invoke(&runtime, "t", 1).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 2);
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .lease(Duration::MAX)
+        .build();
+    runtime.submit("count", "w", 5u32).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert_eq!(runtime.get_state::<u32>("w").await.unwrap(), Some(6));
+}

@@ -183,9 +183,10 @@ impl RuntimeBuilder {
     /// sooner; a process stalled for longer than the lease (a paused VM, a blocked
     /// executor) loses it, and stops at its next write.
     ///
-    /// Values under a millisecond are raised to one.
+    /// Values under a millisecond are raised to one, and values over a century lowered to
+    /// one (stores keep expiry times as signed 64-bit milliseconds).
     pub fn lease(mut self, lease: std::time::Duration) -> Self {
-        self.lease = Some(lease.max(std::time::Duration::from_millis(1)));
+        self.lease = Some(claim::bounded_lease(lease));
         self
     }
 

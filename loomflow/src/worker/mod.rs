@@ -141,8 +141,9 @@ impl WorkerBuilder {
 
     /// The lease of the worker's claims (default: the runtime's, 30 s). Heartbeats renew it
     /// every third of its length; a worker that dies lets its runs go once it runs out.
+    /// Bounded as [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease) bounds it.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease.max(Duration::from_millis(1)));
+        self.lease = Some(crate::runtime::claim::bounded_lease(lease));
         self
     }
 

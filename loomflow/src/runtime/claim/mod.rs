@@ -38,6 +38,14 @@ pub(crate) use live::LiveClaims;
 /// How long a claim lasts without being renewed, unless the runtime sets its own.
 pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
+/// The longest lease: a century. Stores keep expiry times as signed 64-bit milliseconds.
+pub(crate) const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `lease` within what a claim can take: at least a millisecond, at most [`MAX_LEASE`].
+pub(crate) fn bounded_lease(lease: Duration) -> Duration {
+    lease.clamp(Duration::from_millis(1), MAX_LEASE)
+}
+
 /// The first pause between two claim attempts of a caller that waits; it doubles up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(2);
