@@ -542,9 +542,7 @@ impl RunClaim {
             .release_runnable(&self.inner.thread, self.owner_text())
             .await
     }
-}
 
-impl RunClaim {
     /// Whether the execution, as it stops, holds resume requests it did not checkpoint past:
     /// then it does not let go, and stops renewing its lease (a worker keeps its claims
     /// while it runs), so that the lease runs out.
