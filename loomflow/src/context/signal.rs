@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::Context;
 use crate::event::EventKind;
@@ -15,7 +16,7 @@ use crate::runtime::handover::Held;
 use crate::runtime::mailbox::{Entry, Scope, Taken, Taking};
 use crate::runtime::signals::decode;
 use crate::runtime::store::audit::signal_received;
-use crate::runtime::{JournalKey, RuntimeError, SignalError};
+use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -330,6 +331,49 @@ async fn accept<T: DeserializeOwned>(
 }
 
 impl Context {
+    /// Records that the node suspends until signal `name` arrives, in its `occurrence`-th
+    /// wait for that name (from 0).
+    /// `details`, when given, are shown in the interrupt (a tool approval puts the pending
+    /// call there).
+    /// `wake_at_ms` is the wait's deadline, when it has one: a worker carries the run on
+    /// then, and the wait times out.
+    ///
+    /// The interrupt's id is `<node>#signal:<name>`, and `#<occurrence>` after it for a
+    /// node's second wait for the same name and later: a run suspended on its next wait
+    /// is not taken for one still suspended on the wait it got past.
+    pub(crate) fn suspend_for_signal_with(
+        &self,
+        name: &str,
+        occurrence: u32,
+        details: Option<Value>,
+        wake_at_ms: Option<u64>,
+    ) -> RunError {
+        let mut control = self.control();
+        if control.suspension.is_empty() {
+            let index = control.interrupts_called;
+            let id = match occurrence {
+                0 => format!("{}#signal:{name}", self.qualified_node()),
+                n => format!("{}#signal:{name}#{n}", self.qualified_node()),
+            };
+            control.suspension.push(Interrupt {
+                id,
+                node: String::from(&*self.node),
+                index,
+                payload: match details {
+                    Some(details) => {
+                        serde_json::json!({ "waiting_for_signal": name, "details": details })
+                    }
+                    None => serde_json::json!({ "waiting_for_signal": name }),
+                },
+                signal: Some(name.to_owned()),
+                wake_at_ms,
+            });
+        }
+        RunError::Suspended {
+            node: String::from(&*self.node),
+        }
+    }
+
     /// Waits for the signal `name` on the run's session (its thread), typed.
     ///
     /// Someone outside the run answers with

@@ -1,9 +1,11 @@
-//! Signals a durable store keeps for a waiting run after the mailbox dropped them from
-//! memory (past the pending TTL, beyond the pending bound): a node's wait, and a
-//! runtime-level one, take them from the store, oldest first (see `Removals::awaited`).
+//! Signals a durable store keeps: loaded into the mailbox once per runtime, and, for a
+//! waiting run after the mailbox dropped them from memory (past the pending TTL, beyond the
+//! pending bound), taken from the store by a node's wait, and a runtime-level one, oldest
+//! first (see `Removals::awaited`).
 
 use std::time::Duration;
 
+use super::clock::unix_ms;
 use super::mailbox::{Entry, Scope};
 use super::{Runtime, RuntimeError};
 
@@ -81,5 +83,44 @@ impl Runtime {
                 Ok(self.mailbox().poll_in(session, name, scope)?)
             }
         }
+    }
+
+    /// Loads signals kept by a durable store into the mailbox, once per runtime.
+    pub(crate) async fn load_stored_signals(&self) -> Result<()> {
+        if !self.store().is_durable() {
+            return Ok(());
+        }
+        self.signals_loaded()
+            .get_or_try_init(|| async {
+                let stored = self.store().pending_signals().await?;
+                let count = stored.len();
+                let now = unix_ms(self.now());
+                if let Some(last) = stored.last() {
+                    let mut seen = self.inner.signals_seen.lock().await;
+                    seen.up_to = seen.up_to.max(last.seq);
+                }
+                for signal in stored {
+                    // Aged from the stored send time: the pending TTL does not restart.
+                    let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
+                    self.open_for_live_run(&signal.session);
+                    let delivery = self.mailbox().signal_stored(
+                        &signal.session,
+                        &signal.name,
+                        signal.payload,
+                        signal.seq,
+                        signal.sent_at_ms,
+                        age,
+                    );
+                    self.settle_pending(&signal.session, delivery);
+                }
+                if count > 0 {
+                    tracing::info!(count, "loaded stored signals into the mailbox");
+                }
+                // Signals past the TTL, or beyond the pending bound, leave the store now.
+                self.removals().flush().await;
+                Ok::<(), RuntimeError>(())
+            })
+            .await
+            .map(drop)
     }
 }

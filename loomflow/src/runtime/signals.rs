@@ -518,45 +518,6 @@ impl Runtime {
         let session = Arc::from(session);
         self.removals().push_received(Dropped { session, seq });
     }
-
-    /// Loads signals kept by a durable store into the mailbox, once per runtime.
-    pub(crate) async fn load_stored_signals(&self) -> Result<()> {
-        if !self.store().is_durable() {
-            return Ok(());
-        }
-        self.signals_loaded()
-            .get_or_try_init(|| async {
-                let stored = self.store().pending_signals().await?;
-                let count = stored.len();
-                let now = unix_ms(self.now());
-                if let Some(last) = stored.last() {
-                    let mut seen = self.inner.signals_seen.lock().await;
-                    seen.up_to = seen.up_to.max(last.seq);
-                }
-                for signal in stored {
-                    // Aged from the stored send time: the pending TTL does not restart.
-                    let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
-                    self.open_for_live_run(&signal.session);
-                    let delivery = self.mailbox().signal_stored(
-                        &signal.session,
-                        &signal.name,
-                        signal.payload,
-                        signal.seq,
-                        signal.sent_at_ms,
-                        age,
-                    );
-                    self.settle_pending(&signal.session, delivery);
-                }
-                if count > 0 {
-                    tracing::info!(count, "loaded stored signals into the mailbox");
-                }
-                // Signals past the TTL, or beyond the pending bound, leave the store now.
-                self.removals().flush().await;
-                Ok::<(), RuntimeError>(())
-            })
-            .await
-            .map(drop)
-    }
 }
 
 #[cfg(test)]
