@@ -199,3 +199,34 @@ async fn a_wait_ends_when_the_lease_is_lost() {
         other => panic!("expected the lost lease, got {other:?}"),
     }
 }
+
+/// A node gives up a wait (a timeout around it, a `select!`) while the store is consuming
+/// the signal it received: the payload is not lost with the wait. The node's next wait
+/// receives it, and it is consumed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_while_its_signal_is_consumed_leaves_the_signal() {
+    let db = loomflow_tests::TempDb::new("dropped-take");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("gives-up")
+        .node_fn("wait", |got: &mut Vec<u32>, ctx| {
+            Box::pin(async move {
+                let first = ctx.wait_for_signal::<u32>("go");
+                let gave_up = tokio::time::timeout(Duration::from_millis(200), first).await;
+                assert!(gave_up.is_err(), "the first wait was to be given up");
+                let second = ctx.wait_for_signal::<u32>("go");
+                got.push(second.timeout(Duration::from_secs(3)).await?);
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    let held = faults.hold_next_signal_take();
+    let out = graph.invoke(&runtime, "t", Vec::new()).await;
+    drop(held);
+    assert_eq!(out.unwrap().completed().unwrap(), [7]);
+    assert!(runtime.store().pending_signals().await.unwrap().is_empty());
+}

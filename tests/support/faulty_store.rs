@@ -1,7 +1,7 @@
 //! A store that passes every call to a real one (SQLite, in these tests), except where a
 //! test arms a fault: checkpoint writes under a claim that fail as a backend's would (a
-//! full disk, a dropped connection), or a read of a run's row that is held back until the
-//! test lets it go, to make a race happen in a given order.
+//! full disk, a dropped connection), or a read of a run's row or a signal's taking that is
+//! held back until the test lets it go, to make a race happen in a given order.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +24,8 @@ pub(crate) struct Faults {
     /// The next `get_run` reads the row, says so on the first sender, and returns it only
     /// once the second channel fires.
     held_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// The next `take_signal_claimed` starts only once this fires (or is dropped).
+    held_take: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl Faults {
@@ -34,6 +36,14 @@ impl Faults {
         let (go_tx, go_rx) = oneshot::channel();
         *self.held_read.lock().unwrap() = Some((read_tx, go_rx));
         (read_rx, go_tx)
+    }
+
+    /// Holds back the next signal taken under a claim: the store is not asked until the
+    /// returned sender fires or is dropped, and not at all if the taker gives up first.
+    pub(crate) fn hold_next_signal_take(&self) -> oneshot::Sender<()> {
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_take.lock().unwrap() = Some(go_rx);
+        go_tx
     }
 
     /// How many checkpoint writes failed so far.
@@ -263,8 +273,15 @@ impl<S: Store> Store for FaultyStore<S> {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner
-            .take_signal_claimed(session, seq, journal, owner, lease_until_ms)
+        let held = self.faults.held_take.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(go) = held {
+                let _ = go.await;
+            }
+            (self.inner)
+                .take_signal_claimed(session, seq, journal, owner, lease_until_ms)
+                .await
+        })
     }
 
     fn try_take_signal<'a>(

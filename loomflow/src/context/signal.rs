@@ -306,7 +306,18 @@ async fn accept<T: DeserializeOwned>(
                 .await
                 .map(|()| true)
         }
-        (_, Some(seq)) => ctx.claim().take_signal(session, seq, journal).await,
+        (_, Some(seq)) => {
+            // A wait dropped while the store consumes the row (a node's `select!`, a
+            // timeout around the wait) leaves the entry at the head of its queue: the next
+            // receiver consumes the row, or finds that this write committed all the same
+            // and looks for the next payload.
+            let held = Held::new(runtime, (session, name), scope, received);
+            let taken = ctx.claim().take_signal(session, seq, journal).await;
+            received = held.keep().ok_or(RunError::Internal {
+                problem: "a held signal went missing",
+            })?;
+            taken
+        }
         // Delivered by the in-memory mailbox: no store took it, so the receipt is audited
         // here, with the journal entry.
         (_, None) => {
