@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
 #[path = "support/postgres.rs"]
 mod postgres;
 
@@ -227,6 +229,60 @@ async fn a_poll_takes_a_signal_kept_past_the_ttl_first() {
     );
     let got: Vec<Option<u32>> = runtime.get_state("t").await.unwrap().unwrap();
     assert_eq!(got, [Some(1), Some(2), None]);
+}
+
+/// Signals kept past the TTL are looked for in the store by name, and only until none
+/// older than the queued ones is left there: a signal kept for one name is taken before a
+/// later one of its name, even after a receive of another name; once it is taken, the
+/// session's receives no longer read the store.
+#[tokio::test]
+async fn kept_signals_are_looked_for_by_name_until_none_is_left() {
+    let db = loomflow_tests::TempDb::new("ttl-two-names");
+    let ttl = Duration::from_millis(300);
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = with_ttl(store, ttl);
+    let graph = Graph::new("polling")
+        .node_fn("poll", |got: &mut Vec<Option<u32>>, ctx| {
+            Box::pin(async move {
+                ctx.wait_for_signal::<bool>("start").await?;
+                got.push(ctx.poll_signal::<u32>("other").await?);
+                for _ in 0..5 {
+                    got.push(ctx.poll_signal::<u32>("go").await?);
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "poll")
+        .edge("poll", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit("polling", "t", Vec::<Option<u32>>::new())
+        .await
+        .unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    runtime.signal("t", "go", 1u32).await.unwrap();
+    tokio::time::sleep(3 * ttl).await;
+    runtime.signal("t", "other", 9u32).await.unwrap();
+    for n in 2..=5 {
+        runtime.signal("t", "go", n).await.unwrap();
+    }
+    runtime.signal("t", "start", true).await.unwrap();
+    let reads = faults.kept_signal_reads();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(
+        runtime.run("t").await.unwrap().record.state,
+        RunState::Completed
+    );
+    let got: Vec<Option<u32>> = runtime.get_state("t").await.unwrap().unwrap();
+    let go = (1..=5).map(Some);
+    assert_eq!(got, [Some(9)].into_iter().chain(go).collect::<Vec<_>>());
+    // `go` 1 is read from the store, then `go` 2 is found to be the oldest kept.
+    assert_eq!(faults.kept_signal_reads() - reads, 2);
 }
 
 /// A runtime-level wait (`Runtime::wait_for_signal`, outside any node) receives a signal the

@@ -1,7 +1,10 @@
 //! A store that passes every call to a real one (SQLite, in these tests), except where a
 //! test arms a fault: checkpoint writes under a claim that fail as a backend's would (a
 //! full disk, a dropped connection), or a read of a run's row or a signal's taking that is
-//! held back until the test lets it go, to make a race happen in a given order.
+//! held back until the test lets it go, to make a race happen in a given order. It also
+//! counts the reads of the signals the store keeps for a session's run.
+
+#![allow(dead_code)] // each test uses what it needs
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +27,8 @@ pub(crate) struct Faults {
     /// The next `get_run` reads the row, says so on the first sender, and returns it only
     /// once the second channel fires.
     held_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// How many times the oldest kept signal of a (session, name) was read.
+    kept_signal_reads: AtomicUsize,
     /// The next `take_signal_claimed` starts only once this fires (or is dropped).
     held_take: Mutex<Option<oneshot::Receiver<()>>>,
 }
@@ -44,6 +49,11 @@ impl Faults {
         let (go_tx, go_rx) = oneshot::channel();
         *self.held_take.lock().unwrap() = Some(go_rx);
         go_tx
+    }
+
+    /// How many times the oldest kept signal of a (session, name) was read so far.
+    pub(crate) fn kept_signal_reads(&self) -> usize {
+        self.kept_signal_reads.load(Ordering::SeqCst)
     }
 
     /// How many checkpoint writes failed so far.
@@ -168,6 +178,7 @@ impl<S: Store> Store for FaultyStore<S> {
         session: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
+        self.faults.kept_signal_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.oldest_signal(session, name)
     }
 

@@ -66,19 +66,20 @@ impl Runtime {
         received: Entry,
         scope: Scope,
     ) -> Result<Option<Entry>> {
-        if !self.removals().spared(session) {
+        if !self.removals().spared(session, name) {
             return Ok(Some(received));
         }
         let seq = received.seq;
         self.give_back(session, name, received, scope);
         let stored = self.receive_stored(session, name).await?;
+        let older = |stored: u64| seq.is_some_and(|seq| stored < seq);
         match stored {
-            Some(older) if seq.is_some_and(|seq| older.seq.is_some_and(|o| o < seq)) => {
-                Ok(Some(older))
-            }
+            Some(kept) if kept.seq.is_some_and(older) => Ok(Some(kept)),
             stored => {
-                if stored.is_none() {
-                    self.removals().none_spared(session);
+                // The store keeps nothing older than the payload at the head of the queue
+                // (which it may keep too): the mailbox holds the oldest again.
+                if seq.is_some() || stored.is_none() {
+                    self.removals().none_spared(session, name);
                 }
                 Ok(self.mailbox().poll_in(session, name, scope)?)
             }

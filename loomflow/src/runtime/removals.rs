@@ -2,6 +2,7 @@
 //! let go undelivered (pending bounds, a session's last exit), and those consumed where the
 //! consumer cannot await (`poll_signal`).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -9,11 +10,13 @@ use super::mailbox::Dropped;
 use super::store::Store;
 
 /// A stored signal to take out of the store.
-struct Removal {
-    signal: Dropped,
-    /// Whether someone received it: its receipt is audited. A signal the mailbox dropped
-    /// went to nobody, and is removed without an entry saying it was received.
-    received: bool,
+enum Removal {
+    /// Received by a consumer that cannot take it out of the store itself: its receipt is
+    /// audited.
+    Received { session: Arc<str>, seq: u64 },
+    /// Let go undelivered by the mailbox: removed without a receipt, as it went to nobody,
+    /// or kept for its session's run.
+    Dropped(Dropped),
 }
 
 /// The removals queued and not made yet, for one store.
@@ -24,9 +27,10 @@ pub(crate) struct Removals {
     outstanding: AtomicUsize,
     /// Held while removing, so that a flush waits for one already under way.
     flushing: tokio::sync::Mutex<()>,
-    /// Sessions with a signal dropped from memory and kept in the store for their run (see
-    /// [`awaited`](Self::awaited)): their waits look in the store for an older signal first.
-    spared: Mutex<std::collections::HashSet<Arc<str>>>,
+    /// The names, by session, of signals dropped from memory and kept in the store for
+    /// their session's run (see [`awaited`](Self::awaited)): their waits look in the store
+    /// for an older signal first, until none older is left there.
+    spared: Mutex<HashMap<Arc<str>, HashSet<Arc<str>>>>,
 }
 
 impl Removals {
@@ -42,19 +46,13 @@ impl Removals {
 
     /// Queues the signals the mailbox dropped undelivered.
     pub(crate) fn push_dropped(self: &Arc<Self>, dropped: Vec<Dropped>) {
-        let removals = dropped.into_iter().map(|signal| Removal {
-            signal,
-            received: false,
-        });
-        self.push(removals.collect());
+        self.push(dropped.into_iter().map(Removal::Dropped).collect());
     }
 
-    /// Queues a signal a consumer received and cannot take out of the store itself.
-    pub(crate) fn push_received(self: &Arc<Self>, signal: Dropped) {
-        self.push(vec![Removal {
-            signal,
-            received: true,
-        }]);
+    /// Queues signal `seq` of `session`, which a consumer received and cannot take out of
+    /// the store itself.
+    pub(crate) fn push_received(self: &Arc<Self>, session: Arc<str>, seq: u64) {
+        self.push(vec![Removal::Received { session, seq }]);
     }
 
     /// Queues `removals` and starts making them in the background (without a tokio runtime
@@ -83,16 +81,21 @@ impl Removals {
             if batch.is_empty() {
                 return;
             }
-            for Removal { signal, received } in batch {
-                let Dropped { session, seq } = signal;
-                let removed = if received {
-                    self.store.take_signal(&session, seq, None).await
-                } else if self.awaited(&session).await {
-                    // Dropped from memory only: its run takes it from the store.
-                    crate::sync::lock(&self.spared).insert(Arc::clone(&session));
-                    Ok(())
-                } else {
-                    self.store.discard_signal(&session, seq).await
+            for removal in batch {
+                let (session, seq) = match &removal {
+                    Removal::Received { session, seq } => (session, *seq),
+                    Removal::Dropped(dropped) => (&dropped.session, dropped.seq),
+                };
+                let removed = match &removal {
+                    Removal::Received { .. } => self.store.take_signal(session, seq, None).await,
+                    Removal::Dropped(dropped) if self.awaited(session).await => {
+                        // Dropped from memory only: its run takes it from the store.
+                        let mut spared = crate::sync::lock(&self.spared);
+                        let names = spared.entry(Arc::clone(session)).or_default();
+                        names.insert(Arc::clone(&dropped.name));
+                        Ok(())
+                    }
+                    Removal::Dropped(_) => self.store.discard_signal(session, seq).await,
                 };
                 if let Err(error) = removed {
                     tracing::error!(%error, %session, seq, "could not remove a signal from the store");
@@ -107,15 +110,25 @@ impl Removals {
         self.outstanding.load(Ordering::Acquire) == 0
     }
 
-    /// Whether a signal of `session` was dropped from memory and kept in the store for its
-    /// run: a queued signal may then be younger than one in the store.
-    pub(crate) fn spared(&self, session: &str) -> bool {
-        crate::sync::lock(&self.spared).contains(session)
+    /// Whether a signal `name` of `session` was dropped from memory and kept in the store
+    /// for its run: a queued one may then be younger than one in the store.
+    pub(crate) fn spared(&self, session: &str, name: &str) -> bool {
+        let spared = crate::sync::lock(&self.spared);
+        spared
+            .get(session)
+            .is_some_and(|names| names.contains(name))
     }
 
-    /// Forgets that `session` had signals kept in the store: none is left there.
-    pub(crate) fn none_spared(&self, session: &str) {
-        crate::sync::lock(&self.spared).remove(session);
+    /// Forgets that `session` had signals `name` kept in the store: none older than what
+    /// its mailbox holds is left there.
+    pub(crate) fn none_spared(&self, session: &str, name: &str) {
+        let mut spared = crate::sync::lock(&self.spared);
+        if let Some(names) = spared.get_mut(session) {
+            names.remove(name);
+            if names.is_empty() {
+                spared.remove(session);
+            }
+        }
     }
 
     /// Whether `session` has a run that has not ended, which may take the signals sent to

@@ -24,9 +24,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::clock::unix_ms;
-use super::mailbox::{
-    Delivery, Dropped, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry,
-};
+use super::mailbox::{Delivery, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry};
 use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -515,8 +513,7 @@ impl Runtime {
     /// (for callers that cannot await); the next async signal operation waits for it.
     pub(crate) fn forget_consumed_signal(&self, session: &str, seq: Option<u64>) {
         let Some(seq) = seq else { return };
-        let session = Arc::from(session);
-        self.removals().push_received(Dropped { session, seq });
+        self.removals().push_received(Arc::from(session), seq);
     }
 }
 

@@ -112,5 +112,6 @@ impl Taking {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Dropped {
     pub(crate) session: Arc<str>,
+    pub(crate) name: Arc<str>,
     pub(crate) seq: u64,
 }

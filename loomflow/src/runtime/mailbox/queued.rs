@@ -35,19 +35,35 @@ pub(super) fn expired(entry: &Entry, ttl: Option<Duration>, now: Instant) -> boo
     ttl.is_some_and(|ttl| now.saturating_duration_since(entry.sent_at) >= ttl)
 }
 
-/// Notes the stored ones among `entries`, which the mailbox is letting go undelivered.
+/// Notes the stored ones among `entries`, signals `name` of `session` which the mailbox is
+/// letting go undelivered.
 pub(super) fn note_dropped<'a>(
     dropped: &mut Vec<Dropped>,
-    session: &Arc<str>,
+    (session, name): (&Arc<str>, &Arc<str>),
     entries: impl IntoIterator<Item = &'a Entry>,
 ) -> usize {
     let mut count = 0;
     for entry in entries {
         count += 1;
         if let Some(seq) = entry.seq {
-            let session = Arc::clone(session);
-            dropped.push(Dropped { session, seq });
+            let (session, name) = (Arc::clone(session), Arc::clone(name));
+            dropped.push(Dropped { session, name, seq });
         }
+    }
+    count
+}
+
+/// Notes the stored signals of `session`'s `queues`, by name, which the mailbox is letting
+/// go whole.
+pub(super) fn note_queues_dropped<'a>(
+    dropped: &mut Vec<Dropped>,
+    session: &Arc<str>,
+    queues: impl IntoIterator<Item = (&'a Arc<str>, &'a VecDeque<Queued>)>,
+) -> usize {
+    let mut count = 0;
+    for (name, queue) in queues {
+        let entries = queue.iter().map(|queued| &queued.entry);
+        count += note_dropped(dropped, (session, name), entries);
     }
     count
 }

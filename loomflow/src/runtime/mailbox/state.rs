@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::entry::{Dropped, Entry};
 use super::idempotency::Remembered;
-use super::queued::{Place, Queued, expired, insert_at, note_dropped};
+use super::queued::{Place, Queued, expired, insert_at, note_dropped, note_queues_dropped};
 use super::{Delivery, MailboxConfig};
 
 /// The outcome of registering a waiter.
@@ -368,9 +368,11 @@ impl State {
             return;
         }
         if !to_pending {
-            let entries = leftovers.flat_map(|channel| channel.queue.into_iter());
-            let entries: Vec<Queued> = entries.collect();
-            let dropped = note_dropped(&mut self.dropped, &key, entries.iter().map(|q| &q.entry));
+            let mut dropped = 0;
+            for channel in leftovers {
+                let entries = channel.queue.iter().map(|q| &q.entry);
+                dropped += note_dropped(&mut self.dropped, (&key, &channel.name), entries);
+            }
             if dropped > 0 {
                 tracing::debug!(
                     session,
@@ -412,7 +414,11 @@ impl State {
             let (queue, gone): (VecDeque<Queued>, VecDeque<Queued>) = queue
                 .into_iter()
                 .partition(|q| !expired(&q.entry, ttl, now));
-            let gone = note_dropped(&mut self.dropped, &key, gone.iter().map(|q| &q.entry));
+            let gone = note_dropped(
+                &mut self.dropped,
+                (&key, &name),
+                gone.iter().map(|q| &q.entry),
+            );
             if gone > 0 {
                 tracing::debug!(
                     session,
@@ -451,17 +457,17 @@ impl State {
     ) {
         self.sweep(config, now);
         if config.max_pending_signal_sessions == Some(0) {
-            let session = Arc::from(session);
-            note_dropped(&mut self.dropped, &session, [&queued.entry]);
-            tracing::debug!(%session, name, "pending mailbox disabled: signal dropped");
+            let (session, name) = (Arc::from(session), Arc::from(name));
+            note_dropped(&mut self.dropped, (&session, &name), [&queued.entry]);
+            tracing::debug!(%session, %name, "pending mailbox disabled: signal dropped");
             return;
         }
         if expired(&queued.entry, config.pending_signal_ttl, now) {
             // A stored signal loaded after a restart, or leftovers of a session that held it
             // past the TTL: its age counts from when it was sent.
-            let session = Arc::from(session);
-            note_dropped(&mut self.dropped, &session, [&queued.entry]);
-            tracing::debug!(%session, name, "pending signal expired on arrival");
+            let (session, name) = (Arc::from(session), Arc::from(name));
+            note_dropped(&mut self.dropped, (&session, &name), [&queued.entry]);
+            tracing::debug!(%session, %name, "pending signal expired on arrival");
             return;
         }
         if !self.pending.contains_key(session) {
@@ -471,8 +477,8 @@ impl State {
                         break;
                     };
                     if let Some(evicted) = self.pending.remove(&victim) {
-                        let entries = evicted.names.values().flatten().map(|q| &q.entry);
-                        let dropped = note_dropped(&mut self.dropped, &victim, entries);
+                        let dropped =
+                            note_queues_dropped(&mut self.dropped, &victim, &evicted.names);
                         tracing::debug!(
                             session = &*victim,
                             dropped,
@@ -519,7 +525,11 @@ impl State {
                 found = Some(queued);
                 break;
             }
-            note_dropped(&mut self.dropped, &session_key, [&queued.entry]);
+            note_dropped(
+                &mut self.dropped,
+                (&session_key, &name_key),
+                [&queued.entry],
+            );
             tracing::debug!(session, name, "pending signal expired");
         }
         if queue.is_empty() {
@@ -566,8 +576,7 @@ impl State {
             if let Some(session) = self.lru.remove(&tick)
                 && let Some(gone) = self.pending.remove(&session)
             {
-                let entries = gone.names.values().flatten().map(|q| &q.entry);
-                let dropped = note_dropped(&mut self.dropped, &session, entries);
+                let dropped = note_queues_dropped(&mut self.dropped, &session, &gone.names);
                 tracing::debug!(session = &*session, dropped, "pending signals expired");
             }
         }
