@@ -50,6 +50,7 @@ impl Runtime {
             sent_at: tokio::time::Instant::now(),
             sent_at_ms: signal.sent_at_ms,
             taking: None,
+            order: None,
         }))
     }
 

@@ -23,6 +23,10 @@ pub(crate) struct Entry {
     /// cancelled before it ended: the next receiver learns how it ended instead of
     /// consuming the row again.
     pub(crate) taking: Option<Taking>,
+    /// Its place in send order, once this mailbox queued it: a payload given back returns
+    /// there, behind an older one given back before it. `None` for one never queued (taken
+    /// from the store), which goes back to the head of its queue.
+    pub(crate) order: Option<u64>,
 }
 
 impl Entry {
@@ -34,6 +38,7 @@ impl Entry {
             sent_at: Instant::now(),
             sent_at_ms,
             taking: None,
+            order: None,
         }
     }
 
@@ -63,6 +68,7 @@ impl Entry {
             sent_at,
             sent_at_ms,
             taking: None,
+            order: None,
         }
     }
 }

@@ -484,7 +484,9 @@ impl Mailbox {
     }
 
     /// Puts an entry taken from the mailbox back at the head of its queue, with its store
-    /// sequence number and send time.
+    /// sequence number and send time: back in its place in send order, behind an older
+    /// entry given back before it (two receivers that each took one and gave up, in either
+    /// order); at the very head when the mailbox never queued it.
     pub(crate) fn requeue_front_in(
         &self,
         session: &str,
@@ -493,9 +495,10 @@ impl Mailbox {
         scope: Scope,
     ) -> Result<(), SignalError> {
         check_name(session, name, scope)?;
+        let place = entry.order.map_or(Place::Front, Place::Return);
         self.inner
             .lock()
-            .deliver(&self.inner.config, session, name, entry, Place::Front);
+            .deliver(&self.inner.config, session, name, entry, place);
         Ok(())
     }
 }

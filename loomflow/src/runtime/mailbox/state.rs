@@ -141,7 +141,7 @@ impl State {
         config: &MailboxConfig,
         session: &str,
         name: &str,
-        entry: Entry,
+        mut entry: Entry,
         place: Place,
     ) -> Delivery {
         let order = match place {
@@ -149,6 +149,7 @@ impl State {
             Place::Return(order) => order,
             Place::Front => 0,
         };
+        entry.order = (order > 0).then_some(order);
         let queued = Queued { order, entry };
         let Some(live) = self.live.get_mut(session) else {
             self.push_pending(config, session, name, queued, place, Instant::now());

@@ -176,6 +176,23 @@ fn payloads_given_back_out_of_order_return_to_send_order() {
 }
 
 #[test]
+fn entries_taken_and_given_back_in_any_order_return_to_send_order() {
+    let mb = mailbox();
+    let _open = mb.open_session("s");
+    for n in 1..=3 {
+        mb.signal("s", "n", json!(n)).unwrap();
+    }
+    let first = mb.poll_in("s", "n", Scope::User).unwrap().unwrap();
+    let second = mb.poll_in("s", "n", Scope::User).unwrap().unwrap();
+    // Two receivers give up, the one that took the older payload first.
+    mb.requeue_front_in("s", "n", first, Scope::User).unwrap();
+    mb.requeue_front_in("s", "n", second, Scope::User).unwrap();
+    for n in 1..=3 {
+        assert_eq!(mb.poll("s", "n").unwrap(), Some(json!(n)));
+    }
+}
+
+#[test]
 fn a_payload_given_back_after_its_session_closed_goes_to_pending_in_order() {
     let mb = mailbox();
     let wait = mb.wait("s", "n", None);
