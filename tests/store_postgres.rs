@@ -161,7 +161,13 @@ async fn a_failed_write_names_its_thread() {
     let thread = "order\u{0}7";
     let cp = Checkpoint::new(thread, 1, "", 0, RunStatus::Running, json!(1));
     match store.put_checkpoint(cp).await {
-        Err(StoreError::Write { thread: named, .. }) => assert_eq!(named, thread),
+        Err(StoreError::Write {
+            thread: named,
+            message,
+        }) => {
+            assert_eq!(named, thread);
+            assert!(message.contains("cannot keep a NUL character"), "{message}");
+        }
         other => panic!("expected a write error naming the thread, got {other:?}"),
     }
     // A NUL inside a JSON value is fine: values are stored as JSON text, where it is escaped.

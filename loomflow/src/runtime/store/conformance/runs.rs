@@ -447,6 +447,58 @@ pub(super) async fn a_run_let_go_half_way_is_runnable_at_once(store: &dyn Store)
     assert_eq!(claimed.as_deref(), Some(thread.as_str()));
 }
 
+/// A failure's message is recorded whatever characters it holds: one with a NUL (a node's
+/// error quoting raw bytes) ends its run as failed, on the row and in the checkpoint, and
+/// reads back with its text around the NUL (PostgreSQL, whose `TEXT` cannot hold a NUL,
+/// keeps U+FFFD in its place).
+pub(super) async fn a_failure_with_a_nul_in_its_message_is_recorded(store: &dyn Store) {
+    let message = "bad\0byte";
+    let kept = |error: Option<&str>| error.is_some_and(|e| e == message || e == "bad\u{FFFD}byte");
+    let thread = unique("nul-checkpoint");
+    assert_eq!(
+        store.claim(&thread, "w", LATER, 1).await.unwrap(),
+        crate::runtime::store::Claim::Claimed
+    );
+    let mut cp = Checkpoint::new(&thread, 1, "", 1, RunStatus::Failed, json!({"state": 1}));
+    cp.error = Some(message.to_owned());
+    let id = store.put_checkpoint_and_release(cp, "w").await.unwrap();
+    let read = store.get_checkpoint(&thread, id).await.unwrap().unwrap();
+    assert!(
+        kept(read.error.as_deref()),
+        "checkpoint error {:?}",
+        read.error
+    );
+    let record = store.get_run(&thread).await.unwrap().unwrap();
+    assert_eq!(record.state, RunState::Failed);
+    assert!(
+        kept(record.error.as_deref()),
+        "run error {:?}",
+        record.error
+    );
+
+    let thread = unique("nul-finish");
+    let graph = unique("graph");
+    store
+        .submit_run(&thread, &graph, json!(1), 1)
+        .await
+        .unwrap();
+    let graphs = [graph];
+    let claimed = store
+        .claim_next_run(&graphs, "w", LATER, 2, 2)
+        .await
+        .unwrap();
+    assert!(claimed.is_some(), "the submitted run is claimed");
+    let failed = store.finish_run(&thread, "w", RunState::Failed, Some(message.to_owned()));
+    failed.await.unwrap();
+    let record = store.get_run(&thread).await.unwrap().unwrap();
+    assert_eq!(record.state, RunState::Failed);
+    assert!(
+        kept(record.error.as_deref()),
+        "run error {:?}",
+        record.error
+    );
+}
+
 /// Old pending signals of sessions with no unfinished run are dropped (kept as consumed when
 /// they have an idempotency key, so that a retried send is still a duplicate); the prune
 /// leaves the signals of a queued, held or suspended run whatever their age, those of the

@@ -61,8 +61,21 @@ impl Fail {
             Self::Store(error) => error,
             Self::Pool(PoolError::Closed) => StoreError::Closed,
             Self::Pool(error) => make(thread.to_owned(), chain(&error)),
-            Self::Db(error) => make(thread.to_owned(), chain(&error)),
+            Self::Db(error) => make(thread.to_owned(), db_message(&error)),
         }
+    }
+}
+
+/// What the server said, and for text it cannot keep, why: its `TEXT` cannot hold a NUL
+/// character, which a thread, a session, a name or a key then holds.
+fn db_message(error: &tokio_postgres::Error) -> String {
+    let message = chain(error);
+    match error.code() {
+        Some(&tokio_postgres::error::SqlState::CHARACTER_NOT_IN_REPERTOIRE) => format!(
+            "PostgreSQL cannot keep a NUL character in text (a thread, session, name or key \
+             holds one): {message}"
+        ),
+        _ => message,
     }
 }
 

@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 
 use super::audit::AuditColumns;
 use super::error::Fail;
-use super::rows::{CheckpointRow, JournalRow, get, now_ms, to_u64};
+use super::rows::{CheckpointRow, JournalRow, get, kept_text, now_ms, to_u64};
 use crate::runtime::store::{RowUpdate, StoreError};
 
 /// The error of a write under `owner`'s claim that found the run no longer held by it.
@@ -79,6 +79,7 @@ struct RowColumns {
     wake_at_ms: Option<i64>,
     runnable_at_ms: Option<i64>,
     unfinished: bool,
+    error: Option<String>,
 }
 
 impl RowColumns {
@@ -91,6 +92,7 @@ impl RowColumns {
                 .runnable_at_ms()
                 .and_then(|ms| i64::try_from(ms).ok()),
             unfinished: !update.state.is_finished(),
+            error: kept_text(update.error.as_deref()),
         }
     }
 }
@@ -137,7 +139,7 @@ pub(super) async fn write_fenced(
                 "fingerprint = COALESCE(?, fingerprint)",
                 &update.fingerprint,
             );
-            set.bind("error = ?", &update.error);
+            set.bind("error = ?", &columns.error);
             set.bind(
                 "cancel_requested = cancel_requested AND ?",
                 &columns.unfinished,

@@ -127,6 +127,11 @@ impl PostgresOptions {
 /// connection goes back to the pool at once, so the next operation on it waits for that
 /// statement to finish.
 ///
+/// PostgreSQL text cannot hold a NUL character (`\0`), where SQLite's and memory can:
+/// values are JSON text, in which a NUL is escaped, and an error message keeps U+FFFD in
+/// its place; a thread, a session, a signal name or a key holding one is refused with
+/// [`StoreError::Write`] saying so.
+///
 /// # Examples
 ///
 /// ```no_run

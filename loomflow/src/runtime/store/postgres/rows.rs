@@ -23,6 +23,12 @@ pub(super) fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreE
     u64::try_from(value).map_err(|_| corrupt(thread, format!("negative {what} {value}")))
 }
 
+/// Free text (an error message) as PostgreSQL keeps it: its `TEXT` cannot hold a NUL
+/// character, which becomes U+FFFD, the character that stands for one that cannot be shown.
+pub(super) fn kept_text(text: Option<&str>) -> Option<String> {
+    text.map(|text| text.replace('\0', "\u{FFFD}"))
+}
+
 /// JSON text, as stored. Text rather than `jsonb`: the body must come back exactly as it
 /// went in, and `jsonb` refuses some valid JSON (a `\u0000` in a string).
 pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
@@ -138,7 +144,7 @@ impl CheckpointRow {
             body: checkpoint.body_json()?,
             thread: thread.clone(),
             namespace: checkpoint.namespace.clone(),
-            error: checkpoint.error.clone(),
+            error: kept_text(checkpoint.error.as_deref()),
             audit: AuditRow::all(&checkpoint.audit)?,
             ends_run: checkpoint.ends_run(),
         })

@@ -32,7 +32,9 @@ use tokio_postgres::Row;
 use super::PostgresStore;
 use super::error::Fail;
 use super::fenced::{lease_lost, release, take_journal_fenced, write_fenced, write_journal_fenced};
-use super::rows::{CheckpointRow, JournalRow, corrupt, from_json, get, now_ms, to_i64, to_u64};
+use super::rows::{
+    CheckpointRow, JournalRow, corrupt, from_json, get, kept_text, now_ms, to_i64, to_u64,
+};
 use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{
     AuditEntry, Checkpoint, Claim, ClaimedRun, JournalKey, RowUpdate, RunFilter, RunRecord,
@@ -532,7 +534,13 @@ impl PostgresStore {
             let finished = client
                 .query_opt(
                     &stmt,
-                    &[&thread, &owner, &state.as_str(), &error, &now_ms()],
+                    &[
+                        &thread,
+                        &owner,
+                        &state.as_str(),
+                        &kept_text(error.as_deref()),
+                        &now_ms(),
+                    ],
                 )
                 .await?;
             if finished.is_none() {
