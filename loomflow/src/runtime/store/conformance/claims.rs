@@ -90,6 +90,35 @@ pub(super) async fn claims_are_exclusive_until_expiry_or_release(store: &dyn Sto
     store.release(&thread, "c").await.unwrap();
 }
 
+/// A claim stamps its run's row with the time it was made, as every change to the row does:
+/// runs listed newest first show the one just claimed first.
+pub(super) async fn a_claim_stamps_its_rows_update_time(store: &dyn Store) {
+    let thread = unique("claim-time");
+    let graph = unique("graph");
+    store
+        .submit_run(&thread, &graph, json!(1), 1_000)
+        .await
+        .unwrap();
+    let updated = async || {
+        store
+            .get_run(&thread)
+            .await
+            .unwrap()
+            .map(|r| r.updated_at_ms)
+    };
+    assert_eq!(updated().await, Some(1_000));
+    assert_eq!(
+        store.claim(&thread, "a", LATER, 2_000).await.unwrap(),
+        Claim::Claimed
+    );
+    assert_eq!(updated().await, Some(2_000), "claimed");
+    store.release(&thread, "a").await.unwrap();
+    let graphs = [graph];
+    let claimed = store.claim_next_run(&graphs, "b", LATER, 3_000, 3_000);
+    assert!(claimed.await.unwrap().is_some());
+    assert_eq!(updated().await, Some(3_000), "claimed by a worker");
+}
+
 /// Writes under a claim land only while their owner holds it; a lost lease writes nothing.
 pub(super) async fn writes_under_a_claim_are_fenced(store: &dyn Store) {
     let thread = unique("fence");

@@ -31,7 +31,6 @@ impl MemoryStore {
             if row.state.is_none() && row.owner.is_none() && row.created_at_ms == 0 {
                 // Never claimed nor submitted (a new thread, or one with checkpoints only).
                 row.created_at_ms = now_ms;
-                row.updated_at_ms = now_ms;
             }
             (row.claim(owner, lease_until_ms, now_ms), place)
         })

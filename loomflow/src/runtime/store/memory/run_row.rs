@@ -84,6 +84,7 @@ impl RunRow {
                 self.owner = Some(owner.to_id());
                 self.until_ms = lease_until_ms;
                 self.lease_ms = lease_until_ms.saturating_sub(now_ms);
+                self.updated_at_ms = now_ms;
                 self.mark_in_flight();
                 Claim::Claimed
             }
