@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use super::clock::unix_ms;
-use super::mailbox::{Entry, Scope};
+use super::mailbox::{Delivery, Entry, Scope};
+use super::store::StoredSignal;
 use super::{Runtime, RuntimeError};
 
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -87,6 +88,26 @@ impl Runtime {
         }
     }
 
+    /// Queues in the mailbox `signal`, which a durable store keeps (its payload is taken),
+    /// aged from its stored send time by `now_ms` (the runtime's clock), so that the pending
+    /// TTL does not restart. `None` when the mailbox holds it already: the process that sent
+    /// it, and a look at the store, can both bring it.
+    pub(super) fn queue_stored(&self, signal: &mut StoredSignal, now_ms: u64) -> Option<Delivery> {
+        let age = Duration::from_millis(now_ms.saturating_sub(signal.sent_at_ms));
+        self.open_for_live_run(&signal.session);
+        let payload = std::mem::take(&mut signal.payload);
+        let (session, name) = (&signal.session, &signal.name);
+        let delivery = (self.mailbox()).signal_stored_once(
+            session,
+            name,
+            payload,
+            signal.seq,
+            signal.sent_at_ms,
+            age,
+        )?;
+        Some(self.settle_pending(session, delivery))
+    }
+
     /// Loads signals kept by a durable store into the mailbox, once per runtime.
     pub(crate) async fn load_stored_signals(&self) -> Result<()> {
         if !self.store().is_durable() {
@@ -101,19 +122,8 @@ impl Runtime {
                     let mut seen = self.inner.signals_seen.lock().await;
                     seen.up_to = seen.up_to.max(last.seq);
                 }
-                for signal in stored {
-                    // Aged from the stored send time: the pending TTL does not restart.
-                    let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
-                    self.open_for_live_run(&signal.session);
-                    let delivery = self.mailbox().signal_stored(
-                        &signal.session,
-                        &signal.name,
-                        signal.payload,
-                        signal.seq,
-                        signal.sent_at_ms,
-                        age,
-                    );
-                    self.settle_pending(&signal.session, delivery);
+                for mut signal in stored {
+                    self.queue_stored(&mut signal, now);
                 }
                 if count > 0 {
                     tracing::info!(count, "loaded stored signals into the mailbox");

@@ -299,22 +299,12 @@ impl Runtime {
         let now = unix_ms(self.now());
         let mut sessions = Vec::new();
         let mut own_delivery = None;
-        for signal in stored {
+        for mut signal in stored {
             seen.up_to = seen.up_to.max(signal.seq);
             if seen.sent_here.remove(&signal.seq) {
                 continue; // its send queued it
             }
-            let age = Duration::from_millis(now.saturating_sub(signal.sent_at_ms));
-            self.open_for_live_run(&signal.session);
-            let delivered = self.mailbox().signal_stored_once(
-                &signal.session,
-                &signal.name,
-                signal.payload,
-                signal.seq,
-                signal.sent_at_ms,
-                age,
-            );
-            let delivered = delivered.map(|d| self.settle_pending(&signal.session, d));
+            let delivered = self.queue_stored(&mut signal, now);
             if own == Some(signal.seq) {
                 own_delivery = delivered;
             }

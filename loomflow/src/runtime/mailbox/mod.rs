@@ -388,9 +388,9 @@ impl Mailbox {
         Ok(())
     }
 
-    /// Delivers a signal that a durable store has already accepted (under `seq`, sent at
-    /// `sent_at_ms` by its sender's clock, `age` ago), without checking it again: a stored
-    /// signal must not be refused afterwards, even by a limit lowered since.
+    /// [`signal_stored_once`](Self::signal_stored_once), for tests: queued even if the
+    /// mailbox holds it already.
+    #[cfg(test)]
     pub(crate) fn signal_stored(
         &self,
         session: &str,
@@ -404,9 +404,11 @@ impl Mailbox {
             .unwrap_or(Delivery::Queued)
     }
 
-    /// [`signal_stored`](Self::signal_stored), unless the stored signal `seq` is already
-    /// queued here (the process that sent it, and a refresh from the store, can both bring
-    /// it): then `None`, and nothing changes.
+    /// Delivers a signal that a durable store has already accepted (under `seq`, sent at
+    /// `sent_at_ms` by its sender's clock, `age` ago), without checking it again: a stored
+    /// signal must not be refused afterwards, even by a limit lowered since. Unless the
+    /// stored signal `seq` is already queued here (the process that sent it, and a refresh
+    /// from the store, can both bring it): then `None`, and nothing changes.
     pub(crate) fn signal_stored_once(
         &self,
         session: &str,
