@@ -195,12 +195,24 @@ async fn a_poll_takes_a_signal_kept_past_the_ttl_first() {
     let db = loomflow_tests::TempDb::new("ttl-poll");
     let ttl = Duration::from_millis(300);
     let runtime = with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+    let worker = suspend_polling(&runtime, &["go", "go", "go"]).await;
+    runtime.signal("t", "go", 1u32).await.unwrap();
+    tokio::time::sleep(3 * ttl).await;
+    runtime.signal("t", "go", 2u32).await.unwrap();
+    runtime.signal("t", "start", true).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(polled(&runtime).await, [Some(1), Some(2), None]);
+}
+
+/// Submits a run on thread `t` that waits for `start`, then polls each of `names` in turn,
+/// keeping what each poll got; returns once a worker (also returned) suspended it.
+async fn suspend_polling(runtime: &Runtime, names: &'static [&'static str]) -> Worker {
     let graph = Graph::new("polling")
-        .node_fn("poll", |got: &mut Vec<Option<u32>>, ctx| {
+        .node_fn("poll", move |got: &mut Vec<Option<u32>>, ctx| {
             Box::pin(async move {
                 ctx.wait_for_signal::<bool>("start").await?;
-                for _ in 0..3 {
-                    got.push(ctx.poll_signal::<u32>("go").await?);
+                for name in names {
+                    got.push(ctx.poll_signal::<u32>(name).await?);
                 }
                 Ok(())
             })
@@ -209,7 +221,7 @@ async fn a_poll_takes_a_signal_kept_past_the_ttl_first() {
         .edge("poll", END)
         .compile()
         .unwrap();
-    let worker = Worker::builder(&runtime)
+    let worker = Worker::builder(runtime)
         .graph(&graph)
         .park_grace(Duration::ZERO)
         .build();
@@ -218,17 +230,14 @@ async fn a_poll_takes_a_signal_kept_past_the_ttl_first() {
         .await
         .unwrap();
     assert_eq!(worker.run_until_idle().await.unwrap(), 1);
-    runtime.signal("t", "go", 1u32).await.unwrap();
-    tokio::time::sleep(3 * ttl).await;
-    runtime.signal("t", "go", 2u32).await.unwrap();
-    runtime.signal("t", "start", true).await.unwrap();
-    worker.run_until_idle().await.unwrap();
-    assert_eq!(
-        runtime.run("t").await.unwrap().record.state,
-        RunState::Completed
-    );
-    let got: Vec<Option<u32>> = runtime.get_state("t").await.unwrap().unwrap();
-    assert_eq!(got, [Some(1), Some(2), None]);
+    worker
+}
+
+/// What the polls of the completed run on thread `t` got.
+async fn polled(runtime: &Runtime) -> Vec<Option<u32>> {
+    let record = runtime.run("t").await.unwrap().record;
+    assert_eq!(record.state, RunState::Completed, "{record:?}");
+    runtime.get_state("t").await.unwrap().unwrap()
 }
 
 /// Signals kept past the TTL are looked for in the store by name, and only until none
@@ -241,30 +250,7 @@ async fn kept_signals_are_looked_for_by_name_until_none_is_left() {
     let ttl = Duration::from_millis(300);
     let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
     let runtime = with_ttl(store, ttl);
-    let graph = Graph::new("polling")
-        .node_fn("poll", |got: &mut Vec<Option<u32>>, ctx| {
-            Box::pin(async move {
-                ctx.wait_for_signal::<bool>("start").await?;
-                got.push(ctx.poll_signal::<u32>("other").await?);
-                for _ in 0..5 {
-                    got.push(ctx.poll_signal::<u32>("go").await?);
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "poll")
-        .edge("poll", END)
-        .compile()
-        .unwrap();
-    let worker = Worker::builder(&runtime)
-        .graph(&graph)
-        .park_grace(Duration::ZERO)
-        .build();
-    runtime
-        .submit("polling", "t", Vec::<Option<u32>>::new())
-        .await
-        .unwrap();
-    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let worker = suspend_polling(&runtime, &["other", "go", "go", "go", "go", "go"]).await;
     runtime.signal("t", "go", 1u32).await.unwrap();
     tokio::time::sleep(3 * ttl).await;
     runtime.signal("t", "other", 9u32).await.unwrap();
@@ -274,13 +260,9 @@ async fn kept_signals_are_looked_for_by_name_until_none_is_left() {
     runtime.signal("t", "start", true).await.unwrap();
     let reads = faults.kept_signal_reads();
     worker.run_until_idle().await.unwrap();
-    assert_eq!(
-        runtime.run("t").await.unwrap().record.state,
-        RunState::Completed
-    );
-    let got: Vec<Option<u32>> = runtime.get_state("t").await.unwrap().unwrap();
     let go = (1..=5).map(Some);
-    assert_eq!(got, [Some(9)].into_iter().chain(go).collect::<Vec<_>>());
+    let expected: Vec<_> = [Some(9)].into_iter().chain(go).collect();
+    assert_eq!(polled(&runtime).await, expected);
     // `go` 1 is read from the store, then `go` 2 is found to be the oldest kept.
     assert_eq!(faults.kept_signal_reads() - reads, 2);
 }

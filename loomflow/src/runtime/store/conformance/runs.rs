@@ -454,6 +454,15 @@ pub(super) async fn a_run_let_go_half_way_is_runnable_at_once(store: &dyn Store)
 pub(super) async fn a_failure_with_a_nul_in_its_message_is_recorded(store: &dyn Store) {
     let message = "bad\0byte";
     let kept = |error: Option<&str>| error.is_some_and(|e| e == message || e == "bad\u{FFFD}byte");
+    let failed_with_it = async |thread: &str| {
+        let record = store.get_run(thread).await.unwrap().unwrap();
+        assert_eq!(record.state, RunState::Failed);
+        assert!(
+            kept(record.error.as_deref()),
+            "run error {:?}",
+            record.error
+        );
+    };
     let thread = unique("nul-checkpoint");
     assert_eq!(
         store.claim(&thread, "w", LATER, 1).await.unwrap(),
@@ -468,13 +477,7 @@ pub(super) async fn a_failure_with_a_nul_in_its_message_is_recorded(store: &dyn 
         "checkpoint error {:?}",
         read.error
     );
-    let record = store.get_run(&thread).await.unwrap().unwrap();
-    assert_eq!(record.state, RunState::Failed);
-    assert!(
-        kept(record.error.as_deref()),
-        "run error {:?}",
-        record.error
-    );
+    failed_with_it(&thread).await;
 
     let thread = unique("nul-finish");
     let graph = unique("graph");
@@ -490,13 +493,7 @@ pub(super) async fn a_failure_with_a_nul_in_its_message_is_recorded(store: &dyn 
     assert!(claimed.is_some(), "the submitted run is claimed");
     let failed = store.finish_run(&thread, "w", RunState::Failed, Some(message.to_owned()));
     failed.await.unwrap();
-    let record = store.get_run(&thread).await.unwrap().unwrap();
-    assert_eq!(record.state, RunState::Failed);
-    assert!(
-        kept(record.error.as_deref()),
-        "run error {:?}",
-        record.error
-    );
+    failed_with_it(&thread).await;
 }
 
 /// Old pending signals of sessions with no unfinished run are dropped (kept as consumed when
