@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/callsites.rs"]
+mod callsites;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -541,6 +544,7 @@ impl Warnings {
         use tracing_subscriber::layer::SubscriberExt as _;
         let warnings = Self::default();
         let subscriber = tracing_subscriber::registry().with(warnings.clone());
+        callsites::keep_callsites_enabled();
         let _guard = tracing::subscriber::set_default(subscriber);
         let out = f.await;
         let lines = warnings.0.lock().unwrap().clone();

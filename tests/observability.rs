@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/callsites.rs"]
+mod callsites;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -69,6 +72,7 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
 
 impl Capture {
     fn install(&self) -> DefaultGuard {
+        callsites::keep_callsites_enabled();
         let subscriber = tracing_subscriber::registry().with(self.clone());
         tracing::subscriber::set_default(subscriber)
     }
@@ -341,6 +345,7 @@ fn otel() -> (SdkTracerProvider, InMemorySpanExporter, DefaultGuard) {
         .with_simple_exporter(exporter.clone())
         .build();
     let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("loomflow-tests"));
+    callsites::keep_callsites_enabled();
     let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
     (provider, exporter, guard)
 }

@@ -6,6 +6,9 @@
 #[path = "support/asker.rs"]
 mod asker;
 
+#[path = "support/callsites.rs"]
+mod callsites;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -491,6 +494,7 @@ impl tracing::Subscriber for Warnings {
 #[tokio::test(flavor = "current_thread")]
 async fn a_node_that_suspends_then_fails_stays_suspended_and_the_error_is_logged() {
     let warnings = Warnings::default();
+    callsites::keep_callsites_enabled();
     let _log = tracing::subscriber::set_default(warnings.clone());
     let graph = Graph::new("g")
         .node_fn("ask", |_: &mut Order, ctx| {

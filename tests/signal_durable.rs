@@ -7,6 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/callsites.rs"]
+mod callsites;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -293,6 +296,7 @@ impl Log {
 #[tokio::test]
 async fn a_worker_drops_stored_signals_past_the_ttl_that_no_run_will_take() {
     let log = Log::default();
+    callsites::keep_callsites_enabled();
     let _logging =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(log.clone()));
     let db = TempDb::new("prune");
