@@ -393,6 +393,12 @@ impl Context {
     /// gets the same payload back without waiting. A signal sent before the wait is queued
     /// and returned at once.
     ///
+    /// A wait dropped before it returns (a `tokio::time::timeout` around it, the losing
+    /// branch of a `select!`) puts the payload it was receiving back at the head of its
+    /// queue, for the node's next wait. Only once the store has consumed the payload for it
+    /// is the payload that wait's: it is journaled under the dropped wait, and comes back to
+    /// it should the node run again for the same step.
+    ///
     /// # Errors
     ///
     /// A timeout ([`SignalError::Timeout`]); a payload
