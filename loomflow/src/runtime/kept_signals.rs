@@ -68,9 +68,9 @@ impl Runtime {
         received: Entry,
         scope: Scope,
     ) -> Result<Option<Entry>> {
-        if !self.removals().spared(session, name) {
+        let Some(newest_spared) = self.removals().spared(session, name) else {
             return Ok(Some(received));
-        }
+        };
         let seq = received.seq;
         self.give_back(session, name, received, scope);
         let stored = self.receive_stored(session, name).await?;
@@ -79,9 +79,11 @@ impl Runtime {
             Some(kept) if kept.seq.is_some_and(older) => Ok(Some(kept)),
             stored => {
                 // The store keeps nothing older than the payload at the head of the queue
-                // (which it may keep too): the mailbox holds the oldest again.
-                if seq.is_some() || stored.is_none() {
-                    self.removals().none_spared(session, name);
+                // (which it may keep too), and that payload is younger than every signal
+                // dropped from memory (send stamps need not follow seqs): the mailbox holds
+                // the oldest again.
+                if stored.is_none() || seq.is_some_and(|seq| seq > newest_spared) {
+                    self.removals().none_spared(session, name, newest_spared);
                 }
                 Ok(self.mailbox().poll_in(session, name, scope)?)
             }

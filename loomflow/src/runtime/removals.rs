@@ -2,12 +2,15 @@
 //! let go undelivered (pending bounds, a session's last exit), and those consumed where the
 //! consumer cannot await (`poll_signal`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::mailbox::Dropped;
 use super::store::Store;
+
+/// By name, the newest seq of the signals of one session kept in the store for its run.
+type NewestSpared = HashMap<Arc<str>, u64>;
 
 /// A stored signal to take out of the store.
 enum Removal {
@@ -30,7 +33,7 @@ pub(crate) struct Removals {
     /// The names, by session, of signals dropped from memory and kept in the store for
     /// their session's run (see [`awaited`](Self::awaited)): their waits look in the store
     /// for an older signal first, until none older is left there.
-    spared: Mutex<HashMap<Arc<str>, HashSet<Arc<str>>>>,
+    spared: Mutex<HashMap<Arc<str>, NewestSpared>>,
 }
 
 impl Removals {
@@ -92,7 +95,8 @@ impl Removals {
                         // Dropped from memory only: its run takes it from the store.
                         let mut spared = crate::sync::lock(&self.spared);
                         let names = spared.entry(Arc::clone(session)).or_default();
-                        names.insert(Arc::clone(&dropped.name));
+                        let newest = names.entry(Arc::clone(&dropped.name)).or_default();
+                        *newest = (*newest).max(seq);
                         Ok(())
                     }
                     Removal::Dropped(_) => self.store.discard_signal(session, seq).await,
@@ -110,21 +114,25 @@ impl Removals {
         self.outstanding.load(Ordering::Acquire) == 0
     }
 
-    /// Whether a signal `name` of `session` was dropped from memory and kept in the store
-    /// for its run: a queued one may then be younger than one in the store.
-    pub(crate) fn spared(&self, session: &str, name: &str) -> bool {
+    /// The newest of the signals `name` of `session` dropped from memory and kept in the
+    /// store for its run, if any may be left there: a queued one may then be younger than
+    /// one in the store.
+    pub(crate) fn spared(&self, session: &str, name: &str) -> Option<u64> {
         let spared = crate::sync::lock(&self.spared);
         spared
             .get(session)
-            .is_some_and(|names| names.contains(name))
+            .and_then(|names| names.get(name).copied())
     }
 
-    /// Forgets that `session` had signals `name` kept in the store: none older than what
-    /// its mailbox holds is left there.
-    pub(crate) fn none_spared(&self, session: &str, name: &str) {
+    /// Forgets that `session` had signals `name` kept in the store, up to `newest`: none
+    /// older than what its mailbox holds is left there. A signal dropped since, newer than
+    /// `newest`, is remembered still.
+    pub(crate) fn none_spared(&self, session: &str, name: &str, newest: u64) {
         let mut spared = crate::sync::lock(&self.spared);
         if let Some(names) = spared.get_mut(session) {
-            names.remove(name);
+            if names.get(name).is_some_and(|&kept| kept <= newest) {
+                names.remove(name);
+            }
             if names.is_empty() {
                 spared.remove(session);
             }
