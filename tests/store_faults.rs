@@ -12,6 +12,7 @@
 #[path = "support/faulty_store.rs"]
 mod faulty_store;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,7 @@ use loomflow::prelude::*;
 use loomflow::runtime::{Durability, RunState, RunStatus, SqliteStore, StoreError};
 
 use faulty_store::FaultyStore;
+use tokio::sync::Notify;
 
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -228,5 +230,83 @@ async fn a_wait_dropped_while_its_signal_is_consumed_leaves_the_signal() {
     let out = graph.invoke(&runtime, "t", Vec::new()).await;
     drop(held);
     assert_eq!(out.unwrap().completed().unwrap(), [7]);
+    assert!(runtime.store().pending_signals().await.unwrap().is_empty());
+}
+
+/// A graph whose node gives up a wait for `go` after 200 ms, says so on the first notify,
+/// and ends once the second fires.
+fn giving_up(gave_up: &Arc<Notify>, go_on: &Arc<Notify>) -> CompiledGraph<()> {
+    let (gave_up, go_on) = (Arc::clone(gave_up), Arc::clone(go_on));
+    Graph::new("gives-up")
+        .node_fn("wait", move |_: &mut (), ctx| {
+            let (gave_up, go_on) = (Arc::clone(&gave_up), Arc::clone(&go_on));
+            Box::pin(async move {
+                let first = ctx.wait_for_signal::<u32>("go");
+                let given_up = tokio::time::timeout(Duration::from_millis(200), first).await;
+                assert!(given_up.is_err(), "the wait was to be given up");
+                gave_up.notify_one();
+                go_on.notified().await;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
+/// The store's write for a node's wait that gave up commits all the same: the payload is
+/// the dropped wait's (journaled under it), and a poll outside the run does not get it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_does_not_get_a_signal_that_a_dropped_wait_consumed() {
+    let db = loomflow_tests::TempDb::new("dropped-take-poll");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let (gave_up, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    let held = faults.hold_next_signal_take_committing();
+    let run = giving_up(&gave_up, &go_on).start(&runtime, "t", ());
+    gave_up.notified().await;
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !runtime.store().pending_signals().await.unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the dropped wait's take never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for _ in 0..10 {
+        assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    go_on.notify_one();
+    run.await.unwrap().completed().unwrap();
+}
+
+/// The store's write for a node's wait that gave up never reached the store: a poll outside
+/// the run gets the payload, once the store has said the row is still there, and consumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_gets_a_signal_whose_dropped_take_never_reached_the_store() {
+    let db = loomflow_tests::TempDb::new("dropped-take-poll-kept");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let (gave_up, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    let _held = faults.hold_next_signal_take();
+    let run = giving_up(&gave_up, &go_on).start(&runtime, "t", ());
+    gave_up.notified().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let polled = loop {
+        if let Some(polled) = runtime.poll_signal::<u32>("t", "go").unwrap() {
+            break polled;
+        }
+        assert!(Instant::now() < deadline, "the payload never came back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(polled, 7);
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
+    go_on.notify_one();
+    run.await.unwrap().completed().unwrap();
     assert!(runtime.store().pending_signals().await.unwrap().is_empty());
 }

@@ -29,8 +29,9 @@ pub(crate) struct Faults {
     held_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
     /// How many times the oldest kept signal of a (session, name) was read.
     kept_signal_reads: AtomicUsize,
-    /// The next `take_signal_claimed` starts only once this fires (or is dropped).
-    held_take: Mutex<Option<oneshot::Receiver<()>>>,
+    /// The next `take_signal_claimed` starts only once this fires (or is dropped); with
+    /// `true`, it goes ahead even if its caller gave up meanwhile.
+    held_take: Mutex<Option<(oneshot::Receiver<()>, bool)>>,
 }
 
 impl Faults {
@@ -47,7 +48,16 @@ impl Faults {
     /// returned sender fires or is dropped, and not at all if the taker gives up first.
     pub(crate) fn hold_next_signal_take(&self) -> oneshot::Sender<()> {
         let (go_tx, go_rx) = oneshot::channel();
-        *self.held_take.lock().unwrap() = Some(go_rx);
+        *self.held_take.lock().unwrap() = Some((go_rx, false));
+        go_tx
+    }
+
+    /// As [`hold_next_signal_take`](Self::hold_next_signal_take), but the take reaches the
+    /// store once let go even if the taker gave up first, as a write already on its way to a
+    /// database commits.
+    pub(crate) fn hold_next_signal_take_committing(&self) -> oneshot::Sender<()> {
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_take.lock().unwrap() = Some((go_rx, true));
         go_tx
     }
 
@@ -78,7 +88,7 @@ impl Faults {
 
 /// `inner`, with the faults of `faults`.
 pub(crate) struct FaultyStore<S> {
-    inner: S,
+    inner: Arc<S>,
     faults: Arc<Faults>,
 }
 
@@ -86,7 +96,7 @@ impl<S: Store> FaultyStore<S> {
     pub(crate) fn new(inner: S) -> (Self, Arc<Faults>) {
         let faults = Arc::new(Faults::default());
         let store = Self {
-            inner,
+            inner: Arc::new(inner),
             faults: Arc::clone(&faults),
         };
         (store, faults)
@@ -285,8 +295,22 @@ impl<S: Store> Store for FaultyStore<S> {
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let held = self.faults.held_take.lock().unwrap().take();
+        if let Some((go, true)) = held {
+            let (inner, session, owner) = (
+                Arc::clone(&self.inner),
+                session.to_owned(),
+                owner.to_owned(),
+            );
+            let take = tokio::spawn(async move {
+                let _ = go.await;
+                let take =
+                    inner.take_signal_claimed(&session, seq, journal, &owner, lease_until_ms);
+                take.await
+            });
+            return Box::pin(async move { take.await.unwrap() });
+        }
         Box::pin(async move {
-            if let Some(go) = held {
+            if let Some((go, _)) = held {
                 let _ = go.await;
             }
             (self.inner)

@@ -282,8 +282,9 @@ async fn accept<T: DeserializeOwned>(
     };
     let mut received = received;
     let journal = (key.clone(), received.payload.clone());
-    // A waiter outside the run was consuming the row when it was cancelled (see
-    // `runtime::handover`): how that ended decides, and a row it consumed is journaled here.
+    // Another receiver was consuming the row when it was dropped (see `runtime::handover`):
+    // how that ended decides. A row that a waiter outside the run consumed is journaled
+    // here; one that a node's wait may have consumed is consumed afresh.
     let taken = match received.taking.clone() {
         Some(mut taking) => {
             let held = Held::new(runtime, (session, name), scope, received);
@@ -308,14 +309,20 @@ async fn accept<T: DeserializeOwned>(
         }
         (_, Some(seq)) => {
             // A wait dropped while the store consumes the row (a node's `select!`, a
-            // timeout around the wait) leaves the entry at the head of its queue: the next
-            // receiver consumes the row, or finds that this write committed all the same
-            // and looks for the next payload.
+            // timeout around the wait) leaves the entry at the head of its queue, saying that
+            // only the store knows whether the row is still there: the next receiver
+            // consumes the row afresh, or finds that this write committed all the same and
+            // looks for the next payload. A failed write leaves it so too: a write whose
+            // connection broke may have committed.
+            received.taking = Some(Taking::ended(Taken::Unknown));
             let held = Held::new(runtime, (session, name), scope, received);
             let taken = ctx.claim().take_signal(session, seq, journal).await;
             received = held.keep().ok_or(RunError::Internal {
                 problem: "a held signal went missing",
             })?;
+            if taken.is_ok() {
+                received.taking = None;
+            }
             taken
         }
         // Delivered by the in-memory mailbox: no store took it, so the receipt is audited

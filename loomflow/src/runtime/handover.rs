@@ -12,6 +12,12 @@
 //! - another consumer had taken the row first: the payload is no one's here;
 //! - the store failed: the row is still there, and the payload goes back to the head of
 //!   its queue (the receiver gets the error).
+//!
+//! A node's wait consumes the row under its run's claim, journaling the payload in the same
+//! write, so no other receiver can finish that write for it. A wait dropped meanwhile puts
+//! the entry back saying only that its outcome is unknown: the next receiver consumes the
+//! row afresh, and the store, which holds the row at most once, tells it whether the dropped
+//! wait had taken it.
 
 use super::mailbox::{Entry, Scope, Taken, Taking};
 use super::store::StoreError;
@@ -78,20 +84,12 @@ impl Runtime {
         let Some(seq) = entry.seq else {
             return Ok(true);
         };
-        let mut taking = match &entry.taking {
+        let mut taking = match entry.taking.clone() {
             // A cancelled waiter started it: its outcome is this waiter's.
-            Some(taking) => taking.clone(),
-            None => {
-                let (outcome, taking) = Taking::start();
-                let (runtime, session) = (self.clone(), session.to_owned());
-                let take = async move {
-                    let taken = match runtime.store().try_take_signal(&session, seq).await {
-                        Ok(true) => Taken::Consumed,
-                        Ok(false) => Taken::Elsewhere,
-                        Err(error) => Taken::Failed(error.to_string()),
-                    };
-                    let _ = outcome.send(Some(taken));
-                };
+            Some(taking) if taking.ended_as() != Some(Taken::Unknown) => taking,
+            // None started, or a node's wait that gave it up cannot say how it ended.
+            _ => {
+                let (taking, take) = self.taking(session, seq);
                 match tokio::runtime::Handle::try_current() {
                     Ok(tokio) => drop(tokio.spawn(take)),
                     // No runtime to consume the row in a task of its own: here, then.
@@ -107,11 +105,16 @@ impl Runtime {
         match outcome {
             Taken::Consumed => Ok(true),
             Taken::Elsewhere => Ok(false),
-            Taken::Failed(message) => {
+            // `Unknown` only as a node's wait leaves it, which a fresh consuming replaced.
+            Taken::Failed(_) | Taken::Unknown => {
                 if let Some(mut entry) = entry {
                     entry.taking = None;
                     self.give_back(session, name, entry, scope);
                 }
+                let message = match outcome {
+                    Taken::Failed(message) => message,
+                    _ => "its outcome was lost".to_owned(),
+                };
                 Err(StoreError::Write {
                     thread: session.to_owned(),
                     message: format!("consuming signal {name}: {message}"),
@@ -119,5 +122,38 @@ impl Runtime {
                 .into())
             }
         }
+    }
+
+    /// The consuming of the row `seq` of `session` by a receiver outside any run: the
+    /// future to run (in a task of its own, so that no cancelled receiver cuts it short),
+    /// and how it ends.
+    fn taking(
+        &self,
+        session: &str,
+        seq: u64,
+    ) -> (Taking, impl Future<Output = ()> + Send + 'static) {
+        let (outcome, taking) = Taking::start();
+        let (runtime, session) = (self.clone(), session.to_owned());
+        let take = async move {
+            let taken = match runtime.store().try_take_signal(&session, seq).await {
+                Ok(true) => Taken::Consumed,
+                Ok(false) => Taken::Elsewhere,
+                Err(error) => Taken::Failed(error.to_string()),
+            };
+            let _ = outcome.send(Some(taken));
+        };
+        (taking, take)
+    }
+
+    /// Asks the store, in the background, whether the row of `entry` is still there,
+    /// consuming it if so: a node's wait dropped while it consumed the row cannot say. Without
+    /// a Tokio runtime to ask in, the entry stays as it is, for an async receiver to settle.
+    pub(crate) fn settle_taking(&self, session: &str, entry: &mut Entry) {
+        let (Some(seq), Ok(tokio)) = (entry.seq, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let (taking, take) = self.taking(session, seq);
+        drop(tokio.spawn(take));
+        entry.taking = Some(taking);
     }
 }

@@ -24,7 +24,9 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::clock::unix_ms;
-use super::mailbox::{Delivery, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry};
+use super::mailbox::{
+    Delivery, Entry, Scope, SessionGuard, SignalError, SignalOptions, Taken, Taking, WaitEntry,
+};
 use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -383,17 +385,45 @@ impl Runtime {
     /// several processes receive one signal, use [`wait_for_signal`](Self::wait_for_signal),
     /// which gives each stored payload to exactly one of them.
     ///
+    /// A payload whose row another receiver in this process was consuming when it was
+    /// cancelled (a node's wait in a `select!`, say) is not returned before the store has
+    /// said whether that receiver took it: until then the poll returns `None`, and the
+    /// payload keeps its place at the head of its queue.
+    ///
     /// # Errors
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub fn poll_signal<T: DeserializeOwned>(&self, session: &str, name: &str) -> Result<Option<T>> {
         self.open_for_live_run(session);
-        let Some(entry) = self.mailbox().poll_in(session, name, Scope::User)? else {
-            return Ok(None);
-        };
-        let (value, seq) = self.accept(session, name, entry, Scope::User)?;
-        self.forget_consumed_signal(session, seq);
-        Ok(Some(value))
+        loop {
+            let Some(mut entry) = self.mailbox().poll_in(session, name, Scope::User)? else {
+                return Ok(None);
+            };
+            // A receiver dropped while it consumed the payload's row (see `handover`).
+            let consumed = match entry.taking.as_ref().map(Taking::ended_as) {
+                None => false,
+                Some(Some(Taken::Consumed)) => true,
+                Some(Some(Taken::Elsewhere)) => continue,
+                Some(Some(Taken::Failed(_))) => {
+                    entry.taking = None;
+                    false
+                }
+                Some(Some(Taken::Unknown)) => {
+                    self.settle_taking(session, &mut entry);
+                    self.give_back(session, name, entry, Scope::User);
+                    return Ok(None);
+                }
+                Some(None) => {
+                    self.give_back(session, name, entry, Scope::User);
+                    return Ok(None);
+                }
+            };
+            let (value, seq) = self.accept(session, name, entry, Scope::User)?;
+            if !consumed {
+                self.forget_consumed_signal(session, seq);
+            }
+            return Ok(Some(value));
+        }
     }
 
     /// Opens a session: signals sent to it queue in its mailbox (instead of the bounded

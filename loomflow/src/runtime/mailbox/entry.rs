@@ -82,6 +82,10 @@ pub(crate) enum Taken {
     Elsewhere,
     /// The store failed (its message): the row is still there.
     Failed(String),
+    /// A node's wait was dropped, or its write failed, while it consumed the row under its
+    /// claim: whether that write took the row only the store can tell, so the next receiver
+    /// consumes it afresh.
+    Unknown,
 }
 
 /// The consuming of an entry's stored row, under way or ended.
@@ -100,6 +104,11 @@ impl Taking {
         let (outcome, taking) = Self::start();
         let _ = outcome.send(Some(taken));
         taking
+    }
+
+    /// How it ended, if it has; `None` while it is under way.
+    pub(crate) fn ended_as(&self) -> Option<Taken> {
+        self.0.borrow().clone()
     }
 
     /// How it ended, once it has. One whose task was gone before it said (a runtime
