@@ -13,7 +13,7 @@ mod postgres;
 use std::time::Duration;
 
 use loomflow::prelude::*;
-use loomflow::runtime::{MailboxConfig, PostgresStore, RunState, SqliteStore, Store};
+use loomflow::runtime::{MailboxConfig, ManualClock, PostgresStore, RunState, SqliteStore, Store};
 
 /// `wait` waits a day at most for `go`.
 fn waiting_graph() -> CompiledGraph<Option<u32>> {
@@ -265,6 +265,28 @@ async fn kept_signals_are_looked_for_by_name_until_none_is_left() {
     assert_eq!(polled(&runtime).await, expected);
     // `go` 1 is read from the store, then `go` 2 is found to be the oldest kept.
     assert_eq!(faults.kept_signal_reads() - reads, 2);
+}
+
+/// A signal stamped by a sender whose clock lags is dropped from memory by the TTL while an
+/// older one (by seq) still waits at the head of its queue: once the head is taken, the
+/// kept one is still looked for, and taken before a younger one queued behind it.
+#[tokio::test]
+async fn a_kept_signal_younger_than_the_head_is_still_taken_in_its_turn() {
+    let db = loomflow_tests::TempDb::new("ttl-lagging-sender");
+    let ttl = Duration::from_millis(300);
+    let runtime = with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3_600);
+    let lagging = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .clock(ManualClock::new(hour_ago))
+        .build();
+    let worker = suspend_polling(&runtime, &["go", "go", "go"]).await;
+    runtime.signal("t", "go", 1u32).await.unwrap();
+    lagging.signal("t", "go", 2u32).await.unwrap();
+    runtime.signal("t", "go", 3u32).await.unwrap();
+    runtime.signal("t", "start", true).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(polled(&runtime).await, [Some(1), Some(2), Some(3)]);
 }
 
 /// A runtime-level wait (`Runtime::wait_for_signal`, outside any node) receives a signal the
