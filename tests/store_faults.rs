@@ -310,3 +310,57 @@ async fn a_poll_gets_a_signal_whose_dropped_take_never_reached_the_store() {
     run.await.unwrap().completed().unwrap();
     assert!(runtime.store().pending_signals().await.unwrap().is_empty());
 }
+
+/// A waiter outside any run consumed a signal's row and was cancelled before it returned
+/// the payload; a node's wait that receives it is itself dropped while it journals it. The
+/// journal entry, all that keeps the payload once its row is gone, is still written: the
+/// node, run again for the step, gets the payload from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
+    let db = loomflow_tests::TempDb::new("dropped-journal");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    // The outside waiter gives up while its consuming of the row is held back.
+    let take = faults.hold_next_try_take();
+    let outside = runtime.wait_for_signal::<u32>("t", "go", None);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), outside)
+            .await
+            .is_err()
+    );
+    drop(take);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !runtime.store().pending_signals().await.unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the outside waiter's take never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let journal = Arc::new(std::sync::Mutex::new(Some(
+        faults.hold_next_journal_write(),
+    )));
+    let graph = Graph::new("gives-up")
+        .node_fn("wait", move |got: &mut Vec<u32>, ctx| {
+            let journal = Arc::clone(&journal);
+            Box::pin(async move {
+                let first = ctx.wait_for_signal::<u32>("go");
+                match tokio::time::timeout(Duration::from_millis(200), first).await {
+                    Ok(received) => got.push(received?),
+                    // Given up while the journal write is held; then the write may go on.
+                    Err(_) => drop(journal.lock().unwrap().take()),
+                }
+                let _: bool = ctx.interrupt("again?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1);
+    let done = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(done.completed().unwrap(), [7]);
+}

@@ -32,6 +32,10 @@ pub(crate) struct Faults {
     /// The next `take_signal_claimed` starts only once this fires (or is dropped); with
     /// `true`, it goes ahead even if its caller gave up meanwhile.
     held_take: Mutex<Option<(oneshot::Receiver<()>, bool)>>,
+    /// The next journal write under a claim starts only once this fires (or is dropped).
+    held_journal: Mutex<Option<oneshot::Receiver<()>>>,
+    /// The next `try_take_signal` starts only once this fires (or is dropped).
+    held_try_take: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl Faults {
@@ -58,6 +62,22 @@ impl Faults {
     pub(crate) fn hold_next_signal_take_committing(&self) -> oneshot::Sender<()> {
         let (go_tx, go_rx) = oneshot::channel();
         *self.held_take.lock().unwrap() = Some((go_rx, true));
+        go_tx
+    }
+
+    /// Holds back the next journal write under a claim: the store is not asked until the
+    /// returned sender fires or is dropped, and not at all if the writer gives up first.
+    pub(crate) fn hold_next_journal_write(&self) -> oneshot::Sender<()> {
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_journal.lock().unwrap() = Some(go_rx);
+        go_tx
+    }
+
+    /// Holds back the next signal taken outside any run (`try_take_signal`) until the
+    /// returned sender fires or is dropped.
+    pub(crate) fn hold_next_try_take(&self) -> oneshot::Sender<()> {
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_try_take.lock().unwrap() = Some(go_rx);
         go_tx
     }
 
@@ -270,8 +290,15 @@ impl<S: Store> Store for FaultyStore<S> {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner
-            .put_journal_claimed(key, value, owner, lease_until_ms)
+        let held = self.faults.held_journal.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(go) = held {
+                let _ = go.await;
+            }
+            (self.inner)
+                .put_journal_claimed(key, value, owner, lease_until_ms)
+                .await
+        })
     }
 
     fn put_journal_audited<'a>(
@@ -282,8 +309,15 @@ impl<S: Store> Store for FaultyStore<S> {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner
-            .put_journal_audited(key, value, audit, owner, lease_until_ms)
+        let held = self.faults.held_journal.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(go) = held {
+                let _ = go.await;
+            }
+            (self.inner)
+                .put_journal_audited(key, value, audit, owner, lease_until_ms)
+                .await
+        })
     }
 
     fn take_signal_claimed<'a>(
@@ -324,7 +358,13 @@ impl<S: Store> Store for FaultyStore<S> {
         session: &'a str,
         seq: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        self.inner.try_take_signal(session, seq)
+        let held = self.faults.held_try_take.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(go) = held {
+                let _ = go.await;
+            }
+            self.inner.try_take_signal(session, seq).await
+        })
     }
 
     fn submit_run<'a>(

@@ -16,7 +16,7 @@ use crate::runtime::handover::Held;
 use crate::runtime::mailbox::{Entry, Scope, Taken, Taking};
 use crate::runtime::signals::decode;
 use crate::runtime::store::audit::signal_received;
-use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError};
+use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError, StoreError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -300,12 +300,40 @@ async fn accept<T: DeserializeOwned>(
     let consumed = match (&taken, received.seq) {
         (Some(Taken::Elsewhere), _) => Ok(false),
         (Some(Taken::Consumed), _) => {
-            // Should the journal write fail, the entry goes back saying so.
+            // The row is gone: the journal entry is all that keeps the payload. It is written
+            // in a task of its own, which a wait dropped meanwhile cannot cut short; the
+            // entry goes back saying how the write ended (journaled: the payload is the
+            // dropped wait's; failed: it is the next receiver's).
+            let (outcome, taking) = Taking::start();
+            let claim = ctx.claim().clone();
+            let write = async move {
+                let written = claim
+                    .put_journal_audited(journal.0, journal.1, Vec::new())
+                    .await;
+                let taken = match &written {
+                    Ok(()) => Taken::Elsewhere,
+                    Err(_) => Taken::Consumed,
+                };
+                let _ = outcome.send(Some(taken));
+                written
+            };
+            received.taking = Some(taking);
+            let held = Held::new(runtime, (session, name), scope, received);
+            let written = match tokio::runtime::Handle::try_current() {
+                Ok(tokio) => (tokio.spawn(write).await).unwrap_or_else(|error| {
+                    Err(StoreError::Write {
+                        thread: session.to_owned(),
+                        message: format!("journaling signal {name}: {error}"),
+                    })
+                }),
+                Err(_) => write.await,
+            };
+            received = held.keep().ok_or(RunError::Internal {
+                problem: "a held signal went missing",
+            })?;
+            // Should the write have failed, the entry goes back saying its row is consumed.
             received.taking = Some(Taking::ended(Taken::Consumed));
-            ctx.claim()
-                .put_journal_audited(journal.0, journal.1, Vec::new())
-                .await
-                .map(|()| true)
+            written.map(|()| true)
         }
         (_, Some(seq)) => {
             // A wait dropped while the store consumes the row (a node's `select!`, a
