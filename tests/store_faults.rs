@@ -256,32 +256,37 @@ fn giving_up(gave_up: &Arc<Notify>, go_on: &Arc<Notify>) -> CompiledGraph<()> {
 }
 
 /// The store's write for a node's wait that gave up commits all the same: the payload is
-/// the dropped wait's (journaled under it), and a poll outside the run does not get it too.
+/// the dropped wait's (journaled under it), and a poll outside the run does not get it too;
+/// nor when the store fails as the poll asks it whether the row is still there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poll_does_not_get_a_signal_that_a_dropped_wait_consumed() {
-    let db = loomflow_tests::TempDb::new("dropped-take-poll");
-    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
-    let runtime = Runtime::builder().store(store).build();
-    let (gave_up, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    runtime.signal("t", "go", 7u32).await.unwrap();
-    let held = faults.hold_next_signal_take_committing();
-    let run = giving_up(&gave_up, &go_on).start(&runtime, "t", ());
-    gave_up.notified().await;
-    drop(held);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !runtime.store().pending_signals().await.unwrap().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the dropped wait's take never committed"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    for cannot_ask in [false, true] {
+        let db = loomflow_tests::TempDb::new(&format!("dropped-take-poll-{cannot_ask}"));
+        let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+        let runtime = Runtime::builder().store(store).build();
+        let (gave_up, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        runtime.signal("t", "go", 7u32).await.unwrap();
+        let held = faults.hold_next_signal_take_committing();
+        let run = giving_up(&gave_up, &go_on).start(&runtime, "t", ());
+        gave_up.notified().await;
+        drop(held);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !runtime.store().pending_signals().await.unwrap().is_empty() {
+            let waited = Instant::now() < deadline;
+            assert!(waited, "the dropped wait's take never committed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if cannot_ask {
+            faults.fail_next_try_take();
+        }
+        for _ in 0..10 {
+            assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(faults.try_take_faults(), usize::from(cannot_ask));
+        go_on.notify_one();
+        run.await.unwrap().completed().unwrap();
     }
-    for _ in 0..10 {
-        assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    go_on.notify_one();
-    run.await.unwrap().completed().unwrap();
 }
 
 /// The store's write for a node's wait that gave up never reached the store: a poll outside

@@ -36,6 +36,10 @@ pub(crate) struct Faults {
     held_journal: Mutex<Option<oneshot::Receiver<()>>>,
     /// The next `try_take_signal` starts only once this fires (or is dropped).
     held_try_take: Mutex<Option<oneshot::Receiver<()>>>,
+    /// While set, the next `try_take_signal` fails with [`StoreError::Write`].
+    fail_try_take: AtomicBool,
+    /// How many `try_take_signal` calls failed so.
+    try_take_faults: AtomicUsize,
 }
 
 impl Faults {
@@ -79,6 +83,17 @@ impl Faults {
         let (go_tx, go_rx) = oneshot::channel();
         *self.held_try_take.lock().unwrap() = Some(go_rx);
         go_tx
+    }
+
+    /// Fails the next signal taken outside any run (`try_take_signal`), without asking the
+    /// store, as a broken connection would.
+    pub(crate) fn fail_next_try_take(&self) {
+        self.fail_try_take.store(true, Ordering::SeqCst);
+    }
+
+    /// How many signal takes outside any run failed so far.
+    pub(crate) fn try_take_faults(&self) -> usize {
+        self.try_take_faults.load(Ordering::SeqCst)
     }
 
     /// How many times the oldest kept signal of a (session, name) was read so far.
@@ -359,9 +374,17 @@ impl<S: Store> Store for FaultyStore<S> {
         seq: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let held = self.faults.held_try_take.lock().unwrap().take();
+        let fail = self.faults.fail_try_take.swap(false, Ordering::SeqCst);
         Box::pin(async move {
             if let Some(go) = held {
                 let _ = go.await;
+            }
+            if fail {
+                self.faults.try_take_faults.fetch_add(1, Ordering::SeqCst);
+                return Err(StoreError::Write {
+                    thread: session.to_owned(),
+                    message: "injected: the connection broke".to_owned(),
+                });
             }
             self.inner.try_take_signal(session, seq).await
         })

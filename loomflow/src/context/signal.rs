@@ -304,7 +304,7 @@ async fn accept<T: DeserializeOwned>(
             // in a task of its own, which a wait dropped meanwhile cannot cut short; the
             // entry goes back saying how the write ended (journaled: the payload is the
             // dropped wait's; failed: it is the next receiver's).
-            let (outcome, taking) = Taking::start();
+            let (outcome, taking) = Taking::start(Taken::Consumed);
             let claim = ctx.claim().clone();
             let write = async move {
                 let written = claim
@@ -342,15 +342,17 @@ async fn accept<T: DeserializeOwned>(
             // consumes the row afresh, or finds that this write committed all the same and
             // looks for the next payload. A failed write leaves it so too: a write whose
             // connection broke may have committed.
-            received.taking = Some(Taking::ended(Taken::Unknown));
+            let dropped = "a node's wait was dropped while consuming it".to_owned();
+            received.taking = Some(Taking::ended(Taken::Unknown(dropped)));
             let held = Held::new(runtime, (session, name), scope, received);
             let taken = ctx.claim().take_signal(session, seq, journal).await;
             received = held.keep().ok_or(RunError::Internal {
                 problem: "a held signal went missing",
             })?;
-            if taken.is_ok() {
-                received.taking = None;
-            }
+            received.taking = match &taken {
+                Ok(_) => None,
+                Err(error) => Some(Taking::ended(Taken::Unknown(error.to_string()))),
+            };
             taken
         }
         // Delivered by the in-memory mailbox: no store took it, so the receipt is audited

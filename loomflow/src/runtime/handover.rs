@@ -14,10 +14,16 @@
 //!   its queue (the receiver gets the error).
 //!
 //! A node's wait consumes the row under its run's claim, journaling the payload in the same
-//! write, so no other receiver can finish that write for it. A wait dropped meanwhile puts
-//! the entry back saying only that its outcome is unknown: the next receiver consumes the
-//! row afresh, and the store, which holds the row at most once, tells it whether the dropped
-//! wait had taken it.
+//! write, so no other receiver can finish that write for it. A wait dropped meanwhile (or
+//! whose write failed: it may have committed) puts the entry back saying only that its
+//! outcome is unknown: the next receiver consumes the row afresh, and the store, which holds
+//! the row at most once, tells it whether the dropped wait had taken it. A failure to ask
+//! leaves it unknown still.
+//!
+//! A node's wait may also receive an entry whose row a cancelled waiter consumed: its
+//! journal entry is then all that keeps the payload, and is written in a task of its own. A
+//! wait dropped meanwhile leaves the entry marked with that write: written, the payload is
+//! the dropped wait's (no one else's); failed, it is the next receiver's.
 
 use super::mailbox::{Entry, Scope, Taken, Taking};
 use super::store::StoreError;
@@ -86,10 +92,10 @@ impl Runtime {
         };
         let mut taking = match entry.taking.clone() {
             // A cancelled waiter started it: its outcome is this waiter's.
-            Some(taking) if taking.ended_as() != Some(Taken::Unknown) => taking,
+            Some(taking) if !matches!(taking.ended_as(), Some(Taken::Unknown(_))) => taking,
             // None started, or a node's wait that gave it up cannot say how it ended.
-            _ => {
-                let (taking, take) = self.taking(session, seq);
+            unsure => {
+                let (taking, take) = self.taking(session, seq, unsure.is_none());
                 match tokio::runtime::Handle::try_current() {
                     Ok(tokio) => drop(tokio.spawn(take)),
                     // No runtime to consume the row in a task of its own: here, then.
@@ -102,43 +108,45 @@ impl Runtime {
         let held = Held::new(self, (session, name), scope, entry);
         let outcome = taking.outcome().await;
         let entry = held.keep();
-        match outcome {
-            Taken::Consumed => Ok(true),
-            Taken::Elsewhere => Ok(false),
-            // `Unknown` only as a node's wait leaves it, which a fresh consuming replaced.
-            Taken::Failed(_) | Taken::Unknown => {
-                if let Some(mut entry) = entry {
-                    entry.taking = None;
-                    self.give_back(session, name, entry, scope);
-                }
-                let message = match outcome {
-                    Taken::Failed(message) => message,
-                    _ => "its outcome was lost".to_owned(),
-                };
-                Err(StoreError::Write {
-                    thread: session.to_owned(),
-                    message: format!("consuming signal {name}: {message}"),
-                }
-                .into())
-            }
+        let (message, unknown) = match outcome {
+            Taken::Consumed => return Ok(true),
+            Taken::Elsewhere => return Ok(false),
+            Taken::Failed(message) => (message, false),
+            Taken::Unknown(message) => (message, true),
+        };
+        if let Some(mut entry) = entry {
+            // A row the store could not be asked about stays unknown for the next receiver.
+            entry.taking = unknown.then(|| Taking::ended(Taken::Unknown(message.clone())));
+            self.give_back(session, name, entry, scope);
         }
+        Err(StoreError::Write {
+            thread: session.to_owned(),
+            message: format!("consuming signal {name}: {message}"),
+        }
+        .into())
     }
 
     /// The consuming of the row `seq` of `session` by a receiver outside any run: the
     /// future to run (in a task of its own, so that no cancelled receiver cuts it short),
-    /// and how it ends.
+    /// and how it ends. `known`: whether the row was known to be there; if not (a node's
+    /// wait was dropped while it consumed it), a failure leaves that unknown still.
     fn taking(
         &self,
         session: &str,
         seq: u64,
+        known: bool,
     ) -> (Taking, impl Future<Output = ()> + Send + 'static) {
-        let (outcome, taking) = Taking::start();
+        let failed = move |message: String| match known {
+            true => Taken::Failed(message),
+            false => Taken::Unknown(message),
+        };
+        let (outcome, taking) = Taking::start(failed("the consuming ended without a word".into()));
         let (runtime, session) = (self.clone(), session.to_owned());
         let take = async move {
             let taken = match runtime.store().try_take_signal(&session, seq).await {
                 Ok(true) => Taken::Consumed,
                 Ok(false) => Taken::Elsewhere,
-                Err(error) => Taken::Failed(error.to_string()),
+                Err(error) => failed(error.to_string()),
             };
             let _ = outcome.send(Some(taken));
         };
@@ -152,7 +160,7 @@ impl Runtime {
         let (Some(seq), Ok(tokio)) = (entry.seq, tokio::runtime::Handle::try_current()) else {
             return;
         };
-        let (taking, take) = self.taking(session, seq);
+        let (taking, take) = self.taking(session, seq, false);
         drop(tokio.spawn(take));
         entry.taking = Some(taking);
     }

@@ -388,7 +388,9 @@ impl Runtime {
     /// A payload whose row another receiver in this process was consuming when it was
     /// cancelled (a node's wait in a `select!`, say) is not returned before the store has
     /// said whether that receiver took it: until then the poll returns `None`, and the
-    /// payload keeps its place at the head of its queue.
+    /// payload keeps its place at the head of its queue. The store is asked in the
+    /// background, on the Tokio runtime the poll is called from; polled from outside one,
+    /// the payload waits for an async receive to ask.
     ///
     /// # Errors
     ///
@@ -408,7 +410,7 @@ impl Runtime {
                     entry.taking = None;
                     false
                 }
-                Some(Some(Taken::Unknown)) => {
+                Some(Some(Taken::Unknown(_))) => {
                     self.settle_taking(session, &mut entry);
                     self.give_back(session, name, entry, Scope::User);
                     return Ok(None);

@@ -19,9 +19,9 @@ pub(crate) struct Entry {
     /// When it was sent by the sending runtime's clock, in ms since the Unix epoch: a timed
     /// wait carried on after its deadline takes only what was sent by then.
     pub(crate) sent_at_ms: u64,
-    /// The consuming of its stored row, when a waiter outside any run started it and was
-    /// cancelled before it ended: the next receiver learns how it ended instead of
-    /// consuming the row again.
+    /// The consuming of its stored row, when a receiver started it and was dropped (or
+    /// failed) before it ended: the next receiver learns how it ended instead of consuming
+    /// the row again, or, when that is unknown, consumes it afresh (see `runtime::handover`).
     pub(crate) taking: Option<Taking>,
     /// Its place in send order, once this mailbox queued it: a payload given back returns
     /// there, behind an older one given back before it. `None` for one never queued (taken
@@ -78,45 +78,53 @@ impl Entry {
 pub(crate) enum Taken {
     /// Consumed: the payload is the receiver's.
     Consumed,
-    /// Another consumer had taken it first.
+    /// Not the receiver's: another consumer had taken the row first, or a node's wait that
+    /// was dropped journaled the payload.
     Elsewhere,
     /// The store failed (its message): the row is still there.
     Failed(String),
-    /// A node's wait was dropped, or its write failed, while it consumed the row under its
-    /// claim: whether that write took the row only the store can tell, so the next receiver
-    /// consumes it afresh.
-    Unknown,
+    /// Only the store can tell whether the row is still there (why not here): a node's wait
+    /// was dropped, or its write failed, while it consumed the row under its claim, or a
+    /// look at the store after that failed too. The next receiver consumes it afresh.
+    Unknown(String),
 }
 
 /// The consuming of an entry's stored row, under way or ended.
 #[derive(Debug, Clone)]
-pub(crate) struct Taking(tokio::sync::watch::Receiver<Option<Taken>>);
+pub(crate) struct Taking {
+    outcome: tokio::sync::watch::Receiver<Option<Taken>>,
+    /// What it counts as should its task end without a word (a runtime shutting down).
+    unsaid: Taken,
+}
 
 impl Taking {
-    /// A consuming about to start, and where its outcome goes.
-    pub(crate) fn start() -> (tokio::sync::watch::Sender<Option<Taken>>, Self) {
-        let (tx, rx) = tokio::sync::watch::channel(None);
-        (tx, Self(rx))
+    /// A consuming about to start, where its outcome goes, and what it counts as should its
+    /// task end without saying.
+    pub(crate) fn start(unsaid: Taken) -> (tokio::sync::watch::Sender<Option<Taken>>, Self) {
+        let (tx, outcome) = tokio::sync::watch::channel(None);
+        (tx, Self { outcome, unsaid })
     }
 
     /// A consuming that ended as `taken`.
     pub(crate) fn ended(taken: Taken) -> Self {
-        let (outcome, taking) = Self::start();
+        let (outcome, taking) = Self::start(taken.clone());
         let _ = outcome.send(Some(taken));
         taking
     }
 
     /// How it ended, if it has; `None` while it is under way.
     pub(crate) fn ended_as(&self) -> Option<Taken> {
-        self.0.borrow().clone()
+        let said = self.outcome.borrow().clone();
+        let gone = self.outcome.has_changed().is_err();
+        said.or_else(|| gone.then(|| self.unsaid.clone()))
     }
 
-    /// How it ended, once it has. One whose task was gone before it said (a runtime
-    /// shutting down) counts as failed: the row may be there still.
+    /// How it ended, once it has.
     pub(crate) async fn outcome(&mut self) -> Taken {
-        match self.0.wait_for(Option::is_some).await {
-            Ok(outcome) => outcome.clone().unwrap_or(Taken::Failed(String::new())),
-            Err(_) => Taken::Failed("the consuming task ended without a word".to_owned()),
+        let Self { outcome, unsaid } = self;
+        match outcome.wait_for(Option::is_some).await {
+            Ok(said) => said.clone().unwrap_or_else(|| unsaid.clone()),
+            Err(_) => unsaid.clone(),
         }
     }
 }
