@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use loomflow::RunError;
 use loomflow::prelude::*;
 use loomflow::runtime::{Durability, RunState, RunStatus, SqliteStore, StoreError};
+use loomflow::{RunError, RunHandle};
 
 use faulty_store::FaultyStore;
 use tokio::sync::Notify;
@@ -255,27 +255,59 @@ fn giving_up(gave_up: &Arc<Notify>, go_on: &Arc<Notify>) -> CompiledGraph<()> {
         .unwrap()
 }
 
+/// A run on thread `t` whose node gave up its wait for `go` (7 was sent) while the store's
+/// take of it was held back, and now waits for `go_on`.
+struct GivenUp {
+    _db: loomflow_tests::TempDb,
+    runtime: Runtime,
+    faults: Arc<faulty_store::Faults>,
+    /// Lets the held take go: with `committing`, it then reaches the store.
+    held: tokio::sync::oneshot::Sender<()>,
+    go_on: Arc<Notify>,
+    run: RunHandle<()>,
+}
+
+async fn given_up(db: &str, committing: bool) -> GivenUp {
+    let db = loomflow_tests::TempDb::new(db);
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let (gave_up, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    let held = match committing {
+        true => faults.hold_next_signal_take_committing(),
+        false => faults.hold_next_signal_take(),
+    };
+    let run = giving_up(&gave_up, &go_on).start(&runtime, "t", ());
+    gave_up.notified().await;
+    GivenUp {
+        _db: db,
+        runtime,
+        faults,
+        held,
+        go_on,
+        run,
+    }
+}
+
+/// Returns once the store keeps no signal; `what` says what should have consumed them.
+async fn until_none_is_pending(runtime: &Runtime, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !runtime.store().pending_signals().await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "{what} never committed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The store's write for a node's wait that gave up commits all the same: the payload is
 /// the dropped wait's (journaled under it), and a poll outside the run does not get it too;
 /// nor when the store fails as the poll asks it whether the row is still there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poll_does_not_get_a_signal_that_a_dropped_wait_consumed() {
     for cannot_ask in [false, true] {
-        let db = loomflow_tests::TempDb::new(&format!("dropped-take-poll-{cannot_ask}"));
-        let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
-        let runtime = Runtime::builder().store(store).build();
-        let (gave_up, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        runtime.signal("t", "go", 7u32).await.unwrap();
-        let held = faults.hold_next_signal_take_committing();
-        let run = giving_up(&gave_up, &go_on).start(&runtime, "t", ());
-        gave_up.notified().await;
-        drop(held);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !runtime.store().pending_signals().await.unwrap().is_empty() {
-            let waited = Instant::now() < deadline;
-            assert!(waited, "the dropped wait's take never committed");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let given_up = given_up(&format!("dropped-take-poll-{cannot_ask}"), true).await;
+        let (runtime, faults) = (&given_up.runtime, &given_up.faults);
+        drop(given_up.held);
+        until_none_is_pending(runtime, "the dropped wait's take").await;
         if cannot_ask {
             faults.fail_next_try_take();
         }
@@ -284,8 +316,8 @@ async fn a_poll_does_not_get_a_signal_that_a_dropped_wait_consumed() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(faults.try_take_faults(), usize::from(cannot_ask));
-        go_on.notify_one();
-        run.await.unwrap().completed().unwrap();
+        given_up.go_on.notify_one();
+        given_up.run.await.unwrap().completed().unwrap();
     }
 }
 
@@ -293,14 +325,8 @@ async fn a_poll_does_not_get_a_signal_that_a_dropped_wait_consumed() {
 /// the run gets the payload, once the store has said the row is still there, and consumes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poll_gets_a_signal_whose_dropped_take_never_reached_the_store() {
-    let db = loomflow_tests::TempDb::new("dropped-take-poll-kept");
-    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
-    let runtime = Runtime::builder().store(store).build();
-    let (gave_up, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    runtime.signal("t", "go", 7u32).await.unwrap();
-    let _held = faults.hold_next_signal_take();
-    let run = giving_up(&gave_up, &go_on).start(&runtime, "t", ());
-    gave_up.notified().await;
+    let given_up = given_up("dropped-take-poll-kept", false).await;
+    let runtime = &given_up.runtime;
     let deadline = Instant::now() + Duration::from_secs(5);
     let polled = loop {
         if let Some(polled) = runtime.poll_signal::<u32>("t", "go").unwrap() {
@@ -311,8 +337,8 @@ async fn a_poll_gets_a_signal_whose_dropped_take_never_reached_the_store() {
     };
     assert_eq!(polled, 7);
     assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
-    go_on.notify_one();
-    run.await.unwrap().completed().unwrap();
+    given_up.go_on.notify_one();
+    given_up.run.await.unwrap().completed().unwrap();
     assert!(runtime.store().pending_signals().await.unwrap().is_empty());
 }
 
@@ -335,14 +361,7 @@ async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
             .is_err()
     );
     drop(take);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !runtime.store().pending_signals().await.unwrap().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the outside waiter's take never committed"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_none_is_pending(&runtime, "the outside waiter's take").await;
     let journal = Arc::new(std::sync::Mutex::new(Some(
         faults.hold_next_journal_write(),
     )));

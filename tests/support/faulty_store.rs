@@ -55,34 +55,32 @@ impl Faults {
     /// Holds back the next signal taken under a claim: the store is not asked until the
     /// returned sender fires or is dropped, and not at all if the taker gives up first.
     pub(crate) fn hold_next_signal_take(&self) -> oneshot::Sender<()> {
-        let (go_tx, go_rx) = oneshot::channel();
-        *self.held_take.lock().unwrap() = Some((go_rx, false));
-        go_tx
+        self.hold_take(false)
     }
 
     /// As [`hold_next_signal_take`](Self::hold_next_signal_take), but the take reaches the
     /// store once let go even if the taker gave up first, as a write already on its way to a
     /// database commits.
     pub(crate) fn hold_next_signal_take_committing(&self) -> oneshot::Sender<()> {
+        self.hold_take(true)
+    }
+
+    fn hold_take(&self, committing: bool) -> oneshot::Sender<()> {
         let (go_tx, go_rx) = oneshot::channel();
-        *self.held_take.lock().unwrap() = Some((go_rx, true));
+        *self.held_take.lock().unwrap() = Some((go_rx, committing));
         go_tx
     }
 
     /// Holds back the next journal write under a claim: the store is not asked until the
     /// returned sender fires or is dropped, and not at all if the writer gives up first.
     pub(crate) fn hold_next_journal_write(&self) -> oneshot::Sender<()> {
-        let (go_tx, go_rx) = oneshot::channel();
-        *self.held_journal.lock().unwrap() = Some(go_rx);
-        go_tx
+        hold(&self.held_journal)
     }
 
     /// Holds back the next signal taken outside any run (`try_take_signal`) until the
     /// returned sender fires or is dropped.
     pub(crate) fn hold_next_try_take(&self) -> oneshot::Sender<()> {
-        let (go_tx, go_rx) = oneshot::channel();
-        *self.held_try_take.lock().unwrap() = Some(go_rx);
-        go_tx
+        hold(&self.held_try_take)
     }
 
     /// Fails the next signal taken outside any run (`try_take_signal`), without asking the
@@ -122,6 +120,14 @@ impl Faults {
 }
 
 /// `inner`, with the faults of `faults`.
+/// Arms `slot` to hold back the call that takes it until the returned sender fires (or is
+/// dropped).
+fn hold(slot: &Mutex<Option<oneshot::Receiver<()>>>) -> oneshot::Sender<()> {
+    let (go_tx, go_rx) = oneshot::channel();
+    *slot.lock().unwrap() = Some(go_rx);
+    go_tx
+}
+
 pub(crate) struct FaultyStore<S> {
     inner: Arc<S>,
     faults: Arc<Faults>,
