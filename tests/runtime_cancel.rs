@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use loomflow::RunError;
 use loomflow::prelude::*;
-use loomflow::runtime::{RunState, RunStatus, SqliteStore};
+use loomflow::runtime::{PostgresStore, RunState, RunStatus, SqliteStore};
 use tokio::sync::Semaphore;
+
+#[path = "support/postgres.rs"]
+mod postgres;
 
 /// `work` waits for the test's go-ahead (a step doing work no cancel interrupts, such as a
 /// model call), then does `then`: ask for a value, or finish. `after` runs next.
@@ -224,8 +227,8 @@ fn work_then_wait(gate: Arc<Semaphore>) -> CompiledGraph<u32> {
 }
 
 /// A cancel asked for from another process while a worker executes the run is on the run's
-/// row; the worker's execution would learn it only at its next heartbeat. A run that
-/// suspends before then looks at its row first, and is cancelled instead of waiting.
+/// row; the worker's execution learns it only at its runtime's next look at the store. A run
+/// that suspends before then looks at its row first, and is cancelled instead of waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_from_another_process_is_not_lost_when_the_run_suspends() {
     let db = loomflow_tests::TempDb::new("cancel-elsewhere-then-suspend");
@@ -258,6 +261,78 @@ async fn a_cancel_from_another_process_is_not_lost_when_the_run_suspends() {
     };
     handle.shutdown().await.unwrap();
     assert_eq!(row.state, RunState::Cancelled, "{row:?}");
+}
+
+/// A worker executes a run whose node waits in memory for a signal that does not come (a
+/// minute's park grace; under a minute's lease its heartbeat beats every 20 s). A cancel
+/// from another process reaches it as soon as the worker's runtime sees the store change,
+/// not at the next heartbeat.
+async fn a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat(
+    label: &str,
+    here: Runtime,
+    elsewhere: Runtime,
+) {
+    let graph = Graph::new("parked")
+        .node_fn("wait", |_: &mut u32, ctx| {
+            Box::pin(async move {
+                let _: u32 = ctx.wait_for_signal("never").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&here)
+        .graph(&graph)
+        .lease(Duration::from_secs(60))
+        .park_grace(Duration::from_secs(60))
+        .poll_interval(Duration::from_millis(10))
+        .build();
+    let handle = worker.start();
+    elsewhere.submit("parked", "t", json!(0)).await.unwrap();
+    until_running(&elsewhere, "t").await;
+    // Past the worker runtime's first looks: what it notices next is the cancel's change.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = elsewhere.cancel("t").await.unwrap();
+    assert!(asked.cancel_requested, "{label}: {asked:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let row = elsewhere.run("t").await.unwrap().record;
+        if row.state == RunState::Cancelled {
+            break;
+        }
+        let waited = tokio::time::Instant::now() < deadline;
+        assert!(waited, "{label}: not cancelled within 5 s: {row:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat() {
+    let db = loomflow_tests::TempDb::new("cancel-elsewhere-parked");
+    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat(
+        "sqlite",
+        open(),
+        open(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat() {
+    let Some(db) = postgres::TempPgDb::create("cancel-elsewhere-parked").await else {
+        return;
+    };
+    let open = async || Runtime::with_store(PostgresStore::connect(&db.url).await.unwrap());
+    a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat(
+        "postgres",
+        open().await,
+        open().await,
+    )
+    .await;
 }
 
 /// A run whose row asks it to stop when a worker claims it (the cancel came as the

@@ -191,12 +191,14 @@ impl RuntimeBuilder {
     }
 
     /// How often to look for what other processes wrote to the store (default 100 ms): the
-    /// longest a signal another process sends takes to reach a wait parked here, and the
-    /// default of [`WorkerBuilder::poll_interval`](crate::worker::WorkerBuilder::poll_interval).
+    /// longest a signal another process sends takes to reach a wait parked here, or a
+    /// cancel it asks for to reach a run executing here, and the default of
+    /// [`WorkerBuilder::poll_interval`](crate::worker::WorkerBuilder::poll_interval).
     ///
-    /// The look is a cheap change probe (SQLite's `PRAGMA data_version`); the signals are
-    /// read only when it moved. Only a runtime with a durable store that has a parked wait,
-    /// or a worker, looks at all. Values under a millisecond are raised to one.
+    /// The look is a cheap change probe (SQLite's `PRAGMA data_version`, PostgreSQL's
+    /// notifications); the signals, or the rows of the runs executing here, are read only
+    /// when it moved. Only a runtime with a durable store that has a parked wait, a run
+    /// executing, or a worker, looks at all. Values under a millisecond are raised to one.
     pub fn poll_interval(mut self, interval: std::time::Duration) -> Self {
         self.poll_interval = Some(interval.max(std::time::Duration::from_millis(1)));
         self
@@ -223,6 +225,9 @@ impl RuntimeBuilder {
     pub fn build(self) -> Runtime {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
         let removals = removals::Removals::new(Arc::clone(&store));
+        let poll_interval = self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL);
+        // Another process may ask a run executing here to stop: see `LiveClaims`.
+        let probe_every = store.is_durable().then_some(poll_interval);
         let hook = {
             // The mailbox reports the stored signals it drops; the store forgets them.
             let removals = Arc::clone(&removals);
@@ -240,10 +245,10 @@ impl RuntimeBuilder {
                 owner: Arc::from(claim::runtime_owner_id()),
                 executions: std::sync::atomic::AtomicU64::new(1),
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
-                live_claims: claim::LiveClaims::default(),
+                live_claims: claim::LiveClaims::new(probe_every),
                 wakes: wakes::Wakes::default(),
                 signals_seen: tokio::sync::Mutex::new(seen::Seen::default()),
-                poll_interval: self.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL),
+                poll_interval,
                 watching: std::sync::atomic::AtomicBool::new(false),
                 housekeeping: housekeeping::Housekeeping::new(self.audit_retention),
             }),

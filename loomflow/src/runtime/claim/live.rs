@@ -22,6 +22,10 @@ pub(crate) struct LiveClaims {
 
 #[derive(Default)]
 struct LiveShared {
+    /// Between beats, how often the heartbeat looks whether the store changed, and if so
+    /// reads the rows of its claims' runs for a cancel asked from another process; `None`
+    /// for a store no other process shares (memory).
+    probe_every: Option<Duration>,
     /// By thread, hashed with foldhash as the memory store's maps are: every execution
     /// inserts its claim.
     claims:
@@ -33,6 +37,18 @@ struct LiveShared {
 }
 
 impl LiveClaims {
+    /// The claims of a runtime whose store other processes may share (`probe_every`, its
+    /// poll interval) or not (`None`).
+    pub(crate) fn new(probe_every: Option<Duration>) -> Self {
+        let shared = LiveShared {
+            probe_every,
+            ..LiveShared::default()
+        };
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
     pub(super) fn insert(&self, claim: &RunClaim) {
         {
             let mut claims = crate::sync::lock(&self.shared.claims);
@@ -113,10 +129,18 @@ fn beat_for(lease: Duration) -> Duration {
 }
 
 /// Renews every live claim's lease every third of its length, and notices cancels asked for
-/// from another process; stops when the runtime has no claim left (or is dropped).
+/// from another process: at each beat, and in between whenever the store's change probe
+/// moved; stops when the runtime has no claim left (or is dropped).
 async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
+    let mut next_beat = tokio::time::Instant::now() + every;
+    let mut looks = CancelLooks::default();
     loop {
-        tokio::time::sleep(every).await;
+        let probe_every = match shared.upgrade() {
+            Some(live) => live.probe_every,
+            None => return,
+        };
+        let probe_at = probe_every.map(|probe| tokio::time::Instant::now() + probe);
+        tokio::time::sleep_until(probe_at.map_or(next_beat, |at| at.min(next_beat))).await;
         let Some(live) = shared.upgrade() else { return };
         let claims: Vec<Arc<ClaimInner>> = {
             let mut beating = crate::sync::lock(&live.beating);
@@ -135,11 +159,66 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
             }
             claims
         };
-        futures_util::future::join_all(claims.iter().map(|claim| renew(claim))).await;
+        drop(live);
+        if tokio::time::Instant::now() >= next_beat {
+            next_beat = tokio::time::Instant::now() + every;
+            futures_util::future::join_all(claims.iter().map(|claim| renew(claim))).await;
+        } else {
+            looks.look(&claims).await;
+        }
     }
 }
 
-/// One heartbeat of one claim: extends its lease, and picks up a cancel from its run's row.
+/// The heartbeat's looks, between beats, for cancels asked from another process.
+#[derive(Default)]
+struct CancelLooks {
+    /// The store's change counter when the rows were last read.
+    seen: Option<u64>,
+    /// The claims live at the last look, by address: a run is looked for once it has been
+    /// executing for a look's interval, so that short runs cost no read.
+    live: std::collections::HashSet<usize>,
+}
+
+impl CancelLooks {
+    /// Reads the rows of `claims`' runs for a cancel, if the store changed since the last
+    /// read (the look is a cheap probe). A store that cannot tell leaves it to the beats.
+    async fn look(&mut self, claims: &[Arc<ClaimInner>]) {
+        let Some(first) = claims.first() else { return };
+        let change = first.store.change_counter();
+        let was_live = std::mem::take(&mut self.live);
+        self.live = claims.iter().map(address).collect();
+        if change.is_none() || change == self.seen {
+            return;
+        }
+        let asked = claims.iter().filter(|claim| {
+            was_live.contains(&address(claim)) && !claim.cancel.load(Ordering::Acquire)
+        });
+        let asked: Vec<_> = asked.collect();
+        if asked.is_empty() {
+            return;
+        }
+        self.seen = change;
+        futures_util::future::join_all(asked.into_iter().map(|claim| pick_up_cancel(claim))).await;
+    }
+}
+
+/// Where `claim` lives: what tells it apart from the other claims live at the same time.
+fn address(claim: &Arc<ClaimInner>) -> usize {
+    Arc::as_ptr(claim).addr()
+}
+
+/// Flags `claim` when its run's row asks it to stop: a cancel asked for from another process
+/// reaches the run here.
+async fn pick_up_cancel(claim: &ClaimInner) {
+    if let Ok(Some(row)) = claim.store.get_run(&claim.thread).await
+        && row.cancel_requested
+    {
+        claim.cancel.store(true, Ordering::Release);
+        claim.cancelled.notify_waiters();
+    }
+}
+
+/// One beat for one claim: extends its lease, and picks up a cancel from its run's row.
 async fn renew(claim: &ClaimInner) {
     let until = now_ms().saturating_add(millis(claim.lease));
     match claim
@@ -149,13 +228,7 @@ async fn renew(claim: &ClaimInner) {
     {
         Ok(()) => {
             claim.until_ms.fetch_max(until, Ordering::AcqRel);
-            // A cancel asked for from another process reaches the run here.
-            if let Ok(Some(row)) = claim.store.get_run(&claim.thread).await
-                && row.cancel_requested
-            {
-                claim.cancel.store(true, Ordering::Release);
-                claim.cancelled.notify_waiters();
-            }
+            pick_up_cancel(claim).await;
         }
         // Released while the renewal was on its way: the run is over, nothing was lost.
         Err(StoreError::LeaseLost { .. })

@@ -301,8 +301,8 @@ impl RunClaim {
 
     /// Whether someone asked the run to stop, here or on its row (another process, or
     /// another runtime sharing the store): what a run about to suspend looks at, since such
-    /// a cancel otherwise reaches it only at the next heartbeat, after it let go; and what
-    /// a resume or a recover looks at before its first step.
+    /// a cancel otherwise reaches it only at the next look at its row, after it let go; and
+    /// what a resume or a recover looks at before its first step.
     pub(crate) async fn cancel_asked(&self) -> Result<bool, StoreError> {
         if let Some(asked) = self.cancel_asked_now() {
             return asked;

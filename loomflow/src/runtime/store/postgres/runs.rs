@@ -492,13 +492,17 @@ impl PostgresStore {
             let client = self.client().await?;
             // The row as the request left it; when there was nothing to cancel, the row as
             // it is, read by a second statement (a read in the first would see the row as
-            // it was when that statement began, not a finish that it waited for).
+            // it was when that statement began, not a finish that it waited for). The
+            // notification tells a process executing the run to read its row now rather
+            // than at its next heartbeat.
             let stmt = client
                 .prepare_cached(&format!(
-                    "UPDATE loomflow_runs SET cancel_requested = TRUE, updated_at_ms = $2
-                     WHERE thread = $1 AND status IN ('queued', 'running', 'waiting',
-                                                      'sleeping', 'interrupted')
-                     RETURNING {RUN_COLUMNS}"
+                    "WITH asked AS (
+                         UPDATE loomflow_runs SET cancel_requested = TRUE, updated_at_ms = $2
+                         WHERE thread = $1 AND status IN ('queued', 'running', 'waiting',
+                                                          'sleeping', 'interrupted')
+                         RETURNING {RUN_COLUMNS})
+                     SELECT *, pg_notify('loomflow_changes', '') FROM asked"
                 ))
                 .await?;
             let Some(row) = client.query_opt(&stmt, &[&thread, &now]).await? else {
