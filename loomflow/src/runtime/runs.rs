@@ -280,9 +280,12 @@ impl Runtime {
     /// once: its newest checkpoint is written again as cancelled, so resuming it is refused
     /// with [`RunError::Cancelled`](crate::RunError::Cancelled). A run executing right now
     /// is asked to stop (`cancel_requested` on the row), which it learns at once in this
-    /// process; in another, once that process's runtime sees the store change (within its
-    /// [`poll_interval`](crate::runtime::RuntimeBuilder::poll_interval)), and at the
-    /// latest at its next heartbeat (a third of the lease). It stops before its next
+    /// process. In another, a run that has executed for a while learns it once that
+    /// process's runtime sees the store change: within the runtime's
+    /// [`poll_interval`](crate::runtime::RuntimeBuilder::poll_interval) on SQLite and on
+    /// PostgreSQL with notifications, a few intervals when it executes many runs (it reads
+    /// 16 rows a look). In any case it learns it at the next heartbeat, a third of the
+    /// lease. It stops before its next
     /// superstep (a subgraph running in a node, before the subgraph's); a node waiting for
     /// a signal or sleeping in memory stops waiting, and the run is cancelled where that
     /// step started. Other work a node is doing (a model call, a tool) finishes first. A

@@ -1,6 +1,7 @@
 //! The claims live in one runtime: found by thread for a cancel, and renewed together by
 //! one heartbeat.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -14,7 +15,9 @@ use crate::runtime::store::StoreError;
 ///
 /// The heartbeat is one task for the whole runtime, running while it has claims, rather
 /// than one per claim: starting and stopping a task for every run cost a handoff between
-/// threads on every invoke and every resume.
+/// threads on every invoke and every resume. On a durable store it also wakes every poll
+/// interval to look for cancels asked from another process (see `CancelLooks`), and so
+/// stops within an interval of the last claim's end.
 #[derive(Default)]
 pub(crate) struct LiveClaims {
     shared: Arc<LiveShared>,
@@ -164,41 +167,62 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
             next_beat = tokio::time::Instant::now() + every;
             futures_util::future::join_all(claims.iter().map(|claim| renew(claim))).await;
         } else {
-            looks.look(&claims).await;
+            // A slow store does not hold the next beat back: the look gives way to it.
+            tokio::select! {
+                () = looks.look(&claims) => {}
+                () = tokio::time::sleep_until(next_beat) => {}
+            }
         }
     }
 }
 
+/// How many rows of runs a look reads at most: the cost of a look stays the same however
+/// many runs execute; with more, a cancel takes a few looks to be read.
+const ROWS_A_LOOK: usize = 16;
+
 /// The heartbeat's looks, between beats, for cancels asked from another process.
 #[derive(Default)]
 struct CancelLooks {
-    /// The store's change counter when the rows were last read.
+    /// The store's change counter at the last look.
     seen: Option<u64>,
-    /// The claims live at the last look, by address: a run is looked for once it has been
-    /// executing for a look's interval, so that short runs cost no read.
-    live: std::collections::HashSet<usize>,
+    /// The claims live at the last look, by address: a run is read once it has been executing
+    /// for a look's interval, so that short runs cost no read.
+    live: HashSet<usize>,
+    /// The claims whose rows are still to be read since the store last changed.
+    due: HashSet<usize>,
 }
 
 impl CancelLooks {
-    /// Reads the rows of `claims`' runs for a cancel, if the store changed since the last
-    /// read (the look is a cheap probe). A store that cannot tell leaves it to the beats.
+    /// Reads the rows of `claims`' runs for a cancel, once after each change of the store
+    /// (the look is a cheap probe), a few at a time. A store that cannot tell leaves it to
+    /// the beats.
     async fn look(&mut self, claims: &[Arc<ClaimInner>]) {
         let Some(first) = claims.first() else { return };
         let change = first.store.change_counter();
-        let was_live = std::mem::take(&mut self.live);
-        self.live = claims.iter().map(address).collect();
-        if change.is_none() || change == self.seen {
+        if change.is_none() {
             return;
         }
-        let asked = claims.iter().filter(|claim| {
-            was_live.contains(&address(claim)) && !claim.cancel.load(Ordering::Acquire)
-        });
-        let asked: Vec<_> = asked.collect();
-        if asked.is_empty() {
-            return;
+        let was_live = std::mem::replace(&mut self.live, claims.iter().map(address).collect());
+        if change != self.seen {
+            self.seen = change;
+            self.due.extend(self.live.iter().copied());
         }
-        self.seen = change;
-        futures_util::future::join_all(asked.into_iter().map(|claim| pick_up_cancel(claim))).await;
+        // Ended claims are no longer due; new ones wait for the next look.
+        self.due.retain(|claim| self.live.contains(claim));
+        let read: Vec<&Arc<ClaimInner>> = claims
+            .iter()
+            .filter(|claim| {
+                let at = address(claim);
+                let flagged = claim.cancel.load(Ordering::Acquire);
+                !flagged && self.due.contains(&at) && was_live.contains(&at)
+            })
+            .take(ROWS_A_LOOK)
+            .collect();
+        futures_util::future::join_all(read.iter().map(|claim| pick_up_cancel(claim))).await;
+        // Only once read: a look given up half way (for a beat) reads them again.
+        for claim in read {
+            self.due.remove(&address(claim));
+        }
     }
 }
 

@@ -19,8 +19,8 @@
 //! another worker is claiming is passed over rather than waited for, and a row claimed and
 //! committed since the query began is checked again against the lease condition
 //! (PostgreSQL re-reads a row it locks), so two workers never claim one run. Finishing,
-//! releasing and queuing a run notify listening workers (`pg_notify`) in the statement
-//! that makes the change.
+//! releasing, queuing and asking to cancel a run notify listening runtimes (`pg_notify`)
+//! in the statement that makes the change.
 
 use std::sync::LazyLock;
 
