@@ -290,23 +290,34 @@ async fn a_cancel_from_another_process_reaches_a_running_node_before_the_heartbe
         .poll_interval(Duration::from_millis(10))
         .build();
     let handle = worker.start();
-    elsewhere.submit("parked", "t", json!(0)).await.unwrap();
-    until_running(&elsewhere, "t").await;
-    // Past the worker runtime's first looks: what it notices next is the cancel's change.
+    // A run executing for a while, then one that has only just started when it is cancelled
+    // (the look that sees that change may find it too new to read).
+    elsewhere.submit("parked", "old", json!(0)).await.unwrap();
+    until_running(&elsewhere, "old").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let asked = elsewhere.cancel("t").await.unwrap();
+    elsewhere.submit("parked", "new", json!(0)).await.unwrap();
+    until_running(&elsewhere, "new").await;
+    cancelled_soon(label, &elsewhere, "new").await;
+    // Quiet again: what the worker's runtime notices next is this cancel's change alone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cancelled_soon(label, &elsewhere, "old").await;
+    handle.shutdown().await.unwrap();
+}
+
+/// Cancels `thread`'s run from `elsewhere`, and sees it cancelled within 5 s.
+async fn cancelled_soon(label: &str, elsewhere: &Runtime, thread: &str) {
+    let asked = elsewhere.cancel(thread).await.unwrap();
     assert!(asked.cancel_requested, "{label}: {asked:?}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let row = elsewhere.run("t").await.unwrap().record;
+        let row = elsewhere.run(thread).await.unwrap().record;
         if row.state == RunState::Cancelled {
-            break;
+            return;
         }
         let waited = tokio::time::Instant::now() < deadline;
         assert!(waited, "{label}: not cancelled within 5 s: {row:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    handle.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
