@@ -114,8 +114,11 @@ impl Taking {
 
     /// How it ended, if it has; `None` while it is under way.
     pub(crate) fn ended_as(&self) -> Option<Taken> {
-        let said = self.outcome.borrow().clone();
+        // Whether the task is gone, first: one that said, then went, said before it went, so
+        // what is read next is what it said (read the other way round, a task that says and
+        // goes in between would be taken for one that went without a word).
         let gone = self.outcome.has_changed().is_err();
+        let said = self.outcome.borrow().clone();
         said.or_else(|| gone.then(|| self.unsaid.clone()))
     }
 
