@@ -263,15 +263,10 @@ async fn a_cancel_from_another_process_is_not_lost_when_the_run_suspends() {
     assert_eq!(row.state, RunState::Cancelled, "{row:?}");
 }
 
-/// A worker executes a run whose node waits in memory for a signal that does not come (a
-/// minute's park grace; under a minute's lease its heartbeat beats every 20 s). A cancel
-/// from another process reaches it as soon as the worker's runtime sees the store change,
-/// not at the next heartbeat.
-async fn a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat(
-    label: &str,
-    here: Runtime,
-    elsewhere: Runtime,
-) {
+/// A worker for up to `concurrency` runs of `parked`, whose node waits in memory for a
+/// signal that does not come (a minute's park grace; under a minute's lease its heartbeat
+/// beats every 20 s).
+fn parked_worker(here: &Runtime, concurrency: usize) -> Worker {
     let graph = Graph::new("parked")
         .node_fn("wait", |_: &mut u32, ctx| {
             Box::pin(async move {
@@ -283,13 +278,57 @@ async fn a_cancel_from_another_process_reaches_a_running_node_before_the_heartbe
         .edge("wait", END)
         .compile()
         .unwrap();
-    let worker = Worker::builder(&here)
+    Worker::builder(here)
         .graph(&graph)
+        .concurrency(concurrency)
         .lease(Duration::from_secs(60))
         .park_grace(Duration::from_secs(60))
         .poll_interval(Duration::from_millis(10))
-        .build();
-    let handle = worker.start();
+        // The runs still parked when the test ends are not waited for.
+        .shutdown_timeout(Duration::from_millis(100))
+        .build()
+}
+
+/// Forty runs execute in one worker while another process keeps writing to the store, so
+/// that its change probe moves at every look. A look reads 16 rows, and each run still has
+/// its turn: a cancel reaches whichever run it is for within a few looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_any_of_many_runs_while_the_store_keeps_changing() {
+    let db = loomflow_tests::TempDb::new("cancel-many-busy");
+    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let (here, elsewhere) = (open(), open());
+    let handle = parked_worker(&here, 64).start();
+    let threads: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    for thread in &threads {
+        elsewhere.submit("parked", thread, json!(0)).await.unwrap();
+    }
+    for thread in &threads {
+        until_running(&elsewhere, thread).await;
+    }
+    let writing = elsewhere.clone();
+    let noise = tokio::spawn(async move {
+        for tick in 0u32.. {
+            writing.signal("noise", "tick", tick).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for thread in threads.iter().step_by(3) {
+        cancelled_soon("sqlite", &elsewhere, thread).await;
+    }
+    noise.abort();
+    handle.shutdown().await.unwrap();
+}
+
+/// A worker executes a run of `parked` (see `parked_worker`). A cancel from another process
+/// reaches it as soon as the worker's runtime sees the store change, not at the next
+/// heartbeat.
+async fn a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat(
+    label: &str,
+    here: Runtime,
+    elsewhere: Runtime,
+) {
+    let handle = parked_worker(&here, 16).start();
     // A run executing for a while, then one that has only just started when it is cancelled
     // (the look that sees that change may find it too new to read).
     elsewhere.submit("parked", "old", json!(0)).await.unwrap();

@@ -1,7 +1,7 @@
 //! The claims live in one runtime: found by thread for a cancel, and renewed together by
 //! one heartbeat.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -188,8 +188,9 @@ struct CancelLooks {
     /// The claims live at the last look, by address: a run is read once it has been executing
     /// for a look's interval, so that short runs cost no read.
     live: HashSet<usize>,
-    /// The claims whose rows are still to be read since the store last changed.
-    due: HashSet<usize>,
+    /// The claims whose rows are still to be read since the store last changed, in the order
+    /// they became due: one that keeps its place is read before those due after it.
+    due: VecDeque<usize>,
 }
 
 impl CancelLooks {
@@ -203,26 +204,35 @@ impl CancelLooks {
             return;
         }
         let was_live = std::mem::replace(&mut self.live, claims.iter().map(address).collect());
+        // Ended claims are no longer due.
+        self.due.retain(|claim| self.live.contains(claim));
         if change != self.seen {
             self.seen = change;
-            self.due.extend(self.live.iter().copied());
+            let already: HashSet<usize> = self.due.iter().copied().collect();
+            let newly = claims
+                .iter()
+                .map(address)
+                .filter(|at| !already.contains(at));
+            self.due.extend(newly.collect::<Vec<_>>());
         }
-        // Ended claims are no longer due; new ones wait for the next look.
-        self.due.retain(|claim| self.live.contains(claim));
-        let read: Vec<&Arc<ClaimInner>> = claims
-            .iter()
-            .filter(|claim| {
-                let at = address(claim);
-                let flagged = claim.cancel.load(Ordering::Acquire);
-                !flagged && self.due.contains(&at) && was_live.contains(&at)
-            })
+        // New claims wait for the next look.
+        let by_address: HashMap<usize, &Arc<ClaimInner>> =
+            claims.iter().map(|claim| (address(claim), claim)).collect();
+        let read: Vec<&Arc<ClaimInner>> = (self.due.iter())
+            .filter(|at| was_live.contains(at))
+            .filter_map(|at| by_address.get(at).copied())
+            .filter(|claim| !claim.cancel.load(Ordering::Acquire))
             .take(ROWS_A_LOOK)
             .collect();
-        futures_util::future::join_all(read.iter().map(|claim| pick_up_cancel(claim))).await;
-        // Only once read: a look given up half way (for a beat) reads them again.
-        for claim in read {
-            self.due.remove(&address(claim));
-        }
+        let looked = futures_util::future::join_all(read.iter().map(|claim| pick_up_cancel(claim)));
+        let looked = looked.await;
+        // Only once read: a look given up half way (for a beat), or whose read failed,
+        // leaves them due.
+        let done: HashSet<usize> = (read.iter().zip(looked))
+            .filter(|(_, looked)| *looked)
+            .map(|(claim, _)| address(claim))
+            .collect();
+        self.due.retain(|claim| !done.contains(claim));
     }
 }
 
@@ -232,14 +242,16 @@ fn address(claim: &Arc<ClaimInner>) -> usize {
 }
 
 /// Flags `claim` when its run's row asks it to stop: a cancel asked for from another process
-/// reaches the run here.
-async fn pick_up_cancel(claim: &ClaimInner) {
-    if let Ok(Some(row)) = claim.store.get_run(&claim.thread).await
-        && row.cancel_requested
-    {
+/// reaches the run here. Says whether the row could be read.
+async fn pick_up_cancel(claim: &ClaimInner) -> bool {
+    let Ok(row) = claim.store.get_run(&claim.thread).await else {
+        return false;
+    };
+    if row.is_some_and(|row| row.cancel_requested) {
         claim.cancel.store(true, Ordering::Release);
         claim.cancelled.notify_waiters();
     }
+    true
 }
 
 /// One beat for one claim: extends its lease, and picks up a cancel from its run's row.
@@ -252,7 +264,8 @@ async fn renew(claim: &ClaimInner) {
     {
         Ok(()) => {
             claim.until_ms.fetch_max(until, Ordering::AcqRel);
-            pick_up_cancel(claim).await;
+            // A failed read is tried again at the next look or beat.
+            let _ = pick_up_cancel(claim).await;
         }
         // Released while the renewal was on its way: the run is over, nothing was lost.
         Err(StoreError::LeaseLost { .. })
