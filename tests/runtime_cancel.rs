@@ -50,6 +50,12 @@ fn runtimes(db: &loomflow_tests::TempDb) -> [(&'static str, Runtime); 2] {
     ]
 }
 
+/// Two runtimes on the SQLite file of `db`, as two processes would have.
+fn two_processes(db: &loomflow_tests::TempDb) -> (Runtime, Runtime) {
+    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    (open(), open())
+}
+
 /// Until `thread`'s run is on its row and running.
 async fn until_running(runtime: &Runtime, thread: &str) {
     loop {
@@ -232,8 +238,7 @@ fn work_then_wait(gate: Arc<Semaphore>) -> CompiledGraph<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_from_another_process_is_not_lost_when_the_run_suspends() {
     let db = loomflow_tests::TempDb::new("cancel-elsewhere-then-suspend");
-    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
-    let (here, elsewhere) = (open(), open());
+    let (here, elsewhere) = two_processes(&db);
     let gate = Arc::new(Semaphore::new(0));
     let graph = work_then_wait(Arc::clone(&gate));
     let worker = Worker::builder(&here)
@@ -295,8 +300,7 @@ fn parked_worker(here: &Runtime, concurrency: usize) -> Worker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_reaches_any_of_many_runs_while_the_store_keeps_changing() {
     let db = loomflow_tests::TempDb::new("cancel-many-busy");
-    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
-    let (here, elsewhere) = (open(), open());
+    let (here, elsewhere) = two_processes(&db);
     let handle = parked_worker(&here, 64).start();
     let threads: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
     for thread in &threads {
@@ -362,11 +366,9 @@ async fn cancelled_soon(label: &str, elsewhere: &Runtime, thread: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sqlite_a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat() {
     let db = loomflow_tests::TempDb::new("cancel-elsewhere-parked");
-    let open = || Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let (here, elsewhere) = two_processes(&db);
     a_cancel_from_another_process_reaches_a_running_node_before_the_heartbeat(
-        "sqlite",
-        open(),
-        open(),
+        "sqlite", here, elsewhere,
     )
     .await;
 }
