@@ -213,7 +213,7 @@ impl CancelLooks {
                 .iter()
                 .map(address)
                 .filter(|at| !already.contains(at));
-            self.due.extend(newly.collect::<Vec<_>>());
+            self.due.extend(newly);
         }
         // New claims wait for the next look.
         let by_address: HashMap<usize, &Arc<ClaimInner>> =
