@@ -398,6 +398,15 @@ impl Store for Traced {
         self.record("get_run".into(), before, self.inner.get_run(thread))
     }
 
+    fn cancels_requested<'a>(
+        &'a self,
+        threads: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        let before = self.commits();
+        let read = self.inner.cancels_requested(threads);
+        self.record("cancels_requested".into(), before, read)
+    }
+
     fn list_runs<'a>(
         &'a self,
         filter: &'a RunFilter,

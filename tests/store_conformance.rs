@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
 #[path = "support/postgres.rs"]
 mod postgres;
 
@@ -42,6 +44,14 @@ impl Drop for TempDb {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_conforms() {
     conformance::run_all_concurrent(Arc::new(MemoryStore::new())).await;
+}
+
+/// A store that implements only what the trait requires, here the memory store behind a
+/// wrapper (with no faults armed): the trait's default methods conform too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_the_default_methods_conforms() {
+    let (store, _faults) = faulty_store::FaultyStore::new(MemoryStore::new());
+    conformance::run_all_concurrent(Arc::new(store)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

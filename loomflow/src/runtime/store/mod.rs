@@ -60,6 +60,8 @@ pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted}
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use futures_util::future::BoxFuture;
@@ -472,6 +474,19 @@ pub trait Store: Send + Sync + 'static {
         thread: &'a str,
     ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>>;
 
+    /// Those of `threads` whose current run asks to stop (its row's `cancel_requested`), in
+    /// any order: how a process executing many runs learns, in one read, of the cancels
+    /// asked for them from another process.
+    ///
+    /// The default reads the rows one by one with [`get_run`](Self::get_run); a store that
+    /// can select them in one query does.
+    fn cancels_requested<'a>(
+        &'a self,
+        threads: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        Box::pin(runs::cancels_one_by_one(self, threads))
+    }
+
     /// The runs `filter` selects, most recently updated first.
     fn list_runs<'a>(
         &'a self,
@@ -519,7 +534,7 @@ pub trait Store: Send + Sync + 'static {
     /// Woken (with `notify_waiters`) when the change counter moves, for stores that learn of
     /// changes by notification (PostgreSQL's `LISTEN`): a worker waiting for work looks at
     /// once instead of at its next poll. `None` (the default): the counter is polled.
-    fn change_notifier(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+    fn change_notifier(&self) -> Option<Arc<tokio::sync::Notify>> {
         None
     }
 

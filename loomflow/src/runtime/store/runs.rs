@@ -7,10 +7,12 @@
 //! [`Store::finish_run`](super::Store::finish_run) (a run that failed, or was cancelled
 //! before it ran).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Checkpoint, Interrupt, RunStatus};
+use super::{Checkpoint, Interrupt, RunStatus, Store, StoreError};
 
 /// The framework signal that carries a resume requested without the graph's code; an
 /// interrupted run waits for it.
@@ -362,4 +364,19 @@ impl RowUpdate {
             RunState::Completed | RunState::Failed | RunState::Cancelled => None,
         }
     }
+}
+
+/// Those of `threads` whose current run asks to stop, read row by row: what
+/// [`Store::cancels_requested`] does for a store that does not select them in one query.
+pub(super) async fn cancels_one_by_one<S: Store + ?Sized>(
+    store: &S,
+    threads: &[Arc<str>],
+) -> Result<Vec<Arc<str>>, StoreError> {
+    let mut asked = Vec::new();
+    for thread in threads {
+        if (store.get_run(thread).await?).is_some_and(|run| run.cancel_requested) {
+            asked.push(Arc::clone(thread));
+        }
+    }
+    Ok(asked)
 }

@@ -322,16 +322,30 @@ pub(super) async fn suspended_runs_wake_on_a_signal_or_their_time(store: &dyn St
     assert_eq!(listed[0].thread, asking);
 }
 
-/// A cancel request is recorded on an unfinished run and cleared when it finishes.
+/// A cancel request is recorded on an unfinished run and cleared when it finishes; the
+/// runs asked to stop are found among many in one read.
 pub(super) async fn cancel_requests_are_recorded(store: &dyn Store) {
-    let (thread, graph) = (unique("cancel"), unique("graph"));
+    // A quote and a backslash: the names reach the query as a list, not as SQL text.
+    let (thread, graph) = (unique("cancel \"a\\b\" é"), unique("graph"));
+    let (other, never_ran) = (unique("cancel-other"), unique("cancel-never"));
     assert!(store.request_cancel(&thread, 1).await.unwrap().is_none());
     store
         .submit_run(&thread, &graph, json!(0), 1)
         .await
         .unwrap();
+    // Of another graph: the claim below takes `thread`'s run.
+    (store.submit_run(&other, &unique("graph"), json!(0), 1))
+        .await
+        .unwrap();
+    let threads: Vec<Arc<str>> = [&thread, &other, &never_ran]
+        .map(|thread| Arc::from(thread.as_str()))
+        .into();
+    assert!(store.cancels_requested(&threads).await.unwrap().is_empty());
     let record = store.request_cancel(&thread, 2).await.unwrap().unwrap();
     assert!(record.cancel_requested);
+    let asked = store.cancels_requested(&threads).await.unwrap();
+    assert_eq!(asked, [Arc::clone(&threads[0])]);
+    assert!(store.cancels_requested(&[]).await.unwrap().is_empty());
     let run = store
         .claim_next_run(&[graph], "w", LATER, 3, 3)
         .await
@@ -345,6 +359,7 @@ pub(super) async fn cancel_requests_are_recorded(store: &dyn Store) {
     assert!(!record.cancel_requested);
     let again = store.request_cancel(&thread, 4).await.unwrap().unwrap();
     assert!(!again.cancel_requested, "a finished run is left as it is");
+    assert!(store.cancels_requested(&threads).await.unwrap().is_empty());
 }
 
 /// Many workers claiming at once: every queued run is claimed by exactly one of them.

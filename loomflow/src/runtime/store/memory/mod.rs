@@ -487,6 +487,18 @@ impl Store for MemoryStore {
         )
     }
 
+    fn cancels_requested<'a>(
+        &'a self,
+        threads: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        ready(self.lock().map(|inner| {
+            let asked = |thread: &&Arc<str>| {
+                (inner.threads.get(thread)).is_some_and(|slot| slot.row.cancel_requested)
+            };
+            threads.iter().filter(asked).cloned().collect()
+        }))
+    }
+
     fn list_runs<'a>(
         &'a self,
         filter: &'a RunFilter,

@@ -19,6 +19,7 @@
 //! [`Store::change_counter`] (`notify.rs`).
 
 mod audit;
+mod cancels;
 mod checkpoints;
 mod error;
 mod fenced;
@@ -30,6 +31,7 @@ mod signals;
 mod submit;
 mod target;
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
@@ -500,6 +502,13 @@ impl Store for PostgresStore {
         thread: &'a str,
     ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
         Box::pin(self.read_run(thread))
+    }
+
+    fn cancels_requested<'a>(
+        &'a self,
+        threads: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        Box::pin(self.read_cancels(threads))
     }
 
     fn list_runs<'a>(

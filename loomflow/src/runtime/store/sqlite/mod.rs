@@ -34,6 +34,7 @@ mod writer;
 pub use options::{CommitStats, SqliteOptions, Synchronous};
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use rusqlite::Connection;
@@ -546,6 +547,13 @@ impl Store for SqliteStore {
         self.read_run(thread)
     }
 
+    fn cancels_requested<'a>(
+        &'a self,
+        threads: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        self.read_cancels(threads)
+    }
+
     fn list_runs<'a>(
         &'a self,
         filter: &'a RunFilter,
@@ -588,8 +596,3 @@ impl Store for SqliteStore {
             .and_then(|v| u64::try_from(v).ok())
     }
 }
-
-const _: fn() = || {
-    fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<SqliteStore>();
-};

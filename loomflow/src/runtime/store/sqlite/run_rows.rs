@@ -2,6 +2,8 @@
 //! carry on, reading and listing rows, and the row following each top-level checkpoint.
 //! The lease itself, and the writes made under it, are in `runs.rs`.
 
+use std::sync::Arc;
+
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
@@ -476,6 +478,32 @@ impl SqliteStore {
         let owned = thread.to_owned();
         self.read(thread, move |conn| {
             Ok(read_record(conn, &owned)?.transpose())
+        })
+    }
+
+    /// Those of `threads` whose row asks to stop, in one read: the threads go in as a JSON
+    /// array, which SQLite's `json_each` lists.
+    pub(super) fn read_cancels<'a>(
+        &'a self,
+        threads: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        // A list of strings always serializes.
+        let names: Vec<&str> = threads.iter().map(|thread| &**thread).collect();
+        let listed = serde_json::to_string(&names).unwrap_or_else(|_| "[]".to_owned());
+        let threads = threads.to_vec();
+        self.read("(runs)", move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT thread FROM runs
+                 WHERE cancel_requested AND thread IN (SELECT value FROM json_each(?1))",
+            )?;
+            let asked = stmt
+                .query_map(params![listed], |row| row.get::<_, String>(0))?
+                .collect::<rusqlite::Result<std::collections::HashSet<String>>>()?;
+            // The callers' own names back, rather than new copies of them.
+            Ok(Ok(threads
+                .into_iter()
+                .filter(|thread| asked.contains(&**thread))
+                .collect()))
         })
     }
 
