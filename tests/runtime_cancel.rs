@@ -295,8 +295,8 @@ fn parked_worker(here: &Runtime, concurrency: usize) -> Worker {
 }
 
 /// Forty runs execute in one worker while another process keeps writing to the store, so
-/// that its change probe moves at every look. A look reads 16 rows, and each run still has
-/// its turn: a cancel reaches whichever run it is for within a few looks.
+/// that its change probe moves at every look, and every look reads rows: a cancel still
+/// reaches whichever run it is for within a few looks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_reaches_any_of_many_runs_while_the_store_keeps_changing() {
     let db = loomflow_tests::TempDb::new("cancel-many-busy");
@@ -321,6 +321,44 @@ async fn a_cancel_reaches_any_of_many_runs_while_the_store_keeps_changing() {
         cancelled_soon("sqlite", &elsewhere, thread).await;
     }
     noise.abort();
+    handle.shutdown().await.unwrap();
+}
+
+/// Two hundred runs execute in one worker, and another process cancels them all: the
+/// worker's runtime (which looks at the store every second) reads their rows in one query,
+/// so every cancel reaches its run within a look or two, not one look for every few runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_of_hundreds_of_runs_reach_them_together() {
+    const RUNS: usize = 200;
+    let db = loomflow_tests::TempDb::new("cancel-hundreds");
+    let here = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .poll_interval(Duration::from_secs(1))
+        .build();
+    let elsewhere = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let handle = parked_worker(&here, RUNS).start();
+    let threads: Vec<String> = (0..RUNS).map(|i| format!("t{i}")).collect();
+    for thread in &threads {
+        elsewhere.submit("parked", thread, json!(0)).await.unwrap();
+    }
+    for thread in &threads {
+        until_running(&elsewhere, thread).await;
+    }
+    for thread in &threads {
+        assert!(elsewhere.cancel(thread).await.unwrap().cancel_requested);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for thread in &threads {
+        loop {
+            let row = elsewhere.run(thread).await.unwrap().record;
+            if row.state == RunState::Cancelled {
+                break;
+            }
+            let waited = tokio::time::Instant::now() < deadline;
+            assert!(waited, "not cancelled within 5 s of the last ask: {row:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     handle.shutdown().await.unwrap();
 }
 

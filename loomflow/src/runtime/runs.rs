@@ -283,9 +283,9 @@ impl Runtime {
     /// process. In another, a run that has executed for a while learns it once that
     /// process's runtime sees the store change: within the runtime's
     /// [`poll_interval`](crate::runtime::RuntimeBuilder::poll_interval) on SQLite and on
-    /// PostgreSQL with notifications, a few intervals when it executes many runs (it reads
-    /// 16 rows a look). In any case it learns it at the next heartbeat, a third of the
-    /// lease. It stops before its next
+    /// PostgreSQL with notifications (it reads the rows of the runs it executes in one
+    /// query, up to 512 a look). In any case it learns it at the next heartbeat, a third of
+    /// the lease. It stops before its next
     /// superstep (a subgraph running in a node, before the subgraph's); a node waiting for
     /// a signal or sleeping in memory stops waiting, and the run is cancelled where that
     /// step started. Other work a node is doing (a model call, a tool) finishes first. A

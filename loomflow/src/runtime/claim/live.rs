@@ -34,9 +34,19 @@ struct LiveShared {
     claims:
         Mutex<std::collections::HashMap<Arc<str>, Weak<ClaimInner>, foldhash::fast::RandomState>>,
     /// The heartbeat task, while there is one.
-    beating: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    beating: Mutex<Beating>,
     /// How often it beats, in ms: a third of the shortest lease it has seen.
     every_ms: AtomicU64,
+}
+
+/// The heartbeat task, and which one it is.
+#[derive(Default)]
+struct Beating {
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// How many heartbeats were started: the last one's number. A heartbeat replaced by
+    /// another (aborted, but still running up to its next await) tells by it that the slot
+    /// is no longer its own.
+    started: u64,
 }
 
 impl LiveClaims {
@@ -67,21 +77,20 @@ impl LiveClaims {
         // claims decides under this lock, after the insert, or leaves the slot empty here.
         let every = beat_for(claim.inner.lease);
         let mut beating = crate::sync::lock(&self.shared.beating);
-        let stopped = beating
-            .as_ref()
-            .is_none_or(tokio::task::JoinHandle::is_finished);
+        let stopped = (beating.task.as_ref()).is_none_or(tokio::task::JoinHandle::is_finished);
         // A claim with a shorter lease than the heartbeat beats for (a worker's) needs it
         // sooner: the heartbeat starts again at its pace.
         let too_slow = millis(every) < self.shared.every_ms.load(Ordering::Acquire);
         if (stopped || too_slow)
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
-            if let Some(old) = beating.take() {
+            if let Some(old) = beating.task.take() {
                 old.abort();
             }
             self.shared.every_ms.store(millis(every), Ordering::Release);
+            beating.started += 1;
             let shared = Arc::downgrade(&self.shared);
-            *beating = Some(handle.spawn(heartbeat(shared, every)));
+            beating.task = Some(handle.spawn(heartbeat(shared, every, beating.started)));
         }
     }
 
@@ -133,8 +142,9 @@ fn beat_for(lease: Duration) -> Duration {
 
 /// Renews every live claim's lease every third of its length, and notices cancels asked for
 /// from another process: at each beat, and in between whenever the store's change probe
-/// moved; stops when the runtime has no claim left (or is dropped).
-async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
+/// moved; stops when the runtime has no claim left (or is dropped). `me`: its number
+/// among the heartbeats started (see [`Beating`]).
+async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
     let mut next_beat = tokio::time::Instant::now() + every;
     let mut looks = CancelLooks::default();
     loop {
@@ -155,9 +165,11 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
             if claims.is_empty() {
                 // Decided under the lock an insert takes after adding its claim: either the
                 // insert's claim is seen here, or the insert finds the slot empty and starts
-                // a new heartbeat.
-                beating.take();
-                live.every_ms.store(u64::MAX, Ordering::Release);
+                // a new heartbeat. A heartbeat another replaced leaves the slot to it.
+                if beating.started == me {
+                    beating.task.take();
+                    live.every_ms.store(u64::MAX, Ordering::Release);
+                }
                 return;
             }
             claims
@@ -165,7 +177,14 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
         drop(live);
         if tokio::time::Instant::now() >= next_beat {
             next_beat = tokio::time::Instant::now() + every;
-            futures_util::future::join_all(claims.iter().map(|claim| renew(claim))).await;
+            let renewed = futures_util::future::join_all(claims.iter().map(|c| renew(c))).await;
+            let renewed: Vec<&Arc<ClaimInner>> = (claims.iter().zip(renewed))
+                .filter_map(|(claim, renewed)| renewed.then_some(claim))
+                .collect();
+            // A failed read is tried again at the next look or beat.
+            for some in renewed.chunks(ROWS_A_READ) {
+                pick_up_cancels(some).await;
+            }
         } else {
             // A slow store does not hold the next beat back: the look gives way to it.
             tokio::select! {
@@ -176,9 +195,10 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration) {
     }
 }
 
-/// How many rows of runs a look reads at most: the cost of a look stays the same however
-/// many runs execute; with more, a cancel takes a few looks to be read.
-const ROWS_A_LOOK: usize = 16;
+/// How many rows of runs one read asks for at most: with more runs executing, a look
+/// reads only that many (a cancel then takes a few looks to be read), and a beat reads in
+/// as many queries as it needs.
+const ROWS_A_READ: usize = 512;
 
 /// The heartbeat's looks, between beats, for cancels asked from another process.
 #[derive(Default)]
@@ -222,17 +242,14 @@ impl CancelLooks {
             .filter(|at| was_live.contains(at))
             .filter_map(|at| by_address.get(at).copied())
             .filter(|claim| !claim.cancel.load(Ordering::Acquire))
-            .take(ROWS_A_LOOK)
+            .take(ROWS_A_READ)
             .collect();
-        let looked = futures_util::future::join_all(read.iter().map(|claim| pick_up_cancel(claim)));
-        let looked = looked.await;
         // Only once read: a look given up half way (for a beat), or whose read failed,
         // leaves them due.
-        let done: HashSet<usize> = (read.iter().zip(looked))
-            .filter(|(_, looked)| *looked)
-            .map(|(claim, _)| address(claim))
-            .collect();
-        self.due.retain(|claim| !done.contains(claim));
+        if pick_up_cancels(&read).await {
+            let done: HashSet<usize> = read.iter().map(|claim| address(claim)).collect();
+            self.due.retain(|claim| !done.contains(claim));
+        }
     }
 }
 
@@ -241,21 +258,31 @@ fn address(claim: &Arc<ClaimInner>) -> usize {
     Arc::as_ptr(claim).addr()
 }
 
-/// Flags `claim` when its run's row asks it to stop: a cancel asked for from another process
-/// reaches the run here. Says whether the row could be read.
-async fn pick_up_cancel(claim: &ClaimInner) -> bool {
-    let Ok(row) = claim.store.get_run(&claim.thread).await else {
+/// Flags those of `claims` whose run's row asks them to stop, read in one query: a cancel
+/// asked for from another process reaches its run here. Says whether the rows could be
+/// read.
+async fn pick_up_cancels(claims: &[&Arc<ClaimInner>]) -> bool {
+    let Some(first) = claims.first() else {
+        return true;
+    };
+    let threads: Vec<Arc<str>> = claims
+        .iter()
+        .map(|claim| Arc::clone(&claim.thread))
+        .collect();
+    let Ok(asked) = first.store.cancels_requested(&threads).await else {
         return false;
     };
-    if row.is_some_and(|row| row.cancel_requested) {
+    let asked: HashSet<&str> = asked.iter().map(|thread| &**thread).collect();
+    for claim in claims.iter().filter(|claim| asked.contains(&*claim.thread)) {
         claim.cancel.store(true, Ordering::Release);
         claim.cancelled.notify_waiters();
     }
     true
 }
 
-/// One beat for one claim: extends its lease, and picks up a cancel from its run's row.
-async fn renew(claim: &ClaimInner) {
+/// One beat for one claim: extends its lease. Says whether it did; the beat then reads the
+/// rows of the renewed claims' runs for a cancel.
+async fn renew(claim: &ClaimInner) -> bool {
     let until = now_ms().saturating_add(millis(claim.lease));
     match claim
         .store
@@ -264,22 +291,59 @@ async fn renew(claim: &ClaimInner) {
     {
         Ok(()) => {
             claim.until_ms.fetch_max(until, Ordering::AcqRel);
-            // A failed read is tried again at the next look or beat.
-            let _ = pick_up_cancel(claim).await;
+            true
         }
         // Released while the renewal was on its way: the run is over, nothing was lost.
         Err(StoreError::LeaseLost { .. })
             if claim.released.load(Ordering::Acquire)
-                || claim.releasing.load(Ordering::Acquire) => {}
+                || claim.releasing.load(Ordering::Acquire) =>
+        {
+            false
+        }
         Err(StoreError::LeaseLost { .. }) => {
             tracing::warn!(thread = %claim.thread, owner = %claim.owner, "lease lost: another execution claimed the run");
             claim.lost.store(true, Ordering::Release);
             // A node waiting in memory (a signal, a sleep) stops waiting: the run is no
             // longer this execution's to carry on.
             claim.cancelled.notify_waiters();
+            false
         }
         Err(error) => {
             tracing::warn!(thread = %claim.thread, %error, "could not renew the lease; retrying");
+            false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heartbeat that another replaced, and that finds no claims before its abort is
+    /// seen, leaves the slot to its successor: otherwise it would take the successor's
+    /// handle, the next claim would start a third heartbeat, and two would run. The
+    /// heartbeat in the slot clears it.
+    #[tokio::test]
+    async fn a_replaced_heartbeat_leaves_the_slot_to_its_successor() {
+        let live = LiveClaims::new(None);
+        {
+            let mut beating = crate::sync::lock(&live.shared.beating);
+            beating.started = 2;
+            beating.task = Some(tokio::spawn(std::future::pending::<()>()));
+        }
+        live.shared.every_ms.store(5, Ordering::Release);
+        let shared = Arc::downgrade(&live.shared);
+        heartbeat(shared.clone(), Duration::from_millis(1), 1).await;
+        {
+            let beating = crate::sync::lock(&live.shared.beating);
+            assert!(beating.task.is_some(), "the successor's handle was taken");
+        }
+        assert_eq!(live.shared.every_ms.load(Ordering::Acquire), 5);
+
+        heartbeat(shared, Duration::from_millis(1), 2).await;
+        let mut beating = crate::sync::lock(&live.shared.beating);
+        let task = beating.task.take();
+        assert!(task.is_none(), "the heartbeat in the slot left it taken");
+        assert_eq!(live.shared.every_ms.load(Ordering::Acquire), u64::MAX);
     }
 }
