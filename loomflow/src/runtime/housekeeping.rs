@@ -97,10 +97,12 @@ impl Runtime {
         // A run executing here need not be named: its row is unfinished, and a store spares
         // the signals of unfinished runs, whether or not the run opened its session.
         let spare = self.mailbox().live_sessions();
-        Ok(self
-            .store()
+        let pruned = (self.store())
             .prune_signals(unix_ms(self.now()).saturating_sub(older_than_ms), &spare)
-            .await?)
+            .await?;
+        // What this process remembers of the signals kept for runs goes with them.
+        self.removals().sweep_spared().await;
+        Ok(pruned)
     }
 
     /// Does the chores that are due: prunes the audit log to the runtime's

@@ -34,7 +34,12 @@ pub(crate) struct Removals {
     /// their session's run (see [`awaited`](Self::awaited)): their waits look in the store
     /// for an older signal first, until none older is left there.
     spared: Mutex<HashMap<Arc<str>, NewestSpared>>,
+    /// Where the next [`sweep_spared`](Self::sweep_spared) starts among the names kept.
+    sweep_from: AtomicUsize,
 }
+
+/// How many of the names kept in `spared` one sweep looks at, at most: one read each.
+const SWEPT_AT_ONCE: usize = 1024;
 
 impl Removals {
     pub(crate) fn new(store: Arc<dyn Store>) -> Arc<Self> {
@@ -44,6 +49,7 @@ impl Removals {
             outstanding: AtomicUsize::new(0),
             flushing: tokio::sync::Mutex::new(()),
             spared: Mutex::default(),
+            sweep_from: AtomicUsize::new(0),
         })
     }
 
@@ -139,6 +145,41 @@ impl Removals {
         }
     }
 
+    /// Forgets the names whose kept signals are all gone from the store: taken by a node's
+    /// wait here or elsewhere, or pruned once their session's run ended without taking
+    /// them. Otherwise a name that no run waits for again would be remembered for as long
+    /// as the runtime lives. Looks at up to [`SWEPT_AT_ONCE`] names a call, in turns; a name
+    /// whose signals could not be read is remembered still.
+    pub(crate) async fn sweep_spared(&self) {
+        let listed: Vec<(Arc<str>, Arc<str>, u64)> = {
+            let spared = crate::sync::lock(&self.spared);
+            let all = spared.iter().flat_map(|(session, names)| {
+                let named = names.iter();
+                named.map(|(name, &newest)| (Arc::clone(session), Arc::clone(name), newest))
+            });
+            all.collect()
+        };
+        if listed.is_empty() {
+            return;
+        }
+        let from = self.sweep_from.load(Ordering::Relaxed) % listed.len();
+        let turn = listed
+            .iter()
+            .cycle()
+            .skip(from)
+            .take(SWEPT_AT_ONCE.min(listed.len()));
+        for (session, name, newest) in turn {
+            let gone = match self.store.oldest_signal(session, name).await {
+                Ok(oldest) => oldest.is_none_or(|oldest| oldest.seq > *newest),
+                Err(_) => false,
+            };
+            if gone {
+                self.none_spared(session, name, *newest);
+            }
+        }
+        (self.sweep_from).store(from.wrapping_add(SWEPT_AT_ONCE), Ordering::Relaxed);
+    }
+
     /// Whether `session` has a run that has not ended, which may take the signals sent to
     /// it: a signal the mailbox drops from memory (past the pending TTL, beyond the pending
     /// bound) stays in the store for it, as `prune_signals` spares it. When the store cannot
@@ -149,5 +190,64 @@ impl Removals {
             Ok(None) => false,
             Err(_) => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::runtime::MemoryStore;
+    use crate::runtime::store::{SignalPush, StoredSignal};
+
+    async fn store_signal(store: &dyn Store, session: &str, name: &str) -> u64 {
+        let signal = StoredSignal {
+            seq: 0,
+            session: session.to_owned(),
+            name: name.to_owned(),
+            payload: serde_json::json!(1),
+            idempotency_key: None,
+            sent_at_ms: 1,
+        };
+        match store.push_signal(signal).await.unwrap() {
+            SignalPush::Stored(seq) => seq,
+            other => unreachable!("{other:?}"),
+        }
+    }
+
+    fn spare(removals: &Removals, session: &str, name: &str, newest: u64) {
+        let mut spared = crate::sync::lock(&removals.spared);
+        let names = spared.entry(Arc::from(session)).or_default();
+        names.insert(Arc::from(name), newest);
+    }
+
+    /// A name is remembered while a signal it kept for a run is in the store, and forgotten
+    /// once none is left (taken or pruned): a run that ended without waiting for it again
+    /// does not leave it remembered for the runtime's life.
+    #[tokio::test]
+    async fn a_sweep_forgets_names_whose_kept_signals_are_gone() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let removals = Removals::new(Arc::clone(&store));
+        let kept = store_signal(&*store, "s", "still-kept").await;
+        spare(&removals, "s", "still-kept", kept);
+        let gone = store_signal(&*store, "s", "gone").await;
+        spare(&removals, "s", "gone", gone);
+        store.discard_signal("s", gone).await.unwrap();
+        // Only a younger signal of that name is left: none of those kept.
+        let older = store_signal(&*store, "t", "younger-left").await;
+        spare(&removals, "t", "younger-left", older);
+        store.discard_signal("t", older).await.unwrap();
+        store_signal(&*store, "t", "younger-left").await;
+
+        removals.sweep_spared().await;
+        assert_eq!(removals.spared("s", "still-kept"), Some(kept));
+        assert_eq!(removals.spared("s", "gone"), None);
+        assert_eq!(removals.spared("t", "younger-left"), None);
+        assert!(!crate::sync::lock(&removals.spared).contains_key("t"));
+
+        store.discard_signal("s", kept).await.unwrap();
+        removals.sweep_spared().await;
+        assert!(crate::sync::lock(&removals.spared).is_empty());
     }
 }
