@@ -388,3 +388,42 @@ async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
     let done = graph.resume(&runtime, "t", true).await.unwrap();
     assert_eq!(done.completed().unwrap(), [7]);
 }
+
+/// As above, but the node's journal write of the payload commits and then fails, as a write
+/// whose connection broke at its commit: the journal says the payload is the node's, so the
+/// wait returns it, and nobody else receives it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_write_that_committed_before_it_failed_delivers_the_signal_once() {
+    let db = loomflow_tests::TempDb::new("journal-committed");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    let take = faults.hold_next_try_take();
+    let outside = runtime.wait_for_signal::<u32>("t", "go", None);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), outside)
+            .await
+            .is_err()
+    );
+    drop(take);
+    until_none_is_pending(&runtime, "the outside waiter's take").await;
+    faults.fail_next_journal_write_after_commit();
+    let graph = Graph::new("journals")
+        .node_fn("wait", |got: &mut Vec<u32>, ctx| {
+            Box::pin(async move {
+                got.push(ctx.wait_for_signal::<u32>("go").await?);
+                let _: bool = ctx.interrupt("again?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1, "{out:?}");
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
+    let done = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(done.completed().unwrap(), [7]);
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
+}

@@ -34,6 +34,9 @@ pub(crate) struct Faults {
     held_take: Mutex<Option<(oneshot::Receiver<()>, bool)>>,
     /// The next journal write under a claim starts only once this fires (or is dropped).
     held_journal: Mutex<Option<oneshot::Receiver<()>>>,
+    /// While set, the next journal write under a claim commits and then fails, as a write
+    /// whose connection broke after the database committed it.
+    fail_journal_after_commit: AtomicBool,
     /// The next `try_take_signal` starts only once this fires (or is dropped).
     held_try_take: Mutex<Option<oneshot::Receiver<()>>>,
     /// While set, the next `try_take_signal` fails with [`StoreError::Write`].
@@ -79,6 +82,11 @@ impl Faults {
 
     /// Holds back the next signal taken outside any run (`try_take_signal`) until the
     /// returned sender fires or is dropped.
+    /// Makes the next journal write under a claim commit and then fail.
+    pub(crate) fn fail_next_journal_write_after_commit(&self) {
+        (self.fail_journal_after_commit).store(true, Ordering::SeqCst);
+    }
+
     pub(crate) fn hold_next_try_take(&self) -> oneshot::Sender<()> {
         hold(&self.held_try_take)
     }
@@ -131,6 +139,25 @@ fn hold(slot: &Mutex<Option<oneshot::Receiver<()>>>) -> oneshot::Sender<()> {
 pub(crate) struct FaultyStore<S> {
     inner: Arc<S>,
     faults: Arc<Faults>,
+}
+
+impl Faults {
+    /// What a journal write that `written` says returns: a committed write fails when armed.
+    fn after_journal_write(
+        &self,
+        owner: &str,
+        written: Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        match written {
+            Ok(()) if self.fail_journal_after_commit.swap(false, Ordering::SeqCst) => {
+                Err(StoreError::Write {
+                    thread: owner.to_owned(),
+                    message: "connection reset while committing (armed fault)".to_owned(),
+                })
+            }
+            written => written,
+        }
+    }
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -316,9 +343,10 @@ impl<S: Store> Store for FaultyStore<S> {
             if let Some(go) = held {
                 let _ = go.await;
             }
-            (self.inner)
+            let written = (self.inner)
                 .put_journal_claimed(key, value, owner, lease_until_ms)
-                .await
+                .await;
+            self.faults.after_journal_write(owner, written)
         })
     }
 
@@ -335,9 +363,10 @@ impl<S: Store> Store for FaultyStore<S> {
             if let Some(go) = held {
                 let _ = go.await;
             }
-            (self.inner)
+            let written = (self.inner)
                 .put_journal_audited(key, value, audit, owner, lease_until_ms)
-                .await
+                .await;
+            self.faults.after_journal_write(owner, written)
         })
     }
 

@@ -3,6 +3,7 @@
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -306,10 +307,22 @@ async fn accept<T: DeserializeOwned>(
             // dropped wait's; failed: it is the next receiver's).
             let (outcome, taking) = Taking::start(Taken::Consumed);
             let claim = ctx.claim().clone();
+            let store = Arc::clone(runtime.store());
             let write = async move {
+                let (key, payload) = journal;
                 let written = claim
-                    .put_journal_audited(journal.0, journal.1, Vec::new())
+                    .put_journal_audited(key.clone(), payload.clone(), Vec::new())
                     .await;
+                // A write whose connection broke at its commit may have committed all the
+                // same: the journal says. Taken for not written, it would be this node's
+                // when the step runs again, and the next receiver's too.
+                let written = match written {
+                    Err(error) => match store.get_journal(&key).await {
+                        Ok(Some(journaled)) if journaled == payload => Ok(()),
+                        _ => Err(error),
+                    },
+                    written => written,
+                };
                 let taken = match &written {
                     Ok(()) => Taken::Elsewhere,
                     Err(_) => Taken::Consumed,
