@@ -24,7 +24,8 @@ impl PostgresStore {
             let stmt = client
                 .prepare_cached(
                     "SELECT thread FROM loomflow_runs
-                     WHERE cancel_requested AND thread = ANY($1::text[])",
+                     WHERE cancel_requested AND status IS NOT NULL
+                       AND thread = ANY($1::text[])",
                 )
                 .await?;
             Ok(client.query(&stmt, &[&names]).await?)

@@ -494,7 +494,8 @@ impl SqliteStore {
         self.read("(runs)", move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT thread FROM runs
-                 WHERE cancel_requested AND thread IN (SELECT value FROM json_each(?1))",
+                 WHERE cancel_requested AND status IS NOT NULL
+                   AND thread IN (SELECT value FROM json_each(?1))",
             )?;
             let asked = stmt
                 .query_map(params![listed], |row| row.get::<_, String>(0))?
