@@ -342,13 +342,33 @@ async fn a_poll_gets_a_signal_whose_dropped_take_never_reached_the_store() {
     assert!(runtime.store().pending_signals().await.unwrap().is_empty());
 }
 
-/// A waiter outside any run consumed a signal's row and was cancelled before it returned
-/// the payload; a node's wait that receives it is itself dropped while it journals it. The
-/// journal entry, all that keeps the payload once its row is gone, is still written: the
-/// node, run again for the step, gets the payload from it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
-    let db = loomflow_tests::TempDb::new("dropped-journal");
+/// Runs a graph of one node, `wait`, on thread `t` to the interrupt the node ends with,
+/// then resumes it; returns the state it completed with.
+async fn interrupted_then_resumed<F>(runtime: &Runtime, wait: F) -> Vec<u32>
+where
+    F: for<'a> Fn(&'a mut Vec<u32>, &'a Context) -> BoxFuture<'a, NodeResult>
+        + Send
+        + Sync
+        + 'static,
+{
+    let graph = Graph::new("waits")
+        .node_fn("wait", wait)
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let out = graph.invoke(runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1, "{out:?}");
+    let done = graph.resume(runtime, "t", true).await.unwrap();
+    done.completed().unwrap()
+}
+
+/// A runtime on `db` whose signal `go` (7) of thread `t` a waiter outside any run consumed
+/// from the store, and was cancelled before it returned the payload: the payload is back at
+/// the head of its queue, its row gone.
+async fn consumed_by_a_cancelled_waiter(
+    db: &loomflow_tests::TempDb,
+) -> (Runtime, Arc<faulty_store::Faults>) {
     let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
     let runtime = Runtime::builder().store(store).build();
     runtime.signal("t", "go", 7u32).await.unwrap();
@@ -362,31 +382,34 @@ async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
     );
     drop(take);
     until_none_is_pending(&runtime, "the outside waiter's take").await;
+    (runtime, faults)
+}
+
+/// A waiter outside any run consumed a signal's row and was cancelled before it returned
+/// the payload; a node's wait that receives it is itself dropped while it journals it. The
+/// journal entry, all that keeps the payload once its row is gone, is still written: the
+/// node, run again for the step, gets the payload from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
+    let db = loomflow_tests::TempDb::new("dropped-journal");
+    let (runtime, faults) = consumed_by_a_cancelled_waiter(&db).await;
     let journal = Arc::new(std::sync::Mutex::new(Some(
         faults.hold_next_journal_write(),
     )));
-    let graph = Graph::new("gives-up")
-        .node_fn("wait", move |got: &mut Vec<u32>, ctx| {
-            let journal = Arc::clone(&journal);
-            Box::pin(async move {
-                let first = ctx.wait_for_signal::<u32>("go");
-                match tokio::time::timeout(Duration::from_millis(200), first).await {
-                    Ok(received) => got.push(received?),
-                    // Given up while the journal write is held; then the write may go on.
-                    Err(_) => drop(journal.lock().unwrap().take()),
-                }
-                let _: bool = ctx.interrupt("again?")?;
-                Ok(())
-            })
+    let got = interrupted_then_resumed(&runtime, move |got: &mut Vec<u32>, ctx| {
+        let journal = Arc::clone(&journal);
+        Box::pin(async move {
+            let first = ctx.wait_for_signal::<u32>("go");
+            match tokio::time::timeout(Duration::from_millis(200), first).await {
+                Ok(received) => got.push(received?),
+                // Given up while the journal write is held; then the write may go on.
+                Err(_) => drop(journal.lock().unwrap().take()),
+            }
+            let _: bool = ctx.interrupt("again?")?;
+            Ok(())
         })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
-    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
-    assert_eq!(out.interrupts().len(), 1);
-    let done = graph.resume(&runtime, "t", true).await.unwrap();
-    assert_eq!(done.completed().unwrap(), [7]);
+    });
+    assert_eq!(got.await, [7]);
 }
 
 /// As above, but the node's journal write of the payload commits and then fails, as a write
@@ -395,35 +418,16 @@ async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journal_write_that_committed_before_it_failed_delivers_the_signal_once() {
     let db = loomflow_tests::TempDb::new("journal-committed");
-    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
-    let runtime = Runtime::builder().store(store).build();
-    runtime.signal("t", "go", 7u32).await.unwrap();
-    let take = faults.hold_next_try_take();
-    let outside = runtime.wait_for_signal::<u32>("t", "go", None);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(100), outside)
-            .await
-            .is_err()
-    );
-    drop(take);
-    until_none_is_pending(&runtime, "the outside waiter's take").await;
+    let (runtime, faults) = consumed_by_a_cancelled_waiter(&db).await;
     faults.fail_next_journal_write_after_commit();
-    let graph = Graph::new("journals")
-        .node_fn("wait", |got: &mut Vec<u32>, ctx| {
-            Box::pin(async move {
-                got.push(ctx.wait_for_signal::<u32>("go").await?);
-                let _: bool = ctx.interrupt("again?")?;
-                Ok(())
-            })
+    let got = interrupted_then_resumed(&runtime, |got: &mut Vec<u32>, ctx| {
+        Box::pin(async move {
+            got.push(ctx.wait_for_signal::<u32>("go").await?);
+            let _: bool = ctx.interrupt("again?")?;
+            Ok(())
         })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
-    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
-    assert_eq!(out.interrupts().len(), 1, "{out:?}");
-    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
-    let done = graph.resume(&runtime, "t", true).await.unwrap();
-    assert_eq!(done.completed().unwrap(), [7]);
+    });
+    assert_eq!(got.await, [7]);
+    // Received by the node, and by nobody else.
     assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
 }
