@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -12,11 +15,14 @@ use loomflow::agent::Agent;
 use loomflow::architecture::{Swarm, TeamState};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
+use loomflow::runtime::SqliteStore;
 use loomflow::tool::{
     ApprovalDecision, DispatchContext, HookDecision, Permission, PermissionPolicy, SignalApprover,
     ToolOutcome, approver_fn,
 };
 use serde_json::Value;
+
+use faulty_store::FaultyStore;
 
 /// Delete a file.
 #[tool(destructive)]
@@ -115,6 +121,43 @@ async fn pay_as_call_0(host: &ToolHost, runtime: &Runtime, amount: u32) -> ToolO
         .await
         .unwrap()
         .remove(0)
+}
+
+/// Approvers in two processes wait for the same call (a run taken over from a process that
+/// stalled, say): one decision lets one of them go on, and the other waits on until its
+/// timeout denies. Before its fix, the approver acted on the decision in its mailbox and
+/// removed the signal's row afterwards, so both paid while the first one's removal was on
+/// its way to the store (held back here, to make that window certain).
+#[tokio::test]
+async fn one_decision_lets_one_of_two_waiting_approvers_go_on() {
+    let db = loomflow_tests::TempDb::new("one-decision");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let here = Runtime::builder().store(store).build();
+    let there = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .poll_interval(Duration::from_millis(20))
+        .build();
+    let host = ToolHost::new()
+        .with(pay)
+        .approval_handler(SignalApprover::new().timeout(Duration::from_secs(2)));
+    let asking = |runtime: &Runtime| {
+        let (host, runtime) = (host.clone(), runtime.clone());
+        tokio::spawn(async move { pay_as_call_0(&host, &runtime, 5).await })
+    };
+    let (first, second) = (asking(&here), asking(&there));
+    for runtime in [&here, &there] {
+        while runtime.pending_approvals("s").await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let removal = faults.hold_next_plain_take();
+    here.decide_approval("s", "call_0", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let outcomes = [first.await.unwrap(), second.await.unwrap()];
+    drop(removal);
+    let paid = outcomes.iter().filter(|out| out.content == "paid 5");
+    assert_eq!(paid.count(), 1, "{outcomes:?}");
 }
 
 fn refused_as_not_pending(decided: &loomflow::Result<()>) -> bool {

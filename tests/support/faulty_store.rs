@@ -43,6 +43,8 @@ pub(crate) struct Faults {
     fail_try_take: AtomicBool,
     /// How many `try_take_signal` calls failed so.
     try_take_faults: AtomicUsize,
+    /// The next `take_signal` (outside a claim) starts only once this fires (or is dropped).
+    held_plain_take: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl Faults {
@@ -82,6 +84,12 @@ impl Faults {
 
     /// Holds back the next signal taken outside any run (`try_take_signal`) until the
     /// returned sender fires or is dropped.
+    /// Holds back the next signal taken outside a claim by `take_signal` (the removal of a
+    /// signal received outside any run) until the returned sender fires or is dropped.
+    pub(crate) fn hold_next_plain_take(&self) -> oneshot::Sender<()> {
+        hold(&self.held_plain_take)
+    }
+
     /// Makes the next journal write under a claim commit and then fail.
     pub(crate) fn fail_next_journal_write_after_commit(&self) {
         (self.fail_journal_after_commit).store(true, Ordering::SeqCst);
@@ -236,7 +244,13 @@ impl<S: Store> Store for FaultyStore<S> {
         seq: u64,
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.take_signal(session, seq, journal)
+        let held = self.faults.held_plain_take.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(go) = held {
+                let _ = go.await;
+            }
+            self.inner.take_signal(session, seq, journal).await
+        })
     }
 
     fn discard_signal<'a>(

@@ -193,6 +193,10 @@ where
 /// Fails closed: no runtime in the dispatch context, a timeout (default ten minutes) or a
 /// payload that is not a decision all deny.
 ///
+/// On a durable store a decision is consumed from the store before the call goes on: where
+/// approvers in several processes wait for the same call (a run taken over from a process
+/// that stalled), one decision lets exactly one of them go on, and the others wait on.
+///
 /// With [`or_suspend`](Self::or_suspend), a dispatch inside a graph node suspends the run
 /// instead of waiting in memory: the run's interrupt carries the pending call (under
 /// `details.approval`), and once the decision has been sent,
@@ -267,29 +271,35 @@ impl ApprovalHandler for SignalApprover {
                 return Ok(decision_from(request, &payload));
             }
             let _listed = LiveApproval::register(runtime, request);
-            let receive = runtime.receive(
-                &request.session,
-                &name,
-                Some(self.timeout),
-                Scope::Framework,
-            );
-            // In a node, a cancel of the run ends the wait, as it ends the node's own waits.
-            let received = match ctx.node {
-                Some(node) => node.claim().unless_cancelled(receive).await?,
-                None => receive.await,
-            };
-            match received {
-                Ok(received) => {
-                    runtime.forget_consumed_signal(&request.session, received.seq);
-                    Ok(decision_from(request, &received.payload))
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let receive =
+                    runtime.receive(&request.session, &name, Some(left), Scope::Framework);
+                // In a node, a cancel of the run ends the wait, as it ends the node's own
+                // waits.
+                let received = match ctx.node {
+                    Some(node) => node.claim().unless_cancelled(receive).await?,
+                    None => receive.await,
+                };
+                let entry = match received {
+                    Ok(entry) => entry,
+                    Err(crate::runtime::RuntimeError::Signal(SignalError::Timeout { .. })) => {
+                        return Ok(ApprovalDecision::deny(format!(
+                            "no approval decision within {:?}",
+                            self.timeout
+                        )));
+                    }
+                    Err(error) => return Err(Error::from(error)),
+                };
+                let payload = entry.payload.clone();
+                // Consumed in the store before it is acted on: where approvers in several
+                // processes wait for the same call (a run taken over from a stalled
+                // process), one decision lets one of them go on. The others wait on.
+                let session = &request.session;
+                if (runtime.take_handed_over(session, &name, entry, Scope::Framework)).await? {
+                    return Ok(decision_from(request, &payload));
                 }
-                Err(crate::runtime::RuntimeError::Signal(SignalError::Timeout { .. })) => {
-                    Ok(ApprovalDecision::deny(format!(
-                        "no approval decision within {:?}",
-                        self.timeout
-                    )))
-                }
-                Err(error) => Err(Error::from(error)),
             }
         })
     }
