@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use loomflow::runtime::{
-    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
-    RunState, SignalPush, SqliteStore, Store, StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, DeletedThread, JournalKey, RunFilter,
+    RunRecord, RunState, SignalPush, SqliteStore, Store, StoreError, StoredSignal, Submitted,
 };
 use serde_json::Value;
 
@@ -441,6 +441,16 @@ impl Store for Traced {
             before,
             self.inner.finish_run(thread, owner, state, error),
         )
+    }
+
+    fn delete_thread<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<DeletedThread, StoreError>> {
+        let before = self.commits();
+        let deleted = self.inner.delete_thread(thread, owner);
+        self.record("delete_thread".into(), before, deleted)
     }
 
     fn next_wake_at_ms<'a>(

@@ -6,6 +6,7 @@
 mod audit;
 pub(crate) mod claim;
 pub(crate) mod clock;
+mod delete;
 mod error;
 mod extensions;
 mod fork;
@@ -33,9 +34,9 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    AuditEntry, AuditKind, AuditQuery, Checkpoint, Claim, ClaimedRun, Interrupt, JournalKey,
-    MemoryStore, RunFilter, RunRecord, RunState, RunStatus, SignalPush, Store, StoreError,
-    StoredSignal, Submitted,
+    AuditEntry, AuditKind, AuditQuery, Checkpoint, Claim, ClaimedRun, DeletedThread, Interrupt,
+    JournalKey, MemoryStore, RunFilter, RunRecord, RunState, RunStatus, SignalPush, Store,
+    StoreError, StoredSignal, Submitted,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};

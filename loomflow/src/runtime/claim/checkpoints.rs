@@ -1,5 +1,5 @@
 //! A run's checkpoints written under its claim: each fenced by the claim's lease, which
-//! the write extends; the memory store's made in line.
+//! the write extends; the memory store's made in line. And the thread deleted under it.
 
 use std::sync::atomic::Ordering;
 
@@ -7,7 +7,7 @@ use futures_util::future::Either;
 
 use super::RunClaim;
 use crate::runtime::clock::now_ms;
-use crate::runtime::store::{AuditEntry, Checkpoint, StoreError};
+use crate::runtime::store::{AuditEntry, Checkpoint, DeletedThread, StoreError};
 
 impl RunClaim {
     /// Saves a checkpoint under the claim.
@@ -122,5 +122,21 @@ impl RunClaim {
             Err(_) => {}
         }
         written
+    }
+
+    /// Deletes everything the thread keeps (see
+    /// [`Store::delete_thread`](crate::runtime::Store::delete_thread)); the claim ends with
+    /// the run's row.
+    pub(crate) async fn delete_thread(&self) -> Result<DeletedThread, StoreError> {
+        let thread = &self.inner.thread;
+        let deleted = self
+            .inner
+            .store
+            .delete_thread(thread, self.owner_text())
+            .await;
+        if deleted.is_ok() {
+            self.inner.released.store(true, Ordering::Release);
+        }
+        deleted
     }
 }

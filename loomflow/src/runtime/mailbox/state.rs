@@ -13,6 +13,8 @@ use super::idempotency::Remembered;
 use super::queued::{Place, Queued, expired, insert_at, note_dropped, note_queues_dropped};
 use super::{Delivery, MailboxConfig};
 
+mod forget;
+
 /// The outcome of registering a waiter.
 pub(super) enum Registration {
     /// A payload was queued: the wait completes at once.

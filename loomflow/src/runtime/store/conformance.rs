@@ -18,6 +18,7 @@
 
 mod audit;
 mod claims;
+mod deletes;
 mod runs;
 
 use std::sync::Arc;
@@ -79,6 +80,7 @@ pub async fn run_all(store: &dyn Store) {
     audit::entries_ride_with_their_write(store).await;
     audit::entries_ride_with_an_unclaimed_checkpoint(store).await;
     audit::old_entries_are_pruned(store).await;
+    deletes::a_thread_is_deleted_under_its_claim(store).await;
 }
 
 /// Runs [`run_all`], and checks that many writers at once lose nothing and that many

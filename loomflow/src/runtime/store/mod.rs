@@ -39,6 +39,7 @@ mod tests {
     }
 }
 pub(crate) mod audit;
+mod error;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -51,11 +52,14 @@ pub(crate) mod runs;
 mod sqlite;
 
 pub use audit::{AuditEntry, AuditKind, AuditQuery};
+pub use error::StoreError;
 pub(crate) use memory::NO_PLACE;
 pub use memory::{DEFAULT_RETAINED_AUDIT_ENTRIES, DEFAULT_RETAINED_CHECKPOINTS, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
-pub use records::{Checkpoint, Interrupt, JournalKey, RunStatus, SignalPush, StoredSignal};
+pub use records::{
+    Checkpoint, DeletedThread, Interrupt, JournalKey, RunStatus, SignalPush, StoredSignal,
+};
 pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
@@ -65,67 +69,6 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use futures_util::future::BoxFuture;
-
-/// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The store could not be opened.
-    #[error("cannot open store at {path}: {message}")]
-    Open {
-        /// The file or connection string (without secrets).
-        path: String,
-        /// What went wrong.
-        message: String,
-    },
-    /// The file was written by a newer version of loomflow.
-    #[error("store at {path} has schema version {found}; this loomflow supports up to {supported}")]
-    NewerSchema {
-        /// The file.
-        path: String,
-        /// The version found.
-        found: i64,
-        /// The newest version this build knows.
-        supported: i64,
-    },
-    /// The backend failed to write.
-    #[error("store write failed for thread {thread}: {message}")]
-    Write {
-        /// The thread (or session) concerned.
-        thread: String,
-        /// What the backend said.
-        message: String,
-    },
-    /// The backend failed to read.
-    #[error("store read failed for thread {thread}: {message}")]
-    Read {
-        /// The thread (or session) concerned.
-        thread: String,
-        /// What the backend said.
-        message: String,
-    },
-    /// A stored row did not decode.
-    #[error("stored row for thread {thread} is corrupt: {message}")]
-    Corrupt {
-        /// The thread concerned.
-        thread: String,
-        /// What did not decode.
-        message: String,
-    },
-    /// The store was closed.
-    #[error("store is closed")]
-    Closed,
-    /// A write under a claim found that `owner` no longer holds the thread's lease (it
-    /// expired and another execution claimed the run, or it was released): nothing was
-    /// written.
-    #[error("lease on thread {thread} was lost by {owner}; nothing was written")]
-    LeaseLost {
-        /// The thread.
-        thread: String,
-        /// The execution that lost it.
-        owner: String,
-    },
-}
 
 /// What [`Store::claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -515,6 +458,30 @@ pub trait Store: Send + Sync + 'static {
         state: RunState,
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Deletes what `thread` keeps, under `owner`'s claim on it, in one transaction: its
+    /// checkpoints (every namespace), its journal, the signals pending for the session of
+    /// the same name, and its run's row, which ends the claim. Audit entries stay: they
+    /// record what happened. Signals already consumed stay too, while their idempotency
+    /// keys are remembered.
+    ///
+    /// The default refuses with [`StoreError::Unsupported`]: a store outside loomflow
+    /// deletes nothing unless it says how.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`], and nothing is deleted, when `owner` does not hold it.
+    fn delete_thread<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<DeletedThread, StoreError>> {
+        let _ = owner;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported {
+            operation: "delete_thread",
+            thread: thread.to_owned(),
+        })))
+    }
 
     /// The earliest wake time after `due_ms` among suspended runs of the graphs named: when
     /// a worker with nothing to do should look again.

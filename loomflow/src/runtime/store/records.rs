@@ -382,3 +382,31 @@ pub enum SignalPush {
     /// was written.
     Duplicate,
 }
+
+/// What [`Store::delete_thread`](super::Store::delete_thread) deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DeletedThread {
+    /// Its checkpoints, of every namespace.
+    pub checkpoints: u64,
+    /// Its journal entries.
+    pub journal_entries: u64,
+    /// The signals that were pending for its session.
+    pub signals: u64,
+}
+
+impl DeletedThread {
+    /// A count of each.
+    pub fn new(checkpoints: u64, journal_entries: u64, signals: u64) -> Self {
+        Self {
+            checkpoints,
+            journal_entries,
+            signals,
+        }
+    }
+
+    /// Whether nothing was there to delete (but, perhaps, a run's row).
+    pub fn is_empty(&self) -> bool {
+        self.checkpoints == 0 && self.journal_entries == 0 && self.signals == 0
+    }
+}

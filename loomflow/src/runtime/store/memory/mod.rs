@@ -7,12 +7,13 @@ use serde_json::Value;
 
 use super::audit::signal_sent;
 use super::{
-    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
-    RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, DeletedThread, JournalKey, RunFilter,
+    RunRecord, RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use crate::runtime::clock::now_ms;
 
 mod audit_log;
+mod ending;
 mod in_line;
 mod inner;
 mod kept;
@@ -541,20 +542,15 @@ impl Store for MemoryStore {
         state: RunState,
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        ready(self.lock_mut().and_then(|mut inner| {
-            let row = &mut inner.fenced((thread, NO_PLACE), owner, 0)?.slot.row;
-            row.state = Some(state);
-            row.error = error;
-            row.runnable_at_ms = None;
-            row.wake_at_ms = None;
-            row.waiting_on.clear();
-            row.input = None;
-            row.cancel_requested = false;
-            row.owner = None;
-            row.until_ms = 0;
-            row.updated_at_ms = now_ms();
-            Ok(())
-        }))
+        ready(self.finish_now((thread, owner), state, error))
+    }
+
+    fn delete_thread<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<DeletedThread, StoreError>> {
+        ready(self.delete_thread_now(thread, owner))
     }
 
     fn next_wake_at_ms<'a>(

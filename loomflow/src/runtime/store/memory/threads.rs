@@ -1,9 +1,10 @@
 //! The memory store's threads: each one's slot, found by its name or by its place.
 //!
-//! A thread keeps its slot, at the same place, for as long as the store lives. A claim
-//! taken in line remembers its thread's place, so that the writes under it (every step of
-//! the run) find the slot without hashing the name; the name at that place is compared
-//! first, and any place that does not hold the thread falls back to the lookup by name.
+//! A thread keeps its slot, at the same place, until it is deleted, when the last slot takes
+//! its place. A claim taken in line remembers its thread's place, so that the writes under
+//! it (every step of the run) find the slot without hashing the name; the name at that
+//! place is compared first, and any place that does not hold the thread (any more) falls
+//! back to the lookup by name.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,8 +87,18 @@ impl Threads {
                 place
             }
         };
-        // Every place in `places` has its slot: the two grow together and never shrink.
+        // Every place in `places` has its slot: the two grow and shrink together.
         (place, &mut self.slots[place].1)
+    }
+
+    /// Takes `thread`'s slot out, if it has one; the last slot moves to its place.
+    pub(super) fn remove(&mut self, thread: &str) -> Option<ThreadSlot> {
+        let place = self.places.remove(thread)?;
+        let (_, slot) = self.slots.swap_remove(place);
+        if let Some((moved, _)) = self.slots.get(place) {
+            self.places.insert(Arc::clone(moved), place);
+        }
+        Some(slot)
     }
 
     /// `thread`'s slot, a new one for a thread the store does not know yet.
@@ -143,5 +154,14 @@ mod tests {
         let names: Vec<&str> = threads.iter().map(|(name, _)| &**name).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(threads.values().count(), 2);
+
+        // `a` goes, and `b` takes its place: `b`'s old place finds it by name.
+        assert_eq!(threads.remove("a").unwrap().row.run, 0);
+        assert!(threads.remove("a").is_none() && threads.get("a").is_none());
+        assert_eq!(threads.place("b").0, place_a);
+        assert_eq!(threads.at(place_b, "b").unwrap().row.run, 8);
+        assert!(threads.at(place_a, "a").is_none());
+        assert_eq!(threads.remove("b").unwrap().row.run, 8);
+        assert_eq!(threads.values().count(), 0);
     }
 }

@@ -21,6 +21,7 @@
 mod audit;
 mod cancels;
 mod checkpoints;
+mod delete;
 mod error;
 mod fenced;
 mod notify;
@@ -43,8 +44,8 @@ use self::error::Fail;
 use self::notify::Listener;
 use self::target::Target;
 use super::{
-    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
-    RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, DeletedThread, JournalKey, RunFilter,
+    RunRecord, RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use futures_util::future::BoxFuture;
 
@@ -534,6 +535,14 @@ impl Store for PostgresStore {
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.finish(thread, owner, state, error))
+    }
+
+    fn delete_thread<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<DeletedThread, StoreError>> {
+        Box::pin(self.delete_claimed_thread(thread, owner))
     }
 
     fn next_wake_at_ms<'a>(

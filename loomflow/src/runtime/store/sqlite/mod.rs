@@ -23,6 +23,7 @@
 mod audit;
 mod committer;
 mod followed;
+mod housekeeping;
 mod options;
 mod reader;
 mod rows;
@@ -45,8 +46,8 @@ use self::reader::Readers;
 use self::rows::{checkpoint_row, journal_row, to_i64, to_json, unexpected};
 use self::writer::{Op, Outcome, Request, SignalRow, StartError, Writer};
 use super::{
-    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, JournalKey, RunFilter, RunRecord,
-    RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, DeletedThread, JournalKey, RunFilter,
+    RunRecord, RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use futures_util::future::BoxFuture;
 
@@ -471,15 +472,7 @@ impl Store for SqliteStore {
         sent_before_ms: u64,
         spare: &'a [String],
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        let before_ms = i64::try_from(sent_before_ms).unwrap_or(i64::MAX);
-        let spare = serde_json::to_string(spare).unwrap_or_default();
-        let written = self.write(Op::PruneSignals { before_ms, spare });
-        Box::pin(async move {
-            match written.await? {
-                Outcome::Count(n) => Ok(n),
-                other => Err(unexpected("(signals)", &other)),
-            }
-        })
+        self.prune_signal_rows(sent_before_ms, spare)
     }
 
     fn take_signal_claimed<'a>(
@@ -577,6 +570,14 @@ impl Store for SqliteStore {
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.finish(thread, owner, state, error)
+    }
+
+    fn delete_thread<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<DeletedThread, StoreError>> {
+        self.delete_claimed_thread(thread, owner)
     }
 
     fn next_wake_at_ms<'a>(

@@ -19,9 +19,10 @@ use super::Synchronous;
 use super::audit;
 use super::committer::Committer;
 use super::followed::Followed;
+use super::housekeeping;
 use super::runs::RunOp;
 use crate::runtime::store::audit::AuditRow;
-use crate::runtime::store::{Claim, RunRecord, SignalPush, StoreError, Submitted};
+use crate::runtime::store::{Claim, DeletedThread, RunRecord, SignalPush, StoreError, Submitted};
 
 /// A checkpoint, ready for its row.
 pub(super) struct CheckpointRow {
@@ -91,6 +92,12 @@ pub(super) enum Op {
         before_ms: i64,
         spare: String,
     },
+    /// Deletes everything a thread keeps, if `owner` holds its run (see
+    /// `Store::delete_thread`).
+    DeleteThread {
+        thread: String,
+        owner: String,
+    },
 }
 
 impl Op {
@@ -102,6 +109,7 @@ impl Op {
             Self::PushSignal(row) => &row.session,
             Self::TakeSignal { session, .. } | Self::DiscardSignal { session, .. } => session,
             Self::Runs(op) => op.thread(),
+            Self::DeleteThread { thread, .. } => thread,
             Self::AppendAudit(_) | Self::PruneAudit(_) => "(audit)",
             Self::PruneSignals { .. } => "(signals)",
         }
@@ -191,6 +199,9 @@ impl Op {
             Self::PruneSignals { before_ms, spare } => Ok(Outcome::Count(prune_signals(
                 conn, *before_ms, spare, now_ms,
             )?)),
+            Self::DeleteThread { thread, owner } => {
+                housekeeping::delete_thread(conn, followed, (thread, owner), now_ms)
+            }
         }
     }
 }
@@ -340,6 +351,8 @@ pub(super) enum Outcome {
     Runnable(Box<Option<ClaimedRow>>),
     /// A run's row after a change.
     Record(Box<Option<Result<RunRecord, StoreError>>>),
+    /// What a thread's delete removed.
+    Deleted(DeletedThread),
 }
 
 /// A claimed run's row (which may not decode) and its input as stored.

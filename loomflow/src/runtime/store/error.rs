@@ -1,0 +1,71 @@
+//! Why a store operation failed.
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be opened.
+    #[error("cannot open store at {path}: {message}")]
+    Open {
+        /// The file or connection string (without secrets).
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The file was written by a newer version of loomflow.
+    #[error("store at {path} has schema version {found}; this loomflow supports up to {supported}")]
+    NewerSchema {
+        /// The file.
+        path: String,
+        /// The version found.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The backend failed to write.
+    #[error("store write failed for thread {thread}: {message}")]
+    Write {
+        /// The thread (or session) concerned.
+        thread: String,
+        /// What the backend said.
+        message: String,
+    },
+    /// The backend failed to read.
+    #[error("store read failed for thread {thread}: {message}")]
+    Read {
+        /// The thread (or session) concerned.
+        thread: String,
+        /// What the backend said.
+        message: String,
+    },
+    /// A stored row did not decode.
+    #[error("stored row for thread {thread} is corrupt: {message}")]
+    Corrupt {
+        /// The thread concerned.
+        thread: String,
+        /// What did not decode.
+        message: String,
+    },
+    /// The store was closed.
+    #[error("store is closed")]
+    Closed,
+    /// A write under a claim found that `owner` no longer holds the thread's lease (it
+    /// expired and another execution claimed the run, or it was released): nothing was
+    /// written.
+    #[error("lease on thread {thread} was lost by {owner}; nothing was written")]
+    LeaseLost {
+        /// The thread.
+        thread: String,
+        /// The execution that lost it.
+        owner: String,
+    },
+    /// The store does not offer the operation (a store outside loomflow that keeps the
+    /// trait's default for it).
+    #[error("the store does not support {operation} (thread {thread})")]
+    Unsupported {
+        /// What was asked, as the [`Store`](super::Store) method is named.
+        operation: &'static str,
+        /// The thread it was asked for.
+        thread: String,
+    },
+}

@@ -1,0 +1,190 @@
+//! Deleting a thread, as a user meets it: a suspended run goes with its checkpoints and the
+//! signals waiting for it, and the name starts afresh; a run that executes holds its thread,
+//! here or in another runtime on the same store; a deleted run is not carried on by a
+//! worker. On the memory store, SQLite, and PostgreSQL (skipped without `LOOMFLOW_PG_URL`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use loomflow::RuntimeError;
+use loomflow::prelude::*;
+use loomflow::runtime::{AuditKind, PostgresStore, SqliteStore};
+use tokio::sync::Notify;
+
+/// `wait` waits a day at most for `go`, and suspends on it (a worker's runs do).
+fn waiting_graph() -> CompiledGraph<Option<u32>> {
+    Graph::new("waiting")
+        .node_fn("wait", |got: &mut Option<u32>, ctx| {
+            Box::pin(async move {
+                let wait = ctx.wait_for_signal::<u32>("go");
+                *got = Some(wait.timeout(Duration::from_secs(86_400)).await?);
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
+fn worker(runtime: &Runtime) -> Worker {
+    Worker::builder(runtime)
+        .graph(&waiting_graph())
+        .park_grace(Duration::ZERO)
+        .build()
+}
+
+/// `ask` asks for a number.
+fn asking_graph() -> CompiledGraph<u32> {
+    Graph::new("asking")
+        .node_fn("ask", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n = ctx.interrupt("how many?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
+/// A suspended run is deleted with its checkpoints and the signal sent to it meanwhile; its
+/// audit entries stay; the name then starts afresh, as run 1, and gets no old signal.
+async fn a_suspended_thread_is_deleted_and_its_name_starts_afresh(runtime: &Runtime) {
+    let graph = asking_graph();
+    let out = graph.invoke(runtime, "t", 0).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1);
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    runtime.signal("u", "go", 8u32).await.unwrap();
+    graph.invoke(runtime, "u", 0).await.unwrap();
+
+    let deleted = runtime.delete_thread("t").await.unwrap();
+    assert_eq!(deleted.checkpoints, 2, "its input and its suspension");
+    assert_eq!(deleted.journal_entries, 0);
+    let stored = usize::from(runtime.store().is_durable());
+    assert_eq!(
+        deleted.signals, stored as u64,
+        "the store keeps signals when durable"
+    );
+    assert!(runtime.list_checkpoints("t").await.unwrap().is_empty());
+    assert!(runtime.pending_interrupts("t").await.unwrap().is_empty());
+    let gone = runtime.run("t").await;
+    assert!(
+        matches!(gone, Err(RuntimeError::UnknownRun { .. })),
+        "{gone:?}"
+    );
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
+    let resumed = graph.resume(runtime, "t", 3).await;
+    assert!(resumed.is_err(), "nothing to resume: {resumed:?}");
+    let audit = runtime.audit("t").await.unwrap();
+    assert!(
+        audit.iter().any(|e| e.kind == AuditKind::Interrupt),
+        "the audit log keeps what happened"
+    );
+
+    let out = graph.invoke(runtime, "t", 0).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1);
+    assert_eq!(runtime.run("t").await.unwrap().record.run, 1, "run 1 again");
+    let done = graph.resume(runtime, "t", 5).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 5);
+
+    // The thread beside it keeps everything.
+    assert_eq!(runtime.pending_interrupts("u").await.unwrap().len(), 1);
+    assert_eq!(runtime.poll_signal::<u32>("u", "go").unwrap(), Some(8));
+    assert_eq!(runtime.list_checkpoints("u").await.unwrap().len(), 2);
+}
+
+/// A run executing its thread holds it: the delete is refused, naming the thread, and
+/// deletes nothing; once the run is over, the delete goes through.
+async fn a_thread_whose_run_executes_is_not_deleted(runtime: &Runtime, other: &Runtime) {
+    let (entered, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let graph = {
+        let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+        Graph::new("busy")
+            .node_fn("work", move |n: &mut u32, _ctx| {
+                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+                Box::pin(async move {
+                    entered.notify_one();
+                    go_on.notified().await;
+                    *n += 1;
+                    Ok(())
+                })
+            })
+            .edge(START, "work")
+            .edge("work", END)
+            .compile()
+            .unwrap()
+    };
+    let running = {
+        let (graph, runtime) = (graph.clone(), runtime.clone());
+        tokio::spawn(async move { graph.invoke(&runtime, "busy", 1).await })
+    };
+    entered.notified().await;
+    for deleting in [runtime, other] {
+        match deleting.delete_thread("busy").await {
+            Err(RuntimeError::Busy { thread, .. }) => assert_eq!(thread, "busy"),
+            refused => panic!("deleted a thread whose run executes: {refused:?}"),
+        }
+    }
+    go_on.notify_one();
+    let done = running.await.unwrap().unwrap();
+    assert_eq!(done.completed().unwrap(), 2);
+    assert!(!runtime.list_checkpoints("busy").await.unwrap().is_empty());
+    let deleted = other.delete_thread("busy").await.unwrap();
+    assert_eq!(deleted.checkpoints, 2, "its input and its step");
+    assert!(runtime.list_checkpoints("busy").await.unwrap().is_empty());
+}
+
+/// A run suspended for a signal and deleted is not carried on by a worker when the signal
+/// comes: there is no run left to carry on.
+async fn a_deleted_run_is_not_carried_on(runtime: &Runtime) {
+    runtime.submit("waiting", "w", None::<u32>).await.unwrap();
+    assert_eq!(worker(runtime).run_until_idle().await.unwrap(), 1);
+    runtime.delete_thread("w").await.unwrap();
+    runtime.signal("w", "go", 1u32).await.unwrap();
+    assert_eq!(worker(runtime).run_until_idle().await.unwrap(), 0);
+    assert!(runtime.list_checkpoints("w").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn on_the_memory_store() {
+    let runtime = Runtime::in_memory();
+    a_suspended_thread_is_deleted_and_its_name_starts_afresh(&runtime).await;
+    a_thread_whose_run_executes_is_not_deleted(&runtime, &runtime.clone()).await;
+    a_deleted_run_is_not_carried_on(&runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite() {
+    let db = loomflow_tests::TempDb::new("thread-delete");
+    let open = || {
+        Runtime::builder()
+            .store(SqliteStore::open(db.path()).unwrap())
+            .build()
+    };
+    let runtime = open();
+    a_suspended_thread_is_deleted_and_its_name_starts_afresh(&runtime).await;
+    a_thread_whose_run_executes_is_not_deleted(&runtime, &open()).await;
+    a_deleted_run_is_not_carried_on(&runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres() {
+    let Some(db) = postgres::TempPgDb::create("thread delete").await else {
+        return;
+    };
+    let open = async || {
+        let store = PostgresStore::connect(&db.url).await.unwrap();
+        Runtime::builder().store(store).build()
+    };
+    let runtime = open().await;
+    a_suspended_thread_is_deleted_and_its_name_starts_afresh(&runtime).await;
+    a_thread_whose_run_executes_is_not_deleted(&runtime, &open().await).await;
+    a_deleted_run_is_not_carried_on(&runtime).await;
+}
