@@ -11,6 +11,7 @@ mod http_harness;
 mod refunds;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_harness::{NO_HEADERS, request, serve, try_request};
@@ -19,6 +20,7 @@ use loomflow::model::ModelResponse;
 use loomflow::prelude::*;
 use refunds::{agent, ask_for_refund};
 use serde_json::Value;
+use tokio::sync::Notify;
 
 const TOKEN: &str = "s3cret-token";
 const GITHUB: &str = "github-hook-secret";
@@ -158,6 +160,61 @@ async fn every_refusal_is_a_json_error_with_a_code() {
     assert_eq!(status, 200);
     let listed: Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(listed["runs"][0]["thread"], "ord_1");
+}
+
+/// `DELETE /v1/threads/{thread}` deletes a queued run and the signal sent to it, says what
+/// it deleted, and is refused (409) while a run executes the thread; a caller without the
+/// token learns nothing (401).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_is_deleted_over_http_unless_a_run_executes_it() {
+    let server = serve("delete", config()).await;
+    server
+        .runtime
+        .submit("g", "ord_5", json!({}))
+        .await
+        .unwrap();
+    server.runtime.signal("ord_5", "review", 1).await.unwrap();
+    let path = "/v1/threads/ord_5";
+    let (status, _, _) = request(server.addr, "DELETE", path, NO_HEADERS, b"").await;
+    assert_eq!(status, 401);
+    let (status, _, reply) = request(server.addr, "DELETE", path, &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
+    let deleted: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(deleted["thread"], "ord_5");
+    assert_eq!(deleted["deleted"]["signals"], 1, "{reply}");
+    let (status, _, _) = request(server.addr, "GET", path, &[bearer()], b"").await;
+    assert_eq!(status, 404, "the run is gone");
+
+    let (entered, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let graph = {
+        let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+        Graph::new("work")
+            .node_fn("work", move |n: &mut u32, _ctx| {
+                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+                Box::pin(async move {
+                    entered.notify_one();
+                    go_on.notified().await;
+                    *n += 1;
+                    Ok(())
+                })
+            })
+            .edge(START, "work")
+            .edge("work", END)
+            .compile()
+            .unwrap()
+    };
+    let running = {
+        let runtime = server.runtime.clone();
+        tokio::spawn(async move { graph.invoke(&runtime, "busy", 0).await })
+    };
+    entered.notified().await;
+    let busy = "/v1/threads/busy";
+    let (status, _, reply) = request(server.addr, "DELETE", busy, &[bearer()], b"").await;
+    assert_eq!((status, error_code(&reply).as_str()), (409, "conflict"));
+    go_on.notify_one();
+    assert_eq!(running.await.unwrap().unwrap().completed().unwrap(), 1);
+    let (status, _, reply) = request(server.addr, "DELETE", busy, &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -484,7 +484,8 @@ async fn requests_the_server_cannot_read_are_refused_as_json() {
         ("POST", "/v1/threads/%FF/signals/go", vec![bearer()], b"1"),
         // Wrong method on a known path.
         ("GET", "/v1/threads/t1/signals/go", vec![bearer()], b""),
-        ("DELETE", "/v1/threads/t1", vec![bearer()], b""),
+        ("PUT", "/v1/threads/t1", vec![bearer()], b""),
+        ("DELETE", "/v1/threads/%FF", vec![bearer()], b""),
         // The inbox form with a missing field / wrong content type.
         (
             "POST",

@@ -335,6 +335,16 @@ pub(crate) async fn cancel(runtime: &Runtime, out: &Output, thread: &str) -> Res
     Ok(())
 }
 
+pub(crate) async fn delete(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
+    let deleted = runtime.delete_thread(thread).await?;
+    let message = format!(
+        "{thread}: deleted ({} checkpoints, {} journal entries, {} pending signals)",
+        deleted.checkpoints, deleted.journal_entries, deleted.signals
+    );
+    out.done(&message, &deleted);
+    Ok(())
+}
+
 pub(crate) async fn graph(runtime: &Runtime, thread: &str) -> Result<(), Failure> {
     let info = runtime.run(thread).await?;
     let checkpoints = runtime.list_checkpoints(thread).await?;

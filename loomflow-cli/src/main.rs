@@ -8,6 +8,7 @@
 //! loomflow --db sqlite:refunds.db reject team call_1 --reason "not this one"
 //! loomflow --db sqlite:refunds.db resume ord_7 '{"approved": true}'
 //! loomflow --db sqlite:refunds.db cancel ord_7
+//! loomflow --db sqlite:refunds.db delete ord_7
 //! loomflow --db sqlite:refunds.db graph ord_7
 //! ```
 //!
@@ -15,7 +16,7 @@
 //! not JSON, an `--edit` that is not a JSON object, a resume that names no interrupt while several are pending); 3 not found (no
 //! such run, no such pending approval or interrupt); 4 refused (the mailbox refused the
 //! signal: a reserved name, a payload over the limit, a run that has ended; a call decided
-//! already; a run that is not interrupted).
+//! already; a run that is not interrupted; a delete while a run executes the thread).
 
 mod audit;
 mod commands;
@@ -129,6 +130,12 @@ enum Command {
         /// The thread.
         thread: String,
     },
+    /// Delete a thread: its checkpoints, journal, run and pending signals (its audit log
+    /// stays). Refused while a run executes it.
+    Delete {
+        /// The thread.
+        thread: String,
+    },
     /// Print the run's graph as Mermaid, with where it stands marked.
     Graph {
         /// The thread.
@@ -203,6 +210,13 @@ impl From<loomflow::Error> for Failure {
 
 impl From<loomflow::RuntimeError> for Failure {
     fn from(error: loomflow::RuntimeError) -> Self {
+        // A run executes the thread: refused, as the thread is there.
+        if let loomflow::RuntimeError::Busy { .. } = error {
+            return Self {
+                code: 4,
+                message: error.to_string(),
+            };
+        }
         Self::from(loomflow::Error::from(error))
     }
 }
@@ -264,6 +278,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             interrupt,
         } => commands::resume(&runtime, &out, &thread, &value, interrupt.as_deref()).await,
         Command::Cancel { thread } => commands::cancel(&runtime, &out, &thread).await,
+        Command::Delete { thread } => commands::delete(&runtime, &out, &thread).await,
         Command::Graph { thread } => commands::graph(&runtime, &thread).await,
         Command::Serve {
             listen,

@@ -1,11 +1,12 @@
 //! The `loomflow` binary as an operator uses it, on a SQLite file a program wrote: list and
 //! show runs, send a signal that a run then receives, approve and reject pending tool calls,
-//! cancel, render the graph; and the exit codes scripts test.
+//! cancel, delete, render the graph; and the exit codes scripts test.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
 
 use loomflow::agent::Agent;
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
@@ -153,6 +154,89 @@ async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
         runtime.run("ord_2").await.unwrap().record.state,
         RunState::Cancelled
     );
+}
+
+/// `loomflow` in a process of its own, from a test that keeps its runtime going.
+async fn loomflow_apart(db: &Path, args: &[&str]) -> Output {
+    let (db, args) = (
+        db.to_owned(),
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+    );
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        loomflow(&db, &args)
+    })
+    .await
+    .unwrap()
+}
+
+/// `delete` takes a suspended run's thread away, and is refused (4) while a run executes
+/// in another process: the program here holds its claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_removes_a_thread_and_is_refused_while_its_run_executes() {
+    let db = Db::new("delete");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let asking = Graph::new("asking")
+        .node_fn("ask", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n = ctx.interrupt("how many?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    asking.invoke(&runtime, "ord_9", 0).await.unwrap();
+    let (entered, go_on) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let working = {
+        let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+        Graph::new("working")
+            .node_fn("work", move |n: &mut u32, _ctx| {
+                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+                Box::pin(async move {
+                    entered.notify_one();
+                    go_on.notified().await;
+                    *n += 1;
+                    Ok(())
+                })
+            })
+            .edge(START, "work")
+            .edge("work", END)
+            .compile()
+            .unwrap()
+    };
+    let running = {
+        let runtime = runtime.clone();
+        tokio::spawn(async move { working.invoke(&runtime, "busy", 1).await })
+    };
+    entered.notified().await;
+    let refused = loomflow_apart(&db.0, &["delete", "busy"]).await;
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("thread busy is busy"),
+        "{}",
+        stderr(&refused)
+    );
+    go_on.notify_one();
+    assert_eq!(running.await.unwrap().unwrap().completed().unwrap(), 2);
+
+    let deleted = loomflow_apart(&db.0, &["delete", "ord_9"]).await;
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    assert!(
+        stdout(&deleted)
+            .contains("ord_9: deleted (2 checkpoints, 0 journal entries, 0 pending signals)"),
+        "{}",
+        stdout(&deleted)
+    );
+    assert_eq!(loomflow(&db.0, &["show", "ord_9"]).status.code(), Some(3));
+    assert!(runtime.list_checkpoints("ord_9").await.unwrap().is_empty());
+    let json = loomflow_apart(&db.0, &["--json", "delete", "busy"]).await;
+    let counted: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(counted["checkpoints"], 2, "{counted}");
 }
 
 #[test]

@@ -168,6 +168,21 @@ pub(super) async fn get_thread(
     })))
 }
 
+/// `DELETE /v1/threads/{thread}`: deletes the thread (see [`Runtime::delete_thread`]); 409
+/// while a run executes it.
+///
+/// [`Runtime::delete_thread`]: crate::Runtime::delete_thread
+pub(super) async fn delete_thread(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Reply {
+    auth::bearer(&app.config, &headers)?;
+    let Path(thread) = path?;
+    let deleted = app.runtime.delete_thread(&thread).await?;
+    Ok(Json(json!({ "thread": thread, "deleted": deleted })))
+}
+
 /// Query of `GET /v1/threads/{thread}/audit`.
 #[derive(Debug, Deserialize)]
 pub(super) struct AuditParams {

@@ -93,6 +93,11 @@ impl From<RuntimeError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
             }
             RuntimeError::Signal(signal) => Self::from_signal(signal, error.to_string()),
+            RuntimeError::Store(crate::runtime::StoreError::Unsupported { .. }) => Self::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "not_implemented",
+                error.to_string(),
+            ),
             _ => {
                 tracing::error!(%error, "http: request failed");
                 Self::new(

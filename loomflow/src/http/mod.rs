@@ -6,6 +6,7 @@
 //! | `POST /v1/threads/{thread}/signals/{name}` | sends the JSON body as signal `name` |
 //! | `GET /v1/runs?status=waiting&graph=g&limit=n` | lists runs |
 //! | `GET /v1/threads/{thread}` | one run: its row, interrupts, pending approvals, state |
+//! | `DELETE /v1/threads/{thread}` | deletes the thread ([`Runtime::delete_thread`]; 409 while a run executes it) |
 //! | `GET /v1/threads/{thread}/audit` | its audit log, oldest first (`?after=ID&kind=decision&limit=N`) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/approve` | approves (body `{"arguments": …}` edits) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/reject` | rejects (body `{"reason": "…"}`) |
@@ -183,7 +184,10 @@ pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
             post(api::post_signal),
         )
         .route("/v1/runs", get(api::list_runs))
-        .route("/v1/threads/{thread}", get(api::get_thread))
+        .route(
+            "/v1/threads/{thread}",
+            get(api::get_thread).delete(api::delete_thread),
+        )
         .route("/v1/threads/{thread}/audit", get(api::get_audit))
         .route(
             "/v1/threads/{thread}/approvals/{call_id}/approve",
