@@ -25,3 +25,4 @@ per_unit() { # workload runs units-per-run label
 
 per_unit interrupt_resume 1000 1 "interrupt_resume (memory): per interrupt + resume cycle"
 per_unit linear_ckpt 20 100 "linear_ckpt (memory): per node, a checkpoint a step"
+per_unit single 1000 1 "single (memory): per run of one node, on a thread of its own"

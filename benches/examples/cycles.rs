@@ -4,6 +4,7 @@
 //! ```text
 //! cycles interrupt_resume N   # N threads, each run to its interrupt and resumed (a → ask → c)
 //! cycles linear_ckpt N        # N runs of 100 nodes, a checkpoint a step
+//! cycles single N             # N runs of one node, each on a thread of its own
 //! ```
 //!
 //! The process exits without dropping the runtime: what the store keeps is let go by the
@@ -61,7 +62,26 @@ async fn linear_ckpt(runs: u64) {
     std::mem::forget(runtime);
 }
 
-const USAGE: &str = "usage: cycles interrupt_resume|linear_ckpt RUNS";
+/// What a run costs beside its steps: claiming, starting, checkpointing its input and its one
+/// step, letting go.
+async fn single(runs: u64) {
+    let graph = Graph::new("single")
+        .node_sync("a", |s: &mut Count| s.n += 1)
+        .edge(START, "a")
+        .edge("a", END)
+        .compile()
+        .expect("valid graph");
+    let runtime = Runtime::in_memory();
+    for i in 0..runs {
+        let out = graph
+            .invoke(&runtime, format!("t-{i}"), Count::default())
+            .await;
+        assert_eq!(out.expect("invoke").completed().expect("completed").n, 1);
+    }
+    std::mem::forget(runtime);
+}
+
+const USAGE: &str = "usage: cycles interrupt_resume|linear_ckpt|single RUNS";
 
 fn main() -> Result<(), &'static str> {
     let mut args = std::env::args().skip(1);
@@ -73,6 +93,7 @@ fn main() -> Result<(), &'static str> {
     match workload.as_deref() {
         Some("interrupt_resume") => rt.block_on(interrupt_resume(runs)),
         Some("linear_ckpt") => rt.block_on(linear_ckpt(runs)),
+        Some("single") => rt.block_on(single(runs)),
         _ => return Err(USAGE),
     }
     Ok(())
