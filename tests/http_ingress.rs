@@ -5,22 +5,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/held_run.rs"]
+mod held_run;
 #[path = "support/http_harness.rs"]
 mod http_harness;
 #[path = "support/refunds.rs"]
 mod refunds;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
+use held_run::HeldRun;
 use http_harness::{NO_HEADERS, request, serve, try_request};
 use loomflow::http::{HttpConfig, sign, signature_header};
 use loomflow::model::ModelResponse;
 use loomflow::prelude::*;
 use refunds::{agent, ask_for_refund};
 use serde_json::Value;
-use tokio::sync::Notify;
 
 const TOKEN: &str = "s3cret-token";
 const GITHUB: &str = "github-hook-secret";
@@ -185,34 +186,11 @@ async fn a_thread_is_deleted_over_http_unless_a_run_executes_it() {
     let (status, _, _) = request(server.addr, "GET", path, &[bearer()], b"").await;
     assert_eq!(status, 404, "the run is gone");
 
-    let (entered, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let graph = {
-        let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-        Graph::new("work")
-            .node_fn("work", move |n: &mut u32, _ctx| {
-                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-                Box::pin(async move {
-                    entered.notify_one();
-                    go_on.notified().await;
-                    *n += 1;
-                    Ok(())
-                })
-            })
-            .edge(START, "work")
-            .edge("work", END)
-            .compile()
-            .unwrap()
-    };
-    let running = {
-        let runtime = server.runtime.clone();
-        tokio::spawn(async move { graph.invoke(&runtime, "busy", 0).await })
-    };
-    entered.notified().await;
+    let held = HeldRun::start(&server.runtime, "busy", 0).await;
     let busy = "/v1/threads/busy";
     let (status, _, reply) = request(server.addr, "DELETE", busy, &[bearer()], b"").await;
     assert_eq!((status, error_code(&reply).as_str()), (409, "conflict"));
-    go_on.notify_one();
-    assert_eq!(running.await.unwrap().unwrap().completed().unwrap(), 1);
+    assert_eq!(held.finish().await, 1);
     let (status, _, reply) = request(server.addr, "DELETE", busy, &[bearer()], b"").await;
     assert_eq!(status, 200, "{reply}");
 }

@@ -9,34 +9,14 @@
 mod faulty_store;
 #[path = "support/postgres.rs"]
 mod postgres;
+#[path = "support/waiting.rs"]
+mod waiting;
 
 use std::time::Duration;
 
 use loomflow::prelude::*;
 use loomflow::runtime::{MailboxConfig, ManualClock, PostgresStore, RunState, SqliteStore, Store};
-
-/// `wait` waits a day at most for `go`.
-fn waiting_graph() -> CompiledGraph<Option<u32>> {
-    Graph::new("waiting")
-        .node_fn("wait", |got: &mut Option<u32>, ctx| {
-            Box::pin(async move {
-                let wait = ctx.wait_for_signal::<u32>("go");
-                *got = Some(wait.timeout(Duration::from_secs(86_400)).await?);
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap()
-}
-
-fn worker(runtime: &Runtime) -> Worker {
-    Worker::builder(runtime)
-        .graph(&waiting_graph())
-        .park_grace(Duration::ZERO)
-        .build()
-}
+use waiting::worker;
 
 /// Submits runs on `threads` and suspends them on their wait.
 async fn suspend(runtime: &Runtime, threads: &[&str]) {

@@ -5,64 +5,31 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/asker.rs"]
+mod asker;
+#[path = "support/held_run.rs"]
+mod held_run;
 #[path = "support/postgres.rs"]
 mod postgres;
+#[path = "support/waiting.rs"]
+mod waiting;
 
-use std::sync::Arc;
-use std::time::Duration;
-
+use asker::asker;
+use held_run::HeldRun;
 use loomflow::RuntimeError;
 use loomflow::prelude::*;
 use loomflow::runtime::{AuditKind, PostgresStore, SqliteStore};
-use tokio::sync::Notify;
-
-/// `wait` waits a day at most for `go`, and suspends on it (a worker's runs do).
-fn waiting_graph() -> CompiledGraph<Option<u32>> {
-    Graph::new("waiting")
-        .node_fn("wait", |got: &mut Option<u32>, ctx| {
-            Box::pin(async move {
-                let wait = ctx.wait_for_signal::<u32>("go");
-                *got = Some(wait.timeout(Duration::from_secs(86_400)).await?);
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap()
-}
-
-fn worker(runtime: &Runtime) -> Worker {
-    Worker::builder(runtime)
-        .graph(&waiting_graph())
-        .park_grace(Duration::ZERO)
-        .build()
-}
-
-/// `ask` asks for a number.
-fn asking_graph() -> CompiledGraph<u32> {
-    Graph::new("asking")
-        .node_fn("ask", |n: &mut u32, ctx| {
-            Box::pin(async move {
-                *n = ctx.interrupt("how many?")?;
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
-        .unwrap()
-}
+use waiting::worker;
 
 /// A suspended run is deleted with its checkpoints and the signal sent to it meanwhile; its
 /// audit entries stay; the name then starts afresh, as run 1, and gets no old signal.
 async fn a_suspended_thread_is_deleted_and_its_name_starts_afresh(runtime: &Runtime) {
-    let graph = asking_graph();
-    let out = graph.invoke(runtime, "t", 0).await.unwrap();
+    let graph = asker::<u32>();
+    let out = graph.invoke(runtime, "t", None).await.unwrap();
     assert_eq!(out.interrupts().len(), 1);
     runtime.signal("t", "go", 7u32).await.unwrap();
     runtime.signal("u", "go", 8u32).await.unwrap();
-    graph.invoke(runtime, "u", 0).await.unwrap();
+    graph.invoke(runtime, "u", None).await.unwrap();
 
     let deleted = runtime.delete_thread("t").await.unwrap();
     assert_eq!(deleted.checkpoints, 2, "its input and its suspension");
@@ -88,11 +55,11 @@ async fn a_suspended_thread_is_deleted_and_its_name_starts_afresh(runtime: &Runt
         "the audit log keeps what happened"
     );
 
-    let out = graph.invoke(runtime, "t", 0).await.unwrap();
+    let out = graph.invoke(runtime, "t", None).await.unwrap();
     assert_eq!(out.interrupts().len(), 1);
     assert_eq!(runtime.run("t").await.unwrap().record.run, 1, "run 1 again");
     let done = graph.resume(runtime, "t", 5).await.unwrap();
-    assert_eq!(done.completed().unwrap(), 5);
+    assert_eq!(done.completed().unwrap(), Some(5));
 
     // The thread beside it keeps everything.
     assert_eq!(runtime.pending_interrupts("u").await.unwrap().len(), 1);
@@ -103,38 +70,14 @@ async fn a_suspended_thread_is_deleted_and_its_name_starts_afresh(runtime: &Runt
 /// A run executing its thread holds it: the delete is refused, naming the thread, and
 /// deletes nothing; once the run is over, the delete goes through.
 async fn a_thread_whose_run_executes_is_not_deleted(runtime: &Runtime, other: &Runtime) {
-    let (entered, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let graph = {
-        let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-        Graph::new("busy")
-            .node_fn("work", move |n: &mut u32, _ctx| {
-                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-                Box::pin(async move {
-                    entered.notify_one();
-                    go_on.notified().await;
-                    *n += 1;
-                    Ok(())
-                })
-            })
-            .edge(START, "work")
-            .edge("work", END)
-            .compile()
-            .unwrap()
-    };
-    let running = {
-        let (graph, runtime) = (graph.clone(), runtime.clone());
-        tokio::spawn(async move { graph.invoke(&runtime, "busy", 1).await })
-    };
-    entered.notified().await;
+    let held = HeldRun::start(runtime, "busy", 1).await;
     for deleting in [runtime, other] {
         match deleting.delete_thread("busy").await {
             Err(RuntimeError::Busy { thread, .. }) => assert_eq!(thread, "busy"),
             refused => panic!("deleted a thread whose run executes: {refused:?}"),
         }
     }
-    go_on.notify_one();
-    let done = running.await.unwrap().unwrap();
-    assert_eq!(done.completed().unwrap(), 2);
+    assert_eq!(held.finish().await, 2);
     assert!(!runtime.list_checkpoints("busy").await.unwrap().is_empty());
     let deleted = other.delete_thread("busy").await.unwrap();
     assert_eq!(deleted.checkpoints, 2, "its input and its step");

@@ -4,10 +4,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "../../tests/support/asker.rs"]
+mod asker;
+#[path = "../../tests/support/held_run.rs"]
+mod held_run;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
 
+use asker::asker;
+use held_run::HeldRun;
 use loomflow::agent::Agent;
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
@@ -176,44 +182,11 @@ async fn loomflow_apart(db: &Path, args: &[&str]) -> Output {
 async fn delete_removes_a_thread_and_is_refused_while_its_run_executes() {
     let db = Db::new("delete");
     let runtime = Runtime::sqlite(&db.0).unwrap();
-    let asking = Graph::new("asking")
-        .node_fn("ask", |n: &mut u32, ctx| {
-            Box::pin(async move {
-                *n = ctx.interrupt("how many?")?;
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
+    asker::<u32>()
+        .invoke(&runtime, "ord_9", None)
+        .await
         .unwrap();
-    asking.invoke(&runtime, "ord_9", 0).await.unwrap();
-    let (entered, go_on) = (
-        Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let working = {
-        let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-        Graph::new("working")
-            .node_fn("work", move |n: &mut u32, _ctx| {
-                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-                Box::pin(async move {
-                    entered.notify_one();
-                    go_on.notified().await;
-                    *n += 1;
-                    Ok(())
-                })
-            })
-            .edge(START, "work")
-            .edge("work", END)
-            .compile()
-            .unwrap()
-    };
-    let running = {
-        let runtime = runtime.clone();
-        tokio::spawn(async move { working.invoke(&runtime, "busy", 1).await })
-    };
-    entered.notified().await;
+    let held = HeldRun::start(&runtime, "busy", 1).await;
     let refused = loomflow_apart(&db.0, &["delete", "busy"]).await;
     assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
     assert!(
@@ -221,8 +194,7 @@ async fn delete_removes_a_thread_and_is_refused_while_its_run_executes() {
         "{}",
         stderr(&refused)
     );
-    go_on.notify_one();
-    assert_eq!(running.await.unwrap().unwrap().completed().unwrap(), 2);
+    assert_eq!(held.finish().await, 2);
 
     let deleted = loomflow_apart(&db.0, &["delete", "ord_9"]).await;
     assert!(deleted.status.success(), "{}", stderr(&deleted));
