@@ -48,7 +48,8 @@ use run_row::RunRow;
 /// [`list_checkpoints`](Store::list_checkpoints) returns only those kept, and
 /// [`Runtime::fork`](crate::Runtime::fork) from a dropped one fails with
 /// `RuntimeError::UnknownCheckpoint`. [`MemoryStore::with_retention`] changes the bound;
-/// `None` keeps everything.
+/// `None` keeps everything. A thread goes altogether, its slot with it, with
+/// [`Runtime::delete_thread`](crate::Runtime::delete_thread).
 ///
 /// A thread's journal (what `ctx.step`, model and tool calls recorded) is kept until a run
 /// of the thread completes or is cancelled, then dropped, as in every store: nothing
