@@ -58,7 +58,8 @@ impl Runtime {
         let deleted = claim.delete_thread().await?;
         // Queued before the delete: no longer the thread's. What is sent from now on is for
         // whatever runs on the name next.
-        self.mailbox().forget_queued(thread);
+        let forgotten = self.mailbox().forget_queued(thread);
+        tracing::debug!(thread, ?deleted, forgotten, "thread deleted");
         Ok(deleted)
     }
 }
