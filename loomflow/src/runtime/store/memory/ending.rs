@@ -42,13 +42,65 @@ impl MemoryStore {
         let slot = inner.threads.remove(thread);
         let (checkpoints, journal_entries) =
             slot.map_or((0, 0), |slot| (slot.kept.len(), slot.journal.len()));
+        let inner = &mut *inner;
         let before = inner.signals.len();
-        inner.signals.retain(|_, signal| signal.session != thread);
+        // Their idempotency keys stay remembered for a while, as those of signals received.
+        let now_ms = now_ms();
+        inner.signals.retain(|_, signal| {
+            let kept = signal.session != thread;
+            if !kept {
+                inner.keys.released(signal, now_ms);
+            }
+            kept
+        });
         let signals = before - inner.signals.len();
         Ok(DeletedThread::new(
             checkpoints as u64,
             journal_entries as u64,
             signals as u64,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::runtime::store::StoredSignal;
+    use crate::runtime::store::records::CONSUMED_KEY_KEPT_MS;
+
+    /// The keys of the signals a delete drops are forgotten an hour later, as those of
+    /// signals received or pruned, not remembered for the life of the process.
+    #[test]
+    fn a_deleted_signals_key_is_forgotten_an_hour_later() {
+        let store = MemoryStore::new();
+        let signal = StoredSignal {
+            seq: 0,
+            session: "t".into(),
+            name: "go".into(),
+            payload: Value::Null,
+            idempotency_key: Some("k".into()),
+            sent_at_ms: 0,
+        };
+        let now = now_ms();
+        assert!(store.lock_mut().unwrap().keys.remember(&signal, now));
+        store.lock_mut().unwrap().signals.insert(1, signal.clone());
+        store.claim_now("t", "me", now + 60_000, now).unwrap();
+
+        let deleted = store.delete_thread_now("t", "me").unwrap();
+        assert_eq!(deleted.signals, 1);
+        let mut inner = store.lock_mut().unwrap();
+        assert!(
+            !inner.keys.remember(&signal, now_ms()),
+            "a moment later: a duplicate"
+        );
+        let later = now_ms() + CONSUMED_KEY_KEPT_MS + 1;
+        assert!(
+            inner.keys.remember(&signal, later),
+            "forgotten an hour later"
+        );
     }
 }
