@@ -7,6 +7,8 @@
 
 #[path = "support/asker.rs"]
 mod asker;
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
 #[path = "support/held_run.rs"]
 mod held_run;
 #[path = "support/postgres.rs"]
@@ -15,10 +17,11 @@ mod postgres;
 mod waiting;
 
 use asker::asker;
+use faulty_store::FaultyStore;
 use held_run::HeldRun;
 use loomflow::RuntimeError;
 use loomflow::prelude::*;
-use loomflow::runtime::{AuditKind, PostgresStore, SqliteStore};
+use loomflow::runtime::{AuditKind, PostgresStore, RunState, SqliteStore, StoreError};
 use waiting::worker;
 
 /// A suspended run is deleted with its checkpoints and the signal sent to it meanwhile; its
@@ -34,10 +37,9 @@ async fn a_suspended_thread_is_deleted_and_its_name_starts_afresh(runtime: &Runt
     let deleted = runtime.delete_thread("t").await.unwrap();
     assert_eq!(deleted.checkpoints, 2, "its input and its suspension");
     assert_eq!(deleted.journal_entries, 0);
-    let stored = usize::from(runtime.store().is_durable());
     assert_eq!(
-        deleted.signals, stored as u64,
-        "the store keeps signals when durable"
+        deleted.signals, 1,
+        "the signal sent to it, kept by the store or by the process"
     );
     assert!(runtime.list_checkpoints("t").await.unwrap().is_empty());
     assert!(runtime.pending_interrupts("t").await.unwrap().is_empty());
@@ -93,6 +95,38 @@ async fn a_deleted_run_is_not_carried_on(runtime: &Runtime) {
     runtime.signal("w", "go", 1u32).await.unwrap();
     assert_eq!(worker(runtime).run_until_idle().await.unwrap(), 0);
     assert!(runtime.list_checkpoints("w").await.unwrap().is_empty());
+}
+
+/// A store that cannot delete threads refuses, naming the thread, and leaves its run as it
+/// was: a run suspended on a wait of a day is let go, not made runnable at once, so no worker
+/// carries it on before its signal comes.
+#[tokio::test]
+async fn a_store_that_cannot_delete_leaves_the_run_as_it_was() {
+    let db = loomflow_tests::TempDb::new("thread-delete-unsupported");
+    let (store, _faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    runtime.submit("waiting", "w", None::<u32>).await.unwrap();
+    assert_eq!(worker(&runtime).run_until_idle().await.unwrap(), 1);
+
+    match runtime.delete_thread("w").await {
+        Err(RuntimeError::Store(StoreError::Unsupported { operation, thread })) => {
+            assert_eq!((operation, thread.as_str()), ("delete_thread", "w"));
+        }
+        other => panic!("a store without deletes: {other:?}"),
+    }
+    let row = runtime.store().get_run("w").await.unwrap().unwrap();
+    assert_eq!(row.state, RunState::Waiting);
+    assert_eq!(row.lease_owner, None, "the delete let go of its claim");
+    assert_eq!(
+        worker(&runtime).run_until_idle().await.unwrap(),
+        0,
+        "nothing to carry on before the signal"
+    );
+    runtime.signal("w", "go", 3u32).await.unwrap();
+    assert_eq!(worker(&runtime).run_until_idle().await.unwrap(), 1);
+    let record = runtime.run("w").await.unwrap().record;
+    assert_eq!(record.state, RunState::Completed);
+    assert_eq!(runtime.list_checkpoints("w").await.unwrap().len(), 3);
 }
 
 #[tokio::test]

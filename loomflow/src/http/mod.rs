@@ -6,11 +6,14 @@
 //! | `POST /v1/threads/{thread}/signals/{name}` | sends the JSON body as signal `name` |
 //! | `GET /v1/runs?status=waiting&graph=g&limit=n` | lists runs |
 //! | `GET /v1/threads/{thread}` | one run: its row, interrupts, pending approvals, state |
-//! | `DELETE /v1/threads/{thread}` | deletes the thread ([`Runtime::delete_thread`]; 409 while a run executes it) |
+//! | `DELETE /v1/threads/{thread}` | deletes the thread ([`Runtime::delete_thread`]; 409, 501) |
 //! | `GET /v1/threads/{thread}/audit` | its audit log, oldest first (`?after=ID&kind=decision&limit=N`) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/approve` | approves (body `{"arguments": …}` edits) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/reject` | rejects (body `{"reason": "…"}`) |
 //! | `GET /inbox` | the approval inbox page (see [`inbox`]) |
+//!
+//! A delete answers 409 while a run executes the thread, and 501 from a store that cannot
+//! delete threads.
 //!
 //! Secure by default:
 //! - every request needs `Authorization: Bearer <token>` (one of the configured tokens),

@@ -27,8 +27,8 @@ impl Runtime {
     ///
     /// [`RuntimeError::Busy`](super::RuntimeError::Busy), naming the holder, while a run
     /// executes the thread; [`StoreError::Unsupported`](super::StoreError::Unsupported)
-    /// from a store that does not delete threads; a store failure, after which the thread
-    /// keeps everything.
+    /// from a store that does not delete threads; a store failure. After an error the thread
+    /// keeps everything, and its run is let go as it was.
     ///
     /// # Examples
     ///
@@ -49,16 +49,36 @@ impl Runtime {
     ///
     /// let deleted = runtime.delete_thread("t-1").await?;
     /// assert_eq!(deleted.checkpoints, 2, "its input and its suspension");
+    /// assert_eq!(deleted.signals, 0, "none was sent to it");
     /// assert!(runtime.list_checkpoints("t-1").await?.is_empty());
     /// assert!(runtime.run("t-1").await.is_err(), "no run to carry on");
     /// # Ok(()) }
     /// ```
     pub async fn delete_thread(&self, thread: &str) -> Result<DeletedThread> {
         let claim = self.claim_run(&Arc::from(thread), None).await?;
-        let deleted = claim.delete_thread().await?;
+        let mut deleted = match claim.delete_thread().await {
+            Ok(deleted) => deleted,
+            Err(error) => {
+                // Nothing was deleted: the run is let go as it was (a suspended run keeps its
+                // wake time), not made runnable at once as after an execution cut short.
+                if let Err(release) = claim.release().await {
+                    tracing::warn!(
+                        thread,
+                        %release,
+                        "the thread was not let go after its delete failed; its lease runs out"
+                    );
+                }
+                return Err(error.into());
+            }
+        };
         // Queued before the delete: no longer the thread's. What is sent from now on is for
         // whatever runs on the name next.
         let forgotten = self.mailbox().forget_queued(thread);
+        if !self.store().is_durable() {
+            // A store that is not durable keeps no signals: what this process had queued
+            // were the only copies. A durable store's rows were counted by its delete.
+            deleted.signals += forgotten as u64;
+        }
         tracing::debug!(thread, ?deleted, forgotten, "thread deleted");
         Ok(deleted)
     }
