@@ -343,3 +343,62 @@ async fn a_failed_handoff_call_hands_nothing_off() {
     println!("path {:?}\noutput {:?}", team.path, team.output);
     assert_eq!(team.path, ["triage"], "an error result handed off");
 }
+
+/// Inside a node the approver takes the decision as the node's own waits take a signal:
+/// under the run's claim, journaled with the run. A node that failed after its call was
+/// approved, run again for the same step, gets that decision without a second one being
+/// sent. Before, the decision was gone with the failed execution: the node asked again and
+/// its approver denied when no second decision came.
+#[tokio::test]
+async fn a_node_run_again_keeps_the_decision_its_approver_took() {
+    let db = loomflow_tests::TempDb::new("approval-journaled");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .build();
+    let host = Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new().timeout(Duration::from_millis(300))),
+    );
+    let executions = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&executions);
+    let graph: CompiledGraph<Vec<String>> = Graph::new("paying")
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let (host, counted) = (Arc::clone(&host), Arc::clone(&counted));
+            Box::pin(async move {
+                let call = ToolCall::new("call_7", "pay", json!({ "amount": 3 }));
+                let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
+                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
+                paid.push(outcome.content);
+                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(Error::msg("the node fails after its call").into());
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+
+    let run = graph.start(&runtime, "t", Vec::new());
+    while runtime.pending_approvals("t").await.unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    runtime
+        .decide_approval("t", "call_7", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let failed = run.await.unwrap();
+    assert!(matches!(failed, RunOutcome::Failed { .. }), "{failed:?}");
+
+    let done = graph.recover(&runtime, "t").await.unwrap();
+    let paid = done.completed().unwrap();
+    assert_eq!(paid.len(), 1, "{paid:?}");
+    assert!(
+        paid[0].contains("paid 3"),
+        "allowed again, unasked: {paid:?}"
+    );
+    assert_eq!(executions.load(Ordering::SeqCst), 2);
+    assert!(runtime.pending_approvals("t").await.unwrap().is_empty());
+}

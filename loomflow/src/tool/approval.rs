@@ -10,6 +10,7 @@ use super::DispatchContext;
 use super::pending::{LiveApproval, interrupt_details};
 use crate::Error;
 use crate::graph::BoxFuture;
+use crate::graph::RunError;
 use crate::runtime::SignalError;
 use crate::runtime::clock::now_ms;
 use crate::runtime::mailbox::Scope;
@@ -194,8 +195,14 @@ where
 /// payload that is not a decision all deny.
 ///
 /// On a durable store a decision is consumed from the store before the call goes on: where
-/// approvers in several processes wait for the same call (a run taken over from a process
-/// that stalled), one decision lets exactly one of them go on, and the others wait on.
+/// approvers in several processes wait for the same call, one decision lets exactly one of
+/// them go on, and the others wait on. Inside a graph node the decision is received as the
+/// node's own waits receive a signal: consumed under the run's claim and journaled. So an
+/// approver in a process that lost the run (it stalled past its lease, and another process
+/// carried the run on) cannot take the decision from the one that holds it; the node, run
+/// again for the same step after a failure or a crash, gets its decision without asking
+/// again; and under a worker the wait parks briefly, then suspends the run, its interrupt
+/// carrying the call, as any wait does there.
 ///
 /// With [`or_suspend`](Self::or_suspend), a dispatch inside a graph node suspends the run
 /// instead of waiting in memory: the run's interrupt carries the pending call (under
@@ -271,31 +278,25 @@ impl ApprovalHandler for SignalApprover {
                 return Ok(decision_from(request, &payload));
             }
             let _listed = LiveApproval::register(runtime, request);
+            if let Some(node) = ctx.node {
+                return self.wait_in_node(request, node, name).await;
+            }
             let deadline = tokio::time::Instant::now() + self.timeout;
             loop {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let receive =
                     runtime.receive(&request.session, &name, Some(left), Scope::Framework);
-                // In a node, a cancel of the run ends the wait, as it ends the node's own
-                // waits.
-                let received = match ctx.node {
-                    Some(node) => node.claim().unless_cancelled(receive).await?,
-                    None => receive.await,
-                };
-                let entry = match received {
+                let entry = match receive.await {
                     Ok(entry) => entry,
                     Err(crate::runtime::RuntimeError::Signal(SignalError::Timeout { .. })) => {
-                        return Ok(ApprovalDecision::deny(format!(
-                            "no approval decision within {:?}",
-                            self.timeout
-                        )));
+                        return Ok(timed_out(self.timeout));
                     }
                     Err(error) => return Err(Error::from(error)),
                 };
                 let payload = entry.payload.clone();
                 // Consumed in the store before it is acted on: where approvers in several
-                // processes wait for the same call (a run taken over from a stalled
-                // process), one decision lets one of them go on. The others wait on.
+                // processes wait for the same call, one decision lets one of them go on. The
+                // others wait on.
                 let session = &request.session;
                 if (runtime.take_handed_over(session, &name, entry, Scope::Framework)).await? {
                     return Ok(decision_from(request, &payload));
@@ -303,6 +304,36 @@ impl ApprovalHandler for SignalApprover {
             }
         })
     }
+}
+
+impl SignalApprover {
+    /// Waits for the decision in `node` as the node's own waits do: consumed under the run's
+    /// claim and journaled with it. An approver whose process lost the run (it stalled past
+    /// its lease and another process carried the run on) cannot take the decision from the
+    /// one that holds it, and the node, run again for the same step after a failure or a
+    /// crash, gets the decision it had without asking again. Under a worker the wait, like
+    /// any other, parks briefly and then suspends the run, its interrupt carrying the call.
+    async fn wait_in_node(
+        &self,
+        request: &ApprovalRequest,
+        node: &crate::Context,
+        name: String,
+    ) -> crate::Result<ApprovalDecision> {
+        let wait = node
+            .wait_for_framework_signal::<Value>(name)
+            .timeout(self.timeout)
+            .details(interrupt_details(request));
+        match wait.await {
+            Ok(payload) => Ok(decision_from(request, &payload)),
+            Err(RunError::Signal(SignalError::Timeout { .. })) => Ok(timed_out(self.timeout)),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// The denial of a call no decision came for within `timeout`.
+fn timed_out(timeout: Duration) -> ApprovalDecision {
+    ApprovalDecision::deny(format!("no approval decision within {timeout:?}"))
 }
 
 /// The decision a signal carries. Its optional `by` names who decided (see
