@@ -18,6 +18,7 @@ use crate::event::{Event, EventKind};
 use crate::graph::namespace::Namespace;
 use crate::graph::{BoxError, RunError};
 use crate::runtime::claim::RunClaim;
+use crate::runtime::mailbox::Taking;
 use crate::runtime::{AuditEntry, AuditKind, Durability, Interrupt, JournalKey, Runtime};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -186,6 +187,9 @@ struct NodeControl {
     /// Hashed with foldhash: std's default hasher draws its keys from a thread-local on
     /// every map made, and a context is made per node per step.
     occurrences: HashMap<String, u32, foldhash::fast::FixedState>,
+    /// The journal writes of consumed signals that a dropped wait left under way: the
+    /// node's step is not over, and its checkpoint not written, until they have ended.
+    journaling: Vec<Taking>,
 }
 
 impl std::fmt::Debug for Context {
@@ -267,6 +271,21 @@ impl Context {
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         (control.bad_resume, control.suspension)
+    }
+
+    /// Once the node has run: waits for the journal writes its dropped waits left under
+    /// way, which the step's checkpoint must follow. Rare, so boxed: a run's future keeps no
+    /// room for it.
+    pub(crate) async fn journal_writes_ended(&self) {
+        let writes = std::mem::take(&mut self.control().journaling);
+        if !writes.is_empty() {
+            Box::pin(async move {
+                for mut write in writes {
+                    write.outcome().await;
+                }
+            })
+            .await;
+        }
     }
 
     /// Records that this node (a subgraph) suspends on its child run's pending interrupts;

@@ -306,6 +306,7 @@ async fn accept<T: DeserializeOwned>(
             // entry goes back saying how the write ended (journaled: the payload is the
             // dropped wait's; failed: it is the next receiver's).
             let (outcome, taking) = Taking::start(Taken::Consumed);
+            ctx.control().journaling.push(taking.clone());
             let claim = ctx.claim().clone();
             let store = Arc::clone(runtime.store());
             let write = async move {

@@ -159,6 +159,7 @@ async fn run_node<S: State>(
         }
         Err(panic) => Err(panic),
     };
+    ctx.journal_writes_ended().await;
     let (bad_resume, suspension) = ctx.finish();
     if let Some(bad_resume) = bad_resume {
         return Err(bad_resume);
