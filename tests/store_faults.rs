@@ -391,7 +391,25 @@ async fn consumed_by_a_cancelled_waiter(
 /// node, run again for the step, gets the payload from it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
-    let db = loomflow_tests::TempDb::new("dropped-journal");
+    dropped_wait_keeps_the_payload("dropped-journal", None).await;
+}
+
+/// As above, but the node returns (suspending the run) while the dropped wait's journal
+/// write is still held back: the step's checkpoint, which lets the run go, waits for the
+/// write. Before, the checkpoint could let the run go first, and the write then failed with
+/// the lease lost: the payload was gone, or the run failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_ends_only_once_its_dropped_waits_journal_writes_have() {
+    let late = Some(Duration::from_millis(300));
+    dropped_wait_keeps_the_payload("dropped-journal-late", late).await;
+}
+
+/// The node of thread `t` gives its wait up while the wait journals the payload a
+/// cancelled outside waiter consumed, then suspends; the held journal write goes on at once
+/// (`None`) or that long after the node gave up, by when it has returned. Checks that the
+/// node, resumed, has the payload.
+async fn dropped_wait_keeps_the_payload(db: &str, let_go_after: Option<Duration>) {
+    let db = loomflow_tests::TempDb::new(db);
     let (runtime, faults) = consumed_by_a_cancelled_waiter(&db).await;
     let journal = Arc::new(std::sync::Mutex::new(Some(
         faults.hold_next_journal_write(),
@@ -403,40 +421,14 @@ async fn a_wait_dropped_while_it_journals_a_consumed_signal_does_not_lose_it() {
             match tokio::time::timeout(Duration::from_millis(200), first).await {
                 Ok(received) => got.push(received?),
                 // Given up while the journal write is held; then the write may go on.
-                Err(_) => drop(journal.lock().unwrap().take()),
-            }
-            let _: bool = ctx.interrupt("again?")?;
-            Ok(())
-        })
-    });
-    assert_eq!(got.await, [7]);
-}
-
-/// As above, but the node returns (suspending the run) while the dropped wait's journal
-/// write is still held back: the step's checkpoint, which lets the run go, waits for the
-/// write. Before, the checkpoint could let the run go first, and the write then failed with
-/// the lease lost: the payload was gone, or the run failed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_ends_only_once_its_dropped_waits_journal_writes_have() {
-    let db = loomflow_tests::TempDb::new("dropped-journal-late");
-    let (runtime, faults) = consumed_by_a_cancelled_waiter(&db).await;
-    let journal = Arc::new(std::sync::Mutex::new(Some(
-        faults.hold_next_journal_write(),
-    )));
-    let got = interrupted_then_resumed(&runtime, move |got: &mut Vec<u32>, ctx| {
-        let journal = Arc::clone(&journal);
-        Box::pin(async move {
-            let first = ctx.wait_for_signal::<u32>("go");
-            match tokio::time::timeout(Duration::from_millis(200), first).await {
-                Ok(received) => got.push(received?),
-                // Given up while the journal write is held; the write goes on only after
-                // the node has returned.
                 Err(_) => {
                     let held = journal.lock().unwrap().take();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
-                        drop(held);
-                    });
+                    if let Some(after) = let_go_after {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(after).await;
+                            drop(held);
+                        });
+                    }
                 }
             }
             let _: bool = ctx.interrupt("again?")?;
