@@ -266,18 +266,10 @@ impl ApprovalHandler for SignalApprover {
                 ));
             };
             let name = Self::signal_name(&request.call_id);
-            if self.suspend
-                && let Some(node) = ctx.node
-            {
-                // Listed from the run's interrupt, which carries the request, until answered.
-                let payload: Value = node
-                    .wait_for_framework_signal(name)
-                    .details(interrupt_details(request))
-                    .or_suspend()
-                    .await?;
-                return Ok(decision_from(request, &payload));
-            }
-            let _listed = LiveApproval::register(runtime, request);
+            // A wait that suspends at once is listed from the run's interrupt, which carries
+            // the request, until answered; one that waits in memory, from this process too.
+            let _listed = (!self.suspend || ctx.node.is_none())
+                .then(|| LiveApproval::register(runtime, request));
             if let Some(node) = ctx.node {
                 return self.wait_in_node(request, node, name).await;
             }
@@ -307,12 +299,9 @@ impl ApprovalHandler for SignalApprover {
 }
 
 impl SignalApprover {
-    /// Waits for the decision in `node` as the node's own waits do: consumed under the run's
-    /// claim and journaled with it. An approver whose process lost the run (it stalled past
-    /// its lease and another process carried the run on) cannot take the decision from the
-    /// one that holds it, and the node, run again for the same step after a failure or a
-    /// crash, gets the decision it had without asking again. Under a worker the wait, like
-    /// any other, parks briefly and then suspends the run, its interrupt carrying the call.
+    /// Waits for the decision in `node` as the node's own waits do (see the type's docs):
+    /// suspending the run at once with [`or_suspend`](Self::or_suspend), or up to the
+    /// timeout.
     async fn wait_in_node(
         &self,
         request: &ApprovalRequest,
@@ -321,8 +310,11 @@ impl SignalApprover {
     ) -> crate::Result<ApprovalDecision> {
         let wait = node
             .wait_for_framework_signal::<Value>(name)
-            .timeout(self.timeout)
             .details(interrupt_details(request));
+        let wait = match self.suspend {
+            true => wait.or_suspend(),
+            false => wait.timeout(self.timeout),
+        };
         match wait.await {
             Ok(payload) => Ok(decision_from(request, &payload)),
             Err(RunError::Signal(SignalError::Timeout { .. })) => Ok(timed_out(self.timeout)),
