@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::event::{Event, EventKind};
 use crate::graph::namespace::Namespace;
-use crate::graph::{BoxError, RunError};
+use crate::graph::{BoxError, BoxFuture, RunError};
 use crate::runtime::claim::RunClaim;
 use crate::runtime::mailbox::Taking;
 use crate::runtime::{AuditEntry, AuditKind, Durability, Interrupt, JournalKey, Runtime};
@@ -273,19 +273,23 @@ impl Context {
         (control.bad_resume, control.suspension)
     }
 
-    /// Once the node has run: waits for the journal writes its dropped waits left under
-    /// way, which the step's checkpoint must follow. Rare, so boxed: a run's future keeps no
-    /// room for it.
-    pub(crate) async fn journal_writes_ended(&self) {
-        let writes = std::mem::take(&mut self.control().journaling);
-        if !writes.is_empty() {
-            Box::pin(async move {
-                for mut write in writes {
-                    write.outcome().await;
-                }
-            })
-            .await;
+    /// Once the node has run: the end of the journal writes its dropped waits left under
+    /// way, which the step's checkpoint must follow; `None` when there are none, the common
+    /// case. Boxed, as it is rare: a run's future keeps no room for it. No lock is taken.
+    pub(crate) fn journal_writes_ended(&mut self) -> Option<BoxFuture<'static, ()>> {
+        let control = self
+            .control
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if control.journaling.is_empty() {
+            return None;
         }
+        let writes = std::mem::take(&mut control.journaling);
+        Some(Box::pin(async move {
+            for mut write in writes {
+                write.outcome().await;
+            }
+        }))
     }
 
     /// Records that this node (a subgraph) suspends on its child run's pending interrupts;

@@ -133,7 +133,7 @@ async fn run_node<S: State>(
     resume: Vec<Value>,
 ) -> Result<NodeEnd> {
     let node = &g.nodes[index];
-    let ctx = Context::new(Arc::clone(shared), Arc::clone(&node.name), step, resume);
+    let mut ctx = Context::new(Arc::clone(shared), Arc::clone(&node.name), step, resume);
     shared.emit(step, Some(&node.name), EventKind::NodeStart);
     let span = tracing::info_span!(
         target: crate::telemetry::TARGET,
@@ -159,7 +159,9 @@ async fn run_node<S: State>(
         }
         Err(panic) => Err(panic),
     };
-    ctx.journal_writes_ended().await;
+    if let Some(ended) = ctx.journal_writes_ended() {
+        ended.await;
+    }
     let (bad_resume, suspension) = ctx.finish();
     if let Some(bad_resume) = bad_resume {
         return Err(bad_resume);
