@@ -9,8 +9,7 @@ use serde_json::Value;
 use super::DispatchContext;
 use super::pending::{LiveApproval, interrupt_details};
 use crate::Error;
-use crate::graph::BoxFuture;
-use crate::graph::RunError;
+use crate::graph::{BoxFuture, RunError};
 use crate::runtime::SignalError;
 use crate::runtime::clock::now_ms;
 use crate::runtime::mailbox::Scope;
@@ -251,6 +250,29 @@ impl SignalApprover {
     pub fn signal_name(call_id: &str) -> String {
         format!("{}{call_id}", Self::PREFIX)
     }
+
+    /// Waits for the decision in `node` as the node's own waits do (see the type's docs):
+    /// suspending the run at once with [`or_suspend`](Self::or_suspend), or up to the
+    /// timeout.
+    async fn wait_in_node(
+        &self,
+        request: &ApprovalRequest,
+        node: &crate::Context,
+        name: String,
+    ) -> crate::Result<ApprovalDecision> {
+        let wait = node
+            .wait_for_framework_signal::<Value>(name)
+            .details(interrupt_details(request));
+        let wait = match self.suspend {
+            true => wait.or_suspend(),
+            false => wait.timeout(self.timeout),
+        };
+        match wait.await {
+            Ok(payload) => Ok(decision_from(request, &payload)),
+            Err(RunError::Signal(SignalError::Timeout { .. })) => Ok(timed_out(self.timeout)),
+            Err(error) => Err(error.into()),
+        }
+    }
 }
 
 impl ApprovalHandler for SignalApprover {
@@ -295,31 +317,6 @@ impl ApprovalHandler for SignalApprover {
                 }
             }
         })
-    }
-}
-
-impl SignalApprover {
-    /// Waits for the decision in `node` as the node's own waits do (see the type's docs):
-    /// suspending the run at once with [`or_suspend`](Self::or_suspend), or up to the
-    /// timeout.
-    async fn wait_in_node(
-        &self,
-        request: &ApprovalRequest,
-        node: &crate::Context,
-        name: String,
-    ) -> crate::Result<ApprovalDecision> {
-        let wait = node
-            .wait_for_framework_signal::<Value>(name)
-            .details(interrupt_details(request));
-        let wait = match self.suspend {
-            true => wait.or_suspend(),
-            false => wait.timeout(self.timeout),
-        };
-        match wait.await {
-            Ok(payload) => Ok(decision_from(request, &payload)),
-            Err(RunError::Signal(SignalError::Timeout { .. })) => Ok(timed_out(self.timeout)),
-            Err(error) => Err(error.into()),
-        }
     }
 }
 
