@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [6]);
+    assert_eq!(versions, [7]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,6 +283,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let conn = rusqlite::Connection::open(db.path()).unwrap();
     conn.execute_batch(
         "DROP TABLE runs; DROP INDEX signals_pending; DROP TABLE audit;
+         ALTER TABLE meta DROP COLUMN checkpoint_id_floor;
          UPDATE meta SET schema_version = 2;",
     )
     .unwrap();
@@ -301,7 +302,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -590,7 +591,8 @@ async fn a_version_3_file_gains_the_worker_columns() {
          ALTER TABLE runs DROP COLUMN waiting_on; ALTER TABLE runs DROP COLUMN wake_at_ms;
          ALTER TABLE runs DROP COLUMN runnable_at_ms;
          ALTER TABLE runs DROP COLUMN cancel_requested; ALTER TABLE runs DROP COLUMN error;
-         ALTER TABLE runs DROP COLUMN input; DROP TABLE audit; UPDATE meta SET schema_version = 3;",
+         ALTER TABLE runs DROP COLUMN input; DROP TABLE audit; ALTER TABLE meta DROP COLUMN checkpoint_id_floor;
+         UPDATE meta SET schema_version = 3;",
     )
     .unwrap();
     drop(conn);
@@ -616,8 +618,11 @@ async fn a_version_4_file_gains_the_audit_log() {
     store.put_checkpoint(cp).await.unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    conn.execute_batch("DROP TABLE audit; UPDATE meta SET schema_version = 4;")
-        .unwrap();
+    conn.execute_batch(
+        "DROP TABLE audit; ALTER TABLE meta DROP COLUMN checkpoint_id_floor;
+         UPDATE meta SET schema_version = 4;",
+    )
+    .unwrap();
     drop(conn);
 
     let store = SqliteStore::open(db.path()).unwrap();
@@ -932,15 +937,18 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
     let db = TempDb::new("v5");
     drop(SqliteStore::open(db.path()).unwrap());
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    conn.execute_batch("DROP INDEX signals_pending_in_order; UPDATE meta SET schema_version = 5;")
-        .unwrap();
+    conn.execute_batch(
+        "DROP INDEX signals_pending_in_order; ALTER TABLE meta DROP COLUMN checkpoint_id_floor;
+         UPDATE meta SET schema_version = 5;",
+    )
+    .unwrap();
     drop(conn);
     drop(SqliteStore::open(db.path()).unwrap());
     let conn = rusqlite::Connection::open(db.path()).unwrap();
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN SELECT seq FROM signals WHERE consumed_at_ms IS NULL
@@ -956,6 +964,54 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
             .any(|step| step.contains("signals_pending_in_order")),
         "{plan:?}"
     );
+}
+
+/// Version 7 remembers the newest checkpoint id a thread's delete removed, so that the ids
+/// are not handed out again. A version 6 file gains it, and a delete then keeps the ids new.
+#[tokio::test]
+async fn a_version_6_file_gains_the_checkpoint_id_floor() {
+    let db = TempDb::new("v6");
+    let store = SqliteStore::open(db.path()).unwrap();
+    let cp = || Checkpoint::new("t", 1, "", 0, RunStatus::Running, json!({"state": 1}));
+    let kept = store.put_checkpoint(cp()).await.unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE meta DROP COLUMN checkpoint_id_floor; UPDATE meta SET schema_version = 6;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(store.put_checkpoint(cp()).await.unwrap(), kept + 1);
+    assert_eq!(
+        store.claim("t", "me", u64::MAX / 4, 1).await.unwrap(),
+        Claim::Claimed
+    );
+    store.delete_thread("t", "me").await.unwrap();
+    assert_eq!(store.put_checkpoint(cp()).await.unwrap(), kept + 2);
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let (version, floor): (i64, i64) = conn
+        .query_row(
+            "SELECT schema_version, checkpoint_id_floor FROM meta",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((version, floor), (7, i64::try_from(kept).unwrap() + 1));
+    drop(conn);
+
+    // A row is past the floor now: the writer's pruning (on its first commit) clears it,
+    // and ids go on from the largest.
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(store.put_checkpoint(cp()).await.unwrap(), kept + 3);
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let floor: i64 = conn
+        .query_row("SELECT checkpoint_id_floor FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(floor, 0);
 }
 
 /// A file from before the runs table (schema version 2) with a suspended run and a
@@ -991,7 +1047,8 @@ async fn a_file_from_before_the_runs_table_gets_a_row_for_each_run() {
         .execute_batch(
             "DROP TABLE runs; DROP TABLE audit;
              DROP INDEX IF EXISTS signals_pending; DROP INDEX IF EXISTS signals_pending_in_order;
-             UPDATE meta SET schema_version = 2;",
+             ALTER TABLE meta DROP COLUMN checkpoint_id_floor;
+         UPDATE meta SET schema_version = 2;",
         )
         .unwrap();
     let runtime = Runtime::sqlite(db.path()).unwrap();

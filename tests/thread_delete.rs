@@ -97,6 +97,24 @@ async fn a_deleted_run_is_not_carried_on(runtime: &Runtime) {
     assert!(runtime.list_checkpoints("w").await.unwrap().is_empty());
 }
 
+/// A deleted thread's checkpoint ids are not handed out again, even when it held the newest:
+/// a checkpoint id kept from before the delete never names a checkpoint written after it.
+async fn a_deleted_threads_checkpoint_ids_are_not_handed_out_again(runtime: &Runtime) {
+    let graph = asker::<u32>();
+    graph.invoke(runtime, "ids", None).await.unwrap();
+    let before = runtime.list_checkpoints("ids").await.unwrap();
+    let newest_before = before.iter().map(|c| c.id).max().unwrap();
+    runtime.delete_thread("ids").await.unwrap();
+
+    graph.invoke(runtime, "ids", None).await.unwrap();
+    let after = runtime.list_checkpoints("ids").await.unwrap();
+    assert!(
+        after.iter().all(|c| c.id > newest_before),
+        "ids {:?} written after the delete, {newest_before} the newest before it",
+        after.iter().map(|c| c.id).collect::<Vec<_>>()
+    );
+}
+
 /// A store that cannot delete threads refuses, naming the thread, and leaves its run as it
 /// was: a run suspended on a wait of a day is let go, not made runnable at once, so no worker
 /// carries it on before its signal comes.
@@ -135,6 +153,7 @@ async fn on_the_memory_store() {
     a_suspended_thread_is_deleted_and_its_name_starts_afresh(&runtime).await;
     a_thread_whose_run_executes_is_not_deleted(&runtime, &runtime.clone()).await;
     a_deleted_run_is_not_carried_on(&runtime).await;
+    a_deleted_threads_checkpoint_ids_are_not_handed_out_again(&runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,6 +168,7 @@ async fn on_sqlite() {
     a_suspended_thread_is_deleted_and_its_name_starts_afresh(&runtime).await;
     a_thread_whose_run_executes_is_not_deleted(&runtime, &open()).await;
     a_deleted_run_is_not_carried_on(&runtime).await;
+    a_deleted_threads_checkpoint_ids_are_not_handed_out_again(&runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,4 +184,5 @@ async fn on_postgres() {
     a_suspended_thread_is_deleted_and_its_name_starts_afresh(&runtime).await;
     a_thread_whose_run_executes_is_not_deleted(&runtime, &open().await).await;
     a_deleted_run_is_not_carried_on(&runtime).await;
+    a_deleted_threads_checkpoint_ids_are_not_handed_out_again(&runtime).await;
 }

@@ -274,4 +274,16 @@ fn prune(conn: &Connection, now_ms: i64) {
     if let Err(error) = result {
         tracing::warn!(%error, "pruning consumed signals failed");
     }
+    // Once a checkpoint is past the floor a delete left, new ids are past it without it, and
+    // inserts no longer look for the largest id (see `schema.rs`).
+    let result = conn
+        .prepare_cached(
+            "UPDATE meta SET checkpoint_id_floor = 0
+             WHERE checkpoint_id_floor <> 0
+               AND checkpoint_id_floor < (SELECT max(id) FROM checkpoints)",
+        )
+        .and_then(|mut stmt| stmt.execute([]));
+    if let Err(error) = result {
+        tracing::warn!(%error, "clearing the checkpoint id floor failed");
+    }
 }

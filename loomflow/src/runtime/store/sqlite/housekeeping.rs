@@ -67,6 +67,15 @@ pub(super) fn delete_thread(
     }
     followed.forget(thread);
     let delete = |sql: &str| conn.prepare_cached(sql)?.execute(params![thread]);
+    // The ids removed here are not handed out again (see `schema.rs`): only the newest
+    // matters, as a new row's id would be one past those left.
+    conn.prepare_cached(
+        "UPDATE meta SET checkpoint_id_floor = max(checkpoint_id_floor,
+             (SELECT max(id) FROM checkpoints))
+         WHERE (SELECT max(id) FROM checkpoints WHERE thread = ?1)
+             = (SELECT max(id) FROM checkpoints)",
+    )?
+    .execute(params![thread])?;
     let checkpoints = delete("DELETE FROM checkpoints WHERE thread = ?1")?;
     let journal_entries = delete("DELETE FROM journal WHERE thread = ?1")?;
     let pending: i64 = conn

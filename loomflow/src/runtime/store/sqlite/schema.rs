@@ -9,7 +9,7 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 6;
+pub(super) const SCHEMA_VERSION: i64 = 7;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
@@ -18,9 +18,12 @@ pub(super) const SCHEMA_VERSION: i64 = 6;
 /// journal is a `WITHOUT ROWID` table so its key is stored once.
 ///
 /// Checkpoint ids are rowids, not `AUTOINCREMENT`, which would rewrite `sqlite_sequence` (one
-/// more page) in every commit. No checkpoint row is ever deleted, so a new row's id, one
-/// past the largest, is never one that was handed out before. Files created before this
-/// keep `AUTOINCREMENT`; both read and write alike.
+/// more page) in every commit. A new row's rowid is one past the largest left, so only a
+/// thread's delete could make an id come back, when it removes the newest rows. It then sets
+/// `meta.checkpoint_id_floor` to the newest id it removes, and while that floor is not 0 an
+/// insert takes an id past both it and the largest id left. The writer's periodic pruning
+/// sets it back to 0 once a row is past it. Files created before this keep `AUTOINCREMENT`;
+/// both read and write alike.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // 0 -> 1
     "CREATE TABLE meta (schema_version INTEGER NOT NULL);
@@ -71,6 +74,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     super::audit::MIGRATION,
     // 5 -> 6: the pending signals in the order workers read them (`run_rows.rs`).
     super::run_rows::MIGRATION_PENDING_IN_ORDER,
+    // 6 -> 7: the largest checkpoint id a thread's delete removed (`housekeeping.rs`).
+    "ALTER TABLE meta ADD COLUMN checkpoint_id_floor INTEGER NOT NULL DEFAULT 0;",
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {

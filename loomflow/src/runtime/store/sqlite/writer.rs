@@ -208,8 +208,13 @@ impl Op {
 
 pub(super) fn put_checkpoint(conn: &Connection, row: &CheckpointRow) -> rusqlite::Result<u64> {
     conn.prepare_cached(
-        "INSERT INTO checkpoints (thread, run, namespace, step, status, body, error)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO checkpoints (id, thread, run, namespace, step, status, body, error)
+         VALUES (
+             (SELECT CASE WHEN checkpoint_id_floor = 0 THEN NULL
+                 ELSE max(ifnull((SELECT max(id) FROM checkpoints), 0), checkpoint_id_floor) + 1
+                 END FROM meta),
+             ?1, ?2, ?3, ?4, ?5, ?6, ?7
+         )",
     )?
     .execute(params![
         row.thread,
