@@ -14,7 +14,8 @@ pub struct ApiError {
     pub status: StatusCode,
     /// A stable code scripts can match: `unauthorized`, `bad_signature`, `not_found`,
     /// `method_not_allowed`, `bad_request`, `unsupported_media_type`, `payload_too_large`,
-    /// `reserved_name`, `conflict`, `internal`.
+    /// `reserved_name`, `conflict` (also when another process took the thread while this one
+    /// worked on it), `not_implemented`, `internal`.
     pub code: &'static str,
     /// What went wrong.
     pub message: String,
@@ -89,7 +90,8 @@ impl From<RuntimeError> for ApiError {
             }
             RuntimeError::RunActive { .. }
             | RuntimeError::Busy { .. }
-            | RuntimeError::AlreadyDecided { .. } => {
+            | RuntimeError::AlreadyDecided { .. }
+            | RuntimeError::Store(crate::runtime::StoreError::LeaseLost { .. }) => {
                 Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
             }
             RuntimeError::Signal(signal) => Self::from_signal(signal, error.to_string()),
@@ -139,5 +141,32 @@ impl ApiError {
             SignalError::RunEnded { .. } => Self::new(StatusCode::CONFLICT, "conflict", message),
             _ => Self::bad_request(message),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::StoreError;
+
+    /// A thread another process took over while this one worked on it is a conflict to
+    /// retry, not a server failure.
+    #[test]
+    fn a_lost_lease_is_a_conflict() {
+        let error = ApiError::from(RuntimeError::Store(StoreError::LeaseLost {
+            thread: "t-1".into(),
+            owner: "me".into(),
+        }));
+        assert_eq!(
+            (error.status, error.code),
+            (StatusCode::CONFLICT, "conflict")
+        );
+        assert!(error.message.contains("t-1"), "{}", error.message);
+    }
+
+    #[test]
+    fn another_store_failure_is_internal() {
+        let error = ApiError::from(RuntimeError::Store(StoreError::Closed));
+        assert_eq!(error.status, StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

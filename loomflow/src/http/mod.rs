@@ -13,7 +13,8 @@
 //! | `GET /inbox` | the approval inbox page (see [`inbox`]) |
 //!
 //! A delete answers 409 while a run executes the thread, and 501 from a store that cannot
-//! delete threads.
+//! delete threads. Any request answers 409 when another process took its thread over while
+//! this one worked on it (its lease ran out): try it again.
 //!
 //! Secure by default:
 //! - every request needs `Authorization: Bearer <token>` (one of the configured tokens),
