@@ -47,6 +47,17 @@ async fn consolidation_rewrites_once() {
 }
 
 #[tokio::test]
+async fn consolidation_after_a_thread_delete_rewrites_again() {
+    let journal = temp_file("consolidation-after-delete");
+    let runtime = Runtime::sqlite(&journal).unwrap();
+    behaviour::consolidation_after_a_thread_delete_rewrites_again(
+        &SqliteMemory::in_memory().unwrap(),
+        &runtime,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn items_survive_a_restart() {
     let path = temp_file("restart");
     let ada = Scope::user("ada");

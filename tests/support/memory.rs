@@ -288,6 +288,40 @@ pub(crate) async fn consolidation_rewrites_once<M: Memory + Clone>(memory: &M, r
     assert_eq!(model.requests().len(), 1, "the model was asked once");
 }
 
+/// A consolidation after its thread was deleted (the thread's name starts afresh, at run 1)
+/// makes its own rewrite: the first one's merged items are not taken for it.
+pub(crate) async fn consolidation_after_a_thread_delete_rewrites_again<M: Memory + Clone>(
+    memory: &M,
+    runtime: &Runtime,
+) {
+    let di = Scope::user("di");
+    for fact in ["Di likes tea", "Di likes green tea"] {
+        memory.remember(&di, fact, json!({})).await.unwrap();
+    }
+    let model = std::sync::Arc::new(ScriptedModel::new([
+        ModelResponse::text(r#"["Di likes green tea"]"#),
+        ModelResponse::text(r#"["Di likes green tea and lives in Oslo"]"#),
+    ]));
+    let consolidation = Consolidation::new(std::sync::Arc::clone(&model)).keep_newest(0);
+    let first = consolidation.run(memory, runtime, &di).await.unwrap();
+    runtime
+        .delete_thread("loomflow:memory:user:di")
+        .await
+        .unwrap();
+    memory
+        .remember(&di, "Di lives in Oslo", json!({}))
+        .await
+        .unwrap();
+
+    let second = consolidation.run(memory, runtime, &di).await.unwrap();
+    assert_eq!(second.removed.len(), 2);
+    assert_ne!(second.added, first.added, "a rewrite of its own");
+    let left = memory.recall(&di, "Oslo", 10).await.unwrap();
+    assert_eq!(memory.count(&di).await.unwrap(), 1, "{left:?}");
+    assert_eq!(left[0].text, "Di likes green tea and lives in Oslo");
+    assert_eq!(model.requests().len(), 2);
+}
+
 fn source_chain(error: &Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
     std::iter::successors(Some(error as &(dyn std::error::Error + 'static)), |e| {
         e.source()

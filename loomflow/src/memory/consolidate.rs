@@ -250,8 +250,18 @@ impl Merge {
         let old: Vec<MemoryId> = chosen.iter().map(|item| item.id).collect();
         // Names this consolidation's rewrite, so that it is made once: the rewrite commits in
         // the memory's database and is journaled in the runtime's, and a crash between the
-        // two must not insert the merged items again when the run is recovered.
-        let key = format!("{}#{}", ctx.thread(), ctx.run_number());
+        // two must not insert the merged items again when the run is recovered. The name is
+        // journaled too: the thread and run alone come back once the thread is deleted.
+        let key: String = ctx
+            .step("name", || async {
+                Ok::<_, MemoryError>(format!(
+                    "{}#{}#{}",
+                    ctx.thread(),
+                    ctx.run_number(),
+                    crate::runtime::claim::runtime_owner_id()
+                ))
+            })
+            .await?;
         let metadata = json!({ "source": "consolidation", "merged": old, "consolidation": key });
         let added: Vec<MemoryId> = ctx
             .step("apply", || async {
