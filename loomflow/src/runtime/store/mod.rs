@@ -96,7 +96,8 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
-    /// Saves a checkpoint and returns the id it was filed under (ids increase).
+    /// Saves a checkpoint and returns the id it was filed under. Ids increase, and one is
+    /// never handed out again, not even after [`delete_thread`](Self::delete_thread).
     ///
     /// A top-level checkpoint that records its run completed or cancelled also deletes the
     /// thread's journal, in the same write: nothing carries such a run on, and the

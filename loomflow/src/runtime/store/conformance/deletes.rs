@@ -121,4 +121,18 @@ pub(super) async fn a_thread_is_deleted_under_its_claim(store: &dyn Store) {
     let run = store.get_run(&other).await.unwrap().unwrap();
     assert_eq!(run.lease_owner.as_deref(), Some("me"));
     store.release(&other, "me").await.unwrap();
+
+    // A deleted thread's checkpoint ids are not handed out again, even when it held the
+    // newest one.
+    let last = unique("del-last");
+    let claimed = store.claim(&last, "me", LATER, 1_000).await.unwrap();
+    assert_eq!(claimed, Claim::Claimed);
+    let checkpoint = Checkpoint::new(&last, 1, "", 0, RunStatus::Running, json!(1));
+    let gone = store
+        .put_checkpoint_claimed(checkpoint.clone(), "me", LATER)
+        .await
+        .unwrap();
+    store.delete_thread(&last, "me").await.unwrap();
+    let next = store.put_checkpoint(checkpoint).await.unwrap();
+    assert!(next > gone, "id {next} after the delete of id {gone}");
 }
