@@ -12,7 +12,9 @@
 //! Claims are the same leases every execution takes (see
 //! [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease)): at most one execution
 //! of a run at a time, across workers, processes and direct calls such as `recover`; a worker
-//! that lost its lease stops without writing.
+//! that lost its lease stops without writing. A run whose execution panics outside a node's
+//! body (in its state's `Deserialize`, say) is failed, the panic named in its error, and let
+//! go; a node's own panic fails the run as any error of the node does.
 //!
 //! # Waiting costs nothing
 //!
@@ -50,14 +52,17 @@
 
 mod handle;
 mod nap;
+mod panicked;
 mod registry;
 mod running;
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use crate::graph::{CompiledGraph, State};
@@ -421,7 +426,15 @@ impl WorkerInner {
             }
             return None;
         };
-        let (report, wake_at_ms) = graph.execute(&self.runtime, run, claim).await;
+        let thread = run.record.thread.clone();
+        let kept = claim.clone();
+        let executed = AssertUnwindSafe(graph.execute(&self.runtime, run, claim))
+            .catch_unwind()
+            .await;
+        let (report, wake_at_ms) = match executed {
+            Ok(stopped) => stopped,
+            Err(panic) => (panicked::fail(kept, thread, graph_name, panic).await, None),
+        };
         match &report.error {
             Some(error) => {
                 tracing::warn!(thread = %report.thread, graph = %report.graph, state = %report.state, %error, "worker run ended with an error");
@@ -545,21 +558,21 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         tokio::select! {
             _ = stop.changed() => {}
             () = inner.wakes.notified() => {}
-            Some(ended) = running.tasks.join_next(), if !running.tasks.is_empty() => {
+            Some(ended) = running.next_ended(), if !running.tasks.is_empty() => {
                 // The run it suspended is due then: the store was not asked since.
-                if let Ok(Some(at)) = ended {
+                if let Some(at) = ended {
                     next_wake = Some(next_wake.map_or(at, |next| next.min(at)));
                 }
             }
             () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
-            () = changed_in_store(notifier.as_deref()) => notified = true,
+            () = nap::changed_in_store(notifier.as_deref()) => notified = true,
         }
     }
     // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
     // a wait after its grace) and lets go, for another worker to carry on.
     running.hand_back();
     let drained = tokio::time::timeout(inner.shutdown_timeout, async {
-        while running.tasks.join_next().await.is_some() {}
+        while running.next_ended().await.is_some() {}
     })
     .await;
     if drained.is_err() {
@@ -570,19 +583,11 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         running.tasks.shutdown().await;
         // Aborted half way: each run is let go runnable, and the release is written before
         // the shutdown returns (dropping the claims would only queue it).
-        for claim in running.claims.iter().filter(|claim| !claim.is_done()) {
+        for claim in running.claims.values().filter(|claim| !claim.is_done()) {
             if let Err(error) = claim.release_runnable().await {
                 tracing::warn!(thread = %claim.thread(), %error, "could not release an aborted run");
             }
         }
     }
     Ok(())
-}
-
-/// Resolves when the store says it changed; never, for a store that cannot say.
-async fn changed_in_store(notifier: Option<&tokio::sync::Notify>) {
-    match notifier {
-        Some(notify) => notify.notified().await,
-        None => std::future::pending().await,
-    }
 }

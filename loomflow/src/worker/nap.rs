@@ -1,4 +1,4 @@
-//! How long an idle worker naps before it looks again.
+//! How long an idle worker naps before it looks again, and what ends a nap early.
 
 use std::time::Duration;
 
@@ -20,6 +20,14 @@ pub(super) fn length(
         Some(at) if at > now => left.min(Duration::from_millis(at - now)),
         Some(_) if slot_free => Duration::ZERO,
         _ => left,
+    }
+}
+
+/// Resolves when the store says it changed; never, for a store that cannot say.
+pub(super) async fn changed_in_store(notifier: Option<&tokio::sync::Notify>) {
+    match notifier {
+        Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,8 +1,9 @@
 //! The runs a worker's loop executes at once, each in a task of its own.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 
 use super::WorkerInner;
 use crate::runtime::ClaimedRun;
@@ -13,7 +14,8 @@ use crate::runtime::claim::RunClaim;
 #[derive(Default)]
 pub(super) struct Running {
     pub(super) tasks: JoinSet<Option<u64>>,
-    pub(super) claims: Vec<RunClaim>,
+    /// Each task's claim, until the task has ended.
+    pub(super) claims: HashMap<Id, RunClaim>,
 }
 
 impl Running {
@@ -23,9 +25,22 @@ impl Running {
 
     /// Asks every run still executing to stop at its next superstep and let go.
     pub(super) fn hand_back(&self) {
-        for claim in &self.claims {
+        for claim in self.claims.values() {
             claim.request_yield();
         }
+    }
+
+    /// Waits for a task to end and forgets its claim; returns when its run is due again.
+    /// `None` when no task is left.
+    pub(super) async fn next_ended(&mut self) -> Option<Option<u64>> {
+        let ended = self.tasks.join_next_with_id().await?;
+        let (id, due) = match ended {
+            Ok((id, due)) => (id, due),
+            // Aborted (a shutdown past its timeout); a panic is caught inside the task.
+            Err(error) => (error.id(), None),
+        };
+        self.claims.remove(&id);
+        Some(due)
     }
 }
 
@@ -36,10 +51,10 @@ pub(super) fn spawn(
     run: ClaimedRun,
     claim: RunClaim,
 ) {
-    running.claims.retain(|claim| !claim.is_done());
-    running.claims.push(claim.clone());
+    let kept = claim.clone();
     let inner = Arc::clone(inner);
-    running
+    let task = running
         .tasks
         .spawn(async move { inner.execute(run, claim).await });
+    running.claims.insert(task.id(), kept);
 }
