@@ -500,8 +500,7 @@ impl Agent {
 
     /// When a call made now must be over, by the agent's timeout.
     fn deadline(&self) -> Option<tokio::time::Instant> {
-        self.timeout
-            .map(|limit| tokio::time::Instant::now() + limit)
+        self.timeout.map(crate::runtime::clock::instant_after)
     }
 
     /// `work`, ended with [`AgentError::Timeout`] when it is not done by `deadline`.

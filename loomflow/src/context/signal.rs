@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::Context;
 use crate::event::EventKind;
 use crate::graph::RunError;
-use crate::runtime::clock::unix_ms;
+use crate::runtime::clock::{time_after, unix_ms};
 use crate::runtime::handover::Held;
 use crate::runtime::mailbox::{Entry, Scope, Taken, Taking};
 use crate::runtime::signals::decode;
@@ -118,7 +118,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             let deadline_ms = match timeout {
                 Some(timeout) => Some(
                     ctx.step(&format!("deadline:{name}"), || async {
-                        Ok::<_, RunError>(unix_ms(runtime.now() + timeout))
+                        Ok::<_, RunError>(unix_ms(time_after(runtime.now(), timeout)))
                     })
                     .await?,
                 ),

@@ -4,7 +4,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-use crate::runtime::clock::unix_ms;
+use crate::runtime::clock::{time_after, unix_ms};
 
 use super::Context;
 use crate::graph::RunError;
@@ -55,7 +55,7 @@ impl<'a> IntoFuture for Sleep<'a> {
             let wake_at_ms: u64 = ctx
                 .step("sleep", || async {
                     let wake = match self.until {
-                        Until::After(duration) => runtime.now() + duration,
+                        Until::After(duration) => time_after(runtime.now(), duration),
                         Until::At(time) => time,
                     };
                     Ok::<_, RunError>(unix_ms(wake))

@@ -14,6 +14,22 @@ pub(crate) fn now_ms() -> u64 {
     unix_ms(SystemTime::now())
 }
 
+/// Stands in for a wait longer than a time can hold: about thirty years.
+const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3_600);
+
+/// The instant `wait` from now on tokio's clock, or [`FAR`] from now when that is past what
+/// an instant holds: a timeout of `Duration::MAX` means "no timeout", not a panic.
+pub(crate) fn instant_after(wait: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(wait).unwrap_or_else(|| now + FAR)
+}
+
+/// The time `wait` after `now`, or [`FAR`] after it when that is past what a time holds
+/// (`ctx.sleep(Duration::MAX)`, a wait's timeout of `Duration::MAX`).
+pub(crate) fn time_after(now: SystemTime, wait: Duration) -> SystemTime {
+    now.checked_add(wait).unwrap_or_else(|| now + FAR)
+}
+
 /// The wall clock a runtime's timers use (`ctx.sleep`, `ctx.sleep_until`).
 ///
 /// Timers are stored as wall-clock times so that any process can tell when one is due; tests

@@ -351,7 +351,7 @@ impl Runtime {
         name: &str,
         timeout: Option<Duration>,
     ) -> Result<T> {
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let deadline = timeout.map(crate::runtime::clock::instant_after);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
             let entry = self.receive_oldest(session, name, left).await?;

@@ -295,7 +295,7 @@ impl ApprovalHandler for SignalApprover {
             if let Some(node) = ctx.node {
                 return self.wait_in_node(request, node, name).await;
             }
-            let deadline = tokio::time::Instant::now() + self.timeout;
+            let deadline = crate::runtime::clock::instant_after(self.timeout);
             loop {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let receive =

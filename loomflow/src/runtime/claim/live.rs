@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::{ClaimInner, RunClaim, millis};
+use crate::runtime::clock::instant_after;
 use crate::runtime::clock::now_ms;
 use crate::runtime::store::StoreError;
 
@@ -145,14 +146,14 @@ fn beat_for(lease: Duration) -> Duration {
 /// moved; stops when the runtime has no claim left (or is dropped). `me`: its number
 /// among the heartbeats started (see [`Beating`]).
 async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
-    let mut next_beat = tokio::time::Instant::now() + every;
+    let mut next_beat = instant_after(every);
     let mut looks = CancelLooks::default();
     loop {
         let probe_every = match shared.upgrade() {
             Some(live) => live.probe_every,
             None => return,
         };
-        let probe_at = probe_every.map(|probe| tokio::time::Instant::now() + probe);
+        let probe_at = probe_every.map(instant_after);
         tokio::time::sleep_until(probe_at.map_or(next_beat, |at| at.min(next_beat))).await;
         let Some(live) = shared.upgrade() else { return };
         let claims: Vec<Arc<ClaimInner>> = {
@@ -176,7 +177,7 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
         };
         drop(live);
         if tokio::time::Instant::now() >= next_beat {
-            next_beat = tokio::time::Instant::now() + every;
+            next_beat = instant_after(every);
             let renewed = futures_util::future::join_all(claims.iter().map(|c| renew(c))).await;
             let renewed: Vec<&Arc<ClaimInner>> = (claims.iter().zip(renewed))
                 .filter_map(|(claim, renewed)| renewed.then_some(claim))

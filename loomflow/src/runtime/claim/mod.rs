@@ -151,7 +151,7 @@ impl Runtime {
         let owner = self.next_owner();
         let lease = self.inner.lease;
         // On tokio's clock, as the pauses are: under paused time it moves with them.
-        let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+        let deadline = wait.map(crate::runtime::clock::instant_after);
         let mut backoff = FIRST_BACKOFF;
         // The owner id as text, for a store that takes it: the memory store needs none.
         let text = OnceLock::new();

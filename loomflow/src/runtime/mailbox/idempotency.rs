@@ -49,7 +49,10 @@ impl Remembered {
             }
         }
         let joined: Arc<str> = Arc::from(joined);
-        let expiry = config.effective_key_ttl().map(|ttl| now + ttl);
+        // A TTL past what an instant holds is no expiry.
+        let expiry = config
+            .effective_key_ttl()
+            .and_then(|ttl| now.checked_add(ttl));
         self.keys.insert(Arc::clone(&joined));
         self.order.push_back((expiry, joined));
         false

@@ -135,7 +135,8 @@ impl WaitEntry {
                 id,
                 rx,
             }),
-            deadline: timeout.map(|timeout| (Instant::now() + timeout, timeout)),
+            deadline: timeout
+                .map(|timeout| (crate::runtime::clock::instant_after(timeout), timeout)),
             sleep: None,
         }
     }
