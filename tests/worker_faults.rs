@@ -1,14 +1,20 @@
-//! A worker meets code that goes wrong outside a node's body: a state whose `Deserialize`
-//! panics on the submitted input fails its run, with the panic named, and lets the thread
-//! go, whether the worker runs in the background or inline. On the memory store and SQLite.
+//! A worker meets code and input that go wrong:
+//! - a state whose `Deserialize` panics on the submitted input fails its run, with the panic
+//!   named, and lets the thread go, whether the worker runs in the background or inline;
+//! - a resume request the run refuses does not keep it from the one that came meanwhile.
+//!
+//! On the memory store and SQLite.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use loomflow::prelude::*;
 use loomflow::runtime::{RunState, SqliteStore};
 use serde::Deserializer;
+use tokio::sync::Notify;
 
 /// A state that cannot be read when `broken` is set: its `Deserialize` panics when the
 /// worker reads the submitted input, which is outside any node's guarded body.
@@ -112,4 +118,74 @@ async fn on_sqlite() {
     let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
     a_panic_in_the_background_fails_the_run(runtime.clone()).await;
     a_panic_inline_fails_the_run(runtime).await;
+}
+
+/// A node that asks for a yes or no; the second time it runs (the first resume), it says it
+/// has started and waits to be told to go on before it reads its answer.
+fn asking_held(entered: Arc<Notify>, go_on: Arc<Notify>) -> CompiledGraph<bool> {
+    let runs = Arc::new(AtomicU32::new(0));
+    Graph::new("asking")
+        .node_fn("ask", move |yes: &mut bool, ctx| {
+            let (entered, go_on, runs) = (entered.clone(), go_on.clone(), runs.clone());
+            Box::pin(async move {
+                if runs.fetch_add(1, Ordering::SeqCst) == 1 {
+                    entered.notify_one();
+                    go_on.notified().await;
+                }
+                *yes = ctx.interrupt("yes or no?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
+/// A resume request that comes while the run refuses another (its value is not a bool) is
+/// applied: the run, left interrupted, is woken for it, on the memory store too, which
+/// keeps resume requests only in the process.
+async fn a_request_sent_while_another_is_refused_is_applied(runtime: Runtime) {
+    let (entered, go_on) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let graph = asking_held(Arc::clone(&entered), Arc::clone(&go_on));
+    let handle = Worker::builder(&runtime)
+        .graph(&graph)
+        // Far longer than the test: only wake-ups drive the worker.
+        .poll_interval(Duration::from_secs(3_600))
+        .build()
+        .start();
+    runtime.submit("asking", "q", false).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let state = async |thread| runtime.run(thread).await.unwrap().record.state;
+    while state("q").await != RunState::Interrupted {
+        assert!(tokio::time::Instant::now() < deadline, "never interrupted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    runtime.request_resume("q", "not a bool").await.unwrap();
+    entered.notified().await;
+    runtime.request_resume("q", true).await.unwrap();
+    go_on.notify_one();
+    while state("q").await != RunState::Completed {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second request was never applied: {:?}",
+            runtime.run("q").await.unwrap().record
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(runtime.get_state::<bool>("q").await.unwrap(), Some(true));
+    handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_while_another_is_refused_is_applied_on_the_memory_store() {
+    a_request_sent_while_another_is_refused_is_applied(Runtime::in_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_sent_while_another_is_refused_is_applied_on_sqlite() {
+    let db = loomflow_tests::TempDb::new("worker-refused-request");
+    let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    a_request_sent_while_another_is_refused_is_applied(runtime).await;
 }

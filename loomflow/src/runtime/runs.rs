@@ -155,6 +155,14 @@ impl Runtime {
         }
     }
 
+    /// As [`wake_if_queued`](Self::wake_if_queued), for a run left interrupted after it
+    /// refused a resume request: another request may have come while it was held.
+    pub(crate) fn wake_if_resume_queued(&self, thread: &str) {
+        if self.wakes().listened() && self.mailbox().queued(thread, RESUME_SIGNAL) > 0 {
+            self.wakes().wake(Some((thread, RESUME_SIGNAL)));
+        }
+    }
+
     /// The suspended runs of the graphs named whose awaited signal is queued in this
     /// process's mailbox, each with the name of one such signal, when the store keeps no
     /// signals (the memory store): the runs signalled while no worker listened, which the

@@ -189,6 +189,7 @@ fn claimed<S: State>(
                 &result,
                 Err(RunError::Yielded { .. } | RunError::Store(_) | RunError::Busy { .. })
             );
+            let mut refused = false;
             let failure = match &result {
                 Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
                 Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
@@ -203,6 +204,7 @@ fn claimed<S: State>(
                     | RunError::WaitsForTimer { .. }
                     | RunError::NotInterrupted { .. },
                 ) => {
+                    refused = true;
                     if let Err(error) = claim.refuse_request().await {
                         tracing::warn!(thread = %claim.thread(), %error, "could not record a refused resume request");
                     }
@@ -219,6 +221,9 @@ fn claimed<S: State>(
             if let Err(error) = ended {
                 // The outcome stands; the lease runs out on its own.
                 tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
+            }
+            if let (Some(runtime), true) = (&runtime, refused) {
+                runtime.wake_if_resume_queued(claim.thread());
             }
             if let (Some(runtime), Ok(RunOutcome::Interrupted { interrupts, .. })) =
                 (&runtime, &result)
