@@ -326,6 +326,64 @@ async fn a_signed_request_replayed_under_another_key_is_delivered_once() {
     );
 }
 
+/// An empty webhook secret signs nothing: a request signed with the empty key, as anyone
+/// can sign it, is refused (401) like one with no signature, over GitHub's scheme and
+/// loomflow's. A window longer than delivery ids are remembered is cut to an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_secret_signs_nothing() {
+    let config = HttpConfig::new()
+        .bearer_token(TOKEN)
+        .github_secret("")
+        .signing_secret("");
+    let server = serve("empty-secret", config).await;
+    server.runtime.submit("g", "pr-8", json!({})).await.unwrap();
+    let path = "/v1/threads/pr-8/signals/pr_merged";
+    let body = br#"{"merged": true}"#;
+    let github = [
+        (
+            "X-Hub-Signature-256",
+            format!("sha256={}", sign("", &[body])),
+        ),
+        ("X-GitHub-Delivery", "d-1".to_owned()),
+    ];
+    let loomflow = [
+        (
+            "X-Loomflow-Signature",
+            signature_header("", now_secs(), path, "d-2", body),
+        ),
+        ("X-Loomflow-Delivery", "d-2".to_owned()),
+    ];
+    for headers in [&github, &loomflow] {
+        let (status, _, reply) = request(server.addr, "POST", path, headers, body).await;
+        assert_eq!(status, 401, "{reply}");
+    }
+    assert_eq!(
+        server
+            .runtime
+            .poll_signal::<Value>("pr-8", "pr_merged")
+            .unwrap(),
+        None
+    );
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], body).await;
+    assert_eq!(status, 202, "the token still works: {reply}");
+
+    let long = HttpConfig::new().replay_window(Duration::from_secs(7_200));
+    assert!(
+        format!("{long:?}").contains("replay_window: 3600s"),
+        "{long:?}"
+    );
+}
+
+/// A reserved name is refused (400) whatever the thread, one that never ran included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_name_is_refused_on_any_thread() {
+    let server = serve("reserved-any-thread", config()).await;
+    let path = "/v1/threads/never-ran/signals/loomflow%3Aresume";
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"1").await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(error_code(&reply), "reserved_name");
+}
+
 /// A caller with neither a token nor a signature is told that, and nothing about its body,
 /// the path or the method.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

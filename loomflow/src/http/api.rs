@@ -74,6 +74,9 @@ pub(super) async fn post_signal(
     if let Some(key) = key {
         options = options.idempotency_key(key);
     }
+    // A reserved name is refused whatever the thread (the send would refuse it too).
+    crate::runtime::mailbox::check_name(&thread, &name, crate::runtime::mailbox::Scope::User)
+        .map_err(crate::runtime::RuntimeError::Signal)?;
     // A signal for a thread that never ran would wait unseen: refuse it.
     let known = app.runtime.store().get_run(&thread).await;
     if known.map_err(crate::runtime::RuntimeError::from)?.is_none() {

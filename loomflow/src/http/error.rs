@@ -117,6 +117,7 @@ impl From<crate::Error> for ApiError {
         match error {
             crate::Error::Runtime(e) => Self::from(e),
             crate::Error::Signal(e) => Self::from(RuntimeError::Signal(e)),
+            crate::Error::Store(e) => Self::from(RuntimeError::Store(e)),
             other => {
                 tracing::error!(error = %other, "http: request failed");
                 Self::new(
@@ -162,6 +163,24 @@ mod tests {
             (StatusCode::CONFLICT, "conflict")
         );
         assert!(error.message.contains("t-1"), "{}", error.message);
+    }
+
+    /// The same from the crate's error, as the approval routes return it.
+    #[test]
+    fn a_store_error_keeps_its_status_through_the_crates_error() {
+        let lost = crate::Error::Store(StoreError::LeaseLost {
+            thread: "t-1".into(),
+            owner: "me".into(),
+        });
+        assert_eq!(ApiError::from(lost).status, StatusCode::CONFLICT);
+        let unsupported = crate::Error::Store(StoreError::Unsupported {
+            operation: "delete_thread",
+            thread: "t-1".into(),
+        });
+        assert_eq!(
+            ApiError::from(unsupported).status,
+            StatusCode::NOT_IMPLEMENTED
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! | method and path | what it does |
 //! | --- | --- |
 //! | `POST /v1/threads/{thread}/signals/{name}` | sends the JSON body as signal `name` |
-//! | `GET /v1/runs?status=waiting&graph=g&limit=n` | lists runs |
+//! | `GET /v1/runs?status=waiting&graph=g&limit=n` | lists runs (`limit`: 100 by default, at most 1,000) |
 //! | `GET /v1/threads/{thread}` | one run: its row, interrupts, pending approvals, state |
 //! | `DELETE /v1/threads/{thread}` | deletes the thread ([`Runtime::delete_thread`]; 409, 501) |
 //! | `GET /v1/threads/{thread}/audit` | its audit log, oldest first (`?after=ID&kind=decision&limit=N`) |
@@ -97,6 +97,11 @@ impl std::fmt::Debug for HttpConfig {
     }
 }
 
+/// The longest [`HttpConfig::replay_window`]: how long stores remember a consumed signal's
+/// idempotency key.
+const LONGEST_REPLAY_WINDOW: Duration =
+    Duration::from_millis(crate::runtime::store::CONSUMED_KEY_KEPT_MS);
+
 impl HttpConfig {
     /// No token yet: every request is refused (401) until one is added, or auth is turned
     /// off explicitly.
@@ -122,25 +127,31 @@ impl HttpConfig {
     }
 
     /// Accepts signal POSTs signed by GitHub with this webhook secret
-    /// (`X-Hub-Signature-256`); `X-GitHub-Delivery` becomes the idempotency key.
+    /// (`X-Hub-Signature-256`); `X-GitHub-Delivery` becomes the idempotency key. An empty
+    /// secret is ignored: anyone can sign with it.
     pub fn github_secret(mut self, secret: impl Into<String>) -> Self {
-        self.github_secret = Some(secret.into());
+        self.github_secret = Some(secret.into()).filter(|secret| !secret.is_empty());
         self
     }
 
     /// Accepts signal POSTs signed with this secret in `X-Loomflow-Signature:
     /// t=<unix seconds>,v1=<hex HMAC-SHA256>`, over the time, the path, the
     /// `X-Loomflow-Delivery` id and the body ([`signature_header`] computes it). The signed
-    /// delivery id is the idempotency key.
+    /// delivery id is the idempotency key. An empty secret is ignored: anyone can sign
+    /// with it.
     pub fn signing_secret(mut self, secret: impl Into<String>) -> Self {
-        self.signing_secret = Some(secret.into());
+        self.signing_secret = Some(secret.into()).filter(|secret| !secret.is_empty());
         self
     }
 
     /// How far a signed timestamp may be from now (default 5 minutes): older or newer
-    /// signed requests are refused, so a captured one cannot be replayed later.
+    /// signed requests are refused, so a captured one cannot be replayed later. At most an
+    /// hour, as long as the stores remember a delivery id once its signal is consumed: a
+    /// replay within the window is then one signal. (On the memory store, keep
+    /// [`MailboxConfig::idempotency_key_ttl`](crate::runtime::MailboxConfig::idempotency_key_ttl)
+    /// at least as long as the window.)
     pub fn replay_window(mut self, window: Duration) -> Self {
-        self.replay_window = Some(window);
+        self.replay_window = Some(window.min(LONGEST_REPLAY_WINDOW));
         self
     }
 

@@ -560,7 +560,7 @@ impl Drop for SessionGuard {
     }
 }
 
-fn check_name(session: &str, name: &str, scope: Scope) -> Result<(), SignalError> {
+pub(crate) fn check_name(session: &str, name: &str, scope: Scope) -> Result<(), SignalError> {
     if name.is_empty() {
         return Err(SignalError::EmptyName {
             session: session.to_owned(),
