@@ -12,7 +12,8 @@
 //! loomflow --db sqlite:refunds.db graph ord_7
 //! ```
 //!
-//! Exit codes: 0 done; 1 the store failed; 2 bad usage (an unknown flag, a payload that is
+//! Exit codes: 0 done; 1 the store failed, or `serve` could not listen (an address in use)
+//! or its server stopped; 2 bad usage (an unknown flag, a payload that is
 //! not JSON, an `--edit` that is not a JSON object, a resume that names no interrupt while several are pending); 3 not found (no
 //! such run, no such pending approval or interrupt); 4 refused (the mailbox refused the
 //! signal: a reserved name, a payload over the limit, a run that has ended; a call decided
@@ -173,6 +174,14 @@ impl Failure {
     pub(crate) fn usage(message: impl Into<String>) -> Self {
         Self {
             code: 2,
+            message: message.into(),
+        }
+    }
+
+    /// `serve` could not listen (its address is in use) or its server stopped.
+    pub(crate) fn server(message: impl Into<String>) -> Self {
+        Self {
+            code: 1,
             message: message.into(),
         }
     }

@@ -6,17 +6,24 @@ use loomflow::http::{HttpConfig, router};
 use crate::Failure;
 
 pub(crate) async fn run(runtime: Runtime, config: HttpConfig, listen: &str) -> Result<(), Failure> {
+    let cannot_listen = |e: std::io::Error| {
+        let message = format!("cannot listen on {listen}: {e}");
+        // An address that is not one is the caller's mistake; one in use, or not ours to
+        // take, is the machine's.
+        match e.kind() {
+            std::io::ErrorKind::InvalidInput => Failure::usage(message),
+            _ => Failure::server(message),
+        }
+    };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| Failure::usage(format!("cannot listen on {listen}: {e}")))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Failure::usage(format!("cannot listen on {listen}: {e}")))?;
+        .map_err(cannot_listen)?;
+    let addr = listener.local_addr().map_err(cannot_listen)?;
     println!("loomflow: serving on http://{addr} (the inbox: http://{addr}/inbox?token=…)");
     axum::serve(listener, router(runtime, config))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await
-        .map_err(|e| Failure::usage(format!("the server stopped: {e}")))
+        .map_err(|e| Failure::server(format!("the server stopped: {e}")))
 }

@@ -512,6 +512,28 @@ fn serve_answers_signals_and_refuses_callers_without_the_token() {
     }
 }
 
+/// `serve` on an address another process holds fails as the machine's failure (1), not as
+/// bad usage; an address that is not one is bad usage (2).
+#[test]
+fn serve_on_an_address_in_use_fails_with_1() {
+    let db = Db::new("serve-in-use");
+    drop(Runtime::sqlite(&db.0).unwrap());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for (listen, code) in [(addr.as_str(), 1), ("not-an-address", 2)] {
+        let output = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+            .args(["--db", &db.url(), "serve", "--listen", listen, "--no-auth"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(code), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("cannot listen on"),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
 #[test]
 fn the_audit_of_a_thread_that_never_ran_is_not_found() {
     let db = Db::new("audit-unknown");
