@@ -123,13 +123,9 @@ async fn idempotency_keys_kept_without_limit_still_deduplicate() {
         .signals(MailboxConfig::default().idempotency_key_ttl(Some(Duration::MAX)))
         .build();
     let _open = runtime.session("t");
-    let key = || SignalOptions::default().idempotency_key("once");
-    assert_eq!(
-        runtime.signal_with("t", "paid", 1, key()).await.unwrap(),
-        Delivery::Queued
-    );
-    assert_eq!(
-        runtime.signal_with("t", "paid", 1, key()).await.unwrap(),
-        Delivery::Duplicate
-    );
+    for expected in [Delivery::Queued, Delivery::Duplicate] {
+        let options = SignalOptions::default().idempotency_key("once");
+        let delivery = runtime.signal_with("t", "paid", 1, options).await;
+        assert_eq!(delivery.unwrap(), expected);
+    }
 }
