@@ -13,7 +13,9 @@
 //!
 //! Every form carries a token derived from that credential (an HMAC), and a
 //! decision is accepted only with both the cookie and the matching form token: a form
-//! posted from another site has neither.
+//! posted from another site has neither. The HMAC's key is new for each router, so each
+//! process: behind a load balancer, keep a user's inbox on one replica (sticky sessions),
+//! as a form posted to another is refused (403 `bad_form`) until the page is loaded again.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
