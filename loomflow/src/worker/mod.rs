@@ -426,14 +426,13 @@ impl WorkerInner {
             }
             return None;
         };
-        let thread = run.record.thread.clone();
         let kept = claim.clone();
         let executed = AssertUnwindSafe(graph.execute(&self.runtime, run, claim))
             .catch_unwind()
             .await;
         let (report, wake_at_ms) = match executed {
             Ok(stopped) => stopped,
-            Err(panic) => (panicked::fail(kept, thread, graph_name, panic).await, None),
+            Err(panic) => (panicked::fail(kept, graph_name, panic).await, None),
         };
         match &report.error {
             Some(error) => {

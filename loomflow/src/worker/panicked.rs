@@ -10,7 +10,6 @@ use crate::runtime::claim::RunClaim;
 /// process lives; let go runnable, it would panic again at once.
 pub(super) async fn fail(
     claim: RunClaim,
-    thread: String,
     graph: String,
     panic: Box<dyn std::any::Any + Send>,
 ) -> RunReport {
@@ -19,6 +18,7 @@ pub(super) async fn fail(
         crate::sync::panic_message(&*panic)
     );
     drop(panic);
+    let thread = claim.thread().to_owned();
     tracing::error!(%thread, %graph, %error, "a worker's run panicked; it is failed");
     let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
         Ok(()) => RunState::Failed,
