@@ -417,6 +417,54 @@ async fn an_unauthenticated_caller_learns_only_that() {
         };
         assert_eq!(status, expected, "{method} {path} with a token: {reply}");
     }
+    // A signature header that is malformed, stale or of a kind not configured is refused
+    // as such before the body is looked at, whatever its size.
+    let stale = signature_header(SIGNING, now_secs() - 3_600, path, "d-old", big.as_bytes());
+    let junk: [&[(&str, String)]; 3] = [
+        &[("X-Loomflow-Signature", "junk".to_owned())],
+        &[("X-Hub-Signature-256", "sha256=zz".to_owned())],
+        &[
+            ("X-Loomflow-Signature", stale),
+            ("X-Loomflow-Delivery", "d-old".to_owned()),
+        ],
+    ];
+    for headers in junk {
+        let (status, _, reply) = request(server.addr, "POST", path, headers, big.as_bytes()).await;
+        assert_eq!(
+            (status, error_code(&reply).as_str()),
+            (401, "bad_signature"),
+            "{headers:?}: {reply}"
+        );
+    }
+}
+
+/// A token with the characters base64 uses logs in to the inbox when pasted as it is: a
+/// `+` in the query is a `+`, not a space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbox_token_with_a_plus_logs_in_as_pasted() {
+    let token = "k+9/Yw==";
+    let server = serve("inbox-plus", HttpConfig::new().bearer_token(token)).await;
+    for query in ["k+9/Yw==", "k%2B9%2FYw%3D%3D"] {
+        let path = format!("/inbox?token={query}");
+        let (status, head, _) = request(server.addr, "GET", &path, NO_HEADERS, b"").await;
+        assert_eq!(status, 303, "{path}: {head}");
+        let cookie = head
+            .lines()
+            .find_map(|l| l.strip_prefix("set-cookie: "))
+            .unwrap_or_else(|| panic!("no cookie: {head}"));
+        let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
+        let (status, _, page) = request(server.addr, "GET", "/inbox", &[cookie], b"").await;
+        assert_eq!(status, 200, "{path}: {page}");
+    }
+    let (status, _, _) = request(
+        server.addr,
+        "GET",
+        "/inbox?token=k%209%2FYw==",
+        NO_HEADERS,
+        b"",
+    )
+    .await;
+    assert_eq!(status, 401, "a token that is not the one configured");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

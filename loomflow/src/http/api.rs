@@ -41,19 +41,14 @@ pub(super) async fn post_signal(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    // Who is calling comes first: a caller with neither a signature nor a token is refused
-    // before anything is said about its body.
-    if !auth::is_signed(&headers) {
+    // Who is calling comes first: a caller with neither a signature nor a token, or with a
+    // signature whose headers are wrong, is refused before anything is said about its body.
+    let signature = auth::signature(&app.config, &headers, now_ms() / 1_000)?;
+    if let auth::Signature::Absent = signature {
         auth::bearer(&app.config, &headers)?;
     }
     let body = self::body(body)?;
-    let request = auth::SignedRequest {
-        path: uri.path(),
-        headers: &headers,
-        body: &body,
-        now_secs: now_ms() / 1_000,
-    };
-    let signed_delivery = match auth::signature(&app.config, &request)? {
+    let signed_delivery = match signature.verify(uri.path(), &body)? {
         Signed::Yes { delivery } => delivery,
         Signed::No => None,
     };

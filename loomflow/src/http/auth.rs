@@ -78,103 +78,128 @@ pub(crate) enum Signed {
     Yes { delivery: Option<String> },
 }
 
-/// Whether the request carries a signature header, so that the signature (over the body)
-/// and not a bearer token decides who is calling.
-pub(crate) fn is_signed(headers: &HeaderMap) -> bool {
-    headers.contains_key("x-hub-signature-256") || headers.contains_key("x-loomflow-signature")
+/// A request's signature, its headers checked and its MAC not yet: what can be refused
+/// without the body is refused before the body is looked at, so a caller with a malformed,
+/// stale or unconfigured signature learns that (401) and not that its body is too large.
+pub(crate) enum Signature<'a> {
+    /// No signature header: the bearer token decides.
+    Absent,
+    /// GitHub's `X-Hub-Signature-256`, over the body.
+    GitHub { secret: &'a str, mac: Vec<u8> },
+    /// `X-Loomflow-Signature`, over the time, the path, the delivery id and the body.
+    Loomflow {
+        secret: &'a str,
+        time: u64,
+        delivery: &'a str,
+        mac: Vec<u8>,
+    },
 }
 
-/// A signed request to `path` (as sent, so a router nested under a prefix checks the whole
-/// path) with `headers` and `body`, received at `now_secs`.
-pub(crate) struct SignedRequest<'a> {
-    pub(crate) path: &'a str,
-    pub(crate) headers: &'a HeaderMap,
-    pub(crate) body: &'a [u8],
-    pub(crate) now_secs: u64,
+fn bad_signature(message: &str) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::UNAUTHORIZED,
+        "bad_signature",
+        message.to_owned(),
+    )
 }
 
-/// Checks a webhook signature, if the request has one: GitHub's `X-Hub-Signature-256`, or
-/// `X-Loomflow-Signature` ([`signature_header`]) within the replay window. A signature that
-/// is present but wrong is refused, whatever else the request has.
-pub(crate) fn signature(
-    config: &HttpConfig,
-    request: &SignedRequest<'_>,
-) -> Result<Signed, ApiError> {
-    let SignedRequest {
-        path,
-        headers,
-        body,
-        now_secs,
-    } = *request;
-    let bad = |message: &str| {
-        ApiError::new(
-            axum::http::StatusCode::UNAUTHORIZED,
-            "bad_signature",
-            message.to_owned(),
-        )
-    };
+/// Reads a webhook signature's headers, if the request has one: GitHub's
+/// `X-Hub-Signature-256`, or `X-Loomflow-Signature` ([`signature_header`]) within the replay
+/// window, received at `now_secs`. A signature header that is present but malformed, stale
+/// or not configured is refused, whatever else the request has.
+pub(crate) fn signature<'a>(
+    config: &'a HttpConfig,
+    headers: &'a HeaderMap,
+    now_secs: u64,
+) -> Result<Signature<'a>, ApiError> {
+    let bad = bad_signature;
     if let Some(value) = headers.get("x-hub-signature-256") {
         let secret = config
             .github_secret
             .as_deref()
             .ok_or_else(|| bad("GitHub signatures are not configured (no github secret)"))?;
-        let expected = value
+        let mac = value
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("sha256="))
             .and_then(from_hex)
             .ok_or_else(|| bad("X-Hub-Signature-256 is not sha256=<hex>"))?;
-        return hmac(secret, &[body])
-            .verify_slice(&expected)
-            .map(|()| Signed::Yes { delivery: None })
-            .map_err(|_| bad("X-Hub-Signature-256 does not match the body"));
+        return Ok(Signature::GitHub { secret, mac });
     }
-    if let Some(value) = headers.get("x-loomflow-signature") {
-        let secret = config
-            .signing_secret
-            .as_deref()
-            .ok_or_else(|| bad("signed requests are not configured (no signing secret)"))?;
-        let text = value
-            .to_str()
-            .map_err(|_| bad("X-Loomflow-Signature is not text"))?;
-        let mut time = None;
-        let mut sig = None;
-        for part in text.split(',') {
-            match part.trim().split_once('=') {
-                Some(("t", t)) => time = t.parse::<u64>().ok(),
-                Some(("v1", v)) => sig = from_hex(v),
-                _ => {}
-            }
+    let Some(value) = headers.get("x-loomflow-signature") else {
+        return Ok(Signature::Absent);
+    };
+    let secret = config
+        .signing_secret
+        .as_deref()
+        .ok_or_else(|| bad("signed requests are not configured (no signing secret)"))?;
+    let text = value
+        .to_str()
+        .map_err(|_| bad("X-Loomflow-Signature is not text"))?;
+    let mut time = None;
+    let mut mac = None;
+    for part in text.split(',') {
+        match part.trim().split_once('=') {
+            Some(("t", t)) => time = t.parse::<u64>().ok(),
+            Some(("v1", v)) => mac = from_hex(v),
+            _ => {}
         }
-        let (Some(time), Some(sig)) = (time, sig) else {
-            return Err(bad("X-Loomflow-Signature is not t=<seconds>,v1=<hex>"));
-        };
-        let window = config.replay_window_or_default().as_secs();
-        if time.abs_diff(now_secs) > window {
-            return Err(bad(
-                "the signed time is outside the replay window; a replayed request is refused",
-            ));
-        }
-        let delivery = headers
-            .get("x-loomflow-delivery")
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| {
-                bad("a signed request needs its delivery id in X-Loomflow-Delivery (signed too)")
-            })?;
-        return hmac(
-            secret,
-            &signed_parts(&time.to_string(), path, delivery, body),
-        )
-        .verify_slice(&sig)
-        .map(|()| Signed::Yes {
-            delivery: Some(delivery.to_owned()),
-        })
-        .map_err(|_| {
-            bad("X-Loomflow-Signature does not match the time, path, delivery id and body")
-        });
     }
-    Ok(Signed::No)
+    let (Some(time), Some(mac)) = (time, mac) else {
+        return Err(bad("X-Loomflow-Signature is not t=<seconds>,v1=<hex>"));
+    };
+    let window = config.replay_window_or_default().as_secs();
+    if time.abs_diff(now_secs) > window {
+        return Err(bad(
+            "the signed time is outside the replay window; a replayed request is refused",
+        ));
+    }
+    let delivery = headers
+        .get("x-loomflow-delivery")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            bad("a signed request needs its delivery id in X-Loomflow-Delivery (signed too)")
+        })?;
+    Ok(Signature::Loomflow {
+        secret,
+        time,
+        delivery,
+        mac,
+    })
+}
+
+impl Signature<'_> {
+    /// Checks the MAC against the request to `path` (as sent, so a router nested under a
+    /// prefix checks the whole path) with `body`. A signature that does not match is
+    /// refused.
+    pub(crate) fn verify(self, path: &str, body: &[u8]) -> Result<Signed, ApiError> {
+        match self {
+            Self::Absent => Ok(Signed::No),
+            Self::GitHub { secret, mac } => hmac(secret, &[body])
+                .verify_slice(&mac)
+                .map(|()| Signed::Yes { delivery: None })
+                .map_err(|_| bad_signature("X-Hub-Signature-256 does not match the body")),
+            Self::Loomflow {
+                secret,
+                time,
+                delivery,
+                mac,
+            } => hmac(
+                secret,
+                &signed_parts(&time.to_string(), path, delivery, body),
+            )
+            .verify_slice(&mac)
+            .map(|()| Signed::Yes {
+                delivery: Some(delivery.to_owned()),
+            })
+            .map_err(|_| {
+                bad_signature(
+                    "X-Loomflow-Signature does not match the time, path, delivery id and body",
+                )
+            }),
+        }
+    }
 }
 
 /// What `X-Loomflow-Signature` signs, newline-separated (no part but the body can hold a

@@ -17,7 +17,8 @@ pub struct ApiError {
     /// `reserved_name`, `conflict` (also when another process took the thread while this one
     /// worked on it), `not_implemented`, `internal`.
     pub code: &'static str,
-    /// What went wrong.
+    /// What went wrong. For `internal`, only that: the server logs the failure itself
+    /// (`tracing`, at error level), as its text can name files, hosts or tables.
     pub message: String,
 }
 
@@ -40,6 +41,17 @@ impl ApiError {
 
     pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// A failure of the server's own (the store's, say): logged with what went wrong, and
+    /// answered without it, as its text can name files, hosts or tables.
+    fn internal(error: &dyn std::fmt::Display) -> Self {
+        tracing::error!(%error, "http: request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; the server's log says what went wrong",
+        )
     }
 }
 
@@ -100,14 +112,7 @@ impl From<RuntimeError> for ApiError {
                 "not_implemented",
                 error.to_string(),
             ),
-            _ => {
-                tracing::error!(%error, "http: request failed");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    error.to_string(),
-                )
-            }
+            _ => Self::internal(&error),
         }
     }
 }
@@ -118,14 +123,7 @@ impl From<crate::Error> for ApiError {
             crate::Error::Runtime(e) => Self::from(e),
             crate::Error::Signal(e) => Self::from(RuntimeError::Signal(e)),
             crate::Error::Store(e) => Self::from(RuntimeError::Store(e)),
-            other => {
-                tracing::error!(error = %other, "http: request failed");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    other.to_string(),
-                )
-            }
+            other => Self::internal(&other),
         }
     }
 }
@@ -185,7 +183,15 @@ mod tests {
 
     #[test]
     fn another_store_failure_is_internal() {
-        let error = ApiError::from(RuntimeError::Store(StoreError::Closed));
+        let error = ApiError::from(RuntimeError::Store(StoreError::Open {
+            path: "/srv/private/runs.db".to_owned(),
+            message: "disk I/O error".to_owned(),
+        }));
         assert_eq!(error.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            !error.message.contains("/srv/private"),
+            "a 500 does not say what the server keeps where: {}",
+            error.message
+        );
     }
 }

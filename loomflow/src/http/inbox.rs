@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::Form;
-use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::rejection::FormRejection;
 use axum::extract::{OriginalUri, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -51,6 +51,22 @@ fn inbox_path(requested: &str, subpath: &str) -> String {
 #[derive(Debug, Deserialize)]
 pub(super) struct PageQuery {
     token: Option<String>,
+}
+
+/// The token of the page's `?token=<token>` query, if it has one. Percent escapes are
+/// decoded, but a `+` stays a `+`: a token is often base64, and one pasted into the
+/// address bar is not form-encoded. The query holds only the login token: one that cannot
+/// be read is refused as unauthorized.
+fn login_token(query: Option<&str>) -> Result<Option<String>, ApiError> {
+    let unreadable = || ApiError::unauthorized("the inbox's query is not ?token=<token>");
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    let uri: axum::http::Uri = format!("/?{}", query.replace('+', "%2B"))
+        .parse()
+        .map_err(|_| unreadable())?;
+    let Query(query) = Query::<PageQuery>::try_from_uri(&uri).map_err(|_| unreadable())?;
+    Ok(query.token)
 }
 
 /// The credential the request carries: the inbox cookie, else a bearer header.
@@ -105,13 +121,9 @@ pub(super) async fn page(
     State(app): State<Arc<AppState>>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
-    query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let inbox = inbox_path(uri.path(), "");
-    // The query holds only the login token: one it cannot read is refused as unauthorized.
-    let Query(query) =
-        query.map_err(|_| ApiError::unauthorized("the inbox's query is not ?token=<token>"))?;
-    if let Some(token) = query.token {
+    if let Some(token) = login_token(uri.query())? {
         // Log in: check the token, keep it in a cookie, and drop it from the address bar.
         let mut with_token = HeaderMap::new();
         let value = HeaderValue::from_str(&format!("Bearer {token}"))
