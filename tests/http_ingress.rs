@@ -438,6 +438,52 @@ async fn an_unauthenticated_caller_learns_only_that() {
     }
 }
 
+/// `GET /v1/runs` hands out a cursor with each full page; following it lists every run
+/// once, and the last page says there is none after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_listed_a_page_at_a_time() {
+    let server = serve("paging", config()).await;
+    let threads: BTreeSet<String> = (0..7).map(|i| format!("paged:{i}")).collect();
+    for thread in &threads {
+        server
+            .runtime
+            .submit("paged", thread, json!({}))
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut path = "/v1/runs?graph=paged&limit=3".to_owned();
+    for _ in 0..threads.len() {
+        let (status, _, reply) = request(server.addr, "GET", &path, &[bearer()], b"").await;
+        assert_eq!(status, 200, "{path}: {reply}");
+        let page: Value = serde_json::from_str(&reply).unwrap();
+        let runs = page["runs"].as_array().unwrap();
+        seen.extend(
+            runs.iter()
+                .map(|r| r["thread"].as_str().unwrap().to_owned()),
+        );
+        match page["next"].as_str() {
+            Some(next) => {
+                assert_eq!(runs.len(), 3, "only a full page has a next: {reply}");
+                path = format!("/v1/runs?graph=paged&limit=3&after={next}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), threads.len(), "each run once: {seen:?}");
+    assert_eq!(seen.into_iter().collect::<BTreeSet<_>>(), threads);
+    let (status, _, reply) = request(
+        server.addr,
+        "GET",
+        "/v1/runs?after=yesterday",
+        &[bearer()],
+        b"",
+    )
+    .await;
+    assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
+    assert!(reply.contains("yesterday"), "names the bad cursor: {reply}");
+}
+
 /// A token with the characters base64 uses logs in to the inbox when pasted as it is: a
 /// `+` in the query is a `+`, not a space.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use super::auth::{self, Signed};
 use super::{ApiError, AppState};
 use crate::runtime::clock::now_ms;
-use crate::runtime::{AuditKind, AuditQuery, RunFilter, RunState, SignalOptions};
+use crate::runtime::{
+    AuditKind, AuditQuery, BadRunCursor, RunCursor, RunFilter, RunState, SignalOptions,
+};
 use crate::tool::ApprovalDecision;
 
 type Reply = Result<Json<Value>, ApiError>;
@@ -124,9 +126,12 @@ pub(super) struct RunsQuery {
     status: Option<String>,
     graph: Option<String>,
     limit: Option<usize>,
+    /// The `next` of the page before: this page starts after it.
+    after: Option<String>,
 }
 
-/// `GET /v1/runs`.
+/// `GET /v1/runs`: a page of runs, the most recently updated first, and `next`, the cursor
+/// to pass as `after` for the page after it (`null` on the last page).
 pub(super) async fn list_runs(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -143,9 +148,20 @@ pub(super) async fn list_runs(
     if let Some(graph) = query.graph {
         filter = filter.graph(graph);
     }
-    filter = filter.limit(query.limit.unwrap_or(100).min(1_000));
-    let runs = app.runtime.runs(&filter).await?;
-    Ok(Json(json!({ "runs": runs })))
+    if let Some(after) = &query.after {
+        let cursor: RunCursor = after
+            .parse()
+            .map_err(|e: BadRunCursor| ApiError::bad_request(e.to_string()))?;
+        filter = filter.after(cursor);
+    }
+    let limit = query.limit.unwrap_or(100).min(1_000);
+    let runs = app.runtime.runs(&filter.limit(limit)).await?;
+    // A full page may have a page after it; one that is not full is the last.
+    let next = match runs.last() {
+        Some(last) if runs.len() == limit => Some(RunCursor::of(last).to_string()),
+        _ => None,
+    };
+    Ok(Json(json!({ "runs": runs, "next": next })))
 }
 
 /// `GET /v1/threads/{thread}`.

@@ -9,7 +9,8 @@
 //! path, the redirects and the forms all carry the prefix.
 //!
 //! The page shows the [`SHOWN_RUNS`] most recently updated runs of each waiting state and
-//! says so when there are more (`GET /v1/runs?status=waiting&limit=1000` lists up to 1,000).
+//! says so when there are more (`GET /v1/runs?status=waiting` lists them all, a page at a
+//! time).
 //!
 //! Every form carries a token derived from that credential (an HMAC), and a
 //! decision is accepted only with both the cookie and the matching form token: a form
@@ -209,9 +210,10 @@ pub(super) async fn page(
         let _ = writeln!(
             html,
             "<p id=\"more\">More runs wait than this page shows (the {SHOWN_RUNS} most recently \
-             updated of each state): list up to 1,000 with \
-             <code>GET /v1/runs?status=waiting&amp;limit=1000</code> and \
-             <code>?status=interrupted</code>, or <code>loomflow runs</code>.</p>"
+             updated of each state): list them all with \
+             <code>GET /v1/runs?status=waiting</code> and <code>?status=interrupted</code> \
+             (a page at a time: pass each answer's <code>next</code> as <code>after</code>), \
+             or <code>loomflow runs</code>.</p>"
         );
     }
     if approvals == 0 {

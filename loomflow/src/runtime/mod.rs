@@ -34,9 +34,9 @@ use serde::de::DeserializeOwned;
 #[doc(inline)]
 pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, SignalOptions};
 pub use store::{
-    AuditEntry, AuditKind, AuditQuery, Checkpoint, Claim, ClaimedRun, DeletedThread, Interrupt,
-    JournalKey, MemoryStore, RunFilter, RunRecord, RunState, RunStatus, SignalPush, Store,
-    StoreError, StoredSignal, Submitted,
+    AuditEntry, AuditKind, AuditQuery, BadRunCursor, Checkpoint, Claim, ClaimedRun, DeletedThread,
+    Interrupt, JournalKey, MemoryStore, RunCursor, RunFilter, RunRecord, RunState, RunStatus,
+    SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};

@@ -19,6 +19,7 @@
 mod audit;
 mod claims;
 mod deletes;
+mod listing;
 mod runs;
 
 use std::sync::Arc;
@@ -74,6 +75,7 @@ pub async fn run_all(store: &dyn Store) {
     runs::a_run_let_go_half_way_is_runnable_at_once(store).await;
     runs::old_signals_of_sessions_without_a_run_are_dropped(store).await;
     runs::a_failure_with_a_nul_in_its_message_is_recorded(store).await;
+    listing::runs_are_listed_a_page_at_a_time(store).await;
     audit::entries_read_back_in_order(store).await;
     audit::signals_are_audited_with_the_signal(store).await;
     audit::discarded_signals_are_not_audited_as_received(store).await;

@@ -61,7 +61,9 @@ pub(crate) use records::CONSUMED_KEY_KEPT_MS;
 pub use records::{
     Checkpoint, DeletedThread, Interrupt, JournalKey, RunStatus, SignalPush, StoredSignal,
 };
-pub use runs::{ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, Submitted};
+pub use runs::{
+    BadRunCursor, ClaimedRun, RowUpdate, RunCursor, RunFilter, RunRecord, RunState, Submitted,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
 

@@ -141,7 +141,7 @@ pub struct RunRecord {
 }
 
 /// Which runs [`Store::list_runs`](super::Store::list_runs) returns; everything by default,
-/// most recently updated first.
+/// most recently updated first (then by thread, bytewise).
 ///
 /// # Examples
 ///
@@ -166,6 +166,8 @@ pub struct RunFilter {
     pub updated_before_ms: Option<u64>,
     /// At most this many.
     pub limit: Option<usize>,
+    /// Only runs listed after this one: the next page (see [`RunCursor`]).
+    pub after: Option<RunCursor>,
 }
 
 impl RunFilter {
@@ -202,9 +204,17 @@ impl RunFilter {
         self
     }
 
+    /// Only runs listed after `cursor`'s: the page after the one `cursor` ends.
+    #[must_use]
+    pub fn after(mut self, cursor: RunCursor) -> Self {
+        self.after = Some(cursor);
+        self
+    }
+
     /// Whether `record` passes the filter (limit aside).
     pub fn matches(&self, record: &RunRecord) -> bool {
-        self.state.is_none_or(|s| s == record.state)
+        self.after.as_ref().is_none_or(|c| c.precedes(record))
+            && self.state.is_none_or(|s| s == record.state)
             && self
                 .graph
                 .as_deref()
@@ -212,6 +222,81 @@ impl RunFilter {
             && self
                 .updated_before_ms
                 .is_none_or(|t| record.updated_at_ms < t)
+    }
+}
+
+/// Where a page of runs ends, for the next page to start after it: the last run's
+/// [`updated_at_ms`](RunRecord::updated_at_ms) and thread, which order the listing.
+///
+/// Its text form, `<updated_at_ms>:<thread>`, is what `GET /v1/runs` answers as `next` and
+/// takes as `after`. A run updated between two pages moves to the front of the listing: a
+/// page does not show it again, and the pages after it do not show it at all.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::runtime::{RunCursor, RunFilter};
+///
+/// let cursor: RunCursor = "1767225600000:ord:7".parse().unwrap();
+/// assert_eq!((cursor.updated_at_ms, cursor.thread.as_str()), (1_767_225_600_000, "ord:7"));
+/// assert_eq!(cursor.to_string(), "1767225600000:ord:7");
+/// let next_page = RunFilter::new().after(cursor).limit(100);
+/// assert!(next_page.after.is_some());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunCursor {
+    /// The last listed run's last update (ms since the Unix epoch).
+    pub updated_at_ms: u64,
+    /// Its thread.
+    pub thread: String,
+}
+
+impl RunCursor {
+    /// The cursor after `record`.
+    pub fn of(record: &RunRecord) -> Self {
+        Self {
+            updated_at_ms: record.updated_at_ms,
+            thread: record.thread.clone(),
+        }
+    }
+
+    /// Whether `record` comes after the cursor in the listing's order.
+    fn precedes(&self, record: &RunRecord) -> bool {
+        record.updated_at_ms < self.updated_at_ms
+            || (record.updated_at_ms == self.updated_at_ms
+                && record.thread.as_bytes() > self.thread.as_bytes())
+    }
+}
+
+impl std::fmt::Display for RunCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.updated_at_ms, self.thread)
+    }
+}
+
+/// A text that is not a [`RunCursor`]'s `<updated_at_ms>:<thread>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("run cursor {text:?} is not <updated_at_ms>:<thread>")]
+pub struct BadRunCursor {
+    /// The text given.
+    pub text: String,
+}
+
+impl std::str::FromStr for RunCursor {
+    type Err = BadRunCursor;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || BadRunCursor {
+            text: text.to_owned(),
+        };
+        let (ms, thread) = text.split_once(':').ok_or_else(bad)?;
+        let all_digits = !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit());
+        let updated_at_ms = ms.parse().ok().filter(|_| all_digits).ok_or_else(bad)?;
+        Ok(Self {
+            updated_at_ms,
+            thread: thread.to_owned(),
+        })
     }
 }
 

@@ -456,6 +456,10 @@ impl PostgresStore {
             .updated_before_ms
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
         let state = filter.state.map(RunState::as_str);
+        let after = filter.after.as_ref().map(|c| {
+            let ms = i64::try_from(c.updated_at_ms).unwrap_or(i64::MAX);
+            (ms, &c.thread)
+        });
         async {
             let client = self.client().await?;
             // Ties are broken by the thread's bytes (`COLLATE "C"`), as SQLite does, not by
@@ -467,11 +471,26 @@ impl PostgresStore {
                        AND ($1::text IS NULL OR status = $1::text)
                        AND ($2::text IS NULL OR graph = $2::text)
                        AND ($3::bigint IS NULL OR updated_at_ms < $3::bigint)
+                       AND ($5::bigint IS NULL OR updated_at_ms < $5::bigint
+                            OR (updated_at_ms = $5::bigint
+                                AND thread COLLATE \"C\" > $6::text COLLATE \"C\"))
                      ORDER BY updated_at_ms DESC, thread COLLATE \"C\" LIMIT $4::bigint"
                 ))
                 .await?;
+            let after_ms = after.as_ref().map(|(ms, _)| *ms);
+            let after_thread = after.as_ref().map(|(_, thread)| thread.as_str());
             let rows = client
-                .query(&stmt, &[&state, &filter.graph, &before, &limit])
+                .query(
+                    &stmt,
+                    &[
+                        &state,
+                        &filter.graph,
+                        &before,
+                        &limit,
+                        &after_ms,
+                        &after_thread,
+                    ],
+                )
                 .await?;
             Ok(rows
                 .iter()

@@ -526,15 +526,26 @@ impl SqliteStore {
                    AND (?1 IS NULL OR status = ?1)
                    AND (?2 IS NULL OR graph = ?2)
                    AND (?3 IS NULL OR updated_at_ms < ?3)
+                   AND (?5 IS NULL OR updated_at_ms < ?5
+                        OR (updated_at_ms = ?5 AND thread > ?6))
                  ORDER BY updated_at_ms DESC, thread LIMIT ?4"
             ))?;
+            let (after_ms, after_thread) = match &filter.after {
+                Some(c) => (
+                    Some(i64::try_from(c.updated_at_ms).unwrap_or(i64::MAX)),
+                    Some(c.thread.as_str()),
+                ),
+                None => (None, None),
+            };
             let rows = stmt
                 .query_map(
                     params![
                         filter.state.map(RunState::as_str),
                         filter.graph,
                         before,
-                        limit
+                        limit,
+                        after_ms,
+                        after_thread
                     ],
                     |row| Ok(record_from_row(row)),
                 )?
