@@ -210,13 +210,18 @@ impl AgentBuilder {
     /// The answer must be JSON that deserializes into `T`, described to the model by
     /// `schema` (a JSON Schema). An answer that does not fit is sent back with the error, up
     /// to [`max_schema_retries`](Self::max_schema_retries) times.
+    ///
+    /// The model is asked for `schema` made strict, as for [`output`](Self::output): every
+    /// property required (one `schema` does not require may be `null`, and is dropped from
+    /// the answer) and no others; and a schema whose top is not an object is asked for as the
+    /// property `result` of one, which the answer is read out of.
     pub fn output_schema<T: DeserializeOwned + 'static>(
         mut self,
         name: impl Into<String>,
         schema: Value,
     ) -> Self {
-        let fields = schema.clone();
-        self.output = Some(OutputSpec::of::<T>(OutputSchema::new(name, schema), fields));
+        let sent = super::output::sent_schema(&schema);
+        self.output = Some(OutputSpec::of::<T>(OutputSchema::new(name, sent), schema));
         self
     }
 

@@ -42,33 +42,87 @@ impl OutputSpec {
     }
 }
 
-/// The answer as JSON, normalized as tool arguments are: `null` for a field that `fields`
+/// The one property of the object a non-object answer is asked for in (see [`sent_schema`]).
+const WRAPPER: &str = "result";
+
+/// Whether `schema` is an object's, which providers take at the top of a structured output.
+fn is_object(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
+/// The schema the model is asked to follow for `fields` (the schema as derived or given):
+/// made strict (every property required, no others: OpenAI's strict mode refuses a schema
+/// that is not). OpenAI and Anthropic take only an object at the top, so any other schema
+/// (a list, a string, an enum) is asked for as the one property `result` of an object, and
+/// the answer is read from it ([`answer_value`]).
+pub(super) fn sent_schema(fields: &Value) -> Value {
+    let strict = crate::tool::strict_schema(fields);
+    if is_object(&strict) {
+        return strict;
+    }
+    let mut inner = strict;
+    let mut wrapper = serde_json::Map::new();
+    if let Value::Object(map) = &mut inner {
+        // Definitions stay at the top, where the inner schema's `#/$defs/...` point.
+        for key in ["$defs", "definitions"] {
+            if let Some(defs) = map.remove(key) {
+                wrapper.insert(key.to_owned(), defs);
+            }
+        }
+        map.remove("$schema");
+    }
+    wrapper.insert("type".to_owned(), "object".into());
+    wrapper.insert(
+        "properties".to_owned(),
+        serde_json::json!({ WRAPPER: inner }),
+    );
+    wrapper.insert("required".to_owned(), serde_json::json!([WRAPPER]));
+    wrapper.insert("additionalProperties".to_owned(), false.into());
+    Value::Object(wrapper)
+}
+
+/// The answer as JSON (taken out of its `result` wrapper when `fields` is not an object's,
+/// see [`sent_schema`]), normalized as tool arguments are: `null` for a field that `fields`
 /// does not require is dropped (a strict schema makes such a field nullable, as strict mode
 /// wants every field present, but a `#[serde(default)]` field does not read `null`), and
 /// an integral float for an integer field becomes an integer.
 fn answer_value(fields: &Value, text: &str) -> Result<Value, String> {
     let mut value: Value =
         serde_json::from_str(text.trim()).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    if !is_object(fields) {
+        value = match value {
+            Value::Object(mut map) if map.len() == 1 && map.contains_key(WRAPPER) => {
+                map.remove(WRAPPER).unwrap_or_default()
+            }
+            _ => {
+                return Err(format!(
+                    "the answer is not an object with the one property \"{WRAPPER}\""
+                ));
+            }
+        };
+    }
     crate::tool::normalize_arguments(fields, &mut value);
     Ok(value)
 }
 
 /// The answer to keep, when it is not the model's text as it is: the normalized JSON
-/// ([`answer_value`]), so that [`RunResult::parsed`](super::RunResult::parsed) reads what
-/// was checked.
+/// ([`answer_value`], out of its wrapper), so that
+/// [`RunResult::parsed`](super::RunResult::parsed) reads what was checked.
 pub(super) fn settled(fields: &Value, text: &str) -> Option<String> {
     let value = answer_value(fields, text).ok()?;
     let given: Value = serde_json::from_str(text.trim()).ok()?;
     (value != given).then(|| value.to_string())
 }
 
-/// The output schema of `T`, derived with schemars and made strict (every property required,
-/// no others), named after the type; and the schema as derived, which says which fields
-/// `T` may go without.
+/// The output schema of `T`, derived with schemars and made what the model is asked to
+/// follow ([`sent_schema`]), named after the type; and the schema as derived, which says
+/// which fields `T` may go without.
 pub(super) fn schema_of<T: JsonSchema>() -> (OutputSchema, Value) {
     let fields = crate::tool::schema_for::<T>();
-    let schema = crate::tool::strict_schema(&fields);
-    (OutputSchema::new(schema_name::<T>(), schema), fields)
+    (
+        OutputSchema::new(schema_name::<T>(), sent_schema(&fields)),
+        fields,
+    )
 }
 
 /// A schema name from a type's name: letters, digits, `_` and `-` (`Vec<Answer>` is
@@ -125,6 +179,10 @@ impl AgentBuilder {
     /// A model without structured output
     /// ([`Model::supports_output_schema`](crate::model::Model::supports_output_schema) is
     /// `false`) is asked in the prompt instead, and its answer is checked the same way.
+    ///
+    /// OpenAI and Anthropic take only an object at the top of a schema: a `T` that is not
+    /// one (a `Vec`, an enum, a string) is asked for as the property `result` of an object,
+    /// and the run's output is the value read out of it.
     ///
     /// ```
     /// use loomflow::agent::Agent;
@@ -190,6 +248,29 @@ mod tests {
             serde_json::json!(["city", "days"])
         );
         assert_eq!(schema_of::<Vec<Answer>>().0.name, "Vec_Answer");
+    }
+
+    #[test]
+    fn a_list_is_asked_for_in_an_object_and_read_out_of_it() {
+        let (schema, fields) = schema_of::<Vec<Answer>>();
+        let sent = &schema.schema;
+        assert_eq!(sent["type"], "object", "{sent}");
+        assert_eq!(sent["required"], serde_json::json!(["result"]));
+        assert_eq!(sent["additionalProperties"], false);
+        assert_eq!(sent["properties"]["result"]["type"], "array", "{sent}");
+        // The item's definition stays at the top, where the reference points.
+        let reference = sent["properties"]["result"]["items"]["$ref"]
+            .as_str()
+            .unwrap();
+        let name = reference.strip_prefix("#/$defs/").unwrap();
+        assert_eq!(sent["$defs"][name]["additionalProperties"], false, "{sent}");
+
+        let answer = r#"{"result": [{"city": "Lyon", "days": null}]}"#;
+        assert!(check_against(sent, answer).is_ok());
+        let kept = settled(&fields, answer).unwrap();
+        assert_eq!(kept, r#"[{"city":"Lyon"}]"#);
+        let bare = answer_value(&fields, r#"[{"city": "Lyon"}]"#).unwrap_err();
+        assert!(bare.contains("\"result\""), "{bare}");
     }
 
     #[test]

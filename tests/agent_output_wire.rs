@@ -1,0 +1,175 @@
+//! Typed output through the HTTP adapters, against a local server speaking each provider's
+//! wire format: what is sent is what OpenAI and Anthropic accept (an object at the top of
+//! the schema, strict where strict is asked), and a list or an enum comes back typed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+#[path = "support/mock_server.rs"]
+mod mock_server;
+#[path = "support/models.rs"]
+mod models;
+
+use fixtures::{anthropic_message, openai_completion};
+use loomflow::agent::Agent;
+use loomflow::prelude::*;
+use mock_server::{MockServer, Reply};
+use serde_json::Value;
+
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+struct Step {
+    title: String,
+    minutes: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Sentiment {
+    Positive,
+    Negative,
+}
+
+/// What a strict schema must be where it is an object: no property left out of `required`,
+/// no others allowed. Checked at every level, as OpenAI does.
+fn assert_strict(schema: &Value, at: &str) {
+    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+        assert_eq!(schema["additionalProperties"], false, "{at}: {schema}");
+        let required = schema["required"].as_array().unwrap();
+        assert_eq!(required.len(), properties.len(), "{at}: {schema}");
+        for (name, property) in properties {
+            assert_strict(property, &format!("{at}.{name}"));
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        assert_strict(items, &format!("{at}[]"));
+    }
+    if let Some(defs) = schema.get("$defs").and_then(Value::as_object) {
+        for (name, def) in defs {
+            assert_strict(def, &format!("{at}$defs.{name}"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_list_is_asked_of_openai_in_an_object_and_comes_back_typed() {
+    let content =
+        r#"{"result": [{"title": "pack", "minutes": 30}, {"title": "go", "minutes": null}]}"#;
+    let server = MockServer::start(vec![Reply::json(
+        200,
+        openai_completion(
+            json!({"role": "assistant", "content": content}),
+            "stop",
+            20,
+            12,
+        ),
+    )])
+    .await;
+    let agent = Agent::builder("You plan.")
+        .model(models::openai(&server))
+        .output::<Vec<Step>>()
+        .build()
+        .unwrap();
+    let result = agent.run("Plan my move.").await.unwrap();
+    assert_eq!(
+        result.parsed::<Vec<Step>>().unwrap(),
+        [
+            Step {
+                title: "pack".into(),
+                minutes: Some(30)
+            },
+            Step {
+                title: "go".into(),
+                minutes: None
+            },
+        ]
+    );
+    let format = &server.requests()[0].body["response_format"]["json_schema"];
+    let schema = &format["schema"];
+    assert_eq!(format["strict"], true);
+    assert_eq!(
+        schema["type"], "object",
+        "OpenAI takes only an object: {schema}"
+    );
+    assert_eq!(schema["properties"]["result"]["type"], "array", "{schema}");
+    assert_strict(schema, "schema");
+}
+
+#[tokio::test]
+async fn an_enum_is_asked_of_anthropic_through_an_object_tool_input() {
+    let server = MockServer::start(vec![Reply::json(
+        200,
+        anthropic_message(
+            json!([{"type": "tool_use", "id": "toolu_01", "name": "Sentiment",
+                    "input": {"result": "negative"}}]),
+            "tool_use",
+            20,
+            8,
+        ),
+    )])
+    .await;
+    let agent = Agent::builder("You read reviews.")
+        .model(models::anthropic(&server))
+        .build()
+        .unwrap();
+    let result = agent
+        .run("Cold soup, rude staff.")
+        .output::<Sentiment>()
+        .await
+        .unwrap();
+    assert_eq!(result.parsed::<Sentiment>().unwrap(), Sentiment::Negative);
+    let tools = server.requests()[0].body["tools"].clone();
+    let input_schema = &tools[0]["input_schema"];
+    assert_eq!(
+        input_schema["type"], "object",
+        "Anthropic takes only an object: {input_schema}"
+    );
+    assert_eq!(
+        input_schema["properties"]["result"]["enum"],
+        json!(["positive", "negative"]),
+        "{input_schema}"
+    );
+}
+
+#[tokio::test]
+async fn a_hand_written_schema_is_sent_strict() {
+    let content = r#"{"city": "Lyon", "days": null}"#;
+    let server = MockServer::start(vec![Reply::json(
+        200,
+        openai_completion(
+            json!({"role": "assistant", "content": content}),
+            "stop",
+            20,
+            9,
+        ),
+    )])
+    .await;
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Trip {
+        city: String,
+        #[serde(default)]
+        days: u32,
+    }
+    let schema = json!({"type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"]});
+    let agent = Agent::builder("You plan trips.")
+        .model(models::openai(&server))
+        .output_schema::<Trip>("trip", schema)
+        .build()
+        .unwrap();
+    let result = agent.run("Where to?").await.unwrap();
+    assert_eq!(
+        result.parsed::<Trip>().unwrap(),
+        Trip {
+            city: "Lyon".into(),
+            days: 0
+        }
+    );
+    let sent = &server.requests()[0].body["response_format"]["json_schema"]["schema"];
+    assert_strict(sent, "schema");
+    assert_eq!(
+        sent["properties"]["days"]["type"],
+        json!(["integer", "null"])
+    );
+}
