@@ -10,6 +10,8 @@
 
 #[path = "support/due.rs"]
 mod due;
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
 #[path = "support/postgres.rs"]
 mod postgres;
 
@@ -21,6 +23,7 @@ use loomflow::runtime::{
 };
 use loomflow::{RunError, SignalError};
 
+use faulty_store::FaultyStore;
 use postgres::TempPgDb;
 
 /// How long a test waits for something another connection does before failing.
@@ -433,4 +436,49 @@ async fn a_cancel_that_waits_for_a_finish_reports_the_finished_run() {
         (record.state, record.cancel_requested),
         (RunState::Completed, false)
     );
+}
+
+/// A run submitted from another process while the worker is looking (here, held in its
+/// read of the next wake time, after it read the change counter) is carried on at once: the
+/// notification that comes meanwhile ends the worker's next nap. It is not left for the
+/// next poll, an hour away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_submitted_while_a_worker_looks_is_not_left_for_its_next_poll() {
+    let Some(db) = TempPgDb::create("worker notified while looking").await else {
+        return;
+    };
+    let (store, faults) = FaultyStore::new(PostgresStore::connect(&db.url).await.unwrap());
+    let worker_side = Runtime::builder().store(store).build();
+    let store = worker_side.store();
+    eventually("the store listens for changes", async || {
+        store.change_counter().is_some()
+    })
+    .await;
+    let graph = Graph::new("quick")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .edge(START, "a")
+        .edge("a", END)
+        .compile()
+        .unwrap();
+    let (looking, go_on) = faults.hold_next_wake_read();
+    let worker = Worker::builder(&worker_side)
+        .graph(&graph)
+        .poll_interval(Duration::from_secs(3_600))
+        .build()
+        .start();
+    looking.await.unwrap();
+    let before = store.change_counter();
+    let submitter = Runtime::postgres(&db.url).await.unwrap();
+    submitter.submit("quick", "q-1", json!(1)).await.unwrap();
+    eventually("the worker's store heard of the submit", async || {
+        store.change_counter() != before
+    })
+    .await;
+    go_on.send(()).unwrap();
+    eventually("the run is carried on", async || {
+        let run = submitter.run("q-1").await.unwrap();
+        run.record.state == RunState::Completed
+    })
+    .await;
+    worker.shutdown().await.unwrap();
 }

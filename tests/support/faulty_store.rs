@@ -45,6 +45,9 @@ pub(crate) struct Faults {
     try_take_faults: AtomicUsize,
     /// The next `take_signal` (outside a claim) starts only once this fires (or is dropped).
     held_plain_take: Mutex<Option<oneshot::Receiver<()>>>,
+    /// The next `next_wake_at_ms` says so on the first sender once called, and asks the
+    /// store only once the second channel fires.
+    held_wake_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
 }
 
 impl Faults {
@@ -55,6 +58,16 @@ impl Faults {
         let (go_tx, go_rx) = oneshot::channel();
         *self.held_read.lock().unwrap() = Some((read_tx, go_rx));
         (read_rx, go_tx)
+    }
+
+    /// Holds back the next read of the next wake time (a worker's, at the end of a look): the
+    /// first receiver fires once it is called; it goes on when the sender fires (or is
+    /// dropped).
+    pub(crate) fn hold_next_wake_read(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (called_tx, called_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_wake_read.lock().unwrap() = Some((called_tx, go_rx));
+        (called_rx, go_tx)
     }
 
     /// Holds back the next signal taken under a claim: the store is not asked until the
@@ -519,7 +532,14 @@ impl<S: Store> Store for FaultyStore<S> {
         graphs: &'a [String],
         due_ms: u64,
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        self.inner.next_wake_at_ms(graphs, due_ms)
+        let held = self.faults.held_wake_read.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some((called, go)) = held {
+                let _ = called.send(());
+                let _ = go.await;
+            }
+            self.inner.next_wake_at_ms(graphs, due_ms).await
+        })
     }
 
     fn change_counter(&self) -> Option<u64> {

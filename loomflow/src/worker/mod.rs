@@ -472,6 +472,11 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     let retry_after = inner.poll_interval.min(STORE_RETRY);
     while !*stop.borrow() {
         let mut failed = false;
+        // Listening from here, before the change counter is read (see `nap::changed_in_store`).
+        let mut store_changed = std::pin::pin!(notifier.as_deref().map(|n| n.notified()));
+        if let Some(notified) = store_changed.as_mut().as_pin_mut() {
+            notified.enable();
+        }
         runtime.prune_if_due().await;
         match inner.unrecorded_signals().await {
             Ok(found) => signalled.extend(found),
@@ -501,8 +506,11 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
         // than once per poll interval: under load, the signalled threads above and the
         // in-process wake-ups carry the work, not repeated queries.
         let change = store.change_counter();
+        // A store that is told of changes moves its counter only when told: a move is a
+        // notification, whichever branch of the last nap's `select!` won.
+        let told = notified || (notifier.is_some() && change.is_some());
         let changed = (change.is_none() || change != seen_change)
-            && (notified || last_look.elapsed() >= inner.poll_interval);
+            && (told || last_look.elapsed() >= inner.poll_interval);
         notified = false;
         let due = next_wake.is_some_and(|at| at <= unix_ms(runtime.now()))
             || last_look.elapsed() >= sweep_every;
@@ -564,7 +572,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                 }
             }
             () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
-            () = nap::changed_in_store(notifier.as_deref()) => notified = true,
+            () = nap::changed_in_store(store_changed) => notified = true,
         }
     }
     // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
