@@ -385,6 +385,11 @@ pub trait Store: Send + Sync + 'static {
     /// - waiting (or interrupted) for a signal that is stored and unconsumed (for an
     ///   interrupted run, a resume request: `loomflow:resume`).
     ///
+    /// Longest-waiting means since it became runnable: a running run whose lease expired
+    /// before any other, then a queued run from when it was queued, a suspended one from its
+    /// wake time, a signalled one from when its oldest awaited signal was sent. A backlog of
+    /// queued runs does not hold up timers come due and signals that arrived before them.
+    ///
     /// Leases are compared with `now_ms` (the system clock, shared by every process) and
     /// wake times with `due_ms` (the runtime's clock, which tests may set). Every run but a
     /// running one must also be free (nobody holds it, or its lease expired). The claim

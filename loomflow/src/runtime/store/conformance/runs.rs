@@ -11,9 +11,9 @@ use crate::runtime::store::{
 };
 
 /// Far enough in the future that no lease in these checks expires on its own.
-const LATER: u64 = u64::MAX / 4;
+pub(super) const LATER: u64 = u64::MAX / 4;
 
-fn interrupt(signal: Option<&str>, wake_at_ms: Option<u64>) -> Interrupt {
+pub(super) fn interrupt(signal: Option<&str>, wake_at_ms: Option<u64>) -> Interrupt {
     Interrupt {
         id: "n#0".to_owned(),
         node: "n".to_owned(),
@@ -25,7 +25,12 @@ fn interrupt(signal: Option<&str>, wake_at_ms: Option<u64>) -> Interrupt {
 }
 
 /// Writes a suspended run of `graph` on `thread`, held by nobody afterwards.
-async fn suspend(store: &dyn Store, thread: &str, graph: &str, interrupts: Vec<Interrupt>) {
+pub(super) async fn suspend(
+    store: &dyn Store,
+    thread: &str,
+    graph: &str,
+    interrupts: Vec<Interrupt>,
+) {
     assert_eq!(
         store.claim(thread, "writer", LATER, 1).await.unwrap(),
         crate::runtime::store::Claim::Claimed

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use super::super::audit::signal_received;
 use serde_json::Value;
 
-use super::super::{AuditEntry, Checkpoint, ClaimedRun, JournalKey, StoreError, StoredSignal};
+use super::super::{
+    AuditEntry, Checkpoint, ClaimedRun, JournalKey, RunState, StoreError, StoredSignal,
+};
 use super::audit_log::AuditLog;
 use super::kept::Kept;
 use super::run_row::{Holder, RunRow};
@@ -24,21 +26,32 @@ impl Inner {
         now_ms: u64,
         due_ms: u64,
     ) -> Option<Arc<str>> {
+        // A signalled run is runnable since its oldest awaited signal was sent.
         let signalled = |row: &RunRow, thread: &str| {
-            let mut signals = self.signals.values();
-            signals.any(|s| s.session == thread && row.waits_for(&s.name))
+            let signals = self.signals.values();
+            signals
+                .filter(|s| s.session == thread && row.waits_for(&s.name))
+                .map(|s| s.sent_at_ms)
+                .min()
         };
-        let chosen = self
-            .threads
-            .iter()
-            .map(|(thread, slot)| (thread, &slot.row))
-            .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
-            .filter_map(|(thread, row)| {
-                let due = row.runnable_at_ms.filter(|&at| at <= due_ms);
-                due.or_else(|| signalled(row, thread).then_some(row.updated_at_ms))
-                    .map(|at| (at, thread.clone()))
-            })
-            .min();
+        let chosen =
+            self.threads
+                .iter()
+                .map(|(thread, slot)| (thread, &slot.row))
+                .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
+                .filter_map(|(thread, row)| {
+                    // Runnable at once (0): a queued run since it was queued, a running one
+                    // whose lease ran out before anything else; a timer since it came due.
+                    let due = row.runnable_at_ms.filter(|&at| at <= due_ms).map(|at| {
+                        match (at, row.state) {
+                            (0, Some(RunState::Queued)) => row.updated_at_ms,
+                            (at, _) => at,
+                        }
+                    });
+                    due.or_else(|| signalled(row, thread))
+                        .map(|at| (at, thread.clone()))
+                })
+                .min();
         chosen.map(|(_, thread)| thread)
     }
 

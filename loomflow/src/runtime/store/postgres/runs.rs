@@ -114,9 +114,12 @@ fn claim_sql(choice: Choice) -> &'static str {
 
 /// [`claim_sql`], built.
 fn claim_statement(choice: Choice) -> String {
-    // Queued and running rows have `runnable_at_ms` 0: a running one qualifies only once
-    // its lease has run out. The chosen queries are `MATERIALIZED`, so that each runs
-    // once, with its lock, before the update reads it.
+    // Runnable at once (`runnable_at_ms` 0): a queued run, since it was queued, and a
+    // running one whose lease ran out, before anything else. A timer is runnable since it
+    // came due, a signalled run since its signal was sent. The earliest of the three
+    // candidates goes first, so that a backlog of queued runs does not hold up the others
+    // until it runs out. The candidate queries are `MATERIALIZED`, so that each runs once,
+    // with its lock, before the update reads it; the two not chosen are let go at commit.
     let chosen = match choice {
         Choice::Waiting => {
             "chosen AS MATERIALIZED (
@@ -127,24 +130,34 @@ fn claim_statement(choice: Choice) -> String {
                  FOR UPDATE)"
         }
         Choice::Next => {
-            "due AS MATERIALIZED (
-                 SELECT thread FROM loomflow_runs
-                 WHERE runnable_at_ms IS NOT NULL AND runnable_at_ms <= $5
+            "at_once AS MATERIALIZED (
+                 SELECT thread, CASE WHEN status = 'queued' THEN updated_at_ms ELSE 0 END
+                     AS since
+                 FROM loomflow_runs
+                 WHERE runnable_at_ms = 0
+                   AND (lease_owner IS NULL OR lease_until_ms <= $1)
+                   AND graph = ANY($3)
+                 ORDER BY updated_at_ms LIMIT 1
+                 FOR UPDATE SKIP LOCKED),
+             timer AS MATERIALIZED (
+                 SELECT thread, runnable_at_ms AS since FROM loomflow_runs
+                 WHERE runnable_at_ms > 0 AND runnable_at_ms <= $5
                    AND (lease_owner IS NULL OR lease_until_ms <= $1)
                    AND graph = ANY($3)
                  ORDER BY runnable_at_ms, updated_at_ms LIMIT 1
                  FOR UPDATE SKIP LOCKED),
              signalled AS MATERIALIZED (
-                 SELECT r.thread FROM loomflow_signals s
+                 SELECT r.thread, s.sent_at_ms AS since FROM loomflow_signals s
                      JOIN loomflow_runs r ON r.thread = s.session
-                 WHERE NOT EXISTS (SELECT 1 FROM due)
-                   AND s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
+                 WHERE s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
                    AND (r.lease_owner IS NULL OR r.lease_until_ms <= $1)
                    AND r.graph = ANY($3)
                    AND s.name = ANY(r.waiting_on)
                  ORDER BY s.seq LIMIT 1
                  FOR UPDATE OF r SKIP LOCKED),
-             chosen AS (SELECT thread FROM due UNION ALL SELECT thread FROM signalled)"
+             candidates AS (SELECT * FROM at_once UNION ALL SELECT * FROM timer
+                            UNION ALL SELECT * FROM signalled),
+             chosen AS (SELECT thread FROM candidates ORDER BY since LIMIT 1)"
         }
     };
     format!(

@@ -1,0 +1,51 @@
+//! Whose turn it is: runs are claimed in the order they became runnable.
+
+use serde_json::json;
+
+use super::runs::{LATER, interrupt, suspend};
+use super::unique;
+use crate::runtime::store::{Store, StoredSignal};
+
+/// A timer come due and a run whose signal arrived are claimed before runs queued after
+/// them: a backlog of queued runs does not hold them up until it runs out. Each run is
+/// runnable since it was queued, since its timer came due, or since its signal was sent.
+pub(super) async fn runs_are_claimed_in_the_order_they_became_runnable(store: &dyn Store) {
+    let graph = unique("turns");
+    let graphs = [graph.clone()];
+    let queued: Vec<String> = (0..3).map(|i| unique(&format!("queued-{i}"))).collect();
+    for thread in &queued {
+        store
+            .submit_run(thread, &graph, json!(0), 3_000)
+            .await
+            .unwrap();
+    }
+    let sleeping = unique("sleeping");
+    suspend(store, &sleeping, &graph, vec![interrupt(None, Some(1_000))]).await;
+    let waiting = unique("waiting");
+    suspend(store, &waiting, &graph, vec![interrupt(Some("go"), None)]).await;
+    let signal = StoredSignal {
+        seq: 0,
+        session: waiting.clone(),
+        name: "go".to_owned(),
+        payload: json!(1),
+        idempotency_key: None,
+        sent_at_ms: 2_000,
+    };
+    store.push_signal(signal).await.unwrap();
+    let mut order = Vec::new();
+    for owner in ["w1", "w2", "w3", "w4", "w5"] {
+        let claimed = store
+            .claim_next_run(&graphs, owner, LATER, 5, 5_000)
+            .await
+            .unwrap();
+        order.push(claimed.map(|run| run.record.thread).unwrap_or_default());
+    }
+    assert_eq!(
+        order[..2],
+        [sleeping, waiting],
+        "due at 1,000 and signalled at 2,000 go before runs queued at 3,000"
+    );
+    let mut rest = order[2..].to_vec();
+    rest.sort();
+    assert_eq!(rest, queued, "then the queued runs");
+}
