@@ -229,6 +229,11 @@ impl SignalApprover {
     }
 
     /// How long to wait for a decision before denying.
+    ///
+    /// The [`ToolHost`](crate::tool::ToolHost) that asks also bounds every approval, by
+    /// its [`approval_timeout`](crate::tool::ToolHost::approval_timeout) (15 minutes by
+    /// default): for a longer wait, raise that too, or suspend the run instead
+    /// ([`or_suspend`](Self::or_suspend)), which no timeout bounds.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;

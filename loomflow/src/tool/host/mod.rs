@@ -213,6 +213,12 @@ impl ToolHost {
 
     /// How long one tool may run before its call fails with [`ToolError::TimedOut`]
     /// (default 60 s). Approvals and hooks are not counted.
+    ///
+    /// A tool past its time is given up on, not stopped: an async tool's future is dropped
+    /// where it waits, but a sync `#[tool]` runs on a blocking thread that cannot be
+    /// interrupted, and goes on to its end (its result is dropped). The model is told the
+    /// call timed out and may call it again: a tool whose effect must not happen twice
+    /// needs an idempotency key of its own (the call id, say) or a timeout it cannot reach.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -220,6 +226,11 @@ impl ToolHost {
     }
 
     /// How long the approval handler may take before the call is denied (default 15 min).
+    ///
+    /// It bounds every handler, whatever its own timeout
+    /// ([`SignalApprover::timeout`](crate::tool::SignalApprover::timeout) included): raise
+    /// it for longer waits. A handler that suspends the run returns at once, and the run
+    /// waits for its decision for as long as it takes.
     #[must_use]
     pub fn approval_timeout(mut self, timeout: Duration) -> Self {
         self.approval_timeout = timeout;
