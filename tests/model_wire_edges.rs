@@ -424,3 +424,44 @@ async fn a_rate_limit_error_shows_the_providers_message() {
         "{err}"
     );
 }
+
+/// A server that closes right after its last event, without the blank line that ends it,
+/// or (OpenAI-compatible) without `[DONE]` once the finish reason came, sent a whole reply;
+/// one that ends before its finish is still cut.
+#[tokio::test]
+async fn a_stream_that_ends_without_its_last_blank_line_or_done_is_whole() {
+    let content = openai_chunk(json!({"role": "assistant", "content": "Hi"}), None);
+    let finish = openai_chunk(json!({}), Some("stop"));
+    let openai_bodies = [
+        format!("data: {content}\n\ndata: {finish}\n\ndata: [DONE]"),
+        format!("data: {content}\n\ndata: {finish}\n\ndata: [DONE]\n"),
+        format!("data: {content}\n\ndata: {finish}\n\n"),
+        format!("data: {content}\n\ndata: {finish}"),
+    ];
+    let replies = openai_bodies.iter().map(|body| Reply::sse(body, 7));
+    let server = MockServer::start(replies.collect()).await;
+    for body in &openai_bodies {
+        let response = collect_stream(openai(&server).stream(hi())).await;
+        let response = response.unwrap_or_else(|e| panic!("{body:?}: {e}"));
+        assert_eq!(
+            (response.content.as_str(), &response.finish_reason),
+            ("Hi", &FinishReason::Stop),
+            "{body:?}"
+        );
+    }
+    let mut events = vec![anthropic_start(3)];
+    events.extend(anthropic_text_block(0, &["Hi"]));
+    events.extend(anthropic_end("end_turn", 1));
+    let without_blank_line = anthropic_sse(&events).trim_end().to_owned();
+    let server = MockServer::start(vec![Reply::sse(&without_blank_line, 7)]).await;
+    let response = collect_stream(anthropic(&server).stream(hi()))
+        .await
+        .unwrap();
+    assert_eq!(response.content, "Hi");
+    // Text, and then nothing: not a whole reply.
+    let server = MockServer::start(vec![Reply::sse(&format!("data: {content}\n\n"), 7)]).await;
+    let err = collect_stream(openai(&server).stream(hi()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ModelError::StreamCut { .. }), "{err:?}");
+}

@@ -97,8 +97,21 @@ impl SseParser {
         self.line.extend_from_slice(bytes);
     }
 
-    /// Ends the stream. Per the SSE rules an event not closed by a blank line is dropped; this
-    /// returns whether such an unfinished event (or line) was pending.
+    /// Ends the stream: a last line without its line end, and a last event without its
+    /// blank line, are taken as if both had come, and the event is appended to `out`. (The
+    /// WHATWG rules drop such an event; a server that closes right after its last event
+    /// would then lose the end of a reply.) The parser is then at the start of a stream.
+    pub fn end(&mut self, out: &mut Vec<SseEvent>) {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.process_line(&line, out);
+        }
+        self.dispatch(out);
+        *self = Self::default();
+    }
+
+    /// Ends the stream the strict way: per the SSE rules an event not closed by a blank
+    /// line is dropped; this returns whether such an unfinished event (or line) was pending.
     pub fn finish(&mut self) -> bool {
         let pending = !self.line.is_empty() || self.has_data || self.event.is_some();
         *self = Self::default();
@@ -231,6 +244,18 @@ pub(crate) mod tests {
         }
         pieces.push(input[start..].to_vec());
         pieces
+    }
+
+    #[test]
+    fn the_end_of_the_body_ends_the_last_line_and_event() {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        parser.push(b"data: a\n\ndata: b\ndata: c", &mut out);
+        assert_eq!(out.len(), 1, "the last event has no blank line yet");
+        parser.end(&mut out);
+        assert_eq!(out[1].data, "b\nc");
+        parser.end(&mut out);
+        assert_eq!(out.len(), 2, "nothing is left to end");
     }
 
     #[test]

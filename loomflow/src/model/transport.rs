@@ -319,6 +319,13 @@ pub(crate) trait EventDecoder: Send + 'static {
         event: SseEvent,
         out: &mut VecDeque<Result<StreamChunk, ModelError>>,
     ) -> Result<bool, ModelError>;
+
+    /// The body ended before the reply's end marker: appends the finish chunk and returns
+    /// `true` if what came is a whole reply all the same; `false` (the default) makes the
+    /// stream cut.
+    fn end(&mut self, _out: &mut VecDeque<Result<StreamChunk, ModelError>>) -> bool {
+        false
+    }
 }
 
 struct SseDriver<B, D> {
@@ -332,6 +339,30 @@ struct SseDriver<B, D> {
     idle_timeout: Duration,
     target: Target,
     calls: CallArguments,
+}
+
+impl<B, D: EventDecoder> SseDriver<B, D> {
+    /// Decodes the events the parser completed into chunks, up to the end of the reply or
+    /// the first error.
+    fn decode_events(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        for event in events.drain(..) {
+            match self.decoder.decode(event, &mut self.out) {
+                Ok(true) => {
+                    self.finished = true;
+                    self.ended = true;
+                    break;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    self.out.push_back(Err(error));
+                    self.ended = true;
+                    break;
+                }
+            }
+        }
+        self.events = events;
+    }
 }
 
 /// The tool calls' argument texts as they stream by, checked at the finish: the stream, which
@@ -423,23 +454,7 @@ where
                 }
                 Ok(Some(Ok(bytes))) => {
                     d.parser.push(bytes.as_ref(), &mut d.events);
-                    let mut events = std::mem::take(&mut d.events);
-                    for event in events.drain(..) {
-                        match d.decoder.decode(event, &mut d.out) {
-                            Ok(true) => {
-                                d.finished = true;
-                                d.ended = true;
-                                break;
-                            }
-                            Ok(false) => {}
-                            Err(error) => {
-                                d.out.push_back(Err(error));
-                                d.ended = true;
-                                break;
-                            }
-                        }
-                    }
-                    d.events = events;
+                    d.decode_events();
                 }
                 Ok(Some(Err(error))) => {
                     d.ended = true;
@@ -447,10 +462,13 @@ where
                     return Some((Err(cut(&d.target)), d));
                 }
                 Ok(None) => {
-                    d.ended = true;
-                    if !d.finished {
-                        return Some((Err(cut(&d.target)), d));
+                    // The last event may lack its blank line: it is taken all the same.
+                    d.parser.end(&mut d.events);
+                    d.decode_events();
+                    if !d.ended && !d.decoder.end(&mut d.out) {
+                        d.out.push_back(Err(cut(&d.target)));
                     }
+                    d.ended = true;
                 }
             }
         }

@@ -116,6 +116,18 @@ fn error_event(target: &Target, error: serde_json::Value) -> ModelError {
 }
 
 impl EventDecoder for Decoder {
+    /// A body that ends after the finish reason but without `[DONE]` (some compatible
+    /// servers close right after the last chunk) sent a whole reply.
+    fn end(&mut self, out: &mut VecDeque<Result<StreamChunk, ModelError>>) -> bool {
+        let reason = match self.finish.take() {
+            _ if self.refused => FinishReason::ContentFilter,
+            Some(reason) => reason,
+            None => return false,
+        };
+        out.push_back(Ok(StreamChunk::Finish { reason }));
+        true
+    }
+
     fn decode(
         &mut self,
         event: SseEvent,
@@ -258,10 +270,16 @@ mod tests {
     }
 
     #[test]
-    fn a_body_without_done_is_cut() {
+    fn a_body_that_ends_before_its_finish_reason_is_cut() {
         let text = transcript();
-        let cut = text.trim_end_matches("data: [DONE]\r\n\r\n");
-        let err = decode(vec![cut.as_bytes().to_vec()]).unwrap_err();
+        // Without `[DONE]`, but past the finish reason: whole.
+        let no_done = text.trim_end_matches("data: [DONE]\r\n\r\n");
+        let whole = decode(vec![no_done.as_bytes().to_vec()]).unwrap();
+        assert_eq!(whole.finish_reason, FinishReason::ToolCalls);
+        // Before the chunk with the finish reason: cut.
+        let before = &text[..text.find("\"finish_reason\":\"tool_calls\"").unwrap()];
+        let before = &before[..before.rfind("data:").unwrap()];
+        let err = decode(vec![before.as_bytes().to_vec()]).unwrap_err();
         assert!(matches!(err, ModelError::StreamCut { .. }), "{err:?}");
     }
 

@@ -57,6 +57,7 @@ pub(crate) use memory::NO_PLACE;
 pub use memory::{DEFAULT_RETAINED_AUDIT_ENTRIES, DEFAULT_RETAINED_CHECKPOINTS, MemoryStore};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
+#[cfg(feature = "http")]
 pub(crate) use records::CONSUMED_KEY_KEPT_MS;
 pub use records::{
     Checkpoint, DeletedThread, Interrupt, JournalKey, RunStatus, SignalPush, StoredSignal,
