@@ -312,3 +312,64 @@ async fn an_html_error_page_is_a_retried_server_error() {
     );
     assert_eq!(server.requests().len(), 3);
 }
+
+/// Doubles a number.
+#[loomflow::tool]
+async fn double(n: i64) -> i64 {
+    n * 2
+}
+
+/// A server that sends parallel tool calls with `null` ids (some OpenAI-compatible gateways
+/// do): each call gets an id of its own, so each result goes back to its own call.
+#[tokio::test]
+async fn tool_calls_without_ids_get_ids_of_their_own() {
+    let calls = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": null, "type": "function", "function": {"name": "double", "arguments": "{\"n\": 2}"}},
+        {"type": "function", "function": {"name": "double", "arguments": "{\"n\": 5}"}}]});
+    let server = MockServer::start(vec![
+        Reply::json(200, openai_completion(calls, "tool_calls", 10, 5)),
+        Reply::json(
+            200,
+            openai_completion(
+                json!({"role": "assistant", "content": "4 and 10."}),
+                "stop",
+                20,
+                4,
+            ),
+        ),
+    ])
+    .await;
+    let agent = loomflow::agent::Agent::builder("You double numbers.")
+        .model(openai(&server))
+        .tool(double)
+        .build()
+        .unwrap();
+    assert_eq!(
+        agent.run("Double 2 and 5.").await.unwrap().output,
+        "4 and 10."
+    );
+    let second = &server.requests()[1].body["messages"];
+    let messages = second.as_array().unwrap();
+    let asked: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let answered: Vec<(&str, &str)> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["tool_call_id"].as_str().unwrap(),
+                m["content"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(asked.len(), 2, "{second}");
+    assert!(
+        asked.iter().all(|id| !id.is_empty()) && asked[0] != asked[1],
+        "{asked:?}"
+    );
+    assert_eq!(answered, [(asked[0], "4"), (asked[1], "10")], "{second}");
+}

@@ -260,9 +260,13 @@ pub(super) async fn call_model(
     let name = model.name();
     let span = observe::chat_span(name);
     let sent = (core.record_content && !span.is_disabled()).then(|| request.messages.clone());
-    let result = call_model_untraced(core, model, request, ctx, chunks)
+    let mut result = call_model_untraced(core, model, request, ctx, chunks)
         .instrument(span.clone())
         .await;
+    if let Ok(response) = &mut result {
+        // Before the step journals the reply: a resumed run reads the same ids back.
+        response.name_unnamed_calls();
+    }
     observe::record_chat(
         &span,
         name,

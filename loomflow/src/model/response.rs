@@ -70,6 +70,20 @@ pub struct ModelResponse {
 }
 
 impl ModelResponse {
+    /// Gives each tool call that came without an id (some OpenAI-compatible servers send
+    /// none, or `null`) one of its own, unique: what is keyed by a call's id (its result
+    /// in the transcript, its approval, its journaled run) then stays apart from the
+    /// other calls'.
+    pub(crate) fn name_unnamed_calls(&mut self) {
+        for call in self
+            .tool_calls
+            .iter_mut()
+            .filter(|c| c.id.trim().is_empty())
+        {
+            call.id = unique_call_id();
+        }
+    }
+
     /// A text reply that finished normally, with no usage.
     pub fn text(content: impl Into<String>) -> Self {
         Self {
@@ -300,6 +314,22 @@ pub async fn collect_stream(mut stream: ChunkStream) -> Result<ModelResponse, Mo
         "an unnamed provider",
         model.as_deref().unwrap_or("(unnamed)"),
     )
+}
+
+/// A tool call id no other call has: the process, the time and a counter, hashed.
+fn unique_call_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u64(NEXT.fetch_add(1, Ordering::Relaxed));
+    format!("call_lf{:016x}", hasher.finish())
 }
 
 #[cfg(test)]
