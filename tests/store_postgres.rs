@@ -482,3 +482,40 @@ async fn a_run_submitted_while_a_worker_looks_is_not_left_for_its_next_poll() {
     .await;
     worker.shutdown().await.unwrap();
 }
+
+/// A process that waits for a signal and runs no worker (a web handler waiting for a
+/// callback, say) hears of one sent by another process when it is sent: the store's
+/// notification wakes it, not its next poll, an hour away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_without_a_worker_hears_a_signal_from_another_process_at_once() {
+    let Some(db) = TempPgDb::create("wait notified").await else {
+        return;
+    };
+    let waiter = Runtime::builder()
+        .store(PostgresStore::connect(&db.url).await.unwrap())
+        .poll_interval(Duration::from_secs(3_600))
+        .build();
+    eventually("the waiter's store listens", async || {
+        waiter.store().change_counter().is_some()
+    })
+    .await;
+    let sender = Runtime::postgres(&db.url).await.unwrap();
+    for round in 0..3_u32 {
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                waiter
+                    .wait_for_signal::<u32>("callback", "paid", Some(PATIENCE))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sender.signal("callback", "paid", round).await.unwrap();
+        let received = tokio::time::timeout(PATIENCE, waiting).await;
+        assert_eq!(
+            received.unwrap().unwrap().unwrap(),
+            round,
+            "round {round}: the signal reached the waiter"
+        );
+    }
+}
