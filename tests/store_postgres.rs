@@ -14,6 +14,10 @@ mod due;
 mod faulty_store;
 #[path = "support/postgres.rs"]
 mod postgres;
+#[path = "support/refunds.rs"]
+mod refunds;
+#[path = "support/unwritable.rs"]
+mod unwritable;
 
 use std::time::Duration;
 
@@ -160,18 +164,19 @@ async fn a_failed_write_names_its_thread() {
         return;
     };
     let store = PostgresStore::connect(&db.url).await.unwrap();
-    // PostgreSQL text cannot hold a NUL character (SQLite's can): the server refuses it.
+    // PostgreSQL text cannot hold a NUL character (SQLite's can): the server refuses it,
+    // as it would again (not a failure of the store).
     let thread = "order\u{0}7";
     let cp = Checkpoint::new(thread, 1, "", 0, RunStatus::Running, json!(1));
     match store.put_checkpoint(cp).await {
-        Err(StoreError::Write {
+        Err(StoreError::Refused {
             thread: named,
             message,
         }) => {
             assert_eq!(named, thread);
             assert!(message.contains("cannot keep a NUL character"), "{message}");
         }
-        other => panic!("expected a write error naming the thread, got {other:?}"),
+        other => panic!("expected a refused write naming the thread, got {other:?}"),
     }
     // A NUL inside a JSON value is fine: values are stored as JSON text, where it is escaped.
     let cp = Checkpoint::new("order-8", 1, "", 0, RunStatus::Running, json!("a\u{0}b"));
@@ -518,4 +523,33 @@ async fn a_wait_without_a_worker_hears_a_signal_from_another_process_at_once() {
             "round {round}: the signal reached the waiter"
         );
     }
+}
+
+/// A write PostgreSQL refuses for what it holds (the approver's name in the audit log holds
+/// a NUL character, which its text cannot) fails the run: it is not let go runnable, for a
+/// worker to claim it and be refused again, and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_postgres_refuses_fails_the_run() {
+    let Some(db) = TempPgDb::create("refused write").await else {
+        return;
+    };
+    let runtime = Runtime::postgres(&db.url).await.unwrap();
+    refunds::ask_for_refund(&runtime, "n-1", 1_299).await;
+    runtime
+        .decide_approval_by(
+            "n-1",
+            "call_1",
+            loomflow::tool::ApprovalDecision::Allow,
+            "ada\0lovelace",
+        )
+        .await
+        .unwrap();
+    let replies = vec![loomflow::model::ModelResponse::text("Done.")];
+    let resumed = refunds::agent(&runtime, replies).resume("n-1").await;
+    assert!(resumed.is_err());
+    let record = runtime.run("n-1").await.unwrap().record;
+    assert_eq!(record.state, RunState::Failed, "{record:?}");
+    assert_eq!(record.lease_owner, None);
+    let error = record.error.unwrap_or_default();
+    assert!(error.contains("refused"), "{error}");
 }

@@ -1,7 +1,8 @@
 //! A worker meets code and input that go wrong:
 //! - a state whose `Deserialize` panics on the submitted input fails its run, with the panic
 //!   named, and lets the thread go, whether the worker runs in the background or inline;
-//! - a resume request the run refuses does not keep it from the one that came meanwhile.
+//! - a resume request the run refuses does not keep it from the one that came meanwhile;
+//! - a state the store cannot write fails its run once (SQLite).
 //!
 //! On the memory store and SQLite.
 
@@ -10,6 +11,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+#[path = "support/unwritable.rs"]
+mod unwritable;
 
 use loomflow::prelude::*;
 use loomflow::runtime::{RunState, SqliteStore};
@@ -188,4 +192,11 @@ async fn a_request_sent_while_another_is_refused_is_applied_on_sqlite() {
     let db = loomflow_tests::TempDb::new("worker-refused-request");
     let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
     a_request_sent_while_another_is_refused_is_applied(runtime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_sqlite_cannot_write_fails_its_run_once() {
+    let db = loomflow_tests::TempDb::new("worker-unwritable");
+    let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    unwritable::a_state_that_cannot_be_written_fails_its_run_once(&runtime).await;
 }

@@ -107,6 +107,10 @@ impl From<RuntimeError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
             }
             RuntimeError::Signal(signal) => Self::from_signal(signal, error.to_string()),
+            // A name or value the store cannot keep (a NUL character, a name too long).
+            RuntimeError::Store(crate::runtime::StoreError::Refused { .. }) => {
+                Self::bad_request(error.to_string())
+            }
             RuntimeError::Store(crate::runtime::StoreError::Unsupported { .. }) => Self::new(
                 StatusCode::NOT_IMPLEMENTED,
                 "not_implemented",

@@ -142,3 +142,13 @@ pub(super) async fn cancel_after_suspending(runtime: &Runtime, claim: &RunClaim)
         false
     })
 }
+
+/// Whether a run stopped because the store refused what it wrote
+/// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)): it would refuse it again,
+/// so the run fails rather than being let go to be tried again.
+pub(super) fn store_refused<T>(result: &Result<T, RunError>) -> bool {
+    matches!(
+        result,
+        Err(RunError::Store(crate::runtime::StoreError::Refused { .. }))
+    )
+}

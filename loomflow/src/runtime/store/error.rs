@@ -46,6 +46,18 @@ pub enum StoreError {
         /// What did not decode.
         message: String,
     },
+    /// The store refused what it was asked to keep, and would refuse it again: not a
+    /// failure of the store, but of the value (PostgreSQL's text cannot hold a NUL
+    /// character, its indexes take names of at most about 2.7 KB; a state whose `Serialize`
+    /// fails). A run whose write is refused fails, rather than being let go to be tried
+    /// again, and again.
+    #[error("store refused to keep what was written for thread {thread}: {message}")]
+    Refused {
+        /// The thread (or session) concerned.
+        thread: String,
+        /// Why.
+        message: String,
+    },
     /// The store was closed.
     #[error("store is closed")]
     Closed,

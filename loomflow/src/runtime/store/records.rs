@@ -235,14 +235,14 @@ impl Checkpoint {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Write`] when the state does not serialize.
+    /// [`StoreError::Refused`] when the state does not serialize.
     #[cfg(any(feature = "sqlite", feature = "postgres", test))]
     pub(crate) fn body_json(&self) -> Result<String, StoreError> {
         let text = match &self.unserialized {
             Some(Unserialized(source)) => source.body_json(),
             None => crate::json_depth::to_string(&self.body),
         };
-        text.map_err(|e| StoreError::Write {
+        text.map_err(|e| StoreError::Refused {
             thread: self.thread.clone(),
             message: e.to_string(),
         })

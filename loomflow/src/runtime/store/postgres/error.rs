@@ -36,8 +36,17 @@ impl From<StoreError> for Fail {
 }
 
 impl Fail {
-    /// As a failed write concerning `thread` (a thread or a session).
+    /// As a failed write concerning `thread` (a thread or a session): refused when the
+    /// server refused the values themselves (see [`refused`]).
     pub(super) fn write(self, thread: &str) -> StoreError {
+        if let Self::Db(error) = &self
+            && refused(error)
+        {
+            return StoreError::Refused {
+                thread: thread.to_owned(),
+                message: db_message(error),
+            };
+        }
         self.into_store(thread, |thread, message| StoreError::Write {
             thread,
             message,
@@ -64,6 +73,15 @@ impl Fail {
             Self::Db(error) => make(thread.to_owned(), db_message(&error)),
         }
     }
+}
+
+/// Whether the server refused the values a statement carried, as it would again: a data
+/// exception (SQLSTATE class 22: a NUL in text, a number out of range) or a limit of the
+/// server's (class 54: an index entry too large, a name longer than an index takes).
+fn refused(error: &tokio_postgres::Error) -> bool {
+    error
+        .code()
+        .is_some_and(|code| matches!(code.code().get(..2), Some("22" | "54")))
 }
 
 /// What the server said, and for text it cannot keep, why: its `TEXT` cannot hold a NUL

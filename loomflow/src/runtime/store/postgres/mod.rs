@@ -133,7 +133,7 @@ impl PostgresOptions {
 /// PostgreSQL text cannot hold a NUL character (`\0`), where SQLite's and memory can:
 /// values are JSON text, in which a NUL is escaped, and an error message keeps U+FFFD in
 /// its place; a thread, a session, a signal name or a key holding one is refused with
-/// [`StoreError::Write`] saying so. Those names are also keys of PostgreSQL indexes, which
+/// [`StoreError::Refused`] saying so. Those names are also keys of PostgreSQL indexes, which
 /// take entries of at most about 2.7 KB: a thread, session, signal name, step name or
 /// idempotency key longer than that is refused the same way (SQLite and memory take any).
 ///
