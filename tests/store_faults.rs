@@ -457,3 +457,46 @@ async fn a_journal_write_that_committed_before_it_failed_delivers_the_signal_onc
     // Received by the node, and by nobody else.
     assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
 }
+
+/// A node's journaled step whose write fails as on a dropped connection (here after it
+/// committed) does not fail the run: the store failed, not the node. The run is let go, as
+/// after a crash, and carried on from where the step started; the side effect, journaled,
+/// is not done again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it() {
+    use std::sync::atomic::AtomicU32;
+    static CHARGES: AtomicU32 = AtomicU32::new(0);
+    let db = loomflow_tests::TempDb::new("faults-journal-step");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("charging")
+        .node_fn("charge", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n = ctx
+                    .step("charge", || async {
+                        Ok::<_, loomflow::Error>(CHARGES.fetch_add(1, Ordering::SeqCst) + 40)
+                    })
+                    .await?;
+                Ok(())
+            })
+        })
+        .edge(START, "charge")
+        .edge("charge", END)
+        .compile()
+        .unwrap();
+    faults.fail_next_journal_write_after_commit();
+    let first = graph.invoke(&runtime, "c-1", 0).await;
+    assert!(
+        matches!(first, Err(RunError::Store(StoreError::Write { .. }))),
+        "{first:?}"
+    );
+    let record = runtime.run("c-1").await.unwrap().record;
+    assert_ne!(record.state, RunState::Failed, "{record:?}");
+    assert_eq!(record.lease_owner, None, "let go: {record:?}");
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let record = runtime.run("c-1").await.unwrap().record;
+    assert_eq!(record.state, RunState::Completed, "{record:?}");
+    assert_eq!(CHARGES.load(Ordering::SeqCst), 1, "charged once");
+    assert_eq!(runtime.get_state::<u32>("c-1").await.unwrap(), Some(40));
+}

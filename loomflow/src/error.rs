@@ -181,6 +181,8 @@ impl From<Error> for NodeError {
     fn from(error: Error) -> Self {
         match error {
             Error::Suspended { node } => NodeError::Suspended { node },
+            // As the run's own: the engine tells a store's failure from the node's.
+            Error::Store(e) => NodeError::Failed(Box::new(RunError::Store(e))),
             other => NodeError::Failed(Box::new(other)),
         }
     }

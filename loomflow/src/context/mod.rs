@@ -429,6 +429,13 @@ impl Context {
     /// past its lease and another took the run over), the result is not recorded and the
     /// step returns that error instead of the value.
     ///
+    /// Should the journal write fail because the store did (a dropped connection, a full
+    /// disk), the error the node returns with `?` does not fail the run: the run stops where
+    /// the step started and is let go, as after a crash, for a worker or a `resume` to carry
+    /// on. `f` may then be called again, unless its result reached the journal after all.
+    /// A write the store refuses for what it holds
+    /// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)) fails the node.
+    ///
     /// # Errors
     ///
     /// [`RunError::StepFailed`] with `f`'s error (any error type, or a `String`); a store

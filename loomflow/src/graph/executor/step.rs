@@ -20,7 +20,7 @@ use crate::graph::error::RunError;
 use crate::graph::merge::{BranchResult, merge_branches};
 use crate::graph::node::NodeError;
 use crate::graph::subgraph::ChildStop;
-use crate::runtime::Interrupt;
+use crate::runtime::{Interrupt, StoreError};
 
 pub(super) enum StepOutcome<S> {
     Merged(S),
@@ -177,12 +177,16 @@ async fn run_node<S: State>(
     // A subgraph's run that stopped without failing (handed back, a resume value refused,
     // a store failure): the run stops the same way, from where this step started, rather
     // than failing; carried on, the step runs again and the subgraph picks up from its own
-    // checkpoint.
+    // checkpoint. Likewise a node that failed because the store did (a journal write on a
+    // dropped connection): the run is let go, as after a crash, not failed.
     let outcome = match outcome {
         Ok(Err(NodeError::Failed(error))) if suspension.is_none() => {
             match error.downcast::<ChildStop>() {
                 Ok(stop) => return Err(stop.0),
-                Err(error) => Ok(Err(NodeError::Failed(error))),
+                Err(error) => match store_failure(error) {
+                    Ok(failure) => return Err(RunError::Store(failure)),
+                    Err(error) => Ok(Err(NodeError::Failed(error))),
+                },
             }
         }
         outcome => outcome,
@@ -225,5 +229,28 @@ async fn run_node<S: State>(
             step,
             message: crate::sync::panic_message(&*panic),
         }),
+    }
+}
+
+/// The store's failure a node's error is, when it is one the store may not fail again (a
+/// write or a read that failed, a closed store): not the node's fault. Anything else,
+/// including a write the store refused for what it holds, is given back.
+fn store_failure(
+    error: Box<dyn std::error::Error + Send + Sync>,
+) -> std::result::Result<StoreError, Box<dyn std::error::Error + Send + Sync>> {
+    let transient = |failure: &StoreError| {
+        matches!(
+            failure,
+            StoreError::Write { .. } | StoreError::Read { .. } | StoreError::Closed
+        )
+    };
+    // A node's `?` on the crate's error brings a store's failure as the run's (see
+    // `NodeError`'s `From`).
+    match error.downcast::<RunError>() {
+        Ok(error) => match *error {
+            RunError::Store(failure) if transient(&failure) => Ok(failure),
+            other => Err(Box::new(other)),
+        },
+        Err(other) => Err(other),
     }
 }
