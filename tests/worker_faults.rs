@@ -2,7 +2,9 @@
 //! - a state whose `Deserialize` panics on the submitted input fails its run, with the panic
 //!   named, and lets the thread go, whether the worker runs in the background or inline;
 //! - a resume request the run refuses does not keep it from the one that came meanwhile;
-//! - a state the store cannot write fails its run once (SQLite).
+//! - a state the store cannot write fails its run once (SQLite);
+//! - a run whose failure could not be recorded (the store failed) is let go at once, not
+//!   held until its lease runs out (SQLite).
 //!
 //! On the memory store and SQLite.
 
@@ -12,6 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
 #[path = "support/unwritable.rs"]
 mod unwritable;
 
@@ -199,4 +203,30 @@ async fn a_state_sqlite_cannot_write_fails_its_run_once() {
     let db = loomflow_tests::TempDb::new("worker-unwritable");
     let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
     unwritable::a_state_that_cannot_be_written_fails_its_run_once(&runtime).await;
+}
+
+/// The worker fails a run (its input cannot be read) and the store fails the write that
+/// records it: the run is let go at once, not held for its hour-long lease, and the
+/// worker's next look fails it again, this time recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_the_store_could_not_record_lets_the_run_go_at_once() {
+    let db = loomflow_tests::TempDb::new("worker-finish-fault");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder()
+        .store(store)
+        .lease(Duration::from_secs(3_600))
+        .build();
+    let graph = breaking();
+    runtime.submit("breaking", "f-1", BROKEN).await.unwrap();
+    faults.fail_next_finish();
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    let executed = worker.run_until_idle().await.unwrap();
+    let record = runtime.run("f-1").await.unwrap().record;
+    assert_eq!(record.lease_owner, None, "let go, not held: {record:?}");
+    assert_eq!(
+        (executed, record.attempts),
+        (2, 2),
+        "claimed again: {record:?}"
+    );
+    failed_by_the_panic(&runtime, "f-1").await;
 }

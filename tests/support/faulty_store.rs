@@ -48,6 +48,8 @@ pub(crate) struct Faults {
     /// The next `next_wake_at_ms` says so on the first sender once called, and asks the
     /// store only once the second channel fires.
     held_wake_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// While set, the next `finish_run` fails with [`StoreError::Write`], writing nothing.
+    fail_finish: AtomicBool,
 }
 
 impl Faults {
@@ -58,6 +60,12 @@ impl Faults {
         let (go_tx, go_rx) = oneshot::channel();
         *self.held_read.lock().unwrap() = Some((read_tx, go_rx));
         (read_rx, go_tx)
+    }
+
+    /// Fails the next `finish_run` (a run finished outside a checkpoint: failed by its
+    /// worker, cancelled while queued) as a dropped connection would, writing nothing.
+    pub(crate) fn fail_next_finish(&self) {
+        self.fail_finish.store(true, Ordering::SeqCst);
     }
 
     /// Holds back the next read of the next wake time (a worker's, at the end of a look): the
@@ -524,6 +532,13 @@ impl<S: Store> Store for FaultyStore<S> {
         state: RunState,
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
+        if self.faults.fail_finish.swap(false, Ordering::SeqCst) {
+            let failed = StoreError::Write {
+                thread: thread.to_owned(),
+                message: "connection reset (armed fault)".to_owned(),
+            };
+            return Box::pin(std::future::ready(Err(failed)));
+        }
         self.inner.finish_run(thread, owner, state, error)
     }
 

@@ -23,7 +23,7 @@ pub(super) async fn fail(
     let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
         Ok(()) => RunState::Failed,
         Err(store) => {
-            tracing::warn!(%thread, %store, "could not fail the run; its lease runs out");
+            tracing::warn!(%thread, %store, "could not fail the run; it is let go, to be tried again");
             RunState::Running
         }
     };

@@ -221,7 +221,7 @@ fn claimed<S: State>(
                 None => claim.release().await,
             };
             if let Err(error) = ended {
-                // The outcome stands; the lease runs out on its own.
+                // The outcome stands; the claim, dropped, lets the run go runnable.
                 tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
             }
             if let (Some(runtime), true) = (&runtime, refused) {

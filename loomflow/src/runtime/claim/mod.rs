@@ -502,31 +502,42 @@ impl RunClaim {
         state: RunState,
         error: Option<String>,
     ) -> Result<(), StoreError> {
-        if self.inner.released.swap(true, Ordering::AcqRel) {
+        if self.inner.released.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.inner.releasing.store(true, Ordering::Release);
         let finished = self
             .inner
             .store
             .finish_run(&self.inner.thread, self.owner_text(), state, error)
             .await;
-        if let Err(StoreError::LeaseLost { .. }) = &finished {
-            self.inner.lost.store(true, Ordering::Release);
+        self.let_go(finished)
+    }
+
+    /// Notes what a write that lets the run go did: released once it is written; a write
+    /// that failed leaves the claim held, and dropping it lets the run go runnable (or
+    /// the lease runs out), as after a crash.
+    fn let_go(&self, written: Result<(), StoreError>) -> Result<(), StoreError> {
+        match &written {
+            Ok(()) => self.inner.released.store(true, Ordering::Release),
+            Err(StoreError::LeaseLost { .. }) => self.inner.lost.store(true, Ordering::Release),
+            Err(_) => {}
         }
-        finished
+        written
     }
 
     /// Lets the run go: another execution may claim it at once. Not while it holds a resume
     /// request it took and did not checkpoint past: then the lease runs out instead, and
     /// the next execution applies the request again (see [`request`]).
     pub(crate) async fn release(&self) -> Result<(), StoreError> {
-        if self.stopped_holding_request() || self.inner.released.swap(true, Ordering::AcqRel) {
+        if self.stopped_holding_request() || self.inner.released.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.inner
-            .store
+        self.inner.releasing.store(true, Ordering::Release);
+        let released = (self.inner.store)
             .release(&self.inner.thread, self.owner_text())
-            .await
+            .await;
+        self.let_go(released)
     }
 
     /// Lets the run go after its execution stopped half way (handed back, a store failure):
@@ -534,13 +545,14 @@ impl RunClaim {
     /// since the execution may have taken what it waited for (see
     /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)).
     pub(crate) async fn release_runnable(&self) -> Result<(), StoreError> {
-        if self.stopped_holding_request() || self.inner.released.swap(true, Ordering::AcqRel) {
+        if self.stopped_holding_request() || self.inner.released.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.inner
-            .store
+        self.inner.releasing.store(true, Ordering::Release);
+        let released = (self.inner.store)
             .release_runnable(&self.inner.thread, self.owner_text())
-            .await
+            .await;
+        self.let_go(released)
     }
 
     /// Whether the execution, as it stops, holds resume requests it did not checkpoint past:
