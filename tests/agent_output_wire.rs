@@ -51,20 +51,21 @@ fn assert_strict(schema: &Value, at: &str) {
     }
 }
 
+/// A local OpenAI-compatible server whose one reply is `content`.
+async fn openai_answering(content: &str) -> MockServer {
+    let message = json!({"role": "assistant", "content": content});
+    MockServer::start(vec![Reply::json(
+        200,
+        openai_completion(message, "stop", 20, 9),
+    )])
+    .await
+}
+
 #[tokio::test]
 async fn a_list_is_asked_of_openai_in_an_object_and_comes_back_typed() {
     let content =
         r#"{"result": [{"title": "pack", "minutes": 30}, {"title": "go", "minutes": null}]}"#;
-    let server = MockServer::start(vec![Reply::json(
-        200,
-        openai_completion(
-            json!({"role": "assistant", "content": content}),
-            "stop",
-            20,
-            12,
-        ),
-    )])
-    .await;
+    let server = openai_answering(content).await;
     let agent = Agent::builder("You plan.")
         .model(models::openai(&server))
         .output::<Vec<Step>>()
@@ -133,17 +134,7 @@ async fn an_enum_is_asked_of_anthropic_through_an_object_tool_input() {
 
 #[tokio::test]
 async fn a_hand_written_schema_is_sent_strict() {
-    let content = r#"{"city": "Lyon", "days": null}"#;
-    let server = MockServer::start(vec![Reply::json(
-        200,
-        openai_completion(
-            json!({"role": "assistant", "content": content}),
-            "stop",
-            20,
-            9,
-        ),
-    )])
-    .await;
+    let server = openai_answering(r#"{"city": "Lyon", "days": null}"#).await;
     #[derive(Debug, Deserialize, PartialEq)]
     struct Trip {
         city: String,
