@@ -245,56 +245,6 @@ impl Runtime {
         }
     }
 
-    /// Starts, once per runtime on a durable store, the task that brings in signals other
-    /// processes store: every poll interval, and at once when a store that is told of
-    /// changes (PostgreSQL's `LISTEN`) is told, it probes the store's change counter, and
-    /// refreshes the mailbox when it moved. It ends with the runtime.
-    fn watch_for_signals(&self) {
-        use std::sync::atomic::Ordering;
-        if !self.store().is_durable() || self.inner.watching.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            self.inner.watching.store(false, Ordering::Release);
-            return;
-        };
-        let weak = std::sync::Arc::downgrade(&self.inner);
-        let every = self.inner.poll_interval;
-        let notifier = self.store().change_notifier();
-        handle.spawn(async move {
-            let mut seen = None;
-            loop {
-                // Listening before the counter is read: a change told while the mailbox is
-                // refreshed (after the read) ends the next wait (see the worker's nap).
-                let mut told =
-                    std::pin::pin!(notifier.as_deref().map(tokio::sync::Notify::notified));
-                if let Some(notified) = told.as_mut().as_pin_mut() {
-                    notified.enable();
-                }
-                {
-                    let Some(inner) = weak.upgrade() else { return };
-                    let runtime = Runtime { inner };
-                    let change = runtime.store().change_counter();
-                    if change.is_none() || change != seen {
-                        seen = change;
-                        if let Err(error) = runtime.refresh_signals().await {
-                            tracing::warn!(%error, "could not load signals from the store");
-                        }
-                    }
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(every) => {}
-                    () = async {
-                        match told.as_pin_mut() {
-                            Some(notified) => notified.await,
-                            None => std::future::pending().await,
-                        }
-                    } => {}
-                }
-            }
-        });
-    }
-
     /// Brings into the mailbox the stored signals other processes sent since the last look:
     /// a worker calls it when the store changed, so that a waiter here receives a signal a
     /// web handler elsewhere sent. Returns the sessions they were sent to.

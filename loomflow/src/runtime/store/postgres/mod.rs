@@ -21,6 +21,7 @@
 mod audit;
 mod cancels;
 mod checkpoints;
+mod claim_sql;
 mod delete;
 mod error;
 mod fenced;
