@@ -21,6 +21,7 @@ mod seen;
 mod signal_watch;
 pub(crate) mod signals;
 pub mod store;
+pub(crate) mod store_told;
 pub(crate) mod wakes;
 
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! [`signals`](super::signals)): a waiter in this process receives a signal a web handler
 //! elsewhere sent, whether or not the process runs a worker.
 
-use super::Runtime;
+use super::{Runtime, store_told};
 
 impl Runtime {
     /// Starts, once per runtime on a durable store, the task that brings in signals other
@@ -24,13 +24,10 @@ impl Runtime {
         handle.spawn(async move {
             let mut seen = None;
             loop {
-                // Listening before the counter is read: a change told while the mailbox is
-                // refreshed (after the read) ends the next wait (see the worker's nap).
-                let mut told =
+                // Listening before the counter is read (see `store_told`).
+                let mut listening =
                     std::pin::pin!(notifier.as_deref().map(tokio::sync::Notify::notified));
-                if let Some(notified) = told.as_mut().as_pin_mut() {
-                    notified.enable();
-                }
+                store_told::enable(listening.as_mut());
                 {
                     let Some(inner) = weak.upgrade() else { return };
                     let runtime = Runtime { inner };
@@ -44,12 +41,7 @@ impl Runtime {
                 }
                 tokio::select! {
                     () = tokio::time::sleep(every) => {}
-                    () = async {
-                        match told.as_pin_mut() {
-                            Some(notified) => notified.await,
-                            None => std::future::pending().await,
-                        }
-                    } => {}
+                    () = store_told::told(listening) => {}
                 }
             }
         });

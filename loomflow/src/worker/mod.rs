@@ -63,11 +63,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::graph::{CompiledGraph, State};
 use crate::runtime::claim::RunClaim;
 use crate::runtime::clock::{now_ms, unix_ms};
+use crate::runtime::store_told;
 use crate::runtime::wakes::WakeInbox;
 use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
 
@@ -472,11 +473,9 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     let retry_after = inner.poll_interval.min(STORE_RETRY);
     while !*stop.borrow() {
         let mut failed = false;
-        // Listening from here, before the change counter is read (see `nap::changed_in_store`).
-        let mut store_changed = std::pin::pin!(notifier.as_deref().map(|n| n.notified()));
-        if let Some(notified) = store_changed.as_mut().as_pin_mut() {
-            notified.enable();
-        }
+        // Listening from here, before the change counter is read (see `store_told`).
+        let mut listening = std::pin::pin!(notifier.as_deref().map(Notify::notified));
+        store_told::enable(listening.as_mut());
         runtime.prune_if_due().await;
         match inner.unrecorded_signals().await {
             Ok(found) => signalled.extend(found),
@@ -572,7 +571,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
                 }
             }
             () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
-            () = nap::changed_in_store(store_changed) => notified = true,
+            () = store_told::told(listening) => notified = true,
         }
     }
     // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,

@@ -23,22 +23,6 @@ pub(super) fn length(
     }
 }
 
-/// Resolves when the store says it changed since `notified` was enabled; never, for a
-/// store that cannot say (`None`).
-///
-/// The store wakes its waiters with `notify_waiters`, which keeps nothing for a waiter that
-/// comes later: a worker enables its `Notified` before it reads the change counter, so that
-/// a change told while it looks (after the read) ends its nap rather than being lost until
-/// the next poll.
-pub(super) async fn changed_in_store(
-    notified: std::pin::Pin<&mut Option<tokio::sync::futures::Notified<'_>>>,
-) {
-    match notified.as_pin_mut() {
-        Some(notified) => notified.await,
-        None => std::future::pending().await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -143,12 +143,12 @@ pub(super) async fn cancel_after_suspending(runtime: &Runtime, claim: &RunClaim)
     })
 }
 
-/// Whether a run stopped because the store refused what it wrote
+/// Whether the store refused what the run wrote
 /// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)): it would refuse it again,
 /// so the run fails rather than being let go to be tried again.
-pub(super) fn store_refused<T>(result: &Result<T, RunError>) -> bool {
+pub(super) fn refused(error: &RunError) -> bool {
     matches!(
-        result,
-        Err(RunError::Store(crate::runtime::StoreError::Refused { .. }))
+        error,
+        RunError::Store(crate::runtime::StoreError::Refused { .. })
     )
 }

@@ -35,10 +35,10 @@ use crate::graph::error::RunError;
 use crate::graph::namespace::Namespace;
 use crate::graph::run::RunOutcome;
 use crate::runtime::claim::RunClaim;
-use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime, StoreError};
+use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
 
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
-use ending::{cancel, fail, put_last, store_refused};
+use ending::{cancel, fail, put_last};
 use locate::{Located, locate};
 use observe::Resumed;
 use route::{JoinMarks, route_into};
@@ -188,13 +188,13 @@ fn claimed<S: State>(
             let half_way = matches!(
                 &result,
                 Err(RunError::Yielded { .. } | RunError::Store(_) | RunError::Busy { .. })
-            ) && !store_refused(&result);
+            ) && !result.as_ref().is_err_and(ending::refused);
             let mut refused = false;
             let failure = match &result {
                 Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
                 Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
                 // What the store refused it would refuse again: the run fails.
-                Err(error) if store_refused(&result) => Some(ErrorChain(error).to_string()),
+                Err(error) if ending::refused(error) => Some(ErrorChain(error).to_string()),
                 Err(RunError::Store(_) | RunError::Busy { .. }) => None,
                 // A resume request the run could not take: it stays interrupted, and the
                 // request is spent.
@@ -488,7 +488,7 @@ fn run_supersteps<S: State>(
                 // A subgraph let go at its worker's shutdown, or a store failure stopped the
                 // step: the run lets go from where the step started, not at fault.
                 Err(error @ (RunError::Yielded { .. } | RunError::Store(_)))
-                    if !matches!(error, RunError::Store(StoreError::Refused { .. })) =>
+                    if !ending::refused(&error) =>
                 {
                     writer.finish().await?;
                     return Err(error);

@@ -34,24 +34,25 @@ impl Inner {
                 .map(|s| s.sent_at_ms)
                 .min()
         };
-        let chosen =
-            self.threads
-                .iter()
-                .map(|(thread, slot)| (thread, &slot.row))
-                .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
-                .filter_map(|(thread, row)| {
-                    // Runnable at once (0): a queued run since it was queued, a running one
-                    // whose lease ran out before anything else; a timer since it came due.
-                    let due = row.runnable_at_ms.filter(|&at| at <= due_ms).map(|at| {
-                        match (at, row.state) {
-                            (0, Some(RunState::Queued)) => row.updated_at_ms,
-                            (at, _) => at,
-                        }
-                    });
-                    due.or_else(|| signalled(row, thread))
-                        .map(|at| (at, thread.clone()))
-                })
-                .min();
+        // Runnable at once (0): a queued run since it was queued, a running one whose lease
+        // ran out before anything else; a timer since it came due.
+        let due = |row: &RunRow| {
+            let at = row.runnable_at_ms.filter(|&at| at <= due_ms)?;
+            Some(match (at, row.state) {
+                (0, Some(RunState::Queued)) => row.updated_at_ms,
+                (at, _) => at,
+            })
+        };
+        let chosen = self
+            .threads
+            .iter()
+            .map(|(thread, slot)| (thread, &slot.row))
+            .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
+            .filter_map(|(thread, row)| {
+                let since = due(row).or_else(|| signalled(row, thread))?;
+                Some((since, thread.clone()))
+            })
+            .min();
         chosen.map(|(_, thread)| thread)
     }
 

@@ -237,52 +237,53 @@ pub(super) fn next_runnable(
     now_ms: i64,
     due_ms: i64,
 ) -> rusqlite::Result<Option<String>> {
-    // Runnable at once (`runnable_at_ms` 0): a queued run, since it was queued, and a
-    // running one whose lease ran out (its process died), before anything else. A timer
-    // is runnable since it came due, a signalled run since its signal was sent. The
-    // earliest of the three candidates goes first, so that a backlog of queued runs does
-    // not hold up the others until it runs out.
-    let at_once: Option<(String, i64)> = conn
-        .prepare_cached(
-            "SELECT thread, CASE WHEN status = 'queued' THEN updated_at_ms ELSE 0 END FROM runs
-             WHERE runnable_at_ms = 0
-               AND (lease_owner IS NULL OR lease_until_ms <= ?1)
-               AND graph IN (SELECT value FROM json_each(?2))
-             ORDER BY updated_at_ms LIMIT 1",
-        )?
-        .query_row(params![now_ms, graphs], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()?;
-    let timer: Option<(String, i64)> = conn
-        .prepare_cached(
-            "SELECT thread, runnable_at_ms FROM runs
-             WHERE runnable_at_ms > 0 AND runnable_at_ms <= ?2
-               AND (lease_owner IS NULL OR lease_until_ms <= ?1)
-               AND graph IN (SELECT value FROM json_each(?3))
-             ORDER BY runnable_at_ms, updated_at_ms LIMIT 1",
-        )?
-        .query_row(params![now_ms, due_ms, graphs], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()?;
-    let signalled: Option<(String, i64)> = conn
-        .prepare_cached(
-            "SELECT r.thread, s.sent_at_ms FROM signals s JOIN runs r ON r.thread = s.session
-             WHERE s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
-               AND (r.lease_owner IS NULL OR r.lease_until_ms <= ?1)
-               AND r.graph IN (SELECT value FROM json_each(?2))
-               AND EXISTS (SELECT 1 FROM json_each(r.waiting_on) w WHERE w.value = s.name)
-             ORDER BY s.seq LIMIT 1",
-        )?
-        .query_row(params![now_ms, graphs], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()?;
+    // Runnable at once (`runnable_at_ms` 0): a queued run since it was queued, a running
+    // one whose lease ran out before anything else; a timer since it came due, a signalled
+    // run since its signal was sent. The earliest candidate goes first: a backlog of queued
+    // runs does not hold up the others until it runs out.
+    let at_once = candidate(
+        conn,
+        "SELECT thread, CASE WHEN status = 'queued' THEN updated_at_ms ELSE 0 END FROM runs
+         WHERE runnable_at_ms = 0
+           AND (lease_owner IS NULL OR lease_until_ms <= ?1)
+           AND graph IN (SELECT value FROM json_each(?2))
+         ORDER BY updated_at_ms LIMIT 1",
+        params![now_ms, graphs],
+    )?;
+    let timer = candidate(
+        conn,
+        "SELECT thread, runnable_at_ms FROM runs
+         WHERE runnable_at_ms > 0 AND runnable_at_ms <= ?2
+           AND (lease_owner IS NULL OR lease_until_ms <= ?1)
+           AND graph IN (SELECT value FROM json_each(?3))
+         ORDER BY runnable_at_ms, updated_at_ms LIMIT 1",
+        params![now_ms, due_ms, graphs],
+    )?;
+    let signalled = candidate(
+        conn,
+        "SELECT r.thread, s.sent_at_ms FROM signals s JOIN runs r ON r.thread = s.session
+         WHERE s.consumed_at_ms IS NULL AND r.status IN ('waiting', 'interrupted')
+           AND (r.lease_owner IS NULL OR r.lease_until_ms <= ?1)
+           AND r.graph IN (SELECT value FROM json_each(?2))
+           AND EXISTS (SELECT 1 FROM json_each(r.waiting_on) w WHERE w.value = s.name)
+         ORDER BY s.seq LIMIT 1",
+        params![now_ms, graphs],
+    )?;
     let candidates = [at_once, timer, signalled].into_iter().flatten();
     Ok(candidates
         .min_by_key(|(_, since)| *since)
         .map(|(thread, _)| thread))
+}
+
+/// The run `sql` chooses, with the time it became runnable (its two columns).
+fn candidate(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<Option<(String, i64)>> {
+    conn.prepare_cached(sql)?
+        .query_row(params, |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
 }
 
 /// `thread`, if its run waits for the signal `signal`, is of one of `graphs`, and is free.
