@@ -1,7 +1,7 @@
 //! Both HTTP adapters against what real servers send besides the documented format: an SSE
 //! `error` event (llama.cpp), an error object in a 200 reply to a stream request, parallel
-//! calls that all claim index 0 (Ollama), Anthropic's context-limit wording, and bytes cut
-//! anywhere in a stream.
+//! calls that all claim index 0 (Ollama), Anthropic's context-limit wording, bytes cut
+//! anywhere in a stream, and a whole JSON reply to a stream request.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/fixtures.rs"]
@@ -372,4 +372,58 @@ async fn tool_calls_without_ids_get_ids_of_their_own() {
         "{asked:?}"
     );
     assert_eq!(answered, [(asked[0], "4"), (asked[1], "10")], "{second}");
+}
+
+// A server that ignores `"stream": true` and answers with the whole reply as JSON (some
+// compatible gateways and proxies do): stream() hands back that reply, not a cut stream.
+
+#[tokio::test]
+async fn a_whole_json_reply_to_a_stream_request_is_the_reply() {
+    let call = json!({"id": "call_1", "type": "function",
+                      "function": {"name": "add", "arguments": "{\"a\":1}"}});
+    let message = json!({"role": "assistant", "content": "adding", "tool_calls": [call]});
+    let server = MockServer::start(vec![Reply::json(
+        200,
+        openai_completion(message, "tool_calls", 9, 4),
+    )])
+    .await;
+    let reply = collect_stream(openai(&server).stream(hi())).await.unwrap();
+    assert_eq!(reply.content, "adding");
+    assert_eq!(
+        reply.tool_calls,
+        [ToolCall::new("call_1", "add", json!({"a": 1}))]
+    );
+    assert_eq!(reply.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(
+        (reply.usage.input_tokens, reply.usage.output_tokens),
+        (9, 4)
+    );
+    assert_eq!(reply.model.as_deref(), Some("gpt-test"));
+    assert_eq!(server.requests().len(), 1, "answered at the first request");
+    assert_eq!(server.requests()[0].body["stream"], true);
+
+    let content = json!([
+        {"type": "text", "text": "adding"},
+        {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1}}
+    ]);
+    let server = MockServer::start(vec![Reply::json(
+        200,
+        anthropic_message(content, "tool_use", 9, 4),
+    )])
+    .await;
+    let reply = collect_stream(anthropic(&server).stream(hi()))
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "adding");
+    assert_eq!(
+        reply.tool_calls,
+        [ToolCall::new("toolu_1", "add", json!({"a": 1}))]
+    );
+    assert_eq!(reply.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(
+        (reply.usage.input_tokens, reply.usage.output_tokens),
+        (9, 4)
+    );
+    assert_eq!(reply.model.as_deref(), Some("claude-test"));
+    assert_eq!(server.requests()[0].body["stream"], true);
 }

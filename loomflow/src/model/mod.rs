@@ -52,6 +52,8 @@ mod retry_after;
 mod scripted;
 mod secret;
 pub mod sse;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod stream_reply;
 pub mod transcript;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod transport;

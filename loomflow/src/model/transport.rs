@@ -79,40 +79,6 @@ pub(crate) async fn send_once(
     ))
 }
 
-/// Sends a stream request once and hands back the reply's body. A 2xx that comes as JSON
-/// rather than events is read whole first: an error object in it (a gateway that failed after
-/// choosing its status) is the error [`body_error`] makes of it, exactly as for a complete
-/// call, so that it is retried the same way; any other JSON body is decoded as it came.
-pub(crate) async fn send_for_events(
-    request: reqwest::RequestBuilder,
-    target: &Target,
-    key: Option<&ApiKey>,
-) -> Result<
-    impl Stream<Item = Result<impl AsRef<[u8]>, reqwest::Error>> + Send + Unpin + 'static,
-    ModelError,
-> {
-    use futures_util::future::Either;
-    let response = send_once(request, target, key).await?;
-    let is_json = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.contains("json"));
-    if !is_json {
-        return Ok(Either::Left(Box::pin(response.bytes_stream())));
-    }
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|e| transport_error(e, target))?;
-    if let Ok(serde_json::Value::Object(mut reply)) = serde_json::from_slice(&bytes)
-        && let Some(error) = reply.remove("error").filter(|e| !e.is_null())
-    {
-        return Err(body_error(target, error, key));
-    }
-    Ok(Either::Right(futures_util::stream::iter([Ok(bytes)])))
-}
-
 pub(crate) fn transport_error(error: reqwest::Error, target: &Target) -> ModelError {
     if error.is_decode() {
         return ModelError::Decode {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::retry::with_retry;
+use super::stream_reply::{self, StreamReply};
 use super::transport::{self, Target};
 use super::{
     ApiKey, BoxFuture, ChunkStream, Model, ModelError, ModelRequest, ModelResponse, RetryPolicy,
@@ -35,7 +36,8 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// reads count as cached input), retries and a per-request timeout. An output schema becomes
 /// a forced tool whose input is returned as the reply's text, so the response looks like any
 /// structured reply; streamed, that text comes whole at the end, written as the complete call
-/// writes it.
+/// writes it. A server that ignores `"stream": true` and sends the whole message as JSON is
+/// read as a complete call's reply, and [`Model::stream`] hands it back in one piece.
 ///
 /// # Examples
 ///
@@ -260,16 +262,24 @@ impl Inner {
         let output_tool = request.output_schema.map(|s| s.name);
         // Retried up to the first content, so an error event before it is retried too.
         with_retry(&self.retry, PROVIDER, &target.model, || async {
-            let call = transport::send_for_events(self.post(&body), &target, self.key.as_ref());
-            let events = tokio::time::timeout(self.timeout, call)
+            let call = stream_reply::send_for_events(self.post(&body), &target, self.key.as_ref());
+            let reply = tokio::time::timeout(self.timeout, call)
                 .await
                 .map_err(|_| transport::timeout_error(&target, self.timeout))??;
-            let chunks = transport::sse_chunks(
-                events,
-                stream::Decoder::new(target.clone(), output_tool.clone()),
-                self.timeout,
-                target.clone(),
-            );
+            let chunks = match reply {
+                StreamReply::Events(events) => transport::sse_chunks(
+                    events,
+                    stream::Decoder::new(target.clone(), output_tool.clone()),
+                    self.timeout,
+                    target.clone(),
+                ),
+                StreamReply::Whole(whole) => stream_reply::whole_reply(response::parse(
+                    whole.as_ref(),
+                    &target,
+                    output_tool.as_deref(),
+                    self.key.as_ref(),
+                )?),
+            };
             transport::until_content(chunks).await
         })
         .await

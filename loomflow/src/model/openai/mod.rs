@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::retry::with_retry;
+use super::stream_reply::{self, StreamReply};
 use super::transport::{self, Target};
 use super::{
     ApiKey, BoxFuture, ChunkStream, Model, ModelError, ModelRequest, ModelResponse, RetryPolicy,
@@ -37,7 +38,9 @@ pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
 /// the typed error it names and is retried as its status would be; a prompt too long for the
 /// context is [`ModelError::ContextTooLong`] either way. Parallel tool calls sent without an
 /// `index` (Gemini) or all under `index: 0` (Ollama) are told apart by their ids. A stream that
-/// says `[DONE]` before it said anything is [`ModelError::StreamCut`], not an empty reply.
+/// says `[DONE]` before it said anything is [`ModelError::StreamCut`], not an empty reply. A
+/// server that ignores `"stream": true` and sends the whole reply as JSON is read as a complete
+/// call's reply, and [`Model::stream`] hands it back in one piece.
 ///
 /// # Examples
 ///
@@ -255,16 +258,23 @@ impl Inner {
         let body = self.encode(&request, &target, true)?;
         // Retried up to the first content, so an error chunk before it is retried too.
         with_retry(&self.retry, self.provider, &target.model, || async {
-            let call = transport::send_for_events(self.post(&body), &target, self.key.as_ref());
-            let events = tokio::time::timeout(self.timeout, call)
+            let call = stream_reply::send_for_events(self.post(&body), &target, self.key.as_ref());
+            let reply = tokio::time::timeout(self.timeout, call)
                 .await
                 .map_err(|_| transport::timeout_error(&target, self.timeout))??;
-            let chunks = transport::sse_chunks(
-                events,
-                stream::Decoder::new(target.clone()),
-                self.timeout,
-                target.clone(),
-            );
+            let chunks = match reply {
+                StreamReply::Events(events) => transport::sse_chunks(
+                    events,
+                    stream::Decoder::new(target.clone()),
+                    self.timeout,
+                    target.clone(),
+                ),
+                StreamReply::Whole(whole) => stream_reply::whole_reply(response::parse(
+                    whole.as_ref(),
+                    &target,
+                    self.key.as_ref(),
+                )?),
+            };
             transport::until_content(chunks).await
         })
         .await
