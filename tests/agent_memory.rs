@@ -319,3 +319,48 @@ async fn remember_tool_with_a_blank_user_falls_back_to_the_session() {
         .unwrap();
     assert_eq!(found[0].text, "Likes tea");
 }
+
+/// Extraction reads only the run it follows: a session's earlier runs were extracted after
+/// their own answers, and may have acted for another user, whose facts must not be filed
+/// under this run's.
+#[tokio::test]
+async fn extraction_reads_only_its_own_run_of_the_session() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text("Noted, no peanuts."),
+        ModelResponse::text(r#"["Ada is allergic to peanuts"]"#),
+        ModelResponse::text("Hello Bob."),
+        ModelResponse::text("[]"),
+        ModelResponse::text("Lyon it is."),
+        ModelResponse::text(r#"["Bob lives in Lyon"]"#),
+    ]));
+    let agent = Agent::builder("You chat.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().extract_after_run(true))
+        .build()
+        .unwrap();
+    let run =
+        |prompt: &'static str, user: &'static str| agent.run(prompt).user(user).session("shared");
+    run("I'm allergic to peanuts.", "ada").await.unwrap();
+    run("Hi, I'm Bob.", "bob").await.unwrap();
+    run("I live in Lyon.", "bob").await.unwrap();
+
+    let requests = model.requests();
+    let extracted = |at: usize| requests[at].messages[1].text().to_owned();
+    assert!(extracted(1).contains("I'm allergic to peanuts."));
+    for (at, run, theirs, not_theirs) in [
+        (3, "Bob's first", "Hi, I'm Bob.", "peanuts"),
+        (5, "Bob's second", "I live in Lyon.", "Hi, I'm Bob."),
+    ] {
+        let text = extracted(at);
+        assert!(text.contains(theirs), "{run} run: {text}");
+        assert!(
+            !text.contains(not_theirs),
+            "{run} run reads an earlier run: {text}"
+        );
+    }
+    let bob = memory.list(&Scope::user("bob"), 10).await.unwrap();
+    let bob: Vec<&str> = bob.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(bob, ["Bob lives in Lyon"]);
+}

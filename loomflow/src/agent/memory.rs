@@ -62,7 +62,9 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
     };
     // Through the agent's own model path: a `chat` span, the rate limiter, no chunks
     // streamed to the run's listener (the answer is JSON for the memory, not for the user).
-    let request = extraction_request(&state.messages);
+    // This run's messages only: the session's earlier runs were extracted after their own
+    // answers, and may have acted for another user.
+    let request = extraction_request(state.messages.iter().skip(state.run_start));
     let user = state.user.as_deref();
     let ran = Ran::default();
     let extracted: std::result::Result<(Vec<MemoryId>, Usage), RunError> = ctx

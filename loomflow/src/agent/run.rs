@@ -452,6 +452,7 @@ fn continue_from(
     }
     let mut state = AgentState::new(prompt);
     state.messages = previous.messages;
+    state.run_start = state.messages.len();
     state.messages.push(Message::user(prompt));
     // The session goes on acting for the same user, unless the run names another.
     state.user = previous.user;

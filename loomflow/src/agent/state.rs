@@ -60,6 +60,11 @@ pub struct AgentState {
     /// [`Budget::max_wall_clock`](super::Budget::max_wall_clock) caps.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub running_ms: u64,
+    /// Where this run's own messages begin in `messages`: a session's earlier runs come
+    /// before them. What extraction reads (it remembers what this run was told, for this
+    /// run's user); kept in step when the conversation is trimmed.
+    #[serde(default, skip_serializing_if = "is_zero_index")]
+    pub(crate) run_start: usize,
     /// Up to when, in this leg, `running_ms` counts; not checkpointed, so a resumed leg
     /// starts counting afresh.
     #[serde(skip)]
@@ -117,6 +122,10 @@ impl AgentState {
             .find(|m| m.role() == Role::Assistant && !m.text().is_empty())
             .map(Message::text)
     }
+}
+
+fn is_zero_index(n: &usize) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -138,6 +138,18 @@ pub(crate) fn estimate_tokens<'a>(messages: impl IntoIterator<Item = &'a Message
     (chars as u64).div_ceil(4)
 }
 
+/// Where this run's messages begin once the messages before `cut` are dropped (but the
+/// `pinned` one) and `offset` messages (a summary, the pinned one) put before the rest: a
+/// start past the cut moves with the rest; one before it moves to the pinned message when
+/// that is the run's, or else to the rest.
+fn run_start_after_cut(start: usize, cut: usize, pinned: Option<usize>, offset: usize) -> usize {
+    match pinned {
+        _ if start >= cut => start - cut + offset,
+        Some(pinned) if pinned >= start => offset - 1,
+        _ => offset,
+    }
+}
+
 /// Where each exchange starts: every user and assistant message (tool results belong to
 /// the assistant message before them).
 fn exchange_starts(messages: &Transcript) -> Vec<usize> {
@@ -240,8 +252,10 @@ pub(super) async fn manage(core: &AgentCore, state: &mut AgentState, ctx: &Conte
     if let Some(user) = pinned {
         kept.push(state.messages[user].clone());
     }
+    let offset = kept.len();
     kept.append_shared(&state.messages.tail(cut));
     state.messages = kept;
+    state.run_start = run_start_after_cut(state.run_start, cut, pinned, offset);
     AgentEvent::ContextTrimmed {
         strategy: policy.strategy_name().to_owned(),
         removed: dropped,
@@ -362,6 +376,20 @@ mod tests {
     use super::*;
     use crate::model::ToolCall;
     use serde_json::json;
+
+    /// Messages 0..10, cut at 6: the rest (6..) comes after `offset` messages.
+    #[test]
+    fn the_runs_start_moves_with_a_cut() {
+        // Past the cut: moves with the rest, behind a summary and a pinned message.
+        assert_eq!(run_start_after_cut(7, 6, Some(3), 2), 3);
+        assert_eq!(run_start_after_cut(6, 6, None, 0), 0);
+        // Before the cut, its prompt pinned: the pinned message, after the summary.
+        assert_eq!(run_start_after_cut(3, 6, Some(3), 2), 1);
+        assert_eq!(run_start_after_cut(3, 6, Some(3), 1), 0);
+        // Before the cut, with only an earlier run's message pinned: the rest.
+        assert_eq!(run_start_after_cut(4, 6, Some(2), 2), 2);
+        assert_eq!(run_start_after_cut(4, 6, None, 1), 1);
+    }
 
     #[test]
     fn a_compaction_journaled_before_its_usage_was_kept_still_reads() {

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
-use crate::model::{Message, ModelRequest, Role, Transcript};
+use crate::model::{Message, ModelRequest, Role};
 
 /// How an agent uses its memory (see [`AgentBuilder::memory_options`](crate::agent::AgentBuilder::memory_options)).
 ///
@@ -32,8 +32,10 @@ pub struct MemoryOptions {
     /// recalled into every user's prompt (default `false`: a user, or text injected into a
     /// conversation, must not put words into other users' prompts).
     pub agent_writes: bool,
-    /// Whether, after each run's answer, a model call extracts durable facts from the
-    /// conversation and remembers them for the run's user (or session) (default `false`).
+    /// Whether, after each run's answer, a model call extracts durable facts from the run's
+    /// part of the conversation (its prompt onwards; a session's earlier runs were read
+    /// after their own answers) and remembers them for the run's user (or session)
+    /// (default `false`).
     pub extract: bool,
 }
 
@@ -133,9 +135,11 @@ nothing is worth remembering.";
 
 /// The model request that asks for the durable facts of `messages` (the user's and the
 /// assistant's text, in order).
-pub(crate) fn extraction_request(messages: &Transcript) -> ModelRequest {
+pub(crate) fn extraction_request<'a>(
+    messages: impl IntoIterator<Item = &'a Message>,
+) -> ModelRequest {
     let transcript: Vec<String> = messages
-        .iter()
+        .into_iter()
         .filter(|m| matches!(m.role(), Role::User | Role::Assistant) && !m.text().is_empty())
         .map(|m| format!("{:?}: {}", m.role(), m.text()))
         .collect();
