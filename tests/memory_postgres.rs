@@ -48,6 +48,7 @@ async fn consolidation_is_journaled_in_the_store_database() {
     behaviour::consolidation_is_journaled(&memory, &runtime).await;
     behaviour::consolidation_rewrites_once(&memory, &runtime).await;
     behaviour::consolidation_after_a_thread_delete_rewrites_again(&memory, &runtime).await;
+    behaviour::consolidation_writes_nothing_over_forgotten_items(&memory, &runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

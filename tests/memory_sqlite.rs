@@ -47,6 +47,16 @@ async fn consolidation_rewrites_once() {
 }
 
 #[tokio::test]
+async fn consolidation_writes_nothing_over_forgotten_items() {
+    let runtime = Runtime::in_memory();
+    behaviour::consolidation_writes_nothing_over_forgotten_items(
+        &SqliteMemory::in_memory().unwrap(),
+        &runtime,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn consolidation_after_a_thread_delete_rewrites_again() {
     let journal = temp_file("consolidation-after-delete");
     let runtime = Runtime::sqlite(&journal).unwrap();

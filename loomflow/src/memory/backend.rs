@@ -7,7 +7,7 @@ use serde_json::Value;
 use unicode_normalization::UnicodeNormalization;
 use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
 
-use super::{MemoryError, Scope};
+use super::{MemoryError, MemoryId, Scope};
 
 /// The most words of a query that are searched, after its stop words are dropped.
 pub(crate) const MAX_WORDS: usize = 64;
@@ -119,6 +119,12 @@ pub(crate) fn check_metadata(scope: &Scope, metadata: Value) -> Result<Value, Me
 }
 
 /// Milliseconds since the Unix epoch, as the backends store times.
+/// `ids` without repeats, in the order they first come.
+pub(crate) fn distinct(ids: &[MemoryId]) -> Vec<MemoryId> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

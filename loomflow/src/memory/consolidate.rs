@@ -28,7 +28,9 @@ self-contained statements.";
 pub struct ConsolidationReport {
     /// The scope consolidated.
     pub scope: Scope,
-    /// The items merged away (empty when there were fewer than two to merge).
+    /// The items merged away: empty when there were fewer than two to merge, or when some
+    /// of those chosen were gone by the rewrite (forgotten meanwhile, or merged by another
+    /// consolidation), which then writes nothing.
     pub removed: Vec<MemoryId>,
     /// The items written in their place.
     pub added: Vec<MemoryId>,
@@ -43,7 +45,9 @@ pub struct ConsolidationReport {
 /// journaled steps, so a consolidation that fails after the model answered (or whose process
 /// died) is carried on by [`recover`](Self::recover) without asking the model again, and
 /// never rewrites twice. The rewrite is one transaction: the old items go and the merged
-/// ones come in together.
+/// ones come in together, dated as the newest of the old. Should any of the old items be
+/// gone by then (forgotten, or merged by a consolidation run meanwhile, in this process or
+/// another), nothing is rewritten: the merged items could repeat what was forgotten.
 ///
 /// # Examples
 ///
@@ -263,17 +267,29 @@ impl Merge {
             })
             .await?;
         let metadata = json!({ "source": "consolidation", "merged": old, "consolidation": key });
-        let added: Vec<MemoryId> = ctx
+        // `None`: some of the chosen items were gone by the rewrite (forgotten, or merged by a
+        // consolidation that ran meanwhile), and the merged items, which may repeat them,
+        // are not written.
+        let added: Option<Vec<MemoryId>> = ctx
             .step("apply", || async {
                 let done = self.rewritten(&scope, &key).await?;
                 if !done.is_empty() {
-                    return Ok(done);
+                    return Ok(Some(done));
                 }
-                self.memory.replace(&scope, &old, &merged, metadata).await
+                match self.memory.replace(&scope, &old, &merged, metadata).await {
+                    Ok(added) => Ok(Some(added)),
+                    Err(error @ MemoryError::Gone { .. }) => {
+                        tracing::warn!(%error, "memory consolidation: nothing rewritten");
+                        Ok(None)
+                    }
+                    Err(error) => Err(error),
+                }
             })
             .await?;
-        state.removed = old;
-        state.added = added;
+        if let Some(added) = added {
+            state.removed = old;
+            state.added = added;
+        }
         Ok(())
     }
 

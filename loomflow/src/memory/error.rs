@@ -35,6 +35,19 @@ pub enum MemoryError {
         /// How deeply metadata may nest.
         limit: usize,
     },
+    /// Items to replace are no longer there: forgotten, or merged away by another
+    /// consolidation. Nothing was replaced.
+    #[error(
+        "cannot replace items of {scope}: {} gone (forgotten, or merged by another \
+         consolidation); nothing was replaced",
+        ids(missing)
+    )]
+    Gone {
+        /// The scope.
+        scope: Scope,
+        /// The ids that are gone.
+        missing: Vec<super::MemoryId>,
+    },
     /// The backend failed.
     #[error("{backend} memory failed to {operation}")]
     Backend {
@@ -64,6 +77,15 @@ pub enum MemoryError {
         /// What is wrong.
         problem: String,
     },
+}
+
+/// `item 4` or `items 4, 7`.
+fn ids(ids: &[super::MemoryId]) -> String {
+    let list: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    match list.len() {
+        1 => format!("item {} is", list[0]),
+        _ => format!("items {} are", list.join(", ")),
+    }
 }
 
 impl MemoryError {

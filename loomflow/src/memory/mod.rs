@@ -226,12 +226,15 @@ pub trait Memory: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Vec<MemoryItem>, MemoryError>>;
 
     /// In one transaction: removes the items `old` of `scope` and stores `texts` in their
-    /// place, each with `metadata`. Ids of `old` that `scope` does not hold are ignored.
-    /// Returns the new items' ids, in order.
+    /// place, each with `metadata`, dated as the newest of `old` (so that they keep the
+    /// place in time of what they replace; now, when `old` is empty). Returns the new
+    /// items' ids, in order.
     ///
     /// # Errors
     ///
-    /// As [`remember`](Self::remember); nothing changes on error.
+    /// [`MemoryError::Gone`] when `scope` no longer holds some of `old` (they were
+    /// forgotten, or replaced by another call): what replaces them may repeat what was
+    /// forgotten. Otherwise as [`remember`](Self::remember). Nothing changes on error.
     fn replace<'a>(
         &'a self,
         scope: &'a Scope,

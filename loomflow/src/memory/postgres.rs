@@ -4,7 +4,7 @@
 use deadpool_postgres::{Object, Pool};
 use serde_json::Value;
 
-use super::backend::{check_metadata, check_new, check_text, from_ms, now_ms, words};
+use super::backend::{check_metadata, check_new, check_text, distinct, from_ms, now_ms, words};
 use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
 use crate::graph::BoxFuture;
 use crate::runtime::{PostgresOptions, PostgresStore};
@@ -279,19 +279,42 @@ impl Memory for PostgresMemory {
                 .transaction()
                 .await
                 .map_err(failed(operation.clone()))?;
-            let old: Vec<i64> = old.iter().map(|id| id.0).collect();
-            tx.execute(
-                "DELETE FROM loomflow_memory WHERE id = ANY($1) AND scope_kind = $2 AND scope_id = $3",
-                &[&old, &scope.kind(), &scope.id()],
-            )
-            .await
-            .map_err(failed(operation.clone()))?;
+            let old = distinct(old);
+            let ids: Vec<i64> = old.iter().map(|id| id.0).collect();
+            let deleted = tx
+                .query(
+                    "DELETE FROM loomflow_memory
+                     WHERE id = ANY($1) AND scope_kind = $2 AND scope_id = $3
+                     RETURNING id, created_ms",
+                    &[&ids, &scope.kind(), &scope.id()],
+                )
+                .await
+                .map_err(failed(operation.clone()))?;
+            let read = |row: &tokio_postgres::Row, at: usize| {
+                row.try_get::<_, i64>(at).map_err(failed(operation.clone()))
+            };
+            let mut gone = std::collections::HashSet::with_capacity(deleted.len());
+            let mut newest: Option<i64> = None;
+            for row in &deleted {
+                gone.insert(read(row, 0)?);
+                newest = newest.max(Some(read(row, 1)?));
+            }
+            let missing: Vec<MemoryId> =
+                old.into_iter().filter(|id| !gone.contains(&id.0)).collect();
+            if !missing.is_empty() {
+                // Dropped uncommitted: the transaction rolls back.
+                return Err(MemoryError::Gone {
+                    scope: scope.clone(),
+                    missing,
+                });
+            }
+            let created_ms = newest.unwrap_or_else(now_ms);
             let mut ids = Vec::with_capacity(texts.len());
             for text in texts {
                 let row = tx
                     .query_one(
                         INSERT,
-                        &[&scope.kind(), &scope.id(), text, &metadata, &now_ms()],
+                        &[&scope.kind(), &scope.id(), text, &metadata, &created_ms],
                     )
                     .await
                     .map_err(failed(operation.clone()))?;

@@ -4,10 +4,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
-use super::backend::{check_metadata, check_new, check_text, from_ms, now_ms, words};
+use super::backend::{check_metadata, check_new, check_text, distinct, from_ms, now_ms, words};
 use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
 use crate::graph::BoxFuture;
 
@@ -125,11 +125,12 @@ fn insert(
     scope: &Scope,
     text: &str,
     metadata: &str,
+    created_ms: i64,
 ) -> rusqlite::Result<MemoryId> {
     tx.execute(
         "INSERT INTO loomflow_memory (scope_kind, scope_id, text, metadata, created_ms)
          VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![scope.kind(), scope.id(), text, metadata, now_ms()],
+        params![scope.kind(), scope.id(), text, metadata, created_ms],
     )?;
     Ok(MemoryId(tx.last_insert_rowid()))
 }
@@ -158,7 +159,7 @@ impl Memory for SqliteMemory {
             let (scope, text) = (scope.clone(), text.to_owned());
             self.with(format!("remember for {scope}"), move |c| {
                 let tx = c.transaction()?;
-                let id = insert(&tx, &scope, &text, &metadata)?;
+                let id = insert(&tx, &scope, &text, &metadata, now_ms())?;
                 tx.commit()?;
                 Ok(id)
             })
@@ -296,23 +297,46 @@ impl Memory for SqliteMemory {
                 check_text(scope, text)?;
             }
             let metadata = check_metadata(scope, metadata)?.to_string();
-            let (scope, old, texts) = (scope.clone(), old.to_vec(), texts.to_vec());
-            self.with(format!("replace items of {scope}"), move |c| {
-                let tx = c.transaction()?;
-                for id in &old {
-                    tx.execute(
-                        "DELETE FROM loomflow_memory WHERE id = ?1 AND scope_kind = ?2 AND scope_id = ?3",
-                        params![id.0, scope.kind(), scope.id()],
-                    )?;
-                }
-                let ids = texts
-                    .iter()
-                    .map(|text| insert(&tx, &scope, text, &metadata))
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                tx.commit()?;
-                Ok(ids)
+            let old = distinct(old);
+            let (owned, texts) = (scope.clone(), texts.to_vec());
+            let replaced = self
+                .with(format!("replace items of {scope}"), move |c| {
+                    let scope = owned;
+                    let tx = c.transaction()?;
+                    let mut newest: Option<i64> = None;
+                    let mut missing = Vec::new();
+                    for id in old {
+                        let created = tx
+                            .query_row(
+                                "DELETE FROM loomflow_memory
+                             WHERE id = ?1 AND scope_kind = ?2 AND scope_id = ?3
+                             RETURNING created_ms",
+                                params![id.0, scope.kind(), scope.id()],
+                                |row| row.get::<_, i64>(0),
+                            )
+                            .optional()?;
+                        match created {
+                            Some(ms) => newest = newest.max(Some(ms)),
+                            None => missing.push(id),
+                        }
+                    }
+                    if !missing.is_empty() {
+                        // Dropped uncommitted: the transaction rolls back.
+                        return Ok(Err(missing));
+                    }
+                    let created_ms = newest.unwrap_or_else(now_ms);
+                    let ids = texts
+                        .iter()
+                        .map(|text| insert(&tx, &scope, text, &metadata, created_ms))
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    tx.commit()?;
+                    Ok(Ok(ids))
+                })
+                .await?;
+            replaced.map_err(|missing| MemoryError::Gone {
+                scope: scope.clone(),
+                missing,
             })
-            .await
         })
     }
 }
