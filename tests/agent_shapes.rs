@@ -9,7 +9,7 @@ use loomflow::agent::{Agent, Verdict, on_output};
 use loomflow::architecture::{
     ActorCritic, Debate, PlanAndExecute, Reflexion, Router, Supervisor, Swarm, TeamState,
 };
-use loomflow::graph::GraphProblem;
+use loomflow::graph::{GraphError, GraphProblem, RunError};
 use loomflow::model::{Message, ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow_tests::check_mermaid;
@@ -1066,4 +1066,112 @@ async fn a_cancelled_team_stops_its_worker_before_its_next_turn() {
     );
     assert_eq!(model.requests().len(), 1, "model calls after the cancel");
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// `max_rounds` counts the delegations of the whole run: a worker that waits for an
+/// approval every round does not start the count again at each resume.
+#[tokio::test]
+async fn a_supervisors_rounds_are_counted_across_its_workers_waits() {
+    let _one_at_a_time = REFUND_TESTS.lock().await;
+    let refunds_before = REFUNDS.load(std::sync::atomic::Ordering::SeqCst);
+    let mut worker = Vec::new();
+    for n in 1..=3 {
+        let id = format!("call_{n}");
+        let order = json!({ "order": format!("ord_{n}") });
+        worker.push(ModelResponse::tool_calls(vec![ToolCall::new(
+            id, "refund", order,
+        )]));
+        worker.push(ModelResponse::text(format!("Refunded order {n}.")));
+    }
+    let refunder = Agent::builder("You refund orders.")
+        .name("refunder")
+        .model(ScriptedModel::new(worker))
+        .tool(refund)
+        .durable_approvals()
+        .build()
+        .unwrap();
+    let boss = [
+        "refunder: order 1",
+        "refunder: order 2",
+        "refunder: order 3",
+        "FINISH: done",
+    ];
+    let team = Supervisor::new(scripted("boss", &boss))
+        .worker("refunder", "refunds orders", refunder)
+        .max_rounds(1)
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut out = team
+        .invoke(&runtime, "team", TeamState::new("Refund three orders"))
+        .await
+        .unwrap();
+    let mut approved = 0;
+    let error = loop {
+        match out {
+            RunOutcome::Interrupted { .. } => {
+                approved += 1;
+                let call = format!("call_{approved}");
+                let allow = loomflow::tool::ApprovalDecision::Allow;
+                runtime.decide_approval("team", &call, allow).await.unwrap();
+                out = team.recover(&runtime, "team").await.unwrap();
+            }
+            RunOutcome::Failed { error, .. } => break error,
+            RunOutcome::Completed(team) => panic!("more rounds than allowed: {:?}", team.path),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(approved, 1, "one round, then the limit");
+    let RunError::NodeFailed { node, source, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(node, "supervisor");
+    assert!(
+        matches!(
+            source.downcast_ref::<RunError>(),
+            Some(RunError::RecursionLimit { .. })
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        REFUNDS.load(std::sync::atomic::Ordering::SeqCst) - refunds_before,
+        1,
+        "one refund"
+    );
+}
+
+/// A bare `FINISH` makes the last worker's answer the output, as it said it; none when no
+/// worker ran. A supervisor with no worker is refused at build.
+#[tokio::test]
+async fn a_bare_finish_makes_the_last_workers_answer_the_output() {
+    let team = Supervisor::new(scripted("boss", &["writer: draft it", "FINISH"]))
+        .worker("writer", "writes", scripted("writer", &["A paragraph."]))
+        .build()
+        .unwrap();
+    let done = run(&team, "Write about paperclips").await;
+    assert_eq!(done.output.as_deref(), Some("A paragraph."));
+
+    let team = Supervisor::new(scripted("boss", &["FINISH"]))
+        .worker("writer", "writes", scripted("writer", &[]))
+        .build()
+        .unwrap();
+    assert_eq!(run(&team, "Write about paperclips").await.output, None);
+
+    let error = Supervisor::new(scripted("boss", &[])).build().unwrap_err();
+    let Error::Graph(GraphError::Invalid { problems, .. }) = &error else {
+        panic!("{error:?}");
+    };
+    assert!(
+        problems.iter().any(|p| matches!(
+            p,
+            GraphProblem::TooFewMembers { role, min: 1, found: 0 } if role == "workers"
+        )),
+        "{problems:?}"
+    );
+    let huge = Supervisor::new(scripted("boss", &["FINISH: ok"]))
+        .worker("writer", "writes", scripted("writer", &[]))
+        .max_rounds(u64::MAX)
+        .build()
+        .unwrap();
+    assert_eq!(run(&huge, "anything").await.output.as_deref(), Some("ok"));
 }

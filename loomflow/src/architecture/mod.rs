@@ -54,11 +54,12 @@ pub struct TeamState {
     /// Steps executed, with their results (plan-and-execute).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub done: Vec<(String, String)>,
-    /// Rounds completed: the actor's answers (reflexion, actor-critic), or rounds in which
-    /// every debater spoke (debate).
+    /// Rounds completed: the actor's answers (reflexion, actor-critic), rounds in which
+    /// every debater spoke (debate), or delegations made (supervisor).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub round: u32,
-    /// The actor's latest answer (reflexion, actor-critic).
+    /// The actor's latest answer (reflexion, actor-critic), or the last worker's
+    /// (supervisor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<String>,
     /// The critic's critiques of the answers it rejected, oldest first: its whole reply

@@ -2,9 +2,10 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    Member, TeamState, agent_input, answer, directive, find_member, roster, split_directive,
+    Member, TeamState, agent_input, answer, compile_checked, directive, find_member, roster,
+    split_directive,
 };
-use crate::graph::{CompiledGraph, END, Graph, START};
+use crate::graph::{CompiledGraph, END, Graph, GraphProblem, RunError, START};
 use crate::model::Message;
 
 /// A supervisor agent delegates to workers, one at a time, until it declares the task done.
@@ -17,7 +18,8 @@ use crate::model::Message;
 /// The supervisor sees the task, the workers and the results so far, and answers
 /// `worker: instruction` or `FINISH: final answer`. The worker is the one named, as a whole
 /// word, before the colon (`the rewriter: polish it` picks `rewriter`, not `writer`); a
-/// directive that names no worker, or two, fails the run with an error quoting it.
+/// directive that names no worker, or two, fails the run with an error quoting it. A bare
+/// `FINISH` makes the last worker's answer the output (none when no worker ran).
 #[must_use]
 pub struct Supervisor {
     supervisor: Agent,
@@ -67,7 +69,11 @@ impl Supervisor {
         self
     }
 
-    /// The most delegations before the run stops with a recursion-limit error (default 10).
+    /// The most delegations in a run (default 10): one more fails the run, the supervisor's
+    /// node failing with [`RunError::RecursionLimit`](crate::RunError::RecursionLimit)
+    /// (the source of [`RunError::NodeFailed`](crate::RunError::NodeFailed)). They are counted over
+    /// the whole run (in [`TeamState::round`]): a worker that waits for an approval, or a
+    /// run recovered after a crash, carries on with the count it had.
     pub fn max_rounds(mut self, rounds: u64) -> Self {
         self.max_rounds = rounds;
         self
@@ -77,15 +83,30 @@ impl Supervisor {
     ///
     /// # Errors
     ///
-    /// A [`GraphError`](crate::GraphError) when worker names clash or there are none.
+    /// A [`GraphError`](crate::GraphError) listing every problem found: no worker
+    /// ([`GraphProblem::TooFewMembers`]), and worker names that clash
+    /// ([`GraphProblem::DuplicateNode`]).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
+        let mut problems = Vec::new();
+        if self.workers.is_empty() {
+            problems.push(GraphProblem::TooFewMembers {
+                role: "workers".to_owned(),
+                min: 1,
+                found: 0,
+            });
+        }
         let roster = roster(&self.workers);
         let workers = self.workers.clone();
         let mut targets: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
         targets.push(END.to_owned());
+        // A round is two supersteps (the supervisor, then a worker), and the supervisor has
+        // the last word: the limit of one execution, which the count of rounds below
+        // carries over resumes.
+        let max_rounds = self.max_rounds;
+        let limit = max_rounds.saturating_mul(2).saturating_add(1);
         let mut graph = Graph::new("supervisor")
-            .recursion_limit(2 * self.max_rounds + 1)
-            .subgraph(
+            .recursion_limit(limit)
+            .subgraph_checked(
                 "supervisor",
                 self.supervisor.graph().clone(),
                 move |team: &TeamState| {
@@ -97,17 +118,25 @@ impl Supervisor {
                     ))
                 },
                 move |team: &mut TeamState, state: AgentState| {
-                    team.path.push("supervisor".to_owned());
                     let text = answer(&state);
                     if let Some(rest) = directive(&text, "finish") {
-                        let last = team.messages.last().map(|m| m.text().to_owned());
-                        team.output = Some(if rest.is_empty() { last.unwrap_or_default() } else { rest });
+                        // A bare `FINISH`: the last worker's answer is the output.
+                        team.output = if rest.is_empty() { team.draft.clone() } else { Some(rest) };
                         team.next = None;
                     } else {
+                        if u64::from(team.round) >= max_rounds {
+                            return Err(RunError::RecursionLimit {
+                                limit,
+                                last_nodes: vec!["supervisor".to_owned()],
+                            });
+                        }
+                        team.round = team.round.saturating_add(1);
                         let (head, rest) = split_directive(&text);
                         team.next = Some(find_member(&workers, &head).map_or(head, |m| m.name.clone()));
                         team.instruction = Some(rest);
                     }
+                    team.path.push("supervisor".to_owned());
+                    Ok(())
                 },
             )
             .edge(START, "supervisor")
@@ -133,15 +162,17 @@ impl Supervisor {
                         )
                     },
                     move |team: &mut TeamState, state: AgentState| {
+                        let said = answer(&state);
                         team.path.push(name.clone());
                         team.messages
-                            .push(Message::assistant(format!("{name}: {}", answer(&state))));
+                            .push(Message::assistant(format!("{name}: {said}")));
+                        team.draft = Some(said);
                         team.next = None;
                         team.instruction = None;
                     },
                 )
                 .edge(worker.name, "supervisor");
         }
-        Ok(graph.compile()?)
+        compile_checked("supervisor", graph, problems)
     }
 }

@@ -181,7 +181,7 @@ impl<S: State> Graph<S> {
     /// (`name:step`, nested as `outer:2/inner:1`), and
     /// its events reach this run's stream with node names prefixed by `name/`.
     pub fn subgraph<T, I, O>(
-        mut self,
+        self,
         name: impl Into<String>,
         graph: CompiledGraph<T>,
         into: I,
@@ -191,6 +191,26 @@ impl<S: State> Graph<S> {
         T: State,
         I: Fn(&S) -> T + Send + Sync + 'static,
         O: Fn(&mut S, T) + Send + Sync + 'static,
+    {
+        self.subgraph_checked(name, graph, into, move |state: &mut S, child: T| {
+            from(state, child);
+            Ok(())
+        })
+    }
+
+    /// [`subgraph`](Self::subgraph), its `from` able to refuse the child's state: its error
+    /// fails the node.
+    pub(crate) fn subgraph_checked<T, I, O>(
+        mut self,
+        name: impl Into<String>,
+        graph: CompiledGraph<T>,
+        into: I,
+        from: O,
+    ) -> Self
+    where
+        T: State,
+        I: Fn(&S) -> T + Send + Sync + 'static,
+        O: Fn(&mut S, T) -> Result<(), RunError> + Send + Sync + 'static,
     {
         self.nodes
             .push(Arc::new(SubgraphNode::new(name.into(), graph, into, from)));

@@ -21,7 +21,9 @@ use crate::runtime::RunStatus;
 pub(crate) struct ChildStop(pub(crate) RunError);
 
 type MapIn<S, T> = Box<dyn Fn(&S) -> T + Send + Sync>;
-type MapOut<S, T> = Box<dyn Fn(&mut S, T) + Send + Sync>;
+/// Writes the child's final state back; an error fails the node (a team shape refusing a
+/// round past its limit).
+type MapOut<S, T> = Box<dyn Fn(&mut S, T) -> Result<(), RunError> + Send + Sync>;
 
 pub(crate) struct SubgraphNode<S, T> {
     name: String,
@@ -35,7 +37,7 @@ impl<S, T> SubgraphNode<S, T> {
         name: String,
         graph: CompiledGraph<T>,
         into: impl Fn(&S) -> T + Send + Sync + 'static,
-        from: impl Fn(&mut S, T) + Send + Sync + 'static,
+        from: impl Fn(&mut S, T) -> Result<(), RunError> + Send + Sync + 'static,
     ) -> Self {
         Self {
             name,
@@ -119,10 +121,7 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 Err(error) => return Err(error.into()),
             };
             match outcome {
-                RunOutcome::Completed(child) => {
-                    (self.from)(state, child);
-                    Ok(())
-                }
+                RunOutcome::Completed(child) => Ok((self.from)(state, child)?),
                 // The whole run suspends on the child's interrupts; running this node again
                 // (resume, recover) carries the child on from its own checkpoint.
                 RunOutcome::Interrupted { interrupts, .. } => {
