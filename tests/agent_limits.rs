@@ -479,3 +479,42 @@ async fn a_replayed_reply_is_not_charged_to_its_user_again() {
     assert_eq!(next.reason, None, "{next:?}");
     assert_eq!(next.output, "hello");
 }
+
+/// A cap or a price that is negative or not a number is refused at build, naming it: a NaN
+/// cap never stops a run, a negative price makes every run cheaper the more it spends.
+#[test]
+fn caps_and_prices_that_are_not_zero_or_more_are_refused_at_build() {
+    let build = |budget: Budget, prices: PriceTable| {
+        Agent::builder("You answer.")
+            .name("pricey")
+            .model(EchoModel::new())
+            .budget(budget)
+            .prices(prices)
+            .build()
+    };
+    let error = build(
+        Budget::default()
+            .max_cost_usd(f64::NAN)
+            .max_cost_usd_per_user(-1.0)
+            .prices_per_million(-1.0, 2.0),
+        PriceTable::new().model("gpt-x", 2.5, f64::INFINITY),
+    )
+    .unwrap_err();
+    let Error::Agent(AgentError::Invalid { agent, problems }) = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(agent, "pricey");
+    assert_eq!(
+        problems,
+        &[
+            "budget.max_cost_usd must be a number, zero or more (not NaN)",
+            "budget.max_cost_usd_per_user must be a number, zero or more (not -1)",
+            "budget input price must be a number, zero or more (not -1)",
+            "the prices of model gpt-x must be numbers, zero or more (input 2.5, output inf)",
+        ]
+    );
+    let fine = Budget::default()
+        .max_cost_usd(0.0)
+        .prices_per_million(3.0, 15.0);
+    assert!(build(fine, PriceTable::new().model("gpt-x", 0.0, 1.0)).is_ok());
+}

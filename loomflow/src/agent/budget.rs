@@ -107,6 +107,26 @@ impl Budget {
         self
     }
 
+    /// What is wrong with its caps and prices, each naming its field: a cap or a price that
+    /// is negative or not a number never stops a run, or stops every one.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let usd = [
+            ("budget.max_cost_usd", self.max_cost_usd),
+            ("budget.max_cost_usd_per_user", self.max_cost_usd_per_user),
+            ("budget input price", Some(self.input_price)),
+            ("budget output price", Some(self.output_price)),
+        ];
+        for (field, value) in usd {
+            if let Some(value) = value.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+                problems.push(format!(
+                    "{field} must be a number, zero or more (not {value})"
+                ));
+            }
+        }
+        problems
+    }
+
     /// Whether it caps the run's running time: only then does a tools node that suspends
     /// carry its time over to the leg that resumes it (see [`carry_leg`]).
     pub(crate) fn caps_wall_clock(&self) -> bool {

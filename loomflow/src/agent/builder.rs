@@ -294,7 +294,8 @@ impl AgentBuilder {
     /// # Errors
     ///
     /// [`AgentError::Invalid`] listing every problem: no model (or one that does not
-    /// resolve), a zero `max_turns`, an empty name.
+    /// resolve), a zero `max_turns`, an empty name, a budget cap or a price that is negative
+    /// or not a number.
     pub fn build(self) -> crate::Result<Agent> {
         let name = self.name.unwrap_or_else(|| "agent".to_owned());
         let mut problems = Vec::new();
@@ -321,6 +322,8 @@ impl AgentBuilder {
         if self.timeout.is_some_and(|t| t.is_zero()) {
             problems.push("timeout must be more than zero".to_owned());
         }
+        problems.extend(self.budget.problems());
+        problems.extend(self.prices.problems());
         let Some(model) = model.filter(|_| problems.is_empty()) else {
             return Err(AgentError::Invalid {
                 agent: name,

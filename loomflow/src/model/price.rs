@@ -37,6 +37,26 @@ impl PriceTable {
         Self::default()
     }
 
+    /// What is wrong with its prices, each naming its model: a price that is negative or not
+    /// a number makes every cost meaningless.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut problems: Vec<String> = self
+            .prices
+            .iter()
+            .filter(|(_, (input, output))| {
+                ![input, output].iter().all(|p| p.is_finite() && **p >= 0.0)
+            })
+            .map(|(model, (input, output))| {
+                format!(
+                    "the prices of model {model} must be numbers, zero or more (input {input}, \
+                     output {output})"
+                )
+            })
+            .collect();
+        problems.sort();
+        problems
+    }
+
     /// Prices `model`: US dollars per million input tokens and per million output tokens.
     pub fn model(mut self, model: impl Into<String>, input: f64, output: f64) -> Self {
         self.prices.insert(model.into(), (input, output));
