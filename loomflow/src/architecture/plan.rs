@@ -17,7 +17,8 @@ use crate::graph::{CompiledGraph, END, Graph, START};
 /// The replanner ends the run with `DONE: answer` (or `Done.`, `**DONE**`: case, punctuation
 /// and markdown around the word do not matter); the answer is the team's `output`, or, when
 /// it gives none, the last step's result. `done` holds the steps carried out with their
-/// results, and `plan` the steps still to do.
+/// results, and `plan` the steps still to do. Steps are read one a line, a list marker
+/// (`1.`, `2)`, `-`, `*`) and the space after it taken off.
 #[must_use]
 pub struct PlanAndExecute {
     planner: Agent,
@@ -37,18 +38,28 @@ impl std::fmt::Debug for PlanAndExecute {
     }
 }
 
+/// The steps of a plan: one a line, without a list marker (`1.`, `2)`, `-`, `*`, `+`, `•`)
+/// in front. Only a marker followed by a space is one: `3 emails to draft`, `2FA for
+/// admins` and `1.5 kg flour` are steps as they are written.
 fn steps(text: &str) -> Vec<String> {
     text.lines()
-        .map(|line| {
-            line.trim()
-                .trim_start_matches(|c: char| {
-                    c.is_ascii_digit() || matches!(c, '.' | ')' | '-' | '*')
-                })
-                .trim()
-                .to_owned()
-        })
+        .map(|line| without_marker(line.trim()).to_owned())
         .filter(|line| !line.is_empty())
         .collect()
+}
+
+fn without_marker(line: &str) -> &str {
+    let digits = line.len() - line.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let marker = match line[digits..].chars().next() {
+        Some('.' | ')') if digits > 0 => digits + 1,
+        Some(c @ ('-' | '*' | '+' | '•')) if digits == 0 => c.len_utf8(),
+        _ => return line,
+    };
+    match line[marker..].chars().next() {
+        Some(c) if c.is_whitespace() => line[marker..].trim_start(),
+        None => "",
+        Some(_) => line,
+    }
 }
 
 /// The last step's result: the answer when the replanner gives none.
@@ -181,5 +192,31 @@ impl PlanAndExecute {
                 if team.output.is_some() || team.plan.is_empty() { END } else { "executor" }
             })
             .compile()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_marker_goes_and_the_steps_own_words_stay() {
+        let plan = "1. Draft the email\n2) Send it\n- check replies\n* file them\n\
+                    \u{2022} archive\n3 emails to draft\n2FA for admins\n1.5 kg flour\n\
+                    -5 degrees outside\n10.\n  \n";
+        assert_eq!(
+            steps(plan),
+            [
+                "Draft the email",
+                "Send it",
+                "check replies",
+                "file them",
+                "archive",
+                "3 emails to draft",
+                "2FA for admins",
+                "1.5 kg flour",
+                "-5 degrees outside",
+            ]
+        );
     }
 }
