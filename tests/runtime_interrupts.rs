@@ -640,6 +640,48 @@ async fn resuming_with_a_graph_whose_structure_changed_is_refused_naming_the_cha
     assert!(before.resume(&rt, "u", "yes").await.unwrap().is_completed());
 }
 
+/// The flow `ask → pay`, its edges and branch routes declared in one order or another.
+fn edge_order_flow(reordered: bool) -> CompiledGraph<Order> {
+    let route = |o: &Order| if o.answers.is_empty() { END } else { "pay" };
+    let graph = Graph::new("flow")
+        .node_fn("ask", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt("ok?")?;
+                o.answers.push(answer);
+                Ok(())
+            })
+        })
+        .node_sync("pay", |o: &mut Order| o.paid = Some("yes".into()));
+    let graph = match reordered {
+        false => graph
+            .edge(START, "ask")
+            .branch("ask", ["pay", END], route)
+            .edge("pay", END),
+        true => graph
+            .edge("pay", END)
+            .branch("ask", [END, "pay"], route)
+            .edge(START, "ask"),
+    };
+    graph.compile().unwrap()
+}
+
+/// The same graph with its edges and branch routes declared in another order resumes: a
+/// refactor that moves lines changes nothing a run depends on.
+#[tokio::test]
+async fn a_graph_whose_edges_were_declared_in_another_order_resumes() {
+    let (before, after) = (edge_order_flow(false), edge_order_flow(true));
+    assert_ne!(before.fingerprint(), after.fingerprint());
+    let rt = Runtime::in_memory();
+    before.invoke(&rt, "t", Order::default()).await.unwrap();
+    let done = after
+        .resume(&rt, "t", "yes")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.paid.as_deref(), Some("yes"));
+}
+
 /// A state with a field it does not checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Scratch {

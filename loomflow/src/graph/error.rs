@@ -302,7 +302,8 @@ pub enum RunError {
         node: String,
     },
     /// The run's checkpoints were written by a graph of another structure; carrying it on
-    /// could run the wrong nodes. Opt in with
+    /// could run the wrong nodes. The same nodes, joins and edges declared in another order
+    /// are the same structure to a run, and are let through. Opt in with
     /// [`RunBuilder::allow_graph_change`](crate::RunBuilder::allow_graph_change).
     #[error("graph {graph} changed since thread {thread} was checkpointed ({}); resume with allow_graph_change() to carry on anyway", changes.join("; "))]
     GraphChanged {

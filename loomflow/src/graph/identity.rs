@@ -197,6 +197,25 @@ pub(crate) fn fingerprint_of(lines: &[String]) -> String {
     format!("{hash:016x}")
 }
 
+/// Whether `now` describes the graph `before` did but for the order its edges and branch
+/// routes were declared in, which nothing in a run depends on (the nodes a step leads to
+/// are taken in the order of the nodes). The order of the nodes and of the joins (and of a
+/// join's sources) is part of what a checkpoint records.
+pub(crate) fn same_but_for_edge_order(before: &[String], now: &[String]) -> bool {
+    fn is_edge(line: &str) -> bool {
+        line.starts_with("edge ") || line.starts_with("branch ")
+    }
+    fn others(lines: &[String]) -> Vec<&String> {
+        lines.iter().filter(|l| !is_edge(l)).collect()
+    }
+    fn edges(lines: &[String]) -> Vec<&String> {
+        let mut edges: Vec<&String> = lines.iter().filter(|l| is_edge(l)).collect();
+        edges.sort_unstable();
+        edges
+    }
+    others(before) == others(now) && edges(before) == edges(now)
+}
+
 /// What changed between two descriptions: `removed: …` and `added: …` facts.
 pub(crate) fn changes(before: &[String], now: &[String]) -> Vec<String> {
     let before_set: BTreeSet<&String> = before.iter().collect();
@@ -212,7 +231,7 @@ pub(crate) fn changes(before: &[String], now: &[String]) -> Vec<String> {
             .map(|l| format!("added: {l}")),
     );
     if changes.is_empty() {
-        changes.push("the order of nodes or edges".to_owned());
+        changes.push("the order of nodes or joins".to_owned());
     }
     changes
 }
@@ -237,6 +256,44 @@ mod tests {
                 "added: edge START -> b"
             ]
         );
+    }
+
+    #[test]
+    fn only_the_order_of_edges_and_routes_may_change() {
+        let before = lines(&[
+            "node a",
+            "node b",
+            "edge START -> a",
+            "branch a -> b (b)",
+            "branch a -> END (END)",
+            "join a + b -> END",
+        ]);
+        let reordered = lines(&[
+            "node a",
+            "node b",
+            "branch a -> END (END)",
+            "join a + b -> END",
+            "edge START -> a",
+            "branch a -> b (b)",
+        ]);
+        assert!(same_but_for_edge_order(&before, &reordered));
+        let nodes_swapped = lines(&[
+            "node b",
+            "node a",
+            "edge START -> a",
+            "branch a -> b (b)",
+            "branch a -> END (END)",
+            "join a + b -> END",
+        ]);
+        assert!(!same_but_for_edge_order(&before, &nodes_swapped));
+        assert_eq!(
+            changes(&before, &nodes_swapped),
+            ["the order of nodes or joins"]
+        );
+        let one_edge_more = [before.clone(), lines(&["edge b -> END"])].concat();
+        assert!(!same_but_for_edge_order(&before, &one_edge_more));
+        let twice = [before.clone(), lines(&["edge START -> a"])].concat();
+        assert!(!same_but_for_edge_order(&before, &twice));
     }
 
     fn lines(text: &[&str]) -> Vec<String> {
