@@ -197,7 +197,7 @@ macro_rules! node_error_via_facade {
         }
     )*};
 }
-node_error_via_facade!(ModelError, AgentError, ToolError);
+node_error_via_facade!(ModelError, AgentError, ToolError, MemoryError, GraphError);
 
 #[cfg(test)]
 mod tests {

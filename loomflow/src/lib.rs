@@ -163,7 +163,9 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// Marks an async fn as a graph node.
 ///
 /// The function takes `&mut S` (the state) and optionally `&Context`, and returns `()` or a
-/// `Result<(), E>` with `E: Into<loomflow::Error>`. The macro turns the name into a unit
+/// `Result<(), E>` with `E: Into<`[`NodeError`](graph::NodeError)`>`: `loomflow::Error`, any
+/// of its subsystems' errors, `String`, `&str`, a boxed error, or an error of one's own with
+/// a `From` impl for `NodeError`. The macro turns the name into a unit
 /// value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is named after the
 /// function, without the `r#` of a raw identifier (`r#match` is the node `"match"`; override
 /// with `#[node(name = "...")]`); the doc comment becomes its description.

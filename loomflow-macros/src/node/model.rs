@@ -67,7 +67,9 @@ impl NodeModel {
                         other,
                         "the first parameter of a #[node] function must be the state, as `&mut S`",
                     ),
-                    (1, Type::Reference(r)) if r.mutability.is_none() => takes_context = true,
+                    (1, Type::Reference(r)) if r.mutability.is_none() && names_context(&r.elem) => {
+                        takes_context = true;
+                    }
                     (1, other) => errors.push_spanned(
                         other,
                         "the second parameter of a #[node] function must be `&Context`",
@@ -161,4 +163,16 @@ fn markers(block: &syn::Block) -> Vec<&'static str> {
     let mut found = Vec::new();
     scan(block.to_token_stream(), &mut found);
     found
+}
+
+/// Whether `ty` is `Context` (any path ending in it, as `loomflow::Context`).
+fn names_context(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "Context" && s.arguments.is_none()),
+        _ => false,
+    }
 }

@@ -131,11 +131,13 @@ pub trait Node<S>: Send + Sync + 'static {
 }
 
 /// What a node function may return: `()` or a `Result<(), E>` whose error converts into
-/// [`NodeError`] (`loomflow::Error`, any subsystem error, `String`, `&str`). Lets `#[node]`
-/// accept a user's own result alias.
+/// [`NodeError`] (`loomflow::Error`, any subsystem error, `String`, `&str`, a [`BoxError`]).
+/// Lets `#[node]` accept a user's own result alias; for an error type of one's own,
+/// implement `From<MyError> for NodeError` (with [`NodeError::failed`]).
 #[diagnostic::on_unimplemented(
-    message = "a node must return `()` or `Result<(), E>` where `E: Into<loomflow::Error>`, not `{Self}`",
-    label = "this node's return type"
+    message = "a node must return `()` or `Result<(), E>` where `E: Into<loomflow::graph::NodeError>`, not `{Self}`",
+    label = "this node's return type",
+    note = "`loomflow::Error`, its subsystems' errors, `String`, `&str` and boxed errors convert; for an error of your own, implement `From<YourError> for loomflow::graph::NodeError` (with `NodeError::failed`)"
 )]
 pub trait IntoNodeResult {
     /// Converts into the executor's result type.

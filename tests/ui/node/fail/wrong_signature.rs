@@ -15,6 +15,13 @@ async fn too_many(state: &mut u32, ctx: &Context, extra: u8) {
     let _ = (state, ctx, extra);
 }
 
+struct Config;
+
+#[node]
+async fn not_a_context(state: &mut u32, config: &Config) {
+    let _ = (state, config);
+}
+
 #[node]
 async fn nothing() {}
 
