@@ -154,6 +154,28 @@ pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+/// The first `#[doc = ...]` whose value is not a string written out (`include_str!(..)`,
+/// `concat!(..)`): an attribute macro gets it unexpanded, so [`doc_text`] cannot read it.
+pub(crate) fn unread_doc(attrs: &[syn::Attribute]) -> Option<&syn::Expr> {
+    attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("doc"))
+        .find_map(|attr| match &attr.meta {
+            syn::Meta::NameValue(nv)
+                if !matches!(
+                    &nv.value,
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(_),
+                        ..
+                    })
+                ) =>
+            {
+                Some(&nv.value)
+            }
+            _ => None,
+        })
+}
+
 /// The path generated code uses to reach loomflow: `::loomflow` unless overridden.
 pub(crate) fn crate_path(path: Option<&syn::Path>) -> TokenStream {
     match path {

@@ -3,7 +3,7 @@
 use syn::{Data, DeriveInput};
 
 use super::attr::AgentArgs;
-use crate::common::{doc_text, unraw};
+use crate::common::{doc_text, unraw, unread_doc};
 
 pub(crate) struct AgentModel {
     pub(crate) input: DeriveInput,
@@ -31,6 +31,12 @@ impl AgentModel {
         }
         if !input.generics.params.is_empty() {
             errors.push_spanned(&input.generics, "#[agent] structs cannot be generic");
+        }
+        if let (None, Some(unread)) = (&args.instructions, unread_doc(&input.attrs)) {
+            errors.push_spanned(
+                unread,
+                "#[agent] cannot read a doc comment written by a macro (`#[doc = include_str!(..)]`), and its instructions would lose that text: write the text out in the comment or in `instructions = \"...\"`, or build the agent with `Agent::builder(include_str!(..))`",
+            );
         }
         let instructions = match (&args.instructions, doc_text(&input.attrs)) {
             (Some(lit), _) => Some(lit.value()),

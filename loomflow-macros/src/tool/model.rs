@@ -5,7 +5,7 @@ use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, Pat, Type};
 
 use super::attr::ToolArgs;
-use crate::common::{doc_text, find_impl_trait, unraw};
+use crate::common::{doc_text, find_impl_trait, unraw, unread_doc};
 
 /// One parameter of the function, as the generated code passes it.
 pub(crate) enum Param {
@@ -97,10 +97,10 @@ impl ToolModel {
                         );
                         continue;
                     }
-                    if let Type::Reference(reference) = &*pat_type.ty {
+                    if let Some(borrow) = find_borrow(&pat_type.ty) {
                         errors.push_spanned(
-                            reference,
-                            "#[tool] parameters are deserialized from the model's arguments and must be owned types (only `&ToolContext` may be a reference)",
+                            borrow,
+                            "#[tool] parameters are deserialized from the model's arguments and must be owned types (only `&ToolContext` may be a reference): `String` for `&str`, `Vec<String>` for `Vec<&str>`",
                         );
                         continue;
                     }
@@ -126,6 +126,12 @@ impl ToolModel {
             }
         }
 
+        if let (None, Some(unread)) = (&args.description, unread_doc(&func.attrs)) {
+            errors.push_spanned(
+                unread,
+                "#[tool] cannot read a doc comment written by a macro (`#[doc = include_str!(..)]`), and the description the model sees would lose that text: write it out in `///` lines or in `description = \"...\"`",
+            );
+        }
         let description = match &args.description {
             Some(text) => Some(text.value()),
             None => doc_text(&func.attrs).map(|doc| first_paragraph(&doc)),
@@ -230,4 +236,48 @@ fn first_paragraph(doc: &str) -> String {
         .filter(|line| !line.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The first borrow anywhere in a parameter's type: a reference (`&str`, `Vec<&str>`), a
+/// lifetime other than `'static` (`Cow<'a, str>`), or a `Cow` without one (`Cow<str>`).
+/// The arguments struct the macro declares owns what it deserializes, so rustc would report
+/// a missing lifetime inside the expansion instead.
+fn find_borrow(ty: &Type) -> Option<&dyn quote::ToTokens> {
+    match ty {
+        Type::Reference(reference) => Some(reference),
+        Type::Array(t) => find_borrow(&t.elem),
+        Type::Group(t) => find_borrow(&t.elem),
+        Type::Paren(t) => find_borrow(&t.elem),
+        Type::Slice(t) => find_borrow(&t.elem),
+        Type::Tuple(t) => t.elems.iter().find_map(find_borrow),
+        Type::Path(t) => {
+            let last = t.path.segments.last()?;
+            let lifetimes = || match &last.arguments {
+                syn::PathArguments::AngleBracketed(args) => args
+                    .args
+                    .iter()
+                    .any(|arg| matches!(arg, syn::GenericArgument::Lifetime(_))),
+                _ => false,
+            };
+            if last.ident == "Cow" && !lifetimes() {
+                return Some(t);
+            }
+            t.path
+                .segments
+                .iter()
+                .find_map(|segment| match &segment.arguments {
+                    syn::PathArguments::AngleBracketed(args) => {
+                        args.args.iter().find_map(|arg| match arg {
+                            syn::GenericArgument::Lifetime(l) if l.ident != "static" => {
+                                Some(l as &dyn quote::ToTokens)
+                            }
+                            syn::GenericArgument::Type(ty) => find_borrow(ty),
+                            _ => None,
+                        })
+                    }
+                    _ => None,
+                })
+        }
+        _ => None,
+    }
 }
