@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use loomflow::RunError;
+use loomflow::{GraphProblem, RunError};
 use loomflow::prelude::*;
 use loomflow::runtime::RunState;
 use loomflow_tests::TempDb;
@@ -453,6 +453,50 @@ fn a_join_with_no_sources_is_refused_at_compile() {
             .contains("join into c declares no sources"),
         "{refused}"
     );
+}
+
+/// A join waiting on a node that only its own target leads to can never fire: refused at
+/// compile, naming the join and the source it waits on, and the nodes only it leads to.
+#[test]
+fn a_join_waiting_on_its_own_targets_descendant_is_refused_at_compile() {
+    let refused = Graph::new("self-join")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .node_sync("b", |n: &mut u32| *n += 10)
+        .node_sync("c", |n: &mut u32| *n += 100)
+        .edge(START, "a")
+        .join(["a", "b"], "c")
+        .edge("c", "b")
+        .edge("b", END)
+        .compile()
+        .unwrap_err();
+    assert_eq!(
+        refused.problems(),
+        [
+            GraphProblem::JoinNeverFires {
+                target: "c".into(),
+                waiting: vec!["b".into()]
+            },
+            GraphProblem::Unreachable { name: "b".into() },
+            GraphProblem::Unreachable { name: "c".into() },
+        ]
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("join into c never fires: its sources b run only after it, or never"),
+        "{refused}"
+    );
+    // Sources on a loop that reaches them all before the join are fine.
+    Graph::new("loop-join")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .node_sync("b", |n: &mut u32| *n += 10)
+        .node_sync("c", |n: &mut u32| *n += 100)
+        .edge(START, "a")
+        .edge("a", "b")
+        .join(["a", "b"], "c")
+        .branch("c", ["a", END], |n: &u32| if *n > 500 { END } else { "a" })
+        .compile()
+        .unwrap();
 }
 
 /// A conversation that suspends every turn (ask, reply, ask again) is not stopped by the

@@ -85,6 +85,16 @@ pub enum GraphProblem {
         /// The join's target.
         target: String,
     },
+    /// Some of a join's sources can run, but not all: those `waiting` run only after the join
+    /// fires (its own target leads to them), or never. The join never fires, and what only it
+    /// leads to is unreachable.
+    #[error("join into {target} never fires: its sources {} run only after it, or never", waiting.join(", "))]
+    JoinNeverFires {
+        /// The join's target.
+        target: String,
+        /// Its sources that no run reaches before the join fires.
+        waiting: Vec<String>,
+    },
     /// An edge leaves `END` or enters `START`.
     #[error("edge {from} -> {to} uses START or END the wrong way round")]
     MisdirectedEdge {

@@ -158,12 +158,35 @@ impl Topology {
             .is_some()
     }
 
-    /// Which vertices a walk from `START` reaches, by vertex index.
+    /// Which vertices a run may reach from `START`, by vertex index. A join is reached once
+    /// every one of its sources is, as it fires only when they all have run: a join waiting
+    /// on a node that only its own target leads to never fires.
     pub(crate) fn reachable_from_start(&self) -> Vec<bool> {
         let mut seen = vec![false; self.graph.node_count()];
-        let mut dfs = Dfs::new(&self.graph, self.start());
-        while let Some(n) = dfs.next(&self.graph) {
-            seen[n.index()] = true;
+        // The edges from sources into each join, by vertex index, not walked yet.
+        let mut waiting = vec![0usize; self.graph.node_count()];
+        for edge in self.graph.edge_references() {
+            if matches!(edge.weight(), Link::JoinSource { .. }) {
+                waiting[edge.target().index()] += 1;
+            }
+        }
+        let mut next = vec![self.start()];
+        while let Some(vertex) = next.pop() {
+            if std::mem::replace(&mut seen[vertex.index()], true) {
+                continue;
+            }
+            for edge in self.graph.edges_directed(vertex, Direction::Outgoing) {
+                let to = edge.target();
+                if matches!(edge.weight(), Link::JoinSource { .. }) {
+                    waiting[to.index()] -= 1;
+                    if waiting[to.index()] > 0 {
+                        continue;
+                    }
+                }
+                if !seen[to.index()] {
+                    next.push(to);
+                }
+            }
         }
         seen
     }

@@ -12,7 +12,7 @@ use crate::graph::error::GraphProblem;
 use crate::graph::lower::Names;
 use crate::graph::merge::Reducer;
 use crate::graph::node::Node;
-use crate::graph::topology::Topology;
+use crate::graph::topology::{Topology, Vertex};
 use crate::graph::{END, START};
 
 /// What a graph declares, by name.
@@ -230,6 +230,24 @@ fn check_reachable<S: 'static>(
     problems: &mut Vec<GraphProblem>,
 ) {
     let reached = topology.reachable_from_start();
+    // A join some of whose sources run, but not all (another waits on its own target): why
+    // its target is unreachable.
+    for j in 0..topology.join_sizes().len() {
+        let sources = topology.join_sources(j);
+        let name = |i: usize| graph.nodes.get(i).map_or("", |n| n.name()).to_owned();
+        let waiting: Vec<String> = sources
+            .iter()
+            .filter(|&&i| !reached[topology.node(i).index()])
+            .map(|&i| name(i))
+            .collect();
+        if !reached[topology.join(j).index()] && waiting.len() < sources.len() {
+            let target = match topology.join_target(j) {
+                Vertex::Node(i) => name(i),
+                _ => END.to_owned(),
+            };
+            problems.push(GraphProblem::JoinNeverFires { target, waiting });
+        }
+    }
     for (i, name) in checked_nodes(graph) {
         if !reached[topology.node(i).index()] {
             problems.push(GraphProblem::Unreachable {
