@@ -1175,3 +1175,59 @@ async fn a_bare_finish_makes_the_last_workers_answer_the_output() {
         .unwrap();
     assert_eq!(run(&huge, "anything").await.output.as_deref(), Some("ok"));
 }
+
+/// A coordinator stopped before it decided (its answer blocked, its budget spent) fails the
+/// team with an error naming it and why, not a routing error quoting an empty reply.
+#[tokio::test]
+async fn a_coordinator_stopped_before_it_decided_fails_naming_it_and_why() {
+    let blocked = |name: &str, reply: &str| {
+        Agent::builder("You coordinate.")
+            .name(name)
+            .model(ScriptedModel::new([ModelResponse::text(reply)]))
+            .guardrail(on_output("no_routing", |_| Verdict::Block("no".into())))
+            .build()
+            .unwrap()
+    };
+    let router = Router::new(blocked("classifier", "billing"))
+        .worker("billing", "bills", scripted("billing", &["paid"]))
+        .build()
+        .unwrap();
+    let supervisor = Supervisor::new(blocked("boss", "billing: pay it"))
+        .worker("billing", "bills", scripted("billing", &["paid"]))
+        .build()
+        .unwrap();
+    for (team, node, agent) in [
+        (router, "router", "classifier"),
+        (supervisor, "supervisor", "boss"),
+    ] {
+        let out = team
+            .invoke(&Runtime::in_memory(), "team", TeamState::new("why?"))
+            .await
+            .unwrap();
+        let RunOutcome::Failed { error, .. } = out else {
+            panic!("{node}: {out:?}");
+        };
+        let RunError::NodeFailed {
+            node: failed,
+            source,
+            ..
+        } = &error
+        else {
+            panic!("{error:?}");
+        };
+        assert_eq!(failed, node);
+        assert_eq!(
+            source.to_string(),
+            format!(
+                "agent {agent} stopped (guardrail:no_routing) before it decided what its team does next"
+            ),
+        );
+        assert!(
+            matches!(
+                source.downcast_ref::<Error>(),
+                Some(Error::Agent(loomflow::agent::AgentError::Undecided { .. }))
+            ),
+            "{error:?}"
+        );
+    }
+}

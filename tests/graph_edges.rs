@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use loomflow::{GraphProblem, RunError};
 use loomflow::prelude::*;
 use loomflow::runtime::RunState;
+use loomflow::{GraphProblem, RunError};
 use loomflow_tests::TempDb;
 
 /// The memory runtime and a SQLite runtime, labelled.

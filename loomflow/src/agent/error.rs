@@ -100,6 +100,16 @@ pub enum AgentError {
         /// How long until the call would be allowed.
         retry_after: Duration,
     },
+    /// A team's coordinator (a router's classifier, a supervisor) stopped before it gave
+    /// the decision its team waits for: a guardrail blocked it, a budget or its turn limit
+    /// stopped it, its reply was cut or filtered. The team cannot route on what it said.
+    #[error("agent {agent} stopped ({reason}) before it decided what its team does next")]
+    Undecided {
+        /// The coordinating agent.
+        agent: String,
+        /// Why it stopped.
+        reason: super::StopReason,
+    },
 }
 
 fn for_user(user: &Option<String>) -> String {

@@ -31,7 +31,7 @@ pub use swarm::Swarm;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{Agent, AgentState};
-use crate::graph::{CompiledGraph, Graph, GraphError, GraphProblem};
+use crate::graph::{CompiledGraph, Graph, GraphError, GraphProblem, NodeError};
 use crate::model::Message;
 
 /// The state a multi-agent shape runs on.
@@ -172,6 +172,22 @@ pub(crate) fn compile_checked(
 /// agent's is by [`Agent::run`](crate::agent::Agent::run).
 pub(crate) fn answer(state: &AgentState) -> String {
     crate::agent::stopped_output(state).unwrap_or_else(|| state.answer())
+}
+
+/// A coordinator's decision (a router's classifier, a supervisor): its answer, unless it
+/// stopped before giving one, which fails its node with [`AgentError::Undecided`]: the team
+/// would route on a blocked, cut or partial reply.
+///
+/// [`AgentError::Undecided`]: crate::agent::AgentError::Undecided
+pub(crate) fn decision(agent: &str, state: &AgentState) -> Result<String, NodeError> {
+    match &state.stopped {
+        Some(reason) => Err(crate::agent::AgentError::Undecided {
+            agent: agent.to_owned(),
+            reason: reason.clone(),
+        }
+        .into()),
+        None => Ok(answer(state)),
+    }
 }
 
 /// Files an actor's answer as the draft of a new round (reflexion, actor-critic).

@@ -1,7 +1,7 @@
 //! [`Router`]: one classification step sends the task to one worker.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, agent_input, answer, find_member, roster};
+use crate::architecture::{Member, TeamState, agent_input, answer, decision, find_member, roster};
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
@@ -14,7 +14,9 @@ use crate::model::Message;
 /// The classifier is told the workers' names and descriptions and answers with a name. A
 /// reply that is more than a name picks the worker it names as a whole word (`The
 /// rewriter.` picks `rewriter`, not `writer`); a reply that names no worker, or two, fails
-/// the run with an error quoting it.
+/// the run with an error quoting it. A classifier stopped before it answered (a guardrail,
+/// a budget, its turn limit, a cut or filtered reply) fails the run with
+/// [`AgentError::Undecided`](crate::agent::AgentError::Undecided), naming it and why.
 #[must_use]
 pub struct Router {
     classifier: Agent,
@@ -71,8 +73,9 @@ impl Router {
         let roster = roster(&self.workers);
         let workers = self.workers.clone();
         let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
+        let classifier = self.classifier.name().to_owned();
         let mut graph = Graph::new("router")
-            .subgraph(
+            .subgraph_checked(
                 "router",
                 self.classifier.graph().clone(),
                 move |team: &TeamState| {
@@ -82,9 +85,10 @@ impl Router {
                     ))
                 },
                 move |team: &mut TeamState, state: AgentState| {
-                    let said = answer(&state);
+                    let said = decision(&classifier, &state)?;
                     team.path.push("router".to_owned());
                     team.next = Some(find_member(&workers, &said).map_or(said, |m| m.name.clone()));
+                    Ok(())
                 },
             )
             .edge(START, "router")

@@ -2,8 +2,8 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    Member, TeamState, agent_input, answer, compile_checked, directive, find_member, roster,
-    split_directive,
+    Member, TeamState, agent_input, answer, compile_checked, decision, directive, find_member,
+    roster, split_directive,
 };
 use crate::graph::{CompiledGraph, END, Graph, GraphProblem, RunError, START};
 use crate::model::Message;
@@ -19,7 +19,10 @@ use crate::model::Message;
 /// `worker: instruction` or `FINISH: final answer`. The worker is the one named, as a whole
 /// word, before the colon (`the rewriter: polish it` picks `rewriter`, not `writer`); a
 /// directive that names no worker, or two, fails the run with an error quoting it. A bare
-/// `FINISH` makes the last worker's answer the output (none when no worker ran).
+/// `FINISH` makes the last worker's answer the output (none when no worker ran). A
+/// supervisor stopped before it answered (a guardrail, a budget, its turn limit, a cut or
+/// filtered reply) fails the run with
+/// [`AgentError::Undecided`](crate::agent::AgentError::Undecided), naming it and why.
 #[must_use]
 pub struct Supervisor {
     supervisor: Agent,
@@ -103,6 +106,7 @@ impl Supervisor {
         // the last word: the limit of one execution, which the count of rounds below
         // carries over resumes.
         let max_rounds = self.max_rounds;
+        let boss = self.supervisor.name().to_owned();
         let limit = max_rounds.saturating_mul(2).saturating_add(1);
         let mut graph = Graph::new("supervisor")
             .recursion_limit(limit)
@@ -118,7 +122,7 @@ impl Supervisor {
                     ))
                 },
                 move |team: &mut TeamState, state: AgentState| {
-                    let text = answer(&state);
+                    let text = decision(&boss, &state)?;
                     if let Some(rest) = directive(&text, "finish") {
                         // A bare `FINISH`: the last worker's answer is the output.
                         team.output = if rest.is_empty() { team.draft.clone() } else { Some(rest) };
@@ -128,7 +132,8 @@ impl Supervisor {
                             return Err(RunError::RecursionLimit {
                                 limit,
                                 last_nodes: vec!["supervisor".to_owned()],
-                            });
+                            }
+                            .into());
                         }
                         team.round = team.round.saturating_add(1);
                         let (head, rest) = split_directive(&text);

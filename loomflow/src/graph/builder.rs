@@ -210,7 +210,7 @@ impl<S: State> Graph<S> {
     where
         T: State,
         I: Fn(&S) -> T + Send + Sync + 'static,
-        O: Fn(&mut S, T) -> Result<(), RunError> + Send + Sync + 'static,
+        O: Fn(&mut S, T) -> NodeResult + Send + Sync + 'static,
     {
         self.nodes
             .push(Arc::new(SubgraphNode::new(name.into(), graph, into, from)));

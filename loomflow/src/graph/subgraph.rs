@@ -22,8 +22,8 @@ pub(crate) struct ChildStop(pub(crate) RunError);
 
 type MapIn<S, T> = Box<dyn Fn(&S) -> T + Send + Sync>;
 /// Writes the child's final state back; an error fails the node (a team shape refusing a
-/// round past its limit).
-type MapOut<S, T> = Box<dyn Fn(&mut S, T) -> Result<(), RunError> + Send + Sync>;
+/// round past its limit, or a coordinator that decided nothing).
+type MapOut<S, T> = Box<dyn Fn(&mut S, T) -> NodeResult + Send + Sync>;
 
 pub(crate) struct SubgraphNode<S, T> {
     name: String,
@@ -37,7 +37,7 @@ impl<S, T> SubgraphNode<S, T> {
         name: String,
         graph: CompiledGraph<T>,
         into: impl Fn(&S) -> T + Send + Sync + 'static,
-        from: impl Fn(&mut S, T) -> Result<(), RunError> + Send + Sync + 'static,
+        from: impl Fn(&mut S, T) -> NodeResult + Send + Sync + 'static,
     ) -> Self {
         Self {
             name,
