@@ -364,3 +364,33 @@ async fn extraction_reads_only_its_own_run_of_the_session() {
     let bob: Vec<&str> = bob.iter().map(|m| m.text.as_str()).collect();
     assert_eq!(bob, ["Bob lives in Lyon"]);
 }
+
+/// A `remember` call whose text cannot be kept (blank, here) is the model's wrong argument,
+/// named as such: the model reads which field to fix.
+#[tokio::test]
+async fn remember_tool_with_a_blank_text_names_the_field() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let call = ToolCall::new("c1", "remember", json!({ "text": "   " }));
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::tool_calls(vec![call]),
+        ModelResponse::text("Sorry."),
+    ]));
+    let agent = Agent::builder("You help.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    agent.run("remember nothing").user("ada").await.unwrap();
+    let result = model.requests()[1]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .to_owned();
+    assert!(
+        result.contains("invalid arguments for tool remember: field `text`: nothing to remember"),
+        "{result}"
+    );
+    assert_eq!(memory.count(&Scope::user("ada")).await.unwrap(), 0);
+}

@@ -151,6 +151,45 @@ pub(crate) async fn bad_input_is_a_typed_error<M: Memory>(memory: &M) {
     let error = memory.recall(&Scope::agent(""), "x", 3).await.unwrap_err();
     assert!(matches!(error, MemoryError::EmptyScope { kind: "agent" }));
 
+    // What one backend cannot store, none takes: a NUL, a text past the limit.
+    let error = memory
+        .remember(&Scope::user("ada"), "tea\u{0}", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the text of user ada holds a NUL character, which memory does not store"
+    );
+    let error = memory
+        .remember(&Scope::user("a\u{0}da"), "tea", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the scope id of a user scope holds a NUL character, which memory does not store"
+    );
+    let long = "word ".repeat(loomflow::memory::MAX_TEXT_BYTES / 5 + 1);
+    let error = memory
+        .remember(&Scope::user("ada"), &long, json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the text for user ada is {} bytes, more than the {} an item may hold",
+            long.len(),
+            loomflow::memory::MAX_TEXT_BYTES
+        )
+    );
+    let error = memory
+        .replace(&Scope::user("ada"), &[], &["x\u{0}".to_owned()], json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, MemoryError::NulCharacter { field: "text", .. }),
+        "{error:?}"
+    );
+
     // Metadata is kept as JSON text: past serde_json's 128 levels it reads back whole, past
     // 512 it is refused.
     let nested = |levels: usize| (0..levels).fold(json!("leaf"), |inner, _| json!([inner]));

@@ -91,10 +91,27 @@ pub(crate) fn check_new(scope: &Scope, text: &str, metadata: Value) -> Result<Va
     check_metadata(scope, metadata)
 }
 
+/// The most bytes a remembered text may hold: PostgreSQL indexes a text's words in at most
+/// 1 MiB, and an item is a fact or a note, not a document.
+pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+
 pub(crate) fn check_text(scope: &Scope, text: &str) -> Result<(), MemoryError> {
     if text.trim().is_empty() {
         return Err(MemoryError::EmptyText {
             scope: scope.clone(),
+        });
+    }
+    if text.contains('\0') {
+        return Err(MemoryError::NulCharacter {
+            scope: scope.clone(),
+            field: "text",
+        });
+    }
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(MemoryError::TextTooLong {
+            scope: scope.clone(),
+            bytes: text.len(),
+            limit: MAX_TEXT_BYTES,
         });
     }
     Ok(())
@@ -118,13 +135,13 @@ pub(crate) fn check_metadata(scope: &Scope, metadata: Value) -> Result<Value, Me
     }
 }
 
-/// Milliseconds since the Unix epoch, as the backends store times.
 /// `ids` without repeats, in the order they first come.
 pub(crate) fn distinct(ids: &[MemoryId]) -> Vec<MemoryId> {
     let mut seen = std::collections::HashSet::with_capacity(ids.len());
     ids.iter().copied().filter(|id| seen.insert(*id)).collect()
 }
 
+/// Milliseconds since the Unix epoch, as the backends store times.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

@@ -19,6 +19,29 @@ pub enum MemoryError {
         /// The scope.
         scope: Scope,
     },
+    /// A text or a scope's id holds a NUL character, which PostgreSQL does not store in text.
+    /// Refused by every backend alike.
+    #[error(
+        "the {field} of {} holds a NUL character, which memory does not store",
+        nul_owner(scope, field)
+    )]
+    NulCharacter {
+        /// The scope.
+        scope: Scope,
+        /// `text` or `scope id`.
+        field: &'static str,
+    },
+    /// The text to remember is longer than an item may be
+    /// ([`MAX_TEXT_BYTES`](super::MAX_TEXT_BYTES)).
+    #[error("the text for {scope} is {bytes} bytes, more than the {limit} an item may hold")]
+    TextTooLong {
+        /// The scope.
+        scope: Scope,
+        /// The text's length, in bytes.
+        bytes: usize,
+        /// The most an item may hold.
+        limit: usize,
+    },
     /// The metadata is not a JSON object (or `null`).
     #[error("metadata for {scope} must be a JSON object, not {found}")]
     BadMetadata {
@@ -77,6 +100,15 @@ pub enum MemoryError {
         /// What is wrong.
         problem: String,
     },
+}
+
+/// The scope whose `field` holds a NUL, as an error names it: by its kind alone when the NUL
+/// is in its id.
+fn nul_owner(scope: &Scope, field: &str) -> String {
+    match field {
+        "scope id" => format!("a {} scope", scope.kind()),
+        _ => scope.to_string(),
+    }
 }
 
 /// `item 4` or `items 4, 7`.

@@ -43,6 +43,7 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use backend::MAX_TEXT_BYTES;
 pub use consolidate::{Consolidation, ConsolidationReport};
 pub use error::MemoryError;
 #[cfg(feature = "postgres")]
@@ -111,6 +112,12 @@ impl Scope {
     pub(crate) fn checked(&self) -> Result<&Self, MemoryError> {
         if self.id().trim().is_empty() {
             return Err(MemoryError::EmptyScope { kind: self.kind() });
+        }
+        if self.id().contains('\0') {
+            return Err(MemoryError::NulCharacter {
+                scope: self.clone(),
+                field: "scope id",
+            });
         }
         Ok(self)
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Memory, MemoryOptions, Scope};
+use super::{Memory, MemoryError, MemoryOptions, Scope};
 use crate::graph::BoxFuture;
 use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
@@ -136,7 +136,18 @@ impl Tool for Remember {
                 .memory
                 .remember(&scope, text, metadata)
                 .await
-                .map_err(|e| failed(e.to_string()))?;
+                .map_err(|e| match e {
+                    // The model's text cannot be kept: its argument is wrong, not the memory.
+                    MemoryError::EmptyText { .. }
+                    | MemoryError::TextTooLong { .. }
+                    | MemoryError::NulCharacter { field: "text", .. } => {
+                        ToolError::InvalidArguments {
+                            tool: self.spec.name.clone(),
+                            message: format!("field `text`: {e}"),
+                        }
+                    }
+                    e => failed(e.to_string()),
+                })?;
             Ok(json!({ "remembered": id, "about": scope.kind() }))
         })
     }
