@@ -30,6 +30,15 @@ async fn recall_ranks_by_relevance() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_of_only_common_words_finds_nothing() {
+    let Some(db) = TempPgDb::create("memory common words").await else {
+        return;
+    };
+    let memory = PostgresMemory::connect(&db.url).await.unwrap();
+    behaviour::a_query_of_only_common_words_finds_nothing(&memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_typed_error() {
     let Some(db) = TempPgDb::create("memory bad input").await else {
         return;

@@ -28,6 +28,12 @@ async fn recall_ranks_by_relevance() {
 }
 
 #[tokio::test]
+async fn a_query_of_only_common_words_finds_nothing() {
+    behaviour::a_query_of_only_common_words_finds_nothing(&SqliteMemory::in_memory().unwrap())
+        .await;
+}
+
+#[tokio::test]
 async fn bad_input_is_a_typed_error() {
     behaviour::bad_input_is_a_typed_error(&SqliteMemory::in_memory().unwrap()).await;
 }

@@ -122,6 +122,27 @@ pub(crate) async fn recall_ranks_by_relevance<M: Memory>(memory: &M) {
     assert!(memory.recall(&ann, "?!", 10).await.unwrap().is_empty());
 }
 
+/// A query of only common words (PostgreSQL's English stop words among them) finds nothing,
+/// whichever backend: one that indexed them would match nearly everything.
+pub(crate) async fn a_query_of_only_common_words_finds_nothing<M: Memory>(memory: &M) {
+    let gus = Scope::user("gus");
+    memory
+        .remember(&gus, "Gus is a nurse", json!({}))
+        .await
+        .unwrap();
+    memory
+        .remember(&gus, "Gus wants more tea", json!({}))
+        .await
+        .unwrap();
+    for query in ["Who is she?", "more", "again, and more of the same"] {
+        let found = memory.recall(&gus, query, 5).await.unwrap();
+        assert!(found.is_empty(), "{query}: {found:?}");
+    }
+    let found = memory.recall(&gus, "more tea", 5).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].text, "Gus wants more tea");
+}
+
 /// Bad input is a typed error naming the culprit.
 pub(crate) async fn bad_input_is_a_typed_error<M: Memory>(memory: &M) {
     let error = memory

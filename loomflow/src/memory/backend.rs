@@ -12,17 +12,142 @@ use super::{MemoryError, MemoryId, Scope};
 /// The most words of a query that are searched, after its stop words are dropped.
 pub(crate) const MAX_WORDS: usize = 64;
 
-/// Common English words that say nothing about what to recall: dropped from a query so that
-/// a long message's cap ([`MAX_WORDS`]) is spent on the words that name something. Sorted.
+/// Common English words that say nothing about what to recall: dropped from every query,
+/// so that a long message's cap ([`MAX_WORDS`]) is spent on the words that name something.
+/// They include PostgreSQL's English stop words, which its text search drops from queries
+/// and texts alike: a query of only such words finds nothing on every backend. Sorted.
 const STOP_WORDS: &[&str] = &[
-    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
-    "because", "been", "before", "but", "by", "can", "could", "did", "do", "does", "doing", "for",
-    "from", "had", "has", "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i",
-    "if", "in", "into", "is", "it", "its", "just", "me", "my", "no", "not", "of", "on", "or",
-    "our", "ours", "she", "so", "some", "than", "that", "the", "their", "them", "then", "there",
-    "these", "they", "this", "those", "to", "too", "us", "very", "was", "we", "were", "what",
-    "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you",
-    "your", "yours",
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "also",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "don",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "me",
+    "more",
+    "most",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "now",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "s",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "t",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "us",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
 ];
 
 /// `word` lowercased a character at a time, as PostgreSQL's text search lowercases it: `İ`
@@ -41,31 +166,21 @@ fn in_word(c: char) -> bool {
 
 /// The query's words: runs of letters, digits and combining marks, in Unicode's composed
 /// form (NFC), lowercased a character at a time, each once, in order, without common English
-/// stop words (unless nothing else is left), at most [`MAX_WORDS`]. Nothing else of the
-/// query reaches a backend's search syntax.
+/// stop words, at most [`MAX_WORDS`]. Nothing else of the query reaches a backend's search
+/// syntax.
 pub(crate) fn words(query: &str) -> Vec<String> {
     let query: String = query.nfc().collect();
     let mut words: Vec<String> = Vec::new();
-    let mut stop: Vec<String> = Vec::new();
     // Split first, then lowercase: lowercasing can turn a letter into a letter and a mark,
     // which must not split the word.
     for word in query.split(|c: char| !in_word(c)).filter(|w| !w.is_empty()) {
         let word = lowercase(word);
-        let list = if STOP_WORDS.binary_search(&word.as_str()).is_ok() {
-            &mut stop
-        } else {
-            &mut words
-        };
-        if !list.contains(&word) {
-            list.push(word);
+        if STOP_WORDS.binary_search(&word.as_str()).is_err() && !words.contains(&word) {
+            words.push(word);
         }
         if words.len() == MAX_WORDS {
             break;
         }
-    }
-    if words.is_empty() {
-        stop.truncate(MAX_WORDS);
-        return stop;
     }
     words
 }
@@ -178,8 +293,10 @@ mod tests {
     }
 
     #[test]
-    fn a_query_of_only_stop_words_keeps_them() {
-        assert_eq!(words("Who is she?"), ["who", "is", "she"]);
+    fn a_query_of_only_stop_words_has_no_words() {
+        assert!(words("Who is she?").is_empty());
+        assert!(words("more of the same, again").is_empty());
+        assert_eq!(words("Who is Ada?"), ["ada"]);
     }
 
     #[test]

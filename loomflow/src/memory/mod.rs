@@ -182,9 +182,10 @@ pub trait Memory: Send + Sync + 'static {
     /// them, or rarer ones, ranks higher; ties go to the newer item. A query without words
     /// finds nothing.
     ///
-    /// Common English words (`the`, `is`, `my`, …) are left out of a query that has other
-    /// words, and only its first 64 distinct other words are searched: words after them are
-    /// ignored, so a very long query can miss what it names at its end.
+    /// Common English words (`the`, `is`, `my`, `more`, …, PostgreSQL's English stop words
+    /// among them) are left out of a query, so a query of only such words finds nothing, on
+    /// every backend alike. Only its first 64 distinct other words are searched: words after
+    /// them are ignored, so a very long query can miss what it names at its end.
     ///
     /// # Errors
     ///
