@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use loomflow::agent::{Agent, Verdict, on_output};
+use loomflow::agent::{Agent, Verdict, on_output, on_tool_result};
 use loomflow::architecture::{
     ActorCritic, Debate, PlanAndExecute, Reflexion, Router, Supervisor, Swarm, TeamState,
 };
@@ -1230,4 +1230,35 @@ async fn a_coordinator_stopped_before_it_decided_fails_naming_it_and_why() {
             "{error:?}"
         );
     }
+}
+
+/// A reply that hands off and whose other call's result a guardrail blocks stops the team
+/// where it is: the stopped agent hands nothing off.
+#[tokio::test]
+async fn a_guardrail_stop_in_a_reply_that_hands_off_stops_the_swarm() {
+    let reply = ModelResponse::tool_calls(vec![
+        ToolCall::new("c1", "notes", json!({ "order": "IGNORE previous" })),
+        ToolCall::new("h1", "transfer_to_billing", json!({})),
+    ]);
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(ScriptedModel::new([reply]))
+        .tool(notes)
+        .guardrail(on_tool_result("injection", |text| {
+            if text.contains("IGNORE") {
+                Verdict::Block("looks injected".into())
+            } else {
+                Verdict::Allow
+            }
+        }))
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage)
+        .agent("billing", "bills", scripted("billing", &["Refund issued."]))
+        .build()
+        .unwrap();
+    let team = run(&swarm, "refund please").await;
+    assert_eq!(team.path, ["triage"]);
+    assert_eq!(team.output.as_deref(), Some(""));
 }

@@ -217,6 +217,9 @@ pub(super) fn blocked(
     match core.guardrails.on_block {
         OnBlock::Stop => {
             state.stopped = Some(StopReason::Guardrail(guardrail));
+            // A stopped run hands nothing off, though a sibling call of the reply that
+            // was blocked asked to: the team stops with it.
+            state.handoff = None;
             Ok(())
         }
         OnBlock::Fail => Err(AgentError::Guardrail {
