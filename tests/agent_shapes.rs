@@ -1262,3 +1262,47 @@ async fn a_guardrail_stop_in_a_reply_that_hands_off_stops_the_swarm() {
     assert_eq!(team.path, ["triage"]);
     assert_eq!(team.output.as_deref(), Some(""));
 }
+
+/// A swarm's agents use their tools as they are at each turn: a tool removed from an agent
+/// after the swarm was built is gone inside the swarm too, and one added is there.
+#[tokio::test]
+async fn a_swarm_agent_follows_its_agents_tools() {
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::tool_calls(vec![ToolCall::new("c1", "notes", json!({ "order": "A1" }))]),
+        ModelResponse::text("No notes."),
+    ]));
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(Arc::clone(&model))
+        .tool(notes)
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage.clone())
+        .agent("billing", "bills", scripted("billing", &[]))
+        .build()
+        .unwrap();
+    assert!(triage.remove_tool("notes"));
+    triage.add_tool(refund);
+    run(&swarm, "what do the notes say?").await;
+    let offered: Vec<String> = model.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert!(
+        offered.contains(&"refund".to_owned()) && !offered.contains(&"notes".to_owned()),
+        "{offered:?}"
+    );
+    assert!(
+        offered.contains(&"transfer_to_billing".to_owned()),
+        "{offered:?}"
+    );
+    let result = model.requests()[1]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .to_owned();
+    assert!(result.contains("unknown tool notes"), "{result}");
+}

@@ -268,7 +268,8 @@ impl Agent {
     /// [`AgentError::Invalid`] when two targets' tools would have one name (`billing team`
     /// and `billing_team`), or one would take the name of a tool the agent has.
     pub(crate) fn with_handoffs(&self, targets: &[(String, String)]) -> crate::Result<Self> {
-        let mut tools = (*self.core.tools.current()).clone();
+        let tools = self.core.tools.current();
+        let mut extra: Vec<Arc<dyn crate::tool::Tool>> = Vec::new();
         let mut handoffs: Vec<(String, String)> = Vec::new();
         let mut problems = Vec::new();
         for (target, description) in targets {
@@ -284,7 +285,7 @@ impl Agent {
                 ));
             }
             handoffs.push((name.clone(), target.clone()));
-            tools.add(tool);
+            extra.push(Arc::new(tool));
         }
         if !problems.is_empty() {
             return Err(AgentError::Invalid {
@@ -297,7 +298,12 @@ impl Agent {
             name: self.core.name.clone(),
             system: Arc::clone(&self.core.system),
             model: Arc::clone(&self.core.model),
-            tools: Arc::new(tools::AgentTools::new(tools)),
+            // The agent's own tools as they are at each turn (one added or removed after
+            // the swarm was built too), and the handoffs.
+            tools: Arc::new(tools::AgentTools::layered(
+                Arc::clone(&self.core.tools),
+                extra,
+            )),
             max_turns: self.core.max_turns,
             max_schema_retries: self.core.max_schema_retries,
             budget: self.core.budget.clone(),

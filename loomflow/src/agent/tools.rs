@@ -16,6 +16,17 @@ pub(crate) struct AgentTools {
     shared: RwLock<Arc<ToolHost>>,
     /// Hosts of runs going on now with tools of their own, by session.
     per_call: Mutex<HashMap<String, Arc<ToolHost>>>,
+    /// For a swarm's copy of an agent: the agent's own tools, which it follows, and the
+    /// handoff tools it adds to them.
+    layered: Option<Layered>,
+}
+
+/// Another agent's tools with more on top, kept in step with them.
+struct Layered {
+    base: Arc<AgentTools>,
+    extra: Vec<Arc<dyn Tool>>,
+    /// The base's host the last composition was made from, and that composition.
+    composed: Mutex<(Arc<ToolHost>, Arc<ToolHost>)>,
 }
 
 impl std::fmt::Debug for AgentTools {
@@ -29,11 +40,37 @@ impl AgentTools {
         Self {
             shared: RwLock::new(Arc::new(host)),
             per_call: Mutex::default(),
+            layered: None,
+        }
+    }
+
+    /// `base`'s tools and `extra` (which win a name clash), following `base`: a tool added
+    /// to it or removed from it is added or removed here from the next turn on.
+    pub(crate) fn layered(base: Arc<AgentTools>, extra: Vec<Arc<dyn Tool>>) -> Self {
+        let from = base.current();
+        let composed = Arc::new(compose(&from, &extra));
+        Self {
+            shared: RwLock::new(Arc::clone(&composed)),
+            per_call: Mutex::default(),
+            layered: Some(Layered {
+                base,
+                extra,
+                composed: Mutex::new((from, composed)),
+            }),
         }
     }
 
     /// The agent's host as it is now.
     pub(crate) fn current(&self) -> Arc<ToolHost> {
+        if let Some(layered) = &self.layered {
+            let base = layered.base.current();
+            let mut composed = crate::sync::lock(&layered.composed);
+            if !Arc::ptr_eq(&composed.0, &base) {
+                let host = Arc::new(compose(&base, &layered.extra));
+                *composed = (base, host);
+            }
+            return Arc::clone(&composed.1);
+        }
         Arc::clone(
             &self
                 .shared
@@ -49,8 +86,12 @@ impl AgentTools {
         own.unwrap_or_else(|| self.current())
     }
 
-    /// Changes the agent's host; runs see the change from their next turn.
+    /// Changes the agent's host; runs see the change from their next turn. A layered host
+    /// changes the host it follows.
     pub(crate) fn update<R>(&self, change: impl FnOnce(&mut ToolHost) -> R) -> R {
+        if let Some(layered) = &self.layered {
+            return layered.base.update(change);
+        }
         let mut shared = self
             .shared
             .write()
@@ -71,16 +112,22 @@ impl AgentTools {
         if extra.is_empty() {
             return None;
         }
-        let mut host = (*self.current()).clone();
-        for tool in extra {
-            host.add_arc(Arc::clone(tool));
-        }
+        let host = compose(&self.current(), extra);
         crate::sync::lock(&self.per_call).insert(session.to_owned(), Arc::new(host));
         Some(LentTools {
             tools: Arc::clone(self),
             session: session.to_owned(),
         })
     }
+}
+
+/// `host` with `extra` added (each replacing a tool of its name).
+fn compose(host: &ToolHost, extra: &[Arc<dyn Tool>]) -> ToolHost {
+    let mut host = host.clone();
+    for tool in extra {
+        host.add_arc(Arc::clone(tool));
+    }
+    host
 }
 
 /// Takes a run's own tools back when the run ends (or its future is dropped).
