@@ -394,3 +394,125 @@ async fn remember_tool_with_a_blank_text_names_the_field() {
     );
     assert_eq!(memory.count(&Scope::user("ada")).await.unwrap(), 0);
 }
+
+/// A memory whose second `remember` panics once, as a process that dies half way through
+/// remembering an extraction's facts: the first fact is kept, the second is not.
+#[derive(Clone)]
+struct DiesOnce {
+    inner: SqliteMemory,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Memory for DiesOnce {
+    fn remember<'a>(
+        &'a self,
+        scope: &'a Scope,
+        text: &'a str,
+        metadata: serde_json::Value,
+    ) -> loomflow::graph::BoxFuture<
+        'a,
+        Result<loomflow::memory::MemoryId, loomflow::memory::MemoryError>,
+    > {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            panic!("the process dies here");
+        }
+        self.inner.remember(scope, text, metadata)
+    }
+
+    fn recall<'a>(
+        &'a self,
+        scope: &'a Scope,
+        query: &'a str,
+        k: usize,
+    ) -> loomflow::graph::BoxFuture<
+        'a,
+        Result<Vec<loomflow::memory::MemoryItem>, loomflow::memory::MemoryError>,
+    > {
+        self.inner.recall(scope, query, k)
+    }
+
+    fn forget<'a>(
+        &'a self,
+        scope: &'a Scope,
+        id: loomflow::memory::MemoryId,
+    ) -> loomflow::graph::BoxFuture<'a, Result<bool, loomflow::memory::MemoryError>> {
+        self.inner.forget(scope, id)
+    }
+
+    fn forget_all<'a>(
+        &'a self,
+        scope: &'a Scope,
+    ) -> loomflow::graph::BoxFuture<'a, Result<u64, loomflow::memory::MemoryError>> {
+        self.inner.forget_all(scope)
+    }
+
+    fn count<'a>(
+        &'a self,
+        scope: &'a Scope,
+    ) -> loomflow::graph::BoxFuture<'a, Result<u64, loomflow::memory::MemoryError>> {
+        self.inner.count(scope)
+    }
+
+    fn list<'a>(
+        &'a self,
+        scope: &'a Scope,
+        limit: usize,
+    ) -> loomflow::graph::BoxFuture<
+        'a,
+        Result<Vec<loomflow::memory::MemoryItem>, loomflow::memory::MemoryError>,
+    > {
+        self.inner.list(scope, limit)
+    }
+
+    fn replace<'a>(
+        &'a self,
+        scope: &'a Scope,
+        old: &'a [loomflow::memory::MemoryId],
+        texts: &'a [String],
+        metadata: serde_json::Value,
+    ) -> loomflow::graph::BoxFuture<
+        'a,
+        Result<Vec<loomflow::memory::MemoryId>, loomflow::memory::MemoryError>,
+    > {
+        self.inner.replace(scope, old, texts, metadata)
+    }
+}
+
+/// A run carried on after it died while remembering its extraction's facts remembers the
+/// facts the model gave the first time, once each: the model's answer is journaled before
+/// anything is remembered, so it is not asked again (and cannot word them otherwise).
+#[tokio::test]
+async fn extraction_carried_on_after_a_crash_remembers_the_same_facts_once() {
+    let memory = DiesOnce {
+        inner: SqliteMemory::in_memory().unwrap(),
+        calls: Arc::default(),
+    };
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text("Noted."),
+        ModelResponse::text(r#"["Ada is allergic to peanuts", "Ada lives in Lyon"]"#),
+        // What a second extraction would answer: the same facts, worded otherwise.
+        ModelResponse::text(r#"["Ada has a peanut allergy", "Ada's home is Lyon"]"#),
+    ]));
+    let agent = Agent::builder("You chat.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().extract_after_run(true))
+        .build()
+        .unwrap();
+    let died = agent
+        .run("I'm allergic to peanuts and live in Lyon.")
+        .user("ada")
+        .session("s")
+        .await;
+    assert!(died.is_err(), "{died:?}");
+    let resumed = agent.resume("s").await.unwrap();
+    assert_eq!(resumed.output, "Noted.");
+    let kept = memory.inner.list(&Scope::user("ada"), 10).await.unwrap();
+    let kept: Vec<&str> = kept.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(kept, ["Ada is allergic to peanuts", "Ada lives in Lyon"]);
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the model was asked once to extract"
+    );
+}

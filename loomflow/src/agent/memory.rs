@@ -67,34 +67,50 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
     let request = extraction_request(state.messages.iter().skip(state.run_start));
     let user = state.user.as_deref();
     let ran = Ran::default();
-    let extracted: std::result::Result<(Vec<MemoryId>, Usage), RunError> = ctx
-        .step("memory:extract", || async {
+    // The answer is journaled before anything is remembered: a run carried on after a crash
+    // remembers the same facts, which `remember_extracted` finds already kept, rather than
+    // asking again for facts that may come back worded otherwise.
+    let answered: std::result::Result<(String, Usage), RunError> = ctx
+        .step("memory:extract:answer", || async {
             ran.mark();
             let response =
                 call_model(core, &*core.model, request, user, ctx, Chunks::Withhold).await?;
-            let ids =
-                remember_extracted(&*memory.store, &scope, ctx.thread(), &response.content).await?;
-            Ok::<_, crate::Error>((ids, response.usage))
+            Ok::<_, crate::Error>((response.content, response.usage))
         })
         .await;
-    let (_, usage) = match extracted {
-        Ok(extracted) => extracted,
-        // Extraction is a courtesy: a model or memory failure leaves the answer standing.
-        Err(RunError::StepFailed { source, .. }) => {
-            tracing::warn!(
-                agent = %core.name,
-                session = %ctx.thread(),
-                error = %source,
-                "extracting facts after the run failed; the run's answer stands"
-            );
-            return Ok(());
-        }
-        Err(error) => return Err(error.into()),
+    let (answer, usage) = match answered {
+        Ok(answered) => answered,
+        Err(error) => return courtesy(core, ctx, error),
     };
     state.usage += usage;
     let cost = super::react::add_cost(core, core.model.name(), state, &usage, None);
     if ran.happened() {
         core.budget.record(state.user.as_deref(), usage, cost);
     }
-    Ok(())
+    let remembered: std::result::Result<Vec<MemoryId>, RunError> = ctx
+        .step("memory:extract:remember", || {
+            remember_extracted(&*memory.store, &scope, ctx.thread(), &answer)
+        })
+        .await;
+    match remembered {
+        Ok(_) => Ok(()),
+        Err(error) => courtesy(core, ctx, error),
+    }
+}
+
+/// Extraction is a courtesy: a model or memory failure leaves the run's answer standing,
+/// and is logged. Anything else (a suspension, a store failure) is the run's.
+fn courtesy(core: &AgentCore, ctx: &Context, error: RunError) -> Result<()> {
+    match error {
+        RunError::StepFailed { source, .. } => {
+            tracing::warn!(
+                agent = %core.name,
+                session = %ctx.thread(),
+                error = %source,
+                "extracting facts after the run failed; the run's answer stands"
+            );
+            Ok(())
+        }
+        error => Err(error.into()),
+    }
 }
