@@ -6,6 +6,17 @@ use loomflow::runtime::{AuditKind, AuditQuery};
 use crate::Failure;
 use crate::output::{Output, table, time};
 
+/// The audit kind `kind` names.
+pub(crate) fn audit_kind(kind: &str) -> Result<AuditKind, Failure> {
+    AuditKind::parse(kind).ok_or_else(|| {
+        let known: Vec<&str> = AuditKind::ALL.iter().map(|k| k.as_str()).collect();
+        Failure::usage(format!(
+            "unknown audit kind {kind:?}; known: {}",
+            known.join(", ")
+        ))
+    })
+}
+
 /// Prints the audit log of `thread` (of every thread with `None`), oldest first, optionally
 /// one kind only.
 pub(crate) async fn audit(
@@ -20,14 +31,7 @@ pub(crate) async fn audit(
         None => AuditQuery::all(),
     };
     if let Some(kind) = kind {
-        let parsed = AuditKind::parse(kind).ok_or_else(|| {
-            let known: Vec<&str> = AuditKind::ALL.iter().map(|k| k.as_str()).collect();
-            Failure::usage(format!(
-                "unknown audit kind {kind:?}; known: {}",
-                known.join(", ")
-            ))
-        })?;
-        query = query.kind(parsed);
+        query = query.kind(audit_kind(kind)?);
     }
     if let Some(limit) = limit {
         query = query.limit(limit);

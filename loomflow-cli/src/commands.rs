@@ -7,10 +7,32 @@ use loomflow::tool::ApprovalDecision;
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::output::{Output, table, time, waits};
+use crate::output::{Output, out, outln, table, time, waits};
 
-fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
+pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
     serde_json::from_str(text).map_err(|e| Failure::usage(format!("{what} is not JSON: {e}")))
+}
+
+/// The run state `word` names.
+pub(crate) fn run_state(word: &str) -> Result<RunState, Failure> {
+    RunState::parse(word).ok_or_else(|| {
+        let known: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+        Failure::usage(format!(
+            "unknown status {word:?}; one of: {}",
+            known.join(", ")
+        ))
+    })
+}
+
+/// A signal's name and idempotency key, as given: neither may be empty.
+pub(crate) fn check_signal(name: &str, key: Option<&str>) -> Result<(), Failure> {
+    if name.is_empty() {
+        return Err(Failure::usage("the signal name must not be empty"));
+    }
+    if key.is_some_and(str::is_empty) {
+        return Err(Failure::usage("--key must not be empty"));
+    }
+    Ok(())
 }
 
 pub(crate) async fn runs(
@@ -22,14 +44,7 @@ pub(crate) async fn runs(
 ) -> Result<(), Failure> {
     let mut filter = RunFilter::new();
     if let Some(word) = status {
-        let state = RunState::parse(&word).ok_or_else(|| {
-            let known: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
-            Failure::usage(format!(
-                "unknown status {word:?}; one of: {}",
-                known.join(", ")
-            ))
-        })?;
-        filter = filter.state(state);
+        filter = filter.state(run_state(&word)?);
     }
     if let Some(graph) = graph {
         filter = filter.graph(graph);
@@ -122,10 +137,10 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         facts.push(("error", error.clone()));
     }
     for (name, value) in facts {
-        println!("{name:<10} {value}");
+        outln!("{name:<10} {value}");
     }
     if !info.interrupts.is_empty() {
-        println!("\ninterrupts:");
+        outln!("\ninterrupts:");
         for i in &info.interrupts {
             let waits = match (&i.signal, i.wake_at_ms) {
                 (Some(signal), Some(at)) => format!("signal {signal}, until {}", time(at)),
@@ -133,14 +148,14 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
                 (None, Some(at)) => format!("sleeping until {}", time(at)),
                 (None, None) => "a resume value".to_owned(),
             };
-            println!("  {}  (node {}; waits for {waits})", i.id, i.node);
-            println!("    {}", i.payload);
+            outln!("  {}  (node {}; waits for {waits})", i.id, i.node);
+            outln!("    {}", i.payload);
         }
     }
     if !approvals.is_empty() {
-        println!("\napprovals:");
+        outln!("\napprovals:");
         for a in &approvals {
-            println!(
+            outln!(
                 "  {}  tool {}  asked {}{}",
                 a.call_id,
                 a.tool,
@@ -153,16 +168,16 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
             let arguments = serde_json::to_string_pretty(&a.arguments)
                 .unwrap_or_else(|_| a.arguments.to_string());
             for line in arguments.lines() {
-                println!("    {line}");
+                outln!("    {line}");
             }
         }
     }
-    println!("\nstate:");
+    outln!("\nstate:");
     let state = serde_json::to_string_pretty(&info.state).unwrap_or_default();
     for line in state.lines() {
-        println!("  {line}");
+        outln!("  {line}");
     }
-    println!("\nhistory:");
+    outln!("\nhistory:");
     let rows: Vec<Vec<String>> = history
         .iter()
         .map(|cp| {
@@ -192,6 +207,7 @@ pub(crate) async fn signal(
     payload: &str,
     key: Option<String>,
 ) -> Result<(), Failure> {
+    check_signal(name, key.as_deref())?;
     let payload = parse_json("the payload", payload)?;
     // A signal for a thread that never ran would wait unseen, and one for a run that has
     // ended would wait for the next run on the thread: both are refused.
@@ -201,9 +217,6 @@ pub(crate) async fn signal(
     }
     let mut options = SignalOptions::default().require_live_run();
     if let Some(key) = key {
-        if key.is_empty() {
-            return Err(Failure::usage("--key must not be empty"));
-        }
         options = options.idempotency_key(key);
     }
     let delivery = runtime.signal_with(thread, name, payload, options).await?;
@@ -249,10 +262,30 @@ async fn decide(
     )))
 }
 
-/// Who decides an approval from the command line: `--by`, else `$USER`, else `cli`.
-pub(crate) fn decider(by: Option<String>) -> String {
-    by.or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
-        .unwrap_or_else(|| "cli".to_owned())
+/// Who decides an approval from the command line: `--by`, else `$USER`, else `cli`. An
+/// empty `--by` would record a decision by nobody.
+pub(crate) fn decider(by: Option<String>) -> Result<String, Failure> {
+    if by.as_deref().is_some_and(|by| by.trim().is_empty()) {
+        return Err(Failure::usage("--by must name who decides"));
+    }
+    Ok(by
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "cli".to_owned()))
+}
+
+/// An approval, with the arguments `--edit` gives instead, if any: a JSON object.
+pub(crate) fn approval(edit: Option<&str>) -> Result<ApprovalDecision, Failure> {
+    Ok(match edit {
+        Some(arguments) => match parse_json("--edit", arguments)? {
+            arguments @ Value::Object(_) => ApprovalDecision::Edit { arguments },
+            other => {
+                return Err(Failure::usage(format!(
+                    "--edit must be a JSON object of the tool's arguments, not {other}"
+                )));
+            }
+        },
+        None => ApprovalDecision::Allow,
+    })
 }
 
 pub(crate) async fn approve(
@@ -263,17 +296,7 @@ pub(crate) async fn approve(
     edit: Option<&str>,
     by: &str,
 ) -> Result<(), Failure> {
-    let decision = match edit {
-        Some(arguments) => match parse_json("--edit", arguments)? {
-            arguments @ Value::Object(_) => ApprovalDecision::Edit { arguments },
-            other => {
-                return Err(Failure::usage(format!(
-                    "--edit must be a JSON object of the tool's arguments, not {other}"
-                )));
-            }
-        },
-        None => ApprovalDecision::Allow,
-    };
+    let decision = approval(edit)?;
     decide(runtime, thread, call_id, decision, by).await?;
     out.done(
         &format!("approved call {call_id} on {thread}"),
@@ -336,7 +359,13 @@ pub(crate) async fn cancel(runtime: &Runtime, out: &Output, thread: &str) -> Res
 }
 
 pub(crate) async fn delete(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
+    let run = runtime.store().get_run(thread).await;
+    let had_run = run.map_err(loomflow::RuntimeError::from)?.is_some();
     let deleted = runtime.delete_thread(thread).await?;
+    // A mistyped thread must not read as one deleted.
+    if !had_run && deleted.is_empty() {
+        return Err(Failure::not_found(format!("thread {thread} has no run")));
+    }
     let message = format!(
         "{thread}: deleted ({} checkpoints, {} journal entries, {} pending signals)",
         deleted.checkpoints, deleted.journal_entries, deleted.signals
@@ -345,7 +374,7 @@ pub(crate) async fn delete(runtime: &Runtime, out: &Output, thread: &str) -> Res
     Ok(())
 }
 
-pub(crate) async fn graph(runtime: &Runtime, thread: &str) -> Result<(), Failure> {
+pub(crate) async fn graph(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
     let info = runtime.run(thread).await?;
     let checkpoints = runtime.list_checkpoints(thread).await?;
     let mut top_level = checkpoints
@@ -373,6 +402,11 @@ pub(crate) async fn graph(runtime: &Runtime, thread: &str) -> Result<(), Failure
         .next_back()
         .map(|cp| cp.next())
         .unwrap_or_default();
-    print!("{}", from_description(&description, &current));
+    let mermaid = from_description(&description, &current);
+    if out.json {
+        out.json(&json!({ "thread": thread, "mermaid": mermaid, "current": current }));
+    } else {
+        out!("{mermaid}");
+    }
     Ok(())
 }

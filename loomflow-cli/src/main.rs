@@ -12,10 +12,12 @@
 //! loomflow --db sqlite:refunds.db graph ord_7
 //! ```
 //!
-//! Exit codes: 0 done; 1 the store failed, or `serve` could not listen (an address in use)
-//! or its server stopped; 2 bad usage (an unknown flag, a payload that is
-//! not JSON, an `--edit` that is not a JSON object, a resume that names no interrupt while several are pending); 3 not found (no
-//! such run, no such pending approval or interrupt); 4 refused (the mailbox refused the
+//! Exit codes: 0 done (also when the reader of the output stopped reading); 1 the store
+//! failed, or `serve` could not listen (an address in use) or its server stopped; 2 bad usage,
+//! checked before the store is opened (an unknown flag, a payload that is not JSON, an
+//! `--edit` that is not a JSON object, an empty signal name, `--key` or `--by`, a resume that
+//! names no interrupt while several are pending); 3 not found (no such run, no such pending
+//! approval or interrupt; `delete` of a thread that never ran); 4 refused (the mailbox refused the
 //! signal: a reserved name, a payload over the limit, a run that has ended; a call decided
 //! already; a run that is not interrupted; a delete while a run executes the thread).
 
@@ -33,7 +35,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "loomflow", version, about, long_about = None)]
 struct Cli {
-    /// The store: `sqlite:PATH` (or a path to a SQLite file), or `postgres://…`.
+    /// The store: `sqlite:PATH` (or a path to a SQLite file), `postgres://…`, or libpq
+    /// `key=value` pairs (`host=db dbname=flows`). Errors never repeat it.
     #[arg(long, env = "LOOMFLOW_DB", global = true)]
     db: Option<String>,
     /// Print JSON instead of tables, for scripts.
@@ -242,8 +245,58 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Checks every argument before the store is opened: bad usage is 2, whatever the store,
+/// and opens nothing.
+fn check(command: &Command) -> Result<(), Failure> {
+    match command {
+        Command::Runs {
+            status: Some(status),
+            ..
+        } => {
+            commands::run_state(status)?;
+        }
+        Command::Audit {
+            kind: Some(kind), ..
+        } => {
+            audit::audit_kind(kind)?;
+        }
+        Command::Signal {
+            name, payload, key, ..
+        } => {
+            commands::check_signal(name, key.as_deref())?;
+            commands::parse_json("the payload", payload)?;
+        }
+        Command::Approve { edit, by, .. } => {
+            commands::approval(edit.as_deref())?;
+            commands::decider(by.clone())?;
+        }
+        Command::Reject { by, .. } => {
+            commands::decider(by.clone())?;
+        }
+        Command::Resume { value, .. } => {
+            commands::parse_json("the resume value", value)?;
+        }
+        // Every request would be refused: say so rather than serve nothing.
+        Command::Serve { token, no_auth, .. }
+            if token.as_deref().is_none_or(str::is_empty) && !no_auth =>
+        {
+            return Err(Failure::usage(
+                "serve needs a bearer token (--token or LOOMFLOW_TOKEN, not empty), or \
+                 --no-auth behind something that authenticates",
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let runtime = store::open(cli.db.as_deref()).await?;
+    check(&cli.command)?;
+    let lifetime = match cli.command {
+        Command::Serve { .. } => store::Lifetime::Server,
+        _ => store::Lifetime::Command,
+    };
+    let runtime = store::open(cli.db.as_deref(), lifetime).await?;
     let out = output::Output { json: cli.json };
     match cli.command {
         Command::Runs {
@@ -269,7 +322,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             edit,
             by,
         } => {
-            let by = commands::decider(by);
+            let by = commands::decider(by)?;
             commands::approve(&runtime, &out, &thread, &call_id, edit.as_deref(), &by).await
         }
         Command::Reject {
@@ -278,7 +331,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             reason,
             by,
         } => {
-            let by = commands::decider(by);
+            let by = commands::decider(by)?;
             commands::reject(&runtime, &out, &thread, &call_id, reason, &by).await
         }
         Command::Resume {
@@ -288,7 +341,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => commands::resume(&runtime, &out, &thread, &value, interrupt.as_deref()).await,
         Command::Cancel { thread } => commands::cancel(&runtime, &out, &thread).await,
         Command::Delete { thread } => commands::delete(&runtime, &out, &thread).await,
-        Command::Graph { thread } => commands::graph(&runtime, &thread).await,
+        Command::Graph { thread } => commands::graph(&runtime, &out, &thread).await,
         Command::Serve {
             listen,
             token,
@@ -297,13 +350,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             no_auth,
         } => {
             let token = token.filter(|token| !token.is_empty());
-            if token.is_none() && !no_auth {
-                // Every request would be refused: say so rather than serve nothing.
-                return Err(Failure::usage(
-                    "serve needs a bearer token (--token or LOOMFLOW_TOKEN, not empty), or \
-                     --no-auth behind something that authenticates",
-                ));
-            }
             let mut config = loomflow::http::HttpConfig::new();
             if let Some(token) = token {
                 config = config.bearer_token(token);

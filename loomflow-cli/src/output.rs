@@ -1,7 +1,35 @@
 //! Printing: aligned tables for people, JSON for scripts.
 
+use std::io::Write;
+
 use loomflow::runtime::{RunRecord, Utc};
 use serde::Serialize;
+
+/// Prints to standard output, as `print!` does, but a reader that went away
+/// (`loomflow runs | head -1`) ends the process quietly with 0, as a command read by `head`
+/// should, instead of a panic; any other failure to write ends it with 1.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::output::write_out(format_args!($($arg)*)) };
+}
+
+/// [`out!`] and a new line.
+macro_rules! outln {
+    () => { $crate::output::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub(crate) use {out, outln};
+
+pub(crate) fn write_out(text: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("loomflow: cannot write the output: {error}");
+        std::process::exit(1);
+    }
+}
 
 /// How results are printed.
 pub(crate) struct Output {
@@ -12,7 +40,7 @@ impl Output {
     /// Prints `value` as pretty JSON.
     pub(crate) fn json(&self, value: &impl Serialize) {
         match serde_json::to_string_pretty(value) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => outln!("{text}"),
             Err(error) => eprintln!("loomflow: cannot print JSON: {error}"),
         }
     }
@@ -22,7 +50,7 @@ impl Output {
         if self.json {
             self.json(value);
         } else {
-            println!("{message}");
+            outln!("{message}");
         }
     }
 }
@@ -57,7 +85,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(cell, width)| format!("{cell:width$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        outln!("{}", padded.join("  ").trim_end());
     };
     line(header.to_vec());
     for row in rows {

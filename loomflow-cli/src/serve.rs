@@ -4,6 +4,7 @@ use loomflow::Runtime;
 use loomflow::http::{HttpConfig, router};
 
 use crate::Failure;
+use crate::output::outln;
 
 pub(crate) async fn run(runtime: Runtime, config: HttpConfig, listen: &str) -> Result<(), Failure> {
     let cannot_listen = |e: std::io::Error| {
@@ -19,7 +20,7 @@ pub(crate) async fn run(runtime: Runtime, config: HttpConfig, listen: &str) -> R
         .await
         .map_err(cannot_listen)?;
     let addr = listener.local_addr().map_err(cannot_listen)?;
-    println!("loomflow: serving on http://{addr} (the inbox: http://{addr}/inbox?token=…)");
+    outln!("loomflow: serving on http://{addr} (the inbox: http://{addr}/inbox?token=…)");
     axum::serve(listener, router(runtime, config))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -623,3 +623,174 @@ async fn a_postgresql_store_is_read_through_its_url() {
         stdout(&cancelled)
     );
 }
+
+/// A connection string is never repeated in an error: it may hold a password. A libpq
+/// `key=value` string is PostgreSQL's (its errors show the server without the password).
+#[test]
+fn a_connection_string_is_never_repeated_in_an_error() {
+    for (db, code) in [
+        ("postgress://app:hunter2@db/flows", 2),
+        (
+            "host=127.0.0.1 port=1 user=app password=hunter2 dbname=flows",
+            1,
+        ),
+        ("app:hunter2@db/flows", 3),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+            .args(["--db", db, "runs"])
+            .env_remove("LOOMFLOW_DB")
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{db}: {}",
+            stderr(&output)
+        );
+        assert!(
+            !stderr(&output).contains("hunter2"),
+            "{db}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+/// Every argument is checked before the store is opened: bad usage is 2 whatever the store,
+/// even one that is not there.
+#[test]
+fn bad_usage_is_2_before_the_store_is_opened() {
+    let code = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+            .args(["--db", "sqlite:/nonexistent/dir/x.db"])
+            .args(args)
+            .env_remove("LOOMFLOW_DB")
+            .output()
+            .unwrap();
+        (output.status.code(), stderr(&output))
+    };
+    for args in [
+        &["signal", "t", "go", "{not json"][..],
+        &["signal", "t", "", "1"],
+        &["signal", "t", "go", "1", "--key", ""],
+        &["runs", "--status", "sleepy"],
+        &["audit", "--kind", "gossip"],
+        &["approve", "t", "call_1", "--edit", "[1]"],
+        &["approve", "t", "call_1", "--by", ""],
+        &["reject", "t", "call_1", "--by", " "],
+        &["resume", "t", "{not json"],
+    ] {
+        let (status, err) = code(args);
+        assert_eq!(status, Some(2), "{args:?}: {err}");
+        assert!(!err.contains("no SQLite file"), "{args:?}: {err}");
+    }
+}
+
+/// A reader that stops reading (`loomflow runs | head -1`) ends the command quietly, with 0:
+/// not a panic, and not 101.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_reading_ends_the_command_quietly() {
+    let db = Db::new("pipe");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let graph = refund_graph();
+    let input = Refund {
+        order: "ord_1".into(),
+        approved: None,
+    };
+    graph.invoke(&runtime, "ord_1", input).await.unwrap();
+    for args in [&["runs"][..], &["show", "ord_1"], &["--json", "runs"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+            .args(["--db", &db.url()])
+            .args(args)
+            .env_remove("LOOMFLOW_DB")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the command writes anything.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(stderr(&output).is_empty(), "{args:?}: {}", stderr(&output));
+    }
+}
+
+/// `--json graph` prints JSON, as every other command does with `--json`; deleting a thread
+/// that never ran is not found, not a deletion of nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_graph_and_the_delete_of_a_thread_that_never_ran() {
+    let db = Db::new("json-graph");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let input = Refund {
+        order: "ord_1".into(),
+        approved: None,
+    };
+    refund_graph()
+        .invoke(&runtime, "ord_1", input)
+        .await
+        .unwrap();
+    let drawn = loomflow(&db.0, &["--json", "graph", "ord_1"]);
+    assert!(drawn.status.success(), "{}", stderr(&drawn));
+    let drawn: serde_json::Value = serde_json::from_slice(&drawn.stdout).unwrap();
+    assert_eq!(drawn["thread"], "ord_1");
+    assert_eq!(drawn["current"], json!(["ask_manager"]));
+    assert!(
+        drawn["mermaid"]
+            .as_str()
+            .unwrap()
+            .starts_with("flowchart TD"),
+        "{drawn}"
+    );
+
+    let typo = loomflow(&db.0, &["delete", "ord_typo"]);
+    assert_eq!(typo.status.code(), Some(3), "{}", stderr(&typo));
+    assert!(
+        stderr(&typo).contains("thread ord_typo has no run"),
+        "{}",
+        stderr(&typo)
+    );
+}
+
+/// A command that reads keeps every stored signal it loads: a signal sent hours ago to a
+/// session whose run has not started yet (the workers keep pending signals longer than
+/// the default hour) is still there after `show`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_reads_deletes_no_stored_signal() {
+    use loomflow::runtime::{MailboxConfig, ManualClock, SqliteStore};
+    let db = Db::new("keeps-signals");
+    {
+        let hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 3_600);
+        let sender = Runtime::builder()
+            .store(SqliteStore::open(&db.0).unwrap())
+            .clock(ManualClock::new(hours_ago))
+            .signals(MailboxConfig::default().pending_signal_ttl(None))
+            .build();
+        sender.signal("ord_8", "review", json!(true)).await.unwrap();
+        let input = Refund {
+            order: "ord_7".into(),
+            approved: None,
+        };
+        refund_graph()
+            .invoke(&sender, "ord_7", input)
+            .await
+            .unwrap();
+    }
+    for args in [&["show", "ord_7"][..], &["signal", "ord_7", "other", "1"]] {
+        let output = loomflow_apart(&db.0, args).await;
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+    }
+    let store = SqliteStore::open(&db.0).unwrap();
+    let pending = loomflow::runtime::Store::pending_signals(&store)
+        .await
+        .unwrap();
+    assert!(
+        pending
+            .iter()
+            .any(|s| s.session == "ord_8" && s.name == "review"),
+        "{pending:?}"
+    );
+}

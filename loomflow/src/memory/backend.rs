@@ -7,7 +7,7 @@ use serde_json::Value;
 use unicode_normalization::UnicodeNormalization;
 use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
 
-use super::{MemoryError, MemoryId, Scope};
+use super::{MAX_TEXT_BYTES, MemoryError, MemoryId, Scope};
 
 /// The most words of a query that are searched, after its stop words are dropped.
 pub(crate) const MAX_WORDS: usize = 64;
@@ -205,10 +205,6 @@ pub(crate) fn check_new(scope: &Scope, text: &str, metadata: Value) -> Result<Va
     check_text(scope, text)?;
     check_metadata(scope, metadata)
 }
-
-/// The most bytes a remembered text may hold: PostgreSQL indexes a text's words in at most
-/// 1 MiB, and an item is a fact or a note, not a document.
-pub const MAX_TEXT_BYTES: usize = 256 * 1024;
 
 pub(crate) fn check_text(scope: &Scope, text: &str) -> Result<(), MemoryError> {
     if text.trim().is_empty() {

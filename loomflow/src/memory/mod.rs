@@ -43,8 +43,11 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub use backend::MAX_TEXT_BYTES;
 pub use consolidate::{Consolidation, ConsolidationReport};
+
+/// The most bytes a remembered text may hold, in every backend: PostgreSQL indexes a text's
+/// words in at most 1 MiB, and an item is a fact or a note, not a document.
+pub const MAX_TEXT_BYTES: usize = 256 * 1024;
 pub use error::MemoryError;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresMemory;
