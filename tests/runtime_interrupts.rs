@@ -1051,3 +1051,56 @@ async fn suspended_rows_list_what_they_wait_for_in_memory_and_sqlite() {
     let db = loomflow_tests::TempDb::new("interrupts-waiting-on");
     suspended_rows_list_what_they_wait_for("sqlite", Runtime::sqlite(db.path()).unwrap()).await;
 }
+
+/// A step retried in a loop until it succeeds records its one success under the number the
+/// node's next run looks up first: on resume the charge is not made again, and its result
+/// is the one recorded.
+#[tokio::test]
+async fn a_step_retried_until_it_succeeds_is_not_made_again_on_resume() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let graph = Graph::new("retry")
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let calls = Arc::clone(&counted);
+            Box::pin(async move {
+                let id: String = loop {
+                    let calls = Arc::clone(&calls);
+                    let tried = ctx
+                        .step("charge", || async move {
+                            match calls.fetch_add(1, Ordering::SeqCst) {
+                                0 => Err("declined, try again".to_owned()),
+                                n => Ok(format!("ch_{n}")),
+                            }
+                        })
+                        .await;
+                    if let Ok(id) = tried {
+                        break id;
+                    }
+                };
+                let ship: bool = ctx.interrupt("ship?")?;
+                if ship {
+                    paid.push(id);
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::in_memory();
+    graph.invoke(&rt, "t", Vec::new()).await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let done = graph
+        .resume(&rt, "t", true)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, ["ch_1"]);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the charge was not made again"
+    );
+}

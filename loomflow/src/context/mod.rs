@@ -1,5 +1,6 @@
 //! [`Context`]: what a node knows about its run, and how it talks to the world.
 
+mod journal;
 mod signal;
 mod timer;
 
@@ -7,7 +8,6 @@ pub use signal::WaitForSignal;
 pub use timer::Sleep;
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -16,10 +16,10 @@ use serde_json::Value;
 
 use crate::event::{Event, EventKind};
 use crate::graph::namespace::Namespace;
-use crate::graph::{BoxError, BoxFuture, RunError};
+use crate::graph::{BoxFuture, RunError};
 use crate::runtime::claim::RunClaim;
 use crate::runtime::mailbox::Taking;
-use crate::runtime::{AuditEntry, AuditKind, Durability, Interrupt, JournalKey, Runtime};
+use crate::runtime::{AuditEntry, AuditKind, Durability, Interrupt, Runtime};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -416,114 +416,10 @@ impl Context {
         })
     }
 
-    /// Runs a side effect once per node execution and journals its result.
-    ///
-    /// The result is filed under (run, superstep, node, `name`, occurrence of `name` within
-    /// this execution). When the node runs again for the same superstep (after a resume, or
-    /// when recovering from a crash) the recorded value is returned and `f` is not called.
-    /// A failing `f` records nothing, so a retry calls it again.
-    ///
-    /// "Once" holds across processes: the run executes under a claim that at most one
-    /// execution holds at a time, `f` is called only while this one holds it, and its result
-    /// is journaled under the claim. If the claim was lost meanwhile (this process stalled
-    /// past its lease and another took the run over), the result is not recorded and the
-    /// step returns that error instead of the value.
-    ///
-    /// Should the journal write fail because the store did (a dropped connection, a full
-    /// disk), the error the node returns with `?` does not fail the run: the run stops where
-    /// the step started and is let go, as after a crash, for a worker or a `resume` to carry
-    /// on. `f` may then be called again, unless its result reached the journal after all.
-    /// A write the store refuses for what it holds
-    /// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)) fails the node.
-    ///
-    /// # Errors
-    ///
-    /// [`RunError::StepFailed`] with `f`'s error (any error type, or a `String`); a store
-    /// failure, including [`StoreError::LeaseLost`](crate::runtime::StoreError::LeaseLost)
-    /// when the run's claim was lost; a recorded value that no longer deserializes into `T`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use loomflow::prelude::*;
-    ///
-    /// #[node]
-    /// async fn pay(state: &mut Vec<String>, ctx: &Context) -> loomflow::Result<()> {
-    ///     let id: String = ctx.step("charge", || async { Ok::<_, String>("ch_42".to_owned()) }).await?;
-    ///     state.push(id);
-    ///     Ok(())
-    /// }
-    /// # let _ = pay;
-    /// ```
-    pub async fn step<T, E, F, Fut>(&self, name: &str, f: F) -> Result<T>
-    where
-        T: Serialize + DeserializeOwned,
-        E: Into<BoxError>,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-    {
-        let key = self.journal_key(name);
-        let store = self.run.runtime.store();
-        let recorded = match store.as_memory() {
-            Some(memory) => memory.get_journal_now(&key)?,
-            None => store.get_journal(&key).await?,
-        };
-        if let Some(recorded) = recorded {
-            return serde_json::from_value(recorded).map_err(|e| {
-                RunError::json(format!("journaled step {name} of node {}", self.node), e)
-            });
-        }
-        // Not acting on the world for a run that is no longer ours.
-        self.run.claim.ensure_held().await?;
-        let value = match f().await {
-            Ok(value) => value,
-            // The step's work suspended the node (an approval inside a tool call): that is
-            // the node's suspension, not a failed step.
-            Err(_) if !self.control().suspension.is_empty() => {
-                return Err(RunError::Suspended {
-                    node: String::from(&*self.node),
-                });
-            }
-            Err(source) => {
-                return Err(RunError::StepFailed {
-                    node: String::from(&*self.node),
-                    name: name.to_owned(),
-                    source: source.into(),
-                });
-            }
-        };
-        let json = serde_json::to_value(&value).map_err(|e| {
-            RunError::json(format!("result of step {name} of node {}", self.node), e)
-        })?;
-        let audit = self.run.take_audit_but_resumes();
-        self.run.claim.put_journal_audited(key, json, audit).await?;
-        Ok(value)
-    }
-
     /// Queues an audit entry: it is written with the node's next journaled step, or with the
     /// step's checkpoint.
     pub(crate) fn record_audit(&self, entry: AuditEntry) {
         self.run.record_audit(entry);
-    }
-
-    /// The journal key for the next call named `name` in this node execution.
-    pub(crate) fn journal_key(&self, name: &str) -> JournalKey {
-        let occurrence = {
-            let mut control = self.control();
-            let counter = control.occurrences.entry(name.to_owned()).or_insert(0);
-            let current = *counter;
-            *counter += 1;
-            current
-        };
-        JournalKey::new(
-            &*self.run.thread,
-            self.run.run,
-            self.run.namespace.as_str(),
-            self.step,
-            &*self.node,
-            name,
-            occurrence,
-        )
     }
 
     /// The thread (session) the run belongs to.
