@@ -304,3 +304,63 @@ async fn a_runtime_level_wait_receives_a_signal_kept_past_the_ttl() {
         assert!(again.is_err(), "later: {later}: {again:?}");
     }
 }
+
+/// The same under a worker that parks a wait a moment before it suspends the run (the
+/// default grace): the parked wait looks in the store too, and takes the kept signal first.
+#[tokio::test]
+async fn a_parked_wait_takes_a_signal_kept_past_the_ttl_first() {
+    let db = loomflow_tests::TempDb::new("ttl-fifo-parked");
+    let ttl = Duration::from_millis(300);
+    let runtime = with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+    suspend(&runtime, &["t"]).await;
+    runtime.signal("t", "go", 1u32).await.unwrap();
+    tokio::time::sleep(3 * ttl).await;
+    runtime.signal("t", "go", 2u32).await.unwrap();
+    let parking = Worker::builder(&runtime)
+        .graph(&waiting::waiting_graph())
+        .build();
+    parking.run_until_idle().await.unwrap();
+    assert_eq!(
+        outcomes(&runtime, &["t"]).await,
+        [(RunState::Completed, Some(1))]
+    );
+}
+
+/// A wait in a run carried on without a worker (an interrupt answered, then a plain wait)
+/// takes a signal the TTL dropped from memory and the store kept for the run, rather than
+/// waiting out its timeout with the signal in the store.
+#[tokio::test]
+async fn an_inline_wait_takes_a_signal_kept_past_the_ttl() {
+    let db = loomflow_tests::TempDb::new("ttl-inline");
+    let ttl = Duration::from_millis(300);
+    let runtime = with_ttl(SqliteStore::open(db.path()).unwrap(), ttl);
+    let graph = Graph::new("ask_then_wait")
+        .node_fn("ask", |_: &mut Option<u32>, ctx| {
+            Box::pin(async move {
+                let _go_on: bool = ctx.interrupt("go on?")?;
+                Ok(())
+            })
+        })
+        .node_fn("wait", |got: &mut Option<u32>, ctx| {
+            Box::pin(async move {
+                let wait = ctx.wait_for_signal::<u32>("go");
+                *got = Some(wait.timeout(Duration::from_secs(5)).await?);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    graph.invoke(&runtime, "t", None).await.unwrap();
+    runtime.signal("t", "go", 5u32).await.unwrap();
+    tokio::time::sleep(3 * ttl).await;
+    let started = std::time::Instant::now();
+    let done = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(done.completed().unwrap(), Some(5));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "it waited out its timeout"
+    );
+}

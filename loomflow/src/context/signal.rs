@@ -165,6 +165,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 })
             };
             let mut announced = false;
+            let store_keeps = runtime.store().is_durable();
             // Each pass takes the next payload; one that another process consumed first
             // (it was in this mailbox too) is dropped, and the wait goes on.
             loop {
@@ -177,13 +178,16 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     }
                     (false, None) => left_ms.map(Duration::from_millis),
                 };
-                if durable && park.is_none_or(|p| p.is_zero()) {
+                let must_suspend = durable && park.is_none_or(|p| p.is_zero());
+                // A durable store may keep a signal for this run that the pending bounds
+                // dropped from this process's memory: every pass looks there too before it
+                // waits, oldest first (FIFO per session and name), not only one about to
+                // suspend.
+                if must_suspend || store_keeps {
                     let queued = match runtime.receive_now(session, &name, scope).await? {
                         Some(received) => {
                             (runtime.older_stored_first(session, &name, received, scope)).await?
                         }
-                        // Dropped from this process's memory by the pending bounds, but kept
-                        // in the store for this run.
                         None => runtime.receive_stored(session, &name).await?,
                     };
                     match queued {
@@ -197,6 +201,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                             }
                             continue;
                         }
+                        None if !must_suspend => {}
                         None if left_ms == Some(0) => return time_out(timeout_key).await,
                         None => {
                             return Err(ctx.suspend_for_signal_with(
