@@ -13,14 +13,24 @@ pub enum SignalError {
         session: String,
     },
     /// The name starts with the framework's reserved prefix, `loomflow:`.
-    #[error("signal name {name} is reserved: names starting with `loomflow:` belong to loomflow")]
+    #[error(
+        "signal name {name} for session {session} is reserved: names starting with `loomflow:` \
+         belong to loomflow"
+    )]
     ReservedName {
+        /// The session the signal was addressed to.
+        session: String,
         /// The offending name.
         name: String,
     },
     /// The payload serializes to more bytes than the mailbox accepts.
-    #[error("payload of signal {name} is {size} bytes, over the limit of {limit} bytes")]
+    #[error(
+        "payload of signal {name} for session {session} is {size} bytes, over the limit of \
+         {limit} bytes"
+    )]
     PayloadTooLarge {
+        /// The session the signal was addressed to.
+        session: String,
         /// The signal name.
         name: String,
         /// The payload's serialized size in bytes.

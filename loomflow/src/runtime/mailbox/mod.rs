@@ -379,6 +379,7 @@ impl Mailbox {
             let size = serialized_size(payload);
             if size > limit {
                 return Err(SignalError::PayloadTooLarge {
+                    session: session.to_owned(),
                     name: name.to_owned(),
                     size,
                     limit,
@@ -568,6 +569,7 @@ pub(crate) fn check_name(session: &str, name: &str, scope: Scope) -> Result<(), 
     }
     if scope == Scope::User && name.starts_with(RESERVED_PREFIX) {
         return Err(SignalError::ReservedName {
+            session: session.to_owned(),
             name: name.to_owned(),
         });
     }

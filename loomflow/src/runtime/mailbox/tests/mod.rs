@@ -470,8 +470,7 @@ async fn keys_are_remembered_at_least_as_long_as_pending_signals() {
 fn reserved_and_empty_names_are_refused_to_user_code() {
     let mb = mailbox();
     let reserved = "loomflow:approval:call-1";
-    let is_reserved =
-        |err: SignalError| matches!(err, SignalError::ReservedName { name } if name == reserved);
+    let is_reserved = |err: SignalError| matches!(err, SignalError::ReservedName { name, .. } if name == reserved);
     assert!(is_reserved(mb.signal("s", reserved, json!(1)).unwrap_err()));
     assert!(is_reserved(mb.poll("s", reserved).unwrap_err()));
     assert!(is_reserved(
@@ -482,7 +481,7 @@ fn reserved_and_empty_names_are_refused_to_user_code() {
     ));
     assert_eq!(
         mb.signal("s", reserved, json!(1)).unwrap_err().to_string(),
-        "signal name loomflow:approval:call-1 is reserved: names starting with `loomflow:` belong to loomflow"
+        "signal name loomflow:approval:call-1 for session s is reserved: names starting with `loomflow:` belong to loomflow"
     );
 
     let err = mb.signal("s", "", json!(1)).unwrap_err();
@@ -538,6 +537,7 @@ fn oversized_payloads_are_refused_with_their_size_and_the_limit() {
     assert_eq!(
         err,
         SignalError::PayloadTooLarge {
+            session: "s".into(),
             name: "n".into(),
             size: 12,
             limit: 10
@@ -545,7 +545,7 @@ fn oversized_payloads_are_refused_with_their_size_and_the_limit() {
     );
     assert_eq!(
         err.to_string(),
-        "payload of signal n is 12 bytes, over the limit of 10 bytes"
+        "payload of signal n for session s is 12 bytes, over the limit of 10 bytes"
     );
     mb.signal("s", "n", json!("01234567")).unwrap();
     assert_eq!(mb.queued("s", "n"), 1);
