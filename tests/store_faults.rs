@@ -500,3 +500,34 @@ async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it
     assert_eq!(CHARGES.load(Ordering::SeqCst), 1, "charged once");
     assert_eq!(runtime.get_state::<u32>("c-1").await.unwrap(), Some(40));
 }
+
+/// A waiter outside any run that was cancelled while its consuming of a signal's row failed
+/// leaves the row for the next waiter, which consumes it afresh once the store is back,
+/// rather than getting the old failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_after_a_cancelled_one_whose_take_failed_takes_the_signal_afresh() {
+    let db = loomflow_tests::TempDb::new("failed-take-next-waiter");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    let take = faults.hold_next_try_take();
+    faults.fail_next_try_take();
+    let outside = runtime.wait_for_signal::<u32>("t", "go", None);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), outside)
+            .await
+            .is_err()
+    );
+    drop(take);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while faults.try_take_faults() == 0 {
+        assert!(Instant::now() < deadline, "the held take never failed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let next = runtime.wait_for_signal::<u32>("t", "go", None);
+    let got = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .unwrap();
+    assert_eq!(got.unwrap(), 7);
+    assert!(runtime.store().pending_signals().await.unwrap().is_empty());
+}

@@ -92,10 +92,22 @@ impl Runtime {
         };
         let mut taking = match entry.taking.clone() {
             // A cancelled waiter started it: its outcome is this waiter's.
-            Some(taking) if !matches!(taking.ended_as(), Some(Taken::Unknown(_))) => taking,
-            // None started, or a node's wait that gave it up cannot say how it ended.
+            Some(taking)
+                if !matches!(
+                    taking.ended_as(),
+                    Some(Taken::Unknown(_) | Taken::Failed(_))
+                ) =>
+            {
+                taking
+            }
+            // None started; one failed (the row is still there, and the store may be back:
+            // its old error is not this waiter's); or a node's wait that gave it up cannot
+            // say how it ended.
             unsure => {
-                let (taking, take) = self.taking(session, seq, unsure.is_none());
+                let known = unsure
+                    .as_ref()
+                    .is_none_or(|taking| matches!(taking.ended_as(), Some(Taken::Failed(_))));
+                let (taking, take) = self.taking(session, seq, known);
                 match tokio::runtime::Handle::try_current() {
                     Ok(tokio) => drop(tokio.spawn(take)),
                     // No runtime to consume the row in a task of its own: here, then.
