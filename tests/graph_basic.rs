@@ -780,3 +780,38 @@ async fn a_bounded_stream_holds_the_run_back_until_read_and_lets_it_go_when_its_
         .unwrap();
     assert_eq!(outcome.completed().unwrap(), 40);
 }
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Small {
+    total: u8,
+}
+
+/// A reducer that writes what its field's type cannot hold (a sum past a `u8`) fails the
+/// step with an error naming the field, and the thread keeps its last checkpoint.
+#[tokio::test]
+async fn a_merged_value_its_field_cannot_hold_is_named() {
+    let graph = Graph::new("sum")
+        .node_sync("x", |s: &mut Small| s.total = 200)
+        .node_sync("y", |s: &mut Small| s.total = 100)
+        .edge(START, "x")
+        .edge(START, "y")
+        .edge("x", END)
+        .edge("y", END)
+        .reducer("total", Reducer::with(|a: u64, b: u64| a + b))
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph.invoke(&runtime, "t", Small::default()).await.unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}");
+    };
+    let RunError::Json { what, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert!(what.starts_with("field total of "), "{what}");
+    assert_eq!(
+        runtime.list_checkpoints("t").await.unwrap().len(),
+        1,
+        "its input only"
+    );
+}

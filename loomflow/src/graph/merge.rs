@@ -228,5 +228,13 @@ fn from_fields<S: DeserializeOwned>(mut fields: Map<String, Value>) -> Result<S>
         }
         None => Value::Object(fields),
     };
-    serde_json::from_value(value).map_err(|e| RunError::json(std::any::type_name::<S>(), e))
+    // The merged value's field that does not fit is named: a reducer wrote something its
+    // field's type cannot hold (a sum past a `u8`, say).
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let what = match e.path().to_string().as_str() {
+            "." => std::any::type_name::<S>().to_owned(),
+            path => format!("field {path} of {} as merged", std::any::type_name::<S>()),
+        };
+        RunError::json(what, e.into_inner())
+    })
 }
