@@ -656,3 +656,56 @@ async fn inside_a_node_the_signal_approver_can_suspend_the_run() {
         "the suspended step's changes were never committed"
     );
 }
+
+/// Hooks, approvers and routers are the user's closures: one that panics before it returns
+/// its future (while it reads the call, say) is handled as one that panics inside it. A
+/// before hook or a router denies, an approver denies, an after hook changes nothing; the
+/// dispatch never unwinds.
+#[tokio::test]
+async fn a_closure_that_panics_before_its_future_is_handled_like_one_that_panics_in_it() {
+    let no_user = |user: Option<String>| -> String { user.expect("a user") };
+    let before = host().before_tool(move |call| {
+        let _user = no_user(call.user.clone());
+        async { HookDecision::Continue }
+    });
+    let out = run(&before, "read_file", path("a")).await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(
+        out.content.contains("before_tool hook 0 failed"),
+        "{}",
+        out.content
+    );
+
+    let after = host().after_tool(move |result| {
+        let _user = no_user(result.call.user.clone());
+        async { Ok::<(), String>(()) }
+    });
+    let out = run(&after, "read_file", path("a")).await;
+    assert_eq!(
+        (out.content.as_str(), out.is_error),
+        ("contents of a", false)
+    );
+
+    let approver = host().approval_handler(approver_fn(|request: ApprovalRequest| {
+        let _user = request.user.clone().expect("a user");
+        async { Ok(ApprovalDecision::Allow) }
+    }));
+    let out = run(&approver, "pay", json!({ "amount": 1 })).await;
+    assert!(
+        out.is_error && out.content.contains("denied"),
+        "{}",
+        out.content
+    );
+
+    let routed = host().permissions(PermissionPolicy::allow_all().router(|user, _, _| {
+        let _user = user.expect("a user");
+        None
+    }));
+    let out = run(&routed, "read_file", path("a")).await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(
+        out.content.contains("the permission router failed"),
+        "{}",
+        out.content
+    );
+}

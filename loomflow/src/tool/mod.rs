@@ -56,7 +56,8 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema (2020-12) of the arguments: an `object` schema.
     pub parameters: Value,
-    /// Every call needs a person's approval.
+    /// Every call needs a person's approval, unless that person answered
+    /// [`RememberAllow`](ApprovalDecision::RememberAllow) for this tool and user earlier.
     pub requires_approval: bool,
     /// The tool changes or destroys something (informational, for permission policies).
     pub destructive: bool,

@@ -23,7 +23,8 @@ type Router = Arc<dyn Fn(Option<&str>, &ToolSpec, &Value) -> Option<Permission> 
 
 /// Decides [`Permission`] per call: a per-user router first, then a per-tool override, then
 /// a rule for destructive tools, then the default. Tools marked `requires_approval` always
-/// ask, whatever the policy says (a deny still denies).
+/// ask, whatever the policy says (a deny still denies), until the approver answers
+/// [`RememberAllow`](super::ApprovalDecision::RememberAllow) for the tool and the user.
 ///
 /// # Examples
 ///
@@ -108,6 +109,7 @@ impl PermissionPolicy {
     }
 
     /// A per-user router, asked first: `Some` decides, `None` falls through to the other rules.
+    /// A router that panics denies the call.
     #[must_use]
     pub fn router(
         mut self,
@@ -119,10 +121,17 @@ impl PermissionPolicy {
 
     /// The permission for a call by `user` to the tool `spec` with `arguments`.
     pub fn decide(&self, user: Option<&str>, spec: &ToolSpec, arguments: &Value) -> Permission {
-        let decided = self
-            .router
-            .as_ref()
-            .and_then(|router| router(user, spec, arguments))
+        // A router that panics denies the call, as a hook that panics does.
+        let routed = self.router.as_ref().and_then(|router| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                router(user, spec, arguments)
+            }))
+            .unwrap_or_else(|panic| {
+                tracing::warn!(tool = %spec.name, panic = %crate::sync::panic_message(&*panic), "permission router panicked; denying");
+                Some(Permission::Deny("the permission router failed".to_owned()))
+            })
+        });
+        let decided = routed
             .or_else(|| self.tools.get(&spec.name).cloned())
             .or_else(|| spec.destructive.then(|| self.destructive.clone()).flatten())
             .unwrap_or_else(|| self.default.clone());

@@ -4,6 +4,7 @@
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
+use futures_util::future::Either;
 use serde_json::Value;
 
 use super::{DispatchContext, ToolHost, observe};
@@ -99,7 +100,7 @@ impl ToolHost {
             arguments.clone(),
         )
         .user(ctx.user.map(str::to_owned));
-        let decision = AssertUnwindSafe(handler.decide(&request, ctx)).catch_unwind();
+        let decision = guarded(|| handler.decide(&request, ctx));
         let refused = |reason: String| async move {
             let entry = observe::decision_entry(ctx, call, None, "deny", Some(&reason), None);
             observe::record(ctx, entry).await;
@@ -155,7 +156,7 @@ impl ToolHost {
     /// The first denial among the before-hooks, in registration order.
     pub(super) async fn run_before_hooks(&self, call: &HookCall) -> Option<String> {
         for (index, hook) in self.before.iter().enumerate() {
-            let future = AssertUnwindSafe(hook(call.clone())).catch_unwind();
+            let future = guarded(|| hook(call.clone()));
             match tokio::time::timeout(self.hook_timeout, future).await {
                 Err(_) if !self.hook_timeout_denies => {
                     tracing::warn!(tool = %call.tool, hook = index, "before_tool hook timed out; going on");
@@ -179,7 +180,7 @@ impl ToolHost {
 
     pub(super) async fn run_after_hooks(&self, result: HookResult) {
         for (index, hook) in self.after.iter().enumerate() {
-            let future = AssertUnwindSafe(hook(result.clone())).catch_unwind();
+            let future = guarded(|| hook(result.clone()));
             match tokio::time::timeout(self.hook_timeout, future).await {
                 Err(_) => {
                     tracing::warn!(tool = %result.call.tool, hook = index, "after_tool hook timed out")
@@ -193,6 +194,18 @@ impl ToolHost {
                 Ok(Ok(Ok(()))) => {}
             }
         }
+    }
+}
+
+/// The future `make` makes, guarded: a panic while it makes it (the user's closure, before
+/// its `async` block) or while it is polled is its `Err`, as a hook's or an approver's panic
+/// is to be handled wherever it happens.
+fn guarded<F: Future>(
+    make: impl FnOnce() -> F,
+) -> impl Future<Output = std::thread::Result<F::Output>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(make)) {
+        Ok(future) => Either::Left(AssertUnwindSafe(future).catch_unwind()),
+        Err(panic) => Either::Right(std::future::ready(Err(panic))),
     }
 }
 
