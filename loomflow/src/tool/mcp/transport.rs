@@ -6,8 +6,8 @@ use std::sync::Arc;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rustls_platform_verifier::BuilderVerifierExt;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{ChildStderr, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Command;
 
 use super::error::McpError;
 
@@ -32,11 +32,42 @@ pub(super) fn stdio(
     Ok((process, id))
 }
 
-async fn forward_stderr(server: String, stderr: ChildStderr) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server = %server, "mcp server stderr: {line}");
+/// The longest stderr line logged whole; the rest of a longer one is dropped.
+const STDERR_LINE_BYTES: usize = 8 * 1024;
+
+/// Logs a server's stderr a line at a time, until it closes. Whatever it writes (bytes that
+/// are not UTF-8, a line with no end) is read and dropped as it comes: a pipe closed early
+/// would make the server's next write to stderr fail, and kill many servers.
+async fn forward_stderr(server: String, stderr: impl AsyncRead + Unpin) {
+    let mut reader = BufReader::new(stderr);
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let (done, used) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    keep(&mut line, &buf[..end]);
+                    (true, end + 1)
+                }
+                None => {
+                    keep(&mut line, buf);
+                    (false, buf.len())
+                }
+            },
+        };
+        reader.consume(used);
+        if done {
+            let text = String::from_utf8_lossy(&line);
+            tracing::debug!(server = %server, "mcp server stderr: {}", text.trim_end());
+            line.clear();
+        }
     }
+}
+
+/// Appends `bytes` to `line`, up to [`STDERR_LINE_BYTES`].
+fn keep(line: &mut Vec<u8>, bytes: &[u8]) {
+    let room = STDERR_LINE_BYTES.saturating_sub(line.len());
+    line.extend_from_slice(&bytes[..bytes.len().min(room)]);
 }
 
 /// A streamable HTTP transport over reqwest with rustls (the `ring` provider, handed to this
@@ -78,4 +109,38 @@ pub(super) fn http(
         config = config.auth_header(token);
     }
     Ok(StreamableHttpClientTransport::with_client(client, config))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// Bytes that are not UTF-8 and a line far past the cap do not stop the reading: the
+    /// server can write to its stderr for as long as it runs.
+    #[tokio::test]
+    async fn stderr_is_read_to_its_end_whatever_it_holds() {
+        let (mut server, ours) = tokio::io::duplex(64);
+        let reader = tokio::spawn(forward_stderr("s".to_owned(), ours));
+        let write = async {
+            server.write_all(b"\xff\xfe not utf-8\n").await.unwrap();
+            server
+                .write_all(&[b'x'; 3 * STDERR_LINE_BYTES])
+                .await
+                .unwrap();
+            server.write_all(b"\n").await.unwrap();
+            for _ in 0..1_000 {
+                server.write_all(b"still logging\n").await.unwrap();
+            }
+            drop(server);
+        };
+        // Writes that stopped being read would block on the 64-byte pipe.
+        tokio::time::timeout(std::time::Duration::from_secs(10), write)
+            .await
+            .unwrap();
+        reader.await.unwrap();
+    }
 }
