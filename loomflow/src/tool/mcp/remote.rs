@@ -107,8 +107,9 @@ pub(super) async fn call(
 }
 
 /// A result as JSON: its structured content when there is some; otherwise its text (the
-/// blocks joined by newlines) when every block is text; otherwise the blocks as JSON. A
-/// result marked `isError` is its text, as the error.
+/// blocks joined by newlines) when every block is text; otherwise the blocks as JSON, their
+/// binary payloads (images, audio, blobs) left out with their size said. A result marked
+/// `isError` is its text, as the error.
 fn into_value(result: CallToolResult) -> Result<Value, String> {
     if result.is_error == Some(true) {
         let text = blocks_value(result.content);
@@ -136,10 +137,37 @@ fn blocks_value(blocks: Vec<ContentBlock>) -> Value {
             .into_iter()
             .map(|block| match block {
                 ContentBlock::Text(text) => Value::String(text.text.clone()),
-                other => serde_json::to_value(&other).unwrap_or(Value::Null),
+                other => {
+                    let mut value = serde_json::to_value(&other).unwrap_or(Value::Null);
+                    without_binary(&mut value);
+                    value
+                }
             })
             .collect(),
     )
+}
+
+/// `block` with its binary payload (an image's or audio's `data`, a resource's `blob`, base64)
+/// taken out and its size said instead: the model cannot read it as text, and a screenshot
+/// would fill its context (and every checkpoint of the transcript) with base64.
+fn without_binary(block: &mut Value) {
+    let Value::Object(fields) = block else {
+        return;
+    };
+    for key in ["data", "blob"] {
+        if let Some(Value::String(base64)) = fields.get(key) {
+            let bytes = base64.trim_end_matches('=').len() * 3 / 4;
+            fields.remove(key);
+            fields.insert("bytes".to_owned(), Value::from(bytes));
+            fields.insert(
+                "omitted".to_owned(),
+                Value::String(format!("{key}: binary content is not passed to the model")),
+            );
+        }
+    }
+    if let Some(resource) = fields.get_mut("resource") {
+        without_binary(resource);
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +179,30 @@ mod tests {
 
     fn result(value: Value) -> CallToolResult {
         serde_json::from_value(value).unwrap()
+    }
+
+    /// An image's base64 and a resource's blob do not reach the model: their size does,
+    /// with the rest of the block (its type, MIME type, a resource's URI).
+    #[test]
+    fn binary_payloads_are_left_out_and_their_size_kept() {
+        let r = result(json!({ "content": [
+            { "type": "text", "text": "the screenshot:" },
+            { "type": "image", "data": "aGVsbG8gd29ybGQ=", "mimeType": "image/png" },
+            { "type": "resource", "resource": {
+                "uri": "file:///a.bin", "mimeType": "application/octet-stream", "blob": "AAEC"
+            } }
+        ] }));
+        let value = into_value(r).unwrap();
+        let text = value.to_string();
+        assert!(
+            !text.contains("aGVsbG8") && !text.contains("AAEC"),
+            "{text}"
+        );
+        assert_eq!(value[0], "the screenshot:");
+        assert_eq!(value[1]["mimeType"], "image/png");
+        assert_eq!(value[1]["bytes"], 11);
+        assert_eq!(value[2]["resource"]["uri"], "file:///a.bin");
+        assert_eq!(value[2]["resource"]["bytes"], 3);
     }
 
     #[test]
