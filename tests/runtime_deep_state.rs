@@ -204,3 +204,62 @@ async fn too_deep_a_payload_fails_its_node_in_memory_and_sqlite() {
     too_deep_a_payload_fails_its_node("memory", &Runtime::in_memory()).await;
     too_deep_a_payload_fails_its_node("sqlite", &Runtime::sqlite(db.path()).unwrap()).await;
 }
+
+/// A journaled step whose result a durable store cannot keep (nested past 512 levels) fails
+/// its node once: the store refuses it, as it would every time. Before, the refusal read as
+/// the store failing, and a worker carried the run on and ran the step again, without end.
+async fn too_deep_a_step_result_fails_its_node_once(label: &str, runtime: &Runtime) {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&calls);
+    let graph = Graph::new("deep_step")
+        .node_fn("fetch", move |doc: &mut Doc, ctx| {
+            let calls = std::sync::Arc::clone(&counted);
+            Box::pin(async move {
+                let tree: Value = ctx
+                    .step("fetch", || async move {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, String>(nested(600))
+                    })
+                    .await?;
+                doc.tree = tree;
+                Ok(())
+            })
+        })
+        .edge(START, "fetch")
+        .edge("fetch", END)
+        .compile()
+        .unwrap();
+    runtime
+        .submit("deep_step", "deep-step", input(0))
+        .await
+        .unwrap();
+    let worker = Worker::builder(runtime).graph(&graph).build();
+    let ran = tokio::time::timeout(std::time::Duration::from_secs(30), worker.run_until_idle())
+        .await
+        .expect("the worker settles")
+        .unwrap();
+    assert_eq!(ran, 1, "{label}: one execution");
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "{label}"
+    );
+    let record = runtime.store().get_run("deep-step").await.unwrap().unwrap();
+    assert_eq!(record.state, loomflow::runtime::RunState::Failed, "{label}");
+}
+
+#[tokio::test]
+async fn too_deep_a_step_result_fails_its_node_once_in_sqlite() {
+    let db = TempDb::new("too-deep-step");
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    too_deep_a_step_result_fails_its_node_once("sqlite", &runtime).await;
+}
+
+#[tokio::test]
+async fn too_deep_a_step_result_fails_its_node_once_in_postgres() {
+    let Some(db) = postgres::TempPgDb::create("too deeply nested step").await else {
+        return;
+    };
+    let runtime = Runtime::postgres(&db.url).await.unwrap();
+    too_deep_a_step_result_fails_its_node_once("postgres", &runtime).await;
+}

@@ -349,6 +349,11 @@ impl AuditRow {
             thread: entry.thread.clone(),
             message,
         };
+        // A detail the store does not keep (nested too deep) would be refused again.
+        let refused = |message: String| StoreError::Refused {
+            thread: entry.thread.clone(),
+            message,
+        };
         let int = |value: u64, what: &str| {
             i64::try_from(value)
                 .map_err(|_| write_error(format!("audit {what} {value} is too large")))
@@ -363,16 +368,16 @@ impl AuditRow {
                 Value::Null if entry.later.is_some() => match &entry.later {
                     Some(LaterDetail::Given(given)) => Some(
                         crate::json_depth::to_string(&given.to_value())
-                            .map_err(|e| write_error(e.to_string()))?,
+                            .map_err(|e| refused(e.to_string()))?,
                     ),
                     Some(LaterDetail::Text(text)) => Some(text.to_string()),
                     None => None,
                 },
                 Value::Null => None,
                 Value::Object(fields) if fields.is_empty() => None,
-                detail => Some(
-                    crate::json_depth::to_string(detail).map_err(|e| write_error(e.to_string()))?,
-                ),
+                detail => {
+                    Some(crate::json_depth::to_string(detail).map_err(|e| refused(e.to_string()))?)
+                }
             },
             thread: entry.thread.clone(),
         })

@@ -31,8 +31,10 @@ pub(super) fn kept_text(text: Option<&str>) -> Option<String> {
 
 /// JSON text, as stored. Text rather than `jsonb`: the body must come back exactly as it
 /// went in, and `jsonb` refuses some valid JSON (a `\u0000` in a string).
+/// A value as stored JSON text; one the store does not keep (nested past
+/// [`MAX_DEPTH`](crate::json_depth::MAX_DEPTH) levels) is refused, as it would be again.
 pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
-    crate::json_depth::to_string(value).map_err(|e| StoreError::Write {
+    crate::json_depth::to_string(value).map_err(|e| StoreError::Refused {
         thread: thread.to_owned(),
         message: e.to_string(),
     })

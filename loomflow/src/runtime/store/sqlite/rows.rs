@@ -17,8 +17,10 @@ pub(super) fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreE
     })
 }
 
+/// A value as stored JSON text; one the store does not keep (nested past
+/// [`MAX_DEPTH`](crate::json_depth::MAX_DEPTH) levels) is refused, as it would be again.
 pub(super) fn to_json(value: &impl Serialize, thread: &str) -> Result<String, StoreError> {
-    crate::json_depth::to_string(value).map_err(|e| StoreError::Write {
+    crate::json_depth::to_string(value).map_err(|e| StoreError::Refused {
         thread: thread.to_owned(),
         message: e.to_string(),
     })
