@@ -1098,3 +1098,26 @@ async fn a_lease_of_any_length_claims_on_sqlite() {
     assert_eq!(worker.run_until_idle().await.unwrap(), 1);
     assert_eq!(runtime.get_state::<u32>("w").await.unwrap(), Some(6));
 }
+
+/// A run row that does not read back names its thread, whichever column is wrong.
+#[tokio::test]
+async fn a_run_row_that_does_not_read_back_names_its_thread() {
+    let db = TempDb::new("corrupt-row");
+    let store = SqliteStore::open(db.path()).unwrap();
+    store
+        .submit_run("ord_7", "refund", serde_json::json!({}), 1_000)
+        .await
+        .unwrap();
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute(
+        "UPDATE runs SET attempts = 'many' WHERE thread = 'ord_7'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let error = store.get_run("ord_7").await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt { thread, .. } if thread == "ord_7"),
+        "{error:?}"
+    );
+}

@@ -366,9 +366,9 @@ impl Store for SqliteStore {
         session: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
-        let (session, name) = (session.to_owned(), name.to_owned());
-        self.read("(pending signals)", move |conn| {
-            rows::read_oldest_signal(conn, &session, &name)
+        let (owned, name) = (session.to_owned(), name.to_owned());
+        self.read(session, move |conn| {
+            rows::read_oldest_signal(conn, &owned, &name)
         })
     }
 

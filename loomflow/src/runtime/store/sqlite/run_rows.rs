@@ -350,7 +350,11 @@ pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, Stor
         cancel_requested,
         error,
         (created_at_ms, updated_at_ms),
-    ) = read().map_err(|e| corrupt("(runs)", e))?;
+    ) = read().map_err(|e| {
+        // The row's thread, when that much of it reads, names it.
+        let thread = row.get::<_, String>(0);
+        corrupt(thread.as_deref().unwrap_or("(runs)"), e)
+    })?;
     let state = RunState::parse(&status)
         .ok_or_else(|| corrupt(&thread, format!("unknown run state {status:?}")))?;
     let waiting_on = match waiting_on {
