@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/postgres.rs"]
+mod postgres;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -340,4 +343,69 @@ async fn a_forked_suspension_replays_its_journaled_steps() {
         );
         assert_eq!(paid.load(std::sync::atomic::Ordering::SeqCst), 1, "{label}");
     }
+}
+
+/// A fork of a suspension taken after its run completed replays the steps the suspended
+/// step journaled, as one taken before does: the run's end keeps what a fork of one of its
+/// interrupted checkpoints needs.
+async fn a_fork_after_the_run_ended_replays_its_journaled_steps(label: &str, rt: &Runtime) {
+    let paid = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&paid);
+    let graph = Graph::new("pay-then-ask")
+        .node_fn("ask", move |log: &mut Vec<String>, ctx| {
+            let counted = Arc::clone(&counted);
+            Box::pin(async move {
+                let receipt: String = ctx
+                    .step("pay", || async move {
+                        let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, loomflow::Error>(format!("receipt {n}"))
+                    })
+                    .await?;
+                let ok: bool = ctx.interrupt(json!("ship it?"))?;
+                log.push(format!("{receipt}, ship: {ok}"));
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    graph.invoke(rt, "t", Vec::new()).await.unwrap();
+    let at = newest_top_level(rt, "t").await;
+    let original = graph.resume(rt, "t", true).await.unwrap();
+    assert_eq!(
+        original.completed().unwrap(),
+        ["receipt 0, ship: true"],
+        "{label}"
+    );
+    rt.fork("t", at, "f").await.unwrap();
+    let forked = graph.resume(rt, "f", false).await.unwrap();
+    assert_eq!(
+        forked.completed().unwrap(),
+        ["receipt 0, ship: false"],
+        "{label}"
+    );
+    assert_eq!(
+        paid.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "{label}: paid once"
+    );
+}
+
+#[tokio::test]
+async fn a_fork_after_the_run_ended_replays_its_journaled_steps_in_memory_and_sqlite() {
+    let db = loomflow_tests::TempDb::new("fork-after-end");
+    let clock = Arc::new(ManualClock::new(start()));
+    for (label, rt) in runtimes(&db, &clock) {
+        a_fork_after_the_run_ended_replays_its_journaled_steps(label, &rt).await;
+    }
+}
+
+#[tokio::test]
+async fn a_fork_after_the_run_ended_replays_its_journaled_steps_in_postgres() {
+    let Some(db) = postgres::TempPgDb::create("fork after the run ended").await else {
+        return;
+    };
+    let rt = Runtime::postgres(&db.url).await.unwrap();
+    a_fork_after_the_run_ended_replays_its_journaled_steps("postgres", &rt).await;
 }

@@ -148,8 +148,9 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Whether it is a top-level checkpoint that ends its run for good: completed, or
     /// cancelled (nothing carries a cancelled run on; a failed one can be recovered). Its
-    /// write deletes the thread's journal, which nothing reads again: the thread's next
-    /// run, and a fork, journal under a number of their own.
+    /// write deletes the thread's journal, which nothing reads again (the thread's next run,
+    /// and a fork, journal under a number of their own), but for what the steps of its
+    /// interrupted checkpoints journaled before they suspended: a fork of one replays it.
     pub(crate) fn ends_run(&self) -> bool {
         self.namespace.is_empty()
             && matches!(self.status, RunStatus::Completed | RunStatus::Cancelled)

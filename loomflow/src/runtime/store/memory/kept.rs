@@ -66,6 +66,12 @@ impl Kept {
         self.run
     }
 
+    /// For an interrupted checkpoint, the step it suspended in (run, namespace, step): what
+    /// that step journaled before it suspended, a fork of it replays.
+    pub(super) fn suspended_in(&self) -> Option<(u64, &str, u64)> {
+        (self.status == RunStatus::Interrupted).then(|| (self.run, self.namespace(), self.step + 1))
+    }
+
     /// Whether it keeps the graph's name and description (a run's first checkpoint does).
     pub(super) fn described(&self) -> bool {
         match &self.body {

@@ -43,11 +43,22 @@ impl ThreadSlot {
     }
 
     /// Forgets the journal, for a thread whose run ended for good; its room goes back to
-    /// the allocator.
+    /// the allocator. What the steps of its interrupted checkpoints journaled before they
+    /// suspended stays: a fork of one replays it (a `ctx.step` is not done twice).
     pub(super) fn forget_journal(&mut self) {
-        if !self.journal.is_empty() {
-            self.journal = HashMap::default();
+        if self.journal.is_empty() {
+            return;
         }
+        let suspended: Vec<(u64, &str, u64)> =
+            self.kept.iter().filter_map(Kept::suspended_in).collect();
+        if suspended.is_empty() {
+            self.journal = HashMap::default();
+            return;
+        }
+        self.journal.retain(|key, _| {
+            let step = (key.run, key.namespace.as_str(), key.step);
+            suspended.contains(&step)
+        });
     }
 
     /// Gives the room the list kept for more rows back to the allocator, for a thread whose

@@ -118,7 +118,16 @@ impl CheckpointRow {
     pub(super) fn forgotten_journal(&self, thread: &str) -> String {
         match self.ends_run {
             true => {
-                format!(", forgotten AS (DELETE FROM loomflow_journal WHERE thread = {thread})")
+                // What the step of an interrupted checkpoint journaled before it suspended
+                // stays, for a fork of it to replay.
+                format!(
+                    ", forgotten AS (DELETE FROM loomflow_journal j WHERE j.thread = {thread}
+                         AND NOT EXISTS (
+                             SELECT 1 FROM loomflow_checkpoints c
+                             WHERE c.thread = j.thread AND c.run = j.run
+                               AND c.namespace = j.namespace AND c.step + 1 = j.step
+                               AND c.status = 'interrupted'))"
+                )
             }
             false => String::new(),
         }

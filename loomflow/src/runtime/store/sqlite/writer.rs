@@ -229,9 +229,16 @@ pub(super) fn put_checkpoint(conn: &Connection, row: &CheckpointRow) -> rusqlite
     let id = u64::try_from(conn.last_insert_rowid()).unwrap_or_default();
     audit::append(conn, &row.audit)?;
     if row.ends_run {
-        // See `Checkpoint::ends_run`.
-        conn.prepare_cached("DELETE FROM journal WHERE thread = ?1")?
-            .execute(params![row.thread])?;
+        // See `Checkpoint::ends_run`. What the step of an interrupted checkpoint journaled
+        // before it suspended stays, for a fork of it to replay.
+        conn.prepare_cached(
+            "DELETE FROM journal WHERE thread = ?1 AND NOT EXISTS (
+                 SELECT 1 FROM checkpoints c
+                 WHERE c.thread = journal.thread AND c.run = journal.run
+                   AND c.namespace = journal.namespace AND c.step + 1 = journal.step
+                   AND c.status = 'interrupted')",
+        )?
+        .execute(params![row.thread])?;
     }
     Ok(id)
 }
