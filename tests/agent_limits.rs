@@ -518,3 +518,42 @@ fn caps_and_prices_that_are_not_zero_or_more_are_refused_at_build() {
         .prices_per_million(3.0, 15.0);
     assert!(build(fine, PriceTable::new().model("gpt-x", 0.0, 1.0)).is_ok());
 }
+
+/// A tool written by hand whose name providers refuse (a dot, too long) is refused when the
+/// agent is built, naming it and what it would be: every model call would fail otherwise.
+#[test]
+fn a_tool_name_providers_refuse_is_refused_at_build() {
+    struct Named(loomflow::tool::ToolSpec);
+    impl loomflow::tool::Tool for Named {
+        fn spec(&self) -> &loomflow::tool::ToolSpec {
+            &self.0
+        }
+        fn call<'a>(
+            &'a self,
+            _arguments: serde_json::Value,
+            _ctx: &'a loomflow::tool::ToolContext,
+        ) -> loomflow::graph::BoxFuture<'a, Result<serde_json::Value, loomflow::tool::ToolError>>
+        {
+            Box::pin(async { Ok(serde_json::Value::Null) })
+        }
+    }
+    let spec =
+        |name: &str| loomflow::tool::ToolSpec::new(name, "reads", json!({ "type": "object" }));
+    let error = Agent::builder("You read.")
+        .name("reader")
+        .model(EchoModel::new())
+        .tool(Named(spec("files.read")))
+        .tool(Named(spec("fine_name")))
+        .build()
+        .unwrap_err();
+    let Error::Agent(AgentError::Invalid { problems, .. }) = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(
+        problems,
+        &[
+            "tool \"files.read\" has a name model providers refuse: 1 to 64 letters, digits, _ and - \
+           (`files_read` would be)"
+        ]
+    );
+}

@@ -295,7 +295,7 @@ impl AgentBuilder {
     ///
     /// [`AgentError::Invalid`] listing every problem: no model (or one that does not
     /// resolve), a zero `max_turns`, an empty name, a budget cap or a price that is negative
-    /// or not a number.
+    /// or not a number, a tool whose name providers refuse (1 to 64 of `[a-zA-Z0-9_-]`).
     pub fn build(self) -> crate::Result<Agent> {
         let name = self.name.unwrap_or_else(|| "agent".to_owned());
         let mut problems = Vec::new();
@@ -324,6 +324,17 @@ impl AgentBuilder {
         }
         problems.extend(self.budget.problems());
         problems.extend(self.prices.problems());
+        // A name providers refuse would fail every model call of every run.
+        for tool in self.tools.definitions() {
+            if !crate::tool::name::is_callable(&tool.name) {
+                problems.push(format!(
+                    "tool {:?} has a name model providers refuse: 1 to 64 letters, digits, \
+                     _ and - (`{}` would be)",
+                    tool.name,
+                    crate::tool::name::callable_name("", &tool.name)
+                ));
+            }
+        }
         let Some(model) = model.filter(|_| problems.is_empty()) else {
             return Err(AgentError::Invalid {
                 agent: name,

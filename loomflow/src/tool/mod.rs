@@ -22,7 +22,7 @@ mod host;
 pub mod macro_support;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-mod name;
+pub(crate) mod name;
 mod pending;
 mod permission;
 mod schema;
