@@ -30,10 +30,20 @@ pub(super) struct Catalog {
     /// connection closed: the server is gone ([`McpError::Gone`]), even before the SDK's
     /// connection task has noticed the end of its output.
     gone: std::sync::atomic::AtomicBool,
+    /// Whether each request is sent on its own (streamable HTTP: one POST each), so that one
+    /// that could not be sent (a 502 from a proxy, a 401, a reset) says nothing of the
+    /// others; a stdio server's requests share its input, and one that cannot be written
+    /// means the process is gone.
+    sent_apart: bool,
 }
 
 impl Catalog {
-    pub(super) fn new(server: String, prefix: String, timeout: Duration) -> Arc<Self> {
+    pub(super) fn new(
+        server: String,
+        prefix: String,
+        timeout: Duration,
+        sent_apart: bool,
+    ) -> Arc<Self> {
         Arc::new(Self {
             server,
             prefix,
@@ -42,6 +52,7 @@ impl Catalog {
             version: watch::Sender::new(0),
             reading: tokio::sync::Mutex::new(()),
             gone: std::sync::atomic::AtomicBool::new(false),
+            sent_apart,
         })
     }
 
@@ -120,17 +131,22 @@ impl Catalog {
 
     /// The SDK's error for a request, as an [`McpError`] naming the server and request.
     pub(super) fn service_error(&self, operation: &str, error: ServiceError) -> McpError {
-        if matches!(
-            error,
-            ServiceError::TransportClosed
-                | ServiceError::TransportSend(_)
-                | ServiceError::Cancelled { .. }
-        ) {
+        let gone = match error {
+            ServiceError::TransportClosed | ServiceError::Cancelled { .. } => true,
+            ServiceError::TransportSend(_) => !self.sent_apart,
+            _ => false,
+        };
+        if gone {
             self.gone.store(true, std::sync::atomic::Ordering::Release);
         }
         let server = self.server.clone();
         let operation = operation.to_owned();
         match error {
+            ServiceError::TransportSend(error) if self.sent_apart => McpError::NotSent {
+                server,
+                operation,
+                reason: root_cause(&*error.error),
+            },
             ServiceError::TransportClosed => McpError::Gone {
                 server,
                 operation,
@@ -223,6 +239,29 @@ mod tests {
         assert_eq!(model_name("fs.", "read file/é"), "fs_read_file__");
         assert_eq!(model_name("", "get-weather_2"), "get-weather_2");
         assert_eq!(model_name("p_", &"x".repeat(80)).len(), 64);
+    }
+
+    /// One HTTP request that could not be sent (a proxy's 502) fails that request only; a
+    /// stdio server whose input cannot be written is gone.
+    #[test]
+    fn a_send_that_failed_ends_a_stdio_server_only() {
+        let failed = || {
+            let error: Box<dyn std::error::Error + Send + Sync> = "502 Bad Gateway".into();
+            ServiceError::TransportSend(rmcp::transport::DynamicTransportError::from_parts(
+                "http",
+                std::any::TypeId::of::<()>(),
+                error,
+            ))
+        };
+        let http = Catalog::new("docs".into(), String::new(), Duration::from_secs(1), true);
+        let error = http.service_error("tools/call search", failed());
+        assert!(matches!(error, McpError::NotSent { .. }), "{error:?}");
+        assert!(error.to_string().contains("502 Bad Gateway"), "{error}");
+        assert!(!http.is_gone());
+        let stdio = Catalog::new("fs".into(), String::new(), Duration::from_secs(1), false);
+        let error = stdio.service_error("tools/call read", failed());
+        assert!(matches!(error, McpError::Gone { .. }), "{error:?}");
+        assert!(stdio.is_gone());
     }
 
     #[test]

@@ -70,6 +70,17 @@ pub enum McpError {
         /// What was seen.
         reason: String,
     },
+    /// A request to a streamable HTTP server could not be sent (a proxy's 502, a 401, a
+    /// connection reset): that request failed, and the server may answer the next one.
+    #[error("mcp server {server}: {operation} could not be sent ({reason})")]
+    NotSent {
+        /// The server.
+        server: String,
+        /// What was asked.
+        operation: String,
+        /// What the transport said.
+        reason: String,
+    },
     /// The server answered a request with a protocol error (an unknown tool, bad arguments).
     #[error("mcp server {server} refused {operation}: {message}")]
     Refused {

@@ -285,7 +285,9 @@ impl McpServerBuilder {
         T: rmcp::transport::IntoTransport<RoleClient, E, A> + Send + 'static,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let catalog = Catalog::new(self.name, self.prefix, self.timeout);
+        // A stdio server has a process; an HTTP server's requests are sent apart.
+        let sent_apart = process_id.is_none();
+        let catalog = Catalog::new(self.name, self.prefix, self.timeout, sent_apart);
         let listener = Listener {
             catalog: Arc::clone(&catalog),
         };
