@@ -2,7 +2,7 @@
 
 use serde_json::{Number, Value};
 
-use super::validate::{MAX_DEPTH, fits, integer_range, integral, required_names, resolve};
+use super::validate::{MAX_DEPTH, Steps, fits, integer_range, integral, required_names, resolve};
 
 /// Rewrites arguments that [`validate`](super::validate) accepts into the form serde
 /// decodes: a `null` given for a property that is not required is removed (strict mode sends
@@ -12,18 +12,21 @@ use super::validate::{MAX_DEPTH, fits, integer_range, integral, required_names, 
 /// Follows `properties`, `additionalProperties`, `items`, `prefixItems`, local `$ref`s,
 /// `allOf`, and the first `anyOf`/`oneOf` branch the rewritten value fits.
 pub(crate) fn normalize_arguments(schema: &Value, arguments: &mut Value) {
-    normalize(schema, schema, arguments, 0);
+    normalize(schema, schema, arguments, 0, &Steps::default());
 }
 
-fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize) {
-    if depth > MAX_DEPTH {
+/// Rewrites `value` for `schema` (a part of `root`), `depth` levels down, within what is
+/// left of `steps`: a schema that would take too long stops the rewriting (the check that
+/// follows refuses it).
+fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, steps: &Steps) {
+    if depth > MAX_DEPTH || !steps.take() {
         return;
     }
     let Value::Object(map) = schema else { return };
     if let Some(Value::String(reference)) = map.get("$ref")
         && let Some(target) = resolve(root, reference)
     {
-        normalize(root, target, value, depth + 1);
+        normalize(root, target, value, depth + 1, steps);
     }
     if asks_for_integer(map.get("type"))
         && let Value::Number(number) = value
@@ -42,10 +45,10 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize) {
             });
             for (name, field) in object.iter_mut() {
                 match properties.and_then(|p| p.get(name)) {
-                    Some(property) => normalize(root, property, field, depth + 1),
+                    Some(property) => normalize(root, property, field, depth + 1, steps),
                     None => {
                         if let Some(extra) = map.get("additionalProperties") {
-                            normalize(root, extra, field, depth + 1);
+                            normalize(root, extra, field, depth + 1, steps);
                         }
                     }
                 }
@@ -59,7 +62,7 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize) {
             for (index, item) in items.iter_mut().enumerate() {
                 match (prefix.get(index), map.get("items")) {
                     (Some(item_schema), _) | (None, Some(item_schema)) => {
-                        normalize(root, item_schema, item, depth + 1);
+                        normalize(root, item_schema, item, depth + 1, steps);
                     }
                     (None, None) => {}
                 }
@@ -69,15 +72,15 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize) {
     }
     if let Some(Value::Array(all)) = map.get("allOf") {
         for branch in all {
-            normalize(root, branch, value, depth + 1);
+            normalize(root, branch, value, depth + 1, steps);
         }
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(branches)) = map.get(key) {
             for branch in branches {
                 let mut candidate = value.clone();
-                normalize(root, branch, &mut candidate, depth + 1);
-                if fits(root, branch, &candidate) {
+                normalize(root, branch, &mut candidate, depth + 1, steps);
+                if fits(root, branch, &candidate, steps) {
                     *value = candidate;
                     break;
                 }

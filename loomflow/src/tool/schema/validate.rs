@@ -16,15 +16,45 @@ use serde_json::Value;
 /// every property required and sends `null` for the ones that were optional).
 ///
 /// [`normalize_arguments`]: super::normalize_arguments
+///
+/// A check takes at most [`MAX_STEPS`] steps: a schema that branches (`anyOf`) into itself
+/// (`$ref`) at every level would take exponential time, and one a server sent is refused
+/// rather than let hold a thread for minutes.
 pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    Validator { root: schema }.check(schema, value, &mut String::new(), 0)
+    let steps = Steps::default();
+    Validator {
+        root: schema,
+        steps: &steps,
+    }
+    .check(schema, value, &mut String::new(), 0)
 }
 
-/// Whether `value` fits `schema`, a part of `root` (which its `$ref`s point into).
-pub(super) fn fits(root: &Value, schema: &Value, value: &Value) -> bool {
-    Validator { root }
+/// Whether `value` fits `schema`, a part of `root` (which its `$ref`s point into), within
+/// what is left of `steps`.
+pub(super) fn fits(root: &Value, schema: &Value, value: &Value, steps: &Steps) -> bool {
+    Validator { root, steps }
         .check(schema, value, &mut String::new(), 0)
         .is_ok()
+}
+
+/// The most steps (schema nodes visited) one check or rewrite of a call's arguments takes.
+pub(super) const MAX_STEPS: usize = 1_000_000;
+
+/// The steps a check or a rewrite has taken.
+#[derive(Default)]
+pub(super) struct Steps(std::cell::Cell<usize>);
+
+impl Steps {
+    /// Takes one; `false` once [`MAX_STEPS`] are spent.
+    pub(super) fn take(&self) -> bool {
+        let taken = self.0.get() + 1;
+        self.0.set(taken);
+        taken <= MAX_STEPS
+    }
+
+    fn spent(&self) -> bool {
+        self.0.get() > MAX_STEPS
+    }
 }
 
 /// The schema a local `$ref` points to.
@@ -34,9 +64,17 @@ pub(super) fn resolve<'s>(root: &'s Value, reference: &str) -> Option<&'s Value>
 
 struct Validator<'s> {
     root: &'s Value,
+    steps: &'s Steps,
 }
 
 pub(super) const MAX_DEPTH: usize = 64;
+
+fn too_long(path: &str) -> String {
+    format!(
+        "{}: the schema takes too long to check (over {MAX_STEPS} steps)",
+        at(path)
+    )
+}
 
 impl Validator<'_> {
     fn check(
@@ -48,6 +86,9 @@ impl Validator<'_> {
     ) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Ok(());
+        }
+        if !self.steps.take() {
+            return Err(too_long(path));
         }
         let map = match schema {
             Value::Bool(true) => return Ok(()),
@@ -192,6 +233,10 @@ impl Validator<'_> {
                             first_error.get_or_insert(error);
                         }
                     }
+                }
+                if !matched && self.steps.spent() {
+                    // What a branch failed for is then only that the steps ran out.
+                    return Err(too_long(path));
                 }
                 if !matched {
                     return Err(
@@ -398,6 +443,20 @@ mod tests {
     use super::*;
 
     use serde_json::json;
+
+    /// A schema that branches into itself at every level is refused within a bound number
+    /// of steps, not checked for an exponential time; the rewrite before it stops too.
+    #[test]
+    fn a_schema_that_branches_into_itself_is_refused_in_bounded_time() {
+        let schema = json!({
+            "type": "object",
+            "anyOf": [{ "$ref": "#", "type": "string" }, { "$ref": "#" }]
+        });
+        let mut arguments = json!({});
+        super::super::normalize_arguments(&schema, &mut arguments);
+        let error = validate(&schema, &arguments).unwrap_err();
+        assert!(error.contains("takes too long to check"), "{error}");
+    }
 
     #[test]
     fn validation_names_the_field_and_the_expectation() {
