@@ -298,6 +298,30 @@ async fn a_forked_timed_wait_keeps_its_deadline() {
     }
 }
 
+/// `ask` pays inside a journaled step (counting payments in `counted`), then asks whether to
+/// ship, and logs the receipt with the answer.
+fn pay_then_ask(counted: Arc<std::sync::atomic::AtomicUsize>) -> CompiledGraph<Vec<String>> {
+    Graph::new("pay-then-ask")
+        .node_fn("ask", move |log: &mut Vec<String>, ctx| {
+            let counted = Arc::clone(&counted);
+            Box::pin(async move {
+                let receipt: String = ctx
+                    .step("pay", || async move {
+                        let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, loomflow::Error>(format!("receipt {n}"))
+                    })
+                    .await?;
+                let ok: bool = ctx.interrupt(json!("ship it?"))?;
+                log.push(format!("{receipt}, ship: {ok}"));
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
 /// A step journaled before the node suspended is not run again when a fork of the
 /// suspension is resumed: the fork replays it, as the original's resume does.
 #[tokio::test]
@@ -306,26 +330,7 @@ async fn a_forked_suspension_replays_its_journaled_steps() {
     let clock = Arc::new(ManualClock::new(start()));
     for (label, rt) in runtimes(&db, &clock) {
         let paid = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = Arc::clone(&paid);
-        let graph = Graph::new("pay-then-ask")
-            .node_fn("ask", move |log: &mut Vec<String>, ctx| {
-                let counted = Arc::clone(&counted);
-                Box::pin(async move {
-                    let receipt: String = ctx
-                        .step("pay", || async move {
-                            let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                            Ok::<_, loomflow::Error>(format!("receipt {n}"))
-                        })
-                        .await?;
-                    let ok: bool = ctx.interrupt(json!("ship it?"))?;
-                    log.push(format!("{receipt}, ship: {ok}"));
-                    Ok(())
-                })
-            })
-            .edge(START, "ask")
-            .edge("ask", END)
-            .compile()
-            .unwrap();
+        let graph = pay_then_ask(Arc::clone(&paid));
         graph.invoke(&rt, "t", Vec::new()).await.unwrap();
         let at = newest_top_level(&rt, "t").await;
         rt.fork("t", at, "f").await.unwrap();
@@ -350,26 +355,7 @@ async fn a_forked_suspension_replays_its_journaled_steps() {
 /// interrupted checkpoints needs.
 async fn a_fork_after_the_run_ended_replays_its_journaled_steps(label: &str, rt: &Runtime) {
     let paid = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = Arc::clone(&paid);
-    let graph = Graph::new("pay-then-ask")
-        .node_fn("ask", move |log: &mut Vec<String>, ctx| {
-            let counted = Arc::clone(&counted);
-            Box::pin(async move {
-                let receipt: String = ctx
-                    .step("pay", || async move {
-                        let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        Ok::<_, loomflow::Error>(format!("receipt {n}"))
-                    })
-                    .await?;
-                let ok: bool = ctx.interrupt(json!("ship it?"))?;
-                log.push(format!("{receipt}, ship: {ok}"));
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
-        .unwrap();
+    let graph = pay_then_ask(Arc::clone(&paid));
     graph.invoke(rt, "t", Vec::new()).await.unwrap();
     let at = newest_top_level(rt, "t").await;
     let original = graph.resume(rt, "t", true).await.unwrap();
