@@ -7,7 +7,9 @@ use serde_json::Value;
 
 use super::writer::{CheckpointRow, JournalRow, Outcome};
 use crate::runtime::store::audit::AuditRow;
-use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError, StoredSignal};
+use crate::runtime::store::{
+    Checkpoint, JournalKey, RunRecord, RunState, RunStatus, StoreError, StoredSignal,
+};
 
 /// SQLite integers are signed 64-bit.
 pub(super) fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreError> {
@@ -280,4 +282,70 @@ fn signal_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredSig
             idempotency_key,
         })
     })())
+}
+
+/// Decodes a row of [`RUN_COLUMNS`](super::run_rows::RUN_COLUMNS). The outer error is SQLite's, the inner a row that
+/// does not decode.
+pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, StoreError> {
+    let read = || -> rusqlite::Result<_> {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, Option<String>>(3)?,
+            row.get::<_, String>(4)?,
+            row.get::<_, Option<String>>(5)?,
+            row.get::<_, Option<i64>>(6)?,
+            row.get::<_, Option<String>>(7)?,
+            row.get::<_, i64>(8)?,
+            row.get::<_, i64>(9)?,
+            row.get::<_, bool>(10)?,
+            row.get::<_, Option<String>>(11)?,
+            (row.get::<_, i64>(12)?, row.get::<_, i64>(13)?),
+        ))
+    };
+    let (
+        thread,
+        run,
+        graph,
+        fingerprint,
+        status,
+        waiting_on,
+        wake_at_ms,
+        lease_owner,
+        lease_until_ms,
+        attempts,
+        cancel_requested,
+        error,
+        (created_at_ms, updated_at_ms),
+    ) = read().map_err(|e| {
+        // The row's thread, when that much of it reads, names it.
+        let thread = row.get::<_, String>(0);
+        corrupt(thread.as_deref().unwrap_or("(runs)"), e)
+    })?;
+    let state = RunState::parse(&status)
+        .ok_or_else(|| corrupt(&thread, format!("unknown run state {status:?}")))?;
+    let waiting_on = match waiting_on {
+        Some(names) => crate::json_depth::from_str(&names)
+            .map_err(|e| corrupt(&thread, format!("waiting_on of the run: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(RunRecord {
+        run: to_u64(run, "run", &thread)?,
+        graph,
+        fingerprint,
+        state,
+        waiting_on,
+        wake_at_ms: wake_at_ms
+            .map(|ms| to_u64(ms, "wake time", &thread))
+            .transpose()?,
+        lease_owner,
+        lease_until_ms: to_u64(lease_until_ms.max(0), "lease expiry", &thread)?,
+        attempts: to_u64(attempts, "attempts", &thread)?,
+        cancel_requested,
+        error,
+        created_at_ms: to_u64(created_at_ms, "creation time", &thread)?,
+        updated_at_ms: to_u64(updated_at_ms, "update time", &thread)?,
+        thread,
+    })
 }

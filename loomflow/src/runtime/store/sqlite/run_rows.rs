@@ -8,7 +8,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::SqliteStore;
-use super::rows::{CHECKPOINT_COLUMNS, checkpoint_from_row, corrupt, to_i64, to_json, to_u64};
+use super::rows::{
+    CHECKPOINT_COLUMNS, checkpoint_from_row, corrupt, record_from_row, to_i64, to_json,
+};
 use super::runs::{RunOp, done};
 use super::writer::Outcome;
 use crate::runtime::store::{
@@ -314,72 +316,6 @@ pub(super) fn read_record(
     ))?
     .query_row([thread], |row| Ok(record_from_row(row)))
     .optional()
-}
-
-/// Decodes a row of [`RUN_COLUMNS`]. The outer error is SQLite's, the inner a row that
-/// does not decode.
-pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, StoreError> {
-    let read = || -> rusqlite::Result<_> {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, i64>(1)?,
-            row.get::<_, Option<String>>(2)?,
-            row.get::<_, Option<String>>(3)?,
-            row.get::<_, String>(4)?,
-            row.get::<_, Option<String>>(5)?,
-            row.get::<_, Option<i64>>(6)?,
-            row.get::<_, Option<String>>(7)?,
-            row.get::<_, i64>(8)?,
-            row.get::<_, i64>(9)?,
-            row.get::<_, bool>(10)?,
-            row.get::<_, Option<String>>(11)?,
-            (row.get::<_, i64>(12)?, row.get::<_, i64>(13)?),
-        ))
-    };
-    let (
-        thread,
-        run,
-        graph,
-        fingerprint,
-        status,
-        waiting_on,
-        wake_at_ms,
-        lease_owner,
-        lease_until_ms,
-        attempts,
-        cancel_requested,
-        error,
-        (created_at_ms, updated_at_ms),
-    ) = read().map_err(|e| {
-        // The row's thread, when that much of it reads, names it.
-        let thread = row.get::<_, String>(0);
-        corrupt(thread.as_deref().unwrap_or("(runs)"), e)
-    })?;
-    let state = RunState::parse(&status)
-        .ok_or_else(|| corrupt(&thread, format!("unknown run state {status:?}")))?;
-    let waiting_on = match waiting_on {
-        Some(names) => crate::json_depth::from_str(&names)
-            .map_err(|e| corrupt(&thread, format!("waiting_on of the run: {e}")))?,
-        None => Vec::new(),
-    };
-    Ok(RunRecord {
-        run: to_u64(run, "run", &thread)?,
-        graph,
-        fingerprint,
-        state,
-        waiting_on,
-        wake_at_ms: wake_at_ms
-            .map(|ms| to_u64(ms, "wake time", &thread))
-            .transpose()?,
-        lease_owner,
-        lease_until_ms: to_u64(lease_until_ms.max(0), "lease expiry", &thread)?,
-        attempts: to_u64(attempts, "attempts", &thread)?,
-        cancel_requested,
-        error,
-        created_at_ms: to_u64(created_at_ms, "creation time", &thread)?,
-        updated_at_ms: to_u64(updated_at_ms, "update time", &thread)?,
-        thread,
-    })
 }
 
 fn graph_list(graphs: &[String], thread: &str) -> Result<String, StoreError> {

@@ -10,9 +10,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::followed::Followed;
+use super::rows::record_from_row;
 use super::run_rows::{
-    RUN_COLUMNS, fence_and_follow, follow, next_runnable, read_record, record_from_row, submit,
-    waiting_run,
+    RUN_COLUMNS, fence_and_follow, follow, next_runnable, read_record, submit, waiting_run,
 };
 use super::writer::{self, CheckpointRow, JournalRow, Op, Outcome};
 use super::{SqliteStore, checkpoint_row, journal_row, to_i64, unexpected};
