@@ -97,6 +97,9 @@ impl Committer {
 
     /// Commits every write queued, in groups, answering each; `false` once the queue is
     /// closed (everything in it committed).
+    ///
+    /// The WAL is checkpointed between two groups once it is due: under writes that keep
+    /// coming the queue may never empty, and the WAL would grow without end.
     pub(super) fn commit_queued(&mut self, counters: &Counters) -> bool {
         let mut group = Vec::new();
         loop {
@@ -105,6 +108,9 @@ impl Committer {
                 return open;
             }
             self.commit_group(&mut group, counters);
+            if self.checkpoint_due() {
+                self.checkpoint();
+            }
         }
     }
 
@@ -285,5 +291,63 @@ fn prune(conn: &Connection, now_ms: i64) {
         .and_then(|mut stmt| stmt.execute([]));
     if let Err(error) = result {
         tracing::warn!(%error, "clearing the checkpoint id floor failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::SqliteOptions;
+    use super::super::schema;
+    use super::super::writer::JournalRow;
+    use super::*;
+
+    /// A journal write of about 1 KiB; four fill a page.
+    fn write(occurrence: i64) -> Request {
+        let row = JournalRow {
+            thread: "wal".into(),
+            run: 1,
+            namespace: String::new(),
+            step: 1,
+            node: "n".into(),
+            name: "step".into(),
+            occurrence,
+            value: "x".repeat(1000),
+            audit: Vec::new(),
+        };
+        let (reply, _) = tokio::sync::oneshot::channel();
+        Request {
+            op: Op::PutJournal(row),
+            reply,
+        }
+    }
+
+    #[test]
+    fn a_queue_that_never_empties_still_has_its_wal_checkpointed() {
+        let path = std::env::temp_dir().join(format!("loomflow-wal-{}.db", std::process::id()));
+        let wal = path.with_extension("db-wal");
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&wal);
+        let conn = schema::open_writer(&path, &SqliteOptions::default()).expect("opens");
+        let (tx, queue) = mpsc::channel();
+        let mut committer = Committer::new(conn, Synchronous::Normal, queue).expect("hooks");
+        // Ten full groups, about 3,000 pages in all, queued before the writer looks: for it,
+        // the queue never empties.
+        let writes = 10 * MAX_GROUP as i64;
+        for occurrence in 0..writes {
+            tx.send(write(occurrence)).expect("queued");
+        }
+        assert!(committer.commit_queued(&Counters::default()));
+        let wal_pages = std::fs::metadata(&wal).expect("a WAL").len() / 4096;
+        let kept: i64 = committer
+            .conn
+            .query_row("SELECT count(*) FROM journal", [], |row| row.get(0))
+            .expect("counts");
+        drop(committer);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&wal);
+        assert_eq!(kept, writes);
+        // Checkpointed once past 800 pages, the WAL starts over: it never holds much more
+        // than that and a group. Without the checkpoints it holds every page written.
+        assert!(wal_pages < 1_500, "the WAL grew to {wal_pages} pages");
     }
 }
