@@ -164,8 +164,8 @@ async fn every_refusal_is_a_json_error_with_a_code() {
 }
 
 /// `DELETE /v1/threads/{thread}` deletes a queued run and the signal sent to it, says what
-/// it deleted, and is refused (409) while a run executes the thread; a caller without the
-/// token learns nothing (401).
+/// it deleted, and is refused (409) while a run executes the thread; a thread with nothing to
+/// delete is 404; a caller without the token learns nothing (401).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_is_deleted_over_http_unless_a_run_executes_it() {
     let server = serve("delete", config()).await;
@@ -185,6 +185,12 @@ async fn a_thread_is_deleted_over_http_unless_a_run_executes_it() {
     assert_eq!(deleted["deleted"]["signals"], 1, "{reply}");
     let (status, _, _) = request(server.addr, "GET", path, &[bearer()], b"").await;
     assert_eq!(status, 404, "the run is gone");
+    // Deleted already, or never there: nothing reads as deleted.
+    for gone in [path, "/v1/threads/ord_typo"] {
+        let (status, _, reply) = request(server.addr, "DELETE", gone, &[bearer()], b"").await;
+        assert_eq!((status, error_code(&reply).as_str()), (404, "not_found"));
+        assert!(reply.contains(&gone["/v1/threads/".len()..]), "{reply}");
+    }
 
     let held = HeldRun::start(&server.runtime, "busy", 0).await;
     let busy = "/v1/threads/busy";

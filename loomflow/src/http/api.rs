@@ -14,7 +14,8 @@ use super::auth::{self, Signed};
 use super::{ApiError, AppState};
 use crate::runtime::clock::now_ms;
 use crate::runtime::{
-    AuditKind, AuditQuery, BadRunCursor, RunCursor, RunFilter, RunState, SignalOptions,
+    AuditKind, AuditQuery, BadRunCursor, RunCursor, RunFilter, RunState, RuntimeError,
+    SignalOptions,
 };
 use crate::tool::ApprovalDecision;
 
@@ -183,7 +184,8 @@ pub(super) async fn get_thread(
 }
 
 /// `DELETE /v1/threads/{thread}`: deletes the thread (see [`Runtime::delete_thread`]); 409
-/// while a run executes it.
+/// while a run executes it, 404 for a thread with no run and nothing else to delete (a
+/// mistyped name must not read as a thread deleted).
 ///
 /// [`Runtime::delete_thread`]: crate::Runtime::delete_thread
 pub(super) async fn delete_thread(
@@ -193,7 +195,12 @@ pub(super) async fn delete_thread(
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
     let Path(thread) = path?;
+    let run = app.runtime.store().get_run(&thread).await;
+    let had_run = run.map_err(RuntimeError::from)?.is_some();
     let deleted = app.runtime.delete_thread(&thread).await?;
+    if !had_run && deleted.is_empty() {
+        return Err(RuntimeError::UnknownRun { thread }.into());
+    }
     Ok(Json(json!({ "thread": thread, "deleted": deleted })))
 }
 
