@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [7]);
+    assert_eq!(versions, [8]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +302,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -586,7 +586,8 @@ async fn a_version_3_file_gains_the_worker_columns() {
     drop(store);
     let conn = rusqlite::Connection::open(db.path()).unwrap();
     conn.execute_batch(
-        "DROP INDEX runs_by_runnable_at; DROP INDEX runs_by_update; DROP INDEX signals_pending;
+        "DROP INDEX runs_recovering;
+         DROP INDEX runs_by_runnable_at; DROP INDEX runs_by_update; DROP INDEX signals_pending;
          ALTER TABLE runs DROP COLUMN graph; ALTER TABLE runs DROP COLUMN fingerprint;
          ALTER TABLE runs DROP COLUMN waiting_on; ALTER TABLE runs DROP COLUMN wake_at_ms;
          ALTER TABLE runs DROP COLUMN runnable_at_ms;
@@ -948,7 +949,7 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN SELECT seq FROM signals WHERE consumed_at_ms IS NULL
@@ -999,7 +1000,7 @@ async fn a_version_6_file_gains_the_checkpoint_id_floor() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((version, floor), (7, i64::try_from(kept).unwrap() + 1));
+    assert_eq!((version, floor), (8, i64::try_from(kept).unwrap() + 1));
     drop(conn);
 
     // A row is past the floor now: the writer's pruning (on its first commit) clears it,

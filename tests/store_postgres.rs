@@ -58,7 +58,7 @@ async fn a_database_written_by_a_newer_loomflow_is_refused() {
             found,
             supported,
         }) => {
-            assert_eq!((found, supported), (99, 3));
+            assert_eq!((found, supported), (99, 4));
             assert!(path.starts_with("postgres://postgres@"), "{path}");
             assert!(!path.contains("not-shown"), "{path}");
         }
@@ -87,7 +87,7 @@ async fn processes_starting_together_create_the_tables_once() {
         .await
         .unwrap();
     let versions: Vec<i64> = versions.iter().map(|row| row.get(0)).collect();
-    assert_eq!(versions, [3], "one version row, at the current version");
+    assert_eq!(versions, [4], "one version row, at the current version");
     // And each of them works on the tables the first one made.
     for (n, store) in stores.iter().enumerate() {
         let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
@@ -392,7 +392,7 @@ async fn a_version_2_database_gains_the_indexes_of_suspended_runs() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }
 
 /// A cancel request that waits for another write holding the run's row answers with the

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::runs::{LATER, interrupt, suspend};
 use super::unique;
-use crate::runtime::store::{Store, StoredSignal};
+use crate::runtime::store::{Checkpoint, RunStatus, Store, StoredSignal};
 
 /// A timer come due and a run whose signal arrived are claimed before runs queued after
 /// them: a backlog of queued runs does not hold them up until it runs out. Each run is
@@ -48,4 +48,41 @@ pub(super) async fn runs_are_claimed_in_the_order_they_became_runnable(store: &d
     let mut rest = order[2..].to_vec();
     rest.sort();
     assert_eq!(rest, queued, "then the queued runs");
+}
+
+/// A run whose execution died part way (its lease ran out) goes before every queued run,
+/// whenever it last wrote: a backlog queued before its last heartbeat does not hold up its
+/// recovery.
+pub(super) async fn a_run_whose_lease_ran_out_goes_before_the_backlog(store: &dyn Store) {
+    let graph = unique("recovered");
+    let graphs = [graph.clone()];
+    let died = unique("died");
+    store.submit_run(&died, &graph, json!(0), 5).await.unwrap();
+    let claimed = store
+        .claim_next_run(&graphs, "dead", 100, 6, 6)
+        .await
+        .unwrap();
+    assert_eq!(claimed.map(|run| run.record.thread), Some(died.clone()));
+    // Its first step, written now (the store's clock), with a lease to 100 on the test's.
+    let step = Checkpoint::new(&died, 1, "", 1, RunStatus::Running, json!({"state": 1}));
+    store
+        .put_checkpoint_claimed(step, "dead", 100)
+        .await
+        .unwrap();
+    let queued: Vec<String> = (0..2).map(|i| unique(&format!("backlog-{i}"))).collect();
+    for thread in &queued {
+        store
+            .submit_run(thread, &graph, json!(0), 10)
+            .await
+            .unwrap();
+    }
+    let claimed = store
+        .claim_next_run(&graphs, "w", LATER, 200, 200)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.map(|run| run.record.thread),
+        Some(died),
+        "the run that died goes first"
+    );
 }

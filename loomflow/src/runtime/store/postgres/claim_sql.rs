@@ -40,12 +40,13 @@ pub(super) fn claim_sql(choice: Choice) -> &'static str {
 
 /// [`claim_sql`], built.
 fn claim_statement(choice: Choice) -> String {
-    // Runnable at once (`runnable_at_ms` 0): a queued run, since it was queued, and a
-    // running one whose lease ran out, before anything else. A timer is runnable since it
-    // came due, a signalled run since its signal was sent. The earliest of the three
-    // candidates goes first, so that a backlog of queued runs does not hold up the others
-    // until it runs out. The candidate queries are `MATERIALIZED`, so that each runs once,
-    // with its lock, before the update reads it; the two not chosen are let go at commit.
+    // Runnable at once (`runnable_at_ms` 0): a run whose execution stopped part way (its
+    // lease ran out, or it was let go) before anything else, and a queued run since it was
+    // queued. A timer is runnable since it came due, a signalled run since its signal was
+    // sent. The earliest of the candidates goes first, so that a backlog of queued runs does
+    // not hold up the others until it runs out. The candidate queries are `MATERIALIZED`,
+    // so that each runs once, with its lock, before the update reads it; those not chosen
+    // are let go at commit.
     let chosen = match choice {
         Choice::Waiting => {
             "chosen AS MATERIALIZED (
@@ -56,11 +57,16 @@ fn claim_statement(choice: Choice) -> String {
                  FOR UPDATE)"
         }
         Choice::Next => {
-            "at_once AS MATERIALIZED (
-                 SELECT thread, CASE WHEN status = 'queued' THEN updated_at_ms ELSE 0 END
-                     AS since
-                 FROM loomflow_runs
-                 WHERE runnable_at_ms = 0
+            "recovering AS MATERIALIZED (
+                 SELECT thread, 0::bigint AS since FROM loomflow_runs
+                 WHERE runnable_at_ms = 0 AND status IS DISTINCT FROM 'queued'
+                   AND (lease_owner IS NULL OR lease_until_ms <= $1)
+                   AND graph = ANY($3)
+                 ORDER BY updated_at_ms LIMIT 1
+                 FOR UPDATE SKIP LOCKED),
+             queued AS MATERIALIZED (
+                 SELECT thread, updated_at_ms AS since FROM loomflow_runs
+                 WHERE runnable_at_ms = 0 AND status = 'queued'
                    AND (lease_owner IS NULL OR lease_until_ms <= $1)
                    AND graph = ANY($3)
                  ORDER BY updated_at_ms LIMIT 1
@@ -81,8 +87,8 @@ fn claim_statement(choice: Choice) -> String {
                    AND s.name = ANY(r.waiting_on)
                  ORDER BY s.seq LIMIT 1
                  FOR UPDATE OF r SKIP LOCKED),
-             candidates AS (SELECT * FROM at_once UNION ALL SELECT * FROM timer
-                            UNION ALL SELECT * FROM signalled),
+             candidates AS (SELECT * FROM recovering UNION ALL SELECT * FROM queued
+                            UNION ALL SELECT * FROM timer UNION ALL SELECT * FROM signalled),
              chosen AS (SELECT thread FROM candidates ORDER BY since LIMIT 1)"
         }
     };

@@ -11,7 +11,7 @@ use super::target::Target;
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// The advisory lock (a transaction-level one, released at commit) that lets one process at
 /// a time migrate: "loomflow" in ASCII.
@@ -98,6 +98,10 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
          WHERE status IN ('waiting', 'interrupted');
      CREATE INDEX IF NOT EXISTS loomflow_signals_pending_by_session
          ON loomflow_signals (session, name) WHERE consumed_at_ms IS NULL;",
+    // 3 -> 4: the runs whose execution stopped part way, which a worker carries on before
+    // the queued backlog: without it, finding one reads every queued row.
+    "CREATE INDEX IF NOT EXISTS loomflow_runs_recovering ON loomflow_runs (updated_at_ms)
+         WHERE runnable_at_ms = 0 AND status IS DISTINCT FROM 'queued';",
 ];
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one: in one transaction,

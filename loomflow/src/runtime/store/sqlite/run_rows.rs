@@ -45,6 +45,12 @@ pub(super) const MIGRATION_PENDING_IN_ORDER: &str = "
     CREATE INDEX IF NOT EXISTS signals_pending_in_order ON signals (seq)
         WHERE consumed_at_ms IS NULL;";
 
+/// Migration step 7 -> 8: the runs whose execution stopped part way, which a worker carries
+/// on before the queued backlog. Without it, finding one reads every queued row.
+pub(super) const MIGRATION_RECOVERING: &str = "
+    CREATE INDEX IF NOT EXISTS runs_recovering ON runs (updated_at_ms)
+        WHERE runnable_at_ms = 0 AND status IS NOT 'queued';";
+
 /// Gives every thread that has top-level checkpoints and no run row the row its newest
 /// checkpoint says (its run, state, what it waits on; the graph from the run's first
 /// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
@@ -239,14 +245,24 @@ pub(super) fn next_runnable(
     now_ms: i64,
     due_ms: i64,
 ) -> rusqlite::Result<Option<String>> {
-    // Runnable at once (`runnable_at_ms` 0): a queued run since it was queued, a running
-    // one whose lease ran out before anything else; a timer since it came due, a signalled
-    // run since its signal was sent. The earliest candidate goes first: a backlog of queued
-    // runs does not hold up the others until it runs out.
-    let at_once = candidate(
+    // Runnable at once (`runnable_at_ms` 0): a run whose execution stopped part way (its
+    // lease ran out, or it was let go) before anything else; a queued run since it was
+    // queued; a timer since it came due, a signalled run since its signal was sent. The
+    // earliest candidate goes first: a backlog of queued runs does not hold up the others
+    // until it runs out.
+    let recovering = candidate(
         conn,
-        "SELECT thread, CASE WHEN status = 'queued' THEN updated_at_ms ELSE 0 END FROM runs
-         WHERE runnable_at_ms = 0
+        "SELECT thread, 0 FROM runs
+         WHERE runnable_at_ms = 0 AND status IS NOT 'queued'
+           AND (lease_owner IS NULL OR lease_until_ms <= ?1)
+           AND graph IN (SELECT value FROM json_each(?2))
+         ORDER BY updated_at_ms LIMIT 1",
+        params![now_ms, graphs],
+    )?;
+    let queued = candidate(
+        conn,
+        "SELECT thread, updated_at_ms FROM runs
+         WHERE runnable_at_ms = 0 AND status = 'queued'
            AND (lease_owner IS NULL OR lease_until_ms <= ?1)
            AND graph IN (SELECT value FROM json_each(?2))
          ORDER BY updated_at_ms LIMIT 1",
@@ -271,7 +287,7 @@ pub(super) fn next_runnable(
          ORDER BY s.seq LIMIT 1",
         params![now_ms, graphs],
     )?;
-    let candidates = [at_once, timer, signalled].into_iter().flatten();
+    let candidates = [recovering, queued, timer, signalled].into_iter().flatten();
     Ok(candidates
         .min_by_key(|(_, since)| *since)
         .map(|(thread, _)| thread))
