@@ -95,6 +95,14 @@ async fn every_refusal_is_a_json_error_with_a_code() {
         (status, error_code(&reply).as_str()),
         (413, "payload_too_large")
     );
+    // Says what was too big, and the limit.
+    assert!(reply.contains("signal review for thread ord_1"), "{reply}");
+    assert!(reply.contains("limit of 4096 bytes"), "{reply}");
+
+    // Nested past serde_json's 128 levels, as deep as a payload may be.
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], deep.as_bytes()).await;
+    assert_eq!(status, 202, "{reply}");
 
     let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"{nope").await;
     assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));

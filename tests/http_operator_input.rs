@@ -478,6 +478,8 @@ async fn requests_the_server_cannot_read_are_refused_as_json() {
     let cases: Vec<Case<'_>> = vec![
         ("GET", "/v1/runs?limit=abc", vec![bearer()], b""),
         ("GET", "/v1/runs?limit=-1", vec![bearer()], b""),
+        // A page of none would read as the last page.
+        ("GET", "/v1/runs?limit=0", vec![bearer()], b""),
         ("GET", "/v1/threads/t1/audit?after=-1", vec![bearer()], b""),
         ("GET", "/v1/threads/t1/audit?limit=x", vec![bearer()], b""),
         ("GET", "/v1/threads/%FF", vec![bearer()], b""),

@@ -24,16 +24,27 @@ type Reply = Result<Json<Value>, ApiError>;
 /// A body the server would not read: over the payload limit (413), or broken.
 type Body = Result<Bytes, BytesRejection>;
 
-fn body(body: Body) -> Result<Bytes, ApiError> {
+/// The body of a request for `what` (a signal, a decision), read up to the runtime's
+/// payload limit.
+fn body(app: &AppState, body: Body, what: impl FnOnce() -> String) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         let status = rejection.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "payload_too_large"
-        } else {
-            "bad_request"
-        };
-        ApiError::new(status, code, rejection.body_text())
+        if status != StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::new(status, "bad_request", rejection.body_text());
+        }
+        let limit = app.runtime.signal_config().max_payload_bytes;
+        let message = format!(
+            "the body of {} is over the limit of {limit} bytes \
+             (the runtime's `SignalConfig::max_payload_bytes`)",
+            what()
+        );
+        ApiError::new(status, "payload_too_large", message)
     })
+}
+
+/// JSON nested as deep as a payload may be (`json_depth::MAX_DEPTH`), not serde_json's 128.
+fn json<T: serde::de::DeserializeOwned + Send>(body: &[u8]) -> serde_json::Result<T> {
+    crate::json_depth::from_slice(body)
 }
 
 /// `POST /v1/threads/{thread}/signals/{name}`: the body is the payload.
@@ -50,7 +61,10 @@ pub(super) async fn post_signal(
     if let auth::Signature::Absent = signature {
         auth::bearer(&app.config, &headers)?;
     }
-    let body = self::body(body)?;
+    let body = self::body(&app, body, || match &path {
+        Ok(Path((thread, name))) => format!("signal {name} for thread {thread}"),
+        Err(_) => "the signal".to_owned(),
+    })?;
     let signed_delivery = match signature.verify(uri.path(), &body)? {
         Signed::Yes { delivery } => delivery,
         Signed::No => None,
@@ -61,8 +75,8 @@ pub(super) async fn post_signal(
             "the body is empty: send the payload as JSON (`null` for none)",
         ));
     }
-    let payload: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    let payload: Value =
+        json(&body).map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
     // A signal to a run that has ended would wait for the next run on the thread.
     let mut options = SignalOptions::default().require_live_run();
     let key = match signed_delivery {
@@ -155,7 +169,11 @@ pub(super) async fn list_runs(
             .map_err(|e: BadRunCursor| ApiError::bad_request(e.to_string()))?;
         filter = filter.after(cursor);
     }
-    let limit = query.limit.unwrap_or(100).min(1_000);
+    // A page of none would read as the last page.
+    let limit = match query.limit {
+        Some(0) => return Err(ApiError::bad_request("limit must be from 1 to 1000, not 0")),
+        limit => limit.unwrap_or(100).min(1_000),
+    };
     let runs = app.runtime.runs(&filter.limit(limit)).await?;
     // A full page may have a page after it; one that is not full is the last.
     let next = match runs.last() {
@@ -283,11 +301,16 @@ pub(super) async fn decide(
     Ok(())
 }
 
-fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+fn parse_body<T: serde::de::DeserializeOwned + Default + Send>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("bad body: {e}")))
+    json(body).map_err(|e| ApiError::bad_request(format!("bad body: {e}")))
+}
+
+/// What a decision's body is about, for an error that says so.
+fn decision_on(thread: &str, call_id: &str) -> String {
+    format!("the decision on call {call_id} of thread {thread}")
 }
 
 /// `POST /v1/threads/{thread}/approvals/{call_id}/approve`.
@@ -299,7 +322,8 @@ pub(super) async fn approve(
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
     let Path((thread, call_id)) = path?;
-    let body: ApproveBody = parse_body(&self::body(body)?)?;
+    let body = self::body(&app, body, || decision_on(&thread, &call_id))?;
+    let body: ApproveBody = parse_body(&body)?;
     let decision = match body.arguments {
         Some(arguments @ Value::Object(_)) => ApprovalDecision::Edit { arguments },
         Some(other) => {
@@ -325,7 +349,8 @@ pub(super) async fn reject(
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
     let Path((thread, call_id)) = path?;
-    let body: RejectBody = serde_json::from_slice(&self::body(body)?)
+    let body = self::body(&app, body, || decision_on(&thread, &call_id))?;
+    let body: RejectBody = json(&body)
         .map_err(|e| ApiError::bad_request(format!("a rejection needs {{\"reason\": …}}: {e}")))?;
     decide(
         &app,
