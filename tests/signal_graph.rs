@@ -438,3 +438,39 @@ async fn signals_sent_while_a_run_works_wait_for_it_past_the_pending_ttl() {
         .unwrap();
     assert_eq!(outcome.completed().unwrap().approved, Some(true));
 }
+
+/// A webhook's redelivery of a signal that was delivered, once its run has gone on to the
+/// end, is a duplicate: the sender must not read a refusal. Another key is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_retried_after_its_run_ended_is_a_duplicate() {
+    let db = std::env::temp_dir().join(format!("loomflow-redelivery-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&db);
+    let durable = Runtime::sqlite(&db).unwrap();
+    for runtime in [Runtime::in_memory(), durable] {
+        let graph = refund_graph();
+        let keyed = |key: &str| {
+            SignalOptions::default()
+                .require_live_run()
+                .idempotency_key(key)
+        };
+        let review = || json!({ "approved": true });
+        let sent = runtime.signal_with("t", "manager_review", review(), keyed("d1"));
+        assert_eq!(sent.await.unwrap(), Delivery::Pending);
+        let done = graph.invoke(&runtime, "t", Refund::default()).await;
+        assert_eq!(done.unwrap().completed().unwrap().approved, Some(true));
+
+        let again = runtime.signal_with("t", "manager_review", review(), keyed("d1"));
+        assert_eq!(again.await.unwrap(), Delivery::Duplicate);
+        let other = runtime.signal_with("t", "manager_review", review(), keyed("d2"));
+        assert!(
+            matches!(
+                other.await,
+                Err(RuntimeError::Signal(SignalError::RunEnded { .. }))
+            ),
+            "a new delivery to a run that has ended is refused"
+        );
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}

@@ -286,6 +286,17 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.pending_signals()
     }
 
+    /// Forwarded: the default sees pending signals only, not the consumed keys a store
+    /// keeps.
+    fn signal_key_seen<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.inner.signal_key_seen(session, name, key)
+    }
+
     fn oldest_signal<'a>(
         &'a self,
         session: &'a str,

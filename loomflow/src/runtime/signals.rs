@@ -141,6 +141,16 @@ impl Runtime {
             .map(|cp| cp.status.as_str()))
     }
 
+    /// Whether a signal `name` to `session` with the idempotency key `key` was sent and is
+    /// still remembered, here or in a durable store.
+    async fn key_already_sent(&self, session: &str, name: &str, key: &str) -> Result<bool> {
+        if self.mailbox().remembers_key(session, name, key) {
+            return Ok(true);
+        }
+        let store = self.store();
+        Ok(store.is_durable() && store.signal_key_seen(session, name, key).await?)
+    }
+
     /// Sends on one of loomflow's own (`loomflow:…`) names, such as an approval decision.
     pub(crate) async fn send_framework(
         &self,
@@ -164,6 +174,13 @@ impl Runtime {
         if options.require_live_run
             && let Some(status) = self.ended_run(session).await?
         {
+            // A send retried after its signal was delivered (and the run carried on to its
+            // end) is the duplicate it is, not a signal that came too late.
+            if let Some(key) = options.idempotency_key.as_deref()
+                && self.key_already_sent(session, name, key).await?
+            {
+                return Ok(Delivery::Duplicate);
+            }
             return Err(SignalError::RunEnded {
                 session: session.to_owned(),
                 name: name.to_owned(),

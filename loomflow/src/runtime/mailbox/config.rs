@@ -111,6 +111,9 @@ pub struct SignalOptions {
     /// ever read the signal. A session with no run yet, or a run queued (a new one
     /// submitted after one that ended included), in progress or suspended, accepts it.
     /// Checked by [`Runtime::signal_with`](crate::Runtime::signal_with) against the store.
+    /// A send whose idempotency key is still remembered is a
+    /// [`Delivery::Duplicate`](super::Delivery::Duplicate) even then: a retry of a signal
+    /// that was delivered before its run ended.
     pub require_live_run: bool,
 }
 

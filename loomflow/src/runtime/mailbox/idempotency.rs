@@ -25,15 +25,8 @@ impl Remembered {
         key: &str,
         now: Instant,
     ) -> bool {
-        while let Some((Some(expiry), _)) = self.order.front()
-            && *expiry <= now
-        {
-            if let Some((_, old)) = self.order.pop_front() {
-                self.keys.remove(&old);
-            }
-        }
-        // Lengths make the concatenation unambiguous whatever the parts contain.
-        let joined = format!("{}:{session}{}:{name}{key}", session.len(), name.len());
+        self.forget_expired(now);
+        let joined = joined(session, name, key);
         if self.keys.contains(joined.as_str()) {
             return true;
         }
@@ -57,4 +50,25 @@ impl Remembered {
         self.order.push_back((expiry, joined));
         false
     }
+
+    /// Whether `(session, name, key)` is remembered, without remembering it.
+    pub(super) fn remembers(&mut self, session: &str, name: &str, key: &str, now: Instant) -> bool {
+        self.forget_expired(now);
+        self.keys.contains(joined(session, name, key).as_str())
+    }
+
+    fn forget_expired(&mut self, now: Instant) {
+        while let Some((Some(expiry), _)) = self.order.front()
+            && *expiry <= now
+        {
+            if let Some((_, old)) = self.order.pop_front() {
+                self.keys.remove(&old);
+            }
+        }
+    }
+}
+
+/// One text for the three: lengths make it unambiguous whatever the parts contain.
+fn joined(session: &str, name: &str, key: &str) -> String {
+    format!("{}:{session}{}:{name}{key}", session.len(), name.len())
 }

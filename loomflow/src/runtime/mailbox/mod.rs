@@ -63,6 +63,7 @@ mod entry;
 mod error;
 mod idempotency;
 mod queued;
+mod session_guard;
 mod state;
 mod wait;
 
@@ -79,6 +80,7 @@ use super::clock::now_ms;
 pub use config::{MailboxConfig, SignalOptions};
 pub(crate) use entry::{Dropped, Entry, Taken, Taking};
 pub use error::SignalError;
+pub use session_guard::SessionGuard;
 pub use wait::Wait;
 pub(crate) use wait::WaitEntry;
 
@@ -451,6 +453,15 @@ impl Mailbox {
         Ok(state.deliver(config, session, name, entry, Place::Back))
     }
 
+    /// Whether a signal `name` to `session` with the idempotency key `key` was sent here
+    /// and its key is still remembered.
+    pub(crate) fn remembers_key(&self, session: &str, name: &str, key: &str) -> bool {
+        let mut state = self.inner.lock();
+        state
+            .remembered
+            .remembers(session, name, key, Instant::now())
+    }
+
     pub(crate) fn wait_in(
         &self,
         session: &str,
@@ -503,61 +514,6 @@ impl Mailbox {
             .lock()
             .deliver(&self.inner.config, session, name, entry, place);
         Ok(())
-    }
-}
-
-/// Keeps a session's mailbox open; see [`Mailbox::open_session`].
-///
-/// Cloning a guard opens the session once more.
-#[must_use = "the session closes when the guard drops"]
-pub struct SessionGuard {
-    inner: Arc<Inner>,
-    session: Arc<str>,
-    /// On the last exit, undelivered signals go back to the pending mailbox instead of
-    /// being discarded.
-    keep_leftovers: std::sync::atomic::AtomicBool,
-}
-
-impl SessionGuard {
-    /// The session this guard keeps open.
-    pub fn session(&self) -> &str {
-        &self.session
-    }
-
-    /// When this guard is the session's last exit, its undelivered signals are kept as
-    /// pending signals rather than discarded: a run that suspends keeps what was sent to it
-    /// meanwhile, for when it carries on.
-    pub(crate) fn keep_leftovers(&self) {
-        self.keep_leftovers
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
-}
-
-impl std::fmt::Debug for SessionGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionGuard")
-            .field("session", &self.session)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Clone for SessionGuard {
-    fn clone(&self) -> Self {
-        self.inner.lock().open(&self.inner.config, &self.session);
-        Self {
-            inner: Arc::clone(&self.inner),
-            session: Arc::clone(&self.session),
-            keep_leftovers: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-}
-
-impl Drop for SessionGuard {
-    fn drop(&mut self) {
-        let keep = *self.keep_leftovers.get_mut();
-        self.inner
-            .lock()
-            .close(&self.inner.config, &self.session, keep);
     }
 }
 

@@ -340,6 +340,14 @@ async fn idempotency_keys_are_remembered_after_consumption(store: &dyn Store) {
         SignalPush::Duplicate,
         "a consumed signal's key is still remembered"
     );
+    let seen = |name: &'static str, key: &'static str| store.signal_key_seen(&session, name, key);
+    assert!(
+        seen("pay", "k1").await.unwrap(),
+        "seen after it was consumed"
+    );
+    assert!(seen("other", "k1").await.unwrap(), "seen while pending");
+    assert!(!seen("pay", "k2").await.unwrap(), "another key");
+    assert!(!seen("third", "k1").await.unwrap(), "another name");
 }
 
 async fn concurrent_writers(store: Arc<dyn Store>) {

@@ -200,6 +200,25 @@ pub trait Store: Send + Sync + 'static {
         })
     }
 
+    /// Whether a signal `name` of `session` with the idempotency key `key` is kept: pending,
+    /// or consumed recently enough that a send with that key is still a duplicate. What a
+    /// send retried after its run ended asks, to be answered as the duplicate it is.
+    ///
+    /// The default looks through [`pending_signals`](Self::pending_signals) only.
+    fn signal_key_seen<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let pending = self.pending_signals().await?;
+            Ok(pending.iter().any(|s| {
+                s.session == session && s.name == name && s.idempotency_key.as_deref() == Some(key)
+            }))
+        })
+    }
+
     /// Drops the unconsumed signals sent before `sent_before_ms` (milliseconds since the
     /// Unix epoch) to a session that has no unfinished run (no run at all, or one that
     /// completed, failed or was cancelled) and is not one of `spare`. Returns how many.

@@ -32,6 +32,13 @@ impl SignalKeys {
         }
     }
 
+    /// Whether (`session`, `name`, `key`) is remembered at `now_ms`.
+    pub(super) fn knows(&mut self, session: &str, name: &str, key: &str, now_ms: u64) -> bool {
+        self.forget_released_before(now_ms.saturating_sub(CONSUMED_KEY_KEPT_MS));
+        let key = (session.to_owned(), name.to_owned(), key.to_owned());
+        self.remembered.contains(&key)
+    }
+
     /// Notes that `signal` left the store at `now_ms`: its key is forgotten
     /// [`CONSUMED_KEY_KEPT_MS`] later.
     pub(super) fn released(&mut self, signal: &StoredSignal, now_ms: u64) {

@@ -26,6 +26,7 @@ mod threads;
 pub(crate) use threads::{NO_PLACE, SharedName};
 
 pub use audit_log::DEFAULT_RETAINED_AUDIT_ENTRIES;
+pub use retention::DEFAULT_RETAINED_CHECKPOINTS;
 
 use futures_util::future::BoxFuture;
 use run_row::RunRow;
@@ -115,9 +116,6 @@ struct Inner {
     keys: keys::SignalKeys,
     audit: audit_log::AuditLog,
 }
-
-/// How many checkpoints a thread of a [`MemoryStore`] keeps by default.
-pub const DEFAULT_RETAINED_CHECKPOINTS: usize = 100;
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -256,6 +254,18 @@ impl Store for MemoryStore {
             inner.signals.insert(seq, signal);
             SignalPush::Stored(seq)
         }))
+    }
+
+    fn signal_key_seen<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        ready(
+            self.lock()
+                .map(|mut inner| inner.keys.knows(session, name, key, now_ms())),
+        )
     }
 
     fn take_signal<'a>(

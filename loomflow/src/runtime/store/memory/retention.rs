@@ -3,6 +3,9 @@
 use super::kept::Kept;
 use crate::runtime::store::RunStatus;
 
+/// How many checkpoints a thread of a [`MemoryStore`](super::MemoryStore) keeps by default.
+pub const DEFAULT_RETAINED_CHECKPOINTS: usize = 100;
+
 /// Drops the oldest checkpoints of one thread down to `limit`, keeping every interrupted
 /// one whatever its age, what the thread's newest run may still read (see [`needed`]), and
 /// the first checkpoint of every run with a top-level one kept: it describes the run's

@@ -266,6 +266,28 @@ impl PostgresStore {
         .map_err(|e: Fail| e.read(session))
     }
 
+    /// `signal_key_seen`: a row with the key, pending or consumed and not yet pruned.
+    pub(super) async fn stored_signal_key_seen(
+        &self,
+        session: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<bool, StoreError> {
+        async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM loomflow_signals
+                     WHERE session = $1 AND name = $2 AND idempotency_key = $3)",
+                )
+                .await?;
+            let row = client.query_one(&stmt, &[&session, &name, &key]).await?;
+            Ok(row.try_get(0)?)
+        }
+        .await
+        .map_err(|e: Fail| e.read(session))
+    }
+
     /// Drops the pending signals sent before `sent_before_ms` to sessions with no unfinished
     /// run, but those of `spare`, in one statement: those without an idempotency key are
     /// deleted, the others kept as consumed (payload dropped) until pruned, as a take keeps

@@ -26,6 +26,7 @@ mod followed;
 mod housekeeping;
 mod options;
 mod reader;
+mod requests;
 mod rows;
 mod run_rows;
 mod runs;
@@ -40,11 +41,10 @@ use std::sync::atomic::Ordering;
 
 use rusqlite::Connection;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use self::reader::Readers;
 use self::rows::{checkpoint_row, journal_row, to_i64, to_json, unexpected};
-use self::writer::{Op, Outcome, Request, SignalRow, StartError, Writer};
+use self::writer::{Op, Outcome, SignalRow, StartError, Writer};
 use super::{
     AuditEntry, AuditQuery, Checkpoint, Claim, ClaimedRun, DeletedThread, JournalKey, RunFilter,
     RunRecord, RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
@@ -172,54 +172,6 @@ impl SqliteStore {
             commits: counters.commits.load(Ordering::Relaxed),
             synced: counters.synced.load(Ordering::Relaxed),
         }
-    }
-
-    fn write(&self, op: Op) -> BoxFuture<'_, Result<Outcome, StoreError>> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self.writer.submit(Request { op, reply });
-        Box::pin(async move {
-            sent?;
-            answer.await.map_err(|_| StoreError::Closed)?
-        })
-    }
-
-    /// [`write`](Self::write) of `op`, which answers `Done`; an error building it is handed
-    /// back as it is.
-    fn write_done(&self, op: Result<Op, StoreError>) -> BoxFuture<'_, Result<(), StoreError>> {
-        let op = match op {
-            Ok(op) => op,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
-        let thread = op.thread().to_owned();
-        let written = self.write(op);
-        Box::pin(async move {
-            match written.await? {
-                Outcome::Done => Ok(()),
-                other => Err(unexpected(&thread, &other)),
-            }
-        })
-    }
-
-    fn read<T: Send + 'static>(
-        &self,
-        thread: &str,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
-    ) -> BoxFuture<'_, Result<T, StoreError>> {
-        let (reply, answer) = oneshot::channel();
-        let thread = thread.to_owned();
-        let sent = self.readers.send(Box::new(move |conn| {
-            let result = f(conn).unwrap_or_else(|e| {
-                Err(StoreError::Read {
-                    thread,
-                    message: e.to_string(),
-                })
-            });
-            let _ = reply.send(result);
-        }));
-        Box::pin(async move {
-            sent?;
-            answer.await.map_err(|_| StoreError::Closed)?
-        })
     }
 }
 
@@ -369,6 +321,18 @@ impl Store for SqliteStore {
         let (owned, name) = (session.to_owned(), name.to_owned());
         self.read(session, move |conn| {
             rows::read_oldest_signal(conn, &owned, &name)
+        })
+    }
+
+    fn signal_key_seen<'a>(
+        &'a self,
+        session: &'a str,
+        name: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let key = (session.to_owned(), name.to_owned(), key.to_owned());
+        self.read(session, move |conn| {
+            rows::read_signal_key_seen(conn, (&key.0, &key.1, &key.2))
         })
     }
 

@@ -262,6 +262,19 @@ pub(super) fn read_oldest_signal(
     .map(Option::transpose)
 }
 
+/// Whether a signal row keeps the key: pending, or consumed and not yet pruned.
+pub(super) fn read_signal_key_seen(
+    conn: &Connection,
+    (session, name, key): (&str, &str, &str),
+) -> rusqlite::Result<Result<bool, StoreError>> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM signals
+         WHERE session = ?1 AND name = ?2 AND idempotency_key = ?3)",
+    )?
+    .query_row([session, name, key], |row| row.get(0))
+    .map(Ok)
+}
+
 /// A signal from a row of `seq, session, name, payload, idempotency_key, sent_at_ms`.
 fn signal_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredSignal, StoreError>> {
     let seq: i64 = row.get(0)?;
