@@ -211,3 +211,63 @@ async fn a_slow_reader_holds_the_run_back_instead_of_letting_events_pile_up() {
     assert_eq!(last, Some(AgentEvent::Done));
     assert_eq!(stream.outcome().await.unwrap().output.len(), 3_890);
 }
+
+/// Refund an order. Moves money.
+#[tool(approval)]
+fn refund(order: String) -> String {
+    format!("refunded {order}")
+}
+
+/// Whatever becomes of a run, its stream ends with `Done` or `Failed`: a run that suspends
+/// for an approval ends with its interrupt, then `Done`; a run refused because another
+/// execution holds the session ends with `Failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_run_always_ends_with_done_or_failed() {
+    let runtime = Runtime::in_memory();
+    let call = ToolCall::new("call_1", "refund", json!({ "order": "ord_1" }));
+    let agent = |runtime: &Runtime| {
+        Agent::builder("You refund.")
+            .model(ScriptedModel::new(vec![ModelResponse::tool_calls(vec![
+                call.clone(),
+            ])]))
+            .tool(refund)
+            .durable_approvals()
+            .runtime(runtime.clone())
+            .build()
+            .unwrap()
+    };
+    let asking = agent(&runtime);
+    let mut stream = asking
+        .run("refund ord_1")
+        .session("s")
+        .stream()
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event);
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Interrupted { .. })),
+        "{events:?}"
+    );
+    assert_eq!(events.last(), Some(&AgentEvent::Done), "{events:?}");
+    assert!(stream.outcome().await.unwrap().interrupted);
+
+    // A session whose run another execution holds: refused at its claim.
+    let held = runtime
+        .store()
+        .claim("b", "someone else", u64::MAX / 4, 1)
+        .await
+        .unwrap();
+    assert_eq!(held, loomflow::runtime::Claim::Claimed);
+    let mut stream = asking.run("hello").session("b").stream().await.unwrap();
+    let mut last = None;
+    while let Some(event) = stream.next().await {
+        last = Some(event);
+    }
+    assert!(matches!(&last, Some(AgentEvent::Failed { .. })), "{last:?}");
+    assert!(stream.outcome().await.is_err());
+}

@@ -165,9 +165,13 @@ impl<'a> AgentRun<'a> {
                 .graph
                 .run(&agent.runtime, session.clone(), state)
                 .stream_bounded(capacity);
+            // Whether the graph's stream ended with `Done` or `Failed`: a run that suspends
+            // ends with its interrupts, one refused before it ran with nothing.
+            let mut ended = false;
             let forward = async {
                 while let Some(event) = run.next().await {
                     if let Some(event) = AgentEvent::from_event(&event) {
+                        ended = matches!(event, AgentEvent::Done | AgentEvent::Failed { .. });
                         // Waits while the reader is behind. A closed receiver means the
                         // caller dropped the stream; the task is aborted with it.
                         let _ = events.send(event).await;
@@ -184,7 +188,21 @@ impl<'a> AgentRun<'a> {
                     .await;
                 return Err(error);
             }
-            finish(&agent, session, run.outcome().await?).await
+            let result = match run.outcome().await {
+                Ok(outcome) => finish(&agent, session, outcome).await,
+                Err(error) => Err(error.into()),
+            };
+            if !ended {
+                // The stream still ends with what became of the run.
+                let last = match &result {
+                    Ok(_) => AgentEvent::Done,
+                    Err(error) => AgentEvent::Failed {
+                        message: error.to_string(),
+                    },
+                };
+                let _ = events.send(last).await;
+            }
+            result
         }));
         Ok(AgentStream {
             receiver,
