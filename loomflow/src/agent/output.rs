@@ -45,6 +45,22 @@ impl OutputSpec {
 /// The one property of the object a non-object answer is asked for in (see [`sent_schema`]).
 const WRAPPER: &str = "result";
 
+/// How the note that asks the model to answer again, after an answer the output schema
+/// refused, begins.
+const RETRY_NOTE: &str = "Your answer does not match the required output schema";
+
+/// The note that asks the model to answer again: a user message, but not a question.
+pub(super) fn retry_note(problem: &str) -> Message {
+    Message::user(format!(
+        "{RETRY_NOTE} ({problem}). Reply again with only JSON that matches the schema."
+    ))
+}
+
+/// Whether `message` is a [`retry_note`].
+pub(super) fn is_retry_note(message: &Message) -> bool {
+    message.role() == crate::model::Role::User && message.text().starts_with(RETRY_NOTE)
+}
+
 /// Whether `schema` is an object's, which providers take at the top of a structured output.
 fn is_object(schema: &Value) -> bool {
     schema.get("type").and_then(Value::as_str) == Some("object")

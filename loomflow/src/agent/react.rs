@@ -162,10 +162,7 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         }
         Some(Err(problem)) if state.schema_retries < core.max_schema_retries => {
             state.schema_retries += 1;
-            state.messages.push(Message::user(format!(
-                "Your answer does not match the required output schema ({problem}). \
-                 Reply again with only JSON that matches the schema."
-            )));
+            state.messages.push(super::output::retry_note(&problem));
         }
         Some(Err(problem)) => {
             return Err(super::AgentError::OutputSchema {

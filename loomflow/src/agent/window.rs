@@ -170,7 +170,10 @@ fn split(messages: &Transcript, keep: usize) -> Option<(usize, Option<usize>)> {
         return None;
     }
     let cut = starts[starts.len() - keep];
-    let latest_user = messages.iter().rposition(|m| m.role() == Role::User);
+    // The question: a note asking the model to answer again is no question of its own.
+    let latest_user = messages
+        .iter()
+        .rposition(|m| m.role() == Role::User && !super::output::is_retry_note(m));
     Some((cut, latest_user.filter(|&u| u < cut)))
 }
 
@@ -448,6 +451,16 @@ mod tests {
         let messages = tool_loop();
         assert_eq!(split(&messages, 2), Some((5, Some(2))));
         assert_eq!(split(&messages, 4), Some((2, None)));
+    }
+
+    /// A note asking for an answer that fits the output schema is not the question: the
+    /// question stays pinned, and a snip does not start the conversation at the note.
+    #[test]
+    fn a_retry_note_is_not_taken_for_the_question() {
+        let mut messages = tool_loop();
+        messages.push(Message::assistant("not json"));
+        messages.push(super::super::output::retry_note("expected an object"));
+        assert_eq!(split(&messages, 2), Some((9, Some(2))));
     }
 
     #[test]
