@@ -271,3 +271,47 @@ async fn a_tool_given_to_one_call_is_offered_to_that_run_only() {
     assert_eq!(tool_names(&requests[0]), ["calendar", "lookup", "search"]);
     assert_eq!(tool_names(&requests[2]), ["lookup", "search"]);
 }
+
+/// A tool that removes another tool from its agent when it runs.
+struct Revoker {
+    spec: ToolSpec,
+    agent: Arc<std::sync::OnceLock<Agent>>,
+    revokes: &'static str,
+}
+
+impl Tool for Revoker {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        let agent = self.agent.get().expect("set before the run");
+        assert!(agent.remove_tool(self.revokes));
+        Box::pin(async { Ok(json!("revoked")) })
+    }
+}
+
+/// A run given a tool of its own still follows the agent's tools: one removed from the
+/// agent half way through is no longer offered from the next turn.
+#[tokio::test]
+async fn a_run_with_tools_of_its_own_follows_the_agents_tools() {
+    let model = Arc::new(ScriptedModel::new([
+        call("c1", "revoke"),
+        ModelResponse::text("done"),
+    ]));
+    let agent = Agent::builder("x")
+        .model(Arc::clone(&model))
+        .tool(Named::new("delete_all"))
+        .build()
+        .unwrap();
+    let handle = Arc::new(std::sync::OnceLock::new());
+    let revoke = Revoker {
+        spec: ToolSpec::new("revoke", "Revokes a tool", json!({ "type": "object" })),
+        agent: Arc::clone(&handle),
+        revokes: "delete_all",
+    };
+    assert!(handle.set(agent.clone()).is_ok());
+    agent.run("clean up").tool(revoke).await.unwrap();
+    let requests = model.requests();
+    assert_eq!(tool_names(&requests[0]), ["delete_all", "revoke"]);
+    assert_eq!(tool_names(&requests[1]), ["revoke"]);
+}

@@ -14,8 +14,9 @@ pub(crate) struct AgentTools {
     /// The host every run uses, replaced whole when a tool is added or removed, so a turn
     /// that holds it keeps a consistent view.
     shared: RwLock<Arc<ToolHost>>,
-    /// Hosts of runs going on now with tools of their own, by session.
-    per_call: Mutex<HashMap<String, Arc<ToolHost>>>,
+    /// The tools of runs going on now with tools of their own, by session, on top of the
+    /// agent's.
+    per_call: Mutex<HashMap<String, Arc<OnTop>>>,
     /// For a swarm's copy of an agent: the agent's own tools, which it follows, and the
     /// handoff tools it adds to them.
     layered: Option<Layered>,
@@ -24,9 +25,34 @@ pub(crate) struct AgentTools {
 /// Another agent's tools with more on top, kept in step with them.
 struct Layered {
     base: Arc<AgentTools>,
+    extra: OnTop,
+}
+
+/// Tools put on top of a host that may change: composed again when it does.
+struct OnTop {
     extra: Vec<Arc<dyn Tool>>,
-    /// The base's host the last composition was made from, and that composition.
+    /// The host the last composition was made from, and that composition.
     composed: Mutex<(Arc<ToolHost>, Arc<ToolHost>)>,
+}
+
+impl OnTop {
+    fn new(base: Arc<ToolHost>, extra: Vec<Arc<dyn Tool>>) -> Self {
+        let composed = Arc::new(compose(&base, &extra));
+        Self {
+            extra,
+            composed: Mutex::new((base, composed)),
+        }
+    }
+
+    /// `base` with these tools on top (which win a name clash).
+    fn over(&self, base: Arc<ToolHost>) -> Arc<ToolHost> {
+        let mut composed = crate::sync::lock(&self.composed);
+        if !Arc::ptr_eq(&composed.0, &base) {
+            let host = Arc::new(compose(&base, &self.extra));
+            *composed = (base, host);
+        }
+        Arc::clone(&composed.1)
+    }
 }
 
 impl std::fmt::Debug for AgentTools {
@@ -47,29 +73,18 @@ impl AgentTools {
     /// `base`'s tools and `extra` (which win a name clash), following `base`: a tool added
     /// to it or removed from it is added or removed here from the next turn on.
     pub(crate) fn layered(base: Arc<AgentTools>, extra: Vec<Arc<dyn Tool>>) -> Self {
-        let from = base.current();
-        let composed = Arc::new(compose(&from, &extra));
+        let extra = OnTop::new(base.current(), extra);
         Self {
-            shared: RwLock::new(Arc::clone(&composed)),
+            shared: RwLock::new(extra.over(base.current())),
             per_call: Mutex::default(),
-            layered: Some(Layered {
-                base,
-                extra,
-                composed: Mutex::new((from, composed)),
-            }),
+            layered: Some(Layered { base, extra }),
         }
     }
 
     /// The agent's host as it is now.
     pub(crate) fn current(&self) -> Arc<ToolHost> {
         if let Some(layered) = &self.layered {
-            let base = layered.base.current();
-            let mut composed = crate::sync::lock(&layered.composed);
-            if !Arc::ptr_eq(&composed.0, &base) {
-                let host = Arc::new(compose(&base, &layered.extra));
-                *composed = (base, host);
-            }
-            return Arc::clone(&composed.1);
+            return layered.extra.over(layered.base.current());
         }
         Arc::clone(
             &self
@@ -79,11 +94,14 @@ impl AgentTools {
         )
     }
 
-    /// The host a turn of `session`'s run uses: its own, when it was given tools, or else
-    /// the agent's.
+    /// The host a turn of `session`'s run uses: the agent's as it is now, with the run's
+    /// own tools on top when it was given some.
     pub(crate) fn for_session(&self, session: &str) -> Arc<ToolHost> {
         let own = crate::sync::lock(&self.per_call).get(session).cloned();
-        own.unwrap_or_else(|| self.current())
+        match own {
+            Some(own) => own.over(self.current()),
+            None => self.current(),
+        }
     }
 
     /// Changes the agent's host; runs see the change from their next turn. A layered host
@@ -103,7 +121,9 @@ impl AgentTools {
     }
 
     /// Gives `session`'s run the agent's tools and `extra` (which win a name clash) until
-    /// the returned guard is dropped. `None` when there are no extra tools.
+    /// the returned guard is dropped; a tool added to the agent or removed from it meanwhile
+    /// is added or removed for the run from its next turn. `None` when there are no extra
+    /// tools.
     pub(crate) fn lend(
         self: &Arc<Self>,
         session: &str,
@@ -112,8 +132,8 @@ impl AgentTools {
         if extra.is_empty() {
             return None;
         }
-        let host = compose(&self.current(), extra);
-        crate::sync::lock(&self.per_call).insert(session.to_owned(), Arc::new(host));
+        let own = OnTop::new(self.current(), extra.to_vec());
+        crate::sync::lock(&self.per_call).insert(session.to_owned(), Arc::new(own));
         Some(LentTools {
             tools: Arc::clone(self),
             session: session.to_owned(),
