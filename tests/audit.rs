@@ -255,6 +255,35 @@ async fn in_memory_signals_are_audited_when_sent_and_received() {
     assert_eq!(log[1].run, 1);
 }
 
+/// A signal received outside any run (`Runtime::wait_for_signal`, `Runtime::poll_signal`)
+/// is audited when it is received, in memory as on SQLite: a `signal_sent` entry without a
+/// `signal_received` one reads as a signal nobody got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_received_outside_a_run_are_audited() {
+    let db = loomflow_tests::TempDb::new("audit-outside");
+    for runtime in [Runtime::in_memory(), durable(db.path())] {
+        runtime.signal("s", "go", 1).await.unwrap();
+        let got = runtime.wait_for_signal::<u32>("s", "go", None).await;
+        assert_eq!(got.unwrap(), 1);
+        runtime.signal("s", "poll", 2).await.unwrap();
+        assert_eq!(runtime.poll_signal::<u32>("s", "poll").unwrap(), Some(2));
+        let mut received = Vec::new();
+        for _ in 0..100 {
+            let log = runtime.audit("s").await.unwrap();
+            received = of_kind(&log, AuditKind::SignalReceived)
+                .iter()
+                .map(|e| (e.subject.clone(), e.run))
+                .collect::<Vec<_>>();
+            if received.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        received.sort();
+        assert_eq!(received, [("go".to_owned(), 0), ("poll".to_owned(), 0)]);
+    }
+}
+
 /// A resume request (`Runtime::request_resume`, what `loomflow resume` and the HTTP API
 /// send) is audited when it is sent and when the run takes it, in memory as on SQLite.
 #[tokio::test]

@@ -25,8 +25,13 @@
 //! wait dropped meanwhile leaves the entry marked with that write: written, the payload is
 //! the dropped wait's (no one else's); failed, it is the next receiver's.
 
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+
 use super::mailbox::{Entry, Scope, Taken, Taking};
 use super::store::StoreError;
+use super::store::audit::signal_received;
 use super::{Runtime, RuntimeError};
 
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -73,6 +78,25 @@ impl Drop for Held<'_> {
 }
 
 impl Runtime {
+    /// Audits, without waiting for the store, the receipt outside a run of a signal the
+    /// mailbox alone kept (from [`poll_signal`](Self::poll_signal), which cannot wait). The
+    /// memory store writes at once; another store's write goes on in a task.
+    pub(crate) fn audit_unstored_receipt(&self, session: &str, name: &str) {
+        let entry = signal_received(session, name, 0, 0);
+        let store = Arc::clone(self.store());
+        let session = session.to_owned();
+        let mut write = Box::pin(async move {
+            if let Err(error) = store.append_audit(vec![entry]).await {
+                tracing::warn!(%session, %error, "a signal's receipt was not audited");
+            }
+        });
+        if (&mut write).now_or_never().is_none()
+            && let Ok(tokio) = tokio::runtime::Handle::try_current()
+        {
+            drop(tokio.spawn(write));
+        }
+    }
+
     /// Consumes out of the store the signal `entry` that the mailbox handed to a waiter on
     /// (`session`, `name`) outside any run: `true` once consumed (or when no store keeps
     /// it), `false` when another consumer took it first.
@@ -88,6 +112,10 @@ impl Runtime {
         scope: Scope,
     ) -> Result<bool> {
         let Some(seq) = entry.seq else {
+            // Kept by the mailbox alone (a store that keeps no signals): no row says it was
+            // received, so the receipt is audited here.
+            let received = signal_received(session, name, 0, 0);
+            self.store().append_audit(vec![received]).await?;
             return Ok(true);
         };
         let mut taking = match entry.taking.clone() {

@@ -406,7 +406,9 @@ impl Runtime {
                 }
             };
             let (value, seq) = self.accept(session, name, entry, Scope::User)?;
-            if !consumed {
+            if seq.is_none() {
+                self.audit_unstored_receipt(session, name);
+            } else if !consumed {
                 self.forget_consumed_signal(session, seq);
             }
             return Ok(Some(value));
