@@ -271,3 +271,59 @@ async fn a_streamed_run_always_ends_with_done_or_failed() {
     assert!(matches!(&last, Some(AgentEvent::Failed { .. })), "{last:?}");
     assert!(stream.outcome().await.is_err());
 }
+
+/// Look an order up. Reads only.
+#[tool]
+fn lookup(order: String) -> String {
+    format!("{order}: paid")
+}
+
+/// A run carried on after an approval streams the results of the calls it runs, not again
+/// those of calls that finished before it suspended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_does_not_stream_a_journaled_result_again() {
+    let runtime = Runtime::in_memory();
+    let calls = vec![
+        ToolCall::new("call_a", "lookup", json!({ "order": "ord_1" })),
+        ToolCall::new("call_b", "refund", json!({ "order": "ord_1" })),
+    ];
+    let agent = Agent::builder("You refund.")
+        .model(ScriptedModel::new(vec![
+            ModelResponse::tool_calls(calls),
+            ModelResponse::text("refunded"),
+        ]))
+        .tool(lookup)
+        .tool(refund)
+        .durable_approvals()
+        .runtime(runtime.clone())
+        .build()
+        .unwrap();
+    let results = |events: &[AgentEvent]| -> Vec<String> {
+        let ids = events.iter().filter_map(|e| match e {
+            AgentEvent::ToolResult { id, .. } => Some(id.clone()),
+            _ => None,
+        });
+        ids.collect()
+    };
+    let mut stream = agent
+        .run("refund ord_1")
+        .session("s")
+        .stream()
+        .await
+        .unwrap();
+    let mut first = Vec::new();
+    while let Some(event) = stream.next().await {
+        first.push(event);
+    }
+    assert_eq!(results(&first), ["call_a"]);
+    runtime
+        .decide_approval("s", "call_b", loomflow::tool::ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let mut again = agent.graph().recover(&runtime, "s").stream();
+    let mut second = Vec::new();
+    while let Some(event) = again.next().await {
+        second.extend(AgentEvent::from_event(&event));
+    }
+    assert_eq!(results(&second), ["call_b"]);
+}

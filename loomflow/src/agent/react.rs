@@ -366,9 +366,13 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     let cx = guarded::guard_context(core, state, ctx);
     let verdicts = guarded::check_tool_calls(core, calls, cx, ctx).await?;
     let verdicts = &verdicts;
+    // Which calls ran in this execution: a result journaled before is not streamed again.
+    let ran: Vec<Ran> = calls.iter().map(|_| Ran::default()).collect();
+    let ran = &ran;
     let call_step = |at: usize| {
         let (call, name) = (&calls[at], &names[at]);
         ctx.step(name, move || async move {
+            ran[at].mark();
             let _permit = permits
                 .acquire()
                 .await
@@ -421,7 +425,7 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     let mut block = None;
     // The agent a handoff in this reply went to: a reply hands off once, to the first.
     let mut handed_to: Option<&str> = None;
-    for (call, result) in calls.iter().zip(results) {
+    for ((call, result), ran) in calls.iter().zip(results).zip(ran) {
         match result {
             Ok(ToolStepOutcome {
                 mut content,
@@ -448,7 +452,7 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
                     }
                 }
                 block = block.or(blocked);
-                if ctx.has_listener() {
+                if ran.happened() && ctx.has_listener() {
                     AgentEvent::ToolResult {
                         id: call.id.clone(),
                         name: call.name.clone(),
