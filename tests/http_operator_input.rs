@@ -535,3 +535,36 @@ async fn an_unauthenticated_caller_learns_nothing_of_a_route() {
     eprintln!("{status} {reply}");
     assert_eq!(status, 401, "{reply}");
 }
+
+/// Without authentication, a page on another site cannot act through the operator's
+/// browser: a POST or DELETE the browser marks cross-site (or, from a browser that does
+/// not mark it, whose `Origin` is another host) is refused with 403; reads, the server's
+/// own pages and clients that are not browsers are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_server_refuses_what_another_site_sends_through_a_browser() {
+    let server = serve("crosssite", HttpConfig::new().without_auth()).await;
+    server.runtime.submit("g", "t1", json!({})).await.unwrap();
+    let signal = "/v1/threads/t1/signals/go";
+    let site = |value: &str| ("Sec-Fetch-Site", value.as_bytes().to_vec());
+    let origin = |value: &str| ("Origin", value.as_bytes().to_vec());
+    let host = format!("{}", server.addr);
+    let own = format!("http://{host}");
+    for refused in [
+        vec![site("cross-site")],
+        vec![site("same-site")],
+        vec![origin("https://evil.example")],
+        vec![origin("null")],
+    ] {
+        let (status, _, reply) = request(server.addr, "POST", signal, &refused, b"1").await;
+        assert_eq!(status, 403, "{reply}");
+        assert!(reply.contains("\"forbidden\""), "{reply}");
+        let (status, _, _) = request(server.addr, "DELETE", "/v1/threads/t1", &refused, b"").await;
+        assert_eq!(status, 403);
+    }
+    let (status, _, _) = request(server.addr, "GET", "/v1/runs", &[site("cross-site")], b"").await;
+    assert_eq!(status, 200, "a read (a link followed) is served");
+    for accepted in [vec![site("same-origin")], vec![origin(&own)], vec![]] {
+        let (status, _, reply) = request(server.addr, "POST", signal, &accepted, b"1").await;
+        assert_eq!(status, 202, "{reply}");
+    }
+}

@@ -1,7 +1,7 @@
 //! Who is calling: bearer tokens, and webhook signatures (HMAC-SHA256), all compared in
 //! constant time.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
@@ -17,6 +17,37 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Without authentication, a web page on another site must not act through the operator's
+/// browser (a form posted to the loopback listener): a request that may change something
+/// is refused when the browser says it comes from another site (`Sec-Fetch-Site`), or,
+/// from a browser that does not say, when its `Origin` is not the host it was sent to.
+/// Clients that are not browsers send neither header.
+pub(crate) fn refuse_cross_site(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
+    if method.is_safe() {
+        return Ok(());
+    }
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let cross = match text("sec-fetch-site") {
+        Some(site) => matches!(site, "cross-site" | "same-site"),
+        None => match (text(header::ORIGIN.as_str()), text(header::HOST.as_str())) {
+            (Some(origin), host) => origin.split_once("://").map(|(_, at)| at) != host,
+            (None, _) => false,
+        },
+    };
+    if cross {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "a {method} from another site is refused: this server runs without \
+                 authentication (HttpConfig::without_auth), so only its own pages and \
+                 clients that are not browsers may change anything"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the request carries one of the configured bearer tokens (or auth is off).

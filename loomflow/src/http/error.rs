@@ -13,6 +13,7 @@ pub struct ApiError {
     /// The HTTP status.
     pub status: StatusCode,
     /// A stable code scripts can match: `unauthorized`, `bad_signature`, `not_found`,
+    /// `forbidden` (a browser's request from another site, without authentication),
     /// `method_not_allowed`, `bad_request`, `unsupported_media_type`, `payload_too_large`,
     /// `reserved_name`, `conflict` (also when another process took the thread while this one
     /// worked on it), `not_implemented`, `internal`.

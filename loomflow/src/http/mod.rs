@@ -24,6 +24,8 @@
 //!   `X-Loomflow-Delivery` id and the body), so that a captured request cannot be sent to
 //!   another thread or signal, is delivered once, and is refused once
 //!   [`replay_window`](HttpConfig::replay_window) has passed;
+//! - without authentication, a browser's request that may change something is refused
+//!   (403) when it comes from another site's page (`Sec-Fetch-Site`, or `Origin`);
 //! - tokens and signatures are compared in constant time;
 //! - the body limit is the runtime's signal payload limit (413 beyond it);
 //! - reserved `loomflow:` names are refused (400), a thread with no run is 404;
@@ -120,7 +122,9 @@ impl HttpConfig {
     }
 
     /// Turns authentication off: anyone who reaches the port may signal and approve. Only
-    /// for a loopback or otherwise protected listener.
+    /// for a loopback or otherwise protected listener. A browser's request that may change
+    /// something is then refused (403 `forbidden`) when it comes from another site's page,
+    /// so that a page the operator opens cannot act through the listener.
     pub fn without_auth(mut self) -> Self {
         self.open = true;
         self
@@ -217,5 +221,24 @@ pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            refuse_cross_site,
+        ))
         .with_state(state)
+}
+
+/// Without authentication, refuses what another site's page sends through a browser (see
+/// `auth::refuse_cross_site`).
+async fn refuse_cross_site(
+    axum::extract::State(app): axum::extract::State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if app.config.open
+        && let Err(error) = auth::refuse_cross_site(request.method(), request.headers())
+    {
+        return axum::response::IntoResponse::into_response(error);
+    }
+    next.run(request).await
 }
