@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use loomflow::prelude::*;
 use loomflow::runtime::{
-    Checkpoint, PostgresOptions, PostgresStore, RunState, RunStatus, Store, StoreError,
+    Checkpoint, JournalKey, PostgresOptions, PostgresStore, RunState, RunStatus, Store, StoreError,
 };
 use loomflow::{RunError, SignalError};
 
@@ -187,6 +187,13 @@ async fn a_failed_write_names_its_thread() {
         .unwrap()
         .unwrap();
     assert_eq!(back.body, json!("a\u{0}b"));
+    // A lookup of such a name is refused as well, not a failed read a worker would retry
+    // without end (a tool call id from a model's reply is looked up as a journal key).
+    let key = JournalKey::new("order-8", 1, "", 1, "tools", "tool:call\u{0}1", 0);
+    match store.get_journal(&key).await {
+        Err(StoreError::Refused { thread, .. }) => assert_eq!(thread, "order-8"),
+        other => panic!("expected a refused lookup naming the thread, got {other:?}"),
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -552,4 +559,71 @@ async fn a_write_postgres_refuses_fails_the_run() {
     assert_eq!(record.lease_owner, None);
     let error = record.error.unwrap_or_default();
     assert!(error.contains("refused"), "{error}");
+}
+
+/// The pool's connections are probed as the listener's are: an idle connection whose link
+/// died is found closed before it is handed out, instead of hanging the next statement.
+/// Read from Linux's socket table: an idle socket runs its keepalive timer, due in
+/// hundredths of a second (tokio-postgres's own default is two hours).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_connections_are_probed_while_idle() {
+    let Some(db) = TempPgDb::create("keepalive").await else {
+        return;
+    };
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        eprintln!("skipped: no /proc/net/tcp here");
+        return;
+    };
+    drop(table);
+    // This process's sockets, by inode.
+    let sockets = || -> std::collections::BTreeSet<String> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|link| {
+                let link = link.to_string_lossy().into_owned();
+                Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+            })
+            .collect()
+    };
+    let before = sockets();
+    let options = PostgresOptions::default().notifications(false);
+    let store = PostgresStore::connect_with(&db.url, options).await.unwrap();
+    store.get_run("anyone").await.unwrap();
+    // The store's (other tests run beside this one): opened since, idle, to the server.
+    let ours: std::collections::BTreeSet<String> = sockets().difference(&before).cloned().collect();
+    // postgres://user@host:port/name
+    let at = db
+        .url
+        .rsplit('@')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let port: u16 = at
+        .rsplit_once(':')
+        .map_or(Ok(5432), |(_, p)| p.parse())
+        .unwrap();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap()
+        + &std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
+    // Columns: sl local remote st tx:rx tr:when retrnsmt uid timeout inode.
+    let timers: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|c| c.len() > 9 && ours.contains(c[9]) && c[3] == "01")
+        .filter(|c| c[5].starts_with("02:"))
+        .filter(|c| c[2].rsplit(':').next() == Some(&format!("{port:04X}")[..]))
+        .map(|c| c[5].to_owned())
+        .collect();
+    assert!(!timers.is_empty(), "no connection to the server found");
+    let probed_soon = |timer: &String| {
+        let (kind, due) = timer.split_once(':').unwrap();
+        kind == "02" && u64::from_str_radix(due, 16).unwrap() <= 60 * 100
+    };
+    assert!(
+        timers.iter().all(probed_soon),
+        "every connection is probed within a minute: {timers:?}"
+    );
 }

@@ -53,8 +53,18 @@ impl Fail {
         })
     }
 
-    /// As a failed read concerning `thread`.
+    /// As a failed read concerning `thread`. A value the server refuses to compare (a NUL
+    /// in a name looked up) is [`StoreError::Refused`], as for a write: asking again gives
+    /// the same answer, so it is no passing failure to retry.
     pub(super) fn read(self, thread: &str) -> StoreError {
+        if let Self::Db(error) = &self
+            && refused(error)
+        {
+            return StoreError::Refused {
+                thread: thread.to_owned(),
+                message: db_message(error),
+            };
+        }
         self.into_store(thread, |thread, message| StoreError::Read {
             thread,
             message,

@@ -210,7 +210,7 @@ impl PostgresStore {
             target.config.application_name("loomflow");
         }
         let manager = Manager::from_config(
-            target.config.clone(),
+            notify::probed_config(&target),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,

@@ -56,16 +56,24 @@ const PROBE_AFTER: Duration = Duration::from_secs(30);
 const PROBE_EVERY: Duration = Duration::from_secs(10);
 const PROBES: u32 = 3;
 
-/// The listening connection's settings: the store's, with TCP keepalive probes.
-fn listener_config(target: &Target) -> tokio_postgres::Config {
+/// The settings of every connection (the pool's and the listener's): the store's, with TCP
+/// keepalive probes, and, where the system has it (Linux), a limit on how long data sent may
+/// go unacknowledged. A pooled connection whose link died while idle is then found closed
+/// before it is handed out, and a statement sent on a link that dies fails within a minute
+/// instead of waiting out the kernel's retransmissions (about 15).
+pub(super) fn probed_config(target: &Target) -> tokio_postgres::Config {
     let mut config = target.config.clone();
     config
         .keepalives(true)
         .keepalives_idle(PROBE_AFTER)
         .keepalives_interval(PROBE_EVERY)
-        .keepalives_retries(PROBES);
+        .keepalives_retries(PROBES)
+        .tcp_user_timeout(UNACKNOWLEDGED_FOR);
     config
 }
+
+/// How long data sent may go unacknowledged before the connection is given up.
+const UNACKNOWLEDGED_FOR: Duration = Duration::from_secs(60);
 
 impl Listener {
     /// Starts listening on `target` from a task of the current tokio runtime.
@@ -120,7 +128,7 @@ async fn listen(target: Target, shared: Arc<Shared>) {
 
 /// One connection's life: `LISTEN`, then count notifications until it ends.
 async fn session(target: &Target, shared: &Shared) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = listener_config(target).connect(NoTls).await?;
+    let (client, mut connection) = probed_config(target).connect(NoTls).await?;
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
     // The connection is driven by polling its messages, so `LISTEN` runs beside that.
     {
@@ -167,7 +175,7 @@ mod tests {
             target.config.get_keepalives_idle(),
             Duration::from_secs(7_200)
         );
-        let config = listener_config(&target);
+        let config = probed_config(&target);
         assert!(config.get_keepalives());
         let probed_dead = config.get_keepalives_idle()
             + config.get_keepalives_interval().unwrap() * config.get_keepalives_retries().unwrap();
