@@ -361,6 +361,21 @@ async fn guardrail_verdicts_are_journaled_so_a_resumed_run_does_not_ask_again() 
     assert_eq!(asked.load(Ordering::SeqCst), 1, "the verdict was replayed");
 }
 
+/// A guardrail with an empty name is refused at build: its block would record a stop
+/// reason (`guardrail:`) that does not read back, and the session could not go on.
+#[test]
+fn a_guardrail_without_a_name_is_refused_at_build() {
+    let error = Agent::builder("x")
+        .model(ScriptedModel::new([ModelResponse::text("hi")]))
+        .guardrail(on_input(" ", |_| Verdict::Allow))
+        .build()
+        .unwrap_err();
+    let Error::Agent(AgentError::Invalid { problems, .. }) = &error else {
+        panic!("{error:?}")
+    };
+    assert!(problems[0].contains("empty name"), "{problems:?}");
+}
+
 #[test]
 fn a_stop_reason_names_its_guardrail_on_the_wire() {
     let reason: StopReason = "guardrail:pii".parse().unwrap();

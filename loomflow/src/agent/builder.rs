@@ -324,6 +324,7 @@ impl AgentBuilder {
         }
         problems.extend(self.budget.problems());
         problems.extend(self.prices.problems());
+        problems.extend(self.guardrails.problems());
         // A name providers refuse would fail every model call of every run.
         for tool in self.tools.definitions() {
             if !crate::tool::name::is_callable(&tool.name) {

@@ -314,6 +314,16 @@ impl Guardrails {
         self.guards.is_empty()
     }
 
+    /// What is wrong with the guardrails' names: a block records `guardrail:<name>`, which
+    /// must name one (an empty name would not read back, and the session could not go on).
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let unnamed = self.guards.iter().filter(|g| g.name().trim().is_empty());
+        unnamed
+            .map(|_| "a guardrail has an empty name: give each one a name".to_owned())
+            .take(1)
+            .collect()
+    }
+
     /// Runs a text through every guardrail's check for `stage`, each seeing the rewrite of
     /// the one before.
     pub(crate) async fn text(
