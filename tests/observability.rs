@@ -160,6 +160,15 @@ async fn agent_spans_follow_the_genai_conventions_and_nest() {
     assert_eq!(field(agent, "gen_ai.operation.name"), "invoke_agent");
     assert_eq!(field(agent, "gen_ai.agent.name"), "support");
     assert_eq!(field(agent, "gen_ai.conversation.id"), "s-1");
+    // Required of an agent span by the GenAI conventions, as of an inference span.
+    let chat = named(&spans, "chat")[0];
+    for attribute in ["gen_ai.provider.name", "gen_ai.request.model"] {
+        assert_eq!(
+            field(agent, attribute),
+            field(chat, attribute),
+            "{attribute}"
+        );
+    }
 
     let [run] = named(&spans, "run")[..] else {
         panic!("one run span");

@@ -6,13 +6,17 @@ use tracing::{Instrument, Span};
 use crate::model::{FinishReason, ModelError, ModelResponse, Transcript};
 use crate::telemetry::{self, TARGET};
 
-/// The `invoke_agent {name}` span of one call of an agent (`run`, `stream`, `resume`).
-pub(super) fn agent_span(agent: &str, session: &str) -> Span {
+/// The `invoke_agent {name}` span of one call of an agent (`run`, `stream`, `resume`), with
+/// the provider and model of the agent's model, as the GenAI conventions ask of it.
+pub(super) fn agent_span(agent: &str, model_name: &str, session: &str) -> Span {
+    let (provider, model) = provider_and_model(model_name);
     tracing::info_span!(
         target: TARGET,
         "invoke_agent",
         otel.name = %format!("invoke_agent {agent}"),
         gen_ai.operation.name = "invoke_agent",
+        gen_ai.provider.name = %provider,
+        gen_ai.request.model = %model,
         gen_ai.agent.name = %agent,
         gen_ai.conversation.id = %session,
         error.type = tracing::field::Empty,

@@ -157,7 +157,7 @@ impl<'a> AgentRun<'a> {
         let stream_session = session.clone();
         let capacity = self.stream_capacity;
         let (events, receiver) = mpsc::channel(capacity);
-        let span = observe::agent_span(agent.name(), &session);
+        let span = observe::agent_span(agent.name(), agent.core.model.name(), &session);
         let task = tokio::spawn(observe::in_agent_span(span, async move {
             let _turn = turn;
             let _lent = lent;
@@ -334,7 +334,11 @@ impl<'a> IntoFuture for AgentResume<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Result<RunResult>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        let span = observe::agent_span(self.agent.name(), &self.session);
+        let span = observe::agent_span(
+            self.agent.name(),
+            self.agent.core.model.name(),
+            &self.session,
+        );
         Box::pin(observe::in_agent_span(span, async move {
             let agent = self.agent;
             let session = self.session.clone();
@@ -410,7 +414,7 @@ impl<'a> IntoFuture for AgentRun<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         let session = self.session.clone().unwrap_or_else(generated_session);
-        let span = observe::agent_span(self.agent.name(), &session);
+        let span = observe::agent_span(self.agent.name(), self.agent.core.model.name(), &session);
         Box::pin(observe::in_agent_span(span, async move {
             let agent = self.agent;
             // The timeout covers the whole call: waiting for the session's turn too.
