@@ -402,3 +402,37 @@ async fn a_node_run_again_keeps_the_decision_its_approver_took() {
     assert_eq!(executions.load(Ordering::SeqCst), 2);
     assert!(runtime.pending_approvals("t").await.unwrap().is_empty());
 }
+
+/// A call that runs, or is refused, on a decision remembered for its user is audited with
+/// that decision, by `remembered`: the log of another session shows who let it run.
+#[tokio::test]
+async fn a_remembered_decision_is_audited_on_each_call_it_decides() {
+    use loomflow::runtime::{AuditKind, AuditQuery};
+    for (decision, word) in [
+        (ApprovalDecision::RememberAllow, "allow"),
+        (ApprovalDecision::RememberDeny, "deny"),
+    ] {
+        let runtime = Runtime::in_memory();
+        let host = ToolHost::new()
+            .with(pay)
+            .approval_handler(approver_fn(move |_request| {
+                let decision = decision.clone();
+                async move { Ok(decision) }
+            }));
+        for session in ["first", "second"] {
+            let context = DispatchContext::new(session)
+                .user(Some("ada"))
+                .runtime(&runtime);
+            let call = ToolCall::new("c1", "pay", json!({ "amount": 5 }));
+            host.dispatch(&[call], context).await.unwrap();
+        }
+        let query = AuditQuery::all().kind(AuditKind::Decision);
+        let log = runtime.audit_query(&query).await.unwrap();
+        let second: Vec<_> = log.iter().filter(|e| e.thread == "second").collect();
+        let [entry] = &second[..] else {
+            panic!("one decision for the second call: {log:#?}")
+        };
+        assert_eq!(entry.actor.as_deref(), Some("remembered"));
+        assert_eq!(entry.detail["decision"], word);
+    }
+}

@@ -16,25 +16,33 @@ use crate::tool::event::{AgentEvent, Decision};
 use crate::tool::hook::{HookCall, HookDecision, HookResult};
 use crate::tool::permission::Permission;
 
+/// Who decided a call's permission: the policy, or an approver's decision remembered for
+/// the user and tool (`RememberAllow`, `RememberDeny`).
+pub(super) const POLICY: &str = "policy";
+pub(super) const REMEMBERED: &str = "remembered";
+
 impl ToolHost {
+    /// The call's permission, and who decided it ([`POLICY`] or [`REMEMBERED`]).
     pub(super) fn permission(
         &self,
         user: Option<&str>,
         spec: &ToolSpec,
         arguments: &Value,
-    ) -> Permission {
+    ) -> (Permission, &'static str) {
         match self.policy.decide(user, spec, arguments) {
             Permission::Ask => {
                 let remembered = crate::sync::lock(&self.remembered);
-                match remembered.get(&(user.map(str::to_owned), spec.name.clone())) {
+                let permission = match remembered.get(&(user.map(str::to_owned), spec.name.clone()))
+                {
                     Some(true) => Permission::Allow,
                     Some(false) => Permission::Deny(
                         "denied earlier for this user and tool (remembered)".to_owned(),
                     ),
-                    None => Permission::Ask,
-                }
+                    None => return (Permission::Ask, POLICY),
+                };
+                (permission, REMEMBERED)
             }
-            other => other,
+            other => (other, POLICY),
         }
     }
 

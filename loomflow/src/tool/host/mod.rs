@@ -434,7 +434,7 @@ impl ToolHost {
             observe::record(ctx, entry).await;
             return Ok(Err(denied(spec, reason)));
         }
-        let permission = self.permission(ctx.user, spec, &arguments);
+        let (permission, by) = self.permission(ctx.user, spec, &arguments);
         emit(ctx, || AgentEvent::Permission {
             call_id: call.id.clone(),
             tool: spec.name.clone(),
@@ -445,10 +445,18 @@ impl ToolHost {
             },
         });
         match permission {
+            // An approval remembered for the user stands for one given now: it is audited
+            // as the decision on this call. The policy's plain allow is not a decision.
+            Permission::Allow if by == checks::REMEMBERED => {
+                let reason = "allowed earlier for this user and tool (remembered)";
+                let by = Some(by.to_owned());
+                let entry = observe::decision_entry(ctx, call, by, "allow", Some(reason), None);
+                observe::record(ctx, entry).await;
+            }
             Permission::Allow => {}
             Permission::Deny(reason) => {
-                let policy = Some("policy".to_owned());
-                let entry = observe::decision_entry(ctx, call, policy, "deny", Some(&reason), None);
+                let by = Some(by.to_owned());
+                let entry = observe::decision_entry(ctx, call, by, "deny", Some(&reason), None);
                 observe::record(ctx, entry).await;
                 return Ok(Err(denied(spec, reason)));
             }
