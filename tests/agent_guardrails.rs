@@ -255,7 +255,8 @@ async fn a_blocked_tool_call_is_refused_to_the_model_and_a_rewritten_one_runs_as
         .guardrail(CustomerPolicy)
         .build()
         .unwrap();
-    let mut stream = agent.run("Look up 42").user("ada").stream().await.unwrap();
+    let run = agent.run("Look up 42").user("ada").session("guard");
+    let mut stream = run.stream().await.unwrap();
     let mut blocks = Vec::new();
     while let Some(event) = stream.next().await {
         if let AgentEvent::GuardrailBlocked {
@@ -280,6 +281,27 @@ async fn a_blocked_tool_call_is_refused_to_the_model_and_a_rewritten_one_runs_as
         "only the rewritten call ran"
     );
     assert_eq!(*lookup.last_id.lock().unwrap(), Some(json!("7")));
+    // The refused call never reached the tool host: the guardrail's refusal is audited.
+    let log = agent.runtime().audit("guard").await.unwrap();
+    let decisions: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind == loomflow::runtime::AuditKind::Decision)
+        .map(|e| {
+            (
+                e.actor.clone(),
+                e.detail["call_id"].clone(),
+                e.detail["decision"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [(
+            Some("guardrail:customer_policy".to_owned()),
+            json!("c1"),
+            json!("deny")
+        )]
+    );
     let refusal = &model.requests()[1].messages;
     assert!(
         matches!(refusal.last().unwrap(), Message::Tool(r)

@@ -9,6 +9,7 @@ use super::state::AgentState;
 use super::{AgentCore, AgentError, StopReason};
 use crate::context::Context;
 use crate::model::{Message, Role, ToolCall};
+use crate::runtime::{AuditEntry, AuditKind};
 use crate::tool::AgentEvent;
 use crate::{Error, Result};
 
@@ -173,6 +174,12 @@ async fn check_tool_call(
         })),
         Checked::Blocked { guardrail, reason } => {
             emit_block(ctx, GuardStage::ToolCall, &guardrail, &reason);
+            // The call never reaches the tool host, which audits the calls it decides:
+            // the refusal is audited here, with this journaled step.
+            let detail =
+                serde_json::json!({ "call_id": call.id, "decision": "deny", "reason": reason });
+            let entry = AuditEntry::new(ctx.thread(), AuditKind::Decision, &call.name, detail);
+            ctx.record_audit(entry.actor(Some(format!("guardrail:{guardrail}"))));
             Err(format!("blocked by guardrail {guardrail}: {reason}"))
         }
     }
