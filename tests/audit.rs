@@ -759,3 +759,52 @@ async fn a_wait_carried_past_by_a_resume_of_its_sibling_is_recorded() {
         assert_eq!(resumed, ["ask#0", "hear#signal:go"]);
     }
 }
+
+static SUSPEND_SLEEP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// A run suspended on a timer (as a worker's grace suspends a long sleep), carried on by a
+/// `recover` that sleeps in memory, and cancelled before the time comes: the log has no
+/// `resume` for the timer, which never fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cancelled_while_it_waits_again_records_no_resume() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let graph = Graph::new("nap")
+        .node_fn("nap", |_: &mut Option<String>, ctx| {
+            Box::pin(async move {
+                let sleep = ctx.sleep(Duration::from_secs(3_600));
+                match SUSPEND_SLEEP.load(SeqCst) {
+                    true => sleep.or_suspend().await?,
+                    false => sleep.await?,
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "nap")
+        .edge("nap", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let outcome = graph.run(&runtime, "nap", None).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Interrupted { .. }));
+    SUSPEND_SLEEP.store(false, SeqCst);
+    let carried = tokio::spawn({
+        let (graph, runtime) = (graph.clone(), runtime.clone());
+        async move { graph.recover(&runtime, "nap").await }
+    });
+    while runtime
+        .run("nap")
+        .await
+        .unwrap()
+        .record
+        .lease_owner
+        .is_none()
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    runtime.cancel("nap").await.unwrap();
+    let ended = carried.await.unwrap();
+    assert!(ended.is_err(), "{ended:?}");
+    let log = runtime.audit("nap").await.unwrap();
+    let kinds: Vec<AuditKind> = log.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [AuditKind::Interrupt], "{log:#?}");
+}

@@ -94,10 +94,10 @@ impl RunShared {
 
     /// Forgets the queued `resume` entries of `interrupts`: the run suspends on them again,
     /// so it was not carried past them (a recover that found nothing to receive).
-    pub(crate) fn forget_resumes_of<'a>(&self, interrupts: impl Iterator<Item = &'a Interrupt>) {
+    pub(crate) fn forget_resumes_of<'a>(&self, interrupts: impl Iterator<Item = &'a str>) {
         let mut queued = crate::sync::lock(&self.audit);
-        for interrupt in interrupts {
-            queued.retain(|e| e.kind != AuditKind::Resume || e.subject != interrupt.id);
+        for id in interrupts {
+            queued.retain(|e| e.kind != AuditKind::Resume || e.subject != id);
         }
     }
 

@@ -66,15 +66,20 @@ pub(super) async fn fail<S: State>(
 
 /// Stops a run that was asked to stop ([`Runtime::cancel`](crate::Runtime::cancel)) between two supersteps: its
 /// last checkpoint is written again as cancelled, with the step it would have run next.
+///
+/// `still_waiting` are the waits and timers the execution picked up on and did not answer
+/// (see `observe::picked_up`): a `resume` entry still queued for one says the run was carried
+/// on past it, which it was not; it is forgotten.
 pub(super) async fn cancel<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
-    step: u64,
+    (step, still_waiting): (u64, &[String]),
     state: S,
     active: &[usize],
     joins: &JoinMarks,
 ) -> Result<RunOutcome<S>> {
     tracing::info!(graph = %g.name, thread = %shared.thread, step, "run cancelled");
+    shared.forget_resumes_of(still_waiting.iter().map(String::as_str));
     let snapshot = SnapshotRef::new(g, &state, active).joins(&joins.0);
     let mut cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Cancelled, &snapshot)?;
     add_audit(shared, &mut cp);

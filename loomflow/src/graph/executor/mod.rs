@@ -375,7 +375,15 @@ fn run_supersteps<S: State>(
             // ends cancelled, and the parent's run with it.
             if shared.claim.cancel_requested() {
                 writer.finish().await?;
-                return Box::pin(cancel(g, &shared, step, state, &active, &joins)).await;
+                return Box::pin(cancel(
+                    g,
+                    &shared,
+                    (step, &still_waiting),
+                    state,
+                    &active,
+                    &joins,
+                ))
+                .await;
             }
             if shared.claim.yield_requested() {
                 // Every finished step is checkpointed (in `Exit` mode, nothing is: the run starts
@@ -431,8 +439,15 @@ fn run_supersteps<S: State>(
                     };
                     if cancelled {
                         drop((pending_writes, interrupts));
-                        return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins))
-                            .await;
+                        return Box::pin(cancel(
+                            g,
+                            &shared,
+                            (step - 1, &still_waiting),
+                            state,
+                            &active,
+                            &joins,
+                        ))
+                        .await;
                     }
                     locate::forget_child_answers(g, &mut resume_values);
                     // A top-level run's first checkpoint keeps the graph's description (see
@@ -504,7 +519,15 @@ fn run_supersteps<S: State>(
                 // it under its own namespace and hands it to its parent, which ends the run.
                 Err(RunError::Cancelled { .. }) if shared.claim.cancel_requested() => {
                     writer.finish().await?;
-                    return Box::pin(cancel(g, &shared, step - 1, state, &active, &joins)).await;
+                    return Box::pin(cancel(
+                        g,
+                        &shared,
+                        (step - 1, &still_waiting),
+                        state,
+                        &active,
+                        &joins,
+                    ))
+                    .await;
                 }
                 Err(error) => {
                     stop_failed!(error);

@@ -265,7 +265,7 @@ pub(super) fn record_interrupts<S: State>(
     let own = interrupts.iter().filter(|i| !g.is_subgraph(&i.node));
     let again = |interrupt: &&Interrupt| still_waiting.contains(&interrupt.id);
     if !still_waiting.is_empty() {
-        shared.forget_resumes_of(own.clone().filter(again));
+        shared.forget_resumes_of(own.clone().filter(again).map(|i| i.id.as_str()));
     }
     for interrupt in own.filter(|i| !again(i)) {
         let mut detail = json!({});
