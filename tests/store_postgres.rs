@@ -627,3 +627,47 @@ async fn pooled_connections_are_probed_while_idle() {
         "every connection is probed within a minute: {timers:?}"
     );
 }
+
+/// A claim that chose one of several runnable runs wakes the other workers: the runs it did
+/// not choose were locked while it ran, so a worker claiming at that moment passed over
+/// them and went to sleep. (Here, a run whose lease ran out and a queued one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_passed_over_other_runs_wakes_the_workers() {
+    let Some(db) = TempPgDb::create("claim-wakes").await else {
+        return;
+    };
+    let listening = PostgresStore::connect(&db.url).await.unwrap();
+    let quiet = PostgresOptions::default().notifications(false);
+    let store = PostgresStore::connect_with(&db.url, quiet).await.unwrap();
+    let graphs = ["g".to_owned()];
+    store.submit_run("died", "g", json!(0), 5).await.unwrap();
+    let claimed = store
+        .claim_next_run(&graphs, "dead", 100, 6, 6)
+        .await
+        .unwrap();
+    assert!(claimed.is_some());
+    let step = Checkpoint::new("died", 1, "", 1, RunStatus::Running, json!({"state": 1}));
+    store
+        .put_checkpoint_claimed(step, "dead", 100)
+        .await
+        .unwrap();
+    store.submit_run("queued", "g", json!(0), 10).await.unwrap();
+    // Once the notifications of the writes above have come.
+    let mut before = listening.change_counter();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = listening.change_counter();
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    let claimed = store
+        .claim_next_run(&graphs, "w", u64::MAX / 4, 200, 200)
+        .await;
+    assert_eq!(claimed.unwrap().unwrap().record.thread, "died");
+    eventually("the claim notifies", async || {
+        listening.change_counter() != before
+    })
+    .await;
+}

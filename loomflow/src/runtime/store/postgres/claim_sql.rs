@@ -89,14 +89,23 @@ fn claim_statement(choice: Choice) -> String {
                  FOR UPDATE OF r SKIP LOCKED),
              candidates AS (SELECT * FROM recovering UNION ALL SELECT * FROM queued
                             UNION ALL SELECT * FROM timer UNION ALL SELECT * FROM signalled),
-             chosen AS (SELECT thread FROM candidates ORDER BY since LIMIT 1)"
+             chosen AS (SELECT thread FROM candidates ORDER BY since LIMIT 1),
+             others AS (SELECT pg_notify('loomflow_changes', '') FROM candidates
+                        OFFSET 1 LIMIT 1)"
         }
+    };
+    // The candidates not chosen were locked until this statement committed: a worker
+    // claiming at the same moment skipped them, found nothing, and waits. A notification
+    // (sent at commit) has it look again. Returned last, so that the row is read as ever.
+    let others = match choice {
+        Choice::Waiting => "",
+        Choice::Next => ", (SELECT count(*) FROM others) AS others",
     };
     format!(
         "WITH {chosen}
          UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $4,
              attempts = attempts + 1, updated_at_ms = $1, {IN_FLIGHT}
          WHERE thread = (SELECT thread FROM chosen LIMIT 1)
-         RETURNING {RUN_COLUMNS}, input"
+         RETURNING {RUN_COLUMNS}, input{others}"
     )
 }
