@@ -28,7 +28,10 @@ fn parse_retry_after(value: &str) -> Option<Duration> {
 /// `value` as a non-negative number of `per_second` units.
 fn seconds(value: &str, per_second: f64) -> Option<Duration> {
     let n: f64 = value.trim().parse().ok()?;
-    (n.is_finite() && n >= 0.0).then(|| Duration::from_secs_f64(n / per_second).min(LONGEST))
+    // Capped before it becomes a `Duration`, which cannot hold some numbers a header can.
+    (n.is_finite() && n >= 0.0).then(|| {
+        Duration::try_from_secs_f64(n / per_second).map_or(LONGEST, |wait| wait.min(LONGEST))
+    })
 }
 
 /// The time from `now` until the HTTP date `value`.
@@ -51,6 +54,9 @@ mod tests {
         assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
         assert_eq!(parse_retry_after("-1"), None);
         assert_eq!(parse_retry_after("1e9"), Some(LONGEST));
+        // Past what a `Duration` holds: the longest wait, not a panic.
+        assert_eq!(parse_retry_after("99999999999999999999"), Some(LONGEST));
+        assert_eq!(seconds("1e25", 1000.0), Some(LONGEST));
     }
 
     #[test]
