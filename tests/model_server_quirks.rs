@@ -427,3 +427,22 @@ async fn a_whole_json_reply_to_a_stream_request_is_the_reply() {
     assert_eq!(reply.model.as_deref(), Some("claude-test"));
     assert_eq!(server.requests()[0].body["stream"], true);
 }
+
+/// A key holding a character no header may (a newline inside it) fails the call at once as
+/// a configuration error, without showing the key: no connection was tried, and none is
+/// retried. Whitespace around a key (a CRLF `.env` file) is dropped and the call goes out.
+#[tokio::test]
+async fn a_key_no_header_can_hold_is_a_configuration_error_not_a_connection_retried() {
+    let server = MockServer::start(vec![]).await;
+    let model = loomflow::model::OpenAiModel::builder("gpt-test")
+        .base_url(format!("{}/v1", server.url()))
+        .api_key("sk-te\nst")
+        .retry(models::fast_retries())
+        .build()
+        .unwrap();
+    let err = model.complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Config { .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    assert!(!format!("{err} {err:?}").contains("sk-te"), "{err}");
+    assert_eq!(server.requests().len(), 0);
+}

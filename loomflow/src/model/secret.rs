@@ -18,17 +18,19 @@ use std::fmt;
 pub struct ApiKey(String);
 
 impl ApiKey {
-    /// Wraps a key.
+    /// Wraps a key, without the whitespace around it (a newline or a CR read from a file
+    /// would make every request's header invalid).
     pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
+        Self(trimmed(key.into()))
     }
 
-    /// Reads a key from an environment variable; `None` when unset or empty.
+    /// Reads a key from an environment variable, without the whitespace around it (an
+    /// `.env` file with CRLF line ends); `None` when unset or empty.
     pub fn from_env(var: &str) -> Option<Self> {
         std::env::var(var)
             .ok()
             .filter(|key| !key.trim().is_empty())
-            .map(Self)
+            .map(Self::new)
     }
 
     /// The key itself, for building a request header.
@@ -57,19 +59,34 @@ impl fmt::Debug for ApiKey {
 
 impl From<String> for ApiKey {
     fn from(key: String) -> Self {
-        Self(key)
+        Self::new(key)
     }
 }
 
 impl From<&str> for ApiKey {
     fn from(key: &str) -> Self {
-        Self(key.to_owned())
+        Self::new(key)
+    }
+}
+
+/// `key` without the whitespace around it, kept as it is when it has none.
+fn trimmed(key: String) -> String {
+    match key.trim() {
+        same if same.len() == key.len() => key,
+        inner => inner.to_owned(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whitespace_around_a_key_is_dropped() {
+        assert_eq!(ApiKey::new("sk-abc\r\n").expose(), "sk-abc");
+        assert_eq!(ApiKey::from(" sk-abc").expose(), "sk-abc");
+        assert_eq!(ApiKey::new("sk-abc").expose(), "sk-abc");
+    }
 
     #[test]
     fn scrub_removes_the_key() {

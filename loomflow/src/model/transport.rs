@@ -80,6 +80,17 @@ pub(crate) async fn send_once(
 }
 
 pub(crate) fn transport_error(error: reqwest::Error, target: &Target) -> ModelError {
+    // A request that could not be built (a header value a key or a setting made invalid)
+    // fails the same way every time: no connection was tried, and none is retried. Its
+    // text is not shown, as it may quote the value.
+    if error.is_builder() {
+        return ModelError::Config {
+            provider: target.provider.to_owned(),
+            message: "the request could not be built: a header (the API key, an extra \
+                      header) holds a character HTTP does not allow"
+                .to_owned(),
+        };
+    }
     if error.is_decode() {
         return ModelError::Decode {
             provider: target.provider.to_owned(),
