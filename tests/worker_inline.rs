@@ -1490,3 +1490,24 @@ async fn cancel_reaches_an_exit_run_and_a_wait_for_an_approval() {
         RunState::Cancelled
     );
 }
+
+/// A resume request queued for a run that is then cancelled answers nothing afterwards: the
+/// thread's next run, stopped at the same question, waits for a request of its own.
+#[tokio::test]
+async fn a_resume_request_of_a_cancelled_run_does_not_answer_the_next_run() {
+    let db = TempDb::new("request-cancelled");
+    let runtime = db.runtime();
+    let graph = asking_twice_graph();
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    runtime.submit("twice", "t", 0).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    runtime.request_resume("t", 1).await.unwrap();
+    runtime.cancel("t").await.unwrap();
+    assert_eq!(state_of(&runtime, "t").await, RunState::Cancelled);
+
+    runtime.submit("twice", "t", 0).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    let pending = runtime.pending_interrupts("t").await.unwrap();
+    assert_eq!(pending.len(), 1, "the new run still asks: {pending:?}");
+    assert_eq!(pending[0].id, "ask#0");
+}

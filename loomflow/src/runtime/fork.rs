@@ -125,12 +125,13 @@ impl Runtime {
     }
 
     /// Takes the resume requests queued for `thread` out, unapplied: those other processes
-    /// stored since this one last looked too.
-    async fn drop_resume_requests(&self, thread: &str) -> Result<()> {
+    /// stored since this one last looked too. What they answered is gone (the run a fork
+    /// replaces, a run cancelled): none is left over to answer the next run's question.
+    pub(super) async fn drop_resume_requests(&self, thread: &str) -> Result<()> {
         self.refresh_signals().await?;
         let scope = Scope::Framework;
         while let Some(entry) = self.receive_now(thread, RESUME_SIGNAL, scope).await? {
-            tracing::info!(%thread, "a resume request for the run a fork replaces was dropped");
+            tracing::info!(%thread, "a resume request for a run that is gone was dropped");
             if let Some(seq) = entry.seq {
                 self.inner.store.discard_signal(thread, seq).await?;
             }

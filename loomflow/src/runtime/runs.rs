@@ -380,6 +380,11 @@ impl Runtime {
             }
             _ => claim.finish(RunState::Cancelled, None).await?,
         }
+        // A request queued to resume the cancelled run would answer the thread's next run.
+        // The run is cancelled either way; a request the store could not drop is logged.
+        if let Err(error) = self.drop_resume_requests(&record.thread).await {
+            tracing::warn!(thread = %record.thread, %error, "a resume request of the cancelled run was not dropped");
+        }
         Ok(())
     }
 
