@@ -67,6 +67,7 @@ pub async fn run_all(store: &dyn Store) {
     claims::the_last_checkpoint_releases_the_claim(store).await;
     claims::signals_taken_under_a_claim_go_to_one_consumer(store).await;
     claims::an_ended_runs_journal_is_forgotten(store).await;
+    claims::a_cancel_request_is_the_runs_it_was_made_for(store).await;
     runs::submitted_runs_are_claimed_once(store).await;
     runs::a_finished_run_still_held_refuses_a_submit(store).await;
     runs::a_claim_not_written_yet_refuses_a_submit(store).await;

@@ -498,3 +498,37 @@ pub(super) async fn an_ended_runs_journal_is_forgotten(store: &dyn Store) {
     store.put_checkpoint(cp).await.unwrap();
     assert_eq!(journaled(3).await, None);
 }
+
+/// A request to stop a run stays with that run: a checkpoint of the same run keeps it, and
+/// the first checkpoint of the thread's next run (the execution asked to stop died, and a
+/// new run started) is not cancelled by it.
+pub(super) async fn a_cancel_request_is_the_runs_it_was_made_for(store: &dyn Store) {
+    let thread = super::unique("cancel-run");
+    assert_eq!(
+        store.claim(&thread, "a", LATER, 1).await.unwrap(),
+        Claim::Claimed
+    );
+    store
+        .put_checkpoint_claimed(cp(&thread, 0), "a", LATER)
+        .await
+        .unwrap();
+    let requested = store.request_cancel(&thread, 2).await.unwrap();
+    assert!(requested.is_some_and(|row| row.cancel_requested));
+    store
+        .put_checkpoint_claimed(cp(&thread, 1), "a", LATER)
+        .await
+        .unwrap();
+    let row = store.get_run(&thread).await.unwrap().unwrap();
+    assert!(row.cancel_requested, "a step of the same run keeps it");
+    let mut next = cp(&thread, 0);
+    next.run = 2;
+    store
+        .put_checkpoint_claimed(next, "a", LATER)
+        .await
+        .unwrap();
+    let row = store.get_run(&thread).await.unwrap().unwrap();
+    assert!(
+        !row.cancel_requested,
+        "the next run's first step is not asked to stop"
+    );
+}

@@ -133,6 +133,7 @@ impl RunRow {
                 update
             }
         };
+        self.forget_earlier_cancel(checkpoint.run);
         self.run = checkpoint.run;
         self.runnable_at_ms = update.runnable_at_ms();
         self.state = Some(update.state);
@@ -149,6 +150,7 @@ impl RunRow {
 
     /// Follows a plain step's checkpoint: the run goes on.
     fn follow_step(&mut self, checkpoint: &Checkpoint, now_ms: u64) {
+        self.forget_earlier_cancel(checkpoint.run);
         self.run = checkpoint.run;
         self.runnable_at_ms = Some(0);
         self.state = Some(RunState::Running);
@@ -158,6 +160,14 @@ impl RunRow {
         self.error = None;
         self.input = None;
         self.updated_at_ms = now_ms;
+    }
+
+    /// A request to stop the row's run is not a request to stop a later `run`, which a
+    /// checkpoint of it now makes the row's.
+    fn forget_earlier_cancel(&mut self, run: u64) {
+        if run != self.run {
+            self.cancel_requested = false;
+        }
     }
 
     /// Takes the graph's name and fingerprint from `checkpoint` when it says them, copying

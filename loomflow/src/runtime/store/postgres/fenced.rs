@@ -140,8 +140,9 @@ pub(super) async fn write_fenced(
                 &update.fingerprint,
             );
             set.bind("error = ?", &columns.error);
+            // A request to stop an earlier run (the row's) is not this run's.
             set.bind(
-                "cancel_requested = cancel_requested AND ?",
+                "cancel_requested = cancel_requested AND ? AND run = $4",
                 &columns.unfinished,
             );
         }
