@@ -1511,3 +1511,88 @@ async fn a_resume_request_of_a_cancelled_run_does_not_answer_the_next_run() {
     assert_eq!(pending.len(), 1, "the new run still asks: {pending:?}");
     assert_eq!(pending[0].id, "ask#0");
 }
+
+/// Runs signalled while every slot was taken, and not claimed when the worker shut down,
+/// are carried on by its next start: a store that keeps no signals cannot point them out.
+/// (`b-1` holds the only slot while `o-1` and `o-2` are signalled; once it ends, `o-1` is
+/// claimed and holds the slot in turn, and `o-2` waits in the worker's queue.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signalled_runs_not_claimed_at_shutdown_are_carried_on_by_the_next_start() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    static HOLD_BUSY: AtomicBool = AtomicBool::new(true);
+    static HOLD_GATE: AtomicBool = AtomicBool::new(true);
+    async fn hold(flag: &AtomicBool) {
+        while flag.load(SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let runtime = Runtime::in_memory();
+    let busy = Graph::new("busy")
+        .node_fn("hold", |_: &mut u32, _ctx| {
+            Box::pin(async {
+                hold(&HOLD_BUSY).await;
+                Ok(())
+            })
+        })
+        .edge(START, "hold")
+        .edge("hold", END)
+        .compile()
+        .unwrap();
+    let gate = Graph::new("gate")
+        .node_fn("gate", |_: &mut u32, ctx| {
+            Box::pin(async move {
+                let _: bool = ctx.wait_for_signal("go").await?;
+                hold(&HOLD_GATE).await;
+                Ok(())
+            })
+        })
+        .edge(START, "gate")
+        .edge("gate", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&gate)
+        .graph(&busy)
+        .concurrency(1)
+        .poll_interval(Duration::from_secs(3_600))
+        .park_grace(Duration::from_millis(10))
+        .shutdown_timeout(Duration::from_millis(50))
+        .build();
+    let handle = worker.start();
+    for thread in ["o-1", "o-2"] {
+        runtime.submit("gate", thread, 0).await.unwrap();
+        wait_for(&runtime, thread, RunState::Waiting).await;
+    }
+    runtime.submit("busy", "b-1", 0).await.unwrap();
+    wait_for(&runtime, "b-1", RunState::Running).await;
+    for thread in ["o-1", "o-2"] {
+        runtime.signal(thread, "go", true).await.unwrap();
+    }
+    HOLD_BUSY.store(false, SeqCst);
+    wait_for(&runtime, "b-1", RunState::Completed).await;
+    // Claimed: it holds the slot (its row says so only by its lease until it writes).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while runtime
+        .run("o-1")
+        .await
+        .unwrap()
+        .record
+        .lease_owner
+        .is_none()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "o-1 was never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.shutdown().await.unwrap();
+    assert_eq!(state_of(&runtime, "o-2").await, RunState::Waiting);
+
+    HOLD_GATE.store(false, SeqCst);
+    let handle = worker.start();
+    for thread in ["o-1", "o-2"] {
+        wait_for(&runtime, thread, RunState::Completed).await;
+    }
+    handle.shutdown().await.unwrap();
+}

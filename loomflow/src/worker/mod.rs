@@ -455,8 +455,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
     let runtime = inner.runtime.clone();
     let store = Arc::clone(runtime.store());
     let mut running = Running::default();
-    // Threads signalled in this process not claimed yet (no free slot, or the claim
-    // failed), with the signals' names.
+    // Threads signalled here not claimed yet (no free slot, a claim failed), with the names.
     let mut signalled: VecDeque<(String, String)> = VecDeque::new();
     let mut seen_change: Option<u64> = None;
     let mut next_wake: Option<u64> = None;
@@ -574,6 +573,7 @@ async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Resu
             () = store_told::told(listening) => notified = true,
         }
     }
+    inner.wakes.put_back(signalled); // not claimed yet: the next start's (memory keeps no row)
     // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
     // a wait after its grace) and lets go, for another worker to carry on.
     running.hand_back();
