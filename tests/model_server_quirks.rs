@@ -446,3 +446,24 @@ async fn a_key_no_header_can_hold_is_a_configuration_error_not_a_connection_retr
     assert!(!format!("{err} {err:?}").contains("sk-te"), "{err}");
     assert_eq!(server.requests().len(), 0);
 }
+
+/// Credentials in a base URL (`https://user:token@gateway/v1`, sent as basic auth) do not
+/// show in a failed call's error, nor in the model's or its spec's `Debug` output.
+#[tokio::test]
+async fn credentials_in_a_base_url_are_not_shown() {
+    // Port 1 on the loopback: nothing listens, the connection is refused.
+    let spec = "openai-compatible:m@http://ada:s3cret@127.0.0.1:1/v1";
+    let model = loomflow::model::OpenAiModel::builder("m")
+        .base_url("http://ada:s3cret@127.0.0.1:1/v1")
+        .retry(models::fast_retries().max_attempts(1))
+        .build()
+        .unwrap();
+    let err = model.complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Connection { .. }), "{err:?}");
+    let shown = format!(
+        "{err} {err:?} {model:?} {:?}",
+        loomflow::model::ModelSpec::parse(spec).unwrap()
+    );
+    assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(shown.contains("<redacted>@127.0.0.1:1"), "{shown}");
+}

@@ -46,7 +46,13 @@ impl std::fmt::Debug for AgentBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentBuilder")
             .field("name", &self.name)
-            .field("model", &self.model_name)
+            .field(
+                "model",
+                &self
+                    .model_name
+                    .as_deref()
+                    .map(crate::model::without_credentials),
+            )
             .field("tools", &self.tools)
             .field("max_turns", &self.max_turns)
             .field("timeout", &self.timeout)
@@ -304,6 +310,7 @@ impl AgentBuilder {
             (None, Some(spec)) => match crate::model::resolve(spec) {
                 Ok(model) => Some(model),
                 Err(error) => {
+                    let spec = crate::model::without_credentials(spec);
                     problems.push(format!("model {spec} does not resolve: {error}"));
                     None
                 }

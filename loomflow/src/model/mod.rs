@@ -38,8 +38,10 @@ use futures_core::Stream;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+mod endpoint;
 mod error;
 mod message;
+pub(crate) use endpoint::without_credentials;
 #[cfg(feature = "openai")]
 pub mod openai;
 mod price;

@@ -59,7 +59,7 @@ impl Provider {
 /// assert!(err.to_string().contains("accepted forms"));
 /// # Ok::<_, loomflow::model::ModelError>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ModelSpec {
     /// The adapter.
@@ -68,6 +68,20 @@ pub struct ModelSpec {
     pub model: String,
     /// A base URL other than the provider's own.
     pub base_url: Option<String>,
+}
+
+/// The base URL without credentials (see `endpoint`).
+impl std::fmt::Debug for ModelSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelSpec")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field(
+                "base_url",
+                &self.base_url.as_deref().map(super::without_credentials),
+            )
+            .finish()
+    }
 }
 
 impl ModelSpec {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
+use super::endpoint::Endpoint;
 use super::retry::with_retry;
 use super::stream_reply::{self, StreamReply};
 use super::transport::{self, Target};
@@ -61,7 +62,7 @@ struct Inner {
     client: reqwest::Client,
     name: String,
     model: String,
-    url: String,
+    url: Endpoint,
     key: Option<ApiKey>,
     retry: RetryPolicy,
     timeout: Duration,
@@ -152,7 +153,7 @@ impl AnthropicModelBuilder {
                 client: transport::build_client(PROVIDER)?,
                 name: format!("{PROVIDER}:{}", self.model),
                 model: self.model,
-                url: format!("{}/v1/messages", base.trim_end_matches('/')),
+                url: Endpoint::new(format!("{}/v1/messages", base.trim_end_matches('/'))),
                 key,
                 retry: self.retry,
                 timeout: self.timeout,
@@ -195,14 +196,14 @@ impl Inner {
         Target {
             provider: PROVIDER,
             model: request.model.clone().unwrap_or_else(|| self.model.clone()),
-            url: self.url.clone(),
+            url: self.url.shown().to_owned(),
         }
     }
 
     fn post(&self, body: &[u8]) -> reqwest::RequestBuilder {
         let builder = self
             .client
-            .post(&self.url)
+            .post(self.url.full())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header("anthropic-version", ANTHROPIC_VERSION)
             .body(body.to_vec());

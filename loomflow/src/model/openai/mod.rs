@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
+use super::endpoint::Endpoint;
 use super::retry::with_retry;
 use super::stream_reply::{self, StreamReply};
 use super::transport::{self, Target};
@@ -68,7 +69,7 @@ struct Inner {
     provider: &'static str,
     name: String,
     model: String,
-    url: String,
+    url: Endpoint,
     official: bool,
     key: Option<ApiKey>,
     retry: RetryPolicy,
@@ -155,7 +156,7 @@ impl OpenAiModelBuilder {
                 provider,
                 name: format!("{provider}:{}", self.model),
                 model: self.model,
-                url,
+                url: Endpoint::new(url),
                 official,
                 key,
                 retry: self.retry,
@@ -197,14 +198,14 @@ impl Inner {
         Target {
             provider: self.provider,
             model: request.model.clone().unwrap_or_else(|| self.model.clone()),
-            url: self.url.clone(),
+            url: self.url.shown().to_owned(),
         }
     }
 
     fn post(&self, body: &[u8]) -> reqwest::RequestBuilder {
         let builder = self
             .client
-            .post(&self.url)
+            .post(self.url.full())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         match &self.key {
