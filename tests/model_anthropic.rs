@@ -297,7 +297,8 @@ async fn error_bodies_become_typed_errors() {
     let err = model.complete(request.clone()).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "anthropic rejected the request for model claude-test (status 400): messages: roles must alternate"
+        // A server other than api.anthropic.com is named as such, as OpenAI's are.
+        "anthropic-compatible rejected the request for model claude-test (status 400): messages: roles must alternate"
     );
     let err = model.complete(request.clone()).await.unwrap_err();
     assert!(matches!(err, ModelError::ContextTooLong { .. }), "{err:?}");

@@ -60,6 +60,8 @@ pub struct AnthropicModel {
 #[derive(Debug)]
 struct Inner {
     client: reqwest::Client,
+    /// `anthropic`, or `anthropic-compatible` for another server.
+    provider: &'static str,
     name: String,
     model: String,
     url: Endpoint,
@@ -129,13 +131,20 @@ impl AnthropicModelBuilder {
         let base = self
             .base_url
             .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
+        let official = transport::is_official_host(&base, ANTHROPIC_HOST);
+        // Another server (a proxy, a gateway) is named as such: its errors, prices and rate
+        // limits are its own, not Anthropic's.
+        let provider = if official {
+            PROVIDER
+        } else {
+            "anthropic-compatible"
+        };
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ModelError::Config {
-                provider: PROVIDER.to_owned(),
+                provider: provider.to_owned(),
                 message: format!("base url {base:?} does not start with http:// or https://"),
             });
         }
-        let official = transport::is_official_host(&base, ANTHROPIC_HOST);
         // The environment's key is for Anthropic: it is never sent to another server.
         let key = self.key.or_else(|| {
             official
@@ -150,8 +159,9 @@ impl AnthropicModelBuilder {
         }
         Ok(AnthropicModel {
             inner: Arc::new(Inner {
-                client: transport::build_client(PROVIDER)?,
-                name: format!("{PROVIDER}:{}", self.model),
+                client: transport::build_client(provider)?,
+                provider,
+                name: format!("{provider}:{}", self.model),
                 model: self.model,
                 url: Endpoint::new(format!("{}/v1/messages", base.trim_end_matches('/'))),
                 key,
@@ -194,7 +204,7 @@ impl AnthropicModel {
 impl Inner {
     fn target(&self, request: &ModelRequest) -> Target {
         Target {
-            provider: PROVIDER,
+            provider: self.provider,
             model: request.model.clone().unwrap_or_else(|| self.model.clone()),
             url: self.url.shown().to_owned(),
         }
@@ -237,7 +247,7 @@ impl Inner {
         let output_tool = request.output_schema.as_ref().map(|s| s.name.as_str());
         // The reply is read inside the retry: an error object in a 200 is retried as its
         // status would be.
-        with_retry(&self.retry, PROVIDER, &target.model, || async {
+        with_retry(&self.retry, self.provider, &target.model, || async {
             let call = async {
                 let response =
                     transport::send_once(self.post(&body), &target, self.key.as_ref()).await?;
@@ -262,7 +272,7 @@ impl Inner {
         let body = self.encode(&request, &target, true)?;
         let output_tool = request.output_schema.map(|s| s.name);
         // Retried up to the first content, so an error event before it is retried too.
-        with_retry(&self.retry, PROVIDER, &target.model, || async {
+        with_retry(&self.retry, self.provider, &target.model, || async {
             let call = stream_reply::send_for_events(self.post(&body), &target, self.key.as_ref());
             let reply = tokio::time::timeout(self.timeout, call)
                 .await
