@@ -13,6 +13,7 @@
 mod body;
 mod checkpoint;
 mod ending;
+mod error_chain;
 mod kept_interrupt;
 mod locate;
 mod observe;
@@ -39,6 +40,7 @@ use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
 
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
 use ending::{cancel, fail, put_last};
+pub(crate) use error_chain::ErrorChain;
 use locate::{Located, locate};
 use observe::Resumed;
 use route::{JoinMarks, route_into};
@@ -359,6 +361,13 @@ fn run_supersteps<S: State>(
                 return Box::pin(fail(g, &shared, state, $error, position)).await;
             }};
         }
+        // Ends the run cancelled, as of the step `$step` (see `ending::cancel`).
+        macro_rules! cancel_at {
+            ($step:expr) => {{
+                let at = ($step, &still_waiting[..]);
+                return Box::pin(cancel(g, &shared, at, state, &active, &joins)).await;
+            }};
+        }
         // The limit counts this execution's supersteps: a run that suspends every turn (a
         // conversation, an approval loop) is not stopped by the turns before its resume.
         let first_step = step;
@@ -375,15 +384,7 @@ fn run_supersteps<S: State>(
             // ends cancelled, and the parent's run with it.
             if shared.claim.cancel_requested() {
                 writer.finish().await?;
-                return Box::pin(cancel(
-                    g,
-                    &shared,
-                    (step, &still_waiting),
-                    state,
-                    &active,
-                    &joins,
-                ))
-                .await;
+                cancel_at!(step);
             }
             if shared.claim.yield_requested() {
                 // Every finished step is checkpointed (in `Exit` mode, nothing is: the run starts
@@ -439,15 +440,7 @@ fn run_supersteps<S: State>(
                     };
                     if cancelled {
                         drop((pending_writes, interrupts));
-                        return Box::pin(cancel(
-                            g,
-                            &shared,
-                            (step - 1, &still_waiting),
-                            state,
-                            &active,
-                            &joins,
-                        ))
-                        .await;
+                        cancel_at!(step - 1);
                     }
                     locate::forget_child_answers(g, &mut resume_values);
                     // A top-level run's first checkpoint keeps the graph's description (see
@@ -519,15 +512,7 @@ fn run_supersteps<S: State>(
                 // it under its own namespace and hands it to its parent, which ends the run.
                 Err(RunError::Cancelled { .. }) if shared.claim.cancel_requested() => {
                     writer.finish().await?;
-                    return Box::pin(cancel(
-                        g,
-                        &shared,
-                        (step - 1, &still_waiting),
-                        state,
-                        &active,
-                        &joins,
-                    ))
-                    .await;
+                    cancel_at!(step - 1);
                 }
                 Err(error) => {
                     stop_failed!(error);
@@ -597,21 +582,6 @@ fn add_audit(shared: &RunShared, cp: &mut Checkpoint) {
         cp.audit = audit;
     } else {
         cp.audit.append(&mut audit);
-    }
-}
-
-/// Displays an error with its chain of sources.
-pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(s) = source {
-            write!(f, ": {s}")?;
-            source = s.source();
-        }
-        Ok(())
     }
 }
 

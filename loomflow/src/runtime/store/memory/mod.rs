@@ -42,20 +42,18 @@ use run_row::RunRow;
 /// with a top-level one kept (it describes the graph: a changed graph is refused saying
 /// what changed, and a fork's row names the graph a worker runs it with); and, of the
 /// thread's newest run, its newest top-level one and the newest of each subgraph inside a
-/// step not over yet. A subgraph
-/// of a finished step (an earlier turn of a loop) is not kept on that account, so a
-/// thread stays bounded however many namespaces its runs go through. Older ones are
-/// dropped, a batch at a time:
-/// [`list_checkpoints`](Store::list_checkpoints) returns only those kept, and
+/// step not over yet. A subgraph of a finished step (an earlier turn of a loop) is not kept
+/// on that account, so a thread stays bounded however many namespaces its runs go through.
+/// Older ones are dropped, a batch at a time: [`list_checkpoints`](Store::list_checkpoints)
+/// returns only those kept, and
 /// [`Runtime::fork`](crate::Runtime::fork) from a dropped one fails with
 /// `RuntimeError::UnknownCheckpoint`. [`MemoryStore::with_retention`] changes the bound;
 /// `None` keeps everything. A thread goes altogether, its slot with it, with
 /// [`Runtime::delete_thread`](crate::Runtime::delete_thread).
 ///
-/// A thread's journal (what `ctx.step`, model and tool calls recorded) is kept until a run
-/// of the thread completes or is cancelled, then dropped, as in every store: nothing
-/// carries such a run on, and an agent's journal would keep every model answer and tool
-/// result a second time.
+/// A thread's journal (what `ctx.step`, model and tool calls recorded) is kept until a run of the
+/// thread completes or is cancelled, then dropped, as in every store: nothing carries such a run
+/// on, and an agent's journal would keep every model answer and tool result a second time.
 ///
 /// # Cost of a checkpoint
 ///
@@ -74,9 +72,9 @@ use run_row::RunRow;
 /// kept row does not repeat it. What a run keeps per step is a 56-byte row and, for a
 /// state of one word, a 48-byte snapshot (plus the allocator's header): what most steps
 /// leave empty (a subgraph's namespace, an error, joins in progress, a suspension, a
-/// `traceparent`) is boxed apart. A thread's run row
-/// and its checkpoints share one slot, found with one lookup per write; the execution that
-/// finishes a run trims its list of rows to what it holds as it lets go.
+/// `traceparent`) is boxed apart. A thread's run row and its checkpoints share one slot,
+/// found with one lookup per write; the execution that finishes a run trims its list of rows
+/// to what it holds as it lets go.
 ///
 /// Audit entries are kept compact too, a small detail (up to about 1 KiB of text) as JSON
 /// text rather than a tree of values (a resume's two-field detail is a 632-byte map node as
