@@ -429,6 +429,32 @@ async fn submitting_to_a_thread_with_an_unfinished_run_is_refused() {
     assert!(matches!(err, RuntimeError::UnknownRun { .. }), "{err}");
 }
 
+/// A thread whose run finished but that an execution holds for a moment (a fork onto it, a
+/// recover of the finished run) refuses a submit as busy, to be tried again: not as a run
+/// that must finish first, which it has.
+#[tokio::test]
+async fn submitting_to_a_finished_thread_held_for_a_moment_is_busy() {
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime).graph(&refund_graph()).build();
+    runtime.submit("refund", "o-9", input("o-9")).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    runtime.signal("o-9", "approve", true).await.unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(state_of(&runtime, "o-9").await, RunState::Completed);
+    let held = runtime.store().claim("o-9", "forking", u64::MAX / 4, 1);
+    assert_eq!(held.await.unwrap(), loomflow::runtime::Claim::Claimed);
+    let err = runtime
+        .submit("refund", "o-9", input("o-9"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Busy { thread, owner, .. } if thread == "o-9" && owner == "forking"),
+        "{err}"
+    );
+    runtime.store().release("o-9", "forking").await.unwrap();
+    runtime.submit("refund", "o-9", input("o-9")).await.unwrap();
+}
+
 #[tokio::test]
 async fn an_input_that_is_not_the_graph_state_fails_the_run_naming_both() {
     let runtime = Runtime::in_memory();

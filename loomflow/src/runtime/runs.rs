@@ -207,8 +207,9 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::RunActive`] when the thread's current run has not finished; an
-    /// `input` that does not serialize; a store failure.
+    /// [`RuntimeError::RunActive`] when the thread's current run has not finished;
+    /// [`RuntimeError::Busy`] when it has, but an execution holds the thread for a moment (a
+    /// fork onto it, say): try again; an `input` that does not serialize; a store failure.
     ///
     /// # Examples
     ///
@@ -230,6 +231,15 @@ impl Runtime {
             .submit_run(thread, graph, input, now_ms())
             .await?
         {
+            // A finished run still held (a fork onto the thread, a recover of the finished
+            // run, a fresh run before its first write): a short claim, not a run to wait
+            // for, and one to try again after.
+            Submitted::Active(record) if record.state.is_finished() => Err(RuntimeError::Busy {
+                thread: thread.to_owned(),
+                owner: record.lease_owner.unwrap_or_default(),
+                until: std::time::UNIX_EPOCH
+                    + std::time::Duration::from_millis(record.lease_until_ms),
+            }),
             Submitted::Active(record) => Err(RuntimeError::RunActive {
                 thread: thread.to_owned(),
                 state: record.state,
