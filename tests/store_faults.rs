@@ -531,3 +531,39 @@ async fn a_waiter_after_a_cancelled_one_whose_take_failed_takes_the_signal_afres
     assert_eq!(got.unwrap(), 7);
     assert!(runtime.store().pending_signals().await.unwrap().is_empty());
 }
+
+/// A cancel, or a fork onto the thread, that the store fails leaves a sleeping run asleep:
+/// let go as it was, not runnable at once (a worker would run its node again a day early).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cancel_or_fork_leaves_a_sleeping_run_asleep() {
+    let (store, faults) = FaultyStore::new(loomflow::runtime::MemoryStore::new());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("nap")
+        .node_fn("nap", |_: &mut u32, ctx| {
+            Box::pin(async move {
+                ctx.sleep(Duration::from_secs(86_400)).or_suspend().await?;
+                Ok(())
+            })
+        })
+        .edge(START, "nap")
+        .edge("nap", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.run(&runtime, "nap", 0).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Interrupted { .. }));
+    let first = runtime.list_checkpoints("nap").await.unwrap()[0].id;
+    faults.fail_checkpoints.store(true, Ordering::SeqCst);
+    assert!(runtime.cancel("nap").await.is_err());
+    assert!(runtime.fork("nap", first, "nap").await.is_err());
+    faults.fail_checkpoints.store(false, Ordering::SeqCst);
+    let row = runtime.run("nap").await.unwrap().record;
+    assert_eq!(row.state, RunState::Sleeping, "{row:?}");
+    assert!(row.lease_owner.is_none(), "let go: {row:?}");
+    let graphs = ["nap".to_owned()];
+    let now = u64::try_from(std::time::UNIX_EPOCH.elapsed().unwrap().as_millis()).unwrap();
+    let claimed = runtime
+        .store()
+        .claim_next_run(&graphs, "w", now + 1_000, now, now)
+        .await;
+    assert!(claimed.unwrap().is_none(), "not runnable before its time");
+}

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::claim::RunClaim;
 use super::mailbox::Scope;
 use super::store::runs::RESUME_SIGNAL;
 use super::store::{Checkpoint, JournalKey, RunState, RunStatus};
@@ -38,7 +39,7 @@ impl Runtime {
     /// [`RuntimeError::RunActive`] when `new_thread`'s run is queued, or (on another
     /// thread than `thread`) suspended; a store failure.
     pub async fn fork(&self, thread: &str, checkpoint_id: u64, new_thread: &str) -> Result<()> {
-        let mut checkpoint = self
+        let checkpoint = self
             .inner
             .store
             .get_checkpoint(thread, checkpoint_id)
@@ -57,12 +58,35 @@ impl Runtime {
         // Written under a claim, like every write of a run: never into a thread that is
         // executing, and the run number below stays right.
         let claim = self.claim_run(&Arc::from(new_thread), None).await?;
+        match self
+            .fork_claimed(&claim, thread, checkpoint, new_thread)
+            .await
+        {
+            Ok(()) => claim.release().await.map_err(RuntimeError::from),
+            Err(error) => {
+                // A run of `new_thread` it replaces is let go as it was (a suspended run
+                // keeps its wake time), not made runnable at once.
+                if let Err(release) = claim.release().await {
+                    tracing::warn!(thread = new_thread, %release, "the thread was not let go after its fork failed; its lease runs out");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// [`fork`](Self::fork)'s writes, under `claim` on `new_thread`.
+    async fn fork_claimed(
+        &self,
+        claim: &RunClaim,
+        thread: &str,
+        mut checkpoint: Checkpoint,
+        new_thread: &str,
+    ) -> Result<()> {
         // Under the claim, nothing starts a run there meanwhile: a submit is refused.
         if let Some(record) = self.inner.store.get_run(new_thread).await?
             && !record.state.is_finished()
             && (new_thread != thread || record.state == RunState::Queued)
         {
-            claim.release().await?;
             return Err(RuntimeError::RunActive {
                 thread: new_thread.to_owned(),
                 state: record.state,
@@ -120,7 +144,6 @@ impl Runtime {
         checkpoint.thread = new_thread.to_owned();
         checkpoint.run = run;
         claim.put_checkpoint(checkpoint).await?;
-        claim.release().await?;
         Ok(())
     }
 

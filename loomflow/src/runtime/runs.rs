@@ -354,7 +354,14 @@ impl Runtime {
                         claim.release().await?;
                         return Ok(now);
                     }
-                    self.cancel_claimed(&claim, &now).await?;
+                    if let Err(error) = self.cancel_claimed(&claim, &now).await {
+                        // Nothing was cancelled: the run is let go as it was (a suspended
+                        // run keeps its wake time), not made runnable at once.
+                        if let Err(release) = claim.release().await {
+                            tracing::warn!(thread, %release, "the run was not let go after its cancel failed; its lease runs out");
+                        }
+                        return Err(error);
+                    }
                     break;
                 }
                 Err(RuntimeError::Busy { .. }) => {
