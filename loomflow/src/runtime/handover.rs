@@ -113,9 +113,9 @@ impl Runtime {
     ) -> Result<bool> {
         let Some(seq) = entry.seq else {
             // Kept by the mailbox alone (a store that keeps no signals): no row says it was
-            // received, so the receipt is audited here.
-            let received = signal_received(session, name, 0, 0);
-            self.store().append_audit(vec![received]).await?;
+            // received, so the receipt is audited here. The payload is the waiter's whether
+            // or not the entry is written.
+            self.audit_unstored_receipt(session, name);
             return Ok(true);
         };
         let mut taking = match entry.taking.clone() {
