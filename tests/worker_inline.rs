@@ -1622,3 +1622,42 @@ async fn signalled_runs_not_claimed_at_shutdown_are_carried_on_by_the_next_start
     }
     handle.shutdown().await.unwrap();
 }
+
+/// A run resumed directly (`graph.resume`) while a resume request waits for it: the direct
+/// value answers the question, and the request, answering the same question, is spent with
+/// it instead of answering the run's next question, in this process or in a worker's.
+#[tokio::test]
+async fn a_direct_resume_spends_the_resume_requests_queued_for_its_question() {
+    for memory in [true, false] {
+        let db = TempDb::new("request-superseded");
+        let runtime = if memory {
+            Runtime::in_memory()
+        } else {
+            db.runtime()
+        };
+        let graph = asking_twice_graph();
+        let worker = Worker::builder(&runtime).graph(&graph).build();
+        let out = graph.invoke(&runtime, "t", 0).await.unwrap();
+        assert_eq!(out.interrupts()[0].id, "ask#0");
+        runtime.request_resume("t", 7).await.unwrap();
+
+        let out = graph.resume(&runtime, "t", 3).await.unwrap();
+        assert_eq!(out.interrupts()[0].id, "ask#1", "memory {memory}");
+        worker.run_until_idle().await.unwrap();
+        let pending = runtime.pending_interrupts("t").await.unwrap();
+        assert_eq!(
+            pending.len(),
+            1,
+            "the second question still waits: {pending:?}"
+        );
+        assert_eq!(pending[0].id, "ask#1");
+
+        let done = graph
+            .resume(&runtime, "t", 5)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap();
+        assert_eq!(done, 503, "memory {memory}");
+    }
+}

@@ -3,8 +3,6 @@
 use std::sync::Arc;
 
 use super::claim::RunClaim;
-use super::mailbox::Scope;
-use super::store::runs::RESUME_SIGNAL;
 use super::store::{Checkpoint, JournalKey, RunState, RunStatus};
 use super::{Result, Runtime, RuntimeError};
 
@@ -94,7 +92,8 @@ impl Runtime {
         }
         // Resume requests queued for `new_thread` were for the questions of the run the fork
         // replaces: none is left over to answer the fork's.
-        self.drop_resume_requests(new_thread).await?;
+        self.drop_resume_requests(new_thread, "its run was replaced by a fork")
+            .await?;
         // A new run of `new_thread`: its journal keys must not meet those of earlier runs
         // there, or their recorded results would be replayed.
         let run = self
@@ -144,21 +143,6 @@ impl Runtime {
         checkpoint.thread = new_thread.to_owned();
         checkpoint.run = run;
         claim.put_checkpoint(checkpoint).await?;
-        Ok(())
-    }
-
-    /// Takes the resume requests queued for `thread` out, unapplied: those other processes
-    /// stored since this one last looked too. What they answered is gone (the run a fork
-    /// replaces, a run cancelled): none is left over to answer the next run's question.
-    pub(super) async fn drop_resume_requests(&self, thread: &str) -> Result<()> {
-        self.refresh_signals().await?;
-        let scope = Scope::Framework;
-        while let Some(entry) = self.receive_now(thread, RESUME_SIGNAL, scope).await? {
-            tracing::info!(%thread, "a resume request for a run that is gone was dropped");
-            if let Some(seq) = entry.seq {
-                self.inner.store.discard_signal(thread, seq).await?;
-            }
-        }
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::claim::RunClaim;
 use super::clock::now_ms;
-use super::mailbox::{Delivery, SignalOptions};
+use super::mailbox::{Delivery, Scope, SignalOptions};
 use super::store::{Interrupt, RunFilter, RunRecord, RunState, RunStatus, Submitted};
 use super::{Runtime, RuntimeError};
 
@@ -50,7 +50,9 @@ impl Runtime {
     /// checkpointed (killed, or shut down), it leaves the run held until its lease runs out,
     /// and the next one (a worker taking the run over) resumes with the same value. The
     /// requests queued when an execution starts are applied together, the newest for each
-    /// interrupt; none is left over to answer a later question.
+    /// interrupt; none is left over to answer a later question. A resume given its value
+    /// directly ([`CompiledGraph::resume`](crate::CompiledGraph::resume)) answers the question
+    /// instead, and the requests queued for it are dropped unapplied.
     ///
     /// # Errors
     ///
@@ -109,6 +111,26 @@ impl Runtime {
             .map_err(|e| RuntimeError::json(format!("resume request for thread {thread}"), e))?;
         self.send_framework(thread, RESUME_SIGNAL, payload, SignalOptions::default())
             .await
+    }
+
+    /// Takes the resume requests queued for `thread` out, unapplied, those other processes
+    /// stored since this one last looked too, logging `why`. What they answered is gone or
+    /// answered otherwise (a run cancelled, a run a fork replaces, a question a resume
+    /// answered directly): none is left over to answer the run's next question.
+    pub(crate) async fn drop_resume_requests(&self, thread: &str, why: &str) -> Result<()> {
+        // The memory store has nothing but the mailbox: most resumes find nothing there.
+        if !self.store().is_durable() && self.mailbox().queued(thread, RESUME_SIGNAL) == 0 {
+            return Ok(());
+        }
+        self.refresh_signals().await?;
+        let scope = Scope::Framework;
+        while let Some(entry) = self.receive_now(thread, RESUME_SIGNAL, scope).await? {
+            tracing::info!(%thread, "a resume request was dropped: {why}");
+            if let Some(seq) = entry.seq {
+                self.store().discard_signal(thread, seq).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a resume request that could not apply: one naming an interrupt that is not
@@ -399,7 +421,10 @@ impl Runtime {
         }
         // A request queued to resume the cancelled run would answer the thread's next run.
         // The run is cancelled either way; a request the store could not drop is logged.
-        if let Err(error) = self.drop_resume_requests(&record.thread).await {
+        if let Err(error) = self
+            .drop_resume_requests(&record.thread, "its run was cancelled")
+            .await
+        {
             tracing::warn!(thread = %record.thread, %error, "a resume request of the cancelled run was not dropped");
         }
         Ok(())

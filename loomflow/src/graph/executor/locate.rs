@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::checkpoint::Snapshot;
 use super::observe::{Answered, Resumed};
 use super::owned::{OwnedSnapshot, ReadBack};
-use super::resume_request::{Answering, resume_requests};
+use super::resume_request::{Answering, resume_requests, spend_superseded};
 use super::route::{JoinMarks, route};
 use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
@@ -235,12 +235,14 @@ pub(super) async fn locate<S: State>(
                 let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answer = only_answer(&cp, thread, value)?;
+                spend_superseded(runtime, thread, namespace).await?;
                 resume_position(g, thread, cp, [answer].into_iter())?
             }
             Start::Resume(values) => {
                 let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answers = answers_by_id(&cp, thread, values)?;
+                spend_superseded(runtime, thread, namespace).await?;
                 resume_position(g, thread, cp, answers.into_iter())?
             }
         };

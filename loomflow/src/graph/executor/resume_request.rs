@@ -103,6 +103,21 @@ pub(super) async fn resume_requests(
     Ok((requests, fresh))
 }
 
+/// Spends the resume requests queued for `thread`'s top-level run (`namespace` empty),
+/// whose question a resume given its values directly answers: left queued, they would
+/// answer the run's next question.
+pub(super) async fn spend_superseded(
+    runtime: &Runtime,
+    thread: &str,
+    namespace: &str,
+) -> Result<()> {
+    if namespace.is_empty() {
+        let why = "its question was answered by a resume";
+        runtime.drop_resume_requests(thread, why).await?;
+    }
+    Ok(())
+}
+
 /// `payload` as a request; `None`, logged, when it is not one.
 fn decoded(thread: &str, payload: Value) -> Option<ResumeRequest> {
     serde_json::from_value(payload)
