@@ -116,7 +116,9 @@ async fn main() -> loomflow::Result<()> {
         "{}",
         serde_json::to_string_pretty(&article).map_err(Error::custom)?
     );
-    let steps = runtime.list_checkpoints("article-1").await?.len();
+    // The first checkpoint holds the input; each superstep writes one after it.
+    let checkpoints = runtime.list_checkpoints("article-1").await?;
+    let steps = checkpoints.last().map_or(0, |cp| cp.step);
     println!("finished in {steps} supersteps");
     Ok(())
 }

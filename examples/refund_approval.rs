@@ -150,7 +150,11 @@ async fn decide(db: &str, approved: bool) -> loomflow::Result<()> {
     let runtime = Runtime::sqlite(db)?;
     let review =
         json!({ "approved": approved, "note": if approved { "ok" } else { "no receipt" } });
-    let options = loomflow::runtime::SignalOptions::default().idempotency_key("review-ord_1042");
+    // The key names the run: a webhook redelivered for this run is dropped as a duplicate,
+    // and the decision on a later refund of the same order is not.
+    let run = runtime.run(THREAD).await?.record.run;
+    let key = format!("review-ord_1042-run-{run}");
+    let options = loomflow::runtime::SignalOptions::default().idempotency_key(key);
     let delivery = runtime
         .signal_with(THREAD, "manager_review", review, options)
         .await?;

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use loomflow::prelude::*;
-use loomflow::runtime::{PostgresStore, RunState, RuntimeError, SqliteStore};
+use loomflow::runtime::{PostgresStore, RunState, RuntimeError, SignalOptions, SqliteStore};
 
 const HELP: &str = "\
 refund_service: refunds run by workers. A refund waits for a manager's approval (sent from
@@ -250,10 +250,18 @@ async fn run(args: Args) -> loomflow::Result<()> {
             let review = Review {
                 approved: !args.reject,
             };
-            runtime(&args.db)
-                .await?
-                .signal(&order, "review", review)
-                .await?;
+            let runtime = runtime(&args.db).await?;
+            // An approval for an order with no refund, or one whose refund has ended, would
+            // wait in the store and approve the order's next refund unseen: refused instead.
+            match runtime.run(&order).await {
+                Err(RuntimeError::UnknownRun { .. }) => {
+                    return Err(Error::msg(format!("no refund for order {order}")));
+                }
+                Err(other) => return Err(other.into()),
+                Ok(_) => {}
+            }
+            let live = SignalOptions::default().require_live_run();
+            runtime.signal_with(&order, "review", review, live).await?;
             println!(
                 "{} {order}",
                 if args.reject { "rejected" } else { "approved" }

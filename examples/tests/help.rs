@@ -4,8 +4,10 @@
 //! The examples are run as built by `cargo test` (which builds every example of the package
 //! before running its tests), from the profile directory this test binary lives in.
 
-use std::path::PathBuf;
 use std::process::Command;
+
+mod support;
+use support::example_binary;
 
 /// Each example, and the flags its help must list besides `--help`.
 const EXAMPLES: &[(&str, &[&str])] = &[
@@ -32,26 +34,6 @@ const EXAMPLES: &[(&str, &[&str])] = &[
         ],
     ),
 ];
-
-fn example_binary(name: &str) -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    // target/<profile>/deps/<this test> -> target/<profile>/examples/<name>
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .ok_or("no profile directory above the test binary")?;
-    let path = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "{} is not built: run `cargo test -p loomflow-examples`, which builds the examples",
-            path.display()
-        ))
-    }
-}
 
 #[test]
 fn every_example_answers_help_without_running() -> Result<(), String> {
