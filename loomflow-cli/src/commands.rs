@@ -380,17 +380,26 @@ pub(crate) async fn graph(runtime: &Runtime, out: &Output, thread: &str) -> Resu
     let mut top_level = checkpoints
         .iter()
         .filter(|cp| cp.run == info.record.run && cp.namespace.is_empty());
-    let description: Vec<String> = top_level
+    let described = top_level
         .clone()
         .rev()
-        .find_map(|cp| {
-            let lines = cp.body.get("graph_description")?.as_array()?;
-            Some(
-                lines
-                    .iter()
-                    .filter_map(|l| l.as_str().map(str::to_owned))
-                    .collect(),
-            )
+        .find_map(|cp| Some((cp, cp.body.get("graph_description")?.as_array()?)));
+    // A run carried on with a changed graph (a resume that allowed the change) stored no
+    // description of the new structure: the old one would be drawn without where it stands.
+    if let (Some((cp, _)), Some(newest)) = (described, top_level.clone().next_back())
+        && cp.body.get("graph") != newest.body.get("graph")
+    {
+        return Err(Failure::not_found(format!(
+            "the run on {thread} carries on with a changed graph (a resume allowed the \
+             change), whose structure it did not store: there is no diagram to draw"
+        )));
+    }
+    let description: Vec<String> = described
+        .map(|(_, lines)| {
+            lines
+                .iter()
+                .filter_map(|l| l.as_str().map(str::to_owned))
+                .collect()
         })
         .ok_or_else(|| {
             Failure::not_found(format!(

@@ -276,14 +276,33 @@ fn check(command: &Command) -> Result<(), Failure> {
         Command::Resume { value, .. } => {
             commands::parse_json("the resume value", value)?;
         }
-        // Every request would be refused: say so rather than serve nothing.
-        Command::Serve { token, no_auth, .. }
-            if token.as_deref().is_none_or(str::is_empty) && !no_auth =>
-        {
-            return Err(Failure::usage(
-                "serve needs a bearer token (--token or LOOMFLOW_TOKEN, not empty), or \
-                 --no-auth behind something that authenticates",
-            ));
+        Command::Serve {
+            token,
+            github_secret,
+            signing_secret,
+            no_auth,
+            ..
+        } => {
+            let secrets = [
+                ("--github-secret (LOOMFLOW_GITHUB_SECRET)", github_secret),
+                ("--signing-secret (LOOMFLOW_SIGNING_SECRET)", signing_secret),
+            ];
+            for (flag, secret) in &secrets {
+                if secret.as_deref() == Some("") {
+                    return Err(Failure::usage(format!(
+                        "{flag} is empty: anyone could sign with it"
+                    )));
+                }
+            }
+            // Every request would be refused: say so rather than serve nothing.
+            let signed = secrets.iter().any(|(_, secret)| secret.is_some());
+            if token.as_deref().is_none_or(str::is_empty) && !signed && !no_auth {
+                return Err(Failure::usage(
+                    "serve needs a bearer token (--token or LOOMFLOW_TOKEN, not empty), a \
+                     webhook secret (--github-secret, --signing-secret), or --no-auth behind \
+                     something that authenticates",
+                ));
+            }
         }
         _ => {}
     }

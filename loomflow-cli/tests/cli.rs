@@ -443,19 +443,21 @@ async fn a_call_decided_by_several_at_once_is_decided_once() {
     }
 }
 
-#[test]
-fn serve_answers_signals_and_refuses_callers_without_the_token() {
-    use std::io::{BufRead, BufReader, Read, Write};
+/// `loomflow serve` on `db`, with `env` set: the server, and the address it listens on.
+fn serve(db: &Db, env: &[(&str, &str)]) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
 
-    let db = Db::new("serve");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let runtime = Runtime::sqlite(&db.0).unwrap();
-        runtime.submit("refund", "ord_9", json!({})).await.unwrap();
-    });
-    let mut server = Command::new(env!("CARGO_BIN_EXE_loomflow"))
-        .args(["--db", &db.url(), "serve", "--listen", "127.0.0.1:0"])
-        .env("LOOMFLOW_TOKEN", "tok")
+    let mut command = Command::new(env!("CARGO_BIN_EXE_loomflow"));
+    command.args(["--db", &db.url(), "serve", "--listen", "127.0.0.1:0"]);
+    for var in [
+        "LOOMFLOW_TOKEN",
+        "LOOMFLOW_GITHUB_SECRET",
+        "LOOMFLOW_SIGNING_SECRET",
+    ] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    let mut server = command
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -469,25 +471,40 @@ fn serve_answers_signals_and_refuses_callers_without_the_token() {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_owned();
-    let post = |token: Option<&str>| {
-        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-        let auth = token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default();
-        let body = r#"{"approved": true}"#;
-        write!(
-            stream,
-            "POST /v1/threads/ord_9/signals/review HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-             {auth}Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut reply = String::new();
-        stream.read_to_string(&mut reply).unwrap();
-        reply
-    };
-    let refused = post(None);
-    let accepted = post(Some("tok"));
+    (server, addr)
+}
+
+/// The reply to `POST path` with `body` and the `headers` lines (each ending in CRLF).
+fn post(addr: &str, path: &str, headers: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         {headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+const REVIEW: &str = "/v1/threads/ord_9/signals/review";
+
+#[test]
+fn serve_answers_signals_and_refuses_callers_without_the_token() {
+    let db = Db::new("serve");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::sqlite(&db.0).unwrap();
+        runtime.submit("refund", "ord_9", json!({})).await.unwrap();
+    });
+    let (mut server, addr) = serve(&db, &[("LOOMFLOW_TOKEN", "tok")]);
+    let body = r#"{"approved": true}"#;
+    let refused = post(&addr, REVIEW, "", body);
+    let accepted = post(&addr, REVIEW, "Authorization: Bearer tok\r\n", body);
     server.kill().unwrap();
     server.wait().unwrap();
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
@@ -509,6 +526,44 @@ fn serve_answers_signals_and_refuses_callers_without_the_token() {
             "{}",
             stderr(&output)
         );
+    }
+}
+
+/// A webhook receiver needs no token: `serve` with only a signing secret starts, accepts a
+/// signed signal and refuses an unsigned one. An empty secret, which anyone could sign
+/// with, is refused at start.
+#[test]
+fn serve_with_only_a_webhook_secret_accepts_signed_signals() {
+    let db = Db::new("serve-signed");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::sqlite(&db.0).unwrap();
+        runtime.submit("refund", "ord_9", json!({})).await.unwrap();
+    });
+    let (mut server, addr) = serve(&db, &[("LOOMFLOW_SIGNING_SECRET", "sec")]);
+    let body = r#"{"approved": true}"#;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let signature = loomflow::http::signature_header("sec", now, REVIEW, "d-1", body.as_bytes());
+    let signed = format!("X-Loomflow-Delivery: d-1\r\nX-Loomflow-Signature: {signature}\r\n");
+    let refused = post(&addr, REVIEW, "", body);
+    let accepted = post(&addr, REVIEW, &signed, body);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
+
+    for var in ["LOOMFLOW_GITHUB_SECRET", "LOOMFLOW_SIGNING_SECRET"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+            .args(["--db", &db.url(), "serve", "--listen", "127.0.0.1:0"])
+            .env("LOOMFLOW_TOKEN", "tok")
+            .env(var, "")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(var), "{}", stderr(&output));
     }
 }
 
@@ -792,5 +847,57 @@ async fn a_command_that_reads_deletes_no_stored_signal() {
             .iter()
             .any(|s| s.session == "ord_8" && s.name == "review"),
         "{pending:?}"
+    );
+}
+
+/// A run carried on with a changed graph (`allow_graph_change`) stored no description of
+/// the new structure: `graph` says so, rather than drawing the old one without the node the
+/// run stands at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graph_of_a_run_whose_graph_changed_says_it_cannot_draw_it() {
+    let db = Db::new("graph-changed");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let input = Refund {
+        order: "ord_1".into(),
+        approved: None,
+    };
+    refund_graph()
+        .invoke(&runtime, "ord_1", input)
+        .await
+        .unwrap();
+    let with_audit = Graph::new("refund")
+        .node_fn("ask_manager", |r: &mut Refund, ctx| {
+            Box::pin(async move {
+                r.approved = Some(ctx.wait_for_signal("review").or_suspend().await?);
+                Ok(())
+            })
+        })
+        .node_fn("audit", |_r: &mut Refund, ctx| {
+            Box::pin(async move {
+                let _: bool = ctx.wait_for_signal("audited").or_suspend().await?;
+                Ok(())
+            })
+        })
+        .node_sync("pay", |_r: &mut Refund| {})
+        .edge(START, "ask_manager")
+        .edge("ask_manager", "audit")
+        .edge("audit", "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    runtime.signal("ord_1", "review", true).await.unwrap();
+    let outcome = with_audit
+        .recover(&runtime, "ord_1")
+        .allow_graph_change()
+        .await
+        .unwrap();
+    assert_eq!(outcome.interrupts()[0].node, "audit");
+
+    let drawn = loomflow(&db.0, &["graph", "ord_1"]);
+    assert_eq!(drawn.status.code(), Some(3), "{}", stdout(&drawn));
+    assert!(
+        stderr(&drawn).contains("changed graph"),
+        "{}",
+        stderr(&drawn)
     );
 }
