@@ -567,3 +567,121 @@ async fn a_failed_cancel_or_fork_leaves_a_sleeping_run_asleep() {
         .await;
     assert!(claimed.unwrap().is_none(), "not runnable before its time");
 }
+
+/// A process that only waits (no worker) brings in a signal another process stored even when
+/// its first look at the store fails: the next poll looks again.
+#[tokio::test]
+async fn a_failed_look_for_signals_from_another_process_is_tried_again() {
+    let dir = std::env::temp_dir().join(format!("loomflow-watch-retry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("signals.db");
+    let sender = Runtime::sqlite(&path).unwrap();
+    let (store, faults) = FaultyStore::new(SqliteStore::open(&path).unwrap());
+    let waiter = Runtime::builder()
+        .store(store)
+        .poll_interval(Duration::from_millis(20))
+        .build();
+
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let _session = waiter.session("s");
+            waiter
+                .wait_for_signal::<serde_json::Value>(
+                    "s",
+                    "approval",
+                    Some(Duration::from_secs(10)),
+                )
+                .await
+        }
+    });
+    // The watcher has looked once and is polling.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    faults.fail_next_signals_after();
+    sender.signal("s", "approval", 7).await.unwrap();
+
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    assert_eq!(faults.signals_after_faults(), 1, "the fault was met");
+    let got = got.expect("the waiter woke").unwrap().unwrap();
+    assert_eq!(got, json!(7));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A runtime kept across Tokio runtimes (a static, a test helper): once the Tokio runtime
+/// its signal watcher ran on is gone, the next wait starts another, and a signal another
+/// process stores still wakes it.
+#[test]
+fn a_watcher_gone_with_its_tokio_runtime_is_started_again() {
+    let dir = std::env::temp_dir().join(format!("loomflow-watch-again-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("signals.db");
+    let waiter = Runtime::builder()
+        .store(SqliteStore::open(&path).unwrap())
+        .poll_interval(Duration::from_millis(20))
+        .build();
+    let wait = |timeout: u64| {
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .wait_for_signal::<u32>("s", "approval", Some(Duration::from_millis(timeout)))
+                .await
+        }
+    };
+    let first = tokio::runtime::Runtime::new().unwrap();
+    assert!(first.block_on(wait(50)).is_err(), "nothing was sent yet");
+    drop(first);
+
+    let second = tokio::runtime::Runtime::new().unwrap();
+    let got = second.block_on(async {
+        let waiting = tokio::spawn(wait(5_000));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let sender = Runtime::sqlite(&path).unwrap();
+        sender.signal("s", "approval", 7).await.unwrap();
+        waiting.await.unwrap()
+    });
+    assert_eq!(got.unwrap(), 7);
+    drop(second);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A send that stored its signal succeeds even when loading what other processes stored
+/// before it fails: an error would have its caller send it again, and the signal arrive
+/// twice. It arrives once, after the one stored before it.
+#[tokio::test]
+async fn a_stored_signal_is_sent_even_when_loading_older_ones_fails() {
+    let dir = std::env::temp_dir().join(format!("loomflow-send-stored-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("signals.db");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(&path).unwrap());
+    let sender = Runtime::builder()
+        .store(store)
+        .poll_interval(Duration::from_millis(20))
+        .build();
+    let other = Runtime::sqlite(&path).unwrap();
+    sender.signal("elsewhere", "n", 0).await.unwrap();
+    other.signal("s", "n", 1).await.unwrap();
+    faults.fail_next_signals_after();
+    sender
+        .signal("s", "n", 2)
+        .await
+        .expect("the signal is stored");
+    assert_eq!(faults.signals_after_faults(), 1, "the fault was met");
+
+    let _session = sender.session("s");
+    let timeout = Some(Duration::from_secs(5));
+    let first: u32 = sender.wait_for_signal("s", "n", timeout).await.unwrap();
+    let second: u32 = sender.wait_for_signal("s", "n", timeout).await.unwrap();
+    assert_eq!((first, second), (1, 2));
+    let short = Some(Duration::from_millis(200));
+    assert!(
+        sender
+            .wait_for_signal::<u32>("s", "n", short)
+            .await
+            .is_err(),
+        "once"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

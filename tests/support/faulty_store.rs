@@ -50,6 +50,10 @@ pub(crate) struct Faults {
     held_wake_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
     /// While set, the next `finish_run` fails with [`StoreError::Write`], writing nothing.
     fail_finish: AtomicBool,
+    /// While set, the next `signals_after` fails with [`StoreError::Read`].
+    fail_signals_after: AtomicBool,
+    /// How many `signals_after` calls failed so.
+    signals_after_faults: AtomicUsize,
 }
 
 impl Faults {
@@ -124,6 +128,17 @@ impl Faults {
     /// store, as a broken connection would.
     pub(crate) fn fail_next_try_take(&self) {
         self.fail_try_take.store(true, Ordering::SeqCst);
+    }
+
+    /// Fails the next read of the signals stored after a sequence number (`signals_after`),
+    /// as a dropped connection would.
+    pub(crate) fn fail_next_signals_after(&self) {
+        self.fail_signals_after.store(true, Ordering::SeqCst);
+    }
+
+    /// How many `signals_after` reads failed so far.
+    pub(crate) fn signals_after_faults(&self) -> usize {
+        self.signals_after_faults.load(Ordering::SeqCst)
     }
 
     /// How many signal takes outside any run failed so far.
@@ -315,6 +330,17 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 
     fn signals_after(&self, seq: u64) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
+        if self.faults.fail_signals_after.swap(false, Ordering::SeqCst) {
+            self.faults
+                .signals_after_faults
+                .fetch_add(1, Ordering::SeqCst);
+            return Box::pin(async {
+                Err(StoreError::Read {
+                    thread: String::new(),
+                    message: "injected: the connection dropped".to_owned(),
+                })
+            });
+        }
         self.inner.signals_after(seq)
     }
 

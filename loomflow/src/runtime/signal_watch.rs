@@ -22,6 +22,9 @@ impl Runtime {
         let every = self.inner.poll_interval;
         let notifier = self.store().change_notifier();
         handle.spawn(async move {
+            // Dropped with the task, also when its Tokio runtime shuts down: the next wait
+            // on another Tokio runtime starts a watcher again.
+            let _watching = Watching(weak.clone());
             let mut seen = None;
             loop {
                 // Listening before the counter is read (see `store_told`).
@@ -33,9 +36,13 @@ impl Runtime {
                     let runtime = Runtime { inner };
                     let change = runtime.store().change_counter();
                     if change.is_none() || change != seen {
-                        seen = change;
-                        if let Err(error) = runtime.refresh_signals().await {
-                            tracing::warn!(%error, "could not load signals from the store");
+                        match runtime.refresh_signals().await {
+                            Ok(_) => seen = change,
+                            // Looked again at the next tick, whether or not the store
+                            // changes again meanwhile.
+                            Err(error) => {
+                                tracing::warn!(%error, "could not load signals from the store");
+                            }
                         }
                     }
                 }
@@ -45,5 +52,18 @@ impl Runtime {
                 }
             }
         });
+    }
+}
+
+/// Marks the runtime as watched no more once the watching task ends.
+struct Watching(std::sync::Weak<super::RuntimeInner>);
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner
+                .watching
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
     }
 }

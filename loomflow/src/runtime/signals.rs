@@ -234,8 +234,15 @@ impl Runtime {
                     // Another process stored signals before it, not loaded yet: a refresh
                     // brings them in first, then this one, in the order they were stored.
                     drop(seen);
-                    let (_, own) = self.refresh_signals_telling(Some(seq)).await?;
-                    own.unwrap_or(Delivery::Queued)
+                    match self.refresh_signals_telling(Some(seq)).await {
+                        Ok((_, own)) => own.unwrap_or(Delivery::Queued),
+                        // It is stored: the next refresh brings it in. An error would have
+                        // the caller send it again, and the run receive it twice.
+                        Err(error) => {
+                            tracing::warn!(%session, %name, %error, "a stored signal is not loaded yet");
+                            Delivery::Queued
+                        }
+                    }
                 } else {
                     seen.sent_here.insert(seq);
                     if seen.sent_here.len() > super::seen::MAX_SENT_HERE {
