@@ -815,3 +815,43 @@ async fn a_merged_value_its_field_cannot_hold_is_named() {
         "its input only"
     );
 }
+
+/// A state whose `Clone` panics once `poison` is set: a panic the executor cannot catch,
+/// since no node, router or reducer is running.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Poisoned {
+    poison: bool,
+}
+
+impl Clone for Poisoned {
+    fn clone(&self) -> Self {
+        assert!(!self.poison, "the state cannot be copied");
+        Self {
+            poison: self.poison,
+        }
+    }
+}
+
+/// A started run whose task panicked says so, with the panic's message; it is not taken
+/// for a cancel, which nobody asked for.
+#[tokio::test]
+async fn a_run_task_that_panics_is_not_reported_as_cancelled() {
+    let graph = Graph::new("poisoned")
+        .node_sync("poison", |s: &mut Poisoned| s.poison = true)
+        .edge(START, "poison")
+        .edge("poison", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let error = graph
+        .start(&runtime, "t", Poisoned::default())
+        .await
+        .unwrap_err();
+    match error {
+        RunError::TaskPanicked { thread, message } => {
+            assert_eq!(thread, "t");
+            assert!(message.contains("cannot be copied"), "{message}");
+        }
+        other => panic!("expected TaskPanicked, got {other:?}"),
+    }
+}

@@ -351,11 +351,22 @@ pub enum RunError {
     Runtime(Box<RuntimeError>),
     /// The run was cancelled: stopped with [`Runtime::cancel`](crate::Runtime::cancel) (its
     /// newest checkpoint says so; resuming it is refused with this error too), or the task
-    /// driving it was aborted or panicked.
+    /// driving it was aborted ([`RunHandle::abort`](crate::RunHandle::abort)).
     #[error("run on thread {thread} was cancelled")]
     Cancelled {
         /// The thread.
         thread: String,
+    },
+    /// The task driving a started run panicked outside any node, router or reducer (whose
+    /// panics are caught and fail the step): in the state's `Clone`, `Serialize` or
+    /// `Deserialize`, or in a store. The run's checkpoints are those its last finished
+    /// step left.
+    #[error("the task running thread {thread} panicked: {message}")]
+    TaskPanicked {
+        /// The thread.
+        thread: String,
+        /// The panic message, when it was a string.
+        message: String,
     },
     /// A node asked to suspend the run (an interrupt, a durable wait, a timer).
     ///

@@ -303,6 +303,10 @@ impl<S> Future for RunHandle<S> {
             .poll(cx)
             .map(|joined| match joined {
                 Ok(result) => result,
+                Err(error) if error.is_panic() => Err(RunError::TaskPanicked {
+                    thread: self.thread.clone(),
+                    message: crate::sync::panic_message(&*error.into_panic()),
+                }),
                 Err(_) => Err(RunError::Cancelled {
                     thread: self.thread.clone(),
                 }),
