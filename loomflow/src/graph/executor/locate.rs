@@ -158,6 +158,10 @@ impl StoredNext {
     }
 }
 
+/// What `locate` carries on with outside its block: the rare paths that wait on the store
+/// once the checkpoint has been read, boxed so that they take no room in its future.
+type Carried<'a, S> = std::pin::Pin<Box<dyn Future<Output = Result<Located<S>>> + Send + 'a>>;
+
 /// Works out where the run begins: a fresh input, or a checkpoint to carry on from.
 pub(super) async fn locate<S: State>(
     g: &CompiledInner<S>,
@@ -188,6 +192,9 @@ pub(super) async fn locate<S: State>(
     // room in this future across the await.
     // Where the memory store keeps the thread: the claim found it (see `MemoryStore::claim_now`).
     let placed = (thread, claim.place());
+    // A resume given its values directly: the requests queued for the question it answers
+    // are spent once its position is found, in a future of its own awaited outside.
+    let direct = matches!(start, Start::ResumeOne(_) | Start::Resume(_)) && namespace.is_empty();
     let with_request = 'located: {
         let position = match start {
             Start::Fresh(input) => {
@@ -209,7 +216,9 @@ pub(super) async fn locate<S: State>(
                     && (cp.snapshot.interrupts.iter())
                         .any(|i| i.signal.is_none() && i.wake_at_ms.is_none());
                 if for_a_value {
-                    break 'located Box::pin(with_request(g, (runtime, claim), thread, cp));
+                    let carried: Carried<'_, S> =
+                        Box::pin(with_request(g, (runtime, claim), thread, cp));
+                    break 'located carried;
                 }
                 match cp.status {
                     RunStatus::Completed => {
@@ -235,17 +244,21 @@ pub(super) async fn locate<S: State>(
                 let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answer = only_answer(&cp, thread, value)?;
-                spend_superseded(runtime, thread, namespace).await?;
                 resume_position(g, thread, cp, [answer].into_iter())?
             }
             Start::Resume(values) => {
                 let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answers = answers_by_id(&cp, thread, values)?;
-                spend_superseded(runtime, thread, namespace).await?;
                 resume_position(g, thread, cp, answers.into_iter())?
             }
         };
+        if direct && runtime.may_hold_resume_requests(thread) {
+            break 'located Box::pin(async move {
+                spend_superseded(runtime, thread).await?;
+                Ok(Located::Position(position))
+            });
+        }
         return Ok(Located::Position(position));
     };
     with_request.await
