@@ -714,3 +714,42 @@ async fn an_abandoned_exit_run_hands_its_journal_to_no_other_run() {
         assert_eq!((state, calls.load(Ordering::SeqCst)), (30, 3), "{label}");
     }
 }
+
+/// A resumed step that fails with the value it was given leaves the question open in every
+/// durability mode: `Exit` too keeps the interrupted checkpoint the newest, so the question
+/// is answered again rather than the failed answer replayed by every recover.
+#[tokio::test]
+async fn a_resumed_step_that_fails_can_be_answered_again_in_every_mode() {
+    for durability in [Durability::Sync, Durability::Async, Durability::Exit] {
+        let graph = Graph::new("limit")
+            .node_fn("amount", |n: &mut u32, ctx| {
+                Box::pin(async move {
+                    let amount: u32 = ctx.interrupt(json!("amount?"))?;
+                    if amount > 100 {
+                        return Err(format!("{amount} is over the limit").into());
+                    }
+                    *n = amount;
+                    Ok(())
+                })
+            })
+            .edge(START, "amount")
+            .edge("amount", END)
+            .compile()
+            .unwrap();
+        let rt = Runtime::in_memory();
+        let first = graph.run(&rt, "t", 0).durability(durability).await.unwrap();
+        assert_eq!(first.interrupts().len(), 1);
+        let failed = graph
+            .resume(&rt, "t", 500)
+            .durability(durability)
+            .await
+            .unwrap();
+        assert!(
+            matches!(failed, RunOutcome::Failed { .. }),
+            "{durability:?}: {failed:?}"
+        );
+        let again = graph.resume(&rt, "t", 50).durability(durability).await;
+        let done = again.unwrap_or_else(|e| panic!("{durability:?}: {e}"));
+        assert_eq!(done.completed().unwrap(), 50, "{durability:?}");
+    }
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use loomflow::prelude::*;
 use loomflow::runtime::{
-    ManualClock, RunFilter, RunState, RuntimeError, SqliteOptions, SqliteStore,
+    Durability, ManualClock, RunFilter, RunState, RuntimeError, SqliteOptions, SqliteStore,
 };
 use loomflow::{RunError, SignalError};
 
@@ -1659,5 +1659,56 @@ async fn a_direct_resume_spends_the_resume_requests_queued_for_its_question() {
             .completed()
             .unwrap();
         assert_eq!(done, 503, "memory {memory}");
+    }
+}
+
+/// A resume request whose value the resumed step fails with (here, an amount over the
+/// limit) is refused: the run stays interrupted on the same question, and a corrected
+/// request, from the CLI or HTTP, carries it on. In every durability mode.
+#[tokio::test]
+async fn a_resume_request_the_resumed_step_fails_with_leaves_the_run_waiting() {
+    for durability in [Durability::Sync, Durability::Exit] {
+        let db = TempDb::new("request-fails-step");
+        let runtime = Runtime::builder()
+            .store(SqliteStore::open(&db.0).unwrap())
+            .durability(durability)
+            .build();
+        let graph = Graph::new("limit")
+            .node_fn("amount", |n: &mut u32, ctx| {
+                Box::pin(async move {
+                    let amount: u32 = ctx.interrupt(json!("amount?"))?;
+                    if amount > 100 {
+                        return Err(format!("{amount} is over the limit of 100").into());
+                    }
+                    *n = amount;
+                    Ok(())
+                })
+            })
+            .edge(START, "amount")
+            .edge("amount", END)
+            .compile()
+            .unwrap();
+        let worker = Worker::builder(&runtime).graph(&graph).build();
+        runtime.submit("limit", "t", 0).await.unwrap();
+        worker.run_until_idle().await.unwrap();
+
+        runtime.request_resume("t", 500).await.unwrap();
+        worker.run_until_idle().await.unwrap();
+        assert_eq!(
+            state_of(&runtime, "t").await,
+            RunState::Interrupted,
+            "{durability:?}"
+        );
+        let pending = runtime.pending_interrupts("t").await.unwrap();
+        assert_eq!(pending[0].id, "amount#0", "{durability:?}");
+
+        runtime.request_resume("t", 50).await.unwrap();
+        worker.run_until_idle().await.unwrap();
+        assert_eq!(
+            state_of(&runtime, "t").await,
+            RunState::Completed,
+            "{durability:?}"
+        );
+        assert_eq!(runtime.get_state::<u32>("t").await.unwrap(), Some(50));
     }
 }

@@ -60,8 +60,9 @@ impl Runtime {
     /// wait for a resume value; [`RuntimeError::AmbiguousResume`] when several interrupts
     /// are pending (name one with [`request_resume_with`](Self::request_resume_with)); a
     /// value that does not serialize; a store failure. A value
-    /// the node cannot use is refused when the request is applied: the request is spent,
-    /// and the run stays interrupted.
+    /// the node cannot use (one that does not decode, or one its resumed step fails with) is
+    /// refused when the request is applied: the request is spent, and the run stays
+    /// interrupted, waiting for another.
     pub async fn request_resume(&self, thread: &str, value: impl Serialize) -> Result<Delivery> {
         self.send_resume(thread, None, value).await
     }
@@ -118,8 +119,7 @@ impl Runtime {
     /// answered otherwise (a run cancelled, a run a fork replaces, a question a resume
     /// answered directly): none is left over to answer the run's next question.
     pub(crate) async fn drop_resume_requests(&self, thread: &str, why: &str) -> Result<()> {
-        // The memory store has nothing but the mailbox: most resumes find nothing there.
-        if !self.store().is_durable() && self.mailbox().queued(thread, RESUME_SIGNAL) == 0 {
+        if !self.may_hold_resume_requests(thread) {
             return Ok(());
         }
         self.refresh_signals().await?;
@@ -131,6 +131,13 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+
+    /// Whether resume requests may be queued for `thread`: a durable store may keep some
+    /// that other processes sent; the memory store has nothing but the mailbox, which most
+    /// threads have none in.
+    pub(crate) fn may_hold_resume_requests(&self, thread: &str) -> bool {
+        self.store().is_durable() || self.mailbox().queued(thread, RESUME_SIGNAL) > 0
     }
 
     /// Refuses a resume request that could not apply: one naming an interrupt that is not

@@ -29,7 +29,9 @@ pub(super) struct Position<'a> {
 
 /// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
 /// newest), except in `Exit` mode, which has written nothing yet and records the last good
-/// state with the step to retry.
+/// state with the step to retry. A resumed step that fails leaves the interrupted checkpoint
+/// the newest in every mode, so that its question can be answered again; the resume
+/// requests it applied (see `resume_request`) are refused, spent.
 pub(super) async fn fail<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
@@ -46,7 +48,12 @@ pub(super) async fn fail<S: State>(
     } = at;
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
-    if shared.durability == Durability::Exit {
+    let resumed = !resume_values.is_empty();
+    if resumed && shared.claim.holds_request() {
+        tracing::warn!(thread = %shared.thread, "the resumed step failed with the resume requests it applied: they are spent, and the run waits for another answer");
+        Box::pin(shared.claim.refuse_request()).await?;
+    }
+    if shared.durability == Durability::Exit && !resumed {
         // The whole position, as a checkpoint of another mode would have kept it: the joins'
         // progress, and for a resumed step its finished siblings and the values it was
         // given, so that a recovery neither loses a join nor runs a sibling again.

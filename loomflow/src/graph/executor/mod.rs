@@ -193,6 +193,12 @@ fn claimed<S: State>(
             ) && !result.as_ref().is_err_and(ending::refused);
             let mut refused = false;
             let failure = match &result {
+                // Its resumed step failed with the resume requests it applied: refused, as
+                // a value it cannot take is, below.
+                Ok(RunOutcome::Failed { .. }) if claim.refused_request() => {
+                    refused = true;
+                    None
+                }
                 Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
                 Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
                 // What the store refused it would refuse again: the run fails.

@@ -6,7 +6,8 @@
 //! (a claim makes a suspended run runnable should its execution die), by an execution that
 //! finds the requests in the journal. Letting go would leave the run interrupted with its
 //! requests consumed, and nothing would carry it on. A request the run refused (a value the
-//! node cannot use) is spent: a mark journaled after it says so, and the run lets go.
+//! node cannot use, or one its resumed step failed with) is spent: a mark journaled after it
+//! says so, and the run lets go, interrupted as it was.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,8 @@ use crate::runtime::store::{JournalKey, StoreError};
 #[derive(Default)]
 pub(super) struct TakenRequest {
     held: AtomicBool,
+    /// Whether the run refused requests it took.
+    refused: AtomicBool,
     /// Boxed: every claim has room for one, and few executions take requests.
     refusal: Mutex<Option<Box<JournalKey>>>,
 }
@@ -37,6 +40,18 @@ impl RunClaim {
     pub(crate) fn hold_request(&self, refusal: JournalKey) {
         *crate::sync::lock(&self.inner.request.refusal) = Some(Box::new(refusal));
         self.inner.request.held.store(true, Ordering::Release);
+    }
+
+    /// Whether the execution holds resume requests it did not checkpoint past.
+    pub(crate) fn holds_request(&self) -> bool {
+        self.inner.request.held()
+    }
+
+    /// Whether the execution refused resume requests it took ([`refuse_request`]).
+    ///
+    /// [`refuse_request`]: Self::refuse_request
+    pub(crate) fn refused_request(&self) -> bool {
+        self.inner.request.refused.load(Ordering::Acquire)
     }
 
     /// A checkpoint past the interrupted one is written: the requests are spent.
@@ -58,6 +73,7 @@ impl RunClaim {
         if let Some(key) = refusal {
             self.put_journal_audited(*key, Value::Null, Vec::new())
                 .await?;
+            self.inner.request.refused.store(true, Ordering::Release);
         }
         self.request_spent();
         Ok(())
