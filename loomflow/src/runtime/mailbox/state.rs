@@ -32,10 +32,8 @@ struct Waiter {
     tx: oneshot::Sender<Queued>,
 }
 
-/// One (session, name) queue of a live session.
-///
-/// Invariants: `queue` is sorted by `order`; `queue` and `waiters` are never both non-empty,
-/// because a payload meets a parked waiter as soon as both exist.
+/// One (session, name) queue of a live session. Invariants: `queue` is sorted by `order`;
+/// `queue` and `waiters` are never both non-empty: a payload meets a parked waiter at once.
 struct Channel {
     name: Arc<str>,
     queue: VecDeque<Queued>,
@@ -67,6 +65,8 @@ struct Live {
     /// Parked waiters; each holds the mailbox until it leaves the line.
     holds: usize,
     names: ByName<Channel>,
+    /// A run's guard left: the last exit, whichever it is, keeps the leftovers as pending.
+    keep: bool,
 }
 
 impl Live {
@@ -266,6 +266,7 @@ impl State {
                     guards: 1,
                     holds: 0,
                     names: ByName::default(),
+                    keep: false,
                 };
                 self.live.insert(Arc::clone(session), live);
             }
@@ -276,14 +277,15 @@ impl State {
         }
     }
 
-    /// Closes one guard; the last one out (with no waiter holding on) discards the mailbox.
-    /// A guard leaves; on the last exit, leftovers are discarded, or kept as pending with
-    /// `keep_leftovers`.
+    /// Closes one guard; the last exit (no waiter holding on) discards the leftovers, or
+    /// keeps them as pending once a guard that keeps them (a run's) has left.
     pub(super) fn close(&mut self, config: &MailboxConfig, session: &str, keep_leftovers: bool) {
         if let Some(live) = self.live.get_mut(session) {
             live.guards = live.guards.saturating_sub(1);
+            live.keep |= keep_leftovers;
             if live.unused() {
-                self.retire(config, session, keep_leftovers);
+                let keep = live.keep;
+                self.retire(config, session, keep);
             }
         }
     }
@@ -445,6 +447,7 @@ impl State {
             guards: 0,
             holds: 0,
             names,
+            keep: false,
         };
         self.live.entry(key).or_insert(live)
     }
