@@ -585,3 +585,100 @@ async fn an_exit_run_after_an_abandoned_one_runs_its_subgraph_afresh() {
         assert_eq!(next.await.unwrap().completed().unwrap(), 111);
     }
 }
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Draft {
+    n: u32,
+    approved: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Order {
+    draft: u32,
+    approved: bool,
+    amount: u32,
+}
+
+/// A parent whose resumed step failed after its subgraph had taken an answer and asked
+/// again under the same id (a review loop): the parent's checkpoint still shows the first
+/// question, but an answer given again for it does not answer the second, which the child
+/// asks anew. On the memory store and on SQLite.
+#[tokio::test]
+async fn an_answer_does_not_answer_the_question_a_looping_subgraph_asks_again() {
+    let db = loomflow_tests::TempDb::new("subgraph-loop");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let review = Graph::new("review")
+            .node_fn("x", |d: &mut Draft, ctx| {
+                Box::pin(async move {
+                    d.approved = ctx.interrupt(json!({ "draft": d.n }))?;
+                    d.n += 1;
+                    Ok(())
+                })
+            })
+            .edge(START, "x")
+            .branch(
+                "x",
+                ["x", END],
+                |d: &Draft| if d.approved { END } else { "x" },
+            )
+            .compile()
+            .unwrap();
+        let order = Graph::new("order")
+            .subgraph(
+                "sub",
+                review,
+                |_: &Order| Draft::default(),
+                |o: &mut Order, d: Draft| (o.draft, o.approved) = (d.n - 1, d.approved),
+            )
+            .node_fn("amount", |o: &mut Order, ctx| {
+                Box::pin(async move {
+                    let amount: u32 = ctx.interrupt(json!("amount?"))?;
+                    if amount > 100 {
+                        return Err(format!("{amount} is over the limit").into());
+                    }
+                    o.amount = amount;
+                    Ok(())
+                })
+            })
+            .edge(START, "sub")
+            .edge(START, "amount")
+            .edge("sub", END)
+            .edge("amount", END)
+            .compile()
+            .unwrap();
+        let first = order.invoke(&runtime, "t", Order::default()).await.unwrap();
+        let ids: Vec<String> = first.interrupts().iter().map(|i| i.id.clone()).collect();
+        let review_id = ids.iter().find(|id| id.starts_with("sub")).unwrap().clone();
+        // Draft 0 is sent back; the amount is refused: the step fails, the child has asked
+        // about draft 1 under the same id.
+        let answers = [
+            (review_id.clone(), json!(false)),
+            ("amount#0".into(), json!(500)),
+        ];
+        let failed = order.resume_with(&runtime, "t", answers).await.unwrap();
+        assert!(matches!(failed, RunOutcome::Failed { .. }), "{failed:?}");
+
+        let answers = [
+            (review_id.clone(), json!(true)),
+            ("amount#0".into(), json!(50)),
+        ];
+        let again = order.resume_with(&runtime, "t", answers).await.unwrap();
+        let asked: Vec<_> = again
+            .interrupts()
+            .iter()
+            .map(|i| i.payload.clone())
+            .collect();
+        assert_eq!(
+            asked,
+            [json!({ "draft": 1 })],
+            "draft 1 is asked about, not approved unseen"
+        );
+        let done = order
+            .resume(&runtime, "t", true)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap();
+        assert_eq!((done.draft, done.approved, done.amount), (1, true, 50));
+    }
+}

@@ -43,6 +43,8 @@ pub(crate) struct RunShared {
     /// The W3C `traceparent` of this execution's `run` span (feature `otel`), kept in its
     /// checkpoints so that the execution carrying the run on can link to it.
     pub(crate) trace: Option<Arc<str>>,
+    /// The id of the checkpoint this execution carried on from; 0 for a fresh run.
+    pub(crate) resumed_from: u64,
 }
 
 impl Drop for RunShared {
@@ -309,6 +311,12 @@ impl Context {
         RunError::Suspended {
             node: String::from(&*self.node),
         }
+    }
+
+    /// The id of the checkpoint this execution carried on from; 0 for a fresh run. A child
+    /// checkpoint newer than it was written by an execution that went further.
+    pub(crate) fn resumed_from(&self) -> u64 {
+        self.run.resumed_from
     }
 
     /// The resume values given for this node's child interrupts (a subgraph node), by

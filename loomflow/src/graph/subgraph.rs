@@ -66,13 +66,16 @@ impl<S: State, T: State> SubgraphNode<S, T> {
             });
         };
         let mut values = ctx.child_resume_values();
-        if latest.status != RunStatus::Interrupted || values.is_empty() {
+        // The child writes its own checkpoints: it may have taken an answer and asked again
+        // in a step whose parent did not write (a sibling failed or was refused, the process
+        // died), under the same id if it asks in a loop. A child checkpoint newer than the
+        // parent's is such a question, which the answers given are not for: it reaches the
+        // parent as the child is recovered.
+        let moved_on = latest.id > ctx.resumed_from();
+        if latest.status != RunStatus::Interrupted || values.is_empty() || moved_on {
             return Ok(Start::Recover);
         }
-        // Only the answers to what the child still asks. The child writes its own
-        // checkpoints: it may have taken an answer and asked again in a step whose parent
-        // did not write (a sibling's value was refused, the store failed). Its new question
-        // then reaches the parent as the child is recovered.
+        // Only the answers to what the child still asks.
         let pending = latest.interrupts()?;
         values.retain(|id, _| pending.iter().any(|interrupt| interrupt.id == *id));
         Ok(match values.is_empty() {

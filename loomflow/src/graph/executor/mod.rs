@@ -318,6 +318,7 @@ fn run_supersteps<S: State>(
             claim,
             audit: std::sync::Mutex::default(),
             trace: crate::telemetry::current_trace_parent().map(Arc::from),
+            resumed_from: resumed.as_ref().map_or(0, |resumed| resumed.checkpoint),
         });
         let still_waiting = observe::picked_up(&shared, g, run, resumed, &resume_values);
         let key = RunKey::of(&shared);

@@ -19,6 +19,8 @@ use crate::telemetry::{self, TARGET};
 /// Where a run picked up from, when it carried on from a checkpoint.
 #[derive(Debug)]
 pub(super) struct Resumed {
+    /// The id of the checkpoint it carried on from.
+    pub(super) checkpoint: u64,
     /// The step of the checkpoint it carried on from.
     pub(super) step: u64,
     /// That checkpoint's status: `Interrupted` for a resume, `Running` or `Failed` when an

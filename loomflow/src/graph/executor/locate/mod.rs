@@ -13,10 +13,12 @@ use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
-use crate::graph::identity;
 use crate::graph::run::RunOutcome;
 use crate::runtime::claim::RunClaim;
 use crate::runtime::{Checkpoint, ResumeRequest, RunStatus, Runtime};
+
+mod graph_change;
+use graph_change::check_graph;
 
 pub(super) enum Located<S> {
     Position(Position<S>),
@@ -262,53 +264,6 @@ pub(super) async fn locate<S: State>(
         return Ok(Located::Position(position));
     };
     with_request.await
-}
-
-/// Refuses a checkpoint written by a graph of another structure, naming what changed (from
-/// the description its run kept; a checkpoint from before fingerprints, or a caller who
-/// allowed the change, is let through).
-///
-/// Takes the checkpoint by reference: the future then keeps no copy of it, and a checkpoint
-/// of the same graph is let through without waiting on anything.
-async fn check_graph<S>(
-    g: &CompiledInner<S>,
-    thread: &str,
-    runtime: &Runtime,
-    cp: &Stored<S>,
-    allow_graph_change: bool,
-) -> Result<()> {
-    let Some(recorded) = cp.snapshot.graph.as_deref().filter(|_| !allow_graph_change) else {
-        return Ok(());
-    };
-    if *recorded == *g.fingerprint {
-        return Ok(());
-    }
-    let mut before = cp.snapshot.graph_description.clone();
-    if before.is_none() {
-        for earlier in runtime.store().list_checkpoints(thread).await? {
-            if earlier.run != cp.run || !earlier.namespace.is_empty() {
-                continue;
-            }
-            let earlier = Snapshot::decode(earlier.body, thread)?;
-            if earlier.graph.as_deref() == Some(recorded) && earlier.graph_description.is_some() {
-                before = earlier.graph_description;
-                break;
-            }
-        }
-    }
-    let changes = match before {
-        // Edges declared in another order: the same graph to a run.
-        Some(before) if identity::same_but_for_edge_order(&before, &g.description) => {
-            return Ok(());
-        }
-        Some(before) => identity::changes(&before, &g.description),
-        None => vec![format!("structure {recorded} is now {}", g.fingerprint)],
-    };
-    Err(RunError::GraphChanged {
-        thread: thread.to_owned(),
-        graph: g.name.to_string(),
-        changes,
-    })
 }
 
 /// The newest checkpoint of `thread`, read for `g` (with its interrupts' payloads or not).
@@ -577,6 +532,7 @@ fn from_checkpoint<S: State>(
         trace,
     } = cp.snapshot;
     let resumed = Resumed {
+        checkpoint: cp.id,
         step: cp.step,
         status: cp.status,
         trace,

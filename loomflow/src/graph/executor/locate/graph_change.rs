@@ -1,0 +1,56 @@
+//! The check that a run carries on with the graph that wrote its checkpoint.
+
+use super::Stored;
+use crate::graph::compiled::CompiledInner;
+use crate::graph::error::RunError;
+use crate::graph::executor::Result;
+use crate::graph::executor::checkpoint::Snapshot;
+use crate::graph::identity;
+use crate::runtime::Runtime;
+
+/// Refuses a checkpoint written by a graph of another structure, naming what changed (from
+/// the description its run kept; a checkpoint from before fingerprints, or a caller who
+/// allowed the change, is let through).
+///
+/// Takes the checkpoint by reference: the future then keeps no copy of it, and a checkpoint
+/// of the same graph is let through without waiting on anything.
+pub(super) async fn check_graph<S>(
+    g: &CompiledInner<S>,
+    thread: &str,
+    runtime: &Runtime,
+    cp: &Stored<S>,
+    allow_graph_change: bool,
+) -> Result<()> {
+    let Some(recorded) = cp.snapshot.graph.as_deref().filter(|_| !allow_graph_change) else {
+        return Ok(());
+    };
+    if *recorded == *g.fingerprint {
+        return Ok(());
+    }
+    let mut before = cp.snapshot.graph_description.clone();
+    if before.is_none() {
+        for earlier in runtime.store().list_checkpoints(thread).await? {
+            if earlier.run != cp.run || !earlier.namespace.is_empty() {
+                continue;
+            }
+            let earlier = Snapshot::decode(earlier.body, thread)?;
+            if earlier.graph.as_deref() == Some(recorded) && earlier.graph_description.is_some() {
+                before = earlier.graph_description;
+                break;
+            }
+        }
+    }
+    let changes = match before {
+        // Edges declared in another order: the same graph to a run.
+        Some(before) if identity::same_but_for_edge_order(&before, &g.description) => {
+            return Ok(());
+        }
+        Some(before) => identity::changes(&before, &g.description),
+        None => vec![format!("structure {recorded} is now {}", g.fingerprint)],
+    };
+    Err(RunError::GraphChanged {
+        thread: thread.to_owned(),
+        graph: g.name.to_string(),
+        changes,
+    })
+}
