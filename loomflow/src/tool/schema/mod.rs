@@ -138,7 +138,7 @@ fn make_nullable(schema: &mut Value) {
     *schema = json!({ "anyOf": [inner, { "type": "null" }] });
 }
 
-fn accepts_null(schema: &Value) -> bool {
+pub(super) fn accepts_null(schema: &Value) -> bool {
     match schema {
         Value::Bool(yes) => *yes,
         Value::Object(map) => {

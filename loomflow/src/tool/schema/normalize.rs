@@ -2,11 +2,12 @@
 
 use serde_json::{Number, Value};
 
+use super::accepts_null;
 use super::validate::{MAX_DEPTH, Steps, fits, integer_range, integral, required_names, resolve};
 
 /// Rewrites arguments that [`validate`](super::validate) accepts into the form serde
-/// decodes: a `null` given for a property that is not required is removed (strict mode sends
-/// it for a property left out), and an integral float (`3.0`) where the schema asks for an
+/// decodes: a `null` given for a property that is not required, and whose schema does not
+/// accept `null`, is removed (strict mode sends it for a property left out), and an integral float (`3.0`) where the schema asks for an
 /// integer becomes that integer, when it is within the range of its `format`.
 ///
 /// Follows `properties`, `additionalProperties`, `items`, `prefixItems`, local `$ref`s,
@@ -38,9 +39,12 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, step
         Value::Object(object) => {
             let properties = map.get("properties").and_then(Value::as_object);
             let required = required_names(map);
+            // A `null` the property's own schema accepts is a value (often "clear it"),
+            // which a tool's decoder, or an MCP server, must be given as it was sent.
             object.retain(|name, field| {
+                let property = properties.and_then(|p| p.get(name));
                 !(field.is_null()
-                    && properties.is_some_and(|p| p.contains_key(name))
+                    && property.is_some_and(|p| !accepts_null(p))
                     && !required.contains(&name.as_str()))
             });
             for (name, field) in object.iter_mut() {
@@ -150,7 +154,22 @@ mod tests {
         );
         assert!(arguments["a"].is_i64());
 
+        // A `null` the property accepts is a value, kept: here, "unassign".
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "issue": { "type": "integer" },
+                "assignee": { "type": ["string", "null"] },
+                "label": { "type": "string" }
+            },
+            "required": ["issue"]
+        });
+        let mut arguments = json!({ "issue": 5, "assignee": null, "label": null });
+        normalize_arguments(&schema, &mut arguments);
+        assert_eq!(arguments, json!({ "issue": 5, "assignee": null }));
+
         // Out of the format's range: left as it is, for the validator to report.
+        let schema = json!({ "properties": { "a": { "type": "integer", "format": "int64" } } });
         let mut arguments = json!({ "a": 1e20 });
         normalize_arguments(&schema, &mut arguments);
         assert!(arguments["a"].is_f64());

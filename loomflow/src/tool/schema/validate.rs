@@ -25,6 +25,7 @@ pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
     Validator {
         root: schema,
         steps: &steps,
+        const_missed: std::cell::Cell::new(false),
     }
     .check(schema, value, &mut String::new(), 0)
 }
@@ -32,9 +33,14 @@ pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
 /// Whether `value` fits `schema`, a part of `root` (which its `$ref`s point into), within
 /// what is left of `steps`.
 pub(super) fn fits(root: &Value, schema: &Value, value: &Value, steps: &Steps) -> bool {
-    Validator { root, steps }
-        .check(schema, value, &mut String::new(), 0)
-        .is_ok()
+    let const_missed = std::cell::Cell::new(false);
+    Validator {
+        root,
+        steps,
+        const_missed,
+    }
+    .check(schema, value, &mut String::new(), 0)
+    .is_ok()
 }
 
 /// The most steps (schema nodes visited) one check or rewrite of a call's arguments takes.
@@ -65,6 +71,9 @@ pub(super) fn resolve<'s>(root: &'s Value, reference: &str) -> Option<&'s Value>
 struct Validator<'s> {
     root: &'s Value,
     steps: &'s Steps,
+    /// Whether the last error came from a value that is not a constant (`const`, `enum`)
+    /// a schema asks for.
+    const_missed: std::cell::Cell<bool>,
 }
 
 pub(super) const MAX_DEPTH: usize = 64;
@@ -114,6 +123,7 @@ impl Validator<'_> {
         if let Some(Value::Array(options)) = map.get("enum")
             && !options.contains(value)
         {
+            self.const_missed.set(true);
             let options: Vec<String> = options.iter().map(Value::to_string).collect();
             return Err(format!(
                 "{}: expected one of {}, got {value}",
@@ -124,6 +134,7 @@ impl Validator<'_> {
         if let Some(expected) = map.get("const")
             && expected != value
         {
+            self.const_missed.set(true);
             return Err(format!("{}: expected {expected}, got {value}", at(path)));
         }
         check_integer_format(map, value, path)?;
@@ -164,11 +175,6 @@ impl Validator<'_> {
         }
         if let Value::Object(object) = value {
             let required = required_names(map);
-            for name in &required {
-                if !object.contains_key(*name) {
-                    return Err(format!("missing required field `{}`", join(path, name)));
-                }
-            }
             let properties = map.get("properties").and_then(Value::as_object);
             for (name, field) in object {
                 // `null` for an optional property is the property left out.
@@ -190,6 +196,13 @@ impl Validator<'_> {
                 };
                 path.truncate(len);
                 result?;
+            }
+            // After the fields given: a tagged enum's other variants miss on their tag
+            // first, rather than on a field the variant meant does not have.
+            for name in &required {
+                if !object.contains_key(*name) {
+                    return Err(format!("missing required field `{}`", join(path, name)));
+                }
             }
         }
         if let (Value::Array(items), Some(Value::Array(prefix))) = (value, map.get("prefixItems")) {
@@ -221,17 +234,16 @@ impl Validator<'_> {
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(Value::Array(branches)) = map.get(key) {
-                let mut first_error = None;
+                let mut misses = Vec::new();
                 let mut matched = false;
                 for branch in branches {
+                    self.const_missed.set(false);
                     match self.check(branch, value, path, depth + 1) {
                         Ok(()) => {
                             matched = true;
                             break;
                         }
-                        Err(error) => {
-                            first_error.get_or_insert(error);
-                        }
+                        Err(error) => misses.push((error, self.const_missed.get())),
                     }
                 }
                 if !matched && self.steps.spent() {
@@ -239,13 +251,53 @@ impl Validator<'_> {
                     return Err(too_long(path));
                 }
                 if !matched {
-                    return Err(
-                        first_error.unwrap_or_else(|| format!("{}: no schema matched", at(path)))
-                    );
+                    return Err(self.no_branch(branches, value, path, misses));
                 }
             }
         }
         Ok(())
+    }
+
+    /// What a value no branch of an `anyOf`/`oneOf` took is told: every allowed value when
+    /// the branches are constants (an enum's documented variants), else what the branch the
+    /// value came closest to asks for: one it did not miss on a constant (a tagged enum's
+    /// other variants miss on their tag), and of those the one whose error lies deepest.
+    fn no_branch(
+        &self,
+        branches: &[Value],
+        value: &Value,
+        path: &str,
+        misses: Vec<(String, bool)>,
+    ) -> String {
+        if let Some(allowed) = constants(self.root, branches) {
+            self.const_missed.set(true);
+            let allowed: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
+            return format!(
+                "{}: expected one of {}, got {value}",
+                at(path),
+                allowed.join(", ")
+            );
+        }
+        let mut best: Option<(String, bool)> = None;
+        for (error, const_missed) in misses {
+            let better = match &best {
+                None => true,
+                Some((kept, kept_missed)) => {
+                    (*kept_missed && !const_missed)
+                        || (*kept_missed == const_missed && reach(&error) > reach(kept))
+                }
+            };
+            if better {
+                best = Some((error, const_missed));
+            }
+        }
+        match best {
+            Some((error, const_missed)) => {
+                self.const_missed.set(const_missed);
+                error
+            }
+            None => format!("{}: no schema matched", at(path)),
+        }
     }
 
     fn resolve(&self, reference: &str) -> Option<&Value> {
@@ -357,6 +409,33 @@ fn check_lengths(
         ));
     }
     Ok(())
+}
+
+/// The constants `branches` allow, when each is a `const` or an `enum` (through a local
+/// `$ref`); `None` when one is anything else.
+fn constants(root: &Value, branches: &[Value]) -> Option<Vec<Value>> {
+    let mut allowed = Vec::new();
+    for branch in branches {
+        let mut branch = branch;
+        if let Some(target) = branch
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| resolve(root, r))
+        {
+            branch = target;
+        }
+        match (branch.get("const"), branch.get("enum")) {
+            (Some(constant), _) => allowed.push(constant.clone()),
+            (None, Some(Value::Array(values))) => allowed.extend(values.iter().cloned()),
+            _ => return None,
+        }
+    }
+    Some(allowed)
+}
+
+/// How deep in the arguments an error lies: the length of the field it names.
+fn reach(error: &str) -> usize {
+    error.split('`').nth(1).map_or(0, |field| field.len() + 1)
 }
 
 fn at(path: &str) -> String {
@@ -488,6 +567,49 @@ mod tests {
         assert_eq!(
             validate(&schema, &json!({ "city": "x", "dates": [{ "day": 0 }] })),
             Err("field `dates[0].day`: expected a number >= 1, got 0".to_owned())
+        );
+    }
+
+    /// A value no branch takes is told what the branches allow: every documented variant
+    /// of an enum, not the first alone; for a tagged enum, what the variant its tag names
+    /// asks for, not the first variant's tag.
+    #[test]
+    fn a_value_no_branch_takes_is_told_what_the_branches_allow() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "order": { "$ref": "#/$defs/Order" },
+                "filter": { "oneOf": [
+                    { "type": "object", "properties": {
+                        "kind": { "const": "tag" }, "name": { "type": "string" }
+                    }, "required": ["kind", "name"] },
+                    { "type": "object", "properties": {
+                        "kind": { "const": "price" }, "max": { "type": "number" }
+                    }, "required": ["kind", "max"] }
+                ] }
+            },
+            "$defs": { "Order": { "oneOf": [
+                { "const": "ascending", "description": "oldest first" },
+                { "enum": ["descending"], "description": "newest first" }
+            ] } }
+        });
+        assert_eq!(
+            validate(&schema, &json!({ "order": "newest" })),
+            Err(
+                r#"field `order`: expected one of "ascending", "descending", got "newest""#
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            validate(
+                &schema,
+                &json!({ "filter": { "kind": "price", "max": "ten" } })
+            ),
+            Err(r#"field `filter.max`: expected a number, got the string "ten""#.to_owned())
+        );
+        assert_eq!(
+            validate(&schema, &json!({ "filter": { "kind": "price" } })),
+            Err("missing required field `filter.max`".to_owned())
         );
     }
 }
