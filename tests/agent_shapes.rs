@@ -1306,3 +1306,55 @@ async fn a_swarm_agent_follows_its_agents_tools() {
         .to_owned();
     assert!(result.contains("unknown tool notes"), "{result}");
 }
+
+/// A planner whose reply holds no steps does not send the executor to do an empty step,
+/// whose work would be thrown away and done again: the replanner plans from nothing done,
+/// and the run still ends within `max_steps`.
+#[tokio::test]
+async fn an_empty_plan_goes_to_the_replanner_not_to_the_executor() {
+    let (executor, model) = listened("executor", &["x", "1"]);
+    let graph = PlanAndExecute::new(
+        scripted("planner", &[""]),
+        executor,
+        scripted("replanner", &["add the numbers", "DONE: ok"]),
+    )
+    .max_steps(1)
+    .build()
+    .unwrap();
+    let team = run(&graph, "t").await;
+    assert_eq!(team.path, ["planner", "replanner", "executor", "replanner"]);
+    assert_eq!(team.output.as_deref(), Some("ok"));
+    let asked = prompts(&model);
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].ends_with("add the numbers"), "{asked:?}");
+}
+
+/// A replanner stopped before it decided (here a guardrail blocks its reply) fails the
+/// team naming it, as a supervisor does, rather than ending the run as if it said `DONE`.
+#[tokio::test]
+async fn a_replanner_stopped_before_it_decided_fails_naming_it() {
+    let replanner = Agent::builder("You replan.")
+        .name("replanner")
+        .model(ScriptedModel::new([ModelResponse::text("DONE: it is 4")]))
+        .guardrail(on_output("no_answers", |_| Verdict::Block("no".into())))
+        .build()
+        .unwrap();
+    let graph = PlanAndExecute::new(
+        scripted("planner", &["add"]),
+        scripted("executor", &["4"]),
+        replanner,
+    )
+    .build()
+    .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "team", TeamState::new("2+2?"))
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}");
+    };
+    assert!(
+        error.to_string().contains("replanner") && format!("{error:?}").contains("Undecided"),
+        "{error:?}"
+    );
+}

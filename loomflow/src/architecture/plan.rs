@@ -1,7 +1,7 @@
 //! [`PlanAndExecute`]: plan, execute the steps with a worker, re-plan until done.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, agent_input, answer, directive};
+use crate::architecture::{TeamState, agent_input, answer, decision, directive};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// A planner writes steps, an executor carries them out one by one, and a replanner either
@@ -109,11 +109,17 @@ impl PlanAndExecute {
     /// Never in practice; the graph's shape is fixed.
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let max_steps = usize::try_from(self.max_steps).unwrap_or(usize::MAX);
+        let (planner, replanner) = (
+            self.planner.name().to_owned(),
+            self.replanner.name().to_owned(),
+        );
         Ok(Graph::new("plan_and_execute")
-            // A backstop only: `max_steps` ends the run first (planner, then at most one
-            // replanner per step).
+            // A backstop only: `max_steps` ends the run first (planner, the replanner when
+            // the plan had no steps, then at most one replanner per step).
             .recursion_limit(self.max_steps.saturating_mul(2).saturating_add(2))
-            .subgraph(
+            // The planner and the replanner decide what the team does next: a blocked, cut
+            // or partial reply fails their node rather than being taken for a plan.
+            .subgraph_checked(
                 "planner",
                 self.planner.graph().clone(),
                 |team: &TeamState| {
@@ -122,9 +128,10 @@ impl PlanAndExecute {
                         team.task
                     ))
                 },
-                |team: &mut TeamState, state: AgentState| {
+                move |team: &mut TeamState, state: AgentState| {
+                    team.plan = steps(&decision(&planner, &state)?);
                     team.path.push("planner".to_owned());
-                    team.plan = steps(&answer(&state));
+                    Ok(())
                 },
             )
             .subgraph(
@@ -149,7 +156,7 @@ impl PlanAndExecute {
                     }
                 },
             )
-            .subgraph(
+            .subgraph_checked(
                 "replanner",
                 self.replanner.graph().clone(),
                 |team: &TeamState| {
@@ -160,8 +167,8 @@ impl PlanAndExecute {
                     ))
                 },
                 move |team: &mut TeamState, state: AgentState| {
+                    let text = decision(&replanner, &state)?;
                     team.path.push("replanner".to_owned());
-                    let text = answer(&state);
                     match directive(&text, "done") {
                         Some(rest) if !rest.is_empty() => team.output = Some(rest),
                         // A bare `DONE`: the last result is the answer.
@@ -175,10 +182,15 @@ impl PlanAndExecute {
                             }
                         }
                     }
+                    Ok(())
                 },
             )
             .edge(START, "planner")
-            .edge("planner", "executor")
+            // A plan with no steps (a blank reply) goes to the replanner, which sees nothing
+            // done: the executor is not asked to do an empty step.
+            .branch("planner", ["executor", "replanner"], |team: &TeamState| {
+                if team.plan.is_empty() { "replanner" } else { "executor" }
+            })
             .branch("executor", ["executor", "replanner", END], |team: &TeamState| {
                 if team.plan.is_empty() {
                     "replanner"
