@@ -1358,3 +1358,39 @@ async fn a_replanner_stopped_before_it_decided_fails_naming_it() {
         "{error:?}"
     );
 }
+
+/// Two teams of one shape, named apart, on one worker: each run is carried on by its own
+/// team's agents. (Under the shape's one default name, the second would replace the first.)
+#[tokio::test]
+async fn teams_of_one_shape_named_apart_run_their_own_runs() {
+    let team = |name: &str, word: &str| {
+        PlanAndExecute::new(
+            scripted("planner", &["do it"]),
+            scripted("executor", &[word]),
+            scripted("replanner", &["DONE"]),
+        )
+        .name(name)
+        .build()
+        .unwrap()
+    };
+    let (research, coding) = (team("research", "found"), team("coding", "coded"));
+    assert_eq!((research.name(), coding.name()), ("research", "coding"));
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime)
+        .graph(&research)
+        .graph(&coding)
+        .build();
+    runtime
+        .submit("research", "r", TeamState::new("look"))
+        .await
+        .unwrap();
+    runtime
+        .submit("coding", "c", TeamState::new("build"))
+        .await
+        .unwrap();
+    worker.run_until_idle().await.unwrap();
+    for (thread, output) in [("r", "found"), ("c", "coded")] {
+        let team: TeamState = runtime.get_state(thread).await.unwrap().unwrap();
+        assert_eq!(team.output.as_deref(), Some(output), "{thread}");
+    }
+}

@@ -27,6 +27,8 @@ use crate::graph::{CompiledGraph, END, Graph, START};
 /// the number of proposals, and `path` alternates `actor` and `critic`.
 #[must_use]
 pub struct ActorCritic {
+    /// The graph's name (default `actor_critic`): what a worker and `submit` know it by.
+    name: String,
     actor: Agent,
     critic: Agent,
     threshold: u8,
@@ -119,11 +121,20 @@ impl ActorCritic {
     /// An actor and the critic that scores its proposals (they may be the same agent).
     pub fn new(actor: Agent, critic: Agent) -> Self {
         Self {
+            name: "actor_critic".to_owned(),
             actor,
             critic,
             threshold: 8,
             max_rounds: 3,
         }
+    }
+
+    /// Names the team's graph (default `actor_critic`): a [`Worker`](crate::Worker) and
+    /// [`Runtime::submit`](crate::Runtime::submit) find a graph by its name, so two teams of
+    /// this shape on one store need names of their own, or one would run the other's runs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// The lowest score that accepts a proposal (default 8). Above 10, nothing is accepted
@@ -147,7 +158,7 @@ impl ActorCritic {
     /// Never in practice; the graph's shape is fixed.
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let (threshold, max_rounds) = (self.threshold, self.max_rounds);
-        Ok(Graph::new("actor_critic")
+        Ok(Graph::new(self.name.clone())
             .recursion_limit(2 * u64::from(max_rounds) + 1)
             .subgraph(
                 "actor",

@@ -18,6 +18,8 @@ use crate::model::Message;
 /// every debater spoke; `path` lists the debaters in turn, then `judge`.
 #[must_use]
 pub struct Debate {
+    /// The graph's name (default `debate`): what a worker and `submit` know it by.
+    name: String,
     judge: Agent,
     debaters: Vec<(String, Agent)>,
     rounds: u32,
@@ -54,10 +56,19 @@ impl Debate {
     /// A debate that `judge` decides; add at least two debaters.
     pub fn new(judge: Agent) -> Self {
         Self {
+            name: "debate".to_owned(),
             judge,
             debaters: Vec::new(),
             rounds: 2,
         }
+    }
+
+    /// Names the team's graph (default `debate`): a [`Worker`](crate::Worker) and
+    /// [`Runtime::submit`](crate::Runtime::submit) find a graph by its name, so two teams of
+    /// this shape on one store need names of their own, or one would run the other's runs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Adds a debater; debaters speak in the order they were added.
@@ -98,7 +109,7 @@ impl Debate {
         let names: Vec<String> = self.debaters.iter().map(|(name, _)| name.clone()).collect();
         let everyone = names.join(", ");
         let turns = names.len() as u64 * u64::from(rounds);
-        let mut graph = Graph::new("debate").recursion_limit(turns + 2);
+        let mut graph = Graph::new(self.name.clone()).recursion_limit(turns + 2);
         for (i, (name, agent)) in self.debaters.into_iter().enumerate() {
             let closes_round = i + 1 == names.len();
             let everyone = everyone.clone();

@@ -21,6 +21,8 @@ use crate::graph::{CompiledGraph, END, Graph, START};
 /// (`1.`, `2)`, `-`, `*`) and the space after it taken off.
 #[must_use]
 pub struct PlanAndExecute {
+    /// The graph's name (default `plan_and_execute`): what a worker and `submit` know it by.
+    name: String,
     planner: Agent,
     executor: Agent,
     replanner: Agent,
@@ -82,11 +84,20 @@ impl PlanAndExecute {
     /// A team of three agents (they may be the same agent).
     pub fn new(planner: Agent, executor: Agent, replanner: Agent) -> Self {
         Self {
+            name: "plan_and_execute".to_owned(),
             planner,
             executor,
             replanner,
             max_steps: 20,
         }
+    }
+
+    /// Names the team's graph (default `plan_and_execute`): a [`Worker`](crate::Worker) and
+    /// [`Runtime::submit`](crate::Runtime::submit) find a graph by its name, so two teams of
+    /// this shape on one store need names of their own, or one would run the other's runs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// The most steps the executor carries out in a run, over every plan (default 20); 0
@@ -113,7 +124,7 @@ impl PlanAndExecute {
             self.planner.name().to_owned(),
             self.replanner.name().to_owned(),
         );
-        Ok(Graph::new("plan_and_execute")
+        Ok(Graph::new(self.name.clone())
             // A backstop only: `max_steps` ends the run first (planner, the replanner when
             // the plan had no steps, then at most one replanner per step).
             .recursion_limit(self.max_steps.saturating_mul(2).saturating_add(2))

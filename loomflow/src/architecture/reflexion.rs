@@ -21,6 +21,8 @@ use crate::graph::{CompiledGraph, END, Graph, START};
 /// and `critic`.
 #[must_use]
 pub struct Reflexion {
+    /// The graph's name (default `reflexion`): what a worker and `submit` know it by.
+    name: String,
     actor: Agent,
     critic: Agent,
     max_rounds: u32,
@@ -73,10 +75,19 @@ impl Reflexion {
     /// An actor and the critic that evaluates its answers (they may be the same agent).
     pub fn new(actor: Agent, critic: Agent) -> Self {
         Self {
+            name: "reflexion".to_owned(),
             actor,
             critic,
             max_rounds: 3,
         }
+    }
+
+    /// Names the team's graph (default `reflexion`): a [`Worker`](crate::Worker) and
+    /// [`Runtime::submit`](crate::Runtime::submit) find a graph by its name, so two teams of
+    /// this shape on one store need names of their own, or one would run the other's runs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// The most answers the actor gives (default 3); after the last one is critiqued the run
@@ -93,7 +104,7 @@ impl Reflexion {
     /// Never in practice; the graph's shape is fixed.
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let max_rounds = self.max_rounds;
-        Ok(Graph::new("reflexion")
+        Ok(Graph::new(self.name.clone())
             .recursion_limit(2 * u64::from(max_rounds) + 1)
             .subgraph(
                 "actor",

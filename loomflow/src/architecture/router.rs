@@ -19,6 +19,8 @@ use crate::model::Message;
 /// [`AgentError::Undecided`](crate::agent::AgentError::Undecided), naming it and why.
 #[must_use]
 pub struct Router {
+    /// The graph's name (default `router`): what a worker and `submit` know it by.
+    name: String,
     classifier: Agent,
     workers: Vec<Member>,
 }
@@ -43,9 +45,18 @@ impl Router {
     /// A router whose classification step is `classifier`.
     pub fn new(classifier: Agent) -> Self {
         Self {
+            name: "router".to_owned(),
             classifier,
             workers: Vec::new(),
         }
+    }
+
+    /// Names the team's graph (default `router`): a [`Worker`](crate::Worker) and
+    /// [`Runtime::submit`](crate::Runtime::submit) find a graph by its name, so two teams of
+    /// this shape on one store need names of their own, or one would run the other's runs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Adds a worker.
@@ -74,7 +85,7 @@ impl Router {
         let workers = self.workers.clone();
         let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
         let classifier = self.classifier.name().to_owned();
-        let mut graph = Graph::new("router")
+        let mut graph = Graph::new(self.name.clone())
             .subgraph_checked(
                 "router",
                 self.classifier.graph().clone(),

@@ -25,6 +25,8 @@ use crate::model::Message;
 /// [`AgentError::Undecided`](crate::agent::AgentError::Undecided), naming it and why.
 #[must_use]
 pub struct Supervisor {
+    /// The graph's name (default `supervisor`): what a worker and `submit` know it by.
+    name: String,
     supervisor: Agent,
     workers: Vec<Member>,
     max_rounds: u64,
@@ -51,10 +53,19 @@ impl Supervisor {
     /// A team led by `supervisor`.
     pub fn new(supervisor: Agent) -> Self {
         Self {
+            name: "supervisor".to_owned(),
             supervisor,
             workers: Vec::new(),
             max_rounds: 10,
         }
+    }
+
+    /// Names the team's graph (default `supervisor`): a [`Worker`](crate::Worker) and
+    /// [`Runtime::submit`](crate::Runtime::submit) find a graph by its name, so two teams of
+    /// this shape on one store need names of their own, or one would run the other's runs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Adds a worker.
@@ -108,7 +119,7 @@ impl Supervisor {
         let max_rounds = self.max_rounds;
         let boss = self.supervisor.name().to_owned();
         let limit = max_rounds.saturating_mul(2).saturating_add(1);
-        let mut graph = Graph::new("supervisor")
+        let mut graph = Graph::new(self.name.clone())
             .recursion_limit(limit)
             .subgraph_checked(
                 "supervisor",

@@ -16,6 +16,8 @@ use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 /// ```
 #[must_use]
 pub struct Swarm {
+    /// The graph's name (default `swarm`): what a worker and `submit` know it by.
+    name: String,
     agents: Vec<Member>,
     start: Option<String>,
 }
@@ -46,9 +48,18 @@ impl Swarm {
     /// An empty swarm.
     pub fn new() -> Self {
         Self {
+            name: "swarm".to_owned(),
             agents: Vec::new(),
             start: None,
         }
+    }
+
+    /// Names the team's graph (default `swarm`): a [`Worker`](crate::Worker) and
+    /// [`Runtime::submit`](crate::Runtime::submit) find a graph by its name, so two teams of
+    /// this shape on one store need names of their own, or one would run the other's runs.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Adds an agent; `description` tells the others when to hand off to it.
@@ -99,7 +110,7 @@ impl Swarm {
         let mut targets = names.clone();
         targets.push(END.to_owned());
         let mut graph =
-            Graph::new("swarm").branch(START, names.clone(), move |team: &TeamState| {
+            Graph::new(self.name.clone()).branch(START, names.clone(), move |team: &TeamState| {
                 team.next.clone().unwrap_or_else(|| first.clone())
             });
         for member in &self.agents {

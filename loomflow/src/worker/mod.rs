@@ -4,8 +4,7 @@
 //! of those graphs that should go on now, and executes each until it completes or suspends:
 //! - runs submitted with [`Runtime::submit`] (from any process on the store);
 //! - suspended runs whose signal arrived;
-//! - suspended runs whose timer ([`Context::sleep`](crate::Context::sleep)) or wait deadline
-//!   is due;
+//! - suspended runs whose timer ([`Context::sleep`](crate::Context::sleep)) or deadline is due;
 //! - runs whose lease expired because the process executing them died. Finished supersteps
 //!   and journaled steps are not run again.
 //!
@@ -115,10 +114,12 @@ impl std::fmt::Debug for WorkerBuilder {
 
 impl WorkerBuilder {
     /// Registers `graph` under its name ([`CompiledGraph::name`]): the worker runs the runs
-    /// of that name. Registering a second graph of the same name replaces the first.
+    /// of that name. A second graph of the same name replaces the first, with a warning.
     pub fn graph<S: State>(mut self, graph: &CompiledGraph<S>) -> Self {
-        self.graphs
-            .insert(graph.name().to_owned(), Arc::new(graph.clone()));
+        let name = graph.name().to_owned();
+        if self.graphs.insert(name, Arc::new(graph.clone())).is_some() {
+            tracing::warn!(graph = graph.name(), "a graph of this name is replaced");
+        }
         self
     }
 
