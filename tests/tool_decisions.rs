@@ -436,3 +436,59 @@ async fn a_remembered_decision_is_audited_on_each_call_it_decides() {
         assert_eq!(entry.detail["decision"], word);
     }
 }
+
+/// A store that fails for a moment while a call in a node waits for its decision does not
+/// turn the call into a denial, journaled for good: the run stops as on any store failure,
+/// and the execution that carries it on finds the decision still there.
+#[tokio::test]
+async fn a_store_failure_while_waiting_for_a_decision_is_not_a_denial() {
+    let db = loomflow_tests::TempDb::new("approval-store-failure");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let host = Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new()),
+    );
+    let graph: CompiledGraph<Vec<String>> = Graph::new("paying")
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let host = Arc::clone(&host);
+            Box::pin(async move {
+                let call = ToolCall::new("call_7", "pay", json!({ "amount": 3 }));
+                let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
+                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
+                paid.push(outcome.content);
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+
+    let run = graph.start(&runtime, "t", Vec::new());
+    while runtime.pending_approvals("t").await.unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    faults.fail_next_claimed_take();
+    runtime
+        .decide_approval("t", "call_7", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let stopped = run.await;
+    assert!(
+        !matches!(&stopped, Ok(RunOutcome::Completed(paid)) if !paid[0].contains("paid 3")),
+        "denied for the store's failure: {stopped:?}"
+    );
+    let done = match stopped {
+        Ok(RunOutcome::Completed(paid)) => paid,
+        _ => graph
+            .recover(&runtime, "t")
+            .await
+            .unwrap()
+            .completed()
+            .unwrap(),
+    };
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert!(done[0].contains("paid 3"), "{done:?}");
+}

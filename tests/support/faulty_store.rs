@@ -52,6 +52,9 @@ pub(crate) struct Faults {
     fail_finish: AtomicBool,
     /// While set, the next `signals_after` fails with [`StoreError::Read`].
     fail_signals_after: AtomicBool,
+    /// While set, the next `take_signal_claimed` fails with [`StoreError::Write`], taking
+    /// nothing.
+    fail_claimed_take: AtomicBool,
     /// How many `signals_after` calls failed so.
     signals_after_faults: AtomicUsize,
 }
@@ -134,6 +137,12 @@ impl Faults {
     /// as a dropped connection would.
     pub(crate) fn fail_next_signals_after(&self) {
         self.fail_signals_after.store(true, Ordering::SeqCst);
+    }
+
+    /// Fails the next signal taken under a run's claim (`take_signal_claimed`), taking
+    /// nothing, as a dropped connection would.
+    pub(crate) fn fail_next_claimed_take(&self) {
+        self.fail_claimed_take.store(true, Ordering::SeqCst);
     }
 
     /// How many `signals_after` reads failed so far.
@@ -450,6 +459,14 @@ impl<S: Store> Store for FaultyStore<S> {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        if self.faults.fail_claimed_take.swap(false, Ordering::SeqCst) {
+            return Box::pin(async move {
+                Err(StoreError::Write {
+                    thread: session.to_owned(),
+                    message: "injected: the connection dropped".to_owned(),
+                })
+            });
+        }
         let held = self.faults.held_take.lock().unwrap().take();
         if let Some((go, true)) = held {
             let (inner, session, owner) = (

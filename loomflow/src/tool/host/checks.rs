@@ -131,6 +131,12 @@ impl ToolHost {
             Ok(Ok(Err(error @ Error::Run(crate::RunError::Cancelled { .. })))) => {
                 return Err(error);
             }
+            // The store failed for a moment while the call waited in a node: the node fails
+            // as on any store failure, and the run is carried on where the decision waits
+            // still. A denial would be journaled for good.
+            Ok(Ok(Err(error))) if ctx.node.is_some() && store_failed(&error) => {
+                return Err(error);
+            }
             Ok(Ok(Err(error))) => {
                 tracing::warn!(tool = %spec.name, %error, "approval handler failed; denying");
                 return refused(format!("the approval handler failed: {error}")).await;
@@ -239,4 +245,20 @@ pub(super) fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision:
         tool: call.name.clone(),
         decision,
     });
+}
+
+/// Whether `error` is a store's passing failure (a read or write that failed, a closed
+/// store), which the run is let go on, rather than one of the call's.
+fn store_failed(error: &Error) -> bool {
+    use crate::runtime::StoreError;
+    let passing = |failure: &StoreError| {
+        matches!(
+            failure,
+            StoreError::Write { .. } | StoreError::Read { .. } | StoreError::Closed
+        )
+    };
+    match error {
+        Error::Store(failure) | Error::Run(crate::RunError::Store(failure)) => passing(failure),
+        _ => false,
+    }
 }
