@@ -80,9 +80,39 @@ async fn router_fails_naming_a_worker_that_does_not_exist() {
         .unwrap();
     let err = out.completed().unwrap_err();
     assert_eq!(
-        err.to_string(),
-        "branch from router chose legal, which is not one of its declared targets"
+        failure_source(&err),
+        r#"agent classifier named none of its team (billing): it replied "legal""#
     );
+}
+
+/// What a node's failure says of its cause.
+fn failure_source(error: &RunError) -> String {
+    match error {
+        RunError::NodeFailed { source, .. } => source.to_string(),
+        other => panic!("expected a node's failure, got {other:?}"),
+    }
+}
+
+/// A supervisor that replies nothing fails naming itself and what it could have named,
+/// before it counts a round.
+#[tokio::test]
+async fn a_supervisor_that_names_no_worker_fails_naming_itself() {
+    let supervisor = Supervisor::new(scripted("boss", &[""]))
+        .worker("billing", "invoices", scripted("billing", &["x"]))
+        .build()
+        .unwrap();
+    let out = supervisor
+        .invoke(&Runtime::in_memory(), "t", TeamState::new("sue them"))
+        .await
+        .unwrap();
+    let RunOutcome::Failed { state, error } = out else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        failure_source(&error),
+        "agent boss named none of its team (billing): it replied \"\""
+    );
+    assert_eq!(state.round, 0);
 }
 
 #[tokio::test]
@@ -826,8 +856,8 @@ async fn router_picks_the_worker_named_as_a_whole_word_and_refuses_an_ambiguous_
         .await
         .unwrap();
     assert_eq!(
-        out.completed().unwrap_err().to_string(),
-        "branch from router chose writer or rewriter, which is not one of its declared targets"
+        failure_source(&out.completed().unwrap_err()),
+        r#"agent classifier named none of its team (writer, rewriter): it replied "writer or rewriter""#
     );
 }
 

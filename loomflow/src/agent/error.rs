@@ -110,6 +110,17 @@ pub enum AgentError {
         /// Why it stopped.
         reason: super::StopReason,
     },
+    /// A team's coordinator (a router's classifier, a supervisor) named none of its team's
+    /// members: an empty reply, or a name the team does not have.
+    #[error("agent {agent} named none of its team ({}): it replied {reply:?}", members.join(", "))]
+    NoSuchMember {
+        /// The coordinating agent.
+        agent: String,
+        /// What it replied.
+        reply: String,
+        /// The members it could have named.
+        members: Vec<String>,
+    },
 }
 
 fn for_user(user: &Option<String>) -> String {

@@ -190,6 +190,26 @@ pub(crate) fn decision(agent: &str, state: &AgentState) -> Result<String, NodeEr
     }
 }
 
+/// The member of `members` that `said` names, by the name the team knows it by; a team's
+/// coordinator `agent` that names none fails its node with [`AgentError::NoSuchMember`].
+///
+/// [`AgentError::NoSuchMember`]: crate::agent::AgentError::NoSuchMember
+pub(crate) fn named_member(
+    agent: &str,
+    members: &[Member],
+    said: &str,
+) -> Result<String, NodeError> {
+    match find_member(members, said) {
+        Some(member) => Ok(member.name.clone()),
+        None => Err(crate::agent::AgentError::NoSuchMember {
+            agent: agent.to_owned(),
+            reply: said.to_owned(),
+            members: members.iter().map(|m| m.name.clone()).collect(),
+        }
+        .into()),
+    }
+}
+
 /// Files an actor's answer as the draft of a new round (reflexion, actor-critic).
 pub(crate) fn record_draft(team: &mut TeamState, state: AgentState) {
     let text = record_said(team, "actor", &state);

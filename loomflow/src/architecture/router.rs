@@ -1,7 +1,7 @@
 //! [`Router`]: one classification step sends the task to one worker.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, agent_input, answer, decision, find_member, roster};
+use crate::architecture::{Member, TeamState, agent_input, answer, decision, named_member, roster};
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
@@ -98,7 +98,7 @@ impl Router {
                 move |team: &mut TeamState, state: AgentState| {
                     let said = decision(&classifier, &state)?;
                     team.path.push("router".to_owned());
-                    team.next = Some(find_member(&workers, &said).map_or(said, |m| m.name.clone()));
+                    team.next = Some(named_member(&classifier, &workers, &said)?);
                     Ok(())
                 },
             )

@@ -2,7 +2,7 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    Member, TeamState, agent_input, answer, compile_checked, decision, directive, find_member,
+    Member, TeamState, agent_input, answer, compile_checked, decision, directive, named_member,
     roster, split_directive,
 };
 use crate::graph::{CompiledGraph, END, Graph, GraphProblem, RunError, START};
@@ -139,6 +139,8 @@ impl Supervisor {
                         team.output = if rest.is_empty() { team.draft.clone() } else { Some(rest) };
                         team.next = None;
                     } else {
+                        let (head, rest) = split_directive(&text);
+                        let member = named_member(&boss, &workers, &head)?;
                         if u64::from(team.round) >= max_rounds {
                             return Err(RunError::RecursionLimit {
                                 limit,
@@ -147,8 +149,7 @@ impl Supervisor {
                             .into());
                         }
                         team.round = team.round.saturating_add(1);
-                        let (head, rest) = split_directive(&text);
-                        team.next = Some(find_member(&workers, &head).map_or(head, |m| m.name.clone()));
+                        team.next = Some(member);
                         team.instruction = Some(rest);
                     }
                     team.path.push("supervisor".to_owned());
