@@ -549,3 +549,42 @@ async fn streaming_shows_permission_asks_and_approval_decisions() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// An agent's timeout holds where the agent is a node of a larger graph (a team's member):
+/// its node fails with the agent's `Timeout`, rather than waiting for ever.
+#[tokio::test(start_paused = true)]
+async fn the_timeout_holds_for_an_agent_used_as_a_node() {
+    use loomflow::architecture::{Router, TeamState};
+    let hung = Agent::builder("x")
+        .name("researcher")
+        .model(Never)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let classifier = Agent::builder("route")
+        .name("classifier")
+        .model(loomflow::model::ScriptedModel::new([ModelResponse::text(
+            "researcher",
+        )]))
+        .build()
+        .unwrap();
+    let team = Router::new(classifier)
+        .worker("researcher", "looks things up", hung)
+        .build()
+        .unwrap();
+    let out = team
+        .invoke(&Runtime::in_memory(), "t1", TeamState::new("find it"))
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}");
+    };
+    let loomflow::RunError::NodeFailed { node, source, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(node, "researcher");
+    assert_eq!(
+        source.to_string(),
+        "agent researcher timed out after 30 s on session t1"
+    );
+}

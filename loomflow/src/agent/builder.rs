@@ -392,7 +392,7 @@ impl AgentBuilder {
             context_policy: self.context_policy,
             rate_limiter: self.rate_limiter,
         });
-        let graph = react::build(&core)?;
+        let graph = react::build(&core, self.timeout)?;
         Ok(Agent {
             core,
             graph,

@@ -318,7 +318,7 @@ impl Agent {
             context_policy: self.core.context_policy.clone(),
             rate_limiter: self.core.rate_limiter.clone(),
         });
-        let graph = react::build(&core)?;
+        let graph = react::build(&core, self.timeout)?;
         Ok(Self {
             core,
             graph,

@@ -35,8 +35,28 @@ use crate::model::{
 use crate::tool::{AgentEvent, DispatchContext};
 use crate::{Error, Result};
 
-pub(super) fn build(core: &Arc<AgentCore>) -> Result<CompiledGraph<AgentState>, GraphError> {
-    Graph::new(core.name.clone())
+/// The loop of `core`; as another graph's node (a team's member), a run of it takes at most
+/// `timeout`, as the agent's own runs do.
+pub(super) fn build(
+    core: &Arc<AgentCore>,
+    timeout: Option<std::time::Duration>,
+) -> Result<CompiledGraph<AgentState>, GraphError> {
+    let mut graph = Graph::new(core.name.clone());
+    if let Some(after) = timeout {
+        let agent = core.name.clone();
+        graph = graph.time_limit(crate::graph::TimeLimit {
+            after,
+            error: Arc::new(move |session: &str| {
+                Error::from(super::AgentError::Timeout {
+                    agent: agent.clone(),
+                    session: session.to_owned(),
+                    seconds: after.as_secs_f64(),
+                })
+                .into()
+            }),
+        });
+    }
+    graph
         .node(ModelNode(Arc::clone(core)))
         .node(ToolsNode(Arc::clone(core)))
         .edge(START, "model")

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::context::Context;
-use crate::graph::compiled::CompiledGraph;
+use crate::graph::compiled::{CompiledGraph, TimeLimit};
 use crate::graph::error::RunError;
 use crate::graph::error::{GraphError, GraphProblem};
 use crate::graph::merge::Reducer;
@@ -95,6 +95,8 @@ pub struct Graph<S> {
     pub(crate) joins: Vec<JoinDecl>,
     pub(crate) reducers: Vec<(String, Reducer)>,
     pub(crate) recursion_limit: u64,
+    /// How long a run of the graph may take when it is another graph's node.
+    pub(crate) time_limit: Option<TimeLimit>,
 }
 
 impl<S: 'static> std::fmt::Debug for Graph<S> {
@@ -122,7 +124,15 @@ impl<S: State> Graph<S> {
             joins: Vec::new(),
             reducers: Vec::new(),
             recursion_limit: DEFAULT_RECURSION_LIMIT,
+            time_limit: None,
         }
+    }
+
+    /// Bounds a run of this graph used as another graph's node (an agent's timeout): past
+    /// `limit`, the node fails with the error `limit` makes for the thread.
+    pub(crate) fn time_limit(mut self, limit: TimeLimit) -> Self {
+        self.time_limit = Some(limit);
+        self
     }
 
     /// Adds a node: a `#[node]` function or any [`Node`] implementation.

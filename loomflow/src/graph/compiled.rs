@@ -41,6 +41,16 @@ pub(crate) struct CompiledInner<S> {
     /// Whether any node runs a subgraph: most graphs have none, and a run asks of its
     /// interrupts' nodes as it suspends and resumes.
     pub(crate) has_subgraphs: bool,
+    /// How long a run of the graph may take as another graph's node.
+    pub(crate) time_limit: Option<TimeLimit>,
+}
+
+/// How long a graph's run may take as another graph's node, and the error its node fails
+/// with past that, made for the thread (see `SubgraphNode`).
+#[derive(Clone)]
+pub(crate) struct TimeLimit {
+    pub(crate) after: std::time::Duration,
+    pub(crate) error: Arc<dyn Fn(&str) -> crate::graph::NodeError + Send + Sync>,
 }
 
 impl<S> CompiledInner<S> {
@@ -133,6 +143,7 @@ impl<S: State> CompiledGraph<S> {
             joins,
             reducers,
             recursion_limit,
+            time_limit,
         } = graph;
         let names = Names::new(&nodes);
         let declared = Declared {
@@ -198,6 +209,7 @@ impl<S: State> CompiledGraph<S> {
                 description,
                 fingerprint: fingerprint.into(),
                 has_subgraphs,
+                time_limit,
             }),
         })
     }

@@ -19,6 +19,7 @@ mod validate;
 
 pub use builder::{DEFAULT_RECURSION_LIMIT, Graph, Route};
 pub use compiled::CompiledGraph;
+pub(crate) use compiled::TimeLimit;
 pub use error::{GraphError, GraphProblem, RunError};
 pub use merge::Reducer;
 pub use node::{BoxError, BoxFuture, IntoNodeResult, Node, NodeError, NodeResult};

@@ -114,7 +114,16 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 claim: Some(ctx.claim().clone()),
                 wait_if_busy: None,
             };
-            let outcome = match execute(execution).await {
+            let run = execute(execution);
+            let ran = match &self.graph.inner.time_limit {
+                None => run.await,
+                Some(limit) => match tokio::time::timeout(limit.after, run).await {
+                    Ok(ran) => ran,
+                    // What the child wrote stays: running the node again carries it on.
+                    Err(_) => return Err((limit.error)(ctx.thread())),
+                },
+            };
+            let outcome = match ran {
                 Ok(outcome) => outcome,
                 Err(
                     stop @ (RunError::Yielded { .. }
