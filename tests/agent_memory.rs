@@ -516,3 +516,16 @@ async fn extraction_carried_on_after_a_crash_remembers_the_same_facts_once() {
         "the model was asked once to extract"
     );
 }
+
+/// An agent that writes its own notes needs a name to file them under: unnamed, it would
+/// share them with every other unnamed agent on the memory. The build says so.
+#[test]
+fn an_agent_writing_its_own_memory_needs_a_name() {
+    let built = Agent::builder("…")
+        .model(ScriptedModel::new([ModelResponse::text("ok")]))
+        .memory(SqliteMemory::in_memory().unwrap())
+        .memory_options(MemoryOptions::default().with_tools(true).agent_writes(true))
+        .build();
+    let error = built.unwrap_err().to_string();
+    assert!(error.contains("agent_writes") && error.contains(".name("), "{error}");
+}

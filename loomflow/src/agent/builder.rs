@@ -301,10 +301,16 @@ impl AgentBuilder {
     ///
     /// [`AgentError::Invalid`] listing every problem: no model (or one that does not
     /// resolve), a zero `max_turns`, an empty name, a budget cap or a price that is negative
-    /// or not a number, a tool whose name providers refuse (1 to 64 of `[a-zA-Z0-9_-]`).
+    /// or not a number, a tool whose name providers refuse (1 to 64 of `[a-zA-Z0-9_-]`), a
+    /// memory the agent writes its own notes to (`agent_writes`) with no name to file them
+    /// under.
     pub fn build(self) -> crate::Result<Agent> {
-        let name = self.name.unwrap_or_else(|| "agent".to_owned());
         let mut problems = Vec::new();
+        // Its notes are filed under its name: every unnamed agent would share them.
+        if self.name.is_none() && self.memory.is_some() && self.memory_options.agent_writes {
+            problems.push("an agent that writes its own memory (agent_writes) needs a name: set one with .name(..)".to_owned());
+        }
+        let name = self.name.unwrap_or_else(|| "agent".to_owned());
         let model = match (self.model, &self.model_name) {
             (Some(model), _) => Some(model),
             (None, Some(spec)) => match crate::model::resolve(spec) {

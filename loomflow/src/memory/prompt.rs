@@ -30,7 +30,8 @@ pub struct MemoryOptions {
     pub tools: bool,
     /// Whether the model's `remember` tool may write to the agent's own scope, which is
     /// recalled into every user's prompt (default `false`: a user, or text injected into a
-    /// conversation, must not put words into other users' prompts).
+    /// conversation, must not put words into other users' prompts). The notes are filed
+    /// under the agent's name, so such an agent must be given one (`AgentBuilder::name`).
     pub agent_writes: bool,
     /// Whether, after each run's answer, a model call extracts durable facts from the run's
     /// part of the conversation (its prompt onwards; a session's earlier runs were read
