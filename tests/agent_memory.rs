@@ -527,5 +527,8 @@ fn an_agent_writing_its_own_memory_needs_a_name() {
         .memory_options(MemoryOptions::default().with_tools(true).agent_writes(true))
         .build();
     let error = built.unwrap_err().to_string();
-    assert!(error.contains("agent_writes") && error.contains(".name("), "{error}");
+    assert!(
+        error.contains("agent_writes") && error.contains(".name("),
+        "{error}"
+    );
 }

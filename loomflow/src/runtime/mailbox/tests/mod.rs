@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::*;
 
 mod durable;
+mod guards;
 
 fn mailbox() -> Mailbox {
     Mailbox::new(MailboxConfig::default())
@@ -588,30 +589,4 @@ fn requeue_front_hands_to_a_parked_waiter() {
 #[test]
 fn a_mailbox_is_shareable() {
     let _shared: Arc<Mailbox> = Arc::new(mailbox());
-}
-
-/// A run's guard (which keeps leftovers) leaving before a user's guard on the same session:
-/// what the run did not receive is kept as pending when the user's guard leaves last, for
-/// the run's next execution, rather than discarded with it.
-#[test]
-fn a_runs_leftovers_are_kept_whichever_guard_leaves_last() {
-    let mb = mailbox();
-    let user = mb.open_session("s");
-    let run = mb.open_shared_session(std::sync::Arc::from("s"));
-    run.keep_leftovers();
-    mb.signal("s", "b", json!("for the run")).unwrap();
-    drop(run);
-    drop(user);
-    assert_eq!(
-        mb.pending_sessions(),
-        1,
-        "the run's leftovers went back to pending"
-    );
-    assert_eq!(mb.queued("s", "b"), 1);
-
-    // Without a run's guard, the last exit discards them, as before.
-    let user = mb.open_session("t");
-    mb.signal("t", "b", json!("nobody's")).unwrap();
-    drop(user);
-    assert_eq!(mb.queued("t", "b"), 0);
 }
