@@ -318,16 +318,13 @@ impl State {
                 .get(name)
                 .map_or(0, |channel| channel.queue.len());
         }
-        let now = Instant::now();
-        self.pending
-            .get(session)
-            .and_then(|pending| pending.names.get(name))
-            .map_or(0, |queue| {
-                queue
-                    .iter()
-                    .filter(|q| !expired(&q.entry, config.pending_signal_ttl, now))
-                    .count()
-            })
+        // The clock is read only for a queue to count (most sessions have none).
+        let queue = self.pending.get(session).and_then(|p| p.names.get(name));
+        queue.map_or(0, |queue| {
+            let now = Instant::now();
+            let live = |q: &&Queued| !expired(&q.entry, config.pending_signal_ttl, now);
+            queue.iter().filter(live).count()
+        })
     }
 
     /// The sessions that are open or held by a parked waiter.
