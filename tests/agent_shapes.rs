@@ -1424,3 +1424,41 @@ async fn teams_of_one_shape_named_apart_run_their_own_runs() {
         assert_eq!(team.output.as_deref(), Some(output), "{thread}");
     }
 }
+
+/// A critic stopped before it gave its verdict (here a guardrail blocks its reply) fails
+/// the team naming it, in Reflexion and ActorCritic alike: its reply is not read as a
+/// critique or a score.
+#[tokio::test]
+async fn a_critic_stopped_before_its_verdict_fails_naming_it() {
+    let blocked = || {
+        Agent::builder("You judge.")
+            .name("judge")
+            .model(ScriptedModel::new([ModelResponse::text("ACCEPT")]))
+            .guardrail(on_output("no_verdicts", |_| Verdict::Block("no".into())))
+            .build()
+            .unwrap()
+    };
+    let teams = [
+        Reflexion::new(scripted("actor", &["draft"]), blocked())
+            .build()
+            .unwrap(),
+        ActorCritic::new(scripted("actor", &["draft"]), blocked())
+            .build()
+            .unwrap(),
+    ];
+    for team in teams {
+        let out = team
+            .invoke(&Runtime::in_memory(), "team", TeamState::new("write"))
+            .await
+            .unwrap();
+        let RunOutcome::Failed { error, .. } = out else {
+            panic!("{}: {out:?}", team.name());
+        };
+        assert_eq!(
+            failure_source(&error),
+            "agent judge stopped (guardrail:no_verdicts) before it decided what its team does next",
+            "{}",
+            team.name()
+        );
+    }
+}

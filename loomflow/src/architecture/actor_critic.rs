@@ -2,7 +2,7 @@
 //! with the latest feedback until the score is high enough.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, agent_input, record_draft, record_said};
+use crate::architecture::{TeamState, agent_input, decision, record_draft, record_said};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// An actor proposes an answer; a critic scores it from 0 to 10 with feedback; a score at
@@ -158,6 +158,7 @@ impl ActorCritic {
     /// Never in practice; the graph's shape is fixed.
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let (threshold, max_rounds) = (self.threshold, self.max_rounds);
+        let critic = self.critic.name().to_owned();
         Ok(Graph::new(self.name.clone())
             .recursion_limit(2 * u64::from(max_rounds) + 1)
             .subgraph(
@@ -166,11 +167,14 @@ impl ActorCritic {
                 |team: &TeamState| agent_input(team, actor_prompt(team)),
                 record_draft,
             )
-            .subgraph(
+            // The critic decides whether the team goes on: a blocked, cut or partial reply
+            // fails its node rather than being read as a verdict.
+            .subgraph_checked(
                 "critic",
                 self.critic.graph().clone(),
                 |team: &TeamState| agent_input(team, critic_prompt(team)),
                 move |team: &mut TeamState, state: AgentState| {
+                    decision(&critic, &state)?;
                     let text = record_said(team, "critic", &state);
                     let (score, feedback) = parse_score(&text);
                     let score = score.unwrap_or(0);
@@ -184,6 +188,7 @@ impl ActorCritic {
                             team.output.clone_from(&team.draft);
                         }
                     }
+                    Ok(())
                 },
             )
             .edge(START, "actor")

@@ -2,7 +2,7 @@
 //! so far until the critic accepts.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, agent_input, directive, record_draft, record_said};
+use crate::architecture::{TeamState, agent_input, decision, directive, record_draft, record_said};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// An actor answers the task; a critic (the evaluator) accepts the answer or critiques it;
@@ -104,6 +104,7 @@ impl Reflexion {
     /// Never in practice; the graph's shape is fixed.
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let max_rounds = self.max_rounds;
+        let critic = self.critic.name().to_owned();
         Ok(Graph::new(self.name.clone())
             .recursion_limit(2 * u64::from(max_rounds) + 1)
             .subgraph(
@@ -112,11 +113,14 @@ impl Reflexion {
                 |team: &TeamState| agent_input(team, actor_prompt(team)),
                 record_draft,
             )
-            .subgraph(
+            // The critic decides whether the team goes on: a blocked, cut or partial reply
+            // fails its node rather than being read as a verdict.
+            .subgraph_checked(
                 "critic",
                 self.critic.graph().clone(),
                 |team: &TeamState| agent_input(team, critic_prompt(team)),
                 move |team: &mut TeamState, state: AgentState| {
+                    decision(&critic, &state)?;
                     let text = record_said(team, "critic", &state);
                     if accepts(&text) {
                         team.accepted = true;
@@ -127,6 +131,7 @@ impl Reflexion {
                             team.output.clone_from(&team.draft);
                         }
                     }
+                    Ok(())
                 },
             )
             .edge(START, "actor")
