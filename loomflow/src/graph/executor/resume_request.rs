@@ -103,14 +103,6 @@ pub(super) async fn resume_requests(
     Ok((requests, fresh))
 }
 
-/// Spends the resume requests queued for `thread`'s top-level run, whose question a resume
-/// given its values directly answers: left queued, they would answer the run's next
-/// question.
-pub(super) async fn spend_superseded(runtime: &Runtime, thread: &str) -> Result<()> {
-    let why = "its question was answered by a resume";
-    Ok(runtime.drop_resume_requests(thread, why).await?)
-}
-
 /// `payload` as a request; `None`, logged, when it is not one.
 fn decoded(thread: &str, payload: Value) -> Option<ResumeRequest> {
     serde_json::from_value(payload)

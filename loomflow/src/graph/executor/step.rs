@@ -238,17 +238,11 @@ async fn run_node<S: State>(
 fn store_failure(
     error: Box<dyn std::error::Error + Send + Sync>,
 ) -> std::result::Result<StoreError, Box<dyn std::error::Error + Send + Sync>> {
-    let transient = |failure: &StoreError| {
-        matches!(
-            failure,
-            StoreError::Write { .. } | StoreError::Read { .. } | StoreError::Closed
-        )
-    };
     // A node's `?` on the crate's error brings a store's failure as the run's (see
     // `NodeError`'s `From`).
     match error.downcast::<RunError>() {
         Ok(error) => match *error {
-            RunError::Store(failure) if transient(&failure) => Ok(failure),
+            RunError::Store(failure) if failure.is_passing() => Ok(failure),
             other => Err(Box::new(other)),
         },
         Err(other) => Err(other),

@@ -81,3 +81,11 @@ pub enum StoreError {
         thread: String,
     },
 }
+
+impl StoreError {
+    /// Whether the store failed in passing (a read or a write that failed, a closed store):
+    /// not the fault of what was asked, which a later attempt may do.
+    pub(crate) fn is_passing(&self) -> bool {
+        matches!(self, Self::Write { .. } | Self::Read { .. } | Self::Closed)
+    }
+}

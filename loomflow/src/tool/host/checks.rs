@@ -247,18 +247,11 @@ pub(super) fn emit_approval(ctx: DispatchContext<'_>, call: &ToolCall, decision:
     });
 }
 
-/// Whether `error` is a store's passing failure (a read or write that failed, a closed
-/// store), which the run is let go on, rather than one of the call's.
+/// Whether `error` is a store's passing failure (see `StoreError::is_passing`), which the
+/// run is let go on, rather than one of the call's.
 fn store_failed(error: &Error) -> bool {
-    use crate::runtime::StoreError;
-    let passing = |failure: &StoreError| {
-        matches!(
-            failure,
-            StoreError::Write { .. } | StoreError::Read { .. } | StoreError::Closed
-        )
-    };
     match error {
-        Error::Store(failure) | Error::Run(crate::RunError::Store(failure)) => passing(failure),
+        Error::Store(failure) | Error::Run(crate::RunError::Store(failure)) => failure.is_passing(),
         _ => false,
     }
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::checkpoint::Snapshot;
 use super::observe::{Answered, Resumed};
 use super::owned::{OwnedSnapshot, ReadBack};
-use super::resume_request::{Answering, resume_requests, spend_superseded};
+use super::resume_request::{Answering, resume_requests};
 use super::route::{JoinMarks, route};
 use super::{Position, Result, ResumeValue, Start};
 use crate::graph::State;
@@ -257,7 +257,8 @@ pub(super) async fn locate<S: State>(
         };
         if direct && runtime.may_hold_resume_requests(thread) {
             break 'located Box::pin(async move {
-                spend_superseded(runtime, thread).await?;
+                let why = "its question was answered by a resume";
+                runtime.drop_resume_requests(thread, why).await?;
                 Ok(Located::Position(position))
             });
         }
