@@ -753,3 +753,65 @@ async fn a_resumed_step_that_fails_can_be_answered_again_in_every_mode() {
         assert_eq!(done.completed().unwrap(), 50, "{durability:?}");
     }
 }
+
+/// The calls `charged` made, and a graph whose node asks for an amount, charges it in a
+/// journaled step, then sends an email that fails while `email_fails` is set.
+fn charge_then_email(
+    charged: Arc<std::sync::Mutex<Vec<u32>>>,
+    email_fails: Arc<std::sync::atomic::AtomicBool>,
+) -> CompiledGraph<String> {
+    Graph::new("charge")
+        .node_fn("pay", move |receipt: &mut String, ctx| {
+            let (charged, email_fails) = (Arc::clone(&charged), Arc::clone(&email_fails));
+            Box::pin(async move {
+                let amount: u32 = ctx.interrupt(json!("amount?"))?;
+                let id: String = ctx
+                    .step("charge", || async {
+                        charged.lock().unwrap().push(amount);
+                        Ok::<_, String>(format!("ch_{amount}"))
+                    })
+                    .await?;
+                ctx.step("email", || async {
+                    match email_fails.load(Ordering::SeqCst) {
+                        true => Err("mail server down".to_owned()),
+                        false => Ok(()),
+                    }
+                })
+                .await?;
+                *receipt = id;
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap()
+}
+
+/// A resumed step that fails leaves its question open; the journaled calls the node made
+/// after its answer belong to that answer. The same answer given again replays them (the
+/// charge is not made twice); another answer is another input, and its calls are made for
+/// it rather than handed the first answer's results.
+#[tokio::test]
+async fn another_answer_after_a_failed_resumed_step_is_not_handed_the_first_answers_calls() {
+    let (runtimes, _db) = runtimes("answer_journal");
+    for (label, rt) in runtimes {
+        for (thread, second, charges) in [("same", 500, vec![500]), ("other", 50, vec![500, 50])] {
+            let charged = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let email_fails = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let graph = charge_then_email(Arc::clone(&charged), Arc::clone(&email_fails));
+            let asked = graph.run(&rt, thread, String::new()).await.unwrap();
+            assert_eq!(asked.interrupts().len(), 1, "{label}");
+            let failed = graph.resume(&rt, thread, 500).await.unwrap();
+            assert!(
+                matches!(failed, RunOutcome::Failed { .. }),
+                "{label}: {failed:?}"
+            );
+            email_fails.store(false, Ordering::SeqCst);
+            let done = graph.resume(&rt, thread, second).await.unwrap();
+            let receipt = done.completed().unwrap();
+            assert_eq!(receipt, format!("ch_{second}"), "{label} {thread}");
+            assert_eq!(*charged.lock().unwrap(), charges, "{label} {thread}");
+        }
+    }
+}

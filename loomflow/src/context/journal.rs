@@ -20,7 +20,16 @@ impl Context {
     /// when recovering from a crash) the recorded value is returned and `f` is not called.
     /// A failing `f` records nothing, so a retry calls it again; the retry takes the failed
     /// call's occurrence, so that a loop that retries until a call succeeds records its one
-    /// success under the number the node's next run looks up first.
+    /// success under the number the node's next run looks up first. Calls of one name are
+    /// told apart by their order alone, so a loop over different items that carries on past
+    /// a failed call must name each call after its item (`format!("email:{}", user.id)`):
+    /// under one name, the item after a failure takes the failed item's number, and a later
+    /// run of the node hands that item's result to the failed one.
+    ///
+    /// The node's answers are part of its input: calls made after its
+    /// [`interrupt`](Self::interrupt) calls returned values are filed apart for each set of
+    /// answers. The same answer given again replays them; another answer to a question that
+    /// a failed resumed step left open makes them afresh.
     ///
     /// "Once" holds across processes: the run executes under a claim that at most one
     /// execution holds at a time, `f` is called only while this one holds it, and its result
@@ -114,13 +123,23 @@ impl Context {
     }
 
     /// The journal key for the next call named `name` in this node execution.
+    ///
+    /// A call made after the node's `interrupt` calls returned values is filed under its
+    /// name and a fingerprint of those values (`charge@<16 hex digits>`): the answers are
+    /// the node's input, and another answer to the same question (given after a resumed
+    /// step failed and left it open) is another input, whose calls are made afresh rather
+    /// than handed the results of the calls made for the first.
     pub(crate) fn journal_key(&self, name: &str) -> JournalKey {
-        let occurrence = {
+        let (occurrence, answered) = {
             let mut control = self.control();
             let counter = control.occurrences.entry(name.to_owned()).or_insert(0);
             let current = *counter;
             *counter += 1;
-            current
+            (current, control.interrupts_called.min(self.resume.len()))
+        };
+        let filed_as = match answered {
+            0 => name.to_owned(),
+            n => format!("{name}@{}", answers_fingerprint(&self.resume[..n])),
         };
         JournalKey::new(
             &*self.run.thread,
@@ -128,8 +147,15 @@ impl Context {
             self.run.namespace.as_str(),
             self.step,
             &*self.node,
-            name,
+            filed_as,
             occurrence,
         )
     }
+}
+
+/// A fingerprint of the values a node's `interrupt` calls returned, stable across
+/// processes and builds: the same answers give the same one.
+fn answers_fingerprint(answers: &[serde_json::Value]) -> String {
+    let lines: Vec<String> = answers.iter().map(ToString::to_string).collect();
+    crate::graph::fingerprint_of(&lines)
 }

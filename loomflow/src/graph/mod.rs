@@ -21,6 +21,7 @@ pub use builder::{DEFAULT_RECURSION_LIMIT, Graph, Route};
 pub use compiled::CompiledGraph;
 pub(crate) use compiled::TimeLimit;
 pub use error::{GraphError, GraphProblem, RunError};
+pub(crate) use identity::fingerprint_of;
 pub use merge::Reducer;
 pub use node::{BoxError, BoxFuture, IntoNodeResult, Node, NodeError, NodeResult};
 pub use run::{RunBuilder, RunHandle, RunOutcome, RunStream};
