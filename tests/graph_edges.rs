@@ -815,3 +815,38 @@ async fn another_answer_after_a_failed_resumed_step_is_not_handed_the_first_answ
         }
     }
 }
+
+/// Under `Durability::Async` a fresh run's start reaches the store before its first step
+/// journals anything: were the process to die between the two, the thread's next run would
+/// take the same number and be handed the dead run's journaled results.
+#[tokio::test]
+async fn an_async_runs_start_is_stored_before_its_first_journal_entry() {
+    let (runtimes, _db) = runtimes("async_start");
+    for (label, rt) in runtimes {
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let graph = {
+            let (rt, seen) = (rt.clone(), Arc::clone(&seen));
+            Graph::new("pay")
+                .node_fn("pay", move |paid: &mut u32, ctx| {
+                    let (rt, seen) = (rt.clone(), Arc::clone(&seen));
+                    Box::pin(async move {
+                        *paid = ctx
+                            .step("charge", || async {
+                                let start = rt.store().latest_checkpoint("t", "").await.unwrap();
+                                *seen.lock().unwrap() = Some(start.map(|cp| cp.run));
+                                Ok::<_, String>(7)
+                            })
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .edge(START, "pay")
+                .edge("pay", END)
+                .compile()
+                .unwrap()
+        };
+        let run = graph.run(&rt, "t", 0).durability(Durability::Async).await;
+        assert_eq!(run.unwrap().completed().unwrap(), 7, "{label}");
+        assert_eq!(*seen.lock().unwrap(), Some(Some(1)), "{label}");
+    }
+}

@@ -239,6 +239,8 @@ impl<'a> RunKey<'a> {
 pub(super) enum CheckpointWriter {
     Direct(RunClaim),
     Background {
+        /// Writes the run's start in line (see [`write_start`](CheckpointWriter::write_start)).
+        claim: RunClaim,
         queue: Option<UnboundedSender<Checkpoint>>,
         task: Option<tokio::task::JoinHandle<Result<()>>>,
     },
@@ -250,6 +252,7 @@ impl CheckpointWriter {
             return Self::Direct(claim.clone());
         }
         let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Checkpoint>();
+        let writer = claim.clone();
         let claim = claim.clone();
         let task = tokio::spawn(async move {
             while let Some(cp) = rx.recv().await {
@@ -262,6 +265,7 @@ impl CheckpointWriter {
             Ok(())
         });
         Self::Background {
+            claim: writer,
             queue: Some(queue),
             task: Some(task),
         }
@@ -281,17 +285,16 @@ impl CheckpointWriter {
         }
     }
 
-    /// Writes (or queues) a fresh run's first checkpoint, `cp`, made as soon as the run is
-    /// claimed: in line, under the lease the claim took (see
-    /// [`RunClaim::put_start_checkpoint`]).
+    /// Writes a fresh run's first checkpoint, `cp`, made as soon as the run is claimed: in
+    /// line, under the lease the claim took (see [`RunClaim::put_start_checkpoint`]), in the
+    /// background mode too. The run's number is the thread's once it is written: a journal
+    /// entry the first step writes before it would be filed under a number that the
+    /// thread's next run takes again, should the process die before the start reached the
+    /// store, and that run would be handed its results.
     pub(super) fn write_start(&mut self, cp: Checkpoint) -> impl Future<Output = Result<()>> + '_ {
-        match self {
-            Self::Direct(claim) => {
-                let write = claim.put_start_checkpoint(cp);
-                Either::Left(async move { write.await.map(drop).map_err(Into::into) })
-            }
-            Self::Background { .. } => Either::Right(self.write(cp)),
-        }
+        let (Self::Direct(claim) | Self::Background { claim, .. }) = self;
+        let write = claim.put_start_checkpoint(cp);
+        async move { write.await.map(drop).map_err(Into::into) }
     }
 
     /// Writes (or queues) a step's checkpoint, `cp`: past the interrupted checkpoint, so
@@ -321,7 +324,7 @@ impl CheckpointWriter {
 
     /// Waits until every queued checkpoint is written.
     pub(super) async fn finish(&mut self) -> Result<()> {
-        if let Self::Background { queue, task } = self {
+        if let Self::Background { queue, task, .. } = self {
             queue.take();
             if let Some(task) = task.take() {
                 return task.await.map_err(|_| RunError::Internal {
