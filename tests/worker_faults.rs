@@ -1,7 +1,8 @@
 //! A worker meets code and input that go wrong:
 //! - a state whose `Deserialize` panics on the submitted input fails its run, with the panic
 //!   named, and lets the thread go, whether the worker runs in the background or inline;
-//! - a resume request the run refuses does not keep it from the one that came meanwhile;
+//! - a resume request the run refuses does not keep it from the one that came meanwhile,
+//!   and the worker reports the run interrupted, with why it refused;
 //! - a state the store cannot write fails its run once (SQLite);
 //! - a run whose failure could not be recorded (the store failed) is let go at once, not
 //!   held until its lease runs out (SQLite).
@@ -229,4 +230,73 @@ async fn a_failure_the_store_could_not_record_lets_the_run_go_at_once() {
         "claimed again: {record:?}"
     );
     failed_by_the_panic(&runtime, "f-1").await;
+}
+
+/// Asks for an amount; an amount over 100 fails the step.
+fn limited() -> CompiledGraph<u32> {
+    Graph::new("limited")
+        .node_fn("amount", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let amount: u32 = ctx.interrupt("amount?")?;
+                if amount > 100 {
+                    return Err(format!("{amount} is over the limit").into());
+                }
+                *n = amount;
+                Ok(())
+            })
+        })
+        .edge(START, "amount")
+        .edge("amount", END)
+        .compile()
+        .unwrap()
+}
+
+/// A resume request the run refuses (a value of the wrong type, or one its resumed step
+/// fails with) leaves the run interrupted, and the worker's report says so, with why.
+async fn a_refused_request_is_reported_interrupted(runtime: Runtime) {
+    let graph = limited();
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&reports);
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .on_finished(move |report| {
+            let error = report.error.clone().unwrap_or_default();
+            seen.lock().unwrap().push((report.state, error));
+        })
+        .build();
+    runtime.submit("limited", "q", 0).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    for refused in [json!("not a number"), json!(500)] {
+        runtime.request_resume("q", refused).await.unwrap();
+        assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+        let record = runtime.run("q").await.unwrap().record;
+        assert_eq!(record.state, RunState::Interrupted, "{record:?}");
+    }
+    runtime.request_resume("q", 50).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let reports = reports.lock().unwrap().clone();
+    let states: Vec<RunState> = reports.iter().map(|(state, _)| *state).collect();
+    assert_eq!(
+        states,
+        [
+            RunState::Interrupted,
+            RunState::Interrupted,
+            RunState::Interrupted,
+            RunState::Completed
+        ],
+        "{reports:?}"
+    );
+    assert!(reports[1].1.contains("amount"), "{reports:?}");
+    assert!(reports[2].1.contains("over the limit"), "{reports:?}");
+}
+
+#[tokio::test]
+async fn a_refused_request_is_reported_interrupted_on_the_memory_store() {
+    a_refused_request_is_reported_interrupted(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn a_refused_request_is_reported_interrupted_on_sqlite() {
+    let db = loomflow_tests::TempDb::new("worker-refused-report");
+    a_refused_request_is_reported_interrupted(Runtime::sqlite(db.path()).unwrap()).await;
 }

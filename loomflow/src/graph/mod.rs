@@ -4,6 +4,7 @@ mod builder;
 mod compiled;
 mod error;
 mod executor;
+pub(crate) use executor::ErrorChain;
 mod fields;
 mod identity;
 mod lower;

@@ -2,7 +2,7 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::graph::{CompiledGraph, RunError, RunOutcome, State};
+use crate::graph::{CompiledGraph, ErrorChain, RunError, RunOutcome, State};
 use crate::runtime::claim::RunClaim;
 use crate::runtime::{ClaimedRun, RunState, Runtime};
 
@@ -15,10 +15,12 @@ pub struct RunReport {
     /// The graph's name.
     pub graph: String,
     /// Where the run stands now: completed, failed, cancelled, or suspended again
-    /// (waiting, sleeping, interrupted). `running` when the worker lost its lease (another
-    /// worker carries the run on).
+    /// (waiting, sleeping, interrupted; interrupted too when it refused the resume request
+    /// it applied). `running` when the worker lost its lease, or a store failure stopped
+    /// the execution: the run is carried on, by another worker or by this one.
     pub state: RunState,
-    /// What went wrong, for a failed run or a lost lease.
+    /// What went wrong: why the run failed, why it refused a resume request, or why the
+    /// execution stopped short.
     pub error: Option<String>,
 }
 
@@ -76,14 +78,21 @@ impl<S: State> Registered for CompiledGraph<S> {
                 _ => None,
             };
             let mut wake_at_ms = None;
+            let kept = claim.clone();
             match graph.run_claimed(&runtime, thread, input, claim).await {
                 Ok(RunOutcome::Completed(_)) => report.state = RunState::Completed,
                 Ok(RunOutcome::Interrupted { interrupts, .. }) => {
                     report.state = RunState::of_interrupts(&interrupts);
                     wake_at_ms = interrupts.iter().filter_map(|i| i.wake_at_ms).min();
                 }
+                // Its resumed step failed with the resume request it applied: the request
+                // was refused, and the run waits for another answer.
+                Ok(RunOutcome::Failed { error, .. }) if kept.refused_request() => {
+                    report.state = RunState::Interrupted;
+                    report.error = Some(ErrorChain(&error).to_string());
+                }
                 Ok(RunOutcome::Failed { error, .. }) => {
-                    report.error = Some(error.to_string());
+                    report.error = Some(ErrorChain(&error).to_string());
                 }
                 Err(RunError::Cancelled { .. }) => report.state = RunState::Cancelled,
                 Err(RunError::Yielded { .. }) => report.state = RunState::Running,
@@ -91,9 +100,27 @@ impl<S: State> Registered for CompiledGraph<S> {
                     report.state = RunState::Running;
                     report.error = Some(error.to_string());
                 }
-                Err(error) => report.error = Some(error.to_string()),
+                // Not every error fails the run: a store failure lets it go runnable, a
+                // refused resume request leaves it as it was. Its row says where it stands.
+                Err(error) => {
+                    report.state = standing(&runtime, &report.thread).await;
+                    report.error = Some(error.to_string());
+                }
             }
             (report, wake_at_ms)
         })
+    }
+}
+
+/// Where `thread`'s run stands, by its row, after an execution that ended with an error;
+/// `running` (let go, to be carried on) when the row cannot be read either.
+async fn standing(runtime: &Runtime, thread: &str) -> RunState {
+    match runtime.store().get_run(thread).await {
+        Ok(Some(row)) => row.state,
+        Ok(None) => RunState::Failed,
+        Err(error) => {
+            tracing::debug!(%thread, %error, "could not read the run's row after its error");
+            RunState::Running
+        }
     }
 }
