@@ -300,3 +300,26 @@ async fn a_refused_request_is_reported_interrupted_on_sqlite() {
     let db = loomflow_tests::TempDb::new("worker-refused-report");
     a_refused_request_is_reported_interrupted(Runtime::sqlite(db.path()).unwrap()).await;
 }
+
+/// A run whose newest checkpoint the store cannot decode fails, naming why, instead of being
+/// let go and claimed again at once, for ever: `run_until_idle` returns.
+#[tokio::test]
+async fn a_run_whose_checkpoint_is_corrupt_fails_once() {
+    let db = loomflow_tests::TempDb::new("worker-corrupt");
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    let graph = limited();
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    runtime.submit("limited", "c", 0).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    runtime.request_resume("c", 50).await.unwrap();
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let newest = "UPDATE checkpoints SET body = 'not json' \
+                  WHERE id = (SELECT MAX(id) FROM checkpoints WHERE thread = 'c')";
+    assert_eq!(conn.execute(newest, []).unwrap(), 1);
+    let ran = tokio::time::timeout(Duration::from_secs(20), worker.run_until_idle()).await;
+    assert_eq!(ran.expect("run_until_idle returns").unwrap(), 1);
+    // The row alone: the run's newest checkpoint does not decode.
+    let record = runtime.store().get_run("c").await.unwrap().unwrap();
+    assert_eq!(record.state, RunState::Failed, "{record:?}");
+    assert!(record.error.unwrap_or_default().contains("corrupt"));
+}

@@ -155,12 +155,12 @@ pub(super) async fn cancel_after_suspending(runtime: &Runtime, claim: &RunClaim)
     })
 }
 
-/// Whether the store refused what the run wrote
-/// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)): it would refuse it again,
-/// so the run fails rather than being let go to be tried again.
-pub(super) fn refused(error: &RunError) -> bool {
-    matches!(
-        error,
-        RunError::Store(crate::runtime::StoreError::Refused { .. })
-    )
+/// Whether a store failure stops an execution without failing its run: the store failed in
+/// passing (a lost connection, a full disk), or the lease was lost, and the run is carried
+/// on, by this process or another. What the store refused
+/// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)), a row it cannot decode,
+/// an operation it does not offer: each would fail again, so the run fails rather than
+/// being let go to be tried again, and again.
+pub(super) fn in_passing(error: &crate::runtime::StoreError) -> bool {
+    error.is_passing() || matches!(error, crate::runtime::StoreError::LeaseLost { .. })
 }

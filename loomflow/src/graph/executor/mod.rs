@@ -187,10 +187,11 @@ fn claimed<S: State>(
             // Handed back, or stopped by a store failure (a database restart, a lost
             // connection): the run is not at fault, and may have taken what it waited for.
             // It is let go runnable at once, as after a crash.
-            let half_way = matches!(
-                &result,
-                Err(RunError::Yielded { .. } | RunError::Store(_) | RunError::Busy { .. })
-            ) && !result.as_ref().is_err_and(ending::refused);
+            let half_way = match &result {
+                Err(RunError::Yielded { .. } | RunError::Busy { .. }) => true,
+                Err(RunError::Store(error)) => ending::in_passing(error),
+                _ => false,
+            };
             let mut refused = false;
             let failure = match &result {
                 // Its resumed step failed with the resume requests it applied: refused, as
@@ -201,9 +202,12 @@ fn claimed<S: State>(
                 }
                 Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
                 Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
-                // What the store refused it would refuse again: the run fails.
-                Err(error) if ending::refused(error) => Some(ErrorChain(error).to_string()),
-                Err(RunError::Store(_) | RunError::Busy { .. }) => None,
+                Err(RunError::Store(store)) if ending::in_passing(store) => None,
+                // What the store refused it would refuse again, a row it cannot decode it
+                // would not decode again: the run fails, rather than being tried at once,
+                // again and again.
+                Err(error @ RunError::Store(_)) => Some(ErrorChain(error).to_string()),
+                Err(RunError::Busy { .. }) => None,
                 // A resume request the run could not take: it stays interrupted, and the
                 // request is spent.
                 Err(
@@ -502,11 +506,13 @@ fn run_supersteps<S: State>(
                 }
                 // A subgraph let go at its worker's shutdown, or a store failure stopped the
                 // step: the run lets go from where the step started, not at fault.
-                Err(error @ (RunError::Yielded { .. } | RunError::Store(_)))
-                    if !ending::refused(&error) =>
-                {
+                Err(error @ RunError::Yielded { .. }) => {
                     writer.finish().await?;
                     return Err(error);
+                }
+                Err(RunError::Store(error)) if ending::in_passing(&error) => {
+                    writer.finish().await?;
+                    return Err(error.into());
                 }
                 // A resume value the node could not use: the resume is refused as a bad request
                 // and the checkpoint it came from stays as it was.
