@@ -323,3 +323,34 @@ async fn a_run_whose_checkpoint_is_corrupt_fails_once() {
     assert_eq!(record.state, RunState::Failed, "{record:?}");
     assert!(record.error.unwrap_or_default().contains("corrupt"));
 }
+
+/// A worker whose loop panicked (a store's bug, outside any run) says so when shut down,
+/// rather than returning `Ok` as if it had served until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_loop_panicked_says_so_at_shutdown() {
+    let db = loomflow_tests::TempDb::new("worker-loop-panic");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::with_store(store);
+    faults.panic_next_claim();
+    let graph = limited();
+    let handle = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(10))
+        .build()
+        .start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while faults.claim_panic_armed() {
+        assert!(tokio::time::Instant::now() < deadline, "never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(10), handle.shutdown()).await;
+    match stopped.expect("the shutdown returns") {
+        Err(loomflow::runtime::RuntimeError::WorkerPanicked { message }) => {
+            assert!(
+                message.contains("a store bug in claim_next_run"),
+                "{message}"
+            );
+        }
+        other => panic!("expected WorkerPanicked, got {other:?}"),
+    }
+}

@@ -57,6 +57,8 @@ pub(crate) struct Faults {
     fail_claimed_take: AtomicBool,
     /// How many `signals_after` calls failed so.
     signals_after_faults: AtomicUsize,
+    /// While set, the next `claim_next_run` panics.
+    panic_claim: AtomicBool,
 }
 
 impl Faults {
@@ -73,6 +75,16 @@ impl Faults {
     /// worker, cancelled while queued) as a dropped connection would, writing nothing.
     pub(crate) fn fail_next_finish(&self) {
         self.fail_finish.store(true, Ordering::SeqCst);
+    }
+
+    /// Makes the next `claim_next_run` panic, as a store with a bug would, outside any run.
+    pub(crate) fn panic_next_claim(&self) {
+        self.panic_claim.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the panic armed by [`panic_next_claim`](Self::panic_next_claim) is still to come.
+    pub(crate) fn claim_panic_armed(&self) -> bool {
+        self.panic_claim.load(Ordering::SeqCst)
     }
 
     /// Holds back the next read of the next wake time (a worker's, at the end of a look): the
@@ -532,6 +544,9 @@ impl<S: Store> Store for FaultyStore<S> {
         now_ms: u64,
         due_ms: u64,
     ) -> BoxFuture<'a, Result<Option<ClaimedRun>, StoreError>> {
+        if self.faults.panic_claim.swap(false, Ordering::SeqCst) {
+            panic!("a store bug in claim_next_run");
+        }
         self.inner
             .claim_next_run(graphs, owner, lease_until_ms, now_ms, due_ms)
     }

@@ -117,6 +117,13 @@ pub enum RuntimeError {
         /// Where its current run stands.
         state: RunState,
     },
+    /// A background worker's loop panicked (a store's method panicked outside any run): it
+    /// had stopped claiming runs before it was shut down.
+    #[error("the worker stopped when its loop panicked: {message}")]
+    WorkerPanicked {
+        /// The panic's message.
+        message: String,
+    },
 }
 
 impl RuntimeError {

@@ -3,6 +3,7 @@
 use tokio::sync::watch;
 
 use super::Result;
+use crate::runtime::RuntimeError;
 
 /// The handle on a worker started with [`Worker::start`](super::Worker::start).
 ///
@@ -21,13 +22,23 @@ impl WorkerHandle {
     /// one), and is handed back runnable for another worker to carry on; or it completes
     /// or suspends first (a waiting run suspends after the grace).
     ///
+    /// A store failure does not stop a worker: it is logged, and the worker tries again at
+    /// its next look.
+    ///
     /// # Errors
     ///
-    /// The store failure that stopped the worker, if one did.
+    /// [`RuntimeError::WorkerPanicked`](crate::runtime::RuntimeError::WorkerPanicked) when
+    /// the worker had stopped before, its loop having panicked.
     pub async fn shutdown(mut self) -> Result<()> {
         let _ = self.stop.send(true);
         match self.task.take() {
-            Some(task) => task.await.unwrap_or(Ok(())),
+            Some(task) => match task.await {
+                Ok(served) => served,
+                Err(error) if error.is_panic() => Err(RuntimeError::WorkerPanicked {
+                    message: crate::sync::panic_message(&*error.into_panic()),
+                }),
+                Err(_) => Ok(()),
+            },
             None => Ok(()),
         }
     }
