@@ -1,6 +1,8 @@
 //! The names `#[node]`, `#[tool]` and `#[agent]` derive from a fn or a struct: a raw
 //! identifier's `r#` is dropped, and an agent's default name is its struct's name in snake
-//! case, an acronym as one word. And `#[agent]` reads a whole-number temperature.
+//! case, an acronym as one word. And `#[agent]` reads a whole-number temperature. A node or
+//! tool may take a name the generated code binds for itself (`output`, `state`, `ctx`,
+//! `parameters`, `whole`): this file compiles.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -17,14 +19,74 @@ struct HTTPHelper;
 
 /// A node whose name is a Rust keyword, written as a raw identifier.
 #[node]
-async fn r#match(state: &mut Count) {
-    state.n += 1;
+async fn r#match(count: &mut Count) {
+    count.n += 1;
 }
 
 /// A tool whose name is a Rust keyword, written as a raw identifier.
 #[tool]
 fn r#type(n: u32) -> u32 {
     n
+}
+
+/// Named as the generated `run` once named its own result.
+#[node]
+async fn output(count: &mut Count) {
+    count.n += 10;
+}
+
+/// Named as the generated `run` once named its parameters: no node in this module compiled
+/// beside it (the nodes here name their own parameter `count`, as one of the user's own
+/// bindings must not take a static's name).
+#[tool]
+fn state(n: u32) -> u32 {
+    n + 1
+}
+
+/// As above, for the node's context.
+#[tool]
+fn ctx(n: u32) -> u32 {
+    n + 2
+}
+
+/// Named as a tool's setup once named its arguments' schema.
+#[tool]
+fn parameters(n: u32) -> u32 {
+    n + 3
+}
+
+/// As above, for a whole-value argument's schema.
+#[tool]
+fn whole(n: u32) -> u32 {
+    n + 4
+}
+
+/// Nodes and tools named as the macros' own bindings once were run as any other.
+#[tokio::test]
+async fn names_the_generated_code_once_bound_are_free_to_use() {
+    let graph = Graph::new("g")
+        .node(output)
+        .node(r#match)
+        .edge(START, "output")
+        .edge("output", "match")
+        .edge("match", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let out = graph.invoke(&runtime, "t", Count::default()).await.unwrap();
+    assert_eq!(out.completed().unwrap().n, 11);
+    for (tool, name) in [
+        (&state as &dyn Tool, "state"),
+        (&ctx, "ctx"),
+        (&parameters, "parameters"),
+        (&whole, "whole"),
+    ] {
+        assert_eq!(tool.spec().name, name);
+        assert!(
+            tool.spec().parameters["properties"]["n"].is_object(),
+            "{name}"
+        );
+    }
 }
 
 /// A node named `r#match` is the node `"match"`, the name `.edge(..)` wires it by.

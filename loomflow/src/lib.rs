@@ -239,7 +239,9 @@ pub use loomflow_macros::agent;
 /// `name::call(...)`. As with [`node`], the fn must be a free function, not inside an `impl`
 /// block, and the value is a `static` named after the function:
 /// where it is in scope, a local binding of the same name is refused with "let bindings
-/// cannot shadow statics" (E0530); rename the binding or refer to the tool by path.
+/// cannot shadow statics" (E0530); rename the binding or refer to the tool by path. A fn
+/// cannot be named `schema` or `generator`, names the schema derive binds (in every
+/// `JsonSchema` derive of the module): name it otherwise, and the tool with `name = ".."`.
 ///
 /// - **Parameters** become the properties of a JSON Schema (2020-12) made by schemars; each
 ///   type must implement `Deserialize` and `JsonSchema`. Describe them with

@@ -21,17 +21,19 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
         Some(text) => quote!(::core::option::Option::Some(#text)),
         None => quote!(::core::option::Option::None),
     };
+    // The generated bindings carry a prefix: a plain `state`, `ctx` or `output` could not be
+    // bound where a node or tool of that name (a static, see `unit_value`) is in scope.
     let call = if model.takes_context {
-        quote!(#ident::call(state, ctx))
+        quote!(#ident::call(__loomflow_state, __loomflow_ctx))
     } else {
         quote!({
-            let _ = ctx;
-            #ident::call(state)
+            let _ = __loomflow_ctx;
+            #ident::call(__loomflow_state)
         })
     };
 
     let convert = quote_spanned! {model.output_span=>
-        #krate::__private::IntoNodeResult::into_node_result(output)
+        #krate::__private::IntoNodeResult::into_node_result(__loomflow_output)
     };
 
     quote! {
@@ -55,11 +57,11 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
 
                 fn run<'a>(
                     &'a self,
-                    state: &'a mut #state_ty,
-                    ctx: &'a #krate::Context,
+                    __loomflow_state: &'a mut #state_ty,
+                    __loomflow_ctx: &'a #krate::Context,
                 ) -> #krate::__private::BoxFuture<'a, #krate::__private::NodeResult> {
                     ::std::boxed::Box::pin(async move {
-                        let output = #call.await;
+                        let __loomflow_output = #call.await;
                         #convert
                     })
                 }

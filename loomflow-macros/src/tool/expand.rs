@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 
 use super::model::{Invalid, Output, Param, ToolModel};
-use crate::common::{crate_path, has_receiver, unit_value, with_original};
+use crate::common::{crate_path, has_receiver, unit_value, unraw, with_original};
 
 const CALL_DOC: &str = "The tool's body, callable directly.";
 
@@ -137,19 +137,26 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
                 static SETUP: #private::std::sync::OnceLock<__LoomflowToolSetup> =
                     #private::std::sync::OnceLock::new();
                 SETUP.get_or_init(|| {
-                    let whole: ::core::option::Option<#private::serde_json::Value> = #whole;
-                    let whole_found = whole.is_some();
-                    let parameters = match whole {
-                        ::core::option::Option::Some(schema) => schema,
+                    // Prefixed: a plain name could not be bound where a tool or node of
+                    // that name (a static) is in scope.
+                    let __loomflow_whole: ::core::option::Option<#private::serde_json::Value> =
+                        #whole;
+                    let __loomflow_whole_found = __loomflow_whole.is_some();
+                    let __loomflow_parameters = match __loomflow_whole {
+                        ::core::option::Option::Some(__loomflow_schema) => __loomflow_schema,
                         ::core::option::Option::None => {
                             #private::tool_arguments_schema::<__LoomflowToolArgs>()
                         }
                     };
                     __LoomflowToolSetup {
-                        spec: #krate::tool::ToolSpec::new(#name, #description, parameters)
-                            .requires_approval(#approval)
-                            .destructive(#destructive),
-                        whole: whole_found,
+                        spec: #krate::tool::ToolSpec::new(
+                            #name,
+                            #description,
+                            __loomflow_parameters,
+                        )
+                        .requires_approval(#approval)
+                        .destructive(#destructive),
+                        whole: __loomflow_whole_found,
                     }
                 })
             }
@@ -184,7 +191,10 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
 /// so that `.with(name)` elsewhere adds no follow-on errors.
 pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
     let func = &invalid.func;
-    if has_receiver(func) {
+    // A fn named as the schema derive's bindings stays a fn: as a static it would break
+    // every `JsonSchema` derive in its module, the other tools' too.
+    let schema_binding = matches!(unraw(&func.sig.ident).as_str(), "schema" | "generator");
+    if has_receiver(func) || schema_binding {
         return with_original(func.to_token_stream(), invalid.error.clone());
     }
     let krate = crate_path(invalid.krate.as_ref());

@@ -61,6 +61,20 @@ impl ToolModel {
                 "#[tool] functions cannot be generic: the argument schema needs concrete types",
             );
         }
+        let fn_name = unraw(&sig.ident);
+        if matches!(fn_name.as_str(), "schema" | "generator") {
+            // The fn becomes a static of its name, which the `JsonSchema` derive's own
+            // bindings of these names (the tool's arguments', and any other in the module)
+            // cannot shadow.
+            errors.push_spanned(
+                &sig.ident,
+                format_args!(
+                    "a #[tool] fn cannot be named `{fn_name}`: the JSON schema derive binds \
+                     that name; name the fn otherwise and keep the tool's name with \
+                     #[tool(name = \"{fn_name}\")]"
+                ),
+            );
+        }
         if let Some(variadic) = &sig.variadic {
             errors.push_spanned(variadic, "#[tool] functions cannot be variadic");
         }
