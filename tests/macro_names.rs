@@ -137,3 +137,19 @@ async fn a_whole_number_temperature_is_a_temperature() {
     agent.run("hi").await.unwrap();
     assert_eq!(model.requests()[0].temperature, Some(1.0));
 }
+
+/**
+ * Gets the weather for a city.
+ *
+ * Internal: calls the cached backend first.
+ */
+#[tool]
+fn weather(city: String) -> String {
+    city
+}
+
+/// A block doc comment's ` * ` margin is not the description's: its first paragraph is.
+#[test]
+fn a_block_doc_comments_star_margin_is_not_in_the_description() {
+    assert_eq!(weather.spec().description, "Gets the weather for a city.");
+}

@@ -133,7 +133,7 @@ pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
             }) = &nv.value
         {
             // A `/** */` block is one attribute of several lines.
-            lines.extend(s.value().split('\n').map(|line| line.trim_end().to_owned()));
+            lines.extend(block_lines(&s.value()));
         }
     }
     // Counted in characters: indentation may hold a wide space.
@@ -152,6 +152,24 @@ pub(crate) fn doc_text(attrs: &[syn::Attribute]) -> Option<String> {
         .collect();
     let text = lines.join("\n").trim_matches('\n').to_owned();
     (!text.is_empty()).then_some(text)
+}
+
+/// The lines of one doc attribute, trailing spaces dropped. A `/** */` block whose lines
+/// after the first all start with a `*` margin (` * text`) loses it, as rustdoc drops it:
+/// a proc macro is handed the block as written, stars and all.
+fn block_lines(value: &str) -> Vec<String> {
+    let mut lines: Vec<&str> = value.split('\n').map(str::trim_end).collect();
+    let starred = lines.len() > 1
+        && (lines.iter().skip(1))
+            .filter(|line| !line.trim().is_empty())
+            .all(|line| line.trim_start().starts_with('*'));
+    if starred {
+        for line in lines.iter_mut().skip(1) {
+            let bare = line.trim_start();
+            *line = bare.strip_prefix('*').unwrap_or(bare);
+        }
+    }
+    lines.into_iter().map(str::to_owned).collect()
 }
 
 /// The first `#[doc = ...]` whose value is not a string written out (`include_str!(..)`,
@@ -276,5 +294,33 @@ mod doc_tests {
             struct Empty;
         };
         assert_eq!(doc_text(&none.attrs), None);
+    }
+
+    /// A block comment's ` * ` margin is not part of the text: the description and the
+    /// paragraphs are what rustdoc shows.
+    #[test]
+    fn doc_text_drops_a_block_comments_star_margin() {
+        let starred: syn::ItemFn = syn::parse_quote! {
+            /**
+             * Get the weather.
+             *
+             * Internal notes:
+             *   - indented
+             */
+            fn weather() {}
+        };
+        assert_eq!(
+            doc_text(&starred.attrs).as_deref(),
+            Some("Get the weather.\n\nInternal notes:\n  - indented")
+        );
+        let plain: syn::ItemFn = syn::parse_quote! {
+            /** Plain block.
+                * a list item, not a margin: the next line has none
+                and more text */
+            fn plain() {}
+        };
+        let text = doc_text(&plain.attrs).unwrap_or_default();
+        assert!(text.contains("* a list item"), "{text}");
+        assert!(text.ends_with("and more text"), "{text}");
     }
 }
