@@ -261,3 +261,28 @@ fn the_body_stays_callable() {
 fn the_spec_is_built_once() {
     assert!(std::ptr::eq(spec(&weather), spec(&weather)));
 }
+
+/// An API's own page type, which happens to be called `Result`.
+mod api {
+    #[derive(serde::Serialize)]
+    pub struct Result<T> {
+        pub items: Vec<T>,
+    }
+}
+
+/// Searches the catalogue.
+#[tool]
+fn catalogue(query: String) -> api::Result<String> {
+    api::Result { items: vec![query] }
+}
+
+/// A user type named `Result` is a plain value, serialized as it is: the tool is fallible
+/// by its type, not by its spelling.
+#[tokio::test]
+async fn a_user_type_named_result_is_a_plain_value() {
+    let out = catalogue
+        .call(json!({ "query": "lamp" }), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out, json!({ "items": ["lamp"] }));
+}

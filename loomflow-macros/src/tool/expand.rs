@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 
-use super::model::{Invalid, Output, Param, ToolModel};
+use super::model::{Invalid, Param, ToolModel};
 use crate::common::{crate_path, has_receiver, unit_value, unraw, with_original};
 
 const CALL_DOC: &str = "The tool's body, callable directly.";
@@ -72,23 +72,16 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
         (Some(ty), true) => quote!(#private::whole_argument_schema::<#ty>()),
         _ => quote!(::core::option::Option::None),
     };
-    let convert = match model.output {
-        // Not spelled `Result<..>`: chosen by type, so that an alias of `Result` is still
-        // fallible.
-        Output::Plain => quote_spanned! {model.output_span=>
-            {
-                #[allow(unused_imports)]
-                use #private::{FallibleOutputKind as _, PlainOutputKind as _};
-                (&__loomflow_output)
-                    .tool_output_kind()
-                    .convert(__loomflow_output, #name)
-            }
-        },
-        // The same conversion as an alias's, so that both refuse a non-`Display` error
-        // with the same message.
-        Output::Result => quote_spanned! {model.output_span=>
-            #private::FallibleOutput.convert(__loomflow_output, #name)
-        },
+    // Chosen by type, not by spelling: an alias of `Result` is fallible, and a user type
+    // named `Result` is a plain value.
+    let convert = quote_spanned! {model.output_span=>
+        {
+            #[allow(unused_imports)]
+            use #private::{FallibleOutputKind as _, PlainOutputKind as _};
+            (&__loomflow_output)
+                .tool_output_kind()
+                .convert(__loomflow_output, #name)
+        }
     };
     // A sync body runs on tokio's blocking pool, so that it does not hold up the task that
     // dispatches it (nor the other calls of its turn), and the host's timeout can end the

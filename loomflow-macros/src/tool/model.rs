@@ -19,14 +19,6 @@ pub(crate) enum Param {
     },
 }
 
-/// How the function's return value becomes the tool's result.
-pub(crate) enum Output {
-    /// Any `Serialize` value (including `()`).
-    Plain,
-    /// `Result<T, E>`: `Ok` is serialized, `Err` becomes a failed call.
-    Result,
-}
-
 pub(crate) struct ToolModel {
     pub(crate) func: ItemFn,
     pub(crate) name: String,
@@ -37,7 +29,6 @@ pub(crate) struct ToolModel {
     /// A single argument without a `param(...)` description: when its schema is an object
     /// with properties, the model's arguments are that type itself.
     pub(crate) single_may_be_whole: bool,
-    pub(crate) output: Output,
     /// Where errors about the return type point.
     pub(crate) output_span: Span,
     pub(crate) krate: Option<syn::Path>,
@@ -180,9 +171,9 @@ impl ToolModel {
             })
             .collect();
         let single_may_be_whole = plain_args == [true];
-        let (output, output_span) = match &sig.output {
-            syn::ReturnType::Default => (Output::Plain, sig.ident.span()),
-            syn::ReturnType::Type(_, ty) => (output_kind(ty), ty.span()),
+        let output_span = match &sig.output {
+            syn::ReturnType::Default => sig.ident.span(),
+            syn::ReturnType::Type(_, ty) => ty.span(),
         };
 
         Ok(Self {
@@ -192,7 +183,6 @@ impl ToolModel {
             destructive: args.destructive,
             params,
             single_may_be_whole,
-            output,
             output_span,
             krate: args.krate,
             func,
@@ -224,20 +214,6 @@ fn is_tool_context(ty: &Type) -> bool {
         },
         _ => false,
     }
-}
-
-/// `Result<T>` or `Result<T, E>` (by its last path segment) is a fallible tool; anything
-/// else, including a bare user type named `Result`, is a plain value.
-fn output_kind(ty: &Type) -> Output {
-    if let Type::Path(path) = ty
-        && let Some(last) = path.path.segments.last()
-        && last.ident == "Result"
-        && let syn::PathArguments::AngleBracketed(generics) = &last.arguments
-        && (1..=2).contains(&generics.args.len())
-    {
-        return Output::Result;
-    }
-    Output::Plain
 }
 
 /// The first paragraph of a doc comment, its lines joined by spaces.
