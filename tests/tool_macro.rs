@@ -265,8 +265,8 @@ fn the_spec_is_built_once() {
 /// An API's own page type, which happens to be called `Result`.
 mod api {
     #[derive(serde::Serialize)]
-    pub struct Result<T> {
-        pub items: Vec<T>,
+    pub(crate) struct Result<T> {
+        pub(crate) items: Vec<T>,
     }
 }
 
