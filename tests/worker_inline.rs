@@ -1712,3 +1712,64 @@ async fn a_resume_request_the_resumed_step_fails_with_leaves_the_run_waiting() {
         assert_eq!(runtime.get_state::<u32>("t").await.unwrap(), Some(50));
     }
 }
+
+/// A call past its approver's timeout no longer waits for a decision: it is not listed, and
+/// a decision for it is refused (the run denies it when carried on), rather than accepted
+/// and then ignored as late.
+#[tokio::test]
+async fn an_approval_past_its_timeout_is_not_listed_nor_decided() {
+    use loomflow::model::ToolCall;
+    use loomflow::tool::{ApprovalDecision, DispatchContext, SignalApprover};
+    let clock = Arc::new(ManualClock::new(std::time::SystemTime::now()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let host = Arc::new(
+        ToolHost::new()
+            .with(pay_out)
+            .approval_handler(SignalApprover::new().timeout(Duration::from_secs(600))),
+    );
+    let approving: CompiledGraph<Vec<String>> = Graph::new("approving")
+        .node_fn("tools", move |out: &mut Vec<String>, ctx| {
+            let host = Arc::clone(&host);
+            Box::pin(async move {
+                let calls = [ToolCall::new("call-1", "pay_out", json!({ "amount": 12 }))];
+                let dispatch = DispatchContext::new(ctx.thread())
+                    .runtime(ctx.runtime())
+                    .node(ctx);
+                let outcomes = host.dispatch(&calls, dispatch).await?;
+                *out = outcomes.iter().map(|o| format!("{o:?}")).collect();
+                Ok(())
+            })
+        })
+        .edge(START, "tools")
+        .edge("tools", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&approving)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit("approving", "a", Vec::<String>::new())
+        .await
+        .unwrap();
+    worker.run_until_idle().await.unwrap();
+    assert_eq!(runtime.pending_approvals("a").await.unwrap().len(), 1);
+
+    clock.advance(Duration::from_secs(601));
+    assert_eq!(runtime.pending_approvals("a").await.unwrap(), []);
+    let late = runtime
+        .decide_approval("a", "call-1", ApprovalDecision::Allow)
+        .await;
+    assert!(
+        matches!(
+            late,
+            Err(loomflow::Error::Runtime(
+                RuntimeError::NoPendingApproval { .. }
+            ))
+        ),
+        "{late:?}"
+    );
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let out: Vec<String> = runtime.get_state("a").await.unwrap().unwrap();
+    assert!(out[0].contains("no approval decision within"), "{out:?}");
+}

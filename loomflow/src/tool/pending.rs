@@ -74,8 +74,13 @@ pub(crate) fn interrupt_details(request: &ApprovalRequest) -> Value {
     serde_json::json!({ DETAILS_KEY: request })
 }
 
-/// The approval request an interrupt is suspended on, if it is one.
-fn request_of(interrupt: &Interrupt) -> Option<ApprovalRequest> {
+/// The approval request an interrupt is suspended on, if it is one and still waits at
+/// `now_ms`: past its approver's timeout (the interrupt's wake time) the call is denied when
+/// its run is carried on, and a decision would come too late to count.
+fn request_of(interrupt: &Interrupt, now_ms: u64) -> Option<ApprovalRequest> {
+    if interrupt.wake_at_ms.is_some_and(|at| at <= now_ms) {
+        return None;
+    }
     let signal = interrupt.signal.as_deref()?;
     let call_id = signal.strip_prefix(SignalApprover::PREFIX)?;
     let request: ApprovalRequest =
@@ -90,7 +95,8 @@ impl Runtime {
     /// [`decide_approval`](Self::decide_approval).
     ///
     /// Calls whose run suspended on them are read from the store, so any process on the same
-    /// store lists them; calls waiting in memory are listed by the process that waits.
+    /// store lists them; calls waiting in memory are listed by the process that waits. A
+    /// call past its approver's timeout (by the runtime's clock) is not listed: it is denied.
     ///
     /// # Errors
     ///
@@ -98,12 +104,13 @@ impl Runtime {
     pub async fn pending_approvals(&self, session: &str) -> Result<Vec<ApprovalRequest>> {
         self.load_stored_signals().await?;
         let mailbox = self.mailbox();
+        let now_ms = crate::runtime::clock::unix_ms(self.now());
         // A call whose decision is already queued is answered: the run carries on with it.
         let mut requests: Vec<ApprovalRequest> = self
             .pending_interrupts(session)
             .await?
             .iter()
-            .filter_map(request_of)
+            .filter_map(|interrupt| request_of(interrupt, now_ms))
             .filter(|r| mailbox.queued(session, &SignalApprover::signal_name(&r.call_id)) == 0)
             .collect();
         let live = self.extension::<LiveApprovals>();
@@ -127,7 +134,8 @@ impl Runtime {
     /// # Errors
     ///
     /// [`RuntimeError::NoPendingApproval`] when no call `call_id` of `session` waits for a
-    /// decision (list them with [`pending_approvals`](Self::pending_approvals));
+    /// decision (list them with [`pending_approvals`](Self::pending_approvals)), a call
+    /// past its approver's timeout included;
     /// [`RuntimeError::AlreadyDecided`]; as for [`signal`](Self::signal): the mailbox
     /// refused it or the store failed.
     pub async fn decide_approval(
@@ -201,7 +209,8 @@ impl Runtime {
     /// (one queued already or not).
     async fn asked_at(&self, session: &str, call_id: &str) -> Result<Option<u64>> {
         let suspended = self.pending_interrupts(session).await?;
-        let suspended = suspended.iter().filter_map(request_of);
+        let now_ms = crate::runtime::clock::unix_ms(self.now());
+        let suspended = (suspended.iter()).filter_map(|interrupt| request_of(interrupt, now_ms));
         let live = self.extension::<LiveApprovals>();
         let live = live.lock().get(session).cloned().unwrap_or_default();
         Ok(suspended
