@@ -492,3 +492,56 @@ async fn a_store_failure_while_waiting_for_a_decision_is_not_a_denial() {
     assert_eq!(done.len(), 1, "{done:?}");
     assert!(done[0].contains("paid 3"), "{done:?}");
 }
+
+/// A fork of a run suspended on an approval waits for a decision of its own: its call is
+/// listed on the fork's thread, a decision there lets the fork's call run, and the source
+/// run still waits. Before its fix the fork's request named the source thread, so the
+/// inbox's "approve" on the fork's card decided the source's call.
+#[tokio::test]
+async fn a_forks_approval_is_decided_on_the_fork() {
+    let runtime = Runtime::in_memory();
+    let host = Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new().or_suspend()),
+    );
+    let graph: CompiledGraph<Vec<String>> = Graph::new("paying")
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let host = Arc::clone(&host);
+            Box::pin(async move {
+                let call = ToolCall::new("call_9", "pay", json!({ "amount": 5 }));
+                let dispatch = DispatchContext::new(ctx.thread())
+                    .runtime(ctx.runtime())
+                    .node(ctx);
+                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
+                paid.push(outcome.content);
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let suspended = graph.run(&runtime, "refund-1", Vec::new()).await.unwrap();
+    assert_eq!(suspended.interrupts().len(), 1);
+    let newest = runtime.list_checkpoints("refund-1").await.unwrap();
+    let at = newest.last().unwrap().id;
+    runtime.fork("refund-1", at, "refund-1-b").await.unwrap();
+
+    let listed = runtime.pending_approvals("refund-1-b").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].session, "refund-1-b");
+    runtime
+        .decide_approval(
+            &listed[0].session,
+            &listed[0].call_id,
+            ApprovalDecision::Allow,
+        )
+        .await
+        .unwrap();
+    let done = graph.recover(&runtime, "refund-1-b").await.unwrap();
+    assert!(done.completed().unwrap()[0].contains("paid 5"));
+    let source = runtime.pending_approvals("refund-1").await.unwrap();
+    assert_eq!(source.len(), 1, "the source run still waits");
+    assert_eq!(source[0].session, "refund-1");
+}

@@ -74,18 +74,22 @@ pub(crate) fn interrupt_details(request: &ApprovalRequest) -> Value {
     serde_json::json!({ DETAILS_KEY: request })
 }
 
-/// The approval request an interrupt is suspended on, if it is one and still waits at
-/// `now_ms`: past its approver's timeout (the interrupt's wake time) the call is denied when
-/// its run is carried on, and a decision would come too late to count.
-fn request_of(interrupt: &Interrupt, now_ms: u64) -> Option<ApprovalRequest> {
+/// The approval request an interrupt of `session`'s run is suspended on, if it is one and
+/// still waits at `now_ms`: past its approver's timeout (the interrupt's wake time) the call
+/// is denied when its run is carried on, and a decision would come too late to count.
+///
+/// The request names `session`, whatever the interrupt recorded: a fork copies the
+/// interrupt, request and all, and its call is decided on the fork's thread.
+fn request_of(interrupt: &Interrupt, session: &str, now_ms: u64) -> Option<ApprovalRequest> {
     if interrupt.wake_at_ms.is_some_and(|at| at <= now_ms) {
         return None;
     }
     let signal = interrupt.signal.as_deref()?;
     let call_id = signal.strip_prefix(SignalApprover::PREFIX)?;
-    let request: ApprovalRequest =
+    let mut request: ApprovalRequest =
         serde::Deserialize::deserialize(interrupt.payload.get("details")?.get(DETAILS_KEY)?)
             .ok()?;
+    session.clone_into(&mut request.session);
     (request.call_id == call_id).then_some(request)
 }
 
@@ -110,7 +114,7 @@ impl Runtime {
             .pending_interrupts(session)
             .await?
             .iter()
-            .filter_map(|interrupt| request_of(interrupt, now_ms))
+            .filter_map(|interrupt| request_of(interrupt, session, now_ms))
             .filter(|r| mailbox.queued(session, &SignalApprover::signal_name(&r.call_id)) == 0)
             .collect();
         let live = self.extension::<LiveApprovals>();
@@ -210,7 +214,8 @@ impl Runtime {
     async fn asked_at(&self, session: &str, call_id: &str) -> Result<Option<u64>> {
         let suspended = self.pending_interrupts(session).await?;
         let now_ms = crate::runtime::clock::unix_ms(self.now());
-        let suspended = (suspended.iter()).filter_map(|interrupt| request_of(interrupt, now_ms));
+        let suspended =
+            (suspended.iter()).filter_map(|interrupt| request_of(interrupt, session, now_ms));
         let live = self.extension::<LiveApprovals>();
         let live = live.lock().get(session).cloned().unwrap_or_default();
         Ok(suspended
