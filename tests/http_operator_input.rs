@@ -568,3 +568,66 @@ async fn an_open_server_refuses_what_another_site_sends_through_a_browser() {
         assert_eq!(status, 202, "{reply}");
     }
 }
+
+/// Without authentication, a request addressed to a host name other than `localhost` (or
+/// one allowed) is refused, reads too: a site whose name the attacker points at the
+/// listener's address (DNS rebinding) is the listener's own origin to the browser, which
+/// sends `Sec-Fetch-Site: same-origin` and an `Origin` that matches its `Host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_server_answers_only_its_own_host_names() {
+    let config = HttpConfig::new().without_auth().allow_host("Ops.Internal");
+    let server = serve("rebinding", config).await;
+    server.runtime.submit("g", "t1", json!({})).await.unwrap();
+    let port = server.addr.port();
+    let host = |name: &str| ("Host", format!("{name}:{port}").into_bytes());
+    let rebound = [
+        host("evil.example"),
+        ("Sec-Fetch-Site", b"same-origin".to_vec()),
+        ("Origin", format!("http://evil.example:{port}").into_bytes()),
+    ];
+    let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &rebound, b"").await;
+    assert_eq!(status, 403, "{reply}");
+    assert!(
+        reply.contains("evil.example") && reply.contains("allow_host"),
+        "{reply}"
+    );
+    let signal = "/v1/threads/t1/signals/go";
+    let (status, _, _) = request(server.addr, "POST", signal, &rebound, b"1").await;
+    assert_eq!(status, 403);
+    for name in ["localhost", "127.0.0.1", "ops.internal", "api.localhost"] {
+        let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &[host(name)], b"").await;
+        assert_eq!(status, 200, "{name}: {reply}");
+    }
+    let ipv6 = [("Host", format!("[::1]:{port}").into_bytes())];
+    let (status, _, _) = request(server.addr, "GET", "/v1/runs", &ipv6, b"").await;
+    assert_eq!(status, 200);
+}
+
+/// No page of the server may be framed by another site's (a decoy over the inbox's
+/// buttons): every response says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_response_may_be_framed() {
+    let server = serve("framing", HttpConfig::new().without_auth()).await;
+    for path in ["/inbox", "/v1/runs", "/nowhere"] {
+        let (_, head, _) = request(server.addr, "GET", path, NO_HEADERS, b"").await;
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains("x-frame-options: deny"), "{path}: {head}");
+        assert!(
+            head.contains("content-security-policy: frame-ancestors 'none'"),
+            "{path}: {head}"
+        );
+    }
+}
+
+/// A configured token read with its trailing newline (a secret file) is the token without
+/// it: the request that presents the token is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_tokens_surrounding_whitespace_is_not_part_of_it() {
+    let server = serve(
+        "token-newline",
+        HttpConfig::new().bearer_token(format!("{TOKEN}\n")),
+    )
+    .await;
+    let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
+}

@@ -163,6 +163,10 @@ enum Command {
         /// Accept requests without a token. Only behind something that authenticates.
         #[arg(long)]
         no_auth: bool,
+        /// With --no-auth, also answer requests addressed to this host name (besides
+        /// localhost and IP addresses). Repeat for several.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_hosts: Vec<String>,
     },
 }
 
@@ -296,7 +300,7 @@ fn check(command: &Command) -> Result<(), Failure> {
             }
             // Every request would be refused: say so rather than serve nothing.
             let signed = secrets.iter().any(|(_, secret)| secret.is_some());
-            if token.as_deref().is_none_or(str::is_empty) && !signed && !no_auth {
+            if token.as_deref().is_none_or(|token| token.trim().is_empty()) && !signed && !no_auth {
                 return Err(Failure::usage(
                     "serve needs a bearer token (--token or LOOMFLOW_TOKEN, not empty), a \
                      webhook secret (--github-secret, --signing-secret), or --no-auth behind \
@@ -367,6 +371,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             github_secret,
             signing_secret,
             no_auth,
+            allow_hosts,
         } => {
             let token = token.filter(|token| !token.is_empty());
             let mut config = loomflow::http::HttpConfig::new();
@@ -381,6 +386,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             if no_auth {
                 config = config.without_auth();
+            }
+            for host in allow_hosts {
+                config = config.allow_host(host);
             }
             serve::run(runtime, config, &listen).await
         }

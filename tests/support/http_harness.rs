@@ -55,10 +55,17 @@ pub(crate) async fn try_request<V: AsRef<[u8]>>(
 ) -> std::io::Result<(u16, String, String)> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     )
     .into_bytes();
+    // The listener's address, unless the test names another host.
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        head.extend_from_slice(format!("Host: {addr}\r\n").as_bytes());
+    }
     for (name, value) in headers {
         head.extend_from_slice(name.as_bytes());
         head.extend_from_slice(b": ");

@@ -50,6 +50,38 @@ pub(crate) fn refuse_cross_site(method: &Method, headers: &HeaderMap) -> Result<
     Ok(())
 }
 
+/// Without authentication, a request addressed to a host name is refused unless the name is
+/// `localhost` (or under it) or one `allowed`: a page on a site whose name resolves to the
+/// listener's address (DNS rebinding) is the listener's own origin to the browser, and would
+/// otherwise read and change everything. IP addresses are answered; so are clients that
+/// send no `Host` (no browser).
+pub(crate) fn refuse_rebound_host(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
+    let Some(host) = headers.get(header::HOST) else {
+        return Ok(());
+    };
+    let host = host.to_str().unwrap_or_default().to_ascii_lowercase();
+    let name = match host.strip_prefix('[') {
+        // An IPv6 literal, `[::1]:8080`.
+        Some(_) => return Ok(()),
+        None => host
+            .rsplit_once(':')
+            .map_or(host.as_str(), |(name, _)| name),
+    };
+    let local = name == "localhost" || name.ends_with(".localhost");
+    if local || name.parse::<std::net::Ipv4Addr>().is_ok() || allowed.iter().any(|a| a == name) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "requests to host {name:?} are refused: this server runs without authentication \
+             (HttpConfig::without_auth), and answers localhost and IP addresses only; allow \
+             the name with HttpConfig::allow_host (loomflow serve --allow-host)"
+        ),
+    ))
+}
+
 /// Whether the request carries one of the configured bearer tokens (or auth is off).
 pub(crate) fn bearer(config: &HttpConfig, headers: &HeaderMap) -> Result<(), ApiError> {
     if config.open {

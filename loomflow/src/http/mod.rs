@@ -81,6 +81,9 @@ pub use error::ApiError;
 pub struct HttpConfig {
     tokens: Vec<String>,
     open: bool,
+    /// Host names a server without authentication answers besides `localhost` and IP
+    /// addresses (see [`HttpConfig::allow_host`]).
+    allowed_hosts: Vec<String>,
     github_secret: Option<String>,
     signing_secret: Option<String>,
     replay_window: Option<Duration>,
@@ -92,6 +95,7 @@ impl std::fmt::Debug for HttpConfig {
         f.debug_struct("HttpConfig")
             .field("tokens", &self.tokens.len())
             .field("open", &self.open)
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("github_secret", &self.github_secret.is_some())
             .field("signing_secret", &self.signing_secret.is_some())
             .field("replay_window", &self.replay_window_or_default())
@@ -112,11 +116,13 @@ impl HttpConfig {
     }
 
     /// Accepts `Authorization: Bearer <token>`. May be called several times (rotation).
-    /// Empty tokens are ignored.
+    /// Surrounding whitespace is not part of a token (a header cannot carry it: a token read
+    /// from a file that ends in a newline is the token without it); empty tokens are ignored.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         let token = token.into();
+        let token = token.trim();
         if !token.is_empty() {
-            self.tokens.push(token);
+            self.tokens.push(token.to_owned());
         }
         self
     }
@@ -124,9 +130,21 @@ impl HttpConfig {
     /// Turns authentication off: anyone who reaches the port may signal and approve. Only
     /// for a loopback or otherwise protected listener. A browser's request that may change
     /// something is then refused (403 `forbidden`) when it comes from another site's page,
-    /// so that a page the operator opens cannot act through the listener.
+    /// so that a page the operator opens cannot act through the listener; and any request
+    /// addressed to a host name other than `localhost` (or one given to
+    /// [`allow_host`](Self::allow_host)) is refused, so that a site whose name the attacker
+    /// points at the listener's address (DNS rebinding) cannot pass for the server's own.
+    /// Requests addressed to an IP address are answered.
     pub fn without_auth(mut self) -> Self {
         self.open = true;
+        self
+    }
+
+    /// Without authentication, also answers requests addressed to the host name `host`
+    /// (as in `http://host:8080`), the name of a protected listener reached by name. May be
+    /// called several times.
+    pub fn allow_host(mut self, host: impl Into<String>) -> Self {
+        self.allowed_hosts.push(host.into().to_ascii_lowercase());
         self
     }
 
@@ -225,7 +243,23 @@ pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
             Arc::clone(&state),
             refuse_cross_site,
         ))
+        .layer(axum::middleware::map_response(deny_framing))
         .with_state(state)
+}
+
+/// No response may be shown inside another site's frame: a page framing the inbox could
+/// line a decoy up over its buttons, and the click would come from the inbox itself.
+async fn deny_framing(mut response: axum::response::Response) -> axum::response::Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::X_FRAME_OPTIONS,
+        axum::http::HeaderValue::from_static("DENY"),
+    );
+    headers.insert(
+        axum::http::header::CONTENT_SECURITY_POLICY,
+        axum::http::HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    response
 }
 
 /// Without authentication, refuses what another site's page sends through a browser (see
@@ -235,10 +269,13 @@ async fn refuse_cross_site(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    if app.config.open
-        && let Err(error) = auth::refuse_cross_site(request.method(), request.headers())
-    {
-        return axum::response::IntoResponse::into_response(error);
+    if app.config.open {
+        let headers = request.headers();
+        let refused = auth::refuse_rebound_host(headers, &app.config.allowed_hosts)
+            .and_then(|()| auth::refuse_cross_site(request.method(), headers));
+        if let Err(error) = refused {
+            return axum::response::IntoResponse::into_response(error);
+        }
     }
     next.run(request).await
 }
