@@ -467,3 +467,32 @@ async fn credentials_in_a_base_url_are_not_shown() {
     assert!(!shown.contains("s3cret"), "{shown}");
     assert!(shown.contains("<redacted>@127.0.0.1:1"), "{shown}");
 }
+
+/// An SSE error event that states an HTTP status (llama.cpp's `code` as a number, a
+/// gateway's as a string) is the typed error of that status, retried as that status is:
+/// before its fix it was a `StreamError` of a kind no retry knew, and failed at once.
+#[tokio::test]
+async fn a_stream_error_event_with_a_status_is_retried_as_that_status() {
+    for event in [
+        "error: {\"code\":503,\"message\":\"loading model\",\"type\":\"unavailable_error\"}\n\n",
+        "data: {\"error\":{\"code\":\"500\",\"message\":\"upstream reset\"}}\n\n",
+    ] {
+        let failing = format!("{event}data: [DONE]\n\n");
+        let server = MockServer::start(vec![
+            Reply::sse(&failing, 4096),
+            Reply::sse(&openai_text_stream(2), 4096),
+        ])
+        .await;
+        let result = collect_stream(openai(&server).stream(hi())).await;
+        assert!(
+            result.is_ok() && server.requests().len() == 2,
+            "{event}: not retried: {result:?} after {} request(s)",
+            server.requests().len()
+        );
+        let server = MockServer::start(vec![Reply::sse(&failing, 4096); 3]).await;
+        let err = collect_stream(openai(&server).stream(hi()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ModelError::Server { .. }), "{event}: {err:?}");
+    }
+}

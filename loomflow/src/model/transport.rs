@@ -258,14 +258,21 @@ pub(crate) fn body_error(
     status_error(target, status, None, &body, key)
 }
 
+/// The HTTP status an error object states in its `code` (a number, or a number as text),
+/// if it states one.
+pub(crate) fn stated_status(error: &serde_json::Value) -> Option<u16> {
+    let code = error.get("code")?;
+    let numeric = code
+        .as_u64()
+        .or_else(|| code.as_str().and_then(|s| s.trim().parse().ok()))?;
+    u16::try_from(numeric)
+        .ok()
+        .filter(|status| (400..=599).contains(status))
+}
+
 fn implied_status(error: &serde_json::Value) -> u16 {
-    let code = error.get("code");
-    let numeric = code.and_then(|c| {
-        c.as_u64()
-            .or_else(|| c.as_str().and_then(|s| s.trim().parse().ok()))
-    });
-    if let Some(status) = numeric.filter(|s| (400..=599).contains(s)) {
-        return status as u16;
+    if let Some(status) = stated_status(error) {
+        return status;
     }
     let named = |field: &str| error.get(field).and_then(|v| v.as_str()).unwrap_or("");
     [named("code"), named("type")]
