@@ -671,3 +671,25 @@ async fn a_claim_that_passed_over_other_runs_wakes_the_workers() {
     })
     .await;
 }
+
+/// An audit entry whose subject holds a NUL (a tool name a model made up) is kept, the NUL
+/// as U+FFFD, as the memory store and SQLite keep it: before its fix PostgreSQL refused the
+/// write, and the step that journaled the call failed its run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_subject_holding_a_nul_is_kept() {
+    let Some(db) = TempPgDb::create("audit nul").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    let entry = loomflow::runtime::AuditEntry::new(
+        "t",
+        loomflow::runtime::AuditKind::ToolCall,
+        "lookup\0",
+        serde_json::json!({ "outcome": "unknown tool" }),
+    );
+    store.append_audit(vec![entry]).await.unwrap();
+    let query = loomflow::runtime::AuditQuery::thread("t");
+    let kept = store.audit(&query).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].subject, "lookup\u{FFFD}");
+}

@@ -1,6 +1,8 @@
 //! The audit log's table: rows appended in the statement of what they describe (or, for
 //! entries that ride with no write, in one of their own), read by thread, pruned by age.
 
+use std::borrow::Cow;
+
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
@@ -38,13 +40,21 @@ async fn append(client: &impl GenericClient, rows: &[AuditRow]) -> Result<(), Fa
     Ok(())
 }
 
+/// `text` as the server can keep it: a NUL, which PostgreSQL's text refuses, as U+FFFD.
+fn kept(text: &str) -> Cow<'_, str> {
+    match text.contains('\0') {
+        true => Cow::Owned(text.replace('\0', "\u{FFFD}")),
+        false => Cow::Borrowed(text),
+    }
+}
+
 /// Audit rows as one array per column, for `unnest`: any number of rows in one statement.
 pub(super) struct AuditColumns<'a> {
     thread: Vec<&'a str>,
     run: Vec<i64>,
     at_ms: Vec<i64>,
     kind: Vec<&'static str>,
-    subject: Vec<&'a str>,
+    subject: Vec<Cow<'a, str>>,
     actor: Vec<Option<&'a str>>,
     detail: Vec<Option<&'a str>>,
 }
@@ -56,7 +66,9 @@ impl<'a> AuditColumns<'a> {
             run: rows.iter().map(|r| r.run).collect(),
             at_ms: rows.iter().map(|r| r.at_ms).collect(),
             kind: rows.iter().map(|r| r.kind).collect(),
-            subject: rows.iter().map(|r| r.subject.as_str()).collect(),
+            // Named by a model (a tool's name, an unknown tool's included): text the server
+            // cannot keep (a NUL) is kept readable rather than failing the run's step.
+            subject: rows.iter().map(|r| kept(&r.subject)).collect(),
             actor: rows.iter().map(|r| r.actor.as_deref()).collect(),
             detail: rows.iter().map(|r| r.detail.as_deref()).collect(),
         }
