@@ -496,3 +496,47 @@ async fn a_stream_error_event_with_a_status_is_retried_as_that_status() {
         assert!(matches!(err, ModelError::Server { .. }), "{event}: {err:?}");
     }
 }
+
+/// A base URL no request could be sent to (a port out of range) is refused when the model
+/// is built, saying what is wrong with it and not showing it (it may hold credentials):
+/// before, every call failed blaming a header.
+#[test]
+fn a_base_url_that_is_no_url_is_refused_at_build() {
+    for url in [
+        "http://ada:s3cret@localhost:80800/v1",
+        "https://bad host/v1",
+    ] {
+        let openai = loomflow::model::OpenAiModel::builder("m")
+            .base_url(url)
+            .build();
+        let anthropic = loomflow::model::AnthropicModel::builder("m")
+            .base_url(url)
+            .build();
+        for err in [openai.unwrap_err(), anthropic.unwrap_err()] {
+            assert!(matches!(err, ModelError::Config { .. }), "{err:?}");
+            assert!(err.to_string().contains("is not a URL"), "{err}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
+    }
+}
+
+/// A redirect is not followed (the key and the prompt would go where it points, a POST
+/// turned into a GET fails unexplained): it is a configuration error, not retried.
+#[tokio::test]
+async fn a_redirect_is_a_configuration_error_not_followed() {
+    let moved = Reply::Json {
+        status: 301,
+        headers: vec![(
+            "Location".into(),
+            "https://elsewhere.example/v1/chat/completions".into(),
+        )],
+        body: String::new(),
+    };
+    let server = MockServer::start(vec![moved.clone(), moved]).await;
+    let err = openai(&server).complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Config { .. }), "{err:?}");
+    assert!(err.to_string().contains("redirect"), "{err}");
+    assert_eq!(server.requests().len(), 1);
+    let err = anthropic(&server).complete(hi()).await.unwrap_err();
+    assert!(matches!(err, ModelError::Config { .. }), "{err:?}");
+}

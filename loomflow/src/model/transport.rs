@@ -35,8 +35,30 @@ pub(crate) fn build_client(provider: &'static str) -> Result<reqwest::Client, Mo
     .with_no_client_auth();
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
+        // A redirect is not followed: the key in a header of our own (`x-api-key`) and the
+        // prompt would go wherever it points, and a POST turned into a GET would fail in
+        // ways that do not say why. It is a configuration error instead (`status_error`).
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| config_error(format!("http client set-up failed: {e}")))
+}
+
+/// Refuses a base URL no request could be sent to: not `http(s)://…`, or not a URL (a port
+/// out of range, a space in the host). Said at build time, naming the base URL's fault
+/// (not the URL itself, which may hold credentials), rather than by every call.
+pub(crate) fn check_base_url(base: &str, provider: &str) -> Result<(), ModelError> {
+    let fault = if !(base.starts_with("http://") || base.starts_with("https://")) {
+        "does not start with http:// or https://".to_owned()
+    } else {
+        match reqwest::Url::parse(base) {
+            Ok(_) => return Ok(()),
+            Err(error) => format!("is not a URL: {error}"),
+        }
+    };
+    Err(ModelError::Config {
+        provider: provider.to_owned(),
+        message: format!("the base url {fault}"),
+    })
 }
 
 /// Whether `base_url` addresses exactly `host` over HTTPS on the default port, with no user
@@ -197,6 +219,14 @@ pub(crate) fn status_error(
     let provider = target.provider.to_owned();
     let model = target.model.clone();
     match status {
+        300..=399 => ModelError::Config {
+            provider,
+            message: format!(
+                "the server answered {status}, a redirect, which is not followed (the key and \
+                 the prompt would go where it points): set the base url to the endpoint it \
+                 points to (https rather than http, say)"
+            ),
+        },
         401 | 403 => ModelError::Authentication {
             provider,
             model,

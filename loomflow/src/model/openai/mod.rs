@@ -131,12 +131,7 @@ impl OpenAiModelBuilder {
         } else {
             "openai-compatible"
         };
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ModelError::Config {
-                provider: provider.to_owned(),
-                message: format!("base url {base:?} does not start with http:// or https://"),
-            });
-        }
+        transport::check_base_url(&base, provider)?;
         // The environment's key is for OpenAI: it is never sent to another server.
         let key = self.key.or_else(|| {
             official
