@@ -46,6 +46,56 @@ impl Errors {
     }
 }
 
+/// An attribute's comma-separated arguments, each parsed as `A`, with the errors of those
+/// that did not parse: a bad argument is skipped up to the next comma, so the arguments
+/// around it (a `description`, a `crate` path) still count and no follow-on errors come
+/// from their loss.
+pub(crate) fn parse_arguments<A: syn::parse::Parse>(tokens: TokenStream) -> (Vec<A>, Errors) {
+    use syn::parse::Parser;
+    let mut errors = Errors::default();
+    let parser = |input: syn::parse::ParseStream<'_>| {
+        let mut parsed = Vec::new();
+        while !input.is_empty() {
+            match input.parse::<A>() {
+                Ok(arg) => parsed.push(arg),
+                Err(error) => {
+                    errors.push(error);
+                    skip_to_comma(input)?;
+                }
+            }
+            if input.is_empty() {
+                break;
+            }
+            if let Err(error) = input.parse::<syn::Token![,]>() {
+                errors.push(error);
+                skip_to_comma(input)?;
+                // The comma it stopped at, if any.
+                let _ = input.parse::<Option<syn::Token![,]>>();
+            }
+        }
+        Ok(parsed)
+    };
+    let parsed = parser.parse2(tokens).unwrap_or_else(|error| {
+        errors.push(error);
+        Vec::new()
+    });
+    (parsed, errors)
+}
+
+/// Moves `input` to its next top-level comma (or its end).
+fn skip_to_comma(input: syn::parse::ParseStream<'_>) -> syn::Result<()> {
+    input.step(|cursor| {
+        let mut rest = *cursor;
+        while let Some((tree, next)) = rest.token_tree() {
+            if matches!(&tree, proc_macro2::TokenTree::Punct(p) if p.as_char() == ',') {
+                return Ok(((), rest));
+            }
+            rest = next;
+        }
+        Ok(((), rest))
+    })
+}
+
 /// An identifier as users write it in strings: `r#match` is `match`. The names `#[node]`,
 /// `#[tool]` and `#[agent]` derive from a fn or struct are looked up by that text
 /// (`.edge(START, "match")`, the tool name a model sends).

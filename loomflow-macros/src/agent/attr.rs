@@ -1,7 +1,7 @@
 //! Parsing `#[agent(model = "...", tools(a, b), max_turns = 10, ...)]`.
 
 use proc_macro2::{Span, TokenStream};
-use syn::parse::{Parse, ParseStream, Parser};
+use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{LitFloat, LitInt, LitStr, Path, Token};
 
@@ -112,14 +112,7 @@ impl Parse for Arg {
 impl AgentArgs {
     pub(crate) fn parse(tokens: TokenStream) -> Self {
         let mut args = Self::default();
-        let parsed = match Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens) {
-            Ok(parsed) => parsed,
-            Err(error) => {
-                args.errors.push(error);
-                return args;
-            }
-        };
-        let mut errors = Errors::default();
+        let (parsed, mut errors) = crate::common::parse_arguments::<Arg>(tokens);
         let mut tools_seen = false;
         for arg in parsed {
             match arg {

@@ -2,7 +2,7 @@
 //! param(x = "..."))]`.
 
 use proc_macro2::TokenStream;
-use syn::parse::{Parse, ParseStream, Parser};
+use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Ident, LitStr, Path, Token};
 
@@ -88,14 +88,7 @@ impl Parse for Arg {
 impl ToolArgs {
     pub(crate) fn parse(tokens: TokenStream) -> Self {
         let mut args = Self::default();
-        let parsed = match Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens) {
-            Ok(parsed) => parsed,
-            Err(error) => {
-                args.errors.push(error);
-                return args;
-            }
-        };
-        let mut errors = Errors::default();
+        let (parsed, mut errors) = crate::common::parse_arguments::<Arg>(tokens);
         for arg in parsed {
             match arg {
                 Arg::Name(key, value) => {
