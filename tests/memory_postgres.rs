@@ -115,3 +115,12 @@ async fn a_query_finds_its_own_text() {
     let memory = PostgresMemory::connect(&db.url).await.unwrap();
     behaviour::a_query_finds_its_own_text(&memory).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ties_go_to_the_newer_item_after_a_replace() {
+    let Some(db) = TempPgDb::create("memory ties").await else {
+        return;
+    };
+    let memory = PostgresMemory::connect(&db.url).await.unwrap();
+    behaviour::ties_go_to_the_newer_item_after_a_replace(&memory).await;
+}

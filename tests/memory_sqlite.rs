@@ -127,3 +127,8 @@ async fn a_long_message_still_recalls_what_it_names() {
 async fn a_query_finds_its_own_text() {
     behaviour::a_query_finds_its_own_text(&SqliteMemory::in_memory().unwrap()).await;
 }
+
+#[tokio::test]
+async fn ties_go_to_the_newer_item_after_a_replace() {
+    behaviour::ties_go_to_the_newer_item_after_a_replace(&SqliteMemory::in_memory().unwrap()).await;
+}

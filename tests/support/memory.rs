@@ -595,3 +595,27 @@ pub(crate) async fn a_query_finds_its_own_text<M: Memory>(memory: &M) {
         assert_eq!(found.len(), 1, "{query:?} does not find {text:?}");
     }
 }
+
+/// Ties go to the newer item by date, whatever the ids: an item a consolidation rewrote
+/// keeps the date of what it replaced, under a new (higher) id, and must not outrank a
+/// newer fact that ties with it.
+pub(crate) async fn ties_go_to_the_newer_item_after_a_replace<M: Memory>(memory: &M) {
+    let ada = Scope::user("ada");
+    let lyon = memory
+        .remember(&ada, "Ada lives in Lyon", json!({}))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    memory
+        .remember(&ada, "Ada lives in Paris", json!({}))
+        .await
+        .unwrap();
+    let rewritten = ["Ada lives in Lyon".to_owned()];
+    memory
+        .replace(&ada, &[lyon], &rewritten, json!({}))
+        .await
+        .unwrap();
+    let found = memory.recall(&ada, "where does Ada live", 1).await.unwrap();
+    let texts: Vec<&str> = found.iter().map(|i| i.text.as_str()).collect();
+    assert_eq!(texts, ["Ada lives in Paris"], "{found:?}");
+}

@@ -174,7 +174,7 @@ impl Memory for PostgresMemory {
                     "SELECT m.id, m.text, m.metadata, m.created_ms, ts_rank(m.search, q)::float8
                      FROM loomflow_memory m, to_tsquery('english', $1) q
                      WHERE m.scope_kind = $2 AND m.scope_id = $3 AND m.search @@ q
-                     ORDER BY 5 DESC, m.id DESC
+                     ORDER BY 5 DESC, m.created_ms DESC, m.id DESC
                      LIMIT $4",
                     &[&matching, &scope.kind(), &scope.id(), &limit(k)],
                 )

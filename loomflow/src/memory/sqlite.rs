@@ -192,7 +192,7 @@ impl Memory for SqliteMemory {
                     "SELECT m.id, m.text, m.metadata, m.created_ms, bm25(loomflow_memory_fts)
                      FROM loomflow_memory_fts JOIN loomflow_memory m ON m.id = loomflow_memory_fts.rowid
                      WHERE loomflow_memory_fts MATCH ?1 AND m.scope_kind = ?2 AND m.scope_id = ?3
-                     ORDER BY bm25(loomflow_memory_fts), m.id DESC
+                     ORDER BY bm25(loomflow_memory_fts), m.created_ms DESC, m.id DESC
                      LIMIT ?4",
                 )?;
                 let rows = statement.query_map(
