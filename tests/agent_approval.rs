@@ -7,6 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/refunds.rs"]
+mod refunds;
+
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -232,4 +235,30 @@ fn a_rejection_sent_from_another_process_reaches_the_model_with_its_reason() {
         "{}",
         result.content
     );
+}
+
+/// A session whose run was cancelled while a call waited for approval takes a new prompt:
+/// the call that was not run is told so in the conversation, and the model goes on from
+/// there. Before its fix the session refused every prompt ("in the middle of a turn, carry
+/// it on") and the cancelled run could not be carried on either.
+#[tokio::test]
+async fn a_session_cancelled_while_a_call_waits_takes_a_new_prompt() {
+    let runtime = Runtime::in_memory();
+    refunds::ask_for_refund(&runtime, "c-1", 500).await;
+    runtime.cancel("c-1").await.unwrap();
+    let replies = vec![loomflow::model::ModelResponse::text(
+        "Nothing was refunded.",
+    )];
+    let next = refunds::agent(&runtime, replies)
+        .run("what happened?")
+        .session("c-1")
+        .await
+        .unwrap();
+    assert_eq!(next.output, "Nothing was refunded.");
+    let state: loomflow::agent::AgentState = runtime.get_state("c-1").await.unwrap().unwrap();
+    let told = state.messages.iter().any(|m| {
+        matches!(m, loomflow::model::Message::Tool(result)
+            if result.call_id == "call_1" && result.content.contains("cancelled"))
+    });
+    assert!(told, "{:?}", state.messages);
 }

@@ -465,15 +465,23 @@ fn continue_from(
         .map(|c| c.id.as_str())
         .filter(|id| !answered.contains(id))
         .collect();
-    if !unanswered.is_empty() {
+    // A run cancelled in the middle of a turn (waiting for an approval, say) is over: its
+    // calls without results were not run, and the conversation goes on after saying so. Any
+    // other run stopped there is carried on, not started over.
+    let cancelled = cp.status == RunStatus::Cancelled;
+    if !unanswered.is_empty() && !cancelled {
         return Err(problem(format!(
             "it is in the middle of a turn (tool calls {} have no results); carry it on \
              without a prompt",
             unanswered.join(", ")
         )));
     }
+    let not_run: Vec<Message> = (unanswered.iter())
+        .map(|id| Message::tool_error(*id, "not run: the run was cancelled"))
+        .collect();
     let mut state = AgentState::new(prompt);
     state.messages = previous.messages;
+    state.messages.extend(not_run);
     state.run_start = state.messages.len();
     state.messages.push(Message::user(prompt));
     // The session goes on acting for the same user, unless the run names another.
