@@ -532,19 +532,59 @@ async fn a_wait_without_a_worker_hears_a_signal_from_another_process_at_once() {
     }
 }
 
-/// A write PostgreSQL refuses for what it holds (the approver's name in the audit log holds
-/// a NUL character, which its text cannot) fails the run: it is not let go runnable, for a
-/// worker to claim it and be refused again, and again.
+/// A write PostgreSQL refuses for what it holds (a step's name longer than its index can
+/// take) fails the run: it is not let go runnable, for a worker to claim it and be refused
+/// again, and again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_postgres_refuses_fails_the_run() {
     let Some(db) = TempPgDb::create("refused write").await else {
         return;
     };
     let runtime = Runtime::postgres(&db.url).await.unwrap();
-    refunds::ask_for_refund(&runtime, "n-1", 1_299).await;
+    let graph: CompiledGraph<u32> = Graph::new("long")
+        .node_fn("step", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                // Letters that do not repeat (a repeated one would compress to fit).
+                let mut seed: u32 = 7;
+                let name: String = (0..9_000)
+                    .map(|_| {
+                        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                        char::from(b'a' + u8::try_from((seed >> 16) % 26).unwrap())
+                    })
+                    .collect();
+                *n = ctx.step(&name, || async { Ok::<_, String>(1) }).await?;
+                Ok(())
+            })
+        })
+        .edge(START, "step")
+        .edge("step", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.run(&runtime, "n-1", 0).await;
+    assert!(
+        matches!(outcome, Ok(RunOutcome::Failed { .. }) | Err(_)),
+        "{outcome:?}"
+    );
+    let record = runtime.run("n-1").await.unwrap().record;
+    assert_eq!(record.state, RunState::Failed, "{record:?}");
+    assert_eq!(record.lease_owner, None);
+    let error = record.error.unwrap_or_default();
+    assert!(error.contains("refused"), "{error}");
+}
+
+/// Who decided an approval, with a NUL in the name, is kept (U+FFFD in its place), as SQLite
+/// and memory keep it: before, PostgreSQL refused the audit row written with the tool's
+/// result, and the run failed after the tool had run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_named_with_a_nul_does_not_fail_the_run() {
+    let Some(db) = TempPgDb::create("nul approver").await else {
+        return;
+    };
+    let runtime = Runtime::postgres(&db.url).await.unwrap();
+    refunds::ask_for_refund(&runtime, "n-2", 1_299).await;
     runtime
         .decide_approval_by(
-            "n-1",
+            "n-2",
             "call_1",
             loomflow::tool::ApprovalDecision::Allow,
             "ada\0lovelace",
@@ -552,13 +592,10 @@ async fn a_write_postgres_refuses_fails_the_run() {
         .await
         .unwrap();
     let replies = vec![loomflow::model::ModelResponse::text("Done.")];
-    let resumed = refunds::agent(&runtime, replies).resume("n-1").await;
-    assert!(resumed.is_err());
-    let record = runtime.run("n-1").await.unwrap().record;
-    assert_eq!(record.state, RunState::Failed, "{record:?}");
-    assert_eq!(record.lease_owner, None);
-    let error = record.error.unwrap_or_default();
-    assert!(error.contains("refused"), "{error}");
+    let resumed = refunds::agent(&runtime, replies).resume("n-2").await;
+    assert!(resumed.is_ok(), "{resumed:?}");
+    let record = runtime.run("n-2").await.unwrap().record;
+    assert_eq!(record.state, RunState::Completed, "{record:?}");
 }
 
 /// The pool's connections are probed as the listener's are: an idle connection whose link

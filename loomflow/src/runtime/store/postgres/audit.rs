@@ -55,7 +55,7 @@ pub(super) struct AuditColumns<'a> {
     at_ms: Vec<i64>,
     kind: Vec<&'static str>,
     subject: Vec<Cow<'a, str>>,
-    actor: Vec<Option<&'a str>>,
+    actor: Vec<Option<Cow<'a, str>>>,
     detail: Vec<Option<&'a str>>,
 }
 
@@ -66,10 +66,11 @@ impl<'a> AuditColumns<'a> {
             run: rows.iter().map(|r| r.run).collect(),
             at_ms: rows.iter().map(|r| r.at_ms).collect(),
             kind: rows.iter().map(|r| r.kind).collect(),
-            // Named by a model (a tool's name, an unknown tool's included): text the server
-            // cannot keep (a NUL) is kept readable rather than failing the run's step.
+            // Named by a model (a tool's name, an unknown tool's included) or by a person
+            // (who decided, the user a run acts for): text the server cannot keep (a NUL) is
+            // kept readable rather than failing the run's step, after the tool ran.
             subject: rows.iter().map(|r| kept(&r.subject)).collect(),
-            actor: rows.iter().map(|r| r.actor.as_deref()).collect(),
+            actor: rows.iter().map(|r| r.actor.as_deref().map(kept)).collect(),
             detail: rows.iter().map(|r| r.detail.as_deref()).collect(),
         }
     }

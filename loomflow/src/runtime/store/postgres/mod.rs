@@ -133,8 +133,8 @@ impl PostgresOptions {
 ///
 /// PostgreSQL text cannot hold a NUL character (`\0`), where SQLite's and memory can:
 /// values are JSON text, in which a NUL is escaped, and an error message or an audit entry's
-/// subject (a tool name a model made up) keeps U+FFFD in its place; a thread, a session, a
-/// signal name, a key or the name of who decided holding one is refused with
+/// subject and actor (a tool name a model made up, who decided) keep U+FFFD in its place; a
+/// thread, a session, a signal name or a key holding one is refused with
 /// [`StoreError::Refused`] saying so. Those names are also keys of PostgreSQL indexes, which
 /// take entries of at most about 2.7 KB: a thread, session, signal name, step name or
 /// idempotency key longer than that is refused the same way (SQLite and memory take any).
