@@ -500,6 +500,12 @@ async fn a_direct_resume_does_not_carry_on_a_run_its_row_asks_to_stop() {
     );
     let row = runtime.run("t").await.unwrap().record;
     assert_eq!(row.state, RunState::Cancelled, "{row:?}");
+    // No step ran: the audit log does not say the run was carried past its question.
+    let log = runtime.audit("t").await.unwrap();
+    let resumed: Vec<_> = (log.iter())
+        .filter(|e| e.kind == loomflow::runtime::AuditKind::Resume)
+        .collect();
+    assert!(resumed.is_empty(), "{resumed:?}");
 }
 
 /// A run cancelled while a subgraph node runs stops before the subgraph's next superstep,

@@ -94,6 +94,12 @@ impl RunShared {
         rest
     }
 
+    /// Forgets every queued `resume` entry: the run stops before any step carried it past
+    /// what it was suspended on.
+    pub(crate) fn forget_resumes(&self) {
+        crate::sync::lock(&self.audit).retain(|e| e.kind != AuditKind::Resume);
+    }
+
     /// Forgets the queued `resume` entries of `interrupts`: the run suspends on them again,
     /// so it was not carried past them (a recover that found nothing to receive).
     pub(crate) fn forget_resumes_of<'a>(&self, interrupts: impl Iterator<Item = &'a str>) {

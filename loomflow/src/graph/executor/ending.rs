@@ -76,17 +76,21 @@ pub(super) async fn fail<S: State>(
 ///
 /// `still_waiting` are the waits and timers the execution picked up on and did not answer
 /// (see `observe::picked_up`): a `resume` entry still queued for one says the run was carried
-/// on past it, which it was not; it is forgotten.
+/// on past it, which it was not; it is forgotten. When no step ran (`ran` is false), no
+/// answer reached its node either, and every queued `resume` entry is forgotten.
 pub(super) async fn cancel<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
-    (step, still_waiting): (u64, &[String]),
+    (step, still_waiting, ran): (u64, &[String], bool),
     state: S,
     active: &[usize],
     joins: &JoinMarks,
 ) -> Result<RunOutcome<S>> {
     tracing::info!(graph = %g.name, thread = %shared.thread, step, "run cancelled");
-    shared.forget_resumes_of(still_waiting.iter().map(String::as_str));
+    match ran {
+        true => shared.forget_resumes_of(still_waiting.iter().map(String::as_str)),
+        false => shared.forget_resumes(),
+    }
     let snapshot = SnapshotRef::new(g, &state, active).joins(&joins.0);
     let mut cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Cancelled, &snapshot)?;
     add_audit(shared, &mut cp);

@@ -373,15 +373,15 @@ fn run_supersteps<S: State>(
             }};
         }
         // Ends the run cancelled, as of the step `$step` (see `ending::cancel`).
-        macro_rules! cancel_at {
-            ($step:expr) => {{
-                let at = ($step, &still_waiting[..]);
-                return Box::pin(cancel(g, &shared, at, state, &active, &joins)).await;
-            }};
-        }
         // The limit counts this execution's supersteps: a run that suspends every turn (a
         // conversation, an approval loop) is not stopped by the turns before its resume.
         let first_step = step;
+        macro_rules! cancel_at {
+            ($step:expr) => {{
+                let at = ($step, &still_waiting[..], step > first_step);
+                return Box::pin(cancel(g, &shared, at, state, &active, &joins)).await;
+            }};
+        }
 
         while !active.is_empty() {
             // Another execution took the run over (the heartbeat found the lease gone): stop
