@@ -124,3 +124,12 @@ async fn ties_go_to_the_newer_item_after_a_replace() {
     let memory = PostgresMemory::connect(&db.url).await.unwrap();
     behaviour::ties_go_to_the_newer_item_after_a_replace(&memory).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_is_found_as_it_is() {
+    let Some(db) = TempPgDb::create("memory exact text").await else {
+        return;
+    };
+    let memory = PostgresMemory::connect(&db.url).await.unwrap();
+    behaviour::a_text_is_found_as_it_is(&memory).await;
+}

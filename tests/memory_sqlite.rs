@@ -132,3 +132,8 @@ async fn a_query_finds_its_own_text() {
 async fn ties_go_to_the_newer_item_after_a_replace() {
     behaviour::ties_go_to_the_newer_item_after_a_replace(&SqliteMemory::in_memory().unwrap()).await;
 }
+
+#[tokio::test]
+async fn a_text_is_found_as_it_is() {
+    behaviour::a_text_is_found_as_it_is(&SqliteMemory::in_memory().unwrap()).await;
+}

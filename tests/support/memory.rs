@@ -619,3 +619,26 @@ pub(crate) async fn ties_go_to_the_newer_item_after_a_replace<M: Memory>(memory:
     let texts: Vec<&str> = found.iter().map(|i| i.text.as_str()).collect();
     assert_eq!(texts, ["Ada lives in Paris"], "{found:?}");
 }
+
+/// A text is found as it is, whatever ranks above it in a recall: the look extraction uses
+/// to tell a fact it knows from a new one. Before, it looked among the first three recall
+/// hits only, and a fact that items repeating its words outranked was stored again.
+pub(crate) async fn a_text_is_found_as_it_is<M: Memory>(memory: &M) {
+    let ada = Scope::user("ada");
+    for text in [
+        "Ada likes tea",
+        "Ada likes tea with lemon",
+        "Ada likes tea in the morning",
+        "Ada likes tea more than coffee",
+    ] {
+        memory.remember(&ada, text, json!({})).await.unwrap();
+    }
+    assert!(memory.holds_text(&ada, "  ada likes TEA ").await.unwrap());
+    assert!(!memory.holds_text(&ada, "Ada likes").await.unwrap());
+    assert!(
+        !memory
+            .holds_text(&Scope::user("bob"), "Ada likes tea")
+            .await
+            .unwrap()
+    );
+}

@@ -236,6 +236,30 @@ pub trait Memory: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<MemoryItem>, MemoryError>>;
 
+    /// Whether `scope` holds an item whose text is `text`, leading and trailing whitespace
+    /// aside and ASCII letters in any case: how a fact already known is told from a new one,
+    /// whatever else ranks above it in a [`recall`](Self::recall).
+    ///
+    /// The default reads every item of `scope` through [`list`](Self::list); the backends
+    /// here look it up directly.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::EmptyScope`], or the backend's failure.
+    fn holds_text<'a>(
+        &'a self,
+        scope: &'a Scope,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        Box::pin(async move {
+            let items = self.list(scope, usize::MAX).await?;
+            let text = text.trim();
+            Ok(items
+                .iter()
+                .any(|i| i.text.trim().eq_ignore_ascii_case(text)))
+        })
+    }
+
     /// In one transaction: removes the items `old` of `scope` and stores `texts` in their
     /// place, each with `metadata`, dated as the newest of `old` (so that they keep the
     /// place in time of what they replace; now, when `old` is empty). Returns the new
@@ -296,6 +320,14 @@ impl<M: Memory + ?Sized> Memory for Arc<M> {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<MemoryItem>, MemoryError>> {
         (**self).list(scope, limit)
+    }
+
+    fn holds_text<'a>(
+        &'a self,
+        scope: &'a Scope,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        (**self).holds_text(scope, text)
     }
 
     fn replace<'a>(

@@ -238,6 +238,36 @@ impl Memory for PostgresMemory {
         })
     }
 
+    fn holds_text<'a>(
+        &'a self,
+        scope: &'a Scope,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        Box::pin(async move {
+            scope.checked()?;
+            let operation = format!("look for a text in {scope}");
+            let client = self.client(&operation).await?;
+            // Folded by `translate` rather than `lower`: ASCII letters only, as the trait says.
+            let row = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM loomflow_memory
+                     WHERE scope_kind = $1 AND scope_id = $2
+                     AND translate(btrim(text, E' \\t\\r\\n'), $4, $5)
+                         = translate($3, $4, $5))",
+                    &[
+                        &scope.kind(),
+                        &scope.id(),
+                        &text.trim(),
+                        &"ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                        &"abcdefghijklmnopqrstuvwxyz",
+                    ],
+                )
+                .await
+                .map_err(failed(operation))?;
+            Ok(row.get::<_, bool>(0))
+        })
+    }
+
     fn list<'a>(
         &'a self,
         scope: &'a Scope,

@@ -174,11 +174,9 @@ pub(crate) async fn remember_extracted(
     };
     let mut ids = Vec::new();
     for fact in facts.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
-        let known = memory.recall(scope, fact, 3).await?;
-        if known
-            .iter()
-            .any(|k| k.text.trim().eq_ignore_ascii_case(fact))
-        {
+        // Looked up as it is: a recall's first hits need not hold it (items that repeat a
+        // word of it rank above), and a fact of common words alone recalls nothing.
+        if memory.holds_text(scope, fact).await? {
             continue;
         }
         let metadata = json!({ "source": "extraction", "session": session });

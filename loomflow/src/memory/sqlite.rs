@@ -259,6 +259,27 @@ impl Memory for SqliteMemory {
         })
     }
 
+    fn holds_text<'a>(
+        &'a self,
+        scope: &'a Scope,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        Box::pin(async move {
+            scope.checked()?;
+            let (scope, text) = (scope.clone(), text.trim().to_owned());
+            self.with(format!("look for a text in {scope}"), move |c| {
+                // SQLite's `lower` folds ASCII letters only, as the trait says.
+                c.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM loomflow_memory
+                     WHERE scope_kind = ?1 AND scope_id = ?2 AND lower(trim(text)) = lower(?3))",
+                    params![scope.kind(), scope.id(), text],
+                    |row| row.get(0),
+                )
+            })
+            .await
+        })
+    }
+
     fn list<'a>(
         &'a self,
         scope: &'a Scope,
