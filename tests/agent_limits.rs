@@ -557,3 +557,30 @@ fn a_tool_name_providers_refuse_is_refused_at_build() {
         ]
     );
 }
+
+/// A cost cap with nothing to price tokens is refused at build: every run would cost
+/// nothing, and the cap would never stop one. A price anywhere (the budget's, the agent's
+/// table) makes it a cap.
+#[test]
+fn a_cost_cap_without_prices_is_refused_at_build() {
+    let build = |budget: Budget, prices: PriceTable| {
+        Agent::builder("You answer.")
+            .name("capped")
+            .model(EchoModel::new())
+            .budget(budget)
+            .prices(prices)
+            .build()
+    };
+    for budget in [
+        Budget::default().max_cost_usd(0.5),
+        Budget::default().max_cost_usd_per_user(5.0),
+    ] {
+        let error = build(budget.clone(), PriceTable::new())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("nothing prices tokens"), "{error}");
+        let table = PriceTable::new().model("gpt-x", 2.5, 10.0);
+        assert!(build(budget.clone(), table).is_ok());
+        assert!(build(budget.prices_per_million(3.0, 15.0), PriceTable::new()).is_ok());
+    }
+}

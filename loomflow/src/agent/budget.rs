@@ -141,8 +141,13 @@ impl Budget {
             / 1_000_000.0
     }
 
+    /// Whether it caps a cost, a run's or a user's.
+    pub(crate) fn caps_cost(&self) -> bool {
+        self.max_cost_usd.is_some() || self.max_cost_usd_per_user.is_some()
+    }
+
     /// Whether this budget has prices of its own (else the agent's price table counts).
-    fn priced_here(&self) -> bool {
+    pub(crate) fn priced_here(&self) -> bool {
         self.input_price != 0.0 || self.output_price != 0.0
     }
 

@@ -337,6 +337,15 @@ impl AgentBuilder {
         }
         problems.extend(self.budget.problems());
         problems.extend(self.prices.problems());
+        // Without a price, every run costs nothing, and the cap would never stop one.
+        if self.budget.caps_cost() && !self.budget.priced_here() && self.prices.is_empty() {
+            problems.push(
+                "the budget caps a cost, but nothing prices tokens: give the agent prices \
+                 (.prices(..), [prices] in a config file) or the budget \
+                 (prices_per_million)"
+                    .to_owned(),
+            );
+        }
         problems.extend(self.guardrails.problems());
         // A name providers refuse would fail every model call of every run.
         for tool in self.tools.definitions() {
