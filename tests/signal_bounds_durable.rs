@@ -364,3 +364,31 @@ async fn an_inline_wait_takes_a_signal_kept_past_the_ttl() {
         "it waited out its timeout"
     );
 }
+
+/// An array nested `levels` deep around a number.
+fn nested(levels: usize) -> serde_json::Value {
+    (0..levels).fold(serde_json::json!(1), |inner, _| serde_json::json!([inner]))
+}
+
+/// Any payload a durable store takes leaves its session's audit log readable: the
+/// `signal_sent` entry holds the payload one level deeper, and before its fix a payload at
+/// the store's depth bound made every audit read of the session fail as corrupt.
+#[tokio::test]
+async fn a_payload_the_store_takes_leaves_the_audit_readable() {
+    let db = loomflow_tests::TempDb::new("deep-payload-audit");
+    let runtime = Runtime::with_store(SqliteStore::open(db.path()).unwrap());
+    let mut taken = 0;
+    for levels in 505..=515 {
+        let session = format!("s-{levels}");
+        if runtime
+            .signal(&session, "deep", nested(levels))
+            .await
+            .is_ok()
+        {
+            taken += 1;
+            let log = runtime.audit(&session).await;
+            assert!(log.is_ok(), "{levels} levels: {log:?}");
+        }
+    }
+    assert!(taken > 0, "no payload near the bound was taken");
+}

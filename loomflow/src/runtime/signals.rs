@@ -27,7 +27,7 @@ use super::clock::unix_ms;
 use super::mailbox::{
     Delivery, Entry, Scope, SessionGuard, SignalError, SignalOptions, Taken, Taking, WaitEntry,
 };
-use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, StoredSignal};
+use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, StoreError, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -213,6 +213,18 @@ impl Runtime {
         }
         // Checked before it is stored: a stored signal must not be refused afterwards.
         mailbox.check(session, name, Some(&payload), scope)?;
+        // Its `signal_sent` audit entry holds it one level down: a payload at the store's
+        // depth bound would make every read of the session's audit log fail.
+        if !crate::json_depth::value_fits(&payload, 1) {
+            return Err(StoreError::Refused {
+                thread: session.to_owned(),
+                message: format!(
+                    "the payload of signal {name}: {}",
+                    crate::json_depth::too_deep()
+                ),
+            }
+            .into());
+        }
         self.load_stored_signals().await?;
         let stored = StoredSignal {
             seq: 0,
