@@ -1,4 +1,5 @@
-//! [`Endpoint`]: where an adapter's requests go, and how that is shown.
+//! [`Endpoint`]: where an adapter's requests go, and how that is shown; which base URLs are taken,
+//! and which is the provider's own.
 
 use std::fmt;
 
@@ -48,6 +49,41 @@ pub(crate) fn without_credentials(url: &str) -> String {
     }
 }
 
+/// Refuses a base URL no request could be sent to: not `http(s)://…`, or not a URL (a port
+/// out of range, a space in the host). Said at build time, naming the base URL's fault
+/// (not the URL itself, which may hold credentials), rather than by every call.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) fn check_base_url(base: &str, provider: &str) -> Result<(), super::ModelError> {
+    let fault = if !(base.starts_with("http://") || base.starts_with("https://")) {
+        "does not start with http:// or https://".to_owned()
+    } else {
+        match reqwest::Url::parse(base) {
+            Ok(_) => return Ok(()),
+            Err(error) => format!("is not a URL: {error}"),
+        }
+    };
+    Err(super::ModelError::Config {
+        provider: provider.to_owned(),
+        message: format!("the base url {fault}"),
+    })
+}
+
+/// Whether `base_url` addresses exactly `host` over HTTPS on the default port, with no user
+/// name or password: only then may the provider's key from the environment be attached. A
+/// prefix check would also accept `https://api.example.com.evil.example` or
+/// `https://api.example.com@evil.example`, and hand the key to whoever runs those.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) fn is_official_host(base_url: &str, host: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url) else {
+        return false;
+    };
+    url.scheme() == "https"
+        && url.host_str() == Some(host)
+        && url.username().is_empty()
+        && url.password().is_none()
+        && url.port().is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +98,29 @@ mod tests {
         let plain = "http://127.0.0.1:8080/v1/models/a@b";
         assert_eq!(without_credentials(plain), plain);
         assert_eq!(without_credentials("not a url"), "not a url");
+    }
+}
+
+#[cfg(all(test, any(feature = "openai", feature = "anthropic")))]
+mod host_tests {
+    use super::is_official_host;
+
+    #[test]
+    fn only_the_exact_official_host_is_official() {
+        let host = "api.anthropic.com";
+        assert!(is_official_host("https://api.anthropic.com", host));
+        assert!(is_official_host("https://api.anthropic.com/", host));
+        assert!(is_official_host("https://API.anthropic.com:443/v1", host));
+        for lookalike in [
+            "https://api.anthropic.com.evil.example",
+            "https://api.anthropic.com@evil.example",
+            "https://user:pw@api.anthropic.com",
+            "https://api.anthropic.community",
+            "https://api.anthropic.com:8443",
+            "http://api.anthropic.com",
+            "api.anthropic.com",
+        ] {
+            assert!(!is_official_host(lookalike, host), "{lookalike}");
+        }
     }
 }

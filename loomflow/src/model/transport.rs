@@ -43,39 +43,6 @@ pub(crate) fn build_client(provider: &'static str) -> Result<reqwest::Client, Mo
         .map_err(|e| config_error(format!("http client set-up failed: {e}")))
 }
 
-/// Refuses a base URL no request could be sent to: not `http(s)://…`, or not a URL (a port
-/// out of range, a space in the host). Said at build time, naming the base URL's fault
-/// (not the URL itself, which may hold credentials), rather than by every call.
-pub(crate) fn check_base_url(base: &str, provider: &str) -> Result<(), ModelError> {
-    let fault = if !(base.starts_with("http://") || base.starts_with("https://")) {
-        "does not start with http:// or https://".to_owned()
-    } else {
-        match reqwest::Url::parse(base) {
-            Ok(_) => return Ok(()),
-            Err(error) => format!("is not a URL: {error}"),
-        }
-    };
-    Err(ModelError::Config {
-        provider: provider.to_owned(),
-        message: format!("the base url {fault}"),
-    })
-}
-
-/// Whether `base_url` addresses exactly `host` over HTTPS on the default port, with no user
-/// name or password: only then may the provider's key from the environment be attached. A
-/// prefix check would also accept `https://api.example.com.evil.example` or
-/// `https://api.example.com@evil.example`, and hand the key to whoever runs those.
-pub(crate) fn is_official_host(base_url: &str, host: &str) -> bool {
-    let Ok(url) = reqwest::Url::parse(base_url) else {
-        return false;
-    };
-    url.scheme() == "https"
-        && url.host_str() == Some(host)
-        && url.username().is_empty()
-        && url.password().is_none()
-        && url.port().is_none()
-}
-
 /// Sends one request; a non-2xx answer becomes the matching [`ModelError`].
 pub(crate) async fn send_once(
     request: reqwest::RequestBuilder,
@@ -590,24 +557,5 @@ mod tests {
                 .to_string()
                 .contains("upstream down")
         );
-    }
-
-    #[test]
-    fn only_the_exact_official_host_is_official() {
-        let host = "api.anthropic.com";
-        assert!(is_official_host("https://api.anthropic.com", host));
-        assert!(is_official_host("https://api.anthropic.com/", host));
-        assert!(is_official_host("https://API.anthropic.com:443/v1", host));
-        for lookalike in [
-            "https://api.anthropic.com.evil.example",
-            "https://api.anthropic.com@evil.example",
-            "https://user:pw@api.anthropic.com",
-            "https://api.anthropic.community",
-            "https://api.anthropic.com:8443",
-            "http://api.anthropic.com",
-            "api.anthropic.com",
-        ] {
-            assert!(!is_official_host(lookalike, host), "{lookalike}");
-        }
     }
 }

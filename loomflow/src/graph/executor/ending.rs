@@ -159,6 +159,18 @@ pub(super) async fn cancel_after_suspending(runtime: &Runtime, claim: &RunClaim)
     })
 }
 
+/// Whether an execution that ended with `result` lets its run go runnable at once: handed
+/// back, busy, or stopped by a store failure in passing (a database restart, a lost
+/// connection). The run is not at fault, and may have taken what it waited for; it is let
+/// go as after a crash.
+pub(super) fn half_way<T>(result: &Result<T>) -> bool {
+    match result {
+        Err(RunError::Yielded { .. } | RunError::Busy { .. }) => true,
+        Err(RunError::Store(error)) => in_passing(error),
+        _ => false,
+    }
+}
+
 /// Whether a store failure stops an execution without failing its run: the store failed in
 /// passing (a lost connection, a full disk), or the lease was lost, and the run is carried
 /// on, by this process or another. What the store refused

@@ -184,14 +184,7 @@ fn claimed<S: State>(
             return Err(claim.lost_error().into());
         }
         if top_level {
-            // Handed back, or stopped by a store failure (a database restart, a lost
-            // connection): the run is not at fault, and may have taken what it waited for.
-            // It is let go runnable at once, as after a crash.
-            let half_way = match &result {
-                Err(RunError::Yielded { .. } | RunError::Busy { .. }) => true,
-                Err(RunError::Store(error)) => ending::in_passing(error),
-                _ => false,
-            };
+            let half_way = ending::half_way(&result);
             let mut refused = false;
             let failure = match &result {
                 // Its resumed step failed with the resume requests it applied: refused, as

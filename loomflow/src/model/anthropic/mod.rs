@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::endpoint::Endpoint;
+use super::endpoint::{self, Endpoint};
 use super::retry::with_retry;
 use super::stream_reply::{self, StreamReply};
 use super::transport::{self, Target};
@@ -131,7 +131,7 @@ impl AnthropicModelBuilder {
         let base = self
             .base_url
             .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
-        let official = transport::is_official_host(&base, ANTHROPIC_HOST);
+        let official = endpoint::is_official_host(&base, ANTHROPIC_HOST);
         // Another server (a proxy, a gateway) is named as such: its errors, prices and rate
         // limits are its own, not Anthropic's.
         let provider = if official {
@@ -139,7 +139,7 @@ impl AnthropicModelBuilder {
         } else {
             "anthropic-compatible"
         };
-        transport::check_base_url(&base, provider)?;
+        endpoint::check_base_url(&base, provider)?;
         // The environment's key is for Anthropic: it is never sent to another server.
         let key = self.key.or_else(|| {
             official

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::endpoint::Endpoint;
+use super::endpoint::{self, Endpoint};
 use super::retry::with_retry;
 use super::stream_reply::{self, StreamReply};
 use super::transport::{self, Target};
@@ -125,13 +125,13 @@ impl OpenAiModelBuilder {
     /// set-up failure.
     pub fn build(self) -> Result<OpenAiModel, ModelError> {
         let base = self.base_url.unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
-        let official = transport::is_official_host(&base, OPENAI_HOST);
+        let official = endpoint::is_official_host(&base, OPENAI_HOST);
         let provider = if official {
             "openai"
         } else {
             "openai-compatible"
         };
-        transport::check_base_url(&base, provider)?;
+        endpoint::check_base_url(&base, provider)?;
         // The environment's key is for OpenAI: it is never sent to another server.
         let key = self.key.or_else(|| {
             official
