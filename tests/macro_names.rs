@@ -153,3 +153,40 @@ fn weather(city: String) -> String {
 fn a_block_doc_comments_star_margin_is_not_in_the_description() {
     assert_eq!(weather.spec().description, "Gets the weather for a city.");
 }
+
+/// A node whose references name their lifetime.
+#[node]
+async fn with_lifetimes<'a>(count: &'a mut Count, context: &'a Context) {
+    assert!(!context.thread().is_empty());
+    count.n += 100;
+}
+
+/// A tool whose context names its lifetime.
+#[tool]
+#[allow(clippy::needless_lifetimes)] // named on purpose: what the macro must take
+fn lifetime_tool<'a>(context: &'a loomflow::tool::ToolContext, n: u32) -> u32 {
+    let _ = context;
+    n + 5
+}
+
+/// Lifetimes alone on a node's or a tool's references are taken: they change nothing the
+/// macros generate. Before, both were refused as "not concrete".
+#[tokio::test]
+async fn lifetime_parameters_alone_are_taken() {
+    let graph = Graph::new("g")
+        .node(with_lifetimes)
+        .edge(START, "with_lifetimes")
+        .edge("with_lifetimes", END)
+        .compile()
+        .unwrap();
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", Count::default())
+        .await;
+    assert_eq!(out.unwrap().completed().unwrap().n, 100);
+    let context = loomflow::tool::ToolContext::new("s", None, "call-1");
+    let out = lifetime_tool
+        .call(json!({ "n": 1 }), &context)
+        .await
+        .unwrap();
+    assert_eq!(out, json!(6));
+}

@@ -96,6 +96,15 @@ fn skip_to_comma(input: syn::parse::ParseStream<'_>) -> syn::Result<()> {
     })
 }
 
+/// Whether a fn's generics hold more than lifetimes: a type or const parameter, or a
+/// `where` clause. Lifetimes alone (`<'a>` on its references) change nothing the macros
+/// generate, and are taken.
+pub(crate) fn has_type_generics(generics: &syn::Generics) -> bool {
+    generics.type_params().next().is_some()
+        || generics.const_params().next().is_some()
+        || generics.where_clause.is_some()
+}
+
 /// An identifier as users write it in strings: `r#match` is `match`. The names `#[node]`,
 /// `#[tool]` and `#[agent]` derive from a fn or struct are looked up by that text
 /// (`.edge(START, "match")`, the tool name a model sends).

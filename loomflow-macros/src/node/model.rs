@@ -40,7 +40,7 @@ impl NodeModel {
         if sig.asyncness.is_none() {
             errors.push_spanned(sig.fn_token, "#[node] functions must be `async fn`");
         }
-        if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        if crate::common::has_type_generics(&sig.generics) {
             errors.push_spanned(&sig.generics, NOT_GENERIC);
         }
         if let Some(variadic) = &sig.variadic {
@@ -95,7 +95,7 @@ impl NodeModel {
                     syn::Error::new(sig.paren_token.span.join(), "missing state parameter")
                 });
                 // A generic fn's state names a parameter the fallback cannot declare.
-                let concrete = sig.generics.params.is_empty();
+                let concrete = !crate::common::has_type_generics(&sig.generics);
                 return Err(Box::new(Invalid {
                     error,
                     name,

@@ -46,7 +46,7 @@ impl ToolModel {
     pub(crate) fn new(mut args: ToolArgs, func: ItemFn) -> Result<Self, Box<Invalid>> {
         let mut errors = std::mem::take(&mut args.errors);
         let sig = &func.sig;
-        if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        if crate::common::has_type_generics(&sig.generics) {
             errors.push_spanned(
                 &sig.generics,
                 "#[tool] functions cannot be generic: the argument schema needs concrete types",
