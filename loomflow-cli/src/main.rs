@@ -37,7 +37,7 @@ use clap::{Parser, Subcommand};
 struct Cli {
     /// The store: `sqlite:PATH` (or a path to a SQLite file), `postgres://…`, or libpq
     /// `key=value` pairs (`host=db dbname=flows`). Errors never repeat it.
-    #[arg(long, env = "LOOMFLOW_DB", global = true)]
+    #[arg(long, env = "LOOMFLOW_DB", global = true, hide_env_values = true)]
     db: Option<String>,
     /// Print JSON instead of tables, for scripts.
     #[arg(long, global = true)]
@@ -160,7 +160,8 @@ enum Command {
         /// secret.
         #[arg(long, env = "LOOMFLOW_SIGNING_SECRET", hide_env_values = true)]
         signing_secret: Option<String>,
-        /// Accept requests without a token. Only behind something that authenticates.
+        /// Accept requests without a token. Only behind something that authenticates; refused
+        /// beside a token or webhook secret, which it would leave unchecked.
         #[arg(long)]
         no_auth: bool,
         /// With --no-auth, also answer requests addressed to this host name (besides
@@ -300,7 +301,18 @@ fn check(command: &Command) -> Result<(), Failure> {
             }
             // Every request would be refused: say so rather than serve nothing.
             let signed = secrets.iter().any(|(_, secret)| secret.is_some());
-            if token.as_deref().is_none_or(|token| token.trim().is_empty()) && !signed && !no_auth {
+            let token_given = token
+                .as_deref()
+                .is_some_and(|token| !token.trim().is_empty());
+            // --no-auth would drop a token or secret the operator believes is checked.
+            if *no_auth && (token_given || signed) {
+                return Err(Failure::usage(
+                    "--no-auth accepts every request, so a token (--token, LOOMFLOW_TOKEN) or \
+                     webhook secret (--github-secret, --signing-secret) would not be checked: \
+                     give one or the other",
+                ));
+            }
+            if !token_given && !signed && !no_auth {
                 return Err(Failure::usage(
                     "serve needs a bearer token (--token or LOOMFLOW_TOKEN, not empty), a \
                      webhook secret (--github-secret, --signing-secret), or --no-auth behind \

@@ -733,10 +733,40 @@ fn bad_usage_is_2_before_the_store_is_opened() {
         &["approve", "t", "call_1", "--by", ""],
         &["reject", "t", "call_1", "--by", " "],
         &["resume", "t", "{not json"],
+        // --no-auth would leave the token or the secret unchecked.
+        &["serve", "--no-auth", "--token", "tok"],
+        &["serve", "--no-auth", "--github-secret", "s3cret"],
     ] {
         let (status, err) = code(args);
         assert_eq!(status, Some(2), "{args:?}: {err}");
         assert!(!err.contains("no SQLite file"), "{args:?}: {err}");
+    }
+    let from_env = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", "sqlite:/nonexistent/dir/x.db", "serve", "--no-auth"])
+        .env("LOOMFLOW_TOKEN", "tok")
+        .output()
+        .unwrap();
+    assert_eq!(from_env.status.code(), Some(2), "{}", stderr(&from_env));
+    assert!(
+        stderr(&from_env).contains("--no-auth"),
+        "{}",
+        stderr(&from_env)
+    );
+}
+
+/// Help shows that `LOOMFLOW_DB` is read, never what it holds: a connection string may carry
+/// a password.
+#[test]
+fn help_does_not_show_the_connection_string() {
+    for args in [&["--help"][..], &["runs", "--help"], &["serve", "--help"]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+            .args(args)
+            .env("LOOMFLOW_DB", "postgres://app:hunter2@db/flows")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        assert!(stdout(&output).contains("LOOMFLOW_DB"), "{args:?}");
+        assert!(!stdout(&output).contains("hunter2"), "{args:?}");
     }
 }
 

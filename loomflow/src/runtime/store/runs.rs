@@ -28,11 +28,12 @@ pub enum RunState {
     Queued,
     /// Executing, or its process died while executing (its lease then runs out).
     Running,
-    /// Suspended until one of its signals arrives (or its deadline passes).
+    /// Suspended until one of its signals arrives (or its deadline passes). A tool call
+    /// suspended for an approval is here: it waits for its decision's signal.
     Waiting,
     /// Suspended until a time.
     Sleeping,
-    /// Suspended on interrupts that need a resume value (a person's answer, an approval).
+    /// Suspended on interrupts that need a resume value (`Context::interrupt`'s answer).
     Interrupted,
     /// Reached `END`.
     Completed,
