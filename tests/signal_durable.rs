@@ -9,6 +9,8 @@
 
 #[path = "support/callsites.rs"]
 mod callsites;
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -161,6 +163,49 @@ async fn a_wait_cancelled_during_the_hand_over_loses_no_payload() {
         received.len()
     );
     assert_eq!(still_stored, 0, "every payload was received");
+}
+
+/// A wait given up while it made the store removals queued before it (here the removal of a
+/// signal `poll_signal` received, held back) leaves them queued, not lost: the signal is not
+/// received again by a process that opens the file afterwards.
+#[tokio::test]
+async fn a_wait_given_up_while_removals_are_made_leaves_none_unmade() {
+    let db = TempDb::new("given-up-removal");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).signals(unbounded()).build();
+    runtime.signal("s", "n", 1).await.unwrap();
+    let removal = faults.hold_next_plain_take();
+    assert_eq!(runtime.poll_signal::<u32>("s", "n").unwrap(), Some(1));
+    // This wait makes the queued removal first, and is given up while the store is at it.
+    let other = runtime.wait_for_signal::<u32>("s", "other", None);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), other)
+            .await
+            .is_err()
+    );
+    drop(removal);
+    // Any later signal operation makes what is still queued.
+    let quiet = runtime.wait_for_signal::<u32>("s", "other", Some(Duration::from_millis(20)));
+    assert!(quiet.await.is_err());
+    let restarted = db.open(unbounded());
+    assert_eq!(restarted.poll_signal::<u32>("s", "n").unwrap(), None);
+    assert!(stored(&restarted).await.is_empty());
+}
+
+/// A wait that times out says after the timeout it was given, not after what was left of it
+/// once the store had been looked at.
+#[tokio::test]
+async fn a_timed_out_wait_reports_the_timeout_it_was_given() {
+    let db = TempDb::new("timeout-reported");
+    let runtime = db.open(unbounded());
+    let given = Duration::from_millis(40);
+    let waited = runtime.wait_for_signal::<u32>("s", "n", Some(given)).await;
+    match waited {
+        Err(loomflow::RuntimeError::Signal(loomflow::SignalError::Timeout { timeout, .. })) => {
+            assert_eq!(timeout, given);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
 }
 
 /// A payload whose waiter outside any run was cut short while its row was being consumed

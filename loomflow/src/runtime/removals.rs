@@ -2,7 +2,7 @@
 //! let go undelivered (pending bounds, a session's last exit), and those consumed where the
 //! consumer cannot await (`poll_signal`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +25,7 @@ enum Removal {
 /// The removals queued and not made yet, for one store.
 pub(crate) struct Removals {
     store: Arc<dyn Store>,
-    queue: Mutex<Vec<Removal>>,
+    queue: Mutex<VecDeque<Removal>>,
     /// Queued and not yet removed: lets an operation skip the flush when there is nothing.
     outstanding: AtomicUsize,
     /// Held while removing, so that a flush waits for one already under way.
@@ -38,6 +38,21 @@ pub(crate) struct Removals {
     sweep_from: AtomicUsize,
 }
 
+/// A removal taken off the queue and not made yet: put back at the front if the flush
+/// making it is dropped.
+struct UnderWay<'a> {
+    queue: &'a Mutex<VecDeque<Removal>>,
+    removal: Option<Removal>,
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        if let Some(removal) = self.removal.take() {
+            crate::sync::lock(self.queue).push_front(removal);
+        }
+    }
+}
+
 /// How many of the names kept in `spared` one sweep looks at, at most: one read each.
 const SWEPT_AT_ONCE: usize = 1024;
 
@@ -45,7 +60,7 @@ impl Removals {
     pub(crate) fn new(store: Arc<dyn Store>) -> Arc<Self> {
         Arc::new(Self {
             store,
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(VecDeque::new()),
             outstanding: AtomicUsize::new(0),
             flushing: tokio::sync::Mutex::new(()),
             spared: Mutex::default(),
@@ -80,38 +95,52 @@ impl Removals {
 
     /// Removes every queued signal from the store; returns once those queued before the call
     /// are gone (or failed, which is logged: the mailbox no longer holds them either way).
+    ///
+    /// Cancel-safe: the removals are taken off the queue one at a time, and one under way
+    /// when the caller gives up (a timed-out wait, a dropped request) goes back to the front
+    /// of the queue for the next flush. A removal is made at most once more that way, which
+    /// every store takes as done already.
     pub(crate) async fn flush(&self) {
         if self.outstanding.load(Ordering::Acquire) == 0 {
             return;
         }
         let _flushing = self.flushing.lock().await;
         loop {
-            let batch = std::mem::take(&mut *crate::sync::lock(&self.queue));
-            if batch.is_empty() {
+            let Some(removal) = crate::sync::lock(&self.queue).pop_front() else {
                 return;
+            };
+            let mut under_way = UnderWay {
+                queue: &self.queue,
+                removal: Some(removal),
+            };
+            if let Some(removal) = &under_way.removal {
+                self.remove(removal).await;
             }
-            for removal in batch {
-                let (session, seq) = match &removal {
-                    Removal::Received { session, seq } => (session, *seq),
-                    Removal::Dropped(dropped) => (&dropped.session, dropped.seq),
-                };
-                let removed = match &removal {
-                    Removal::Received { .. } => self.store.take_signal(session, seq, None).await,
-                    Removal::Dropped(dropped) if self.awaited(session).await => {
-                        // Dropped from memory only: its run takes it from the store.
-                        let mut spared = crate::sync::lock(&self.spared);
-                        let names = spared.entry(Arc::clone(session)).or_default();
-                        let newest = names.entry(Arc::clone(&dropped.name)).or_default();
-                        *newest = (*newest).max(seq);
-                        Ok(())
-                    }
-                    Removal::Dropped(_) => self.store.discard_signal(session, seq).await,
-                };
-                if let Err(error) = removed {
-                    tracing::error!(%error, %session, seq, "could not remove a signal from the store");
-                }
-                self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            under_way.removal = None;
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Makes one removal; a failure is logged.
+    async fn remove(&self, removal: &Removal) {
+        let (session, seq) = match removal {
+            Removal::Received { session, seq } => (session, *seq),
+            Removal::Dropped(dropped) => (&dropped.session, dropped.seq),
+        };
+        let removed = match removal {
+            Removal::Received { .. } => self.store.take_signal(session, seq, None).await,
+            Removal::Dropped(dropped) if self.awaited(session).await => {
+                // Dropped from memory only: its run takes it from the store.
+                let mut spared = crate::sync::lock(&self.spared);
+                let names = spared.entry(Arc::clone(session)).or_default();
+                let newest = names.entry(Arc::clone(&dropped.name)).or_default();
+                *newest = (*newest).max(seq);
+                Ok(())
             }
+            Removal::Dropped(_) => self.store.discard_signal(session, seq).await,
+        };
+        if let Err(error) = removed {
+            tracing::error!(%error, %session, seq, "could not remove a signal from the store");
         }
     }
 

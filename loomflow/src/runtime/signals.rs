@@ -358,7 +358,8 @@ impl Runtime {
         let deadline = timeout.map(crate::runtime::clock::instant_after);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
-            let entry = self.receive_oldest(session, name, left).await?;
+            let entry = (self.receive_oldest(session, name, left).await)
+                .map_err(|error| SignalError::timed_out_after(error, timeout))?;
             let value = match decode::<T>(session, name, entry.payload.clone()) {
                 Ok(value) => value,
                 Err(error) => {

@@ -84,3 +84,25 @@ pub enum SignalError {
         name: String,
     },
 }
+
+impl SignalError {
+    /// `error`, where it is a wait's timeout, reporting the `timeout` the caller gave rather
+    /// than what was left of it on the wait's last pass.
+    pub(crate) fn timed_out_after(
+        error: crate::runtime::RuntimeError,
+        timeout: Option<Duration>,
+    ) -> crate::runtime::RuntimeError {
+        match (error, timeout) {
+            (
+                crate::runtime::RuntimeError::Signal(Self::Timeout { session, name, .. }),
+                Some(timeout),
+            ) => Self::Timeout {
+                session,
+                name,
+                timeout,
+            }
+            .into(),
+            (error, _) => error,
+        }
+    }
+}
