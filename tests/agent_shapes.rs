@@ -1206,6 +1206,40 @@ async fn a_bare_finish_makes_the_last_workers_answer_the_output() {
     assert_eq!(run(&huge, "anything").await.output.as_deref(), Some("ok"));
 }
 
+/// A team with nobody in it is refused, by the name it was given, saying who is missing.
+#[test]
+fn an_empty_team_is_refused_by_its_own_name() {
+    let refused = |error: loomflow::Error| match error {
+        Error::Graph(GraphError::Invalid { graph, problems }) => {
+            let Some(GraphProblem::TooFewMembers {
+                role,
+                min: 1,
+                found: 0,
+            }) = problems.first()
+            else {
+                panic!("{graph}: {problems:?}")
+            };
+            (graph, role.clone())
+        }
+        other => panic!("{other:?}"),
+    };
+    let router = Router::new(scripted("classifier", &[])).name("triage");
+    let swarm = Swarm::new().name("desk");
+    let supervisor = Supervisor::new(scripted("boss", &[])).name("research");
+    assert_eq!(
+        refused(router.build().unwrap_err()),
+        ("triage".to_owned(), "workers".to_owned())
+    );
+    assert_eq!(
+        refused(swarm.build().unwrap_err()),
+        ("desk".to_owned(), "agents".to_owned())
+    );
+    assert_eq!(
+        refused(supervisor.build().unwrap_err()),
+        ("research".to_owned(), "workers".to_owned())
+    );
+}
+
 /// A coordinator stopped before it decided (its answer blocked, its budget spent) fails the
 /// team with an error naming it and why, not a routing error quoting an empty reply.
 #[tokio::test]

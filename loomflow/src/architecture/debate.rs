@@ -99,7 +99,8 @@ impl Debate {
                 found: self.debaters.len(),
             });
         }
-        compile_checked("debate", self.graph(), problems)
+        let name = self.name.clone();
+        compile_checked(&name, self.graph(), problems)
     }
 
     /// The graph, wired whatever the number of debaters so that `compile` finds the other

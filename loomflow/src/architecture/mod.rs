@@ -283,17 +283,19 @@ fn whole_word_spans(said: &str, name: &str) -> Vec<(usize, usize)> {
 /// (`tech` in `tech support`) does not count. A reply naming two different members is
 /// ambiguous and, like a reply naming none, finds no member.
 pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a Member> {
-    let cleaned = said
-        .trim()
-        .trim_matches(|c: char| !is_name_char(c))
-        .to_lowercase();
-    if let Some(exact) = members.iter().find(|m| m.name.to_lowercase() == cleaned) {
+    // Quotes and markdown around the reply only: a name may begin or end with punctuation
+    // of its own (`C#`, `.NET`, `C++`).
+    let quoted = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '*' | '_');
+    let said = said.trim_matches(quoted).to_lowercase();
+    let cleaned = said.trim_matches(|c: char| !is_name_char(c));
+    let exact = |text: &str| members.iter().find(|m| m.name.to_lowercase() == text);
+    if let Some(exact) = exact(&said).or_else(|| exact(cleaned)) {
         return Some(exact);
     }
     let found: Vec<(&Member, (usize, usize))> = members
         .iter()
         .flat_map(|m| {
-            whole_word_spans(&cleaned, &m.name.to_lowercase())
+            whole_word_spans(&said, &m.name.to_lowercase())
                 .into_iter()
                 .map(move |span| (m, span))
         })
@@ -346,6 +348,18 @@ mod tests {
         assert_eq!(named(&team, "the writer, the writer"), Some("writer"));
         assert_eq!(named(&team, "billing"), None);
         assert_eq!(named(&team, "typewriters"), None);
+    }
+
+    #[test]
+    fn a_name_may_begin_or_end_with_punctuation() {
+        let team = members(&["C#", "C++", ".NET", "c", "python"]);
+        assert_eq!(named(&team, "C#"), Some("C#"));
+        assert_eq!(named(&team, "`c++`"), Some("C++"));
+        assert_eq!(named(&team, "**.NET**"), Some(".NET"));
+        assert_eq!(named(&team, "C# please"), Some("C#"));
+        assert_eq!(named(&team, "the C# team."), Some("C#"));
+        assert_eq!(named(&team, "c"), Some("c"));
+        assert_eq!(named(&team, "Python."), Some("python"));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! [`Router`]: one classification step sends the task to one worker.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, agent_input, answer, decision, named_member, roster};
-use crate::graph::{CompiledGraph, END, Graph, START};
+use crate::architecture::{
+    Member, TeamState, agent_input, answer, compile_checked, decision, named_member, roster,
+};
+use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 use crate::model::Message;
 
 /// Sends a task to the one worker a classifier agent picks.
@@ -78,13 +80,22 @@ impl Router {
     ///
     /// # Errors
     ///
-    /// A [`GraphError`](crate::GraphError) when worker names clash (with each other or with
-    /// `router`) or there are none.
+    /// A [`GraphError`](crate::GraphError) listing every problem found: no worker
+    /// ([`GraphProblem::TooFewMembers`]), and worker names that clash (with each other or with
+    /// `router`).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let roster = roster(&self.workers);
         let workers = self.workers.clone();
         let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
         let classifier = self.classifier.name().to_owned();
+        let mut problems = Vec::new();
+        if names.is_empty() {
+            problems.push(GraphProblem::TooFewMembers {
+                role: "workers".to_owned(),
+                min: 1,
+                found: 0,
+            });
+        }
         let mut graph = Graph::new(self.name.clone())
             .subgraph_checked(
                 "router",
@@ -122,6 +133,6 @@ impl Router {
                 )
                 .edge(worker.name, END);
         }
-        Ok(graph.compile()?)
+        compile_checked(&self.name, graph, problems)
     }
 }

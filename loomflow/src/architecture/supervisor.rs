@@ -190,6 +190,6 @@ impl Supervisor {
                 )
                 .edge(worker.name, "supervisor");
         }
-        compile_checked("supervisor", graph, problems)
+        compile_checked(&self.name, graph, problems)
     }
 }

@@ -89,13 +89,20 @@ impl Swarm {
     /// # Errors
     ///
     /// A [`GraphError`](crate::GraphError) listing every problem found: names that clash,
-    /// no agents, and a [`start_with`](Self::start_with) naming no agent
+    /// no agents ([`GraphProblem::TooFewMembers`]), and a [`start_with`](Self::start_with) naming no agent
     /// ([`GraphProblem::UnknownNode`]). Before those, and alone:
     /// [`AgentError::Invalid`](crate::agent::AgentError::Invalid) when two agents' handoff
     /// tools would have one name (`billing team` and `billing_team`).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let names: Vec<String> = self.agents.iter().map(|a| a.name.clone()).collect();
         let mut problems = Vec::new();
+        if names.is_empty() {
+            problems.push(GraphProblem::TooFewMembers {
+                role: "agents".to_owned(),
+                min: 1,
+                found: 0,
+            });
+        }
         if let Some(start) = self.start.as_ref().filter(|start| !names.contains(start)) {
             problems.push(GraphProblem::UnknownNode {
                 name: start.clone(),
@@ -144,6 +151,6 @@ impl Swarm {
                     team.next.clone().unwrap_or_else(|| END.to_owned())
                 });
         }
-        compile_checked("swarm", graph, problems)
+        compile_checked(&self.name, graph, problems)
     }
 }
