@@ -173,12 +173,13 @@ async fn failing_fast_is_a_typed_error_that_says_how_long() {
     agent.run("hi").user("b").await.unwrap();
 }
 
-/// Answers 429 (retry after 5 s) to its first call, then text; says when it was rate
+/// Answers 429 (retry after `retry_after`) to its first call, then text; says when it was rate
 /// limited.
 #[derive(Debug)]
 struct BusyOnce {
     calls: AtomicUsize,
     limited: Notify,
+    retry_after: Duration,
 }
 
 impl BusyOnce {
@@ -188,7 +189,7 @@ impl BusyOnce {
             return Err(ModelError::RateLimited {
                 provider: "test".into(),
                 model: "gpt-4o".into(),
-                retry_after: Some(secs(5)),
+                retry_after: Some(self.retry_after),
                 message: "slow down".into(),
             });
         }
@@ -228,6 +229,7 @@ async fn a_providers_429_pauses_every_agent_sharing_the_limiter() {
     let busy = Arc::new(BusyOnce {
         calls: AtomicUsize::new(0),
         limited: Notify::new(),
+        retry_after: secs(5),
     });
     let first = agent("first", Arc::clone(&busy), &limiter);
     let second = agent("second", answers(1), &limiter);
@@ -244,6 +246,50 @@ async fn a_providers_429_pauses_every_agent_sharing_the_limiter() {
     assert_eq!(result.output, "made it");
     assert_eq!(busy.calls.load(Ordering::SeqCst), 2);
     assert!(about(start.elapsed(), secs(5)), "{:?}", start.elapsed());
+}
+
+/// A `retry-after` past the limiter's `max_pause` (an hourly quota) fails the call with the
+/// provider's error, and holds no other run of the model.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_longer_than_the_longest_pause_fails_the_call_and_pauses_nobody() {
+    let limiter = RateLimiter::new().max_pause(secs(60));
+    let busy = Arc::new(BusyOnce {
+        calls: AtomicUsize::new(0),
+        limited: Notify::new(),
+        retry_after: secs(3_600),
+    });
+    let start = Instant::now();
+    let error = agent("first", Arc::clone(&busy), &limiter)
+        .run("hi")
+        .await
+        .unwrap_err();
+    assert!(format!("{error:?}").contains("RateLimited"), "{error:?}");
+    assert_eq!(busy.calls.load(Ordering::SeqCst), 1, "not tried again");
+    let other = agent("second", answers(1), &limiter)
+        .run("hi")
+        .await
+        .unwrap();
+    assert_eq!(other.output, "answer 0");
+    assert_eq!(start.elapsed(), Duration::ZERO, "nobody waited");
+}
+
+/// A reply that reports no usage keeps its estimate in the token buckets: the tokens a
+/// minute still pace calls to a server that leaves usage out.
+#[tokio::test(start_paused = true)]
+async fn a_reply_without_usage_keeps_its_estimate() {
+    let limiter = RateLimiter::new().model("gpt-4o", Limits::new().tokens_per_minute(1_000));
+    let agent = Agent::builder("You answer.")
+        .model(answers(2))
+        .max_tokens(600)
+        .rate_limiter(limiter)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    agent.run("hi").await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // Each call is estimated at over 600 tokens: the second waits for the bucket to refill.
+    agent.run("hi").await.unwrap();
+    assert!(start.elapsed() >= secs(10), "{:?}", start.elapsed());
 }
 
 #[tokio::test(start_paused = true)]

@@ -55,7 +55,12 @@ pub(in crate::agent) async fn call_model(
         };
         match crate::agent::react::call_model(core, called, attempt, ctx, chunks).await {
             Ok(response) => {
-                permit.settle(response.usage.total_tokens());
+                // A reply that says nothing of its usage (a server that leaves it out, a
+                // scripted model) keeps its estimate: given back, it would not count at all.
+                let used = response.usage.total_tokens();
+                if used > 0 {
+                    permit.settle(used);
+                }
                 return Ok(response);
             }
             Err(error) => {
@@ -64,6 +69,11 @@ pub(in crate::agent) async fn call_model(
                     return Err(error);
                 };
                 let pause = cause.retry_after().unwrap_or(limiter.config.backoff);
+                if pause > limiter.config.max_pause {
+                    // An hourly or daily quota: this call fails, as the adapter's own retry
+                    // gives up, rather than hold every run of the model that long.
+                    return Err(error);
+                }
                 limiter.pause(model, pause);
                 if limiter.config.mode == RateLimitMode::Fail {
                     // Failing fast: the caller is told how long, and nothing waits here.

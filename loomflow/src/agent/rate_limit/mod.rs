@@ -116,7 +116,8 @@ pub enum RateLimitMode {
 /// [user](super::AgentRun::user), that user's own ([`per_user`](Self::per_user)). The
 /// estimate is the request's text (messages, tool calls, tool definitions, output schema)
 /// at about four bytes a token, plus `max_tokens` when set; once the reply is in, the token
-/// buckets are corrected by the actual usage (a failed call gives its estimate back); a
+/// buckets are corrected by the actual usage (a failed call gives its estimate back, a reply
+/// that reports no usage keeps it); a
 /// call estimated at more than a bucket holds waits for a full one. In
 /// [`RateLimitMode::Wait`] (the default) a call waits until every bucket allows it; in
 /// [`RateLimitMode::Fail`] the run fails instead. Waiting is not strictly first come, first
@@ -125,7 +126,9 @@ pub enum RateLimitMode {
 /// When the provider answers 429 anyway, the model's bucket is paused for the `retry-after`
 /// it sent (or the [backoff](Self::backoff), 1 s by default), so every run sharing the
 /// limiter waits too, and the agent tries the call again after the pause, up to
-/// [`retries`](Self::retries) times (default 2). The HTTP adapters retry 429s on their own
+/// [`retries`](Self::retries) times (default 2). A `retry-after` longer than
+/// [`max_pause`](Self::max_pause) (60 s by default) fails the call with the provider's error
+/// instead. The HTTP adapters retry 429s on their own
 /// first ([`RetryPolicy`](crate::model::RetryPolicy)), and other runs learn of the 429 only
 /// once the adapter gives up: give the adapter `RetryPolicy::none()` to let the limiter
 /// handle them alone.
@@ -174,6 +177,7 @@ struct Config {
     mode: RateLimitMode,
     retries: u32,
     backoff: Duration,
+    max_pause: Duration,
 }
 
 impl Default for Config {
@@ -185,6 +189,7 @@ impl Default for Config {
             mode: RateLimitMode::Wait,
             retries: 2,
             backoff: Duration::from_secs(1),
+            max_pause: Duration::from_secs(60),
         }
     }
 }
@@ -260,6 +265,7 @@ impl std::fmt::Debug for RateLimiter {
             .field("per_user", &self.config.per_user)
             .field("mode", &self.config.mode)
             .field("retries", &self.config.retries)
+            .field("max_pause", &self.config.max_pause)
             .finish_non_exhaustive()
     }
 }
@@ -309,6 +315,15 @@ impl RateLimiter {
     /// How long a model is paused after a 429 that did not say `retry-after` (default 1 s).
     pub fn backoff(mut self, backoff: Duration) -> Self {
         Arc::make_mut(&mut self.config).backoff = backoff;
+        self
+    }
+
+    /// The longest pause a 429 may set (default 60 s, as the adapters'
+    /// [`RetryPolicy::max_retry_after`](crate::model::RetryPolicy::max_retry_after)): a
+    /// `retry-after` longer than this (an hourly or daily quota) fails the call with the
+    /// provider's error, and pauses nobody.
+    pub fn max_pause(mut self, max_pause: Duration) -> Self {
+        Arc::make_mut(&mut self.config).max_pause = max_pause;
         self
     }
 
@@ -411,7 +426,9 @@ impl RateLimiter {
     pub(crate) fn pause(&self, model: &str, pause: Duration) {
         let (key, limits) = self.model_limits(model);
         let now = Instant::now();
-        let until = now + pause;
+        // A pause too long for the clock (a `backoff` of `Duration::MAX`): a year is as long.
+        let year = Duration::from_secs(365 * 86_400);
+        let until = (now.checked_add(pause)).unwrap_or_else(|| now + year);
         let mut buckets = self.lock();
         let model = buckets.models.entry(key).or_insert_with(|| ModelBuckets {
             pair: limits.map(|l| l.buckets(now)).unwrap_or_default(),
@@ -537,6 +554,13 @@ mod tests {
         assert!(about(permit.waited(), secs(5)), "{:?}", permit.waited());
         let again = limiter.acquire("openai:gpt-4o", None, 0).await.unwrap();
         assert_eq!(again.waited(), Duration::ZERO, "the pause is over");
+    }
+
+    #[test]
+    fn a_pause_too_long_for_the_clock_does_not_panic() {
+        let limiter = RateLimiter::new().mode(RateLimitMode::Fail);
+        limiter.pause("m", Duration::MAX);
+        assert!(limiter.try_take("m", None, None, 0.0, Instant::now()) > secs(86_400));
     }
 
     #[tokio::test(start_paused = true)]
