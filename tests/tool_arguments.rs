@@ -266,3 +266,46 @@ async fn a_whole_struct_with_a_flattened_map_accepts_extra_fields() {
     assert!(!outcome.is_error, "{}", outcome.content);
     assert_eq!(outcome.content, "bug:1");
 }
+
+/// A tool written by hand, which echoes the arguments it was given.
+struct Echoing(loomflow::tool::ToolSpec);
+
+impl loomflow::tool::Tool for Echoing {
+    fn spec(&self) -> &loomflow::tool::ToolSpec {
+        &self.0
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        _: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, loomflow::tool::ToolError>> {
+        Box::pin(async move { Ok(arguments) })
+    }
+}
+
+/// A hand-written tool is handed its arguments as a `#[tool]`'s are decoded: a `null` for an
+/// optional integer is left out, and `3.0` for an integer is `3`.
+#[tokio::test]
+async fn a_hand_written_tool_gets_its_arguments_as_serde_decodes_them() {
+    let spec = loomflow::tool::ToolSpec::new(
+        "page",
+        "Pages through results.",
+        json!({
+            "type": "object",
+            "properties": {
+                "limit": { "type": "integer" },
+                "offset": { "type": "integer" },
+            },
+        }),
+    );
+    let host = ToolHost::new().with(Echoing(spec));
+    let call = ToolCall::new("c1", "page", json!({ "limit": null, "offset": 3.0 }));
+    let outcome = host
+        .dispatch(&[call], DispatchContext::new("s"))
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(!outcome.is_error, "{}", outcome.content);
+    assert_eq!(outcome.content, r#"{"offset":3}"#);
+}

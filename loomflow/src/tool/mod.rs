@@ -231,7 +231,10 @@ pub trait Tool: Send + Sync + 'static {
     /// The tool's spec.
     fn spec(&self) -> &ToolSpec;
 
-    /// Runs the tool on arguments that already match its schema.
+    /// Runs the tool on arguments that already match its schema. A [`ToolHost`] hands them
+    /// over as serde decodes them: a `null` for an optional property that does not take
+    /// `null` is left out, and an integral float where an integer is asked for (`3.0`) is
+    /// that integer.
     fn call<'a>(
         &'a self,
         arguments: Value,

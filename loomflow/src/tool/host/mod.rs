@@ -423,6 +423,9 @@ impl ToolHost {
         if let Err(message) = validate(&spec.parameters, &arguments) {
             return Ok(Err(invalid(message)));
         }
+        // What every tool, hook and approver sees, hand-written tools included: `null` for an
+        // optional property left out, `3.0` for an integer as `3`.
+        crate::tool::schema::normalize_arguments(&spec.parameters, &mut arguments);
         *used = Some(arguments.clone());
         if !self.before.is_empty()
             && let Some(reason) = self
@@ -466,7 +469,7 @@ impl ToolHost {
                 }
                 Approval::RunWith(edited) => {
                     emit_approval(ctx, call, Decision::Edit);
-                    let edited = match normalize_arguments(&edited) {
+                    let mut edited = match normalize_arguments(&edited) {
                         Ok(edited) => edited,
                         Err(message) => {
                             return Ok(Err(invalid(format!("edited by the approver: {message}"))));
@@ -475,6 +478,7 @@ impl ToolHost {
                     if let Err(message) = validate(&spec.parameters, &edited) {
                         return Ok(Err(invalid(format!("edited by the approver: {message}"))));
                     }
+                    crate::tool::schema::normalize_arguments(&spec.parameters, &mut edited);
                     // The edit is what runs: it passes the same hooks and rules as the
                     // model's arguments did (the approver's decision stands for an `Ask`).
                     if let Some(reason) = self.refuse_edit(call, spec, &edited, ctx).await {
