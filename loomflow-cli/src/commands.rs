@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 use crate::Failure;
 use crate::output::{Output, out, outln, table, time, waits};
 
+/// `text` as JSON, as deep as loomflow keeps it (serde_json alone stops at 128 levels).
 pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
-    serde_json::from_str(text).map_err(|e| Failure::usage(format!("{what} is not JSON: {e}")))
+    loomflow::json::from_str(text).map_err(|e| Failure::usage(format!("{what} is not JSON: {e}")))
 }
 
 /// The run state `word` names.

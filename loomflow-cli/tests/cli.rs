@@ -219,6 +219,10 @@ fn exit_codes_say_what_went_wrong() {
     assert_eq!(code(&["show", "nobody"]), 3, "no such run");
     assert_eq!(code(&["signal", "t", "go", "{not json"]), 2, "bad JSON");
     assert_eq!(code(&["signal", "t", "go", "1"]), 3, "a thread with no run");
+    // JSON as deep as loomflow keeps it is JSON, though serde_json alone stops at 128.
+    let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+    assert_eq!(code(&["signal", "t", "go", &nested(200)]), 3, "deep JSON");
+    assert_eq!(code(&["signal", "t", "go", &nested(600)]), 2, "too deep");
     assert_eq!(code(&["runs", "--status", "sleepy"]), 2, "unknown status");
     assert_eq!(code(&["approve", "t", "call_1"]), 3, "nothing pending");
     assert_eq!(code(&["frobnicate"]), 2, "unknown command");

@@ -129,6 +129,7 @@ pub mod event;
 pub mod graph;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod json;
 mod json_depth;
 mod json_text;
 pub mod memory;

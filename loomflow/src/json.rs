@@ -1,0 +1,27 @@
+//! JSON read as deep as loomflow keeps it.
+//!
+//! serde_json stops reading at 128 levels of nesting; loomflow keeps states, payloads and
+//! resume values up to [`MAX_DEPTH`] levels deep. A program that reads JSON it hands to
+//! loomflow (a command line, a handler of its own) reads it here to take the same depth.
+
+use serde::de::DeserializeOwned;
+
+/// How deeply arrays and objects may nest in JSON that loomflow writes and reads back.
+pub const MAX_DEPTH: usize = crate::json_depth::MAX_DEPTH;
+
+/// Reads `text` as a `T`, nested up to [`MAX_DEPTH`] levels.
+///
+/// # Errors
+///
+/// serde_json's error for text that is not a `T`, or that nests deeper than [`MAX_DEPTH`].
+///
+/// # Examples
+///
+/// ```
+/// let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+/// assert!(serde_json::from_str::<serde_json::Value>(&deep).is_err());
+/// assert!(loomflow::json::from_str::<serde_json::Value>(&deep).is_ok());
+/// ```
+pub fn from_str<T: DeserializeOwned + Send>(text: &str) -> serde_json::Result<T> {
+    crate::json_depth::from_str(text)
+}
