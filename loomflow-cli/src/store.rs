@@ -57,8 +57,9 @@ fn build(store: impl Store, signals: MailboxConfig) -> Runtime {
 }
 
 /// Whether `db` is a PostgreSQL connection string: a URL, or libpq `key=value` pairs (the
-/// first of which names a connection keyword).
+/// first of which names a connection keyword; libpq allows spaces around the `=`).
 fn is_postgres(db: &str) -> bool {
+    /// libpq's connection keywords (PostgreSQL 17).
     const KEYS: &[&str] = &[
         "host",
         "hostaddr",
@@ -66,18 +67,48 @@ fn is_postgres(db: &str) -> bool {
         "dbname",
         "user",
         "password",
-        "sslmode",
-        "application_name",
+        "passfile",
+        "require_auth",
+        "channel_binding",
         "connect_timeout",
+        "client_encoding",
         "options",
+        "application_name",
+        "fallback_application_name",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+        "replication",
+        "gssencmode",
+        "sslmode",
+        "sslnegotiation",
+        "requiressl",
+        "sslcompression",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "sslcertmode",
+        "sslrootcert",
+        "sslcrl",
+        "sslcrldir",
+        "sslsni",
+        "requirepeer",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "krbsrvname",
+        "gsslib",
+        "gssdelegation",
+        "service",
+        "target_session_attrs",
+        "load_balance_hosts",
     ];
     if db.starts_with("postgres://") || db.starts_with("postgresql://") {
         return true;
     }
-    let first = db.split_whitespace().next().unwrap_or_default();
-    first
-        .split_once('=')
-        .is_some_and(|(key, _)| KEYS.contains(&key))
+    db.split_once('=')
+        .is_some_and(|(key, _)| KEYS.contains(&key.trim()))
 }
 
 /// A path as an error shows it: as it is, unless it looks like it could hold a secret (a
@@ -103,6 +134,10 @@ mod tests {
             "host=db user=app password=hunter2 dbname=flows"
         ));
         assert!(is_postgres("dbname=flows"));
+        assert!(is_postgres("keepalives=1 host=db dbname=flows"));
+        assert!(is_postgres("target_session_attrs=read-write host=db"));
+        assert!(is_postgres("host = db dbname = flows"));
+        assert!(!is_postgres("my host=db"));
         assert!(!is_postgres("refunds.db"));
         assert!(!is_postgres("runs=3.db"));
         assert!(!is_postgres("/var/lib/flows/refunds.db"));
