@@ -196,6 +196,44 @@ async fn join_waits_for_all_its_sources() {
     assert_eq!(doc.log, ["a", "b1", "b2", "c"]);
 }
 
+/// A state that is not a JSON object is one field, `WHOLE_STATE`: parallel writers to it
+/// combine by the reducer declared under that name, and fail the step without one.
+#[tokio::test]
+async fn a_state_that_is_not_an_object_takes_a_reducer_for_the_whole() {
+    let notes = |reducer: Option<Reducer>| {
+        let graph = Graph::<Vec<String>>::new("notes")
+            .node_sync("a", |n: &mut Vec<String>| n.push("from a".into()))
+            .node_sync("b", |n: &mut Vec<String>| n.push("from b".into()))
+            .edge(START, "a")
+            .edge(START, "b")
+            .edge("a", END)
+            .edge("b", END);
+        match reducer {
+            Some(reducer) => graph.reducer(loomflow::graph::WHOLE_STATE, reducer),
+            None => graph,
+        }
+        .compile()
+        .unwrap()
+    };
+    let runtime = Runtime::in_memory();
+    let merged = notes(Some(Reducer::append()))
+        .invoke(&runtime, "t1", vec!["first".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(merged.completed().unwrap(), ["first", "from a", "from b"]);
+    let conflict = notes(None)
+        .invoke(&runtime, "t2", Vec::new())
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = conflict else {
+        panic!("{conflict:?}")
+    };
+    assert!(
+        matches!(&error, RunError::MergeConflict { field, .. } if field == loomflow::graph::WHOLE_STATE),
+        "{error:?}"
+    );
+}
+
 #[tokio::test]
 async fn custom_reducer_folds_in_declaration_order() {
     let graph = Graph::new("max")

@@ -283,7 +283,9 @@ impl<S: State> Graph<S> {
     /// `field` is the field's name as serialized (after serde's renames). When the state is a
     /// struct deriving `Deserialize`, [`compile`](Graph::compile) reports a field it does not
     /// have; other states (maps, `serde_json::Value`, structs with a flattened field) are not
-    /// checked. A field gets one reducer: declaring a second is reported too.
+    /// checked. A field gets one reducer: declaring a second is reported too. A state that is
+    /// not a JSON object (a number, a `Vec`) is one field, named
+    /// [`WHOLE_STATE`](crate::graph::WHOLE_STATE).
     pub fn reducer(mut self, field: impl Into<String>, reducer: Reducer) -> Self {
         self.reducers.push((field.into(), reducer));
         self

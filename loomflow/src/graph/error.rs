@@ -186,7 +186,8 @@ pub enum RunError {
         "nodes {first} and {second} both changed field {field} in step {step}, which has no reducer"
     )]
     MergeConflict {
-        /// The state field.
+        /// The state field; [`WHOLE_STATE`](crate::graph::WHOLE_STATE) for a state that is not
+        /// a JSON object.
         field: String,
         /// The first writer, in declaration order.
         first: String,

@@ -17,8 +17,25 @@ use crate::graph::error::RunError;
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
-/// The pseudo-field name used when the state is not a JSON object (e.g. a number).
-pub(crate) const WHOLE_STATE: &str = "(state)";
+/// The field a reducer is declared under for a state that is not a JSON object (a number, a
+/// `Vec`, a string): such a state is one field, and two nodes of a superstep that both change
+/// it need a reducer for it.
+///
+/// ```
+/// use loomflow::graph::WHOLE_STATE;
+/// use loomflow::prelude::*;
+///
+/// let graph = Graph::<Vec<String>>::new("notes")
+///     .node_sync("a", |notes: &mut Vec<String>| notes.push("from a".into()))
+///     .node_sync("b", |notes: &mut Vec<String>| notes.push("from b".into()))
+///     .edge(START, "a")
+///     .edge(START, "b")
+///     .edge("a", END)
+///     .edge("b", END)
+///     .reducer(WHOLE_STATE, Reducer::append());
+/// # graph.compile().unwrap();
+/// ```
+pub const WHOLE_STATE: &str = "(state)";
 
 type CustomReducer = Arc<dyn Fn(Value, Value) -> Result<Value, String> + Send + Sync>;
 

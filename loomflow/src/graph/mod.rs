@@ -23,7 +23,7 @@ pub use compiled::CompiledGraph;
 pub(crate) use compiled::TimeLimit;
 pub use error::{GraphError, GraphProblem, RunError};
 pub(crate) use identity::fingerprint_of;
-pub use merge::Reducer;
+pub use merge::{Reducer, WHOLE_STATE};
 pub use node::{BoxError, BoxFuture, IntoNodeResult, Node, NodeError, NodeResult};
 pub use run::{RunBuilder, RunHandle, RunOutcome, RunStream};
 
