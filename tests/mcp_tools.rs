@@ -366,6 +366,13 @@ async fn tool_list_changes_are_followed() {
     assert!(host.definitions().iter().any(|d| d.name == "wave"));
     let outcome = dispatch(&host, "wave", json!({})).await;
     assert_eq!(outcome.content, "wave says hello");
+
+    // A tool added without a word is found by `refresh`, which asks the server, though it
+    // said its list could be kept for a minute.
+    let outcome = dispatch(&host, "add_quietly", json!({ "name": "hush" })).await;
+    assert!(!outcome.is_error, "{}", outcome.content);
+    server.refresh().await.unwrap();
+    assert!(host.definitions().iter().any(|d| d.name == "hush"));
 }
 
 /// Starts server-everything's streamable HTTP transport on a free port; returns the child and
@@ -441,6 +448,9 @@ async fn streamable_http_tools_answer_and_a_stopped_server_fails_promptly() {
         outcome.content
     );
     assert!(outcome.content.contains("echo"), "{}", outcome.content);
+    // Reading the list again asks the server, which is gone: not a list kept from before.
+    let refreshed = server.refresh().await;
+    assert!(refreshed.is_err(), "{refreshed:?}");
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 // A small MCP server (stdio, official TypeScript SDK) whose tool list grows on request, for
 // the test that loomflow follows `notifications/tools/list_changed`:
 // `add_tool {name}` adds a tool `name` that answers "<name> says hello", then announces the
-// change.
+// change; `add_quietly {name}` adds one and announces nothing. The list says it may be kept
+// for a minute (`ttlMs`), which a client's `refresh` must not take as a reason not to ask.
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
@@ -19,6 +20,15 @@ const tools = [
       required: ["name"],
     },
   },
+  {
+    name: "add_quietly",
+    description: "Adds a tool with the given name and says nothing",
+    inputSchema: {
+      type: "object",
+      properties: { name: { type: "string" } },
+      required: ["name"],
+    },
+  },
 ];
 
 const server = new Server(
@@ -26,17 +36,19 @@ const server = new Server(
   { capabilities: { tools: { listChanged: true } } },
 );
 
-server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools }));
+server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools, ttlMs: 60000 }));
 
 server.setRequestHandler(CallToolRequestSchema, async (request) => {
   const { name, arguments: args } = request.params;
-  if (name === "add_tool") {
+  if (name === "add_tool" || name === "add_quietly") {
     tools.push({
       name: args.name,
       description: `Added at run time`,
       inputSchema: { type: "object", properties: {} },
     });
-    await server.sendToolListChanged();
+    if (name === "add_tool") {
+      await server.sendToolListChanged();
+    }
     return { content: [{ type: "text", text: `added ${args.name}` }] };
   }
   if (tools.some((tool) => tool.name === name)) {

@@ -303,6 +303,10 @@ impl McpServerBuilder {
             Ok(Ok(service)) => service,
         };
         let peer = service.peer().clone();
+        // The catalog keeps the tool list itself: rmcp's response cache would answer a refresh
+        // from a list the server may have changed since, or a failed one with the last list.
+        peer.set_response_cache_config(rmcp::ClientCacheConfig::disabled())
+            .await;
         catalog.refresh(&peer).await?;
         Ok(McpServer {
             inner: Arc::new(Inner {
