@@ -193,6 +193,12 @@ where
 /// Fails closed: no runtime in the dispatch context, a timeout (default ten minutes) or a
 /// payload that is not a decision all deny.
 ///
+/// A call waiting in memory, in a run that has not suspended, is decided from its own
+/// process only: elsewhere (`loomflow approve`, a `serve` process) `decide_approval` finds
+/// nothing pending. To decide from another process, run the agent under a
+/// [`Worker`](crate::Worker) (its wait suspends the run after a moment) or use
+/// [`or_suspend`](Self::or_suspend).
+///
 /// On a durable store a decision is consumed from the store before the call goes on: where
 /// approvers in several processes wait for the same call, one decision lets exactly one of
 /// them go on, and the others wait on. Inside a graph node the decision is received as the

@@ -39,9 +39,16 @@ pub struct MailboxConfig {
     /// How long an idempotency key is remembered. The mailbox remembers keys for at least
     /// [`pending_signal_ttl`](Self::pending_signal_ttl) whatever this says, so a retried send
     /// cannot duplicate a signal still pending. `None`: forever. Default one hour.
+    ///
+    /// In memory only: a durable store (SQLite, PostgreSQL) remembers the keys itself, for
+    /// every process on it, and neither this nor
+    /// [`max_idempotency_keys`](Self::max_idempotency_keys) applies there. It remembers a
+    /// key while its signal is stored, and for one hour after the signal was received or
+    /// dropped.
     pub idempotency_key_ttl: Option<Duration>,
     /// How many idempotency keys are remembered at most; the oldest is forgotten first.
-    /// `None`: no bound. Default 100,000.
+    /// `None`: no bound. Default 100,000. In memory only, as
+    /// [`idempotency_key_ttl`](Self::idempotency_key_ttl).
     pub max_idempotency_keys: Option<usize>,
 }
 
