@@ -77,6 +77,54 @@ async fn a_suspended_sleep_keeps_its_time_and_recover_carries_it_on_once_due() {
     assert_eq!(log, ["woke"]);
 }
 
+/// A run suspended on a signal wait beside a timer waits (for the signal, or the time): it
+/// takes no resume value, so a resume request for it is refused when sent, rather than kept
+/// for a run that can never apply it (a worker would claim it again and again).
+#[tokio::test]
+async fn a_signal_wait_beside_a_timer_is_waiting_and_refuses_a_resume_request() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let graph = Graph::new("both")
+        .node_fn("nap", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                ctx.sleep(HOUR).or_suspend().await?;
+                log.push("woke".into());
+                Ok(())
+            })
+        })
+        .node_fn("listen", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let heard: String = ctx.wait_for_signal("go").or_suspend().await?;
+                log.push(heard);
+                Ok(())
+            })
+        })
+        .edge(START, "nap")
+        .edge(START, "listen")
+        .edge("nap", END)
+        .edge("listen", END)
+        .reducer(loomflow::graph::WHOLE_STATE, Reducer::append())
+        .compile()
+        .unwrap();
+    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(out.interrupts().len(), 2, "{out:?}");
+    let run = runtime.run("t").await.unwrap().record;
+    assert_eq!(run.state, loomflow::runtime::RunState::Waiting, "{run:?}");
+    assert_eq!(run.wake_at_ms, Some(ms(start() + HOUR)));
+    let nap = &out.interrupts()[0].id;
+    let refused = runtime.request_resume_with("t", nap, "now").await;
+    assert!(
+        matches!(
+            refused,
+            Err(loomflow::RuntimeError::NotInterrupted {
+                state: loomflow::runtime::RunState::Waiting,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_in_memory_sleep_waits_its_time() {
     let runtime = Runtime::builder().clock(ManualClock::new(start())).build();

@@ -28,8 +28,9 @@ pub enum RunState {
     Queued,
     /// Executing, or its process died while executing (its lease then runs out).
     Running,
-    /// Suspended until one of its signals arrives (or its deadline passes). A tool call
-    /// suspended for an approval is here: it waits for its decision's signal.
+    /// Suspended until one of its signals arrives (or its deadline, or a timer beside it, is
+    /// due). A tool call suspended for an approval is here: it waits for its decision's
+    /// signal.
     Waiting,
     /// Suspended until a time.
     Sleeping,
@@ -76,20 +77,18 @@ impl RunState {
         Self::ALL.into_iter().find(|state| state.as_str() == word)
     }
 
-    /// Where a run suspended on `interrupts` stands: waiting when every interrupt is a
-    /// signal wait, sleeping when every one is a timer, interrupted otherwise.
+    /// Where a run suspended on `interrupts` stands: interrupted when one of them waits for
+    /// a resume value (or none is known), sleeping when every one is a timer, waiting
+    /// otherwise (signal waits, some with a deadline, or beside timers): a resume request
+    /// would carry no such run on.
     pub fn of_interrupts(interrupts: &[Interrupt]) -> Self {
-        if interrupts.is_empty() {
+        let for_a_value = |i: &Interrupt| i.signal.is_none() && i.wake_at_ms.is_none();
+        if interrupts.is_empty() || interrupts.iter().any(for_a_value) {
             Self::Interrupted
-        } else if interrupts.iter().all(|i| i.signal.is_some()) {
-            Self::Waiting
-        } else if interrupts
-            .iter()
-            .all(|i| i.wake_at_ms.is_some() && i.signal.is_none())
-        {
+        } else if interrupts.iter().all(|i| i.signal.is_none()) {
             Self::Sleeping
         } else {
-            Self::Interrupted
+            Self::Waiting
         }
     }
 
