@@ -788,6 +788,25 @@ async fn a_fork_runs_the_source_runs_graph_and_its_row_names_it() {
     }
 }
 
+/// A fork from a checkpoint written after the run carried on with a changed graph (here
+/// by `allow_graph_change`) still names the graph on its row: a worker finds it by that name.
+#[tokio::test]
+async fn a_fork_after_a_graph_change_names_the_graph() {
+    let db = loomflow_tests::TempDb::new("fork-after-change");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        asker(false)
+            .invoke(&rt, "t", Order::default())
+            .await
+            .unwrap();
+        let done = asker(true).resume(&rt, "t", "x").allow_graph_change().await;
+        assert!(done.unwrap().is_completed());
+        let after_the_change = newest_top_level(&rt, "t").await;
+        rt.fork("t", after_the_change, "t2").await.unwrap();
+        let forked = rt.run("t2").await.unwrap().record;
+        assert_eq!(forked.graph.as_deref(), Some("asker"), "{forked:?}");
+    }
+}
+
 /// A fork never discards another run's work: onto a thread whose run is queued or
 /// suspended it is refused, naming the thread and where its run stands, and that run stays
 /// as it was. Going back on one thread (a fork onto its own thread) still abandons its

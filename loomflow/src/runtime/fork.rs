@@ -147,22 +147,26 @@ impl Runtime {
     }
 }
 
-/// Gives `checkpoint` its run's graph name and description, from the run's first top-level
-/// checkpoint (of the same structure) among `all`, its thread's checkpoints: the executor
-/// writes them there only, and a fork starts a run whose first checkpoint is `checkpoint`.
+/// Gives `checkpoint` its run's graph name, and its description when the run kept the
+/// structure it started with, from the run's first top-level checkpoint among `all`, its
+/// thread's checkpoints: the executor writes them there only, and a fork starts a run whose
+/// first checkpoint is `checkpoint`. A run carried on with a changed graph (edges declared
+/// in another order, or `allow_graph_change`) is still its graph's: its row must name it.
 fn describe(checkpoint: &mut Checkpoint, all: &[Checkpoint]) {
     let first = all.iter().find(|cp| {
-        cp.run == checkpoint.run
-            && cp.namespace.is_empty()
-            && cp.graph_name().is_some()
-            && cp.fingerprint() == checkpoint.fingerprint()
+        cp.run == checkpoint.run && cp.namespace.is_empty() && cp.graph_name().is_some()
     });
+    let same_structure = first.is_some_and(|first| first.fingerprint() == checkpoint.fingerprint());
     let (Some(first), Some(body)) = (first, checkpoint.body.as_object_mut()) else {
         return;
     };
-    for key in ["graph_name", "graph_description"] {
-        if let Some(value) = first.body.get(key) {
-            body.insert(key.to_owned(), value.clone());
+    let keys: &[&str] = match same_structure {
+        true => &["graph_name", "graph_description"],
+        false => &["graph_name"],
+    };
+    for key in keys {
+        if let Some(value) = first.body.get(*key) {
+            body.insert((*key).to_owned(), value.clone());
         }
     }
 }
