@@ -819,6 +819,33 @@ async fn a_bounded_stream_holds_the_run_back_until_read_and_lets_it_go_when_its_
     assert_eq!(outcome.completed().unwrap(), 40);
 }
 
+/// The outcome's future given up part-way (a timeout around it) aborts the run, as dropping
+/// the stream does: the run does not go on unwatched.
+#[tokio::test]
+async fn an_outcome_given_up_part_way_aborts_the_run() {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&finished);
+    let graph = Graph::new("slow")
+        .node_fn("slow", move |_: &mut u32, _| {
+            let finished = Arc::clone(&seen);
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+        })
+        .edge(START, "slow")
+        .edge("slow", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let stream = graph.stream(&runtime, "t", 0);
+    let gave_up = tokio::time::timeout(std::time::Duration::from_millis(20), stream.outcome());
+    assert!(gave_up.await.is_err());
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(finished.load(Ordering::SeqCst), 0, "the run went on");
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Small {
     total: u8,

@@ -127,8 +127,13 @@ impl<'a> AgentRun<'a> {
 
     /// Runs in the background and streams the run's [`AgentEvent`]s: nodes starting and
     /// finishing, model chunks, tool calls and results, permission and guardrail decisions,
-    /// then [`AgentEvent::Done`] or [`AgentEvent::Failed`]. Dropping the stream cancels the
-    /// run; [`AgentStream::outcome`] gives its result.
+    /// then [`AgentEvent::Done`] or [`AgentEvent::Failed`]. [`AgentStream::outcome`] gives
+    /// its result.
+    ///
+    /// Dropping the stream stops the run where it is, as a crash would: its newest checkpoint
+    /// stays, a [`Worker`](crate::Worker) or a `recover` carries it on, and until then the
+    /// session takes no new prompt; [`Runtime::cancel`](crate::Runtime::cancel) ends it for
+    /// good.
     ///
     /// The stream is bounded ([`stream_capacity`](Self::stream_capacity)): when the reader
     /// falls behind, the run waits before its next step and before each model chunk, so

@@ -230,7 +230,10 @@ impl<S: State> RunBuilder<S> {
 
     /// Runs in a background task and yields its events as they happen.
     ///
-    /// Dropping the stream aborts the run.
+    /// Dropping the stream (or the future of its [`outcome`](RunStream::outcome)) aborts the
+    /// run's task: the run stops where it is, as in a crash. Its newest checkpoint stays, and
+    /// a [`Worker`](crate::Worker) or a `recover` carries it on;
+    /// [`Runtime::cancel`](crate::Runtime::cancel) ends it for good.
     pub fn stream(self) -> RunStream<S> {
         self.stream_with(None)
     }
@@ -316,7 +319,9 @@ impl<S> Future for RunHandle<S> {
 
 /// The events of a run as they happen; see [`RunBuilder::stream`].
 ///
-/// The stream ends after the run's `Done` or `Error` event. Then
+/// The stream ends when the run's task does: after its `Done` or `Error` event, after the
+/// `Interrupt` events of a suspension, and with no event of its own when the run could not
+/// start or carry on (its thread busy, a store failure, a refused resume). Then
 /// [`outcome`](RunStream::outcome) gives the result.
 pub struct RunStream<S> {
     events: EventReceiver,
@@ -340,12 +345,16 @@ impl<S> RunStream<S> {
     pub async fn outcome(mut self) -> Result<RunOutcome<S>> {
         // Nobody reads on: a bounded stream must not hold the run back.
         self.events.close();
-        match self.handle.take() {
+        // Awaited in place: this future dropped part-way (a timeout around it) drops the
+        // stream, which aborts the run, rather than leaving it to run on unwatched.
+        let outcome = match self.handle.as_mut() {
             Some(handle) => handle.await,
             None => Err(RunError::Internal {
                 problem: "run outcome was already taken",
             }),
-        }
+        };
+        self.handle = None;
+        outcome
     }
 }
 
