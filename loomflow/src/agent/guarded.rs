@@ -91,12 +91,16 @@ pub(super) async fn check_output(
         })
         .await?;
     match checked {
-        Checked::Passed(None) => Ok(()),
+        Checked::Passed(None) => {
+            show_checked(ctx, answer).await;
+            Ok(())
+        }
         Checked::Passed(Some(rewritten)) => {
             if let Some(last) = state.messages.last_mut() {
                 *last = Message::assistant(&rewritten);
             }
-            state.output = Some(rewritten);
+            state.output = Some(rewritten.clone());
+            show_checked(ctx, rewritten).await;
             Ok(())
         }
         Checked::Blocked { guardrail, reason } => {
@@ -105,6 +109,19 @@ pub(super) async fn check_output(
             blocked(core, state, ctx, GuardStage::Output, guardrail, reason)
         }
     }
+}
+
+/// Streams an answer its guardrails passed (as they rewrote it), as one text chunk: an
+/// agent with guardrails holds its answer's text back while the model streams it.
+async fn show_checked(ctx: &Context, text: String) {
+    if !ctx.has_listener() {
+        return;
+    }
+    ctx.event_room().await;
+    AgentEvent::ModelChunk {
+        chunk: crate::model::StreamChunk::Text { text },
+    }
+    .emit(ctx);
 }
 
 /// What a tool call's journaled step records: what the model reads, and the guardrail that
