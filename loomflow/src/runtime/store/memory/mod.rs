@@ -37,14 +37,14 @@ use run_row::RunRow;
 /// # Retention
 ///
 /// A long-lived process would otherwise keep every checkpoint of every run. By default a
-/// thread keeps its newest [`DEFAULT_RETAINED_CHECKPOINTS`] checkpoints, and always keeps
-/// the checkpoints runs need to carry on: every interrupted one; the first of every run
+/// thread keeps its newest [`DEFAULT_RETAINED_CHECKPOINTS`] checkpoints, as many interrupted
+/// ones besides (for forks), and the checkpoints runs need to carry on: the first of every run
 /// with a top-level one kept (it describes the graph: a changed graph is refused saying
 /// what changed, and a fork's row names the graph a worker runs it with); and, of the
 /// thread's newest run, its newest top-level one and the newest of each subgraph inside a
 /// step not over yet. A subgraph of a finished step (an earlier turn of a loop) is not kept
 /// on that account, so a thread stays bounded however many namespaces its runs go through.
-/// Older ones are dropped, a batch at a time: [`list_checkpoints`](Store::list_checkpoints)
+/// Older ones are dropped half the bound at a time: [`list_checkpoints`](Store::list_checkpoints)
 /// returns only those kept, and
 /// [`Runtime::fork`](crate::Runtime::fork) from a dropped one fails with
 /// `RuntimeError::UnknownCheckpoint`. [`MemoryStore::with_retention`] changes the bound;
@@ -128,8 +128,8 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// An empty store keeping at most `checkpoints` checkpoints per thread, besides those
-    /// runs need; `None` keeps every one.
+    /// An empty store keeping `checkpoints` checkpoints per thread (pruned a batch at a
+    /// time), besides as many interrupted ones and those runs need; `None` keeps every one.
     pub fn with_retention(checkpoints: Option<usize>) -> Self {
         Self {
             inner: Mutex::default(),

@@ -6,17 +6,28 @@ use crate::runtime::store::RunStatus;
 /// How many checkpoints a thread of a [`MemoryStore`](super::MemoryStore) keeps by default.
 pub const DEFAULT_RETAINED_CHECKPOINTS: usize = 100;
 
-/// Drops the oldest checkpoints of one thread down to `limit`, keeping every interrupted
-/// one whatever its age, what the thread's newest run may still read (see [`needed`]), and
-/// the first checkpoint of every run with a top-level one kept: it describes the run's
-/// graph, which a fork from any of them names (see `Runtime::fork`).
+/// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest `limit`
+/// interrupted ones whatever their age (a fork goes back to a suspension; a run that
+/// suspends every turn still does not grow without bound), what the thread's newest run may
+/// still read (see [`needed`]), and the first checkpoint of every run with a top-level one
+/// kept: it describes the run's graph, which a fork from any of them names (see
+/// `Runtime::fork`).
 pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
     let needed = needed(kept);
+    let mut suspensions_left = limit;
+    let mut suspension: Vec<bool> = (kept.iter().rev())
+        .map(|cp| {
+            let kept = cp.status == RunStatus::Interrupted && suspensions_left > 0;
+            suspensions_left -= usize::from(kept);
+            kept
+        })
+        .collect();
+    suspension.reverse();
     // Oldest first, until enough are gone.
     let mut excess = kept.len().saturating_sub(limit);
-    let mut keep: Vec<bool> = (kept.iter())
-        .map(|cp| {
-            let needed = cp.status == RunStatus::Interrupted || needed.contains(&cp.id);
+    let mut keep: Vec<bool> = (kept.iter().zip(suspension))
+        .map(|(cp, suspension)| {
+            let needed = suspension || needed.contains(&cp.id);
             if excess > 0 && !needed {
                 excess -= 1;
                 false
@@ -167,6 +178,23 @@ mod tests {
         }
         let kept = store.list_checkpoints("t").await.unwrap().len();
         assert!((10..=16).contains(&kept), "{kept}");
+    }
+
+    /// A run that suspends every turn (a wait in a loop) keeps its newest suspensions only.
+    #[tokio::test]
+    async fn retention_bounds_a_run_that_suspends_every_turn() {
+        let store = MemoryStore::with_retention(Some(10));
+        let mut suspensions = Vec::new();
+        for step in 0..300 {
+            suspensions.push(put(&store, cp("", 2 * step, RunStatus::Interrupted)).await);
+            put(&store, cp("", 2 * step + 1, RunStatus::Running)).await;
+        }
+        let kept: Vec<u64> = (store.list_checkpoints("t").await.unwrap().iter())
+            .map(|c| c.id)
+            .collect();
+        assert!(kept.len() <= 40, "{}", kept.len());
+        assert!(suspensions[290..].iter().all(|id| kept.contains(id)));
+        assert!(!kept.contains(&suspensions[0]), "old suspensions go");
     }
 
     #[tokio::test]

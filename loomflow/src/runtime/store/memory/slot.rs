@@ -33,6 +33,10 @@ pub(super) struct ThreadSlot {
     /// cancelled (see [`Checkpoint::ends_run`]): a long-lived process would otherwise keep
     /// every model answer and tool result of every run twice, beside the checkpoints.
     pub(super) journal: HashMap<JournalKey, Value, foldhash::fast::RandomState>,
+    /// How many rows the list holds before the next prune, past the retention's own bound
+    /// (half as many again): a prune that kept more than that (what runs need) sets it, so
+    /// that the rows it had to keep do not make every step prune again.
+    pub(super) prune_past: usize,
 }
 
 impl ThreadSlot {
@@ -82,9 +86,10 @@ impl ThreadSlot {
         }
         self.kept.push(checkpoint);
         if let Some(limit) = retention
-            && self.kept.len() > limit + limit / 2 + 1
+            && self.kept.len() > (limit + limit / 2 + 1).max(self.prune_past)
         {
             prune(&mut self.kept, limit);
+            self.prune_past = self.kept.len() + limit / 2 + 1;
         }
     }
 }
