@@ -327,3 +327,47 @@ async fn a_resumed_run_does_not_stream_a_journaled_result_again() {
     }
     assert_eq!(results(&second), ["call_b"]);
 }
+
+/// Starts a job that reports its progress later, from a task of its own.
+#[tool]
+async fn start_job(ctx: &loomflow::tool::ToolContext, job: String) -> String {
+    let later = ctx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        later.emit("progress", 100);
+    });
+    format!("{job} started")
+}
+
+/// A tool's context cloned into a task that outlives the run keeps nothing open: the
+/// stream ends with the run, its outcome comes, and the session takes its next prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_kept_past_the_run_does_not_hold_its_stream_open() {
+    let agent = Agent::builder("You start jobs.")
+        .model(ScriptedModel::new(vec![
+            ModelResponse::tool_calls(vec![ToolCall::new(
+                "call_1",
+                "start_job",
+                json!({ "job": "backup" }),
+            )]),
+            ModelResponse::text("the backup is under way"),
+            ModelResponse::text("still under way"),
+        ]))
+        .tool(start_job)
+        .build()
+        .unwrap();
+    let run = async {
+        let mut stream = agent.run("back up").session("s").stream().await.unwrap();
+        let mut done = false;
+        while let Some(event) = stream.next().await {
+            done |= matches!(event, AgentEvent::Done);
+        }
+        assert!(done);
+        stream.outcome().await.unwrap();
+        agent.run("and now?").session("s").await.unwrap()
+    };
+    let next = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the stream ended with its run");
+    assert_eq!(next.output, "still under way");
+}

@@ -165,6 +165,17 @@ impl EventReceiver {
     }
 
     /// Stops taking events; producers waiting for room go on.
+    /// The next event already queued, if any; never waits.
+    pub(crate) fn try_recv(&mut self) -> Option<Event> {
+        let event = self.rx.try_recv().ok()?;
+        if let Some(room) = &self.room {
+            room.queued
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            room.freed.notify_waiters();
+        }
+        Some(event)
+    }
+
     pub(crate) fn close(&mut self) {
         self.rx.close();
         if let Some(room) = &self.room {

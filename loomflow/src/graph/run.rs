@@ -251,6 +251,7 @@ impl<S: State> RunBuilder<S> {
         RunStream {
             events: rx,
             handle: Some(RunHandle::spawn(execution)),
+            finished: None,
         }
     }
 }
@@ -326,6 +327,10 @@ impl<S> Future for RunHandle<S> {
 pub struct RunStream<S> {
     events: EventReceiver,
     handle: Option<RunHandle<S>>,
+    /// The run's result, once the stream saw its task end: a clone of a context (a tool's
+    /// spawned task) may hold the events' channel open long after, and the stream ends with
+    /// the run, not with the channel.
+    finished: Option<Box<Result<RunOutcome<S>>>>,
 }
 
 impl<S> std::fmt::Debug for RunStream<S> {
@@ -345,6 +350,9 @@ impl<S> RunStream<S> {
     pub async fn outcome(mut self) -> Result<RunOutcome<S>> {
         // Nobody reads on: a bounded stream must not hold the run back.
         self.events.close();
+        if let Some(finished) = self.finished.take() {
+            return *finished;
+        }
         // Awaited in place: this future dropped part-way (a timeout around it) drops the
         // stream, which aborts the run, rather than leaving it to run on unwatched.
         let outcome = match self.handle.as_mut() {
@@ -370,7 +378,22 @@ impl<S> Stream for RunStream<S> {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Event>> {
-        self.events.poll_recv(cx)
+        let this = &mut *self;
+        if let Poll::Ready(event) = this.events.poll_recv(cx) {
+            return Poll::Ready(event);
+        }
+        if this.finished.is_none() {
+            let Some(handle) = this.handle.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let Poll::Ready(result) = Pin::new(handle).poll(cx) else {
+                return Poll::Pending;
+            };
+            this.handle = None;
+            this.finished = Some(Box::new(result));
+        }
+        // The run is over: what it sent before it ended is read first.
+        Poll::Ready(this.events.try_recv())
     }
 }
 
