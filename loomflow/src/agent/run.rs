@@ -180,6 +180,12 @@ impl<'a> AgentRun<'a> {
                         // Waits while the reader is behind. A closed receiver means the
                         // caller dropped the stream; the task is aborted with it.
                         let _ = events.send(event).await;
+                        if ended {
+                            // The last event: what the run's task does after it (letting
+                            // its claim go) is not under the deadline, which would call a
+                            // run already over timed out.
+                            break;
+                        }
                     }
                 }
                 Ok(())
