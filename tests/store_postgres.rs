@@ -730,3 +730,40 @@ async fn an_audit_subject_holding_a_nul_is_kept() {
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].subject, "lookup\u{FFFD}");
 }
+
+/// A run's stream dropped at its error event (a reader that stops at the last event) still
+/// records the run as failed: the write is not cut short with the run's task, which would
+/// leave the failed run to be run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_dropped_at_its_error_still_records_the_failure() {
+    use futures_util::StreamExt;
+    let Some(db) = TempPgDb::create("failure recorded").await else {
+        return;
+    };
+    let runtime = Runtime::postgres(&db.url).await.unwrap();
+    let graph = Graph::new("fails")
+        .node_fn("boom", |_: &mut u32, _| {
+            Box::pin(async { Err(loomflow::graph::NodeError::failed("boom")) })
+        })
+        .edge(START, "boom")
+        .edge("boom", END)
+        .compile()
+        .unwrap();
+    for i in 0..5 {
+        let thread = format!("f-{i}");
+        let mut stream = graph.stream(&runtime, &thread, 0);
+        while let Some(event) = stream.next().await {
+            if matches!(event.kind, loomflow::EventKind::Error { .. }) {
+                break;
+            }
+        }
+        drop(stream);
+        eventually("the run recorded as failed", async || {
+            runtime
+                .run(&thread)
+                .await
+                .is_ok_and(|info| info.record.state == RunState::Failed)
+        })
+        .await;
+    }
+}

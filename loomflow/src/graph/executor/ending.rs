@@ -52,6 +52,9 @@ pub(super) async fn fail<S: State>(
     if resumed && shared.claim.holds_request() {
         tracing::warn!(thread = %shared.thread, "the resumed step failed with the resume requests it applied: they are spent, and the run waits for another answer");
         Box::pin(shared.claim.refuse_request()).await?;
+    } else if shared.namespace.is_root() {
+        // Recorded on the run's row as the execution lets go; also if it is dropped before.
+        shared.claim.failing(&message);
     }
     if shared.durability == Durability::Exit && !resumed {
         // The whole position, as a checkpoint of another mode would have kept it: the joins'

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::FutureExt;
 use serde_json::Value;
 
 use super::clock::now_ms;
@@ -27,6 +26,7 @@ use super::store::NO_PLACE;
 use super::store::{AuditEntry, Claim, JournalKey, RunState, Store, StoreError};
 use super::{Runtime, RuntimeError};
 
+mod abandon;
 mod checkpoints;
 mod live;
 mod request;
@@ -124,6 +124,8 @@ struct ClaimInner {
     reserved: reserve::ReservedStart,
     /// The thread's signal session, once something needed it (see [`session`]).
     session: session::RunSession,
+    /// Why the run failed, once the execution said so (see [`abandon`]).
+    failed: OnceLock<String>,
 }
 
 impl std::fmt::Debug for RunClaim {
@@ -262,6 +264,7 @@ impl RunClaim {
                 request: request::TakenRequest::default(),
                 reserved: reserve::ReservedStart::default(),
                 session: session::RunSession::default(),
+                failed: OnceLock::new(),
             }),
         }
     }
@@ -570,19 +573,6 @@ impl RunClaim {
 impl ClaimInner {
     fn owner_text(&self) -> &str {
         self.owner_text.get_or_init(|| self.owner.to_text())
-    }
-}
-
-impl Drop for ClaimInner {
-    fn drop(&mut self) {
-        if !*self.released.get_mut() && !self.request.held() {
-            // An execution that was dropped mid-way (an aborted task), perhaps after taking
-            // what its run waited for: runnable at once, as after a crash. Stores queue a
-            // write when it is called (the memory store performs it), so one poll is enough
-            // to send it; if it does not reach the store, the lease expires instead.
-            let release = self.store.release_runnable(&self.thread, self.owner_text());
-            let _ = release.now_or_never();
-        }
     }
 }
 

@@ -547,7 +547,7 @@ impl Store for PostgresStore {
         state: RunState,
         error: Option<String>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.finish(thread, owner, state, error))
+        self.finish(thread, owner, state, error)
     }
 
     fn delete_thread<'a>(

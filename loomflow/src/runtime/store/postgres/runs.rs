@@ -112,6 +112,71 @@ pub(super) async fn release_thread(
     .map_err(|e: Fail| e.write(&thread))
 }
 
+/// `write` on a task of its own when a Tokio runtime is at hand: it goes on if the caller's
+/// future is dropped.
+fn sent_now<'a>(
+    thread: &'a str,
+    write: impl Future<Output = Result<(), StoreError>> + Send + 'static,
+) -> BoxFuture<'a, Result<(), StoreError>> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let task = handle.spawn(write);
+            Box::pin(async move {
+                task.await.unwrap_or_else(|e| {
+                    Err(StoreError::Write {
+                        thread: thread.to_owned(),
+                        message: format!("the write did not finish: {e}"),
+                    })
+                })
+            })
+        }
+        Err(_) => Box::pin(write),
+    }
+}
+
+/// Records the run of `thread` as over (`state`, with `error`) if `owner` holds it.
+async fn finish_thread(
+    pool: deadpool_postgres::Pool,
+    thread: String,
+    owner: String,
+    state: RunState,
+    error: Option<String>,
+) -> Result<(), StoreError> {
+    async {
+        let client = pool.get().await?;
+        let stmt = client
+            .prepare_cached(
+                "WITH finished AS (
+                     UPDATE loomflow_runs SET status = $3, error = $4,
+                         runnable_at_ms = NULL, wake_at_ms = NULL, waiting_on = NULL,
+                         input = NULL, cancel_requested = FALSE, lease_owner = NULL,
+                         lease_until_ms = 0, updated_at_ms = $5
+                     WHERE thread = $1 AND lease_owner = $2
+                     RETURNING 1)
+                 SELECT pg_notify('loomflow_changes', '') FROM finished",
+            )
+            .await?;
+        let finished = client
+            .query_opt(
+                &stmt,
+                &[
+                    &thread,
+                    &owner,
+                    &state.as_str(),
+                    &kept_text(error.as_deref()),
+                    &now_ms(),
+                ],
+            )
+            .await?;
+        if finished.is_none() {
+            return Err(lease_lost(&thread, &owner));
+        }
+        Ok(())
+    }
+    .await
+    .map_err(|e: Fail| e.write(&thread))
+}
+
 impl PostgresStore {
     /// `Store::release` (or with `runnable`, `Store::release_runnable`), sent when called,
     /// not when first polled, as the SQLite store queues its writes: an execution dropped
@@ -130,20 +195,7 @@ impl PostgresStore {
             owner.to_owned(),
             runnable,
         );
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let task = handle.spawn(release);
-                Box::pin(async move {
-                    task.await.unwrap_or_else(|e| {
-                        Err(StoreError::Write {
-                            thread: thread.to_owned(),
-                            message: format!("the release did not finish: {e}"),
-                        })
-                    })
-                })
-            }
-            Err(_) => Box::pin(release),
-        }
+        sent_now(thread, release)
     }
 
     pub(super) async fn claim_thread(
@@ -457,46 +509,24 @@ impl PostgresStore {
         .map_err(|e: Fail| e.write(thread))
     }
 
-    pub(super) async fn finish(
+    /// `Store::finish_run`, sent when called, as [`let_go`](Self::let_go) is: a run's task
+    /// aborted while it records the run as failed (its stream dropped at the error event)
+    /// records it all the same, rather than leave a failed run to be run again.
+    pub(super) fn finish<'a>(
         &self,
-        thread: &str,
+        thread: &'a str,
         owner: &str,
         state: RunState,
         error: Option<String>,
-    ) -> Result<(), StoreError> {
-        async {
-            let client = self.client().await?;
-            let stmt = client
-                .prepare_cached(
-                    "WITH finished AS (
-                         UPDATE loomflow_runs SET status = $3, error = $4,
-                             runnable_at_ms = NULL, wake_at_ms = NULL, waiting_on = NULL,
-                             input = NULL, cancel_requested = FALSE, lease_owner = NULL,
-                             lease_until_ms = 0, updated_at_ms = $5
-                         WHERE thread = $1 AND lease_owner = $2
-                         RETURNING 1)
-                     SELECT pg_notify('loomflow_changes', '') FROM finished",
-                )
-                .await?;
-            let finished = client
-                .query_opt(
-                    &stmt,
-                    &[
-                        &thread,
-                        &owner,
-                        &state.as_str(),
-                        &kept_text(error.as_deref()),
-                        &now_ms(),
-                    ],
-                )
-                .await?;
-            if finished.is_none() {
-                return Err(lease_lost(thread, owner));
-            }
-            Ok(())
-        }
-        .await
-        .map_err(|e: Fail| e.write(thread))
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let finish = finish_thread(
+            self.pool.clone(),
+            thread.to_owned(),
+            owner.to_owned(),
+            state,
+            error,
+        );
+        sent_now(thread, finish)
     }
 
     pub(super) async fn next_wake(

@@ -1,0 +1,37 @@
+//! A claim dropped without letting go: its execution was dropped mid-way (an aborted task).
+
+use futures_util::FutureExt;
+
+use super::{ClaimInner, RunClaim};
+use crate::runtime::store::RunState;
+
+impl RunClaim {
+    /// Says the run failed, with `message`, before anyone hears of it (its `error` event):
+    /// an execution dropped from then on, before it recorded the failure (a stream dropped
+    /// at its last event), records it as it is dropped, rather than leave a failed run to be
+    /// run again.
+    pub(crate) fn failing(&self, message: &str) {
+        let _ = self.inner.failed.set(message.to_owned());
+    }
+}
+
+impl Drop for ClaimInner {
+    fn drop(&mut self) {
+        if *self.released.get_mut() || self.request.held() {
+            return;
+        }
+        // Stores queue a write when it is called (the memory store performs it), so one
+        // poll is enough to send it; if it does not reach the store, the lease expires
+        // instead.
+        let let_go = match self.failed.take() {
+            Some(message) => {
+                let owner = self.owner_text();
+                (self.store).finish_run(&self.thread, owner, RunState::Failed, Some(message))
+            }
+            // Perhaps after taking what its run waited for: runnable at once, as after a
+            // crash.
+            None => self.store.release_runnable(&self.thread, self.owner_text()),
+        };
+        let _ = let_go.now_or_never();
+    }
+}
