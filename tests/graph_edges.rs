@@ -396,6 +396,36 @@ async fn a_panicking_router_fails_the_run_with_a_typed_error() {
     }
 }
 
+/// A branch out of `START` that fails fails the run as any other route does: a
+/// `RunOutcome::Failed` with the input as the last good state, and a row that says failed.
+#[tokio::test]
+async fn a_failed_route_out_of_start_is_a_failed_run() {
+    let (runtimes, _db) = runtimes("start-route");
+    for (label, rt) in runtimes {
+        let graph = Graph::new("start-route")
+            .node_sync("a", |n: &mut u32| *n += 1)
+            .branch(START, ["a", END], |n: &u32| if *n == 7 { "b" } else { "a" })
+            .edge("a", END)
+            .compile()
+            .unwrap();
+        match graph.invoke(&rt, "t", 7).await {
+            Ok(RunOutcome::Failed { error, state }) => {
+                assert!(
+                    matches!(&error, RunError::UndeclaredRoute { .. }),
+                    "{label}: {error:?}"
+                );
+                assert_eq!(state, 7, "{label}: the input is the last good state");
+            }
+            other => panic!("{label}: a failed route is a failed run, got {other:?}"),
+        }
+        let row = rt.run("t").await.unwrap().record;
+        assert_eq!(row.state, RunState::Failed, "{label}: {row:?}");
+        // The thread takes its next run.
+        let next = graph.invoke(&rt, "t", 1).await.unwrap();
+        assert_eq!(next.completed().unwrap(), 2, "{label}");
+    }
+}
+
 #[tokio::test]
 async fn a_panicking_reducer_fails_the_run_with_a_typed_error() {
     #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

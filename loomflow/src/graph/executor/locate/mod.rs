@@ -174,9 +174,14 @@ pub(super) async fn locate<S: State>(
     start: Start<S>,
     allow_graph_change: bool,
 ) -> Result<Located<S>> {
-    let fresh = |run: u64, state: S| -> Result<Position<S>> {
+    // A route out of `START` that fails (a branch naming a node it did not declare, a
+    // router that panics) hands the input back with the error.
+    let fresh = |run: u64, state: S| -> Result<Position<S>, (RunError, S)> {
         let mut joins = JoinMarks::new(g);
-        let active = route(g, [g.topology().start()], &state, &mut joins)?;
+        let active = match route(g, [g.topology().start()], &state, &mut joins) {
+            Ok(active) => active,
+            Err(error) => return Err((error, state)),
+        };
         Ok(Position {
             run,
             step: 0,
@@ -205,9 +210,15 @@ pub(super) async fn locate<S: State>(
                     None => newest(runtime, placed, namespace).await?.map(|cp| cp.run),
                 };
                 let run = previous.map_or(1, |run| run + 1);
-                fresh(run, input)?
+                match fresh(run, input) {
+                    Ok(position) => position,
+                    // The run fails before its first step, its input the last good state.
+                    Err((error, state)) => {
+                        return Ok(Located::Finished(RunOutcome::Failed { state, error }));
+                    }
+                }
             }
-            Start::Child { input, run } => fresh(run, input)?,
+            Start::Child { input, run } => fresh(run, input).map_err(|(error, _)| error)?,
             Start::Recover => {
                 let cp = latest(g, runtime, placed, namespace, true).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
