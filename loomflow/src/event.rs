@@ -164,7 +164,6 @@ impl EventReceiver {
         polled
     }
 
-    /// Stops taking events; producers waiting for room go on.
     /// The next event already queued, if any; never waits.
     pub(crate) fn try_recv(&mut self) -> Option<Event> {
         let event = self.rx.try_recv().ok()?;
@@ -176,6 +175,7 @@ impl EventReceiver {
         Some(event)
     }
 
+    /// Stops taking events; producers waiting for room go on.
     pub(crate) fn close(&mut self) {
         self.rx.close();
         if let Some(room) = &self.room {

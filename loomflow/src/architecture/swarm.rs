@@ -89,8 +89,8 @@ impl Swarm {
     /// # Errors
     ///
     /// A [`GraphError`](crate::GraphError) listing every problem found: names that clash,
-    /// no agents ([`GraphProblem::TooFewMembers`]), and a [`start_with`](Self::start_with) naming no agent
-    /// ([`GraphProblem::UnknownNode`]). Before those, and alone:
+    /// no agents ([`GraphProblem::TooFewMembers`]), and a [`start_with`](Self::start_with)
+    /// naming no agent ([`GraphProblem::UnknownNode`]). Before those, and alone:
     /// [`AgentError::Invalid`](crate::agent::AgentError::Invalid) when two agents' handoff
     /// tools would have one name (`billing team` and `billing_team`).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
