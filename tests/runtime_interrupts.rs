@@ -682,6 +682,59 @@ async fn a_graph_whose_edges_were_declared_in_another_order_resumes() {
     assert_eq!(done.paid.as_deref(), Some("yes"));
 }
 
+/// `ask` twice, then `pay`; its edges and branch routes declared in one order or another.
+fn asking_twice(reordered: bool) -> CompiledGraph<Order> {
+    let route = |o: &Order| if o.answers.len() < 2 { "ask" } else { "pay" };
+    let graph = Graph::new("twice")
+        .node_fn("ask", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt("ok?")?;
+                o.answers.push(answer);
+                Ok(())
+            })
+        })
+        .node_sync("pay", |o: &mut Order| o.paid = Some("yes".into()));
+    let graph = match reordered {
+        false => graph
+            .edge(START, "ask")
+            .branch("ask", ["ask", "pay"], route)
+            .edge("pay", END),
+        true => graph
+            .edge("pay", END)
+            .branch("ask", ["pay", "ask"], route)
+            .edge(START, "ask"),
+    };
+    graph.compile().unwrap()
+}
+
+/// A run resumed by one ordering of the edges, then by the other again (a deploy, and its
+/// rollback), carries on: neither changed what the run depends on. The first checkpoint
+/// written under the new ordering describes it, as a run's first does.
+#[tokio::test]
+async fn edges_reordered_and_back_again_resume() {
+    let db = loomflow_tests::TempDb::new("reordered-and-back");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        asking_twice(false)
+            .invoke(&rt, "t", Order::default())
+            .await
+            .unwrap();
+        let asked = asking_twice(true).resume(&rt, "t", "one").await.unwrap();
+        assert_eq!(asked.interrupts().len(), 1, "{asked:?}");
+        let checkpoints = rt.list_checkpoints("t").await.unwrap();
+        let reordered = checkpoints.last().unwrap().body.get("graph").cloned();
+        assert!(
+            checkpoints
+                .iter()
+                .any(|cp| cp.body.get("graph") == reordered.as_ref()
+                    && cp.body.get("graph_description").is_some()),
+            "the new ordering is described"
+        );
+        let done = asking_twice(false).resume(&rt, "t", "two").await.unwrap();
+        let done = done.completed().unwrap();
+        assert_eq!((done.answers.len(), done.paid.as_deref()), (2, Some("yes")));
+    }
+}
+
 /// A state with a field it does not checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Scratch {

@@ -385,14 +385,15 @@ pub(crate) async fn graph(runtime: &Runtime, out: &Output, thread: &str) -> Resu
         .clone()
         .rev()
         .find_map(|cp| Some((cp, cp.body.get("graph_description")?.as_array()?)));
-    // A run carried on with a changed graph (a resume that allowed the change) stored no
-    // description of the new structure: the old one would be drawn without where it stands.
+    // A run carried on with a changed graph describes the new structure in the first
+    // checkpoint it writes under it; one an older loomflow carried on did not: the old
+    // structure would be drawn without where it stands.
     if let (Some((cp, _)), Some(newest)) = (described, top_level.clone().next_back())
         && cp.body.get("graph") != newest.body.get("graph")
     {
         return Err(Failure::not_found(format!(
-            "the run on {thread} carries on with a changed graph (a resume allowed the \
-             change), whose structure it did not store: there is no diagram to draw"
+            "the run on {thread} carries on with a changed graph whose structure it did not \
+             store (an older loomflow carried it on): there is no diagram to draw"
         )));
     }
     let description: Vec<String> = described

@@ -317,6 +317,9 @@ fn run_supersteps<S: State>(
             trace: crate::telemetry::current_trace_parent().map(Arc::from),
             resumed_from: resumed.as_ref().map_or(0, |resumed| resumed.checkpoint),
         });
+        // Carried on under another structure fingerprint: the first checkpoint describes it,
+        // for the checks of the next resume, a fork and `loomflow graph` to find.
+        let mut describe_change = resumed.as_ref().is_some_and(|r| r.graph_changed);
         let still_waiting = observe::picked_up(&shared, g, run, resumed, &resume_values);
         let key = RunKey::of(&shared);
         let mut writer = CheckpointWriter::new(&shared.claim, durability);
@@ -451,6 +454,7 @@ fn run_supersteps<S: State>(
                     // `check_graph`, which finds it there); only a run that wrote none (`Exit`
                     // durability) or a subgraph keeps it where it suspends.
                     let describe = durability == Durability::Exit || !shared.namespace.is_root();
+                    let describe = std::mem::take(&mut describe_change) || describe;
                     let snapshot = SnapshotRef::new(g, &state, &active)
                         .joins(&joins.0)
                         .suspended(&pending_writes, &interrupts, &resume_values)
@@ -545,7 +549,8 @@ fn run_supersteps<S: State>(
                 } else {
                     RunStatus::Running
                 };
-                let snapshot = SnapshotRef::new(g, &state, &next).joins(&joins.0);
+                let snapshot = (SnapshotRef::new(g, &state, &next).joins(&joins.0))
+                    .describe(std::mem::take(&mut describe_change));
                 let mut cp = key.step_checkpoint(&graph.inner, step, status, &snapshot)?;
                 add_audit(&shared, &mut cp);
                 // Past the interrupted checkpoint: the writer spends the resume requests
@@ -570,7 +575,7 @@ fn run_supersteps<S: State>(
         observe::unfired_joins(g, &shared.thread, &joins.0);
         writer.finish().await?;
         if !completed_written {
-            let snapshot = SnapshotRef::new(g, &state, &[]);
+            let snapshot = SnapshotRef::new(g, &state, &[]).describe(describe_change);
             let mut cp =
                 key.step_checkpoint(&graph.inner, step, RunStatus::Completed, &snapshot)?;
             add_audit(&shared, &mut cp);

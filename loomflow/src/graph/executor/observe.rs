@@ -32,6 +32,9 @@ pub(super) struct Resumed {
     pub(super) interrupts: Vec<Interrupt>,
     /// The interrupts a resume with values answers.
     pub(super) answered: Vec<Answered>,
+    /// The checkpoint was written by a graph of another structure fingerprint (its edges
+    /// declared in another order, or a change a resume allowed).
+    pub(super) graph_changed: bool,
 }
 
 /// An interrupt a resume answers: its index among the interrupts the run was suspended

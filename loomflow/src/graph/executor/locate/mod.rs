@@ -539,7 +539,7 @@ fn from_checkpoint<S: State>(
         pending_writes,
         interrupts,
         resume_values,
-        graph: _,
+        graph,
         graph_description: _,
         trace,
     } = cp.snapshot;
@@ -550,6 +550,7 @@ fn from_checkpoint<S: State>(
         trace,
         interrupts,
         answered,
+        graph_changed: graph.is_some_and(|recorded| *recorded != *g.fingerprint),
     };
     let active = cp.next.indexes(g, thread)?;
     let mut joins = JoinMarks::new(g);
