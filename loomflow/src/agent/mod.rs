@@ -248,7 +248,8 @@ impl Agent {
         Ok(self.runtime.signal(session, name, payload).await?)
     }
 
-    /// Every checkpoint of a session, oldest first.
+    /// Every checkpoint of a session the store keeps, oldest first (see
+    /// [`Runtime::list_checkpoints`]).
     ///
     /// # Errors
     ///

@@ -454,7 +454,8 @@ impl Runtime {
             .map_err(|e| RuntimeError::json(format!("state of thread {thread}"), e))
     }
 
-    /// Every checkpoint of a thread, oldest first.
+    /// Every checkpoint of a thread the store keeps, oldest first: the durable stores keep
+    /// all; the memory store drops old ones (see [Retention](MemoryStore#retention)).
     ///
     /// # Errors
     ///

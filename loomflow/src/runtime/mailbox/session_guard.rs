@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::Inner;
 
-/// Keeps a session's mailbox open; see [`Mailbox::open_session`].
+/// Keeps a session's mailbox open; see [`Mailbox::open_session`](super::Mailbox::open_session).
 ///
 /// Cloning a guard opens the session once more.
 #[must_use = "the session closes when the guard drops"]
