@@ -1,8 +1,8 @@
 //! [`Debate`]: debaters argue in turn over a number of rounds, then a judge decides.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, agent_input, answer, compile_checked};
-use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
+use crate::architecture::{TeamState, agent_input, answer, compile_checked, too_few};
+use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
 /// Debaters argue over the task in turn for a number of rounds, each seeing the task and the
@@ -87,18 +87,14 @@ impl Debate {
     ///
     /// # Errors
     ///
-    /// A [`GraphError`](crate::GraphError) listing every problem found: fewer than two debaters
-    /// ([`GraphProblem::TooFewMembers`]), and debater names that clash with each other or with
-    /// `judge` ([`GraphProblem::DuplicateNode`]).
+    /// A [`GraphError`](crate::GraphError) listing every problem found: fewer than two
+    /// debaters ([`TooFewMembers`](crate::graph::GraphProblem::TooFewMembers)), and debater
+    /// names that clash with each other or with `judge`
+    /// ([`DuplicateNode`](crate::graph::GraphProblem::DuplicateNode)).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
-        let mut problems = Vec::new();
-        if self.debaters.len() < 2 {
-            problems.push(GraphProblem::TooFewMembers {
-                role: "debaters".to_owned(),
-                min: 2,
-                found: self.debaters.len(),
-            });
-        }
+        let problems: Vec<_> = too_few("debaters", 2, self.debaters.len())
+            .into_iter()
+            .collect();
         let name = self.name.clone();
         compile_checked(&name, self.graph(), problems)
     }

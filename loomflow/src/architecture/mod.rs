@@ -136,6 +136,15 @@ pub(crate) fn roster(members: &[Member]) -> String {
         .join("\n")
 }
 
+/// The problem of a team with `found` members in `role`, fewer than `min`, if it has.
+pub(crate) fn too_few(role: &str, min: usize, found: usize) -> Option<GraphProblem> {
+    (found < min).then(|| GraphProblem::TooFewMembers {
+        role: role.to_owned(),
+        min,
+        found,
+    })
+}
+
 /// Compiles the shape `name`'s graph; the problems the shape found itself come first in the
 /// error, then every one `compile` finds.
 pub(crate) fn compile_checked(

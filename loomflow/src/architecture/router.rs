@@ -3,8 +3,9 @@
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
     Member, TeamState, agent_input, answer, compile_checked, decision, named_member, roster,
+    too_few,
 };
-use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
+use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
 /// Sends a task to the one worker a classifier agent picks.
@@ -81,21 +82,14 @@ impl Router {
     /// # Errors
     ///
     /// A [`GraphError`](crate::GraphError) listing every problem found: no worker
-    /// ([`GraphProblem::TooFewMembers`]), and worker names that clash (with each other or with
-    /// `router`).
+    /// ([`TooFewMembers`](crate::graph::GraphProblem::TooFewMembers)), and worker names that
+    /// clash (with each other or with `router`).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let roster = roster(&self.workers);
         let workers = self.workers.clone();
         let names: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();
         let classifier = self.classifier.name().to_owned();
-        let mut problems = Vec::new();
-        if names.is_empty() {
-            problems.push(GraphProblem::TooFewMembers {
-                role: "workers".to_owned(),
-                min: 1,
-                found: 0,
-            });
-        }
+        let problems: Vec<_> = too_few("workers", 1, names.len()).into_iter().collect();
         let mut graph = Graph::new(self.name.clone())
             .subgraph_checked(
                 "router",

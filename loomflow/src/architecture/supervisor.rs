@@ -3,9 +3,9 @@
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
     Member, TeamState, agent_input, answer, compile_checked, decision, directive, named_member,
-    roster, split_directive,
+    roster, split_directive, too_few,
 };
-use crate::graph::{CompiledGraph, END, Graph, GraphProblem, RunError, START};
+use crate::graph::{CompiledGraph, END, Graph, RunError, START};
 use crate::model::Message;
 
 /// A supervisor agent delegates to workers, one at a time, until it declares the task done.
@@ -98,17 +98,12 @@ impl Supervisor {
     /// # Errors
     ///
     /// A [`GraphError`](crate::GraphError) listing every problem found: no worker
-    /// ([`GraphProblem::TooFewMembers`]), and worker names that clash
-    /// ([`GraphProblem::DuplicateNode`]).
+    /// ([`TooFewMembers`](crate::graph::GraphProblem::TooFewMembers)), and worker names that
+    /// clash ([`DuplicateNode`](crate::graph::GraphProblem::DuplicateNode)).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
-        let mut problems = Vec::new();
-        if self.workers.is_empty() {
-            problems.push(GraphProblem::TooFewMembers {
-                role: "workers".to_owned(),
-                min: 1,
-                found: 0,
-            });
-        }
+        let problems: Vec<_> = too_few("workers", 1, self.workers.len())
+            .into_iter()
+            .collect();
         let roster = roster(&self.workers);
         let workers = self.workers.clone();
         let mut targets: Vec<String> = self.workers.iter().map(|w| w.name.clone()).collect();

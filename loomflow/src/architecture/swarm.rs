@@ -1,7 +1,7 @@
 //! [`Swarm`]: agents hand the conversation to each other through handoff tools.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, agent_input, answer, compile_checked};
+use crate::architecture::{Member, TeamState, agent_input, answer, compile_checked, too_few};
 use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 
 /// Agents that pass the conversation along: each gets a `transfer_to_<name>` tool for every
@@ -95,14 +95,7 @@ impl Swarm {
     /// tools would have one name (`billing team` and `billing_team`).
     pub fn build(self) -> crate::Result<CompiledGraph<TeamState>> {
         let names: Vec<String> = self.agents.iter().map(|a| a.name.clone()).collect();
-        let mut problems = Vec::new();
-        if names.is_empty() {
-            problems.push(GraphProblem::TooFewMembers {
-                role: "agents".to_owned(),
-                min: 1,
-                found: 0,
-            });
-        }
+        let mut problems: Vec<_> = too_few("agents", 1, names.len()).into_iter().collect();
         if let Some(start) = self.start.as_ref().filter(|start| !names.contains(start)) {
             problems.push(GraphProblem::UnknownNode {
                 name: start.clone(),
