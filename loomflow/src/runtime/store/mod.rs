@@ -281,8 +281,8 @@ pub trait Store: Send + Sync + 'static {
         owner: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// Lets `thread`'s run go, if `owner` holds it; a run whose row says it waits or sleeps
-    /// is runnable at once, as after a crash: its execution stopped half way (dropped,
+    /// Lets `thread`'s run go, if `owner` holds it; a suspended run (waiting, sleeping or
+    /// interrupted) is runnable at once, as after a crash: its execution stopped half way (dropped,
     /// handed back, a store failure) and may have taken what it waited for (a signal it
     /// consumed and journaled), so a worker must carry it on rather than wait for what
     /// already came. The default lets it go as [`release`](Self::release) does.

@@ -232,7 +232,7 @@ impl RunRow {
         self.owner = None;
         self.until_ms = 0;
         match self.state {
-            Some(RunState::Waiting | RunState::Sleeping) if runnable => {
+            Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted) if runnable => {
                 self.runnable_at_ms = Some(0);
             }
             Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted) => {

@@ -36,7 +36,7 @@ pub(super) async fn release(
             "WITH released AS (
                  UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0,
                      updated_at_ms = $3,
-                     runnable_at_ms = CASE WHEN $4 AND status IN ('waiting', 'sleeping')
+                     runnable_at_ms = CASE WHEN $4 AND status IN ('waiting', 'sleeping', 'interrupted')
                                            THEN 0
                                            WHEN status IN ('waiting', 'sleeping', 'interrupted')
                                            THEN wake_at_ms ELSE runnable_at_ms END

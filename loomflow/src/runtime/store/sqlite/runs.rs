@@ -387,7 +387,7 @@ fn release(
     conn.prepare_cached(
         "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = ?3,
                          runnable_at_ms = CASE
-                             WHEN ?4 AND status IN ('waiting', 'sleeping') THEN 0
+                             WHEN ?4 AND status IN ('waiting', 'sleeping', 'interrupted') THEN 0
                              WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN wake_at_ms
                              ELSE runnable_at_ms END
          WHERE thread = ?1 AND lease_owner = ?2",
