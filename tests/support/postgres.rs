@@ -78,7 +78,14 @@ impl Drop for TempPgDb {
 
 /// A plain tokio-postgres connection, driven by a task of the current runtime.
 pub(crate) async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .unwrap_or_else(|e| panic!("not a connection string: {e:?}"));
+    // Probed while idle, as the store's own connections are: a test that reads the keepalive
+    // timers of the connections this process opened meanwhile may find this one among them.
+    config.keepalives_idle(std::time::Duration::from_secs(30));
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the test server: {e:?}"));
     tokio::spawn(async move {
