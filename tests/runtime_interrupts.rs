@@ -640,10 +640,15 @@ async fn resuming_with_a_graph_whose_structure_changed_is_refused_naming_the_cha
     assert!(before.resume(&rt, "u", "yes").await.unwrap().is_completed());
 }
 
-/// The flow `ask → pay`, its edges and branch routes declared in one order or another.
-fn edge_order_flow(reordered: bool) -> CompiledGraph<Order> {
-    let route = |o: &Order| if o.answers.is_empty() { END } else { "pay" };
-    let graph = Graph::new("flow")
+/// The flow `ask → pay` named `name`, `ask` routing by `route` to `targets`; its edges and
+/// branch routes declared in one order or another.
+fn ask_and_pay(
+    name: &str,
+    targets: [&'static str; 2],
+    route: fn(&Order) -> &'static str,
+    reordered: bool,
+) -> CompiledGraph<Order> {
+    let graph = Graph::new(name)
         .node_fn("ask", |o: &mut Order, ctx| {
             Box::pin(async move {
                 let answer: String = ctx.interrupt("ok?")?;
@@ -655,14 +660,20 @@ fn edge_order_flow(reordered: bool) -> CompiledGraph<Order> {
     let graph = match reordered {
         false => graph
             .edge(START, "ask")
-            .branch("ask", ["pay", END], route)
+            .branch("ask", targets, route)
             .edge("pay", END),
         true => graph
             .edge("pay", END)
-            .branch("ask", [END, "pay"], route)
+            .branch("ask", [targets[1], targets[0]], route)
             .edge(START, "ask"),
     };
     graph.compile().unwrap()
+}
+
+/// The flow `ask → pay`, or straight to the end without an answer.
+fn edge_order_flow(reordered: bool) -> CompiledGraph<Order> {
+    let route = |o: &Order| if o.answers.is_empty() { END } else { "pay" };
+    ask_and_pay("flow", ["pay", END], route, reordered)
 }
 
 /// The same graph with its edges and branch routes declared in another order resumes: a
@@ -682,29 +693,10 @@ async fn a_graph_whose_edges_were_declared_in_another_order_resumes() {
     assert_eq!(done.paid.as_deref(), Some("yes"));
 }
 
-/// `ask` twice, then `pay`; its edges and branch routes declared in one order or another.
+/// `ask` twice, then `pay`.
 fn asking_twice(reordered: bool) -> CompiledGraph<Order> {
     let route = |o: &Order| if o.answers.len() < 2 { "ask" } else { "pay" };
-    let graph = Graph::new("twice")
-        .node_fn("ask", |o: &mut Order, ctx| {
-            Box::pin(async move {
-                let answer: String = ctx.interrupt("ok?")?;
-                o.answers.push(answer);
-                Ok(())
-            })
-        })
-        .node_sync("pay", |o: &mut Order| o.paid = Some("yes".into()));
-    let graph = match reordered {
-        false => graph
-            .edge(START, "ask")
-            .branch("ask", ["ask", "pay"], route)
-            .edge("pay", END),
-        true => graph
-            .edge("pay", END)
-            .branch("ask", ["pay", "ask"], route)
-            .edge(START, "ask"),
-    };
-    graph.compile().unwrap()
+    ask_and_pay("twice", ["ask", "pay"], route, reordered)
 }
 
 /// A run resumed by one ordering of the edges, then by the other again (a deploy, and its
