@@ -161,6 +161,19 @@ async fn supervisor_delegates_until_it_finishes() {
     check_mermaid("shape_supervisor", &supervisor.to_mermaid()).unwrap();
 }
 
+/// A worker whose name holds a colon is named whole: the instruction follows its name.
+#[tokio::test]
+async fn a_supervisor_names_a_worker_whose_name_holds_a_colon() {
+    let supervisor = Supervisor::new(scripted("boss", &["team:a: check the totals", "FINISH"]))
+        .worker("team", "the team", scripted("team", &["wrong worker"]))
+        .worker("team:a", "part a", scripted("team:a", &["totals checked"]))
+        .build()
+        .unwrap();
+    let team = run(&supervisor, "Check the books").await;
+    assert_eq!(team.path, ["supervisor", "team:a", "supervisor"]);
+    assert_eq!(team.output.as_deref(), Some("totals checked"));
+}
+
 /// A swarm whose `triage` agent calls `handoff` at once, and whose agent `target` then
 /// answers `reply`; with triage's model, whose requests show the tools it was offered.
 fn triage_then(

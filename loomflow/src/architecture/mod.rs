@@ -244,6 +244,28 @@ pub(crate) fn split_directive(text: &str) -> (String, String) {
     }
 }
 
+/// Splits `worker: instruction` as [`split_directive`] does, but for a member whose own name
+/// holds a colon (`team:a: check it`): there the head is the whole name. The longest such
+/// name the reply begins with wins, ignoring case and the quotes or markdown around it.
+pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String) {
+    let text = text.trim();
+    let quoted = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '*' | '_');
+    let named_with_colon = |head: &str| {
+        let head = head.trim_matches(quoted);
+        (members.iter()).any(|m| m.name.contains(':') && m.name.eq_ignore_ascii_case(head))
+    };
+    let first_line = text.split('\n').next().unwrap_or_default();
+    let longest =
+        (first_line.match_indices(':').rev()).find(|&(at, _)| named_with_colon(&text[..at]));
+    match longest {
+        Some((at, _)) => (
+            text[..at].trim().to_owned(),
+            text[at + 1..].trim().to_owned(),
+        ),
+        None => split_directive(text),
+    }
+}
+
 /// Reads a coordinator's directive `word` (`DONE`, `FINISH`, `ACCEPT`): the reply's first
 /// line is the word, or starts with `word:`, ignoring case and the punctuation or markdown
 /// around the word (`Done.`, `**DONE**: 42`). Returns what follows it (the rest of that line
@@ -324,7 +346,7 @@ pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a M
 
 #[cfg(test)]
 mod tests {
-    use super::{Member, directive, find_member};
+    use super::{Member, directive, find_member, split_at_member};
     use crate::agent::Agent;
 
     fn members(names: &[&str]) -> Vec<Member> {
@@ -369,6 +391,29 @@ mod tests {
         assert_eq!(named(&team, "the C# team."), Some("C#"));
         assert_eq!(named(&team, "c"), Some("c"));
         assert_eq!(named(&team, "Python."), Some("python"));
+    }
+
+    #[test]
+    fn a_worker_named_with_a_colon_is_split_after_its_whole_name() {
+        let team = members(&["team:a", "team", "writer"]);
+        let split = |text: &str| {
+            let (head, rest) = split_at_member(text, &team);
+            (named(&team, &head).map(str::to_owned), rest)
+        };
+        let team_a = Some("team:a".to_owned());
+        assert_eq!(
+            split("team:a: check it"),
+            (team_a.clone(), "check it".into())
+        );
+        assert_eq!(split("**Team:A**: check it"), (team_a, "check it".into()));
+        assert_eq!(
+            split("team: a thing"),
+            (Some("team".into()), "a thing".into())
+        );
+        assert_eq!(
+            split("writer: fix: now"),
+            (Some("writer".into()), "fix: now".into())
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
     Member, TeamState, agent_input, answer, compile_checked, decision, directive, named_member,
-    roster, split_directive, too_few,
+    roster, split_at_member, too_few,
 };
 use crate::graph::{CompiledGraph, END, Graph, RunError, START};
 use crate::model::Message;
@@ -17,8 +17,9 @@ use crate::model::Message;
 ///
 /// The supervisor sees the task, the workers and the results so far, and answers
 /// `worker: instruction` or `FINISH: final answer`. The worker is the one named, as a whole
-/// word, before the colon (`the rewriter: polish it` picks `rewriter`, not `writer`); a
-/// directive that names no worker, or two, fails the run with an error quoting it. A bare
+/// word, before the colon (`the rewriter: polish it` picks `rewriter`, not `writer`; a worker
+/// named with a colon, `team:a: check it`, is read whole); a directive that names no
+/// worker, or two, fails the run with an error quoting it. A bare
 /// `FINISH` makes the last worker's answer the output (none when no worker ran). A
 /// supervisor stopped before it answered (a guardrail, a budget, its turn limit, a cut or
 /// filtered reply) fails the run with
@@ -134,7 +135,7 @@ impl Supervisor {
                         team.output = if rest.is_empty() { team.draft.clone() } else { Some(rest) };
                         team.next = None;
                     } else {
-                        let (head, rest) = split_directive(&text);
+                        let (head, rest) = split_at_member(&text, &workers);
                         let member = named_member(&boss, &workers, &head)?;
                         if u64::from(team.round) >= max_rounds {
                             return Err(RunError::RecursionLimit {
