@@ -147,6 +147,37 @@ async fn a_store_that_cannot_delete_leaves_the_run_as_it_was() {
     assert_eq!(runtime.list_checkpoints("w").await.unwrap().len(), 3);
 }
 
+/// A signal sent once the store has deleted the thread, before the delete returned, is for
+/// the name's next run: the delete forgets only what this process queued before it began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_sent_while_the_thread_is_deleted_is_kept_for_its_next_run() {
+    let db = loomflow_tests::TempDb::new("thread-delete-racing-signal");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = asker::<u32>();
+    let out = graph.invoke(&runtime, "t", None).await.unwrap();
+    assert_eq!(out.interrupts().len(), 1);
+    runtime.signal("t", "go", 1u32).await.unwrap();
+
+    let (deleted, go) = faults.hold_next_delete();
+    let deleting = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.delete_thread("t").await }
+    });
+    deleted.await.unwrap();
+    runtime.signal("t", "go", 2u32).await.unwrap();
+    go.send(()).unwrap();
+    let gone = deleting.await.unwrap().unwrap();
+    assert_eq!(gone.signals, 1, "the signal sent before the delete");
+
+    assert_eq!(
+        runtime.poll_signal::<u32>("t", "go").unwrap(),
+        Some(2),
+        "the signal sent during the delete waits for the name's next run"
+    );
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
+}
+
 #[tokio::test]
 async fn on_the_memory_store() {
     let runtime = Runtime::in_memory();

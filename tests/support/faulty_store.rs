@@ -59,6 +59,10 @@ pub(crate) struct Faults {
     signals_after_faults: AtomicUsize,
     /// While set, the next `claim_next_run` panics.
     panic_claim: AtomicBool,
+    /// The next `delete_thread` goes to the store, says so on the first sender once the store
+    /// has deleted, and returns only when the second channel fires. Unarmed, deletes are
+    /// refused as by a store that cannot delete.
+    held_delete: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
 }
 
 impl Faults {
@@ -75,6 +79,15 @@ impl Faults {
     /// worker, cancelled while queued) as a dropped connection would, writing nothing.
     pub(crate) fn fail_next_finish(&self) {
         self.fail_finish.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets the next `delete_thread` through to the store, held once the store has deleted:
+    /// the receiver fires then; the delete returns when the sender fires (or is dropped).
+    pub(crate) fn hold_next_delete(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (deleted_tx, deleted_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_delete.lock().unwrap() = Some((deleted_tx, go_rx));
+        (deleted_rx, go_tx)
     }
 
     /// Makes the next `claim_next_run` panic, as a store with a bug would, outside any run.
@@ -609,6 +622,25 @@ impl<S: Store> Store for FaultyStore<S> {
             return Box::pin(std::future::ready(Err(failed)));
         }
         self.inner.finish_run(thread, owner, state, error)
+    }
+
+    fn delete_thread<'a>(
+        &'a self,
+        thread: &'a str,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<loomflow::runtime::DeletedThread, StoreError>> {
+        let Some((deleted, go)) = self.faults.held_delete.lock().unwrap().take() else {
+            return Box::pin(std::future::ready(Err(StoreError::Unsupported {
+                operation: "delete_thread",
+                thread: thread.to_owned(),
+            })));
+        };
+        Box::pin(async move {
+            let result = self.inner.delete_thread(thread, owner).await;
+            let _ = deleted.send(());
+            let _ = go.await;
+            result
+        })
     }
 
     fn next_wake_at_ms<'a>(

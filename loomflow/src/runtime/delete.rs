@@ -56,6 +56,9 @@ impl Runtime {
     /// ```
     pub async fn delete_thread(&self, thread: &str) -> Result<DeletedThread> {
         let claim = self.claim_run(&Arc::from(thread), None).await?;
+        // Signals sent while the store deletes are for whatever runs on the name next, as
+        // are those sent after: only what this process queued before is forgotten.
+        let mark = self.mailbox().send_mark();
         let mut deleted = match claim.delete_thread().await {
             Ok(deleted) => deleted,
             Err(error) => {
@@ -71,9 +74,8 @@ impl Runtime {
                 return Err(error.into());
             }
         };
-        // Queued before the delete: no longer the thread's. What is sent from now on is for
-        // whatever runs on the name next.
-        let forgotten = self.mailbox().forget_queued(thread);
+        // Queued before the delete: no longer the thread's.
+        let forgotten = self.mailbox().forget_queued(thread, mark);
         if !self.store().is_durable() {
             // A store that is not durable keeps no signals: what this process had queued
             // were the only copies. A durable store's rows were counted by its delete.
