@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cycles interrupt_resume N   # N threads, each run to its interrupt and resumed (a → ask → c)
+//! cycles interrupt N          # N threads, each run to its interrupt only
 //! cycles linear_ckpt N        # N runs of 100 nodes, a checkpoint a step
 //! cycles single N             # N runs of one node, each on a thread of its own
 //! ```
@@ -35,6 +36,18 @@ async fn interrupt_resume(runs: u64) {
         assert_eq!(out.expect("invoke").interrupts().len(), 1);
         let done = graph.resume(&runtime, &thread, format!("v{i}")).await;
         assert!(done.expect("resume").completed().expect("completed").done);
+    }
+    std::mem::forget(runtime);
+}
+
+/// Only the first half of `interrupt_resume`: each thread run to its interrupt.
+async fn interrupt_only(runs: u64) {
+    let graph = asking();
+    let runtime = Runtime::in_memory();
+    for i in 0..runs {
+        let thread = format!("t-{i}");
+        let out = graph.invoke(&runtime, &thread, Ask::default()).await;
+        assert_eq!(out.expect("invoke").interrupts().len(), 1);
     }
     std::mem::forget(runtime);
 }
@@ -81,7 +94,7 @@ async fn single(runs: u64) {
     std::mem::forget(runtime);
 }
 
-const USAGE: &str = "usage: cycles interrupt_resume|linear_ckpt|single RUNS";
+const USAGE: &str = "usage: cycles interrupt_resume|interrupt|linear_ckpt|single RUNS";
 
 fn main() -> Result<(), &'static str> {
     let mut args = std::env::args().skip(1);
@@ -92,6 +105,7 @@ fn main() -> Result<(), &'static str> {
         .expect("tokio");
     match workload.as_deref() {
         Some("interrupt_resume") => rt.block_on(interrupt_resume(runs)),
+        Some("interrupt") => rt.block_on(interrupt_only(runs)),
         Some("linear_ckpt") => rt.block_on(linear_ckpt(runs)),
         Some("single") => rt.block_on(single(runs)),
         _ => return Err(USAGE),
