@@ -462,29 +462,34 @@ struct Asked {
 /// again, in its own checkpoint, while its parent stays where it was. Sending the answers
 /// again does not fail the run: the child's spent answer is left out, its new question
 /// suspends the run, and answering it completes the run with every answer applied once.
+/// A subgraph that asks twice beside a node that asks once, in one step.
+fn sub_beside_ask() -> CompiledGraph<Asked> {
+    Graph::new("outer")
+        .subgraph(
+            "sub",
+            asking_twice(true),
+            |s: &Asked| s.sub,
+            |s: &mut Asked, m: u32| s.sub = m,
+        )
+        .node_fn("ask", |s: &mut Asked, ctx| {
+            Box::pin(async move {
+                s.ask = ctx.interrupt(json!("ask?"))?;
+                Ok(())
+            })
+        })
+        .edge(START, "sub")
+        .edge(START, "ask")
+        .edge("sub", END)
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_siblings_refused_value_leaves_the_subgraph_resumable() {
     let db = loomflow_tests::TempDb::new("subgraph-sibling-refused");
     for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
-        let graph = Graph::new("outer")
-            .subgraph(
-                "sub",
-                asking_twice(true),
-                |s: &Asked| s.sub,
-                |s: &mut Asked, m: u32| s.sub = m,
-            )
-            .node_fn("ask", |s: &mut Asked, ctx| {
-                Box::pin(async move {
-                    s.ask = ctx.interrupt(json!("ask?"))?;
-                    Ok(())
-                })
-            })
-            .edge(START, "sub")
-            .edge(START, "ask")
-            .edge("sub", END)
-            .edge("ask", END)
-            .compile()
-            .unwrap();
+        let graph = sub_beside_ask();
         let first = graph.invoke(&runtime, "t", Asked::default()).await.unwrap();
         let mut ids: Vec<_> = first.interrupts().iter().map(|i| i.id.clone()).collect();
         ids.sort();
@@ -518,6 +523,44 @@ async fn a_siblings_refused_value_leaves_the_subgraph_resumable() {
         );
 
         let done = graph.resume(&runtime, "t", 2).await.unwrap();
+        let done = done.completed().unwrap();
+        assert_eq!(done, Asked { sub: 201, ask: 5 }, "each answer applied once");
+    }
+}
+
+/// A subgraph that took its answer and asked again in a step its parent did not write (a
+/// sibling's value was refused here; a crash before the parent's write leaves the same)
+/// is shown asking what it asks now once the run is recovered, and a recover after that
+/// changes nothing.
+#[tokio::test]
+async fn a_recover_shows_what_a_subgraph_asks_since_its_parents_checkpoint() {
+    let db = loomflow_tests::TempDb::new("subgraph-moved-on");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = sub_beside_ask();
+        graph.invoke(&runtime, "t", Asked::default()).await.unwrap();
+        let answers = [("sub:1/x#0", json!(1)), ("ask#0", json!("nan"))];
+        let refused = graph.resume_with(&runtime, "t", answers).await;
+        assert!(refused.is_err(), "{refused:?}");
+
+        let recovered = graph.recover(&runtime, "t").await.unwrap();
+        let mut ids: Vec<_> = (recovered.interrupts().iter())
+            .map(|i| i.id.clone())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["ask#0", "sub:1/x#1"], "{recovered:?}");
+        let pending = runtime.pending_interrupts("t").await.unwrap();
+        let mut pending: Vec<_> = pending.into_iter().map(|i| i.id).collect();
+        pending.sort();
+        assert_eq!(pending, ids, "the store shows the new question too");
+
+        let checkpoints = runtime.list_checkpoints("t").await.unwrap().len();
+        let again = graph.recover(&runtime, "t").await.unwrap();
+        assert_eq!(again.interrupts().len(), 2, "{again:?}");
+        let now = runtime.list_checkpoints("t").await.unwrap().len();
+        assert_eq!(now, checkpoints, "nothing run or written again");
+
+        let answers = [("sub:1/x#1", json!(2)), ("ask#0", json!(5))];
+        let done = graph.resume_with(&runtime, "t", answers).await.unwrap();
         let done = done.completed().unwrap();
         assert_eq!(done, Asked { sub: 201, ask: 5 }, "each answer applied once");
     }

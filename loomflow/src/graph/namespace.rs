@@ -40,11 +40,7 @@ impl Namespace {
             node: Arc::from(node),
             step,
         });
-        let stored = segments
-            .iter()
-            .map(|s| format!("{}:{}", s.node, s.step))
-            .collect::<Vec<_>>()
-            .join("/");
+        let stored = stored_child(&self.stored, node, step);
         let path = segments
             .iter()
             .map(|s| &*s.node)
@@ -71,6 +67,14 @@ impl Namespace {
     /// with.
     pub(crate) fn path(&self) -> &str {
         &self.path
+    }
+}
+
+/// The stored form of [`Namespace::child`], from its parent's stored form.
+pub(crate) fn stored_child(parent: &str, node: &str, step: u64) -> String {
+    match parent.is_empty() {
+        true => format!("{node}:{step}"),
+        false => format!("{parent}/{node}:{step}"),
     }
 }
 

@@ -493,7 +493,9 @@ impl<S: State> CompiledGraph<S> {
     ///   node again, from its start; its wait returns the signal if it has arrived, or the
     ///   run suspends again;
     /// - suspended on [`interrupt`](crate::Context::interrupt)s only: returns them, running
-    ///   nothing (answer them with [`resume`](Self::resume));
+    ///   nothing (answer them with [`resume`](Self::resume)). But a subgraph that took an
+    ///   answer and asked again in a step its parent never wrote (the process died first)
+    ///   runs again, so that the run suspends on what it asks now;
     /// - running (its process crashed) or failed: runs on from the newest checkpoint;
     ///   finished supersteps and journaled steps are not run again.
     ///

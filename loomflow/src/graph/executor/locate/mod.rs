@@ -18,7 +18,9 @@ use crate::runtime::claim::RunClaim;
 use crate::runtime::{Checkpoint, ResumeRequest, RunStatus, Runtime};
 
 mod graph_change;
+mod recovered;
 use graph_change::check_graph;
+use recovered::recover_interrupted;
 
 pub(super) enum Located<S> {
     Position(Position<S>),
@@ -239,10 +241,13 @@ pub(super) async fn locate<S: State>(
                             cp.state.decode(g, thread)?,
                         )));
                     }
-                    RunStatus::Interrupted => match recover_interrupted(g, thread, cp)? {
-                        Located::Position(position) => position,
-                        finished => return Ok(finished),
-                    },
+                    RunStatus::Interrupted => {
+                        let (from, to) = ((runtime, namespace), (thread, cp));
+                        match recover_interrupted(g, from, to).await? {
+                            Located::Position(position) => position,
+                            finished => return Ok(finished),
+                        }
+                    }
                     RunStatus::Running | RunStatus::Failed => {
                         from_checkpoint(g, thread, cp, Vec::new())?
                     }
@@ -387,29 +392,7 @@ async fn with_request<S: State>(
             Err(_) => claim.refuse_request().await?,
         }
     }
-    recover_interrupted(g, thread, cp)
-}
-
-/// Where a recover of a run interrupted at `cp` (with no value given) carries on. A run
-/// waiting for signals or timers is run again: the signals may have arrived, the timers
-/// may be due (a timer that is not suspends again). One waiting for a value stays as it is.
-fn recover_interrupted<S: State>(
-    g: &CompiledInner<S>,
-    thread: &str,
-    cp: Stored<S>,
-) -> Result<Located<S>> {
-    if (cp.snapshot.interrupts.iter()).any(|i| i.signal.is_some() || i.wake_at_ms.is_some()) {
-        return Ok(Located::Position(from_checkpoint(
-            g,
-            thread,
-            cp,
-            Vec::new(),
-        )?));
-    }
-    Ok(Located::Finished(RunOutcome::Interrupted {
-        state: cp.state.decode(g, thread)?,
-        interrupts: cp.snapshot.interrupts,
-    }))
+    recover_interrupted(g, (runtime, ""), (thread, cp)).await
 }
 
 /// The answers `requests` give `cp`'s interrupts, oldest first: one per interrupt, the
