@@ -499,6 +499,11 @@ impl<S: State> CompiledGraph<S> {
     /// - running (its process crashed) or failed: runs on from the newest checkpoint;
     ///   finished supersteps and journaled steps are not run again.
     ///
+    /// A plain wait or sleep (without `or_suspend`) that a [`Worker`](crate::Worker)
+    /// suspended waits in memory when a recover outside any worker carries it on, as it
+    /// does in any direct run: the recover returns once the signal comes or the time is
+    /// due, holding the thread's claim meanwhile.
+    ///
     /// # Concurrency
     ///
     /// At most one execution carries a run on at a time, across processes: a recover (like
