@@ -293,6 +293,53 @@ async fn a_replayed_github_webhook_is_delivered_once() {
     );
 }
 
+/// GitHub's defaults: the `ping` it sends as the webhook is made wakes nothing, and an event
+/// sent as a form (`payload=<JSON>`, GitHub's default content type) arrives as its JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_github_ping_wakes_nothing_and_a_form_delivery_arrives_as_json() {
+    let server = serve("github-form", config()).await;
+    server.runtime.submit("g", "pr-8", json!({})).await.unwrap();
+    let path = "/v1/threads/pr-8/signals/pr_merged";
+    let github = |event: &str, delivery: &str, body: &[u8], content_type: &str| {
+        [
+            (
+                "X-Hub-Signature-256",
+                format!("sha256={}", sign(GITHUB, &[body])),
+            ),
+            ("X-GitHub-Event", event.to_owned()),
+            ("X-GitHub-Delivery", delivery.to_owned()),
+            ("Content-Type", content_type.to_owned()),
+        ]
+    };
+    let ping = br#"{"zen": "Keep it logically awesome.", "hook_id": 1}"#;
+    let headers = github("ping", "d-ping", ping, "application/json");
+    let (status, _, reply) = request(server.addr, "POST", path, &headers, ping).await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(reply.contains("\"delivery\":\"ping\""), "{reply}");
+    let nothing = server.runtime.poll_signal::<Value>("pr-8", "pr_merged");
+    assert_eq!(nothing.unwrap(), None, "a ping is no event for the run");
+
+    let form = b"payload=%7B%22action%22%3A%22closed%22%2C%22merged%22%3Atrue%7D";
+    let form_type = "application/x-www-form-urlencoded";
+    let headers = github("pull_request", "d-form", form, form_type);
+    let (status, _, reply) = request(server.addr, "POST", path, &headers, form).await;
+    assert_eq!(status, 202, "{reply}");
+    let event = server.runtime.poll_signal::<Value>("pr-8", "pr_merged");
+    assert_eq!(
+        event.unwrap(),
+        Some(json!({"action": "closed", "merged": true}))
+    );
+
+    let bad = b"payload=not-json";
+    let headers = github("pull_request", "d-bad", bad, form_type);
+    let (status, _, reply) = request(server.addr, "POST", path, &headers, bad).await;
+    assert_eq!(
+        (status, error_code(&reply)),
+        (400, "bad_request".to_owned()),
+        "{reply}"
+    );
+}
+
 /// A signed request's delivery id is its idempotency key: the same request replayed inside
 /// the window with a key of the replayer's choosing is still one signal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -642,7 +689,7 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
         .find_map(|l| l.strip_prefix("set-cookie: "))
         .unwrap_or_else(|| panic!("no cookie: {head}"));
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
         "{cookie}"
     );
     assert!(

@@ -58,6 +58,7 @@ pub(super) async fn post_signal(
     // Who is calling comes first: a caller with neither a signature nor a token, or with a
     // signature whose headers are wrong, is refused before anything is said about its body.
     let signature = auth::signature(&app.config, &headers, now_ms() / 1_000)?;
+    let from_github = matches!(signature, auth::Signature::GitHub { .. });
     if let auth::Signature::Absent = signature {
         auth::bearer(&app.config, &headers)?;
     }
@@ -70,13 +71,21 @@ pub(super) async fn post_signal(
         Signed::No => None,
     };
     let Path((thread, name)) = path?;
+    if from_github && github_event(&headers) == Some("ping") {
+        // Sent once, as the webhook is made: not an event for the run.
+        let reply = json!({ "thread": thread, "signal": name, "delivery": "ping" });
+        return Ok((StatusCode::OK, Json(reply)));
+    }
     if body.is_empty() {
         return Err(ApiError::bad_request(
             "the body is empty: send the payload as JSON (`null` for none)",
         ));
     }
-    let payload: Value =
-        json(&body).map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    let payload: Value = match from_github && is_form(&headers) {
+        true => github_form_payload(&body)?,
+        false => json(&body),
+    }
+    .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
     // A signal to a run that has ended would wait for the next run on the thread.
     let mut options = SignalOptions::default().require_live_run();
     let key = match signed_delivery {
@@ -108,6 +117,33 @@ pub(super) async fn post_signal(
         status,
         Json(json!({ "thread": thread, "signal": name, "delivery": word })),
     ))
+}
+
+/// The GitHub event a webhook delivery carries (`X-GitHub-Event`).
+fn github_event(headers: &HeaderMap) -> Option<&str> {
+    headers.get("x-github-event")?.to_str().ok().map(str::trim)
+}
+
+/// Whether the body is a form (`application/x-www-form-urlencoded`): GitHub's default
+/// content type for a webhook.
+fn is_form(headers: &HeaderMap) -> bool {
+    let content_type = headers.get(axum::http::header::CONTENT_TYPE);
+    let content_type = content_type
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
+}
+
+/// The JSON a GitHub form delivery carries in its `payload` field.
+fn github_form_payload(body: &[u8]) -> Result<serde_json::Result<Value>, ApiError> {
+    #[derive(Deserialize)]
+    struct Delivery {
+        payload: String,
+    }
+    let form: Delivery = serde_urlencoded::from_bytes(body)
+        .map_err(|e| ApiError::bad_request(format!("the form has no JSON `payload` field: {e}")))?;
+    Ok(json(form.payload.as_bytes()))
 }
 
 /// The sender's key, or the webhook's delivery id: a redelivery is one signal. (A request

@@ -16,7 +16,8 @@ pub struct ApiError {
     /// `forbidden` (a browser's request from another site, without authentication),
     /// `method_not_allowed`, `bad_request`, `unsupported_media_type`, `payload_too_large`,
     /// `reserved_name`, `conflict` (also when another process took the thread while this one
-    /// worked on it), `not_implemented`, `internal`.
+    /// worked on it), `bad_form` (an inbox form whose token does not match: the page is
+    /// old, or the form came from another site), `not_implemented`, `internal`.
     pub code: &'static str,
     /// What went wrong. For `internal`, only that: the server logs the failure itself
     /// (`tracing`, at error level), as its text can name files, hosts or tables.

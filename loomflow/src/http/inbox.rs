@@ -3,7 +3,7 @@
 //! approve or reject with a reason. No JavaScript.
 //!
 //! A browser cannot send a bearer header, so `GET /inbox?token=<token>` checks the token
-//! and keeps it in a cookie (`HttpOnly`, `SameSite=Strict`, path `/inbox`, and `Secure`
+//! and keeps it in a cookie (`HttpOnly`, `SameSite=Lax`, path `/inbox`, and `Secure`
 //! when a proxy says the request came over HTTPS), then redirects
 //! to `/inbox`. Nested under a prefix ([`Router::nest`](axum::Router::nest)), the cookie's
 //! path, the redirects and the forms all carry the prefix.
@@ -137,7 +137,9 @@ pub(super) async fn page(
         } else {
             ""
         };
-        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path={inbox}{secure}");
+        // `Lax`: a link to the inbox from another site (mail, chat) opens it logged in; a
+        // form posted from another site still goes without the cookie.
+        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Lax; Path={inbox}{secure}");
         let mut response = Redirect::to(&inbox).into_response();
         let cookie = HeaderValue::from_str(&cookie)
             .map_err(|_| ApiError::unauthorized("the token is not a cookie value"))?;
