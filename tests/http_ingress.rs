@@ -17,9 +17,11 @@ use std::time::Duration;
 
 use held_run::HeldRun;
 use http_harness::{NO_HEADERS, request, serve, try_request};
+use loomflow::agent::Agent;
 use loomflow::http::{HttpConfig, sign, signature_header};
-use loomflow::model::ModelResponse;
+use loomflow::model::{ModelResponse, ScriptedModel};
 use loomflow::prelude::*;
+use loomflow::tool::{SignalApprover, ToolHost};
 use refunds::{agent, ask_for_refund};
 use serde_json::Value;
 
@@ -590,6 +592,14 @@ async fn approvals_are_decided_over_the_api() {
     let reject = "/v1/threads/a1/approvals/call_1/reject";
     let (status, _, reply) = request(server.addr, "POST", reject, &[bearer()], b"{}").await;
     assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
+    // A decision for another request than the one that waits (as listed earlier) is refused.
+    let stale = br#"{"reason": "no receipt", "requested_at_ms": 1}"#;
+    let (status, _, reply) = request(server.addr, "POST", reject, &[bearer()], stale).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (409, "conflict"),
+        "{reply}"
+    );
     let (status, _, reply) = request(
         server.addr,
         "POST",
@@ -664,7 +674,13 @@ async fn approvals_are_decided_over_the_api() {
 
 /// The value of the first `name="csrf"` field in the page.
 fn csrf_of(page: &str) -> String {
-    let at = page.find("name=\"csrf\" value=\"").unwrap() + "name=\"csrf\" value=\"".len();
+    field_of(page, "csrf")
+}
+
+/// The value of the first field `name` in the page.
+fn field_of(page: &str, name: &str) -> String {
+    let field = format!("name=\"{name}\" value=\"");
+    let at = page.find(&field).unwrap() + field.len();
     page[at..].split('"').next().unwrap().to_owned()
 }
 
@@ -723,7 +739,10 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
             "{expected} missing from the page:\n{page}"
         );
     }
-    let form = |csrf: &str| format!("csrf={csrf}&thread=i1&call_id=call_1&decision=approve");
+    let asked = field_of(&page, "requested_at_ms");
+    let form = |csrf: &str| {
+        format!("csrf={csrf}&thread=i1&call_id=call_1&requested_at_ms={asked}&decision=approve")
+    };
     let form_type = (
         "Content-Type",
         "application/x-www-form-urlencoded".to_owned(),
@@ -748,6 +767,25 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
     )
     .await;
     assert_eq!((status, error_code(&reply).as_str()), (403, "bad_form"));
+    // A page shown for an earlier request of a call that reuses its id decides nothing.
+    let stale = format!(
+        "csrf={}&thread=i1&call_id=call_1&requested_at_ms=1&decision=approve",
+        csrf_of(&page)
+    );
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/inbox/decide",
+        &[form_type.clone(), cookie.clone()],
+        stale.as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (409, "conflict"),
+        "{reply}"
+    );
+    assert!(reply.contains("asked again"), "{reply}");
 
     let (status, head, _) = request(
         server.addr,
@@ -769,4 +807,79 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
             .unwrap()
             .contains("refunded 1299 cents on ord_42")
     );
+}
+
+/// A call waiting for approval in the memory of the process that serves the inbox (no
+/// durable approvals: its run executes, its row says `running`) is listed and decided there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_lists_a_call_waiting_in_memory() {
+    let server = serve("inbox-live", config()).await;
+    let waiting = Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![refunds::call(250)]),
+            ModelResponse::text("Done."),
+        ]))
+        .tools(
+            ToolHost::new()
+                .with(refunds::refund)
+                .approval_handler(SignalApprover::new()),
+        )
+        .runtime(server.runtime.clone())
+        .build()
+        .unwrap();
+    let run = tokio::spawn(async move { waiting.run("refund").session("m1").await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server
+        .runtime
+        .pending_approvals("m1")
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        if run.is_finished() || std::time::Instant::now() > deadline {
+            panic!("the call never waited: {:?}", run.await);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let login = format!("/inbox?token={TOKEN}");
+    let (_, head, _) = request(server.addr, "GET", &login, NO_HEADERS, b"").await;
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap();
+    let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
+    let (_, _, page) = request(
+        server.addr,
+        "GET",
+        "/inbox",
+        std::slice::from_ref(&cookie),
+        b"",
+    )
+    .await;
+    assert!(page.contains("data-thread=\"m1\""), "{page}");
+    assert!(page.contains("&quot;cents&quot;: 250"), "{page}");
+
+    let form = format!(
+        "csrf={}&thread=m1&call_id=call_1&requested_at_ms={}&decision=approve",
+        csrf_of(&page),
+        field_of(&page, "requested_at_ms")
+    );
+    let form_type = (
+        "Content-Type",
+        "application/x-www-form-urlencoded".to_owned(),
+    );
+    let (status, head, _) = request(
+        server.addr,
+        "POST",
+        "/inbox/decide",
+        &[form_type, cookie],
+        form.as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 303, "{head}");
+    let done = run.await.unwrap().unwrap();
+    let said = serde_json::to_string(&done.messages).unwrap();
+    assert!(said.contains("refunded 250 cents on ord_42"), "{said}");
 }

@@ -311,6 +311,8 @@ pub(super) struct ApproveBody {
     arguments: Option<Value>,
     /// Who decided, for the audit log.
     by: Option<String>,
+    /// When the request decided was asked, as listed: refused if the call asked again since.
+    requested_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -319,20 +321,23 @@ pub(super) struct RejectBody {
     reason: String,
     /// Who decided, for the audit log.
     by: Option<String>,
+    /// When the request decided was asked, as listed: refused if the call asked again since.
+    requested_at_ms: Option<u64>,
 }
 
-/// Decides a pending call: 404 when nothing is pending under that id, 409 when a decision
-/// for it is taken already (the run has not carried on with it yet).
+/// Decides a pending call (the request asked at `asked_at_ms`, when given): 404 when
+/// nothing is pending under that id, 409 when a decision for it is taken already (the run
+/// has not carried on with it yet) or the call that waits under the id asked again since.
 pub(super) async fn decide(
     app: &AppState,
-    thread: &str,
-    call_id: &str,
+    (thread, call_id): (&str, &str),
     decision: ApprovalDecision,
     by: &str,
+    asked_at_ms: Option<u64>,
 ) -> Result<(), ApiError> {
     app.runtime.run(thread).await?;
     app.runtime
-        .decide_approval_by(thread, call_id, decision, by)
+        .decide_approval_asked_at((thread, call_id), decision, by, asked_at_ms)
         .await?;
     Ok(())
 }
@@ -370,7 +375,14 @@ pub(super) async fn approve(
         None => ApprovalDecision::Allow,
     };
     let by = body.by.as_deref().unwrap_or("http");
-    decide(&app, &thread, &call_id, decision, by).await?;
+    decide(
+        &app,
+        (&thread, &call_id),
+        decision,
+        by,
+        body.requested_at_ms,
+    )
+    .await?;
     Ok(Json(
         json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
     ))
@@ -388,14 +400,16 @@ pub(super) async fn reject(
     let body = self::body(&app, body, || decision_on(&thread, &call_id))?;
     let body: RejectBody = json(&body)
         .map_err(|e| ApiError::bad_request(format!("a rejection needs {{\"reason\": …}}: {e}")))?;
+    let by = body.by.as_deref().unwrap_or("http");
+    let decision = ApprovalDecision::Deny {
+        reason: body.reason,
+    };
     decide(
         &app,
-        &thread,
-        &call_id,
-        ApprovalDecision::Deny {
-            reason: body.reason,
-        },
-        body.by.as_deref().unwrap_or("http"),
+        (&thread, &call_id),
+        decision,
+        by,
+        body.requested_at_ms,
     )
     .await?;
     Ok(Json(

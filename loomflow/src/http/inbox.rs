@@ -1,6 +1,7 @@
 //! The approval inbox: a server-rendered page listing the runs that wait and the tool calls
 //! pending approval (tool, pretty-printed arguments, when each was asked), with forms to
-//! approve or reject with a reason. No JavaScript.
+//! approve or reject with a reason. No JavaScript. The calls listed are those of suspended
+//! runs, which any process sees, and those waiting in this process's memory.
 //!
 //! A browser cannot send a bearer header, so `GET /inbox?token=<token>` checks the token
 //! and keeps it in a cookie (`HttpOnly`, `SameSite=Lax`, path `/inbox`, and `Secure`
@@ -171,8 +172,16 @@ pub(super) async fn page(
          </style></head><body>\n<h1>Approval inbox</h1>\n",
     );
     let mut approvals = 0;
-    for run in &waiting {
-        let pending = app.runtime.pending_approvals(&run.thread).await?;
+    // The waiting runs, and the runs of this process whose calls wait in memory (executing:
+    // no waiting row lists them).
+    let mut sessions: Vec<String> = waiting.iter().map(|run| run.thread.clone()).collect();
+    for session in app.runtime.sessions_awaiting_approval() {
+        if !sessions.contains(&session) {
+            sessions.push(session);
+        }
+    }
+    for session in &sessions {
+        let pending = app.runtime.pending_approvals(session).await?;
         for call in pending {
             approvals += 1;
             let arguments = serde_json::to_string_pretty(&call.arguments)
@@ -186,12 +195,14 @@ pub(super) async fn page(
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
                  <input type=\"hidden\" name=\"thread\" value=\"{thread}\">\
                  <input type=\"hidden\" name=\"call_id\" value=\"{call_id}\">\
+                 <input type=\"hidden\" name=\"requested_at_ms\" value=\"{asked_ms}\">\
                  <input type=\"hidden\" name=\"decision\" value=\"approve\">\
                  <button type=\"submit\" name=\"approve\">Approve</button></form>\n\
                  <form method=\"post\" action=\"{action}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
                  <input type=\"hidden\" name=\"thread\" value=\"{thread}\">\
                  <input type=\"hidden\" name=\"call_id\" value=\"{call_id}\">\
+                 <input type=\"hidden\" name=\"requested_at_ms\" value=\"{asked_ms}\">\
                  <input type=\"hidden\" name=\"decision\" value=\"reject\">\
                  <input type=\"text\" name=\"reason\" placeholder=\"why\" required>\
                  <button type=\"submit\" name=\"reject\">Reject</button></form>\n</section>\n",
@@ -199,6 +210,7 @@ pub(super) async fn page(
                 thread = escape(&call.session),
                 call_id = escape(&call.call_id),
                 asked = Utc::from_ms(call.requested_at_ms),
+                asked_ms = call.requested_at_ms,
                 user = call
                     .user
                     .as_deref()
@@ -258,6 +270,8 @@ pub(super) struct DecideForm {
     csrf: String,
     thread: String,
     call_id: String,
+    /// When the request shown was asked: a call that asked again since is not decided.
+    requested_at_ms: Option<u64>,
     decision: String,
     reason: Option<String>,
 }
@@ -291,6 +305,7 @@ pub(super) async fn decide(
             return Err(ApiError::bad_request(format!("unknown decision {other:?}")));
         }
     };
-    super::api::decide(&app, &form.thread, &form.call_id, decision, "inbox").await?;
+    let call = (form.thread.as_str(), form.call_id.as_str());
+    super::api::decide(&app, call, decision, "inbox", form.requested_at_ms).await?;
     Ok(Redirect::to(&inbox_path(uri.path(), "/decide")).into_response())
 }

@@ -106,6 +106,22 @@ pub enum RuntimeError {
         /// The call.
         call_id: String,
     },
+    /// A decision was sent for the request a call made at `decided_for_ms`, but the call
+    /// that waits under that id now asked at `asked_at_ms`: its run carried on and a new call
+    /// reuses the id. The decision is not sent; the new request needs a decision of its own.
+    #[error(
+        "call {call_id} on session {session} was asked again (at {asked_at_ms} ms) since the request this decision was for ({decided_for_ms} ms); decide the new request"
+    )]
+    AskedAgain {
+        /// The session.
+        session: String,
+        /// The call.
+        call_id: String,
+        /// When the call that waits now asked, in ms since the Unix epoch.
+        asked_at_ms: u64,
+        /// When the request the decision was for asked.
+        decided_for_ms: u64,
+    },
     /// A run was submitted, or a checkpoint forked, onto a thread whose current run has not
     /// finished (see [`Runtime::fork`](super::Runtime::fork)).
     #[error(

@@ -127,6 +127,16 @@ impl Runtime {
         Ok(requests)
     }
 
+    /// The sessions with a call waiting for a decision in this process's memory, sorted:
+    /// their runs execute (a row that says `running`), so a list of waiting runs misses them.
+    #[cfg(feature = "http")]
+    pub(crate) fn sessions_awaiting_approval(&self) -> Vec<String> {
+        let live = self.extension::<LiveApprovals>();
+        let mut sessions: Vec<String> = live.lock().keys().cloned().collect();
+        sessions.sort();
+        sessions
+    }
+
     /// Answers a call waiting for approval: sends `decision` on the framework signal
     /// `loomflow:approval:<call_id>` of `session`. A suspended run carries on when it is
     /// recovered (or by itself, under a worker).
@@ -148,7 +158,8 @@ impl Runtime {
         call_id: &str,
         decision: ApprovalDecision,
     ) -> Result<()> {
-        self.send_decision(session, call_id, decision, None).await
+        self.send_decision(session, call_id, decision, None, None)
+            .await
     }
 
     /// [`decide_approval`](Self::decide_approval), naming who decided: the audit log's
@@ -164,7 +175,23 @@ impl Runtime {
         decision: ApprovalDecision,
         by: &str,
     ) -> Result<()> {
-        self.send_decision(session, call_id, decision, Some(by))
+        self.send_decision(session, call_id, decision, Some(by), None)
+            .await
+    }
+
+    /// [`decide_approval_by`](Self::decide_approval_by), for the request the call made at
+    /// `asked_at_ms` (as [`pending_approvals`](Self::pending_approvals) listed it), if
+    /// given: a decision made on a page shown earlier is refused with
+    /// [`RuntimeError::AskedAgain`] when the call that waits under the id now is another.
+    #[cfg(feature = "http")]
+    pub(crate) async fn decide_approval_asked_at(
+        &self,
+        (session, call_id): (&str, &str),
+        decision: ApprovalDecision,
+        by: &str,
+        asked_at_ms: Option<u64>,
+    ) -> Result<()> {
+        self.send_decision(session, call_id, decision, Some(by), asked_at_ms)
             .await
     }
 
@@ -174,6 +201,7 @@ impl Runtime {
         call_id: &str,
         decision: ApprovalDecision,
         by: Option<&str>,
+        decided_for_ms: Option<u64>,
     ) -> Result<()> {
         let mut payload = serde_json::to_value(&decision)
             .map_err(|e| crate::Error::json("approval decision", e))?;
@@ -193,6 +221,15 @@ impl Runtime {
             }
             .into());
         };
+        if let Some(decided_for_ms) = decided_for_ms.filter(|&at| at != asked_at) {
+            return Err(RuntimeError::AskedAgain {
+                session: session.to_owned(),
+                call_id: call_id.to_owned(),
+                asked_at_ms: asked_at,
+                decided_for_ms,
+            }
+            .into());
+        }
         let options = SignalOptions::default().idempotency_key(format!("{call_id}@{asked_at}"));
         let name = SignalApprover::signal_name(call_id);
         let delivery = self
