@@ -531,4 +531,26 @@ pub(super) async fn a_cancel_request_is_the_runs_it_was_made_for(store: &dyn Sto
         !row.cancel_requested,
         "the next run's first step is not asked to stop"
     );
+
+    // A cancel asked while a worker holds the queued run, before its first checkpoint, is
+    // that run's: the row keeps the number of the run before until then.
+    let graphs = [super::unique("cancel-queued")];
+    let queued = super::unique("cancel-queued");
+    store
+        .submit_run(&queued, &graphs[0], json!(0), 1)
+        .await
+        .unwrap();
+    let claimed = store.claim_next_run(&graphs, "w", LATER, 2, 2).await;
+    assert!(claimed.unwrap().is_some(), "the queued run is claimed");
+    let requested = store.request_cancel(&queued, 3).await.unwrap();
+    assert!(requested.is_some_and(|row| row.cancel_requested));
+    store
+        .put_checkpoint_claimed(cp(&queued, 0), "w", LATER)
+        .await
+        .unwrap();
+    let row = store.get_run(&queued).await.unwrap().unwrap();
+    assert!(
+        row.cancel_requested,
+        "the queued run's first step is asked to stop"
+    );
 }

@@ -163,9 +163,10 @@ impl RunRow {
     }
 
     /// A request to stop the row's run is not a request to stop a later `run`, which a
-    /// checkpoint of it now makes the row's.
+    /// checkpoint of it now makes the row's. One made while the row was queued is for the
+    /// run it queued, which is `run` (the row still has the number of the run before).
     fn forget_earlier_cancel(&mut self, run: u64) {
-        if run != self.run {
+        if run != self.run && self.state != Some(RunState::Queued) {
             self.cancel_requested = false;
         }
     }

@@ -140,9 +140,10 @@ pub(super) async fn write_fenced(
                 &update.fingerprint,
             );
             set.bind("error = ?", &columns.error);
-            // A request to stop an earlier run (the row's) is not this run's.
+            // A request to stop an earlier run (the row's) is not this run's; one made while
+            // the row was queued is for the run it queued, which this is.
             set.bind(
-                "cancel_requested = cancel_requested AND ? AND run = $4",
+                "cancel_requested = cancel_requested AND ? AND (run = $4 OR status = 'queued')",
                 &columns.unfinished,
             );
         }

@@ -135,7 +135,8 @@ pub(super) fn follow(
         "UPDATE runs SET run = ?2, status = ?3, waiting_on = ?4, wake_at_ms = ?5,
                          runnable_at_ms = ?6, graph = COALESCE(?7, graph),
                          fingerprint = COALESCE(?8, fingerprint), error = ?9, input = NULL,
-                         cancel_requested = cancel_requested AND ?10 AND run = ?2
+                         cancel_requested = cancel_requested AND ?10
+                                            AND (run = ?2 OR status = 'queued')
          WHERE thread = ?1",
     )?
     .execute(params![
@@ -173,7 +174,8 @@ pub(super) fn fence_and_follow(
                              run = ?2, status = ?3, waiting_on = ?4, wake_at_ms = ?5,
                              runnable_at_ms = ?6, graph = COALESCE(?7, graph),
                              fingerprint = COALESCE(?8, fingerprint), error = ?9,
-                             input = NULL, cancel_requested = cancel_requested AND ?10 AND run = ?2
+                             input = NULL, cancel_requested = cancel_requested AND ?10
+                                                           AND (run = ?2 OR status = 'queued')
              WHERE thread = ?1 AND lease_owner = ?13",
         )?
         .execute(params![
