@@ -323,9 +323,12 @@ impl Runtime {
 
     /// Stops `thread`'s run, from any process, and returns its row afterwards.
     ///
-    /// A run nobody is executing (queued, suspended, or whose process died) is cancelled at
-    /// once: its newest checkpoint is written again as cancelled, so resuming it is refused
-    /// with [`RunError::Cancelled`](crate::RunError::Cancelled). A run executing right now
+    /// A run nobody is executing (queued, suspended, or whose process died and whose lease
+    /// ran out) is cancelled at once: its newest checkpoint is written again as cancelled,
+    /// so resuming it is refused with [`RunError::Cancelled`](crate::RunError::Cancelled).
+    /// A run whose process died still holds its claim until its lease runs out: it is asked
+    /// to stop as a running one is, and is cancelled when a worker or a recover takes it up
+    /// after that (the row says `running` meanwhile). A run executing right now
     /// is asked to stop (`cancel_requested` on the row), which it learns at once in this
     /// process. In another, a run that has executed for a while learns it once that
     /// process's runtime sees the store change: within the runtime's
