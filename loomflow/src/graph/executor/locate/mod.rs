@@ -242,11 +242,11 @@ pub(super) async fn locate<S: State>(
                         )));
                     }
                     RunStatus::Interrupted => {
+                        // Awaited outside, as `with_request` is: it may read a subgraph's
+                        // checkpoints, and its future would add to every run's.
                         let (from, to) = ((runtime, namespace), (thread, cp));
-                        match recover_interrupted(g, from, to).await? {
-                            Located::Position(position) => position,
-                            finished => return Ok(finished),
-                        }
+                        let carried: Carried<'_, S> = Box::pin(recover_interrupted(g, from, to));
+                        break 'located carried;
                     }
                     RunStatus::Running | RunStatus::Failed => {
                         from_checkpoint(g, thread, cp, Vec::new())?
