@@ -203,11 +203,17 @@ async fn an_unknown_checkpoint_is_an_error_naming_it() {
         .unwrap();
     agent.run("hello").session("s").await.unwrap();
     let error = agent.resume("s").from_checkpoint(9_999).await.unwrap_err();
-    let message = error.to_string();
     assert!(
-        message.contains("9999") && message.contains(" s "),
-        "names the session and the checkpoint: {message}"
+        matches!(
+            &error,
+            loomflow::Error::Runtime(loomflow::runtime::RuntimeError::UnknownCheckpoint {
+                thread,
+                checkpoint: 9_999,
+            }) if thread == "s"
+        ),
+        "{error:?}"
     );
+    assert_eq!(error.to_string(), "thread s has no checkpoint 9999");
 }
 
 #[tokio::test]

@@ -15,8 +15,8 @@
 //! Exit codes: 0 done (also when the reader of the output stopped reading); 1 the store
 //! failed, or `serve` could not listen (an address in use) or its server stopped; 2 bad usage,
 //! checked before the store is opened (an unknown flag, a payload that is not JSON, an
-//! `--edit` that is not a JSON object, an empty signal name, `--key` or `--by`, a resume that
-//! names no interrupt while several are pending); 3 not found (no such run, no such pending
+//! `--edit` that is not a JSON object, an empty signal name, `--key` or `--by`), and once it
+//! is open a resume that names no interrupt while several are pending; 3 not found (no such run, no such pending
 //! approval or interrupt; `delete` of a thread that never ran); 4 refused (the mailbox refused the
 //! signal: a reserved name, a payload over the limit, a run that has ended; a call decided
 //! already; a run that is not interrupted; a delete while a run executes the thread).

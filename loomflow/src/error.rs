@@ -147,6 +147,7 @@ impl From<RuntimeError> for Error {
     fn from(error: RuntimeError) -> Self {
         match error {
             error @ (RuntimeError::UnknownRun { .. }
+            | RuntimeError::UnknownCheckpoint { .. }
             | RuntimeError::RunActive { .. }
             | RuntimeError::NotInterrupted { .. }) => Self::Runtime(error),
             other => Self::from(RunError::from(other)),

@@ -442,9 +442,6 @@ impl From<RuntimeError> for RunError {
                 owner,
                 until,
             },
-            RuntimeError::UnknownCheckpoint { thread, checkpoint } => Self::UnknownThread {
-                thread: format!("{thread} (checkpoint {checkpoint})"),
-            },
             RuntimeError::UnknownRun { thread } => Self::UnknownThread { thread },
             other => Self::Runtime(Box::new(other)),
         }

@@ -297,17 +297,13 @@ impl Model for AnthropicModel {
         &self.inner.name
     }
 
+    // No span of its own: a run's `chat {model}` span covers the call (see `telemetry`).
     fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        let span = tracing::info_span!("model.complete", model = %self.inner.name);
-        Box::pin(tracing::Instrument::instrument(
-            self.inner.complete(request),
-            span,
-        ))
+        Box::pin(self.inner.complete(request))
     }
 
     fn stream(&self, request: ModelRequest) -> ChunkStream {
-        let span = tracing::info_span!("model.stream", model = %self.inner.name);
-        let open = tracing::Instrument::instrument(self.inner.clone().open_stream(request), span);
+        let open = self.inner.clone().open_stream(request);
         Box::pin(
             futures_util::stream::once(open).flat_map(|opened| match opened {
                 Ok(stream) => stream,
