@@ -44,17 +44,25 @@ pub(super) struct WireUsage {
 }
 
 impl WireUsage {
-    /// `later`'s fields where it has them, this one's elsewhere.
+    /// `later`'s fields where it has them, this one's elsewhere. The input side is counted
+    /// once the prompt is read: a later 0 for it (which some compatible servers send in
+    /// `message_delta`) keeps the count said before.
     pub(super) fn merge(self, later: Self) -> Self {
+        let input = |later: Option<u64>, earlier: Option<u64>| match (later, earlier) {
+            (Some(0), Some(earlier)) => Some(earlier),
+            (later, earlier) => later.or(earlier),
+        };
         Self {
-            input_tokens: later.input_tokens.or(self.input_tokens),
+            input_tokens: input(later.input_tokens, self.input_tokens),
             output_tokens: later.output_tokens.or(self.output_tokens),
-            cache_read_input_tokens: later
-                .cache_read_input_tokens
-                .or(self.cache_read_input_tokens),
-            cache_creation_input_tokens: later
-                .cache_creation_input_tokens
-                .or(self.cache_creation_input_tokens),
+            cache_read_input_tokens: input(
+                later.cache_read_input_tokens,
+                self.cache_read_input_tokens,
+            ),
+            cache_creation_input_tokens: input(
+                later.cache_creation_input_tokens,
+                self.cache_creation_input_tokens,
+            ),
         }
     }
 }

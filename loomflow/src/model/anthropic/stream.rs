@@ -135,6 +135,10 @@ impl EventDecoder for Decoder {
         event: SseEvent,
         out: &mut VecDeque<Result<StreamChunk, ModelError>>,
     ) -> Result<bool, ModelError> {
+        // A keep-alive some proxies send (`data:` with nothing after it) says nothing.
+        if event.data.trim().is_empty() {
+            return Ok(false);
+        }
         let parsed: Event = serde_json::from_str(&event.data)
             .map_err(|e| decode_error(&self.target, format!("bad stream event: {e}")))?;
         match parsed {
@@ -343,6 +347,26 @@ mod tests {
                 cached_tokens: 4
             }
         );
+    }
+
+    /// A compatible server's `message_delta` that says 0 input tokens (the prompt was
+    /// counted in `message_start`) keeps the count; a proxy's empty keep-alive is skipped.
+    #[test]
+    fn a_zero_input_count_after_the_start_keeps_the_count() {
+        let text = transcript().replace(
+            r#""usage":{"output_tokens":30}"#,
+            r#""usage":{"input_tokens":0,"cache_read_input_tokens":0,"output_tokens":30}"#,
+        );
+        assert!(text.contains(r#""input_tokens":0"#), "{text}");
+        let text = text.replacen("\n\nevent: ", "\n\ndata: \n\nevent: ", 2);
+        let response = decode(vec![text.into_bytes()]).unwrap();
+        assert_eq!(response.content, "Naïve plan.");
+        let usage = Usage {
+            input_tokens: 24,
+            output_tokens: 30,
+            cached_tokens: 4,
+        };
+        assert_eq!(response.usage, usage);
     }
 
     #[test]

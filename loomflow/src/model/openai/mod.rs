@@ -74,6 +74,7 @@ struct Inner {
     key: Option<ApiKey>,
     retry: RetryPolicy,
     timeout: Duration,
+    stream_usage: bool,
 }
 
 /// Builds an [`OpenAiModel`].
@@ -85,6 +86,7 @@ pub struct OpenAiModelBuilder {
     key: Option<ApiKey>,
     retry: RetryPolicy,
     timeout: Duration,
+    stream_usage: bool,
 }
 
 impl OpenAiModelBuilder {
@@ -113,6 +115,16 @@ impl OpenAiModelBuilder {
     /// the answer's headers and then for each next piece of the body.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Whether a streamed request asks for the reply's token usage
+    /// (`"stream_options": {"include_usage": true}`, default `true`). Some OpenAI-compatible
+    /// servers refuse the field (400 or 422, "extra inputs are not permitted"), so that
+    /// every streamed call fails while `complete` works: turn it off for them. Their
+    /// streamed replies then report the usage they send unasked, if any.
+    pub fn stream_usage(mut self, ask: bool) -> Self {
+        self.stream_usage = ask;
         self
     }
 
@@ -156,6 +168,7 @@ impl OpenAiModelBuilder {
                 key,
                 retry: self.retry,
                 timeout: self.timeout,
+                stream_usage: self.stream_usage,
             }),
         })
     }
@@ -170,6 +183,7 @@ impl OpenAiModel {
             key: None,
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(120),
+            stream_usage: true,
         }
     }
 
@@ -215,6 +229,9 @@ impl Inner {
         target: &Target,
         stream: bool,
     ) -> Result<Vec<u8>, ModelError> {
+        let stream = stream.then_some(request::Streamed {
+            usage: self.stream_usage,
+        });
         serde_json::to_vec(&request::body(
             request,
             &target.model,

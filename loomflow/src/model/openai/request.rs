@@ -4,7 +4,18 @@ use serde_json::{Map, Value, json};
 
 use crate::model::{Message, ModelRequest, ToolChoice};
 
-pub(super) fn body(request: &ModelRequest, model: &str, stream: bool, official: bool) -> Value {
+/// How a streamed request asks for its reply.
+pub(super) struct Streamed {
+    /// Ask for the reply's token usage (`stream_options.include_usage`).
+    pub(super) usage: bool,
+}
+
+pub(super) fn body(
+    request: &ModelRequest,
+    model: &str,
+    stream: Option<Streamed>,
+    official: bool,
+) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), model.into());
     body.insert(
@@ -66,9 +77,11 @@ pub(super) fn body(request: &ModelRequest, model: &str, stream: bool, official: 
     if !request.stop.is_empty() {
         body.insert("stop".into(), json!(request.stop));
     }
-    if stream {
+    if let Some(streamed) = stream {
         body.insert("stream".into(), Value::Bool(true));
-        body.insert("stream_options".into(), json!({"include_usage": true}));
+        if streamed.usage {
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
     }
     Value::Object(body)
 }
@@ -144,7 +157,7 @@ mod tests {
         .output_schema(OutputSchema::new("answer", json!({"type": "object"})))
         .max_tokens(10)
         .stop(vec!["END".into()]);
-        let body = body(&request, "gpt-x", true, false);
+        let body = body(&request, "gpt-x", Some(Streamed { usage: true }), false);
         assert_eq!(body["model"], "gpt-x");
         assert_eq!(body["messages"][2]["content"], Value::Null);
         assert_eq!(
@@ -159,5 +172,14 @@ mod tests {
         assert_eq!(body["response_format"]["json_schema"]["strict"], true);
         assert_eq!(body["max_tokens"], 10);
         assert_eq!(body["stream_options"]["include_usage"], true);
+        // A server that refuses the field is not sent it.
+        let without = super::body(&request, "gpt-x", Some(Streamed { usage: false }), false);
+        assert_eq!(without["stream"], true);
+        assert!(without.get("stream_options").is_none(), "{without}");
+        assert!(
+            super::body(&request, "gpt-x", None, false)
+                .get("stream")
+                .is_none()
+        );
     }
 }

@@ -160,6 +160,10 @@ impl EventDecoder for Decoder {
             out.push_back(Ok(StreamChunk::Finish { reason }));
             return Ok(true);
         }
+        // A keep-alive some proxies send (`data:` with nothing after it) says nothing.
+        if event.data.trim().is_empty() {
+            return Ok(false);
+        }
         let chunk: Chunk = serde_json::from_str(&event.data)
             .map_err(|e| decode_error(&self.target, format!("bad stream chunk: {e}")))?;
         if let Some(error) = chunk.error {
@@ -273,6 +277,16 @@ mod tests {
             ]
         );
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(response.usage.total_tokens(), 12);
+    }
+
+    /// A proxy's keep-alive (`data:` with nothing after it) between chunks changes nothing.
+    #[test]
+    fn an_empty_keep_alive_event_is_skipped() {
+        let text = transcript().replacen("\r\n\r\ndata: ", "\r\n\r\ndata: \r\n\r\ndata: ", 3);
+        assert_eq!(text.matches("data: \r\n").count(), 3, "{text}");
+        let response = decode(vec![text.into_bytes()]).unwrap();
+        assert_eq!(response.content, "Süre.");
         assert_eq!(response.usage.total_tokens(), 12);
     }
 
