@@ -883,3 +883,33 @@ async fn the_inbox_lists_a_call_waiting_in_memory() {
     let said = serde_json::to_string(&done.messages).unwrap();
     assert!(said.contains("refunded 250 cents on ord_42"), "{said}");
 }
+
+/// A run resumed before its call was decided asks again, with the time it first asked: the
+/// page shown before still decides the call, and a blank `by` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asked_again_before_its_decision_keeps_its_time() {
+    let server = serve("asked-again", config()).await;
+    ask_for_refund(&server.runtime, "r1", 900).await;
+    let first = server.runtime.pending_approvals("r1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let again = agent(&server.runtime, Vec::new())
+        .resume("r1")
+        .await
+        .unwrap();
+    assert!(again.interrupted, "no decision yet: {again:?}");
+    let now = server.runtime.pending_approvals("r1").await.unwrap();
+    assert_eq!(now[0].requested_at_ms, first[0].requested_at_ms);
+
+    let approve = "/v1/threads/r1/approvals/call_1/approve";
+    let (status, _, reply) =
+        request(server.addr, "POST", approve, &[bearer()], br#"{"by": " "}"#).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (400, "bad_request"),
+        "{reply}"
+    );
+    let body = format!(r#"{{"requested_at_ms": {}}}"#, first[0].requested_at_ms);
+    let (status, _, reply) =
+        request(server.addr, "POST", approve, &[bearer()], body.as_bytes()).await;
+    assert_eq!(status, 200, "{reply}");
+}

@@ -349,6 +349,18 @@ fn parse_body<T: serde::de::DeserializeOwned + Default + Send>(body: &[u8]) -> R
     json(body).map_err(|e| ApiError::bad_request(format!("bad body: {e}")))
 }
 
+/// Who decided, as a decision's body names them (`http` when it does not): a blank name
+/// would record a decision by nobody.
+fn decider(by: Option<&str>) -> Result<&str, ApiError> {
+    match by {
+        None => Ok("http"),
+        Some(by) if by.trim().is_empty() => Err(ApiError::bad_request(
+            "\"by\" is blank: name who decided, or leave it out",
+        )),
+        Some(by) => Ok(by),
+    }
+}
+
 /// What a decision's body is about, for an error that says so.
 fn decision_on(thread: &str, call_id: &str) -> String {
     format!("the decision on call {call_id} of thread {thread}")
@@ -374,7 +386,7 @@ pub(super) async fn approve(
         }
         None => ApprovalDecision::Allow,
     };
-    let by = body.by.as_deref().unwrap_or("http");
+    let by = decider(body.by.as_deref())?;
     decide(
         &app,
         (&thread, &call_id),
@@ -400,7 +412,7 @@ pub(super) async fn reject(
     let body = self::body(&app, body, || decision_on(&thread, &call_id))?;
     let body: RejectBody = json(&body)
         .map_err(|e| ApiError::bad_request(format!("a rejection needs {{\"reason\": …}}: {e}")))?;
-    let by = body.by.as_deref().unwrap_or("http");
+    let by = decider(body.by.as_deref())?;
     let decision = ApprovalDecision::Deny {
         reason: body.reason,
     };

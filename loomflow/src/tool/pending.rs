@@ -21,10 +21,18 @@ const DETAILS_KEY: &str = "approval";
 
 /// Calls waiting for a decision in this process's memory, by session.
 #[derive(Debug, Default)]
-pub(crate) struct LiveApprovals(Mutex<HashMap<String, Vec<ApprovalRequest>>>);
+pub(crate) struct LiveApprovals(Mutex<HashMap<String, Vec<LiveRequest>>>);
+
+/// A call waiting in memory, and whether a decision for it was sent: it waits until its
+/// run takes the decision, unlisted, and a second decision is refused as a duplicate.
+#[derive(Debug)]
+struct LiveRequest {
+    request: ApprovalRequest,
+    decided: bool,
+}
 
 impl LiveApprovals {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<ApprovalRequest>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<LiveRequest>>> {
         // The critical sections cannot panic, so a poisoned lock still holds sound data.
         crate::sync::lock(&self.0)
     }
@@ -32,10 +40,19 @@ impl LiveApprovals {
     fn forget(&self, session: &str, call_id: &str) {
         let mut approvals = self.lock();
         if let Some(list) = approvals.get_mut(session) {
-            list.retain(|r| r.call_id != call_id);
+            list.retain(|live| live.request.call_id != call_id);
             if list.is_empty() {
                 approvals.remove(session);
             }
+        }
+    }
+
+    /// Notes that the call `call_id` of `session` has its decision.
+    fn decided(&self, session: &str, call_id: &str) {
+        let mut approvals = self.lock();
+        let list = approvals.get_mut(session).into_iter().flatten();
+        for live in list.filter(|live| live.request.call_id == call_id) {
+            live.decided = true;
         }
     }
 }
@@ -52,8 +69,11 @@ impl LiveApproval {
         let registry = runtime.extension::<LiveApprovals>();
         let mut approvals = registry.lock();
         let list = approvals.entry(request.session.clone()).or_default();
-        list.retain(|r| r.call_id != request.call_id);
-        list.push(request.clone());
+        list.retain(|live| live.request.call_id != request.call_id);
+        list.push(LiveRequest {
+            request: request.clone(),
+            decided: false,
+        });
         drop(approvals);
         Self {
             registry,
@@ -118,11 +138,14 @@ impl Runtime {
             .filter(|r| mailbox.queued(session, &SignalApprover::signal_name(&r.call_id)) == 0)
             .collect();
         let live = self.extension::<LiveApprovals>();
-        for request in live.lock().get(session).into_iter().flatten() {
-            if !requests.iter().any(|r| r.call_id == request.call_id) {
-                requests.push(request.clone());
+        let approvals = live.lock();
+        let waiting = approvals.get(session).into_iter().flatten();
+        for live in waiting.filter(|live| !live.decided) {
+            if !requests.iter().any(|r| r.call_id == live.request.call_id) {
+                requests.push(live.request.clone());
             }
         }
+        drop(approvals);
         requests.sort_by_key(|r| r.requested_at_ms);
         Ok(requests)
     }
@@ -242,7 +265,7 @@ impl Runtime {
             }
             .into());
         }
-        self.extension::<LiveApprovals>().forget(session, call_id);
+        self.extension::<LiveApprovals>().decided(session, call_id);
         Ok(())
     }
 
@@ -254,10 +277,58 @@ impl Runtime {
         let suspended =
             (suspended.iter()).filter_map(|interrupt| request_of(interrupt, session, now_ms));
         let live = self.extension::<LiveApprovals>();
-        let live = live.lock().get(session).cloned().unwrap_or_default();
+        let live: Vec<ApprovalRequest> = (live.lock().get(session).into_iter().flatten())
+            .map(|live| live.request.clone())
+            .collect();
         Ok(suspended
             .chain(live)
             .find(|r| r.call_id == call_id)
             .map(|r| r.requested_at_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::Error;
+
+    /// A call waiting in memory that has its decision is no longer listed, and a second
+    /// decision (a double click) is refused as decided already, not as never asked, until
+    /// its wait ends.
+    #[tokio::test]
+    async fn a_second_decision_on_a_call_waiting_in_memory_is_already_decided() {
+        let runtime = Runtime::in_memory();
+        let request = ApprovalRequest::new("s", "call_1", "pay", json!({"cents": 5}));
+        let waiting = LiveApproval::register(&runtime, &request);
+        assert_eq!(runtime.pending_approvals("s").await.unwrap().len(), 1);
+
+        let allow = || ApprovalDecision::Allow;
+        runtime
+            .decide_approval("s", "call_1", allow())
+            .await
+            .unwrap();
+        assert!(runtime.pending_approvals("s").await.unwrap().is_empty());
+        let again = runtime.decide_approval("s", "call_1", allow()).await;
+        assert!(
+            matches!(
+                again,
+                Err(Error::Runtime(RuntimeError::AlreadyDecided { .. }))
+            ),
+            "{again:?}"
+        );
+
+        drop(waiting);
+        let after = runtime.decide_approval("s", "call_1", allow()).await;
+        assert!(
+            matches!(
+                after,
+                Err(Error::Runtime(RuntimeError::NoPendingApproval { .. }))
+            ),
+            "once its wait ended: {after:?}"
+        );
     }
 }

@@ -101,13 +101,22 @@ impl ToolHost {
             observe::record(ctx, entry).await;
             return Ok(Approval::Refuse(reason.to_owned()));
         };
-        let request = ApprovalRequest::new(
+        let mut request = ApprovalRequest::new(
             ctx.session,
             call.id.clone(),
             spec.name.clone(),
             arguments.clone(),
         )
         .user(ctx.user.map(str::to_owned));
+        if let Some(node) = ctx.node {
+            // Asked once: a node that runs again for the same step (resumed before the
+            // decision came, retried) asks with the time it first asked, which the lists of
+            // pending calls show and decisions are keyed by.
+            let now = request.requested_at_ms;
+            let name = format!("approval-asked:{}", call.id);
+            let asked = node.step(&name, || async move { Ok::<_, crate::RunError>(now) });
+            request.requested_at_ms = asked.await?;
+        }
         let decision = guarded(|| handler.decide(&request, ctx));
         let refused = |reason: String| async move {
             let entry = observe::decision_entry(ctx, call, None, "deny", Some(&reason), None);
