@@ -19,7 +19,7 @@ use held_run::HeldRun;
 use http_harness::{NO_HEADERS, request, serve, try_request};
 use loomflow::agent::Agent;
 use loomflow::http::{HttpConfig, sign, signature_header};
-use loomflow::model::{ModelResponse, ScriptedModel};
+use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow::tool::{SignalApprover, ToolHost};
 use refunds::{agent, ask_for_refund};
@@ -912,4 +912,41 @@ async fn a_call_asked_again_before_its_decision_keeps_its_time() {
     let (status, _, reply) =
         request(server.addr, "POST", approve, &[bearer()], body.as_bytes()).await;
     assert_eq!(status, 200, "{reply}");
+}
+
+/// Two calls of one turn that need approval are both listed and decided, and one resume
+/// runs both: not one call a round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_calls_of_one_turn_wait_for_approval_together() {
+    let server = serve("two-calls", config()).await;
+    let second = ToolCall::new(
+        "call_2",
+        "refund",
+        json!({ "order": "ord_43", "cents": 300 }),
+    );
+    let replies = vec![ModelResponse::tool_calls(vec![refunds::call(200), second])];
+    let asked = agent(&server.runtime, replies)
+        .run("refund both")
+        .session("b1")
+        .await
+        .unwrap();
+    assert!(asked.interrupted, "{asked:?}");
+    let pending = server.runtime.pending_approvals("b1").await.unwrap();
+    let ids: BTreeSet<_> = pending.iter().map(|r| r.call_id.as_str()).collect();
+    assert_eq!(ids, BTreeSet::from(["call_1", "call_2"]), "{pending:?}");
+    assert_eq!(asked.pending.len(), 2, "{:?}", asked.pending);
+
+    for call in ["call_1", "call_2"] {
+        let path = format!("/v1/threads/b1/approvals/{call}/approve");
+        let (status, _, reply) = request(server.addr, "POST", &path, &[bearer()], b"").await;
+        assert_eq!(status, 200, "{call}: {reply}");
+    }
+    let done = agent(&server.runtime, vec![ModelResponse::text("Both done.")])
+        .resume("b1")
+        .await
+        .unwrap();
+    let said = serde_json::to_string(&done.messages).unwrap();
+    assert!(said.contains("refunded 200 cents on ord_42"), "{said}");
+    assert!(said.contains("refunded 300 cents on ord_43"), "{said}");
+    assert_eq!(done.output, "Both done.");
 }

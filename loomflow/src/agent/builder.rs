@@ -116,7 +116,9 @@ impl AgentBuilder {
     /// [`or_suspend`](crate::tool::SignalApprover::or_suspend) mode): the run reports
     /// `interrupted` with the exact pending call in `pending` (under `details.approval`);
     /// [`Runtime::decide_approval`](crate::Runtime::decide_approval) answers it and
-    /// [`Agent::resume`] carries the run on. Overrides the tool host's approval handler.
+    /// [`Agent::resume`] carries the run on. The calls of one turn that need approval wait
+    /// together: each is listed and decided, and one resume runs those decided (the others
+    /// wait on). Overrides the tool host's approval handler.
     pub fn durable_approvals(mut self) -> Self {
         self.durable_approvals = true;
         self

@@ -416,12 +416,15 @@ impl Context {
         wake_at_ms: Option<u64>,
     ) -> RunError {
         let mut control = self.control();
-        if control.suspension.is_empty() {
+        let id = match occurrence {
+            0 => format!("{}#signal:{name}", self.qualified_node()),
+            n => format!("{}#signal:{name}#{n}", self.qualified_node()),
+        };
+        // Waits the node runs side by side (the approvals of one turn's tool calls) each
+        // suspend: the run waits on all of them, and lists them all.
+        let beside = (control.suspension.iter()).all(|i| i.signal.is_some() && i.id != id);
+        if beside {
             let index = control.interrupts_called;
-            let id = match occurrence {
-                0 => format!("{}#signal:{name}", self.qualified_node()),
-                n => format!("{}#signal:{name}#{n}", self.qualified_node()),
-            };
             control.suspension.push(Interrupt {
                 id,
                 node: String::from(&*self.node),
