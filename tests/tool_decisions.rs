@@ -493,6 +493,65 @@ async fn a_store_failure_while_waiting_for_a_decision_is_not_a_denial() {
     assert!(done[0].contains("paid 3"), "{done:?}");
 }
 
+/// The host's approval timeout bounds a call a worker suspended too: the wait's deadline is
+/// the host's (shorter than the approver's ten minutes), the run wakes at it, and the call
+/// is denied then, as in a run that waited in memory.
+#[tokio::test]
+async fn the_hosts_approval_timeout_bounds_a_suspended_wait() {
+    let runtime = Runtime::in_memory();
+    let host = Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new())
+            .approval_timeout(Duration::from_millis(300)),
+    );
+    let graph: CompiledGraph<Vec<String>> = Graph::new("paying-later")
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let host = Arc::clone(&host);
+            Box::pin(async move {
+                let call = ToolCall::new("call_8", "pay", json!({ "amount": 4 }));
+                let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
+                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
+                paid.push(outcome.content);
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    runtime
+        .submit("paying-later", "t", Vec::<String>::new())
+        .await
+        .unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let pending = runtime.pending_interrupts("t").await.unwrap();
+    let asked = runtime.pending_approvals("t").await.unwrap()[0].requested_at_ms;
+    let wake = pending[0].wake_at_ms.unwrap();
+    assert!(
+        wake <= asked + 1_000,
+        "woken at the host's deadline: {wake} vs {asked}"
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        runtime.pending_approvals("t").await.unwrap().is_empty(),
+        "past its deadline"
+    );
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let paid = graph
+        .recover(&runtime, "t")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert!(paid[0].contains("denied"), "{paid:?}");
+}
+
 /// A fork of a run suspended on an approval waits for a decision of its own: its call is
 /// listed on the fork's thread, a decision there lets the fork's call run, and the source
 /// run still waits. Before its fix the fork's request named the source thread, so the

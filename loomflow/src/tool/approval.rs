@@ -265,22 +265,26 @@ impl SignalApprover {
     /// Waits for the decision in `node` as the node's own waits do (see the type's docs):
     /// suspending the run at once with [`or_suspend`](Self::or_suspend), or up to the
     /// timeout.
+    /// The wait's timeout is the shorter of this approver's and the asking host's
+    /// (`host`): the wait journals its deadline, so a run suspended on it and carried on
+    /// later is denied when the host would have denied it.
     async fn wait_in_node(
         &self,
         request: &ApprovalRequest,
-        node: &crate::Context,
+        (node, host): (&crate::Context, Option<Duration>),
         name: String,
     ) -> crate::Result<ApprovalDecision> {
+        let timeout = host.map_or(self.timeout, |host| host.min(self.timeout));
         let wait = node
             .wait_for_framework_signal::<Value>(name)
             .details(interrupt_details(request));
         let wait = match self.suspend {
             true => wait.or_suspend(),
-            false => wait.timeout(self.timeout),
+            false => wait.timeout(timeout),
         };
         match wait.await {
             Ok(payload) => Ok(decision_from(request, &payload)),
-            Err(RunError::Signal(SignalError::Timeout { .. })) => Ok(timed_out(self.timeout)),
+            Err(RunError::Signal(SignalError::Timeout { .. })) => Ok(timed_out(timeout)),
             Err(error) => Err(error.into()),
         }
     }
@@ -304,7 +308,8 @@ impl ApprovalHandler for SignalApprover {
             let _listed = (!self.suspend || ctx.node.is_none())
                 .then(|| LiveApproval::register(runtime, request));
             if let Some(node) = ctx.node {
-                return self.wait_in_node(request, node, name).await;
+                let host = ctx.approval_timeout;
+                return self.wait_in_node(request, (node, host), name).await;
             }
             let deadline = crate::runtime::clock::instant_after(self.timeout);
             loop {

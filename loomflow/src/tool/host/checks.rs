@@ -117,6 +117,10 @@ impl ToolHost {
             let asked = node.step(&name, || async move { Ok::<_, crate::RunError>(now) });
             request.requested_at_ms = asked.await?;
         }
+        let ctx = DispatchContext {
+            approval_timeout: Some(self.approval_timeout),
+            ..ctx
+        };
         let decision = guarded(|| handler.decide(&request, ctx));
         let refused = |reason: String| async move {
             let entry = observe::decision_entry(ctx, call, None, "deny", Some(&reason), None);

@@ -5,6 +5,8 @@ use serde_json::Value;
 use crate::context::Context;
 use crate::model::ToolCall;
 use crate::runtime::Runtime;
+use std::time::Duration;
+
 use crate::tool::ToolError;
 
 /// Where a dispatch happens: the run's session and user, its runtime, and the node's
@@ -20,6 +22,11 @@ pub struct DispatchContext<'a> {
     pub runtime: Option<&'a Runtime>,
     /// The calling node's context.
     pub node: Option<&'a Context>,
+    /// How long the host asking for an approval waits for the decision at most (its
+    /// [`approval_timeout`](super::ToolHost::approval_timeout)); set by the host for its
+    /// approval handler. A handler whose wait outlives an execution (a run suspended and
+    /// carried on later) keeps its deadline within it.
+    pub approval_timeout: Option<Duration>,
 }
 
 impl<'a> DispatchContext<'a> {
@@ -30,6 +37,7 @@ impl<'a> DispatchContext<'a> {
             user: None,
             runtime: None,
             node: None,
+            approval_timeout: None,
         }
     }
 

@@ -229,8 +229,10 @@ impl ToolHost {
     ///
     /// It bounds every handler, whatever its own timeout
     /// ([`SignalApprover::timeout`](crate::tool::SignalApprover::timeout) included): raise
-    /// it for longer waits. A handler that suspends the run returns at once, and the run
-    /// waits for its decision for as long as it takes.
+    /// it for longer waits. A `SignalApprover` wait that a worker suspends keeps the shorter
+    /// deadline across executions, so the call is denied at it then too. A handler that
+    /// suspends the run at once (`or_suspend`) returns at once, and the run waits for its
+    /// decision for as long as it takes.
     #[must_use]
     pub fn approval_timeout(mut self, timeout: Duration) -> Self {
         self.approval_timeout = timeout;
