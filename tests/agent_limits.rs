@@ -630,3 +630,56 @@ fn a_cost_cap_without_prices_is_refused_at_build() {
         assert!(build(budget.prices_per_million(3.0, 15.0), PriceTable::new()).is_ok());
     }
 }
+
+/// A model whose streamed reply shows a word, then reports a rate limit.
+#[derive(Debug, Default)]
+struct LimitedMidStream {
+    calls: AtomicUsize,
+}
+
+impl Model for LimitedMidStream {
+    fn name(&self) -> &str {
+        "gpt-4o"
+    }
+
+    fn complete(&self, _: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        Box::pin(async { Ok(ModelResponse::text("unused")) })
+    }
+
+    fn stream(&self, _: ModelRequest) -> ChunkStream {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let limited = ModelError::RateLimited {
+            provider: "test".into(),
+            model: "gpt-4o".into(),
+            retry_after: Some(secs(1)),
+            message: "slow down".into(),
+        };
+        let text = StreamChunk::Text {
+            text: "Partial ".into(),
+        };
+        Box::pin(futures_util::stream::iter([Ok(text), Err(limited)]))
+    }
+}
+
+/// A rate limit reported inside a reply some of which the listener was shown is the
+/// stream's error: the call is not tried again, so the listener never sees a second reply
+/// after the first's beginning.
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_after_part_of_a_streamed_reply_is_not_retried() {
+    let model = Arc::new(LimitedMidStream::default());
+    let agent = agent("streamed", Arc::clone(&model), &RateLimiter::new());
+    let mut stream = agent.run("hi").stream().await.unwrap();
+    let mut shown = String::new();
+    while let Some(event) = stream.next().await {
+        if let AgentEvent::ModelChunk {
+            chunk: StreamChunk::Text { text },
+        } = event
+        {
+            shown.push_str(&text);
+        }
+    }
+    assert_eq!(shown, "Partial ", "shown once");
+    assert_eq!(model.calls.load(Ordering::SeqCst), 1, "not tried again");
+    let error = stream.outcome().await.unwrap_err();
+    assert!(format!("{error:?}").contains("rate_limited"), "{error:?}");
+}

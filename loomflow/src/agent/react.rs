@@ -308,8 +308,9 @@ async fn call_model_untraced(
     let guarded_text = !core.guardrails.is_empty();
     let mut stream = model.stream(request);
     let mut accumulator = StreamAccumulator::new();
+    let mut shown = false;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
+        let chunk = chunk.map_err(|error| shown_already(error, shown))?;
         // An answer is shown once its guardrails have passed it, not as it streams.
         let withheld = guarded_text && matches!(chunk, crate::model::StreamChunk::Text { .. });
         if !withheld {
@@ -319,6 +320,7 @@ async fn call_model_untraced(
                     chunk: chunk.clone(),
                 }
                 .emit(ctx);
+                shown = true;
             }
         }
         accumulator.push(chunk);
@@ -327,6 +329,26 @@ async fn call_model_untraced(
     let name = model.name();
     let (provider, model) = name.split_once(':').unwrap_or(("model", name));
     accumulator.finish(provider, model)
+}
+
+/// A rate limit a streamed reply reports after some of it was shown is the stream's error,
+/// not a call to try again: a retry would show the listener a second reply after the
+/// first's beginning (the adapters retry only before any content, for the same reason).
+fn shown_already(error: ModelError, shown: bool) -> ModelError {
+    match error {
+        ModelError::RateLimited {
+            provider,
+            model,
+            message,
+            ..
+        } if shown => ModelError::StreamError {
+            provider,
+            model,
+            kind: "rate_limited".to_owned(),
+            message,
+        },
+        error => error,
+    }
 }
 
 struct ToolsNode(Arc<AgentCore>);
