@@ -83,6 +83,9 @@ impl<S: State> OwnedSnapshot<S> {
     /// its next nodes as indexes, and without `payloads` its interrupts come back with
     /// `null` payloads: a resume needs only what identifies them, and a payload may be
     /// large.
+    // On every resume's path: inlined, it costs about 100 instructions less a cycle
+    // (`cycles interrupt_resume`).
+    #[inline]
     pub(super) fn read(
         source: &dyn SnapshotSource,
         g: &CompiledInner<S>,
