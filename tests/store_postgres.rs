@@ -71,9 +71,31 @@ async fn processes_starting_together_create_the_tables_once() {
     let Some(db) = TempPgDb::create("schema checks").await else {
         return;
     };
+    create_together(&db.url, &db.url).await;
+    // A server whose transactions default to serializable: the process that waited for the
+    // lock still reads what the first one committed.
+    let Some(strict) = TempPgDb::create("schema checks serializable").await else {
+        return;
+    };
+    let serializable = match strict.url.contains('?') {
+        true => format!(
+            "{}&options=-c%20default_transaction_isolation%3Dserializable",
+            strict.url
+        ),
+        false => format!(
+            "{}?options=-c%20default_transaction_isolation%3Dserializable",
+            strict.url
+        ),
+    };
+    create_together(&serializable, &strict.url).await;
+}
+
+/// Six processes connect to `url` (the database of `admin`) at once: each connects, the
+/// tables are made once.
+async fn create_together(url: &str, admin: &str) {
     let connecting: Vec<_> = (0..6)
         .map(|_| {
-            let url = db.url.clone();
+            let url = url.to_owned();
             tokio::spawn(async move { PostgresStore::connect(&url).await })
         })
         .collect();
@@ -81,7 +103,7 @@ async fn processes_starting_together_create_the_tables_once() {
     for store in connecting {
         stores.push(store.await.unwrap().expect("every process connects"));
     }
-    let versions = postgres::connect(&db.url)
+    let versions = postgres::connect(admin)
         .await
         .query("SELECT schema_version FROM loomflow_meta", &[])
         .await
@@ -93,6 +115,32 @@ async fn processes_starting_together_create_the_tables_once() {
         let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
         store.put_checkpoint(cp).await.unwrap();
     }
+}
+
+/// A store that outlives the runtime it connected on (its listener went with that runtime)
+/// says it no longer listens, so its readers poll rather than wait for notifications that
+/// never come.
+#[test]
+fn a_store_outliving_its_runtime_says_it_no_longer_listens() {
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let Some((db, store)) = first.block_on(async {
+        let db = TempPgDb::create("a listener's runtime gone").await?;
+        let store = PostgresStore::connect(&db.url).await.unwrap();
+        eventually("the listener connects", async || {
+            store.change_counter().is_some()
+        })
+        .await;
+        Some((db, store))
+    }) else {
+        return;
+    };
+    drop(first);
+    assert_eq!(
+        store.change_counter(),
+        None,
+        "the listener went with its runtime"
+    );
+    drop((store, db));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

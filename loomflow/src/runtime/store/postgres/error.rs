@@ -89,9 +89,21 @@ impl Fail {
 /// exception (SQLSTATE class 22: a NUL in text, a number out of range) or a limit of the
 /// server's (class 54: an index entry too large, a name longer than an index takes).
 fn refused(error: &tokio_postgres::Error) -> bool {
-    error
-        .code()
-        .is_some_and(|code| matches!(code.code().get(..2), Some("22" | "54")))
+    let Some(db) = error.as_db_error() else {
+        return false;
+    };
+    refused_by(db.code().code(), db.file())
+}
+
+/// [`refused`], from the error's SQLSTATE and the server's source file that raised it. A
+/// full NOTIFY queue (54000 from `async.c`: a session that listens and never reads holds it
+/// up) passes once that session moves on: a write that notifies is tried again, not refused.
+fn refused_by(code: &str, file: Option<&str>) -> bool {
+    match code.get(..2) {
+        Some("22") => true,
+        Some("54") => file != Some("async.c"),
+        _ => false,
+    }
 }
 
 /// What the server said, and for text it cannot keep, why: its `TEXT` cannot hold a NUL
@@ -121,4 +133,24 @@ pub(super) fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     message.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_by;
+
+    /// Values the server would refuse again are refused; a full NOTIFY queue passes.
+    #[test]
+    fn a_full_notify_queue_is_not_a_refused_value() {
+        assert!(refused_by("22021", Some("mbutils.c")), "a NUL in text");
+        assert!(
+            refused_by("54000", Some("nbtutils.c")),
+            "an index entry too large"
+        );
+        assert!(
+            !refused_by("54000", Some("async.c")),
+            "the NOTIFY queue is full"
+        );
+        assert!(!refused_by("40001", None), "a serialization failure");
+    }
 }

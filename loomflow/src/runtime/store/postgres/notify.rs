@@ -106,6 +106,9 @@ impl Drop for Listener {
 /// Listens until aborted, connecting again (with a growing pause) whenever the connection
 /// fails.
 async fn listen(target: Target, shared: Arc<Shared>) {
+    // Dropped with the task (an abort, or the runtime it runs on shutting down while the
+    // store lives on): the counter then reads "not listening", and its readers poll.
+    let _stops = NotListening(Arc::clone(&shared));
     let mut backoff = Duration::from_millis(50);
     loop {
         match session(&target, &shared).await {
@@ -123,6 +126,15 @@ async fn listen(target: Target, shared: Arc<Shared>) {
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Says the listener is not listening once it is dropped.
+struct NotListening(Arc<Shared>);
+
+impl Drop for NotListening {
+    fn drop(&mut self) {
+        self.0.listening.store(false, Ordering::Release);
     }
 }
 

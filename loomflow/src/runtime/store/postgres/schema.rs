@@ -113,8 +113,13 @@ pub(super) async fn migrate(client: &mut Object, target: &Target) -> Result<(), 
         Fail::Db(e) => target.open_error(super::error::chain(&e)),
         Fail::Pool(e) => target.open_error(super::error::chain(&e)),
     };
+    // Read committed whatever the server's default: a process that waited for the lock
+    // reads what the one before it committed (a snapshot from before the wait would not
+    // see the tables or the version it wrote).
     let tx = client
-        .transaction()
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::ReadCommitted)
+        .start()
         .await
         .map_err(|e| open_error(e.into()))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
