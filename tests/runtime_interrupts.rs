@@ -1168,3 +1168,55 @@ async fn a_step_retried_until_it_succeeds_is_not_made_again_on_resume() {
         "the charge was not made again"
     );
 }
+
+/// A state with an unordered set, in a step where `a` asks and `b` finishes beside it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Tagged {
+    tags: std::collections::HashSet<String>,
+    summary: String,
+}
+
+/// A sibling that finished beside an interrupt is merged on resume by the fields it
+/// changed: its copy, read back, lists an unordered set in another order than the step's
+/// state does, which is no change of it (before, a merge conflict on `tags` naming `b`,
+/// on some resumes and not others).
+#[tokio::test]
+async fn a_siblings_copy_read_back_changes_only_what_it_changed() {
+    let db = loomflow_tests::TempDb::new("sibling-set");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = Graph::new("tagging")
+            .node_fn("a", |s: &mut Tagged, ctx| {
+                Box::pin(async move {
+                    let ok: bool = ctx.interrupt(json!("approve?"))?;
+                    if ok {
+                        s.tags.insert("approved".into());
+                    }
+                    Ok(())
+                })
+            })
+            .node_sync("b", |s: &mut Tagged| s.summary = "summed up".into())
+            .edge(START, "a")
+            .edge(START, "b")
+            .edge("a", END)
+            .edge("b", END)
+            .compile()
+            .unwrap();
+        for n in 0..8 {
+            let thread = format!("t{n}");
+            let tags = (0..16).map(|i| format!("tag{i}")).collect();
+            let input = Tagged {
+                tags,
+                summary: String::new(),
+            };
+            let out = graph.invoke(&runtime, &thread, input).await.unwrap();
+            assert_eq!(out.interrupts().len(), 1, "{out:?}");
+            let done = graph.resume(&runtime, &thread, true).await.unwrap();
+            let done = done.completed().unwrap();
+            assert!(
+                done.tags.contains("approved") && done.tags.len() == 17,
+                "{done:?}"
+            );
+            assert_eq!(done.summary, "summed up");
+        }
+    }
+}

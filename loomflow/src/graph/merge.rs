@@ -138,6 +138,25 @@ impl Reducer {
 pub(crate) struct BranchResult<'a, S> {
     pub(crate) node: &'a str,
     pub(crate) state: S,
+    /// The only fields the copy changed, when that was worked out as it finished (a
+    /// sibling's copy kept across a suspension): its other fields are the base's, however
+    /// they serialize now (a `HashSet` read back lists its items in another order).
+    pub(crate) changed: Option<&'a [String]>,
+}
+
+/// The top-level fields `copy` changed from `base` (added, rewritten or removed), as
+/// [`merge_branches`] tells them apart; for copies that share their hashers (clones), so
+/// that unordered collections list their items alike.
+pub(crate) fn changed_fields<S: Serialize>(base: &S, copy: &S) -> Result<Vec<String>> {
+    let (base, copy) = (to_fields(base)?, to_fields(copy)?);
+    let removed = base.keys().filter(|key| !copy.contains_key(*key));
+    let mut changed: Vec<String> = removed.cloned().collect();
+    for (key, value) in copy {
+        if base.get(&key) != Some(&value) {
+            changed.push(key);
+        }
+    }
+    Ok(changed)
 }
 
 /// The nodes that changed one field, in declaration order, each with its new value: `None`
@@ -161,11 +180,18 @@ pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
         };
     for (b, branch) in branches.iter().enumerate() {
         let fields = to_fields(&branch.state)?;
+        let counts = |key: &str| {
+            branch
+                .changed
+                .is_none_or(|only| only.iter().any(|k| k == key))
+        };
         for key in base.keys().filter(|key| !fields.contains_key(*key)) {
-            note(key, b, None);
+            if counts(key) {
+                note(key, b, None);
+            }
         }
         for (key, value) in fields {
-            if base.get(&key) != Some(&value) {
+            if base.get(&key) != Some(&value) && counts(&key) {
                 note(&key, b, Some(value));
             }
         }

@@ -32,6 +32,10 @@ pub(super) struct PendingWrite {
     pub(super) node: String,
     /// Its copy of the state when it finished.
     pub(super) state: Value,
+    /// The top-level fields it changed, worked out as it finished (when its copy and the
+    /// step's state still shared their hashers); `None` in checkpoints written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) changed: Option<Vec<String>>,
 }
 
 /// A run's snapshot as read back: from a checkpoint's body, or from a snapshot the
@@ -374,6 +378,7 @@ pub(super) mod tests {
         let writes = [PendingWrite {
             node: "b".into(),
             state: json!({"z": 1, "a": [2]}),
+            changed: Some(vec!["z".into()]),
         }];
         let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
             {"id": "a#0", "node": "a", "index": 0, "payload": {"q": "ok?", "n": 1}, "signal": "go"}
@@ -441,6 +446,7 @@ pub(super) mod tests {
         let writes = [PendingWrite {
             node: "b".into(),
             state: json!(5),
+            changed: None,
         }];
         let interrupts: Vec<Interrupt> = serde_json::from_value(json!([
             {"id": "a#0", "node": "a", "index": 0, "payload": "ok?"}
@@ -512,6 +518,7 @@ pub(super) mod tests {
         let writes = [PendingWrite {
             node: "b".into(),
             state: json!(5),
+            changed: None,
         }];
         let suspended =
             SnapshotRef::new(&*graph.inner, &1, &[0]).suspended(&writes, &interrupts, &values);

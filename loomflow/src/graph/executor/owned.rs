@@ -359,6 +359,7 @@ mod tests {
         let writes = [PendingWrite {
             node: "b".into(),
             state: json!(5),
+            changed: None,
         }];
         let joins = [vec![true, false]];
         let snapshot = SnapshotRef::new(&*graph.inner, &7, &[0])

@@ -17,7 +17,7 @@ use crate::event::EventKind;
 use crate::graph::State;
 use crate::graph::compiled::CompiledInner;
 use crate::graph::error::RunError;
-use crate::graph::merge::{BranchResult, merge_branches};
+use crate::graph::merge::{BranchResult, changed_fields, merge_branches};
 use crate::graph::node::NodeError;
 use crate::graph::subgraph::ChildStop;
 use crate::runtime::{Interrupt, StoreError};
@@ -92,6 +92,7 @@ pub(super) async fn run_step<S: State>(
             pending_writes.push(PendingWrite {
                 node: g.nodes[i].name.to_string(),
                 state: value,
+                changed: Some(changed_fields(state, &working)?),
             });
         }
         return Ok(StepOutcome::Suspended {
@@ -100,6 +101,7 @@ pub(super) async fn run_step<S: State>(
         });
     }
 
+    let mut changed = vec![None; done.len()];
     for write in pending {
         let index = g
             .node_index(&write.node)
@@ -111,13 +113,16 @@ pub(super) async fn run_step<S: State>(
         let working = S::deserialize(&write.state)
             .map_err(|e| RunError::json(format!("pending write of node {}", write.node), e))?;
         done.push((index, working));
+        changed.push(write.changed.as_deref());
     }
-    done.sort_by_key(|(i, _)| *i);
+    let mut done: Vec<_> = done.into_iter().zip(changed).collect();
+    done.sort_by_key(|((i, _), _)| *i);
     let branches = done
         .into_iter()
-        .map(|(i, working)| BranchResult {
+        .map(|((i, working), changed)| BranchResult {
             node: &g.nodes[i].name,
             state: working,
+            changed,
         })
         .collect();
     merge_branches(state.clone(), branches, &g.reducers, step).map(StepOutcome::Merged)
