@@ -920,3 +920,34 @@ async fn a_run_task_that_panics_is_not_reported_as_cancelled() {
         other => panic!("expected TaskPanicked, got {other:?}"),
     }
 }
+
+/// An appending field rewritten by one of its parallel writers fails the step, naming the
+/// node that rewrote it.
+#[tokio::test]
+async fn an_append_rewritten_by_a_parallel_writer_names_the_node() {
+    let graph = Graph::new("appending")
+        .node_sync("a", |d: &mut Doc| d.log.push("a".into()))
+        .node_sync("b", |d: &mut Doc| d.log = vec!["only b".into()])
+        .edge(START, "a")
+        .edge(START, "b")
+        .edge("a", END)
+        .edge("b", END)
+        .reducer("log", Reducer::append())
+        .compile()
+        .unwrap();
+    let input = Doc {
+        log: vec!["before".into()],
+        ..Doc::default()
+    };
+    let out = graph
+        .invoke(&Runtime::in_memory(), "t", input)
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        error.to_string(),
+        "reducer for field log failed in step 1: node b changed existing items instead of appending"
+    );
+}

@@ -76,7 +76,9 @@ impl Reducer {
     /// For sequence fields (`Vec`, arrays): the items each node appended are concatenated in
     /// declaration order after the items the field held when the step began.
     ///
-    /// A node that removed or rewrote existing items, rather than appending, fails the step.
+    /// Where other nodes of the step wrote the field too, a node that removed or rewrote
+    /// existing items, rather than appending, fails the step, and the error names it. A node
+    /// that writes the field alone in its step sets it as it likes, as without a reducer.
     pub fn append() -> Self {
         Self(ReducerKind::Append)
     }
@@ -95,7 +97,8 @@ impl Reducer {
         })))
     }
 
-    fn combine(&self, base: Option<&Value>, writes: Vec<Value>) -> Result<Value, String> {
+    /// Combines the values `writes` gives (each with the name of the node that wrote it).
+    fn combine(&self, base: Option<&Value>, writes: Vec<(&str, Value)>) -> Result<Value, String> {
         match &self.0 {
             ReducerKind::Append => {
                 let base_items = match base {
@@ -104,7 +107,7 @@ impl Reducer {
                     Some(_) => return Err("append needs an array field".to_owned()),
                 };
                 let mut merged = base_items.to_vec();
-                for write in writes {
+                for (node, write) in writes {
                     let items = match write {
                         Value::Array(items) => items,
                         // A field the node removed (`skip_serializing_if` on an empty list).
@@ -112,14 +115,16 @@ impl Reducer {
                         _ => return Err("append needs an array field".to_owned()),
                     };
                     if !items.starts_with(base_items) {
-                        return Err("a node changed existing items instead of appending".into());
+                        return Err(format!(
+                            "node {node} changed existing items instead of appending"
+                        ));
                     }
                     merged.extend(items.into_iter().skip(base_items.len()));
                 }
                 Ok(Value::Array(merged))
             }
             ReducerKind::Custom(f) => {
-                let mut writes = writes.into_iter();
+                let mut writes = writes.into_iter().map(|(_, value)| value);
                 let first = writes.next().unwrap_or(Value::Null);
                 writes.try_fold(first, |acc, next| {
                     // A reducer is the user's code: its panic fails the step, as a node's does.
@@ -228,7 +233,7 @@ pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
             // as an empty list).
             let values = writers
                 .into_iter()
-                .map(|(_, v)| v.unwrap_or(Value::Null))
+                .map(|(b, v)| (branches[b].node, v.unwrap_or(Value::Null)))
                 .collect();
             reducer
                 .combine(merged.get(&field), values)
