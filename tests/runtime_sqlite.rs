@@ -1072,6 +1072,44 @@ async fn a_file_from_before_the_runs_table_gets_a_row_for_each_run() {
     assert_eq!(answer, "later");
 }
 
+/// A file an early build migrated past version 2 got an empty runs table: opening it fills
+/// the rows its threads lack. A thread whose checkpoint cannot be read gets none, and the
+/// file opens all the same.
+#[tokio::test]
+async fn a_later_file_without_run_rows_gets_them_and_a_broken_thread_does_not_stop_it() {
+    use loomflow::prelude::*;
+    let db = TempDb::new("migrate-gap");
+    let graph = Graph::new("counter")
+        .node_sync("inc", |n: &mut u32| *n += 1)
+        .edge(START, "inc")
+        .edge("inc", END)
+        .compile()
+        .unwrap();
+    {
+        let runtime = Runtime::sqlite(db.path()).unwrap();
+        graph.invoke(&runtime, "kept", 1).await.unwrap();
+        graph.invoke(&runtime, "broken", 1).await.unwrap();
+    }
+    rusqlite::Connection::open(db.path())
+        .unwrap()
+        .execute_batch(
+            "DELETE FROM runs;
+             UPDATE checkpoints SET body = '{' WHERE thread = 'broken';
+             UPDATE meta SET schema_version = 7;",
+        )
+        .unwrap();
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    let kept = runtime.run("kept").await.unwrap().record;
+    assert_eq!(
+        (kept.state, kept.graph.as_deref()),
+        (RunState::Completed, Some("counter"))
+    );
+    assert!(
+        runtime.run("broken").await.is_err(),
+        "no row for the broken thread"
+    );
+}
+
 /// A lease far past what a store can write (`Duration::MAX`) is bounded to a century: runs
 /// start and resume on SQLite as they do in memory, rather than every claim failing.
 #[tokio::test]

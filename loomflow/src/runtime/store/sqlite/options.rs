@@ -16,8 +16,12 @@ pub enum Synchronous {
     /// but a power loss or OS crash may roll back the last commits (never corrupting the
     /// file). Much faster.
     Normal,
-    /// An fsync per commit (per group of commits: see [`SqliteStore`](super::SqliteStore)). A commit that
-    /// returned survives a power loss. The default.
+    /// An fsync per commit (per group of commits: see [`SqliteStore`](super::SqliteStore)). A
+    /// commit that returned survives a power loss, except those that record no work of a
+    /// run: claims, lease renewals, releases and a run's input. Those commit as under
+    /// `Normal`, and the next synced commit takes them to the disk; a power loss that takes
+    /// one back loses nothing a run did (see [`SqliteStore`](super::SqliteStore)). The
+    /// default.
     #[default]
     Full,
 }

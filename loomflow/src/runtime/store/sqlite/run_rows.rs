@@ -54,7 +54,8 @@ pub(super) const MIGRATION_RECOVERING: &str = "
 /// Gives every thread that has top-level checkpoints and no run row the row its newest
 /// checkpoint says (its run, state, what it waits on; the graph from the run's first
 /// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
-/// the table existed. Part of opening a file of schema version 2 or older.
+/// the table existed. Part of migrating a file. A thread whose checkpoints cannot be read is
+/// left without a row (and said so): the file opens, and its other threads get theirs.
 pub(super) fn backfill(conn: &Connection) -> Result<(), String> {
     let threads: Vec<String> = conn
         .prepare(
@@ -65,8 +66,13 @@ pub(super) fn backfill(conn: &Connection) -> Result<(), String> {
         .map_err(|e| format!("listing the threads that have no run row: {e}"))?;
     let now = i64::try_from(crate::runtime::clock::now_ms()).unwrap_or(i64::MAX);
     for thread in threads {
-        backfill_thread(conn, &thread, now)
-            .map_err(|e| format!("the run row of thread {thread}: {e}"))?;
+        if let Err(error) = backfill_thread(conn, &thread, now) {
+            tracing::warn!(
+                thread,
+                %error,
+                "no run row made for the thread: its checkpoints could not be read"
+            );
+        }
     }
     Ok(())
 }

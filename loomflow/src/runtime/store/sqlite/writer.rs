@@ -110,7 +110,12 @@ impl Op {
             Self::TakeSignal { session, .. } | Self::DiscardSignal { session, .. } => session,
             Self::Runs(op) => op.thread(),
             Self::DeleteThread { thread, .. } => thread,
-            Self::AppendAudit(_) | Self::PruneAudit(_) => "(audit)",
+            // The entries' thread, when they name one (a run's entries all do).
+            Self::AppendAudit(rows) => match rows.first() {
+                Some(first) if rows.iter().all(|row| row.thread == first.thread) => &first.thread,
+                _ => "(audit)",
+            },
+            Self::PruneAudit(_) => "(audit)",
             Self::PruneSignals { .. } => "(signals)",
         }
     }
@@ -518,5 +523,33 @@ fn run(shared: &Shared) {
         drop(guard);
         // A request queued since is not missed: its `unpark` makes this return at once.
         std::thread::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(thread: &str) -> AuditRow {
+        AuditRow {
+            thread: thread.to_owned(),
+            run: 1,
+            at_ms: 0,
+            kind: "interrupt",
+            subject: "ask#0".to_owned(),
+            actor: None,
+            detail: None,
+        }
+    }
+
+    /// A failed audit write names the thread its entries are about.
+    #[test]
+    fn an_audit_write_names_its_entries_thread() {
+        assert_eq!(Op::AppendAudit(vec![row("t"), row("t")]).thread(), "t");
+        assert_eq!(
+            Op::AppendAudit(vec![row("t"), row("u")]).thread(),
+            "(audit)"
+        );
+        assert_eq!(Op::AppendAudit(Vec::new()).thread(), "(audit)");
     }
 }
