@@ -1220,3 +1220,47 @@ async fn a_siblings_copy_read_back_changes_only_what_it_changed() {
         }
     }
 }
+
+/// A step retried after an interrupt was answered (a failed call, then a successful one)
+/// keeps its number for the node's next run: run again for the same superstep, the node
+/// finds the success recorded and does not act twice.
+#[tokio::test]
+async fn a_step_retried_after_an_answer_is_not_done_again() {
+    static CHARGES: AtomicUsize = AtomicUsize::new(0);
+    static ATTEMPTS: AtomicUsize = AtomicUsize::new(0);
+    let graph = Graph::new("retrying")
+        .node_fn("pay", |paid: &mut Vec<u32>, ctx| {
+            Box::pin(async move {
+                let _go: bool = ctx.interrupt("pay?")?;
+                let charged = loop {
+                    let attempt = ctx.step("charge", || async {
+                        if ATTEMPTS.fetch_add(1, Ordering::SeqCst) == 0 {
+                            return Err("the card was declined".to_owned());
+                        }
+                        Ok(CHARGES.fetch_add(1, Ordering::SeqCst) as u32 + 1)
+                    });
+                    if let Ok(charged) = attempt.await {
+                        break charged;
+                    }
+                };
+                paid.push(charged);
+                let _receipt: bool = ctx.interrupt("receipt?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    let asked = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(
+        asked.interrupts()[0].payload,
+        json!("receipt?"),
+        "{asked:?}"
+    );
+    let done = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(done.completed().unwrap(), [1]);
+    assert_eq!(CHARGES.load(Ordering::SeqCst), 1, "charged once");
+}

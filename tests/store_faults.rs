@@ -501,6 +501,50 @@ async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it
     assert_eq!(runtime.get_state::<u32>("c-1").await.unwrap(), Some(40));
 }
 
+/// A step whose work journals a step of its own (as a tool call asking for approval does)
+/// and whose inner write fails in passing lets the run go too, rather than failing it as
+/// the outer step's failure: carried on, neither side effect is done again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failure_inside_a_steps_work_lets_the_run_go() {
+    use std::sync::atomic::AtomicU32;
+    static INNER: AtomicU32 = AtomicU32::new(0);
+    let db = loomflow_tests::TempDb::new("faults-nested-step");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("nested")
+        .node_fn("outer", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let inner = || async {
+                    Ok::<_, loomflow::Error>(INNER.fetch_add(1, Ordering::SeqCst) + 40)
+                };
+                *n = ctx
+                    .step("outer", || async { ctx.step("inner", inner).await })
+                    .await?;
+                Ok(())
+            })
+        })
+        .edge(START, "outer")
+        .edge("outer", END)
+        .compile()
+        .unwrap();
+    faults.fail_next_journal_write_after_commit();
+    let first = graph.invoke(&runtime, "n-1", 0).await;
+    assert!(
+        matches!(first, Err(RunError::Store(StoreError::Write { .. }))),
+        "let go, not failed: {first:?}"
+    );
+    let record = runtime.run("n-1").await.unwrap().record;
+    assert_ne!(record.state, RunState::Failed, "{record:?}");
+    let done = graph
+        .recover(&runtime, "n-1")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, 40);
+    assert_eq!(INNER.load(Ordering::SeqCst), 1, "the inner work ran once");
+}
+
 /// A waiter outside any run that was cancelled while its consuming of a signal's row failed
 /// leaves the row for the next waiter, which consumes it afresh once the store is back,
 /// rather than getting the old failure.

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::Context;
 use crate::graph::{BoxError, RunError};
-use crate::runtime::JournalKey;
+use crate::runtime::{JournalKey, StoreError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -41,6 +41,8 @@ impl Context {
     /// disk), the error the node returns with `?` does not fail the run: the run stops where
     /// the step started and is let go, as after a crash, for a worker or a `resume` to carry
     /// on. `f` may then be called again, unless its result reached the journal after all.
+    /// So does a store failure `f` returns (a step of its own whose write failed, as a tool
+    /// call that journals its approval does).
     /// A write the store refuses for what it holds
     /// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)) fails the node.
     ///
@@ -96,11 +98,16 @@ impl Context {
                 // Nothing was journaled under this call's number: the next call of the name
                 // (a retry) takes it, as the same call will when the node runs again and
                 // finds this one's failure unrecorded.
-                self.give_back(&key);
-                return Err(RunError::StepFailed {
-                    node: String::from(&*self.node),
-                    name: name.to_owned(),
-                    source: source.into(),
+                self.give_back(name, &key);
+                // The store failing in passing under the step's work (a step journaled
+                // inside it): the run is let go, as when this step's own write fails.
+                return Err(match in_passing(source.into()) {
+                    Ok(failure) => RunError::Store(failure),
+                    Err(source) => RunError::StepFailed {
+                        node: String::from(&*self.node),
+                        name: name.to_owned(),
+                        source,
+                    },
                 });
             }
         };
@@ -112,10 +119,11 @@ impl Context {
         Ok(value)
     }
 
-    /// Gives `key`'s occurrence number back, when no later call of its name took one since.
-    fn give_back(&self, key: &JournalKey) {
+    /// Gives `key`'s occurrence number back to the calls named `name` (counted under the
+    /// name as called, whatever it is filed as), when no later call of it took one since.
+    fn give_back(&self, name: &str, key: &JournalKey) {
         let mut control = self.control();
-        if let Some(counter) = control.occurrences.get_mut(&key.name)
+        if let Some(counter) = control.occurrences.get_mut(name)
             && *counter == key.occurrence + 1
         {
             *counter = key.occurrence;
@@ -158,4 +166,35 @@ impl Context {
 fn answers_fingerprint(answers: &[serde_json::Value]) -> String {
     let lines: Vec<String> = answers.iter().map(ToString::to_string).collect();
     crate::graph::fingerprint_of(&lines)
+}
+
+/// The store's failure `error` is, when the store failed in passing or the run's claim was
+/// lost: not the step's fault. `error` is a step's: the store's, the run's or the crate's.
+fn in_passing(error: BoxError) -> std::result::Result<StoreError, BoxError> {
+    let passing = |failure: &StoreError| {
+        failure.is_passing() || matches!(failure, StoreError::LeaseLost { .. })
+    };
+    let error = match error.downcast::<StoreError>() {
+        Ok(failure) if passing(&failure) => return Ok(*failure),
+        Ok(failure) => return Err(failure),
+        Err(other) => other,
+    };
+    let error = match error.downcast::<RunError>() {
+        Ok(run) => match *run {
+            RunError::Store(failure) if passing(&failure) => return Ok(failure),
+            other => return Err(Box::new(other)),
+        },
+        Err(other) => other,
+    };
+    match error.downcast::<crate::Error>() {
+        Ok(crate_error) => match *crate_error {
+            crate::Error::Store(failure) | crate::Error::Run(RunError::Store(failure))
+                if passing(&failure) =>
+            {
+                Ok(failure)
+            }
+            other => Err(Box::new(other)),
+        },
+        Err(other) => Err(other),
+    }
 }
