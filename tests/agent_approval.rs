@@ -262,3 +262,61 @@ async fn a_session_cancelled_while_a_call_waits_takes_a_new_prompt() {
     });
     assert!(told, "{:?}", state.messages);
 }
+
+/// Email the customer. Needs no approval.
+#[tool]
+fn email(to: String) -> String {
+    format!("emailed {to}")
+}
+
+/// A run cancelled while one call of a turn waited for approval, after another call of the
+/// same turn ran: the next prompt's conversation gives the call that ran its real result
+/// (the model must not be told it did not run, or it may send the email again), and the
+/// waiting call a note that it had none.
+#[tokio::test]
+async fn a_cancelled_turn_tells_the_model_which_calls_ran() {
+    let runtime = Runtime::in_memory();
+    let agent = |replies: Vec<ModelResponse>| {
+        Agent::builder("You handle refunds.")
+            .model(ScriptedModel::new(replies))
+            .tool(email)
+            .tool(refunds::refund)
+            .durable_approvals()
+            .runtime(runtime.clone())
+            .build()
+            .unwrap()
+    };
+    let calls = vec![
+        ToolCall::new("call_e", "email", json!({ "to": "ada@example.com" })),
+        refunds::call(500),
+    ];
+    let asked = agent(vec![ModelResponse::tool_calls(calls)])
+        .run("refund and tell her")
+        .session("c-2")
+        .await
+        .unwrap();
+    assert!(asked.interrupted, "{asked:?}");
+    runtime.cancel("c-2").await.unwrap();
+
+    agent(vec![ModelResponse::text("Emailed; no refund.")])
+        .run("what happened?")
+        .session("c-2")
+        .await
+        .unwrap();
+    let state: loomflow::agent::AgentState = runtime.get_state("c-2").await.unwrap().unwrap();
+    let result_of = |id: &str| {
+        state.messages.iter().find_map(|m| match m {
+            Message::Tool(result) if result.call_id == id => Some(result.content.clone()),
+            _ => None,
+        })
+    };
+    assert_eq!(
+        result_of("call_e").as_deref(),
+        Some("emailed ada@example.com")
+    );
+    let waited = result_of("call_1").unwrap_or_default();
+    assert!(
+        waited.contains("cancelled before this call had one"),
+        "{waited}"
+    );
+}

@@ -39,6 +39,7 @@
 
 mod budget;
 mod builder;
+mod cancelled;
 mod config;
 mod error;
 mod guarded;

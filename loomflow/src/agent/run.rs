@@ -107,7 +107,7 @@ impl<'a> AgentRun<'a> {
                 }
                 .into());
             }
-            Some(cp) => continue_from(self.agent, session, &cp, &self.prompt)?,
+            Some(cp) => continue_from(self.agent, session, &cp, &self.prompt).await?,
         };
         if self.user.is_some() {
             state.user.clone_from(&self.user);
@@ -330,7 +330,7 @@ impl AgentResume<'_> {
                     }
                     .into());
                 }
-                let mut state = continue_from(agent, session, &cp, &prompt)?;
+                let mut state = continue_from(agent, session, &cp, &prompt).await?;
                 if self.user.is_some() {
                     state.user = self.user;
                 }
@@ -444,7 +444,7 @@ impl<'a> IntoFuture for AgentRun<'a> {
 
 /// The state of a new run that carries the conversation of checkpoint `cp` on with
 /// `prompt`.
-fn continue_from(
+async fn continue_from(
     agent: &Agent,
     session: &str,
     cp: &Checkpoint,
@@ -477,8 +477,8 @@ fn continue_from(
         .filter(|id| !answered.contains(id))
         .collect();
     // A run cancelled in the middle of a turn (waiting for an approval, say) is over: its
-    // calls without results were not run, and the conversation goes on after saying so. Any
-    // other run stopped there is carried on, not started over.
+    // calls without results get what they recorded, or a note that they had none, and the
+    // conversation goes on. Any other run stopped there is carried on, not started over.
     let cancelled = cp.status == RunStatus::Cancelled;
     if !unanswered.is_empty() && !cancelled {
         return Err(problem(format!(
@@ -487,9 +487,7 @@ fn continue_from(
             unanswered.join(", ")
         )));
     }
-    let not_run: Vec<Message> = (unanswered.iter())
-        .map(|id| Message::tool_error(*id, "not run: the run was cancelled"))
-        .collect();
+    let not_run = super::cancelled::results_of(&agent.runtime, session, cp, &unanswered).await?;
     let mut state = AgentState::new(prompt);
     state.messages = previous.messages;
     state.messages.extend(not_run);
