@@ -311,6 +311,47 @@ async fn a_blocked_tool_call_is_refused_to_the_model_and_a_rewritten_one_runs_as
     );
 }
 
+/// With `OnBlock::Fail`, a blocked tool result fails the run in the middle of its turn; a
+/// new prompt on the session moves on from it (carried on, it would fail again), and the
+/// model reads the call's blocked result, not what the guardrail blocked.
+#[tokio::test]
+async fn a_session_moves_on_from_a_run_a_blocked_tool_result_failed() {
+    let injection = || {
+        on_tool_result("injection", |text| {
+            if text.contains("IGNORE ALL PREVIOUS") {
+                Verdict::Block("prompt injection".into())
+            } else {
+                Verdict::Allow
+            }
+        })
+    };
+    let runtime = Runtime::in_memory();
+    let agent = |replies: Vec<ModelResponse>| {
+        Agent::builder("You help.")
+            .model(ScriptedModel::new(replies))
+            .tool(Lookup::default())
+            .guardrail(injection())
+            .on_guardrail_block(OnBlock::Fail)
+            .runtime(runtime.clone())
+            .build()
+            .unwrap()
+    };
+    let failed = agent(vec![lookup_call()])
+        .run("Look up 42")
+        .session("f")
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    let next = agent(vec![ModelResponse::text("Sorry, no lookup.")])
+        .run("and now?")
+        .session("f")
+        .await
+        .unwrap();
+    assert_eq!(next.output, "Sorry, no lookup.");
+    let said = serde_json::to_string(&next.messages).unwrap();
+    assert!(said.contains("blocked by guardrail injection"), "{said}");
+    assert!(!said.contains("IGNORE ALL"), "{said}");
+}
+
 #[tokio::test]
 async fn a_blocked_tool_result_stops_the_run_and_keeps_the_call_answered() {
     let injection = on_tool_result("injection", |text| {

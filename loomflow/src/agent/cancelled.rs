@@ -1,4 +1,5 @@
-//! What a new prompt tells the model of the calls a cancelled run left without results.
+//! What a new prompt tells the model of the calls a cancelled or failed run left without
+//! results.
 
 use crate::Result;
 use crate::model::Message;
@@ -6,15 +7,16 @@ use crate::runtime::{Checkpoint, JournalKey, Runtime};
 
 use super::guarded::ToolStepOutcome;
 
-/// The result each call of `unanswered` gets in the conversation after its run was
-/// cancelled at `cp`: the one its journaled step recorded, when the call ran before the
-/// cancel (the model must not be told a call that ran did not, or it may make it again);
-/// otherwise a note that the run was cancelled before the call had one.
+/// The result each call of `unanswered` gets in the conversation after its run ended
+/// (cancelled or failed, as `ended` says: `was cancelled`, `failed`) at `cp`: the one its
+/// journaled step recorded, when the call ran before (the model must not be told a call
+/// that ran did not, or it may make it again); otherwise a note that the run ended before
+/// the call had one.
 pub(super) async fn results_of(
     runtime: &Runtime,
-    session: &str,
-    cp: &Checkpoint,
+    (session, cp): (&str, &Checkpoint),
     unanswered: &[&str],
+    ended: &str,
 ) -> Result<Vec<Message>> {
     let mut results = Vec::with_capacity(unanswered.len());
     for &id in unanswered {
@@ -36,7 +38,7 @@ pub(super) async fn results_of(
             Some(outcome) => Message::tool_result(id, outcome.content),
             None => Message::tool_error(
                 id,
-                "no result: the run was cancelled before this call had one",
+                format!("no result: the run {ended} before this call had one"),
             ),
         });
     }

@@ -476,18 +476,32 @@ async fn continue_from(
         .map(|c| c.id.as_str())
         .filter(|id| !answered.contains(id))
         .collect();
-    // A run cancelled in the middle of a turn (waiting for an approval, say) is over: its
-    // calls without results get what they recorded, or a note that they had none, and the
-    // conversation goes on. Any other run stopped there is carried on, not started over.
-    let cancelled = cp.status == RunStatus::Cancelled;
-    if !unanswered.is_empty() && !cancelled {
+    // A run cancelled in the middle of a turn (waiting for an approval, say) is over, and
+    // so is a failed one a new prompt moves on from (a tool result a guardrail blocked, with
+    // `OnBlock::Fail`, fails again if carried on): its calls without results get what they
+    // recorded, or a note that they had none, and the conversation goes on. Any other run
+    // stopped there is carried on, not started over.
+    let ended = match cp.status {
+        RunStatus::Cancelled => Some("was cancelled"),
+        // A failed step leaves the checkpoint before it: the run's row says it failed.
+        _ if !unanswered.is_empty() => {
+            let row = agent.runtime.store().get_run(session).await?;
+            let failed =
+                |row: &crate::runtime::RunRecord| row.state == crate::runtime::RunState::Failed;
+            row.filter(|row| row.run == cp.run && failed(row))
+                .map(|_| "failed")
+        }
+        _ => None,
+    };
+    let Some(ended) = ended.or(unanswered.is_empty().then_some("")) else {
         return Err(problem(format!(
             "it is in the middle of a turn (tool calls {} have no results); carry it on \
              without a prompt",
             unanswered.join(", ")
         )));
-    }
-    let not_run = super::cancelled::results_of(&agent.runtime, session, cp, &unanswered).await?;
+    };
+    let not_run =
+        super::cancelled::results_of(&agent.runtime, (session, cp), &unanswered, ended).await?;
     let mut state = AgentState::new(prompt);
     state.messages = previous.messages;
     state.messages.extend(not_run);
