@@ -44,12 +44,12 @@ impl Context {
     /// So does a store failure `f` returns (a step of its own whose write failed, as a tool
     /// call that journals its approval does).
     /// A write the store refuses for what it holds
-    /// ([`StoreError::Refused`](crate::runtime::StoreError::Refused)) fails the node.
+    /// ([`StoreError::Refused`]) fails the node.
     ///
     /// # Errors
     ///
     /// [`RunError::StepFailed`] with `f`'s error (any error type, or a `String`); a store
-    /// failure, including [`StoreError::LeaseLost`](crate::runtime::StoreError::LeaseLost)
+    /// failure, including [`StoreError::LeaseLost`]
     /// when the run's claim was lost; a recorded value that no longer deserializes into `T`.
     ///
     /// # Examples

@@ -387,16 +387,22 @@ pub(super) async fn approve(
         None => ApprovalDecision::Allow,
     };
     let by = decider(body.by.as_deref())?;
-    decide(
-        &app,
-        (&thread, &call_id),
-        decision,
-        by,
-        body.requested_at_ms,
-    )
-    .await?;
+    let call = (thread, call_id);
+    decided(&app, call, decision, (by, body.requested_at_ms), "approved").await
+}
+
+/// Decides the call (see [`decide`]), by `by` for the request asked then, and says what was
+/// decided (`word`).
+async fn decided(
+    app: &AppState,
+    (thread, call_id): (String, String),
+    decision: ApprovalDecision,
+    (by, asked_at_ms): (&str, Option<u64>),
+    word: &str,
+) -> Reply {
+    decide(app, (&thread, &call_id), decision, by, asked_at_ms).await?;
     Ok(Json(
-        json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
+        json!({ "thread": thread, "call_id": call_id, "decision": word }),
     ))
 }
 
@@ -416,17 +422,8 @@ pub(super) async fn reject(
     let decision = ApprovalDecision::Deny {
         reason: body.reason,
     };
-    decide(
-        &app,
-        (&thread, &call_id),
-        decision,
-        by,
-        body.requested_at_ms,
-    )
-    .await?;
-    Ok(Json(
-        json!({ "thread": thread, "call_id": call_id, "decision": "rejected" }),
-    ))
+    let call = (thread, call_id);
+    decided(&app, call, decision, (by, body.requested_at_ms), "rejected").await
 }
 
 /// Anything else: 404, as JSON (401 to a caller without a token, who learns nothing else).
