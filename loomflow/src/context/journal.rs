@@ -41,8 +41,8 @@ impl Context {
     /// disk), the error the node returns with `?` does not fail the run: the run stops where
     /// the step started and is let go, as after a crash, for a worker or a `resume` to carry
     /// on. `f` may then be called again, unless its result reached the journal after all.
-    /// So does a store failure `f` returns (a step of its own whose write failed, as a tool
-    /// call that journals its approval does).
+    /// So does a store failure `f` returns as the store's or the run's error (a step of its
+    /// own whose write failed).
     /// A write the store refuses for what it holds
     /// ([`StoreError::Refused`]) fails the node.
     ///
@@ -169,7 +169,9 @@ fn answers_fingerprint(answers: &[serde_json::Value]) -> String {
 }
 
 /// The store's failure `error` is, when the store failed in passing or the run's claim was
-/// lost: not the step's fault. `error` is a step's: the store's, the run's or the crate's.
+/// lost: not the step's fault. `error` is a step's: the store's or the run's (a step of its
+/// own, journaled inside it). The crate's facade error is not looked into here (the context
+/// does not know it): a failure that reaches a step as one is the step's.
 fn in_passing(error: BoxError) -> std::result::Result<StoreError, BoxError> {
     let passing = |failure: &StoreError| {
         failure.is_passing() || matches!(failure, StoreError::LeaseLost { .. })
@@ -179,20 +181,9 @@ fn in_passing(error: BoxError) -> std::result::Result<StoreError, BoxError> {
         Ok(failure) => return Err(failure),
         Err(other) => other,
     };
-    let error = match error.downcast::<RunError>() {
+    match error.downcast::<RunError>() {
         Ok(run) => match *run {
-            RunError::Store(failure) if passing(&failure) => return Ok(failure),
-            other => return Err(Box::new(other)),
-        },
-        Err(other) => other,
-    };
-    match error.downcast::<crate::Error>() {
-        Ok(crate_error) => match *crate_error {
-            crate::Error::Store(failure) | crate::Error::Run(RunError::Store(failure))
-                if passing(&failure) =>
-            {
-                Ok(failure)
-            }
+            RunError::Store(failure) if passing(&failure) => Ok(failure),
             other => Err(Box::new(other)),
         },
         Err(other) => Err(other),
