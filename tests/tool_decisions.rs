@@ -437,6 +437,25 @@ async fn a_remembered_decision_is_audited_on_each_call_it_decides() {
     }
 }
 
+/// A graph named `name` whose one node dispatches `call` through `host`, from inside the node
+/// (so that an approval can suspend the run), and keeps what the call returned.
+fn paying_in_a_node(name: &str, host: Arc<ToolHost>, call: ToolCall) -> CompiledGraph<Vec<String>> {
+    Graph::new(name)
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let (host, call) = (Arc::clone(&host), call.clone());
+            Box::pin(async move {
+                let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
+                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
+                paid.push(outcome.content);
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap()
+}
+
 /// A store that fails for a moment while a call in a node waits for its decision does not
 /// turn the call into a denial, journaled for good: the run stops as on any store failure,
 /// and the execution that carries it on finds the decision still there.
@@ -450,21 +469,11 @@ async fn a_store_failure_while_waiting_for_a_decision_is_not_a_denial() {
             .with(pay)
             .approval_handler(SignalApprover::new()),
     );
-    let graph: CompiledGraph<Vec<String>> = Graph::new("paying")
-        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
-            let host = Arc::clone(&host);
-            Box::pin(async move {
-                let call = ToolCall::new("call_7", "pay", json!({ "amount": 3 }));
-                let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
-                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
-                paid.push(outcome.content);
-                Ok(())
-            })
-        })
-        .edge(START, "pay")
-        .edge("pay", END)
-        .compile()
-        .unwrap();
+    let graph = paying_in_a_node(
+        "paying",
+        host,
+        ToolCall::new("call_7", "pay", json!({ "amount": 3 })),
+    );
 
     let run = graph.start(&runtime, "t", Vec::new());
     while runtime.pending_approvals("t").await.unwrap().is_empty() {
@@ -505,21 +514,11 @@ async fn the_hosts_approval_timeout_bounds_a_suspended_wait() {
             .approval_handler(SignalApprover::new())
             .approval_timeout(Duration::from_millis(300)),
     );
-    let graph: CompiledGraph<Vec<String>> = Graph::new("paying-later")
-        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
-            let host = Arc::clone(&host);
-            Box::pin(async move {
-                let call = ToolCall::new("call_8", "pay", json!({ "amount": 4 }));
-                let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
-                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
-                paid.push(outcome.content);
-                Ok(())
-            })
-        })
-        .edge(START, "pay")
-        .edge("pay", END)
-        .compile()
-        .unwrap();
+    let graph = paying_in_a_node(
+        "paying-later",
+        host,
+        ToolCall::new("call_8", "pay", json!({ "amount": 4 })),
+    );
     let worker = Worker::builder(&runtime)
         .graph(&graph)
         .park_grace(Duration::ZERO)
@@ -564,23 +563,8 @@ async fn a_forks_approval_is_decided_on_the_fork() {
             .with(pay)
             .approval_handler(SignalApprover::new().or_suspend()),
     );
-    let graph: CompiledGraph<Vec<String>> = Graph::new("paying")
-        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
-            let host = Arc::clone(&host);
-            Box::pin(async move {
-                let call = ToolCall::new("call_9", "pay", json!({ "amount": 5 }));
-                let dispatch = DispatchContext::new(ctx.thread())
-                    .runtime(ctx.runtime())
-                    .node(ctx);
-                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
-                paid.push(outcome.content);
-                Ok(())
-            })
-        })
-        .edge(START, "pay")
-        .edge("pay", END)
-        .compile()
-        .unwrap();
+    let call = ToolCall::new("call_9", "pay", json!({ "amount": 5 }));
+    let graph = paying_in_a_node("paying", host, call);
     let suspended = graph.run(&runtime, "refund-1", Vec::new()).await.unwrap();
     assert_eq!(suspended.interrupts().len(), 1);
     let newest = runtime.list_checkpoints("refund-1").await.unwrap();
