@@ -15,7 +15,7 @@ use loomflow::agent::Agent;
 use loomflow::architecture::{Swarm, TeamState};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
-use loomflow::runtime::SqliteStore;
+use loomflow::runtime::{RunState, SqliteStore, StoreError};
 use loomflow::tool::{
     ApprovalDecision, DispatchContext, HookDecision, Permission, PermissionPolicy, SignalApprover,
     ToolOutcome, approver_fn,
@@ -587,4 +587,56 @@ async fn a_forks_approval_is_decided_on_the_fork() {
     let source = runtime.pending_approvals("refund-1").await.unwrap();
     assert_eq!(source.len(), 1, "the source run still waits");
     assert_eq!(source[0].session, "refund-1");
+}
+
+/// How many times `charge` ran.
+static CHARGED: AtomicUsize = AtomicUsize::new(0);
+
+/// Charge a card.
+#[tool(approval)]
+fn charge(cents: u32) -> String {
+    CHARGED.fetch_add(1, Ordering::SeqCst);
+    format!("charged {cents}")
+}
+
+/// An agent's tool call whose approval is asked in passing of a store failure (the write of
+/// when it was asked commits, then reports a broken connection) lets the run go, as any
+/// store failure does, rather than failing it for good: resumed, the call runs once and the
+/// turn ends. Before its fix the run failed with the tool step's failure.
+#[tokio::test]
+async fn a_store_failure_asking_an_agents_approval_lets_the_run_go() {
+    let db = loomflow_tests::TempDb::new("agent-approval-store-failure");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let agent = Agent::builder("You take payments.")
+        .name("till")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![ToolCall::new(
+                "call_1",
+                "charge",
+                json!({ "cents": 250 }),
+            )]),
+            ModelResponse::text("charged"),
+        ]))
+        .tools(
+            ToolHost::new()
+                .with(charge)
+                .approval_handler(approver_fn(|_req| async { Ok(ApprovalDecision::Allow) })),
+        )
+        .runtime(runtime.clone())
+        .build()
+        .unwrap();
+
+    faults.fail_journal_write_after_commit_named("approval-asked:call_1");
+    let first = agent.run("charge 250").session("till-1").await;
+    assert!(
+        matches!(first, Err(Error::Store(StoreError::Write { .. }))),
+        "let go, not failed: {first:?}"
+    );
+    let record = runtime.run("till-1").await.unwrap().record;
+    assert_ne!(record.state, RunState::Failed, "{record:?}");
+
+    let done = agent.resume("till-1").await.unwrap();
+    assert_eq!(done.output, "charged");
+    assert_eq!(CHARGED.load(Ordering::SeqCst), 1, "the call ran once");
 }

@@ -117,6 +117,17 @@ impl Error {
         }
     }
 
+    /// This error as the work of a journaled step ([`Context::step`](crate::Context::step))
+    /// returns it: a store's failure as the store's own, which the step tells from its work
+    /// failing (a store failing in passing lets the run go, to be carried on, instead of
+    /// failing it for good); anything else as itself.
+    pub(crate) fn into_step_source(self) -> BoxError {
+        match self {
+            Self::Store(failure) | Self::Run(RunError::Store(failure)) => Box::new(failure),
+            other => Box::new(other),
+        }
+    }
+
     /// Unboxes an error that crossed the engine as a `BoxError`: a `loomflow::Error` comes
     /// back as itself, anything else becomes [`Error::Custom`].
     fn from_boxed(error: BoxError) -> Self {

@@ -37,6 +37,9 @@ pub(crate) struct Faults {
     /// While set, the next journal write under a claim commits and then fails, as a write
     /// whose connection broke after the database committed it.
     fail_journal_after_commit: AtomicBool,
+    /// The next journal write under a claim of a step whose name starts with this commits
+    /// and then fails, as `fail_journal_after_commit` does.
+    fail_journal_named: Mutex<Option<String>>,
     /// The next `try_take_signal` starts only once this fires (or is dropped).
     held_try_take: Mutex<Option<oneshot::Receiver<()>>>,
     /// While set, the next `try_take_signal` fails with [`StoreError::Write`].
@@ -148,6 +151,24 @@ impl Faults {
         (self.fail_journal_after_commit).store(true, Ordering::SeqCst);
     }
 
+    /// Makes the next journal write under a claim of a step whose name starts with `prefix`
+    /// commit and then fail.
+    pub(crate) fn fail_journal_write_after_commit_named(&self, prefix: &str) {
+        *self.fail_journal_named.lock().unwrap() = Some(prefix.to_owned());
+    }
+
+    /// Whether `name`'s write is the one armed to fail, disarming it if so.
+    fn journal_write_armed(&self, name: &str) -> bool {
+        let mut named = self.fail_journal_named.lock().unwrap();
+        let armed = named
+            .as_deref()
+            .is_some_and(|prefix| name.starts_with(prefix));
+        if armed {
+            *named = None;
+        }
+        armed || self.fail_journal_after_commit.swap(false, Ordering::SeqCst)
+    }
+
     pub(crate) fn hold_next_try_take(&self) -> oneshot::Sender<()> {
         hold(&self.held_try_take)
     }
@@ -223,16 +244,15 @@ impl Faults {
     /// What a journal write that `written` says returns: a committed write fails when armed.
     fn after_journal_write(
         &self,
+        name: &str,
         owner: &str,
         written: Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         match written {
-            Ok(()) if self.fail_journal_after_commit.swap(false, Ordering::SeqCst) => {
-                Err(StoreError::Write {
-                    thread: owner.to_owned(),
-                    message: "connection reset while committing (armed fault)".to_owned(),
-                })
-            }
+            Ok(()) if self.journal_write_armed(name) => Err(StoreError::Write {
+                thread: owner.to_owned(),
+                message: "connection reset while committing (armed fault)".to_owned(),
+            }),
             written => written,
         }
     }
@@ -449,10 +469,11 @@ impl<S: Store> Store for FaultyStore<S> {
             if let Some(go) = held {
                 let _ = go.await;
             }
+            let name = key.name.clone();
             let written = (self.inner)
                 .put_journal_claimed(key, value, owner, lease_until_ms)
                 .await;
-            self.faults.after_journal_write(owner, written)
+            self.faults.after_journal_write(&name, owner, written)
         })
     }
 
@@ -469,10 +490,11 @@ impl<S: Store> Store for FaultyStore<S> {
             if let Some(go) = held {
                 let _ = go.await;
             }
+            let name = key.name.clone();
             let written = (self.inner)
                 .put_journal_audited(key, value, audit, owner, lease_until_ms)
                 .await;
-            self.faults.after_journal_write(owner, written)
+            self.faults.after_journal_write(&name, owner, written)
         })
     }
 

@@ -414,47 +414,52 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
     let call_step = |at: usize| {
         let (call, name) = (&calls[at], &names[at]);
         ctx.step(name, move || async move {
-            ran[at].mark();
-            let _permit = permits
-                .acquire()
-                .await
-                .map_err(|_| Error::msg("tool permits closed"))?;
-            // Built only for a listener: the arguments may be large.
-            if ctx.has_listener() {
-                AgentEvent::ToolCall {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
+            // A store's failure under the call (asking its approval, taking its decision)
+            // goes to the step as the store's: the run is let go rather than failed.
+            let work = async {
+                ran[at].mark();
+                let _permit = permits
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::msg("tool permits closed"))?;
+                // Built only for a listener: the arguments may be large.
+                if ctx.has_listener() {
+                    AgentEvent::ToolCall {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    }
+                    .emit(ctx);
                 }
-                .emit(ctx);
-            }
-            let rewritten = match verdicts.get(at) {
-                None | Some(Ok(None)) => None,
-                Some(Ok(Some(rewritten))) => Some(rewritten),
-                Some(Err(refusal)) => {
-                    return Ok::<_, Error>(ToolStepOutcome {
-                        content: refusal.clone(),
-                        is_error: true,
-                        blocked: None,
-                    });
-                }
+                let rewritten = match verdicts.get(at) {
+                    None | Some(Ok(None)) => None,
+                    Some(Ok(Some(rewritten))) => Some(rewritten),
+                    Some(Err(refusal)) => {
+                        return Ok::<_, Error>(ToolStepOutcome {
+                            content: refusal.clone(),
+                            is_error: true,
+                            blocked: None,
+                        });
+                    }
+                };
+                let outcome = host
+                    .dispatch(std::slice::from_ref(rewritten.unwrap_or(call)), dispatch)
+                    .await?
+                    .pop()
+                    .ok_or_else(|| {
+                        Error::msg(format!(
+                            "tool host returned no outcome for call {}",
+                            call.id
+                        ))
+                    })?;
+                let outcome = ToolStepOutcome {
+                    content: outcome.content,
+                    is_error: outcome.is_error,
+                    blocked: None,
+                };
+                Ok(guarded::check_tool_result(core, &call.name, outcome, cx).await)
             };
-            let outcome = host
-                .dispatch(std::slice::from_ref(rewritten.unwrap_or(call)), dispatch)
-                .await?
-                .pop()
-                .ok_or_else(|| {
-                    Error::msg(format!(
-                        "tool host returned no outcome for call {}",
-                        call.id
-                    ))
-                })?;
-            let outcome = ToolStepOutcome {
-                content: outcome.content,
-                is_error: outcome.is_error,
-                blocked: None,
-            };
-            Ok(guarded::check_tool_result(core, &call.name, outcome, cx).await)
+            work.await.map_err(Error::into_step_source)
         })
     };
     // A single call (the common turn) is awaited as it is: joining one future would put
