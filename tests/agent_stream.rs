@@ -212,6 +212,47 @@ async fn a_slow_reader_holds_the_run_back_instead_of_letting_events_pile_up() {
     assert_eq!(stream.outcome().await.unwrap().output.len(), 3_890);
 }
 
+/// A cancel asked while the model's chunks wait for a slow reader ends the wait: the
+/// model's answer is read to its end without the reader, and the run is over (completed
+/// with that step, its last) with the stream still unread. Before its fix the run waited
+/// for the reader, and stayed running for as long as nobody read.
+#[tokio::test]
+async fn a_cancel_reaches_a_run_whose_chunks_wait_for_the_reader() {
+    use loomflow::runtime::RunState;
+    let model = Chatty::default();
+    let made = Arc::clone(&model.made);
+    let agent = Agent::builder("a").model(model).build().unwrap();
+    let runtime = agent.runtime().clone();
+    let mut stream = agent
+        .run("talk")
+        .session("held")
+        .stream_capacity(4)
+        .stream()
+        .await
+        .unwrap();
+    stream.next().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        made.load(Ordering::SeqCst) < 100,
+        "the reader holds the model back"
+    );
+    runtime.cancel("held").await.unwrap();
+    let mut record = runtime.run("held").await.unwrap().record;
+    for _ in 0..100 {
+        if record.state != RunState::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        record = runtime.run("held").await.unwrap().record;
+    }
+    assert!(
+        matches!(record.state, RunState::Completed | RunState::Cancelled),
+        "the run went on waiting for its reader: {record:?}"
+    );
+    assert_eq!(made.load(Ordering::SeqCst), 1_000);
+    drop(stream);
+}
+
 /// Refund an order. Moves money.
 #[tool(approval)]
 fn refund(order: String) -> String {

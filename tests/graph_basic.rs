@@ -819,6 +819,40 @@ async fn a_bounded_stream_holds_the_run_back_until_read_and_lets_it_go_when_its_
     assert_eq!(outcome.completed().unwrap(), 40);
 }
 
+/// A cancel asked while the run waits for its bounded stream's reader stops it there: no
+/// further step runs, even once the reader goes on. Before its fix the wait ignored the
+/// cancel, and the next step ran as soon as the reader freed room (never, if it did not).
+#[tokio::test]
+async fn a_cancel_reaches_a_run_waiting_for_its_streams_reader() {
+    let mut graph = Graph::new("held").recursion_limit(100);
+    let names: Vec<String> = (0..20).map(|i| format!("n{i}")).collect();
+    for name in &names {
+        graph = graph.node_sync(name.clone(), |n: &mut u32| *n += 1);
+    }
+    graph = graph.edge(START, names[0].clone());
+    for pair in names.windows(2) {
+        graph = graph.edge(pair[0].clone(), pair[1].clone());
+    }
+    let graph = graph.edge(names[19].clone(), END).compile().unwrap();
+    let runtime = Runtime::in_memory();
+    let mut stream = graph.run(&runtime, "t", 0).stream_bounded(2);
+    stream.next().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let held: u32 = runtime.get_state("t").await.unwrap().unwrap();
+    assert!(held < 19, "the run went {held} steps ahead of its reader");
+    runtime.cancel("t").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(10), stream.outcome())
+        .await
+        .expect("the cancelled run ends");
+    assert!(
+        matches!(outcome, Err(RunError::Cancelled { .. })),
+        "{outcome:?}"
+    );
+    let after: u32 = runtime.get_state("t").await.unwrap().unwrap();
+    assert_eq!(after, held, "a step ran after the cancel");
+}
+
 /// The outcome's future given up part-way (a timeout around it) aborts the run, as dropping
 /// the stream does: the run does not go on unwatched.
 #[tokio::test]

@@ -248,10 +248,11 @@ impl Context {
     }
 
     /// Waits until a bounded event stream has room (at once for any other): lets a node
-    /// that makes many events keep to the pace of the stream's reader.
+    /// that makes many events keep to the pace of the stream's reader. A cancel of the run
+    /// (or its lease lost) ends the wait: the node's work finishes, and the run stops after.
     pub(crate) async fn event_room(&self) {
         if let Some(events) = &self.run.events {
-            events.room().await;
+            let _ = self.run.claim.unless_cancelled(events.room()).await;
         }
     }
 

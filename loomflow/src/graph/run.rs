@@ -240,7 +240,8 @@ impl<S: State> RunBuilder<S> {
 
     /// Like [`stream`](Self::stream), with backpressure: when `capacity` events wait unread,
     /// the run waits before its next superstep and before each streamed model chunk, so a
-    /// slow reader slows the run down instead of letting events pile up in memory.
+    /// slow reader slows the run down instead of letting events pile up in memory. A
+    /// [`cancel`](crate::Runtime::cancel) does not wait for the reader: the run stops.
     pub fn stream_bounded(self, capacity: usize) -> RunStream<S> {
         self.stream_with(Some(capacity))
     }

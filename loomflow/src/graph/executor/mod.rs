@@ -380,6 +380,10 @@ fn run_supersteps<S: State>(
         }
 
         while !active.is_empty() {
+            if let Some(events) = &shared.events {
+                // A slow reader of a bounded stream holds the run; a cancel ends the wait.
+                let _ = shared.claim.unless_cancelled(events.room()).await;
+            }
             // Another execution took the run over (the heartbeat found the lease gone): stop
             // before running anything more. A run that writes each step learns it from its
             // next write; one that writes later (`Async`, `Exit`) learns it here.
@@ -403,10 +407,6 @@ fn run_supersteps<S: State>(
                 return Err(RunError::Yielded {
                     thread: shared.thread.to_string(),
                 });
-            }
-            if let Some(events) = &shared.events {
-                // A bounded stream's reader is behind: wait for it rather than run ahead.
-                events.room().await;
             }
             step += 1;
             if step - first_step > recursion_limit {
