@@ -819,6 +819,50 @@ async fn a_bounded_stream_holds_the_run_back_until_read_and_lets_it_go_when_its_
     assert_eq!(outcome.completed().unwrap(), 40);
 }
 
+/// A run's stream ends with how the run stands even when no step ran in it: a route out of
+/// `START` that failed ends it with `error`, a recover of a finished run with `done`, one of
+/// a suspended run with its interrupts. Before its fix each stream ended with no event.
+#[tokio::test]
+async fn a_stream_tells_how_a_run_stands_when_no_step_ran() {
+    async fn kinds(stream: loomflow::RunStream<u32>) -> Vec<EventKind> {
+        stream.map(|event| event.kind).collect().await
+    }
+    let runtime = Runtime::in_memory();
+    let routed = Graph::new("routed")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .branch(START, ["a", END], |n: &u32| if *n == 7 { "b" } else { "a" })
+        .edge("a", END)
+        .compile()
+        .unwrap();
+    let failed = kinds(routed.run(&runtime, "failed", 7).stream()).await;
+    assert!(
+        matches!(&failed[..], [EventKind::Error { message }] if message.contains("b")),
+        "{failed:?}"
+    );
+
+    routed.invoke(&runtime, "done", 1).await.unwrap();
+    let done = kinds(routed.recover(&runtime, "done").stream()).await;
+    assert_eq!(done, [EventKind::Done]);
+
+    let asking = Graph::new("asking")
+        .node_fn("ask", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n = ctx.interrupt::<u32>("how many?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    asking.invoke(&runtime, "asked", 0).await.unwrap();
+    let asked = kinds(asking.recover(&runtime, "asked").stream()).await;
+    assert!(
+        matches!(&asked[..], [EventKind::Interrupt { payload, .. }] if payload == "how many?"),
+        "{asked:?}"
+    );
+}
+
 /// A cancel asked while the run waits for its bounded stream's reader stops it there: no
 /// further step runs, even once the reader goes on. Before its fix the wait ignored the
 /// cancel, and the next step ran as soon as the reader freed room (never, if it did not).

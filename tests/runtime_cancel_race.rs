@@ -15,9 +15,10 @@
 
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
-use loomflow::RunError;
+use futures_util::StreamExt;
 use loomflow::prelude::*;
 use loomflow::runtime::{RunState, SqliteStore};
+use loomflow::{EventKind, RunError};
 use tokio::sync::Notify;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 use tracing_subscriber::{Layer, Registry};
@@ -95,7 +96,12 @@ async fn cancelled_as_it_suspends(name: &str, runtime: Runtime) {
     let thread = "race";
     let canceller = runtime.clone();
     *hook().lock().unwrap() = Some(Box::new(move || cancel_now(&canceller, thread)));
-    let outcome = graph.invoke(&runtime, thread, 0).await;
+    let mut stream = graph.run(&runtime, thread, 0).stream();
+    let mut kinds = Vec::new();
+    while let Some(event) = stream.next().await {
+        kinds.push(event.kind);
+    }
+    let outcome = stream.outcome().await;
     assert!(
         hook().lock().unwrap().is_none(),
         "{name}: the run never opened its suspend span"
@@ -103,6 +109,11 @@ async fn cancelled_as_it_suspends(name: &str, runtime: Runtime) {
     assert!(
         matches!(outcome, Err(RunError::Cancelled { .. })),
         "{name}: the run should end cancelled, not {outcome:?}"
+    );
+    // Its stream says so last, after the question it can no longer take an answer to.
+    assert!(
+        matches!(kinds.last(), Some(EventKind::Error { message }) if message.contains("cancelled")),
+        "{name}: {kinds:?}"
     );
     let row = runtime.run(thread).await.unwrap().record;
     assert_eq!(row.state, RunState::Cancelled, "{name}: {row:?}");

@@ -179,6 +179,7 @@ fn claimed<S: State>(
         };
         // Kept for a top-level run, to look at what arrived for it once it has let go.
         let runtime = top_level.then(|| execution.runtime.clone());
+        let events = execution.events.clone().filter(|_| top_level);
         let result = run_supersteps(execution, claim.clone()).await;
         if claim.is_lost() {
             return Err(claim.lost_error().into());
@@ -239,6 +240,7 @@ fn claimed<S: State>(
                 // makes every run's future larger.
                 let quiet = matches!(claim.cancel_asked_now(), Some(Ok(false)));
                 if !quiet && Box::pin(ending::cancel_after_suspending(runtime, &claim)).await {
+                    events.iter().for_each(observe::tell_cancelled);
                     return Err(RunError::Cancelled {
                         thread: claim.thread().to_owned(),
                     });
@@ -294,14 +296,12 @@ fn run_supersteps<S: State>(
             resumed,
         } = match located.await? {
             Located::Position(position) => position,
-            Located::Finished(outcome) => return Ok(outcome),
+            Located::Finished(outcome) => return Ok(observe::told(&events, &namespace, outcome)),
         };
-        // The run's session: signals sent to the thread queue there while it runs. It is
-        // opened now only to take in what waits pending for the thread, or to share a session
-        // someone holds already; otherwise by the first signal or receive that needs it (see
-        // `RunClaim::open_session`). What the run has not received when it stops (it
-        // suspends, fails, loses its lease) goes back to pending for the execution that
-        // carries it on, instead of being discarded.
+        // The run's session, where signals sent to the thread queue while it runs: opened
+        // now only to take in what waits pending for the thread or to share one held already,
+        // else by the first signal or receive that needs it (`RunClaim::open_session`). What
+        // the run has not received when it stops goes back to pending for the next execution.
         if namespace.is_root() {
             runtime.open_if_needed(&claim);
         }

@@ -346,3 +346,42 @@ impl std::fmt::Display for InterruptIds<'_> {
         Ok(())
     }
 }
+
+/// Tells a top-level run's stream how a run it did not step through stands (a recover of a
+/// finished or suspended run, a route out of `START` that failed): the closing events its
+/// steps would have sent, as run-level events (step 0). Returns `outcome`.
+pub(super) fn told<S>(
+    events: &Option<crate::event::EventSink>,
+    namespace: &crate::graph::namespace::Namespace,
+    outcome: RunOutcome<S>,
+) -> RunOutcome<S> {
+    use crate::event::{Event, EventKind};
+    let Some(events) = events.as_ref().filter(|_| namespace.is_root()) else {
+        return outcome;
+    };
+    match &outcome {
+        RunOutcome::Completed(_) => events.send(Event::new(0, None, EventKind::Done)),
+        RunOutcome::Failed { error, .. } => {
+            let message = super::ErrorChain(error).to_string();
+            events.send(Event::new(0, None, EventKind::Error { message }));
+        }
+        RunOutcome::Interrupted { interrupts, .. } => {
+            for interrupt in interrupts {
+                let kind = EventKind::Interrupt {
+                    id: interrupt.id.clone(),
+                    payload: interrupt.payload.clone(),
+                };
+                events.send(Event::new(0, Some(interrupt.node.clone()), kind));
+            }
+        }
+    }
+    outcome
+}
+
+/// Tells a top-level run's stream that the run, suspended, was cancelled right after (the
+/// cancel reached it while its suspension was being written).
+pub(super) fn tell_cancelled(events: &crate::event::EventSink) {
+    use crate::event::{Event, EventKind};
+    let message = "the run was cancelled".to_owned();
+    events.send(Event::new(0, None, EventKind::Error { message }));
+}
