@@ -443,3 +443,85 @@ async fn a_fork_after_the_run_ended_replays_its_journaled_steps_in_postgres() {
     let rt = Runtime::postgres(&db.url).await.unwrap();
     a_fork_after_the_run_ended_replays_its_journaled_steps("postgres", &rt).await;
 }
+
+/// A question asked beside a wait for a signal and a timer: a resume value naming no
+/// interrupt answers the question (the only one that takes a value), by request or
+/// directly, and a request naming the wait or the timer is refused when sent, rather than
+/// accepted and then spent without effect when the run applies it.
+#[tokio::test]
+async fn a_value_goes_to_the_only_interrupt_that_takes_one() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let graph = Graph::new("mixed")
+        .node_fn("ask", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt("which?")?;
+                log.push(answer);
+                Ok(())
+            })
+        })
+        .node_fn("nap", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                ctx.sleep(HOUR).or_suspend().await?;
+                log.push("woke".into());
+                Ok(())
+            })
+        })
+        .node_fn("listen", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let heard: String = ctx.wait_for_signal("go").or_suspend().await?;
+                log.push(heard);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge(START, "nap")
+        .edge(START, "listen")
+        .edge("ask", END)
+        .edge("nap", END)
+        .edge("listen", END)
+        .reducer(loomflow::graph::WHOLE_STATE, Reducer::append())
+        .compile()
+        .unwrap();
+    for thread in ["requested", "direct"] {
+        let out = graph.invoke(&runtime, thread, Vec::new()).await.unwrap();
+        assert_eq!(out.interrupts().len(), 3, "{out:?}");
+        let id_of = |node: &str| {
+            let found = out.interrupts().iter().find(|i| i.node == node).unwrap();
+            found.id.clone()
+        };
+        let to_signal = runtime
+            .request_resume_with(thread, &id_of("listen"), "x")
+            .await;
+        assert!(
+            matches!(&to_signal, Err(loomflow::RuntimeError::WaitsForSignal { signal, .. }) if signal == "go"),
+            "{to_signal:?}"
+        );
+        let to_timer = runtime
+            .request_resume_with(thread, &id_of("nap"), "x")
+            .await;
+        assert!(
+            matches!(to_timer, Err(loomflow::RuntimeError::WaitsForTimer { .. })),
+            "{to_timer:?}"
+        );
+        let resumed = if thread == "requested" {
+            runtime.request_resume(thread, "this one").await.unwrap();
+            graph.recover(&runtime, thread).await.unwrap()
+        } else {
+            graph.resume(&runtime, thread, "this one").await.unwrap()
+        };
+        // The question is answered; the step waits on for the signal and the time.
+        let waiting: Vec<&str> = resumed.interrupts().iter().map(|i| &*i.node).collect();
+        assert_eq!(waiting, ["nap", "listen"], "{thread}: {resumed:?}");
+        runtime.signal(thread, "go", "heard").await.unwrap();
+        clock.advance(HOUR);
+        let mut done = graph
+            .recover(&runtime, thread)
+            .await
+            .unwrap()
+            .completed()
+            .unwrap();
+        done.sort();
+        assert_eq!(done, ["heard", "this one", "woke"], "{thread}");
+    }
+}

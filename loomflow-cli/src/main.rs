@@ -213,6 +213,8 @@ impl From<loomflow::Error> for Failure {
             loomflow::Error::Runtime(loomflow::RuntimeError::AmbiguousResume { .. }) => 2,
             loomflow::Error::Runtime(
                 loomflow::RuntimeError::NotInterrupted { .. }
+                | loomflow::RuntimeError::WaitsForSignal { .. }
+                | loomflow::RuntimeError::WaitsForTimer { .. }
                 | loomflow::RuntimeError::AlreadyDecided { .. },
             ) => 4,
             loomflow::Error::Signal(_) => 4,

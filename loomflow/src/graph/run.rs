@@ -428,7 +428,8 @@ impl<S: State> CompiledGraph<S> {
         )
     }
 
-    /// Resumes a thread suspended on exactly one interrupt, giving it `value`.
+    /// Resumes a thread suspended on exactly one interrupt that takes a value, giving it
+    /// `value` (its siblings' waits for a signal or a timer, if any, go on waiting).
     ///
     /// The interrupted node runs again from its start; its `ctx.interrupt` call returns
     /// `value`, deserialized into the type it asks for. Siblings that finished in the
@@ -436,8 +437,10 @@ impl<S: State> CompiledGraph<S> {
     ///
     /// Errors surface when the run is awaited: [`RunError::Busy`] (another execution holds
     /// the run; see [`recover`](Self::recover)), [`RunError::UnknownThread`],
-    /// [`RunError::NotInterrupted`], [`RunError::AmbiguousResume`] (several interrupts are
-    /// pending: use [`resume_with`](Self::resume_with)), [`RunError::UnserializableResume`]
+    /// [`RunError::NotInterrupted`], [`RunError::AmbiguousResume`] (several interrupts that
+    /// take a value are pending: use [`resume_with`](Self::resume_with)),
+    /// [`RunError::WaitsForSignal`] or [`RunError::WaitsForTimer`] (the only interrupt
+    /// pending waits for one), [`RunError::UnserializableResume`]
     /// (`value` does not serialize), [`RunError::ResumeValue`] (it does not deserialize into
     /// the type the node asks for); each leaves the checkpoint as it was.
     pub fn resume(

@@ -78,7 +78,32 @@ pub enum RuntimeError {
         /// The ids that are pending.
         pending: Vec<String>,
     },
-    /// A resume request named no interrupt while several are pending.
+    /// A resume value was sent to an interrupt that waits for a signal, not for a value:
+    /// send the signal instead.
+    #[error(
+        "interrupt {id} on thread {thread} waits for signal {signal}, not for a value: send the signal"
+    )]
+    WaitsForSignal {
+        /// The thread.
+        thread: String,
+        /// The interrupt.
+        id: String,
+        /// The signal it waits for.
+        signal: String,
+    },
+    /// A resume value was sent to an interrupt that sleeps until a time, not for a value.
+    #[error(
+        "interrupt {id} on thread {thread} sleeps until {wake_at_ms} ms since the epoch, not for a value"
+    )]
+    WaitsForTimer {
+        /// The thread.
+        thread: String,
+        /// The interrupt.
+        id: String,
+        /// When it wakes, in milliseconds since the Unix epoch.
+        wake_at_ms: u64,
+    },
+    /// A resume request named no interrupt while several that take a value are pending.
     #[error("thread {thread} has {} pending interrupts ({}); name the one to resume", pending.len(), pending.join(", "))]
     AmbiguousResume {
         /// The thread.

@@ -58,8 +58,12 @@ impl Runtime {
     ///
     /// [`RuntimeError::UnknownRun`]; [`RuntimeError::NotInterrupted`] when the run does not
     /// wait for a resume value; [`RuntimeError::AmbiguousResume`] when several interrupts
-    /// are pending (name one with [`request_resume_with`](Self::request_resume_with)); a
-    /// value that does not serialize; a store failure. A value
+    /// that take a value are pending (name one with
+    /// [`request_resume_with`](Self::request_resume_with)); the interrupt's
+    /// [`RuntimeError::WaitsForSignal`] or [`RuntimeError::WaitsForTimer`] when the only one
+    /// pending waits for a signal or a timer (a value naming no interrupt goes to the one
+    /// that takes it, beside any such waits); a value that does not serialize; a store
+    /// failure. A value
     /// the node cannot use (one that does not decode, or one its resumed step fails with) is
     /// refused when the request is applied: the request is spent, and the run stays
     /// interrupted, waiting for another.
@@ -73,7 +77,9 @@ impl Runtime {
     /// # Errors
     ///
     /// As for [`request_resume`](Self::request_resume), and
-    /// [`RuntimeError::UnknownInterrupt`] when `interrupt` is not pending.
+    /// [`RuntimeError::UnknownInterrupt`] when `interrupt` is not pending,
+    /// [`RuntimeError::WaitsForSignal`] or [`RuntimeError::WaitsForTimer`] when it waits for
+    /// a signal or a timer rather than for a value.
     pub async fn request_resume_with(
         &self,
         thread: &str,
@@ -141,24 +147,44 @@ impl Runtime {
     }
 
     /// Refuses a resume request that could not apply: one naming an interrupt that is not
-    /// pending, or naming none while several are. A request refused only when applied would
-    /// spend the requests queued with it.
+    /// pending or that waits for a signal or a timer, or naming none while several that take
+    /// a value are pending. A request refused only when applied would spend the requests
+    /// queued with it.
     async fn check_resume_target(&self, thread: &str, interrupt: Option<&str>) -> Result<()> {
         let pending = self.pending_interrupts(thread).await?;
-        let ids = || pending.iter().map(|i| i.id.clone()).collect();
-        match interrupt {
-            Some(id) if !pending.iter().any(|i| i.id == id) => {
-                Err(RuntimeError::UnknownInterrupt {
+        let target = match interrupt {
+            Some(id) => pending.iter().find(|i| i.id == id).ok_or_else(|| {
+                RuntimeError::UnknownInterrupt {
                     thread: thread.to_owned(),
                     id: id.to_owned(),
-                    pending: ids(),
-                })
-            }
-            None if pending.len() > 1 => Err(RuntimeError::AmbiguousResume {
+                    pending: pending.iter().map(|i| i.id.clone()).collect(),
+                }
+            })?,
+            None => match super::store::unnamed_answer(&pending) {
+                Ok(at) => &pending[at],
+                Err(_) if pending.is_empty() => return Ok(()),
+                Err(pending) => {
+                    return Err(RuntimeError::AmbiguousResume {
+                        thread: thread.to_owned(),
+                        pending,
+                    });
+                }
+            },
+        };
+        if let Some(signal) = &target.signal {
+            return Err(RuntimeError::WaitsForSignal {
                 thread: thread.to_owned(),
-                pending: ids(),
+                id: target.id.clone(),
+                signal: signal.clone(),
+            });
+        }
+        match target.wake_at_ms {
+            Some(wake_at_ms) => Err(RuntimeError::WaitsForTimer {
+                thread: thread.to_owned(),
+                id: target.id.clone(),
+                wake_at_ms,
             }),
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 

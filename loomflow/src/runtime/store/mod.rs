@@ -59,6 +59,7 @@ pub use memory::{DEFAULT_RETAINED_AUDIT_ENTRIES, DEFAULT_RETAINED_CHECKPOINTS, M
 pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "http")]
 pub(crate) use records::CONSUMED_KEY_KEPT_MS;
+pub(crate) use records::unnamed_answer;
 pub use records::{
     Checkpoint, DeletedThread, Interrupt, JournalKey, RunStatus, SignalPush, StoredSignal,
 };

@@ -85,6 +85,39 @@ pub struct Interrupt {
     pub wake_at_ms: Option<u64>,
 }
 
+impl Interrupt {
+    /// Whether a resume value answers it: it is not a wait for a signal or a timer, which
+    /// `recover` carries on once the signal came or the time is up.
+    pub fn takes_value(&self) -> bool {
+        self.signal.is_none() && self.wake_at_ms.is_none()
+    }
+}
+
+/// Which of the pending `interrupts` a resume value that names none answers: the only one
+/// that takes a value, else the only one pending (whose wait then refuses the value).
+/// Otherwise `Err` with the ids to choose from: those that take a value, or all of them.
+pub(crate) fn unnamed_answer(interrupts: &[Interrupt]) -> Result<usize, Vec<String>> {
+    let mut takers = (0..interrupts.len()).filter(|&at| interrupts[at].takes_value());
+    match (takers.next(), takers.next()) {
+        (Some(at), None) => return Ok(at),
+        (None, _) if interrupts.len() == 1 => return Ok(0),
+        _ => {}
+    }
+    let ids = |takers: bool| {
+        interrupts
+            .iter()
+            .filter(|i| !takers || i.takes_value())
+            .map(|i| i.id.clone())
+            .collect::<Vec<_>>()
+    };
+    let takers = ids(true);
+    Err(if takers.is_empty() {
+        ids(false)
+    } else {
+        takers
+    })
+}
+
 /// One row per superstep of a run: where the run stands, and the executor's snapshot.
 ///
 /// Storage keeps rows: it files a checkpoint by its columns (thread, run, namespace, step,

@@ -404,31 +404,31 @@ fn requested_answers<S>(
 ) -> Result<Vec<(usize, Value)>> {
     let mut values = BTreeMap::new();
     for ResumeRequest { interrupt, value } in requests {
-        let id = match (interrupt, cp.snapshot.interrupts.as_slice()) {
-            (Some(id), _) => id,
-            (None, [only]) => only.id.clone(),
-            (None, _) => {
-                return Err(RunError::AmbiguousResume {
-                    thread: thread.to_owned(),
-                    pending: cp.interrupt_ids(),
-                });
-            }
+        let id = match interrupt {
+            Some(id) => id,
+            None => cp.snapshot.interrupts[unnamed(cp, thread)?].id.clone(),
         };
         values.insert(id, Ok(value));
     }
     answers_by_id(cp, thread, values)
 }
 
-/// The answer `value` gives the only pending interrupt ([`answer`]); refused when several
-/// are pending.
-fn only_answer<S>(cp: &Stored<S>, thread: &str, value: ResumeValue) -> Result<(usize, Value)> {
-    let [only] = cp.snapshot.interrupts.as_slice() else {
-        return Err(RunError::AmbiguousResume {
+/// Which pending interrupt a value that names none answers
+/// ([`unnamed_answer`](crate::runtime::store::unnamed_answer)); refused when that is not one.
+fn unnamed<S>(cp: &Stored<S>, thread: &str) -> Result<usize> {
+    crate::runtime::store::unnamed_answer(&cp.snapshot.interrupts).map_err(|pending| {
+        RunError::AmbiguousResume {
             thread: thread.to_owned(),
-            pending: cp.interrupt_ids(),
-        });
-    };
-    answer(cp, thread, 0, &only.id, value)
+            pending,
+        }
+    })
+}
+
+/// The answer `value` gives the one pending interrupt a value naming none answers
+/// ([`answer`]); refused when that is not one.
+fn only_answer<S>(cp: &Stored<S>, thread: &str, value: ResumeValue) -> Result<(usize, Value)> {
+    let at = unnamed(cp, thread)?;
+    answer(cp, thread, at, &cp.snapshot.interrupts[at].id, value)
 }
 
 /// The answers `values` gives by interrupt id, each checked ([`answer`]) against the
