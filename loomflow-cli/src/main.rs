@@ -18,8 +18,9 @@
 //! `--edit` that is not a JSON object, an empty signal name, `--key` or `--by`), and once it
 //! is open a resume that names no interrupt while several are pending; 3 not found (no such run, no such pending
 //! approval or interrupt; `delete` of a thread that never ran); 4 refused (the mailbox refused the
-//! signal: a reserved name, a payload over the limit, a run that has ended; a call decided
-//! already; a run that is not interrupted; a delete while a run executes the thread).
+//! signal: a reserved name, a payload over the limit, a run that has ended; the store
+//! refused what it was given; a call decided already; a run that is not interrupted, or an
+//! interrupt that waits for a signal or a timer; a delete while a run executes the thread).
 
 mod audit;
 mod commands;
@@ -218,6 +219,9 @@ impl From<loomflow::Error> for Failure {
                 | loomflow::RuntimeError::AlreadyDecided { .. },
             ) => 4,
             loomflow::Error::Signal(_) => 4,
+            // The store would refuse it again (a payload nested too deep): not a failure
+            // to retry.
+            loomflow::Error::Store(loomflow::runtime::StoreError::Refused { .. }) => 4,
             _ => 1,
         };
         Self {

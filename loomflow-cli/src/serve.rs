@@ -22,9 +22,29 @@ pub(crate) async fn run(runtime: Runtime, config: HttpConfig, listen: &str) -> R
     let addr = listener.local_addr().map_err(cannot_listen)?;
     outln!("loomflow: serving on http://{addr} (the inbox: http://{addr}/inbox?token=…)");
     axum::serve(listener, router(runtime, config))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(stop_asked())
         .await
         .map_err(|e| Failure::server(format!("the server stopped: {e}")))
+}
+
+/// Waits for Ctrl-C, or for SIGTERM (`docker stop`, systemd): requests under way finish.
+async fn stop_asked() {
+    let interrupted = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    () = interrupted => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => interrupted.await,
+        }
+    }
+    #[cfg(not(unix))]
+    interrupted.await;
 }

@@ -20,9 +20,13 @@ pub(crate) enum Lifetime {
 /// `key=value` pairs (`host=db dbname=flows …`), `sqlite:PATH`, or a path to a SQLite file.
 /// No error repeats `db`: a connection string may hold a password.
 pub(crate) async fn open(db: Option<&str>, lifetime: Lifetime) -> Result<Runtime, Failure> {
-    let db = db.ok_or_else(|| {
-        Failure::usage("no store: pass --db sqlite:PATH (or postgres://…) or set LOOMFLOW_DB")
-    })?;
+    // A value read from a file keeps its newline; an empty one (a placeholder) is none.
+    let db = db
+        .map(str::trim)
+        .filter(|db| !db.is_empty())
+        .ok_or_else(|| {
+            Failure::usage("no store: pass --db sqlite:PATH (or postgres://…) or set LOOMFLOW_DB")
+        })?;
     let signals = match lifetime {
         Lifetime::Command => MailboxConfig::default()
             .pending_signal_ttl(None)

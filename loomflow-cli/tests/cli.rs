@@ -245,6 +245,50 @@ fn exit_codes_say_what_went_wrong() {
         .output()
         .unwrap();
     assert!(via_env.status.success(), "{}", stderr(&via_env));
+    // A value read from a file keeps its newline; an empty placeholder names no store.
+    let padded = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .arg("runs")
+        .env("LOOMFLOW_DB", format!(" {}\n", db.url()))
+        .output()
+        .unwrap();
+    assert!(padded.status.success(), "{}", stderr(&padded));
+    let empty = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .arg("runs")
+        .env("LOOMFLOW_DB", "")
+        .output()
+        .unwrap();
+    assert_eq!(empty.status.code(), Some(2), "{}", stderr(&empty));
+    assert!(stderr(&empty).contains("no store"), "{}", stderr(&empty));
+}
+
+/// A payload the store refuses (nested deeper than it keeps, though it parses) is refused
+/// (4), not a store failure (1) that a script would try again.
+#[tokio::test]
+async fn a_payload_the_store_refuses_is_4() {
+    let db = Db::new("refused");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    runtime.submit("refund", "t", json!({})).await.unwrap();
+    drop(runtime);
+    let nested = format!("{}1{}", "[".repeat(511), "]".repeat(511));
+    let output = loomflow_apart(&db.0, &["signal", "t", "go", &nested]).await;
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+}
+
+/// `serve` stops gracefully on SIGTERM (`docker stop`, systemd), as on Ctrl-C: it exits 0
+/// rather than being killed by the signal.
+#[cfg(unix)]
+#[test]
+fn serve_stops_on_sigterm() {
+    let db = Db::new("sigterm");
+    drop(Runtime::sqlite(&db.0).unwrap());
+    let (mut server, _addr) = serve(&db, &[("LOOMFLOW_TOKEN", "tok")]);
+    let sent = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = server.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }
 
 /// Refund an order. Moves money.
