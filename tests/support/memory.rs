@@ -635,6 +635,19 @@ pub(crate) async fn a_text_is_found_as_it_is<M: Memory>(memory: &M) {
     }
     assert!(memory.holds_text(&ada, "  ada likes TEA ").await.unwrap());
     assert!(!memory.holds_text(&ada, "Ada likes").await.unwrap());
+    // Whitespace at the ends is set aside on both sides, the same on every backend: a text
+    // stored with a line break at its end (a tool's, a consolidation's) is found.
+    memory
+        .remember(&ada, "\tAda drinks oolong\r\n", json!({}))
+        .await
+        .unwrap();
+    assert!(memory.holds_text(&ada, "ada drinks oolong").await.unwrap());
+    assert!(
+        memory
+            .holds_text(&ada, "\nAda drinks oolong\x0c")
+            .await
+            .unwrap()
+    );
     assert!(
         !memory
             .holds_text(&Scope::user("bob"), "Ada likes tea")

@@ -161,7 +161,10 @@ impl AgentBuilder {
     /// puts it in the prompt, within the [token budget](MemoryOptions::token_budget); with
     /// [`MemoryOptions`] (see [`memory_options`](Self::memory_options)) the model also gets
     /// `remember` and `recall` tools, and facts are extracted after each run. Recall and
-    /// extraction are journaled steps: a resumed run does not repeat them.
+    /// extraction are journaled steps: a resumed run does not repeat them. A recall the
+    /// memory fails (its database unreachable) fails the run, as a model's failure does,
+    /// rather than answering without what it should remember; a failed extraction is only
+    /// logged, the answer given stands.
     pub fn memory(mut self, memory: impl Memory) -> Self {
         self.memory = Some(Arc::new(memory));
         self

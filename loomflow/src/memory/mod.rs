@@ -33,6 +33,7 @@
 
 mod consolidate;
 mod error;
+mod matching;
 mod prompt;
 mod tools;
 
@@ -236,8 +237,8 @@ pub trait Memory: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<MemoryItem>, MemoryError>>;
 
-    /// Whether `scope` holds an item whose text is `text`, leading and trailing whitespace
-    /// aside and ASCII letters in any case: how a fact already known is told from a new one,
+    /// Whether `scope` holds an item whose text is `text`, leading and trailing ASCII
+    /// whitespace aside and ASCII letters in any case: how a fact already known is told from a new one,
     /// whatever else ranks above it in a [`recall`](Self::recall).
     ///
     /// The default reads every item of `scope` through [`list`](Self::list); the backends
@@ -253,10 +254,10 @@ pub trait Memory: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<bool, MemoryError>> {
         Box::pin(async move {
             let items = self.list(scope, usize::MAX).await?;
-            let text = text.trim();
+            let text = matching::edges_trimmed(text);
             Ok(items
                 .iter()
-                .any(|i| i.text.trim().eq_ignore_ascii_case(text)))
+                .any(|i| matching::edges_trimmed(&i.text).eq_ignore_ascii_case(text)))
         })
     }
 

@@ -5,6 +5,7 @@ use deadpool_postgres::{Object, Pool};
 use serde_json::Value;
 
 use super::backend::{check_metadata, check_new, check_text, distinct, from_ms, now_ms, words};
+use super::matching::edges_trimmed;
 use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
 use crate::graph::BoxFuture;
 use crate::runtime::{PostgresOptions, PostgresStore};
@@ -252,12 +253,12 @@ impl Memory for PostgresMemory {
                 .query_one(
                     "SELECT EXISTS (SELECT 1 FROM loomflow_memory
                      WHERE scope_kind = $1 AND scope_id = $2
-                     AND translate(btrim(text, E' \\t\\r\\n'), $4, $5)
+                     AND translate(btrim(text, E' \\t\\n\\013\\f\\r'), $4, $5)
                          = translate($3, $4, $5))",
                     &[
                         &scope.kind(),
                         &scope.id(),
-                        &text.trim(),
+                        &edges_trimmed(text),
                         &"ABCDEFGHIJKLMNOPQRSTUVWXYZ",
                         &"abcdefghijklmnopqrstuvwxyz",
                     ],

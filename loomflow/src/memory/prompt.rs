@@ -109,7 +109,7 @@ pub(crate) async fn recall_for_prompt(
     for scope in scopes {
         found.extend(memory.recall(scope, query, options.recall_limit).await?);
     }
-    found.sort_by(|a, b| b.score.total_cmp(&a.score));
+    super::matching::rank_across_scopes(&mut found);
     let heading = "What you remember from earlier conversations (it may be out of date):";
     let mut used = tokens(heading);
     let mut lines = Vec::new();

@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::backend::{check_metadata, check_new, check_text, distinct, from_ms, now_ms, words};
+use super::matching::edges_trimmed;
 use super::{Memory, MemoryError, MemoryId, MemoryItem, Scope};
 use crate::graph::BoxFuture;
 
@@ -266,12 +267,13 @@ impl Memory for SqliteMemory {
     ) -> BoxFuture<'a, Result<bool, MemoryError>> {
         Box::pin(async move {
             scope.checked()?;
-            let (scope, text) = (scope.clone(), text.trim().to_owned());
+            let (scope, text) = (scope.clone(), edges_trimmed(text).to_owned());
             self.with(format!("look for a text in {scope}"), move |c| {
                 // SQLite's `lower` folds ASCII letters only, as the trait says.
                 c.query_row(
                     "SELECT EXISTS (SELECT 1 FROM loomflow_memory
-                     WHERE scope_kind = ?1 AND scope_id = ?2 AND lower(trim(text)) = lower(?3))",
+                     WHERE scope_kind = ?1 AND scope_id = ?2
+                       AND lower(trim(text, ' ' || char(9, 10, 11, 12, 13))) = lower(?3))",
                     params![scope.kind(), scope.id(), text],
                     |row| row.get(0),
                 )

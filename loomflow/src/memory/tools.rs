@@ -188,7 +188,7 @@ impl Tool for Recall {
                         })?;
                 found.extend(items);
             }
-            found.sort_by(|a, b| b.score.total_cmp(&a.score));
+            super::matching::rank_across_scopes(&mut found);
             found.truncate(k);
             Ok(Value::Array(
                 found
