@@ -448,6 +448,18 @@ async fn streamable_http_tools_answer_and_a_stopped_server_fails_promptly() {
         outcome.content
     );
     assert!(outcome.content.contains("echo"), "{}", outcome.content);
+    // Nothing listens: the request never left, and the call says the server is unavailable
+    // (not that it may have run).
+    let direct = server.call("echo", json!({ "message": "anyone?" })).await;
+    assert!(
+        matches!(direct, Err(McpError::NotSent { .. })),
+        "{direct:?}"
+    );
+    assert!(
+        outcome.content.contains("could not be reached"),
+        "{}",
+        outcome.content
+    );
     // Reading the list again asks the server, which is gone: not a list kept from before.
     let refreshed = server.refresh().await;
     assert!(refreshed.is_err(), "{refreshed:?}");

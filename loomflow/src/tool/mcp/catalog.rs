@@ -142,7 +142,14 @@ impl Catalog {
         let server = self.server.clone();
         let operation = operation.to_owned();
         match error {
-            ServiceError::TransportSend(error) if self.sent_apart => McpError::NotSent {
+            ServiceError::TransportSend(error) if self.sent_apart && never_sent(&*error.error) => {
+                McpError::NotSent {
+                    server,
+                    operation,
+                    reason: root_cause(&*error.error),
+                }
+            }
+            ServiceError::TransportSend(error) if self.sent_apart => McpError::NoAnswer {
                 server,
                 operation,
                 reason: root_cause(&*error.error),
@@ -218,6 +225,32 @@ fn is_object_schema(schema: &serde_json::Map<String, Value>) -> bool {
     schema.get("type").and_then(Value::as_str) == Some("object")
 }
 
+/// Whether a streamable HTTP request's failure `error` came before the request left: the
+/// server could not be reached (a connect error, its name unknown, the TLS handshake). Any
+/// other failure may have come after the server got the request.
+fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut next = Some(error);
+    while let Some(error) = next {
+        // The SDK's client error does not name the client's as its source: looked into.
+        if let Some(StreamableHttpError::Client(client)) =
+            error.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return client.is_connect();
+        }
+        if let Some(client) = error.downcast_ref::<reqwest::Error>() {
+            return client.is_connect();
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
 /// The innermost error of a chain: "connection refused" rather than the transport's type.
 fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut error = error;
@@ -241,22 +274,30 @@ mod tests {
         assert_eq!(model_name("p_", &"x".repeat(80)).len(), 64);
     }
 
-    /// One HTTP request that could not be sent (a proxy's 502) fails that request only; a
-    /// stdio server whose input cannot be written is gone.
+    /// One HTTP request that failed fails that request only: one that got no answer (a
+    /// proxy's 502) may have been carried out, one that could not reach the server was not
+    /// sent. A stdio server whose input cannot be written is gone.
     #[test]
     fn a_send_that_failed_ends_a_stdio_server_only() {
-        let failed = || {
-            let error: Box<dyn std::error::Error + Send + Sync> = "502 Bad Gateway".into();
+        let failing = |error: Box<dyn std::error::Error + Send + Sync>| {
             ServiceError::TransportSend(rmcp::transport::DynamicTransportError::from_parts(
                 "http",
                 std::any::TypeId::of::<()>(),
                 error,
             ))
         };
+        let failed = || failing("502 Bad Gateway".into());
         let http = Catalog::new("docs".into(), String::new(), Duration::from_secs(1), true);
         let error = http.service_error("tools/call search", failed());
-        assert!(matches!(error, McpError::NotSent { .. }), "{error:?}");
+        assert!(matches!(error, McpError::NoAnswer { .. }), "{error:?}");
         assert!(error.to_string().contains("502 Bad Gateway"), "{error}");
+        assert!(
+            error.to_string().contains("may have been carried out"),
+            "{error}"
+        );
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let error = http.service_error("tools/call search", failing(Box::new(refused)));
+        assert!(matches!(error, McpError::NotSent { .. }), "{error:?}");
         assert!(!http.is_gone());
         let stdio = Catalog::new("fs".into(), String::new(), Duration::from_secs(1), false);
         let error = stdio.service_error("tools/call read", failed());

@@ -70,10 +70,25 @@ pub enum McpError {
         /// What was seen.
         reason: String,
     },
-    /// A request to a streamable HTTP server could not be sent (a proxy's 502, a 401, a
-    /// connection reset): that request failed, and the server may answer the next one.
+    /// A request to a streamable HTTP server could not be sent: the server could not be
+    /// reached (its connection refused, its name unknown, the TLS handshake failed). That
+    /// request failed, and the server may answer the next one.
     #[error("mcp server {server}: {operation} could not be sent ({reason})")]
     NotSent {
+        /// The server.
+        server: String,
+        /// What was asked.
+        operation: String,
+        /// What the transport said.
+        reason: String,
+    },
+    /// A request to a streamable HTTP server went out but got no answer to read (a proxy's
+    /// 502 or 504, a 401, the connection reset while it waited): the server may have
+    /// carried it out. That request failed, and the server may answer the next one.
+    #[error(
+        "mcp server {server}: {operation} got no answer ({reason}); it may have been carried out"
+    )]
+    NoAnswer {
         /// The server.
         server: String,
         /// What was asked.
@@ -112,6 +127,11 @@ impl McpError {
                 tool,
                 server,
                 reason,
+            },
+            Self::NotSent { server, reason, .. } => ToolError::Unavailable {
+                tool,
+                server,
+                reason: format!("it could not be reached: {reason}"),
             },
             Self::TimedOut { seconds, .. } => ToolError::TimedOut { tool, seconds },
             Self::ToolFailed { message, .. } => ToolError::Failed { tool, message },

@@ -9,9 +9,13 @@
 //!
 //! The tool list is followed: when the server sends `notifications/tools/list_changed`, the
 //! list is read again and the next model turn sees it ([`McpServer::subscribe`] ticks).
-//! A server that exits, or whose connection closes, fails each call at once with
+//! A stdio server that exits, or whose connection closes, fails each call at once with
 //! [`ToolError::Unavailable`](crate::tool::ToolError::Unavailable) (in a host) or
-//! [`McpError::Gone`] (from [`McpServer::call`]), naming the server and the tool; every
+//! [`McpError::Gone`] (from [`McpServer::call`]), naming the server and the tool; its tools
+//! stay listed, and an `McpServer` does not reconnect (connect a new one, in a new host).
+//! An HTTP server that cannot be reached fails that call with `Unavailable` too
+//! ([`McpError::NotSent`]), and may answer the next; a request that went out and got no
+//! answer (a proxy's 504) fails with [`McpError::NoAnswer`]: the tool may have run. Every
 //! request also has a timeout, so nothing waits forever on a server.
 //!
 //! # Examples
@@ -141,7 +145,8 @@ impl McpServer {
     ///
     /// # Errors
     ///
-    /// [`McpError::Gone`], [`McpError::TimedOut`] or [`McpError::Refused`].
+    /// [`McpError::Gone`], [`McpError::TimedOut`], [`McpError::Refused`], or for an HTTP
+    /// server [`McpError::NotSent`] or [`McpError::NoAnswer`].
     pub async fn refresh(&self) -> Result<(), McpError> {
         self.inner.catalog.refresh(&self.inner.peer).await
     }
@@ -152,8 +157,10 @@ impl McpServer {
     /// # Errors
     ///
     /// [`McpError::Gone`] when the server has exited or its connection closed,
-    /// [`McpError::TimedOut`], [`McpError::Refused`] (unknown tool, bad arguments), or
-    /// [`McpError::ToolFailed`] when the tool reports an error.
+    /// [`McpError::TimedOut`], [`McpError::Refused`] (unknown tool, bad arguments),
+    /// [`McpError::ToolFailed`] when the tool reports an error; for an HTTP server,
+    /// [`McpError::NotSent`] (it could not be reached) or [`McpError::NoAnswer`] (the
+    /// request went out unanswered: the tool may have run).
     pub async fn call(&self, tool: &str, arguments: Value) -> Result<Value, McpError> {
         remote::call(&self.inner.catalog, &self.inner.peer, tool, arguments).await
     }

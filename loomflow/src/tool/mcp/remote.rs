@@ -109,13 +109,16 @@ pub(super) async fn call(
 /// A result as JSON: its structured content when there is some; otherwise its text (the
 /// blocks joined by newlines) when every block is text; otherwise the blocks as JSON, their
 /// binary payloads (images, audio, blobs) left out with their size said. A result marked
-/// `isError` is its text, as the error.
+/// `isError` is its text, as the error; with no text, its structured content as JSON, or
+/// that it said nothing.
 fn into_value(result: CallToolResult) -> Result<Value, String> {
     if result.is_error == Some(true) {
         let text = blocks_value(result.content);
-        return Err(match text {
-            Value::String(text) => text,
-            other => other.to_string(),
+        return Err(match (text, result.structured_content) {
+            (Value::String(text), _) if !text.trim().is_empty() => text,
+            (Value::String(_), Some(structured)) => structured.to_string(),
+            (Value::String(_), None) => "(the tool said nothing more)".to_owned(),
+            (other, _) => other.to_string(),
         });
     }
     if let Some(structured) = result.structured_content {
@@ -228,6 +231,18 @@ mod tests {
             "content": [{ "type": "text", "text": "no such file" }], "isError": true
         }));
         assert_eq!(into_value(r).unwrap_err(), "no such file");
+    }
+
+    /// An error result with no text says what it has: its structured content, or that it
+    /// said nothing, rather than an empty message.
+    #[test]
+    fn an_error_result_without_text_is_not_empty() {
+        let r = result(json!({
+            "content": [], "isError": true, "structuredContent": { "code": "ENOENT" }
+        }));
+        assert_eq!(into_value(r).unwrap_err(), r#"{"code":"ENOENT"}"#);
+        let r = result(json!({ "content": [], "isError": true }));
+        assert_eq!(into_value(r).unwrap_err(), "(the tool said nothing more)");
     }
 
     #[test]
