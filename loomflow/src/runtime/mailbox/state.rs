@@ -386,7 +386,9 @@ impl State {
         }
         let now = Instant::now();
         for channel in leftovers.collect::<Vec<_>>() {
-            for queued in channel.queue {
+            // Last first: each goes before the payloads of its own place in send order (a
+            // payload given back has none), so that those keep their order.
+            for queued in channel.queue.into_iter().rev() {
                 let place = Place::Return(queued.order);
                 self.push_pending(config, session, &channel.name, queued, place, now);
             }
