@@ -208,6 +208,42 @@ async fn a_timed_out_wait_reports_the_timeout_it_was_given() {
     }
 }
 
+/// A timed wait whose store is slow to answer (its stored signals still loading) ends at
+/// its timeout, measured from the call: before its fix the wait's timer started only once
+/// the store had answered, so it ran as long as the store took, and the timeout on top.
+#[tokio::test]
+async fn a_timed_wait_ends_at_its_timeout_while_the_store_is_slow() {
+    let db = TempDb::new("timeout-slow-store");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).signals(unbounded()).build();
+    let go = faults.hold_next_pending_read();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(go);
+    });
+    let given = Duration::from_millis(100);
+    let started = std::time::Instant::now();
+    let waited = runtime.wait_for_signal::<u32>("s", "n", Some(given)).await;
+    let took = started.elapsed();
+    release.abort();
+    assert!(
+        matches!(
+            &waited,
+            Err(loomflow::RuntimeError::Signal(loomflow::SignalError::Timeout { timeout, .. }))
+                if *timeout == given
+        ),
+        "{waited:?}"
+    );
+    assert!(took < Duration::from_secs(5), "the wait took {took:?}");
+    // The store answers again: the next wait loads what it keeps and receives it.
+    runtime.signal("s", "n", 7u32).await.unwrap();
+    let received: u32 = runtime
+        .wait_for_signal("s", "n", Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(received, 7);
+}
+
 /// A payload whose waiter outside any run was cut short while its row was being consumed
 /// goes to the next receiver, a node's wait included: each payload is received once, by
 /// the waiter or by the node that waits for it next.

@@ -48,6 +48,8 @@ pub(crate) struct Faults {
     try_take_faults: AtomicUsize,
     /// The next `take_signal` (outside a claim) starts only once this fires (or is dropped).
     held_plain_take: Mutex<Option<oneshot::Receiver<()>>>,
+    /// The next `pending_signals` read starts only once this fires (or is dropped).
+    held_pending_read: Mutex<Option<oneshot::Receiver<()>>>,
     /// The next `next_wake_at_ms` says so on the first sender once called, and asks the
     /// store only once the second channel fires.
     held_wake_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
@@ -144,6 +146,12 @@ impl Faults {
     /// signal received outside any run) until the returned sender fires or is dropped.
     pub(crate) fn hold_next_plain_take(&self) -> oneshot::Sender<()> {
         hold(&self.held_plain_take)
+    }
+
+    /// Holds back the next read of every pending signal (a runtime loading what the store
+    /// keeps) until the returned sender fires or is dropped.
+    pub(crate) fn hold_next_pending_read(&self) -> oneshot::Sender<()> {
+        hold(&self.held_pending_read)
     }
 
     /// Makes the next journal write under a claim commit and then fail.
@@ -352,7 +360,13 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 
     fn pending_signals(&self) -> BoxFuture<'_, Result<Vec<StoredSignal>, StoreError>> {
-        self.inner.pending_signals()
+        let held = self.faults.held_pending_read.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(go) = held {
+                let _ = go.await;
+            }
+            self.inner.pending_signals().await
+        })
     }
 
     /// Forwarded: the default sees pending signals only, not the consumed keys a store

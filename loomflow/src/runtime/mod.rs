@@ -18,6 +18,7 @@ pub(crate) mod owner;
 mod removals;
 mod runs;
 mod seen;
+mod signal_receive;
 mod signal_watch;
 pub(crate) mod signals;
 pub mod store;

@@ -24,9 +24,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::clock::unix_ms;
-use super::mailbox::{
-    Delivery, Entry, Scope, SessionGuard, SignalError, SignalOptions, Taken, Taking, WaitEntry,
-};
+use super::mailbox::{Delivery, Entry, Scope, SessionGuard, SignalError, SignalOptions, WaitEntry};
 use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, StoreError, StoredSignal};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -326,115 +324,6 @@ impl Runtime {
         Ok((sessions, own_delivery))
     }
 
-    /// Waits for the signal `name` of `session` and returns the oldest payload, typed.
-    ///
-    /// With a `timeout`, gives up with [`SignalError::Timeout`] when it passes; a payload
-    /// that arrives afterwards stays queued. A wait on a session that is not open holds its
-    /// mailbox while it waits. On a durable runtime, a payload the store kept for the
-    /// session's run after this process dropped it from memory (the pending TTL or bound)
-    /// is received too, in its turn.
-    ///
-    /// Cancelling the wait (dropping it in a `select!`, or a `tokio::time::timeout` around
-    /// it) loses and reorders no payload. On a durable runtime the payload's row is consumed
-    /// before the wait returns; a wait dropped meanwhile puts the payload back at the head of
-    /// its queue, its consuming still under way, and the next receiver in this process (a
-    /// wait, or a node's) gets it once that ends. Should the process die before, a payload
-    /// whose row was consumed is not delivered after the restart.
-    ///
-    /// Inside a node, wait with [`Context::wait_for_signal`](crate::Context::wait_for_signal)
-    /// instead: it journals what it received, so that the node running again gets the same
-    /// payload, and [`Runtime::cancel`] wakes it. This wait knows nothing of the run.
-    ///
-    /// # Errors
-    ///
-    /// [`SignalError::Timeout`]; [`SignalError::Payload`] when the payload is not a `T` (it
-    /// is put back at the head of its queue); a bad name; a store failure.
-    pub async fn wait_for_signal<T: DeserializeOwned>(
-        &self,
-        session: &str,
-        name: &str,
-        timeout: Option<Duration>,
-    ) -> Result<T> {
-        let deadline = timeout.map(crate::runtime::clock::instant_after);
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
-            let entry = (self.receive_oldest(session, name, left).await)
-                .map_err(|error| SignalError::timed_out_after(error, timeout))?;
-            let value = match decode::<T>(session, name, entry.payload.clone()) {
-                Ok(value) => value,
-                Err(error) => {
-                    self.give_back(session, name, entry, Scope::User);
-                    return Err(error.into());
-                }
-            };
-            let seq = entry.seq;
-            // Consumed durably before it is handed over: it is not delivered again after a
-            // restart, nor to another process that had it in its mailbox too. Cancelling
-            // this wait meanwhile puts the payload back (see `handover`).
-            if self
-                .take_handed_over(session, name, entry, Scope::User)
-                .await?
-            {
-                return Ok(value);
-            }
-            tracing::debug!(%session, %name, ?seq, "signal was consumed elsewhere; waiting for the next");
-        }
-    }
-
-    /// Takes the oldest payload of signal `name` if there is one; never blocks.
-    ///
-    /// On a durable runtime the payload is taken out of the store in the background; just
-    /// after a restart, signals still being loaded from the store are not yet visible here
-    /// (the async calls wait for them). Because it cannot wait for the store, it cannot
-    /// learn that another process on the same store consumed the payload first: where
-    /// several processes receive one signal, use [`wait_for_signal`](Self::wait_for_signal),
-    /// which gives each stored payload to exactly one of them.
-    ///
-    /// A payload whose row another receiver in this process was consuming when it was
-    /// cancelled (a node's wait in a `select!`, say) is not returned before the store has
-    /// said whether that receiver took it: until then the poll returns `None`, and the
-    /// payload keeps its place at the head of its queue. The store is asked in the
-    /// background, on the Tokio runtime the poll is called from; polled from outside one,
-    /// the payload waits for an async receive to ask.
-    ///
-    /// # Errors
-    ///
-    /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
-    pub fn poll_signal<T: DeserializeOwned>(&self, session: &str, name: &str) -> Result<Option<T>> {
-        self.open_for_live_run(session);
-        loop {
-            let Some(mut entry) = self.mailbox().poll_in(session, name, Scope::User)? else {
-                return Ok(None);
-            };
-            // A receiver dropped while it consumed the payload's row (see `handover`).
-            let consumed = match entry.taking.as_ref().map(Taking::ended_as) {
-                None => false,
-                Some(Some(Taken::Consumed)) => true,
-                Some(Some(Taken::Elsewhere)) => continue,
-                Some(Some(Taken::Failed(_))) => {
-                    entry.taking = None;
-                    false
-                }
-                Some(Some(Taken::Unknown(_))) => {
-                    self.settle_taking(session, &mut entry);
-                    self.give_back(session, name, entry, Scope::User);
-                    return Ok(None);
-                }
-                Some(None) => {
-                    self.give_back(session, name, entry, Scope::User);
-                    return Ok(None);
-                }
-            };
-            let (value, seq) = self.accept(session, name, entry, Scope::User)?;
-            if seq.is_none() {
-                self.audit_unstored_receipt(session, name);
-            } else if !consumed {
-                self.forget_consumed_signal(session, seq);
-            }
-            return Ok(Some(value));
-        }
-    }
-
     /// Opens a session: signals sent to it queue in its mailbox (instead of the bounded
     /// pending mailbox) until the last guard is dropped, when undelivered ones are discarded.
     ///
@@ -513,7 +402,7 @@ impl Runtime {
 
     /// Types a received payload; on failure puts it back at the head of its queue. On
     /// success for a runtime-level receive, removes it from the store in the background.
-    fn accept<T: DeserializeOwned>(
+    pub(super) fn accept<T: DeserializeOwned>(
         &self,
         session: &str,
         name: &str,
