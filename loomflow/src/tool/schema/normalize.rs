@@ -2,8 +2,9 @@
 
 use serde_json::{Number, Value};
 
-use super::accepts_null;
-use super::validate::{MAX_DEPTH, Steps, fits, integer_range, integral, required_names, resolve};
+use super::validate::{
+    MAX_DEPTH, Steps, fits, integer_range, integral, required_names, resolve, same_value,
+};
 
 /// Rewrites arguments that [`validate`](super::validate) accepts into the form serde
 /// decodes: a `null` given for a property that is not required, and whose schema does not
@@ -35,6 +36,21 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, step
     {
         *value = Value::Number(integer);
     }
+    // A number the schema's `enum` or `const` holds by value (`3.0` for `3`) becomes the
+    // schema's own.
+    if let Value::Number(_) = value {
+        let options = match (map.get("const"), map.get("enum")) {
+            (Some(constant), _) => std::slice::from_ref(constant),
+            (None, Some(Value::Array(options))) => options.as_slice(),
+            _ => &[],
+        };
+        if let Some(option) = options
+            .iter()
+            .find(|o| o.is_number() && same_value(o, value))
+        {
+            *value = option.clone();
+        }
+    }
     match value {
         Value::Object(object) => {
             let properties = map.get("properties").and_then(Value::as_object);
@@ -44,7 +60,7 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, step
             object.retain(|name, field| {
                 let property = properties.and_then(|p| p.get(name));
                 !(field.is_null()
-                    && property.is_some_and(|p| !accepts_null(p))
+                    && property.is_some_and(|p| !fits(root, p, &Value::Null, steps))
                     && !required.contains(&name.as_str()))
             });
             for (name, field) in object.iter_mut() {

@@ -7,8 +7,10 @@ use serde_json::Value;
 /// Covers what tool schemas use: `type`, `properties`, `required`, `additionalProperties`,
 /// `enum`, `const`, `items`, `prefixItems`, `anyOf`/`oneOf`/`allOf`, numeric bounds, the
 /// integer ranges of schemars' `format`s (`uint8`, `int32`, `uint64`, …), string and array
-/// lengths, and local `$ref`s. Other keywords are not checked here (the tool's own
-/// deserialization still is).
+/// lengths, and local `$ref`s. `oneOf` is checked as `anyOf` (a value one branch takes
+/// passes), and a field that `patternProperties` may name is not checked. Other keywords
+/// are not checked here: a `#[tool]`'s own decoding still checks its arguments, an MCP
+/// server's tool whatever the server does.
 ///
 /// Two leniencies match what models send, and what [`normalize_arguments`] then fixes
 /// before decoding: an integer may be written as an integral float (`3.0`), and `null` for
@@ -121,21 +123,26 @@ impl Validator<'_> {
             ));
         }
         if let Some(Value::Array(options)) = map.get("enum")
-            && !options.contains(value)
+            && !options.iter().any(|option| same_value(option, value))
         {
             self.const_missed.set(true);
             let options: Vec<String> = options.iter().map(Value::to_string).collect();
             return Err(format!(
-                "{}: expected one of {}, got {value}",
+                "{}: expected one of {}, got {}",
                 at(path),
-                options.join(", ")
+                options.join(", "),
+                clipped(value)
             ));
         }
         if let Some(expected) = map.get("const")
-            && expected != value
+            && !same_value(expected, value)
         {
             self.const_missed.set(true);
-            return Err(format!("{}: expected {expected}, got {value}", at(path)));
+            return Err(format!(
+                "{}: expected {expected}, got {}",
+                at(path),
+                clipped(value)
+            ));
         }
         check_integer_format(map, value, path)?;
         check_lengths(map, value, path)?;
@@ -188,6 +195,8 @@ impl Validator<'_> {
                 push_field(path, name);
                 let result = match properties.and_then(|p| p.get(name)) {
                     Some(property) => self.check(property, field, path, depth + 1),
+                    // A field a pattern may name is not judged here (patterns are not).
+                    None if map.contains_key("patternProperties") => Ok(()),
                     None => match map.get("additionalProperties") {
                         Some(Value::Bool(false)) => Err(format!("unexpected field `{path}`")),
                         Some(extra) => self.check(extra, field, path, depth + 1),
@@ -273,9 +282,10 @@ impl Validator<'_> {
             self.const_missed.set(true);
             let allowed: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
             return format!(
-                "{}: expected one of {}, got {value}",
+                "{}: expected one of {}, got {}",
                 at(path),
-                allowed.join(", ")
+                allowed.join(", "),
+                clipped(value)
             );
         }
         let mut best: Option<(String, bool)> = None;
@@ -503,6 +513,40 @@ fn describe_type(ty: &Value) -> String {
             .join(" or "),
         other => other.to_string(),
     }
+}
+
+/// Whether `value` is `expected`, numbers compared by value (`3.0` is `3`), as the integer
+/// leniency asks of `enum` and `const`.
+pub(super) fn same_value(expected: &Value, value: &Value) -> bool {
+    match (expected, value) {
+        (Value::Number(a), Value::Number(b)) => match (integral(a), integral(b)) {
+            (Some(a), Some(b)) => a == b,
+            _ => a.as_f64() == b.as_f64(),
+        },
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_value(a, b))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(key, a)| b.get(key).is_some_and(|b| same_value(a, b)))
+        }
+        _ => expected == value,
+    }
+}
+
+/// `value` as JSON, cut short past 80 bytes: an error quotes what was sent, not all of it.
+fn clipped(value: &Value) -> String {
+    const SHOWN: usize = 80;
+    let text = value.to_string();
+    if text.len() <= SHOWN {
+        return text;
+    }
+    let cut = (0..=SHOWN)
+        .rev()
+        .find(|&at| text.is_char_boundary(at))
+        .unwrap_or(0);
+    format!("{}… ({} bytes)", &text[..cut], text.len())
 }
 
 fn describe_value(value: &Value) -> String {

@@ -90,3 +90,72 @@ fn a_value_no_branch_takes_is_told_what_the_branches_allow() {
         Err("missing required field `filter.max`".to_owned())
     );
 }
+
+/// An integer written as an integral float (`3.0`) is one of an `enum`'s or a `const`'s
+/// integers, as the leniency says; the rewrite makes it the schema's own. Before its fix
+/// the check refused it ("expected one of 1, 2, 3, got 3.0").
+#[test]
+fn an_integral_float_is_one_of_an_enums_integers() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "priority": { "type": "integer", "enum": [1, 2, 3] },
+            "level": { "enum": [1, 2] },
+            "one": { "const": 1 }
+        }
+    });
+    let mut arguments = json!({ "priority": 3.0, "level": 2.0, "one": 1.0 });
+    assert_eq!(validate(&schema, &arguments), Ok(()));
+    super::super::normalize_arguments(&schema, &mut arguments);
+    assert_eq!(arguments, json!({ "priority": 3, "level": 2, "one": 1 }));
+    assert!(validate(&schema, &json!({ "priority": 3.5 })).is_err());
+}
+
+/// A `null` that a property's schema accepts (an enum or a const holding it, a schema with
+/// no type) is a value, handed over as sent; one it does not accept is the property left
+/// out. Before its fix only a `type` naming null counted, and the others were dropped.
+#[test]
+fn a_null_the_schema_accepts_is_kept() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "assignee": { "enum": ["ada", "bob", null] },
+            "cleared": { "const": null },
+            "anything": { "description": "any value" },
+            "count": { "type": "integer" }
+        }
+    });
+    let mut arguments =
+        json!({ "assignee": null, "cleared": null, "anything": null, "count": null });
+    assert_eq!(validate(&schema, &arguments), Ok(()));
+    super::super::normalize_arguments(&schema, &mut arguments);
+    assert_eq!(
+        arguments,
+        json!({ "assignee": null, "cleared": null, "anything": null })
+    );
+}
+
+/// A field that `patternProperties` may name is not refused as unexpected beside
+/// `additionalProperties: false`; one it cannot is.
+#[test]
+fn a_field_a_pattern_may_name_is_not_unexpected() {
+    let schema = json!({
+        "type": "object",
+        "patternProperties": { "^env_": { "type": "string" } },
+        "additionalProperties": false
+    });
+    assert_eq!(validate(&schema, &json!({ "env_HOME": "/x" })), Ok(()));
+    let closed = json!({ "type": "object", "properties": {}, "additionalProperties": false });
+    assert!(validate(&closed, &json!({ "env_HOME": "/x" })).is_err());
+}
+
+/// An error quotes what was sent cut short: a megabyte sent for an enum does not come back
+/// whole to the model, the transcript and the audit.
+#[test]
+fn an_error_quotes_a_long_value_cut_short() {
+    let schema = json!({ "enum": ["a", "b"] });
+    let long = "x".repeat(1_000_000);
+    let error = validate(&schema, &json!(long)).unwrap_err();
+    assert!(error.len() < 300, "{} bytes", error.len());
+    assert!(error.contains("1000002 bytes"), "{error}");
+}
