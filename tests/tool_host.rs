@@ -548,3 +548,35 @@ async fn a_tool_set_is_read_on_every_lookup_and_own_tools_win() {
         outcome.content
     );
 }
+
+/// Repeat a word.
+#[tool]
+fn repeat(word: String, times: usize) -> String {
+    word.repeat(times)
+}
+
+/// A result past the host's bound is cut, saying how much was left out: it goes into the
+/// transcript and every checkpoint, and one past the model's context would fail every
+/// later turn. A result within the bound is whole.
+#[tokio::test]
+async fn a_huge_result_is_cut_to_the_hosts_bound() {
+    let host = ToolHost::new().with(repeat);
+    let huge = run_one(&host, "repeat", json!({ "word": "é", "times": 1_000_000 })).await;
+    assert!(!huge.is_error);
+    assert!(
+        huge.content.len() <= loomflow::tool::DEFAULT_MAX_OUTPUT_BYTES + 100,
+        "{} bytes",
+        huge.content.len()
+    );
+    assert!(
+        huge.content.ends_with("bytes left out]"),
+        "{}",
+        &huge.content[huge.content.len() - 60..]
+    );
+
+    let small = ToolHost::new().with(repeat).max_output_bytes(10);
+    let cut = run_one(&small, "repeat", json!({ "word": "ab", "times": 20 })).await;
+    assert_eq!(cut.content, "ababababab\n[cut: 30 of 40 bytes left out]");
+    let whole = run_one(&small, "repeat", json!({ "word": "ab", "times": 5 })).await;
+    assert_eq!(whole.content, "ababababab");
+}

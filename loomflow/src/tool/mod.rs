@@ -33,7 +33,7 @@ pub use approval::{
 };
 pub use event::{AgentEvent, Decision};
 pub use hook::{HookCall, HookDecision, HookResult};
-pub use host::{DispatchContext, ToolHost, ToolOutcome};
+pub use host::{DEFAULT_MAX_OUTPUT_BYTES, DispatchContext, ToolHost, ToolOutcome};
 pub(crate) use name::callable_name;
 pub use permission::{Permission, PermissionPolicy};
 pub(crate) use schema::normalize_arguments;

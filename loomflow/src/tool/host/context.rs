@@ -78,7 +78,8 @@ pub struct ToolOutcome {
 }
 
 impl ToolOutcome {
-    pub(super) fn new(call: &ToolCall, result: Result<Value, ToolError>) -> Self {
+    /// The outcome of `call`, its content cut to at most `max_bytes`.
+    pub(super) fn new(call: &ToolCall, result: Result<Value, ToolError>, max_bytes: usize) -> Self {
         let (content, is_error) = match result {
             Ok(Value::String(text)) => (text, false),
             Ok(value) => (value.to_string(), false),
@@ -87,8 +88,27 @@ impl ToolOutcome {
         Self {
             call_id: call.id.clone(),
             name: call.name.clone(),
-            content,
+            content: cut_to(content, max_bytes),
             is_error,
         }
     }
+}
+
+/// `content` cut to at most `max` bytes (at a character's edge), saying how much was left
+/// out: what the model reads, the transcript and every checkpoint of it keep.
+fn cut_to(mut content: String, max: usize) -> String {
+    let total = content.len();
+    if total <= max {
+        return content;
+    }
+    let cut = (0..=max)
+        .rev()
+        .find(|&at| content.is_char_boundary(at))
+        .unwrap_or(0);
+    content.truncate(cut);
+    content.push_str(&format!(
+        "\n[cut: {} of {total} bytes left out]",
+        total - cut
+    ));
+    content
 }

@@ -27,6 +27,10 @@ use super::set::ToolSet;
 use super::{Tool, ToolContext, ToolError, ToolSpec};
 use crate::model::{ToolCall, ToolDefinition};
 
+/// The most bytes of a call's result a [`ToolHost`] gives the model unless told otherwise
+/// ([`ToolHost::max_output_bytes`]): 256 KiB, some 64,000 tokens.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 256 * 1024;
+
 /// The tools a model may call, by name, and the rules around calling them.
 ///
 /// [`dispatch`](Self::dispatch) runs the calls of one model turn, at most
@@ -69,6 +73,7 @@ pub struct ToolHost {
     /// Tool sets whose lists change (MCP servers), asked on every lookup.
     sets: Vec<Arc<dyn ToolSet>>,
     max_concurrency: usize,
+    max_output_bytes: usize,
     timeout: Duration,
     approval_timeout: Duration,
     hook_timeout: Duration,
@@ -89,6 +94,7 @@ impl Default for ToolHost {
             tools: BTreeMap::new(),
             sets: Vec::new(),
             max_concurrency: 8,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             timeout: Duration::from_secs(60),
             approval_timeout: Duration::from_secs(900),
             hook_timeout: Duration::from_secs(5),
@@ -208,6 +214,16 @@ impl ToolHost {
     #[must_use]
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.max_concurrency = n.max(1);
+        self
+    }
+
+    /// The most bytes of a call's result (or error) the model reads (default
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`]): past it the content is cut, and says how much was
+    /// left out. A result goes into the transcript and every checkpoint of it, and one
+    /// larger than the model's context would fail every later turn.
+    #[must_use]
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
         self
     }
 
@@ -387,7 +403,7 @@ impl ToolHost {
         };
         let entry = observe::tool_call_entry(ctx, call, audited, &result, took);
         observe::record(ctx, entry).await;
-        let outcome = ToolOutcome::new(call, result);
+        let outcome = ToolOutcome::new(call, result, self.max_output_bytes);
         if let Some(arguments) = for_hooks {
             let result = HookResult {
                 call: hook_call(call, ctx, arguments),

@@ -82,7 +82,7 @@ pub(super) fn tool_call_entry(
         }
         Err(error) => {
             detail["outcome"] = Value::from("error");
-            detail["error"] = Value::from(error.to_string());
+            detail["error"] = Value::from(clip(error.to_string(), RESULT_IN_AUDIT));
         }
     }
     AuditEntry::new(ctx.session, AuditKind::ToolCall, &call.name, detail).actor(ctx.user)
