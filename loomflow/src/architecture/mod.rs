@@ -318,7 +318,8 @@ pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a M
     // of its own (`C#`, `.NET`, `C++`).
     let quoted = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '*' | '_');
     let said = said.trim_matches(quoted).to_lowercase();
-    let cleaned = said.trim_matches(|c: char| !is_name_char(c));
+    // A sentence's end only: trimming every mark would make `C++.` the member `c`.
+    let cleaned = said.trim_end_matches(['.', ',', '!', '?', ':', ';']);
     let exact = |text: &str| members.iter().find(|m| m.name.to_lowercase() == text);
     if let Some(exact) = exact(&said).or_else(|| exact(cleaned)) {
         return Some(exact);
@@ -385,6 +386,11 @@ mod tests {
     fn a_name_may_begin_or_end_with_punctuation() {
         let team = members(&["C#", "C++", ".NET", "c", "python"]);
         assert_eq!(named(&team, "C#"), Some("C#"));
+        // A sentence's full stop after a name that ends in a mark of its own.
+        assert_eq!(named(&team, "C++."), Some("C++"));
+        assert_eq!(named(&team, "C#."), Some("C#"));
+        assert_eq!(named(&team, ".NET."), Some(".NET"));
+        assert_eq!(named(&team, "c."), Some("c"));
         assert_eq!(named(&team, "`c++`"), Some("C++"));
         assert_eq!(named(&team, "**.NET**"), Some(".NET"));
         assert_eq!(named(&team, "C# please"), Some("C#"));
