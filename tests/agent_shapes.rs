@@ -161,6 +161,44 @@ async fn supervisor_delegates_until_it_finishes() {
     check_mermaid("shape_supervisor", &supervisor.to_mermaid()).unwrap();
 }
 
+/// A worker is given what the team has so far: the writer asked to use the researcher's
+/// facts reads them. Before its fix a worker read only its instruction and the task.
+#[tokio::test]
+async fn a_worker_reads_what_the_team_has_so_far() {
+    let (writer, model) = listened("writer", &["A paragraph."]);
+    let supervisor = Supervisor::new(scripted(
+        "boss",
+        &[
+            "researcher: find two facts",
+            "writer: write two sentences using the facts",
+            "FINISH",
+        ],
+    ))
+    .worker(
+        "researcher",
+        "finds facts",
+        scripted("researcher", &["Paperclips date from 1899."]),
+    )
+    .worker("writer", "writes prose", writer)
+    .build()
+    .unwrap();
+    run(&supervisor, "Write about paperclips").await;
+    let asked = model.requests()[0]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .to_owned();
+    assert!(
+        asked.contains("write two sentences using the facts"),
+        "{asked}"
+    );
+    assert!(
+        asked.contains("researcher: Paperclips date from 1899."),
+        "{asked}"
+    );
+}
+
 /// A worker whose name holds a colon is named whole: the instruction follows its name.
 #[tokio::test]
 async fn a_supervisor_names_a_worker_whose_name_holds_a_colon() {

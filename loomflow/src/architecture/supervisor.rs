@@ -20,7 +20,9 @@ use crate::model::Message;
 /// word, before the colon (`the rewriter: polish it` picks `rewriter`, not `writer`; a worker
 /// named with a colon, `team:a: check it`, is read whole); a directive that names no
 /// worker, or two, fails the run with an error quoting it. A bare
-/// `FINISH` makes the last worker's answer the output (none when no worker ran). A
+/// `FINISH` makes the last worker's answer the output (none when no worker ran). A worker
+/// reads its instruction, the task, and what the team has so far (each worker's answer,
+/// named), so that one can build on another's. A
 /// supervisor stopped before it answered (a guardrail, a budget, its turn limit, a cut or
 /// filtered reply) fails the run with
 /// [`AgentError::Undecided`](crate::agent::AgentError::Undecided), naming it and why.
@@ -164,15 +166,20 @@ impl Supervisor {
                     worker.agent.graph().clone(),
                     |team: &TeamState| {
                         let instruction = team.instruction.clone().filter(|i| !i.is_empty());
-                        agent_input(
-                            team,
-                            match instruction {
-                                Some(instruction) => {
-                                    format!("{instruction}\n\n(Overall task: {})", team.task)
-                                }
-                                None => team.task.clone(),
-                            },
-                        )
+                        let mut input = match instruction {
+                            Some(instruction) => {
+                                format!("{instruction}\n\n(Overall task: {})", team.task)
+                            }
+                            None => team.task.clone(),
+                        };
+                        // What the others found, for an instruction that builds on it.
+                        let so_far: Vec<&str> =
+                            team.messages.iter().skip(1).map(Message::text).collect();
+                        if !so_far.is_empty() {
+                            input.push_str("\n\nWhat the team has so far:\n");
+                            input.push_str(&so_far.join("\n"));
+                        }
+                        agent_input(team, input)
                     },
                     move |team: &mut TeamState, state: AgentState| {
                         let said = answer(&state);
