@@ -129,6 +129,27 @@ fn plain_parameters_become_properties_with_descriptions() {
     assert!(schema.get("title").is_none() && schema.get("$schema").is_none());
 }
 
+/// Top results.
+#[tool(param(count = "# of results to return"))]
+fn top(count: u32) -> u32 {
+    count
+}
+
+/// A parameter's description that starts with `#` is its description, whole: not a title
+/// (which schemars makes of a doc comment's heading), with the description dropped.
+#[test]
+fn a_description_starting_with_a_hash_stays_the_description() {
+    let schema = &spec(&top).parameters;
+    assert_eq!(
+        schema["properties"]["count"]["description"],
+        "# of results to return"
+    );
+    assert!(
+        schema["properties"]["count"].get("title").is_none(),
+        "{schema}"
+    );
+}
+
 #[test]
 fn a_single_struct_argument_is_the_arguments_object() {
     let schema = &spec(&search).parameters;

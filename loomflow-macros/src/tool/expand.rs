@@ -34,7 +34,11 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
                 ty,
                 description,
             } => {
-                let doc = description.as_ref().map(|text| quote!(#[doc = #text]));
+                // As a description, not a doc comment: schemars reads a doc comment that
+                // starts with `#` as a title.
+                let doc = description
+                    .as_ref()
+                    .map(|text| quote!(#[schemars(description = #text)]));
                 fields.push(quote!(#doc #field: #ty));
                 field_idents.push(field.clone());
                 let local = format_ident!("__loomflow_arg_{}", index);
