@@ -184,7 +184,13 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// (E0530), pointing at the node. Rename the binding (`Pair { name: n, .. }`), or keep the
 /// nodes in their own module and refer to them by path (`.node(nodes::name)`). A binding
 /// cannot simply shadow the node: only a fn may be shadowed that way, and a fn cannot be
-/// a value implementing `Node`.
+/// a value implementing `Node`. Derived code binds names too: a `JsonSchema` derive in the
+/// module binds `generator` and `schema`, so a node fn of one of those names fails inside
+/// that derive; name the fn otherwise and keep the node's name with `name = ".."`.
+///
+/// The struct takes the name in the module's type namespace too: a crate, module or `use`
+/// of the same name is hidden there (a node `regex` beside `regex::Regex`). Write the
+/// crate's path from the root (`::regex::Regex`), or name the fn otherwise.
 ///
 /// # Examples
 ///
@@ -243,6 +249,9 @@ pub use loomflow_macros::agent;
 /// cannot shadow statics" (E0530); rename the binding or refer to the tool by path. A fn
 /// cannot be named `schema` or `generator`, names the schema derive binds (in every
 /// `JsonSchema` derive of the module): name it otherwise, and the tool with `name = ".."`.
+/// The tool's struct hides a crate, module or `use` of its name in the module (a tool
+/// `uuid` beside `uuid::Uuid`): write `::uuid::Uuid`, or name the fn otherwise
+/// (`#[tool(name = "uuid")] fn new_uuid()`).
 ///
 /// - **Parameters** become the properties of a JSON Schema (2020-12) made by schemars; each
 ///   type must implement `Deserialize` and `JsonSchema`. Describe them with
