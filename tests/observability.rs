@@ -602,7 +602,11 @@ async fn failures_are_exported_with_error_status() {
     assert!(failed(exported(&spans, "execute_tool refund")[0]));
     let agent_span = exported(&spans, "invoke_agent refunds")[0];
     assert!(failed(agent_span));
-    assert!(attribute(agent_span, "error.type").is_some());
+    // The cause's variant, under the run's and the crate's wrappers.
+    assert_eq!(
+        attribute(agent_span, "error.type").as_deref(),
+        Some("script_exhausted")
+    );
 }
 
 /// The model call that extracts memories after a run has its own `chat` span, with its

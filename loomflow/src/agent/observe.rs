@@ -32,9 +32,45 @@ pub(super) async fn in_agent_span<T>(
 ) -> crate::Result<T> {
     let result = call.instrument(span.clone()).await;
     if let Err(error) = &result {
-        record_failure(&span, error);
+        span.record("error.type", failure_type(error).as_str());
+        span.record("otel.status_code", "ERROR");
     }
     result
+}
+
+/// The `error.type` of an agent run's failure: the variant of the error that caused it,
+/// under the crate's and the run's wrappers (a model's `RateLimited` is `rate_limited`,
+/// not `model`).
+fn failure_type(error: &crate::Error) -> String {
+    use crate::Error;
+    match error {
+        Error::Graph(e) => telemetry::error_type(e),
+        Error::Run(e) => run_failure_type(e),
+        Error::Store(e) => telemetry::error_type(e),
+        Error::Model(e) => telemetry::error_type(e),
+        Error::Agent(e) => telemetry::error_type(e),
+        Error::Tool(e) => telemetry::error_type(e),
+        Error::Memory(e) => telemetry::error_type(e),
+        Error::Signal(e) => telemetry::error_type(e),
+        Error::Runtime(e) => telemetry::error_type(e),
+        other => telemetry::error_type(other),
+    }
+}
+
+fn run_failure_type(error: &crate::RunError) -> String {
+    use crate::RunError;
+    let source = match error {
+        RunError::NodeFailed { source, .. } | RunError::StepFailed { source, .. } => source,
+        RunError::Store(e) => return telemetry::error_type(e),
+        other => return telemetry::error_type(other),
+    };
+    if let Some(inner) = source.downcast_ref::<crate::Error>() {
+        return failure_type(inner);
+    }
+    match source.downcast_ref::<RunError>() {
+        Some(inner) => run_failure_type(inner),
+        None => telemetry::error_type(source),
+    }
 }
 
 /// Marks a span failed: `error.type` names the error, and the span's status is `Error`.
