@@ -244,6 +244,29 @@ async fn a_timed_wait_ends_at_its_timeout_while_the_store_is_slow() {
     assert_eq!(received, 7);
 }
 
+/// A process that only polls sees the signals another process stores, and those its store
+/// kept from before it started: the first poll starts bringing them in. Before its fix it
+/// never did, and every poll returned nothing.
+#[tokio::test]
+async fn a_process_that_only_polls_receives_what_others_send() {
+    let db = TempDb::new("poll-only");
+    let before = db.open(unbounded());
+    before.signal("s", "kept", 1u32).await.unwrap();
+    let poller = db.open(unbounded());
+    let sender = db.open(unbounded());
+    sender.signal("s", "sent", 2u32).await.unwrap();
+    let mut got = (None, None);
+    for _ in 0..200 {
+        got.0 = got.0.or(poller.poll_signal::<u32>("s", "kept").unwrap());
+        got.1 = got.1.or(poller.poll_signal::<u32>("s", "sent").unwrap());
+        if got.0.is_some() && got.1.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(got, (Some(1), Some(2)));
+}
+
 /// A payload whose waiter outside any run was cut short while its row was being consumed
 /// goes to the next receiver, a node's wait included: each payload is received once, by
 /// the waiter or by the node that waits for it next.

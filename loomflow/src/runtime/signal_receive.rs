@@ -94,9 +94,10 @@ impl Runtime {
 
     /// Takes the oldest payload of signal `name` if there is one; never blocks.
     ///
-    /// On a durable runtime the payload is taken out of the store in the background; just
-    /// after a restart, signals still being loaded from the store are not yet visible here
-    /// (the async calls wait for them). Because it cannot wait for the store, it cannot
+    /// On a durable runtime the payload is taken out of the store in the background. What
+    /// the store keeps (after a restart) and what other processes send come in in the
+    /// background too, which the first poll on a Tokio runtime starts: a poll does not wait
+    /// for them, and a later one sees them (the async calls wait for them). Because it cannot wait for the store, it cannot
     /// learn that another process on the same store consumed the payload first: where
     /// several processes receive one signal, use [`wait_for_signal`](Self::wait_for_signal),
     /// which gives each stored payload to exactly one of them.
@@ -112,6 +113,9 @@ impl Runtime {
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub fn poll_signal<T: DeserializeOwned>(&self, session: &str, name: &str) -> Result<Option<T>> {
+        // What the store keeps, and what other processes store, come in in the background:
+        // a process that only polls sees them too, from a later poll.
+        self.watch_for_signals();
         self.open_for_live_run(session);
         loop {
             let Some(mut entry) = self.mailbox().poll_in(session, name, Scope::User)? else {
