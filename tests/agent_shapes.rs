@@ -268,6 +268,97 @@ async fn swarm_agents_hand_off_and_the_active_agent_is_checkpointed() {
     check_mermaid("shape_swarm", &text).unwrap();
 }
 
+/// The agent that answered stays the active one: the conversation's next turn (its final
+/// state with a new user message) goes to it, not back to the first agent. Before its fix
+/// the answer cleared the active agent, and triage took the next turn.
+#[tokio::test]
+async fn a_swarms_next_turn_goes_to_the_agent_that_answered() {
+    let triage_model = Arc::new(ScriptedModel::new([ModelResponse::tool_calls(vec![
+        ToolCall::new("h1", "transfer_to_billing", json!({})),
+    ])]));
+    let triage = Agent::builder("You route customers.")
+        .name("triage")
+        .model(Arc::clone(&triage_model))
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("triage", "first contact", triage)
+        .agent(
+            "billing",
+            "invoices",
+            scripted("billing", &["Refund issued.", "Invoice sent."]),
+        )
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut team = swarm
+        .invoke(&runtime, "s", TeamState::new("refund please"))
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(team.next.as_deref(), Some("billing"));
+    team.messages.push(Message::user("and the invoice?"));
+    let team = swarm
+        .invoke(&runtime, "s", team)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(team.path, ["triage", "billing", "billing"]);
+    assert_eq!(team.output.as_deref(), Some("Invoice sent."));
+    assert_eq!(
+        triage_model.requests().len(),
+        1,
+        "triage was not asked again"
+    );
+}
+
+/// A swarm member whose policy asks about (or denies) every call still hands off: a
+/// handoff acts on nothing but the conversation. A rule for the handoff's own name still
+/// decides it. Before its fix the handoff waited for an approval no one was asked for, and
+/// was denied.
+#[tokio::test]
+async fn a_handoff_is_allowed_whatever_the_policys_default() {
+    use loomflow::tool::{Permission, PermissionPolicy};
+    let member = |policy: PermissionPolicy| {
+        let triage = Agent::builder("You route customers.")
+            .name("triage")
+            .model(ScriptedModel::new([
+                ModelResponse::tool_calls(vec![ToolCall::new(
+                    "h1",
+                    "transfer_to_billing",
+                    json!({}),
+                )]),
+                ModelResponse::text("I keep it."),
+            ]))
+            .tools(ToolHost::new().permissions(policy))
+            .build()
+            .unwrap();
+        Swarm::new()
+            .agent("triage", "first contact", triage)
+            .agent(
+                "billing",
+                "invoices",
+                scripted("billing", &["Refund issued."]),
+            )
+            .build()
+            .unwrap()
+    };
+    for policy in [
+        PermissionPolicy::ask_all(),
+        PermissionPolicy::deny_all("no calls"),
+    ] {
+        let team = run(&member(policy), "refund please").await;
+        assert_eq!(team.path, ["triage", "billing"]);
+        assert_eq!(team.output.as_deref(), Some("Refund issued."));
+    }
+    let ruled =
+        PermissionPolicy::allow_all().tool("transfer_to_billing", Permission::Deny("stay".into()));
+    let team = run(&member(ruled), "refund please").await;
+    assert_eq!(team.path, ["triage"], "its own rule still decides it");
+}
+
 /// A handoff tool has a name providers accept, whatever the agent's name, and the call
 /// still hands the conversation to that agent. Two agents whose tools would share a name
 /// are refused when the swarm is built.

@@ -31,15 +31,19 @@ struct Layered {
 /// Tools put on top of a host that may change: composed again when it does.
 struct OnTop {
     extra: Vec<Arc<dyn Tool>>,
+    /// Whether the tools are a swarm's handoffs, which the host's permission policy allows
+    /// unless it has a rule of their own (see [`compose`]).
+    handoffs: bool,
     /// The host the last composition was made from, and that composition.
     composed: Mutex<(Arc<ToolHost>, Arc<ToolHost>)>,
 }
 
 impl OnTop {
-    fn new(base: Arc<ToolHost>, extra: Vec<Arc<dyn Tool>>) -> Self {
-        let composed = Arc::new(compose(&base, &extra));
+    fn new(base: Arc<ToolHost>, extra: Vec<Arc<dyn Tool>>, handoffs: bool) -> Self {
+        let composed = Arc::new(compose(&base, &extra, handoffs));
         Self {
             extra,
+            handoffs,
             composed: Mutex::new((base, composed)),
         }
     }
@@ -48,7 +52,7 @@ impl OnTop {
     fn over(&self, base: Arc<ToolHost>) -> Arc<ToolHost> {
         let mut composed = crate::sync::lock(&self.composed);
         if !Arc::ptr_eq(&composed.0, &base) {
-            let host = Arc::new(compose(&base, &self.extra));
+            let host = Arc::new(compose(&base, &self.extra, self.handoffs));
             *composed = (base, host);
         }
         Arc::clone(&composed.1)
@@ -73,7 +77,7 @@ impl AgentTools {
     /// `base`'s tools and `extra` (which win a name clash), following `base`: a tool added
     /// to it or removed from it is added or removed here from the next turn on.
     pub(crate) fn layered(base: Arc<AgentTools>, extra: Vec<Arc<dyn Tool>>) -> Self {
-        let extra = OnTop::new(base.current(), extra);
+        let extra = OnTop::new(base.current(), extra, true);
         Self {
             shared: RwLock::new(extra.over(base.current())),
             per_call: Mutex::default(),
@@ -132,7 +136,7 @@ impl AgentTools {
         if extra.is_empty() {
             return None;
         }
-        let own = OnTop::new(self.current(), extra.to_vec());
+        let own = OnTop::new(self.current(), extra.to_vec(), false);
         crate::sync::lock(&self.per_call).insert(session.to_owned(), Arc::new(own));
         Some(LentTools {
             tools: Arc::clone(self),
@@ -142,9 +146,16 @@ impl AgentTools {
 }
 
 /// `host` with `extra` added (each replacing a tool of its name).
-fn compose(host: &ToolHost, extra: &[Arc<dyn Tool>]) -> ToolHost {
+/// `host` with `extra` on top. A swarm's handoffs act on nothing but the conversation:
+/// the host's policy allows them whatever its default or its rule for destructive tools
+/// (an agent whose policy asks about every call still hands off), unless it has a rule for
+/// the handoff's own name, or a router that decides it.
+fn compose(host: &ToolHost, extra: &[Arc<dyn Tool>], handoffs: bool) -> ToolHost {
     let mut host = host.clone();
     for tool in extra {
+        if handoffs {
+            host.allow_unless_ruled(&tool.spec().name);
+        }
         host.add_arc(Arc::clone(tool));
     }
     host

@@ -6,10 +6,14 @@ use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 
 /// Agents that pass the conversation along: each gets a `transfer_to_<name>` tool for every
 /// other agent. The active agent is part of the checkpointed state (`TeamState::next`), so a
-/// resumed run carries on with the agent that had the conversation.
+/// resumed run carries on with the agent that had the conversation; the agent that answered
+/// stays active, so a next turn (the final state, a new user message pushed onto its
+/// `messages`, invoked again) goes to it rather than to the first agent.
 ///
 /// A reply that calls several handoff tools hands off to the first that succeeds; the
-/// others' results tell the model they were not taken.
+/// others' results tell the model they were not taken. An agent's permission policy allows
+/// its handoffs whatever its default (they act on nothing but the conversation), unless it
+/// has a rule for the handoff's own name (`transfer_to_billing`) or a router deciding it.
 ///
 /// ```text
 /// START ─(active)→ a ─(handoff)→ b ─(answer)→ END
@@ -133,16 +137,29 @@ impl Swarm {
                     },
                     move |team: &mut TeamState, state: AgentState| {
                         team.path.push(name.clone());
-                        team.next.clone_from(&state.handoff);
-                        if state.handoff.is_none() {
-                            team.output = Some(answer(&state));
+                        // The agent that answered stays the active one: a next turn on the
+                        // conversation (its state, a new message) goes to it.
+                        match &state.handoff {
+                            Some(target) => {
+                                team.next = Some(target.clone());
+                                team.output = None;
+                            }
+                            None => {
+                                team.next = Some(name.clone());
+                                team.output = Some(answer(&state));
+                            }
                         }
                         team.messages = state.messages.into_vec();
                     },
                 )
-                .branch(member.name.clone(), targets.clone(), |team: &TeamState| {
-                    team.next.clone().unwrap_or_else(|| END.to_owned())
-                });
+                .branch(
+                    member.name.clone(),
+                    targets.clone(),
+                    |team: &TeamState| match (&team.output, &team.next) {
+                        (None, Some(next)) => next.clone(),
+                        _ => END.to_owned(),
+                    },
+                );
         }
         compile_checked(&self.name, graph, problems)
     }

@@ -119,6 +119,13 @@ impl PermissionPolicy {
         self
     }
 
+    /// Allows the tool `name` unless a per-tool rule already decides it.
+    pub(crate) fn allow_unless_ruled(&mut self, name: &str) {
+        if !self.tools.contains_key(name) {
+            self.tools.insert(name.to_owned(), Permission::Allow);
+        }
+    }
+
     /// The permission for a call by `user` to the tool `spec` with `arguments`.
     pub fn decide(&self, user: Option<&str>, spec: &ToolSpec, arguments: &Value) -> Permission {
         // A router that panics denies the call, as a hook that panics does.

@@ -218,9 +218,8 @@ impl ToolHost {
     }
 
     /// The most bytes of a call's result (or error) the model reads (default
-    /// [`DEFAULT_MAX_OUTPUT_BYTES`]): past it the content is cut, and says how much was
-    /// left out. A result goes into the transcript and every checkpoint of it, and one
-    /// larger than the model's context would fail every later turn.
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`]): past it the content is cut, saying how much was left
+    /// out. A result is kept in the transcript and its every checkpoint.
     #[must_use]
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
         self.max_output_bytes = bytes;
@@ -276,6 +275,11 @@ impl ToolHost {
     pub fn permissions(mut self, policy: PermissionPolicy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Has the policy allow the tool `name` unless a per-tool rule already decides it.
+    pub(crate) fn allow_unless_ruled(&mut self, name: &str) {
+        self.policy.allow_unless_ruled(name);
     }
 
     /// Who settles calls the policy asks about. Without one, those calls are denied.
