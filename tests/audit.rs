@@ -808,3 +808,49 @@ async fn a_run_cancelled_while_it_waits_again_records_no_resume() {
     let kinds: Vec<AuditKind> = log.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [AuditKind::Interrupt], "{log:#?}");
 }
+
+/// A decision is dated when it was taken, not when the run got to use it: a worker may
+/// carry the run on hours later, or a recovery replay it. Before its fix the entry was
+/// dated by the run's use of it.
+#[tokio::test]
+async fn a_decision_is_dated_when_it_was_taken() {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    let now_ms = || {
+        u64::try_from(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap()
+    };
+    let runtime = Runtime::in_memory();
+    let agent = refund_agent(runtime.clone());
+    let session = "refund-later";
+    let first = agent
+        .run("Refund order ord-9")
+        .session(session)
+        .await
+        .unwrap();
+    assert!(first.interrupted);
+    let before = now_ms();
+    runtime
+        .decide_approval_by(session, "call_r", ApprovalDecision::Allow, "ada")
+        .await
+        .unwrap();
+    let after = now_ms();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    agent.resume(session).await.unwrap();
+    let log = runtime.audit(session).await.unwrap();
+    let [decision] = of_kind(&log, AuditKind::Decision)[..] else {
+        panic!("one decision: {log:#?}");
+    };
+    assert!(
+        (before..=after).contains(&decision.at_ms),
+        "{before}..={after}: {decision:?}"
+    );
+    let [call] = of_kind(&log, AuditKind::ToolCall)[..] else {
+        panic!("one tool call: {log:#?}");
+    };
+    assert!(call.at_ms >= after + 300, "the call ran later: {call:?}");
+}

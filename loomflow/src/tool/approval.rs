@@ -36,9 +36,9 @@ pub struct ApprovalRequest {
     decider: Decider,
 }
 
-/// Where a handler notes who decided; shared by the clones of one request.
+/// Where a handler notes who decided, and when; shared by the clones of one request.
 #[derive(Clone, Debug, Default)]
-struct Decider(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+struct Decider(std::sync::Arc<std::sync::Mutex<(Option<String>, Option<u64>)>>);
 
 impl PartialEq for Decider {
     /// Not part of what a request is: two requests for the same call are equal.
@@ -69,12 +69,23 @@ impl ApprovalRequest {
     /// Notes who decided the call (a person's name, a service), for the audit log's
     /// `decision` entry. [`SignalApprover`] takes it from the decision's `by` field.
     pub fn decided_by(&self, who: impl Into<String>) {
-        *crate::sync::lock(&self.decider.0) = Some(who.into());
+        crate::sync::lock(&self.decider.0).0 = Some(who.into());
     }
 
     /// Who decided, if the handler said ([`decided_by`](Self::decided_by)).
     pub fn decider(&self) -> Option<String> {
-        crate::sync::lock(&self.decider.0).clone()
+        crate::sync::lock(&self.decider.0).0.clone()
+    }
+
+    /// Notes when the decision was taken (milliseconds since the Unix epoch), which the
+    /// audit's `decision` entry is dated by rather than by when the run used it.
+    pub(crate) fn decided_at(&self, at_ms: u64) {
+        crate::sync::lock(&self.decider.0).1 = Some(at_ms);
+    }
+
+    /// When the decision was taken, if the handler said.
+    pub(crate) fn decision_time(&self) -> Option<u64> {
+        crate::sync::lock(&self.decider.0).1
     }
 
     /// The user the run acts for.
@@ -346,6 +357,9 @@ fn timed_out(timeout: Duration) -> ApprovalDecision {
 fn decision_from(request: &ApprovalRequest, payload: &Value) -> ApprovalDecision {
     if let Some(by) = payload.get("by").and_then(Value::as_str) {
         request.decided_by(by);
+    }
+    if let Some(at_ms) = payload.get("decided_at_ms").and_then(Value::as_u64) {
+        request.decided_at(at_ms);
     }
     ApprovalDecision::from_json(payload).unwrap_or_else(|| {
         // Its shape only: the values may hold an approver's edited arguments.

@@ -228,8 +228,14 @@ impl Runtime {
     ) -> Result<()> {
         let mut payload = serde_json::to_value(&decision)
             .map_err(|e| crate::Error::json("approval decision", e))?;
-        if let (Some(by), Value::Object(fields)) = (by, &mut payload) {
-            fields.insert("by".to_owned(), Value::from(by));
+        if let Value::Object(fields) = &mut payload {
+            if let Some(by) = by {
+                fields.insert("by".to_owned(), Value::from(by));
+            }
+            // The audit dates the decision by it, not by when a run gets to use it (by the
+            // clock the audit's entries are dated by).
+            let now = crate::runtime::clock::now_ms();
+            fields.insert("decided_at_ms".to_owned(), Value::from(now));
         }
         // The request's time keys the decision: a second one for the same request (a
         // double click, a colleague deciding at the same moment) is a duplicate and refused,

@@ -163,7 +163,11 @@ impl ToolHost {
             ApprovalDecision::RememberAllow => ("remember_allow", None, None),
             ApprovalDecision::RememberDeny => ("remember_deny", None, None),
         };
-        let entry = observe::decision_entry(ctx, call, request.decider(), action, reason, edited);
+        let mut entry =
+            observe::decision_entry(ctx, call, request.decider(), action, reason, edited);
+        if let Some(at_ms) = request.decision_time() {
+            entry = entry.at_ms(at_ms);
+        }
         observe::record(ctx, entry).await;
         Ok(match decision {
             ApprovalDecision::Allow => Approval::Run,
