@@ -190,3 +190,50 @@ async fn lifetime_parameters_alone_are_taken() {
         .unwrap();
     assert_eq!(out, json!(6));
 }
+
+/// A tool and a node written inside a `macro_rules!`, their context types passed in as
+/// `$t:ty` fragments (which reach the attribute wrapped in invisible groups): the context
+/// parameters are recognised. Before its fix the tool's `&$ctx` was refused as a borrowed
+/// argument, and the node's as a second parameter that is not `&Context`.
+macro_rules! with_contexts {
+    ($tool:ident, $node:ident, $tool_ctx:ty, $node_ctx:ty, $state:ty) => {
+        /// Greets the caller's session.
+        #[tool]
+        fn $tool(context: &$tool_ctx, greeting: String) -> String {
+            format!("{greeting} {}", context.session)
+        }
+
+        /// Counts, in the given context.
+        #[node]
+        async fn $node(counted: &mut $state, context: &$node_ctx) -> loomflow::Result<()> {
+            let _ = context.node();
+            counted.n += 1;
+            Ok(())
+        }
+    };
+}
+
+with_contexts!(greet_session, count_in_context, ToolContext, Context, Count);
+
+#[tokio::test]
+async fn a_tool_and_a_node_from_a_macro_take_their_contexts() {
+    let call_ctx = ToolContext::new("s-1", None, "call_1");
+    let said = greet_session
+        .call(json!({ "greeting": "hi" }), &call_ctx)
+        .await
+        .unwrap();
+    assert_eq!(said, json!("hi s-1"));
+    let graph = Graph::new("counted")
+        .node(count_in_context)
+        .edge(START, "count_in_context")
+        .edge("count_in_context", END)
+        .compile()
+        .unwrap();
+    let done = graph
+        .invoke(&Runtime::in_memory(), "t", Count::default())
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.n, 1);
+}

@@ -319,6 +319,16 @@ pub(crate) fn has_receiver(func: &ItemFn) -> bool {
         .any(|input| matches!(input, syn::FnArg::Receiver(_)))
 }
 
+/// `ty` without the invisible groups a `macro_rules!` fragment (`$t:ty`) arrives in, and
+/// without parentheses: what a signature check should look at.
+pub(crate) fn ungrouped(ty: &syn::Type) -> &syn::Type {
+    match ty {
+        syn::Type::Group(group) => ungrouped(&group.elem),
+        syn::Type::Paren(paren) => ungrouped(&paren.elem),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod doc_tests {
     use super::doc_text;

@@ -56,7 +56,10 @@ impl NodeModel {
                     receiver,
                     "#[node] functions cannot take `self`: write a free function, or implement `Node` by hand",
                 ),
-                FnArg::Typed(pat_type) => match (post_increment(&mut typed_index), &*pat_type.ty) {
+                FnArg::Typed(pat_type) => match (
+                    post_increment(&mut typed_index),
+                    crate::common::ungrouped(&pat_type.ty),
+                ) {
                     (0, Type::Reference(r)) if r.mutability.is_some() => {
                         match find_impl_trait(&r.elem) {
                             Some(impl_trait) => errors.push_spanned(impl_trait, NOT_GENERIC),
@@ -167,7 +170,7 @@ fn markers(block: &syn::Block) -> Vec<&'static str> {
 
 /// Whether `ty` is `Context` (any path ending in it, as `loomflow::Context`).
 fn names_context(ty: &Type) -> bool {
-    match ty {
+    match crate::common::ungrouped(ty) {
         Type::Path(path) => path
             .path
             .segments

@@ -203,15 +203,17 @@ fn is_model_name(name: &str) -> bool {
 
 /// `&ToolContext` (any path ending in `ToolContext`), shared, not mutable.
 fn is_tool_context(ty: &Type) -> bool {
-    match ty {
-        Type::Reference(reference) if reference.mutability.is_none() => match &*reference.elem {
-            Type::Path(path) => path
-                .path
-                .segments
-                .last()
-                .is_some_and(|s| s.ident == "ToolContext" && s.arguments.is_none()),
-            _ => false,
-        },
+    match crate::common::ungrouped(ty) {
+        Type::Reference(reference) if reference.mutability.is_none() => {
+            match crate::common::ungrouped(&reference.elem) {
+                Type::Path(path) => path
+                    .path
+                    .segments
+                    .last()
+                    .is_some_and(|s| s.ident == "ToolContext" && s.arguments.is_none()),
+                _ => false,
+            }
+        }
         _ => false,
     }
 }
