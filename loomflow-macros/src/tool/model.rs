@@ -138,6 +138,13 @@ impl ToolModel {
             );
         }
         let description = match &args.description {
+            Some(text) if text.value().trim().is_empty() => {
+                errors.push_spanned(
+                    text,
+                    "a tool's `description` must not be blank: the model reads it to know what the tool does",
+                );
+                Some(String::new())
+            }
             Some(text) => Some(text.value()),
             None => doc_text(&func.attrs).map(|doc| first_paragraph(&doc)),
         };
