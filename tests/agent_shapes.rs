@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use loomflow::agent::{Agent, Verdict, on_output, on_tool_result};
+use loomflow::agent::{Agent, StopReason, Verdict, on_output, on_tool_result};
 use loomflow::architecture::{
     ActorCritic, Debate, PlanAndExecute, Reflexion, Router, Supervisor, Swarm, TeamState,
 };
@@ -1058,6 +1058,34 @@ async fn a_worker_whose_answer_a_guardrail_blocked_gives_the_team_no_output() {
     let team = run(&router, "why?").await;
     assert_eq!(team.path, ["router", "billing"]);
     assert_eq!(team.output.as_deref(), Some(""));
+    // The caller can tell a blocked answer from an empty one.
+    assert_eq!(
+        team.stopped,
+        [("billing".to_owned(), StopReason::Guardrail("no_secrets".into()))]
+    );
+}
+
+/// A supervisor's worker stopped by its turn limit gives the team what it had, marked as
+/// such in the transcript the supervisor reads, and noted in `stopped`.
+#[tokio::test]
+async fn a_worker_stopped_by_its_turn_limit_is_marked_in_the_transcript() {
+    let looking =
+        ModelResponse::tool_calls(vec![ToolCall::new("c1", "notes", json!({ "order": "A1" }))]);
+    let billing = Agent::builder("You answer billing questions.")
+        .name("billing")
+        .model(ScriptedModel::new([looking]))
+        .tool(notes)
+        .max_turns(1)
+        .build()
+        .unwrap();
+    let supervisor = Supervisor::new(scripted("boss", &["billing: look it up", "FINISH: done"]))
+        .worker("billing", "bills", billing)
+        .build()
+        .unwrap();
+    let team = run(&supervisor, "why?").await;
+    assert_eq!(team.stopped, [("billing".to_owned(), StopReason::MaxTurns)]);
+    let said = team.messages[1].text();
+    assert!(said.starts_with("billing (stopped: max_turns_exceeded):"), "{said}");
 }
 
 /// A replanner's `DONE` is read whatever its case, punctuation or markdown: `Done.` ends the

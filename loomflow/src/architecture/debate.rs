@@ -1,7 +1,7 @@
 //! [`Debate`]: debaters argue in turn over a number of rounds, then a judge decides.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, agent_input, answer, compile_checked, too_few};
+use crate::architecture::{TeamState, agent_input, compile_checked, record_said, too_few};
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
@@ -123,10 +123,7 @@ impl Debate {
                     ))
                 },
                 move |team: &mut TeamState, state: AgentState| {
-                    let text = answer(&state);
-                    team.path.push(name.clone());
-                    team.messages
-                        .push(Message::assistant(format!("{name}: {text}")));
+                    record_said(team, &name, &state);
                     if closes_round {
                         team.round += 1;
                     }
@@ -145,10 +142,7 @@ impl Debate {
                     ))
                 },
                 |team: &mut TeamState, state: AgentState| {
-                    let text = answer(&state);
-                    team.path.push("judge".to_owned());
-                    team.messages
-                        .push(Message::assistant(format!("judge: {text}")));
+                    let text = record_said(team, "judge", &state);
                     team.output = Some(text);
                 },
             )

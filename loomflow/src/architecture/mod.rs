@@ -78,6 +78,11 @@ pub struct TeamState {
     /// The team's answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// The members whose runs stopped before they answered on their own (a turn limit, a
+    /// budget, a guardrail, a cut or filtered reply), each with why, oldest first: what
+    /// they gave the team (in the transcript, or as its output) is partial, or empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<(String, crate::agent::StopReason)>,
     /// The user the team works for: each agent's run acts for them, so their budgets, rate
     /// limits, permissions and remembered approvals apply (see [`with_user`](Self::with_user)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,13 +231,26 @@ pub(crate) fn record_draft(team: &mut TeamState, state: AgentState) {
     team.draft = Some(text);
 }
 
-/// Files what the agent `name` said in the team's path and transcript; returns it.
+/// Files what the agent `name` said in the team's path and transcript (marked when its run
+/// stopped before it answered on its own); returns it.
 pub(crate) fn record_said(team: &mut TeamState, name: &str, state: &AgentState) -> String {
-    let text = answer(state);
+    let text = member_answer(team, name, state);
     team.path.push(name.to_owned());
-    team.messages
-        .push(Message::assistant(format!("{name}: {text}")));
+    let said = match &state.stopped {
+        Some(reason) => format!("{name} (stopped: {reason}): {text}"),
+        None => format!("{name}: {text}"),
+    };
+    team.messages.push(Message::assistant(said));
     text
+}
+
+/// The member `name`'s answer ([`answer`]), noted in `team.stopped` when its run stopped
+/// before it answered on its own.
+pub(crate) fn member_answer(team: &mut TeamState, name: &str, state: &AgentState) -> String {
+    if let Some(reason) = &state.stopped {
+        team.stopped.push((name.to_owned(), reason.clone()));
+    }
+    answer(state)
 }
 
 /// Splits `head: rest` (case-insensitive head), trimming both.

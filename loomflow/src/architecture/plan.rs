@@ -1,7 +1,7 @@
 //! [`PlanAndExecute`]: plan, execute the steps with a worker, re-plan until done.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, agent_input, answer, decision, directive};
+use crate::architecture::{TeamState, agent_input, decision, directive, member_answer};
 use crate::graph::{CompiledGraph, END, Graph, START};
 
 /// A planner writes steps, an executor carries them out one by one, and a replanner either
@@ -160,7 +160,8 @@ impl PlanAndExecute {
                     team.path.push("executor".to_owned());
                     if !team.plan.is_empty() {
                         let step = team.plan.remove(0);
-                        team.done.push((step, answer(&state)));
+                        let result = member_answer(team, "executor", &state);
+                        team.done.push((step, result));
                     }
                     if !team.plan.is_empty() && team.done.len() >= max_steps {
                         team.output = last_result(team);

@@ -2,7 +2,7 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    Member, TeamState, agent_input, answer, compile_checked, decision, named_member, roster,
+    Member, TeamState, agent_input, compile_checked, decision, member_answer, named_member, roster,
     too_few,
 };
 use crate::graph::{CompiledGraph, END, Graph, START};
@@ -119,7 +119,7 @@ impl Router {
                     worker.agent.graph().clone(),
                     |team: &TeamState| agent_input(team, &team.task),
                     move |team: &mut TeamState, state: AgentState| {
-                        let text = answer(&state);
+                        let text = member_answer(team, &name, &state);
                         team.path.push(name.clone());
                         team.messages.push(Message::assistant(&text));
                         team.output = Some(text);

@@ -2,8 +2,8 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    Member, TeamState, agent_input, answer, compile_checked, decision, directive, named_member,
-    roster, split_at_member, too_few,
+    Member, TeamState, agent_input, compile_checked, decision, directive, named_member,
+    record_said, roster, split_at_member, too_few,
 };
 use crate::graph::{CompiledGraph, END, Graph, RunError, START};
 use crate::model::Message;
@@ -182,10 +182,7 @@ impl Supervisor {
                         agent_input(team, input)
                     },
                     move |team: &mut TeamState, state: AgentState| {
-                        let said = answer(&state);
-                        team.path.push(name.clone());
-                        team.messages
-                            .push(Message::assistant(format!("{name}: {said}")));
+                        let said = record_said(team, &name, &state);
                         team.draft = Some(said);
                         team.next = None;
                         team.instruction = None;

@@ -1,7 +1,9 @@
 //! [`Swarm`]: agents hand the conversation to each other through handoff tools.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{Member, TeamState, agent_input, answer, compile_checked, too_few};
+use crate::architecture::{
+    Member, TeamState, agent_input, compile_checked, member_answer, too_few,
+};
 use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
 
 /// Agents that pass the conversation along: each gets a `transfer_to_<name>` tool for every
@@ -146,7 +148,7 @@ impl Swarm {
                             }
                             None => {
                                 team.next = Some(name.clone());
-                                team.output = Some(answer(&state));
+                                team.output = Some(member_answer(team, &name, &state));
                             }
                         }
                         team.messages = state.messages.into_vec();
