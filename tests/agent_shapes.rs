@@ -1061,7 +1061,10 @@ async fn a_worker_whose_answer_a_guardrail_blocked_gives_the_team_no_output() {
     // The caller can tell a blocked answer from an empty one.
     assert_eq!(
         team.stopped,
-        [("billing".to_owned(), StopReason::Guardrail("no_secrets".into()))]
+        [(
+            "billing".to_owned(),
+            StopReason::Guardrail("no_secrets".into())
+        )]
     );
 }
 
@@ -1085,7 +1088,10 @@ async fn a_worker_stopped_by_its_turn_limit_is_marked_in_the_transcript() {
     let team = run(&supervisor, "why?").await;
     assert_eq!(team.stopped, [("billing".to_owned(), StopReason::MaxTurns)]);
     let said = team.messages[1].text();
-    assert!(said.starts_with("billing (stopped: max_turns_exceeded):"), "{said}");
+    assert!(
+        said.starts_with("billing (stopped: max_turns_exceeded):"),
+        "{said}"
+    );
 }
 
 /// A replanner's `DONE` is read whatever its case, punctuation or markdown: `Done.` ends the

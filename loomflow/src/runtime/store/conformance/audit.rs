@@ -196,6 +196,13 @@ pub(super) async fn entries_ride_with_their_write(store: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!("ok")));
+    // The same key again (a write repeated, its acknowledgement lost): the first value
+    // stands, and the entries that describe it are not added twice.
+    store
+        .put_journal_audited(key.clone(), json!("again"), vec![call.clone()], "a", LATER)
+        .await
+        .unwrap();
+    assert_eq!(store.get_journal(&key).await.unwrap(), Some(json!("ok")));
     // Another execution takes the run over; the first one's late write is refused whole.
     store.release(&thread, "a").await.unwrap();
     store.claim(&thread, "b", LATER, 1).await.unwrap();

@@ -226,8 +226,9 @@ impl Fenced<'_> {
         audit: Vec<AuditEntry>,
         thread: Option<&Arc<str>>,
     ) {
-        self.slot.journal(key, value);
-        if !audit.is_empty() {
+        // A key that has a value already keeps it, and the entries that describe it: a
+        // write repeated (an acknowledgement lost) adds none again.
+        if self.slot.journal(key, value) && !audit.is_empty() {
             self.audit.append_for(audit, thread, 0);
         }
     }

@@ -42,8 +42,16 @@ pub(super) struct ThreadSlot {
 impl ThreadSlot {
     /// Journals `value` under `key`, unless something is there already (the first write
     /// wins, as in the durable stores).
-    pub(super) fn journal(&mut self, key: JournalKey, value: Value) {
-        self.journal.entry(key).or_insert(value);
+    /// Journals `value` under `key` unless the key has a value already (the first wins);
+    /// says whether it was new.
+    pub(super) fn journal(&mut self, key: JournalKey, value: Value) -> bool {
+        match self.journal.entry(key) {
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                vacant.insert(value);
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(_) => false,
+        }
     }
 
     /// Forgets the journal, for a thread whose run ended for good; its room goes back to

@@ -207,6 +207,7 @@ fn journal_insert(condition: &str) -> String {
              SELECT thread, $5, $6, $7, $8, $9, $10, $11 FROM fenced
              WHERE {condition}
              ON CONFLICT DO NOTHING
+             RETURNING 1
          )"
     )
 }
@@ -224,8 +225,8 @@ fn journal_params<'a>(
 }
 
 /// A journal entry written under a held claim, as one statement: the fence renews the
-/// lease, and the entry (unless its key has one already: the first value wins) and its
-/// audit entries are inserted only for a row the fence matched. Returns whether it matched;
+/// lease, and the entry (unless its key has one already: the first value wins) and, with a
+/// new entry, its audit entries are inserted only for a row the fence matched. Returns whether it matched;
 /// when it did not, nothing was written.
 pub(super) async fn write_journal_fenced(
     client: &impl GenericClient,
@@ -236,7 +237,9 @@ pub(super) async fn write_journal_fenced(
     let now = now_ms();
     let mut params = journal_params(row, &owner, &until_ms, &now);
     let audit = AuditColumns::of(&row.audit);
-    let audited = audit.inserted_if_fenced(&mut params);
+    // Only with a new entry: a key that has a value already keeps it, and the entries
+    // that describe it (a write repeated, its acknowledgement lost, adds none again).
+    let audited = audit.audited(&mut params, "WHERE EXISTS (SELECT 1 FROM journaled)");
     let stmt = client
         .prepare_cached(&format!(
             "WITH {RENEWING_FENCE}, {}{audited}

@@ -327,22 +327,28 @@ fn prune_signals(
 }
 
 pub(super) fn put_journal(conn: &Connection, row: &JournalRow) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO journal
+    let inserted = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO journal
          (thread, run, namespace, step, node, name, occurrence, value)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![
-        row.thread,
-        row.run,
-        row.namespace,
-        row.step,
-        row.node,
-        row.name,
-        row.occurrence,
-        row.value
-    ])?;
-    audit::append(conn, &row.audit)
+        )?
+        .execute(params![
+            row.thread,
+            row.run,
+            row.namespace,
+            row.step,
+            row.node,
+            row.name,
+            row.occurrence,
+            row.value
+        ])?;
+    // A key that has a value already keeps it, and the entries that describe it: a write
+    // repeated (an acknowledgement lost) adds none again.
+    match inserted {
+        0 => Ok(()),
+        _ => audit::append(conn, &row.audit),
+    }
 }
 
 /// What a write produced.
