@@ -26,6 +26,8 @@ pub(super) struct Catalog {
     version: watch::Sender<u64>,
     /// One re-read at a time, so an older answer never replaces a newer one.
     reading: tokio::sync::Mutex<()>,
+    /// A re-read for a `list_changed` notification is queued and has not started reading.
+    refresh_queued: std::sync::atomic::AtomicBool,
     /// A request found the connection closed, could not be sent, or was cancelled as the
     /// connection closed: the server is gone ([`McpError::Gone`]), even before the SDK's
     /// connection task has noticed the end of its output.
@@ -51,6 +53,7 @@ impl Catalog {
             tools: Mutex::default(),
             version: watch::Sender::new(0),
             reading: tokio::sync::Mutex::new(()),
+            refresh_queued: std::sync::atomic::AtomicBool::new(false),
             gone: std::sync::atomic::AtomicBool::new(false),
             sent_apart,
         })
@@ -70,12 +73,23 @@ impl Catalog {
     }
 
     /// Lists the server's tools again and replaces the list.
+    ///
+    /// One read at a time; the wait for another read to end counts toward the timeout.
     pub(super) async fn refresh(self: &Arc<Self>, peer: &Peer<RoleClient>) -> Result<(), McpError> {
-        let _one_at_a_time = self.reading.lock().await;
-        let listed = tokio::time::timeout(self.timeout, peer.list_all_tools()).await;
-        let listed = match listed {
+        let read = async {
+            let one_at_a_time = self.reading.lock().await;
+            // Asked again from here: what a notification meanwhile said is read too.
+            self.refresh_queued
+                .store(false, std::sync::atomic::Ordering::Release);
+            (one_at_a_time, peer.list_all_tools().await)
+        };
+        let listed = tokio::time::timeout(self.timeout, read).await;
+        let (_one_at_a_time, listed) = match listed {
             Err(_) => return Err(self.timed_out("tools/list")),
-            Ok(result) => result.map_err(|e| self.service_error("tools/list", e))?,
+            Ok((guard, result)) => (
+                guard,
+                result.map_err(|e| self.service_error("tools/list", e))?,
+            ),
         };
         let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
         for remote in listed {
@@ -202,12 +216,20 @@ impl rmcp::ClientHandler for Listener {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         // Re-read in a task of its own: a request made from inside the handler would wait on
         // the loop that is running the handler.
+        // A burst of notifications (a server registering its tools one by one) queues one
+        // read, not one each: a read not yet started reads what they all said.
+        if (self.catalog.refresh_queued).swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
         let catalog = Arc::clone(&self.catalog);
         let peer = context.peer;
         tokio::spawn(async move {
             if let Err(error) = catalog.refresh(&peer).await {
                 tracing::warn!(server = %catalog.server, %error, "mcp tool list could not be re-read");
             }
+            // Should the read not have started (it timed out waiting for another), the next
+            // notification queues one again.
+            (catalog.refresh_queued).store(false, std::sync::atomic::Ordering::Release);
         });
     }
 }
