@@ -205,7 +205,8 @@ impl AgentBuilder {
     ///
     /// It bounds each call of `run`, `stream` or `resume` on its own and cancels the run
     /// where it is. [`Budget::max_wall_clock`] is the other kind: it adds up the running
-    /// time of every leg of a run and stops it cleanly before its next model turn.
+    /// time of every leg of a run and stops it cleanly before its next model turn. Time a
+    /// streamed run spends held back by a slow reader of its events counts too.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
