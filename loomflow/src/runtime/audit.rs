@@ -12,7 +12,11 @@ impl Runtime {
     /// [`AuditEntry`]).
     ///
     /// Entries are written with what they describe, so they survive restarts and every
-    /// process on the store sees them.
+    /// process on the store sees them. "Oldest first" is in the order they were written
+    /// (their ids), which is not always the order of their times (`at_ms`): a `resume`
+    /// entry, dated when the execution picked the run up, is written with the resumed
+    /// step's checkpoint, after the entries of what that step did (its tool calls,
+    /// decisions, signals received), so that a crash before it records no resume twice.
     ///
     /// # Errors
     ///
