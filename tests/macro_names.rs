@@ -237,3 +237,52 @@ async fn a_tool_and_a_node_from_a_macro_take_their_contexts() {
         .unwrap();
     assert_eq!(done.n, 1);
 }
+
+/// A tool and a node whose return types come from the macro's caller (`$ret:ty`): the
+/// conversion of their output, spanned at the caller's type for its error messages, still
+/// sees the binding the expansion makes.
+macro_rules! returning {
+    ($tool:ident, $node:ident, $ret:ty, $node_ret:ty) => {
+        /// Doubles a number.
+        #[tool]
+        fn $tool(n: u32) -> $ret {
+            Ok(n * 2)
+        }
+
+        /// Counts, returning the caller's result type.
+        #[node]
+        async fn $node(counted: &mut Count) -> $node_ret {
+            counted.n += 1;
+            Ok(())
+        }
+    };
+}
+
+returning!(
+    double_it,
+    count_it,
+    Result<u32, String>,
+    loomflow::Result<()>
+);
+
+#[tokio::test]
+async fn a_tool_and_a_node_whose_return_type_a_macro_was_given() {
+    let call_ctx = ToolContext::new("s-1", None, "call_1");
+    assert_eq!(
+        double_it.call(json!({ "n": 4 }), &call_ctx).await.unwrap(),
+        json!(8)
+    );
+    let graph = Graph::new("counted-again")
+        .node(count_it)
+        .edge(START, "count_it")
+        .edge("count_it", END)
+        .compile()
+        .unwrap();
+    let done = graph
+        .invoke(&Runtime::in_memory(), "t", Count::default())
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done.n, 1);
+}
