@@ -102,6 +102,10 @@ pub enum Delivery {
     Pending,
     /// Its idempotency key was already seen: nothing was delivered.
     Duplicate,
+    /// Dropped on arrival: the session is not open and the pending mailbox keeps nothing
+    /// ([`max_pending_signal_sessions(Some(0))`](MailboxConfig::max_pending_signal_sessions)).
+    /// Its idempotency key is not remembered, so a retry once the session is open delivers.
+    Dropped,
 }
 
 /// Who may use a name: user code, or loomflow itself (reserved names allowed).
@@ -442,6 +446,10 @@ impl Mailbox {
         self.check(session, name, Some(&payload), scope)?;
         let config = &self.inner.config;
         let mut state = self.inner.lock();
+        if config.max_pending_signal_sessions == Some(0) && !state.is_live_or_pending(session) {
+            tracing::debug!(%session, %name, "pending mailbox disabled: signal dropped");
+            return Ok(Delivery::Dropped);
+        }
         if let Some(key) = key
             && state
                 .remembered

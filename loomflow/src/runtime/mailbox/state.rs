@@ -154,8 +154,12 @@ impl State {
         entry.order = (order > 0).then_some(order);
         let queued = Queued { order, entry };
         let Some(live) = self.live.get_mut(session) else {
-            self.push_pending(config, session, name, queued, place, Instant::now());
-            return Delivery::Pending;
+            let kept = self.push_pending(config, session, name, queued, place, Instant::now());
+            return if kept {
+                Delivery::Pending
+            } else {
+                Delivery::Dropped
+            };
         };
         let Some(channel) = live.names.get_mut(name) else {
             let mut channel = Channel::new(name);
@@ -459,13 +463,13 @@ impl State {
         queued: Queued,
         place: Place,
         now: Instant,
-    ) {
+    ) -> bool {
         self.sweep(config, now);
         if config.max_pending_signal_sessions == Some(0) {
             let (session, name) = (Arc::from(session), Arc::from(name));
             note_dropped(&mut self.dropped, (&session, &name), [&queued.entry]);
             tracing::debug!(%session, %name, "pending mailbox disabled: signal dropped");
-            return;
+            return false;
         }
         if expired(&queued.entry, config.pending_signal_ttl, now) {
             // A stored signal loaded after a restart, or leftovers of a session that held it
@@ -473,7 +477,7 @@ impl State {
             let (session, name) = (Arc::from(session), Arc::from(name));
             note_dropped(&mut self.dropped, (&session, &name), [&queued.entry]);
             tracing::debug!(%session, %name, "pending signal expired on arrival");
-            return;
+            return false;
         }
         if !self.pending.contains_key(session) {
             if let Some(max) = config.max_pending_signal_sessions {
@@ -500,7 +504,7 @@ impl State {
             self.pending.insert(Arc::from(session), pending);
         }
         let Some(pending) = self.pending.get_mut(session) else {
-            return;
+            return false;
         };
         let queue = match pending.names.get_mut(name) {
             Some(queue) => queue,
@@ -508,6 +512,7 @@ impl State {
         };
         insert_at(queue, queued, place);
         self.touch(session, now);
+        true
     }
 
     /// Pops the oldest unexpired pending payload of (session, name).

@@ -75,9 +75,25 @@ fn a_disabled_pending_mailbox_reports_what_it_drops() {
     let (mb, seen) = reporting(MailboxConfig::default().max_pending_signal_sessions(Some(0)));
     assert_eq!(
         mb.signal_stored("s", "n", json!(1), 4, 0, Duration::ZERO),
-        Delivery::Pending
+        Delivery::Dropped
     );
     assert_eq!(reported(&seen), [("s".to_owned(), 4)]);
+}
+
+/// A signal a disabled pending mailbox drops says so, and its idempotency key is not
+/// remembered: the retry, once the session is open, is delivered. Before its fix the send
+/// said `Pending`, and the retry was a `Duplicate` that delivered nothing.
+#[test]
+fn a_signal_dropped_on_arrival_says_so_and_its_retry_delivers() {
+    let mb = Mailbox::new(MailboxConfig::default().max_pending_signal_sessions(Some(0)));
+    let send = || {
+        mb.send("s", "n", json!(1), Some("k"), Scope::User, 0)
+            .unwrap()
+    };
+    assert_eq!(send(), Delivery::Dropped);
+    let _open = mb.open_session("s");
+    assert_eq!(send(), Delivery::Queued);
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!(1)));
 }
 
 #[tokio::test(start_paused = true)]
