@@ -1264,3 +1264,57 @@ async fn a_step_retried_after_an_answer_is_not_done_again() {
     assert_eq!(done.completed().unwrap(), [1]);
     assert_eq!(CHARGES.load(Ordering::SeqCst), 1, "charged once");
 }
+
+/// A resume request answers the question it was sent for: one sent while the resumed step
+/// still ran (the row said interrupted, at the first question) is not applied to the next
+/// question the run asks, which nobody saw. Before its fix it answered that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_request_answers_only_the_question_it_was_sent_for() {
+    use tokio::sync::Notify;
+    let go = Arc::new(Notify::new());
+    let entered = Arc::new(Notify::new());
+    let (held, seen) = (Arc::clone(&go), Arc::clone(&entered));
+    let asking = Graph::new("asks-twice")
+        .node_fn("ask", move |answers: &mut Vec<String>, ctx| {
+            let (held, seen) = (Arc::clone(&held), Arc::clone(&seen));
+            Box::pin(async move {
+                let answer: String = ctx.interrupt("which?")?;
+                if answers.is_empty() {
+                    // The first answer's step holds here while the test sends again.
+                    seen.notify_one();
+                    held.notified().await;
+                }
+                answers.push(answer);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .branch("ask", ["ask", END], |answers: &Vec<String>| {
+            if answers.len() < 2 { "ask" } else { END }
+        })
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    asking.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    runtime.request_resume("t", "first").await.unwrap();
+    let carried = asking.recover(&runtime, "t").start();
+    entered.notified().await;
+    // The run still stands at the first question: this is sent for it, and too late.
+    runtime.request_resume("t", "stale").await.unwrap();
+    go.notify_one();
+    let second = carried.await.unwrap();
+    assert_eq!(second.interrupts().len(), 1, "it asks again: {second:?}");
+    let again = asking.recover(&runtime, "t").await.unwrap();
+    assert_eq!(
+        again.interrupts().len(),
+        1,
+        "the stale request answered the next question: {again:?}"
+    );
+    let done = asking
+        .resume(&runtime, "t", "second")
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    assert_eq!(done, ["first", "second"]);
+}

@@ -112,7 +112,13 @@ async fn a_signal_wait_beside_a_timer_is_waiting_and_refuses_a_resume_request() 
     assert_eq!(run.state, loomflow::runtime::RunState::Waiting, "{run:?}");
     assert_eq!(run.wake_at_ms, Some(ms(start() + HOUR)));
     let nap = &out.interrupts()[0].id;
+    // Named, the wait says what it waits for; named by none, the run takes no value.
     let refused = runtime.request_resume_with("t", nap, "now").await;
+    assert!(
+        matches!(refused, Err(loomflow::RuntimeError::WaitsForTimer { .. })),
+        "{refused:?}"
+    );
+    let refused = runtime.request_resume("t", "now").await;
     assert!(
         matches!(
             refused,

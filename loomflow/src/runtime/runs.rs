@@ -36,6 +36,11 @@ use super::store::runs::RESUME_SIGNAL;
 pub(crate) struct ResumeRequest {
     pub(crate) interrupt: Option<String>,
     pub(crate) value: Value,
+    /// The interrupted checkpoint the request was checked against when sent: the question
+    /// it answers. A run standing at another (it asked again, or a later run asks) refuses
+    /// it. `None` in requests stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) checkpoint: Option<u64>,
 }
 
 impl Runtime {
@@ -50,8 +55,11 @@ impl Runtime {
     /// checkpointed (killed, or shut down), it leaves the run held until its lease runs out,
     /// and the next one (a worker taking the run over) resumes with the same value. The
     /// requests queued when an execution starts are applied together, the newest for each
-    /// interrupt; none is left over to answer a later question. A resume given its value
-    /// directly ([`CompiledGraph::resume`](crate::CompiledGraph::resume)) answers the question
+    /// interrupt; none is left over to answer a later question. A request answers the
+    /// question it was sent for (the interrupted checkpoint it was checked against): one
+    /// that reaches the run after it asked again, or a later run, is dropped unapplied. A
+    /// resume given its value directly
+    /// ([`CompiledGraph::resume`](crate::CompiledGraph::resume)) answers the question
     /// instead, and the requests queued for it are dropped unapplied.
     ///
     /// # Errors
@@ -103,17 +111,30 @@ impl Runtime {
                 .ok_or_else(|| RuntimeError::UnknownRun {
                     thread: thread.to_owned(),
                 })?;
-        if record.state != RunState::Interrupted {
-            return Err(RuntimeError::NotInterrupted {
-                thread: thread.to_owned(),
-                state: record.state,
-            });
+        let not_interrupted = |state| RuntimeError::NotInterrupted {
+            thread: thread.to_owned(),
+            state,
+        };
+        match record.state {
+            RunState::Interrupted => {}
+            // Suspended on waits only: the one named says what it waits for.
+            RunState::Waiting | RunState::Sleeping if interrupt.is_some() => {
+                self.check_resume_target(thread, interrupt.as_deref())
+                    .await?;
+                return Err(not_interrupted(record.state));
+            }
+            state => return Err(not_interrupted(state)),
         }
         let value = serde_json::to_value(value)
             .map_err(|e| RuntimeError::json(format!("resume value for thread {thread}"), e))?;
-        self.check_resume_target(thread, interrupt.as_deref())
+        let checkpoint = self
+            .check_resume_target(thread, interrupt.as_deref())
             .await?;
-        let request = ResumeRequest { interrupt, value };
+        let request = ResumeRequest {
+            interrupt,
+            value,
+            checkpoint: Some(checkpoint),
+        };
         let payload = serde_json::to_value(&request)
             .map_err(|e| RuntimeError::json(format!("resume request for thread {thread}"), e))?;
         self.send_framework(thread, RESUME_SIGNAL, payload, SignalOptions::default())
@@ -149,9 +170,18 @@ impl Runtime {
     /// Refuses a resume request that could not apply: one naming an interrupt that is not
     /// pending or that waits for a signal or a timer, or naming none while several that take
     /// a value are pending. A request refused only when applied would spend the requests
-    /// queued with it.
-    async fn check_resume_target(&self, thread: &str, interrupt: Option<&str>) -> Result<()> {
-        let pending = self.pending_interrupts(thread).await?;
+    /// queued with it. Returns the interrupted checkpoint it was checked against.
+    async fn check_resume_target(&self, thread: &str, interrupt: Option<&str>) -> Result<u64> {
+        let (checkpoint, pending) = match self.store().latest_checkpoint(thread, "").await? {
+            Some(cp) if cp.status == RunStatus::Interrupted => (cp.id, cp.interrupts()?),
+            // The run moved on since its row was read: nothing to check the request against.
+            _ => {
+                return Err(RuntimeError::NotInterrupted {
+                    thread: thread.to_owned(),
+                    state: RunState::Running,
+                });
+            }
+        };
         let target = match interrupt {
             Some(id) => pending.iter().find(|i| i.id == id).ok_or_else(|| {
                 RuntimeError::UnknownInterrupt {
@@ -162,7 +192,6 @@ impl Runtime {
             })?,
             None => match super::store::unnamed_answer(&pending) {
                 Ok(at) => &pending[at],
-                Err(_) if pending.is_empty() => return Ok(()),
                 Err(pending) => {
                     return Err(RuntimeError::AmbiguousResume {
                         thread: thread.to_owned(),
@@ -184,7 +213,7 @@ impl Runtime {
                 id: target.id.clone(),
                 wake_at_ms,
             }),
-            None => Ok(()),
+            None => Ok(checkpoint),
         }
     }
 

@@ -64,6 +64,13 @@ pub(super) async fn resume_requests(
             runtime.forget_consumed_signal(thread, entry.seq);
             continue;
         };
+        if request.checkpoint.is_some_and(|id| id != at.id) {
+            // Sent for a question the run has moved past (it asked again, or this is a
+            // later run): it answers nothing here. Consumed, and not journaled.
+            tracing::info!(%thread, "a resume request made for an earlier question was dropped");
+            runtime.forget_consumed_signal(thread, entry.seq);
+            continue;
+        }
         let key = at.key(thread, taken);
         let took = match entry.seq {
             Some(seq) => {

@@ -403,7 +403,10 @@ fn requested_answers<S>(
     requests: Vec<ResumeRequest>,
 ) -> Result<Vec<(usize, Value)>> {
     let mut values = BTreeMap::new();
-    for ResumeRequest { interrupt, value } in requests {
+    for ResumeRequest {
+        interrupt, value, ..
+    } in requests
+    {
         let id = match interrupt {
             Some(id) => id,
             None => cp.snapshot.interrupts[unnamed(cp, thread)?].id.clone(),
