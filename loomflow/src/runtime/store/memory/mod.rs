@@ -51,9 +51,9 @@ use run_row::RunRow;
 /// `None` keeps everything. A thread goes altogether, its slot with it, with
 /// [`Runtime::delete_thread`](crate::Runtime::delete_thread).
 ///
-/// A thread's journal (what `ctx.step`, model and tool calls recorded) is kept until a run of the
-/// thread completes or is cancelled, then dropped, as in every store: nothing carries such a run
-/// on, and an agent's journal would keep every model answer and tool result a second time.
+/// A thread's journal (what `ctx.step`, model and tool calls recorded) is dropped when a run of
+/// the thread completes or is cancelled, as in every store, but for what its suspended steps
+/// recorded, which a fork from their checkpoints replays (kept until the thread is deleted).
 ///
 /// # Cost of a checkpoint
 ///
