@@ -7,22 +7,39 @@ use crate::runtime::store::RunStatus;
 pub const DEFAULT_RETAINED_CHECKPOINTS: usize = 100;
 
 /// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest `limit`
-/// interrupted ones whatever their age (a fork goes back to a suspension; a run that
-/// suspends every turn still does not grow without bound), what the thread's newest run may
-/// still read (see [`needed`]), and the first checkpoint of every run with a top-level one
-/// kept: it describes the run's graph, which a fork from any of them names (see
-/// `Runtime::fork`).
+/// top-level interrupted ones whatever their age (a fork goes back to a suspension; a run
+/// that suspends every turn still does not grow without bound) with the suspended subgraph
+/// rows a fork from each takes along, what the thread's newest run may still read (see
+/// [`needed`]), and the first checkpoint of every run with a top-level one kept: it
+/// describes the run's graph, which a fork from any of them names (see `Runtime::fork`).
 pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
     let needed = needed(kept);
     let mut suspensions_left = limit;
     let mut suspension: Vec<bool> = (kept.iter().rev())
         .map(|cp| {
-            let kept = cp.status == RunStatus::Interrupted && suspensions_left > 0;
+            let kept = cp.namespace().is_empty()
+                && cp.status == RunStatus::Interrupted
+                && suspensions_left > 0;
             suspensions_left -= usize::from(kept);
             kept
         })
         .collect();
     suspension.reverse();
+    // A fork from a suspension takes along the newest row of each of its run's subgraphs
+    // written before it: kept too when it is suspended (where the subgraph asked).
+    let parents: Vec<usize> = (0..kept.len()).filter(|&at| suspension[at]).collect();
+    for at in parents {
+        let mut namespaces: Vec<&str> = Vec::new();
+        for child in (0..at).rev() {
+            let (cp, run) = (&kept[child], kept[at].run());
+            if cp.namespace().is_empty() || cp.run() != run || namespaces.contains(&cp.namespace())
+            {
+                continue;
+            }
+            namespaces.push(cp.namespace());
+            suspension[child] |= cp.status == RunStatus::Interrupted;
+        }
+    }
     // Oldest first, until enough are gone.
     let mut excess = kept.len().saturating_sub(limit);
     let mut keep: Vec<bool> = (kept.iter().zip(suspension))
@@ -195,6 +212,35 @@ mod tests {
         assert!(kept.len() <= 40, "{}", kept.len());
         assert!(suspensions[290..].iter().all(|id| kept.contains(id)));
         assert!(!kept.contains(&suspensions[0]), "old suspensions go");
+    }
+
+    /// A suspension kept keeps the suspended subgraph row a fork from it takes along, however
+    /// many suspensions came after; before its fix the subgraph rows counted among the
+    /// suspensions kept, and the oldest kept parent could lose its child's.
+    #[tokio::test]
+    async fn a_kept_suspension_keeps_its_subgraphs_suspension() {
+        let store = MemoryStore::with_retention(Some(4));
+        let child = put(&store, cp("sub:1", 0, RunStatus::Interrupted)).await;
+        let parent = put(&store, cp("", 1, RunStatus::Interrupted)).await;
+        for step in 2..6 {
+            put(
+                &store,
+                cp(&format!("sub:{step}"), 0, RunStatus::Interrupted),
+            )
+            .await;
+            put(&store, cp("", step, RunStatus::Running)).await;
+        }
+        for step in 6..9 {
+            put(&store, cp("", step, RunStatus::Interrupted)).await;
+        }
+        let kept: Vec<u64> = (store.list_checkpoints("t").await.unwrap().iter())
+            .map(|c| c.id)
+            .collect();
+        assert!(
+            kept.contains(&parent),
+            "the fourth newest suspension stays: {kept:?}"
+        );
+        assert!(kept.contains(&child), "with its subgraph's row: {kept:?}");
     }
 
     #[tokio::test]
