@@ -565,6 +565,28 @@ fn caps_and_prices_that_are_not_zero_or_more_are_refused_at_build() {
     assert!(build(fine, PriceTable::new().model("gpt-x", 0.0, 1.0)).is_ok());
 }
 
+/// A zero wall-clock cap and a zero answer length, which would stop or fail every run, are
+/// refused at build, as a config file refuses them. Before the fix both built.
+#[test]
+fn a_zero_wall_clock_cap_and_a_zero_answer_length_are_refused_at_build() {
+    let refused = Agent::builder("You answer.")
+        .name("zeros")
+        .model(EchoModel::new())
+        .budget(Budget::default().max_wall_clock(Duration::ZERO))
+        .max_tokens(0)
+        .build();
+    let Err(loomflow::Error::Agent(AgentError::Invalid { problems, .. })) = refused else {
+        panic!("refused: {refused:?}");
+    };
+    assert_eq!(
+        problems,
+        [
+            "max_tokens must be at least 1",
+            "budget.max_wall_clock must be more than zero",
+        ]
+    );
+}
+
 /// A tool written by hand whose name providers refuse (a dot, too long) is refused when the
 /// agent is built, naming it and what it would be: every model call would fail otherwise.
 #[test]
@@ -682,4 +704,46 @@ async fn a_rate_limit_after_part_of_a_streamed_reply_is_not_retried() {
     assert_eq!(model.calls.load(Ordering::SeqCst), 1, "not tried again");
     let error = stream.outcome().await.unwrap_err();
     assert!(format!("{error:?}").contains("rate_limited"), "{error:?}");
+}
+
+/// A prompt the run stops on before its first model turn (the user's budget spent) is
+/// checked by the input guardrails all the same: what the session keeps of it is the
+/// redacted prompt, which a later run sends. Before its fix the budget stopped the run
+/// before the guardrail was asked, and the raw prompt stayed in the transcript.
+#[tokio::test]
+async fn a_prompt_stopped_by_the_budget_is_still_checked() {
+    use loomflow::agent::{Verdict, on_input};
+    let agent = Agent::builder("You answer.")
+        .name("redacting")
+        .model(ScriptedModel::new([
+            ModelResponse::text("noted").with_usage(input_tokens(600))
+        ]))
+        .guardrail(on_input("no_cards", |text: &str| {
+            if text.contains("4111") {
+                Verdict::Rewrite(text.replace("4111 1111 1111 1111", "[card]"))
+            } else {
+                Verdict::Allow
+            }
+        }))
+        .budget(Budget::default().max_tokens_per_user(500))
+        .build()
+        .unwrap();
+    agent.run("hello").session("s").user("ann").await.unwrap();
+    let stopped = agent
+        .run("my card is 4111 1111 1111 1111")
+        .session("s")
+        .user("ann")
+        .await
+        .unwrap();
+    assert!(
+        matches!(stopped.reason, Some(StopReason::Budget(_))),
+        "{stopped:?}"
+    );
+    let state: AgentState = agent.runtime().get_state("s").await.unwrap().unwrap();
+    let texts: Vec<&str> = state.messages.iter().map(|m| m.text()).collect();
+    assert!(
+        texts.iter().all(|t| !t.contains("4111")),
+        "the raw prompt stays: {texts:?}"
+    );
+    assert!(texts.contains(&"my card is [card]"), "{texts:?}");
 }

@@ -107,16 +107,18 @@ impl Node<AgentState> for ModelNode {
 }
 
 async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
+    // The prompt first, whatever stops the run after: what the session keeps of it (and a
+    // later run sends) is what the input guardrails passed.
+    super::guarded::check_input(core, state, ctx).await?;
+    if state.stopped.is_some() {
+        return Ok(());
+    }
     if state.turns >= state.max_turns.unwrap_or(core.max_turns) {
         state.stopped = Some(StopReason::MaxTurns);
         return Ok(());
     }
     if let Some(cap) = core.budget.exceeded(state) {
         state.stopped = Some(StopReason::Budget(cap));
-        return Ok(());
-    }
-    super::guarded::check_input(core, state, ctx).await?;
-    if state.stopped.is_some() {
         return Ok(());
     }
     super::memory::recall(core, state, ctx).await?;
