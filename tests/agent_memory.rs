@@ -532,3 +532,39 @@ fn an_agent_writing_its_own_memory_needs_a_name() {
         "{error}"
     );
 }
+
+/// An agent whose permission policy denies every call by default still has its memory
+/// tools, which its code turned on (a config file cannot name them): the policy allows them
+/// unless it has a rule of its own for their names. Before its fix `remember` was denied.
+#[tokio::test]
+async fn memory_tools_pass_a_policy_that_denies_by_default() {
+    use loomflow::tool::PermissionPolicy;
+    let memory = SqliteMemory::in_memory().unwrap();
+    let agent = Agent::builder("You remember things for the user.")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![ToolCall::new(
+                "c1",
+                "remember",
+                json!({ "text": "Ada's bike is blue" }),
+            )]),
+            ModelResponse::text("Noted."),
+        ]))
+        .tools(ToolHost::new().permissions(PermissionPolicy::deny_all("not this one")))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    let result = agent
+        .run("Remember my bike is blue.")
+        .user("ada")
+        .await
+        .unwrap();
+    assert_eq!(result.output, "Noted.");
+    let stored = memory.recall(&Scope::user("ada"), "bike", 5).await.unwrap();
+    assert_eq!(
+        stored.len(),
+        1,
+        "remember was denied: {:?}",
+        result.messages
+    );
+}

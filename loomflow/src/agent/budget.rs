@@ -124,6 +124,10 @@ impl Budget {
                 ));
             }
         }
+        // Every run would stop at once, as a config file's `max_wall_clock = 0` is refused.
+        if self.max_wall_clock.is_some_and(|limit| limit.is_zero()) {
+            problems.push("budget.max_wall_clock must be more than zero".to_owned());
+        }
         problems
     }
 

@@ -97,8 +97,9 @@ impl AgentBuilder {
 
     /// Adds a [`Guardrail`]: a check on the run's prompt, tool calls, tool results and
     /// answer. Guardrails run in the order they were added, each seeing the rewrites of the
-    /// ones before. With an output guardrail, a streamed run does not stream the model's
-    /// text as it comes: the answer is only shown once it has been checked.
+    /// ones before. With any guardrail (a guardrail may check any stage), a streamed run
+    /// does not stream the model's text as it comes: the answer is shown as one chunk once
+    /// it has been checked, and the text that comes with a reply's tool calls is not shown.
     pub fn guardrail(mut self, guardrail: impl Guardrail) -> Self {
         self.guardrails.add(Arc::new(guardrail));
         self
@@ -341,6 +342,10 @@ impl AgentBuilder {
         if self.timeout.is_some_and(|t| t.is_zero()) {
             problems.push("timeout must be more than zero".to_owned());
         }
+        // Every model call would ask for an answer of no tokens.
+        if self.max_tokens == Some(0) {
+            problems.push("max_tokens must be at least 1".to_owned());
+        }
         problems.extend(self.budget.problems());
         problems.extend(self.prices.problems());
         // Without a price, every run costs nothing, and the cap would never stop one.
@@ -387,9 +392,12 @@ impl AgentBuilder {
             options: self.memory_options,
         });
         if let Some(memory) = memory.as_ref().filter(|m| m.options.tools) {
-            // A tool of the user's with the same name is kept.
+            // A tool of the user's with the same name is kept. Turned on by the code, the
+            // memory tools pass the policy's default (a config file cannot name them),
+            // unless it has a rule for their names.
             for tool in crate::memory::memory_tools(&memory.store, &name, &memory.options) {
                 if tools.get(&tool.spec().name).is_none() {
+                    tools.allow_unless_ruled(&tool.spec().name);
                     tools.add_arc(tool);
                 }
             }

@@ -26,7 +26,9 @@ pub struct MemoryOptions {
     /// The most tokens the recalled items may take in the prompt (default 400), counted
     /// as a quarter of their characters; the best matches go in first.
     pub token_budget: usize,
-    /// Whether the model gets `remember` and `recall` tools (default `false`).
+    /// Whether the model gets `remember` and `recall` tools (default `false`). The agent's
+    /// permission policy allows them whatever its default, unless it has a rule for their
+    /// names.
     pub tools: bool,
     /// Whether the model's `remember` tool may write to the agent's own scope, which is
     /// recalled into every user's prompt (default `false`: a user, or text injected into a
