@@ -376,6 +376,16 @@ impl AgentBuilder {
             }
             .into());
         };
+        // Not refused: the model a provider reports may be one the table prices. But a cap
+        // the table cannot price stops nothing, silently otherwise.
+        let priced = |model: &str| {
+            (self.prices)
+                .cost_usd(model, &crate::model::Usage::default())
+                .is_some()
+        };
+        if self.budget.caps_cost() && !self.budget.priced_here() && !priced(model.name()) {
+            tracing::warn!(agent = %name, model = %model.name(), "the budget caps a cost, but the prices have none for the agent's model: only calls whose reported model they price count");
+        }
         let tools = if self.durable_approvals {
             self.tools
                 .approval_handler(crate::tool::SignalApprover::new().or_suspend())
