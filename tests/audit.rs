@@ -9,8 +9,6 @@ mod asker;
 #[path = "support/postgres.rs"]
 mod postgres;
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use loomflow::agent::Agent;
 use loomflow::model::{ModelResponse, PriceTable, ScriptedModel, ToolCall, Usage};
 use loomflow::prelude::*;
@@ -18,12 +16,23 @@ use loomflow::runtime::{AuditEntry, AuditKind, AuditQuery};
 use loomflow::tool::{ApprovalDecision, Permission, PermissionPolicy};
 use loomflow_tests::TempDb;
 
-static REFUNDS: AtomicU32 = AtomicU32::new(0);
+/// The sessions a refund ran for, one entry per refund: tests run side by side.
+static REFUNDS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// How many refunds ran for `session`.
+fn refunds_for(session: &str) -> usize {
+    REFUNDS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| *s == session)
+        .count()
+}
 
 /// Refunds an order. Moves money, so a person approves it.
 #[tool(approval)]
-fn refund(order: String, cents: u64) -> String {
-    REFUNDS.fetch_add(1, Ordering::SeqCst);
+fn refund(ctx: &ToolContext, order: String, cents: u64) -> String {
+    REFUNDS.lock().unwrap().push(ctx.session.clone());
     format!("refunded {cents} cents on {order}")
 }
 
@@ -65,8 +74,7 @@ fn of_kind(log: &[AuditEntry], kind: AuditKind) -> Vec<&AuditEntry> {
 
 /// The approval story on one store: a run suspends, a second runtime decides as `ada`, the
 /// run resumes; a third runtime (a restart) reads the whole trail.
-async fn approved_refund_trail(open: impl Fn() -> Runtime) {
-    let session = "refund-ord-9";
+async fn approved_refund_trail(session: &str, open: impl Fn() -> Runtime) {
     let agent = refund_agent(open());
     let first = agent
         .run("Refund order ord-9")
@@ -159,9 +167,8 @@ async fn approved_refund_trail(open: impl Fn() -> Runtime) {
 #[tokio::test]
 async fn an_approved_refund_leaves_its_trail_in_sqlite_across_restarts() {
     let db = TempDb::new("audit-trail");
-    let before = REFUNDS.load(Ordering::SeqCst);
-    approved_refund_trail(|| Runtime::sqlite(db.path()).unwrap()).await;
-    assert_eq!(REFUNDS.load(Ordering::SeqCst) - before, 1);
+    approved_refund_trail("refund-ord-9", || Runtime::sqlite(db.path()).unwrap()).await;
+    assert_eq!(refunds_for("refund-ord-9"), 1);
 }
 
 #[tokio::test]
@@ -171,7 +178,7 @@ async fn an_approved_refund_leaves_its_trail_in_postgres() {
     };
     // One store for the test's runtimes: a pool per runtime would do as well.
     let runtime = Runtime::postgres(&db.url).await.unwrap();
-    approved_refund_trail(|| runtime.clone()).await;
+    approved_refund_trail("refund-ord-9-pg", || runtime.clone()).await;
 }
 
 #[tokio::test]
@@ -824,8 +831,28 @@ async fn a_decision_is_dated_when_it_was_taken() {
         )
         .unwrap()
     };
+    /// Refunds an order, counted by no other test.
+    #[tool(approval)]
+    fn refund_later(order: String, cents: u64) -> String {
+        format!("refunded {cents} cents on {order}")
+    }
     let runtime = Runtime::in_memory();
-    let agent = refund_agent(runtime.clone());
+    let call = ToolCall::new(
+        "call_r",
+        "refund_later",
+        json!({ "order": "ord-9", "cents": 4_000 }),
+    );
+    let agent = Agent::builder("You handle refunds.")
+        .name("refunds")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![call]),
+            ModelResponse::text("Refunded 40.00."),
+        ]))
+        .tool(refund_later)
+        .durable_approvals()
+        .runtime(runtime.clone())
+        .build()
+        .unwrap();
     let session = "refund-later";
     let first = agent
         .run("Refund order ord-9")
