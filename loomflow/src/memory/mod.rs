@@ -172,8 +172,10 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::EmptyText`], [`MemoryError::BadMetadata`],
-    /// or the backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::EmptyText`],
+    /// [`MemoryError::TextTooLong`], [`MemoryError::NulCharacter`] (in the text or the
+    /// scope's id), [`MemoryError::BadMetadata`], [`MemoryError::MetadataTooDeep`], or the
+    /// backend's failure.
     fn remember<'a>(
         &'a self,
         scope: &'a Scope,
@@ -193,7 +195,8 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], or the backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
+    /// backend's failure.
     fn recall<'a>(
         &'a self,
         scope: &'a Scope,
@@ -205,7 +208,8 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], or the backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
+    /// backend's failure.
     fn forget<'a>(
         &'a self,
         scope: &'a Scope,
@@ -216,21 +220,24 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], or the backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
+    /// backend's failure.
     fn forget_all<'a>(&'a self, scope: &'a Scope) -> BoxFuture<'a, Result<u64, MemoryError>>;
 
     /// How many items `scope` holds.
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], or the backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
+    /// backend's failure.
     fn count<'a>(&'a self, scope: &'a Scope) -> BoxFuture<'a, Result<u64, MemoryError>>;
 
     /// The oldest `limit` items of `scope`, oldest first.
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], or the backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
+    /// backend's failure.
     fn list<'a>(
         &'a self,
         scope: &'a Scope,
@@ -246,7 +253,8 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], or the backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
+    /// backend's failure.
     fn holds_text<'a>(
         &'a self,
         scope: &'a Scope,

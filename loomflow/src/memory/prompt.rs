@@ -194,21 +194,29 @@ pub(crate) fn string_array(answer: &str) -> Option<Vec<String>> {
 
 /// [`string_array`], or why not, in words that quote nothing of the answer (serde's own
 /// messages can quote the offending value).
+///
+/// The first array of strings the answer holds, from any of its `[`: a preface or a note
+/// around it may hold brackets of its own (`Here is the list [JSON]: [...]`).
 fn parse_string_array(answer: &str) -> Result<Vec<String>, String> {
-    let trimmed = answer.trim();
-    let array = trimmed
-        .find('[')
-        .zip(trimmed.rfind(']'))
-        .and_then(|(start, end)| trimmed.get(start..=end))
-        .ok_or_else(|| "no JSON array".to_owned())?;
-    serde_json::from_str(array).map_err(|e| {
-        format!(
-            "{:?} error at line {} column {} of the array",
-            e.classify(),
-            e.line(),
-            e.column()
-        )
-    })
+    let mut first_error = None;
+    for (start, _) in answer.match_indices('[') {
+        let mut values = serde_json::Deserializer::from_str(&answer[start..]).into_iter();
+        match values.next() {
+            Some(Ok(array)) => return Ok(array),
+            Some(Err(e)) => {
+                first_error.get_or_insert_with(|| {
+                    format!(
+                        "{:?} error at line {} column {} of the array",
+                        e.classify(),
+                        e.line(),
+                        e.column()
+                    )
+                });
+            }
+            None => {}
+        }
+    }
+    Err(first_error.unwrap_or_else(|| "no JSON array".to_owned()))
 }
 
 #[cfg(test)]
@@ -224,6 +232,14 @@ mod tests {
         assert_eq!(string_array("[]"), Some(Vec::new()));
         assert_eq!(string_array("nothing to add"), None);
         assert_eq!(string_array("[1, 2]"), None);
+    }
+
+    /// Brackets of a preface or a note around the array are not taken for it.
+    #[test]
+    fn an_array_is_found_past_other_brackets() {
+        let ab = Some(vec!["a".to_owned(), "b".to_owned()]);
+        assert_eq!(string_array("Here is the list [JSON]: [\"a\", \"b\"]"), ab);
+        assert_eq!(string_array("[\"a\", \"b\"] (as asked [1])"), ab);
     }
 
     #[test]
