@@ -20,31 +20,33 @@ pub(crate) async fn run(runtime: Runtime, config: HttpConfig, listen: &str) -> R
         .await
         .map_err(cannot_listen)?;
     let addr = listener.local_addr().map_err(cannot_listen)?;
+    // Listening for SIGTERM before saying it serves: one sent right after is not the
+    // default action's (killed mid-request).
+    let stop = stop_asked();
     outln!("loomflow: serving on http://{addr} (the inbox: http://{addr}/inbox?token=…)");
     axum::serve(listener, router(runtime, config))
-        .with_graceful_shutdown(stop_asked())
+        .with_graceful_shutdown(stop)
         .await
         .map_err(|e| Failure::server(format!("the server stopped: {e}")))
 }
 
 /// Waits for Ctrl-C, or for SIGTERM (`docker stop`, systemd): requests under way finish.
-async fn stop_asked() {
-    let interrupted = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM is listened for from the call, not from the first poll.
+fn stop_asked() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    () = interrupted => {}
-                    _ = terminate.recv() => {}
-                }
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        let interrupted = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        #[cfg(unix)]
+        if let Some(mut terminate) = terminate {
+            tokio::select! {
+                () = interrupted => {}
+                _ = terminate.recv() => {}
             }
-            Err(_) => interrupted.await,
+            return;
         }
+        interrupted.await;
     }
-    #[cfg(not(unix))]
-    interrupted.await;
 }
