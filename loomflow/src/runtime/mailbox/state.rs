@@ -155,10 +155,9 @@ impl State {
         let queued = Queued { order, entry };
         let Some(live) = self.live.get_mut(session) else {
             let kept = self.push_pending(config, session, name, queued, place, Instant::now());
-            return if kept {
-                Delivery::Pending
-            } else {
-                Delivery::Dropped
+            return match kept {
+                true => Delivery::Pending,
+                false => Delivery::Dropped,
             };
         };
         let Some(channel) = live.names.get_mut(name) else {
@@ -170,10 +169,10 @@ impl State {
         let mut queued = queued;
         while let Some(waiter) = channel.waiters.pop_front() {
             live.holds -= 1;
-            // Sent under the lock: a waiter that leaves the line (drop, timeout) takes the
-            // lock first, so it either finds itself still in line or finds this payload in its
-            // slot. A send only fails if the receiver vanished without leaving the line, which
-            // `Wait` never does; the payload then goes to the next waiter.
+            // Sent under the lock: a waiter leaving the line (drop, timeout) takes the lock
+            // first, so it finds itself still in line or this payload in its slot. A send
+            // fails only for a receiver gone without leaving the line (`Wait` never is);
+            // the payload then goes to the next waiter.
             match waiter.tx.send(queued) {
                 Ok(()) => {
                     if channel.is_idle() {
@@ -262,8 +261,7 @@ impl State {
     pub(super) fn open(&mut self, config: &MailboxConfig, session: &Arc<str>) {
         match self.live.get_mut(&**session) {
             Some(live) => live.guards += 1,
-            // Nothing pending for any session: nothing to pick up or to expire, so no
-            // clock read (most sessions are opened with nothing pending).
+            // Nothing pending anywhere (the usual open): nothing to take or expire, no clock.
             None if self.pending.is_empty() => {
                 let live = Live {
                     key: Arc::clone(session),
@@ -390,8 +388,7 @@ impl State {
         }
         let now = Instant::now();
         for channel in leftovers.collect::<Vec<_>>() {
-            // Last first: each goes before the payloads of its own place in send order (a
-            // payload given back has none), so that those keep their order.
+            // Last first: each goes before those of its place (given back, it has none).
             for queued in channel.queue.into_iter().rev() {
                 let place = Place::Return(queued.order);
                 self.push_pending(config, session, &channel.name, queued, place, now);
@@ -472,8 +469,8 @@ impl State {
             return false;
         }
         if expired(&queued.entry, config.pending_signal_ttl, now) {
-            // A stored signal loaded after a restart, or leftovers of a session that held it
-            // past the TTL: its age counts from when it was sent.
+            // Loaded after a restart, or left by a session that held it past the TTL: aged
+            // from when it was sent.
             let (session, name) = (Arc::from(session), Arc::from(name));
             note_dropped(&mut self.dropped, (&session, &name), [&queued.entry]);
             tracing::debug!(%session, %name, "pending signal expired on arrival");

@@ -1,4 +1,4 @@
-//! Which guard's exit keeps a session's leftovers.
+//! Which guard's exit keeps a session's leftovers, and in what order.
 
 use serde_json::json;
 
@@ -28,4 +28,19 @@ fn a_runs_leftovers_are_kept_whichever_guard_leaves_last() {
     mb.signal("t", "b", json!("nobody's")).unwrap();
     drop(user);
     assert_eq!(mb.queued("t", "b"), 0);
+}
+
+/// Payloads given back at the head of a queue (no place in send order) keep their order
+/// when the session retires to pending: before its fix each went to the front in turn,
+/// and they came out reversed.
+#[test]
+fn payloads_given_back_keep_their_order_when_the_session_retires() {
+    let mb = mailbox();
+    let wait = mb.wait("s", "other", None);
+    mb.requeue_front("s", "n", json!("b")).unwrap();
+    mb.requeue_front("s", "n", json!("a")).unwrap();
+    drop(wait);
+    assert_eq!(mb.queued("s", "n"), 2);
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("a")));
+    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("b")));
 }

@@ -206,21 +206,6 @@ fn a_payload_given_back_after_its_session_closed_goes_to_pending_in_order() {
     assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("q")));
 }
 
-/// Payloads given back at the head of a queue (no place in send order) keep their order
-/// when the session retires to pending: before its fix each went to the front in turn,
-/// and they came out reversed.
-#[test]
-fn payloads_given_back_keep_their_order_when_the_session_retires() {
-    let mb = mailbox();
-    let wait = mb.wait("s", "other", None);
-    mb.requeue_front("s", "n", json!("b")).unwrap();
-    mb.requeue_front("s", "n", json!("a")).unwrap();
-    drop(wait);
-    assert_eq!(mb.queued("s", "n"), 2);
-    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("a")));
-    assert_eq!(mb.poll("s", "n").unwrap(), Some(json!("b")));
-}
-
 #[test]
 fn an_unpolled_ready_wait_puts_its_payload_back_when_dropped() {
     let mb = mailbox();
