@@ -574,3 +574,32 @@ async fn a_wait_cancelled_while_the_store_catches_up_keeps_its_payload_in_place(
     }
     assert_eq!(received, [1, 2, 3]);
 }
+
+/// A receiver in the process that sent a signal can take its row from the store before the
+/// send queues the process's own copy of it: that copy is not queued, and a poll (which
+/// cannot ask the store) does not hand the payload out a second time. Before its fix the
+/// copy stayed queued, and the poll returned the payload again.
+#[tokio::test]
+async fn a_signal_taken_from_the_store_during_its_send_is_not_polled_again() {
+    let db = TempDb::new("taken-during-send");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).signals(unbounded()).build();
+    // What the store keeps is loaded before the send, as on a runtime that received before.
+    let none = runtime.wait_for_signal::<u32>("s", "other", Some(Duration::from_millis(10)));
+    assert!(none.await.is_err());
+    let (row_stored, go) = faults.hold_next_push_after_store();
+    let send = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.signal("s", "n", 5u32).await }
+    });
+    row_stored.await.unwrap();
+    let received: u32 = runtime
+        .wait_for_signal("s", "n", Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(received, 5);
+    drop(go);
+    send.await.unwrap().unwrap();
+    assert_eq!(runtime.poll_signal::<u32>("s", "n").unwrap(), None);
+    assert!(stored(&runtime).await.is_empty());
+}

@@ -68,9 +68,23 @@ pub(crate) struct Faults {
     /// has deleted, and returns only when the second channel fires. Unarmed, deletes are
     /// refused as by a store that cannot delete.
     held_delete: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// The next `push_signal` stores its row, says so on the first sender, and returns only
+    /// when the second channel fires (or is dropped).
+    held_push: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
 }
 
 impl Faults {
+    /// Holds back the return of the next signal push, after its row is stored: the receiver
+    /// fires once the row is in the store; the push returns when the sender fires.
+    pub(crate) fn hold_next_push_after_store(
+        &self,
+    ) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (stored_tx, stored_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_push.lock().unwrap() = Some((stored_tx, go_rx));
+        (stored_rx, go_tx)
+    }
+
     /// Holds back the next read of a run's row: the first receiver fires once it has read
     /// the row; it returns what it read when the sender fires (or is dropped).
     pub(crate) fn hold_next_run_read(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
@@ -333,7 +347,15 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 
     fn push_signal(&self, signal: StoredSignal) -> BoxFuture<'_, Result<SignalPush, StoreError>> {
-        self.inner.push_signal(signal)
+        let held = self.faults.held_push.lock().unwrap().take();
+        Box::pin(async move {
+            let pushed = self.inner.push_signal(signal).await;
+            if let Some((stored, go)) = held {
+                let _ = stored.send(());
+                let _ = go.await;
+            }
+            pushed
+        })
     }
 
     fn take_signal<'a>(

@@ -39,6 +39,17 @@ impl Runtime {
     /// longer holds (its pending bounds dropped it from memory, sparing it in the store for
     /// the session's run): for a node's wait that found nothing queued.
     pub(crate) async fn receive_stored(&self, session: &str, name: &str) -> Result<Option<Entry>> {
+        let stored = self.oldest_stored(session, name).await?;
+        if let Some(seq) = stored.as_ref().and_then(|entry| entry.seq) {
+            // Any copy the send or a refresh queues is stale: the receiver has it.
+            self.mailbox().read_from_store(session, name, seq);
+        }
+        Ok(stored)
+    }
+
+    /// The oldest signal `name` of `session` a durable store keeps, read for a look: the
+    /// mailbox is not told (see [`receive_stored`](Self::receive_stored)).
+    async fn oldest_stored(&self, session: &str, name: &str) -> Result<Option<Entry>> {
         if !self.store().is_durable() {
             return Ok(None);
         }
@@ -73,10 +84,15 @@ impl Runtime {
         };
         let seq = received.seq;
         self.give_back(session, name, received, scope);
-        let stored = self.receive_stored(session, name).await?;
+        let stored = self.oldest_stored(session, name).await?;
         let older = |stored: u64| seq.is_some_and(|seq| stored < seq);
         match stored {
-            Some(kept) if kept.seq.is_some_and(older) => Ok(Some(kept)),
+            Some(kept) if kept.seq.is_some_and(older) => {
+                if let Some(seq) = kept.seq {
+                    self.mailbox().read_from_store(session, name, seq);
+                }
+                Ok(Some(kept))
+            }
             stored => {
                 // The store keeps nothing older than the payload at the head of the queue
                 // (which it may keep too), and that payload is younger than every signal

@@ -14,6 +14,7 @@ use super::queued::{Place, Queued, expired, insert_at, note_dropped, note_queues
 use super::{Delivery, MailboxConfig};
 
 mod forget;
+mod taken;
 
 /// The outcome of registering a waiter.
 pub(super) enum Registration {
@@ -98,6 +99,7 @@ pub(super) struct State {
     pub(super) remembered: Remembered,
     /// Stored signals dropped or discarded since the mailbox last reported them.
     dropped: Vec<Dropped>,
+    taken: taken::TakenHere,
 }
 
 /// Pops the oldest payload of a live session's channel, or parks waiter `id` there.
@@ -290,18 +292,6 @@ impl State {
                 self.retire(config, session, keep);
             }
         }
-    }
-
-    /// Whether the stored signal `seq` is queued on (session, name), live or pending.
-    pub(super) fn holds_seq(&self, session: &str, name: &str, seq: u64) -> bool {
-        let has = |queue: &VecDeque<Queued>| queue.iter().any(|q| q.entry.seq == Some(seq));
-        if let Some(live) = self.live.get(session) {
-            return live.names.get(name).is_some_and(|c| has(&c.queue));
-        }
-        self.pending
-            .get(session)
-            .and_then(|pending| pending.names.get(name))
-            .is_some_and(has)
     }
 
     /// Parked waiters on (session, name).
