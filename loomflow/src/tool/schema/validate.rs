@@ -21,7 +21,8 @@ use serde_json::Value;
 ///
 /// A check takes at most [`MAX_STEPS`] steps: a schema that branches (`anyOf`) into itself
 /// (`$ref`) at every level would take exponential time, and one a server sent is refused
-/// rather than let hold a thread for minutes.
+/// rather than let hold a thread for minutes. It follows the schema at most [`MAX_DEPTH`]
+/// hops down, and refuses arguments that nest deeper.
 pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
     let steps = Steps::default();
     Validator {
@@ -78,7 +79,18 @@ struct Validator<'s> {
     const_missed: std::cell::Cell<bool>,
 }
 
-pub(super) const MAX_DEPTH: usize = 64;
+/// The most schema hops (into a property, an item, a `$ref`, a branch) a check follows from
+/// the top: some 40 levels of a recursive type. Arguments nested deeper are refused, not
+/// let through unchecked.
+pub(super) const MAX_DEPTH: usize = 128;
+
+fn too_deep(path: &str) -> String {
+    format!(
+        "{}: the arguments nest deeper than the schema check follows ({MAX_DEPTH} steps into \
+         the schema)",
+        at(path)
+    )
+}
 
 fn too_long(path: &str) -> String {
     format!(
@@ -96,7 +108,7 @@ impl Validator<'_> {
         depth: usize,
     ) -> Result<(), String> {
         if depth > MAX_DEPTH {
-            return Ok(());
+            return Err(too_deep(path));
         }
         if !self.steps.take() {
             return Err(too_long(path));

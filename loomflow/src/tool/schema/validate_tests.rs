@@ -159,3 +159,39 @@ fn an_error_quotes_a_long_value_cut_short() {
     assert!(error.len() < 300, "{} bytes", error.len());
     assert!(error.contains("1000002 bytes"), "{error}");
 }
+
+/// A tree `levels` deep of a recursive type, its innermost `value` set to `leaf`.
+fn tree(levels: usize, leaf: Value) -> Value {
+    let mut node = json!({ "value": leaf, "children": [] });
+    for _ in 1..levels {
+        node = json!({ "value": 1, "children": [node] });
+    }
+    node
+}
+
+/// Arguments of a recursive type are checked however deep they nest within the bound, and
+/// refused past it rather than let through. Before its fix, a value some 22 levels down
+/// was not checked at all.
+#[test]
+fn deeply_nested_arguments_are_checked_or_refused() {
+    let schema = json!({
+        "$ref": "#/$defs/Node",
+        "$defs": { "Node": {
+            "type": "object",
+            "properties": {
+                "value": { "type": "integer" },
+                "children": { "type": "array", "items": { "$ref": "#/$defs/Node" } }
+            },
+            "required": ["value"]
+        } }
+    });
+    assert_eq!(validate(&schema, &tree(30, json!(7))), Ok(()));
+    let error = validate(&schema, &tree(30, json!("seven"))).unwrap_err();
+    assert!(error.contains("expected an integer"), "{error}");
+    assert!(error.contains("children[0]"), "{error}");
+    let error = validate(&schema, &tree(60, json!(7))).unwrap_err();
+    assert!(
+        error.contains("nest deeper than the schema check follows"),
+        "{error}"
+    );
+}
