@@ -307,3 +307,50 @@ async fn a_user_type_named_result_is_a_plain_value() {
         .unwrap();
     assert_eq!(out, json!({ "items": ["lamp"] }));
 }
+
+/// Books a table.
+#[tool]
+async fn book(guests: u32) -> Result<String, ToolError> {
+    if guests == 0 {
+        return Err(ToolError::InvalidArguments {
+            tool: "book".into(),
+            message: "field `guests`: at least one guest".into(),
+        });
+    }
+    Ok(format!("table for {guests}"))
+}
+
+/// What a tool's own `Result` is called here.
+type Booked<T> = Result<T, ToolError>;
+
+/// Cancels a booking.
+#[tool]
+fn cancel(booking: String) -> Booked<()> {
+    Err(ToolError::Denied {
+        tool: "cancel".into(),
+        reason: format!("booking {booking} is already served"),
+    })
+}
+
+/// A tool that fails with a `ToolError` of its own fails with that error, its variant kept
+/// (an alias of the `Result` too): it reached the model as `Failed`, its text wrapped again,
+/// before its fix.
+#[tokio::test]
+async fn a_tools_own_tool_error_keeps_its_variant() {
+    let error = book.call(json!({ "guests": 0 }), &ctx()).await.unwrap_err();
+    assert!(
+        matches!(&error, ToolError::InvalidArguments { tool, message }
+            if tool == "book" && message == "field `guests`: at least one guest"),
+        "{error:?}"
+    );
+    let out = book.call(json!({ "guests": 2 }), &ctx()).await.unwrap();
+    assert_eq!(out, json!("table for 2"));
+    let error = cancel
+        .call(json!({ "booking": "b-7" }), &ctx())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ToolError::Denied { reason, .. } if reason == "booking b-7 is already served"),
+        "{error:?}"
+    );
+}

@@ -270,7 +270,9 @@ pub use loomflow_macros::agent;
 /// - **The return value** is serialized. A `Result<T, E>` makes a fallible tool: `Err`
 ///   becomes a failed call the model reads, as `E`'s `Display` text. An alias of `Result`
 ///   (`type ToolResult<T> = Result<T, String>`) is fallible too. An `E` that is not
-///   `Display` is a compile error, spelled out or through an alias.
+///   `Display` is a compile error, spelled out or through an alias. An `E` that is
+///   [`ToolError`](crate::tool::ToolError) itself is the call's error as it is, its variant
+///   kept (`InvalidArguments`, `Denied`, …).
 /// - **Sync or async**: a sync body runs on tokio's blocking pool
 ///   (`tokio::task::spawn_blocking`), with its arguments moved there and `&ToolContext` a
 ///   clone, so it may block: the calls of one turn run together and the host's timeout
@@ -352,9 +354,9 @@ pub mod prelude {
 pub mod __private {
     pub use crate::graph::{BoxFuture, IntoNodeResult, NodeResult};
     pub use crate::tool::macro_support::{
-        FallibleOutput, FallibleOutputKind, PlainOutput, PlainOutputKind, ToolErrorText,
-        parse_tool_arguments, plain_tool_output, run_blocking_tool, tool_arguments_schema,
-        whole_argument_schema,
+        FallibleOutput, FallibleOutputKind, OutputOf, PlainOutput, PlainOutputKind,
+        ToolErrorOutput, ToolErrorOutputKind, ToolErrorText, parse_tool_arguments,
+        plain_tool_output, run_blocking_tool, tool_arguments_schema, whole_argument_schema,
     };
     pub use schemars;
     pub use serde;

@@ -81,8 +81,10 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
     let convert = quote_spanned! {model.output_span=>
         {
             #[allow(unused_imports)]
-            use #private::{FallibleOutputKind as _, PlainOutputKind as _};
-            (&__loomflow_output)
+            use #private::{
+                FallibleOutputKind as _, PlainOutputKind as _, ToolErrorOutputKind as _,
+            };
+            (&&&#private::OutputOf(&__loomflow_output))
                 .tool_output_kind()
                 .convert(__loomflow_output, #name)
         }

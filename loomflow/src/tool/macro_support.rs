@@ -168,14 +168,17 @@ where
     }
 }
 
-/// How a return value becomes a result is chosen by its type (autoref specialisation): any
-/// `Result`, spelled out or under another name (an alias), is fallible, through
-/// [`FallibleOutputKind`]; anything else is a plain value, through [`PlainOutputKind`]. The
-/// generated code calls `(&output).tool_output_kind().convert(output, tool)`, with both
-/// traits in scope: method lookup tries `&Result<T, E>` before `&&R`. The kind is picked
-/// whatever `T` and `E` are, and [`FallibleOutput::convert`] then requires `T: Serialize`
-/// and `E: Display`: were the bounds on the kind, a `Result` with a non-`Display` error
-/// would fall through to the plain kind and its `Err` would reach the model as a success.
+/// How a return value becomes a result is chosen by its type (autoderef specialisation):
+/// a `Result` whose error is a [`ToolError`] keeps that error as it is, through
+/// [`ToolErrorOutputKind`]; any other `Result`, spelled out or under another name (an
+/// alias), is fallible, through [`FallibleOutputKind`]; anything else is a plain value,
+/// through [`PlainOutputKind`]. The generated code calls
+/// `(&&&OutputOf(&output)).tool_output_kind().convert(output, tool)`, with the three traits
+/// in scope: method lookup tries each kind one dereference later than the one before. The
+/// kind is picked whatever `T` and `E` are, and [`FallibleOutput::convert`] then requires
+/// `T: Serialize` and `E: Display`: were the bounds on the kind, a `Result` with a
+/// non-`Display` error would fall through to the plain kind and its `Err` would reach the
+/// model as a success.
 #[derive(Debug)]
 pub struct FallibleOutput;
 
@@ -183,7 +186,25 @@ pub struct FallibleOutput;
 #[derive(Debug)]
 pub struct PlainOutput;
 
-/// Picks [`FallibleOutput`] for any `Result`.
+/// See [`FallibleOutput`]: an `Err` that is a [`ToolError`] already.
+#[derive(Debug)]
+pub struct ToolErrorOutput;
+
+/// A tool's return value, borrowed, for its kind to be picked (see [`FallibleOutput`]).
+#[derive(Debug)]
+pub struct OutputOf<'a, T: ?Sized>(pub &'a T);
+
+/// Picks [`ToolErrorOutput`] for a `Result<T, ToolError>`.
+pub trait ToolErrorOutputKind {
+    /// The conversion to use.
+    fn tool_output_kind(&self) -> ToolErrorOutput {
+        ToolErrorOutput
+    }
+}
+
+impl<T> ToolErrorOutputKind for &&OutputOf<'_, Result<T, ToolError>> {}
+
+/// Picks [`FallibleOutput`] for any other `Result`.
 pub trait FallibleOutputKind {
     /// The conversion to use.
     fn tool_output_kind(&self) -> FallibleOutput {
@@ -191,7 +212,7 @@ pub trait FallibleOutputKind {
     }
 }
 
-impl<T, E> FallibleOutputKind for Result<T, E> {}
+impl<T, E> FallibleOutputKind for &OutputOf<'_, Result<T, E>> {}
 
 /// Picks [`PlainOutput`] for any other value.
 pub trait PlainOutputKind {
@@ -201,7 +222,23 @@ pub trait PlainOutputKind {
     }
 }
 
-impl<T: ?Sized> PlainOutputKind for &T {}
+impl<T: ?Sized> PlainOutputKind for OutputOf<'_, T> {}
+
+impl ToolErrorOutput {
+    /// `Ok` is serialized, `Err` is the tool's own [`ToolError`], its variant kept (an
+    /// `InvalidArguments` stays one).
+    ///
+    /// # Errors
+    ///
+    /// The tool's error; [`ToolError::Failed`] for an `Ok` that does not serialize.
+    pub fn convert<T: Serialize>(
+        self,
+        output: Result<T, ToolError>,
+        tool: &str,
+    ) -> Result<Value, ToolError> {
+        plain_tool_output(tool, &output?)
+    }
+}
 
 impl FallibleOutput {
     /// `Ok` is serialized, `Err` is a failed call with the error's `Display` text.
