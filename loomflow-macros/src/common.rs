@@ -16,6 +16,13 @@ impl Errors {
         }
     }
 
+    /// Adds every error `other` holds.
+    pub(crate) fn extend(&mut self, other: Errors) {
+        if let Some(error) = other.0 {
+            self.push(error);
+        }
+    }
+
     pub(crate) fn push_spanned(&mut self, tokens: impl ToTokens, message: impl std::fmt::Display) {
         self.push(syn::Error::new_spanned(tokens, message));
     }
@@ -54,25 +61,8 @@ pub(crate) fn parse_arguments<A: syn::parse::Parse>(tokens: TokenStream) -> (Vec
     use syn::parse::Parser;
     let mut errors = Errors::default();
     let parser = |input: syn::parse::ParseStream<'_>| {
-        let mut parsed = Vec::new();
-        while !input.is_empty() {
-            match input.parse::<A>() {
-                Ok(arg) => parsed.push(arg),
-                Err(error) => {
-                    errors.push(error);
-                    skip_to_comma(input)?;
-                }
-            }
-            if input.is_empty() {
-                break;
-            }
-            if let Err(error) = input.parse::<syn::Token![,]>() {
-                errors.push(error);
-                skip_to_comma(input)?;
-                // The comma it stopped at, if any.
-                let _ = input.parse::<Option<syn::Token![,]>>();
-            }
-        }
+        let (parsed, found) = parse_each::<A>(input);
+        errors.extend(found);
         Ok(parsed)
     };
     let parsed = parser.parse2(tokens).unwrap_or_else(|error| {
@@ -82,9 +72,40 @@ pub(crate) fn parse_arguments<A: syn::parse::Parse>(tokens: TokenStream) -> (Vec
     (parsed, errors)
 }
 
+/// The comma-separated items of `input`, each parsed as `A`, with the errors of those that
+/// did not parse, each skipped up to the next comma. Takes every token of `input`: a list
+/// in parentheses (`param(...)`) that has a bad item leaves nothing unread, which would
+/// make the whole attribute fail to parse and every argument in it be lost.
+pub(crate) fn parse_each<A: syn::parse::Parse>(
+    input: syn::parse::ParseStream<'_>,
+) -> (Vec<A>, Errors) {
+    let mut errors = Errors::default();
+    let mut parsed = Vec::new();
+    while !input.is_empty() {
+        match input.parse::<A>() {
+            Ok(arg) => parsed.push(arg),
+            Err(error) => {
+                errors.push(error);
+                skip_to_comma(input);
+            }
+        }
+        if input.is_empty() {
+            break;
+        }
+        if let Err(error) = input.parse::<syn::Token![,]>() {
+            errors.push(error);
+            skip_to_comma(input);
+            // The comma it stopped at, if any.
+            let _ = input.parse::<Option<syn::Token![,]>>();
+        }
+    }
+    (parsed, errors)
+}
+
 /// Moves `input` to its next top-level comma (or its end).
-fn skip_to_comma(input: syn::parse::ParseStream<'_>) -> syn::Result<()> {
-    input.step(|cursor| {
+fn skip_to_comma(input: syn::parse::ParseStream<'_>) {
+    // A step that always succeeds.
+    let _ = input.step(|cursor| {
         let mut rest = *cursor;
         while let Some((tree, next)) = rest.token_tree() {
             if matches!(&tree, proc_macro2::TokenTree::Punct(p) if p.as_char() == ',') {
@@ -93,7 +114,7 @@ fn skip_to_comma(input: syn::parse::ParseStream<'_>) -> syn::Result<()> {
             rest = next;
         }
         Ok(((), rest))
-    })
+    });
 }
 
 /// Whether a fn's generics hold more than lifetimes: a type or const parameter, or a

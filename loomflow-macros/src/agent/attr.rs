@@ -2,7 +2,6 @@
 
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
-use syn::punctuated::Punctuated;
 use syn::{LitFloat, LitInt, LitStr, Path, Token};
 
 use crate::common::Errors;
@@ -37,7 +36,8 @@ pub(crate) struct AgentArgs {
 enum Arg {
     Name(Span, LitStr),
     Model(Span, LitStr),
-    Tools(Span, Punctuated<Path, Token![,]>),
+    /// The tool paths that parsed, and the errors of those that did not.
+    Tools(Span, Vec<Path>, Errors),
     MaxTurns(Span, LitInt),
     Timeout(Span, LitInt),
     Temperature(Span, LitFloat),
@@ -81,10 +81,8 @@ impl Parse for Arg {
             input.parse::<kw::tools>()?;
             let content;
             syn::parenthesized!(content in input);
-            Ok(Self::Tools(
-                span,
-                content.parse_terminated(Path::parse, Token![,])?,
-            ))
+            let (paths, errors) = crate::common::parse_each(&content);
+            Ok(Self::Tools(span, paths, errors))
         } else if look.peek(kw::max_turns) {
             input.parse::<kw::max_turns>()?;
             Ok(Self::MaxTurns(span, value(input)?))
@@ -118,7 +116,8 @@ impl AgentArgs {
             match arg {
                 Arg::Name(s, v) => errors.set_once(&mut args.name, v, s, "name"),
                 Arg::Model(s, v) => errors.set_once(&mut args.model, v, s, "model"),
-                Arg::Tools(s, v) => {
+                Arg::Tools(s, v, malformed) => {
+                    errors.extend(malformed);
                     if tools_seen {
                         errors.push(syn::Error::new(s, "duplicate `tools` attribute"));
                     }

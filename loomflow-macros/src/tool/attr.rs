@@ -3,7 +3,6 @@
 
 use proc_macro2::TokenStream;
 use syn::parse::{Parse, ParseStream};
-use syn::punctuated::Punctuated;
 use syn::{Ident, LitStr, Path, Token};
 
 use crate::common::Errors;
@@ -36,7 +35,8 @@ enum Arg {
     Approval(kw::approval),
     Destructive(kw::destructive),
     Crate(Token![crate], Path),
-    Param(Punctuated<ParamDoc, Token![,]>),
+    /// The descriptions that parsed, and the errors of those that did not.
+    Param(Vec<ParamDoc>, Errors),
 }
 
 struct ParamDoc {
@@ -78,7 +78,8 @@ impl Parse for Arg {
             input.parse::<kw::param>()?;
             let content;
             syn::parenthesized!(content in input);
-            Ok(Self::Param(Punctuated::parse_terminated(&content)?))
+            let (docs, errors) = crate::common::parse_each(&content);
+            Ok(Self::Param(docs, errors))
         } else {
             Err(lookahead.error())
         }
@@ -116,7 +117,8 @@ impl ToolArgs {
                     args.destructive = true;
                 }
                 Arg::Crate(key, path) => errors.set_once(&mut args.krate, path, key.span, "crate"),
-                Arg::Param(docs) => {
+                Arg::Param(docs, malformed) => {
+                    errors.extend(malformed);
                     for doc in docs {
                         if args.params.iter().any(|(ident, _)| *ident == doc.ident) {
                             errors.push_spanned(
