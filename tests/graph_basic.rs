@@ -819,6 +819,45 @@ async fn a_bounded_stream_holds_the_run_back_until_read_and_lets_it_go_when_its_
     assert_eq!(outcome.completed().unwrap(), 40);
 }
 
+/// A node that emits many events keeps to its bounded stream's reader by waiting for
+/// `event_room` before each; nothing is lost once the reader goes on.
+#[tokio::test]
+async fn a_node_waits_for_room_in_a_bounded_stream_before_it_emits() {
+    let emitted = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&emitted);
+    let graph = Graph::new("chatty")
+        .node_fn("chatty", move |_: &mut u32, ctx| {
+            let emitted = Arc::clone(&counted);
+            Box::pin(async move {
+                for index in 0..50 {
+                    ctx.event_room().await;
+                    ctx.emit("tick", index);
+                    emitted.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "chatty")
+        .edge("chatty", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut stream = graph.run(&runtime, "t", 0).stream_bounded(3);
+    stream.next().await.unwrap();
+    // The reader stops: the node waits with a few events emitted.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let ahead = emitted.load(Ordering::SeqCst);
+    assert!(
+        ahead < 10,
+        "the node emitted {ahead} events ahead of its reader"
+    );
+    let mut ticks = 0;
+    while let Some(event) = stream.next().await {
+        ticks += usize::from(matches!(event.kind, EventKind::Custom { .. }));
+    }
+    assert_eq!(ticks, 50);
+}
+
 /// A run's stream ends with how the run stands even when no step ran in it: a route out of
 /// `START` that failed ends it with `error`, a recover of a finished run with `done`, one of
 /// a suspended run with its interrupts. Before its fix each stream ended with no event.

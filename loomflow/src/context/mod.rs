@@ -172,6 +172,13 @@ impl NodeEvents {
     pub(crate) fn emit(&self, kind: EventKind) {
         self.run.emit(self.step, Some(&self.node), kind);
     }
+
+    /// See [`Context::event_room`].
+    pub(crate) async fn room(&self) {
+        if let Some(events) = &self.run.events {
+            let _ = self.run.claim.unless_cancelled(events.room()).await;
+        }
+    }
 }
 
 impl std::fmt::Debug for NodeEvents {
@@ -247,13 +254,30 @@ impl Context {
         }
     }
 
-    /// Waits until a bounded event stream has room (at once for any other): lets a node
-    /// that makes many events keep to the pace of the stream's reader. A cancel of the run
-    /// (or its lease lost) ends the wait: the node's work finishes, and the run stops after.
-    pub(crate) async fn event_room(&self) {
-        if let Some(events) = &self.run.events {
-            let _ = self.run.claim.unless_cancelled(events.room()).await;
-        }
+    /// Waits until the run's event stream has room for another event: at once unless the
+    /// run is streamed with [`stream_bounded`](crate::graph::RunBuilder::stream_bounded) and
+    /// that many events wait unread. A node that emits many events
+    /// ([`emit`](Self::emit) never waits) calls it before each, to keep to the pace of the
+    /// stream's reader instead of piling events up in memory. A cancel of the run (or its
+    /// lease lost) ends the wait: the node's work goes on, and the run stops after its step.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    ///
+    /// #[node]
+    /// async fn scan(state: &mut Vec<u32>, ctx: &Context) -> loomflow::Result<()> {
+    ///     for (index, item) in state.iter().enumerate() {
+    ///         ctx.event_room().await;
+    ///         ctx.emit("scanned", json!({ "index": index, "item": item }));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # let _ = Graph::new("g").node(scan);
+    /// ```
+    pub async fn event_room(&self) {
+        self.events().room().await;
     }
 
     /// The run's event stream, for a subgraph run started by this node.
@@ -476,7 +500,9 @@ impl Context {
 
     /// Surfaces a custom event on the run's stream and to `tracing`.
     ///
-    /// A payload that cannot be serialized is sent as `null` and logged.
+    /// A payload that cannot be serialized is sent as `null` and logged. It never waits,
+    /// not even for a bounded stream's reader: a node that emits many events waits for
+    /// [`event_room`](Self::event_room) before each.
     ///
     /// # Examples
     ///

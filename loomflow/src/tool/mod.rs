@@ -211,7 +211,8 @@ impl ToolContext {
 
     /// Emits a custom event on the calling run's event stream, as the calling node, like
     /// [`Context::emit`](crate::Context::emit); the data carries the tool's name and call id.
-    /// Outside a graph node there is no stream and nothing happens.
+    /// Outside a graph node there is no stream and nothing happens. It never waits: see
+    /// [`event_room`](Self::event_room).
     pub fn emit(&self, name: impl Into<String>, data: impl serde::Serialize) {
         let Some(events) = &self.events else { return };
         let name = name.into();
@@ -221,6 +222,16 @@ impl ToolContext {
         });
         let data = serde_json::json!({ "call_id": self.call_id, "data": data });
         events.emit(crate::event::EventKind::Custom { name, data });
+    }
+
+    /// Waits until the calling run's event stream has room for another event, like
+    /// [`Context::event_room`](crate::Context::event_room): a tool that emits many events
+    /// calls it before each. At once outside a graph node, or for a stream that is not
+    /// bounded.
+    pub async fn event_room(&self) {
+        if let Some(events) = &self.events {
+            events.room().await;
+        }
     }
 }
 
