@@ -10,7 +10,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use loomflow::graph::BoxFuture;
 use loomflow::model::ToolCall;
 use loomflow::prelude::*;
-use loomflow::tool::{DispatchContext, ToolError, ToolOutcome, ToolSpec};
+use loomflow::tool::{
+    DispatchContext, Permission, PermissionPolicy, ToolError, ToolOutcome, ToolSpec,
+};
 use serde_json::Value;
 
 /// Add two numbers.
@@ -579,4 +581,59 @@ async fn a_huge_result_is_cut_to_the_hosts_bound() {
     assert_eq!(cut.content, "ababababab\n[cut: 30 of 40 bytes left out]");
     let whole = run_one(&small, "repeat", json!({ "word": "ab", "times": 5 })).await;
     assert_eq!(whole.content, "ababababab");
+}
+
+/// A call waiting for its approval holds no slot of the concurrency limit: with one slot,
+/// the call beside it runs meanwhile. Before its fix the waiting call held the only slot,
+/// the other never ran, and the approver (which waits for it here) gave up and denied.
+#[tokio::test]
+async fn a_call_waiting_for_its_approval_holds_no_slot() {
+    let ran = Arc::new(tokio::sync::Notify::new());
+    /// Marks that it ran.
+    struct Mark(Arc<tokio::sync::Notify>, ToolSpec);
+    impl loomflow::tool::Tool for Mark {
+        fn spec(&self) -> &ToolSpec {
+            &self.1
+        }
+        fn call<'a>(
+            &'a self,
+            _: Value,
+            _: &'a ToolContext,
+        ) -> BoxFuture<'a, Result<Value, ToolError>> {
+            self.0.notify_one();
+            Box::pin(async { Ok(json!("marked")) })
+        }
+    }
+    let waited = Arc::clone(&ran);
+    let approver = loomflow::tool::approver_fn(move |_| {
+        let waited = Arc::clone(&waited);
+        async move {
+            let other_ran = tokio::time::timeout(Duration::from_secs(10), waited.notified());
+            Ok(match other_ran.await {
+                Ok(()) => loomflow::tool::ApprovalDecision::Allow,
+                Err(_) => loomflow::tool::ApprovalDecision::deny("the other call never ran"),
+            })
+        }
+    });
+    let spec = ToolSpec::new("mark", "Marks.", json!({ "type": "object" }));
+    let host = ToolHost::new()
+        .with(Mark(Arc::clone(&ran), spec))
+        .with(add)
+        .permissions(PermissionPolicy::allow_all().tool("add", Permission::Ask))
+        .approval_handler(approver)
+        .max_concurrency(1);
+    let calls = [
+        call("c1", "add", json!({ "a": 1, "b": 2 })),
+        call("c2", "mark", json!({})),
+    ];
+    let out = run(&host, &calls).await;
+    assert_eq!(
+        (out[0].content.as_str(), out[0].is_error),
+        ("3", false),
+        "{out:?}"
+    );
+    assert_eq!(
+        (out[1].content.as_str(), out[1].is_error),
+        ("marked", false)
+    );
 }

@@ -401,12 +401,14 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
         .runtime(ctx.runtime())
         .node(ctx);
     // One journaled step per call: a call that finished before a suspension or a crash is
-    // not made again. The permits keep the host's concurrency limit across the steps.
+    // not made again.
     let names: Vec<String> = calls.iter().map(|c| ["tool:", &c.id].concat()).collect();
     let host = core.tools.for_session(ctx.thread());
     let host = &*host;
-    let permits = Semaphore::new(host.concurrency_limit());
-    let permits = &permits;
+    // The host's concurrency limit across the steps: each call's tool takes a slot while it
+    // runs, not while the call waits for its approval.
+    let slots = Semaphore::new(host.concurrency_limit());
+    let dispatch = dispatch.slots(&slots);
     let cx = guarded::guard_context(core, state, ctx);
     let verdicts = guarded::check_tool_calls(core, calls, cx, ctx).await?;
     let verdicts = &verdicts;
@@ -420,10 +422,6 @@ async fn tool_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> R
             // goes to the step as the store's: the run is let go rather than failed.
             let work = async {
                 ran[at].mark();
-                let _permit = permits
-                    .acquire()
-                    .await
-                    .map_err(|_| Error::msg("tool permits closed"))?;
                 // Built only for a listener: the arguments may be large.
                 if ctx.has_listener() {
                     AgentEvent::ToolCall {

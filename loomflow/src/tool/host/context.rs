@@ -27,6 +27,9 @@ pub struct DispatchContext<'a> {
     /// approval handler. A handler whose wait outlives an execution (a run suspended and
     /// carried on later) keeps its deadline within it.
     pub approval_timeout: Option<Duration>,
+    /// The slots the calls' bodies take, one each while it runs: shared by the calls of one
+    /// turn so that their approvals and hooks wait outside the host's concurrency limit.
+    pub(crate) slots: Option<&'a tokio::sync::Semaphore>,
 }
 
 impl<'a> DispatchContext<'a> {
@@ -38,6 +41,7 @@ impl<'a> DispatchContext<'a> {
             runtime: None,
             node: None,
             approval_timeout: None,
+            slots: None,
         }
     }
 
@@ -59,6 +63,12 @@ impl<'a> DispatchContext<'a> {
     #[must_use]
     pub fn node(mut self, node: &'a Context) -> Self {
         self.node = Some(node);
+        self
+    }
+
+    /// Sets the slots the calls' bodies take (see [`ToolHost::dispatch`](super::ToolHost)).
+    pub(crate) fn slots(mut self, slots: &'a tokio::sync::Semaphore) -> Self {
+        self.slots = Some(slots);
         self
     }
 }

@@ -34,7 +34,8 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 256 * 1024;
 /// The tools a model may call, by name, and the rules around calling them.
 ///
 /// [`dispatch`](Self::dispatch) runs the calls of one model turn, at most
-/// [`max_concurrency`](Self::max_concurrency) at a time, and answers each one in call order.
+/// [`max_concurrency`](Self::max_concurrency) tools at a time, and answers each one in call
+/// order.
 /// For every call: the tool is looked up, its arguments are checked against the schema, the
 /// `before_tool` hooks run, the [`PermissionPolicy`] decides (asking the
 /// [`ApprovalHandler`] when it says ask), the tool runs under a timeout with panics caught,
@@ -210,7 +211,8 @@ impl ToolHost {
         self.tools().iter().map(|t| t.spec().definition()).collect()
     }
 
-    /// How many calls of one turn run at once (default 8; at least 1).
+    /// How many tools of one turn run at once (default 8; at least 1). Only the tools'
+    /// bodies count: a call waiting for its approval holds no slot.
     #[must_use]
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.max_concurrency = n.max(1);
@@ -337,7 +339,9 @@ impl ToolHost {
 
     /// Runs the calls of one model turn and returns one outcome per call, in call order.
     ///
-    /// Up to [`max_concurrency`](Self::max_concurrency) calls run at once.
+    /// Up to [`max_concurrency`](Self::max_concurrency) tools run at once; the calls' checks,
+    /// hooks and approvals do not count, so a call that waits for a person's decision holds
+    /// no other call back.
     ///
     /// A suspension (an approval that suspends the run) ends the whole batch at once: the
     /// other calls' outcomes are dropped, those still running are cancelled, and when the
@@ -362,22 +366,25 @@ impl ToolHost {
         if let [call] = calls {
             return Ok(vec![self.run_one(call, ctx).await?]);
         }
-        // A hand-rolled pool rather than `stream::map(..).buffered(..)`: the closure there
-        // makes the future fail the `Send` check inside graph nodes.
+        // Every call goes through its checks, hooks and approval at once: only the tools'
+        // bodies take a slot, so that a call waiting for a person holds none. A set of
+        // futures rather than `stream::map(..).buffered(..)`: the closure there makes the
+        // future fail the `Send` check inside graph nodes.
+        let slots = tokio::sync::Semaphore::new(self.max_concurrency);
+        let ctx = match ctx.slots {
+            Some(_) => ctx,
+            None => ctx.slots(&slots),
+        };
         let mut slots: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
-        let mut running = FuturesUnordered::new();
-        let mut queued = calls.iter().enumerate();
-        loop {
-            while running.len() < self.max_concurrency {
-                let Some((index, call)) = queued.next() else {
-                    break;
-                };
+        let mut running: FuturesUnordered<_> = calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
                 let outcome = self.run_one(call, ctx);
-                running.push(async move { (index, outcome.await) });
-            }
-            let Some((index, outcome)) = running.next().await else {
-                break;
-            };
+                async move { (index, outcome.await) }
+            })
+            .collect();
+        while let Some((index, outcome)) = running.next().await {
             slots[index] = Some(outcome?);
         }
         Ok(slots.into_iter().flatten().collect())
@@ -515,6 +522,12 @@ impl ToolHost {
                 }
             },
         }
+        // A slot of the host's concurrency limit, for the body only (a closed set of slots,
+        // never made, would run it without one).
+        let _slot = match ctx.slots {
+            Some(slots) => slots.acquire().await.ok(),
+            None => None,
+        };
         Ok(self.run_tool(tool.as_ref(), arguments, call, ctx).await)
     }
 
