@@ -455,31 +455,6 @@ async fn submitting_to_a_finished_thread_held_for_a_moment_is_busy() {
     runtime.submit("refund", "o-9", input("o-9")).await.unwrap();
 }
 
-/// A new thread an execution holds for a moment before it writes anything (a fork onto it,
-/// a delete) refuses a submit as busy too, in memory and on SQLite: it said a run was
-/// running before its fix, a run nobody had started.
-#[tokio::test]
-async fn submitting_to_a_new_thread_held_for_a_moment_is_busy() {
-    let db = TempDb::new("held-new-thread");
-    for runtime in [Runtime::in_memory(), db.runtime()] {
-        let held = runtime.store().claim("o-10", "forking", u64::MAX / 4, 1);
-        assert_eq!(held.await.unwrap(), loomflow::runtime::Claim::Claimed);
-        let err = runtime
-            .submit("refund", "o-10", input("o-10"))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, RuntimeError::Busy { thread, owner, .. } if thread == "o-10" && owner == "forking"),
-            "{err}"
-        );
-        runtime.store().release("o-10", "forking").await.unwrap();
-        runtime
-            .submit("refund", "o-10", input("o-10"))
-            .await
-            .unwrap();
-    }
-}
-
 #[tokio::test]
 async fn an_input_that_is_not_the_graph_state_fails_the_run_naming_both() {
     let runtime = Runtime::in_memory();

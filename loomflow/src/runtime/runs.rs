@@ -292,9 +292,8 @@ impl Runtime {
     /// # Errors
     ///
     /// [`RuntimeError::RunActive`] when the thread's current run has not finished;
-    /// [`RuntimeError::Busy`] when it has, or the thread has none, but an execution holds the
-    /// thread for a moment (a fork onto it, a delete): try again; an `input` that does not
-    /// serialize; a store failure.
+    /// [`RuntimeError::Busy`] when it has, but an execution holds the thread for a moment (a
+    /// fork onto it, say): try again; an `input` that does not serialize; a store failure.
     ///
     /// # Examples
     ///
@@ -317,17 +316,14 @@ impl Runtime {
             .await?
         {
             // A finished run still held (a fork onto the thread, a recover of the finished
-            // run, a fresh run before its first write), or a thread that never had a run
-            // held so (a fork onto a new thread, a delete): a short claim, not a run to wait for, and
-            // one to try again after.
-            Submitted::Active(record) if record.state.is_finished() || claimed_only(&record) => {
-                Err(RuntimeError::Busy {
-                    thread: thread.to_owned(),
-                    owner: record.lease_owner.unwrap_or_default(),
-                    until: std::time::UNIX_EPOCH
-                        + std::time::Duration::from_millis(record.lease_until_ms),
-                })
-            }
+            // run, a fresh run before its first write): a short claim, not a run to wait
+            // for, and one to try again after.
+            Submitted::Active(record) if record.state.is_finished() => Err(RuntimeError::Busy {
+                thread: thread.to_owned(),
+                owner: record.lease_owner.unwrap_or_default(),
+                until: std::time::UNIX_EPOCH
+                    + std::time::Duration::from_millis(record.lease_until_ms),
+            }),
             Submitted::Active(record) => Err(RuntimeError::RunActive {
                 thread: thread.to_owned(),
                 state: record.state,
@@ -518,10 +514,4 @@ impl Runtime {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
-}
-
-/// Whether `record` is a row an execution claimed and has written nothing to, on a thread
-/// that never had a run nor a submitted one (the store reads it as running).
-fn claimed_only(record: &RunRecord) -> bool {
-    record.state == RunState::Running && record.run == 0 && record.graph.is_none()
 }
