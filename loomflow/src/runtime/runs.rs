@@ -294,6 +294,10 @@ impl Runtime {
     /// [`RuntimeError::RunActive`] when the thread's current run has not finished;
     /// [`RuntimeError::Busy`] when it has, but an execution holds the thread for a moment (a
     /// fork onto it, say): try again; an `input` that does not serialize; a store failure.
+    /// A thread that never had a run, held by an execution that has written nothing yet,
+    /// says `RunActive` with [`RunState::Running`]: the store cannot tell a fork or a delete
+    /// there, which lets go at once, from a direct run that writes nothing until it ends
+    /// ([`Durability::Exit`](crate::Durability::Exit)).
     ///
     /// # Examples
     ///
