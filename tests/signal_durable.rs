@@ -603,3 +603,85 @@ async fn a_signal_taken_from_the_store_during_its_send_is_not_polled_again() {
     assert_eq!(runtime.poll_signal::<u32>("s", "n").unwrap(), None);
     assert!(stored(&runtime).await.is_empty());
 }
+
+/// A receiver that read a row from the store while another receiver here was consuming it
+/// leaves the payload that receiver gave back (dropped mid-way) where it is: that copy says
+/// how the consuming ended, and the next receiver gets the payload from it. Before its fix
+/// the reader removed the copy as stale, the row was consumed, and nobody got the payload.
+#[tokio::test]
+async fn a_payload_given_back_mid_consuming_is_not_lost_to_a_store_reader() {
+    let db = TempDb::new("given-back-store-reader");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).signals(unbounded()).build();
+    let _open = runtime.session("s");
+    runtime.signal("s", "n", 5u32).await.unwrap();
+    // The first receiver takes the payload and starts consuming its row, held back.
+    let go_take = faults.hold_next_try_take();
+    let first = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.wait_for_signal::<u32>("s", "n", None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A second receiver finds nothing queued and reads the row, still there.
+    let (row_read, go_read) = faults.hold_next_oldest_read();
+    let second = tokio::spawn({
+        let runtime = runtime.clone();
+        async move {
+            runtime
+                .wait_for_signal::<u32>("s", "n", Some(Duration::from_secs(5)))
+                .await
+        }
+    });
+    row_read.await.unwrap();
+    // The first is dropped: the payload goes back, its consuming still under way, which
+    // then consumes the row.
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    drop(go_take);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(go_read);
+    assert_eq!(second.await.unwrap().unwrap(), 5);
+    assert!(stored(&runtime).await.is_empty());
+}
+
+/// A `poll_signal` that took a payload from the mailbox has its row removed in the
+/// background: a receiver that read that row from the store meanwhile looks past it rather
+/// than take it too. Before its fix the receiver consumed the row, still there, and the
+/// payload was received twice.
+#[tokio::test]
+async fn a_row_a_poll_took_is_not_taken_again_by_a_store_reader() {
+    let db = TempDb::new("polled-store-reader");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).signals(unbounded()).build();
+    let none = runtime.wait_for_signal::<u32>("s", "other", Some(Duration::from_millis(10)));
+    assert!(none.await.is_err());
+    // The send stores its row; its copy is queued only later.
+    let (row_stored, go_send) = faults.hold_next_push_after_store();
+    let send = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.signal("s", "n", 5u32).await }
+    });
+    row_stored.await.unwrap();
+    // A receiver finds nothing queued and reads the row from the store.
+    let (row_read, go_read) = faults.hold_next_oldest_read();
+    let reader = tokio::spawn({
+        let runtime = runtime.clone();
+        async move {
+            runtime
+                .wait_for_signal::<u32>("s", "n", Some(Duration::from_millis(500)))
+                .await
+        }
+    });
+    row_read.await.unwrap();
+    // The send queues its copy; a poll takes it, its row's removal held back.
+    let go_remove = faults.hold_next_plain_take();
+    drop(go_send);
+    send.await.unwrap().unwrap();
+    assert_eq!(runtime.poll_signal::<u32>("s", "n").unwrap(), Some(5));
+    drop(go_read);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(go_remove);
+    let again = reader.await.unwrap();
+    assert!(again.is_err(), "the payload was received twice: {again:?}");
+    assert!(stored(&runtime).await.is_empty());
+}

@@ -71,9 +71,21 @@ pub(crate) struct Faults {
     /// The next `push_signal` stores its row, says so on the first sender, and returns only
     /// when the second channel fires (or is dropped).
     held_push: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// The next `oldest_signal` reads the row, says so on the first sender, and returns it
+    /// only when the second channel fires (or is dropped).
+    held_oldest: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
 }
 
 impl Faults {
+    /// Holds back the return of the next read of a session's oldest kept signal, after the
+    /// row is read: the receiver fires once it is; the read returns when the sender fires.
+    pub(crate) fn hold_next_oldest_read(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (read_tx, read_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_oldest.lock().unwrap() = Some((read_tx, go_rx));
+        (read_rx, go_tx)
+    }
+
     /// Holds back the return of the next signal push, after its row is stored: the receiver
     /// fires once the row is in the store; the push returns when the sender fires.
     pub(crate) fn hold_next_push_after_store(
@@ -408,7 +420,15 @@ impl<S: Store> Store for FaultyStore<S> {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
         self.faults.kept_signal_reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.oldest_signal(session, name)
+        let held = self.faults.held_oldest.lock().unwrap().take();
+        Box::pin(async move {
+            let read = self.inner.oldest_signal(session, name).await;
+            if let Some((done, go)) = held {
+                let _ = done.send(());
+                let _ = go.await;
+            }
+            read
+        })
     }
 
     fn prune_signals<'a>(

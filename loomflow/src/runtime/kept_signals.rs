@@ -39,12 +39,20 @@ impl Runtime {
     /// longer holds (its pending bounds dropped it from memory, sparing it in the store for
     /// the session's run): for a node's wait that found nothing queued.
     pub(crate) async fn receive_stored(&self, session: &str, name: &str) -> Result<Option<Entry>> {
-        let stored = self.oldest_stored(session, name).await?;
-        if let Some(seq) = stored.as_ref().and_then(|entry| entry.seq) {
+        // A row a `poll_signal` here took is looked past once its removal is made, which
+        // the next read waits for: twice at most, as the poll queues it at once.
+        for _ in 0..3 {
+            let stored = self.oldest_stored(session, name).await?;
+            let Some(seq) = stored.as_ref().and_then(|entry| entry.seq) else {
+                return Ok(stored);
+            };
             // Any copy the send or a refresh queues is stale: the receiver has it.
-            self.mailbox().read_from_store(session, name, seq);
+            if self.mailbox().read_from_store(session, name, seq) {
+                return Ok(stored);
+            }
+            tokio::task::yield_now().await;
         }
-        Ok(stored)
+        Ok(None)
     }
 
     /// The oldest signal `name` of `session` a durable store keeps, read for a look: the
@@ -87,10 +95,11 @@ impl Runtime {
         let stored = self.oldest_stored(session, name).await?;
         let older = |stored: u64| seq.is_some_and(|seq| stored < seq);
         match stored {
-            Some(kept) if kept.seq.is_some_and(older) => {
-                if let Some(seq) = kept.seq {
-                    self.mailbox().read_from_store(session, name, seq);
-                }
+            Some(kept)
+                if kept.seq.is_some_and(|seq| {
+                    older(seq) && self.mailbox().read_from_store(session, name, seq)
+                }) =>
+            {
                 Ok(Some(kept))
             }
             stored => {

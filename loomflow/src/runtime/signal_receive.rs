@@ -118,7 +118,7 @@ impl Runtime {
         self.watch_for_signals();
         self.open_for_live_run(session);
         loop {
-            let Some(mut entry) = self.mailbox().poll_in(session, name, Scope::User)? else {
+            let Some(mut entry) = self.mailbox().poll_taking(session, name, Scope::User)? else {
                 return Ok(None);
             };
             // A receiver dropped while it consumed the payload's row (see `handover`).

@@ -518,9 +518,9 @@ impl Mailbox {
     ) -> Result<(), SignalError> {
         check_name(session, name, scope)?;
         let place = entry.order.map_or(Place::Front, Place::Return);
-        self.inner
-            .lock()
-            .deliver(&self.inner.config, session, name, entry, place);
+        let mut state = self.inner.lock();
+        state.given_back(entry.seq);
+        state.deliver(&self.inner.config, session, name, entry, place);
         Ok(())
     }
 }
