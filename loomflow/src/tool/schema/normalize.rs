@@ -3,7 +3,7 @@
 use serde_json::{Number, Value};
 
 use super::validate::{
-    MAX_DEPTH, Steps, fits, integer_range, integral, required_names, resolve, same_value,
+    Depth, Steps, fits, integer_range, integral, required_names, resolve, same_value,
 };
 
 /// Rewrites arguments that [`validate`](super::validate) accepts into the form serde
@@ -14,21 +14,27 @@ use super::validate::{
 /// Follows `properties`, `additionalProperties`, `items`, `prefixItems`, local `$ref`s,
 /// `allOf`, and the first `anyOf`/`oneOf` branch the rewritten value fits.
 pub(crate) fn normalize_arguments(schema: &Value, arguments: &mut Value) {
-    normalize(schema, schema, arguments, 0, &Steps::default());
+    normalize(
+        schema,
+        schema,
+        arguments,
+        Depth::default(),
+        &Steps::default(),
+    );
 }
 
 /// Rewrites `value` for `schema` (a part of `root`), `depth` levels down, within what is
 /// left of `steps`: a schema that would take too long stops the rewriting (the check that
 /// follows refuses it).
-fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, steps: &Steps) {
-    if depth > MAX_DEPTH || !steps.take() {
+fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: Depth, steps: &Steps) {
+    if depth.too_deep() || !steps.take() {
         return;
     }
     let Value::Object(map) = schema else { return };
     if let Some(Value::String(reference)) = map.get("$ref")
         && let Some(target) = resolve(root, reference)
     {
-        normalize(root, target, value, depth + 1, steps);
+        normalize(root, target, value, depth.hop(), steps);
     }
     if asks_for_integer(map.get("type"))
         && let Value::Number(number) = value
@@ -65,10 +71,10 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, step
             });
             for (name, field) in object.iter_mut() {
                 match properties.and_then(|p| p.get(name)) {
-                    Some(property) => normalize(root, property, field, depth + 1, steps),
+                    Some(property) => normalize(root, property, field, depth.down(), steps),
                     None => {
                         if let Some(extra) = map.get("additionalProperties") {
-                            normalize(root, extra, field, depth + 1, steps);
+                            normalize(root, extra, field, depth.down(), steps);
                         }
                     }
                 }
@@ -82,7 +88,7 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, step
             for (index, item) in items.iter_mut().enumerate() {
                 match (prefix.get(index), map.get("items")) {
                     (Some(item_schema), _) | (None, Some(item_schema)) => {
-                        normalize(root, item_schema, item, depth + 1, steps);
+                        normalize(root, item_schema, item, depth.down(), steps);
                     }
                     (None, None) => {}
                 }
@@ -92,14 +98,14 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: usize, step
     }
     if let Some(Value::Array(all)) = map.get("allOf") {
         for branch in all {
-            normalize(root, branch, value, depth + 1, steps);
+            normalize(root, branch, value, depth.hop(), steps);
         }
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(branches)) = map.get(key) {
             for branch in branches {
                 let mut candidate = value.clone();
-                normalize(root, branch, &mut candidate, depth + 1, steps);
+                normalize(root, branch, &mut candidate, depth.hop(), steps);
                 if fits(root, branch, &candidate, steps) {
                     *value = candidate;
                     break;

@@ -21,8 +21,8 @@ use serde_json::Value;
 ///
 /// A check takes at most [`MAX_STEPS`] steps: a schema that branches (`anyOf`) into itself
 /// (`$ref`) at every level would take exponential time, and one a server sent is refused
-/// rather than let hold a thread for minutes. It follows the schema at most [`MAX_DEPTH`]
-/// hops down, and refuses arguments that nest deeper.
+/// rather than let hold a thread for minutes. It follows the arguments at most
+/// [`MAX_DEPTH`] levels down, and refuses arguments that nest deeper.
 pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
     let steps = Steps::default();
     Validator {
@@ -30,7 +30,7 @@ pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
         steps: &steps,
         const_missed: std::cell::Cell::new(false),
     }
-    .check(schema, value, &mut String::new(), 0)
+    .check(schema, value, &mut String::new(), Depth::default())
 }
 
 /// Whether `value` fits `schema`, a part of `root` (which its `$ref`s point into), within
@@ -42,7 +42,7 @@ pub(super) fn fits(root: &Value, schema: &Value, value: &Value, steps: &Steps) -
         steps,
         const_missed,
     }
-    .check(schema, value, &mut String::new(), 0)
+    .check(schema, value, &mut String::new(), Depth::default())
     .is_ok()
 }
 
@@ -79,17 +79,56 @@ struct Validator<'s> {
     const_missed: std::cell::Cell<bool>,
 }
 
-/// The most schema hops (into a property, an item, a `$ref`, a branch) a check follows from
-/// the top: some 40 levels of a recursive type. Arguments nested deeper are refused, not
-/// let through unchecked.
+/// How deep into the arguments a check follows the schema: as deep as serde_json reads JSON
+/// text. Arguments nested deeper are refused, not let through unchecked.
 pub(super) const MAX_DEPTH: usize = 128;
 
-fn too_deep(path: &str) -> String {
-    format!(
-        "{}: the arguments nest deeper than the schema check follows ({MAX_DEPTH} steps into \
-         the schema)",
-        at(path)
-    )
+/// How many schema hops that stay at one level of the arguments (a `$ref`, a branch of
+/// `allOf`/`anyOf`/`oneOf`) a check follows in a row: a `$ref` that points at itself ends
+/// there.
+const MAX_HOPS: usize = 32;
+
+/// Where a check is: how deep into the arguments, and how many hops it made at that level.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Depth {
+    value: usize,
+    hops: usize,
+}
+
+impl Depth {
+    /// One level down into the arguments (a property, an item).
+    pub(super) fn down(self) -> Self {
+        Self {
+            value: self.value + 1,
+            hops: 0,
+        }
+    }
+
+    /// One hop at the same level (a `$ref`, a branch).
+    pub(super) fn hop(self) -> Self {
+        Self {
+            hops: self.hops + 1,
+            ..self
+        }
+    }
+
+    /// Past either bound.
+    pub(super) fn too_deep(self) -> bool {
+        self.value > MAX_DEPTH || self.hops > MAX_HOPS
+    }
+}
+
+fn too_deep(path: &str, depth: Depth) -> String {
+    match depth.value > MAX_DEPTH {
+        true => format!(
+            "{}: the arguments nest deeper than the schema check follows ({MAX_DEPTH} levels)",
+            at(path)
+        ),
+        false => format!(
+            "{}: the schema refers on to itself more than {MAX_HOPS} times at one level",
+            at(path)
+        ),
+    }
 }
 
 fn too_long(path: &str) -> String {
@@ -105,24 +144,25 @@ impl Validator<'_> {
         schema: &Value,
         value: &Value,
         path: &mut String,
-        depth: usize,
+        depth: Depth,
     ) -> Result<(), String> {
-        if depth > MAX_DEPTH {
-            return Err(too_deep(path));
+        let map = match schema {
+            Value::Bool(true) => return Ok(()),
+            Value::Bool(false) => return Err(format!("{}: no value is allowed here", at(path))),
+            Value::Object(map) if map.is_empty() => return Ok(()),
+            Value::Object(map) => map,
+            _ => return Ok(()),
+        };
+        if depth.too_deep() {
+            return Err(too_deep(path, depth));
         }
         if !self.steps.take() {
             return Err(too_long(path));
         }
-        let map = match schema {
-            Value::Bool(true) => return Ok(()),
-            Value::Bool(false) => return Err(format!("{}: no value is allowed here", at(path))),
-            Value::Object(map) => map,
-            _ => return Ok(()),
-        };
         if let Some(Value::String(reference)) = map.get("$ref")
             && let Some(target) = self.resolve(reference)
         {
-            self.check(target, value, path, depth + 1)?;
+            self.check(target, value, path, depth.hop())?;
         }
         if let Some(ty) = map.get("type")
             && !type_matches(ty, value)
@@ -206,12 +246,12 @@ impl Validator<'_> {
                 let len = path.len();
                 push_field(path, name);
                 let result = match properties.and_then(|p| p.get(name)) {
-                    Some(property) => self.check(property, field, path, depth + 1),
+                    Some(property) => self.check(property, field, path, depth.down()),
                     // A field a pattern may name is not judged here (patterns are not).
                     None if map.contains_key("patternProperties") => Ok(()),
                     None => match map.get("additionalProperties") {
                         Some(Value::Bool(false)) => Err(format!("unexpected field `{path}`")),
-                        Some(extra) => self.check(extra, field, path, depth + 1),
+                        Some(extra) => self.check(extra, field, path, depth.down()),
                         None => Ok(()),
                     },
                 };
@@ -230,7 +270,7 @@ impl Validator<'_> {
             for (index, (item, item_schema)) in items.iter().zip(prefix).enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{index}]"));
-                let result = self.check(item_schema, item, path, depth + 1);
+                let result = self.check(item_schema, item, path, depth.down());
                 path.truncate(len);
                 result?;
             }
@@ -243,14 +283,14 @@ impl Validator<'_> {
             for (index, item) in items.iter().enumerate().skip(skip) {
                 let len = path.len();
                 path.push_str(&format!("[{index}]"));
-                let result = self.check(item_schema, item, path, depth + 1);
+                let result = self.check(item_schema, item, path, depth.down());
                 path.truncate(len);
                 result?;
             }
         }
         if let Some(Value::Array(all)) = map.get("allOf") {
             for branch in all {
-                self.check(branch, value, path, depth + 1)?;
+                self.check(branch, value, path, depth.hop())?;
             }
         }
         for key in ["anyOf", "oneOf"] {
@@ -259,7 +299,7 @@ impl Validator<'_> {
                 let mut matched = false;
                 for branch in branches {
                     self.const_missed.set(false);
-                    match self.check(branch, value, path, depth + 1) {
+                    match self.check(branch, value, path, depth.hop()) {
                         Ok(()) => {
                             matched = true;
                             break;

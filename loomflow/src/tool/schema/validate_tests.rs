@@ -15,6 +15,19 @@ fn a_schema_that_branches_into_itself_is_refused_in_bounded_time() {
     let mut arguments = json!({});
     super::super::normalize_arguments(&schema, &mut arguments);
     let error = validate(&schema, &arguments).unwrap_err();
+    assert!(error.contains("refers on to itself"), "{error}");
+    // Branching at every level of deep arguments: the step budget ends it.
+    let schema = json!({
+        "anyOf": [
+            { "type": "object", "properties": { "a": { "$ref": "#" } }, "required": ["b"] },
+            { "type": "object", "properties": { "a": { "$ref": "#" } } }
+        ]
+    });
+    let mut arguments = json!(1);
+    for _ in 0..40 {
+        arguments = json!({ "a": arguments });
+    }
+    let error = validate(&schema, &arguments).unwrap_err();
     assert!(error.contains("takes too long to check"), "{error}");
 }
 
@@ -169,9 +182,9 @@ fn tree(levels: usize, leaf: Value) -> Value {
     node
 }
 
-/// Arguments of a recursive type are checked however deep they nest within the bound, and
-/// refused past it rather than let through. Before its fix, a value some 22 levels down
-/// was not checked at all.
+/// Arguments of a recursive type are checked however deep they nest within the bound (that
+/// of JSON text), and refused past it rather than let through. Before its fix, a value some
+/// 22 levels down was not checked at all.
 #[test]
 fn deeply_nested_arguments_are_checked_or_refused() {
     let schema = json!({
@@ -189,9 +202,25 @@ fn deeply_nested_arguments_are_checked_or_refused() {
     let error = validate(&schema, &tree(30, json!("seven"))).unwrap_err();
     assert!(error.contains("expected an integer"), "{error}");
     assert!(error.contains("children[0]"), "{error}");
-    let error = validate(&schema, &tree(60, json!(7))).unwrap_err();
+    // Each level of the tree is two of JSON: 60 are within the bound, 70 past it.
+    assert_eq!(validate(&schema, &tree(60, json!(7))), Ok(()));
+    let error = validate(&schema, &tree(60, json!("seven"))).unwrap_err();
+    assert!(error.contains("expected an integer"), "{error}");
+    let error = validate(&schema, &tree(70, json!(7))).unwrap_err();
     assert!(
         error.contains("nest deeper than the schema check follows"),
         "{error}"
     );
+}
+
+/// A schema that refers to itself without going deeper into the arguments is refused
+/// after a bounded number of hops, however shallow the arguments.
+#[test]
+fn a_schema_that_refers_to_itself_in_place_is_refused() {
+    let schema = json!({ "$ref": "#" });
+    let error = validate(&schema, &json!({ "a": 1 })).unwrap_err();
+    assert!(error.contains("refers on to itself"), "{error}");
+    let mut arguments = json!({ "a": 1 });
+    super::super::normalize_arguments(&schema, &mut arguments);
+    assert_eq!(arguments, json!({ "a": 1 }));
 }
