@@ -107,3 +107,67 @@ async fn a_worker_with_a_shorter_lease_than_its_runtime_is_renewed_at_its_own_pa
     let done: u32 = runtime.get_state("queued").await.unwrap().unwrap();
     assert_eq!(done, 6);
 }
+
+/// A write that finds the lease lost stops the node waiting in memory beside it, as the
+/// heartbeat finding the loss does: the run ends, naming the loss, rather than wait for the
+/// heartbeat (a third of a minute here) or for a signal that the new owner's run is for.
+/// Before its fix the wait stayed parked, and the run with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_on_a_write_stops_a_wait_beside_it() {
+    let db = loomflow_tests::TempDb::new("lost-on-write");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .lease(Duration::from_secs(60))
+        .build();
+    let (take, taken) = tokio::sync::oneshot::channel::<()>();
+    let take = std::sync::Mutex::new(Some(take));
+    let taken = std::sync::Mutex::new(Some(taken));
+    let graph = Graph::new("pair")
+        .node_fn("writes", move |n: &mut u32, ctx| {
+            let taken = taken.lock().unwrap().take();
+            Box::pin(async move {
+                if let Some(taken) = taken {
+                    let _ = taken.await;
+                }
+                *n += ctx
+                    .step("effect", || async { Ok::<_, RunError>(1) })
+                    .await?;
+                Ok(())
+            })
+        })
+        .node_fn("waits", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n += ctx.wait_for_signal::<u32>("approve").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "writes")
+        .edge(START, "waits")
+        .edge("writes", END)
+        .edge("waits", END)
+        .compile()
+        .unwrap();
+    let run = graph.run(&runtime, "t", 0).start();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Another process takes the run over, as if this one had stalled past its lease.
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 120_000;
+    let claimed = runtime.store().claim("t", "another", later + 30_000, later);
+    assert_eq!(claimed.await.unwrap(), loomflow::runtime::Claim::Claimed);
+    take.lock().unwrap().take().unwrap().send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run ends once a write finds the lease lost");
+    assert!(
+        matches!(
+            &ended,
+            Err(RunError::Store(
+                loomflow::runtime::StoreError::LeaseLost { .. }
+            ))
+        ),
+        "{ended:?}"
+    );
+}

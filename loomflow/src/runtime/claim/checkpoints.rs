@@ -118,7 +118,7 @@ impl RunClaim {
             Ok(_) => {
                 self.inner.released.store(true, Ordering::Release);
             }
-            Err(StoreError::LeaseLost { .. }) => self.inner.lost.store(true, Ordering::Release),
+            Err(StoreError::LeaseLost { .. }) => self.lose(),
             Err(_) => {}
         }
         written

@@ -419,7 +419,7 @@ impl RunClaim {
                 Ok(value)
             }
             Err(error @ StoreError::LeaseLost { .. }) => {
-                self.inner.lost.store(true, Ordering::Release);
+                self.lose();
                 Err(error)
             }
             Err(error) => Err(error),
@@ -523,10 +523,17 @@ impl RunClaim {
     fn let_go(&self, written: Result<(), StoreError>) -> Result<(), StoreError> {
         match &written {
             Ok(()) => self.inner.released.store(true, Ordering::Release),
-            Err(StoreError::LeaseLost { .. }) => self.inner.lost.store(true, Ordering::Release),
+            Err(StoreError::LeaseLost { .. }) => self.lose(),
             Err(_) => {}
         }
         written
+    }
+
+    /// Notes that the lease is lost, as a write found: a node waiting in memory (a signal,
+    /// a sleep, room in a stream) stops waiting, as when the heartbeat finds the loss.
+    pub(super) fn lose(&self) {
+        self.inner.lost.store(true, Ordering::Release);
+        self.inner.cancelled.notify_waiters();
     }
 
     /// Lets the run go: another execution may claim it at once. Not while it holds a resume
