@@ -35,3 +35,28 @@ impl Drop for ClaimInner {
         let _ = let_go.now_or_never();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use crate::runtime::Runtime;
+    use crate::runtime::store::RunState;
+
+    /// A run whose failure was decided is recorded as failed when its execution is let go
+    /// half way (a worker's shutdown that aborted it), as when its claim is dropped: not
+    /// handed back runnable to be run again. Before its fix it was.
+    #[tokio::test]
+    async fn a_decided_failure_is_recorded_when_let_go_half_way() {
+        let runtime = Runtime::in_memory();
+        let thread: Arc<str> = Arc::from("t");
+        let claim = runtime.claim_run(&thread, None).await.unwrap();
+        claim.failing("node n failed: boom");
+        claim.release_runnable().await.unwrap();
+        let record = runtime.store().get_run("t").await.unwrap().unwrap();
+        assert_eq!(record.state, RunState::Failed);
+        assert_eq!(record.error.as_deref(), Some("node n failed: boom"));
+    }
+}

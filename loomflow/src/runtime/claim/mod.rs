@@ -553,10 +553,15 @@ impl RunClaim {
     /// Lets the run go after its execution stopped half way (handed back, a store failure):
     /// a run its row says is waiting or sleeping is runnable at once, as after a crash,
     /// since the execution may have taken what it waited for (see
-    /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)).
+    /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)). A run whose
+    /// failure was decided ([`failing`](Self::failing)) is recorded as failed instead, as
+    /// dropping the claim does: it is not run again.
     pub(crate) async fn release_runnable(&self) -> Result<(), StoreError> {
         if self.stopped_holding_request() || self.inner.released.load(Ordering::Acquire) {
             return Ok(());
+        }
+        if let Some(message) = self.inner.failed.get() {
+            return self.finish(RunState::Failed, Some(message.clone())).await;
         }
         self.inner.releasing.store(true, Ordering::Release);
         let released = (self.inner.store)
