@@ -950,3 +950,37 @@ async fn two_calls_of_one_turn_wait_for_approval_together() {
     assert!(said.contains("refunded 300 cents on ord_43"), "{said}");
     assert_eq!(done.output, "Both done.");
 }
+
+/// A call a `SignalApprover` asks about outside any run (a tool host the application
+/// dispatches itself, on the served runtime) is decided over the API, as the inbox lists
+/// it. Before its fix the decision asked for a run first, and answered 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asked_about_outside_any_run_is_decided_over_the_api() {
+    let server = serve("approval-no-run", config()).await;
+    let host = ToolHost::new()
+        .with(refunds::refund)
+        .approval_handler(SignalApprover::new());
+    let runtime = server.runtime.clone();
+    let dispatched = tokio::spawn(async move {
+        let dispatch = loomflow::tool::DispatchContext::new("desk-1").runtime(&runtime);
+        host.dispatch(&[refunds::call(250)], dispatch).await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let waiting = loop {
+        let pending = server.runtime.pending_approvals("desk-1").await.unwrap();
+        if let Some(request) = pending.into_iter().next() {
+            break request;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let approve = format!("/v1/threads/desk-1/approvals/{}/approve", waiting.call_id);
+    let (status, _, reply) = request(server.addr, "POST", &approve, &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
+    let outcome = dispatched.await.unwrap().unwrap();
+    assert!(!outcome[0].is_error, "{outcome:?}");
+    assert!(outcome[0].content.contains("250"), "{outcome:?}");
+}

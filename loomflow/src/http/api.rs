@@ -35,7 +35,8 @@ fn body(app: &AppState, body: Body, what: impl FnOnce() -> String) -> Result<Byt
         let limit = app.runtime.signal_config().max_payload_bytes;
         let message = format!(
             "the body of {} is over the limit of {limit} bytes \
-             (the runtime's `SignalConfig::max_payload_bytes`)",
+             (the runtime's `MailboxConfig::max_payload_bytes`, set with \
+             `RuntimeBuilder::signals`)",
             what()
         );
         ApiError::new(status, "payload_too_large", message)
@@ -335,7 +336,9 @@ pub(super) async fn decide(
     by: &str,
     asked_at_ms: Option<u64>,
 ) -> Result<(), ApiError> {
-    app.runtime.run(thread).await?;
+    // No run needed: a call a `SignalApprover` asks about outside any run (a tool host of
+    // the application's own) waits for its decision as one inside does, and a thread
+    // with no call waiting is refused as `NoPendingApproval`.
     app.runtime
         .decide_approval_asked_at((thread, call_id), decision, by, asked_at_ms)
         .await?;
