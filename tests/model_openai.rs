@@ -379,6 +379,27 @@ async fn server_errors_are_retried_up_to_max_attempts() {
     assert_eq!(folded.content, " word0 word1 word2");
 }
 
+/// A connection that breaks after the 200 but before the reply's first content is tried
+/// again, as one that broke before the 200 is: nothing reached the caller. Before its fix
+/// the call failed at once with `StreamCut`.
+#[tokio::test]
+async fn a_stream_cut_before_any_content_is_retried() {
+    let full = openai_text_stream(3);
+    let cut_at = full.find("word0").unwrap();
+    let cut = full[..cut_at].rfind("data:").unwrap();
+    let server = MockServer::start(vec![
+        Reply::sse_cut(&full[..cut], 20),
+        Reply::sse(&full, 20),
+    ])
+    .await;
+    let response =
+        collect_stream(model(&server).stream(ModelRequest::new(vec![Message::user("Hi")])))
+            .await
+            .unwrap();
+    assert_eq!(response.content, " word0 word1 word2");
+    assert_eq!(server.requests().len(), 2);
+}
+
 #[tokio::test]
 async fn a_stream_cut_before_done_is_an_error() {
     let full = openai_text_stream(5);

@@ -120,7 +120,9 @@ fn jitter() -> f64 {
     (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Runs `attempt` until it succeeds, fails for good, or the policy's attempts run out.
+/// Runs `attempt` until it succeeds, fails for good, or the policy's attempts run out. An
+/// attempt that streams reads up to the reply's first content: a stream cut before it is
+/// retried too.
 #[cfg_attr(
     not(any(feature = "openai", feature = "anthropic")),
     allow(dead_code) // only the HTTP adapters retry
@@ -140,7 +142,16 @@ where
         match attempt().await {
             Ok(value) => return Ok(value),
             Err(error) => {
-                let Some(delay) = policy.delay(n, &error) else {
+                let delay = match &error {
+                    // The attempts here read a stream up to its first content: one cut
+                    // before it (the connection broke after the 200) gave the caller
+                    // nothing, and is tried again as a broken connection is.
+                    ModelError::StreamCut { .. } if n < policy.max_attempts => {
+                        Some(policy.ceiling(n).mul_f64(jitter()))
+                    }
+                    _ => policy.delay(n, &error),
+                };
+                let Some(delay) = delay else {
                     return Err(error);
                 };
                 tracing::warn!(
