@@ -497,6 +497,41 @@ async fn a_stream_error_event_with_a_status_is_retried_as_that_status() {
     }
 }
 
+/// The same error events from a server that speaks Anthropic's format (llama.cpp's
+/// `/v1/messages`): the typed error of the status they state, retried as that status is,
+/// with the server's message. Before its fix the decoder read such an event as one it did
+/// not know (and ignored it) or as a bad event, and the call failed with `StreamCut` or
+/// `Decode`, the message lost.
+#[tokio::test]
+async fn an_anthropic_compatible_stream_error_event_is_the_error_it_names() {
+    for event in [
+        "error: {\"code\":503,\"message\":\"loading model\",\"type\":\"unavailable_error\"}\n\n",
+        "event: error\ndata: {\"code\":503,\"message\":\"loading model\"}\n\n",
+    ] {
+        let failing = format!("{}{event}", anthropic_sse(&[anthropic_start(3)]));
+        let mut whole = vec![anthropic_start(3)];
+        whole.extend(anthropic_text_block(0, &["Hi"]));
+        whole.extend(anthropic_end("end_turn", 1));
+        let server = MockServer::start(vec![
+            Reply::sse(&failing, 4096),
+            Reply::sse(&anthropic_sse(&whole), 4096),
+        ])
+        .await;
+        let result = collect_stream(anthropic(&server).stream(hi())).await;
+        assert!(
+            result.as_ref().is_ok_and(|r| r.content == "Hi") && server.requests().len() == 2,
+            "{event}: not retried: {result:?} after {} request(s)",
+            server.requests().len()
+        );
+        let server = MockServer::start(vec![Reply::sse(&failing, 4096); 3]).await;
+        let err = collect_stream(anthropic(&server).stream(hi()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ModelError::Server { .. }), "{event}: {err:?}");
+        assert!(err.to_string().contains("loading model"), "{event}: {err}");
+    }
+}
+
 /// A base URL no request could be sent to (a port out of range) is refused when the model
 /// is built, saying what is wrong with it and not showing it (it may hold credentials):
 /// before, every call failed blaming a header.

@@ -255,6 +255,23 @@ pub(crate) fn body_error(
     status_error(target, status, None, &body, key)
 }
 
+/// The error object of an `error` event or of a chunk's `error` field, as a typed error.
+pub(crate) fn error_event(target: &Target, error: serde_json::Value) -> ModelError {
+    let error = match error {
+        serde_json::Value::Object(mut fields) if fields.contains_key("error") => {
+            fields.remove("error").unwrap_or_default()
+        }
+        other => other,
+    };
+    // A status the event states (llama.cpp's `code: 503`, a gateway's `"500"`) makes it the
+    // error of that status, retried as that status is, as the same object in a body is.
+    if stated_status(&error).is_some() {
+        return body_error(target, error, None);
+    }
+    let (kind, message) = error_details(&serde_json::json!({ "error": error }).to_string());
+    stream_error(target, kind, message)
+}
+
 /// The HTTP status an error object states in its `code` (a number, or a number as text),
 /// if it states one.
 pub(crate) fn stated_status(error: &serde_json::Value) -> Option<u16> {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::response::{WireUsage, finish_reason};
 use crate::model::sse::SseEvent;
-use crate::model::transport::{EventDecoder, Target, decode_error, stream_error};
+use crate::model::transport::{EventDecoder, Target, decode_error, error_event, stream_error};
 use crate::model::{ModelError, StreamChunk, Usage};
 
 #[derive(Deserialize)]
@@ -139,8 +139,18 @@ impl EventDecoder for Decoder {
         if event.data.trim().is_empty() {
             return Ok(false);
         }
-        let parsed: Event = serde_json::from_str(&event.data)
-            .map_err(|e| decode_error(&self.target, format!("bad stream event: {e}")))?;
+        let parsed = serde_json::from_str::<Event>(&event.data);
+        // An error a compatible server (llama.cpp) sends mid-stream in its own shape: its
+        // `error:` line, or an `error` event whose data is a bare error object (no `type`
+        // this decoder knows). Typed as the same object in a body is.
+        if event.event.as_deref() == Some("error") && matches!(parsed, Ok(Event::Unknown) | Err(_))
+        {
+            let error = serde_json::from_str(&event.data)
+                .unwrap_or_else(|_| serde_json::Value::String(event.data.clone()));
+            return Err(error_event(&self.target, error));
+        }
+        let parsed =
+            parsed.map_err(|e| decode_error(&self.target, format!("bad stream event: {e}")))?;
         match parsed {
             Event::MessageStart { message } => {
                 if let Some(model) = message.model {

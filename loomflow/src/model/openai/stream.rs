@@ -6,9 +6,7 @@ use serde::Deserialize;
 
 use super::response::{WireUsage, finish_reason, null_as_default};
 use crate::model::sse::SseEvent;
-use crate::model::transport::{
-    EventDecoder, Target, body_error, decode_error, error_details, stated_status, stream_error,
-};
+use crate::model::transport::{EventDecoder, Target, decode_error, error_event};
 use crate::model::{FinishReason, ModelError, StreamChunk, Usage};
 
 #[derive(Deserialize)]
@@ -103,23 +101,6 @@ impl Decoder {
         self.calls.push((index, id.unwrap_or_default().to_owned()));
         self.calls.len() - 1
     }
-}
-
-/// The error object of an `error` event or of a chunk's `error` field, as a typed error.
-fn error_event(target: &Target, error: serde_json::Value) -> ModelError {
-    let error = match error {
-        serde_json::Value::Object(mut fields) if fields.contains_key("error") => {
-            fields.remove("error").unwrap_or_default()
-        }
-        other => other,
-    };
-    // A status the event states (llama.cpp's `code: 503`, a gateway's `"500"`) makes it the
-    // error of that status, retried as that status is, as the same object in a body is.
-    if stated_status(&error).is_some() {
-        return body_error(target, error, None);
-    }
-    let (kind, message) = error_details(&serde_json::json!({ "error": error }).to_string());
-    stream_error(target, kind, message)
 }
 
 impl EventDecoder for Decoder {
