@@ -532,6 +532,27 @@ async fn an_anthropic_compatible_stream_error_event_is_the_error_it_names() {
     }
 }
 
+/// A body that ends in the middle of an event's line was cut: `StreamCut`, which says so,
+/// and a reply whose finish had come before the cut is whole. Before its fix the cut line
+/// was decoded as an event and the call failed as a bad chunk (`Decode`).
+#[tokio::test]
+async fn a_body_cut_mid_line_is_a_cut_not_a_bad_chunk() {
+    let whole = openai_text_stream(2);
+    let in_a_token = whole.find("word1").unwrap() + 2;
+    let finished = whole.rfind("data: [DONE]").unwrap();
+    let server = MockServer::start(vec![
+        Reply::sse(&whole[..in_a_token], 4096),
+        Reply::sse(&whole[..finished + "data: [DO".len()], 4096),
+    ])
+    .await;
+    let err = collect_stream(openai(&server).stream(hi()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ModelError::StreamCut { .. }), "{err:?}");
+    let reply = collect_stream(openai(&server).stream(hi())).await.unwrap();
+    assert_eq!(reply.content, " word0 word1");
+}
+
 /// A base URL no request could be sent to (a port out of range) is refused when the model
 /// is built, saying what is wrong with it and not showing it (it may hold credentials):
 /// before, every call failed blaming a header.

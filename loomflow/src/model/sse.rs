@@ -110,6 +110,11 @@ impl SseParser {
         *self = Self::default();
     }
 
+    /// Whether a line has begun and not ended: a body that ends now was cut mid-line.
+    pub fn has_partial_line(&self) -> bool {
+        !self.line.is_empty()
+    }
+
     /// Ends the stream the strict way: per the SSE rules an event not closed by a blank
     /// line is dropped; this returns whether such an unfinished event (or line) was pending.
     pub fn finish(&mut self) -> bool {

@@ -343,8 +343,15 @@ impl<B, D: EventDecoder> SseDriver<B, D> {
     /// Decodes the events the parser completed into chunks, up to the end of the reply or
     /// the first error.
     fn decode_events(&mut self) {
+        self.decode_events_ending(false);
+    }
+
+    /// Decodes the events read; with `cut_last`, the last of them may be cut short: if it
+    /// does not parse, it is dropped rather than reported as a bad event.
+    fn decode_events_ending(&mut self, cut_last: bool) {
         let mut events = std::mem::take(&mut self.events);
-        for event in events.drain(..) {
+        let last = events.len().saturating_sub(1);
+        for (at, event) in events.drain(..).enumerate() {
             match self.decoder.decode(event, &mut self.out) {
                 Ok(true) => {
                     self.finished = true;
@@ -352,6 +359,7 @@ impl<B, D: EventDecoder> SseDriver<B, D> {
                     break;
                 }
                 Ok(false) => {}
+                Err(ModelError::Decode { .. }) if cut_last && at == last => break,
                 Err(error) => {
                     self.out.push_back(Err(error));
                     self.ended = true;
@@ -460,9 +468,12 @@ where
                     return Some((Err(cut(&d.target)), d));
                 }
                 Ok(None) => {
-                    // The last event may lack its blank line: it is taken all the same.
+                    // The last event may lack its blank line: it is taken all the same. One
+                    // whose last line lacks its end too may be cut mid-line: taken only if
+                    // it decodes, else the reply ends as cut (or whole, had it finished).
+                    let partial = d.parser.has_partial_line();
                     d.parser.end(&mut d.events);
-                    d.decode_events();
+                    d.decode_events_ending(partial);
                     if !d.ended && !d.decoder.end(&mut d.out) {
                         d.out.push_back(Err(cut(&d.target)));
                     }
