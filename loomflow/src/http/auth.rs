@@ -212,10 +212,19 @@ pub(crate) fn signature<'a>(
         return Err(bad("X-Loomflow-Signature is not t=<seconds>,v1=<hex>"));
     };
     let window = config.replay_window_or_default().as_secs();
-    if time.abs_diff(now_secs) > window {
+    if now_secs.saturating_sub(time) > window {
         return Err(bad(
             "the signed time is outside the replay window; a replayed request is refused",
         ));
+    }
+    // A time ahead of ours only by a clock's drift: one further ahead would stretch the
+    // window past how long a delivery id is remembered, and a replay late in it would be
+    // a new signal.
+    let ahead = super::FUTURE_SKEW.as_secs().min(window);
+    if time.saturating_sub(now_secs) > ahead {
+        return Err(bad(&format!(
+            "the signed time is more than {ahead} s ahead of this server's clock"
+        )));
     }
     let delivery = headers
         .get("x-loomflow-delivery")

@@ -103,10 +103,14 @@ impl std::fmt::Debug for HttpConfig {
     }
 }
 
-/// The longest [`HttpConfig::replay_window`]: how long stores remember a consumed signal's
-/// idempotency key.
-const LONGEST_REPLAY_WINDOW: Duration =
-    Duration::from_millis(crate::runtime::store::CONSUMED_KEY_KEPT_MS);
+/// How far ahead of the server's clock a signed time may be: a sender's clock drift.
+const FUTURE_SKEW: Duration = Duration::from_secs(60);
+
+/// The longest [`HttpConfig::replay_window`]: with [`FUTURE_SKEW`], how long stores remember
+/// a consumed signal's idempotency key.
+const LONGEST_REPLAY_WINDOW: Duration = Duration::from_millis(
+    crate::runtime::store::CONSUMED_KEY_KEPT_MS - FUTURE_SKEW.as_millis() as u64,
+);
 
 impl HttpConfig {
     /// No token yet: every request is refused (401) until one is added, or auth is turned
@@ -166,10 +170,11 @@ impl HttpConfig {
         self
     }
 
-    /// How far a signed timestamp may be from now (default 5 minutes): older or newer
-    /// signed requests are refused, so a captured one cannot be replayed later. At most an
-    /// hour, as long as the stores remember a delivery id once its signal is consumed: a
-    /// replay within the window is then one signal. (On the memory store, keep
+    /// How old a signed timestamp may be (default 5 minutes): older signed requests are
+    /// refused, so a captured one cannot be replayed later, and so are those signed more
+    /// than a minute (a clock's drift) ahead of the server's clock. At most 59 minutes:
+    /// with that minute, as long as the stores remember a delivery id once its signal is
+    /// consumed, so that a replay within the window is one signal. (On the memory store, keep
     /// [`MailboxConfig::idempotency_key_ttl`](crate::runtime::MailboxConfig::idempotency_key_ttl)
     /// at least as long as the window.)
     pub fn replay_window(mut self, window: Duration) -> Self {
