@@ -830,7 +830,7 @@ async fn a_node_waits_for_room_in_a_bounded_stream_before_it_emits() {
             let emitted = Arc::clone(&counted);
             Box::pin(async move {
                 for index in 0..50 {
-                    ctx.event_room().await;
+                    ctx.event_room().await?;
                     ctx.emit("tick", index);
                     emitted.fetch_add(1, Ordering::SeqCst);
                 }
@@ -856,6 +856,48 @@ async fn a_node_waits_for_room_in_a_bounded_stream_before_it_emits() {
         ticks += usize::from(matches!(event.kind, EventKind::Custom { .. }));
     }
     assert_eq!(ticks, 50);
+}
+
+/// A node waiting for room in its bounded stream learns of a cancel from the wait: it stops
+/// emitting, and the run ends cancelled, with no reader ever freeing room.
+#[tokio::test]
+async fn a_cancel_ends_a_nodes_wait_for_room_with_an_error() {
+    let emitted = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&emitted);
+    let graph = Graph::new("chatty")
+        .node_fn("chatty", move |_: &mut u32, ctx| {
+            let emitted = Arc::clone(&counted);
+            Box::pin(async move {
+                for index in 0..50 {
+                    ctx.event_room().await?;
+                    ctx.emit("tick", index);
+                    emitted.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "chatty")
+        .edge("chatty", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let mut stream = graph.run(&runtime, "t", 0).stream_bounded(2);
+    stream.next().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let held = emitted.load(Ordering::SeqCst);
+    runtime.cancel("t").await.unwrap();
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(10), stream.outcome())
+        .await
+        .expect("the cancelled run ends");
+    assert!(
+        matches!(outcome, Err(RunError::Cancelled { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        emitted.load(Ordering::SeqCst),
+        held,
+        "the node emitted after the cancel"
+    );
 }
 
 /// A run's stream ends with how the run stands even when no step ran in it: a route out of

@@ -117,7 +117,8 @@ async fn show_checked(ctx: &Context, text: String) {
     if !ctx.has_listener() {
         return;
     }
-    ctx.event_room().await;
+    // A cancel stops the run after this step, as it would without a stream.
+    let _ = ctx.event_room().await;
     AgentEvent::ModelChunk {
         chunk: crate::model::StreamChunk::Text { text },
     }

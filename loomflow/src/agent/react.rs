@@ -316,7 +316,8 @@ async fn call_model_untraced(
         // An answer is shown once its guardrails have passed it, not as it streams.
         let withheld = guarded_text && matches!(chunk, crate::model::StreamChunk::Text { .. });
         if !withheld {
-            ctx.event_room().await;
+            // A cancel stops the run after this step, as it would without a stream.
+            let _ = ctx.event_room().await;
             if ctx.has_listener() {
                 AgentEvent::ModelChunk {
                     chunk: chunk.clone(),

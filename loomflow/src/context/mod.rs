@@ -174,10 +174,15 @@ impl NodeEvents {
     }
 
     /// See [`Context::event_room`].
-    pub(crate) async fn room(&self) {
-        if let Some(events) = &self.run.events {
-            let _ = self.run.claim.unless_cancelled(events.room()).await;
-        }
+    pub(crate) async fn room(&self) -> Result<()> {
+        let Some(events) = &self.run.events else {
+            return Ok(());
+        };
+        let claim = &self.run.claim;
+        claim.unless_cancelled(events.room()).await?;
+        // Room made as the cancel came (the reader gave up on the stream for the run's
+        // outcome) stops the node all the same.
+        claim.unless_cancelled(std::future::ready(())).await
     }
 }
 
@@ -258,8 +263,13 @@ impl Context {
     /// run is streamed with [`stream_bounded`](crate::graph::RunBuilder::stream_bounded) and
     /// that many events wait unread. A node that emits many events
     /// ([`emit`](Self::emit) never waits) calls it before each, to keep to the pace of the
-    /// stream's reader instead of piling events up in memory. A cancel of the run (or its
-    /// lease lost) ends the wait: the node's work goes on, and the run stops after its step.
+    /// stream's reader instead of piling events up in memory.
+    ///
+    /// # Errors
+    ///
+    /// [`RunError::Cancelled`] when the run is cancelled while it waits, and the lease's
+    /// error when another execution took the run over: the node stops there, and the run
+    /// with it.
     ///
     /// # Examples
     ///
@@ -269,15 +279,15 @@ impl Context {
     /// #[node]
     /// async fn scan(state: &mut Vec<u32>, ctx: &Context) -> loomflow::Result<()> {
     ///     for (index, item) in state.iter().enumerate() {
-    ///         ctx.event_room().await;
+    ///         ctx.event_room().await?;
     ///         ctx.emit("scanned", json!({ "index": index, "item": item }));
     ///     }
     ///     Ok(())
     /// }
     /// # let _ = Graph::new("g").node(scan);
     /// ```
-    pub async fn event_room(&self) {
-        self.events().room().await;
+    pub async fn event_room(&self) -> Result<()> {
+        self.events().room().await
     }
 
     /// The run's event stream, for a subgraph run started by this node.

@@ -228,9 +228,15 @@ impl ToolContext {
     /// [`Context::event_room`](crate::Context::event_room): a tool that emits many events
     /// calls it before each. At once outside a graph node, or for a stream that is not
     /// bounded.
-    pub async fn event_room(&self) {
-        if let Some(events) = &self.events {
-            events.room().await;
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::event_room`](crate::Context::event_room): the run was cancelled, or
+    /// taken over, while the tool waited.
+    pub async fn event_room(&self) -> Result<(), crate::RunError> {
+        match &self.events {
+            Some(events) => events.room().await,
+            None => Ok(()),
         }
     }
 }
