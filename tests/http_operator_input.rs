@@ -119,6 +119,44 @@ async fn a_signal_to_a_completed_run_is_refused() {
     assert_eq!(status, 409, "a signal for a finished run: {status} {reply}");
 }
 
+/// A signal for a run this process executes and that has written nothing yet (it writes
+/// only when it ends, `Durability::Exit`) is delivered: before its fix it was refused as
+/// for a thread with no run (404), and a webhook that does not retry lost it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_to_a_run_not_written_yet_is_delivered() {
+    let server = serve("not-written", config()).await;
+    let graph = Graph::new("waits")
+        .node_fn("wait", |n: &mut u64, ctx| {
+            Box::pin(async move {
+                *n += ctx.wait_for_signal::<u64>("review").await?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let run = graph
+        .run(&server.runtime, "exit-1", 1)
+        .durability(Durability::Exit)
+        .start();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        "/v1/threads/exit-1/signals/review",
+        &[bearer()],
+        b"41",
+    )
+    .await;
+    assert_eq!(status, 202, "{reply}");
+    let done = tokio::time::timeout(std::time::Duration::from_secs(10), run)
+        .await
+        .expect("the run takes the signal")
+        .unwrap();
+    assert_eq!(done.completed().unwrap(), 42);
+}
+
 /// The audit of a thread with no run and no entries is 404, as for every thread route.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_of_a_thread_that_never_ran_is_404() {

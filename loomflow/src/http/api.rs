@@ -99,9 +99,12 @@ pub(super) async fn post_signal(
     // A reserved name is refused whatever the thread (the send would refuse it too).
     crate::runtime::mailbox::check_name(&thread, &name, crate::runtime::mailbox::Scope::User)
         .map_err(crate::runtime::RuntimeError::Signal)?;
-    // A signal for a thread that never ran would wait unseen: refuse it.
+    // A signal for a thread that never ran would wait unseen: refuse it. A run this
+    // process executes counts, whether or not it has written its row yet.
     let known = app.runtime.store().get_run(&thread).await;
-    if known.map_err(crate::runtime::RuntimeError::from)?.is_none() {
+    if known.map_err(crate::runtime::RuntimeError::from)?.is_none()
+        && !app.runtime.executes_here(&thread)
+    {
         return Err(ApiError::not_found(format!("thread {thread} has no run")));
     }
     let delivery = app

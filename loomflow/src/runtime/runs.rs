@@ -281,6 +281,13 @@ impl Runtime {
         Ok(found)
     }
 
+    /// Whether an execution in this process holds `thread`'s run: a run that has written
+    /// nothing yet (with [`Durability::Exit`](crate::Durability::Exit), until it ends) has
+    /// no row in the store, and is executing all the same.
+    pub(crate) fn executes_here(&self, thread: &str) -> bool {
+        self.inner.live_claims.executing(thread)
+    }
+
     pub(crate) fn wakes(&self) -> &super::wakes::Wakes {
         &self.inner.wakes
     }
