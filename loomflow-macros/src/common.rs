@@ -79,19 +79,11 @@ pub(crate) fn parse_arguments<A: syn::parse::Parse>(tokens: TokenStream) -> (Vec
 pub(crate) fn parse_each<A: syn::parse::Parse>(
     input: syn::parse::ParseStream<'_>,
 ) -> (Vec<A>, Errors) {
-    use syn::parse::discouraged::Speculative;
     let mut errors = Errors::default();
     let mut parsed = Vec::new();
     while !input.is_empty() {
-        // Parsed on a fork, taken only if it parses: an item that fails inside a group of
-        // its own (`a::<(b c)>`) would otherwise leave that group's unread tokens marked
-        // on `input`, and the whole attribute would fail to parse.
-        let fork = input.fork();
-        match fork.parse::<A>() {
-            Ok(arg) => {
-                input.advance_to(&fork);
-                parsed.push(arg);
-            }
+        match input.parse::<A>() {
+            Ok(arg) => parsed.push(arg),
             Err(error) => {
                 errors.push(error);
                 skip_to_comma(input);
