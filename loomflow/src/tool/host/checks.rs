@@ -272,3 +272,31 @@ fn store_failed(error: &Error) -> bool {
         _ => false,
     }
 }
+
+/// Arguments as an object: a JSON string is parsed (some models send text), `null` is `{}`.
+pub(super) fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
+    let parsed = match arguments {
+        Value::String(text) if text.trim().is_empty() => {
+            return Ok(Value::Object(serde_json::Map::new()));
+        }
+        Value::String(text) => {
+            serde_json::from_str(text).map_err(|e| format!("arguments are not JSON: {e}"))?
+        }
+        Value::Null => return Ok(Value::Object(serde_json::Map::new())),
+        other => other.clone(),
+    };
+    match parsed {
+        Value::Object(_) => Ok(parsed),
+        Value::Null => Ok(Value::Object(serde_json::Map::new())),
+        other => Err(format!(
+            "arguments: expected a JSON object, got {}",
+            match other {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                _ => "something else",
+            }
+        )),
+    }
+}

@@ -4,7 +4,7 @@ mod checks;
 mod context;
 mod observe;
 
-use checks::{Approval, emit, emit_approval};
+use checks::{Approval, emit, emit_approval, normalize_arguments};
 pub use context::{DispatchContext, ToolOutcome};
 
 use std::collections::{BTreeMap, HashMap};
@@ -570,34 +570,6 @@ fn denied(spec: &ToolSpec, reason: String) -> ToolError {
     ToolError::Denied {
         tool: spec.name.clone(),
         reason,
-    }
-}
-
-/// Arguments as an object: a JSON string is parsed (some models send text), `null` is `{}`.
-fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
-    let parsed = match arguments {
-        Value::String(text) if text.trim().is_empty() => {
-            return Ok(Value::Object(serde_json::Map::new()));
-        }
-        Value::String(text) => {
-            serde_json::from_str(text).map_err(|e| format!("arguments are not JSON: {e}"))?
-        }
-        Value::Null => return Ok(Value::Object(serde_json::Map::new())),
-        other => other.clone(),
-    };
-    match parsed {
-        Value::Object(_) => Ok(parsed),
-        Value::Null => Ok(Value::Object(serde_json::Map::new())),
-        other => Err(format!(
-            "arguments: expected a JSON object, got {}",
-            match other {
-                Value::Array(_) => "an array",
-                Value::String(_) => "a string",
-                Value::Number(_) => "a number",
-                Value::Bool(_) => "a boolean",
-                _ => "something else",
-            }
-        )),
     }
 }
 

@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
+mod bounds;
 mod normalize;
 mod validate;
 

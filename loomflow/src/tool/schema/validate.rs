@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use super::bounds::{Depth, MAX_DEPTH, MAX_HOPS, MAX_STEPS, Steps};
+
 /// Checks `value` against `schema`; on a mismatch, says where and what was expected.
 ///
 /// Covers what tool schemas use: `type`, `properties`, `required`, `additionalProperties`,
@@ -46,26 +48,6 @@ pub(super) fn fits(root: &Value, schema: &Value, value: &Value, steps: &Steps) -
     .is_ok()
 }
 
-/// The most steps (schema nodes visited) one check or rewrite of a call's arguments takes.
-pub(super) const MAX_STEPS: usize = 1_000_000;
-
-/// The steps a check or a rewrite has taken.
-#[derive(Default)]
-pub(super) struct Steps(std::cell::Cell<usize>);
-
-impl Steps {
-    /// Takes one; `false` once [`MAX_STEPS`] are spent.
-    pub(super) fn take(&self) -> bool {
-        let taken = self.0.get() + 1;
-        self.0.set(taken);
-        taken <= MAX_STEPS
-    }
-
-    fn spent(&self) -> bool {
-        self.0.get() > MAX_STEPS
-    }
-}
-
 /// The schema a local `$ref` points to.
 pub(super) fn resolve<'s>(root: &'s Value, reference: &str) -> Option<&'s Value> {
     root.pointer(reference.strip_prefix('#')?)
@@ -79,47 +61,8 @@ struct Validator<'s> {
     const_missed: std::cell::Cell<bool>,
 }
 
-/// How deep into the arguments a check follows the schema: as deep as serde_json reads JSON
-/// text. Arguments nested deeper are refused, not let through unchecked.
-pub(super) const MAX_DEPTH: usize = 128;
-
-/// How many schema hops that stay at one level of the arguments (a `$ref`, a branch of
-/// `allOf`/`anyOf`/`oneOf`) a check follows in a row: a `$ref` that points at itself ends
-/// there.
-const MAX_HOPS: usize = 32;
-
-/// Where a check is: how deep into the arguments, and how many hops it made at that level.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Depth {
-    value: usize,
-    hops: usize,
-}
-
-impl Depth {
-    /// One level down into the arguments (a property, an item).
-    pub(super) fn down(self) -> Self {
-        Self {
-            value: self.value + 1,
-            hops: 0,
-        }
-    }
-
-    /// One hop at the same level (a `$ref`, a branch).
-    pub(super) fn hop(self) -> Self {
-        Self {
-            hops: self.hops + 1,
-            ..self
-        }
-    }
-
-    /// Past either bound.
-    pub(super) fn too_deep(self) -> bool {
-        self.value > MAX_DEPTH || self.hops > MAX_HOPS
-    }
-}
-
 fn too_deep(path: &str, depth: Depth) -> String {
-    match depth.value > MAX_DEPTH {
+    match depth.too_deep_in_arguments() {
         true => format!(
             "{}: the arguments nest deeper than the schema check follows ({MAX_DEPTH} levels)",
             at(path)
