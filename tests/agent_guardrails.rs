@@ -569,6 +569,56 @@ async fn a_call_that_waits_for_approval_runs_as_the_guardrail_rewrote_it_before(
     );
 }
 
+/// A run that suspended for an approval and, resumed, failed on a blocked tool result (with
+/// `OnBlock::Fail`) does not hold its session: a new prompt moves on from it. Before its fix
+/// the newest checkpoint was still the suspended one, and every prompt was refused as
+/// `SessionSuspended` for an approval already given.
+#[tokio::test]
+async fn a_session_moves_on_from_a_resumed_run_a_blocked_tool_result_failed() {
+    let runtime = Runtime::in_memory();
+    let agent = |replies: Vec<ModelResponse>| {
+        Agent::builder("You refund.")
+            .model(ScriptedModel::new(replies))
+            .tool(refund)
+            .durable_approvals()
+            .guardrail(on_tool_result("no_refunds_shown", |text| {
+                if text.contains("refunded") {
+                    Verdict::Block("refund details".into())
+                } else {
+                    Verdict::Allow
+                }
+            }))
+            .on_guardrail_block(OnBlock::Fail)
+            .runtime(runtime.clone())
+            .build()
+            .unwrap()
+    };
+    let call = ToolCall::new("c1", "refund", json!({ "order": "o1", "cents": 500 }));
+    let first = agent(vec![ModelResponse::tool_calls(vec![call])])
+        .run("refund o1")
+        .session("s")
+        .await
+        .unwrap();
+    assert!(first.interrupted);
+    runtime
+        .decide_approval("s", "c1", loomflow::tool::ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let resumed = agent(vec![]).resume("s").await;
+    assert!(resumed.is_err(), "{resumed:?}");
+    let next = agent(vec![ModelResponse::text("Your refund is done.")])
+        .run("is it done?")
+        .session("s")
+        .await
+        .unwrap();
+    assert_eq!(next.output, "Your refund is done.");
+    let said = serde_json::to_string(&next.messages).unwrap();
+    assert!(
+        said.contains("blocked by guardrail no_refunds_shown"),
+        "{said}"
+    );
+}
+
 /// An agent a conversation is handed to checks the prompt with its own input guardrails,
 /// though the handoff's call and result come after it in the transcript.
 #[tokio::test]

@@ -95,7 +95,12 @@ impl<'a> AgentRun<'a> {
         let previous = runtime.store().latest_checkpoint(session, "").await?;
         let mut state = match previous {
             None => AgentState::new(&self.prompt),
-            Some(cp) if cp.status == RunStatus::Interrupted => {
+            // Suspended there, unless the run was resumed and failed after (a failed step
+            // writes no checkpoint): then a prompt moves on from it, as from any failed run.
+            Some(cp)
+                if cp.status == RunStatus::Interrupted
+                    && !failed_at(runtime, session, &cp).await? =>
+            {
                 return Err(AgentError::SessionSuspended {
                     session: session.to_owned(),
                     pending: cp
@@ -444,6 +449,12 @@ impl<'a> IntoFuture for AgentRun<'a> {
 
 /// The state of a new run that carries the conversation of checkpoint `cp` on with
 /// `prompt`.
+/// Whether `session`'s run that wrote `cp` failed after it: its row says so.
+async fn failed_at(runtime: &crate::Runtime, session: &str, cp: &Checkpoint) -> Result<bool> {
+    let row = runtime.store().get_run(session).await?;
+    Ok(row.is_some_and(|row| row.run == cp.run && row.state == crate::runtime::RunState::Failed))
+}
+
 async fn continue_from(
     agent: &Agent,
     session: &str,
