@@ -204,8 +204,11 @@ impl AgentBuilder {
 
     /// A wall-clock limit per run; past it the run fails with [`AgentError::Timeout`].
     ///
-    /// It bounds each call of `run`, `stream` or `resume` on its own and cancels the run
-    /// where it is. [`Budget::max_wall_clock`] is the other kind: it adds up the running
+    /// It bounds each call of `run`, `stream` or `resume` on its own and stops the run where
+    /// it is, as a crash would: its newest checkpoint stays, a [`Worker`](crate::Worker)
+    /// serving the agent's graph or a `resume` carries it on, and
+    /// [`Runtime::cancel`](crate::Runtime::cancel) ends it for good (after which a new
+    /// prompt moves on from it). [`Budget::max_wall_clock`] is the other kind: it adds up the running
     /// time of every leg of a run and stops it cleanly before its next model turn. Time a
     /// streamed run spends held back by a slow reader of its events counts too.
     pub fn timeout(mut self, timeout: Duration) -> Self {

@@ -196,7 +196,7 @@ impl<'a> AgentRun<'a> {
                 Ok(())
             };
             if let Err(error) = agent.by_deadline(&session, deadline, forward).await {
-                drop(run); // cancels the run
+                drop(run); // stops the run where it is, as a crash would
                 let _ = events
                     .send(AgentEvent::Failed {
                         message: error.to_string(),
