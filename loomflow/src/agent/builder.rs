@@ -208,9 +208,9 @@ impl AgentBuilder {
     /// it is, as a crash would: its newest checkpoint stays, a [`Worker`](crate::Worker)
     /// serving the agent's graph or a `resume` carries it on, and
     /// [`Runtime::cancel`](crate::Runtime::cancel) ends it for good (after which a new
-    /// prompt moves on from it). [`Budget::max_wall_clock`] is the other kind: it adds up the running
-    /// time of every leg of a run and stops it cleanly before its next model turn. Time a
-    /// streamed run spends held back by a slow reader of its events counts too.
+    /// prompt moves on from it). [`Budget::max_wall_clock`] is the other kind: it adds up
+    /// the running time of every leg of a run and stops it cleanly before its next model
+    /// turn. Time a streamed run spends held back by a slow reader of its events counts too.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
