@@ -375,8 +375,9 @@ async fn a_handoff_to_an_agent_with_a_spaced_name_is_a_name_providers_accept() {
         .collect();
     assert_eq!(offered, ["transfer_to_billing_team"]);
 
+    // Named by its member name, whatever its agent is called (before, the agent's name).
     let error = Swarm::new()
-        .agent("triage", "first contact", scripted("triage", &[]))
+        .agent("triage", "first contact", scripted("frontdesk-bot", &[]))
         .agent("billing team", "invoices", scripted("a", &[]))
         .agent("billing_team", "invoices too", scripted("b", &[]))
         .build()
@@ -387,6 +388,7 @@ async fn a_handoff_to_an_agent_with_a_spaced_name_is_a_name_providers_accept() {
             .contains("the handoffs to billing team and to billing_team would both be the tool transfer_to_billing_team"),
         "{error}"
     );
+    assert!(error.to_string().contains("agent triage"), "{error}");
 }
 
 /// A reply that calls two handoff tools hands the conversation to the first; the second

@@ -263,13 +263,18 @@ impl Agent {
     }
 
     /// A copy of this agent that can hand the conversation off to `targets` (name,
-    /// description) through `transfer_to_<name>` tools; used by swarms.
+    /// description) through `transfer_to_<name>` tools; used by swarms, which know it as
+    /// `member` (the name its errors give).
     ///
     /// # Errors
     ///
     /// [`AgentError::Invalid`] when two targets' tools would have one name (`billing team`
     /// and `billing_team`), or one would take the name of a tool the agent has.
-    pub(crate) fn with_handoffs(&self, targets: &[(String, String)]) -> crate::Result<Self> {
+    pub(crate) fn with_handoffs(
+        &self,
+        member: &str,
+        targets: &[(String, String)],
+    ) -> crate::Result<Self> {
         let tools = self.core.tools.current();
         let mut extra: Vec<Arc<dyn crate::tool::Tool>> = Vec::new();
         let mut handoffs: Vec<(String, String)> = Vec::new();
@@ -290,8 +295,9 @@ impl Agent {
             extra.push(Arc::new(tool));
         }
         if !problems.is_empty() {
+            // Named as the team knows it: members often keep the default agent name.
             return Err(AgentError::Invalid {
-                agent: self.core.name.clone(),
+                agent: member.to_owned(),
                 problems,
             }
             .into());

@@ -126,7 +126,7 @@ impl Swarm {
                 .filter(|a| a.name != member.name)
                 .map(|a| (a.name.clone(), a.description.clone()))
                 .collect();
-            let agent = member.agent.with_handoffs(&others)?;
+            let agent = member.agent.with_handoffs(&member.name, &others)?;
             let name = member.name.clone();
             graph = graph
                 .subgraph(
