@@ -819,10 +819,9 @@ async fn a_bounded_stream_holds_the_run_back_until_read_and_lets_it_go_when_its_
     assert_eq!(outcome.completed().unwrap(), 40);
 }
 
-/// A node that emits many events keeps to its bounded stream's reader by waiting for
-/// `event_room` before each; nothing is lost once the reader goes on.
-#[tokio::test]
-async fn a_node_waits_for_room_in_a_bounded_stream_before_it_emits() {
+/// A node that emits 50 events, waiting for room in its stream before each, and the count
+/// of those it emitted.
+fn chatty() -> (CompiledGraph<u32>, Arc<AtomicUsize>) {
     let emitted = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&emitted);
     let graph = Graph::new("chatty")
@@ -841,6 +840,14 @@ async fn a_node_waits_for_room_in_a_bounded_stream_before_it_emits() {
         .edge("chatty", END)
         .compile()
         .unwrap();
+    (graph, emitted)
+}
+
+/// A node that emits many events keeps to its bounded stream's reader by waiting for
+/// `event_room` before each; nothing is lost once the reader goes on.
+#[tokio::test]
+async fn a_node_waits_for_room_in_a_bounded_stream_before_it_emits() {
+    let (graph, emitted) = chatty();
     let runtime = Runtime::in_memory();
     let mut stream = graph.run(&runtime, "t", 0).stream_bounded(3);
     stream.next().await.unwrap();
@@ -862,24 +869,7 @@ async fn a_node_waits_for_room_in_a_bounded_stream_before_it_emits() {
 /// emitting, and the run ends cancelled, with no reader ever freeing room.
 #[tokio::test]
 async fn a_cancel_ends_a_nodes_wait_for_room_with_an_error() {
-    let emitted = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&emitted);
-    let graph = Graph::new("chatty")
-        .node_fn("chatty", move |_: &mut u32, ctx| {
-            let emitted = Arc::clone(&counted);
-            Box::pin(async move {
-                for index in 0..50 {
-                    ctx.event_room().await?;
-                    ctx.emit("tick", index);
-                    emitted.fetch_add(1, Ordering::SeqCst);
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "chatty")
-        .edge("chatty", END)
-        .compile()
-        .unwrap();
+    let (graph, emitted) = chatty();
     let runtime = Runtime::in_memory();
     let mut stream = graph.run(&runtime, "t", 0).stream_bounded(2);
     stream.next().await.unwrap();
