@@ -447,14 +447,14 @@ impl<'a> IntoFuture for AgentRun<'a> {
     }
 }
 
-/// The state of a new run that carries the conversation of checkpoint `cp` on with
-/// `prompt`.
 /// Whether `session`'s run that wrote `cp` failed after it: its row says so.
 async fn failed_at(runtime: &crate::Runtime, session: &str, cp: &Checkpoint) -> Result<bool> {
     let row = runtime.store().get_run(session).await?;
     Ok(row.is_some_and(|row| row.run == cp.run && row.state == crate::runtime::RunState::Failed))
 }
 
+/// The state of a new run that carries the conversation of checkpoint `cp` on with
+/// `prompt`.
 async fn continue_from(
     agent: &Agent,
     session: &str,
@@ -495,13 +495,9 @@ async fn continue_from(
     let ended = match cp.status {
         RunStatus::Cancelled => Some("was cancelled"),
         // A failed step leaves the checkpoint before it: the run's row says it failed.
-        _ if !unanswered.is_empty() => {
-            let row = agent.runtime.store().get_run(session).await?;
-            let failed =
-                |row: &crate::runtime::RunRecord| row.state == crate::runtime::RunState::Failed;
-            row.filter(|row| row.run == cp.run && failed(row))
-                .map(|_| "failed")
-        }
+        _ if !unanswered.is_empty() => failed_at(&agent.runtime, session, cp)
+            .await?
+            .then_some("failed"),
         _ => None,
     };
     let Some(ended) = ended.or(unanswered.is_empty().then_some("")) else {

@@ -101,7 +101,12 @@ impl RetryPolicy {
     /// How long to wait after failed attempt `attempt` (1-based) with this error, or `None`
     /// when the call should not be tried again.
     pub fn delay(&self, attempt: u32, error: &ModelError) -> Option<Duration> {
-        if attempt >= self.max_attempts || !error.is_retryable() {
+        self.delay_if(attempt, error, error.is_retryable())
+    }
+
+    /// [`delay`](Self::delay), with whether `error` may be retried decided by the caller.
+    fn delay_if(&self, attempt: u32, error: &ModelError, retryable: bool) -> Option<Duration> {
+        if attempt >= self.max_attempts || !retryable {
             return None;
         }
         match error.retry_after() {
@@ -142,16 +147,11 @@ where
         match attempt().await {
             Ok(value) => return Ok(value),
             Err(error) => {
-                let delay = match &error {
-                    // The attempts here read a stream up to its first content: one cut
-                    // before it (the connection broke after the 200) gave the caller
-                    // nothing, and is tried again as a broken connection is.
-                    ModelError::StreamCut { .. } if n < policy.max_attempts => {
-                        Some(policy.ceiling(n).mul_f64(jitter()))
-                    }
-                    _ => policy.delay(n, &error),
-                };
-                let Some(delay) = delay else {
+                // The attempts here read a stream up to its first content: one cut before it
+                // (the connection broke after the 200) gave the caller nothing, and is tried
+                // again as a broken connection is.
+                let cut = matches!(error, ModelError::StreamCut { .. });
+                let Some(delay) = policy.delay_if(n, &error, cut || error.is_retryable()) else {
                     return Err(error);
                 };
                 tracing::warn!(

@@ -375,7 +375,7 @@ impl ToolHost {
             Some(_) => ctx,
             None => ctx.slots(&slots),
         };
-        let mut slots: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
+        let mut outcomes: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
         let mut running: FuturesUnordered<_> = calls
             .iter()
             .enumerate()
@@ -385,9 +385,9 @@ impl ToolHost {
             })
             .collect();
         while let Some((index, outcome)) = running.next().await {
-            slots[index] = Some(outcome?);
+            outcomes[index] = Some(outcome?);
         }
-        Ok(slots.into_iter().flatten().collect())
+        Ok(outcomes.into_iter().flatten().collect())
     }
 
     async fn run_one(
