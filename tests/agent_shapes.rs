@@ -1070,6 +1070,56 @@ async fn a_worker_whose_answer_a_guardrail_blocked_gives_the_team_no_output() {
     );
 }
 
+/// A worker stopped by its turn limit gives the team its answer so far (the text of a reply
+/// that came with tool calls) as its output guardrails passed it, as its own run's output
+/// would be: rewritten, or nothing when one blocked it; never the unchecked text.
+#[tokio::test]
+async fn a_stopped_workers_answer_so_far_passes_its_output_guardrails() {
+    type Check = Box<dyn Fn(&str) -> Verdict<String> + Send + Sync>;
+    let worker = |guardrail: Check| {
+        let mut looking =
+            ModelResponse::tool_calls(vec![ToolCall::new("c1", "notes", json!({ "order": "A1" }))]);
+        looking.content = "Card 4111 1111, let me look at the notes".to_owned();
+        Agent::builder("You answer billing questions.")
+            .name("billing")
+            .model(ScriptedModel::new([looking]))
+            .tool(notes)
+            .guardrail(on_output("cards", move |text: &str| guardrail(text)))
+            .max_turns(1)
+            .build()
+            .unwrap()
+    };
+    let team_of = |billing: Agent| {
+        Router::new(scripted("classifier", &["billing"]))
+            .worker("billing", "bills", billing)
+            .build()
+            .unwrap()
+    };
+
+    let redacting = || {
+        worker(Box::new(|text| {
+            Verdict::Rewrite(text.replace(|c: char| c.is_ascii_digit(), "#"))
+        }))
+    };
+    let team = run(&team_of(redacting()), "why?").await;
+    assert_eq!(
+        team.output.as_deref(),
+        Some("Card #### ####, let me look at the notes")
+    );
+    assert_eq!(team.stopped, [("billing".to_owned(), StopReason::MaxTurns)]);
+    // The agent's own run gives the same output.
+    let alone = redacting().run("why?").await.unwrap();
+    assert_eq!(alone.output, "Card #### ####, let me look at the notes");
+
+    let blocking = worker(Box::new(|text| match text.contains("4111") {
+        true => Verdict::Block("a card number".into()),
+        false => Verdict::Allow,
+    }));
+    let team = run(&team_of(blocking), "why?").await;
+    assert_eq!(team.output.as_deref(), Some(""), "a blocked answer so far");
+    assert_eq!(team.stopped, [("billing".to_owned(), StopReason::MaxTurns)]);
+}
+
 /// A supervisor's worker stopped by its turn limit gives the team what it had, marked as
 /// such in the transcript the supervisor reads, and noted in `stopped`.
 #[tokio::test]

@@ -111,6 +111,43 @@ pub(super) async fn check_output(
     }
 }
 
+/// Checks the answer so far of a run that stopped before its answer (a turn limit, a
+/// budget): the text of a reply that came with tool calls, which no guardrail saw. What
+/// the output guardrails make of it is kept in the state as the run's output (see
+/// [`AgentState::answer`]): the text, rewritten, or nothing when one blocked it. A block
+/// does not change why the run stopped, whatever the guardrails' [`OnBlock`].
+pub(super) async fn check_answer_so_far(
+    core: &AgentCore,
+    state: &mut AgentState,
+    ctx: &Context,
+) -> Result<()> {
+    if core.guardrails.is_empty() {
+        return Ok(());
+    }
+    let Some(so_far) = state.answer_so_far().map(str::to_owned) else {
+        return Ok(());
+    };
+    let cx = guard_context(core, state, ctx);
+    let checked: Checked<String> = ctx
+        .step("guard:answer_so_far", || async {
+            Ok::<_, Error>(
+                core.guardrails
+                    .text(GuardStage::Output, "", &so_far, cx)
+                    .await,
+            )
+        })
+        .await?;
+    state.checked_so_far = Some(match checked {
+        Checked::Passed(None) => so_far,
+        Checked::Passed(Some(rewritten)) => rewritten,
+        Checked::Blocked { guardrail, reason } => {
+            emit_block(ctx, GuardStage::Output, &guardrail, &reason);
+            String::new()
+        }
+    });
+    Ok(())
+}
+
 /// Streams an answer its guardrails passed (as they rewrote it), as one text chunk: an
 /// agent with guardrails holds its answer's text back while the model streams it.
 async fn show_checked(ctx: &Context, text: String) {

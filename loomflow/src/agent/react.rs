@@ -106,6 +106,19 @@ impl Node<AgentState> for ModelNode {
     }
 }
 
+/// Stops the run for `reason` (a turn limit, a budget) before it had an answer. Its answer
+/// so far is its output: the output guardrails check it here, inside the run, so that a
+/// team that reads its member's answer reads what they passed, as `Agent::run` does.
+async fn stop_before_answer(
+    core: &AgentCore,
+    state: &mut AgentState,
+    ctx: &Context,
+    reason: StopReason,
+) -> Result<()> {
+    state.stopped = Some(reason);
+    guarded::check_answer_so_far(core, state, ctx).await
+}
+
 async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
     // The prompt first, whatever stops the run after: what the session keeps of it (and a
     // later run sends) is what the input guardrails passed.
@@ -114,19 +127,16 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         return Ok(());
     }
     if state.turns >= state.max_turns.unwrap_or(core.max_turns) {
-        state.stopped = Some(StopReason::MaxTurns);
-        return Ok(());
+        return stop_before_answer(core, state, ctx, StopReason::MaxTurns).await;
     }
     if let Some(cap) = core.budget.exceeded(state) {
-        state.stopped = Some(StopReason::Budget(cap));
-        return Ok(());
+        return stop_before_answer(core, state, ctx, StopReason::Budget(cap)).await;
     }
     super::memory::recall(core, state, ctx).await?;
     super::window::manage(core, state, ctx).await?;
     // A compaction's summary may have spent what was left of the budget.
     if let Some(cap) = core.budget.exceeded(state) {
-        state.stopped = Some(StopReason::Budget(cap));
-        return Ok(());
+        return stop_before_answer(core, state, ctx, StopReason::Budget(cap)).await;
     }
     let tools = core.tools.for_session(ctx.thread());
     let request = core.request(

@@ -118,9 +118,11 @@ async fn output_of(agent: &Agent, session: &str, state: &AgentState) -> String {
     if let Some(output) = stopped_output(state) {
         return output;
     }
-    if let Some(output) = &state.output {
+    if let Some(output) = state.output.as_ref().or(state.checked_so_far.as_ref()) {
         return output.clone();
     }
+    // Not checked in the run: it suspended (its answer so far came with the calls it waits
+    // on), or its checkpoint was written before runs checked their answers so far.
     let Some(so_far) = state.answer_so_far() else {
         return String::new();
     };

@@ -65,6 +65,11 @@ pub struct AgentState {
     /// run's user); kept in step when the conversation is trimmed.
     #[serde(default, skip_serializing_if = "is_zero_index")]
     pub(crate) run_start: usize,
+    /// This run's answer so far as the output guardrails passed it (rewritten, or empty
+    /// when one blocked it), once the run stopped before its answer (a turn limit, a
+    /// budget); `None` otherwise, and for an agent without guardrails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) checked_so_far: Option<String>,
     /// Up to when, in this leg, `running_ms` counts; not checkpointed, so a resumed leg
     /// starts counting afresh.
     #[serde(skip)]
@@ -92,17 +97,21 @@ impl AgentState {
     }
 
     /// The final answer, or the answer so far (see [`answer_so_far`](Self::answer_so_far))
-    /// when the run stopped before one.
+    /// when the run stopped before one, as the agent's output guardrails passed it:
+    /// rewritten, or empty when one blocked it.
     pub fn answer(&self) -> String {
         self.output
             .clone()
+            .or_else(|| self.checked_so_far.clone())
             .or_else(|| self.answer_so_far().map(str::to_owned))
             .unwrap_or_default()
     }
 
     /// The text of this run's last model reply that has any: the answer so far of a run
     /// that stopped before its answer. A reply of an earlier run of the session is not
-    /// this run's answer, so a run whose replies had no text yet has none.
+    /// this run's answer, so a run whose replies had no text yet has none. It is the text
+    /// as the model gave it, before any guardrail: [`answer`](Self::answer) gives it as
+    /// they passed it.
     pub fn answer_so_far(&self) -> Option<&str> {
         // Each model turn of this run added one assistant message.
         self.messages

@@ -182,8 +182,8 @@ pub(crate) fn compile_checked(
 ///
 /// The team shapes read their agents' answers through this, so a worker's blocked answer
 /// does not become the team's output. A worker's answer so far (one stopped by its turn
-/// limit or a budget) is not passed through its output guardrails here, as a single
-/// agent's is by [`Agent::run`](crate::agent::Agent::run).
+/// limit or a budget) is the one its output guardrails passed when it stopped, as a
+/// single agent's is.
 pub(crate) fn answer(state: &AgentState) -> String {
     crate::agent::stopped_output(state).unwrap_or_else(|| state.answer())
 }
