@@ -426,8 +426,9 @@ async fn a_bad_resume_value_for_a_subgraphs_question_is_refused() {
             .unwrap();
         graph.invoke(&runtime, "t", 1).await.unwrap();
         let refused = graph.resume(&runtime, "t", "not a number").await;
+        // Named as the interrupt's id names it, under the subgraph's namespace.
         assert!(
-            matches!(refused, Err(RunError::ResumeValue { .. })),
+            matches!(&refused, Err(RunError::ResumeValue { node, .. }) if node == "sub:1/ask"),
             "{refused:?}"
         );
         let record = runtime.run("t").await.unwrap().record;

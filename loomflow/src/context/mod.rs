@@ -428,7 +428,7 @@ impl Context {
         control.interrupts_called += 1;
         if let Some(value) = self.resume.get(index) {
             let bad = |source| RunError::ResumeValue {
-                node: String::from(&*self.node),
+                node: self.qualified_node().into_owned(),
                 index,
                 expected: crate::type_name::readable::<T>(),
                 source,

@@ -225,7 +225,8 @@ pub enum RunError {
     /// A value given on resume did not deserialize into the type the node asked for.
     #[error("resume value for interrupt {index} of node {node} is not {expected}")]
     ResumeValue {
-        /// The node.
+        /// The node; inside a subgraph, after its namespace (`sub:1/ask`), as the
+        /// interrupt's id names it.
         node: String,
         /// Which of its interrupts.
         index: usize,
