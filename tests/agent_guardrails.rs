@@ -660,3 +660,74 @@ async fn an_agent_handed_a_conversation_checks_its_prompt() {
         billing_model.requests()
     );
 }
+
+/// A run whose first model turn failed leaves its prompt as it was given: what the input
+/// guardrails made of it was part of the failed step. The session's next run checks that
+/// prompt with its own, so that the model is never sent a prompt they rewrote or blocked.
+#[tokio::test]
+async fn a_prompt_left_by_a_run_that_failed_is_checked_by_the_next_run() {
+    for on_block in [OnBlock::Stop, OnBlock::Fail] {
+        let runtime = Runtime::in_memory();
+        let agent = |model: Arc<ScriptedModel>| {
+            Agent::builder("You help.")
+                .model(model)
+                .guardrail(on_input("cards", |text| match text.contains("4111") {
+                    true => Verdict::Rewrite(text.replace("4111", "####")),
+                    false => Verdict::Allow,
+                }))
+                .on_guardrail_block(on_block)
+                .runtime(runtime.clone())
+                .build()
+                .unwrap()
+        };
+        // No reply scripted: the first model turn fails, after the guardrails passed it;
+        // twice, the second run carrying the first one's prompt on unchecked.
+        for prompt in ["my card is 4111", "it is 4111 really"] {
+            let failing = agent(Arc::new(ScriptedModel::new([])));
+            let failed = failing.run(prompt).session("s").await;
+            assert!(failed.is_err(), "{failed:?}");
+        }
+
+        let model = Arc::new(ScriptedModel::new([ModelResponse::text("Noted.")]));
+        let next = agent(Arc::clone(&model))
+            .run("what now?")
+            .session("s")
+            .await
+            .unwrap();
+        assert_eq!(next.output, "Noted.");
+        let sent = serde_json::to_string(&model.requests()).unwrap_or_default();
+        assert!(!sent.contains("4111"), "{on_block:?}: {sent}");
+        assert!(sent.contains("my card is ####"), "{on_block:?}: {sent}");
+        assert!(sent.contains("it is #### really"), "{on_block:?}: {sent}");
+
+        // With `OnBlock::Fail`, a run fails on a blocked prompt: the prompt it left is not
+        // sent by the next run either.
+        if !matches!(on_block, OnBlock::Fail) {
+            continue;
+        }
+        let runtime = Runtime::in_memory();
+        let agent = |model: Arc<ScriptedModel>| {
+            Agent::builder("You help.")
+                .model(model)
+                .guardrail(no_passwords())
+                .on_guardrail_block(on_block)
+                .runtime(runtime.clone())
+                .build()
+                .unwrap()
+        };
+        let failed = agent(Arc::new(ScriptedModel::new([])))
+            .run("my password is hunter2")
+            .session("s")
+            .await;
+        assert!(failed.is_err(), "{on_block:?}: {failed:?}");
+        let model = Arc::new(ScriptedModel::new([ModelResponse::text("Hello.")]));
+        let next = agent(Arc::clone(&model))
+            .run("hello")
+            .session("s")
+            .await
+            .unwrap();
+        assert_eq!(next.output, "Hello.");
+        let sent = serde_json::to_string(&model.requests()).unwrap_or_default();
+        assert!(!sent.contains("hunter2"), "{on_block:?}: {sent}");
+    }
+}

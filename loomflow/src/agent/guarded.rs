@@ -30,6 +30,10 @@ pub(super) fn guard_context<'a>(
 /// model turn. The prompt is usually the last message; for an agent a conversation was
 /// handed to (a [`Swarm`](crate::architecture::Swarm) member), the handoff's call and
 /// result follow it, and it is checked all the same.
+///
+/// Before it, the prompts of the session's earlier runs that failed before theirs was
+/// checked (see `AgentState::check_from`): each is rewritten, or taken out when blocked
+/// (nothing answered it), and the run goes on with its own prompt.
 pub(super) async fn check_input(
     core: &AgentCore,
     state: &mut AgentState,
@@ -38,12 +42,23 @@ pub(super) async fn check_input(
     if core.guardrails.is_empty() || state.turns > 0 {
         return Ok(());
     }
-    let Some(at) = (0..state.messages.len())
-        .rev()
-        .find(|&at| state.messages[at].role() == Role::User)
-    else {
+    let Some(mut at) = last_user_message(state) else {
         return Ok(());
     };
+    if let Some(from) = state.check_from.take() {
+        let mut earlier = from;
+        while earlier < at {
+            if state.messages[earlier].role() != Role::User {
+                earlier += 1;
+                continue;
+            }
+            let kept = check_earlier_prompt(core, state, ctx, earlier).await?;
+            match kept {
+                true => earlier += 1,
+                false => at -= 1,
+            }
+        }
+    }
     let text = state.messages[at].text().to_owned();
     let cx = guard_context(core, state, ctx);
     let checked: Checked<String> = ctx
@@ -51,6 +66,7 @@ pub(super) async fn check_input(
             Ok::<_, Error>(core.guardrails.text(GuardStage::Input, "", &text, cx).await)
         })
         .await?;
+    state.prompt_checked = true;
     match checked {
         Checked::Passed(None) => Ok(()),
         Checked::Passed(Some(rewritten)) => {
@@ -66,6 +82,45 @@ pub(super) async fn check_input(
                 state.messages.pop();
             }
             blocked(core, state, ctx, GuardStage::Input, guardrail, reason)
+        }
+    }
+}
+
+fn last_user_message(state: &AgentState) -> Option<usize> {
+    (0..state.messages.len())
+        .rev()
+        .find(|&at| state.messages[at].role() == Role::User)
+}
+
+/// Checks the prompt at `at` that an earlier run of the session left unchecked; returns
+/// whether it is kept (as it was, or rewritten). A blocked one is taken out: nothing
+/// answered it, and this run's prompt is what the run is for.
+async fn check_earlier_prompt(
+    core: &AgentCore,
+    state: &mut AgentState,
+    ctx: &Context,
+    at: usize,
+) -> Result<bool> {
+    let text = state.messages[at].text().to_owned();
+    let cx = guard_context(core, state, ctx);
+    let checked: Checked<String> = ctx
+        .step("guard:earlier_input", || async {
+            Ok::<_, Error>(core.guardrails.text(GuardStage::Input, "", &text, cx).await)
+        })
+        .await?;
+    match checked {
+        Checked::Passed(None) => Ok(true),
+        Checked::Passed(Some(rewritten)) => {
+            if let Some(prompt) = state.messages.get_mut(at) {
+                *prompt = Message::user(rewritten);
+            }
+            Ok(true)
+        }
+        Checked::Blocked { guardrail, reason } => {
+            emit_block(ctx, GuardStage::Input, &guardrail, &reason);
+            state.messages.remove(at);
+            state.run_start = state.run_start.saturating_sub(1);
+            Ok(false)
         }
     }
 }

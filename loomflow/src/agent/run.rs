@@ -516,6 +516,12 @@ async fn continue_from(
     state.messages.push(Message::user(prompt));
     // The session goes on acting for the same user, unless the run names another.
     state.user = previous.user;
+    // A run whose first model turn failed left its prompt as it was given: what the input
+    // guardrails made of it went with the failed step. This run checks it with its own.
+    // (It may have been carrying an earlier such prompt on itself.)
+    if previous.turns == 0 && !previous.prompt_checked {
+        state.check_from = Some(previous.check_from.unwrap_or(previous.run_start));
+    }
     Ok(state)
 }
 

@@ -70,6 +70,15 @@ pub struct AgentState {
     /// budget); `None` otherwise, and for an agent without guardrails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) checked_so_far: Option<String>,
+    /// Whether the input guardrails checked this run's prompt. Set in the step of its first
+    /// model turn, it is lost with that step when the turn fails: the session's next run
+    /// then checks the prompt again (see `check_from`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(crate) prompt_checked: bool,
+    /// Where the messages the input guardrails check before this run's prompt begin: the
+    /// prompt of the session's previous run, when that run failed before it was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) check_from: Option<usize>,
     /// Up to when, in this leg, `running_ms` counts; not checkpointed, so a resumed leg
     /// starts counting afresh.
     #[serde(skip)]
@@ -139,4 +148,8 @@ fn is_zero_index(n: &usize) -> bool {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
