@@ -1318,3 +1318,47 @@ async fn a_resume_request_answers_only_the_question_it_was_sent_for() {
         .unwrap();
     assert_eq!(done, ["first", "second"]);
 }
+
+/// A resume refused for a value its node cannot use answers nothing: a resume request
+/// queued for the same question stays, and carries the run on. One that the run took
+/// spends the requests queued for its question. Before its fix a refused resume dropped
+/// them first.
+#[tokio::test]
+async fn a_refused_resume_leaves_the_requests_queued_for_its_question() {
+    let db = loomflow_tests::TempDb::new("refused-resume-requests");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = Graph::new("how-many")
+            .node_fn("ask", |n: &mut u32, ctx| {
+                Box::pin(async move {
+                    *n += ctx.interrupt::<u32>("how many?")?;
+                    Ok(())
+                })
+            })
+            .edge(START, "ask")
+            .edge("ask", END)
+            .compile()
+            .unwrap();
+        graph.invoke(&runtime, "t", 1).await.unwrap();
+        runtime.request_resume("t", 4).await.unwrap();
+        let refused = graph.resume(&runtime, "t", "not a number").await;
+        assert!(
+            matches!(refused, Err(RunError::ResumeValue { .. })),
+            "{refused:?}"
+        );
+        let carried = graph.recover(&runtime, "t").await.unwrap();
+        assert_eq!(
+            carried.completed().unwrap(),
+            5,
+            "the queued request applied"
+        );
+
+        // Taken, a resume spends the requests queued for the question it answered.
+        graph.invoke(&runtime, "u", 1).await.unwrap();
+        runtime.request_resume("u", 4).await.unwrap();
+        let done = graph.resume(&runtime, "u", 2).await.unwrap();
+        assert_eq!(done.completed().unwrap(), 3);
+        graph.invoke(&runtime, "u", 1).await.unwrap();
+        let asked = graph.recover(&runtime, "u").await.unwrap();
+        assert_eq!(asked.interrupts().len(), 1, "a spent request: {asked:?}");
+    }
+}

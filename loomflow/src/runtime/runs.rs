@@ -60,7 +60,8 @@ impl Runtime {
     /// that reaches the run after it asked again, or a later run, is dropped unapplied. A
     /// resume given its value directly
     /// ([`CompiledGraph::resume`](crate::CompiledGraph::resume)) answers the question
-    /// instead, and the requests queued for it are dropped unapplied.
+    /// instead, and the requests queued for it are dropped unapplied; one refused (a value
+    /// its node cannot use) answers nothing, and leaves them for the run's next execution.
     ///
     /// # Errors
     ///

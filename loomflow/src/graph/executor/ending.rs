@@ -183,3 +183,31 @@ pub(super) fn half_way<T>(result: &Result<T>) -> bool {
 pub(super) fn in_passing(error: &crate::runtime::StoreError) -> bool {
     error.is_passing() || matches!(error, crate::runtime::StoreError::LeaseLost { .. })
 }
+
+/// Spends the resume requests queued for the question a resume given its values directly
+/// answered, once the run took them (a resume refused answers nothing, and leaves them for
+/// the run's next execution). What fails here leaves them queued: sent for a question the
+/// run has moved past, they are dropped when an execution takes them.
+pub(super) async fn spend_resume_requests(runtime: &Runtime, thread: &str) {
+    if !runtime.may_hold_resume_requests(thread) {
+        return;
+    }
+    let why = "its question was answered by a resume";
+    if let Err(error) = runtime.drop_resume_requests(thread, why).await {
+        tracing::warn!(%thread, %error, "could not drop the resume requests a resume answered");
+    }
+}
+
+/// Whether `error` refuses the values a resume gave (or the requests it took): the run
+/// stays where it was, interrupted.
+pub(super) fn refuses_resume(error: &RunError) -> bool {
+    matches!(
+        error,
+        RunError::ResumeValue { .. }
+            | RunError::UnknownInterrupt { .. }
+            | RunError::AmbiguousResume { .. }
+            | RunError::WaitsForSignal { .. }
+            | RunError::WaitsForTimer { .. }
+            | RunError::NotInterrupted { .. }
+    )
+}

@@ -179,6 +179,7 @@ fn claimed<S: State>(
         };
         // Kept for a top-level run, to look at what arrived for it once it has let go.
         let runtime = top_level.then(|| execution.runtime.clone());
+        let direct = matches!(execution.start, Start::ResumeOne(_) | Start::Resume(_));
         let events = execution.events.clone().filter(|_| top_level);
         let result = run_supersteps(execution, claim.clone()).await;
         if claim.is_lost() {
@@ -204,14 +205,7 @@ fn claimed<S: State>(
                 Err(RunError::Busy { .. }) => None,
                 // A resume request the run could not take: it stays interrupted, and the
                 // request is spent.
-                Err(
-                    RunError::ResumeValue { .. }
-                    | RunError::UnknownInterrupt { .. }
-                    | RunError::AmbiguousResume { .. }
-                    | RunError::WaitsForSignal { .. }
-                    | RunError::WaitsForTimer { .. }
-                    | RunError::NotInterrupted { .. },
-                ) => {
+                Err(error) if ending::refuses_resume(error) => {
                     refused = true;
                     if let Err(error) = claim.refuse_request().await {
                         tracing::warn!(thread = %claim.thread(), %error, "could not record a refused resume request");
@@ -221,6 +215,9 @@ fn claimed<S: State>(
                 Err(error) if given => Some(ErrorChain(error).to_string()),
                 _ => None,
             };
+            if let (Some(runtime), true, Ok(_)) = (&runtime, direct && !refused, &result) {
+                Box::pin(ending::spend_resume_requests(runtime, claim.thread())).await;
+            }
             let ended = match failure {
                 Some(message) => claim.finish(RunState::Failed, Some(message)).await,
                 None if half_way => claim.release_runnable().await,

@@ -201,9 +201,6 @@ pub(super) async fn locate<S: State>(
     // room in this future across the await.
     // Where the memory store keeps the thread: the claim found it (see `MemoryStore::claim_now`).
     let placed = (thread, claim.place());
-    // A resume given its values directly: the requests queued for the question it answers
-    // are spent once its position is found, in a future of its own awaited outside.
-    let direct = matches!(start, Start::ResumeOne(_) | Start::Resume(_)) && namespace.is_empty();
     let with_request = 'located: {
         let position = match start {
             Start::Fresh(input) => {
@@ -271,13 +268,6 @@ pub(super) async fn locate<S: State>(
                 resume_position(g, thread, cp, answers.into_iter())?
             }
         };
-        if direct && runtime.may_hold_resume_requests(thread) {
-            break 'located Box::pin(async move {
-                let why = "its question was answered by a resume";
-                runtime.drop_resume_requests(thread, why).await?;
-                Ok(Located::Position(position))
-            });
-        }
         return Ok(Located::Position(position));
     };
     with_request.await
