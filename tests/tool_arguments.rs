@@ -105,8 +105,22 @@ fn aliased(fail: bool) -> ToolResult<String> {
     }
 }
 
+/// An order line, filed in the schema under a name with a space.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Order Line")]
+struct OrderLine {
+    quantity: u32,
+}
+
+/// Order lines.
+#[tool]
+fn order(lines: Vec<OrderLine>) -> u32 {
+    lines.iter().map(|line| line.quantity).sum()
+}
+
 fn host() -> ToolHost {
     ToolHost::new()
+        .with(order)
         .with(add)
         .with(count)
         .with(big)
@@ -308,4 +322,20 @@ async fn a_hand_written_tool_gets_its_arguments_as_serde_decodes_them() {
         .remove(0);
     assert!(!outcome.is_error, "{}", outcome.content);
     assert_eq!(outcome.content, r#"{"offset":3}"#);
+}
+
+/// A type filed under a name schemars percent-encodes in its `$ref` (`Order%20Line`) is
+/// checked and its arguments accepted as any other's: the reference was not found, so the
+/// items were neither checked nor given the lenient forms (an integral float).
+#[tokio::test]
+async fn a_type_whose_reference_is_percent_encoded_is_checked() {
+    let outcome = run(
+        "order",
+        json!({ "lines": [{ "quantity": 2.0 }, { "quantity": 1 }] }),
+    )
+    .await;
+    assert!(!outcome.is_error, "{}", outcome.content);
+    assert_eq!(outcome.content, "3");
+    let refused = error("order", json!({ "lines": [{ "quantity": "two" }] })).await;
+    assert!(refused.contains("lines[0].quantity"), "{refused}");
 }

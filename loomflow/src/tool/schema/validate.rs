@@ -48,9 +48,41 @@ pub(super) fn fits(root: &Value, schema: &Value, value: &Value, steps: &Steps) -
     .is_ok()
 }
 
-/// The schema a local `$ref` points to.
+/// The schema a local `$ref` points to: a JSON pointer written as a URI fragment, whose
+/// characters outside a fragment's are percent-encoded (schemars refers to a type it files
+/// as `Order Line` as `#/$defs/Order%20Line`).
 pub(super) fn resolve<'s>(root: &'s Value, reference: &str) -> Option<&'s Value> {
-    root.pointer(reference.strip_prefix('#')?)
+    let pointer = reference.strip_prefix('#')?;
+    match pointer.contains('%') {
+        false => root.pointer(pointer),
+        true => root.pointer(&percent_decoded(pointer)?),
+    }
+}
+
+/// `text` with each `%` and two hex digits after it read as the byte they give; `None` when
+/// the bytes are not UTF-8. A `%` without two hex digits after it stays as it is.
+fn percent_decoded(text: &str) -> Option<String> {
+    let hex = |byte: Option<&u8>| byte.and_then(|&b| char::from(b).to_digit(16));
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        let escaped = (byte == b'%')
+            .then(|| Some(hex(bytes.get(at + 1))? * 16 + hex(bytes.get(at + 2))?))
+            .flatten()
+            .and_then(|value| u8::try_from(value).ok());
+        match escaped {
+            Some(value) => {
+                decoded.push(value);
+                at += 3;
+            }
+            None => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(decoded).ok()
 }
 
 struct Validator<'s> {

@@ -224,3 +224,25 @@ fn a_schema_that_refers_to_itself_in_place_is_refused() {
     super::super::normalize_arguments(&schema, &mut arguments);
     assert_eq!(arguments, json!({ "a": 1 }));
 }
+
+/// A reference's fragment is percent-decoded before it is read as a pointer; a `%` that
+/// escapes nothing stays, and `~1` is still a slash.
+#[test]
+fn a_reference_is_percent_decoded_before_it_is_followed() {
+    assert_eq!(percent_decoded("Gr%C3%B6%C3%9Fe").as_deref(), Some("Größe"));
+    assert_eq!(percent_decoded("50%").as_deref(), Some("50%"));
+    assert_eq!(percent_decoded("%zz%4").as_deref(), Some("%zz%4"));
+    assert_eq!(percent_decoded("%+f").as_deref(), Some("%+f"));
+    assert_eq!(percent_decoded("%FF"), None, "not UTF-8");
+    let root =
+        json!({ "$defs": { "Order Line": { "type": "integer" }, "a/b": { "type": "string" } } });
+    assert_eq!(
+        resolve(&root, "#/$defs/Order%20Line"),
+        Some(&json!({ "type": "integer" }))
+    );
+    assert_eq!(
+        resolve(&root, "#/$defs/a~1b"),
+        Some(&json!({ "type": "string" }))
+    );
+    assert_eq!(resolve(&root, "#/$defs/Missing%20Line"), None);
+}
