@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [8]);
+    assert_eq!(versions, [9]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +302,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -949,7 +949,7 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN SELECT seq FROM signals WHERE consumed_at_ms IS NULL
@@ -964,6 +964,38 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
         plan.iter()
             .any(|step| step.contains("signals_pending_in_order")),
         "{plan:?}"
+    );
+}
+
+/// Version 9 indexes the runs a worker carries on first with a queued run claimed before
+/// among them (an `Exit` execution's row stays queued): a version 8 file gains it.
+#[tokio::test]
+async fn a_version_8_file_gains_the_index_of_recovering_runs_with_claimed_queued_ones() {
+    let db = TempDb::new("v8");
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "DROP INDEX runs_recovering;
+         CREATE INDEX runs_recovering ON runs (updated_at_ms)
+             WHERE runnable_at_ms = 0 AND status IS NOT 'queued';
+         UPDATE meta SET schema_version = 8;",
+    )
+    .unwrap();
+    drop(conn);
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let index: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'runs_recovering'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    // The claim's own predicate, word for word: SQLite uses a partial index only for a
+    // query whose terms it can match to the index's.
+    assert!(
+        index.contains("WHERE runnable_at_ms = 0 AND (status IS NOT 'queued' OR attempts > 0)"),
+        "{index}"
     );
 }
 
@@ -1000,7 +1032,7 @@ async fn a_version_6_file_gains_the_checkpoint_id_floor() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((version, floor), (8, i64::try_from(kept).unwrap() + 1));
+    assert_eq!((version, floor), (9, i64::try_from(kept).unwrap() + 1));
     drop(conn);
 
     // A row is past the floor now: the writer's pruning (on its first commit) clears it,

@@ -58,7 +58,7 @@ async fn a_database_written_by_a_newer_loomflow_is_refused() {
             found,
             supported,
         }) => {
-            assert_eq!((found, supported), (99, 4));
+            assert_eq!((found, supported), (99, 5));
             assert!(path.starts_with("postgres://postgres@"), "{path}");
             assert!(!path.contains("not-shown"), "{path}");
         }
@@ -109,7 +109,7 @@ async fn create_together(url: &str, admin: &str) {
         .await
         .unwrap();
     let versions: Vec<i64> = versions.iter().map(|row| row.get(0)).collect();
-    assert_eq!(versions, [4], "one version row, at the current version");
+    assert_eq!(versions, [5], "one version row, at the current version");
     // And each of them works on the tables the first one made.
     for (n, store) in stores.iter().enumerate() {
         let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
@@ -447,7 +447,7 @@ async fn a_version_2_database_gains_the_indexes_of_suspended_runs() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 /// A cancel request that waits for another write holding the run's row answers with the
@@ -814,4 +814,38 @@ async fn a_stream_dropped_at_its_error_still_records_the_failure() {
         })
         .await;
     }
+}
+
+/// Version 5 indexes the runs a worker carries on first with a queued run claimed before
+/// among them (an `Exit` execution's row stays queued), under the claim's own predicate; a
+/// version 4 database gains it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_database_gains_the_index_of_recovering_runs_with_claimed_queued_ones() {
+    let Some(db) = TempPgDb::create("recovering index").await else {
+        return;
+    };
+    migrated_from(
+        &db,
+        "DROP INDEX loomflow_runs_recovering;
+         CREATE INDEX loomflow_runs_recovering ON loomflow_runs (updated_at_ms)
+             WHERE runnable_at_ms = 0 AND status IS DISTINCT FROM 'queued';
+         UPDATE loomflow_meta SET schema_version = 4",
+    )
+    .await;
+    let client = postgres::connect(&db.url).await;
+    let index: String = client
+        .query_one(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'loomflow_runs_recovering'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(index.contains("attempts > 0"), "{index}");
+    let version: i64 = client
+        .query_one("SELECT schema_version FROM loomflow_meta", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 5);
 }

@@ -407,7 +407,9 @@ pub trait Store: Send + Sync + 'static {
     ///   interrupted run, a resume request: `loomflow:resume`).
     ///
     /// Longest-waiting means since it became runnable: a running run whose lease expired
-    /// before any other, then a queued run from when it was queued, a suspended one from its
+    /// before any other (a queued one claimed before too: in `Durability::Exit` its
+    /// execution writes nothing, and its row stays queued), then a queued run from when it
+    /// was queued, a suspended one from its
     /// wake time, a signalled one from when its oldest awaited signal was sent. A backlog of
     /// queued runs does not hold up timers come due and signals that arrived before them.
     ///

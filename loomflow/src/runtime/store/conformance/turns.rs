@@ -86,3 +86,38 @@ pub(super) async fn a_run_whose_lease_ran_out_goes_before_the_backlog(store: &dy
         "the run that died goes first"
     );
 }
+
+/// So does a queued run whose execution died before it wrote anything (`Durability::Exit`):
+/// its row still says queued, but its heartbeats are no time it was queued at, and a
+/// backlog queued since it was claimed does not go first.
+pub(super) async fn a_claimed_queued_run_whose_lease_ran_out_goes_before_the_backlog(
+    store: &dyn Store,
+) {
+    let graph = unique("recovered-queued");
+    let graphs = [graph.clone()];
+    let died = unique("died-silent");
+    store.submit_run(&died, &graph, json!(0), 5).await.unwrap();
+    let claimed = store
+        .claim_next_run(&graphs, "dead", 100, 6, 6)
+        .await
+        .unwrap();
+    assert_eq!(claimed.map(|run| run.record.thread), Some(died.clone()));
+    let queued: Vec<String> = (0..2).map(|i| unique(&format!("backlog-{i}"))).collect();
+    for thread in &queued {
+        store
+            .submit_run(thread, &graph, json!(0), 10)
+            .await
+            .unwrap();
+    }
+    // A heartbeat, on the store's clock: after the backlog was queued.
+    store.renew_claim(&died, "dead", 100).await.unwrap();
+    let claimed = store
+        .claim_next_run(&graphs, "w", LATER, 200, 200)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.map(|run| run.record.thread),
+        Some(died),
+        "the run that died goes first"
+    );
+}

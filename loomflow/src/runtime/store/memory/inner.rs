@@ -35,11 +35,12 @@ impl Inner {
                 .min()
         };
         // Runnable at once (0): a queued run since it was queued, a running one whose lease
-        // ran out before anything else; a timer since it came due.
+        // ran out before anything else (a queued one claimed before included: it wrote
+        // nothing); a timer since it came due.
         let due = |row: &RunRow| {
             let at = row.runnable_at_ms.filter(|&at| at <= due_ms)?;
             Some(match (at, row.state) {
-                (0, Some(RunState::Queued)) => row.updated_at_ms,
+                (0, Some(RunState::Queued)) if row.attempts == 0 => row.updated_at_ms,
                 (at, _) => at,
             })
         };

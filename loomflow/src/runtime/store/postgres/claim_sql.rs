@@ -41,7 +41,8 @@ pub(super) fn claim_sql(choice: Choice) -> &'static str {
 /// [`claim_sql`], built.
 fn claim_statement(choice: Choice) -> String {
     // Runnable at once (`runnable_at_ms` 0): a run whose execution stopped part way (its
-    // lease ran out, or it was let go) before anything else, and a queued run since it was
+    // lease ran out, or it was let go) before anything else, a queued one claimed before
+    // included (it wrote nothing: `Durability::Exit`), and a queued run since it was
     // queued. A timer is runnable since it came due, a signalled run since its signal was
     // sent. The earliest of the candidates goes first, so that a backlog of queued runs does
     // not hold up the others until it runs out. The candidate queries are `MATERIALIZED`,
@@ -59,14 +60,15 @@ fn claim_statement(choice: Choice) -> String {
         Choice::Next => {
             "recovering AS MATERIALIZED (
                  SELECT thread, 0::bigint AS since FROM loomflow_runs
-                 WHERE runnable_at_ms = 0 AND status IS DISTINCT FROM 'queued'
+                 WHERE runnable_at_ms = 0
+                   AND (status IS DISTINCT FROM 'queued' OR attempts > 0)
                    AND (lease_owner IS NULL OR lease_until_ms <= $1)
                    AND graph = ANY($3)
                  ORDER BY updated_at_ms LIMIT 1
                  FOR UPDATE SKIP LOCKED),
              queued AS MATERIALIZED (
                  SELECT thread, updated_at_ms AS since FROM loomflow_runs
-                 WHERE runnable_at_ms = 0 AND status = 'queued'
+                 WHERE runnable_at_ms = 0 AND status = 'queued' AND attempts = 0
                    AND (lease_owner IS NULL OR lease_until_ms <= $1)
                    AND graph = ANY($3)
                  ORDER BY updated_at_ms LIMIT 1

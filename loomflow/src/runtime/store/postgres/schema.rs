@@ -11,7 +11,7 @@ use super::target::Target;
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 
 /// The advisory lock (a transaction-level one, released at commit) that lets one process at
 /// a time migrate: "loomflow" in ASCII.
@@ -102,6 +102,12 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // the queued backlog: without it, finding one reads every queued row.
     "CREATE INDEX IF NOT EXISTS loomflow_runs_recovering ON loomflow_runs (updated_at_ms)
          WHERE runnable_at_ms = 0 AND status IS DISTINCT FROM 'queued';",
+    // 4 -> 5: those, a queued run claimed before included (an execution in
+    // `Durability::Exit` writes nothing until it ends, and its row stays queued); the
+    // predicate is the claim's own.
+    "DROP INDEX IF EXISTS loomflow_runs_recovering;
+     CREATE INDEX loomflow_runs_recovering ON loomflow_runs (updated_at_ms)
+         WHERE runnable_at_ms = 0 AND (status IS DISTINCT FROM 'queued' OR attempts > 0);",
 ];
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one: in one transaction,

@@ -51,6 +51,14 @@ pub(super) const MIGRATION_RECOVERING: &str = "
     CREATE INDEX IF NOT EXISTS runs_recovering ON runs (updated_at_ms)
         WHERE runnable_at_ms = 0 AND status IS NOT 'queued';";
 
+/// Migration step 8 -> 9: those runs, a queued one claimed before included (an execution
+/// in `Durability::Exit` writes nothing until it ends, and its row stays queued). The
+/// predicate is the claim's own, for SQLite to use the index for it.
+pub(super) const MIGRATION_RECOVERING_QUEUED: &str = "
+    DROP INDEX IF EXISTS runs_recovering;
+    CREATE INDEX runs_recovering ON runs (updated_at_ms)
+        WHERE runnable_at_ms = 0 AND (status IS NOT 'queued' OR attempts > 0);";
+
 /// Gives every thread that has top-level checkpoints and no run row the row its newest
 /// checkpoint says (its run, state, what it waits on; the graph from the run's first
 /// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
@@ -254,14 +262,15 @@ pub(super) fn next_runnable(
     due_ms: i64,
 ) -> rusqlite::Result<Option<String>> {
     // Runnable at once (`runnable_at_ms` 0): a run whose execution stopped part way (its
-    // lease ran out, or it was let go) before anything else; a queued run since it was
-    // queued; a timer since it came due, a signalled run since its signal was sent. The
-    // earliest candidate goes first: a backlog of queued runs does not hold up the others
-    // until it runs out.
+    // lease ran out, or it was let go) before anything else, a queued one claimed before
+    // included (it wrote nothing: `Durability::Exit`); a queued run since it was queued; a
+    // timer since it came due, a signalled run since its signal was sent. The earliest
+    // candidate goes first: a backlog of queued runs does not hold up the others until it
+    // runs out.
     let recovering = candidate(
         conn,
         "SELECT thread, 0 FROM runs
-         WHERE runnable_at_ms = 0 AND status IS NOT 'queued'
+         WHERE runnable_at_ms = 0 AND (status IS NOT 'queued' OR attempts > 0)
            AND (lease_owner IS NULL OR lease_until_ms <= ?1)
            AND graph IN (SELECT value FROM json_each(?2))
          ORDER BY updated_at_ms LIMIT 1",
@@ -270,7 +279,7 @@ pub(super) fn next_runnable(
     let queued = candidate(
         conn,
         "SELECT thread, updated_at_ms FROM runs
-         WHERE runnable_at_ms = 0 AND status = 'queued'
+         WHERE runnable_at_ms = 0 AND status = 'queued' AND attempts = 0
            AND (lease_owner IS NULL OR lease_until_ms <= ?1)
            AND graph IN (SELECT value FROM json_each(?2))
          ORDER BY updated_at_ms LIMIT 1",

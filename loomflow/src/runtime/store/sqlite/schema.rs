@@ -9,7 +9,7 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 8;
+pub(super) const SCHEMA_VERSION: i64 = 9;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
@@ -78,6 +78,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     "ALTER TABLE meta ADD COLUMN checkpoint_id_floor INTEGER NOT NULL DEFAULT 0;",
     // 7 -> 8: the runs a worker carries on before the queued ones (`run_rows.rs`).
     super::run_rows::MIGRATION_RECOVERING,
+    // 8 -> 9: those, a queued run claimed before included (`run_rows.rs`).
+    super::run_rows::MIGRATION_RECOVERING_QUEUED,
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {
