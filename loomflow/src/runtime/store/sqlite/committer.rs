@@ -227,6 +227,12 @@ fn commit(
             .and_then(|mut stmt| stmt.execute([]))
             .map(drop)
     };
+    if !conn.is_autocommit() {
+        // The rollback of a group that failed before failed too, and left its transaction
+        // open: ended now, or this group and every one after it would fail to begin.
+        conn.execute_batch("ROLLBACK")
+            .map_err(Failure::Transaction)?;
+    }
     statement("BEGIN IMMEDIATE").map_err(Failure::Transaction)?;
     let applied = group
         .iter()
@@ -246,7 +252,8 @@ fn commit(
             Ok(outcomes)
         });
     if applied.is_err() && !conn.is_autocommit() {
-        // Nothing of the group is kept; a failed rollback leaves the next BEGIN to fail.
+        // Nothing of the group is kept; a failed rollback is tried again before the next
+        // group begins.
         if let Err(error) = conn.execute_batch("ROLLBACK") {
             tracing::warn!(%error, "rolling back a failed group failed");
         }
@@ -319,6 +326,32 @@ mod tests {
             op: Op::PutJournal(row),
             reply,
         }
+    }
+
+    /// A transaction a failed rollback left open is ended before the next group begins:
+    /// the writer does not fail every write after it until the store is opened again.
+    #[test]
+    fn a_transaction_a_failed_rollback_left_open_does_not_stop_the_next_group() {
+        let path = std::env::temp_dir().join(format!("loomflow-open-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let conn = schema::open_writer(&path, &SqliteOptions::default()).expect("opens");
+        // What a failed group and its failed rollback leave: an open transaction, with the
+        // group's write in it.
+        conn.execute_batch("BEGIN IMMEDIATE").expect("begins");
+        let mut followed = Followed::default();
+        let left_over = write(0).op.apply(&conn, &mut followed, 1);
+        assert!(left_over.is_ok(), "the failed group's write");
+        let outcomes = commit(&conn, &mut followed, &[write(1)], 2);
+        let kept: i64 = conn
+            .query_row("SELECT count(*) FROM journal", [], |row| row.get(0))
+            .expect("counts");
+        drop(conn);
+        let _ = std::fs::remove_file(&path);
+        assert!(outcomes.is_ok(), "the next group failed to begin");
+        assert_eq!(
+            kept, 1,
+            "only the group committed after the rollback is kept"
+        );
     }
 
     #[test]
