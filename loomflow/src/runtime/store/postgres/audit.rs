@@ -127,10 +127,11 @@ impl PostgresStore {
         &self,
         entries: Vec<AuditEntry>,
     ) -> Result<(), StoreError> {
-        let thread = entries
-            .first()
-            .map(|e| e.thread.clone())
-            .unwrap_or_default();
+        // Named in an error: the entries' thread, when they name one (a run's all do).
+        let thread = match entries.first() {
+            Some(first) if entries.iter().all(|e| e.thread == first.thread) => first.thread.clone(),
+            _ => "(audit)".to_owned(),
+        };
         async {
             let rows = AuditRow::all(&entries)?;
             let client = self.client().await?;

@@ -149,7 +149,8 @@ impl SqliteStore {
         &'a self,
         query: &'a AuditQuery,
     ) -> BoxFuture<'a, Result<Vec<AuditEntry>, StoreError>> {
-        let thread = query.thread.clone().unwrap_or_default();
+        // Named in an error: the thread read, or the log as a whole.
+        let thread = query.thread.as_deref().unwrap_or("(audit)").to_owned();
         let query = query.clone();
         self.read(&thread, move |conn| read(conn, &query))
     }
