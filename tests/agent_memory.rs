@@ -568,3 +568,33 @@ async fn memory_tools_pass_a_policy_that_denies_by_default() {
         result.messages
     );
 }
+
+/// The extraction call is priced as the run's other calls are: by the model's name, or
+/// else by the one the provider said answered (an agent whose model goes by an alias the
+/// price table does not list). Its cost counts in the run's.
+#[tokio::test]
+async fn the_extraction_call_is_priced_by_the_model_that_answered() {
+    use loomflow::model::{PriceTable, Usage};
+    let reply = |text: &str| {
+        let mut response = ModelResponse::text(text);
+        response.model = Some("gpt-x-2026".to_owned());
+        response.usage = Usage {
+            input_tokens: 1_000_000,
+            ..Usage::default()
+        };
+        response
+    };
+    let model =
+        ScriptedModel::new([reply("Noted."), reply(r#"["Ada likes tea"]"#)]).named("gateway-alias");
+    let agent = Agent::builder("You chat.")
+        .model(model)
+        .memory(SqliteMemory::in_memory().unwrap())
+        .memory_options(MemoryOptions::default().extract_after_run(true))
+        .prices(PriceTable::new().model("gpt-x-2026", 2.0, 0.0))
+        .build()
+        .unwrap();
+    let result = agent.run("I like tea.").user("ada").await.unwrap();
+    assert_eq!(result.output, "Noted.");
+    assert_eq!(result.usage.input_tokens, 2_000_000);
+    assert_eq!(result.cost_usd, Some(4.0), "both calls priced");
+}

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use super::AgentCore;
 use super::budget::Ran;
 use super::rate_limit::call_model;
@@ -50,6 +52,34 @@ pub(super) async fn recall(core: &AgentCore, state: &mut AgentState, ctx: &Conte
     Ok(())
 }
 
+/// What the journaled extraction call records: its answer, the tokens it used, and the
+/// model the provider said answered. A journal written before the model was kept (the
+/// answer and the tokens, as a pair) still reads.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Extracted {
+    Answered {
+        answer: String,
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered: Option<String>,
+    },
+    Pair(String, Usage),
+}
+
+impl Extracted {
+    fn into_parts(self) -> (String, Usage, Option<String>) {
+        match self {
+            Self::Answered {
+                answer,
+                usage,
+                answered,
+            } => (answer, usage, answered),
+            Self::Pair(answer, usage) => (answer, usage, None),
+        }
+    }
+}
+
 /// After the run's answer, when extraction is on: one model call picks the durable facts of
 /// the conversation, remembered for the run's user (or, without one, its session).
 pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> Result<()> {
@@ -70,20 +100,27 @@ pub(super) async fn extract(core: &AgentCore, state: &mut AgentState, ctx: &Cont
     // The answer is journaled before anything is remembered: a run carried on after a crash
     // remembers the same facts, which `remember_extracted` finds already kept, rather than
     // asking again for facts that may come back worded otherwise.
-    let answered: std::result::Result<(String, Usage), RunError> = ctx
+    let extracted: std::result::Result<Extracted, RunError> = ctx
         .step("memory:extract:answer", || async {
             ran.mark();
             let response =
                 call_model(core, &*core.model, request, user, ctx, Chunks::Withhold).await?;
-            Ok::<_, crate::Error>((response.content, response.usage))
+            Ok::<_, crate::Error>(Extracted::Answered {
+                answer: response.content,
+                usage: response.usage,
+                answered: response.model,
+            })
         })
         .await;
-    let (answer, usage) = match answered {
-        Ok(answered) => answered,
+    let (answer, usage, answered) = match extracted {
+        Ok(extracted) => extracted.into_parts(),
         Err(error) => return courtesy(core, ctx, error),
     };
     state.usage += usage;
-    let cost = super::react::add_cost(core, core.model.name(), state, &usage, None);
+    // Priced as the run's other calls are: by the model's name, or else by the one the
+    // provider said answered.
+    let answered = answered.as_deref();
+    let cost = super::react::add_cost(core, core.model.name(), state, &usage, answered);
     if ran.happened() {
         core.budget.record(state.user.as_deref(), usage, cost);
     }
@@ -112,5 +149,37 @@ fn courtesy(core: &AgentCore, ctx: &Context, error: RunError) -> Result<()> {
             Ok(())
         }
         error => Err(error.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// An extraction journaled before the answering model was kept, as a pair, reads back;
+    /// one journaled now keeps the model.
+    #[test]
+    fn an_extraction_journaled_as_a_pair_still_reads() {
+        let usage = Usage {
+            input_tokens: 3,
+            ..Usage::default()
+        };
+        let old = serde_json::to_value(("[]", usage)).unwrap();
+        let (answer, read, answered) = serde_json::from_value::<Extracted>(old)
+            .unwrap()
+            .into_parts();
+        assert_eq!((answer.as_str(), read, answered), ("[]", usage, None));
+        let new = Extracted::Answered {
+            answer: "[]".to_owned(),
+            usage,
+            answered: Some("gpt-x".to_owned()),
+        };
+        let new = serde_json::to_value(new).unwrap();
+        let (_, _, answered) = serde_json::from_value::<Extracted>(new)
+            .unwrap()
+            .into_parts();
+        assert_eq!(answered.as_deref(), Some("gpt-x"));
     }
 }
