@@ -100,8 +100,10 @@ pub struct AuditEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
     /// The particulars, as JSON: arguments, outcome and duration of a tool call; the
-    /// decision, reason and edited arguments of an approval; a signal's payload; an
-    /// interrupt's payload; the values a resume gave.
+    /// decision, reason and edited arguments of an approval; a signal's payload; what an
+    /// interrupt waits for (a signal's name, a wake time; `{}` for a value: its payload is
+    /// in the suspended checkpoint, [`Runtime::run`](crate::Runtime::run) shows it); the
+    /// values a resume gave.
     pub detail: Value,
     /// The detail in the form it was made in, `detail` being `null` meanwhile: what a run's
     /// `resume` entries carry to the memory store, which keeps it as it is. Any other store
