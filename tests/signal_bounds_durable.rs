@@ -392,3 +392,37 @@ async fn a_payload_the_store_takes_leaves_the_audit_readable() {
     }
     assert!(taken > 0, "no payload near the bound was taken");
 }
+
+/// With no pending mailbox (`max_pending_signal_sessions(Some(0))`), a signal to a session
+/// with no run is dropped on arrival on a durable store too, its idempotency key not
+/// remembered: the retry once the run is there delivers. Before its fix the row was stored
+/// and discarded with its key, and the retry was a `Duplicate` that delivered nothing. A
+/// signal for a run that waits is stored for it, and said to be pending.
+#[tokio::test]
+async fn a_signal_dropped_on_arrival_is_not_a_duplicate_of_its_retry() {
+    use loomflow::runtime::{AuditKind, Delivery, SignalOptions};
+    let db = loomflow_tests::TempDb::new("dropped-on-arrival");
+    let signals = MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let store = SqliteStore::open(db.path()).unwrap();
+    let runtime = Runtime::builder().store(store).signals(signals).build();
+    let keyed = || SignalOptions::default().idempotency_key("k");
+    let sent = runtime.signal_with("a", "go", 7, keyed()).await.unwrap();
+    assert_eq!(sent, Delivery::Dropped);
+    suspend(&runtime, &["a"]).await;
+    let retried = runtime.signal_with("a", "go", 7, keyed()).await.unwrap();
+    assert_eq!(retried, Delivery::Pending, "stored for the waiting run");
+    let again = runtime.signal_with("a", "go", 7, keyed()).await.unwrap();
+    assert_eq!(again, Delivery::Duplicate);
+    worker(&runtime).run_until_idle().await.unwrap();
+    assert_eq!(
+        outcomes(&runtime, &["a"]).await,
+        [(RunState::Completed, Some(7))]
+    );
+    let log = runtime.audit("a").await.unwrap();
+    let sent = log.iter().filter(|e| e.kind == AuditKind::SignalSent);
+    assert_eq!(
+        sent.count(),
+        2,
+        "the dropped send and the stored one: {log:?}"
+    );
+}

@@ -213,7 +213,7 @@ impl Removals {
     /// it: a signal the mailbox drops from memory (past the pending TTL, beyond the pending
     /// bound) stays in the store for it, as `prune_signals` spares it. When the store cannot
     /// say, it stays too; `prune_signals` drops it later if nobody takes it.
-    async fn awaited(&self, session: &str) -> bool {
+    pub(crate) async fn awaited(&self, session: &str) -> bool {
         match self.store.get_run(session).await {
             Ok(Some(run)) => !run.state.is_finished(),
             Ok(None) => false,

@@ -195,15 +195,10 @@ impl Runtime {
         if !self.store().is_durable() {
             // The mailbox checks the name and the size itself; the audit entry is the
             // store's, as a durable store writes it with the signal.
-            let mut detail = serde_json::json!({ "payload": payload.clone() });
-            if let Some(key) = key {
-                detail["idempotency_key"] = Value::from(key);
-            }
+            let sent = sent_entry(session, name, &payload, key, sent_at_ms);
             let delivery = mailbox.send(session, name, payload, key, scope, sent_at_ms)?;
             let delivery = self.settle_pending(session, delivery);
             if delivery != Delivery::Duplicate {
-                let sent =
-                    AuditEntry::new(session, AuditKind::SignalSent, name, detail).at_ms(sent_at_ms);
                 self.store().append_audit(vec![sent]).await?;
             }
             self.wake_workers(session, name, delivery);
@@ -222,6 +217,20 @@ impl Runtime {
                 ),
             }
             .into());
+        }
+        // Dropped on arrival, as in memory, its key not remembered (a retry once the session
+        // is open delivers), unless a run of the session that has not finished waits for
+        // it: stored, that run takes it from the store, and it is pending until then.
+        let dropping = mailbox.drops_on_arrival(session);
+        if dropping && !self.removals().awaited(session).await {
+            if let Some(key) = key
+                && self.key_already_sent(session, name, key).await?
+            {
+                return Ok(Delivery::Duplicate);
+            }
+            let sent = sent_entry(session, name, &payload, key, sent_at_ms);
+            self.store().append_audit(vec![sent]).await?;
+            return Ok(Delivery::Dropped);
         }
         self.load_stored_signals().await?;
         let stored = StoredSignal {
@@ -267,6 +276,10 @@ impl Runtime {
         };
         // A new pending session may have pushed the least recently used one out.
         self.removals().flush().await;
+        let delivery = match delivery {
+            Delivery::Dropped if dropping => Delivery::Pending,
+            delivery => delivery,
+        };
         self.wake_workers(session, name, delivery);
         Ok(delivery)
     }
@@ -433,6 +446,22 @@ impl Runtime {
         let Some(seq) = seq else { return };
         self.removals().push_received(Arc::from(session), seq);
     }
+}
+
+/// The `signal_sent` audit entry of a signal that no store writes with it (an in-memory
+/// runtime's, or one dropped on arrival).
+fn sent_entry(
+    session: &str,
+    name: &str,
+    payload: &Value,
+    key: Option<&str>,
+    sent_at_ms: u64,
+) -> AuditEntry {
+    let mut detail = serde_json::json!({ "payload": payload.clone() });
+    if let Some(key) = key {
+        detail["idempotency_key"] = Value::from(key);
+    }
+    AuditEntry::new(session, AuditKind::SignalSent, name, detail).at_ms(sent_at_ms)
 }
 
 #[cfg(test)]

@@ -98,13 +98,17 @@ pub enum Delivery {
     Woke,
     /// Queued in an open (or held) session's mailbox.
     Queued,
-    /// Held in the pending mailbox: the session is not open.
+    /// Held in the pending mailbox: the session is not open. On a durable runtime whose
+    /// pending mailbox keeps nothing, stored for the session's run that has not ended,
+    /// which takes it from the store.
     Pending,
     /// Its idempotency key was already seen: nothing was delivered.
     Duplicate,
     /// Dropped on arrival: the session is not open and the pending mailbox keeps nothing
-    /// ([`max_pending_signal_sessions(Some(0))`](MailboxConfig::max_pending_signal_sessions)).
-    /// Its idempotency key is not remembered, so a retry once the session is open delivers.
+    /// ([`max_pending_signal_sessions(Some(0))`](MailboxConfig::max_pending_signal_sessions));
+    /// on a durable runtime, the session has no run that has not ended either. Nothing is
+    /// stored, and its idempotency key is not remembered, so a retry once the session is
+    /// open (or its run submitted) delivers.
     Dropped,
 }
 
@@ -459,6 +463,13 @@ impl Mailbox {
         }
         let entry = Entry::new(payload, sent_at_ms);
         Ok(state.deliver(config, session, name, entry, Place::Back))
+    }
+
+    /// Whether a signal to `session` is dropped on arrival: the pending mailbox keeps
+    /// nothing, and no run of the session is open here.
+    pub(crate) fn drops_on_arrival(&self, session: &str) -> bool {
+        self.inner.config.max_pending_signal_sessions == Some(0)
+            && !self.inner.lock().is_live_or_pending(session)
     }
 
     /// Whether a signal `name` to `session` with the idempotency key `key` was sent here
