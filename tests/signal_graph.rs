@@ -474,3 +474,43 @@ async fn a_send_retried_after_its_run_ended_is_a_duplicate() {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
 }
+
+/// A node that catches a payload of the wrong type, throws it away with a poll and waits
+/// again gets the same payloads when it runs again (here, resumed after an interrupt): the
+/// failed wait journaled nothing, and gives its number back as a failed `step` does. Before
+/// its fix the wait kept its number, and the node, run again, waited for a third signal.
+#[tokio::test]
+async fn a_wait_that_got_a_payload_of_the_wrong_type_replays_the_same_when_run_again() {
+    let graph = Graph::new("typed")
+        .node_fn("n", |got: &mut Vec<u32>, ctx| {
+            Box::pin(async move {
+                let first: Result<u32, _> = ctx.wait_for_signal("x").await;
+                let value = match first {
+                    Ok(value) => value,
+                    Err(_) => {
+                        let _thrown: Option<serde_json::Value> = ctx.poll_signal("x").await?;
+                        ctx.wait_for_signal::<u32>("x").await?
+                    }
+                };
+                let _confirmed: bool = ctx.interrupt("keep it?")?;
+                got.push(value);
+                Ok(())
+            })
+        })
+        .edge(START, "n")
+        .edge("n", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    runtime.signal("t", "x", "not a number").await.unwrap();
+    runtime.signal("t", "x", 5).await.unwrap();
+    let asked = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(asked.interrupts().len(), 1);
+    let resumed = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        graph.resume(&runtime, "t", true),
+    )
+    .await
+    .expect("the node, run again, waited for a signal it had had");
+    assert_eq!(resumed.unwrap().completed().unwrap(), [5]);
+}

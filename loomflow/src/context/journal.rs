@@ -121,7 +121,7 @@ impl Context {
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the
     /// name as called, whatever it is filed as), when no later call of it took one since.
-    fn give_back(&self, name: &str, key: &JournalKey) {
+    pub(super) fn give_back(&self, name: &str, key: &JournalKey) {
         let mut control = self.control();
         if let Some(counter) = control.occurrences.get_mut(name)
             && *counter == key.occurrence + 1

@@ -129,7 +129,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
             // A node running again for the same step gets what it received before.
             if let Some(recorded) = runtime.store().get_journal(&key).await? {
-                return Ok(decode(session, &name, recorded)?);
+                return replayed(ctx, &name, &key, recorded);
             }
             // Under a worker, a wait parks only briefly and then suspends the run.
             let grace = ctx.claim().park_grace();
@@ -267,6 +267,22 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
     }
 }
 
+/// The payload journaled under `key`, as a `T`. When it is not one, the number goes back to
+/// the name's receives, as it did when the payload came afresh and did not decode (see
+/// [`accept`]): a node that catches the error and receives again takes the same numbers
+/// each time it runs.
+fn replayed<T: DeserializeOwned>(
+    ctx: &Context,
+    name: &str,
+    key: &JournalKey,
+    recorded: serde_json::Value,
+) -> Result<T> {
+    decode(ctx.thread(), name, recorded).map_err(|error| {
+        ctx.give_back(&format!("signal:{name}"), key);
+        error.into()
+    })
+}
+
 /// Types a received payload and consumes it under the run's claim, journaling it; gives it
 /// back on failure. `None` when another consumer had already taken it from the store: the
 /// payload is not this node's, and the caller looks for the next one.
@@ -283,6 +299,10 @@ async fn accept<T: DeserializeOwned>(
         Ok(value) => value,
         Err(error) => {
             runtime.give_back(session, name, received, scope);
+            // Nothing is journaled under the number: the node's next receive of the name
+            // takes it, as it does when the node runs again and the payload it takes then
+            // is journaled.
+            ctx.give_back(&format!("signal:{name}"), key);
             return Err(error.into());
         }
     };
@@ -460,9 +480,10 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// A timeout ([`SignalError::Timeout`]); a payload
-    /// that is not a `T` (it stays at the head of its queue); a reserved or empty name; a
-    /// store failure.
+    /// A timeout ([`SignalError::Timeout`]); a payload that is not a `T` (it stays at the
+    /// head of its queue, and the wait journals nothing: a node that catches the error and
+    /// takes the payload with another receive gets the same when it runs again); a
+    /// reserved or empty name; a store failure.
     ///
     /// # Examples
     ///
@@ -545,7 +566,7 @@ impl Context {
         let runtime = self.runtime();
         let session = self.thread();
         if let Some(recorded) = runtime.store().get_journal(&key).await? {
-            return Ok(Some(decode(session, name, recorded)?));
+            return replayed(self, name, &key, recorded).map(Some);
         }
         if runtime.store().get_journal(&none_key).await?.is_some() {
             return Ok(None);
