@@ -729,3 +729,21 @@ async fn a_stored_signal_is_sent_even_when_loading_older_ones_fails() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A signal taken by `poll_signal`, whose removal from the store fails (a broken
+/// connection), is removed by a later try: it is not left in the store, for a worker to
+/// claim its run for again and again, nor for a restart to deliver a second time. Before
+/// its fix the failure was logged and the removal dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polled_signal_whose_removal_failed_is_removed_later() {
+    let db = loomflow_tests::TempDb::new("polled-removal-failed");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    runtime.signal("t", "go", 7).await.unwrap();
+    faults.fail_next_plain_take();
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), Some(7));
+    until_none_is_pending(&runtime, "the polled signal's removal").await;
+    drop(runtime);
+    let restarted = Runtime::sqlite(db.path()).unwrap();
+    assert_eq!(restarted.poll_signal::<u32>("t", "go").unwrap(), None);
+}

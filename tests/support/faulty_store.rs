@@ -44,6 +44,7 @@ pub(crate) struct Faults {
     held_try_take: Mutex<Option<oneshot::Receiver<()>>>,
     /// While set, the next `try_take_signal` fails with [`StoreError::Write`].
     fail_try_take: AtomicBool,
+    fail_plain_take: AtomicBool,
     /// How many `try_take_signal` calls failed so.
     try_take_faults: AtomicUsize,
     /// The next `take_signal` (outside a claim) starts only once this fires (or is dropped).
@@ -213,6 +214,12 @@ impl Faults {
         self.fail_try_take.store(true, Ordering::SeqCst);
     }
 
+    /// Fails the next signal taken outside a claim by `take_signal` (the removal of a signal
+    /// received outside any run), taking nothing, as a broken connection would.
+    pub(crate) fn fail_next_plain_take(&self) {
+        self.fail_plain_take.store(true, Ordering::SeqCst);
+    }
+
     /// Fails the next read of the signals stored after a sequence number (`signals_after`),
     /// as a dropped connection would.
     pub(crate) fn fail_next_signals_after(&self) {
@@ -377,9 +384,16 @@ impl<S: Store> Store for FaultyStore<S> {
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let held = self.faults.held_plain_take.lock().unwrap().take();
+        let fail = journal.is_none() && self.faults.fail_plain_take.swap(false, Ordering::SeqCst);
         Box::pin(async move {
             if let Some(go) = held {
                 let _ = go.await;
+            }
+            if fail {
+                return Err(StoreError::Write {
+                    thread: session.to_owned(),
+                    message: "injected: the connection broke".to_owned(),
+                });
             }
             self.inner.take_signal(session, seq, journal).await
         })

@@ -22,10 +22,24 @@ enum Removal {
     Dropped(Dropped),
 }
 
+/// A removal in the queue, with how many times the store failed to make it.
+struct Queued {
+    removal: Removal,
+    failed: u32,
+}
+
+/// How many times a removal the store fails to make is tried again, the wait doubling
+/// from [`FIRST_RETRY`]: about a minute and a half in all, past which it is given up
+/// (logged). Until it is made, a signal received by `poll_signal` stays in the store, and
+/// a restart would load it again.
+const RETRIES: u32 = 10;
+const FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+const LONGEST_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The removals queued and not made yet, for one store.
 pub(crate) struct Removals {
     store: Arc<dyn Store>,
-    queue: Mutex<VecDeque<Removal>>,
+    queue: Mutex<VecDeque<Queued>>,
     /// Queued and not yet removed: lets an operation skip the flush when there is nothing.
     outstanding: AtomicUsize,
     /// Held while removing, so that a flush waits for one already under way.
@@ -41,8 +55,8 @@ pub(crate) struct Removals {
 /// A removal taken off the queue and not made yet: put back at the front if the flush
 /// making it is dropped.
 struct UnderWay<'a> {
-    queue: &'a Mutex<VecDeque<Removal>>,
-    removal: Option<Removal>,
+    queue: &'a Mutex<VecDeque<Queued>>,
+    removal: Option<Queued>,
 }
 
 impl Drop for UnderWay<'_> {
@@ -86,7 +100,10 @@ impl Removals {
             return;
         }
         self.outstanding.fetch_add(removals.len(), Ordering::AcqRel);
-        crate::sync::lock(&self.queue).extend(removals);
+        let queued = removals
+            .into_iter()
+            .map(|removal| Queued { removal, failed: 0 });
+        crate::sync::lock(&self.queue).extend(queued);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let this = Arc::clone(self);
             handle.spawn(async move { this.flush().await });
@@ -94,35 +111,68 @@ impl Removals {
     }
 
     /// Removes every queued signal from the store; returns once those queued before the call
-    /// are gone (or failed, which is logged: the mailbox no longer holds them either way).
+    /// are gone or failed (the mailbox no longer holds them either way).
     ///
     /// Cancel-safe: the removals are taken off the queue one at a time, and one under way
     /// when the caller gives up (a timed-out wait, a dropped request) goes back to the front
     /// of the queue for the next flush. A removal is made at most once more that way, which
     /// every store takes as done already.
-    pub(crate) async fn flush(&self) {
+    ///
+    /// A removal the store fails to make goes back to the queue, to be tried again in the
+    /// background a little later (see [`RETRIES`]).
+    pub(crate) async fn flush(self: &Arc<Self>) {
         if self.outstanding.load(Ordering::Acquire) == 0 {
             return;
         }
         let _flushing = self.flushing.lock().await;
+        let mut failed = Vec::new();
         loop {
-            let Some(removal) = crate::sync::lock(&self.queue).pop_front() else {
-                return;
+            let Some(queued) = crate::sync::lock(&self.queue).pop_front() else {
+                break;
             };
             let mut under_way = UnderWay {
                 queue: &self.queue,
-                removal: Some(removal),
+                removal: Some(queued),
             };
-            if let Some(removal) = &under_way.removal {
-                self.remove(removal).await;
+            let made = match &under_way.removal {
+                Some(queued) => self.remove(&queued.removal, queued.failed).await,
+                None => true,
+            };
+            match under_way.removal.take() {
+                Some(mut queued) if !made && queued.failed < RETRIES => {
+                    queued.failed += 1;
+                    failed.push(queued);
+                }
+                _ => {
+                    self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                }
             }
-            under_way.removal = None;
-            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+        let Some(soonest) = failed.iter().map(|queued| queued.failed).min() else {
+            return;
+        };
+        crate::sync::lock(&self.queue).extend(failed);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let wait = FIRST_RETRY.saturating_mul(1 << (soonest - 1).min(16));
+            handle.spawn(Arc::clone(self).flush_after(wait.min(LONGEST_RETRY)));
         }
     }
 
-    /// Makes one removal; a failure is logged.
-    async fn remove(&self, removal: &Removal) {
+    /// [`flush`](Self::flush), after `wait`: boxed, a future that names its own type
+    /// (`flush` spawns it).
+    fn flush_after(
+        self: Arc<Self>,
+        wait: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            self.flush().await;
+        })
+    }
+
+    /// Makes one removal, which the store failed to make `failed` times before; whether it
+    /// was made. A failure is logged.
+    async fn remove(&self, removal: &Removal, failed: u32) -> bool {
         let (session, seq) = match removal {
             Removal::Received { session, seq } => (session, *seq),
             Removal::Dropped(dropped) => (&dropped.session, dropped.seq),
@@ -139,8 +189,16 @@ impl Removals {
             }
             Removal::Dropped(_) => self.store.discard_signal(session, seq).await,
         };
-        if let Err(error) = removed {
-            tracing::error!(%error, %session, seq, "could not remove a signal from the store");
+        match removed {
+            Ok(()) => true,
+            Err(error) if failed < RETRIES => {
+                tracing::warn!(%error, %session, seq, "could not remove a signal from the store; trying again");
+                false
+            }
+            Err(error) => {
+                tracing::error!(%error, %session, seq, "could not remove a signal from the store; given up");
+                false
+            }
         }
     }
 
