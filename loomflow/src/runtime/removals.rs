@@ -192,11 +192,11 @@ impl Removals {
         match removed {
             Ok(()) => true,
             Err(error) if failed < RETRIES => {
-                tracing::warn!(%error, %session, seq, "could not remove a signal from the store; trying again");
+                tracing::warn!(%error, %session, seq, "removing a stored signal failed; retrying");
                 false
             }
             Err(error) => {
-                tracing::error!(%error, %session, seq, "could not remove a signal from the store; given up");
+                tracing::error!(%error, %session, seq, "removing a stored signal failed; given up");
                 false
             }
         }
