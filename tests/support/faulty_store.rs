@@ -44,7 +44,8 @@ pub(crate) struct Faults {
     held_try_take: Mutex<Option<oneshot::Receiver<()>>>,
     /// While set, the next `try_take_signal` fails with [`StoreError::Write`].
     fail_try_take: AtomicBool,
-    fail_plain_take: AtomicBool,
+    fail_plain_takes: AtomicUsize,
+    plain_takes: AtomicUsize,
     /// How many `try_take_signal` calls failed so.
     try_take_faults: AtomicUsize,
     /// The next `take_signal` (outside a claim) starts only once this fires (or is dropped).
@@ -214,10 +215,15 @@ impl Faults {
         self.fail_try_take.store(true, Ordering::SeqCst);
     }
 
-    /// Fails the next signal taken outside a claim by `take_signal` (the removal of a signal
-    /// received outside any run), taking nothing, as a broken connection would.
-    pub(crate) fn fail_next_plain_take(&self) {
-        self.fail_plain_take.store(true, Ordering::SeqCst);
+    /// Fails the next `n` signals taken outside a claim by `take_signal` (the removal of a
+    /// signal received outside any run), taking nothing, as a broken connection would.
+    pub(crate) fn fail_next_plain_takes(&self, n: usize) {
+        self.fail_plain_takes.store(n, Ordering::SeqCst);
+    }
+
+    /// How many signals were taken outside a claim by `take_signal` so far, failed or not.
+    pub(crate) fn plain_takes(&self) -> usize {
+        self.plain_takes.load(Ordering::SeqCst)
     }
 
     /// Fails the next read of the signals stored after a sequence number (`signals_after`),
@@ -384,7 +390,15 @@ impl<S: Store> Store for FaultyStore<S> {
         journal: Option<(JournalKey, Value)>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let held = self.faults.held_plain_take.lock().unwrap().take();
-        let fail = journal.is_none() && self.faults.fail_plain_take.swap(false, Ordering::SeqCst);
+        let plain = journal.is_none();
+        if plain {
+            self.faults.plain_takes.fetch_add(1, Ordering::SeqCst);
+        }
+        let failing = |n: usize| n.checked_sub(1);
+        let fail = plain
+            && (self.faults.fail_plain_takes)
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, failing)
+                .is_ok();
         Box::pin(async move {
             if let Some(go) = held {
                 let _ = go.await;

@@ -22,10 +22,12 @@ enum Removal {
     Dropped(Dropped),
 }
 
-/// A removal in the queue, with how many times the store failed to make it.
+/// A removal in the queue, with how many times the store failed to make it and, once it
+/// did, when it is tried again.
 struct Queued {
     removal: Removal,
     failed: u32,
+    due: Option<tokio::time::Instant>,
 }
 
 /// How many times a removal the store fails to make is tried again, the wait doubling
@@ -50,6 +52,8 @@ pub(crate) struct Removals {
     spared: Mutex<HashMap<Arc<str>, NewestSpared>>,
     /// Where the next [`sweep_spared`](Self::sweep_spared) starts among the names kept.
     sweep_from: AtomicUsize,
+    /// When the flush that tries failed removals again is to run, if one is scheduled.
+    retry_at: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// A removal taken off the queue and not made yet: put back at the front if the flush
@@ -79,6 +83,7 @@ impl Removals {
             flushing: tokio::sync::Mutex::new(()),
             spared: Mutex::default(),
             sweep_from: AtomicUsize::new(0),
+            retry_at: Mutex::new(None),
         })
     }
 
@@ -100,9 +105,11 @@ impl Removals {
             return;
         }
         self.outstanding.fetch_add(removals.len(), Ordering::AcqRel);
-        let queued = removals
-            .into_iter()
-            .map(|removal| Queued { removal, failed: 0 });
+        let queued = removals.into_iter().map(|removal| Queued {
+            removal,
+            failed: 0,
+            due: None,
+        });
         crate::sync::lock(&self.queue).extend(queued);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let this = Arc::clone(self);
@@ -118,18 +125,28 @@ impl Removals {
     /// of the queue for the next flush. A removal is made at most once more that way, which
     /// every store takes as done already.
     ///
-    /// A removal the store fails to make goes back to the queue, to be tried again in the
-    /// background a little later (see [`RETRIES`]).
+    /// A removal the store fails to make goes back to the queue at once, to be tried again
+    /// a little later, by a flush of its own then or by any flush after that (see
+    /// [`RETRIES`]); flushes before then pass it by.
     pub(crate) async fn flush(self: &Arc<Self>) {
         if self.outstanding.load(Ordering::Acquire) == 0 {
             return;
         }
         let _flushing = self.flushing.lock().await;
-        let mut failed = Vec::new();
-        loop {
+        // Those queued now: one failed again goes to the back, for a later flush.
+        let mut left = crate::sync::lock(&self.queue).len();
+        while left > 0 {
+            left -= 1;
             let Some(queued) = crate::sync::lock(&self.queue).pop_front() else {
                 break;
             };
+            if queued
+                .due
+                .is_some_and(|due| due > tokio::time::Instant::now())
+            {
+                crate::sync::lock(&self.queue).push_back(queued);
+                continue;
+            }
             let mut under_way = UnderWay {
                 queue: &self.queue,
                 removal: Some(queued),
@@ -141,31 +158,47 @@ impl Removals {
             match under_way.removal.take() {
                 Some(mut queued) if !made && queued.failed < RETRIES => {
                     queued.failed += 1;
-                    failed.push(queued);
+                    let wait = FIRST_RETRY.saturating_mul(1 << (queued.failed - 1).min(16));
+                    let due = tokio::time::Instant::now() + wait.min(LONGEST_RETRY);
+                    queued.due = Some(due);
+                    crate::sync::lock(&self.queue).push_back(queued);
+                    self.schedule_retry(due);
                 }
                 _ => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);
                 }
             }
         }
-        let Some(soonest) = failed.iter().map(|queued| queued.failed).min() else {
-            return;
-        };
-        crate::sync::lock(&self.queue).extend(failed);
+    }
+
+    /// Schedules a flush at `due`, unless one is scheduled by then already.
+    fn schedule_retry(self: &Arc<Self>, due: tokio::time::Instant) {
+        {
+            let mut scheduled = crate::sync::lock(&self.retry_at);
+            if scheduled.is_some_and(|at| at <= due) {
+                return;
+            }
+            *scheduled = Some(due);
+        }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let wait = FIRST_RETRY.saturating_mul(1 << (soonest - 1).min(16));
-            handle.spawn(Arc::clone(self).flush_after(wait.min(LONGEST_RETRY)));
+            handle.spawn(Arc::clone(self).flush_at(due));
         }
     }
 
-    /// [`flush`](Self::flush), after `wait`: boxed, a future that names its own type
-    /// (`flush` spawns it).
-    fn flush_after(
+    /// [`flush`](Self::flush), at `due`: boxed, a future that names its own type (`flush`
+    /// spawns it).
+    fn flush_at(
         self: Arc<Self>,
-        wait: std::time::Duration,
+        due: tokio::time::Instant,
     ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(async move {
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep_until(due).await;
+            {
+                let mut scheduled = crate::sync::lock(&self.retry_at);
+                if *scheduled == Some(due) {
+                    *scheduled = None;
+                }
+            }
             self.flush().await;
         })
     }
