@@ -16,6 +16,7 @@ mod kept_signals;
 pub mod mailbox;
 pub(crate) mod owner;
 mod removals;
+mod resume_requests;
 mod runs;
 mod seen;
 mod signal_receive;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock, Utc};
 pub use error::RuntimeError;
-pub(crate) use runs::ResumeRequest;
+pub(crate) use resume_requests::ResumeRequest;
 pub use runs::RunInfo;
 
 use serde::de::DeserializeOwned;

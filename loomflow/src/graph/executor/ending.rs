@@ -184,16 +184,20 @@ pub(super) fn in_passing(error: &crate::runtime::StoreError) -> bool {
     error.is_passing() || matches!(error, crate::runtime::StoreError::LeaseLost { .. })
 }
 
-/// Spends the resume requests queued for the question a resume given its values directly
-/// answered, once the run took them (a resume refused answers nothing, and leaves them for
-/// the run's next execution). What fails here leaves them queued: sent for a question the
-/// run has moved past, they are dropped when an execution takes them.
-pub(super) async fn spend_resume_requests(runtime: &Runtime, thread: &str) {
+/// Spends the resume requests queued for the question asked at checkpoint `answered`,
+/// which a resume given its values directly answered, once the run took them (a resume
+/// refused answers nothing, and leaves them for the run's next execution). Those sent for
+/// a question the run asked since stay. What fails here leaves them queued: sent for a
+/// question the run has moved past, they are dropped when an execution takes them.
+pub(super) async fn spend_resume_requests(runtime: &Runtime, thread: &str, answered: u64) {
     if !runtime.may_hold_resume_requests(thread) {
         return;
     }
     let why = "its question was answered by a resume";
-    if let Err(error) = runtime.drop_resume_requests(thread, why).await {
+    if let Err(error) = runtime
+        .drop_resume_requests_for(thread, answered, why)
+        .await
+    {
         tracing::warn!(%thread, %error, "could not drop the resume requests a resume answered");
     }
 }

@@ -179,7 +179,6 @@ fn claimed<S: State>(
         };
         // Kept for a top-level run, to look at what arrived for it once it has let go.
         let runtime = top_level.then(|| execution.runtime.clone());
-        let direct = matches!(execution.start, Start::ResumeOne(_) | Start::Resume(_));
         let events = execution.events.clone().filter(|_| top_level);
         let result = run_supersteps(execution, claim.clone()).await;
         if claim.is_lost() {
@@ -215,8 +214,11 @@ fn claimed<S: State>(
                 Err(error) if given => Some(ErrorChain(error).to_string()),
                 _ => None,
             };
-            if let (Some(runtime), true, Ok(_)) = (&runtime, direct && !refused, &result) {
-                Box::pin(ending::spend_resume_requests(runtime, claim.thread())).await;
+            if let (Some(runtime), Some(answered), false, Ok(_)) =
+                (&runtime, claim.answered_directly(), refused, &result)
+            {
+                let spending = ending::spend_resume_requests(runtime, claim.thread(), answered);
+                Box::pin(spending).await;
             }
             let ended = match failure {
                 Some(message) => claim.finish(RunState::Failed, Some(message)).await,

@@ -10,7 +10,7 @@
 //! says so, and the run lets go, interrupted as it was.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde_json::Value;
 
@@ -25,6 +25,8 @@ pub(super) struct TakenRequest {
     refused: AtomicBool,
     /// Boxed: every claim has room for one, and few executions take requests.
     refusal: Mutex<Option<Box<JournalKey>>>,
+    /// The interrupted checkpoint a resume given its values directly answers (0: none).
+    answered: AtomicU64,
 }
 
 impl TakenRequest {
@@ -60,6 +62,17 @@ impl RunClaim {
             self.inner.request.held.store(false, Ordering::Release);
             crate::sync::lock(&self.inner.request.refusal).take();
         }
+    }
+
+    /// The execution is a resume given its values directly, for the question asked at
+    /// checkpoint `id`: the requests queued for that question are spent once it took them.
+    pub(crate) fn answers_directly(&self, id: u64) {
+        self.inner.request.answered.store(id, Ordering::Release);
+    }
+
+    /// The checkpoint a resume given its values directly answered, if the execution is one.
+    pub(crate) fn answered_directly(&self) -> Option<u64> {
+        Some(self.inner.request.answered.load(Ordering::Acquire)).filter(|&id| id > 0)
     }
 
     /// The run refused the requests it applied: journals that they are spent, under the

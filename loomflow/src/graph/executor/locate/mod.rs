@@ -259,18 +259,28 @@ pub(super) async fn locate<S: State>(
                 let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answer = only_answer(&cp, thread, value)?;
+                answers_directly(claim, namespace, &cp);
                 resume_position(g, thread, cp, [answer].into_iter())?
             }
             Start::Resume(values) => {
                 let cp = interrupted(g, runtime, placed, namespace).await?;
                 check_graph(g, thread, runtime, &cp, allow_graph_change).await?;
                 let answers = answers_by_id(&cp, thread, values)?;
+                answers_directly(claim, namespace, &cp);
                 resume_position(g, thread, cp, answers.into_iter())?
             }
         };
         return Ok(Located::Position(position));
     };
     with_request.await
+}
+
+/// Notes on a top-level run's claim that it answers `cp`'s question directly: the resume
+/// requests queued for it are spent once the run took the answer (see `executor::claimed`).
+fn answers_directly<S>(claim: &RunClaim, namespace: &str, cp: &Stored<S>) {
+    if namespace.is_empty() {
+        claim.answers_directly(cp.id);
+    }
 }
 
 /// The newest checkpoint of `thread`, read for `g` (with its interrupts' payloads or not).
