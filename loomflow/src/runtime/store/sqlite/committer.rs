@@ -157,6 +157,14 @@ impl Committer {
                 }
             }
         }
+        // A rollback that failed left its transaction open, and with it this connection's
+        // hold on the file's write lock: other connections would wait on it until the next
+        // group. Tried again now; the next group tries once more before it begins.
+        if !self.conn.is_autocommit()
+            && let Err(error) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(%error, "rolling back a failed group failed again");
+        }
     }
 
     /// Whether the WAL has grown past [`CHECKPOINT_AT_PAGES`].
