@@ -693,6 +693,38 @@ async fn a_graph_whose_edges_were_declared_in_another_order_resumes() {
     assert_eq!(done.paid.as_deref(), Some("yes"));
 }
 
+/// A graph whose edge, or branch route, was declared twice resumes with that line declared
+/// once, and back: the topology keeps each once, and nothing a run depends on changed.
+/// Before its fix the count of the lines was compared, and the resume was refused.
+#[tokio::test]
+async fn a_graph_with_an_edge_declared_twice_resumes_with_it_declared_once() {
+    let route = |_: &Order| "pay";
+    let twice = ask_and_pay("repeated", ["pay", "pay"], route, false);
+    let once = Graph::new("repeated")
+        .node_fn("ask", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                let answer: String = ctx.interrupt("ok?")?;
+                o.answers.push(answer);
+                Ok(())
+            })
+        })
+        .node_sync("pay", |o: &mut Order| o.paid = Some("yes".into()))
+        .edge(START, "ask")
+        .edge(START, "ask")
+        .branch("ask", ["pay"], route)
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    assert_ne!(twice.fingerprint(), once.fingerprint());
+    let rt = Runtime::in_memory();
+    for (first, then) in [(&twice, &once), (&once, &twice)] {
+        let thread = first.fingerprint();
+        first.invoke(&rt, thread, Order::default()).await.unwrap();
+        let done = then.resume(&rt, thread, "yes").await.unwrap();
+        assert_eq!(done.completed().unwrap().paid.as_deref(), Some("yes"));
+    }
+}
+
 /// `ask` twice, then `pay`.
 fn asking_twice(reordered: bool) -> CompiledGraph<Order> {
     let route = |o: &Order| if o.answers.len() < 2 { "ask" } else { "pay" };

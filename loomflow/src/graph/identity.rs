@@ -198,9 +198,10 @@ pub(crate) fn fingerprint_of(lines: &[String]) -> String {
 }
 
 /// Whether `now` describes the graph `before` did but for the order its edges and branch
-/// routes were declared in, which nothing in a run depends on (the nodes a step leads to
-/// are taken in the order of the nodes). The order of the nodes and of the joins (and of a
-/// join's sources) is part of what a checkpoint records.
+/// routes were declared in, or an edge or route declared twice, which nothing in a run
+/// depends on (the nodes a step leads to are taken once each, in the order of the nodes).
+/// The order of the nodes and of the joins (and of a join's sources) is part of what a
+/// checkpoint records.
 pub(crate) fn same_but_for_edge_order(before: &[String], now: &[String]) -> bool {
     fn is_edge(line: &str) -> bool {
         line.starts_with("edge ") || line.starts_with("branch ")
@@ -211,6 +212,7 @@ pub(crate) fn same_but_for_edge_order(before: &[String], now: &[String]) -> bool
     fn edges(lines: &[String]) -> Vec<&String> {
         let mut edges: Vec<&String> = lines.iter().filter(|l| is_edge(l)).collect();
         edges.sort_unstable();
+        edges.dedup();
         edges
     }
     others(before) == others(now) && edges(before) == edges(now)
@@ -292,8 +294,11 @@ mod tests {
         );
         let one_edge_more = [before.clone(), lines(&["edge b -> END"])].concat();
         assert!(!same_but_for_edge_order(&before, &one_edge_more));
+        // An edge, or a branch route, declared twice: the topology keeps it once.
         let twice = [before.clone(), lines(&["edge START -> a"])].concat();
-        assert!(!same_but_for_edge_order(&before, &twice));
+        assert!(same_but_for_edge_order(&before, &twice));
+        let route_twice = [before.clone(), lines(&["branch a -> b (b)"])].concat();
+        assert!(same_but_for_edge_order(&route_twice, &before));
     }
 
     fn lines(text: &[&str]) -> Vec<String> {
