@@ -1120,6 +1120,57 @@ async fn a_stopped_workers_answer_so_far_passes_its_output_guardrails() {
     assert_eq!(team.stopped, [("billing".to_owned(), StopReason::MaxTurns)]);
 }
 
+/// A router's worker, and a plan's executor, stopped by their turn limit are marked as
+/// such where the team keeps what they said: the router's transcript, and the step the
+/// replanner reads as done (it reads it as cut short).
+#[tokio::test]
+async fn a_stopped_worker_is_marked_by_the_router_and_the_plan() {
+    let stopping = |name: &str| {
+        let mut looking =
+            ModelResponse::tool_calls(vec![ToolCall::new("c1", "notes", json!({ "order": "A1" }))]);
+        looking.content = "Looking".to_owned();
+        Agent::builder("You answer billing questions.")
+            .name(name)
+            .model(ScriptedModel::new([looking]))
+            .tool(notes)
+            .max_turns(1)
+            .build()
+            .unwrap()
+    };
+    let router = Router::new(scripted("classifier", &["billing"]))
+        .worker("billing", "bills", stopping("billing"))
+        .build()
+        .unwrap();
+    let team = run(&router, "why?").await;
+    assert_eq!(team.output.as_deref(), Some("Looking"));
+    assert_eq!(
+        team.messages.last().unwrap().text(),
+        "billing (stopped: max_turns_exceeded): Looking"
+    );
+
+    let (replanner, asked) = listened("replanner", &["DONE: partial"]);
+    let plan = PlanAndExecute::new(
+        scripted("planner", &["look it up"]),
+        stopping("executor"),
+        replanner,
+    )
+    .build()
+    .unwrap();
+    let team = run(&plan, "why?").await;
+    assert_eq!(
+        team.done,
+        [(
+            "look it up (stopped: max_turns_exceeded)".to_owned(),
+            "Looking".to_owned()
+        )]
+    );
+    let told = prompts(&asked);
+    assert!(
+        told[0].contains("- look it up (stopped: max_turns_exceeded): Looking"),
+        "{told:?}"
+    );
+}
+
 /// A supervisor's worker stopped by its turn limit gives the team what it had, marked as
 /// such in the transcript the supervisor reads, and noted in `stopped`.
 #[tokio::test]

@@ -237,11 +237,20 @@ pub(crate) fn record_said(team: &mut TeamState, name: &str, state: &AgentState) 
     let text = member_answer(team, name, state);
     team.path.push(name.to_owned());
     let said = match &state.stopped {
-        Some(reason) => format!("{name} (stopped: {reason}): {text}"),
+        Some(_) => marked_if_stopped(name, state, &text),
         None => format!("{name}: {text}"),
     };
     team.messages.push(Message::assistant(said));
     text
+}
+
+/// `text`, what the agent `name` said, marked as such when its run stopped before it
+/// answered on its own (`billing (stopped: max_turns_exceeded): …`).
+pub(crate) fn marked_if_stopped(name: &str, state: &AgentState, text: &str) -> String {
+    match &state.stopped {
+        Some(reason) => format!("{name} (stopped: {reason}): {text}"),
+        None => text.to_owned(),
+    }
 }
 
 /// The member `name`'s answer ([`answer`]), noted in `team.stopped` when its run stopped

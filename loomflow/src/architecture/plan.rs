@@ -161,6 +161,11 @@ impl PlanAndExecute {
                     if !team.plan.is_empty() {
                         let step = team.plan.remove(0);
                         let result = member_answer(team, "executor", &state);
+                        // The replanner reads the step as cut short, not as done.
+                        let step = match &state.stopped {
+                            Some(reason) => format!("{step} (stopped: {reason})"),
+                            None => step,
+                        };
                         team.done.push((step, result));
                     }
                     if !team.plan.is_empty() && team.done.len() >= max_steps {

@@ -2,8 +2,8 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    Member, TeamState, agent_input, compile_checked, decision, member_answer, named_member, roster,
-    too_few,
+    Member, TeamState, agent_input, compile_checked, decision, marked_if_stopped, member_answer,
+    named_member, roster, too_few,
 };
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
@@ -121,7 +121,8 @@ impl Router {
                     move |team: &mut TeamState, state: AgentState| {
                         let text = member_answer(team, &name, &state);
                         team.path.push(name.clone());
-                        team.messages.push(Message::assistant(&text));
+                        let said = marked_if_stopped(&name, &state, &text);
+                        team.messages.push(Message::assistant(said));
                         team.output = Some(text);
                     },
                 )
