@@ -273,7 +273,9 @@ pub(crate) fn split_directive(text: &str) -> (String, String) {
 
 /// Splits `worker: instruction` as [`split_directive`] does, but for a member whose own name
 /// holds a colon (`team:a: check it`): there the head is the whole name. The longest such
-/// name the reply begins with wins, ignoring case and the quotes or markdown around it.
+/// name the reply begins with wins, ignoring case and the quotes or markdown around it. A
+/// first line that is a member's whole name (`team:a`) names it, the instruction on the
+/// lines after.
 pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String) {
     let text = text.trim();
     let quoted = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '*' | '_');
@@ -282,6 +284,13 @@ pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String
         (members.iter()).any(|m| m.name.contains(':') && m.name.eq_ignore_ascii_case(head))
     };
     let first_line = text.split('\n').next().unwrap_or_default();
+    // A first line that is a member's whole name, colons and all: the name, and the lines
+    // after it.
+    let whole = first_line.trim().trim_matches(quoted);
+    if let Some(member) = members.iter().find(|m| m.name.eq_ignore_ascii_case(whole)) {
+        let rest = text.get(first_line.len()..).unwrap_or_default();
+        return (member.name.clone(), rest.trim().to_owned());
+    }
     let longest =
         (first_line.match_indices(':').rev()).find(|&(at, _)| named_with_colon(&text[..at]));
     match longest {
@@ -447,6 +456,14 @@ mod tests {
             split("writer: fix: now"),
             (Some("writer".into()), "fix: now".into())
         );
+        // A first line that is a whole name, colons and all, names that member; the
+        // instruction is what follows, on the next lines.
+        assert_eq!(split("team:a"), (Some("team:a".into()), String::new()));
+        assert_eq!(
+            split("`Team:A`\ncheck it"),
+            (Some("team:a".into()), "check it".into())
+        );
+        assert_eq!(split("team"), (Some("team".into()), String::new()));
     }
 
     #[test]
