@@ -1437,11 +1437,15 @@ async fn a_supervisors_rounds_are_counted_across_its_workers_waits() {
     assert_eq!(node, "supervisor");
     assert!(
         matches!(
-            source.downcast_ref::<RunError>(),
-            Some(RunError::RecursionLimit { .. })
+            source.downcast_ref::<Error>(),
+            Some(Error::Agent(loomflow::agent::AgentError::MaxRounds {
+                max_rounds: 1,
+                ..
+            }))
         ),
         "{error:?}"
     );
+    assert!(source.to_string().contains("its max_rounds"), "{source}");
     assert_eq!(
         REFUNDS.load(std::sync::atomic::Ordering::SeqCst) - refunds_before,
         1,

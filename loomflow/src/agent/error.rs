@@ -121,6 +121,18 @@ pub enum AgentError {
         /// The members it could have named.
         members: Vec<String>,
     },
+    /// A [`Supervisor`](crate::architecture::Supervisor) delegated as many times as its
+    /// [`max_rounds`](crate::architecture::Supervisor::max_rounds) allows and asked to
+    /// delegate once more: the run fails rather than go on.
+    #[error(
+        "supervisor {agent} delegated {max_rounds} times, its max_rounds, and asked to delegate again"
+    )]
+    MaxRounds {
+        /// The supervising agent.
+        agent: String,
+        /// The limit it reached.
+        max_rounds: u64,
+    },
 }
 
 fn for_user(user: &Option<String>) -> String {

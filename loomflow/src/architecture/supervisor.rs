@@ -5,7 +5,7 @@ use crate::architecture::{
     Member, TeamState, agent_input, compile_checked, decision, directive, named_member,
     record_said, roster, split_at_member, too_few,
 };
-use crate::graph::{CompiledGraph, END, Graph, RunError, START};
+use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
 
 /// A supervisor agent delegates to workers, one at a time, until it declares the task done.
@@ -87,7 +87,7 @@ impl Supervisor {
     }
 
     /// The most delegations in a run (default 10): one more fails the run, the supervisor's
-    /// node failing with [`RunError::RecursionLimit`](crate::RunError::RecursionLimit)
+    /// node failing with [`AgentError::MaxRounds`](crate::agent::AgentError::MaxRounds)
     /// (the source of [`RunError::NodeFailed`](crate::RunError::NodeFailed)). They are counted over
     /// the whole run (in [`TeamState::round`]): a worker that waits for an approval, or a
     /// run recovered after a crash, carries on with the count it had.
@@ -140,9 +140,9 @@ impl Supervisor {
                         let (head, rest) = split_at_member(&text, &workers);
                         let member = named_member(&boss, &workers, &head)?;
                         if u64::from(team.round) >= max_rounds {
-                            return Err(RunError::RecursionLimit {
-                                limit,
-                                last_nodes: vec!["supervisor".to_owned()],
+                            return Err(crate::agent::AgentError::MaxRounds {
+                                agent: boss.clone(),
+                                max_rounds,
                             }
                             .into());
                         }
