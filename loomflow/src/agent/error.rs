@@ -124,9 +124,7 @@ pub enum AgentError {
     /// A [`Supervisor`](crate::architecture::Supervisor) delegated as many times as its
     /// [`max_rounds`](crate::architecture::Supervisor::max_rounds) allows and asked to
     /// delegate once more: the run fails rather than go on.
-    #[error(
-        "supervisor {agent} delegated {max_rounds} times, its max_rounds, and asked to delegate again"
-    )]
+    #[error("supervisor {agent} asked to delegate past its max_rounds ({max_rounds})")]
     MaxRounds {
         /// The supervising agent.
         agent: String,

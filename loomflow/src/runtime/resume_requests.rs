@@ -88,13 +88,7 @@ impl Runtime {
         interrupt: Option<String>,
         value: impl Serialize,
     ) -> Result<Delivery> {
-        let record =
-            self.store()
-                .get_run(thread)
-                .await?
-                .ok_or_else(|| RuntimeError::UnknownRun {
-                    thread: thread.to_owned(),
-                })?;
+        let record = self.run_row(thread).await?;
         let not_interrupted = |state| RuntimeError::NotInterrupted {
             thread: thread.to_owned(),
             state,

@@ -174,13 +174,7 @@ impl Runtime {
     ///
     /// [`RuntimeError::UnknownRun`] when the thread never ran; a store failure.
     pub async fn run(&self, thread: &str) -> Result<RunInfo> {
-        let record =
-            self.store()
-                .get_run(thread)
-                .await?
-                .ok_or_else(|| RuntimeError::UnknownRun {
-                    thread: thread.to_owned(),
-                })?;
+        let record = self.run_row(thread).await?;
         let latest = self.store().latest_checkpoint(thread, "").await?;
         let (interrupts, state) = match latest {
             Some(cp) if cp.run == record.run && record.state != RunState::Queued => {
@@ -337,5 +331,15 @@ impl Runtime {
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
+    }
+
+    /// `thread`'s run row; [`RuntimeError::UnknownRun`] when it has none.
+    pub(crate) async fn run_row(&self, thread: &str) -> Result<RunRecord> {
+        self.store()
+            .get_run(thread)
+            .await?
+            .ok_or_else(|| RuntimeError::UnknownRun {
+                thread: thread.to_owned(),
+            })
     }
 }
