@@ -1001,7 +1001,7 @@ async fn router_picks_the_worker_named_as_a_whole_word_and_refuses_an_ambiguous_
         .unwrap();
     assert_eq!(
         failure_source(&out.completed().unwrap_err()),
-        r#"agent classifier named none of its team (writer, rewriter): it replied "writer or rewriter""#
+        r#"agent classifier named several of its team (writer, rewriter): it replied "writer or rewriter""#
     );
 }
 

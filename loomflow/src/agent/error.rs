@@ -121,6 +121,17 @@ pub enum AgentError {
         /// The members it could have named.
         members: Vec<String>,
     },
+    /// A team's coordinator (a router's classifier, a supervisor) named more than one of
+    /// its team's members: the team cannot tell which it meant.
+    #[error("agent {agent} named several of its team ({}): it replied {reply:?}", named.join(", "))]
+    AmbiguousMember {
+        /// The coordinating agent.
+        agent: String,
+        /// What it replied.
+        reply: String,
+        /// The members it named.
+        named: Vec<String>,
+    },
     /// A [`Supervisor`](crate::architecture::Supervisor) delegated as many times as its
     /// [`max_rounds`](crate::architecture::Supervisor::max_rounds) allows and asked to
     /// delegate once more: the run fails rather than go on.

@@ -205,20 +205,29 @@ pub(crate) fn decision(agent: &str, state: &AgentState) -> Result<String, NodeEr
 }
 
 /// The member of `members` that `said` names, by the name the team knows it by; a team's
-/// coordinator `agent` that names none fails its node with [`AgentError::NoSuchMember`].
+/// coordinator `agent` that names none fails its node with [`AgentError::NoSuchMember`],
+/// one that names several with [`AgentError::AmbiguousMember`].
 ///
 /// [`AgentError::NoSuchMember`]: crate::agent::AgentError::NoSuchMember
+/// [`AgentError::AmbiguousMember`]: crate::agent::AgentError::AmbiguousMember
 pub(crate) fn named_member(
     agent: &str,
     members: &[Member],
     said: &str,
 ) -> Result<String, NodeError> {
-    match find_member(members, said) {
-        Some(member) => Ok(member.name.clone()),
-        None => Err(crate::agent::AgentError::NoSuchMember {
+    let names = |members: &[&Member]| members.iter().map(|m| m.name.clone()).collect();
+    match members_named(members, said)[..] {
+        [member] => Ok(member.name.clone()),
+        [] => Err(crate::agent::AgentError::NoSuchMember {
             agent: agent.to_owned(),
             reply: said.to_owned(),
-            members: members.iter().map(|m| m.name.clone()).collect(),
+            members: names(&members.iter().collect::<Vec<_>>()),
+        }
+        .into()),
+        ref several => Err(crate::agent::AgentError::AmbiguousMember {
+            agent: agent.to_owned(),
+            reply: said.to_owned(),
+            named: names(several),
         }
         .into()),
     }
@@ -343,13 +352,13 @@ fn whole_word_spans(said: &str, name: &str) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Finds the member a coordinator named, ignoring case, quotes and punctuation around it.
+/// The members a coordinator's reply names, ignoring case, quotes and punctuation around
+/// it: one, none, or several (an ambiguous reply).
 ///
 /// A reply that is not just a name is searched for members' names as whole words (`The
 /// rewriter.` names `rewriter`, not `writer`); a name inside a longer one that also matched
-/// (`tech` in `tech support`) does not count. A reply naming two different members is
-/// ambiguous and, like a reply naming none, finds no member.
-pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a Member> {
+/// (`tech` in `tech support`) does not count.
+fn members_named<'a>(members: &'a [Member], said: &str) -> Vec<&'a Member> {
     // Quotes and markdown around the reply only: a name may begin or end with punctuation
     // of its own (`C#`, `.NET`, `C++`).
     let quoted = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '*' | '_');
@@ -358,7 +367,7 @@ pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a M
     let cleaned = said.trim_end_matches(['.', ',', '!', '?', ':', ';']);
     let exact = |text: &str| members.iter().find(|m| m.name.to_lowercase() == text);
     if let Some(exact) = exact(&said).or_else(|| exact(cleaned)) {
-        return Some(exact);
+        return vec![exact];
     }
     let found: Vec<(&Member, (usize, usize))> = members
         .iter()
@@ -373,17 +382,18 @@ pub(crate) fn find_member<'a>(members: &'a [Member], said: &str) -> Option<&'a M
             .iter()
             .any(|&(_, (s, e))| s <= start && end <= e && e - s > end - start)
     };
-    let mut named = found
-        .iter()
-        .filter(|(_, span)| !inside_longer(span))
-        .map(|&(m, _)| m);
-    let first = named.next()?;
-    named.all(|m| m.name == first.name).then_some(first)
+    let mut named: Vec<&Member> = Vec::new();
+    for (member, _) in found.iter().filter(|(_, span)| !inside_longer(span)) {
+        if !named.iter().any(|m| m.name == member.name) {
+            named.push(member);
+        }
+    }
+    named
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Member, directive, find_member, split_at_member};
+    use super::{Member, directive, members_named, split_at_member};
     use crate::agent::Agent;
 
     fn members(names: &[&str]) -> Vec<Member> {
@@ -401,7 +411,10 @@ mod tests {
     }
 
     fn named<'a>(members: &'a [Member], said: &str) -> Option<&'a str> {
-        find_member(members, said).map(|m| m.name.as_str())
+        match members_named(members, said)[..] {
+            [one] => Some(one.name.as_str()),
+            _ => None,
+        }
     }
 
     #[test]
