@@ -54,37 +54,7 @@ pub(super) async fn runs_are_claimed_in_the_order_they_became_runnable(store: &d
 /// whenever it last wrote: a backlog queued before its last heartbeat does not hold up its
 /// recovery.
 pub(super) async fn a_run_whose_lease_ran_out_goes_before_the_backlog(store: &dyn Store) {
-    let graph = unique("recovered");
-    let graphs = [graph.clone()];
-    let died = unique("died");
-    store.submit_run(&died, &graph, json!(0), 5).await.unwrap();
-    let claimed = store
-        .claim_next_run(&graphs, "dead", 100, 6, 6)
-        .await
-        .unwrap();
-    assert_eq!(claimed.map(|run| run.record.thread), Some(died.clone()));
-    // Its first step, written now (the store's clock), with a lease to 100 on the test's.
-    let step = Checkpoint::new(&died, 1, "", 1, RunStatus::Running, json!({"state": 1}));
-    store
-        .put_checkpoint_claimed(step, "dead", 100)
-        .await
-        .unwrap();
-    let queued: Vec<String> = (0..2).map(|i| unique(&format!("backlog-{i}"))).collect();
-    for thread in &queued {
-        store
-            .submit_run(thread, &graph, json!(0), 10)
-            .await
-            .unwrap();
-    }
-    let claimed = store
-        .claim_next_run(&graphs, "w", LATER, 200, 200)
-        .await
-        .unwrap();
-    assert_eq!(
-        claimed.map(|run| run.record.thread),
-        Some(died),
-        "the run that died goes first"
-    );
+    died_goes_before_the_backlog(store, "died", LastWrite::StepBeforeTheBacklog).await;
 }
 
 /// So does a queued run whose execution died before it wrote anything (`Durability::Exit`):
@@ -93,15 +63,37 @@ pub(super) async fn a_run_whose_lease_ran_out_goes_before_the_backlog(store: &dy
 pub(super) async fn a_claimed_queued_run_whose_lease_ran_out_goes_before_the_backlog(
     store: &dyn Store,
 ) {
-    let graph = unique("recovered-queued");
+    died_goes_before_the_backlog(store, "died-silent", LastWrite::HeartbeatAfterTheBacklog).await;
+}
+
+/// What the execution that died wrote last.
+enum LastWrite {
+    /// Its first step, before the backlog was queued: its row says running.
+    StepBeforeTheBacklog,
+    /// Only a heartbeat, after the backlog was queued: its row still says queued.
+    HeartbeatAfterTheBacklog,
+}
+
+/// A run claimed (by `dead`, its lease to 100 on the test's clock) whose execution wrote
+/// `last` and died, and two runs queued at 10: the run that died is claimed first at 200.
+async fn died_goes_before_the_backlog(store: &dyn Store, name: &str, last: LastWrite) {
+    let graph = unique(&format!("recovered-{name}"));
     let graphs = [graph.clone()];
-    let died = unique("died-silent");
+    let died = unique(name);
     store.submit_run(&died, &graph, json!(0), 5).await.unwrap();
     let claimed = store
         .claim_next_run(&graphs, "dead", 100, 6, 6)
         .await
         .unwrap();
     assert_eq!(claimed.map(|run| run.record.thread), Some(died.clone()));
+    if let LastWrite::StepBeforeTheBacklog = last {
+        // Written now (the store's clock), with a lease to 100 on the test's.
+        let step = Checkpoint::new(&died, 1, "", 1, RunStatus::Running, json!({"state": 1}));
+        store
+            .put_checkpoint_claimed(step, "dead", 100)
+            .await
+            .unwrap();
+    }
     let queued: Vec<String> = (0..2).map(|i| unique(&format!("backlog-{i}"))).collect();
     for thread in &queued {
         store
@@ -109,8 +101,10 @@ pub(super) async fn a_claimed_queued_run_whose_lease_ran_out_goes_before_the_bac
             .await
             .unwrap();
     }
-    // A heartbeat, on the store's clock: after the backlog was queued.
-    store.renew_claim(&died, "dead", 100).await.unwrap();
+    if let LastWrite::HeartbeatAfterTheBacklog = last {
+        // On the store's clock: after the backlog was queued.
+        store.renew_claim(&died, "dead", 100).await.unwrap();
+    }
     let claimed = store
         .claim_next_run(&graphs, "w", LATER, 200, 200)
         .await
