@@ -454,7 +454,11 @@ async fn timeouts_and_refused_connections_are_typed() {
         .unwrap();
     let mut stream = model.stream(ModelRequest::new(vec![Message::user("Hi")]));
     let err = stream.next().await.unwrap().unwrap_err();
-    assert!(matches!(err, ModelError::Connection { .. }), "{err:?}");
+    assert!(
+        matches!(&err, ModelError::Connection { model, .. } if model == "gpt-test"),
+        "{err:?}"
+    );
+    assert!(err.to_string().ends_with("for model gpt-test"), "{err}");
     assert!(stream.next().await.is_none());
 }
 

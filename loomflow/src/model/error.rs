@@ -112,10 +112,12 @@ pub enum ModelError {
         timeout: Duration,
     },
     /// The provider could not be reached, or the connection broke.
-    #[error("cannot reach {provider} at {url}")]
+    #[error("cannot reach {provider} at {url} for model {model}")]
     Connection {
         /// The provider.
         provider: String,
+        /// The model asked for.
+        model: String,
         /// The address called.
         url: String,
         /// The transport error.

@@ -89,6 +89,7 @@ pub(crate) fn transport_error(error: reqwest::Error, target: &Target) -> ModelEr
     }
     ModelError::Connection {
         provider: target.provider.to_owned(),
+        model: target.model.clone(),
         url: target.url.clone(),
         source: Box::new(error.without_url()),
     }
