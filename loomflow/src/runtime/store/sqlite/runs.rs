@@ -115,8 +115,9 @@ impl RunOp {
             | Self::Release { thread, .. }
             | Self::Renew { thread, .. } => thread,
             Self::PutCheckpoint { row, .. } => &row.thread,
-            Self::PutJournal { row, .. } => &row.thread,
-            Self::TakeSignal { session, .. } | Self::TryTakeSignal { session, .. } => session,
+            // A claimed take checks the claim of the journal's thread (not the session's).
+            Self::PutJournal { row, .. } | Self::TakeSignal { journal: row, .. } => &row.thread,
+            Self::TryTakeSignal { session, .. } => session,
             Self::Submit { thread, .. }
             | Self::RequestCancel { thread, .. }
             | Self::Finish { thread, .. } => thread,

@@ -558,4 +558,29 @@ mod tests {
         );
         assert_eq!(Op::AppendAudit(Vec::new()).thread(), "(audit)");
     }
+
+    /// A failed take of a signal by a claimed run names the run's thread, whose claim it
+    /// checks, not the session the signal was sent to.
+    #[test]
+    fn a_claimed_take_names_the_runs_thread() {
+        let journal = JournalRow {
+            thread: "run-thread".to_owned(),
+            run: 1,
+            namespace: String::new(),
+            step: 1,
+            node: "wait".to_owned(),
+            name: "signal".to_owned(),
+            occurrence: 0,
+            value: "null".to_owned(),
+            audit: Vec::new(),
+        };
+        let take = super::super::runs::RunOp::TakeSignal {
+            session: "user-7".to_owned(),
+            seq: 3,
+            journal,
+            owner: "worker".to_owned(),
+            until_ms: 0,
+        };
+        assert_eq!(Op::Runs(take).thread(), "run-thread");
+    }
 }
