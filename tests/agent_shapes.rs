@@ -115,6 +115,27 @@ async fn a_supervisor_that_names_no_worker_fails_naming_itself() {
     assert_eq!(state.round, 0);
 }
 
+/// A supervisor's directive to a worker the team does not have is quoted whole in the
+/// error, instruction included: the part before the colon alone does not show what it meant.
+#[tokio::test]
+async fn a_supervisor_naming_an_unknown_worker_is_quoted_whole() {
+    let supervisor = Supervisor::new(scripted("boss", &["legal: draft the letter"]))
+        .worker("billing", "invoices", scripted("billing", &["x"]))
+        .build()
+        .unwrap();
+    let out = supervisor
+        .invoke(&Runtime::in_memory(), "t", TeamState::new("sue them"))
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = out else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        failure_source(&error),
+        "agent boss named none of its team (billing): it replied \"legal: draft the letter\""
+    );
+}
+
 #[tokio::test]
 async fn supervisor_delegates_until_it_finishes() {
     let supervisor = Supervisor::new(scripted(

@@ -206,7 +206,8 @@ pub(crate) fn decision(agent: &str, state: &AgentState) -> Result<String, NodeEr
 
 /// The member of `members` that `said` names, by the name the team knows it by; a team's
 /// coordinator `agent` that names none fails its node with [`AgentError::NoSuchMember`],
-/// one that names several with [`AgentError::AmbiguousMember`].
+/// one that names several with [`AgentError::AmbiguousMember`]. The error quotes `reply`,
+/// the coordinator's whole reply, of which `said` is the part that names the member.
 ///
 /// [`AgentError::NoSuchMember`]: crate::agent::AgentError::NoSuchMember
 /// [`AgentError::AmbiguousMember`]: crate::agent::AgentError::AmbiguousMember
@@ -214,19 +215,20 @@ pub(crate) fn named_member(
     agent: &str,
     members: &[Member],
     said: &str,
+    reply: &str,
 ) -> Result<String, NodeError> {
     let names = |members: &[&Member]| members.iter().map(|m| m.name.clone()).collect();
     match members_named(members, said)[..] {
         [member] => Ok(member.name.clone()),
         [] => Err(crate::agent::AgentError::NoSuchMember {
             agent: agent.to_owned(),
-            reply: said.to_owned(),
+            reply: reply.to_owned(),
             members: names(&members.iter().collect::<Vec<_>>()),
         }
         .into()),
         ref several => Err(crate::agent::AgentError::AmbiguousMember {
             agent: agent.to_owned(),
-            reply: said.to_owned(),
+            reply: reply.to_owned(),
             named: names(several),
         }
         .into()),

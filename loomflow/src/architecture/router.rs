@@ -103,7 +103,7 @@ impl Router {
                 move |team: &mut TeamState, state: AgentState| {
                     let said = decision(&classifier, &state)?;
                     team.path.push("router".to_owned());
-                    team.next = Some(named_member(&classifier, &workers, &said)?);
+                    team.next = Some(named_member(&classifier, &workers, &said, &said)?);
                     Ok(())
                 },
             )

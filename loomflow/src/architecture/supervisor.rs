@@ -138,7 +138,7 @@ impl Supervisor {
                         team.next = None;
                     } else {
                         let (head, rest) = split_at_member(&text, &workers);
-                        let member = named_member(&boss, &workers, &head)?;
+                        let member = named_member(&boss, &workers, &head, &text)?;
                         if u64::from(team.round) >= max_rounds {
                             return Err(crate::agent::AgentError::MaxRounds {
                                 agent: boss.clone(),
