@@ -693,6 +693,110 @@ async fn a_graph_whose_edges_were_declared_in_another_order_resumes() {
     assert_eq!(done.paid.as_deref(), Some("yes"));
 }
 
+/// `edge_order_flow` as the subgraph `flow` of the graph `outer`.
+fn flow_inside(reordered: bool) -> CompiledGraph<Order> {
+    Graph::new("outer")
+        .subgraph(
+            "flow",
+            edge_order_flow(reordered),
+            Order::clone,
+            |o, child| *o = child,
+        )
+        .edge(START, "flow")
+        .edge("flow", END)
+        .compile()
+        .unwrap()
+}
+
+/// A run suspended inside a subgraph resumes with the subgraph's edges declared in another
+/// order, as a graph's own may be: the parent's structure names the subgraph by facts that
+/// leave the order out. Before its fix the parent refused it as changed (`removed: subgraph
+/// flow …`).
+#[tokio::test]
+async fn a_subgraph_whose_edges_were_declared_in_another_order_resumes() {
+    let (before, after) = (flow_inside(false), flow_inside(true));
+    assert_eq!(before.fingerprint(), after.fingerprint());
+    let db = loomflow_tests::TempDb::new("subgraph-reordered");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let asked = before.invoke(&rt, "t", Order::default()).await.unwrap();
+        assert_eq!(asked.interrupts().len(), 1, "{asked:?}");
+        let done = after.resume(&rt, "t", "yes").await.unwrap();
+        assert_eq!(done.completed().unwrap().paid.as_deref(), Some("yes"));
+    }
+}
+
+/// A run whose checkpoint recorded its graph as descriptions did before subgraphs were
+/// described without their edge order (the subgraph by the fingerprint of its own graph,
+/// facts in declaration order) resumes with the same graph; a real change is still refused,
+/// naming it against that older form.
+#[tokio::test]
+async fn a_run_recorded_before_subgraphs_left_out_their_edge_order_resumes() {
+    let graph = flow_inside(false);
+    let db = loomflow_tests::TempDb::new("subgraph-described-before");
+    let rt = Runtime::sqlite(db.path()).unwrap();
+    for thread in ["same", "changed"] {
+        graph.invoke(&rt, thread, Order::default()).await.unwrap();
+    }
+    drop(rt);
+    // The parent's facts as a store of the earlier version kept them: its `subgraph` line
+    // names the child's own fingerprint, and the structure had another fingerprint.
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let bodies: Vec<(i64, String)> = conn
+        .prepare("SELECT id, body FROM checkpoints WHERE namespace = ''")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let child = edge_order_flow(false);
+    // A graph without subgraphs keeps the fingerprint earlier versions stored.
+    assert_eq!(child.fingerprint(), "93a085a2f8e03972");
+    for (id, body) in bodies {
+        let mut body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        body["graph"] = json!("0123456789abcdef");
+        if let Some(lines) = body["graph_description"].as_array_mut() {
+            for line in lines
+                .iter_mut()
+                .filter(|l| l.as_str().unwrap().starts_with("subgraph"))
+            {
+                *line = json!(format!("subgraph flow {}", child.fingerprint()));
+            }
+        }
+        conn.execute(
+            "UPDATE checkpoints SET body = ?1 WHERE id = ?2",
+            rusqlite::params![body.to_string(), id],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let rt = Runtime::sqlite(db.path()).unwrap();
+    let done = graph.resume(&rt, "same", "yes").await.unwrap();
+    assert_eq!(done.completed().unwrap().paid.as_deref(), Some("yes"));
+    let changed = Graph::new("outer")
+        .subgraph("flow", edge_order_flow(false), Order::clone, |o, child| {
+            *o = child
+        })
+        .node_sync("after", |_: &mut Order| {})
+        .edge(START, "flow")
+        .edge("flow", "after")
+        .edge("after", END)
+        .compile()
+        .unwrap();
+    let refused = changed.resume(&rt, "changed", "yes").await.unwrap_err();
+    let RunError::GraphChanged { changes, .. } = refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(
+        changes,
+        [
+            "removed: edge flow -> END",
+            "added: node after",
+            "added: edge flow -> after",
+            "added: edge after -> END"
+        ]
+    );
+}
+
 /// A graph whose edge, or branch route, was declared twice resumes with that line declared
 /// once, and back: the topology keeps each once, and nothing a run depends on changed.
 /// Before its fix the count of the lines was compared, and the resume was refused.

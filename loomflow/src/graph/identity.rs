@@ -9,9 +9,29 @@ use std::collections::BTreeSet;
 use crate::graph::shape::{EdgeKind, Endpoint, GraphShape};
 
 /// The facts that make up a graph's structure, in declaration order: its nodes (a subgraph
-/// with its own fingerprint), edges, branch routes and joins. Names are written as they are
-/// (see [`written`]), so that the facts read as plain text.
+/// with the fingerprint of its own facts, its edges and branch routes sorted: the order they
+/// were declared in is no part of a subgraph's structure, as it is none of a graph's, see
+/// [`same_but_for_edge_order`]), edges, branch routes and joins. Names are written as they
+/// are (see [`written`]), so that the facts read as plain text.
 pub(crate) fn describe(shape: &GraphShape) -> Vec<String> {
+    describe_with(shape, Children::EdgeOrderFree)
+}
+
+/// The facts as descriptions stored before subgraphs were fingerprinted without their edge
+/// order wrote them: each subgraph with the fingerprint of its facts in declaration order.
+/// A run that recorded one of those carries on with the same graph.
+pub(crate) fn describe_as_declared(shape: &GraphShape) -> Vec<String> {
+    describe_with(shape, Children::AsDeclared)
+}
+
+/// How a description fingerprints its subgraphs.
+#[derive(Clone, Copy)]
+enum Children {
+    EdgeOrderFree,
+    AsDeclared,
+}
+
+fn describe_with(shape: &GraphShape, children: Children) -> Vec<String> {
     let name = |end: &Endpoint| match end {
         Endpoint::Start => "START".to_owned(),
         Endpoint::End => "END".to_owned(),
@@ -24,7 +44,16 @@ pub(crate) fn describe(shape: &GraphShape) -> Vec<String> {
     for node in &shape.nodes {
         let name = written(&node.name);
         lines.push(match &node.subgraph {
-            Some(child) => format!("subgraph {name} {}", fingerprint_of(&describe(child))),
+            Some(child) => {
+                let facts = describe_with(child, children);
+                let fingerprint = match children {
+                    Children::EdgeOrderFree => {
+                        fingerprint_of(&edges_sorted(&facts).cloned().collect::<Vec<_>>())
+                    }
+                    Children::AsDeclared => fingerprint_of(&facts),
+                };
+                format!("subgraph {name} {fingerprint}")
+            }
             None => format!("node {name}"),
         });
     }
@@ -203,19 +232,17 @@ pub(crate) fn fingerprint_of(lines: &[String]) -> String {
 /// The order of the nodes and of the joins (and of a join's sources) is part of what a
 /// checkpoint records.
 pub(crate) fn same_but_for_edge_order(before: &[String], now: &[String]) -> bool {
-    fn is_edge(line: &str) -> bool {
-        line.starts_with("edge ") || line.starts_with("branch ")
-    }
-    fn others(lines: &[String]) -> Vec<&String> {
-        lines.iter().filter(|l| !is_edge(l)).collect()
-    }
-    fn edges(lines: &[String]) -> Vec<&String> {
-        let mut edges: Vec<&String> = lines.iter().filter(|l| is_edge(l)).collect();
-        edges.sort_unstable();
-        edges.dedup();
-        edges
-    }
-    others(before) == others(now) && edges(before) == edges(now)
+    edges_sorted(before).eq(edges_sorted(now))
+}
+
+/// `lines` with their edges and branch routes sorted, each once, after the other facts (in
+/// their order).
+fn edges_sorted(lines: &[String]) -> impl Iterator<Item = &String> {
+    let is_edge = |line: &&String| line.starts_with("edge ") || line.starts_with("branch ");
+    let mut edges: Vec<&String> = lines.iter().filter(is_edge).collect();
+    edges.sort_unstable();
+    edges.dedup();
+    lines.iter().filter(move |line| !is_edge(line)).chain(edges)
 }
 
 /// What changed between two descriptions: `removed: …` and `added: …` facts.

@@ -41,11 +41,25 @@ pub(super) async fn check_graph<S>(
         }
     }
     let changes = match before {
-        // Edges declared in another order: the same graph to a run.
-        Some(before) if identity::same_but_for_edge_order(&before, &g.description) => {
-            return Ok(());
+        Some(before) => {
+            // Recorded before subgraphs were fingerprinted without their edge order: compared
+            // with the graph described as it then would have been.
+            let as_declared = g
+                .has_subgraphs
+                .then(|| identity::describe_as_declared(&g.shape));
+            let mut forms = std::iter::once(&g.description).chain(as_declared.as_ref());
+            // Edges declared in another order: the same graph to a run.
+            if forms.any(|now| identity::same_but_for_edge_order(&before, now)) {
+                return Ok(());
+            }
+            // What changed, from the form that shares most facts with the recorded one.
+            let shared = |now: &Vec<String>| now.iter().filter(|l| before.contains(l)).count();
+            let now = match &as_declared {
+                Some(old) if shared(old) > shared(&g.description) => old,
+                _ => &g.description,
+            };
+            identity::changes(&before, now)
         }
-        Some(before) => identity::changes(&before, &g.description),
         None => vec![format!("structure {recorded} is now {}", g.fingerprint)],
     };
     Err(RunError::GraphChanged {
