@@ -460,6 +460,52 @@ async fn an_empty_secret_signs_nothing() {
     );
 }
 
+/// Webhook secrets read with a trailing newline (a secret file) are the secrets without it,
+/// as a bearer token is: GitHub's signature over the body, and loomflow's, are accepted. A
+/// secret of whitespace only is as empty: a request signed with nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secrets_surrounding_whitespace_is_not_part_of_it() {
+    let config = HttpConfig::new()
+        .bearer_token(TOKEN)
+        .github_secret(format!("{GITHUB}\n"))
+        .signing_secret(format!(" {SIGNING}\r\n"));
+    let server = serve("secret-newline", config).await;
+    server.runtime.submit("g", "pr-9", json!({})).await.unwrap();
+    let path = "/v1/threads/pr-9/signals/pr_merged";
+    let body = br#"{"merged": true}"#;
+    let github = [
+        (
+            "X-Hub-Signature-256",
+            format!("sha256={}", sign(GITHUB, &[body])),
+        ),
+        ("X-GitHub-Delivery", "d-1".to_owned()),
+    ];
+    let loomflow = [
+        (
+            "X-Loomflow-Signature",
+            signature_header(SIGNING, now_secs(), path, "d-2", body),
+        ),
+        ("X-Loomflow-Delivery", "d-2".to_owned()),
+    ];
+    for headers in [&github, &loomflow] {
+        let (status, _, reply) = request(server.addr, "POST", path, headers, body).await;
+        assert_eq!(status, 202, "{reply}");
+    }
+
+    let blank = HttpConfig::new().bearer_token(TOKEN).github_secret(" \n");
+    let server = serve("secret-blank", blank).await;
+    server.runtime.submit("g", "pr-9", json!({})).await.unwrap();
+    let unsigned = [
+        (
+            "X-Hub-Signature-256",
+            format!("sha256={}", sign("", &[body])),
+        ),
+        ("X-GitHub-Delivery", "d-3".to_owned()),
+    ];
+    let (status, _, reply) = request(server.addr, "POST", path, &unsigned, body).await;
+    assert_eq!(status, 401, "{reply}");
+}
+
 /// A reserved name is refused (400) whatever the thread, one that never ran included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserved_name_is_refused_on_any_thread() {

@@ -657,6 +657,50 @@ async fn no_response_may_be_framed() {
     }
 }
 
+/// A query parameter the route does not have is refused, naming it: a misspelt filter
+/// (`state=` for `status=`) would otherwise list every run, and a script acting on the
+/// "waiting" runs would act on all of them. The audit's page is from 1 to 1,000 entries,
+/// as the runs' is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_query_parameters_are_refused() {
+    let server = serve("unknown-params", config()).await;
+    server.runtime.submit("g", "t1", json!({})).await.unwrap();
+    for (path, named) in [
+        ("/v1/runs?state=waiting", "state"),
+        ("/v1/threads/t1/audit?kinds=decision", "kinds"),
+    ] {
+        let (status, _, reply) = request(server.addr, "GET", path, &[bearer()], b"").await;
+        assert_eq!(status, 400, "{path}: {reply}");
+        assert!(
+            is_json_error(&reply) && reply.contains(named),
+            "{path}: {reply}"
+        );
+    }
+    let path = "/v1/threads/t1/audit?limit=0";
+    let (status, _, reply) = request(server.addr, "GET", path, &[bearer()], b"").await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply.contains("limit must be from 1 to 1000"), "{reply}");
+    let path = "/v1/threads/t1/audit?limit=100000000";
+    let (status, _, reply) = request(server.addr, "GET", path, &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
+}
+
+/// A rejection without a reason is refused (400, naming `reason`): the model is told why,
+/// and a blank reason tells it nothing. The call stays pending for a real decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_rejection_reason_is_refused() {
+    let server = serve("blank-reason", config()).await;
+    ask_for_refund(&server.runtime, "b1", 5).await;
+    let path = "/v1/threads/b1/approvals/call_1/reject";
+    let body = br#"{"reason": "  "}"#;
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], body).await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply.contains("reason"), "{reply}");
+    let body = br#"{"reason": "over the limit"}"#;
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], body).await;
+    assert_eq!(status, 200, "still pending: {reply}");
+}
+
 /// A configured token read with its trailing newline (a secret file) is the token without
 /// it: the request that presents the token is accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

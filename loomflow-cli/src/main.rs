@@ -281,8 +281,11 @@ fn check(command: &Command) -> Result<(), Failure> {
             commands::approval(edit.as_deref())?;
             commands::decider(by.clone())?;
         }
-        Command::Reject { by, .. } => {
+        Command::Reject { by, reason, .. } => {
             commands::decider(by.clone())?;
+            if reason.trim().is_empty() {
+                return Err(Failure::usage("--reason must say why: the model is told"));
+            }
         }
         Command::Resume { value, .. } => {
             commands::parse_json("the resume value", value)?;
@@ -299,7 +302,10 @@ fn check(command: &Command) -> Result<(), Failure> {
                 ("--signing-secret (LOOMFLOW_SIGNING_SECRET)", signing_secret),
             ];
             for (flag, secret) in &secrets {
-                if secret.as_deref() == Some("") {
+                if secret
+                    .as_deref()
+                    .is_some_and(|secret| secret.trim().is_empty())
+                {
                     return Err(Failure::usage(format!(
                         "{flag} is empty: anyone could sign with it"
                     )));

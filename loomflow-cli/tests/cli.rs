@@ -780,6 +780,10 @@ fn bad_usage_is_2_before_the_store_is_opened() {
         &["approve", "t", "call_1", "--edit", "[1]"],
         &["approve", "t", "call_1", "--by", ""],
         &["reject", "t", "call_1", "--by", " "],
+        // The model is told why: a blank reason tells it nothing.
+        &["reject", "t", "call_1", "--reason", " "],
+        // A blank secret is as empty: anyone could sign with it.
+        &["serve", "--github-secret", " \n"],
         &["resume", "t", "{not json"],
         // --no-auth would leave the token or the secret unchecked.
         &["serve", "--no-auth", "--token", "tok"],

@@ -176,7 +176,10 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_owned()))
 }
 
+/// A parameter of another name is refused (400, naming it): a misspelt filter
+/// (`state=waiting`) must not list every run.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RunsQuery {
     status: Option<String>,
     graph: Option<String>,
@@ -262,14 +265,15 @@ pub(super) async fn delete_thread(
     Ok(Json(json!({ "thread": thread, "deleted": deleted })))
 }
 
-/// Query of `GET /v1/threads/{thread}/audit`.
+/// Query of `GET /v1/threads/{thread}/audit`; a parameter of another name is refused.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct AuditParams {
     /// Only entries with an id above this (to page, or to tail).
     after: Option<u64>,
     /// Only entries of this kind.
     kind: Option<String>,
-    /// At most this many (default 1,000).
+    /// At most this many: from 1 to 1,000 (the default).
     limit: Option<usize>,
 }
 
@@ -282,9 +286,13 @@ pub(super) async fn get_audit(
 ) -> Reply {
     auth::bearer(&app.config, &headers)?;
     let (Path(thread), Query(params)) = (path?, params?);
+    let limit = match params.limit {
+        Some(0) => return Err(ApiError::bad_request("limit must be from 1 to 1000, not 0")),
+        limit => limit.unwrap_or(1_000).min(1_000),
+    };
     let mut query = AuditQuery::thread(&thread)
         .after_id(params.after.unwrap_or(0))
-        .limit(params.limit.unwrap_or(1_000));
+        .limit(limit);
     if let Some(kind) = &params.kind {
         let kind = AuditKind::parse(kind)
             .ok_or_else(|| ApiError::bad_request(format!("unknown audit kind {kind:?}")))?;
@@ -425,6 +433,11 @@ pub(super) async fn reject(
     let body: RejectBody = json(&body)
         .map_err(|e| ApiError::bad_request(format!("a rejection needs {{\"reason\": …}}: {e}")))?;
     let by = decider(body.by.as_deref())?;
+    if body.reason.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "a rejection's reason must say why: the model is told",
+        ));
+    }
     let decision = ApprovalDecision::Deny {
         reason: body.reason,
     };

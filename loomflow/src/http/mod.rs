@@ -153,20 +153,21 @@ impl HttpConfig {
     }
 
     /// Accepts signal POSTs signed by GitHub with this webhook secret
-    /// (`X-Hub-Signature-256`); `X-GitHub-Delivery` becomes the idempotency key. An empty
-    /// secret is ignored: anyone can sign with it.
+    /// (`X-Hub-Signature-256`); `X-GitHub-Delivery` becomes the idempotency key. Surrounding
+    /// whitespace is not part of a secret (as for [`bearer_token`](Self::bearer_token): a
+    /// secret file's newline is not); an empty secret is ignored: anyone can sign with it.
     pub fn github_secret(mut self, secret: impl Into<String>) -> Self {
-        self.github_secret = Some(secret.into()).filter(|secret| !secret.is_empty());
+        self.github_secret = trimmed_secret(secret.into());
         self
     }
 
     /// Accepts signal POSTs signed with this secret in `X-Loomflow-Signature:
     /// t=<unix seconds>,v1=<hex HMAC-SHA256>`, over the time, the path, the
     /// `X-Loomflow-Delivery` id and the body ([`signature_header`] computes it). The signed
-    /// delivery id is the idempotency key. An empty secret is ignored: anyone can sign
-    /// with it.
+    /// delivery id is the idempotency key. Surrounding whitespace is not part of a secret;
+    /// an empty secret is ignored: anyone can sign with it.
     pub fn signing_secret(mut self, secret: impl Into<String>) -> Self {
-        self.signing_secret = Some(secret.into()).filter(|secret| !secret.is_empty());
+        self.signing_secret = trimmed_secret(secret.into());
         self
     }
 
@@ -185,6 +186,11 @@ impl HttpConfig {
     fn replay_window_or_default(&self) -> Duration {
         self.replay_window.unwrap_or(Duration::from_secs(300))
     }
+}
+
+/// `secret` without surrounding whitespace; `None` when nothing is left.
+fn trimmed_secret(secret: String) -> Option<String> {
+    Some(secret.trim().to_owned()).filter(|secret| !secret.is_empty())
 }
 
 /// What the handlers share.
