@@ -258,6 +258,64 @@ async fn a_tool_call_cut_by_the_token_limit_reports_length() {
     }
 }
 
+/// A call the token limit cut before its first argument is dropped too, not run with an
+/// empty object; a whole call before it is kept. OpenAI whole and streamed, and Anthropic
+/// whole (whose last `tool_use` block may be unfinished, its input what had been written)
+/// and streamed.
+#[tokio::test]
+async fn a_tool_call_cut_before_its_arguments_is_dropped() {
+    let calls = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "weather", "arguments": ""}}]});
+    let stream = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [
+            {"index": 1, "id": "call_2", "type": "function", "function": {"name": "weather", "arguments": ""}}]}),
+            Some("length"),
+        ),
+    ]);
+    let blocks = json!([
+        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "weather", "input": {"city": "Par"}}]);
+    let mut events = vec![anthropic_start(10)];
+    events.extend(anthropic_tool_block(
+        0,
+        "toolu_1",
+        "weather",
+        &["{\"city\": \"Oslo\"}"],
+    ));
+    events.extend(anthropic_tool_block(1, "toolu_2", "weather", &[]));
+    events.extend(anthropic_end("max_tokens", 16));
+    let server = MockServer::start(vec![
+        Reply::json(200, openai_completion(calls, "length", 10, 16)),
+        Reply::sse(&stream, 32),
+        Reply::json(200, anthropic_message(blocks, "max_tokens", 10, 16)),
+        Reply::sse(&anthropic_sse(&events), 32),
+    ])
+    .await;
+    let (openai, anthropic) = (openai(&server), anthropic(&server));
+    for response in [
+        openai.complete(hi()).await.unwrap(),
+        collect_stream(openai.stream(hi())).await.unwrap(),
+        anthropic.complete(hi()).await.unwrap(),
+        collect_stream(anthropic.stream(hi())).await.unwrap(),
+    ] {
+        assert_eq!(response.finish_reason, FinishReason::Length);
+        let kept: Vec<_> = response.tool_calls.iter().map(|c| &c.arguments).collect();
+        assert_eq!(
+            kept,
+            [&json!({"city": "Oslo"})],
+            "{:?}",
+            response.tool_calls
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_empty_assistant_turn_sends_no_empty_text_block_to_anthropic() {
     let server = MockServer::start(vec![anthropic_ok()]).await;

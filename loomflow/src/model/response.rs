@@ -245,6 +245,13 @@ impl StreamAccumulator {
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (index, call) in self.calls {
             let arguments = match parse_arguments(&call.arguments) {
+                // Cut before its first argument: not an empty object.
+                Ok(_)
+                    if finish_reason == FinishReason::Length
+                        && call.arguments.trim().is_empty() =>
+                {
+                    continue;
+                }
                 Ok(arguments) => arguments,
                 // The token limit cut the call short: it is dropped, and the reply's
                 // `Length` says why, rather than a decode error.

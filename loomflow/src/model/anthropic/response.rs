@@ -119,6 +119,13 @@ pub(super) fn parse(
     let mut text = String::new();
     let mut output = None;
     let mut tool_calls = Vec::new();
+    // A reply the token limit ended on a tool call may hold that call unfinished, its input
+    // what had been generated: it is dropped (and the reply says `Length`), not run.
+    let mut blocks = blocks;
+    let limited = finish_reason(reply.stop_reason.as_deref(), false) == FinishReason::Length;
+    if limited && matches!(blocks.last(), Some(Block::ToolUse { .. })) {
+        blocks.pop();
+    }
     for block in blocks {
         match block {
             Block::Text { text: more } => text.push_str(&more),

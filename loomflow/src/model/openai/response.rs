@@ -112,6 +112,11 @@ pub(super) fn parse(
     let mut tool_calls = Vec::with_capacity(choice.message.tool_calls.len());
     for (index, call) in choice.message.tool_calls.into_iter().enumerate() {
         let arguments = match call.function.arguments {
+            // Cut before its first argument: not an empty object.
+            Some(serde_json::Value::String(text)) if cut_short && text.trim().is_empty() => {
+                continue;
+            }
+            Some(serde_json::Value::Null) | None if cut_short => continue,
             Some(serde_json::Value::String(text)) => match parse_arguments(&text) {
                 Ok(arguments) => arguments,
                 // The token limit cut the call short: it is dropped and the reply says
