@@ -529,6 +529,55 @@ async fn a_siblings_refused_value_leaves_the_subgraph_resumable() {
     }
 }
 
+/// Resume requests that answer a subgraph's question and its sibling's are refused as a
+/// whole when the sibling's node fails with its answer, though the subgraph took its own and
+/// wrote its checkpoint: the run stays interrupted, the requests are spent, and another
+/// answer carries it on. Before its fix the subgraph's checkpoint spent the requests as a
+/// step of the run would have, and the run failed for good.
+#[tokio::test]
+async fn a_subgraphs_checkpoint_does_not_spend_the_runs_resume_requests() {
+    let db = loomflow_tests::TempDb::new("subgraph-requests-kept");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = Graph::new("outer")
+            .subgraph(
+                "sub",
+                asking(Arc::default()),
+                |s: &Asked| s.sub,
+                |s: &mut Asked, m: u32| s.sub = m,
+            )
+            .node_fn("ask", |s: &mut Asked, ctx| {
+                Box::pin(async move {
+                    s.ask = ctx.interrupt(json!("ask?"))?;
+                    if s.ask == 0 {
+                        return Err("zero is no answer".into());
+                    }
+                    Ok(())
+                })
+            })
+            .edge(START, "sub")
+            .edge(START, "ask")
+            .edge("sub", END)
+            .edge("ask", END)
+            .compile()
+            .unwrap();
+        graph.invoke(&runtime, "t", Asked::default()).await.unwrap();
+        runtime
+            .request_resume_with("t", "sub:1/ask#0", 4)
+            .await
+            .unwrap();
+        runtime.request_resume_with("t", "ask#0", 0).await.unwrap();
+        let refused = graph.recover(&runtime, "t").await.unwrap();
+        assert!(matches!(refused, RunOutcome::Failed { .. }), "{refused:?}");
+        let record = runtime.run("t").await.unwrap().record;
+        assert_eq!(record.state, RunState::Interrupted, "{record:?}");
+
+        runtime.request_resume_with("t", "ask#0", 3).await.unwrap();
+        let done = graph.recover(&runtime, "t").await.unwrap();
+        let done = done.completed().unwrap();
+        assert_eq!(done, Asked { sub: 4, ask: 3 }, "{done:?}");
+    }
+}
+
 /// A subgraph that took its answer and asked again in a step its parent did not write (a
 /// sibling's value was refused here; a crash before the parent's write leaves the same)
 /// is shown asking what it asks now once the run is recovered, and a recover after that

@@ -240,8 +240,16 @@ impl<'a> RunKey<'a> {
 /// Writes checkpoints as the durability mode asks: in line (`Sync`), or in order through a
 /// background task (`Async`) that [`finish`](CheckpointWriter::finish) waits for. Both under
 /// the run's claim.
+///
+/// A top-level run's writes past its interrupted checkpoint spend the resume requests its
+/// execution took; a subgraph's do not: its checkpoints are its own, under the parent's
+/// claim, and the parent's step that runs it may still fail, leaving the run interrupted.
 pub(super) enum CheckpointWriter {
-    Direct(RunClaim),
+    Direct {
+        claim: RunClaim,
+        /// Whether a write spends the resume requests taken: a top-level run's.
+        spends: bool,
+    },
     Background {
         /// Writes the run's start in line (see [`write_start`](CheckpointWriter::write_start)).
         claim: RunClaim,
@@ -251,9 +259,12 @@ pub(super) enum CheckpointWriter {
 }
 
 impl CheckpointWriter {
-    pub(super) fn new(claim: &RunClaim, durability: Durability) -> Self {
+    pub(super) fn new(claim: &RunClaim, durability: Durability, top_level: bool) -> Self {
         if durability != Durability::Async {
-            return Self::Direct(claim.clone());
+            return Self::Direct {
+                claim: claim.clone(),
+                spends: top_level,
+            };
         }
         let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Checkpoint>();
         let writer = claim.clone();
@@ -264,7 +275,9 @@ impl CheckpointWriter {
                 // Resume requests taken are spent once a checkpoint past them is written,
                 // not when it is queued: should the write fail, the run lets its lease run
                 // out, and the next execution applies them again.
-                claim.request_spent();
+                if top_level {
+                    claim.request_spent();
+                }
             }
             Ok(())
         });
@@ -280,9 +293,11 @@ impl CheckpointWriter {
     /// [`finish`](Self::finish). Spends the resume requests taken, as [`write`](Self::write).
     pub(super) async fn write_last(&mut self, cp: Checkpoint, shared: &RunShared) -> Result<()> {
         match self {
-            Self::Direct(claim) => {
+            Self::Direct { claim, spends } => {
                 super::put_last(shared, cp).await?;
-                claim.request_spent();
+                if *spends {
+                    claim.request_spent();
+                }
                 Ok(())
             }
             Self::Background { .. } => self.write(cp).await,
@@ -296,7 +311,7 @@ impl CheckpointWriter {
     /// thread's next run takes again, should the process die before the start reached the
     /// store, and that run would be handed its results.
     pub(super) fn write_start(&mut self, cp: Checkpoint) -> impl Future<Output = Result<()>> + '_ {
-        let (Self::Direct(claim) | Self::Background { claim, .. }) = self;
+        let (Self::Direct { claim, .. } | Self::Background { claim, .. }) = self;
         let write = claim.put_start_checkpoint(cp);
         async move { write.await.map(drop).map_err(Into::into) }
     }
@@ -307,12 +322,14 @@ impl CheckpointWriter {
     /// straight into the write instead of into this future first.
     pub(super) fn write(&mut self, cp: Checkpoint) -> impl Future<Output = Result<()>> + '_ {
         match self {
-            Self::Direct(claim) => {
+            Self::Direct { claim, spends } => {
                 let write = claim.put_checkpoint(cp);
-                let claim = &*claim;
+                let (claim, spends) = (&*claim, *spends);
                 Either::Left(async move {
                     write.await?;
-                    claim.request_spent();
+                    if spends {
+                        claim.request_spent();
+                    }
                     Ok(())
                 })
             }

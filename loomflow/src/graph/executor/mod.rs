@@ -321,7 +321,8 @@ fn run_supersteps<S: State>(
         let mut describe_change = resumed.as_ref().is_some_and(|r| r.graph_changed);
         let still_waiting = observe::picked_up(&shared, g, run, resumed, &resume_values);
         let key = RunKey::of(&shared);
-        let mut writer = CheckpointWriter::new(&shared.claim, durability);
+        let top_level = shared.namespace.is_root();
+        let mut writer = CheckpointWriter::new(&shared.claim, durability, top_level);
         // Whether the newest checkpoint written says the run completed; a run that ends without
         // one (an `Exit` run, or one with nothing to run) gets it at the end.
         let mut completed_written = false;
