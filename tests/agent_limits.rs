@@ -629,6 +629,71 @@ fn a_tool_name_providers_refuse_is_refused_at_build() {
     );
 }
 
+/// An output schema whose name providers refuse (OpenAI's schema name, Anthropic's output
+/// tool) is refused when the agent is built, as a tool's is; so is one named as one of the
+/// agent's tools, whose calls would read as the answer. A type's long name is cut to 64.
+#[test]
+fn an_output_schema_name_providers_refuse_is_refused_at_build() {
+    #[derive(serde::Deserialize)]
+    struct Verdict {}
+    let schema = || json!({"type": "object", "properties": {}});
+    let problems = |builder: loomflow::agent::AgentBuilder| {
+        let error = builder.build().unwrap_err();
+        let Error::Agent(AgentError::Invalid { problems, .. }) = error else {
+            panic!("{error:?}");
+        };
+        problems
+    };
+    let agent = || {
+        Agent::builder("You judge.")
+            .name("judge")
+            .model(EchoModel::new())
+    };
+    assert_eq!(
+        problems(agent().output_schema::<Verdict>("refund verdict", schema())),
+        [
+            "output schema \"refund verdict\" has a name model providers refuse: 1 to 64 \
+             letters, digits, _ and - (`refund_verdict` would be)"
+        ]
+    );
+    struct Lookup(loomflow::tool::ToolSpec);
+    impl loomflow::tool::Tool for Lookup {
+        fn spec(&self) -> &loomflow::tool::ToolSpec {
+            &self.0
+        }
+        fn call<'a>(
+            &'a self,
+            _arguments: serde_json::Value,
+            _ctx: &'a loomflow::tool::ToolContext,
+        ) -> loomflow::graph::BoxFuture<'a, Result<serde_json::Value, loomflow::tool::ToolError>>
+        {
+            Box::pin(async { Ok(serde_json::Value::Null) })
+        }
+    }
+    let tool = Lookup(loomflow::tool::ToolSpec::new(
+        "verdict",
+        "looks up a verdict",
+        json!({ "type": "object" }),
+    ));
+    assert_eq!(
+        problems(
+            agent()
+                .tool(tool)
+                .output_schema::<Verdict>("verdict", schema())
+        ),
+        [
+            "output schema \"verdict\" has the name of one of the agent's tools: name one or \
+             the other otherwise"
+        ]
+    );
+    assert!(
+        agent()
+            .output_schema::<Verdict>("verdict", schema())
+            .build()
+            .is_ok()
+    );
+}
+
 /// A cost cap with nothing to price tokens is refused at build: every run would cost
 /// nothing, and the cap would never stop one. A price anywhere (the budget's, the agent's
 /// table) makes it a cap.

@@ -231,6 +231,9 @@ impl AgentBuilder {
     /// property required (one `schema` does not require may be `null`, and is dropped from
     /// the answer) and no others; and a schema whose top is not an object is asked for as the
     /// property `result` of one, which the answer is read out of.
+    ///
+    /// `name` is what providers are told the schema is called: 1 to 64 letters, digits, `_`
+    /// and `-`, and none of the agent's tools' names; [`build`](Self::build) refuses another.
     pub fn output_schema<T: DeserializeOwned + 'static>(
         mut self,
         name: impl Into<String>,
@@ -361,8 +364,26 @@ impl AgentBuilder {
             );
         }
         problems.extend(self.guardrails.problems());
-        // A name providers refuse would fail every model call of every run.
-        for tool in self.tools.definitions() {
+        // A name providers refuse would fail every model call of every run; so would an
+        // output schema's (OpenAI's schema name, Anthropic's output tool), and one a tool
+        // also has would read that tool's calls as the answer.
+        let definitions = self.tools.definitions();
+        if let Some(output) = &self.output {
+            let name = &output.schema.name;
+            if !crate::tool::name::is_callable(name) {
+                problems.push(format!(
+                    "output schema {name:?} has a name model providers refuse: 1 to 64 \
+                     letters, digits, _ and - (`{}` would be)",
+                    crate::tool::name::callable_name("", name)
+                ));
+            } else if definitions.iter().any(|tool| tool.name == *name) {
+                problems.push(format!(
+                    "output schema {name:?} has the name of one of the agent's tools: name \
+                     one or the other otherwise"
+                ));
+            }
+        }
+        for tool in definitions {
             if !crate::tool::name::is_callable(&tool.name) {
                 problems.push(format!(
                     "tool {:?} has a name model providers refuse: 1 to 64 letters, digits, \

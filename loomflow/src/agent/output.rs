@@ -142,7 +142,7 @@ pub(super) fn schema_of<T: JsonSchema>() -> (OutputSchema, Value) {
 }
 
 /// A schema name from a type's name: letters, digits, `_` and `-` (`Vec<Answer>` is
-/// `Vec_Answer`).
+/// `Vec_Answer`), at most 64 of them, as providers take it.
 fn schema_name<T>() -> String {
     let name: String = short_type_name::<T>()
         .chars()
@@ -154,11 +154,11 @@ fn schema_name<T>() -> String {
             }
         })
         .collect();
-    let name = name.trim_matches('_');
+    let name: String = name.trim_matches('_').chars().take(64).collect();
     if name.is_empty() {
         "output".to_owned()
     } else {
-        name.to_owned()
+        name
     }
 }
 
@@ -264,6 +264,11 @@ mod tests {
             serde_json::json!(["city", "days"])
         );
         assert_eq!(schema_of::<Vec<Answer>>().0.name, "Vec_Answer");
+        // A long name is cut to what providers take.
+        type Four<T> = Vec<Vec<Vec<Vec<T>>>>;
+        type Long = Four<Four<Four<Four<Answer>>>>;
+        let long = schema_of::<Long>().0.name;
+        assert!(crate::tool::name::is_callable(&long), "{long}");
     }
 
     #[test]
