@@ -210,7 +210,7 @@ impl Budget {
         };
         let mut spent = self.lock();
         let spent = spent.entry(user.to_owned()).or_default();
-        spent.tokens += usage.total_tokens();
+        spent.tokens = spent.tokens.saturating_add(usage.total_tokens());
         spent.cost_usd += cost;
     }
 

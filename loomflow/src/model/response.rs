@@ -38,15 +38,17 @@ pub struct Usage {
 impl Usage {
     /// Input plus output tokens.
     pub fn total_tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.input_tokens.saturating_add(self.output_tokens)
     }
 }
 
+/// Adds as counts of tokens do: a sum past `u64::MAX` (a server's absurd report) stays
+/// there rather than overflowing.
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cached_tokens += other.cached_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
     }
 }
 
@@ -343,6 +345,19 @@ fn unique_call_id() -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Counts a server reported past `u64::MAX` stay there: adding them does not overflow.
+    #[test]
+    fn usage_adds_without_overflowing() {
+        let mut usage = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: 5,
+            cached_tokens: 0,
+        };
+        assert_eq!(usage.total_tokens(), u64::MAX);
+        usage += usage;
+        assert_eq!((usage.input_tokens, usage.output_tokens), (u64::MAX, 10));
+    }
 
     #[test]
     fn accumulator_joins_text_and_tool_call_fragments() {

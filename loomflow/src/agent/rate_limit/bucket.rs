@@ -47,7 +47,9 @@ impl Bucket {
         if short <= ROUNDING {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(short / self.per_second)
+            // A debt no clock could pay back (a server that reported absurd usage) waits
+            // as long as a `Duration` can say, rather than overflowing it.
+            Duration::try_from_secs_f64(short / self.per_second).unwrap_or(Duration::MAX)
         }
     }
 
@@ -80,6 +82,16 @@ mod tests {
 
     fn close(a: Duration, b: Duration) -> bool {
         a.abs_diff(b) < Duration::from_millis(1)
+    }
+
+    /// A debt past what a `Duration` can say (a server reported absurd usage) waits as long
+    /// as it can: it does not panic.
+    #[test]
+    fn an_absurd_debt_waits_without_panicking() {
+        let mut bucket = Bucket::new(1, 1, Instant::now());
+        #[allow(clippy::cast_precision_loss)]
+        bucket.adjust(-(u64::MAX as f64));
+        assert_eq!(bucket.wait_for(1.0), Duration::MAX);
     }
 
     #[test]

@@ -73,9 +73,9 @@ impl From<WireUsage> for Usage {
     fn from(usage: WireUsage) -> Self {
         let cached = usage.cache_read_input_tokens.unwrap_or(0);
         Usage {
-            input_tokens: usage.input_tokens.unwrap_or(0)
-                + cached
-                + usage.cache_creation_input_tokens.unwrap_or(0),
+            input_tokens: (usage.input_tokens.unwrap_or(0))
+                .saturating_add(cached)
+                .saturating_add(usage.cache_creation_input_tokens.unwrap_or(0)),
             output_tokens: usage.output_tokens.unwrap_or(0),
             cached_tokens: cached,
         }
