@@ -86,10 +86,14 @@ fn messages(messages: &Transcript) -> Value {
     for message in messages {
         let (role, blocks) = match message {
             Message::System { .. } => continue,
+            // The API refuses empty (or blank) text blocks: a blank prompt (one a guardrail
+            // rewrote to nothing) is left out, or a session that kept it would fail every
+            // later call; the assistant turns on either side of it merge.
+            Message::User { content } if content.trim().is_empty() => continue,
             Message::User { content } => ("user", vec![text_block(content)]),
-            // The API refuses empty (or blank) text blocks, and Anthropic itself may answer
-            // `end_turn` with no content: such a turn is left out, and the user turns on
-            // either side of it merge, which keeps the roles alternating.
+            // Anthropic itself may answer `end_turn` with no content: such a turn is left
+            // out, and the user turns on either side of it merge, which keeps the roles
+            // alternating.
             Message::Assistant {
                 content,
                 tool_calls,
@@ -138,6 +142,29 @@ fn text_block(text: &str) -> Value {
 mod tests {
     use super::*;
     use crate::model::{OutputSchema, ToolCall, ToolDefinition};
+
+    /// A blank user message sends no text block, which the API refuses: the turns around
+    /// it merge.
+    #[test]
+    fn a_blank_user_message_is_left_out() {
+        let request = ModelRequest::new(vec![
+            Message::user("Hi"),
+            Message::assistant("Hello."),
+            Message::user(" \n"),
+            Message::assistant("Still here."),
+            Message::user("Good."),
+        ]);
+        let body = body(&request, "claude-x", false, 100);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Hello."}, {"type": "text", "text": "Still here."}]},
+                {"role": "user", "content": [{"type": "text", "text": "Good."}]},
+            ])
+        );
+    }
 
     #[test]
     fn parallel_tool_results_merge_into_one_user_turn() {
