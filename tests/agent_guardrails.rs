@@ -731,3 +731,45 @@ async fn a_prompt_left_by_a_run_that_failed_is_checked_by_the_next_run() {
         assert!(!sent.contains("hunter2"), "{on_block:?}: {sent}");
     }
 }
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[allow(dead_code)] // only read back to check the answer fits
+struct Refund {
+    approved: bool,
+    cents: u64,
+}
+
+/// An answer that fits the output schema and is then rewritten by an output guardrail is
+/// checked again: a rewrite that breaks it (digits masked out of a number) fails the run
+/// with `OutputSchema`, naming the guardrails, rather than pass for a typed answer that
+/// `parsed` cannot read. One that still fits is the output. Before its fix the rewrite was
+/// the output unchecked.
+#[tokio::test]
+async fn an_answer_the_output_guardrails_rewrite_must_still_fit_the_schema() {
+    let model = ScriptedModel::new([ModelResponse::text(r#"{"approved": true, "cents": 1299}"#)]);
+    let agent = Agent::builder("You review refunds.")
+        .name("refunds")
+        .model(model)
+        .output::<Refund>()
+        .guardrail(redact_digits())
+        .build()
+        .unwrap();
+    let error = agent.run("Refund order 7?").await.unwrap_err();
+    // The model node failed with the agent's typed error, naming the agent.
+    let debug = format!("{error:?}");
+    assert!(
+        debug.contains(r#"OutputSchema { agent: "refunds", attempts: 1, problem: "the output guardrails rewrote the answer into one that does not fit"#),
+        "{debug}"
+    );
+
+    let model = ScriptedModel::new([ModelResponse::text(r#"{"approved": true, "cents": 1299}"#)]);
+    let lowercase = on_output("lowercase", |text| Verdict::Rewrite(text.to_lowercase()));
+    let agent = Agent::builder("You review refunds.")
+        .model(model)
+        .output::<Refund>()
+        .guardrail(lowercase)
+        .build()
+        .unwrap();
+    let result = agent.run("Refund order 7?").await.unwrap();
+    assert_eq!(result.parsed::<Refund>().unwrap().cents, 1299);
+}

@@ -131,9 +131,9 @@ pub(super) async fn check_output(
     core: &AgentCore,
     state: &mut AgentState,
     ctx: &Context,
-) -> Result<()> {
+) -> Result<Rewritten> {
     let Some(answer) = state.output.clone().filter(|_| !core.guardrails.is_empty()) else {
-        return Ok(());
+        return Ok(Rewritten(false));
     };
     let cx = guard_context(core, state, ctx);
     let checked: Checked<String> = ctx
@@ -148,7 +148,7 @@ pub(super) async fn check_output(
     match checked {
         Checked::Passed(None) => {
             show_checked(ctx, answer).await;
-            Ok(())
+            Ok(Rewritten(false))
         }
         Checked::Passed(Some(rewritten)) => {
             if let Some(last) = state.messages.last_mut() {
@@ -156,15 +156,20 @@ pub(super) async fn check_output(
             }
             state.output = Some(rewritten.clone());
             show_checked(ctx, rewritten).await;
-            Ok(())
+            Ok(Rewritten(true))
         }
         Checked::Blocked { guardrail, reason } => {
             state.output = None;
             state.messages.pop();
-            blocked(core, state, ctx, GuardStage::Output, guardrail, reason)
+            blocked(core, state, ctx, GuardStage::Output, guardrail, reason)?;
+            Ok(Rewritten(false))
         }
     }
 }
+
+/// Whether the output guardrails rewrote the answer they checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Rewritten(pub(super) bool);
 
 /// Checks the answer so far of a run that stopped before its answer (a turn limit, a
 /// budget): the text of a reply that came with tool calls, which no guardrail saw. What

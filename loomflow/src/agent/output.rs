@@ -170,6 +170,31 @@ pub(super) fn check_against(schema: &Value, text: &str) -> Result<(), String> {
     crate::tool::validate_schema(schema, &value)
 }
 
+/// Checks the output the output guardrails rewrote against the run's schema, if it has one:
+/// an answer that no longer fits fails the run with [`AgentError::OutputSchema`].
+///
+/// [`AgentError::OutputSchema`]: super::AgentError::OutputSchema
+pub(super) fn check_rewritten(
+    core: &super::AgentCore,
+    state: &super::AgentState,
+) -> Result<(), super::AgentError> {
+    let Some(output) = &state.output else {
+        return Ok(());
+    };
+    let checked = match (&state.output_schema, &core.output) {
+        (Some(own), _) => check_against(&own.schema, output),
+        (None, Some(spec)) => (spec.validate)(output),
+        (None, None) => Ok(()),
+    };
+    checked.map_err(|problem| super::AgentError::OutputSchema {
+        agent: core.name.clone(),
+        attempts: state.schema_retries + 1,
+        problem: format!(
+            "the output guardrails rewrote the answer into one that does not fit: {problem}"
+        ),
+    })
+}
+
 /// Asks for `schema` in the request: natively, or for a model without structured output,
 /// in a system message (the answer is checked either way).
 pub(super) fn ask_for(request: ModelRequest, schema: &OutputSchema, native: bool) -> ModelRequest {

@@ -205,7 +205,12 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
             .into());
         }
     }
-    super::guarded::check_output(core, state, ctx).await?;
+    let rewritten = super::guarded::check_output(core, state, ctx).await?;
+    if rewritten.0 {
+        // What the guardrails made of a checked answer must fit the schema too; asking the
+        // model again would meet the same rewrite.
+        super::output::check_rewritten(core, state)?;
+    }
     if state.output.is_some() {
         super::memory::extract(core, state, ctx).await?;
     }
