@@ -789,3 +789,60 @@ async fn a_node_wait_skips_a_payload_another_runtime_consumed_and_suspends() {
     assert_eq!(count(&log, "received exp-5"), 1);
     assert_eq!(count(&log, "paid exp-5"), 1);
 }
+
+/// An execution whose lease ran out while it could not renew it (its thread blocked in a
+/// node), and whose run another execution in the same process then claimed, learns it as
+/// that claim is granted, and runs no further node: it used to carry on to its next write,
+/// which in `Async` or `Exit` mode may be its last, running every step after it a second
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_granted_in_the_same_process_stops_the_execution_it_replaced() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let blocked_once = Arc::new(AtomicBool::new(true));
+    let seconds = Arc::new(AtomicUsize::new(0));
+    let (entered, in_first) = mpsc::channel::<()>();
+    let entered = Mutex::new(entered);
+    let (block, ran) = (Arc::clone(&blocked_once), Arc::clone(&seconds));
+    let graph = Graph::new("blocking")
+        .node_sync("first", move |n: &mut u32| {
+            if block.swap(false, Ordering::SeqCst) {
+                let _ = entered.lock().unwrap().send(());
+                // Blocks its runtime's only thread, and so the heartbeat renewing its lease.
+                std::thread::sleep(Duration::from_millis(1_500));
+            }
+            *n += 1;
+        })
+        .node_sync("second", move |n: &mut u32| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            *n += 1;
+        })
+        .edge(START, "first")
+        .edge("first", "second")
+        .edge("second", END)
+        .compile()
+        .unwrap();
+    let rt = Runtime::builder()
+        .lease(Duration::from_millis(300))
+        .durability(Durability::Async)
+        .build();
+    let (first_graph, first_rt) = (graph.clone(), rt.clone());
+    let first = std::thread::spawn(move || {
+        let single = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        single.block_on(first_graph.invoke(&first_rt, "t", 0))
+    });
+    in_first.recv().unwrap();
+    let second = graph
+        .recover(&rt, "t")
+        .wait_if_busy(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(second.completed().unwrap(), 2);
+    match first.join().unwrap() {
+        Err(RunError::Store(StoreError::LeaseLost { thread, .. })) => assert_eq!(thread, "t"),
+        other => panic!("the first execution stops with its lost lease, not {other:?}"),
+    }
+    assert_eq!(seconds.load(Ordering::SeqCst), 1, "`second` ran once");
+}

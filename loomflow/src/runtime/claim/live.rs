@@ -69,10 +69,21 @@ impl LiveClaims {
             if claims.len() >= 64 && claims.len().is_power_of_two() {
                 claims.retain(|_, claim| claim.strong_count() > 0);
             }
-            claims.insert(
+            let replaced = claims.insert(
                 Arc::clone(&claim.inner.thread),
                 Arc::downgrade(&claim.inner),
             );
+            // The store granted this claim, so the execution it replaces here lost its lease
+            // (it ran out while its heartbeat could not renew it): it learns it now, and
+            // stops at its next step, rather than at its next write, which in `Exit` mode is
+            // its last.
+            if let Some(old) = replaced.as_ref().and_then(Weak::upgrade)
+                && !Arc::ptr_eq(&old, &claim.inner)
+                && holds(&old)
+                && !old.releasing.load(Ordering::Acquire)
+            {
+                RunClaim { inner: old }.lose();
+            }
         }
         // Inserted before the heartbeat is looked at: a heartbeat that stops for want of
         // claims decides under this lock, after the insert, or leaves the slot empty here.
