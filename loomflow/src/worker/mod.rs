@@ -428,13 +428,13 @@ impl WorkerInner {
             }
             return None;
         };
-        let kept = claim.clone();
-        let executed = AssertUnwindSafe(graph.execute(&self.runtime, run, claim))
-            .catch_unwind()
-            .await;
-        let (report, wake_at_ms) = match executed {
+        let execution = graph.execute(&self.runtime, run, claim.clone());
+        let (report, wake_at_ms) = match AssertUnwindSafe(execution).catch_unwind().await {
             Ok(stopped) => stopped,
-            Err(panic) => (panicked::fail(kept, graph_name, panic).await, None),
+            Err(panic) => (
+                panicked::fail(&self.runtime, claim, graph_name, panic).await,
+                None,
+            ),
         };
         match &report.error {
             Some(error) => {

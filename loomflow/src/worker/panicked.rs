@@ -8,7 +8,12 @@ use crate::runtime::claim::RunClaim;
 /// body, a router and a reducer are guarded; a state's `Serialize` or `Clone` is not), in
 /// one write that lets it go: left claimed, it would be held and renewed for as long as the
 /// process lives; let go runnable, it would panic again at once.
+///
+/// An execution that panicked once it no longer held the run (it had let go, its lease was
+/// lost, or it stopped holding a resume request for the lease to run out) writes nothing:
+/// the report says what the run's row says.
 pub(super) async fn fail(
+    runtime: &crate::runtime::Runtime,
     claim: RunClaim,
     graph: String,
     panic: Box<dyn std::any::Any + Send>,
@@ -19,6 +24,16 @@ pub(super) async fn fail(
     );
     drop(panic);
     let thread = claim.thread().to_owned();
+    if claim.is_done() {
+        tracing::error!(%thread, %graph, %error, "a worker's run panicked once it no longer held the run; its row stands");
+        let state = super::registry::standing(runtime, &thread).await;
+        return RunReport {
+            thread,
+            graph,
+            state,
+            error: Some(error),
+        };
+    }
     tracing::error!(%thread, %graph, %error, "a worker's run panicked; it is failed");
     let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
         Ok(()) => RunState::Failed,
@@ -32,5 +47,32 @@ pub(super) async fn fail(
         graph,
         state,
         error: Some(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::runtime::Runtime;
+
+    /// A panic once the execution had let the run go (a state's `Drop` as the outcome is
+    /// read) writes nothing, and the report says what the row says: before, it said failed
+    /// while the row said otherwise.
+    #[tokio::test]
+    async fn a_panic_after_the_run_was_let_go_writes_nothing() {
+        let runtime = Runtime::in_memory();
+        runtime.submit("g", "t", serde_json::json!(1)).await.unwrap();
+        let claim = runtime.claim_run(&Arc::from("t"), None).await.unwrap();
+        claim.release().await.unwrap();
+        let before = runtime.store().get_run("t").await.unwrap().unwrap().state;
+        let report = fail(&runtime, claim, "g".to_owned(), Box::new("boom")).await;
+        let row = runtime.store().get_run("t").await.unwrap().unwrap();
+        assert_eq!((report.state, row.state), (before, before));
+        assert_ne!(row.state, RunState::Failed);
+        assert!(report.error.unwrap().contains("boom"));
     }
 }

@@ -114,7 +114,7 @@ impl<S: State> Registered for CompiledGraph<S> {
 
 /// Where `thread`'s run stands, by its row, after an execution that ended with an error;
 /// `running` (let go, to be carried on) when the row cannot be read either.
-async fn standing(runtime: &Runtime, thread: &str) -> RunState {
+pub(super) async fn standing(runtime: &Runtime, thread: &str) -> RunState {
     match runtime.store().get_run(thread).await {
         Ok(Some(row)) => row.state,
         Ok(None) => RunState::Failed,
