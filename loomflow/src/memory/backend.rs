@@ -261,7 +261,8 @@ pub(crate) fn now_ms() -> i64 {
 
 /// A stored time back as a `SystemTime`.
 pub(crate) fn from_ms(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    let ms = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    crate::runtime::clock::time_after(SystemTime::UNIX_EPOCH, ms)
 }
 
 #[cfg(test)]

@@ -112,7 +112,7 @@ pub struct Utc(pub SystemTime);
 impl Utc {
     /// The time `ms` milliseconds after the Unix epoch.
     pub fn from_ms(ms: u64) -> Self {
-        Self(UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        Self(time_after(UNIX_EPOCH, std::time::Duration::from_millis(ms)))
     }
 }
 
