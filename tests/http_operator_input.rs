@@ -713,3 +713,25 @@ async fn a_configured_tokens_surrounding_whitespace_is_not_part_of_it() {
     let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &[bearer()], b"").await;
     assert_eq!(status, 200, "{reply}");
 }
+
+/// A signal the runtime keeps nothing of (in memory, its pending mailbox turned off, and no
+/// run of the thread open) is answered 503 `dropped`, not 202: a webhook sender reads any
+/// 2xx as delivered and would not send it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_signal_is_not_answered_as_accepted() {
+    let signals = loomflow::runtime::MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let runtime = Runtime::builder().signals(signals).build();
+    runtime.submit("g", "t1", json!({})).await.unwrap();
+    let app = loomflow::http::router(runtime, config());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let path = "/v1/threads/t1/signals/go";
+    let (status, _, reply) = request(addr, "POST", path, &[bearer()], b"1").await;
+    assert_eq!(status, 503, "{reply}");
+    assert!(
+        is_json_error(&reply) && reply.contains("\"dropped\""),
+        "{reply}"
+    );
+    assert!(reply.contains("signal go for thread t1"), "{reply}");
+}

@@ -111,6 +111,17 @@ pub(super) async fn post_signal(
         .runtime
         .signal_with(&thread, &name, payload, options)
         .await?;
+    // Nothing was kept: a sender that reads any 2xx as delivered would not send it again.
+    if delivery == crate::runtime::Delivery::Dropped {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "dropped",
+            format!(
+                "signal {name} for thread {thread} was dropped: no run of it is open or \
+                 waits, and the pending mailbox keeps nothing; send it again once one is"
+            ),
+        ));
+    }
     let word = format!("{delivery:?}").to_lowercase();
     let status = if word == "duplicate" {
         StatusCode::OK

@@ -17,7 +17,11 @@ pub struct ApiError {
     /// `method_not_allowed`, `bad_request`, `unsupported_media_type`, `payload_too_large`,
     /// `reserved_name`, `conflict` (also when another process took the thread while this one
     /// worked on it), `bad_form` (an inbox form whose token does not match: the page is
-    /// old, or the form came from another site), `not_implemented`, `internal`.
+    /// old, or the form came from another site), `not_implemented`, `dropped` (503: a
+    /// signal the runtime kept nothing of, see [`Delivery::Dropped`]; send it again once the
+    /// run is there), `internal`.
+    ///
+    /// [`Delivery::Dropped`]: crate::runtime::Delivery::Dropped
     pub code: &'static str,
     /// What went wrong. For `internal`, only that: the server logs the failure itself
     /// (`tracing`, at error level), as its text can name files, hosts or tables.

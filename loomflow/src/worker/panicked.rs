@@ -65,7 +65,10 @@ mod tests {
     #[tokio::test]
     async fn a_panic_after_the_run_was_let_go_writes_nothing() {
         let runtime = Runtime::in_memory();
-        runtime.submit("g", "t", serde_json::json!(1)).await.unwrap();
+        runtime
+            .submit("g", "t", serde_json::json!(1))
+            .await
+            .unwrap();
         let claim = runtime.claim_run(&Arc::from("t"), None).await.unwrap();
         claim.release().await.unwrap();
         let before = runtime.store().get_run("t").await.unwrap().unwrap().state;
