@@ -571,11 +571,13 @@ async fn an_unauthenticated_caller_learns_only_that() {
 }
 
 /// `GET /v1/runs` hands out a cursor with each full page; following it lists every run
-/// once, and the last page says there is none after it.
+/// once, and the last page says there is none after it. The cursor is made of characters a
+/// URL carries as they are, so that pasted into the query as it is it reads back the same,
+/// whatever the threads are called (`+` is not a space, `&` does not end it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_are_listed_a_page_at_a_time() {
     let server = serve("paging", config()).await;
-    let threads: BTreeSet<String> = (0..7).map(|i| format!("paged:{i}")).collect();
+    let threads: BTreeSet<String> = (0..7).map(|i| format!("paged:{i}+a&b=c")).collect();
     for thread in &threads {
         server
             .runtime
@@ -597,6 +599,8 @@ async fn runs_are_listed_a_page_at_a_time() {
         match page["next"].as_str() {
             Some(next) => {
                 assert_eq!(runs.len(), 3, "only a full page has a next: {reply}");
+                let unreserved = |c: char| c.is_ascii_alphanumeric() || "-._~".contains(c);
+                assert!(next.chars().all(unreserved), "{next}");
                 path = format!("/v1/runs?graph=paged&limit=3&after={next}");
             }
             None => break,
@@ -614,6 +618,16 @@ async fn runs_are_listed_a_page_at_a_time() {
     .await;
     assert_eq!((status, error_code(&reply).as_str()), (400, "bad_request"));
     assert!(reply.contains("yesterday"), "names the bad cursor: {reply}");
+    // A cursor as `RunCursor` displays it (the CLI's), encoded, is taken too.
+    let path = format!("/v1/runs?graph=paged&after={}%3Apaged%3A9", u64::MAX);
+    let (status, _, reply) = request(server.addr, "GET", &path, &[bearer()], b"").await;
+    assert_eq!(status, 200, "{reply}");
+    let page: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(
+        page["runs"].as_array().unwrap().len(),
+        threads.len(),
+        "{reply}"
+    );
 }
 
 /// A token with the characters base64 uses logs in to the inbox when pasted as it is: a
