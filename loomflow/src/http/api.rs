@@ -163,8 +163,8 @@ fn github_form_payload(body: &[u8]) -> Result<serde_json::Result<Value>, ApiErro
 
 /// The sender's key, or the webhook's delivery id: a redelivery is one signal. (A request
 /// signed with `X-Loomflow-Signature` does not come here: its signed delivery id is the
-/// key, whatever other header it carries.) A key that
-/// is empty or not visible ASCII is refused rather than ignored, as ignoring it would
+/// key, whatever other header it carries.) A key that is empty or not printable ASCII
+/// (spaces inside it allowed) is refused rather than ignored, as ignoring it would
 /// deliver a retry twice (and an empty one would make every later send a duplicate).
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     const HEADERS: [&str; 3] = [
@@ -181,7 +181,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let key = value.to_str().ok().map(str::trim).unwrap_or_default();
     if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
         return Err(ApiError::bad_request(format!(
-            "the {name} header must be non-empty visible ASCII"
+            "the {name} header must be non-empty printable ASCII"
         )));
     }
     Ok(Some(key.to_owned()))

@@ -31,9 +31,10 @@
 //! - reserved `loomflow:` names are refused (400), a thread with no run is 404;
 //! - the `Idempotency-Key` header, or a webhook's delivery id (`X-GitHub-Delivery`,
 //!   `X-Loomflow-Delivery`), makes a repeated delivery one signal; a key that is empty or not
-//!   visible ASCII is refused (400), as is an empty body (send `null` for no payload). A
-//!   request signed with `X-Loomflow-Signature` is keyed by its signed delivery id alone, so
-//!   a replay with another `Idempotency-Key` is still the same signal;
+//!   printable ASCII (letters, digits, marks and spaces) is refused (400), as is an empty
+//!   body (send `null` for no payload). A request signed with `X-Loomflow-Signature` is
+//!   keyed by its signed delivery id alone, so a replay with another `Idempotency-Key` is
+//!   still the same signal;
 //! - a signal to a thread whose run has ended is refused (409): it would wait for the
 //!   thread's next run; so is a second decision on a call (409; 404 once the run has carried
 //!   on with the first, as nothing is pending then);
