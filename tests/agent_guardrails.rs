@@ -737,6 +737,7 @@ async fn a_prompt_left_by_a_run_that_failed_is_checked_by_the_next_run() {
 struct Refund {
     approved: bool,
     cents: u64,
+    note: Option<String>,
 }
 
 /// An answer that fits the output schema and is then rewritten by an output guardrail is
@@ -746,7 +747,9 @@ struct Refund {
 /// the output unchecked.
 #[tokio::test]
 async fn an_answer_the_output_guardrails_rewrite_must_still_fit_the_schema() {
-    let model = ScriptedModel::new([ModelResponse::text(r#"{"approved": true, "cents": 1299}"#)]);
+    let model = ScriptedModel::new([ModelResponse::text(
+        r#"{"approved": true, "cents": 1299, "note": null}"#,
+    )]);
     let agent = Agent::builder("You review refunds.")
         .name("refunds")
         .model(model)
@@ -762,14 +765,28 @@ async fn an_answer_the_output_guardrails_rewrite_must_still_fit_the_schema() {
         "{debug}"
     );
 
-    let model = ScriptedModel::new([ModelResponse::text(r#"{"approved": true, "cents": 1299}"#)]);
-    let lowercase = on_output("lowercase", |text| Verdict::Rewrite(text.to_lowercase()));
+    // A rewrite that keeps the answer whole passes, the answer as kept: out of the wrapper
+    // a list is asked for in, its `null` notes dropped; for the agent's type and a run's.
+    let lowercase = || on_output("lowercase", |text| Verdict::Rewrite(text.to_lowercase()));
+    let reply =
+        || ModelResponse::text(r#"{"result": [{"approved": true, "cents": 1299, "note": null}]}"#);
     let agent = Agent::builder("You review refunds.")
-        .model(model)
-        .output::<Refund>()
-        .guardrail(lowercase)
+        .model(ScriptedModel::new([reply()]))
+        .output::<Vec<Refund>>()
+        .guardrail(lowercase())
         .build()
         .unwrap();
     let result = agent.run("Refund order 7?").await.unwrap();
-    assert_eq!(result.parsed::<Refund>().unwrap().cents, 1299);
+    assert_eq!(result.parsed::<Vec<Refund>>().unwrap()[0].cents, 1299);
+    let agent = Agent::builder("You review refunds.")
+        .model(ScriptedModel::new([reply()]))
+        .guardrail(lowercase())
+        .build()
+        .unwrap();
+    let result = agent
+        .run("Refund order 7?")
+        .output::<Vec<Refund>>()
+        .await
+        .unwrap();
+    assert_eq!(result.parsed::<Vec<Refund>>().unwrap()[0].cents, 1299);
 }

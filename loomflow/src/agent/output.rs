@@ -181,10 +181,21 @@ pub(super) fn check_rewritten(
     let Some(output) = &state.output else {
         return Ok(());
     };
-    let checked = match (&state.output_schema, &core.output) {
-        (Some(own), _) => check_against(&own.schema, output),
-        (None, Some(spec)) => (spec.validate)(output),
-        (None, None) => Ok(()),
+    // The output as kept: out of its `result` wrapper, a `null` the schema does not require
+    // dropped ([`settled`]). Checked as such against the schema as given, or, for the
+    // agent's type, put back in its wrapper and read as the model's answer is.
+    let checked = match (&state.output_schema, &state.output_fields, &core.output) {
+        (Some(_), Some(fields), _) => serde_json::from_str::<Value>(output.trim())
+            .map_err(|e| format!("the answer is not JSON: {e}"))
+            .and_then(|value| crate::tool::validate_schema(fields, &value)),
+        (Some(own), None, _) => check_against(&own.schema, output),
+        (None, _, Some(spec)) => match serde_json::from_str::<Value>(output.trim()) {
+            Ok(value) if !is_object(&spec.fields) => {
+                (spec.validate)(&serde_json::json!({ WRAPPER: value }).to_string())
+            }
+            _ => (spec.validate)(output),
+        },
+        (None, _, None) => Ok(()),
     };
     checked.map_err(|problem| super::AgentError::OutputSchema {
         agent: core.name.clone(),
