@@ -261,8 +261,7 @@ pub(crate) fn now_ms() -> i64 {
 
 /// A stored time back as a `SystemTime`.
 pub(crate) fn from_ms(ms: i64) -> SystemTime {
-    let ms = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    crate::runtime::clock::time_after(SystemTime::UNIX_EPOCH, ms)
+    crate::runtime::clock::from_unix_ms(u64::try_from(ms).unwrap_or(0))
 }
 
 #[cfg(test)]

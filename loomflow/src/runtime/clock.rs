@@ -30,6 +30,14 @@ pub(crate) fn time_after(now: SystemTime, wait: Duration) -> SystemTime {
     now.checked_add(wait).unwrap_or_else(|| now + FAR)
 }
 
+/// The time `ms` milliseconds after the Unix epoch, as stored times are read; [`FAR`] from
+/// now when that is past what a time holds (on Windows, for an absurd stored value): still
+/// in the future, as the stored time was.
+pub(crate) fn from_unix_ms(ms: u64) -> SystemTime {
+    let after = UNIX_EPOCH.checked_add(Duration::from_millis(ms));
+    after.unwrap_or_else(|| time_after(SystemTime::now(), FAR))
+}
+
 /// The wall clock a runtime's timers use (`ctx.sleep`, `ctx.sleep_until`).
 ///
 /// Timers are stored as wall-clock times so that any process can tell when one is due; tests
@@ -112,7 +120,7 @@ pub struct Utc(pub SystemTime);
 impl Utc {
     /// The time `ms` milliseconds after the Unix epoch.
     pub fn from_ms(ms: u64) -> Self {
-        Self(time_after(UNIX_EPOCH, std::time::Duration::from_millis(ms)))
+        Self(from_unix_ms(ms))
     }
 }
 
@@ -155,5 +163,18 @@ mod utc_tests {
         assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(at(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(at(1_748_779_230_123), "2025-06-01T12:00:30.123Z");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored time reads back as that time; one past what a time holds is still in the
+    /// future, not thirty years after the epoch.
+    #[test]
+    fn a_stored_time_far_out_stays_in_the_future() {
+        assert_eq!(from_unix_ms(1_500), UNIX_EPOCH + Duration::from_millis(1_500));
+        assert!(from_unix_ms(u64::MAX) > SystemTime::now() + Duration::from_secs(3_600));
     }
 }

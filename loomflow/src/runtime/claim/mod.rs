@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::clock::{now_ms, time_after};
+use super::clock::{from_unix_ms, now_ms};
 use super::owner::OwnerId;
 use super::store::NO_PLACE;
 use super::store::{AuditEntry, Claim, JournalKey, RunState, Store, StoreError};
@@ -194,7 +194,7 @@ impl Runtime {
                         return Err(RuntimeError::Busy {
                             thread: thread.to_string(),
                             owner: holder,
-                            until: time_after(UNIX_EPOCH, Duration::from_millis(until_ms)),
+                            until: from_unix_ms(until_ms),
                         });
                     };
                     tokio::time::sleep(backoff.min(left)).await;
