@@ -218,8 +218,13 @@ pub(super) async fn list_runs(
         filter = filter.graph(graph);
     }
     if let Some(after) = &query.after {
-        let cursor = cursor_from_url(after)
-            .map_err(|e: BadRunCursor| ApiError::bad_request(e.to_string()))?;
+        let cursor = cursor_from_url(after).map_err(|e: BadRunCursor| {
+            ApiError::bad_request(format!(
+                "run cursor {:?} is not a page's next (<updated_at_ms>.<thread in hex>, or \
+                 <updated_at_ms>:<thread>)",
+                e.text
+            ))
+        })?;
         filter = filter.after(cursor);
     }
     // A page of none would read as the last page.

@@ -174,7 +174,10 @@ mod tests {
     /// future, not thirty years after the epoch.
     #[test]
     fn a_stored_time_far_out_stays_in_the_future() {
-        assert_eq!(from_unix_ms(1_500), UNIX_EPOCH + Duration::from_millis(1_500));
+        assert_eq!(
+            from_unix_ms(1_500),
+            UNIX_EPOCH + Duration::from_millis(1_500)
+        );
         assert!(from_unix_ms(u64::MAX) > SystemTime::now() + Duration::from_secs(3_600));
     }
 }

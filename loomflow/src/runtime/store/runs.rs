@@ -228,9 +228,9 @@ impl RunFilter {
 /// Where a page of runs ends, for the next page to start after it: the last run's
 /// [`updated_at_ms`](RunRecord::updated_at_ms) and thread, which order the listing.
 ///
-/// Its text form, `<updated_at_ms>:<thread>`, is what `GET /v1/runs` answers as `next` and
-/// takes as `after`. A run updated between two pages moves to the front of the listing: a
-/// page does not show it again, and the pages after it do not show it at all.
+/// Its text form is `<updated_at_ms>:<thread>`; `GET /v1/runs` answers `next` in a form a
+/// URL carries as it is (the thread in hex), and takes either as `after`. A run updated between two pages moves to the front of the listing: a page does
+/// not show it again, and the pages after it do not show it at all.
 ///
 /// # Examples
 ///
