@@ -483,7 +483,8 @@ async fn a_secrets_surrounding_whitespace_is_not_part_of_it() {
     let loomflow = [
         (
             "X-Loomflow-Signature",
-            signature_header(SIGNING, now_secs(), path, "d-2", body),
+            // The sender read the same file, newline included.
+            signature_header(&format!("{SIGNING}\n"), now_secs(), path, "d-2", body),
         ),
         ("X-Loomflow-Delivery", "d-2".to_owned()),
     ];

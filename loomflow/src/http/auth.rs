@@ -299,7 +299,10 @@ fn signed_parts<'a>(
 /// The `X-Loomflow-Signature` header's value for a signal POST: to `path` (the whole path
 /// as sent, `/v1/threads/{thread}/signals/{name}` under any prefix the router is nested
 /// in), at `time` (Unix seconds), with delivery id `delivery` (sent as
-/// `X-Loomflow-Delivery`, which also makes a redelivery one signal) and `body`.
+/// `X-Loomflow-Delivery`, which also makes a redelivery one signal) and `body`. The
+/// secret's surrounding whitespace is not part of it, as for the server
+/// ([`HttpConfig::signing_secret`](super::HttpConfig::signing_secret)): a sender and a server
+/// that read one secret file, newline included, agree.
 ///
 /// # Examples
 ///
@@ -322,12 +325,14 @@ pub fn signature_header(
     body: &[u8],
 ) -> String {
     let time = time.to_string();
-    let signature = sign(secret, &signed_parts(&time, path, delivery, body));
+    let signature = sign(secret.trim(), &signed_parts(&time, path, delivery, body));
     format!("t={time},v1={signature}")
 }
 
 /// The hex HMAC-SHA256 of `parts` under `secret`: what a sender puts in a signature header
-/// (GitHub's `X-Hub-Signature-256` is `sha256=` and this, over the body).
+/// (GitHub's `X-Hub-Signature-256` is `sha256=` and this, over the body). `secret` is used
+/// as given; the server checks with its configured secret trimmed
+/// ([`HttpConfig::github_secret`](super::HttpConfig::github_secret)).
 pub fn sign(secret: &str, parts: &[&[u8]]) -> String {
     hmac(secret, parts)
         .finalize()
