@@ -83,13 +83,21 @@ pub(super) fn body(
 /// such as the results of parallel tool calls, merge into one turn of several blocks.
 fn messages(messages: &Transcript) -> Value {
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
-    for message in messages {
+    // The last message the API is sent, but for system ones.
+    let last = messages
+        .iter()
+        .rposition(|m| !matches!(m, Message::System { .. }));
+    for (at, message) in messages.iter().enumerate() {
         let (role, blocks) = match message {
             Message::System { .. } => continue,
             // The API refuses empty (or blank) text blocks: a blank prompt (one a guardrail
-            // rewrote to nothing) is left out, or a session that kept it would fail every
-            // later call; the assistant turns on either side of it merge.
-            Message::User { content } if content.trim().is_empty() => continue,
+            // rewrote to nothing) the conversation went on from is left out, or a session
+            // that kept it would fail every later call; the assistant turns on either side
+            // of it merge. The last one is sent, and refused: left out, the request would
+            // end on the model's own turn, which it would carry on as a prefill.
+            Message::User { content } if content.trim().is_empty() && Some(at) != last => {
+                continue;
+            }
             Message::User { content } => ("user", vec![text_block(content)]),
             // Anthropic itself may answer `end_turn` with no content: such a turn is left
             // out, and the user turns on either side of it merge, which keeps the roles
@@ -164,6 +172,15 @@ mod tests {
                 {"role": "user", "content": [{"type": "text", "text": "Good."}]},
             ])
         );
+        // The last message is sent as it is: left out, the request would end on the
+        // model's turn, a prefill it would carry on.
+        let request = ModelRequest::new(vec![
+            Message::user("Hi"),
+            Message::assistant("Hello."),
+            Message::user(""),
+        ]);
+        let last = super::body(&request, "claude-x", false, 100);
+        assert_eq!(last["messages"][2]["role"], "user");
     }
 
     #[test]
