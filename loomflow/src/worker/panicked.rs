@@ -9,9 +9,10 @@ use crate::runtime::claim::RunClaim;
 /// one write that lets it go: left claimed, it would be held and renewed for as long as the
 /// process lives; let go runnable, it would panic again at once.
 ///
-/// An execution that panicked once it no longer held the run (it had let go, its lease was
-/// lost, or it stopped holding a resume request for the lease to run out) writes nothing:
-/// the report says what the run's row says.
+/// An execution that panicked once it no longer held the run (it had let go, or its lease
+/// was lost) writes nothing: the report says what the run's row says. One that stopped
+/// holding a resume request, for its lease to run out and the next execution to apply the
+/// request again, fails the run still: that execution would panic again.
 pub(super) async fn fail(
     runtime: &crate::runtime::Runtime,
     claim: RunClaim,
@@ -24,7 +25,7 @@ pub(super) async fn fail(
     );
     drop(panic);
     let thread = claim.thread().to_owned();
-    if claim.is_done() {
+    if claim.is_done() && !claim.holds_request() {
         tracing::error!(%thread, %graph, %error, "a worker's run panicked once it no longer held the run; its row stands");
         let state = super::registry::standing(runtime, &thread).await;
         return RunReport {
