@@ -97,6 +97,7 @@ impl MemoryStore {
             && slot.row.held_by(owner)
         {
             slot.row.let_go(runnable);
+            slot.row.updated_at_ms = now_ms();
         }
         Ok(())
     }

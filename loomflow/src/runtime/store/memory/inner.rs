@@ -100,7 +100,12 @@ impl Inner {
         } = self;
         match threads.at_mut(place, thread) {
             Some(slot) if slot.row.held_by(owner) => {
-                slot.row.until_ms = until_ms;
+                let row = &mut slot.row;
+                row.until_ms = until_ms;
+                // A write under the claim changes the row as of the time its lease runs
+                // from (no clock read); a write that lets go (0) stamps it itself.
+                let written_at = until_ms.saturating_sub(row.lease_ms);
+                row.updated_at_ms = row.updated_at_ms.max(written_at);
                 Ok(Fenced {
                     slot,
                     next_id,
