@@ -63,6 +63,7 @@ pub async fn run_all(store: &dyn Store) {
     signals_are_taken_only_by_their_session(store).await;
     claims::claims_are_exclusive_until_expiry_or_release(store).await;
     claims::a_claim_stamps_its_rows_update_time(store).await;
+    claims::a_time_the_store_cannot_hold_is_refused(store).await;
     claims::writes_under_a_claim_are_fenced(store).await;
     claims::the_last_checkpoint_releases_the_claim(store).await;
     claims::signals_taken_under_a_claim_go_to_one_consumer(store).await;

@@ -112,11 +112,27 @@ pub(super) async fn a_claim_stamps_its_rows_update_time(store: &dyn Store) {
         Claim::Claimed
     );
     assert_eq!(updated().await, Some(2_000), "claimed");
+    // Renewing the lease and letting go change the row too (as of the store's clock).
+    store.renew_claim(&thread, "a", LATER + 500).await.unwrap();
+    let renewed = updated().await.unwrap_or_default();
+    assert!(renewed > 2_000, "renewed: {renewed}");
     store.release(&thread, "a").await.unwrap();
+    let released = updated().await.unwrap_or_default();
+    assert!(released >= renewed, "let go: {released}");
     let graphs = [graph];
     let claimed = store.claim_next_run(&graphs, "b", LATER, 3_000, 3_000);
     assert!(claimed.await.unwrap().is_some());
     assert_eq!(updated().await, Some(3_000), "claimed by a worker");
+}
+
+/// A time the store cannot hold (past `i64::MAX` ms, for SQL's signed integers) is kept or
+/// refused as a value it would refuse again (`Refused`), not failed as a write to try again.
+pub(super) async fn a_time_the_store_cannot_hold_is_refused(store: &dyn Store) {
+    let thread = unique("far-lease");
+    match store.claim(&thread, "a", u64::MAX, 1_000).await {
+        Ok(Claim::Claimed) | Err(StoreError::Refused { .. }) => {}
+        other => panic!("a lease until u64::MAX: {other:?}"),
+    }
 }
 
 /// Writes under a claim land only while their owner holds it; a lost lease writes nothing.

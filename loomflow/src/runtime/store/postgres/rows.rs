@@ -12,7 +12,8 @@ use crate::runtime::store::{Checkpoint, JournalKey, RunStatus, StoreError};
 
 /// `BIGINT` columns are signed 64-bit.
 pub(super) fn to_i64(value: u64, what: &str, thread: &str) -> Result<i64, StoreError> {
-    i64::try_from(value).map_err(|_| StoreError::Write {
+    // Refused: it would be again, and a write failure would be tried again and again.
+    i64::try_from(value).map_err(|_| StoreError::Refused {
         thread: thread.to_owned(),
         message: format!("{what} {value} is too large for PostgreSQL"),
     })
