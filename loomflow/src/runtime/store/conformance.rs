@@ -80,6 +80,7 @@ pub async fn run_all(store: &dyn Store) {
     runs::a_failure_with_a_nul_in_its_message_is_recorded(store).await;
     listing::runs_are_listed_a_page_at_a_time(store).await;
     turns::runs_are_claimed_in_the_order_they_became_runnable(store).await;
+    turns::a_signalled_run_with_a_deadline_counts_from_its_signal(store).await;
     turns::a_run_whose_lease_ran_out_goes_before_the_backlog(store).await;
     turns::a_claimed_queued_run_whose_lease_ran_out_goes_before_the_backlog(store).await;
     audit::entries_read_back_in_order(store).await;

@@ -50,6 +50,42 @@ pub(super) async fn runs_are_claimed_in_the_order_they_became_runnable(store: &d
     assert_eq!(rest, queued, "then the queued runs");
 }
 
+/// A run that waits for a signal with a deadline is runnable since the earlier of the two:
+/// sent its signal before a run was queued, it goes first, though its deadline is later.
+pub(super) async fn a_signalled_run_with_a_deadline_counts_from_its_signal(store: &dyn Store) {
+    let graph = unique("turns-deadline");
+    let graphs = [graph.clone()];
+    let waiting = unique("waiting-deadline");
+    suspend(
+        store,
+        &waiting,
+        &graph,
+        vec![interrupt(Some("go"), Some(5_000))],
+    )
+    .await;
+    let signal = StoredSignal {
+        seq: 0,
+        session: waiting.clone(),
+        name: "go".to_owned(),
+        payload: json!(1),
+        idempotency_key: None,
+        sent_at_ms: 1_000,
+    };
+    store.push_signal(signal).await.unwrap();
+    let queued = unique("queued-before-deadline");
+    store
+        .submit_run(&queued, &graph, json!(0), 3_000)
+        .await
+        .unwrap();
+    let first = store.claim_next_run(&graphs, "w1", LATER, 5, 6_000).await;
+    let first = first.unwrap().map(|run| run.record.thread);
+    assert_eq!(
+        first,
+        Some(waiting),
+        "signalled at 1,000, before the run queued at 3,000"
+    );
+}
+
 /// A run whose execution died part way (its lease ran out) goes before every queued run,
 /// whenever it last wrote: a backlog queued before its last heartbeat does not hold up its
 /// recovery.

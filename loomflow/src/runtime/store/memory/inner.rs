@@ -28,6 +28,9 @@ impl Inner {
     ) -> Option<Arc<str>> {
         // A signalled run is runnable since its oldest awaited signal was sent.
         let signalled = |row: &RunRow, thread: &str| {
+            if !matches!(row.state, Some(RunState::Waiting | RunState::Interrupted)) {
+                return None;
+            }
             let signals = self.signals.values();
             signals
                 .filter(|s| s.session == thread && row.waits_for(&s.name))
@@ -50,11 +53,16 @@ impl Inner {
             .map(|(thread, slot)| (thread, &slot.row))
             .filter(|(_, row)| row.in_graphs(graphs) && row.is_free(now_ms))
             .filter_map(|(thread, row)| {
-                let since = due(row).or_else(|| signalled(row, thread))?;
-                Some((since, thread.clone()))
+                // The earlier of its timer and its signal, as the SQL stores take it; ties
+                // (runs recovering, all runnable since 0) by when the row last changed.
+                let since = match (due(row), signalled(row, thread)) {
+                    (Some(due), Some(sent)) => due.min(sent),
+                    (due, sent) => due.or(sent)?,
+                };
+                Some((since, row.updated_at_ms, thread.clone()))
             })
             .min();
-        chosen.map(|(_, thread)| thread)
+        chosen.map(|(_, _, thread)| thread)
     }
 
     /// Claims `thread`'s row for `owner` (which the caller found runnable).
