@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [9]);
+    assert_eq!(versions, [10]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +302,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -949,7 +949,7 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN SELECT seq FROM signals WHERE consumed_at_ms IS NULL
@@ -1032,7 +1032,7 @@ async fn a_version_6_file_gains_the_checkpoint_id_floor() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((version, floor), (9, i64::try_from(kept).unwrap() + 1));
+    assert_eq!((version, floor), (10, i64::try_from(kept).unwrap() + 1));
     drop(conn);
 
     // A row is past the floor now: the writer's pruning (on its first commit) clears it,
@@ -1190,5 +1190,38 @@ async fn a_run_row_that_does_not_read_back_names_its_thread() {
     assert!(
         matches!(&error, StoreError::Corrupt { thread, .. } if thread == "ord_7"),
         "{error:?}"
+    );
+}
+
+/// Version 10 indexes the consumed signals by when they were consumed: the writer's prune
+/// of those kept long enough, once a minute while every write waits, reads them alone, not
+/// every signal. A version 9 file gains the index.
+#[tokio::test]
+async fn a_version_9_file_gains_the_index_of_consumed_signals() {
+    let db = TempDb::new("v9");
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch("DROP INDEX signals_consumed; UPDATE meta SET schema_version = 9;")
+        .unwrap();
+    drop(conn);
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 10);
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN DELETE FROM signals
+             WHERE consumed_at_ms IS NOT NULL AND consumed_at_ms < 5",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter().any(|step| step.contains("signals_consumed")),
+        "{plan:?}"
     );
 }

@@ -59,6 +59,13 @@ pub(super) const MIGRATION_RECOVERING_QUEUED: &str = "
     CREATE INDEX runs_recovering ON runs (updated_at_ms)
         WHERE runnable_at_ms = 0 AND (status IS NOT 'queued' OR attempts > 0);";
 
+/// Migration step 9 -> 10: the consumed signals by when they were consumed. The writer
+/// forgets those whose idempotency key was kept long enough once a minute, outside any
+/// group, while every write waits: without it, that reads every signal row.
+pub(super) const MIGRATION_CONSUMED: &str = "
+    CREATE INDEX IF NOT EXISTS signals_consumed ON signals (consumed_at_ms)
+        WHERE consumed_at_ms IS NOT NULL;";
+
 /// Gives every thread that has top-level checkpoints and no run row the row its newest
 /// checkpoint says (its run, state, what it waits on; the graph from the run's first
 /// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
