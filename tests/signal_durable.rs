@@ -685,3 +685,85 @@ async fn a_row_a_poll_took_is_not_taken_again_by_a_store_reader() {
     assert!(again.is_err(), "the payload was received twice: {again:?}");
     assert!(stored(&runtime).await.is_empty());
 }
+
+/// A signal a node took after its answer is handed to it again when the step, failed with
+/// that answer, is resumed with another: it was taken from the store, and waiting for it
+/// again would wait for one that does not come a second time. Before its fix the receipt
+/// was filed under the first answer's fingerprint, and the wait timed out.
+#[tokio::test]
+async fn a_signal_taken_after_an_answer_is_kept_when_the_question_is_answered_again() {
+    let db = TempDb::new("receipt-across-answers");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = Graph::new("answered-then-signalled")
+            .node_fn("ask", |total: &mut u32, ctx| {
+                Box::pin(async move {
+                    let answer: u32 = ctx.interrupt("how many?")?;
+                    let paid: u32 = ctx
+                        .wait_for_signal("paid")
+                        .timeout(Duration::from_secs(2))
+                        .await?;
+                    if answer == 0 {
+                        return Err("zero is no answer".into());
+                    }
+                    *total = answer + paid;
+                    Ok(())
+                })
+            })
+            .edge(START, "ask")
+            .edge("ask", END)
+            .compile()
+            .unwrap();
+        let asked = graph.invoke(&runtime, "t", 0).await.unwrap();
+        assert_eq!(asked.interrupts().len(), 1, "{asked:?}");
+        runtime.signal("t", "paid", 40).await.unwrap();
+        let failed = graph.resume(&runtime, "t", 0).await.unwrap();
+        assert!(
+            matches!(failed, loomflow::RunOutcome::Failed { .. }),
+            "{failed:?}"
+        );
+        let done = graph.resume(&runtime, "t", 2).await.unwrap();
+        assert_eq!(done.completed().unwrap(), 42);
+    }
+}
+
+/// A receipt an earlier version filed under the node's answers (`signal:paid@<fingerprint of
+/// the answers>`), for a run that stopped before the upgrade, is still found: the node is
+/// handed the signal it took, rather than waiting for it again.
+#[tokio::test]
+async fn a_receipt_filed_under_the_answers_by_an_earlier_version_is_found() {
+    // The answers' fingerprint as the journal computes it: FNV-1a over their JSON lines.
+    fn fingerprint(lines: &[&str]) -> String {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in lines
+            .iter()
+            .flat_map(|l| l.bytes().chain(std::iter::once(b'\n')))
+        {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("{hash:016x}")
+    }
+    let graph = Graph::new("answered-then-signalled")
+        .node_fn("ask", |total: &mut u32, ctx| {
+            Box::pin(async move {
+                let answer: u32 = ctx.interrupt("how many?")?;
+                let paid: u32 = ctx
+                    .wait_for_signal("paid")
+                    .timeout(Duration::from_secs(2))
+                    .await?;
+                *total = answer + paid;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    graph.invoke(&runtime, "t", 0).await.unwrap();
+    let name = format!("signal:paid@{}", fingerprint(&["2"]));
+    let key = loomflow::runtime::JournalKey::new("t", 1, "", 1, "ask", name, 0);
+    runtime.store().put_journal(key, json!(40)).await.unwrap();
+    let done = graph.resume(&runtime, "t", 2).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 42);
+}

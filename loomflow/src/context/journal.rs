@@ -138,12 +138,55 @@ impl Context {
     /// step failed and left it open) is another input, whose calls are made afresh rather
     /// than handed the results of the calls made for the first.
     pub(crate) fn journal_key(&self, name: &str) -> JournalKey {
+        self.next_key(name, true)
+    }
+
+    /// The journal key for the next receipt of a signal, filed as `name` (`signal:<name>`)
+    /// whatever the node's `interrupt` calls returned: a signal taken is gone from the
+    /// store, and the node, run again for the same step with another answer, is handed it
+    /// again rather than waiting for one that will not come a second time.
+    pub(crate) fn receipt_key(&self, name: &str) -> JournalKey {
+        self.next_key(name, false)
+    }
+
+    /// The receipt journaled under `key` ([`receipt_key`](Self::receipt_key)), with the key
+    /// it was found under: receipts taken after the node's answers were filed with them
+    /// before receipts left them out, and are looked for there too, for a run that stopped
+    /// before the change.
+    pub(crate) async fn recorded_receipt(
+        &self,
+        key: &JournalKey,
+    ) -> Result<Option<(JournalKey, serde_json::Value)>, StoreError> {
+        let store = self.runtime().store();
+        if let Some(recorded) = store.get_journal(key).await? {
+            return Ok(Some((key.clone(), recorded)));
+        }
+        let answered = self.control().interrupts_called.min(self.resume.len());
+        if answered == 0 {
+            return Ok(None);
+        }
+        let earlier = JournalKey {
+            name: format!(
+                "{}@{}",
+                key.name,
+                answers_fingerprint(&self.resume[..answered])
+            ),
+            ..key.clone()
+        };
+        let recorded = store.get_journal(&earlier).await?;
+        Ok(recorded.map(|recorded| (earlier, recorded)))
+    }
+
+    /// The key for the next call named `name`, filed with the answers' fingerprint when
+    /// `by_answers`.
+    fn next_key(&self, name: &str, by_answers: bool) -> JournalKey {
         let (occurrence, answered) = {
             let mut control = self.control();
             let counter = control.occurrences.entry(name.to_owned()).or_insert(0);
             let current = *counter;
             *counter += 1;
-            (current, control.interrupts_called.min(self.resume.len()))
+            let answered = control.interrupts_called.min(self.resume.len());
+            (current, if by_answers { answered } else { 0 })
         };
         let filed_as = match answered {
             0 => name.to_owned(),

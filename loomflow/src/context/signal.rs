@@ -111,7 +111,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             // The wait's journal keys, taken in the same order however the wait ends, so that
             // each wait of a node running again for the same step finds its own entries (they
             // are numbered by occurrence of their name within the node).
-            let key = ctx.journal_key(&format!("signal:{name}"));
+            let key = ctx.receipt_key(&format!("signal:{name}"));
             // A timed wait keeps its deadline in the journal, by the runtime's clock: the run,
             // carried on later (by a worker at the deadline, or recovered after its execution
             // stopped half way), times out at the same moment.
@@ -128,7 +128,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             // (resumed, recovered) times out again, whatever came after the deadline.
             let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
             // A node running again for the same step gets what it received before.
-            if let Some(recorded) = runtime.store().get_journal(&key).await? {
+            if let Some((key, recorded)) = ctx.recorded_receipt(&key).await? {
                 return replayed(ctx, &name, &key, recorded);
             }
             // Under a worker, a wait parks only briefly and then suspends the run.
@@ -559,13 +559,13 @@ impl Context {
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub async fn poll_signal<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
-        let key = self.journal_key(&format!("signal:{name}"));
+        let key = self.receipt_key(&format!("signal:{name}"));
         // Where a poll that found nothing says so: a node running again for the same step
         // finds nothing again, whatever came since.
         let none_key = self.journal_key(&format!("signal-none:{name}"));
         let runtime = self.runtime();
         let session = self.thread();
-        if let Some(recorded) = runtime.store().get_journal(&key).await? {
+        if let Some((key, recorded)) = self.recorded_receipt(&key).await? {
             return replayed(self, name, &key, recorded).map(Some);
         }
         if runtime.store().get_journal(&none_key).await?.is_some() {
