@@ -217,7 +217,7 @@ mod tests {
     fn values_past_bigint_are_refused_naming_the_thread() {
         assert!(matches!(
             to_i64(u64::MAX, "step", "t"),
-            Err(StoreError::Write { thread, message }) if thread == "t" && message.contains("step")
+            Err(StoreError::Refused { thread, message }) if thread == "t" && message.contains("step")
         ));
         assert!(matches!(
             to_u64(-1, "run", "t"),
