@@ -164,3 +164,44 @@ async fn a_hand_written_schema_is_sent_strict() {
         json!(["integer", "null"])
     );
 }
+
+/// The tool whose call carries arguments that are not JSON.
+#[loomflow::tool]
+fn lookup(order: String) -> String {
+    format!("order {order} shipped")
+}
+
+/// A model that sends a tool call whose arguments are not JSON (a model outside strict
+/// mode, a local server) does not fail the run: the call is answered with an error the
+/// model reads, and its next turn answers. Before, the reply failed as a decode error.
+#[tokio::test]
+async fn a_tool_call_whose_arguments_are_not_json_is_answered_with_an_error() {
+    let call = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "lookup", "arguments": "{\"order\": \"A-1}"}}]});
+    let answer = json!({"role": "assistant", "content": "Sorry, let me retry later."});
+    let server = MockServer::start(vec![
+        Reply::json(200, openai_completion(call, "tool_calls", 20, 9)),
+        Reply::json(200, openai_completion(answer, "stop", 30, 9)),
+    ])
+    .await;
+    let agent = Agent::builder("You track orders.")
+        .model(models::openai(&server))
+        .tool(lookup)
+        .build()
+        .unwrap();
+    let result = agent.run("Where is A-1?").await.unwrap();
+    assert_eq!(result.output, "Sorry, let me retry later.");
+    let requests = server.requests();
+    let told = &requests[1].body["messages"];
+    let tool = told
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert!(
+        tool["content"].as_str().unwrap().contains("not JSON"),
+        "{tool}"
+    );
+}

@@ -446,23 +446,45 @@ async fn a_stream_error_before_any_content_is_retried() {
     assert_eq!(server.requests().len(), 3);
 }
 
+/// A tool call whose arguments are not JSON keeps them as text, whole or streamed: the tool
+/// host answers it with an error the model reads, rather than the reply failing the run.
+/// Sent back in the transcript, they go to OpenAI as the text they were, and to Anthropic
+/// as an empty input (the API takes an object only).
 #[tokio::test]
-async fn a_streamed_decode_error_names_the_provider_and_the_model() {
+async fn arguments_that_are_not_json_are_kept_as_text() {
     let sse = openai_sse(&[openai_chunk(
         json!({"tool_calls": [
             {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}),
         Some("tool_calls"),
     )]);
-    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
-    let err = collect_stream(openai(&server).stream(hi()))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, ModelError::Decode { .. }), "{err:?}");
-    let message = err.to_string();
-    assert!(
-        message.contains("openai-compatible model gpt-test") && message.contains("(f)"),
-        "{message}"
-    );
+    let whole = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]});
+    let server = MockServer::start(vec![
+        Reply::sse(&sse, 4096),
+        Reply::json(200, openai_completion(whole, "tool_calls", 1, 1)),
+        openai_ok(),
+        anthropic_ok(),
+    ])
+    .await;
+    let model = openai(&server);
+    for response in [
+        collect_stream(model.stream(hi())).await.unwrap(),
+        model.complete(hi()).await.unwrap(),
+    ] {
+        assert_eq!(response.tool_calls[0].arguments, json!("{not json"));
+    }
+    let history = ModelRequest::new(vec![
+        Message::user("Hi"),
+        Message::assistant_tool_calls(vec![ToolCall::new("c", "f", json!("{not json"))]),
+        Message::tool_error("c", "arguments are not JSON"),
+    ]);
+    model.complete(history.clone()).await.unwrap();
+    anthropic(&server).complete(history).await.unwrap();
+    let requests = server.requests();
+    let sent = &requests[2].body["messages"][1]["tool_calls"][0]["function"]["arguments"];
+    assert_eq!(sent, "{not json");
+    let input = &requests[3].body["messages"][1]["content"][0]["input"];
+    assert_eq!(input, &json!({}));
 }
 
 #[tokio::test]

@@ -233,10 +233,11 @@ impl StreamAccumulator {
     ///
     /// # Errors
     ///
-    /// [`ModelError::StreamCut`] when no finish chunk was seen; [`ModelError::Decode`] when a
-    /// tool call's arguments are not JSON (unless the reply hit its token limit: then the
-    /// call is dropped and the finish reason is [`FinishReason::Length`]). `provider` and
-    /// `model` name the culprit in them.
+    /// [`ModelError::StreamCut`] when no finish chunk was seen, naming `provider` and
+    /// `model`. A tool call whose arguments are not JSON keeps them as text (a
+    /// [`Value::String`](serde_json::Value::String)), which the tool host answers with an
+    /// error the model reads, unless the reply hit its token limit: then the call is
+    /// dropped, and the finish reason is [`FinishReason::Length`].
     pub fn finish(self, provider: &str, model: &str) -> Result<ModelResponse, ModelError> {
         let Some(finish_reason) = self.finish else {
             return Err(ModelError::StreamCut {
@@ -245,7 +246,7 @@ impl StreamAccumulator {
             });
         };
         let mut tool_calls = Vec::with_capacity(self.calls.len());
-        for (index, call) in self.calls {
+        for call in self.calls.into_values() {
             let arguments = match parse_arguments(&call.arguments) {
                 // Cut before its first argument: not an empty object.
                 Ok(_)
@@ -258,13 +259,9 @@ impl StreamAccumulator {
                 // The token limit cut the call short: it is dropped, and the reply's
                 // `Length` says why, rather than a decode error.
                 Err(_) if finish_reason == FinishReason::Length => continue,
-                Err(e) => {
-                    return Err(ModelError::Decode {
-                        provider: provider.to_owned(),
-                        model: model.to_owned(),
-                        message: format!("arguments of tool call {index} ({}): {e}", call.name),
-                    });
-                }
+                // Kept as the text it is: the tool host answers the call with an error the
+                // model reads (arguments that are not JSON), and the run goes on.
+                Err(_) => serde_json::Value::String(call.arguments),
             };
             tool_calls.push(ToolCall {
                 arguments,
@@ -296,9 +293,10 @@ pub(crate) fn parse_arguments(text: &str) -> Result<serde_json::Value, serde_jso
 /// # Errors
 ///
 /// The first error the stream yields; [`ModelError::StreamCut`] when it ends without a
-/// finish chunk; [`ModelError::Decode`] when a tool call's arguments are not JSON. The
-/// adapters' streams report those two themselves, naming the provider and the model; for
-/// other streams the error names the model the stream reported, if it did.
+/// finish chunk, which the adapters' streams report themselves, naming the provider and the
+/// model; for other streams the error names the model the stream reported, if it did. A
+/// tool call whose arguments are not JSON keeps them as text, as
+/// [`StreamAccumulator::finish`] says.
 ///
 /// # Examples
 ///

@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use rustls_platform_verifier::BuilderVerifierExt;
 
 use super::sse::{SseEvent, SseParser};
-use super::{ApiKey, ChunkStream, FinishReason, ModelError, StreamChunk};
+use super::{ApiKey, ChunkStream, ModelError, StreamChunk};
 
 /// Who is being called: names the culprit in errors.
 #[derive(Clone, Debug)]
@@ -337,7 +337,6 @@ struct SseDriver<B, D> {
     ended: bool,
     idle_timeout: Duration,
     target: Target,
-    calls: CallArguments,
 }
 
 impl<B, D: EventDecoder> SseDriver<B, D> {
@@ -372,43 +371,6 @@ impl<B, D: EventDecoder> SseDriver<B, D> {
     }
 }
 
-/// The tool calls' argument texts as they stream by, checked at the finish: the stream, which
-/// knows the provider and the model, reports arguments that are not JSON, rather than
-/// whoever folds the chunks, who may not.
-#[derive(Default)]
-struct CallArguments(std::collections::BTreeMap<usize, (String, String)>);
-
-impl CallArguments {
-    fn see(&mut self, chunk: &StreamChunk) {
-        if let StreamChunk::ToolCall {
-            index,
-            name,
-            arguments,
-            ..
-        } = chunk
-        {
-            let (call_name, text) = self.0.entry(*index).or_default();
-            if let Some(name) = name.as_ref().filter(|_| call_name.is_empty()) {
-                call_name.clone_from(name);
-            }
-            text.push_str(arguments);
-        }
-    }
-
-    /// The error for the first call whose arguments are not JSON, unless the reply hit its
-    /// token limit (the accumulator then drops the cut call).
-    fn check(&self, reason: &FinishReason, target: &Target) -> Option<ModelError> {
-        if *reason == FinishReason::Length {
-            return None;
-        }
-        self.0.iter().find_map(|(index, (name, text))| {
-            let e = super::response::parse_arguments(text).err()?;
-            let message = format!("arguments of tool call {index} ({name}): {e}");
-            Some(decode_error(target, message))
-        })
-    }
-}
-
 /// Streams the chunks of an SSE body. Waiting longer than `idle_timeout` for the next bytes
 /// fails with [`ModelError::Timeout`]; a body that ends (or breaks) before the decoder saw the
 /// end of the reply fails with [`ModelError::StreamCut`].
@@ -433,20 +395,10 @@ where
         ended: false,
         idle_timeout,
         target,
-        calls: CallArguments::default(),
     };
     Box::pin(futures_util::stream::unfold(driver, |mut d| async move {
         loop {
             if let Some(item) = d.out.pop_front() {
-                if let Ok(chunk) = &item {
-                    d.calls.see(chunk);
-                }
-                if let Ok(StreamChunk::Finish { reason }) = &item
-                    && let Some(error) = d.calls.check(reason, &d.target)
-                {
-                    d.out.clear();
-                    return Some((Err(error), d));
-                }
                 return Some((item, d));
             }
             if d.ended {

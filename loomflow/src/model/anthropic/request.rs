@@ -115,7 +115,8 @@ fn messages(messages: &Transcript) -> Value {
                     blocks.push(text_block(content));
                 }
                 blocks.extend(tool_calls.iter().map(|call| {
-                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+                    let input = tool_input(&call.arguments);
+                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
                 }));
                 ("assistant", blocks)
             }
@@ -140,6 +141,20 @@ fn messages(messages: &Transcript) -> Value {
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect()
+}
+
+/// A call's arguments as a `tool_use` block's input, which the API takes as an object only:
+/// arguments kept as text are read as the object they hold, or sent as `{}` (the call's
+/// result says they were not JSON).
+fn tool_input(arguments: &Value) -> Value {
+    match arguments {
+        Value::Object(_) => arguments.clone(),
+        Value::String(text) => serde_json::from_str::<Value>(text)
+            .ok()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({})),
+        _ => json!({}),
+    }
 }
 
 fn text_block(text: &str) -> Value {

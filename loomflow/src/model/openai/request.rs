@@ -113,7 +113,11 @@ fn message(message: &Message) -> Value {
                             "type": "function",
                             "function": {
                                 "name": call.name,
-                                "arguments": call.arguments.to_string(),
+                                // Arguments kept as text (not JSON) go back as they came.
+                                "arguments": match &call.arguments {
+                                    Value::String(text) => text.clone(),
+                                    other => other.to_string(),
+                                },
                             }
                         })
                     })

@@ -110,7 +110,7 @@ pub(super) fn parse(
     };
     let cut_short = choice.finish_reason.as_deref() == Some("length");
     let mut tool_calls = Vec::with_capacity(choice.message.tool_calls.len());
-    for (index, call) in choice.message.tool_calls.into_iter().enumerate() {
+    for call in choice.message.tool_calls {
         let arguments = match call.function.arguments {
             // Cut before its first argument: not an empty object.
             Some(serde_json::Value::String(text)) if cut_short && text.trim().is_empty() => {
@@ -122,11 +122,9 @@ pub(super) fn parse(
                 // The token limit cut the call short: it is dropped and the reply says
                 // `Length`, rather than a decode error that hides why.
                 Err(_) if cut_short => continue,
-                Err(e) => {
-                    let name = &call.function.name;
-                    let message = format!("arguments of tool call {index} ({name}): {e}");
-                    return Err(decode_error(target, message));
-                }
+                // Kept as the text it is: the tool host answers the call with an error the
+                // model reads, and the run goes on.
+                Err(_) => serde_json::Value::String(text),
             },
             Some(serde_json::Value::Null) | None => parse_arguments("").unwrap_or_default(),
             Some(value) => value,
