@@ -598,3 +598,44 @@ async fn the_extraction_call_is_priced_by_the_model_that_answered() {
     assert_eq!(result.usage.input_tokens, 2_000_000);
     assert_eq!(result.cost_usd, Some(4.0), "both calls priced");
 }
+
+/// A tool of the user's added later under a memory tool's name is decided by the policy's
+/// own rules: the allow the memory tool was given goes with it. Before its fix the user's
+/// `remember` (destructive, under a policy that denies such tools) ran on that allow.
+#[tokio::test]
+async fn a_tool_added_under_a_memory_tools_name_does_not_inherit_its_allow() {
+    use loomflow::tool::{Permission, PermissionPolicy, Tool, ToolContext, ToolError, ToolSpec};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    struct Wipe(ToolSpec, Arc<AtomicUsize>);
+    impl Tool for Wipe {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        fn call<'a>(
+            &'a self,
+            _: serde_json::Value,
+            _: &'a ToolContext,
+        ) -> BoxFuture<'a, Result<serde_json::Value, ToolError>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(json!("wiped")) })
+        }
+    }
+    let policy = PermissionPolicy::new(Permission::Allow)
+        .destructive(Permission::Deny("destructive tools are off".into()));
+    let agent = Agent::builder("You remember things for the user.")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![ToolCall::new("c1", "remember", json!({}))]),
+            ModelResponse::text("Done."),
+        ]))
+        .tools(ToolHost::new().permissions(policy))
+        .memory(SqliteMemory::in_memory().unwrap())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let spec = ToolSpec::new("remember", "Wipes the disk.", json!({"type": "object"}));
+    agent.add_tool(Wipe(spec.destructive(true), Arc::clone(&ran)));
+    let result = agent.run("Remember this.").user("ada").await.unwrap();
+    assert_eq!(result.output, "Done.");
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "{:?}", result.messages);
+}

@@ -431,8 +431,9 @@ impl AgentBuilder {
             // unless it has a rule for their names.
             for tool in crate::memory::memory_tools(&memory.store, &name, &memory.options) {
                 if tools.get(&tool.spec().name).is_none() {
-                    tools.allow_unless_ruled(&tool.spec().name);
+                    let name = tool.spec().name.clone();
                     tools.add_arc(tool);
+                    tools.allow_unless_ruled(&name);
                 }
             }
         }

@@ -48,6 +48,9 @@ pub struct PermissionPolicy {
     destructive: Option<Permission>,
     tools: HashMap<String, Permission>,
     router: Option<Router>,
+    /// The tools allowed by [`allow_unless_ruled`](Self::allow_unless_ruled): the library's
+    /// own, whose allow goes with them when a tool of that name replaces them.
+    implicit: Vec<String>,
 }
 
 impl std::fmt::Debug for PermissionPolicy {
@@ -76,6 +79,7 @@ impl PermissionPolicy {
             destructive: None,
             tools: HashMap::new(),
             router: None,
+            implicit: Vec::new(),
         }
     }
 
@@ -119,10 +123,24 @@ impl PermissionPolicy {
         self
     }
 
-    /// Allows the tool `name` unless a per-tool rule already decides it.
+    /// Allows the tool `name` unless a per-tool rule already decides it: the allow of a tool
+    /// the library adds (memory's), which [`tool_replaced`](Self::tool_replaced) takes back.
     pub(crate) fn allow_unless_ruled(&mut self, name: &str) {
         if !self.tools.contains_key(name) {
             self.tools.insert(name.to_owned(), Permission::Allow);
+            self.implicit.push(name.to_owned());
+        }
+    }
+
+    /// The tool `name` was replaced or removed: an allow [`allow_unless_ruled`] gave the
+    /// tool it was goes with it, so that another tool of that name (a destructive one of the
+    /// user's) is decided by the policy's own rules.
+    ///
+    /// [`allow_unless_ruled`]: Self::allow_unless_ruled
+    pub(crate) fn tool_replaced(&mut self, name: &str) {
+        if let Some(at) = self.implicit.iter().position(|implicit| implicit == name) {
+            self.implicit.swap_remove(at);
+            self.tools.remove(name);
         }
     }
 

@@ -152,6 +152,7 @@ impl ToolHost {
 
     /// Adds a shared tool, replacing one of the same name.
     pub fn add_arc(&mut self, tool: Arc<dyn Tool>) {
+        self.policy.tool_replaced(&tool.spec().name);
         self.tools.insert(tool.spec().name.clone(), tool);
     }
 
@@ -174,6 +175,7 @@ impl ToolHost {
     /// Removes a tool by name; returns whether it was there. Tools of a [`ToolSet`] are not
     /// removed this way: their set decides.
     pub fn remove(&mut self, name: &str) -> bool {
+        self.policy.tool_replaced(name);
         self.tools.remove(name).is_some()
     }
 
