@@ -10,7 +10,8 @@ use super::validate::{fits, integer_range, integral, required_names, resolve, sa
 /// accept `null`, is removed (strict mode sends it for a property left out), and an integral float (`3.0`) where the schema asks for an
 /// integer becomes that integer, when it is within the range of its `format`.
 ///
-/// Follows `properties`, `additionalProperties`, `items`, `prefixItems`, local `$ref`s,
+/// Follows `properties`, `additionalProperties`, `items` (a list of them too),
+/// `prefixItems`, `additionalItems`, local `$ref`s,
 /// `allOf`, and the first `anyOf`/`oneOf` branch the rewritten value fits.
 pub(crate) fn normalize_arguments(schema: &Value, arguments: &mut Value) {
     normalize(
@@ -80,12 +81,14 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: Depth, step
             }
         }
         Value::Array(items) => {
-            let prefix = match map.get("prefixItems") {
-                Some(Value::Array(prefix)) => prefix.as_slice(),
-                _ => &[],
+            // As the check reads them: `items` as a list is draft-07's `prefixItems`.
+            let (prefix, rest) = match (map.get("prefixItems"), map.get("items")) {
+                (Some(Value::Array(prefix)), rest) => (prefix.as_slice(), rest),
+                (_, Some(Value::Array(prefix))) => (prefix.as_slice(), map.get("additionalItems")),
+                (_, rest) => (&[][..], rest),
             };
             for (index, item) in items.iter_mut().enumerate() {
-                match (prefix.get(index), map.get("items")) {
+                match (prefix.get(index), rest) {
                     (Some(item_schema), _) | (None, Some(item_schema)) => {
                         normalize(root, item_schema, item, depth.down(), steps);
                     }

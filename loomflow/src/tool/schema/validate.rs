@@ -241,7 +241,14 @@ impl Validator<'_> {
                 }
             }
         }
-        if let (Value::Array(items), Some(Value::Array(prefix))) = (value, map.get("prefixItems")) {
+        // Positional schemas: `prefixItems`, or `items` as a list (draft-07's tuples, as
+        // zod-to-json-schema writes them), then `additionalItems` for the rest.
+        let (prefix, rest) = match (map.get("prefixItems"), map.get("items")) {
+            (Some(Value::Array(prefix)), rest) => (Some(prefix), rest),
+            (_, Some(Value::Array(prefix))) => (Some(prefix), map.get("additionalItems")),
+            (_, rest) => (None, rest),
+        };
+        if let (Value::Array(items), Some(prefix)) = (value, prefix) {
             for (index, (item, item_schema)) in items.iter().zip(prefix).enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{index}]"));
@@ -250,11 +257,8 @@ impl Validator<'_> {
                 result?;
             }
         }
-        if let (Value::Array(items), Some(item_schema)) = (value, map.get("items")) {
-            let skip = match map.get("prefixItems") {
-                Some(Value::Array(prefix)) => prefix.len(),
-                _ => 0,
-            };
+        if let (Value::Array(items), Some(item_schema)) = (value, rest) {
+            let skip = prefix.map_or(0, Vec::len);
             for (index, item) in items.iter().enumerate().skip(skip) {
                 let len = path.len();
                 path.push_str(&format!("[{index}]"));

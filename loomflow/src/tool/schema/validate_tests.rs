@@ -246,3 +246,29 @@ fn a_reference_is_percent_decoded_before_it_is_followed() {
     );
     assert_eq!(resolve(&root, "#/$defs/Missing%20Line"), None);
 }
+
+/// A tuple written as draft-07 writes it (`items` as a list, zod-to-json-schema's default
+/// for an MCP server's tools), with `additionalItems` for the rest, is checked by position,
+/// as `prefixItems` is: before, a list under `items` let every element through. The
+/// rewrite reads it the same way.
+#[test]
+fn a_draft_07_tuple_is_checked_by_position() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "point": {
+                "type": "array",
+                "items": [{ "type": "string" }, { "type": "integer" }],
+                "additionalItems": false
+            }
+        }
+    });
+    assert_eq!(validate(&schema, &json!({ "point": ["a", 1] })), Ok(()));
+    let error = validate(&schema, &json!({ "point": [1, "a"] })).unwrap_err();
+    assert!(error.contains("point[0]"), "{error}");
+    let error = validate(&schema, &json!({ "point": ["a", 1, 2] })).unwrap_err();
+    assert!(error.contains("point[2]"), "{error}");
+    let mut arguments = json!({ "point": ["a", 2.0] });
+    super::super::normalize_arguments(&schema, &mut arguments);
+    assert_eq!(arguments, json!({ "point": ["a", 2] }));
+}
