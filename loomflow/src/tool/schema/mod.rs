@@ -5,6 +5,7 @@ use serde_json::{Map, Value, json};
 
 mod bounds;
 mod normalize;
+mod sizes;
 mod validate;
 
 pub(crate) use normalize::normalize_arguments;

@@ -3,7 +3,8 @@
 use serde_json::{Number, Value};
 
 use super::bounds::{Depth, Steps};
-use super::validate::{fits, integer_range, integral, required_names, resolve, same_value};
+use super::sizes::{integer_range, integral};
+use super::validate::{fits, required_names, resolve, same_value};
 
 /// Rewrites arguments that [`validate`](super::validate) accepts into the form serde
 /// decodes: a `null` given for a property that is not required, and whose schema does not

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::bounds::{Depth, MAX_DEPTH, MAX_HOPS, MAX_STEPS, Steps};
+use super::sizes::{check_bounds, check_integer_format, check_lengths, integral};
 
 /// Checks `value` against `schema`; on a mismatch, says where and what was expected.
 ///
@@ -173,40 +174,7 @@ impl Validator<'_> {
         }
         check_integer_format(map, value, path)?;
         check_lengths(map, value, path)?;
-        if let Some(number) = value.as_f64() {
-            if let Some(min) = map.get("exclusiveMinimum").and_then(Value::as_f64)
-                && number <= min
-            {
-                return Err(format!(
-                    "{}: expected a number > {min}, got {value}",
-                    at(path)
-                ));
-            }
-            if let Some(max) = map.get("exclusiveMaximum").and_then(Value::as_f64)
-                && number >= max
-            {
-                return Err(format!(
-                    "{}: expected a number < {max}, got {value}",
-                    at(path)
-                ));
-            }
-            if let Some(min) = map.get("minimum").and_then(Value::as_f64)
-                && number < min
-            {
-                return Err(format!(
-                    "{}: expected a number >= {min}, got {value}",
-                    at(path)
-                ));
-            }
-            if let Some(max) = map.get("maximum").and_then(Value::as_f64)
-                && number > max
-            {
-                return Err(format!(
-                    "{}: expected a number <= {max}, got {value}",
-                    at(path)
-                ));
-            }
-        }
+        check_bounds(map, value, path)?;
         if let Value::Object(object) = value {
             let required = required_names(map);
             let properties = map.get("properties").and_then(Value::as_object);
@@ -354,104 +322,6 @@ pub(super) fn required_names(map: &serde_json::Map<String, Value>) -> Vec<&str> 
     }
 }
 
-/// An integer outside the range its `format` names (schemars writes `uint8` for a `u8`, and
-/// so on), reported before decoding so that the model is told which field is out of range.
-fn check_integer_format(
-    map: &serde_json::Map<String, Value>,
-    value: &Value,
-    path: &str,
-) -> Result<(), String> {
-    let (Value::Number(number), Some(format)) = (value, map.get("format").and_then(Value::as_str))
-    else {
-        return Ok(());
-    };
-    let Some((low, high)) = integer_range(format) else {
-        return Ok(());
-    };
-    match integral(number) {
-        Some(n) if (low..=high).contains(&n) => Ok(()),
-        Some(_) => Err(format!(
-            "{}: expected an integer from {low} to {high} ({format}), got {value}",
-            at(path)
-        )),
-        None => Ok(()),
-    }
-}
-
-/// The range of an integer `format`; 128-bit ones are left to the decoder (JSON numbers
-/// read by serde_json never exceed 64 bits as integers).
-pub(super) fn integer_range(format: &str) -> Option<(i128, i128)> {
-    Some(match format {
-        "int8" => (i8::MIN.into(), i8::MAX.into()),
-        "int16" => (i16::MIN.into(), i16::MAX.into()),
-        "int32" => (i32::MIN.into(), i32::MAX.into()),
-        "int64" | "int" => (i64::MIN.into(), i64::MAX.into()),
-        "uint8" => (0, u8::MAX.into()),
-        "uint16" => (0, u16::MAX.into()),
-        "uint32" => (0, u32::MAX.into()),
-        "uint64" | "uint" => (0, u64::MAX.into()),
-        _ => return None,
-    })
-}
-
-/// The number as an integer when it is one, including an integral float (`3.0`, `1e20`).
-pub(super) fn integral(number: &serde_json::Number) -> Option<i128> {
-    if let Some(n) = number.as_i64() {
-        return Some(n.into());
-    }
-    if let Some(n) = number.as_u64() {
-        return Some(n.into());
-    }
-    let float = number.as_f64()?;
-    // Past 2^120 the cast saturates; such a float is out of every 64-bit range anyway.
-    #[allow(clippy::cast_possible_truncation)]
-    (float.fract() == 0.0 && float.abs() < 1e36).then_some(float as i128)
-}
-
-/// `minLength`/`maxLength` (in characters) and `minItems`/`maxItems`.
-fn check_lengths(
-    map: &serde_json::Map<String, Value>,
-    value: &Value,
-    path: &str,
-) -> Result<(), String> {
-    let (len, unit, what) = match value {
-        Value::String(text) => (
-            text.chars().count(),
-            "character",
-            ("minLength", "maxLength"),
-        ),
-        Value::Array(items) => (items.len(), "item", ("minItems", "maxItems")),
-        _ => return Ok(()),
-    };
-    let count = |n: u64| {
-        if n == 1 {
-            format!("1 {unit}")
-        } else {
-            format!("{n} {unit}s")
-        }
-    };
-    let len = len as u64;
-    if let Some(min) = map.get(what.0).and_then(Value::as_u64)
-        && len < min
-    {
-        return Err(format!(
-            "{}: expected at least {}, got {len}",
-            at(path),
-            count(min)
-        ));
-    }
-    if let Some(max) = map.get(what.1).and_then(Value::as_u64)
-        && len > max
-    {
-        return Err(format!(
-            "{}: expected at most {}, got {len}",
-            at(path),
-            count(max)
-        ));
-    }
-    Ok(())
-}
-
 /// The constants `branches` allow, when each is a `const` or an `enum` (through a local
 /// `$ref`); `None` when one is anything else.
 fn constants(root: &Value, branches: &[Value]) -> Option<Vec<Value>> {
@@ -479,7 +349,7 @@ fn reach(error: &str) -> usize {
     error.split('`').nth(1).map_or(0, |field| field.len() + 1)
 }
 
-fn at(path: &str) -> String {
+pub(super) fn at(path: &str) -> String {
     if path.is_empty() {
         "arguments".to_owned()
     } else {

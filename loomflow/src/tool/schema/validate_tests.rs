@@ -272,3 +272,29 @@ fn a_draft_07_tuple_is_checked_by_position() {
     super::super::normalize_arguments(&schema, &mut arguments);
     assert_eq!(arguments, json!({ "point": ["a", 2] }));
 }
+
+/// Draft 4's `exclusiveMinimum: true` makes `minimum` exclusive (older MCP servers write
+/// it): the bound itself is refused. Before, the flag was read as no number and ignored.
+#[test]
+fn a_draft_04_exclusive_flag_makes_its_bound_exclusive() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "share": {
+                "type": "number",
+                "minimum": 0, "exclusiveMinimum": true,
+                "maximum": 1, "exclusiveMaximum": true
+            },
+            "count": { "type": "integer", "exclusiveMinimum": 0, "maximum": 10 }
+        }
+    });
+    assert_eq!(validate(&schema, &json!({ "share": 0.5, "count": 10 })), Ok(()));
+    for (arguments, expected) in [
+        (json!({ "share": 0 }), "field `share`: expected a number > 0, got 0"),
+        (json!({ "share": 1 }), "field `share`: expected a number < 1, got 1"),
+        (json!({ "count": 0 }), "field `count`: expected a number > 0, got 0"),
+        (json!({ "count": 11 }), "field `count`: expected a number <= 10, got 11"),
+    ] {
+        assert_eq!(validate(&schema, &arguments), Err(expected.to_owned()));
+    }
+}
