@@ -288,12 +288,27 @@ fn a_draft_04_exclusive_flag_makes_its_bound_exclusive() {
             "count": { "type": "integer", "exclusiveMinimum": 0, "maximum": 10 }
         }
     });
-    assert_eq!(validate(&schema, &json!({ "share": 0.5, "count": 10 })), Ok(()));
+    assert_eq!(
+        validate(&schema, &json!({ "share": 0.5, "count": 10 })),
+        Ok(())
+    );
     for (arguments, expected) in [
-        (json!({ "share": 0 }), "field `share`: expected a number > 0, got 0"),
-        (json!({ "share": 1 }), "field `share`: expected a number < 1, got 1"),
-        (json!({ "count": 0 }), "field `count`: expected a number > 0, got 0"),
-        (json!({ "count": 11 }), "field `count`: expected a number <= 10, got 11"),
+        (
+            json!({ "share": 0 }),
+            "field `share`: expected a number > 0, got 0",
+        ),
+        (
+            json!({ "share": 1 }),
+            "field `share`: expected a number < 1, got 1",
+        ),
+        (
+            json!({ "count": 0 }),
+            "field `count`: expected a number > 0, got 0",
+        ),
+        (
+            json!({ "count": 11 }),
+            "field `count`: expected a number <= 10, got 11",
+        ),
     ] {
         assert_eq!(validate(&schema, &arguments), Err(expected.to_owned()));
     }
