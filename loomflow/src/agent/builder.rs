@@ -431,9 +431,7 @@ impl AgentBuilder {
             // unless it has a rule for their names.
             for tool in crate::memory::memory_tools(&memory.store, &name, &memory.options) {
                 if tools.get(&tool.spec().name).is_none() {
-                    let name = tool.spec().name.clone();
-                    tools.add_arc(tool);
-                    tools.allow_unless_ruled(&name);
+                    tools.add_allowed(tool);
                 }
             }
         }

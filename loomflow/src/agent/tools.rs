@@ -153,10 +153,10 @@ impl AgentTools {
 fn compose(host: &ToolHost, extra: &[Arc<dyn Tool>], handoffs: bool) -> ToolHost {
     let mut host = host.clone();
     for tool in extra {
-        if handoffs {
-            host.allow_unless_ruled(&tool.spec().name);
+        match handoffs {
+            true => host.add_allowed(Arc::clone(tool)),
+            false => host.add_arc(Arc::clone(tool)),
         }
-        host.add_arc(Arc::clone(tool));
     }
     host
 }

@@ -281,9 +281,13 @@ impl ToolHost {
         self
     }
 
-    /// Has the policy allow the tool `name` unless a per-tool rule already decides it.
-    pub(crate) fn allow_unless_ruled(&mut self, name: &str) {
-        self.policy.allow_unless_ruled(name);
+    /// Adds a tool of the library's own (a memory tool, a handoff), allowed unless the
+    /// policy has a rule for its name: added first, as adding a tool takes back an allow its
+    /// name was given this way.
+    pub(crate) fn add_allowed(&mut self, tool: Arc<dyn Tool>) {
+        let name = tool.spec().name.clone();
+        self.add_arc(tool);
+        self.policy.allow_unless_ruled(&name);
     }
 
     /// Who settles calls the policy asks about. Without one, those calls are denied.
