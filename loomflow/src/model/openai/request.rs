@@ -113,11 +113,7 @@ fn message(message: &Message) -> Value {
                             "type": "function",
                             "function": {
                                 "name": call.name,
-                                // Arguments kept as text (not JSON) go back as they came.
-                                "arguments": match &call.arguments {
-                                    Value::String(text) => text.clone(),
-                                    other => other.to_string(),
-                                },
+                                "arguments": arguments_text(&call.arguments),
                             }
                         })
                     })
@@ -136,6 +132,17 @@ fn message(message: &Message) -> Value {
                 result.content.clone()
             },
         }),
+    }
+}
+
+/// A call's arguments as the API's `arguments` text: JSON. Arguments kept as text go back
+/// as that text when it is JSON, else as `{}` (the call's result says they were not JSON),
+/// since a compatible server may parse the history's arguments and refuse the request.
+fn arguments_text(arguments: &Value) -> String {
+    match arguments {
+        Value::String(text) if serde_json::from_str::<Value>(text).is_ok() => text.clone(),
+        Value::String(_) => "{}".to_owned(),
+        other => other.to_string(),
     }
 }
 
