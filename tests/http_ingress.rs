@@ -631,6 +631,25 @@ async fn runs_are_listed_a_page_at_a_time() {
     );
 }
 
+/// A cookie left from a token since rotated out does not shut out a caller who sends a good
+/// token in its `Authorization` header; without one, the stale cookie is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_inbox_cookie_does_not_hide_a_good_header() {
+    let server = serve("inbox-stale-cookie", config()).await;
+    let stale = ("Cookie", "loomflow_inbox=rotated-out".to_owned());
+    let (status, _, page) = request(
+        server.addr,
+        "GET",
+        "/inbox",
+        &[stale.clone(), bearer()],
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let (status, _, _) = request(server.addr, "GET", "/inbox", &[stale], b"").await;
+    assert_eq!(status, 401);
+}
+
 /// A token with the characters base64 uses logs in to the inbox when pasted as it is: a
 /// `+` in the query is a `+`, not a space.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -86,13 +86,17 @@ fn authorize(app: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
     if app.config.open {
         return Ok(String::new());
     }
+    // The cookie's token, else the request's own header: a cookie left from a token since
+    // rotated out does not shut out a caller who sends a good one.
     if let Some(token) = credential(headers) {
         let mut with_token = HeaderMap::new();
         if let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) {
             with_token.insert(header::AUTHORIZATION, value);
         }
-        auth::bearer(&app.config, &with_token)?;
-        return Ok(token);
+        let by_cookie = auth::bearer(&app.config, &with_token);
+        if by_cookie.is_ok() || headers.get(header::AUTHORIZATION).is_none() {
+            return by_cookie.map(|()| token);
+        }
     }
     auth::bearer(&app.config, headers)?;
     Ok(String::new())
