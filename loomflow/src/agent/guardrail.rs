@@ -146,7 +146,9 @@ pub trait Guardrail: Send + Sync + 'static {
     /// reason, as for a permission denial); a rewrite replaces its arguments.
     ///
     /// Each call is checked once, and the verdict journaled: a call that waits for an
-    /// approval runs, once approved, with the arguments the approver saw.
+    /// approval runs, once approved, with the arguments the approver saw. `arguments` are
+    /// the model's, before the tool host checks them: usually an object, but the text the
+    /// model sent when it was not JSON (a string), which the host then refuses.
     fn check_tool_call<'a>(
         &'a self,
         tool: &'a str,
