@@ -166,11 +166,7 @@ impl Context {
             return Ok(None);
         }
         let earlier = JournalKey {
-            name: format!(
-                "{}@{}",
-                key.name,
-                answers_fingerprint(&self.resume[..answered])
-            ),
+            name: self.filed_as(&key.name, answered),
             ..key.clone()
         };
         let recorded = store.get_journal(&earlier).await?;
@@ -188,10 +184,7 @@ impl Context {
             let answered = control.interrupts_called.min(self.resume.len());
             (current, if by_answers { answered } else { 0 })
         };
-        let filed_as = match answered {
-            0 => name.to_owned(),
-            n => format!("{name}@{}", answers_fingerprint(&self.resume[..n])),
-        };
+        let filed_as = self.filed_as(name, answered);
         JournalKey::new(
             &*self.run.thread,
             self.run.run,
@@ -201,6 +194,15 @@ impl Context {
             filed_as,
             occurrence,
         )
+    }
+
+    /// `name` as a call made after the node's first `answered` answers is filed: with their
+    /// fingerprint (`charge@<16 hex digits>`), or as it is before any.
+    fn filed_as(&self, name: &str, answered: usize) -> String {
+        match answered {
+            0 => name.to_owned(),
+            n => format!("{name}@{}", answers_fingerprint(&self.resume[..n])),
+        }
     }
 }
 
