@@ -590,24 +590,26 @@ fn a_zero_wall_clock_cap_and_a_zero_answer_length_are_refused_at_build() {
     );
 }
 
+/// A tool written by hand, known by its spec alone: it answers `null`.
+struct Named(loomflow::tool::ToolSpec);
+
+impl loomflow::tool::Tool for Named {
+    fn spec(&self) -> &loomflow::tool::ToolSpec {
+        &self.0
+    }
+    fn call<'a>(
+        &'a self,
+        _arguments: serde_json::Value,
+        _ctx: &'a loomflow::tool::ToolContext,
+    ) -> loomflow::graph::BoxFuture<'a, Result<serde_json::Value, loomflow::tool::ToolError>> {
+        Box::pin(async { Ok(serde_json::Value::Null) })
+    }
+}
+
 /// A tool written by hand whose name providers refuse (a dot, too long) is refused when the
 /// agent is built, naming it and what it would be: every model call would fail otherwise.
 #[test]
 fn a_tool_name_providers_refuse_is_refused_at_build() {
-    struct Named(loomflow::tool::ToolSpec);
-    impl loomflow::tool::Tool for Named {
-        fn spec(&self) -> &loomflow::tool::ToolSpec {
-            &self.0
-        }
-        fn call<'a>(
-            &'a self,
-            _arguments: serde_json::Value,
-            _ctx: &'a loomflow::tool::ToolContext,
-        ) -> loomflow::graph::BoxFuture<'a, Result<serde_json::Value, loomflow::tool::ToolError>>
-        {
-            Box::pin(async { Ok(serde_json::Value::Null) })
-        }
-    }
     let spec =
         |name: &str| loomflow::tool::ToolSpec::new(name, "reads", json!({ "type": "object" }));
     let error = Agent::builder("You read.")
@@ -656,21 +658,7 @@ fn an_output_schema_name_providers_refuse_is_refused_at_build() {
              letters, digits, _ and - (`refund_verdict` would be)"
         ]
     );
-    struct Lookup(loomflow::tool::ToolSpec);
-    impl loomflow::tool::Tool for Lookup {
-        fn spec(&self) -> &loomflow::tool::ToolSpec {
-            &self.0
-        }
-        fn call<'a>(
-            &'a self,
-            _arguments: serde_json::Value,
-            _ctx: &'a loomflow::tool::ToolContext,
-        ) -> loomflow::graph::BoxFuture<'a, Result<serde_json::Value, loomflow::tool::ToolError>>
-        {
-            Box::pin(async { Ok(serde_json::Value::Null) })
-        }
-    }
-    let tool = Lookup(loomflow::tool::ToolSpec::new(
+    let tool = Named(loomflow::tool::ToolSpec::new(
         "verdict",
         "looks up a verdict",
         json!({ "type": "object" }),

@@ -686,6 +686,30 @@ async fn a_row_a_poll_took_is_not_taken_again_by_a_store_reader() {
     assert!(stored(&runtime).await.is_empty());
 }
 
+/// A node that asks how many, then waits (2 s at most) for the signal `paid`, and fails on
+/// an answer of 0; its total is the answer and the payment.
+fn answered_then_signalled() -> loomflow::CompiledGraph<u32> {
+    Graph::new("answered-then-signalled")
+        .node_fn("ask", |total: &mut u32, ctx| {
+            Box::pin(async move {
+                let answer: u32 = ctx.interrupt("how many?")?;
+                let paid: u32 = ctx
+                    .wait_for_signal("paid")
+                    .timeout(Duration::from_secs(2))
+                    .await?;
+                if answer == 0 {
+                    return Err("zero is no answer".into());
+                }
+                *total = answer + paid;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap()
+}
+
 /// A signal a node took after its answer is handed to it again when the step, failed with
 /// that answer, is resumed with another: it was taken from the store, and waiting for it
 /// again would wait for one that does not come a second time. Before its fix the receipt
@@ -694,25 +718,7 @@ async fn a_row_a_poll_took_is_not_taken_again_by_a_store_reader() {
 async fn a_signal_taken_after_an_answer_is_kept_when_the_question_is_answered_again() {
     let db = TempDb::new("receipt-across-answers");
     for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
-        let graph = Graph::new("answered-then-signalled")
-            .node_fn("ask", |total: &mut u32, ctx| {
-                Box::pin(async move {
-                    let answer: u32 = ctx.interrupt("how many?")?;
-                    let paid: u32 = ctx
-                        .wait_for_signal("paid")
-                        .timeout(Duration::from_secs(2))
-                        .await?;
-                    if answer == 0 {
-                        return Err("zero is no answer".into());
-                    }
-                    *total = answer + paid;
-                    Ok(())
-                })
-            })
-            .edge(START, "ask")
-            .edge("ask", END)
-            .compile()
-            .unwrap();
+        let graph = answered_then_signalled();
         let asked = graph.invoke(&runtime, "t", 0).await.unwrap();
         assert_eq!(asked.interrupts().len(), 1, "{asked:?}");
         runtime.signal("t", "paid", 40).await.unwrap();
@@ -743,22 +749,7 @@ async fn a_receipt_filed_under_the_answers_by_an_earlier_version_is_found() {
         }
         format!("{hash:016x}")
     }
-    let graph = Graph::new("answered-then-signalled")
-        .node_fn("ask", |total: &mut u32, ctx| {
-            Box::pin(async move {
-                let answer: u32 = ctx.interrupt("how many?")?;
-                let paid: u32 = ctx
-                    .wait_for_signal("paid")
-                    .timeout(Duration::from_secs(2))
-                    .await?;
-                *total = answer + paid;
-                Ok(())
-            })
-        })
-        .edge(START, "ask")
-        .edge("ask", END)
-        .compile()
-        .unwrap();
+    let graph = answered_then_signalled();
     let runtime = Runtime::in_memory();
     graph.invoke(&runtime, "t", 0).await.unwrap();
     let name = format!("signal:paid@{}", fingerprint(&["2"]));
