@@ -1,9 +1,14 @@
 //! The checks of one value's size against a schema: a number's bounds and its integer
 //! `format`, a text's or a list's length.
 
+use std::cmp::Ordering;
+
 use serde_json::Value;
 
 use super::validate::at;
+
+/// 2^127: integral floats below it are `i128`s exactly.
+const I128_BOUND: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
 
 /// `minimum`/`maximum` and `exclusiveMinimum`/`exclusiveMaximum`: numbers (draft 6 on), or
 /// booleans that make `minimum`/`maximum` exclusive (draft 4, as older servers write them).
@@ -12,7 +17,7 @@ pub(super) fn check_bounds(
     value: &Value,
     path: &str,
 ) -> Result<(), String> {
-    let Some(number) = value.as_f64() else {
+    let Value::Number(number) = value else {
         return Ok(());
     };
     let flagged = |key: &str| map.get(key) == Some(&Value::Bool(true));
@@ -23,15 +28,18 @@ pub(super) fn check_bounds(
         ("maximum", false, flagged("exclusiveMaximum")),
     ];
     for (key, lower, exclusive) in limits {
-        let Some(limit) = map.get(key).and_then(Value::as_f64) else {
+        let Some(Value::Number(limit)) = map.get(key) else {
+            continue;
+        };
+        let Some(order) = compare(number, limit) else {
             continue;
         };
         let exclusive = exclusive || key.starts_with("exclusive");
         let (fits, sign) = match (lower, exclusive) {
-            (true, true) => (number > limit, ">"),
-            (true, false) => (number >= limit, ">="),
-            (false, true) => (number < limit, "<"),
-            (false, false) => (number <= limit, "<="),
+            (true, true) => (order.is_gt(), ">"),
+            (true, false) => (order.is_ge(), ">="),
+            (false, true) => (order.is_lt(), "<"),
+            (false, false) => (order.is_le(), "<="),
         };
         if !fits {
             return Err(format!(
@@ -41,6 +49,17 @@ pub(super) fn check_bounds(
         }
     }
     Ok(())
+}
+
+/// How `number` compares with `limit`: exactly for integers (and integral floats), which as
+/// floats lose their last digits past 2^53 (`9007199254740993` read as `…992`). An integer
+/// against a fraction compares right as floats: rounding keeps it on its side of the
+/// fraction.
+fn compare(number: &serde_json::Number, limit: &serde_json::Number) -> Option<Ordering> {
+    match (integral(number), integral(limit)) {
+        (Some(number), Some(limit)) => Some(number.cmp(&limit)),
+        _ => number.as_f64()?.partial_cmp(&limit.as_f64()?),
+    }
 }
 
 /// An integer outside the range its `format` names (schemars writes `uint8` for a `u8`, and
@@ -57,13 +76,18 @@ pub(super) fn check_integer_format(
     let Some((low, high)) = integer_range(format) else {
         return Ok(());
     };
-    match integral(number) {
-        Some(n) if (low..=high).contains(&n) => Ok(()),
-        Some(_) => Err(format!(
+    let fits = match integral(number) {
+        Some(n) => (low..=high).contains(&n),
+        // A fraction is the type check's to refuse; an integral float past `i128` is
+        // out of every range.
+        None => number.as_f64().is_none_or(|float| float.fract() != 0.0),
+    };
+    match fits {
+        true => Ok(()),
+        false => Err(format!(
             "{}: expected an integer from {low} to {high} ({format}), got {value}",
             at(path)
         )),
-        None => Ok(()),
     }
 }
 
@@ -83,7 +107,9 @@ pub(super) fn integer_range(format: &str) -> Option<(i128, i128)> {
     })
 }
 
-/// The number as an integer when it is one, including an integral float (`3.0`, `1e20`).
+/// The number as an integer when it is one, including an integral float (`3.0`, `1e20`);
+/// `None` for a fraction, and for an integral float past `i128` (2^127), which no integer
+/// `format` holds.
 pub(super) fn integral(number: &serde_json::Number) -> Option<i128> {
     if let Some(n) = number.as_i64() {
         return Some(n.into());
@@ -92,9 +118,10 @@ pub(super) fn integral(number: &serde_json::Number) -> Option<i128> {
         return Some(n.into());
     }
     let float = number.as_f64()?;
-    // Past 2^120 the cast saturates; such a float is out of every 64-bit range anyway.
+    // Below 2^127 an integral float converts exactly; past it the cast would saturate, and
+    // two such floats would compare equal.
     #[allow(clippy::cast_possible_truncation)]
-    (float.fract() == 0.0 && float.abs() < 1e36).then_some(float as i128)
+    (float.fract() == 0.0 && float.abs() < I128_BOUND).then_some(float as i128)
 }
 
 /// `minLength`/`maxLength` (in characters) and `minItems`/`maxItems`.

@@ -313,3 +313,38 @@ fn a_draft_04_exclusive_flag_makes_its_bound_exclusive() {
         assert_eq!(validate(&schema, &arguments), Err(expected.to_owned()));
     }
 }
+
+/// Bounds compare integers exactly: past 2^53 a float loses the last digits, and
+/// `9007199254740993` passed a `maximum` of `9007199254740992`. An integer against a
+/// fractional bound, and an integral float too large for any integer `format`, are judged
+/// too.
+#[test]
+fn bounds_and_formats_judge_large_integers_exactly() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "id": { "type": "integer", "maximum": 9_007_199_254_740_992_u64 },
+            "low": { "type": "integer", "minimum": 0.5 },
+            "big": { "type": "integer", "format": "uint64" }
+        }
+    });
+    let fits = json!({ "id": 9_007_199_254_740_992_u64, "low": 1, "big": 1e19 });
+    assert_eq!(validate(&schema, &fits), Ok(()));
+    for (arguments, expected) in [
+        (
+            json!({ "id": 9_007_199_254_740_993_u64 }),
+            "field `id`: expected a number <= 9007199254740992, got 9007199254740993",
+        ),
+        (
+            json!({ "low": 0 }),
+            "field `low`: expected a number >= 0.5, got 0",
+        ),
+        (
+            json!({ "big": 1e40 }),
+            "field `big`: expected an integer from 0 to 18446744073709551615 (uint64), \
+             got 1e+40",
+        ),
+    ] {
+        assert_eq!(validate(&schema, &arguments), Err(expected.to_owned()));
+    }
+}
