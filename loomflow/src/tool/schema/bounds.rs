@@ -30,11 +30,20 @@ pub(in crate::tool::schema) const MAX_DEPTH: usize = 128;
 /// there.
 pub(in crate::tool::schema) const MAX_HOPS: usize = 32;
 
-/// Where a check is: how deep into the arguments, and how many hops it made at that level.
+/// How many schema levels (levels down the arguments and hops, together) a check or a
+/// rewrite follows from the top, the check a rewrite makes included: each is a frame of a
+/// recursion that must fit a task's stack (2 MiB), in a debug build too, where a frame of
+/// the check takes 4.6 KiB. [`MAX_DEPTH`] levels of [`MAX_HOPS`] hops each would not; three
+/// schema levels for each level of the arguments (a property, its `$ref`, a branch) do.
+pub(in crate::tool::schema) const MAX_FRAMES: usize = 3 * MAX_DEPTH;
+
+/// Where a check is: how deep into the arguments, how many hops it made at that level, and
+/// how many schema levels it followed in all.
 #[derive(Clone, Copy, Default)]
 pub(in crate::tool::schema) struct Depth {
     value: usize,
     hops: usize,
+    frames: usize,
 }
 
 impl Depth {
@@ -43,6 +52,7 @@ impl Depth {
         Self {
             value: self.value + 1,
             hops: 0,
+            frames: self.frames + 1,
         }
     }
 
@@ -50,13 +60,19 @@ impl Depth {
     pub(in crate::tool::schema) fn hop(self) -> Self {
         Self {
             hops: self.hops + 1,
+            frames: self.frames + 1,
             ..self
         }
     }
 
-    /// Past either bound.
+    /// Past any bound.
     pub(in crate::tool::schema) fn too_deep(self) -> bool {
-        self.too_deep_in_arguments() || self.hops > MAX_HOPS
+        self.too_deep_in_arguments() || self.hops > MAX_HOPS || self.frames > MAX_FRAMES
+    }
+
+    /// Past the bound on hops at one level.
+    pub(in crate::tool::schema) fn too_many_hops(self) -> bool {
+        self.hops > MAX_HOPS
     }
 
     /// Past the bound on how deep into the arguments a check goes.

@@ -67,7 +67,8 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: Depth, step
             object.retain(|name, field| {
                 let property = properties.and_then(|p| p.get(name));
                 !(field.is_null()
-                    && property.is_some_and(|p| !fits(root, p, &Value::Null, steps))
+                    && property
+                        .is_some_and(|p| !fits(root, p, &Value::Null, (steps, depth.down())))
                     && !required.contains(&name.as_str()))
             });
             for (name, field) in object.iter_mut() {
@@ -109,7 +110,7 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: Depth, step
             for branch in branches {
                 let mut candidate = value.clone();
                 normalize(root, branch, &mut candidate, depth.hop(), steps);
-                if fits(root, branch, &candidate, steps) {
+                if fits(root, branch, &candidate, (steps, depth.hop())) {
                     *value = candidate;
                     break;
                 }

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::bounds::{Depth, MAX_DEPTH, MAX_HOPS, MAX_STEPS, Steps};
+use super::bounds::{Depth, MAX_DEPTH, MAX_FRAMES, MAX_HOPS, MAX_STEPS, Steps};
 use super::sizes::{check_bounds, check_integer_format, check_lengths, integral};
 
 /// Checks `value` against `schema`; on a mismatch, says where and what was expected.
@@ -37,15 +37,20 @@ pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
 }
 
 /// Whether `value` fits `schema`, a part of `root` (which its `$ref`s point into), within
-/// what is left of `steps`.
-pub(super) fn fits(root: &Value, schema: &Value, value: &Value, steps: &Steps) -> bool {
+/// what is left of `steps`, checked from `depth`: where the caller's recursion is.
+pub(super) fn fits(
+    root: &Value,
+    schema: &Value,
+    value: &Value,
+    (steps, depth): (&Steps, Depth),
+) -> bool {
     let const_missed = std::cell::Cell::new(false);
     Validator {
         root,
         steps,
         const_missed,
     }
-    .check(schema, value, &mut String::new(), Depth::default())
+    .check(schema, value, &mut String::new(), depth)
     .is_ok()
 }
 
@@ -95,15 +100,22 @@ struct Validator<'s> {
 }
 
 fn too_deep(path: &str, depth: Depth) -> String {
-    match depth.too_deep_in_arguments() {
-        true => format!(
+    if depth.too_deep_in_arguments() {
+        format!(
             "{}: the arguments nest deeper than the schema check follows ({MAX_DEPTH} levels)",
             at(path)
-        ),
-        false => format!(
+        )
+    } else if depth.too_many_hops() {
+        format!(
             "{}: the schema refers on to itself more than {MAX_HOPS} times at one level",
             at(path)
-        ),
+        )
+    } else {
+        format!(
+            "{}: the schema nests deeper than the check follows ({MAX_FRAMES} levels of \
+             references, branches, properties and items)",
+            at(path)
+        )
     }
 }
 

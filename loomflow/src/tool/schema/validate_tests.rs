@@ -348,3 +348,42 @@ fn bounds_and_formats_judge_large_integers_exactly() {
         assert_eq!(validate(&schema, &arguments), Err(expected.to_owned()));
     }
 }
+
+/// A schema that hops as often as it may at every level of arguments nested as deep as
+/// the check follows: the check and the rewrite before it stay within a task's stack
+/// (2 MiB), in a debug build too, by bounding how many schema levels they follow in all.
+#[test]
+fn hops_at_every_level_stay_within_a_tasks_stack() {
+    let hops = super::super::bounds::MAX_HOPS;
+    let mut defs = serde_json::Map::new();
+    // At each level: the `$ref` to `d0`, then one from each `d` to the next.
+    for at in 0..hops - 1 {
+        defs.insert(
+            format!("d{at}"),
+            json!({ "$ref": format!("#/$defs/d{}", at + 1) }),
+        );
+    }
+    defs.insert(
+        format!("d{}", hops - 1),
+        json!({ "type": "object", "properties": { "a": { "$ref": "#/$defs/d0" } } }),
+    );
+    let schema = json!({ "$defs": defs, "$ref": "#/$defs/d0" });
+    let mut arguments = json!({});
+    for _ in 0..super::super::bounds::MAX_DEPTH {
+        arguments = json!({ "a": arguments });
+    }
+    let checked = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            super::super::normalize_arguments(&schema, &mut arguments);
+            validate(&schema, &arguments)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let error = checked.unwrap_err();
+    assert!(
+        error.contains("the schema nests deeper than the check follows (384 levels"),
+        "{error}"
+    );
+}
