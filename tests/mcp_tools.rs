@@ -456,7 +456,7 @@ async fn streamable_http_tools_answer_and_a_stopped_server_fails_promptly() {
         "{direct:?}"
     );
     assert!(
-        outcome.content.contains("could not be reached"),
+        outcome.content.contains("could not be reached") && !outcome.content.contains("is gone"),
         "{}",
         outcome.content
     );

@@ -151,15 +151,17 @@ pub enum ToolError {
         /// The timeout.
         seconds: f64,
     },
-    /// The server that runs the tool is gone: its process exited or its connection closed
-    /// (an MCP server, for example). Calls fail at once rather than wait.
-    #[error("tool {tool} is unavailable: server {server} is gone ({reason})")]
+    /// The server that runs the tool (an MCP server, for example) is gone, its process
+    /// exited or its connection closed, and calls fail at once rather than wait; or it
+    /// could not be reached this time, and the next call may reach it.
+    #[error("tool {tool} is unavailable: server {server} {reason}")]
     Unavailable {
         /// The tool.
         tool: String,
         /// The server that ran it.
         server: String,
-        /// What was seen: the transport closed, the process exited, ….
+        /// What was seen, as the message words it: `is gone (its connection closed)`,
+        /// `could not be reached (connection refused); the next call may reach it`.
         reason: String,
     },
     /// A permission rule, an approver or a hook refused the call.

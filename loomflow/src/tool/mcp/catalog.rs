@@ -88,7 +88,8 @@ impl Catalog {
             Err(_) => return Err(self.timed_out("tools/list")),
             Ok((guard, result)) => (
                 guard,
-                result.map_err(|e| self.service_error("tools/list", e))?,
+                result
+                    .map_err(|e| self.request_error("tools/list", e, peer.is_transport_closed()))?,
             ),
         };
         let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
@@ -140,6 +141,28 @@ impl Catalog {
             server: self.server.clone(),
             operation: operation.to_owned(),
             seconds: self.timeout.as_secs_f64(),
+        }
+    }
+
+    /// [`service_error`](Self::service_error) for a request that went out, as the SDK failed
+    /// it: over HTTP, a response stream that closed before its answer while the connection
+    /// stays up (a proxy cut a long call) fails that request only, which may have been
+    /// carried out; the server is not gone.
+    pub(super) fn request_error(
+        &self,
+        operation: &str,
+        error: ServiceError,
+        connection_closed: bool,
+    ) -> McpError {
+        match error {
+            ServiceError::TransportClosed if self.sent_apart && !connection_closed => {
+                McpError::NoAnswer {
+                    server: self.server.clone(),
+                    operation: operation.to_owned(),
+                    reason: "its response stream closed before the answer".to_owned(),
+                }
+            }
+            error => self.service_error(operation, error),
         }
     }
 
@@ -325,6 +348,27 @@ mod tests {
         let error = stdio.service_error("tools/call read", failed());
         assert!(matches!(error, McpError::Gone { .. }), "{error:?}");
         assert!(stdio.is_gone());
+    }
+
+    /// Over HTTP the SDK fails a request whose response stream closed before its answer as
+    /// if the connection had closed: with the connection up, that request got no answer
+    /// (the tool may have run), and the server is not gone for the calls after it.
+    #[test]
+    fn a_response_stream_cut_short_fails_that_request_only() {
+        let http = Catalog::new("docs".into(), String::new(), Duration::from_secs(1), true);
+        let error = http.request_error("tools/call search", ServiceError::TransportClosed, false);
+        assert!(matches!(error, McpError::NoAnswer { .. }), "{error:?}");
+        assert!(
+            error.to_string().contains("response stream closed"),
+            "{error}"
+        );
+        assert!(!http.is_gone());
+        let error = http.request_error("tools/call search", ServiceError::TransportClosed, true);
+        assert!(matches!(error, McpError::Gone { .. }), "{error:?}");
+        assert!(http.is_gone());
+        let stdio = Catalog::new("fs".into(), String::new(), Duration::from_secs(1), false);
+        let error = stdio.request_error("tools/call read", ServiceError::TransportClosed, false);
+        assert!(matches!(error, McpError::Gone { .. }), "{error:?}");
     }
 
     #[test]

@@ -126,12 +126,12 @@ impl McpError {
             Self::Gone { server, reason, .. } => ToolError::Unavailable {
                 tool,
                 server,
-                reason,
+                reason: format!("is gone ({reason})"),
             },
             Self::NotSent { server, reason, .. } => ToolError::Unavailable {
                 tool,
                 server,
-                reason: format!("it could not be reached: {reason}"),
+                reason: format!("could not be reached ({reason}); the next call may reach it"),
             },
             Self::TimedOut { seconds, .. } => ToolError::TimedOut { tool, seconds },
             Self::ToolFailed { message, .. } => ToolError::Failed { tool, message },

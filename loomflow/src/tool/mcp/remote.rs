@@ -57,7 +57,7 @@ impl Tool for McpTool {
                 return Err(ToolError::Unavailable {
                     tool: self.spec.name.clone(),
                     server: self.server.clone(),
-                    reason: "the server's connection was dropped".to_owned(),
+                    reason: "is gone (its connection was dropped)".to_owned(),
                 });
             };
             // As a `#[tool]`'s arguments are: `null` for an optional property (strict mode
@@ -97,7 +97,9 @@ pub(super) async fn call(
     }
     let result = match tokio::time::timeout(catalog.timeout, peer.call_tool(params)).await {
         Err(_) => return Err(catalog.timed_out(&operation)),
-        Ok(result) => result.map_err(|e| catalog.service_error(&operation, e))?,
+        Ok(result) => {
+            result.map_err(|e| catalog.request_error(&operation, e, peer.is_transport_closed()))?
+        }
     };
     into_value(result).map_err(|message| McpError::ToolFailed {
         server: catalog.server.clone(),
