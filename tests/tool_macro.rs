@@ -354,3 +354,45 @@ async fn a_tools_own_tool_error_keeps_its_variant() {
         "{error:?}"
     );
 }
+
+/// Multiply two numbers.
+#[tool]
+fn multiply(a: i64, b: i64) -> i64 {
+    // Inner attributes at the top of a body, which syn hands the macro with the fn's own
+    // attributes: they go back inside the body, where rustc takes them.
+    #![allow(clippy::let_and_return)]
+    let product = a * b;
+    product
+}
+
+#[derive(Clone, Default, Serialize, Deserialize)]
+struct Tally {
+    n: u32,
+}
+
+/// Counts one more.
+#[node]
+async fn count_one(tally: &mut Tally) {
+    #![allow(clippy::needless_return)]
+    tally.n += 1;
+    return;
+}
+
+/// A tool and a node whose bodies start with inner attributes compile (they did not: the
+/// attributes were put in front of the generated items) and work as written.
+#[tokio::test]
+async fn inner_attributes_stay_in_the_body() {
+    assert_eq!(multiply::call(6, 7), 42);
+    assert_eq!(spec(&multiply).description, "Multiply two numbers.");
+    let graph = Graph::new("tally")
+        .node(count_one)
+        .edge(START, "count_one")
+        .edge("count_one", END)
+        .compile()
+        .unwrap();
+    let done = graph
+        .invoke(&Runtime::in_memory(), "t", Tally::default())
+        .await
+        .unwrap();
+    assert_eq!(done.completed().unwrap().n, 1);
+}

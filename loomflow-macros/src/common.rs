@@ -301,11 +301,18 @@ pub(crate) fn with_original(item: TokenStream, error: syn::Error) -> TokenStream
 pub(crate) fn unit_value(func: &ItemFn, call_doc: &str) -> TokenStream {
     let vis = &func.vis;
     let ident = &func.sig.ident;
+    // Inner attributes (`#![allow(..)]`, `//!`) written at the top of the body: syn keeps
+    // them with the fn's own, and they go back inside `call`'s body.
+    let (outer, inner): (Vec<_>, Vec<_>) =
+        (func.attrs.iter()).partition(|a| matches!(a.style, syn::AttrStyle::Outer));
     let (doc_attrs, other_attrs): (Vec<_>, Vec<_>) =
-        func.attrs.iter().partition(|a| a.path().is_ident("doc"));
+        outer.into_iter().partition(|a| a.path().is_ident("doc"));
     let mut sig = func.sig.clone();
     sig.ident = syn::Ident::new("call", ident.span());
-    let block = &func.block;
+    let stmts = &func.block.stmts;
+    let block = quote_spanned! {func.block.brace_token.span.join()=>
+        { #(#inner)* #(#stmts)* }
+    };
     // At the fn's name, so that rustc's "the static is defined here" points there.
     let static_item = quote_spanned! {ident.span()=>
         #(#doc_attrs)*
