@@ -46,6 +46,13 @@ impl NodeModel {
         if let Some(variadic) = &sig.variadic {
             errors.push_spanned(variadic, "#[node] functions cannot be variadic");
         }
+        if let Some(unsafety) = &sig.unsafety {
+            errors.push_spanned(
+                unsafety,
+                "#[node] functions cannot be `unsafe`: the graph calls them; keep the unsafe \
+                 code in a safe fn of your own, with the checks it needs",
+            );
+        }
 
         let mut state_ty = None;
         let mut takes_context = false;

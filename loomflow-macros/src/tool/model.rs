@@ -72,8 +72,18 @@ impl ToolModel {
         if let Some(constness) = &sig.constness {
             errors.push_spanned(constness, "#[tool] functions cannot be `const`");
         }
+        if let Some(unsafety) = &sig.unsafety {
+            errors.push_spanned(
+                unsafety,
+                "#[tool] functions cannot be `unsafe`: the model calls them; keep the unsafe \
+                 code in a safe fn of your own, with the checks it needs",
+            );
+        }
 
         let mut params = Vec::new();
+        // Every parameter's name, refused ones too, and the context's: what `param(..)`
+        // may be told about, and what it is told.
+        let mut declared: Vec<(syn::Ident, bool)> = Vec::new();
         for input in &sig.inputs {
             match input {
                 FnArg::Receiver(receiver) => errors.push_spanned(
@@ -81,7 +91,11 @@ impl ToolModel {
                     "#[tool] functions cannot take `self`: write a free function, or implement `Tool` by hand",
                 ),
                 FnArg::Typed(pat_type) => {
-                    if is_tool_context(&pat_type.ty) {
+                    let context = is_tool_context(&pat_type.ty);
+                    if let Pat::Ident(pat) = &*pat_type.pat {
+                        declared.push((pat.ident.clone(), context));
+                    }
+                    if context {
                         params.push(Param::Context);
                         continue;
                     }
@@ -123,11 +137,20 @@ impl ToolModel {
             }
         }
         for (name, _) in &args.params {
-            let known = params
+            match declared
                 .iter()
-                .any(|p| matches!(p, Param::Arg { ident, .. } if unraw(ident) == unraw(name)));
-            if !known {
-                errors.push_spanned(name, format!("no parameter named `{name}`"));
+                .find(|(ident, _)| unraw(ident) == unraw(name))
+            {
+                // A parameter refused above: its own error says why.
+                Some((_, false)) => {}
+                Some((_, true)) => errors.push_spanned(
+                    name,
+                    format!(
+                        "`{name}` is the tool's context, which the model does not give: \
+                         describe the arguments only"
+                    ),
+                ),
+                None => errors.push_spanned(name, format!("no parameter named `{name}`")),
             }
         }
 
