@@ -396,3 +396,35 @@ async fn inner_attributes_stay_in_the_body() {
         .unwrap();
     assert_eq!(done.completed().unwrap().n, 1);
 }
+
+/// Find pages.
+#[tool]
+fn find(
+    /// Words to look for.
+    #[serde(rename = "q")]
+    query: String,
+    #[serde(default)] limit: u32,
+) -> String {
+    format!("{query}:{limit}")
+}
+
+/// A parameter's `#[serde(..)]` attributes and doc comment go on its field of the
+/// arguments: renamed and defaulted as written, and described (they did not compile).
+#[tokio::test]
+async fn a_parameters_serde_attributes_and_doc_shape_its_argument() {
+    let schema = &spec(&find).parameters;
+    assert_eq!(schema["required"], json!(["q"]), "{schema}");
+    assert_eq!(
+        schema["properties"]["q"]["description"],
+        "Words to look for."
+    );
+    assert!(schema["properties"].get("query").is_none(), "{schema}");
+    let out = find.call(json!({ "q": "rust" }), &ctx()).await.unwrap();
+    assert_eq!(out, json!("rust:0"));
+    let out = find
+        .call(json!({ "q": "rust", "limit": 3 }), &ctx())
+        .await
+        .unwrap();
+    assert_eq!(out, json!("rust:3"));
+    assert_eq!(find::call("direct".into(), 2), "direct:2");
+}

@@ -255,9 +255,12 @@ pub use loomflow_macros::agent;
 ///
 /// - **Parameters** become the properties of a JSON Schema (2020-12) made by schemars; each
 ///   type must implement `Deserialize` and `JsonSchema`. Describe them with
-///   `#[tool(param(city = "..."))]`. A single parameter whose type is a struct with named
-///   fields (and no `param` description) *is* the arguments object; its field docs become
-///   the descriptions.
+///   `#[tool(param(city = "..."))]`, or a doc comment on the parameter. A parameter's
+///   `#[serde(..)]` and `#[schemars(..)]` attributes apply to its argument
+///   (`#[serde(default)] limit: u32` may be left out, `#[serde(rename = "q")] query: String`
+///   is sent as `q`); `#[cfg]` on a parameter is refused. A single parameter whose type is
+///   a struct with named fields (and no `param` description nor attribute) *is* the
+///   arguments object; its field docs become the descriptions.
 /// - **`&ToolContext`** parameters (session, user, call id) are injected and not in the schema.
 /// - **Arguments** are checked against the schema before the body runs, and every error
 ///   names the field (``field `hosts[1].addr`: ...``). Fields that are not parameters are

@@ -33,13 +33,14 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
                 ident: field,
                 ty,
                 description,
+                field_attrs,
             } => {
                 // As a description, not a doc comment: schemars reads a doc comment that
                 // starts with `#` as a title.
                 let doc = description
                     .as_ref()
                     .map(|text| quote!(#[schemars(description = #text)]));
-                fields.push(quote!(#doc #field: #ty));
+                fields.push(quote!(#(#field_attrs)* #doc #field: #ty));
                 field_idents.push(field.clone());
                 let local = format_ident!("__loomflow_arg_{}", index);
                 locals.push(local.clone());

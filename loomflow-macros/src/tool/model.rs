@@ -16,6 +16,9 @@ pub(crate) enum Param {
         ident: Ident,
         ty: Box<Type>,
         description: Option<String>,
+        /// Its `#[serde(..)]`, `#[schemars(..)]` and doc attributes: they go on its field of
+        /// the arguments' struct, and not on the fn.
+        field_attrs: Vec<syn::Attribute>,
     },
 }
 
@@ -43,7 +46,7 @@ pub(crate) struct Invalid {
 
 impl ToolModel {
     /// Validates the attribute and the signature together, so that every problem is reported.
-    pub(crate) fn new(mut args: ToolArgs, func: ItemFn) -> Result<Self, Box<Invalid>> {
+    pub(crate) fn new(mut args: ToolArgs, mut func: ItemFn) -> Result<Self, Box<Invalid>> {
         let mut errors = std::mem::take(&mut args.errors);
         let sig = &func.sig;
         if crate::common::has_type_generics(&sig.generics) {
@@ -128,10 +131,20 @@ impl ToolModel {
                         .iter()
                         .find(|(name, _)| unraw(name) == unraw(&ident))
                         .map(|(_, text)| text.value());
+                    for attr in &pat_type.attrs {
+                        if attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr") {
+                            errors.push_spanned(
+                                attr,
+                                "#[tool] parameters cannot be configured out: the arguments \
+                                 the model is told of are the fn's parameters, all of them",
+                            );
+                        }
+                    }
                     params.push(Param::Arg {
                         ident,
                         ty: pat_type.ty.clone(),
                         description,
+                        field_attrs: pat_type.attrs.iter().filter(is_field_attr).cloned().collect(),
                     });
                 }
             }
@@ -196,7 +209,11 @@ impl ToolModel {
         let plain_args: Vec<_> = params
             .iter()
             .filter_map(|p| match p {
-                Param::Arg { description, .. } => Some(description.is_none()),
+                Param::Arg {
+                    description,
+                    field_attrs,
+                    ..
+                } => Some(description.is_none() && field_attrs.is_empty()),
                 Param::Context => None,
             })
             .collect();
@@ -206,8 +223,16 @@ impl ToolModel {
             syn::ReturnType::Type(_, ty) => ty.span(),
         };
 
+        let name = args.name.map_or_else(|| unraw(&sig.ident), |n| n.value());
+        // What only the arguments' struct reads is taken off the fn, where rustc would not
+        // know `#[serde]` nor take a doc comment.
+        for input in &mut func.sig.inputs {
+            if let FnArg::Typed(pat_type) = input {
+                pat_type.attrs.retain(|attr| !is_field_attr(&attr));
+            }
+        }
         Ok(Self {
-            name: args.name.map_or_else(|| unraw(&sig.ident), |n| n.value()),
+            name,
             description: description.unwrap_or_default(),
             approval: args.approval,
             destructive: args.destructive,
@@ -229,6 +254,14 @@ fn is_model_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// An attribute of a parameter that belongs on its field of the arguments' struct:
+/// `#[serde(default)]`, `#[serde(rename = "q")]`, `#[schemars(..)]`, a doc comment.
+fn is_field_attr(attr: &&syn::Attribute) -> bool {
+    ["serde", "schemars", "doc"]
+        .iter()
+        .any(|name| attr.path().is_ident(name))
 }
 
 /// `&ToolContext` (any path ending in `ToolContext`), shared, not mutable.
