@@ -22,7 +22,8 @@ mod kw {
 pub(crate) struct AgentArgs {
     pub(crate) name: Option<LitStr>,
     pub(crate) model: Option<LitStr>,
-    pub(crate) tools: Vec<Path>,
+    /// Values implementing `Tool`: a `#[tool]` fn's name, `Calculator::new()`, ….
+    pub(crate) tools: Vec<syn::Expr>,
     pub(crate) max_turns: Option<LitInt>,
     pub(crate) timeout_secs: Option<LitInt>,
     pub(crate) temperature: Option<LitFloat>,
@@ -36,8 +37,8 @@ pub(crate) struct AgentArgs {
 enum Arg {
     Name(Span, LitStr),
     Model(Span, LitStr),
-    /// The tool paths that parsed, and the errors of those that did not.
-    Tools(Span, Vec<Path>, Errors),
+    /// The tools that parsed, and the errors of those that did not.
+    Tools(Span, Vec<syn::Expr>, Errors),
     MaxTurns(Span, LitInt),
     Timeout(Span, LitInt),
     Temperature(Span, LitFloat),
