@@ -758,3 +758,41 @@ async fn a_receipt_filed_under_the_answers_by_an_earlier_version_is_found() {
     let done = graph.resume(&runtime, "t", 2).await.unwrap();
     assert_eq!(done.completed().unwrap(), 42);
 }
+
+/// A node's timed wait, run without a worker, takes a signal another process stored before
+/// the deadline though this process has not looked at the store since (it looks every
+/// `poll_interval`): the wait looks once more when its time is up. Before its fix it timed
+/// out, and the timeout was journaled, with the signal in the store.
+#[tokio::test]
+async fn a_timed_wait_takes_a_signal_another_process_stored_in_time() {
+    let db = TempDb::new("timed-wait-last-look");
+    let waiting = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .signals(unbounded())
+        .poll_interval(Duration::from_secs(60))
+        .build();
+    let sender = db.open(unbounded());
+    let graph = Graph::new("timed-wait")
+        .node_fn("wait", |got: &mut Option<u32>, ctx| {
+            Box::pin(async move {
+                let waited = ctx
+                    .wait_for_signal::<u32>("n")
+                    .timeout(Duration::from_millis(800));
+                *got = waited.await.ok();
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let run = tokio::spawn({
+        let waiting = waiting.clone();
+        async move { graph.invoke(&waiting, "s", None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sender.signal("s", "n", 5u32).await.unwrap();
+    let got = run.await.unwrap().unwrap().completed().unwrap();
+    assert_eq!(got, Some(5));
+    assert!(stored(&sender).await.is_empty());
+}

@@ -2,6 +2,7 @@
 
 mod journal;
 mod signal;
+mod signal_accept;
 mod timer;
 
 pub use signal::WaitForSignal;
