@@ -426,3 +426,41 @@ async fn a_signal_dropped_on_arrival_is_not_a_duplicate_of_its_retry() {
         "the dropped send and the stored one: {log:?}"
     );
 }
+
+/// With no pending mailbox, a payload a waiter gives back (it is not the type it asked
+/// for) is not dropped as a new signal to a session nobody holds would be: the waiter was
+/// the session's only holder, and the payload goes back to its queue, for the next
+/// receiver. Before its fix it was lost, and its row deleted.
+#[tokio::test]
+async fn a_payload_given_back_with_no_pending_mailbox_stays_for_the_next_receiver() {
+    use loomflow::runtime::Delivery;
+    let db = loomflow_tests::TempDb::new("given-back-no-pending");
+    let signals = MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let store = SqliteStore::open(db.path()).unwrap();
+    let runtime = Runtime::builder().store(store).signals(signals).build();
+    let waiting = tokio::spawn({
+        let runtime = runtime.clone();
+        async move {
+            let wait = runtime.wait_for_signal::<u32>("s", "n", Some(Duration::from_secs(5)));
+            wait.await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sent = runtime.signal("s", "n", "not a number").await.unwrap();
+    assert_eq!(sent, Delivery::Woke);
+    let refused = waiting.await.unwrap();
+    assert!(
+        matches!(
+            refused,
+            Err(loomflow::RuntimeError::Signal(
+                loomflow::SignalError::Payload { .. }
+            ))
+        ),
+        "{refused:?}"
+    );
+    let text: String = runtime
+        .wait_for_signal("s", "n", Some(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(text, "not a number");
+}

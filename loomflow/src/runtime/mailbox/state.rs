@@ -156,7 +156,10 @@ impl State {
         entry.order = (order > 0).then_some(order);
         let queued = Queued { order, entry };
         let Some(live) = self.live.get_mut(session) else {
-            let kept = self.push_pending(config, session, name, queued, place, Instant::now());
+            // Not a new signal: a payload a receiver gives back (see `push_pending`).
+            let given_back = !matches!(place, Place::Back);
+            let arrival = (place, given_back);
+            let kept = self.push_pending(config, session, name, queued, arrival, Instant::now());
             return match kept {
                 true => Delivery::Pending,
                 false => Delivery::Dropped,
@@ -380,8 +383,8 @@ impl State {
         for channel in leftovers.collect::<Vec<_>>() {
             // Last first: each goes before those of its place (given back, it has none).
             for queued in channel.queue.into_iter().rev() {
-                let place = Place::Return(queued.order);
-                self.push_pending(config, session, &channel.name, queued, place, now);
+                let arrival = (Place::Return(queued.order), false);
+                self.push_pending(config, session, &channel.name, queued, arrival, now);
             }
         }
     }
@@ -448,17 +451,21 @@ impl State {
         session: &str,
         name: &str,
         queued: Queued,
-        place: Place,
+        (place, given_back): (Place, bool),
         now: Instant,
     ) -> bool {
         self.sweep(config, now);
-        if config.max_pending_signal_sessions == Some(0) {
+        // A payload a receiver gives back (it was not the type asked for, or the receive was
+        // dropped) is kept whatever the bounds: its receiver may have been the session's
+        // only holder, and the payload was this process's to deliver. A closed session's
+        // leftovers are pending signals as any other.
+        if config.max_pending_signal_sessions == Some(0) && !given_back {
             let (session, name) = (Arc::from(session), Arc::from(name));
             note_dropped(&mut self.dropped, (&session, &name), [&queued.entry]);
             tracing::debug!(%session, %name, "pending mailbox disabled: signal dropped");
             return false;
         }
-        if expired(&queued.entry, config.pending_signal_ttl, now) {
+        if !given_back && expired(&queued.entry, config.pending_signal_ttl, now) {
             // Loaded after a restart, or left by a session that held it past the TTL: aged
             // from when it was sent.
             let (session, name) = (Arc::from(session), Arc::from(name));
@@ -467,7 +474,7 @@ impl State {
             return false;
         }
         if !self.pending.contains_key(session) {
-            if let Some(max) = config.max_pending_signal_sessions {
+            if let Some(max) = config.max_pending_signal_sessions.filter(|_| !given_back) {
                 while self.pending.len() >= max {
                     let Some((_, victim)) = self.lru.pop_first() else {
                         break;
