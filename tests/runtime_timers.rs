@@ -531,3 +531,38 @@ async fn a_value_goes_to_the_only_interrupt_that_takes_one() {
         assert_eq!(done, ["heard", "this one", "woke"], "{thread}");
     }
 }
+
+/// An in-memory sleep and an in-memory timed wait end once the runtime's `ManualClock` is
+/// moved past their time, without waiting for real: before their fix both slept on a real
+/// timer for the whole hour, whatever the clock said.
+#[tokio::test]
+async fn in_memory_timers_end_when_the_manual_clock_passes_them() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let waits = Graph::new("waits")
+        .node_fn("wait", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                match ctx.wait_for_signal::<String>("go").timeout(HOUR).await {
+                    Ok(got) => log.push(got),
+                    Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
+                        log.push("timed out".into());
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let slept = reminder(false).start(&runtime, "sleeping", Vec::new());
+    let waited = waits.start(&runtime, "waiting", Vec::new());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    clock.advance(2 * HOUR);
+    let within = Duration::from_secs(10);
+    let slept = tokio::time::timeout(within, slept).await.unwrap().unwrap();
+    assert_eq!(slept.completed().unwrap(), ["woke"]);
+    let waited = tokio::time::timeout(within, waited).await.unwrap().unwrap();
+    assert_eq!(waited.completed().unwrap(), ["timed out"]);
+}

@@ -12,7 +12,7 @@ use super::Context;
 use super::signal_accept::{accept, replayed};
 use crate::event::EventKind;
 use crate::graph::RunError;
-use crate::runtime::clock::{time_after, unix_ms};
+use crate::runtime::clock::{ClockWait, time_after, unix_ms};
 use crate::runtime::mailbox::{Entry, Scope};
 use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError};
 
@@ -165,17 +165,20 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             let store_keeps = runtime.store().is_durable();
             // Whether the deadline passed and this is the look at the store that follows.
             let mut last_look = false;
+            // The deadline, by the runtime's clock (which a test's `ManualClock` moves ahead)
+            // or by the real time it had left, whichever comes first.
+            let clock = runtime.clock();
+            let until = deadline_ms.map(|deadline| ClockWait::new(clock, deadline));
             // Each pass takes the next payload; one that another process consumed first
             // (it was in this mailbox too) is dropped, and the wait goes on.
             loop {
-                // What is left of a durable deadline, by the runtime's clock.
-                let left_ms = deadline_ms.map(|d| d.saturating_sub(unix_ms(runtime.now())));
+                // What is left of the deadline.
+                let left = until.as_ref().map(|until| until.left(clock));
+                let left_ms = left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
                 let park = match (suspend, grace) {
                     (true, _) => None,
-                    (false, Some(grace)) => {
-                        Some(left_ms.map_or(grace, |left| grace.min(Duration::from_millis(left))))
-                    }
-                    (false, None) => left_ms.map(Duration::from_millis),
+                    (false, Some(grace)) => Some(left.map_or(grace, |left| grace.min(left))),
+                    (false, None) => until.as_ref().map(|until| until.nap(clock)),
                 };
                 let must_suspend = durable && park.is_none_or(|p| p.is_zero());
                 // A durable store may keep a signal for this run that the pending bounds
@@ -233,6 +236,14 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     // The grace is over: look once more, then suspend (or time out).
                     Err(RuntimeError::Signal(SignalError::Timeout { .. })) if durable => {
                         suspend = true;
+                        continue;
+                    }
+                    // A nap of a clock's tick, the deadline not there yet.
+                    Err(RuntimeError::Signal(SignalError::Timeout { .. }))
+                        if until
+                            .as_ref()
+                            .is_some_and(|until| !until.left(clock).is_zero()) =>
+                    {
                         continue;
                     }
                     // A signal another process sent in time may be in the store, not yet

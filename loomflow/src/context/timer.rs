@@ -4,7 +4,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-use crate::runtime::clock::{time_after, unix_ms};
+use crate::runtime::clock::{ClockWait, time_after, unix_ms};
 
 use super::Context;
 use crate::graph::RunError;
@@ -72,9 +72,17 @@ impl<'a> IntoFuture for Sleep<'a> {
             if self.suspend || grace.is_some_and(|grace| left > grace) {
                 return Err(ctx.suspend_for_timer(wake_at_ms));
             }
-            let sleep = tokio::time::sleep(left);
-            ctx.claim().unless_cancelled(sleep).await?;
-            Ok(())
+            // By the runtime's clock, which a test's `ManualClock` moves ahead.
+            let wait = ClockWait::new(runtime.clock(), wake_at_ms);
+            loop {
+                let nap = wait.nap(runtime.clock());
+                if nap.is_zero() {
+                    return Ok(());
+                }
+                ctx.claim()
+                    .unless_cancelled(tokio::time::sleep(nap))
+                    .await?;
+            }
         })
     }
 }

@@ -45,6 +45,14 @@ pub(crate) fn from_unix_ms(ms: u64) -> SystemTime {
 pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     /// Now.
     fn now(&self) -> SystemTime;
+
+    /// How often a wait in memory (`ctx.sleep`, a timed `wait_for_signal` run without a
+    /// worker) reads this clock again, for a clock that jumps: such a wait ends once the
+    /// clock passes its time, or once as much real time went by, whichever comes first.
+    /// `None`, the default: the clock moves with real time, and a wait sleeps its time out.
+    fn tick(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The system's clock: the default.
@@ -94,11 +102,54 @@ impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
         *crate::sync::lock(&self.0)
     }
+
+    /// A wait in memory reads it every 20 ms: moved past the wait's time, it ends the wait.
+    fn tick(&self) -> Option<Duration> {
+        Some(Duration::from_millis(20))
+    }
 }
 
 impl<C: Clock> Clock for std::sync::Arc<C> {
     fn now(&self) -> SystemTime {
         (**self).now()
+    }
+
+    fn tick(&self) -> Option<Duration> {
+        (**self).tick()
+    }
+}
+
+/// A wait in memory for a time by a runtime's clock: it is over once the clock reads that
+/// time, or once the real time it had left when it began went by, whichever comes first (a
+/// [`ManualClock`] moved ahead ends it; one left alone does not hold it forever).
+pub(crate) struct ClockWait {
+    until_ms: u64,
+    real_end: tokio::time::Instant,
+}
+
+impl ClockWait {
+    /// A wait until `until_ms` by `clock`, from now.
+    pub(crate) fn new(clock: &dyn Clock, until_ms: u64) -> Self {
+        let left = until_ms.saturating_sub(unix_ms(clock.now()));
+        Self {
+            until_ms,
+            real_end: instant_after(Duration::from_millis(left)),
+        }
+    }
+
+    /// What is left of it.
+    pub(crate) fn left(&self, clock: &dyn Clock) -> Duration {
+        let by_clock = Duration::from_millis(self.until_ms.saturating_sub(unix_ms(clock.now())));
+        let real = self
+            .real_end
+            .saturating_duration_since(tokio::time::Instant::now());
+        by_clock.min(real)
+    }
+
+    /// How long to sleep before looking again: what is left, at most the clock's tick.
+    pub(crate) fn nap(&self, clock: &dyn Clock) -> Duration {
+        let left = self.left(clock);
+        clock.tick().map_or(left, |tick| tick.min(left))
     }
 }
 

@@ -426,6 +426,11 @@ impl Runtime {
         self.inner.clock.now()
     }
 
+    /// The runtime's [`Clock`].
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        &*self.inner.clock
+    }
+
     /// The store behind this runtime.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
