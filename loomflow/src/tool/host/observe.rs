@@ -15,6 +15,10 @@ use crate::tool::ToolError;
 /// How much of a tool's result the audit entry keeps.
 const RESULT_IN_AUDIT: usize = 2_000;
 
+/// How long a call's arguments may be, as JSON text, for the audit entry to keep them as
+/// they are: longer ones (a file's body to write) are kept as their text, cut to this.
+const ARGUMENTS_IN_AUDIT: usize = 16 * 1024;
+
 /// The `execute_tool {name}` span of one call.
 pub(super) fn tool_span(call: &ToolCall) -> Span {
     tracing::info_span!(
@@ -70,7 +74,7 @@ pub(super) fn tool_call_entry(
         "call_id": call.id,
         "duration_ms": u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
     });
-    detail["arguments"] = arguments;
+    put_arguments(&mut detail, arguments);
     match result {
         Ok(value) => {
             detail["outcome"] = Value::from("ok");
@@ -102,7 +106,7 @@ pub(super) fn decision_entry(
         detail["reason"] = Value::from(reason);
     }
     if let Some(edited) = edited {
-        detail["arguments"] = edited.clone();
+        put_arguments(&mut detail, edited.clone());
     }
     AuditEntry::new(ctx.session, AuditKind::Decision, &call.name, detail).actor(actor)
 }
@@ -117,6 +121,18 @@ pub(super) async fn record(ctx: DispatchContext<'_>, entry: AuditEntry) {
     {
         tracing::warn!(%error, session = %ctx.session, "could not write an audit entry");
     }
+}
+
+/// Puts a call's `arguments` in an entry's `detail`: as they are, or, past
+/// [`ARGUMENTS_IN_AUDIT`] bytes of JSON, as that text cut short, with `arguments_clipped`.
+fn put_arguments(detail: &mut Value, arguments: Value) {
+    let text = arguments.to_string();
+    if text.len() <= ARGUMENTS_IN_AUDIT {
+        detail["arguments"] = arguments;
+        return;
+    }
+    detail["arguments"] = Value::from(clip(text, ARGUMENTS_IN_AUDIT));
+    detail["arguments_clipped"] = Value::Bool(true);
 }
 
 /// `text`, cut to at most `max` bytes (at a character boundary) and marked with `…` when it
@@ -135,7 +151,21 @@ fn clip(mut text: String, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::clip;
+    use super::*;
+
+    #[test]
+    fn large_arguments_are_kept_as_their_text_cut_short() {
+        let mut detail = json!({});
+        put_arguments(&mut detail, json!({ "path": "a.txt" }));
+        assert_eq!(detail, json!({ "arguments": { "path": "a.txt" } }));
+        let body = "x".repeat(ARGUMENTS_IN_AUDIT * 4);
+        let mut detail = json!({});
+        put_arguments(&mut detail, json!({ "path": "a.txt", "body": body }));
+        let kept = detail["arguments"].as_str().unwrap_or_default();
+        assert!(kept.starts_with(r#"{"body":"xxx"#), "{kept:.40}");
+        assert_eq!(kept.len(), ARGUMENTS_IN_AUDIT + '…'.len_utf8());
+        assert_eq!(detail["arguments_clipped"], true);
+    }
 
     #[test]
     fn clip_cuts_long_text_at_a_character_boundary() {
