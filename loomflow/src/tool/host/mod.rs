@@ -3,6 +3,7 @@
 mod checks;
 mod context;
 mod observe;
+mod shadowed;
 
 use checks::{Approval, emit, emit_approval, normalize_arguments};
 pub use context::{DispatchContext, ToolOutcome};
@@ -87,6 +88,8 @@ pub struct ToolHost {
     remembered: Arc<Mutex<Remembered>>,
     /// Whether tool spans record arguments and results.
     record_content: bool,
+    /// The names of sets' tools warned of as hidden by another of that name.
+    shadowed: Arc<shadowed::Shadowed>,
 }
 
 impl Default for ToolHost {
@@ -106,6 +109,7 @@ impl Default for ToolHost {
             after: Vec::new(),
             remembered: Arc::default(),
             record_content: false,
+            shadowed: Arc::default(),
         }
     }
 }
@@ -180,17 +184,9 @@ impl ToolHost {
     }
 
     /// Every tool the host offers now, by name: its own, then those of its sets.
+    /// A set's tool named as one before it is not offered, and is warned of once.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        if self.sets.is_empty() {
-            return self.tools.values().cloned().collect();
-        }
-        let mut all = self.tools.clone();
-        for set in &self.sets {
-            for tool in set.tools() {
-                all.entry(tool.spec().name.clone()).or_insert(tool);
-            }
-        }
-        all.into_values().collect()
+        shadowed::all_tools(&self.tools, &self.sets, &self.shadowed)
     }
 
     /// The specs of every tool, by name.
