@@ -640,3 +640,53 @@ async fn a_store_failure_asking_an_agents_approval_lets_the_run_go() {
     assert_eq!(done.output, "charged");
     assert_eq!(CHARGED.load(Ordering::SeqCst), 1, "the call ran once");
 }
+
+/// Look a word up.
+#[tool(name = "act", approval)]
+fn act_lookup(word: String) -> String {
+    format!("looked up {word}")
+}
+
+/// Delete a word for good.
+#[tool(name = "act", approval, destructive)]
+fn act_delete(word: String) -> String {
+    format!("deleted {word}")
+}
+
+/// A decision remembered for a user's tool decides for that tool only: another tool that
+/// takes its name (a server's list changed, a tool replaced) is asked about afresh. Before
+/// its fix the allow given to a lookup ran a destructive tool of the same name, unasked.
+#[tokio::test]
+async fn a_remembered_allow_does_not_pass_to_another_tool_of_its_name() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let mut host = ToolHost::new()
+        .with(act_lookup)
+        .approval_handler(approver_fn(move |_request| {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                Ok(match first {
+                    true => ApprovalDecision::RememberAllow,
+                    false => ApprovalDecision::deny("not that one"),
+                })
+            }
+        }));
+    let call = |id: &str| ToolCall::new(id, "act", json!({ "word": "w" }));
+    let ada = || DispatchContext::new("s").user(Some("ada"));
+    for id in ["c1", "c2"] {
+        let out = host.dispatch(&[call(id)], ada()).await.unwrap().remove(0);
+        assert_eq!(out.content, "looked up w", "{out:?}");
+    }
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        1,
+        "the second call was remembered"
+    );
+    host.add(act_delete);
+    let out = host.dispatch(&[call("c3")], ada()).await.unwrap().remove(0);
+    assert!(
+        out.is_error && out.content.contains("not that one"),
+        "{out:?}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+}

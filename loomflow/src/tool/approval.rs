@@ -120,9 +120,12 @@ pub enum ApprovalDecision {
     },
     /// Run it, and allow this tool for this user without asking for the rest of the host's
     /// life. A run that names no user remembers nothing: this call runs, the next asks.
+    /// The decision is for the tool as it is: another of its name (a tool replaced, an MCP
+    /// server's list changed) or its spec changed is asked about afresh.
     RememberAllow,
     /// Refuse it, and refuse this tool for this user without asking for the rest of the
-    /// host's life. A run that names no user remembers nothing.
+    /// host's life. A run that names no user remembers nothing. For the tool as it is, as
+    /// [`RememberAllow`](Self::RememberAllow).
     RememberDeny,
 }
 

@@ -32,10 +32,15 @@ impl ToolHost {
         match self.policy.decide(user, spec, arguments) {
             Permission::Ask => {
                 let remembered = crate::sync::lock(&self.remembered);
-                let permission = match remembered.get(&(user.map(str::to_owned), spec.name.clone()))
-                {
-                    Some(true) => Permission::Allow,
-                    Some(false) => Permission::Deny(
+                let key = (user.map(str::to_owned), spec.name.clone());
+                // Given for the tool as it was then: one of that name now that differs (a
+                // server's list changed, a tool replaced) is asked about afresh.
+                let decided = remembered
+                    .get(&key)
+                    .filter(|(_, given_for)| *given_for == spec_print(spec));
+                let permission = match decided {
+                    Some((true, _)) => Permission::Allow,
+                    Some((false, _)) => Permission::Deny(
                         "denied earlier for this user and tool (remembered)".to_owned(),
                     ),
                     None => return (Permission::Ask, POLICY),
@@ -76,16 +81,16 @@ impl ToolHost {
     /// Remembers a decision for `user` and `tool`. A run for no user has nobody to remember
     /// it for: every such run shares the key, so a decision given in one session would
     /// decide in all of them. It is not remembered.
-    pub(super) fn remember(&self, user: Option<&str>, tool: &str, allowed: bool) {
+    pub(super) fn remember(&self, user: Option<&str>, tool: &ToolSpec, allowed: bool) {
         let Some(user) = user else {
             tracing::debug!(
-                tool,
+                tool = tool.name,
                 "not remembering an approval decision: the run has no user"
             );
             return;
         };
-        crate::sync::lock(&self.remembered)
-            .insert((Some(user.to_owned()), tool.to_owned()), allowed);
+        let key = (Some(user.to_owned()), tool.name.clone());
+        crate::sync::lock(&self.remembered).insert(key, (allowed, spec_print(tool)));
     }
 
     pub(super) async fn ask(
@@ -174,11 +179,11 @@ impl ToolHost {
             ApprovalDecision::Deny { reason } => Approval::Refuse(reason),
             ApprovalDecision::Edit { arguments } => Approval::RunWith(arguments),
             ApprovalDecision::RememberAllow => {
-                self.remember(ctx.user, &spec.name, true);
+                self.remember(ctx.user, spec, true);
                 Approval::Run
             }
             ApprovalDecision::RememberDeny => {
-                self.remember(ctx.user, &spec.name, false);
+                self.remember(ctx.user, spec, false);
                 Approval::Refuse("approval declined".to_owned())
             }
         })
@@ -299,4 +304,17 @@ pub(super) fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
             }
         )),
     }
+}
+
+/// What a remembered decision was given for: the tool's spec, hashed (description,
+/// parameters, approval and destructive flags), so that another tool of the same name is
+/// not decided by it.
+pub(super) fn spec_print(spec: &ToolSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    spec.name.hash(&mut hasher);
+    spec.description.hash(&mut hasher);
+    spec.parameters.to_string().hash(&mut hasher);
+    (spec.requires_approval, spec.destructive).hash(&mut hasher);
+    hasher.finish()
 }

@@ -565,8 +565,8 @@ impl ToolHost {
     }
 }
 
-/// Remembered approvals: (user, tool) → allowed.
-type Remembered = HashMap<(Option<String>, String), bool>;
+/// Remembered approvals: (user, tool) → allowed, and the tool's spec it was given for.
+type Remembered = HashMap<(Option<String>, String), (bool, u64)>;
 
 fn denied(spec: &ToolSpec, reason: String) -> ToolError {
     ToolError::Denied {
