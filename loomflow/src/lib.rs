@@ -170,7 +170,9 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is named after the
 /// function, without the `r#` of a raw identifier (`r#match` is the node `"match"`; override
 /// with `#[node(name = "...")]`); the doc comment becomes its description.
-/// The original body stays callable as `name::call(state, ctx)`. A state type that is not a
+/// The original body stays callable as `name::call(state, ctx)`, and the fn's other
+/// attributes go on it: a `#[tracing::instrument]` below `#[node]` makes a span named
+/// `call` (give it a name, or put it above `#[node]`). A state type that is not a
 /// [`State`] is reported at the `&mut S` parameter. The fn must be a free function (at module
 /// level): the macro declares a struct and a `static` beside it, which an `impl` block cannot
 /// hold, so on an associated fn rustc reports errors about the expansion instead.
@@ -282,6 +284,8 @@ pub use loomflow_macros::agent;
 ///   applies. A body that overruns the timeout is reported as timed out but runs on to its
 ///   end, as a blocking thread cannot be stopped. Its parameter types must therefore be
 ///   `Send` (the result is serialized on the blocking thread, so it need not be).
+/// - **The fn's other attributes** go on its body, `name::call`: a `#[tracing::instrument]`
+///   below `#[tool]` makes a span named `call` (give it a name). `unsafe fn` is refused.
 /// - **Attributes**: `name = "..."`, `description = "..."` (instead of a doc comment),
 ///   `approval` (every call needs a person's approval), `destructive` (for permission
 ///   policies), `crate = path` (where loomflow is), `param(x = "...", ...)`.

@@ -38,6 +38,23 @@ impl AgentModel {
                 "#[agent] cannot read a doc comment written by a macro (`#[doc = include_str!(..)]`), and its instructions would lose that text: write the text out in the comment or in `instructions = \"...\"`, or build the agent with `Agent::builder(include_str!(..))`",
             );
         }
+        // Refused here rather than when the agent is built (a blank name) or never (blank
+        // instructions, which a doc comment may not be either).
+        if let Some(name) = args
+            .name
+            .as_ref()
+            .filter(|name| name.value().trim().is_empty())
+        {
+            errors.push_spanned(name, "#[agent] names cannot be blank");
+        }
+        if let Some(text) =
+            (args.instructions.as_ref()).filter(|text| text.value().trim().is_empty())
+        {
+            errors.push_spanned(
+                text,
+                "#[agent] instructions cannot be blank: say what the agent is for",
+            );
+        }
         let instructions = match (&args.instructions, doc_text(&input.attrs)) {
             (Some(lit), _) => Some(lit.value()),
             (None, Some(doc)) => Some(doc),

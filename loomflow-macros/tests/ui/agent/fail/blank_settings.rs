@@ -1,0 +1,6 @@
+use loomflow::prelude::*;
+
+#[agent(model = "echo", name = " ", instructions = "")]
+struct Blank;
+
+fn main() {}
