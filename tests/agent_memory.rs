@@ -639,3 +639,55 @@ async fn a_tool_added_under_a_memory_tools_name_does_not_inherit_its_allow() {
     assert_eq!(result.output, "Done.");
     assert_eq!(ran.load(Ordering::SeqCst), 0, "{:?}", result.messages);
 }
+
+/// In a swarm, a member's extraction reads the turn it answers, not the whole team
+/// conversation: before its fix every turn extracted every earlier turn again (facts
+/// stored twice, reworded), and filed them under the turn's user.
+#[tokio::test]
+async fn a_swarm_members_extraction_reads_only_the_turn_it_answers() {
+    use loomflow::architecture::{Swarm, TeamState};
+    use loomflow::model::Message;
+    let memory = SqliteMemory::in_memory().unwrap();
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::text("Noted, no peanuts."),
+        ModelResponse::text(r#"["Ada is allergic to peanuts"]"#),
+        ModelResponse::text("Lyon it is."),
+        ModelResponse::text(r#"["Bob lives in Lyon"]"#),
+    ]));
+    let helper = Agent::builder("You chat.")
+        .name("helper")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().extract_after_run(true))
+        .build()
+        .unwrap();
+    let swarm = Swarm::new()
+        .agent("helper", "chats", helper)
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let first = TeamState::new("I'm allergic to peanuts.").with_user("ada");
+    let mut team = swarm
+        .invoke(&runtime, "s", first)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    team.messages.push(Message::user("I live in Lyon."));
+    team.user = Some("bob".to_owned());
+    swarm
+        .invoke(&runtime, "s", team)
+        .await
+        .unwrap()
+        .completed()
+        .unwrap();
+    let extracted = model.requests()[3].messages[1].text().to_owned();
+    assert!(extracted.contains("I live in Lyon."), "{extracted}");
+    assert!(
+        !extracted.contains("peanuts"),
+        "an earlier turn: {extracted}"
+    );
+    let bob = memory.list(&Scope::user("bob"), 10).await.unwrap();
+    let bob: Vec<&str> = bob.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(bob, ["Bob lives in Lyon"]);
+}

@@ -5,6 +5,7 @@ use crate::architecture::{
     Member, TeamState, agent_input, compile_checked, member_answer, too_few,
 };
 use crate::graph::{CompiledGraph, END, Graph, GraphProblem, START};
+use crate::model::Role;
 
 /// Agents that pass the conversation along: each gets a `transfer_to_<name>` tool for every
 /// other agent. The active agent is part of the checkpointed state (`TeamState::next`), so a
@@ -135,6 +136,10 @@ impl Swarm {
                     |team: &TeamState| {
                         let mut state = agent_input(team, &team.task);
                         state.messages = team.messages.clone().into();
+                        // This turn begins at the conversation's last user message: what
+                        // the member's memory extraction reads, for this turn's user.
+                        let turn = team.messages.iter().rposition(|m| m.role() == Role::User);
+                        state.run_start = turn.unwrap_or(0);
                         state
                     },
                     move |team: &mut TeamState, state: AgentState| {
