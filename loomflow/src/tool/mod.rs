@@ -151,17 +151,26 @@ pub enum ToolError {
         /// The timeout.
         seconds: f64,
     },
-    /// The server that runs the tool (an MCP server, for example) is gone, its process
-    /// exited or its connection closed, and calls fail at once rather than wait; or it
-    /// could not be reached this time, and the next call may reach it.
-    #[error("tool {tool} is unavailable: server {server} {reason}")]
+    /// The server that runs the tool is gone: its process exited or its connection closed
+    /// (an MCP server, for example). Calls fail at once rather than wait.
+    #[error("tool {tool} is unavailable: server {server} is gone ({reason})")]
     Unavailable {
         /// The tool.
         tool: String,
         /// The server that ran it.
         server: String,
-        /// What was seen, as the message words it: `is gone (its connection closed)`,
-        /// `could not be reached (connection refused); the next call may reach it`.
+        /// What was seen: the transport closed, the process exited, ….
+        reason: String,
+    },
+    /// The server that runs the tool could not be reached for this call (a refused
+    /// connection, an unknown host): the call was not made, and the next may reach it.
+    #[error("tool {tool} is unavailable for now: server {server} could not be reached ({reason})")]
+    Unreachable {
+        /// The tool.
+        tool: String,
+        /// The server that runs it.
+        server: String,
+        /// What the connection said.
         reason: String,
     },
     /// A permission rule, an approver or a hook refused the call.

@@ -126,12 +126,12 @@ impl McpError {
             Self::Gone { server, reason, .. } => ToolError::Unavailable {
                 tool,
                 server,
-                reason: format!("is gone ({reason})"),
+                reason,
             },
-            Self::NotSent { server, reason, .. } => ToolError::Unavailable {
+            Self::NotSent { server, reason, .. } => ToolError::Unreachable {
                 tool,
                 server,
-                reason: format!("could not be reached ({reason}); the next call may reach it"),
+                reason,
             },
             Self::TimedOut { seconds, .. } => ToolError::TimedOut { tool, seconds },
             Self::ToolFailed { message, .. } => ToolError::Failed { tool, message },

@@ -13,8 +13,9 @@
 //! [`ToolError::Unavailable`](crate::tool::ToolError::Unavailable) (in a host) or
 //! [`McpError::Gone`] (from [`McpServer::call`]), naming the server and the tool; its tools
 //! stay listed, and an `McpServer` does not reconnect (connect a new one, in a new host).
-//! An HTTP server that cannot be reached fails that call with `Unavailable` too
-//! ([`McpError::NotSent`]), and may answer the next; a request that went out and got no
+//! An HTTP server that cannot be reached fails that call with
+//! [`ToolError::Unreachable`](crate::tool::ToolError::Unreachable) ([`McpError::NotSent`]),
+//! and may answer the next; a request that went out and got no
 //! answer (a proxy's 504) fails with [`McpError::NoAnswer`]: the tool may have run. Every
 //! request also has a timeout, so nothing waits forever on a server.
 //!

@@ -57,7 +57,7 @@ impl Tool for McpTool {
                 return Err(ToolError::Unavailable {
                     tool: self.spec.name.clone(),
                     server: self.server.clone(),
-                    reason: "is gone (its connection was dropped)".to_owned(),
+                    reason: "the server's connection was dropped".to_owned(),
                 });
             };
             // As a `#[tool]`'s arguments are: `null` for an optional property (strict mode
