@@ -257,8 +257,8 @@ pub use loomflow_macros::agent;
 ///
 /// - **Parameters** become the properties of a JSON Schema (2020-12) made by schemars; each
 ///   type must implement `Deserialize` and `JsonSchema`. Describe them with
-///   `#[tool(param(city = "..."))]`, or a doc comment on the parameter. A parameter's
-///   `#[serde(..)]` and `#[schemars(..)]` attributes apply to its argument
+///   `#[tool(param(city = "..."))]`, or a doc comment on the parameter (`param` first). A
+///   parameter's `#[serde(..)]` and `#[schemars(..)]` attributes apply to its argument
 ///   (`#[serde(default)] limit: u32` may be left out, `#[serde(rename = "q")] query: String`
 ///   is sent as `q`); `#[cfg]` on a parameter is refused. A single parameter whose type is
 ///   a struct with named fields (and no `param` description nor attribute) *is* the

@@ -48,6 +48,10 @@ impl ToolModel {
     /// Validates the attribute and the signature together, so that every problem is reported.
     pub(crate) fn new(mut args: ToolArgs, mut func: ItemFn) -> Result<Self, Box<Invalid>> {
         let mut errors = std::mem::take(&mut args.errors);
+        // What only the arguments' struct reads is taken off the fn first, where rustc would
+        // know neither `#[serde]` nor a doc comment: also when the tool is refused, so that
+        // the fn kept then reports only the real problems.
+        let taken = take_field_attrs(&mut func);
         let sig = &func.sig;
         if crate::common::has_type_generics(&sig.generics) {
             errors.push_spanned(
@@ -87,7 +91,7 @@ impl ToolModel {
         // Every parameter's name, refused ones too, and the context's: what `param(..)`
         // may be told about, and what it is told.
         let mut declared: Vec<(syn::Ident, bool)> = Vec::new();
-        for input in &sig.inputs {
+        for (input, field_attrs) in sig.inputs.iter().zip(taken) {
             match input {
                 FnArg::Receiver(receiver) => errors.push_spanned(
                     receiver,
@@ -99,6 +103,13 @@ impl ToolModel {
                         declared.push((pat.ident.clone(), context));
                     }
                     if context {
+                        if let Some(attr) = field_attrs.first() {
+                            errors.push_spanned(
+                                attr,
+                                "the tool's context is not an argument the model gives: it \
+                                 takes no #[serde], #[schemars] nor doc comment",
+                            );
+                        }
                         params.push(Param::Context);
                         continue;
                     }
@@ -126,13 +137,17 @@ impl ToolModel {
                         );
                         continue;
                     }
+                    // `param(..)` first, then the parameter's doc comment.
+                    let (docs, field_attrs): (Vec<_>, Vec<_>) =
+                        field_attrs.into_iter().partition(|a| a.path().is_ident("doc"));
                     let description = args
                         .params
                         .iter()
                         .find(|(name, _)| unraw(name) == unraw(&ident))
-                        .map(|(_, text)| text.value());
+                        .map(|(_, text)| text.value())
+                        .or_else(|| doc_text(&docs));
                     for attr in &pat_type.attrs {
-                        if attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr") {
+                        if attr.path().is_ident("cfg") {
                             errors.push_spanned(
                                 attr,
                                 "#[tool] parameters cannot be configured out: the arguments \
@@ -144,7 +159,7 @@ impl ToolModel {
                         ident,
                         ty: pat_type.ty.clone(),
                         description,
-                        field_attrs: pat_type.attrs.iter().filter(is_field_attr).cloned().collect(),
+                        field_attrs,
                     });
                 }
             }
@@ -223,16 +238,8 @@ impl ToolModel {
             syn::ReturnType::Type(_, ty) => ty.span(),
         };
 
-        let name = args.name.map_or_else(|| unraw(&sig.ident), |n| n.value());
-        // What only the arguments' struct reads is taken off the fn, where rustc would not
-        // know `#[serde]` nor take a doc comment.
-        for input in &mut func.sig.inputs {
-            if let FnArg::Typed(pat_type) = input {
-                pat_type.attrs.retain(|attr| !is_field_attr(&attr));
-            }
-        }
         Ok(Self {
-            name,
+            name: args.name.map_or_else(|| unraw(&sig.ident), |n| n.value()),
             description: description.unwrap_or_default(),
             approval: args.approval,
             destructive: args.destructive,
@@ -256,12 +263,27 @@ fn is_model_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// An attribute of a parameter that belongs on its field of the arguments' struct:
-/// `#[serde(default)]`, `#[serde(rename = "q")]`, `#[schemars(..)]`, a doc comment.
-fn is_field_attr(attr: &&syn::Attribute) -> bool {
-    ["serde", "schemars", "doc"]
-        .iter()
-        .any(|name| attr.path().is_ident(name))
+/// Takes each parameter's attributes that belong on its field of the arguments' struct
+/// (`#[serde(default)]`, `#[serde(rename = "q")]`, `#[schemars(..)]`, a doc comment) off
+/// the fn: one list a parameter, in order (empty for `self`).
+fn take_field_attrs(func: &mut ItemFn) -> Vec<Vec<syn::Attribute>> {
+    let is_field_attr = |attr: &syn::Attribute| {
+        ["serde", "schemars", "doc"]
+            .iter()
+            .any(|name| attr.path().is_ident(name))
+    };
+    (func.sig.inputs.iter_mut())
+        .map(|input| match input {
+            FnArg::Typed(pat_type) => {
+                let (taken, kept) = std::mem::take(&mut pat_type.attrs)
+                    .into_iter()
+                    .partition(|attr| is_field_attr(attr));
+                pat_type.attrs = kept;
+                taken
+            }
+            FnArg::Receiver(_) => Vec::new(),
+        })
+        .collect()
 }
 
 /// `&ToolContext` (any path ending in `ToolContext`), shared, not mutable.
