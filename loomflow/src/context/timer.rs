@@ -75,10 +75,10 @@ impl<'a> IntoFuture for Sleep<'a> {
             // By the runtime's clock, which a test's `ManualClock` moves ahead.
             let wait = ClockWait::new(runtime.clock(), wake_at_ms);
             loop {
-                let nap = wait.nap(runtime.clock());
-                if nap.is_zero() {
+                if wait.left(runtime.clock()).is_zero() {
                     return Ok(());
                 }
+                let nap = wait.nap(runtime.clock());
                 ctx.claim()
                     .unless_cancelled(tokio::time::sleep(nap))
                     .await?;

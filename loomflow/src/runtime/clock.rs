@@ -146,10 +146,12 @@ impl ClockWait {
         by_clock.min(real)
     }
 
-    /// How long to sleep before looking again: what is left, at most the clock's tick.
+    /// How long to sleep before looking again: what is left, at most the clock's tick (1 ms
+    /// at least, so that a clock whose tick is zero does not spin).
     pub(crate) fn nap(&self, clock: &dyn Clock) -> Duration {
         let left = self.left(clock);
-        clock.tick().map_or(left, |tick| tick.min(left))
+        let tick = clock.tick().map(|tick| tick.max(Duration::from_millis(1)));
+        tick.map_or(left, |tick| tick.min(left))
     }
 }
 
@@ -230,5 +232,43 @@ mod tests {
             UNIX_EPOCH + Duration::from_millis(1_500)
         );
         assert!(from_unix_ms(u64::MAX) > SystemTime::now() + Duration::from_secs(3_600));
+    }
+
+    /// A clock whose tick is zero.
+    #[derive(Debug)]
+    struct Eager(ManualClock);
+
+    impl Clock for Eager {
+        fn now(&self) -> SystemTime {
+            self.0.now()
+        }
+
+        fn tick(&self) -> Option<Duration> {
+            Some(Duration::ZERO)
+        }
+    }
+
+    /// A wait naps at most its clock's tick, and at least a millisecond (a zero tick would
+    /// spin); it is over by the clock, or by the real time it had.
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_wait_naps_a_tick_and_ends_by_the_clock_or_real_time() {
+        let start = UNIX_EPOCH + Duration::from_secs(1_000);
+        let clock = ManualClock::new(start);
+        let wait = ClockWait::new(&clock, unix_ms(start) + 60_000);
+        assert_eq!(wait.nap(&clock), Duration::from_millis(20));
+        assert_eq!(
+            wait.nap(&SystemClock),
+            Duration::ZERO,
+            "past by the system's clock"
+        );
+        let eager = Eager(ManualClock::new(start));
+        assert_eq!(wait.nap(&eager), Duration::from_millis(1));
+        clock.advance(Duration::from_secs(59));
+        assert_eq!(wait.left(&clock), Duration::from_secs(1));
+        clock.advance(Duration::from_secs(1));
+        assert!(wait.left(&clock).is_zero(), "over by the clock");
+        let unmoved = ManualClock::new(start);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(wait.left(&unmoved).is_zero(), "over by real time");
     }
 }

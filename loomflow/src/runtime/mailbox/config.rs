@@ -25,7 +25,8 @@ pub struct MailboxConfig {
     /// How many sessions that are not open may hold pending signals; when a new one would
     /// exceed it, the least recently used session's signals are dropped. `None`: no bound.
     /// Default 10,000. A payload a receiver gives back (not the type it asked for, or its
-    /// receive dropped) is kept for the next receiver, past this bound and the TTL.
+    /// receive dropped) is kept for the next receiver past this bound (`Some(0)` included),
+    /// within its TTL.
     pub max_pending_signal_sessions: Option<usize>,
     /// How long a pending signal is kept for a session that is not open, counted from when
     /// it was sent (on a durable runtime, from the stored send time, also after a restart).

@@ -456,16 +456,17 @@ impl State {
     ) -> bool {
         self.sweep(config, now);
         // A payload a receiver gives back (it was not the type asked for, or the receive was
-        // dropped) is kept whatever the bounds: its receiver may have been the session's
-        // only holder, and the payload was this process's to deliver. A closed session's
-        // leftovers are pending signals as any other.
+        // dropped) is kept whatever the bound on sessions: its receiver may have been the
+        // session's only holder, and the payload was this process's to deliver. Its TTL
+        // still counts, as it does wherever it waits. A closed session's leftovers are
+        // pending signals as any other.
         if config.max_pending_signal_sessions == Some(0) && !given_back {
             let (session, name) = (Arc::from(session), Arc::from(name));
             note_dropped(&mut self.dropped, (&session, &name), [&queued.entry]);
             tracing::debug!(%session, %name, "pending mailbox disabled: signal dropped");
             return false;
         }
-        if !given_back && expired(&queued.entry, config.pending_signal_ttl, now) {
+        if expired(&queued.entry, config.pending_signal_ttl, now) {
             // Loaded after a restart, or left by a session that held it past the TTL: aged
             // from when it was sent.
             let (session, name) = (Arc::from(session), Arc::from(name));
