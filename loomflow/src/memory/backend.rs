@@ -7,7 +7,7 @@ use serde_json::Value;
 use unicode_normalization::UnicodeNormalization;
 use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
 
-use super::{MAX_TEXT_BYTES, MemoryError, MemoryId, Scope};
+use super::{MemoryError, MemoryId, Scope};
 
 /// The most words of a query that are searched, after its stop words are dropped.
 pub(crate) const MAX_WORDS: usize = 64;
@@ -198,34 +198,14 @@ pub(crate) fn json_kind(value: &Value) -> String {
     .to_owned()
 }
 
+pub(crate) use super::text::check_text;
+
 /// The checks every backend makes before storing: a scope with an id, a text with
 /// something in it, metadata that is an object (`null` becomes `{}`).
 pub(crate) fn check_new(scope: &Scope, text: &str, metadata: Value) -> Result<Value, MemoryError> {
     scope.checked()?;
     check_text(scope, text)?;
     check_metadata(scope, metadata)
-}
-
-pub(crate) fn check_text(scope: &Scope, text: &str) -> Result<(), MemoryError> {
-    if text.trim().is_empty() {
-        return Err(MemoryError::EmptyText {
-            scope: scope.clone(),
-        });
-    }
-    if text.contains('\0') {
-        return Err(MemoryError::NulCharacter {
-            scope: scope.clone(),
-            field: "text",
-        });
-    }
-    if text.len() > MAX_TEXT_BYTES {
-        return Err(MemoryError::TextTooLong {
-            scope: scope.clone(),
-            bytes: text.len(),
-            limit: MAX_TEXT_BYTES,
-        });
-    }
-    Ok(())
 }
 
 pub(crate) fn check_metadata(scope: &Scope, metadata: Value) -> Result<Value, MemoryError> {

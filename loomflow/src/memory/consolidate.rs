@@ -338,5 +338,42 @@ fn merged_items(scope: &Scope, answer: &str) -> Result<Vec<String>, MemoryError>
     if items.iter().any(|item| item.trim().is_empty()) {
         return Err(bad("an item is empty"));
     }
+    // An item the memory would refuse (too long, a NUL) is a bad answer too, refused before
+    // anything is rewritten.
+    for (at, item) in items.iter().enumerate() {
+        if let Err(refused) = super::text::check_text(scope, item) {
+            return Err(bad(&format!("item {}: {refused}", at + 1)));
+        }
+    }
     Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A merged item the memory would refuse is a bad answer, named as one, before anything
+    /// is rewritten: the rewrite failed on it with the memory's error before, which a
+    /// recover, replaying the journaled answer, met again and again.
+    #[test]
+    fn a_merged_item_the_memory_refuses_is_a_bad_answer() {
+        let scope = Scope::user("ada");
+        let long = "x".repeat(super::super::MAX_TEXT_BYTES + 1);
+        for (items, problem) in [
+            (vec!["fine", "with\0nul"], "item 2: "),
+            (vec![long.as_str()], "item 1: "),
+        ] {
+            let answer = serde_json::to_string(&items).unwrap_or_default();
+            match merged_items(&scope, &answer) {
+                Err(MemoryError::BadConsolidation { problem: said, .. }) => {
+                    assert!(said.starts_with(problem), "{said}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            merged_items(&scope, r#"["a", "b"]"#).ok(),
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+    }
 }

@@ -35,6 +35,7 @@ mod consolidate;
 mod error;
 mod matching;
 mod prompt;
+mod text;
 mod tools;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

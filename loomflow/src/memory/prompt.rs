@@ -176,6 +176,11 @@ pub(crate) async fn remember_extracted(
     };
     let mut ids = Vec::new();
     for fact in facts.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
+        // A fact the memory would refuse (too long, a NUL) is left out, not the ones after it.
+        if let Err(refused) = super::text::check_text(scope, fact) {
+            tracing::warn!(%scope, %refused, "memory extraction: a fact left out");
+            continue;
+        }
         // Looked up as it is: a recall's first hits need not hold it (items that repeat a
         // word of it rank above), and a fact of common words alone recalls nothing.
         if memory.holds_text(scope, fact).await? {
@@ -222,6 +227,24 @@ fn parse_string_array(answer: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One fact the memory refuses (a NUL in it) is left out; the facts after it are kept.
+    /// Before, it ended the extraction with the memory's error, and those after it were lost.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_fact_the_memory_refuses_does_not_stop_the_others() {
+        let Ok(memory) = super::super::SqliteMemory::in_memory() else {
+            panic!("an in-memory SQLite memory")
+        };
+        let scope = Scope::user("ada");
+        let answer = r#"["Likes tea", "bad\u0000fact", "Lives in Lyon"]"#;
+        let kept = remember_extracted(&memory, &scope, "s", answer).await;
+        assert_eq!(kept.map(|ids| ids.len()).ok(), Some(2));
+        let texts = memory.list(&scope, 10).await.unwrap_or_default();
+        let mut texts: Vec<&str> = texts.iter().map(|item| item.text.as_str()).collect();
+        texts.sort_unstable();
+        assert_eq!(texts, ["Likes tea", "Lives in Lyon"]);
+    }
 
     #[test]
     fn arrays_are_found_inside_fences() {
