@@ -691,3 +691,31 @@ async fn a_swarm_members_extraction_reads_only_the_turn_it_answers() {
     let bob: Vec<&str> = bob.iter().map(|m| m.text.as_str()).collect();
     assert_eq!(bob, ["Bob lives in Lyon"]);
 }
+
+/// A `remember` call for a fact the memory holds already (in any case, spaces around it
+/// aside) stores no copy, and says so to the model.
+#[tokio::test]
+async fn remember_tool_does_not_store_a_fact_twice() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let call = |id: &str, text: &str| ToolCall::new(id, "remember", json!({ "text": text }));
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::tool_calls(vec![call("c1", "Likes tea")]),
+        ModelResponse::tool_calls(vec![call("c2", " likes TEA ")]),
+        ModelResponse::text("Noted."),
+    ]));
+    let agent = Agent::builder("You help.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    agent.run("I like tea").user("ada").await.unwrap();
+    assert_eq!(memory.count(&Scope::user("ada")).await.unwrap(), 1);
+    let second = model.requests()[2]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .to_owned();
+    assert!(second.contains("already_remembered"), "{second}");
+}

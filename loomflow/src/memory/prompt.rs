@@ -118,7 +118,8 @@ pub(crate) async fn recall_for_prompt(
     for item in found {
         let line = format!("- ({}) {}", item.scope.kind(), item.text.trim());
         let cost = tokens(&line);
-        if used + cost > options.token_budget {
+        // A text kept twice (stored before copies were refused) is shown once.
+        if used + cost > options.token_budget || lines.contains(&line) {
             continue; // a shorter item further down may still fit
         }
         used += cost;

@@ -131,6 +131,12 @@ impl Tool for Remember {
                     });
                 }
             };
+            // A fact kept already (the model said it twice, or the call ran again after a
+            // crash) is not stored twice: copies would crowd the prompt's recall.
+            let held = self.memory.holds_text(&scope, text).await;
+            if held.map_err(|e| failed(e.to_string()))? {
+                return Ok(json!({ "already_remembered": true, "about": scope.kind() }));
+            }
             let metadata = json!({ "source": "tool", "session": ctx.session });
             let id = self
                 .memory
