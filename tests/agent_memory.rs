@@ -719,3 +719,30 @@ async fn remember_tool_does_not_store_a_fact_twice() {
         .to_owned();
     assert!(second.contains("already_remembered"), "{second}");
 }
+
+/// A run on a blank session id recalls from its user's and agent's memory: a blank session
+/// holds nothing. Before, the recall in it was refused and the run failed at its first
+/// turn, where the same run without a memory worked.
+#[tokio::test]
+async fn a_run_on_a_blank_session_recalls_without_it() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    memory
+        .remember(&Scope::user("ada"), "Ada likes tea", json!({}))
+        .await
+        .unwrap();
+    let model = Arc::new(ScriptedModel::new([ModelResponse::text("Tea, then.")]));
+    let agent = Agent::builder("You help.")
+        .model(Arc::clone(&model))
+        .memory(memory.clone())
+        .build()
+        .unwrap();
+    let out = agent
+        .run("What do I like?")
+        .user("ada")
+        .session(" ")
+        .await
+        .unwrap();
+    assert_eq!(out.output, "Tea, then.");
+    let prompt = format!("{:?}", model.requests()[0].messages);
+    assert!(prompt.contains("Ada likes tea"), "{prompt}");
+}

@@ -14,13 +14,16 @@ pub(crate) fn memory_user(user: Option<&str>) -> Option<&str> {
     user.filter(|u| !u.trim().is_empty())
 }
 
-/// The scopes a run reads: its user's (when it has one), its session's, its agent's.
+/// The scopes a run reads: its user's (when it has one), its session's (when its id is not
+/// blank: such a scope holds nothing, and a recall in it is refused), its agent's.
 pub(crate) fn run_scopes(agent: &str, session: &str, user: Option<&str>) -> Vec<Scope> {
     let mut scopes = Vec::with_capacity(3);
     if let Some(user) = memory_user(user) {
         scopes.push(Scope::user(user));
     }
-    scopes.push(Scope::session(session));
+    if !session.trim().is_empty() {
+        scopes.push(Scope::session(session));
+    }
     scopes.push(Scope::agent(agent));
     scopes
 }
