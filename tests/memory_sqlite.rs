@@ -137,3 +137,34 @@ async fn ties_go_to_the_newer_item_after_a_replace() {
 async fn a_text_is_found_as_it_is() {
     behaviour::a_text_is_found_as_it_is(&SqliteMemory::in_memory().unwrap()).await;
 }
+
+/// `older_than` measures an item's age by the system's clock, which dates it: a runtime
+/// whose `ManualClock` reads a day ahead does not make items stored a moment ago old.
+/// Before, the age was the runtime's clock against the items' system time, and every item
+/// was merged.
+#[tokio::test]
+async fn consolidation_ages_items_by_the_clock_that_dated_them() {
+    use loomflow::memory::Consolidation;
+    use loomflow::model::{ModelResponse, ScriptedModel};
+    use loomflow::runtime::ManualClock;
+    use std::time::{Duration, SystemTime};
+    let memory = SqliteMemory::in_memory().unwrap();
+    let cy = Scope::user("cy");
+    for fact in ["Cy likes jazz", "Cy likes cool jazz", "Cy plays piano"] {
+        memory.remember(&cy, fact, json!({})).await.unwrap();
+    }
+    let ahead = ManualClock::new(SystemTime::now() + Duration::from_secs(86_400));
+    let runtime = Runtime::builder().clock(ahead).build();
+    let model = std::sync::Arc::new(ScriptedModel::new([ModelResponse::text(
+        r#"["Cy likes cool jazz and plays piano"]"#,
+    )]));
+    let report = Consolidation::new(std::sync::Arc::clone(&model))
+        .keep_newest(0)
+        .older_than(Duration::from_secs(3_600))
+        .run(&memory, &runtime, &cy)
+        .await
+        .unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert_eq!(memory.count(&cy).await.unwrap(), 3);
+    assert!(model.requests().is_empty());
+}

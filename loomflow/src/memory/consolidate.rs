@@ -108,7 +108,8 @@ impl Consolidation {
         self
     }
 
-    /// Only items at least this old (by the runtime's clock) are merged (default: any age).
+    /// Only items at least this old are merged (default: any age), by the system's clock,
+    /// which dates the items (not the runtime's [`Clock`](crate::runtime::Clock)).
     #[must_use]
     pub fn older_than(mut self, age: Duration) -> Self {
         self.older_than = Some(age);
@@ -230,7 +231,9 @@ impl Node<ConsolidationReport> for Merge {
 impl Merge {
     async fn merge(&self, state: &mut ConsolidationReport, ctx: &Context) -> crate::Result<()> {
         let scope = state.scope.clone();
-        let now = ctx.runtime().now();
+        // By the system's clock, which dates the items: a runtime's `ManualClock` would pick
+        // none (behind) or all (ahead).
+        let now = SystemTime::now();
         let chosen: Vec<MemoryItem> = ctx.step("select", || self.select(&scope, now)).await?;
         if chosen.len() < 2 {
             return Ok(());
