@@ -186,8 +186,10 @@ pub trait Memory: Send + Sync + 'static {
 
     /// The at most `k` items of `scope` that best match `query`, best first. The query's
     /// words are matched (stemmed) against the items' words; an item that matches more of
-    /// them, or rarer ones, ranks higher; ties go to the newer item. A query without words
-    /// finds nothing.
+    /// them ranks higher (on SQLite, BM25 also weighs rarer words more, and shorter items;
+    /// PostgreSQL's `ts_rank` reads only the item itself, so the order of the same items may
+    /// differ between the two); ties go to the newer item. A query without words finds
+    /// nothing.
     ///
     /// Common English words (`the`, `is`, `my`, `more`, …, PostgreSQL's English stop words
     /// among them) are left out of a query, so a query of only such words finds nothing, on
