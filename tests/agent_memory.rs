@@ -746,3 +746,40 @@ async fn a_run_on_a_blank_session_recalls_without_it() {
     let prompt = format!("{:?}", model.requests()[0].messages);
     assert!(prompt.contains("Ada likes tea"), "{prompt}");
 }
+
+/// A `recall` the backend fails tells the model why, the backend's own error included:
+/// before, the tool's result said only "sqlite memory failed to recall …", its cause kept
+/// where no message shows it.
+#[tokio::test]
+async fn a_failed_recall_tells_the_model_its_cause() {
+    let path = std::env::temp_dir().join(format!(
+        "loomflow-memory-failed-recall-{}.db",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let memory = SqliteMemory::open(&path).unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other
+        .execute_batch("DROP TABLE loomflow_memory_fts")
+        .unwrap();
+    let call = ToolCall::new("c1", "recall", json!({ "query": "tea" }));
+    let model = Arc::new(ScriptedModel::new([
+        ModelResponse::tool_calls(vec![call]),
+        ModelResponse::text("I cannot tell."),
+    ]));
+    let agent = Agent::builder("You help.")
+        .model(Arc::clone(&model))
+        .memory(memory)
+        .memory_options(MemoryOptions::default().with_tools(true).recall_limit(0))
+        .build()
+        .unwrap();
+    agent.run("what do I like?").user("ada").await.unwrap();
+    let result = model.requests()[1]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .to_owned();
+    assert!(result.contains("no such table"), "{result}");
+    let _ = std::fs::remove_file(&path);
+}

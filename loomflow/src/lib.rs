@@ -125,6 +125,7 @@ pub mod agent;
 pub mod architecture;
 pub mod context;
 pub mod error;
+mod error_chain;
 pub mod event;
 pub mod graph;
 #[cfg(feature = "http")]

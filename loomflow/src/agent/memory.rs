@@ -143,7 +143,7 @@ fn courtesy(core: &AgentCore, ctx: &Context, error: RunError) -> Result<()> {
             tracing::warn!(
                 agent = %core.name,
                 session = %ctx.thread(),
-                error = %source,
+                error = %crate::error_chain::ErrorChain(&*source),
                 "extracting facts after the run failed; the run's answer stands"
             );
             Ok(())

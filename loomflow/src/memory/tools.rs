@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{Memory, MemoryError, MemoryOptions, Scope};
+use crate::error_chain::ErrorChain;
 use crate::graph::BoxFuture;
 use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
@@ -137,7 +138,7 @@ impl Tool for Remember {
             // A fact kept already (the model said it twice, or the call ran again after a
             // crash) is not stored twice: copies would crowd the prompt's recall.
             let held = self.memory.holds_text(&scope, text).await;
-            if held.map_err(|e| failed(e.to_string()))? {
+            if held.map_err(|e| failed(ErrorChain(&e).to_string()))? {
                 return Ok(json!({ "already_remembered": true, "about": scope.kind() }));
             }
             let metadata = json!({ "source": "tool", "session": ctx.session });
@@ -155,7 +156,7 @@ impl Tool for Remember {
                             message: format!("field `text`: {e}"),
                         }
                     }
-                    e => failed(e.to_string()),
+                    e => failed(ErrorChain(&e).to_string()),
                 })?;
             Ok(json!({ "remembered": id, "about": scope.kind() }))
         })
@@ -193,7 +194,7 @@ impl Tool for Recall {
                         .await
                         .map_err(|e| ToolError::Failed {
                             tool: self.spec.name.clone(),
-                            message: e.to_string(),
+                            message: ErrorChain(&e).to_string(),
                         })?;
                 found.extend(items);
             }

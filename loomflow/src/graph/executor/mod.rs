@@ -13,7 +13,6 @@
 mod body;
 mod checkpoint;
 mod ending;
-mod error_chain;
 mod kept_interrupt;
 mod locate;
 mod observe;
@@ -38,9 +37,9 @@ use crate::graph::run::RunOutcome;
 use crate::runtime::claim::RunClaim;
 use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
 
+pub(crate) use crate::error_chain::ErrorChain;
 use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
 use ending::{cancel, fail, put_last};
-pub(crate) use error_chain::ErrorChain;
 use locate::{Located, locate};
 use observe::Resumed;
 use route::{JoinMarks, route_into};
