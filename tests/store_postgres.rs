@@ -58,7 +58,7 @@ async fn a_database_written_by_a_newer_loomflow_is_refused() {
             found,
             supported,
         }) => {
-            assert_eq!((found, supported), (99, 5));
+            assert_eq!((found, supported), (99, 6));
             assert!(path.starts_with("postgres://postgres@"), "{path}");
             assert!(!path.contains("not-shown"), "{path}");
         }
@@ -109,7 +109,7 @@ async fn create_together(url: &str, admin: &str) {
         .await
         .unwrap();
     let versions: Vec<i64> = versions.iter().map(|row| row.get(0)).collect();
-    assert_eq!(versions, [5], "one version row, at the current version");
+    assert_eq!(versions, [6], "one version row, at the current version");
     // And each of them works on the tables the first one made.
     for (n, store) in stores.iter().enumerate() {
         let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
@@ -447,7 +447,7 @@ async fn a_version_2_database_gains_the_indexes_of_suspended_runs() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
 }
 
 /// A cancel request that waits for another write holding the run's row answers with the
@@ -847,5 +847,60 @@ async fn a_version_4_database_gains_the_index_of_recovering_runs_with_claimed_qu
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
+}
+
+/// Version 6 indexes the queued runs never claimed, under the claim's own predicate: a
+/// worker's claim finds the oldest without reading every finished run (it did, by update
+/// time, with the index of updates). A version 5 database gains it, and the claim's query
+/// reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_database_gains_the_index_of_queued_runs() {
+    let Some(db) = TempPgDb::create("queued index").await else {
+        return;
+    };
+    migrated_from(
+        &db,
+        "DROP INDEX loomflow_runs_queued; UPDATE loomflow_meta SET schema_version = 5",
+    )
+    .await;
+    let client = postgres::connect(&db.url).await;
+    client
+        .batch_execute(
+            "INSERT INTO loomflow_runs (thread, status, graph, runnable_at_ms, attempts,
+                 created_at_ms, updated_at_ms)
+             SELECT 'done-' || i, 'completed', 'g', NULL, 1, i, i
+                 FROM generate_series(1, 20000) i;
+             INSERT INTO loomflow_runs (thread, status, graph, runnable_at_ms, attempts,
+                 created_at_ms, updated_at_ms)
+             SELECT 'queued-' || i, 'queued', 'g', 0, 0, i, 30000 + i
+                 FROM generate_series(1, 100) i;
+             ANALYZE loomflow_runs;",
+        )
+        .await
+        .unwrap();
+    let plan: Vec<String> = client
+        .query(
+            "EXPLAIN SELECT thread FROM loomflow_runs
+                 WHERE runnable_at_ms = 0 AND status = 'queued' AND attempts = 0
+                   AND (lease_owner IS NULL OR lease_until_ms <= 0) AND graph = ANY($1)
+                 ORDER BY updated_at_ms LIMIT 1 FOR UPDATE SKIP LOCKED",
+            &[&vec!["g".to_owned()]],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|line| line.contains("loomflow_runs_queued")),
+        "{plan:#?}"
+    );
+    let version: i64 = client
+        .query_one("SELECT schema_version FROM loomflow_meta", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 6);
 }
