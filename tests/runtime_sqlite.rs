@@ -214,7 +214,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [10]);
+    assert_eq!(versions, [11]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,7 +302,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -586,7 +586,7 @@ async fn a_version_3_file_gains_the_worker_columns() {
     drop(store);
     let conn = rusqlite::Connection::open(db.path()).unwrap();
     conn.execute_batch(
-        "DROP INDEX runs_recovering;
+        "DROP INDEX runs_recovering; DROP INDEX runs_queued;
          DROP INDEX runs_by_runnable_at; DROP INDEX runs_by_update; DROP INDEX signals_pending;
          ALTER TABLE runs DROP COLUMN graph; ALTER TABLE runs DROP COLUMN fingerprint;
          ALTER TABLE runs DROP COLUMN waiting_on; ALTER TABLE runs DROP COLUMN wake_at_ms;
@@ -949,7 +949,7 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN SELECT seq FROM signals WHERE consumed_at_ms IS NULL
@@ -1032,7 +1032,7 @@ async fn a_version_6_file_gains_the_checkpoint_id_floor() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((version, floor), (10, i64::try_from(kept).unwrap() + 1));
+    assert_eq!((version, floor), (11, i64::try_from(kept).unwrap() + 1));
     drop(conn);
 
     // A row is past the floor now: the writer's pruning (on its first commit) clears it,
@@ -1209,7 +1209,7 @@ async fn a_version_9_file_gains_the_index_of_consumed_signals() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN DELETE FROM signals
@@ -1224,4 +1224,65 @@ async fn a_version_9_file_gains_the_index_of_consumed_signals() {
         plan.iter().any(|step| step.contains("signals_consumed")),
         "{plan:?}"
     );
+}
+
+/// Version 11 indexes the queued runs a worker claims, and the claim's queries for queued
+/// runs and for runs to carry on read their own indexes, not every queued row sorted (a
+/// backlog of 100,000 queued runs made each claim sort them all). A version 10 file gains
+/// the index.
+#[tokio::test]
+async fn a_claims_candidate_queries_read_their_own_indexes() {
+    let db = TempDb::new("claim-plans");
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch("DROP INDEX runs_queued; UPDATE meta SET schema_version = 10;")
+        .unwrap();
+    drop(conn);
+    drop(SqliteStore::open(db.path()).unwrap());
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 11);
+    conn.execute_batch(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+         INSERT INTO runs (thread, run, status, graph, runnable_at_ms, attempts,
+                           created_at_ms, updated_at_ms)
+         SELECT 'done-' || i, 1, 'completed', 'g', NULL, 1, i, i FROM n;
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+         INSERT INTO runs (thread, run, status, graph, runnable_at_ms, attempts,
+                           created_at_ms, updated_at_ms)
+         SELECT 'queued-' || i, 0, 'queued', 'g', 0, 0, i, 30000 + i FROM n;",
+    )
+    .unwrap();
+    for (sql, index) in [
+        (
+            "SELECT thread, updated_at_ms FROM runs INDEXED BY runs_queued
+             WHERE runnable_at_ms = 0 AND status = 'queued' AND attempts = 0
+               AND (lease_owner IS NULL OR lease_until_ms <= ?1)
+               AND graph IN (SELECT value FROM json_each(?2))
+             ORDER BY updated_at_ms LIMIT 1",
+            "runs_queued",
+        ),
+        (
+            "SELECT thread, 0 FROM runs INDEXED BY runs_recovering
+             WHERE runnable_at_ms = 0 AND (status IS NOT 'queued' OR attempts > 0)
+               AND (lease_owner IS NULL OR lease_until_ms <= ?1)
+               AND graph IN (SELECT value FROM json_each(?2))
+             ORDER BY updated_at_ms LIMIT 1",
+            "runs_recovering",
+        ),
+    ] {
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(rusqlite::params![0, "[\"g\"]"], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|step| step.contains(index)),
+            "{index}: {plan:?}"
+        );
+    }
 }

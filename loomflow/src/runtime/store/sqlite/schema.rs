@@ -9,7 +9,7 @@ use super::{SqliteOptions, Synchronous};
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 10;
+pub(super) const SCHEMA_VERSION: i64 = 11;
 
 /// `MIGRATIONS[v]` takes a file from version `v` to `v + 1`; version 0 is an empty file.
 ///
@@ -82,6 +82,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     super::run_rows::MIGRATION_RECOVERING_QUEUED,
     // 9 -> 10: the consumed signals the writer forgets once their key is old enough.
     super::run_rows::MIGRATION_CONSUMED,
+    // 10 -> 11: the queued runs a worker claims, oldest first (`run_rows.rs`).
+    super::run_rows::MIGRATION_QUEUED,
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {
