@@ -25,6 +25,7 @@ fn nasty_names() -> CompiledGraph<S> {
         "pipe | [x] {y} ;",
         "`tick` 50%",
         "two\nlines",
+        "set direction LR",
         "subgraph",
     ];
     let mut graph = Graph::new("nasty");
@@ -55,13 +56,16 @@ fn with_subgraph_and_join() -> CompiledGraph<S> {
     Graph::new("outer")
         .node_sync("left", |s: &mut S| s.log.push("l".into()))
         .node_sync("right", |s: &mut S| s.log.push("r".into()))
-        .subgraph("sub \"graph\"", inner, Clone::clone, |s: &mut S, t: S| {
-            *s = t
-        })
+        .subgraph(
+            "sub \"graph\" direction TB",
+            inner,
+            Clone::clone,
+            |s: &mut S, t: S| *s = t,
+        )
         .edge(START, "left")
         .edge(START, "right")
-        .join(["left", "right"], "sub \"graph\"")
-        .edge("sub \"graph\"", END)
+        .join(["left", "right"], "sub \"graph\" direction TB")
+        .edge("sub \"graph\" direction TB", END)
         .reducer("log", Reducer::append())
         .compile()
         .unwrap()
@@ -78,11 +82,12 @@ fn names_only_appear_escaped_inside_quoted_labels() {
         "{text}"
     );
     assert!(text.contains(r#"n8["two<br/>lines"]"#), "{text}");
+    assert!(text.contains(r#"n9["set #100;irection LR"]"#), "{text}");
     assert!(
-        text.contains(r#"n9 -.->|"end"| n0"#),
+        text.contains(r#"n10 -.->|"end"| n0"#),
         "branch edges are dashed and labelled: {text}"
     );
-    assert!(text.contains(r#"n9 -.->|"END"| __end__"#), "{text}");
+    assert!(text.contains(r#"n10 -.->|"END"| __end__"#), "{text}");
     assert!(
         text.contains("__start__ --> n0"),
         "plain edges are solid: {text}"
@@ -93,7 +98,7 @@ fn names_only_appear_escaped_inside_quoted_labels() {
 fn subgraphs_become_blocks_and_joins_become_circles() {
     let text = with_subgraph_and_join().to_mermaid();
     assert!(
-        text.contains("subgraph n2 [\"sub #quot;graph#quot;\"]"),
+        text.contains("subgraph n2 [\"sub #quot;graph#quot; #100;irection TB\"]"),
         "{text}"
     );
     assert!(text.contains("n2_n0[\"inner a\"]"), "{text}");

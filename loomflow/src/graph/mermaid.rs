@@ -216,8 +216,34 @@ pub(crate) fn escape(text: &str) -> String {
     if escaped.trim().is_empty() {
         " ".to_owned()
     } else {
-        escaped
+        break_direction(escaped)
     }
+}
+
+/// `text` with the `d` of each `direction` (in any case) written as an entity: Mermaid's
+/// lexer reads a whole line holding `direction TB` (or `LR`, …) as a direction statement
+/// before it sees quotes, and a node, an edge or a subgraph's header on it was lost.
+fn break_direction(text: String) -> String {
+    const WORD: &str = "direction";
+    let lower = text.to_ascii_lowercase();
+    if !lower.contains(WORD) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut at = 0;
+    while let Some(found) = lower[at..].find(WORD) {
+        let start = at + found;
+        out.push_str(&text[at..start]);
+        // The first byte of the word is an ASCII `d` or `D`.
+        out.push_str(if text[start..].starts_with('D') {
+            "#68;"
+        } else {
+            "#100;"
+        });
+        at = start + 1;
+    }
+    out.push_str(&text[at..]);
+    out
 }
 
 #[cfg(test)]
