@@ -414,6 +414,12 @@ async fn a_failed_route_out_of_start_is_a_failed_run() {
                     matches!(&error, RunError::UndeclaredRoute { .. }),
                     "{label}: {error:?}"
                 );
+                // Named as the graph was written: `START`, not the name it stands for.
+                assert_eq!(
+                    error.to_string(),
+                    "branch from START chose b, which is not one of its declared targets",
+                    "{label}"
+                );
                 assert_eq!(state, 7, "{label}: the input is the last good state");
             }
             other => panic!("{label}: a failed route is a failed run, got {other:?}"),
@@ -879,4 +885,23 @@ async fn an_async_runs_start_is_stored_before_its_first_journal_entry() {
         assert_eq!(run.unwrap().completed().unwrap(), 7, "{label}");
         assert_eq!(*seen.lock().unwrap(), Some(Some(1)), "{label}");
     }
+}
+
+/// A graph problem about `START` or `END` names them as the graph was written, not by the
+/// names they stand for (`__end__`).
+#[test]
+fn graph_problems_name_start_and_end_as_written() {
+    let err = Graph::new("backwards")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .edge(START, "a")
+        .edge("a", END)
+        .branch(END, ["a"], |_: &u32| "a")
+        .compile()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("edge END -> a uses START or END the wrong way round"),
+        "{text}"
+    );
+    assert!(!text.contains("__end__"), "{text}");
 }

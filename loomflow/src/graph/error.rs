@@ -27,6 +27,23 @@ impl GraphError {
     }
 }
 
+/// A vertex's name as people read it: `START` and `END` for the names they stand for.
+fn shown(name: &str) -> &str {
+    match name {
+        crate::graph::START => "START",
+        crate::graph::END => "END",
+        name => name,
+    }
+}
+
+/// A vertex routes leave from: `START`, or "node <name>".
+fn shown_vertex(name: &str) -> String {
+    match name {
+        crate::graph::START => "START".to_owned(),
+        name => format!("node {name}"),
+    }
+}
+
 fn join_problems(problems: &[GraphProblem]) -> String {
     problems
         .iter()
@@ -88,7 +105,11 @@ pub enum GraphProblem {
     /// Some of a join's sources can run, but not all: those `waiting` run only after the join
     /// fires (its own target leads to them), or never. The join never fires, and what only it
     /// leads to is unreachable.
-    #[error("join into {target} never fires: its sources {} run only after it, or never", waiting.join(", "))]
+    #[error(
+        "join into {} never fires: its sources {} run only after it, or never",
+        shown(target),
+        waiting.join(", ")
+    )]
     JoinNeverFires {
         /// The join's target.
         target: String,
@@ -96,7 +117,11 @@ pub enum GraphProblem {
         waiting: Vec<String>,
     },
     /// An edge leaves `END` or enters `START`.
-    #[error("edge {from} -> {to} uses START or END the wrong way round")]
+    #[error(
+        "edge {} -> {} uses START or END the wrong way round",
+        shown(from),
+        shown(to)
+    )]
     MisdirectedEdge {
         /// Source of the edge.
         from: String,
@@ -174,7 +199,7 @@ pub enum RunError {
     },
     /// The router of a branch leaving `node` panicked; the panic was caught, and the step
     /// fails as for a route to an undeclared target.
-    #[error("the router after node {node} panicked: {message}")]
+    #[error("the router after {} panicked: {message}", shown_vertex(node))]
     RouterPanicked {
         /// The node the branch leaves.
         node: String,
@@ -207,7 +232,10 @@ pub enum RunError {
         message: String,
     },
     /// A branch's router chose a target it did not declare.
-    #[error("branch from {node} chose {target}, which is not one of its declared targets")]
+    #[error(
+        "branch from {} chose {target}, which is not one of its declared targets",
+        shown(node)
+    )]
     UndeclaredRoute {
         /// The node the branch leaves.
         node: String,
