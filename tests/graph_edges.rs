@@ -905,3 +905,20 @@ fn graph_problems_name_start_and_end_as_written() {
     );
     assert!(!text.contains("__end__"), "{text}");
 }
+
+/// A graph whose recursion limit is 0 is refused when compiled: every run would have
+/// stopped before its first step, saying only that the limit was reached.
+#[test]
+fn a_recursion_limit_of_zero_is_refused() {
+    let err = Graph::new("stuck")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .edge(START, "a")
+        .edge("a", END)
+        .recursion_limit(0)
+        .compile()
+        .unwrap_err();
+    assert!(
+        err.problems().contains(&GraphProblem::ZeroRecursionLimit),
+        "{err}"
+    );
+}

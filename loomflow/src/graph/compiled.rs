@@ -162,6 +162,10 @@ impl<S: State> CompiledGraph<S> {
             branches: routers,
         } = lower(nodes.len(), &names, &edges, &branches, &joins);
         validate::topology(&declared, &topology, &mut problems);
+        // No run could take a step.
+        if recursion_limit == 0 {
+            problems.push(GraphProblem::ZeroRecursionLimit);
+        }
         if !problems.is_empty() {
             return Err(GraphError::Invalid {
                 graph: name,

@@ -128,6 +128,9 @@ pub enum GraphProblem {
         /// Target of the edge.
         to: String,
     },
+    /// `recursion_limit(0)`: every run would stop before its first superstep.
+    #[error("the recursion limit is 0: no run could take a step (it must be at least 1)")]
+    ZeroRecursionLimit,
     /// Two reducers for one field; the second would silently replace the first.
     #[error("field {field} has more than one reducer")]
     DuplicateReducer {

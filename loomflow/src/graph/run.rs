@@ -170,7 +170,9 @@ impl<S: State> RunBuilder<S> {
         self
     }
 
-    /// Overrides the graph's recursion limit (supersteps) for this run.
+    /// Overrides the graph's recursion limit (supersteps) for this run. A limit of 0 stops
+    /// the run before its first step, with
+    /// [`RunError::RecursionLimit`](crate::graph::RunError::RecursionLimit).
     ///
     /// The limit counts the supersteps of one execution of this graph. A subgraph node
     /// keeps the limit its own graph was compiled with ([`Graph::recursion_limit`]): an
