@@ -84,7 +84,10 @@ impl Reducer {
     }
 
     /// Folds the values the nodes wrote with `f`, in declaration order:
-    /// `f(f(first, second), third)`. Each argument is a writer's whole new value of the field.
+    /// `f(f(first, second), third)`. Each argument is a writer's whole new value of the field,
+    /// not what it added: a counter two nodes each raised by one from 10 is written as 11
+    /// twice, and a sum folds it to 22. Count with a sequence and [`append`](Self::append), or
+    /// fold values that do not depend on what the field held (`max`, a set's union).
     pub fn with<T, F>(f: F) -> Self
     where
         T: Serialize + DeserializeOwned,

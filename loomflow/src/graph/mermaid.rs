@@ -19,7 +19,9 @@ impl<S: State> CompiledGraph<S> {
     ///
     /// `START` and `END` are stadiums; plain edges are solid; branch edges are dashed and
     /// labelled with their route; joins are small circles; subgraphs are `subgraph` blocks;
-    /// nodes that wait for the outside world are marked.
+    /// `#[node]` functions whose body calls `.interrupt(..)` or `.wait_for_signal(..)` are
+    /// marked as waiting for the outside world (found by reading the body, so a wait made
+    /// in a helper it calls, or `ctx.sleep(..).or_suspend()`, is not marked).
     ///
     /// # Examples
     ///
