@@ -1,6 +1,7 @@
 //! A validated description of a `#[tool]` function.
 
 use proc_macro2::Span;
+use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, Pat, Type};
 
@@ -103,11 +104,13 @@ impl ToolModel {
                         declared.push((pat.ident.clone(), context));
                     }
                     if context {
-                        if let Some(attr) = field_attrs.first() {
+                        // A doc comment on it documents the fn's code, and is left out.
+                        if let Some(attr) = field_attrs.iter().find(|a| !a.path().is_ident("doc"))
+                        {
                             errors.push_spanned(
                                 attr,
                                 "the tool's context is not an argument the model gives: it \
-                                 takes no #[serde], #[schemars] nor doc comment",
+                                 takes no #[serde] nor #[schemars]",
                             );
                         }
                         params.push(Param::Context);
@@ -137,21 +140,42 @@ impl ToolModel {
                         );
                         continue;
                     }
-                    // `param(..)` first, then the parameter's doc comment.
+                    // `param(..)` first, then the parameter's doc comment, unless the
+                    // parameter's own `#[schemars(description = ..)]` says it.
                     let (docs, field_attrs): (Vec<_>, Vec<_>) =
                         field_attrs.into_iter().partition(|a| a.path().is_ident("doc"));
-                    let description = args
-                        .params
-                        .iter()
-                        .find(|(name, _)| unraw(name) == unraw(&ident))
-                        .map(|(_, text)| text.value())
-                        .or_else(|| doc_text(&docs));
+                    let described = field_attrs.iter().any(|attr| {
+                        attr.path().is_ident("schemars")
+                            && attr.meta.to_token_stream().to_string().contains("description")
+                    });
+                    let param = args.params.iter().find(|(name, _)| unraw(name) == unraw(&ident));
+                    if let (true, Some((name, _))) = (described, param) {
+                        errors.push_spanned(
+                            name,
+                            format!(
+                                "`{name}` is described twice: by param(..) and by its own \
+                                 #[schemars(description)]; keep one"
+                            ),
+                        );
+                    }
+                    if let Some(unread) = unread_doc(&docs) {
+                        errors.push_spanned(
+                            unread,
+                            "#[tool] cannot read a parameter's doc comment written by a macro: \
+                             write the text out, or use param(..)",
+                        );
+                    }
+                    let description = match described {
+                        true => None,
+                        false => (param.map(|(_, text)| text.value())).or_else(|| doc_text(&docs)),
+                    };
                     for attr in &pat_type.attrs {
-                        if attr.path().is_ident("cfg") {
+                        if configures_out_or_shapes(attr) {
                             errors.push_spanned(
                                 attr,
-                                "#[tool] parameters cannot be configured out: the arguments \
-                                 the model is told of are the fn's parameters, all of them",
+                                "#[tool] parameters cannot be configured out, nor given \
+                                 #[serde], #[schemars] or docs by cfg_attr: the arguments the \
+                                 model is told of are the fn's parameters, all of them",
                             );
                         }
                     }
@@ -261,6 +285,24 @@ fn is_model_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// `#[cfg(..)]`, or a `#[cfg_attr(..)]` that would make one, or a field attribute the macro
+/// would not see: both would make the fn and the arguments' struct disagree.
+fn configures_out_or_shapes(attr: &syn::Attribute) -> bool {
+    if attr.path().is_ident("cfg") {
+        return true;
+    }
+    if !attr.path().is_ident("cfg_attr") {
+        return false;
+    }
+    let text = attr.meta.to_token_stream().to_string();
+    let inner = text.split_once(',').map_or("", |(_, rest)| rest);
+    ["cfg", "serde", "schemars", "doc"].iter().any(|name| {
+        inner
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|word| word == *name)
+    })
 }
 
 /// Takes each parameter's attributes that belong on its field of the arguments' struct

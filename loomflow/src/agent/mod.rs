@@ -48,6 +48,7 @@ mod handoff;
 mod memory;
 mod observe;
 mod output;
+pub(crate) use output::is_retry_note;
 mod rate_limit;
 mod react;
 mod result;

@@ -57,7 +57,7 @@ pub(super) fn retry_note(problem: &str) -> Message {
 }
 
 /// Whether `message` is a [`retry_note`].
-pub(super) fn is_retry_note(message: &Message) -> bool {
+pub(crate) fn is_retry_note(message: &Message) -> bool {
     message.role() == crate::model::Role::User && message.text().starts_with(RETRY_NOTE)
 }
 

@@ -1,6 +1,6 @@
 //! [`Swarm`]: agents hand the conversation to each other through handoff tools.
 
-use crate::agent::{Agent, AgentState};
+use crate::agent::{Agent, AgentState, is_retry_note};
 use crate::architecture::{
     Member, TeamState, agent_input, compile_checked, member_answer, too_few,
 };
@@ -136,9 +136,11 @@ impl Swarm {
                     |team: &TeamState| {
                         let mut state = agent_input(team, &team.task);
                         state.messages = team.messages.clone().into();
-                        // This turn begins at the conversation's last user message: what
-                        // the member's memory extraction reads, for this turn's user.
-                        let turn = team.messages.iter().rposition(|m| m.role() == Role::User);
+                        // This turn begins at the conversation's last user message (not
+                        // an output schema's retry note): what the member's memory
+                        // extraction reads, for this turn's user.
+                        let turn = (team.messages.iter())
+                            .rposition(|m| m.role() == Role::User && !is_retry_note(m));
                         state.run_start = turn.unwrap_or(0);
                         state
                     },

@@ -118,8 +118,10 @@ pub(crate) async fn recall_for_prompt(
     for item in found {
         let line = format!("- ({}) {}", item.scope.kind(), item.text.trim());
         let cost = tokens(&line);
-        // A text kept twice (stored before copies were refused) is shown once.
-        if used + cost > options.token_budget || lines.contains(&line) {
+        // A text kept twice (stored before copies were refused) is shown once, as
+        // `holds_text` tells copies apart: ASCII letters in any case.
+        let shown = lines.iter().any(|l: &String| l.eq_ignore_ascii_case(&line));
+        if used + cost > options.token_budget || shown {
             continue; // a shorter item further down may still fit
         }
         used += cost;

@@ -135,6 +135,13 @@ impl Tool for Remember {
                     });
                 }
             };
+            // The model's text that cannot be kept is its argument's fault, said before the
+            // memory is asked anything about it.
+            let wrong_text = |e: MemoryError| ToolError::InvalidArguments {
+                tool: self.spec.name.clone(),
+                message: format!("field `text`: {e}"),
+            };
+            super::text::check_text(&scope, text).map_err(wrong_text)?;
             // A fact kept already (the model said it twice, or the call ran again after a
             // crash) is not stored twice: copies would crowd the prompt's recall.
             let held = self.memory.holds_text(&scope, text).await;
@@ -147,15 +154,9 @@ impl Tool for Remember {
                 .remember(&scope, text, metadata)
                 .await
                 .map_err(|e| match e {
-                    // The model's text cannot be kept: its argument is wrong, not the memory.
                     MemoryError::EmptyText { .. }
                     | MemoryError::TextTooLong { .. }
-                    | MemoryError::NulCharacter { field: "text", .. } => {
-                        ToolError::InvalidArguments {
-                            tool: self.spec.name.clone(),
-                            message: format!("field `text`: {e}"),
-                        }
-                    }
+                    | MemoryError::NulCharacter { field: "text", .. } => wrong_text(e),
                     e => failed(ErrorChain(&e).to_string()),
                 })?;
             Ok(json!({ "remembered": id, "about": scope.kind() }))

@@ -9,3 +9,16 @@ fn countdown(#[cfg_attr(test, allow(unused_variables))] from: u32) -> u32 {
 fn main() {
     assert_eq!(countdown::call(3), 2);
 }
+
+/// Its own schemars description stands, and a doc comment on the context is left out.
+#[tool]
+fn described(
+    /// Not read: the parameter's own description says it.
+    #[schemars(description = "How many")]
+    n: u32,
+    /// The call's context.
+    ctx: &loomflow::tool::ToolContext,
+) -> u32 {
+    let _ = ctx;
+    n
+}

@@ -122,17 +122,9 @@ fn db_message(error: &tokio_postgres::Error) -> String {
 /// An error and its sources on one line: tokio-postgres says "db error" and keeps the
 /// server's message in the source.
 pub(super) fn chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.ends_with(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message.replace('\n', " ")
+    crate::error_chain::ErrorChain(error)
+        .to_string()
+        .replace('\n', " ")
 }
 
 #[cfg(test)]
