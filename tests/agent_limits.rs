@@ -809,24 +809,6 @@ async fn a_prompt_stopped_by_the_budget_is_still_checked() {
 /// nothing, silently.
 #[test]
 fn a_cost_cap_without_a_price_for_the_model_is_warned_of() {
-    use std::sync::Mutex;
-    use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
-    #[derive(Default)]
-    struct Warnings(Arc<Mutex<Vec<String>>>);
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
-        fn on_event(&self, event: &tracing::Event<'_>, _: LayerContext<'_, S>) {
-            if *event.metadata().level() == tracing::Level::WARN {
-                let mut text = String::new();
-                let mut visit = |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
-                    text.push_str(&format!("{}={value:?} ", field.name()));
-                };
-                event.record(&mut visit);
-                self.0.lock().unwrap().push(text);
-            }
-        }
-    }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let subscriber = tracing_subscriber::registry().with(Warnings(Arc::clone(&seen)));
     let build = |prices: PriceTable| {
         Agent::builder("You answer.")
             .name("capped")
@@ -837,11 +819,9 @@ fn a_cost_cap_without_a_price_for_the_model_is_warned_of() {
             .unwrap()
     };
     // Another test's thread may meet the warning's callsite first, with no subscriber.
-    callsites::keep_callsites_enabled();
-    tracing::subscriber::with_default(subscriber, || {
+    let warned = callsites::warnings_while(|| {
         build(PriceTable::new().model("gpt-4o", 2.5, 10.0));
     });
-    let warned = seen.lock().unwrap().clone();
     assert!(
         warned
             .iter()

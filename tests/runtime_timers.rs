@@ -43,6 +43,27 @@ fn reminder(suspend: bool) -> CompiledGraph<Vec<String>> {
         .unwrap()
 }
 
+/// Waits an hour at most for the signal `go`, and logs what came, or that it timed out.
+fn approval() -> CompiledGraph<Vec<String>> {
+    Graph::new("approval")
+        .node_fn("wait", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                match ctx.wait_for_signal::<String>("go").timeout(HOUR).await {
+                    Ok(got) => log.push(got),
+                    Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
+                        log.push("timed out".into());
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_suspended_sleep_keeps_its_time_and_recover_carries_it_on_once_due() {
     let clock = Arc::new(ManualClock::new(start()));
@@ -176,23 +197,7 @@ async fn a_sleep_until_a_time_already_past_returns_at_once() {
 async fn a_recovered_in_memory_wait_waits_only_what_is_left_of_its_timeout() {
     let clock = Arc::new(ManualClock::new(start()));
     let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
-    let graph = Graph::new("approval")
-        .node_fn("wait", |log: &mut Vec<String>, ctx| {
-            Box::pin(async move {
-                match ctx.wait_for_signal::<String>("go").timeout(HOUR).await {
-                    Ok(got) => log.push(got),
-                    Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
-                        log.push("timed out".into());
-                    }
-                    Err(other) => return Err(other.into()),
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
+    let graph = approval();
     let run = graph.start(&runtime, "t", Vec::new());
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The execution stops half way (its task is aborted), 50 minutes into its wait.
@@ -539,23 +544,7 @@ async fn a_value_goes_to_the_only_interrupt_that_takes_one() {
 async fn in_memory_timers_end_when_the_manual_clock_passes_them() {
     let clock = Arc::new(ManualClock::new(start()));
     let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
-    let waits = Graph::new("waits")
-        .node_fn("wait", |log: &mut Vec<String>, ctx| {
-            Box::pin(async move {
-                match ctx.wait_for_signal::<String>("go").timeout(HOUR).await {
-                    Ok(got) => log.push(got),
-                    Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
-                        log.push("timed out".into());
-                    }
-                    Err(other) => return Err(other.into()),
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
+    let waits = approval();
     let slept = reminder(false).start(&runtime, "sleeping", Vec::new());
     let waited = waits.start(&runtime, "waiting", Vec::new());
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -645,32 +645,14 @@ async fn a_call_waiting_for_its_approval_holds_no_slot() {
 /// and said so once per name, not silently and not on every turn.
 #[test]
 fn a_set_tool_hidden_by_another_of_its_name_is_warned_of_once() {
-    use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
-    struct Warnings(Arc<Mutex<Vec<String>>>);
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
-        fn on_event(&self, event: &tracing::Event<'_>, _: LayerContext<'_, S>) {
-            if *event.metadata().level() == tracing::Level::WARN {
-                let mut text = String::new();
-                let mut visit = |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
-                    text.push_str(&format!("{}={value:?} ", field.name()));
-                };
-                event.record(&mut visit);
-                self.0.lock().unwrap().push(text);
-            }
-        }
-    }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let subscriber = tracing_subscriber::registry().with(Warnings(Arc::clone(&seen)));
     let set = Shifting::default();
     set.0.lock().unwrap().extend([named("wave"), named("add")]);
     let host = ToolHost::new().with(add).with_set(set);
-    callsites::keep_callsites_enabled();
-    tracing::subscriber::with_default(subscriber, || {
+    let warned = callsites::warnings_while(|| {
         for _ in 0..3 {
             assert_eq!(host.list().len(), 2);
         }
     });
-    let warned = seen.lock().unwrap().clone();
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains("named add"), "{warned:?}");
 }
