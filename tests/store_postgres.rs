@@ -904,3 +904,23 @@ async fn a_version_5_database_gains_the_index_of_queued_runs() {
         .get(0);
     assert_eq!(version, 6);
 }
+
+/// A database whose encoding cannot hold every text loomflow keeps is refused when the
+/// store connects, naming the encoding: before, it was taken, and the first run whose
+/// state held an emoji failed (`Refused`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_in_latin1_is_refused_at_connect() {
+    let with = "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0";
+    let Some(db) = TempPgDb::create_with("latin1", with).await else {
+        return;
+    };
+    let refused = PostgresStore::connect(&db.url).await.err();
+    let text = refused
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(
+        matches!(refused, Some(StoreError::Open { .. })) && text.contains("LATIN1"),
+        "{text}"
+    );
+}

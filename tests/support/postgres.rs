@@ -17,6 +17,12 @@ impl TempPgDb {
     /// A new database, or `None` (after saying the test was skipped) when
     /// `LOOMFLOW_PG_URL` is not set.
     pub(crate) async fn create(what: &str) -> Option<Self> {
+        Self::create_with(what, "").await
+    }
+
+    /// [`create`](Self::create), the database made `WITH` these settings
+    /// (`ENCODING 'LATIN1' …`).
+    pub(crate) async fn create_with(what: &str, with: &str) -> Option<Self> {
         let Ok(admin) = std::env::var("LOOMFLOW_PG_URL") else {
             println!("skipped: PostgreSQL {what} (set LOOMFLOW_PG_URL, or run .ci/run)");
             return None;
@@ -32,7 +38,7 @@ impl TempPgDb {
         // statements in one query string are.
         for sql in [
             format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-            format!("CREATE DATABASE {name}"),
+            format!("CREATE DATABASE {name} {with}"),
         ] {
             client
                 .batch_execute(&sql)

@@ -227,6 +227,7 @@ impl PostgresStore {
             .get()
             .await
             .map_err(|e| target.open_error(error::chain(&e)))?;
+        schema::check_encoding(&client, &target).await?;
         schema::migrate(&mut client, &target).await?;
         drop(client);
         let listener = options

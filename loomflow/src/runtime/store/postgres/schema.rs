@@ -115,6 +115,24 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
          WHERE runnable_at_ms = 0 AND status = 'queued' AND attempts = 0;",
 ];
 
+/// Refuses a database whose encoding cannot hold what loomflow writes: states, messages and
+/// names are UTF-8 text, and a server in LATIN1 refuses an emoji in a run's state, failing
+/// the run. `SQL_ASCII` keeps the bytes as sent.
+pub(super) async fn check_encoding(client: &Object, target: &Target) -> Result<(), StoreError> {
+    let encoding: String = client
+        .query_one("SHOW server_encoding", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| target.open_error(super::error::chain(&e)))?;
+    match encoding.as_str() {
+        "UTF8" | "SQL_ASCII" => Ok(()),
+        other => Err(target.open_error(format!(
+            "the database's encoding is {other}, which cannot hold every text loomflow keeps \
+             (states, messages, names are UTF-8): create it with ENCODING 'UTF8'"
+        ))),
+    }
+}
+
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one: in one transaction,
 /// under an advisory lock, so that processes starting together migrate once and a failed
 /// migration leaves nothing half done.

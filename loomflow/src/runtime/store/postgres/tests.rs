@@ -17,3 +17,26 @@ async fn a_server_that_cannot_be_reached_is_named_without_the_password() {
     let shown = format!("{error} {error:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
 }
+
+/// The store's connections ask for READ COMMITTED after whatever the URL asks for: its
+/// statements are written for it (a serializable default failed them under a race).
+#[test]
+fn connections_ask_for_read_committed_after_the_urls_options() {
+    let url = "postgres://app@127.0.0.1:5432/flows\
+               ?options=-c%20default_transaction_isolation%3Dserializable";
+    let target = super::target::Target::parse(url).unwrap();
+    let config = super::notify::probed_config(&target);
+    assert_eq!(
+        config.get_options(),
+        Some(
+            "-c default_transaction_isolation=serializable \
+             -c default_transaction_isolation=read\\ committed"
+        )
+    );
+    let plain = super::target::Target::parse("postgres://app@127.0.0.1:5432/flows").unwrap();
+    let config = super::notify::probed_config(&plain);
+    assert_eq!(
+        config.get_options(),
+        Some("-c default_transaction_isolation=read\\ committed")
+    );
+}
