@@ -63,13 +63,6 @@ const PROBES: u32 = 3;
 /// instead of waiting out the kernel's retransmissions (about 15).
 pub(super) fn probed_config(target: &Target) -> tokio_postgres::Config {
     let mut config = target.config.clone();
-    // The store's statements are written for READ COMMITTED (a statement that locks a row
-    // reads it as committed when the lock is granted): a server or URL that defaults to
-    // repeatable read or serializable would fail them with 40001 under a race. Set after
-    // the URL's own options, so that it wins.
-    let options = config.get_options().unwrap_or_default().to_owned();
-    let committed = "-c default_transaction_isolation=read\\ committed";
-    config.options(format!("{options} {committed}").trim());
     config
         .keepalives(true)
         .keepalives_idle(PROBE_AFTER)
