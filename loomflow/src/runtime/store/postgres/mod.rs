@@ -29,6 +29,7 @@ mod notify;
 mod rows;
 mod runs;
 mod schema;
+mod session;
 mod signals;
 mod submit;
 mod target;
@@ -218,7 +219,7 @@ impl PostgresStore {
             },
         );
         let pool = Pool::builder(manager)
-            .post_create(read_committed())
+            .post_create(session::read_committed())
             .max_size(options.pool_size.max(1))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .create_timeout(Some(options.connect_timeout))
@@ -257,23 +258,6 @@ impl PostgresStore {
     async fn client(&self) -> Result<Object, Fail> {
         Ok(self.pool.get().await?)
     }
-}
-
-/// Sets each new connection's transactions to READ COMMITTED, whatever the server's or the
-/// URL's default: the store's statements are written for it (a statement that locks a row
-/// reads it as committed once the lock is granted), and under repeatable read or
-/// serializable a fenced write racing the run's heartbeat failed with 40001. A statement
-/// rather than a startup option, which a PgBouncer in front would refuse.
-fn read_committed() -> deadpool_postgres::Hook {
-    deadpool_postgres::Hook::async_fn(|client, _| {
-        Box::pin(async move {
-            let set = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED";
-            client
-                .batch_execute(set)
-                .await
-                .map_err(deadpool_postgres::HookError::Backend)
-        })
-    })
 }
 
 impl Store for PostgresStore {
