@@ -375,12 +375,11 @@ async fn remember_tool_with_a_blank_text_names_the_field() {
         ModelResponse::tool_calls(vec![call]),
         ModelResponse::text("Sorry."),
     ]));
-    let agent = Agent::builder("You help.")
-        .model(Arc::clone(&model))
-        .memory(memory.clone())
-        .memory_options(MemoryOptions::default().with_tools(true))
-        .build()
-        .unwrap();
+    let agent = helping(
+        &model,
+        memory.clone(),
+        MemoryOptions::default().with_tools(true),
+    );
     agent.run("remember nothing").user("ada").await.unwrap();
     let result = model.requests()[1]
         .messages
@@ -703,12 +702,11 @@ async fn remember_tool_does_not_store_a_fact_twice() {
         ModelResponse::tool_calls(vec![call("c2", " likes TEA ")]),
         ModelResponse::text("Noted."),
     ]));
-    let agent = Agent::builder("You help.")
-        .model(Arc::clone(&model))
-        .memory(memory.clone())
-        .memory_options(MemoryOptions::default().with_tools(true))
-        .build()
-        .unwrap();
+    let agent = helping(
+        &model,
+        memory.clone(),
+        MemoryOptions::default().with_tools(true),
+    );
     agent.run("I like tea").user("ada").await.unwrap();
     assert_eq!(memory.count(&Scope::user("ada")).await.unwrap(), 1);
     let second = model.requests()[2]
@@ -731,11 +729,7 @@ async fn a_run_on_a_blank_session_recalls_without_it() {
         .await
         .unwrap();
     let model = Arc::new(ScriptedModel::new([ModelResponse::text("Tea, then.")]));
-    let agent = Agent::builder("You help.")
-        .model(Arc::clone(&model))
-        .memory(memory.clone())
-        .build()
-        .unwrap();
+    let agent = helping(&model, memory.clone(), MemoryOptions::default());
     let out = agent
         .run("What do I like?")
         .user("ada")
@@ -767,12 +761,11 @@ async fn a_failed_recall_tells_the_model_its_cause() {
         ModelResponse::tool_calls(vec![call]),
         ModelResponse::text("I cannot tell."),
     ]));
-    let agent = Agent::builder("You help.")
-        .model(Arc::clone(&model))
-        .memory(memory)
-        .memory_options(MemoryOptions::default().with_tools(true).recall_limit(0))
-        .build()
-        .unwrap();
+    let agent = helping(
+        &model,
+        memory,
+        MemoryOptions::default().with_tools(true).recall_limit(0),
+    );
     agent.run("what do I like?").user("ada").await.unwrap();
     let result = model.requests()[1]
         .messages
@@ -782,4 +775,18 @@ async fn a_failed_recall_tells_the_model_its_cause() {
         .to_owned();
     assert!(result.contains("no such table"), "{result}");
     let _ = std::fs::remove_file(&path);
+}
+
+/// An agent that helps, answering with `model`, with `memory` used as `options` say.
+fn helping(
+    model: &Arc<ScriptedModel>,
+    memory: impl Memory + 'static,
+    options: MemoryOptions,
+) -> Agent {
+    Agent::builder("You help.")
+        .model(Arc::clone(model))
+        .memory(memory)
+        .memory_options(options)
+        .build()
+        .unwrap()
 }
