@@ -110,7 +110,9 @@ async fn on_sqlite_a_send_that_loads_older_signals_first_says_it_woke_the_waiter
             .wait_for_signal::<u32>("s", "go", Some(Duration::from_secs(5)))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Time for the waiter to park: `Woke` needs it parked before the send (a loaded machine
+    // can take a while to start it).
+    tokio::time::sleep(Duration::from_millis(250)).await;
     // Stored before `here`'s send, under another name, and not loaded by `here` yet.
     other.signal("s", "other", 1).await.unwrap();
     let delivery = here.signal("s", "go", 2).await.unwrap();
