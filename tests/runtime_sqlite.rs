@@ -201,6 +201,71 @@ fn a_newer_schema_is_refused() {
     assert_eq!(version, 999);
 }
 
+/// Opened without migrating, only a store at this version opens, and nothing is changed
+/// before that is checked: no file is created, another application's file gets no tables
+/// and keeps its journal mode, an older store keeps its version.
+#[test]
+fn without_migrating_only_a_current_store_opens_and_nothing_else_is_touched() {
+    let options = || SqliteOptions::default().migrate(false);
+    let missing = TempDb::new("no-migrate-missing");
+    match SqliteStore::open_with(missing.path(), options()) {
+        Err(StoreError::NotAStore { reason, .. }) => assert_eq!(reason, "no such file"),
+        other => panic!("expected NotAStore, got {other:?}"),
+    }
+    assert!(!missing.path().exists());
+
+    let foreign = TempDb::new("no-migrate-foreign");
+    let conn = rusqlite::Connection::open(foreign.path()).unwrap();
+    conn.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(foreign.path()).unwrap();
+    match SqliteStore::open_with(foreign.path(), options()) {
+        Err(error @ StoreError::NotAStore { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("none of loomflow's tables"), "{message}");
+        }
+        other => panic!("expected NotAStore, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(foreign.path()).unwrap(), before);
+    let conn = rusqlite::Connection::open(foreign.path()).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete", "the journal mode is the file's own");
+    drop(conn);
+
+    let older = TempDb::new("no-migrate-older");
+    drop(SqliteStore::open(older.path()).unwrap());
+    let conn = rusqlite::Connection::open(older.path()).unwrap();
+    conn.execute("UPDATE meta SET schema_version = 10", [])
+        .unwrap();
+    drop(conn);
+    match SqliteStore::open_with(older.path(), options()) {
+        Err(error @ StoreError::OlderSchema { found: 10, .. }) => {
+            assert!(error.to_string().contains("older than"), "{error}");
+        }
+        other => panic!("expected OlderSchema, got {other:?}"),
+    }
+    let conn = rusqlite::Connection::open(older.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 10, "left as it was");
+    drop(conn);
+
+    // A current store opens, and works.
+    let current = TempDb::new("no-migrate-current");
+    drop(SqliteStore::open(current.path()).unwrap());
+    let store = SqliteStore::open_with(current.path(), options()).unwrap();
+    let runtime = Runtime::builder().store(store).build();
+    let runs = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(runtime.runs(&RunFilter::default()))
+        .unwrap();
+    assert!(runs.is_empty());
+}
+
 #[test]
 fn the_schema_version_is_recorded_and_reopening_keeps_it() {
     let db = TempDb::new("version");

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use loomflow::prelude::*;
 use loomflow::runtime::{
-    Checkpoint, JournalKey, PostgresOptions, PostgresStore, RunState, RunStatus, Store, StoreError,
+    Checkpoint, JournalKey, PostgresOptions, PostgresStore, RunFilter, RunState, RunStatus, Store,
+    StoreError,
 };
 use loomflow::{RunError, SignalError};
 
@@ -64,6 +65,55 @@ async fn a_database_written_by_a_newer_loomflow_is_refused() {
         }
         other => panic!("a newer schema must be refused, got {other:?}"),
     }
+}
+
+/// Connected without migrating, only a store at this version opens: a database without
+/// loomflow's tables gets none, an older store keeps its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_migrating_only_a_current_store_opens() {
+    let Some(db) = TempPgDb::create("no migrate").await else {
+        return;
+    };
+    let options = || PostgresOptions::default().migrate(false);
+    match PostgresStore::connect_with(&db.url, options()).await {
+        Err(error @ StoreError::NotAStore { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("none of loomflow's tables"), "{message}");
+        }
+        other => panic!("expected NotAStore, got {other:?}"),
+    }
+    let client = postgres::connect(&db.url).await;
+    let tables = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'loomflow%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(tables.get::<_, i64>(0), 0, "no table was created");
+
+    drop(PostgresStore::connect(&db.url).await.unwrap());
+    db.execute("UPDATE loomflow_meta SET schema_version = 5")
+        .await;
+    match PostgresStore::connect_with(&db.url, options()).await {
+        Err(StoreError::OlderSchema {
+            found, supported, ..
+        }) => assert_eq!((found, supported), (5, 6)),
+        other => panic!("expected OlderSchema, got {other:?}"),
+    }
+    let version = client
+        .query_one("SELECT schema_version FROM loomflow_meta", &[])
+        .await
+        .unwrap();
+    assert_eq!(version.get::<_, i64>(0), 5, "left as it was");
+
+    db.execute("UPDATE loomflow_meta SET schema_version = 6")
+        .await;
+    let store = PostgresStore::connect_with(&db.url, options())
+        .await
+        .unwrap();
+    let runs = store.list_runs(&RunFilter::default()).await.unwrap();
+    assert!(runs.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

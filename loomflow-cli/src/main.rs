@@ -17,7 +17,7 @@
 //! checked before the store is opened (an unknown flag, a payload that is not JSON, an
 //! `--edit` that is not a JSON object, an empty signal name, `--key` or `--by`), and once it
 //! is open a resume that names no interrupt while several are pending; 3 not found (no such run, no such pending
-//! approval or interrupt; `delete` of a thread that never ran); 4 refused (the mailbox refused the
+//! approval or interrupt, no loomflow store at `--db`; `delete` of a thread that never ran); 4 refused (the mailbox refused the
 //! signal: a reserved name, a payload over the limit, a run that has ended; the store
 //! refused what it was given; a call decided already; a run that is not interrupted, or an
 //! interrupt that waits for a signal or a timer; a delete while a run executes the thread).
@@ -222,6 +222,8 @@ impl From<loomflow::Error> for Failure {
             // The store would refuse it again (a payload nested too deep): not a failure
             // to retry.
             loomflow::Error::Store(loomflow::runtime::StoreError::Refused { .. }) => 4,
+            // A path or URL where no loomflow store is.
+            loomflow::Error::Store(loomflow::runtime::StoreError::NotAStore { .. }) => 3,
             _ => 1,
         };
         Self {

@@ -1,7 +1,9 @@
 //! Opening the store named by `--db` (or `LOOMFLOW_DB`).
 
 use loomflow::Runtime;
-use loomflow::runtime::{MailboxConfig, PostgresStore, SqliteStore, Store};
+use loomflow::runtime::{
+    MailboxConfig, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Store,
+};
 
 use crate::Failure;
 
@@ -19,6 +21,10 @@ pub(crate) enum Lifetime {
 /// The runtime over the store `db` names: `postgres://…` (or `postgresql://…`), libpq
 /// `key=value` pairs (`host=db dbname=flows …`), `sqlite:PATH`, or a path to a SQLite file.
 /// No error repeats `db`: a connection string may hold a password.
+///
+/// Opens only a store at this loomflow's schema, and changes nothing before it has checked
+/// so: no table is created in a database that is not one (a wrong path or URL), and an
+/// older store is not upgraded behind its workers' backs (after which they would refuse it).
 pub(crate) async fn open(db: Option<&str>, lifetime: Lifetime) -> Result<Runtime, Failure> {
     // A value read from a file keeps its newline; an empty one (a placeholder) is none.
     let db = db
@@ -34,7 +40,8 @@ pub(crate) async fn open(db: Option<&str>, lifetime: Lifetime) -> Result<Runtime
         Lifetime::Server => MailboxConfig::default(),
     };
     if is_postgres(db) {
-        let store = PostgresStore::connect(db)
+        let options = PostgresOptions::default().migrate(false);
+        let store = PostgresStore::connect_with(db, options)
             .await
             .map_err(loomflow::Error::from)?;
         return Ok(build(store, signals));
@@ -52,7 +59,8 @@ pub(crate) async fn open(db: Option<&str>, lifetime: Lifetime) -> Result<Runtime
             shown_path(path)
         )));
     }
-    let store = SqliteStore::open(path).map_err(loomflow::Error::from)?;
+    let options = SqliteOptions::default().migrate(false);
+    let store = SqliteStore::open_with(path, options).map_err(loomflow::Error::from)?;
     Ok(build(store, signals))
 }
 

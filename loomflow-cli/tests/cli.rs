@@ -261,6 +261,61 @@ fn exit_codes_say_what_went_wrong() {
     assert!(stderr(&empty).contains("no store"), "{}", stderr(&empty));
 }
 
+/// The command line opens only a store at its own schema, and changes nothing before it has
+/// checked: a file another application uses gets no tables (and keeps its journal mode),
+/// and an older store is not upgraded behind its workers' backs (who would then refuse it).
+#[test]
+fn a_file_that_is_not_a_current_loomflow_store_is_left_as_it_is() {
+    let foreign = Db::new("foreign");
+    let conn = rusqlite::Connection::open(&foreign.0).unwrap();
+    conn.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(&foreign.0).unwrap();
+    for args in [&["runs"][..], &["show", "t"], &["signal", "t", "go", "1"]] {
+        let output = loomflow(&foreign.0, args);
+        assert_eq!(
+            output.status.code(),
+            Some(3),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("no loomflow store"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    assert_eq!(
+        std::fs::read(&foreign.0).unwrap(),
+        before,
+        "the file is as it was"
+    );
+    let conn = rusqlite::Connection::open(&foreign.0).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete");
+    drop(conn);
+
+    let older = Db::new("older");
+    drop(Runtime::sqlite(&older.0).unwrap());
+    let conn = rusqlite::Connection::open(&older.0).unwrap();
+    conn.execute("UPDATE meta SET schema_version = 10", [])
+        .unwrap();
+    let output = loomflow(&older.0, &["runs"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("older than"),
+        "{}",
+        stderr(&output)
+    );
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 10, "not upgraded");
+}
+
 /// A payload the store refuses (nested deeper than it keeps, though it parses) is refused
 /// (4), not a store failure (1) that a script would try again.
 #[tokio::test]

@@ -22,6 +22,31 @@ pub enum StoreError {
         /// The newest version this build knows.
         supported: i64,
     },
+    /// Opened without migrating (`SqliteOptions::migrate` or `PostgresOptions::migrate` set
+    /// to `false`): there is no loomflow store there (no such file, or none of loomflow's
+    /// tables).
+    #[error("no loomflow store at {path}: {reason}")]
+    NotAStore {
+        /// The file or server.
+        path: String,
+        /// What was found instead.
+        reason: String,
+    },
+    /// Opened without migrating: the store was written by an older loomflow, whose schema
+    /// this one would upgrade. Left as it is; opening it with migrations on (as the
+    /// application's own runtime does) upgrades it.
+    #[error(
+        "store at {path} has schema version {found}, older than this loomflow's {supported}; \
+         left as it is (opening it with migrations on upgrades it)"
+    )]
+    OlderSchema {
+        /// The file or server.
+        path: String,
+        /// The version found.
+        found: i64,
+        /// The version this build writes.
+        supported: i64,
+    },
     /// The backend failed to write.
     #[error("store write failed for thread {thread}: {message}")]
     Write {

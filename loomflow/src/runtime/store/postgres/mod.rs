@@ -26,6 +26,7 @@ mod delete;
 mod error;
 mod fenced;
 mod notify;
+mod options;
 mod rows;
 mod runs;
 mod schema;
@@ -36,7 +37,6 @@ mod target;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use serde_json::Value;
@@ -50,70 +50,7 @@ use super::{
     RunRecord, RunState, SignalPush, Store, StoreError, StoredSignal, Submitted,
 };
 use futures_util::future::BoxFuture;
-
-/// Settings for [`PostgresStore::connect_with`].
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loomflow::runtime::PostgresOptions;
-///
-/// let options = PostgresOptions::default()
-///     .pool_size(32)
-///     .connect_timeout(Duration::from_secs(3))
-///     .notifications(false);
-/// assert_eq!(options.pool_size, 32);
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct PostgresOptions {
-    /// The most connections the store keeps open at once (its pool); operations beyond it
-    /// wait for a free one. Default 16; at least 1 is used. The change listener (see
-    /// [`notifications`](Self::notifications)) uses one more, outside the pool.
-    pub pool_size: usize,
-    /// How long to wait for the server when opening a connection before failing. Default
-    /// 10 s.
-    pub connect_timeout: Duration,
-    /// Whether to keep a connection that `LISTEN`s for changes other processes commit, so
-    /// that [`Store::change_counter`] can tell a worker there is nothing new without a
-    /// query. Without it the counter is `None` and workers query the store at every poll
-    /// interval. Default `true`.
-    pub notifications: bool,
-}
-
-impl Default for PostgresOptions {
-    fn default() -> Self {
-        Self {
-            pool_size: 16,
-            connect_timeout: Duration::from_secs(10),
-            notifications: true,
-        }
-    }
-}
-
-impl PostgresOptions {
-    /// Sets [`pool_size`](Self::pool_size).
-    #[must_use]
-    pub fn pool_size(mut self, pool_size: usize) -> Self {
-        self.pool_size = pool_size;
-        self
-    }
-
-    /// Sets [`connect_timeout`](Self::connect_timeout).
-    #[must_use]
-    pub fn connect_timeout(mut self, connect_timeout: Duration) -> Self {
-        self.connect_timeout = connect_timeout;
-        self
-    }
-
-    /// Sets [`notifications`](Self::notifications).
-    #[must_use]
-    pub fn notifications(mut self, notifications: bool) -> Self {
-        self.notifications = notifications;
-        self
-    }
-}
+pub use options::PostgresOptions;
 
 /// Keeps runs, checkpoints, journal entries and signals in a PostgreSQL database (15 or
 /// newer), so that any number of worker processes, on any number of machines, share them.
@@ -230,7 +167,7 @@ impl PostgresStore {
             .await
             .map_err(|e| target.open_error(error::chain(&e)))?;
         schema::check_encoding(&client, &target).await?;
-        schema::migrate(&mut client, &target).await?;
+        schema::migrate(&mut client, &target, options.migrate).await?;
         drop(client);
         let listener = options
             .notifications

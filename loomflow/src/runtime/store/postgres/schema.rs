@@ -136,7 +136,11 @@ pub(super) async fn check_encoding(client: &Object, target: &Target) -> Result<(
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one: in one transaction,
 /// under an advisory lock, so that processes starting together migrate once and a failed
 /// migration leaves nothing half done.
-pub(super) async fn migrate(client: &mut Object, target: &Target) -> Result<(), StoreError> {
+pub(super) async fn migrate(
+    client: &mut Object,
+    target: &Target,
+    upgrade: bool,
+) -> Result<(), StoreError> {
     let open_error = |e: Fail| match e {
         Fail::Store(e) => e,
         Fail::Db(e) => target.open_error(super::error::chain(&e)),
@@ -169,6 +173,19 @@ pub(super) async fn migrate(client: &mut Object, target: &Target) -> Result<(), 
     } else {
         0
     };
+    if !upgrade && !has_meta {
+        return Err(StoreError::NotAStore {
+            path: target.shown.clone(),
+            reason: "the database has none of loomflow's tables".to_owned(),
+        });
+    }
+    if !upgrade && found < SCHEMA_VERSION {
+        return Err(StoreError::OlderSchema {
+            path: target.shown.clone(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
     if found > SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
             path: target.shown.clone(),

@@ -50,6 +50,15 @@ pub struct SqliteOptions {
     /// How many read connections (each with its own thread) serve reads. Default 2; at
     /// least 1 is used.
     pub read_connections: usize,
+    /// Whether opening may create the file and loomflow's tables, and bring an older schema
+    /// up to this version. Default `true`. With `false` only a store at this version opens:
+    /// a missing file, one without loomflow's tables ([`StoreError::NotAStore`]) and an older
+    /// schema ([`StoreError::OlderSchema`]) are refused and left as they are. For tools that
+    /// look at a store the application owns (the `loomflow` command line opens it so).
+    ///
+    /// [`StoreError::NotAStore`]: crate::runtime::StoreError::NotAStore
+    /// [`StoreError::OlderSchema`]: crate::runtime::StoreError::OlderSchema
+    pub migrate: bool,
 }
 
 impl Default for SqliteOptions {
@@ -58,6 +67,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::default(),
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
             read_connections: 2,
+            migrate: true,
         }
     }
 }
@@ -81,6 +91,13 @@ impl SqliteOptions {
     #[must_use]
     pub fn read_connections(mut self, read_connections: usize) -> Self {
         self.read_connections = read_connections;
+        self
+    }
+
+    /// Sets [`migrate`](Self::migrate).
+    #[must_use]
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
         self
     }
 }

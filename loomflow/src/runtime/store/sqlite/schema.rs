@@ -113,8 +113,19 @@ fn connect(path: &Path, options: &SqliteOptions, create: bool) -> Result<Connect
 }
 
 /// Opens (creating if needed) the writer's connection: WAL mode, schema checked and migrated.
+/// Without [`SqliteOptions::migrate`], opens only a store at this version, and changes
+/// nothing before it has checked that.
 pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
-    let mut conn = connect(path, options, true)?;
+    if !options.migrate && !path.exists() {
+        return Err(StoreError::NotAStore {
+            path: path.display().to_string(),
+            reason: "no such file".to_owned(),
+        });
+    }
+    let mut conn = connect(path, options, options.migrate)?;
+    if !options.migrate {
+        check_current(&conn, path)?;
+    }
     // The first statement that reads the file: a file that is not a database, or one that
     // is locked past the busy timeout, fails here.
     let mode: String = conn
@@ -138,27 +149,54 @@ pub(super) fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connec
     Ok(conn)
 }
 
-/// Brings the file to [`SCHEMA_VERSION`], or refuses a newer one. Takes the write lock, so
-/// a file another connection keeps locked past the busy timeout is reported as such.
-fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| open_error(path, e))?;
-    let has_meta: bool = tx
+/// Refuses a file that is not a loomflow store at [`SCHEMA_VERSION`]; only reads.
+fn check_current(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let found = schema_version(conn, path)?.ok_or_else(|| StoreError::NotAStore {
+        path: path.display().to_string(),
+        reason: "the file has none of loomflow's tables".to_owned(),
+    })?;
+    match found.cmp(&SCHEMA_VERSION) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => Err(StoreError::OlderSchema {
+            path: path.display().to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        std::cmp::Ordering::Greater => Err(StoreError::NewerSchema {
+            path: path.display().to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+    }
+}
+
+/// The file's schema version; `None` when it has no `meta` table (a new file, or not
+/// loomflow's).
+fn schema_version(conn: &Connection, path: &Path) -> Result<Option<i64>, StoreError> {
+    let has_meta: bool = conn
         .query_row(
             "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta')",
             [],
             |row| row.get(0),
         )
         .map_err(|e| open_error(path, e))?;
-    let found: i64 = if has_meta {
-        tx.query_row("SELECT schema_version FROM meta", [], |row| row.get(0))
-            .optional()
-            .map_err(|e| open_error(path, e))?
-            .ok_or_else(|| open_error(path, "the meta table has no schema version"))?
-    } else {
-        0
-    };
+    if !has_meta {
+        return Ok(None);
+    }
+    conn.query_row("SELECT schema_version FROM meta", [], |row| row.get(0))
+        .optional()
+        .map_err(|e| open_error(path, e))?
+        .ok_or_else(|| open_error(path, "the meta table has no schema version"))
+        .map(Some)
+}
+
+/// Brings the file to [`SCHEMA_VERSION`], or refuses a newer one. Takes the write lock, so
+/// a file another connection keeps locked past the busy timeout is reported as such.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| open_error(path, e))?;
+    let found = schema_version(&tx, path)?.unwrap_or(0);
     if found > SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
             path: path.display().to_string(),
