@@ -98,8 +98,23 @@ async fn every_refusal_is_a_json_error_with_a_code() {
         (413, "payload_too_large")
     );
     // Says what was too big, and the limit.
-    assert!(reply.contains("signal review for thread ord_1"), "{reply}");
+    assert!(reply.contains("signal review for session ord_1"), "{reply}");
     assert!(reply.contains("limit of 4096 bytes"), "{reply}");
+    // A body is read up to three times the payload limit, and some: past it, it is not.
+    let huge = format!("\"{}\"", "x".repeat(80_000));
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], huge.as_bytes()).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (413, "payload_too_large")
+    );
+    assert!(reply.contains("signal review for thread ord_1"), "{reply}");
+    assert!(reply.contains("payloads of at most 4096 bytes"), "{reply}");
+    // Pretty JSON is measured as the payload it is, not by its spaces.
+    let pretty = serde_json::to_string_pretty(&json!({"lines": vec![[1, 2, 3]; 200]})).unwrap();
+    assert!(pretty.len() > 4096, "{}", pretty.len());
+    let (status, _, reply) =
+        request(server.addr, "POST", path, &[bearer()], pretty.as_bytes()).await;
+    assert_eq!(status, 202, "{reply}");
 
     // Nested past serde_json's 128 levels, as deep as a payload may be.
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
@@ -609,6 +624,14 @@ async fn runs_are_listed_a_page_at_a_time() {
     }
     assert_eq!(seen.len(), threads.len(), "each run once: {seen:?}");
     assert_eq!(seen.into_iter().collect::<BTreeSet<_>>(), threads);
+    // A page the runs fill exactly is the last, and says so; one short of them is not.
+    for (limit, last) in [(7, true), (6, false)] {
+        let path = format!("/v1/runs?graph=paged&limit={limit}");
+        let (_, _, reply) = request(server.addr, "GET", &path, &[bearer()], b"").await;
+        let page: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(page["runs"].as_array().unwrap().len(), limit);
+        assert_eq!(page["next"].is_null(), last, "limit {limit}: {reply}");
+    }
     let (status, _, reply) = request(
         server.addr,
         "GET",

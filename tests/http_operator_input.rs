@@ -613,7 +613,11 @@ async fn an_open_server_refuses_what_another_site_sends_through_a_browser() {
 /// sends `Sec-Fetch-Site: same-origin` and an `Origin` that matches its `Host`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_server_answers_only_its_own_host_names() {
-    let config = HttpConfig::new().without_auth().allow_host("Ops.Internal");
+    // A name is allowed without its port or final dot, however given.
+    let config = (HttpConfig::new().without_auth())
+        .allow_host("Ops.Internal")
+        .allow_host(" gate.internal:8443 ")
+        .allow_host("fqdn.internal.");
     let server = serve("rebinding", config).await;
     server.runtime.submit("g", "t1", json!({})).await.unwrap();
     let port = server.addr.port();
@@ -632,7 +636,16 @@ async fn an_open_server_answers_only_its_own_host_names() {
     let signal = "/v1/threads/t1/signals/go";
     let (status, _, _) = request(server.addr, "POST", signal, &rebound, b"1").await;
     assert_eq!(status, 403);
-    for name in ["localhost", "127.0.0.1", "ops.internal", "api.localhost"] {
+    let allowed = [
+        "localhost",
+        "127.0.0.1",
+        "ops.internal",
+        "ops.internal.",
+        "api.localhost",
+        "gate.internal",
+        "fqdn.internal",
+    ];
+    for name in allowed {
         let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &[host(name)], b"").await;
         assert_eq!(status, 200, "{name}: {reply}");
     }

@@ -24,18 +24,20 @@ type Reply = Result<Json<Value>, ApiError>;
 /// A body the server would not read: over the payload limit (413), or broken.
 type Body = Result<Bytes, BytesRejection>;
 
-/// The body of a request for `what` (a signal, a decision), read up to the runtime's
-/// payload limit.
+/// The body of a request for `what` (a signal, a decision), read up to
+/// [`body_limit`](super::body_limit) of the runtime's payload limit; the payload itself is
+/// checked by the mailbox, as JSON.
 fn body(app: &AppState, body: Body, what: impl FnOnce() -> String) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         let status = rejection.status();
         if status != StatusCode::PAYLOAD_TOO_LARGE {
             return ApiError::new(status, "bad_request", rejection.body_text());
         }
-        let limit = app.runtime.signal_config().max_payload_bytes;
+        let payloads = app.runtime.signal_config().max_payload_bytes;
+        let limit = super::body_limit(payloads);
         let message = format!(
-            "the body of {} is over the limit of {limit} bytes \
-             (the runtime's `MailboxConfig::max_payload_bytes`, set with \
+            "the body of {} is over the limit of {limit} bytes, for payloads of at most \
+             {payloads} bytes (the runtime's `MailboxConfig::max_payload_bytes`, set with \
              `RuntimeBuilder::signals`)",
             what()
         );
@@ -232,10 +234,13 @@ pub(super) async fn list_runs(
         Some(0) => return Err(ApiError::bad_request("limit must be from 1 to 1000, not 0")),
         limit => limit.unwrap_or(100).min(1_000),
     };
-    let runs = app.runtime.runs(&filter.limit(limit)).await?;
-    // A full page may have a page after it; one that is not full is the last.
+    // One more than the page, to tell whether there is a page after it: a page that the
+    // runs left fill exactly is the last, and says so.
+    let mut runs = app.runtime.runs(&filter.limit(limit + 1)).await?;
+    let more = runs.len() > limit;
+    runs.truncate(limit);
     let next = match runs.last() {
-        Some(last) if runs.len() == limit => Some(cursor_for_url(&RunCursor::of(last))),
+        Some(last) if more => Some(cursor_for_url(&RunCursor::of(last))),
         _ => None,
     };
     Ok(Json(json!({ "runs": runs, "next": next })))

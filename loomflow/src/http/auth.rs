@@ -59,14 +59,13 @@ pub(crate) fn refuse_rebound_host(headers: &HeaderMap, allowed: &[String]) -> Re
     let Some(host) = headers.get(header::HOST) else {
         return Ok(());
     };
-    let host = host.to_str().unwrap_or_default().to_ascii_lowercase();
-    let name = match host.strip_prefix('[') {
-        // An IPv6 literal, `[::1]:8080`.
-        Some(_) => return Ok(()),
-        None => host
-            .rsplit_once(':')
-            .map_or(host.as_str(), |(name, _)| name),
-    };
+    let host = host.to_str().unwrap_or_default();
+    // An IPv6 literal, `[::1]:8080`.
+    if host.starts_with('[') {
+        return Ok(());
+    }
+    let name = host_name(host);
+    let name = name.as_str();
     let local = name == "localhost" || name.ends_with(".localhost");
     if local || name.parse::<std::net::Ipv4Addr>().is_ok() || allowed.iter().any(|a| a == name) {
         return Ok(());
@@ -80,6 +79,16 @@ pub(crate) fn refuse_rebound_host(headers: &HeaderMap, allowed: &[String]) -> Re
              the name with HttpConfig::allow_host (loomflow serve --allow-host)"
         ),
     ))
+}
+
+/// The host name in `host` (a `Host` header, or a name given to allow), as compared: in
+/// lower case, without a port and without the final dot of a fully qualified name.
+pub(crate) fn host_name(host: &str) -> String {
+    let name = match host.starts_with('[') {
+        true => host,
+        false => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// Whether the request carries one of the configured bearer tokens (or auth is off).

@@ -27,7 +27,8 @@
 //! - without authentication, a browser's request that may change something is refused
 //!   (403) when it comes from another site's page (`Sec-Fetch-Site`, or `Origin`);
 //! - tokens and signatures are compared in constant time;
-//! - the body limit is the runtime's signal payload limit (413 beyond it);
+//! - a payload over the runtime's signal payload limit (as compact JSON) is refused (413),
+//!   and a body is read up to three times that limit and 64 KiB;
 //! - reserved `loomflow:` names are refused (400), a thread with no run is 404;
 //! - the `Idempotency-Key` header, or a webhook's delivery id (`X-GitHub-Delivery`,
 //!   `X-Loomflow-Delivery`), makes a repeated delivery one signal; a key that is empty or not
@@ -146,10 +147,11 @@ impl HttpConfig {
     }
 
     /// Without authentication, also answers requests addressed to the host name `host`
-    /// (as in `http://host:8080`), the name of a protected listener reached by name. May be
-    /// called several times.
+    /// (as in `http://host:8080`), the name of a protected listener reached by name. A port
+    /// or a final dot is not part of the name (`ops.internal:8080` allows `ops.internal`,
+    /// on any port). May be called several times.
     pub fn allow_host(mut self, host: impl Into<String>) -> Self {
-        self.allowed_hosts.push(host.into().to_ascii_lowercase());
+        self.allowed_hosts.push(auth::host_name(host.into().trim()));
         self
     }
 
@@ -219,9 +221,17 @@ fn random_secret() -> String {
         .collect()
 }
 
+/// The most bytes a request's body may hold, for payloads of at most `payload_limit` bytes
+/// (`MailboxConfig::max_payload_bytes`, which the mailbox checks on the payload as JSON
+/// without spaces): a form-encoded webhook writes a byte as three (`%7B`), and pretty
+/// JSON spends bytes on spaces.
+pub(crate) fn body_limit(payload_limit: usize) -> usize {
+    payload_limit.saturating_mul(3).saturating_add(64 * 1024)
+}
+
 /// The ingress as an axum [`Router`]: serve it, or [`Router::nest`] it into your app.
 pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
-    let limit = runtime.signal_config().max_payload_bytes;
+    let limit = body_limit(runtime.signal_config().max_payload_bytes);
     let state = Arc::new(AppState {
         runtime,
         config,
