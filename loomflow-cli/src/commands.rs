@@ -25,15 +25,20 @@ pub(crate) fn run_state(word: &str) -> Result<RunState, Failure> {
     })
 }
 
-/// A signal's name and idempotency key, as given: neither may be empty.
+/// A signal's name and idempotency key, as given: neither may be empty. The key is taken
+/// as the HTTP ingress takes its `Idempotency-Key` header, trimmed and in printable ASCII, so
+/// that one key sent both ways is one key.
 pub(crate) fn check_signal(name: &str, key: Option<&str>) -> Result<(), Failure> {
     if name.is_empty() {
         return Err(Failure::usage("the signal name must not be empty"));
     }
-    if key.is_some_and(str::is_empty) {
-        return Err(Failure::usage("--key must not be empty"));
+    match key.map(str::trim) {
+        Some("") => Err(Failure::usage("--key must not be empty")),
+        Some(key) if !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') => Err(
+            Failure::usage("--key must be printable ASCII, as an Idempotency-Key header is"),
+        ),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 pub(crate) async fn runs(
@@ -218,7 +223,7 @@ pub(crate) async fn signal(
     }
     let mut options = SignalOptions::default().require_live_run();
     if let Some(key) = key {
-        options = options.idempotency_key(key);
+        options = options.idempotency_key(key.trim());
     }
     let delivery = runtime.signal_with(thread, name, payload, options).await?;
     let word = format!("{delivery:?}").to_lowercase();

@@ -262,6 +262,10 @@ async fn main() -> ExitCode {
 /// and opens nothing.
 fn check(command: &Command) -> Result<(), Failure> {
     match command {
+        // An empty page would read as the last one, as over HTTP.
+        Command::Runs { limit: Some(0), .. } | Command::Audit { limit: Some(0), .. } => {
+            return Err(Failure::usage("--limit must be at least 1"));
+        }
         Command::Runs {
             status: Some(status),
             ..
@@ -297,8 +301,15 @@ fn check(command: &Command) -> Result<(), Failure> {
             github_secret,
             signing_secret,
             no_auth,
+            allow_hosts,
             ..
         } => {
+            if !allow_hosts.is_empty() && !no_auth {
+                return Err(Failure::usage(
+                    "--allow-host names the hosts a server without authentication answers: it \
+                     needs --no-auth (with a token or secret, every host name is answered)",
+                ));
+            }
             let secrets = [
                 ("--github-secret (LOOMFLOW_GITHUB_SECRET)", github_secret),
                 ("--signing-secret (LOOMFLOW_SIGNING_SECRET)", signing_secret),

@@ -21,14 +21,37 @@ macro_rules! outln {
 pub(crate) use {out, outln};
 
 pub(crate) fn write_out(text: std::fmt::Arguments<'_>) {
+    let text = text.to_string();
+    let text = shown(&text);
     let mut stdout = std::io::stdout().lock();
-    if let Err(error) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+    if let Err(error) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         if error.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
         eprintln!("loomflow: cannot write the output: {error}");
         std::process::exit(1);
     }
+}
+
+/// `text` with its control characters (but line ends and tabs) escaped, `\u{1b}`: what
+/// the command prints comes from callers, tools and models (an approver's name, an error),
+/// and an escape sequence printed as it is would drive the operator's terminal.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    let control = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(control) {
+        return text.into();
+    }
+    let mut escaped = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match control(c) {
+            true => escaped.extend(c.escape_unicode()),
+            false => escaped.push(c),
+        }
+    }
+    escaped.into()
 }
 
 /// How results are printed.
@@ -90,5 +113,20 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
     line(header.to_vec());
     for row in rows {
         line(row.iter().map(String::as_str).collect());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn control_characters_are_escaped_but_line_ends_and_tabs() {
+        assert_eq!(shown("a\tb\n"), "a\tb\n");
+        assert_eq!(
+            shown("x\u{1b}]52;c;AAAA\u{7}y"),
+            "x\\u{1b}]52;c;AAAA\\u{7}y"
+        );
+        assert_eq!(shown("tab\r\u{9b}"), "tab\\u{d}\\u{9b}");
     }
 }

@@ -130,7 +130,11 @@ async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
 
     let sent = loomflow(&db.0, &["signal", "ord_1", "review", "true", "--key", "k1"]);
     assert!(sent.status.success(), "{}", stderr(&sent));
-    let again = loomflow(&db.0, &["signal", "ord_1", "review", "true", "--key", "k1"]);
+    // The same key, as a file or a copy and paste gives it (as over HTTP, it is trimmed).
+    let again = loomflow(
+        &db.0,
+        &["signal", "ord_1", "review", "true", "--key", " k1\n"],
+    );
     assert!(stdout(&again).contains("duplicate"), "{}", stdout(&again));
     // The run, carried on by the program, receives what the CLI sent.
     let done = graph
@@ -692,6 +696,28 @@ fn serve_on_an_address_in_use_fails_with_1() {
     }
 }
 
+/// What a command prints comes from callers, tools and models: a control character in it
+/// is shown escaped, never sent to the operator's terminal as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_are_printed_escaped() {
+    let db = Db::new("control");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    runtime
+        .submit("refund\u{1b}]52;c;AAAA\u{7}", "t\u{1b}[2J", json!({}))
+        .await
+        .unwrap();
+    drop(runtime);
+    let output = loomflow(&db.0, &["runs"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains("refund\\u{1b}]52;c;AAAA\\u{7}"), "{text}");
+    assert!(text.contains("t\\u{1b}[2J"), "{text}");
+}
+
 #[test]
 fn the_audit_of_a_thread_that_never_ran_is_not_found() {
     let db = Db::new("audit-unknown");
@@ -843,6 +869,14 @@ fn bad_usage_is_2_before_the_store_is_opened() {
         // --no-auth would leave the token or the secret unchecked.
         &["serve", "--no-auth", "--token", "tok"],
         &["serve", "--no-auth", "--github-secret", "s3cret"],
+        // Allowed host names are for a server without authentication only.
+        &["serve", "--token", "tok", "--allow-host", "ops.internal"],
+        // An empty page would read as the last one.
+        &["runs", "--limit", "0"],
+        &["audit", "t", "--limit", "0"],
+        // A key is taken as the HTTP header takes it: trimmed, printable ASCII.
+        &["signal", "t", "go", "1", "--key", "   "],
+        &["signal", "t", "go", "1", "--key", "web\u{7}"],
     ] {
         let (status, err) = code(args);
         assert_eq!(status, Some(2), "{args:?}: {err}");
