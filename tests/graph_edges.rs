@@ -345,6 +345,41 @@ async fn a_fork_of_a_run_interrupted_in_a_subgraph_can_be_resumed() {
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }
 
+/// A fork of a run suspended two subgraphs deep is answered by its first resume: the fork
+/// writes the subgraphs' checkpoints in the order the run wrote them (the innermost first),
+/// as the resume reads them. Before, the outer one was written first, the inner one looked
+/// newer than where the outer stood, and the answer was dropped for the same question.
+#[tokio::test]
+async fn a_fork_of_a_run_suspended_in_a_nested_subgraph_takes_its_first_answer() {
+    let (rts, _db) = runtimes("forknested");
+    for (label, rt) in rts {
+        let prep = Arc::new(AtomicUsize::new(0));
+        let inner = parent_graph(Arc::clone(&prep));
+        let graph = Graph::new("outer")
+            .subgraph(
+                "middle",
+                inner,
+                |_: &S| S::default(),
+                |o: &mut S, m: S| o.answer = m.answer,
+            )
+            .edge(START, "middle")
+            .edge("middle", END)
+            .compile()
+            .unwrap();
+        let first = graph.invoke(&rt, "t", S::default()).await.unwrap();
+        assert_eq!(first.interrupts().len(), 1, "{label}");
+        let cps = rt.store().list_checkpoints("t").await.unwrap();
+        let top = cps.iter().filter(|c| c.namespace.is_empty());
+        let interrupted = top.max_by_key(|c| c.id).unwrap();
+        rt.fork("t", interrupted.id, "t2").await.unwrap();
+        let resumed = graph.resume(&rt, "t2", "forked answer").await.unwrap();
+        let done = resumed
+            .completed()
+            .unwrap_or_else(|e| panic!("{label}: {e:?}"));
+        assert_eq!(done.answer.as_deref(), Some("forked answer"), "{label}");
+    }
+}
+
 #[tokio::test]
 async fn a_panicking_router_fails_the_run_with_a_typed_error() {
     let (rts, _db) = runtimes("routerpanic");

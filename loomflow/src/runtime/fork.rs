@@ -181,7 +181,9 @@ fn suspended_in(key: &JournalKey, parent: &Checkpoint, children: &[Checkpoint]) 
 
 /// The newest checkpoint of each subgraph namespace of `parent`'s run among `all`, its
 /// thread's checkpoints, written before `parent`: where its children stood when it was
-/// written.
+/// written. Oldest first, the order the run wrote them (a nested subgraph's before its
+/// parent's), which the fork keeps: a resume takes a child checkpoint newer than where its
+/// parent stood for a new question.
 fn children_at(all: Vec<Checkpoint>, parent: &Checkpoint) -> Vec<Checkpoint> {
     let mut newest: Vec<Checkpoint> = Vec::new();
     let children = all
@@ -197,5 +199,6 @@ fn children_at(all: Vec<Checkpoint>, parent: &Checkpoint) -> Vec<Checkpoint> {
             None => newest.push(cp),
         }
     }
+    newest.sort_by_key(|cp| cp.id);
     newest
 }
