@@ -8,6 +8,8 @@ mod asker;
 
 #[path = "support/callsites.rs"]
 mod callsites;
+#[path = "support/held_run.rs"]
+mod held_run;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1021,6 +1023,19 @@ async fn a_fork_onto_a_thread_with_an_unfinished_run_is_refused() {
         rt.fork("t", first, "t").await.unwrap();
         let again = graph.recover(&rt, "t").await.unwrap();
         assert_eq!(again.interrupts().len(), 1, "{again:?}");
+
+        // A run stopped half-way (a crash) is a worker's to carry on, on its own thread too.
+        held_run::HeldRun::start(&rt, "crashed", 1)
+            .await
+            .abandon()
+            .await;
+        let start = rt.list_checkpoints("crashed").await.unwrap()[0].id;
+        match rt.fork("crashed", start, "crashed").await {
+            Err(loomflow::RuntimeError::RunActive { state, .. }) => {
+                assert_eq!(state, loomflow::runtime::RunState::Running);
+            }
+            other => panic!("fork onto a run stopped half-way: {other:?}"),
+        }
     }
 }
 

@@ -625,6 +625,28 @@ async fn a_failed_cancel_or_fork_leaves_a_sleeping_run_asleep() {
     assert!(claimed.unwrap().is_none(), "not runnable before its time");
 }
 
+/// A fork onto a thread whose write fails leaves the answers queued for the run it did not
+/// replace: they are dropped only once the fork is written.
+#[tokio::test]
+async fn a_failed_fork_keeps_the_resume_requests_of_the_run_it_did_not_replace() {
+    let db = loomflow_tests::TempDb::new("fork-fails-requests");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = review_graph();
+    graph.invoke(&runtime, "t", 1).await.unwrap();
+    let first = runtime.list_checkpoints("t").await.unwrap()[0].id;
+    runtime.request_resume("t", 41).await.unwrap();
+    faults.fail_checkpoints.store(true, Ordering::SeqCst);
+    assert!(runtime.fork("t", first, "t").await.is_err());
+    faults.fail_checkpoints.store(false, Ordering::SeqCst);
+    let done = graph.recover(&runtime, "t").await.unwrap();
+    assert_eq!(
+        done.completed().unwrap(),
+        42,
+        "the queued answer was applied"
+    );
+}
+
 /// A process that only waits (no worker) brings in a signal another process stored even when
 /// its first look at the store fails: the next poll looks again.
 #[tokio::test]

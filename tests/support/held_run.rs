@@ -44,6 +44,13 @@ impl HeldRun {
         Self { go_on, run }
     }
 
+    /// Drops the run where it stands, as a crash would: its row stays running, a worker's
+    /// to carry on.
+    pub(crate) async fn abandon(self) {
+        self.run.abort();
+        let _ = self.run.await;
+    }
+
     /// Lets the node finish; the state the run completed with (its input, plus one).
     pub(crate) async fn finish(self) -> u32 {
         self.go_on.notify_one();

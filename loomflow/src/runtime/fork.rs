@@ -27,15 +27,16 @@ impl Runtime {
     /// Only a top-level checkpoint starts a thread: a subgraph's state is not the thread's.
     /// A fork never discards another run's work: `new_thread` must have no run, or a
     /// finished one (completed, failed or cancelled). A fork onto `thread` itself (going
-    /// back on one thread) may abandon that thread's suspended run, not a queued one.
+    /// back on one thread) may abandon that thread's suspended run, not a queued one nor one
+    /// stopped half-way (by a crash or a hand-back), which a worker carries on.
     ///
     /// # Errors
     ///
     /// [`RuntimeError::UnknownCheckpoint`] when `thread` has no such checkpoint;
     /// [`RuntimeError::SubgraphCheckpoint`] when the checkpoint is a subgraph's;
     /// [`RuntimeError::Busy`] when a run is executing on `new_thread`;
-    /// [`RuntimeError::RunActive`] when `new_thread`'s run is queued, or (on another
-    /// thread than `thread`) suspended; a store failure.
+    /// [`RuntimeError::RunActive`] when `new_thread`'s run is queued or stopped half-way,
+    /// or (on another thread than `thread`) suspended; a store failure.
     pub async fn fork(&self, thread: &str, checkpoint_id: u64, new_thread: &str) -> Result<()> {
         let checkpoint = self
             .inner
@@ -80,20 +81,19 @@ impl Runtime {
         mut checkpoint: Checkpoint,
         new_thread: &str,
     ) -> Result<()> {
-        // Under the claim, nothing starts a run there meanwhile: a submit is refused.
+        // Under the claim, nothing starts a run there meanwhile: a submit is refused. Going
+        // back on one thread abandons a suspended run only: a queued one has not started,
+        // and one stopped half-way (a crash, a hand-back) is a worker's to carry on.
         if let Some(record) = self.inner.store.get_run(new_thread).await?
             && !record.state.is_finished()
-            && (new_thread != thread || record.state == RunState::Queued)
+            && (new_thread != thread
+                || matches!(record.state, RunState::Queued | RunState::Running))
         {
             return Err(RuntimeError::RunActive {
                 thread: new_thread.to_owned(),
                 state: record.state,
             });
         }
-        // Resume requests queued for `new_thread` were for the questions of the run the fork
-        // replaces: none is left over to answer the fork's.
-        self.drop_resume_requests(new_thread, "its run was replaced by a fork")
-            .await?;
         // A new run of `new_thread`: its journal keys must not meet those of earlier runs
         // there, or their recorded results would be replayed.
         let run = self
@@ -143,7 +143,12 @@ impl Runtime {
         checkpoint.thread = new_thread.to_owned();
         checkpoint.run = run;
         claim.put_checkpoint(checkpoint).await?;
-        Ok(())
+        // Resume requests queued for `new_thread` were for the questions of the run the fork
+        // replaced: none is left over to answer the fork's. Dropped once the fork is written
+        // (under the claim, nothing applies them meanwhile): a fork that failed part way
+        // leaves the run it did not replace its answers.
+        self.drop_resume_requests(new_thread, "its run was replaced by a fork")
+            .await
     }
 }
 
