@@ -990,6 +990,33 @@ async fn a_fork_after_a_graph_change_names_the_graph() {
     }
 }
 
+/// A cancel writes the run's last position again, as cancelled; a fork from it (the newest
+/// checkpoint the thread lists) carries on from that position: here, the question the run
+/// was suspended on, which the fork's resume answers. Before, the fork's run was cancelled
+/// too, and nothing carried it on.
+#[tokio::test]
+async fn a_fork_from_where_a_run_was_cancelled_carries_on_from_there() {
+    let db = loomflow_tests::TempDb::new("fork-cancelled");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let graph = asker(false);
+        graph.invoke(&rt, "t", Order::default()).await.unwrap();
+        rt.cancel("t").await.unwrap();
+        let cancelled = newest_top_level(&rt, "t").await;
+        let checkpoints = rt.list_checkpoints("t").await.unwrap();
+        let newest = checkpoints.iter().find(|c| c.id == cancelled).unwrap();
+        assert_eq!(newest.status, RunStatus::Cancelled);
+        rt.fork("t", cancelled, "t2").await.unwrap();
+        let row = rt.run("t2").await.unwrap().record;
+        assert_eq!(
+            row.state,
+            loomflow::runtime::RunState::Interrupted,
+            "{row:?}"
+        );
+        let done = graph.resume(&rt, "t2", "yes").await.unwrap();
+        assert_eq!(done.completed().unwrap().answers, ["yes"]);
+    }
+}
+
 /// A fork never discards another run's work: onto a thread whose run is queued or
 /// suspended it is refused, naming the thread and where its run stands, and that run stays
 /// as it was. Going back on one thread (a fork onto its own thread) still abandons its

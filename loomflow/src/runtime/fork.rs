@@ -24,6 +24,9 @@ impl Runtime {
     /// ([`request_resume`](Self::request_resume)) are dropped unapplied: they were for the
     /// questions of the run the fork replaces.
     ///
+    /// A fork from where a run was cancelled (the checkpoint a cancel writes) carries on
+    /// from that position: suspended on its questions, or at the steps it was to run next.
+    ///
     /// Only a top-level checkpoint starts a thread: a subgraph's state is not the thread's.
     /// A fork never discards another run's work: `new_thread` must have no run, or a
     /// finished one (completed, failed or cancelled). A fork onto `thread` itself (going
@@ -105,6 +108,17 @@ impl Runtime {
         // A run suspended inside a subgraph keeps the child's position in the child's own
         // checkpoints: they go along, or a resume of the fork would start the child afresh
         // and ask its question again, whatever the answer.
+        // A cancel writes the run's last position again as cancelled: the fork carries on
+        // from that position as it was (suspended on its questions, or between steps), not
+        // as a run that nothing may carry on. (The cancel deleted the run's journal.)
+        if checkpoint.status == RunStatus::Cancelled {
+            let asks = checkpoint.interrupts().is_ok_and(|asks| !asks.is_empty());
+            checkpoint.status = match asks {
+                true => RunStatus::Interrupted,
+                false => RunStatus::Running,
+            };
+            checkpoint.error = None;
+        }
         let described = checkpoint.graph_name().is_some();
         let interrupted = checkpoint.status == RunStatus::Interrupted;
         let all = match described && !interrupted {
