@@ -990,6 +990,57 @@ async fn a_fork_after_a_graph_change_names_the_graph() {
     }
 }
 
+/// Asks twice, with a step between; `reordered` declares the same edges in another order
+/// (another fingerprint, the same structure).
+fn asks_twice(reordered: bool) -> CompiledGraph<Order> {
+    let ask = |o: &mut Order, ctx: &Context| -> Result<(), loomflow::graph::NodeError> {
+        o.answers.push(ctx.interrupt(json!("q?"))?);
+        Ok(())
+    };
+    let graph = Graph::new("twice")
+        .node_sync("between", |o: &mut Order| o.side += 1)
+        .node_fn("first", move |o: &mut Order, ctx| {
+            Box::pin(async move { ask(o, ctx) })
+        })
+        .node_fn("second", move |o: &mut Order, ctx| {
+            Box::pin(async move { ask(o, ctx) })
+        });
+    let edges = [
+        (START, "first"),
+        ("first", "between"),
+        ("between", "second"),
+        ("second", END),
+    ];
+    let mut graph = graph;
+    for i in 0..edges.len() {
+        let (from, to) = edges[if reordered { edges.len() - 1 - i } else { i }];
+        graph = graph.edge(from, to);
+    }
+    graph.compile().unwrap()
+}
+
+/// A fork from a checkpoint written after a run carried on with its graph's edges declared
+/// in another order takes the description of that structure: a resume of the fork with the
+/// first order is accepted, as on the original thread. Before, the fork had no description
+/// for the structure it stood at, and such a resume was refused.
+#[tokio::test]
+async fn a_fork_after_a_reordered_graph_accepts_either_order() {
+    let db = loomflow_tests::TempDb::new("fork-reordered");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let first = asks_twice(false)
+            .invoke(&rt, "t", Order::default())
+            .await
+            .unwrap();
+        assert_eq!(first.interrupts().len(), 1);
+        let second = asks_twice(true).resume(&rt, "t", "one").await.unwrap();
+        assert_eq!(second.interrupts().len(), 1, "{second:?}");
+        let newest = newest_top_level(&rt, "t").await;
+        rt.fork("t", newest, "t2").await.unwrap();
+        let done = asks_twice(false).resume(&rt, "t2", "two").await.unwrap();
+        assert_eq!(done.completed().unwrap().answers, ["one", "two"]);
+    }
+}
+
 /// A cancel writes the run's last position again, as cancelled; a fork from it (the newest
 /// checkpoint the thread lists) carries on from that position: here, the question the run
 /// was suspended on, which the fork's resume answers. Before, the fork's run was cancelled

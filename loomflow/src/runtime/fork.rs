@@ -171,22 +171,29 @@ impl Runtime {
 /// thread's checkpoints: the executor writes them there only, and a fork starts a run whose
 /// first checkpoint is `checkpoint`. A run carried on with a changed graph (edges declared
 /// in another order, or `allow_graph_change`) is still its graph's: its row must name it.
+///
+/// A run carried on with a changed graph describes it again at the first checkpoint after
+/// the change: the description is the newest of the run's, up to `checkpoint`, of its
+/// structure.
 fn describe(checkpoint: &mut Checkpoint, all: &[Checkpoint]) {
-    let first = all.iter().find(|cp| {
+    let described = |cp: &&Checkpoint| {
         cp.run == checkpoint.run && cp.namespace.is_empty() && cp.graph_name().is_some()
-    });
-    let same_structure = first.is_some_and(|first| first.fingerprint() == checkpoint.fingerprint());
+    };
+    let first = all.iter().find(described);
+    let description = all
+        .iter()
+        .filter(described)
+        .filter(|cp| cp.id <= checkpoint.id && cp.fingerprint() == checkpoint.fingerprint())
+        .filter_map(|cp| cp.body.get("graph_description"))
+        .next_back();
     let (Some(first), Some(body)) = (first, checkpoint.body.as_object_mut()) else {
         return;
     };
-    let keys: &[&str] = match same_structure {
-        true => &["graph_name", "graph_description"],
-        false => &["graph_name"],
-    };
-    for key in keys {
-        if let Some(value) = first.body.get(*key) {
-            body.insert((*key).to_owned(), value.clone());
-        }
+    if let Some(name) = first.body.get("graph_name") {
+        body.insert("graph_name".to_owned(), name.clone());
+    }
+    if let Some(description) = description {
+        body.insert("graph_description".to_owned(), description.clone());
     }
 }
 
