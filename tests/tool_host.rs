@@ -469,7 +469,7 @@ async fn a_tool_called_from_a_node_emits_events_on_the_run() {
             .map(|step| (
                 "tools".to_owned(),
                 "progress".to_owned(),
-                json!({ "call_id": "c1", "data": { "step": step } })
+                json!({ "tool": "progress", "call_id": "c1", "data": { "step": step } })
             ))
             .to_vec()
     );

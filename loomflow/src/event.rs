@@ -7,7 +7,10 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Event {
-    /// The superstep (from 1) the event belongs to; 0 for run-level events before the first step.
+    /// The superstep (from 1) the event belongs to; 0 for run-level events before the first
+    /// step. An event of a node inside a subgraph (`node` is `parent/child`) carries the
+    /// subgraph's own step, which counts from 1 in each of its runs; the interrupts a
+    /// recover tells again are step 0 and name their node.
     pub step: u64,
     /// The node it concerns, if any (`parent/child` for nodes inside a subgraph).
     pub node: Option<String>,

@@ -78,9 +78,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! `cargo run --example NAME` in the repository runs fuller ones: `quickstart`, `signals`,
-//! `refund_approval` (durable, across restarts), `tools`, `research_agent`, `supervisor`,
-//! `chat`.
+//! `cargo run --example NAME` in the repository runs fuller ones: `refund_service` (a
+//! durable service with its worker), `quickstart`, `signals`, `refund_approval` (durable,
+//! across restarts), `tools`, `research_agent`, `supervisor`, `chat`, `observability`,
+//! `mcp_tools`.
 //!
 //! # Where things are
 //!
@@ -89,7 +90,8 @@
 //!   [`CompiledGraph`] (invoke, start, stream, resume, recover, Mermaid), [`RunOutcome`].
 //! - [`context`]: [`Context`], what a node can do: emit events, wait for signals, interrupt,
 //!   journal steps.
-//! - [`runtime`]: [`Runtime`] (in memory or SQLite), checkpoints, the signal mailbox,
+//! - [`runtime`]: [`Runtime`] (in memory, SQLite or PostgreSQL), checkpoints, the signal
+//!   mailbox,
 //!   [`Durability`].
 //! - [`event`]: the [`Event`]s a run streams.
 //! - [`model`]: the [`Model`](model::Model) trait and its adapters, scripted models for tests.

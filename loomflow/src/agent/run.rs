@@ -374,7 +374,8 @@ impl<'a> IntoFuture for AgentResume<'a> {
 /// The events of an agent run as they happen; see [`AgentRun::stream`].
 ///
 /// The stream ends after the run's [`AgentEvent::Done`] or [`AgentEvent::Failed`]; then
-/// [`outcome`](AgentStream::outcome) gives the result. Dropping it cancels the run.
+/// [`outcome`](AgentStream::outcome) gives the result. Dropping it stops the run where it
+/// is, as a crash would (see [`AgentRun::stream`]): it is not cancelled.
 pub struct AgentStream {
     receiver: mpsc::Receiver<AgentEvent>,
     task: JoinHandle<Result<RunResult>>,

@@ -195,6 +195,8 @@ pub struct ToolContext {
     pub call_id: String,
     /// The calling node's event channel, when the call comes from a graph node.
     events: Option<crate::context::NodeEvents>,
+    /// The name the tool was called by, when a host dispatched the call.
+    tool: Option<String>,
 }
 
 impl ToolContext {
@@ -209,7 +211,16 @@ impl ToolContext {
             user,
             call_id: call_id.into(),
             events: None,
+            tool: None,
         }
+    }
+
+    /// Names the tool called (the host does this when it dispatches): the events it emits
+    /// carry the name.
+    #[must_use]
+    pub(crate) fn with_tool(mut self, name: &str) -> Self {
+        self.tool = Some(name.to_owned());
+        self
     }
 
     /// Attaches the calling node's event channel (the host does this when it dispatches
@@ -221,7 +232,9 @@ impl ToolContext {
     }
 
     /// Emits a custom event on the calling run's event stream, as the calling node, like
-    /// [`Context::emit`](crate::Context::emit); the data carries the tool's name and call id.
+    /// [`Context::emit`](crate::Context::emit). The data is `{"tool": …, "call_id": …,
+    /// "data": …}`: the tool's name (when a [`ToolHost`] dispatched the call), its call id,
+    /// and what was emitted.
     /// Outside a graph node there is no stream and nothing happens. It never waits: see
     /// [`event_room`](Self::event_room).
     pub fn emit(&self, name: impl Into<String>, data: impl serde::Serialize) {
@@ -231,7 +244,7 @@ impl ToolContext {
             tracing::warn!(call_id = %self.call_id, event = %name, %error, "event payload did not serialize");
             Value::Null
         });
-        let data = serde_json::json!({ "call_id": self.call_id, "data": data });
+        let data = serde_json::json!({ "tool": self.tool, "call_id": self.call_id, "data": data });
         events.emit(crate::event::EventKind::Custom { name, data });
     }
 

@@ -545,7 +545,8 @@ impl ToolHost {
             tool: name.clone(),
             message: crate::sync::panic_message(&*panic),
         };
-        let mut tool_ctx = ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id);
+        let mut tool_ctx =
+            ToolContext::new(ctx.session, ctx.user.map(str::to_owned), &call.id).with_tool(name);
         if let Some(node) = ctx.node {
             tool_ctx = tool_ctx.with_node(node);
         }
