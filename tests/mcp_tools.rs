@@ -517,3 +517,96 @@ async fn bad_connections_are_typed_errors() {
         "{error:?}"
     );
 }
+
+/// The request timeout is how long a server may stay silent on a call, not how long the
+/// call may take: each progress notification of the call starts the wait again. A call the
+/// server says nothing about for that long times out, naming server and tool, and the
+/// server is told it is cancelled (it answers the next call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_reports_progress_outlives_the_request_timeout() {
+    let Some(dir) = servers("progress") else {
+        return;
+    };
+    let server = McpServer::builder("everything")
+        .request_timeout(Duration::from_secs(3))
+        .stdio(everything(&dir))
+        .await
+        .unwrap();
+    // Six seconds, with progress every half second.
+    let long = json!({ "duration": 6, "steps": 12 });
+    let done = server
+        .call("trigger-long-running-operation", long)
+        .await
+        .unwrap();
+    assert!(done.to_string().contains("completed"), "{done}");
+    // Five seconds, with progress only at the end.
+    let silent = json!({ "duration": 5, "steps": 1 });
+    let started = Instant::now();
+    let error = server
+        .call("trigger-long-running-operation", silent)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, McpError::TimedOut { server, operation, .. }
+            if server == "everything" && operation.contains("trigger-long-running-operation")),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let echo = server.call("echo", json!({ "message": "after" })).await;
+    assert!(echo.unwrap().to_string().contains("after"));
+    server.close().await;
+}
+
+/// A server's log messages (`notifications/message`) are `tracing` events of target
+/// `loomflow::mcp`, naming the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_log_messages_are_tracing_events() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    struct Logged(Arc<std::sync::Mutex<Vec<String>>>);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            if event.metadata().target() != "loomflow::mcp" {
+                return;
+            }
+            let mut text = format!("{} ", event.metadata().level());
+            let mut visit = |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                text.push_str(&format!("{}={value:?} ", field.name()));
+            };
+            event.record(&mut visit);
+            self.0.lock().unwrap().push(text);
+        }
+    }
+    let Some(dir) = servers("logging") else {
+        return;
+    };
+    // The messages come on the connection's task, another thread: the subscriber is the
+    // process's (this test binary sets no other).
+    let logged = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(Logged(Arc::clone(&logged)));
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let server = McpServer::stdio("everything", everything(&dir))
+        .await
+        .unwrap();
+    // Starts the server's simulated logging: one message at once, then one every 5 s.
+    server
+        .call("toggle-simulated-logging", json!({}))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while logged.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no log message arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = logged.lock().unwrap()[0].clone();
+    assert!(first.contains("server=\"everything\""), "{first}");
+    assert!(first.contains("level"), "{first}");
+    server.close().await;
+}

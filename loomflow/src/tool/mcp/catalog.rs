@@ -4,9 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+// Server logging is deprecated by the newest protocol revision (SEP-2577); servers of the
+// revisions before it still send it, and their messages are worth keeping.
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, Tool as RemoteTool,
 };
+#[allow(deprecated)]
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{NotificationContext, Peer, RoleClient, ServiceError};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -236,6 +240,15 @@ impl rmcp::ClientHandler for Listener {
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        message: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        log_message(&self.catalog.server, message);
+    }
+
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         // Re-read in a task of its own: a request made from inside the handler would wait on
         // the loop that is running the handler.
@@ -254,6 +267,33 @@ impl rmcp::ClientHandler for Listener {
             // notification queues one again.
             (catalog.refresh_queued).store(false, std::sync::atomic::Ordering::Release);
         });
+    }
+}
+
+/// A server's log message (`notifications/message`) as a `tracing` event of target
+/// `loomflow::mcp`, at the level it maps to (notice is info; critical, alert and emergency
+/// are errors), with the server's name, its logger's and its data (text as it is, anything
+/// else as JSON).
+#[allow(deprecated)]
+fn log_message(server: &str, message: LoggingMessageNotificationParam) {
+    let logger = message.logger.as_deref().unwrap_or("");
+    let data = match &message.data {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    macro_rules! log {
+        ($level:ident) => {
+            tracing::$level!(target: "loomflow::mcp", server, logger, "{data}")
+        };
+    }
+    match message.level {
+        LoggingLevel::Debug => log!(debug),
+        LoggingLevel::Info | LoggingLevel::Notice => log!(info),
+        LoggingLevel::Warning => log!(warn),
+        LoggingLevel::Error
+        | LoggingLevel::Critical
+        | LoggingLevel::Alert
+        | LoggingLevel::Emergency => log!(error),
     }
 }
 

@@ -17,7 +17,14 @@
 //! [`ToolError::Unreachable`](crate::tool::ToolError::Unreachable) ([`McpError::NotSent`]),
 //! and may answer the next; a request that went out and got no
 //! answer (a proxy's 504) fails with [`McpError::NoAnswer`]: the tool may have run. Every
-//! request also has a timeout, so nothing waits forever on a server.
+//! request also has a timeout, so nothing waits forever on a server; a tool call's is how
+//! long the server may stay silent on it, as its progress notifications restart the wait.
+//! A call that times out, or that nobody waits for any more (the host's own timeout), is
+//! cancelled with the server (`notifications/cancelled`).
+//!
+//! A server's log messages (`notifications/message`) are `tracing` events of target
+//! `loomflow::mcp`, at their level (notice is info; critical, alert and emergency are
+//! errors), with fields `server` and `logger`.
 //!
 //! # Examples
 //!
@@ -43,6 +50,7 @@
 mod catalog;
 mod error;
 mod remote;
+mod request;
 mod transport;
 
 pub use error::McpError;
@@ -231,7 +239,10 @@ impl McpServerBuilder {
     }
 
     /// The limit on each request: the handshake, each listing and each tool call (default
-    /// [`DEFAULT_REQUEST_TIMEOUT`]). A host's own per-call timeout also applies.
+    /// [`DEFAULT_REQUEST_TIMEOUT`]). For a tool call it is how long the server may say
+    /// nothing about it: each progress notification of the call starts the wait again, so a
+    /// long call that reports progress goes on. A host's own per-call timeout bounds the
+    /// whole call.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

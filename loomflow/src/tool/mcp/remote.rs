@@ -71,7 +71,8 @@ impl Tool for McpTool {
     }
 }
 
-/// One `tools/call` request, under the server's request timeout.
+/// One `tools/call` request, under the server's request timeout, which the call's progress
+/// notifications restart.
 pub(super) async fn call(
     catalog: &Catalog,
     peer: &Peer<RoleClient>,
@@ -95,12 +96,9 @@ pub(super) async fn call(
     if peer.is_transport_closed() {
         return Err(catalog.service_error(&operation, rmcp::service::ServiceError::TransportClosed));
     }
-    let result = match tokio::time::timeout(catalog.timeout, peer.call_tool(params)).await {
-        Err(_) => return Err(catalog.timed_out(&operation)),
-        Ok(result) => {
-            result.map_err(|e| catalog.request_error(&operation, e, peer.is_transport_closed()))?
-        }
-    };
+    let result = super::request::call_tool(catalog, peer, params)
+        .await
+        .map_err(|e| catalog.request_error(&operation, e, peer.is_transport_closed()))?;
     into_value(result).map_err(|message| McpError::ToolFailed {
         server: catalog.server.clone(),
         tool: tool.to_owned(),
