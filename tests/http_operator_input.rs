@@ -617,7 +617,9 @@ async fn an_open_server_answers_only_its_own_host_names() {
     let config = (HttpConfig::new().without_auth())
         .allow_host("Ops.Internal")
         .allow_host(" gate.internal:8443 ")
-        .allow_host("fqdn.internal.");
+        .allow_host("fqdn.internal.")
+        // No name: allows nothing (not an empty Host header).
+        .allow_host(":8080");
     let server = serve("rebinding", config).await;
     server.runtime.submit("g", "t1", json!({})).await.unwrap();
     let port = server.addr.port();
@@ -649,6 +651,8 @@ async fn an_open_server_answers_only_its_own_host_names() {
         let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &[host(name)], b"").await;
         assert_eq!(status, 200, "{name}: {reply}");
     }
+    let (status, _, reply) = request(server.addr, "GET", "/v1/runs", &[host("")], b"").await;
+    assert_eq!(status, 403, "an empty host name: {reply}");
     let ipv6 = [("Host", format!("[::1]:{port}").into_bytes())];
     let (status, _, _) = request(server.addr, "GET", "/v1/runs", &ipv6, b"").await;
     assert_eq!(status, 200);

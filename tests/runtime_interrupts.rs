@@ -1102,18 +1102,22 @@ async fn a_fork_onto_a_thread_with_an_unfinished_run_is_refused() {
         let again = graph.recover(&rt, "t").await.unwrap();
         assert_eq!(again.interrupts().len(), 1, "{again:?}");
 
-        // A run stopped half-way (a crash) is a worker's to carry on, on its own thread too.
+        // A run stopped half-way (a crash) is another thread's work a fork does not
+        // discard; going back on its own thread, as going back twice, abandons it.
         held_run::HeldRun::start(&rt, "crashed", 1)
             .await
             .abandon()
             .await;
-        let start = rt.list_checkpoints("crashed").await.unwrap()[0].id;
-        match rt.fork("crashed", start, "crashed").await {
+        match rt.fork("t", first, "crashed").await {
             Err(loomflow::RuntimeError::RunActive { state, .. }) => {
                 assert_eq!(state, loomflow::runtime::RunState::Running);
             }
             other => panic!("fork onto a run stopped half-way: {other:?}"),
         }
+        let start = rt.list_checkpoints("crashed").await.unwrap()[0].id;
+        rt.fork("crashed", start, "crashed").await.unwrap();
+        rt.fork("crashed", start, "crashed").await.unwrap();
+        assert_eq!(rt.run("crashed").await.unwrap().record.run, 3);
     }
 }
 

@@ -223,11 +223,33 @@ fn without_migrating_only_a_current_store_opens_and_nothing_else_is_touched() {
     match SqliteStore::open_with(foreign.path(), options()) {
         Err(error @ StoreError::NotAStore { .. }) => {
             let message = error.to_string();
-            assert!(message.contains("none of loomflow's tables"), "{message}");
+            assert!(
+                message.contains("does not have loomflow's tables"),
+                "{message}"
+            );
         }
         other => panic!("expected NotAStore, got {other:?}"),
     }
     assert_eq!(std::fs::read(foreign.path()).unwrap(), before);
+    // Another application's `meta` table, with a version of its own, is not loomflow's.
+    let conn = rusqlite::Connection::open(foreign.path()).unwrap();
+    conn.execute_batch("CREATE TABLE meta (schema_version INTEGER); INSERT INTO meta VALUES (3)")
+        .unwrap();
+    drop(conn);
+    let refused = SqliteStore::open_with(foreign.path(), options());
+    assert!(
+        matches!(refused, Err(StoreError::NotAStore { .. })),
+        "{refused:?}"
+    );
+    // Nor is a file that is not a database at all.
+    let text = TempDb::new("no-migrate-text");
+    std::fs::write(text.path(), "{\"not\": \"sqlite\"}\n".repeat(200)).unwrap();
+    match SqliteStore::open_with(text.path(), options()) {
+        Err(StoreError::NotAStore { reason, .. }) => {
+            assert_eq!(reason, "the file is not a SQLite database");
+        }
+        other => panic!("expected NotAStore, got {other:?}"),
+    }
     let conn = rusqlite::Connection::open(foreign.path()).unwrap();
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))

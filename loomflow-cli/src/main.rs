@@ -252,7 +252,8 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("loomflow: {}", failure.message);
+            // An error may quote what a caller, tool or model wrote (an interrupt's id).
+            eprintln!("loomflow: {}", output::shown(&failure.message));
             ExitCode::from(failure.code)
         }
     }

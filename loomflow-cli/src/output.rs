@@ -36,10 +36,12 @@ pub(crate) fn write_out(text: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `text` with its control characters (but line ends and tabs) escaped, `\u{1b}`: what
-/// the command prints comes from callers, tools and models (an approver's name, an error),
-/// and an escape sequence printed as it is would drive the operator's terminal.
-fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+/// `text` with its control characters (but line ends and tabs) escaped as JSON escapes
+/// them, `\u001b`: what the command prints comes from callers, tools and models (an
+/// approver's name, an error), and an escape sequence printed as it is would drive the
+/// operator's terminal. In `--json` output serde_json has escaped those below U+0020
+/// already; the rest (DEL, U+0080 to U+009F) become escapes JSON reads back as they were.
+pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     let control = |c: char| c.is_control() && c != '\n' && c != '\t';
     if !text.chars().any(control) {
         return text.into();
@@ -47,7 +49,7 @@ fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     let mut escaped = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         match control(c) {
-            true => escaped.extend(c.escape_unicode()),
+            true => escaped.push_str(&format!("\\u{:04x}", u32::from(c))),
             false => escaped.push(c),
         }
     }
@@ -96,6 +98,12 @@ pub(crate) fn waits(record: &RunRecord) -> String {
 
 /// Prints rows as columns padded to their widest cell.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
+    // Escaped before they are measured, so that the columns line up as printed.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| shown(cell).into_owned()).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -125,8 +133,12 @@ mod tests {
         assert_eq!(shown("a\tb\n"), "a\tb\n");
         assert_eq!(
             shown("x\u{1b}]52;c;AAAA\u{7}y"),
-            "x\\u{1b}]52;c;AAAA\\u{7}y"
+            "x\\u001b]52;c;AAAA\\u0007y"
         );
-        assert_eq!(shown("tab\r\u{9b}"), "tab\\u{d}\\u{9b}");
+        assert_eq!(shown("tab\r\u{9b}\u{7f}"), "tab\\u000d\\u009b\\u007f");
+        // In `--json` output: an escape that reads back as the character it was.
+        let json = serde_json::to_string(&"by \u{9b}31m\u{7f}").unwrap();
+        let read: String = serde_json::from_str(&shown(&json)).unwrap();
+        assert_eq!(read, "by \u{9b}31m\u{7f}");
     }
 }

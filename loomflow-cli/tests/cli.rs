@@ -714,8 +714,19 @@ async fn control_characters_are_printed_escaped() {
         !text.contains('\u{1b}') && !text.contains('\u{7}'),
         "{text:?}"
     );
-    assert!(text.contains("refund\\u{1b}]52;c;AAAA\\u{7}"), "{text}");
-    assert!(text.contains("t\\u{1b}[2J"), "{text}");
+    assert!(text.contains("refund\\u001b]52;c;AAAA\\u0007"), "{text}");
+    assert!(text.contains("t\\u001b[2J"), "{text}");
+    // `--json` output stays JSON, whatever the text holds.
+    let db2 = Db::new("control-json");
+    let runtime = Runtime::sqlite(&db2.0).unwrap();
+    runtime
+        .submit("g\u{9b}31m\u{7f}", "t", json!({}))
+        .await
+        .unwrap();
+    drop(runtime);
+    let output = loomflow(&db2.0, &["--json", "runs"]);
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(runs[0]["graph"], "g\u{9b}31m\u{7f}", "{runs}");
 }
 
 #[test]

@@ -149,9 +149,12 @@ impl HttpConfig {
     /// Without authentication, also answers requests addressed to the host name `host`
     /// (as in `http://host:8080`), the name of a protected listener reached by name. A port
     /// or a final dot is not part of the name (`ops.internal:8080` allows `ops.internal`,
-    /// on any port). May be called several times.
+    /// on any port). May be called several times; a blank name allows nothing.
     pub fn allow_host(mut self, host: impl Into<String>) -> Self {
-        self.allowed_hosts.push(auth::host_name(host.into().trim()));
+        let name = auth::host_name(host.into().trim());
+        if !name.is_empty() {
+            self.allowed_hosts.push(name);
+        }
         self
     }
 

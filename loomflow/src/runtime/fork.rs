@@ -26,20 +26,22 @@ impl Runtime {
     ///
     /// A fork from where a run was cancelled (the checkpoint a cancel writes) carries on
     /// from that position: suspended on its questions, or at the steps it was to run next.
+    /// The cancel deleted what the run journaled: the fork's step does again what the
+    /// original's had journaled.
     ///
     /// Only a top-level checkpoint starts a thread: a subgraph's state is not the thread's.
     /// A fork never discards another run's work: `new_thread` must have no run, or a
     /// finished one (completed, failed or cancelled). A fork onto `thread` itself (going
-    /// back on one thread) may abandon that thread's suspended run, not a queued one nor one
-    /// stopped half-way (by a crash or a hand-back), which a worker carries on.
+    /// back on one thread) abandons that thread's run, suspended or stopped half-way (by a
+    /// crash, a hand-back, or another fork not carried on yet), not a queued one.
     ///
     /// # Errors
     ///
     /// [`RuntimeError::UnknownCheckpoint`] when `thread` has no such checkpoint;
     /// [`RuntimeError::SubgraphCheckpoint`] when the checkpoint is a subgraph's;
     /// [`RuntimeError::Busy`] when a run is executing on `new_thread`;
-    /// [`RuntimeError::RunActive`] when `new_thread`'s run is queued or stopped half-way,
-    /// or (on another thread than `thread`) suspended; a store failure.
+    /// [`RuntimeError::RunActive`] when `new_thread`'s run is queued, or (on another thread
+    /// than `thread`) suspended or stopped half-way; a store failure.
     pub async fn fork(&self, thread: &str, checkpoint_id: u64, new_thread: &str) -> Result<()> {
         let checkpoint = self
             .inner
@@ -85,12 +87,11 @@ impl Runtime {
         new_thread: &str,
     ) -> Result<()> {
         // Under the claim, nothing starts a run there meanwhile: a submit is refused. Going
-        // back on one thread abandons a suspended run only: a queued one has not started,
-        // and one stopped half-way (a crash, a hand-back) is a worker's to carry on.
+        // back on one thread abandons the run that stands there (suspended, or stopped
+        // half-way: a crash, a hand-back, another fork), not one queued.
         if let Some(record) = self.inner.store.get_run(new_thread).await?
             && !record.state.is_finished()
-            && (new_thread != thread
-                || matches!(record.state, RunState::Queued | RunState::Running))
+            && (new_thread != thread || record.state == RunState::Queued)
         {
             return Err(RuntimeError::RunActive {
                 thread: new_thread.to_owned(),
@@ -105,13 +106,11 @@ impl Runtime {
             .latest_checkpoint(new_thread, "")
             .await?
             .map_or(1, |latest| latest.run + 1);
-        // A run suspended inside a subgraph keeps the child's position in the child's own
-        // checkpoints: they go along, or a resume of the fork would start the child afresh
-        // and ask its question again, whatever the answer.
         // A cancel writes the run's last position again as cancelled: the fork carries on
         // from that position as it was (suspended on its questions, or between steps), not
         // as a run that nothing may carry on. (The cancel deleted the run's journal.)
-        if checkpoint.status == RunStatus::Cancelled {
+        let cancelled = checkpoint.status == RunStatus::Cancelled;
+        if cancelled {
             let asks = checkpoint.interrupts().is_ok_and(|asks| !asks.is_empty());
             checkpoint.status = match asks {
                 true => RunStatus::Interrupted,
@@ -128,8 +127,17 @@ impl Runtime {
         if !described {
             describe(&mut checkpoint, &all);
         }
+        // A run suspended inside a subgraph keeps the child's position in the child's own
+        // checkpoints: they go along, or a resume of the fork would start the child afresh
+        // and ask its question again, whatever the answer.
         if interrupted {
-            let children = children_at(all, &checkpoint);
+            // Where the children stood at the position: for a cancel's copy, at the one it
+            // copied (a resume may have moved them on before the cancel).
+            let position = match cancelled {
+                true => copied_position(&all, &checkpoint),
+                false => checkpoint.id,
+            };
+            let children = children_at(all, &checkpoint, position);
             // What the suspended step (and the subgraph steps it suspended in) journaled
             // before it suspended: the fork's step replays it, as the original's would (a
             // sleep keeps its wake time, a journaled step its result).
@@ -205,16 +213,27 @@ fn suspended_in(key: &JournalKey, parent: &Checkpoint, children: &[Checkpoint]) 
     !key.node.is_empty() && (in_step(parent) || children.iter().any(in_step))
 }
 
+/// The id of the checkpoint `cancelled` (a cancel's copy) copied: the newest top-level one
+/// of its run before it that is not a cancel's.
+fn copied_position(all: &[Checkpoint], cancelled: &Checkpoint) -> u64 {
+    all.iter()
+        .filter(|cp| cp.namespace.is_empty() && cp.run == cancelled.run)
+        .filter(|cp| cp.id < cancelled.id && cp.status != RunStatus::Cancelled)
+        .map(|cp| cp.id)
+        .max()
+        .unwrap_or(cancelled.id)
+}
+
 /// The newest checkpoint of each subgraph namespace of `parent`'s run among `all`, its
-/// thread's checkpoints, written before `parent`: where its children stood when it was
-/// written. Oldest first, the order the run wrote them (a nested subgraph's before its
-/// parent's), which the fork keeps: a resume takes a child checkpoint newer than where its
-/// parent stood for a new question.
-fn children_at(all: Vec<Checkpoint>, parent: &Checkpoint) -> Vec<Checkpoint> {
+/// thread's checkpoints, written before `position` (`parent`'s id, or the one it copied):
+/// where its children stood then. Oldest first, the order the run wrote them (a nested
+/// subgraph's before its parent's), which the fork keeps: a resume takes a child checkpoint
+/// newer than where its parent stood for a new question.
+fn children_at(all: Vec<Checkpoint>, parent: &Checkpoint, position: u64) -> Vec<Checkpoint> {
     let mut newest: Vec<Checkpoint> = Vec::new();
     let children = all
         .into_iter()
-        .filter(|cp| !cp.namespace.is_empty() && cp.run == parent.run && cp.id < parent.id);
+        .filter(|cp| !cp.namespace.is_empty() && cp.run == parent.run && cp.id < position);
     for cp in children {
         match newest
             .iter_mut()

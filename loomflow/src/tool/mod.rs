@@ -233,8 +233,8 @@ impl ToolContext {
 
     /// Emits a custom event on the calling run's event stream, as the calling node, like
     /// [`Context::emit`](crate::Context::emit). The data is `{"tool": …, "call_id": …,
-    /// "data": …}`: the tool's name (when a [`ToolHost`] dispatched the call), its call id,
-    /// and what was emitted.
+    /// "data": …}`: the tool's name (left out unless a [`ToolHost`] dispatched the call),
+    /// its call id, and what was emitted.
     /// Outside a graph node there is no stream and nothing happens. It never waits: see
     /// [`event_room`](Self::event_room).
     pub fn emit(&self, name: impl Into<String>, data: impl serde::Serialize) {
@@ -244,7 +244,12 @@ impl ToolContext {
             tracing::warn!(call_id = %self.call_id, event = %name, %error, "event payload did not serialize");
             Value::Null
         });
-        let data = serde_json::json!({ "tool": self.tool, "call_id": self.call_id, "data": data });
+        let data = match &self.tool {
+            Some(tool) => {
+                serde_json::json!({ "tool": tool, "call_id": self.call_id, "data": data })
+            }
+            None => serde_json::json!({ "call_id": self.call_id, "data": data }),
+        };
         events.emit(crate::event::EventKind::Custom { name, data });
     }
 

@@ -133,11 +133,15 @@ impl PostgresStore {
         Self::connect_with(url, PostgresOptions::default()).await
     }
 
-    /// Connects with the given options. See [`connect`](Self::connect).
+    /// Connects with the given options. See [`connect`](Self::connect); with
+    /// [`PostgresOptions::migrate`] off, only a store at this version opens, and nothing is
+    /// created.
     ///
     /// # Errors
     ///
-    /// As [`connect`](Self::connect).
+    /// As [`connect`](Self::connect); with `migrate` off, [`StoreError::NotAStore`] for a
+    /// database without loomflow's tables and [`StoreError::OlderSchema`] for a store an
+    /// older loomflow wrote.
     ///
     /// # Panics
     ///

@@ -125,11 +125,15 @@ impl SqliteStore {
         Self::open_with(path, SqliteOptions::default())
     }
 
-    /// Opens the store in the file at `path` with the given options. See [`open`](Self::open).
+    /// Opens the store in the file at `path` with the given options. See [`open`](Self::open);
+    /// with [`SqliteOptions::migrate`] off, only a store at this version opens, and no file
+    /// is created.
     ///
     /// # Errors
     ///
-    /// As [`open`](Self::open).
+    /// As [`open`](Self::open); with `migrate` off, [`StoreError::NotAStore`] for a missing
+    /// file, a file that is not a SQLite database or one without loomflow's tables, and
+    /// [`StoreError::OlderSchema`] for a store an older loomflow wrote.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let thread_error = |e: std::io::Error| StoreError::Open {

@@ -122,10 +122,10 @@ pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
             reason: "no such file".to_owned(),
         });
     }
-    let mut conn = connect(path, options, options.migrate)?;
     if !options.migrate {
-        check_current(&conn, path)?;
+        check_current(path, options)?;
     }
+    let mut conn = connect(path, options, options.migrate)?;
     // The first statement that reads the file: a file that is not a database, or one that
     // is locked past the busy timeout, fails here.
     let mode: String = conn
@@ -149,12 +149,36 @@ pub(super) fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connec
     Ok(conn)
 }
 
-/// Refuses a file that is not a loomflow store at [`SCHEMA_VERSION`]; only reads.
-fn check_current(conn: &Connection, path: &Path) -> Result<(), StoreError> {
-    let found = schema_version(conn, path)?.ok_or_else(|| StoreError::NotAStore {
+/// Refuses a file that is not a loomflow store at [`SCHEMA_VERSION`]; only reads. A store
+/// has the tables its first version made (another application's file may well have a
+/// `meta` table of its own).
+fn check_current(path: &Path, options: &SqliteOptions) -> Result<(), StoreError> {
+    let not_a_store = |reason: &str| StoreError::NotAStore {
         path: path.display().to_string(),
-        reason: "the file has none of loomflow's tables".to_owned(),
-    })?;
+        reason: reason.to_owned(),
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
+    conn.busy_timeout(options.busy_timeout)
+        .map_err(|e| open_error(path, e))?;
+    let tables: rusqlite::Result<i64> = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table'
+             AND name IN ('meta', 'checkpoints', 'journal', 'signals')",
+        [],
+        |row| row.get(0),
+    );
+    match tables {
+        Ok(4) => {}
+        Ok(_) => return Err(not_a_store("the file does not have loomflow's tables")),
+        Err(rusqlite::Error::SqliteFailure(e, _))
+            if e.code == rusqlite::ErrorCode::NotADatabase =>
+        {
+            return Err(not_a_store("the file is not a SQLite database"));
+        }
+        Err(e) => return Err(open_error(path, e)),
+    }
+    let found = schema_version(&conn, path)?
+        .ok_or_else(|| not_a_store("the file does not have loomflow's tables"))?;
     match found.cmp(&SCHEMA_VERSION) {
         std::cmp::Ordering::Equal => Ok(()),
         std::cmp::Ordering::Less => Err(StoreError::OlderSchema {
