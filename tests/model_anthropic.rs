@@ -361,3 +361,71 @@ async fn anthropic_compatible_strings_resolve() {
     assert_eq!(response.content, "hi");
     assert_eq!(server.requests()[0].body["model"], "local");
 }
+
+/// With an output schema, a reply the token limit ended in the output tool's call answers
+/// the same streamed as complete: the text before the call (the unfinished call is dropped),
+/// and `Length`. Before, the stream answered with the call's cut JSON.
+#[tokio::test]
+async fn an_output_cut_by_the_token_limit_streams_as_it_completes() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    let mut events = vec![anthropic_start(10)];
+    events.extend(anthropic_text_block(0, &["Working on it."]));
+    events.extend(anthropic_tool_block(
+        1,
+        "toolu_1",
+        "answer",
+        &["{\"n\":", " 4"],
+    ));
+    events.extend(anthropic_end("max_tokens", 9));
+    let whole = anthropic_message(
+        json!([
+            {"type": "text", "text": "Working on it."},
+            {"type": "tool_use", "id": "toolu_1", "name": "answer", "input": {}}
+        ]),
+        "max_tokens",
+        10,
+        9,
+    );
+    let server = MockServer::start(vec![
+        Reply::json(200, whole),
+        Reply::sse(&anthropic_sse(&events), 4096),
+    ])
+    .await;
+    let request = ModelRequest::new(vec![Message::user("Hi")])
+        .output_schema(OutputSchema::new("answer", schema));
+    let complete = model(&server).complete(request.clone()).await.unwrap();
+    let streamed = collect_stream(model(&server).stream(request))
+        .await
+        .unwrap();
+    assert_eq!(complete.content, "Working on it.");
+    assert_eq!(complete.finish_reason, FinishReason::Length);
+    assert_eq!(streamed, complete);
+}
+
+/// A gateway's error in the stream, `{"error": {…}}` with no event name, is the error it
+/// states (a 504 here, tried again), not an event that does not decode.
+#[tokio::test]
+async fn a_gateways_error_in_the_stream_is_the_error_it_states() {
+    let gateway = "data: {\"error\":{\"message\":\"upstream timeout\",\"code\":504}}\n\n";
+    let server = MockServer::start(vec![
+        Reply::sse(gateway, 4096),
+        Reply::sse(&anthropic_text_stream(2), 4096),
+    ])
+    .await;
+    let reply = collect_stream(model(&server).stream(ModelRequest::new(vec![Message::user("Hi")])))
+        .await
+        .unwrap();
+    assert!(!reply.content.is_empty());
+    assert_eq!(server.requests().len(), 2, "tried again");
+    let server = MockServer::start(vec![Reply::sse(gateway, 4096)]).await;
+    let once = AnthropicModel::builder("claude-test")
+        .base_url(server.url())
+        .api_key(KEY)
+        .retry(RetryPolicy::none())
+        .build()
+        .unwrap();
+    let error = collect_stream(once.stream(ModelRequest::new(vec![Message::user("Hi")])))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("upstream timeout"), "{error}");
+}

@@ -44,6 +44,9 @@ pub(crate) enum Reply {
     SseThenHang { pieces: Vec<Vec<u8>> },
     /// Never answers (for timeouts); the connection stays open until the test ends.
     Hang,
+    /// A 200 JSON reply whose body breaks off half way: the connection closes after half of
+    /// the bytes its `content-length` announced.
+    JsonCut { body: String },
 }
 
 impl Reply {
@@ -216,6 +219,17 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) {
             }
             Reply::Hang => {
                 std::future::pending::<()>().await;
+            }
+            Reply::JsonCut { body } => {
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                let mut out = head.into_bytes();
+                out.extend_from_slice(&body.as_bytes()[..body.len() / 2]);
+                let _ = socket.write_all(&out).await;
+                let _ = socket.shutdown().await;
+                return;
             }
         }
     }

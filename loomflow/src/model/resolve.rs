@@ -172,9 +172,13 @@ fn is_o_series(s: &str) -> bool {
     chars.next() == Some('o') && chars.next().is_some_and(|c| c.is_ascii_digit())
 }
 
-/// `NAME@http(s)://…` into the name and the URL.
+/// `NAME@http(s)://…` into the name and the URL, at the first `@http://` or `@https://` (a
+/// URL may hold another further on, in its query).
 fn split_at_url(rest: &str) -> Option<(&str, &str)> {
-    let at = rest.find("@http://").or_else(|| rest.find("@https://"))?;
+    let at = [rest.find("@http://"), rest.find("@https://")]
+        .into_iter()
+        .flatten()
+        .min()?;
     let (model, url) = (&rest[..at], &rest[at + 1..]);
     (!model.is_empty()).then_some((model, url))
 }
@@ -233,6 +237,13 @@ mod tests {
         }
         let spec = ModelSpec::parse("anthropic-compatible:m@https://h:1").unwrap();
         assert_eq!(spec.base_url.as_deref(), Some("https://h:1"));
+        // The first URL is the base, whatever its scheme; a later one is part of it.
+        let spec = ModelSpec::parse("openai-compatible:m@https://gw/v1?next=@http://x").unwrap();
+        assert_eq!(spec.model, "m");
+        assert_eq!(
+            spec.base_url.as_deref(),
+            Some("https://gw/v1?next=@http://x")
+        );
     }
 
     #[test]

@@ -80,13 +80,9 @@ pub(crate) fn transport_error(error: reqwest::Error, target: &Target) -> ModelEr
                 .to_owned(),
         };
     }
-    if error.is_decode() {
-        return ModelError::Decode {
-            provider: target.provider.to_owned(),
-            model: target.model.clone(),
-            message: error.to_string(),
-        };
-    }
+    // A body that broke off part way (a reset, a proxy that cut it) is a decode error to
+    // reqwest: it is a failed connection, tried again. A reply that does not parse is
+    // reported where it is parsed.
     ModelError::Connection {
         provider: target.provider.to_owned(),
         model: target.model.clone(),
@@ -179,11 +175,13 @@ pub(crate) fn status_error(
     body: &str,
     key: Option<&ApiKey>,
 ) -> ModelError {
-    let (kind, message) = error_details(body);
-    let message = match key {
-        Some(key) => key.scrub(&message),
-        None => message,
+    // Scrubbed before `error_details` cuts a long body: a key across the cut would leave
+    // its first part behind.
+    let body = match key {
+        Some(key) => key.scrub(body),
+        None => body.to_owned(),
     };
+    let (kind, message) = error_details(&body);
     let provider = target.provider.to_owned();
     let model = target.model.clone();
     match status {

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::response::{WireUsage, finish_reason};
 use crate::model::sse::SseEvent;
 use crate::model::transport::{EventDecoder, Target, decode_error, error_event, stream_error};
-use crate::model::{ModelError, StreamChunk, Usage};
+use crate::model::{FinishReason, ModelError, StreamChunk, Usage};
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -110,6 +110,11 @@ pub(super) struct Decoder {
     held_text: String,
     /// The output tool's input text, once its first call started.
     output: Option<String>,
+    /// The text held back before the output tool's call started, and whether that call is
+    /// the last block so far: a reply the token limit ended in it answers with the text,
+    /// as a complete call does (which drops the unfinished call).
+    text_before_output: String,
+    output_last: bool,
     usage: WireUsage,
     stop_reason: Option<String>,
 }
@@ -123,6 +128,8 @@ impl Decoder {
             tool_calls: 0,
             held_text: String::new(),
             output: None,
+            text_before_output: String::new(),
+            output_last: false,
             usage: WireUsage::default(),
             stop_reason: None,
         }
@@ -141,10 +148,11 @@ impl EventDecoder for Decoder {
         }
         let parsed = serde_json::from_str::<Event>(&event.data);
         // An error a compatible server (llama.cpp) sends mid-stream in its own shape: its
-        // `error:` line, or an `error` event whose data is a bare error object (no `type`
-        // this decoder knows). Typed as the same object in a body is.
-        if event.event.as_deref() == Some("error") && matches!(parsed, Ok(Event::Unknown) | Err(_))
-        {
+        // `error:` line, an `error` event whose data is a bare error object (no `type` this
+        // decoder knows), or a gateway's `{"error": {…}}` with no event name. Typed as the
+        // same object in a body is.
+        let unknown = matches!(parsed, Ok(Event::Unknown) | Err(_));
+        if unknown && (event.event.as_deref() == Some("error") || holds_error(&event.data)) {
             let error = serde_json::from_str(&event.data)
                 .unwrap_or_else(|_| serde_json::Value::String(event.data.clone()));
             return Err(error_event(&self.target, error));
@@ -163,6 +171,7 @@ impl EventDecoder for Decoder {
                 index,
                 content_block,
             } => {
+                self.output_last = false;
                 let block = match content_block {
                     BlockStart::Text { .. } if self.output.is_some() => Block::Other,
                     BlockStart::Text { text } if self.output_tool.is_some() => {
@@ -184,8 +193,9 @@ impl EventDecoder for Decoder {
                     BlockStart::ToolUse { name, input, .. }
                         if Some(&name) == self.output_tool.as_ref() =>
                     {
-                        self.held_text.clear();
+                        self.text_before_output = std::mem::take(&mut self.held_text);
                         self.output = Some(initial_input(&input).unwrap_or_default());
+                        self.output_last = true;
                         Block::Output
                     }
                     BlockStart::ToolUse { id, name, input } => {
@@ -243,7 +253,12 @@ impl EventDecoder for Decoder {
             Event::MessageStop {} => {
                 // The answer as a complete call gives it: the output tool's input, or the text
                 // when no output tool came.
+                let limited =
+                    finish_reason(self.stop_reason.as_deref(), false) == FinishReason::Length;
                 let text = match self.output.take() {
+                    Some(_) if limited && self.output_last => {
+                        std::mem::take(&mut self.text_before_output)
+                    }
                     Some(json) => compact(json),
                     None => std::mem::take(&mut self.held_text),
                 };
@@ -261,6 +276,12 @@ impl EventDecoder for Decoder {
         }
         Ok(false)
     }
+}
+
+/// Whether `data` is a JSON object with an `error` field: an error in a gateway's shape.
+fn holds_error(data: &str) -> bool {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(data)
+        .is_ok_and(|object| object.get("error").is_some_and(|e| !e.is_null()))
 }
 
 /// The output tool's input text written as a complete call writes the parsed input (compact,
