@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use loomflow::prelude::*;
-use loomflow::runtime::RunState;
+use loomflow::runtime::{RunState, RunStatus};
 use loomflow::{GraphProblem, RunError};
 use loomflow_tests::TempDb;
 
@@ -377,6 +377,74 @@ async fn a_fork_of_a_run_suspended_in_a_nested_subgraph_takes_its_first_answer()
             .completed()
             .unwrap_or_else(|e| panic!("{label}: {e:?}"));
         assert_eq!(done.answer.as_deref(), Some("forked answer"), "{label}");
+    }
+}
+
+/// A resume that moved a subgraph on and then stopped (a crash), then a cancel: a fork from
+/// the cancel's copy takes the subgraph from where it stood at the question the cancel
+/// copied, not from where the stopped resume left it, and its own answer is the one used.
+#[tokio::test]
+async fn a_fork_of_a_cancelled_suspension_takes_the_subgraph_from_the_question() {
+    let (rts, _db) = runtimes("forkcancelsub");
+    for (label, rt) in rts {
+        let hold = Arc::new(tokio::sync::Notify::new());
+        let holding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let child = {
+            let (hold, holding) = (Arc::clone(&hold), Arc::clone(&holding));
+            Graph::new("child")
+                .node_fn("ask", |c: &mut Child, ctx| {
+                    Box::pin(async move {
+                        c.got = Some(ctx.interrupt(json!("child?"))?);
+                        Ok(())
+                    })
+                })
+                .node_fn("after", move |_: &mut Child, _ctx| {
+                    let (hold, holding) = (Arc::clone(&hold), Arc::clone(&holding));
+                    Box::pin(async move {
+                        if holding.load(Ordering::SeqCst) {
+                            hold.notified().await;
+                        }
+                        Ok(())
+                    })
+                })
+                .edge(START, "ask")
+                .edge("ask", "after")
+                .edge("after", END)
+                .compile()
+                .unwrap()
+        };
+        let graph = Graph::new("parent")
+            .subgraph(
+                "sub",
+                child,
+                |_: &S| Child::default(),
+                |p: &mut S, c: Child| p.answer = c.got,
+            )
+            .edge(START, "sub")
+            .edge("sub", END)
+            .compile()
+            .unwrap();
+        graph.invoke(&rt, "t", S::default()).await.unwrap();
+        // The resume answers the child's question, writes the child's step, and stops.
+        let before = rt.list_checkpoints("t").await.unwrap().len();
+        let resuming = graph.resume(&rt, "t", "first").start();
+        while rt.list_checkpoints("t").await.unwrap().len() == before {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        resuming.abort();
+        let _ = resuming.await;
+        rt.cancel("t").await.unwrap();
+        let cps = rt.list_checkpoints("t").await.unwrap();
+        let top = cps.iter().filter(|c| c.namespace.is_empty());
+        let cancelled = top.max_by_key(|c| c.id).unwrap();
+        assert_eq!(cancelled.status, RunStatus::Cancelled, "{label}");
+        rt.fork("t", cancelled.id, "t2").await.unwrap();
+        holding.store(false, Ordering::SeqCst);
+        let done = graph.resume(&rt, "t2", "second").await.unwrap();
+        let state = done
+            .completed()
+            .unwrap_or_else(|e| panic!("{label}: {e:?}"));
+        assert_eq!(state.answer.as_deref(), Some("second"), "{label}");
     }
 }
 
