@@ -354,3 +354,100 @@ async fn a_worker_whose_loop_panicked_says_so_at_shutdown() {
         other => panic!("expected WorkerPanicked, got {other:?}"),
     }
 }
+
+/// `wait` takes the signal `go`; `slow` then holds until `hold` is notified, while
+/// `holding` says so.
+fn held_after_signal(
+    hold: Arc<Notify>,
+    holding: Arc<std::sync::atomic::AtomicBool>,
+) -> CompiledGraph<u32> {
+    Graph::new("held")
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n += ctx.wait_for_signal::<u32>("go").await?;
+                Ok(())
+            })
+        })
+        .node_fn("slow", move |_: &mut u32, _ctx| {
+            let (hold, holding) = (Arc::clone(&hold), Arc::clone(&holding));
+            Box::pin(async move {
+                if holding.load(Ordering::SeqCst) {
+                    hold.notified().await;
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", "slow")
+        .edge("slow", END)
+        .compile()
+        .unwrap()
+}
+
+/// A caller that stops waiting for `run_until_idle` (a timeout around it) while it executes
+/// one signalled run leaves the other signalled runs to the next call: on the memory store,
+/// which keeps signals only in the mailbox, nothing else finds them. Before, they were
+/// dropped with the call, and those runs waited for ever.
+#[tokio::test]
+async fn a_run_until_idle_dropped_part_way_leaves_its_untried_signalled_runs() {
+    let runtime = Runtime::in_memory();
+    let hold = Arc::new(Notify::new());
+    let holding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let graph = held_after_signal(Arc::clone(&hold), Arc::clone(&holding));
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build();
+    for thread in ["t1", "t2", "t3"] {
+        runtime.submit("held", thread, 0).await.unwrap();
+    }
+    assert_eq!(worker.run_until_idle().await.unwrap(), 3, "each suspends");
+    for (i, thread) in ["t1", "t2", "t3"].into_iter().enumerate() {
+        runtime.signal(thread, "go", 1 + i as u32).await.unwrap();
+    }
+    let stopped = tokio::time::timeout(Duration::from_millis(300), worker.run_until_idle()).await;
+    assert!(stopped.is_err(), "held in the first run: {stopped:?}");
+    holding.store(false, Ordering::SeqCst);
+    hold.notify_waiters();
+    worker.run_until_idle().await.unwrap();
+    for (i, thread) in ["t1", "t2", "t3"].into_iter().enumerate() {
+        let record = runtime.run(thread).await.unwrap().record;
+        assert_eq!(record.state, RunState::Completed, "{thread}: {record:?}");
+        let done: u32 = runtime.get_state(thread).await.unwrap().unwrap();
+        assert_eq!(done, 1 + i as u32, "{thread}");
+    }
+}
+
+/// A panic in the worker's `on_finished` callback (the user's code) is logged, and the
+/// worker goes on: the call returns, the next run is executed.
+#[tokio::test]
+async fn a_panicking_on_finished_does_not_stop_the_worker() {
+    let runtime = Runtime::in_memory();
+    let graph = Graph::new("plain")
+        .node_sync("one", |n: &mut u32| *n += 1)
+        .edge(START, "one")
+        .edge("one", END)
+        .compile()
+        .unwrap();
+    let reports = Arc::new(AtomicU32::new(0));
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .on_finished({
+            let reports = Arc::clone(&reports);
+            move |_| {
+                reports.fetch_add(1, Ordering::SeqCst);
+                panic!("a bug in the callback");
+            }
+        })
+        .build();
+    runtime.submit("plain", "a", 0).await.unwrap();
+    runtime.submit("plain", "b", 0).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 2);
+    assert_eq!(reports.load(Ordering::SeqCst), 2);
+    for thread in ["a", "b"] {
+        assert_eq!(
+            runtime.run(thread).await.unwrap().record.state,
+            RunState::Completed
+        );
+    }
+}

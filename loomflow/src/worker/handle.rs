@@ -20,7 +20,9 @@ impl WorkerHandle {
     /// stop, up to the shutdown timeout, then returns with their leases released. A run
     /// stops at the end of the superstep under way (or of a subgraph's, when the step runs
     /// one), and is handed back runnable for another worker to carry on; or it completes
-    /// or suspends first (a waiting run suspends after the grace).
+    /// or suspends first (a waiting run suspends after the grace). A run in
+    /// [`Durability::Exit`](crate::runtime::Durability::Exit) has written no step: it is
+    /// carried on from its last checkpoint, its journaled steps not done again.
     ///
     /// A store failure does not stop a worker: it is logged, and the worker tries again at
     /// its next look.

@@ -54,6 +54,8 @@ mod nap;
 mod panicked;
 mod registry;
 mod running;
+mod serve;
+mod untried;
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -62,19 +64,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::graph::{CompiledGraph, State};
 use crate::runtime::claim::RunClaim;
 use crate::runtime::clock::{now_ms, unix_ms};
-use crate::runtime::store_told;
 use crate::runtime::wakes::WakeInbox;
 use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
 
 pub use handle::WorkerHandle;
 use registry::Registered;
 pub use registry::RunReport;
-use running::{Running, spawn};
+use serve::serve;
+use untried::Untried;
 
 /// How soon a worker tries its store again after a claim (or the read of the next wake time)
 /// failed, at most: sooner if its poll interval is shorter.
@@ -316,17 +318,11 @@ impl Worker {
         inner.runtime.prune_if_due().await;
         // Threads signalled in this process not tried yet, with the signals' names: taking
         // them empties the list, and on a store that keeps no signals nothing else finds
-        // their runs.
-        let mut signalled: VecDeque<(String, String)> = VecDeque::new();
+        // their runs. Given back however the call ends (an error, a caller that stops
+        // waiting), for the next call.
+        let mut signalled = Untried::new(&inner.wakes);
         loop {
-            let claimed = match inner.next_run(&mut signalled).await {
-                Ok(claimed) => claimed,
-                Err(error) => {
-                    inner.wakes.put_back(signalled);
-                    return Err(error);
-                }
-            };
-            let Some((run, claim)) = claimed else {
+            let Some((run, claim)) = inner.next_run(&mut signalled).await? else {
                 return Ok(executed);
             };
             inner.execute(run, claim).await;
@@ -444,157 +440,12 @@ impl WorkerInner {
                 tracing::debug!(thread = %report.thread, graph = %report.graph, state = %report.state, "worker run stopped");
             }
         }
-        if let Some(on_finished) = &self.on_finished {
-            on_finished(&report);
+        // The user's code: its panic is logged, and the worker goes on.
+        if let Some(on_finished) = &self.on_finished
+            && std::panic::catch_unwind(AssertUnwindSafe(|| on_finished(&report))).is_err()
+        {
+            tracing::error!(thread = %report.thread, "the worker's on_finished callback panicked");
         }
         wake_at_ms
     }
-}
-
-/// The worker's loop.
-async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<bool>) -> Result<()> {
-    let runtime = inner.runtime.clone();
-    let store = Arc::clone(runtime.store());
-    let mut running = Running::default();
-    // Threads signalled here not claimed yet (no free slot, a claim failed), with the names.
-    let mut signalled: VecDeque<(String, String)> = VecDeque::new();
-    let mut seen_change: Option<u64> = None;
-    let mut next_wake: Option<u64> = None;
-    let mut look = true;
-    // A lease that runs out changes nothing in the store: look for such runs (their worker
-    // died) every half lease even when nothing changed.
-    let sweep_every = (inner.lease / 2).max(inner.poll_interval);
-    let mut last_look = tokio::time::Instant::now();
-    // A store that is told of changes (PostgreSQL's LISTEN) wakes the worker at once.
-    let notifier = store.change_notifier();
-    let mut notified = false;
-    // A store that failed a claim, or the read of the next wake time, is tried again this
-    // soon rather than at the next poll, which may be a minute away.
-    let retry_after = inner.poll_interval.min(STORE_RETRY);
-    while !*stop.borrow() {
-        let mut failed = false;
-        // Listening from here, before the change counter is read (see `store_told`).
-        let mut listening = std::pin::pin!(notifier.as_deref().map(Notify::notified));
-        store_told::enable(listening.as_mut());
-        runtime.prune_if_due().await;
-        match inner.unrecorded_signals().await {
-            Ok(found) => signalled.extend(found),
-            Err(error) => tracing::warn!(%error, "could not look for signalled runs"),
-        }
-        // Taken only when a run can be claimed: the inbox is bounded (and says when it
-        // overflowed), this queue is not.
-        if running.len() < inner.concurrency {
-            signalled.extend(inner.wakes.take_signalled());
-        }
-        while running.len() < inner.concurrency
-            && let Some((thread, name)) = signalled.pop_front()
-        {
-            match inner.claim(Some((&thread, &name))).await {
-                Ok(Some((run, claim))) => spawn(&inner, &mut running, run, claim),
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::warn!(%error, %thread, "could not claim a signalled run; trying again shortly");
-                    // Behind the others: a row that keeps failing holds none of them up.
-                    signalled.push_back((thread, name));
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        // A change in the store (this process's writes count too) is looked at no more
-        // than once per poll interval: under load, the signalled threads above and the
-        // in-process wake-ups carry the work, not repeated queries.
-        let change = store.change_counter();
-        // A store that is told of changes moves its counter only when told: a move is a
-        // notification, whichever branch of the last nap's `select!` won.
-        let told = notified || (notifier.is_some() && change.is_some());
-        let changed = (change.is_none() || change != seen_change)
-            && (told || last_look.elapsed() >= inner.poll_interval);
-        notified = false;
-        let due = next_wake.is_some_and(|at| at <= unix_ms(runtime.now()))
-            || last_look.elapsed() >= sweep_every;
-        look |= inner.wakes.take_submitted();
-        // With every slot taken there is nothing to claim: look once one frees.
-        if (look || due || changed) && running.len() < inner.concurrency {
-            // Read before looking, so that a change made while looking is seen next time.
-            seen_change = change;
-            last_look = tokio::time::Instant::now();
-            // Likewise the time: a run that comes due while the claims are made (a slow
-            // store) is not past the next wake time asked for below.
-            let looked_at = unix_ms(runtime.now());
-            if let Err(error) = runtime.refresh_signals().await {
-                tracing::warn!(%error, "could not load new signals");
-            }
-            while running.len() < inner.concurrency {
-                match inner.claim(None).await {
-                    Ok(Some((run, claim))) => spawn(&inner, &mut running, run, claim),
-                    Ok(None) => break,
-                    Err(error) => {
-                        tracing::warn!(%error, "could not claim a run; trying again shortly");
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            next_wake = store
-                .next_wake_at_ms(&inner.names, looked_at)
-                .await
-                .unwrap_or_else(|error| {
-                    tracing::warn!(%error, "could not read the next wake time; trying again shortly");
-                    failed = true;
-                    None
-                });
-            // Full: there may be more to claim once a slot frees. Failed: look again soon.
-            look = running.len() >= inner.concurrency || failed;
-        }
-        // A change seen too soon after the last look is looked at when the interval is up.
-        // With every slot taken nothing is looked at (the worker's own claims count as
-        // changes): a run ending wakes the worker.
-        let slot_free = running.len() < inner.concurrency;
-        let pending_change = slot_free && (change.is_none() || change != seen_change);
-        let poll = if pending_change {
-            inner.poll_interval.saturating_sub(last_look.elapsed())
-        } else {
-            inner.poll_interval
-        };
-        let mut nap = nap::length(poll, next_wake, unix_ms(runtime.now()), slot_free);
-        if failed {
-            nap = nap.min(retry_after);
-        }
-        tokio::select! {
-            _ = stop.changed() => {}
-            () = inner.wakes.notified() => {}
-            Some(ended) = running.next_ended(), if !running.tasks.is_empty() => {
-                // The run it suspended is due then: the store was not asked since.
-                if let Some(at) = ended {
-                    next_wake = Some(next_wake.map_or(at, |next| next.min(at)));
-                }
-            }
-            () = tokio::time::sleep(nap.max(Duration::from_millis(1))) => {}
-            () = store_told::told(listening) => notified = true,
-        }
-    }
-    inner.wakes.put_back(signalled); // not claimed yet: the next start's (memory keeps no row)
-    // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
-    // a wait after its grace) and lets go, for another worker to carry on.
-    running.hand_back();
-    let drained = tokio::time::timeout(inner.shutdown_timeout, async {
-        while running.next_ended().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            runs = running.len(),
-            "shutdown timeout passed; aborting the runs still executing"
-        );
-        running.tasks.shutdown().await;
-        // Aborted half way: each run is let go runnable, and the release is written before
-        // the shutdown returns (dropping the claims would only queue it).
-        for claim in running.claims.values().filter(|claim| !claim.is_done()) {
-            if let Err(error) = claim.release_runnable().await {
-                tracing::warn!(thread = %claim.thread(), %error, "could not release an aborted run");
-            }
-        }
-    }
-    Ok(())
 }
