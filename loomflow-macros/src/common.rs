@@ -126,6 +126,18 @@ pub(crate) fn has_type_generics(generics: &syn::Generics) -> bool {
         || generics.where_clause.is_some()
 }
 
+/// What an error about a fn's generics points at: its type or const parameters, or else its
+/// `where` clause (which `Generics` does not print with its parameters: pointed at through
+/// them, a fn with only a `where` clause was refused at the attribute).
+pub(crate) fn generics_tokens(generics: &syn::Generics) -> proc_macro2::TokenStream {
+    use quote::ToTokens as _;
+    let typed = generics.type_params().next().is_some() || generics.const_params().next().is_some();
+    match &generics.where_clause {
+        Some(clause) if !typed => clause.to_token_stream(),
+        _ => generics.to_token_stream(),
+    }
+}
+
 /// An identifier as users write it in strings: `r#match` is `match`. The names `#[node]`,
 /// `#[tool]` and `#[agent]` derive from a fn or struct are looked up by that text
 /// (`.edge(START, "match")`, the tool name a model sends).

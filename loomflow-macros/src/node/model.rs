@@ -41,7 +41,7 @@ impl NodeModel {
             errors.push_spanned(sig.fn_token, "#[node] functions must be `async fn`");
         }
         if crate::common::has_type_generics(&sig.generics) {
-            errors.push_spanned(&sig.generics, NOT_GENERIC);
+            errors.push_spanned(crate::common::generics_tokens(&sig.generics), NOT_GENERIC);
         }
         if let Some(variadic) = &sig.variadic {
             errors.push_spanned(variadic, "#[node] functions cannot be variadic");

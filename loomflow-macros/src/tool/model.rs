@@ -56,7 +56,7 @@ impl ToolModel {
         let sig = &func.sig;
         if crate::common::has_type_generics(&sig.generics) {
             errors.push_spanned(
-                &sig.generics,
+                crate::common::generics_tokens(&sig.generics),
                 "#[tool] functions cannot be generic: the argument schema needs concrete types",
             );
         }
