@@ -558,6 +558,23 @@ async fn a_call_that_reports_progress_outlives_the_request_timeout() {
     );
     let echo = server.call("echo", json!({ "message": "after" })).await;
     assert!(echo.unwrap().to_string().contains("after"));
+    // However often it reports progress, a call takes at most its longest time.
+    let capped = McpServer::builder("everything")
+        .request_timeout(Duration::from_secs(3))
+        .max_call_time(Duration::from_secs(2))
+        .stdio(everything(&dir))
+        .await
+        .unwrap();
+    let long = json!({ "duration": 6, "steps": 12 });
+    let error = capped
+        .call("trigger-long-running-operation", long)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, McpError::TimedOut { seconds, .. } if seconds == 2.0),
+        "{error:?}"
+    );
+    capped.close().await;
     server.close().await;
 }
 
@@ -607,6 +624,52 @@ async fn a_servers_log_messages_are_tracing_events() {
     }
     let first = logged.lock().unwrap()[0].clone();
     assert!(first.contains("server=\"everything\""), "{first}");
-    assert!(first.contains("level"), "{first}");
+    // At the level it maps to: `Info-level message` is INFO, `Alert level-message` ERROR.
+    let level = |mcp: &str| match mcp {
+        "Debug" => "DEBUG",
+        "Info" | "Notice" => "INFO",
+        "Warning" => "WARN",
+        _ => "ERROR",
+    };
+    let said = [
+        "Debug",
+        "Info",
+        "Notice",
+        "Warning",
+        "Error",
+        "Critical",
+        "Alert",
+        "Emergency",
+    ]
+    .into_iter()
+    .find(|mcp| first.contains(&format!("message={mcp}")))
+    .unwrap_or_else(|| panic!("no level named: {first}"));
+    assert!(first.starts_with(level(said)), "{first}");
+    server.close().await;
+}
+
+/// A call the host stops waiting for (its own per-call timeout) is cancelled with the
+/// server (`notifications/cancelled`), which can stop working on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_host_gave_up_on_is_cancelled_with_the_server() {
+    let Some(dir) = servers("mcp_cancel") else {
+        return;
+    };
+    let script = dir.join("growing_server.mjs");
+    let server = McpServer::stdio("growing", node(script)).await.unwrap();
+    let host = ToolHost::new()
+        .timeout(Duration::from_millis(500))
+        .with_set(server.clone());
+    let outcome = dispatch(&host, "wait_for_cancel", json!({})).await;
+    assert!(outcome.is_error, "{}", outcome.content);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let count = server.call("cancelled_calls", json!({})).await.unwrap();
+        if count == json!("1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never cancelled: {count}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     server.close().await;
 }

@@ -74,3 +74,26 @@ async fn a_key_across_the_cut_of_a_long_error_is_not_shown() {
     let shown = format!("{error} {error:?}");
     assert!(!shown.contains(&KEY[..6]), "{shown}");
 }
+
+/// A key an error's JSON quotes escaped (`\/`) is taken out of the message it decodes to.
+#[tokio::test]
+async fn a_key_an_error_quotes_escaped_is_not_shown() {
+    const KEY: &str = "sk-live/0123456789abcdef";
+    let body = r#"{"error": {"message": "Incorrect API key: sk-live\/0123456789abcdef", "type": "invalid_request_error"}}"#;
+    let server = MockServer::start(vec![Reply::Json {
+        status: 401,
+        headers: Vec::new(),
+        body: body.to_owned(),
+    }])
+    .await;
+    let model = OpenAiModel::builder("gpt-test")
+        .base_url(format!("{}/v1", server.url()))
+        .api_key(KEY)
+        .retry(fast_retries())
+        .build()
+        .unwrap();
+    let error = model.complete(hi()).await.unwrap_err();
+    let shown = format!("{error} {error:?}");
+    assert!(!shown.contains("0123456789abcdef"), "{shown}");
+    assert!(shown.contains("Incorrect API key"), "{shown}");
+}

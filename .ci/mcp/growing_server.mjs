@@ -3,6 +3,9 @@
 // `add_tool {name}` adds a tool `name` that answers "<name> says hello", then announces the
 // change; `add_quietly {name}` adds one and announces nothing. The list says it may be kept
 // for a minute (`ttlMs`), which a client's `refresh` must not take as a reason not to ask.
+// For the test that a call the client gives up on is cancelled with the server:
+// `wait_for_cancel` answers only once the client cancels it (`notifications/cancelled`),
+// and `cancelled_calls` says how many calls were cancelled so.
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
@@ -29,7 +32,19 @@ const tools = [
       required: ["name"],
     },
   },
+  {
+    name: "wait_for_cancel",
+    description: "Answers only once the client cancels the call",
+    inputSchema: { type: "object", properties: {} },
+  },
+  {
+    name: "cancelled_calls",
+    description: "How many calls the client cancelled",
+    inputSchema: { type: "object", properties: {} },
+  },
 ];
+
+let cancelled = 0;
 
 const server = new Server(
   { name: "growing", version: "1.0.0" },
@@ -38,8 +53,16 @@ const server = new Server(
 
 server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools, ttlMs: 60000 }));
 
-server.setRequestHandler(CallToolRequestSchema, async (request) => {
+server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
   const { name, arguments: args } = request.params;
+  if (name === "wait_for_cancel") {
+    await new Promise((resolve) => extra.signal.addEventListener("abort", resolve));
+    cancelled += 1;
+    return { content: [{ type: "text", text: "cancelled" }] };
+  }
+  if (name === "cancelled_calls") {
+    return { content: [{ type: "text", text: String(cancelled) }] };
+  }
   if (name === "add_tool" || name === "add_quietly") {
     tools.push({
       name: args.name,

@@ -182,6 +182,11 @@ pub(crate) fn status_error(
         None => body.to_owned(),
     };
     let (kind, message) = error_details(&body);
+    // And after: a JSON body may have quoted it escaped (`\/`), which the message decodes.
+    let message = match key {
+        Some(key) => key.scrub(&message),
+        None => message,
+    };
     let provider = target.provider.to_owned();
     let model = target.model.clone();
     match status {

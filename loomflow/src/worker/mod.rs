@@ -342,14 +342,13 @@ impl WorkerInner {
         self.runtime.refresh_signals().await?;
         signalled.extend(self.unrecorded_signals().await?);
         signalled.extend(self.wakes.take_signalled());
-        while let Some((thread, name)) = signalled.pop_front() {
-            match self.claim(Some((&thread, &name))).await {
-                Ok(Some(run)) => return Ok(Some(run)),
-                Ok(None) => {}
-                Err(error) => {
-                    signalled.push_front((thread, name));
-                    return Err(error);
-                }
+        // Taken off the queue once its claim is made: a call dropped while it is made
+        // leaves it there.
+        while let Some((thread, name)) = signalled.front().cloned() {
+            let claimed = self.claim(Some((&thread, &name))).await?;
+            signalled.pop_front();
+            if let Some(run) = claimed {
+                return Ok(Some(run));
             }
         }
         self.claim(None).await
@@ -442,9 +441,11 @@ impl WorkerInner {
         }
         // The user's code: its panic is logged, and the worker goes on.
         if let Some(on_finished) = &self.on_finished
-            && std::panic::catch_unwind(AssertUnwindSafe(|| on_finished(&report))).is_err()
+            && let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| on_finished(&report)))
         {
-            tracing::error!(thread = %report.thread, "the worker's on_finished callback panicked");
+            let message = crate::sync::panic_message(&*panic);
+            let thread = &report.thread;
+            tracing::error!(%thread, %message, "the worker's on_finished callback panicked");
         }
         wake_at_ms
     }

@@ -51,10 +51,14 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
         if room(&running) {
             signalled.extend(inner.wakes.take_signalled());
         }
+        // Taken off the queue once its claim is made: the loop aborted while it is made
+        // leaves it there.
         while room(&running)
-            && let Some((thread, name)) = signalled.pop_front()
+            && let Some((thread, name)) = signalled.front().cloned()
         {
-            match inner.claim(Some((&thread, &name))).await {
+            let claimed = inner.claim(Some((&thread, &name))).await;
+            signalled.pop_front();
+            match claimed {
                 Ok(Some((run, claim))) => spawn(&inner, &mut running, run, claim),
                 Ok(None) => {}
                 Err(error) => {

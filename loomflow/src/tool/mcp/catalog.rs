@@ -25,6 +25,8 @@ pub(super) struct Catalog {
     pub(super) server: String,
     prefix: String,
     pub(super) timeout: Duration,
+    /// The longest a tool call may take, progress or not.
+    pub(super) max_call_time: Duration,
     tools: Mutex<Vec<Arc<dyn Tool>>>,
     /// How many times the list was read; ticks on every successful re-read.
     version: watch::Sender<u64>,
@@ -47,13 +49,14 @@ impl Catalog {
     pub(super) fn new(
         server: String,
         prefix: String,
-        timeout: Duration,
+        (timeout, max_call_time): (Duration, Duration),
         sent_apart: bool,
     ) -> Arc<Self> {
         Arc::new(Self {
             server,
             prefix,
             timeout,
+            max_call_time,
             tools: Mutex::default(),
             version: watch::Sender::new(0),
             reading: tokio::sync::Mutex::new(()),
@@ -141,10 +144,15 @@ impl Catalog {
     }
 
     pub(super) fn timed_out(&self, operation: &str) -> McpError {
+        self.timed_out_after(operation, self.timeout)
+    }
+
+    /// [`timed_out`](Self::timed_out) after `limit`: a call's longest time, say.
+    fn timed_out_after(&self, operation: &str, limit: Duration) -> McpError {
         McpError::TimedOut {
             server: self.server.clone(),
             operation: operation.to_owned(),
-            seconds: self.timeout.as_secs_f64(),
+            seconds: limit.as_secs_f64(),
         }
     }
 
@@ -210,7 +218,7 @@ impl Catalog {
                 operation,
                 reason: "the connection was closed".to_owned(),
             },
-            ServiceError::Timeout { .. } => self.timed_out(&operation),
+            ServiceError::Timeout { timeout } => self.timed_out_after(&operation, timeout),
             ServiceError::McpError(data) => McpError::Refused {
                 server,
                 operation,
@@ -351,6 +359,8 @@ mod tests {
 
     use super::*;
 
+    const SECOND: Duration = Duration::from_secs(1);
+
     #[test]
     fn a_tool_name_becomes_one_a_model_provider_accepts() {
         assert_eq!(model_name("", "files.read"), "files_read");
@@ -372,7 +382,7 @@ mod tests {
             ))
         };
         let failed = || failing("502 Bad Gateway".into());
-        let http = Catalog::new("docs".into(), String::new(), Duration::from_secs(1), true);
+        let http = Catalog::new("docs".into(), String::new(), (SECOND, SECOND), true);
         let error = http.service_error("tools/call search", failed());
         assert!(matches!(error, McpError::NoAnswer { .. }), "{error:?}");
         assert!(error.to_string().contains("502 Bad Gateway"), "{error}");
@@ -384,7 +394,7 @@ mod tests {
         let error = http.service_error("tools/call search", failing(Box::new(refused)));
         assert!(matches!(error, McpError::NotSent { .. }), "{error:?}");
         assert!(!http.is_gone());
-        let stdio = Catalog::new("fs".into(), String::new(), Duration::from_secs(1), false);
+        let stdio = Catalog::new("fs".into(), String::new(), (SECOND, SECOND), false);
         let error = stdio.service_error("tools/call read", failed());
         assert!(matches!(error, McpError::Gone { .. }), "{error:?}");
         assert!(stdio.is_gone());
@@ -395,7 +405,7 @@ mod tests {
     /// (the tool may have run), and the server is not gone for the calls after it.
     #[test]
     fn a_response_stream_cut_short_fails_that_request_only() {
-        let http = Catalog::new("docs".into(), String::new(), Duration::from_secs(1), true);
+        let http = Catalog::new("docs".into(), String::new(), (SECOND, SECOND), true);
         let error = http.request_error("tools/call search", ServiceError::TransportClosed, false);
         assert!(matches!(error, McpError::NoAnswer { .. }), "{error:?}");
         assert!(
@@ -406,7 +416,7 @@ mod tests {
         let error = http.request_error("tools/call search", ServiceError::TransportClosed, true);
         assert!(matches!(error, McpError::Gone { .. }), "{error:?}");
         assert!(http.is_gone());
-        let stdio = Catalog::new("fs".into(), String::new(), Duration::from_secs(1), false);
+        let stdio = Catalog::new("fs".into(), String::new(), (SECOND, SECOND), false);
         let error = stdio.request_error("tools/call read", ServiceError::TransportClosed, false);
         assert!(matches!(error, McpError::Gone { .. }), "{error:?}");
     }

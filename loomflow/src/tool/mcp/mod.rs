@@ -18,7 +18,9 @@
 //! and may answer the next; a request that went out and got no
 //! answer (a proxy's 504) fails with [`McpError::NoAnswer`]: the tool may have run. Every
 //! request also has a timeout, so nothing waits forever on a server; a tool call's is how
-//! long the server may stay silent on it, as its progress notifications restart the wait.
+//! long the server may stay silent on it, as its progress notifications restart the wait,
+//! up to the call's longest time ([`McpServerBuilder::max_call_time`], 10 minutes by
+//! default).
 //! A call that times out, or that nobody waits for any more (the host's own timeout), is
 //! cancelled with the server (`notifications/cancelled`).
 //!
@@ -66,6 +68,10 @@ use tokio::sync::watch;
 use crate::tool::{Tool, ToolSet, ToolSpec};
 use catalog::{Catalog, Listener};
 
+/// The longest a tool call may take by default, however often the server reports progress
+/// on it (see [`McpServerBuilder::max_call_time`]).
+pub const DEFAULT_MAX_CALL_TIME: Duration = Duration::from_secs(600);
+
 /// The default limit on each request to a server, the handshake included.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -104,6 +110,7 @@ impl McpServer {
             name: name.into(),
             prefix: String::new(),
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_call_time: DEFAULT_MAX_CALL_TIME,
             bearer_token: None,
         }
     }
@@ -213,6 +220,7 @@ pub struct McpServerBuilder {
     name: String,
     prefix: String,
     timeout: Duration,
+    max_call_time: Duration,
     bearer_token: Option<String>,
 }
 
@@ -222,6 +230,7 @@ impl std::fmt::Debug for McpServerBuilder {
             .field("name", &self.name)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
+            .field("max_call_time", &self.max_call_time)
             .field(
                 "bearer_token",
                 &self.bearer_token.as_ref().map(|_| "<redacted>"),
@@ -245,6 +254,14 @@ impl McpServerBuilder {
     /// whole call.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The longest a tool call may take, however often the server reports progress on it
+    /// (default [`DEFAULT_MAX_CALL_TIME`]): past it the call fails with
+    /// [`McpError::TimedOut`] and is cancelled with the server.
+    pub fn max_call_time(mut self, time: Duration) -> Self {
+        self.max_call_time = time;
         self
     }
 
@@ -306,7 +323,12 @@ impl McpServerBuilder {
     {
         // A stdio server has a process; an HTTP server's requests are sent apart.
         let sent_apart = process_id.is_none();
-        let catalog = Catalog::new(self.name, self.prefix, self.timeout, sent_apart);
+        let catalog = Catalog::new(
+            self.name,
+            self.prefix,
+            (self.timeout, self.max_call_time),
+            sent_apart,
+        );
         let listener = Listener {
             catalog: Arc::clone(&catalog),
         };
