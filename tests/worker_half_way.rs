@@ -150,3 +150,68 @@ async fn an_aborting_shutdown_returns_with_the_lease_released() {
     let row = runtime.run("b-1").await.unwrap().record;
     assert!(row.lease_owner.is_none(), "still held: {row:?}");
 }
+
+/// A run in `Durability::Exit` handed back by a graceful shutdown at a step's end is carried
+/// on from there by the next worker: the steps it finished do not run again. Before, it had
+/// written nothing, and the next worker started it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_run_handed_back_is_carried_on_from_its_last_step() {
+    let db = loomflow_tests::TempDb::new("exit-hand-back");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .durability(loomflow::runtime::Durability::Exit)
+        .build();
+    let (first, entered) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let go_on = Arc::new(tokio::sync::Notify::new());
+    let graph: CompiledGraph<u32> = {
+        let (first, entered, go_on) =
+            (Arc::clone(&first), Arc::clone(&entered), Arc::clone(&go_on));
+        Graph::new("steps")
+            .node_sync("one", move |n: &mut u32| {
+                first.fetch_add(1, Ordering::SeqCst);
+                *n += 1;
+            })
+            .node_fn("two", move |n: &mut u32, _ctx| {
+                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+                Box::pin(async move {
+                    entered.notify_one();
+                    go_on.notified().await;
+                    *n += 10;
+                    Ok(())
+                })
+            })
+            .node_sync("three", |n: &mut u32| *n += 100)
+            .edge(START, "one")
+            .edge("one", "two")
+            .edge("two", "three")
+            .edge("three", END)
+            .compile()
+            .unwrap()
+    };
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(10))
+        .build();
+    runtime.submit("steps", "e-1", 0).await.unwrap();
+    let handle = worker.start();
+    entered.notified().await;
+    // Asked to stop while `two` runs: it finishes its step, then hands the run back.
+    let stopping = tokio::spawn(handle.shutdown());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    go_on.notify_one();
+    stopping.await.unwrap().unwrap();
+    let row = runtime.run("e-1").await.unwrap().record;
+    assert_eq!(row.state, RunState::Running, "handed back: {row:?}");
+    // The next worker carries it on from `three`; `two` would wait for ever if run again.
+    let done = tokio::time::timeout(Duration::from_secs(10), worker.run_until_idle()).await;
+    assert_eq!(done.unwrap().unwrap(), 1);
+    assert_eq!(
+        runtime.run("e-1").await.unwrap().record.state,
+        RunState::Completed
+    );
+    assert_eq!(runtime.get_state::<u32>("e-1").await.unwrap(), Some(111));
+    assert_eq!(first.load(Ordering::SeqCst), 1, "`one` ran once");
+}

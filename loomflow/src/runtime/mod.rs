@@ -67,9 +67,9 @@ pub enum Durability {
     /// the last few steps, which then run again on recovery.
     Async,
     /// One checkpoint when the run stops (completes, fails or suspends). A crash loses the
-    /// whole run so far; the fastest mode, for short runs that are cheap to redo. So does a
-    /// hand-back (a worker's graceful shutdown): the worker that carries the run on starts
-    /// it over from its last checkpoint.
+    /// whole run so far; the fastest mode, for short runs that are cheap to redo. A run a
+    /// worker hands back (its graceful shutdown) writes where it stands first, and the next
+    /// worker carries it on from there.
     ///
     /// A run that journals (a [`Context::step`](crate::Context::step), a signal received, a
     /// timed wait's deadline) also writes its start, unsynced, before its first journal

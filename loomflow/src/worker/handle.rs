@@ -21,8 +21,8 @@ impl WorkerHandle {
     /// stops at the end of the superstep under way (or of a subgraph's, when the step runs
     /// one), and is handed back runnable for another worker to carry on; or it completes
     /// or suspends first (a waiting run suspends after the grace). A run in
-    /// [`Durability::Exit`](crate::runtime::Durability::Exit) has written no step: it is
-    /// carried on from its last checkpoint, its journaled steps not done again.
+    /// [`Durability::Exit`](crate::runtime::Durability::Exit), which has written no step,
+    /// writes where it stands as it is handed back.
     ///
     /// A store failure does not stop a worker: it is logged, and the worker tries again at
     /// its next look.

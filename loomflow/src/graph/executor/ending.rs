@@ -1,5 +1,5 @@
-//! How an execution stops: the write that ends it, and a failed step or a cancel between
-//! two supersteps before its graph's end.
+//! How an execution stops: the write that ends it, and a failed step, a cancel or a
+//! hand-back between two supersteps before its graph's end.
 
 use std::collections::BTreeMap;
 
@@ -106,6 +106,31 @@ pub(super) async fn cancel<S: State>(
         },
     );
     Err(RunError::Cancelled {
+        thread: shared.thread.to_string(),
+    })
+}
+
+/// Lets a run go between two supersteps, as its worker was asked (a graceful shutdown):
+/// every finished step is checkpointed, and letting go is all that is left; except in
+/// `Exit` mode, which has written nothing: its position after `step` goes first, so that
+/// the worker that carries it on does not start it over. A subgraph's run stops too, and
+/// its parent's step with it: carried on, the step runs again, and the subgraph picks up
+/// from its own checkpoint (or, in `Exit` mode, from its start).
+pub(super) async fn hand_back<S: State>(
+    g: &CompiledInner<S>,
+    shared: &RunShared,
+    state: &S,
+    (step, active, joins): (u64, &[usize], &JoinMarks),
+) -> Result<RunOutcome<S>> {
+    if shared.durability == Durability::Exit && shared.namespace.is_root() {
+        let snapshot = SnapshotRef::new(g, state, active).joins(&joins.0);
+        let mut cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Running, &snapshot)?;
+        add_audit(shared, &mut cp);
+        shared.claim.write_reserved_start().await?;
+        shared.claim.put_checkpoint(cp).await?;
+    }
+    tracing::info!(graph = %g.name, thread = %shared.thread, step, "run handed back");
+    Err(RunError::Yielded {
         thread: shared.thread.to_string(),
     })
 }

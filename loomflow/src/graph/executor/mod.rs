@@ -397,15 +397,9 @@ fn run_supersteps<S: State>(
                 cancel_at!(step);
             }
             if shared.claim.yield_requested() {
-                // Every finished step is checkpointed (in `Exit` mode, nothing is: the run starts
-                // over); letting go is all that is left. A subgraph's run stops too, and its
-                // parent's step with it: carried on, the step runs again, and the subgraph
-                // picks up from its own checkpoint.
                 writer.finish().await?;
-                tracing::info!(graph = %g.name, thread = %shared.thread, step, "run handed back");
-                return Err(RunError::Yielded {
-                    thread: shared.thread.to_string(),
-                });
+                let at = (step, &active[..], &joins);
+                return Box::pin(ending::hand_back(g, &shared, &state, at)).await;
             }
             step += 1;
             if step - first_step > recursion_limit {
