@@ -494,6 +494,13 @@ async fn bad_connections_are_typed_errors() {
         .await
         .unwrap_err();
     assert!(matches!(&error, McpError::ZeroTimeout { server } if server == "slow"));
+    // Nor may a call's longest time be zero: every call would time out as it went out.
+    let error = McpServer::builder("hasty")
+        .max_call_time(Duration::ZERO)
+        .http("http://127.0.0.1:1/mcp")
+        .await
+        .unwrap_err();
+    assert!(matches!(&error, McpError::ZeroTimeout { server } if server == "hasty"));
 
     // A process that is not an MCP server: the handshake fails, it does not hang.
     let error = McpServer::builder("not-mcp")

@@ -215,3 +215,77 @@ async fn an_exit_run_handed_back_is_carried_on_from_its_last_step() {
     assert_eq!(runtime.get_state::<u32>("e-1").await.unwrap(), Some(111));
     assert_eq!(first.load(Ordering::SeqCst), 1, "`one` ran once");
 }
+
+/// An `Exit` run resumed by a queued answer and handed back a step later is let go at once,
+/// carried on from where it stood with its answer: the answer it took is spent, and does not
+/// hold the run until its lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_run_handed_back_after_its_answer_is_let_go_at_once() {
+    let db = loomflow_tests::TempDb::new("exit-hand-back-answer");
+    let runtime = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .durability(loomflow::runtime::Durability::Exit)
+        .build();
+    let (asked, entered) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let go_on = Arc::new(tokio::sync::Notify::new());
+    let graph: CompiledGraph<u32> = {
+        let (asked, entered, go_on) =
+            (Arc::clone(&asked), Arc::clone(&entered), Arc::clone(&go_on));
+        Graph::new("answered")
+            .node_fn("ask", move |n: &mut u32, ctx| {
+                let asked = Arc::clone(&asked);
+                Box::pin(async move {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    *n += ctx.interrupt::<u32>(serde_json::json!("how many?"))?;
+                    Ok(())
+                })
+            })
+            .node_fn("two", move |n: &mut u32, _ctx| {
+                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+                Box::pin(async move {
+                    entered.notify_one();
+                    go_on.notified().await;
+                    *n += 10;
+                    Ok(())
+                })
+            })
+            .node_sync("three", |n: &mut u32| *n += 100)
+            .edge(START, "ask")
+            .edge("ask", "two")
+            .edge("two", "three")
+            .edge("three", END)
+            .compile()
+            .unwrap()
+    };
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .poll_interval(Duration::from_millis(10))
+        .build();
+    runtime.submit("answered", "a-1", 0).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert_eq!(
+        runtime.run("a-1").await.unwrap().record.state,
+        RunState::Interrupted
+    );
+    runtime.request_resume("a-1", 1).await.unwrap();
+    let handle = worker.start();
+    entered.notified().await;
+    let stopping = tokio::spawn(handle.shutdown());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    go_on.notify_one();
+    stopping.await.unwrap().unwrap();
+    let row = runtime.run("a-1").await.unwrap().record;
+    assert_eq!(row.state, RunState::Running, "{row:?}");
+    assert!(row.lease_owner.is_none(), "let go at once: {row:?}");
+    let done = tokio::time::timeout(Duration::from_secs(10), worker.run_until_idle()).await;
+    assert_eq!(done.unwrap().unwrap(), 1);
+    assert_eq!(runtime.get_state::<u32>("a-1").await.unwrap(), Some(111));
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "asked, then answered: not again"
+    );
+}

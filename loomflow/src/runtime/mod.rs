@@ -68,8 +68,9 @@ pub enum Durability {
     Async,
     /// One checkpoint when the run stops (completes, fails or suspends). A crash loses the
     /// whole run so far; the fastest mode, for short runs that are cheap to redo. A run a
-    /// worker hands back (its graceful shutdown) writes where it stands first, and the next
-    /// worker carries it on from there.
+    /// worker hands back (its graceful shutdown) at its own step's end writes where it
+    /// stands first, and the next worker carries it on from there; one handed back inside a
+    /// subgraph's step starts over from its last checkpoint.
     ///
     /// A run that journals (a [`Context::step`](crate::Context::step), a signal received, a
     /// timed wait's deadline) also writes its start, unsynced, before its first journal

@@ -22,7 +22,8 @@ impl WorkerHandle {
     /// one), and is handed back runnable for another worker to carry on; or it completes
     /// or suspends first (a waiting run suspends after the grace). A run in
     /// [`Durability::Exit`](crate::runtime::Durability::Exit), which has written no step,
-    /// writes where it stands as it is handed back.
+    /// writes where it stands as it is handed back at its own step's end; one handed back
+    /// inside a subgraph's step starts over from its last checkpoint.
     ///
     /// A store failure does not stop a worker: it is logged, and the worker tries again at
     /// its next look.

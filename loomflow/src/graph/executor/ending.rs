@@ -112,22 +112,27 @@ pub(super) async fn cancel<S: State>(
 
 /// Lets a run go between two supersteps, as its worker was asked (a graceful shutdown):
 /// every finished step is checkpointed, and letting go is all that is left; except in
-/// `Exit` mode, which has written nothing: its position after `step` goes first, so that
-/// the worker that carries it on does not start it over. A subgraph's run stops too, and
-/// its parent's step with it: carried on, the step runs again, and the subgraph picks up
-/// from its own checkpoint (or, in `Exit` mode, from its start).
+/// `Exit` mode, which has written nothing: when this execution finished a step (`ran`), its
+/// position after `step` goes first, so that the worker that carries it on does not start
+/// it over (before any step, the newest checkpoint says where the run stands, with the
+/// answers a resumed step was to take). A subgraph's run stops too, and its parent's step
+/// with it: carried on, the step runs again, and the subgraph picks up from its own
+/// checkpoint (in `Exit` mode, from the parent's last position written).
 pub(super) async fn hand_back<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
     state: &S,
-    (step, active, joins): (u64, &[usize], &JoinMarks),
+    (step, ran, active, joins): (u64, bool, &[usize], &JoinMarks),
 ) -> Result<RunOutcome<S>> {
-    if shared.durability == Durability::Exit && shared.namespace.is_root() {
+    if shared.durability == Durability::Exit && shared.namespace.is_root() && ran {
         let snapshot = SnapshotRef::new(g, state, active).joins(&joins.0);
         let mut cp = RunKey::of(shared).checkpoint(g, step, RunStatus::Running, &snapshot)?;
         add_audit(shared, &mut cp);
         shared.claim.write_reserved_start().await?;
         shared.claim.put_checkpoint(cp).await?;
+        // Past the step that took them: the resume requests it applied are spent, and the
+        // run is let go at once rather than held for them.
+        shared.claim.request_spent();
     }
     tracing::info!(graph = %g.name, thread = %shared.thread, step, "run handed back");
     Err(RunError::Yielded {

@@ -398,7 +398,7 @@ fn run_supersteps<S: State>(
             }
             if shared.claim.yield_requested() {
                 writer.finish().await?;
-                let at = (step, &active[..], &joins);
+                let at = (step, step > first_step, &active[..], &joins);
                 return Box::pin(ending::hand_back(g, &shared, &state, at)).await;
             }
             step += 1;

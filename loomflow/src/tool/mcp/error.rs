@@ -10,8 +10,10 @@ pub enum McpError {
     /// The server's name is empty.
     #[error("an mcp server needs a non-empty name")]
     EmptyName,
-    /// The request timeout is zero.
-    #[error("mcp server {server}: the request timeout must be more than zero")]
+    /// The request timeout, or a call's longest time, is zero.
+    #[error(
+        "mcp server {server}: the request timeout and a call's longest time must be more than zero"
+    )]
     ZeroTimeout {
         /// The server.
         server: String,

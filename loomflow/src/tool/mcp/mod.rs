@@ -304,7 +304,7 @@ impl McpServerBuilder {
         if self.name.trim().is_empty() {
             return Err(McpError::EmptyName);
         }
-        if self.timeout.is_zero() {
+        if self.timeout.is_zero() || self.max_call_time.is_zero() {
             return Err(McpError::ZeroTimeout {
                 server: self.name.clone(),
             });

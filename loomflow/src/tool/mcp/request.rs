@@ -34,10 +34,12 @@ pub(super) async fn call_tool(
     // Awaited in a task of its own, which ends however this call does (by the answer, or
     // by the timeouts): rmcp forgets the call's progress only once it has.
     let result = match runtime {
+        // A task that panicked or was cancelled (its runtime shutting down) says nothing of
+        // the connection: not `TransportClosed`, which would mark the server gone.
         Some(runtime) => runtime
             .spawn(handle.await_response())
             .await
-            .unwrap_or(Err(ServiceError::TransportClosed)),
+            .unwrap_or(Err(ServiceError::UnexpectedResponse)),
         None => handle.await_response().await,
     };
     abandoned.id = None;
