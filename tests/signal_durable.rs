@@ -796,3 +796,37 @@ async fn a_timed_wait_takes_a_signal_another_process_stored_in_time() {
     assert_eq!(got, Some(5));
     assert!(stored(&sender).await.is_empty());
 }
+
+/// A send whose signal this process's look at the store brought in first (the watch of a
+/// parked wait, here, while the send was still on its way back from the store) says how
+/// that look delivered it: to the waiter parked here, `Woke`. Before, it said `Queued`.
+#[tokio::test]
+async fn a_send_a_look_at_the_store_delivered_first_says_how() {
+    use loomflow::runtime::Delivery;
+    let db = TempDb::new("refresh-delivered-first");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder()
+        .store(store)
+        .signals(unbounded())
+        .poll_interval(Duration::from_millis(10))
+        .build();
+    let waiter = tokio::spawn({
+        let runtime = runtime.clone();
+        async move {
+            runtime
+                .wait_for_signal::<u32>("s", "n", Some(Duration::from_secs(10)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (row_stored, go) = faults.hold_next_push_after_store();
+    let send = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.signal("s", "n", 5u32).await }
+    });
+    row_stored.await.unwrap();
+    // The wait's watch looks at the store every 10 ms, and hands the row to the waiter.
+    assert_eq!(waiter.await.unwrap().unwrap(), 5);
+    drop(go);
+    assert_eq!(send.await.unwrap().unwrap(), Delivery::Woke);
+}

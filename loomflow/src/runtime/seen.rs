@@ -11,6 +11,10 @@ pub(crate) struct Seen {
     pub(super) up_to: u64,
     /// Signals above `up_to` this process sent and queued itself.
     pub(super) sent_here: std::collections::BTreeSet<u64>,
+    /// How a refresh delivered the signals it brought in lately, for a send of this process
+    /// whose own signal a refresh brought in first (the store told of it before the send
+    /// returned): the send says how it was delivered. At most [`MAX_DELIVERED`].
+    pub(super) delivered: std::collections::BTreeMap<u64, super::Delivery>,
 }
 
 impl Seen {
@@ -24,7 +28,18 @@ impl Seen {
             .count();
         between > u64::try_from(ours).unwrap_or(u64::MAX)
     }
+
+    /// Notes how a refresh delivered the stored signal `seq`.
+    pub(super) fn note_delivered(&mut self, seq: u64, delivery: super::Delivery) {
+        self.delivered.insert(seq, delivery);
+        if self.delivered.len() > MAX_DELIVERED {
+            self.delivered.pop_first();
+        }
+    }
 }
+
+/// How many deliveries of refreshed signals are remembered.
+const MAX_DELIVERED: usize = 1_024;
 
 /// How many signals sent here are remembered while no refresh runs.
 pub(super) const MAX_SENT_HERE: usize = 100_000;

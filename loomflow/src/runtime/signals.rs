@@ -247,8 +247,10 @@ impl Runtime {
             SignalPush::Stored(seq) => {
                 let mut seen = self.inner.signals_seen.lock().await;
                 if seq <= seen.up_to {
-                    // A refresh brought it in already.
-                    Delivery::Queued
+                    // A refresh brought it in already: delivered as that refresh did.
+                    let delivered = seen.delivered.remove(&seq);
+                    drop(seen);
+                    self.settle_pending(session, delivered.unwrap_or(Delivery::Queued))
                 } else if seen.stored_elsewhere_before(seq) {
                     // Another process stored signals before it, not loaded yet: a refresh
                     // brings them in first, then this one, in the order they were stored.
@@ -324,6 +326,9 @@ impl Runtime {
             let delivered = self.queue_stored(&mut signal, now);
             if own == Some(signal.seq) {
                 own_delivery = delivered;
+            }
+            if let Some(delivery) = delivered {
+                seen.note_delivered(signal.seq, delivery);
             }
             if delivered.is_some() {
                 sessions.push(signal.session);
