@@ -469,9 +469,15 @@ async fn a_payload_given_back_with_no_pending_mailbox_stays_for_the_next_receive
         ),
         "{refused:?}"
     );
+    // A new send to the session is dropped on arrival, as to any session nobody holds: the
+    // payload kept is the one given back, not a new one stored and then dropped.
+    let late = runtime.signal("s", "n", "late").await.unwrap();
+    assert_eq!(late, Delivery::Dropped);
     let text: String = runtime
         .wait_for_signal("s", "n", Some(Duration::from_secs(2)))
         .await
         .unwrap();
     assert_eq!(text, "not a number");
+    let none = runtime.wait_for_signal::<String>("s", "n", Some(Duration::from_millis(50)));
+    assert!(none.await.is_err(), "nothing more");
 }
