@@ -387,3 +387,61 @@ fn hops_at_every_level_stay_within_a_tasks_stack() {
         "{error}"
     );
 }
+
+/// A recursive type's arguments nested as deep as the check follows JSON (128 levels) pass,
+/// whichever way the schema reaches the type: inline at the root, or through a `$ref` (a
+/// tool whose argument is the type). Each level is a property, a branch of its `anyOf` and
+/// a `$ref`: three schema levels, and the root's `$ref` one more.
+#[test]
+fn a_recursive_type_nested_as_deep_as_json_is_checked() {
+    #[derive(schemars::JsonSchema)]
+    #[allow(dead_code)] // only its schema is used
+    struct Node {
+        next: Option<Box<Node>>,
+    }
+    #[derive(schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Args {
+        node: Node,
+    }
+    let chain = |levels: usize| {
+        let mut value = json!({ "next": null });
+        for _ in 1..levels {
+            value = json!({ "next": value });
+        }
+        value
+    };
+    let node = crate::tool::schema_for::<Node>();
+    let args = crate::tool::schema_for::<Args>();
+    let deepest = super::super::bounds::MAX_DEPTH;
+    // As a hand-written schema (an MCP server's) may put it: the type behind a root `$ref`.
+    let behind_a_ref = json!({
+        "$ref": "#/$defs/Node",
+        "$defs": { "Node": {
+            "type": "object",
+            "properties": { "next": { "anyOf": [{ "$ref": "#/$defs/Node" }, { "type": "null" }] } }
+        } }
+    });
+    let cases = [
+        (behind_a_ref, chain(deepest)),
+        (crate::tool::strict_schema(&node), chain(deepest)),
+        (
+            crate::tool::strict_schema(&args),
+            json!({ "node": chain(deepest - 1) }),
+        ),
+        (node, chain(deepest)),
+        (args, json!({ "node": chain(deepest - 1) })),
+    ];
+    for (schema, mut arguments) in cases {
+        let checked = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                super::super::normalize_arguments(&schema, &mut arguments);
+                validate(&schema, &arguments)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(checked, Ok(()));
+    }
+}
