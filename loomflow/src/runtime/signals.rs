@@ -29,8 +29,7 @@ use super::store::{AuditEntry, AuditKind, RunStatus, SignalPush, StoreError, Sto
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
-/// Which stored signals this process's mailbox already got, so that none is put in twice.
-///
+/// `payload` as a `T`, or the error that names the signal it came with.
 pub(crate) fn decode<T: DeserializeOwned>(
     session: &str,
     name: &str,
@@ -247,8 +246,11 @@ impl Runtime {
             SignalPush::Stored(seq) => {
                 let mut seen = self.inner.signals_seen.lock().await;
                 if seq <= seen.up_to {
-                    // A refresh brought it in already: delivered as that refresh did.
+                    // A refresh brought it in already: delivered as that refresh did. Not
+                    // `Dropped`, which says nothing was stored: its row was (the session
+                    // let go while the send was on its way).
                     let delivered = seen.delivered.remove(&seq);
+                    let delivered = delivered.filter(|&d| d != Delivery::Dropped);
                     drop(seen);
                     self.settle_pending(session, delivered.unwrap_or(Delivery::Queued))
                 } else if seen.stored_elsewhere_before(seq) {
