@@ -151,69 +151,98 @@ async fn an_aborting_shutdown_returns_with_the_lease_released() {
     assert!(row.lease_owner.is_none(), "still held: {row:?}");
 }
 
+/// A run in `Durability::Exit` on SQLite whose graph is `first` (given with its first
+/// node, named `first`), then `two`, which says it began and holds until told, then
+/// `three`; and a worker for it. `stop_in_two` shuts a started worker down while `two`
+/// holds, and lets `two` finish: the run is handed back at that step's end.
+struct HeldInTwo {
+    runtime: Runtime,
+    worker: Worker,
+    entered: Arc<tokio::sync::Notify>,
+    go_on: Arc<tokio::sync::Notify>,
+    _db: loomflow_tests::TempDb,
+}
+
+impl HeldInTwo {
+    fn new(db: &str, first: Graph<u32>) -> Self {
+        let db = loomflow_tests::TempDb::new(db);
+        let runtime = Runtime::builder()
+            .store(SqliteStore::open(db.path()).unwrap())
+            .durability(loomflow::runtime::Durability::Exit)
+            .build();
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let go_on = Arc::new(tokio::sync::Notify::new());
+        let graph = {
+            let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+            first
+                .node_fn("two", move |n: &mut u32, _ctx| {
+                    let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
+                    Box::pin(async move {
+                        entered.notify_one();
+                        go_on.notified().await;
+                        *n += 10;
+                        Ok(())
+                    })
+                })
+                .node_sync("three", |n: &mut u32| *n += 100)
+                .edge(START, "first")
+                .edge("first", "two")
+                .edge("two", "three")
+                .edge("three", END)
+                .compile()
+                .unwrap()
+        };
+        let worker = Worker::builder(&runtime)
+            .graph(&graph)
+            .poll_interval(Duration::from_millis(10))
+            .build();
+        Self {
+            runtime,
+            worker,
+            entered,
+            go_on,
+            _db: db,
+        }
+    }
+
+    async fn stop_in_two(&self) {
+        let handle = self.worker.start();
+        self.entered.notified().await;
+        let stopping = tokio::spawn(handle.shutdown());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.go_on.notify_one();
+        stopping.await.unwrap().unwrap();
+    }
+}
+
 /// A run in `Durability::Exit` handed back by a graceful shutdown at a step's end is carried
 /// on from there by the next worker: the steps it finished do not run again. Before, it had
 /// written nothing, and the next worker started it over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exit_run_handed_back_is_carried_on_from_its_last_step() {
-    let db = loomflow_tests::TempDb::new("exit-hand-back");
-    let runtime = Runtime::builder()
-        .store(SqliteStore::open(db.path()).unwrap())
-        .durability(loomflow::runtime::Durability::Exit)
-        .build();
-    let (first, entered) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let go_on = Arc::new(tokio::sync::Notify::new());
-    let graph: CompiledGraph<u32> = {
-        let (first, entered, go_on) =
-            (Arc::clone(&first), Arc::clone(&entered), Arc::clone(&go_on));
-        Graph::new("steps")
-            .node_sync("one", move |n: &mut u32| {
-                first.fetch_add(1, Ordering::SeqCst);
-                *n += 1;
-            })
-            .node_fn("two", move |n: &mut u32, _ctx| {
-                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-                Box::pin(async move {
-                    entered.notify_one();
-                    go_on.notified().await;
-                    *n += 10;
-                    Ok(())
-                })
-            })
-            .node_sync("three", |n: &mut u32| *n += 100)
-            .edge(START, "one")
-            .edge("one", "two")
-            .edge("two", "three")
-            .edge("three", END)
-            .compile()
-            .unwrap()
-    };
-    let worker = Worker::builder(&runtime)
-        .graph(&graph)
-        .poll_interval(Duration::from_millis(10))
-        .build();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let first = Graph::new("steps").node_sync("first", {
+        let ran = Arc::clone(&ran);
+        move |n: &mut u32| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            *n += 1;
+        }
+    });
+    let held = HeldInTwo::new("exit-hand-back", first);
+    let runtime = &held.runtime;
     runtime.submit("steps", "e-1", 0).await.unwrap();
-    let handle = worker.start();
-    entered.notified().await;
-    // Asked to stop while `two` runs: it finishes its step, then hands the run back.
-    let stopping = tokio::spawn(handle.shutdown());
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    go_on.notify_one();
-    stopping.await.unwrap().unwrap();
+    held.stop_in_two().await;
     let row = runtime.run("e-1").await.unwrap().record;
     assert_eq!(row.state, RunState::Running, "handed back: {row:?}");
     // The next worker carries it on from `three`; `two` would wait for ever if run again.
-    let done = tokio::time::timeout(Duration::from_secs(10), worker.run_until_idle()).await;
-    assert_eq!(done.unwrap().unwrap(), 1);
+    let done = tokio::time::timeout(Duration::from_secs(10), held.worker.run_until_idle());
+    assert_eq!(done.await.unwrap().unwrap(), 1);
     assert_eq!(
         runtime.run("e-1").await.unwrap().record.state,
         RunState::Completed
     );
     assert_eq!(runtime.get_state::<u32>("e-1").await.unwrap(), Some(111));
-    assert_eq!(first.load(Ordering::SeqCst), 1, "`one` ran once");
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "`first` ran once");
 }
 
 /// An `Exit` run resumed by a queued answer and handed back a step later is let go at once,
@@ -221,67 +250,33 @@ async fn an_exit_run_handed_back_is_carried_on_from_its_last_step() {
 /// hold the run until its lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exit_run_handed_back_after_its_answer_is_let_go_at_once() {
-    let db = loomflow_tests::TempDb::new("exit-hand-back-answer");
-    let runtime = Runtime::builder()
-        .store(SqliteStore::open(db.path()).unwrap())
-        .durability(loomflow::runtime::Durability::Exit)
-        .build();
-    let (asked, entered) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let go_on = Arc::new(tokio::sync::Notify::new());
-    let graph: CompiledGraph<u32> = {
-        let (asked, entered, go_on) =
-            (Arc::clone(&asked), Arc::clone(&entered), Arc::clone(&go_on));
-        Graph::new("answered")
-            .node_fn("ask", move |n: &mut u32, ctx| {
-                let asked = Arc::clone(&asked);
-                Box::pin(async move {
-                    asked.fetch_add(1, Ordering::SeqCst);
-                    *n += ctx.interrupt::<u32>(serde_json::json!("how many?"))?;
-                    Ok(())
-                })
+    let asked = Arc::new(AtomicUsize::new(0));
+    let first = Graph::new("answered").node_fn("first", {
+        let asked = Arc::clone(&asked);
+        move |n: &mut u32, ctx| {
+            let asked = Arc::clone(&asked);
+            Box::pin(async move {
+                asked.fetch_add(1, Ordering::SeqCst);
+                *n += ctx.interrupt::<u32>(serde_json::json!("how many?"))?;
+                Ok(())
             })
-            .node_fn("two", move |n: &mut u32, _ctx| {
-                let (entered, go_on) = (Arc::clone(&entered), Arc::clone(&go_on));
-                Box::pin(async move {
-                    entered.notify_one();
-                    go_on.notified().await;
-                    *n += 10;
-                    Ok(())
-                })
-            })
-            .node_sync("three", |n: &mut u32| *n += 100)
-            .edge(START, "ask")
-            .edge("ask", "two")
-            .edge("two", "three")
-            .edge("three", END)
-            .compile()
-            .unwrap()
-    };
-    let worker = Worker::builder(&runtime)
-        .graph(&graph)
-        .poll_interval(Duration::from_millis(10))
-        .build();
+        }
+    });
+    let held = HeldInTwo::new("exit-hand-back-answer", first);
+    let runtime = &held.runtime;
     runtime.submit("answered", "a-1", 0).await.unwrap();
-    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert_eq!(held.worker.run_until_idle().await.unwrap(), 1);
     assert_eq!(
         runtime.run("a-1").await.unwrap().record.state,
         RunState::Interrupted
     );
     runtime.request_resume("a-1", 1).await.unwrap();
-    let handle = worker.start();
-    entered.notified().await;
-    let stopping = tokio::spawn(handle.shutdown());
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    go_on.notify_one();
-    stopping.await.unwrap().unwrap();
+    held.stop_in_two().await;
     let row = runtime.run("a-1").await.unwrap().record;
     assert_eq!(row.state, RunState::Running, "{row:?}");
     assert!(row.lease_owner.is_none(), "let go at once: {row:?}");
-    let done = tokio::time::timeout(Duration::from_secs(10), worker.run_until_idle()).await;
-    assert_eq!(done.unwrap().unwrap(), 1);
+    let done = tokio::time::timeout(Duration::from_secs(10), held.worker.run_until_idle());
+    assert_eq!(done.await.unwrap().unwrap(), 1);
     assert_eq!(runtime.get_state::<u32>("a-1").await.unwrap(), Some(111));
     assert_eq!(
         asked.load(Ordering::SeqCst),

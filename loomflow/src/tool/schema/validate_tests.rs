@@ -372,16 +372,7 @@ fn hops_at_every_level_stay_within_a_tasks_stack() {
     for _ in 0..super::super::bounds::MAX_DEPTH {
         arguments = json!({ "a": arguments });
     }
-    let checked = std::thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(move || {
-            super::super::normalize_arguments(&schema, &mut arguments);
-            validate(&schema, &arguments)
-        })
-        .unwrap()
-        .join()
-        .unwrap();
-    let error = checked.unwrap_err();
+    let error = on_a_tasks_stack(schema, arguments).unwrap_err();
     assert!(
         error.contains("the schema nests deeper than the check follows (384 levels"),
         "{error}"
@@ -432,16 +423,21 @@ fn a_recursive_type_nested_as_deep_as_json_is_checked() {
         (node, chain(deepest)),
         (args, json!({ "node": chain(deepest - 1) })),
     ];
-    for (schema, mut arguments) in cases {
-        let checked = std::thread::Builder::new()
-            .stack_size(2 << 20)
-            .spawn(move || {
-                super::super::normalize_arguments(&schema, &mut arguments);
-                validate(&schema, &arguments)
-            })
-            .unwrap()
-            .join()
-            .unwrap();
-        assert_eq!(checked, Ok(()));
+    for (schema, arguments) in cases {
+        assert_eq!(on_a_tasks_stack(schema, arguments), Ok(()));
     }
+}
+
+/// The rewrite and the check of `arguments` against `schema`, on a thread with a task's
+/// stack (2 MiB).
+fn on_a_tasks_stack(schema: Value, mut arguments: Value) -> Result<(), String> {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            super::super::normalize_arguments(&schema, &mut arguments);
+            validate(&schema, &arguments)
+        })
+        .unwrap()
+        .join()
+        .unwrap()
 }
