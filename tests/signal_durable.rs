@@ -78,10 +78,12 @@ async fn stored(runtime: &Runtime) -> Vec<(String, Value)> {
 /// What a restarted runtime delivers for (session, "n"), without waiting for more.
 async fn delivered(runtime: &Runtime, session: &str) -> Vec<Value> {
     let mut got = Vec::new();
-    // A short timeout only ends the wait once nothing is left: stored signals are loaded
-    // before the wait starts, so whatever is there comes out at once.
+    // The timeout ends the wait once nothing is left: stored signals are loaded before the
+    // wait starts, so whatever is there comes out at once. It counts the store's work
+    // (loading, and consuming the row with an fsync) too: long enough for a loaded
+    // machine's disk (20 ms was not, in CI).
     while let Ok(payload) = runtime
-        .wait_for_signal::<Value>(session, "n", Some(Duration::from_millis(20)))
+        .wait_for_signal::<Value>(session, "n", Some(Duration::from_millis(250)))
         .await
     {
         got.push(payload);
