@@ -11,6 +11,8 @@ mod models;
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use fixtures::*;
 use loomflow::model::{Model, ModelError, OpenAiModel};
 use mock_server::{MockServer, Reply};
@@ -96,4 +98,44 @@ async fn a_key_an_error_quotes_escaped_is_not_shown() {
     let shown = format!("{error} {error:?}");
     assert!(!shown.contains("0123456789abcdef"), "{shown}");
     assert!(shown.contains("Incorrect API key"), "{shown}");
+}
+
+/// An error event inside a stream that quotes the key (a gateway echoing the request) is
+/// reported without it, as the same error in a body is. Before, the stream's error showed it.
+#[tokio::test]
+async fn a_key_a_stream_error_event_quotes_is_not_shown() {
+    let quoting = |key: &str| format!("upstream refused the request with key {key}");
+    let openai_events = openai_sse(&[
+        openai_chunk(json!({"role": "assistant", "content": "Hel"}), None),
+        json!({"error": {"message": quoting("sk-test"), "type": "invalid_request_error"}}),
+    ]);
+    let mut anthropic_events = vec![anthropic_start(10)];
+    anthropic_events.extend(anthropic_text_block(0, &["Hel"]));
+    anthropic_events.push(json!({"type": "error",
+        "error": {"type": "invalid_request_error", "message": quoting("sk-ant-test")}}));
+    let server = MockServer::start(vec![
+        Reply::sse(&openai_events, 64),
+        Reply::sse(&anthropic_sse(&anthropic_events), 64),
+    ])
+    .await;
+    for key in ["sk-test", "sk-ant-test"] {
+        let mut stream = match key {
+            "sk-test" => openai(&server).stream(hi()),
+            _ => anthropic(&server).stream(hi()),
+        };
+        let mut error = None;
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                error = Some(e);
+            }
+        }
+        let error = error.expect("the stream reports its error event");
+        assert!(matches!(error, ModelError::StreamError { .. }), "{error:?}");
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains(key), "{shown}");
+        assert!(
+            shown.contains("upstream refused the request with key <redacted>"),
+            "{shown}"
+        );
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::ModelError;
+
 /// An API key. Its `Debug` output is redacted and it has no `Display`, so it cannot leak
 /// through logs or error messages by accident.
 ///
@@ -48,6 +50,30 @@ impl ApiKey {
             return text.to_owned();
         }
         text.replace(&self.0, "<redacted>")
+    }
+}
+
+impl ApiKey {
+    /// Takes the key out of `error`'s messages (a stream's error event that quotes the
+    /// request, say).
+    #[cfg_attr(
+        not(any(feature = "openai", feature = "anthropic")),
+        allow(dead_code) // only the HTTP adapters see keys in errors
+    )]
+    pub(crate) fn scrub_error(&self, error: &mut ModelError) {
+        match error {
+            ModelError::StreamError { kind, message, .. } => {
+                *kind = self.scrub(kind);
+                *message = self.scrub(message);
+            }
+            ModelError::Authentication { message, .. }
+            | ModelError::RateLimited { message, .. }
+            | ModelError::ContextTooLong { message, .. }
+            | ModelError::InvalidRequest { message, .. }
+            | ModelError::Server { message, .. }
+            | ModelError::Decode { message, .. } => *message = self.scrub(message),
+            _ => {}
+        }
     }
 }
 

@@ -340,6 +340,8 @@ struct SseDriver<B, D> {
     ended: bool,
     idle_timeout: Duration,
     target: Target,
+    /// Taken out of the errors the body's events report: a gateway may echo the request.
+    key: Option<ApiKey>,
 }
 
 impl<B, D: EventDecoder> SseDriver<B, D> {
@@ -364,6 +366,10 @@ impl<B, D: EventDecoder> SseDriver<B, D> {
                 Ok(false) => {}
                 Err(ModelError::Decode { .. }) if cut_last && at == last => break,
                 Err(error) => {
+                    let mut error = error;
+                    if let Some(key) = &self.key {
+                        key.scrub_error(&mut error);
+                    }
                     self.out.push_back(Err(error));
                     self.ended = true;
                     break;
@@ -382,6 +388,7 @@ pub(crate) fn sse_chunks<B, C, D>(
     decoder: D,
     idle_timeout: Duration,
     target: Target,
+    key: Option<ApiKey>,
 ) -> ChunkStream
 where
     B: Stream<Item = Result<C, reqwest::Error>> + Send + Unpin + 'static,
@@ -398,6 +405,7 @@ where
         ended: false,
         idle_timeout,
         target,
+        key,
     };
     Box::pin(futures_util::stream::unfold(driver, |mut d| async move {
         loop {

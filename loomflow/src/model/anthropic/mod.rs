@@ -278,6 +278,7 @@ impl Inner {
                     stream::Decoder::new(target.clone(), output_tool.clone()),
                     self.timeout,
                     target.clone(),
+                    self.key.clone(),
                 ),
                 StreamReply::Whole(whole) => stream_reply::whole_reply(response::parse(
                     whole.as_ref(),

@@ -353,6 +353,7 @@ mod tests {
             Decoder::new(target.clone(), None),
             Duration::from_secs(5),
             target,
+            None,
         );
         tokio::runtime::Builder::new_current_thread()
             .enable_time()

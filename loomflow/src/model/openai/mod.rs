@@ -281,6 +281,7 @@ impl Inner {
                     stream::Decoder::new(target.clone()),
                     self.timeout,
                     target.clone(),
+                    self.key.clone(),
                 ),
                 StreamReply::Whole(whole) => stream_reply::whole_reply(response::parse(
                     whole.as_ref(),
