@@ -690,3 +690,71 @@ async fn a_remembered_allow_does_not_pass_to_another_tool_of_its_name() {
     );
     assert_eq!(asked.load(Ordering::SeqCst), 2);
 }
+
+/// Decides `call_2` at once, "allow and remember it"; every other call by signal, the run
+/// suspending while it waits.
+struct RemembersTheSecond(SignalApprover);
+
+impl loomflow::tool::ApprovalHandler for RemembersTheSecond {
+    fn decide<'a>(
+        &'a self,
+        request: &'a loomflow::tool::ApprovalRequest,
+        ctx: DispatchContext<'a>,
+    ) -> futures_util::future::BoxFuture<'a, loomflow::Result<ApprovalDecision>> {
+        if request.call_id == "call_2" {
+            return Box::pin(async { Ok(ApprovalDecision::RememberAllow) });
+        }
+        self.0.decide(request, ctx)
+    }
+}
+
+/// A call whose run suspended on its decision takes that decision when the run is carried
+/// on, even if an allow for the same user and tool was remembered meanwhile (for another
+/// call): the deny it was sent stands. Before, the node run again took the remembered allow
+/// and the tool ran.
+#[tokio::test]
+async fn a_decision_remembered_while_a_call_waited_does_not_stand_for_its_own() {
+    let runtime = Runtime::in_memory();
+    let approver = RemembersTheSecond(SignalApprover::new().or_suspend());
+    let host = Arc::new(ToolHost::new().with(pay).approval_handler(approver));
+    let in_node = Arc::clone(&host);
+    let graph: CompiledGraph<Vec<String>> = Graph::new("paying")
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let host = Arc::clone(&in_node);
+            Box::pin(async move {
+                let call = ToolCall::new("call_1", "pay", json!({ "amount": 500 }));
+                let dispatch = DispatchContext::new(ctx.thread())
+                    .user(Some("ada"))
+                    .node(ctx);
+                let outcome = host.dispatch(&[call], dispatch).await?.remove(0);
+                paid.push(outcome.content);
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let suspended = graph.run(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(suspended.interrupts().len(), 1);
+
+    let other = DispatchContext::new("other")
+        .user(Some("ada"))
+        .runtime(&runtime);
+    let call = ToolCall::new("call_2", "pay", json!({ "amount": 5 }));
+    let outcome = host.dispatch(&[call], other).await.unwrap().remove(0);
+    assert!(outcome.content.contains("paid 5"), "{outcome:?}");
+
+    runtime
+        .decide_approval("t", "call_1", ApprovalDecision::deny("not this one"))
+        .await
+        .unwrap();
+    let done = graph.recover(&runtime, "t").await.unwrap();
+    let paid = done.completed().unwrap();
+    assert_eq!(paid.len(), 1, "{paid:?}");
+    assert!(
+        paid[0].contains("not this one"),
+        "ran over its deny: {paid:?}"
+    );
+    assert!(runtime.pending_approvals("t").await.unwrap().is_empty());
+}

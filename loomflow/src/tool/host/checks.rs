@@ -38,17 +38,47 @@ impl ToolHost {
                 let decided = remembered
                     .get(&key)
                     .filter(|(_, given_for)| *given_for == spec_print(spec));
-                let permission = match decided {
-                    Some((true, _)) => Permission::Allow,
-                    Some((false, _)) => Permission::Deny(
-                        "denied earlier for this user and tool (remembered)".to_owned(),
-                    ),
-                    None => return (Permission::Ask, POLICY),
-                };
-                (permission, REMEMBERED)
+                match decided {
+                    Some((allowed, _)) => remembered_permission(*allowed),
+                    None => (Permission::Ask, POLICY),
+                }
             }
             other => (other, POLICY),
         }
+    }
+
+    /// [`permission`](Self::permission), as the call's node first took it when the policy
+    /// asks: whether a remembered decision stood for one, or the call was asked about, is
+    /// journaled, so that the node run again for the call (carried on while its approval
+    /// waited, recovered) takes the same way. Otherwise an allow remembered since, for
+    /// another call, let the tool run over the decision this call waited for (a deny, say),
+    /// and a remembered decision a restart forgot asked again about a call decided.
+    pub(super) async fn permission_of(
+        &self,
+        call: &ToolCall,
+        spec: &ToolSpec,
+        arguments: &Value,
+        ctx: DispatchContext<'_>,
+    ) -> crate::Result<(Permission, &'static str)> {
+        let (permission, by) = self.permission(ctx.user, spec, arguments);
+        let Some(node) = ctx.node else {
+            return Ok((permission, by));
+        };
+        let remembered = match (&permission, by) {
+            (Permission::Ask, _) => None,
+            (Permission::Allow, REMEMBERED) => Some(true),
+            (Permission::Deny(_), REMEMBERED) => Some(false),
+            _ => return Ok((permission, by)),
+        };
+        let name = format!("permission:{}", call.id);
+        let taken = node.step(
+            &name,
+            || async move { Ok::<_, crate::RunError>(remembered) },
+        );
+        Ok(match taken.await? {
+            Some(allowed) => remembered_permission(allowed),
+            None => (Permission::Ask, POLICY),
+        })
     }
 
     /// Why arguments an approver edited may not run, if they may not: a before hook or the
@@ -317,4 +347,13 @@ pub(super) fn spec_print(spec: &ToolSpec) -> u64 {
     spec.parameters.to_string().hash(&mut hasher);
     (spec.requires_approval, spec.destructive).hash(&mut hasher);
     hasher.finish()
+}
+
+/// The permission a decision remembered for the user and tool gives.
+fn remembered_permission(allowed: bool) -> (Permission, &'static str) {
+    let permission = match allowed {
+        true => Permission::Allow,
+        false => Permission::Deny("denied earlier for this user and tool (remembered)".to_owned()),
+    };
+    (permission, REMEMBERED)
 }

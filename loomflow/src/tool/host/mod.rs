@@ -468,7 +468,7 @@ impl ToolHost {
             observe::record(ctx, entry).await;
             return Ok(Err(denied(spec, reason)));
         }
-        let (permission, by) = self.permission(ctx.user, spec, &arguments);
+        let (permission, by) = self.permission_of(call, spec, &arguments, ctx).await?;
         emit(ctx, || AgentEvent::Permission {
             call_id: call.id.clone(),
             tool: spec.name.clone(),
