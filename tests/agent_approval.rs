@@ -320,3 +320,60 @@ async fn a_cancelled_turn_tells_the_model_which_calls_ran() {
         "{waited}"
     );
 }
+
+/// A turn cancelled while a call waited, whose calls reuse an id an earlier turn's call had
+/// (a server that numbers calls per reply): the next prompt's conversation gives each of
+/// that turn's calls a result. Before, the earlier turn's result counted as this call's:
+/// the call that ran got none, and the providers refuse a call without a result.
+#[tokio::test]
+async fn a_cancelled_turn_whose_call_reuses_an_earlier_id_gives_it_a_result() {
+    let runtime = Runtime::in_memory();
+    let agent = |replies: Vec<ModelResponse>| {
+        Agent::builder("You handle refunds.")
+            .model(ScriptedModel::new(replies))
+            .tool(email)
+            .tool(refunds::refund)
+            .durable_approvals()
+            .runtime(runtime.clone())
+            .build()
+            .unwrap()
+    };
+    let email_call = |to: &str| ToolCall::new("call_e", "email", json!({ "to": to }));
+    agent(vec![
+        ModelResponse::tool_calls(vec![email_call("ada@example.com")]),
+        ModelResponse::text("Emailed."),
+    ])
+    .run("email her")
+    .session("c-3")
+    .await
+    .unwrap();
+    let calls = vec![email_call("bob@example.com"), refunds::call(500)];
+    let asked = agent(vec![ModelResponse::tool_calls(calls)])
+        .run("refund bob and tell him")
+        .session("c-3")
+        .await
+        .unwrap();
+    assert!(asked.interrupted, "{asked:?}");
+    runtime.cancel("c-3").await.unwrap();
+
+    agent(vec![ModelResponse::text("Emailed bob; no refund.")])
+        .run("what happened?")
+        .session("c-3")
+        .await
+        .unwrap();
+    let state: loomflow::agent::AgentState = runtime.get_state("c-3").await.unwrap().unwrap();
+    let results: Vec<&str> = state
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(result) if result.call_id == "call_e" => Some(result.content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        ["emailed ada@example.com", "emailed bob@example.com"],
+        "{:?}",
+        state.messages
+    );
+}

@@ -472,21 +472,14 @@ async fn continue_from(
     };
     let previous = <AgentState as serde::Deserialize>::deserialize(cp.state())
         .map_err(|e| problem(format!("its state is not an agent's: {e}")))?;
-    let answered: std::collections::HashSet<&str> = previous
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool(result) => Some(result.call_id.as_str()),
-            _ => None,
-        })
-        .collect();
+    // A turn's results come after its calls, all at once: a conversation that ends on calls
+    // has none of theirs (a result of an earlier turn's call may share an id with one).
     let unanswered: Vec<&str> = previous
         .last_message()
         .map(Message::tool_calls)
         .unwrap_or_default()
         .iter()
         .map(|c| c.id.as_str())
-        .filter(|id| !answered.contains(id))
         .collect();
     // A run cancelled in the middle of a turn (waiting for an approval, say) is over, and
     // so is a failed one a new prompt moves on from (a tool result a guardrail blocked, with
