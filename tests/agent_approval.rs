@@ -377,3 +377,60 @@ async fn a_cancelled_turn_whose_call_reuses_an_earlier_id_gives_it_a_result() {
         state.messages
     );
 }
+
+/// Two calls of one reply with the same id (a model that writes its own ids) wait for two
+/// decisions: each is listed under an id of its own, and each decision reaches its call.
+/// Before, both waited on one id: one decision was taken by whichever call looked first,
+/// and the other call could never be decided.
+#[tokio::test]
+async fn two_calls_of_a_reply_with_one_id_are_decided_apart() {
+    let runtime = Runtime::in_memory();
+    let call = |cents: u64| {
+        ToolCall::new(
+            "call_0",
+            "refund",
+            json!({ "order": "ord_42", "cents": cents }),
+        )
+    };
+    let replies = vec![
+        ModelResponse::tool_calls(vec![call(10), call(10_000)]),
+        ModelResponse::text("Refunded 10."),
+    ];
+    let asked = refunds::agent(&runtime, replies.clone())
+        .run("refund")
+        .session("c-4")
+        .await
+        .unwrap();
+    assert!(asked.interrupted, "{asked:?}");
+    let pending = runtime.pending_approvals("c-4").await.unwrap();
+    let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
+    assert_eq!(ids.len(), 2, "{pending:?}");
+    assert_ne!(ids[0], ids[1], "{pending:?}");
+    for request in &pending {
+        let decision = match request.arguments["cents"].as_u64() {
+            Some(10) => ApprovalDecision::Allow,
+            _ => ApprovalDecision::deny("too much"),
+        };
+        runtime
+            .decide_approval("c-4", &request.call_id, decision)
+            .await
+            .unwrap();
+    }
+    let done = refunds::agent(&runtime, replies[1..].to_vec())
+        .resume("c-4")
+        .await
+        .unwrap();
+    assert_eq!(done.output, "Refunded 10.");
+    let state: loomflow::agent::AgentState = runtime.get_state("c-4").await.unwrap().unwrap();
+    let results: Vec<&str> = state
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(result) => Some(result.content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("refunded 10 cents"), "{results:?}");
+    assert!(results[1].contains("too much"), "{results:?}");
+}

@@ -73,16 +73,18 @@ pub struct ModelResponse {
 
 impl ModelResponse {
     /// Gives each tool call that came without an id (some OpenAI-compatible servers send
-    /// none, or `null`) one of its own, unique: what is keyed by a call's id (its result
-    /// in the transcript, its approval, its journaled run) then stays apart from the
-    /// other calls'.
+    /// none, or `null`), or with the id of an earlier call of the reply (a model that writes
+    /// its own), one of its own, unique: what is keyed by a call's id (its result in the
+    /// transcript, its approval, its journaled run) then stays apart from the other calls'.
     pub(crate) fn name_unnamed_calls(&mut self) {
-        for call in self
-            .tool_calls
-            .iter_mut()
-            .filter(|c| c.id.trim().is_empty())
-        {
-            call.id = unique_call_id();
+        for at in 0..self.tool_calls.len() {
+            let (earlier, rest) = self.tool_calls.split_at_mut(at);
+            let Some(call) = rest.first_mut() else {
+                break;
+            };
+            if call.id.trim().is_empty() || earlier.iter().any(|e| e.id == call.id) {
+                call.id = unique_call_id();
+            }
         }
     }
 
