@@ -556,15 +556,16 @@ fn caps_and_prices_that_are_not_zero_or_more_are_refused_at_build() {
     assert_eq!(
         problems,
         &[
-            "budget.max_cost_usd must be a number, zero or more (not NaN)",
-            "budget.max_cost_usd_per_user must be a number, zero or more (not -1)",
+            "budget.max_cost_usd must be a number more than zero (not NaN); leave it out for no cap",
+            "budget.max_cost_usd_per_user must be a number more than zero (not -1); leave it out \
+             for no cap",
             "budget input price must be a number, zero or more (not -1)",
             "the prices of model gpt-x must be numbers, zero or more (input 2.5, output inf)",
         ]
     );
     let fine = Budget::default()
-        .max_cost_usd(0.0)
-        .prices_per_million(3.0, 15.0);
+        .max_cost_usd(0.01)
+        .prices_per_million(0.0, 15.0);
     assert!(build(fine, PriceTable::new().model("gpt-x", 0.0, 1.0)).is_ok());
 }
 
@@ -588,6 +589,62 @@ fn a_zero_wall_clock_cap_and_a_zero_answer_length_are_refused_at_build() {
             "budget.max_wall_clock must be more than zero",
         ]
     );
+}
+
+/// Caps of zero, often meant as "no cap", stop every run before its first model call: they
+/// are refused at build, in code and in a config file, as is a run's `max_turns(0)`. Before,
+/// each built, and every run stopped at once as if it had spent its budget.
+#[tokio::test]
+async fn caps_of_zero_are_refused() {
+    let refused = Agent::builder("You answer.")
+        .name("zeros")
+        .model(EchoModel::new())
+        .budget(
+            Budget::default()
+                .max_tokens(0)
+                .max_tokens_per_user(0)
+                .max_cost_usd(0.0)
+                .max_cost_usd_per_user(0.0)
+                .prices_per_million(1.0, 1.0),
+        )
+        .build();
+    let Err(loomflow::Error::Agent(AgentError::Invalid { problems, .. })) = refused else {
+        panic!("refused: {refused:?}");
+    };
+    assert_eq!(problems.len(), 4, "{problems:?}");
+    for field in [
+        "max_tokens",
+        "max_tokens_per_user",
+        "max_cost_usd ",
+        "max_cost_usd_per_user",
+    ] {
+        let field = format!("budget.{field}");
+        assert!(
+            problems.iter().any(|p| p.starts_with(field.trim())),
+            "{field}: {problems:?}"
+        );
+    }
+
+    let file = "instructions = \"x\"\n\n[budget]\nmax_cost_usd = 0.0\n";
+    let registry = loomflow::agent::ToolRegistry::new();
+    let refused = Agent::from_config_str(file, &registry).map(|_| ());
+    let text = refused.unwrap_err().to_string();
+    assert!(
+        text.contains("line 4, column 16: `budget.max_cost_usd`: must be more than zero"),
+        "{text}"
+    );
+
+    let agent = Agent::builder("You answer.")
+        .name("echo")
+        .model(EchoModel::new())
+        .build()
+        .unwrap();
+    let refused = agent.run("hi").max_turns(0).await;
+    let Err(loomflow::Error::Agent(AgentError::Invalid { agent, problems })) = refused else {
+        panic!("refused: {refused:?}");
+    };
+    assert_eq!(agent, "echo");
+    assert_eq!(problems, ["the run's max_turns must be at least 1"]);
 }
 
 /// A tool written by hand, known by its spec alone: it answers `null`.

@@ -84,8 +84,9 @@ impl Budget {
     }
 
     /// Caps the cost, in US dollars, one user may run up across every run of this agent (in
-    /// this process), priced as for [`max_cost_usd`](Self::max_cost_usd). Without prices
-    /// here or on the agent, nothing costs anything and the cap never stops a run.
+    /// this process), priced as for [`max_cost_usd`](Self::max_cost_usd). With no prices
+    /// here or on the agent, the agent's `build` refuses a cost cap; it warns when its price
+    /// table has no price for the agent's model (which then costs nothing).
     pub fn max_cost_usd_per_user(mut self, usd: f64) -> Self {
         self.max_cost_usd_per_user = Some(usd);
         self
@@ -108,21 +109,42 @@ impl Budget {
     }
 
     /// What is wrong with its caps and prices, each naming its field: a cap or a price that
-    /// is negative or not a number never stops a run, or stops every one.
+    /// is negative or not a number never stops a run, or stops every one, and so does a cap
+    /// of zero (often meant as "no cap": leave the cap out for that).
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        // A cap must be more than zero; a price may be zero (a model that costs nothing).
         let usd = [
-            ("budget.max_cost_usd", self.max_cost_usd),
-            ("budget.max_cost_usd_per_user", self.max_cost_usd_per_user),
-            ("budget input price", Some(self.input_price)),
-            ("budget output price", Some(self.output_price)),
+            ("budget.max_cost_usd", self.max_cost_usd, true),
+            (
+                "budget.max_cost_usd_per_user",
+                self.max_cost_usd_per_user,
+                true,
+            ),
+            ("budget input price", Some(self.input_price), false),
+            ("budget output price", Some(self.output_price), false),
         ];
-        for (field, value) in usd {
-            if let Some(value) = value.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+        for (field, value, cap) in usd {
+            let Some(value) = value else { continue };
+            if cap && !(value.is_finite() && value > 0.0) {
+                problems.push(format!(
+                    "{field} must be a number more than zero (not {value}); leave it out for \
+                     no cap"
+                ));
+            } else if !(value.is_finite() && value >= 0.0) {
                 problems.push(format!(
                     "{field} must be a number, zero or more (not {value})"
                 ));
             }
+        }
+        let tokens = [
+            ("budget.max_tokens", self.max_tokens),
+            ("budget.max_tokens_per_user", self.max_tokens_per_user),
+        ];
+        for (field, _) in tokens.iter().filter(|(_, cap)| *cap == Some(0)) {
+            problems.push(format!(
+                "{field} must be at least 1; leave it out for no cap"
+            ));
         }
         // Every run would stop at once, as a config file's `max_wall_clock = 0` is refused.
         if self.max_wall_clock.is_some_and(|limit| limit.is_zero()) {

@@ -76,7 +76,8 @@ impl<'a> AgentRun<'a> {
     }
 
     /// Overrides the agent's `max_turns` for this run, up to the agent's own limit (the
-    /// agent's graph is compiled with a recursion limit for it).
+    /// agent's graph is compiled with a recursion limit for it). Zero is refused with
+    /// [`AgentError::Invalid`] when the run starts.
     pub fn max_turns(mut self, max_turns: u32) -> Self {
         self.max_turns = Some(max_turns);
         self
@@ -91,6 +92,14 @@ impl<'a> AgentRun<'a> {
     }
 
     async fn initial_state(&self, session: &str) -> Result<AgentState> {
+        if self.max_turns == Some(0) {
+            // As the builder refuses it: every run would stop before its first model call.
+            return Err(AgentError::Invalid {
+                agent: self.agent.core.name.clone(),
+                problems: vec!["the run's max_turns must be at least 1".to_owned()],
+            }
+            .into());
+        }
         let runtime = &self.agent.runtime;
         let previous = runtime.store().latest_checkpoint(session, "").await?;
         let mut state = match previous {

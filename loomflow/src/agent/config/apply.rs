@@ -243,8 +243,8 @@ fn budget(table: file::BudgetTable, check: &mut Check<'_>) -> Budget {
     }
     if let Some(usd) = table.max_cost_usd {
         let cap = *usd.get_ref();
-        if !(cap.is_finite() && cap >= 0.0) {
-            check.invalid("budget.max_cost_usd", "must be zero or more", usd.span());
+        if !(cap.is_finite() && cap > 0.0) {
+            check.invalid("budget.max_cost_usd", "must be more than zero", usd.span());
         }
         budget = budget.max_cost_usd(cap);
     }
@@ -253,10 +253,10 @@ fn budget(table: file::BudgetTable, check: &mut Check<'_>) -> Budget {
     }
     if let Some(usd) = table.max_cost_usd_per_user {
         let cap = *usd.get_ref();
-        if !(cap.is_finite() && cap >= 0.0) {
+        if !(cap.is_finite() && cap > 0.0) {
             check.invalid(
                 "budget.max_cost_usd_per_user",
-                "must be zero or more",
+                "must be more than zero",
                 usd.span(),
             );
         }
