@@ -881,3 +881,33 @@ async fn a_decision_is_dated_when_it_was_taken() {
     };
     assert!(call.at_ms >= after + 300, "the call ran later: {call:?}");
 }
+
+/// Send a note. Needs approval.
+#[tool(approval)]
+fn note(text: String) -> String {
+    format!("noted {text}")
+}
+
+/// A tool call's `duration_ms` is the time its body ran: the wait for its approval is not
+/// part of it (the decision entry says when it was decided). Before, a call a person took
+/// a second to approve was logged as a tool that ran for a second.
+#[tokio::test]
+async fn a_tool_calls_duration_leaves_out_the_wait_for_its_approval() {
+    let runtime = Runtime::in_memory();
+    let host = ToolHost::new()
+        .with(note)
+        .approval_handler(loomflow::tool::approver_fn(|_request| async {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            Ok(ApprovalDecision::Allow)
+        }));
+    let call = ToolCall::new("call_n", "note", json!({ "text": "hi" }));
+    let context = loomflow::tool::DispatchContext::new("s").runtime(&runtime);
+    let outcome = host.dispatch(&[call], context).await.unwrap().remove(0);
+    assert_eq!(outcome.content, "noted hi");
+    let log = runtime.audit_query(&AuditQuery::all()).await.unwrap();
+    let [call] = of_kind(&log, AuditKind::ToolCall)[..] else {
+        panic!("one tool call: {log:#?}");
+    };
+    let took = call.detail["duration_ms"].as_u64().unwrap();
+    assert!(took < 500, "the body took {took} ms");
+}

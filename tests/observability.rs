@@ -285,6 +285,62 @@ async fn failures_set_error_type() {
     assert_eq!(field(named(&spans, "run")[0], "loomflow.outcome"), "failed");
 }
 
+/// Holds until the test lets it go.
+static HOLD: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static WAITING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Wait for the warehouse.
+#[tool]
+async fn wait_for_warehouse() -> String {
+    WAITING.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(HOLD.acquire().await);
+    "ready".to_owned()
+}
+
+/// An agent run cancelled part way is not a failure: its `invoke_agent` span has no error
+/// status, as its `run` span has none. Before, the agent span said `ERROR`.
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancelled_agent_run_is_not_marked_failed() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let runtime = Runtime::in_memory();
+    let call = ToolCall::new("call_w", "wait_for_warehouse", json!({}));
+    let agent = Agent::builder("You wait.")
+        .name("waiter")
+        .model(ScriptedModel::new([ModelResponse::tool_calls(vec![call])]))
+        .tool(wait_for_warehouse)
+        .runtime(runtime.clone())
+        .build()
+        .unwrap();
+    let cancel = async {
+        while !WAITING.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        runtime.cancel("w").await.unwrap();
+        HOLD.add_permits(1);
+    };
+    let (stopped, ()) = tokio::join!(agent.run("Wait").session("w").into_future(), cancel);
+    assert!(
+        matches!(
+            stopped,
+            Err(loomflow::Error::Run(loomflow::RunError::Cancelled { .. }))
+        ),
+        "{stopped:?}"
+    );
+    let spans = capture.spans();
+    let run = named(&spans, "run")[0];
+    assert_eq!(field(run, "loomflow.outcome"), "cancelled");
+    let agent_span = named(&spans, "invoke_agent")[0];
+    assert!(
+        !agent_span.fields.contains_key("otel.status_code"),
+        "{agent_span:?}"
+    );
+    assert!(
+        !agent_span.fields.contains_key("error.type"),
+        "{agent_span:?}"
+    );
+}
+
 /// A node that waits for a signal, suspending the run until it comes.
 #[node]
 async fn await_payment(paid: &mut Option<u64>, ctx: &Context) -> loomflow::Result<()> {

@@ -25,13 +25,17 @@ pub(super) fn agent_span(agent: &str, model_name: &str, session: &str) -> Span {
 }
 
 /// Runs `call` (a run of an agent) under its `invoke_agent` span, and marks the span failed
-/// when the call fails.
+/// when the call fails: not when the run was cancelled or handed back (a worker shutting
+/// down), which its `run` span does not count as failures either.
 pub(super) async fn in_agent_span<T>(
     span: Span,
     call: impl Future<Output = crate::Result<T>>,
 ) -> crate::Result<T> {
+    use crate::RunError::{Cancelled, Yielded};
     let result = call.instrument(span.clone()).await;
-    if let Err(error) = &result {
+    if let Err(error) = &result
+        && !matches!(error, crate::Error::Run(Cancelled { .. } | Yielded { .. }))
+    {
         span.record("error.type", failure_type(error).as_str());
         span.record("otel.status_code", "ERROR");
     }

@@ -28,7 +28,8 @@ use super::StoredSignal;
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AuditKind {
-    /// A tool ran (or was refused): its arguments, outcome and duration.
+    /// A tool ran (or was refused): its arguments, outcome and duration (the time its body
+    /// ran, not the wait for its approval).
     ToolCall,
     /// A permission decision or an approval: who decided what, why, and any edited
     /// arguments.

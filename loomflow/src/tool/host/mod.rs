@@ -401,12 +401,11 @@ impl ToolHost {
         // model's own until they are checked.
         let mut arguments = None;
         let span = observe::tool_span(call);
-        let started = std::time::Instant::now();
+        let mut took = std::time::Duration::ZERO;
         let result = self
-            .execute(call, ctx, &mut arguments)
+            .execute(call, ctx, &mut arguments, &mut took)
             .instrument(span.clone())
             .await?;
-        let took = started.elapsed();
         let arguments = arguments.unwrap_or_else(|| call.arguments.clone());
         observe::record_result(&span, &arguments, &result, self.record_content);
         // The audit entry keeps the arguments: moved into it unless an after hook needs them.
@@ -429,12 +428,13 @@ impl ToolHost {
     }
 
     /// Checks, hooks, permits and runs `call`; `used` gets the arguments it runs with once
-    /// they are checked.
+    /// they are checked, `took` the time its body ran (not the wait for its approval).
     async fn execute(
         &self,
         call: &ToolCall,
         ctx: DispatchContext<'_>,
         used: &mut Option<Value>,
+        took: &mut std::time::Duration,
     ) -> crate::Result<Result<Value, ToolError>> {
         let Some(tool) = self.get(&call.name) else {
             return Ok(Err(ToolError::UnknownTool {
@@ -530,7 +530,10 @@ impl ToolHost {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
         };
-        Ok(self.run_tool(tool.as_ref(), arguments, call, ctx).await)
+        let started = std::time::Instant::now();
+        let result = self.run_tool(tool.as_ref(), arguments, call, ctx).await;
+        *took = started.elapsed();
+        Ok(result)
     }
 
     async fn run_tool(
