@@ -514,6 +514,42 @@ async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it
     assert_eq!(runtime.get_state::<u32>("c-1").await.unwrap(), Some(40));
 }
 
+/// A node that retries a step whose journal write failed after it committed gets the
+/// journaled value back: the failed write gave its number back, and the retry finds it
+/// recorded. Before, the retry took the next number and charged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_retried_after_its_write_failed_replays_what_reached_the_journal() {
+    use std::sync::atomic::AtomicU32;
+    static CHARGES: AtomicU32 = AtomicU32::new(0);
+    let db = loomflow_tests::TempDb::new("faults-journal-retry");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("charging")
+        .node_fn("charge", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let charge = || async {
+                    Ok::<_, loomflow::Error>(CHARGES.fetch_add(1, Ordering::SeqCst) + 40)
+                };
+                *n = loop {
+                    match ctx.step("charge", charge).await {
+                        Ok(id) => break id,
+                        Err(RunError::Store(_)) => continue,
+                        Err(other) => return Err(other.into()),
+                    }
+                };
+                Ok(())
+            })
+        })
+        .edge(START, "charge")
+        .edge("charge", END)
+        .compile()
+        .unwrap();
+    faults.fail_next_journal_write_after_commit();
+    let done = graph.invoke(&runtime, "c-1", 0).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 40);
+    assert_eq!(CHARGES.load(Ordering::SeqCst), 1, "charged once");
+}
+
 /// A step whose work journals a step of its own (as a tool call asking for approval does)
 /// and whose inner write fails in passing lets the run go too, rather than failing it as
 /// the outer step's failure: carried on, neither side effect is done again.

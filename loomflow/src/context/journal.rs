@@ -40,7 +40,10 @@ impl Context {
     /// Should the journal write fail because the store did (a dropped connection, a full
     /// disk), the error the node returns with `?` does not fail the run: the run stops where
     /// the step started and is let go, as after a crash, for a worker or a `resume` to carry
-    /// on. `f` may then be called again, unless its result reached the journal after all.
+    /// on. `f` may then be called again, unless its result reached the journal after all. A
+    /// node that retries the step itself meets the same: the failed write gives its number
+    /// back, so that the retry replays a value that reached the journal, and calls `f` again
+    /// only if none did.
     /// So does a store failure `f` returns as the store's or the run's error (a step of its
     /// own whose write failed).
     /// A write the store refuses for what it holds
@@ -111,22 +114,40 @@ impl Context {
                 });
             }
         };
-        let json = serde_json::to_value(&value).map_err(|e| {
-            RunError::json(format!("result of step {name} of node {}", self.node), e)
-        })?;
+        let json = match serde_json::to_value(&value) {
+            Ok(json) => json,
+            Err(e) => {
+                self.give_back(name, &key);
+                let what = format!("result of step {name} of node {}", self.node);
+                return Err(RunError::json(what, e));
+            }
+        };
         let audit = self.run.take_audit_but_resumes();
-        self.run.claim.put_journal_audited(key, json, audit).await?;
+        let occurrence = key.occurrence;
+        // A write that failed gives the number back too: a retry in the node looks it up
+        // again, and replays the value should the write have reached the store after all
+        // (a connection that broke after the commit) rather than doing the work again
+        // under the next number.
+        if let Err(failed) = self.run.claim.put_journal_audited(key, json, audit).await {
+            self.give_back_number(name, occurrence);
+            return Err(failed.into());
+        }
         Ok(value)
     }
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the
     /// name as called, whatever it is filed as), when no later call of it took one since.
     pub(super) fn give_back(&self, name: &str, key: &JournalKey) {
+        self.give_back_number(name, key.occurrence);
+    }
+
+    /// [`give_back`](Self::give_back) of the occurrence number `occurrence`.
+    fn give_back_number(&self, name: &str, occurrence: u32) {
         let mut control = self.control();
         if let Some(counter) = control.occurrences.get_mut(name)
-            && *counter == key.occurrence + 1
+            && *counter == occurrence + 1
         {
-            *counter = key.occurrence;
+            *counter = occurrence;
         }
     }
 
