@@ -887,6 +887,11 @@ async fn a_resumed_step_that_fails_can_be_answered_again_in_every_mode() {
             matches!(failed, RunOutcome::Failed { .. }),
             "{durability:?}: {failed:?}"
         );
+        // The run waits for another answer: its row says so, and an answer sent as a
+        // request is taken (before, the row said failed and a request was refused).
+        let row = rt.run("t").await.unwrap().record;
+        assert_eq!(row.state, RunState::Interrupted, "{durability:?}: {row:?}");
+        assert_eq!(rt.pending_interrupts("t").await.unwrap().len(), 1);
         let again = graph.resume(&rt, "t", 50).durability(durability).await;
         let done = again.unwrap_or_else(|e| panic!("{durability:?}: {e}"));
         assert_eq!(done.completed().unwrap(), 50, "{durability:?}");

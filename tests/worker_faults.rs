@@ -290,6 +290,38 @@ async fn a_refused_request_is_reported_interrupted(runtime: Runtime) {
     assert!(reports[2].1.contains("over the limit"), "{reports:?}");
 }
 
+/// A resume given its value directly whose step fails leaves the question open, as a
+/// refused request does: the run stays interrupted, and an answer an operator queued for
+/// it before is kept and taken by a worker. Before, the run was marked failed, the queued
+/// answer dropped, and a new request refused (the run was not interrupted).
+async fn a_direct_resume_that_fails_keeps_the_queued_answer(runtime: Runtime) {
+    let graph = limited();
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    runtime.submit("limited", "d", 0).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    runtime.request_resume("d", 50).await.unwrap();
+    let failed = graph.resume(&runtime, "d", 500).await.unwrap();
+    assert!(matches!(failed, RunOutcome::Failed { .. }), "{failed:?}");
+    let record = runtime.run("d").await.unwrap().record;
+    assert_eq!(record.state, RunState::Interrupted, "{record:?}");
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let record = runtime.run("d").await.unwrap().record;
+    assert_eq!(record.state, RunState::Completed, "{record:?}");
+    assert_eq!(runtime.get_state::<u32>("d").await.unwrap(), Some(50));
+}
+
+#[tokio::test]
+async fn a_direct_resume_that_fails_keeps_the_queued_answer_on_the_memory_store() {
+    a_direct_resume_that_fails_keeps_the_queued_answer(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn a_direct_resume_that_fails_keeps_the_queued_answer_on_sqlite() {
+    let db = loomflow_tests::TempDb::new("worker-direct-resume-fails");
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    a_direct_resume_that_fails_keeps_the_queued_answer(runtime).await;
+}
+
 #[tokio::test]
 async fn a_refused_request_is_reported_interrupted_on_the_memory_store() {
     a_refused_request_is_reported_interrupted(Runtime::in_memory()).await;

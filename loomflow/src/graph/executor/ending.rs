@@ -30,8 +30,9 @@ pub(super) struct Position<'a> {
 /// Ends a failed run: nothing of the failed step is written (the last checkpoint stays the
 /// newest), except in `Exit` mode, which has written nothing yet and records the last good
 /// state with the step to retry. A resumed step that fails leaves the interrupted checkpoint
-/// the newest in every mode, so that its question can be answered again; the resume
-/// requests it applied (see `resume_request`) are refused, spent.
+/// the newest in every mode, so that its question can be answered again: the run stays
+/// interrupted; the resume requests it applied (see `resume_request`) are refused, spent,
+/// and values given to `resume` directly leave the requests queued for it.
 pub(super) async fn fail<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
@@ -49,10 +50,15 @@ pub(super) async fn fail<S: State>(
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %g.name, thread = %shared.thread, step, error = %message, "run failed");
     let resumed = !resume_values.is_empty();
+    let root = shared.namespace.is_root();
     if resumed && shared.claim.holds_request() {
         tracing::warn!(thread = %shared.thread, "the resumed step failed with the resume requests it applied: they are spent, and the run waits for another answer");
         Box::pin(shared.claim.refuse_request()).await?;
-    } else if shared.namespace.is_root() {
+    } else if resumed && root && shared.claim.answered_directly().is_some() {
+        // Values given to `resume` directly, which the step failed with: the question is
+        // open, as for a request's value; requests queued for it stay for the next execution.
+        shared.claim.refuse_direct();
+    } else if root {
         // Recorded on the run's row as the execution lets go; also if it is dropped before.
         shared.claim.failing(&message);
     }

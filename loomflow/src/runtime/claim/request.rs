@@ -75,6 +75,12 @@ impl RunClaim {
         Some(self.inner.request.answered.load(Ordering::Acquire)).filter(|&id| id > 0)
     }
 
+    /// A resume given its values directly failed in its resumed step: the run waits for
+    /// another answer, as when it refuses requests (nothing was taken from the store).
+    pub(crate) fn refuse_direct(&self) {
+        self.inner.request.refused.store(true, Ordering::Release);
+    }
+
     /// The run refused the requests it applied: journals that they are spent, under the
     /// claim, so that no execution applies them again.
     ///
