@@ -205,3 +205,49 @@ async fn a_tool_call_whose_arguments_are_not_json_is_answered_with_an_error() {
         "{tool}"
     );
 }
+
+/// A filter tree: a recursive enum, whose schema refers to itself as the top (`#`).
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Filter {
+    All(Vec<Filter>),
+    Eq { field: String, value: String },
+}
+
+/// A recursive enum, asked for in an object, refers to itself where it is kept, not to the
+/// object around it: the answer nests filters, not wrappers. Before, its `"$ref": "#"`
+/// pointed at the wrapper, and the strict schema asked for `{"result": ...}` at each level.
+#[tokio::test]
+async fn a_recursive_enum_is_asked_for_with_its_references_kept() {
+    let content =
+        r#"{"result": {"all": [{"eq": {"field": "city", "value": "Lyon"}}, {"all": []}]}}"#;
+    let server = openai_answering(content).await;
+    let agent = Agent::builder("You filter.")
+        .model(models::openai(&server))
+        .output::<Filter>()
+        .build()
+        .unwrap();
+    let result = agent.run("Only Lyon.").await.unwrap();
+    assert_eq!(
+        result.parsed::<Filter>().unwrap(),
+        Filter::All(vec![
+            Filter::Eq {
+                field: "city".into(),
+                value: "Lyon".into()
+            },
+            Filter::All(Vec::new()),
+        ])
+    );
+    let schema = &server.requests()[0].body["response_format"]["json_schema"]["schema"];
+    assert_eq!(schema["type"], "object", "{schema}");
+    let text = schema.to_string();
+    assert!(
+        !text.contains(r##""$ref":"#""##),
+        "a reference to the wrapper: {schema}"
+    );
+    let to = schema["properties"]["result"]["$ref"].as_str().unwrap();
+    let name = to.strip_prefix("#/$defs/").unwrap();
+    assert!(schema["$defs"][name].is_object(), "{schema}");
+    assert!(text.contains(&format!(r#""$ref":"{to}""#)), "{schema}");
+    assert_strict(schema, "schema");
+}

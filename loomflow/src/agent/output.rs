@@ -87,6 +87,26 @@ pub(super) fn sent_schema(fields: &Value) -> Value {
         }
         map.remove("$schema");
     }
+    // A recursive type refers to itself as `#`, the top, which is now the wrapper: it is
+    // kept among the definitions instead, and referred to there.
+    let recursive = refers_to_top(&inner)
+        || ["$defs", "definitions"]
+            .iter()
+            .any(|key| wrapper.get(*key).is_some_and(refers_to_top));
+    if recursive {
+        let defs = wrapper
+            .entry("$defs")
+            .or_insert_with(|| serde_json::json!({}));
+        let name = free_name(defs);
+        let to = format!("#/$defs/{name}");
+        if let Value::Object(defs) = defs {
+            defs.insert(name, inner);
+        }
+        inner = serde_json::json!({ "$ref": to });
+        for def in wrapper.values_mut() {
+            point_top_at(def, &to);
+        }
+    }
     wrapper.insert("type".to_owned(), "object".into());
     wrapper.insert(
         "properties".to_owned(),
@@ -95,6 +115,43 @@ pub(super) fn sent_schema(fields: &Value) -> Value {
     wrapper.insert("required".to_owned(), serde_json::json!([WRAPPER]));
     wrapper.insert("additionalProperties".to_owned(), false.into());
     Value::Object(wrapper)
+}
+
+/// Whether `schema` refers to the top of its document (`"$ref": "#"`) anywhere.
+fn refers_to_top(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.get("$ref").and_then(Value::as_str) == Some("#") || map.values().any(refers_to_top)
+        }
+        Value::Array(items) => items.iter().any(refers_to_top),
+        _ => false,
+    }
+}
+
+/// Points every `"$ref": "#"` in `schema` at `to`.
+fn point_top_at(schema: &mut Value, to: &str) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("$ref").and_then(Value::as_str) == Some("#") {
+                map.insert("$ref".to_owned(), to.into());
+            }
+            map.values_mut().for_each(|v| point_top_at(v, to));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| point_top_at(v, to)),
+        _ => {}
+    }
+}
+
+/// A name for the wrapped schema that `defs` does not use yet.
+fn free_name(defs: &Value) -> String {
+    let taken = |name: &str| defs.get(name).is_some();
+    (1..)
+        .map(|n| match n {
+            1 => "Result".to_owned(),
+            n => format!("Result{n}"),
+        })
+        .find(|name| !taken(name))
+        .unwrap_or_default()
 }
 
 /// The answer as JSON (taken out of its `result` wrapper when `fields` is not an object's,
