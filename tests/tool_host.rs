@@ -144,6 +144,31 @@ impl Tool for Echo {
     }
 }
 
+/// A `null` for a field the schema requires, whose type a branch of the schema gives (zod's
+/// `.and()` writes `allOf`), is refused naming the field: it is not a field left out. Before,
+/// the branch took it for an optional field's `null`, the check passed, and the field was
+/// dropped before the tool ran: the server got `{}` and refused it in its own words.
+#[tokio::test]
+async fn a_null_for_a_field_required_around_a_branch_is_refused() {
+    let schema = json!({
+        "type": "object",
+        "required": ["city"],
+        "allOf": [{ "properties": { "city": { "type": "string" } } }],
+    });
+    let mut host = ToolHost::new();
+    host.add_arc(Arc::new(Echo(ToolSpec::new("echo", "Echo.", schema))));
+    let out = run_one(&host, "echo", json!({ "city": null })).await;
+    assert!(out.is_error, "{out:?}");
+    assert!(out.content.contains("city"), "{}", out.content);
+    assert!(
+        out.content.contains("expected a string, got null"),
+        "{}",
+        out.content
+    );
+    let out = run_one(&host, "echo", json!({ "city": "Lyon" })).await;
+    assert_eq!(out.content, r#"{"city":"Lyon"}"#);
+}
+
 #[tokio::test]
 async fn hand_written_tools_are_object_safe() {
     let echo: Arc<dyn Tool> = Arc::new(Echo(ToolSpec::new(

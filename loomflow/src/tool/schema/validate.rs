@@ -134,6 +134,20 @@ impl Validator<'_> {
         path: &mut String,
         depth: Depth,
     ) -> Result<(), String> {
+        self.check_within(schema, value, path, depth, &[])
+    }
+
+    /// [`check`](Self::check), where `enclosing` are the fields that schemas around this one
+    /// require of the same value (this one is their `$ref`, or a branch of theirs): a `null`
+    /// for one of them is not a field left out, whatever this schema requires.
+    fn check_within(
+        &self,
+        schema: &Value,
+        value: &Value,
+        path: &mut String,
+        depth: Depth,
+        enclosing: &[&str],
+    ) -> Result<(), String> {
         let map = match schema {
             Value::Bool(true) => return Ok(()),
             Value::Bool(false) => return Err(format!("{}: no value is allowed here", at(path))),
@@ -147,10 +161,18 @@ impl Validator<'_> {
         if !self.steps.take() {
             return Err(too_long(path));
         }
+        // The fields this schema and those around it require of an object, for the branches
+        // and the reference that check it too.
+        let mut required_here = Vec::new();
+        let branches = ["$ref", "allOf", "anyOf", "oneOf"];
+        if value.is_object() && branches.iter().any(|key| map.contains_key(*key)) {
+            required_here.extend_from_slice(enclosing);
+            required_here.extend(required_names(map));
+        }
         if let Some(Value::String(reference)) = map.get("$ref")
             && let Some(target) = self.resolve(reference)
         {
-            self.check(target, value, path, depth.hop())?;
+            self.check_within(target, value, path, depth.hop(), &required_here)?;
         }
         if let Some(ty) = map.get("type")
             && !type_matches(ty, value)
@@ -195,6 +217,7 @@ impl Validator<'_> {
                 if field.is_null()
                     && properties.is_some_and(|p| p.contains_key(name))
                     && !required.contains(&name.as_str())
+                    && !enclosing.contains(&name.as_str())
                 {
                     continue;
                 }
@@ -249,7 +272,7 @@ impl Validator<'_> {
         }
         if let Some(Value::Array(all)) = map.get("allOf") {
             for branch in all {
-                self.check(branch, value, path, depth.hop())?;
+                self.check_within(branch, value, path, depth.hop(), &required_here)?;
             }
         }
         for key in ["anyOf", "oneOf"] {
@@ -258,7 +281,7 @@ impl Validator<'_> {
                 let mut matched = false;
                 for branch in branches {
                     self.const_missed.set(false);
-                    match self.check(branch, value, path, depth.hop()) {
+                    match self.check_within(branch, value, path, depth.hop(), &required_here) {
                         Ok(()) => {
                             matched = true;
                             break;
