@@ -341,6 +341,55 @@ async fn a_cancelled_agent_run_is_not_marked_failed() {
     );
 }
 
+/// A team's members, each another graph's node, run in `invoke_agent` spans of their own,
+/// as an agent's own runs do: a GenAI backend tells which agent made which model call.
+/// Before, a team's run had no `invoke_agent` span, and its `chat` spans named no agent.
+#[tokio::test(flavor = "current_thread")]
+async fn a_teams_members_run_in_invoke_agent_spans() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let member = |name: &str, reply: &str| {
+        Agent::builder(format!("You are {name}."))
+            .name(name)
+            .model(ScriptedModel::new([ModelResponse::text(reply)]).named("openai:gpt-4o"))
+            .build()
+            .unwrap()
+    };
+    let router = loomflow::architecture::Router::new(member("classifier", "billing"))
+        .worker("billing", "invoices", member("billing", "Refund issued."))
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let team = loomflow::architecture::TeamState::new("refund please");
+    let done = router.invoke(&runtime, "team-1", team).await.unwrap();
+    assert_eq!(
+        done.completed().unwrap().output.as_deref(),
+        Some("Refund issued.")
+    );
+    let spans = capture.spans();
+    let agents: Vec<&str> = named(&spans, "invoke_agent")
+        .iter()
+        .map(|span| field(span, "gen_ai.agent.name"))
+        .collect();
+    assert_eq!(agents, ["classifier", "billing"], "{spans:?}");
+    for agent in named(&spans, "invoke_agent") {
+        assert_eq!(field(agent, "gen_ai.conversation.id"), "team-1");
+        assert_eq!(field(agent, "gen_ai.request.model"), "gpt-4o");
+        assert_eq!(parent_of(&spans, agent).name, "node");
+    }
+    // Each model call is inside its agent's span.
+    for chat in named(&spans, "chat") {
+        let mut up = parent_of(&spans, chat);
+        while up.name != "invoke_agent" {
+            up = parent_of(&spans, up);
+        }
+        assert_eq!(
+            field(chat, "gen_ai.request.model"),
+            field(up, "gen_ai.request.model")
+        );
+    }
+}
+
 /// A node that waits for a signal, suspending the run until it comes.
 #[node]
 async fn await_payment(paid: &mut Option<u64>, ctx: &Context) -> loomflow::Result<()> {

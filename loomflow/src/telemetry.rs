@@ -8,7 +8,7 @@
 //!
 //! | span (`otel.name`) | where | fields |
 //! | --- | --- | --- |
-//! | `invoke_agent {agent}` | an [`Agent`](crate::agent::Agent) call: `run`, `stream`, `resume` | `gen_ai.operation.name`, `gen_ai.agent.name`, `gen_ai.conversation.id` |
+//! | `invoke_agent {agent}` | an [`Agent`](crate::agent::Agent) call: `run`, `stream`, `resume`; a run of it as another graph's node (a team's member) | `gen_ai.operation.name`, `gen_ai.agent.name`, `gen_ai.conversation.id` |
 //! | `chat {model}` | one model call of an agent | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.response.finish_reasons` (a string array when exported through OpenTelemetry with the `otel` feature on; its JSON text otherwise, `tracing-opentelemetry` without the feature included), `error.type`; with content recording on, `gen_ai.input.messages` and `gen_ai.output.messages` |
 //! | `execute_tool {tool}` | one tool call of a [`ToolHost`](crate::tool::ToolHost) | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`, `error.type`; with content recording on, `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` |
 //! | `run {graph}` | one execution of a run, from its claim to its end or suspension | `loomflow.graph`, `loomflow.thread`, `loomflow.run`, `loomflow.namespace`, `loomflow.resumed`, `loomflow.outcome`; an error status (`otel.status_code`) when it fails |

@@ -56,6 +56,11 @@ pub(super) fn build(
             }),
         });
     }
+    // As a team's member, or any graph's node: its runs have their `invoke_agent` span too.
+    let spanned = Arc::clone(core);
+    graph = graph.embedded_span(Arc::new(move |session: &str| {
+        super::observe::agent_span(&spanned.name, spanned.model.name(), session)
+    }));
     graph
         .node(ModelNode(Arc::clone(core)))
         .node(ToolsNode(Arc::clone(core)))

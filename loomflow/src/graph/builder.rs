@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::context::Context;
-use crate::graph::compiled::{CompiledGraph, TimeLimit};
+use crate::graph::compiled::{CompiledGraph, EmbeddedSpan, TimeLimit};
 use crate::graph::error::RunError;
 use crate::graph::error::{GraphError, GraphProblem};
 use crate::graph::merge::Reducer;
@@ -97,6 +97,8 @@ pub struct Graph<S> {
     pub(crate) recursion_limit: u64,
     /// How long a run of the graph may take when it is another graph's node.
     pub(crate) time_limit: Option<TimeLimit>,
+    /// The span a run of the graph as another graph's node runs in.
+    pub(crate) embedded_span: Option<EmbeddedSpan>,
 }
 
 impl<S: 'static> std::fmt::Debug for Graph<S> {
@@ -125,6 +127,7 @@ impl<S: State> Graph<S> {
             reducers: Vec::new(),
             recursion_limit: DEFAULT_RECURSION_LIMIT,
             time_limit: None,
+            embedded_span: None,
         }
     }
 
@@ -132,6 +135,13 @@ impl<S: State> Graph<S> {
     /// `limit`, the node fails with the error `limit` makes for the thread.
     pub(crate) fn time_limit(mut self, limit: TimeLimit) -> Self {
         self.time_limit = Some(limit);
+        self
+    }
+
+    /// Runs each run of this graph used as another graph's node in the span `span` makes
+    /// for the thread (an agent's `invoke_agent`, as its own runs have).
+    pub(crate) fn embedded_span(mut self, span: EmbeddedSpan) -> Self {
+        self.embedded_span = Some(span);
         self
     }
 

@@ -43,7 +43,12 @@ pub(crate) struct CompiledInner<S> {
     pub(crate) has_subgraphs: bool,
     /// How long a run of the graph may take as another graph's node.
     pub(crate) time_limit: Option<TimeLimit>,
+    /// The span a run of the graph as another graph's node runs in.
+    pub(crate) embedded_span: Option<EmbeddedSpan>,
 }
+
+/// Makes the span of a graph's run as another graph's node, for the thread.
+pub(crate) type EmbeddedSpan = Arc<dyn Fn(&str) -> tracing::Span + Send + Sync>;
 
 /// How long a graph's run may take as another graph's node, and the error its node fails
 /// with past that, made for the thread (see `SubgraphNode`).
@@ -144,6 +149,7 @@ impl<S: State> CompiledGraph<S> {
             reducers,
             recursion_limit,
             time_limit,
+            embedded_span,
         } = graph;
         let names = Names::new(&nodes);
         let declared = Declared {
@@ -214,6 +220,7 @@ impl<S: State> CompiledGraph<S> {
                 fingerprint: fingerprint.into(),
                 has_subgraphs,
                 time_limit,
+                embedded_span,
             }),
         })
     }

@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+use futures_util::future::Either;
+use tracing::Instrument;
+
 use crate::context::Context;
 use crate::graph::State;
 use crate::graph::compiled::CompiledGraph;
@@ -114,7 +117,14 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 claim: Some(ctx.claim().clone()),
                 wait_if_busy: None,
             };
-            let run = execute(execution);
+            // The run's own span is made as it starts: inside the embedded span, if any.
+            let run = match &self.graph.inner.embedded_span {
+                Some(span) => {
+                    let span = span(ctx.thread());
+                    Either::Left(span.in_scope(|| execute(execution)).instrument(span))
+                }
+                None => Either::Right(execute(execution)),
+            };
             let ran = match &self.graph.inner.time_limit {
                 None => run.await,
                 Some(limit) => match tokio::time::timeout(limit.after, run).await {
