@@ -291,19 +291,29 @@ async fn a_refused_request_is_reported_interrupted(runtime: Runtime) {
 }
 
 /// A resume given its value directly whose step fails leaves the question open, as a
-/// refused request does: the run stays interrupted, and an answer an operator queued for
-/// it before is kept and taken by a worker. Before, the run was marked failed, the queued
-/// answer dropped, and a new request refused (the run was not interrupted).
-async fn a_direct_resume_that_fails_keeps_the_queued_answer(runtime: Runtime) {
+/// refused request does: the run stays interrupted and takes the next answer sent as a
+/// request. The answer an operator queued before is dropped all the same (the resume
+/// answered instead of it: carried on, it would redo with another input what the failed
+/// step did). Before, the run was marked failed and a new request was refused.
+async fn a_direct_resume_that_fails_takes_the_next_request(runtime: Runtime) {
     let graph = limited();
     let worker = Worker::builder(&runtime).graph(&graph).build();
     runtime.submit("limited", "d", 0).await.unwrap();
     assert_eq!(worker.run_until_idle().await.unwrap(), 1);
-    runtime.request_resume("d", 50).await.unwrap();
+    runtime.request_resume("d", 70).await.unwrap();
     let failed = graph.resume(&runtime, "d", 500).await.unwrap();
     assert!(matches!(failed, RunOutcome::Failed { .. }), "{failed:?}");
     let record = runtime.run("d").await.unwrap().record;
     assert_eq!(record.state, RunState::Interrupted, "{record:?}");
+    // A worker the queued 70 woke finds nothing to apply.
+    worker.run_until_idle().await.unwrap();
+    let record = runtime.run("d").await.unwrap().record;
+    assert_eq!(
+        record.state,
+        RunState::Interrupted,
+        "the queued 70 is dropped: {record:?}"
+    );
+    runtime.request_resume("d", 50).await.unwrap();
     assert_eq!(worker.run_until_idle().await.unwrap(), 1);
     let record = runtime.run("d").await.unwrap().record;
     assert_eq!(record.state, RunState::Completed, "{record:?}");
@@ -311,15 +321,15 @@ async fn a_direct_resume_that_fails_keeps_the_queued_answer(runtime: Runtime) {
 }
 
 #[tokio::test]
-async fn a_direct_resume_that_fails_keeps_the_queued_answer_on_the_memory_store() {
-    a_direct_resume_that_fails_keeps_the_queued_answer(Runtime::in_memory()).await;
+async fn a_direct_resume_that_fails_takes_the_next_request_on_the_memory_store() {
+    a_direct_resume_that_fails_takes_the_next_request(Runtime::in_memory()).await;
 }
 
 #[tokio::test]
-async fn a_direct_resume_that_fails_keeps_the_queued_answer_on_sqlite() {
+async fn a_direct_resume_that_fails_takes_the_next_request_on_sqlite() {
     let db = loomflow_tests::TempDb::new("worker-direct-resume-fails");
     let runtime = Runtime::sqlite(db.path()).unwrap();
-    a_direct_resume_that_fails_keeps_the_queued_answer(runtime).await;
+    a_direct_resume_that_fails_takes_the_next_request(runtime).await;
 }
 
 #[tokio::test]

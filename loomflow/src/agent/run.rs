@@ -104,8 +104,8 @@ impl<'a> AgentRun<'a> {
         let previous = runtime.store().latest_checkpoint(session, "").await?;
         let mut state = match previous {
             None => AgentState::new(&self.prompt),
-            // Suspended there, unless the run was resumed and failed after (a failed step
-            // writes no checkpoint): then a prompt moves on from it, as from any failed run.
+            // Suspended there, unless its run failed since (a failed step writes no
+            // checkpoint): a prompt moves on from it, as from any failed run.
             Some(cp)
                 if cp.status == RunStatus::Interrupted
                     && !failed_at(runtime, session, &cp).await? =>

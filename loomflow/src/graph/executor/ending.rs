@@ -32,7 +32,7 @@ pub(super) struct Position<'a> {
 /// state with the step to retry. A resumed step that fails leaves the interrupted checkpoint
 /// the newest in every mode, so that its question can be answered again: the run stays
 /// interrupted; the resume requests it applied (see `resume_request`) are refused, spent,
-/// and values given to `resume` directly leave the requests queued for it.
+/// as are those queued for it when its values were given to `resume` directly.
 pub(super) async fn fail<S: State>(
     g: &CompiledInner<S>,
     shared: &RunShared,
@@ -56,8 +56,10 @@ pub(super) async fn fail<S: State>(
         Box::pin(shared.claim.refuse_request()).await?;
     } else if resumed && root && shared.claim.answered_directly().is_some() {
         // Values given to `resume` directly, which the step failed with: the question is
-        // open, as for a request's value; requests queued for it stay for the next execution.
-        shared.claim.refuse_direct();
+        // open, as for a request's value. The requests queued for it are dropped all the
+        // same: the resume answered instead of them (another answer is another input, whose
+        // journaled calls are made afresh: a charge made again, say).
+        shared.claim.direct_resume_failed();
     } else if root {
         // Recorded on the run's row as the execution lets go; also if it is dropped before.
         shared.claim.failing(&message);

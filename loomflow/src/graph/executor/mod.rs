@@ -193,6 +193,8 @@ fn claimed<S: State>(
                     refused = true;
                     None
                 }
+                // A resume given its values directly whose step failed: interrupted still.
+                Ok(RunOutcome::Failed { .. }) if claim.failed_direct_resume() => None,
                 Ok(RunOutcome::Failed { error, .. }) => Some(ErrorChain(error).to_string()),
                 Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) => None,
                 Err(RunError::Store(store)) if ending::in_passing(store) => None,

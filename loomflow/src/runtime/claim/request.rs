@@ -27,6 +27,8 @@ pub(super) struct TakenRequest {
     refusal: Mutex<Option<Box<JournalKey>>>,
     /// The interrupted checkpoint a resume given its values directly answers (0: none).
     answered: AtomicU64,
+    /// Whether that resume failed in its resumed step.
+    direct_failed: AtomicBool,
 }
 
 impl TakenRequest {
@@ -76,9 +78,18 @@ impl RunClaim {
     }
 
     /// A resume given its values directly failed in its resumed step: the run waits for
-    /// another answer, as when it refuses requests (nothing was taken from the store).
-    pub(crate) fn refuse_direct(&self) {
-        self.inner.request.refused.store(true, Ordering::Release);
+    /// another answer, interrupted as it was.
+    pub(crate) fn direct_resume_failed(&self) {
+        self.inner
+            .request
+            .direct_failed
+            .store(true, Ordering::Release);
+    }
+
+    /// Whether a resume given its values directly failed in its resumed step
+    /// ([`direct_resume_failed`](Self::direct_resume_failed)).
+    pub(crate) fn failed_direct_resume(&self) -> bool {
+        self.inner.request.direct_failed.load(Ordering::Acquire)
     }
 
     /// The run refused the requests it applied: journals that they are spent, under the
