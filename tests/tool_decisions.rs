@@ -600,7 +600,7 @@ fn charge(cents: u32) -> String {
 }
 
 /// An agent's tool call whose approval is asked in passing of a store failure (the write of
-/// when it was asked commits, then reports a broken connection) lets the run go, as any
+/// when it was asked reports a broken connection) lets the run go, as any
 /// store failure does, rather than failing it for good: resumed, the call runs once and the
 /// turn ends. Before its fix the run failed with the tool step's failure.
 #[tokio::test]
@@ -627,7 +627,7 @@ async fn a_store_failure_asking_an_agents_approval_lets_the_run_go() {
         .build()
         .unwrap();
 
-    faults.fail_journal_write_after_commit_named("approval-asked:call_1");
+    faults.fail_journal_write_before_commit_named("approval-asked:call_1");
     let first = agent.run("charge 250").session("till-1").await;
     assert!(
         matches!(first, Err(Error::Store(StoreError::Write { .. }))),

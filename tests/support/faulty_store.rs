@@ -37,9 +37,12 @@ pub(crate) struct Faults {
     /// While set, the next journal write under a claim commits and then fails, as a write
     /// whose connection broke after the database committed it.
     fail_journal_after_commit: AtomicBool,
-    /// The next journal write under a claim of a step whose name starts with this commits
-    /// and then fails, as `fail_journal_after_commit` does.
-    fail_journal_named: Mutex<Option<String>>,
+    /// While set, the next journal write under a claim fails before the store is asked, as
+    /// a write whose connection broke before it reached the database.
+    fail_journal_before_commit: AtomicBool,
+    /// The next journal write under a claim of a step whose name starts with this fails
+    /// before the store is asked, as `fail_journal_before_commit` does.
+    lose_journal_named: Mutex<Option<String>>,
     /// The next `try_take_signal` starts only once this fires (or is dropped).
     held_try_take: Mutex<Option<oneshot::Receiver<()>>>,
     /// While set, the next `try_take_signal` fails with [`StoreError::Write`].
@@ -182,27 +185,25 @@ impl Faults {
         hold(&self.held_pending_read)
     }
 
+    /// Makes the next journal write under a claim fail without reaching the store.
+    pub(crate) fn fail_next_journal_write_before_commit(&self) {
+        (self.fail_journal_before_commit).store(true, Ordering::SeqCst);
+    }
+
+    /// Makes the next journal write under a claim of a step whose name starts with `prefix`
+    /// fail without reaching the store.
+    pub(crate) fn fail_journal_write_before_commit_named(&self, prefix: &str) {
+        *self.lose_journal_named.lock().unwrap() = Some(prefix.to_owned());
+    }
+
     /// Makes the next journal write under a claim commit and then fail.
     pub(crate) fn fail_next_journal_write_after_commit(&self) {
         (self.fail_journal_after_commit).store(true, Ordering::SeqCst);
     }
 
-    /// Makes the next journal write under a claim of a step whose name starts with `prefix`
-    /// commit and then fail.
-    pub(crate) fn fail_journal_write_after_commit_named(&self, prefix: &str) {
-        *self.fail_journal_named.lock().unwrap() = Some(prefix.to_owned());
-    }
-
-    /// Whether `name`'s write is the one armed to fail, disarming it if so.
-    fn journal_write_armed(&self, name: &str) -> bool {
-        let mut named = self.fail_journal_named.lock().unwrap();
-        let armed = named
-            .as_deref()
-            .is_some_and(|prefix| name.starts_with(prefix));
-        if armed {
-            *named = None;
-        }
-        armed || self.fail_journal_after_commit.swap(false, Ordering::SeqCst)
+    /// Whether the next committed journal write is armed to fail, disarming it if so.
+    fn journal_write_armed(&self) -> bool {
+        self.fail_journal_after_commit.swap(false, Ordering::SeqCst)
     }
 
     pub(crate) fn hold_next_try_take(&self) -> oneshot::Sender<()> {
@@ -288,15 +289,36 @@ pub(crate) struct FaultyStore<S> {
 }
 
 impl Faults {
+    /// The failure of a journal write armed to fail before it reaches the store, disarming it.
+    fn journal_write_lost(&self, name: &str, owner: &str) -> Option<StoreError> {
+        let named = {
+            let mut named = self.lose_journal_named.lock().unwrap();
+            let armed = named
+                .as_deref()
+                .is_some_and(|prefix| name.starts_with(prefix));
+            if armed {
+                *named = None;
+            }
+            armed
+        };
+        (named
+            || self
+                .fail_journal_before_commit
+                .swap(false, Ordering::SeqCst))
+        .then(|| StoreError::Write {
+            thread: owner.to_owned(),
+            message: "connection reset before the write reached the store (armed fault)".to_owned(),
+        })
+    }
+
     /// What a journal write that `written` says returns: a committed write fails when armed.
     fn after_journal_write(
         &self,
-        name: &str,
         owner: &str,
         written: Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         match written {
-            Ok(()) if self.journal_write_armed(name) => Err(StoreError::Write {
+            Ok(()) if self.journal_write_armed() => Err(StoreError::Write {
                 thread: owner.to_owned(),
                 message: "connection reset while committing (armed fault)".to_owned(),
             }),
@@ -553,11 +575,13 @@ impl<S: Store> Store for FaultyStore<S> {
             if let Some(go) = held {
                 let _ = go.await;
             }
-            let name = key.name.clone();
+            if let Some(lost) = self.faults.journal_write_lost(&key.name, owner) {
+                return Err(lost);
+            }
             let written = (self.inner)
                 .put_journal_claimed(key, value, owner, lease_until_ms)
                 .await;
-            self.faults.after_journal_write(&name, owner, written)
+            self.faults.after_journal_write(owner, written)
         })
     }
 
@@ -574,11 +598,13 @@ impl<S: Store> Store for FaultyStore<S> {
             if let Some(go) = held {
                 let _ = go.await;
             }
-            let name = key.name.clone();
+            if let Some(lost) = self.faults.journal_write_lost(&key.name, owner) {
+                return Err(lost);
+            }
             let written = (self.inner)
                 .put_journal_audited(key, value, audit, owner, lease_until_ms)
                 .await;
-            self.faults.after_journal_write(&name, owner, written)
+            self.faults.after_journal_write(owner, written)
         })
     }
 

@@ -40,10 +40,11 @@ impl Context {
     /// Should the journal write fail because the store did (a dropped connection, a full
     /// disk), the error the node returns with `?` does not fail the run: the run stops where
     /// the step started and is let go, as after a crash, for a worker or a `resume` to carry
-    /// on. `f` may then be called again, unless its result reached the journal after all. A
-    /// node that retries the step itself meets the same: the failed write gives its number
-    /// back, so that the retry replays a value that reached the journal, and calls `f` again
-    /// only if none did.
+    /// on. `f` may then be called again, unless its result reached the journal after all.
+    /// (A write that failed in passing is looked up first: found, it did reach the journal,
+    /// and the step returns its value.) A node that retries the step itself meets the same:
+    /// the failed write gives its number back, so that the retry replays a value that
+    /// reached the journal, and calls `f` again only if none did.
     /// So does a store failure `f` returns as the store's or the run's error (a step of its
     /// own whose write failed).
     /// A write the store refuses for what it holds
@@ -124,15 +125,25 @@ impl Context {
         };
         let audit = self.run.take_audit_but_resumes();
         let occurrence = key.occurrence;
-        // A write that failed gives the number back too: a retry in the node looks it up
-        // again, and replays the value should the write have reached the store after all
-        // (a connection that broke after the commit) rather than doing the work again
-        // under the next number.
-        if let Err(failed) = self.run.claim.put_journal_audited(key, json, audit).await {
-            self.give_back_number(name, occurrence);
-            return Err(failed.into());
+        // Kept to look the write up should it fail in passing: a durable store's connection
+        // may break after the commit (the memory store's writes do not fail so).
+        let kept = store.as_memory().is_none().then(|| key.clone());
+        let Err(failed) = self.run.claim.put_journal_audited(key, json, audit).await else {
+            return Ok(value);
+        };
+        let reached = match kept {
+            Some(key) if failed.is_passing() => store.get_journal(&key).await,
+            _ => Ok(None),
+        };
+        if let Ok(Some(_)) = reached {
+            // The write reached the journal after all: the step is done.
+            return Ok(value);
         }
-        Ok(value)
+        // Nothing journaled (or no telling): the number goes back, as for a failed `f`, so
+        // that a retry in the node looks it up again, and replays the value should the write
+        // have reached the store after all rather than doing the work again.
+        self.give_back_number(name, occurrence);
+        Err(failed.into())
     }
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the
