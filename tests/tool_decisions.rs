@@ -691,6 +691,70 @@ async fn a_remembered_allow_does_not_pass_to_another_tool_of_its_name() {
     assert_eq!(asked.load(Ordering::SeqCst), 2);
 }
 
+/// A call a remembered allow let run, whose node runs again (it failed after the call)
+/// once a tool of another kind has taken the name, is asked about: the allow its first run
+/// took stood for the tool as it was. The first version of the journaled permission ran
+/// the destructive tool unasked.
+#[tokio::test]
+async fn a_journaled_remembered_allow_does_not_pass_to_a_tool_that_took_its_name() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let host = ToolHost::new()
+        .with(act_lookup)
+        .approval_handler(approver_fn(move |_request| {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                Ok(match first {
+                    true => ApprovalDecision::RememberAllow,
+                    false => ApprovalDecision::deny("not that one"),
+                })
+            }
+        }));
+    let host = Arc::new(tokio::sync::RwLock::new(host));
+    let call = |id: &str| ToolCall::new(id, "act", json!({ "word": "w" }));
+    let ada = DispatchContext::new("other").user(Some("ada"));
+    let first = host
+        .read()
+        .await
+        .dispatch(&[call("c0")], ada)
+        .await
+        .unwrap();
+    assert_eq!(first[0].content, "looked up w");
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (in_node, counted) = (Arc::clone(&host), Arc::clone(&runs));
+    let graph: CompiledGraph<Vec<String>> = Graph::new("acting")
+        .node_fn("act", move |said: &mut Vec<String>, ctx| {
+            let (host, counted) = (Arc::clone(&in_node), Arc::clone(&counted));
+            Box::pin(async move {
+                let dispatch = DispatchContext::new(ctx.thread())
+                    .user(Some("ada"))
+                    .node(ctx);
+                let host = host.read().await;
+                let outcome = host.dispatch(&[call("c1")], dispatch).await?.remove(0);
+                said.push(outcome.content);
+                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(Error::msg("the node fails after its call").into());
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "act")
+        .edge("act", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let failed = graph.run(&runtime, "t", Vec::new()).await.unwrap();
+    assert!(matches!(failed, RunOutcome::Failed { .. }), "{failed:?}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "remembered: not asked");
+
+    host.write().await.add(act_delete);
+    let done = graph.recover(&runtime, "t").await.unwrap();
+    let said = done.completed().unwrap();
+    assert!(said[0].contains("not that one"), "ran unasked: {said:?}");
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+}
+
 /// Decides `call_2` at once, "allow and remember it"; every other call by signal, the run
 /// suspending while it waits.
 struct RemembersTheSecond(SignalApprover);

@@ -121,7 +121,10 @@ pub enum ApprovalDecision {
     /// Run it, and allow this tool for this user without asking for the rest of the host's
     /// life. A run that names no user remembers nothing: this call runs, the next asks.
     /// The decision is for the tool as it is: another of its name (a tool replaced, an MCP
-    /// server's list changed) or its spec changed is asked about afresh.
+    /// server's list changed) or its spec changed is asked about afresh. In a node, a call
+    /// keeps the way its first run took: one asked about waits for its own decision even if
+    /// an allow is remembered meanwhile (another call's), and one a remembered decision let
+    /// run is not asked about when its node runs again.
     RememberAllow,
     /// Refuse it, and refuse this tool for this user without asking for the rest of the
     /// host's life. A run that names no user remembers nothing. For the tool as it is, as

@@ -61,13 +61,15 @@ impl ToolHost {
         ctx: DispatchContext<'_>,
     ) -> crate::Result<(Permission, &'static str)> {
         let (permission, by) = self.permission(ctx.user, spec, arguments);
-        let Some(node) = ctx.node else {
+        // Nothing is remembered for a run with no user, nor without an approver to decide.
+        let (Some(node), Some(_), Some(_)) = (ctx.node, ctx.user, &self.approver) else {
             return Ok((permission, by));
         };
+        let print = spec_print(spec);
         let remembered = match (&permission, by) {
             (Permission::Ask, _) => None,
-            (Permission::Allow, REMEMBERED) => Some(true),
-            (Permission::Deny(_), REMEMBERED) => Some(false),
+            (Permission::Allow, REMEMBERED) => Some((true, print)),
+            (Permission::Deny(_), REMEMBERED) => Some((false, print)),
             _ => return Ok((permission, by)),
         };
         let name = format!("permission:{}", call.id);
@@ -76,8 +78,10 @@ impl ToolHost {
             || async move { Ok::<_, crate::RunError>(remembered) },
         );
         Ok(match taken.await? {
-            Some(allowed) => remembered_permission(allowed),
-            None => (Permission::Ask, POLICY),
+            // Taken for the tool as it was: another now (a deploy, a server's list changed)
+            // is asked about, as a remembered decision would not stand for it either.
+            Some((allowed, given_for)) if given_for == print => remembered_permission(allowed),
+            _ => (Permission::Ask, POLICY),
         })
     }
 
