@@ -1100,3 +1100,38 @@ async fn an_append_rewritten_by_a_parallel_writer_names_the_node() {
         "reducer for field log failed in step 1: node b changed existing items instead of appending"
     );
 }
+
+/// A `#[node]` may fail with any error type, not only those that convert into `NodeError`:
+/// an `std::io::Error` fails the run with that error, which downcasts to it. Before, such a
+/// node did not compile (the advice was a `From` impl the orphan rule forbids).
+#[node]
+async fn read_config(state: &mut Doc) -> std::io::Result<()> {
+    state.log.push("read".to_owned());
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "no config.toml",
+    ))
+}
+
+#[tokio::test]
+async fn a_node_fails_with_an_error_type_of_another_crate() {
+    let graph = Graph::new("config")
+        .node(read_config)
+        .edge(START, "read_config")
+        .edge("read_config", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let outcome = graph.invoke(&runtime, "t", Doc::default()).await.unwrap();
+    let RunOutcome::Failed { error, .. } = outcome else {
+        panic!("failed: {outcome:?}");
+    };
+    assert!(error.to_string().contains("read_config"), "{error}");
+    let source = std::error::Error::source(&error).expect("the node's error");
+    assert_eq!(source.to_string(), "no config.toml");
+    let io = source.downcast_ref::<std::io::Error>();
+    assert_eq!(
+        io.map(std::io::Error::kind),
+        Some(std::io::ErrorKind::NotFound)
+    );
+}

@@ -286,3 +286,42 @@ async fn a_tool_and_a_node_whose_return_type_a_macro_was_given() {
         .unwrap();
     assert_eq!(done.n, 1);
 }
+
+/// A node and a tool a `macro_rules!` writes, their names the caller's and no return type
+/// given (or one passed as tokens): the generated code finds its own bindings. Before, the
+/// binding of the body's output took the caller's hygiene and was not found.
+macro_rules! named_by_the_caller {
+    ($node:ident, $tool:ident, $($ret:tt)*) => {
+        /// Counts.
+        #[node]
+        async fn $node(counted: &mut Count) {
+            counted.n += 100;
+        }
+
+        /// Halves a number.
+        #[tool]
+        fn $tool(n: u32) -> $($ret)* {
+            n / 2
+        }
+    };
+}
+
+named_by_the_caller!(count_by_hundreds, halve, u32);
+
+#[tokio::test]
+async fn a_node_and_a_tool_named_by_a_macros_caller_run() {
+    let graph = Graph::new("hundreds")
+        .node(count_by_hundreds)
+        .edge(START, "count_by_hundreds")
+        .edge("count_by_hundreds", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let done = graph.invoke(&runtime, "t", Count::default()).await.unwrap();
+    assert_eq!(done.completed().unwrap().n, 100);
+    let host = ToolHost::new().with(halve);
+    let call = loomflow::model::ToolCall::new("c", "halve", json!({ "n": 8 }));
+    let context = loomflow::tool::DispatchContext::new("s");
+    let out = host.dispatch(&[call], context).await.unwrap().remove(0);
+    assert_eq!(out.content, "4");
+}

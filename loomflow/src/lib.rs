@@ -167,9 +167,10 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// Marks an async fn as a graph node.
 ///
 /// The function takes `&mut S` (the state) and optionally `&Context`, and returns `()` or a
-/// `Result<(), E>` with `E: Into<`[`NodeError`](graph::NodeError)`>`: `loomflow::Error`, any
+/// `Result<(), E>` with `E: Into<`[`NodeError`](graph::NodeError)`>` (`loomflow::Error`, any
 /// of its subsystems' errors, `String`, `&str`, a boxed error, or an error of one's own with
-/// a `From` impl for `NodeError`. The macro turns the name into a unit
+/// a `From` impl for `NodeError`), or any other error that is `Send + Sync` (`anyhow::Error`,
+/// `std::io::Error`, a `thiserror` type), which fails the node. The macro turns the name into a unit
 /// value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is named after the
 /// function, without the `r#` of a raw identifier (`r#match` is the node `"match"`; override
 /// with `#[node(name = "...")]`); the doc comment becomes its description.
@@ -362,6 +363,10 @@ pub mod prelude {
 /// Items the macros' generated code refers to. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::graph::node_output::{
+        BoxedErrorOutput, BoxedErrorOutputKind, NodeErrorOutput, NodeErrorOutputKind, NodeOutputOf,
+        OtherNodeOutput, OtherNodeOutputKind,
+    };
     pub use crate::graph::{BoxFuture, IntoNodeResult, NodeResult};
     pub use crate::tool::macro_support::{
         FallibleOutput, FallibleOutputKind, OutputOf, PlainOutput, PlainOutputKind,

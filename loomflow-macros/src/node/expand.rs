@@ -1,7 +1,7 @@
 //! Code generation for `#[node]`.
 
 use proc_macro2::TokenStream;
-use quote::{ToTokens, quote, quote_spanned};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use super::model::{Invalid, NodeModel};
@@ -32,8 +32,23 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
         })
     };
 
+    // Chosen by type (see `loomflow::graph::node_output`). The binding is made here, at the
+    // call site, and put in as a token: spelled inside `quote_spanned!` it would take the
+    // return type's span, which a `macro_rules!` that wrote the fn gives its own hygiene.
+    let output = format_ident!("__loomflow_output");
     let convert = quote_spanned! {model.output_span=>
-        #krate::__private::IntoNodeResult::into_node_result(__loomflow_output)
+        {
+            #[allow(unused_imports)]
+            use #krate::__private::{
+                BoxedErrorOutputKind as _, NodeErrorOutputKind as _, OtherNodeOutputKind as _,
+            };
+            // Bound again under the return type's span, for errors to point at it.
+            #[allow(clippy::let_unit_value)]
+            let __loomflow_value = #output;
+            (&&#krate::__private::NodeOutputOf(&__loomflow_value))
+                .node_output_kind()
+                .convert(__loomflow_value)
+        }
     };
 
     quote! {
@@ -61,7 +76,7 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
                     __loomflow_ctx: &'a #krate::Context,
                 ) -> #krate::__private::BoxFuture<'a, #krate::__private::NodeResult> {
                     ::std::boxed::Box::pin(async move {
-                        let __loomflow_output = #call.await;
+                        let #output = #call.await;
                         #convert
                     })
                 }

@@ -79,15 +79,22 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
     };
     // Chosen by type, not by spelling: an alias of `Result` is fallible, and a user type
     // named `Result` is a plain value.
+    // The binding is made at the call site and put in as a token: spelled inside
+    // `quote_spanned!` it would take the return type's span, which a `macro_rules!` that
+    // wrote the fn gives its own hygiene.
+    let output = format_ident!("__loomflow_output");
     let convert = quote_spanned! {model.output_span=>
         {
             #[allow(unused_imports)]
             use #private::{
                 FallibleOutputKind as _, PlainOutputKind as _, ToolErrorOutputKind as _,
             };
-            (&&&#private::OutputOf(&__loomflow_output))
+            // Bound again under the return type's span, for errors to point at it.
+            #[allow(clippy::let_unit_value)]
+            let __loomflow_value = #output;
+            (&&&#private::OutputOf(&__loomflow_value))
                 .tool_output_kind()
-                .convert(__loomflow_output, #name)
+                .convert(__loomflow_value, #name)
         }
     };
     // A sync body runs on tokio's blocking pool, so that it does not hold up the task that
@@ -95,7 +102,7 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
     // wait for it. The context it may borrow is cloned for the blocking thread.
     let run = if func.sig.asyncness.is_some() {
         quote! {
-            let __loomflow_output = #ident::call(#(#call_args),*).await;
+            let #output = #ident::call(#(#call_args),*).await;
             #convert
         }
     } else {
@@ -108,7 +115,7 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
             #own_context
             #private::run_blocking_tool(#name, move || {
                 #borrow_context
-                let __loomflow_output = #ident::call(#(#call_args),*);
+                let #output = #ident::call(#(#call_args),*);
                 #convert
             })
             .await

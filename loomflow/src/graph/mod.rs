@@ -12,6 +12,7 @@ mod merge;
 pub mod mermaid;
 pub(crate) mod namespace;
 pub(crate) mod node;
+pub(crate) mod node_output;
 mod run;
 pub mod shape;
 mod subgraph;

@@ -132,12 +132,13 @@ pub trait Node<S>: Send + Sync + 'static {
 
 /// What a node function may return: `()` or a `Result<(), E>` whose error converts into
 /// [`NodeError`] (`loomflow::Error`, any subsystem error, `String`, `&str`, a [`BoxError`]).
-/// Lets `#[node]` accept a user's own result alias; for an error type of one's own,
-/// implement `From<MyError> for NodeError` (with [`NodeError::failed`]).
+/// Lets `#[node]` accept a user's own result alias. A `#[node]` also takes a `Result<(), E>`
+/// whose error is any error type that is `Send + Sync` (an `anyhow::Error`, an
+/// `std::io::Error`, one's own): it fails the node with that error.
 #[diagnostic::on_unimplemented(
-    message = "a node must return `()` or `Result<(), E>` where `E: Into<loomflow::graph::NodeError>`, not `{Self}`",
+    message = "a node must return `()` or `Result<(), E>` where `E` is an error type (`Into<Box<dyn Error + Send + Sync>>`), not `{Self}`",
     label = "this node's return type",
-    note = "`loomflow::Error`, its subsystems' errors, `String`, `&str` and boxed errors convert; for an error of your own, implement `From<YourError> for loomflow::graph::NodeError` (with `NodeError::failed`)"
+    note = "`loomflow::Error`, `String`, `&str`, `anyhow::Error` and any `std::error::Error + Send + Sync` convert"
 )]
 pub trait IntoNodeResult {
     /// Converts into the executor's result type.

@@ -1,5 +1,6 @@
 //! What a node may fail with: loomflow's error, any of its subsystems' (the memory's, the
-//! graph's, a model's), a message, and an error of the user's own through `NodeError`.
+//! graph's, a model's), a message, an error of the user's own through `NodeError`, and any
+//! other error type (`std::io::Error`, one's own with no conversion written).
 use loomflow::memory::MemoryError;
 use loomflow::model::ModelError;
 use loomflow::prelude::*;
@@ -56,6 +57,29 @@ async fn mine(state: &mut S) -> Result<(), Mine> {
     Ok(())
 }
 
+#[node]
+async fn reads(state: &mut S) -> std::io::Result<()> {
+    state.n += 1;
+    Ok(())
+}
+
+#[derive(Debug)]
+struct Theirs;
+
+impl std::fmt::Display for Theirs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("theirs")
+    }
+}
+
+impl std::error::Error for Theirs {}
+
+#[node]
+async fn theirs(state: &mut S) -> Result<(), Theirs> {
+    state.n += 1;
+    Ok(())
+}
+
 fn main() {
     let _graph = Graph::new("g")
         .node(recalls)
@@ -68,7 +92,11 @@ fn main() {
         .edge("builds", "asks")
         .edge("asks", "says")
         .edge("says", "mine")
-        .edge("mine", END)
+        .node(reads)
+        .node(theirs)
+        .edge("mine", "reads")
+        .edge("reads", "theirs")
+        .edge("theirs", END)
         .compile()
         .unwrap();
 }
