@@ -170,10 +170,11 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// `Result<(), E>` with `E: Into<`[`NodeError`](graph::NodeError)`>` (`loomflow::Error`, any
 /// of its subsystems' errors, `String`, `&str`, a boxed error, or an error of one's own with
 /// a `From` impl for `NodeError`), or any other error that is `Send + Sync` (`anyhow::Error`,
-/// `std::io::Error`, a `thiserror` type), which fails the node. The macro turns the name into a unit
-/// value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is named after the
-/// function, without the `r#` of a raw identifier (`r#match` is the node `"match"`; override
-/// with `#[node(name = "...")]`); the doc comment becomes its description.
+/// `std::io::Error`, a `thiserror` type), which fails the node. The macro turns the name
+/// into a unit value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is
+/// named after the function, without the `r#` of a raw identifier (`r#match` is the node
+/// `"match"`; override with `#[node(name = "...")]`); the doc comment becomes its
+/// description.
 /// The original body stays callable as `name::call(state, ctx)`, and the fn's other
 /// attributes go on it: a `#[tracing::instrument]` below `#[node]` makes a span named
 /// `call` (give it a name, or put it above `#[node]`). A state type that is not a
