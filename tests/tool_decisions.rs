@@ -822,3 +822,35 @@ async fn a_decision_remembered_while_a_call_waited_does_not_stand_for_its_own() 
     );
     assert!(runtime.pending_approvals("t").await.unwrap().is_empty());
 }
+
+/// A decision for a call whose run is suspended, sent to an in-memory runtime that keeps no
+/// pending signals, is dropped on arrival: `decide_approval` says so rather than reporting
+/// it sent, and the call still waits for one. Before, it returned `Ok` and the run waited
+/// for ever.
+#[tokio::test]
+async fn a_decision_dropped_on_arrival_is_reported() {
+    let signals = loomflow::runtime::MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let runtime = Runtime::builder().signals(signals).build();
+    let host = Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new().or_suspend()),
+    );
+    let call = ToolCall::new("call_d", "pay", json!({ "amount": 5 }));
+    let graph = paying_in_a_node("paying", host, call);
+    let suspended = graph.run(&runtime, "d-1", Vec::new()).await.unwrap();
+    assert_eq!(suspended.interrupts().len(), 1);
+    let sent = runtime
+        .decide_approval("d-1", "call_d", ApprovalDecision::Allow)
+        .await;
+    assert!(
+        matches!(
+            sent,
+            Err(Error::Runtime(
+                loomflow::RuntimeError::DecisionDropped { .. }
+            ))
+        ),
+        "{sent:?}"
+    );
+    assert_eq!(runtime.pending_approvals("d-1").await.unwrap().len(), 1);
+}

@@ -216,7 +216,8 @@ impl From<loomflow::Error> for Failure {
                 loomflow::RuntimeError::NotInterrupted { .. }
                 | loomflow::RuntimeError::WaitsForSignal { .. }
                 | loomflow::RuntimeError::WaitsForTimer { .. }
-                | loomflow::RuntimeError::AlreadyDecided { .. },
+                | loomflow::RuntimeError::AlreadyDecided { .. }
+                | loomflow::RuntimeError::DecisionDropped { .. },
             ) => 4,
             loomflow::Error::Signal(_) => 4,
             // The store would refuse it again (a payload nested too deep): not a failure

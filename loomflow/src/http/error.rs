@@ -109,6 +109,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::RunActive { .. }
             | RuntimeError::Busy { .. }
             | RuntimeError::AlreadyDecided { .. }
+            | RuntimeError::DecisionDropped { .. }
             | RuntimeError::AskedAgain { .. }
             | RuntimeError::Store(crate::runtime::StoreError::LeaseLost { .. }) => {
                 Self::new(StatusCode::CONFLICT, "conflict", error.to_string())

@@ -131,6 +131,20 @@ pub enum RuntimeError {
         /// The call.
         call_id: String,
     },
+    /// A decision was dropped on arrival: the call waits in a run that is suspended, and the
+    /// runtime keeps no signal for a session none of whose runs is open (its pending mailbox
+    /// is off: `max_pending_signal_sessions(Some(0))`, on a store that keeps no signals).
+    /// Nothing was stored; send it again once the call's run waits in this process, or keep
+    /// pending signals.
+    #[error(
+        "the decision for call {call_id} on session {session} was dropped: no run of the session is open to take it, and pending signals are not kept"
+    )]
+    DecisionDropped {
+        /// The session.
+        session: String,
+        /// The call.
+        call_id: String,
+    },
     /// A decision was sent for the request a call made at `decided_for_ms`, but the call
     /// that waits under that id now asked at `asked_at_ms`: its run carried on and a new call
     /// reuses the id. The decision is not sent; the new request needs a decision of its own.

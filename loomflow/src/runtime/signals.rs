@@ -91,8 +91,10 @@ impl Runtime {
         payload: impl Serialize,
         options: SignalOptions,
     ) -> Result<Delivery> {
-        let payload = serde_json::to_value(payload)
-            .map_err(|e| RuntimeError::json(format!("payload of signal {name}"), e))?;
+        let payload = serde_json::to_value(payload).map_err(|e| {
+            let what = format!("payload of signal {name} for session {session}");
+            RuntimeError::json(what, e)
+        })?;
         self.send(session, name, payload, options, Scope::User)
             .await
     }

@@ -173,8 +173,9 @@ impl Runtime {
     /// [`RuntimeError::NoPendingApproval`] when no call `call_id` of `session` waits for a
     /// decision (list them with [`pending_approvals`](Self::pending_approvals)), a call
     /// past its approver's timeout included;
-    /// [`RuntimeError::AlreadyDecided`]; as for [`signal`](Self::signal): the mailbox
-    /// refused it or the store failed.
+    /// [`RuntimeError::AlreadyDecided`]; [`RuntimeError::DecisionDropped`] when it was
+    /// dropped on arrival (a suspended run, on a runtime that keeps no pending signals); as
+    /// for [`signal`](Self::signal): the mailbox refused it or the store failed.
     pub async fn decide_approval(
         &self,
         session: &str,
@@ -264,15 +265,21 @@ impl Runtime {
         let delivery = self
             .send_framework(session, &name, payload, options)
             .await?;
-        if delivery == Delivery::Duplicate {
-            return Err(RuntimeError::AlreadyDecided {
+        let refused = match delivery {
+            Delivery::Duplicate => RuntimeError::AlreadyDecided {
                 session: session.to_owned(),
                 call_id: call_id.to_owned(),
+            },
+            Delivery::Dropped => RuntimeError::DecisionDropped {
+                session: session.to_owned(),
+                call_id: call_id.to_owned(),
+            },
+            _ => {
+                self.extension::<LiveApprovals>().decided(session, call_id);
+                return Ok(());
             }
-            .into());
-        }
-        self.extension::<LiveApprovals>().decided(session, call_id);
-        Ok(())
+        };
+        Err(refused.into())
     }
 
     /// When the call `call_id` of `session` asked for approval, if it waits for a decision
