@@ -376,6 +376,35 @@ where
     done.completed().unwrap()
 }
 
+/// A node that retries a wait whose taking of the signal failed in passing takes it under
+/// the same receipt number: the node, run again (here resumed after a later question), is
+/// handed the payload it acted on. Before, the retry journaled it under the next number,
+/// and the node run again waited at the first for a signal that would not come again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_retried_after_its_take_failed_keeps_its_receipt_number() {
+    let db = loomflow_tests::TempDb::new("faults-wait-retried");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    runtime.signal("t", "go", 7u32).await.unwrap();
+    faults.fail_next_claimed_take();
+    let got = interrupted_then_resumed(&runtime, |got: &mut Vec<u32>, ctx| {
+        Box::pin(async move {
+            let value = loop {
+                match ctx.wait_for_signal::<u32>("go").await {
+                    Ok(value) => break value,
+                    Err(RunError::Store(_)) => continue,
+                    Err(other) => return Err(other.into()),
+                }
+            };
+            got.push(value);
+            let _: bool = ctx.interrupt("again?")?;
+            Ok(())
+        })
+    });
+    let got = tokio::time::timeout(Duration::from_secs(10), got).await;
+    assert_eq!(got.expect("the resumed node is handed its payload"), [7]);
+}
+
 /// A runtime on `db` whose signal `go` (7) of thread `t` a waiter outside any run consumed
 /// from the store, and was cancelled before it returned the payload: the payload is back at
 /// the head of its queue, its row gone.

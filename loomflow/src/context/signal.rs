@@ -141,12 +141,21 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             {
                 return Err(timed_out().into());
             }
-            let time_out = |key: Option<JournalKey>| async move {
-                if let Some(key) = key {
+            let (receipt, named) = (&key, &name);
+            let time_out = |timeout_key: Option<JournalKey>| async move {
+                if let Some(timeout_key) = timeout_key {
                     let marked = serde_json::Value::Bool(true);
-                    ctx.claim()
-                        .put_journal_audited(key, marked, Vec::new())
-                        .await?;
+                    let occurrence = timeout_key.clone();
+                    let written = (ctx.claim())
+                        .put_journal_audited(timeout_key, marked, Vec::new())
+                        .await;
+                    if let Err(error) = written {
+                        // A wait that catches the error and waits again takes the same
+                        // numbers, as the node does when it runs again.
+                        ctx.give_back(&format!("signal:{named}"), receipt);
+                        ctx.give_back(&format!("signal-timeout:{named}"), &occurrence);
+                        return Err(error.into());
+                    }
                 }
                 Err::<T, RunError>(timed_out().into())
             };
@@ -454,9 +463,15 @@ impl Context {
                 return Ok(Some(value));
             }
         }
-        self.claim()
-            .put_journal_audited(none_key, serde_json::Value::Bool(true), Vec::new())
-            .await?;
+        let marked = (self.claim())
+            .put_journal_audited(none_key.clone(), serde_json::Value::Bool(true), Vec::new())
+            .await;
+        if let Err(error) = marked {
+            // A poll that catches the error and polls again takes the same numbers.
+            self.give_back(&format!("signal:{name}"), &key);
+            self.give_back(&format!("signal-none:{name}"), &none_key);
+            return Err(error.into());
+        }
         Ok(None)
     }
 }

@@ -161,6 +161,10 @@ pub(super) async fn accept<T: DeserializeOwned>(
         }
         Err(error) => {
             runtime.give_back(session, name, received, scope);
+            // As for a payload that does not decode: a node that catches the error and
+            // receives again takes the same number, and finds the payload there should the
+            // write have committed after all (a receive looks at the journal first).
+            ctx.give_back(&format!("signal:{name}"), key);
             Err(error.into())
         }
     }
