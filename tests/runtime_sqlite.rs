@@ -1229,6 +1229,29 @@ async fn a_later_file_without_run_rows_gets_them_and_a_broken_thread_does_not_st
     );
 }
 
+/// Upgrading a file whose threads hold checkpoints written outside any run (the store used
+/// as a plain checkpointer) makes no run of them: before, every migration gave such a
+/// thread a `running` row, which workers never took and which refused a run submitted there.
+#[tokio::test]
+async fn an_upgrade_makes_no_run_of_checkpoints_written_outside_any_run() {
+    let db = TempDb::new("migrate-plain-checkpoints");
+    {
+        let store = SqliteStore::open(db.path()).unwrap();
+        let cp = Checkpoint::new("plain", 1, "", 0, RunStatus::Running, json!({"state": 1}));
+        store.put_checkpoint(cp).await.unwrap();
+        assert!(store.get_run("plain").await.unwrap().is_none());
+    }
+    rusqlite::Connection::open(db.path())
+        .unwrap()
+        .execute("UPDATE meta SET schema_version = 10", [])
+        .unwrap();
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    assert!(runtime.store().get_run("plain").await.unwrap().is_none());
+    runtime.submit("counter", "plain", 1).await.unwrap();
+    let row = runtime.run("plain").await.unwrap().record;
+    assert_eq!(row.state, RunState::Queued, "{row:?}");
+}
+
 /// A lease far past what a store can write (`Duration::MAX`) is bounded to a century: runs
 /// start and resume on SQLite as they do in memory, rather than every claim failing.
 #[tokio::test]

@@ -79,7 +79,9 @@ pub(super) const MIGRATION_QUEUED: &str = "
 /// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
 /// the table existed. Part of migrating a file. A thread whose checkpoints cannot be read is
 /// left without a row (and said so): the file opens, and its other threads get theirs.
-pub(super) fn backfill(conn: &Connection) -> Result<(), String> {
+/// With `runs_only`, a thread whose first checkpoint names no graph (written outside any
+/// run) gets none.
+pub(super) fn backfill(conn: &Connection, runs_only: bool) -> Result<(), String> {
     let threads: Vec<String> = conn
         .prepare(
             "SELECT DISTINCT thread FROM checkpoints WHERE namespace = ''
@@ -89,7 +91,7 @@ pub(super) fn backfill(conn: &Connection) -> Result<(), String> {
         .map_err(|e| format!("listing the threads that have no run row: {e}"))?;
     let now = i64::try_from(crate::runtime::clock::now_ms()).unwrap_or(i64::MAX);
     for thread in threads {
-        if let Err(error) = backfill_thread(conn, &thread, now) {
+        if let Err(error) = backfill_thread(conn, &thread, now, runs_only) {
             tracing::warn!(
                 thread,
                 %error,
@@ -101,7 +103,12 @@ pub(super) fn backfill(conn: &Connection) -> Result<(), String> {
 }
 
 /// [`backfill`] for one thread.
-fn backfill_thread(conn: &Connection, thread: &str, now: i64) -> Result<(), String> {
+fn backfill_thread(
+    conn: &Connection,
+    thread: &str,
+    now: i64,
+    runs_only: bool,
+) -> Result<(), String> {
     let read = |order: &str| -> Result<Option<Checkpoint>, String> {
         let query = format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread = ?1
@@ -117,6 +124,9 @@ fn backfill_thread(conn: &Connection, thread: &str, now: i64) -> Result<(), Stri
     let (Some(first), Some(newest)) = (read("ASC")?, read("DESC")?) else {
         return Ok(());
     };
+    if runs_only && first.graph_name().is_none() {
+        return Ok(());
+    }
     let run = to_i64(newest.run, "run", thread).map_err(|e| e.to_string())?;
     conn.execute(
         "INSERT INTO runs (thread, run, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?3)",

@@ -244,9 +244,12 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     // A file from before the runs table (version 2 or older) has runs but no rows for
     // them: each thread gets the row its newest checkpoint says, once the table is whole.
     // So does a file of a later version an early build migrated (it made the table empty):
-    // every migration fills what is missing, and finds nothing to do in a file without gaps.
+    // every migration fills what is missing, and finds nothing to do in a file without gaps;
+    // there, only a run's (a graph's, whose first checkpoint names it): a thread of
+    // checkpoints written outside any run (`Store::put_checkpoint`) is no run, and stays so.
     if from >= 1 {
-        super::run_rows::backfill(&tx).map_err(|e| open_error(path, e))?;
+        let runs_only = from > 2;
+        super::run_rows::backfill(&tx, runs_only).map_err(|e| open_error(path, e))?;
     }
     tx.execute("UPDATE meta SET schema_version = ?1", [SCHEMA_VERSION])
         .map_err(|e| open_error(path, e))?;
