@@ -21,6 +21,7 @@
 //! returned sees it.
 
 mod audit;
+mod backfill;
 mod committer;
 mod followed;
 mod housekeeping;

@@ -8,21 +8,19 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::SqliteStore;
-use super::rows::{
-    CHECKPOINT_COLUMNS, checkpoint_from_row, corrupt, record_from_row, to_i64, to_json,
-};
+use super::rows::{corrupt, record_from_row, to_i64, to_json};
 use super::runs::{RunOp, done};
 use super::writer::Outcome;
 use crate::runtime::store::{
-    Checkpoint, ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, StoreError, Submitted,
+    ClaimedRun, RowUpdate, RunFilter, RunRecord, RunState, StoreError, Submitted,
 };
 use futures_util::future::BoxFuture;
 
 /// Migration step 3 -> 4: what workers and run queries need. `status` becomes a
 /// [`RunState`] word; `runnable_at_ms` is when a worker may carry the run on without a
 /// signal (0 for queued and running runs, the wake time of a suspended one, NULL for a
-/// finished one), indexed so that finding work reads only runnable rows. Rows suspended
-/// before this version stay `interrupted` with no wake time: `recover` carries them on.
+/// finished one), indexed so that finding work reads only runnable rows. The rows of this
+/// version are then made again from their checkpoints (see `backfill`): graph, waits.
 pub(super) const MIGRATION_WORKER: &str = "
     ALTER TABLE runs ADD COLUMN graph TEXT;
     ALTER TABLE runs ADD COLUMN fingerprint TEXT;
@@ -73,69 +71,6 @@ pub(super) const MIGRATION_CONSUMED: &str = "
 pub(super) const MIGRATION_QUEUED: &str = "
     CREATE INDEX IF NOT EXISTS runs_queued ON runs (updated_at_ms)
         WHERE runnable_at_ms = 0 AND status = 'queued' AND attempts = 0;";
-
-/// Gives every thread that has top-level checkpoints and no run row the row its newest
-/// checkpoint says (its run, state, what it waits on; the graph from the run's first
-/// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
-/// the table existed. Part of migrating a file. A thread whose checkpoints cannot be read is
-/// left without a row (and said so): the file opens, and its other threads get theirs.
-/// With `runs_only`, a thread whose first checkpoint names no graph (written outside any
-/// run) gets none.
-pub(super) fn backfill(conn: &Connection, runs_only: bool) -> Result<(), String> {
-    let threads: Vec<String> = conn
-        .prepare(
-            "SELECT DISTINCT thread FROM checkpoints WHERE namespace = ''
-             AND thread NOT IN (SELECT thread FROM runs)",
-        )
-        .and_then(|mut query| query.query_map([], |row| row.get(0))?.collect())
-        .map_err(|e| format!("listing the threads that have no run row: {e}"))?;
-    let now = i64::try_from(crate::runtime::clock::now_ms()).unwrap_or(i64::MAX);
-    for thread in threads {
-        if let Err(error) = backfill_thread(conn, &thread, now, runs_only) {
-            tracing::warn!(
-                thread,
-                %error,
-                "no run row made for the thread: its checkpoints could not be read"
-            );
-        }
-    }
-    Ok(())
-}
-
-/// [`backfill`] for one thread.
-fn backfill_thread(
-    conn: &Connection,
-    thread: &str,
-    now: i64,
-    runs_only: bool,
-) -> Result<(), String> {
-    let read = |order: &str| -> Result<Option<Checkpoint>, String> {
-        let query = format!(
-            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread = ?1
-             AND namespace = '' AND run = (SELECT MAX(run) FROM checkpoints
-             WHERE thread = ?1 AND namespace = '') ORDER BY id {order} LIMIT 1"
-        );
-        let row = conn
-            .query_row(&query, [thread], |row| checkpoint_from_row(row, thread))
-            .optional()
-            .map_err(|e| e.to_string())?;
-        row.transpose().map_err(|e| e.to_string())
-    };
-    let (Some(first), Some(newest)) = (read("ASC")?, read("DESC")?) else {
-        return Ok(());
-    };
-    if runs_only && first.graph_name().is_none() {
-        return Ok(());
-    }
-    let run = to_i64(newest.run, "run", thread).map_err(|e| e.to_string())?;
-    conn.execute(
-        "INSERT INTO runs (thread, run, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?3)",
-        params![thread, run, now],
-    )
-    .map_err(|e| e.to_string())?;
-    follow(conn, thread, run, &RowUpdate::of(&first)).map_err(|e| e.to_string())?;
-    follow(conn, thread, run, &RowUpdate::of(&newest)).map_err(|e| e.to_string())
-}
 
 /// The columns [`record_from_row`] reads, in order.
 pub(super) const RUN_COLUMNS: &str =

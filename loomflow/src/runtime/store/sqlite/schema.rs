@@ -248,8 +248,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     // there, only a run's (a graph's, whose first checkpoint names it): a thread of
     // checkpoints written outside any run (`Store::put_checkpoint`) is no run, and stays so.
     if from >= 1 {
-        let runs_only = from > 2;
-        super::run_rows::backfill(&tx, runs_only).map_err(|e| open_error(path, e))?;
+        super::backfill::backfill(&tx, from).map_err(|e| open_error(path, e))?;
     }
     tx.execute("UPDATE meta SET schema_version = ?1", [SCHEMA_VERSION])
         .map_err(|e| open_error(path, e))?;
