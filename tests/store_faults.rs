@@ -547,6 +547,39 @@ async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it
     assert_eq!(runtime.get_state::<u32>("c-1").await.unwrap(), Some(41));
 }
 
+/// A `#[node]` returning `loomflow::Result`: its error keeps what it is.
+#[node]
+async fn charge_once(charged: &mut u32, ctx: &Context) -> loomflow::Result<()> {
+    *charged = ctx
+        .step("charge", || async { Ok::<_, String>(40u32) })
+        .await?;
+    Ok(())
+}
+
+/// A `#[node]` whose step's journal write fails in passing lets the run go, as a closure
+/// node's does: the error it returns with `?` is the store's, not the node's failure. The
+/// first version of the macro's typed conversion boxed every error and failed the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_fns_store_failure_lets_the_run_go() {
+    let db = loomflow_tests::TempDb::new("faults-node-fn-step");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("charging")
+        .node(charge_once)
+        .edge(START, "charge_once")
+        .edge("charge_once", END)
+        .compile()
+        .unwrap();
+    faults.fail_next_journal_write_before_commit();
+    let first = graph.invoke(&runtime, "c-1", 0).await;
+    assert!(
+        matches!(first, Err(RunError::Store(StoreError::Write { .. }))),
+        "let go, not failed: {first:?}"
+    );
+    let record = runtime.run("c-1").await.unwrap().record;
+    assert_ne!(record.state, RunState::Failed, "{record:?}");
+}
+
 /// A step whose journal write failed after it committed (the connection broke at the
 /// commit) returns its value: the step looks the write up and finds it, and the run goes
 /// on. Before, the run was let go and carried on later (and a node that retried the step

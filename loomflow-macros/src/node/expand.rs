@@ -45,7 +45,7 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
             // Bound again under the return type's span, for errors to point at it.
             #[allow(clippy::let_unit_value)]
             let __loomflow_value = #output;
-            (&&#krate::__private::NodeOutputOf(&__loomflow_value))
+            (&&&#krate::__private::NodeOutputOf(&__loomflow_value))
                 .node_output_kind()
                 .convert(__loomflow_value)
         }

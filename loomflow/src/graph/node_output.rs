@@ -5,8 +5,9 @@
 //! `std::io::Error`, a `thiserror` type of one's own) fails the node with it, through
 //! [`BoxedErrorOutputKind`]; anything else goes through [`IntoNodeResult`], whose message
 //! says what a node may return. The generated code calls
-//! `(&&NodeOutputOf(&output)).node_output_kind().convert(output)` with the three traits in
-//! scope: method lookup tries each kind one dereference later than the one before.
+//! `(&&&NodeOutputOf(&output)).node_output_kind().convert(output)` with the three traits in
+//! scope: method lookup tries each kind one dereference later than the one before (the
+//! first kind's `&self` on `&&NodeOutputOf` is the receiver's own type).
 
 use super::node::{BoxError, IntoNodeResult, NodeError, NodeResult};
 
