@@ -698,55 +698,6 @@ async fn a_version_3_file_gains_the_worker_columns() {
     assert_eq!(all.len(), 1);
 }
 
-/// A version-3 file's run that waits on a signal is taken up by a worker once the signal
-/// comes: its row, made before rows said what a run waits on and which graph it runs, is
-/// made again from its checkpoints as the file is migrated. Before, it named no graph and
-/// waited on nothing: no worker ever took it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_3_files_waiting_run_is_taken_up_by_a_worker() {
-    use loomflow::prelude::*;
-    let db = TempDb::new("v3-waiting");
-    let graph = Graph::new("waits")
-        .node_fn("wait", |n: &mut u32, ctx| {
-            Box::pin(async move {
-                *n = ctx.wait_for_signal::<u32>("go").or_suspend().await?;
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
-    {
-        let runtime = Runtime::sqlite(db.path()).unwrap();
-        let out = graph.invoke(&runtime, "t", 0).await.unwrap();
-        assert_eq!(out.interrupts().len(), 1, "{out:?}");
-    }
-    rusqlite::Connection::open(db.path())
-        .unwrap()
-        .execute_batch(
-            "DROP INDEX runs_recovering; DROP INDEX runs_queued;
-             DROP INDEX runs_by_runnable_at; DROP INDEX runs_by_update;
-             DROP INDEX signals_pending;
-             ALTER TABLE runs DROP COLUMN graph; ALTER TABLE runs DROP COLUMN fingerprint;
-             ALTER TABLE runs DROP COLUMN waiting_on; ALTER TABLE runs DROP COLUMN wake_at_ms;
-             ALTER TABLE runs DROP COLUMN runnable_at_ms;
-             ALTER TABLE runs DROP COLUMN cancel_requested; ALTER TABLE runs DROP COLUMN error;
-             ALTER TABLE runs DROP COLUMN input; DROP TABLE audit;
-             ALTER TABLE meta DROP COLUMN checkpoint_id_floor;
-             UPDATE meta SET schema_version = 3;",
-        )
-        .unwrap();
-    let runtime = Runtime::sqlite(db.path()).unwrap();
-    let row = runtime.run("t").await.unwrap().record;
-    assert_eq!(row.graph.as_deref(), Some("waits"), "{row:?}");
-    assert_eq!(row.waiting_on, ["go"], "{row:?}");
-    runtime.signal("t", "go", 5u32).await.unwrap();
-    let worker = Worker::builder(&runtime).graph(&graph).build();
-    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
-    assert_eq!(runtime.get_state::<u32>("t").await.unwrap(), Some(5));
-}
-
 #[tokio::test]
 async fn a_version_4_file_gains_the_audit_log() {
     let db = TempDb::new("v4");
@@ -1257,12 +1208,17 @@ async fn a_later_file_without_run_rows_gets_them_and_a_broken_thread_does_not_st
         let runtime = Runtime::sqlite(db.path()).unwrap();
         graph.invoke(&runtime, "kept", 1).await.unwrap();
         graph.invoke(&runtime, "broken", 1).await.unwrap();
+        graph.invoke(&runtime, "older", 1).await.unwrap();
     }
+    // `older`'s checkpoints as builds before version 4 wrote them: the graph's fingerprint,
+    // not its name.
     rusqlite::Connection::open(db.path())
         .unwrap()
         .execute_batch(
             "DELETE FROM runs;
              UPDATE checkpoints SET body = '{' WHERE thread = 'broken';
+             UPDATE checkpoints SET body = json_remove(body, '$.graph_name')
+                 WHERE thread = 'older';
              UPDATE meta SET schema_version = 7;",
         )
         .unwrap();
@@ -1276,6 +1232,8 @@ async fn a_later_file_without_run_rows_gets_them_and_a_broken_thread_does_not_st
         runtime.run("broken").await.is_err(),
         "no row for the broken thread"
     );
+    let older = runtime.run("older").await.unwrap().record;
+    assert_eq!(older.state, RunState::Completed, "{older:?}");
 }
 
 /// Upgrading a file whose threads hold checkpoints written outside any run (the store used

@@ -1,5 +1,5 @@
-//! Run rows made from a file's checkpoints as it is migrated: for threads written before the
-//! runs table existed, or before it held what workers need.
+//! Run rows made from a file's checkpoints as it is migrated, for threads written before
+//! the runs table existed.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -9,24 +9,19 @@ use crate::runtime::store::{Checkpoint, RowUpdate};
 
 /// Gives every thread that has top-level checkpoints and no run row the row its newest
 /// checkpoint says (its run, state, what it waits on; the graph from the run's first
-/// checkpoint, which names it), so that `run`, `runs` and workers find runs written before
-/// the table existed. Part of migrating a file. A thread whose checkpoints cannot be read is
-/// left without a row (and said so): the file opens, and its other threads get theirs.
-/// Migrating from version `from`: past version 2, a thread whose first checkpoint names no
-/// graph (written outside any run) gets none; from version 3, the rows made before the
-/// worker's columns (no graph, no waits) are made again from their checkpoints, as a missing
-/// one is (no worker took them: a run crashed while running, or one waiting on a signal).
+/// checkpoint, when it names it), so that `run`, `runs` and workers find runs written before
+/// the table existed. Part of migrating a file from version `from`. A thread whose
+/// checkpoints cannot be read is left without a row (and said so): the file opens, and its
+/// other threads get theirs. Past version 2 (a file an early build migrated with an empty
+/// table), a thread whose checkpoints a graph did not write (no fingerprint: written outside
+/// any run, `Store::put_checkpoint`) is no run, and gets none.
 pub(super) fn backfill(conn: &Connection, from: usize) -> Result<(), String> {
     let runs_only = from > 2;
-    let rebuilt = match from {
-        3 => "OR thread IN (SELECT thread FROM runs WHERE graph IS NULL)",
-        _ => "",
-    };
     let threads: Vec<String> = conn
-        .prepare(&format!(
+        .prepare(
             "SELECT DISTINCT thread FROM checkpoints WHERE namespace = ''
-             AND (thread NOT IN (SELECT thread FROM runs) {rebuilt})"
-        ))
+             AND thread NOT IN (SELECT thread FROM runs)",
+        )
         .and_then(|mut query| query.query_map([], |row| row.get(0))?.collect())
         .map_err(|e| format!("listing the threads that have no run row: {e}"))?;
     let now = i64::try_from(crate::runtime::clock::now_ms()).unwrap_or(i64::MAX);
@@ -64,13 +59,12 @@ fn backfill_thread(
     let (Some(first), Some(newest)) = (read("ASC")?, read("DESC")?) else {
         return Ok(());
     };
-    if runs_only && first.graph_name().is_none() {
+    if runs_only && first.fingerprint().is_none() {
         return Ok(());
     }
     let run = to_i64(newest.run, "run", thread).map_err(|e| e.to_string())?;
     conn.execute(
-        "INSERT OR IGNORE INTO runs (thread, run, created_at_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?3)",
+        "INSERT INTO runs (thread, run, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?3)",
         params![thread, run, now],
     )
     .map_err(|e| e.to_string())?;

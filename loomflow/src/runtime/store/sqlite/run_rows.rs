@@ -19,8 +19,8 @@ use futures_util::future::BoxFuture;
 /// Migration step 3 -> 4: what workers and run queries need. `status` becomes a
 /// [`RunState`] word; `runnable_at_ms` is when a worker may carry the run on without a
 /// signal (0 for queued and running runs, the wake time of a suspended one, NULL for a
-/// finished one), indexed so that finding work reads only runnable rows. The rows of this
-/// version are then made again from their checkpoints (see `backfill`): graph, waits.
+/// finished one), indexed so that finding work reads only runnable rows. Rows suspended
+/// before this version stay `interrupted` with no wake time: `recover` carries them on.
 pub(super) const MIGRATION_WORKER: &str = "
     ALTER TABLE runs ADD COLUMN graph TEXT;
     ALTER TABLE runs ADD COLUMN fingerprint TEXT;
