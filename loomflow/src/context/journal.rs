@@ -131,13 +131,22 @@ impl Context {
         let Err(failed) = self.run.claim.put_journal_audited(key, json, audit).await else {
             return Ok(value);
         };
+        if matches!(failed, StoreError::LeaseLost { .. }) {
+            // Another execution holds the run: what is journaled under the number is its.
+            return Err(failed.into());
+        }
         let reached = match kept {
             Some(key) if failed.is_passing() => store.get_journal(&key).await,
             _ => Ok(None),
         };
-        if let Ok(Some(_)) = reached {
-            // The write reached the journal after all: the step is done.
-            return Ok(value);
+        if let Ok(Some(found)) = reached {
+            // The write reached the journal after all: the step is done, if what is there is
+            // this value (another execution that took the run over may have written its own).
+            let written = serde_json::to_value(&value).is_ok_and(|json| json == found);
+            if written && self.run.claim.ensure_held().await.is_ok() {
+                return Ok(value);
+            }
+            return Err(failed.into());
         }
         // Nothing journaled (or no telling): the number goes back, as for a failed `f`, so
         // that a retry in the node looks it up again, and replays the value should the write

@@ -14,7 +14,7 @@ use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::clock::{ClockWait, time_after, unix_ms};
 use crate::runtime::mailbox::{Entry, Scope};
-use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError};
+use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError, StoreError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -151,9 +151,12 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         .await;
                     if let Err(error) = written {
                         // A wait that catches the error and waits again takes the same
-                        // numbers, as the node does when it runs again.
-                        ctx.give_back(&format!("signal:{named}"), receipt);
-                        ctx.give_back(&format!("signal-timeout:{named}"), &occurrence);
+                        // numbers, as the node does when it runs again (unless the run is
+                        // another execution's now).
+                        if !matches!(error, StoreError::LeaseLost { .. }) {
+                            ctx.give_back(&format!("signal:{named}"), receipt);
+                            ctx.give_back(&format!("signal-timeout:{named}"), &occurrence);
+                        }
                         return Err(error.into());
                     }
                 }
@@ -467,9 +470,12 @@ impl Context {
             .put_journal_audited(none_key.clone(), serde_json::Value::Bool(true), Vec::new())
             .await;
         if let Err(error) = marked {
-            // A poll that catches the error and polls again takes the same numbers.
-            self.give_back(&format!("signal:{name}"), &key);
-            self.give_back(&format!("signal-none:{name}"), &none_key);
+            // A poll that catches the error and polls again takes the same numbers (unless
+            // the run is another execution's now).
+            if !matches!(error, StoreError::LeaseLost { .. }) {
+                self.give_back(&format!("signal:{name}"), &key);
+                self.give_back(&format!("signal-none:{name}"), &none_key);
+            }
             return Err(error.into());
         }
         Ok(None)

@@ -163,8 +163,11 @@ pub(super) async fn accept<T: DeserializeOwned>(
             runtime.give_back(session, name, received, scope);
             // As for a payload that does not decode: a node that catches the error and
             // receives again takes the same number, and finds the payload there should the
-            // write have committed after all (a receive looks at the journal first).
-            ctx.give_back(&format!("signal:{name}"), key);
+            // write have committed after all (a receive looks at the journal first). Not
+            // once the run is another execution's: what it journals there is its own.
+            if !matches!(error, StoreError::LeaseLost { .. }) {
+                ctx.give_back(&format!("signal:{name}"), key);
+            }
             Err(error.into())
         }
     }
