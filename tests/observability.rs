@@ -390,6 +390,48 @@ async fn a_teams_members_run_in_invoke_agent_spans() {
     }
 }
 
+/// A team's member that fails marks its `invoke_agent` span failed, naming the error, as
+/// an agent's own failed run does.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_members_invoke_agent_span_says_so() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let member = |name: &str, replies: Vec<ModelResponse>| {
+        Agent::builder(format!("You are {name}."))
+            .name(name)
+            .model(ScriptedModel::new(replies).named("openai:gpt-4o"))
+            .build()
+            .unwrap()
+    };
+    let router = loomflow::architecture::Router::new(member(
+        "classifier",
+        vec![ModelResponse::text("billing")],
+    ))
+    .worker("billing", "invoices", member("billing", Vec::new()))
+    .build()
+    .unwrap();
+    let runtime = Runtime::in_memory();
+    let team = loomflow::architecture::TeamState::new("refund please");
+    let outcome = router.invoke(&runtime, "team-2", team).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
+    let spans = capture.spans();
+    let agents = named(&spans, "invoke_agent");
+    let billing = agents
+        .iter()
+        .find(|span| field(span, "gen_ai.agent.name") == "billing")
+        .expect("billing's span");
+    assert_eq!(field(billing, "otel.status_code"), "ERROR");
+    assert_eq!(field(billing, "error.type"), "script_exhausted");
+    let classifier = agents
+        .iter()
+        .find(|span| field(span, "gen_ai.agent.name") == "classifier")
+        .expect("the classifier's span");
+    assert!(
+        !classifier.fields.contains_key("otel.status_code"),
+        "{classifier:?}"
+    );
+}
+
 /// A node that waits for a signal, suspending the run until it comes.
 #[node]
 async fn await_payment(paid: &mut Option<u64>, ctx: &Context) -> loomflow::Result<()> {

@@ -42,6 +42,13 @@ pub(super) async fn in_agent_span<T>(
     result
 }
 
+/// Marks an agent's `invoke_agent` span failed with `error`: the failure of its run as
+/// another graph's node (a team's member), as [`in_agent_span`] marks a call's.
+pub(super) fn mark_run_failed(span: &Span, error: &crate::RunError) {
+    span.record("error.type", run_failure_type(error).as_str());
+    span.record("otel.status_code", "ERROR");
+}
+
 /// The `error.type` of an agent run's failure: the variant of the error that caused it,
 /// under the crate's and the run's wrappers (a model's `RateLimited` is `rate_limited`,
 /// not `model`).

@@ -58,9 +58,12 @@ pub(super) fn build(
     }
     // As a team's member, or any graph's node: its runs have their `invoke_agent` span too.
     let spanned = Arc::clone(core);
-    graph = graph.embedded_span(Arc::new(move |session: &str| {
-        super::observe::agent_span(&spanned.name, spanned.model.name(), session)
-    }));
+    graph = graph.embedded_span(crate::graph::EmbeddedSpan {
+        make: Arc::new(move |session: &str| {
+            super::observe::agent_span(&spanned.name, spanned.model.name(), session)
+        }),
+        failed: Arc::new(super::observe::mark_run_failed),
+    });
     graph
         .node(ModelNode(Arc::clone(core)))
         .node(ToolsNode(Arc::clone(core)))

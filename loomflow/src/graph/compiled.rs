@@ -47,8 +47,16 @@ pub(crate) struct CompiledInner<S> {
     pub(crate) embedded_span: Option<EmbeddedSpan>,
 }
 
-/// Makes the span of a graph's run as another graph's node, for the thread.
-pub(crate) type EmbeddedSpan = Arc<dyn Fn(&str) -> tracing::Span + Send + Sync>;
+/// The span of a graph's run as another graph's node: made for the thread, and marked
+/// failed when the run fails (not when it is cancelled or handed back).
+#[derive(Clone)]
+pub(crate) struct EmbeddedSpan {
+    pub(crate) make: Arc<dyn Fn(&str) -> tracing::Span + Send + Sync>,
+    pub(crate) failed: Arc<MarkFailed>,
+}
+
+/// Marks an embedded run's span failed with the run's error.
+pub(crate) type MarkFailed = dyn Fn(&tracing::Span, &crate::graph::RunError) + Send + Sync;
 
 /// How long a graph's run may take as another graph's node, and the error its node fails
 /// with past that, made for the thread (see `SubgraphNode`).

@@ -21,7 +21,7 @@ mod validate;
 
 pub use builder::{DEFAULT_RECURSION_LIMIT, Graph, Route};
 pub use compiled::CompiledGraph;
-pub(crate) use compiled::TimeLimit;
+pub(crate) use compiled::{EmbeddedSpan, TimeLimit};
 pub use error::{GraphError, GraphProblem, RunError};
 pub(crate) use identity::fingerprint_of;
 pub use merge::{Reducer, WHOLE_STATE};

@@ -118,11 +118,13 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 wait_if_busy: None,
             };
             // The run's own span is made as it starts: inside the embedded span, if any.
-            let run = match &self.graph.inner.embedded_span {
-                Some(span) => {
-                    let span = span(ctx.thread());
-                    Either::Left(span.in_scope(|| execute(execution)).instrument(span))
-                }
+            let embedded = (self.graph.inner.embedded_span.as_ref())
+                .map(|embedded| (embedded, (embedded.make)(ctx.thread())));
+            let run = match &embedded {
+                Some((_, span)) => Either::Left(
+                    span.in_scope(|| execute(execution))
+                        .instrument(span.clone()),
+                ),
                 None => Either::Right(execute(execution)),
             };
             let ran = match &self.graph.inner.time_limit {
@@ -133,6 +135,13 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                     Err(_) => return Err((limit.error)(ctx.thread())),
                 },
             };
+            if let Some((embedded, span)) = &embedded {
+                match &ran {
+                    Ok(RunOutcome::Failed { error, .. }) => (embedded.failed)(span, error),
+                    Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) | Ok(_) => {}
+                    Err(error) => (embedded.failed)(span, error),
+                }
+            }
             let outcome = match ran {
                 Ok(outcome) => outcome,
                 Err(
