@@ -296,8 +296,18 @@ fn configures_out_or_shapes(attr: &syn::Attribute) -> bool {
     if !attr.path().is_ident("cfg_attr") {
         return false;
     }
-    let text = attr.meta.to_token_stream().to_string();
-    let inner = text.split_once(',').map_or("", |(_, rest)| rest);
+    // The attributes it would make, after its condition (which may hold a comma of its own:
+    // `any(test, doc)`); one that does not parse is taken as a whole.
+    let parts = attr.parse_args_with(
+        syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+    );
+    let inner = match parts {
+        Ok(parts) => (parts.iter().skip(1))
+            .map(|part| part.to_token_stream().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        Err(_) => attr.meta.to_token_stream().to_string(),
+    };
     ["cfg", "serde", "schemars", "doc"].iter().any(|name| {
         inner
             .split(|c: char| !c.is_alphanumeric() && c != '_')
