@@ -131,6 +131,7 @@ fn host() -> ToolHost {
         .with(retry)
         .with(aliased)
         .with(label)
+        .with(tag_path)
 }
 
 async fn run(name: &str, arguments: Value) -> ToolOutcome {
@@ -338,4 +339,28 @@ async fn a_type_whose_reference_is_percent_encoded_is_checked() {
     assert_eq!(outcome.content, "3");
     let refused = error("order", json!({ "lines": [{ "quantity": "two" }] })).await;
     assert!(refused.contains("lines[0].quantity"), "{refused}");
+}
+
+/// Tag a path with labels.
+#[tool]
+fn tag_path(path: String, #[serde(flatten)] labels: BTreeMap<String, String>) -> String {
+    format!("{path}:{labels:?}")
+}
+
+/// A parameter that takes the fields no other one names (`#[serde(flatten)]` on a map)
+/// receives them, and the schema says what they may be. Before, the arguments refused every
+/// field they did not name (`unexpected field`), so the map was always empty.
+#[tokio::test]
+async fn a_flattened_map_parameter_takes_the_other_fields() {
+    let out = run("tag_path", json!({"path": "a", "color": "red"})).await;
+    assert_eq!(out.content, r#"a:{"color": "red"}"#, "{out:?}");
+    let refused = error("tag_path", json!({"path": "a", "size": 3})).await;
+    assert!(refused.contains("size"), "{refused}");
+    let tool = host().get("tag_path").unwrap();
+    let schema = &tool.spec().parameters;
+    assert_eq!(
+        schema["additionalProperties"],
+        json!({"type": "string"}),
+        "{schema}"
+    );
 }

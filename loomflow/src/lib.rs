@@ -271,8 +271,9 @@ pub use loomflow_macros::agent;
 /// - **`&ToolContext`** parameters (session, user, call id) are injected and not in the schema.
 /// - **Arguments** are checked against the schema before the body runs, and every error
 ///   names the field (``field `hosts[1].addr`: ...``). Fields that are not parameters are
-///   refused (the schema says `additionalProperties: false`), with a whole-struct argument
-///   too unless the struct itself accepts extra fields (a `#[serde(flatten)]` map); the
+///   refused (the schema says `additionalProperties: false`), unless a parameter takes them
+///   (`#[serde(flatten)] labels: BTreeMap<String, String>`), and with a whole-struct
+///   argument too unless the struct itself accepts extra fields (a flattened map); the
 ///   schema names each field by its serialized name only, so a `#[serde(alias)]` is refused
 ///   like any other unknown field. An integral float (`3.0`) is accepted for an integer
 ///   within the range of its type, and `null` for an optional parameter is the parameter

@@ -122,6 +122,18 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
         }
     };
 
+    // A field the model did not mean is refused, unless a parameter flattened takes the
+    // fields no other one names (a map of labels, say).
+    let flattened = model.params.iter().any(|param| match param {
+        Param::Arg { field_attrs, .. } => field_attrs.iter().any(|attr| {
+            attr.path().is_ident("serde")
+                && (attr.meta.to_token_stream().to_string())
+                    .split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .any(|word| word == "flatten")
+        }),
+        Param::Context => false,
+    });
+    let deny_unknown = (!flattened).then(|| quote!(#[serde(deny_unknown_fields)]));
     quote! {
         #unit
 
@@ -129,7 +141,7 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
             #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
             #[serde(crate = #serde_path)]
             #[schemars(crate = #schemars_path)]
-            #[serde(deny_unknown_fields)]
+            #deny_unknown
             #[allow(non_camel_case_types, dead_code)]
             struct __LoomflowToolArgs {
                 #(#fields,)*
