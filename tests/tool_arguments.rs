@@ -364,3 +364,32 @@ async fn a_flattened_map_parameter_takes_the_other_fields() {
         "{schema}"
     );
 }
+
+fn five() -> Option<u8> {
+    Some(5)
+}
+
+/// A forecast.
+#[tool]
+fn forecast(city: String, #[serde(default = "five")] days: Option<u8>) -> String {
+    format!("{city}:{days:?}")
+}
+
+/// `null` for an optional parameter that has a default of its own is the parameter left out:
+/// its default applies, as OpenAI's strict mode sends every property. Before, the body got
+/// `None`.
+#[tokio::test]
+async fn a_null_for_a_parameter_with_a_default_takes_the_default() {
+    let host = ToolHost::new().with(forecast);
+    for args in [
+        json!({"city": "Lyon", "days": null}),
+        json!({"city": "Lyon"}),
+    ] {
+        let call = ToolCall::new("c", "forecast", args);
+        let context = DispatchContext::new("s");
+        let out = host.dispatch(&[call], context).await.unwrap().remove(0);
+        assert_eq!(out.content, "Lyon:Some(5)", "{out:?}");
+    }
+    let out = run("weather", json!({ "city": "Lyon", "days": null })).await;
+    assert_eq!(out.content, "Lyon:None", "no default: null is None");
+}
