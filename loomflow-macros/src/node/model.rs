@@ -82,7 +82,7 @@ impl NodeModel {
                     }
                     (1, other) => errors.push_spanned(
                         other,
-                        "the second parameter of a #[node] function must be `&Context`",
+                        "the second parameter of a #[node] function must be `&Context` (matched by that name: write `&Context` or `&loomflow::Context`, not a renamed import)",
                     ),
                     (_, other) => errors.push_spanned(
                         other,

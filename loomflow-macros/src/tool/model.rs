@@ -136,7 +136,7 @@ impl ToolModel {
                     if let Some(borrow) = find_borrow(&pat_type.ty) {
                         errors.push_spanned(
                             borrow,
-                            "#[tool] parameters are deserialized from the model's arguments and must be owned types (only `&ToolContext` may be a reference): `String` for `&str`, `Vec<String>` for `Vec<&str>`",
+                            "#[tool] parameters are deserialized from the model's arguments and must be owned types (only `&ToolContext` may be a reference, matched by that name, not a renamed import): `String` for `&str`, `Vec<String>` for `Vec<&str>`",
                         );
                         continue;
                     }

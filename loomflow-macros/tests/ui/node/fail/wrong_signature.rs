@@ -25,4 +25,12 @@ async fn not_a_context(state: &mut u32, config: &Config) {
 #[node]
 async fn nothing() {}
 
+use loomflow::Context as FlowContext;
+
+/// The context under another name: the message says the name is matched as written.
+#[node]
+async fn renamed(state: &mut u32, ctx: &FlowContext) {
+    let _ = (state, ctx);
+}
+
 fn main() {}
