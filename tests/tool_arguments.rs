@@ -365,6 +365,45 @@ async fn a_flattened_map_parameter_takes_the_other_fields() {
     );
 }
 
+/// Paging, taken flat.
+#[derive(Deserialize, JsonSchema)]
+struct Paging {
+    limit: Option<u32>,
+}
+
+/// Search, paged.
+#[tool]
+fn paged_search(q: String, #[serde(flatten)] page: Paging) -> String {
+    format!("{q}:{:?}", page.limit)
+}
+
+/// Rename a field to the word `flatten`: not a flattened parameter.
+#[tool]
+fn flatten_named(#[serde(rename = "flatten")] value: u32) -> u32 {
+    value
+}
+
+/// A flattened struct parameter still refuses the fields nobody names (a typo is not
+/// silently dropped), and a parameter renamed `flatten` is not taken for a flattened one.
+#[tokio::test]
+async fn a_flattened_struct_parameter_refuses_unknown_fields() {
+    let host = ToolHost::new().with(paged_search).with(flatten_named);
+    let call = |name: &str, args: Value| ToolCall::new("c", name, args);
+    let outcome = |call: ToolCall| {
+        let host = &host;
+        async move {
+            let context = DispatchContext::new("s");
+            host.dispatch(&[call], context).await.unwrap().remove(0)
+        }
+    };
+    let out = outcome(call("paged_search", json!({"q": "x", "limit": 5}))).await;
+    assert_eq!(out.content, "x:Some(5)", "{out:?}");
+    let out = outcome(call("paged_search", json!({"q": "x", "limt": 5}))).await;
+    assert!(out.is_error && out.content.contains("limt"), "{out:?}");
+    let out = outcome(call("flatten_named", json!({"flatten": 1, "other": 2}))).await;
+    assert!(out.is_error && out.content.contains("other"), "{out:?}");
+}
+
 fn five() -> Option<u8> {
     Some(5)
 }

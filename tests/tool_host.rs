@@ -169,6 +169,20 @@ async fn a_null_for_a_field_required_around_a_branch_is_refused() {
     assert_eq!(out.content, r#"{"city":"Lyon"}"#);
 }
 
+/// A hand-written tool (an MCP server's, say) is given a `null` its schema accepts as it
+/// was sent, though the property has a default: "no limit" is not "the default limit".
+#[tokio::test]
+async fn a_null_a_hand_written_tool_accepts_reaches_it() {
+    let schema = json!({
+        "type": "object",
+        "properties": { "limit": { "type": ["integer", "null"], "default": 10 } },
+    });
+    let mut host = ToolHost::new();
+    host.add_arc(Arc::new(Echo(ToolSpec::new("echo", "Echo.", schema))));
+    let out = run_one(&host, "echo", json!({ "limit": null })).await;
+    assert_eq!(out.content, r#"{"limit":null}"#, "{out:?}");
+}
+
 #[tokio::test]
 async fn hand_written_tools_are_object_safe() {
     let echo: Arc<dyn Tool> = Arc::new(Echo(ToolSpec::new(

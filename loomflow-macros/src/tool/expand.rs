@@ -125,12 +125,7 @@ pub(crate) fn expand(model: &ToolModel) -> TokenStream {
     // A field the model did not mean is refused, unless a parameter flattened takes the
     // fields no other one names (a map of labels, say).
     let flattened = model.params.iter().any(|param| match param {
-        Param::Arg { field_attrs, .. } => field_attrs.iter().any(|attr| {
-            attr.path().is_ident("serde")
-                && (attr.meta.to_token_stream().to_string())
-                    .split(|c: char| !c.is_alphanumeric() && c != '_')
-                    .any(|word| word == "flatten")
-        }),
+        Param::Arg { field_attrs, .. } => field_attrs.iter().any(is_flatten),
         Param::Context => false,
     });
     let deny_unknown = (!flattened).then(|| quote!(#[serde(deny_unknown_fields)]));
@@ -245,4 +240,26 @@ pub(crate) fn fallback(invalid: &Invalid) -> TokenStream {
 
         #errors
     }
+}
+
+/// Whether `attr` is `#[serde(.., flatten, ..)]` (not a `rename = "flatten"`).
+fn is_flatten(attr: &syn::Attribute) -> bool {
+    if !attr.path().is_ident("serde") {
+        return false;
+    }
+    let mut flatten = false;
+    let _ = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident("flatten") {
+            flatten = true;
+        } else if meta.input.peek(syn::Token![=]) {
+            let _: syn::Expr = meta.value()?.parse()?;
+        } else if meta.input.peek(syn::token::Paren) {
+            let _ = meta.input.step(|cursor| match cursor.token_tree() {
+                Some((_, rest)) => Ok(((), rest)),
+                None => Err(cursor.error("a group")),
+            });
+        }
+        Ok(())
+    });
+    flatten
 }

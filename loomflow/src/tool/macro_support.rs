@@ -12,7 +12,34 @@ use super::schema::{normalize_arguments, schema_for};
 
 /// The schema of the generated arguments struct.
 pub fn tool_arguments_schema<A: schemars::JsonSchema>() -> Value {
-    schema_for::<A>()
+    let mut schema = schema_for::<A>();
+    // Its struct takes the fields no parameter names only through a flattened parameter
+    // (then serde does not deny them): the schema refuses them, unless that parameter says
+    // what they may be (a flattened map).
+    if let Some(map) = schema.as_object_mut() {
+        close_unless_open(map);
+    }
+    schema
+}
+
+/// Gives an object schema `additionalProperties: false`, unless it already says what extra
+/// fields may be, or its fields come from branches or a reference (which a root-level
+/// `false` would wrongly refuse).
+fn close_unless_open(map: &mut serde_json::Map<String, Value>) {
+    let open = [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "$ref",
+    ]
+    .iter()
+    .any(|key| map.contains_key(*key));
+    if !open {
+        map.insert("additionalProperties".to_owned(), Value::Bool(false));
+    }
 }
 
 /// The schema of a single argument's type when it is an object with named fields (then the
@@ -34,26 +61,34 @@ pub fn whole_argument_schema<T: schemars::JsonSchema>() -> Option<Value> {
     if !is_struct {
         return None;
     }
-    let open = [
-        "additionalProperties",
-        "patternProperties",
-        "unevaluatedProperties",
-        "allOf",
-        "anyOf",
-        "oneOf",
-        "$ref",
-    ]
-    .iter()
-    .any(|key| map.contains_key(*key));
-    if !open {
-        map.insert("additionalProperties".to_owned(), Value::Bool(false));
-    }
+    close_unless_open(map);
     Some(schema)
 }
 
+/// Drops a top-level `null` for a parameter that has a default of its own which is not
+/// `null` (`#[serde(default = "five")] days: Option<u8>`) and is not required: the
+/// parameter left out (OpenAI's strict mode sends every property), so that its default
+/// applies rather than `None`.
+fn drop_nulls_with_defaults(schema: &Value, arguments: &mut Value) {
+    let (Some(properties), Value::Object(fields)) = (schema.get("properties"), arguments) else {
+        return;
+    };
+    let required = |name: &str| {
+        (schema.get("required").and_then(Value::as_array))
+            .is_some_and(|names| names.iter().any(|n| n.as_str() == Some(name)))
+    };
+    fields.retain(|name, value| {
+        let defaulted = (properties.get(name))
+            .and_then(|property| property.get("default"))
+            .is_some_and(|default| !default.is_null());
+        !(value.is_null() && defaulted && !required(name))
+    });
+}
+
 /// Deserializes the model's arguments (already checked against `schema` by the host),
-/// after normalizing them: `null` for an optional field is dropped and an integral float
-/// for an integer field becomes an integer. A top-level field the schema refuses
+/// after normalizing them: `null` for an optional field is dropped (a parameter's too when
+/// it has a default of its own) and an integral float for an integer field becomes an
+/// integer. A top-level field the schema refuses
 /// (`additionalProperties: false`) is refused here too, so that a tool called directly,
 /// not through the host, refuses it as well: serde alone would ignore it in a user's
 /// whole-struct argument type.
@@ -73,6 +108,7 @@ pub fn parse_tool_arguments<A: DeserializeOwned>(
         other => other,
     };
     normalize_arguments(schema, &mut arguments);
+    drop_nulls_with_defaults(schema, &mut arguments);
     if let Some(field) = unexpected_field(schema, &arguments) {
         return Err(ToolError::InvalidArguments {
             tool: tool.to_owned(),

@@ -63,18 +63,12 @@ fn normalize(root: &Value, schema: &Value, value: &mut Value, depth: Depth, step
             let properties = map.get("properties").and_then(Value::as_object);
             let required = required_names(map);
             // A `null` the property's own schema accepts is a value (often "clear it"),
-            // which a tool's decoder, or an MCP server, must be given as it was sent, unless
-            // the property has a default of its own that is not `null`: then `null` is the
-            // property left out (OpenAI's strict mode sends every property), and its default
-            // applies.
+            // which a tool's decoder, or an MCP server, must be given as it was sent.
             object.retain(|name, field| {
                 let property = properties.and_then(|p| p.get(name));
-                let left_out = |p: &Value| {
-                    !fits(root, p, &Value::Null, (steps, depth.down()))
-                        || p.get("default").is_some_and(|d| !d.is_null())
-                };
                 !(field.is_null()
-                    && property.is_some_and(left_out)
+                    && property
+                        .is_some_and(|p| !fits(root, p, &Value::Null, (steps, depth.down())))
                     && !required.contains(&name.as_str()))
             });
             for (name, field) in object.iter_mut() {
