@@ -140,13 +140,17 @@ impl Context {
             _ => Ok(None),
         };
         if let Ok(Some(found)) = reached {
-            // The write reached the journal after all: the step is done, if what is there is
-            // this value (another execution that took the run over may have written its own).
-            let written = serde_json::to_value(&value).is_ok_and(|json| json == found);
-            if written && self.run.claim.ensure_held().await.is_ok() {
-                return Ok(value);
+            // The write reached the journal after all: the step is done, if the run is still
+            // this execution's (else another that took it over may have written its own) and
+            // what is there is this value (a `Serialize` that writes differently each time:
+            // the number goes back, for a retry to replay what is there).
+            match self.run.claim.ensure_held().await {
+                Err(lost @ StoreError::LeaseLost { .. }) => return Err(lost.into()),
+                Ok(()) if serde_json::to_value(&value).is_ok_and(|json| json == found) => {
+                    return Ok(value);
+                }
+                _ => {}
             }
-            return Err(failed.into());
         }
         // Nothing journaled (or no telling): the number goes back, as for a failed `f`, so
         // that a retry in the node looks it up again, and replays the value should the write
