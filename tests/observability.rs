@@ -432,6 +432,49 @@ async fn a_failed_members_invoke_agent_span_says_so() {
     );
 }
 
+/// Takes its time.
+#[tool]
+async fn take_ten_seconds() -> String {
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    "done".to_owned()
+}
+
+/// A team's member stopped by its own timeout marks its `invoke_agent` span failed, as an
+/// agent's own call that times out is.
+#[tokio::test(flavor = "current_thread")]
+async fn a_member_stopped_by_its_timeout_is_marked_failed() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let classifier = Agent::builder("You classify.")
+        .name("classifier")
+        .model(ScriptedModel::new([ModelResponse::text("billing")]))
+        .build()
+        .unwrap();
+    let call = ToolCall::new("call_t", "take_ten_seconds", json!({}));
+    let billing = Agent::builder("You bill.")
+        .name("billing")
+        .model(ScriptedModel::new([ModelResponse::tool_calls(vec![call])]))
+        .tool(take_ten_seconds)
+        .timeout(std::time::Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let router = loomflow::architecture::Router::new(classifier)
+        .worker("billing", "invoices", billing)
+        .build()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let team = loomflow::architecture::TeamState::new("refund please");
+    let outcome = router.invoke(&runtime, "team-3", team).await.unwrap();
+    assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
+    let spans = capture.spans();
+    let billing = named(&spans, "invoke_agent")
+        .into_iter()
+        .find(|span| field(span, "gen_ai.agent.name") == "billing")
+        .expect("billing's span");
+    assert_eq!(field(billing, "otel.status_code"), "ERROR");
+    assert_eq!(field(billing, "error.type"), "timeout");
+}
+
 /// A node that waits for a signal, suspending the run until it comes.
 #[node]
 async fn await_payment(paid: &mut Option<u64>, ctx: &Context) -> loomflow::Result<()> {

@@ -44,8 +44,16 @@ pub(super) async fn in_agent_span<T>(
 
 /// Marks an agent's `invoke_agent` span failed with `error`: the failure of its run as
 /// another graph's node (a team's member), as [`in_agent_span`] marks a call's.
-pub(super) fn mark_run_failed(span: &Span, error: &crate::RunError) {
-    span.record("error.type", run_failure_type(error).as_str());
+pub(super) fn mark_run_failed(span: &Span, error: &(dyn std::error::Error + 'static)) {
+    let kind = match (
+        error.downcast_ref::<crate::RunError>(),
+        error.downcast_ref(),
+    ) {
+        (Some(run), _) => run_failure_type(run),
+        (None, Some(error)) => failure_type(error),
+        (None, None) => telemetry::error_type(&error),
+    };
+    span.record("error.type", kind.as_str());
     span.record("otel.status_code", "ERROR");
 }
 

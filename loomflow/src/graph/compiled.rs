@@ -55,8 +55,10 @@ pub(crate) struct EmbeddedSpan {
     pub(crate) failed: Arc<MarkFailed>,
 }
 
-/// Marks an embedded run's span failed with the run's error.
-pub(crate) type MarkFailed = dyn Fn(&tracing::Span, &crate::graph::RunError) + Send + Sync;
+/// Marks an embedded run's span failed with its error: the run's, or the node's (a time
+/// limit's).
+pub(crate) type MarkFailed =
+    dyn Fn(&tracing::Span, &(dyn std::error::Error + 'static)) + Send + Sync;
 
 /// How long a graph's run may take as another graph's node, and the error its node fails
 /// with past that, made for the thread (see `SubgraphNode`).

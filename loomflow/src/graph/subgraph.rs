@@ -132,7 +132,15 @@ impl<S: State, T: State> Node<S> for SubgraphNode<S, T> {
                 Some(limit) => match tokio::time::timeout(limit.after, run).await {
                     Ok(ran) => ran,
                     // What the child wrote stays: running the node again carries it on.
-                    Err(_) => return Err((limit.error)(ctx.thread())),
+                    Err(_) => {
+                        let error = (limit.error)(ctx.thread());
+                        if let (Some((embedded, span)), NodeError::Failed(source)) =
+                            (&embedded, &error)
+                        {
+                            (embedded.failed)(span, &**source);
+                        }
+                        return Err(error);
+                    }
                 },
             };
             if let Some((embedded, span)) = &embedded {

@@ -245,8 +245,8 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     // them: each thread gets the row its newest checkpoint says, once the table is whole.
     // So does a file of a later version an early build migrated (it made the table empty):
     // every migration fills what is missing, and finds nothing to do in a file without gaps;
-    // there, only a run's (a graph's, whose first checkpoint names it): a thread of
-    // checkpoints written outside any run (`Store::put_checkpoint`) is no run, and stays so.
+    // there, only a run's (a graph's, whose first checkpoint carries its fingerprint): a
+    // thread of checkpoints written outside any run (`Store::put_checkpoint`) is no run.
     if from >= 1 {
         super::backfill::backfill(&tx, from).map_err(|e| open_error(path, e))?;
     }
