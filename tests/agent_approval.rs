@@ -269,6 +269,18 @@ fn email(to: String) -> String {
     format!("emailed {to}")
 }
 
+/// A refund agent that can also email, its approvals durable, answering with `replies`.
+fn emailing_refunds(runtime: &Runtime, replies: Vec<ModelResponse>) -> Agent {
+    Agent::builder("You handle refunds.")
+        .model(ScriptedModel::new(replies))
+        .tool(email)
+        .tool(refunds::refund)
+        .durable_approvals()
+        .runtime(runtime.clone())
+        .build()
+        .unwrap()
+}
+
 /// A run cancelled while one call of a turn waited for approval, after another call of the
 /// same turn ran: the next prompt's conversation gives the call that ran its real result
 /// (the model must not be told it did not run, or it may send the email again), and the
@@ -276,16 +288,7 @@ fn email(to: String) -> String {
 #[tokio::test]
 async fn a_cancelled_turn_tells_the_model_which_calls_ran() {
     let runtime = Runtime::in_memory();
-    let agent = |replies: Vec<ModelResponse>| {
-        Agent::builder("You handle refunds.")
-            .model(ScriptedModel::new(replies))
-            .tool(email)
-            .tool(refunds::refund)
-            .durable_approvals()
-            .runtime(runtime.clone())
-            .build()
-            .unwrap()
-    };
+    let agent = |replies| emailing_refunds(&runtime, replies);
     let calls = vec![
         ToolCall::new("call_e", "email", json!({ "to": "ada@example.com" })),
         refunds::call(500),
@@ -328,16 +331,7 @@ async fn a_cancelled_turn_tells_the_model_which_calls_ran() {
 #[tokio::test]
 async fn a_cancelled_turn_whose_call_reuses_an_earlier_id_gives_it_a_result() {
     let runtime = Runtime::in_memory();
-    let agent = |replies: Vec<ModelResponse>| {
-        Agent::builder("You handle refunds.")
-            .model(ScriptedModel::new(replies))
-            .tool(email)
-            .tool(refunds::refund)
-            .durable_approvals()
-            .runtime(runtime.clone())
-            .build()
-            .unwrap()
-    };
+    let agent = |replies| emailing_refunds(&runtime, replies);
     let email_call = |to: &str| ToolCall::new("call_e", "email", json!({ "to": to }));
     agent(vec![
         ModelResponse::tool_calls(vec![email_call("ada@example.com")]),

@@ -13,7 +13,7 @@
 mod faulty_store;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use loomflow::prelude::*;
@@ -500,25 +500,21 @@ async fn a_journal_write_that_committed_before_it_failed_delivers_the_signal_onc
     assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), None);
 }
 
-/// A node's journaled step whose write fails as on a dropped connection (before it reached
-/// the database) does not fail the run: the store failed, not the node. The run is let go,
-/// as after a crash, and carried on from where the step started; nothing was journaled, so
-/// the side effect is done again (as the docs of `Context::step` say).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it() {
-    use std::sync::atomic::AtomicU32;
-    static CHARGES: AtomicU32 = AtomicU32::new(0);
-    let db = loomflow_tests::TempDb::new("faults-journal-step");
+/// A runtime on `db` behind a faulty store, and a graph whose one node charges in a
+/// journaled step: 40 plus the charges made before, counted in `charges`.
+fn charging(
+    db: &loomflow_tests::TempDb,
+    charges: &'static AtomicU32,
+) -> (Runtime, Arc<faulty_store::Faults>, CompiledGraph<u32>) {
     let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
     let runtime = Runtime::builder().store(store).build();
     let graph = Graph::new("charging")
-        .node_fn("charge", |n: &mut u32, ctx| {
+        .node_fn("charge", move |n: &mut u32, ctx| {
             Box::pin(async move {
-                *n = ctx
-                    .step("charge", || async {
-                        Ok::<_, loomflow::Error>(CHARGES.fetch_add(1, Ordering::SeqCst) + 40)
-                    })
-                    .await?;
+                let charge = || async {
+                    Ok::<_, loomflow::Error>(charges.fetch_add(1, Ordering::SeqCst) + 40)
+                };
+                *n = ctx.step("charge", charge).await?;
                 Ok(())
             })
         })
@@ -526,6 +522,18 @@ async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it
         .edge("charge", END)
         .compile()
         .unwrap();
+    (runtime, faults, graph)
+}
+
+/// A node's journaled step whose write fails as on a dropped connection (before it reached
+/// the database) does not fail the run: the store failed, not the node. The run is let go,
+/// as after a crash, and carried on from where the step started; nothing was journaled, so
+/// the side effect is done again (as the docs of `Context::step` say).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_journal_write_fails_lets_the_run_go_rather_than_failing_it() {
+    static CHARGES: AtomicU32 = AtomicU32::new(0);
+    let db = loomflow_tests::TempDb::new("faults-journal-step");
+    let (runtime, faults, graph) = charging(&db, &CHARGES);
     faults.fail_next_journal_write_before_commit();
     let first = graph.invoke(&runtime, "c-1", 0).await;
     assert!(
@@ -586,25 +594,9 @@ async fn a_node_fns_store_failure_lets_the_run_go() {
 /// took the next number and charged again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_whose_write_failed_after_its_commit_returns_its_value() {
-    use std::sync::atomic::AtomicU32;
     static CHARGES: AtomicU32 = AtomicU32::new(0);
     let db = loomflow_tests::TempDb::new("faults-journal-retry");
-    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
-    let runtime = Runtime::builder().store(store).build();
-    let graph = Graph::new("charging")
-        .node_fn("charge", |n: &mut u32, ctx| {
-            Box::pin(async move {
-                let charge = || async {
-                    Ok::<_, loomflow::Error>(CHARGES.fetch_add(1, Ordering::SeqCst) + 40)
-                };
-                *n = ctx.step("charge", charge).await?;
-                Ok(())
-            })
-        })
-        .edge(START, "charge")
-        .edge("charge", END)
-        .compile()
-        .unwrap();
+    let (runtime, faults, graph) = charging(&db, &CHARGES);
     faults.fail_next_journal_write_after_commit();
     let done = graph.invoke(&runtime, "c-1", 0).await.unwrap();
     assert_eq!(done.completed().unwrap(), 40);
