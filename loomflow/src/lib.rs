@@ -139,6 +139,7 @@ pub mod memory;
 pub mod model;
 mod numbered;
 pub mod runtime;
+mod stable_hash;
 mod sync;
 pub mod telemetry;
 pub mod tool;

@@ -215,15 +215,11 @@ fn join_of(
 /// A stable fingerprint of a description: FNV-1a, 64 bits, as 16 hex digits. Stable across
 /// builds, platforms and Rust versions (unlike `std`'s hashers), so stored ones compare.
 pub(crate) fn fingerprint_of(lines: &[String]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in lines
-        .iter()
-        .flat_map(|l| l.bytes().chain(std::iter::once(b'\n')))
-    {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut hash = crate::stable_hash::StableHash::new();
+    for line in lines {
+        hash.bytes(line.as_bytes()).bytes(b"\n");
     }
-    format!("{hash:016x}")
+    format!("{:016x}", hash.finish())
 }
 
 /// Whether `now` describes the graph `before` did but for the order its edges and branch
@@ -276,6 +272,10 @@ mod tests {
         assert_eq!(fingerprint_of(&a).len(), 16);
         let b = vec!["node b".to_owned(), "edge START -> b".to_owned()];
         assert_ne!(fingerprint_of(&a), fingerprint_of(&b));
+        // Stored fingerprints compare with those of later builds: FNV-1a of the lines, each
+        // ended by a newline, whatever the build.
+        let two = ["node a".to_owned(), "node b".to_owned()];
+        assert_eq!(fingerprint_of(&two), "faeeb2a716fb8700");
         assert_eq!(
             changes(&a, &b),
             [

@@ -342,15 +342,15 @@ pub(super) fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
 
 /// What a remembered decision was given for: the tool's spec, hashed (description,
 /// parameters, approval and destructive flags), so that another tool of the same name is
-/// not decided by it.
+/// not decided by it. Journaled with the call's permission, so the same in every build: a
+/// node run again by a newer build finds the print it took.
 pub(super) fn spec_print(spec: &ToolSpec) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    spec.name.hash(&mut hasher);
-    spec.description.hash(&mut hasher);
-    spec.parameters.to_string().hash(&mut hasher);
-    (spec.requires_approval, spec.destructive).hash(&mut hasher);
-    hasher.finish()
+    let mut hash = crate::stable_hash::StableHash::new();
+    hash.text(&spec.name)
+        .text(&spec.description)
+        .text(&spec.parameters.to_string())
+        .bytes(&[u8::from(spec.requires_approval), u8::from(spec.destructive)]);
+    hash.finish()
 }
 
 /// The permission a decision remembered for the user and tool gives.
@@ -360,4 +360,22 @@ fn remembered_permission(allowed: bool) -> (Permission, &'static str) {
         false => Permission::Deny("denied earlier for this user and tool (remembered)".to_owned()),
     };
     (permission, REMEMBERED)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A print journaled by one build matches in the next: it is FNV-1a of the spec's
+    /// texts (each after its length) and flags, worked out here by hand, not `std`'s hasher.
+    #[test]
+    fn a_tool_print_is_the_same_in_every_build() {
+        let mut spec = ToolSpec::new("refund", "Refunds an order.", json!({"type": "object"}));
+        spec.requires_approval = true;
+        assert_eq!(spec_print(&spec), 0x59bf_e5e0_9ac2_0ad1);
+        spec.destructive = true;
+        assert_ne!(spec_print(&spec), 0x59bf_e5e0_9ac2_0ad1);
+    }
 }
