@@ -880,3 +880,24 @@ async fn a_polled_signal_whose_removal_failed_is_removed_later() {
     let restarted = Runtime::sqlite(db.path()).unwrap();
     assert_eq!(restarted.poll_signal::<u32>("t", "go").unwrap(), None);
 }
+
+/// Two removals that failed a little apart are each tried again when due, with no signal
+/// operation after them: the later one, not due at the first one's retry, gets a retry of
+/// its own (it waited for the next operation, and a restart loaded it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removals_that_failed_apart_are_each_retried() {
+    let db = loomflow_tests::TempDb::new("polled-removals-failed-apart");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    // No look at the store meanwhile, which would make the removals in passing.
+    let runtime = (Runtime::builder().store(store))
+        .poll_interval(Duration::from_secs(30))
+        .build();
+    runtime.signal("t", "go", 7).await.unwrap();
+    runtime.signal("t", "go", 8).await.unwrap();
+    faults.fail_next_plain_takes(2);
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), Some(7));
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), Some(8));
+    until_none_is_pending_but(&runtime, "u", "the second polled signal's removal").await;
+    assert_eq!(faults.plain_takes(), 4);
+}

@@ -140,11 +140,11 @@ impl Removals {
             let Some(queued) = crate::sync::lock(&self.queue).pop_front() else {
                 break;
             };
-            if queued
-                .due
-                .is_some_and(|due| due > tokio::time::Instant::now())
-            {
+            if let Some(due) = queued.due.filter(|&due| due > tokio::time::Instant::now()) {
                 crate::sync::lock(&self.queue).push_back(queued);
+                // Failed after the one whose retry this may be: it has a retry of its own
+                // still, not only the next operation's flush.
+                self.schedule_retry(due);
                 continue;
             }
             let mut under_way = UnderWay {
