@@ -273,16 +273,16 @@ impl AgentResume<'_> {
 
     /// Carries on from checkpoint `id` of the session (see [`Agent::list_checkpoints`])
     /// instead of the newest: time travel. The runs after it stay in the session's history;
-    /// a new run starts from the checkpoint, at the step it was at, and what was journaled
-    /// after it is done again.
+    /// a new run starts from the checkpoint, at its step, and what was journaled after it is
+    /// done again; where the run suspended (an approval asked), what the suspended step had
+    /// journaled is replayed, as [`Runtime::fork`](crate::runtime::Runtime::fork) does.
     pub fn from_checkpoint(mut self, id: u64) -> Self {
         self.checkpoint = Some(id);
         self
     }
 
-    /// The user a run with a new [`prompt`](Self::prompt) acts for (default: the user the
-    /// conversation it continues acted for). A run carried on without a prompt keeps its
-    /// own.
+    /// The user a run with a new [`prompt`](Self::prompt) acts for (default: the user of the
+    /// conversation it continues); a run carried on without a prompt keeps its own.
     pub fn user(mut self, user: impl Into<String>) -> Self {
         self.user = Some(user.into());
         self
