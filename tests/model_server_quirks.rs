@@ -12,9 +12,10 @@ mod mock_server;
 mod models;
 
 use fixtures::*;
+use futures_util::StreamExt;
 use loomflow::model::{
-    FinishReason, Model, ModelError, OutputSchema, ToolCall, ToolChoice, ToolDefinition,
-    collect_stream,
+    AnthropicModel, FinishReason, Model, ModelError, OpenAiModel, OutputSchema, StreamChunk,
+    ToolCall, ToolChoice, ToolDefinition, collect_stream,
 };
 use mock_server::{MockServer, Reply};
 use models::{anthropic, hi, openai};
@@ -203,6 +204,98 @@ async fn a_fragment_whose_id_changed_continues_its_call() {
     assert_eq!(response.tool_calls.len(), 1, "{:?}", response.tool_calls);
     assert_eq!(response.tool_calls[0].name, "weather");
     assert_eq!(response.tool_calls[0].arguments, json!({"city": "Oslo"}));
+    // Under the id it started with, which is the one listeners were told.
+    assert_eq!(response.tool_calls[0].id, "call_1");
+    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
+    let chunks: Vec<_> = openai(&server).stream(hi()).collect().await;
+    let ids: Vec<_> = chunks
+        .iter()
+        .filter_map(|chunk| match chunk {
+            Ok(StreamChunk::ToolCall { id, .. }) => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [Some("call_1".to_owned()), None]);
+}
+
+// Mistral's reasoning models (Magistral) send `content` as a list of parts, the model's
+// thinking first: the text parts are the reply, whether streamed or not.
+
+#[tokio::test]
+async fn content_sent_as_a_list_of_parts_is_its_text_parts() {
+    let message = json!({"role": "assistant", "content": [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "The user greets."}]},
+        {"type": "text", "text": "Hello"},
+        {"type": "text", "text": " there."}
+    ]});
+    let body = openai_completion(message, "stop", 5, 9);
+    let server = MockServer::start(vec![Reply::json(200, body)]).await;
+    let response = openai(&server).complete(hi()).await.unwrap();
+    assert_eq!(response.content, "Hello there.");
+
+    let sse = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "content": [{"type": "thinking", "thinking": [
+                {"type": "text", "text": "The user greets."}]}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"content": [{"type": "text", "text": "Hello"}]}),
+            None,
+        ),
+        openai_chunk(json!({"content": " there."}), None),
+        openai_chunk(json!({"content": []}), Some("stop")),
+    ]);
+    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
+    let response = collect_stream(openai(&server).stream(hi())).await.unwrap();
+    assert_eq!(response.content, "Hello there.");
+    assert_eq!(response.finish_reason, FinishReason::Stop);
+}
+
+/// A server that streams a call's arguments as the object itself, as some do in replies
+/// that are not streamed, gives the call those arguments (the stream failed to decode).
+#[tokio::test]
+async fn streamed_arguments_sent_as_an_object_are_the_calls_arguments() {
+    let sse = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "tool_calls": [{"id": "call_1", "index": 0,
+                "type": "function", "function": {"name": "weather", "arguments": {"city": "Oslo"}}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+    ]);
+    let server = MockServer::start(vec![Reply::sse(&sse, 4096)]).await;
+    let response = collect_stream(openai(&server).stream(hi())).await.unwrap();
+    assert_eq!(
+        response.tool_calls,
+        [ToolCall::new("call_1", "weather", json!({"city": "Oslo"}))]
+    );
+}
+
+/// A base URL with a query (a gateway's `api-version`) keeps it: the request's path goes
+/// before it.
+#[tokio::test]
+async fn a_base_urls_query_stays_after_the_request_path() {
+    let body = openai_completion(json!({"role": "assistant", "content": "ok"}), "stop", 1, 1);
+    let server = MockServer::start(vec![Reply::json(200, body)]).await;
+    let model = OpenAiModel::builder("gpt-test")
+        .base_url(format!("{}/v1?api-version=2024-10-21", server.url()))
+        .api_key("sk-test")
+        .build()
+        .unwrap();
+    assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
+    let path = &server.requests()[0].path;
+    assert_eq!(path, "/v1/chat/completions?api-version=2024-10-21");
+
+    let body = anthropic_message(json!([{"type": "text", "text": "ok"}]), "end_turn", 1, 1);
+    let server = MockServer::start(vec![Reply::json(200, body)]).await;
+    let model = AnthropicModel::builder("claude-test")
+        .base_url(format!("{}?key=k", server.url()))
+        .api_key("sk-ant-test")
+        .build()
+        .unwrap();
+    assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
+    assert_eq!(server.requests()[0].path, "/v1/messages?key=k");
 }
 
 // Byte-exact streams and HTML error pages

@@ -37,6 +37,15 @@ impl fmt::Debug for Endpoint {
     }
 }
 
+/// The URL of `path` under `base`: the path goes after the base's own path, before its
+/// query (`https://gw/v1?api-version=1` takes `chat/completions` as
+/// `https://gw/v1/chat/completions?api-version=1`, for gateways that want one).
+#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
+pub(crate) fn under(base: &str, path: &str) -> String {
+    let (head, rest) = base.split_at(base.find(['?', '#']).unwrap_or(base.len()));
+    format!("{}/{path}{rest}", head.trim_end_matches('/'))
+}
+
 /// `url` with the user information of its authority (before an `@`) redacted.
 pub(crate) fn without_credentials(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -98,6 +107,30 @@ mod tests {
         let plain = "http://127.0.0.1:8080/v1/models/a@b";
         assert_eq!(without_credentials(plain), plain);
         assert_eq!(without_credentials("not a url"), "not a url");
+    }
+
+    #[test]
+    fn a_request_path_goes_before_the_base_urls_query() {
+        let cases = [
+            ("https://gw/v1", "https://gw/v1/chat/completions"),
+            ("https://gw/v1/", "https://gw/v1/chat/completions"),
+            (
+                "https://gw/v1?api-version=1",
+                "https://gw/v1/chat/completions?api-version=1",
+            ),
+            (
+                "https://gw/v1/?a=1&b=2",
+                "https://gw/v1/chat/completions?a=1&b=2",
+            ),
+            (
+                "https://gw/v1?next=@http://x",
+                "https://gw/v1/chat/completions?next=@http://x",
+            ),
+            ("https://gw#frag", "https://gw/chat/completions#frag"),
+        ];
+        for (base, url) in cases {
+            assert_eq!(under(base, "chat/completions"), url, "{base}");
+        }
     }
 }
 

@@ -210,7 +210,8 @@ impl StreamAccumulator {
                 arguments,
             } => {
                 let call = self.calls.entry(index).or_default();
-                if let Some(id) = id {
+                // The id is the call's first piece's, as its name is.
+                if let Some(id) = id.filter(|_| call.id.is_empty()) {
                     call.id = id;
                 }
                 // The name is whole on the call's first piece; servers that repeat it on

@@ -87,7 +87,8 @@ pub struct AnthropicModelBuilder {
 
 impl AnthropicModelBuilder {
     /// Sends requests to this base URL (without `/v1`), e.g. `http://127.0.0.1:8080`.
-    /// The default is [`ANTHROPIC_BASE_URL`].
+    /// The default is [`ANTHROPIC_BASE_URL`]. A query it has stays after the request's
+    /// path.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(url.into());
         self
@@ -158,7 +159,7 @@ impl AnthropicModelBuilder {
                 provider,
                 name: format!("{provider}:{}", self.model),
                 model: self.model,
-                url: Endpoint::new(format!("{}/v1/messages", base.trim_end_matches('/'))),
+                url: Endpoint::new(crate::model::endpoint::under(&base, "v1/messages")),
                 key,
                 retry: self.retry,
                 timeout: self.timeout,

@@ -91,7 +91,8 @@ pub struct OpenAiModelBuilder {
 
 impl OpenAiModelBuilder {
     /// Sends requests to this base URL (up to and including `/v1`), e.g.
-    /// `http://127.0.0.1:8080/v1`. The default is [`OPENAI_BASE_URL`].
+    /// `http://127.0.0.1:8080/v1`. The default is [`OPENAI_BASE_URL`]. A query it has (a
+    /// gateway's `?api-version=…`) stays after the request's path.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(url.into());
         self
@@ -156,7 +157,7 @@ impl OpenAiModelBuilder {
                 env: OPENAI_API_KEY_ENV.to_owned(),
             });
         }
-        let url = format!("{}/chat/completions", base.trim_end_matches('/'));
+        let url = crate::model::endpoint::under(&base, "chat/completions");
         Ok(OpenAiModel {
             inner: Arc::new(Inner {
                 client: transport::build_client(provider)?,

@@ -24,6 +24,7 @@ struct Choice {
 
 #[derive(Deserialize)]
 struct WireMessage {
+    #[serde(default, deserialize_with = "content_text")]
     content: Option<String>,
     refusal: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
@@ -53,6 +54,41 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A message's `content`, or a streamed delta's: a string, or a list of parts (Mistral's
+/// reasoning models send `[{"type": "thinking", …}, {"type": "text", "text": …}]`), whose
+/// `text` parts are the reply; the model's thinking and other parts are left out.
+pub(super) fn content_text<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Content {
+        Text(String),
+        Parts(Vec<Part>),
+    }
+    #[derive(Deserialize)]
+    struct Part {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+        text: Option<serde_json::Value>,
+    }
+    Ok(match Option::<Content>::deserialize(deserializer)? {
+        None => None,
+        Some(Content::Text(text)) => Some(text),
+        Some(Content::Parts(parts)) => Some(
+            parts
+                .into_iter()
+                .filter(|part| part.kind.as_deref() == Some("text"))
+                .filter_map(|part| match part.text {
+                    Some(serde_json::Value::String(text)) => Some(text),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    })
 }
 
 /// The `usage` object of replies and of the last streamed chunk.

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use serde::Deserialize;
 
-use super::response::{WireUsage, finish_reason, null_as_default};
+use super::response::{WireUsage, content_text, finish_reason, null_as_default};
 use crate::model::sse::SseEvent;
 use crate::model::transport::{EventDecoder, Target, decode_error, error_event};
 use crate::model::{FinishReason, ModelError, StreamChunk, Usage};
@@ -26,6 +26,7 @@ struct ChoiceDelta {
 
 #[derive(Deserialize)]
 struct Delta {
+    #[serde(default, deserialize_with = "content_text")]
     content: Option<String>,
     refusal: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
@@ -42,7 +43,9 @@ struct ToolDelta {
 #[derive(Deserialize)]
 struct FunctionDelta {
     name: Option<String>,
-    arguments: Option<String>,
+    /// A piece of JSON text per the API; some compatible servers send the whole object, as
+    /// they do in a reply that is not streamed.
+    arguments: Option<serde_json::Value>,
 }
 
 /// Decodes chunks; the finish reason is held back until `[DONE]`, so that the finish chunk is
@@ -169,17 +172,27 @@ impl EventDecoder for Decoder {
                 }
                 for call in delta.tool_calls {
                     let (name, arguments) = match call.function {
-                        Some(f) => (f.name, f.arguments.unwrap_or_default()),
-                        None => (None, String::new()),
+                        Some(f) => (f.name, f.arguments),
+                        None => (None, None),
+                    };
+                    let arguments = match arguments {
+                        None | Some(serde_json::Value::Null) => String::new(),
+                        Some(serde_json::Value::String(text)) => text,
+                        Some(value) => value.to_string(),
                     };
                     let id = call.id.filter(|id| !id.is_empty());
                     self.received = true;
+                    let index = self.call_index(
+                        call.index,
+                        id.as_deref(),
+                        name.as_ref().is_some_and(|n| !n.is_empty()),
+                    );
+                    // A fragment that continues a call under another id (a proxy's) goes on
+                    // under the call's first id: listeners see one id a call.
+                    let id =
+                        id.filter(|id| self.calls.get(index).is_some_and(|(_, known)| known == id));
                     out.push_back(Ok(StreamChunk::ToolCall {
-                        index: self.call_index(
-                            call.index,
-                            id.as_deref(),
-                            name.as_ref().is_some_and(|n| !n.is_empty()),
-                        ),
+                        index,
                         id,
                         name: name.filter(|n| !n.is_empty()),
                         arguments,
