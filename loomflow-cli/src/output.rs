@@ -36,19 +36,39 @@ pub(crate) fn write_out(text: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `text` with its control characters (but line ends and tabs) escaped as JSON escapes
-/// them, `\u001b`: what the command prints comes from callers, tools and models (an
-/// approver's name, an error), and an escape sequence printed as it is would drive the
-/// operator's terminal. In `--json` output serde_json has escaped those below U+0020
-/// already; the rest (DEL, U+0080 to U+009F) become escapes JSON reads back as they were.
+/// `text` with its control characters (but line ends and tabs) and the marks that reorder
+/// bidirectional text escaped as JSON escapes them, `\u001b`: what the command prints comes
+/// from callers, tools and models (an approver's name, an error), and an escape sequence
+/// printed as it is would drive the operator's terminal (a bidi override, make the text
+/// read otherwise than it is). In `--json` output serde_json has escaped those below U+0020
+/// already; the rest (DEL, U+0080 to U+009F, the bidi marks) become escapes JSON reads back
+/// as they were.
 pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
-    let control = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !text.chars().any(control) {
+    escaped(text, |c| {
+        c.is_control() && c != '\n' && c != '\t' || is_bidi_mark(c)
+    })
+}
+
+/// A table's cell, as [`shown`] but with its line ends and tabs escaped too: a cell that
+/// broke its line would print rows of its own (a thread named `x\nord_7  refund
+/// completed`, an approver's name that fakes an audit entry).
+fn cell(text: &str) -> std::borrow::Cow<'_, str> {
+    escaped(text, |c| c.is_control() || is_bidi_mark(c))
+}
+
+/// The invisible marks that change the order bidirectional text is shown in (U+061C,
+/// U+200E and U+200F, U+202A to U+202E, U+2066 to U+2069).
+fn is_bidi_mark(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escaped(text: &str, escape: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(&escape) {
         return text.into();
     }
     let mut escaped = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        match control(c) {
+        match escape(c) {
             true => escaped.push_str(&format!("\\u{:04x}", u32::from(c))),
             false => escaped.push(c),
         }
@@ -101,7 +121,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
     // Escaped before they are measured, so that the columns line up as printed.
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| shown(cell).into_owned()).collect())
+        .map(|row| row.iter().map(|text| cell(text).into_owned()).collect())
         .collect();
     let rows = rows.as_slice();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
@@ -126,7 +146,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
 
 #[cfg(test)]
 mod tests {
-    use super::shown;
+    use super::{cell, shown};
 
     #[test]
     fn control_characters_are_escaped_but_line_ends_and_tabs() {
@@ -140,5 +160,14 @@ mod tests {
         let json = serde_json::to_string(&"by \u{9b}31m\u{7f}").unwrap();
         let read: String = serde_json::from_str(&shown(&json)).unwrap();
         assert_eq!(read, "by \u{9b}31m\u{7f}");
+        // A right-to-left override would show `exe.txt` for `txt.exe`.
+        assert_eq!(shown("\u{202e}txt.exe"), "\\u202etxt.exe");
+    }
+
+    #[test]
+    fn a_cell_keeps_to_its_line() {
+        assert_eq!(cell("ada\n 99  decision"), "ada\\u000a 99  decision");
+        assert_eq!(cell("a\tb\r"), "a\\u0009b\\u000d");
+        assert_eq!(cell("ord_1"), "ord_1");
     }
 }

@@ -706,10 +706,15 @@ async fn control_characters_are_printed_escaped() {
         .submit("refund\u{1b}]52;c;AAAA\u{7}", "t\u{1b}[2J", json!({}))
         .await
         .unwrap();
+    // A name that would print a row of its own, as if another run were there.
+    let forged = "x\nord_7      refund  completed";
+    runtime.submit("refund", forged, json!({})).await.unwrap();
     drop(runtime);
     let output = loomflow(&db.0, &["runs"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
+    assert_eq!(text.lines().count(), 3, "a header and two runs: {text}");
+    assert!(text.contains("x\\u000aord_7"), "{text}");
     assert!(
         !text.contains('\u{1b}') && !text.contains('\u{7}'),
         "{text:?}"
