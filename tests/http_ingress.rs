@@ -1011,7 +1011,8 @@ async fn the_inbox_lists_a_call_waiting_in_memory() {
 }
 
 /// A run resumed before its call was decided asks again, with the time it first asked: the
-/// page shown before still decides the call, and a blank `by` is refused.
+/// page shown before still decides the call, and a blank `by`, or one that breaks its line,
+/// is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_asked_again_before_its_decision_keeps_its_time() {
     let server = serve("asked-again", config()).await;
@@ -1027,13 +1028,17 @@ async fn a_call_asked_again_before_its_decision_keeps_its_time() {
     assert_eq!(now[0].requested_at_ms, first[0].requested_at_ms);
 
     let approve = "/v1/threads/r1/approvals/call_1/approve";
-    let (status, _, reply) =
-        request(server.addr, "POST", approve, &[bearer()], br#"{"by": " "}"#).await;
-    assert_eq!(
-        (status, error_code(&reply).as_str()),
-        (400, "bad_request"),
-        "{reply}"
-    );
+    for by in [
+        &br#"{"by": " "}"#[..],
+        br#"{"by": "ada\n 99  decision  cfo"}"#,
+    ] {
+        let (status, _, reply) = request(server.addr, "POST", approve, &[bearer()], by).await;
+        assert_eq!(
+            (status, error_code(&reply).as_str()),
+            (400, "bad_request"),
+            "{reply}"
+        );
+    }
     let body = format!(r#"{{"requested_at_ms": {}}}"#, first[0].requested_at_ms);
     let (status, _, reply) =
         request(server.addr, "POST", approve, &[bearer()], body.as_bytes()).await;

@@ -752,3 +752,25 @@ async fn a_dropped_signal_is_not_answered_as_accepted() {
     );
     assert!(reply.contains("signal go for thread t1"), "{reply}");
 }
+
+/// A decision the runtime dropped on arrival is answered 503 `dropped`, as a dropped signal
+/// is: not 409, which says another decision came first, and which a client does not send
+/// again (the run would wait for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_decision_is_answered_send_it_again() {
+    let signals = loomflow::runtime::MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let runtime = Runtime::builder().signals(signals).build();
+    ask_for_refund(&runtime, "r1", 900).await;
+    let app = loomflow::http::router(runtime.clone(), config());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let path = "/v1/threads/r1/approvals/call_1/approve";
+    let (status, _, reply) = request(addr, "POST", path, &[bearer()], b"{}").await;
+    assert_eq!(status, 503, "{reply}");
+    assert!(
+        is_json_error(&reply) && reply.contains("\"dropped\""),
+        "{reply}"
+    );
+    assert_eq!(runtime.pending_approvals("r1").await.unwrap().len(), 1);
+}

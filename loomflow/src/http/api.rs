@@ -433,6 +433,11 @@ fn decider(by: Option<&str>) -> Result<&str, ApiError> {
         Some(by) if by.trim().is_empty() => Err(ApiError::bad_request(
             "\"by\" is blank: name who decided, or leave it out",
         )),
+        // Shown in the audit log's tables, where a line break would print rows of its own.
+        Some(by) if by.chars().any(char::is_control) => Err(ApiError::bad_request(
+            "\"by\" holds a control character (a line break, a tab, an escape): name who \
+             decided in plain text",
+        )),
         Some(by) => Ok(by),
     }
 }

@@ -109,11 +109,16 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::RunActive { .. }
             | RuntimeError::Busy { .. }
             | RuntimeError::AlreadyDecided { .. }
-            | RuntimeError::DecisionDropped { .. }
             | RuntimeError::AskedAgain { .. }
             | RuntimeError::Store(crate::runtime::StoreError::LeaseLost { .. }) => {
                 Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
             }
+            // Nothing was kept, as for a dropped signal: sent again, it may be.
+            RuntimeError::DecisionDropped { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "dropped",
+                error.to_string(),
+            ),
             RuntimeError::Signal(signal) => Self::from_signal(signal, error.to_string()),
             // A name or value the store cannot keep (a NUL character, a name too long).
             RuntimeError::Store(crate::runtime::StoreError::Refused { .. }) => {
