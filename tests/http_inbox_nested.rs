@@ -94,6 +94,40 @@ async fn an_inbox_nested_under_a_prefix_logs_in_and_decides() {
     );
 }
 
+/// A run whose approvals cannot be read (its checkpoint damaged) is named on the page, and
+/// the other runs' approvals are shown: the page failed with 500 for all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_run_does_not_hide_the_others() {
+    let db = std::env::temp_dir().join(format!("loomflow-inbox-{}.db", std::process::id()));
+    let runtime = Runtime::sqlite(&db).unwrap();
+    ask_for_refund(&runtime, "readable", 250).await;
+    ask_for_refund(&runtime, "damaged", 300).await;
+    drop(runtime);
+    let sql = rusqlite::Connection::open(&db).unwrap();
+    let changed = sql
+        .execute(
+            "UPDATE checkpoints SET body = json_set(body, '$.interrupts', 'not a list') \
+             WHERE thread = 'damaged' AND status = 'interrupted'",
+            [],
+        )
+        .unwrap();
+    assert!(changed > 0);
+    drop(sql);
+    let runtime = Runtime::sqlite(&db).unwrap();
+    let addr = serve_nested(&runtime).await;
+    let bearer = ("Authorization", format!("Bearer {TOKEN}"));
+    let (status, _, page) = request(addr, "GET", "/ops/inbox", &[bearer], b"").await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("data-thread=\"readable\""), "{page}");
+    assert!(
+        page.contains("The approvals of thread <code>damaged</code> could not be read"),
+        "{page}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inbox_with_more_waiting_runs_than_it_shows_says_so() {
     let runtime = Runtime::in_memory();

@@ -184,8 +184,18 @@ pub(super) async fn page(
             sessions.push(session);
         }
     }
+    // A run whose approvals cannot be read (a damaged row, one a newer loomflow wrote) is
+    // named on the page, not made to hide every other run's: unless no run could be read.
+    let mut unreadable = Vec::new();
     for session in &sessions {
-        let pending = app.runtime.pending_approvals(session).await?;
+        let pending = match app.runtime.pending_approvals(session).await {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::warn!(thread = %session, %error, "the inbox cannot read a run's approvals");
+                unreadable.push((session, error));
+                continue;
+            }
+        };
         for call in pending {
             approvals += 1;
             let arguments = serde_json::to_string_pretty(&call.arguments)
@@ -223,6 +233,20 @@ pub(super) async fn page(
                 arguments = escape(&arguments),
             );
         }
+    }
+    if unreadable.len() == sessions.len()
+        && let Some((_, error)) = unreadable.pop()
+    {
+        return Err(error.into());
+    }
+    // Why is logged, as a failure of the server's own is: not shown.
+    for (session, _) in &unreadable {
+        let _ = writeln!(
+            html,
+            "<p class=\"unreadable\">The approvals of thread <code>{}</code> could not be \
+             read (the server's log says why).</p>",
+            escape(session),
+        );
     }
     if more {
         let _ = writeln!(
