@@ -391,10 +391,22 @@ async fn an_empty_body_is_refused() {
     eprintln!("{a} {ra}; delivered {got:?}");
     assert_eq!(a, 400, "an empty body is not JSON: {ra}");
     assert!(
-        ra.contains("the body is empty") && is_json_error(&ra),
+        ra.contains("the body of signal n for thread n1 is empty") && is_json_error(&ra),
         "{ra}"
     );
     assert_eq!(got, None, "nothing was delivered");
+    // Nor a body that is not JSON, or a decision's, each named.
+    let path = "/v1/threads/n1/signals/n";
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"{").await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(
+        reply.contains("signal n for thread n1 is not JSON"),
+        "{reply}"
+    );
+    let path = "/v1/threads/n1/approvals/call_9/approve";
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"[1]").await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply.contains("call call_9 of thread n1"), "{reply}");
 }
 
 /// A signal for a finished run is refused, so a later run on the thread does not get it.

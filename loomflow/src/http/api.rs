@@ -80,15 +80,20 @@ pub(super) async fn post_signal(
         return Ok((StatusCode::OK, Json(reply)));
     }
     if body.is_empty() {
-        return Err(ApiError::bad_request(
-            "the body is empty: send the payload as JSON (`null` for none)",
-        ));
+        return Err(ApiError::bad_request(format!(
+            "the body of signal {name} for thread {thread} is empty: send the payload as JSON \
+             (`null` for none)"
+        )));
     }
     let payload: Value = match from_github && is_form(&headers) {
         true => github_form_payload(&body)?,
         false => json(&body),
     }
-    .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    .map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body of signal {name} for thread {thread} is not JSON: {e}"
+        ))
+    })?;
     // A signal to a run that has ended would wait for the next run on the thread.
     let mut options = SignalOptions::default().require_live_run();
     let key = match signed_delivery {
@@ -418,11 +423,15 @@ pub(super) async fn decide(
     Ok(())
 }
 
-fn parse_body<T: serde::de::DeserializeOwned + Default + Send>(body: &[u8]) -> Result<T, ApiError> {
+/// A body of type `T` (its default when empty); `what` says what it is about, for the error.
+fn parse_body<T: serde::de::DeserializeOwned + Default + Send>(
+    body: &[u8],
+    what: impl FnOnce() -> String,
+) -> Result<T, ApiError> {
     if body.is_empty() {
         return Ok(T::default());
     }
-    json(body).map_err(|e| ApiError::bad_request(format!("bad body: {e}")))
+    json(body).map_err(|e| ApiError::bad_request(format!("bad body for {}: {e}", what())))
 }
 
 /// Who decided, as a decision's body names them (`http` when it does not): a blank name
@@ -457,7 +466,7 @@ pub(super) async fn approve(
     auth::bearer(&app.config, &headers)?;
     let Path((thread, call_id)) = path?;
     let body = self::body(&app, body, || decision_on(&thread, &call_id))?;
-    let body: ApproveBody = parse_body(&body)?;
+    let body: ApproveBody = parse_body(&body, || decision_on(&thread, &call_id))?;
     let decision = match body.arguments {
         Some(arguments @ Value::Object(_)) => ApprovalDecision::Edit { arguments },
         Some(other) => {
@@ -497,8 +506,10 @@ pub(super) async fn reject(
     auth::bearer(&app.config, &headers)?;
     let Path((thread, call_id)) = path?;
     let body = self::body(&app, body, || decision_on(&thread, &call_id))?;
-    let body: RejectBody = json(&body)
-        .map_err(|e| ApiError::bad_request(format!("a rejection needs {{\"reason\": …}}: {e}")))?;
+    let body: RejectBody = json(&body).map_err(|e| {
+        let what = decision_on(&thread, &call_id);
+        ApiError::bad_request(format!("{what}: a rejection needs {{\"reason\": …}}: {e}"))
+    })?;
     let by = decider(body.by.as_deref())?;
     if body.reason.trim().is_empty() {
         return Err(ApiError::bad_request(
