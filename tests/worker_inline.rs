@@ -950,6 +950,71 @@ async fn a_signal_sent_while_its_run_is_still_held_wakes_it_once_let_go() {
     assert_eq!(runtime.run("s").await.unwrap().state, json!(5));
 }
 
+/// The same when the execution that held the run lets go of it some other way than by
+/// suspending: a direct resume whose resumed step failed leaves the run interrupted, and a
+/// signal sent meanwhile for a sibling's wait carries it on once it is let go (it stayed in
+/// the mailbox, and the run waited for it for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_sent_while_a_failing_resume_holds_its_run_wakes_it() {
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let finish = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::clone(&finish);
+    let graph = Graph::new("asks-and-waits")
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let add: u32 = ctx.wait_for_signal("go").or_suspend().await?;
+                *n += add;
+                Ok(())
+            })
+        })
+        .node_fn("ask", move |_n: &mut u32, ctx| {
+            let (entered, finish) = (entered_tx.clone(), Arc::clone(&release));
+            Box::pin(async move {
+                let _answer: u32 = ctx.interrupt("how many?")?;
+                let _ = entered.send(());
+                finish.notified().await;
+                Err("the answer is refused".into())
+            })
+        })
+        .edge(START, "wait")
+        .edge(START, "ask")
+        .edge("wait", END)
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .park_grace(Duration::ZERO)
+        .build()
+        .start();
+    let first = graph.run(&runtime, "s", 0).await.unwrap();
+    assert_eq!(first.interrupts().len(), 2, "{first:?}");
+    let resuming = {
+        let (graph, runtime) = (graph.clone(), runtime.clone());
+        tokio::spawn(async move { graph.resume(&runtime, "s", 3u32).await })
+    };
+    let entering = tokio::time::timeout(Duration::from_secs(10), entered.recv()).await;
+    assert!(entering.is_ok(), "{:?}", resuming.await);
+    // `wait` has suspended again (nothing queued) while `ask` holds the step.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    runtime.signal("s", "go", 5).await.unwrap();
+    finish.notify_one();
+    let resumed = resuming.await.unwrap().unwrap();
+    assert!(matches!(resumed, RunOutcome::Failed { .. }), "{resumed:?}");
+    // The worker carries the run on with the signal: only `ask`'s question is left.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let record = loop {
+        let record = runtime.run("s").await.unwrap().record;
+        if record.waiting_on == ["loomflow:resume"] || tokio::time::Instant::now() > deadline {
+            break record;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.waiting_on, ["loomflow:resume"], "{record:?}");
+    worker.shutdown().await.unwrap();
+}
+
 /// On the memory store the worker learns of signals from the sends in its process: every
 /// run signalled before one `run_until_idle` is carried on by that call, not only the first.
 #[tokio::test]

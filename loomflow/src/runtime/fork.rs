@@ -66,7 +66,12 @@ impl Runtime {
             .fork_claimed(&claim, thread, checkpoint, new_thread)
             .await
         {
-            Ok(()) => claim.release().await.map_err(RuntimeError::from),
+            Ok(()) => {
+                claim.release().await?;
+                // The fork's run may wait for what is queued for the thread already.
+                self.wake_if_waiting(new_thread).await;
+                Ok(())
+            }
             Err(error) => {
                 // A run of `new_thread` it replaces is let go as it was (a suspended run
                 // keeps its wake time), not made runnable at once.

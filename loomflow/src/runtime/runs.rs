@@ -51,11 +51,25 @@ impl Runtime {
         }
     }
 
-    /// As [`wake_if_queued`](Self::wake_if_queued), for a run left interrupted after it
-    /// refused a resume request: another request may have come while it was held.
-    pub(crate) fn wake_if_resume_queued(&self, thread: &str) {
-        if self.wakes().listened() && self.mailbox().queued(thread, RESUME_SIGNAL) > 0 {
-            self.wakes().wake(Some((thread, RESUME_SIGNAL)));
+    /// As [`wake_if_queued`](Self::wake_if_queued), for a run let go as it was suspended
+    /// before (a resume request refused, a direct resume whose step failed): what it waits
+    /// for, as its row lists it, may have come while it was held (from this process: a
+    /// durable store's claims find what others stored).
+    pub(crate) async fn wake_if_waiting(&self, thread: &str) {
+        if !self.wakes().listened() {
+            return;
+        }
+        let row = match self.store().get_run(thread).await {
+            Ok(row) => row,
+            Err(error) => {
+                tracing::warn!(%thread, %error, "could not read a run let go, to wake it");
+                return;
+            }
+        };
+        let waiting_on = row.map(|row| row.waiting_on).unwrap_or_default();
+        let queued = |name: &&String| self.mailbox().queued(thread, name) > 0;
+        if let Some(name) = waiting_on.iter().find(queued) {
+            self.wakes().wake(Some((thread, name)));
         }
     }
 

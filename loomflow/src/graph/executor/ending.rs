@@ -253,3 +253,14 @@ pub(super) fn refuses_resume(error: &RunError) -> bool {
             | RunError::NotInterrupted { .. }
     )
 }
+
+/// Whether an execution that ended with `result` and let go of its run left it as it was,
+/// suspended (a refused resume request, a direct resume whose step failed, an error before
+/// the run moved): what it waits for may have come while it was held, and found no run to
+/// wake.
+pub(super) fn as_it_was<S>(result: &Result<RunOutcome<S>>) -> bool {
+    !matches!(
+        result,
+        Ok(RunOutcome::Interrupted { .. } | RunOutcome::Completed(_))
+    )
+}

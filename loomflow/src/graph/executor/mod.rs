@@ -221,6 +221,7 @@ fn claimed<S: State>(
                 let spending = ending::spend_resume_requests(runtime, claim.thread(), answered);
                 Box::pin(spending).await;
             }
+            let released = failure.is_none() && !half_way;
             let ended = match failure {
                 Some(message) => claim.finish(RunState::Failed, Some(message)).await,
                 None if half_way => claim.release_runnable().await,
@@ -230,8 +231,8 @@ fn claimed<S: State>(
                 // The outcome stands; the claim, dropped, lets the run go runnable.
                 tracing::warn!(thread = %claim.thread(), %error, "could not release the run's claim");
             }
-            if let (Some(runtime), true) = (&runtime, refused) {
-                runtime.wake_if_resume_queued(claim.thread());
+            if let (Some(runtime), true) = (&runtime, released && ending::as_it_was(&result)) {
+                Box::pin(runtime.wake_if_waiting(claim.thread())).await;
             }
             if let (Some(runtime), Ok(RunOutcome::Interrupted { interrupts, .. })) =
                 (&runtime, &result)
