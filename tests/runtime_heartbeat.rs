@@ -5,6 +5,10 @@
 
 use std::time::Duration;
 
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
+
+use faulty_store::FaultyStore;
 use loomflow::RunError;
 use loomflow::prelude::*;
 use loomflow::runtime::SqliteStore;
@@ -67,6 +71,33 @@ async fn steps_longer_than_the_lease_keep_their_runs_while_another_process_is_re
             .unwrap(),
         2
     );
+}
+
+/// A renewal that never answers (its connection died without a word) holds back no other:
+/// the other runs' leases are renewed at every beat, and another process cannot take them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_renewal_holds_back_no_other_run() {
+    let db = loomflow_tests::TempDb::new("heartbeat-hung");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).lease(LEASE).build();
+    let other = Runtime::builder()
+        .store(SqliteStore::open(db.path()).unwrap())
+        .lease(LEASE)
+        .build();
+    faults.hang_renewals_of("a");
+    let graph = slow_graph();
+    let hung = graph.start(&runtime, "a", 1);
+    let kept = graph.start(&runtime, "b", 10);
+    for _ in 0..6 {
+        tokio::time::sleep(LEASE / 2).await;
+        let taken = graph.recover(&other, "b").await;
+        assert!(
+            matches!(taken, Err(RunError::Busy { .. })),
+            "b was taken over: {taken:?}"
+        );
+    }
+    assert_eq!(kept.await.unwrap().completed().unwrap(), 11);
+    hung.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,9 @@ pub(crate) struct Faults {
     held_plain_take: Mutex<Option<oneshot::Receiver<()>>>,
     /// The next `pending_signals` read starts only once this fires (or is dropped).
     held_pending_read: Mutex<Option<oneshot::Receiver<()>>>,
+    /// Renewals of this thread's lease never answer, as a query on a connection that died
+    /// without a word.
+    hung_renewals_of: Mutex<Option<String>>,
     /// The next `next_wake_at_ms` says so on the first sender once called, and asks the
     /// store only once the second channel fires.
     held_wake_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
@@ -181,6 +184,11 @@ impl Faults {
 
     /// Holds back the next read of every pending signal (a runtime loading what the store
     /// keeps) until the returned sender fires or is dropped.
+    /// Makes every renewal of `thread`'s lease hang, never answered.
+    pub(crate) fn hang_renewals_of(&self, thread: &str) {
+        *self.hung_renewals_of.lock().unwrap() = Some(thread.to_owned());
+    }
+
     pub(crate) fn hold_next_pending_read(&self) -> oneshot::Sender<()> {
         hold(&self.held_pending_read)
     }
@@ -536,6 +544,9 @@ impl<S: Store> Store for FaultyStore<S> {
         owner: &'a str,
         lease_until_ms: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
+        if self.faults.hung_renewals_of.lock().unwrap().as_deref() == Some(thread) {
+            return Box::pin(std::future::pending());
+        }
         self.inner.renew_claim(thread, owner, lease_until_ms)
     }
 

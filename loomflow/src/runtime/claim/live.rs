@@ -189,7 +189,18 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
         drop(live);
         if tokio::time::Instant::now() >= next_beat {
             next_beat = instant_after(every);
-            let renewed = futures_util::future::join_all(claims.iter().map(|c| renew(c))).await;
+            // A renewal that does not answer by the next beat (its connection died without a
+            // word) is given up, and tried again then: it holds back none of the others.
+            let renewals = claims.iter().map(|claim| async move {
+                match tokio::time::timeout(every, renew(claim)).await {
+                    Ok(renewed) => renewed,
+                    Err(_) => {
+                        tracing::warn!(thread = %claim.thread, "renewing the lease did not answer in time; retrying");
+                        false
+                    }
+                }
+            });
+            let renewed = futures_util::future::join_all(renewals).await;
             let renewed: Vec<&Arc<ClaimInner>> = (claims.iter().zip(renewed))
                 .filter_map(|(claim, renewed)| renewed.then_some(claim))
                 .collect();
