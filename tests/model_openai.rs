@@ -424,6 +424,35 @@ async fn a_stream_cut_before_done_is_an_error() {
     );
 }
 
+/// A server that sends `"finish_reason": ""` on every chunk has not finished: a body that
+/// ends after such a chunk, without `[DONE]`, was cut, not a whole reply.
+#[tokio::test]
+async fn an_empty_finish_reason_is_no_finish() {
+    let chunks = [
+        json!({"choices": [{"index": 0, "delta": {"content": "Half"}, "finish_reason": ""}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": " a"}, "finish_reason": ""}]}),
+    ];
+    let body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    let server = MockServer::start(vec![Reply::sse(&body, 4096)]).await;
+    let result =
+        collect_stream(model(&server).stream(ModelRequest::new(vec![Message::user("Hi")]))).await;
+    assert!(
+        matches!(result, Err(ModelError::StreamCut { .. })),
+        "{result:?}"
+    );
+    // The same chunks ended by one with a reason are a whole reply.
+    let mut chunks = chunks.to_vec();
+    chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}));
+    let body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    let server = MockServer::start(vec![Reply::sse(&(body + "data: [DONE]\n\n"), 4096)]).await;
+    let response =
+        collect_stream(model(&server).stream(ModelRequest::new(vec![Message::user("Hi")])))
+            .await
+            .unwrap();
+    assert_eq!(response.content, "Half a");
+    assert_eq!(response.finish_reason, FinishReason::Stop);
+}
+
 #[tokio::test]
 async fn timeouts_and_refused_connections_are_typed() {
     let server = MockServer::start(vec![Reply::Hang]).await;

@@ -685,7 +685,10 @@ async fn a_redirect_is_a_configuration_error_not_followed() {
     let err = openai(&server).complete(hi()).await.unwrap_err();
     assert!(matches!(err, ModelError::Config { .. }), "{err:?}");
     assert!(err.to_string().contains("redirect"), "{err}");
+    // Which model's settings, among the provider's: the one whose base URL moved.
+    assert!(err.to_string().contains("for model gpt-test"), "{err}");
     assert_eq!(server.requests().len(), 1);
     let err = anthropic(&server).complete(hi()).await.unwrap_err();
     assert!(matches!(err, ModelError::Config { .. }), "{err:?}");
+    assert!(err.to_string().contains("for model claude-test"), "{err}");
 }

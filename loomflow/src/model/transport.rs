@@ -75,9 +75,11 @@ pub(crate) fn transport_error(error: reqwest::Error, target: &Target) -> ModelEr
     if error.is_builder() {
         return ModelError::Config {
             provider: target.provider.to_owned(),
-            message: "the request could not be built: a header (the API key, an extra \
-                      header) holds a character HTTP does not allow"
-                .to_owned(),
+            message: format!(
+                "the request for model {} could not be built: a header (the API key, an \
+                 extra header) holds a character HTTP does not allow",
+                target.model
+            ),
         };
     }
     // A body that broke off part way (a reset, a proxy that cut it) is a decode error to
@@ -193,9 +195,9 @@ pub(crate) fn status_error(
         300..=399 => ModelError::Config {
             provider,
             message: format!(
-                "the server answered {status}, a redirect, which is not followed (the key and \
-                 the prompt would go where it points): set the base url to the endpoint it \
-                 points to (https rather than http, say)"
+                "the server answered {status} for model {model}, a redirect, which is not \
+                 followed (the key and the prompt would go where it points): set the base url \
+                 to the endpoint it points to (https rather than http, say)"
             ),
         },
         401 | 403 => ModelError::Authentication {

@@ -175,7 +175,11 @@ pub(super) fn parse(
     let refusal = choice.message.refusal.filter(|r| !r.is_empty());
     let finish_reason = match &refusal {
         Some(_) => FinishReason::ContentFilter,
-        None => finish_reason(choice.finish_reason.as_deref().unwrap_or("stop")),
+        None => finish_reason(
+            (choice.finish_reason.as_deref())
+                .filter(|r| !r.is_empty())
+                .unwrap_or("stop"),
+        ),
     };
     let content = choice
         .message

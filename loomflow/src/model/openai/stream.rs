@@ -199,7 +199,9 @@ impl EventDecoder for Decoder {
                     }));
                 }
             }
-            if let Some(reason) = choice.finish_reason {
+            // An empty reason (some servers send `""` on every chunk) says nothing: taken
+            // as a finish, a body cut after it would pass for a whole reply.
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                 self.finish = Some(finish_reason(&reason));
             }
         }
