@@ -90,6 +90,25 @@ async fn plain_reply_sends_the_documented_request_and_reads_usage() {
     );
 }
 
+/// A proxy in front of OpenAI's reasoning models wants the cap as `max_completion_tokens`
+/// (they refuse `max_tokens`): the builder says so for a base URL that is not OpenAI's.
+#[tokio::test]
+async fn the_token_cap_goes_under_the_name_the_builder_says() {
+    let body = openai_completion(json!({"role": "assistant", "content": "ok"}), "stop", 1, 1);
+    let server = MockServer::start(vec![Reply::json(200, body)]).await;
+    let model = OpenAiModel::builder("o4-mini")
+        .base_url(format!("{}/v1", server.url()))
+        .api_key(KEY)
+        .max_completion_tokens(true)
+        .build()
+        .unwrap();
+    let request = ModelRequest::new(vec![Message::user("Hi")]).max_tokens(20);
+    model.complete(request).await.unwrap();
+    let sent = &server.requests()[0].body;
+    assert_eq!(sent["max_completion_tokens"], 20, "{sent}");
+    assert!(sent.get("max_tokens").is_none(), "{sent}");
+}
+
 #[tokio::test]
 async fn streamed_reply_folds_into_the_plain_response() {
     let transcript = openai_sse(&[

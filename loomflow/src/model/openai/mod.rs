@@ -70,7 +70,8 @@ struct Inner {
     name: String,
     model: String,
     url: Endpoint,
-    official: bool,
+    /// Whether the token cap goes as `max_completion_tokens` rather than `max_tokens`.
+    completion_tokens: bool,
     key: Option<ApiKey>,
     retry: RetryPolicy,
     timeout: Duration,
@@ -87,6 +88,7 @@ pub struct OpenAiModelBuilder {
     retry: RetryPolicy,
     timeout: Duration,
     stream_usage: bool,
+    max_completion_tokens: Option<bool>,
 }
 
 impl OpenAiModelBuilder {
@@ -129,6 +131,16 @@ impl OpenAiModelBuilder {
         self
     }
 
+    /// Whether a request's token cap ([`ModelRequest::max_tokens`]) is sent as
+    /// `max_completion_tokens`, the name api.openai.com takes (its reasoning models refuse
+    /// `max_tokens` with a 400), rather than `max_tokens`, the one most compatible servers
+    /// know. Default: on api.openai.com only. Turn it on for a proxy or an Azure OpenAI
+    /// deployment in front of OpenAI's reasoning models.
+    pub fn max_completion_tokens(mut self, yes: bool) -> Self {
+        self.max_completion_tokens = Some(yes);
+        self
+    }
+
     /// Builds the adapter.
     ///
     /// # Errors
@@ -165,7 +177,7 @@ impl OpenAiModelBuilder {
                 name: format!("{provider}:{}", self.model),
                 model: self.model,
                 url: Endpoint::new(url),
-                official,
+                completion_tokens: self.max_completion_tokens.unwrap_or(official),
                 key,
                 retry: self.retry,
                 timeout: self.timeout,
@@ -185,6 +197,7 @@ impl OpenAiModel {
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(120),
             stream_usage: true,
+            max_completion_tokens: None,
         }
     }
 
@@ -237,7 +250,7 @@ impl Inner {
             request,
             &target.model,
             stream,
-            self.official,
+            self.completion_tokens,
         ))
         .map_err(|e| transport::decode_error(target, format!("cannot encode request: {e}")))
     }

@@ -14,7 +14,7 @@ pub(super) fn body(
     request: &ModelRequest,
     model: &str,
     stream: Option<Streamed>,
-    official: bool,
+    completion_tokens: bool,
 ) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), model.into());
@@ -67,7 +67,7 @@ pub(super) fn body(
     if let Some(max) = request.max_tokens {
         // api.openai.com deprecated `max_tokens` (reasoning models refuse it); compatible
         // servers mostly know only the old name.
-        let field = if official {
+        let field = if completion_tokens {
             "max_completion_tokens"
         } else {
             "max_tokens"
