@@ -109,6 +109,7 @@ fn responses_and_messages_survive_a_json_round_trip() {
         id: Some("c".into()),
         name: None,
         arguments: "{".into(),
+        provider_extra: Some(json!({"google": {"thought_signature": "c2ln"}})),
     };
     let back: StreamChunk = serde_json::from_str(&serde_json::to_string(&chunk).unwrap()).unwrap();
     assert_eq!(back, chunk);

@@ -14,8 +14,8 @@ mod models;
 use fixtures::*;
 use futures_util::StreamExt;
 use loomflow::model::{
-    AnthropicModel, FinishReason, Model, ModelError, OpenAiModel, OutputSchema, StreamChunk,
-    ToolCall, ToolChoice, ToolDefinition, collect_stream,
+    AnthropicModel, FinishReason, Message, Model, ModelError, ModelRequest, OpenAiModel,
+    OutputSchema, StreamChunk, ToolCall, ToolChoice, ToolDefinition, collect_stream,
 };
 use mock_server::{MockServer, Reply};
 use models::{anthropic, hi, openai};
@@ -216,6 +216,70 @@ async fn a_fragment_whose_id_changed_continues_its_call() {
         })
         .collect();
     assert_eq!(ids, [Some("call_1".to_owned()), None]);
+}
+
+// Gemini's OpenAI-compatible API sends each call's thought signature in `extra_content`,
+// and refuses a request whose assistant call comes back without it.
+
+#[tokio::test]
+async fn a_calls_provider_extra_is_sent_back_with_it() {
+    let extra = json!({"google": {"thought_signature": "c2lnbmF0dXJl"}});
+    let message = json!({"role": "assistant", "content": null, "tool_calls": [{
+        "id": "call_1", "type": "function", "extra_content": extra,
+        "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]});
+    let body = openai_completion(message, "tool_calls", 5, 9);
+    let sse = openai_sse(&[
+        openai_chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1",
+                "type": "function", "extra_content": extra,
+                "function": {"name": "weather", "arguments": "{\"city\""}}]}),
+            None,
+        ),
+        openai_chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": ":\"Oslo\"}"}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+    ]);
+    let done = openai_completion(
+        json!({"role": "assistant", "content": "Sunny."}),
+        "stop",
+        9,
+        2,
+    );
+    let server = MockServer::start(vec![
+        Reply::json(200, body),
+        Reply::sse(&sse, 4096),
+        Reply::json(200, done),
+    ])
+    .await;
+    let model = openai(&server);
+    let whole = model.complete(hi()).await.unwrap();
+    let streamed = collect_stream(model.stream(hi())).await.unwrap();
+    for reply in [&whole, &streamed] {
+        assert_eq!(reply.tool_calls.len(), 1, "{reply:?}");
+        assert_eq!(reply.tool_calls[0].provider_extra.as_ref(), Some(&extra));
+    }
+    // The next request carries the call back with its signature.
+    let call = streamed.tool_calls[0].clone();
+    let request = ModelRequest::new(vec![
+        Message::user("Weather in Oslo?"),
+        Message::assistant_tool_calls(vec![call]),
+        Message::tool_result("call_1", "sunny"),
+    ]);
+    model.complete(request).await.unwrap();
+    let sent = &server.requests()[2].body;
+    assert_eq!(
+        sent["messages"][1]["tool_calls"][0]["extra_content"], extra,
+        "{sent}"
+    );
+    // A call without one is sent as before.
+    let plain = ToolCall::new("call_2", "weather", json!({}));
+    assert!(
+        !serde_json::to_string(&plain)
+            .unwrap()
+            .contains("provider_extra")
+    );
 }
 
 // Mistral's reasoning models (Magistral) send `content` as a list of parts, the model's

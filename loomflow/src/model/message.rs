@@ -152,6 +152,11 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments, as JSON (an object for well-behaved models).
     pub arguments: serde_json::Value,
+    /// What the provider sent with the call to have it sent back with it, as it came: Gemini
+    /// (through its OpenAI-compatible API) sends the model's thought signature in the call's
+    /// `extra_content`, and refuses a later request whose call lacks it. `None` for most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_extra: Option<serde_json::Value>,
 }
 
 impl ToolCall {
@@ -165,6 +170,7 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments,
+            provider_extra: None,
         }
     }
 }

@@ -161,6 +161,10 @@ pub enum StreamChunk {
         /// A fragment of the arguments' JSON text.
         #[serde(default)]
         arguments: String,
+        /// What the provider sent with the call to have it sent back (see
+        /// [`ToolCall::provider_extra`]), on the piece that carried it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_extra: Option<serde_json::Value>,
     },
     /// Token counts so far; a later one replaces an earlier one.
     Usage(Usage),
@@ -191,6 +195,7 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    provider_extra: Option<serde_json::Value>,
 }
 
 impl StreamAccumulator {
@@ -208,8 +213,12 @@ impl StreamAccumulator {
                 id,
                 name,
                 arguments,
+                provider_extra,
             } => {
                 let call = self.calls.entry(index).or_default();
+                if provider_extra.is_some() {
+                    call.provider_extra = provider_extra;
+                }
                 // The id is the call's first piece's, as its name is.
                 if let Some(id) = id.filter(|_| call.id.is_empty()) {
                     call.id = id;
@@ -270,6 +279,7 @@ impl StreamAccumulator {
                 arguments,
                 id: call.id,
                 name: call.name,
+                provider_extra: call.provider_extra,
             });
         }
         Ok(ModelResponse {
@@ -371,18 +381,21 @@ mod tests {
                 id: Some("b".into()),
                 name: Some("g".into()),
                 arguments: String::new(),
+                provider_extra: None,
             },
             StreamChunk::ToolCall {
                 index: 0,
                 id: Some("a".into()),
                 name: Some("f".into()),
                 arguments: "{\"x\":".into(),
+                provider_extra: None,
             },
             StreamChunk::ToolCall {
                 index: 0,
                 id: None,
                 name: None,
                 arguments: "1}".into(),
+                provider_extra: None,
             },
             StreamChunk::Usage(Usage {
                 input_tokens: 3,

@@ -223,6 +223,7 @@ pub(crate) fn response_chunks(response: &ModelResponse) -> Vec<StreamChunk> {
             id: Some(call.id.clone()),
             name: Some(call.name.clone()),
             arguments: String::new(),
+            provider_extra: call.provider_extra.clone(),
         });
         for part in [&arguments[..mid], &arguments[mid..]] {
             chunks.push(StreamChunk::ToolCall {
@@ -230,6 +231,7 @@ pub(crate) fn response_chunks(response: &ModelResponse) -> Vec<StreamChunk> {
                 id: None,
                 name: None,
                 arguments: part.to_owned(),
+                provider_extra: None,
             });
         }
     }

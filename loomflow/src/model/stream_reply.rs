@@ -70,6 +70,7 @@ pub(crate) fn whole_reply(response: ModelResponse) -> ChunkStream {
             id: Some(call.id),
             name: Some(call.name),
             arguments: call.arguments.to_string(),
+            provider_extra: call.provider_extra,
         });
     }
     chunks.push(StreamChunk::Usage(usage));

@@ -134,11 +134,9 @@ pub(super) fn parse(
             Block::ToolUse { name, input, .. } if Some(name.as_str()) == output_tool => {
                 output.get_or_insert_with(|| input.to_string());
             }
-            Block::ToolUse { id, name, input } => tool_calls.push(ToolCall {
-                id,
-                name,
-                arguments: input,
-            }),
+            Block::ToolUse { id, name, input } => {
+                tool_calls.push(ToolCall::new(id, name, input));
+            }
             Block::Other => {}
         }
     }

@@ -206,6 +206,7 @@ impl EventDecoder for Decoder {
                             id: Some(id),
                             name: Some(name),
                             arguments: initial_input(&input).unwrap_or_default(),
+                            provider_extra: None,
                         }));
                         Block::Tool(ordinal)
                     }
@@ -234,6 +235,7 @@ impl EventDecoder for Decoder {
                             id: None,
                             name: None,
                             arguments: partial_json,
+                            provider_extra: None,
                         }));
                     }
                     (None, _) => {

@@ -108,14 +108,21 @@ fn message(message: &Message) -> Value {
                 let calls = tool_calls
                     .iter()
                     .map(|call| {
-                        json!({
+                        let mut wire = json!({
                             "id": call.id,
                             "type": "function",
                             "function": {
                                 "name": call.name,
                                 "arguments": arguments_text(&call.arguments),
                             }
-                        })
+                        });
+                        // Sent back as it came (Gemini's thought signature).
+                        if let (Some(extra), Some(fields)) =
+                            (&call.provider_extra, wire.as_object_mut())
+                        {
+                            fields.insert("extra_content".into(), extra.clone());
+                        }
+                        wire
                     })
                     .collect();
                 m.insert("tool_calls".into(), calls);

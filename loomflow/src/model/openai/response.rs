@@ -36,6 +36,8 @@ struct WireToolCall {
     #[serde(default, deserialize_with = "null_as_default")]
     id: String,
     function: WireFunction,
+    /// Gemini's thought signature, to be sent back with the call.
+    extra_content: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +171,7 @@ pub(super) fn parse(
             id: call.id,
             name: call.function.name,
             arguments,
+            provider_extra: call.extra_content.filter(|extra| !extra.is_null()),
         });
     }
     // A refusal is the provider declining: its text is the reply, and it is no plain stop.

@@ -38,6 +38,8 @@ struct ToolDelta {
     index: Option<usize>,
     id: Option<String>,
     function: Option<FunctionDelta>,
+    /// Gemini's thought signature, to be sent back with the call.
+    extra_content: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -193,6 +195,7 @@ impl EventDecoder for Decoder {
                         id.filter(|id| self.calls.get(index).is_some_and(|(_, known)| known == id));
                     out.push_back(Ok(StreamChunk::ToolCall {
                         index,
+                        provider_extra: call.extra_content.filter(|extra| !extra.is_null()),
                         id,
                         name: name.filter(|n| !n.is_empty()),
                         arguments,
