@@ -73,8 +73,9 @@ async fn steps_longer_than_the_lease_keep_their_runs_while_another_process_is_re
     );
 }
 
-/// A renewal that never answers (its connection died without a word) holds back no other:
-/// the other runs' leases are renewed at every beat, and another process cannot take them.
+/// A renewal that never answers (its connection died without a word) holds back no other,
+/// nor does a read of the runs' rows for a cancel that never answers: the other runs'
+/// leases are renewed at every beat, and another process cannot take them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_renewal_holds_back_no_other_run() {
     let db = loomflow_tests::TempDb::new("heartbeat-hung");
@@ -85,6 +86,7 @@ async fn a_hung_renewal_holds_back_no_other_run() {
         .lease(LEASE)
         .build();
     faults.hang_renewals_of("a");
+    faults.hang_run_reads();
     let graph = slow_graph();
     let hung = graph.start(&runtime, "a", 1);
     let kept = graph.start(&runtime, "b", 10);

@@ -896,7 +896,8 @@ async fn removals_that_failed_apart_are_each_retried() {
     runtime.signal("t", "go", 8).await.unwrap();
     faults.fail_next_plain_takes(2);
     assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), Some(7));
-    tokio::time::sleep(Duration::from_millis(40)).await;
+    // Well inside the first one's retry, at 100 ms: the second is not due then.
+    tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(runtime.poll_signal::<u32>("t", "go").unwrap(), Some(8));
     until_none_is_pending_but(&runtime, "u", "the second polled signal's removal").await;
     assert_eq!(faults.plain_takes(), 4);

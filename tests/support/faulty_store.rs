@@ -58,6 +58,8 @@ pub(crate) struct Faults {
     /// Renewals of this thread's lease never answer, as a query on a connection that died
     /// without a word.
     hung_renewals_of: Mutex<Option<String>>,
+    /// While set, reads of a run's row (`get_run`) never answer.
+    hung_run_reads: AtomicBool,
     /// The next `next_wake_at_ms` says so on the first sender once called, and asks the
     /// store only once the second channel fires.
     held_wake_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
@@ -187,6 +189,12 @@ impl Faults {
     /// Makes every renewal of `thread`'s lease hang, never answered.
     pub(crate) fn hang_renewals_of(&self, thread: &str) {
         *self.hung_renewals_of.lock().unwrap() = Some(thread.to_owned());
+    }
+
+    /// Makes every read of a run's row hang, never answered (the heartbeat reads rows for
+    /// cancels with them).
+    pub(crate) fn hang_run_reads(&self) {
+        self.hung_run_reads.store(true, Ordering::SeqCst);
     }
 
     pub(crate) fn hold_next_pending_read(&self) -> oneshot::Sender<()> {
@@ -724,6 +732,9 @@ impl<S: Store> Store for FaultyStore<S> {
         &'a self,
         thread: &'a str,
     ) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        if self.faults.hung_run_reads.load(Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
         let held = self.faults.held_read.lock().unwrap().take();
         Box::pin(async move {
             let row = self.inner.get_run(thread).await;

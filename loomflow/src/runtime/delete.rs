@@ -71,6 +71,7 @@ impl Runtime {
                         "the thread was not let go after its delete failed; its lease runs out"
                     );
                 }
+                self.wake_if_waiting(thread).await;
                 return Err(error.into());
             }
         };

@@ -78,6 +78,7 @@ impl Runtime {
                 if let Err(release) = claim.release().await {
                     tracing::warn!(thread = new_thread, %release, "the thread was not let go after its fork failed; its lease runs out");
                 }
+                self.wake_if_waiting(new_thread).await;
                 Err(error)
             }
         }

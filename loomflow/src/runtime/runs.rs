@@ -53,10 +53,17 @@ impl Runtime {
 
     /// As [`wake_if_queued`](Self::wake_if_queued), for a run let go as it was suspended
     /// before (a resume request refused, a direct resume whose step failed): what it waits
-    /// for, as its row lists it, may have come while it was held (from this process: a
-    /// durable store's claims find what others stored).
+    /// for, as its row lists it, may have come while it was held. In this process's mailbox:
+    /// a durable store's claims find the signals stored, and only a resume request sent
+    /// here is looked for (the row is not read again).
     pub(crate) async fn wake_if_waiting(&self, thread: &str) {
         if !self.wakes().listened() {
+            return;
+        }
+        if self.store().is_durable() {
+            if self.mailbox().queued(thread, RESUME_SIGNAL) > 0 {
+                self.wakes().wake(Some((thread, RESUME_SIGNAL)));
+            }
             return;
         }
         let row = match self.store().get_run(thread).await {
@@ -279,6 +286,7 @@ impl Runtime {
                         if let Err(release) = claim.release().await {
                             tracing::warn!(thread, %release, "the run was not let go after its cancel failed; its lease runs out");
                         }
+                        self.wake_if_waiting(thread).await;
                         return Err(error);
                     }
                     break;

@@ -159,6 +159,7 @@ fn beat_for(lease: Duration) -> Duration {
 async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
     let mut next_beat = instant_after(every);
     let mut looks = CancelLooks::default();
+    let in_flight = InFlight::default();
     loop {
         let probe_every = match shared.upgrade() {
             Some(live) => live.probe_every,
@@ -189,24 +190,22 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
         drop(live);
         if tokio::time::Instant::now() >= next_beat {
             next_beat = instant_after(every);
-            // A renewal that does not answer by the next beat (its connection died without a
-            // word) is given up, and tried again then: it holds back none of the others.
-            let renewals = claims.iter().map(|claim| async move {
-                match tokio::time::timeout(every, renew(claim)).await {
-                    Ok(renewed) => renewed,
-                    Err(_) => {
-                        tracing::warn!(thread = %claim.thread, "renewing the lease did not answer in time; retrying");
-                        false
-                    }
-                }
-            });
+            let renewals = claims
+                .iter()
+                .map(|claim| renew_within(claim, every, &in_flight));
             let renewed = futures_util::future::join_all(renewals).await;
-            let renewed: Vec<&Arc<ClaimInner>> = (claims.iter().zip(renewed))
-                .filter_map(|(claim, renewed)| renewed.then_some(claim))
+            let renewed: Vec<Arc<ClaimInner>> = (claims.iter().zip(renewed))
+                .filter(|(_, renewed)| *renewed)
+                .map(|(claim, _)| Arc::clone(claim))
                 .collect();
-            // A failed read is tried again at the next look or beat.
+            // A failed read is tried again at the next look or beat; one that does not
+            // answer by then holds the beats back no longer.
             for some in renewed.chunks(ROWS_A_READ) {
-                pick_up_cancels(some).await;
+                let reading = tokio::spawn(read_cancels(some.to_vec()));
+                if tokio::time::timeout(every, reading).await.is_err() {
+                    tracing::warn!("reading the runs' rows for a cancel did not answer in time");
+                    break;
+                }
             }
         } else {
             // A slow store does not hold the next beat back: the look gives way to it.
@@ -301,6 +300,55 @@ async fn pick_up_cancels(claims: &[&Arc<ClaimInner>]) -> bool {
         claim.cancelled.notify_waiters();
     }
     true
+}
+
+/// [`pick_up_cancels`], for claims it owns: a task of its own.
+async fn read_cancels(claims: Vec<Arc<ClaimInner>>) -> bool {
+    let claims: Vec<&Arc<ClaimInner>> = claims.iter().collect();
+    pick_up_cancels(&claims).await
+}
+
+/// The claims whose renewal is on its way, by address.
+#[derive(Clone, Default)]
+struct InFlight(Arc<Mutex<HashSet<usize>>>);
+
+/// A claim's place among the renewals on their way, until dropped.
+struct Renewing {
+    in_flight: InFlight,
+    claim: usize,
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        crate::sync::lock(&self.in_flight.0).remove(&self.claim);
+    }
+}
+
+/// A beat's renewal of `claim`, waited for up to `every`. In a task of its own: one that
+/// does not answer (its connection died without a word, and the database's TCP timeout is a
+/// minute) holds back neither the other claims' renewals nor the next beat, whose leases
+/// would run out meanwhile; and it is not dropped half way, which would hand its connection
+/// on with the query still in it. The claim gets no other renewal until it is answered.
+async fn renew_within(claim: &Arc<ClaimInner>, every: Duration, in_flight: &InFlight) -> bool {
+    if !crate::sync::lock(&in_flight.0).insert(address(claim)) {
+        return false;
+    }
+    let renewing = Renewing {
+        in_flight: in_flight.clone(),
+        claim: address(claim),
+    };
+    let owned = Arc::clone(claim);
+    let task = tokio::spawn(async move {
+        let _renewing = renewing;
+        renew(&owned).await
+    });
+    match tokio::time::timeout(every, task).await {
+        Ok(renewed) => renewed.unwrap_or(false),
+        Err(_) => {
+            tracing::warn!(thread = %claim.thread, "renewing the lease did not answer in time; retrying");
+            false
+        }
+    }
 }
 
 /// One beat for one claim: extends its lease. Says whether it did; the beat then reads the
