@@ -290,6 +290,8 @@ async fn content_sent_as_a_list_of_parts_is_its_text_parts() {
     let message = json!({"role": "assistant", "content": [
         {"type": "thinking", "thinking": [{"type": "text", "text": "The user greets."}]},
         {"type": "text", "text": "Hello"},
+        null,
+        "a part of no known shape",
         {"type": "text", "text": " there."}
     ]});
     let body = openai_completion(message, "stop", 5, 9);
@@ -354,12 +356,14 @@ async fn a_base_urls_query_stays_after_the_request_path() {
     let body = anthropic_message(json!([{"type": "text", "text": "ok"}]), "end_turn", 1, 1);
     let server = MockServer::start(vec![Reply::json(200, body)]).await;
     let model = AnthropicModel::builder("claude-test")
-        .base_url(format!("{}?key=k", server.url()))
+        .base_url(format!("{}?key=s3cret", server.url()))
         .api_key("sk-ant-test")
         .build()
         .unwrap();
     assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
-    assert_eq!(server.requests()[0].path, "/v1/messages?key=k");
+    assert_eq!(server.requests()[0].path, "/v1/messages?key=s3cret");
+    // A key in the query is sent, and not shown.
+    assert!(!format!("{model:?}").contains("s3cret"), "{model:?}");
 }
 
 // Byte-exact streams and HTML error pages

@@ -7,7 +7,7 @@ use loomflow::tool::ApprovalDecision;
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::output::{Output, out, outln, table, time, waits};
+use crate::output::{Output, cell, out, outln, table, time, waits};
 
 /// `text` as JSON, as deep as loomflow keeps it (serde_json alone stops at 128 levels).
 pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
@@ -118,13 +118,14 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         Some(owner) => format!("{owner} until {}", time(r.lease_until_ms)),
         None => "free".to_owned(),
     };
+    // Names keep to their line (`cell`): a line break in one would print facts of its own.
     let mut facts = vec![
-        ("thread", r.thread.clone()),
+        ("thread", cell(&r.thread).into_owned()),
         (
             "graph",
             format!(
                 "{} ({})",
-                r.graph.as_deref().unwrap_or("-"),
+                cell(r.graph.as_deref().unwrap_or("-")),
                 r.fingerprint.as_deref().unwrap_or("no fingerprint")
             ),
         ),
@@ -149,12 +150,16 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         outln!("\ninterrupts:");
         for i in &info.interrupts {
             let waits = match (&i.signal, i.wake_at_ms) {
-                (Some(signal), Some(at)) => format!("signal {signal}, until {}", time(at)),
-                (Some(signal), None) => format!("signal {signal}"),
+                (Some(signal), Some(at)) => format!("signal {}, until {}", cell(signal), time(at)),
+                (Some(signal), None) => format!("signal {}", cell(signal)),
                 (None, Some(at)) => format!("sleeping until {}", time(at)),
                 (None, None) => "a resume value".to_owned(),
             };
-            outln!("  {}  (node {}; waits for {waits})", i.id, i.node);
+            outln!(
+                "  {}  (node {}; waits for {waits})",
+                cell(&i.id),
+                cell(&i.node)
+            );
             outln!("    {}", i.payload);
         }
     }
@@ -163,12 +168,12 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         for a in &approvals {
             outln!(
                 "  {}  tool {}  asked {}{}",
-                a.call_id,
-                a.tool,
+                cell(&a.call_id),
+                cell(&a.tool),
                 time(a.requested_at_ms),
                 a.user
                     .as_deref()
-                    .map(|u| format!("  for {u}"))
+                    .map(|u| format!("  for {}", cell(u)))
                     .unwrap_or_default()
             );
             let arguments = serde_json::to_string_pretty(&a.arguments)

@@ -52,14 +52,15 @@ pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
 /// A table's cell, as [`shown`] but with its line ends and tabs escaped too: a cell that
 /// broke its line would print rows of its own (a thread named `x\nord_7  refund
 /// completed`, an approver's name that fakes an audit entry).
-fn cell(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn cell(text: &str) -> std::borrow::Cow<'_, str> {
     escaped(text, |c| c.is_control() || is_bidi_mark(c))
 }
 
-/// The invisible marks that change the order bidirectional text is shown in (U+061C,
-/// U+200E and U+200F, U+202A to U+202E, U+2066 to U+2069).
+/// The invisible marks that reorder the bidirectional text after them (the embeddings and
+/// overrides, U+202A to U+202E, and the isolates, U+2066 to U+2069). The plain direction
+/// marks right-to-left text carries (U+200E, U+200F, U+061C) are shown as they are.
 fn is_bidi_mark(c: char) -> bool {
-    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 fn escaped(text: &str, escape: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
@@ -160,8 +161,10 @@ mod tests {
         let json = serde_json::to_string(&"by \u{9b}31m\u{7f}").unwrap();
         let read: String = serde_json::from_str(&shown(&json)).unwrap();
         assert_eq!(read, "by \u{9b}31m\u{7f}");
-        // A right-to-left override would show `exe.txt` for `txt.exe`.
+        // A right-to-left override would show `exe.txt` for `txt.exe`; a plain direction
+        // mark in right-to-left text is shown as it is.
         assert_eq!(shown("\u{202e}txt.exe"), "\\u202etxt.exe");
+        assert_eq!(shown("\u{5e9}\u{200f}1"), "\u{5e9}\u{200f}1");
     }
 
     #[test]

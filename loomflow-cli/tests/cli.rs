@@ -715,6 +715,15 @@ async fn control_characters_are_printed_escaped() {
     let text = stdout(&output);
     assert_eq!(text.lines().count(), 3, "a header and two runs: {text}");
     assert!(text.contains("x\\u000aord_7"), "{text}");
+    // Nor in `show`, whose facts are a line each.
+    let show = loomflow(&db.0, &["show", forged]);
+    assert!(show.status.success(), "{}", stderr(&show));
+    let said = stdout(&show);
+    assert!(
+        !said.lines().any(|line| line.starts_with("ord_7")),
+        "{said}"
+    );
+    assert!(said.contains("x\\u000aord_7"), "{said}");
     assert!(
         !text.contains('\u{1b}') && !text.contains('\u{7}'),
         "{text:?}"

@@ -18,8 +18,8 @@ pub struct ApiError {
     /// `reserved_name`, `conflict` (also when another process took the thread while this one
     /// worked on it), `bad_form` (an inbox form whose token does not match: the page is
     /// old, or the form came from another site), `not_implemented`, `dropped` (503: a
-    /// signal the runtime kept nothing of, see [`Delivery::Dropped`]; send it again once the
-    /// run is there), `internal`.
+    /// signal or an approval decision the runtime kept nothing of, see
+    /// [`Delivery::Dropped`]; send it again once the run is there), `internal`.
     ///
     /// [`Delivery::Dropped`]: crate::runtime::Delivery::Dropped
     pub code: &'static str,

@@ -258,7 +258,7 @@ pub(super) async fn page(
              or <code>loomflow runs</code>.</p>"
         );
     }
-    if approvals == 0 {
+    if approvals == 0 && unreadable.is_empty() {
         let among = if more { " among these runs" } else { "" };
         let _ = writeln!(
             html,

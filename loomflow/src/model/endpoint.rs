@@ -46,16 +46,33 @@ pub(crate) fn under(base: &str, path: &str) -> String {
     format!("{}/{path}{rest}", head.trim_end_matches('/'))
 }
 
-/// `url` with the user information of its authority (before an `@`) redacted.
+/// `url` with the user information of its authority (before an `@`) and the values of its
+/// query redacted: a gateway may take its key as `?key=…` or `?code=…`. The query's names
+/// stay, to say which URL it was.
 pub(crate) fn without_credentials(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    match authority.rfind('@') {
-        Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let authority = match authority.rfind('@') {
+        Some(at) => format!("<redacted>@{}", &authority[at + 1..]),
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        None => tail.to_owned(),
+        Some((path, query)) => {
+            let (query, fragment) = query.split_at(query.find('#').unwrap_or(query.len()));
+            let names: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) => format!("{name}=<redacted>"),
+                    None => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}{fragment}", names.join("&"))
+        }
+    };
+    format!("{scheme}://{authority}{tail}")
 }
 
 /// Refuses a base URL no request could be sent to: not `http(s)://…`, or not a URL (a port
@@ -107,6 +124,15 @@ mod tests {
         let plain = "http://127.0.0.1:8080/v1/models/a@b";
         assert_eq!(without_credentials(plain), plain);
         assert_eq!(without_credentials("not a url"), "not a url");
+        // A key in the query (`?code=…`, `?key=…`): its value is not shown, its name is.
+        assert_eq!(
+            without_credentials("https://u:p@gw/v1/chat/completions?api-version=1&code=s3cret#f"),
+            "https://<redacted>@gw/v1/chat/completions?api-version=<redacted>&code=<redacted>#f"
+        );
+        assert_eq!(
+            without_credentials("https://gw?key=s3cret"),
+            "https://gw?key=<redacted>"
+        );
     }
 
     #[test]

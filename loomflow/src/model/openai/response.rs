@@ -69,27 +69,23 @@ where
     #[serde(untagged)]
     enum Content {
         Text(String),
-        Parts(Vec<Part>),
+        // As values: a part of another shape (a `null`, a bare string) is left out, not a
+        // reply that fails to decode.
+        Parts(Vec<serde_json::Value>),
     }
-    #[derive(Deserialize)]
-    struct Part {
-        #[serde(rename = "type")]
-        kind: Option<String>,
-        text: Option<serde_json::Value>,
-    }
+    let text_of = |part: serde_json::Value| match part {
+        serde_json::Value::Object(mut fields) if fields.get("type") == Some(&"text".into()) => {
+            match fields.remove("text") {
+                Some(serde_json::Value::String(text)) => Some(text),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
     Ok(match Option::<Content>::deserialize(deserializer)? {
         None => None,
         Some(Content::Text(text)) => Some(text),
-        Some(Content::Parts(parts)) => Some(
-            parts
-                .into_iter()
-                .filter(|part| part.kind.as_deref() == Some("text"))
-                .filter_map(|part| match part.text {
-                    Some(serde_json::Value::String(text)) => Some(text),
-                    _ => None,
-                })
-                .collect(),
-        ),
+        Some(Content::Parts(parts)) => Some(parts.into_iter().filter_map(text_of).collect()),
     })
 }
 

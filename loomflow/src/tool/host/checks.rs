@@ -346,11 +346,43 @@ pub(super) fn normalize_arguments(arguments: &Value) -> Result<Value, String> {
 /// node run again by a newer build finds the print it took.
 pub(super) fn spec_print(spec: &ToolSpec) -> u64 {
     let mut hash = crate::stable_hash::StableHash::new();
-    hash.text(&spec.name)
-        .text(&spec.description)
-        .text(&spec.parameters.to_string())
-        .bytes(&[u8::from(spec.requires_approval), u8::from(spec.destructive)]);
+    hash.text(&spec.name).text(&spec.description);
+    hash_value(&mut hash, &spec.parameters);
+    hash.bytes(&[u8::from(spec.requires_approval), u8::from(spec.destructive)]);
     hash.finish()
+}
+
+/// Feeds `value` to `hash`, its objects' fields in the order of their names: whether
+/// serde_json keeps fields in the order they came (its `preserve_order` feature, which any
+/// crate of the build may turn on) changes no print.
+fn hash_value(hash: &mut crate::stable_hash::StableHash, value: &Value) {
+    match value {
+        Value::Object(fields) => {
+            let mut names: Vec<&String> = fields.keys().collect();
+            names.sort_unstable();
+            hash.bytes(b"{");
+            for name in names {
+                hash.text(name);
+                if let Some(field) = fields.get(name) {
+                    hash_value(hash, field);
+                }
+            }
+            hash.bytes(b"}");
+        }
+        Value::Array(items) => {
+            hash.bytes(b"[");
+            for item in items {
+                hash_value(hash, item);
+            }
+            hash.bytes(b"]");
+        }
+        Value::String(text) => {
+            hash.bytes(b"s").text(text);
+        }
+        other => {
+            hash.text(&other.to_string());
+        }
+    }
 }
 
 /// The permission a decision remembered for the user and tool gives.
@@ -369,13 +401,30 @@ mod tests {
     use super::*;
 
     /// A print journaled by one build matches in the next: it is FNV-1a of the spec's
-    /// texts (each after its length) and flags, worked out here by hand, not `std`'s hasher.
+    /// texts (each after its length), its schema's fields in name order, and its flags,
+    /// worked out here by hand, not `std`'s hasher.
     #[test]
     fn a_tool_print_is_the_same_in_every_build() {
         let mut spec = ToolSpec::new("refund", "Refunds an order.", json!({"type": "object"}));
         spec.requires_approval = true;
-        assert_eq!(spec_print(&spec), 0x59bf_e5e0_9ac2_0ad1);
+        assert_eq!(spec_print(&spec), 0x6e96_d0ab_8b4e_b7bb);
         spec.destructive = true;
-        assert_ne!(spec_print(&spec), 0x59bf_e5e0_9ac2_0ad1);
+        assert_ne!(spec_print(&spec), 0x6e96_d0ab_8b4e_b7bb);
+    }
+
+    /// Whatever order a schema's fields are kept in (serde_json's `preserve_order` keeps the
+    /// order they came in), the print is the same; another schema's differs.
+    #[test]
+    fn a_tool_print_takes_fields_in_name_order() {
+        let mut one = serde_json::Map::new();
+        one.insert("type".into(), json!("object"));
+        one.insert("required".into(), json!(["a"]));
+        let mut other = serde_json::Map::new();
+        other.insert("required".into(), json!(["a"]));
+        other.insert("type".into(), json!("object"));
+        let print = |fields| spec_print(&ToolSpec::new("t", "d", Value::Object(fields)));
+        assert_eq!(print(one.clone()), print(other));
+        one.insert("required".into(), json!(["b"]));
+        assert_ne!(print(one), print(serde_json::Map::new()));
     }
 }
