@@ -362,8 +362,13 @@ async fn a_base_urls_query_stays_after_the_request_path() {
         .unwrap();
     assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
     assert_eq!(server.requests()[0].path, "/v1/messages?key=s3cret");
-    // A key in the query is sent, and not shown.
+    // A key in the query is sent, and not shown: by the adapter, its builder, or an error
+    // that quotes the model string.
     assert!(!format!("{model:?}").contains("s3cret"), "{model:?}");
+    let builder = AnthropicModel::builder("claude-test").base_url("https://gw?key=s3cret");
+    assert!(!format!("{builder:?}").contains("s3cret"), "{builder:?}");
+    let unknown = loomflow::model::resolve("nope:m@https://gw?key=s3cret").unwrap_err();
+    assert!(!unknown.to_string().contains("s3cret"), "{unknown}");
 }
 
 // Byte-exact streams and HTML error pages

@@ -115,7 +115,7 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
     }
     let r = &info.record;
     let lease = match &r.lease_owner {
-        Some(owner) => format!("{owner} until {}", time(r.lease_until_ms)),
+        Some(owner) => format!("{} until {}", cell(owner), time(r.lease_until_ms)),
         None => "free".to_owned(),
     };
     // Names keep to their line (`cell`): a line break in one would print facts of its own.
@@ -131,7 +131,7 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         ),
         ("run", r.run.to_string()),
         ("state", r.state.to_string()),
-        ("waits for", waits(r)),
+        ("waits for", cell(&waits(r)).into_owned()),
         ("lease", lease),
         ("attempts", r.attempts.to_string()),
         ("created", time(r.created_at_ms)),

@@ -58,6 +58,8 @@ pub(crate) struct Faults {
     /// Renewals of this thread's lease never answer, as a query on a connection that died
     /// without a word.
     hung_renewals_of: Mutex<Option<String>>,
+    /// The next renewal of this thread's lease never answers; later ones do.
+    hung_next_renewal_of: Mutex<Option<String>>,
     /// While set, reads of a run's row (`get_run`) never answer.
     hung_run_reads: AtomicBool,
     /// The next `next_wake_at_ms` says so on the first sender once called, and asks the
@@ -189,6 +191,11 @@ impl Faults {
     /// Makes every renewal of `thread`'s lease hang, never answered.
     pub(crate) fn hang_renewals_of(&self, thread: &str) {
         *self.hung_renewals_of.lock().unwrap() = Some(thread.to_owned());
+    }
+
+    /// Makes the next renewal of `thread`'s lease hang, never answered; later ones answer.
+    pub(crate) fn hang_next_renewal_of(&self, thread: &str) {
+        *self.hung_next_renewal_of.lock().unwrap() = Some(thread.to_owned());
     }
 
     /// Makes every read of a run's row hang, never answered (the heartbeat reads rows for
@@ -554,6 +561,13 @@ impl<S: Store> Store for FaultyStore<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         if self.faults.hung_renewals_of.lock().unwrap().as_deref() == Some(thread) {
             return Box::pin(std::future::pending());
+        }
+        {
+            let mut next = self.faults.hung_next_renewal_of.lock().unwrap();
+            if next.as_deref() == Some(thread) {
+                next.take();
+                return Box::pin(std::future::pending());
+            }
         }
         self.inner.renew_claim(thread, owner, lease_until_ms)
     }

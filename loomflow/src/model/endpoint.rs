@@ -29,6 +29,11 @@ impl Endpoint {
     pub(crate) fn shown(&self) -> &str {
         &self.shown
     }
+
+    /// The URL requests are sent to, taken out.
+    pub(crate) fn into_full(self) -> String {
+        self.full
+    }
 }
 
 impl fmt::Debug for Endpoint {
@@ -66,7 +71,9 @@ pub(crate) fn without_credentials(url: &str) -> String {
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
                     Some((name, _)) => format!("{name}=<redacted>"),
-                    None => pair.to_owned(),
+                    // A bare token (`?sk-…`) may be the key itself.
+                    None if pair.is_empty() => String::new(),
+                    None => "<redacted>".to_owned(),
                 })
                 .collect();
             format!("{path}?{}{fragment}", names.join("&"))
@@ -132,6 +139,10 @@ mod tests {
         assert_eq!(
             without_credentials("https://gw?key=s3cret"),
             "https://gw?key=<redacted>"
+        );
+        assert_eq!(
+            without_credentials("https://gw/v1?sk-s3cret&a=1"),
+            "https://gw/v1?<redacted>&a=<redacted>"
         );
     }
 

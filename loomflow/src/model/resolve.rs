@@ -117,7 +117,8 @@ impl ModelSpec {
             return Ok(spec(Provider::OpenAi, s, None));
         }
         Err(ModelError::UnknownModel {
-            given: given.to_owned(),
+            // Shown: a base URL in it keeps its credentials and its query's values to itself.
+            given: super::without_credentials(given),
             accepted: ACCEPTED_FORMS.iter().map(|f| (*f).to_owned()).collect(),
         })
     }

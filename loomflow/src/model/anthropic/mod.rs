@@ -78,7 +78,8 @@ const PROVIDER: &str = "anthropic";
 #[must_use]
 pub struct AnthropicModelBuilder {
     model: String,
-    base_url: Option<String>,
+    /// Shown without its credentials or its query's values, in `Debug` too.
+    base_url: Option<Endpoint>,
     key: Option<ApiKey>,
     retry: RetryPolicy,
     timeout: Duration,
@@ -90,7 +91,7 @@ impl AnthropicModelBuilder {
     /// The default is [`ANTHROPIC_BASE_URL`]. A query it has stays after the request's
     /// path.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = Some(url.into());
+        self.base_url = Some(Endpoint::new(url.into()));
         self
     }
 
@@ -129,8 +130,7 @@ impl AnthropicModelBuilder {
     /// go without one); [`ModelError::Config`] for a base URL that is not `http(s)://…` or a
     /// TLS set-up failure.
     pub fn build(self) -> Result<AnthropicModel, ModelError> {
-        let base = self
-            .base_url
+        let base = (self.base_url.map(Endpoint::into_full))
             .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned());
         let official = endpoint::is_official_host(&base, ANTHROPIC_HOST);
         // Another server (a proxy, a gateway) is named as such: its errors, prices and rate

@@ -83,7 +83,8 @@ struct Inner {
 #[must_use]
 pub struct OpenAiModelBuilder {
     model: String,
-    base_url: Option<String>,
+    /// Shown without its credentials or its query's values, in `Debug` too.
+    base_url: Option<Endpoint>,
     key: Option<ApiKey>,
     retry: RetryPolicy,
     timeout: Duration,
@@ -96,7 +97,7 @@ impl OpenAiModelBuilder {
     /// `http://127.0.0.1:8080/v1`. The default is [`OPENAI_BASE_URL`]. A query it has (a
     /// gateway's `?api-version=…`) stays after the request's path.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = Some(url.into());
+        self.base_url = Some(Endpoint::new(url.into()));
         self
     }
 
@@ -149,7 +150,8 @@ impl OpenAiModelBuilder {
     /// without one); [`ModelError::Config`] for a base URL that is not `http(s)://…` or a TLS
     /// set-up failure.
     pub fn build(self) -> Result<OpenAiModel, ModelError> {
-        let base = self.base_url.unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
+        let base =
+            (self.base_url.map(Endpoint::into_full)).unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
         let official = endpoint::is_official_host(&base, OPENAI_HOST);
         let provider = if official {
             "openai"

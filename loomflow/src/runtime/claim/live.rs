@@ -38,6 +38,9 @@ struct LiveShared {
     beating: Mutex<Beating>,
     /// How often it beats, in ms: a third of the shortest lease it has seen.
     every_ms: AtomicU64,
+    /// The renewals on their way, kept here rather than by one heartbeat: a heartbeat that
+    /// replaces another counts those the other left going.
+    in_flight: InFlight,
 }
 
 /// The heartbeat task, and which one it is.
@@ -159,7 +162,6 @@ fn beat_for(lease: Duration) -> Duration {
 async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
     let mut next_beat = instant_after(every);
     let mut looks = CancelLooks::default();
-    let in_flight = InFlight::default();
     loop {
         let probe_every = match shared.upgrade() {
             Some(live) => live.probe_every,
@@ -187,6 +189,7 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
             }
             claims
         };
+        let in_flight = live.in_flight.clone();
         drop(live);
         if tokio::time::Instant::now() >= next_beat {
             next_beat = instant_after(every);
@@ -308,11 +311,16 @@ async fn read_cancels(claims: Vec<Arc<ClaimInner>>) -> bool {
     pick_up_cancels(&claims).await
 }
 
-/// The claims whose renewal is on its way, by address.
-#[derive(Clone, Default)]
-struct InFlight(Arc<Mutex<HashSet<usize>>>);
+/// How many renewals of one claim may be on their way at once: one that does not answer (a
+/// dead connection) leaves room for another, on another connection, before the lease runs
+/// out; a store that falls behind (SQLite's one writer) gets no more than that a claim.
+const RENEWALS_AT_ONCE: u32 = 2;
 
-/// A claim's place among the renewals on their way, until dropped.
+/// How many renewals of each claim are on their way, by the claim's address.
+#[derive(Clone, Default)]
+struct InFlight(Arc<Mutex<HashMap<usize, u32>>>);
+
+/// A renewal of a claim on its way, counted until dropped.
 struct Renewing {
     in_flight: InFlight,
     claim: usize,
@@ -320,18 +328,30 @@ struct Renewing {
 
 impl Drop for Renewing {
     fn drop(&mut self) {
-        crate::sync::lock(&self.in_flight.0).remove(&self.claim);
+        let mut on_their_way = crate::sync::lock(&self.in_flight.0);
+        if let Some(count) = on_their_way.get_mut(&self.claim) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                on_their_way.remove(&self.claim);
+            }
+        }
     }
 }
 
 /// A beat's renewal of `claim`, waited for up to `every`. In a task of its own: one that
 /// does not answer (its connection died without a word, and the database's TCP timeout is a
-/// minute) holds back neither the other claims' renewals nor the next beat, whose leases
-/// would run out meanwhile; and it is not dropped half way, which would hand its connection
-/// on with the query still in it. The claim gets no other renewal until it is answered.
+/// minute or more) holds back neither the other claims' renewals nor the next beat, whose
+/// leases would run out meanwhile; and it is not dropped half way, which would hand its
+/// connection on with the query still in it. At most [`RENEWALS_AT_ONCE`] a claim.
 async fn renew_within(claim: &Arc<ClaimInner>, every: Duration, in_flight: &InFlight) -> bool {
-    if !crate::sync::lock(&in_flight.0).insert(address(claim)) {
-        return false;
+    {
+        let mut on_their_way = crate::sync::lock(&in_flight.0);
+        let count = on_their_way.entry(address(claim)).or_insert(0);
+        if *count >= RENEWALS_AT_ONCE {
+            tracing::warn!(thread = %claim.thread, "the lease's renewals do not answer; waiting for them");
+            return false;
+        }
+        *count += 1;
     }
     let renewing = Renewing {
         in_flight: in_flight.clone(),
@@ -364,10 +384,12 @@ async fn renew(claim: &ClaimInner) -> bool {
             claim.until_ms.fetch_max(until, Ordering::AcqRel);
             true
         }
-        // Released while the renewal was on its way: the run is over, nothing was lost.
+        // Released while the renewal was on its way (the run is over, nothing was lost), or
+        // let go to run out on purpose (see `stopped`): another execution may hold it now.
         Err(StoreError::LeaseLost { .. })
             if claim.released.load(Ordering::Acquire)
-                || claim.releasing.load(Ordering::Acquire) =>
+                || claim.releasing.load(Ordering::Acquire)
+                || claim.stopped.load(Ordering::Acquire) =>
         {
             false
         }

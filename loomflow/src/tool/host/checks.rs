@@ -79,8 +79,11 @@ impl ToolHost {
         );
         Ok(match taken.await? {
             // Taken for the tool as it was: another now (a deploy, a server's list changed)
-            // is asked about, as a remembered decision would not stand for it either.
-            Some((allowed, given_for)) if given_for == print => remembered_permission(allowed),
+            // is asked about, as a remembered decision would not stand for it either. One a
+            // build before the stable print journaled still stands for the same tool.
+            Some((allowed, given_for)) if given_for == print || given_for == legacy_print(spec) => {
+                remembered_permission(allowed)
+            }
             _ => (Permission::Ask, POLICY),
         })
     }
@@ -352,6 +355,18 @@ pub(super) fn spec_print(spec: &ToolSpec) -> u64 {
     hash.finish()
 }
 
+/// The print builds before [`spec_print`] journaled: `std`'s hasher, which is the same for the
+/// same tool as long as Rust does not change it.
+fn legacy_print(spec: &ToolSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    spec.name.hash(&mut hasher);
+    spec.description.hash(&mut hasher);
+    spec.parameters.to_string().hash(&mut hasher);
+    (spec.requires_approval, spec.destructive).hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Feeds `value` to `hash`, its objects' fields in the order of their names: whether
 /// serde_json keeps fields in the order they came (its `preserve_order` feature, which any
 /// crate of the build may turn on) changes no print.
@@ -378,6 +393,17 @@ fn hash_value(hash: &mut crate::stable_hash::StableHash, value: &Value) {
         }
         Value::String(text) => {
             hash.bytes(b"s").text(text);
+        }
+        // By value, not by text: serde_json's `arbitrary_precision` keeps a number's text as
+        // it came (`1e3`, `1000`).
+        Value::Number(number) => {
+            let canonical = match (number.as_i64(), number.as_u64(), number.as_f64()) {
+                (Some(whole), _, _) => format!("i{whole}"),
+                (None, Some(whole), _) => format!("u{whole}"),
+                (None, None, Some(real)) => format!("f{:x}", real.to_bits()),
+                (None, None, None) => number.to_string(),
+            };
+            hash.text(&canonical);
         }
         other => {
             hash.text(&other.to_string());
@@ -426,5 +452,12 @@ mod tests {
         assert_eq!(print(one.clone()), print(other));
         one.insert("required".into(), json!(["b"]));
         assert_ne!(print(one), print(serde_json::Map::new()));
+        // A number by its value, however it was written.
+        let with = |n: Value| spec_print(&ToolSpec::new("t", "d", json!({"maximum": n})));
+        assert_eq!(
+            with(json!(1000)),
+            with(serde_json::from_str("1000").unwrap())
+        );
+        assert_ne!(with(json!(1000)), with(json!(1000.5)));
     }
 }
