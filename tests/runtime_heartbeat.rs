@@ -102,31 +102,6 @@ async fn a_hung_renewal_holds_back_no_other_run() {
     hung.abort();
 }
 
-/// A run whose renewal did not answer is renewed again at the next beat, on another
-/// connection, while that one still waits: its lease does not run out for the one renewal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_whose_renewal_hung_is_renewed_again() {
-    let db = loomflow_tests::TempDb::new("heartbeat-hung-once");
-    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
-    let runtime = Runtime::builder().store(store).lease(LEASE).build();
-    let other = Runtime::builder()
-        .store(SqliteStore::open(db.path()).unwrap())
-        .lease(LEASE)
-        .build();
-    faults.hang_next_renewal_of("a");
-    let graph = slow_graph();
-    let run = graph.start(&runtime, "a", 1);
-    for _ in 0..6 {
-        tokio::time::sleep(LEASE / 2).await;
-        let taken = graph.recover(&other, "a").await;
-        assert!(
-            matches!(taken, Err(RunError::Busy { .. })),
-            "a was taken over: {taken:?}"
-        );
-    }
-    assert_eq!(run.await.unwrap().completed().unwrap(), 2);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_a_shorter_lease_than_its_runtime_is_renewed_at_its_own_pace() {
     let db = loomflow_tests::TempDb::new("heartbeat-pace");

@@ -59,6 +59,47 @@ async fn reaches(runtime: &Runtime, thread: &str, state: RunState, within: Durat
     false
 }
 
+/// A resume request sent for a fork's question while the fork finishes (its checkpoint
+/// written, the requests queued for the thread's earlier run being dropped) is checked
+/// against the fork's checkpoint and taken: it is kept for the fork's run, not dropped with
+/// those (the sender was told it was taken, and the run waited for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_a_forks_own_question_is_kept() {
+    let db = loomflow_tests::TempDb::new("faults-fork-request");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = review_graph();
+    let asked = graph.run(&runtime, "source", 1).await.unwrap();
+    assert_eq!(asked.interrupts().len(), 1);
+    let at = runtime
+        .store()
+        .latest_checkpoint("source", "")
+        .await
+        .unwrap()
+        .unwrap();
+    let (written, go_on) = faults.hold_after_checkpoint_of("branch");
+    let forking = {
+        let runtime = runtime.clone();
+        tokio::spawn(async move { runtime.fork("source", at.id, "branch").await })
+    };
+    let ten = Duration::from_secs(10);
+    let said = tokio::time::timeout(ten, written).await;
+    if said.is_err() {
+        panic!("the fork's checkpoint was not written: {:?}", forking.await);
+    }
+    let sent = tokio::time::timeout(ten, runtime.request_resume("branch", 5)).await;
+    assert!(matches!(sent, Ok(Ok(_))), "{sent:?}");
+    go_on.send(()).unwrap();
+    forking.await.unwrap().unwrap();
+
+    let done = graph.recover(&runtime, "branch").await.unwrap();
+    assert_eq!(
+        done.completed().unwrap(),
+        6,
+        "the request sent for the fork's question"
+    );
+}
+
 /// A worker takes a resume request and cannot write the resumed step (the store fails):
 /// its execution stops holding the request, its lease runs out rather than being renewed
 /// for as long as the worker runs, and once the store works again the run is carried on

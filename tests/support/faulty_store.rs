@@ -58,13 +58,14 @@ pub(crate) struct Faults {
     /// Renewals of this thread's lease never answer, as a query on a connection that died
     /// without a word.
     hung_renewals_of: Mutex<Option<String>>,
-    /// The next renewal of this thread's lease never answers; later ones do.
-    hung_next_renewal_of: Mutex<Option<String>>,
     /// While set, reads of a run's row (`get_run`) never answer.
     hung_run_reads: AtomicBool,
     /// The next `next_wake_at_ms` says so on the first sender once called, and asks the
     /// store only once the second channel fires.
     held_wake_read: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// After the next checkpoint of this thread written under a claim: said on the sender,
+    /// and the write returns once the receiver fires.
+    held_after_checkpoint: Mutex<Option<HeldAfter>>,
     /// While set, the next `finish_run` fails with [`StoreError::Write`], writing nothing.
     fail_finish: AtomicBool,
     /// While set, the next `signals_after` fails with [`StoreError::Read`].
@@ -146,6 +147,18 @@ impl Faults {
     /// Holds back the next read of the next wake time (a worker's, at the end of a look): the
     /// first receiver fires once it is called; it goes on when the sender fires (or is
     /// dropped).
+    /// Holds back the return of the next checkpoint of `thread` written under a claim, once
+    /// it is written: the first receiver fires then; it returns when the sender fires.
+    pub(crate) fn hold_after_checkpoint_of(
+        &self,
+        thread: &str,
+    ) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (written_tx, written_rx) = oneshot::channel();
+        let (go_tx, go_rx) = oneshot::channel();
+        *self.held_after_checkpoint.lock().unwrap() = Some((thread.to_owned(), written_tx, go_rx));
+        (written_rx, go_tx)
+    }
+
     pub(crate) fn hold_next_wake_read(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
         let (called_tx, called_rx) = oneshot::channel();
         let (go_tx, go_rx) = oneshot::channel();
@@ -191,11 +204,6 @@ impl Faults {
     /// Makes every renewal of `thread`'s lease hang, never answered.
     pub(crate) fn hang_renewals_of(&self, thread: &str) {
         *self.hung_renewals_of.lock().unwrap() = Some(thread.to_owned());
-    }
-
-    /// Makes the next renewal of `thread`'s lease hang, never answered; later ones answer.
-    pub(crate) fn hang_next_renewal_of(&self, thread: &str) {
-        *self.hung_next_renewal_of.lock().unwrap() = Some(thread.to_owned());
     }
 
     /// Makes every read of a run's row hang, never answered (the heartbeat reads rows for
@@ -300,6 +308,9 @@ impl Faults {
 /// `inner`, with the faults of `faults`.
 /// Arms `slot` to hold back the call that takes it until the returned sender fires (or is
 /// dropped).
+/// A thread whose next checkpoint is held once written: who to tell, what to wait for.
+type HeldAfter = (String, oneshot::Sender<()>, oneshot::Receiver<()>);
+
 fn hold(slot: &Mutex<Option<oneshot::Receiver<()>>>) -> oneshot::Sender<()> {
     let (go_tx, go_rx) = oneshot::channel();
     *slot.lock().unwrap() = Some(go_rx);
@@ -562,13 +573,6 @@ impl<S: Store> Store for FaultyStore<S> {
         if self.faults.hung_renewals_of.lock().unwrap().as_deref() == Some(thread) {
             return Box::pin(std::future::pending());
         }
-        {
-            let mut next = self.faults.hung_next_renewal_of.lock().unwrap();
-            if next.as_deref() == Some(thread) {
-                next.take();
-                return Box::pin(std::future::pending());
-            }
-        }
         self.inner.renew_claim(thread, owner, lease_until_ms)
     }
 
@@ -581,8 +585,24 @@ impl<S: Store> Store for FaultyStore<S> {
         if let Err(fault) = self.faults.checkpoint_fault(&checkpoint.thread) {
             return Box::pin(std::future::ready(Err(fault)));
         }
-        self.inner
-            .put_checkpoint_claimed(checkpoint, owner, lease_until_ms)
+        let held = {
+            let mut slot = self.faults.held_after_checkpoint.lock().unwrap();
+            match slot.as_ref() {
+                Some((thread, _, _)) if *thread == checkpoint.thread => slot.take(),
+                _ => None,
+            }
+        };
+        Box::pin(async move {
+            let written = self
+                .inner
+                .put_checkpoint_claimed(checkpoint, owner, lease_until_ms)
+                .await;
+            if let Some((_, said, go)) = held {
+                let _ = said.send(());
+                let _ = go.await;
+            }
+            written
+        })
     }
 
     fn put_checkpoint_and_release<'a>(

@@ -170,12 +170,13 @@ impl Runtime {
         checkpoint.id = 0;
         checkpoint.thread = new_thread.to_owned();
         checkpoint.run = run;
-        claim.put_checkpoint(checkpoint).await?;
+        let asked = claim.put_checkpoint(checkpoint).await?;
         // Resume requests queued for `new_thread` were for the questions of the run the fork
         // replaced: none is left over to answer the fork's. Dropped once the fork is written
         // (under the claim, nothing applies them meanwhile): a fork that failed part way
-        // leaves the run it did not replace its answers.
-        self.drop_resume_requests(new_thread, "its run was replaced by a fork")
+        // leaves the run it did not replace its answers. One sent since for the fork's own
+        // question (checked against its checkpoint, and taken) stays.
+        self.drop_resume_requests_but_for(new_thread, asked, "its run was replaced by a fork")
             .await
     }
 }

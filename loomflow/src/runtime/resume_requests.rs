@@ -148,17 +148,44 @@ impl Runtime {
         answered: u64,
         why: &str,
     ) -> Result<()> {
+        let answers_it = |checkpoint: Option<u64>| checkpoint.is_none_or(|id| id == answered);
+        self.drop_resume_requests_where(thread, answers_it, why)
+            .await
+    }
+
+    /// Takes out, unapplied, the resume requests queued for `thread` but those sent for the
+    /// question asked at checkpoint `asked` (a fork's, written a moment ago: a request the
+    /// fork's own question was checked against and taken for is no request for the run it
+    /// replaced), logging `why`.
+    pub(crate) async fn drop_resume_requests_but_for(
+        &self,
+        thread: &str,
+        asked: u64,
+        why: &str,
+    ) -> Result<()> {
+        if !self.may_hold_resume_requests(thread) {
+            return Ok(());
+        }
+        let other = |checkpoint: Option<u64>| checkpoint != Some(asked);
+        self.drop_resume_requests_where(thread, other, why).await
+    }
+
+    /// Takes out, unapplied, the resume requests queued for `thread` whose checkpoint (the
+    /// question they were sent for; `None` from an earlier loomflow, or unreadable) `drops`
+    /// picks, logging `why`; the others stay queued, in their order.
+    async fn drop_resume_requests_where(
+        &self,
+        thread: &str,
+        drops: impl Fn(Option<u64>) -> bool,
+        why: &str,
+    ) -> Result<()> {
         self.refresh_signals().await?;
         let scope = Scope::Framework;
         let mut kept = Vec::new();
         let dropped = async {
             while let Some(entry) = self.receive_now(thread, RESUME_SIGNAL, scope).await? {
                 let request = <ResumeRequest as serde::Deserialize>::deserialize(&entry.payload);
-                if request
-                    .ok()
-                    .and_then(|r| r.checkpoint)
-                    .is_some_and(|id| id != answered)
-                {
+                if !drops(request.ok().and_then(|r| r.checkpoint)) {
                     kept.push(entry);
                     continue;
                 }

@@ -311,30 +311,23 @@ async fn read_cancels(claims: Vec<Arc<ClaimInner>>) -> bool {
     pick_up_cancels(&claims).await
 }
 
-/// How many renewals of one claim may be on their way at once: one that does not answer (a
-/// dead connection) leaves room for another, on another connection, before the lease runs
-/// out; a store that falls behind (SQLite's one writer) gets no more than that a claim.
-const RENEWALS_AT_ONCE: u32 = 2;
-
-/// How many renewals of each claim are on their way, by the claim's address.
+/// The claims whose renewal is on its way, by thread and owner (an execution's claim; not by
+/// address, which a claim freed meanwhile hands on).
 #[derive(Clone, Default)]
-struct InFlight(Arc<Mutex<HashMap<usize, u32>>>);
+struct InFlight(Arc<Mutex<HashSet<ClaimKey>>>);
 
-/// A renewal of a claim on its way, counted until dropped.
+/// A claim's thread and owner.
+type ClaimKey = (Arc<str>, String);
+
+/// A claim's renewal on its way, until dropped.
 struct Renewing {
     in_flight: InFlight,
-    claim: usize,
+    claim: ClaimKey,
 }
 
 impl Drop for Renewing {
     fn drop(&mut self) {
-        let mut on_their_way = crate::sync::lock(&self.in_flight.0);
-        if let Some(count) = on_their_way.get_mut(&self.claim) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                on_their_way.remove(&self.claim);
-            }
-        }
+        crate::sync::lock(&self.in_flight.0).remove(&self.claim);
     }
 }
 
@@ -342,25 +335,31 @@ impl Drop for Renewing {
 /// does not answer (its connection died without a word, and the database's TCP timeout is a
 /// minute or more) holds back neither the other claims' renewals nor the next beat, whose
 /// leases would run out meanwhile; and it is not dropped half way, which would hand its
-/// connection on with the query still in it. At most [`RENEWALS_AT_ONCE`] a claim.
+/// connection on with the query still in it.
+///
+/// One at a time a claim: a second, on another connection, could save the lease, but the
+/// first, answered late, would then write an expiry older than the second's, and the row
+/// would say the lease ran out while this execution counts on it. The lease of a claim whose
+/// renewal does not answer runs out instead; another execution takes the run, and this one's
+/// writes are refused. The task holds no claim alive: a claim dropped meanwhile lets go.
 async fn renew_within(claim: &Arc<ClaimInner>, every: Duration, in_flight: &InFlight) -> bool {
-    {
-        let mut on_their_way = crate::sync::lock(&in_flight.0);
-        let count = on_their_way.entry(address(claim)).or_insert(0);
-        if *count >= RENEWALS_AT_ONCE {
-            tracing::warn!(thread = %claim.thread, "the lease's renewals do not answer; waiting for them");
-            return false;
-        }
-        *count += 1;
+    let key = (Arc::clone(&claim.thread), claim.owner_text().to_owned());
+    if !crate::sync::lock(&in_flight.0).insert(key.clone()) {
+        tracing::warn!(thread = %claim.thread, "the lease's renewal does not answer; waiting for it");
+        return false;
     }
     let renewing = Renewing {
         in_flight: in_flight.clone(),
-        claim: address(claim),
+        claim: key,
     };
-    let owned = Arc::clone(claim);
+    let (store, weak) = (Arc::clone(&claim.store), Arc::downgrade(claim));
+    let until = now_ms().saturating_add(millis(claim.lease));
     let task = tokio::spawn(async move {
-        let _renewing = renewing;
-        renew(&owned).await
+        let (thread, owner) = &renewing.claim;
+        let answer = store.renew_claim(thread, owner, until).await;
+        drop(renewing);
+        weak.upgrade()
+            .is_some_and(|claim| renewed(&claim, until, answer))
     });
     match tokio::time::timeout(every, task).await {
         Ok(renewed) => renewed.unwrap_or(false),
@@ -371,15 +370,10 @@ async fn renew_within(claim: &Arc<ClaimInner>, every: Duration, in_flight: &InFl
     }
 }
 
-/// One beat for one claim: extends its lease. Says whether it did; the beat then reads the
-/// rows of the renewed claims' runs for a cancel.
-async fn renew(claim: &ClaimInner) -> bool {
-    let until = now_ms().saturating_add(millis(claim.lease));
-    match claim
-        .store
-        .renew_claim(&claim.thread, claim.owner_text(), until)
-        .await
-    {
+/// What the store answered a renewal of `claim` to `until`: whether it extended the lease;
+/// the beat then reads the rows of the renewed claims' runs for a cancel.
+fn renewed(claim: &ClaimInner, until: u64, answer: Result<(), StoreError>) -> bool {
+    match answer {
         Ok(()) => {
             claim.until_ms.fetch_max(until, Ordering::AcqRel);
             true
