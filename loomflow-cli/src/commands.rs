@@ -141,7 +141,7 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         facts.push(("cancel", "requested".to_owned()));
     }
     if let Some(error) = &r.error {
-        facts.push(("error", error.clone()));
+        facts.push(("error", cell(error).into_owned()));
     }
     for (name, value) in facts {
         outln!("{name:<10} {value}");

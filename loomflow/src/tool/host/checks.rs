@@ -395,12 +395,21 @@ fn hash_value(hash: &mut crate::stable_hash::StableHash, value: &Value) {
             hash.bytes(b"s").text(text);
         }
         // By value, not by text: serde_json's `arbitrary_precision` keeps a number's text as
-        // it came (`1e3`, `1000`).
+        // it came (`1e3`, `1000`). A whole number is one, however written (`1`, `1.0`).
         Value::Number(number) => {
+            let whole = |real: f64| {
+                // In range of an i64 and without a fraction: the cast is exact.
+                #[allow(clippy::cast_possible_truncation)]
+                let cast = real as i64;
+                (real.fract() == 0.0 && real.abs() < 9.0e18).then_some(cast)
+            };
             let canonical = match (number.as_i64(), number.as_u64(), number.as_f64()) {
                 (Some(whole), _, _) => format!("i{whole}"),
                 (None, Some(whole), _) => format!("u{whole}"),
-                (None, None, Some(real)) => format!("f{:x}", real.to_bits()),
+                (None, None, Some(real)) => match whole(real) {
+                    Some(whole) => format!("i{whole}"),
+                    None => format!("f{:x}", real.to_bits()),
+                },
                 (None, None, None) => number.to_string(),
             };
             hash.text(&canonical);
@@ -456,8 +465,9 @@ mod tests {
         let with = |n: Value| spec_print(&ToolSpec::new("t", "d", json!({"maximum": n})));
         assert_eq!(
             with(json!(1000)),
-            with(serde_json::from_str("1000").unwrap())
+            with(serde_json::from_str("1e3").unwrap())
         );
+        assert_eq!(with(json!(1000)), with(json!(1000.0)));
         assert_ne!(with(json!(1000)), with(json!(1000.5)));
     }
 }
