@@ -197,14 +197,13 @@ async fn heartbeat(shared: Weak<LiveShared>, every: Duration, me: u64) {
                 .iter()
                 .map(|claim| renew_within(claim, every, &in_flight));
             let renewed = futures_util::future::join_all(renewals).await;
-            let renewed: Vec<Arc<ClaimInner>> = (claims.iter().zip(renewed))
-                .filter(|(_, renewed)| *renewed)
-                .map(|(claim, _)| Arc::clone(claim))
+            let renewed: Vec<&Arc<ClaimInner>> = (claims.iter().zip(renewed))
+                .filter_map(|(claim, renewed)| renewed.then_some(claim))
                 .collect();
             // A failed read is tried again at the next look or beat; one that does not
             // answer by then holds the beats back no longer.
             for some in renewed.chunks(ROWS_A_READ) {
-                let reading = tokio::spawn(read_cancels(some.to_vec()));
+                let reading = tokio::spawn(read_cancels(some));
                 if tokio::time::timeout(every, reading).await.is_err() {
                     tracing::warn!("reading the runs' rows for a cancel did not answer in time");
                     break;
@@ -287,28 +286,33 @@ fn address(claim: &Arc<ClaimInner>) -> usize {
 /// asked for from another process reaches its run here. Says whether the rows could be
 /// read.
 async fn pick_up_cancels(claims: &[&Arc<ClaimInner>]) -> bool {
-    let Some(first) = claims.first() else {
-        return true;
-    };
+    read_cancels(claims).await
+}
+
+/// [`pick_up_cancels`]'s read, owning what it needs (a task of its own may run it): it holds
+/// the claims by weak references, so that a run dropped while the read waits lets go rather
+/// than being renewed meanwhile.
+fn read_cancels(claims: &[&Arc<ClaimInner>]) -> impl Future<Output = bool> + Send + 'static {
+    let store = claims.first().map(|claim| Arc::clone(&claim.store));
     let threads: Vec<Arc<str>> = claims
         .iter()
         .map(|claim| Arc::clone(&claim.thread))
         .collect();
-    let Ok(asked) = first.store.cancels_requested(&threads).await else {
-        return false;
-    };
-    let asked: HashSet<&str> = asked.iter().map(|thread| &**thread).collect();
-    for claim in claims.iter().filter(|claim| asked.contains(&*claim.thread)) {
-        claim.cancel.store(true, Ordering::Release);
-        claim.cancelled.notify_waiters();
+    let weak: Vec<Weak<ClaimInner>> = claims.iter().map(|claim| Arc::downgrade(claim)).collect();
+    async move {
+        let Some(store) = store else { return true };
+        let Ok(asked) = store.cancels_requested(&threads).await else {
+            return false;
+        };
+        let asked: HashSet<&str> = asked.iter().map(|thread| &**thread).collect();
+        for claim in weak.iter().filter_map(Weak::upgrade) {
+            if asked.contains(&*claim.thread) {
+                claim.cancel.store(true, Ordering::Release);
+                claim.cancelled.notify_waiters();
+            }
+        }
+        true
     }
-    true
-}
-
-/// [`pick_up_cancels`], for claims it owns: a task of its own.
-async fn read_cancels(claims: Vec<Arc<ClaimInner>>) -> bool {
-    let claims: Vec<&Arc<ClaimInner>> = claims.iter().collect();
-    pick_up_cancels(&claims).await
 }
 
 /// The claims whose renewal is on its way, by thread and owner (an execution's claim; not by
