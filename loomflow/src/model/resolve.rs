@@ -117,8 +117,7 @@ impl ModelSpec {
             return Ok(spec(Provider::OpenAi, s, None));
         }
         Err(ModelError::UnknownModel {
-            // Shown: a base URL in it keeps its credentials and its query's values to itself.
-            given: super::without_credentials(given),
+            given: shown_spec(given),
             accepted: ACCEPTED_FORMS.iter().map(|f| (*f).to_owned()).collect(),
         })
     }
@@ -213,6 +212,22 @@ pub fn resolve_with_key(model: &str, key: impl Into<ApiKey>) -> Result<Arc<dyn M
     ModelSpec::parse(model)?.build(Some(key.into()))
 }
 
+/// A model string as an error shows it: a base URL in it keeps its credentials and its
+/// query's values to itself, and so does one given without a scheme (`…@gw/v1?key=…`, the
+/// usual way to write one that does not resolve). What follows an `@` that reads as no URL
+/// (a model's version, `claude@20240620`) is shown.
+fn shown_spec(given: &str) -> String {
+    if given.contains("://") {
+        return super::without_credentials(given);
+    }
+    match given.split_once('@') {
+        Some((before, after)) if after.contains(['/', '?', ':', '.']) => {
+            format!("{before}@<redacted>")
+        }
+        _ => given.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +276,17 @@ mod tests {
             assert!(text.contains("claude-*"), "{text}");
             assert!(text.contains("openai-compatible:NAME@"), "{text}");
         }
+        // A base URL in a string that does not resolve is not shown, with a scheme or not.
+        for given in [
+            "nope:m@https://ada:pw@gw/v1?key=s3cret",
+            "openai-compatible:m@gw.example/v1?key=s3cret",
+            "openai-compatible:m@ada:s3cret@gw/v1",
+        ] {
+            let text = ModelSpec::parse(given).unwrap_err().to_string();
+            assert!(!text.contains("s3cret") && !text.contains("pw@"), "{text}");
+        }
+        let text = ModelSpec::parse("omni@20240620").unwrap_err().to_string();
+        assert!(text.contains("omni@20240620"), "{text}");
     }
 
     #[test]
