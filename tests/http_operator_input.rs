@@ -743,18 +743,26 @@ async fn a_configured_tokens_surrounding_whitespace_is_not_part_of_it() {
     assert_eq!(status, 200, "{reply}");
 }
 
+/// The ingress on a loopback port over a memory runtime whose pending mailbox keeps nothing
+/// (`max_pending_signal_sessions(Some(0))`): what comes for a session no run of which is
+/// open is dropped on arrival.
+async fn serve_keeping_nothing() -> (Runtime, std::net::SocketAddr) {
+    let signals = loomflow::runtime::MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let runtime = Runtime::builder().signals(signals).build();
+    let app = loomflow::http::router(runtime.clone(), config());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (runtime, addr)
+}
+
 /// A signal the runtime keeps nothing of (in memory, its pending mailbox turned off, and no
 /// run of the thread open) is answered 503 `dropped`, not 202: a webhook sender reads any
 /// 2xx as delivered and would not send it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_signal_is_not_answered_as_accepted() {
-    let signals = loomflow::runtime::MailboxConfig::default().max_pending_signal_sessions(Some(0));
-    let runtime = Runtime::builder().signals(signals).build();
+    let (runtime, addr) = serve_keeping_nothing().await;
     runtime.submit("g", "t1", json!({})).await.unwrap();
-    let app = loomflow::http::router(runtime, config());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let path = "/v1/threads/t1/signals/go";
     let (status, _, reply) = request(addr, "POST", path, &[bearer()], b"1").await;
     assert_eq!(status, 503, "{reply}");
@@ -770,13 +778,8 @@ async fn a_dropped_signal_is_not_answered_as_accepted() {
 /// again (the run would wait for ever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_decision_is_answered_send_it_again() {
-    let signals = loomflow::runtime::MailboxConfig::default().max_pending_signal_sessions(Some(0));
-    let runtime = Runtime::builder().signals(signals).build();
+    let (runtime, addr) = serve_keeping_nothing().await;
     ask_for_refund(&runtime, "r1", 900).await;
-    let app = loomflow::http::router(runtime.clone(), config());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let path = "/v1/threads/r1/approvals/call_1/approve";
     let (status, _, reply) = request(addr, "POST", path, &[bearer()], b"{}").await;
     assert_eq!(status, 503, "{reply}");
