@@ -371,6 +371,37 @@ async fn a_base_urls_query_stays_after_the_request_path() {
     assert!(!unknown.to_string().contains("s3cret"), "{unknown}");
 }
 
+/// A base URL pasted as the whole endpoint (`…/v1/chat/completions`, `…/v1/messages`) is
+/// the endpoint: the request's path is not added to it again.
+#[tokio::test]
+async fn a_base_url_that_is_the_whole_endpoint_is_not_extended() {
+    let body = openai_completion(json!({"role": "assistant", "content": "ok"}), "stop", 1, 1);
+    let server = MockServer::start(vec![Reply::json(200, body)]).await;
+    let model = OpenAiModel::builder("gpt-test")
+        .base_url(format!(
+            "{}/v1/chat/completions?api-version=1",
+            server.url()
+        ))
+        .api_key("sk-test")
+        .build()
+        .unwrap();
+    assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
+    assert_eq!(
+        server.requests()[0].path,
+        "/v1/chat/completions?api-version=1"
+    );
+
+    let body = anthropic_message(json!([{"type": "text", "text": "ok"}]), "end_turn", 1, 1);
+    let server = MockServer::start(vec![Reply::json(200, body)]).await;
+    let model = AnthropicModel::builder("claude-test")
+        .base_url(format!("{}/v1/messages/", server.url()))
+        .api_key("sk-ant-test")
+        .build()
+        .unwrap();
+    assert_eq!(model.complete(hi()).await.unwrap().content, "ok");
+    assert_eq!(server.requests()[0].path, "/v1/messages");
+}
+
 // Byte-exact streams and HTML error pages
 
 #[tokio::test]

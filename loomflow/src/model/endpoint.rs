@@ -44,11 +44,20 @@ impl fmt::Debug for Endpoint {
 
 /// The URL of `path` under `base`: the path goes after the base's own path, before its
 /// query (`https://gw/v1?api-version=1` takes `chat/completions` as
-/// `https://gw/v1/chat/completions?api-version=1`, for gateways that want one).
+/// `https://gw/v1/chat/completions?api-version=1`, for gateways that want one). A base
+/// whose path ends in `path` already (the whole endpoint, pasted from a provider's page) is
+/// that URL: the path is not added twice.
 #[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) fn under(base: &str, path: &str) -> String {
     let (head, rest) = base.split_at(base.find(['?', '#']).unwrap_or(base.len()));
-    format!("{}/{path}{rest}", head.trim_end_matches('/'))
+    let head = head.trim_end_matches('/');
+    let whole = head
+        .strip_suffix(path)
+        .is_some_and(|before| before.ends_with('/') && !before.ends_with("//"));
+    match whole {
+        true => format!("{head}{rest}"),
+        false => format!("{head}/{path}{rest}"),
+    }
 }
 
 /// `url` with the user information of its authority (before an `@`) and the values of its
@@ -164,10 +173,32 @@ mod tests {
                 "https://gw/v1/chat/completions?next=@http://x",
             ),
             ("https://gw#frag", "https://gw/chat/completions#frag"),
+            // The whole endpoint given: taken as it is, its query kept.
+            (
+                "https://gw/v1/chat/completions",
+                "https://gw/v1/chat/completions",
+            ),
+            (
+                "https://gw/v1/chat/completions/?api-version=1",
+                "https://gw/v1/chat/completions?api-version=1",
+            ),
+            // A path that only ends like it, or a host named so, is a base.
+            (
+                "https://gw/v1/mychat/completions",
+                "https://gw/v1/mychat/completions/chat/completions",
+            ),
         ];
         for (base, url) in cases {
             assert_eq!(under(base, "chat/completions"), url, "{base}");
         }
+        assert_eq!(
+            under("https://gw/v1/messages", "v1/messages"),
+            "https://gw/v1/messages"
+        );
+        assert_eq!(
+            under("https://v1/messages", "v1/messages"),
+            "https://v1/messages/v1/messages"
+        );
     }
 }
 

@@ -89,7 +89,7 @@ pub struct AnthropicModelBuilder {
 impl AnthropicModelBuilder {
     /// Sends requests to this base URL (without `/v1`), e.g. `http://127.0.0.1:8080`.
     /// The default is [`ANTHROPIC_BASE_URL`]. A query it has stays after the request's
-    /// path.
+    /// path. A URL that ends in `/v1/messages` already is taken as the endpoint itself.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(Endpoint::new(url.into()));
         self

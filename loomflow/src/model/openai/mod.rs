@@ -95,7 +95,8 @@ pub struct OpenAiModelBuilder {
 impl OpenAiModelBuilder {
     /// Sends requests to this base URL (up to and including `/v1`), e.g.
     /// `http://127.0.0.1:8080/v1`. The default is [`OPENAI_BASE_URL`]. A query it has (a
-    /// gateway's `?api-version=…`) stays after the request's path.
+    /// gateway's `?api-version=…`) stays after the request's path. A URL that ends in
+    /// `/chat/completions` already is taken as the endpoint itself.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(Endpoint::new(url.into()));
         self
