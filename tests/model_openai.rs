@@ -470,6 +470,27 @@ async fn an_empty_finish_reason_is_no_finish() {
             .unwrap();
     assert_eq!(response.content, "Half a");
     assert_eq!(response.finish_reason, FinishReason::Stop);
+    // Ended by `[DONE]` with no reason ever given: whole, and a stop, as `complete()` reads
+    // a reply with no reason.
+    let body: String = chunks[..2]
+        .iter()
+        .map(|c| format!("data: {c}\n\n"))
+        .collect();
+    let server = MockServer::start(vec![Reply::sse(&(body + "data: [DONE]\n\n"), 4096)]).await;
+    let streamed =
+        collect_stream(model(&server).stream(ModelRequest::new(vec![Message::user("Hi")])))
+            .await
+            .unwrap();
+    assert_eq!(streamed.content, "Half a");
+    assert_eq!(streamed.finish_reason, FinishReason::Stop);
+    let whole = json!({"id": "c", "object": "chat.completion", "model": "gpt-test", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Half a"}, "finish_reason": ""}]});
+    let server = MockServer::start(vec![Reply::json(200, whole)]).await;
+    let completed = model(&server)
+        .complete(ModelRequest::new(vec![Message::user("Hi")]))
+        .await
+        .unwrap();
+    assert_eq!(completed.finish_reason, streamed.finish_reason);
 }
 
 #[tokio::test]

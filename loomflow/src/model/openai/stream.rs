@@ -141,7 +141,9 @@ impl EventDecoder for Decoder {
                         model: self.target.model.clone(),
                     });
                 }
-                None => FinishReason::Other("unspecified".into()),
+                // A whole reply whose server named no reason (or only ever an empty one):
+                // a plain stop, as `complete()` takes the same reply.
+                None => FinishReason::Stop,
             };
             out.push_back(Ok(StreamChunk::Finish { reason }));
             return Ok(true);
