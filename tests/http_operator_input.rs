@@ -714,6 +714,53 @@ async fn unknown_query_parameters_are_refused() {
     assert_eq!(status, 200, "{reply}");
 }
 
+/// The audit log pages as the runs do: a page that leaves entries behind gives `next`, the
+/// id to pass as `after`, also when `limit` asked for more than a page holds; the last page
+/// gives `null`. Paging reads every entry once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_pages_with_next() {
+    let server = serve("audit-pages", config()).await;
+    server.runtime.submit("g", "t1", json!({})).await.unwrap();
+    for n in 0..5 {
+        server.runtime.signal("t1", "note", json!(n)).await.unwrap();
+    }
+    let page = |after: Option<u64>, limit: usize| {
+        let after = after.map_or(String::new(), |id| format!("&after={id}"));
+        let path = format!("/v1/threads/t1/audit?limit={limit}{after}");
+        async move {
+            let (status, _, reply) = request(server.addr, "GET", &path, &[bearer()], b"").await;
+            assert_eq!(status, 200, "{path}: {reply}");
+            let reply: Value = serde_json::from_str(&reply).unwrap();
+            let ids: Vec<u64> = (reply["entries"].as_array().unwrap().iter())
+                .map(|e| e["id"].as_u64().unwrap())
+                .collect();
+            (ids, reply["next"].as_u64())
+        }
+    };
+    let (all, next) = page(None, 100).await;
+    assert!(all.len() >= 5, "{all:?}");
+    assert_eq!(next, None, "one page holds the whole log");
+    let (mut paged, mut after) = (Vec::new(), None);
+    loop {
+        let (ids, next) = page(after, 2).await;
+        assert!(ids.len() <= 2);
+        paged.extend(ids);
+        match next {
+            Some(id) => {
+                assert_eq!(Some(&id), paged.last(), "next is the page's last id");
+                after = Some(id);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(paged, all);
+    // A page that the log fills exactly is the last.
+    let (ids, next) = page(None, all.len()).await;
+    assert_eq!((ids, next), (all.clone(), None));
+    let (ids, next) = page(None, all.len() - 1).await;
+    assert_eq!(next, ids.last().copied());
+}
+
 /// A rejection without a reason is refused (400, naming `reason`): the model is told why,
 /// and a blank reason tells it nothing. The call stays pending for a real decision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -340,7 +340,7 @@ pub(super) struct AuditParams {
     after: Option<u64>,
     /// Only entries of this kind.
     kind: Option<String>,
-    /// At most this many: from 1 to 1,000 (the default).
+    /// At most this many: 1,000 by default; a larger number asks for 1,000.
     limit: Option<usize>,
 }
 
@@ -357,15 +357,21 @@ pub(super) async fn get_audit(
         Some(0) => return Err(ApiError::bad_request("limit must be from 1 to 1000, not 0")),
         limit => limit.unwrap_or(1_000).min(1_000),
     };
+    // One more than the page, as for runs: a page the entries left fill exactly is the
+    // last, and says so; a longer log gives `next`, also when `limit` asked for more than
+    // a page holds.
     let mut query = AuditQuery::thread(&thread)
         .after_id(params.after.unwrap_or(0))
-        .limit(limit);
+        .limit(limit + 1);
     if let Some(kind) = &params.kind {
         let kind = AuditKind::parse(kind)
             .ok_or_else(|| ApiError::bad_request(format!("unknown audit kind {kind:?}")))?;
         query = query.kind(kind);
     }
-    let entries = app.runtime.audit_query(&query).await?;
+    let mut entries = app.runtime.audit_query(&query).await?;
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    let next = entries.last().filter(|_| more).map(|last| last.id);
     // As every thread route: a thread that never ran and has no entries at all is 404, so
     // that a mistyped thread does not read as a quiet one. An empty page of a known thread
     // (a tail that is up to date, a kind with no entries) is an empty list.
@@ -381,7 +387,9 @@ pub(super) async fn get_audit(
             return Err(ApiError::not_found(format!("thread {thread} has no run")));
         }
     }
-    Ok(Json(json!({ "thread": thread, "entries": entries })))
+    Ok(Json(
+        json!({ "thread": thread, "entries": entries, "next": next }),
+    ))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -7,7 +7,7 @@
 //! | `GET /v1/runs?status=waiting&graph=g&limit=n&after=c` | a page of runs, newest first (`limit`: 100 by default, at most 1,000), and `next`: pass it as `after` for the next page (`null` on the last) |
 //! | `GET /v1/threads/{thread}` | one run: its row, interrupts, pending approvals, state |
 //! | `DELETE /v1/threads/{thread}` | deletes the thread ([`Runtime::delete_thread`]; 409, 501) |
-//! | `GET /v1/threads/{thread}/audit` | its audit log, oldest first (`?after=ID&kind=decision&limit=N`) |
+//! | `GET /v1/threads/{thread}/audit` | its audit log, oldest first (`?after=ID&kind=decision&limit=N`), and `next` for the page after |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/approve` | approves (body `{"arguments": …}` edits) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/reject` | rejects (body `{"reason": "…"}`) |
 //! | `GET /inbox` | the approval inbox page (see [`inbox`]) |
