@@ -166,11 +166,14 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
     if !approvals.is_empty() {
         outln!("\napprovals:");
         for a in &approvals {
+            // The time as a number too: `approve --asked-at` takes it, to decide this
+            // request and not one the call makes later under the same id.
             outln!(
-                "  {}  tool {}  asked {}{}",
+                "  {}  tool {}  asked {} ({} ms){}",
                 cell(&a.call_id),
                 cell(&a.tool),
                 time(a.requested_at_ms),
+                a.requested_at_ms,
                 a.user
                     .as_deref()
                     .map(|u| format!("  for {}", cell(u)))
@@ -247,15 +250,17 @@ pub(crate) async fn signal(
 /// Checks that `call_id` waits for a decision on `thread`.
 /// Sends `decision` for call `call_id` of `thread`. When nothing waits under that id, the
 /// failure lists what does.
+/// A call to decide: its thread, its id, and when the request decided was made, if given.
+pub(crate) type Call<'a> = (&'a str, &'a str, Option<u64>);
+
 async fn decide(
     runtime: &Runtime,
-    thread: &str,
-    call_id: &str,
+    (thread, call_id, asked_at): Call<'_>,
     decision: ApprovalDecision,
     by: &str,
 ) -> Result<(), Failure> {
     let sent = runtime
-        .decide_approval_by(thread, call_id, decision, by)
+        .decide_approval_asked_at(thread, call_id, asked_at, decision, by)
         .await;
     let Err(loomflow::Error::Runtime(loomflow::RuntimeError::NoPendingApproval { .. })) = sent
     else {
@@ -302,13 +307,13 @@ pub(crate) fn approval(edit: Option<&str>) -> Result<ApprovalDecision, Failure> 
 pub(crate) async fn approve(
     runtime: &Runtime,
     out: &Output,
-    thread: &str,
-    call_id: &str,
+    call: Call<'_>,
     edit: Option<&str>,
     by: &str,
 ) -> Result<(), Failure> {
+    let (thread, call_id, _) = call;
     let decision = approval(edit)?;
-    decide(runtime, thread, call_id, decision, by).await?;
+    decide(runtime, call, decision, by).await?;
     out.done(
         &format!("approved call {call_id} on {thread}"),
         &json!({ "thread": thread, "call_id": call_id, "decision": "approved" }),
@@ -319,19 +324,12 @@ pub(crate) async fn approve(
 pub(crate) async fn reject(
     runtime: &Runtime,
     out: &Output,
-    thread: &str,
-    call_id: &str,
+    call: Call<'_>,
     reason: String,
     by: &str,
 ) -> Result<(), Failure> {
-    decide(
-        runtime,
-        thread,
-        call_id,
-        ApprovalDecision::Deny { reason },
-        by,
-    )
-    .await?;
+    let (thread, call_id, _) = call;
+    decide(runtime, call, ApprovalDecision::Deny { reason }, by).await?;
     out.done(
         &format!("rejected call {call_id} on {thread}"),
         &json!({ "thread": thread, "call_id": call_id, "decision": "rejected" }),

@@ -105,6 +105,10 @@ enum Command {
         /// Who decides, for the audit log (default: $USER).
         #[arg(long)]
         by: Option<String>,
+        /// Decide only the request the call made at this time (ms since the epoch, as
+        /// `show` lists it): refused if the call has asked again since under the same id.
+        #[arg(long, value_name = "MS")]
+        asked_at: Option<u64>,
     },
     /// Reject a pending tool call.
     Reject {
@@ -118,6 +122,10 @@ enum Command {
         /// Who decides, for the audit log (default: $USER).
         #[arg(long)]
         by: Option<String>,
+        /// Decide only the request the call made at this time (ms since the epoch, as
+        /// `show` lists it): refused if the call has asked again since under the same id.
+        #[arg(long, value_name = "MS")]
+        asked_at: Option<u64>,
     },
     /// Resume an interrupted run with a value: the next execution of the run (a worker, or a
     /// recover in the program) applies it.
@@ -217,6 +225,7 @@ impl From<loomflow::Error> for Failure {
                 | loomflow::RuntimeError::WaitsForSignal { .. }
                 | loomflow::RuntimeError::WaitsForTimer { .. }
                 | loomflow::RuntimeError::AlreadyDecided { .. }
+                | loomflow::RuntimeError::AskedAgain { .. }
                 | loomflow::RuntimeError::DecisionDropped { .. },
             ) => 4,
             loomflow::Error::Signal(_) => 4,
@@ -383,18 +392,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             call_id,
             edit,
             by,
+            asked_at,
         } => {
             let by = commands::decider(by)?;
-            commands::approve(&runtime, &out, &thread, &call_id, edit.as_deref(), &by).await
+            let call = (thread.as_str(), call_id.as_str(), asked_at);
+            commands::approve(&runtime, &out, call, edit.as_deref(), &by).await
         }
         Command::Reject {
             thread,
             call_id,
             reason,
             by,
+            asked_at,
         } => {
             let by = commands::decider(by)?;
-            commands::reject(&runtime, &out, &thread, &call_id, reason, &by).await
+            let call = (thread.as_str(), call_id.as_str(), asked_at);
+            commands::reject(&runtime, &out, call, reason, &by).await
         }
         Command::Resume {
             thread,

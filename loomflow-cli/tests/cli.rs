@@ -425,6 +425,19 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
         ],
     );
     assert!(rejected.status.success(), "{}", stderr(&rejected));
+    // `show` prints when each request was made, as `--asked-at` takes it: a decision for
+    // another request (one the call made before, or will make later, under the same id) is
+    // refused, and the call stays pending.
+    let s2: serde_json::Value =
+        serde_json::from_slice(&loomflow(&db.0, &["--json", "show", "s2"]).stdout).unwrap();
+    let asked_at = s2["approvals"][0]["requested_at_ms"].as_u64().unwrap();
+    let shown = stdout(&loomflow(&db.0, &["show", "s2"]));
+    assert!(shown.contains(&format!("({asked_at} ms)")), "{shown}");
+    let earlier = (asked_at - 1).to_string();
+    let stale = loomflow(&db.0, &["approve", "s2", "call_7", "--asked-at", &earlier]);
+    assert_eq!(stale.status.code(), Some(4), "{}", stderr(&stale));
+    assert!(stderr(&stale).contains("asked again"), "{}", stderr(&stale));
+    let asked_at = asked_at.to_string();
     let edited = loomflow(
         &db.0,
         &[
@@ -433,6 +446,8 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
             "call_7",
             "--edit",
             r#"{"order": "ord_42", "cents": 500}"#,
+            "--asked-at",
+            &asked_at,
         ],
     );
     assert!(edited.status.success(), "{}", stderr(&edited));

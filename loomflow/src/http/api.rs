@@ -426,7 +426,7 @@ pub(super) async fn decide(
     // the application's own) waits for its decision as one inside does, and a thread
     // with no call waiting is refused as `NoPendingApproval`.
     app.runtime
-        .decide_approval_asked_at((thread, call_id), decision, by, asked_at_ms)
+        .decide_approval_asked_at(thread, call_id, asked_at_ms, decision, by)
         .await?;
     Ok(())
 }

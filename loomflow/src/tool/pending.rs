@@ -204,16 +204,23 @@ impl Runtime {
     }
 
     /// [`decide_approval_by`](Self::decide_approval_by), for the request the call made at
-    /// `asked_at_ms` (as [`pending_approvals`](Self::pending_approvals) listed it), if
-    /// given: a decision made on a page shown earlier is refused with
-    /// [`RuntimeError::AskedAgain`] when the call that waits under the id now is another.
-    #[cfg(feature = "http")]
-    pub(crate) async fn decide_approval_asked_at(
+    /// `asked_at_ms` (its `requested_at_ms`, as
+    /// [`pending_approvals`](Self::pending_approvals) listed it), if given: a decision made
+    /// on what was shown earlier (a page, a printout) is refused with
+    /// [`RuntimeError::AskedAgain`] when the call that waits under the id now is another
+    /// (its run carried on and asked again under the same id).
+    ///
+    /// # Errors
+    ///
+    /// As for [`decide_approval`](Self::decide_approval), and
+    /// [`RuntimeError::AskedAgain`].
+    pub async fn decide_approval_asked_at(
         &self,
-        (session, call_id): (&str, &str),
+        session: &str,
+        call_id: &str,
+        asked_at_ms: Option<u64>,
         decision: ApprovalDecision,
         by: &str,
-        asked_at_ms: Option<u64>,
     ) -> Result<()> {
         self.send_decision(session, call_id, decision, Some(by), asked_at_ms)
             .await
