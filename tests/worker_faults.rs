@@ -493,3 +493,36 @@ async fn a_panicking_on_finished_does_not_stop_the_worker() {
         );
     }
 }
+
+/// A store that stops answering while the worker's loop asks it (a connection dead without
+/// a word: PostgreSQL waits for the TCP timeout) holds a shutdown no longer than its
+/// timeout; asked again, the same store answers and the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_does_not_answer_holds_a_shutdown_no_longer_than_its_timeout() {
+    let db = loomflow_tests::TempDb::new("worker-shutdown-hung-store");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("plain")
+        .node_sync("one", |n: &mut u32| *n += 1)
+        .edge(START, "one")
+        .edge("one", END)
+        .compile()
+        .unwrap();
+    let (looking, held) = faults.hold_next_wake_read();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .shutdown_timeout(Duration::from_millis(200))
+        .build();
+    let handle = worker.start();
+    looking.await.unwrap();
+    let shutdown = tokio::time::timeout(Duration::from_secs(30), handle.shutdown()).await;
+    assert!(shutdown.is_ok(), "the shutdown waited for the store");
+    shutdown.unwrap().unwrap();
+    drop(held);
+    runtime.submit("plain", "p-1", 0).await.unwrap();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    assert_eq!(
+        runtime.run("p-1").await.unwrap().record.state,
+        RunState::Completed
+    );
+}

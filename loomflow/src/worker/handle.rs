@@ -26,7 +26,10 @@ impl WorkerHandle {
     /// inside a subgraph's step starts over from its last checkpoint.
     ///
     /// A store failure does not stop a worker: it is logged, and the worker tries again at
-    /// its next look.
+    /// its next look. The timeout runs from when the stop is asked, also while the worker
+    /// waits on a store that does not answer (a connection dead without a word); what it
+    /// asked is then given up (a claim made meanwhile is left to its lease), and the
+    /// releases of runs aborted are waited for up to 5 s more.
     ///
     /// # Errors
     ///
