@@ -419,12 +419,38 @@ async fn a_signal_dropped_on_arrival_is_not_a_duplicate_of_its_retry() {
         [(RunState::Completed, Some(7))]
     );
     let log = runtime.audit("a").await.unwrap();
-    let sent = log.iter().filter(|e| e.kind == AuditKind::SignalSent);
+    let sent: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind == AuditKind::SignalSent)
+        .collect();
     assert_eq!(
-        sent.count(),
+        sent.len(),
         2,
         "the dropped send and the stored one: {log:?}"
     );
+    // The entry of the send dropped on arrival says so; the stored one does not.
+    assert_eq!(sent[0].detail["dropped"], true, "{:?}", sent[0]);
+    assert_eq!(sent[1].detail.get("dropped"), None, "{:?}", sent[1]);
+}
+
+/// In memory too, a signal dropped on arrival says so in its `signal_sent` entry.
+#[tokio::test]
+async fn a_signal_dropped_on_arrival_in_memory_says_so_in_the_audit_log() {
+    use loomflow::runtime::{AuditKind, Delivery};
+    let signals = MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let runtime = Runtime::builder().signals(signals).build();
+    assert_eq!(
+        runtime.signal("m", "go", 7).await.unwrap(),
+        Delivery::Dropped
+    );
+    let log = runtime.audit("m").await.unwrap();
+    let sent: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind == AuditKind::SignalSent)
+        .collect();
+    assert_eq!(sent.len(), 1, "{log:?}");
+    assert_eq!(sent[0].detail["dropped"], true, "{:?}", sent[0]);
+    assert_eq!(sent[0].detail["payload"], 7);
 }
 
 /// With no pending mailbox, a payload a waiter gives back (it is not the type it asked

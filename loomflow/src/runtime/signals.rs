@@ -196,10 +196,13 @@ impl Runtime {
         if !self.store().is_durable() {
             // The mailbox checks the name and the size itself; the audit entry is the
             // store's, as a durable store writes it with the signal.
-            let sent = sent_entry(session, name, &payload, key, sent_at_ms);
+            let mut sent = sent_entry(session, name, &payload, key, sent_at_ms);
             let delivery = mailbox.send(session, name, payload, key, scope, sent_at_ms)?;
             let delivery = self.settle_pending(session, delivery);
             if delivery != Delivery::Duplicate {
+                if delivery == Delivery::Dropped {
+                    sent.detail["dropped"] = Value::Bool(true);
+                }
                 self.store().append_audit(vec![sent]).await?;
             }
             self.wake_workers(session, name, delivery);
@@ -229,7 +232,8 @@ impl Runtime {
             {
                 return Ok(Delivery::Duplicate);
             }
-            let sent = sent_entry(session, name, &payload, key, sent_at_ms);
+            let mut sent = sent_entry(session, name, &payload, key, sent_at_ms);
+            sent.detail["dropped"] = Value::Bool(true);
             self.store().append_audit(vec![sent]).await?;
             return Ok(Delivery::Dropped);
         }

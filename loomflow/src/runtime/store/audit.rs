@@ -34,7 +34,8 @@ pub enum AuditKind {
     /// A permission decision or an approval: who decided what, why, and any edited
     /// arguments.
     Decision,
-    /// A signal was stored for the session.
+    /// A signal was sent to the session: stored, or (its detail's `"dropped": true`)
+    /// dropped as it arrived.
     SignalSent,
     /// A run consumed a signal.
     SignalReceived,
