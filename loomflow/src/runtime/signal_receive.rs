@@ -14,7 +14,10 @@ impl Runtime {
     /// Waits for the signal `name` of `session` and returns the oldest payload, typed.
     ///
     /// With a `timeout`, gives up with [`SignalError::Timeout`] when it passes; a payload
-    /// that arrives afterwards stays queued. A wait on a session that is not open holds its
+    /// that arrives afterwards stays queued. The timeout is measured on Tokio's clock, as a
+    /// `tokio::time::timeout` around the call would be (`tokio::time::pause` moves it), not
+    /// on the runtime's [`Clock`](crate::runtime::Clock): it bounds how long the caller
+    /// waits, where a node's timed wait sets a durable deadline. A wait on a session that is not open holds its
     /// mailbox while it waits. On a durable runtime, a payload the store kept for the
     /// session's run after this process dropped it from memory (the pending TTL or bound)
     /// is received too, in its turn.
