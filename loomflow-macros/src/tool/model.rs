@@ -142,8 +142,27 @@ impl ToolModel {
                     }
                     // `param(..)` first, then the parameter's doc comment, unless the
                     // parameter's own `#[schemars(description = ..)]` says it.
-                    let (docs, field_attrs): (Vec<_>, Vec<_>) =
+                    let (docs, mut field_attrs): (Vec<_>, Vec<_>) =
                         field_attrs.into_iter().partition(|a| a.path().is_ident("doc"));
+                    // A derive's helper (`#[validate]`, `#[garde]`) would be applied by
+                    // nothing: said here, rather than by rustc as unknown.
+                    field_attrs.retain(|attr| {
+                        let shapes = ["serde", "schemars"].iter().any(|n| attr.path().is_ident(n));
+                        if !shapes {
+                            let name = attr.path().to_token_stream().to_string();
+                            errors.push_spanned(
+                                attr,
+                                format!(
+                                    "#[tool] parameters take #[serde(..)], #[schemars(..)] and \
+                                     doc comments, not #[{name}]: nothing derives it for the \
+                                     arguments. Bound a value with #[schemars(range(..))] or \
+                                     #[schemars(length(..))], which the model is told of and \
+                                     its arguments are checked against, or check it in the body"
+                                ),
+                            );
+                        }
+                        shapes
+                    });
                     let described = field_attrs.iter().any(|attr| {
                         attr.path().is_ident("schemars")
                             && attr.meta.to_token_stream().to_string().contains("description")
@@ -317,12 +336,11 @@ fn configures_out_or_shapes(attr: &syn::Attribute) -> bool {
 
 /// Takes each parameter's attributes that belong on its field of the arguments' struct
 /// (`#[serde(default)]`, `#[serde(rename = "q")]`, `#[schemars(..)]`, a doc comment) off
-/// the fn: one list a parameter, in order (empty for `self`).
+/// the fn, and any other but a lint and `cfg`/`cfg_attr` (which stay, and are checked),
+/// to be refused: one list a parameter, in order (empty for `self`).
 fn take_field_attrs(func: &mut ItemFn) -> Vec<Vec<syn::Attribute>> {
     let is_field_attr = |attr: &syn::Attribute| {
-        ["serde", "schemars", "doc"]
-            .iter()
-            .any(|name| attr.path().is_ident(name))
+        !(is_lint(attr) || attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr"))
     };
     (func.sig.inputs.iter_mut())
         .map(|input| match input {
@@ -336,6 +354,13 @@ fn take_field_attrs(func: &mut ItemFn) -> Vec<Vec<syn::Attribute>> {
             FnArg::Receiver(_) => Vec::new(),
         })
         .collect()
+}
+
+/// A lint attribute (`#[allow(..)]` and its kin), which a parameter may carry.
+fn is_lint(attr: &syn::Attribute) -> bool {
+    ["allow", "warn", "deny", "forbid", "expect"]
+        .iter()
+        .any(|name| attr.path().is_ident(name))
 }
 
 /// `&ToolContext` (any path ending in `ToolContext`), shared, not mutable.
