@@ -496,10 +496,80 @@ async fn a_panicking_on_finished_does_not_stop_the_worker() {
 
 /// A store that stops answering while the worker's loop asks it (a connection dead without
 /// a word: PostgreSQL waits for the TCP timeout) holds a shutdown no longer than its
-/// timeout; asked again, the same store answers and the run goes on.
+/// timeout (here shorter than the 5 s a store is given in any case); a run executing
+/// meanwhile is asked to let go when the stop is asked, not once the store answers, and
+/// lets go at its next step (reported), rather than being aborted. Asked again, the same
+/// store answers and the run goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_does_not_answer_holds_a_shutdown_no_longer_than_its_timeout() {
     let db = loomflow_tests::TempDb::new("worker-shutdown-hung-store");
+    let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    // A long run of short steps: about a minute while `slow`.
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let ticking = Arc::clone(&slow);
+    let graph = Graph::new("ticks")
+        .recursion_limit(2_000)
+        .node_fn("tick", move |n: &mut u32, _ctx| {
+            let slow = ticking.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if slow {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                *n += 1;
+                Ok(())
+            })
+        })
+        .edge(START, "tick")
+        .branch(
+            "tick",
+            ["tick", END],
+            |n: &u32| {
+                if *n < 1_000 { "tick" } else { END }
+            },
+        )
+        .compile()
+        .unwrap();
+    runtime.submit("ticks", "t-1", 0).await.unwrap();
+    let reports = Arc::new(AtomicU32::new(0));
+    let (looking, held) = faults.hold_next_wake_read();
+    let worker = Worker::builder(&runtime)
+        .graph(&graph)
+        .shutdown_timeout(Duration::from_millis(200))
+        .on_finished({
+            let reports = Arc::clone(&reports);
+            move |report| {
+                assert_eq!(report.state, RunState::Running, "{report:?}");
+                reports.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .build();
+    let handle = worker.start();
+    // The first look claims the run, then asks for the next wake time: held.
+    looking.await.unwrap();
+    let shutdown = tokio::time::timeout(Duration::from_secs(30), handle.shutdown()).await;
+    assert!(shutdown.is_ok(), "the shutdown waited for the store");
+    shutdown.unwrap().unwrap();
+    assert_eq!(
+        reports.load(Ordering::SeqCst),
+        1,
+        "let go at its step, not aborted"
+    );
+    drop(held);
+    let ticked: u32 = runtime.get_state("t-1").await.unwrap().unwrap();
+    assert!(ticked < 1_000, "{ticked}");
+    slow.store(false, Ordering::SeqCst);
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let done = runtime.run("t-1").await.unwrap().record;
+    assert_eq!(done.state, RunState::Completed, "{done:?}");
+}
+
+/// A shutdown timeout too long to add to a time (`Duration::MAX`: never abort) waits for the
+/// store as long as it takes: the worker does not panic, and the shutdown returns once the
+/// store answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_that_never_aborts_waits_for_the_store() {
+    let db = loomflow_tests::TempDb::new("worker-shutdown-never");
     let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
     let runtime = Runtime::builder().store(store).build();
     let graph = Graph::new("plain")
@@ -509,20 +579,16 @@ async fn a_store_that_does_not_answer_holds_a_shutdown_no_longer_than_its_timeou
         .compile()
         .unwrap();
     let (looking, held) = faults.hold_next_wake_read();
-    let worker = Worker::builder(&runtime)
+    let handle = Worker::builder(&runtime)
         .graph(&graph)
-        .shutdown_timeout(Duration::from_millis(200))
-        .build();
-    let handle = worker.start();
+        .shutdown_timeout(Duration::MAX)
+        .build()
+        .start();
     looking.await.unwrap();
-    let shutdown = tokio::time::timeout(Duration::from_secs(30), handle.shutdown()).await;
-    assert!(shutdown.is_ok(), "the shutdown waited for the store");
-    shutdown.unwrap().unwrap();
+    let shutdown = tokio::spawn(handle.shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!shutdown.is_finished(), "gave up on the store");
     drop(held);
-    runtime.submit("plain", "p-1", 0).await.unwrap();
-    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
-    assert_eq!(
-        runtime.run("p-1").await.unwrap().record.state,
-        RunState::Completed
-    );
+    let stopped = tokio::time::timeout(Duration::from_secs(30), shutdown).await;
+    stopped.expect("the shutdown returned").unwrap().unwrap();
 }

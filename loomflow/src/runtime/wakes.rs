@@ -113,6 +113,11 @@ impl WakeInbox {
     pub(crate) fn take_overflowed(&self) -> bool {
         self.overflowed.swap(false, Ordering::AcqRel)
     }
+
+    /// Says again that signals went unrecorded: the look that took the flag did not finish.
+    pub(crate) fn put_back_overflowed(&self) {
+        self.overflowed.store(true, Ordering::Release);
+    }
 }
 
 #[cfg(test)]

@@ -27,9 +27,11 @@ impl WorkerHandle {
     ///
     /// A store failure does not stop a worker: it is logged, and the worker tries again at
     /// its next look. The timeout runs from when the stop is asked, also while the worker
-    /// waits on a store that does not answer (a connection dead without a word); what it
-    /// asked is then given up (a claim made meanwhile is left to its lease), and the
-    /// releases of runs aborted are waited for up to 5 s more.
+    /// waits on a store that does not answer (a connection dead without a word): its runs
+    /// are asked to let go at once, and what it asked the store is given up once the
+    /// timeout has passed, or 5 s if the timeout is shorter (a claim a store that answers
+    /// is making is not cut short; one given up is left to its lease). The releases of the
+    /// runs aborted are waited for up to 5 s more.
     ///
     /// # Errors
     ///

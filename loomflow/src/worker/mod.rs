@@ -331,6 +331,24 @@ impl Worker {
     }
 }
 
+/// Gives back what a look for unrecorded signals took, unless it finished.
+struct LookAgain<'a> {
+    inner: &'a WorkerInner,
+    first: bool,
+    overflowed: bool,
+}
+
+impl Drop for LookAgain<'_> {
+    fn drop(&mut self) {
+        if self.first {
+            self.inner.looked.store(false, Ordering::Release);
+        }
+        if self.overflowed {
+            self.inner.wakes.put_back_overflowed();
+        }
+    }
+}
+
 impl WorkerInner {
     /// Claims the next run [`Worker::run_until_idle`] executes: a signalled one first (from
     /// `signalled`, and what came since), then any that can go on. On a failure, `signalled`
@@ -361,13 +379,20 @@ impl WorkerInner {
     /// again should the wake-ups have overflowed. Nothing otherwise.
     async fn unrecorded_signals(&self) -> Result<Vec<(String, String)>> {
         let first = !self.looked.swap(true, Ordering::AcqRel);
-        if !(first | self.wakes.take_overflowed()) {
+        let overflowed = self.wakes.take_overflowed();
+        if !(first | overflowed) {
             return Ok(Vec::new());
         }
+        // Looked for again the next time should this look not finish: it failed, or it
+        // was dropped half way (a shutdown past its timeout).
+        let mut again = LookAgain {
+            inner: self,
+            first,
+            overflowed,
+        };
         let found = self.runtime.signalled_in_mailbox(&self.names).await;
-        if found.is_err() {
-            // Looked for again the next time.
-            self.looked.store(false, Ordering::Release);
+        if found.is_ok() {
+            (again.first, again.overflowed) = (false, false);
         }
         found
     }

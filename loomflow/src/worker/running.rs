@@ -1,7 +1,7 @@
 //! The runs a worker's loop executes at once, each in a task of its own.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::task::{Id, JoinSet};
 
@@ -14,8 +14,28 @@ use crate::runtime::claim::RunClaim;
 #[derive(Default)]
 pub(super) struct Running {
     pub(super) tasks: JoinSet<Option<u64>>,
-    /// Each task's claim, until the task has ended.
-    pub(super) claims: HashMap<Id, RunClaim>,
+    /// Each task's claim, until the task has ended; shared with a shutdown that asks them
+    /// to let go while the loop waits on the store.
+    claims: Claims,
+}
+
+/// The claims of the runs a worker executes.
+#[derive(Clone, Default)]
+pub(super) struct Claims(Arc<Mutex<HashMap<Id, RunClaim>>>);
+
+impl Claims {
+    /// Asks every run still executing to stop at its next superstep and let go.
+    pub(super) fn hand_back(&self) {
+        for claim in crate::sync::lock(&self.0).values() {
+            claim.request_yield();
+        }
+    }
+
+    /// The claims still held.
+    pub(super) fn held(&self) -> Vec<RunClaim> {
+        let claims = crate::sync::lock(&self.0);
+        claims.values().filter(|c| !c.is_done()).cloned().collect()
+    }
 }
 
 impl Running {
@@ -23,11 +43,9 @@ impl Running {
         self.tasks.len()
     }
 
-    /// Asks every run still executing to stop at its next superstep and let go.
-    pub(super) fn hand_back(&self) {
-        for claim in self.claims.values() {
-            claim.request_yield();
-        }
+    /// The runs' claims, shared.
+    pub(super) fn claims(&self) -> &Claims {
+        &self.claims
     }
 
     /// Waits for a task to end and forgets its claim; returns when its run is due again.
@@ -39,7 +57,7 @@ impl Running {
             // Aborted (a shutdown past its timeout); a panic is caught inside the task.
             Err(error) => (error.id(), None),
         };
-        self.claims.remove(&id);
+        crate::sync::lock(&self.claims.0).remove(&id);
         Some(due)
     }
 }
@@ -56,5 +74,5 @@ pub(super) fn spawn(
     let task = running
         .tasks
         .spawn(async move { inner.execute(run, claim).await });
-    running.claims.insert(task.id(), kept);
+    crate::sync::lock(&running.claims.0).insert(task.id(), kept);
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use super::running::{Running, spawn};
+use super::running::{Claims, Running, spawn};
 use super::untried::Untried;
 use super::{Result, STORE_RETRY, WorkerInner, nap};
 use crate::runtime::clock::unix_ms;
@@ -45,6 +45,7 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
         // that a store that does not answer (a connection dead without a word) holds a
         // shutdown no longer than that. A claim given up half way is the store's: its lease
         // runs out, and another worker takes the run.
+        let stopping = (stop.clone(), running.claims().clone());
         let looked = async {
             let mut failed = false;
             runtime.prune_if_due().await;
@@ -128,7 +129,7 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
         };
         let (failed, change) = tokio::select! {
             looked = looked => looked,
-            () = past_timeout(stop.clone(), inner.shutdown_timeout, &stopped_at) => {
+            () = past_timeout(stopping, inner.shutdown_timeout, &stopped_at) => {
                 tracing::warn!("shutdown timeout passed while the store was asked; stopping");
                 break;
             }
@@ -163,7 +164,7 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
     drop(signalled); // not claimed yet: the next start's
     // Graceful: nothing more is claimed; each run stops at its next superstep (or suspends,
     // a wait after its grace) and lets go, for another worker to carry on.
-    running.hand_back();
+    running.claims().hand_back();
     let stopped_at = *stopped_at.get_or_init(tokio::time::Instant::now);
     let left = inner.shutdown_timeout.saturating_sub(stopped_at.elapsed());
     let drained = tokio::time::timeout(left, async {
@@ -178,15 +179,15 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
         running.tasks.shutdown().await;
         // Aborted half way: each run is let go runnable, and the release is written before
         // the shutdown returns (dropping the claims would only queue it).
-        // Bounded too: a release the store does not answer is left to its lease.
-        let released = tokio::time::timeout(RELEASE_WAIT, async {
-            for claim in running.claims.values().filter(|claim| !claim.is_done()) {
-                if let Err(error) = claim.release_runnable().await {
-                    tracing::warn!(thread = %claim.thread(), %error, "could not release an aborted run");
-                }
+        // Together, and bounded: a release the store does not answer is left to its lease.
+        let held = running.claims().held();
+        let releases = held.iter().map(|claim| async move {
+            if let Err(error) = claim.release_runnable().await {
+                tracing::warn!(thread = %claim.thread(), %error, "could not release an aborted run");
             }
-        })
-        .await;
+        });
+        let released =
+            tokio::time::timeout(RELEASE_WAIT, futures_util::future::join_all(releases)).await;
         if released.is_err() {
             tracing::warn!(
                 "the store did not answer the aborted runs' releases; their leases run out"
@@ -200,10 +201,16 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
 /// releases.
 const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
-/// Resolves `timeout` after the stop is first seen (noted in `stopped_at`); never, if the
-/// worker's handle is gone without asking.
+/// How long what the loop asked the store is waited for once the stop is asked, at least:
+/// a shorter shutdown timeout would give up claims a store that answers is making, and
+/// leave their runs held until their leases ran out.
+const STORE_GRACE: Duration = Duration::from_secs(5);
+
+/// Once the stop is first seen (noted in `stopped_at`), asks the runs to let go; resolves
+/// when the shutdown's `timeout` has passed since, or [`STORE_GRACE`] if that is longer.
+/// Never, if the worker's handle is gone without asking.
 async fn past_timeout(
-    mut stop: watch::Receiver<bool>,
+    (mut stop, claims): (watch::Receiver<bool>, Claims),
     timeout: Duration,
     stopped_at: &OnceLock<tokio::time::Instant>,
 ) {
@@ -211,5 +218,10 @@ async fn past_timeout(
         return std::future::pending().await;
     }
     let at = *stopped_at.get_or_init(tokio::time::Instant::now);
-    tokio::time::sleep_until(at + timeout).await;
+    claims.hand_back();
+    // A timeout too long to add (`Duration::MAX`: never abort) waits for ever.
+    match at.checked_add(timeout.max(STORE_GRACE)) {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
