@@ -759,6 +759,19 @@ async fn the_audit_log_pages_with_next() {
     assert_eq!((ids, next), (all.clone(), None));
     let (ids, next) = page(None, all.len() - 1).await;
     assert_eq!(next, ids.last().copied());
+    // A limit over 1,000 gets a page of 1,000 that says there is more.
+    let many = (0..1_000)
+        .map(|n| {
+            use loomflow::runtime::{AuditEntry, AuditKind};
+            AuditEntry::new("t1", AuditKind::SignalSent, "bulk", json!({ "n": n }))
+        })
+        .collect();
+    server.runtime.store().append_audit(many).await.unwrap();
+    let (ids, next) = page(None, 5_000).await;
+    assert_eq!(ids.len(), 1_000);
+    assert_eq!(next, ids.last().copied());
+    let (rest, next) = page(next, 5_000).await;
+    assert_eq!((rest.len(), next), (all.len(), None));
 }
 
 /// A rejection without a reason is refused (400, naming `reason`): the model is told why,

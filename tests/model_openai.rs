@@ -483,6 +483,20 @@ async fn an_empty_finish_reason_is_no_finish() {
             .unwrap();
     assert_eq!(streamed.content, "Half a");
     assert_eq!(streamed.finish_reason, FinishReason::Stop);
+    // The same with no reason at all (`null`, or no key).
+    let body = [
+        json!({"choices": [{"index": 0, "delta": {"content": "Half"}, "finish_reason": null}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": " a"}}]}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect::<String>();
+    let server = MockServer::start(vec![Reply::sse(&(body + "data: [DONE]\n\n"), 4096)]).await;
+    let unnamed =
+        collect_stream(model(&server).stream(ModelRequest::new(vec![Message::user("Hi")])))
+            .await
+            .unwrap();
+    assert_eq!(unnamed.finish_reason, FinishReason::Stop);
     let whole = json!({"id": "c", "object": "chat.completion", "model": "gpt-test", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": "Half a"}, "finish_reason": ""}]});
     let server = MockServer::start(vec![Reply::json(200, whole)]).await;

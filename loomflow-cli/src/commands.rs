@@ -247,12 +247,11 @@ pub(crate) async fn signal(
     Ok(())
 }
 
-/// Checks that `call_id` waits for a decision on `thread`.
-/// Sends `decision` for call `call_id` of `thread`. When nothing waits under that id, the
-/// failure lists what does.
 /// A call to decide: its thread, its id, and when the request decided was made, if given.
 pub(crate) type Call<'a> = (&'a str, &'a str, Option<u64>);
 
+/// Sends `decision` for the call; with the time a request was made, for that request only.
+/// When nothing waits under that id, the failure lists what does.
 async fn decide(
     runtime: &Runtime,
     (thread, call_id, asked_at): Call<'_>,

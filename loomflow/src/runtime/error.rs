@@ -149,7 +149,7 @@ pub enum RuntimeError {
     /// that waits under that id now asked at `asked_at_ms`: its run carried on and a new call
     /// reuses the id. The decision is not sent; the new request needs a decision of its own.
     #[error(
-        "call {call_id} on session {session} was asked again (at {asked_at_ms} ms) since the request this decision was for ({decided_for_ms} ms); decide the new request"
+        "call {call_id} on session {session} waits on the request asked at {asked_at_ms} ms, not the one this decision was for ({decided_for_ms} ms): it was asked again since, or the time is wrong; decide the request that waits"
     )]
     AskedAgain {
         /// The session.
