@@ -31,6 +31,21 @@ fn slow_graph() -> CompiledGraph<u32> {
         .unwrap()
 }
 
+/// Every half lease for three leases, `other` tries to take each of `threads`' runs, and is
+/// refused: their leases were renewed.
+async fn refused_for_three_leases(graph: &CompiledGraph<u32>, other: &Runtime, threads: &[&str]) {
+    for _ in 0..6 {
+        tokio::time::sleep(LEASE / 2).await;
+        for thread in threads {
+            let taken = graph.recover(other, *thread).await;
+            assert!(
+                matches!(taken, Err(RunError::Busy { .. })),
+                "{thread} was taken over: {taken:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_longer_than_the_lease_keep_their_runs_while_another_process_is_refused() {
     let db = loomflow_tests::TempDb::new("heartbeat");
@@ -46,19 +61,7 @@ async fn steps_longer_than_the_lease_keep_their_runs_while_another_process_is_re
     // Two runs at once: one heartbeat renews both.
     let first = graph.start(&runtime, "a", 1);
     let second = graph.start(&runtime, "b", 10);
-    let mut refused = 0;
-    for _ in 0..6 {
-        tokio::time::sleep(LEASE / 2).await;
-        for thread in ["a", "b"] {
-            let taken = graph.recover(&other, thread).await;
-            assert!(
-                matches!(taken, Err(RunError::Busy { .. })),
-                "{thread} was taken over: {taken:?}"
-            );
-            refused += 1;
-        }
-    }
-    assert_eq!(refused, 12);
+    refused_for_three_leases(&graph, &other, &["a", "b"]).await;
     assert_eq!(first.await.unwrap().completed().unwrap(), 2);
     assert_eq!(second.await.unwrap().completed().unwrap(), 11);
     // Once they finished, the runs are free to be read and carried on elsewhere.
@@ -90,14 +93,7 @@ async fn a_hung_renewal_holds_back_no_other_run() {
     let graph = slow_graph();
     let hung = graph.start(&runtime, "a", 1);
     let kept = graph.start(&runtime, "b", 10);
-    for _ in 0..6 {
-        tokio::time::sleep(LEASE / 2).await;
-        let taken = graph.recover(&other, "b").await;
-        assert!(
-            matches!(taken, Err(RunError::Busy { .. })),
-            "b was taken over: {taken:?}"
-        );
-    }
+    refused_for_three_leases(&graph, &other, &["b"]).await;
     assert_eq!(kept.await.unwrap().completed().unwrap(), 11);
     hung.abort();
 }
@@ -127,14 +123,7 @@ async fn a_worker_with_a_shorter_lease_than_its_runtime_is_renewed_at_its_own_pa
         .build();
     let working = tokio::spawn(async move { worker.run_until_idle().await });
     tokio::time::sleep(LEASE / 2).await;
-    for _ in 0..6 {
-        tokio::time::sleep(LEASE / 2).await;
-        let taken = graph.recover(&other, "queued").await;
-        assert!(
-            matches!(taken, Err(RunError::Busy { .. })),
-            "the worker's run was taken over: {taken:?}"
-        );
-    }
+    refused_for_three_leases(&graph, &other, &["queued"]).await;
     assert_eq!(working.await.unwrap().unwrap(), 1);
     assert_eq!(direct.await.unwrap().completed().unwrap(), 1);
     let done: u32 = runtime.get_state("queued").await.unwrap().unwrap();
