@@ -17,7 +17,7 @@ impl RunClaim {
 
 impl Drop for ClaimInner {
     fn drop(&mut self) {
-        if *self.released.get_mut() || self.request.held() {
+        if *self.released.get_mut() {
             return;
         }
         // Stores queue a write when it is called (the memory store performs it), so one
@@ -28,8 +28,8 @@ impl Drop for ClaimInner {
                 let owner = self.owner_text();
                 (self.store).finish_run(&self.thread, owner, RunState::Failed, Some(message))
             }
-            // Perhaps after taking what its run waited for: runnable at once, as after a
-            // crash.
+            // Perhaps after taking what its run waited for (a resume request it holds, say):
+            // runnable at once, as after a crash.
             None => self.store.release_runnable(&self.thread, self.owner_text()),
         };
         let _ = let_go.now_or_never();

@@ -101,8 +101,9 @@ struct ClaimInner {
     lost: AtomicBool,
     released: AtomicBool,
     /// The execution stopped without letting go: it holds resume requests it did not
-    /// checkpoint past (see [`request`]). The claim is no longer renewed, and its lease runs
-    /// out for the next execution to claim the run and apply them.
+    /// checkpoint past (see [`request`]), and the store did not take its release. The claim
+    /// is no longer renewed, and its lease runs out for the next execution to claim the run
+    /// and apply them.
     stopped: AtomicBool,
     /// The write that releases the claim is on its way: a renewal refused meanwhile is not a
     /// lost lease.
@@ -536,11 +537,15 @@ impl RunClaim {
         self.inner.cancelled.notify_waiters();
     }
 
-    /// Lets the run go: another execution may claim it at once. Not while it holds a resume
-    /// request it took and did not checkpoint past: then the lease runs out instead, and
-    /// the next execution applies the request again (see [`request`]).
+    /// Lets the run go: another execution may claim it at once. While it holds a resume
+    /// request it took and did not checkpoint past, runnable at once (as
+    /// [`release_runnable`](Self::release_runnable)): the next execution applies the request
+    /// again (see [`request`]).
     pub(crate) async fn release(&self) -> Result<(), StoreError> {
-        if self.stopped_holding_request() || self.inner.released.load(Ordering::Acquire) {
+        if self.inner.request.held() {
+            return self.release_runnable().await;
+        }
+        if self.inner.released.load(Ordering::Acquire) {
             return Ok(());
         }
         self.inner.releasing.store(true, Ordering::Release);
@@ -556,8 +561,13 @@ impl RunClaim {
     /// [`Store::release_runnable`](crate::runtime::Store::release_runnable)). A run whose
     /// failure was decided ([`failing`](Self::failing)) is recorded as failed instead, as
     /// dropping the claim does: it is not run again.
+    ///
+    /// An execution that holds resume requests it did not checkpoint past lets go so too:
+    /// the next execution finds them in the journal. Should the release fail, it stops
+    /// renewing its lease (a worker keeps its claims while it runs), so that the lease runs
+    /// out and the run is claimed again, as after a crash.
     pub(crate) async fn release_runnable(&self) -> Result<(), StoreError> {
-        if self.stopped_holding_request() || self.inner.released.load(Ordering::Acquire) {
+        if self.inner.released.load(Ordering::Acquire) {
             return Ok(());
         }
         if let Some(message) = self.inner.failed.get() {
@@ -567,18 +577,10 @@ impl RunClaim {
         let released = (self.inner.store)
             .release_runnable(&self.inner.thread, self.owner_text())
             .await;
-        self.let_go(released)
-    }
-
-    /// Whether the execution, as it stops, holds resume requests it did not checkpoint past:
-    /// then it does not let go, and stops renewing its lease (a worker keeps its claims
-    /// while it runs), so that the lease runs out.
-    fn stopped_holding_request(&self) -> bool {
-        let held = self.inner.request.held();
-        if held {
+        if released.is_err() && self.inner.request.held() {
             self.inner.stopped.store(true, Ordering::Release);
         }
-        held
+        self.let_go(released)
     }
 }
 

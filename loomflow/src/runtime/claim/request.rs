@@ -1,13 +1,13 @@
 //! The resume requests an execution took (see `graph::executor::resume_request`).
 //!
 //! An execution that applies resume requests took them out of the store and journaled them
-//! at the interrupted checkpoint. Until it writes a checkpoint past that one, it does not let
-//! go of the run when it stops: its lease runs out instead, and the run is claimed again
-//! (a claim makes a suspended run runnable should its execution die), by an execution that
-//! finds the requests in the journal. Letting go would leave the run interrupted with its
-//! requests consumed, and nothing would carry it on. A request the run refused (a value the
-//! node cannot use, or one its resumed step failed with) is spent: a mark journaled after it
-//! says so, and the run lets go, interrupted as it was.
+//! at the interrupted checkpoint. Until it writes a checkpoint past that one, it lets go of
+//! the run when it stops only as runnable at once (as a claim marks a suspended run, should
+//! its execution die), for the next execution to find the requests in the journal; if the
+//! store does not take that, its lease runs out instead. Letting go as it was would leave
+//! the run interrupted with its requests consumed, and nothing would carry it on. A request
+//! the run refused (a value the node cannot use, or one its resumed step failed with) is
+//! spent: a mark journaled after it says so, and the run lets go, interrupted as it was.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
