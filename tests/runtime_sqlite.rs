@@ -301,7 +301,7 @@ fn the_schema_version_is_recorded_and_reopening_keeps_it() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [11]);
+    assert_eq!(versions, [12]);
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -349,7 +349,7 @@ async fn a_version_1_file_is_migrated() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,7 +389,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1036,7 +1036,7 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN SELECT seq FROM signals WHERE consumed_at_ms IS NULL
@@ -1119,7 +1119,7 @@ async fn a_version_6_file_gains_the_checkpoint_id_floor() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((version, floor), (11, i64::try_from(kept).unwrap() + 1));
+    assert_eq!((version, floor), (12, i64::try_from(kept).unwrap() + 1));
     drop(conn);
 
     // A row is past the floor now: the writer's pruning (on its first commit) clears it,
@@ -1326,7 +1326,7 @@ async fn a_version_9_file_gains_the_index_of_consumed_signals() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     let plan: Vec<String> = conn
         .prepare(
             "EXPLAIN QUERY PLAN DELETE FROM signals
@@ -1361,7 +1361,7 @@ async fn a_claims_candidate_queries_read_their_own_indexes() {
     let version: i64 = conn
         .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     for (sql, index) in [
         (
             "SELECT thread, updated_at_ms FROM runs INDEXED BY runs_queued
@@ -1392,4 +1392,40 @@ async fn a_claims_candidate_queries_read_their_own_indexes() {
             "{index}: {plan:?}"
         );
     }
+}
+
+/// Version 12 counts a run's lapses (executions in a row that died holding it): a version
+/// 11 file gains the column, its runs read back with none, and a worker counts them.
+#[tokio::test]
+async fn a_version_11_file_gains_the_lapses_of_its_runs() {
+    let db = TempDb::new("v11-lapses");
+    let store = SqliteStore::open(db.path()).unwrap();
+    store
+        .submit_run("t", "g", serde_json::json!(1), 10)
+        .await
+        .unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch("ALTER TABLE runs DROP COLUMN lapses; UPDATE meta SET schema_version = 11;")
+        .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(store.get_run("t").await.unwrap().unwrap().lapses, 0);
+    let graphs = ["g".to_owned()];
+    store
+        .claim_next_run(&graphs, "a", 100, 20, 20)
+        .await
+        .unwrap()
+        .unwrap();
+    let taken = store
+        .claim_next_run(&graphs, "b", 300, 150, 150)
+        .await
+        .unwrap();
+    assert_eq!(taken.unwrap().record.lapses, 1);
+    drop(store);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 12);
 }

@@ -101,9 +101,10 @@ async fn a_request_for_a_forks_own_question_is_kept() {
 }
 
 /// A worker takes a resume request and cannot write the resumed step (the store fails):
-/// its execution stops holding the request, its lease runs out rather than being renewed
-/// for as long as the worker runs, and once the store works again the run is carried on
-/// with the request's value, once.
+/// its execution lets the run go runnable (the next one applies the request from the
+/// journal) rather than holding it for as long as the worker runs, and once the store works
+/// again the run is carried on with the request's value, once. The executions stopped by
+/// the store are no lapses (none died): the run is not failed for them.
 async fn a_request_whose_step_could_not_be_written_is_applied_later(durability: Durability) {
     let db = loomflow_tests::TempDb::new("faults-request");
     let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());

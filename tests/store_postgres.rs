@@ -59,7 +59,7 @@ async fn a_database_written_by_a_newer_loomflow_is_refused() {
             found,
             supported,
         }) => {
-            assert_eq!((found, supported), (99, 6));
+            assert_eq!((found, supported), (99, 7));
             assert!(path.starts_with("postgres://postgres@"), "{path}");
             assert!(!path.contains("not-shown"), "{path}");
         }
@@ -164,7 +164,7 @@ async fn create_together(url: &str, admin: &str) {
         .await
         .unwrap();
     let versions: Vec<i64> = versions.iter().map(|row| row.get(0)).collect();
-    assert_eq!(versions, [6], "one version row, at the current version");
+    assert_eq!(versions, [7], "one version row, at the current version");
     // And each of them works on the tables the first one made.
     for (n, store) in stores.iter().enumerate() {
         let cp = Checkpoint::new(format!("t{n}"), 1, "", 0, RunStatus::Running, json!(n));
@@ -502,7 +502,7 @@ async fn a_version_2_database_gains_the_indexes_of_suspended_runs() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
 }
 
 /// A cancel request that waits for another write holding the run's row answers with the
@@ -902,7 +902,7 @@ async fn a_version_4_database_gains_the_index_of_recovering_runs_with_claimed_qu
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
 }
 
 /// Version 6 indexes the queued runs never claimed, under the claim's own predicate: a
@@ -957,7 +957,7 @@ async fn a_version_5_database_gains_the_index_of_queued_runs() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
 }
 
 /// A database whose encoding cannot hold every text loomflow keeps is refused when the

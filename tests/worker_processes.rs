@@ -131,6 +131,27 @@ fn expense_graph(dir: PathBuf) -> CompiledGraph<Expense> {
 
 /// `ask` waits 300 ms for a signal nobody sends: the wait's deadline is stored, and a worker
 /// carries the run on when it is due.
+/// A graph whose one node takes its process down (as a stack overflow, an abort or the
+/// out-of-memory killer would), until a file `healed` is in `dir`. Each entry is logged.
+fn poison_graph(dir: PathBuf) -> CompiledGraph<u32> {
+    Graph::new("poison")
+        .node_fn("crash", move |n: &mut u32, _ctx| {
+            let dir = dir.clone();
+            Box::pin(async move {
+                effect(&dir, "ENTERED");
+                if !dir.join("healed").exists() {
+                    std::process::abort();
+                }
+                *n += 1;
+                Ok(())
+            })
+        })
+        .edge(START, "crash")
+        .edge("crash", END)
+        .compile()
+        .unwrap()
+}
+
 fn deadline_graph() -> CompiledGraph<Expense> {
     Graph::new("deadline")
         .node_fn("ask", |expense: &mut Expense, ctx| {
@@ -215,6 +236,7 @@ fn worker_child() {
                 let worker = Worker::builder(&runtime)
                     .graph(&expense_graph(dir.clone()))
                     .graph(&deadline_graph())
+                    .graph(&poison_graph(dir.clone()))
                     .concurrency(4)
                     .poll_interval(Duration::from_millis(20))
                     .park_grace(Duration::from_millis(20))
@@ -239,6 +261,10 @@ fn worker_child() {
                         .await
                         .unwrap();
                 }
+                println!("SUBMITTED");
+            }
+            "submit-poison" => {
+                runtime.submit("poison", "poisoned", 0).await.unwrap();
                 println!("SUBMITTED");
             }
             "submit-deadlines" => {
@@ -545,4 +571,80 @@ fn two_workers(dir: &Path, rt: &tokio::runtime::Runtime) {
     // The survivor took the run over once the dead worker's lease ran out.
     expect_line(&other_lines, &format!("FINISHED {HANG_ON} completed"));
     assert_each_paid_once(dir);
+}
+
+/// A run whose node takes its process down (an abort here; a stack overflow or the
+/// out-of-memory killer alike) is not run again for ever, taking down every worker that
+/// claims it: after three executions in a row died holding it, the fourth worker fails it
+/// (naming why) rather than run it, and carries on with the other runs. Its checkpoints
+/// stand: once the cause is fixed, `recover` carries it on.
+#[test]
+fn a_run_that_keeps_killing_its_worker_is_failed_after_three_lapses() {
+    let dir = test_dir("crash-loop");
+    let rt = current_thread_runtime();
+    poison(&dir, &rt);
+}
+
+#[test]
+fn on_postgres_a_run_that_keeps_killing_its_worker_is_failed_after_three_lapses() {
+    let rt = current_thread_runtime();
+    if let Some((dir, _db)) = postgres_dir("crash-loop-pg", &rt) {
+        poison(&dir, &rt);
+    }
+}
+
+fn poison(dir: &Path, rt: &tokio::runtime::Runtime) {
+    let mut children = Children {
+        dir: dir.to_owned(),
+        children: Vec::new(),
+    };
+    drop(rt.block_on(runtime(dir)));
+    children.run("submit-poison");
+    let entered = || {
+        let log = std::fs::read_to_string(dir.join("effects.log")).unwrap_or_default();
+        log.lines().filter(|line| *line == "ENTERED").count()
+    };
+    // Three workers in turn claim the run (each once the last one's lease ran out) and die.
+    for died in 1..=3 {
+        let (worker, _lines) = children.spawn("worker");
+        let status = children.children[worker].wait().unwrap();
+        assert!(
+            !status.success(),
+            "worker {died} should have died: {status}"
+        );
+        assert_eq!(entered(), died, "each ran the node once");
+    }
+    // The fourth fails the run without running it, and lives on to run the others.
+    let (worker, lines) = children.spawn("worker");
+    let failed = expect_line(&lines, "FINISHED poisoned");
+    assert!(failed.ends_with("failed"), "{failed}");
+    rt.block_on(async {
+        let runtime = runtime(dir).await;
+        let fine = Expense::default();
+        runtime.submit("expense", "exp-fine", fine).await.unwrap();
+    });
+    expect_line(&lines, "FINISHED exp-fine");
+    assert!(
+        children.children[worker].try_wait().unwrap().is_none(),
+        "the worker died"
+    );
+    assert_eq!(entered(), 3, "not run a fourth time");
+    rt.block_on(async {
+        let runtime = runtime(dir).await;
+        let record = runtime.run("poisoned").await.unwrap().record;
+        assert_eq!(record.state, RunState::Failed);
+        let error = record.error.unwrap_or_default();
+        assert!(
+            error.contains("last 3 executions in a row lost its lease"),
+            "{error}"
+        );
+        // Fixed, it is carried on from where it stood.
+        std::fs::write(dir.join("healed"), "").unwrap();
+        let recovered = poison_graph(dir.to_owned())
+            .recover(&runtime, "poisoned")
+            .wait_if_busy(Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(recovered.completed().unwrap(), 1);
+    });
 }

@@ -137,6 +137,10 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         ("created", time(r.created_at_ms)),
         ("updated", time(r.updated_at_ms)),
     ];
+    // Executions in a row that died holding the run: a worker fails it at its limit.
+    if r.lapses > 0 {
+        facts.push(("lapses", r.lapses.to_string()));
+    }
     if r.cancel_requested {
         facts.push(("cancel", "requested".to_owned()));
     }

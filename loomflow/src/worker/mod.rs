@@ -6,7 +6,10 @@
 //! - suspended runs whose signal arrived;
 //! - suspended runs whose timer ([`Context::sleep`](crate::Context::sleep)) or deadline is due;
 //! - runs whose lease expired because the process executing them died. Finished supersteps
-//!   and journaled steps are not run again.
+//!   and journaled steps are not run again. A run whose executions died this way three
+//!   times in a row, without writing a step between, is failed rather than run a fourth
+//!   time: it would likely take the next worker down too (see
+//!   [`WorkerBuilder::max_lapses`]).
 //!
 //! Claims are the same leases every execution takes (see
 //! [`RuntimeBuilder::lease`](crate::runtime::RuntimeBuilder::lease)): at most one execution
@@ -50,6 +53,7 @@
 //! and the failure is logged (`tracing`, at `warn`).
 
 mod handle;
+mod lapsed;
 mod nap;
 mod panicked;
 mod registry;
@@ -73,6 +77,7 @@ use crate::runtime::wakes::WakeInbox;
 use crate::runtime::{ClaimedRun, Runtime, RuntimeError};
 
 pub use handle::WorkerHandle;
+pub use lapsed::DEFAULT_MAX_LAPSES;
 use registry::Registered;
 pub use registry::RunReport;
 use serve::serve;
@@ -100,6 +105,7 @@ pub struct WorkerBuilder {
     park_grace: Duration,
     lease: Option<Duration>,
     shutdown_timeout: Duration,
+    max_lapses: Option<u32>,
     on_finished: Option<OnFinished>,
 }
 
@@ -163,6 +169,20 @@ impl WorkerBuilder {
         self
     }
 
+    /// Fails a run rather than run it again once this many executions in a row lost its
+    /// lease without letting it go (default [`DEFAULT_MAX_LAPSES`], 3): each one's process
+    /// died while it ran (a crash, an abort, running out of memory) or stopped renewing.
+    /// Such a run, run again, would likely take the next worker down too, and the one after
+    /// that. A lapse is counted when another execution takes the run over after the lease
+    /// ran out ([`RunRecord::lapses`](crate::runtime::RunRecord::lapses)); writing a step
+    /// or a journal entry, or letting the run go (a graceful shutdown hands it back), counts
+    /// from 0 again. The failed run keeps its checkpoints: `recover` carries it on. `None`
+    /// runs it again however often its executions die.
+    pub fn max_lapses(mut self, lapses: Option<u32>) -> Self {
+        self.max_lapses = lapses;
+        self
+    }
+
     /// Called after each execution the worker makes, with how it ended: to log, to count,
     /// to print `completed <thread>`.
     pub fn on_finished(mut self, f: impl Fn(&RunReport) + Send + Sync + 'static) -> Self {
@@ -186,6 +206,7 @@ impl WorkerBuilder {
                 poll_interval: self.poll_interval,
                 park_grace: self.park_grace,
                 shutdown_timeout: self.shutdown_timeout,
+                max_lapses: self.max_lapses,
                 on_finished: self.on_finished,
                 looked: AtomicBool::new(false),
                 wakes,
@@ -248,6 +269,7 @@ struct WorkerInner {
     park_grace: Duration,
     lease: Duration,
     shutdown_timeout: Duration,
+    max_lapses: Option<u32>,
     on_finished: Option<OnFinished>,
     /// Whether it has looked in the mailbox for the runs signalled before it listened.
     looked: AtomicBool,
@@ -281,6 +303,7 @@ impl Worker {
             park_grace: DEFAULT_PARK_GRACE,
             lease: None,
             shutdown_timeout: Duration::from_secs(30),
+            max_lapses: Some(DEFAULT_MAX_LAPSES),
             on_finished: None,
         }
     }
@@ -448,13 +471,18 @@ impl WorkerInner {
             }
             return None;
         };
-        let execution = graph.execute(&self.runtime, run, claim.clone());
-        let (report, wake_at_ms) = match AssertUnwindSafe(execution).catch_unwind().await {
-            Ok(stopped) => stopped,
-            Err(panic) => (
-                panicked::fail(&self.runtime, claim, graph_name, panic).await,
-                None,
-            ),
+        let lapses = run.record.lapses;
+        let (report, wake_at_ms) = if self.max_lapses.is_some_and(|max| lapses >= u64::from(max)) {
+            (lapsed::fail(claim, graph_name, lapses).await, None)
+        } else {
+            let execution = graph.execute(&self.runtime, run, claim.clone());
+            match AssertUnwindSafe(execution).catch_unwind().await {
+                Ok(stopped) => stopped,
+                Err(panic) => (
+                    panicked::fail(&self.runtime, claim, graph_name, panic).await,
+                    None,
+                ),
+            }
         };
         match &report.error {
             Some(error) => {

@@ -19,6 +19,7 @@
 mod audit;
 mod claims;
 mod deletes;
+mod lapses;
 mod listing;
 mod runs;
 mod turns;
@@ -75,6 +76,7 @@ pub async fn run_all(store: &dyn Store) {
     runs::suspended_runs_wake_on_a_signal_or_their_time(store).await;
     runs::cancel_requests_are_recorded(store).await;
     runs::a_claimed_suspended_run_whose_execution_died_is_runnable(store).await;
+    lapses::lapses_count_the_executions_that_died_holding_the_run(store).await;
     runs::a_run_let_go_half_way_is_runnable_at_once(store).await;
     runs::old_signals_of_sessions_without_a_run_are_dropped(store).await;
     runs::a_failure_with_a_nul_in_its_message_is_recorded(store).await;

@@ -130,6 +130,12 @@ pub struct RunRecord {
     pub lease_until_ms: u64,
     /// Claims taken over from another owner, the first one included.
     pub attempts: u64,
+    /// Executions in a row whose lease ran out while they held the run (their process died,
+    /// or stopped renewing), counted as the next takes it over; 0 again once an execution
+    /// writes a step or a journal entry, or lets the run go. A worker fails a run that
+    /// reaches its [`max_lapses`](crate::worker::WorkerBuilder::max_lapses) rather than run
+    /// it again.
+    pub lapses: u64,
     /// Someone asked for the run to stop; the execution holding it stops at its next step.
     pub cancel_requested: bool,
     /// Why a failed run failed.

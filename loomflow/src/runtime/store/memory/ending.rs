@@ -25,6 +25,7 @@ impl MemoryStore {
         row.cancel_requested = false;
         row.owner = None;
         row.until_ms = 0;
+        row.lapses = 0;
         row.updated_at_ms = now_ms();
         Ok(())
     }

@@ -52,6 +52,7 @@ impl MemoryStore {
         let mut fenced = inner.fenced((thread.as_ref(), place), owner, lease_until_ms)?;
         // The claim extended its lease from the time of this write: no clock read.
         let row = &mut fenced.slot.row;
+        row.lapses = 0;
         let now_ms = lease_until_ms.saturating_sub(row.lease_ms);
         if checkpoint.namespace.is_empty() {
             row.follow(&mut checkpoint, now_ms);
@@ -187,6 +188,7 @@ impl MemoryStore {
         let mut inner = self.lock_mut()?;
         let place = thread.map_or(NO_PLACE, |(_, place)| place);
         let mut fenced = inner.fenced((&key.thread, place), owner, lease_until_ms)?;
+        fenced.slot.row.lapses = 0;
         fenced.journal((key, value), audit, thread.map(|(name, _)| name));
         Ok(())
     }

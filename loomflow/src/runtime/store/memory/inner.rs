@@ -92,6 +92,19 @@ impl Inner {
         self.fenced((thread, NO_PLACE), owner, until_ms).map(drop)
     }
 
+    /// [`fence`](Self::fence) for a write that records progress (a journal entry): the run's
+    /// lapses start again from 0.
+    pub(super) fn fence_writing(
+        &mut self,
+        thread: &str,
+        owner: impl Holder,
+        until_ms: u64,
+    ) -> Result<(), StoreError> {
+        let fenced = self.fenced((thread, NO_PLACE), owner, until_ms)?;
+        fenced.slot.row.lapses = 0;
+        Ok(())
+    }
+
     /// [`fence`](Self::fence) of `thread`, found from its place if it is there, handing back
     /// its slot for the rest of the write, with what filing a checkpoint in it takes.
     pub(super) fn fenced(

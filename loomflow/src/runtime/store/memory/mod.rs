@@ -407,7 +407,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         ready(self.lock_mut().and_then(|mut inner| {
             let (key, value) = journal;
-            inner.fence(&key.thread, owner, lease_until_ms)?;
+            inner.fence_writing(&key.thread, owner, lease_until_ms)?;
             let taken = inner.take(session, seq, key.run);
             if taken {
                 inner.journal(key, value);

@@ -32,6 +32,8 @@ pub(super) struct RunRow {
     /// that extends the lease to `until_ms` was made at `until_ms - lease_ms`.
     pub(super) lease_ms: u64,
     pub(super) attempts: u64,
+    /// See [`RunRecord::lapses`].
+    pub(super) lapses: u64,
     pub(super) cancel_requested: bool,
     pub(super) error: Option<String>,
     pub(super) input: Option<Value>,
@@ -62,6 +64,7 @@ impl RunRow {
             lease_owner: self.owner.as_ref().map(OwnerId::to_string),
             lease_until_ms: self.until_ms,
             attempts: self.attempts,
+            lapses: self.lapses,
             cancel_requested: self.cancel_requested,
             error: self.error.clone(),
             created_at_ms: self.created_at_ms,
@@ -78,8 +81,11 @@ impl RunRow {
                 until_ms: self.until_ms,
             },
             holder => {
-                if !holder.as_ref().is_some_and(|holder| owner.holds(holder)) {
-                    self.attempts += 1;
+                match holder {
+                    Some(holder) if owner.holds(holder) => {}
+                    // Its lease ran out while another held it.
+                    Some(_) => (self.attempts, self.lapses) = (self.attempts + 1, self.lapses + 1),
+                    None => self.attempts += 1,
                 }
                 self.owner = Some(owner.to_id());
                 self.until_ms = lease_until_ms;
@@ -206,6 +212,10 @@ impl RunRow {
 
     /// Takes the lease for `owner`, counting an attempt.
     pub(super) fn take_lease(&mut self, owner: &str, until_ms: u64, now_ms: u64) {
+        // Held still (the caller found its lease run out): a lapse.
+        if self.owner.is_some() {
+            self.lapses += 1;
+        }
         self.owner = Some(OwnerId::from_text(Arc::from(owner)));
         self.until_ms = until_ms;
         self.lease_ms = until_ms.saturating_sub(now_ms);
@@ -232,6 +242,7 @@ impl RunRow {
     pub(super) fn let_go(&mut self, runnable: bool) {
         self.owner = None;
         self.until_ms = 0;
+        self.lapses = 0;
         match self.state {
             Some(RunState::Waiting | RunState::Sleeping | RunState::Interrupted) if runnable => {
                 self.runnable_at_ms = Some(0);

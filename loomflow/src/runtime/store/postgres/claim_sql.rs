@@ -106,7 +106,8 @@ fn claim_statement(choice: Choice) -> String {
     format!(
         "WITH {chosen}
          UPDATE loomflow_runs SET lease_owner = $2, lease_until_ms = $4,
-             attempts = attempts + 1, updated_at_ms = $1, {IN_FLIGHT}
+             attempts = attempts + 1, updated_at_ms = $1, {IN_FLIGHT},
+             lapses = lapses + CASE WHEN lease_owner IS NOT NULL THEN 1 ELSE 0 END
          WHERE thread = (SELECT thread FROM chosen LIMIT 1)
          RETURNING {RUN_COLUMNS}, input{others}"
     )

@@ -35,7 +35,7 @@ pub(super) async fn release(
         .prepare_cached(
             "WITH released AS (
                  UPDATE loomflow_runs SET lease_owner = NULL, lease_until_ms = 0,
-                     updated_at_ms = $3,
+                     lapses = 0, updated_at_ms = $3,
                      runnable_at_ms = CASE WHEN $4 AND status IN ('waiting', 'sleeping', 'interrupted')
                                            THEN 0
                                            WHEN status IN ('waiting', 'sleeping', 'interrupted')
@@ -118,8 +118,9 @@ pub(super) async fn write_fenced(
     let columns = update.map(RowColumns::of);
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![&row.thread, &owner, &now];
     params.extend(row.params_after_thread());
+    // A step written: progress, the run's lapses start again from 0.
     let mut set = Assignments {
-        sql: String::from("updated_at_ms = $3"),
+        sql: String::from("updated_at_ms = $3, lapses = 0"),
         params,
     };
     match &until_ms {
@@ -189,10 +190,11 @@ pub(super) async fn write_fenced(
         .transpose()
 }
 
-/// The fence of a write that only renews the lease: parameters `$1` (thread), `$2`
+/// The fence of a journal write (an entry, a signal taken with its entry): renews the
+/// lease, and, as progress, sets the run's lapses back to 0. Parameters `$1` (thread), `$2`
 /// (owner), `$3` (lease expiry) and `$4` (now).
 const RENEWING_FENCE: &str = "fenced AS (
-         UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4
+         UPDATE loomflow_runs SET lease_until_ms = $3, updated_at_ms = $4, lapses = 0
          WHERE thread = $1 AND lease_owner = $2
          RETURNING thread
      )";

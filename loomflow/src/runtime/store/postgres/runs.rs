@@ -44,7 +44,7 @@ use crate::runtime::store::{
 pub(super) const RUN_COLUMNS: &str =
     "thread, run, graph, fingerprint, status, waiting_on, wake_at_ms,
     lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
-    updated_at_ms";
+    updated_at_ms, lapses";
 
 /// Decodes a row of [`RUN_COLUMNS`].
 pub(super) fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
@@ -68,6 +68,7 @@ pub(super) fn record_from_row(row: &Row) -> Result<RunRecord, StoreError> {
         lease_owner: get(row, 7, t)?,
         lease_until_ms: to_u64(lease_until_ms.max(0), "lease expiry", t)?,
         attempts: to_u64(get(row, 9, t)?, "attempts", t)?,
+        lapses: to_u64(get(row, 14, t)?, "lapses", t)?,
         cancel_requested: get(row, 10, t)?,
         error: get(row, 11, t)?,
         created_at_ms: to_u64(get(row, 12, t)?, "creation time", t)?,
@@ -150,7 +151,7 @@ async fn finish_thread(
                      UPDATE loomflow_runs SET status = $3, error = $4,
                          runnable_at_ms = NULL, wake_at_ms = NULL, waiting_on = NULL,
                          input = NULL, cancel_requested = FALSE, lease_owner = NULL,
-                         lease_until_ms = 0, updated_at_ms = $5
+                         lease_until_ms = 0, lapses = 0, updated_at_ms = $5
                      WHERE thread = $1 AND lease_owner = $2
                      RETURNING 1)
                  SELECT pg_notify('loomflow_changes', '') FROM finished",
@@ -222,6 +223,8 @@ impl PostgresStore {
                          lease_owner = $2, lease_until_ms = $3, updated_at_ms = $4,
                          attempts = r.attempts
                              + CASE WHEN r.lease_owner IS DISTINCT FROM $2 THEN 1 ELSE 0 END,
+                         lapses = r.lapses
+                             + CASE WHEN r.lease_owner <> $2 THEN 1 ELSE 0 END,
                          runnable_at_ms = CASE WHEN r.status IN ('waiting', 'sleeping',
                                                                  'interrupted')
                                                THEN 0 ELSE r.runnable_at_ms END
@@ -403,7 +406,7 @@ impl PostgresStore {
                 return Ok(None);
             };
             let record = record_from_row(&row)?;
-            let input: Option<&str> = get(&row, 14, &record.thread)?;
+            let input: Option<&str> = get(&row, 15, &record.thread)?;
             let input = input
                 .map(|text| from_json(text, &record.thread, "input of the run"))
                 .transpose()?;

@@ -11,7 +11,7 @@ use super::target::Target;
 use crate::runtime::store::StoreError;
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
-pub(super) const SCHEMA_VERSION: i64 = 6;
+pub(super) const SCHEMA_VERSION: i64 = 7;
 
 /// The advisory lock (a transaction-level one, released at commit) that lets one process at
 /// a time migrate: "loomflow" in ASCII.
@@ -113,6 +113,8 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     // one (48 ms a claim with 200,000 finished runs, 0.06 ms with the index).
     "CREATE INDEX IF NOT EXISTS loomflow_runs_queued ON loomflow_runs (updated_at_ms)
          WHERE runnable_at_ms = 0 AND status = 'queued' AND attempts = 0;",
+    // 6 -> 7: the executions in a row that lost a run's lease (`RunRecord::lapses`).
+    "ALTER TABLE loomflow_runs ADD COLUMN IF NOT EXISTS lapses BIGINT NOT NULL DEFAULT 0;",
 ];
 
 /// Refuses a database whose encoding cannot hold what loomflow writes: states, messages and

@@ -14,7 +14,7 @@ use crate::runtime::store::{RunRecord, StoreError, Submitted};
 const ACTIVE_COLUMNS: &str =
     "thread, run, graph, fingerprint, COALESCE(status, 'running'), waiting_on, wake_at_ms,
     lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
-    updated_at_ms";
+    updated_at_ms, lapses";
 
 /// `thread`'s row as a refused submit reports it, and whether a checkpoint was written to
 /// it: a row an execution claimed and has not written to yet (no status) reads as running.
@@ -30,7 +30,7 @@ async fn read_active(
     let Some(row) = client.query_opt(&stmt, &[&thread]).await? else {
         return Ok(None);
     };
-    Ok(Some((record_from_row(&row)?, get(&row, 14, thread)?)))
+    Ok(Some((record_from_row(&row)?, get(&row, 15, thread)?)))
 }
 
 impl PostgresStore {
@@ -57,7 +57,7 @@ impl PostgresStore {
                              status = 'queued', graph = $2, input = $3, runnable_at_ms = 0,
                              fingerprint = NULL, waiting_on = NULL, wake_at_ms = NULL,
                              cancel_requested = FALSE, error = NULL, lease_owner = NULL,
-                             lease_until_ms = 0, attempts = 0, created_at_ms = $4,
+                             lease_until_ms = 0, attempts = 0, lapses = 0, created_at_ms = $4,
                              updated_at_ms = $4
                          WHERE (r.status IS NULL
                                 OR r.status IN ('completed', 'failed', 'cancelled'))

@@ -316,6 +316,7 @@ pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, Stor
             row.get::<_, bool>(10)?,
             row.get::<_, Option<String>>(11)?,
             (row.get::<_, i64>(12)?, row.get::<_, i64>(13)?),
+            row.get::<_, i64>(14)?,
         ))
     };
     let (
@@ -332,6 +333,7 @@ pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, Stor
         cancel_requested,
         error,
         (created_at_ms, updated_at_ms),
+        lapses,
     ) = read().map_err(|e| {
         // The row's thread, when that much of it reads, names it.
         let thread = row.get::<_, String>(0);
@@ -356,6 +358,7 @@ pub(super) fn record_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord, Stor
         lease_owner,
         lease_until_ms: to_u64(lease_until_ms.max(0), "lease expiry", &thread)?,
         attempts: to_u64(attempts, "attempts", &thread)?,
+        lapses: to_u64(lapses, "lapses", &thread)?,
         cancel_requested,
         error,
         created_at_ms: to_u64(created_at_ms, "creation time", &thread)?,

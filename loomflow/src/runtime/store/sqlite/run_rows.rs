@@ -76,14 +76,14 @@ pub(super) const MIGRATION_QUEUED: &str = "
 pub(super) const RUN_COLUMNS: &str =
     "thread, run, graph, fingerprint, status, waiting_on, wake_at_ms,
     lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
-    updated_at_ms";
+    updated_at_ms, lapses";
 
 /// [`RUN_COLUMNS`] as a submit reads them: a row with no status (claimed, never written)
 /// reads as running.
 const ACTIVE_COLUMNS: &str =
     "thread, run, graph, fingerprint, COALESCE(status, 'running'), waiting_on, wake_at_ms,
     lease_owner, lease_until_ms, attempts, cancel_requested, error, created_at_ms,
-    updated_at_ms";
+    updated_at_ms, lapses";
 
 /// The columns of a run's row a checkpoint decides that need converting: the signals it
 /// waits on (JSON), its wake time and when it is runnable.
@@ -149,7 +149,8 @@ pub(super) fn fence_and_follow(
                              runnable_at_ms = ?6, graph = COALESCE(?7, graph),
                              fingerprint = COALESCE(?8, fingerprint), error = ?9,
                              input = NULL, cancel_requested = cancel_requested AND ?10
-                                                           AND (run = ?2 OR status = 'queued')
+                                                           AND (run = ?2 OR status = 'queued'),
+                             lapses = 0
              WHERE thread = ?1 AND lease_owner = ?13",
         )?
         .execute(params![
@@ -184,7 +185,7 @@ pub(super) fn submit(
             "SELECT {ACTIVE_COLUMNS}, status IS NOT NULL FROM runs WHERE thread = ?1"
         ))?
         .query_row([thread], |row| {
-            Ok((record_from_row(row), row.get::<_, bool>(14)?))
+            Ok((record_from_row(row), row.get::<_, bool>(15)?))
         })
         .optional()?;
     if let Some((record, written)) = row {
@@ -207,7 +208,7 @@ pub(super) fn submit(
          ON CONFLICT (thread) DO UPDATE SET
              status = 'queued', graph = ?2, input = ?3, runnable_at_ms = 0, fingerprint = NULL,
              waiting_on = NULL, wake_at_ms = NULL, cancel_requested = 0, error = NULL,
-             lease_owner = NULL, lease_until_ms = 0, attempts = 0, created_at_ms = ?4,
+             lease_owner = NULL, lease_until_ms = 0, attempts = 0, lapses = 0, created_at_ms = ?4,
              updated_at_ms = ?4",
     )?
     .execute(params![thread, graph, input, now_ms])?;

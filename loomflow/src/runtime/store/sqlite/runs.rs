@@ -190,7 +190,7 @@ impl RunOp {
                     (Some(update), Some(until))
                         if followed.unchanged(&row.thread, owner, row.run, update) =>
                     {
-                        fence(conn, &row.thread, owner, *until, now_ms)?
+                        fence_writing(conn, &row.thread, owner, *until, now_ms)?
                     }
                     // A step of a running run: one UPDATE renews the lease and files it.
                     (Some(update), Some(until)) => {
@@ -212,7 +212,8 @@ impl RunOp {
                         if until_ms.is_none() {
                             followed.forget(&row.thread);
                         }
-                        let held = fence(conn, &row.thread, owner, until_ms.unwrap_or(0), now_ms)?;
+                        let held =
+                            fence_writing(conn, &row.thread, owner, until_ms.unwrap_or(0), now_ms)?;
                         if held && let Some(update) = update {
                             follow(conn, &row.thread, row.run, update)?;
                         }
@@ -232,7 +233,7 @@ impl RunOp {
                 owner,
                 until_ms,
             } => {
-                if !fence(conn, &row.thread, owner, *until_ms, now_ms)? {
+                if !fence_writing(conn, &row.thread, owner, *until_ms, now_ms)? {
                     return Ok(Outcome::LeaseLost);
                 }
                 writer::put_journal(conn, row)?;
@@ -245,7 +246,7 @@ impl RunOp {
                 owner,
                 until_ms,
             } => {
-                if !fence(conn, &journal.thread, owner, *until_ms, now_ms)? {
+                if !fence_writing(conn, &journal.thread, owner, *until_ms, now_ms)? {
                     return Ok(Outcome::LeaseLost);
                 }
                 let taken = writer::take_signal(conn, session, *seq, now_ms, journal.run)?;
@@ -285,6 +286,7 @@ impl RunOp {
                 conn.prepare_cached(
                     "UPDATE runs SET lease_owner = ?2, lease_until_ms = ?3,
                                      attempts = attempts + 1, updated_at_ms = ?4,
+                                     lapses = lapses + (lease_owner IS NOT NULL),
                                      runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN 0 ELSE runnable_at_ms END
                      WHERE thread = ?1",
                 )?
@@ -293,7 +295,7 @@ impl RunOp {
                     .prepare_cached(&format!(
                         "SELECT {RUN_COLUMNS}, input FROM runs WHERE thread = ?1"
                     ))?
-                    .query_row([&thread], |row| Ok((record_from_row(row), row.get(14)?)))
+                    .query_row([&thread], |row| Ok((record_from_row(row), row.get(15)?)))
                     .optional()?;
                 Ok(Outcome::Runnable(Box::new(claimed)))
             }
@@ -318,7 +320,7 @@ impl RunOp {
                         "UPDATE runs SET status = ?3, error = ?4, runnable_at_ms = NULL,
                                          wake_at_ms = NULL, waiting_on = NULL, input = NULL,
                                          cancel_requested = 0, lease_owner = NULL,
-                                         lease_until_ms = 0, updated_at_ms = ?5
+                                         lease_until_ms = 0, lapses = 0, updated_at_ms = ?5
                          WHERE thread = ?1 AND lease_owner = ?2",
                     )?
                     .execute(params![thread, owner, state.as_str(), error, now_ms])?;
@@ -360,13 +362,16 @@ fn claim(
         }
         Some((holder, _)) => {
             let taken_over = i64::from(holder.as_deref() != Some(owner));
+            // Held still by another, whose lease ran out: a lapse.
+            let lapsed = i64::from(holder.is_some()) * taken_over;
             conn.prepare_cached(
                 "UPDATE runs SET lease_owner = ?2, lease_until_ms = ?3,
                                  attempts = attempts + ?4, updated_at_ms = ?5,
+                                 lapses = lapses + ?6,
                                      runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN 0 ELSE runnable_at_ms END
                  WHERE thread = ?1",
             )?
-            .execute(params![thread, owner, until_ms, taken_over, now_ms])?;
+            .execute(params![thread, owner, until_ms, taken_over, now_ms, lapsed])?;
         }
     }
     Ok(Outcome::Claim(Claim::Claimed))
@@ -386,7 +391,7 @@ fn release(
     now_ms: i64,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, updated_at_ms = ?3,
+        "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, lapses = 0, updated_at_ms = ?3,
                          runnable_at_ms = CASE
                              WHEN ?4 AND status IN ('waiting', 'sleeping', 'interrupted') THEN 0
                              WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN wake_at_ms
@@ -408,6 +413,24 @@ fn fence(
     let renewed = conn
         .prepare_cached(
             "UPDATE runs SET lease_until_ms = ?3, updated_at_ms = ?4
+             WHERE thread = ?1 AND lease_owner = ?2",
+        )?
+        .execute(params![thread, owner, until_ms, now_ms])?;
+    Ok(renewed > 0)
+}
+
+/// [`fence`] for a write that records progress (a step, a journal entry): the run's lapses
+/// start again from 0.
+fn fence_writing(
+    conn: &Connection,
+    thread: &str,
+    owner: &str,
+    until_ms: i64,
+    now_ms: i64,
+) -> rusqlite::Result<bool> {
+    let renewed = conn
+        .prepare_cached(
+            "UPDATE runs SET lease_until_ms = ?3, updated_at_ms = ?4, lapses = 0
              WHERE thread = ?1 AND lease_owner = ?2",
         )?
         .execute(params![thread, owner, until_ms, now_ms])?;

@@ -1,0 +1,36 @@
+//! A run whose executions keep dying while they hold it: failed rather than run again.
+
+use super::RunReport;
+use crate::runtime::RunState;
+use crate::runtime::claim::RunClaim;
+
+/// The default of [`WorkerBuilder::max_lapses`](super::WorkerBuilder::max_lapses).
+pub const DEFAULT_MAX_LAPSES: u32 = 3;
+
+/// Fails the run `claim` holds, whose last `lapses` executions in a row lost its lease
+/// without letting it go: each one's process died (a crash, an abort, out of memory) or
+/// stopped renewing. Run again, it could take this worker's process down too, and every
+/// worker's after it. Its checkpoints stay as they are: a `recover` carries it on once the
+/// cause is found.
+pub(super) async fn fail(claim: RunClaim, graph: String, lapses: u64) -> RunReport {
+    let error = format!(
+        "the run's last {lapses} executions in a row lost its lease without letting it go \
+         (each one's process died, or stopped renewing it): failed rather than run again, \
+         which could take this worker down too; recover it once the cause is found"
+    );
+    let thread = claim.thread().to_owned();
+    tracing::error!(%thread, %graph, lapses, "a run whose executions keep dying is failed");
+    let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
+        Ok(()) => RunState::Failed,
+        Err(store) => {
+            tracing::warn!(%thread, %store, "could not fail the run; it is let go, to be tried again");
+            RunState::Running
+        }
+    };
+    RunReport {
+        thread,
+        graph,
+        state,
+        error: Some(error),
+    }
+}
