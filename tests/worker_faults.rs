@@ -592,3 +592,77 @@ async fn a_shutdown_that_never_aborts_waits_for_the_store() {
     let stopped = tokio::time::timeout(Duration::from_secs(30), shutdown).await;
     stopped.expect("the shutdown returned").unwrap().unwrap();
 }
+
+/// Executions that died holding a run (here: claims taken and never let go, their leases
+/// run out) are counted as the next takes it over; once as many died in a row as
+/// `max_lapses`, the worker fails the run rather than run it, or cancels it if a cancel was
+/// asked for. A limit of 0 is taken as 1 (0 would fail every run), and `None` runs it
+/// however often its executions died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_executions_died_is_failed_at_the_limit() {
+    let graph = Graph::new("plain")
+        .node_sync("one", |n: &mut u32| *n += 1)
+        .edge(START, "one")
+        .edge("one", END)
+        .compile()
+        .unwrap();
+    // `deaths` executions claim the run in turn, each once the last one's lease ran out.
+    let died = async |runtime: &Runtime, thread: &str, deaths: u64| {
+        runtime.submit("plain", thread, 0).await.unwrap();
+        for n in 0..deaths {
+            let now = 10 * n + 1;
+            let owner = format!("dead-{n}");
+            runtime
+                .store()
+                .claim(thread, &owner, now + 4, now)
+                .await
+                .unwrap();
+        }
+        runtime.run(thread).await.unwrap().record.lapses
+    };
+    let runtime = Runtime::in_memory();
+    assert_eq!(
+        died(&runtime, "f", 2).await,
+        1,
+        "the second took over from the first"
+    );
+    died(&runtime, "g", 3).await;
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 2);
+    assert_eq!(
+        runtime.get_state::<u32>("f").await.unwrap(),
+        Some(1),
+        "under the limit"
+    );
+    let g = runtime.run("g").await.unwrap().record;
+    assert_eq!(g.state, RunState::Failed, "{g:?}");
+    assert!(g.error.unwrap().contains("last 3 executions in a row"));
+
+    let runtime = Runtime::in_memory();
+    died(&runtime, "c", 3).await;
+    runtime.cancel("c").await.unwrap();
+    died(&runtime, "z", 0).await;
+    let strict = Worker::builder(&runtime)
+        .graph(&graph)
+        .max_lapses(Some(0))
+        .build();
+    strict.run_until_idle().await.unwrap();
+    assert_eq!(
+        runtime.run("c").await.unwrap().record.state,
+        RunState::Cancelled
+    );
+    assert_eq!(
+        runtime.get_state::<u32>("z").await.unwrap(),
+        Some(1),
+        "0 is taken as 1"
+    );
+
+    let runtime = Runtime::in_memory();
+    died(&runtime, "n", 9).await;
+    let patient = Worker::builder(&runtime)
+        .graph(&graph)
+        .max_lapses(None)
+        .build();
+    patient.run_until_idle().await.unwrap();
+    assert_eq!(runtime.get_state::<u32>("n").await.unwrap(), Some(1));
+}

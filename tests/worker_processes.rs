@@ -129,8 +129,6 @@ fn expense_graph(dir: PathBuf) -> CompiledGraph<Expense> {
         .unwrap()
 }
 
-/// `ask` waits 300 ms for a signal nobody sends: the wait's deadline is stored, and a worker
-/// carries the run on when it is due.
 /// A graph whose one node takes its process down (as a stack overflow, an abort or the
 /// out-of-memory killer would), until a file `healed` is in `dir`. Each entry is logged.
 fn poison_graph(dir: PathBuf) -> CompiledGraph<u32> {
@@ -152,6 +150,8 @@ fn poison_graph(dir: PathBuf) -> CompiledGraph<u32> {
         .unwrap()
 }
 
+/// `ask` waits 300 ms for a signal nobody sends: the wait's deadline is stored, and a worker
+/// carries the run on when it is due.
 fn deadline_graph() -> CompiledGraph<Expense> {
     Graph::new("deadline")
         .node_fn("ask", |expense: &mut Expense, ctx| {

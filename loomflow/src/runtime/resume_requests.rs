@@ -35,8 +35,9 @@ impl Runtime {
     ///
     /// The execution that applies the request consumes it under the run's claim and
     /// journals it in the same write: should that execution stop before the resumed step is
-    /// checkpointed (killed, or shut down), it leaves the run held until its lease runs out,
-    /// and the next one (a worker taking the run over) resumes with the same value. The
+    /// checkpointed (shut down, or its store failing), it lets the run go runnable at once
+    /// (killed, its lease runs out), and the next one (a worker taking the run over) resumes
+    /// with the same value. The
     /// requests queued when an execution starts are applied together, the newest for each
     /// interrupt; none is left over to answer a later question. A request answers the
     /// question it was sent for (the interrupted checkpoint it was checked against): one

@@ -11,15 +11,30 @@ pub const DEFAULT_MAX_LAPSES: u32 = 3;
 /// without letting it go: each one's process died (a crash, an abort, out of memory) or
 /// stopped renewing. Run again, it could take this worker's process down too, and every
 /// worker's after it. Its checkpoints stay as they are: a `recover` carries it on once the
-/// cause is found.
-pub(super) async fn fail(claim: RunClaim, graph: String, lapses: u64) -> RunReport {
+/// cause is found. A run someone asked to cancel is cancelled instead.
+pub(super) async fn fail(claim: RunClaim, graph: String, lapses: u64, cancel: bool) -> RunReport {
+    let thread = claim.thread().to_owned();
+    if cancel {
+        let state = match claim.finish(RunState::Cancelled, None).await {
+            Ok(()) => RunState::Cancelled,
+            Err(_) => RunState::Running,
+        };
+        return RunReport {
+            thread,
+            graph,
+            state,
+            error: None,
+        };
+    }
     let error = format!(
         "the run's last {lapses} executions in a row lost its lease without letting it go \
          (each one's process died, or stopped renewing it): failed rather than run again, \
          which could take this worker down too; recover it once the cause is found"
     );
-    let thread = claim.thread().to_owned();
     tracing::error!(%thread, %graph, lapses, "a run whose executions keep dying is failed");
+    // Should the write not reach the store, the claim dropped records the failure still:
+    // let go runnable, the run would be run again, its lapses counted from 0.
+    claim.failing(&error);
     let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
         Ok(()) => RunState::Failed,
         Err(store) => {

@@ -176,10 +176,12 @@ impl WorkerBuilder {
     /// that. A lapse is counted when another execution takes the run over after the lease
     /// ran out ([`RunRecord::lapses`](crate::runtime::RunRecord::lapses)); writing a step
     /// or a journal entry, or letting the run go (a graceful shutdown hands it back), counts
-    /// from 0 again. The failed run keeps its checkpoints: `recover` carries it on. `None`
+    /// from 0 again. The failed run keeps its checkpoints: `recover` carries it on (a run
+    /// that had written none, in [`Durability::Exit`](crate::runtime::Durability::Exit)
+    /// before its first step, has nothing to carry on: submit it again). At least 1; `None`
     /// runs it again however often its executions die.
     pub fn max_lapses(mut self, lapses: Option<u32>) -> Self {
-        self.max_lapses = lapses;
+        self.max_lapses = lapses.map(|lapses| lapses.max(1));
         self
     }
 
@@ -471,9 +473,9 @@ impl WorkerInner {
             }
             return None;
         };
-        let lapses = run.record.lapses;
+        let (lapses, cancel) = (run.record.lapses, run.record.cancel_requested);
         let (report, wake_at_ms) = if self.max_lapses.is_some_and(|max| lapses >= u64::from(max)) {
-            (lapsed::fail(claim, graph_name, lapses).await, None)
+            (lapsed::fail(claim, graph_name, lapses, cancel).await, None)
         } else {
             let execution = graph.execute(&self.runtime, run, claim.clone());
             match AssertUnwindSafe(execution).catch_unwind().await {

@@ -10,9 +10,10 @@ use crate::runtime::claim::RunClaim;
 /// process lives; let go runnable, it would panic again at once.
 ///
 /// An execution that panicked once it no longer held the run (it had let go, or its lease
-/// was lost) writes nothing: the report says what the run's row says. One that stopped
-/// holding a resume request, for its lease to run out and the next execution to apply the
-/// request again, fails the run still: that execution would panic again.
+/// was lost) writes nothing: the report says what the run's row says; so does one that let
+/// it go runnable holding resume requests, for the next execution to apply them. One that
+/// stopped holding them without letting go (the store did not take the release), for its
+/// lease to run out, fails the run still: the next execution would panic again.
 pub(super) async fn fail(
     runtime: &crate::runtime::Runtime,
     claim: RunClaim,

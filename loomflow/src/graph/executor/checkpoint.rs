@@ -273,8 +273,8 @@ impl CheckpointWriter {
             while let Some(cp) = rx.recv().await {
                 claim.put_checkpoint(cp).await?;
                 // Resume requests taken are spent once a checkpoint past them is written,
-                // not when it is queued: should the write fail, the run lets its lease run
-                // out, and the next execution applies them again.
+                // not when it is queued: should the write fail, the run is let go runnable
+                // (or its lease runs out), and the next execution applies them again.
                 if top_level {
                     claim.request_spent();
                 }

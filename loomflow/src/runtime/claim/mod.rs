@@ -577,8 +577,13 @@ impl RunClaim {
         let released = (self.inner.store)
             .release_runnable(&self.inner.thread, self.owner_text())
             .await;
-        if released.is_err() && self.inner.request.held() {
-            self.inner.stopped.store(true, Ordering::Release);
+        match &released {
+            // It holds nothing now: the next execution applies the requests.
+            Ok(()) => self.inner.request.let_go(),
+            Err(_) if self.inner.request.held() => {
+                self.inner.stopped.store(true, Ordering::Release);
+            }
+            Err(_) => {}
         }
         self.let_go(released)
     }

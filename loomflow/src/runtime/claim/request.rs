@@ -36,6 +36,11 @@ impl TakenRequest {
     pub(super) fn held(&self) -> bool {
         self.held.load(Ordering::Acquire)
     }
+
+    /// The run was let go with the requests unspent: the execution holds them no more.
+    pub(super) fn let_go(&self) {
+        self.held.store(false, Ordering::Release);
+    }
 }
 
 impl RunClaim {

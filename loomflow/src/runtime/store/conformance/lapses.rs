@@ -7,8 +7,9 @@ use crate::runtime::store::{Checkpoint, Claim, JournalKey, RunStatus, Store};
 
 /// An execution that loses the run's lease without letting it go is counted as the next
 /// takes the run over, whether a worker's claim or a direct one; a step written under the
-/// claim, a journal entry, a signal taken, a release or the run's end count from 0 again. A
-/// renewal does not: an execution that renews and then dies is a lapse all the same.
+/// claim, a journal entry, a release (runnable or not, or by the step's checkpoint) or the
+/// run's end count from 0 again. A renewal does not: an execution that renews and then dies
+/// is a lapse all the same.
 pub(super) async fn lapses_count_the_executions_that_died_holding_the_run(store: &dyn Store) {
     let (thread, graph) = (unique("lapses"), unique("graph"));
     let graphs = [graph.clone()];
@@ -53,11 +54,22 @@ pub(super) async fn lapses_count_the_executions_that_died_holding_the_run(store:
     assert_eq!(lapses().await, 0);
     assert_eq!(take_next("w6", 6).await, 0);
     assert_eq!(take_next("w7", 7).await, 1);
+    // Let go runnable (handed back, or its store failing): no lapse either.
+    store.release_runnable(&thread, "w7").await.unwrap();
+    assert_eq!(lapses().await, 0);
+    assert_eq!(take_next("w8", 8).await, 0);
+    assert_eq!(take_next("w9", 9).await, 1);
+    // A step that lets the run go (it suspended, say).
+    let last = Checkpoint::new(&thread, 1, "", 2, RunStatus::Running, json!({ "state": 2 }));
+    store.put_checkpoint_and_release(last, "w9").await.unwrap();
+    assert_eq!(lapses().await, 0);
+    assert_eq!(take_next("w10", 10).await, 0);
+    assert_eq!(take_next("w11", 11).await, 1);
     // The run's end.
     store
         .finish_run(
             &thread,
-            "w7",
+            "w11",
             crate::runtime::RunState::Failed,
             Some("x".into()),
         )
