@@ -232,6 +232,16 @@ async fn a_failure_the_store_could_not_record_lets_the_run_go_at_once() {
     failed_by_the_panic(&runtime, "f-1").await;
 }
 
+/// One node that counts.
+fn plain() -> CompiledGraph<u32> {
+    Graph::new("plain")
+        .node_sync("one", |n: &mut u32| *n += 1)
+        .edge(START, "one")
+        .edge("one", END)
+        .compile()
+        .unwrap()
+}
+
 /// Asks for an amount; an amount over 100 fails the step.
 fn limited() -> CompiledGraph<u32> {
     Graph::new("limited")
@@ -465,12 +475,7 @@ async fn a_run_until_idle_dropped_part_way_leaves_its_untried_signalled_runs() {
 #[tokio::test]
 async fn a_panicking_on_finished_does_not_stop_the_worker() {
     let runtime = Runtime::in_memory();
-    let graph = Graph::new("plain")
-        .node_sync("one", |n: &mut u32| *n += 1)
-        .edge(START, "one")
-        .edge("one", END)
-        .compile()
-        .unwrap();
+    let graph = plain();
     let reports = Arc::new(AtomicU32::new(0));
     let worker = Worker::builder(&runtime)
         .graph(&graph)
@@ -572,12 +577,7 @@ async fn a_shutdown_that_never_aborts_waits_for_the_store() {
     let db = loomflow_tests::TempDb::new("worker-shutdown-never");
     let (store, faults) = faulty_store::FaultyStore::new(SqliteStore::open(db.path()).unwrap());
     let runtime = Runtime::builder().store(store).build();
-    let graph = Graph::new("plain")
-        .node_sync("one", |n: &mut u32| *n += 1)
-        .edge(START, "one")
-        .edge("one", END)
-        .compile()
-        .unwrap();
+    let graph = plain();
     let (looking, held) = faults.hold_next_wake_read();
     let handle = Worker::builder(&runtime)
         .graph(&graph)
@@ -600,12 +600,7 @@ async fn a_shutdown_that_never_aborts_waits_for_the_store() {
 /// however often its executions died.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_executions_died_is_failed_at_the_limit() {
-    let graph = Graph::new("plain")
-        .node_sync("one", |n: &mut u32| *n += 1)
-        .edge(START, "one")
-        .edge("one", END)
-        .compile()
-        .unwrap();
+    let graph = plain();
     // `deaths` executions claim the run in turn, each once the last one's lease ran out.
     let died = async |runtime: &Runtime, thread: &str, deaths: u64| {
         runtime.submit("plain", thread, 0).await.unwrap();

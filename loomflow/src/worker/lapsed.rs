@@ -35,17 +35,5 @@ pub(super) async fn fail(claim: RunClaim, graph: String, lapses: u64, cancel: bo
     // Should the write not reach the store, the claim dropped records the failure still:
     // let go runnable, the run would be run again, its lapses counted from 0.
     claim.failing(&error);
-    let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
-        Ok(()) => RunState::Failed,
-        Err(store) => {
-            tracing::warn!(%thread, %store, "could not fail the run; it is let go, to be tried again");
-            RunState::Running
-        }
-    };
-    RunReport {
-        thread,
-        graph,
-        state,
-        error: Some(error),
-    }
+    super::registry::failed(&claim, graph, error).await
 }

@@ -1,7 +1,6 @@
 //! A run whose execution panicked where the executor does not catch it.
 
 use super::RunReport;
-use crate::runtime::RunState;
 use crate::runtime::claim::RunClaim;
 
 /// Fails the run whose execution panicked outside what the executor guards (a node's
@@ -37,19 +36,7 @@ pub(super) async fn fail(
         };
     }
     tracing::error!(%thread, %graph, %error, "a worker's run panicked; it is failed");
-    let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
-        Ok(()) => RunState::Failed,
-        Err(store) => {
-            tracing::warn!(%thread, %store, "could not fail the run; it is let go, to be tried again");
-            RunState::Running
-        }
-    };
-    RunReport {
-        thread,
-        graph,
-        state,
-        error: Some(error),
-    }
+    super::registry::failed(&claim, graph, error).await
 }
 
 #[cfg(test)]
@@ -59,7 +46,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::runtime::Runtime;
+    use crate::runtime::{RunState, Runtime};
 
     /// A panic once the execution had let the run go (a state's `Drop` as the outcome is
     /// read) writes nothing, and the report says what the row says: before, it said failed

@@ -124,3 +124,23 @@ pub(super) async fn standing(runtime: &Runtime, thread: &str) -> RunState {
         }
     }
 }
+
+/// Ends the run `claim` holds as failed with `error`, for a worker that decided it (a panic
+/// it caught, a run whose executions keep dying), and reports it. Should the store not take
+/// the write, the run stands as the claim, dropped, leaves it (see `RunClaim::failing`).
+pub(super) async fn failed(claim: &RunClaim, graph: String, error: String) -> RunReport {
+    let thread = claim.thread().to_owned();
+    let state = match claim.finish(RunState::Failed, Some(error.clone())).await {
+        Ok(()) => RunState::Failed,
+        Err(store) => {
+            tracing::warn!(%thread, %store, "could not fail the run");
+            RunState::Running
+        }
+    };
+    RunReport {
+        thread,
+        graph,
+        state,
+        error: Some(error),
+    }
+}

@@ -410,13 +410,7 @@ fn fence(
     until_ms: i64,
     now_ms: i64,
 ) -> rusqlite::Result<bool> {
-    let renewed = conn
-        .prepare_cached(
-            "UPDATE runs SET lease_until_ms = ?3, updated_at_ms = ?4
-             WHERE thread = ?1 AND lease_owner = ?2",
-        )?
-        .execute(params![thread, owner, until_ms, now_ms])?;
-    Ok(renewed > 0)
+    fenced(conn, (thread, owner), until_ms, now_ms, false)
 }
 
 /// [`fence`] for a write that records progress (a step, a journal entry): the run's lapses
@@ -428,11 +422,28 @@ fn fence_writing(
     until_ms: i64,
     now_ms: i64,
 ) -> rusqlite::Result<bool> {
-    let renewed = conn
-        .prepare_cached(
+    fenced(conn, (thread, owner), until_ms, now_ms, true)
+}
+
+fn fenced(
+    conn: &Connection,
+    (thread, owner): (&str, &str),
+    until_ms: i64,
+    now_ms: i64,
+    progress: bool,
+) -> rusqlite::Result<bool> {
+    let sql = match progress {
+        true => {
             "UPDATE runs SET lease_until_ms = ?3, updated_at_ms = ?4, lapses = 0
-             WHERE thread = ?1 AND lease_owner = ?2",
-        )?
+             WHERE thread = ?1 AND lease_owner = ?2"
+        }
+        false => {
+            "UPDATE runs SET lease_until_ms = ?3, updated_at_ms = ?4
+             WHERE thread = ?1 AND lease_owner = ?2"
+        }
+    };
+    let renewed = conn
+        .prepare_cached(sql)?
         .execute(params![thread, owner, until_ms, now_ms])?;
     Ok(renewed > 0)
 }
