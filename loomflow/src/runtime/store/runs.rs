@@ -134,7 +134,8 @@ pub struct RunRecord {
     /// or stopped renewing), counted as the next takes it over; 0 again once an execution
     /// writes a step or a journal entry, or lets the run go. A worker fails a run that
     /// reaches its [`max_lapses`](crate::worker::WorkerBuilder::max_lapses) rather than run
-    /// it again.
+    /// it again. Read as 0 from JSON written before it was recorded.
+    #[serde(default)]
     pub lapses: u64,
     /// Someone asked for the run to stop; the execution holding it stops at its next step.
     pub cancel_requested: bool,
@@ -470,4 +471,25 @@ pub(super) async fn cancels_one_by_one<S: Store + ?Sized>(
         }
     }
     Ok(asked)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A record written as JSON before lapses were counted (an older server's API, say)
+    /// reads back with none.
+    #[test]
+    fn a_record_without_lapses_reads_with_none() {
+        let record = serde_json::json!({
+            "thread": "t", "run": 1, "graph": "g", "fingerprint": null, "state": "running",
+            "waiting_on": [], "wake_at_ms": null, "lease_owner": null, "lease_until_ms": 0,
+            "attempts": 2, "cancel_requested": false, "error": null,
+            "created_at_ms": 1, "updated_at_ms": 2
+        });
+        let record: RunRecord = serde_json::from_value(record).unwrap();
+        assert_eq!((record.attempts, record.lapses), (2, 0));
+    }
 }
