@@ -25,6 +25,7 @@ mod backfill;
 mod committer;
 mod followed;
 mod housekeeping;
+mod leases;
 mod options;
 mod reader;
 mod requests;

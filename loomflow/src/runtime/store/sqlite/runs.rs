@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use super::followed::Followed;
+use super::leases::{Write, claim, fence, release};
 use super::rows::record_from_row;
 use super::run_rows::{
     RUN_COLUMNS, fence_and_follow, follow, next_runnable, read_record, submit, waiting_run,
@@ -173,11 +174,13 @@ impl RunOp {
                 thread,
                 owner,
                 until_ms,
-            } => Ok(if fence(conn, thread, owner, *until_ms, now_ms)? {
-                Outcome::Done
-            } else {
-                Outcome::LeaseLost
-            }),
+            } => Ok(
+                if fence(conn, (thread, owner), *until_ms, now_ms, Write::Renewal)? {
+                    Outcome::Done
+                } else {
+                    Outcome::LeaseLost
+                },
+            ),
             Self::PutCheckpoint {
                 row,
                 owner,
@@ -190,7 +193,7 @@ impl RunOp {
                     (Some(update), Some(until))
                         if followed.unchanged(&row.thread, owner, row.run, update) =>
                     {
-                        fence_writing(conn, &row.thread, owner, *until, now_ms)?
+                        fence(conn, (&row.thread, owner), *until, now_ms, Write::Progress)?
                     }
                     // A step of a running run: one UPDATE renews the lease and files it.
                     (Some(update), Some(until)) => {
@@ -212,8 +215,9 @@ impl RunOp {
                         if until_ms.is_none() {
                             followed.forget(&row.thread);
                         }
+                        let until = until_ms.unwrap_or(0);
                         let held =
-                            fence_writing(conn, &row.thread, owner, until_ms.unwrap_or(0), now_ms)?;
+                            fence(conn, (&row.thread, owner), until, now_ms, Write::Progress)?;
                         if held && let Some(update) = update {
                             follow(conn, &row.thread, row.run, update)?;
                         }
@@ -233,7 +237,13 @@ impl RunOp {
                 owner,
                 until_ms,
             } => {
-                if !fence_writing(conn, &row.thread, owner, *until_ms, now_ms)? {
+                if !fence(
+                    conn,
+                    (&row.thread, owner),
+                    *until_ms,
+                    now_ms,
+                    Write::Progress,
+                )? {
                     return Ok(Outcome::LeaseLost);
                 }
                 writer::put_journal(conn, row)?;
@@ -246,7 +256,13 @@ impl RunOp {
                 owner,
                 until_ms,
             } => {
-                if !fence_writing(conn, &journal.thread, owner, *until_ms, now_ms)? {
+                if !fence(
+                    conn,
+                    (&journal.thread, owner),
+                    *until_ms,
+                    now_ms,
+                    Write::Progress,
+                )? {
                     return Ok(Outcome::LeaseLost);
                 }
                 let taken = writer::take_signal(conn, session, *seq, now_ms, journal.run)?;
@@ -332,120 +348,6 @@ impl RunOp {
             }
         }
     }
-}
-
-fn claim(
-    conn: &Connection,
-    thread: &str,
-    owner: &str,
-    until_ms: i64,
-    now_ms: i64,
-) -> rusqlite::Result<Outcome> {
-    let holder: Option<(Option<String>, i64)> = conn
-        .prepare_cached("SELECT lease_owner, lease_until_ms FROM runs WHERE thread = ?1")?
-        .query_row([thread], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    match holder {
-        None => {
-            conn.prepare_cached(
-                "INSERT INTO runs (thread, lease_owner, lease_until_ms, attempts, created_at_ms,
-                                   updated_at_ms)
-                 VALUES (?1, ?2, ?3, 1, ?4, ?4)",
-            )?
-            .execute(params![thread, owner, until_ms, now_ms])?;
-        }
-        Some((Some(holder), holder_until)) if holder != owner && holder_until > now_ms => {
-            return Ok(Outcome::Claim(Claim::Busy {
-                owner: holder,
-                until_ms: u64::try_from(holder_until).unwrap_or_default(),
-            }));
-        }
-        Some((holder, _)) => {
-            let taken_over = i64::from(holder.as_deref() != Some(owner));
-            // Held still by another, whose lease ran out: a lapse.
-            let lapsed = i64::from(holder.is_some()) * taken_over;
-            conn.prepare_cached(
-                "UPDATE runs SET lease_owner = ?2, lease_until_ms = ?3,
-                                 attempts = attempts + ?4, updated_at_ms = ?5,
-                                 lapses = lapses + ?6,
-                                     runnable_at_ms = CASE WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN 0 ELSE runnable_at_ms END
-                 WHERE thread = ?1",
-            )?
-            .execute(params![thread, owner, until_ms, taken_over, now_ms, lapsed])?;
-        }
-    }
-    Ok(Outcome::Claim(Claim::Claimed))
-}
-
-/// Lets the run go. A suspended run claimed and let go without a new checkpoint (a
-/// recover that found nothing to do, a refused resume) is runnable again only at its wake
-/// time, as before the claim.
-/// Lets `thread` go if `owner` holds it: a suspended run let go without a new checkpoint is
-/// runnable again at its wake time, as before the claim; one whose execution stopped half
-/// way (`runnable`) at once.
-fn release(
-    conn: &Connection,
-    thread: &str,
-    owner: &str,
-    runnable: bool,
-    now_ms: i64,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "UPDATE runs SET lease_owner = NULL, lease_until_ms = 0, lapses = 0, updated_at_ms = ?3,
-                         runnable_at_ms = CASE
-                             WHEN ?4 AND status IN ('waiting', 'sleeping', 'interrupted') THEN 0
-                             WHEN status IN ('waiting', 'sleeping', 'interrupted') THEN wake_at_ms
-                             ELSE runnable_at_ms END
-         WHERE thread = ?1 AND lease_owner = ?2",
-    )?
-    .execute(params![thread, owner, now_ms, runnable])?;
-    Ok(())
-}
-
-/// Whether `owner` holds `thread`; if so, extends its lease.
-fn fence(
-    conn: &Connection,
-    thread: &str,
-    owner: &str,
-    until_ms: i64,
-    now_ms: i64,
-) -> rusqlite::Result<bool> {
-    fenced(conn, (thread, owner), until_ms, now_ms, false)
-}
-
-/// [`fence`] for a write that records progress (a step, a journal entry): the run's lapses
-/// start again from 0.
-fn fence_writing(
-    conn: &Connection,
-    thread: &str,
-    owner: &str,
-    until_ms: i64,
-    now_ms: i64,
-) -> rusqlite::Result<bool> {
-    fenced(conn, (thread, owner), until_ms, now_ms, true)
-}
-
-fn fenced(
-    conn: &Connection,
-    (thread, owner): (&str, &str),
-    until_ms: i64,
-    now_ms: i64,
-    progress: bool,
-) -> rusqlite::Result<bool> {
-    let sql = match progress {
-        true => {
-            "UPDATE runs SET lease_until_ms = ?3, updated_at_ms = ?4, lapses = 0
-             WHERE thread = ?1 AND lease_owner = ?2"
-        }
-        false => {
-            "UPDATE runs SET lease_until_ms = ?3, updated_at_ms = ?4
-             WHERE thread = ?1 AND lease_owner = ?2"
-        }
-    };
-    let renewed = conn
-        .prepare_cached(sql)?
-        .execute(params![thread, owner, until_ms, now_ms])?;
-    Ok(renewed > 0)
 }
 
 fn lease_lost(thread: &str, owner: &str) -> StoreError {
