@@ -18,13 +18,13 @@ pub(crate) fn audit_kind(kind: &str) -> Result<AuditKind, Failure> {
 }
 
 /// Prints the audit log of `thread` (of every thread with `None`), oldest first, optionally
-/// one kind only.
+/// one kind only, and a page of it: at most `limit` entries, those after the id `after`.
 pub(crate) async fn audit(
     runtime: &Runtime,
     out: &Output,
     thread: Option<&str>,
     kind: Option<&str>,
-    limit: Option<usize>,
+    (limit, after): (Option<usize>, Option<u64>),
 ) -> Result<(), Failure> {
     let mut query = match thread {
         Some(thread) => AuditQuery::thread(thread),
@@ -35,6 +35,9 @@ pub(crate) async fn audit(
     }
     if let Some(limit) = limit {
         query = query.limit(limit);
+    }
+    if let Some(after) = after {
+        query = query.after_id(after);
     }
     let entries = runtime.audit_query(&query).await?;
     // A thread that never ran (and has no entries) is not found, so that a mistyped thread

@@ -80,6 +80,9 @@ enum Command {
         /// At most this many.
         #[arg(long)]
         limit: Option<usize>,
+        /// Only entries after this id: the last id of a page, for the next.
+        #[arg(long, value_name = "ID")]
+        after: Option<u64>,
     },
     /// Send a signal to a thread; a run waiting for it carries on.
     Signal {
@@ -380,7 +383,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             thread,
             kind,
             limit,
-        } => audit::audit(&runtime, &out, thread.as_deref(), kind.as_deref(), limit).await,
+            after,
+        } => {
+            let page = (limit, after);
+            audit::audit(&runtime, &out, thread.as_deref(), kind.as_deref(), page).await
+        }
         Command::Signal {
             thread,
             name,

@@ -497,6 +497,35 @@ async fn pending_calls_are_shown_with_their_arguments_and_decided() {
         .unwrap();
     assert_eq!(decision["detail"]["decision"], "edit");
     assert_eq!(decision["detail"]["arguments"]["cents"], 500);
+    // Paged with --limit and --after (the last id of a page), the log reads whole, once.
+    let ids = |log: &serde_json::Value| -> Vec<u64> {
+        (log.as_array().unwrap().iter())
+            .map(|e| e["id"].as_u64().unwrap())
+            .collect()
+    };
+    let all = ids(&log);
+    assert!(all.len() >= 3, "{log}");
+    let (mut paged, mut after) = (Vec::<u64>::new(), None::<u64>);
+    loop {
+        let mut args = vec![
+            "--json".to_owned(),
+            "audit".into(),
+            "s2".into(),
+            "--limit".into(),
+        ];
+        args.push("2".into());
+        if let Some(id) = after {
+            args.extend(["--after".to_owned(), id.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let page = ids(&serde_json::from_slice(&loomflow(&db.0, &args).stdout).unwrap());
+        paged.extend(&page);
+        match page.last() {
+            Some(&last) if page.len() == 2 => after = Some(last),
+            _ => break,
+        }
+    }
+    assert_eq!(paged, all);
     let table = stdout(&loomflow(&db.0, &["audit", "s2", "--kind", "tool_call"]));
     assert!(
         table.contains("tool_call") && table.contains("refund"),
