@@ -70,6 +70,12 @@ fn short_timeout() -> SqliteOptions {
     SqliteOptions::default().busy_timeout(Duration::from_millis(100))
 }
 
+/// The schema version `conn`'s file records.
+fn schema_version(conn: &rusqlite::Connection) -> i64 {
+    conn.query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
+        .unwrap()
+}
+
 #[test]
 fn runtime_sqlite_creates_the_file() {
     let db = TempDb::new("create");
@@ -195,9 +201,7 @@ fn a_newer_schema_is_refused() {
     }
     // The file is untouched: the version is still the newer one.
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 999);
 }
 
@@ -270,9 +274,7 @@ fn without_migrating_only_a_current_store_opens_and_nothing_else_is_touched() {
         other => panic!("expected OlderSchema, got {other:?}"),
     }
     let conn = rusqlite::Connection::open(older.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 10, "left as it was");
     drop(conn);
 
@@ -346,9 +348,7 @@ async fn a_version_1_file_is_migrated() {
     assert_eq!(rows[1].error.as_deref(), Some("node a failed"));
     drop(store);
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 12);
 }
 
@@ -386,9 +386,7 @@ async fn a_version_2_file_gains_the_runs_table_and_keeps_its_checkpoints() {
     );
     drop(store);
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 12);
 }
 
@@ -1033,9 +1031,7 @@ async fn a_version_5_file_gains_the_index_of_pending_signals_in_order() {
     drop(conn);
     drop(SqliteStore::open(db.path()).unwrap());
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 12);
     let plan: Vec<String> = conn
         .prepare(
@@ -1323,9 +1319,7 @@ async fn a_version_9_file_gains_the_index_of_consumed_signals() {
     drop(conn);
     drop(SqliteStore::open(db.path()).unwrap());
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 12);
     let plan: Vec<String> = conn
         .prepare(
@@ -1358,9 +1352,7 @@ async fn a_claims_candidate_queries_read_their_own_indexes() {
     drop(conn);
     drop(SqliteStore::open(db.path()).unwrap());
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 12);
     for (sql, index) in [
         (
@@ -1424,8 +1416,6 @@ async fn a_version_11_file_gains_the_lapses_of_its_runs() {
     assert_eq!(taken.unwrap().record.lapses, 1);
     drop(store);
     let conn = rusqlite::Connection::open(db.path()).unwrap();
-    let version: i64 = conn
-        .query_row("SELECT schema_version FROM meta", [], |r| r.get(0))
-        .unwrap();
+    let version = schema_version(&conn);
     assert_eq!(version, 12);
 }
