@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
 use loomflow::prelude::*;
-use loomflow::runtime::{Delivery, SignalError, SignalOptions};
+use loomflow::runtime::{Delivery, MailboxConfig, SignalError, SignalOptions};
 use loomflow::{EventKind, RunError, RuntimeError};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -260,6 +260,50 @@ async fn an_idempotency_key_delivers_a_repeated_send_once() {
             .unwrap_err(),
         RuntimeError::Signal(SignalError::PayloadTooLarge { .. })
     ));
+}
+
+/// A resume request's value counts against the payload limit, not the request loomflow
+/// wraps around it (the interrupt it answers, the question's checkpoint): a value at the
+/// limit is taken and resumes the run, one byte over is refused naming its size.
+#[tokio::test]
+async fn a_resume_request_at_the_payload_limit_is_taken() {
+    let db = loomflow_tests::TempDb::new("resume-request-limit");
+    let limit = || MailboxConfig::default().max_payload_bytes(20);
+    let durable = Runtime::builder()
+        .store(loomflow::runtime::SqliteStore::open(db.path()).unwrap())
+        .signals(limit())
+        .build();
+    let in_memory = Runtime::builder().signals(limit()).build();
+    let asker = Graph::new("asker")
+        .node_fn("ask", |answer: &mut String, ctx| {
+            Box::pin(async move {
+                *answer = ctx.interrupt(json!({"q": "ok?"}))?;
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    for runtime in [in_memory, durable] {
+        asker.invoke(&runtime, "t", String::new()).await.unwrap();
+        let over = runtime.request_resume("t", "x".repeat(19)).await;
+        assert!(
+            matches!(
+                over,
+                Err(RuntimeError::Signal(SignalError::PayloadTooLarge {
+                    size: 21,
+                    limit: 20,
+                    ..
+                }))
+            ),
+            "{over:?}"
+        );
+        let at_limit = "x".repeat(18); // 20 bytes as JSON
+        runtime.request_resume("t", &at_limit).await.unwrap();
+        let done = asker.recover(&runtime, "t").await.unwrap();
+        assert_eq!(done.completed().unwrap(), at_limit);
+    }
 }
 
 #[tokio::test]

@@ -52,7 +52,10 @@ impl Runtime {
     /// [`RuntimeError::UnknownRun`]; [`RuntimeError::NotInterrupted`] when the run does not
     /// wait for a resume value; [`RuntimeError::AmbiguousResume`] when several interrupts
     /// that take a value are pending (name one with
-    /// [`request_resume_with`](Self::request_resume_with)); the interrupt's
+    /// [`request_resume_with`](Self::request_resume_with));
+    /// [`SignalError::PayloadTooLarge`](crate::runtime::SignalError::PayloadTooLarge) when the
+    /// value is over [`MailboxConfig::max_payload_bytes`](crate::runtime::MailboxConfig) as
+    /// JSON (the request loomflow stores around it is not counted); the interrupt's
     /// [`RuntimeError::WaitsForSignal`] or [`RuntimeError::WaitsForTimer`] when the only one
     /// pending waits for a signal or a timer (a value naming no interrupt goes to the one
     /// that takes it, beside any such waits); a value that does not serialize; a store
@@ -106,6 +109,8 @@ impl Runtime {
         }
         let value = serde_json::to_value(value)
             .map_err(|e| RuntimeError::json(format!("resume value for thread {thread}"), e))?;
+        // The value counts against the payload limit, not the request around it.
+        self.mailbox().check_size(thread, RESUME_SIGNAL, &value)?;
         let checkpoint = self
             .check_resume_target(thread, interrupt.as_deref())
             .await?;

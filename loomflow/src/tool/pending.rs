@@ -269,6 +269,8 @@ impl Runtime {
         }
         let options = SignalOptions::default().idempotency_key(format!("{call_id}@{asked_at}"));
         let name = SignalApprover::signal_name(call_id);
+        // The decision is all the sender's: it counts against the payload limit whole.
+        self.mailbox().check_size(session, &name, &payload)?;
         let delivery = self
             .send_framework(session, &name, payload, options)
             .await?;

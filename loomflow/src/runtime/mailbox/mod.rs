@@ -376,6 +376,10 @@ impl Mailbox {
 
     /// Checks a name (and payload size) as `signal` would, without sending anything: the
     /// durable runtime stores a signal before handing it to the mailbox.
+    ///
+    /// A framework signal's payload is loomflow's envelope around what its sender gave (a
+    /// resume request's value, an approval's decision): the sender checks that part with
+    /// [`check_size`](Self::check_size), and the envelope is not counted.
     pub(crate) fn check(
         &self,
         session: &str,
@@ -384,17 +388,29 @@ impl Mailbox {
         scope: Scope,
     ) -> Result<(), SignalError> {
         check_name(session, name, scope)?;
-        if let Some(payload) = payload {
-            let limit = self.inner.config.max_payload_bytes;
-            let size = serialized_size(payload);
-            if size > limit {
-                return Err(SignalError::PayloadTooLarge {
-                    session: session.to_owned(),
-                    name: name.to_owned(),
-                    size,
-                    limit,
-                });
-            }
+        match payload {
+            Some(payload) if scope == Scope::User => self.check_size(session, name, payload),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks that `payload`, given for signal `name` to `session`, is within
+    /// [`MailboxConfig::max_payload_bytes`] as JSON.
+    pub(crate) fn check_size(
+        &self,
+        session: &str,
+        name: &str,
+        payload: &Value,
+    ) -> Result<(), SignalError> {
+        let limit = self.inner.config.max_payload_bytes;
+        let size = serialized_size(payload);
+        if size > limit {
+            return Err(SignalError::PayloadTooLarge {
+                session: session.to_owned(),
+                name: name.to_owned(),
+                size,
+                limit,
+            });
         }
         Ok(())
     }
