@@ -1306,6 +1306,56 @@ async fn a_run_row_that_does_not_read_back_names_its_thread() {
     );
 }
 
+/// A checkpoint row with a column SQLite cannot read as its type (text where the step
+/// number belongs) is corrupt, naming its thread: not a failure to read that passes, which a
+/// worker would try again and again.
+#[tokio::test]
+async fn a_checkpoint_row_that_does_not_decode_is_corrupt() {
+    use loomflow::prelude::*;
+    let db = TempDb::new("corrupt-checkpoint");
+    let runtime = Runtime::sqlite(db.path()).unwrap();
+    let graph = Graph::new("count")
+        .node_sync("add", |n: &mut u32| *n += 1)
+        .edge(START, "add")
+        .edge("add", END)
+        .compile()
+        .unwrap();
+    graph.invoke(&runtime, "ord_8", 1).await.unwrap();
+    drop(runtime);
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute(
+        "UPDATE checkpoints SET step = 'second' WHERE thread = 'ord_8'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(db.path()).unwrap();
+    let error = store.list_checkpoints("ord_8").await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt { thread, .. } if thread == "ord_8"),
+        "{error:?}"
+    );
+}
+
+/// A journal entry whose step is negative (written by hand, or by a broken tool) is a
+/// corrupt row, not one filed under step 0 that a fork would copy there.
+#[tokio::test]
+async fn a_journal_row_with_a_negative_step_is_corrupt() {
+    let db = TempDb::new("corrupt-journal");
+    let store = SqliteStore::open(db.path()).unwrap();
+    let key = JournalKey::new("ord_9", 1, "", 2, "pay", "charge", 0);
+    store.put_journal(key, json!("ch_1")).await.unwrap();
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute("UPDATE journal SET step = -2 WHERE thread = 'ord_9'", [])
+        .unwrap();
+    drop(conn);
+    let error = store.list_journal("ord_9", 1).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Corrupt { thread, .. } if thread == "ord_9"),
+        "{error:?}"
+    );
+}
+
 /// Version 10 indexes the consumed signals by when they were consumed: the writer's prune
 /// of those kept long enough, once a minute while every write waits, reads them alone, not
 /// every signal. A version 9 file gains the index.

@@ -905,6 +905,35 @@ async fn a_version_4_database_gains_the_index_of_recovering_runs_with_claimed_qu
     assert_eq!(version, 7);
 }
 
+/// A journal entry whose step is negative, or whose occurrence is past `u32`, is a corrupt
+/// row naming its thread, not one filed under 0 that a fork would copy there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_row_out_of_range_is_corrupt() {
+    let Some(db) = TempPgDb::create("corrupt journal").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    for (thread, fault) in [
+        ("ord_9", "step = -2"),
+        ("ord_10", "occurrence = 5000000000"),
+    ] {
+        let key = JournalKey::new(thread, 1, "", 2, "pay", "charge", 0);
+        store
+            .put_journal(key, serde_json::json!("ch_1"))
+            .await
+            .unwrap();
+        db.execute(&format!(
+            "UPDATE loomflow_journal SET {fault} WHERE thread = '{thread}'"
+        ))
+        .await;
+        let error = store.list_journal(thread, 1).await.unwrap_err();
+        assert!(
+            matches!(&error, StoreError::Corrupt { thread: named, .. } if named == thread),
+            "{fault}: {error:?}"
+        );
+    }
+}
+
 /// Version 6 indexes the queued runs never claimed, under the claim's own predicate: a
 /// worker's claim finds the oldest without reading every finished run (it did, by update
 /// time, with the index of updates). A version 5 database gains it, and the claim's query

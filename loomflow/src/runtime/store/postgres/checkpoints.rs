@@ -9,7 +9,8 @@ use super::PostgresStore;
 use super::audit::AuditColumns;
 use super::error::Fail;
 use super::rows::{
-    CHECKPOINT_COLUMNS, CheckpointRow, JournalRow, checkpoint_from_row, from_json, get,
+    CHECKPOINT_COLUMNS, CheckpointRow, JournalRow, checkpoint_from_row, corrupt, from_json, get,
+    to_u64,
 };
 use crate::runtime::store::{Checkpoint, JournalKey, StoreError};
 
@@ -227,16 +228,22 @@ impl PostgresStore {
             let rows = client.query(&stmt, &[&thread, &stored_run]).await?;
             let mut entries = Vec::with_capacity(rows.len());
             for row in &rows {
-                let step: i64 = get(row, 1, thread)?;
+                let step = to_u64(get(row, 1, thread)?, "journal step", thread)?;
                 let occurrence: i64 = get(row, 4, thread)?;
+                let occurrence = u32::try_from(occurrence).map_err(|_| {
+                    corrupt(
+                        thread,
+                        format!("journal occurrence {occurrence} out of range"),
+                    )
+                })?;
                 let key = JournalKey::new(
                     thread,
                     run,
                     get::<String>(row, 0, thread)?,
-                    u64::try_from(step).unwrap_or_default(),
+                    step,
                     get::<String>(row, 2, thread)?,
                     get::<String>(row, 3, thread)?,
-                    u32::try_from(occurrence).unwrap_or_default(),
+                    occurrence,
                 );
                 let value: &str = get(row, 5, thread)?;
                 let value = from_json(value, thread, format_args!("journal entry {}", key.name))?;

@@ -13,6 +13,7 @@ use rusqlite::Connection;
 
 use super::Synchronous;
 use super::followed::Followed;
+use super::rows::{corrupt, undecodable};
 use super::writer::{Counters, Op, Outcome, Request};
 use crate::runtime::store::StoreError;
 
@@ -206,6 +207,9 @@ fn now_ms() -> i64 {
 }
 
 fn write_error(op: &Op, error: &rusqlite::Error) -> StoreError {
+    if undecodable(error) {
+        return corrupt(op.thread(), error);
+    }
     StoreError::Write {
         thread: op.thread().to_owned(),
         message: error.to_string(),

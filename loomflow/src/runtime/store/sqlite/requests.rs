@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::SqliteStore;
-use super::rows::unexpected;
+use super::rows::{corrupt, undecodable, unexpected};
 use super::writer::{Op, Outcome, Request};
 use crate::runtime::store::StoreError;
 
@@ -47,11 +47,12 @@ impl SqliteStore {
         let (reply, answer) = oneshot::channel();
         let thread = thread.to_owned();
         let sent = self.readers.send(Box::new(move |conn| {
-            let result = f(conn).unwrap_or_else(|e| {
-                Err(StoreError::Read {
+            let result = f(conn).unwrap_or_else(|e| match undecodable(&e) {
+                true => Err(corrupt(&thread, e)),
+                false => Err(StoreError::Read {
                     thread,
                     message: e.to_string(),
-                })
+                }),
             });
             let _ = reply.send(result);
         }));

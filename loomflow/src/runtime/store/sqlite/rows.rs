@@ -50,6 +50,19 @@ pub(super) fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreErr
     }
 }
 
+/// A column SQLite handed back that does not decode as the type it is read as (text where a
+/// number belongs, a number out of range): the row is corrupt, and reading it again would
+/// give the same, so it is not a failure that passes.
+pub(super) fn undecodable(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::Utf8Error(..)
+    )
+}
+
 pub(super) fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreError> {
     u64::try_from(value).map_err(|_| corrupt(thread, format!("negative {what} {value}")))
 }
@@ -168,9 +181,11 @@ pub(super) fn list_journal(
          WHERE thread = ?1 AND run = ?2",
     )?;
     let rows = stmt.query_map(params![thread, stored_run], |row| {
+        // A negative step, or an occurrence past `u32`, is a corrupt row (see `undecodable`).
         let (namespace, step): (String, i64) = (row.get(0)?, row.get(1)?);
         let (node, name): (String, String) = (row.get(2)?, row.get(3)?);
-        let step = u64::try_from(step).unwrap_or_default();
+        let step =
+            u64::try_from(step).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(1, step))?;
         let key = JournalKey::new(thread, run, namespace, step, node, name, row.get(4)?);
         Ok((key, row.get::<_, String>(5)?))
     })?;
