@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "support/faulty_store.rs"]
+mod faulty_store;
 #[path = "support/postgres.rs"]
 mod postgres;
 
@@ -62,6 +64,56 @@ fn approval() -> CompiledGraph<Vec<String>> {
         .edge("wait", END)
         .compile()
         .unwrap()
+}
+
+/// A timed wait whose time-out could not be recorded (the store failed) and that the node
+/// waits again keeps its deadline: the wait again times out at once, as it would in the node
+/// run again from its start, rather than waiting a fresh hour.
+#[tokio::test]
+async fn a_timed_wait_waited_again_after_a_store_failure_keeps_its_deadline() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let (store, faults) = faulty_store::FaultyStore::new(loomflow::runtime::MemoryStore::new());
+    let runtime = Runtime::builder()
+        .store(store)
+        .clock(Arc::clone(&clock))
+        .build();
+    let graph = Graph::new("patient")
+        .node_fn("wait", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                for _ in 0..2 {
+                    let wait = ctx.wait_for_signal::<String>("go").timeout(HOUR);
+                    match wait.or_suspend().await {
+                        Ok(got) => log.push(got),
+                        Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
+                            log.push("timed out".into());
+                        }
+                        Err(RunError::Store(_)) => {
+                            log.push("store failed".into());
+                            continue;
+                        }
+                        Err(other) => return Err(other.into()),
+                    }
+                    break;
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    let deadline = ms(start() + HOUR);
+    assert_eq!(out.interrupts()[0].wake_at_ms, Some(deadline), "{out:?}");
+
+    clock.advance(HOUR);
+    faults.fail_journal_write_before_commit_named("signal-timeout:");
+    let out = graph.recover(&runtime, "t").await.unwrap();
+    assert_eq!(
+        out.completed().unwrap(),
+        ["store failed", "timed out"],
+        "the second wait timed out at the first's deadline"
+    );
 }
 
 #[tokio::test]

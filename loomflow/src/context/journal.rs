@@ -166,13 +166,20 @@ impl Context {
     }
 
     /// [`give_back`](Self::give_back) of the occurrence number `occurrence`.
-    fn give_back_number(&self, name: &str, occurrence: u32) {
+    pub(super) fn give_back_number(&self, name: &str, occurrence: u32) {
         let mut control = self.control();
         if let Some(counter) = control.occurrences.get_mut(name)
             && *counter == occurrence + 1
         {
             *counter = occurrence;
         }
+    }
+
+    /// The occurrence number the last call named `name` in this node execution took, if
+    /// one did.
+    pub(super) fn last_occurrence(&self, name: &str) -> Option<u32> {
+        let control = self.control();
+        control.occurrences.get(name).and_then(|n| n.checked_sub(1))
     }
 
     /// The journal key for the next call named `name` in this node execution.

@@ -69,7 +69,8 @@ impl<T> WaitForSignal<'_, T> {
     ///
     /// The deadline is journaled, by the runtime's clock: when the node runs again for the
     /// same step (resumed, recovered, carried on by a worker), it waits only what is left,
-    /// and a wait that timed out times out again.
+    /// and a wait that timed out times out again. So does a wait the node makes again after
+    /// its time-out could not be recorded (the store failed): it keeps the passed deadline.
     ///
     /// A wait carried on after its deadline (its worker was down or busy when it passed)
     /// ends as it would have at the deadline: it takes a signal sent by then, and times out
@@ -112,15 +113,17 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             // A timed wait keeps its deadline in the journal, by the runtime's clock: the run,
             // carried on later (by a worker at the deadline, or recovered after its execution
             // stopped half way), times out at the same moment.
+            let deadline_name = format!("deadline:{name}");
             let deadline_ms = match timeout {
                 Some(timeout) => Some(
-                    ctx.step(&format!("deadline:{name}"), || async {
+                    ctx.step(&deadline_name, || async {
                         Ok::<_, RunError>(unix_ms(time_after(runtime.now(), timeout)))
                     })
                     .await?,
                 ),
                 None => None,
             };
+            let deadline_taken = timeout.and(ctx.last_occurrence(&deadline_name));
             // Where a wait that timed out says so: a node running again for the same step
             // (resumed, recovered) times out again, whatever came after the deadline.
             let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
@@ -141,7 +144,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             {
                 return Err(timed_out().into());
             }
-            let (receipt, named) = (&key, &name);
+            let (receipt, named, deadline_name) = (&key, &name, &deadline_name);
             let time_out = |timeout_key: Option<JournalKey>| async move {
                 if let Some(timeout_key) = timeout_key {
                     let marked = serde_json::Value::Bool(true);
@@ -152,10 +155,13 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     if let Err(error) = written {
                         // A wait that catches the error and waits again takes the same
                         // numbers, as the node does when it runs again (unless the run is
-                        // another execution's now).
+                        // another execution's now): the same deadline, which has passed.
                         if !matches!(error, StoreError::LeaseLost { .. }) {
                             ctx.give_back(&format!("signal:{named}"), receipt);
                             ctx.give_back(&format!("signal-timeout:{named}"), &occurrence);
+                            if let Some(taken) = deadline_taken {
+                                ctx.give_back_number(deadline_name, taken);
+                            }
                         }
                         return Err(error.into());
                     }
