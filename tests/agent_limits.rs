@@ -739,6 +739,49 @@ fn an_output_schema_name_providers_refuse_is_refused_at_build() {
     );
 }
 
+/// An output schema named as one of the tools a turn offers, which `build()` could not see
+/// (a run's own output, a tool added after build), fails the run when its turn is asked
+/// for, naming the schema, before any model call: the tool's calls would read as the answer.
+#[tokio::test]
+async fn an_output_schema_named_as_a_later_tool_fails_the_run_naming_it() {
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)] // only its schema is used
+    struct Verdict {
+        approved: bool,
+    }
+    let named = |name: &str| {
+        Named(loomflow::tool::ToolSpec::new(
+            name,
+            "looks up a verdict",
+            json!({ "type": "object" }),
+        ))
+    };
+    let clash = |result: loomflow::Result<RunResult>, name: &str| {
+        // The model node failed with the agent's typed error, naming the schema.
+        let debug = format!("{:?}", result.unwrap_err());
+        let expected = format!("OutputNamedAsTool {{ agent: \"judge\", schema: {name:?} }}");
+        assert!(debug.contains(&expected), "{debug}");
+    };
+    let model = Arc::new(ScriptedModel::new([ModelResponse::text("{}")]));
+    let agent = Agent::builder("You judge.")
+        .name("judge")
+        .model(Arc::clone(&model))
+        .tool(named("Verdict"))
+        .build()
+        .unwrap();
+    clash(agent.run("order 7?").output::<Verdict>().await, "Verdict");
+
+    let agent = Agent::builder("You judge.")
+        .name("judge")
+        .model(Arc::clone(&model))
+        .output_schema::<serde_json::Value>("verdict", json!({"type": "object"}))
+        .build()
+        .unwrap();
+    agent.add_tool(named("verdict"));
+    clash(agent.run("order 8?").await, "verdict");
+    assert!(model.requests().is_empty(), "no model call was made");
+}
+
 /// A cost cap with nothing to price tokens is refused at build: every run would cost
 /// nothing, and the cap would never stop one. A price anywhere (the budget's, the agent's
 /// table) makes it a cap.

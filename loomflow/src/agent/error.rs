@@ -43,6 +43,19 @@ pub enum AgentError {
         /// The last validation error.
         problem: String,
     },
+    /// A model turn would ask for an answer by an output schema named as one of the tools
+    /// it offers: the model's calls of that tool would be read as the answer. Caught when
+    /// the turn is asked for, for a schema or a tool that `build()` did not see (a run's own
+    /// [`output`](super::AgentRun::output), a tool added since, a session's tool set).
+    #[error(
+        "agent {agent}: output schema {schema:?} has the name of one of the run's tools:          name one or the other otherwise"
+    )]
+    OutputNamedAsTool {
+        /// The agent.
+        agent: String,
+        /// The schema's (and the tool's) name.
+        schema: String,
+    },
     /// A run was asked for on a session whose last run is suspended.
     #[error("session {session} is suspended ({pending}); resume it instead of starting a run")]
     SessionSuspended {

@@ -131,13 +131,17 @@ impl AgentCore {
     }
 
     /// The request of a model turn; `output` is the run's own output schema, if it has one.
+    ///
+    /// # Errors
+    ///
+    /// [`AgentError::OutputNamedAsTool`] when one of `tools` has the output schema's name.
     fn request(
         &self,
         messages: &Transcript,
         recalled: Option<&str>,
         output: Option<&OutputSchema>,
         tools: &ToolHost,
-    ) -> ModelRequest {
+    ) -> Result<ModelRequest, AgentError> {
         let mut all = Transcript::new();
         all.push_shared(Arc::clone(&self.system));
         if let Some(recalled) = recalled.filter(|r| !r.is_empty()) {
@@ -145,8 +149,18 @@ impl AgentCore {
         }
         // Shared, not copied: a turn costs what it adds, not what the conversation holds.
         all.append_shared(messages);
-        let mut request = ModelRequest::new(all).tools(tools.definitions());
-        if let Some(schema) = output.or(self.output.as_ref().map(|o| &o.schema)) {
+        let definitions = tools.definitions();
+        let schema = output.or(self.output.as_ref().map(|o| &o.schema));
+        if let Some(schema) = schema
+            && definitions.iter().any(|tool| tool.name == schema.name)
+        {
+            return Err(AgentError::OutputNamedAsTool {
+                agent: self.name.clone(),
+                schema: schema.name.clone(),
+            });
+        }
+        let mut request = ModelRequest::new(all).tools(definitions);
+        if let Some(schema) = schema {
             request = output::ask_for(request, schema, self.model.supports_output_schema());
         }
         if let Some(t) = self.temperature {
@@ -155,7 +169,7 @@ impl AgentCore {
         if let Some(m) = self.max_tokens {
             request = request.max_tokens(m);
         }
-        request
+        Ok(request)
     }
 }
 

@@ -326,7 +326,9 @@ impl AgentBuilder {
 impl AgentRun<'_> {
     /// This run's answer must be JSON for a `T`, whatever the agent's own output (see
     /// [`AgentBuilder::output`]). The schema is kept in the run's state, so a run resumed
-    /// later still asks for it; the answer is checked against the schema.
+    /// later still asks for it; the answer is checked against the schema. A turn that
+    /// offers a tool of the schema's name fails the run with
+    /// [`AgentError::OutputNamedAsTool`](super::AgentError::OutputNamedAsTool).
     pub fn output<T: JsonSchema>(mut self) -> Self {
         let (schema, fields) = schema_of::<T>();
         self.output = Some(schema);

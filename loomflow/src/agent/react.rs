@@ -152,7 +152,7 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         state.recalled.as_deref(),
         state.output_schema.as_ref(),
         &tools,
-    );
+    )?;
     let user = state.user.as_deref();
     let ran = Ran::default();
     let response: ModelResponse = ctx
