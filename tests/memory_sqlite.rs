@@ -74,6 +74,15 @@ async fn consolidation_after_a_thread_delete_rewrites_again() {
 }
 
 #[tokio::test]
+async fn named_memories_consolidate_apart() {
+    let (a, b) = (
+        SqliteMemory::in_memory().unwrap(),
+        SqliteMemory::in_memory().unwrap(),
+    );
+    behaviour::named_memories_consolidate_apart(&a, &b, &Runtime::in_memory()).await;
+}
+
+#[tokio::test]
 async fn items_survive_a_restart() {
     let path = temp_file("restart");
     let ada = Scope::user("ada");

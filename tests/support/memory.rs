@@ -476,6 +476,56 @@ fn chain_has(error: &Error, text: &str) -> bool {
     source_chain(error).any(|e| e.to_string().contains(text))
 }
 
+/// Two memories consolidated on one runtime, each named: a consolidation of one that failed
+/// after the model answered is carried on by its own `recover`, and the other's `recover` of
+/// the same scope finds nothing to carry on. Unnamed, both scopes had one thread, and the
+/// other's `recover` carried on the first's run, writing its answer into the wrong memory.
+pub(crate) async fn named_memories_consolidate_apart<M: Memory + Clone>(
+    a: &M,
+    b: &M,
+    runtime: &Runtime,
+) {
+    let ada = Scope::user("ada");
+    for memory in [a, b] {
+        for fact in ["Ada likes tea", "Ada likes green tea", "Ada lives in Lyon"] {
+            memory.remember(&ada, fact, json!({})).await.unwrap();
+        }
+    }
+    let flaky_a = Flaky {
+        inner: a.clone(),
+        failures: std::sync::Arc::new(1.into()),
+        after: false,
+    };
+    let model = std::sync::Arc::new(ScriptedModel::new([ModelResponse::text(
+        r#"["Ada likes green tea", "Ada lives in Lyon"]"#,
+    )]));
+    let for_a = Consolidation::new(std::sync::Arc::clone(&model))
+        .keep_newest(0)
+        .memory_name("tenant-a");
+    for_a.run(&flaky_a, runtime, &ada).await.unwrap_err();
+
+    let for_b = Consolidation::new(ScriptedModel::new([]))
+        .keep_newest(0)
+        .memory_name("tenant-b");
+    let nothing = for_b.recover(b, runtime, &ada).await;
+    assert!(nothing.is_err(), "{nothing:?}");
+    assert_eq!(b.count(&ada).await.unwrap(), 3, "b is untouched");
+
+    let report = for_a.recover(&flaky_a, runtime, &ada).await.unwrap();
+    assert_eq!((report.removed.len(), report.added.len()), (3, 2));
+    assert_eq!(a.count(&ada).await.unwrap(), 2);
+    assert_eq!(model.requests().len(), 1, "the model was asked once");
+
+    // A name that could read as another memory's scope is refused, naming the scope.
+    let colon = Consolidation::new(ScriptedModel::new([])).memory_name("x:user");
+    let refused = colon.run(b, runtime, &ada).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::Memory(MemoryError::BadOptions { problem, .. })
+            if problem.contains("memory_name \"x:user\"")),
+        "{refused:?}"
+    );
+}
+
 /// A memory whose `replace` fails a given number of times: before writing anything, or
 /// (`after`) once its rewrite committed, as a process that dies before journaling it would.
 #[derive(Clone)]

@@ -41,7 +41,8 @@ pub struct ConsolidationReport {
 /// Merges a scope's old items into fewer through one model call.
 ///
 /// The call is made inside a graph run on the given [`Runtime`], on the thread
-/// `loomflow:memory:<kind>:<id>`: the chosen items, the model's answer and the rewrite are
+/// `loomflow:memory:<kind>:<id>` (see [`memory_name`](Self::memory_name) for two memories
+/// on one runtime): the chosen items, the model's answer and the rewrite are
 /// journaled steps, so a consolidation that fails after the model answered (or whose process
 /// died) is carried on by [`recover`](Self::recover) without asking the model again, and
 /// never rewrites twice. The rewrite is one transaction: the old items go and the merged
@@ -77,6 +78,7 @@ pub struct Consolidation {
     keep_newest: usize,
     older_than: Option<Duration>,
     max_items: usize,
+    memory_name: Option<String>,
 }
 
 impl std::fmt::Debug for Consolidation {
@@ -86,6 +88,7 @@ impl std::fmt::Debug for Consolidation {
             .field("keep_newest", &self.keep_newest)
             .field("older_than", &self.older_than)
             .field("max_items", &self.max_items)
+            .field("memory_name", &self.memory_name)
             .finish()
     }
 }
@@ -98,7 +101,23 @@ impl Consolidation {
             keep_newest: 20,
             older_than: None,
             max_items: 50,
+            memory_name: None,
         }
+    }
+
+    /// Names the memory consolidated, for the run's thread:
+    /// `loomflow:memory:<name>:<kind>:<id>` instead of `loomflow:memory:<kind>:<id>`.
+    ///
+    /// Two memories consolidated on one runtime (say a memory per tenant) need a name
+    /// each: unnamed, a scope of one and the same scope of the other share a thread, so
+    /// that the second's consolidation waits for the first's, and a `recover` with one
+    /// carries on the other's run, replaying its journaled answer into the wrong memory. A
+    /// name holding `:` is refused (it could name another memory's scope); so is an empty
+    /// one.
+    #[must_use]
+    pub fn memory_name(mut self, name: impl Into<String>) -> Self {
+        self.memory_name = Some(name.into());
+        self
     }
 
     /// The newest `n` items of the scope are left as they are (default 20).
@@ -145,7 +164,8 @@ impl Consolidation {
             added: Vec::new(),
             usage: Usage::default(),
         };
-        report(graph.invoke(runtime, thread(scope), start).await?)
+        let thread = self.thread(scope);
+        report(graph.invoke(runtime, thread, start).await?)
     }
 
     /// Carries on the last consolidation of `scope` on `runtime` (after it failed or its
@@ -163,7 +183,7 @@ impl Consolidation {
         scope: &Scope,
     ) -> crate::Result<ConsolidationReport> {
         let graph = self.graph(memory, scope)?;
-        report(graph.recover(runtime, thread(scope)).await?)
+        report(graph.recover(runtime, self.thread(scope)).await?)
     }
 
     fn graph<M: Memory + Clone>(
@@ -172,12 +192,19 @@ impl Consolidation {
         scope: &Scope,
     ) -> crate::Result<CompiledGraph<ConsolidationReport>> {
         scope.checked()?;
+        let bad = |problem: String| MemoryError::BadOptions {
+            scope: scope.clone(),
+            problem,
+        };
         if self.max_items < 2 {
-            return Err(MemoryError::BadOptions {
-                scope: scope.clone(),
-                problem: format!("max_items is {}; merging needs at least 2", self.max_items),
-            }
-            .into());
+            let problem = format!("max_items is {}; merging needs at least 2", self.max_items);
+            return Err(bad(problem).into());
+        }
+        if let Some(name) = &self.memory_name
+            && (name.is_empty() || name.contains(':'))
+        {
+            let problem = format!("memory_name {name:?} must be non-empty and hold no `:`");
+            return Err(bad(problem).into());
         }
         let node = Merge {
             memory: Arc::new(memory.clone()),
@@ -191,8 +218,14 @@ impl Consolidation {
     }
 }
 
-fn thread(scope: &Scope) -> String {
-    format!("loomflow:memory:{}:{}", scope.kind(), scope.id())
+impl Consolidation {
+    /// The thread `scope`'s consolidations run on.
+    fn thread(&self, scope: &Scope) -> String {
+        match &self.memory_name {
+            Some(name) => format!("loomflow:memory:{name}:{}:{}", scope.kind(), scope.id()),
+            None => format!("loomflow:memory:{}:{}", scope.kind(), scope.id()),
+        }
+    }
 }
 
 fn report(outcome: RunOutcome<ConsolidationReport>) -> crate::Result<ConsolidationReport> {
