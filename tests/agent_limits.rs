@@ -758,9 +758,19 @@ async fn an_output_schema_named_as_a_later_tool_fails_the_run_naming_it() {
     };
     let clash = |result: loomflow::Result<RunResult>, name: &str| {
         // The model node failed with the agent's typed error, naming the schema.
-        let debug = format!("{:?}", result.unwrap_err());
+        let error = result.unwrap_err();
+        let debug = format!("{error:?}");
         let expected = format!("OutputNamedAsTool {{ agent: \"judge\", schema: {name:?} }}");
         assert!(debug.contains(&expected), "{debug}");
+        let said = format!(
+            "agent judge: output schema {name:?} has the name of one of the run's tools: name \
+             one or the other otherwise"
+        );
+        let mut source: Option<&dyn std::error::Error> = Some(&error);
+        while let Some(error) = source.filter(|e| e.to_string() != said) {
+            source = error.source();
+        }
+        assert!(source.is_some(), "{error}");
     };
     let model = Arc::new(ScriptedModel::new([ModelResponse::text("{}")]));
     let agent = Agent::builder("You judge.")

@@ -48,7 +48,8 @@ pub enum AgentError {
     /// the turn is asked for, for a schema or a tool that `build()` did not see (a run's own
     /// [`output`](super::AgentRun::output), a tool added since, a session's tool set).
     #[error(
-        "agent {agent}: output schema {schema:?} has the name of one of the run's tools:          name one or the other otherwise"
+        "agent {agent}: output schema {schema:?} has the name of one of the run's tools: \
+         name one or the other otherwise"
     )]
     OutputNamedAsTool {
         /// The agent.

@@ -130,18 +130,42 @@ impl AgentCore {
         2 * u64::from(self.max_turns) + u64::from(self.max_schema_retries) + 4
     }
 
-    /// The request of a model turn; `output` is the run's own output schema, if it has one.
+    /// The output schema a turn asks for: the run's own (`output`), or the agent's.
+    fn output_schema<'a>(&'a self, output: Option<&'a OutputSchema>) -> Option<&'a OutputSchema> {
+        output.or(self.output.as_ref().map(|o| &o.schema))
+    }
+
+    /// Checks that none of `tools` has the name of the output schema the turn asks for
+    /// (`output`, the run's own, or the agent's): its calls would be read as the answer.
     ///
     /// # Errors
     ///
-    /// [`AgentError::OutputNamedAsTool`] when one of `tools` has the output schema's name.
+    /// [`AgentError::OutputNamedAsTool`], naming the schema.
+    fn check_output_name(
+        &self,
+        output: Option<&OutputSchema>,
+        tools: &ToolHost,
+    ) -> Result<(), AgentError> {
+        match self.output_schema(output) {
+            Some(schema) if tools.get(&schema.name).is_some() => {
+                Err(AgentError::OutputNamedAsTool {
+                    agent: self.name.clone(),
+                    schema: schema.name.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The request of a model turn; `output` is the run's own output schema, if it has one
+    /// (checked with [`check_output_name`](Self::check_output_name)).
     fn request(
         &self,
         messages: &Transcript,
         recalled: Option<&str>,
         output: Option<&OutputSchema>,
         tools: &ToolHost,
-    ) -> Result<ModelRequest, AgentError> {
+    ) -> ModelRequest {
         let mut all = Transcript::new();
         all.push_shared(Arc::clone(&self.system));
         if let Some(recalled) = recalled.filter(|r| !r.is_empty()) {
@@ -149,18 +173,8 @@ impl AgentCore {
         }
         // Shared, not copied: a turn costs what it adds, not what the conversation holds.
         all.append_shared(messages);
-        let definitions = tools.definitions();
-        let schema = output.or(self.output.as_ref().map(|o| &o.schema));
-        if let Some(schema) = schema
-            && definitions.iter().any(|tool| tool.name == schema.name)
-        {
-            return Err(AgentError::OutputNamedAsTool {
-                agent: self.name.clone(),
-                schema: schema.name.clone(),
-            });
-        }
-        let mut request = ModelRequest::new(all).tools(definitions);
-        if let Some(schema) = schema {
+        let mut request = ModelRequest::new(all).tools(tools.definitions());
+        if let Some(schema) = self.output_schema(output) {
             request = output::ask_for(request, schema, self.model.supports_output_schema());
         }
         if let Some(t) = self.temperature {
@@ -169,7 +183,7 @@ impl AgentCore {
         if let Some(m) = self.max_tokens {
             request = request.max_tokens(m);
         }
-        Ok(request)
+        request
     }
 }
 
@@ -235,7 +249,15 @@ impl Agent {
 
     /// Adds a tool to the agent, replacing one of the same name. Every clone of the agent
     /// shares its tools, and runs going on see the tool from their next model turn.
+    ///
+    /// A tool named as the agent's output schema is added, and warned of: every turn that
+    /// offers it fails its run ([`AgentError::OutputNamedAsTool`]).
     pub fn add_tool(&self, tool: impl Tool) {
+        if let Some(output) = &self.core.output
+            && tool.spec().name == output.schema.name
+        {
+            tracing::warn!(agent = %self.core.name, tool = %output.schema.name, "a tool added with the name of the agent's output schema: the agent's turns fail while it has it");
+        }
         self.core.tools.update(|host| host.add(tool));
     }
 

@@ -134,6 +134,10 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     if state.stopped.is_some() {
         return Ok(());
     }
+    // A turn whose answer could not be told apart from a tool's calls fails before a memory
+    // search or a compaction's model call is paid for.
+    let tools = core.tools.for_session(ctx.thread());
+    core.check_output_name(state.output_schema.as_ref(), &tools)?;
     if state.turns >= state.max_turns.unwrap_or(core.max_turns) {
         return stop_before_answer(core, state, ctx, StopReason::MaxTurns).await;
     }
@@ -146,13 +150,12 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
     if let Some(cap) = core.budget.exceeded(state) {
         return stop_before_answer(core, state, ctx, StopReason::Budget(cap)).await;
     }
-    let tools = core.tools.for_session(ctx.thread());
     let request = core.request(
         &state.messages,
         state.recalled.as_deref(),
         state.output_schema.as_ref(),
         &tools,
-    )?;
+    );
     let user = state.user.as_deref();
     let ran = Ran::default();
     let response: ModelResponse = ctx
