@@ -116,6 +116,51 @@ async fn a_timed_wait_waited_again_after_a_store_failure_keeps_its_deadline() {
     );
 }
 
+/// So does one made again after its payload did not decode (the node takes the payload out
+/// as it is first): the wait again suspends until the first deadline, as the node run again
+/// from its start would, not a fresh hour after.
+#[tokio::test]
+async fn a_timed_wait_waited_again_after_a_bad_payload_keeps_its_deadline() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let graph = Graph::new("patient")
+        .node_fn("wait", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                for _ in 0..2 {
+                    let wait = ctx.wait_for_signal::<u32>("count").timeout(HOUR);
+                    match wait.or_suspend().await {
+                        Ok(got) => log.push(got.to_string()),
+                        Err(RunError::Signal(loomflow::SignalError::Payload { .. })) => {
+                            // Taken out as it is, and the wait made again.
+                            let bad: Option<serde_json::Value> = ctx.poll_signal("count").await?;
+                            log.push(format!("bad payload {}", bad.unwrap_or_default()));
+                            continue;
+                        }
+                        Err(other) => return Err(other.into()),
+                    }
+                    break;
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    let deadline = ms(start() + HOUR);
+    assert_eq!(out.interrupts()[0].wake_at_ms, Some(deadline), "{out:?}");
+
+    clock.advance(Duration::from_secs(1_800));
+    runtime.signal("t", "count", "not a number").await.unwrap();
+    let out = graph.recover(&runtime, "t").await.unwrap();
+    assert_eq!(
+        out.interrupts()[0].wake_at_ms,
+        Some(deadline),
+        "the wait made again keeps the first deadline: {out:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_suspended_sleep_keeps_its_time_and_recover_carries_it_on_once_due() {
     let clock = Arc::new(ManualClock::new(start()));

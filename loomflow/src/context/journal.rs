@@ -175,11 +175,9 @@ impl Context {
         }
     }
 
-    /// The occurrence number the last call named `name` in this node execution took, if
-    /// one did.
-    pub(super) fn last_occurrence(&self, name: &str) -> Option<u32> {
-        let control = self.control();
-        control.occurrences.get(name).and_then(|n| n.checked_sub(1))
+    /// The occurrence number the next call named `name` in this node execution takes.
+    pub(super) fn next_occurrence(&self, name: &str) -> u32 {
+        self.control().occurrences.get(name).copied().unwrap_or(0)
     }
 
     /// The journal key for the next call named `name` in this node execution.

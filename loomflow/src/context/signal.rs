@@ -14,7 +14,7 @@ use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::clock::{ClockWait, time_after, unix_ms};
 use crate::runtime::mailbox::{Entry, Scope};
-use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError, StoreError};
+use crate::runtime::{Interrupt, RuntimeError, SignalError, StoreError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -114,6 +114,9 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             // carried on later (by a worker at the deadline, or recovered after its execution
             // stopped half way), times out at the same moment.
             let deadline_name = format!("deadline:{name}");
+            // Its number, read before the step takes it (a wait beside it may take the next
+            // while this one's step waits on the store).
+            let deadline_taken = timeout.map(|_| ctx.next_occurrence(&deadline_name));
             let deadline_ms = match timeout {
                 Some(timeout) => Some(
                     ctx.step(&deadline_name, || async {
@@ -123,13 +126,26 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 ),
                 None => None,
             };
-            let deadline_taken = timeout.and(ctx.last_occurrence(&deadline_name));
             // Where a wait that timed out says so: a node running again for the same step
             // (resumed, recovered) times out again, whatever came after the deadline.
             let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
+            // A wait that fails and that the node makes again takes the same numbers, as the
+            // node does when it runs again (unless the run is another execution's now): the
+            // receipt's (given back where it fails), and its time-out's and deadline's.
+            let give_back_timing = |error: &RunError| {
+                if matches!(error, RunError::Store(StoreError::LeaseLost { .. })) {
+                    return;
+                }
+                if let Some(timeout_key) = &timeout_key {
+                    ctx.give_back(&format!("signal-timeout:{name}"), timeout_key);
+                }
+                if let Some(taken) = deadline_taken {
+                    ctx.give_back_number(&deadline_name, taken);
+                }
+            };
             // A node running again for the same step gets what it received before.
             if let Some((key, recorded)) = ctx.recorded_receipt(&key).await? {
-                return replayed(ctx, &name, &key, recorded);
+                return replayed(ctx, &name, &key, recorded).inspect_err(give_back_timing);
             }
             // Under a worker, a wait parks only briefly and then suspends the run.
             let grace = ctx.claim().park_grace();
@@ -144,26 +160,21 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             {
                 return Err(timed_out().into());
             }
-            let (receipt, named, deadline_name) = (&key, &name, &deadline_name);
-            let time_out = |timeout_key: Option<JournalKey>| async move {
-                if let Some(timeout_key) = timeout_key {
+            let (receipt, named) = (&key, &name);
+            let time_out = || async {
+                if let Some(timeout_key) = timeout_key.clone() {
                     let marked = serde_json::Value::Bool(true);
-                    let occurrence = timeout_key.clone();
                     let written = (ctx.claim())
                         .put_journal_audited(timeout_key, marked, Vec::new())
                         .await;
                     if let Err(error) = written {
-                        // A wait that catches the error and waits again takes the same
-                        // numbers, as the node does when it runs again (unless the run is
-                        // another execution's now): the same deadline, which has passed.
-                        if !matches!(error, StoreError::LeaseLost { .. }) {
+                        // The same deadline, too, which has passed.
+                        let error = RunError::from(error);
+                        if !matches!(error, RunError::Store(StoreError::LeaseLost { .. })) {
                             ctx.give_back(&format!("signal:{named}"), receipt);
-                            ctx.give_back(&format!("signal-timeout:{named}"), &occurrence);
-                            if let Some(taken) = deadline_taken {
-                                ctx.give_back_number(deadline_name, taken);
-                            }
                         }
-                        return Err(error.into());
+                        give_back_timing(&error);
+                        return Err(error);
                     }
                 }
                 Err::<T, RunError>(timed_out().into())
@@ -213,17 +224,18 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     match queued {
                         Some(received) if late(&received) => {
                             runtime.give_back(session, &name, received, scope);
-                            return time_out(timeout_key).await;
+                            return time_out().await;
                         }
                         Some(received) => {
-                            if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
+                            let accepted = accept(ctx, &name, received, &key, scope).await;
+                            if let Some(value) = accepted.inspect_err(give_back_timing)? {
                                 return Ok(value);
                             }
                             continue;
                         }
-                        None if last_look => return time_out(timeout_key).await,
+                        None if last_look => return time_out().await,
                         None if !must_suspend => {}
-                        None if left_ms == Some(0) => return time_out(timeout_key).await,
+                        None if left_ms == Some(0) => return time_out().await,
                         None => {
                             return Err(ctx.suspend_for_signal_with(
                                 &name,
@@ -273,15 +285,16 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         continue;
                     }
                     Err(RuntimeError::Signal(SignalError::Timeout { .. })) => {
-                        return time_out(timeout_key).await;
+                        return time_out().await;
                     }
                     Err(error) => return Err(error.into()),
                 };
                 if late(&received) {
                     runtime.give_back(session, &name, received, scope);
-                    return time_out(timeout_key).await;
+                    return time_out().await;
                 }
-                if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
+                let accepted = accept(ctx, &name, received, &key, scope).await;
+                if let Some(value) = accepted.inspect_err(give_back_timing)? {
                     return Ok(value);
                 }
             }
