@@ -106,14 +106,13 @@ impl Consolidation {
     }
 
     /// Names the memory consolidated, for the run's thread:
-    /// `loomflow:memory:<name>:<kind>:<id>` instead of `loomflow:memory:<kind>:<id>`.
+    /// `loomflow:memory@<name>:<kind>:<id>` instead of `loomflow:memory:<kind>:<id>`.
     ///
     /// Two memories consolidated on one runtime (say a memory per tenant) need a name
     /// each: unnamed, a scope of one and the same scope of the other share a thread, so
     /// that the second's consolidation waits for the first's, and a `recover` with one
     /// carries on the other's run, replaying its journaled answer into the wrong memory. A
-    /// name holding `:` is refused (it could name another memory's scope); so is an empty
-    /// one.
+    /// name that is empty or holds `:` (it could read as a scope) or a NUL is refused.
     #[must_use]
     pub fn memory_name(mut self, name: impl Into<String>) -> Self {
         self.memory_name = Some(name.into());
@@ -201,9 +200,9 @@ impl Consolidation {
             return Err(bad(problem).into());
         }
         if let Some(name) = &self.memory_name
-            && (name.is_empty() || name.contains(':'))
+            && (name.is_empty() || name.contains([':', '\0']))
         {
-            let problem = format!("memory_name {name:?} must be non-empty and hold no `:`");
+            let problem = format!("memory_name {name:?} must be non-empty and hold no `:` or NUL");
             return Err(bad(problem).into());
         }
         let node = Merge {
@@ -222,7 +221,8 @@ impl Consolidation {
     /// The thread `scope`'s consolidations run on.
     fn thread(&self, scope: &Scope) -> String {
         match &self.memory_name {
-            Some(name) => format!("loomflow:memory:{name}:{}:{}", scope.kind(), scope.id()),
+            // `@`, not `:`, after `memory`: no unnamed memory's scope reads the same.
+            Some(name) => format!("loomflow:memory@{name}:{}:{}", scope.kind(), scope.id()),
             None => format!("loomflow:memory:{}:{}", scope.kind(), scope.id()),
         }
     }
