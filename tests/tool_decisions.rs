@@ -160,6 +160,41 @@ async fn one_decision_lets_one_of_two_waiting_approvers_go_on() {
     assert_eq!(paid.count(), 1, "{outcomes:?}");
 }
 
+/// A decision over the payload limit is refused, naming its size, and the call waits on for
+/// one that fits: an approval's decision counts against the limit whole (loomflow's own
+/// signals are checked by their sender, not by the mailbox).
+#[tokio::test]
+async fn a_decision_over_the_payload_limit_is_refused() {
+    let limit = loomflow::runtime::MailboxConfig::default().max_payload_bytes(64);
+    let runtime = Runtime::builder().signals(limit).build();
+    let host = ToolHost::new()
+        .with(pay)
+        .approval_handler(SignalApprover::new().timeout(Duration::from_secs(20)));
+    let asking = {
+        let (host, runtime) = (host.clone(), runtime.clone());
+        tokio::spawn(async move { pay_as_call_0(&host, &runtime, 7).await })
+    };
+    while runtime.pending_approvals("s").await.unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let too_long = ApprovalDecision::deny("x".repeat(200));
+    let refused = runtime.decide_approval("s", "call_0", too_long).await;
+    assert!(
+        matches!(
+            refused,
+            Err(loomflow::Error::Signal(
+                loomflow::SignalError::PayloadTooLarge { limit: 64, .. }
+            ))
+        ),
+        "{refused:?}"
+    );
+    runtime
+        .decide_approval("s", "call_0", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    assert_eq!(asking.await.unwrap().content, "paid 7");
+}
+
 fn refused_as_not_pending(decided: &loomflow::Result<()>) -> bool {
     matches!(
         decided,
