@@ -45,15 +45,24 @@ impl fmt::Debug for Endpoint {
 /// The URL of `path` under `base`: the path goes after the base's own path, before its
 /// query (`https://gw/v1?api-version=1` takes `chat/completions` as
 /// `https://gw/v1/chat/completions?api-version=1`, for gateways that want one). A base
-/// whose path ends in `path` already (the whole endpoint, pasted from a provider's page) is
-/// that URL: the path is not added twice.
+/// whose path ends in `path` already (the whole endpoint, pasted from a provider's page,
+/// in any case, after any number of slashes) is that URL: the path is not added twice.
 #[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 pub(crate) fn under(base: &str, path: &str) -> String {
     let (head, rest) = base.split_at(base.find(['?', '#']).unwrap_or(base.len()));
     let head = head.trim_end_matches('/');
     let whole = head
-        .strip_suffix(path)
-        .is_some_and(|before| before.ends_with('/') && !before.ends_with("//"));
+        .len()
+        .checked_sub(path.len())
+        .filter(|&at| head.is_char_boundary(at))
+        .is_some_and(|at| {
+            let (before, end) = head.split_at(at);
+            // Not a host that happens to be named so (`https://v1/messages`).
+            let authority_and_path = before.split_once("://").map_or(before, |(_, r)| r);
+            end.eq_ignore_ascii_case(path)
+                && before.ends_with('/')
+                && !authority_and_path.trim_end_matches('/').is_empty()
+        });
     match whole {
         true => format!("{head}{rest}"),
         false => format!("{head}/{path}{rest}"),
@@ -199,6 +208,14 @@ mod tests {
             under("https://v1/messages", "v1/messages"),
             "https://v1/messages/v1/messages"
         );
+        // Pasted with a doubled slash, or in capitals: the whole endpoint all the same.
+        for base in ["https://gw//v1/messages", "https://gw/V1/Messages/"] {
+            assert_eq!(
+                under(base, "v1/messages"),
+                base.trim_end_matches('/'),
+                "{base}"
+            );
+        }
     }
 }
 
