@@ -66,6 +66,29 @@ fn approval() -> CompiledGraph<Vec<String>> {
         .unwrap()
 }
 
+/// A node sleeping in memory says so on the run's stream, with when it wakes, as a node
+/// waiting for a signal does; then it wakes when the clock gets there.
+#[tokio::test]
+async fn a_sleep_in_memory_is_on_the_stream_with_its_wake_time() {
+    use futures_util::StreamExt;
+    let clock = Arc::new(ManualClock::new(start()));
+    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
+    let mut stream = reminder(false).stream(&runtime, "t", Vec::new());
+    let wake_at_ms = loop {
+        let event = stream.next().await.expect("a sleep event before the end");
+        if let loomflow::EventKind::Sleep { wake_at_ms } = event.kind {
+            assert_eq!(event.node.as_deref(), Some("wait"));
+            break wake_at_ms;
+        }
+    };
+    assert_eq!(wake_at_ms, ms(start() + HOUR));
+    clock.advance(HOUR);
+    assert_eq!(
+        stream.outcome().await.unwrap().completed().unwrap(),
+        ["woke"]
+    );
+}
+
 /// A timed wait whose time-out could not be recorded (the store failed) and that the node
 /// waits again keeps its deadline: the wait again times out at once, as it would in the node
 /// run again from its start, rather than waiting a fresh hour.

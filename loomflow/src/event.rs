@@ -59,6 +59,12 @@ pub enum EventKind {
         /// The wait's timeout, if any, in milliseconds.
         timeout_ms: Option<u64>,
     },
+    /// A node is sleeping in memory ([`Context::sleep`](crate::Context::sleep) without
+    /// `or_suspend`, or one short enough to sleep through under a worker) until a time.
+    Sleep {
+        /// When it wakes, in milliseconds since the Unix epoch, by the runtime's clock.
+        wake_at_ms: u64,
+    },
     /// The run completed.
     Done,
     /// The run failed.

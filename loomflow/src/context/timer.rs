@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use crate::runtime::clock::{ClockWait, time_after, unix_ms};
 
 use super::Context;
+use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::Interrupt;
 
@@ -72,6 +73,8 @@ impl<'a> IntoFuture for Sleep<'a> {
             if self.suspend || grace.is_some_and(|grace| left > grace) {
                 return Err(ctx.suspend_for_timer(wake_at_ms));
             }
+            ctx.run
+                .emit(ctx.step, Some(&ctx.node), EventKind::Sleep { wake_at_ms });
             // By the runtime's clock, which a test's `ManualClock` moves ahead.
             let wait = ClockWait::new(runtime.clock(), wake_at_ms);
             loop {

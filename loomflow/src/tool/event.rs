@@ -160,7 +160,8 @@ pub enum AgentEvent {
 
 impl AgentEvent {
     /// An event of a graph run's stream as an agent event: what a backend reported, or the
-    /// run's own moments. `None` for a superstep's end, which agents do not report.
+    /// run's own moments. `None` for a superstep's end and a node's sleep, which agents do not
+    /// report.
     pub fn from_event(event: &Event) -> Option<Self> {
         let node = || event.node.clone().unwrap_or_default();
         Some(match &event.kind {
@@ -182,7 +183,7 @@ impl AgentEvent {
             EventKind::Error { message } => Self::Failed {
                 message: message.clone(),
             },
-            EventKind::Step { .. } => return None,
+            EventKind::Step { .. } | EventKind::Sleep { .. } => return None,
         })
     }
 
