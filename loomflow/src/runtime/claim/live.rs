@@ -235,6 +235,16 @@ struct CancelLooks {
     /// The claims whose rows are still to be read since the store last changed, in the order
     /// they became due: one that keeps its place is read before those due after it.
     due: VecDeque<usize>,
+    /// A read a beat cut short, going on in a task of its own: the next look waits for it
+    /// rather than reading again. Dropped half way, a query would hand its connection back
+    /// to the pool (PostgreSQL's) with its answer still to come.
+    reading: Option<Reading>,
+}
+
+/// A look's read of the runs' rows, and the claims it reads.
+struct Reading {
+    task: tokio::task::JoinHandle<bool>,
+    claims: HashSet<usize>,
 }
 
 impl CancelLooks {
@@ -242,6 +252,7 @@ impl CancelLooks {
     /// (the look is a cheap probe), a few at a time. A store that cannot tell leaves it to
     /// the beats.
     async fn look(&mut self, claims: &[Arc<ClaimInner>]) {
+        self.finish_reading().await;
         let Some(first) = claims.first() else { return };
         let change = first.store.change_counter();
         if change.is_none() {
@@ -268,11 +279,28 @@ impl CancelLooks {
             .filter(|claim| !claim.cancel.load(Ordering::Acquire))
             .take(ROWS_A_READ)
             .collect();
-        // Only once read: a look given up half way (for a beat), or whose read failed,
-        // leaves them due.
-        if pick_up_cancels(&read).await {
-            let done: HashSet<usize> = read.iter().map(|claim| address(claim)).collect();
-            self.due.retain(|claim| !done.contains(claim));
+        if read.is_empty() {
+            return;
+        }
+        self.reading = Some(Reading {
+            task: tokio::spawn(read_cancels(&read)),
+            claims: read.iter().map(|claim| address(claim)).collect(),
+        });
+        self.finish_reading().await;
+    }
+
+    /// Waits for the read on its way, if any. Only once read are its claims no longer due:
+    /// a read that failed leaves them due.
+    async fn finish_reading(&mut self) {
+        let Some(reading) = &mut self.reading else {
+            return;
+        };
+        // Waited for through a reference: a look given up here (for a beat) leaves it going.
+        let read = (&mut reading.task).await.unwrap_or(false);
+        if let Some(reading) = self.reading.take()
+            && read
+        {
+            self.due.retain(|claim| !reading.claims.contains(claim));
         }
     }
 }
@@ -284,14 +312,9 @@ fn address(claim: &Arc<ClaimInner>) -> usize {
 
 /// Flags those of `claims` whose run's row asks them to stop, read in one query: a cancel
 /// asked for from another process reaches its run here. Says whether the rows could be
-/// read.
-async fn pick_up_cancels(claims: &[&Arc<ClaimInner>]) -> bool {
-    read_cancels(claims).await
-}
-
-/// [`pick_up_cancels`]'s read, owning what it needs (a task of its own may run it): it holds
-/// the claims by weak references, so that a run dropped while the read waits lets go rather
-/// than being renewed meanwhile.
+/// read. Owns what it needs (a task of its own runs it): it holds the claims by weak
+/// references, so that a run dropped while the read waits lets go rather than being
+/// renewed meanwhile.
 fn read_cancels(claims: &[&Arc<ClaimInner>]) -> impl Future<Output = bool> + Send + 'static {
     let store = claims.first().map(|claim| Arc::clone(&claim.store));
     let threads: Vec<Arc<str>> = claims
