@@ -325,3 +325,51 @@ async fn a_node_and_a_tool_named_by_a_macros_caller_run() {
     let out = host.dispatch(&[call], context).await.unwrap().remove(0);
     assert_eq!(out.content, "4");
 }
+
+/// The context under another name (an import renamed, an alias), and written by a
+/// `macro_rules!` with its own hygiene: the node takes it all the same, and runs with it.
+mod renamed_context {
+    use loomflow::Context as FlowContext;
+    use loomflow::prelude::*;
+
+    type Ctx = loomflow::Context;
+
+    #[derive(Clone, Default, Serialize, Deserialize)]
+    pub(super) struct Seen {
+        pub(super) names: Vec<String>,
+    }
+
+    #[node]
+    pub(super) async fn renamed(seen: &mut Seen, ctx: &FlowContext) {
+        seen.names.push(ctx.node().to_owned());
+    }
+
+    macro_rules! aliased_node {
+        ($node:ident) => {
+            #[node]
+            pub(super) async fn $node(seen: &mut Seen, ctx: &Ctx) {
+                seen.names.push(ctx.thread().to_owned());
+            }
+        };
+    }
+
+    aliased_node!(aliased);
+}
+
+#[tokio::test]
+async fn a_node_takes_its_context_under_another_name() {
+    use renamed_context::{Seen, aliased, renamed};
+    let graph = Graph::new("renamed")
+        .node(renamed)
+        .node(aliased)
+        .edge(START, "renamed")
+        .edge("renamed", "aliased")
+        .edge("aliased", END)
+        .compile()
+        .unwrap();
+    let done = graph
+        .invoke(&Runtime::in_memory(), "t-7", Seen::default())
+        .await
+        .unwrap();
+    assert_eq!(done.completed().unwrap().names, ["renamed", "t-7"]);
+}

@@ -23,8 +23,9 @@ pub(crate) fn expand(model: &NodeModel) -> TokenStream {
     };
     // The generated bindings carry a prefix: a plain `state`, `ctx` or `output` could not be
     // bound where a node or tool of that name (a static, see `unit_value`) is in scope.
-    let call = if model.takes_context {
-        quote!(#ident::call(__loomflow_state, __loomflow_ctx))
+    let call = if let Some(context_ty) = &model.context_ty {
+        let ctx = context_check(&krate, context_ty);
+        quote!(#ident::call(__loomflow_state, #ctx))
     } else {
         quote!({
             let _ = __loomflow_ctx;
@@ -142,6 +143,27 @@ fn state_check(krate: &TokenStream, state_ty: &syn::Type) -> TokenStream {
         fn __loomflow_state_check() {
             fn __loomflow_assert_state<S: #krate::State>() {}
             #assert;
+        }
+    }
+}
+
+/// The context, handed over through a function spanned at the user's `&T`: a `T` that is
+/// not `Context` under any name (an import renamed, an alias) is reported there as the
+/// type mismatch it is, and one that is, whatever it is called, compiles.
+fn context_check(krate: &TokenStream, context_ty: &syn::Type) -> TokenStream {
+    let span = context_ty.span();
+    let krate = respan(krate, span);
+    // The binding put in as a token made here: spelled inside `quote_spanned!`, it would
+    // take the type's span, which a `macro_rules!` that wrote the fn gives its own hygiene.
+    let ctx = format_ident!("__loomflow_ctx");
+    quote_spanned! {span=>
+        {
+            fn __loomflow_as_context(
+                __loomflow_context: &#krate::Context,
+            ) -> &#context_ty {
+                __loomflow_context
+            }
+            __loomflow_as_context(#ctx)
         }
     }
 }

@@ -14,7 +14,10 @@ pub(crate) struct NodeModel {
     pub(crate) name: String,
     pub(crate) description: Option<String>,
     pub(crate) state_ty: Type,
-    pub(crate) takes_context: bool,
+    /// The type behind the second parameter's `&`, when the function takes the context:
+    /// `Context`, or whatever the user calls it (a renamed import, an alias); the generated
+    /// code checks that it is `Context`, at the user's type.
+    pub(crate) context_ty: Option<Type>,
     /// Diagram markers found in the body (calls that wait for the outside world).
     pub(crate) markers: Vec<&'static str>,
     /// Where errors about the return type point.
@@ -55,7 +58,7 @@ impl NodeModel {
         }
 
         let mut state_ty = None;
-        let mut takes_context = false;
+        let mut context_ty = None;
         let mut typed_index = 0;
         for input in &sig.inputs {
             match input {
@@ -77,12 +80,14 @@ impl NodeModel {
                         other,
                         "the first parameter of a #[node] function must be the state, as `&mut S`",
                     ),
-                    (1, Type::Reference(r)) if r.mutability.is_none() && names_context(&r.elem) => {
-                        takes_context = true;
+                    // Taken by its place, whatever its type is called: the generated code
+                    // checks that it is `Context` (see `expand::context_check`).
+                    (1, Type::Reference(r)) if r.mutability.is_none() => {
+                        context_ty = Some((*r.elem).clone());
                     }
                     (1, other) => errors.push_spanned(
                         other,
-                        "the second parameter of a #[node] function must be `&Context` (matched by that name: write `&Context` or `&loomflow::Context`, not a renamed import)",
+                        "the second parameter of a #[node] function must be `&Context`",
                     ),
                     (_, other) => errors.push_spanned(
                         other,
@@ -121,7 +126,7 @@ impl NodeModel {
             description: doc_text(&func.attrs),
             markers: markers(&func.block),
             state_ty,
-            takes_context,
+            context_ty,
             output_span: match &func.sig.output {
                 syn::ReturnType::Default => func.sig.ident.span(),
                 syn::ReturnType::Type(_, ty) => ty.span(),
@@ -173,16 +178,4 @@ fn markers(block: &syn::Block) -> Vec<&'static str> {
     let mut found = Vec::new();
     scan(block.to_token_stream(), &mut found);
     found
-}
-
-/// Whether `ty` is `Context` (any path ending in it, as `loomflow::Context`).
-fn names_context(ty: &Type) -> bool {
-    match crate::common::ungrouped(ty) {
-        Type::Path(path) => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| s.ident == "Context" && s.arguments.is_none()),
-        _ => false,
-    }
 }

@@ -17,6 +17,7 @@ async fn too_many(state: &mut u32, ctx: &Context, extra: u8) {
 
 struct Config;
 
+/// Not the context: reported at the type, as the mismatch it is.
 #[node]
 async fn not_a_context(state: &mut u32, config: &Config) {
     let _ = (state, config);
@@ -24,13 +25,5 @@ async fn not_a_context(state: &mut u32, config: &Config) {
 
 #[node]
 async fn nothing() {}
-
-use loomflow::Context as FlowContext;
-
-/// The context under another name: the message says the name is matched as written.
-#[node]
-async fn renamed(state: &mut u32, ctx: &FlowContext) {
-    let _ = (state, ctx);
-}
 
 fn main() {}
