@@ -184,6 +184,54 @@ async fn a_timed_wait_waited_again_after_a_bad_payload_keeps_its_deadline() {
     );
 }
 
+/// So does one made again after a read of the store failed in passing (the node caught it
+/// and waited again): it suspends until the first deadline, not a fresh hour after.
+#[tokio::test]
+async fn a_timed_wait_waited_again_after_a_failed_read_keeps_its_deadline() {
+    let db = loomflow_tests::TempDb::new("timed-wait-failed-read");
+    let clock = Arc::new(ManualClock::new(start()));
+    let (store, faults) =
+        faulty_store::FaultyStore::new(loomflow::runtime::SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder()
+        .store(store)
+        .clock(Arc::clone(&clock))
+        .build();
+    let graph = Graph::new("patient")
+        .node_fn("wait", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                for _ in 0..2 {
+                    let wait = ctx.wait_for_signal::<String>("go").timeout(HOUR);
+                    match wait.or_suspend().await {
+                        Ok(got) => log.push(got),
+                        Err(suspended @ RunError::Suspended { .. }) => return Err(suspended.into()),
+                        Err(other) => {
+                            log.push(format!("failed: {other}"));
+                            continue;
+                        }
+                    }
+                    break;
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    let deadline = ms(start() + HOUR);
+    assert_eq!(out.interrupts()[0].wake_at_ms, Some(deadline), "{out:?}");
+
+    clock.advance(Duration::from_secs(1_800));
+    faults.fail_next_oldest_read();
+    let out = graph.recover(&runtime, "t").await.unwrap();
+    assert_eq!(
+        out.interrupts()[0].wake_at_ms,
+        Some(deadline),
+        "the wait made again keeps the first deadline: {out:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_suspended_sleep_keeps_its_time_and_recover_carries_it_on_once_due() {
     let clock = Arc::new(ManualClock::new(start()));

@@ -87,6 +87,9 @@ pub(crate) struct Faults {
     /// The next `oldest_signal` reads the row, says so on the first sender, and returns it
     /// only when the second channel fires (or is dropped).
     held_oldest: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    /// While set, the next read of a session's oldest kept signal fails with
+    /// [`StoreError::Read`].
+    fail_oldest: AtomicBool,
 }
 
 impl Faults {
@@ -97,6 +100,12 @@ impl Faults {
         let (go_tx, go_rx) = oneshot::channel();
         *self.held_oldest.lock().unwrap() = Some((read_tx, go_rx));
         (read_rx, go_tx)
+    }
+
+    /// Makes the next read of a session's oldest kept signal fail, as a read on a dropped
+    /// connection does.
+    pub(crate) fn fail_next_oldest_read(&self) {
+        self.fail_oldest.store(true, Ordering::SeqCst);
     }
 
     /// Holds back the return of the next signal push, after its row is stored: the receiver
@@ -504,6 +513,12 @@ impl<S: Store> Store for FaultyStore<S> {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredSignal>, StoreError>> {
         self.faults.kept_signal_reads.fetch_add(1, Ordering::SeqCst);
+        if self.faults.fail_oldest.swap(false, Ordering::SeqCst) {
+            return Box::pin(std::future::ready(Err(StoreError::Read {
+                thread: session.to_owned(),
+                message: "the connection was reset".to_owned(),
+            })));
+        }
         let held = self.faults.held_oldest.lock().unwrap().take();
         Box::pin(async move {
             let read = self.inner.oldest_signal(session, name).await;

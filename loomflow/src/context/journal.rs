@@ -175,6 +175,24 @@ impl Context {
         }
     }
 
+    /// Gives back numbers taken together (a wait's receipt, time-out and deadline), all or
+    /// none: each name's counter must stand at its number taken, plus one, or at the number
+    /// (given back already); a later call of any of them since keeps them all.
+    pub(super) fn give_back_together(&self, taken: &[(String, u32)]) {
+        let mut control = self.control();
+        let untouched = taken.iter().all(|(name, occurrence)| {
+            (control.occurrences.get(name))
+                .is_some_and(|&n| n == *occurrence || n == occurrence + 1)
+        });
+        if untouched {
+            for (name, occurrence) in taken {
+                if let Some(counter) = control.occurrences.get_mut(name) {
+                    *counter = *occurrence;
+                }
+            }
+        }
+    }
+
     /// The occurrence number the next call named `name` in this node execution takes.
     pub(super) fn next_occurrence(&self, name: &str) -> u32 {
         self.control().occurrences.get(name).copied().unwrap_or(0)

@@ -110,194 +110,194 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             // each wait of a node running again for the same step finds its own entries (they
             // are numbered by occurrence of their name within the node).
             let key = ctx.receipt_key(&format!("signal:{name}"));
-            // A timed wait keeps its deadline in the journal, by the runtime's clock: the run,
-            // carried on later (by a worker at the deadline, or recovered after its execution
-            // stopped half way), times out at the same moment.
-            let deadline_name = format!("deadline:{name}");
-            // Its number, read before the step takes it (a wait beside it may take the next
-            // while this one's step waits on the store).
-            let deadline_taken = timeout.map(|_| ctx.next_occurrence(&deadline_name));
-            let deadline_ms = match timeout {
-                Some(timeout) => Some(
-                    ctx.step(&deadline_name, || async {
-                        Ok::<_, RunError>(unix_ms(time_after(runtime.now(), timeout)))
-                    })
-                    .await?,
-                ),
-                None => None,
-            };
             // Where a wait that timed out says so: a node running again for the same step
             // (resumed, recovered) times out again, whatever came after the deadline.
-            let timeout_key = timeout.map(|_| ctx.journal_key(&format!("signal-timeout:{name}")));
-            // A wait that fails and that the node makes again takes the same numbers, as the
-            // node does when it runs again (unless the run is another execution's now): the
-            // receipt's (given back where it fails), and its time-out's and deadline's.
-            let give_back_timing = |error: &RunError| {
-                if matches!(error, RunError::Store(StoreError::LeaseLost { .. })) {
-                    return;
-                }
-                if let Some(timeout_key) = &timeout_key {
-                    ctx.give_back(&format!("signal-timeout:{name}"), timeout_key);
-                }
-                if let Some(taken) = deadline_taken {
-                    ctx.give_back_number(&deadline_name, taken);
-                }
-            };
-            // A node running again for the same step gets what it received before.
-            if let Some((key, recorded)) = ctx.recorded_receipt(&key).await? {
-                return replayed(ctx, &name, &key, recorded).inspect_err(give_back_timing);
-            }
-            // Under a worker, a wait parks only briefly and then suspends the run.
-            let grace = ctx.claim().park_grace();
-            let durable = suspend || grace.is_some();
-            let timed_out = || SignalError::Timeout {
-                session: session.to_owned(),
-                name: name.clone(),
-                timeout: timeout.unwrap_or_default(),
-            };
-            if let Some(key) = &timeout_key
-                && runtime.store().get_journal(key).await?.is_some()
-            {
-                return Err(timed_out().into());
-            }
-            let (receipt, named) = (&key, &name);
-            let time_out = || async {
-                if let Some(timeout_key) = timeout_key.clone() {
-                    let marked = serde_json::Value::Bool(true);
-                    let written = (ctx.claim())
-                        .put_journal_audited(timeout_key, marked, Vec::new())
-                        .await;
-                    if let Err(error) = written {
-                        // The same deadline, too, which has passed.
-                        let error = RunError::from(error);
-                        if !matches!(error, RunError::Store(StoreError::LeaseLost { .. })) {
-                            ctx.give_back(&format!("signal:{named}"), receipt);
-                        }
-                        give_back_timing(&error);
-                        return Err(error);
-                    }
-                }
-                Err::<T, RunError>(timed_out().into())
-            };
-            // Sent after the deadline, once it has passed here: a wait carried on late (its
-            // worker was down or busy) ends as it would have at the deadline, and the signal
-            // stays queued for whoever waits next. Signals are stamped by the sending
-            // runtime's clock, the deadline by this one's: one clock in production, and the
-            // same `ManualClock` in a test. Before the deadline passes here, whatever comes
-            // is in time, whatever the sender's clock said.
-            let late = |received: &Entry| {
-                deadline_ms.is_some_and(|deadline| {
-                    received.sent_at_ms > deadline && unix_ms(runtime.now()) >= deadline
-                })
-            };
-            let mut announced = false;
-            let store_keeps = runtime.store().is_durable();
-            // Whether the deadline passed and this is the look at the store that follows.
-            let mut last_look = false;
-            // The deadline, by the runtime's clock (which a test's `ManualClock` moves ahead)
-            // or by the real time it had left, whichever comes first.
-            let clock = runtime.clock();
-            let until = deadline_ms.map(|deadline| ClockWait::new(clock, deadline));
-            // Each pass takes the next payload; one that another process consumed first
-            // (it was in this mailbox too) is dropped, and the wait goes on.
-            loop {
-                // What is left of the deadline.
-                let left = until.as_ref().map(|until| until.left(clock));
-                let left_ms = left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
-                let park = match (suspend, grace) {
-                    (true, _) => None,
-                    (false, Some(grace)) => Some(left.map_or(grace, |left| grace.min(left))),
-                    (false, None) => until.as_ref().map(|until| until.nap(clock)),
+            let timeout_name = format!("signal-timeout:{name}");
+            let timeout_key = timeout.map(|_| ctx.journal_key(&timeout_name));
+            // A timed wait keeps its deadline in the journal, by the runtime's clock: the run,
+            // carried on later (by a worker at the deadline, or recovered after its execution
+            // stopped half way), times out at the same moment. Its number is read before the
+            // step takes it (a wait beside it may take the next while the step waits).
+            let deadline_name = format!("deadline:{name}");
+            let deadline_taken = timeout.map(|_| ctx.next_occurrence(&deadline_name));
+            let waited: Result<T> = async {
+                let deadline_ms = match timeout {
+                    Some(timeout) => Some(
+                        ctx.step(&deadline_name, || async {
+                            Ok::<_, RunError>(unix_ms(time_after(runtime.now(), timeout)))
+                        })
+                        .await?,
+                    ),
+                    None => None,
                 };
-                let must_suspend = durable && park.is_none_or(|p| p.is_zero());
-                // A durable store may keep a signal for this run that the pending bounds
-                // dropped from this process's memory: every pass looks there too before it
-                // waits, oldest first (FIFO per session and name), not only one about to
-                // suspend.
-                if must_suspend || store_keeps {
-                    let queued = match runtime.receive_now(session, &name, scope).await? {
-                        Some(received) => {
-                            (runtime.older_stored_first(session, &name, received, scope)).await?
-                        }
-                        None => runtime.receive_stored(session, &name).await?,
+                // A node running again for the same step gets what it received before.
+                if let Some((key, recorded)) = ctx.recorded_receipt(&key).await? {
+                    return replayed(ctx, &name, &key, recorded);
+                }
+                // Under a worker, a wait parks only briefly and then suspends the run.
+                let grace = ctx.claim().park_grace();
+                let durable = suspend || grace.is_some();
+                let timed_out = || SignalError::Timeout {
+                    session: session.to_owned(),
+                    name: name.clone(),
+                    timeout: timeout.unwrap_or_default(),
+                };
+                if let Some(key) = &timeout_key
+                    && runtime.store().get_journal(key).await?.is_some()
+                {
+                    return Err(timed_out().into());
+                }
+                let time_out = || async {
+                    if let Some(timeout_key) = timeout_key.clone() {
+                        let marked = serde_json::Value::Bool(true);
+                        let written = (ctx.claim())
+                            .put_journal_audited(timeout_key, marked, Vec::new())
+                            .await;
+                        written?;
+                    }
+                    Err::<T, RunError>(timed_out().into())
+                };
+                // Sent after the deadline, once it has passed here: a wait carried on late (its
+                // worker was down or busy) ends as it would have at the deadline, and the signal
+                // stays queued for whoever waits next. Signals are stamped by the sending
+                // runtime's clock, the deadline by this one's: one clock in production, and the
+                // same `ManualClock` in a test. Before the deadline passes here, whatever comes
+                // is in time, whatever the sender's clock said.
+                let late = |received: &Entry| {
+                    deadline_ms.is_some_and(|deadline| {
+                        received.sent_at_ms > deadline && unix_ms(runtime.now()) >= deadline
+                    })
+                };
+                let mut announced = false;
+                let store_keeps = runtime.store().is_durable();
+                // Whether the deadline passed and this is the look at the store that follows.
+                let mut last_look = false;
+                // The deadline, by the runtime's clock (which a test's `ManualClock` moves ahead)
+                // or by the real time it had left, whichever comes first.
+                let clock = runtime.clock();
+                let until = deadline_ms.map(|deadline| ClockWait::new(clock, deadline));
+                // Each pass takes the next payload; one that another process consumed first
+                // (it was in this mailbox too) is dropped, and the wait goes on.
+                loop {
+                    // What is left of the deadline.
+                    let left = until.as_ref().map(|until| until.left(clock));
+                    let left_ms =
+                        left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+                    let park = match (suspend, grace) {
+                        (true, _) => None,
+                        (false, Some(grace)) => Some(left.map_or(grace, |left| grace.min(left))),
+                        (false, None) => until.as_ref().map(|until| until.nap(clock)),
                     };
-                    match queued {
-                        Some(received) if late(&received) => {
-                            runtime.give_back(session, &name, received, scope);
-                            return time_out().await;
-                        }
-                        Some(received) => {
-                            let accepted = accept(ctx, &name, received, &key, scope).await;
-                            if let Some(value) = accepted.inspect_err(give_back_timing)? {
-                                return Ok(value);
+                    let must_suspend = durable && park.is_none_or(|p| p.is_zero());
+                    // A durable store may keep a signal for this run that the pending bounds
+                    // dropped from this process's memory: every pass looks there too before it
+                    // waits, oldest first (FIFO per session and name), not only one about to
+                    // suspend.
+                    if must_suspend || store_keeps {
+                        let queued = match runtime.receive_now(session, &name, scope).await? {
+                            Some(received) => {
+                                (runtime.older_stored_first(session, &name, received, scope))
+                                    .await?
                             }
+                            None => runtime.receive_stored(session, &name).await?,
+                        };
+                        match queued {
+                            Some(received) if late(&received) => {
+                                runtime.give_back(session, &name, received, scope);
+                                return time_out().await;
+                            }
+                            Some(received) => {
+                                if let Some(value) =
+                                    accept(ctx, &name, received, &key, scope).await?
+                                {
+                                    return Ok(value);
+                                }
+                                continue;
+                            }
+                            None if last_look => return time_out().await,
+                            None if !must_suspend => {}
+                            None if left_ms == Some(0) => return time_out().await,
+                            None => {
+                                return Err(ctx.suspend_for_signal_with(
+                                    &name,
+                                    key.occurrence,
+                                    details.take(),
+                                    deadline_ms,
+                                ));
+                            }
+                        }
+                    }
+                    // Registered first, so that whoever sees the event finds the waiter in line.
+                    let wait = runtime.start_wait(session, &name, park, scope).await?;
+                    if !announced {
+                        announced = true;
+                        ctx.run.emit(
+                            ctx.step,
+                            Some(&ctx.node),
+                            EventKind::Wait {
+                                signal: name.clone(),
+                                timeout_ms: timeout
+                                    .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                            },
+                        );
+                    }
+                    let finished = ctx.claim().unless_cancelled(runtime.finish_wait(wait));
+                    let received = match finished.await? {
+                        Ok(received) => received,
+                        // The grace is over: look once more, then suspend (or time out).
+                        Err(RuntimeError::Signal(SignalError::Timeout { .. })) if durable => {
+                            suspend = true;
                             continue;
                         }
-                        None if last_look => return time_out().await,
-                        None if !must_suspend => {}
-                        None if left_ms == Some(0) => return time_out().await,
-                        None => {
-                            return Err(ctx.suspend_for_signal_with(
-                                &name,
-                                key.occurrence,
-                                details.take(),
-                                deadline_ms,
-                            ));
+                        // A nap of a clock's tick, the deadline not there yet.
+                        Err(RuntimeError::Signal(SignalError::Timeout { .. }))
+                            if until
+                                .as_ref()
+                                .is_some_and(|until| !until.left(clock).is_zero()) =>
+                        {
+                            continue;
                         }
-                    }
-                }
-                // Registered first, so that whoever sees the event finds the waiter in line.
-                let wait = runtime.start_wait(session, &name, park, scope).await?;
-                if !announced {
-                    announced = true;
-                    ctx.run.emit(
-                        ctx.step,
-                        Some(&ctx.node),
-                        EventKind::Wait {
-                            signal: name.clone(),
-                            timeout_ms: timeout
-                                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-                        },
-                    );
-                }
-                let finished = ctx.claim().unless_cancelled(runtime.finish_wait(wait));
-                let received = match finished.await? {
-                    Ok(received) => received,
-                    // The grace is over: look once more, then suspend (or time out).
-                    Err(RuntimeError::Signal(SignalError::Timeout { .. })) if durable => {
-                        suspend = true;
-                        continue;
-                    }
-                    // A nap of a clock's tick, the deadline not there yet.
-                    Err(RuntimeError::Signal(SignalError::Timeout { .. }))
-                        if until
-                            .as_ref()
-                            .is_some_and(|until| !until.left(clock).is_zero()) =>
-                    {
-                        continue;
-                    }
-                    // A signal another process sent in time may be in the store, not yet
-                    // seen here (this process looks every poll interval): one more look.
-                    Err(RuntimeError::Signal(SignalError::Timeout { .. }))
-                        if store_keeps && !last_look =>
-                    {
-                        last_look = true;
-                        continue;
-                    }
-                    Err(RuntimeError::Signal(SignalError::Timeout { .. })) => {
+                        // A signal another process sent in time may be in the store, not yet
+                        // seen here (this process looks every poll interval): one more look.
+                        Err(RuntimeError::Signal(SignalError::Timeout { .. }))
+                            if store_keeps && !last_look =>
+                        {
+                            last_look = true;
+                            continue;
+                        }
+                        Err(RuntimeError::Signal(SignalError::Timeout { .. })) => {
+                            return time_out().await;
+                        }
+                        Err(error) => return Err(error.into()),
+                    };
+                    if late(&received) {
+                        runtime.give_back(session, &name, received, scope);
                         return time_out().await;
                     }
-                    Err(error) => return Err(error.into()),
-                };
-                if late(&received) {
-                    runtime.give_back(session, &name, received, scope);
-                    return time_out().await;
-                }
-                let accepted = accept(ctx, &name, received, &key, scope).await;
-                if let Some(value) = accepted.inspect_err(give_back_timing)? {
-                    return Ok(value);
+                    if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
+                        return Ok(value);
+                    }
                 }
             }
+            .await;
+            // A wait that failed, and that the node makes again (it caught the error), takes
+            // the same numbers, as the node does when it runs again: the same deadline, which
+            // may have passed. Not for a wait that timed out (its mark is written), nor once
+            // the run is another execution's, nor when the run suspends.
+            if let Err(error) = &waited
+                && !matches!(
+                    error,
+                    RunError::Store(StoreError::LeaseLost { .. })
+                        | RunError::Suspended { .. }
+                        | RunError::Signal(SignalError::Timeout { .. })
+                )
+            {
+                let mut taken = vec![(format!("signal:{name}"), key.occurrence)];
+                taken.extend(timeout_key.as_ref().map(|k| (timeout_name, k.occurrence)));
+                taken.extend(deadline_taken.map(|n| (deadline_name, n)));
+                ctx.give_back_together(&taken);
+            }
+            waited
         });
         Box::pin(tracing::Instrument::instrument(
             async move {
