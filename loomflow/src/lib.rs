@@ -168,7 +168,8 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// Marks an async fn as a graph node.
 ///
 /// The function takes `&mut S` (the state) and optionally `&Context` (under any name: an
-/// import renamed or an alias of it; another type there is a type mismatch), and returns `()` or a
+/// import renamed or an alias; a type the context does not coerce to is a type mismatch
+/// there), and returns `()` or a
 /// `Result<(), E>` with `E: Into<`[`NodeError`](graph::NodeError)`>` (`loomflow::Error`, any
 /// of its subsystems' errors, `String`, `&str`, a boxed error, or an error of one's own with
 /// a `From` impl for `NodeError`), or any other error that is `Send + Sync` (`anyhow::Error`,

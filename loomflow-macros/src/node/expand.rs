@@ -147,9 +147,9 @@ fn state_check(krate: &TokenStream, state_ty: &syn::Type) -> TokenStream {
     }
 }
 
-/// The context, handed over through a function spanned at the user's `&T`: a `T` that is
-/// not `Context` under any name (an import renamed, an alias) is reported there as the
-/// type mismatch it is, and one that is, whatever it is called, compiles.
+/// The context, handed over through a function spanned at the user's `&T`: a `T` that
+/// `Context` does not coerce to is reported there as the type mismatch it is, and
+/// `Context` under any name (an import renamed, an alias) compiles.
 fn context_check(krate: &TokenStream, context_ty: &syn::Type) -> TokenStream {
     let span = context_ty.span();
     let krate = respan(krate, span);
