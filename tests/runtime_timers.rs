@@ -89,121 +89,26 @@ async fn a_sleep_in_memory_is_on_the_stream_with_its_wake_time() {
     );
 }
 
-/// A timed wait whose time-out could not be recorded (the store failed) and that the node
-/// waits again keeps its deadline: the wait again times out at once, as it would in the node
-/// run again from its start, rather than waiting a fresh hour.
-#[tokio::test]
-async fn a_timed_wait_waited_again_after_a_store_failure_keeps_its_deadline() {
-    let clock = Arc::new(ManualClock::new(start()));
-    let (store, faults) = faulty_store::FaultyStore::new(loomflow::runtime::MemoryStore::new());
-    let runtime = Runtime::builder()
-        .store(store)
-        .clock(Arc::clone(&clock))
-        .build();
-    let graph = Graph::new("patient")
+/// Waits an hour at most for `go` (suspending the run), and makes the wait again once
+/// after an error: a payload that does not decode is taken out first (`bad payload`), any
+/// other error is logged (`failed: …`).
+fn patient() -> CompiledGraph<Vec<String>> {
+    Graph::new("patient")
         .node_fn("wait", |log: &mut Vec<String>, ctx| {
             Box::pin(async move {
                 for _ in 0..2 {
-                    let wait = ctx.wait_for_signal::<String>("go").timeout(HOUR);
+                    let wait = ctx.wait_for_signal::<u32>("go").timeout(HOUR);
                     match wait.or_suspend().await {
-                        Ok(got) => log.push(got),
+                        Ok(got) => log.push(got.to_string()),
                         Err(RunError::Signal(loomflow::SignalError::Timeout { .. })) => {
                             log.push("timed out".into());
                         }
-                        Err(RunError::Store(_)) => {
-                            log.push("store failed".into());
-                            continue;
-                        }
-                        Err(other) => return Err(other.into()),
-                    }
-                    break;
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
-    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
-    let deadline = ms(start() + HOUR);
-    assert_eq!(out.interrupts()[0].wake_at_ms, Some(deadline), "{out:?}");
-
-    clock.advance(HOUR);
-    faults.fail_journal_write_before_commit_named("signal-timeout:");
-    let out = graph.recover(&runtime, "t").await.unwrap();
-    assert_eq!(
-        out.completed().unwrap(),
-        ["store failed", "timed out"],
-        "the second wait timed out at the first's deadline"
-    );
-}
-
-/// So does one made again after its payload did not decode (the node takes the payload out
-/// as it is first): the wait again suspends until the first deadline, as the node run again
-/// from its start would, not a fresh hour after.
-#[tokio::test]
-async fn a_timed_wait_waited_again_after_a_bad_payload_keeps_its_deadline() {
-    let clock = Arc::new(ManualClock::new(start()));
-    let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
-    let graph = Graph::new("patient")
-        .node_fn("wait", |log: &mut Vec<String>, ctx| {
-            Box::pin(async move {
-                for _ in 0..2 {
-                    let wait = ctx.wait_for_signal::<u32>("count").timeout(HOUR);
-                    match wait.or_suspend().await {
-                        Ok(got) => log.push(got.to_string()),
-                        Err(RunError::Signal(loomflow::SignalError::Payload { .. })) => {
-                            // Taken out as it is, and the wait made again.
-                            let bad: Option<serde_json::Value> = ctx.poll_signal("count").await?;
-                            log.push(format!("bad payload {}", bad.unwrap_or_default()));
-                            continue;
-                        }
-                        Err(other) => return Err(other.into()),
-                    }
-                    break;
-                }
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
-    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
-    let deadline = ms(start() + HOUR);
-    assert_eq!(out.interrupts()[0].wake_at_ms, Some(deadline), "{out:?}");
-
-    clock.advance(Duration::from_secs(1_800));
-    runtime.signal("t", "count", "not a number").await.unwrap();
-    let out = graph.recover(&runtime, "t").await.unwrap();
-    assert_eq!(
-        out.interrupts()[0].wake_at_ms,
-        Some(deadline),
-        "the wait made again keeps the first deadline: {out:?}"
-    );
-}
-
-/// So does one made again after a read of the store failed in passing (the node caught it
-/// and waited again): it suspends until the first deadline, not a fresh hour after.
-#[tokio::test]
-async fn a_timed_wait_waited_again_after_a_failed_read_keeps_its_deadline() {
-    let db = loomflow_tests::TempDb::new("timed-wait-failed-read");
-    let clock = Arc::new(ManualClock::new(start()));
-    let (store, faults) =
-        faulty_store::FaultyStore::new(loomflow::runtime::SqliteStore::open(db.path()).unwrap());
-    let runtime = Runtime::builder()
-        .store(store)
-        .clock(Arc::clone(&clock))
-        .build();
-    let graph = Graph::new("patient")
-        .node_fn("wait", |log: &mut Vec<String>, ctx| {
-            Box::pin(async move {
-                for _ in 0..2 {
-                    let wait = ctx.wait_for_signal::<String>("go").timeout(HOUR);
-                    match wait.or_suspend().await {
-                        Ok(got) => log.push(got),
                         Err(suspended @ RunError::Suspended { .. }) => return Err(suspended.into()),
+                        Err(RunError::Signal(loomflow::SignalError::Payload { .. })) => {
+                            let _: Option<serde_json::Value> = ctx.poll_signal("go").await?;
+                            log.push("bad payload".into());
+                            continue;
+                        }
                         Err(other) => {
                             log.push(format!("failed: {other}"));
                             continue;
@@ -217,19 +122,74 @@ async fn a_timed_wait_waited_again_after_a_failed_read_keeps_its_deadline() {
         .edge(START, "wait")
         .edge("wait", END)
         .compile()
-        .unwrap();
-    let out = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
-    let deadline = ms(start() + HOUR);
-    assert_eq!(out.interrupts()[0].wake_at_ms, Some(deadline), "{out:?}");
+        .unwrap()
+}
 
-    clock.advance(Duration::from_secs(1_800));
-    faults.fail_next_oldest_read();
-    let out = graph.recover(&runtime, "t").await.unwrap();
+/// A runtime on `store` whose clock is `clock`; `patient` suspended on it, its deadline
+/// checked, and the clock moved half an hour on.
+async fn suspended_patient(
+    store: impl loomflow::runtime::Store,
+    clock: &Arc<ManualClock>,
+) -> Runtime {
+    let runtime = Runtime::builder()
+        .store(store)
+        .clock(Arc::clone(clock))
+        .build();
+    let out = patient().invoke(&runtime, "t", Vec::new()).await.unwrap();
     assert_eq!(
         out.interrupts()[0].wake_at_ms,
-        Some(deadline),
-        "the wait made again keeps the first deadline: {out:?}"
+        Some(ms(start() + HOUR)),
+        "{out:?}"
     );
+    clock.advance(HOUR / 2);
+    runtime
+}
+
+/// A timed wait whose time-out could not be recorded (the store failed) and that the node
+/// waits again keeps its deadline: the wait again times out at once, as it would in the node
+/// run again from its start, rather than waiting a fresh hour.
+#[tokio::test]
+async fn a_timed_wait_waited_again_after_a_store_failure_keeps_its_deadline() {
+    let clock = Arc::new(ManualClock::new(start()));
+    let (store, faults) = faulty_store::FaultyStore::new(loomflow::runtime::MemoryStore::new());
+    let runtime = suspended_patient(store, &clock).await;
+    clock.advance(HOUR / 2);
+    faults.fail_journal_write_before_commit_named("signal-timeout:");
+    let log = patient().recover(&runtime, "t").await.unwrap();
+    let log = log.completed().unwrap();
+    assert!(log[0].starts_with("failed: "), "{log:?}");
+    assert_eq!(
+        log[1..],
+        ["timed out"],
+        "the second wait timed out at the first's deadline"
+    );
+}
+
+/// So does one made again after its payload did not decode (the node takes the payload out
+/// as it is first), or after a read of the store failed in passing: the wait again suspends
+/// until the first deadline, as the node run again from its start would, not a fresh hour
+/// after.
+#[tokio::test]
+async fn a_timed_wait_waited_again_after_a_bad_payload_or_a_failed_read_keeps_its_deadline() {
+    let db = loomflow_tests::TempDb::new("timed-wait-failed-read");
+    let (clock, bad_clock) = (
+        Arc::new(ManualClock::new(start())),
+        Arc::new(ManualClock::new(start())),
+    );
+    let bad = suspended_patient(loomflow::runtime::MemoryStore::new(), &bad_clock).await;
+    bad.signal("t", "go", "not a number").await.unwrap();
+    let (store, faults) =
+        faulty_store::FaultyStore::new(loomflow::runtime::SqliteStore::open(db.path()).unwrap());
+    let failed = suspended_patient(store, &clock).await;
+    faults.fail_next_oldest_read();
+    for runtime in [bad, failed] {
+        let out = patient().recover(&runtime, "t").await.unwrap();
+        assert_eq!(
+            out.interrupts()[0].wake_at_ms,
+            Some(ms(start() + HOUR)),
+            "the wait made again keeps the first deadline: {out:?}"
+        );
+    }
 }
 
 #[tokio::test]
