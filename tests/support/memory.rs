@@ -145,6 +145,24 @@ pub(crate) async fn a_query_of_only_common_words_finds_nothing<M: Memory>(memory
 
 /// Bad input is a typed error naming the culprit.
 pub(crate) async fn bad_input_is_a_typed_error<M: Memory>(memory: &M) {
+    // A scope id past the limit, refused alike by every backend (PostgreSQL's index would
+    // refuse it with an error of its own), naming the scope's kind and the id's length.
+    let long = Scope::session("s".repeat(loomflow::memory::MAX_SCOPE_ID_BYTES + 1));
+    let error = memory.remember(&long, "x", json!({})).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            MemoryError::ScopeIdTooLong {
+                kind: "session",
+                bytes: 1025,
+                limit: 1024
+            }
+        ),
+        "{error:?}"
+    );
+    let at_limit = Scope::session("s".repeat(loomflow::memory::MAX_SCOPE_ID_BYTES));
+    memory.remember(&at_limit, "x", json!({})).await.unwrap();
+    assert_eq!(memory.count(&at_limit).await.unwrap(), 1);
     let error = memory
         .remember(&Scope::user(" "), "x", json!({}))
         .await

@@ -13,6 +13,18 @@ pub enum MemoryError {
         /// `user`, `session` or `agent`.
         kind: &'static str,
     },
+    /// A scope's id is longer than a scope id may be
+    /// ([`MAX_SCOPE_ID_BYTES`](super::MAX_SCOPE_ID_BYTES)). Named by its kind and length:
+    /// the id itself is too long to quote.
+    #[error("memory scope {kind}'s id is {bytes} bytes, more than the {limit} a scope id may be")]
+    ScopeIdTooLong {
+        /// `user`, `session` or `agent`.
+        kind: &'static str,
+        /// The id's length, in bytes.
+        bytes: usize,
+        /// The most a scope id may be.
+        limit: usize,
+    },
     /// The text to remember is empty.
     #[error("nothing to remember for {scope}: the text is empty")]
     EmptyText {

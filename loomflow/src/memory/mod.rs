@@ -50,6 +50,10 @@ pub use consolidate::{Consolidation, ConsolidationReport};
 /// The most bytes a remembered text may hold, in every backend: PostgreSQL indexes a text's
 /// words in at most 1 MiB, and an item is a fact or a note, not a document.
 pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+
+/// The most bytes a scope's id may hold, in every backend: PostgreSQL indexes an item by its
+/// scope, in an index entry of at most about 2.7 KB.
+pub const MAX_SCOPE_ID_BYTES: usize = 1024;
 pub use error::MemoryError;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresMemory;
@@ -113,10 +117,17 @@ impl Scope {
         }
     }
 
-    /// The scope, if its id is not empty.
+    /// The scope, if its id is not empty, not over [`MAX_SCOPE_ID_BYTES`] and holds no NUL.
     pub(crate) fn checked(&self) -> Result<&Self, MemoryError> {
         if self.id().trim().is_empty() {
             return Err(MemoryError::EmptyScope { kind: self.kind() });
+        }
+        if self.id().len() > MAX_SCOPE_ID_BYTES {
+            return Err(MemoryError::ScopeIdTooLong {
+                kind: self.kind(),
+                bytes: self.id().len(),
+                limit: MAX_SCOPE_ID_BYTES,
+            });
         }
         if self.id().contains('\0') {
             return Err(MemoryError::NulCharacter {
@@ -173,8 +184,8 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::EmptyText`],
-    /// [`MemoryError::TextTooLong`], [`MemoryError::NulCharacter`] (in the text or the
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::EmptyText`], [`MemoryError::TextTooLong`], [`MemoryError::NulCharacter`] (in the text or the
     /// scope's id), [`MemoryError::BadMetadata`], [`MemoryError::MetadataTooDeep`], or the
     /// backend's failure.
     fn remember<'a>(
@@ -198,8 +209,8 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
-    /// backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::NulCharacter`] in the scope's id, or the backend's failure.
     fn recall<'a>(
         &'a self,
         scope: &'a Scope,
@@ -211,8 +222,8 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
-    /// backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::NulCharacter`] in the scope's id, or the backend's failure.
     fn forget<'a>(
         &'a self,
         scope: &'a Scope,
@@ -223,24 +234,24 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
-    /// backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::NulCharacter`] in the scope's id, or the backend's failure.
     fn forget_all<'a>(&'a self, scope: &'a Scope) -> BoxFuture<'a, Result<u64, MemoryError>>;
 
     /// How many items `scope` holds.
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
-    /// backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::NulCharacter`] in the scope's id, or the backend's failure.
     fn count<'a>(&'a self, scope: &'a Scope) -> BoxFuture<'a, Result<u64, MemoryError>>;
 
     /// The oldest `limit` items of `scope`, oldest first.
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
-    /// backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::NulCharacter`] in the scope's id, or the backend's failure.
     fn list<'a>(
         &'a self,
         scope: &'a Scope,
@@ -256,8 +267,8 @@ pub trait Memory: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`MemoryError::EmptyScope`], [`MemoryError::NulCharacter`] in the scope's id, or the
-    /// backend's failure.
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::NulCharacter`] in the scope's id, or the backend's failure.
     fn holds_text<'a>(
         &'a self,
         scope: &'a Scope,
