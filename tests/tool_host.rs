@@ -319,6 +319,28 @@ async fn a_slow_tool_times_out() {
     assert_eq!(out[1].content, "2");
 }
 
+/// A tool given a time of its own runs that long, whatever the host's: the slow one gets
+/// two hours and finishes its hour; another past the host's second times out at it.
+#[tokio::test(start_paused = true)]
+async fn a_tool_given_a_time_of_its_own_runs_that_long() {
+    let host = ToolHost::new()
+        .with(slow)
+        .with(nap)
+        .timeout(Duration::from_secs(1))
+        .timeout_for("slow", Duration::from_secs(7_200));
+    let out = run(
+        &host,
+        &[
+            call("c1", "slow", json!({})),
+            call("c2", "nap", json!({ "ms": 5_000 })),
+        ],
+    )
+    .await;
+    assert_eq!(out[0].content, "done", "{:?}", out[0]);
+    assert!(out[1].is_error);
+    assert_eq!(out[1].content, "tool nap timed out after 1 s");
+}
+
 #[tokio::test]
 async fn a_sync_tool_that_overruns_the_timeout_times_out() {
     let host = ToolHost::new()

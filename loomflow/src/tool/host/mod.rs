@@ -4,6 +4,7 @@ mod checks;
 mod context;
 mod observe;
 mod shadowed;
+mod timeouts;
 
 use checks::{Approval, emit, emit_approval, normalize_arguments};
 pub use context::{DispatchContext, ToolOutcome};
@@ -76,7 +77,7 @@ pub struct ToolHost {
     sets: Vec<Arc<dyn ToolSet>>,
     max_concurrency: usize,
     max_output_bytes: usize,
-    timeout: Duration,
+    timeouts: timeouts::Timeouts,
     approval_timeout: Duration,
     hook_timeout: Duration,
     hook_timeout_denies: bool,
@@ -99,7 +100,7 @@ impl Default for ToolHost {
             sets: Vec::new(),
             max_concurrency: 8,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
-            timeout: Duration::from_secs(60),
+            timeouts: timeouts::Timeouts::default(),
             approval_timeout: Duration::from_secs(900),
             hook_timeout: Duration::from_secs(5),
             hook_timeout_denies: true,
@@ -123,7 +124,7 @@ impl std::fmt::Debug for ToolHost {
                 &self.sets.iter().map(|s| s.name()).collect::<Vec<_>>(),
             )
             .field("max_concurrency", &self.max_concurrency)
-            .field("timeout", &self.timeout)
+            .field("timeouts", &self.timeouts)
             .field("approval_timeout", &self.approval_timeout)
             .field("hook_timeout", &self.hook_timeout)
             .field("hook_timeout_denies", &self.hook_timeout_denies)
@@ -223,20 +224,6 @@ impl ToolHost {
     #[must_use]
     pub fn max_output_bytes(mut self, bytes: usize) -> Self {
         self.max_output_bytes = bytes;
-        self
-    }
-
-    /// How long one tool may run before its call fails with [`ToolError::TimedOut`]
-    /// (default 60 s). Approvals and hooks are not counted.
-    ///
-    /// A tool past its time is given up on, not stopped: an async tool's future is dropped
-    /// where it waits, but a sync `#[tool]` runs on a blocking thread that cannot be
-    /// interrupted, and goes on to its end (its result is dropped). The model is told the
-    /// call timed out and may call it again: a tool whose effect must not happen twice
-    /// needs an idempotency key of its own (the call id, say) or a timeout it cannot reach.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
         self
     }
 
@@ -558,10 +545,11 @@ impl ToolHost {
                 Ok(future) => future,
                 Err(panic) => return Err(panicked(panic)),
             };
-        match tokio::time::timeout(self.timeout, AssertUnwindSafe(future).catch_unwind()).await {
+        let timeout = self.timeouts.of(name);
+        match tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind()).await {
             Err(_) => Err(ToolError::TimedOut {
                 tool: name.clone(),
-                seconds: self.timeout.as_secs_f64(),
+                seconds: timeout.as_secs_f64(),
             }),
             Ok(Err(panic)) => Err(panicked(panic)),
             Ok(Ok(result)) => result,
