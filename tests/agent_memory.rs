@@ -320,6 +320,40 @@ async fn remember_tool_with_a_blank_user_falls_back_to_the_session() {
     assert_eq!(found[0].text, "Likes tea");
 }
 
+/// A user id or a session id longer than memory keeps a scope of (a thread named by a long
+/// key, say) is left out of what the run recalls, and a user's facts go to the session, as
+/// for a blank id: the run answers, rather than failing at its recall.
+#[tokio::test]
+async fn ids_too_long_for_memory_are_left_out_of_the_runs_recall() {
+    let memory = SqliteMemory::in_memory().unwrap();
+    let call = ToolCall::new("c1", "remember", json!({ "text": "Likes tea" }));
+    let agent = Agent::builder("You help.")
+        .model(ScriptedModel::new([
+            ModelResponse::tool_calls(vec![call]),
+            ModelResponse::text("Noted."),
+            ModelResponse::text("Hello again."),
+        ]))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap();
+    let long_user = "u".repeat(loomflow::memory::MAX_SCOPE_ID_BYTES + 1);
+    let done = agent
+        .run("I like tea")
+        .session("s-long-user")
+        .user(&long_user)
+        .await
+        .unwrap();
+    assert_eq!(done.output, "Noted.");
+    assert_eq!(
+        memory.count(&Scope::session("s-long-user")).await.unwrap(),
+        1
+    );
+    let long_session = "s".repeat(loomflow::memory::MAX_SCOPE_ID_BYTES + 1);
+    let done = agent.run("Hi").session(&long_session).await.unwrap();
+    assert_eq!(done.output, "Hello again.");
+}
+
 /// Extraction reads only the run it follows: a session's earlier runs were extracted after
 /// their own answers, and may have acted for another user, whose facts must not be filed
 /// under this run's.

@@ -117,8 +117,15 @@ impl Scope {
         }
     }
 
-    /// The scope, if its id is not empty, not over [`MAX_SCOPE_ID_BYTES`] and holds no NUL.
-    pub(crate) fn checked(&self) -> Result<&Self, MemoryError> {
+    /// The scope, if every backend here keeps it: its id not blank, not over
+    /// [`MAX_SCOPE_ID_BYTES`], and holding no NUL. A [`Memory`] of one's own calls it to
+    /// refuse what these refuse, with the same errors.
+    ///
+    /// # Errors
+    ///
+    /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
+    /// [`MemoryError::NulCharacter`].
+    pub fn checked(&self) -> Result<&Self, MemoryError> {
         if self.id().trim().is_empty() {
             return Err(MemoryError::EmptyScope { kind: self.kind() });
         }
@@ -185,9 +192,10 @@ pub trait Memory: Send + Sync + 'static {
     /// # Errors
     ///
     /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
-    /// [`MemoryError::EmptyText`], [`MemoryError::TextTooLong`], [`MemoryError::NulCharacter`] (in the text or the
-    /// scope's id), [`MemoryError::BadMetadata`], [`MemoryError::MetadataTooDeep`], or the
-    /// backend's failure.
+    /// [`MemoryError::EmptyText`], [`MemoryError::TextTooLong`],
+    /// [`MemoryError::NulCharacter`] (in the text or the scope's id),
+    /// [`MemoryError::BadMetadata`], [`MemoryError::MetadataTooDeep`], or the backend's
+    /// failure.
     fn remember<'a>(
         &'a self,
         scope: &'a Scope,

@@ -9,20 +9,28 @@ use crate::error_chain::ErrorChain;
 use crate::graph::BoxFuture;
 use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
-/// The run's user as memory sees it: a blank user id is no user, so what would be the
-/// user's is kept with the session (recall, extraction and the `remember` tool alike).
-pub(crate) fn memory_user(user: Option<&str>) -> Option<&str> {
-    user.filter(|u| !u.trim().is_empty())
+/// Whether memory can keep a scope of this id: not blank, and not over
+/// [`MAX_SCOPE_ID_BYTES`](super::MAX_SCOPE_ID_BYTES). Such a scope holds nothing, and a
+/// recall in it is refused.
+fn keepable(id: &str) -> bool {
+    !id.trim().is_empty() && id.len() <= super::MAX_SCOPE_ID_BYTES
 }
 
-/// The scopes a run reads: its user's (when it has one), its session's (when its id is not
-/// blank: such a scope holds nothing, and a recall in it is refused), its agent's.
+/// The run's user as memory sees it: a user id memory cannot keep (blank, or too long) is
+/// no user, so what would be the user's is kept with the session (recall, extraction and
+/// the `remember` tool alike).
+pub(crate) fn memory_user(user: Option<&str>) -> Option<&str> {
+    user.filter(|u| keepable(u))
+}
+
+/// The scopes a run reads: its user's (when it has one), its session's (when memory can
+/// keep its id), its agent's.
 pub(crate) fn run_scopes(agent: &str, session: &str, user: Option<&str>) -> Vec<Scope> {
     let mut scopes = Vec::with_capacity(3);
     if let Some(user) = memory_user(user) {
         scopes.push(Scope::user(user));
     }
-    if !session.trim().is_empty() {
+    if keepable(session) {
         scopes.push(Scope::session(session));
     }
     scopes.push(Scope::agent(agent));
