@@ -157,7 +157,10 @@ async fn a_timed_wait_waited_again_after_a_store_failure_keeps_its_deadline() {
     faults.fail_journal_write_before_commit_named("signal-timeout:");
     let log = patient().recover(&runtime, "t").await.unwrap();
     let log = log.completed().unwrap();
-    assert!(log[0].starts_with("failed: "), "{log:?}");
+    assert!(
+        log[0].starts_with("failed: ") && log[0].contains("armed fault"),
+        "{log:?}"
+    );
     assert_eq!(
         log[1..],
         ["timed out"],
@@ -182,14 +185,22 @@ async fn a_timed_wait_waited_again_after_a_bad_payload_or_a_failed_read_keeps_it
         faulty_store::FaultyStore::new(loomflow::runtime::SqliteStore::open(db.path()).unwrap());
     let failed = suspended_patient(store, &clock).await;
     faults.fail_next_oldest_read();
-    for runtime in [bad, failed] {
-        let out = patient().recover(&runtime, "t").await.unwrap();
+    let reads = faults.kept_signal_reads();
+    for runtime in [&bad, &failed] {
+        let out = patient().recover(runtime, "t").await.unwrap();
         assert_eq!(
             out.interrupts()[0].wake_at_ms,
             Some(ms(start() + HOUR)),
             "the wait made again keeps the first deadline: {out:?}"
         );
     }
+    // Each path was taken: the bad payload is gone (the node took it out), and the store
+    // was read again after the read that failed.
+    assert_eq!(
+        bad.poll_signal::<serde_json::Value>("t", "go").unwrap(),
+        None
+    );
+    assert!(faults.kept_signal_reads() >= reads + 2);
 }
 
 #[tokio::test]

@@ -143,7 +143,8 @@ pub enum ToolError {
         /// The panic message.
         message: String,
     },
-    /// The tool took longer than the host's per-call timeout.
+    /// The tool took longer than the host's per-call timeout
+    /// ([`ToolHost::timeout`], or the tool's own, [`ToolHost::timeout_for`]).
     #[error("tool {tool} timed out after {seconds} s")]
     TimedOut {
         /// The tool.

@@ -48,8 +48,11 @@ impl ToolHost {
     }
 
     /// How long the tool named `tool` may run, instead of [`timeout`](Self::timeout): a
-    /// slow search given minutes, a quick lookup a second. Set for a name: it holds for
-    /// whichever tool has that name, one added later or a tool set's included.
+    /// slow search given minutes, a quick lookup a second. Set for a name, the one the
+    /// model calls the tool by (an MCP server's tools by their prefixed name, `fs_read_file`
+    /// for `read_file`): it holds for whichever tool has that name, one added later or a
+    /// tool set's included; a name no tool has is not checked. An MCP tool is bounded by
+    /// its server's own limits too.
     ///
     /// ```
     /// use std::time::Duration;
