@@ -168,12 +168,11 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// Marks an async fn as a graph node.
 ///
 /// The function takes `&mut S` (the state) and optionally `&Context` (under any name: an
-/// import renamed or an alias; a type the context does not coerce to is a type mismatch
-/// there), and returns `()` or a
-/// `Result<(), E>` with `E: Into<`[`NodeError`](graph::NodeError)`>` (`loomflow::Error`, any
-/// of its subsystems' errors, `String`, `&str`, a boxed error, or an error of one's own with
-/// a `From` impl for `NodeError`), or any other error that is `Send + Sync` (`anyhow::Error`,
-/// `std::io::Error`, a `thiserror` type), which fails the node. The macro turns the name
+/// import renamed or an alias, but no other type), and returns `()` or a `Result<(), E>`
+/// with `E: Into<`[`NodeError`](graph::NodeError)`>` (`loomflow::Error`, any of its
+/// subsystems' errors, `String`, `&str`, a boxed error, or an error of one's own with a
+/// `From` impl for `NodeError`), or any other error that is `Send + Sync`
+/// (`anyhow::Error`, `std::io::Error`, a `thiserror` type), which fails the node. The macro turns the name
 /// into a unit value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is
 /// named after the function, without the `r#` of a raw identifier (`r#match` is the node
 /// `"match"`; override with `#[node(name = "...")]`); the doc comment becomes its
@@ -372,7 +371,7 @@ pub mod __private {
         BoxedErrorOutput, BoxedErrorOutputKind, NodeErrorOutput, NodeErrorOutputKind, NodeOutputOf,
         OtherNodeOutput, OtherNodeOutputKind,
     };
-    pub use crate::graph::{BoxFuture, IntoNodeResult, NodeResult};
+    pub use crate::graph::{BoxFuture, IntoNodeResult, NodeContext, NodeResult};
     pub use crate::tool::macro_support::{
         FallibleOutput, FallibleOutputKind, OutputOf, PlainOutput, PlainOutputKind,
         ToolErrorOutput, ToolErrorOutputKind, ToolErrorText, parse_tool_arguments,

@@ -147,9 +147,9 @@ fn state_check(krate: &TokenStream, state_ty: &syn::Type) -> TokenStream {
     }
 }
 
-/// The context, handed over through a function spanned at the user's `&T`: a `T` that
-/// `Context` does not coerce to is reported there as the type mismatch it is, and
-/// `Context` under any name (an import renamed, an alias) compiles.
+/// The context, handed over as the user's `&T` through `NodeContext`, spanned at `T`: the
+/// context under any name (an import renamed, an alias) compiles, and another type is
+/// reported on that type, in the trait's own words.
 fn context_check(krate: &TokenStream, context_ty: &syn::Type) -> TokenStream {
     let span = context_ty.span();
     let krate = respan(krate, span);
@@ -157,14 +157,7 @@ fn context_check(krate: &TokenStream, context_ty: &syn::Type) -> TokenStream {
     // take the type's span, which a `macro_rules!` that wrote the fn gives its own hygiene.
     let ctx = format_ident!("__loomflow_ctx");
     quote_spanned! {span=>
-        {
-            fn __loomflow_as_context(
-                __loomflow_context: &#krate::Context,
-            ) -> &#context_ty {
-                __loomflow_context
-            }
-            __loomflow_as_context(#ctx)
-        }
+        <#context_ty as #krate::__private::NodeContext>::from_context(#ctx)
     }
 }
 

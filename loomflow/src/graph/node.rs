@@ -157,6 +157,26 @@ impl<E: Into<NodeError>> IntoNodeResult for std::result::Result<(), E> {
     }
 }
 
+/// What a `#[node]` function's second parameter may be: the [`Context`](crate::Context),
+/// under whatever name the function gives it (an import renamed, an alias). The macro hands
+/// the context over through it, so that another type there is reported on that type.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "the second parameter of a #[node] function must be `&Context`, not `&{Self}`",
+    label = "not the node's context",
+    note = "the context may go by another name (an import renamed, an alias), not another type"
+)]
+pub trait NodeContext {
+    /// The context, as this type.
+    fn from_context(ctx: &crate::Context) -> &Self;
+}
+
+impl NodeContext for crate::Context {
+    fn from_context(ctx: &crate::Context) -> &Self {
+        ctx
+    }
+}
+
 /// A node built from a closure; see [`Graph::node_fn`](crate::Graph::node_fn).
 pub(crate) struct FnNode<F> {
     pub(crate) name: String,
