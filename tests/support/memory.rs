@@ -534,14 +534,17 @@ pub(crate) async fn named_memories_consolidate_apart<M: Memory + Clone>(
     assert_eq!(a.count(&ada).await.unwrap(), 2);
     assert_eq!(model.requests().len(), 1, "the model was asked once");
 
-    // A name that could read as another memory's scope is refused, naming the scope.
-    let colon = Consolidation::new(ScriptedModel::new([])).memory_name("x:user");
-    let refused = colon.run(b, runtime, &ada).await.unwrap_err();
-    assert!(
-        matches!(&refused, Error::Memory(MemoryError::BadOptions { problem, .. })
-            if problem.contains("memory_name \"x:user\"")),
-        "{refused:?}"
-    );
+    // A name that could read as another memory's scope is refused, naming the scope; so is
+    // one too long for a thread's name.
+    for name in ["x:user".to_owned(), "t".repeat(129)] {
+        let named = Consolidation::new(ScriptedModel::new([])).memory_name(name.as_str());
+        let refused = named.run(b, runtime, &ada).await.unwrap_err();
+        assert!(
+            matches!(&refused, Error::Memory(MemoryError::BadOptions { problem, .. })
+                if problem.contains(&format!("memory_name {name:?}"))),
+            "{refused:?}"
+        );
+    }
 }
 
 /// A memory whose `replace` fails a given number of times: before writing anything, or

@@ -165,7 +165,9 @@ impl AgentBuilder {
     /// extraction are journaled steps: a resumed run does not repeat them. A recall the
     /// memory fails (its database unreachable) fails the run, as a model's failure does,
     /// rather than answering without what it should remember; a failed extraction is only
-    /// logged, the answer given stands.
+    /// logged, the answer given stands. A user or session id memory cannot keep (blank, or
+    /// over [`MAX_SCOPE_ID_BYTES`](crate::memory::MAX_SCOPE_ID_BYTES)) is left out of the
+    /// recall: a user's facts then go to the session.
     pub fn memory(mut self, memory: impl Memory) -> Self {
         self.memory = Some(Arc::new(memory));
         self

@@ -256,7 +256,12 @@ impl Agent {
         if let Some(output) = &self.core.output
             && tool.spec().name == output.schema.name
         {
-            tracing::warn!(agent = %self.core.name, tool = %output.schema.name, "a tool added with the name of the agent's output schema: the agent's turns fail while it has it");
+            tracing::warn!(
+                agent = %self.core.name,
+                tool = %output.schema.name,
+                "a tool added with the name of the agent's output schema: the agent's turns \
+                 fail while it has it"
+            );
         }
         self.core.tools.update(|host| host.add(tool));
     }

@@ -112,7 +112,8 @@ impl Consolidation {
     /// each: unnamed, a scope of one and the same scope of the other share a thread, so
     /// that the second's consolidation waits for the first's, and a `recover` with one
     /// carries on the other's run, replaying its journaled answer into the wrong memory. A
-    /// name that is empty or holds `:` (it could read as a scope) or a NUL is refused.
+    /// name that is empty, longer than 128 bytes, or holds `:` (it could read as a scope)
+    /// or a NUL is refused when the consolidation runs.
     #[must_use]
     pub fn memory_name(mut self, name: impl Into<String>) -> Self {
         self.memory_name = Some(name.into());
@@ -146,7 +147,8 @@ impl Consolidation {
     /// # Errors
     ///
     /// [`MemoryError::BadOptions`] (as [`Error::Memory`](crate::Error::Memory)) when
-    /// `max_items` is below 2. A failed consolidation (the model failed, its answer is not a
+    /// `max_items` is below 2 or the [`memory_name`](Self::memory_name) is one it refuses;
+    /// a scope no backend keeps (see [`Scope::check`]). A failed consolidation (the model failed, its answer is not a
     /// non-empty JSON array of strings, the memory failed) is [`Error::Run`](crate::Error::Run)
     /// whose source chain holds the [`MemoryError`] or
     /// [`ModelError`](crate::model::ModelError); nothing was rewritten then.
@@ -200,9 +202,10 @@ impl Consolidation {
             return Err(bad(problem).into());
         }
         if let Some(name) = &self.memory_name
-            && (name.is_empty() || name.contains([':', '\0']))
+            && (name.is_empty() || name.len() > 128 || name.contains([':', '\0']))
         {
-            let problem = format!("memory_name {name:?} must be non-empty and hold no `:` or NUL");
+            let problem =
+                format!("memory_name {name:?} must be 1 to 128 bytes, without `:` or NUL");
             return Err(bad(problem).into());
         }
         let node = Merge {

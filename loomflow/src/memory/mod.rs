@@ -46,6 +46,12 @@ mod postgres;
 mod sqlite;
 
 pub use consolidate::{Consolidation, ConsolidationReport};
+pub use error::MemoryError;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresMemory;
+pub use prompt::MemoryOptions;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteMemory;
 
 /// The most bytes a remembered text may hold, in every backend: PostgreSQL indexes a text's
 /// words in at most 1 MiB, and an item is a fact or a note, not a document.
@@ -54,12 +60,6 @@ pub const MAX_TEXT_BYTES: usize = 256 * 1024;
 /// The most bytes a scope's id may hold, in every backend: PostgreSQL indexes an item by its
 /// scope, in an index entry of at most about 2.7 KB.
 pub const MAX_SCOPE_ID_BYTES: usize = 1024;
-pub use error::MemoryError;
-#[cfg(feature = "postgres")]
-pub use postgres::PostgresMemory;
-pub use prompt::MemoryOptions;
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteMemory;
 
 pub(crate) use prompt::{extraction_request, recall_for_prompt, remember_extracted};
 pub(crate) use tools::{memory_tools, memory_user, run_scopes};
@@ -117,15 +117,20 @@ impl Scope {
         }
     }
 
-    /// The scope, if every backend here keeps it: its id not blank, not over
+    /// Checks that every backend here keeps the scope: its id not blank, not over
     /// [`MAX_SCOPE_ID_BYTES`], and holding no NUL. A [`Memory`] of one's own calls it to
-    /// refuse what these refuse, with the same errors.
+    /// refuse the scopes these refuse, with the same errors.
     ///
     /// # Errors
     ///
     /// [`MemoryError::EmptyScope`], [`MemoryError::ScopeIdTooLong`],
-    /// [`MemoryError::NulCharacter`].
-    pub fn checked(&self) -> Result<&Self, MemoryError> {
+    /// [`MemoryError::NulCharacter`] (in the id).
+    pub fn check(&self) -> Result<(), MemoryError> {
+        self.checked().map(|_| ())
+    }
+
+    /// The scope, [`check`](Self::check)ed.
+    pub(crate) fn checked(&self) -> Result<&Self, MemoryError> {
         if self.id().trim().is_empty() {
             return Err(MemoryError::EmptyScope { kind: self.kind() });
         }

@@ -269,7 +269,7 @@ impl Runtime {
         }
         let options = SignalOptions::default().idempotency_key(format!("{call_id}@{asked_at}"));
         let name = SignalApprover::signal_name(call_id);
-        // The decision is all the sender's: it counts against the payload limit whole.
+        // The decision counts against the payload limit whole (with the time it was made).
         self.mailbox().check_size(session, &name, &payload)?;
         let delivery = self
             .send_framework(session, &name, payload, options)

@@ -207,8 +207,8 @@ fn now_ms() -> i64 {
 }
 
 fn write_error(op: &Op, error: &rusqlite::Error) -> StoreError {
-    if undecodable(error) {
-        return corrupt(op.thread(), error);
+    if let Some(wrong) = undecodable(error) {
+        return corrupt(op.thread(), wrong);
     }
     StoreError::Write {
         thread: op.thread().to_owned(),

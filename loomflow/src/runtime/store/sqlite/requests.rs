@@ -48,8 +48,8 @@ impl SqliteStore {
         let thread = thread.to_owned();
         let sent = self.readers.send(Box::new(move |conn| {
             let result = f(conn).unwrap_or_else(|e| match undecodable(&e) {
-                true => Err(corrupt(&thread, e)),
-                false => Err(StoreError::Read {
+                Some(wrong) => Err(corrupt(&thread, wrong)),
+                None => Err(StoreError::Read {
                     thread,
                     message: e.to_string(),
                 }),

@@ -52,15 +52,22 @@ pub(super) fn corrupt(thread: &str, message: impl std::fmt::Display) -> StoreErr
 
 /// A column SQLite handed back that does not decode as the type it is read as (text where a
 /// number belongs, a number out of range): the row is corrupt, and reading it again would
-/// give the same, so it is not a failure that passes.
-pub(super) fn undecodable(error: &rusqlite::Error) -> bool {
-    matches!(
-        error,
-        rusqlite::Error::InvalidColumnType(..)
-            | rusqlite::Error::FromSqlConversionFailure(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..)
-            | rusqlite::Error::Utf8Error(..)
-    )
+/// give the same, so it is not a failure that passes. What is wrong with it, if so.
+pub(super) fn undecodable(error: &rusqlite::Error) -> Option<String> {
+    use rusqlite::Error;
+    match error {
+        Error::InvalidColumnType(_, column, found) => Some(format!(
+            "column {column} holds {found}, not the type it is read as"
+        )),
+        Error::FromSqlConversionFailure(column, found, source) => Some(format!(
+            "column {column} ({found}) does not read as its type: {source}"
+        )),
+        Error::IntegralValueOutOfRange(column, value) => {
+            Some(format!("column {column} holds {value}, out of range"))
+        }
+        Error::Utf8Error(..) => Some("a text column is not UTF-8".to_owned()),
+        _ => None,
+    }
 }
 
 pub(super) fn to_u64(value: i64, what: &str, thread: &str) -> Result<u64, StoreError> {
@@ -181,17 +188,31 @@ pub(super) fn list_journal(
          WHERE thread = ?1 AND run = ?2",
     )?;
     let rows = stmt.query_map(params![thread, stored_run], |row| {
-        // A negative step, or an occurrence past `u32`, is a corrupt row (see `undecodable`).
         let (namespace, step): (String, i64) = (row.get(0)?, row.get(1)?);
         let (node, name): (String, String) = (row.get(2)?, row.get(3)?);
-        let step =
-            u64::try_from(step).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(1, step))?;
-        let key = JournalKey::new(thread, run, namespace, step, node, name, row.get(4)?);
-        Ok((key, row.get::<_, String>(5)?))
+        let occurrence: i64 = row.get(4)?;
+        Ok((
+            namespace,
+            step,
+            node,
+            name,
+            occurrence,
+            row.get::<_, String>(5)?,
+        ))
     })?;
     let mut entries = Vec::new();
     for row in rows {
-        let (key, value) = row?;
+        let (namespace, step, node, name, occurrence, value) = row?;
+        // A negative step, or an occurrence past `u32`, is a corrupt row, as on PostgreSQL.
+        let step = match to_u64(step, "journal step", thread) {
+            Ok(step) => step,
+            Err(error) => return Ok(Err(error)),
+        };
+        let Ok(occurrence) = u32::try_from(occurrence) else {
+            let message = format!("journal occurrence {occurrence} out of range");
+            return Ok(Err(corrupt(thread, message)));
+        };
+        let key = JournalKey::new(thread, run, namespace, step, node, name, occurrence);
         match crate::json_depth::from_str(&value) {
             Ok(value) => entries.push((key, value)),
             Err(e) => {
