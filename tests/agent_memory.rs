@@ -291,21 +291,29 @@ async fn extraction_after_a_run_is_opt_in_and_feeds_the_next_run() {
     );
 }
 
+/// An agent on `memory` with its tools, whose model remembers "Likes tea" and says "Noted.",
+/// then answers `then`.
+fn remembering_tea<const N: usize>(memory: &SqliteMemory, then: [ModelResponse; N]) -> Agent {
+    let call = ToolCall::new("c1", "remember", json!({ "text": "Likes tea" }));
+    let mut replies = vec![
+        ModelResponse::tool_calls(vec![call]),
+        ModelResponse::text("Noted."),
+    ];
+    replies.extend(then);
+    Agent::builder("You help.")
+        .model(ScriptedModel::new(replies))
+        .memory(memory.clone())
+        .memory_options(MemoryOptions::default().with_tools(true))
+        .build()
+        .unwrap()
+}
+
 /// A blank user id is no user for the `remember` tool, as for recall and extraction: the
 /// fact is kept with the session, not refused for an empty user scope.
 #[tokio::test]
 async fn remember_tool_with_a_blank_user_falls_back_to_the_session() {
     let memory = SqliteMemory::in_memory().unwrap();
-    let call = ToolCall::new("c1", "remember", json!({ "text": "Likes tea" }));
-    let agent = Agent::builder("You help.")
-        .model(ScriptedModel::new([
-            ModelResponse::tool_calls(vec![call]),
-            ModelResponse::text("Noted."),
-        ]))
-        .memory(memory.clone())
-        .memory_options(MemoryOptions::default().with_tools(true))
-        .build()
-        .unwrap();
+    let agent = remembering_tea(&memory, []);
     agent
         .run("I like tea")
         .session("s-blank")
@@ -326,17 +334,7 @@ async fn remember_tool_with_a_blank_user_falls_back_to_the_session() {
 #[tokio::test]
 async fn ids_too_long_for_memory_are_left_out_of_the_runs_recall() {
     let memory = SqliteMemory::in_memory().unwrap();
-    let call = ToolCall::new("c1", "remember", json!({ "text": "Likes tea" }));
-    let agent = Agent::builder("You help.")
-        .model(ScriptedModel::new([
-            ModelResponse::tool_calls(vec![call]),
-            ModelResponse::text("Noted."),
-            ModelResponse::text("Hello again."),
-        ]))
-        .memory(memory.clone())
-        .memory_options(MemoryOptions::default().with_tools(true))
-        .build()
-        .unwrap();
+    let agent = remembering_tea(&memory, [ModelResponse::text("Hello again.")]);
     let long_user = "u".repeat(loomflow::memory::MAX_SCOPE_ID_BYTES + 1);
     let done = agent
         .run("I like tea")
