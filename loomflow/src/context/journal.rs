@@ -166,7 +166,7 @@ impl Context {
     }
 
     /// [`give_back`](Self::give_back) of the occurrence number `occurrence`.
-    pub(super) fn give_back_number(&self, name: &str, occurrence: u32) {
+    fn give_back_number(&self, name: &str, occurrence: u32) {
         let mut control = self.control();
         if let Some(counter) = control.occurrences.get_mut(name)
             && *counter == occurrence + 1
