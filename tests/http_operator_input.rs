@@ -121,7 +121,8 @@ async fn a_signal_to_a_completed_run_is_refused() {
 
 /// A signal for a run this process executes and that has written nothing yet (it writes
 /// only when it ends, `Durability::Exit`) is delivered: before its fix it was refused as
-/// for a thread with no run (404), and a webhook that does not retry lost it.
+/// for a thread with no run (404), and a webhook that does not retry lost it; and on a
+/// thread whose last run ended, as for that run (409).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_to_a_run_not_written_yet_is_delivered() {
     let server = serve("not-written", config()).await;
@@ -136,6 +137,14 @@ async fn a_signal_to_a_run_not_written_yet_is_delivered() {
         .edge("wait", END)
         .compile()
         .unwrap();
+    // The thread's first run, ended: the row reads `completed` until the next run, in
+    // `Durability::Exit`, writes anything.
+    let first = graph
+        .run(&server.runtime, "exit-1", 1)
+        .durability(Durability::Exit)
+        .start();
+    server.runtime.signal("exit-1", "review", 1).await.unwrap();
+    assert_eq!(first.await.unwrap().completed().unwrap(), 2);
     let run = graph
         .run(&server.runtime, "exit-1", 1)
         .durability(Durability::Exit)

@@ -382,8 +382,10 @@ impl Context {
     ///
     /// A timeout ([`SignalError::Timeout`]); a payload that is not a `T` (it stays at the
     /// head of its queue, and the wait journals nothing: a node that catches the error and
-    /// takes the payload with another receive gets the same when it runs again); a
-    /// reserved or empty name; a store failure.
+    /// takes the payload with another receive gets the same when it runs again; one that
+    /// waits again as a `T` meets the same payload again, so take it out first, as a
+    /// `serde_json::Value` with [`poll_signal`](Self::poll_signal), to skip it); a reserved
+    /// or empty name; a store failure.
     ///
     /// # Examples
     ///

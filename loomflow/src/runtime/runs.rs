@@ -116,8 +116,7 @@ impl Runtime {
 
     /// Whether an execution in this process holds `thread`'s run: a run that has written
     /// nothing yet (with [`Durability::Exit`](crate::Durability::Exit), until it ends) has
-    /// no row in the store, and is executing all the same.
-    #[cfg(feature = "http")]
+    /// no row in the store (or the row of the run before it), and is executing all the same.
     pub(crate) fn executes_here(&self, thread: &str) -> bool {
         self.inner.live_claims.executing(thread)
     }

@@ -170,7 +170,11 @@ impl Runtime {
         options: SignalOptions,
         scope: Scope,
     ) -> Result<Delivery> {
+        // A run this process executes is live whatever its row says: a run in
+        // `Durability::Exit` writes nothing before its first journal entry, and the row
+        // still reads as the run before it, ended.
         if options.require_live_run
+            && !self.executes_here(session)
             && let Some(status) = self.ended_run(session).await?
         {
             // A send retried after its signal was delivered (and the run carried on to its

@@ -119,7 +119,10 @@ pub struct SignalOptions {
     /// session's newest run has completed, failed or been cancelled, so that no run will
     /// ever read the signal. A session with no run yet, or a run queued (a new one
     /// submitted after one that ended included), in progress or suspended, accepts it.
-    /// Checked by [`Runtime::signal_with`](crate::Runtime::signal_with) against the store.
+    /// Checked by [`Runtime::signal_with`](crate::Runtime::signal_with) against the store,
+    /// and against the runs the sending runtime executes: a run in
+    /// [`Durability::Exit`](crate::Durability::Exit) writes nothing before its first
+    /// journal entry, so only its own process sees it in progress over the run before it.
     /// A send whose idempotency key is still remembered is a
     /// [`Delivery::Duplicate`](super::Delivery::Duplicate) even then: a retry of a signal
     /// that was delivered before its run ended.
