@@ -322,12 +322,19 @@ pub(crate) fn directive(reply: &str, word: &str) -> Option<String> {
     let reply = reply.trim();
     let (first, others) = reply.split_once('\n').unwrap_or((reply, ""));
     let (head, rest) = split_directive(first);
-    let head = head.trim_matches(|c: char| !c.is_alphanumeric());
-    if !head.eq_ignore_ascii_case(word) {
+    let word_alone = head.trim_matches(|c: char| !c.is_alphanumeric());
+    if !word_alone.eq_ignore_ascii_case(word) {
         return None;
     }
     // `**DONE:** 42` leaves the closing emphasis after the colon.
-    let rest = rest.trim_start_matches(['*', '_']).trim_start();
+    let after_colon = rest.trim_start_matches(['*', '_']);
+    let closed = after_colon.len() < rest.len() || head.trim_end().ends_with(['*', '_']);
+    let mut rest = after_colon.trim_start();
+    // `**DONE: 42**`, the whole line emphasised: the closing emphasis is the answer's end.
+    let opening = first.len() - first.trim_start_matches(['*', '_']).len();
+    if let Some(opening) = first.get(..opening).filter(|o| !o.is_empty() && !closed) {
+        rest = rest.strip_suffix(opening).map_or(rest, str::trim_end);
+    }
     let others = others.trim();
     Some(match (rest.is_empty(), others.is_empty()) {
         (_, true) => rest.to_owned(),
@@ -487,6 +494,22 @@ mod tests {
         assert_eq!(directive("Done.", "done").as_deref(), Some(""));
         assert_eq!(directive("**DONE**: 42", "done").as_deref(), Some("42"));
         assert_eq!(directive("**DONE:** 42", "done").as_deref(), Some("42"));
+        // The whole line emphasised: the closing marks are not the answer's.
+        assert_eq!(directive("**DONE: 42**", "done").as_deref(), Some("42"));
+        assert_eq!(directive("_DONE: 42_", "done").as_deref(), Some("42"));
+        assert_eq!(
+            directive("**FINISH: The answer is 42.**\nmore", "finish").as_deref(),
+            Some("The answer is 42.\nmore")
+        );
+        // An answer that ends in emphasis of its own keeps it.
+        assert_eq!(
+            directive("DONE: a **b**", "done").as_deref(),
+            Some("a **b**")
+        );
+        assert_eq!(
+            directive("**DONE**: a **b**", "done").as_deref(),
+            Some("a **b**")
+        );
         assert_eq!(directive("done: a\nb", "done").as_deref(), Some("a\nb"));
         assert_eq!(
             directive("DONE\nthe answer", "done").as_deref(),
