@@ -95,6 +95,31 @@ async fn plain_reply_sends_the_documented_request() {
     );
 }
 
+/// Anthropic refuses a system text that is empty or only whitespace (400 "text content
+/// blocks must be non-empty"): an agent built with blank instructions sends none.
+#[tokio::test]
+async fn blank_instructions_send_no_system_text() {
+    let reply = || {
+        Reply::json(
+            200,
+            anthropic_message(json!([{"type": "text", "text": "Hi"}]), "end_turn", 3, 1),
+        )
+    };
+    let server = MockServer::start(vec![reply(), reply()]).await;
+    let model = model(&server);
+    let blank = ModelRequest::new(vec![Message::system(""), Message::user("Hi")]);
+    model.complete(blank).await.unwrap();
+    let spaced = ModelRequest::new(vec![
+        Message::system(" \n "),
+        Message::system("Be brief."),
+        Message::user("Hi"),
+    ]);
+    model.complete(spaced).await.unwrap();
+    let sent = server.requests();
+    assert_eq!(sent[0].body.get("system"), None, "{}", sent[0].body);
+    assert_eq!(sent[1].body["system"], "Be brief.");
+}
+
 #[tokio::test]
 async fn streamed_reply_with_parallel_tools_folds_into_the_plain_response() {
     let mut events = vec![anthropic_start(50), json!({"type": "ping"})];

@@ -16,11 +16,13 @@ pub(super) fn body(
         "max_tokens".into(),
         json!(request.max_tokens.unwrap_or(default_max_tokens)),
     );
+    // Blank instructions (an agent built with `""`) are left out: the API refuses a system
+    // text that is empty or only whitespace, as it does a blank user turn.
     let system: Vec<&str> = request
         .messages
         .iter()
         .filter_map(|m| match m {
-            Message::System { content } => Some(content.as_str()),
+            Message::System { content } if !content.trim().is_empty() => Some(content.as_str()),
             _ => None,
         })
         .collect();
