@@ -96,6 +96,58 @@ async fn a_list_is_asked_of_openai_in_an_object_and_comes_back_typed() {
     assert_strict(schema, "schema");
 }
 
+/// A compatible server that refuses `response_format: json_schema` (as DeepSeek does) fails
+/// every typed run; told so with `structured_output(false)`, the adapter leaves the format
+/// out and the agent asks for the schema in its prompt.
+#[tokio::test]
+async fn a_server_without_structured_output_is_asked_in_the_prompt() {
+    let refused = json!({"error": {"message": "This response_format type is unavailable now",
+                                   "type": "invalid_request_error", "code": "invalid_request_error"}});
+    let answer = json!({"role": "assistant", "content": r#"{"title": "pack", "minutes": 30}"#});
+    let server = MockServer::start(vec![
+        Reply::json(400, refused),
+        Reply::json(200, openai_completion(answer, "stop", 20, 9)),
+    ])
+    .await;
+    let agent = |model| {
+        Agent::builder("You plan.")
+            .model(model)
+            .output::<Step>()
+            .build()
+            .unwrap()
+    };
+    let native = agent(models::openai(&server));
+    let error = native.run("One step.").await.unwrap_err();
+    let mut chain = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        chain.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    assert!(chain.contains("unavailable"), "{chain}");
+    let prompted = loomflow::model::OpenAiModel::builder("gpt-test")
+        .base_url(format!("{}/v1", server.url()))
+        .structured_output(false)
+        .build()
+        .unwrap();
+    assert!(!loomflow::model::Model::supports_output_schema(&prompted));
+    let result = agent(prompted).run("One step.").await.unwrap();
+    assert_eq!(
+        result.parsed::<Step>().unwrap(),
+        Step {
+            title: "pack".into(),
+            minutes: Some(30)
+        }
+    );
+    let sent = &server.requests()[1].body;
+    assert_eq!(sent.get("response_format"), None, "{sent}");
+    let asked =
+        sent["messages"].as_array().unwrap().iter().any(|m| {
+            m["role"] == "system" && m["content"].as_str().unwrap().contains("JSON Schema")
+        });
+    assert!(asked, "the schema is asked for in the prompt: {sent}");
+}
+
 #[tokio::test]
 async fn an_enum_is_asked_of_anthropic_through_an_object_tool_input() {
     let server = MockServer::start(vec![Reply::json(

@@ -76,6 +76,8 @@ struct Inner {
     retry: RetryPolicy,
     timeout: Duration,
     stream_usage: bool,
+    /// Whether the server follows `response_format: json_schema`.
+    structured_output: bool,
 }
 
 /// Builds an [`OpenAiModel`].
@@ -90,6 +92,7 @@ pub struct OpenAiModelBuilder {
     timeout: Duration,
     stream_usage: bool,
     max_completion_tokens: Option<bool>,
+    structured_output: bool,
 }
 
 impl OpenAiModelBuilder {
@@ -143,6 +146,18 @@ impl OpenAiModelBuilder {
         self
     }
 
+    /// Whether the server follows an output schema sent as `response_format: {"type":
+    /// "json_schema", …}` (default `true`). Some compatible servers refuse that format with a
+    /// 400 (DeepSeek: "This response_format type is unavailable now"), so that every run with
+    /// a typed output fails: turn it off for them, and an agent asks for the schema in its
+    /// prompt instead, checking the answer the same way
+    /// ([`Model::supports_output_schema`] is then `false`). A request built with an
+    /// [`output_schema`](ModelRequest::output_schema) of its own is sent as it is.
+    pub fn structured_output(mut self, yes: bool) -> Self {
+        self.structured_output = yes;
+        self
+    }
+
     /// Builds the adapter.
     ///
     /// # Errors
@@ -185,6 +200,7 @@ impl OpenAiModelBuilder {
                 retry: self.retry,
                 timeout: self.timeout,
                 stream_usage: self.stream_usage,
+                structured_output: self.structured_output,
             }),
         })
     }
@@ -201,6 +217,7 @@ impl OpenAiModel {
             timeout: Duration::from_secs(120),
             stream_usage: true,
             max_completion_tokens: None,
+            structured_output: true,
         }
     }
 
@@ -330,6 +347,10 @@ impl Model for OpenAiModel {
                 Err(error) => transport::failed(error),
             }),
         )
+    }
+
+    fn supports_output_schema(&self) -> bool {
+        self.inner.structured_output
     }
 }
 
