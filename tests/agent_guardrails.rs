@@ -471,12 +471,25 @@ async fn the_answer_so_far_of_a_stopped_run_passes_the_output_guardrails() {
         .max_turns(1)
         .build()
         .unwrap();
-    let result = agent.run("who is 42?").await.unwrap();
+    // The stream shows it too, as it passed, once: held back as the model gave it, as a
+    // whole answer is.
+    let mut stream = agent.run("who is 42?").stream().await.unwrap();
+    let mut texts = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let AgentEvent::ModelChunk {
+            chunk: StreamChunk::Text { text },
+        } = event
+        {
+            texts.push(text);
+        }
+    }
+    let result = stream.outcome().await.unwrap();
     assert_eq!(result.reason, Some(StopReason::MaxTurns));
     assert_eq!(
         result.output,
         "Customer #### #### #### ####, let me look them up."
     );
+    assert_eq!(texts, [result.output.as_str()]);
 
     let blocking = on_output("no_cards", |text| {
         if text.contains("4111") {

@@ -174,8 +174,9 @@ pub(super) struct Rewritten(pub(super) bool);
 /// Checks the answer so far of a run that stopped before its answer (a turn limit, a
 /// budget): the text of a reply that came with tool calls, which no guardrail saw. What
 /// the output guardrails make of it is kept in the state as the run's output (see
-/// [`AgentState::answer`]): the text, rewritten, or nothing when one blocked it. A block
-/// does not change why the run stopped, whatever the guardrails' [`OnBlock`].
+/// [`AgentState::answer`]): the text, rewritten, or nothing when one blocked it, and shown
+/// on the run's stream as one text chunk. A block does not change why the run stopped,
+/// whatever the guardrails' [`OnBlock`].
 pub(super) async fn check_answer_so_far(
     core: &AgentCore,
     state: &mut AgentState,
@@ -197,14 +198,20 @@ pub(super) async fn check_answer_so_far(
             )
         })
         .await?;
-    state.checked_so_far = Some(match checked {
+    let passed = match checked {
         Checked::Passed(None) => so_far,
         Checked::Passed(Some(rewritten)) => rewritten,
         Checked::Blocked { guardrail, reason } => {
             emit_block(ctx, GuardStage::Output, &guardrail, &reason);
             String::new()
         }
-    });
+    };
+    // The stream held the text back as the model gave it: it shows what passed, as it
+    // shows a whole answer.
+    if !passed.is_empty() {
+        show_checked(ctx, passed.clone()).await;
+    }
+    state.checked_so_far = Some(passed);
     Ok(())
 }
 
