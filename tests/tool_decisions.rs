@@ -624,6 +624,73 @@ async fn a_forks_approval_is_decided_on_the_fork() {
     assert_eq!(source[0].session, "refund-1");
 }
 
+static PAYING: tokio::sync::Notify = tokio::sync::Notify::const_new();
+static PAID: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Send money, taking its time: says when it started, and finishes when told to.
+#[tool(name = "pay", approval)]
+async fn pay_slowly(amount: u32) -> String {
+    PAYING.notify_one();
+    PAID.notified().await;
+    format!("paid {amount}")
+}
+
+/// A call decided while its run was suspended is not listed as waiting while the run,
+/// carried on, runs it: its decision is taken (the mailbox no longer holds it), but the
+/// newest checkpoint is still the one the run suspended on. Before its fix the call was
+/// listed (and offered for a decision that was then refused) until the run's next
+/// checkpoint, in memory and on SQLite alike.
+#[tokio::test]
+async fn a_decided_call_is_not_listed_while_it_runs() {
+    let db = loomflow_tests::TempDb::new("approval-running");
+    for durable in [false, true] {
+        let runtime = match durable {
+            false => Runtime::in_memory(),
+            true => Runtime::builder()
+                .store(SqliteStore::open(db.path()).unwrap())
+                .build(),
+        };
+        let host = Arc::new(
+            ToolHost::new()
+                .with(pay_slowly)
+                .approval_handler(SignalApprover::new().or_suspend()),
+        );
+        let call = ToolCall::new("call_10", "pay", json!({ "amount": 6 }));
+        let graph = paying_in_a_node("paying-slowly", host, call);
+        let suspended = graph.run(&runtime, "t", Vec::new()).await.unwrap();
+        assert_eq!(suspended.interrupts().len(), 1);
+        assert_eq!(runtime.pending_approvals("t").await.unwrap().len(), 1);
+        runtime
+            .decide_approval("t", "call_10", ApprovalDecision::Allow)
+            .await
+            .unwrap();
+
+        let carried_on = tokio::spawn({
+            let (graph, runtime) = (graph.clone(), runtime.clone());
+            async move { graph.recover(&runtime, "t").await }
+        });
+        PAYING.notified().await;
+        let listed = runtime.pending_approvals("t").await.unwrap();
+        assert!(listed.is_empty(), "durable {durable}: {listed:?}");
+        let again = runtime
+            .decide_approval("t", "call_10", ApprovalDecision::Allow)
+            .await;
+        assert!(refused_as_decided(&again), "durable {durable}: {again:?}");
+        PAID.notify_one();
+        let paid = carried_on.await.unwrap().unwrap().completed().unwrap();
+        assert!(paid[0].contains("paid 6"), "{paid:?}");
+    }
+}
+
+fn refused_as_decided(decided: &loomflow::Result<()>) -> bool {
+    matches!(
+        decided,
+        Err(Error::Runtime(
+            loomflow::runtime::RuntimeError::AlreadyDecided { .. }
+        ))
+    )
+}
+
 /// How many times `charge` ran.
 static CHARGED: AtomicUsize = AtomicUsize::new(0);
 

@@ -142,7 +142,12 @@ impl Runtime {
 
     /// Whether a signal `name` to `session` with the idempotency key `key` was sent and is
     /// still remembered, here or in a durable store.
-    async fn key_already_sent(&self, session: &str, name: &str, key: &str) -> Result<bool> {
+    pub(crate) async fn key_already_sent(
+        &self,
+        session: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<bool> {
         if self.mailbox().remembers_key(session, name, key) {
             return Ok(true);
         }

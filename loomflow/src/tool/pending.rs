@@ -113,6 +113,12 @@ fn request_of(interrupt: &Interrupt, session: &str, now_ms: u64) -> Option<Appro
     (request.call_id == call_id).then_some(request)
 }
 
+/// The idempotency key of a decision for the call `call_id` asked at `asked_at_ms`: one
+/// decision a request.
+fn decision_key(call_id: &str, asked_at_ms: u64) -> String {
+    format!("{call_id}@{asked_at_ms}")
+}
+
 impl Runtime {
     /// The tool calls of `session` waiting for a person's decision, oldest first: the tool,
     /// the exact arguments, when it was asked, and the call id to answer with
@@ -129,14 +135,22 @@ impl Runtime {
         self.load_stored_signals().await?;
         let mailbox = self.mailbox();
         let now_ms = crate::runtime::clock::unix_ms(self.now());
-        // A call whose decision is already queued is answered: the run carries on with it.
-        let mut requests: Vec<ApprovalRequest> = self
-            .pending_interrupts(session)
-            .await?
-            .iter()
+        let suspended: Vec<ApprovalRequest> = (self.pending_interrupts(session).await?.iter())
             .filter_map(|interrupt| request_of(interrupt, session, now_ms))
-            .filter(|r| mailbox.queued(session, &SignalApprover::signal_name(&r.call_id)) == 0)
             .collect();
+        let mut requests = Vec::with_capacity(suspended.len());
+        for request in suspended {
+            // A call whose decision is queued is answered: the run carries on with it. One
+            // whose decision a run took already (the run carried on, and runs the call until
+            // its next checkpoint) is answered too, as a second decision would be told.
+            let name = SignalApprover::signal_name(&request.call_id);
+            let key = decision_key(&request.call_id, request.requested_at_ms);
+            if mailbox.queued(session, &name) == 0
+                && !self.key_already_sent(session, &name, &key).await?
+            {
+                requests.push(request);
+            }
+        }
         let live = self.extension::<LiveApprovals>();
         let approvals = live.lock();
         let waiting = approvals.get(session).into_iter().flatten();
@@ -267,7 +281,7 @@ impl Runtime {
             }
             .into());
         }
-        let options = SignalOptions::default().idempotency_key(format!("{call_id}@{asked_at}"));
+        let options = SignalOptions::default().idempotency_key(decision_key(call_id, asked_at));
         let name = SignalApprover::signal_name(call_id);
         // The decision counts against the payload limit whole (with the time it was made).
         self.mailbox().check_size(session, &name, &payload)?;
