@@ -127,6 +127,8 @@ impl Runtime {
     /// Calls whose run suspended on them are read from the store, so any process on the same
     /// store lists them; calls waiting in memory are listed by the process that waits. A
     /// call past its approver's timeout (by the runtime's clock) is not listed: it is denied.
+    /// Nor is a call decided already, whose decision is queued or was taken by its run (the
+    /// run carried on, and runs the call before its next checkpoint).
     ///
     /// # Errors
     ///
