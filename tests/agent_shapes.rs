@@ -485,6 +485,20 @@ async fn plan_and_execute_runs_each_step_then_replans_until_done() {
         team.done[0],
         ("gather prices".to_owned(), "prices: 3, 5".to_owned())
     );
+    // The transcript: the task, then each agent's contribution, as the other shapes keep it.
+    let said: Vec<&str> = team.messages.iter().map(Message::text).collect();
+    assert_eq!(
+        said,
+        [
+            "Which one should I buy?",
+            "planner: 1. gather prices\n2. compare them",
+            "executor: prices: 3, 5",
+            "executor: 3 is cheaper",
+            "replanner: double-check the cheapest",
+            "executor: checked twice",
+            "replanner: DONE: buy the 3 one",
+        ]
+    );
     check_mermaid("shape_plan_and_execute", &graph.to_mermaid()).unwrap();
 }
 

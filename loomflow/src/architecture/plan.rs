@@ -1,8 +1,11 @@
 //! [`PlanAndExecute`]: plan, execute the steps with a worker, re-plan until done.
 
 use crate::agent::{Agent, AgentState};
-use crate::architecture::{TeamState, agent_input, decision, directive, member_answer};
+use crate::architecture::{
+    TeamState, agent_input, decision, directive, marked_if_stopped, member_answer,
+};
 use crate::graph::{CompiledGraph, END, Graph, START};
+use crate::model::Message;
 
 /// A planner writes steps, an executor carries them out one by one, and a replanner either
 /// declares the task done or writes the steps that remain.
@@ -18,7 +21,9 @@ use crate::graph::{CompiledGraph, END, Graph, START};
 /// and markdown around the word do not matter); the answer is the team's `output`, or, when
 /// it gives none, the last step's result. `done` holds the steps carried out with their
 /// results, and `plan` the steps still to do. Steps are read one a line, a list marker
-/// (`1.`, `2)`, `-`, `*`) and the space after it taken off.
+/// (`1.`, `2)`, `-`, `*`) and the space after it taken off. `messages` is the team's
+/// transcript: the task, then `planner: <plan>`, `executor: <result>` for each step
+/// (marked when the executor's run stopped before it answered), and `replanner: <reply>`.
 #[must_use]
 pub struct PlanAndExecute {
     /// The graph's name (default `plan_and_execute`): what a worker and `submit` know it by.
@@ -140,8 +145,10 @@ impl PlanAndExecute {
                     ))
                 },
                 move |team: &mut TeamState, state: AgentState| {
-                    team.plan = steps(&decision(&planner, &state)?);
+                    let text = decision(&planner, &state)?;
+                    team.plan = steps(&text);
                     team.path.push("planner".to_owned());
+                    team.messages.push(Message::assistant(format!("planner: {text}")));
                     Ok(())
                 },
             )
@@ -161,6 +168,11 @@ impl PlanAndExecute {
                     if !team.plan.is_empty() {
                         let step = team.plan.remove(0);
                         let result = member_answer(team, "executor", &state);
+                        let said = match &state.stopped {
+                            Some(_) => marked_if_stopped("executor", &state, &result),
+                            None => format!("executor: {result}"),
+                        };
+                        team.messages.push(Message::assistant(said));
                         // The replanner reads the step as cut short, not as done.
                         let step = match &state.stopped {
                             Some(reason) => format!("{step} (stopped: {reason})"),
@@ -186,6 +198,7 @@ impl PlanAndExecute {
                 move |team: &mut TeamState, state: AgentState| {
                     let text = decision(&replanner, &state)?;
                     team.path.push("replanner".to_owned());
+                    team.messages.push(Message::assistant(format!("replanner: {text}")));
                     match directive(&text, "done") {
                         Some(rest) if !rest.is_empty() => team.output = Some(rest),
                         // A bare `DONE`: the last result is the answer.
