@@ -682,6 +682,71 @@ async fn a_decided_call_is_not_listed_while_it_runs() {
     }
 }
 
+/// A run that took its call's decision and asked again under the same id, before its next
+/// checkpoint, is decided on the call that waits now: the interrupt it suspended on before
+/// is still the newest checkpoint, and before its fix the decision was keyed to that first
+/// request, and refused as already decided.
+#[tokio::test]
+async fn a_call_asked_again_under_its_id_before_a_checkpoint_is_decided() {
+    let runtime = Runtime::in_memory();
+    let suspending = Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new().or_suspend()),
+    );
+    let parking = Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new()),
+    );
+    let graph: CompiledGraph<Vec<String>> = Graph::new("paying-twice")
+        .node_fn("pay", move |paid: &mut Vec<String>, ctx| {
+            let (suspending, parking) = (Arc::clone(&suspending), Arc::clone(&parking));
+            Box::pin(async move {
+                for (host, amount) in [(suspending, 1), (parking, 2)] {
+                    let call = ToolCall::new("call_11", "pay", json!({ "amount": amount }));
+                    let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
+                    paid.push(host.dispatch(&[call], dispatch).await?.remove(0).content);
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let suspended = graph.run(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(suspended.interrupts().len(), 1);
+    runtime
+        .decide_approval("t", "call_11", ApprovalDecision::Allow)
+        .await
+        .unwrap();
+    let carried_on = tokio::spawn({
+        let (graph, runtime) = (graph.clone(), runtime.clone());
+        async move { graph.recover(&runtime, "t").await }
+    });
+    let asked_again = loop {
+        let listed = runtime.pending_approvals("t").await.unwrap();
+        if let Some(request) = listed.into_iter().find(|r| r.arguments["amount"] == 2) {
+            break request;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    runtime
+        .decide_approval_asked_at(
+            "t",
+            "call_11",
+            Some(asked_again.requested_at_ms),
+            ApprovalDecision::Allow,
+            "ann",
+        )
+        .await
+        .unwrap();
+    let paid = carried_on.await.unwrap().unwrap().completed().unwrap();
+    assert_eq!(paid.len(), 2, "{paid:?}");
+    assert!(paid[1].contains("paid 2"), "{paid:?}");
+}
+
 fn refused_as_decided(decided: &loomflow::Result<()>) -> bool {
     matches!(
         decided,

@@ -208,7 +208,7 @@ pub(super) async fn check_answer_so_far(
     };
     // The stream held the text back as the model gave it: it shows what passed, as it
     // shows a whole answer.
-    if !passed.is_empty() {
+    if !passed.is_empty() && ctx.has_listener() {
         show_checked(ctx, passed.clone()).await;
     }
     state.checked_so_far = Some(passed);

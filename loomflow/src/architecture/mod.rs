@@ -330,10 +330,17 @@ pub(crate) fn directive(reply: &str, word: &str) -> Option<String> {
     let after_colon = rest.trim_start_matches(['*', '_']);
     let closed = after_colon.len() < rest.len() || head.trim_end().ends_with(['*', '_']);
     let mut rest = after_colon.trim_start();
-    // `**DONE: 42**`, the whole line emphasised: the closing emphasis is the answer's end.
-    let opening = first.len() - first.trim_start_matches(['*', '_']).len();
-    if let Some(opening) = first.get(..opening).filter(|o| !o.is_empty() && !closed) {
-        rest = rest.strip_suffix(opening).map_or(rest, str::trim_end);
+    // `**DONE: 42**`, the whole line emphasised: the closing emphasis (the opening marks
+    // reversed) is the answer's end. Marks followed by a space open a list item, not
+    // emphasis (`* DONE: the answer is *42*`).
+    let marks = first.trim_start_matches(['*', '_']);
+    let opening = first.get(..first.len() - marks.len()).unwrap_or_default();
+    let emphasis = !opening.is_empty() && !marks.starts_with(char::is_whitespace) && !closed;
+    if emphasis {
+        let closing: String = opening.chars().rev().collect();
+        rest = rest
+            .strip_suffix(closing.as_str())
+            .map_or(rest, str::trim_end);
     }
     let others = others.trim();
     Some(match (rest.is_empty(), others.is_empty()) {
@@ -497,6 +504,12 @@ mod tests {
         // The whole line emphasised: the closing marks are not the answer's.
         assert_eq!(directive("**DONE: 42**", "done").as_deref(), Some("42"));
         assert_eq!(directive("_DONE: 42_", "done").as_deref(), Some("42"));
+        assert_eq!(directive("*_DONE: 42_*", "done").as_deref(), Some("42"));
+        // A list item is no emphasis: the answer's own closing mark stays.
+        assert_eq!(
+            directive("* DONE: the answer is *42*", "done").as_deref(),
+            Some("the answer is *42*")
+        );
         assert_eq!(
             directive("**FINISH: The answer is 42.**\nmore", "finish").as_deref(),
             Some("The answer is 42.\nmore")

@@ -318,8 +318,12 @@ impl Runtime {
         let live: Vec<ApprovalRequest> = (live.lock().get(session).into_iter().flatten())
             .map(|live| live.request.clone())
             .collect();
-        Ok(suspended
-            .chain(live)
+        // A call waiting in memory first: a run that took its first decision and carried on
+        // without a checkpoint may have asked again under the same id, and the interrupt it
+        // suspended on before is still the newest.
+        Ok(live
+            .into_iter()
+            .chain(suspended)
             .find(|r| r.call_id == call_id)
             .map(|r| r.requested_at_ms))
     }

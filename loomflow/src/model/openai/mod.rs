@@ -92,8 +92,11 @@ pub struct OpenAiModelBuilder {
     timeout: Duration,
     stream_usage: bool,
     max_completion_tokens: Option<bool>,
-    structured_output: bool,
+    structured_output: Option<bool>,
 }
+
+/// DeepSeek's API, which takes `response_format` `json_object` but refuses `json_schema`.
+const DEEPSEEK_HOST: &str = "api.deepseek.com";
 
 impl OpenAiModelBuilder {
     /// Sends requests to this base URL (up to and including `/v1`), e.g.
@@ -147,14 +150,15 @@ impl OpenAiModelBuilder {
     }
 
     /// Whether the server follows an output schema sent as `response_format: {"type":
-    /// "json_schema", …}` (default `true`). Some compatible servers refuse that format with a
-    /// 400 (DeepSeek: "This response_format type is unavailable now"), so that every run with
-    /// a typed output fails: turn it off for them, and an agent asks for the schema in its
-    /// prompt instead, checking the answer the same way
+    /// "json_schema", …}` (default `true`, but `false` on `https://api.deepseek.com`). Some
+    /// compatible servers refuse that format with a 400 (DeepSeek: "This response_format
+    /// type is unavailable now"), so that every run with a typed output fails: turn it off
+    /// for them, and an agent asks for the schema in its prompt instead, checking the
+    /// answer the same way
     /// ([`Model::supports_output_schema`] is then `false`). A request built with an
     /// [`output_schema`](ModelRequest::output_schema) of its own is sent as it is.
     pub fn structured_output(mut self, yes: bool) -> Self {
-        self.structured_output = yes;
+        self.structured_output = Some(yes);
         self
     }
 
@@ -200,7 +204,8 @@ impl OpenAiModelBuilder {
                 retry: self.retry,
                 timeout: self.timeout,
                 stream_usage: self.stream_usage,
-                structured_output: self.structured_output,
+                structured_output: (self.structured_output)
+                    .unwrap_or_else(|| !endpoint::is_official_host(&base, DEEPSEEK_HOST)),
             }),
         })
     }
@@ -217,7 +222,7 @@ impl OpenAiModel {
             timeout: Duration::from_secs(120),
             stream_usage: true,
             max_completion_tokens: None,
-            structured_output: true,
+            structured_output: None,
         }
     }
 
@@ -372,5 +377,26 @@ mod tests {
             assert!(model.inner.key.is_none(), "{lookalike} would get the key");
             assert_eq!(model.inner.provider, "openai-compatible");
         }
+    }
+
+    /// DeepSeek refuses `json_schema` response formats: a model string that names its API
+    /// (`openai-compatible:deepseek-chat@https://api.deepseek.com/v1`) asks in the prompt.
+    #[test]
+    fn deepseeks_api_is_not_asked_for_structured_output() {
+        let deepseek = |url: &str| {
+            OpenAiModel::builder("deepseek-chat")
+                .base_url(url)
+                .build()
+                .unwrap_or_else(|e| panic!("{url}: {e}"))
+        };
+        assert!(!deepseek("https://api.deepseek.com/v1").supports_output_schema());
+        assert!(!deepseek("https://api.deepseek.com").supports_output_schema());
+        assert!(deepseek("http://127.0.0.1:8080/v1").supports_output_schema());
+        let told = OpenAiModel::builder("deepseek-chat")
+            .base_url("https://api.deepseek.com/v1")
+            .structured_output(true)
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(told.supports_output_schema());
     }
 }
