@@ -661,3 +661,67 @@ async fn a_run_whose_executions_died_is_failed_at_the_limit() {
     patient.run_until_idle().await.unwrap();
     assert_eq!(runtime.get_state::<u32>("n").await.unwrap(), Some(1));
 }
+
+/// A cancel asked while an execution that then died held the run is carried out by the
+/// worker that finds the run at its lapse limit as `Runtime::cancel` carries one out: the
+/// newest checkpoint is written again as cancelled, so that carrying the run on is refused.
+/// Before, only the row said cancelled: `recover` took the suspended checkpoint and ran
+/// the run to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_carried_out_at_the_lapse_limit_cannot_be_carried_on() {
+    let graph: CompiledGraph<u32> = Graph::new("napping")
+        .node_fn("nap", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                ctx.sleep(Duration::from_millis(1)).or_suspend().await?;
+                *n += 1;
+                Ok(())
+            })
+        })
+        .edge(START, "nap")
+        .edge("nap", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let suspended = graph.invoke(&runtime, "c", 0).await.unwrap();
+    assert_eq!(suspended.interrupts().len(), 1, "{suspended:?}");
+    // Three executions died holding it, long ago; a fourth holds it now.
+    for n in 0..3 {
+        let owner = format!("dead-{n}");
+        let now = 10 * n + 1;
+        runtime
+            .store()
+            .claim("c", &owner, now + 4, now)
+            .await
+            .unwrap();
+    }
+    let now = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    runtime
+        .store()
+        .claim("c", "dead-3", now + 200, now)
+        .await
+        .unwrap();
+    let asked = runtime.cancel("c").await.unwrap();
+    assert!(asked.cancel_requested, "{asked:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    worker.run_until_idle().await.unwrap();
+    let row = runtime.run("c").await.unwrap().record;
+    assert_eq!(row.state, RunState::Cancelled, "{row:?}");
+    let newest = runtime.list_checkpoints("c").await.unwrap();
+    assert_eq!(
+        newest.last().unwrap().status,
+        loomflow::runtime::RunStatus::Cancelled
+    );
+    let again = graph.recover(&runtime, "c").await;
+    assert!(
+        matches!(again, Err(loomflow::RunError::Cancelled { .. })),
+        "{again:?}"
+    );
+}

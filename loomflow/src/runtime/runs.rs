@@ -312,7 +312,7 @@ impl Runtime {
 
     /// Cancels the run of `record` under `claim`: its newest checkpoint is written again as
     /// cancelled (a queued run, which has none, is just finished as cancelled).
-    async fn cancel_claimed(&self, claim: &RunClaim, record: &RunRecord) -> Result<()> {
+    pub(crate) async fn cancel_claimed(&self, claim: &RunClaim, record: &RunRecord) -> Result<()> {
         let latest = self.store().latest_checkpoint(&record.thread, "").await?;
         match latest {
             Some(mut cp) if cp.run == record.run && record.state != RunState::Queued => {

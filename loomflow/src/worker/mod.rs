@@ -475,7 +475,11 @@ impl WorkerInner {
         };
         let (lapses, cancel) = (run.record.lapses, run.record.cancel_requested);
         let (report, wake_at_ms) = if self.max_lapses.is_some_and(|max| lapses >= u64::from(max)) {
-            (lapsed::fail(claim, graph_name, lapses, cancel).await, None)
+            let report = match cancel {
+                true => lapsed::cancel(&self.runtime, claim, &run.record, graph_name).await,
+                false => lapsed::fail(claim, graph_name, lapses).await,
+            };
+            (report, None)
         } else {
             let execution = graph.execute(&self.runtime, run, claim.clone());
             match AssertUnwindSafe(execution).catch_unwind().await {
