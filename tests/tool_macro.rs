@@ -185,6 +185,27 @@ fn every_schema_is_valid_2020_12_in_both_forms() {
     }
 }
 
+/// OpenAI's strict mode refuses a `$ref` with other keywords beside it.
+fn assert_no_ref_siblings(schema: &Value, at: &str) {
+    match schema {
+        Value::Object(map) => {
+            assert!(
+                !map.contains_key("$ref") || map.len() == 1,
+                "{at}: {schema}"
+            );
+            for (key, value) in map {
+                assert_no_ref_siblings(value, &format!("{at}.{key}"));
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                assert_no_ref_siblings(item, &format!("{at}[{i}]"));
+            }
+        }
+        _ => {}
+    }
+}
+
 #[test]
 fn strict_form_requires_everything_and_forbids_extras_recursively() {
     let strict = spec(&search).strict_parameters();
@@ -223,6 +244,22 @@ fn strict_form_requires_everything_and_forbids_extras_recursively() {
             .is_none()
     );
     assert_eq!(spec(&search).definition_strict().parameters, strict);
+    // No `$ref` has keywords beside it, which strict mode refuses: the documented `order`
+    // takes its enum in place, its description kept.
+    assert!(
+        spec(&search).parameters["properties"]["order"]
+            .get("$ref")
+            .is_some()
+    );
+    assert_no_ref_siblings(&strict, "strict");
+    assert_eq!(
+        strict["properties"]["order"]["description"],
+        "The sort order."
+    );
+    assert_eq!(
+        strict["properties"]["order"]["anyOf"][0]["const"],
+        "ascending"
+    );
 
     // A strict schema accepts a call with nulls and refuses extras.
     let validator = jsonschema::draft202012::new(&strict).unwrap();

@@ -112,16 +112,19 @@ pub(super) async fn call(
 /// `isError` is its text, as the error; with no text, its structured content as JSON, or
 /// that it said nothing.
 fn into_value(result: CallToolResult) -> Result<Value, String> {
+    // An explicit `null` (a server that writes every field out) is no structured content:
+    // the spec types it as an optional object.
+    let structured = result.structured_content.filter(|value| !value.is_null());
     if result.is_error == Some(true) {
         let text = blocks_value(result.content);
-        return Err(match (text, result.structured_content) {
+        return Err(match (text, structured) {
             (Value::String(text), _) if !text.trim().is_empty() => text,
             (Value::String(_), Some(structured)) => structured.to_string(),
             (Value::String(_), None) => "(the tool said nothing more)".to_owned(),
             (other, _) => other.to_string(),
         });
     }
-    if let Some(structured) = result.structured_content {
+    if let Some(structured) = structured {
         return Ok(structured);
     }
     Ok(blocks_value(result.content))
@@ -182,6 +185,17 @@ mod tests {
 
     fn result(value: Value) -> CallToolResult {
         serde_json::from_value(value).unwrap()
+    }
+
+    /// `"structuredContent": null` is no structured content: the text is the answer, and
+    /// an error with no text says so, rather than `null`.
+    #[test]
+    fn a_null_structured_content_is_none() {
+        let r = result(json!({ "content": [{ "type": "text", "text": "42 files" }],
+                               "structuredContent": null }));
+        assert_eq!(into_value(r).unwrap(), json!("42 files"));
+        let e = result(json!({ "content": [], "isError": true, "structuredContent": null }));
+        assert_eq!(into_value(e).unwrap_err(), "(the tool said nothing more)");
     }
 
     /// An image's base64 and a resource's blob do not reach the model: their size does,

@@ -5,6 +5,7 @@ use serde_json::{Map, Value, json};
 
 mod bounds;
 mod normalize;
+mod ref_siblings;
 mod sizes;
 mod validate;
 
@@ -34,8 +35,10 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 
 /// The form OpenAI's strict mode accepts: in every object schema, every property is
 /// required, the ones that were optional accept `null`, and `additionalProperties` is
-/// `false`; numeric `format` hints are dropped and `oneOf` becomes `anyOf`. Applies to nested objects, array items, `$defs` and `anyOf`/`oneOf`/`allOf`
-/// branches.
+/// `false`; numeric `format` hints are dropped and `oneOf` becomes `anyOf`; a `$ref` with
+/// keywords beside it (a documented field of a struct or enum type) is replaced by the
+/// definition it names, those keywords kept. Applies to nested objects, array items,
+/// `$defs` and `anyOf`/`oneOf`/`allOf` branches.
 ///
 /// # Examples
 ///
@@ -57,6 +60,7 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 /// ```
 pub fn strict_schema(schema: &Value) -> Value {
     let mut schema = schema.clone();
+    ref_siblings::unravel(&mut schema);
     make_strict(&mut schema);
     schema
 }
