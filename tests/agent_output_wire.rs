@@ -96,6 +96,55 @@ async fn a_list_is_asked_of_openai_in_an_object_and_comes_back_typed() {
     assert_strict(schema, "schema");
 }
 
+/// A step, by another name: schemars writes a newtype as a root `$ref` beside `$defs`.
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+struct Only(Step);
+
+/// A documented field of a struct type is sent without a `$ref` beside its description,
+/// which OpenAI's strict mode refuses; a root `$ref` (a newtype) is sent as it is, inside
+/// the `result` object its answer comes back in.
+#[tokio::test]
+async fn documented_references_reach_openai_in_place_and_a_newtype_in_its_wrapper() {
+    #[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+    struct Plan {
+        /// The first step.
+        first: Step,
+    }
+    let server = openai_answering(r#"{"first": {"title": "pack", "minutes": 30}}"#).await;
+    let agent = Agent::builder("You plan.")
+        .model(models::openai(&server))
+        .output::<Plan>()
+        .build()
+        .unwrap();
+    let plan = agent.run("Plan.").await.unwrap().parsed::<Plan>().unwrap();
+    assert_eq!(plan.first.title, "pack");
+    let schema = &server.requests()[0].body["response_format"]["json_schema"]["schema"];
+    let first = &schema["properties"]["first"];
+    assert_eq!(first.get("$ref"), None, "{schema}");
+    assert_eq!(first["description"], "The first step.");
+    assert_eq!(first["type"], "object");
+    assert_strict(schema, "schema");
+
+    let server = openai_answering(r#"{"result": {"title": "go", "minutes": null}}"#).await;
+    let agent = Agent::builder("You plan.")
+        .model(models::openai(&server))
+        .output::<Only>()
+        .build()
+        .unwrap();
+    let only = agent.run("One.").await.unwrap().parsed::<Only>().unwrap();
+    assert_eq!(
+        only,
+        Only(Step {
+            title: "go".into(),
+            minutes: None
+        })
+    );
+    // Asked for as the answer is read: inside `result`.
+    let schema = &server.requests()[0].body["response_format"]["json_schema"]["schema"];
+    assert!(schema["properties"].get("result").is_some(), "{schema}");
+    assert_strict(schema, "schema");
+}
+
 /// A compatible server that refuses `response_format: json_schema` (as DeepSeek does) fails
 /// every typed run; told so with `structured_output(false)`, the adapter leaves the format
 /// out and the agent asks for the schema in its prompt.

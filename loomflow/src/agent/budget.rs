@@ -17,7 +17,9 @@ use crate::model::Usage;
 ///
 /// The per-user caps count every run of the agent (and of its clones) for that user in
 /// this process: they are kept in memory, not in the store, so another process or a
-/// restart starts from zero. A call is counted when it is made: a reply replayed from the
+/// restart starts from zero. The totals belong to the budget and are shared by its
+/// clones: one budget cloned into several agents caps a user over all of them together;
+/// give each agent a budget built on its own to cap it apart. A call is counted when it is made: a reply replayed from the
 /// journal (a run resumed or recovered) was counted the first time.
 ///
 /// # Examples
@@ -77,14 +79,15 @@ impl Budget {
         self
     }
 
-    /// Caps the tokens one user may spend across every run of this agent (in this process).
+    /// Caps the tokens one user may spend across every run of this budget's agents (in this
+    /// process).
     pub fn max_tokens_per_user(mut self, tokens: u64) -> Self {
         self.max_tokens_per_user = Some(tokens);
         self
     }
 
-    /// Caps the cost, in US dollars, one user may run up across every run of this agent (in
-    /// this process), priced as for [`max_cost_usd`](Self::max_cost_usd). With no prices
+    /// Caps the cost, in US dollars, one user may run up across every run of this budget's
+    /// agents (in this process), priced as for [`max_cost_usd`](Self::max_cost_usd). With no prices
     /// here or on the agent, the agent's `build` refuses a cost cap; it warns when its price
     /// table has no price for the agent's model (which then costs nothing).
     pub fn max_cost_usd_per_user(mut self, usd: f64) -> Self {

@@ -192,9 +192,15 @@ impl<S: State> RunBuilder<S> {
     }
 
     /// When another execution holds the thread's run, waits up to `max` for it to let go
-    /// (polling with a short backoff), then runs from wherever that execution left the run:
-    /// a caller that loses the race gets the current outcome instead of
-    /// [`RunError::Busy`].
+    /// (polling with a short backoff), then goes on as if it had come after it:
+    /// [`recover`](crate::graph::CompiledGraph::recover) carries on from wherever that
+    /// execution left the run (a caller that loses the race gets the current outcome);
+    /// [`run`](crate::graph::CompiledGraph::run) starts a new run of the thread from its
+    /// input, as it would have after it; a resume goes to the run as the other execution
+    /// left it: [`RunError::NotInterrupted`] once it finished, or, suspended again, the new
+    /// question answered by a plain `resume` (one by id is refused with
+    /// [`RunError::UnknownInterrupt`]). To have two callers share one execution of a run,
+    /// both use `recover(..).wait_if_busy(..)`.
     ///
     /// Without it (the default), a busy thread fails the run at once with
     /// [`RunError::Busy`]. A holder that crashed lets go when its lease expires (see

@@ -2,61 +2,56 @@
 //! keywords {'description'}"): schemars writes one for every documented field whose type is
 //! a struct or an enum (`{"$ref": "#/$defs/Verdict", "description": "…"}`).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Replaces each `$ref` that has other keywords beside it by the definition it points to,
 /// with those keywords over it: the field's description stays. A definition that is being
 /// put in place already (a recursive type) keeps its `$ref`, without the keywords beside it;
-/// so does one that is not in the schema's own `$defs` (or `definitions`).
+/// so does one the schema does not hold (another document's). The root is left as it is:
+/// a root `$ref` beside `$defs` is how schemars writes a newtype, and an agent reads its
+/// output schema's root as given.
 pub(super) fn unravel(schema: &mut Value) {
-    let defs = definitions(schema);
+    let original = schema.clone();
     let mut inlining = Vec::new();
-    walk(schema, &defs, &mut inlining);
-}
-
-/// The schema's local definitions, as they are before any is put in place.
-fn definitions(schema: &Value) -> Map<String, Value> {
-    let mut defs = Map::new();
-    for key in ["$defs", "definitions"] {
-        if let Some(Value::Object(found)) = schema.get(key) {
-            for (name, def) in found {
-                defs.insert(format!("#/{key}/{}", escaped(name)), def.clone());
-            }
+    if let Value::Object(map) = schema {
+        for value in map.values_mut() {
+            walk(value, &original, &mut inlining);
         }
     }
-    defs
 }
 
-/// `name` as a JSON pointer's segment.
-fn escaped(name: &str) -> String {
-    name.replace('~', "~0").replace('/', "~1")
-}
-
-fn walk(schema: &mut Value, defs: &Map<String, Value>, inlining: &mut Vec<String>) {
+fn walk(schema: &mut Value, root: &Value, inlining: &mut Vec<String>) {
     match schema {
         Value::Object(map) => {
             let reference = map.get("$ref").and_then(Value::as_str).map(str::to_owned);
             if let Some(reference) = reference.filter(|_| map.len() > 1) {
-                match defs
-                    .get(&reference)
-                    .filter(|_| !inlining.contains(&reference))
-                {
+                let found = super::validate::resolve(root, &reference)
+                    .filter(|_| !inlining.contains(&reference));
+                match found {
                     Some(Value::Object(def)) => {
                         map.remove("$ref");
                         for (key, value) in def {
                             map.entry(key.clone()).or_insert_with(|| value.clone());
                         }
+                        // Walked again whole: a definition that is itself a `$ref` (a
+                        // newtype's) now has the keywords beside it.
                         inlining.push(reference);
-                        map.values_mut().for_each(|v| walk(v, defs, inlining));
+                        walk(schema, root, inlining);
                         inlining.pop();
                         return;
                     }
                     _ => map.retain(|key, _| key == "$ref"),
                 }
             }
-            map.values_mut().for_each(|v| walk(v, defs, inlining));
+            for value in map.values_mut() {
+                walk(value, root, inlining);
+            }
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| walk(v, defs, inlining)),
+        Value::Array(items) => {
+            for item in items {
+                walk(item, root, inlining);
+            }
+        }
         _ => {}
     }
 }
@@ -85,6 +80,36 @@ mod tests {
         assert_eq!(
             schema["properties"]["again"],
             json!({ "$ref": "#/$defs/Verdict" })
+        );
+    }
+
+    #[test]
+    fn a_newtypes_reference_and_an_encoded_name_are_followed_and_the_root_is_kept() {
+        let mut schema = json!({
+            "$ref": "#/$defs/Wrapped",
+            "$defs": {
+                "Wrapped": {
+                    "type": "object",
+                    "properties": {
+                        "line": { "$ref": "#/$defs/Order%20Line", "description": "The line." },
+                        "id": { "$ref": "#/$defs/Id", "description": "Its id." }
+                    }
+                },
+                "Order Line": { "type": "string" },
+                "Id": { "$ref": "#/$defs/Raw" },
+                "Raw": { "type": "integer" }
+            }
+        });
+        unravel(&mut schema);
+        assert_eq!(schema["$ref"], "#/$defs/Wrapped", "the root as it was");
+        let wrapped = &schema["$defs"]["Wrapped"]["properties"];
+        assert_eq!(
+            wrapped["line"],
+            json!({ "type": "string", "description": "The line." })
+        );
+        assert_eq!(
+            wrapped["id"],
+            json!({ "type": "integer", "description": "Its id." })
         );
     }
 
