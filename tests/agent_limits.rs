@@ -737,6 +737,29 @@ fn an_output_schema_name_providers_refuse_is_refused_at_build() {
             .build()
             .is_ok()
     );
+    // The memory tools the agent is given count: before, `recall` passed build and every
+    // run failed at its first turn.
+    let memory = loomflow::memory::SqliteMemory::in_memory().unwrap();
+    let with_memory_tools = || {
+        agent()
+            .memory(memory.clone())
+            .memory_options(loomflow::memory::MemoryOptions::default().with_tools(true))
+    };
+    assert_eq!(
+        problems(with_memory_tools().output_schema::<Verdict>("recall", schema())),
+        [
+            "output schema \"recall\" has the name of one of the agent's tools: name one or \
+             the other otherwise"
+        ]
+    );
+    assert!(
+        agent()
+            .memory(memory.clone())
+            .output_schema::<Verdict>("recall", schema())
+            .build()
+            .is_ok(),
+        "without the memory tools, the name is free"
+    );
 }
 
 /// An output schema named as one of the tools a turn offers, which `build()` could not see

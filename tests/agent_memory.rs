@@ -332,7 +332,7 @@ async fn remember_tool_with_a_blank_user_falls_back_to_the_session() {
 /// key, say) is left out of what the run recalls, and a user's facts go to the session, as
 /// for a blank id: the run answers, rather than failing at its recall.
 #[tokio::test]
-async fn ids_too_long_for_memory_are_left_out_of_the_runs_recall() {
+async fn ids_memory_cannot_keep_are_left_out_of_the_runs_recall() {
     let memory = SqliteMemory::in_memory().unwrap();
     let agent = remembering_tea(&memory, [ModelResponse::text("Hello again.")]);
     let long_user = "u".repeat(loomflow::memory::MAX_SCOPE_ID_BYTES + 1);
@@ -350,6 +350,36 @@ async fn ids_too_long_for_memory_are_left_out_of_the_runs_recall() {
     let long_session = "s".repeat(loomflow::memory::MAX_SCOPE_ID_BYTES + 1);
     let done = agent.run("Hi").session(&long_session).await.unwrap();
     assert_eq!(done.output, "Hello again.");
+
+    // A user id with a NUL in it, which no backend keeps either: before its fix the run
+    // failed at its recall (`MemoryError::NulCharacter`).
+    let agent = remembering_tea(&memory, []);
+    let done = agent
+        .run("I like tea")
+        .session("s-nul-user")
+        .user("ada\0x")
+        .await
+        .unwrap();
+    assert_eq!(done.output, "Noted.");
+    assert_eq!(
+        memory.count(&Scope::session("s-nul-user")).await.unwrap(),
+        1
+    );
+}
+
+/// A `Memory` of one's own builds the items it returns with `MemoryItem::new`.
+#[tokio::test]
+async fn a_memory_of_ones_own_returns_items_it_builds() {
+    use loomflow::memory::{MemoryId, MemoryItem};
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000);
+    let item = MemoryItem::new(MemoryId(7), Scope::user("ada"), "Likes tea", json!({}), at)
+        .with_score(0.5);
+    assert_eq!(
+        (item.id, item.text.as_str(), item.score),
+        (MemoryId(7), "Likes tea", 0.5)
+    );
+    assert_eq!(item.created_at, at);
+    assert_eq!(item.scope, Scope::user("ada"));
 }
 
 /// Extraction reads only the run it follows: a session's earlier runs were extracted after

@@ -369,7 +369,19 @@ impl AgentBuilder {
         // A name providers refuse would fail every model call of every run; so would an
         // output schema's (OpenAI's schema name, Anthropic's output tool), and one a tool
         // also has would read that tool's calls as the answer.
-        let definitions = self.tools.definitions();
+        let mut definitions = self.tools.definitions();
+        // The memory tools the agent will have count as its tools here too.
+        if let Some(store) = self.memory.as_ref().filter(|_| self.memory_options.tools) {
+            let memory_tools = crate::memory::memory_tools(store, &name, &self.memory_options);
+            for tool in memory_tools {
+                if definitions
+                    .iter()
+                    .all(|known| known.name != tool.spec().name)
+                {
+                    definitions.push(tool.spec().definition());
+                }
+            }
+        }
         if let Some(output) = &self.output {
             let name = &output.schema.name;
             if !crate::tool::name::is_callable(name) {

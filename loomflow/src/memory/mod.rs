@@ -187,6 +187,35 @@ pub struct MemoryItem {
     pub score: f64,
 }
 
+impl MemoryItem {
+    /// An item as a [`Memory`] of one's own returns it from
+    /// [`recall`](Memory::recall) or [`list`](Memory::list), with a `score` of 0 (set it
+    /// with [`with_score`](Self::with_score)); `metadata` is a JSON object, or `{}`.
+    pub fn new(
+        id: MemoryId,
+        scope: Scope,
+        text: impl Into<String>,
+        metadata: Value,
+        created_at: SystemTime,
+    ) -> Self {
+        Self {
+            id,
+            scope,
+            text: text.into(),
+            metadata,
+            created_at,
+            score: 0.0,
+        }
+    }
+
+    /// How well it matched a recall's query (higher is better).
+    #[must_use]
+    pub fn with_score(mut self, score: f64) -> Self {
+        self.score = score;
+        self
+    }
+}
+
 /// Long-term memory: texts kept by [`Scope`], found again by full-text search.
 ///
 /// Object-safe: agents keep an `Arc<dyn Memory>`. Implementations keep scopes apart: no

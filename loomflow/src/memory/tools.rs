@@ -9,14 +9,16 @@ use crate::error_chain::ErrorChain;
 use crate::graph::BoxFuture;
 use crate::tool::{Tool, ToolContext, ToolError, ToolSpec};
 
-/// Whether memory can keep a scope of this id: not blank, and not over
-/// [`MAX_SCOPE_ID_BYTES`](super::MAX_SCOPE_ID_BYTES). Such a scope holds nothing, and a
-/// recall in it is refused.
+/// Whether memory can keep a scope of this id: not blank, not over
+/// [`MAX_SCOPE_ID_BYTES`](super::MAX_SCOPE_ID_BYTES), no NUL ([`Scope::check`]'s rules;
+/// the kind does not matter to them). Such a scope holds nothing, and a recall in it is
+/// refused.
 fn keepable(id: &str) -> bool {
-    !id.trim().is_empty() && id.len() <= super::MAX_SCOPE_ID_BYTES
+    super::Scope::session(id).check().is_ok()
 }
 
-/// The run's user as memory sees it: a user id memory cannot keep (blank, or too long) is
+/// The run's user as memory sees it: a user id memory cannot keep (blank, too long, or
+/// holding a NUL) is
 /// no user, so what would be the user's is kept with the session (recall, extraction and
 /// the `remember` tool alike).
 pub(crate) fn memory_user(user: Option<&str>) -> Option<&str> {
