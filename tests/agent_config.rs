@@ -332,6 +332,32 @@ async fn a_tool_set_is_listed_by_its_registered_name() {
     );
 }
 
+/// A listed tool that a listed set also offers is the agent's whatever the order of the
+/// list: the tool added on its own wins over the set's, as `ToolHost::with_set` says.
+/// Before, a list naming the set first left the tool out, and its calls reached the set.
+#[tokio::test]
+async fn a_listed_tool_wins_over_a_listed_sets_tool_of_its_name_in_any_order() {
+    for list in [r#"["ops", "restart"]"#, r#"["restart", "ops"]"#] {
+        let (local, locals) = Counted::new("restart");
+        let (remote, remotes) = Counted::new("restart");
+        let registry = ToolRegistry::new()
+            .tool(local)
+            .set("ops", Ops(vec![Arc::new(remote)]));
+        let config = format!("instructions = \"x\"\ntools = {list}\n");
+        let agent = Agent::from_config_str(&config, &registry)
+            .unwrap()
+            .model(ScriptedModel::new([
+                ModelResponse::tool_calls(vec![call("c1", "restart")]),
+                ModelResponse::text("done"),
+            ]))
+            .build()
+            .unwrap();
+        agent.run("go").await.unwrap();
+        assert_eq!(locals.load(Ordering::SeqCst), 1, "{list}");
+        assert_eq!(remotes.load(Ordering::SeqCst), 0, "{list}");
+    }
+}
+
 // --- mistakes -------------------------------------------------------------------------
 
 #[test]

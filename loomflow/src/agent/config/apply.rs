@@ -288,10 +288,14 @@ fn tool_host(
     // The names permissions may use: listed tools, and the tools listed sets offer now.
     let mut tools = BTreeSet::new();
     let mut sets = BTreeMap::new();
+    // The listed tools added, each once: one a listed set also offers is added all the
+    // same, whatever the order, and wins over the set's (as `ToolHost::with_set` says).
+    let mut added = BTreeSet::new();
     for name in listed {
         match registry.get(name.get_ref()) {
             Some(Registered::Tool(tool)) => {
-                if tools.insert(name.get_ref().clone()) {
+                tools.insert(name.get_ref().clone());
+                if added.insert(name.get_ref().clone()) {
                     host.add_arc(tool.clone());
                 }
             }
