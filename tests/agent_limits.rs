@@ -748,8 +748,9 @@ fn an_output_schema_name_providers_refuse_is_refused_at_build() {
     assert_eq!(
         problems(with_memory_tools().output_schema::<Verdict>("recall", schema())),
         [
-            "output schema \"recall\" has the name of one of the agent's tools: name one or \
-             the other otherwise"
+            "output schema \"recall\" has the name of one of the agent's tools (a memory tool: \
+             turn them off with MemoryOptions::with_tools(false)): name one or the other \
+             otherwise"
         ]
     );
     assert!(

@@ -49,6 +49,15 @@ fn assert_strict(schema: &Value, at: &str) {
             assert_strict(def, &format!("{at}$defs.{name}"));
         }
     }
+    // Nor a `$ref` with keywords beside it, anywhere below the top.
+    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            assert!(
+                property.get("$ref").is_none() || property.as_object().unwrap().len() == 1,
+                "{at}.{name}: {property}"
+            );
+        }
+    }
 }
 
 /// A local OpenAI-compatible server whose one reply is `content`.

@@ -391,9 +391,14 @@ impl AgentBuilder {
                     crate::tool::name::callable_name("", name)
                 ));
             } else if definitions.iter().any(|tool| tool.name == *name) {
+                let memory = if self.tools.get(name).is_none() {
+                    " (a memory tool: turn them off with MemoryOptions::with_tools(false))"
+                } else {
+                    ""
+                };
                 problems.push(format!(
-                    "output schema {name:?} has the name of one of the agent's tools: name \
-                     one or the other otherwise"
+                    "output schema {name:?} has the name of one of the agent's tools{memory}: \
+                     name one or the other otherwise"
                 ));
             }
         }

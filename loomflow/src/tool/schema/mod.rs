@@ -37,7 +37,8 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 /// required, the ones that were optional accept `null`, and `additionalProperties` is
 /// `false`; numeric `format` hints are dropped and `oneOf` becomes `anyOf`; a `$ref` with
 /// keywords beside it (a documented field of a struct or enum type) is replaced by the
-/// definition it names, those keywords kept. Applies to nested objects, array items,
+/// definition it names, those keywords kept (a root `$ref`, a newtype's, stays, without
+/// them). Applies to nested objects, array items,
 /// `$defs` and `anyOf`/`oneOf`/`allOf` branches.
 ///
 /// # Examples

@@ -7,18 +7,26 @@ use serde_json::Value;
 /// Replaces each `$ref` that has other keywords beside it by the definition it points to,
 /// with those keywords over it: the field's description stays. A definition that is being
 /// put in place already (a recursive type) keeps its `$ref`, without the keywords beside it;
-/// so does one the schema does not hold (another document's). The root is left as it is:
-/// a root `$ref` beside `$defs` is how schemars writes a newtype, and an agent reads its
-/// output schema's root as given.
+/// so does one the schema does not hold (another document's) and one to the whole schema
+/// (`#`). The root keeps its `$ref`, only losing the keywords beside it (a documented
+/// newtype's description; its `$defs` stay): a root `$ref` is how schemars writes a newtype,
+/// and an agent reads an output schema whose root is not an object from a wrapper.
 pub(super) fn unravel(schema: &mut Value) {
     let original = schema.clone();
     let mut inlining = Vec::new();
     if let Value::Object(map) = schema {
+        if map.contains_key("$ref") {
+            map.retain(|key, _| matches!(key.as_str(), "$ref" | "$defs" | "definitions"));
+        }
         for value in map.values_mut() {
             walk(value, &original, &mut inlining);
         }
     }
 }
+
+/// What a schema holds for the document as a whole, not for the value it describes: not
+/// copied where a definition is put in place.
+const DOCUMENT_KEYWORDS: [&str; 5] = ["$defs", "definitions", "$schema", "$id", "title"];
 
 fn walk(schema: &mut Value, root: &Value, inlining: &mut Vec<String>) {
     match schema {
@@ -26,12 +34,14 @@ fn walk(schema: &mut Value, root: &Value, inlining: &mut Vec<String>) {
             let reference = map.get("$ref").and_then(Value::as_str).map(str::to_owned);
             if let Some(reference) = reference.filter(|_| map.len() > 1) {
                 let found = super::validate::resolve(root, &reference)
-                    .filter(|_| !inlining.contains(&reference));
+                    .filter(|_| reference != "#" && !inlining.contains(&reference));
                 match found {
                     Some(Value::Object(def)) => {
                         map.remove("$ref");
                         for (key, value) in def {
-                            map.entry(key.clone()).or_insert_with(|| value.clone());
+                            if !DOCUMENT_KEYWORDS.contains(&key.as_str()) {
+                                map.entry(key.clone()).or_insert_with(|| value.clone());
+                            }
                         }
                         // Walked again whole: a definition that is itself a `$ref` (a
                         // newtype's) now has the keywords beside it.
@@ -102,6 +112,14 @@ mod tests {
         });
         unravel(&mut schema);
         assert_eq!(schema["$ref"], "#/$defs/Wrapped", "the root as it was");
+        let mut documented = json!({
+            "$ref": "#/$defs/Raw", "description": "A newtype.", "$defs": { "Raw": { "type": "integer" } }
+        });
+        unravel(&mut documented);
+        assert_eq!(
+            documented,
+            json!({ "$ref": "#/$defs/Raw", "$defs": { "Raw": { "type": "integer" } } })
+        );
         let wrapped = &schema["$defs"]["Wrapped"]["properties"];
         assert_eq!(
             wrapped["line"],
@@ -123,7 +141,8 @@ mod tests {
                     "type": "object",
                     "properties": {
                         "next": { "$ref": "#/$defs/Node", "description": "The next one." },
-                        "far": { "$ref": "https://example.com/x", "description": "Elsewhere." }
+                        "far": { "$ref": "https://example.com/x", "description": "Elsewhere." },
+                        "top": { "$ref": "#", "description": "The whole." }
                     }
                 }
             }
@@ -137,5 +156,6 @@ mod tests {
             json!({ "$ref": "#/$defs/Node" })
         );
         assert_eq!(node["far"], json!({ "$ref": "https://example.com/x" }));
+        assert_eq!(node["top"], json!({ "$ref": "#" }));
     }
 }
