@@ -630,6 +630,54 @@ async fn a_node_fns_store_failure_lets_the_run_go() {
     assert_ne!(record.state, RunState::Failed, "{record:?}");
 }
 
+/// An error type of the application's own, which wraps loomflow's as `anyhow` would.
+#[derive(Debug)]
+struct AppError(RunError);
+
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the charge could not be made: {}", self.0)
+    }
+}
+
+impl std::error::Error for AppError {}
+
+/// A `#[node]` returning an error type of its own.
+#[node]
+async fn charge_in_own_words(charged: &mut u32, ctx: &Context) -> Result<(), AppError> {
+    *charged = ctx
+        .step("charge", || async { Ok::<_, String>(40u32) })
+        .await
+        .map_err(AppError)?;
+    Ok(())
+}
+
+/// A node that wraps a store failure in an error of its own (or `anyhow`'s) lets the run
+/// go all the same: the context noted the failure, which the wrapper hides from the
+/// executor. Before, the run was failed, and no worker carried it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failure_in_a_nodes_own_error_type_lets_the_run_go() {
+    let db = loomflow_tests::TempDb::new("faults-node-own-error");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("charging")
+        .node(charge_in_own_words)
+        .edge(START, "charge_in_own_words")
+        .edge("charge_in_own_words", END)
+        .compile()
+        .unwrap();
+    faults.fail_next_journal_write_before_commit();
+    let first = graph.invoke(&runtime, "c-1", 0).await;
+    assert!(
+        matches!(first, Err(RunError::Store(StoreError::Write { .. }))),
+        "let go, not failed: {first:?}"
+    );
+    let record = runtime.run("c-1").await.unwrap().record;
+    assert_ne!(record.state, RunState::Failed, "{record:?}");
+    let done = graph.recover(&runtime, "c-1").await.unwrap();
+    assert_eq!(done.completed().unwrap(), 40);
+}
+
 /// A step whose journal write failed after it committed (the connection broke at the
 /// commit) returns its value: the step looks the write up and finds it, and the run goes
 /// on. Before, the run was let go and carried on later (and a node that retried the step

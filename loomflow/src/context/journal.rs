@@ -46,7 +46,9 @@ impl Context {
     /// the failed write gives its number back, so that the retry replays a value that
     /// reached the journal, and calls `f` again only if none did.
     /// So does a store failure `f` returns as the store's or the run's error (a step of its
-    /// own whose write failed).
+    /// own whose write failed). The node may wrap the error in one of its own (`anyhow`, an
+    /// enum of its own): the context noted the store's failure, and the run is let go all
+    /// the same.
     /// A write the store refuses for what it holds
     /// ([`StoreError::Refused`]) fails the node.
     ///
@@ -70,6 +72,17 @@ impl Context {
     /// # let _ = pay;
     /// ```
     pub async fn step<T, E, F, Fut>(&self, name: &str, f: F) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Into<BoxError>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        self.noted(self.journaled_step(name, f).await)
+    }
+
+    /// [`step`](Self::step), without noting a store failure.
+    async fn journaled_step<T, E, F, Fut>(&self, name: &str, f: F) -> Result<T>
     where
         T: Serialize + DeserializeOwned,
         E: Into<BoxError>,

@@ -20,7 +20,7 @@ use crate::graph::namespace::Namespace;
 use crate::graph::{BoxFuture, RunError};
 use crate::runtime::claim::RunClaim;
 use crate::runtime::mailbox::Taking;
-use crate::runtime::{AuditEntry, AuditKind, Durability, Interrupt, Runtime};
+use crate::runtime::{AuditEntry, AuditKind, Durability, Interrupt, Runtime, StoreError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -196,6 +196,13 @@ impl std::fmt::Debug for NodeEvents {
     }
 }
 
+/// What a node left for the executor once it has run (see [`Context::finish`]).
+pub(crate) struct Finished {
+    pub(crate) bad_resume: Option<RunError>,
+    pub(crate) suspension: Vec<Interrupt>,
+    pub(crate) store_failure: Option<StoreError>,
+}
+
 /// What a node did that the executor must know about, whatever the node returned.
 #[derive(Default)]
 struct NodeControl {
@@ -211,6 +218,10 @@ struct NodeControl {
     /// The journal writes of consumed signals that a dropped wait left under way: the
     /// node's step is not over, and its checkpoint not written, until they have ended.
     journaling: Vec<Taking>,
+    /// The first failure in passing of the store that one of the node's calls met (see
+    /// [`Context::noted`]): a node that then fails, whatever its error's type, failed
+    /// because the store did.
+    store_failure: Option<StoreError>,
 }
 
 impl std::fmt::Debug for Context {
@@ -307,14 +318,32 @@ impl Context {
     }
 
     /// What the node left for the executor once it has run: a resume value it could not
-    /// use (the resume is refused), and the interrupts it suspended on (empty when none).
-    /// Consumes the context, so no lock is taken.
-    pub(crate) fn finish(self) -> (Option<RunError>, Vec<Interrupt>) {
+    /// use (the resume is refused), the interrupts it suspended on (empty when none), and
+    /// the store's failure in passing one of its calls met. Consumes the context, so no
+    /// lock is taken.
+    pub(crate) fn finish(self) -> Finished {
         let control = self
             .control
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (control.bad_resume, control.suspension)
+        Finished {
+            bad_resume: control.bad_resume,
+            suspension: control.suspension,
+            store_failure: control.store_failure,
+        }
+    }
+
+    /// `result`, a call of the node's: a failure in passing of the store it holds is noted
+    /// first, so that the node's failure is taken for the store's whatever error type the
+    /// node wraps it in (`anyhow`, an error enum of its own), and its run is let go to be
+    /// carried on rather than failed.
+    pub(crate) fn noted<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(RunError::Store(error)) = &result
+            && let Some(copy) = error.passing_copy()
+        {
+            self.control().store_failure.get_or_insert(copy);
+        }
+        result
     }
 
     /// Once the node has run: the end of the journal writes its dropped waits left under

@@ -299,9 +299,10 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             }
             waited
         });
+        let ctx = self.ctx;
         Box::pin(tracing::Instrument::instrument(
             async move {
-                let result = wait.await;
+                let result = ctx.noted(wait.await);
                 outcome_span.record(
                     "loomflow.outcome",
                     match &result {
@@ -461,6 +462,11 @@ impl Context {
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub async fn poll_signal<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        self.noted(self.polled_signal(name).await)
+    }
+
+    /// [`poll_signal`](Self::poll_signal), without noting a store failure.
+    async fn polled_signal<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
         let key = self.receipt_key(&format!("signal:{name}"));
         // Where a poll that found nothing says so: a node running again for the same step
         // finds nothing again, whatever came since.

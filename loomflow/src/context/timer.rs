@@ -50,7 +50,15 @@ impl<'a> IntoFuture for Sleep<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
+        let noting = self.ctx;
+        Box::pin(async move { noting.noted(self.slept().await) })
+    }
+}
+
+impl Sleep<'_> {
+    /// The sleep, without noting a store failure.
+    async fn slept(self) -> Result<(), RunError> {
+        {
             let ctx = self.ctx;
             let runtime = ctx.runtime();
             let wake_at_ms: u64 = ctx
@@ -86,7 +94,7 @@ impl<'a> IntoFuture for Sleep<'a> {
                     .unless_cancelled(tokio::time::sleep(nap))
                     .await?;
             }
-        })
+        }
     }
 }
 

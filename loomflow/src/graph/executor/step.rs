@@ -167,7 +167,11 @@ async fn run_node<S: State>(
     if let Some(ended) = ctx.journal_writes_ended() {
         ended.await;
     }
-    let (bad_resume, suspension) = ctx.finish();
+    let crate::context::Finished {
+        bad_resume,
+        suspension,
+        store_failure: noted_store_failure,
+    } = ctx.finish();
     if let Some(bad_resume) = bad_resume {
         return Err(bad_resume);
     }
@@ -188,9 +192,12 @@ async fn run_node<S: State>(
         Ok(Err(NodeError::Failed(error))) if suspension.is_none() => {
             match error.downcast::<ChildStop>() {
                 Ok(stop) => return Err(stop.0),
-                Err(error) => match store_failure(error) {
-                    Ok(failure) => return Err(RunError::Store(failure)),
-                    Err(error) => Ok(Err(NodeError::Failed(error))),
+                Err(error) => match (store_failure(error), noted_store_failure) {
+                    (Ok(failure), _) => return Err(RunError::Store(failure)),
+                    // The node's own error type around the store's failure (`anyhow`, an
+                    // enum of its own) hides it from a downcast: the context noted it.
+                    (Err(_), Some(noted)) => return Err(RunError::Store(noted)),
+                    (Err(error), None) => Ok(Err(NodeError::Failed(error))),
                 },
             }
         }

@@ -113,4 +113,21 @@ impl StoreError {
     pub(crate) fn is_passing(&self) -> bool {
         matches!(self, Self::Write { .. } | Self::Read { .. } | Self::Closed)
     }
+
+    /// A copy of a failure in passing ([`is_passing`](Self::is_passing)); `None` for any
+    /// other.
+    pub(crate) fn passing_copy(&self) -> Option<Self> {
+        match self {
+            Self::Write { thread, message } => Some(Self::Write {
+                thread: thread.clone(),
+                message: message.clone(),
+            }),
+            Self::Read { thread, message } => Some(Self::Read {
+                thread: thread.clone(),
+                message: message.clone(),
+            }),
+            Self::Closed => Some(Self::Closed),
+            _ => None,
+        }
+    }
 }
