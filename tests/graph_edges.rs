@@ -1012,6 +1012,50 @@ fn graph_problems_name_start_and_end_as_written() {
         "{text}"
     );
     assert!(!text.contains("__end__"), "{text}");
+
+    // The usual typos, and a router that picks END without declaring it.
+    let err = Graph::new("typos")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .edge(START, "missing")
+        .edge("wirte", END)
+        .edge("a", END)
+        .compile()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("edge START -> missing names unknown node missing"),
+        "{text}"
+    );
+    assert!(
+        text.contains("edge wirte -> END names unknown node wirte"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("__start__") && !text.contains("__end__"),
+        "{text}"
+    );
+    let graph = Graph::new("routes")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .node_sync("b", |n: &mut u32| *n += 1)
+        .edge(START, "a")
+        .branch("a", ["b"], |_: &u32| END)
+        .edge("b", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(graph.invoke(&runtime, "t", 0))
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(
+        error.to_string(),
+        "branch from a chose END, which is not one of its declared targets"
+    );
 }
 
 /// A graph whose recursion limit is 0 is refused when compiled: every run would have

@@ -28,7 +28,7 @@ impl GraphError {
 }
 
 /// A vertex's name as people read it: `START` and `END` for the names they stand for.
-fn shown(name: &str) -> &str {
+pub(crate) fn shown(name: &str) -> &str {
     match name {
         crate::graph::START => "START",
         crate::graph::END => "END",
@@ -69,7 +69,7 @@ pub enum GraphProblem {
         name: String,
     },
     /// An edge, branch or join names a node that was never added.
-    #[error("{context} names unknown node {name}")]
+    #[error("{context} names unknown node {}", shown(name))]
     UnknownNode {
         /// The missing node.
         name: String,
@@ -77,7 +77,7 @@ pub enum GraphProblem {
         context: String,
     },
     /// A branch lists a target that is not a node of the graph.
-    #[error("branch from {from} has undeclared target {target}")]
+    #[error("branch from {} has undeclared target {}", shown(from), shown(target))]
     UnknownBranchTarget {
         /// The node the branch leaves.
         from: String,
@@ -85,19 +85,19 @@ pub enum GraphProblem {
         target: String,
     },
     /// A node has two branches; a node routes through at most one.
-    #[error("node {node} has more than one branch")]
+    #[error("{} has more than one branch", shown_vertex(node))]
     DuplicateBranch {
         /// The node.
         node: String,
     },
     /// A branch declares no targets.
-    #[error("branch from {from} declares no targets")]
+    #[error("branch from {} declares no targets", shown(from))]
     EmptyBranch {
         /// The node the branch leaves.
         from: String,
     },
     /// A join declares no sources: it would never fire.
-    #[error("join into {target} declares no sources")]
+    #[error("join into {} declares no sources", shown(target))]
     EmptyJoin {
         /// The join's target.
         target: String,
@@ -236,8 +236,9 @@ pub enum RunError {
     },
     /// A branch's router chose a target it did not declare.
     #[error(
-        "branch from {} chose {target}, which is not one of its declared targets",
-        shown(node)
+        "branch from {} chose {}, which is not one of its declared targets",
+        shown(node),
+        shown(target)
     )]
     UndeclaredRoute {
         /// The node the branch leaves.

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::graph::builder::{BranchDecl, JoinDecl, is_reserved, problem_unknown};
-use crate::graph::error::GraphProblem;
+use crate::graph::error::{GraphProblem, shown};
 use crate::graph::lower::Names;
 use crate::graph::merge::Reducer;
 use crate::graph::node::Node;
@@ -102,7 +102,7 @@ fn check_edge_ends<S: 'static>(graph: &Declared<'_, S>, problems: &mut Vec<Graph
         if from == END || to == START {
             continue; // misdirected, reported above
         }
-        let context = || format!("edge {from} -> {to}");
+        let context = || format!("edge {} -> {}", shown(from), shown(to));
         if !graph.names.is_source(from) {
             problems.push(problem_unknown(from, context()));
         }
@@ -117,7 +117,10 @@ fn check_branch_sources<S: 'static>(graph: &Declared<'_, S>, problems: &mut Vec<
     for branch in graph.branches {
         let from = &branch.from;
         if from != END && !graph.names.is_source(from) {
-            problems.push(problem_unknown(from, format!("branch from {from}")));
+            problems.push(problem_unknown(
+                from,
+                format!("branch from {}", shown(from)),
+            ));
         }
     }
 }
@@ -162,7 +165,7 @@ fn check_one_branch_per_node<S: 'static>(
 /// A join's sources are declared nodes, and its target a declared node (or `END`).
 fn check_join_ends<S: 'static>(graph: &Declared<'_, S>, problems: &mut Vec<GraphProblem>) {
     for join in graph.joins {
-        let context = || format!("join into {}", join.target);
+        let context = || format!("join into {}", shown(&join.target));
         if join.sources.is_empty() {
             problems.push(GraphProblem::EmptyJoin {
                 target: join.target.clone(),
