@@ -1135,3 +1135,56 @@ async fn a_node_fails_with_an_error_type_of_another_crate() {
         Some(std::io::ErrorKind::NotFound)
     );
 }
+
+/// A `node_sync` closure may fail with any error type, as a `#[node]` may: an
+/// `std::io::Result` (a file read with `?`) compiles, and the run fails with that error as
+/// the node's, its source the `io::Error` itself. Before, only errors that convert into
+/// `NodeError` compiled, and the message said any error type would.
+#[tokio::test]
+async fn a_sync_node_fails_with_any_error_type() {
+    #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+    struct Config {
+        text: String,
+    }
+    let graph = Graph::new("loading")
+        .node_sync("load", |config: &mut Config| -> std::io::Result<()> {
+            config.text = std::fs::read_to_string("/nonexistent/loomflow/config.toml")?;
+            Ok(())
+        })
+        .edge(START, "load")
+        .edge("load", END)
+        .compile()
+        .unwrap();
+    let outcome = graph
+        .invoke(&Runtime::in_memory(), "t", Config::default())
+        .await
+        .unwrap();
+    let RunOutcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    let RunError::NodeFailed { node, source, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(node, "load");
+    let io = source
+        .downcast_ref::<std::io::Error>()
+        .expect("the io::Error itself");
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+
+    // The error types that worked before still do.
+    let graph = Graph::new("refusing")
+        .node_sync("a", |_: &mut u32| Err::<(), _>("no"))
+        .node_sync("b", |_: &mut u32| Err::<(), _>(String::from("no")))
+        .node_sync("c", |_: &mut u32| -> loomflow::Result<()> { Ok(()) })
+        .edge(START, "c")
+        .edge("c", "a")
+        .edge("a", "b")
+        .edge("b", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.invoke(&Runtime::in_memory(), "t", 0).await.unwrap();
+    let RunOutcome::Failed { error, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(error.to_string().contains("node a failed"), "{error}");
+}

@@ -7,7 +7,7 @@ use crate::graph::compiled::{CompiledGraph, EmbeddedSpan, TimeLimit};
 use crate::graph::error::RunError;
 use crate::graph::error::{GraphError, GraphProblem};
 use crate::graph::merge::Reducer;
-use crate::graph::node::{BoxFuture, FnNode, IntoNodeResult, Node, NodeResult, SyncFnNode};
+use crate::graph::node::{BoxFuture, FnNode, IntoSyncNodeResult, Node, NodeResult, SyncFnNode};
 use crate::graph::subgraph::SubgraphNode;
 use crate::graph::{END, START, State};
 
@@ -181,11 +181,12 @@ impl<S: State> Graph<S> {
         self
     }
 
-    /// Adds a node from a synchronous closure returning `()` or a `Result`.
+    /// Adds a node from a synchronous closure returning `()` or a `Result` whose error is
+    /// any error type (see [`IntoSyncNodeResult`](crate::graph::IntoSyncNodeResult)).
     pub fn node_sync<F, R>(mut self, name: impl Into<String>, func: F) -> Self
     where
         F: Fn(&mut S) -> R + Send + Sync + 'static,
-        R: IntoNodeResult + 'static,
+        R: IntoSyncNodeResult + 'static,
     {
         self.nodes.push(Arc::new(SyncFnNode {
             name: name.into(),

@@ -25,7 +25,10 @@ pub(crate) use compiled::{EmbeddedSpan, TimeLimit};
 pub use error::{GraphError, GraphProblem, RunError};
 pub(crate) use identity::fingerprint_of;
 pub use merge::{Reducer, WHOLE_STATE};
-pub use node::{BoxError, BoxFuture, IntoNodeResult, Node, NodeContext, NodeError, NodeResult};
+pub use node::{
+    BoxError, BoxFuture, IntoNodeResult, IntoSyncNodeResult, Node, NodeContext, NodeError,
+    NodeResult,
+};
 pub use run::{RunBuilder, RunHandle, RunOutcome, RunStream};
 
 use serde::Serialize;

@@ -157,6 +157,38 @@ impl<E: Into<NodeError>> IntoNodeResult for std::result::Result<(), E> {
     }
 }
 
+/// What a [`node_sync`](crate::Graph::node_sync) closure may return: `()`, or a
+/// `Result<(), E>` whose error is any error type that is `Send + Sync` (`loomflow::Error`,
+/// an `anyhow::Error`, an `std::io::Error`, one's own), a `String` or a `&str`, or a
+/// [`NodeError`]: the node fails with that error.
+#[diagnostic::on_unimplemented(
+    message = "a node_sync closure must return `()` or `Result<(), E>` where `E` is an error type (`Into<Box<dyn Error + Send + Sync>>`), not `{Self}`",
+    label = "this closure's return type",
+    note = "`loomflow::Error`, `String`, `&str`, `anyhow::Error` and any `std::error::Error + Send + Sync` convert"
+)]
+pub trait IntoSyncNodeResult {
+    /// Converts into the executor's result type.
+    fn into_sync_node_result(self) -> NodeResult;
+}
+
+impl IntoSyncNodeResult for () {
+    fn into_sync_node_result(self) -> NodeResult {
+        Ok(())
+    }
+}
+
+impl<E: Into<BoxError>> IntoSyncNodeResult for std::result::Result<(), E> {
+    fn into_sync_node_result(self) -> NodeResult {
+        self.map_err(NodeError::failed)
+    }
+}
+
+impl IntoSyncNodeResult for NodeResult {
+    fn into_sync_node_result(self) -> NodeResult {
+        self
+    }
+}
+
 /// What a `#[node]` function's second parameter may be: the [`Context`](crate::Context),
 /// under whatever name the function gives it (an import renamed, an alias). The macro hands
 /// the context over through it, so that another type there is reported on that type.
@@ -207,14 +239,14 @@ impl<S, F, R> Node<S> for SyncFnNode<F>
 where
     S: Send + 'static,
     F: Fn(&mut S) -> R + Send + Sync + 'static,
-    R: IntoNodeResult,
+    R: IntoSyncNodeResult,
 {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn run<'a>(&'a self, state: &'a mut S, _ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
-        match (self.func)(state).into_node_result() {
+        match (self.func)(state).into_sync_node_result() {
             // A sync node that finished, the common case: boxing a zero-sized future does not
             // allocate.
             Ok(()) => Box::pin(Finished),
