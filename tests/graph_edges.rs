@@ -1034,6 +1034,18 @@ fn graph_problems_name_start_and_end_as_written() {
         !text.contains("__start__") && !text.contains("__end__"),
         "{text}"
     );
+    // A name written as a string that reads START is told apart from the graph's START.
+    let err = Graph::new("quoted")
+        .node_sync("a", |n: &mut u32| *n += 1)
+        .edge("START", "a")
+        .edge("a", END)
+        .compile()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(r#"edge "START" -> a names unknown node "START""#),
+        "{err}"
+    );
     let graph = Graph::new("routes")
         .node_sync("a", |n: &mut u32| *n += 1)
         .node_sync("b", |n: &mut u32| *n += 1)

@@ -400,7 +400,11 @@ impl Node<AgentState> for ToolsNode {
             if self.0.budget.caps_wall_clock() {
                 // Whether it suspends or finishes: a suspension loses this state.
                 let this_leg_ms = state.running_ms.saturating_sub(started_ms);
-                match (super::budget::carry_leg(ctx, this_leg_ms).await, &turn) {
+                // Its store failure is handled here: the turn's own failure stands.
+                let carried = ctx
+                    .unnoted(super::budget::carry_leg(ctx, this_leg_ms))
+                    .await;
+                match (carried, &turn) {
                     (Ok(earlier), _) => {
                         state.running_ms = state.running_ms.saturating_add(earlier);
                     }

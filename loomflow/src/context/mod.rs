@@ -333,6 +333,14 @@ impl Context {
         }
     }
 
+    /// Runs `work`, whose store failures its caller handles itself, without noting them.
+    pub(crate) async fn unnoted<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let before = self.control().store_failure.take();
+        let done = work.await;
+        self.control().store_failure = before;
+        done
+    }
+
     /// `result`, a call of the node's: a failure in passing of the store it holds is noted
     /// first, so that the node's failure is taken for the store's whatever error type the
     /// node wraps it in (`anyhow`, an error enum of its own), and its run is let go to be

@@ -28,11 +28,14 @@ impl GraphError {
 }
 
 /// A vertex's name as people read it: `START` and `END` for the names they stand for.
-pub(crate) fn shown(name: &str) -> &str {
+pub(crate) fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
     match name {
-        crate::graph::START => "START",
-        crate::graph::END => "END",
-        name => name,
+        crate::graph::START => Cow::Borrowed("START"),
+        crate::graph::END => Cow::Borrowed("END"),
+        // A node of the user's named so, told apart from the graph's own.
+        "START" | "END" => Cow::Owned(format!("{name:?}")),
+        name => Cow::Borrowed(name),
     }
 }
 

@@ -160,7 +160,8 @@ impl<E: Into<NodeError>> IntoNodeResult for std::result::Result<(), E> {
 /// What a [`node_sync`](crate::Graph::node_sync) closure may return: `()`, or a
 /// `Result<(), E>` whose error is any error type that is `Send + Sync` (`loomflow::Error`,
 /// an `anyhow::Error`, an `std::io::Error`, one's own), a `String` or a `&str`, or a
-/// [`NodeError`]: the node fails with that error.
+/// [`NodeError`]: the node fails with that error, as it was returned (the failure's
+/// `source`; a `#[node]` converts loomflow's own errors instead, keeping a suspension one).
 #[diagnostic::on_unimplemented(
     message = "a node_sync closure must return `()` or `Result<(), E>` where `E` is an error type (`Into<Box<dyn Error + Send + Sync>>`), not `{Self}`",
     label = "this closure's return type",

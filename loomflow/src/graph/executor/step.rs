@@ -196,7 +196,17 @@ async fn run_node<S: State>(
                     (Ok(failure), _) => return Err(RunError::Store(failure)),
                     // The node's own error type around the store's failure (`anyhow`, an
                     // enum of its own) hides it from a downcast: the context noted it.
-                    (Err(_), Some(noted)) => return Err(RunError::Store(noted)),
+                    (Err(error), Some(noted)) => {
+                        tracing::warn!(
+                            node = %node.name,
+                            step,
+                            error = %ErrorChain(&*error),
+                            "node {} failed after the store failed under it: the run is let go \
+                             for its next execution to run the node again",
+                            node.name
+                        );
+                        return Err(RunError::Store(noted));
+                    }
                     (Err(error), None) => Ok(Err(NodeError::Failed(error))),
                 },
             }
