@@ -191,14 +191,10 @@ async fn a_blocked_answer_is_not_returned_and_can_fail_the_run_instead() {
     );
 }
 
-#[tokio::test]
-async fn a_streamed_answer_is_only_shown_once_its_guardrails_passed_it() {
-    let agent = Agent::builder("You help.")
-        .model(ScriptedModel::new([ModelResponse::text("Call 555 0100.")]))
-        .guardrail(redact_digits())
-        .build()
-        .unwrap();
-    let mut stream = agent.run("number?").stream().await.unwrap();
+/// The text chunks a run's stream shows, to its end.
+async fn streamed_texts(
+    stream: &mut (impl futures_util::Stream<Item = AgentEvent> + Unpin),
+) -> Vec<String> {
     let mut texts = Vec::new();
     while let Some(event) = stream.next().await {
         if let AgentEvent::ModelChunk {
@@ -208,6 +204,18 @@ async fn a_streamed_answer_is_only_shown_once_its_guardrails_passed_it() {
             texts.push(text);
         }
     }
+    texts
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_only_shown_once_its_guardrails_passed_it() {
+    let agent = Agent::builder("You help.")
+        .model(ScriptedModel::new([ModelResponse::text("Call 555 0100.")]))
+        .guardrail(redact_digits())
+        .build()
+        .unwrap();
+    let mut stream = agent.run("number?").stream().await.unwrap();
+    let texts = streamed_texts(&mut stream).await;
     // Not the raw text as it streamed: the answer as its guardrails passed it, once.
     assert_eq!(texts, ["Call ### ####."]);
     assert_eq!(stream.outcome().await.unwrap().output, "Call ### ####.");
@@ -474,15 +482,7 @@ async fn the_answer_so_far_of_a_stopped_run_passes_the_output_guardrails() {
     // The stream shows it too, as it passed, once: held back as the model gave it, as a
     // whole answer is.
     let mut stream = agent.run("who is 42?").stream().await.unwrap();
-    let mut texts = Vec::new();
-    while let Some(event) = stream.next().await {
-        if let AgentEvent::ModelChunk {
-            chunk: StreamChunk::Text { text },
-        } = event
-        {
-            texts.push(text);
-        }
-    }
+    let texts = streamed_texts(&mut stream).await;
     let result = stream.outcome().await.unwrap();
     assert_eq!(result.reason, Some(StopReason::MaxTurns));
     assert_eq!(

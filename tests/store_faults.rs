@@ -606,28 +606,41 @@ async fn charge_once(charged: &mut u32, ctx: &Context) -> loomflow::Result<()> {
     Ok(())
 }
 
-/// A `#[node]` whose step's journal write fails in passing lets the run go, as a closure
-/// node's does: the error it returns with `?` is the store's, not the node's failure. The
-/// first version of the macro's typed conversion boxed every error and failed the run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_fns_store_failure_lets_the_run_go() {
-    let db = loomflow_tests::TempDb::new("faults-node-fn-step");
+/// Runs `node` (a `#[node]` that charges 40 in a journaled step) once with its step's
+/// journal write failing in passing: the run is let go, not failed, and carried on it
+/// completes.
+async fn a_node_lets_the_run_go_on_a_store_failure<N: loomflow::Node<u32> + 'static>(
+    node: N,
+    db_name: &str,
+) {
+    let db = loomflow_tests::TempDb::new(db_name);
     let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
     let runtime = Runtime::builder().store(store).build();
+    let name = node.name().to_owned();
     let graph = Graph::new("charging")
-        .node(charge_once)
-        .edge(START, "charge_once")
-        .edge("charge_once", END)
+        .node(node)
+        .edge(START, name.as_str())
+        .edge(name.as_str(), END)
         .compile()
         .unwrap();
     faults.fail_next_journal_write_before_commit();
     let first = graph.invoke(&runtime, "c-1", 0).await;
     assert!(
         matches!(first, Err(RunError::Store(StoreError::Write { .. }))),
-        "let go, not failed: {first:?}"
+        "{name}: let go, not failed: {first:?}"
     );
     let record = runtime.run("c-1").await.unwrap().record;
-    assert_ne!(record.state, RunState::Failed, "{record:?}");
+    assert_ne!(record.state, RunState::Failed, "{name}: {record:?}");
+    let done = graph.recover(&runtime, "c-1").await.unwrap();
+    assert_eq!(done.completed().unwrap(), 40, "{name}");
+}
+
+/// A `#[node]` whose step's journal write fails in passing lets the run go, as a closure
+/// node's does: the error it returns with `?` is the store's, not the node's failure. The
+/// first version of the macro's typed conversion boxed every error and failed the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_fns_store_failure_lets_the_run_go() {
+    a_node_lets_the_run_go_on_a_store_failure(charge_once, "faults-node-fn-step").await;
 }
 
 /// An error type of the application's own, which wraps loomflow's as `anyhow` would.
@@ -657,25 +670,7 @@ async fn charge_in_own_words(charged: &mut u32, ctx: &Context) -> Result<(), App
 /// executor. Before, the run was failed, and no worker carried it on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_failure_in_a_nodes_own_error_type_lets_the_run_go() {
-    let db = loomflow_tests::TempDb::new("faults-node-own-error");
-    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
-    let runtime = Runtime::builder().store(store).build();
-    let graph = Graph::new("charging")
-        .node(charge_in_own_words)
-        .edge(START, "charge_in_own_words")
-        .edge("charge_in_own_words", END)
-        .compile()
-        .unwrap();
-    faults.fail_next_journal_write_before_commit();
-    let first = graph.invoke(&runtime, "c-1", 0).await;
-    assert!(
-        matches!(first, Err(RunError::Store(StoreError::Write { .. }))),
-        "let go, not failed: {first:?}"
-    );
-    let record = runtime.run("c-1").await.unwrap().record;
-    assert_ne!(record.state, RunState::Failed, "{record:?}");
-    let done = graph.recover(&runtime, "c-1").await.unwrap();
-    assert_eq!(done.completed().unwrap(), 40);
+    a_node_lets_the_run_go_on_a_store_failure(charge_in_own_words, "faults-node-own-error").await;
 }
 
 /// A step whose journal write failed after it committed (the connection broke at the

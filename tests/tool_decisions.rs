@@ -593,11 +593,7 @@ async fn the_hosts_approval_timeout_bounds_a_suspended_wait() {
 #[tokio::test]
 async fn a_forks_approval_is_decided_on_the_fork() {
     let runtime = Runtime::in_memory();
-    let host = Arc::new(
-        ToolHost::new()
-            .with(pay)
-            .approval_handler(SignalApprover::new().or_suspend()),
-    );
+    let host = suspending_host();
     let call = ToolCall::new("call_9", "pay", json!({ "amount": 5 }));
     let graph = paying_in_a_node("paying", host, call);
     let suspended = graph.run(&runtime, "refund-1", Vec::new()).await.unwrap();
@@ -689,11 +685,7 @@ async fn a_decided_call_is_not_listed_while_it_runs() {
 #[tokio::test]
 async fn a_call_asked_again_under_its_id_before_a_checkpoint_is_decided() {
     let runtime = Runtime::in_memory();
-    let suspending = Arc::new(
-        ToolHost::new()
-            .with(pay)
-            .approval_handler(SignalApprover::new().or_suspend()),
-    );
+    let suspending = suspending_host();
     let parking = Arc::new(
         ToolHost::new()
             .with(pay)
@@ -753,6 +745,15 @@ fn refused_as_decided(decided: &loomflow::Result<()>) -> bool {
         Err(Error::Runtime(
             loomflow::runtime::RuntimeError::AlreadyDecided { .. }
         ))
+    )
+}
+
+/// A host whose approvals suspend the run (`pay` its tool).
+fn suspending_host() -> Arc<ToolHost> {
+    Arc::new(
+        ToolHost::new()
+            .with(pay)
+            .approval_handler(SignalApprover::new().or_suspend()),
     )
 }
 
@@ -998,11 +999,7 @@ async fn a_decision_remembered_while_a_call_waited_does_not_stand_for_its_own() 
 async fn a_decision_dropped_on_arrival_is_reported() {
     let signals = loomflow::runtime::MailboxConfig::default().max_pending_signal_sessions(Some(0));
     let runtime = Runtime::builder().signals(signals).build();
-    let host = Arc::new(
-        ToolHost::new()
-            .with(pay)
-            .approval_handler(SignalApprover::new().or_suspend()),
-    );
+    let host = suspending_host();
     let call = ToolCall::new("call_d", "pay", json!({ "amount": 5 }));
     let graph = paying_in_a_node("paying", host, call);
     let suspended = graph.run(&runtime, "d-1", Vec::new()).await.unwrap();
