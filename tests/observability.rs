@@ -533,6 +533,61 @@ async fn waits_sends_suspensions_and_resumes_have_spans() {
     };
     assert_eq!(parent_of(&spans, resume).id, runs[1].id);
     assert_eq!(field(resume, "loomflow.status"), "interrupted");
+    // One numbering: the resume carries on with the superstep that suspended.
+    assert_eq!(
+        field(suspend, "loomflow.step"),
+        field(resume, "loomflow.step")
+    );
+}
+
+/// A wait that times out is no error on its span: the node meets it in its course, and may
+/// go on (here it does).
+#[tokio::test(flavor = "current_thread")]
+async fn a_wait_that_times_out_says_so_on_its_span() {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let graph: CompiledGraph<u32> = Graph::new("impatient")
+        .node_fn("ask", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                let waited = ctx
+                    .wait_for_signal::<u32>("answer")
+                    .timeout(std::time::Duration::from_millis(20))
+                    .await;
+                *n = waited.unwrap_or(7);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let done = graph.invoke(&Runtime::in_memory(), "t", 0).await.unwrap();
+    assert_eq!(done.completed().unwrap(), 7);
+    let spans = capture.spans();
+    let [wait] = named(&spans, "wait_signal")[..] else {
+        panic!("one wait_signal span");
+    };
+    assert_eq!(field(wait, "loomflow.outcome"), "timed_out");
+
+    // A send refused (its run ended) is marked failed on its span, not left to read as a
+    // send whose delivery went unrecorded.
+    let runtime = Runtime::in_memory();
+    graph.invoke(&runtime, "done", 0).await.unwrap();
+    let refused = runtime
+        .signal_with(
+            "done",
+            "answer",
+            1,
+            loomflow::runtime::SignalOptions::default().require_live_run(),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let spans = capture.spans();
+    let [send] = named(&spans, "send_signal")[..] else {
+        panic!("one send_signal span");
+    };
+    assert_eq!(field(send, "otel.status_code"), "ERROR");
+    assert_eq!(field(send, "error.type"), "signal");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -14,10 +14,10 @@
 //! | `run {graph}` | one execution of a run, from its claim to its end or suspension | `loomflow.graph`, `loomflow.thread`, `loomflow.run`, `loomflow.namespace`, `loomflow.resumed`, `loomflow.outcome`; an error status (`otel.status_code`) when it fails |
 //! | `superstep {n}` | one superstep | `loomflow.step`, `loomflow.nodes` |
 //! | `node {name}` | one node execution | `loomflow.node`, `loomflow.step` |
-//! | `wait_signal {name}` | a node's `wait_for_signal` | `loomflow.thread`, `loomflow.signal`, `loomflow.outcome` |
-//! | `send_signal {name}` | [`Runtime::signal`](crate::Runtime::signal) | `loomflow.thread`, `loomflow.signal`, `loomflow.delivery` |
+//! | `wait_signal {name}` | a node's `wait_for_signal` | `loomflow.thread`, `loomflow.signal`, `loomflow.outcome` (`received`, `suspended`, `timed_out`, `cancelled` or `error`) |
+//! | `send_signal {name}` | [`Runtime::signal`](crate::Runtime::signal) | `loomflow.thread`, `loomflow.signal`, `loomflow.delivery`; `error.type` and an error status when the send is refused |
 //! | `suspend` | writing a suspension | `loomflow.step`, `loomflow.interrupts` |
-//! | `resume` | picking a run up from its checkpoint | `loomflow.step`, `loomflow.status` |
+//! | `resume` | picking a run up from its checkpoint | `loomflow.step` (the superstep it carries on with, as `suspend` numbers it), `loomflow.status` |
 //!
 //! Spans nest as the work does: `invoke_agent` › `run` › `superstep` › `node` › `chat` or
 //! `execute_tool`.
@@ -132,6 +132,13 @@ pub(crate) fn record_strings(span: &Span, field: &'static str, values: &[&str]) 
 
 /// The OpenTelemetry `error.type` of an error: its type's name, in snake case
 /// (`ModelError::RateLimited` is `rate_limited`), from its `Debug` form.
+/// Marks `span` failed with `error`: its `error.type` and an error status, as the
+/// conventions say a failed operation's span is marked.
+pub(crate) fn record_failure(span: &Span, error: &dyn std::fmt::Debug) {
+    span.record("error.type", error_type(error).as_str());
+    span.record("otel.status_code", "ERROR");
+}
+
 pub(crate) fn error_type(error: &dyn std::fmt::Debug) -> String {
     let debug = format!("{error:?}");
     let head: String = debug

@@ -92,13 +92,6 @@ fn run_failure_type(error: &crate::RunError) -> String {
     }
 }
 
-/// Marks a span failed: `error.type` names the error, and the span's status is `Error`.
-/// The span must declare both fields.
-pub(crate) fn record_failure(span: &Span, error: &dyn std::fmt::Debug) {
-    span.record("error.type", telemetry::error_type(error).as_str());
-    span.record("otel.status_code", "ERROR");
-}
-
 /// A model's provider and model, from its name (`openai:gpt-4o`; a name without a provider
 /// is both).
 pub(super) fn provider_and_model(name: &str) -> (&str, &str) {
@@ -160,7 +153,7 @@ pub(super) fn record_chat(
             }
         }
         Err(error) => {
-            record_failure(span, error);
+            telemetry::record_failure(span, error);
         }
     }
 }

@@ -308,6 +308,9 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     match &result {
                         Ok(_) => "received",
                         Err(RunError::Suspended { .. }) => "suspended",
+                        // Outcomes a run meets in its course, as its own span reads them.
+                        Err(RunError::Signal(SignalError::Timeout { .. })) => "timed_out",
+                        Err(RunError::Cancelled { .. }) => "cancelled",
                         Err(_) => "error",
                     },
                 );

@@ -115,13 +115,19 @@ impl Runtime {
             loomflow.thread = %session,
             loomflow.signal = %name,
             loomflow.delivery = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
         let sent = self
             .send_untraced(session, name, payload, options, scope)
             .instrument(span.clone())
             .await;
-        if let Ok(delivery) = &sent {
-            span.record("loomflow.delivery", tracing::field::debug(delivery));
+        match &sent {
+            Ok(delivery) => {
+                span.record("loomflow.delivery", tracing::field::debug(delivery));
+            }
+            // Refused (a run that ended, a reserved name, a payload too big) or not kept.
+            Err(error) => crate::telemetry::record_failure(&span, error),
         }
         sent
     }

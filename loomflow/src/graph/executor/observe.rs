@@ -130,7 +130,9 @@ pub(super) fn picked_up<S: State>(
         tracing::info_span!(
             target: TARGET,
             "resume",
-            loomflow.step = resumed.step,
+            // The superstep it carries on with, as the `suspend` span numbered it (the
+            // checkpoint is the step before's).
+            loomflow.step = resumed.step + 1,
             loomflow.status = resumed.status.as_str(),
             loomflow.interrupts = %InterruptIds(&resumed.interrupts),
         )
