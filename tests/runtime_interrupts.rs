@@ -1595,3 +1595,36 @@ async fn a_refused_resume_leaves_the_requests_queued_for_its_question() {
         assert_eq!(asked.interrupts().len(), 1, "a spent request: {asked:?}");
     }
 }
+
+/// A resume request that waited past the pending TTL (a worker down over a weekend, a
+/// process restarted) is still the run's: the mailbox lets go of it, the store keeps it
+/// for the run, and the run carried on takes it from there. Before, the run asked again,
+/// and the request stayed in the store unapplied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_request_past_the_pending_ttl_is_taken_from_the_store() {
+    let db = loomflow_tests::TempDb::new("resume-request-ttl");
+    let runtime = Runtime::builder()
+        .store(loomflow::runtime::SqliteStore::open(db.path()).unwrap())
+        .signals(
+            loomflow::runtime::MailboxConfig::default()
+                .pending_signal_ttl(Some(std::time::Duration::from_millis(50))),
+        )
+        .build();
+    let asking: CompiledGraph<Vec<String>> = Graph::new("asking")
+        .node_fn("ask", |answers: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                answers.push(ctx.interrupt(json!({ "question": "ship?" }))?);
+                Ok(())
+            })
+        })
+        .edge(START, "ask")
+        .edge("ask", END)
+        .compile()
+        .unwrap();
+    let asked = asking.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(asked.interrupts().len(), 1);
+    runtime.request_resume("t", "yes").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let done = asking.recover(&runtime, "t").await.unwrap();
+    assert_eq!(done.completed().unwrap(), ["yes"]);
+}

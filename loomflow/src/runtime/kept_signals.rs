@@ -23,15 +23,25 @@ impl Runtime {
         name: &str,
         timeout: Option<Duration>,
     ) -> Result<Entry> {
-        let queued = match self.receive_now(session, name, Scope::User).await? {
-            Some(received) => {
-                (self.older_stored_first(session, name, received, Scope::User)).await?
-            }
-            None => self.receive_stored(session, name).await?,
-        };
-        match queued {
+        match self.receive_kept(session, name, Scope::User).await? {
             Some(entry) => Ok(entry),
             None => self.receive(session, name, timeout, Scope::User).await,
+        }
+    }
+
+    /// The next payload of signal `name` of `session` if one is there: queued in the
+    /// mailbox, or kept in the store for the session's run after the mailbox dropped it
+    /// from memory (past the pending TTL, beyond the pending bound), oldest first. Does not
+    /// wait.
+    pub(crate) async fn receive_kept(
+        &self,
+        session: &str,
+        name: &str,
+        scope: Scope,
+    ) -> Result<Option<Entry>> {
+        match self.receive_now(session, name, scope).await? {
+            Some(received) => self.older_stored_first(session, name, received, scope).await,
+            None => self.receive_stored(session, name).await,
         }
     }
 

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::mailbox::{Delivery, Scope, SignalOptions};
+use super::mailbox::{Delivery, Entry, Scope, SignalOptions};
 use super::store::{RunState, RunStatus};
 use super::{Runtime, RuntimeError};
 
@@ -135,7 +135,7 @@ impl Runtime {
         }
         self.refresh_signals().await?;
         let scope = Scope::Framework;
-        while let Some(entry) = self.receive_now(thread, RESUME_SIGNAL, scope).await? {
+        while let Some(entry) = self.receive_kept(thread, RESUME_SIGNAL, scope).await? {
             tracing::info!(%thread, "a resume request was dropped: {why}");
             if let Some(seq) = entry.seq {
                 self.store().discard_signal(thread, seq).await?;
@@ -189,7 +189,13 @@ impl Runtime {
         let scope = Scope::Framework;
         let mut kept = Vec::new();
         let dropped = async {
-            while let Some(entry) = self.receive_now(thread, RESUME_SIGNAL, scope).await? {
+            while let Some(entry) = self.receive_kept(thread, RESUME_SIGNAL, scope).await? {
+                // A request kept, read from the store again (the copy kept is given back
+                // below): the store hands out its oldest first, so nothing stored behind it
+                // is seen, and is left as it was.
+                if entry.seq.is_some() && kept.iter().any(|k: &Entry| k.seq == entry.seq) {
+                    break;
+                }
                 let request = <ResumeRequest as serde::Deserialize>::deserialize(&entry.payload);
                 if !drops(request.ok().and_then(|r| r.checkpoint)) {
                     kept.push(entry);

@@ -55,8 +55,10 @@ pub(super) async fn resume_requests(
         }
     }
     let mut fresh = false;
+    // Kept in the store too: a request the mailbox let go of (it waited past the pending
+    // TTL, a process restarted) is still the run's.
     while let Some(entry) = runtime
-        .receive_now(thread, RESUME_SIGNAL, Scope::Framework)
+        .receive_kept(thread, RESUME_SIGNAL, Scope::Framework)
         .await?
     {
         let Some(request) = decoded(thread, entry.payload.clone()) else {
