@@ -832,3 +832,42 @@ async fn a_send_a_look_at_the_store_delivered_first_says_how() {
     drop(go);
     assert_eq!(send.await.unwrap().unwrap(), Delivery::Woke);
 }
+
+/// A runtime whose signal watcher was spawned on a Tokio runtime that returned before the
+/// task ever ran (a `block_on` around a `poll_signal`) starts one again on the next: before
+/// its fix the watcher's flag stayed set, and the runtime never again saw what other
+/// processes stored.
+#[test]
+fn a_watcher_dropped_before_it_ran_is_started_again() {
+    let db = TempDb::new("watcher-unpolled");
+    let polling = db.open(MailboxConfig::default());
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    first.block_on(async {
+        assert_eq!(polling.poll_signal::<u32>("s", "go").unwrap(), None);
+    });
+    drop(first);
+    let second = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        let sender = db.open(MailboxConfig::default());
+        sender.signal("s", "go", 7).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(got) = polling.poll_signal::<u32>("s", "go").unwrap() {
+                assert_eq!(got, 7);
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the other process's signal never came in"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}

@@ -21,10 +21,13 @@ impl Runtime {
         let weak = std::sync::Arc::downgrade(&self.inner);
         let every = self.inner.poll_interval;
         let notifier = self.store().change_notifier();
+        // Dropped with the task, also when its Tokio runtime shuts down, and made before it
+        // is spawned: a task dropped before it ever ran (its runtime's `block_on` returned
+        // first) lets go of it too, and the next wait on another Tokio runtime starts a
+        // watcher again.
+        let watching = Watching(weak.clone());
         handle.spawn(async move {
-            // Dropped with the task, also when its Tokio runtime shuts down: the next wait
-            // on another Tokio runtime starts a watcher again.
-            let _watching = Watching(weak.clone());
+            let _watching = watching;
             let mut seen = None;
             loop {
                 // Listening before the counter is read (see `store_told`).
