@@ -265,6 +265,29 @@ async fn an_idempotency_key_delivers_a_repeated_send_once() {
     ));
 }
 
+/// With the pending mailbox off, a retried send whose key was delivered while the session
+/// was open is a duplicate once it closed, not dropped: before its fix the retry said
+/// `Dropped`, which the HTTP API answers with 503, "send it again".
+#[tokio::test]
+async fn a_retried_send_is_a_duplicate_with_the_pending_mailbox_off() {
+    let signals = MailboxConfig::default().max_pending_signal_sessions(Some(0));
+    let runtime = Runtime::builder().signals(signals).build();
+    let key = || SignalOptions::default().idempotency_key("webhook-78");
+    {
+        let _open = runtime.session("t");
+        let sent = runtime.signal_with("t", "paid", 1, key()).await.unwrap();
+        assert_eq!(sent, Delivery::Queued);
+        assert_eq!(runtime.poll_signal::<u32>("t", "paid").unwrap(), Some(1));
+    }
+    let again = runtime.signal_with("t", "paid", 1, key()).await.unwrap();
+    assert_eq!(again, Delivery::Duplicate);
+    assert_eq!(
+        runtime.signal("t", "paid", 2).await.unwrap(),
+        Delivery::Dropped,
+        "a new send is dropped, as the session is closed"
+    );
+}
+
 /// A resume request's value counts against the payload limit, not the request loomflow
 /// wraps around it (the interrupt it answers, the question's checkpoint): a value at the
 /// limit is taken and resumes the run, one byte over is refused naming its size.

@@ -40,7 +40,10 @@ impl Runtime {
         scope: Scope,
     ) -> Result<Option<Entry>> {
         match self.receive_now(session, name, scope).await? {
-            Some(received) => self.older_stored_first(session, name, received, scope).await,
+            Some(received) => {
+                self.older_stored_first(session, name, received, scope)
+                    .await
+            }
             None => self.receive_stored(session, name).await,
         }
     }

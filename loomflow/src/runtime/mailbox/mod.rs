@@ -467,6 +467,15 @@ impl Mailbox {
         let config = &self.inner.config;
         let mut state = self.inner.lock();
         if config.max_pending_signal_sessions == Some(0) && !state.is_live_or_pending(session) {
+            // A retry of a send that was delivered (its run has ended since) is the
+            // duplicate it is, not a signal to send again.
+            if let Some(key) = key
+                && state
+                    .remembered
+                    .remembers(session, name, key, Instant::now())
+            {
+                return Ok(Delivery::Duplicate);
+            }
             tracing::debug!(%session, %name, "pending mailbox disabled: signal dropped");
             return Ok(Delivery::Dropped);
         }
