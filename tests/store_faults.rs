@@ -987,3 +987,42 @@ async fn removals_that_failed_apart_are_each_retried() {
     until_none_is_pending_but(&runtime, "u", "the second polled signal's removal").await;
     assert_eq!(faults.plain_takes(), 4);
 }
+
+/// A poll that failed on a store read, and that the node makes again (it caught the
+/// error), takes the same journal numbers, as the node run again does: what the retry
+/// found (nothing) is what the node finds when it runs again for the same step, whatever
+/// came since. Before its fix the retry marked "nothing" under the next number, and the
+/// node run again took the signal sent meanwhile, which the first execution never saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_retried_after_a_store_failure_keeps_its_numbers() {
+    let db = loomflow_tests::TempDb::new("faults-poll-retry");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph: CompiledGraph<Vec<String>> = Graph::new("polling")
+        .node_fn("poll", |log: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let polled = match ctx.poll_signal::<u32>("go").await {
+                    Ok(polled) => polled,
+                    Err(_) => ctx.poll_signal::<u32>("go").await?,
+                };
+                log.push(format!("{polled:?}"));
+                let _: bool = ctx.interrupt("carry on?")?;
+                Ok(())
+            })
+        })
+        .edge(START, "poll")
+        .edge("poll", END)
+        .compile()
+        .unwrap();
+    faults.fail_next_oldest_read();
+    let asked = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(asked.interrupts().len(), 1, "{asked:?}");
+    runtime.signal("t", "go", 7).await.unwrap();
+    let done = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(done.completed().unwrap(), ["None"]);
+    assert_eq!(
+        runtime.poll_signal::<u32>("t", "go").unwrap(),
+        Some(7),
+        "the signal the run never saw is still queued"
+    );
+}

@@ -14,7 +14,7 @@ use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::clock::{ClockWait, time_after, unix_ms};
 use crate::runtime::mailbox::{Entry, Scope};
-use crate::runtime::{Interrupt, RuntimeError, SignalError, StoreError};
+use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError, StoreError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -465,21 +465,39 @@ impl Context {
     ///
     /// As for [`wait_for_signal`](Self::wait_for_signal), without the timeout.
     pub async fn poll_signal<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
-        self.noted(self.polled_signal(name).await)
-    }
-
-    /// [`poll_signal`](Self::poll_signal), without noting a store failure.
-    async fn polled_signal<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
         let key = self.receipt_key(&format!("signal:{name}"));
         // Where a poll that found nothing says so: a node running again for the same step
         // finds nothing again, whatever came since.
         let none_key = self.journal_key(&format!("signal-none:{name}"));
+        let polled = self.polled_signal(name, &key, &none_key).await;
+        // A poll that failed, and that the node makes again (it caught the error), takes
+        // the same numbers, as the node run again does; not once the run is another
+        // execution's.
+        if let Err(error) = &polled
+            && !matches!(error, RunError::Store(StoreError::LeaseLost { .. }))
+        {
+            self.give_back_together(&[
+                (format!("signal:{name}"), key.occurrence),
+                (format!("signal-none:{name}"), none_key.occurrence),
+            ]);
+        }
+        self.noted(polled)
+    }
+
+    /// [`poll_signal`](Self::poll_signal) under its numbers, without giving them back or
+    /// noting a store failure.
+    async fn polled_signal<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        key: &JournalKey,
+        none_key: &JournalKey,
+    ) -> Result<Option<T>> {
         let runtime = self.runtime();
         let session = self.thread();
-        if let Some((key, recorded)) = self.recorded_receipt(&key).await? {
+        if let Some((key, recorded)) = self.recorded_receipt(key).await? {
             return replayed(self, name, &key, recorded).map(Some);
         }
-        if runtime.store().get_journal(&none_key).await?.is_some() {
+        if runtime.store().get_journal(none_key).await?.is_some() {
             return Ok(None);
         }
         // As a wait takes it: what is queued, or an older signal the store kept for the run
@@ -492,22 +510,13 @@ impl Context {
                 None => runtime.receive_stored(session, name).await?,
             };
             let Some(received) = queued else { break };
-            if let Some(value) = accept(self, name, received, &key, Scope::User).await? {
+            if let Some(value) = accept(self, name, received, key, Scope::User).await? {
                 return Ok(Some(value));
             }
         }
-        let marked = (self.claim())
+        (self.claim())
             .put_journal_audited(none_key.clone(), serde_json::Value::Bool(true), Vec::new())
-            .await;
-        if let Err(error) = marked {
-            // A poll that catches the error and polls again takes the same numbers (unless
-            // the run is another execution's now).
-            if !matches!(error, StoreError::LeaseLost { .. }) {
-                self.give_back(&format!("signal:{name}"), &key);
-                self.give_back(&format!("signal-none:{name}"), &none_key);
-            }
-            return Err(error.into());
-        }
+            .await?;
         Ok(None)
     }
 }
