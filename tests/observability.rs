@@ -587,7 +587,7 @@ async fn a_wait_that_times_out_says_so_on_its_span() {
         panic!("one send_signal span");
     };
     assert_eq!(field(send, "otel.status_code"), "ERROR");
-    assert_eq!(field(send, "error.type"), "signal");
+    assert_eq!(field(send, "error.type"), "run_ended");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -130,8 +130,6 @@ pub(crate) fn record_strings(span: &Span, field: &'static str, values: &[&str]) 
     span.record(field, text.as_str());
 }
 
-/// The OpenTelemetry `error.type` of an error: its type's name, in snake case
-/// (`ModelError::RateLimited` is `rate_limited`), from its `Debug` form.
 /// Marks `span` failed with `error`: its `error.type` and an error status, as the
 /// conventions say a failed operation's span is marked.
 pub(crate) fn record_failure(span: &Span, error: &dyn std::fmt::Debug) {
@@ -139,6 +137,8 @@ pub(crate) fn record_failure(span: &Span, error: &dyn std::fmt::Debug) {
     span.record("otel.status_code", "ERROR");
 }
 
+/// The OpenTelemetry `error.type` of an error: its type's name, in snake case
+/// (`ModelError::RateLimited` is `rate_limited`), from its `Debug` form.
 pub(crate) fn error_type(error: &dyn std::fmt::Debug) -> String {
     let debug = format!("{error:?}");
     let head: String = debug

@@ -14,18 +14,17 @@ impl Runtime {
         if !self.store().is_durable() || self.inner.watching.swap(true, Ordering::AcqRel) {
             return;
         }
+        let weak = std::sync::Arc::downgrade(&self.inner);
+        // Dropped with the task, also when its Tokio runtime shuts down, and made at once: a
+        // task dropped before it ever ran (its runtime's `block_on` returned first), or
+        // never spawned, lets go of the flag too, and the next wait on another Tokio
+        // runtime starts a watcher again.
+        let watching = Watching(weak.clone());
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            self.inner.watching.store(false, Ordering::Release);
             return;
         };
-        let weak = std::sync::Arc::downgrade(&self.inner);
         let every = self.inner.poll_interval;
         let notifier = self.store().change_notifier();
-        // Dropped with the task, also when its Tokio runtime shuts down, and made before it
-        // is spawned: a task dropped before it ever ran (its runtime's `block_on` returned
-        // first) lets go of it too, and the next wait on another Tokio runtime starts a
-        // watcher again.
-        let watching = Watching(weak.clone());
         handle.spawn(async move {
             let _watching = watching;
             let mut seen = None;

@@ -126,7 +126,9 @@ impl Runtime {
             Ok(delivery) => {
                 span.record("loomflow.delivery", tracing::field::debug(delivery));
             }
-            // Refused (a run that ended, a reserved name, a payload too big) or not kept.
+            // Refused (a run that ended, a reserved name, a payload too big), named by why.
+            Err(RuntimeError::Signal(refused)) => crate::telemetry::record_failure(&span, refused),
+            // Not kept (the store failed).
             Err(error) => crate::telemetry::record_failure(&span, error),
         }
         sent

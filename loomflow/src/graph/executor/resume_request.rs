@@ -63,14 +63,14 @@ pub(super) async fn resume_requests(
     {
         let Some(request) = decoded(thread, entry.payload.clone()) else {
             // Nothing could apply it: consumed, and not journaled.
-            runtime.forget_consumed_signal(thread, entry.seq);
+            discard(runtime, thread, entry.seq).await?;
             continue;
         };
         if request.checkpoint.is_some_and(|id| id != at.id) {
             // Sent for a question the run has moved past (it asked again, or this is a
             // later run): it answers nothing here. Consumed, and not journaled.
             tracing::info!(%thread, "a resume request made for an earlier question was dropped");
-            runtime.forget_consumed_signal(thread, entry.seq);
+            discard(runtime, thread, entry.seq).await?;
             continue;
         }
         let key = at.key(thread, taken);
@@ -110,6 +110,16 @@ pub(super) async fn resume_requests(
         claim.hold_request(at.key(thread, taken));
     }
     Ok((requests, fresh))
+}
+
+/// Takes out a request no run can apply. Off the store before the next is read, which may
+/// come from the store: a removal left for later (the store refusing writes meanwhile)
+/// would hand the same request back, again and again.
+async fn discard(runtime: &Runtime, thread: &str, seq: Option<u64>) -> Result<()> {
+    match seq {
+        Some(seq) => Ok(runtime.store().discard_signal(thread, seq).await?),
+        None => Ok(()),
+    }
 }
 
 /// `payload` as a request; `None`, logged, when it is not one.
