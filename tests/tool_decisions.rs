@@ -696,6 +696,9 @@ async fn a_call_asked_again_under_its_id_before_a_checkpoint_is_decided() {
             let (suspending, parking) = (Arc::clone(&suspending), Arc::clone(&parking));
             Box::pin(async move {
                 for (host, amount) in [(suspending, 1), (parking, 2)] {
+                    // Asked a few milliseconds apart: a decision is keyed by the call's id
+                    // and the millisecond it was asked in.
+                    tokio::time::sleep(Duration::from_millis(3)).await;
                     let call = ToolCall::new("call_11", "pay", json!({ "amount": amount }));
                     let dispatch = DispatchContext::new(ctx.thread()).node(ctx);
                     paid.push(host.dispatch(&[call], dispatch).await?.remove(0).content);

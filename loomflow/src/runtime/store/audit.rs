@@ -349,18 +349,14 @@ pub(crate) struct AuditRow {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl AuditRow {
     pub(crate) fn of(entry: &AuditEntry) -> Result<Self, StoreError> {
-        let write_error = |message: String| StoreError::Write {
-            thread: entry.thread.clone(),
-            message,
-        };
-        // A detail the store does not keep (nested too deep) would be refused again.
+        // A detail the store does not keep (nested too deep), or a number past its columns',
+        // would be refused again: not a failure in passing, tried again and again.
         let refused = |message: String| StoreError::Refused {
             thread: entry.thread.clone(),
             message,
         };
         let int = |value: u64, what: &str| {
-            i64::try_from(value)
-                .map_err(|_| write_error(format!("audit {what} {value} is too large")))
+            i64::try_from(value).map_err(|_| refused(format!("audit {what} {value} is too large")))
         };
         Ok(Self {
             run: int(entry.run, "run")?,

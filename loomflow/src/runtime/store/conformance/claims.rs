@@ -133,6 +133,20 @@ pub(super) async fn a_time_the_store_cannot_hold_is_refused(store: &dyn Store) {
         Ok(Claim::Claimed) | Err(StoreError::Refused { .. }) => {}
         other => panic!("a lease until u64::MAX: {other:?}"),
     }
+    // Nor is an audit entry's time or run number past what the store holds a failure in
+    // passing, which the runtime would try again and again.
+    let far = crate::runtime::AuditEntry::new(
+        &thread,
+        crate::runtime::AuditKind::ToolCall,
+        "far",
+        serde_json::json!({}),
+    );
+    for entry in [far.clone().at_ms(u64::MAX), far.run(u64::MAX)] {
+        match store.append_audit(vec![entry]).await {
+            Ok(()) | Err(StoreError::Refused { .. }) => {}
+            other => panic!("an audit entry past i64: {other:?}"),
+        }
+    }
 }
 
 /// Writes under a claim land only while their owner holds it; a lost lease writes nothing.
