@@ -742,6 +742,36 @@ async fn a_call_asked_again_under_its_id_before_a_checkpoint_is_decided() {
     assert!(paid[1].contains("paid 2"), "{paid:?}");
 }
 
+/// A run whose row says it ended while its newest checkpoint is the one it suspended on (a
+/// worker failed it at its lapse limit, which leaves its checkpoints as they are) waits for
+/// no decision: its call is not listed, and a decision for it is refused as for a call
+/// that does not wait. Before, it was listed, and a decision was stored for no run.
+#[tokio::test]
+async fn a_run_failed_while_suspended_lists_no_approval() {
+    let runtime = Runtime::in_memory();
+    let call = ToolCall::new("call_12", "pay", json!({ "amount": 8 }));
+    let graph = paying_in_a_node("paying-failed", suspending_host(), call);
+    let suspended = graph.run(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(suspended.interrupts().len(), 1);
+    assert_eq!(runtime.pending_approvals("t").await.unwrap().len(), 1);
+    // As the worker's lapse limit fails it: the row only, under a claim.
+    let far = u64::MAX / 2;
+    runtime
+        .store()
+        .claim("t", "worker-1", far, 1)
+        .await
+        .unwrap();
+    (runtime.store())
+        .finish_run("t", "worker-1", RunState::Failed, Some("lapses".into()))
+        .await
+        .unwrap();
+    assert!(runtime.pending_approvals("t").await.unwrap().is_empty());
+    let decided = runtime
+        .decide_approval("t", "call_12", ApprovalDecision::Allow)
+        .await;
+    assert!(refused_as_not_pending(&decided), "{decided:?}");
+}
+
 fn refused_as_decided(decided: &loomflow::Result<()>) -> bool {
     matches!(
         decided,

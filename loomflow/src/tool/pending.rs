@@ -137,9 +137,7 @@ impl Runtime {
         self.load_stored_signals().await?;
         let mailbox = self.mailbox();
         let now_ms = crate::runtime::clock::unix_ms(self.now());
-        let suspended: Vec<ApprovalRequest> = (self.pending_interrupts(session).await?.iter())
-            .filter_map(|interrupt| request_of(interrupt, session, now_ms))
-            .collect();
+        let suspended = self.suspended_requests(session, now_ms).await?;
         let mut requests = Vec::with_capacity(suspended.len());
         for request in suspended {
             // A call whose decision is queued is answered: the run carries on with it. One
@@ -307,13 +305,33 @@ impl Runtime {
         Err(refused.into())
     }
 
+    /// The approval requests `session`'s run is suspended on and that still wait at
+    /// `now_ms`. None when the run's row says it ended: a worker that failed it at its
+    /// lapse limit leaves its checkpoints as they are, and no run waits for a decision then
+    /// (a `recover` that carries it on asks again, or replays the decision it took).
+    async fn suspended_requests(&self, session: &str, now_ms: u64) -> Result<Vec<ApprovalRequest>> {
+        let interrupts = self.pending_interrupts(session).await?;
+        if interrupts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let row = self
+            .store()
+            .get_run(session)
+            .await
+            .map_err(RuntimeError::from)?;
+        if row.is_some_and(|row| row.state.is_finished()) {
+            return Ok(Vec::new());
+        }
+        Ok((interrupts.iter())
+            .filter_map(|interrupt| request_of(interrupt, session, now_ms))
+            .collect())
+    }
+
     /// When the call `call_id` of `session` asked for approval, if it waits for a decision
     /// (one queued already or not).
     async fn asked_at(&self, session: &str, call_id: &str) -> Result<Option<u64>> {
-        let suspended = self.pending_interrupts(session).await?;
         let now_ms = crate::runtime::clock::unix_ms(self.now());
-        let suspended =
-            (suspended.iter()).filter_map(|interrupt| request_of(interrupt, session, now_ms));
+        let suspended = self.suspended_requests(session, now_ms).await?;
         let live = self.extension::<LiveApprovals>();
         let live: Vec<ApprovalRequest> = (live.lock().get(session).into_iter().flatten())
             .map(|live| live.request.clone())
