@@ -770,6 +770,13 @@ async fn a_run_failed_while_suspended_lists_no_approval() {
         .decide_approval("t", "call_12", ApprovalDecision::Allow)
         .await;
     assert!(refused_as_not_pending(&decided), "{decided:?}");
+    // A new run submitted on the thread, not started yet: the checkpoint is still the
+    // failed run's, and nothing waits either.
+    runtime
+        .submit("paying-failed", "t", Vec::<String>::new())
+        .await
+        .unwrap();
+    assert!(runtime.pending_approvals("t").await.unwrap().is_empty());
 }
 
 fn refused_as_decided(decided: &loomflow::Result<()>) -> bool {

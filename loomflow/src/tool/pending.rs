@@ -319,7 +319,11 @@ impl Runtime {
             .get_run(session)
             .await
             .map_err(RuntimeError::from)?;
-        if row.is_some_and(|row| row.state.is_finished()) {
+        // Queued too: only a row whose run ended takes a new run, which has written nothing
+        // yet, and the checkpoint is still the ended run's.
+        if row.is_some_and(|row| {
+            row.state.is_finished() || row.state == crate::runtime::RunState::Queued
+        }) {
             return Ok(Vec::new());
         }
         Ok((interrupts.iter())
