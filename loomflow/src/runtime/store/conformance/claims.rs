@@ -507,10 +507,22 @@ pub(super) async fn an_ended_runs_journal_is_forgotten(store: &dyn Store) {
         assert_eq!(journaled(1).await, Some(json!("ch_1")), "{status:?}");
         assert!(matches!(claim().await.unwrap(), Claim::Claimed));
     }
+    // What the step after the interrupted checkpoint journaled before it suspended stays
+    // past the run's end, for a fork of that checkpoint to replay.
+    let suspended_step = JournalKey::new(&thread, 1, "", 2, "pay", "charge", 0);
+    store
+        .put_journal_claimed(suspended_step.clone(), json!("ch_s"), "me", LATER)
+        .await
+        .unwrap();
 
     let cp = at(1, "", RunStatus::Completed);
     store.put_checkpoint_and_release(cp, "me").await.unwrap();
     assert_eq!(journaled(1).await, None);
+    assert_eq!(
+        store.get_journal(&suspended_step).await.unwrap(),
+        Some(json!("ch_s")),
+        "the suspended step's entry is kept"
+    );
 
     // A cancelled run is not carried on either.
     assert!(matches!(claim().await.unwrap(), Claim::Claimed));
