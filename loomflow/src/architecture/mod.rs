@@ -304,13 +304,55 @@ pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String
     }
     let longest =
         (first_line.match_indices(':').rev()).find(|&(at, _)| named_with_colon(&text[..at]));
-    match longest {
+    let (head, rest) = match longest {
         Some((at, _)) => (
             text[..at].trim().to_owned(),
             text[at + 1..].trim().to_owned(),
         ),
         None => split_directive(text),
+    };
+    if head.contains('\n') {
+        return (head, rest);
     }
+    // `**researcher: find X**`: the line's emphasis is not the instruction's.
+    let (said, others) = rest.split_once('\n').unwrap_or((&rest, ""));
+    let said = unemphasised(first_line.trim(), &head, said.trim_end());
+    let rest = match (said.is_empty(), others.trim()) {
+        (_, "") => said.to_owned(),
+        (true, others) => others.to_owned(),
+        (false, others) => format!("{said}\n{others}"),
+    };
+    (head, rest)
+}
+
+/// What follows the colon of a line's directive or member name, `rest` (trimmed), without
+/// the emphasis marks the line's markdown leaves there: `**DONE:** 42` and `**DONE: 42**`
+/// both give `42`. Marks that open emphasis of the text's own (`DONE: *42* it is`) stay,
+/// and so do a list bullet's (`* DONE: *42*`).
+fn unemphasised<'a>(line: &str, head: &str, rest: &'a str) -> &'a str {
+    // `**DONE:** 42` leaves the closing marks after the colon, followed by a space.
+    let after_marks = rest.trim_start_matches(['*', '_']);
+    let closing_after_colon = after_marks.len() < rest.len()
+        && (after_marks.is_empty() || after_marks.starts_with(char::is_whitespace));
+    let closed = closing_after_colon || head.trim_end().ends_with(['*', '_']);
+    let mut rest = if closing_after_colon {
+        after_marks.trim_start()
+    } else {
+        rest
+    };
+    // `**DONE: 42**`, the whole line emphasised: the closing emphasis (the opening marks
+    // reversed) is the text's end. Marks followed by a space open a list item, not
+    // emphasis (`* DONE: the answer is *42*`).
+    let marks = line.trim_start_matches(['*', '_']);
+    let opening = line.get(..line.len() - marks.len()).unwrap_or_default();
+    let emphasis = !opening.is_empty() && !marks.starts_with(char::is_whitespace) && !closed;
+    if emphasis {
+        let closing: String = opening.chars().rev().collect();
+        rest = rest
+            .strip_suffix(closing.as_str())
+            .map_or(rest, str::trim_end);
+    }
+    rest
 }
 
 /// Reads a coordinator's directive `word` (`DONE`, `FINISH`, `ACCEPT`): the reply's first
@@ -326,22 +368,7 @@ pub(crate) fn directive(reply: &str, word: &str) -> Option<String> {
     if !word_alone.eq_ignore_ascii_case(word) {
         return None;
     }
-    // `**DONE:** 42` leaves the closing emphasis after the colon.
-    let after_colon = rest.trim_start_matches(['*', '_']);
-    let closed = after_colon.len() < rest.len() || head.trim_end().ends_with(['*', '_']);
-    let mut rest = after_colon.trim_start();
-    // `**DONE: 42**`, the whole line emphasised: the closing emphasis (the opening marks
-    // reversed) is the answer's end. Marks followed by a space open a list item, not
-    // emphasis (`* DONE: the answer is *42*`).
-    let marks = first.trim_start_matches(['*', '_']);
-    let opening = first.get(..first.len() - marks.len()).unwrap_or_default();
-    let emphasis = !opening.is_empty() && !marks.starts_with(char::is_whitespace) && !closed;
-    if emphasis {
-        let closing: String = opening.chars().rev().collect();
-        rest = rest
-            .strip_suffix(closing.as_str())
-            .map_or(rest, str::trim_end);
-    }
+    let rest = unemphasised(first.trim_end(), &head, &rest);
     let others = others.trim();
     Some(match (rest.is_empty(), others.is_empty()) {
         (_, true) => rest.to_owned(),
@@ -530,5 +557,41 @@ mod tests {
         );
         assert_eq!(directive("Done. Now check the totals", "done"), None);
         assert_eq!(directive("check it\nDONE: x", "done"), None);
+        // An answer that starts with emphasis of its own keeps it.
+        assert_eq!(directive("DONE: **42**", "done").as_deref(), Some("**42**"));
+        assert_eq!(
+            directive("DONE: _really_ done", "done").as_deref(),
+            Some("_really_ done")
+        );
+        assert_eq!(directive("**DONE:**", "done").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_worker_named_in_an_emphasised_line_gets_the_instruction_without_its_marks() {
+        let team = members(&["researcher", "team:a"]);
+        let split = |text: &str| split_at_member(text, &team);
+        let said = |head: &str, rest: &str| (head.to_owned(), rest.to_owned());
+        assert_eq!(
+            split("**researcher: find X**"),
+            said("**researcher", "find X")
+        );
+        assert_eq!(
+            split("**researcher:** find X\nthen Y"),
+            said("**researcher", "find X\nthen Y")
+        );
+        assert_eq!(split("__team:a: check it__"), said("__team:a", "check it"));
+        // The instruction's own emphasis stays.
+        assert_eq!(
+            split("researcher: find *all* of X"),
+            said("researcher", "find *all* of X")
+        );
+        assert_eq!(
+            split("researcher: **X** first"),
+            said("researcher", "**X** first")
+        );
+        assert_eq!(
+            split("* researcher: find *X*"),
+            said("* researcher", "find *X*")
+        );
     }
 }
