@@ -223,7 +223,7 @@ pub use loomflow_macros::node;
 /// everything set) and `Name::agent()` (built).
 ///
 /// Attributes: `model = "..."` (a model string, see [`model::resolve`]), `tools(a, b)` (values
-/// implementing [`Tool`](tool::Tool): `#[tool]` functions, `Calculator::new()`), `max_turns = n`,
+/// implementing [`Tool`](tool::Tool): `#[tool]` functions, a value of your own type), `max_turns = n`,
 /// `timeout_secs = n`, `temperature = x`, `max_tokens = n`, `name = "..."` (default: the
 /// struct's name in snake case, an acronym as one word: `HTTPHelper` is `http_helper`,
 /// `Agent2Go` is `agent2_go`), `instructions = "..."` (instead of the doc comment),

@@ -349,8 +349,9 @@ pub enum RunError {
         node: String,
     },
     /// The run's checkpoints were written by a graph of another structure; carrying it on
-    /// could run the wrong nodes. The same nodes, joins and edges declared in another order
-    /// are the same structure to a run, and are let through. Opt in with
+    /// could run the wrong nodes. Edges and branch routes declared in another order are the
+    /// same structure to a run, and are let through; nodes or joins in another order (or a
+    /// join's sources) are a change, as a checkpoint records them by position. Opt in with
     /// [`RunBuilder::allow_graph_change`](crate::RunBuilder::allow_graph_change).
     #[error("graph {graph} changed since thread {thread} was checkpointed ({}); resume with allow_graph_change() to carry on anyway", changes.join("; "))]
     GraphChanged {
