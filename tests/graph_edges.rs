@@ -535,6 +535,67 @@ async fn a_failed_route_out_of_start_is_a_failed_run() {
     }
 }
 
+/// A run whose route out of `START` failed is the run `recover` finds: routed again from
+/// its input once the router is fixed, never the thread's previous run handed back.
+#[tokio::test]
+async fn a_run_failed_at_its_start_is_recovered_from_its_input() {
+    let (mut runtimes, _db) = runtimes("start-recover");
+    let exit_db = TempDb::new("start-recover-exit");
+    let exit = Runtime::builder()
+        .store(loomflow::runtime::SqliteStore::open(&exit_db.0).unwrap())
+        .durability(Durability::Exit)
+        .build();
+    runtimes.push(("sqlite, exit", exit));
+    for (label, rt) in runtimes {
+        let fixed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let router = Arc::clone(&fixed);
+        let graph = Graph::new("start-recover")
+            .node_sync("a", |n: &mut u32| *n += 1)
+            .branch(START, ["a", END], move |n: &u32| {
+                if *n == 7 && !router.load(Ordering::SeqCst) {
+                    "b"
+                } else {
+                    "a"
+                }
+            })
+            .edge("a", END)
+            .compile()
+            .unwrap();
+        let first = graph.invoke(&rt, "t", 1).await.unwrap();
+        assert_eq!(first.completed().unwrap(), 2, "{label}");
+        let failed = graph.invoke(&rt, "t", 7).await.unwrap();
+        assert!(
+            matches!(failed, RunOutcome::Failed { .. }),
+            "{label}: {failed:?}"
+        );
+        let row = rt.run("t").await.unwrap().record;
+        assert_eq!(
+            (row.state, row.run),
+            (RunState::Failed, 2),
+            "{label}: {row:?}"
+        );
+
+        // Not fixed yet: it fails again, as it did.
+        let again = graph.recover(&rt, "t").await.unwrap();
+        match again {
+            RunOutcome::Failed { error, state } => {
+                assert!(matches!(error, RunError::UndeclaredRoute { .. }), "{label}");
+                assert_eq!(state, 7, "{label}");
+            }
+            other => panic!("{label}: the failed run, not the one before it: {other:?}"),
+        }
+        fixed.store(true, Ordering::SeqCst);
+        let recovered = graph.recover(&rt, "t").await.unwrap();
+        assert_eq!(recovered.completed().unwrap(), 8, "{label}");
+        let row = rt.run("t").await.unwrap().record;
+        assert_eq!(
+            (row.state, row.run),
+            (RunState::Completed, 2),
+            "{label}: {row:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_panicking_reducer_fails_the_run_with_a_typed_error() {
     #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 //! hand-back between two supersteps before its graph's end.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -79,6 +80,34 @@ pub(super) async fn fail<S: State>(
         flush_audit(shared).await?;
     }
     shared.emit(step, None, EventKind::Error { message });
+    Ok(RunOutcome::Failed { state, error })
+}
+
+/// Ends a top-level run whose route out of `START` failed (a branch that chose a node it did
+/// not declare, a router that panicked): nothing ran, and a failed checkpoint at step 0 keeps
+/// its input under its own number, in every durability mode. The thread's row names the run
+/// that failed, and `recover` (after a fix) routes it again from that input; without the
+/// checkpoint, it would find the thread's previous run and hand back its outcome.
+pub(super) async fn start_failed<S: State>(
+    graph: &Arc<CompiledInner<S>>,
+    (thread, runtime, claim): (&str, &Runtime, &RunClaim),
+    (run, state, error): (u64, S, RunError),
+) -> Result<RunOutcome<S>> {
+    let message = ErrorChain(&error).to_string();
+    tracing::warn!(graph = %graph.name, thread, error = %message, "run failed at its start");
+    let store = runtime.store();
+    let key = RunKey {
+        thread,
+        run,
+        namespace: "",
+        trace: None,
+        unserialized: store.as_memory().is_some(),
+        json_bodies: store.writes_json_bodies(),
+    };
+    let snapshot = SnapshotRef::new(graph, &state, &[]).described();
+    let mut cp = key.step_checkpoint(graph, 0, RunStatus::Failed, &snapshot)?;
+    cp.error = Some(message);
+    claim.put_last_checkpoint(cp).await?;
     Ok(RunOutcome::Failed { state, error })
 }
 

@@ -298,6 +298,15 @@ fn run_supersteps<S: State>(
         } = match located.await? {
             Located::Position(position) => position,
             Located::Finished(outcome) => return Ok(observe::told(&events, &namespace, outcome)),
+            Located::StartFailed { run, state, error } => {
+                let failed = (run, state, error);
+                let outcome = Box::pin(ending::start_failed(
+                    &graph.inner,
+                    (&thread, &runtime, &claim),
+                    failed,
+                ));
+                return Ok(observe::told(&events, &namespace, outcome.await?));
+            }
         };
         // The run's session, where signals sent to the thread queue while it runs: opened
         // now only to take in what waits pending for the thread or to share one held already,

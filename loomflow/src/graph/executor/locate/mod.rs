@@ -25,6 +25,13 @@ use recovered::recover_interrupted;
 pub(super) enum Located<S> {
     Position(Position<S>),
     Finished(RunOutcome<S>),
+    /// A top-level run whose route out of `START` failed: its number, its input, and why
+    /// (see `ending::start_failed`).
+    StartFailed {
+        run: u64,
+        state: S,
+        error: RunError,
+    },
 }
 
 /// A checkpoint read back: its row's columns and the executor's snapshot.
@@ -137,6 +144,14 @@ impl<S: State> StoredState<S> {
 }
 
 impl StoredNext {
+    /// Whether it names no node.
+    fn is_empty(&self) -> bool {
+        match self {
+            Self::Names(names) => names.is_empty(),
+            Self::Indexes(indexes) => indexes.is_empty(),
+        }
+    }
+
     /// The nodes, as indexes into `g`'s, in order; a name `g` has no node for is
     /// [`RunError::CheckpointMismatch`].
     fn indexes<S>(self, g: &CompiledInner<S>, thread: &str) -> Result<Vec<usize>> {
@@ -212,6 +227,9 @@ pub(super) async fn locate<S: State>(
                 match fresh(run, input) {
                     Ok(position) => position,
                     // The run fails before its first step, its input the last good state.
+                    Err((error, state)) if namespace.is_empty() => {
+                        return Ok(Located::StartFailed { run, state, error });
+                    }
                     Err((error, state)) => {
                         return Ok(Located::Finished(RunOutcome::Failed { state, error }));
                     }
@@ -244,6 +262,17 @@ pub(super) async fn locate<S: State>(
                         let (from, to) = ((runtime, namespace), (thread, cp));
                         let carried: Carried<'_, S> = Box::pin(recover_interrupted(g, from, to));
                         break 'located carried;
+                    }
+                    // A run whose route out of `START` failed (see `ending::start_failed`): it
+                    // is routed again from its input.
+                    RunStatus::Failed if cp.step == 0 && cp.next.is_empty() => {
+                        let (run, state) = (cp.run, cp.state.decode(g, thread)?);
+                        match fresh(run, state) {
+                            Ok(position) => position,
+                            Err((error, state)) => {
+                                return Ok(Located::StartFailed { run, state, error });
+                            }
+                        }
                     }
                     RunStatus::Running | RunStatus::Failed => {
                         from_checkpoint(g, thread, cp, Vec::new())?
