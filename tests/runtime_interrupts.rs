@@ -1498,6 +1498,56 @@ async fn a_step_retried_after_an_answer_is_not_done_again() {
     assert_eq!(CHARGES.load(Ordering::SeqCst), 1, "charged once");
 }
 
+/// A step whose work asks a question (approve, then charge) counts it as asked when it is
+/// replayed: the node's next question takes its own answer, not the step's. Before, the
+/// replayed step left the count behind, and the second question was handed the first's
+/// answer (here a `bool` for a `String`: every resume refused).
+#[tokio::test]
+async fn a_question_asked_inside_a_step_is_counted_when_the_step_is_replayed() {
+    static CHARGES: AtomicUsize = AtomicUsize::new(0);
+    let db = loomflow_tests::TempDb::new("asked-inside-a-step");
+    for (label, runtime) in [
+        ("memory", Runtime::in_memory()),
+        ("sqlite", Runtime::sqlite(db.path()).unwrap()),
+    ] {
+        let graph = Graph::new("approve-inside")
+            .node_fn("pay", |said: &mut Vec<String>, ctx| {
+                Box::pin(async move {
+                    let charged: String = ctx
+                        .step("charge", || async {
+                            let approved: bool = ctx.interrupt("approve?")?;
+                            if !approved {
+                                return Ok::<_, RunError>("declined".to_owned());
+                            }
+                            CHARGES.fetch_add(1, Ordering::SeqCst);
+                            Ok("charged".to_owned())
+                        })
+                        .await?;
+                    said.push(charged);
+                    let note: String = ctx.interrupt("note?")?;
+                    said.push(note);
+                    Ok(())
+                })
+            })
+            .edge(START, "pay")
+            .edge("pay", END)
+            .compile()
+            .unwrap();
+        let before = CHARGES.load(Ordering::SeqCst);
+        let first = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+        assert_eq!(first.interrupts()[0].payload, json!("approve?"), "{label}");
+        let second = graph.resume(&runtime, "t", true).await.unwrap();
+        assert_eq!(second.interrupts()[0].payload, json!("note?"), "{label}");
+        let done = graph.resume(&runtime, "t", "hello").await.unwrap();
+        assert_eq!(done.completed().unwrap(), ["charged", "hello"], "{label}");
+        assert_eq!(
+            CHARGES.load(Ordering::SeqCst),
+            before + 1,
+            "{label}: charged once"
+        );
+    }
+}
+
 /// A resume request answers the question it was sent for: one sent while the resumed step
 /// still ran (the row said interrupted, at the first question) is not applied to the next
 /// question the run asks, which nobody saw. Before its fix it answered that one.

@@ -31,6 +31,12 @@ impl Context {
     /// answers. The same answer given again replays them; another answer to a question that
     /// a failed resumed step left open makes them afresh.
     ///
+    /// `f` may call [`interrupt`](Self::interrupt) itself (ask, then act on the answer): its
+    /// questions are numbered among the node's, and a replayed step counts them as asked, so
+    /// that the node's later questions take their own answers. Its answers are part of the
+    /// step's result: once the step is journaled, another answer to one of them does not
+    /// make it again.
+    ///
     /// "Once" holds across processes: the run executes under a claim that at most one
     /// execution holds at a time, `f` is called only while this one holds it, and its result
     /// is journaled under the claim. If the claim was lost meanwhile (this process stalled
@@ -95,7 +101,13 @@ impl Context {
             Some(memory) => memory.get_journal_now(&key)?,
             None => store.get_journal(&key).await?,
         };
+        let asked_before = self.control().interrupts_called;
         if let Some(recorded) = recorded {
+            // Questions its work asked, answered when it ran: only a node with answers left
+            // to take can have any.
+            if self.resume.len() > asked_before {
+                self.count_replayed_questions(&key).await?;
+            }
             return serde_json::from_value(recorded).map_err(|e| {
                 RunError::json(format!("journaled step {name} of node {}", self.node), e)
             });
@@ -114,7 +126,8 @@ impl Context {
             Err(source) => {
                 // Nothing was journaled under this call's number: the next call of the name
                 // (a retry) takes it, as the same call will when the node runs again and
-                // finds this one's failure unrecorded.
+                // finds this one's failure unrecorded. Its questions are asked again too.
+                self.unask(asked_before);
                 self.give_back(name, &key);
                 // The store failing in passing under the step's work (a step journaled
                 // inside it): the run is let go, as when this step's own write fails.
@@ -131,11 +144,26 @@ impl Context {
         let json = match serde_json::to_value(&value) {
             Ok(json) => json,
             Err(e) => {
+                self.unask(asked_before);
                 self.give_back(name, &key);
                 let what = format!("result of step {name} of node {}", self.node);
                 return Err(RunError::json(what, e));
             }
         };
+        let asked = self.control().interrupts_called - asked_before;
+        if asked > 0 {
+            // Before the value: a step found journaled always finds its count.
+            let count = serde_json::Value::from(asked);
+            let counted =
+                self.run
+                    .claim
+                    .put_journal_audited(questions_key(&key), count, Vec::new());
+            if let Err(failed) = counted.await {
+                self.unask(asked_before);
+                self.give_back(name, &key);
+                return Err(failed.into());
+            }
+        }
         let audit = self.run.take_audit_but_resumes();
         let occurrence = key.occurrence;
         // Kept to look the write up should it fail in passing: a durable store's connection
@@ -168,8 +196,34 @@ impl Context {
         // Nothing journaled (or no telling): the number goes back, as for a failed `f`, so
         // that a retry in the node looks it up again, and replays the value should the write
         // have reached the store after all rather than doing the work again.
+        self.unask(asked_before);
         self.give_back_number(name, occurrence);
         Err(failed.into())
+    }
+
+    /// Counts the questions a replayed step's work asked when it ran (see
+    /// [`questions_key`]) as asked now, so that the node's next question takes its own
+    /// answer.
+    async fn count_replayed_questions(&self, key: &JournalKey) -> Result<()> {
+        let store = self.run.runtime.store();
+        let counted = questions_key(key);
+        let recorded = match store.as_memory() {
+            Some(memory) => memory.get_journal_now(&counted)?,
+            None => store.get_journal(&counted).await?,
+        };
+        let asked = recorded.as_ref().and_then(serde_json::Value::as_u64);
+        if let Some(asked) = asked.and_then(|n| usize::try_from(n).ok()) {
+            let mut control = self.control();
+            control.interrupts_called = control.interrupts_called.saturating_add(asked);
+        }
+        Ok(())
+    }
+
+    /// Takes back the questions a step's work asked, for a step that recorded nothing: the
+    /// retry (or the node's next run) asks them again under the same numbers.
+    fn unask(&self, asked_before: usize) {
+        let mut control = self.control();
+        control.interrupts_called = control.interrupts_called.min(asked_before);
     }
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the
@@ -284,6 +338,15 @@ impl Context {
             0 => name.to_owned(),
             n => format!("{name}@{}", answers_fingerprint(&self.resume[..n])),
         }
+    }
+}
+
+/// Where a step whose work asked questions ([`Context::interrupt`]) records how many, beside
+/// its value under `key`: `interrupts:<name>`, as a signal's receipt is `signal:<name>`.
+fn questions_key(key: &JournalKey) -> JournalKey {
+    JournalKey {
+        name: format!("interrupts:{}", key.name),
+        ..key.clone()
     }
 }
 
