@@ -1147,3 +1147,41 @@ fn a_recursion_limit_of_zero_is_refused() {
         "{err}"
     );
 }
+
+/// A step whose nodes leave a state that does not serialize (a map keyed by pairs) fails on
+/// a durable store, naming the node and the field, and leaves the last checkpoint as it
+/// was. Before, `invoke` returned a bare JSON error naming neither, and the row still said
+/// the run was running.
+#[tokio::test]
+async fn a_state_left_unwritable_fails_the_step_naming_the_node_and_field() {
+    #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+    struct Grid {
+        cells: BTreeMap<(u8, u8), u8>,
+        n: u32,
+    }
+    let db = TempDb::new("unwritable");
+    let rt = Runtime::sqlite(&db.0).unwrap();
+    let graph = Graph::new("grid")
+        .node_sync("count", |g: &mut Grid| g.n += 1)
+        .node_sync("mark", |g: &mut Grid| {
+            g.cells.insert((1, 2), 3);
+        })
+        .edge(START, "count")
+        .edge("count", "mark")
+        .edge("mark", END)
+        .compile()
+        .unwrap();
+    let outcome = graph.invoke(&rt, "t", Grid::default()).await.unwrap();
+    let RunOutcome::Failed { error, state } = outcome else {
+        panic!("a failed step: {outcome:?}");
+    };
+    assert!(matches!(error, RunError::Json { .. }), "{error:?}");
+    let said = error.to_string();
+    assert!(said.contains("after node mark, at cells"), "{said}");
+    assert_eq!((state.n, state.cells.len()), (1, 0), "where the step started");
+    let row = rt.run("t").await.unwrap().record;
+    assert_eq!(row.state, RunState::Failed, "{row:?}");
+    let newest = rt.list_checkpoints("t").await.unwrap();
+    let newest = newest.last().unwrap();
+    assert_eq!((newest.step, newest.status), (1, RunStatus::Running));
+}

@@ -357,6 +357,16 @@ impl CheckpointWriter {
     }
 }
 
+/// Adds to the checkpoint the audit entries the run recorded since its last write.
+pub(super) fn add_audit(shared: &RunShared, cp: &mut Checkpoint) {
+    let mut audit = shared.take_audit();
+    if cp.audit.is_empty() {
+        cp.audit = audit;
+    } else {
+        cp.audit.append(&mut audit);
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     #![allow(clippy::unwrap_used)]

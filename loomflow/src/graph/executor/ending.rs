@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::checkpoint::{PendingWrite, RunKey, SnapshotRef};
+use super::checkpoint::{PendingWrite, RunKey, SnapshotRef, add_audit};
 use super::route::JoinMarks;
-use super::{ErrorChain, Result, add_audit};
+use super::{ErrorChain, Result};
 use crate::context::RunShared;
 use crate::event::EventKind;
 use crate::graph::State;
@@ -109,6 +109,34 @@ pub(super) async fn start_failed<S: State>(
     cp.error = Some(message);
     claim.put_last_checkpoint(cp).await?;
     Ok(RunOutcome::Failed { state, error })
+}
+
+/// What a checkpoint whose state does not serialize fails with (a map keyed by something
+/// other than strings, a `Serialize` of the user's that fails): the state the step's nodes
+/// (`nodes`) left, named with them and with where in it (`.m`), as a store would refuse it.
+/// Any other error is returned as it is.
+pub(super) fn unwritable_state<S: State>(
+    g: &CompiledInner<S>,
+    state: &S,
+    nodes: &[usize],
+    error: RunError,
+) -> RunError {
+    let RunError::Json { source, .. } = error else {
+        return error;
+    };
+    let mut sink = serde_json::Serializer::new(std::io::sink());
+    let path = serde_path_to_error::serialize(state, &mut sink).err();
+    let at = (path.map(|e| e.path().to_string()))
+        .filter(|path| path != ".")
+        .map(|path| format!(", at {path}"))
+        .unwrap_or_default();
+    let names: Vec<&str> = nodes.iter().map(|&i| &*g.nodes[i].name).collect();
+    let what = format!(
+        "state of graph {} after node {}{at}",
+        g.name,
+        names.join(", ")
+    );
+    RunError::json(what, source)
 }
 
 /// Stops a run that was asked to stop ([`Runtime::cancel`](crate::Runtime::cancel)) between two supersteps: its

@@ -35,10 +35,10 @@ use crate::graph::error::RunError;
 use crate::graph::namespace::Namespace;
 use crate::graph::run::RunOutcome;
 use crate::runtime::claim::RunClaim;
-use crate::runtime::{Checkpoint, Durability, RunState, RunStatus, Runtime};
+use crate::runtime::{Durability, RunState, RunStatus, Runtime};
 
 pub(crate) use crate::error_chain::ErrorChain;
-use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef};
+use checkpoint::{CheckpointWriter, PendingWrite, RunKey, SnapshotRef, add_audit};
 use ending::{cancel, fail, put_last};
 use locate::{Located, locate};
 use observe::Resumed;
@@ -299,13 +299,9 @@ fn run_supersteps<S: State>(
             Located::Position(position) => position,
             Located::Finished(outcome) => return Ok(observe::told(&events, &namespace, outcome)),
             Located::StartFailed { run, state, error } => {
-                let failed = (run, state, error);
-                let outcome = Box::pin(ending::start_failed(
-                    &graph.inner,
-                    (&thread, &runtime, &claim),
-                    failed,
-                ));
-                return Ok(observe::told(&events, &namespace, outcome.await?));
+                let (at, failed) = ((&*thread, &runtime, &claim), (run, state, error));
+                let outcome = Box::pin(ending::start_failed(&graph.inner, at, failed)).await?;
+                return Ok(observe::told(&events, &namespace, outcome));
             }
         };
         // The run's session, where signals sent to the thread queue while it runs: opened
@@ -540,6 +536,21 @@ fn run_supersteps<S: State>(
             if let Err(error) = route_into(g, ran, &next_state, &mut next_joins, &mut next) {
                 stop_failed!(error);
             }
+            // Made before the step's state is taken: a state its nodes left unwritable fails
+            // the step, from where it started.
+            let checkpoint = (durability != Durability::Exit).then(|| {
+                let status = if next.is_empty() {
+                    RunStatus::Completed
+                } else {
+                    RunStatus::Running
+                };
+                let snapshot = (SnapshotRef::new(g, &next_state, &next).joins(&next_joins.0))
+                    .describe(std::mem::take(&mut describe_change));
+                key.step_checkpoint(&graph.inner, step, status, &snapshot)
+            });
+            if let Some(Err(error)) = checkpoint {
+                stop_failed!(ending::unwritable_state(g, &next_state, &active, error));
+            }
             state = next_state;
             joins = next_joins;
             pending.clear();
@@ -548,15 +559,7 @@ fn run_supersteps<S: State>(
                 resume_values.clear();
             }
 
-            if durability != Durability::Exit {
-                let status = if next.is_empty() {
-                    RunStatus::Completed
-                } else {
-                    RunStatus::Running
-                };
-                let snapshot = (SnapshotRef::new(g, &state, &next).joins(&joins.0))
-                    .describe(std::mem::take(&mut describe_change));
-                let mut cp = key.step_checkpoint(&graph.inner, step, status, &snapshot)?;
+            if let Some(Ok(mut cp)) = checkpoint {
                 add_audit(&shared, &mut cp);
                 // Past the interrupted checkpoint: the writer spends the resume requests
                 // taken once the checkpoint is written.
@@ -588,16 +591,6 @@ fn run_supersteps<S: State>(
         }
         shared.emit(step, None, EventKind::Done);
         Ok(RunOutcome::Completed(state))
-    }
-}
-
-/// Adds to the checkpoint the audit entries the run recorded since its last write.
-fn add_audit(shared: &RunShared, cp: &mut Checkpoint) {
-    let mut audit = shared.take_audit();
-    if cp.audit.is_empty() {
-        cp.audit = audit;
-    } else {
-        cp.audit.append(&mut audit);
     }
 }
 
