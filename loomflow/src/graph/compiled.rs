@@ -16,6 +16,7 @@ use crate::graph::shape::{GraphShape, NodeShape};
 use crate::graph::topology::{Topology, Vertex};
 use crate::graph::validate::{self, Declared};
 use crate::graph::{START, State};
+use crate::runtime::{Runtime, RuntimeError};
 
 pub(crate) struct CompiledNode<S> {
     pub(crate) name: Arc<str>,
@@ -147,6 +148,41 @@ impl<S: State> CompiledGraph<S> {
     /// Node names in declaration order.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
         self.inner.nodes.iter().map(|n| &*n.name)
+    }
+
+    /// Queues a run of this graph on `thread` from `input`, for a
+    /// [`Worker`](crate::Worker) that registered it to start:
+    /// [`Runtime::submit`] under the graph's own name, with an input of its state type.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::submit`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    /// use loomflow::runtime::RunState;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let graph = Graph::new("refund")
+    ///     .node_sync("pay", |n: &mut u32| *n += 1)
+    ///     .edge(START, "pay")
+    ///     .edge("pay", END)
+    ///     .compile()?;
+    /// let runtime = Runtime::in_memory();
+    /// graph.submit(&runtime, "order-7", 40).await?;
+    /// let row = runtime.run("order-7").await?.record;
+    /// assert_eq!((row.state, row.graph.as_deref()), (RunState::Queued, Some("refund")));
+    /// # Ok(()) }
+    /// ```
+    pub async fn submit(
+        &self,
+        runtime: &Runtime,
+        thread: &str,
+        input: S,
+    ) -> Result<(), RuntimeError> {
+        runtime.submit(&self.inner.name, thread, input).await
     }
 
     pub(crate) fn from_builder(graph: Graph<S>) -> Result<Self, GraphError> {

@@ -126,6 +126,11 @@ pub struct SignalOptions {
     /// A send whose idempotency key is still remembered is a
     /// [`Delivery::Duplicate`](super::Delivery::Duplicate) even then: a retry of a signal
     /// that was delivered before its run ended.
+    ///
+    /// It guards the send, not the signal's later life: one the live run does not take (its
+    /// wait timed out first, or it ended on another path) stays queued for the session's
+    /// next receiver, as any signal does, the thread's next run included. A payload that
+    /// says what it answers (the request's id) lets that receiver tell a stale one.
     pub require_live_run: bool,
 }
 
