@@ -1178,7 +1178,11 @@ async fn a_state_left_unwritable_fails_the_step_naming_the_node_and_field() {
     assert!(matches!(error, RunError::Json { .. }), "{error:?}");
     let said = error.to_string();
     assert!(said.contains("after node mark, at cells"), "{said}");
-    assert_eq!((state.n, state.cells.len()), (1, 0), "where the step started");
+    assert_eq!(
+        (state.n, state.cells.len()),
+        (1, 0),
+        "where the step started"
+    );
     let row = rt.run("t").await.unwrap().record;
     assert_eq!(row.state, RunState::Failed, "{row:?}");
     let newest = rt.list_checkpoints("t").await.unwrap();
