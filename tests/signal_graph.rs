@@ -156,6 +156,11 @@ async fn a_payload_of_the_wrong_shape_is_an_error_and_stays_queued() {
         chain.contains("signal manager_review on session t is not a Review"),
         "{chain}"
     );
+    // Where in the payload: the field that does not fit.
+    assert!(
+        chain.contains("at approved: invalid type: string \"maybe\""),
+        "{chain}"
+    );
     let kept: serde_json::Value = runtime.poll_signal("t", "manager_review").unwrap().unwrap();
     assert_eq!(
         kept,

@@ -471,6 +471,11 @@ async fn an_input_that_is_not_the_graph_state_fails_the_run_naming_both() {
         error.contains("refund") && error.contains("Refund"),
         "{error}"
     );
+    // Where in the input: the field that does not fit.
+    assert!(
+        error.contains("at order: invalid type: integer `7`"),
+        "{error}"
+    );
     // A failed run is not taken again.
     assert_eq!(worker.run_until_idle().await.unwrap(), 0);
 }

@@ -2,8 +2,28 @@
 
 /// Displays an error with its chain of sources, each after a `: `; a source whose text the
 /// message already ends with is not repeated (many errors print their source in their own
-/// message, and give it as their source too).
-pub(crate) struct ErrorChain<'a>(pub(crate) &'a dyn std::error::Error);
+/// message, and give it as their source too). loomflow's errors display their own level
+/// only, as Rust's errors do; this is how its logs and run rows show them.
+///
+/// # Examples
+///
+/// ```
+/// use loomflow::ErrorChain;
+///
+/// let cause = std::io::Error::other("order has no id");
+/// let error = loomflow::RunError::NodeFailed {
+///     node: "validate".into(),
+///     step: 1,
+///     source: Box::new(cause),
+/// };
+/// assert_eq!(error.to_string(), "node validate failed at step 1");
+/// assert_eq!(
+///     ErrorChain(&error).to_string(),
+///     "node validate failed at step 1: order has no id"
+/// );
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a dyn std::error::Error);
 
 impl std::fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -25,3 +25,12 @@ pub const MAX_DEPTH: usize = crate::json_depth::MAX_DEPTH;
 pub fn from_str<T: DeserializeOwned + Send>(text: &str) -> serde_json::Result<T> {
     crate::json_depth::from_str(text)
 }
+
+/// serde's message for a value that is not the type asked for, with where in the value it
+/// went wrong (`at amount: invalid type: …`), unless that is the value as a whole.
+pub(crate) fn at_path(error: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    match error.path().to_string().as_str() {
+        "." => error.inner().to_string(),
+        path => format!("at {path}: {}", error.inner()),
+    }
+}

@@ -150,6 +150,7 @@ pub mod worker;
 pub use context::Context;
 #[doc(inline)]
 pub use error::{Error, GraphError, GraphProblem, Result, RunError};
+pub use error_chain::ErrorChain;
 #[doc(inline)]
 pub use event::{Event, EventKind};
 #[doc(inline)]

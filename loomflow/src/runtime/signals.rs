@@ -35,11 +35,11 @@ pub(crate) fn decode<T: DeserializeOwned>(
     name: &str,
     payload: Value,
 ) -> Result<T, SignalError> {
-    serde_json::from_value(payload).map_err(|e| SignalError::Payload {
+    serde_path_to_error::deserialize(payload).map_err(|e| SignalError::Payload {
         session: session.to_owned(),
         name: name.to_owned(),
         expected: crate::type_name::readable::<T>(),
-        message: e.to_string(),
+        message: crate::json::at_path(&e),
     })
 }
 

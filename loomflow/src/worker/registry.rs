@@ -58,13 +58,14 @@ impl<S: State> Registered for CompiledGraph<S> {
             };
             // A queued run starts from its input; anything else carries on.
             let input = match (claimed.record.state, claimed.input) {
-                (RunState::Queued, Some(input)) => match serde_json::from_value::<S>(input) {
+                (RunState::Queued, Some(input)) => match serde_path_to_error::deserialize(input) {
                     Ok(input) => Some(input),
                     Err(e) => {
                         let message = format!(
-                            "the input submitted for graph {} is not its state type {}: {e}",
+                            "the input submitted for graph {} is not {} (its state type): {}",
                             report.graph,
-                            crate::type_name::readable::<S>()
+                            crate::type_name::readable::<S>(),
+                            crate::json::at_path(&e)
                         );
                         if let Err(error) =
                             claim.finish(RunState::Failed, Some(message.clone())).await
