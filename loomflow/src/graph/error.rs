@@ -80,7 +80,11 @@ pub enum GraphProblem {
         context: String,
     },
     /// A branch lists a target that is not a node of the graph.
-    #[error("branch from {} has undeclared target {}", shown(from), shown(target))]
+    #[error(
+        "branch from {} lists target {}, which is not a node",
+        shown(from),
+        shown(target)
+    )]
     UnknownBranchTarget {
         /// The node the branch leaves.
         from: String,
@@ -353,7 +357,7 @@ pub enum RunError {
     /// same structure to a run, and are let through; nodes or joins in another order (or a
     /// join's sources) are a change, as a checkpoint records them by position. Opt in with
     /// [`RunBuilder::allow_graph_change`](crate::RunBuilder::allow_graph_change).
-    #[error("graph {graph} changed since thread {thread} was checkpointed ({}); resume with allow_graph_change() to carry on anyway", changes.join("; "))]
+    #[error("graph {graph} changed since thread {thread} was checkpointed ({}); carry it on with recover(..).allow_graph_change() (or resume(..)) to run it anyway", changes.join("; "))]
     GraphChanged {
         /// The thread.
         thread: String,
