@@ -317,9 +317,10 @@ pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String
     // `**researcher: find X**`: the line's emphasis is not the instruction's.
     let (said, others) = rest.split_once('\n').unwrap_or((&rest, ""));
     let said = unemphasised(first_line.trim(), &head, said.trim_end());
-    let rest = match (said.is_empty(), others.trim()) {
+    // The lines after it as written: blank lines and indentation are the instruction's.
+    let rest = match (said.is_empty(), others) {
         (_, "") => said.to_owned(),
-        (true, others) => others.to_owned(),
+        (true, others) => others.trim_start().to_owned(),
         (false, others) => format!("{said}\n{others}"),
     };
     (head, rest)
@@ -330,9 +331,16 @@ pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String
 /// both give `42`. Marks that open emphasis of the text's own (`DONE: *42* it is`) stay,
 /// and so do a list bullet's (`* DONE: *42*`).
 fn unemphasised<'a>(line: &str, head: &str, rest: &'a str) -> &'a str {
-    // `**DONE:** 42` leaves the closing marks after the colon, followed by a space.
+    // The line's opening marks. Marks followed by a space open a list item, not emphasis
+    // (`* DONE: the answer is *42*`).
+    let marks = line.trim_start_matches(['*', '_']);
+    let opening = line.get(..line.len() - marks.len()).unwrap_or_default();
+    let opens = !opening.is_empty() && !marks.starts_with(char::is_whitespace);
+    // `**DONE:** 42` leaves the closing marks after the colon, followed by a space; without
+    // marks opening the line, they are the text's own (`researcher: * find X`, a bullet).
     let after_marks = rest.trim_start_matches(['*', '_']);
-    let closing_after_colon = after_marks.len() < rest.len()
+    let closing_after_colon = opens
+        && after_marks.len() < rest.len()
         && (after_marks.is_empty() || after_marks.starts_with(char::is_whitespace));
     let closed = closing_after_colon || head.trim_end().ends_with(['*', '_']);
     let mut rest = if closing_after_colon {
@@ -341,11 +349,8 @@ fn unemphasised<'a>(line: &str, head: &str, rest: &'a str) -> &'a str {
         rest
     };
     // `**DONE: 42**`, the whole line emphasised: the closing emphasis (the opening marks
-    // reversed) is the text's end. Marks followed by a space open a list item, not
-    // emphasis (`* DONE: the answer is *42*`).
-    let marks = line.trim_start_matches(['*', '_']);
-    let opening = line.get(..line.len() - marks.len()).unwrap_or_default();
-    let emphasis = !opening.is_empty() && !marks.starts_with(char::is_whitespace) && !closed;
+    // reversed) is the text's end.
+    let emphasis = opens && !closed;
     if emphasis {
         let closing: String = opening.chars().rev().collect();
         rest = rest
@@ -592,6 +597,19 @@ mod tests {
         assert_eq!(
             split("* researcher: find *X*"),
             said("* researcher", "find *X*")
+        );
+        assert_eq!(
+            split("researcher: * find X\n* find Y"),
+            said("researcher", "* find X\n* find Y")
+        );
+        // The lines after the first are the instruction's as written.
+        assert_eq!(
+            split("researcher: find X\n\nthen Y"),
+            said("researcher", "find X\n\nthen Y")
+        );
+        assert_eq!(
+            split("coder: write\n    def f():\n        pass"),
+            said("coder", "write\n    def f():\n        pass")
         );
     }
 }

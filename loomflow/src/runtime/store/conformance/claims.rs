@@ -477,7 +477,8 @@ pub(super) async fn check_reopen_claims<S: Store>(open: impl Fn() -> S) {
 
 /// A thread's journal lasts until its run completes or is cancelled: through steps, a
 /// subgraph's completion, a suspension and a failure, which a resume or a recover carries
-/// on. An ended run's is gone, whether its end was written under a claim or not.
+/// on. An ended run's is gone, whether its end was written under a claim or not, but for what
+/// the step after a kept interrupted checkpoint journaled (a fork of it replays that).
 pub(super) async fn an_ended_runs_journal_is_forgotten(store: &dyn Store) {
     let thread = unique("journal-completed");
     let key = |run| JournalKey::new(&thread, run, "", 1, "pay", "charge", 0);
