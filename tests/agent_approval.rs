@@ -428,3 +428,24 @@ async fn two_calls_of_a_reply_with_one_id_are_decided_apart() {
     assert!(results[0].contains("refunded 10 cents"), "{results:?}");
     assert!(results[1].contains("too much"), "{results:?}");
 }
+
+/// A rejection must say why, as the HTTP route and the command line ask: the model is told
+/// the reason. A blank one is refused before anything is sent.
+#[tokio::test]
+async fn a_rejection_without_a_reason_is_refused() {
+    let runtime = Runtime::in_memory();
+    for reason in ["", "  "] {
+        let refused = runtime
+            .decide_approval("s", "call_1", ApprovalDecision::deny(reason))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &refused,
+                loomflow::Error::Runtime(loomflow::RuntimeError::BlankReason { session, call_id })
+                    if session == "s" && call_id == "call_1"
+            ),
+            "{refused:?}"
+        );
+    }
+}

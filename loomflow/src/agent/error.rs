@@ -58,7 +58,9 @@ pub enum AgentError {
         schema: String,
     },
     /// A run was asked for on a session whose last run is suspended.
-    #[error("session {session} is suspended ({pending}); resume it instead of starting a run")]
+    #[error(
+        "session {session} is suspended ({pending}): answer what it waits for and resume it, without a new prompt"
+    )]
     SessionSuspended {
         /// The session.
         session: String,

@@ -26,13 +26,16 @@ pub(crate) fn build_client(provider: &'static str) -> Result<reqwest::Client, Mo
         provider: provider.to_owned(),
         message,
     };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .and_then(|builder| builder.with_platform_verifier())
-    .map_err(|e| config_error(format!("tls set-up failed: {e}")))?
-    .with_no_client_auth();
+    // rustls 0.23.48 deprecates its `ring` provider for lacking post-quantum key exchange;
+    // it stays, as the one crypto crate that builds without cmake (aws-lc-rs needs it), and
+    // a newer rustls in a user's lock file must not warn on every build of theirs.
+    #[allow(deprecated)]
+    let provider = rustls::crypto::ring::default_provider();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.with_platform_verifier())
+        .map_err(|e| config_error(format!("tls set-up failed: {e}")))?
+        .with_no_client_auth();
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         // A redirect is not followed: the key in a header of our own (`x-api-key`) and the

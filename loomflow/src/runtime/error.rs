@@ -120,6 +120,15 @@ pub enum RuntimeError {
         /// The call.
         call_id: String,
     },
+    /// A rejection was sent without a reason (blank): the model is told why its call was
+    /// denied, and a blank reason tells it nothing. Nothing was sent.
+    #[error("the rejection of call {call_id} on session {session} must say why: the model is told")]
+    BlankReason {
+        /// The session.
+        session: String,
+        /// The call.
+        call_id: String,
+    },
     /// A decision was sent for a call that has one already (another person, or a retry,
     /// decided first): the first decision stands.
     #[error(

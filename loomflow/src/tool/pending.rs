@@ -187,7 +187,8 @@ impl Runtime {
     /// [`RuntimeError::NoPendingApproval`] when no call `call_id` of `session` waits for a
     /// decision (list them with [`pending_approvals`](Self::pending_approvals)), a call
     /// past its approver's timeout included;
-    /// [`RuntimeError::AlreadyDecided`]; [`RuntimeError::DecisionDropped`] when it was
+    /// [`RuntimeError::AlreadyDecided`]; [`RuntimeError::BlankReason`] for a rejection
+    /// whose reason is blank; [`RuntimeError::DecisionDropped`] when it was
     /// dropped on arrival (a suspended run, on a runtime that keeps no pending signals); as
     /// for [`signal`](Self::signal): the mailbox refused it or the store failed.
     pub async fn decide_approval(
@@ -248,6 +249,13 @@ impl Runtime {
         by: Option<&str>,
         decided_for_ms: Option<u64>,
     ) -> Result<()> {
+        if matches!(&decision, ApprovalDecision::Deny { reason } if reason.trim().is_empty()) {
+            return Err(RuntimeError::BlankReason {
+                session: session.to_owned(),
+                call_id: call_id.to_owned(),
+            }
+            .into());
+        }
         let mut payload = serde_json::to_value(&decision)
             .map_err(|e| crate::Error::json("approval decision", e))?;
         if let Value::Object(fields) = &mut payload {
