@@ -963,3 +963,32 @@ fn a_cost_cap_without_a_price_for_the_model_is_warned_of() {
         "{warned:?}"
     );
 }
+
+/// An agent with a tool that needs approval and nobody to ask denies every call of it (it
+/// fails closed): building it says so, naming the tool, so that the first sign is not a
+/// run whose every order was refused.
+#[test]
+fn a_tool_that_needs_approval_without_an_approver_is_warned_of() {
+    let build = |durable: bool| {
+        let builder = Agent::builder("You run jobs.")
+            .name("jobs")
+            .model(EchoModel::new())
+            .tool(slow_approved_job)
+            .runtime(Runtime::in_memory());
+        let builder = if durable {
+            builder.durable_approvals()
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    };
+    let warned = callsites::warnings_while(|| {
+        build(false);
+    });
+    let named = |w: &String| w.contains("nobody to ask") && w.contains("slow_approved_job");
+    assert!(warned.iter().any(named), "{warned:?}");
+    let warned = callsites::warnings_while(|| {
+        build(true);
+    });
+    assert!(!warned.iter().any(named), "{warned:?}");
+}

@@ -1548,6 +1548,96 @@ async fn a_question_asked_inside_a_step_is_counted_when_the_step_is_replayed() {
     }
 }
 
+/// A step that asks until it gets a good answer (its work fails on a bad one, and the node
+/// tries again) asks a new question each try; once one records it, a replay counts every
+/// try's question, and the node's next question takes its own answer.
+#[tokio::test]
+async fn a_step_that_asks_until_answered_well_counts_every_tries_question() {
+    let db = loomflow_tests::TempDb::new("asks-until-good");
+    for (label, runtime) in [
+        ("memory", Runtime::in_memory()),
+        ("sqlite", Runtime::sqlite(db.path()).unwrap()),
+    ] {
+        let graph = Graph::new("asks-until-good")
+            .node_fn("check", |said: &mut Vec<String>, ctx| {
+                Box::pin(async move {
+                    type Tried = Result<String, loomflow::graph::BoxError>;
+                    let code = loop {
+                        let tried = ctx.step("code", || async {
+                            let code: String = ctx.interrupt("code?")?;
+                            let tried: Tried = match code.as_str() {
+                                "good" => Ok(code),
+                                _ => Err(format!("bad code {code}").into()),
+                            };
+                            tried
+                        });
+                        match tried.await {
+                            Ok(code) => break code,
+                            Err(error @ RunError::Suspended { .. }) => return Err(error.into()),
+                            Err(_) => {}
+                        }
+                    };
+                    said.push(code);
+                    let note: String = ctx.interrupt("note?")?;
+                    said.push(note);
+                    Ok(())
+                })
+            })
+            .edge(START, "check")
+            .edge("check", END)
+            .compile()
+            .unwrap();
+        let first = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+        assert_eq!(first.interrupts()[0].payload, json!("code?"), "{label}");
+        // A bad answer: the retry asks again.
+        let again = graph.resume(&runtime, "t", "bad").await.unwrap();
+        let asked = again.interrupts();
+        assert_eq!(
+            (asked[0].payload.clone(), asked[0].index),
+            (json!("code?"), 1),
+            "{label}"
+        );
+        let note = graph.resume(&runtime, "t", "good").await.unwrap();
+        assert_eq!(note.interrupts()[0].payload, json!("note?"), "{label}");
+        let done = graph.resume(&runtime, "t", "hello").await.unwrap();
+        assert_eq!(done.completed().unwrap(), ["good", "hello"], "{label}");
+    }
+}
+
+/// Steps that run side by side in one node cannot tell whose a question is: a step that
+/// asked nothing, running beside one that asked, does not count the other's question.
+#[tokio::test]
+async fn steps_side_by_side_do_not_count_each_others_questions() {
+    let graph = Graph::new("side-by-side")
+        .node_fn("both", |said: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let asking = ctx.step("a", || async {
+                    tokio::task::yield_now().await;
+                    let ok: bool = ctx.interrupt("ok?")?;
+                    Ok::<_, RunError>(ok.to_string())
+                });
+                let quiet = ctx.step("b", || async {
+                    tokio::task::yield_now().await;
+                    tokio::task::yield_now().await;
+                    Ok::<_, RunError>("b".to_owned())
+                });
+                let (a, b) = futures_util::future::join(asking, quiet).await;
+                said.push(a?);
+                said.push(b?);
+                Ok(())
+            })
+        })
+        .edge(START, "both")
+        .edge("both", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    let first = graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    assert_eq!(first.interrupts()[0].payload, json!("ok?"));
+    let done = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(done.completed().unwrap(), ["true", "b"]);
+}
+
 /// A resume request answers the question it was sent for: one sent while the resumed step
 /// still ran (the row said interrupted, at the first question) is not applied to the next
 /// question the run asks, which nobody saw. Before its fix it answered that one.

@@ -435,6 +435,15 @@ impl AgentBuilder {
         } else {
             self.tools
         };
+        if !tools.has_approver() {
+            let asking: Vec<String> = (tools.list().into_iter())
+                .filter(|spec| spec.requires_approval)
+                .map(|spec| spec.name)
+                .collect();
+            if !asking.is_empty() {
+                tracing::warn!(agent = %name, tools = %asking.join(", "), "tools that need approval, and nobody to ask: every call of them is denied; give the agent durable_approvals() or an approval handler");
+            }
+        }
         let mut tools = if self.record_content {
             tools.record_content(true)
         } else {

@@ -35,7 +35,9 @@ impl Context {
     /// questions are numbered among the node's, and a replayed step counts them as asked, so
     /// that the node's later questions take their own answers. Its answers are part of the
     /// step's result: once the step is journaled, another answer to one of them does not
-    /// make it again.
+    /// make it again. A try that fails keeps its questions asked (a retry asks the next). Steps
+    /// run side by side in one node (`join`) cannot tell whose a question is, and count none
+    /// when replayed: ask outside them.
     ///
     /// "Once" holds across processes: the run executes under a claim that at most one
     /// execution holds at a time, `f` is called only while this one holds it, and its result
@@ -114,7 +116,15 @@ impl Context {
         }
         // Not acting on the world for a run that is no longer ours.
         self.run.claim.ensure_held().await?;
-        let value = match f().await {
+        let started = self.step_started();
+        let done = f().await;
+        // Questions are counted node-wide: a step that ran beside another cannot tell its
+        // own from the other's, and records none (they are numbered by order alone).
+        let asked = match self.step_ended(started) {
+            true => self.control().interrupts_called - asked_before,
+            false => 0,
+        };
+        let value = match done {
             Ok(value) => value,
             // The step's work suspended the node (an approval inside a tool call): that is
             // the node's suspension, not a failed step.
@@ -126,8 +136,8 @@ impl Context {
             Err(source) => {
                 // Nothing was journaled under this call's number: the next call of the name
                 // (a retry) takes it, as the same call will when the node runs again and
-                // finds this one's failure unrecorded. Its questions are asked again too.
-                self.unask(asked_before);
+                // finds this one's failure unrecorded. The questions it asked stay asked: a
+                // retry asks the next, and is filed under their answers (another key).
                 self.give_back(name, &key);
                 // The store failing in passing under the step's work (a step journaled
                 // inside it): the run is let go, as when this step's own write fails.
@@ -144,13 +154,11 @@ impl Context {
         let json = match serde_json::to_value(&value) {
             Ok(json) => json,
             Err(e) => {
-                self.unask(asked_before);
                 self.give_back(name, &key);
                 let what = format!("result of step {name} of node {}", self.node);
                 return Err(RunError::json(what, e));
             }
         };
-        let asked = self.control().interrupts_called - asked_before;
         if asked > 0 {
             // Before the value: a step found journaled always finds its count.
             let count = serde_json::Value::from(asked);
@@ -159,7 +167,6 @@ impl Context {
                     .claim
                     .put_journal_audited(questions_key(&key), count, Vec::new());
             if let Err(failed) = counted.await {
-                self.unask(asked_before);
                 self.give_back(name, &key);
                 return Err(failed.into());
             }
@@ -196,7 +203,6 @@ impl Context {
         // Nothing journaled (or no telling): the number goes back, as for a failed `f`, so
         // that a retry in the node looks it up again, and replays the value should the write
         // have reached the store after all rather than doing the work again.
-        self.unask(asked_before);
         self.give_back_number(name, occurrence);
         Err(failed.into())
     }
@@ -219,11 +225,28 @@ impl Context {
         Ok(())
     }
 
-    /// Takes back the questions a step's work asked, for a step that recorded nothing: the
-    /// retry (or the node's next run) asks them again under the same numbers.
-    fn unask(&self, asked_before: usize) {
+    /// Notes a step's work starting; returns the mark [`step_ended`](Self::step_ended) takes.
+    fn step_started(&self) -> u32 {
         let mut control = self.control();
-        control.interrupts_called = control.interrupts_called.min(asked_before);
+        let steps = &mut control.steps;
+        if steps.running > 0 {
+            steps.changes = steps.changes.wrapping_add(1);
+        }
+        steps.running += 1;
+        steps.changes
+    }
+
+    /// Notes a step's work ending; whether it ran alone (no other step's work started or
+    /// ended meanwhile, nor still runs).
+    fn step_ended(&self, started: u32) -> bool {
+        let mut control = self.control();
+        let steps = &mut control.steps;
+        steps.running = steps.running.saturating_sub(1);
+        let alone = steps.changes == started && steps.running == 0;
+        if steps.running > 0 {
+            steps.changes = steps.changes.wrapping_add(1);
+        }
+        alone
     }
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the

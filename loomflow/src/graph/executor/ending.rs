@@ -96,11 +96,12 @@ pub(super) async fn start_failed<S: State>(
     let message = ErrorChain(&error).to_string();
     tracing::warn!(graph = %graph.name, thread, error = %message, "run failed at its start");
     let store = runtime.store();
+    let trace = crate::telemetry::current_trace_parent().map(Arc::<str>::from);
     let key = RunKey {
         thread,
         run,
         namespace: "",
-        trace: None,
+        trace: trace.as_ref(),
         unserialized: store.as_memory().is_some(),
         json_bodies: store.writes_json_bodies(),
     };

@@ -316,6 +316,11 @@ impl ToolHost {
         self
     }
 
+    /// Whether calls that need approval have someone to ask.
+    pub(crate) fn has_approver(&self) -> bool {
+        self.approver.is_some()
+    }
+
     /// How many calls run at once (see [`max_concurrency`](Self::max_concurrency)).
     pub fn concurrency_limit(&self) -> usize {
         self.max_concurrency
