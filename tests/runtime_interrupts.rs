@@ -1604,8 +1604,44 @@ async fn a_step_that_asks_until_answered_well_counts_every_tries_question() {
     }
 }
 
-/// Steps that run side by side in one node cannot tell whose a question is: a step that
-/// asked nothing, running beside one that asked, does not count the other's question.
+/// A step around a step that asks counts the inner step's question as its own: replayed
+/// whole, it counts it, and the node's next question takes its own answer.
+#[tokio::test]
+async fn a_step_around_a_step_that_asks_counts_its_question() {
+    let graph = Graph::new("nested-asks")
+        .node_fn("outer", |said: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let both: String = ctx
+                    .step("outer", || async {
+                        let inner: bool = ctx
+                            .step("inner", || async {
+                                let ok: bool = ctx.interrupt("ok?")?;
+                                Ok::<_, RunError>(ok)
+                            })
+                            .await?;
+                        Ok::<_, RunError>(format!("outer({inner})"))
+                    })
+                    .await?;
+                said.push(both);
+                let note: String = ctx.interrupt("note?")?;
+                said.push(note);
+                Ok(())
+            })
+        })
+        .edge(START, "outer")
+        .edge("outer", END)
+        .compile()
+        .unwrap();
+    let runtime = Runtime::in_memory();
+    graph.invoke(&runtime, "t", Vec::new()).await.unwrap();
+    let asked = graph.resume(&runtime, "t", true).await.unwrap();
+    assert_eq!(asked.interrupts()[0].payload, json!("note?"));
+    let done = graph.resume(&runtime, "t", "hello").await.unwrap();
+    assert_eq!(done.completed().unwrap(), ["outer(true)", "hello"]);
+}
+
+/// Steps run side by side in one node count their own questions only: a step that asked
+/// nothing, running beside one that asked, does not count the other's.
 #[tokio::test]
 async fn steps_side_by_side_do_not_count_each_others_questions() {
     let graph = Graph::new("side-by-side")

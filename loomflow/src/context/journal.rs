@@ -35,9 +35,7 @@ impl Context {
     /// questions are numbered among the node's, and a replayed step counts them as asked, so
     /// that the node's later questions take their own answers. Its answers are part of the
     /// step's result: once the step is journaled, another answer to one of them does not
-    /// make it again. A try that fails keeps its questions asked (a retry asks the next). Steps
-    /// run side by side in one node (`join`) cannot tell whose a question is, and count none
-    /// when replayed: ask outside them.
+    /// make it again. A try that fails keeps its questions asked (a retry asks the next).
     ///
     /// "Once" holds across processes: the run executes under a claim that at most one
     /// execution holds at a time, `f` is called only while this one holds it, and its result
@@ -116,14 +114,18 @@ impl Context {
         }
         // Not acting on the world for a run that is no longer ours.
         self.run.claim.ensure_held().await?;
-        let started = self.step_started();
-        let done = f().await;
-        // Questions are counted node-wide: a step that ran beside another cannot tell its
-        // own from the other's, and records none (they are numbered by order alone).
-        let asked = match self.step_ended(started) {
-            true => self.control().interrupts_called - asked_before,
-            false => 0,
-        };
+        // The questions its work asks: counted as it is polled, so that a step run beside
+        // another in the node (`join`) counts its own only, and one around a step of its own
+        // counts the inner one's too.
+        let mut asked = 0;
+        let mut work = std::pin::pin!(f());
+        let done = std::future::poll_fn(|cx| {
+            let before = self.control().interrupts_called;
+            let polled = work.as_mut().poll(cx);
+            asked += self.control().interrupts_called.saturating_sub(before);
+            polled
+        })
+        .await;
         let value = match done {
             Ok(value) => value,
             // The step's work suspended the node (an approval inside a tool call): that is
@@ -223,30 +225,6 @@ impl Context {
             control.interrupts_called = control.interrupts_called.saturating_add(asked);
         }
         Ok(())
-    }
-
-    /// Notes a step's work starting; returns the mark [`step_ended`](Self::step_ended) takes.
-    fn step_started(&self) -> u32 {
-        let mut control = self.control();
-        let steps = &mut control.steps;
-        if steps.running > 0 {
-            steps.changes = steps.changes.wrapping_add(1);
-        }
-        steps.running += 1;
-        steps.changes
-    }
-
-    /// Notes a step's work ending; whether it ran alone (no other step's work started or
-    /// ended meanwhile, nor still runs).
-    fn step_ended(&self, started: u32) -> bool {
-        let mut control = self.control();
-        let steps = &mut control.steps;
-        steps.running = steps.running.saturating_sub(1);
-        let alone = steps.changes == started && steps.running == 0;
-        if steps.running > 0 {
-            steps.changes = steps.changes.wrapping_add(1);
-        }
-        alone
     }
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the

@@ -222,16 +222,6 @@ struct NodeControl {
     /// [`Context::noted`]): a node that then fails, whatever its error's type, failed
     /// because the store did.
     store_failure: Option<StoreError>,
-    /// Steps whose work runs now (see `Context::step_started`).
-    steps: StepsRunning,
-}
-
-/// How many of a node's steps run their work now, and a count of the times one started or
-/// ended while another ran: a step that sees it unchanged ran alone.
-#[derive(Default)]
-struct StepsRunning {
-    running: u32,
-    changes: u32,
 }
 
 impl std::fmt::Debug for Context {
