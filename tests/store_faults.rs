@@ -1026,3 +1026,40 @@ async fn a_poll_retried_after_a_store_failure_keeps_its_numbers() {
         "the signal the run never saw is still queued"
     );
 }
+
+/// A step that asks inside its work, whose journal write fails in passing, gives its
+/// question back with its number: the node's retry asks it again under the same number,
+/// takes the same answer, and records it. Before, the retry asked the next question, which
+/// nobody had answered, and the run suspended again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_asked_and_failed_to_write_asks_the_same_question_again() {
+    let db = loomflow_tests::TempDb::new("faults-asked-step");
+    let (store, faults) = FaultyStore::new(SqliteStore::open(db.path()).unwrap());
+    let runtime = Runtime::builder().store(store).build();
+    let graph = Graph::new("asking")
+        .node_fn("code", |code: &mut String, ctx| {
+            Box::pin(async move {
+                *code = loop {
+                    let tried = ctx.step("code", || async {
+                        let code: String = ctx.interrupt("code?")?;
+                        Ok::<_, RunError>(code)
+                    });
+                    match tried.await {
+                        Ok(code) => break code,
+                        Err(error @ RunError::Suspended { .. }) => return Err(error.into()),
+                        Err(_) => {}
+                    }
+                };
+                Ok(())
+            })
+        })
+        .edge(START, "code")
+        .edge("code", END)
+        .compile()
+        .unwrap();
+    let first = graph.invoke(&runtime, "t", String::new()).await.unwrap();
+    assert_eq!(first.interrupts().len(), 1);
+    faults.fail_next_journal_write_before_commit();
+    let done = graph.resume(&runtime, "t", "x").await.unwrap();
+    assert_eq!(done.completed().unwrap(), "x");
+}

@@ -300,30 +300,55 @@ pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String
     let whole = first_line.trim().trim_matches(quoted);
     if let Some(member) = members.iter().find(|m| m.name.eq_ignore_ascii_case(whole)) {
         let rest = text.get(first_line.len()..).unwrap_or_default();
-        return (member.name.clone(), rest.trim().to_owned());
+        return (member.name.clone(), past_blank_lines(rest).to_owned());
     }
     let longest =
         (first_line.match_indices(':').rev()).find(|&(at, _)| named_with_colon(&text[..at]));
     let (head, rest) = match longest {
-        Some((at, _)) => (
-            text[..at].trim().to_owned(),
-            text[at + 1..].trim().to_owned(),
-        ),
-        None => split_directive(text),
+        Some((at, _)) => (&text[..at], &text[at + 1..]),
+        None => text.split_once(':').unwrap_or((text, "")),
     };
+    let head = head.trim();
     if head.contains('\n') {
-        return (head, rest);
+        return (head.to_owned(), rest.trim().to_owned());
     }
     // `**researcher: find X**`: the line's emphasis is not the instruction's.
-    let (said, others) = rest.split_once('\n').unwrap_or((&rest, ""));
-    let said = unemphasised(first_line.trim(), &head, said.trim_end());
+    let (said, others) = rest.split_once('\n').unwrap_or((rest, ""));
+    let said = unemphasised(first_line.trim(), head, said.trim());
     // The lines after it as written: blank lines and indentation are the instruction's.
-    let rest = match (said.is_empty(), others) {
-        (_, "") => said.to_owned(),
-        (true, others) => others.trim_start().to_owned(),
-        (false, others) => format!("{said}\n{others}"),
+    let rest = match (said.is_empty(), others.trim().is_empty()) {
+        (_, true) => said.to_owned(),
+        (true, false) => past_blank_lines(others).to_owned(),
+        (false, false) => format!("{said}\n{}", others.trim_end()),
     };
-    (head, rest)
+    (head.to_owned(), rest)
+}
+
+/// `text` from its first line that is not blank, as written (its indentation kept), without
+/// what trails it.
+fn past_blank_lines(mut text: &str) -> &str {
+    while let Some((line, rest)) = text.split_once('\n') {
+        if !line.trim().is_empty() {
+            break;
+        }
+        text = rest;
+    }
+    text.trim_end()
+}
+
+/// `line` without a list item's bullet or number (`- `, `* `, `+ `, `1. `, `2) `).
+fn without_bullet(line: &str) -> &str {
+    let line = line.trim_start();
+    for bullet in ["- ", "* ", "+ "] {
+        if let Some(item) = line.strip_prefix(bullet) {
+            return item.trim_start();
+        }
+    }
+    let numbered = line.trim_start_matches(|c: char| c.is_ascii_digit());
+    let item = (numbered.len() < line.len())
+        .then(|| (numbered.strip_prefix(". ")).or_else(|| numbered.strip_prefix(") ")))
+        .flatten();
+    item.map_or(line, str::trim_start)
 }
 
 /// What follows the colon of a line's directive or member name, `rest` (trimmed), without
@@ -331,8 +356,9 @@ pub(crate) fn split_at_member(text: &str, members: &[Member]) -> (String, String
 /// both give `42`. Marks that open emphasis of the text's own (`DONE: *42* it is`) stay,
 /// and so do a list bullet's (`* DONE: *42*`).
 fn unemphasised<'a>(line: &str, head: &str, rest: &'a str) -> &'a str {
-    // The line's opening marks. Marks followed by a space open a list item, not emphasis
-    // (`* DONE: the answer is *42*`).
+    // The line's opening marks, after a list item's bullet (`- **DONE:** 42`). Marks followed
+    // by a space open a list item, not emphasis (`* DONE: the answer is *42*`).
+    let line = without_bullet(line);
     let marks = line.trim_start_matches(['*', '_']);
     let opening = line.get(..line.len() - marks.len()).unwrap_or_default();
     let opens = !opening.is_empty() && !marks.starts_with(char::is_whitespace);
@@ -569,6 +595,11 @@ mod tests {
             Some("_really_ done")
         );
         assert_eq!(directive("**DONE:**", "done").as_deref(), Some(""));
+        assert_eq!(
+            directive("- **FINISH:** 42", "finish").as_deref(),
+            Some("42")
+        );
+        assert_eq!(directive("* **DONE: 42**", "done").as_deref(), Some("42"));
     }
 
     #[test]
@@ -611,5 +642,13 @@ mod tests {
             split("coder: write\n    def f():\n        pass"),
             said("coder", "write\n    def f():\n        pass")
         );
+        assert_eq!(
+            split("coder:\n\n    def f():\n        pass"),
+            said("coder", "    def f():\n        pass")
+        );
+        // A list item's bullet or number is not emphasis.
+        for line in ["- **researcher:** find X", "1. **researcher: find X**"] {
+            assert_eq!(split(line).1, "find X", "{line}");
+        }
     }
 }

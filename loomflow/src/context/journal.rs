@@ -117,8 +117,12 @@ impl Context {
         // The questions its work asks: counted as it is polled, so that a step run beside
         // another in the node (`join`) counts its own only, and one around a step of its own
         // counts the inner one's too.
-        let mut asked = 0;
         let mut work = std::pin::pin!(f());
+        // And those the closure asked before it made its future.
+        let mut asked = self
+            .control()
+            .interrupts_called
+            .saturating_sub(asked_before);
         let done = std::future::poll_fn(|cx| {
             let before = self.control().interrupts_called;
             let polled = work.as_mut().poll(cx);
@@ -169,6 +173,7 @@ impl Context {
                     .claim
                     .put_journal_audited(questions_key(&key), count, Vec::new());
             if let Err(failed) = counted.await {
+                self.unask(asked_before);
                 self.give_back(name, &key);
                 return Err(failed.into());
             }
@@ -204,7 +209,9 @@ impl Context {
         }
         // Nothing journaled (or no telling): the number goes back, as for a failed `f`, so
         // that a retry in the node looks it up again, and replays the value should the write
-        // have reached the store after all rather than doing the work again.
+        // have reached the store after all rather than doing the work again. Its questions
+        // go back with it, so that the retry is filed under the same answers.
+        self.unask(asked_before);
         self.give_back_number(name, occurrence);
         Err(failed.into())
     }
@@ -225,6 +232,14 @@ impl Context {
             control.interrupts_called = control.interrupts_called.saturating_add(asked);
         }
         Ok(())
+    }
+
+    /// Takes back the questions a step's work asked, for a step whose write failed: the
+    /// retry asks them again under the same numbers, and so looks its value up under the
+    /// same answers (it may have reached the journal after all).
+    fn unask(&self, asked_before: usize) {
+        let mut control = self.control();
+        control.interrupts_called = control.interrupts_called.min(asked_before);
     }
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the
