@@ -35,7 +35,9 @@ impl Context {
     /// questions are numbered among the node's, and a replayed step counts them as asked, so
     /// that the node's later questions take their own answers. Its answers are part of the
     /// step's result: once the step is journaled, another answer to one of them does not
-    /// make it again. A try that fails keeps its questions asked (a retry asks the next).
+    /// make it again. A try that fails keeps its questions asked (a retry asks the next). A
+    /// question asked beside a step (a `join` of the step and an `interrupt` outside it) may
+    /// take another number when the step is replayed: ask before the step or after it.
     ///
     /// "Once" holds across processes: the run executes under a claim that at most one
     /// execution holds at a time, `f` is called only while this one holds it, and its result
@@ -117,19 +119,20 @@ impl Context {
         // The questions its work asks: counted as it is polled, so that a step run beside
         // another in the node (`join`) counts its own only, and one around a step of its own
         // counts the inner one's too.
+        // Changes, not counts: a step inside whose write failed takes its questions back.
+        let called = || self.control().interrupts_called as i64;
+        let before_work = called();
         let mut work = std::pin::pin!(f());
         // And those the closure asked before it made its future.
-        let mut asked = self
-            .control()
-            .interrupts_called
-            .saturating_sub(asked_before);
+        let mut changed = called() - before_work;
         let done = std::future::poll_fn(|cx| {
-            let before = self.control().interrupts_called;
+            let before = called();
             let polled = work.as_mut().poll(cx);
-            asked += self.control().interrupts_called.saturating_sub(before);
+            changed += called() - before;
             polled
         })
         .await;
+        let asked = usize::try_from(changed).unwrap_or(0);
         let value = match done {
             Ok(value) => value,
             // The step's work suspended the node (an approval inside a tool call): that is
@@ -173,7 +176,7 @@ impl Context {
                     .claim
                     .put_journal_audited(questions_key(&key), count, Vec::new());
             if let Err(failed) = counted.await {
-                self.unask(asked_before);
+                self.unask(asked);
                 self.give_back(name, &key);
                 return Err(failed.into());
             }
@@ -211,7 +214,7 @@ impl Context {
         // that a retry in the node looks it up again, and replays the value should the write
         // have reached the store after all rather than doing the work again. Its questions
         // go back with it, so that the retry is filed under the same answers.
-        self.unask(asked_before);
+        self.unask(asked);
         self.give_back_number(name, occurrence);
         Err(failed.into())
     }
@@ -234,12 +237,12 @@ impl Context {
         Ok(())
     }
 
-    /// Takes back the questions a step's work asked, for a step whose write failed: the
-    /// retry asks them again under the same numbers, and so looks its value up under the
+    /// Takes back the `asked` questions a step's work asked, for a step whose write failed:
+    /// the retry asks them again under the same numbers, and so looks its value up under the
     /// same answers (it may have reached the journal after all).
-    fn unask(&self, asked_before: usize) {
+    fn unask(&self, asked: usize) {
         let mut control = self.control();
-        control.interrupts_called = control.interrupts_called.min(asked_before);
+        control.interrupts_called = control.interrupts_called.saturating_sub(asked);
     }
 
     /// Gives `key`'s occurrence number back to the calls named `name` (counted under the
