@@ -59,6 +59,13 @@ pub(crate) async fn open(db: Option<&str>, lifetime: Lifetime) -> Result<Runtime
             shown_path(path)
         )));
     }
+    if std::path::Path::new(path).is_dir() {
+        // SQLite would say "disk I/O error", which sends an operator to the hardware.
+        return Err(Failure::not_found(format!(
+            "{} is a directory, not a SQLite file",
+            shown_path(path)
+        )));
+    }
     let options = SqliteOptions::default().migrate(false);
     let store = SqliteStore::open_with(path, options).map_err(loomflow::Error::from)?;
     Ok(build(store, signals))

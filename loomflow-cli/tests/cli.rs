@@ -235,6 +235,18 @@ fn exit_codes_say_what_went_wrong() {
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
+    // A directory is not found either (SQLite would say "disk I/O error").
+    let dir = std::env::temp_dir();
+    let directory = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", dir.to_str().unwrap(), "runs"])
+        .output()
+        .unwrap();
+    assert_eq!(directory.status.code(), Some(3), "{}", stderr(&directory));
+    assert!(
+        stderr(&directory).contains("is a directory"),
+        "{}",
+        stderr(&directory)
+    );
     let none = Command::new(env!("CARGO_BIN_EXE_loomflow"))
         .arg("runs")
         .env_remove("LOOMFLOW_DB")
