@@ -361,6 +361,13 @@ pub(crate) async fn resume(
 
 pub(crate) async fn cancel(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
     let record = runtime.cancel(thread).await?;
+    // A run that completed or failed is as it was: `cancel X && …` must not read as done.
+    if matches!(record.state, RunState::Completed | RunState::Failed) {
+        return Err(Failure::refused(format!(
+            "{thread}: its run has ended ({}); nothing to cancel",
+            record.state
+        )));
+    }
     let message = if record.cancel_requested {
         format!("{thread}: cancel requested; the run stops before its next step")
     } else {

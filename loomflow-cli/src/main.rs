@@ -212,6 +212,13 @@ impl Failure {
             message: message.into(),
         }
     }
+
+    pub(crate) fn refused(message: impl Into<String>) -> Self {
+        Self {
+            code: 4,
+            message: message.into(),
+        }
+    }
 }
 
 impl From<loomflow::Error> for Failure {

@@ -148,6 +148,14 @@ async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
     let late = loomflow(&db.0, &["signal", "ord_1", "review", "false"]);
     assert_eq!(late.status.code(), Some(4), "{}", stderr(&late));
     assert!(stderr(&late).contains("completed"), "{}", stderr(&late));
+    // Nor is there anything to cancel: refused, so that `cancel X && …` does not read as done.
+    let ended = loomflow(&db.0, &["cancel", "ord_1"]);
+    assert_eq!(ended.status.code(), Some(4), "{}", stderr(&ended));
+    assert!(
+        stderr(&ended).contains("has ended (completed)"),
+        "{}",
+        stderr(&ended)
+    );
     let reserved = loomflow(&db.0, &["signal", "ord_2", "loomflow:approval:x", "1"]);
     assert_eq!(reserved.status.code(), Some(4), "{}", stderr(&reserved));
     let empty_key = loomflow(&db.0, &["signal", "ord_2", "review", "1", "--key", ""]);
