@@ -2,7 +2,7 @@
 
 use loomflow::Runtime;
 use loomflow::graph::mermaid::from_description;
-use loomflow::runtime::{RunFilter, RunState, SignalOptions};
+use loomflow::runtime::{RunCursor, RunFilter, RunState, SignalOptions};
 use loomflow::tool::ApprovalDecision;
 use serde_json::{Value, json};
 
@@ -44,9 +44,8 @@ pub(crate) fn check_signal(name: &str, key: Option<&str>) -> Result<(), Failure>
 pub(crate) async fn runs(
     runtime: &Runtime,
     out: &Output,
-    status: Option<String>,
-    graph: Option<String>,
-    limit: Option<usize>,
+    (status, graph): (Option<String>, Option<String>),
+    (limit, after): (Option<usize>, Option<String>),
 ) -> Result<(), Failure> {
     let mut filter = RunFilter::new();
     if let Some(word) = status {
@@ -55,10 +54,18 @@ pub(crate) async fn runs(
     if let Some(graph) = graph {
         filter = filter.graph(graph);
     }
-    if let Some(limit) = limit {
-        filter = filter.limit(limit);
+    if let Some(after) = after {
+        filter = filter.after(run_cursor(&after)?);
     }
-    let records = runtime.runs(&filter).await?;
+    // One more than the page, to tell whether another follows.
+    if let Some(limit) = limit {
+        filter = filter.limit(limit.saturating_add(1));
+    }
+    let mut records = runtime.runs(&filter).await?;
+    let more = limit.is_some_and(|limit| records.len() > limit);
+    if let (true, Some(limit)) = (more, limit) {
+        records.truncate(limit);
+    }
     if out.json {
         out.json(&records);
         return Ok(());
@@ -87,7 +94,16 @@ pub(crate) async fn runs(
         ],
         &rows,
     );
+    if let (true, Some(last)) = (more, records.last()) {
+        outln!("more: --after '{}'", RunCursor::of(last));
+    }
     Ok(())
+}
+
+/// `--after`'s cursor: `<updated_at_ms>:<thread>`.
+pub(crate) fn run_cursor(text: &str) -> Result<RunCursor, Failure> {
+    text.parse()
+        .map_err(|e: loomflow::runtime::BadRunCursor| Failure::usage(e.to_string()))
 }
 
 pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {

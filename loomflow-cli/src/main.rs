@@ -58,9 +58,13 @@ enum Command {
         /// Only runs of this graph.
         #[arg(long)]
         graph: Option<String>,
-        /// At most this many.
+        /// At most this many; a full page ends with the `--after` of the next.
         #[arg(long)]
         limit: Option<usize>,
+        /// Only runs listed after this one (`<updated_at_ms>:<thread>`, as a page's last
+        /// line gives it): the next page.
+        #[arg(long)]
+        after: Option<String>,
     },
     /// Show one run: its state, what it waits for, its interrupts and pending approvals
     /// (with the exact arguments), its state and its history.
@@ -287,11 +291,13 @@ fn check(command: &Command) -> Result<(), Failure> {
         Command::Runs { limit: Some(0), .. } | Command::Audit { limit: Some(0), .. } => {
             return Err(Failure::usage("--limit must be at least 1"));
         }
-        Command::Runs {
-            status: Some(status),
-            ..
-        } => {
-            commands::run_state(status)?;
+        Command::Runs { status, after, .. } => {
+            if let Some(status) = status {
+                commands::run_state(status)?;
+            }
+            if let Some(after) = after {
+                commands::run_cursor(after)?;
+            }
         }
         Command::Audit {
             kind: Some(kind), ..
@@ -384,7 +390,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             status,
             graph,
             limit,
-        } => commands::runs(&runtime, &out, status, graph, limit).await,
+            after,
+        } => commands::runs(&runtime, &out, (status, graph), (limit, after)).await,
         Command::Show { thread } => commands::show(&runtime, &out, &thread).await,
         Command::Audit {
             thread,

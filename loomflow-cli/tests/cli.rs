@@ -111,6 +111,29 @@ async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
     let records: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(records.len(), 2);
     assert_eq!(records[0]["state"], "waiting");
+    // A page at a time: a full page ends with the next one's `--after`.
+    let first = stdout(&loomflow(&db.0, &["runs", "--limit", "1"]));
+    let (_, after) = first.split_once("more: --after '").expect(&first);
+    let after = after.trim_end().trim_end_matches('\'');
+    let second = loomflow(&db.0, &["runs", "--limit", "1", "--after", after]);
+    let second = stdout(&second);
+    assert!(!second.contains("more:"), "the last page: {second}");
+    let listed_first = if first.contains("ord_1") {
+        "ord_1"
+    } else {
+        "ord_2"
+    };
+    let listed_second = if listed_first == "ord_1" {
+        "ord_2"
+    } else {
+        "ord_1"
+    };
+    assert!(
+        second.contains(listed_second) && !second.contains(listed_first),
+        "{second}"
+    );
+    let bad = loomflow(&db.0, &["runs", "--after", "yesterday"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 
     let shown = loomflow(&db.0, &["show", "ord_1"]);
     let text = stdout(&shown);
