@@ -94,13 +94,15 @@ pub(crate) async fn runs(
         ],
         &rows,
     );
+    // On stderr, apart from the rows; encoded, so that it pastes back whatever the thread.
     if let (true, Some(last)) = (more, records.last()) {
-        outln!("more: --after '{}'", RunCursor::of(last));
+        eprintln!("more: --after {}", RunCursor::of(last).encoded());
     }
     Ok(())
 }
 
-/// `--after`'s cursor: `<updated_at_ms>:<thread>`.
+/// `--after`'s cursor: `<updated_at_ms>:<thread>`, or as a page's end gives it
+/// (`<updated_at_ms>.<thread as hex>`, as the HTTP listing's `next`).
 pub(crate) fn run_cursor(text: &str) -> Result<RunCursor, Failure> {
     text.parse()
         .map_err(|e: loomflow::runtime::BadRunCursor| Failure::usage(e.to_string()))

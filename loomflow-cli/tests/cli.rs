@@ -112,12 +112,15 @@ async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
     assert_eq!(records.len(), 2);
     assert_eq!(records[0]["state"], "waiting");
     // A page at a time: a full page ends with the next one's `--after`.
-    let first = stdout(&loomflow(&db.0, &["runs", "--limit", "1"]));
-    let (_, after) = first.split_once("more: --after '").expect(&first);
-    let after = after.trim_end().trim_end_matches('\'');
-    let second = loomflow(&db.0, &["runs", "--limit", "1", "--after", after]);
+    let first = loomflow(&db.0, &["runs", "--limit", "1"]);
+    let (more, first) = (stderr(&first), stdout(&first));
+    let (_, after) = more.split_once("more: --after ").expect(&more);
+    let second = loomflow(
+        &db.0,
+        &["runs", "--limit", "1", "--after", after.trim_end()],
+    );
+    assert!(!stderr(&second).contains("more:"), "the last page");
     let second = stdout(&second);
-    assert!(!second.contains("more:"), "the last page: {second}");
     let listed_first = if first.contains("ord_1") {
         "ord_1"
     } else {

@@ -225,7 +225,7 @@ pub(super) async fn list_runs(
         filter = filter.graph(graph);
     }
     if let Some(after) = &query.after {
-        let cursor = cursor_from_url(after).map_err(|e: BadRunCursor| {
+        let cursor = after.parse().map_err(|e: BadRunCursor| {
             ApiError::bad_request(format!(
                 "run cursor {:?} is not a page's next (<updated_at_ms>.<thread in hex>, or \
                  <updated_at_ms>:<thread>)",
@@ -245,52 +245,10 @@ pub(super) async fn list_runs(
     let more = runs.len() > limit;
     runs.truncate(limit);
     let next = match runs.last() {
-        Some(last) if more => Some(cursor_for_url(&RunCursor::of(last))),
+        Some(last) if more => Some(RunCursor::of(last).encoded()),
         _ => None,
     };
     Ok(Json(json!({ "runs": runs, "next": next })))
-}
-
-/// `cursor` as the API's `next` gives it: `<updated_at_ms>.<thread as hex>`, made of
-/// characters a URL carries as they are, so that it reads back the same whether a client
-/// pastes it into a query string or encodes it first (a thread `user+7` is not `user 7`).
-fn cursor_for_url(cursor: &RunCursor) -> String {
-    use std::fmt::Write as _;
-    let mut text = format!("{}.", cursor.updated_at_ms);
-    for byte in cursor.thread.bytes() {
-        let _ = write!(text, "{byte:02x}");
-    }
-    text
-}
-
-/// A cursor from `after`: as [`cursor_for_url`] writes it, or as [`RunCursor`] displays
-/// itself (`<updated_at_ms>:<thread>`).
-fn cursor_from_url(text: &str) -> Result<RunCursor, BadRunCursor> {
-    let Some((ms, hex)) = text.split_once('.').filter(|_| !text.contains(':')) else {
-        return text.parse();
-    };
-    let bad = || BadRunCursor {
-        text: text.to_owned(),
-    };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let updated_at_ms = ms.parse().ok().filter(|_| digits(ms)).ok_or_else(bad)?;
-    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(bad());
-    }
-    let bytes = (hex.as_bytes().chunks(2))
-        .map(|pair| {
-            std::str::from_utf8(pair)
-                .ok()
-                .and_then(|p| u8::from_str_radix(p, 16).ok())
-        })
-        .collect::<Option<Vec<u8>>>();
-    let thread = bytes
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(bad)?;
-    Ok(RunCursor {
-        updated_at_ms,
-        thread,
-    })
 }
 
 /// `GET /v1/threads/{thread}`.
@@ -552,40 +510,5 @@ pub(super) async fn method_not_allowed(
             "this endpoint does not take that method",
         ),
         Err(unauthorized) => unauthorized,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    /// The API's cursor reads back as it was written, whatever the thread holds; a text
-    /// that is neither form is refused, naming it.
-    #[test]
-    fn a_url_cursor_reads_back_and_a_bad_one_is_refused() {
-        for thread in ["", "t", "user+7&x=#é", "ord:7"] {
-            let cursor = RunCursor {
-                updated_at_ms: 17,
-                thread: thread.to_owned(),
-            };
-            let text = cursor_for_url(&cursor);
-            assert_eq!(cursor_from_url(&text).unwrap(), cursor, "{text}");
-        }
-        let plain = cursor_from_url("17:ord:7").unwrap();
-        assert_eq!((plain.updated_at_ms, plain.thread.as_str()), (17, "ord:7"));
-        for bad in [
-            "17.7",
-            "17.+f",
-            "17.zz",
-            ".74",
-            "x.74",
-            "17.ff",
-            "yesterday",
-        ] {
-            let error = cursor_from_url(bad).unwrap_err();
-            assert_eq!(error.text, bad);
-        }
     }
 }

@@ -247,6 +247,9 @@ impl RunFilter {
 /// let cursor: RunCursor = "1767225600000:ord:7".parse().unwrap();
 /// assert_eq!((cursor.updated_at_ms, cursor.thread.as_str()), (1_767_225_600_000, "ord:7"));
 /// assert_eq!(cursor.to_string(), "1767225600000:ord:7");
+/// // Or as text a URL or a shell carries as it is, the thread in hex:
+/// assert_eq!(cursor.encoded(), "1767225600000.6f72643a37");
+/// assert_eq!("1767225600000.6f72643a37".parse::<RunCursor>().unwrap(), cursor);
 /// let next_page = RunFilter::new().after(cursor).limit(100);
 /// assert!(next_page.after.is_some());
 /// ```
@@ -260,6 +263,19 @@ pub struct RunCursor {
 }
 
 impl RunCursor {
+    /// The cursor as text of characters a URL or a shell carries as they are,
+    /// `<updated_at_ms>.<thread as hex>`, whatever the thread holds (quotes, spaces,
+    /// control characters); [`parse`](str::parse) reads it back, as it reads
+    /// `<updated_at_ms>:<thread>`.
+    pub fn encoded(&self) -> String {
+        use std::fmt::Write as _;
+        let mut text = format!("{}.", self.updated_at_ms);
+        for byte in self.thread.bytes() {
+            let _ = write!(text, "{byte:02x}");
+        }
+        text
+    }
+
     /// The cursor after `record`.
     pub fn of(record: &RunRecord) -> Self {
         Self {
@@ -284,7 +300,7 @@ impl std::fmt::Display for RunCursor {
 
 /// A text that is not a [`RunCursor`]'s `<updated_at_ms>:<thread>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("run cursor {text:?} is not <updated_at_ms>:<thread>")]
+#[error("run cursor {text:?} is not <updated_at_ms>:<thread> nor <updated_at_ms>.<thread as hex>")]
 pub struct BadRunCursor {
     /// The text given.
     pub text: String,
@@ -297,12 +313,31 @@ impl std::str::FromStr for RunCursor {
         let bad = || BadRunCursor {
             text: text.to_owned(),
         };
-        let (ms, thread) = text.split_once(':').ok_or_else(bad)?;
-        let all_digits = !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit());
-        let updated_at_ms = ms.parse().ok().filter(|_| all_digits).ok_or_else(bad)?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if let Some((ms, thread)) = text.split_once(':') {
+            let updated_at_ms = ms.parse().ok().filter(|_| digits(ms)).ok_or_else(bad)?;
+            return Ok(Self {
+                updated_at_ms,
+                thread: thread.to_owned(),
+            });
+        }
+        // `encoded`: `<updated_at_ms>.<thread as hex>`.
+        let (ms, hex) = text.split_once('.').ok_or_else(bad)?;
+        let updated_at_ms = ms.parse().ok().filter(|_| digits(ms)).ok_or_else(bad)?;
+        if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let bytes = (hex.as_bytes().chunks(2))
+            .map(|pair| {
+                std::str::from_utf8(pair)
+                    .ok()
+                    .and_then(|p| u8::from_str_radix(p, 16).ok())
+            })
+            .collect::<Option<Vec<u8>>>();
+        let thread = (bytes.and_then(|b| String::from_utf8(b).ok())).ok_or_else(bad)?;
         Ok(Self {
             updated_at_ms,
-            thread: thread.to_owned(),
+            thread,
         })
     }
 }
@@ -491,5 +526,37 @@ mod tests {
         });
         let record: RunRecord = serde_json::from_value(record).unwrap();
         assert_eq!((record.attempts, record.lapses), (2, 0));
+    }
+
+    /// The encoded cursor reads back as it was written, whatever the thread holds; a text
+    /// that is neither form is refused, naming it.
+    #[test]
+    fn an_encoded_cursor_reads_back_and_a_bad_one_is_refused() {
+        for thread in ["", "t", "user+7&x=#é", "ord:7", "it's\u{1b}\n"] {
+            let cursor = RunCursor {
+                updated_at_ms: 17,
+                thread: thread.to_owned(),
+            };
+            let text = cursor.encoded();
+            assert!(
+                text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'),
+                "{text}"
+            );
+            assert_eq!(text.parse::<RunCursor>().unwrap(), cursor, "{text}");
+        }
+        let plain: RunCursor = "17:ord:7".parse().unwrap();
+        assert_eq!((plain.updated_at_ms, plain.thread.as_str()), (17, "ord:7"));
+        for bad in [
+            "17.7",
+            "17.+f",
+            "17.zz",
+            ".74",
+            "x.74",
+            "17.ff",
+            "yesterday",
+        ] {
+            let error = bad.parse::<RunCursor>().unwrap_err();
+            assert_eq!(error.text, bad);
+        }
     }
 }
