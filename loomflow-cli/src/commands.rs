@@ -11,7 +11,15 @@ use crate::output::{Output, cell, out, outln, table, time, waits};
 
 /// `text` as JSON, as deep as loomflow keeps it (serde_json alone stops at 128 levels).
 pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
-    loomflow::json::from_str(text).map_err(|e| Failure::usage(format!("{what} is not JSON: {e}")))
+    loomflow::json::from_str(text).map_err(|e| {
+        // `yes` for `"yes"`: the shell took the quotes a JSON string needs.
+        let word = !text.trim().is_empty() && !text.trim_start().starts_with(['{', '[', '"']);
+        let hint = match word {
+            true => "; a string is written in quotes, inside the shell's: '\"yes\"'",
+            false => "",
+        };
+        Failure::usage(format!("{what} is not JSON: {e}{hint}"))
+    })
 }
 
 /// The run state `word` names.
@@ -403,11 +411,21 @@ pub(crate) async fn delete(runtime: &Runtime, out: &Output, thread: &str) -> Res
     if !had_run && deleted.is_empty() {
         return Err(Failure::not_found(format!("thread {thread} has no run")));
     }
+    // Its run's row went too: a queued run has no checkpoint, and "0 checkpoints" alone
+    // would read as nothing deleted.
+    let run = if had_run { "its run, " } else { "" };
     let message = format!(
-        "{thread}: deleted ({} checkpoints, {} journal entries, {} pending signals)",
+        "{thread}: deleted {run}{} checkpoints, {} journal entries, {} pending signals",
         deleted.checkpoints, deleted.journal_entries, deleted.signals
     );
-    out.done(&message, &deleted);
+    let json = json!({
+        "thread": thread,
+        "run": had_run,
+        "checkpoints": deleted.checkpoints,
+        "journal_entries": deleted.journal_entries,
+        "signals": deleted.signals,
+    });
+    out.done(&message, &json);
     Ok(())
 }
 

@@ -237,8 +237,9 @@ async fn delete_removes_a_thread_and_is_refused_while_its_run_executes() {
     let deleted = loomflow_apart(&db.0, &["delete", "ord_9"]).await;
     assert!(deleted.status.success(), "{}", stderr(&deleted));
     assert!(
-        stdout(&deleted)
-            .contains("ord_9: deleted (2 checkpoints, 0 journal entries, 0 pending signals)"),
+        stdout(&deleted).contains(
+            "ord_9: deleted its run, 2 checkpoints, 0 journal entries, 0 pending signals"
+        ),
         "{}",
         stdout(&deleted)
     );
@@ -247,6 +248,10 @@ async fn delete_removes_a_thread_and_is_refused_while_its_run_executes() {
     let json = loomflow_apart(&db.0, &["--json", "delete", "busy"]).await;
     let counted: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(counted["checkpoints"], 2, "{counted}");
+    assert_eq!(
+        (&counted["thread"], &counted["run"]),
+        (&json!("busy"), &json!(true))
+    );
 }
 
 #[test]
@@ -262,6 +267,10 @@ fn exit_codes_say_what_went_wrong() {
     assert_eq!(code(&["signal", "t", "go", &nested(200)]), 3, "deep JSON");
     assert_eq!(code(&["signal", "t", "go", &nested(600)]), 2, "too deep");
     assert_eq!(code(&["runs", "--status", "sleepy"]), 2, "unknown status");
+    // A word the shell took the quotes of: the error says how to write a string.
+    let word = loomflow(&db.0, &["resume", "t", "yes"]);
+    assert_eq!(word.status.code(), Some(2), "{}", stderr(&word));
+    assert!(stderr(&word).contains(r#"'"yes"'"#), "{}", stderr(&word));
     assert_eq!(code(&["approve", "t", "call_1"]), 3, "nothing pending");
     assert_eq!(code(&["frobnicate"]), 2, "unknown command");
     let missing = Command::new(env!("CARGO_BIN_EXE_loomflow"))

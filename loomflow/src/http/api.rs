@@ -236,7 +236,11 @@ pub(super) async fn list_runs(
     }
     // A page of none would read as the last page.
     let limit = match query.limit {
-        Some(0) => return Err(ApiError::bad_request("limit must be from 1 to 1000, not 0")),
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "limit must be at least 1, not 0 (one over 1000 is taken as 1000)",
+            ));
+        }
         limit => limit.unwrap_or(100).min(1_000),
     };
     // One more than the page, to tell whether there is a page after it: a page that the
@@ -312,7 +316,11 @@ pub(super) async fn get_audit(
     auth::bearer(&app.config, &headers)?;
     let (Path(thread), Query(params)) = (path?, params?);
     let limit = match params.limit {
-        Some(0) => return Err(ApiError::bad_request("limit must be from 1 to 1000, not 0")),
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "limit must be at least 1, not 0 (one over 1000 is taken as 1000)",
+            ));
+        }
         limit => limit.unwrap_or(1_000).min(1_000),
     };
     // One more than the page, as for runs: a page the entries left fill exactly is the
