@@ -120,6 +120,18 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
     let info = runtime.run(thread).await?;
     let approvals = runtime.pending_approvals(thread).await?;
     let history = runtime.list_checkpoints(thread).await?;
+    // The waits whose signal has come (a decision sent, say): the run carries on when a
+    // worker or `recover` takes it up, and until then reads as waiting.
+    let mut answered = Vec::new();
+    for interrupt in &info.interrupts {
+        let Some(signal) = &interrupt.signal else {
+            continue;
+        };
+        let sent = runtime.store().oldest_signal(thread, signal).await;
+        if sent.map_err(loomflow::RuntimeError::from)?.is_some() {
+            answered.push(interrupt.id.as_str());
+        }
+    }
     if out.json {
         let history: Vec<Value> = history
             .iter()
@@ -133,6 +145,7 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
         out.json(&json!({
             "run": info.record,
             "interrupts": info.interrupts,
+            "answered_interrupts": answered,
             "approvals": approvals,
             "state": info.state,
             "history": history,
@@ -185,8 +198,12 @@ pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Resul
                 (None, Some(at)) => format!("sleeping until {}", time(at)),
                 (None, None) => "a resume value".to_owned(),
             };
+            let answered = match answered.contains(&i.id.as_str()) {
+                true => "; it has come: a worker or `recover` carries the run on",
+                false => "",
+            };
             outln!(
-                "  {}  (node {}; waits for {waits})",
+                "  {}  (node {}; waits for {waits}{answered})",
                 cell(&i.id),
                 cell(&i.node)
             );

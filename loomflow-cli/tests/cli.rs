@@ -162,6 +162,20 @@ async fn runs_are_listed_shown_signalled_drawn_and_cancelled() {
         &["signal", "ord_1", "review", "true", "--key", " k1\n"],
     );
     assert!(stdout(&again).contains("duplicate"), "{}", stdout(&again));
+    // Until the run is carried on, `show` says what it waits for has come.
+    let shown = stdout(&loomflow(&db.0, &["show", "ord_1"]));
+    assert!(
+        shown.contains("it has come: a worker or `recover`"),
+        "{shown}"
+    );
+    let shown = loomflow(&db.0, &["--json", "show", "ord_1"]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(
+        shown["answered_interrupts"],
+        json!(["ask_manager#signal:review"])
+    );
+    let untouched = stdout(&loomflow(&db.0, &["show", "ord_2"]));
+    assert!(!untouched.contains("it has come"), "{untouched}");
     // The run, carried on by the program, receives what the CLI sent.
     let done = graph
         .recover(&Runtime::sqlite(&db.0).unwrap(), "ord_1")
