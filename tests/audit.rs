@@ -111,6 +111,8 @@ async fn approved_refund_trail(session: &str, open: impl Fn() -> Runtime) {
     assert_eq!(sent.subject, "loomflow:approval:call_r");
     assert_eq!(sent.detail["payload"]["action"], "allow");
     assert_eq!(sent.detail["payload"]["by"], "ada");
+    // On record with its decider as it is sent, before the run takes it.
+    assert_eq!(sent.actor.as_deref(), Some("ada"));
     let [received] = of_kind(&log, AuditKind::SignalReceived)[..] else {
         panic!("one signal received: {log:#?}");
     };
@@ -869,6 +871,11 @@ async fn a_decision_is_dated_when_it_was_taken() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     agent.resume(session).await.unwrap();
     let log = runtime.audit(session).await.unwrap();
+    // In memory too, the decision's signal names its decider.
+    let [sent] = of_kind(&log, AuditKind::SignalSent)[..] else {
+        panic!("one signal sent: {log:#?}");
+    };
+    assert_eq!(sent.actor.as_deref(), Some("ada"));
     let [decision] = of_kind(&log, AuditKind::Decision)[..] else {
         panic!("one decision: {log:#?}");
     };

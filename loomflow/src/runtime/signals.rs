@@ -491,7 +491,9 @@ fn sent_entry(
     if let Some(key) = key {
         detail["idempotency_key"] = Value::from(key);
     }
-    AuditEntry::new(session, AuditKind::SignalSent, name, detail).at_ms(sent_at_ms)
+    AuditEntry::new(session, AuditKind::SignalSent, name, detail)
+        .at_ms(sent_at_ms)
+        .actor(super::store::audit::sent_by(name, payload))
 }
 
 #[cfg(test)]

@@ -320,6 +320,16 @@ pub(crate) fn signal_sent(signal: &StoredSignal) -> AuditEntry {
     }
     AuditEntry::new(&signal.session, AuditKind::SignalSent, &signal.name, detail)
         .at_ms(signal.sent_at_ms)
+        .actor(sent_by(&signal.name, &signal.payload))
+}
+
+/// Who sent a signal, for its `signal_sent` entry's actor: the `by` of one of loomflow's own
+/// (`loomflow:…`: an approval decision names who decided), so that a decision is on record
+/// with its decider from the moment it is sent, before its run takes it.
+pub(crate) fn sent_by(name: &str, payload: &Value) -> Option<String> {
+    let by = payload.get("by")?.as_str()?;
+    name.starts_with(crate::runtime::mailbox::RESERVED_PREFIX)
+        .then(|| by.to_owned())
 }
 
 /// The `signal_received` entry of a signal a run (`run`, 0 outside one) consumed.

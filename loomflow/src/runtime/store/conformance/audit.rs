@@ -105,7 +105,22 @@ pub(super) async fn signals_are_audited_with_the_signal(store: &dyn Store) {
     assert_eq!(read[1].subject, "approve");
     assert_eq!(read[1].run, 5);
     assert_eq!(read[1].detail["seq"], json!(seq));
+    assert_eq!(read[0].actor, None, "a signal says nobody sent it");
     store.release(&session, "reader").await.unwrap();
+
+    // One of loomflow's own that names who sent it (an approval decision's `by`): its
+    // decider is the entry's actor from the moment it is stored; a user's is not read.
+    let decided = |name: &str| {
+        let mut decided = signal(&session, name, 0, None);
+        decided.payload = json!({ "action": "allow", "by": "ada" });
+        decided
+    };
+    for (name, actor) in [("loomflow:approval:c1", Some("ada")), ("review", None)] {
+        store.push_signal(decided(name)).await.unwrap();
+        let read = store.audit(&AuditQuery::thread(&session)).await.unwrap();
+        let sent = read.iter().rev().find(|e| e.subject == name).unwrap();
+        assert_eq!(sent.actor.as_deref(), actor, "{name}");
+    }
 }
 
 /// A discarded signal (one the mailbox dropped undelivered) leaves the store with nothing

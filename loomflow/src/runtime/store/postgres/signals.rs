@@ -120,14 +120,16 @@ impl PostgresStore {
                          SELECT $1, $2, $3, $4, $5 FROM ordered
                          ON CONFLICT DO NOTHING RETURNING seq),
                      audited AS (
-                         INSERT INTO loomflow_audit (thread, run, at_ms, kind, subject, detail)
-                         SELECT $1, 0, $5, $8, $2, '{\"seq\":' || seq || $7
+                         INSERT INTO loomflow_audit
+                             (thread, run, at_ms, kind, subject, actor, detail)
+                         SELECT $1, 0, $5, $8, $2, $9, '{\"seq\":' || seq || $7
                          FROM inserted)
                      SELECT seq, pg_notify('loomflow_changes', '') FROM inserted",
                 )
                 .await?;
             let after_seq =
                 AuditRow::signal_sent_after_seq(&payload, signal.idempotency_key.as_deref());
+            let sent_by = crate::runtime::store::audit::sent_by(&signal.name, &signal.payload);
             let inserted = client
                 .query_opt(
                     &stmt,
@@ -140,6 +142,7 @@ impl PostgresStore {
                         &SIGNAL_ORDER_LOCK,
                         &after_seq,
                         &AuditKind::SignalSent.as_str(),
+                        &sent_by,
                     ],
                 )
                 .await?;

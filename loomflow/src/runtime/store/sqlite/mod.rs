@@ -266,6 +266,7 @@ impl Store for SqliteStore {
             Ok(SignalRow {
                 payload: to_json(&signal.payload, &signal.session)?,
                 sent_at_ms: to_i64(signal.sent_at_ms, "sent_at_ms", &signal.session)?,
+                sent_by: super::audit::sent_by(&signal.name, &signal.payload),
                 session: signal.session,
                 name: signal.name,
                 idempotency_key: signal.idempotency_key,

@@ -64,6 +64,8 @@ pub(super) struct SignalRow {
     pub(super) payload: String,
     pub(super) idempotency_key: Option<String>,
     pub(super) sent_at_ms: i64,
+    /// Who sent it, for its `signal_sent` entry (see `audit::sent_by`).
+    pub(super) sent_by: Option<String>,
 }
 
 /// One write.
@@ -166,7 +168,7 @@ impl Op {
                     return Ok(Outcome::Push(SignalPush::Duplicate));
                 }
                 let seq = conn.last_insert_rowid();
-                let sent = AuditRow::signal_sent(
+                let mut sent = AuditRow::signal_sent(
                     &row.session,
                     &row.name,
                     seq,
@@ -174,6 +176,7 @@ impl Op {
                     row.idempotency_key.as_deref(),
                     row.sent_at_ms,
                 );
+                sent.actor = row.sent_by.clone();
                 audit::append(conn, std::slice::from_ref(&sent))?;
                 Ok(Outcome::Push(SignalPush::Stored(
                     u64::try_from(seq).unwrap_or_default(),
