@@ -12,8 +12,11 @@ use crate::output::{Output, cell, out, outln, table, time, waits};
 /// `text` as JSON, as deep as loomflow keeps it (serde_json alone stops at 128 levels).
 pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
     loomflow::json::from_str(text).map_err(|e| {
-        // `yes` for `"yes"`: the shell took the quotes a JSON string needs.
-        let word = !text.trim().is_empty() && !text.trim_start().starts_with(['{', '[', '"']);
+        // `yes` for `"yes"`: the shell took the quotes a JSON string needs (a value; `--edit`
+        // takes an object).
+        let word = what != "--edit"
+            && !text.trim().is_empty()
+            && !text.trim_start().starts_with(['{', '[', '"']);
         let hint = match word {
             true => "; a string is written in quotes, inside the shell's: '\"yes\"'",
             false => "",

@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 
 use super::PostgresStore;
 use super::error::Fail;
-use super::rows::{JournalRow, from_json, get, now_ms, to_i64, to_json, to_u64};
+use super::rows::{JournalRow, from_json, get, kept_text, now_ms, to_i64, to_json, to_u64};
 use crate::runtime::store::audit::AuditRow;
 use crate::runtime::store::{AuditKind, JournalKey, SignalPush, StoreError, StoredSignal};
 
@@ -130,6 +130,8 @@ impl PostgresStore {
             let after_seq =
                 AuditRow::signal_sent_after_seq(&payload, signal.idempotency_key.as_deref());
             let sent_by = crate::runtime::store::audit::sent_by(&signal.name, &signal.payload);
+            // As every audit row's text here: `TEXT` holds no NUL.
+            let sent_by = kept_text(sent_by.as_deref());
             let inserted = client
                 .query_opt(
                     &stmt,
