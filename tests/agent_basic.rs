@@ -246,12 +246,35 @@ async fn the_wall_clock_timeout_is_an_error_that_says_the_seconds() {
     );
 }
 
+/// Answers the prompt `one` after 8 s, and nothing else ever.
+#[derive(Debug)]
+struct SlowOnce;
+
+impl Model for SlowOnce {
+    fn name(&self) -> &str {
+        "slow-once"
+    }
+    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let one = request.messages.last().is_some_and(|m| m.text() == "one");
+        Box::pin(async move {
+            if !one {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            Ok(ModelResponse::text("done"))
+        })
+    }
+    fn stream(&self, _: ModelRequest) -> loomflow::model::ChunkStream {
+        Box::pin(futures_util::stream::pending())
+    }
+}
+
 /// The timeout covers the whole call, waiting for the session's turn behind another run
 /// included; so does a stream's.
 #[tokio::test(start_paused = true)]
 async fn the_timeout_counts_the_wait_for_the_sessions_turn() {
     let agent = Agent::builder("x")
-        .model(Never)
+        .model(SlowOnce)
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
@@ -267,7 +290,11 @@ async fn the_timeout_counts_the_wait_for_the_sessions_turn() {
         matches!(second, Err(Error::Agent(AgentError::Timeout { .. }))),
         "{second:?}"
     );
-    assert!(first.await.unwrap().is_err(), "the first run timed out too");
+    assert_eq!(
+        first.await.unwrap().unwrap().output,
+        "done",
+        "the first run's turn"
+    );
 
     let first = tokio::spawn({
         let agent = agent.clone();
@@ -288,7 +315,54 @@ async fn the_timeout_counts_the_wait_for_the_sessions_turn() {
         "{outcome:?}"
     );
     assert_eq!(start.elapsed(), Duration::from_secs(10));
-    assert!(first.await.unwrap().is_err());
+    assert_eq!(first.await.unwrap().unwrap().output, "done");
+}
+
+/// A run stopped part way (its timeout passed) is carried on, not started over: a new
+/// prompt on its session is refused until it is resumed or cancelled, as the docs say. One
+/// queued for the session's turn behind it is refused as the turn comes. Before, a run cut
+/// between two turns was dropped and the new prompt continued its conversation.
+#[tokio::test(start_paused = true)]
+async fn a_session_whose_run_timed_out_takes_no_new_prompt() {
+    let agent = Agent::builder("x")
+        .model(Never)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let first = tokio::spawn({
+        let agent = agent.clone();
+        async move { agent.run("one").session("s").await }
+    });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let second = agent.run("two").session("s").await;
+    assert!(
+        matches!(
+            second,
+            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
+        ),
+        "{second:?}"
+    );
+    assert!(matches!(
+        first.await.unwrap(),
+        Err(Error::Agent(AgentError::Timeout { .. }))
+    ));
+    let third = agent.run("three").session("s").await;
+    assert!(
+        matches!(
+            third,
+            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
+        ),
+        "{third:?}"
+    );
+    agent.runtime().cancel("s").await.unwrap();
+    let fourth = agent.run("four").session("s").await;
+    assert!(
+        !matches!(
+            fourth,
+            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
+        ),
+        "cancelled, the session takes a prompt again: {fourth:?}"
+    );
 }
 
 #[derive(Debug, Deserialize, PartialEq)]

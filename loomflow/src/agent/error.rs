@@ -67,6 +67,15 @@ pub enum AgentError {
         /// What it waits for.
         pending: String,
     },
+    /// A run was asked for on a session whose last run stopped part way (its stream
+    /// dropped, its timeout passed, its process died) and waits to be carried on.
+    #[error(
+        "session {session} has a run that stopped part way (a dropped stream, a timeout, a crash); resume it, or cancel it, before a new prompt"
+    )]
+    SessionUnfinished {
+        /// The session.
+        session: String,
+    },
     /// A guardrail blocked the prompt, a tool result or the answer, and the agent fails
     /// runs on a block ([`OnBlock::Fail`](super::OnBlock::Fail)).
     #[error("agent {agent}: guardrail {guardrail} blocked the {stage}: {reason}")]

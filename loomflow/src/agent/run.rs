@@ -121,6 +121,16 @@ impl<'a> AgentRun<'a> {
                 }
                 .into());
             }
+            // Stopped part way, and not failed: carried on, not started over.
+            Some(cp)
+                if cp.status == RunStatus::Running
+                    && unfinished_at(runtime, session, &cp).await? =>
+            {
+                return Err(AgentError::SessionUnfinished {
+                    session: session.to_owned(),
+                }
+                .into());
+            }
             Some(cp) => continue_from(self.agent, session, &cp, &self.prompt).await?,
         };
         if self.user.is_some() {
@@ -458,6 +468,18 @@ impl<'a> IntoFuture for AgentRun<'a> {
 }
 
 /// Whether `session`'s run that wrote `cp` failed after it: its row says so.
+/// Whether the session's row says the run of `cp` stopped part way (a dropped stream, a
+/// timeout, a crash): nobody failed it, and nobody holds it. One that another task runs
+/// now is not: a new run waits for the session's turn behind it.
+async fn unfinished_at(runtime: &crate::Runtime, session: &str, cp: &Checkpoint) -> Result<bool> {
+    let now_ms = crate::runtime::clock::unix_ms(runtime.now());
+    let row = runtime.store().get_run(session).await?;
+    Ok(row.is_some_and(|row| {
+        let held = row.lease_owner.is_some() && row.lease_until_ms > now_ms;
+        row.run == cp.run && row.state == crate::runtime::RunState::Running && !held
+    }))
+}
+
 async fn failed_at(runtime: &crate::Runtime, session: &str, cp: &Checkpoint) -> Result<bool> {
     let row = runtime.store().get_run(session).await?;
     Ok(row.is_some_and(|row| row.run == cp.run && row.state == crate::runtime::RunState::Failed))
