@@ -105,6 +105,39 @@ async fn a_model_without_structured_output_is_asked_in_the_prompt() {
     assert!(asked.text().contains("refund_cents"), "{asked:?}");
 }
 
+/// A model asked for JSON in its prompt often puts it in a Markdown code fence: the answer
+/// inside is read, without spending a retry, and the output kept is the JSON alone (for a
+/// run's own schema too). Before, each fenced answer was refused as not JSON.
+#[tokio::test]
+async fn a_fenced_json_answer_is_read_inside_its_fence() {
+    let fenced = "```json\n{\"approved\": true, \"reason\": \"ok\", \"refund_cents\": 100}\n```";
+    let model = Arc::new(
+        ScriptedModel::new([ModelResponse::text(fenced), ModelResponse::text(fenced)])
+            .without_structured_output(),
+    );
+    let agent = Agent::builder("You review refunds.")
+        .model(Arc::clone(&model))
+        .output::<Verdict>()
+        .build()
+        .unwrap();
+    let result = agent.run("Refund 1 EUR?").await.unwrap();
+    assert_eq!(result.parsed::<Verdict>().unwrap().refund_cents, Some(100));
+    assert!(!result.output.contains("```"), "{}", result.output);
+    assert_eq!(model.requests().len(), 1, "no retry");
+
+    let plain = Agent::builder("You review refunds.")
+        .model(Arc::clone(&model))
+        .build()
+        .unwrap();
+    let own = plain
+        .run("Refund 1 EUR?")
+        .output::<Verdict>()
+        .await
+        .unwrap();
+    assert_eq!(own.parsed::<Verdict>().unwrap().refund_cents, Some(100));
+    assert_eq!(model.requests().len(), 2, "no retry");
+}
+
 #[tokio::test]
 async fn answers_that_never_fit_fail_naming_the_agent() {
     let agent = Agent::builder("You review refunds.")

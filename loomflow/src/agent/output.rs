@@ -61,6 +61,21 @@ pub(crate) fn is_retry_note(message: &Message) -> bool {
     message.role() == crate::model::Role::User && message.text().starts_with(RETRY_NOTE)
 }
 
+/// An answer without the Markdown code fence a model may put around its JSON (a fence that
+/// opens with ```` ```json ```` and closes with ```` ``` ````), as models asked for JSON in
+/// their prompt often do; any other answer trimmed.
+pub(super) fn unfenced(text: &str) -> &str {
+    let text = text.trim();
+    let Some(inside) = text.strip_prefix("```").and_then(|t| t.strip_suffix("```")) else {
+        return text;
+    };
+    // The fence's first line names the language (`json`), or nothing.
+    match inside.split_once('\n') {
+        Some((info, body)) if !info.trim_start().starts_with(['{', '[', '"']) => body.trim(),
+        _ => inside.trim(),
+    }
+}
+
 /// Whether `schema` is an object's, which providers take at the top of a structured output.
 fn is_object(schema: &Value) -> bool {
     schema.get("type").and_then(Value::as_str) == Some("object")
@@ -401,5 +416,21 @@ mod tests {
                 .unwrap_err()
                 .contains("not JSON")
         );
+    }
+
+    #[test]
+    fn an_answer_is_read_inside_its_code_fence() {
+        for fenced in [
+            "```json\n{\"a\": 1}\n```",
+            "```\n{\"a\": 1}\n```",
+            "  ```JSON\n{\"a\": 1}```  ",
+            "```{\"a\": 1}```",
+        ] {
+            assert_eq!(unfenced(fenced), r#"{"a": 1}"#, "{fenced:?}");
+        }
+        // Not a fence around the whole answer: as it is, trimmed.
+        for text in [" {\"a\": 1} ", "```json\n{}", "say ```{}```"] {
+            assert_eq!(unfenced(text), text.trim(), "{text:?}");
+        }
     }
 }

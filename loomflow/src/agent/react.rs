@@ -186,22 +186,21 @@ async fn model_turn(core: &AgentCore, state: &mut AgentState, ctx: &Context) -> 
         return stop_unfinished(core, state, ctx, response.content, stop).await;
     }
     // Checked, with the schema before it was made strict that tells which fields may be
-    // left out.
+    // left out; out of the code fence a model asked for JSON in its prompt may put it in.
+    let answer = super::output::unfenced(&response.content);
     let checked = match (&state.output_schema, &core.output) {
         (Some(own), _) => Some(
-            super::output::check_against(&own.schema, &response.content)
+            super::output::check_against(&own.schema, answer)
                 .map(|()| state.output_fields.as_ref()),
         ),
-        (None, Some(output)) => {
-            Some((output.validate)(&response.content).map(|()| Some(&output.fields)))
-        }
+        (None, Some(output)) => Some((output.validate)(answer).map(|()| Some(&output.fields))),
         (None, None) => None,
     };
     match checked {
         None => state.output = Some(response.content),
         Some(Ok(fields)) => {
-            let settled = fields.and_then(|f| super::output::settled(f, &response.content));
-            state.output = Some(settled.unwrap_or(response.content));
+            let settled = fields.and_then(|f| super::output::settled(f, answer));
+            state.output = Some(settled.unwrap_or_else(|| answer.to_owned()));
         }
         Some(Err(problem)) if state.schema_retries < core.max_schema_retries => {
             state.schema_retries += 1;
