@@ -185,9 +185,14 @@ async fn a_blocked_answer_is_not_returned_and_can_fail_the_run_instead() {
         debug.contains("Guardrail { agent: \"helper\", guardrail: \"no_secrets\", stage: Output, reason: \"leaks a secret\" }"),
         "{debug}"
     );
+    // The agent's own error, which says where (the output) and why.
     assert!(
-        error.to_string().contains("node model"),
-        "the error says where: {error}"
+        matches!(&error, loomflow::Error::Agent(AgentError::Guardrail { .. })),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "agent helper: guardrail no_secrets blocked the output: leaks a secret"
     );
 }
 

@@ -87,10 +87,25 @@ pub(super) async fn finish(
     let (state, pending) = match outcome {
         RunOutcome::Completed(state) => (state, Vec::new()),
         RunOutcome::Interrupted { state, interrupts } => (state, interrupts),
-        RunOutcome::Failed { error, .. } => return Err(error.into()),
+        RunOutcome::Failed { error, .. } => return Err(failure(error)),
     };
     let output = output_of(agent, &session, &state).await;
     Ok(RunResult::from_state(session, state, output, pending))
+}
+
+/// A failed run's error as the agent's caller matches it: the agent's loop is one node, and
+/// what it failed with (`AgentError::OutputSchema`, `Error::Model`, …) is the error, as a
+/// timeout is, rather than the node's failure wrapping it.
+fn failure(error: crate::RunError) -> crate::Error {
+    match error {
+        crate::RunError::NodeFailed { source, node, step } => {
+            match source.downcast::<crate::Error>() {
+                Ok(own) => *own,
+                Err(source) => crate::RunError::NodeFailed { node, step, source }.into(),
+            }
+        }
+        other => other.into(),
+    }
 }
 
 /// The output of a run that a guardrail stopped (none: never an earlier, unchecked text),
