@@ -324,9 +324,80 @@ async fn the_timeout_counts_the_wait_for_the_sessions_turn() {
 /// between two turns was dropped and the new prompt continued its conversation.
 #[tokio::test(start_paused = true)]
 async fn a_session_whose_run_timed_out_takes_no_new_prompt() {
+    session_whose_run_timed_out(Runtime::in_memory()).await;
+}
+
+/// So is one whose task was dropped between two turns (as a dropped stream drops it), on
+/// SQLite (which lets the dropped claim go in the background) as in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_run_was_dropped_takes_no_new_prompt() {
+    let db = loomflow_tests::TempDb::new("dropped-session");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let (add, _) = Add::new();
+        let second_turn = Arc::new(tokio::sync::Notify::new());
+        let agent = Agent::builder("x")
+            .model(AddThenNever(Some(Arc::clone(&second_turn))))
+            .tool(add)
+            .runtime(runtime)
+            .build()
+            .unwrap();
+        let first = tokio::spawn({
+            let agent = agent.clone();
+            async move { agent.run("one").session("s").await }
+        });
+        // Its first turn checkpointed, its second asked of the model: between two turns.
+        second_turn.notified().await;
+        first.abort();
+        let _ = first.await;
+        let again = agent.run("two").session("s").await;
+        assert!(
+            matches!(
+                again,
+                Err(Error::Agent(AgentError::SessionUnfinished { .. }))
+            ),
+            "{again:?}"
+        );
+    }
+}
+
+/// Calls `add` once, then never answers again (saying so, if asked, when it is asked
+/// again).
+#[derive(Debug)]
+struct AddThenNever(Option<Arc<tokio::sync::Notify>>);
+
+impl Model for AddThenNever {
+    fn name(&self) -> &str {
+        "add-then-never"
+    }
+    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let asked = request
+            .messages
+            .last()
+            .is_some_and(|m| m.tool_calls().is_empty())
+            && !request.messages.iter().any(|m| !m.tool_calls().is_empty());
+        if let (false, Some(again)) = (asked, &self.0) {
+            again.notify_one();
+        }
+        Box::pin(async move {
+            if !asked {
+                std::future::pending::<()>().await;
+            }
+            Ok(add_call("c1"))
+        })
+    }
+    fn stream(&self, _: ModelRequest) -> loomflow::model::ChunkStream {
+        Box::pin(futures_util::stream::pending())
+    }
+}
+
+async fn session_whose_run_timed_out(runtime: Runtime) {
+    let (add, _) = Add::new();
+    // Cut between two turns: its first turn (a tool call and its result) checkpointed.
     let agent = Agent::builder("x")
-        .model(Never)
+        .model(AddThenNever(None))
+        .tool(add)
         .timeout(Duration::from_secs(10))
+        .runtime(runtime)
         .build()
         .unwrap();
     let first = tokio::spawn({

@@ -274,8 +274,9 @@ impl AgentResume<'_> {
     /// Carries the conversation on with a new user message, as a new run of the session
     /// (with fresh turn and token counts, as [`Agent::run`] has): from the session's last
     /// run, or from the checkpoint given to [`from_checkpoint`](Self::from_checkpoint). The
-    /// run it continues must be between turns: a suspended one (waiting for an approval)
-    /// is carried on without a prompt.
+    /// run it continues must be between turns and over: a suspended one (waiting for an
+    /// approval) or one stopped part way (a dropped stream, a timeout) is carried on without
+    /// a prompt first ([`AgentError::SessionUnfinished`] says so).
     pub fn prompt(mut self, prompt: impl Into<String>) -> Self {
         self.prompt = Some(prompt.into());
         self
@@ -467,19 +468,23 @@ impl<'a> IntoFuture for AgentRun<'a> {
     }
 }
 
-/// Whether `session`'s run that wrote `cp` failed after it: its row says so.
 /// Whether the session's row says the run of `cp` stopped part way (a dropped stream, a
 /// timeout, a crash): nobody failed it, and nobody holds it. One that another task runs
-/// now is not: a new run waits for the session's turn behind it.
+/// now is not: a new run waits for the session's turn behind it. Leases are judged by the
+/// system clock, as they are written; a lease this process's execution let go is free,
+/// though its release may still be on its way to the store.
 async fn unfinished_at(runtime: &crate::Runtime, session: &str, cp: &Checkpoint) -> Result<bool> {
-    let now_ms = crate::runtime::clock::unix_ms(runtime.now());
+    let now_ms = crate::runtime::clock::now_ms();
     let row = runtime.store().get_run(session).await?;
     Ok(row.is_some_and(|row| {
-        let held = row.lease_owner.is_some() && row.lease_until_ms > now_ms;
+        let held = (row.lease_owner.as_deref()).is_some_and(|owner| {
+            row.lease_until_ms > now_ms && !runtime.let_go_here(session, owner)
+        });
         row.run == cp.run && row.state == crate::runtime::RunState::Running && !held
     }))
 }
 
+/// Whether `session`'s run that wrote `cp` failed after it: its row says so.
 async fn failed_at(runtime: &crate::Runtime, session: &str, cp: &Checkpoint) -> Result<bool> {
     let row = runtime.store().get_run(session).await?;
     Ok(row.is_some_and(|row| row.run == cp.run && row.state == crate::runtime::RunState::Failed))

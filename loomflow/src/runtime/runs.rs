@@ -121,6 +121,15 @@ impl Runtime {
         self.inner.live_claims.executing(thread)
     }
 
+    /// Whether `lease_owner` is an execution of this runtime that no longer executes
+    /// `thread`: it let the run go (its stream dropped, its timeout passed), and its release
+    /// may still be on its way to the store.
+    pub(crate) fn let_go_here(&self, thread: &str, lease_owner: &str) -> bool {
+        let ours = (lease_owner.strip_prefix(&*self.inner.owner))
+            .is_some_and(|execution| execution.starts_with('#'));
+        ours && !self.executes_here(thread)
+    }
+
     pub(crate) fn wakes(&self) -> &super::wakes::Wakes {
         &self.inner.wakes
     }
