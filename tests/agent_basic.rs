@@ -213,25 +213,70 @@ async fn a_per_user_budget_spans_runs() {
     );
 }
 
-#[derive(Debug)]
-struct Never;
+/// What a [`Ruled`] model answers a request with: a reply after so many seconds, or none
+/// (it never answers).
+type Rule = fn(&ModelRequest) -> Option<(u64, ModelResponse)>;
 
-impl Model for Never {
-    fn name(&self) -> &str {
-        "never"
+/// A model that answers each request as its rule says; `stalled`, if given, is told when it
+/// is asked and will not answer.
+#[derive(Debug)]
+struct Ruled {
+    rule: Rule,
+    stalled: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Ruled {
+    fn new(rule: Rule) -> Self {
+        Self {
+            rule,
+            stalled: None,
+        }
     }
-    fn complete(&self, _: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        Box::pin(std::future::pending())
+}
+
+impl Model for Ruled {
+    fn name(&self) -> &str {
+        "ruled"
+    }
+    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
+        let answer = (self.rule)(&request);
+        if let (None, Some(stalled)) = (&answer, &self.stalled) {
+            stalled.notify_one();
+        }
+        Box::pin(async move {
+            let Some((seconds, response)) = answer else {
+                return std::future::pending().await;
+            };
+            tokio::time::sleep(Duration::from_secs(seconds)).await;
+            Ok(response)
+        })
     }
     fn stream(&self, _: ModelRequest) -> loomflow::model::ChunkStream {
         Box::pin(futures_util::stream::pending())
     }
 }
 
+/// Never answers.
+fn never(_: &ModelRequest) -> Option<(u64, ModelResponse)> {
+    None
+}
+
+/// Answers the prompt `one` after 8 s, and nothing else ever.
+fn slow_once(request: &ModelRequest) -> Option<(u64, ModelResponse)> {
+    let one = request.messages.last().is_some_and(|m| m.text() == "one");
+    one.then(|| (8, ModelResponse::text("done")))
+}
+
+/// Calls `add` once, then never answers again.
+fn add_then_never(request: &ModelRequest) -> Option<(u64, ModelResponse)> {
+    let called = request.messages.iter().any(|m| !m.tool_calls().is_empty());
+    (!called).then(|| (0, add_call("c1")))
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_wall_clock_timeout_is_an_error_that_says_the_seconds() {
     let agent = Agent::builder("x")
-        .model(Never)
+        .model(Ruled::new(never))
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -246,35 +291,12 @@ async fn the_wall_clock_timeout_is_an_error_that_says_the_seconds() {
     );
 }
 
-/// Answers the prompt `one` after 8 s, and nothing else ever.
-#[derive(Debug)]
-struct SlowOnce;
-
-impl Model for SlowOnce {
-    fn name(&self) -> &str {
-        "slow-once"
-    }
-    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        let one = request.messages.last().is_some_and(|m| m.text() == "one");
-        Box::pin(async move {
-            if !one {
-                std::future::pending::<()>().await;
-            }
-            tokio::time::sleep(Duration::from_secs(8)).await;
-            Ok(ModelResponse::text("done"))
-        })
-    }
-    fn stream(&self, _: ModelRequest) -> loomflow::model::ChunkStream {
-        Box::pin(futures_util::stream::pending())
-    }
-}
-
 /// The timeout covers the whole call, waiting for the session's turn behind another run
 /// included; so does a stream's.
 #[tokio::test(start_paused = true)]
 async fn the_timeout_counts_the_wait_for_the_sessions_turn() {
     let agent = Agent::builder("x")
-        .model(SlowOnce)
+        .model(Ruled::new(slow_once))
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
@@ -336,7 +358,10 @@ async fn a_session_whose_run_was_dropped_takes_no_new_prompt() {
         let (add, _) = Add::new();
         let second_turn = Arc::new(tokio::sync::Notify::new());
         let agent = Agent::builder("x")
-            .model(AddThenNever(Some(Arc::clone(&second_turn))))
+            .model(Ruled {
+                rule: add_then_never,
+                stalled: Some(Arc::clone(&second_turn)),
+            })
             .tool(add)
             .runtime(runtime)
             .build()
@@ -360,41 +385,11 @@ async fn a_session_whose_run_was_dropped_takes_no_new_prompt() {
     }
 }
 
-/// Calls `add` once, then never answers again (saying so, if asked, when it is asked
-/// again).
-#[derive(Debug)]
-struct AddThenNever(Option<Arc<tokio::sync::Notify>>);
-
-impl Model for AddThenNever {
-    fn name(&self) -> &str {
-        "add-then-never"
-    }
-    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, Result<ModelResponse, ModelError>> {
-        let asked = request
-            .messages
-            .last()
-            .is_some_and(|m| m.tool_calls().is_empty())
-            && !request.messages.iter().any(|m| !m.tool_calls().is_empty());
-        if let (false, Some(again)) = (asked, &self.0) {
-            again.notify_one();
-        }
-        Box::pin(async move {
-            if !asked {
-                std::future::pending::<()>().await;
-            }
-            Ok(add_call("c1"))
-        })
-    }
-    fn stream(&self, _: ModelRequest) -> loomflow::model::ChunkStream {
-        Box::pin(futures_util::stream::pending())
-    }
-}
-
 async fn session_whose_run_timed_out(runtime: Runtime) {
     let (add, _) = Add::new();
     // Cut between two turns: its first turn (a tool call and its result) checkpointed.
     let agent = Agent::builder("x")
-        .model(AddThenNever(None))
+        .model(Ruled::new(add_then_never))
         .tool(add)
         .timeout(Duration::from_secs(10))
         .runtime(runtime)
@@ -700,7 +695,7 @@ async fn the_timeout_holds_for_an_agent_used_as_a_node() {
     use loomflow::architecture::{Router, TeamState};
     let hung = Agent::builder("x")
         .name("researcher")
-        .model(Never)
+        .model(Ruled::new(never))
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();

@@ -79,20 +79,25 @@ async fn a_run_can_ask_for_its_own_output() {
     );
 }
 
-#[tokio::test]
-async fn a_model_without_structured_output_is_asked_in_the_prompt() {
-    let model = Arc::new(
-        ScriptedModel::new([
-            ModelResponse::text("Approved!"),
-            ModelResponse::text(r#"{"approved": true, "reason": "ok", "refund_cents": 100}"#),
-        ])
-        .without_structured_output(),
-    );
+/// A model without structured output answering `replies`, and an agent over it that asks
+/// for a `Verdict` (in the prompt).
+fn prompted_reviewer<const N: usize>(replies: [&str; N]) -> (Arc<ScriptedModel>, Agent) {
+    let model =
+        Arc::new(ScriptedModel::new(replies.map(ModelResponse::text)).without_structured_output());
     let agent = Agent::builder("You review refunds.")
         .model(Arc::clone(&model))
         .output::<Verdict>()
         .build()
         .unwrap();
+    (model, agent)
+}
+
+#[tokio::test]
+async fn a_model_without_structured_output_is_asked_in_the_prompt() {
+    let (model, agent) = prompted_reviewer([
+        "Approved!",
+        r#"{"approved": true, "reason": "ok", "refund_cents": 100}"#,
+    ]);
     let result = agent.run("Refund 1 EUR?").await.unwrap();
     assert_eq!(result.parsed::<Verdict>().unwrap().refund_cents, Some(100));
     let first = &model.requests()[0];
@@ -111,15 +116,7 @@ async fn a_model_without_structured_output_is_asked_in_the_prompt() {
 #[tokio::test]
 async fn a_fenced_json_answer_is_read_inside_its_fence() {
     let fenced = "```json\n{\"approved\": true, \"reason\": \"ok\", \"refund_cents\": 100}\n```";
-    let model = Arc::new(
-        ScriptedModel::new([ModelResponse::text(fenced), ModelResponse::text(fenced)])
-            .without_structured_output(),
-    );
-    let agent = Agent::builder("You review refunds.")
-        .model(Arc::clone(&model))
-        .output::<Verdict>()
-        .build()
-        .unwrap();
+    let (model, agent) = prompted_reviewer([fenced, fenced]);
     let result = agent.run("Refund 1 EUR?").await.unwrap();
     assert_eq!(result.parsed::<Verdict>().unwrap().refund_cents, Some(100));
     assert!(!result.output.contains("```"), "{}", result.output);
