@@ -346,7 +346,50 @@ async fn the_timeout_counts_the_wait_for_the_sessions_turn() {
 /// between two turns was dropped and the new prompt continued its conversation.
 #[tokio::test(start_paused = true)]
 async fn a_session_whose_run_timed_out_takes_no_new_prompt() {
-    session_whose_run_timed_out(Runtime::in_memory()).await;
+    let (add, _) = Add::new();
+    // Cut between two turns: its first turn (a tool call and its result) checkpointed.
+    let agent = Agent::builder("x")
+        .model(Ruled::new(add_then_never))
+        .tool(add)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let first = run_apart(&agent, "one");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    refused_as_unfinished(&agent.run("two").session("s").await);
+    assert!(matches!(
+        first.await.unwrap(),
+        Err(Error::Agent(AgentError::Timeout { .. }))
+    ));
+    refused_as_unfinished(&agent.run("three").session("s").await);
+    agent.runtime().cancel("s").await.unwrap();
+    let fourth = agent.run("four").session("s").await;
+    assert!(
+        !matches!(
+            fourth,
+            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
+        ),
+        "cancelled, the session takes a prompt again: {fourth:?}"
+    );
+}
+
+/// `agent`'s run of `prompt` on the session `s`, in a task of its own.
+fn run_apart(
+    agent: &Agent,
+    prompt: &'static str,
+) -> tokio::task::JoinHandle<loomflow::Result<loomflow::agent::RunResult>> {
+    let agent = agent.clone();
+    tokio::spawn(async move { agent.run(prompt).session("s").await })
+}
+
+fn refused_as_unfinished(outcome: &loomflow::Result<loomflow::agent::RunResult>) {
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
+        ),
+        "{outcome:?}"
+    );
 }
 
 /// So is one whose task was dropped between two turns (as a dropped stream drops it), on
@@ -366,69 +409,13 @@ async fn a_session_whose_run_was_dropped_takes_no_new_prompt() {
             .runtime(runtime)
             .build()
             .unwrap();
-        let first = tokio::spawn({
-            let agent = agent.clone();
-            async move { agent.run("one").session("s").await }
-        });
+        let first = run_apart(&agent, "one");
         // Its first turn checkpointed, its second asked of the model: between two turns.
         second_turn.notified().await;
         first.abort();
         let _ = first.await;
-        let again = agent.run("two").session("s").await;
-        assert!(
-            matches!(
-                again,
-                Err(Error::Agent(AgentError::SessionUnfinished { .. }))
-            ),
-            "{again:?}"
-        );
+        refused_as_unfinished(&agent.run("two").session("s").await);
     }
-}
-
-async fn session_whose_run_timed_out(runtime: Runtime) {
-    let (add, _) = Add::new();
-    // Cut between two turns: its first turn (a tool call and its result) checkpointed.
-    let agent = Agent::builder("x")
-        .model(Ruled::new(add_then_never))
-        .tool(add)
-        .timeout(Duration::from_secs(10))
-        .runtime(runtime)
-        .build()
-        .unwrap();
-    let first = tokio::spawn({
-        let agent = agent.clone();
-        async move { agent.run("one").session("s").await }
-    });
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let second = agent.run("two").session("s").await;
-    assert!(
-        matches!(
-            second,
-            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
-        ),
-        "{second:?}"
-    );
-    assert!(matches!(
-        first.await.unwrap(),
-        Err(Error::Agent(AgentError::Timeout { .. }))
-    ));
-    let third = agent.run("three").session("s").await;
-    assert!(
-        matches!(
-            third,
-            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
-        ),
-        "{third:?}"
-    );
-    agent.runtime().cancel("s").await.unwrap();
-    let fourth = agent.run("four").session("s").await;
-    assert!(
-        !matches!(
-            fourth,
-            Err(Error::Agent(AgentError::SessionUnfinished { .. }))
-        ),
-        "cancelled, the session takes a prompt again: {fourth:?}"
-    );
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
