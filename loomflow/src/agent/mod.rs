@@ -40,6 +40,7 @@
 mod budget;
 mod builder;
 mod cancelled;
+mod carry_on;
 mod config;
 mod error;
 mod guarded;

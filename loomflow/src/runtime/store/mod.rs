@@ -95,15 +95,11 @@ pub enum Claim {
 /// Object-safe: the runtime holds an `Arc<dyn Store>`. Implementations must be safe to call
 /// from many tasks at once, and must never block the async executor's threads.
 ///
-/// A store of one's own gets by with the required methods, but some defaults do less than
-/// the built-in stores, and the `conformance` suite (feature `test-util`) checks what those
-/// do:
-/// [`discard_signal`](Self::discard_signal) audits a receipt,
-/// [`signal_key_seen`](Self::signal_key_seen) forgets a key once its signal is taken,
-/// [`prune_signals`](Self::prune_signals) drops nothing,
-/// [`release_runnable`](Self::release_runnable) leaves a suspended run waiting, and
-/// [`put_journal_audited`](Self::put_journal_audited) writes its two parts apart. Override
-/// them for a store that passes the checks.
+/// Some default methods do less than the built-in stores, and the `conformance` suite
+/// (feature `test-util`) checks what those do: `discard_signal` audits a receipt,
+/// `signal_key_seen` forgets a key once its signal is taken, `prune_signals` drops nothing,
+/// `release_runnable` leaves a suspended run waiting, `put_journal_audited` writes its two
+/// parts apart. A store of one's own overrides them to pass the checks.
 pub trait Store: Send + Sync + 'static {
     /// Whether what the store holds survives the process. The runtime stores signals only in
     /// durable stores; the in-memory store says `false`.
@@ -117,9 +113,7 @@ pub trait Store: Send + Sync + 'static {
     /// A top-level checkpoint that records its run completed or cancelled also deletes the
     /// thread's journal, in the same write: nothing carries such a run on, and the
     /// thread's next run journals under a number of its own. What the step after a kept
-    /// interrupted checkpoint journaled before it suspended stays (its step is the
-    /// checkpoint's plus one): a [`fork`](crate::runtime::Runtime::fork) of that checkpoint
-    /// replays it rather than doing it again.
+    /// interrupted checkpoint journaled stays (step = its step + 1): a fork of it replays it.
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// The newest checkpoint of a thread in a namespace (`""` for the top-level graph).
