@@ -1843,3 +1843,52 @@ async fn an_approval_past_its_timeout_is_not_listed_nor_decided() {
     let out: Vec<String> = runtime.get_state("a").await.unwrap().unwrap();
     assert!(out[0].contains("no approval decision within"), "{out:?}");
 }
+
+/// A deploy that changed a registered graph: by default a worker fails the runs the old
+/// graph suspended (`GraphChanged`); one built with `allow_graph_change(true)` carries them
+/// on with the new graph.
+#[tokio::test]
+async fn a_worker_allowed_a_graph_change_carries_on_runs_the_old_graph_suspended() {
+    let runtime = Runtime::in_memory();
+    let before = Worker::builder(&runtime).graph(&refund_graph()).build();
+    for order in ["o-changed", "o-allowed"] {
+        runtime.submit("refund", order, input(order)).await.unwrap();
+    }
+    before.run_until_idle().await.unwrap();
+    for order in ["o-changed", "o-allowed"] {
+        assert_eq!(state_of(&runtime, order).await, RunState::Waiting);
+    }
+    drop(before);
+    // The new graph: a node added after the wait.
+    let changed = Graph::new("refund")
+        .node_fn("approval", |refund: &mut Refund, ctx| {
+            Box::pin(async move {
+                refund.approved = Some(ctx.wait_for_signal::<bool>("approve").await?);
+                Ok(())
+            })
+        })
+        .node_sync("remind", |refund: &mut Refund| refund.reminded = true)
+        .edge(START, "approval")
+        .edge("approval", "remind")
+        .edge("remind", END)
+        .compile()
+        .unwrap();
+
+    runtime.signal("o-changed", "approve", true).await.unwrap();
+    let strict = Worker::builder(&runtime).graph(&changed).build();
+    strict.run_until_idle().await.unwrap();
+    let refused = runtime.run("o-changed").await.unwrap().record;
+    assert_eq!(refused.state, RunState::Failed);
+    assert!(refused.error.unwrap().contains("changed since"));
+    drop(strict);
+
+    runtime.signal("o-allowed", "approve", true).await.unwrap();
+    let allowing = Worker::builder(&runtime)
+        .graph(&changed)
+        .allow_graph_change(true)
+        .build();
+    allowing.run_until_idle().await.unwrap();
+    let done: Refund = runtime.get_state("o-allowed").await.unwrap().unwrap();
+    assert_eq!((done.approved, done.reminded), (Some(true), true));
+    assert_eq!(state_of(&runtime, "o-allowed").await, RunState::Completed);
+}

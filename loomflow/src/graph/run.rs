@@ -414,14 +414,15 @@ impl<S: State> CompiledGraph<S> {
         runtime: &Runtime,
         thread: String,
         input: Option<S>,
-        claim: crate::runtime::claim::RunClaim,
+        (claim, allow_graph_change): (crate::runtime::claim::RunClaim, bool),
     ) -> Result<RunOutcome<S>> {
         let start = match input {
             Some(input) => Start::Fresh(input),
             None => Start::Recover,
         };
-        let mut execution =
-            RunBuilder::new(self.clone(), runtime.clone(), thread, start).into_execution(None);
+        let mut builder = RunBuilder::new(self.clone(), runtime.clone(), thread, start);
+        builder.allow_graph_change = allow_graph_change;
+        let mut execution = builder.into_execution(None);
         execution.claim = Some(claim);
         execute(execution).await
     }

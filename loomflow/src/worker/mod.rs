@@ -107,6 +107,7 @@ pub struct WorkerBuilder {
     shutdown_timeout: Duration,
     max_lapses: Option<u32>,
     on_finished: Option<OnFinished>,
+    allow_graph_change: bool,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -185,6 +186,18 @@ impl WorkerBuilder {
         self
     }
 
+    /// Carries on runs whose checkpoints a graph of another structure wrote (a deploy that
+    /// changed a registered graph), as
+    /// [`RunBuilder::allow_graph_change`](crate::RunBuilder::allow_graph_change) does for
+    /// one run. Off by default: such a run then fails with
+    /// [`RunError::GraphChanged`](crate::RunError::GraphChanged), naming what changed, and
+    /// `recover(..).allow_graph_change()` carries it on. Turn it on for a change known to
+    /// be compatible with every waiting run (a node added after where they stand).
+    pub fn allow_graph_change(mut self, allow: bool) -> Self {
+        self.allow_graph_change = allow;
+        self
+    }
+
     /// Called after each execution the worker makes, with how it ended: to log, to count,
     /// to print `completed <thread>`.
     pub fn on_finished(mut self, f: impl Fn(&RunReport) + Send + Sync + 'static) -> Self {
@@ -210,6 +223,7 @@ impl WorkerBuilder {
                 shutdown_timeout: self.shutdown_timeout,
                 max_lapses: self.max_lapses,
                 on_finished: self.on_finished,
+                allow_graph_change: self.allow_graph_change,
                 looked: AtomicBool::new(false),
                 wakes,
             }),
@@ -273,6 +287,7 @@ struct WorkerInner {
     shutdown_timeout: Duration,
     max_lapses: Option<u32>,
     on_finished: Option<OnFinished>,
+    allow_graph_change: bool,
     /// Whether it has looked in the mailbox for the runs signalled before it listened.
     looked: AtomicBool,
     /// This process's signals and submits, as they reach this worker.
@@ -307,6 +322,7 @@ impl Worker {
             shutdown_timeout: Duration::from_secs(30),
             max_lapses: Some(DEFAULT_MAX_LAPSES),
             on_finished: None,
+            allow_graph_change: false,
         }
     }
 
@@ -481,7 +497,8 @@ impl WorkerInner {
             };
             (report, None)
         } else {
-            let execution = graph.execute(&self.runtime, run, claim.clone());
+            let allow = self.allow_graph_change;
+            let execution = graph.execute(&self.runtime, run, claim.clone(), allow);
             match AssertUnwindSafe(execution).catch_unwind().await {
                 Ok(stopped) => stopped,
                 Err(panic) => (

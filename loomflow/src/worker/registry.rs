@@ -30,12 +30,14 @@ pub(crate) type Stopped = (RunReport, Option<u64>);
 
 /// A compiled graph with its state type erased.
 pub(crate) trait Registered: Send + Sync {
-    /// Executes a claimed run to its next stop.
+    /// Executes a claimed run to its next stop; a run a graph of another structure wrote is
+    /// carried on when `allow_graph_change`.
     fn execute(
         &self,
         runtime: &Runtime,
         claimed: ClaimedRun,
         claim: RunClaim,
+        allow_graph_change: bool,
     ) -> BoxFuture<'static, Stopped>;
 }
 
@@ -45,6 +47,7 @@ impl<S: State> Registered for CompiledGraph<S> {
         runtime: &Runtime,
         claimed: ClaimedRun,
         claim: RunClaim,
+        allow_graph_change: bool,
     ) -> BoxFuture<'static, Stopped> {
         let graph = self.clone();
         let runtime = runtime.clone();
@@ -80,7 +83,8 @@ impl<S: State> Registered for CompiledGraph<S> {
             };
             let mut wake_at_ms = None;
             let kept = claim.clone();
-            match graph.run_claimed(&runtime, thread, input, claim).await {
+            let claimed = (claim, allow_graph_change);
+            match graph.run_claimed(&runtime, thread, input, claimed).await {
                 Ok(RunOutcome::Completed(_)) => report.state = RunState::Completed,
                 Ok(RunOutcome::Interrupted { interrupts, .. }) => {
                     report.state = RunState::of_interrupts(&interrupts);
