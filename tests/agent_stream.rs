@@ -412,3 +412,43 @@ async fn a_context_kept_past_the_run_does_not_hold_its_stream_open() {
         .expect("the stream ended with its run");
     assert_eq!(next.output, "still under way");
 }
+
+/// A streamed run that fails ends with the agent's own error, as its outcome gives it: not
+/// the failure of the agent's loop node wrapping it.
+#[tokio::test]
+async fn a_streamed_failure_reads_as_the_outcome_does() {
+    let agent = Agent::builder("typed")
+        .model(ScriptedModel::new(
+            (0..3).map(|_| ModelResponse::text("no json here")),
+        ))
+        .output_schema::<serde_json::Value>(
+            "answer",
+            serde_json::json!({ "type": "object", "required": ["n"] }),
+        )
+        .max_schema_retries(1)
+        .build()
+        .unwrap();
+    let mut stream = agent.run("?").session("s").stream().await.unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event);
+    }
+    let failures: Vec<_> = events
+        .iter()
+        .filter(|event| matches!(event, AgentEvent::Failed { .. }))
+        .collect();
+    assert_eq!(failures.len(), 1, "{events:?}");
+    let error = stream.outcome().await.unwrap_err();
+    assert!(
+        matches!(error, Error::Agent(AgentError::OutputSchema { .. })),
+        "{error:?}"
+    );
+    let expected = AgentEvent::Failed {
+        message: loomflow::ErrorChain(&error).to_string(),
+    };
+    assert_eq!(events.last(), Some(&expected));
+    let AgentEvent::Failed { message } = &expected else {
+        unreachable!()
+    };
+    assert!(!message.contains("node model failed"), "{message}");
+}

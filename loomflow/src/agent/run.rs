@@ -195,13 +195,19 @@ impl<'a> AgentRun<'a> {
                 .graph
                 .run(&agent.runtime, session.clone(), state)
                 .stream_bounded(capacity);
-            // Whether the graph's stream ended with `Done` or `Failed`: a run that suspends
-            // ends with its interrupts, one refused before it ran with nothing.
+            // Whether the graph's stream ended with `Done`: a run that suspends ends with
+            // its interrupts, one refused before it ran with nothing, and a failed one is
+            // ended below with the agent's own error.
             let mut ended = false;
             let forward = async {
                 while let Some(event) = run.next().await {
                     if let Some(event) = AgentEvent::from_event(&event) {
-                        ended = matches!(event, AgentEvent::Done | AgentEvent::Failed { .. });
+                        if matches!(event, AgentEvent::Failed { .. }) {
+                            // The graph's failure names the agent's loop node; the stream
+                            // ends with the agent's own error, as `outcome` gives it.
+                            break;
+                        }
+                        ended = matches!(event, AgentEvent::Done);
                         // Waits while the reader is behind. A closed receiver means the
                         // caller dropped the stream; the task is aborted with it.
                         let _ = events.send(event).await;
@@ -217,11 +223,8 @@ impl<'a> AgentRun<'a> {
             };
             if let Err(error) = agent.by_deadline(&session, deadline, forward).await {
                 drop(run); // stops the run where it is, as a crash would
-                let _ = events
-                    .send(AgentEvent::Failed {
-                        message: error.to_string(),
-                    })
-                    .await;
+                let message = crate::ErrorChain(&error).to_string();
+                let _ = events.send(AgentEvent::Failed { message }).await;
                 return Err(error);
             }
             let result = match run.outcome().await {
@@ -232,9 +235,10 @@ impl<'a> AgentRun<'a> {
                 // The stream still ends with what became of the run.
                 let last = match &result {
                     Ok(_) => AgentEvent::Done,
-                    Err(error) => AgentEvent::Failed {
-                        message: error.to_string(),
-                    },
+                    Err(error) => {
+                        let message = crate::ErrorChain(error).to_string();
+                        AgentEvent::Failed { message }
+                    }
                 };
                 let _ = events.send(last).await;
             }
