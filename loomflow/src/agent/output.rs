@@ -62,11 +62,19 @@ pub(crate) fn is_retry_note(message: &Message) -> bool {
 }
 
 /// An answer without the Markdown code fence a model may put around its JSON (a fence that
-/// opens with ```` ```json ```` and closes with ```` ``` ````), as models asked for JSON in
-/// their prompt often do; any other answer trimmed.
+/// opens with ```` ```json ```` and closes with ```` ``` ````, or of tildes, or longer), as
+/// models asked for JSON in their prompt often do; any other answer trimmed.
 pub(super) fn unfenced(text: &str) -> &str {
     let text = text.trim();
-    let Some(inside) = text.strip_prefix("```").and_then(|t| t.strip_suffix("```")) else {
+    let Some(mark) = ['`', '~'].into_iter().find(|&mark| text.starts_with(mark)) else {
+        return text;
+    };
+    // A fence is three marks or more, and closes with as many.
+    let fence = &text[..text.len() - text.trim_start_matches(mark).len()];
+    if fence.len() < 3 {
+        return text;
+    }
+    let Some(inside) = text.strip_prefix(fence).and_then(|t| t.strip_suffix(fence)) else {
         return text;
     };
     // The fence's first line names the language (`json`), or nothing.
@@ -425,11 +433,21 @@ mod tests {
             "```\n{\"a\": 1}\n```",
             "  ```JSON\n{\"a\": 1}```  ",
             "```{\"a\": 1}```",
+            "~~~json\n{\"a\": 1}\n~~~",
+            "````json\n{\"a\": 1}\n````",
         ] {
             assert_eq!(unfenced(fenced), r#"{"a": 1}"#, "{fenced:?}");
         }
         // Not a fence around the whole answer: as it is, trimmed.
-        for text in [" {\"a\": 1} ", "```json\n{}", "say ```{}```"] {
+        for text in [
+            " {\"a\": 1} ",
+            "```json\n{}",
+            "say ```{}```",
+            "``{}``",
+            "````json\n{}\n```",
+            "~~~json\n{}\n```",
+            "```",
+        ] {
             assert_eq!(unfenced(text), text.trim(), "{text:?}");
         }
     }
