@@ -356,8 +356,9 @@ pub enum RunError {
     /// could run the wrong nodes. Edges and branch routes declared in another order are the
     /// same structure to a run, and are let through; nodes or joins in another order (or a
     /// join's sources) are a change, as a checkpoint records them by position. Opt in with
-    /// [`RunBuilder::allow_graph_change`](crate::RunBuilder::allow_graph_change).
-    #[error("graph {graph} changed since thread {thread} was checkpointed ({}); carry it on with recover(..).allow_graph_change() (or resume(..)) to run it anyway", changes.join("; "))]
+    /// [`RunBuilder::allow_graph_change`](crate::RunBuilder::allow_graph_change), or for
+    /// the runs a worker carries on with its builder's `allow_graph_change(true)`.
+    #[error("graph {graph} changed since thread {thread} was checkpointed ({}); carry it on with recover(..).allow_graph_change() (or resume(..)), or with a worker built with allow_graph_change(true), to run it anyway", changes.join("; "))]
     GraphChanged {
         /// The thread.
         thread: String,
