@@ -81,6 +81,9 @@ pub(super) fn body(
     Value::Object(body)
 }
 
+/// What an error result without content is sent as.
+const BLANK_ERROR: &str = "the tool failed and said nothing more";
+
 /// The conversation as alternating user/assistant turns: consecutive messages of one side,
 /// such as the results of parallel tool calls, merge into one turn of several blocks.
 fn messages(messages: &Transcript) -> Value {
@@ -130,6 +133,11 @@ fn messages(messages: &Transcript) -> Value {
                 });
                 if result.is_error {
                     block["is_error"] = Value::Bool(true);
+                    // The API refuses an error result without content (a hook or a
+                    // guardrail may blank one): the model is told that much.
+                    if result.content.trim().is_empty() {
+                        block["content"] = Value::from(BLANK_ERROR);
+                    }
                 }
                 ("user", vec![block])
             }
@@ -228,6 +236,28 @@ mod tests {
         assert_eq!(turns[2]["content"][1]["is_error"], true);
         assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
         assert_eq!(body["tool_choice"], json!({"type": "any"}));
+    }
+
+    /// The API refuses an error result without content; one with content goes as it is.
+    #[test]
+    fn a_blank_error_result_says_the_tool_failed() {
+        let request = ModelRequest::new(vec![
+            Message::user("u"),
+            Message::assistant_tool_calls(vec![
+                ToolCall::new("a", "f", json!({})),
+                ToolCall::new("b", "f", json!({})),
+                ToolCall::new("c", "f", json!({})),
+            ]),
+            Message::tool_error("a", " "),
+            Message::tool_error("b", "bad x"),
+            Message::tool_result("c", ""),
+        ]);
+        let body = body(&request, "claude-x", false, 100);
+        let results = &body["messages"][2]["content"];
+        assert_eq!(results[0]["content"], BLANK_ERROR);
+        assert_eq!(results[0]["is_error"], true);
+        assert_eq!(results[1]["content"], "bad x");
+        assert_eq!(results[2]["content"], "");
     }
 
     #[test]
