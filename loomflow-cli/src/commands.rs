@@ -119,22 +119,52 @@ pub(crate) fn run_cursor(text: &str) -> Result<RunCursor, Failure> {
         .map_err(|e: loomflow::runtime::BadRunCursor| Failure::usage(e.to_string()))
 }
 
+/// The ids of `interrupts` whose signal has come: as many of those waiting for one name as
+/// signals of that name are pending for the thread, in the order they are listed.
+async fn answered_waits<'a>(
+    runtime: &Runtime,
+    thread: &str,
+    interrupts: &'a [loomflow::Interrupt],
+) -> Result<Vec<&'a str>, Failure> {
+    let store = runtime.store();
+    let mut waiting: Vec<(&str, Vec<&str>)> = Vec::new();
+    for interrupt in interrupts {
+        if let Some(signal) = &interrupt.signal {
+            match waiting.iter_mut().find(|(name, _)| name == signal) {
+                Some((_, ids)) => ids.push(&interrupt.id),
+                None => waiting.push((signal, vec![&interrupt.id])),
+            }
+        }
+    }
+    let mut pending = None;
+    let mut answered = Vec::new();
+    for (name, ids) in waiting {
+        let sent = if ids.len() == 1 {
+            let oldest = store.oldest_signal(thread, name).await;
+            usize::from(oldest.map_err(loomflow::RuntimeError::from)?.is_some())
+        } else {
+            // Several waits for one name: each signal answers one of them.
+            if pending.is_none() {
+                let all = store.pending_signals().await;
+                pending = Some(all.map_err(loomflow::RuntimeError::from)?);
+            }
+            let all = pending.as_deref().unwrap_or_default();
+            (all.iter())
+                .filter(|s| s.session == thread && s.name == name)
+                .count()
+        };
+        answered.extend(ids.into_iter().take(sent));
+    }
+    Ok(answered)
+}
+
 pub(crate) async fn show(runtime: &Runtime, out: &Output, thread: &str) -> Result<(), Failure> {
     let info = runtime.run(thread).await?;
     let approvals = runtime.pending_approvals(thread).await?;
     let history = runtime.list_checkpoints(thread).await?;
     // The waits whose signal has come (a decision sent, say): the run carries on when a
     // worker or `recover` takes it up, and until then reads as waiting.
-    let mut answered = Vec::new();
-    for interrupt in &info.interrupts {
-        let Some(signal) = &interrupt.signal else {
-            continue;
-        };
-        let sent = runtime.store().oldest_signal(thread, signal).await;
-        if sent.map_err(loomflow::RuntimeError::from)?.is_some() {
-            answered.push(interrupt.id.as_str());
-        }
-    }
+    let answered = answered_waits(runtime, thread, &info.interrupts).await?;
     if out.json {
         let history: Vec<Value> = history
             .iter()

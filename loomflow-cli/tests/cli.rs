@@ -1211,3 +1211,47 @@ async fn graph_of_a_run_whose_graph_changed_draws_the_new_graph() {
     let drawn = stdout(&drawn);
     assert!(drawn.contains(r#"["audit"]:::current"#), "{drawn}");
 }
+
+fn wait_for_review<'a>(r: &'a mut Refund, ctx: &'a Context) -> BoxFuture<'a, NodeResult> {
+    Box::pin(async move {
+        r.approved = Some(ctx.wait_for_signal("review").or_suspend().await?);
+        Ok(())
+    })
+}
+
+/// Two branches waiting for signals of one name: one signal answers one of them, and `show`
+/// says so of one only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_signal_answers_one_of_two_waits_for_its_name() {
+    let db = Db::new("two-waits");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let graph = Graph::new("two_reviews")
+        .node_fn("first", wait_for_review)
+        .node_fn("second", wait_for_review)
+        .edge(START, "first")
+        .edge(START, "second")
+        .edge("first", END)
+        .edge("second", END)
+        .compile()
+        .unwrap();
+    let input = Refund {
+        order: "ord_1".into(),
+        approved: None,
+    };
+    let suspended = graph.invoke(&runtime, "ord_1", input).await.unwrap();
+    assert_eq!(suspended.interrupts().len(), 2, "{suspended:?}");
+    drop(runtime);
+
+    let answered = |db: &Db| {
+        let shown = loomflow(&db.0, &["--json", "show", "ord_1"]);
+        let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+        shown["answered_interrupts"].as_array().unwrap().len()
+    };
+    assert_eq!(answered(&db), 0);
+    let sent = loomflow(&db.0, &["signal", "ord_1", "review", "true"]);
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    assert_eq!(answered(&db), 1);
+    let sent = loomflow(&db.0, &["signal", "ord_1", "review", "false"]);
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    assert_eq!(answered(&db), 2);
+}
