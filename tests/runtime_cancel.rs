@@ -569,3 +569,73 @@ async fn a_subgraph_asked_to_stop_that_then_suspends_is_cancelled() {
         assert_eq!(status, Some(RunStatus::Cancelled), "{label}");
     }
 }
+
+/// A cancel asked for a run whose execution then died stays on the thread's row; a new run
+/// started on the thread (a fresh input) is not that run, and is not cancelled by it,
+/// whatever its durability: `Sync` makes the row its own with its first checkpoint, and
+/// `Exit`, which writes none until it ends, does so at once when the row still asks a stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_left_by_a_dead_run_does_not_stop_the_threads_next_run() {
+    let db = loomflow_tests::TempDb::new("stale-cancel-exit");
+    let sqlite =
+        || -> Arc<dyn loomflow::runtime::Store> { Arc::new(SqliteStore::open(db.path()).unwrap()) };
+    let memory: Arc<dyn loomflow::runtime::Store> = Arc::new(loomflow::runtime::MemoryStore::new());
+    for stores in [[sqlite(), sqlite()], [Arc::clone(&memory), memory]] {
+        for durability in [Durability::Exit, Durability::Sync] {
+            let [here, elsewhere] = stores.clone().map(|store| {
+                Runtime::builder()
+                    .shared_store(store)
+                    .lease(Duration::from_millis(300))
+                    .build()
+            });
+            left_cancel_then_new_run(&here, &elsewhere, durability).await;
+        }
+    }
+}
+
+async fn left_cancel_then_new_run(here: &Runtime, elsewhere: &Runtime, durability: Durability) {
+    let gate = Arc::new(Semaphore::new(0));
+    let held = Arc::clone(&gate);
+    let graph: CompiledGraph<u32> = Graph::new("slow")
+        .node_fn("work", move |n: &mut u32, _ctx| {
+            let gate = Arc::clone(&held);
+            Box::pin(async move {
+                if *n == 0 {
+                    // The first run: held until it is dropped, as a process that dies.
+                    gate.acquire().await.unwrap().forget();
+                } else {
+                    // Longer than the heartbeat, which reads the row's cancel flag.
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                }
+                *n += 1;
+                Ok(())
+            })
+        })
+        .node_sync("after", |n: &mut u32| *n += 1)
+        .edge(START, "work")
+        .edge("work", "after")
+        .edge("after", END)
+        .compile()
+        .unwrap();
+    let first = graph.start(here, "t", 0);
+    until_running(elsewhere, "t").await;
+    let asked = elsewhere.cancel("t").await.unwrap();
+    assert!(asked.cancel_requested, "{asked:?}");
+    first.abort();
+    let _ = first.await;
+    let row = elsewhere.run("t").await.unwrap().record;
+    assert!(row.cancel_requested, "{row:?}");
+
+    let second = graph
+        .run(here, "t", 10)
+        .durability(durability)
+        .wait_if_busy(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(second.completed().unwrap(), 12);
+    let row = elsewhere.run("t").await.unwrap().record;
+    assert_eq!(row.state, RunState::Completed, "{row:?}");
+    assert!(!row.cancel_requested, "{row:?}");
+    // The next round starts on a thread of its own.
+    elsewhere.delete_thread("t").await.unwrap();
+}

@@ -74,10 +74,11 @@ pub enum Durability {
     ///
     /// A run that journals (a [`Context::step`](crate::Context::step), a signal received, a
     /// timed wait's deadline) also writes its start, unsynced, before its first journal
-    /// entry: the run is then on
-    /// its row while it runs, a recover carries it on from its start without doing its
-    /// journaled steps again, and the thread's next run does not take its number (and with
-    /// it, its journal).
+    /// entry: the run is then on its row while it runs, a recover carries it on from its
+    /// start without doing its journaled steps again, and the thread's next run does not
+    /// take its number (and with it, its journal). So does a run started over one that never
+    /// ended (its process died, or it was suspended), at once: the row then stops asking for
+    /// a cancel meant for the run before it.
     Exit,
 }
 

@@ -97,6 +97,9 @@ struct Position<S> {
     resume_values: BTreeMap<String, Vec<Value>>,
     /// A new run, whose input is not checkpointed yet.
     fresh: bool,
+    /// A new run started over a run its thread's row may still ask to stop: its start is
+    /// written at once in every durability mode, which makes the row the new run's.
+    over_open_run: bool,
     /// Where it picked up from, when it carried on from a checkpoint.
     resumed: Option<Resumed>,
 }
@@ -294,6 +297,7 @@ fn run_supersteps<S: State>(
             mut pending,
             mut resume_values,
             fresh,
+            over_open_run,
             resumed,
         } = match located.await? {
             Located::Position(position) => position,
@@ -333,7 +337,7 @@ fn run_supersteps<S: State>(
         // Whether the newest checkpoint written says the run completed; a run that ends without
         // one (an `Exit` run, or one with nothing to run) gets it at the end.
         let mut completed_written = false;
-        if fresh && durability != Durability::Exit {
+        if fresh && (durability != Durability::Exit || over_open_run) {
             let status = if active.is_empty() {
                 RunStatus::Completed
             } else {

@@ -208,6 +208,7 @@ pub(super) async fn locate<S: State>(
             pending: Vec::new(),
             resume_values: BTreeMap::new(),
             fresh: true,
+            over_open_run: false,
             resumed: None,
         })
     };
@@ -219,13 +220,28 @@ pub(super) async fn locate<S: State>(
     let with_request = 'located: {
         let position = match start {
             Start::Fresh(input) => {
-                let previous = match runtime.store().as_memory() {
-                    Some(memory) => memory.latest_run(placed, namespace)?,
-                    None => newest(runtime, placed, namespace).await?.map(|cp| cp.run),
+                // Whether the thread's row may still ask the run before this one to stop (its
+                // execution died with a cancel on its way): the new run's start, written at
+                // once, makes the row its own, which drops that cancel.
+                let (previous, over_open_run) = match runtime.store().as_memory() {
+                    Some(memory) => (
+                        memory.latest_run(placed, namespace)?,
+                        memory.cancel_requested_now(thread)?,
+                    ),
+                    None => {
+                        let newest = newest(runtime, placed, namespace).await?;
+                        let open = (newest.as_ref()).is_some_and(|cp| {
+                            matches!(cp.status, RunStatus::Running | RunStatus::Interrupted)
+                        });
+                        (newest.map(|cp| cp.run), open)
+                    }
                 };
                 let run = previous.map_or(1, |run| run + 1);
                 match fresh(run, input) {
-                    Ok(position) => position,
+                    Ok(position) => Position {
+                        over_open_run,
+                        ..position
+                    },
                     // The run fails before its first step, its input the last good state.
                     Err((error, state)) if namespace.is_empty() => {
                         return Ok(Located::StartFailed { run, state, error });
@@ -586,6 +602,7 @@ fn from_checkpoint<S: State>(
         pending: pending_writes,
         resume_values,
         fresh: false,
+        over_open_run: false,
         resumed: Some(resumed),
     })
 }
