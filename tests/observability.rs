@@ -661,6 +661,33 @@ async fn the_sdk_exports_genai_spans_with_their_attributes() {
         attribute(chat, "gen_ai.usage.output_tokens").as_deref(),
         Some("18")
     );
+    // Counts are integers, as the conventions type them (not their text).
+    let integer = |span: &SpanData, key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.clone())
+    };
+    assert_eq!(
+        integer(chat, "gen_ai.usage.input_tokens"),
+        Some(opentelemetry::Value::I64(120))
+    );
+    assert_eq!(
+        integer(chat, "gen_ai.usage.output_tokens"),
+        Some(opentelemetry::Value::I64(18))
+    );
+    let [run] = exported(&spans, "run support")[..] else {
+        panic!("one run span");
+    };
+    assert_eq!(
+        integer(run, "loomflow.run"),
+        Some(opentelemetry::Value::I64(1))
+    );
+    let superstep = exported(&spans, "superstep 2")[0];
+    assert_eq!(
+        integer(superstep, "loomflow.step"),
+        Some(opentelemetry::Value::I64(2))
+    );
     assert_eq!(chat.span_kind, opentelemetry::trace::SpanKind::Client);
     // A string array, as the semantic conventions type it, not the text of one.
     let reasons = chat

@@ -130,6 +130,12 @@ pub(crate) fn record_strings(span: &Span, field: &'static str, values: &[&str]) 
     span.record(field, text.as_str());
 }
 
+/// A count (a run's number, a step, tokens) as a span records it: an `i64`, which
+/// `tracing-opentelemetry` exports as an integer attribute (a `u64` goes as its text).
+pub(crate) fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// Marks `span` failed with `error`: its `error.type` and an error status, as the
 /// conventions say a failed operation's span is marked.
 pub(crate) fn record_failure(span: &Span, error: &dyn std::fmt::Debug) {

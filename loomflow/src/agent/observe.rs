@@ -143,8 +143,15 @@ pub(super) fn record_chat(
                 .as_deref()
                 .unwrap_or_else(|| provider_and_model(model_name).1);
             span.record("gen_ai.response.model", model);
-            span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
-            span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+            let usage = &response.usage;
+            span.record(
+                "gen_ai.usage.input_tokens",
+                telemetry::count(usage.input_tokens),
+            );
+            span.record(
+                "gen_ai.usage.output_tokens",
+                telemetry::count(usage.output_tokens),
+            );
             let reason = finish_reason(&response.finish_reason);
             telemetry::record_strings(span, "gen_ai.response.finish_reasons", &[reason]);
             if content {

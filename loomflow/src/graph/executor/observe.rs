@@ -85,7 +85,7 @@ pub(super) fn superstep_span<S>(g: &CompiledInner<S>, step: u64, active: &[usize
         target: TARGET,
         "superstep",
         otel.name = %format!("superstep {step}"),
-        loomflow.step = step,
+        loomflow.step = telemetry::count(step),
         loomflow.nodes = %NodeNames(g, active),
     )
 }
@@ -95,7 +95,7 @@ pub(super) fn suspend_span(step: u64, interrupts: &[Interrupt]) -> Span {
     tracing::info_span!(
         target: TARGET,
         "suspend",
-        loomflow.step = step,
+        loomflow.step = telemetry::count(step),
         loomflow.interrupts = %InterruptIds(interrupts),
     )
 }
@@ -117,7 +117,7 @@ pub(super) fn picked_up<S: State>(
     resume_values: &BTreeMap<String, Vec<Value>>,
 ) -> Vec<String> {
     let span = Span::current();
-    span.record("loomflow.run", run);
+    span.record("loomflow.run", telemetry::count(run));
     let Some(resumed) = resumed else {
         span.record("loomflow.resumed", false);
         return Vec::new();
@@ -132,7 +132,7 @@ pub(super) fn picked_up<S: State>(
             "resume",
             // The superstep it carries on with, as the `suspend` span numbered it (the
             // checkpoint is the step before's).
-            loomflow.step = resumed.step + 1,
+            loomflow.step = telemetry::count(resumed.step + 1),
             loomflow.status = resumed.status.as_str(),
             loomflow.interrupts = %InterruptIds(&resumed.interrupts),
         )

@@ -145,7 +145,7 @@ async fn run_node<S: State>(
         "node",
         otel.name = %format!("node {}", node.name),
         loomflow.node = %node.name,
-        loomflow.step = step,
+        loomflow.step = crate::telemetry::count(step),
     );
     // A hand-written node may panic while building its future, or while it runs.
     let ctx_ref = &ctx;
