@@ -18,7 +18,7 @@ use std::time::Duration;
 use held_run::HeldRun;
 use http_harness::{NO_HEADERS, request, serve, try_request};
 use loomflow::agent::Agent;
-use loomflow::http::{HttpConfig, sign, signature_header};
+use loomflow::http::{HttpConfig, router, sign, signature_header};
 use loomflow::model::{ModelResponse, ScriptedModel, ToolCall};
 use loomflow::prelude::*;
 use loomflow::tool::{SignalApprover, ToolHost};
@@ -913,8 +913,14 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
     );
     assert!(reply.contains("asked again"), "{reply}");
 
+    // Another replica of the server (or this one restarted) takes the page's form: its
+    // token is keyed by the credential, not by the process.
+    let replica = router(server.runtime.clone(), config());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let replica_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, replica).await.unwrap() });
     let (status, head, _) = request(
-        server.addr,
+        replica_addr,
         "POST",
         "/inbox/decide",
         &[form_type, cookie.clone()],
@@ -1114,4 +1120,48 @@ async fn a_call_asked_about_outside_any_run_is_decided_over_the_api() {
     let outcome = dispatched.await.unwrap().unwrap();
     assert!(!outcome[0].is_error, "{outcome:?}");
     assert!(outcome[0].content.contains("250"), "{outcome:?}");
+}
+
+/// The page shows a bidi override in a thread's name (or a call's arguments) as its escape,
+/// so that nothing reads otherwise than it is; its forms keep the name as it is, and decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_shows_a_bidi_override_as_its_escape() {
+    let server = serve("inbox-bidi", config()).await;
+    let thread = "r\u{202e}lt";
+    ask_for_refund(&server.runtime, thread, 1299).await;
+    let login = format!("/inbox?token={TOKEN}");
+    let (_, head, _) = request(server.addr, "GET", &login, NO_HEADERS, b"").await;
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap();
+    let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
+    let inbox = std::slice::from_ref(&cookie);
+    let (_, _, page) = request(server.addr, "GET", "/inbox", inbox, b"").await;
+    assert!(page.contains("<small>on r\\u202elt</small>"), "{page}");
+    assert!(page.contains("<td>r\\u202elt</td>"), "{page}");
+    assert!(page.contains(&format!("name=\"thread\" value=\"{thread}\"")));
+    let shown = page.replace(&format!("\"{thread}\""), "");
+    assert!(!shown.contains('\u{202e}'), "{shown}");
+
+    let form = format!(
+        "csrf={}&thread=r%E2%80%AElt&call_id=call_1&requested_at_ms={}&decision=approve",
+        csrf_of(&page),
+        field_of(&page, "requested_at_ms")
+    );
+    let form_type = (
+        "Content-Type",
+        "application/x-www-form-urlencoded".to_owned(),
+    );
+    let (status, head, _) = request(
+        server.addr,
+        "POST",
+        "/inbox/decide",
+        &[form_type, cookie.clone()],
+        form.as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 303, "{head}");
+    let pending = server.runtime.pending_approvals(thread).await.unwrap();
+    assert!(pending.is_empty(), "{pending:?}");
 }

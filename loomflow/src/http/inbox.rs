@@ -13,11 +13,13 @@
 //! says so when there are more (`GET /v1/runs?status=waiting` lists them all, a page at a
 //! time).
 //!
-//! Every form carries a token derived from that credential (an HMAC), and a
+//! Every form carries a token derived from that credential (an HMAC keyed by it), and a
 //! decision is accepted only with both the cookie and the matching form token: a form
-//! posted from another site has neither. The HMAC's key is new for each router, so each
-//! process: behind a load balancer, keep a user's inbox on one replica (sticky sessions),
-//! as a form posted to another is refused (403 `bad_form`) until the page is loaded again.
+//! posted from another site has neither. Any replica of the server takes the forms of a
+//! page another one showed, as does the server after a restart. With auth off
+//! ([`HttpConfig::without_auth`](super::HttpConfig::without_auth)) the key is the router's
+//! own, new in each process: a form posted to another process is refused (403 `bad_form`)
+//! until the page is loaded again.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -102,9 +104,34 @@ fn authorize(app: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
     Ok(String::new())
 }
 
-/// The form token for a credential.
+/// The form token for a credential: keyed by the credential itself, which only its holder
+/// knows, so that every replica of the server, and the server after a restart, takes the
+/// forms of a page another one showed. With auth off there is no credential: the token is
+/// keyed by the router's own random secret, and a page's forms go to the process that
+/// showed it only.
 fn form_token(app: &AppState, credential: &str) -> String {
-    auth::sign(&app.form_secret, &[b"inbox-form", credential.as_bytes()])
+    if credential.is_empty() {
+        return auth::sign(&app.form_secret, &[b"inbox-form"]);
+    }
+    auth::sign(credential, &[b"loomflow inbox form"])
+}
+
+/// `text` as the page shows it: HTML-escaped, with the control characters and the
+/// invisible marks that reorder bidirectional text (U+202A to U+202E, U+2066 to U+2069)
+/// written as JSON escapes them (`\u202e`): a tool's arguments come from a model, and an
+/// override in them would make a call read otherwise than it is to the person deciding it.
+/// Form values keep the text as it is ([`escape`]).
+fn shown(text: &str) -> String {
+    let mut visible = String::with_capacity(text.len());
+    for c in text.chars() {
+        let reorders = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if reorders || (c.is_control() && c != '\n' && c != '\t') {
+            let _ = write!(visible, "\\u{:04x}", u32::from(c));
+        } else {
+            visible.push(c);
+        }
+    }
+    escape(&visible)
 }
 
 fn escape(text: &str) -> String {
@@ -203,8 +230,8 @@ pub(super) async fn page(
             let _ = write!(
                 html,
                 "<section class=\"approval\" data-thread=\"{thread}\" data-call=\"{call_id}\">\n\
-                 <h2>{tool} <small>on {thread}</small></h2>\n\
-                 <p>asked {asked}{user}; call <code>{call_id}</code></p>\n<pre>{arguments}</pre>\n\
+                 <h2>{tool} <small>on {thread_shown}</small></h2>\n\
+                 <p>asked {asked}{user}; call <code>{call_shown}</code></p>\n<pre>{arguments}</pre>\n\
                  <form method=\"post\" action=\"{action}\">\
                  <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
                  <input type=\"hidden\" name=\"thread\" value=\"{thread}\">\
@@ -220,17 +247,19 @@ pub(super) async fn page(
                  <input type=\"hidden\" name=\"decision\" value=\"reject\">\
                  <input type=\"text\" name=\"reason\" placeholder=\"why\" required>\
                  <button type=\"submit\" name=\"reject\">Reject</button></form>\n</section>\n",
-                tool = escape(&call.tool),
+                tool = shown(&call.tool),
                 thread = escape(&call.session),
+                thread_shown = shown(&call.session),
                 call_id = escape(&call.call_id),
+                call_shown = shown(&call.call_id),
                 asked = Utc::from_ms(call.requested_at_ms),
                 asked_ms = call.requested_at_ms,
                 user = call
                     .user
                     .as_deref()
-                    .map(|u| format!(" for {}", escape(u)))
+                    .map(|u| format!(" for {}", shown(u)))
                     .unwrap_or_default(),
-                arguments = escape(&arguments),
+                arguments = shown(&arguments),
             );
         }
     }
@@ -245,7 +274,7 @@ pub(super) async fn page(
             html,
             "<p class=\"unreadable\">The approvals of thread <code>{}</code> could not be \
              read (the server's log says why).</p>",
-            escape(session),
+            shown(session),
         );
     }
     if more {
@@ -270,10 +299,10 @@ pub(super) async fn page(
         let _ = writeln!(
             html,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&run.thread),
-            escape(run.graph.as_deref().unwrap_or("-")),
+            shown(&run.thread),
+            shown(run.graph.as_deref().unwrap_or("-")),
             run.state,
-            escape(&run.waiting_on.join(", ")),
+            shown(&run.waiting_on.join(", ")),
             Utc::from_ms(run.updated_at_ms),
         );
     }
