@@ -479,6 +479,28 @@ async fn an_output_that_keeps_failing_its_schema_is_a_typed_error() {
     );
 }
 
+/// A model call that fails gives the model's error (which names the provider and the
+/// model), not the failure of the loop's step around it.
+#[tokio::test]
+async fn a_failed_model_call_is_the_models_error() {
+    let agent = Agent::builder("x")
+        .model(ScriptedModel::new([]))
+        .build()
+        .unwrap();
+    let err = agent.run("hi").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Model(loomflow::model::ModelError::ScriptExhausted { .. })
+        ),
+        "{err:?}"
+    );
+    let mut stream = agent.run("hi").session("streamed").stream().await.unwrap();
+    while futures_util::StreamExt::next(&mut stream).await.is_some() {}
+    let err = stream.outcome().await.unwrap_err();
+    assert!(matches!(err, Error::Model(_)), "{err:?}");
+}
+
 #[test]
 fn build_reports_every_problem() {
     let err = Agent::builder("x")

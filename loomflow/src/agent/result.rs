@@ -96,15 +96,32 @@ pub(super) async fn finish(
 /// A failed run's error as the agent's caller matches it: the agent's loop is one node, and
 /// what it failed with (`AgentError::OutputSchema`, `Error::Model`, …) is the error, as a
 /// timeout is, rather than the node's failure wrapping it.
+/// A model call is a journaled step of that node: its failure (`StepFailed`) gives the
+/// model's error (`Error::Model`), which names the provider and the model.
 fn failure(error: crate::RunError) -> crate::Error {
+    use crate::RunError::{NodeFailed, StepFailed};
     match error {
-        crate::RunError::NodeFailed { source, node, step } => {
-            match source.downcast::<crate::Error>() {
-                Ok(own) => *own,
-                Err(source) => crate::RunError::NodeFailed { node, step, source }.into(),
-            }
-        }
+        NodeFailed { source, node, step } => match source.downcast::<crate::Error>() {
+            Ok(own) => own_failure(*own),
+            Err(source) => NodeFailed { node, step, source }.into(),
+        },
+        StepFailed { source, node, name } => match source.downcast::<crate::Error>() {
+            Ok(own) => own_failure(*own),
+            Err(source) => match source.downcast::<crate::model::ModelError>() {
+                Ok(model) => crate::Error::Model(*model),
+                Err(source) => StepFailed { node, name, source }.into(),
+            },
+        },
         other => other.into(),
+    }
+}
+
+/// What a node or a step of the agent's loop failed with: a step's failure inside it is
+/// taken apart in turn.
+fn own_failure(error: crate::Error) -> crate::Error {
+    match error {
+        crate::Error::Run(step @ crate::RunError::StepFailed { .. }) => failure(step),
+        other => other,
     }
 }
 
