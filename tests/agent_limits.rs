@@ -95,6 +95,19 @@ async fn a_call_that_waited_says_so_on_the_stream() {
     assert!((59_990..=60_020).contains(waited_ms), "{waited_ms}");
 }
 
+/// A call the limiter lets through at once reports no wait (in real time, where looking at
+/// the buckets takes a few nanoseconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_did_not_wait_reports_no_wait() {
+    let limiter = RateLimiter::new().model("gpt-4o", Limits::new().requests_per_minute(100));
+    let agent = agent("a", answers(1), &limiter);
+    let events: Vec<_> = agent.run("one").stream().await.unwrap().collect().await;
+    assert!(
+        !(events.iter()).any(|e| matches!(e, AgentEvent::RateLimited { .. })),
+        "{events:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_user_has_buckets_of_their_own() {
     let limiter = RateLimiter::new().per_user(Limits::new().requests_per_minute(1));

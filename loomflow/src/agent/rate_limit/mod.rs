@@ -355,6 +355,9 @@ impl RateLimiter {
         let user = user.filter(|_| self.config.per_user.is_some());
         #[allow(clippy::cast_precision_loss)] // token counts are far below 2^52
         let amount = tokens as f64;
+        // Whether the call slept for the buckets: one that did not waited nothing, whatever
+        // the few nanoseconds the look at them took.
+        let mut slept = false;
         loop {
             let now = Instant::now();
             let wait = self.try_take(&key, limits, user, amount, now);
@@ -364,13 +367,17 @@ impl RateLimiter {
                     model: key,
                     user: user.map(str::to_owned),
                     tokens: amount,
-                    waited: now.saturating_duration_since(started),
+                    waited: match slept {
+                        true => now.saturating_duration_since(started),
+                        false => Duration::ZERO,
+                    },
                 });
             }
             if self.config.mode == RateLimitMode::Fail {
                 return Err(wait);
             }
             tokio::time::sleep(wait).await;
+            slept = true;
         }
     }
 
