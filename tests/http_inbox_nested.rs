@@ -150,5 +150,46 @@ async fn an_inbox_with_more_waiting_runs_than_it_shows_says_so() {
         page.contains("id=\"more\""),
         "the page says it does not show every run"
     );
+    assert!(
+        page.contains("id=\"more-approvals\""),
+        "the page says it does not show every call waiting"
+    );
     assert!(page.contains("GET /v1/runs?status=waiting"), "{page}");
+}
+
+/// Runs waiting for something else (a webhook), however many and however new, do not push
+/// a run that waits for an approval off the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_waiting_for_webhooks_do_not_hide_an_approval() {
+    let runtime = Runtime::in_memory();
+    ask_for_refund(&runtime, "asks-first", 250).await;
+    let hook: CompiledGraph<u32> = Graph::new("hook")
+        .node_fn("wait", |n: &mut u32, ctx| {
+            Box::pin(async move {
+                *n = ctx.wait_for_signal("delivered").or_suspend().await?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    for i in 0..=SHOWN_RUNS {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        hook.invoke(&runtime, format!("hook-{i}"), 0).await.unwrap();
+    }
+    let addr = serve_nested(&runtime).await;
+    let bearer = ("Authorization", format!("Bearer {TOKEN}"));
+    let (status, _, page) = request(addr, "GET", "/ops/inbox", &[bearer], b"").await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page.matches("<section class=\"approval\"").count(), 1);
+    assert!(page.contains("data-thread=\"asks-first\""), "{page}");
+    assert!(
+        page.contains("id=\"more\""),
+        "the table of waiting runs is cut"
+    );
+    assert!(
+        !page.contains("id=\"more-approvals\""),
+        "every call is shown"
+    );
 }

@@ -9,9 +9,10 @@
 //! to `/inbox`. Nested under a prefix ([`Router::nest`](axum::Router::nest)), the cookie's
 //! path, the redirects and the forms all carry the prefix.
 //!
-//! The page shows the [`SHOWN_RUNS`] most recently updated runs of each waiting state and
-//! says so when there are more (`GET /v1/runs?status=waiting` lists them all, a page at a
-//! time).
+//! The page shows the calls of the [`SHOWN_RUNS`] most recently updated runs that wait for
+//! an approval, whatever other runs wait, and the [`SHOWN_RUNS`] most recently updated runs
+//! of each waiting state; it says so when there are more (`GET /v1/runs?status=waiting`
+//! lists them all, a page at a time).
 //!
 //! Every form carries a token derived from that credential (an HMAC keyed by it), and a
 //! decision is accepted only with both the cookie and the matching form token: a form
@@ -21,6 +22,7 @@
 //! own, new in each process: a form posted to another process is refused (403 `bad_form`)
 //! until the page is loaded again.
 
+use std::cmp::Reverse;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -33,14 +35,18 @@ use serde::Deserialize;
 
 use super::auth;
 use super::{ApiError, AppState};
-use crate::runtime::{RunFilter, RunState, Utc};
-use crate::tool::ApprovalDecision;
+use crate::runtime::{RunCursor, RunFilter, RunRecord, RunState, Utc};
+use crate::tool::{ApprovalDecision, SignalApprover};
 
 const COOKIE: &str = "loomflow_inbox";
 
 /// How many runs of each waiting state (waiting, interrupted) the page looks at, newest
 /// first.
 pub const SHOWN_RUNS: usize = 200;
+
+/// How many runs of each waiting state the page looks through for the runs that wait for
+/// an approval, newest first.
+pub const SCANNED_RUNS: usize = 20_000;
 
 /// The inbox page's own path as the client sent it (`/inbox`, or `/ops/inbox` when the
 /// router is nested under `/ops`), from the path of a request to `/inbox` or to one of its
@@ -203,9 +209,10 @@ pub(super) async fn page(
          </style></head><body>\n<h1>Approval inbox</h1>\n",
     );
     let mut approvals = 0;
-    // The waiting runs, and the runs of this process whose calls wait in memory (executing:
-    // no waiting row lists them).
-    let mut sessions: Vec<String> = waiting.iter().map(|run| run.thread.clone()).collect();
+    // The runs waiting for an approval, however many other runs wait (for webhooks, say),
+    // and the runs of this process whose calls wait in memory (executing: no waiting row
+    // lists them).
+    let (mut sessions, unlooked) = runs_awaiting_approval(&app.runtime).await?;
     for session in app.runtime.sessions_awaiting_approval() {
         if !sessions.contains(&session) {
             sessions.push(session);
@@ -277,6 +284,15 @@ pub(super) async fn page(
             shown(session),
         );
     }
+    if unlooked {
+        let _ = writeln!(
+            html,
+            "<p id=\"more-approvals\">Calls of more runs may wait for approval than this page \
+             shows (those of the {SHOWN_RUNS} most recently updated runs that ask): a run's \
+             are listed by <code>GET /v1/threads/&lt;thread&gt;</code> and \
+             <code>loomflow show &lt;thread&gt;</code>.</p>"
+        );
+    }
     if more {
         let _ = writeln!(
             html,
@@ -288,7 +304,7 @@ pub(super) async fn page(
         );
     }
     if approvals == 0 && unreadable.is_empty() {
-        let among = if more { " among these runs" } else { "" };
+        let among = if unlooked { " among these runs" } else { "" };
         let _ = writeln!(
             html,
             "<p id=\"empty\">No tool call waits for approval{among}.</p>"
@@ -308,6 +324,44 @@ pub(super) async fn page(
     }
     html.push_str("</table>\n</body></html>\n");
     Ok(Html(html).into_response())
+}
+
+/// The threads whose runs wait (or are interrupted) for a tool call's approval, newest
+/// first: at most [`SHOWN_RUNS`], looked for among the [`SCANNED_RUNS`] most recently
+/// updated runs of each state, a page at a time (other runs, waiting for webhooks say, do
+/// not push them off the page). And whether more may wait for one than that.
+async fn runs_awaiting_approval(runtime: &crate::Runtime) -> Result<(Vec<String>, bool), ApiError> {
+    const PAGE: usize = 500;
+    let mut threads = Vec::new();
+    let mut more = false;
+    for state in [RunState::Waiting, RunState::Interrupted] {
+        let mut filter = RunFilter::new().state(state).limit(PAGE);
+        let mut looked = 0;
+        loop {
+            let runs = runtime.runs(&filter).await?;
+            looked += runs.len();
+            let asks = |signal: &String| signal.starts_with(SignalApprover::PREFIX);
+            let approval = |run: &&RunRecord| run.waiting_on.iter().any(asks);
+            let newest_first = |run: &RunRecord| (Reverse(run.updated_at_ms), run.thread.clone());
+            threads.extend(runs.iter().filter(approval).map(newest_first));
+            let Some(last) = runs.last().filter(|_| runs.len() == PAGE) else {
+                break;
+            };
+            if looked >= SCANNED_RUNS || threads.len() > SHOWN_RUNS {
+                more = true;
+                break;
+            }
+            filter = filter.after(RunCursor::of(last));
+        }
+    }
+    // Newest first across both states.
+    threads.sort();
+    more |= threads.len() > SHOWN_RUNS;
+    threads.truncate(SHOWN_RUNS);
+    Ok((
+        threads.into_iter().map(|(_, thread)| thread).collect(),
+        more,
+    ))
 }
 
 /// Whether the request reached a proxy over HTTPS (`X-Forwarded-Proto: https`, or
