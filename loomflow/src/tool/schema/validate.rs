@@ -1,6 +1,7 @@
 //! Checking a model's arguments against a tool's schema, naming the field that is wrong.
 
 use serde_json::Value;
+use std::cell::RefCell;
 
 use super::bounds::{Depth, MAX_DEPTH, MAX_FRAMES, MAX_HOPS, MAX_STEPS, Steps};
 use super::sizes::{check_bounds, check_integer_format, check_lengths, integral};
@@ -31,7 +32,7 @@ pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
     Validator {
         root: schema,
         steps: &steps,
-        const_missed: std::cell::Cell::new(false),
+        const_missed: RefCell::default(),
     }
     .check(schema, value, &mut String::new(), Depth::default())
 }
@@ -44,11 +45,10 @@ pub(super) fn fits(
     value: &Value,
     (steps, depth): (&Steps, Depth),
 ) -> bool {
-    let const_missed = std::cell::Cell::new(false);
     Validator {
         root,
         steps,
-        const_missed,
+        const_missed: RefCell::default(),
     }
     .check(schema, value, &mut String::new(), depth)
     .is_ok()
@@ -94,9 +94,46 @@ fn percent_decoded(text: &str) -> Option<String> {
 struct Validator<'s> {
     root: &'s Value,
     steps: &'s Steps,
-    /// Whether the last error came from a value that is not a constant (`const`, `enum`)
-    /// a schema asks for.
-    const_missed: std::cell::Cell<bool>,
+    /// The constants the last error's value was not one of (`const`, `enum`), if it came
+    /// from such a miss.
+    const_missed: RefCell<Option<Box<ConstMiss>>>,
+}
+
+/// A value that is not one of the constants (`const`, `enum`) a schema asks for.
+#[derive(Clone)]
+struct ConstMiss {
+    /// Where, as [`at`] names it.
+    at: String,
+    /// The constants asked for.
+    expected: Vec<Value>,
+    /// The value, as [`clipped`] shows it.
+    got: String,
+}
+
+impl ConstMiss {
+    fn new(path: &str, expected: Vec<Value>, value: &Value) -> Self {
+        Self {
+            at: at(path),
+            expected,
+            got: clipped(value),
+        }
+    }
+
+    /// What it says: every constant asked for.
+    fn message(&self) -> String {
+        match &self.expected[..] {
+            [one] => format!("{}: expected {one}, got {}", self.at, self.got),
+            many => {
+                let many: Vec<String> = many.iter().map(Value::to_string).collect();
+                format!(
+                    "{}: expected one of {}, got {}",
+                    self.at,
+                    many.join(", "),
+                    self.got
+                )
+            }
+        }
+    }
 }
 
 fn too_deep(path: &str, depth: Depth) -> String {
@@ -187,24 +224,12 @@ impl Validator<'_> {
         if let Some(Value::Array(options)) = map.get("enum")
             && !options.iter().any(|option| same_value(option, value))
         {
-            self.const_missed.set(true);
-            let options: Vec<String> = options.iter().map(Value::to_string).collect();
-            return Err(format!(
-                "{}: expected one of {}, got {}",
-                at(path),
-                options.join(", "),
-                clipped(value)
-            ));
+            return Err(self.missed(path, options, value));
         }
         if let Some(expected) = map.get("const")
             && !same_value(expected, value)
         {
-            self.const_missed.set(true);
-            return Err(format!(
-                "{}: expected {expected}, got {}",
-                at(path),
-                clipped(value)
-            ));
+            return Err(self.missed(path, std::slice::from_ref(expected), value));
         }
         check_integer_format(map, value, path)?;
         check_lengths(map, value, path)?;
@@ -280,13 +305,13 @@ impl Validator<'_> {
                 let mut misses = Vec::new();
                 let mut matched = false;
                 for branch in branches {
-                    self.const_missed.set(false);
+                    *self.const_missed.borrow_mut() = None;
                     match self.check_within(branch, value, path, depth.hop(), &required_here) {
                         Ok(()) => {
                             matched = true;
                             break;
                         }
-                        Err(error) => misses.push((error, self.const_missed.get())),
+                        Err(error) => misses.push((error, self.const_missed.take())),
                     }
                 }
                 if !matched && self.steps.spent() {
@@ -302,46 +327,57 @@ impl Validator<'_> {
     }
 
     /// What a value no branch of an `anyOf`/`oneOf` took is told: every allowed value when
-    /// the branches are constants (an enum's documented variants), else what the branch the
-    /// value came closest to asks for: one it did not miss on a constant (a tagged enum's
-    /// other variants miss on their tag), and of those the one whose error lies deepest.
+    /// the branches are constants (an enum's documented variants, `null` for an `Option`),
+    /// or when every branch missed on a constant in the same place (the tag of an internally
+    /// tagged enum); else what the branch the value came closest to asks for: one it did not
+    /// miss on a constant (a tagged enum's other variants miss on their tag), and of those
+    /// the one whose error lies deepest.
     fn no_branch(
         &self,
         branches: &[Value],
         value: &Value,
         path: &str,
-        misses: Vec<(String, bool)>,
+        misses: Vec<(String, Option<Box<ConstMiss>>)>,
     ) -> String {
-        if let Some(allowed) = constants(self.root, branches) {
-            self.const_missed.set(true);
-            let allowed: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
-            return format!(
-                "{}: expected one of {}, got {}",
-                at(path),
-                allowed.join(", "),
-                clipped(value)
-            );
+        if let Some(allowed) = constants(self.root, branches, true) {
+            return self.missed(path, &allowed, value);
         }
-        let mut best: Option<(String, bool)> = None;
-        for (error, const_missed) in misses {
+        if let Some(merged) = same_place(&misses) {
+            let message = merged.message();
+            *self.const_missed.borrow_mut() = Some(merged);
+            return message;
+        }
+        let mut best: Option<(String, Option<Box<ConstMiss>>)> = None;
+        for (error, miss) in misses {
             let better = match &best {
                 None => true,
-                Some((kept, kept_missed)) => {
-                    (*kept_missed && !const_missed)
-                        || (*kept_missed == const_missed && reach(&error) > reach(kept))
+                Some((kept, kept_miss)) => {
+                    (kept_miss.is_some() && miss.is_none())
+                        || (kept_miss.is_some() == miss.is_some() && reach(&error) > reach(kept))
                 }
             };
             if better {
-                best = Some((error, const_missed));
+                best = Some((error, miss));
             }
         }
         match best {
-            Some((error, const_missed)) => {
-                self.const_missed.set(const_missed);
+            Some((error, miss)) => {
+                *self.const_missed.borrow_mut() = miss;
                 error
             }
             None => format!("{}: no schema matched", at(path)),
         }
+    }
+
+    /// The error of `value` at `path`, not one of the constants `expected`, remembered as a
+    /// miss on a constant. Kept out of the recursion's frame.
+    #[cold]
+    #[inline(never)]
+    fn missed(&self, path: &str, expected: &[Value], value: &Value) -> String {
+        let miss = ConstMiss::new(path, expected.to_vec(), value);
+        let message = miss.message();
+        *self.const_missed.borrow_mut() = Some(Box::new(miss));
+        message
     }
 
     fn resolve(&self, reference: &str) -> Option<&Value> {
@@ -357,9 +393,10 @@ pub(super) fn required_names(map: &serde_json::Map<String, Value>) -> Vec<&str> 
     }
 }
 
-/// The constants `branches` allow, when each is a `const` or an `enum` (through a local
-/// `$ref`); `None` when one is anything else.
-fn constants(root: &Value, branches: &[Value]) -> Option<Vec<Value>> {
+/// The constants `branches` allow, when each is a `const`, an `enum` or `null` (through a
+/// local `$ref`), or, when `nested_once`, branches of such (an `Option` of an enum whose
+/// variants are documented); `None` when one is anything else.
+fn constants(root: &Value, branches: &[Value], nested_once: bool) -> Option<Vec<Value>> {
     let mut allowed = Vec::new();
     for branch in branches {
         let mut branch = branch;
@@ -373,10 +410,42 @@ fn constants(root: &Value, branches: &[Value]) -> Option<Vec<Value>> {
         match (branch.get("const"), branch.get("enum")) {
             (Some(constant), _) => allowed.push(constant.clone()),
             (None, Some(Value::Array(values))) => allowed.extend(values.iter().cloned()),
-            _ => return None,
+            // An `Option`'s `null`.
+            _ if branch.get("type").and_then(Value::as_str) == Some("null") => {
+                allowed.push(Value::Null);
+            }
+            // An enum of documented variants, through an `Option`'s `$ref`.
+            _ => match branch.get("oneOf").or_else(|| branch.get("anyOf")) {
+                Some(Value::Array(nested)) if nested_once => {
+                    allowed.extend(constants(root, nested, false)?);
+                }
+                _ => return None,
+            },
         }
     }
     Some(allowed)
+}
+
+/// The misses of branches that each missed on a constant in the same place, as one that
+/// lists every constant they asked for; `None` unless there are two or more such branches
+/// and no other.
+fn same_place(misses: &[(String, Option<Box<ConstMiss>>)]) -> Option<Box<ConstMiss>> {
+    let mut merged: Option<Box<ConstMiss>> = None;
+    for (_, miss) in misses {
+        let miss = miss.as_ref()?;
+        match &mut merged {
+            None => merged = Some(miss.clone()),
+            Some(kept) if kept.at == miss.at && kept.got == miss.got => {
+                for constant in &miss.expected {
+                    if !kept.expected.contains(constant) {
+                        kept.expected.push(constant.clone());
+                    }
+                }
+            }
+            Some(_) => return None,
+        }
+    }
+    merged.filter(|_| misses.len() > 1)
 }
 
 /// How deep in the arguments an error lies: the length of the field it names.

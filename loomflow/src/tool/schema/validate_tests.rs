@@ -102,6 +102,50 @@ fn a_value_no_branch_takes_is_told_what_the_branches_allow() {
         validate(&schema, &json!({ "filter": { "kind": "price" } })),
         Err("missing required field `filter.max`".to_owned())
     );
+    // A tag no variant has: every variant's tag, not the first's alone.
+    assert_eq!(
+        validate(&schema, &json!({ "filter": { "kind": "size" } })),
+        Err(r#"field `filter.kind`: expected one of "tag", "price", got "size""#.to_owned())
+    );
+}
+
+/// An `Option` of an enum: the enum's values and `null`, not "expected null" (which told a
+/// model to leave the argument out).
+#[test]
+fn an_optional_enum_is_told_its_values() {
+    let schema = json!({
+        "type": "object",
+        "properties": { "unit": { "anyOf": [
+            { "$ref": "#/$defs/Unit" }, { "type": "null" }
+        ] } },
+        "$defs": { "Unit": { "type": "string", "enum": ["celsius", "fahrenheit"] } }
+    });
+    assert_eq!(
+        validate(&schema, &json!({ "unit": "kelvin" })),
+        Err(
+            r#"field `unit`: expected one of "celsius", "fahrenheit", null, got "kelvin""#
+                .to_owned()
+        )
+    );
+    assert_eq!(validate(&schema, &json!({ "unit": null })), Ok(()));
+    // Its variants documented: a `oneOf` of constants behind the `$ref`.
+    let documented = json!({
+        "type": "object",
+        "properties": { "unit": { "anyOf": [
+            { "$ref": "#/$defs/Unit" }, { "type": "null" }
+        ] } },
+        "$defs": { "Unit": { "oneOf": [
+            { "type": "string", "const": "celsius", "description": "metric" },
+            { "type": "string", "const": "fahrenheit", "description": "imperial" }
+        ] } }
+    });
+    assert_eq!(
+        validate(&documented, &json!({ "unit": "kelvin" })),
+        Err(
+            r#"field `unit`: expected one of "celsius", "fahrenheit", null, got "kelvin""#
+                .to_owned()
+        )
+    );
 }
 
 /// An integer written as an integral float (`3.0`) is one of an `enum`'s or a `const`'s
