@@ -519,6 +519,49 @@ fn build_reports_every_problem() {
     assert!(err.to_string().contains("does not resolve"), "{err}");
 }
 
+mod web {
+    /// Search the web.
+    #[loomflow::tool]
+    pub(crate) fn search(query: String) -> String {
+        format!("web: {query}")
+    }
+}
+
+mod docs {
+    /// Search our documents.
+    #[loomflow::tool]
+    pub(crate) fn search(query: String) -> String {
+        format!("docs: {query}")
+    }
+}
+
+/// Two tools of one name: the second would replace the first without a word, and a
+/// temperature no provider takes would fail every call. Both refused at build.
+#[test]
+fn two_tools_of_one_name_and_a_wild_temperature_are_refused() {
+    let err = Agent::builder("x")
+        .model(EchoModel::new())
+        .tool(web::search)
+        .tool(docs::search)
+        .temperature(7.5)
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("two tools are named \"search\""), "{text}");
+    assert!(
+        text.contains("temperature 7.5 is not from 0 to 2"),
+        "{text}"
+    );
+    assert!(
+        Agent::builder("x")
+            .model(EchoModel::new())
+            .tool(web::search)
+            .temperature(0.0)
+            .build()
+            .is_ok()
+    );
+}
+
 #[tokio::test]
 async fn a_session_continues_its_conversation_and_concurrent_runs_take_turns() {
     let agent = Agent::builder("x").model(EchoModel::new()).build().unwrap();

@@ -40,6 +40,8 @@ pub struct AgentBuilder {
     guardrails: guardrail::Guardrails,
     context_policy: Option<ContextPolicy>,
     rate_limiter: Option<RateLimiter>,
+    /// The names of tools added twice (the second replaced the first): refused at build.
+    named_twice: Vec<String>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -84,6 +86,7 @@ impl AgentBuilder {
             guardrails: guardrail::Guardrails::default(),
             context_policy: None,
             rate_limiter: None,
+            named_twice: Vec::new(),
         }
     }
 
@@ -144,8 +147,13 @@ impl AgentBuilder {
         self
     }
 
-    /// Adds a tool.
+    /// Adds a tool. Two tools of one name (two modules' `search`, say) are refused at
+    /// [`build`](Self::build): name one otherwise (`#[tool(name = "docs_search")]`).
     pub fn tool(mut self, tool: impl Tool) -> Self {
+        let name = &tool.spec().name;
+        if self.tools.get(name).is_some() && !self.named_twice.contains(name) {
+            self.named_twice.push(name.clone());
+        }
         self.tools.add(tool);
         self
     }
@@ -252,7 +260,8 @@ impl AgentBuilder {
         self
     }
 
-    /// Sampling temperature for every request.
+    /// Sampling temperature for every request: from 0 to 2 (providers refuse others, and
+    /// [`build`](Self::build) does).
     pub fn temperature(mut self, temperature: f32) -> Self {
         self.temperature = Some(temperature);
         self
@@ -353,6 +362,15 @@ impl AgentBuilder {
         // Every model call would ask for an answer of no tokens.
         if self.max_tokens == Some(0) {
             problems.push("max_tokens must be at least 1".to_owned());
+        }
+        if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            problems.push(format!("temperature {t} is not from 0 to 2"));
+        }
+        for name in &self.named_twice {
+            problems.push(format!(
+                "two tools are named {name:?}, and the model could call only one: name one \
+                 otherwise (#[tool(name = \"..\")])"
+            ));
         }
         problems.extend(self.budget.problems());
         problems.extend(self.prices.problems());
