@@ -116,6 +116,14 @@ impl ToolModel {
                         params.push(Param::Context);
                         continue;
                     }
+                    if let Some(wrong) = context_not_shared(&pat_type.ty) {
+                        errors.push_spanned(
+                            wrong,
+                            "take the tool's context as `&ToolContext`: it is lent to the \
+                             call, not an argument the model gives",
+                        );
+                        continue;
+                    }
                     let ident = match &*pat_type.pat {
                         Pat::Ident(pat) if pat.subpat.is_none() => pat.ident.clone(),
                         other => {
@@ -205,6 +213,29 @@ impl ToolModel {
                         field_attrs,
                     });
                 }
+            }
+        }
+        // Two parameters the model would name alike (one renamed to the other's name):
+        // the arguments could fill only one, and every call would fail.
+        let mut wire_names: Vec<String> = Vec::new();
+        for param in &params {
+            let Param::Arg {
+                ident, field_attrs, ..
+            } = param
+            else {
+                continue;
+            };
+            let wire = serde_rename(field_attrs).unwrap_or_else(|| unraw(ident));
+            if wire_names.contains(&wire) {
+                errors.push_spanned(
+                    ident,
+                    format!(
+                        "two parameters are the argument `{wire}` the model gives (one by \
+                         #[serde(rename)]): rename one"
+                    ),
+                );
+            } else {
+                wire_names.push(wire);
             }
         }
         for (name, _) in &args.params {
@@ -361,6 +392,42 @@ fn is_lint(attr: &syn::Attribute) -> bool {
     ["allow", "warn", "deny", "forbid", "expect"]
         .iter()
         .any(|name| attr.path().is_ident(name))
+}
+
+/// The name a parameter's `#[serde(rename = "..")]` gives it, if it has one.
+fn serde_rename(attrs: &[syn::Attribute]) -> Option<String> {
+    let mut renamed = None;
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("serde")) {
+        // Whatever else it says is serde's to judge.
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename")
+                && let Ok(value) = meta.value()
+                && let Ok(name) = value.parse::<syn::LitStr>()
+            {
+                renamed = Some(name.value());
+            } else if meta.input.peek(syn::Token![=]) {
+                let _ = meta.value()?.parse::<syn::Expr>();
+            } else if meta.input.peek(syn::token::Paren) {
+                let _ = meta.parse_nested_meta(|_| Ok(()));
+            }
+            Ok(())
+        });
+    }
+    renamed
+}
+
+/// `ToolContext` taken by value or as `&mut`: the type, to point at.
+fn context_not_shared(ty: &Type) -> Option<&Type> {
+    let named = |ty: &Type| match crate::common::ungrouped(ty) {
+        Type::Path(path) => (path.path.segments.last()).is_some_and(|s| s.ident == "ToolContext"),
+        _ => false,
+    };
+    match crate::common::ungrouped(ty) {
+        Type::Reference(reference) if reference.mutability.is_some() => {
+            named(&reference.elem).then_some(ty)
+        }
+        other => named(other).then_some(ty),
+    }
 }
 
 /// `&ToolContext` (any path ending in `ToolContext`), shared, not mutable.
