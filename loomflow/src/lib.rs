@@ -280,7 +280,10 @@ pub use loomflow_macros::agent;
 ///   schema names each field by its serialized name only, so a `#[serde(alias)]` is refused
 ///   like any other unknown field. An integral float (`3.0`) is accepted for an integer
 ///   within the range of its type, and `null` for an optional parameter is the parameter
-///   left out, as OpenAI's strict mode sends it.
+///   left out, as OpenAI's strict mode sends it. The check covers types, required fields,
+///   `enum`/`const`, numeric bounds, integer formats and lengths; a `pattern` or a string
+///   `format` (`#[schemars(regex(..))]`, `#[schemars(email)]`) is told to the model but
+///   not checked: check it in the body and return an `Err` the model reads.
 /// - **The return value** is serialized. A `Result<T, E>` makes a fallible tool: `Err`
 ///   becomes a failed call the model reads, as `E`'s `Display` text. An alias of `Result`
 ///   (`type ToolResult<T> = Result<T, String>`) is fallible too. An `E` that is not
