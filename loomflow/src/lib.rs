@@ -177,7 +177,9 @@ pub use worker::{RunReport, Worker, WorkerHandle};
 /// into a unit value implementing [`Node<S>`]: pass it to [`Graph::node`]. The node is
 /// named after the function, without the `r#` of a raw identifier (`r#match` is the node
 /// `"match"`; override with `#[node(name = "...")]`); the doc comment becomes its
-/// description.
+/// description. A crate that renames its loomflow dependency (`lf = { package =
+/// "loomflow", .. }`) says where it is with `#[node(crate = lf)]`, as it does for `#[tool]`
+/// and `#[agent]`.
 /// The original body stays callable as `name::call(state, ctx)`, and the fn's other
 /// attributes go on it: a `#[tracing::instrument]` below `#[node]` makes a span named
 /// `call` (give it a name, or put it above `#[node]`). A state type that is not a
