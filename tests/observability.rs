@@ -749,11 +749,10 @@ fn approve_refund(order: String) -> String {
     format!("refunded {order}")
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_resumed_run_links_to_the_trace_it_suspended_in() {
-    let db = loomflow_tests::TempDb::new("otel-link");
+/// An agent that asks for approval to refund C-3, then says it refunded.
+fn refunds_agent(db: &loomflow_tests::TempDb) -> Agent {
     let call = ToolCall::new("call_r", "approve_refund", json!({ "order": "C-3" }));
-    let agent = Agent::builder("You refund.")
+    Agent::builder("You refund.")
         .name("refunds")
         .model(ScriptedModel::new([
             ModelResponse::tool_calls(vec![call]),
@@ -763,7 +762,63 @@ async fn a_resumed_run_links_to_the_trace_it_suspended_in() {
         .durable_approvals()
         .runtime(Runtime::sqlite(db.path()).unwrap())
         .build()
+        .unwrap()
+}
+
+/// An agent's run a worker carries on after its approval has its `invoke_agent` span, with
+/// the agent's name and the conversation, around the run's, as one its own API resumes.
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_a_worker_carries_on_is_inside_its_agents_span() {
+    let db = loomflow_tests::TempDb::new("otel-worker-agent");
+    let agent = refunds_agent(&db);
+    assert!(
+        agent
+            .run("Refund C-3")
+            .session("r-2")
+            .await
+            .unwrap()
+            .interrupted
+    );
+    let runtime = agent.runtime();
+    let allow = loomflow::tool::ApprovalDecision::Allow;
+    runtime
+        .decide_approval_by("r-2", "call_r", allow, "ada")
+        .await
         .unwrap();
+
+    let (provider, exporter, guard) = otel();
+    let worker = Worker::builder(runtime).graph(agent.graph()).build();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    drop(guard);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let [run] = exported(&spans, "run refunds")[..] else {
+        panic!(
+            "one run span: {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+    };
+    let [agent_span] = exported(&spans, "invoke_agent refunds")[..] else {
+        panic!(
+            "one agent span: {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+    };
+    assert_eq!(run.parent_span_id, agent_span.span_context.span_id());
+    assert_eq!(
+        attribute(agent_span, "gen_ai.conversation.id").as_deref(),
+        Some("r-2")
+    );
+    assert_eq!(
+        runtime.run("r-2").await.unwrap().record.state,
+        loomflow::runtime::RunState::Completed
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_resumed_run_links_to_the_trace_it_suspended_in() {
+    let db = loomflow_tests::TempDb::new("otel-link");
+    let agent = refunds_agent(&db);
 
     let (provider, exporter, guard) = otel();
     let first = agent.run("Refund C-3").session("r-1").await.unwrap();

@@ -424,7 +424,21 @@ impl<S: State> CompiledGraph<S> {
         builder.allow_graph_change = allow_graph_change;
         let mut execution = builder.into_execution(None);
         execution.claim = Some(claim);
-        execute(execution).await
+        // A graph with a span of its own (an agent's `invoke_agent`) has it around a run a
+        // worker carries on too, as around one its own API starts.
+        let Some(embedded) = &self.inner.embedded_span else {
+            return execute(execution).await;
+        };
+        let span = (embedded.make)(&execution.thread);
+        let ran =
+            tracing::Instrument::instrument(span.in_scope(|| execute(execution)), span.clone())
+                .await;
+        match &ran {
+            Ok(RunOutcome::Failed { error, .. }) => (embedded.failed)(&span, error),
+            Err(RunError::Cancelled { .. } | RunError::Yielded { .. }) | Ok(_) => {}
+            Err(error) => (embedded.failed)(&span, error),
+        }
+        ran
     }
 
     /// Configures a run of this graph on `thread`, starting from `input`.
