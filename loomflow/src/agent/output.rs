@@ -247,7 +247,21 @@ fn schema_name<T>() -> String {
 pub(super) fn check_against(schema: &Value, text: &str) -> Result<(), String> {
     let value: Value =
         serde_json::from_str(text.trim()).map_err(|e| format!("the answer is not JSON: {e}"))?;
-    crate::tool::validate_schema(schema, &value)
+    validate_answer(schema, &value)
+}
+
+/// `value` checked against `schema`, its errors said of the answer: the check is the one
+/// tools' arguments go through, which names its root `arguments`.
+fn validate_answer(schema: &Value, value: &Value) -> Result<(), String> {
+    crate::tool::validate_schema(schema, value).map_err(|error| {
+        match error.strip_prefix("arguments: ") {
+            Some(rest) => format!(
+                "the answer: {}",
+                rest.replace("the arguments nest", "it nests")
+            ),
+            None => error,
+        }
+    })
 }
 
 /// Checks the output the output guardrails rewrote against the run's schema, if it has one:
@@ -267,7 +281,7 @@ pub(super) fn check_rewritten(
     let checked = match (&state.output_schema, &state.output_fields, &core.output) {
         (Some(_), Some(fields), _) => serde_json::from_str::<Value>(output.trim())
             .map_err(|e| format!("the answer is not JSON: {e}"))
-            .and_then(|value| crate::tool::validate_schema(fields, &value)),
+            .and_then(|value| validate_answer(fields, &value)),
         (Some(own), None, _) => check_against(&own.schema, output),
         (None, _, Some(spec)) => match serde_json::from_str::<Value>(output.trim()) {
             Ok(value) if !is_object(&spec.fields) => {
@@ -419,6 +433,9 @@ mod tests {
         assert!(check_against(&schema, r#"{"city": "Lyon", "days": null}"#).is_ok());
         let wrong = check_against(&schema, r#"{"city": 7, "days": 1}"#).unwrap_err();
         assert!(wrong.contains("city"), "{wrong}");
+        // Said of the answer, not of a tool's arguments.
+        let list = check_against(&schema, r#"["Lyon"]"#).unwrap_err();
+        assert!(list.starts_with("the answer: expected an object"), "{list}");
         assert!(
             check_against(&schema, "Lyon")
                 .unwrap_err()
