@@ -156,6 +156,35 @@ async fn answers_that_never_fit_fail_naming_the_agent() {
     );
 }
 
+/// A new prompt after a run that failed its output schema goes on from its conversation
+/// without the note that asked for a better answer: that was the failed run's turn, and the
+/// new run (without a schema) would be told to reply with JSON.
+#[tokio::test]
+async fn a_prompt_after_a_failed_typed_run_is_not_asked_for_json() {
+    let model = Arc::new(ScriptedModel::new(
+        ["no", "still no", "Here you are."].map(ModelResponse::text),
+    ));
+    let agent = Agent::builder("You review refunds.")
+        .model(Arc::clone(&model))
+        .max_schema_retries(1)
+        .build()
+        .unwrap();
+    let failed = agent.run("Refund?").session("s").output::<Verdict>().await;
+    assert!(failed.is_err(), "{failed:?}");
+    let next = agent.run("And now?").session("s").await.unwrap();
+    assert_eq!(next.output, "Here you are.");
+    let sent: Vec<Message> = model.requests()[2].messages.iter().cloned().collect();
+    let [.., before, last] = &sent[..] else {
+        panic!("{sent:?}")
+    };
+    assert_eq!(last.text(), "And now?");
+    assert!(
+        matches!(before, Message::Assistant { .. }),
+        "the prompt follows the model's last answer: {sent:?}"
+    );
+    assert!(!before.text().contains("JSON"), "{sent:?}");
+}
+
 fn finishing(content: &str, finish_reason: FinishReason) -> ModelResponse {
     ModelResponse {
         finish_reason,

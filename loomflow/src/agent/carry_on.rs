@@ -87,6 +87,12 @@ pub(super) async fn continue_from(
         super::cancelled::results_of(&agent.runtime, (session, cp), &unanswered, ended).await?;
     let mut state = AgentState::new(prompt);
     state.messages = previous.messages;
+    // A run that failed its output schema ends on the note that asked for a better answer
+    // (the answer that failed it went with the failed step): the new prompt is not that
+    // answer's turn, and a run without a schema would be told to reply with JSON.
+    while state.messages.last().is_some_and(super::is_retry_note) {
+        state.messages.pop();
+    }
     state.messages.extend(not_run);
     state.run_start = state.messages.len();
     state.messages.push(Message::user(prompt));
