@@ -541,7 +541,10 @@ async fn timeouts_and_refused_connections_are_typed() {
         matches!(&err, ModelError::Connection { model, .. } if model == "gpt-test"),
         "{err:?}"
     );
-    assert!(err.to_string().ends_with("for model gpt-test"), "{err}");
+    assert!(
+        err.to_string().ends_with("for model gpt-test failed"),
+        "{err}"
+    );
     assert!(stream.next().await.is_none());
 }
 

@@ -111,8 +111,9 @@ pub enum ModelError {
         /// The timeout in force.
         timeout: Duration,
     },
-    /// The provider could not be reached, or the connection broke.
-    #[error("cannot reach {provider} at {url} for model {model}")]
+    /// The provider could not be reached, or the connection broke (a reply's body cut off
+    /// part way included); the source says which.
+    #[error("the connection to {provider} at {url} for model {model} failed")]
     Connection {
         /// The provider.
         provider: String,
