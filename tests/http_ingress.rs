@@ -210,6 +210,73 @@ async fn every_refusal_is_a_json_error_with_a_code() {
     assert_eq!(listed["runs"][0]["thread"], "ord_1");
 }
 
+/// Secrets rotate: a request signed with any configured secret is taken, and a header may
+/// carry a `v1=` for each secret its sender signs with; a delivery id that is not ASCII is
+/// told so, not called missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_secrets_rotate() {
+    let rotating = config()
+        .signing_secret("the-old-secret")
+        .github_secret("the-old-hook-secret");
+    let server = serve("rotation", rotating).await;
+    server
+        .runtime
+        .submit("refund", "ord_1", json!({}))
+        .await
+        .unwrap();
+    let path = "/v1/threads/ord_1/signals/review";
+    let body = br#"{"approved": true}"#;
+    let signed = |header: String, delivery: &str| {
+        [
+            ("X-Loomflow-Signature", header),
+            ("X-Loomflow-Delivery", delivery.to_owned()),
+        ]
+    };
+    for (secret, delivery) in [("the-old-secret", "d-old"), (SIGNING, "d-new")] {
+        let header = signature_header(secret, now_secs(), path, delivery, body);
+        let (status, _, reply) =
+            request(server.addr, "POST", path, &signed(header, delivery), body).await;
+        assert_eq!(status, 202, "{secret}: {reply}");
+    }
+    // Two `v1=`: one from a secret the server no longer has, one it has.
+    let now = now_secs();
+    let retired = signature_header("retired", now, path, "d-both", body);
+    let current = signature_header(SIGNING, now, path, "d-both", body);
+    let current_mac = current.split_once(",v1=").unwrap().1;
+    let both = format!("{retired},v1={current_mac}");
+    let (status, _, reply) =
+        request(server.addr, "POST", path, &signed(both, "d-both"), body).await;
+    assert_eq!(status, 202, "{reply}");
+    let header = signature_header("retired", now, path, "d-gone", body);
+    let (status, _, reply) =
+        request(server.addr, "POST", path, &signed(header, "d-gone"), body).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (401, "bad_signature")
+    );
+    for secret in ["the-old-hook-secret", GITHUB] {
+        let hub = (
+            "X-Hub-Signature-256",
+            format!("sha256={}", sign(secret, &[body])),
+        );
+        let (status, _, reply) = request(server.addr, "POST", path, &[hub], body).await;
+        assert_eq!(status, 202, "{secret}: {reply}");
+    }
+    let header = signature_header(SIGNING, now, path, "dé", body);
+    let raw = [
+        ("X-Loomflow-Signature", header.into_bytes()),
+        ("X-Loomflow-Delivery", "dé".as_bytes().to_vec()),
+    ];
+    let (status, _, reply) = try_request(server.addr, "POST", path, &raw, body)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (401, "bad_signature")
+    );
+    assert!(reply.contains("X-Loomflow-Delivery is not text"), "{reply}");
+}
+
 /// `DELETE /v1/threads/{thread}` deletes a queued run and the signal sent to it, says what
 /// it deleted, and is refused (409) while a run executes the thread; a thread with nothing to
 /// delete is 404; a caller without the token learns nothing (401).

@@ -157,13 +157,14 @@ pub(crate) enum Signature<'a> {
     /// No signature header: the bearer token decides.
     Absent,
     /// GitHub's `X-Hub-Signature-256`, over the body.
-    GitHub { secret: &'a str, mac: Vec<u8> },
-    /// `X-Loomflow-Signature`, over the time, the path, the delivery id and the body.
+    GitHub { secrets: &'a [String], mac: Vec<u8> },
+    /// `X-Loomflow-Signature`, over the time, the path, the delivery id and the body: one
+    /// MAC for each `v1=` the header carries.
     Loomflow {
-        secret: &'a str,
+        secrets: &'a [String],
         time: u64,
         delivery: &'a str,
-        mac: Vec<u8>,
+        macs: Vec<Vec<u8>>,
     },
 }
 
@@ -186,38 +187,42 @@ pub(crate) fn signature<'a>(
 ) -> Result<Signature<'a>, ApiError> {
     let bad = bad_signature;
     if let Some(value) = headers.get("x-hub-signature-256") {
-        let secret = config
-            .github_secret
-            .as_deref()
-            .ok_or_else(|| bad("GitHub signatures are not configured (no github secret)"))?;
+        let secrets = &config.github_secrets[..];
+        if secrets.is_empty() {
+            return Err(bad(
+                "GitHub signatures are not configured (no github secret)",
+            ));
+        }
         let mac = value
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("sha256="))
             .and_then(from_hex)
             .ok_or_else(|| bad("X-Hub-Signature-256 is not sha256=<hex>"))?;
-        return Ok(Signature::GitHub { secret, mac });
+        return Ok(Signature::GitHub { secrets, mac });
     }
     let Some(value) = headers.get("x-loomflow-signature") else {
         return Ok(Signature::Absent);
     };
-    let secret = config
-        .signing_secret
-        .as_deref()
-        .ok_or_else(|| bad("signed requests are not configured (no signing secret)"))?;
+    let secrets = &config.signing_secrets[..];
+    if secrets.is_empty() {
+        return Err(bad(
+            "signed requests are not configured (no signing secret)",
+        ));
+    }
     let text = value
         .to_str()
         .map_err(|_| bad("X-Loomflow-Signature is not text"))?;
     let mut time = None;
-    let mut mac = None;
+    let mut macs = Vec::new();
     for part in text.split(',') {
         match part.trim().split_once('=') {
             Some(("t", t)) => time = t.parse::<u64>().ok(),
-            Some(("v1", v)) => mac = from_hex(v),
+            Some(("v1", v)) => macs.extend(from_hex(v)),
             _ => {}
         }
     }
-    let (Some(time), Some(mac)) = (time, mac) else {
+    let Some(time) = time.filter(|_| !macs.is_empty()) else {
         return Err(bad("X-Loomflow-Signature is not t=<seconds>,v1=<hex>"));
     };
     let window = config.replay_window_or_default().as_secs();
@@ -235,18 +240,24 @@ pub(crate) fn signature<'a>(
             "the signed time is more than {ahead} s ahead of this server's clock"
         )));
     }
-    let delivery = headers
-        .get("x-loomflow-delivery")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| {
-            bad("a signed request needs its delivery id in X-Loomflow-Delivery (signed too)")
-        })?;
+    let delivery = match headers.get("x-loomflow-delivery").map(|v| v.to_str()) {
+        Some(Ok(delivery)) if !delivery.is_empty() => delivery,
+        Some(Err(_)) => {
+            return Err(bad(
+                "X-Loomflow-Delivery is not text: a delivery id is visible ASCII",
+            ));
+        }
+        _ => {
+            return Err(bad(
+                "a signed request needs its delivery id in X-Loomflow-Delivery (signed too)",
+            ));
+        }
+    };
     Ok(Signature::Loomflow {
-        secret,
+        secrets,
         time,
         delivery,
-        mac,
+        macs,
     })
 }
 
@@ -257,28 +268,33 @@ impl Signature<'_> {
     pub(crate) fn verify(self, path: &str, body: &[u8]) -> Result<Signed, ApiError> {
         match self {
             Self::Absent => Ok(Signed::No),
-            Self::GitHub { secret, mac } => hmac(secret, &[body])
-                .verify_slice(&mac)
-                .map(|()| Signed::Yes { delivery: None })
-                .map_err(|_| bad_signature("X-Hub-Signature-256 does not match the body")),
+            Self::GitHub { secrets, mac } => {
+                let signs = |secret: &String| hmac(secret, &[body]).verify_slice(&mac).is_ok();
+                match secrets.iter().any(signs) {
+                    true => Ok(Signed::Yes { delivery: None }),
+                    false => Err(bad_signature("X-Hub-Signature-256 does not match the body")),
+                }
+            }
             Self::Loomflow {
-                secret,
+                secrets,
                 time,
                 delivery,
-                mac,
-            } => hmac(
-                secret,
-                &signed_parts(&time.to_string(), path, delivery, body),
-            )
-            .verify_slice(&mac)
-            .map(|()| Signed::Yes {
-                delivery: Some(delivery.to_owned()),
-            })
-            .map_err(|_| {
-                bad_signature(
-                    "X-Loomflow-Signature does not match the time, path, delivery id and body",
-                )
-            }),
+                macs,
+            } => {
+                let time = time.to_string();
+                let parts = signed_parts(&time, path, delivery, body);
+                let signs = |secret: &String| {
+                    (macs.iter()).any(|mac| hmac(secret, &parts).verify_slice(mac).is_ok())
+                };
+                match secrets.iter().any(signs) {
+                    true => Ok(Signed::Yes {
+                        delivery: Some(delivery.to_owned()),
+                    }),
+                    false => Err(bad_signature(
+                        "X-Loomflow-Signature does not match the time, path, delivery id and body",
+                    )),
+                }
+            }
         }
     }
 }

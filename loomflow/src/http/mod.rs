@@ -86,8 +86,8 @@ pub struct HttpConfig {
     /// Host names a server without authentication answers besides `localhost` and IP
     /// addresses (see [`HttpConfig::allow_host`]).
     allowed_hosts: Vec<String>,
-    github_secret: Option<String>,
-    signing_secret: Option<String>,
+    github_secrets: Vec<String>,
+    signing_secrets: Vec<String>,
     replay_window: Option<Duration>,
 }
 
@@ -98,8 +98,8 @@ impl std::fmt::Debug for HttpConfig {
             .field("tokens", &self.tokens.len())
             .field("open", &self.open)
             .field("allowed_hosts", &self.allowed_hosts)
-            .field("github_secret", &self.github_secret.is_some())
-            .field("signing_secret", &self.signing_secret.is_some())
+            .field("github_secrets", &self.github_secrets.len())
+            .field("signing_secrets", &self.signing_secrets.len())
             .field("replay_window", &self.replay_window_or_default())
             .finish()
     }
@@ -159,21 +159,25 @@ impl HttpConfig {
     }
 
     /// Accepts signal POSTs signed by GitHub with this webhook secret
-    /// (`X-Hub-Signature-256`); `X-GitHub-Delivery` becomes the idempotency key. Surrounding
-    /// whitespace is not part of a secret (as for [`bearer_token`](Self::bearer_token): a
-    /// secret file's newline is not); an empty secret is ignored: anyone can sign with it.
+    /// (`X-Hub-Signature-256`); `X-GitHub-Delivery` becomes the idempotency key. May be
+    /// called several times (rotation: a request signed with any of them is taken).
+    /// Surrounding whitespace is not part of a secret (as for
+    /// [`bearer_token`](Self::bearer_token): a secret file's newline is not); an empty
+    /// secret is ignored: anyone can sign with it.
     pub fn github_secret(mut self, secret: impl Into<String>) -> Self {
-        self.github_secret = trimmed_secret(secret.into());
+        self.github_secrets.extend(trimmed_secret(secret.into()));
         self
     }
 
     /// Accepts signal POSTs signed with this secret in `X-Loomflow-Signature:
     /// t=<unix seconds>,v1=<hex HMAC-SHA256>`, over the time, the path, the
     /// `X-Loomflow-Delivery` id and the body ([`signature_header`] computes it). The signed
-    /// delivery id is the idempotency key. Surrounding whitespace is not part of a secret;
-    /// an empty secret is ignored: anyone can sign with it.
+    /// delivery id is the idempotency key. May be called several times (rotation: a request
+    /// signed with any of them is taken, and a header may carry a `v1=` for each secret a
+    /// sender signs with while it moves to the new one). Surrounding whitespace is not part
+    /// of a secret; an empty secret is ignored: anyone can sign with it.
     pub fn signing_secret(mut self, secret: impl Into<String>) -> Self {
-        self.signing_secret = trimmed_secret(secret.into());
+        self.signing_secrets.extend(trimmed_secret(secret.into()));
         self
     }
 
