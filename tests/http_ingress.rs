@@ -29,6 +29,9 @@ const TOKEN: &str = "s3cret-token";
 const GITHUB: &str = "github-hook-secret";
 const SIGNING: &str = "signing-secret";
 
+/// The inbox's form secret the test's replicas share.
+const FORM_SECRET: &str = "replicas-share-this";
+
 fn config() -> HttpConfig {
     HttpConfig::new()
         .bearer_token(TOKEN)
@@ -879,7 +882,7 @@ fn field_of(page: &str, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
-    let server = serve("inbox", config()).await;
+    let server = serve("inbox", config().inbox_form_secret(FORM_SECRET)).await;
     ask_for_refund(&server.runtime, "i1", 1299).await;
 
     let (status, _, _) = request(server.addr, "GET", "/inbox", NO_HEADERS, b"").await;
@@ -980,12 +983,33 @@ async fn the_inbox_lists_pending_calls_and_its_forms_refuse_cross_site_posts() {
     );
     assert!(reply.contains("asked again"), "{reply}");
 
-    // Another replica of the server (or this one restarted) takes the page's form: its
-    // token is keyed by the credential, not by the process.
-    let replica = router(server.runtime.clone(), config());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let replica_addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, replica).await.unwrap() });
+    // Another process's router, without a form secret shared with this one, refuses the
+    // page's form; a replica given the same secret takes it.
+    let replica = |config: HttpConfig| async {
+        let replica = router(server.runtime.clone(), config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, replica).await.unwrap() });
+        addr
+    };
+    let stranger = replica(config()).await;
+    let (status, _, reply) = request(
+        stranger,
+        "POST",
+        "/inbox/decide",
+        &[form_type.clone(), cookie.clone()],
+        form(&csrf_of(&page)).as_bytes(),
+    )
+    .await;
+    assert_eq!((status, error_code(&reply).as_str()), (403, "bad_form"));
+    let replica_addr = replica(config().inbox_form_secret(FORM_SECRET)).await;
+    // Behind a proxy that sends the token as a header, the form is the same on both too.
+    let by_header = |addr| async move {
+        let (_, _, page) = request(addr, "GET", "/inbox", &[bearer()], b"").await;
+        csrf_of(&page)
+    };
+    assert_eq!(by_header(server.addr).await, by_header(replica_addr).await);
+    assert_ne!(by_header(server.addr).await, by_header(stranger).await);
     let (status, head, _) = request(
         replica_addr,
         "POST",

@@ -176,6 +176,10 @@ enum Command {
         /// secret.
         #[arg(long, env = "LOOMFLOW_SIGNING_SECRET", hide_env_values = true)]
         signing_secret: Option<String>,
+        /// Key the inbox's forms with this secret: give every replica the same one, and a
+        /// page's forms are taken by whichever answers (and after a restart).
+        #[arg(long, env = "LOOMFLOW_INBOX_FORM_SECRET", hide_env_values = true)]
+        inbox_form_secret: Option<String>,
         /// Accept requests without a token. Only behind something that authenticates; refused
         /// beside a token or webhook secret, which it would leave unchecked.
         #[arg(long)]
@@ -443,6 +447,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             token,
             github_secret,
             signing_secret,
+            inbox_form_secret,
             no_auth,
             allow_hosts,
         } => {
@@ -456,6 +461,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             if let Some(secret) = signing_secret {
                 config = config.signing_secret(secret);
+            }
+            if let Some(secret) = inbox_form_secret {
+                config = config.inbox_form_secret(secret);
             }
             if no_auth {
                 config = config.without_auth();

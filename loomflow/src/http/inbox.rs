@@ -16,11 +16,12 @@
 //!
 //! Every form carries a token derived from that credential (an HMAC keyed by it), and a
 //! decision is accepted only with both the cookie and the matching form token: a form
-//! posted from another site has neither. Any replica of the server takes the forms of a
-//! page another one showed, as does the server after a restart. With auth off
-//! ([`HttpConfig::without_auth`](super::HttpConfig::without_auth)) the key is the router's
-//! own, new in each process: a form posted to another process is refused (403 `bad_form`)
-//! until the page is loaded again.
+//! posted from another site has neither. The HMAC's key is
+//! [`HttpConfig::inbox_form_secret`](super::HttpConfig::inbox_form_secret): give a server's
+//! replicas the same one and each takes the forms of a page another showed, as does the
+//! server after a restart. Without it the key is the router's own, new in each process: a
+//! form posted to another process is refused (403 `bad_form`) until the page is loaded
+//! again.
 
 use std::cmp::Reverse;
 use std::fmt::Write as _;
@@ -89,7 +90,8 @@ fn credential(headers: &HeaderMap) -> Option<String> {
         .map(|(_, value)| value.to_owned())
 }
 
-/// Checks the inbox credential; returns it (empty when auth is off).
+/// Checks the inbox credential; returns it (the cookie's or the header's token; empty when
+/// auth is off).
 fn authorize(app: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
     if app.config.open {
         return Ok(String::new());
@@ -107,19 +109,19 @@ fn authorize(app: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
         }
     }
     auth::bearer(&app.config, headers)?;
-    Ok(String::new())
+    let presented = (headers.get(header::AUTHORIZATION))
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().strip_prefix("Bearer "))
+        .map_or_else(String::new, |token| token.trim().to_owned());
+    Ok(presented)
 }
 
-/// The form token for a credential: keyed by the credential itself, which only its holder
-/// knows, so that every replica of the server, and the server after a restart, takes the
-/// forms of a page another one showed. With auth off there is no credential: the token is
-/// keyed by the router's own random secret, and a page's forms go to the process that
-/// showed it only.
+/// The form token for a credential: an HMAC of it under the router's form secret (the
+/// configured [`HttpConfig::inbox_form_secret`](super::HttpConfig::inbox_form_secret),
+/// shared by a server's replicas, or one of its own), which says nothing of the credential
+/// to whoever sees a page or a form's body.
 fn form_token(app: &AppState, credential: &str) -> String {
-    if credential.is_empty() {
-        return auth::sign(&app.form_secret, &[b"inbox-form"]);
-    }
-    auth::sign(credential, &[b"loomflow inbox form"])
+    auth::sign(&app.form_secret, &[b"inbox-form", credential.as_bytes()])
 }
 
 /// `text` as the page shows it: HTML-escaped, with the control characters and the

@@ -89,6 +89,8 @@ pub struct HttpConfig {
     github_secrets: Vec<String>,
     signing_secrets: Vec<String>,
     replay_window: Option<Duration>,
+    /// Keys the inbox's form tokens (see [`HttpConfig::inbox_form_secret`]).
+    form_secret: Option<String>,
 }
 
 impl std::fmt::Debug for HttpConfig {
@@ -193,6 +195,17 @@ impl HttpConfig {
         self
     }
 
+    /// The key of the inbox's form tokens, for servers that run as several replicas (or
+    /// that restart while a page is open): give each the same secret, and a page's forms
+    /// are taken by whichever answers. Without one, each router keys them with a random
+    /// secret of its own: a form posted to another process is refused (403 `bad_form`)
+    /// until the page is loaded again. Surrounding whitespace is not part of it; an empty
+    /// secret is ignored.
+    pub fn inbox_form_secret(mut self, secret: impl Into<String>) -> Self {
+        self.form_secret = trimmed_secret(secret.into());
+        self
+    }
+
     fn replay_window_or_default(&self) -> Duration {
         self.replay_window.unwrap_or(Duration::from_secs(300))
     }
@@ -207,7 +220,7 @@ fn trimmed_secret(secret: String) -> Option<String> {
 pub(crate) struct AppState {
     pub(crate) runtime: Runtime,
     pub(crate) config: HttpConfig,
-    /// Keys the inbox's form tokens; new for each router.
+    /// Keys the inbox's form tokens: the configured secret, else one new for each router.
     pub(crate) form_secret: String,
 }
 
@@ -239,10 +252,11 @@ pub(crate) fn body_limit(payload_limit: usize) -> usize {
 /// The ingress as an axum [`Router`]: serve it, or [`Router::nest`] it into your app.
 pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
     let limit = body_limit(runtime.signal_config().max_payload_bytes);
+    let form_secret = config.form_secret.clone().unwrap_or_else(random_secret);
     let state = Arc::new(AppState {
         runtime,
         config,
-        form_secret: random_secret(),
+        form_secret,
     });
     Router::new()
         .route(
