@@ -332,6 +332,7 @@ impl Validator<'_> {
     /// tagged enum); else what the branch the value came closest to asks for: one it did not
     /// miss on a constant (a tagged enum's other variants miss on their tag), and of those
     /// the one whose error lies deepest.
+    #[inline(never)] // kept out of the recursion's frame
     fn no_branch(
         &self,
         branches: &[Value],
@@ -341,6 +342,16 @@ impl Validator<'_> {
     ) -> String {
         if let Some(allowed) = constants(self.root, branches, true) {
             return self.missed(path, &allowed, value);
+        }
+        // An `Option`'s `null` is not what a value that is not null came closest to: what
+        // the other branches ask for is told.
+        let mut misses = misses;
+        if !value.is_null() && misses.len() == branches.len() {
+            let others: Vec<_> = (branches.iter().zip(misses))
+                .filter(|(branch, _)| !is_null_type(branch))
+                .map(|(_, miss)| miss)
+                .collect();
+            misses = others;
         }
         if let Some(merged) = same_place(&misses) {
             let message = merged.message();
@@ -411,7 +422,7 @@ fn constants(root: &Value, branches: &[Value], nested_once: bool) -> Option<Vec<
             (Some(constant), _) => allowed.push(constant.clone()),
             (None, Some(Value::Array(values))) => allowed.extend(values.iter().cloned()),
             // An `Option`'s `null`.
-            _ if branch.get("type").and_then(Value::as_str) == Some("null") => {
+            _ if is_null_type(branch) => {
                 allowed.push(Value::Null);
             }
             // An enum of documented variants, through an `Option`'s `$ref`.
@@ -424,6 +435,11 @@ fn constants(root: &Value, branches: &[Value], nested_once: bool) -> Option<Vec<
         }
     }
     Some(allowed)
+}
+
+/// Whether `branch` is `{"type": "null"}` (an `Option`'s other branch).
+fn is_null_type(branch: &Value) -> bool {
+    branch.get("type").and_then(Value::as_str) == Some("null")
 }
 
 /// The misses of branches that each missed on a constant in the same place, as one that

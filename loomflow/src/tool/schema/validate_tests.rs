@@ -139,6 +139,29 @@ fn an_optional_enum_is_told_its_values() {
             { "type": "string", "const": "fahrenheit", "description": "imperial" }
         ] } }
     });
+    // An `Option` of an internally tagged enum: the tags, not `null`.
+    let tagged = json!({
+        "type": "object",
+        "properties": { "shape": { "anyOf": [
+            { "$ref": "#/$defs/Shape" }, { "type": "null" }
+        ] } },
+        "$defs": { "Shape": { "oneOf": [
+            { "type": "object", "properties": {
+                "kind": { "type": "string", "const": "circle" }, "r": { "type": "number" }
+            }, "required": ["kind", "r"] },
+            { "type": "object", "properties": {
+                "kind": { "type": "string", "const": "square" }, "side": { "type": "number" }
+            }, "required": ["kind", "side"] }
+        ] } }
+    });
+    assert_eq!(
+        validate(&tagged, &json!({ "shape": { "kind": "triangle" } })),
+        Err(r#"field `shape.kind`: expected one of "circle", "square", got "triangle""#.to_owned())
+    );
+    assert_eq!(
+        validate(&tagged, &json!({ "shape": "round" })),
+        Err(r#"field `shape`: expected an object, got the string "round""#.to_owned())
+    );
     assert_eq!(
         validate(&documented, &json!({ "unit": "kelvin" })),
         Err(
