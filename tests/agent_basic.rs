@@ -560,6 +560,43 @@ fn two_tools_of_one_name_and_a_wild_temperature_are_refused() {
             .build()
             .is_ok()
     );
+    // A set's tool of the name is not a second tool: the agent's own wins over it, in
+    // either order. And a host given with `tools(..)` replaces what was added before.
+    let set = || SearchSet(vec![Arc::new(web::search) as Arc<dyn Tool>]);
+    assert!(
+        Agent::builder("x")
+            .model(EchoModel::new())
+            .tool_set(set())
+            .tool(docs::search)
+            .build()
+            .is_ok()
+    );
+    assert!(
+        Agent::builder("x")
+            .model(EchoModel::new())
+            .tool(docs::search)
+            .tool_set(set())
+            .build()
+            .is_ok()
+    );
+    let replaced = Agent::builder("x")
+        .model(EchoModel::new())
+        .tool(web::search)
+        .tool(docs::search)
+        .tools(loomflow::tool::ToolHost::new().with(docs::search));
+    assert!(replaced.build().is_ok());
+}
+
+/// Tools held as a set, as an MCP server's are.
+struct SearchSet(Vec<Arc<dyn Tool>>);
+
+impl loomflow::tool::ToolSet for SearchSet {
+    fn name(&self) -> &str {
+        "search-set"
+    }
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.0.clone()
+    }
 }
 
 #[tokio::test]

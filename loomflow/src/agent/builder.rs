@@ -151,7 +151,8 @@ impl AgentBuilder {
     /// [`build`](Self::build): name one otherwise (`#[tool(name = "docs_search")]`).
     pub fn tool(mut self, tool: impl Tool) -> Self {
         let name = &tool.spec().name;
-        if self.tools.get(name).is_some() && !self.named_twice.contains(name) {
+        // A set's tool of the name is not a second tool: the agent's own wins over it.
+        if self.tools.has_own(name) && !self.named_twice.contains(name) {
             self.named_twice.push(name.clone());
         }
         self.tools.add(tool);
@@ -196,6 +197,7 @@ impl AgentBuilder {
     /// [`map_tools`](Self::map_tools).
     pub fn tools(mut self, host: ToolHost) -> Self {
         self.tools = host;
+        self.named_twice.clear();
         self
     }
 

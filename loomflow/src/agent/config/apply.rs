@@ -179,8 +179,8 @@ fn apply(file: File, registry: &ToolRegistry, check: &mut Check<'_>) -> AgentBui
     }
     if let Some(temperature) = file.temperature {
         let t = *temperature.get_ref();
-        if !(t.is_finite() && t >= 0.0) {
-            check.invalid("temperature", "must be zero or more", temperature.span());
+        if !(0.0..=2.0).contains(&t) {
+            check.invalid("temperature", "must be from 0 to 2", temperature.span());
         }
         builder = builder.temperature(t);
     }

@@ -233,6 +233,13 @@ destructive = "Deny"
         "permissions.default",
         "expected \"allow\", \"ask\" or \"deny\", got \"maybe\""
     )));
+    // Above what providers take is pointed at in the file too, not only at build.
+    let fixed = text.replace("[1.0]", "[1.0, 2.0]");
+    let hot = self::kinds(&fixed.replace("temperature = -1", "temperature = 3.5"));
+    assert!(
+        hot.contains(&invalid("temperature", "must be from 0 to 2")),
+        "{hot:?}"
+    );
 }
 
 #[test]

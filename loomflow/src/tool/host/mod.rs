@@ -195,6 +195,12 @@ impl ToolHost {
         self.tools().iter().map(|t| t.spec().clone()).collect()
     }
 
+    /// Whether the host has a tool of its own (added with [`with`](Self::with) or
+    /// [`add`](Self::add), not a set's) named `name`.
+    pub(crate) fn has_own(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
     /// A tool by name, from the host's own tools or, failing that, its sets.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         if let Some(tool) = self.tools.get(name) {
