@@ -162,18 +162,24 @@ async fn answers_that_never_fit_fail_naming_the_agent() {
 #[tokio::test]
 async fn a_prompt_after_a_failed_typed_run_is_not_asked_for_json() {
     let model = Arc::new(ScriptedModel::new(
-        ["no", "still no", "Here you are."].map(ModelResponse::text),
+        ["no", "still no", "nope", "Here you are."].map(ModelResponse::text),
     ));
     let agent = Agent::builder("You review refunds.")
         .model(Arc::clone(&model))
-        .max_schema_retries(1)
+        .max_schema_retries(2)
         .build()
         .unwrap();
     let failed = agent.run("Refund?").session("s").output::<Verdict>().await;
     assert!(failed.is_err(), "{failed:?}");
     let next = agent.run("And now?").session("s").await.unwrap();
     assert_eq!(next.output, "Here you are.");
-    let sent: Vec<Message> = model.requests()[2].messages.iter().cloned().collect();
+    let sent: Vec<Message> = model.requests()[3].messages.iter().cloned().collect();
+    assert!(
+        !sent
+            .iter()
+            .any(|m| m.text().contains("Reply again with only JSON")),
+        "{sent:?}"
+    );
     let [.., before, last] = &sent[..] else {
         panic!("{sent:?}")
     };

@@ -89,9 +89,14 @@ pub(super) async fn continue_from(
     state.messages = previous.messages;
     // A run that failed its output schema ends on the note that asked for a better answer
     // (the answer that failed it went with the failed step): the new prompt is not that
-    // answer's turn, and a run without a schema would be told to reply with JSON.
-    while state.messages.last().is_some_and(super::is_retry_note) {
-        state.messages.pop();
+    // answer's turn, and a run without a schema would be told to reply with JSON. Its
+    // notes go, each of them; its answers stay, what the model said.
+    if state.messages.last().is_some_and(super::is_retry_note) {
+        let mut at = 0;
+        state.messages.retain(|message| {
+            at += 1;
+            at <= previous.run_start || !super::is_retry_note(message)
+        });
     }
     state.messages.extend(not_run);
     state.run_start = state.messages.len();
