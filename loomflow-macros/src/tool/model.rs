@@ -394,13 +394,22 @@ fn is_lint(attr: &syn::Attribute) -> bool {
         .any(|name| attr.path().is_ident(name))
 }
 
-/// The name a parameter's `#[serde(rename = "..")]` gives it, if it has one.
+/// The name a parameter's `#[serde(rename = "..")]` (or `rename(deserialize = "..")`) gives
+/// it to read the model's arguments by, if it has one.
 fn serde_rename(attrs: &[syn::Attribute]) -> Option<String> {
     let mut renamed = None;
     for attr in attrs.iter().filter(|attr| attr.path().is_ident("serde")) {
         // Whatever else it says is serde's to judge.
         let _ = attr.parse_nested_meta(|meta| {
-            if meta.path.is_ident("rename")
+            if meta.path.is_ident("rename") && meta.input.peek(syn::token::Paren) {
+                let _ = meta.parse_nested_meta(|inner| {
+                    let value = inner.value()?.parse::<syn::LitStr>()?;
+                    if inner.path.is_ident("deserialize") {
+                        renamed = Some(value.value());
+                    }
+                    Ok(())
+                });
+            } else if meta.path.is_ident("rename")
                 && let Ok(value) = meta.value()
                 && let Ok(name) = value.parse::<syn::LitStr>()
             {

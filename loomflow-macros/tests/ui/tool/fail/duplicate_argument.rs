@@ -12,4 +12,16 @@ fn kinds(#[serde(default, rename = "type")] kind: String, r#type: String) -> Str
     format!("{kind} {type}", type = r#type)
 }
 
+/// Renamed only to read: `c` and `a`, apart (no error here).
+#[tool]
+fn apart(#[serde(rename(deserialize = "c"))] a: String, #[serde(rename = "a")] b: String) -> String {
+    format!("{a} {b}")
+}
+
+/// Renamed only to read, onto another's name.
+#[tool]
+fn onto(#[serde(rename(serialize = "x", deserialize = "b"))] a: String, b: String) -> String {
+    format!("{a} {b}")
+}
+
 fn main() {}
