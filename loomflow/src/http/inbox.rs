@@ -339,6 +339,8 @@ async fn runs_awaiting_approval(runtime: &crate::Runtime) -> Result<(Vec<String>
     for state in [RunState::Waiting, RunState::Interrupted] {
         let mut filter = RunFilter::new().state(state).limit(PAGE);
         let mut looked = 0;
+        // Each state's newest are found before the two are put in one order.
+        let found_before = threads.len();
         loop {
             let runs = runtime.runs(&filter).await?;
             looked += runs.len();
@@ -349,7 +351,7 @@ async fn runs_awaiting_approval(runtime: &crate::Runtime) -> Result<(Vec<String>
             let Some(last) = runs.last().filter(|_| runs.len() == PAGE) else {
                 break;
             };
-            if looked >= SCANNED_RUNS || threads.len() > SHOWN_RUNS {
+            if looked >= SCANNED_RUNS || threads.len() - found_before > SHOWN_RUNS {
                 more = true;
                 break;
             }
