@@ -449,3 +449,34 @@ async fn a_rejection_without_a_reason_is_refused() {
         );
     }
 }
+
+/// A decision answers the request it was made for: one left queued (its run cancelled
+/// before it took it) does not approve a later call that reuses the id, asked again at
+/// another time; that call waits for a decision of its own.
+#[tokio::test]
+async fn a_left_over_decision_does_not_approve_a_later_call_of_the_same_id() {
+    let db = loomflow_tests::TempDb::new("left-over-decision");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        refunds::ask_for_refund(&runtime, "c-9", 500).await;
+        runtime
+            .decide_approval_by("c-9", "call_1", ApprovalDecision::Allow, "ada")
+            .await
+            .unwrap();
+        runtime.cancel("c-9").await.unwrap();
+        // A millisecond apart at least: a request is told apart by when it was asked.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let replies = vec![
+            ModelResponse::tool_calls(vec![refunds::call(99_999)]),
+            ModelResponse::text("Refunded."),
+        ];
+        let next = refunds::agent(&runtime, replies)
+            .run("refund the big one")
+            .session("c-9")
+            .await
+            .unwrap();
+        assert!(next.interrupted, "{:?}", next.messages);
+        let pending = runtime.pending_approvals("c-9").await.unwrap();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert_eq!(pending[0].arguments["cents"], 99_999);
+    }
+}

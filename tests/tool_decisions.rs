@@ -165,7 +165,8 @@ async fn one_decision_lets_one_of_two_waiting_approvers_go_on() {
 /// signals are checked by their sender, not by the mailbox).
 #[tokio::test]
 async fn a_decision_over_the_payload_limit_is_refused() {
-    let limit = loomflow::runtime::MailboxConfig::default().max_payload_bytes(64);
+    // A decision is sent with when it was made and the request it answers: about 80 bytes.
+    let limit = loomflow::runtime::MailboxConfig::default().max_payload_bytes(128);
     let runtime = Runtime::builder().signals(limit).build();
     let host = ToolHost::new()
         .with(pay)
@@ -183,7 +184,7 @@ async fn a_decision_over_the_payload_limit_is_refused() {
         matches!(
             refused,
             Err(loomflow::Error::Signal(
-                loomflow::SignalError::PayloadTooLarge { limit: 64, .. }
+                loomflow::SignalError::PayloadTooLarge { limit: 128, .. }
             ))
         ),
         "{refused:?}"

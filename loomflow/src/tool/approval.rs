@@ -292,17 +292,24 @@ impl SignalApprover {
         name: String,
     ) -> crate::Result<ApprovalDecision> {
         let timeout = host.map_or(self.timeout, |host| host.min(self.timeout));
-        let wait = node
-            .wait_for_framework_signal::<Value>(name)
-            .details(interrupt_details(request));
-        let wait = match self.suspend {
-            true => wait.or_suspend(),
-            false => wait.timeout(timeout),
-        };
-        match wait.await {
-            Ok(payload) => Ok(decision_from(request, &payload)),
-            Err(RunError::Signal(SignalError::Timeout { .. })) => Ok(timed_out(timeout)),
-            Err(error) => Err(error.into()),
+        loop {
+            let wait = node
+                .wait_for_framework_signal::<Value>(name.clone())
+                .details(interrupt_details(request));
+            let wait = match self.suspend {
+                true => wait.or_suspend(),
+                false => wait.timeout(timeout),
+            };
+            // A decision for an earlier request under the id is passed over (journaled as
+            // taken, so a replay passes over it again), and the wait goes on.
+            match wait.await {
+                Ok(payload) if answers_another(request, &payload) => continue,
+                Ok(payload) => return Ok(decision_from(request, &payload)),
+                Err(RunError::Signal(SignalError::Timeout { .. })) => {
+                    return Ok(timed_out(timeout));
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
     }
 }
@@ -345,12 +352,30 @@ impl ApprovalHandler for SignalApprover {
                 // processes wait for the same call, one decision lets one of them go on. The
                 // others wait on.
                 let session = &request.session;
-                if (runtime.take_handed_over(session, &name, entry, Scope::Framework)).await? {
+                if (runtime.take_handed_over(session, &name, entry, Scope::Framework)).await?
+                    && !answers_another(request, &payload)
+                {
                     return Ok(decision_from(request, &payload));
                 }
             }
         })
     }
+}
+
+/// Whether `payload` is a decision made for another request under the call's id (asked at
+/// another time): one left queued when its run was cancelled, or settled the call
+/// otherwise. A decision that does not say (sent by hand, or by an older loomflow) answers.
+fn answers_another(request: &ApprovalRequest, payload: &Value) -> bool {
+    let asked = payload.get("asked_at_ms").and_then(Value::as_u64);
+    let another = asked.is_some_and(|asked| asked != request.requested_at_ms);
+    if another {
+        tracing::warn!(
+            session = %request.session,
+            call_id = %request.call_id,
+            "a decision made for an earlier request under this call id is passed over"
+        );
+    }
+    another
 }
 
 /// The denial of a call no decision came for within `timeout`.

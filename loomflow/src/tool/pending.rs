@@ -289,6 +289,11 @@ impl Runtime {
             }
             .into());
         }
+        // The request it answers: a decision left queued (its run cancelled, or carried on
+        // and settled without it) answers no later call that reuses the id.
+        if let Value::Object(fields) = &mut payload {
+            fields.insert("asked_at_ms".to_owned(), Value::from(asked_at));
+        }
         let options = SignalOptions::default().idempotency_key(decision_key(call_id, asked_at));
         let name = SignalApprover::signal_name(call_id);
         // The decision counts against the payload limit whole (with the time it was made).
