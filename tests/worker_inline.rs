@@ -1892,3 +1892,58 @@ async fn a_worker_allowed_a_graph_change_carries_on_runs_the_old_graph_suspended
     assert_eq!((done.approved, done.reminded), (Some(true), true));
     assert_eq!(state_of(&runtime, "o-allowed").await, RunState::Completed);
 }
+
+/// A run whose checkpointed state the deployed state type no longer reads (a field it now
+/// requires) is reported with why, as its row has it: not only "json conversion failed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_says_why_a_checkpoint_does_not_read() {
+    #[derive(Clone, Default, Serialize, Deserialize)]
+    struct Before {
+        n: u32,
+    }
+    #[derive(Clone, Default, Serialize, Deserialize)]
+    struct After {
+        n: u32,
+        priority: String,
+    }
+    let runtime = Runtime::in_memory();
+    let before: CompiledGraph<Before> = Graph::new("followup")
+        .node_fn("wait", |s: &mut Before, ctx| {
+            Box::pin(async move {
+                s.n = ctx.wait_for_signal("go").or_suspend().await?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    let after: CompiledGraph<After> = Graph::new("followup")
+        .node_fn("wait", |s: &mut After, ctx| {
+            Box::pin(async move {
+                s.n = ctx.wait_for_signal("go").or_suspend().await?;
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap();
+    before
+        .invoke(&runtime, "t", Before::default())
+        .await
+        .unwrap();
+    runtime.signal("t", "go", 1).await.unwrap();
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&reports);
+    let worker = Worker::builder(&runtime)
+        .graph(&after)
+        .on_finished(move |report| seen.lock().unwrap().push(report.error.clone()))
+        .build();
+    worker.run_until_idle().await.unwrap();
+    let reports = reports.lock().unwrap();
+    let [Some(error)] = &reports[..] else {
+        panic!("{reports:?}")
+    };
+    assert!(error.contains("missing field `priority`"), "{error}");
+}

@@ -103,13 +103,13 @@ impl<S: State> Registered for CompiledGraph<S> {
                 Err(RunError::Yielded { .. }) => report.state = RunState::Running,
                 Err(RunError::Store(error @ crate::runtime::StoreError::LeaseLost { .. })) => {
                     report.state = RunState::Running;
-                    report.error = Some(error.to_string());
+                    report.error = Some(ErrorChain(&error).to_string());
                 }
                 // Not every error fails the run: a store failure lets it go runnable, a
                 // refused resume request leaves it as it was. Its row says where it stands.
                 Err(error) => {
                     report.state = standing(&runtime, &report.thread).await;
-                    report.error = Some(error.to_string());
+                    report.error = Some(ErrorChain(&error).to_string());
                 }
             }
             (report, wake_at_ms)
