@@ -594,6 +594,40 @@ fn approval_flow(extra_step: bool) -> CompiledGraph<Order> {
     graph.edge("pay", END).compile().unwrap()
 }
 
+/// A thread carried on with another graph than the one whose run it is (a thread mixed up)
+/// is refused as that, naming both: not as a change of the graph, whose way past
+/// (`allow_graph_change`) would run its nodes over the other graph's run.
+#[tokio::test]
+async fn carrying_on_another_graphs_run_is_refused_naming_both() {
+    let db = loomflow_tests::TempDb::new("other-graph");
+    for rt in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        approval_flow(false)
+            .invoke(&rt, "t", Order::default())
+            .await
+            .unwrap();
+        let other = Graph::new("billing")
+            .node_sync("bill", |o: &mut Order| o.side += 1)
+            .edge(START, "bill")
+            .edge("bill", END)
+            .compile()
+            .unwrap();
+        let err = other.resume(&rt, "t", "yes").await.unwrap_err();
+        let RunError::OtherGraph {
+            graph, recorded, ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((graph.as_str(), recorded.as_str()), ("billing", "flow"));
+        let err = other.recover(&rt, "t").await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("was run by graph flow, not billing"),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn resuming_with_a_graph_whose_structure_changed_is_refused_naming_the_change() {
     let before = approval_flow(false);

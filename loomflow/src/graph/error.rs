@@ -367,6 +367,20 @@ pub enum RunError {
         /// What changed: `removed: edge a -> b`, `added: node c`, ….
         changes: Vec<String>,
     },
+    /// The thread's run is another graph's: the checkpoint carried on from was written by
+    /// the graph named `recorded`. Carry it on with that graph; `allow_graph_change` runs it
+    /// with this one anyway.
+    #[error(
+        "thread {thread} was run by graph {recorded}, not {graph}: carry it on with {recorded} (recover(..).allow_graph_change() runs it with {graph} anyway)"
+    )]
+    OtherGraph {
+        /// The thread.
+        thread: String,
+        /// The graph asked to carry it on.
+        graph: String,
+        /// The graph whose run it is.
+        recorded: String,
+    },
     /// Another execution, in this process or another, is carrying the thread's run on: it
     /// holds the run's claim. Nothing was read or written. Try again later, or ask the run to
     /// wait for the claim with [`RunBuilder::wait_if_busy`](crate::RunBuilder::wait_if_busy).
