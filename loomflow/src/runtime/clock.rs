@@ -65,17 +65,21 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to: for tests of timers.
+/// A clock that moves only when told to: for tests of timers. Give the runtime an `Arc` of
+/// it and keep a clone, to move it while the runtime reads it.
 ///
 /// # Examples
 ///
 /// ```
+/// use std::sync::Arc;
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use loomflow::runtime::{Clock, ManualClock};
+/// use loomflow::Runtime;
+/// use loomflow::runtime::ManualClock;
 ///
-/// let clock = ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_000));
+/// let clock = Arc::new(ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_000)));
+/// let runtime = Runtime::builder().clock(Arc::clone(&clock)).build();
 /// clock.advance(Duration::from_secs(60));
-/// assert_eq!(clock.now(), UNIX_EPOCH + Duration::from_secs(1_060));
+/// assert_eq!(runtime.now(), UNIX_EPOCH + Duration::from_secs(1_060));
 /// ```
 #[derive(Debug)]
 pub struct ManualClock(Mutex<SystemTime>);

@@ -29,6 +29,11 @@ impl Runtime {
     /// The cancel deleted what the run journaled: the fork's step does again what the
     /// original's had journaled.
     ///
+    /// Any other position is a step's start: a fork from it runs that step afresh, its
+    /// `ctx.step`s included, whatever the original run journaled in it before it crashed or
+    /// failed there (a charge made again, say). To carry a crashed or failed run on without
+    /// redoing what it journaled, `recover` it, not a fork of its newest checkpoint.
+    ///
     /// Only a top-level checkpoint starts a thread: a subgraph's state is not the thread's.
     /// A fork never discards another run's work: `new_thread` must have no run, or a
     /// finished one (completed, failed or cancelled). A fork onto `thread` itself (going

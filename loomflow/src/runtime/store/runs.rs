@@ -128,7 +128,9 @@ pub struct RunRecord {
     pub lease_owner: Option<String>,
     /// Until when that lease lasts unless renewed (ms since the Unix epoch; 0 when none).
     pub lease_until_ms: u64,
-    /// Claims taken over from another owner, the first one included.
+    /// Executions that took the run up: its first, each one that carried it on (after a
+    /// timer, a signal, a resume) and each that took it over from one that died; see
+    /// [`lapses`](Self::lapses) for the takeovers alone.
     pub attempts: u64,
     /// Executions in a row whose lease ran out while they held the run (their process died,
     /// or stopped renewing), counted as the next takes it over; 0 again once an execution
