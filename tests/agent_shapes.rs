@@ -1180,7 +1180,7 @@ async fn a_stopped_worker_is_marked_by_the_router_and_the_plan() {
     assert_eq!(team.output.as_deref(), Some("Looking"));
     assert_eq!(
         team.messages.last().unwrap().text(),
-        "billing (stopped: max_turns_exceeded): Looking"
+        "billing (stopped: max_turns_exceeded; its tool calls: notes: notes on A1): Looking"
     );
 
     let (replanner, asked) = listened("replanner", &["DONE: partial"]);
@@ -1195,19 +1195,25 @@ async fn a_stopped_worker_is_marked_by_the_router_and_the_plan() {
     assert_eq!(
         team.done,
         [(
-            "look it up (stopped: max_turns_exceeded)".to_owned(),
+            "look it up (stopped: max_turns_exceeded; its tool calls: notes: notes on A1)"
+                .to_owned(),
             "Looking".to_owned()
         )]
     );
     let told = prompts(&asked);
     assert!(
-        told[0].contains("- look it up (stopped: max_turns_exceeded): Looking"),
+        told[0].contains(
+            "- look it up (stopped: max_turns_exceeded; its tool calls: notes: notes on A1): \
+             Looking"
+        ),
         "{told:?}"
     );
 }
 
 /// A supervisor's worker stopped by its turn limit gives the team what it had, marked as
-/// such in the transcript the supervisor reads, and noted in `stopped`.
+/// such in the transcript the supervisor reads, with what its tools did (told only that it
+/// stopped, a supervisor asks for the same work again: a refund made twice), and noted in
+/// `stopped`.
 #[tokio::test]
 async fn a_worker_stopped_by_its_turn_limit_is_marked_in_the_transcript() {
     let looking =
@@ -1227,7 +1233,9 @@ async fn a_worker_stopped_by_its_turn_limit_is_marked_in_the_transcript() {
     assert_eq!(team.stopped, [("billing".to_owned(), StopReason::MaxTurns)]);
     let said = team.messages[1].text();
     assert!(
-        said.starts_with("billing (stopped: max_turns_exceeded):"),
+        said.starts_with(
+            "billing (stopped: max_turns_exceeded; its tool calls: notes: notes on A1):"
+        ),
         "{said}"
     );
 }

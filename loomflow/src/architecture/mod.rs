@@ -259,12 +259,51 @@ pub(crate) fn record_said(team: &mut TeamState, name: &str, state: &AgentState) 
 }
 
 /// `text`, what the agent `name` said, marked as such when its run stopped before it
-/// answered on its own (`billing (stopped: max_turns_exceeded): …`).
+/// answered on its own (`billing (stopped: max_turns_exceeded): …`), with what its tools did
+/// in the run (`…; its tool calls: refund: refunded 7`): a coordinator told only that it
+/// stopped would ask for the same work again, and a refund made would be made twice.
 pub(crate) fn marked_if_stopped(name: &str, state: &AgentState, text: &str) -> String {
-    match &state.stopped {
-        Some(reason) => format!("{name} (stopped: {reason}): {text}"),
+    match stop_note(state) {
+        Some(note) => format!("{name} ({note}): {text}"),
         None => text.to_owned(),
     }
+}
+
+/// Why `state`'s run stopped before it answered on its own, with what its tools did
+/// (`stopped: max_turns_exceeded; its tool calls: refund: refunded 7`); `None` when it did
+/// not stop.
+pub(crate) fn stop_note(state: &AgentState) -> Option<String> {
+    let reason = state.stopped.as_ref()?;
+    let calls = tool_calls_made(state);
+    Some(match calls.is_empty() {
+        true => format!("stopped: {reason}"),
+        false => format!("stopped: {reason}; its tool calls: {}", calls.join("; ")),
+    })
+}
+
+/// The tool calls `state`'s run made, each with its result (cut short), in order.
+fn tool_calls_made(state: &AgentState) -> Vec<String> {
+    const SHOWN: usize = 200;
+    let messages: Vec<&Message> = state.messages.iter().skip(state.run_start).collect();
+    let named = |id: &str| {
+        (messages.iter().rev())
+            .flat_map(|m| m.tool_calls())
+            .find(|call| call.id == id)
+            .map_or("a tool", |call| call.name.as_str())
+    };
+    (messages.iter())
+        .filter_map(|m| match m {
+            Message::Tool(result) => {
+                let mut content: String = result.content.chars().take(SHOWN).collect();
+                if content.len() < result.content.len() {
+                    content.push('…');
+                }
+                let failed = if result.is_error { " failed" } else { "" };
+                Some(format!("{}{failed}: {content}", named(&result.call_id)))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The member `name`'s answer ([`answer`]), noted in `team.stopped` when its run stopped

@@ -2,7 +2,7 @@
 
 use crate::agent::{Agent, AgentState};
 use crate::architecture::{
-    TeamState, agent_input, decision, directive, marked_if_stopped, member_answer,
+    TeamState, agent_input, decision, directive, marked_if_stopped, member_answer, stop_note,
 };
 use crate::graph::{CompiledGraph, END, Graph, START};
 use crate::model::Message;
@@ -174,8 +174,8 @@ impl PlanAndExecute {
                         };
                         team.messages.push(Message::assistant(said));
                         // The replanner reads the step as cut short, not as done.
-                        let step = match &state.stopped {
-                            Some(reason) => format!("{step} (stopped: {reason})"),
+                        let step = match stop_note(&state) {
+                            Some(note) => format!("{step} ({note})"),
                             None => step,
                         };
                         team.done.push((step, result));
