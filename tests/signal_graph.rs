@@ -228,6 +228,14 @@ async fn user_code_cannot_use_reserved_or_empty_names() {
         matches!(err, RuntimeError::Signal(SignalError::EmptyName { .. })),
         "{err:?}"
     );
+    // A blank name (`/signals/%20` over HTTP) too: no wait would name it.
+    for blank in [" ", "\t\n"] {
+        let err = runtime.signal("t", blank, json!(1)).await.unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::Signal(SignalError::EmptyName { .. })),
+            "{err:?}"
+        );
+    }
     let graph = Graph::new("g")
         .node_fn("n", |_: &mut Refund, ctx| {
             Box::pin(async move {

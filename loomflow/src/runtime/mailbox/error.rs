@@ -6,8 +6,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SignalError {
-    /// The signal name is empty.
-    #[error("signal name for session {session} is empty")]
+    /// The signal name is empty, or only spaces.
+    #[error("signal name for session {session} is empty (or only spaces)")]
     EmptyName {
         /// The session the signal was addressed to.
         session: String,

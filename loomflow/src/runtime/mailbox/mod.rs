@@ -562,7 +562,8 @@ impl Mailbox {
 }
 
 pub(crate) fn check_name(session: &str, name: &str, scope: Scope) -> Result<(), SignalError> {
-    if name.is_empty() {
+    // A blank name (`/signals/%20` over HTTP) would queue a payload no wait names.
+    if name.trim().is_empty() {
         return Err(SignalError::EmptyName {
             session: session.to_owned(),
         });
