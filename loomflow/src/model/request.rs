@@ -156,6 +156,14 @@ impl ModelRequest {
         self
     }
 
+    /// The temperature as a provider is sent it: the number as written (`0.3`), not the
+    /// `f32` widened to the `f64` next to it (`0.30000001192092896`).
+    pub(crate) fn temperature_on_wire(&self) -> Option<serde_json::Value> {
+        let t = self.temperature?;
+        let written = t.to_string().parse::<f64>().unwrap_or(f64::from(t));
+        Some(serde_json::Value::from(written))
+    }
+
     /// Sets the sampling temperature.
     #[must_use]
     pub fn temperature(mut self, temperature: f32) -> Self {

@@ -69,8 +69,8 @@ pub(super) fn body(
     if let Some(choice) = choice {
         body.insert("tool_choice".into(), choice);
     }
-    if let Some(t) = request.temperature {
-        body.insert("temperature".into(), json!(t));
+    if let Some(t) = request.temperature_on_wire() {
+        body.insert("temperature".into(), t);
     }
     if !request.stop.is_empty() {
         body.insert("stop_sequences".into(), json!(request.stop));
@@ -258,6 +258,16 @@ mod tests {
         assert_eq!(results[0]["is_error"], true);
         assert_eq!(results[1]["content"], "bad x");
         assert_eq!(results[2]["content"], "");
+    }
+
+    /// A temperature goes as written, not as the `f32` widened (`0.30000001192092896`).
+    #[test]
+    fn a_temperature_goes_as_written() {
+        let request = ModelRequest::new(vec![Message::user("u")]).temperature(0.3);
+        assert_eq!(
+            body(&request, "claude-x", false, 100)["temperature"],
+            json!(0.3)
+        );
     }
 
     #[test]

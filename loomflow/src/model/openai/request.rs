@@ -61,8 +61,8 @@ pub(super) fn body(
             }),
         );
     }
-    if let Some(t) = request.temperature {
-        body.insert("temperature".into(), json!(t));
+    if let Some(t) = request.temperature_on_wire() {
+        body.insert("temperature".into(), t);
     }
     if let Some(max) = request.max_tokens {
         // api.openai.com deprecated `max_tokens` (reasoning models refuse it); compatible
@@ -157,6 +157,16 @@ fn arguments_text(arguments: &Value) -> String {
 mod tests {
     use super::*;
     use crate::model::{OutputSchema, ToolCall, ToolDefinition};
+
+    /// A temperature goes as written, not as the `f32` widened (`0.30000001192092896`).
+    #[test]
+    fn a_temperature_goes_as_written() {
+        let request = ModelRequest::new(vec![Message::user("u")]).temperature(0.3);
+        assert_eq!(
+            body(&request, "gpt-x", None, false)["temperature"],
+            json!(0.3)
+        );
+    }
 
     #[test]
     fn body_has_the_documented_shape() {
