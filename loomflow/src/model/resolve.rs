@@ -41,6 +41,15 @@ impl Provider {
             Self::Echo => "",
         }
     }
+
+    /// Whether this build of loomflow has the adapter (its cargo feature is on).
+    pub(crate) fn is_built_in(self) -> bool {
+        match self {
+            Self::OpenAi => cfg!(feature = "openai"),
+            Self::Anthropic => cfg!(feature = "anthropic"),
+            Self::Echo => true,
+        }
+    }
 }
 
 /// A parsed model string.

@@ -156,8 +156,14 @@ fn apply(file: File, registry: &ToolRegistry, check: &mut Check<'_>) -> AgentBui
         builder = builder.name(name.into_inner());
     }
     if let Some(model) = file.model {
-        if let Err(error) = ModelSpec::parse(model.get_ref()) {
-            check.invalid("model", error.to_string(), model.span());
+        match ModelSpec::parse(model.get_ref()) {
+            Err(error) => check.invalid("model", error.to_string(), model.span()),
+            Ok(spec) if !spec.provider.is_built_in() => {
+                let feature = spec.provider.feature();
+                let problem = format!("needs loomflow's cargo feature `{feature}`, which is off");
+                check.invalid("model", problem, model.span());
+            }
+            Ok(_) => {}
         }
         builder = builder.model_name(model.into_inner());
     }
@@ -185,7 +191,10 @@ fn apply(file: File, registry: &ToolRegistry, check: &mut Check<'_>) -> AgentBui
         builder = builder.temperature(t);
     }
     if let Some(max_tokens) = file.max_tokens {
-        builder = builder.max_tokens(max_tokens);
+        if *max_tokens.get_ref() == 0 {
+            check.invalid("max_tokens", "must be at least 1", max_tokens.span());
+        }
+        builder = builder.max_tokens(max_tokens.into_inner());
     }
     if file.durable_approvals == Some(true) {
         builder = builder.durable_approvals();
@@ -239,7 +248,10 @@ fn context_policy(table: file::ContextTable, check: &mut Check<'_>) -> Option<Co
 fn budget(table: file::BudgetTable, check: &mut Check<'_>) -> Budget {
     let mut budget = Budget::default();
     if let Some(tokens) = table.max_tokens {
-        budget = budget.max_tokens(tokens);
+        if *tokens.get_ref() == 0 {
+            check.invalid("budget.max_tokens", "must be at least 1", tokens.span());
+        }
+        budget = budget.max_tokens(tokens.into_inner());
     }
     if let Some(usd) = table.max_cost_usd {
         let cap = *usd.get_ref();
@@ -249,7 +261,11 @@ fn budget(table: file::BudgetTable, check: &mut Check<'_>) -> Budget {
         budget = budget.max_cost_usd(cap);
     }
     if let Some(tokens) = table.max_tokens_per_user {
-        budget = budget.max_tokens_per_user(tokens);
+        if *tokens.get_ref() == 0 {
+            let key = "budget.max_tokens_per_user";
+            check.invalid(key, "must be at least 1", tokens.span());
+        }
+        budget = budget.max_tokens_per_user(tokens.into_inner());
     }
     if let Some(usd) = table.max_cost_usd_per_user {
         let cap = *usd.get_ref();

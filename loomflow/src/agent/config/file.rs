@@ -25,7 +25,7 @@ pub(super) struct File {
     pub(super) max_schema_retries: Option<u32>,
     pub(super) timeout: Option<Spanned<Timeout>>,
     pub(super) temperature: Option<Spanned<f32>>,
-    pub(super) max_tokens: Option<u32>,
+    pub(super) max_tokens: Option<Spanned<u32>>,
     pub(super) durable_approvals: Option<bool>,
     pub(super) record_content: Option<bool>,
     pub(super) budget: Option<BudgetTable>,
@@ -48,9 +48,9 @@ pub(super) struct ContextTable {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct BudgetTable {
-    pub(super) max_tokens: Option<u64>,
+    pub(super) max_tokens: Option<Spanned<u64>>,
     pub(super) max_cost_usd: Option<Spanned<f64>>,
-    pub(super) max_tokens_per_user: Option<u64>,
+    pub(super) max_tokens_per_user: Option<Spanned<u64>>,
     pub(super) max_cost_usd_per_user: Option<Spanned<f64>>,
     pub(super) max_wall_clock: Option<Spanned<Timeout>>,
     pub(super) prices_per_million: Option<Spanned<Price>>,

@@ -240,6 +240,40 @@ destructive = "Deny"
         hot.contains(&invalid("temperature", "must be from 0 to 2")),
         "{hot:?}"
     );
+    // Zero token caps are pointed at in the file too.
+    let zeros = format!(
+        "max_tokens = 0\n{}",
+        fixed.replace(
+            "max_cost_usd = -2",
+            "max_tokens = 0\nmax_tokens_per_user = 0"
+        )
+    );
+    let zeros = self::kinds(&zeros);
+    for key in [
+        "max_tokens",
+        "budget.max_tokens",
+        "budget.max_tokens_per_user",
+    ] {
+        assert!(
+            zeros.contains(&invalid(key, "must be at least 1")),
+            "{key}: {zeros:?}"
+        );
+    }
+}
+
+/// A model whose adapter this build does not have is pointed at in the file, not refused
+/// only when the agent is built.
+#[cfg(not(feature = "anthropic"))]
+#[test]
+fn a_model_of_a_feature_left_out_is_pointed_at() {
+    let kinds = kinds("model = \"claude-sonnet-4-5\"\ninstructions = \"x\"\n");
+    assert!(
+        kinds.contains(&invalid(
+            "model",
+            "needs loomflow's cargo feature `anthropic`, which is off"
+        )),
+        "{kinds:?}"
+    );
 }
 
 #[test]
