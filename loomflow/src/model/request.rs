@@ -158,6 +158,7 @@ impl ModelRequest {
 
     /// The temperature as a provider is sent it: the number as written (`0.3`), not the
     /// `f32` widened to the `f64` next to it (`0.30000001192092896`).
+    #[cfg(any(feature = "openai", feature = "anthropic"))]
     pub(crate) fn temperature_on_wire(&self) -> Option<serde_json::Value> {
         let t = self.temperature?;
         let written = t.to_string().parse::<f64>().unwrap_or(f64::from(t));
