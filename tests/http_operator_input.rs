@@ -412,6 +412,20 @@ async fn an_empty_body_is_refused() {
         reply.contains("signal n for thread n1 is not JSON"),
         "{reply}"
     );
+    // A form body under a token: said that forms are read from GitHub only.
+    let form = [
+        bearer(),
+        (
+            "Content-Type",
+            b"application/x-www-form-urlencoded".to_vec(),
+        ),
+    ];
+    let (status, _, reply) = request(server.addr, "POST", path, &form, b"payload=%7B%7D").await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(
+        reply.contains("read only from a GitHub-signed webhook"),
+        "{reply}"
+    );
     let path = "/v1/threads/n1/approvals/call_9/approve";
     let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"[1]").await;
     assert_eq!(status, 400, "{reply}");

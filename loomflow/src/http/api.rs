@@ -90,8 +90,13 @@ pub(super) async fn post_signal(
         false => json(&body),
     }
     .map_err(|e| {
+        // A form body is read as GitHub's only: said, rather than "not JSON" alone.
+        let form = match !from_github && is_form(&headers) {
+            true => " (a form body is read only from a GitHub-signed webhook: send JSON)",
+            false => "",
+        };
         ApiError::bad_request(format!(
-            "the body of signal {name} for thread {thread} is not JSON: {e}"
+            "the body of signal {name} for thread {thread} is not JSON: {e}{form}"
         ))
     })?;
     // A signal to a run that has ended would wait for the next run on the thread.
