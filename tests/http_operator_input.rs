@@ -430,6 +430,13 @@ async fn an_empty_body_is_refused() {
     let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"[1]").await;
     assert_eq!(status, 400, "{reply}");
     assert!(reply.contains("call call_9 of thread n1"), "{reply}");
+    // What a body should be is said in the API's words, not as a Rust type's name.
+    assert!(reply.contains("an object of `arguments`"), "{reply}");
+    let path = "/v1/threads/n1/approvals/call_9/reject";
+    let (status, _, reply) = request(server.addr, "POST", path, &[bearer()], b"\"no\"").await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(!reply.contains("RejectBody"), "{reply}");
+    assert!(reply.contains("an object of `reason`"), "{reply}");
 }
 
 /// A signal for a finished run is refused, so a later run on the thread does not get it.

@@ -364,7 +364,10 @@ pub(super) async fn get_audit(
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an object of `arguments`, `by` and `requested_at_ms`, each optional"
+)]
 pub(super) struct ApproveBody {
     arguments: Option<Value>,
     /// Who decided, for the audit log.
@@ -374,7 +377,10 @@ pub(super) struct ApproveBody {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an object of `reason`, and optionally `by` and `requested_at_ms`"
+)]
 pub(super) struct RejectBody {
     reason: String,
     /// Who decided, for the audit log.
