@@ -1469,3 +1469,15 @@ async fn a_version_11_file_gains_the_lapses_of_its_runs() {
     let version = schema_version(&conn);
     assert_eq!(version, 12);
 }
+
+/// A PostgreSQL URL handed to `Runtime::sqlite` by mistake (a `DATABASE_URL` switched to
+/// PostgreSQL, the code left as it was) fails without printing its password, which SQLite's
+/// own message repeated.
+#[test]
+fn a_url_given_as_a_sqlite_file_is_not_printed_with_its_password() {
+    let url = "postgres://app:secretpw@127.0.0.1:1/live/db";
+    let error = Runtime::sqlite(url).unwrap_err();
+    let text = format!("{error} {error:?} {}", loomflow::ErrorChain(&error));
+    assert!(!text.contains("secretpw"), "{text}");
+    assert!(text.contains("postgres://…@127.0.0.1:1/live/db"), "{text}");
+}

@@ -72,7 +72,12 @@ fn show(config: &tokio_postgres::Config) -> String {
         .enumerate()
         .map(|(i, host)| {
             let name = match host {
-                Host::Tcp(name) => name.clone(),
+                // A host with an `@` is a password's tail whose `@` was not percent-encoded
+                // (`user:se@cret@host`): not shown, and said how to write it.
+                Host::Tcp(name) => match name.rsplit_once('@') {
+                    Some((_, host)) => format!("…@{host}"),
+                    None => name.clone(),
+                },
                 Host::Unix(path) => path.display().to_string(),
             };
             // One port for every host, or one per host, as libpq allows.
@@ -84,7 +89,11 @@ fn show(config: &tokio_postgres::Config) -> String {
         .collect::<Vec<_>>()
         .join(",");
     let dbname = config.get_dbname().unwrap_or_default();
-    format!("postgres://{user}{hosts}/{dbname}")
+    let raw_at = match hosts.contains("…@") {
+        true => " (percent-encode an @ in a password: %40)",
+        false => "",
+    };
+    format!("postgres://{user}{hosts}/{dbname}{raw_at}")
 }
 
 #[cfg(test)]
@@ -100,6 +109,16 @@ mod tests {
                 .unwrap();
         assert_eq!(target.shown, "postgres://app@db.example:6543/runs");
         assert_eq!(format!("{target:?}"), target.shown);
+    }
+
+    /// A password whose `@` was not percent-encoded reads as part of the host: its tail is
+    /// not shown, and the way to write it is.
+    #[test]
+    fn a_password_with_a_raw_at_does_not_show_its_tail() {
+        let target = Target::parse("postgres://app:sec@ret@db.example:6543/runs").unwrap();
+        assert!(!target.shown.contains("ret"), "{}", target.shown);
+        assert!(target.shown.contains("…@db.example"), "{}", target.shown);
+        assert!(target.shown.contains("%40"), "{}", target.shown);
     }
 
     #[test]

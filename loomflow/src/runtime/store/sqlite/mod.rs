@@ -139,7 +139,7 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let thread_error = |e: std::io::Error| StoreError::Open {
-            path: path.display().to_string(),
+            path: schema::shown(&path),
             message: format!("cannot start a store thread: {e}"),
         };
         let conn = schema::open_writer(&path, &options)?;
@@ -150,8 +150,10 @@ impl SqliteStore {
         let writer = Writer::spawn(conn, options.synchronous).map_err(|e| match e {
             StartError::Thread(e) => thread_error(e),
             StartError::Sqlite(e) => StoreError::Open {
-                path: path.display().to_string(),
-                message: e.to_string(),
+                path: schema::shown(&path),
+                message: e
+                    .to_string()
+                    .replace(&path.display().to_string(), &schema::shown(&path)),
             },
         })?;
         let readers = Readers::spawn(conns).map_err(thread_error)?;

@@ -89,9 +89,30 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 ];
 
 fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {
+    let raw = path.display().to_string();
+    let path = shown(path);
     StoreError::Open {
-        path: path.display().to_string(),
-        message: error.to_string(),
+        // SQLite's own message may quote the path as it was given.
+        message: error.to_string().replace(&raw, &path),
+        path,
+    }
+}
+
+/// `path` as errors show it: without the credentials of a URL given by mistake
+/// (`Runtime::sqlite` handed a `postgres://user:password@host/db`), which an error would
+/// otherwise print, and which nobody's log should keep.
+pub(super) fn shown(path: &Path) -> String {
+    let text = path.display().to_string();
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text;
+    };
+    let (authority, tail) = match rest.split_once('/') {
+        Some((authority, tail)) => (authority, format!("/{tail}")),
+        None => (rest, String::new()),
+    };
+    match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://…@{host}{tail}"),
+        None => text,
     }
 }
 
@@ -120,7 +141,7 @@ fn connect(path: &Path, options: &SqliteOptions, create: bool) -> Result<Connect
 pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
     if !options.migrate && !path.exists() {
         return Err(StoreError::NotAStore {
-            path: path.display().to_string(),
+            path: shown(path),
             reason: "no such file".to_owned(),
         });
     }
@@ -156,7 +177,7 @@ pub(super) fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connec
 /// `meta` table of its own).
 fn check_current(path: &Path, options: &SqliteOptions) -> Result<(), StoreError> {
     let not_a_store = |reason: &str| StoreError::NotAStore {
-        path: path.display().to_string(),
+        path: shown(path),
         reason: reason.to_owned(),
     };
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -184,12 +205,12 @@ fn check_current(path: &Path, options: &SqliteOptions) -> Result<(), StoreError>
     match found.cmp(&SCHEMA_VERSION) {
         std::cmp::Ordering::Equal => Ok(()),
         std::cmp::Ordering::Less => Err(StoreError::OlderSchema {
-            path: path.display().to_string(),
+            path: shown(path),
             found,
             supported: SCHEMA_VERSION,
         }),
         std::cmp::Ordering::Greater => Err(StoreError::NewerSchema {
-            path: path.display().to_string(),
+            path: shown(path),
             found,
             supported: SCHEMA_VERSION,
         }),
@@ -225,7 +246,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let found = schema_version(&tx, path)?.unwrap_or(0);
     if found > SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
-            path: path.display().to_string(),
+            path: shown(path),
             found,
             supported: SCHEMA_VERSION,
         });
