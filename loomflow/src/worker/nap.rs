@@ -23,9 +23,34 @@ pub(super) fn length(
     }
 }
 
+/// The longest a worker waits between looks at a store that keeps failing.
+const LONGEST_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The nap after `failures` looks in a row that the store failed: `retry_after`, doubled
+/// with each failure after the first, up to [`LONGEST_BACKOFF`] (or `retry_after`, if
+/// longer). A store that is down (a database restarting) is not asked, and its failures are
+/// not logged, several times a poll interval by every worker, which would hold up its
+/// recovery with reconnections.
+pub(super) fn after_failures(retry_after: Duration, failures: u32) -> Duration {
+    let doubled = retry_after.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled.min(LONGEST_BACKOFF.max(retry_after))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_store_is_asked_less_and_less_often() {
+        let first = Duration::from_millis(100);
+        let naps: Vec<u128> = (1..=8)
+            .map(|n| after_failures(first, n).as_millis())
+            .collect();
+        assert_eq!(naps, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
+        assert_eq!(after_failures(first, u32::MAX), LONGEST_BACKOFF);
+        let long = Duration::from_secs(30);
+        assert_eq!(after_failures(long, 3), long, "never above what it was");
+    }
 
     const POLL: Duration = Duration::from_secs(60);
 

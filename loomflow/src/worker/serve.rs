@@ -37,6 +37,9 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
     // When the stop was first seen: the shutdown's timeout runs from then, whatever the
     // loop awaits at that moment.
     let stopped_at = OnceLock::new();
+    // Looks in a row the store failed: each waits longer before the next (see
+    // `nap::after_failures`).
+    let mut failures = 0_u32;
     while !*stop.borrow() {
         // Listening from here, before the change counter is read (see `store_told`).
         let mut listening = std::pin::pin!(notifier.as_deref().map(Notify::notified));
@@ -146,7 +149,13 @@ pub(super) async fn serve(inner: Arc<WorkerInner>, mut stop: watch::Receiver<boo
         };
         let mut nap = nap::length(poll, next_wake, unix_ms(runtime.now()), slot_free);
         if failed {
-            nap = nap.min(retry_after);
+            failures = failures.saturating_add(1);
+            nap = match failures {
+                1 => nap.min(retry_after),
+                n => nap::after_failures(retry_after, n),
+            };
+        } else {
+            failures = 0;
         }
         tokio::select! {
             _ = stop.changed() => {}
