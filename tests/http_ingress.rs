@@ -873,6 +873,40 @@ fn csrf_of(page: &str) -> String {
     field_of(page, "csrf")
 }
 
+/// Logs in to the inbox at `addr`: its cookie, and the page it then shows.
+async fn inbox_page(addr: std::net::SocketAddr) -> ((&'static str, String), String) {
+    let login = format!("/inbox?token={TOKEN}");
+    let (_, head, _) = request(addr, "GET", &login, NO_HEADERS, b"").await;
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap();
+    let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
+    let (_, _, page) = request(addr, "GET", "/inbox", std::slice::from_ref(&cookie), b"").await;
+    (cookie, page)
+}
+
+/// Approves, with the page's first form, `call_1` of `thread` (form-encoded); the status
+/// and head of the answer.
+async fn approve_from(
+    addr: std::net::SocketAddr,
+    (cookie, page): &((&'static str, String), String),
+    thread: &str,
+) -> (u16, String) {
+    let form = format!(
+        "csrf={}&thread={thread}&call_id=call_1&requested_at_ms={}&decision=approve",
+        csrf_of(page),
+        field_of(page, "requested_at_ms")
+    );
+    let form_type = (
+        "Content-Type",
+        "application/x-www-form-urlencoded".to_owned(),
+    );
+    let headers = [form_type, cookie.clone()];
+    let (status, head, _) = request(addr, "POST", "/inbox/decide", &headers, form.as_bytes()).await;
+    (status, head)
+}
+
 /// The value of the first field `name` in the page.
 fn field_of(page: &str, name: &str) -> String {
     let field = format!("name=\"{name}\" value=\"");
@@ -1066,41 +1100,11 @@ async fn the_inbox_lists_a_call_waiting_in_memory() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
-    let login = format!("/inbox?token={TOKEN}");
-    let (_, head, _) = request(server.addr, "GET", &login, NO_HEADERS, b"").await;
-    let cookie = head
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap();
-    let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
-    let (_, _, page) = request(
-        server.addr,
-        "GET",
-        "/inbox",
-        std::slice::from_ref(&cookie),
-        b"",
-    )
-    .await;
+    let inbox = inbox_page(server.addr).await;
+    let page = &inbox.1;
     assert!(page.contains("data-thread=\"m1\""), "{page}");
     assert!(page.contains("&quot;cents&quot;: 250"), "{page}");
-
-    let form = format!(
-        "csrf={}&thread=m1&call_id=call_1&requested_at_ms={}&decision=approve",
-        csrf_of(&page),
-        field_of(&page, "requested_at_ms")
-    );
-    let form_type = (
-        "Content-Type",
-        "application/x-www-form-urlencoded".to_owned(),
-    );
-    let (status, head, _) = request(
-        server.addr,
-        "POST",
-        "/inbox/decide",
-        &[form_type, cookie],
-        form.as_bytes(),
-    )
-    .await;
+    let (status, head) = approve_from(server.addr, &inbox, "m1").await;
     assert_eq!(status, 303, "{head}");
     let done = run.await.unwrap().unwrap();
     let said = serde_json::to_string(&done.messages).unwrap();
@@ -1220,38 +1224,14 @@ async fn the_inbox_shows_a_bidi_override_as_its_escape() {
     let server = serve("inbox-bidi", config()).await;
     let thread = "r\u{202e}lt";
     ask_for_refund(&server.runtime, thread, 1299).await;
-    let login = format!("/inbox?token={TOKEN}");
-    let (_, head, _) = request(server.addr, "GET", &login, NO_HEADERS, b"").await;
-    let cookie = head
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap();
-    let cookie = ("Cookie", cookie.split(';').next().unwrap().to_owned());
-    let inbox = std::slice::from_ref(&cookie);
-    let (_, _, page) = request(server.addr, "GET", "/inbox", inbox, b"").await;
+    let inbox = inbox_page(server.addr).await;
+    let page = &inbox.1;
     assert!(page.contains("<small>on r\\u202elt</small>"), "{page}");
     assert!(page.contains("<td>r\\u202elt</td>"), "{page}");
     assert!(page.contains(&format!("name=\"thread\" value=\"{thread}\"")));
     let shown = page.replace(&format!("\"{thread}\""), "");
     assert!(!shown.contains('\u{202e}'), "{shown}");
-
-    let form = format!(
-        "csrf={}&thread=r%E2%80%AElt&call_id=call_1&requested_at_ms={}&decision=approve",
-        csrf_of(&page),
-        field_of(&page, "requested_at_ms")
-    );
-    let form_type = (
-        "Content-Type",
-        "application/x-www-form-urlencoded".to_owned(),
-    );
-    let (status, head, _) = request(
-        server.addr,
-        "POST",
-        "/inbox/decide",
-        &[form_type, cookie.clone()],
-        form.as_bytes(),
-    )
-    .await;
+    let (status, head) = approve_from(server.addr, &inbox, "r%E2%80%AElt").await;
     assert_eq!(status, 303, "{head}");
     let pending = server.runtime.pending_approvals(thread).await.unwrap();
     assert!(pending.is_empty(), "{pending:?}");

@@ -1906,29 +1906,23 @@ async fn a_report_says_why_a_checkpoint_does_not_read() {
         n: u32,
         priority: String,
     }
+    /// `followup`: waits for the signal `go`, over a state of type `S`.
+    fn followup<S: loomflow::graph::State>(set: fn(&mut S, u32)) -> CompiledGraph<S> {
+        Graph::new("followup")
+            .node_fn("wait", move |s: &mut S, ctx| {
+                Box::pin(async move {
+                    set(s, ctx.wait_for_signal("go").or_suspend().await?);
+                    Ok(())
+                })
+            })
+            .edge(START, "wait")
+            .edge("wait", END)
+            .compile()
+            .unwrap()
+    }
     let runtime = Runtime::in_memory();
-    let before: CompiledGraph<Before> = Graph::new("followup")
-        .node_fn("wait", |s: &mut Before, ctx| {
-            Box::pin(async move {
-                s.n = ctx.wait_for_signal("go").or_suspend().await?;
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
-    let after: CompiledGraph<After> = Graph::new("followup")
-        .node_fn("wait", |s: &mut After, ctx| {
-            Box::pin(async move {
-                s.n = ctx.wait_for_signal("go").or_suspend().await?;
-                Ok(())
-            })
-        })
-        .edge(START, "wait")
-        .edge("wait", END)
-        .compile()
-        .unwrap();
+    let before = followup(|s: &mut Before, n| s.n = n);
+    let after = followup(|s: &mut After, n| s.n = n);
     before
         .invoke(&runtime, "t", Before::default())
         .await
