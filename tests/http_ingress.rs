@@ -247,9 +247,25 @@ async fn signing_secrets_rotate() {
     let current = signature_header(SIGNING, now, path, "d-both", body);
     let current_mac = current.split_once(",v1=").unwrap().1;
     let both = format!("{retired},v1={current_mac}");
-    let (status, _, reply) =
-        request(server.addr, "POST", path, &signed(both, "d-both"), body).await;
+    let (status, _, reply) = request(
+        server.addr,
+        "POST",
+        path,
+        &signed(both.clone(), "d-both"),
+        body,
+    )
+    .await;
     assert_eq!(status, 202, "{reply}");
+    // More signatures than a rotation needs are refused before anything is hashed: each
+    // one cost an HMAC over the whole body.
+    let many = format!("{both}{}", format!(",v1={current_mac}").repeat(4));
+    let (status, _, reply) =
+        request(server.addr, "POST", path, &signed(many, "d-many"), body).await;
+    assert_eq!(
+        (status, error_code(&reply).as_str()),
+        (401, "bad_signature")
+    );
+    assert!(reply.contains("more than 4 v1="), "{reply}");
     let header = signature_header("retired", now, path, "d-gone", body);
     let (status, _, reply) =
         request(server.addr, "POST", path, &signed(header, "d-gone"), body).await;

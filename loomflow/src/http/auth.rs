@@ -96,14 +96,7 @@ pub(crate) fn bearer(config: &HttpConfig, headers: &HeaderMap) -> Result<(), Api
     if config.open {
         return Ok(());
     }
-    let presented = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        // The scheme's name is case-insensitive (RFC 9110, section 11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    let Some(presented) = presented else {
+    let Some(presented) = presented_token(headers) else {
         return Err(ApiError::unauthorized(
             "missing Authorization: Bearer <token>",
         ));
@@ -117,6 +110,17 @@ pub(crate) fn bearer(config: &HttpConfig, headers: &HeaderMap) -> Result<(), Api
     } else {
         Err(ApiError::unauthorized("the bearer token is not accepted"))
     }
+}
+
+/// The token of the request's `Authorization: Bearer <token>` header, if it has one.
+pub(crate) fn presented_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        // The scheme's name is case-insensitive (RFC 9110, section 11.1).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
 }
 
 fn hmac(secret: &str, parts: &[&[u8]]) -> Hmac<Sha256> {
@@ -180,6 +184,9 @@ fn bad_signature(message: &str) -> ApiError {
 /// `X-Hub-Signature-256`, or `X-Loomflow-Signature` ([`signature_header`]) within the replay
 /// window, received at `now_secs`. A signature header that is present but malformed, stale
 /// or not configured is refused, whatever else the request has.
+/// The most `v1=` signatures an `X-Loomflow-Signature` header may carry.
+const MAX_TAGS: usize = 4;
+
 pub(crate) fn signature<'a>(
     config: &'a HttpConfig,
     headers: &'a HeaderMap,
@@ -218,13 +225,21 @@ pub(crate) fn signature<'a>(
     for part in text.split(',') {
         match part.trim().split_once('=') {
             Some(("t", t)) => time = t.parse::<u64>().ok(),
-            Some(("v1", v)) => macs.extend(from_hex(v)),
+            // A SHA-256 tag is 32 bytes: anything else cannot match, and is not hashed for.
+            Some(("v1", v)) => macs.extend(from_hex(v).filter(|mac| mac.len() == 32)),
             _ => {}
         }
     }
     let Some(time) = time.filter(|_| !macs.is_empty()) else {
         return Err(bad("X-Loomflow-Signature is not t=<seconds>,v1=<hex>"));
     };
+    // One for each secret a sender moves between: a header with many is refused before
+    // anything is hashed.
+    if macs.len() > MAX_TAGS {
+        return Err(bad(&format!(
+            "X-Loomflow-Signature carries more than {MAX_TAGS} v1= signatures"
+        )));
+    }
     let window = config.replay_window_or_default().as_secs();
     if now_secs.saturating_sub(time) > window {
         return Err(bad(
@@ -283,8 +298,10 @@ impl Signature<'_> {
             } => {
                 let time = time.to_string();
                 let parts = signed_parts(&time, path, delivery, body);
+                // One HMAC over the body for each secret, compared with every tag.
                 let signs = |secret: &String| {
-                    (macs.iter()).any(|mac| hmac(secret, &parts).verify_slice(mac).is_ok())
+                    let expected = hmac(secret, &parts).finalize().into_bytes();
+                    (macs.iter()).any(|mac| constant_time_eq(&expected, mac))
                 };
                 match secrets.iter().any(signs) {
                     true => Ok(Signed::Yes {

@@ -109,11 +109,9 @@ fn authorize(app: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
         }
     }
     auth::bearer(&app.config, headers)?;
-    let presented = (headers.get(header::AUTHORIZATION))
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().strip_prefix("Bearer "))
-        .map_or_else(String::new, |token| token.trim().to_owned());
-    Ok(presented)
+    Ok(auth::presented_token(headers)
+        .unwrap_or_default()
+        .to_owned())
 }
 
 /// The form token for a credential: an HMAC of it under the router's form secret (the
