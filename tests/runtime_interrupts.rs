@@ -625,6 +625,24 @@ async fn carrying_on_another_graphs_run_is_refused_naming_both() {
                 .contains("was run by graph flow, not billing"),
             "{err}"
         );
+        // Renamed, its edges declared in another order: the same graph to the run, which
+        // carries on.
+        let renamed = Graph::new("flow_v2")
+            .node_fn("ask", |o: &mut Order, ctx| {
+                Box::pin(async move {
+                    let answer: String = ctx.interrupt("ok?")?;
+                    o.answers.push(answer);
+                    Ok(())
+                })
+            })
+            .node_sync("pay", |o: &mut Order| o.paid = Some("yes".into()))
+            .edge("pay", END)
+            .edge("ask", "pay")
+            .edge(START, "ask")
+            .compile()
+            .unwrap();
+        let done = renamed.resume(&rt, "t", "yes").await.unwrap();
+        assert_eq!(done.completed().unwrap().paid.as_deref(), Some("yes"));
     }
 }
 

@@ -27,33 +27,6 @@ pub(super) async fn check_graph<S>(
     if *recorded == *g.fingerprint {
         return Ok(());
     }
-    // Another graph's run (a thread the caller mixed up): said so, not as a change of this
-    // graph, whose way past would run this graph's nodes over the other's run.
-    // Boxed: the run's future keeps no room for a read made only on the way to an error.
-    let other = Box::pin(async {
-        let store = runtime.store();
-        let Some(written) = store.get_checkpoint(thread, cp.id).await? else {
-            return Ok(None);
-        };
-        // Named in the checkpoint when it describes its graph; a top-level one's run row
-        // names the graph too (a subgraph's names its parent).
-        let name = match written.graph_name() {
-            Some(name) => Some(name.to_owned()),
-            None if written.namespace.is_empty() => {
-                store.get_run(thread).await?.and_then(|row| row.graph)
-            }
-            None => None,
-        };
-        Ok::<_, crate::runtime::StoreError>(name.filter(|name| **name != *g.name))
-    })
-    .await?;
-    if let Some(recorded) = other {
-        return Err(RunError::OtherGraph {
-            thread: thread.to_owned(),
-            graph: g.name.to_string(),
-            recorded,
-        });
-    }
     let mut before = cp.snapshot.graph_description.clone();
     if before.is_none() {
         for earlier in runtime.store().list_checkpoints(thread).await? {
@@ -89,6 +62,34 @@ pub(super) async fn check_graph<S>(
         }
         None => vec![format!("structure {recorded} is now {}", g.fingerprint)],
     };
+    // A change, unless it is another graph's run (a thread the caller mixed up): said so,
+    // not as a change of this graph, whose way past would run its nodes over the other's
+    // run. A graph renamed, its structure the same to a run, was let through above.
+    // Boxed: the run's future keeps no room for a read made only on the way to an error.
+    let other = Box::pin(async {
+        let store = runtime.store();
+        let Some(written) = store.get_checkpoint(thread, cp.id).await? else {
+            return Ok(None);
+        };
+        // Named in the checkpoint when it describes its graph; a top-level one's run row
+        // names the graph too (a subgraph's names its parent).
+        let name = match written.graph_name() {
+            Some(name) => Some(name.to_owned()),
+            None if written.namespace.is_empty() => {
+                store.get_run(thread).await?.and_then(|row| row.graph)
+            }
+            None => None,
+        };
+        Ok::<_, crate::runtime::StoreError>(name.filter(|name| **name != *g.name))
+    })
+    .await?;
+    if let Some(recorded) = other {
+        return Err(RunError::OtherGraph {
+            thread: thread.to_owned(),
+            graph: g.name.to_string(),
+            recorded,
+        });
+    }
     Err(RunError::GraphChanged {
         thread: thread.to_owned(),
         graph: g.name.to_string(),
