@@ -1180,7 +1180,7 @@ async fn a_stopped_worker_is_marked_by_the_router_and_the_plan() {
     assert_eq!(team.output.as_deref(), Some("Looking"));
     assert_eq!(
         team.messages.last().unwrap().text(),
-        "billing (stopped: max_turns_exceeded; its tool calls: notes: notes on A1): Looking"
+        "billing (stopped: max_turns_exceeded; its tool calls: notes): Looking"
     );
 
     let (replanner, asked) = listened("replanner", &["DONE: partial"]);
@@ -1195,15 +1195,14 @@ async fn a_stopped_worker_is_marked_by_the_router_and_the_plan() {
     assert_eq!(
         team.done,
         [(
-            "look it up (stopped: max_turns_exceeded; its tool calls: notes: notes on A1)"
-                .to_owned(),
+            "look it up (stopped: max_turns_exceeded; its tool calls: notes)".to_owned(),
             "Looking".to_owned()
         )]
     );
     let told = prompts(&asked);
     assert!(
         told[0].contains(
-            "- look it up (stopped: max_turns_exceeded; its tool calls: notes: notes on A1): \
+            "- look it up (stopped: max_turns_exceeded; its tool calls: notes): \
              Looking"
         ),
         "{told:?}"
@@ -1233,9 +1232,7 @@ async fn a_worker_stopped_by_its_turn_limit_is_marked_in_the_transcript() {
     assert_eq!(team.stopped, [("billing".to_owned(), StopReason::MaxTurns)]);
     let said = team.messages[1].text();
     assert!(
-        said.starts_with(
-            "billing (stopped: max_turns_exceeded; its tool calls: notes: notes on A1):"
-        ),
+        said.starts_with("billing (stopped: max_turns_exceeded; its tool calls: notes):"),
         "{said}"
     );
 }

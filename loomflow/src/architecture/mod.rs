@@ -259,9 +259,9 @@ pub(crate) fn record_said(team: &mut TeamState, name: &str, state: &AgentState) 
 }
 
 /// `text`, what the agent `name` said, marked as such when its run stopped before it
-/// answered on its own (`billing (stopped: max_turns_exceeded): …`), with what its tools did
-/// in the run (`…; its tool calls: refund: refunded 7`): a coordinator told only that it
-/// stopped would ask for the same work again, and a refund made would be made twice.
+/// answered on its own (`billing (stopped: max_turns_exceeded): …`), with the tool calls it
+/// made (`…; its tool calls: lookup, refund`): a coordinator told only that it stopped would
+/// ask for the same work again, and a refund made would be made twice.
 pub(crate) fn marked_if_stopped(name: &str, state: &AgentState, text: &str) -> String {
     match stop_note(state) {
         Some(note) => format!("{name} ({note}): {text}"),
@@ -269,42 +269,49 @@ pub(crate) fn marked_if_stopped(name: &str, state: &AgentState, text: &str) -> S
     }
 }
 
-/// Why `state`'s run stopped before it answered on its own, with what its tools did
-/// (`stopped: max_turns_exceeded; its tool calls: refund: refunded 7`); `None` when it did
-/// not stop.
+/// Why `state`'s run stopped before it answered on its own, with the tool calls it made
+/// (`stopped: max_turns_exceeded; its tool calls: lookup, refund`); `None` when it did not
+/// stop.
 pub(crate) fn stop_note(state: &AgentState) -> Option<String> {
     let reason = state.stopped.as_ref()?;
     let calls = tool_calls_made(state);
     Some(match calls.is_empty() {
         true => format!("stopped: {reason}"),
-        false => format!("stopped: {reason}; its tool calls: {}", calls.join("; ")),
+        false => format!("stopped: {reason}; its tool calls: {}", calls.join(", ")),
     })
 }
 
-/// The tool calls `state`'s run made, each with its result (cut short), in order.
+/// The tool calls `state`'s run made that have a result, in order, as `name` or `name
+/// (failed)`: names and outcomes only, as a result's text has not passed the member's
+/// output guardrails; the first [`LISTED_CALLS`], then how many more. A call is named by
+/// the nearest reply before its result that made it (models reuse ids across turns).
 fn tool_calls_made(state: &AgentState) -> Vec<String> {
-    const SHOWN: usize = 200;
     let messages: Vec<&Message> = state.messages.iter().skip(state.run_start).collect();
-    let named = |id: &str| {
-        (messages.iter().rev())
+    let mut made = Vec::new();
+    for (at, message) in messages.iter().enumerate() {
+        let Message::Tool(result) = message else {
+            continue;
+        };
+        let before = messages.iter().take(at).rev();
+        let name = before
             .flat_map(|m| m.tool_calls())
-            .find(|call| call.id == id)
-            .map_or("a tool", |call| call.name.as_str())
-    };
-    (messages.iter())
-        .filter_map(|m| match m {
-            Message::Tool(result) => {
-                let mut content: String = result.content.chars().take(SHOWN).collect();
-                if content.len() < result.content.len() {
-                    content.push('…');
-                }
-                let failed = if result.is_error { " failed" } else { "" };
-                Some(format!("{}{failed}: {content}", named(&result.call_id)))
-            }
-            _ => None,
-        })
-        .collect()
+            .find(|call| call.id == result.call_id)
+            .map_or("a tool", |call| call.name.as_str());
+        made.push(match result.is_error {
+            true => format!("{name} (failed)"),
+            false => name.to_owned(),
+        });
+    }
+    if made.len() > LISTED_CALLS {
+        let more = made.len() - LISTED_CALLS;
+        made.truncate(LISTED_CALLS);
+        made.push(format!("{more} more"));
+    }
+    made
 }
+
+/// How many of a stopped member's tool calls its mark lists.
+const LISTED_CALLS: usize = 20;
 
 /// The member `name`'s answer ([`answer`]), noted in `team.stopped` when its run stopped
 /// before it answered on its own.
@@ -376,6 +383,43 @@ fn members_named<'a>(members: &'a [Member], said: &str) -> Vec<&'a Member> {
 mod tests {
     use super::{Member, members_named, split_at_member};
     use crate::agent::Agent;
+
+    /// A stopped member's calls are named by the reply that made each (a model that reuses
+    /// `call_0` every turn included), by name and outcome only, and at most twenty.
+    #[test]
+    fn a_stopped_members_calls_are_named_by_the_reply_that_made_them() {
+        use crate::agent::{AgentState, StopReason};
+        use crate::model::{Message, ToolCall};
+        let call = |name: &str| ToolCall::new("call_0", name, serde_json::json!({}));
+        let mut state = AgentState::new("refund order 7");
+        state
+            .messages
+            .push(Message::assistant_tool_calls(vec![call("refund")]));
+        state
+            .messages
+            .push(Message::tool_result("call_0", "refunded 4111 1111"));
+        state
+            .messages
+            .push(Message::assistant_tool_calls(vec![call("lookup")]));
+        state
+            .messages
+            .push(Message::tool_error("call_0", "not found"));
+        state.stopped = Some(StopReason::MaxTurns);
+        let note = super::stop_note(&state).unwrap();
+        assert_eq!(
+            note,
+            "stopped: max_turns_exceeded; its tool calls: refund, lookup (failed)"
+        );
+        for _ in 0..30 {
+            state
+                .messages
+                .push(Message::assistant_tool_calls(vec![call("ping")]));
+            state.messages.push(Message::tool_result("call_0", "pong"));
+        }
+        let note = super::stop_note(&state).unwrap();
+        assert!(note.ends_with("ping, 12 more"), "{note}");
+        assert!(!note.contains("4111"), "{note}");
+    }
 
     /// Members of those names, for the tests of how replies name them.
     pub(super) fn members(names: &[&str]) -> Vec<Member> {
