@@ -292,13 +292,16 @@ impl SignalApprover {
         name: String,
     ) -> crate::Result<ApprovalDecision> {
         let timeout = host.map_or(self.timeout, |host| host.min(self.timeout));
+        // A wait after a passed-over decision has what is left of the first one's time (its
+        // deadline is journaled as the first's is, so a replay keeps it).
+        let started = tokio::time::Instant::now();
         loop {
             let wait = node
                 .wait_for_framework_signal::<Value>(name.clone())
                 .details(interrupt_details(request));
             let wait = match self.suspend {
                 true => wait.or_suspend(),
-                false => wait.timeout(timeout),
+                false => wait.timeout(timeout.saturating_sub(started.elapsed())),
             };
             // A decision for an earlier request under the id is passed over (journaled as
             // taken, so a replay passes over it again), and the wait goes on.
