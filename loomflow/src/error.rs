@@ -238,7 +238,10 @@ mod tests {
             session: "s".into(),
         }
         .into();
-        assert_eq!(err.to_string(), "signal name for session s is empty");
+        assert_eq!(
+            err.to_string(),
+            "signal name for session s is empty (or only spaces)"
+        );
     }
 
     #[test]

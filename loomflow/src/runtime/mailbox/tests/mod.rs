@@ -486,7 +486,10 @@ fn reserved_and_empty_names_are_refused_to_user_code() {
     );
 
     let err = mb.signal("s", "", json!(1)).unwrap_err();
-    assert_eq!(err.to_string(), "signal name for session s is empty");
+    assert_eq!(
+        err.to_string(),
+        "signal name for session s is empty (or only spaces)"
+    );
     assert!(matches!(
         ready(mb.wait("s", "", None)),
         Err(SignalError::EmptyName { .. })
