@@ -355,8 +355,7 @@ impl RateLimiter {
         let user = user.filter(|_| self.config.per_user.is_some());
         #[allow(clippy::cast_precision_loss)] // token counts are far below 2^52
         let amount = tokens as f64;
-        // Whether the call slept for the buckets: one that did not waited nothing, whatever
-        // the few nanoseconds the look at them took.
+        // A call that did not sleep for the buckets waited nothing (their look takes ns).
         let mut slept = false;
         loop {
             let now = Instant::now();
@@ -367,10 +366,7 @@ impl RateLimiter {
                     model: key,
                     user: user.map(str::to_owned),
                     tokens: amount,
-                    waited: match slept {
-                        true => now.saturating_duration_since(started),
-                        false => Duration::ZERO,
-                    },
+                    waited: now.saturating_duration_since(started) * u32::from(slept),
                 });
             }
             if self.config.mode == RateLimitMode::Fail {

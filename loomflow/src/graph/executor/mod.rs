@@ -78,8 +78,7 @@ pub(crate) struct Execution<S> {
     pub(crate) durability: Durability,
     /// Carry on from a checkpoint written by a graph of another structure.
     pub(crate) allow_graph_change: bool,
-    /// The claim the run executes under: the parent's for a subgraph; `None` for a
-    /// top-level run, which claims its thread itself.
+    /// The claim it executes under: the parent's for a subgraph; `None`: it claims its own.
     pub(crate) claim: Option<RunClaim>,
     /// How long a top-level run waits for a busy thread's claim; `None`: not at all.
     pub(crate) wait_if_busy: Option<std::time::Duration>,
@@ -97,8 +96,7 @@ struct Position<S> {
     resume_values: BTreeMap<String, Vec<Value>>,
     /// A new run, whose input is not checkpointed yet.
     fresh: bool,
-    /// A new run started over a run its thread's row may still ask to stop: its start is
-    /// written at once in every durability mode, which makes the row the new run's.
+    /// A new run over one its thread's row may still ask to stop: its start is written now.
     over_open_run: bool,
     /// Where it picked up from, when it carried on from a checkpoint.
     resumed: Option<Resumed>,

@@ -18,8 +18,10 @@ use crate::runtime::claim::RunClaim;
 use crate::runtime::{Checkpoint, ResumeRequest, RunStatus, Runtime};
 
 mod graph_change;
+mod newest;
 mod recovered;
 use graph_change::check_graph;
+use newest::newest;
 use recovered::recover_interrupted;
 
 pub(super) enum Located<S> {
@@ -220,22 +222,8 @@ pub(super) async fn locate<S: State>(
     let with_request = 'located: {
         let position = match start {
             Start::Fresh(input) => {
-                // Whether the thread's row may still ask the run before this one to stop (its
-                // execution died with a cancel on its way): the new run's start, written at
-                // once, makes the row its own, which drops that cancel.
-                let (previous, over_open_run) = match runtime.store().as_memory() {
-                    Some(memory) => (
-                        memory.latest_run(placed, namespace)?,
-                        memory.cancel_requested_now(thread)?,
-                    ),
-                    None => {
-                        let newest = newest(runtime, placed, namespace).await?;
-                        let open = (newest.as_ref()).is_some_and(|cp| {
-                            matches!(cp.status, RunStatus::Running | RunStatus::Interrupted)
-                        });
-                        (newest.map(|cp| cp.run), open)
-                    }
-                };
+                let (previous, over_open_run) =
+                    newest::previous_run(runtime, placed, namespace).await?;
                 let run = previous.map_or(1, |run| run + 1);
                 match fresh(run, input) {
                     Ok(position) => Position {
@@ -342,20 +330,6 @@ async fn latest<S: State>(
             thread: thread.to_owned(),
         })?;
     Stored::read(cp, g, thread, payloads)
-}
-
-/// The newest checkpoint of `thread` in `namespace`: from the memory store, as it was
-/// handed over (the values it keeps, no body built, no thread named), read at once; there,
-/// the thread is found from its `place`, the claim's (see `MemoryStore::claim_now`).
-async fn newest(
-    runtime: &Runtime,
-    (thread, place): (&str, usize),
-    namespace: &str,
-) -> Result<Option<Checkpoint>, crate::runtime::StoreError> {
-    match runtime.store().as_memory() {
-        Some(memory) => memory.latest_unnamed((thread, place), namespace),
-        None => runtime.store().latest_checkpoint(thread, namespace).await,
-    }
 }
 
 /// The newest checkpoint of a suspended `thread`, to resume: its interrupts come without
