@@ -34,3 +34,19 @@ pub(crate) fn at_path(error: &serde_path_to_error::Error<serde_json::Error>) -> 
         path => format!("at {path}: {}", error.inner()),
     }
 }
+
+/// `value` as a `T`; on failure, serde's error with `what` naming where in the value it went
+/// wrong (`state of thread t, at amount`), unless that is the value as a whole: a stored
+/// state that no longer fits its type names the field that changed.
+pub(crate) fn from_value_at<T: DeserializeOwned>(
+    value: serde_json::Value,
+    what: impl FnOnce() -> String,
+) -> Result<T, (String, serde_json::Error)> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let what = match error.path().to_string().as_str() {
+            "." => what(),
+            path => format!("{}, at {path}", what()),
+        };
+        (what, error.into_inner())
+    })
+}

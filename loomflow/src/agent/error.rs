@@ -59,7 +59,8 @@ pub enum AgentError {
     },
     /// A run was asked for on a session whose last run is suspended.
     #[error(
-        "session {session} is suspended ({pending}): answer what it waits for and resume it, without a new prompt"
+        "session {session} is suspended ({pending}): carry it on with `resume`, without a new \
+         prompt, once what it waits for is answered (an approval decided may wait only for that)"
     )]
     SessionSuspended {
         /// The session.
@@ -70,7 +71,8 @@ pub enum AgentError {
     /// A run was asked for on a session whose last run stopped part way (its stream
     /// dropped, its timeout passed, its process died) and waits to be carried on.
     #[error(
-        "session {session} has a run that stopped part way (a dropped stream, a timeout, a crash); resume it, or cancel it, before a new prompt"
+        "session {session} has a run that stopped part way (a dropped stream, a timeout, a \
+         crash): carry it on with `resume` without a prompt, or cancel it, before a new prompt"
     )]
     SessionUnfinished {
         /// The session.

@@ -342,8 +342,13 @@ pub enum RunError {
         /// The ids that are pending.
         pending: Vec<String>,
     },
-    /// A checkpoint names a node the graph does not have (the graph changed since).
-    #[error("checkpoint of thread {thread} names node {node}, which graph {graph} does not have")]
+    /// A checkpoint names a node the graph does not have (the graph changed since): the run
+    /// stands at it, and no graph without it can carry the run on.
+    #[error(
+        "checkpoint of thread {thread} names node {node}, which graph {graph} does not have: \
+         carry the run on with a version of the graph that has it (allow_graph_change cannot \
+         run a node that is gone)"
+    )]
     CheckpointMismatch {
         /// The thread.
         thread: String,

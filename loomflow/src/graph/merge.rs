@@ -167,6 +167,22 @@ pub(crate) fn changed_fields<S: Serialize>(base: &S, copy: &S) -> Result<Vec<Str
     Ok(changed)
 }
 
+/// Whether two values differ only in the order of their lists' items (a set read back with
+/// another hasher).
+fn same_but_for_order(a: Option<&Value>, b: Option<&Value>) -> bool {
+    fn sorted(items: &[Value]) -> Vec<String> {
+        let mut texts: Vec<String> = items.iter().map(Value::to_string).collect();
+        texts.sort_unstable();
+        texts
+    }
+    match (a, b) {
+        (Some(Value::Array(a)), Some(Value::Array(b))) => {
+            a.len() == b.len() && (a == b || sorted(a) == sorted(b))
+        }
+        (a, b) => a == b,
+    }
+}
+
 /// The nodes that changed one field, in declaration order, each with its new value: `None`
 /// when the node removed the field (a map state's key, a field skipped when empty).
 type Writers = Vec<(usize, Option<Value>)>;
@@ -188,18 +204,26 @@ pub(crate) fn merge_branches<S: Serialize + DeserializeOwned>(
         };
     for (b, branch) in branches.iter().enumerate() {
         let fields = to_fields(&branch.state)?;
-        let counts = |key: &str| {
-            branch
-                .changed
-                .is_none_or(|only| only.iter().any(|k| k == key))
+        // A name the state no longer has (a field renamed since, read back by its serde
+        // `alias`) stands for a field the list cannot name: the fields it does not name
+        // count too where the copy differs in more than its items' order (a set read back
+        // with another hasher lists them otherwise).
+        let renamed = (branch.changed).is_some_and(|only| {
+            (only.iter()).any(|key| !base.contains_key(key) && !fields.contains_key(key))
+        });
+        let counts = |key: &str, before: Option<&Value>, after: Option<&Value>| match branch.changed
+        {
+            None => true,
+            Some(only) if only.iter().any(|k| k == key) => true,
+            Some(_) => renamed && !same_but_for_order(before, after),
         };
         for key in base.keys().filter(|key| !fields.contains_key(*key)) {
-            if counts(key) {
+            if counts(key, base.get(key), None) {
                 note(key, b, None);
             }
         }
         for (key, value) in fields {
-            if base.get(&key) != Some(&value) && counts(&key) {
+            if base.get(&key) != Some(&value) && counts(&key, base.get(&key), Some(&value)) {
                 note(&key, b, Some(value));
             }
         }

@@ -90,6 +90,17 @@ pub(super) async fn check_graph<S>(
             recorded,
         });
     }
+    // The run stands at a node this graph no longer has: no way past runs it, so the
+    // change's way past (`allow_graph_change`) is not offered.
+    if let super::StoredNext::Names(next) = &cp.next
+        && let Some(gone) = next.iter().find(|name| g.node_index(name).is_none())
+    {
+        return Err(RunError::CheckpointMismatch {
+            thread: thread.to_owned(),
+            graph: g.name.to_string(),
+            node: gone.clone(),
+        });
+    }
     Err(RunError::GraphChanged {
         thread: thread.to_owned(),
         graph: g.name.to_string(),

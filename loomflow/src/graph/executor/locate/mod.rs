@@ -135,12 +135,10 @@ impl<S: State> StoredState<S> {
     fn decode(self, g: &CompiledInner<S>, thread: &str) -> Result<S> {
         match self {
             Self::Typed(state) => Ok(state),
-            Self::Json(state) => serde_json::from_value(state).map_err(|e| {
-                RunError::json(
-                    format!("checkpointed state of thread {thread} (graph {})", g.name),
-                    e,
-                )
-            }),
+            Self::Json(state) => crate::json::from_value_at(state, || {
+                format!("checkpointed state of thread {thread} (graph {})", g.name)
+            })
+            .map_err(|(what, e)| RunError::json(what, e)),
         }
     }
 }
