@@ -10,7 +10,7 @@ use loomflow::runtime::{
     Checkpoint, Claim, JournalKey, RunFilter, RunState, RunStatus, SignalPush, SqliteOptions,
     SqliteStore, Store, StoreError, StoredSignal,
 };
-use loomflow::{Runtime, RuntimeError};
+use loomflow::{END, Graph, Runtime, RuntimeError, START};
 use serde_json::json;
 
 /// A fresh database path; removes the file and its WAL companions when dropped.
@@ -1480,4 +1480,117 @@ fn a_url_given_as_a_sqlite_file_is_not_printed_with_its_password() {
     let text = format!("{error} {error:?} {}", loomflow::ErrorChain(&error));
     assert!(!text.contains("secretpw"), "{text}");
     assert!(text.contains("postgres://…@127.0.0.1:1/live/db"), "{text}");
+}
+
+/// One node that adds one to the state.
+fn counting() -> loomflow::CompiledGraph<u64> {
+    Graph::new("count")
+        .node_sync("inc", |n: &mut u64| *n += 1)
+        .edge(START, "inc")
+        .edge("inc", END)
+        .compile()
+        .unwrap()
+}
+
+/// `Runtime::sqlite("sqlite:…")` opens the file the URL names (it made a file named
+/// `sqlite:app.db`, where the command line's `--db sqlite:app.db` reads `app.db`), and
+/// `Runtime::open` reads the same forms; a PostgreSQL URL is refused naming what opens it.
+#[tokio::test]
+async fn a_sqlite_url_names_the_same_file_everywhere() {
+    let db = TempDb::new("sqlite-url");
+    let path = db.path().display().to_string();
+    let graph = counting();
+    let runtime = Runtime::sqlite(format!("sqlite:{path}")).unwrap();
+    graph.invoke(&runtime, "t", 1).await.unwrap();
+    drop(runtime);
+    assert!(db.path().exists());
+    for url in [format!("sqlite://{path}"), path.clone()] {
+        let runtime = Runtime::open(&url).await.unwrap();
+        assert_eq!(
+            runtime.get_state::<u64>("t").await.unwrap(),
+            Some(2),
+            "{url}"
+        );
+    }
+    let memory = Runtime::open("memory:").await.unwrap();
+    assert_eq!(memory.get_state::<u64>("t").await.unwrap(), None);
+
+    for pg in ["postgres://app:secretpw@db/flows", "host=db dbname=flows"] {
+        let error = Runtime::sqlite(pg).unwrap_err().to_string();
+        assert!(
+            error.contains("Runtime::open or Runtime::postgres"),
+            "{error}"
+        );
+    }
+    assert!(!Path::new("host=db dbname=flows").exists());
+    let error = Runtime::open("mysql://db/flows")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("postgres://…, sqlite:PATH or memory:"),
+        "{error}"
+    );
+}
+
+/// Processes started together on a fresh file (two worker replicas on a new volume) all
+/// open it: SQLite answered a WAL switch that met another one with "database is locked" at
+/// once, without waiting out the busy timeout (one open in about fifty failed so).
+#[test]
+fn stores_opened_together_on_a_fresh_file_all_open() {
+    for round in 0..25 {
+        let db = TempDb::new(&format!("fresh-race-{round}"));
+        let path = db.path().to_path_buf();
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    SqliteStore::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for open in opens {
+            open.join().unwrap().unwrap();
+        }
+    }
+}
+
+/// A store an earlier loomflow made under the literal name `sqlite:…` (it did not read the
+/// URL) is still the one `Runtime::sqlite("sqlite:…")` opens: its runs are not stranded
+/// behind a new empty file. A name resolved once is not resolved again.
+#[tokio::test]
+async fn a_file_named_like_a_sqlite_url_is_the_store_it_names() {
+    let dir = std::env::temp_dir().join(format!("loomflow-literal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let literal = dir.join("sqlite:app.db");
+    let graph = counting();
+    let store = SqliteStore::open_with(&literal, SqliteOptions::default()).unwrap();
+    graph
+        .invoke(&Runtime::with_store(store), "t", 1)
+        .await
+        .unwrap();
+    assert!(literal.exists());
+
+    // Relative names, as an application gives them: read in the directory.
+    let again = std::env::current_dir().unwrap();
+    std::env::set_current_dir(&dir).unwrap();
+    let opened = Runtime::sqlite("sqlite:app.db");
+    let made_empty = Path::new("app.db").exists();
+    let parsed = loomflow::runtime::StoreUrl::parse("sqlite:sqlite:legacy.db").unwrap();
+    let legacy = parsed.open().await.map(drop);
+    let stripped_twice = Path::new("legacy.db").exists();
+    let made = Path::new("sqlite:legacy.db").exists();
+    std::env::set_current_dir(again).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let runtime = opened.unwrap();
+    assert_eq!(runtime.get_state::<u64>("t").await.unwrap(), Some(2));
+    assert!(!made_empty, "a new empty app.db was made beside the store");
+    legacy.unwrap();
+    assert!(
+        made && !stripped_twice,
+        "StoreUrl's path was read as a URL again"
+    );
 }

@@ -2,7 +2,8 @@
 
 use loomflow::Runtime;
 use loomflow::runtime::{
-    MailboxConfig, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Store,
+    MailboxConfig, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Store, StoreError,
+    StoreUrl,
 };
 
 use crate::Failure;
@@ -39,27 +40,35 @@ pub(crate) async fn open(db: Option<&str>, lifetime: Lifetime) -> Result<Runtime
             .max_pending_signal_sessions(None),
         Lifetime::Server => MailboxConfig::default(),
     };
-    if is_postgres(db) {
-        let options = PostgresOptions::default().migrate(false);
-        let store = PostgresStore::connect_with(db, options)
-            .await
-            .map_err(loomflow::Error::from)?;
-        return Ok(build(store, signals));
-    }
-    let path = db.strip_prefix("sqlite:").unwrap_or(db);
-    if let Some((scheme, _)) = path.split_once("://") {
-        return Err(Failure::usage(format!(
-            "unsupported store {scheme}://…: use sqlite:PATH, postgres://… or key=value pairs"
-        )));
-    }
-    if !std::path::Path::new(path).exists() {
+    let path = match StoreUrl::parse(db) {
+        Ok(StoreUrl::Postgres(url)) => {
+            let options = PostgresOptions::default().migrate(false);
+            let store = PostgresStore::connect_with(&url, options)
+                .await
+                .map_err(loomflow::Error::from)?;
+            return Ok(build(store, signals));
+        }
+        Ok(StoreUrl::Sqlite(path)) => path,
+        Ok(_) => {
+            return Err(Failure::usage(
+                "--db memory: names a store of this process alone: nothing to look at",
+            ));
+        }
+        // The message alone: the string may hold a password.
+        Err(StoreError::Open { message, .. }) => {
+            return Err(Failure::usage(format!("--db: {message}")));
+        }
+        Err(other) => return Err(loomflow::Error::from(other).into()),
+    };
+    let path = path.as_path();
+    if !path.exists() {
         // Opening would create an empty file: a typo would look like a store with no runs.
         return Err(Failure::not_found(format!(
             "no SQLite file at {}",
             shown_path(path)
         )));
     }
-    if std::path::Path::new(path).is_dir() {
+    if path.is_dir() {
         // SQLite would say "disk I/O error", which sends an operator to the hardware.
         return Err(Failure::not_found(format!(
             "{} is a directory, not a SQLite file",
@@ -75,69 +84,15 @@ fn build(store: impl Store, signals: MailboxConfig) -> Runtime {
     Runtime::builder().store(store).signals(signals).build()
 }
 
-/// Whether `db` is a PostgreSQL connection string: a URL, or libpq `key=value` pairs (the
-/// first of which names a connection keyword; libpq allows spaces around the `=`).
-fn is_postgres(db: &str) -> bool {
-    /// libpq's connection keywords (PostgreSQL 17).
-    const KEYS: &[&str] = &[
-        "host",
-        "hostaddr",
-        "port",
-        "dbname",
-        "user",
-        "password",
-        "passfile",
-        "require_auth",
-        "channel_binding",
-        "connect_timeout",
-        "client_encoding",
-        "options",
-        "application_name",
-        "fallback_application_name",
-        "keepalives",
-        "keepalives_idle",
-        "keepalives_interval",
-        "keepalives_count",
-        "tcp_user_timeout",
-        "replication",
-        "gssencmode",
-        "sslmode",
-        "sslnegotiation",
-        "requiressl",
-        "sslcompression",
-        "sslcert",
-        "sslkey",
-        "sslpassword",
-        "sslcertmode",
-        "sslrootcert",
-        "sslcrl",
-        "sslcrldir",
-        "sslsni",
-        "requirepeer",
-        "ssl_min_protocol_version",
-        "ssl_max_protocol_version",
-        "krbsrvname",
-        "gsslib",
-        "gssdelegation",
-        "service",
-        "target_session_attrs",
-        "load_balance_hosts",
-    ];
-    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
-        return true;
-    }
-    db.split_once('=')
-        .is_some_and(|(key, _)| KEYS.contains(&key.trim()))
-}
-
 /// A path as an error shows it: as it is, unless it looks like it could hold a secret (a
 /// `=` or an `@`, as a connection string would).
-fn shown_path(path: &str) -> String {
+fn shown_path(path: &std::path::Path) -> String {
+    let path = path.display().to_string();
     if path.contains('=') || path.contains('@') {
         "the path --db names (it is not a SQLite file, nor a PostgreSQL connection string)"
             .to_owned()
     } else {
-        path.to_owned()
+        path
     }
 }
 
@@ -146,26 +101,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn postgres_is_a_url_or_libpq_pairs() {
-        assert!(is_postgres("postgres://app@db/flows"));
-        assert!(is_postgres("postgresql://app@db/flows"));
-        assert!(is_postgres(
-            "host=db user=app password=hunter2 dbname=flows"
-        ));
-        assert!(is_postgres("dbname=flows"));
-        assert!(is_postgres("keepalives=1 host=db dbname=flows"));
-        assert!(is_postgres("target_session_attrs=read-write host=db"));
-        assert!(is_postgres("host = db dbname = flows"));
-        assert!(!is_postgres("my host=db"));
-        assert!(!is_postgres("refunds.db"));
-        assert!(!is_postgres("runs=3.db"));
-        assert!(!is_postgres("/var/lib/flows/refunds.db"));
-    }
-
-    #[test]
     fn a_path_that_could_hold_a_secret_is_not_shown() {
-        assert_eq!(shown_path("refunds.db"), "refunds.db");
-        assert!(!shown_path("app:hunter2@db/flows").contains("hunter2"));
-        assert!(!shown_path("user=app password=hunter2").contains("hunter2"));
+        let shown = |path: &str| shown_path(std::path::Path::new(path));
+        assert_eq!(shown("refunds.db"), "refunds.db");
+        assert!(!shown("app:hunter2@db/flows").contains("hunter2"));
+        assert!(!shown("user=app password=hunter2").contains("hunter2"));
     }
 }

@@ -40,7 +40,7 @@ pub use mailbox::{Delivery, Mailbox, MailboxConfig, SessionGuard, SignalError, S
 pub use store::{
     AuditEntry, AuditKind, AuditQuery, BadRunCursor, Checkpoint, Claim, ClaimedRun, DeletedThread,
     Interrupt, JournalKey, MemoryStore, RunCursor, RunFilter, RunRecord, RunState, RunStatus,
-    SignalPush, Store, StoreError, StoredSignal, Submitted,
+    SignalPush, Store, StoreError, StoreUrl, StoredSignal, Submitted,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
@@ -403,6 +403,33 @@ impl Runtime {
         Ok(Self::with_store(PostgresStore::connect(url).await?))
     }
 
+    /// A durable runtime over the store `url` names, as a deployment's configuration names
+    /// it: `postgres://…` (or libpq `key=value` pairs), `sqlite:PATH` or a path, or `memory:`
+    /// (see [`StoreUrl`]); created or migrated on the way, as [`Runtime::sqlite`] and
+    /// [`Runtime::postgres`] do. Set other options with
+    /// `Runtime::builder().shared_store(StoreUrl::parse(url)?.open().await?)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::Runtime;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "memory:".to_owned());
+    /// let runtime = Runtime::open(&url).await?;
+    /// # drop(runtime);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreUrl::parse`] and [`StoreUrl::open`]: a string that names no store loomflow
+    /// opens, a store whose cargo feature is off, and what opening it meets.
+    pub async fn open(url: &str) -> Result<Self> {
+        let store = StoreUrl::parse(url)?.open().await?;
+        Ok(Self::builder().shared_store(store).build())
+    }
+
     /// The durability mode runs use unless they set their own.
     pub fn durability(&self) -> Durability {
         self.inner.durability
@@ -460,9 +487,9 @@ impl Runtime {
             .get_mut("state")
             .map(serde_json::Value::take)
             .unwrap_or_default();
-        serde_json::from_value(state)
+        crate::json::from_value_at(state, || format!("state of thread {thread}"))
             .map(Some)
-            .map_err(|e| RuntimeError::json(format!("state of thread {thread}"), e))
+            .map_err(|(what, e)| RuntimeError::json(what, e))
     }
 
     /// Every checkpoint of a thread the store keeps, oldest first: the durable stores keep
@@ -479,14 +506,19 @@ impl Runtime {
             .map_err(RuntimeError::from)
     }
 
-    /// The interrupts a thread's newest run is suspended on (empty when it is not).
+    /// The interrupts a thread's newest run is suspended on (empty when it is not, a run
+    /// that ended over its interrupted checkpoint included: failed by a worker, say).
     ///
     /// # Errors
     ///
     /// A store failure, or a checkpoint whose interrupts do not decode.
     pub async fn pending_interrupts(&self, thread: &str) -> Result<Vec<Interrupt>> {
         match self.inner.store.latest_checkpoint(thread, "").await? {
-            Some(cp) if cp.status == RunStatus::Interrupted => Ok(cp.interrupts()?),
+            Some(cp) if cp.status == RunStatus::Interrupted => {
+                let row = self.inner.store.get_run(thread).await?;
+                let ended = row.is_some_and(|row| row.run == cp.run && row.state.is_finished());
+                Ok(if ended { Vec::new() } else { cp.interrupts()? })
+            }
             _ => Ok(Vec::new()),
         }
     }

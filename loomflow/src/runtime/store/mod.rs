@@ -20,31 +20,16 @@
 #[cfg(any(test, feature = "test-util"))]
 pub mod conformance;
 
-#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
-mod tests {
-    use super::{RunStatus, StoreError};
-
-    #[test]
-    fn stored_statuses_parse_back() {
-        for status in RunStatus::ALL {
-            assert_eq!(
-                RunStatus::parse_stored(status.as_str(), "t").ok(),
-                Some(status)
-            );
-        }
-        assert!(matches!(
-            RunStatus::parse_stored("paused", "t"),
-            Err(StoreError::Corrupt { thread, .. }) if thread == "t"
-        ));
-    }
-}
 pub(crate) mod audit;
 mod error;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod records;
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
+mod tests;
 mod unserialized;
+pub(crate) mod url;
 pub(crate) use runs::Waits;
 pub(crate) use unserialized::{JsonBody, SnapshotSource};
 pub(crate) mod runs;
@@ -68,6 +53,7 @@ pub use runs::{
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CommitStats, SqliteOptions, SqliteStore, Synchronous};
+pub use url::StoreUrl;
 
 use std::sync::Arc;
 

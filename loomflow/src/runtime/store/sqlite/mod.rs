@@ -113,7 +113,8 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens the store in the file at `path`, creating the file if it does not exist, with
-    /// default [`SqliteOptions`].
+    /// default [`SqliteOptions`]. A `sqlite:` URL names its file as
+    /// [`StoreUrl`](crate::runtime::StoreUrl) reads it (`sqlite:app.db` is `app.db`).
     ///
     /// Opening blocks the calling thread for a moment (it reads the file and may migrate
     /// its schema): call it at start-up, or from `spawn_blocking`.
@@ -122,7 +123,8 @@ impl SqliteStore {
     ///
     /// [`StoreError::Open`], naming the path, when the directory does not exist, the file is
     /// not a SQLite database or is corrupt, or another connection keeps it locked past the
-    /// busy timeout; [`StoreError::NewerSchema`] when a newer loomflow wrote it.
+    /// busy timeout, or `path` is a PostgreSQL URL or a `sqlite:` URL `StoreUrl` refuses;
+    /// [`StoreError::NewerSchema`] when a newer loomflow wrote it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_with(path, SqliteOptions::default())
     }
@@ -137,7 +139,12 @@ impl SqliteStore {
     /// file, a file that is not a SQLite database or one without loomflow's tables, and
     /// [`StoreError::OlderSchema`] for a store an older loomflow wrote.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_file(&schema::file_named(path.as_ref())?, &options)
+    }
+
+    /// Opens the store in the file at `path`, taken as it is (a `sqlite:` URL read already).
+    pub(crate) fn open_file(path: &Path, options: &SqliteOptions) -> Result<Self, StoreError> {
+        let (path, options) = (path.to_path_buf(), options.clone());
         let thread_error = |e: std::io::Error| StoreError::Open {
             path: schema::shown(&path),
             message: format!("cannot start a store thread: {e}"),

@@ -1,12 +1,12 @@
 //! Opening a database file: connection settings, the schema version and its migrations.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::{SqliteOptions, Synchronous};
-use crate::runtime::store::StoreError;
+use crate::runtime::store::{StoreError, StoreUrl};
 
 /// The schema this build writes. Bump it and append to [`MIGRATIONS`] together.
 pub(super) const SCHEMA_VERSION: i64 = 12;
@@ -102,17 +102,40 @@ fn open_error(path: &Path, error: impl std::fmt::Display) -> StoreError {
 /// (`Runtime::sqlite` handed a `postgres://user:password@host/db`), which an error would
 /// otherwise print, and which nobody's log should keep.
 pub(super) fn shown(path: &Path) -> String {
-    let text = path.display().to_string();
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text;
+    crate::runtime::store::url::shown(&path.display().to_string())
+}
+
+/// The file `path` names: a `sqlite:` URL (`sqlite:app.db`, `sqlite:///srv/app.db`) is read
+/// as [`StoreUrl`] reads it, where SQLite would make a file of that name, unless a file of
+/// that very name exists (an earlier loomflow made it so: it is the store); a PostgreSQL
+/// connection string (a URL or libpq pairs) and `:memory:` are refused, naming what opens
+/// them.
+pub(super) fn file_named(path: &Path) -> Result<PathBuf, StoreError> {
+    let Some(text) = path.to_str() else {
+        return Ok(path.to_path_buf());
     };
-    let (authority, tail) = match rest.split_once('/') {
-        Some((authority, tail)) => (authority, format!("/{tail}")),
-        None => (rest, String::new()),
-    };
-    match authority.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://…@{host}{tail}"),
-        None => text,
+    if crate::runtime::store::url::is_postgres(text) {
+        return Err(StoreError::Open {
+            path: shown(path),
+            message: "this names a PostgreSQL database, not a SQLite file: open it with \
+                      Runtime::open or Runtime::postgres"
+                .to_owned(),
+        });
+    }
+    let url = text
+        .get(..7)
+        .is_some_and(|head| head.eq_ignore_ascii_case("sqlite:"));
+    if !(url || text.contains("://") || text == ":memory:") || (url && path.exists()) {
+        return Ok(path.to_path_buf());
+    }
+    match StoreUrl::parse(text)? {
+        StoreUrl::Sqlite(file) => Ok(file),
+        _ => Err(StoreError::Open {
+            path: shown(path),
+            message: "this names the in-memory store, not a SQLite file: open it with \
+                      Runtime::open or Runtime::in_memory"
+                .to_owned(),
+        }),
     }
 }
 
@@ -151,9 +174,7 @@ pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
     let mut conn = connect(path, options, options.migrate)?;
     // The first statement that reads the file: a file that is not a database, or one that
     // is locked past the busy timeout, fails here.
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(|e| open_error(path, e))?;
+    let mode = wal_mode(&conn, options.busy_timeout).map_err(|e| open_error(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(open_error(
             path,
@@ -162,6 +183,27 @@ pub(super) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
     }
     migrate(&mut conn, path)?;
     Ok(conn)
+}
+
+/// Switches the file to WAL mode, and says the mode it is in. SQLite answers a switch that
+/// meets another connection switching a new file at the same moment (two workers started
+/// together on a fresh volume) with "database is locked" at once, without its busy handler:
+/// tried again here until `busy_timeout` has passed.
+fn wal_mode(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<String> {
+    let started = std::time::Instant::now();
+    let mut nap = Duration::from_millis(2);
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && started.elapsed() < busy_timeout =>
+            {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(100));
+            }
+            mode => return mode,
+        }
+    }
 }
 
 /// Opens a read connection on a file [`open_writer`] has prepared.
