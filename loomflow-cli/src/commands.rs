@@ -327,6 +327,25 @@ pub(crate) async fn signal(
     Ok(())
 }
 
+pub(crate) async fn drop_signal(
+    runtime: &Runtime,
+    out: &Output,
+    thread: &str,
+    name: &str,
+    by: &str,
+) -> Result<(), Failure> {
+    let Some(payload) = runtime.drop_signal(thread, name, by).await? else {
+        return Err(Failure::not_found(format!(
+            "no signal {name} is pending for thread {thread}"
+        )));
+    };
+    out.done(
+        &format!("dropped signal {name} of {thread}, unread: {payload}"),
+        &json!({ "thread": thread, "signal": name, "dropped": payload }),
+    );
+    Ok(())
+}
+
 /// A call to decide: its thread, its id, and when the request decided was made, if given.
 pub(crate) type Call<'a> = (&'a str, &'a str, Option<u64>);
 

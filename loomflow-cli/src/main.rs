@@ -100,6 +100,17 @@ enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Drop the oldest pending signal of a name, unread, and print it: the way past a payload
+    /// the run's wait cannot read (its run fails on it at every recover). Audited.
+    DropSignal {
+        /// The thread.
+        thread: String,
+        /// The signal's name.
+        name: String,
+        /// Who drops it, for the audit log (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+    },
     /// Approve a pending tool call.
     Approve {
         /// The thread.
@@ -314,6 +325,10 @@ fn check(command: &Command) -> Result<(), Failure> {
             commands::check_signal(name, key.as_deref())?;
             commands::parse_json("the payload", payload)?;
         }
+        Command::DropSignal { name, by, .. } => {
+            commands::check_signal(name, None)?;
+            commands::decider(by.clone())?;
+        }
         Command::Approve { edit, by, .. } => {
             commands::approval(edit.as_deref())?;
             commands::decider(by.clone())?;
@@ -412,6 +427,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             payload,
             key,
         } => commands::signal(&runtime, &out, &thread, &name, &payload, key).await,
+        Command::DropSignal { thread, name, by } => {
+            let by = commands::decider(by)?;
+            commands::drop_signal(&runtime, &out, &thread, &name, &by).await
+        }
         Command::Approve {
             thread,
             call_id,

@@ -1255,3 +1255,40 @@ async fn one_signal_answers_one_of_two_waits_for_its_name() {
     assert!(sent.status.success(), "{}", stderr(&sent));
     assert_eq!(answered(&db), 2);
 }
+
+/// A payload the run's wait cannot read fails the run at every recover until an operator
+/// drops it; the corrected one queued behind it is then taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_signal_takes_a_payload_no_wait_can_read_out_of_the_queue() {
+    let db = Db::new("drop-signal");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let graph = refund_graph();
+    let suspended = graph
+        .invoke(&runtime, "ord_1", Refund::default())
+        .await
+        .unwrap();
+    assert_eq!(suspended.interrupts().len(), 1, "{suspended:?}");
+    for payload in [r#""yes""#, "true"] {
+        let sent = loomflow(&db.0, &["signal", "ord_1", "review", payload]);
+        assert!(sent.status.success(), "{}", stderr(&sent));
+    }
+    let failed = graph.recover(&runtime, "ord_1").await.unwrap();
+    assert!(matches!(failed, RunOutcome::Failed { .. }), "{failed:?}");
+
+    let dropped = loomflow(&db.0, &["drop-signal", "ord_1", "review", "--by", "ops"]);
+    assert!(dropped.status.success(), "{}", stderr(&dropped));
+    assert_eq!(
+        stdout(&dropped),
+        "dropped signal review of ord_1, unread: \"yes\"\n"
+    );
+    let done = graph.recover(&runtime, "ord_1").await.unwrap();
+    assert_eq!(done.completed().unwrap().approved, Some(true));
+
+    let none = loomflow(&db.0, &["drop-signal", "ord_1", "review"]);
+    assert_eq!(none.status.code(), Some(3), "{}", stderr(&none));
+    assert!(stderr(&none).contains("no signal review is pending for thread ord_1"));
+    let audit = loomflow(&db.0, &["--json", "audit", "ord_1", "--kind", "decision"]);
+    let audit: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    assert_eq!(audit[0]["actor"], "ops", "{audit}");
+    assert_eq!(audit[0]["detail"]["payload"], "yes", "{audit}");
+}

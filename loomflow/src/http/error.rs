@@ -106,7 +106,9 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::UnknownRun { .. } | RuntimeError::NoPendingApproval { .. } => {
                 Self::not_found(error.to_string())
             }
-            RuntimeError::BlankReason { .. } => Self::bad_request(error.to_string()),
+            RuntimeError::BlankReason { .. } | RuntimeError::EmptyThread => {
+                Self::bad_request(error.to_string())
+            }
             RuntimeError::RunActive { .. }
             | RuntimeError::Busy { .. }
             | RuntimeError::AlreadyDecided { .. }

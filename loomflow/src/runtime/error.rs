@@ -181,6 +181,11 @@ pub enum RuntimeError {
         /// Where its current run stands.
         state: RunState,
     },
+    /// A run, a submit or a fork named an empty (or blank) thread: an id built from a value
+    /// that was missing (an anonymous user's) would put every such caller's runs, and an
+    /// agent's conversations, on one shared thread.
+    #[error("the thread (session) name is empty (or only spaces): name the thread the run is on")]
+    EmptyThread,
     /// A background worker's loop panicked (a store's method panicked outside any run): it
     /// had stopped claiming runs before it was shut down.
     #[error("the worker stopped when its loop panicked: {message}")]

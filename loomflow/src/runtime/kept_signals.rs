@@ -68,6 +68,22 @@ impl Runtime {
         Ok(None)
     }
 
+    /// Whether the store no longer keeps the row `seq` of signal `name` of `session`: another
+    /// process consumed it (a receive, an operator's
+    /// [`drop_signal`](Runtime::drop_signal)) while this one held a copy in its mailbox.
+    /// Asked only of a payload about to fail its receiver, which should not fail on a
+    /// payload that is no longer there. A store that cannot say keeps it.
+    pub(crate) async fn stored_no_longer(&self, session: &str, name: &str, seq: u64) -> bool {
+        if !self.store().is_durable() {
+            return false;
+        }
+        match self.store().oldest_signal(session, name).await {
+            // Rows are taken oldest first: none left, or only newer ones, means it is gone.
+            Ok(oldest) => oldest.is_none_or(|oldest| oldest.seq > seq),
+            Err(_) => false,
+        }
+    }
+
     /// The oldest signal `name` of `session` a durable store keeps, read for a look: the
     /// mailbox is not told (see [`receive_stored`](Self::receive_stored)).
     async fn oldest_stored(&self, session: &str, name: &str) -> Result<Option<Entry>> {

@@ -140,6 +140,7 @@ impl Runtime {
     ///
     /// # Errors
     ///
+    /// [`RuntimeError::EmptyThread`] for a blank thread name;
     /// [`RuntimeError::RunActive`] when the thread's current run has not finished;
     /// [`RuntimeError::Busy`] when it has, but an execution holds the thread for a moment (a
     /// fork onto it, say): try again; an `input` that does not serialize; a store failure.
@@ -161,6 +162,9 @@ impl Runtime {
     /// # Ok(()) }
     /// ```
     pub async fn submit(&self, graph: &str, thread: &str, input: impl Serialize) -> Result<()> {
+        if thread.trim().is_empty() {
+            return Err(RuntimeError::EmptyThread);
+        }
         let input = serde_json::to_value(input)
             .map_err(|e| RuntimeError::json(format!("input of a run of graph {graph}"), e))?;
         match self
@@ -197,7 +201,8 @@ impl Runtime {
         Ok(self.store().list_runs(filter).await?)
     }
 
-    /// One thread's current run: its row, what it waits on, and its state.
+    /// One thread's current run: its row, what it waits on (nothing once it has ended), and
+    /// its state.
     ///
     /// # Errors
     ///
@@ -207,11 +212,10 @@ impl Runtime {
         let latest = self.store().latest_checkpoint(thread, "").await?;
         let (interrupts, state) = match latest {
             Some(cp) if cp.run == record.run && record.state != RunState::Queued => {
-                let interrupts = if cp.status == RunStatus::Interrupted {
-                    cp.interrupts()?
-                } else {
-                    Vec::new()
-                };
+                // A run that ended (failed in a worker over its interrupted checkpoint, say)
+                // waits for nothing, whatever its newest checkpoint asked.
+                let waits = cp.status == RunStatus::Interrupted && !record.state.is_finished();
+                let interrupts = if waits { cp.interrupts()? } else { Vec::new() };
                 (interrupts, cp.state().clone())
             }
             _ => (Vec::new(), Value::Null),

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use super::mailbox::{Scope, SignalError, Taken, Taking};
+use super::mailbox::{Entry, Scope, SignalError, Taken, Taking};
 use super::signals::decode;
+use super::store::{AuditEntry, AuditKind};
 use super::{Runtime, RuntimeError};
 type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -76,6 +77,12 @@ impl Runtime {
                 .map_err(|error| SignalError::timed_out_after(error, timeout))?;
             let value = match decode::<T>(session, name, entry.payload.clone()) {
                 Ok(value) => value,
+                Err(_)
+                    if entry.taking.is_none()
+                        && self.dropped_elsewhere(session, name, &entry).await =>
+                {
+                    continue;
+                }
                 Err(error) => {
                     self.give_back(session, name, entry, Scope::User);
                     return Err(error.into());
@@ -92,6 +99,70 @@ impl Runtime {
                 return Ok(value);
             }
             tracing::debug!(%session, %name, ?seq, "signal was consumed elsewhere; waiting for the next");
+        }
+    }
+
+    /// Takes the oldest pending payload of signal `name` of `session` out of its queue and
+    /// returns it, whatever its type, or `None` when none is pending: an operator's way past a
+    /// payload no wait can read (a wait that cannot read its payload leaves it at the head of
+    /// its queue, and a run whose node let that error out fails on it again at every
+    /// `recover`). Drop it, send the corrected one, then carry the run on.
+    ///
+    /// The payload is consumed as a receive consumes it, durably before this returns, and
+    /// given to nobody. The audit log says who dropped it (`by`): a `decision` entry whose
+    /// subject is the signal's name, its detail the payload and its `seq` (no actor when `by`
+    /// is blank), besides the
+    /// `signal_received` entry of its consuming. The command line's `loomflow drop-signal`
+    /// calls this.
+    ///
+    /// # Errors
+    ///
+    /// A bad signal name; a store failure (a payload not yet consumed then stays pending).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loomflow::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> loomflow::Result<()> {
+    /// let runtime = Runtime::in_memory();
+    /// runtime.signal("order-7", "approval", json!("yes")).await?; // not a `Decision`
+    /// let dropped = runtime.drop_signal("order-7", "approval", "ops@example.com").await?;
+    /// assert_eq!(dropped, Some(json!("yes")));
+    /// assert_eq!(runtime.drop_signal("order-7", "approval", "ops@example.com").await?, None);
+    /// # Ok(()) }
+    /// ```
+    pub async fn drop_signal(
+        &self,
+        session: &str,
+        name: &str,
+        by: &str,
+    ) -> Result<Option<serde_json::Value>> {
+        loop {
+            let Some(entry) = self.receive_kept(session, name, Scope::User).await? else {
+                return Ok(None);
+            };
+            let (payload, seq) = (entry.payload.clone(), entry.seq);
+            if !self
+                .take_handed_over(session, name, entry, Scope::User)
+                .await?
+            {
+                continue; // consumed elsewhere first: the next one is the oldest
+            }
+            let detail = serde_json::json!({ "dropped": true, "seq": seq, "payload": payload });
+            let by = Some(by).filter(|by| !by.trim().is_empty());
+            let entry = AuditEntry::new(session, AuditKind::Decision, name, detail).actor(by);
+            self.store().append_audit(vec![entry]).await?;
+            return Ok(Some(payload));
+        }
+    }
+
+    /// Whether `entry`'s row was consumed by another process (see
+    /// [`stored_no_longer`](Self::stored_no_longer)).
+    async fn dropped_elsewhere(&self, session: &str, name: &str, entry: &Entry) -> bool {
+        match entry.seq {
+            Some(seq) => self.stored_no_longer(session, name, seq).await,
+            None => false,
         }
     }
 

@@ -152,6 +152,9 @@ impl Runtime {
         thread: &Arc<str>,
         wait: Option<Duration>,
     ) -> Result<RunClaim, RuntimeError> {
+        if thread.trim().is_empty() {
+            return Err(RuntimeError::EmptyThread);
+        }
         let owner = self.next_owner();
         let lease = self.inner.lease;
         // On tokio's clock, as the pauses are: under paused time it moves with them.

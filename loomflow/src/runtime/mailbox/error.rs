@@ -12,6 +12,21 @@ pub enum SignalError {
         /// The session the signal was addressed to.
         session: String,
     },
+    /// The session is empty (or only spaces): no run waits on a blank thread.
+    #[error("signal {name} names no session (the session is empty or only spaces)")]
+    EmptySession {
+        /// The signal name.
+        name: String,
+    },
+    /// The name holds a control character (a line end, a tab): no wait names it so, and a
+    /// log or a table it is printed in would read otherwise than it is.
+    #[error("signal name {name:?} for session {session} holds a control character")]
+    ControlInName {
+        /// The session the signal was addressed to.
+        session: String,
+        /// The name, as given.
+        name: String,
+    },
     /// The name starts with the framework's reserved prefix, `loomflow:`.
     #[error(
         "signal name {name} for session {session} is reserved: names starting with `loomflow:` \
@@ -60,8 +75,12 @@ pub enum SignalError {
         timeout: Duration,
     },
     /// A payload did not deserialize into the type the receiver asked for. The payload was
-    /// put back at the head of its queue.
-    #[error("signal {name} on session {session} is not {expected}: {message}")]
+    /// put back at the head of its queue, where an operator can drop it
+    /// ([`Runtime::drop_signal`](crate::Runtime::drop_signal)).
+    #[error(
+        "signal {name} on session {session} is not {expected}: {message} (it stays first in \
+         its queue: drop it with `loomflow drop-signal` or `Runtime::drop_signal`)"
+    )]
     Payload {
         /// The session.
         session: String,

@@ -62,6 +62,7 @@ mod config;
 mod entry;
 mod error;
 mod idempotency;
+mod names;
 mod queued;
 mod session_guard;
 mod state;
@@ -80,6 +81,7 @@ use super::clock::now_ms;
 pub use config::{MailboxConfig, SignalOptions};
 pub(crate) use entry::{Dropped, Entry, Taken, Taking};
 pub use error::SignalError;
+pub(crate) use names::check_name;
 pub use session_guard::SessionGuard;
 pub use wait::Wait;
 pub(crate) use wait::WaitEntry;
@@ -559,22 +561,6 @@ impl Mailbox {
         state.deliver(&self.inner.config, session, name, entry, place);
         Ok(())
     }
-}
-
-pub(crate) fn check_name(session: &str, name: &str, scope: Scope) -> Result<(), SignalError> {
-    // A blank name (`/signals/%20` over HTTP) would queue a payload no wait names.
-    if name.trim().is_empty() {
-        return Err(SignalError::EmptyName {
-            session: session.to_owned(),
-        });
-    }
-    if scope == Scope::User && name.starts_with(RESERVED_PREFIX) {
-        return Err(SignalError::ReservedName {
-            session: session.to_owned(),
-            name: name.to_owned(),
-        });
-    }
-    Ok(())
 }
 
 /// Bytes of `value` serialized as compact JSON, counted without building the string.
