@@ -4,6 +4,7 @@ mod journal;
 mod signal;
 mod signal_accept;
 mod timer;
+mod waits_beside;
 
 pub use signal::WaitForSignal;
 pub use timer::Sleep;
@@ -222,6 +223,8 @@ struct NodeControl {
     /// [`Context::noted`]): a node that then fails, whatever its error's type, failed
     /// because the store did.
     store_failure: Option<StoreError>,
+    /// The signal waits under way (see [`waits_beside`]).
+    waits_under_way: Vec<waits_beside::WaitUnderWay>,
 }
 
 impl std::fmt::Debug for Context {

@@ -3,18 +3,20 @@
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use super::Context;
 use super::signal_accept::{accept, replayed};
+use super::waits_beside::Deferred;
 use crate::event::EventKind;
 use crate::graph::RunError;
 use crate::runtime::clock::{ClockWait, time_after, unix_ms};
 use crate::runtime::mailbox::{Entry, Scope};
-use crate::runtime::{Interrupt, JournalKey, RuntimeError, SignalError, StoreError};
+use crate::runtime::{JournalKey, RuntimeError, SignalError, StoreError};
 
 type Result<T, E = RunError> = std::result::Result<T, E>;
 
@@ -97,6 +99,10 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             loomflow.outcome = tracing::field::Empty,
         );
         let outcome_span = span.clone();
+        // Counted on every poll: the waits beside it tell from it whether it is polled with
+        // them (see `waits_beside`).
+        let polls = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&polls);
         let wait = Box::pin(async move {
             let ctx = self.ctx;
             let name = self.name;
@@ -120,7 +126,15 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             // step takes it (a wait beside it may take the next while the step waits).
             let deadline_name = format!("deadline:{name}");
             let deadline_taken = timeout.map(|_| ctx.next_occurrence(&deadline_name));
+            // On the node's list from its first poll, before any await: a wait raced beside it
+            // (a `select!`) neither takes a payload nor suspends the run before this one has
+            // looked at its journal, and is listed with it should the run suspend.
+            let _under_way = ctx.wait_under_way(&name, key.occurrence, details.clone(), counted);
+            let mut deferred = Deferred::default();
             let waited: Result<T> = async {
+                // Once, so that the waits polled after it in the same `select!` are on the
+                // list before it looks at anything.
+                tokio::task::yield_now().await;
                 let deadline_ms = match timeout {
                     Some(timeout) => Some(
                         ctx.step(&deadline_name, || async {
@@ -134,9 +148,11 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                 if let Some((key, recorded)) = ctx.recorded_receipt(&key).await? {
                     return replayed(ctx, &name, &key, recorded);
                 }
+                ctx.wait_ready(&name, key.occurrence, deadline_ms);
                 // Under a worker, a wait parks only briefly and then suspends the run.
                 let grace = ctx.claim().park_grace();
                 let durable = suspend || grace.is_some();
+                let mut yielded = false;
                 let timed_out = || SignalError::Timeout {
                     session: session.to_owned(),
                     name: name.clone(),
@@ -189,11 +205,25 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         (false, None) => until.as_ref().map(|until| until.nap(clock)),
                     };
                     let must_suspend = durable && park.is_none_or(|p| p.is_zero());
+                    // One beside it (a `select!`) is taking a payload it found (or looking
+                    // for one), or has not looked at its journal yet: this one takes none
+                    // meanwhile, which it would consume and lose when dropped.
+                    if ctx.beside_busy(&name, key.occurrence, &mut deferred) {
+                        if left_ms == Some(0) {
+                            return time_out().await;
+                        }
+                        let nap = tokio::time::sleep(Duration::from_millis(1));
+                        ctx.claim().unless_cancelled(nap).await?;
+                        continue;
+                    }
                     // A durable store may keep a signal for this run that the pending bounds
                     // dropped from this process's memory: every pass looks there too before it
                     // waits, oldest first (FIFO per session and name), not only one about to
                     // suspend.
                     if must_suspend || store_keeps {
+                        // Looking, and taking what it finds: the waits beside it wait for it
+                        // to end (checked and marked with no await between).
+                        ctx.set_receiving(&name, key.occurrence, true);
                         let queued = match runtime.receive_now(session, &name, scope).await? {
                             Some(received) => {
                                 (runtime.older_stored_first(session, &name, received, scope))
@@ -201,6 +231,10 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                             }
                             None => runtime.receive_stored(session, &name).await?,
                         };
+                        if queued.is_none() {
+                            ctx.set_receiving(&name, key.occurrence, false);
+                            ctx.wait_looked(&name, key.occurrence);
+                        }
                         match queued {
                             Some(received) if late(&received) => {
                                 runtime.give_back(session, &name, received, scope);
@@ -212,11 +246,27 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                                 {
                                     return Ok(value);
                                 }
+                                ctx.set_receiving(&name, key.occurrence, false);
                                 continue;
                             }
                             None if last_look => return time_out().await,
                             None if !must_suspend => {}
                             None if left_ms == Some(0) => return time_out().await,
+                            // The waits raced beside it (a `select!`) get their turn to be
+                            // put on the list first, then it looks once more.
+                            None if !yielded => {
+                                yielded = true;
+                                tokio::task::yield_now().await;
+                                continue;
+                            }
+                            // One beside it is looking, or found its payload: it returns once
+                            // the store has consumed it, and this wait is not to drop it half
+                            // way, nor to suspend the run while it may find one.
+                            None if ctx.beside_unsettled(&name, key.occurrence, &mut deferred) => {
+                                let nap = tokio::time::sleep(Duration::from_millis(1));
+                                ctx.claim().unless_cancelled(nap).await?;
+                                continue;
+                            }
                             None => {
                                 return Err(ctx.suspend_for_signal_with(
                                     &name,
@@ -229,6 +279,7 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                     }
                     // Registered first, so that whoever sees the event finds the waiter in line.
                     let wait = runtime.start_wait(session, &name, park, scope).await?;
+                    ctx.wait_looked(&name, key.occurrence);
                     if !announced {
                         announced = true;
                         ctx.run.emit(
@@ -270,13 +321,21 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
                         }
                         Err(error) => return Err(error.into()),
                     };
+                    if ctx.beside_busy(&name, key.occurrence, &mut deferred) {
+                        runtime.give_back(session, &name, received, scope);
+                        let nap = tokio::time::sleep(Duration::from_millis(1));
+                        ctx.claim().unless_cancelled(nap).await?;
+                        continue;
+                    }
                     if late(&received) {
                         runtime.give_back(session, &name, received, scope);
                         return time_out().await;
                     }
+                    ctx.set_receiving(&name, key.occurrence, true);
                     if let Some(value) = accept(ctx, &name, received, &key, scope).await? {
                         return Ok(value);
                     }
+                    ctx.set_receiving(&name, key.occurrence, false);
                 }
             }
             .await;
@@ -300,6 +359,11 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
             waited
         });
         let ctx = self.ctx;
+        let mut wait = wait;
+        let wait = std::future::poll_fn(move |cx| {
+            polls.fetch_add(1, Ordering::Relaxed);
+            wait.as_mut().poll(cx)
+        });
         Box::pin(tracing::Instrument::instrument(
             async move {
                 let result = ctx.noted(wait.await);
@@ -322,52 +386,6 @@ impl<'a, T: DeserializeOwned + Send + 'a> IntoFuture for WaitForSignal<'a, T> {
 }
 
 impl Context {
-    /// Records that the node suspends until signal `name` arrives, in its `occurrence`-th
-    /// wait for that name (from 0).
-    /// `details`, when given, are shown in the interrupt (a tool approval puts the pending
-    /// call there).
-    /// `wake_at_ms` is the wait's deadline, when it has one: a worker carries the run on
-    /// then, and the wait times out.
-    ///
-    /// The interrupt's id is `<node>#signal:<name>`, and `#<occurrence>` after it for a
-    /// node's second wait for the same name and later: a run suspended on its next wait
-    /// is not taken for one still suspended on the wait it got past.
-    pub(crate) fn suspend_for_signal_with(
-        &self,
-        name: &str,
-        occurrence: u32,
-        details: Option<Value>,
-        wake_at_ms: Option<u64>,
-    ) -> RunError {
-        let mut control = self.control();
-        let id = match occurrence {
-            0 => format!("{}#signal:{name}", self.qualified_node()),
-            n => format!("{}#signal:{name}#{n}", self.qualified_node()),
-        };
-        // Waits the node runs side by side (the approvals of one turn's tool calls) each
-        // suspend: the run waits on all of them, and lists them all.
-        let beside = (control.suspension.iter()).all(|i| i.signal.is_some() && i.id != id);
-        if beside {
-            let index = control.interrupts_called;
-            control.suspension.push(Interrupt {
-                id,
-                node: String::from(&*self.node),
-                index,
-                payload: match details {
-                    Some(details) => {
-                        serde_json::json!({ "waiting_for_signal": name, "details": details })
-                    }
-                    None => serde_json::json!({ "waiting_for_signal": name }),
-                },
-                signal: Some(name.to_owned()),
-                wake_at_ms,
-            });
-        }
-        RunError::Suspended {
-            node: String::from(&*self.node),
-        }
-    }
-
     /// Waits for the signal `name` on the run's session (its thread), typed.
     ///
     /// Someone outside the run answers with
@@ -376,11 +394,19 @@ impl Context {
     /// gets the same payload back without waiting. A signal sent before the wait is queued
     /// and returned at once.
     ///
-    /// A wait dropped before it returns (a `tokio::time::timeout` around it, the losing
-    /// branch of a `select!`) puts the payload it was receiving back at the head of its
-    /// queue, for the node's next wait. Only once the store has consumed the payload for it
-    /// is the payload that wait's: it is journaled under the dropped wait, and comes back to
-    /// it should the node run again for the same step.
+    /// Waits raced in a `select!` (a "shipped" and a "cancel" signal) take one payload: while
+    /// one of them looks for or takes a payload, the others take none, and the others'
+    /// signals stay pending for whoever waits next. Should none have come, the run suspends
+    /// on all of them (one interrupt each), and either signal carries it on; the node then
+    /// runs again and races them afresh. A node run again for the same step takes the branch
+    /// it took before. Which of two pending signals is taken is the `select!`'s choice
+    /// (`biased;` makes it the branches' order).
+    ///
+    /// A wait dropped before it returns (a `tokio::time::timeout` around it) puts the
+    /// payload it was receiving back at the head of its queue, for the node's next wait.
+    /// Only once the store has consumed the payload for it is the payload that wait's: it is
+    /// journaled under the dropped wait, and comes back to it should the node run again for
+    /// the same step.
     ///
     /// # Errors
     ///

@@ -47,6 +47,14 @@ pub(super) async fn accept<T: DeserializeOwned>(
     let value = match decode::<T>(session, name, received.payload.clone()) {
         Ok(value) => value,
         Err(error) => {
+            // A copy whose row another process took (an operator dropped the payload no wait
+            // could read, say) is not this node's to fail on: the next payload is.
+            if received.taking.is_none()
+                && let Some(seq) = received.seq
+                && runtime.stored_no_longer(session, name, seq).await
+            {
+                return Ok(None);
+            }
             runtime.give_back(session, name, received, scope);
             // Nothing is journaled under the number: the node's next receive of the name
             // takes it, as it does when the node runs again and the payload it takes then
