@@ -780,27 +780,25 @@ async fn remember_tool_does_not_store_a_fact_twice() {
     assert!(second.contains("already_remembered"), "{second}");
 }
 
-/// A run on a blank session id recalls from its user's and agent's memory: a blank session
-/// holds nothing. Before, the recall in it was refused and the run failed at its first
-/// turn, where the same run without a memory worked.
+/// A run on a blank session id is refused, with a memory or without one, before any model
+/// call: every caller whose session id came out blank (an anonymous user's) would share one
+/// conversation, and one session's memory. (Before, a blank session ran, and recalled
+/// without its scope.)
 #[tokio::test]
-async fn a_run_on_a_blank_session_recalls_without_it() {
+async fn a_run_on_a_blank_session_is_refused_with_or_without_memory() {
     let memory = SqliteMemory::in_memory().unwrap();
-    memory
-        .remember(&Scope::user("ada"), "Ada likes tea", json!({}))
-        .await
-        .unwrap();
     let model = Arc::new(ScriptedModel::new([ModelResponse::text("Tea, then.")]));
-    let agent = helping(&model, memory.clone(), MemoryOptions::default());
-    let out = agent
-        .run("What do I like?")
-        .user("ada")
-        .session(" ")
-        .await
+    let remembering = helping(&model, memory.clone(), MemoryOptions::default());
+    let plain = Agent::builder("You help.")
+        .model(model.clone())
+        .build()
         .unwrap();
-    assert_eq!(out.output, "Tea, then.");
-    let prompt = format!("{:?}", model.requests()[0].messages);
-    assert!(prompt.contains("Ada likes tea"), "{prompt}");
+    for agent in [remembering, plain] {
+        let refused = agent.run("What do I like?").user("ada").session(" ").await;
+        let error = refused.unwrap_err().to_string();
+        assert!(error.contains("thread (session) name is empty"), "{error}");
+    }
+    assert!(model.requests().is_empty());
 }
 
 /// A `recall` the backend fails tells the model why, the backend's own error included:

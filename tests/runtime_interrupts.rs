@@ -694,6 +694,42 @@ async fn resuming_with_a_graph_whose_structure_changed_is_refused_naming_the_cha
     assert!(before.resume(&rt, "u", "yes").await.unwrap().is_completed());
 }
 
+/// A run parked in a node the new graph no longer has (renamed) is refused naming that node,
+/// without the advice to carry it on with `allow_graph_change`, which then failed all the
+/// same ("names node ask, which graph flow does not have").
+#[tokio::test]
+async fn resuming_at_a_node_the_graph_no_longer_has_names_the_node() {
+    let before = approval_flow(false);
+    let rt = Runtime::in_memory();
+    before.invoke(&rt, "t", Order::default()).await.unwrap();
+    let renamed = Graph::new("flow")
+        .node_fn("question", |o: &mut Order, ctx| {
+            Box::pin(async move {
+                o.answers.push(ctx.interrupt("ok?")?);
+                Ok(())
+            })
+        })
+        .node_sync("pay", |o: &mut Order| o.paid = Some("yes".into()))
+        .edge(START, "question")
+        .edge("question", "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap();
+    let err = renamed.resume(&rt, "t", "yes").await.unwrap_err();
+    let RunError::CheckpointMismatch { node, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(node, "ask");
+    assert!(
+        err.to_string()
+            .contains("a version of the graph that has it"),
+        "{err}"
+    );
+    // The version that has it carries the run on.
+    let done = before.resume(&rt, "t", "yes").await.unwrap();
+    assert_eq!(done.completed().unwrap().paid.as_deref(), Some("yes"));
+}
+
 /// The flow `ask → pay` named `name`, `ask` routing by `route` to `targets`; its edges and
 /// branch routes declared in one order or another.
 fn ask_and_pay(
@@ -1503,6 +1539,84 @@ async fn a_siblings_copy_read_back_changes_only_what_it_changed() {
             );
             assert_eq!(done.summary, "summed up");
         }
+    }
+}
+
+/// The state before a deploy that renames a field (`amount`, read back as `total` by its
+/// serde alias), and after it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Priced {
+    amount: u32,
+    log: Vec<String>,
+    answer: bool,
+    tags: std::collections::HashSet<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Totalled {
+    #[serde(alias = "amount")]
+    total: u32,
+    log: Vec<String>,
+    answer: bool,
+    tags: std::collections::HashSet<String>,
+}
+
+/// Node `a` writes the field, node `b` beside it asks a question and writes its answer,
+/// with state `S`.
+fn priced_step<S: loomflow::graph::State>(
+    write: fn(&mut S),
+    answer: fn(&mut S, bool),
+) -> CompiledGraph<S> {
+    Graph::new("priced")
+        .node_sync("a", write)
+        .node_fn("b", move |s: &mut S, ctx| {
+            Box::pin(async move {
+                answer(s, ctx.interrupt("ok?")?);
+                Ok(())
+            })
+        })
+        .edge(START, "a")
+        .edge(START, "b")
+        .edge("a", END)
+        .edge("b", END)
+        .compile()
+        .unwrap()
+}
+
+/// A sibling kept across a suspension keeps its write of a field the new state type renamed
+/// (an alias): the fields it changed were named under the old name, which the state no
+/// longer has, and the write was dropped without a word (the run completed with 42).
+#[tokio::test]
+async fn a_siblings_write_of_a_renamed_field_is_kept_on_resume() {
+    let db = loomflow_tests::TempDb::new("sibling-alias");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        let before = priced_step(
+            |s: &mut Priced| {
+                s.amount = 99;
+                s.log.push("a".into());
+            },
+            |s, answer| s.answer = answer,
+        );
+        let input = Priced {
+            amount: 42,
+            tags: (0..30).map(|i| format!("tag{i}")).collect(),
+            ..Priced::default()
+        };
+        let asked = before.invoke(&runtime, "t", input).await.unwrap();
+        assert_eq!(asked.interrupts().len(), 1, "{asked:?}");
+        // The node that asked also marks the set, which the other leaves as it was: read
+        // back with another hasher, it lists its items in another order.
+        let after = priced_step(
+            |s: &mut Totalled| s.total = 99,
+            |s, a| {
+                s.answer = a;
+                s.tags.insert("answered".into());
+            },
+        );
+        let done = after.resume(&runtime, "t", true).await.unwrap();
+        let done = done.completed().unwrap();
+        assert_eq!((done.total, done.log), (99, vec!["a".to_owned()]));
+        assert!(done.answer && done.tags.contains("answered") && done.tags.len() == 31);
     }
 }
 

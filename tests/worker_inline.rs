@@ -480,6 +480,83 @@ async fn an_input_that_is_not_the_graph_state_fails_the_run_naming_both() {
     assert_eq!(worker.run_until_idle().await.unwrap(), 0);
 }
 
+/// The state of graph `pay` before a deploy (`V1`) and after it (`V2`, the order's id now
+/// text): one structure, two state types.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct PayV1 {
+    order: u64,
+    paid: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct PayV2 {
+    order: String,
+    paid: bool,
+}
+
+fn pay_graph<S: loomflow::State>(pay: fn(&mut S)) -> CompiledGraph<S> {
+    Graph::new("pay")
+        .node_sync("pay", pay)
+        .edge(START, "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap()
+}
+
+/// Version 2 of graph `pay` checks the order first: another structure.
+fn checked_pay_graph<S: loomflow::State>(pay: fn(&mut S)) -> CompiledGraph<S> {
+    Graph::new("pay")
+        .node_sync("check", |_: &mut S| {})
+        .node_sync("pay", pay)
+        .edge(START, "check")
+        .edge("check", "pay")
+        .edge("pay", END)
+        .compile()
+        .unwrap()
+}
+
+/// A worker of the new version takes a run the old version submitted, whose input its state
+/// type cannot read: the run fails, its input kept in a failed checkpoint, and the old
+/// version's `recover` carries it on (the input was dropped with the run's row).
+async fn an_input_a_new_worker_cannot_read_is_kept_for_a_recover(runtime: Runtime) {
+    let v1 = pay_graph(|s: &mut PayV1| s.paid = true);
+    // The new version changed the graph too: the old one's recover is no graph change.
+    let v2 = checked_pay_graph(|s: &mut PayV2| s.paid = true);
+    let earlier = v1.invoke(&runtime, "o-7", PayV1::default()).await.unwrap();
+    assert!(earlier.completed().unwrap().paid);
+    let old = PayV1 {
+        order: 7,
+        paid: false,
+    };
+    runtime.submit("pay", "o-7", &old).await.unwrap();
+    let worker = Worker::builder(&runtime).graph(&v2).build();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let record = runtime.run("o-7").await.unwrap().record;
+    assert_eq!((record.state, record.run), (RunState::Failed, 2));
+    assert!(record.error.unwrap().contains("at order"));
+
+    let recovered = v1.recover(&runtime, "o-7").await.unwrap();
+    assert_eq!(
+        recovered.completed().unwrap(),
+        PayV1 {
+            order: 7,
+            paid: true
+        }
+    );
+    assert_eq!(state_of(&runtime, "o-7").await, RunState::Completed);
+}
+
+#[tokio::test]
+async fn in_memory_an_input_a_new_worker_cannot_read_is_kept_for_a_recover() {
+    an_input_a_new_worker_cannot_read_is_kept_for_a_recover(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn on_sqlite_an_input_a_new_worker_cannot_read_is_kept_for_a_recover() {
+    let db = TempDb::new("unread-input");
+    an_input_a_new_worker_cannot_read_is_kept_for_a_recover(db.runtime()).await;
+}
+
 #[tokio::test]
 async fn runs_of_unregistered_graphs_are_left_alone() {
     let runtime = Runtime::in_memory();
@@ -1935,9 +2012,352 @@ async fn a_report_says_why_a_checkpoint_does_not_read() {
         .on_finished(move |report| seen.lock().unwrap().push(report.error.clone()))
         .build();
     worker.run_until_idle().await.unwrap();
-    let reports = reports.lock().unwrap();
+    let reports = reports.lock().unwrap().clone();
     let [Some(error)] = &reports[..] else {
         panic!("{reports:?}")
     };
     assert!(error.contains("missing field `priority`"), "{error}");
+    // Failed, it waits for nothing: its interrupted checkpoint's wait is not listed.
+    let info = runtime.run("t").await.unwrap();
+    assert_eq!(info.record.state, RunState::Failed);
+    assert!(info.interrupts.is_empty(), "{:?}", info.interrupts);
+    assert!(runtime.pending_interrupts("t").await.unwrap().is_empty());
+}
+
+/// A stored state whose field changed type is refused naming the field, by a recover and by
+/// `get_state`: serde's own message ("invalid type: integer `1`, expected a string") names
+/// none.
+#[tokio::test]
+async fn a_stored_state_that_no_longer_fits_names_its_field() {
+    #[derive(Clone, Default, Serialize, Deserialize)]
+    struct Before {
+        order: Order<u32>,
+    }
+    #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+    struct After {
+        order: Order<String>,
+    }
+    #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+    struct Order<T> {
+        amount: T,
+    }
+    fn asking<S: loomflow::graph::State>() -> CompiledGraph<S> {
+        Graph::new("ask")
+            .node_fn("ask", |_: &mut S, ctx| {
+                Box::pin(async move {
+                    let _: bool = ctx.interrupt("ok?")?;
+                    Ok(())
+                })
+            })
+            .edge(START, "ask")
+            .edge("ask", END)
+            .compile()
+            .unwrap()
+    }
+    let runtime = Runtime::in_memory();
+    let before = Before {
+        order: Order { amount: 1 },
+    };
+    asking().invoke(&runtime, "t", before).await.unwrap();
+    let error = asking::<After>()
+        .resume(&runtime, "t", true)
+        .await
+        .unwrap_err();
+    let error = loomflow::ErrorChain(&error).to_string();
+    assert!(
+        error.contains("(graph ask), at order.amount: invalid type"),
+        "{error}"
+    );
+    let error = runtime
+        .get_state::<After>("t")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("state of thread t, at order.amount"),
+        "{error}"
+    );
+}
+
+/// `select` of two waits: which signal came, in the state.
+fn shipped_or_cancelled(suspend: bool) -> CompiledGraph<Vec<String>> {
+    shipped_or_cancelled_within(suspend, None)
+}
+
+/// As [`shipped_or_cancelled`], the cancel taken only `within` the time given, if any.
+fn shipped_or_cancelled_within(
+    suspend: bool,
+    within: Option<Duration>,
+) -> CompiledGraph<Vec<String>> {
+    Graph::new("order")
+        .node_fn("wait", move |seen: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let (mut shipped, mut cancel) = (
+                    ctx.wait_for_signal::<String>("shipped"),
+                    ctx.wait_for_signal::<String>("cancel"),
+                );
+                if let Some(within) = within {
+                    cancel = cancel.timeout(within);
+                }
+                if suspend {
+                    (shipped, cancel) = (shipped.or_suspend(), cancel.or_suspend());
+                }
+                let got = tokio::select! {
+                    s = shipped => format!("shipped {}", s?),
+                    c = cancel => format!("cancelled {}", c?),
+                };
+                seen.push(got);
+                Ok(())
+            })
+        })
+        .edge(START, "wait")
+        .edge("wait", END)
+        .compile()
+        .unwrap()
+}
+
+/// Two waits raced in a `select!` suspend the run on both: either signal carries it on.
+/// Before, the run listed only the wait that suspended first (which one, at random), and
+/// the other signal woke nothing.
+async fn a_select_of_two_waits_is_woken_by_either(runtime: Runtime) {
+    let graph = shipped_or_cancelled(false);
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    for (n, name) in ["shipped", "cancel", "cancel", "shipped"]
+        .into_iter()
+        .enumerate()
+    {
+        let thread = format!("o-{n}");
+        runtime
+            .submit("order", &thread, Vec::<String>::new())
+            .await
+            .unwrap();
+        worker.run_until_idle().await.unwrap();
+        let mut waits = runtime.run(&thread).await.unwrap().record.waiting_on;
+        waits.sort();
+        assert_eq!(waits, ["cancel", "shipped"], "{thread}");
+        runtime.signal(&thread, name, "now").await.unwrap();
+        worker.run_until_idle().await.unwrap();
+        let seen: Vec<String> = runtime.get_state(&thread).await.unwrap().unwrap();
+        let said = if name == "shipped" {
+            "shipped now"
+        } else {
+            "cancelled now"
+        };
+        assert_eq!(seen, [said], "{thread}");
+    }
+    // Suspended directly (`or_suspend`), a recover after either signal carries it on.
+    let graph = shipped_or_cancelled(true);
+    let asked = graph.invoke(&runtime, "direct", Vec::new()).await.unwrap();
+    assert_eq!(asked.interrupts().len(), 2, "{asked:?}");
+    runtime.signal("direct", "cancel", "now").await.unwrap();
+    let done = graph.recover(&runtime, "direct").await.unwrap();
+    assert_eq!(done.completed().unwrap(), ["cancelled now"]);
+}
+
+#[tokio::test]
+async fn in_memory_a_select_of_two_waits_is_woken_by_either() {
+    a_select_of_two_waits_is_woken_by_either(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn on_sqlite_a_select_of_two_waits_is_woken_by_either() {
+    let db = TempDb::new("select-two");
+    a_select_of_two_waits_is_woken_by_either(db.runtime()).await;
+}
+
+/// Both signals of a `select!` sent before the run reaches it: the run takes one, and the
+/// other stays pending for whoever waits next. Before, both were consumed (each wait took
+/// its payload side by side) and the losing branch's was lost, every time.
+async fn a_select_takes_one_of_two_queued_signals_and_leaves_the_other(runtime: Runtime) {
+    let graph = shipped_or_cancelled(false);
+    let worker = Worker::builder(&runtime).graph(&graph).build();
+    for n in 0..8 {
+        let thread = format!("q-{n}");
+        runtime
+            .submit("order", &thread, Vec::<String>::new())
+            .await
+            .unwrap();
+        runtime.signal(&thread, "shipped", "early").await.unwrap();
+        runtime.signal(&thread, "cancel", "early").await.unwrap();
+        worker.run_until_idle().await.unwrap();
+        let seen: Vec<String> = runtime.get_state(&thread).await.unwrap().unwrap();
+        let other = match seen.as_slice() {
+            [s] if s == "shipped early" => "cancel",
+            [s] if s == "cancelled early" => "shipped",
+            other => panic!("{other:?}"),
+        };
+        let left = runtime.drop_signal(&thread, other, "test").await.unwrap();
+        assert_eq!(left, Some(json!("early")), "{thread}: {other} was lost");
+    }
+}
+
+#[tokio::test]
+async fn in_memory_a_select_takes_one_of_two_queued_signals_and_leaves_the_other() {
+    a_select_takes_one_of_two_queued_signals_and_leaves_the_other(Runtime::in_memory()).await;
+}
+
+#[tokio::test]
+async fn on_sqlite_a_select_takes_one_of_two_queued_signals_and_leaves_the_other() {
+    let db = TempDb::new("select-queued");
+    a_select_takes_one_of_two_queued_signals_and_leaves_the_other(db.runtime()).await;
+}
+
+/// Plain waits (no worker, no `or_suspend`) raced with both signals pending take one: the
+/// other stays pending (before, it was consumed and lost, every time on SQLite).
+#[tokio::test]
+async fn on_sqlite_a_select_of_plain_waits_leaves_the_other_signal() {
+    let db = TempDb::new("select-plain");
+    let runtime = db.runtime();
+    let graph = shipped_or_cancelled(false);
+    for n in 0..10 {
+        let thread = format!("p-{n}");
+        runtime.signal(&thread, "shipped", "early").await.unwrap();
+        runtime.signal(&thread, "cancel", "early").await.unwrap();
+        let seen = graph.invoke(&runtime, &thread, Vec::new()).await.unwrap();
+        let other = match seen.completed().unwrap().as_slice() {
+            [s] if s == "shipped early" => "cancel",
+            _ => "shipped",
+        };
+        let left = runtime.drop_signal(&thread, other, "test").await.unwrap();
+        assert_eq!(left, Some(json!("early")), "{thread}: {other} was lost");
+    }
+}
+
+/// A timed wait raced beside an untimed one is listed with its deadline, whether the run
+/// suspends at once (`or_suspend`, a worker that does not park) or after its grace: before,
+/// the timed wait, still writing its deadline, was left off, the run woke for neither its
+/// signal nor its deadline.
+#[tokio::test]
+async fn on_sqlite_a_timed_wait_in_a_select_is_listed_with_its_deadline() {
+    let db = TempDb::new("select-timed");
+    let runtime = db.runtime();
+    let hour = Some(Duration::from_secs(3_600));
+    let direct = shipped_or_cancelled_within(true, hour);
+    for n in 0..10 {
+        let asked = direct
+            .invoke(&runtime, format!("d-{n}"), Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(asked.interrupts().len(), 2, "{asked:?}");
+        assert!(asked.interrupts().iter().any(|i| i.wake_at_ms.is_some()));
+    }
+    let graph = shipped_or_cancelled_within(false, hour);
+    let worker = (Worker::builder(&runtime).graph(&graph))
+        .park_grace(Duration::ZERO)
+        .build();
+    for n in 0..5 {
+        let thread = format!("w-{n}");
+        runtime
+            .submit("order", &thread, Vec::<String>::new())
+            .await
+            .unwrap();
+        worker.run_until_idle().await.unwrap();
+        let record = runtime.run(&thread).await.unwrap().record;
+        let mut waits = record.waiting_on.clone();
+        waits.sort();
+        assert_eq!(waits, ["cancel", "shipped"], "{record:?}");
+        assert!(record.wake_at_ms.is_some(), "{record:?}");
+        runtime.signal(&thread, "cancel", "now").await.unwrap();
+        worker.run_until_idle().await.unwrap();
+        let seen: Vec<String> = runtime.get_state(&thread).await.unwrap().unwrap();
+        assert_eq!(seen, ["cancelled now"]);
+    }
+}
+
+/// A node run again after its `select!` took a payload replays that branch, and the other
+/// wait takes nothing meanwhile: a signal sent for it since stays pending (before, it was
+/// consumed beside the replay and lost, in about half the recoveries).
+#[tokio::test]
+async fn on_sqlite_a_replayed_select_leaves_the_other_signal() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let db = TempDb::new("select-replay");
+    let runtime = db.runtime();
+    for n in 0..12 {
+        let failed_once = Arc::new(AtomicBool::new(false));
+        let graph = Graph::new("order")
+            .node_fn("wait", move |seen: &mut Vec<String>, ctx| {
+                let failed_once = Arc::clone(&failed_once);
+                Box::pin(async move {
+                    let got = tokio::select! {
+                        s = ctx.wait_for_signal::<String>("shipped").or_suspend() => {
+                            format!("shipped {}", s?)
+                        }
+                        c = ctx.wait_for_signal::<String>("cancel").or_suspend() => {
+                            format!("cancelled {}", c?)
+                        }
+                    };
+                    if !failed_once.swap(true, Ordering::SeqCst) {
+                        return Err("the process died".into());
+                    }
+                    seen.push(got);
+                    Ok(())
+                })
+            })
+            .edge(START, "wait")
+            .edge("wait", END)
+            .compile()
+            .unwrap();
+        let thread = format!("r-{n}");
+        runtime.signal(&thread, "cancel", "c").await.unwrap();
+        let failed = graph.invoke(&runtime, &thread, Vec::new()).await.unwrap();
+        assert!(
+            matches!(failed, RunOutcome::Failed { .. }),
+            "{n}: {failed:?}"
+        );
+        runtime.signal(&thread, "shipped", "s").await.unwrap();
+        let done = graph.recover(&runtime, &thread).await.unwrap();
+        assert_eq!(done.completed().unwrap(), ["cancelled c"]);
+        let left = runtime
+            .drop_signal(&thread, "shipped", "test")
+            .await
+            .unwrap();
+        assert_eq!(left, Some(json!("s")), "{thread}: shipped was lost");
+    }
+}
+
+/// A wait kept alive but no longer polled (pinned outside a `select!` that ended on its other
+/// branch, tokio's cancel-token idiom) does not hold back the node's later waits: before, a
+/// later wait deferred to it forever, its payload queued, past its timeout and a cancel.
+#[tokio::test]
+async fn a_pinned_wait_no_longer_polled_holds_no_later_wait_back() {
+    use std::future::IntoFuture;
+    let graph = Graph::new("pinned")
+        .node_fn("work", |seen: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                let cancel = ctx.wait_for_signal::<String>("cancel").into_future();
+                tokio::pin!(cancel);
+                tokio::select! {
+                    biased;
+                    c = &mut cancel => {
+                        seen.push(format!("cancelled {}", c?));
+                        return Ok(());
+                    }
+                    () = std::future::ready(()) => {}
+                }
+                let review = ctx.wait_for_signal::<String>("review");
+                let timed = review.timeout(Duration::from_millis(300));
+                match timed.await {
+                    Ok(review) => seen.push(format!("review {review}")),
+                    Err(RunError::Signal(SignalError::Timeout { .. })) => {
+                        seen.push("timed out".into());
+                    }
+                    Err(other) => return Err(other.into()),
+                }
+                Ok(())
+            })
+        })
+        .edge(START, "work")
+        .edge("work", END)
+        .compile()
+        .unwrap();
+    let db = TempDb::new("pinned-wait");
+    for runtime in [Runtime::in_memory(), db.runtime()] {
+        runtime.signal("queued", "review", "ok").await.unwrap();
+        for (thread, said) in [("queued", "review ok"), ("none", "timed out")] {
+            let ran = graph.invoke(&runtime, thread, Vec::new());
+            let ran = tokio::time::timeout(Duration::from_secs(10), ran).await;
+            let seen = ran.expect("the run hung").unwrap().completed().unwrap();
+            assert_eq!(seen, [said], "{thread}");
+        }
+    }
 }

@@ -4,7 +4,7 @@ use futures_util::future::BoxFuture;
 
 use crate::graph::{CompiledGraph, ErrorChain, RunError, RunOutcome, State};
 use crate::runtime::claim::RunClaim;
-use crate::runtime::{ClaimedRun, RunState, Runtime};
+use crate::runtime::{Checkpoint, ClaimedRun, RunState, RunStatus, Runtime};
 
 /// How a run a worker executed ended, as its `on_finished` callback sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +61,8 @@ impl<S: State> Registered for CompiledGraph<S> {
             };
             // A queued run starts from its input; anything else carries on.
             let input = match (claimed.record.state, claimed.input) {
-                (RunState::Queued, Some(input)) => match serde_path_to_error::deserialize(input) {
-                    Ok(input) => Some(input),
+                (RunState::Queued, Some(input)) => match serde_path_to_error::deserialize(&input) {
+                    Ok(typed) => Some(typed),
                     Err(e) => {
                         let message = format!(
                             "the input submitted for graph {} is not {} (its state type): {}",
@@ -70,9 +70,9 @@ impl<S: State> Registered for CompiledGraph<S> {
                             crate::type_name::readable::<S>(),
                             crate::json::at_path(&e)
                         );
-                        if let Err(error) =
-                            claim.finish(RunState::Failed, Some(message.clone())).await
-                        {
+                        let run = claimed.record.run + 1;
+                        let failed = (&claim, run, message.clone());
+                        if let Err(error) = keep_unread_input(failed, input).await {
                             tracing::warn!(%thread, %error, "could not record the failed run");
                         }
                         report.error = Some(message);
@@ -148,4 +148,21 @@ pub(super) async fn failed(claim: &RunClaim, graph: String, error: String) -> Ru
         state,
         error: Some(error),
     }
+}
+
+/// Fails a queued run whose input the worker's state type cannot read, keeping the input in
+/// a failed checkpoint at step 0, as a run whose route out of `START` failed keeps it: a
+/// deploy that changed the state type (a worker of the new version took a run the old one
+/// submitted) loses no run, and `recover` by a program whose type reads the input (the old
+/// version, or a fixed one) routes it from there.
+async fn keep_unread_input(
+    (claim, run, message): (&RunClaim, u64, String),
+    input: serde_json::Value,
+) -> Result<u64, crate::runtime::StoreError> {
+    // No graph's fingerprint: no graph ran the input, and the version that reads it (the
+    // old one, rolled back to) may have another structure than this worker's.
+    let body = serde_json::json!({ "state": input, "next": [] });
+    let mut checkpoint = Checkpoint::new("", run, "", 0, RunStatus::Failed, body);
+    checkpoint.error = Some(message);
+    claim.put_last_checkpoint(checkpoint).await
 }
