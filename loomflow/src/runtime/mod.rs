@@ -493,7 +493,8 @@ impl Runtime {
     }
 
     /// Every checkpoint of a thread the store keeps, oldest first: the durable stores keep
-    /// all; the memory store drops old ones (see [Retention](MemoryStore#retention)).
+    /// all unless their options set a retention (`SqliteOptions::retention`); the memory
+    /// store drops old ones (see [Retention](MemoryStore#retention)).
     ///
     /// # Errors
     ///

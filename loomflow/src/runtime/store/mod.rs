@@ -26,6 +26,7 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod records;
+pub(crate) mod retention;
 #[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod tests;
 mod unserialized;

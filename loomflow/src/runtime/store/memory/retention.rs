@@ -2,131 +2,38 @@
 
 use super::kept::Kept;
 use crate::runtime::store::RunStatus;
+use crate::runtime::store::retention::{RetainedRow, kept_rows};
 
 /// How many checkpoints a thread of a [`MemoryStore`](super::MemoryStore) keeps by default.
 pub const DEFAULT_RETAINED_CHECKPOINTS: usize = 100;
 
-/// Drops the oldest checkpoints of one thread down to `limit`, keeping the newest `limit`
-/// top-level interrupted ones whatever their age (a fork goes back to a suspension; a run
-/// that suspends every turn still does not grow without bound) with the suspended subgraph
-/// rows a fork from each takes along, what the thread's newest run may still read (see
-/// [`needed`]), and the first checkpoint of every run with a top-level one kept: it
-/// describes the run's graph, which a fork from any of them names (see `Runtime::fork`).
-pub(super) fn prune(kept: &mut Vec<Kept>, limit: usize) {
-    let needed = needed(kept);
-    let mut suspensions_left = limit;
-    let mut suspension: Vec<bool> = (kept.iter().rev())
-        .map(|cp| {
-            let kept = cp.namespace().is_empty()
-                && cp.status == RunStatus::Interrupted
-                && suspensions_left > 0;
-            suspensions_left -= usize::from(kept);
-            kept
-        })
-        .collect();
-    suspension.reverse();
-    // A fork from a suspension takes along the newest row of each of its run's subgraphs
-    // written before it: kept too when it is suspended (where the subgraph asked).
-    let parents: Vec<usize> = (0..kept.len()).filter(|&at| suspension[at]).collect();
-    for at in parents {
-        let mut namespaces: Vec<&str> = Vec::new();
-        for child in (0..at).rev() {
-            let (cp, run) = (&kept[child], kept[at].run());
-            if cp.namespace().is_empty() || cp.run() != run || namespaces.contains(&cp.namespace())
-            {
-                continue;
-            }
-            namespaces.push(cp.namespace());
-            suspension[child] |= cp.status == RunStatus::Interrupted;
-        }
-    }
-    // Oldest first, until enough are gone.
-    let mut excess = kept.len().saturating_sub(limit);
-    let mut keep: Vec<bool> = (kept.iter().zip(suspension))
-        .map(|(cp, suspension)| {
-            let needed = suspension || needed.contains(&cp.id);
-            if excess > 0 && !needed {
-                excess -= 1;
-                false
-            } else {
-                true
-            }
-        })
-        .collect();
-    // Runs are filed one after another: a run's first row comes before its others.
-    let mut described_of = None;
-    for (at, cp) in kept.iter().enumerate().rev() {
-        if !cp.namespace().is_empty() {
-            continue;
-        }
-        if keep[at] {
-            described_of = Some(cp.run());
-        }
-        if described_of == Some(cp.run()) && cp.described() {
-            keep[at] = true;
-        }
-    }
-    let mut keep = keep.into_iter();
-    kept.retain(|_| keep.next().unwrap_or(true));
+/// Drops the oldest checkpoints of one thread down to `limit`, but what retention keeps
+/// whatever its age (see [`kept_rows`]).
+pub(super) fn prune(rows: &mut Vec<Kept>, limit: usize) {
+    let mut keep = kept_rows(rows, limit).into_iter();
+    rows.retain(|_| keep.next().unwrap_or(true));
 }
 
-/// Where one namespace of the newest run stands: its newest row, and its newest row that
-/// finished a step (running or completed: not suspended, not failed, so a step of its own
-/// may still be under way after it).
-struct Newest<'a> {
-    namespace: &'a str,
-    newest: u64,
-    settled: Option<u64>,
-}
-
-/// The rows of the thread's newest run kept whatever their age, besides interrupted ones
-/// and its first (see [`prune`]): its newest top-level row, and the newest row of each
-/// subgraph whose parent's step is not over (written after the newest step its parent
-/// finished): a resume or recover runs that step again and carries the subgraph on from
-/// there. A subgraph of a step that is over (one of a loop's earlier turns) is never read
-/// again, so the namespaces a run keeps do not grow with its steps.
-fn needed(kept: &[Kept]) -> Vec<u64> {
-    let Some(run) = kept.last().map(Kept::run) else {
-        return Vec::new();
-    };
-    // From the end, one entry per namespace: a run has a handful in flight at a time.
-    let mut namespaces: Vec<Newest<'_>> = Vec::new();
-    for cp in kept.iter().rev().filter(|cp| cp.run() == run) {
-        let settles = matches!(cp.status, RunStatus::Running | RunStatus::Completed);
-        match namespaces
-            .iter_mut()
-            .find(|n| n.namespace == cp.namespace())
-        {
-            Some(entry) => {
-                if settles && entry.settled.is_none() {
-                    entry.settled = Some(cp.id);
-                }
-            }
-            None => namespaces.push(Newest {
-                namespace: cp.namespace(),
-                newest: cp.id,
-                settled: settles.then_some(cp.id),
-            }),
-        }
+impl RetainedRow for Kept {
+    fn id(&self) -> u64 {
+        self.id
     }
-    let settled_of = |namespace: &str| {
-        // The nearest ancestor with rows kept: its finished steps end its children's.
-        let mut ancestor = namespace;
-        loop {
-            ancestor = ancestor.rsplit_once('/').map_or("", |(parent, _)| parent);
-            if let Some(entry) = namespaces.iter().find(|n| n.namespace == ancestor) {
-                return entry.settled;
-            }
-            if ancestor.is_empty() {
-                return None;
-            }
-        }
-    };
-    namespaces
-        .iter()
-        .filter(|n| n.namespace.is_empty() || settled_of(n.namespace).is_none_or(|s| n.newest > s))
-        .map(|n| n.newest)
-        .collect()
+
+    fn run(&self) -> u64 {
+        Kept::run(self)
+    }
+
+    fn namespace(&self) -> &str {
+        Kept::namespace(self)
+    }
+
+    fn status(&self) -> RunStatus {
+        self.status
+    }
+
+    fn described(&self) -> bool {
+        Kept::described(self)
+    }
 }
 
 #[cfg(test)]

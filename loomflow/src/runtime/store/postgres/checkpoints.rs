@@ -72,10 +72,15 @@ impl PostgresStore {
         async {
             let row = CheckpointRow::new(&checkpoint)?;
             let client = self.client().await?;
-            insert_checkpoint(&client, &row).await
+            let id = insert_checkpoint(&client, &row).await?;
+            drop(client);
+            if row.ends_run() {
+                self.after_run_ended(thread).await;
+            }
+            Ok(id)
         }
         .await
-        .map_err(|e| e.write(thread))
+        .map_err(|e: Fail| e.write(thread))
     }
 
     pub(super) async fn newest_checkpoint(

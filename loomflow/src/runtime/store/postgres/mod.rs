@@ -27,6 +27,7 @@ mod error;
 mod fenced;
 mod notify;
 mod options;
+mod retention;
 mod rows;
 mod runs;
 mod schema;
@@ -99,6 +100,8 @@ pub struct PostgresStore {
     listener: Option<Listener>,
     /// When this store last deleted consumed signals (ms since the Unix epoch).
     last_prune: AtomicI64,
+    /// [`PostgresOptions::retention`].
+    retention: Option<usize>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -181,6 +184,7 @@ impl PostgresStore {
             pool,
             listener,
             last_prune: AtomicI64::new(i64::MIN),
+            retention: options.retention,
         })
     }
 

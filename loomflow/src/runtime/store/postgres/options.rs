@@ -41,6 +41,12 @@ pub struct PostgresOptions {
     /// refused and left as they are. For tools that look at a store the application owns
     /// (the `loomflow` command line connects so).
     pub migrate: bool,
+    /// How many checkpoints a thread keeps: `None` (the default) keeps every one; `Some(n)`
+    /// cuts a thread down to about its newest `n` after a run completes or is cancelled, as
+    /// [`SqliteOptions::retention`](crate::runtime::SqliteOptions::retention) does (read
+    /// there what is kept whatever its age). The cut is its own statement after the run's
+    /// last write: a failure of it is logged, and the next run's end tries again.
+    pub retention: Option<usize>,
 }
 
 impl Default for PostgresOptions {
@@ -50,6 +56,7 @@ impl Default for PostgresOptions {
             connect_timeout: Duration::from_secs(10),
             notifications: true,
             migrate: true,
+            retention: None,
         }
     }
 }
@@ -80,6 +87,13 @@ impl PostgresOptions {
     #[must_use]
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Sets [`retention`](Self::retention).
+    #[must_use]
+    pub fn retention(mut self, checkpoints: Option<usize>) -> Self {
+        self.retention = checkpoints;
         self
     }
 }

@@ -134,6 +134,11 @@ impl CheckpointRow {
         }
     }
 
+    /// Whether it ends its run for good (see `Checkpoint::ends_run`).
+    pub(super) fn ends_run(&self) -> bool {
+        self.ends_run
+    }
+
     /// Its columns after `thread`, in the table's order (`run` to `error`), as a
     /// statement's parameters.
     pub(super) fn params_after_thread(&self) -> [&(dyn ToSql + Sync); 6] {

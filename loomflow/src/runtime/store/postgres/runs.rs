@@ -317,9 +317,14 @@ impl PostgresStore {
                 .is_empty()
                 .then(|| RowUpdate::of(&checkpoint));
             let client = self.client().await?;
-            write_fenced(&client, owner, until, &row, update.as_ref())
+            let id = write_fenced(&client, owner, until, &row, update.as_ref())
                 .await?
-                .ok_or_else(|| lease_lost(thread, owner))
+                .ok_or_else(|| lease_lost(thread, owner))?;
+            drop(client);
+            if row.ends_run() {
+                self.after_run_ended(thread).await;
+            }
+            Ok(id)
         }
         .await
         .map_err(|e: Fail| e.write(thread))

@@ -29,6 +29,7 @@ mod leases;
 mod options;
 mod reader;
 mod requests;
+mod retention;
 mod rows;
 mod run_rows;
 mod runs;
@@ -101,6 +102,8 @@ pub struct SqliteStore {
     // Dropped in this order: readers first, then the writer, which flushes and closes last.
     readers: Readers,
     writer: Writer,
+    /// [`SqliteOptions::retention`].
+    retention: Option<usize>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -169,6 +172,7 @@ impl SqliteStore {
             probe,
             readers,
             writer,
+            retention: options.retention,
         })
     }
 
@@ -196,7 +200,7 @@ impl Store for SqliteStore {
     }
 
     fn put_checkpoint(&self, checkpoint: Checkpoint) -> BoxFuture<'_, Result<u64, StoreError>> {
-        let row = checkpoint_row(&checkpoint);
+        let row = checkpoint_row(&checkpoint, self.retention);
         let thread = checkpoint.thread;
         match row {
             Err(e) => Box::pin(std::future::ready(Err(e))),

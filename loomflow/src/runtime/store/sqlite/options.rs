@@ -59,6 +59,18 @@ pub struct SqliteOptions {
     /// [`StoreError::NotAStore`]: crate::runtime::StoreError::NotAStore
     /// [`StoreError::OlderSchema`]: crate::runtime::StoreError::OlderSchema
     pub migrate: bool,
+    /// How many checkpoints a thread keeps: `None` (the default) keeps every one, the whole
+    /// history; `Some(n)` cuts a thread down to about its newest `n` as a run completes or is
+    /// cancelled, once it holds half as many again. Kept whatever their age, as the memory
+    /// store keeps them ([Retention](crate::runtime::MemoryStore#retention)): the newest `n`
+    /// suspensions with the subgraph rows a fork from each takes along, the first row of
+    /// each run with a row kept (it names the run's graph), and what a failed run's
+    /// `recover` reads. A thread that checkpoints a growing state each run (an agent's
+    /// conversation) then takes space in proportion to its state, not to the square of its
+    /// runs. What goes is gone: [`list_checkpoints`](crate::Runtime::list_checkpoints) lists
+    /// the rows kept, and a [`fork`](crate::Runtime::fork) from one that went fails with
+    /// `UnknownCheckpoint`. Each process on a file prunes the runs it ends by its own setting.
+    pub retention: Option<usize>,
 }
 
 impl Default for SqliteOptions {
@@ -68,6 +80,7 @@ impl Default for SqliteOptions {
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
             read_connections: 2,
             migrate: true,
+            retention: None,
         }
     }
 }
@@ -98,6 +111,14 @@ impl SqliteOptions {
     #[must_use]
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Sets [`retention`](Self::retention): `Some(100)` keeps about the newest hundred
+    /// checkpoints of each thread, as the memory store does by default.
+    #[must_use]
+    pub fn retention(mut self, checkpoints: Option<usize>) -> Self {
+        self.retention = checkpoints;
         self
     }
 }

@@ -116,7 +116,10 @@ pub(super) fn transpose<T>(row: Option<Result<T, StoreError>>) -> Result<Option<
 }
 
 /// A checkpoint's row: the columns queries filter on, the error, and the body.
-pub(super) fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, StoreError> {
+pub(super) fn checkpoint_row(
+    checkpoint: &Checkpoint,
+    retention: Option<usize>,
+) -> Result<CheckpointRow, StoreError> {
     Ok(CheckpointRow {
         run: to_i64(checkpoint.run, "run", &checkpoint.thread)?,
         step: to_i64(checkpoint.step, "step", &checkpoint.thread)?,
@@ -128,6 +131,7 @@ pub(super) fn checkpoint_row(checkpoint: &Checkpoint) -> Result<CheckpointRow, S
         audit: AuditRow::all(&checkpoint.audit)?,
         needs_sync: !checkpoint.start_only,
         ends_run: checkpoint.ends_run(),
+        retain: retention.filter(|_| checkpoint.ends_run()),
     })
 }
 

@@ -444,7 +444,7 @@ impl SqliteStore {
                     .namespace
                     .is_empty()
                     .then(|| RowUpdate::of(&checkpoint)),
-                row: checkpoint_row(&checkpoint)?,
+                row: checkpoint_row(&checkpoint, self.retention)?,
                 owner: owner.to_owned(),
                 until_ms: lease_until_ms
                     .map(|until| to_i64(until, "lease expiry", &thread))

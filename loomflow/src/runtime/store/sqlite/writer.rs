@@ -41,6 +41,10 @@ pub(super) struct CheckpointRow {
     /// Whether it ends its run for good, and deletes the thread's journal (see
     /// `Checkpoint::ends_run`).
     pub(super) ends_run: bool,
+    /// How many checkpoints its thread keeps once the run it ends is over (see
+    /// [`SqliteOptions::retention`](super::SqliteOptions::retention)); only on a row that
+    /// ends its run.
+    pub(super) retain: Option<usize>,
 }
 
 /// A journal entry, ready for its row.
@@ -236,6 +240,11 @@ pub(super) fn put_checkpoint(conn: &Connection, row: &CheckpointRow) -> rusqlite
     // Row ids are positive, so the conversion only guards against the impossible.
     let id = u64::try_from(conn.last_insert_rowid()).unwrap_or_default();
     audit::append(conn, &row.audit)?;
+    if let Some(limit) = row.retain {
+        // Before the journal is tidied: a suspension retention drops takes what its step
+        // journaled with it.
+        super::retention::prune_thread(conn, &row.thread, limit)?;
+    }
     if row.ends_run {
         // See `Checkpoint::ends_run`. What the step of an interrupted checkpoint journaled
         // before it suspended stays, for a fork of it to replay.
