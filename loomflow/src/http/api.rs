@@ -22,12 +22,16 @@ use crate::tool::ApprovalDecision;
 type Reply = Result<Json<Value>, ApiError>;
 
 /// A body the server would not read: over the payload limit (413), or broken.
-type Body = Result<Bytes, BytesRejection>;
+pub(super) type Body = Result<Bytes, BytesRejection>;
 
 /// The body of a request for `what` (a signal, a decision), read up to
 /// [`body_limit`](super::body_limit) of the runtime's payload limit; the payload itself is
 /// checked by the mailbox, as JSON.
-fn body(app: &AppState, body: Body, what: impl FnOnce() -> String) -> Result<Bytes, ApiError> {
+pub(super) fn body(
+    app: &AppState,
+    body: Body,
+    what: impl FnOnce() -> String,
+) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         let status = rejection.status();
         if status != StatusCode::PAYLOAD_TOO_LARGE {
@@ -46,7 +50,7 @@ fn body(app: &AppState, body: Body, what: impl FnOnce() -> String) -> Result<Byt
 }
 
 /// JSON nested as deep as a payload may be (`json_depth::MAX_DEPTH`), not serde_json's 128.
-fn json<T: serde::de::DeserializeOwned + Send>(body: &[u8]) -> serde_json::Result<T> {
+pub(super) fn json<T: serde::de::DeserializeOwned + Send>(body: &[u8]) -> serde_json::Result<T> {
     crate::json_depth::from_slice(body)
 }
 

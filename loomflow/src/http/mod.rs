@@ -8,11 +8,15 @@
 //! | `GET /v1/threads/{thread}` | one run: its row, interrupts, pending approvals, state |
 //! | `DELETE /v1/threads/{thread}` | deletes the thread ([`Runtime::delete_thread`]; 409, 501) |
 //! | `GET /v1/threads/{thread}/audit` | its audit log, oldest first (`?after=ID&kind=decision&limit=N`), and `next` for the page after |
+//! | `POST /v1/threads/{thread}/runs` | queues a run for the workers (body `{"graph": "…", "input": …}`; [`Runtime::submit`]; 202, 409) |
+//! | `POST /v1/threads/{thread}/cancel` | cancels the thread's run ([`Runtime::cancel`]; 404, 409 once it has ended) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/approve` | approves (body `{"arguments": …}` edits) |
 //! | `POST /v1/threads/{thread}/approvals/{call_id}/reject` | rejects (body `{"reason": "…"}`) |
 //! | `GET /inbox` | the approval inbox page (see [`inbox`]) |
 //!
-//! A delete answers 409 while a run executes the thread, and 501 from a store that cannot
+//! A submit answers 409 while the thread's run has not ended; its body is read up to the
+//! same limit as a signal's. A run of a graph no worker registered stays queued until one
+//! does. A delete answers 409 while a run executes the thread, and 501 from a store that cannot
 //! delete threads. Any request answers 409 when another process took its thread over while
 //! this one worked on it (its lease ran out): try it again.
 //!
@@ -64,6 +68,7 @@ mod api;
 mod auth;
 mod error;
 pub mod inbox;
+mod runs;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -269,6 +274,8 @@ pub fn router(runtime: Runtime, config: HttpConfig) -> Router {
             get(api::get_thread).delete(api::delete_thread),
         )
         .route("/v1/threads/{thread}/audit", get(api::get_audit))
+        .route("/v1/threads/{thread}/runs", post(runs::submit))
+        .route("/v1/threads/{thread}/cancel", post(runs::cancel))
         .route(
             "/v1/threads/{thread}/approvals/{call_id}/approve",
             post(api::approve),
