@@ -26,6 +26,7 @@ mod audit;
 mod commands;
 mod output;
 mod serve;
+mod start;
 mod store;
 
 use std::process::ExitCode;
@@ -156,6 +157,26 @@ enum Command {
         #[arg(long)]
         interrupt: Option<String>,
     },
+    /// Queue a run of a graph on a thread, for a worker that registered the graph.
+    Submit {
+        /// The graph, as its workers registered it.
+        graph: String,
+        /// The thread.
+        thread: String,
+        /// The run's input (the graph's state), as JSON.
+        input: String,
+    },
+    /// Start a thread from a checkpoint of another (its id as `show` lists it): to try a
+    /// question again with another answer, or go back before a bad step. Refused onto a
+    /// thread whose run has not ended.
+    Fork {
+        /// The thread the checkpoint is of.
+        thread: String,
+        /// The checkpoint's id.
+        checkpoint: u64,
+        /// The thread to start (the same one goes back on it).
+        new_thread: String,
+    },
     /// Cancel a run: at once if nobody executes it, else before its next step.
     Cancel {
         /// The thread.
@@ -245,6 +266,7 @@ impl From<loomflow::Error> for Failure {
         let code = match &error {
             loomflow::Error::Runtime(
                 loomflow::RuntimeError::UnknownRun { .. }
+                | loomflow::RuntimeError::UnknownCheckpoint { .. }
                 | loomflow::RuntimeError::UnknownInterrupt { .. }
                 | loomflow::RuntimeError::NoPendingApproval { .. },
             ) => 3,
@@ -255,7 +277,8 @@ impl From<loomflow::Error> for Failure {
                 | loomflow::RuntimeError::WaitsForTimer { .. }
                 | loomflow::RuntimeError::AlreadyDecided { .. }
                 | loomflow::RuntimeError::AskedAgain { .. }
-                | loomflow::RuntimeError::DecisionDropped { .. },
+                | loomflow::RuntimeError::DecisionDropped { .. }
+                | loomflow::RuntimeError::RunActive { .. },
             ) => 4,
             loomflow::Error::Signal(_) => 4,
             // The store would refuse it again (a payload nested too deep): not a failure
@@ -342,6 +365,7 @@ fn check(command: &Command) -> Result<(), Failure> {
         Command::Resume { value, .. } => {
             commands::parse_json("the resume value", value)?;
         }
+        Command::Submit { graph, input, .. } => start::check_submit(graph, input)?,
         Command::Serve {
             token,
             github_secret,
@@ -458,6 +482,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             value,
             interrupt,
         } => commands::resume(&runtime, &out, &thread, &value, interrupt.as_deref()).await,
+        Command::Submit {
+            graph,
+            thread,
+            input,
+        } => start::submit(&runtime, &out, (&graph, &thread), &input).await,
+        Command::Fork {
+            thread,
+            checkpoint,
+            new_thread,
+        } => start::fork(&runtime, &out, (&thread, checkpoint), &new_thread).await,
         Command::Cancel { thread } => commands::cancel(&runtime, &out, &thread).await,
         Command::Delete { thread } => commands::delete(&runtime, &out, &thread).await,
         Command::Graph { thread } => commands::graph(&runtime, &out, &thread).await,

@@ -1292,3 +1292,52 @@ async fn drop_signal_takes_a_payload_no_wait_can_read_out_of_the_queue() {
     assert_eq!(audit[0]["actor"], "ops", "{audit}");
     assert_eq!(audit[0]["detail"]["payload"], "yes", "{audit}");
 }
+
+/// `submit` queues a run that a worker of the program then carries out; `fork` starts a
+/// thread from a suspension, which then takes its own answer; both refuse bad arguments
+/// before opening the store, and a fork from a checkpoint the thread lacks is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_queues_a_run_and_fork_starts_a_thread_from_a_suspension() {
+    let db = Db::new("submit-fork");
+    let runtime = Runtime::sqlite(&db.0).unwrap();
+    let input = r#"{"order": "ord_9", "approved": null}"#;
+    let queued = loomflow(&db.0, &["submit", "refund", "ord_9", input]);
+    assert!(queued.status.success(), "{}", stderr(&queued));
+    assert!(
+        stdout(&queued).contains("ord_9: a run of refund is queued"),
+        "{}",
+        stdout(&queued)
+    );
+    let again = loomflow(&db.0, &["submit", "refund", "ord_9", input]);
+    assert_eq!(again.status.code(), Some(4), "{}", stderr(&again));
+    for bad in [["submit", " ", "t", "1"], ["submit", "refund", "t", "yes"]] {
+        let refused = loomflow(&db.0, &bad);
+        assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    }
+
+    let worker = Worker::builder(&runtime)
+        .graph(&refund_graph())
+        .park_grace(std::time::Duration::ZERO)
+        .build();
+    assert_eq!(worker.run_until_idle().await.unwrap(), 1);
+    let suspension = (runtime.list_checkpoints("ord_9").await.unwrap().iter())
+        .rfind(|cp| cp.status == loomflow::runtime::RunStatus::Interrupted)
+        .expect("the run waits for its review")
+        .id;
+
+    let id = suspension.to_string();
+    let forked = loomflow(&db.0, &["fork", "ord_9", &id, "ord_9b"]);
+    assert!(forked.status.success(), "{}", stderr(&forked));
+    assert!(
+        stdout(&forked).contains("ord_9b: forked from checkpoint"),
+        "{}",
+        stdout(&forked)
+    );
+    let sent = loomflow(&db.0, &["signal", "ord_9b", "review", "false"]);
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    let done = refund_graph().recover(&runtime, "ord_9b").await.unwrap();
+    assert_eq!(done.completed().unwrap().approved, Some(false));
+
+    let missing = loomflow(&db.0, &["fork", "ord_9", "999999", "ord_9c"]);
+    assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
+}
