@@ -121,6 +121,39 @@ async fn without_migrating_only_a_current_store_opens() {
     assert!(runs.is_empty());
 }
 
+/// A URL naming a database the server does not have is no store there for a caller that
+/// does not migrate, and one that does is told to create it (loomflow creates tables, not
+/// databases); before, both read only the server's own words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_server_does_not_have_is_named() {
+    let Ok(admin) = std::env::var("LOOMFLOW_PG_URL") else {
+        println!("skipped: PostgreSQL missing database (set LOOMFLOW_PG_URL, or run .ci/run)");
+        return;
+    };
+    let url = postgres::with_dbname(&admin, "loomflow_no_such_db");
+    let options = PostgresOptions::default().migrate(false);
+    match PostgresStore::connect_with(&url, options).await {
+        Err(error @ StoreError::NotAStore { .. }) => {
+            let message = error.to_string();
+            assert!(
+                message.contains("no database loomflow_no_such_db"),
+                "{message}"
+            );
+        }
+        other => panic!("expected NotAStore, got {other:?}"),
+    }
+    match PostgresStore::connect(&url).await {
+        Err(error @ StoreError::Open { .. }) => {
+            let message = error.to_string();
+            assert!(
+                message.contains("createdb loomflow_no_such_db"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Open, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_starting_together_create_the_tables_once() {
     let Some(db) = TempPgDb::create("schema checks").await else {

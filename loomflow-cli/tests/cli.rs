@@ -926,6 +926,22 @@ async fn a_postgresql_store_is_read_through_its_url() {
         eprintln!("skipped: the CLI on PostgreSQL (set LOOMFLOW_PG_URL, or run .ci/run)");
         return;
     };
+    // A database the server does not have is not found, as a missing SQLite file is.
+    let missing = match url.starts_with("postgres") {
+        true if url.contains('?') => format!("{url}&dbname=loomflow_no_such_db"),
+        true => format!("{url}?dbname=loomflow_no_such_db"),
+        false => format!("{url} dbname=loomflow_no_such_db"),
+    };
+    let none = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", &missing, "runs"])
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(3), "{}", stderr(&none));
+    assert!(
+        stderr(&none).contains("no database loomflow_no_such_db"),
+        "{}",
+        stderr(&none)
+    );
     let runtime = Runtime::postgres(&url).await.unwrap();
     let thread = format!("cli-pg-{}", std::process::id());
     runtime.submit("refund", &thread, json!({})).await.unwrap();

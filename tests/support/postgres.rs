@@ -101,7 +101,7 @@ pub(crate) async fn connect(url: &str) -> tokio_postgres::Client {
 }
 
 /// `url` with its database replaced by `dbname`, for a URL or a `key=value` string.
-fn with_dbname(url: &str, dbname: &str) -> String {
+pub(crate) fn with_dbname(url: &str, dbname: &str) -> String {
     for scheme in ["postgres://", "postgresql://"] {
         if let Some(rest) = url.strip_prefix(scheme) {
             let (base, query) = match rest.split_once('?') {

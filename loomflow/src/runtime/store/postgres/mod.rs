@@ -172,7 +172,7 @@ impl PostgresStore {
         let mut client = pool
             .get()
             .await
-            .map_err(|e| target.open_error(error::chain(&e)))?;
+            .map_err(|e| target.connect_error(&e, options.migrate))?;
         schema::check_encoding(&client, &target).await?;
         schema::migrate(&mut client, &target, options.migrate).await?;
         drop(client);

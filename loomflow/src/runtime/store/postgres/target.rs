@@ -56,6 +56,35 @@ impl Target {
             message: self.scrub(message.to_string()),
         }
     }
+
+    /// What a first connection that failed is: the database named does not exist (the
+    /// server says `3D000`) is no store there ([`StoreError::NotAStore`]) for a caller that
+    /// does not migrate (the command line), and an open error that says to create it for
+    /// one that does (loomflow creates tables, not databases); anything else, as it is.
+    pub(super) fn connect_error(
+        &self,
+        error: &deadpool_postgres::PoolError,
+        migrate: bool,
+    ) -> StoreError {
+        let missing = match error {
+            deadpool_postgres::PoolError::Backend(error) => {
+                error.code() == Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME)
+            }
+            _ => false,
+        };
+        let name = self.config.get_dbname().unwrap_or_default();
+        match (missing, migrate) {
+            (true, false) => StoreError::NotAStore {
+                path: self.shown.clone(),
+                reason: format!("the server has no database {name}"),
+            },
+            (true, true) => self.open_error(format!(
+                "the server has no database {name}: create it first (`createdb {name}`, or \
+                 `CREATE DATABASE {name}`); loomflow creates its tables, not the database"
+            )),
+            (false, _) => self.open_error(super::error::chain(error)),
+        }
+    }
 }
 
 /// The connection string as a URL without its password (or any other option: they may
