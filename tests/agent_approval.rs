@@ -263,6 +263,47 @@ async fn a_session_cancelled_while_a_call_waits_takes_a_new_prompt() {
     assert!(told, "{:?}", state.messages);
 }
 
+/// A decision for a call whose run was cancelled is refused naming that: the run has
+/// ended, and nothing waits (before, it read "no call call_1 waits for a decision", as for
+/// a mistyped id). A mistyped id on a live run is still that.
+#[tokio::test]
+async fn a_decision_for_a_cancelled_run_says_the_run_has_ended() {
+    let db = loomflow_tests::TempDb::new("decision-cancelled");
+    for runtime in [Runtime::in_memory(), Runtime::sqlite(db.path()).unwrap()] {
+        refunds::ask_for_refund(&runtime, "c-4", 500).await;
+        let typo = runtime
+            .decide_approval("c-4", "call_9", ApprovalDecision::Allow)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &typo,
+                loomflow::Error::Runtime(loomflow::RuntimeError::NoPendingApproval { .. })
+            ),
+            "{typo:?}"
+        );
+        runtime.cancel("c-4").await.unwrap();
+        let ended = runtime
+            .decide_approval("c-4", "call_1", ApprovalDecision::Allow)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &ended,
+                loomflow::Error::Runtime(loomflow::RuntimeError::ApprovalRunEnded {
+                    state: loomflow::runtime::RunState::Cancelled,
+                    ..
+                })
+            ),
+            "{ended:?}"
+        );
+        assert!(
+            ended.to_string().contains("its run has ended (cancelled)"),
+            "{ended}"
+        );
+    }
+}
+
 /// Email the customer. Needs no approval.
 #[tool]
 fn email(to: String) -> String {

@@ -278,7 +278,8 @@ impl From<loomflow::Error> for Failure {
                 | loomflow::RuntimeError::AlreadyDecided { .. }
                 | loomflow::RuntimeError::AskedAgain { .. }
                 | loomflow::RuntimeError::DecisionDropped { .. }
-                | loomflow::RuntimeError::RunActive { .. },
+                | loomflow::RuntimeError::RunActive { .. }
+                | loomflow::RuntimeError::ApprovalRunEnded { .. },
             ) => 4,
             loomflow::Error::Signal(_) => 4,
             // The store would refuse it again (a payload nested too deep): not a failure

@@ -110,6 +110,7 @@ impl From<RuntimeError> for ApiError {
                 Self::bad_request(error.to_string())
             }
             RuntimeError::RunActive { .. }
+            | RuntimeError::ApprovalRunEnded { .. }
             | RuntimeError::Busy { .. }
             | RuntimeError::AlreadyDecided { .. }
             | RuntimeError::AskedAgain { .. }

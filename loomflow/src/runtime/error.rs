@@ -120,6 +120,19 @@ pub enum RuntimeError {
         /// The call.
         call_id: String,
     },
+    /// A decision was sent for a call of a session whose run has ended (completed, failed or
+    /// cancelled): nothing waits for it. Nothing was sent.
+    #[error(
+        "no call {call_id} waits for a decision on session {session}: its run has ended ({state})"
+    )]
+    ApprovalRunEnded {
+        /// The session.
+        session: String,
+        /// The call.
+        call_id: String,
+        /// How its run ended.
+        state: crate::runtime::RunState,
+    },
     /// A rejection was sent without a reason (blank): the model is told why its call was
     /// denied, and a blank reason tells it nothing. Nothing was sent.
     #[error("the rejection of call {call_id} on session {session} must say why: the model is told")]

@@ -274,6 +274,17 @@ impl Runtime {
         // carried on already) would stay queued and answer the next call that reuses the id,
         // with nobody deciding it: refused.
         let Some(asked_at) = self.asked_at(session, call_id).await? else {
+            // A run that has ended (cancelled, say) is named as such: "no call waits" alone
+            // reads as a mistyped id.
+            let run = self.store().get_run(session).await?;
+            if let Some(run) = run.filter(|run| run.state.is_finished()) {
+                return Err(RuntimeError::ApprovalRunEnded {
+                    session: session.to_owned(),
+                    call_id: call_id.to_owned(),
+                    state: run.state,
+                }
+                .into());
+            }
             return Err(RuntimeError::NoPendingApproval {
                 session: session.to_owned(),
                 call_id: call_id.to_owned(),
