@@ -312,8 +312,17 @@ impl From<loomflow::RuntimeError> for Failure {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.json;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(failure) if json => {
+            // A script reads its error as it reads its output (JSON escapes what it quotes).
+            let error = serde_json::json!({
+                "error": { "exit_code": failure.code, "message": failure.message }
+            });
+            eprintln!("{error}");
+            ExitCode::from(failure.code)
+        }
         Err(failure) => {
             // An error may quote what a caller, tool or model wrote (an interrupt's id).
             eprintln!("loomflow: {}", output::shown(&failure.message));

@@ -1357,3 +1357,27 @@ async fn submit_queues_a_run_and_fork_starts_a_thread_from_a_suspension() {
     let missing = loomflow(&db.0, &["fork", "ord_9", "999999", "ord_9c"]);
     assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
 }
+
+/// Under `--json` a failure is JSON on stderr too, with the exit code in it: a script that
+/// reads the output as JSON reads its errors the same way.
+#[test]
+fn under_json_a_failure_is_json_on_stderr() {
+    let db = Db::new("json-error");
+    drop(Runtime::sqlite(&db.0).unwrap());
+    let shown = loomflow(&db.0, &["--json", "show", "ord_\u{1b}missing"]);
+    assert_eq!(shown.status.code(), Some(3), "{}", stderr(&shown));
+    let error: serde_json::Value = serde_json::from_str(stderr(&shown).trim()).unwrap();
+    assert_eq!(error["error"]["exit_code"], 3, "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("ord_\u{1b}missing"), "{message}");
+    let usage = loomflow(&db.0, &["--json", "signal", "t", "review", "yes"]);
+    assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
+    let error: serde_json::Value = serde_json::from_str(stderr(&usage).trim()).unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON"),
+        "{error}"
+    );
+}
