@@ -10,7 +10,7 @@ mod postgres;
 
 use loomflow::prelude::*;
 use loomflow::runtime::{
-    PostgresOptions, PostgresStore, RunStatus, SqliteOptions, SqliteStore, StoreError,
+    MemoryStore, PostgresOptions, PostgresStore, RunStatus, SqliteOptions, SqliteStore, StoreError,
 };
 
 /// `START → reply → END` over a transcript: the first run asks who is there and keeps the
@@ -87,6 +87,90 @@ async fn a_long_thread_keeps_its_newest_checkpoints(kept: &Runtime, everything: 
     assert!(all > 60, "without retention every checkpoint stays: {all}");
 }
 
+/// `START → ask → w0 → … → w19 → END`, its edges declared in order or reversed (the same
+/// graph to a run, under another fingerprint: a run carried on with the other describes it
+/// again at its first checkpoint after the change).
+fn chain(reversed: bool) -> CompiledGraph<Vec<String>> {
+    let mut graph = Graph::new("chain").node_fn("ask", |t: &mut Vec<String>, ctx| {
+        Box::pin(async move {
+            t.push(ctx.interrupt(json!("go?"))?);
+            Ok(())
+        })
+    });
+    let mut edges = vec![(START.to_owned(), "ask".to_owned())];
+    let mut last = "ask".to_owned();
+    for n in 0..20 {
+        let name = format!("w{n}");
+        graph = graph.node_sync(name.as_str(), move |t: &mut Vec<String>| {
+            t.push(format!("w{n}"))
+        });
+        edges.push((last, name.clone()));
+        last = name;
+    }
+    edges.push((last, END.to_owned()));
+    if reversed {
+        edges.reverse();
+    }
+    for (from, to) in edges {
+        graph = graph.edge(from.as_str(), to.as_str());
+    }
+    graph.compile().unwrap()
+}
+
+/// `START → ask → reply → ask …`: one run that asks for every message, for ever.
+fn conversation() -> CompiledGraph<Vec<String>> {
+    Graph::new("conversation")
+        .node_fn("ask", |t: &mut Vec<String>, ctx| {
+            Box::pin(async move {
+                t.push(ctx.interrupt(json!("you?"))?);
+                Ok(())
+            })
+        })
+        .node_sync("reply", |t: &mut Vec<String>| t.push("ok".to_owned()))
+        .edge(START, "ask")
+        .edge("ask", "reply")
+        .branch("reply", ["ask", END], |t: &Vec<String>| {
+            if t.iter().any(|m| m == "bye") {
+                END
+            } else {
+                "ask"
+            }
+        })
+        .recursion_limit(10_000)
+        .compile()
+        .unwrap()
+}
+
+/// A run that suspends every turn is cut down as it suspends, not only when it ends (it
+/// never does); a run carried on with its graph's edges declared in another order keeps the
+/// checkpoint that describes the graph again, which the memory store keeps too.
+async fn suspensions_and_descriptions_are_cut_as_the_memory_store_cuts_them(kept: &Runtime) {
+    chain(false)
+        .invoke(kept, "chain", Vec::new())
+        .await
+        .unwrap();
+    let done = chain(true).resume(kept, "chain", "go").await.unwrap();
+    assert_eq!(done.completed().unwrap().len(), 21);
+    let described = (kept.list_checkpoints("chain").await.unwrap().iter())
+        .filter(|cp| cp.body.get("graph_description").is_some())
+        .count();
+    assert_eq!(
+        described, 2,
+        "the run's first row, and the first after the change"
+    );
+
+    let talk = conversation();
+    talk.invoke(kept, "talk", Vec::new()).await.unwrap();
+    for turn in 0..100 {
+        let out = talk.resume(kept, "talk", format!("m{turn}")).await.unwrap();
+        assert_eq!(out.interrupts().len(), 1);
+    }
+    let rows = kept.list_checkpoints("talk").await.unwrap();
+    assert!(rows.len() <= 30, "{} checkpoints kept", rows.len());
+    let state: Vec<String> = kept.get_state("talk").await.unwrap().unwrap();
+    assert_eq!(state.len(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sqlite() {
     let (kept, all) = (
@@ -98,7 +182,9 @@ async fn on_sqlite() {
         let store = SqliteStore::open_with(db.path(), options).unwrap();
         Runtime::builder().store(store).build()
     };
-    a_long_thread_keeps_its_newest_checkpoints(&open(&kept, Some(10)), &open(&all, None)).await;
+    let kept = open(&kept, Some(10));
+    a_long_thread_keeps_its_newest_checkpoints(&kept, &open(&all, None)).await;
+    suspensions_and_descriptions_are_cut_as_the_memory_store_cuts_them(&kept).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,4 +203,13 @@ async fn on_postgres() {
     let kept = open(&kept.url, Some(10)).await.unwrap();
     let all = open(&all.url, None).await.unwrap();
     a_long_thread_keeps_its_newest_checkpoints(&kept, &all).await;
+    suspensions_and_descriptions_are_cut_as_the_memory_store_cuts_them(&kept).await;
+}
+
+#[tokio::test]
+async fn on_the_memory_store() {
+    let kept = Runtime::builder()
+        .store(MemoryStore::with_retention(Some(10)))
+        .build();
+    suspensions_and_descriptions_are_cut_as_the_memory_store_cuts_them(&kept).await;
 }

@@ -29,15 +29,21 @@ pub(crate) struct StoredRow {
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl StoredRow {
-    /// The row's columns as the store keeps them; `None` when one does not read as it should
-    /// (a negative id, an unknown status).
-    pub(crate) fn read(id: i64, run: i64, namespace: String, status: &str) -> Option<Self> {
+    /// The row's columns as the store keeps them, and whether its body names the graph
+    /// (`graph_name`: a run's first row, and the first after a change of its graph); `None`
+    /// when one does not read as it should (a negative id, an unknown status).
+    pub(crate) fn read(
+        (id, run): (i64, i64),
+        namespace: String,
+        status: &str,
+        described: bool,
+    ) -> Option<Self> {
         Some(Self {
             id: u64::try_from(id).ok()?,
             run: u64::try_from(run).ok()?,
             namespace,
             status: RunStatus::parse(status)?,
-            described: false,
+            described,
         })
     }
 }
@@ -68,20 +74,20 @@ impl RetainedRow for StoredRow {
 /// The ids of one thread's rows (all of them, oldest first) that go when it is cut down to
 /// `limit` (see [`kept_rows`]).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn stored_rows_dropped(mut rows: Vec<StoredRow>, limit: usize) -> Vec<i64> {
-    // A run's first top-level row is the one that names its graph (see `Runtime::fork`).
-    let mut described_runs = Vec::new();
-    for row in rows.iter_mut().filter(|row| row.namespace.is_empty()) {
-        if !described_runs.contains(&row.run) {
-            described_runs.push(row.run);
-            row.described = true;
-        }
-    }
-    (rows.iter().zip(kept_rows(&rows, limit)))
+pub(crate) fn stored_rows_dropped(rows: &[StoredRow], limit: usize) -> Vec<i64> {
+    (rows.iter().zip(kept_rows(rows, limit)))
         .filter(|(_, keep)| !keep)
         // Read from an `i64` (see `StoredRow::read`): the conversion back cannot fail.
         .filter_map(|(row, _)| i64::try_from(row.id).ok())
         .collect()
+}
+
+/// Whether writing `checkpoint` may cut its thread down: a top-level row that is not
+/// `running` (a run that completes, is cancelled or fails, or suspends: a run that suspends
+/// every turn is cut too, as the memory store cuts it).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn cuts(checkpoint: &super::Checkpoint) -> bool {
+    checkpoint.namespace.is_empty() && checkpoint.status != RunStatus::Running
 }
 
 /// Whether a thread of `count` rows is due a cut down to `limit`: once it holds half as

@@ -74,8 +74,8 @@ impl PostgresStore {
             let client = self.client().await?;
             let id = insert_checkpoint(&client, &row).await?;
             drop(client);
-            if row.ends_run() {
-                self.after_run_ended(thread).await;
+            if row.cuts() {
+                self.cut(thread).await;
             }
             Ok(id)
         }

@@ -42,10 +42,10 @@ pub struct PostgresOptions {
     /// (the `loomflow` command line connects so).
     pub migrate: bool,
     /// How many checkpoints a thread keeps: `None` (the default) keeps every one; `Some(n)`
-    /// cuts a thread down to about its newest `n` after a run completes or is cancelled, as
-    /// [`SqliteOptions::retention`](crate::runtime::SqliteOptions::retention) does (read
-    /// there what is kept whatever its age). The cut is its own statement after the run's
-    /// last write: a failure of it is logged, and the next run's end tries again.
+    /// cuts a thread down to about its newest `n` after a run completes, fails, is cancelled
+    /// or suspends, as [`SqliteOptions::retention`](crate::runtime::SqliteOptions::retention)
+    /// does (read there what is kept whatever its age). The cut is its own statement after
+    /// the write: a failure of it is logged, and the next such write tries again.
     pub retention: Option<usize>,
 }
 

@@ -6,10 +6,10 @@ use super::error::{Fail, chain};
 use crate::runtime::store::retention::{StoredRow, due, stored_rows_dropped};
 
 impl PostgresStore {
-    /// Cuts `thread` down to the store's retention, if it has one, after a write that ended
-    /// its run. A failure is logged, not returned: the run's own write was committed, and
-    /// the next run's end tries again.
-    pub(super) async fn after_run_ended(&self, thread: &str) {
+    /// Cuts `thread` down to the store's retention, if it has one, after a write that may
+    /// (see `retention::cuts`). A failure is logged, not returned: the run's own write was
+    /// committed, and the next such write tries again.
+    pub(super) async fn cut(&self, thread: &str) {
         let Some(limit) = self.retention else {
             return;
         };
@@ -35,20 +35,26 @@ impl PostgresStore {
         }
         let stmt = client
             .prepare_cached(
-                "SELECT id, run, namespace, status FROM loomflow_checkpoints
-                 WHERE thread = $1 ORDER BY id",
+                // Whether a row names the graph is read from its body, parsed only when its
+                // text holds the key (`position` passes over the others); as `json`, which
+                // takes any JSON text (`jsonb` refuses a `\u0000` in a string).
+                "SELECT id, run, namespace, status,
+                     namespace = '' AND position('\"graph_name\":' in body) > 0
+                         AND (body::json -> 'graph_name') IS NOT NULL
+                 FROM loomflow_checkpoints WHERE thread = $1 ORDER BY id",
             )
             .await?;
         let mut rows = Vec::new();
         for row in client.query(&stmt, &[&thread]).await? {
             let status: &str = row.try_get(3)?;
-            match StoredRow::read(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, status) {
+            let ids = (row.try_get(0)?, row.try_get(1)?);
+            match StoredRow::read(ids, row.try_get(2)?, status, row.try_get(4)?) {
                 Some(row) => rows.push(row),
                 // A row that does not read as it should: the thread is left as it is.
                 None => return Ok(0),
             }
         }
-        let ids = stored_rows_dropped(rows, limit);
+        let ids = stored_rows_dropped(&rows, limit);
         if ids.is_empty() {
             return Ok(0);
         }

@@ -110,6 +110,8 @@ pub(super) struct CheckpointRow {
     pub(super) audit: Vec<AuditRow>,
     /// Whether it ends its run for good (see `Checkpoint::ends_run`).
     ends_run: bool,
+    /// Whether its write may cut its thread down (see `retention::cuts`).
+    cuts: bool,
 }
 
 impl CheckpointRow {
@@ -134,9 +136,9 @@ impl CheckpointRow {
         }
     }
 
-    /// Whether it ends its run for good (see `Checkpoint::ends_run`).
-    pub(super) fn ends_run(&self) -> bool {
-        self.ends_run
+    /// Whether its write may cut its thread down to the store's retention.
+    pub(super) fn cuts(&self) -> bool {
+        self.cuts
     }
 
     /// Its columns after `thread`, in the table's order (`run` to `error`), as a
@@ -164,6 +166,7 @@ impl CheckpointRow {
             error: kept_text(checkpoint.error.as_deref()),
             audit: AuditRow::all(&checkpoint.audit)?,
             ends_run: checkpoint.ends_run(),
+            cuts: crate::runtime::store::retention::cuts(checkpoint),
         })
     }
 }

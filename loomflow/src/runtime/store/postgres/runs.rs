@@ -321,8 +321,8 @@ impl PostgresStore {
                 .await?
                 .ok_or_else(|| lease_lost(thread, owner))?;
             drop(client);
-            if row.ends_run() {
-                self.after_run_ended(thread).await;
+            if row.cuts() {
+                self.cut(thread).await;
             }
             Ok(id)
         }

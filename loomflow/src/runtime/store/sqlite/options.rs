@@ -60,16 +60,18 @@ pub struct SqliteOptions {
     /// [`StoreError::OlderSchema`]: crate::runtime::StoreError::OlderSchema
     pub migrate: bool,
     /// How many checkpoints a thread keeps: `None` (the default) keeps every one, the whole
-    /// history; `Some(n)` cuts a thread down to about its newest `n` as a run completes or is
-    /// cancelled, once it holds half as many again. Kept whatever their age, as the memory
-    /// store keeps them ([Retention](crate::runtime::MemoryStore#retention)): the newest `n`
-    /// suspensions with the subgraph rows a fork from each takes along, the first row of
-    /// each run with a row kept (it names the run's graph), and what a failed run's
-    /// `recover` reads. A thread that checkpoints a growing state each run (an agent's
-    /// conversation) then takes space in proportion to its state, not to the square of its
-    /// runs. What goes is gone: [`list_checkpoints`](crate::Runtime::list_checkpoints) lists
-    /// the rows kept, and a [`fork`](crate::Runtime::fork) from one that went fails with
-    /// `UnknownCheckpoint`. Each process on a file prunes the runs it ends by its own setting.
+    /// history; `Some(n)` cuts a thread down to about its newest `n` as a run completes,
+    /// fails, is cancelled or suspends, once it holds half as many again. Kept whatever their
+    /// age, as the memory store keeps them
+    /// ([Retention](crate::runtime::MemoryStore#retention)): the newest `n` suspensions with
+    /// the subgraph rows a fork from each takes along (and what their steps journaled), the
+    /// rows that name the graph of a run with a row kept (its first, and the first after a
+    /// change of its graph), and what the newest run's resume or `recover` reads. A thread
+    /// that checkpoints a growing state each run (an agent's conversation) then takes space
+    /// in proportion to its state, not to the square of its runs. What goes is gone:
+    /// [`list_checkpoints`](crate::Runtime::list_checkpoints) lists the rows kept, and a
+    /// [`fork`](crate::Runtime::fork) from one that went fails with `UnknownCheckpoint`. Each
+    /// process on a file cuts the threads it writes by its own setting.
     pub retention: Option<usize>,
 }
 

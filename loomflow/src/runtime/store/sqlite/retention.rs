@@ -17,17 +17,18 @@ pub(super) fn prune_thread(conn: &Connection, thread: &str, limit: usize) -> rus
     if !due(count, limit) {
         return Ok(0);
     }
+    // Whether a row names the graph is read from its body: `instr` passes over most rows
+    // without parsing them (only a top-level key is written `"graph_name":` unescaped).
     let mut select = conn.prepare_cached(
-        "SELECT id, run, namespace, status FROM checkpoints WHERE thread = ?1 ORDER BY id",
+        "SELECT id, run, namespace, status,
+             namespace = '' AND instr(body, '\"graph_name\":') > 0
+                 AND json_extract(body, '$.graph_name') IS NOT NULL
+         FROM checkpoints WHERE thread = ?1 ORDER BY id",
     )?;
     let read = select.query_map([thread], |row| {
         let status: String = row.get(3)?;
-        Ok(StoredRow::read(
-            row.get(0)?,
-            row.get(1)?,
-            row.get(2)?,
-            &status,
-        ))
+        let ids = (row.get(0)?, row.get(1)?);
+        Ok(StoredRow::read(ids, row.get(2)?, &status, row.get(4)?))
     })?;
     let mut rows = Vec::new();
     for row in read {
@@ -38,7 +39,7 @@ pub(super) fn prune_thread(conn: &Connection, thread: &str, limit: usize) -> rus
     }
     let mut delete = conn.prepare_cached("DELETE FROM checkpoints WHERE id = ?1")?;
     let mut deleted = 0;
-    for id in stored_rows_dropped(rows, limit) {
+    for id in stored_rows_dropped(&rows, limit) {
         deleted += u64::try_from(delete.execute([id])?).unwrap_or_default();
     }
     Ok(deleted)

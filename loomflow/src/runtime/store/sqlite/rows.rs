@@ -131,7 +131,7 @@ pub(super) fn checkpoint_row(
         audit: AuditRow::all(&checkpoint.audit)?,
         needs_sync: !checkpoint.start_only,
         ends_run: checkpoint.ends_run(),
-        retain: retention.filter(|_| checkpoint.ends_run()),
+        retain: retention.filter(|_| crate::runtime::store::retention::cuts(checkpoint)),
     })
 }
 

@@ -41,9 +41,9 @@ pub(super) struct CheckpointRow {
     /// Whether it ends its run for good, and deletes the thread's journal (see
     /// `Checkpoint::ends_run`).
     pub(super) ends_run: bool,
-    /// How many checkpoints its thread keeps once the run it ends is over (see
-    /// [`SqliteOptions::retention`](super::SqliteOptions::retention)); only on a row that
-    /// ends its run.
+    /// How many checkpoints its thread keeps once it is written (see
+    /// [`SqliteOptions::retention`](super::SqliteOptions::retention)); only on a top-level
+    /// row that is not `running`.
     pub(super) retain: Option<usize>,
 }
 
