@@ -1189,3 +1189,55 @@ async fn a_state_left_unwritable_fails_the_step_naming_the_node_and_field() {
     let newest = newest.last().unwrap();
     assert_eq!((newest.step, newest.status), (1, RunStatus::Running));
 }
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Approval {
+    prepared: bool,
+    approved: Option<bool>,
+}
+
+/// `prepare → approve`: `approve` parks on the signal `approval`.
+fn approving() -> CompiledGraph<Approval> {
+    Graph::new("approving")
+        .node_sync("prepare", |a: &mut Approval| a.prepared = true)
+        .node_fn("approve", |a: &mut Approval, ctx| {
+            Box::pin(async move {
+                a.approved = Some(ctx.wait_for_signal("approval").or_suspend().await?);
+                Ok(())
+            })
+        })
+        .edge(START, "prepare")
+        .edge("prepare", "approve")
+        .edge("approve", END)
+        .compile()
+        .unwrap()
+}
+
+/// A fork of a suspension whose signal wait the original run then took and completed with
+/// waits for a signal of its own: it takes the one sent to it, not the original's. Before,
+/// the fork copied the original's receipt (journaled in the step it had suspended in) and
+/// completed with the original's answer, leaving its own signal queued for the thread's next
+/// run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_of_a_taken_signal_wait_takes_its_own_signal() {
+    let (rts, _db) = runtimes("fork-signal");
+    for (label, rt) in rts {
+        let graph = approving();
+        let first = graph.invoke(&rt, "t", Approval::default()).await.unwrap();
+        assert_eq!(first.interrupts().len(), 1, "{label}");
+        let suspension = (rt.list_checkpoints("t").await.unwrap().iter())
+            .rfind(|cp| cp.status == RunStatus::Interrupted)
+            .unwrap()
+            .id;
+        rt.signal("t", "approval", true).await.unwrap();
+        let done = graph.recover(&rt, "t").await.unwrap();
+        assert_eq!(done.completed().unwrap().approved, Some(true), "{label}");
+
+        rt.fork("t", suspension, "t-fork").await.unwrap();
+        rt.signal("t-fork", "approval", false).await.unwrap();
+        let forked = graph.recover(&rt, "t-fork").await.unwrap();
+        assert_eq!(forked.completed().unwrap().approved, Some(false), "{label}");
+        let left = rt.drop_signal("t-fork", "approval", "test").await.unwrap();
+        assert_eq!(left, None, "{label}: the fork's signal was taken");
+    }
+}

@@ -745,8 +745,8 @@ async fn a_call_asked_again_under_its_id_before_a_checkpoint_is_decided() {
 
 /// A run whose row says it ended while its newest checkpoint is the one it suspended on (a
 /// worker failed it at its lapse limit, which leaves its checkpoints as they are) waits for
-/// no decision: its call is not listed, and a decision for it is refused as for a call
-/// that does not wait. Before, it was listed, and a decision was stored for no run.
+/// no decision: its call is not listed, and a decision for it is refused, saying the run
+/// has ended. Before, it was listed, and a decision was stored for no run.
 #[tokio::test]
 async fn a_run_failed_while_suspended_lists_no_approval() {
     let runtime = Runtime::in_memory();
@@ -770,7 +770,18 @@ async fn a_run_failed_while_suspended_lists_no_approval() {
     let decided = runtime
         .decide_approval("t", "call_12", ApprovalDecision::Allow)
         .await;
-    assert!(refused_as_not_pending(&decided), "{decided:?}");
+    assert!(
+        matches!(
+            decided,
+            Err(loomflow::Error::Runtime(
+                loomflow::RuntimeError::ApprovalRunEnded {
+                    state: RunState::Failed,
+                    ..
+                }
+            ))
+        ),
+        "{decided:?}"
+    );
     // A new run submitted on the thread, not started yet: the checkpoint is still the
     // failed run's, and nothing waits either.
     runtime

@@ -20,7 +20,12 @@ impl Runtime {
     /// answers a subgraph's question. It takes along what the suspended step journaled
     /// before it suspended ([`Store::list_journal`](crate::runtime::Store::list_journal)):
     /// a sleep wakes and a wait times out when the original's do, and a `ctx.step` is not
-    /// done twice. Resume requests queued for `new_thread`
+    /// done twice. Not the signals the step's parked waits took once the original was
+    /// carried on: the fork's waits take the signals sent to it. (What such a node journaled
+    /// after its wait took the signal is filed with the step all the same, and the fork's
+    /// node replays it whatever signal it takes: a wait whose signal changes what the node
+    /// does next should be asked with `ctx.interrupt`, whose answers file the calls after
+    /// them apart.) Resume requests queued for `new_thread`
     /// ([`request_resume`](Self::request_resume)) are dropped unapplied: they were for the
     /// questions of the run the fork replaces.
     ///
@@ -151,14 +156,18 @@ impl Runtime {
             let children = children_at(all, &checkpoint, position);
             // What the suspended step (and the subgraph steps it suspended in) journaled
             // before it suspended: the fork's step replays it, as the original's would (a
-            // sleep keeps its wake time, a journaled step its result).
+            // sleep keeps its wake time, a journaled step its result). Not the signals its
+            // waits took once resumed: they came for the run the fork leaves behind.
+            let received = received_after(&checkpoint, &children);
             let journal = self
                 .inner
                 .store
                 .list_journal(thread, checkpoint.run)
                 .await?;
             for (mut key, value) in journal {
-                if !suspended_in(&key, &checkpoint, &children) {
+                if !suspended_in(&key, &checkpoint, &children)
+                    || received.iter().any(|wait| wait.took(&key))
+                {
                     continue;
                 }
                 new_thread.clone_into(&mut key.thread);
@@ -223,6 +232,60 @@ fn describe(checkpoint: &mut Checkpoint, all: &[Checkpoint]) {
 fn suspended_in(key: &JournalKey, parent: &Checkpoint, children: &[Checkpoint]) -> bool {
     let in_step = |cp: &Checkpoint| key.namespace == cp.namespace && key.step == cp.step + 1;
     !key.node.is_empty() && (in_step(parent) || children.iter().any(in_step))
+}
+
+/// A wait for a signal a suspended step parked on: the `occurrence`th receipt of `name` by
+/// `node` in the step after `step` of `namespace` (`node#signal:name#occurrence`).
+struct ParkedWait {
+    namespace: String,
+    step: u64,
+    node: String,
+    name: String,
+    occurrence: u32,
+}
+
+impl ParkedWait {
+    /// Whether `key` is a receipt of that signal, or of a later one of its name, by that
+    /// node in that step: taken once the run was carried on, as the node parked for want of
+    /// it.
+    fn took(&self, key: &JournalKey) -> bool {
+        key.namespace == self.namespace
+            && key.step == self.step + 1
+            && key.node == self.node
+            && key.occurrence >= self.occurrence
+            && key.name.strip_prefix("signal:") == Some(&*self.name)
+    }
+}
+
+/// The waits for a signal `parent` (an interrupted top-level checkpoint) and its suspended
+/// `children` parked on.
+fn received_after(parent: &Checkpoint, children: &[Checkpoint]) -> Vec<ParkedWait> {
+    let mut waits = Vec::new();
+    for cp in std::iter::once(parent).chain(children) {
+        for interrupt in cp.interrupts().unwrap_or_default() {
+            let Some(name) = interrupt.signal else {
+                continue;
+            };
+            // `…#signal:name`, or `…#signal:name#k` for the node's wait after k others.
+            let marker = format!("#signal:{name}");
+            let Some(at) = interrupt.id.rfind(&marker) else {
+                continue;
+            };
+            let rest = &interrupt.id[at + marker.len()..];
+            let occurrence = match rest.strip_prefix('#') {
+                Some(k) => k.parse().unwrap_or(0),
+                None => 0,
+            };
+            waits.push(ParkedWait {
+                namespace: cp.namespace.clone(),
+                step: cp.step,
+                node: interrupt.node,
+                name,
+                occurrence,
+            });
+        }
+    }
+    waits
 }
 
 /// The id of the checkpoint `cancelled` (a cancel's copy) copied: the newest top-level one

@@ -186,7 +186,8 @@ impl Runtime {
     ///
     /// [`RuntimeError::NoPendingApproval`] when no call `call_id` of `session` waits for a
     /// decision (list them with [`pending_approvals`](Self::pending_approvals)), a call
-    /// past its approver's timeout included;
+    /// past its approver's timeout included; [`RuntimeError::ApprovalRunEnded`] when none
+    /// waits because the session's run has ended (cancelled, say);
     /// [`RuntimeError::AlreadyDecided`]; [`RuntimeError::BlankReason`] for a rejection
     /// whose reason is blank; [`RuntimeError::DecisionDropped`] when it was
     /// dropped on arrival (a suspended run, on a runtime that keeps no pending signals); as
