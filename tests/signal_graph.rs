@@ -426,7 +426,7 @@ async fn a_sender_can_learn_that_no_run_will_read_its_signal() {
     );
     assert_eq!(
         err.to_string(),
-        "signal nudge refused: the newest run of session t has completed"
+        "signal nudge refused: the newest run of session t has ended (completed)"
     );
     // Without the option the send is accepted, as before.
     runtime.signal("t", "nudge", json!(3)).await.unwrap();

@@ -167,8 +167,9 @@ enum Command {
         input: String,
     },
     /// Start a thread from a checkpoint of another (its id as `show` lists it): to try a
-    /// question again with another answer, or go back before a bad step. Refused onto a
-    /// thread whose run has not ended.
+    /// question again with another answer, or go back before a bad step. Refused onto
+    /// another thread whose run has not ended; onto the same thread, it replaces the run
+    /// that stands there (suspended, or stopped half-way), and says so.
     Fork {
         /// The thread the checkpoint is of.
         thread: String,
@@ -270,7 +271,11 @@ impl From<loomflow::Error> for Failure {
                 | loomflow::RuntimeError::UnknownInterrupt { .. }
                 | loomflow::RuntimeError::NoPendingApproval { .. },
             ) => 3,
-            loomflow::Error::Runtime(loomflow::RuntimeError::AmbiguousResume { .. }) => 2,
+            // A blank thread name is the caller's: bad usage, whatever the store holds.
+            loomflow::Error::Runtime(
+                loomflow::RuntimeError::AmbiguousResume { .. }
+                | loomflow::RuntimeError::EmptyThread,
+            ) => 2,
             loomflow::Error::Runtime(
                 loomflow::RuntimeError::NotInterrupted { .. }
                 | loomflow::RuntimeError::WaitsForSignal { .. }

@@ -39,19 +39,31 @@ pub(crate) async fn fork(
     (thread, checkpoint): (&str, u64),
     new_thread: &str,
 ) -> Result<(), Failure> {
+    // Going back on one thread replaces the run that stands there (suspended, or stopped
+    // half-way), as `Runtime::fork` does: said, so that it is not missed.
+    let replaced = match thread == new_thread {
+        true => runtime.store().get_run(thread).await,
+        false => Ok(None),
+    };
+    let replaced = replaced.map_err(loomflow::RuntimeError::from)?;
+    let replaced = replaced.filter(|row| !row.state.is_finished());
     runtime.fork(thread, checkpoint, new_thread).await?;
     let row = runtime.store().get_run(new_thread).await;
     let state = row
         .map_err(loomflow::RuntimeError::from)?
         .map(|row| row.state);
     let shown = state.map_or_else(|| "started".to_owned(), |state| state.to_string());
+    let note = match &replaced {
+        Some(row) => format!(" (its run {}, {}, was replaced)", row.run, row.state),
+        None => String::new(),
+    };
     out.done(
         &format!(
-            "{new_thread}: forked from checkpoint {checkpoint} of {thread} ({shown}); `show \
-             {new_thread}` says what it waits for"
+            "{new_thread}: forked from checkpoint {checkpoint} of {thread} ({shown}){note}; \
+             `show {new_thread}` says what it waits for"
         ),
         &json!({ "thread": new_thread, "from": { "thread": thread, "checkpoint": checkpoint },
-                 "state": state }),
+                 "state": state, "replaced_run": replaced.map(|row| row.run) }),
     );
     Ok(())
 }

@@ -1356,6 +1356,18 @@ async fn submit_queues_a_run_and_fork_starts_a_thread_from_a_suspension() {
 
     let missing = loomflow(&db.0, &["fork", "ord_9", "999999", "ord_9c"]);
     assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
+    let blank = loomflow(&db.0, &["submit", "refund", " ", input]);
+    assert_eq!(blank.status.code(), Some(2), "{}", stderr(&blank));
+
+    // Back onto its own thread: the run waiting there is replaced, and that is said.
+    let id = suspension.to_string();
+    let back = loomflow(&db.0, &["fork", "ord_9", &id, "ord_9"]);
+    assert!(back.status.success(), "{}", stderr(&back));
+    assert!(
+        stdout(&back).contains("(its run 1, waiting, was replaced)"),
+        "{}",
+        stdout(&back)
+    );
 }
 
 /// Under `--json` a failure is JSON on stderr too, with the exit code in it: a script that

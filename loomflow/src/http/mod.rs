@@ -15,7 +15,8 @@
 //! | `GET /inbox` | the approval inbox page (see [`inbox`]) |
 //!
 //! A submit answers 409 while the thread's run has not ended; its body is read up to the
-//! same limit as a signal's. A run of a graph no worker registered stays queued until one
+//! same cap as a signal's (three times the payload limit, and at least 64 KiB), which
+//! bounds a run's input. A run of a graph no worker registered stays queued until one
 //! does. A delete answers 409 while a run executes the thread, and 501 from a store that cannot
 //! delete threads. Any request answers 409 when another process took its thread over while
 //! this one worked on it (its lease ran out): try it again.

@@ -55,7 +55,7 @@ pub enum SignalError {
     },
     /// The session's newest run has ended, so no run will read the signal (sent with
     /// [`SignalOptions::require_live_run`](super::SignalOptions::require_live_run)).
-    #[error("signal {name} refused: the newest run of session {session} has {status}")]
+    #[error("signal {name} refused: the newest run of session {session} has ended ({status})")]
     RunEnded {
         /// The session.
         session: String,
