@@ -163,7 +163,8 @@ enum Command {
         graph: String,
         /// The thread.
         thread: String,
-        /// The run's input (the graph's state), as JSON.
+        /// The run's input (the graph's state), as JSON; `-` reads it from stdin, `@PATH`
+        /// from a file.
         input: String,
     },
     /// Start a thread from a checkpoint of another (its id as `show` lists it): to try a

@@ -15,7 +15,27 @@ pub(crate) fn check_submit(graph: &str, input: &str) -> Result<(), Failure> {
             "the graph name {graph:?} is blank or holds a control character"
         )));
     }
-    parse_json("the input", input).map(drop)
+    // Standard input is read once, when the run is submitted.
+    match input {
+        "-" => Ok(()),
+        input => parse_json("the input", &input_text(input)?).map(drop),
+    }
+}
+
+/// The input's text: the argument itself, standard input for `-`, or the file `@PATH`
+/// names (an input too large for the command line).
+fn input_text(input: &str) -> Result<String, Failure> {
+    if input == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| Failure::usage(format!("cannot read the input from stdin: {e}")))?;
+        return Ok(text);
+    }
+    match input.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| Failure::usage(format!("cannot read the input file {path}: {e}"))),
+        None => Ok(input.to_owned()),
+    }
 }
 
 pub(crate) async fn submit(
@@ -24,7 +44,7 @@ pub(crate) async fn submit(
     (graph, thread): (&str, &str),
     input: &str,
 ) -> Result<(), Failure> {
-    let input = parse_json("the input", input)?;
+    let input = parse_json("the input", &input_text(input)?)?;
     runtime.submit(graph, thread, input).await?;
     out.done(
         &format!("{thread}: a run of {graph} is queued; a worker that registered {graph} runs it"),

@@ -1358,6 +1358,41 @@ async fn submit_queues_a_run_and_fork_starts_a_thread_from_a_suspension() {
     assert_eq!(missing.status.code(), Some(3), "{}", stderr(&missing));
     let blank = loomflow(&db.0, &["submit", "refund", " ", input]);
     assert_eq!(blank.status.code(), Some(2), "{}", stderr(&blank));
+    // An input from a file, or from stdin.
+    let file = db.0.with_extension("input.json");
+    std::fs::write(&file, input).unwrap();
+    let from_file = loomflow(
+        &db.0,
+        &["submit", "refund", "ord_f", &format!("@{}", file.display())],
+    );
+    assert!(from_file.status.success(), "{}", stderr(&from_file));
+    std::fs::remove_file(&file).unwrap();
+    let gone = loomflow(
+        &db.0,
+        &["submit", "refund", "ord_g", &format!("@{}", file.display())],
+    );
+    assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
+    let mut piped = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+        .args(["--db", &db.url(), "submit", "refund", "ord_s", "-"])
+        .env_remove("LOOMFLOW_DB")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    piped
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let piped = piped.wait_with_output().unwrap();
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    for thread in ["ord_f", "ord_s"] {
+        let row = runtime.store().get_run(thread).await.unwrap().unwrap();
+        assert_eq!(row.state, RunState::Queued, "{thread}");
+    }
 
     // Back onto its own thread: the run waiting there is replaced, and that is said.
     let id = suspension.to_string();
