@@ -275,7 +275,8 @@ impl From<loomflow::Error> for Failure {
             // A blank thread name is the caller's: bad usage, whatever the store holds.
             loomflow::Error::Runtime(
                 loomflow::RuntimeError::AmbiguousResume { .. }
-                | loomflow::RuntimeError::EmptyThread,
+                | loomflow::RuntimeError::EmptyThread
+                | loomflow::RuntimeError::SubgraphCheckpoint { .. },
             ) => 2,
             loomflow::Error::Runtime(
                 loomflow::RuntimeError::NotInterrupted { .. }

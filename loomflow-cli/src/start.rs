@@ -15,10 +15,12 @@ pub(crate) fn check_submit(graph: &str, input: &str) -> Result<(), Failure> {
             "the graph name {graph:?} is blank or holds a control character"
         )));
     }
-    // Standard input is read once, when the run is submitted.
+    // Standard input, or a file that may be a pipe (`@/dev/stdin`), is read once, when the
+    // run is submitted.
     match input {
         "-" => Ok(()),
-        input => parse_json("the input", &input_text(input)?).map(drop),
+        input if input.starts_with('@') => Ok(()),
+        input => parse_json("the input", input).map(drop),
     }
 }
 

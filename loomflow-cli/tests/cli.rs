@@ -1372,24 +1372,24 @@ async fn submit_queues_a_run_and_fork_starts_a_thread_from_a_suspension() {
         &["submit", "refund", "ord_g", &format!("@{}", file.display())],
     );
     assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
-    let mut piped = Command::new(env!("CARGO_BIN_EXE_loomflow"))
-        .args(["--db", &db.url(), "submit", "refund", "ord_s", "-"])
-        .env_remove("LOOMFLOW_DB")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    piped
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let piped = piped.wait_with_output().unwrap();
-    assert!(piped.status.success(), "{}", stderr(&piped));
-    for thread in ["ord_f", "ord_s"] {
+    // A pipe is read once: `-`, or a file that is one.
+    for (thread, from) in [("ord_s", "-"), ("ord_p", "@/dev/stdin")] {
+        let mut piped = Command::new(env!("CARGO_BIN_EXE_loomflow"))
+            .args(["--db", &db.url(), "submit", "refund", thread, from])
+            .env_remove("LOOMFLOW_DB")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        let mut stdin = piped.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        let piped = piped.wait_with_output().unwrap();
+        assert!(piped.status.success(), "{from}: {}", stderr(&piped));
+    }
+    for thread in ["ord_f", "ord_s", "ord_p"] {
         let row = runtime.store().get_run(thread).await.unwrap().unwrap();
         assert_eq!(row.state, RunState::Queued, "{thread}");
     }

@@ -121,7 +121,8 @@ pub enum RuntimeError {
         call_id: String,
     },
     /// A decision was sent for a call of a session whose run has ended (completed, failed or
-    /// cancelled): nothing waits for it. Nothing was sent.
+    /// cancelled): nothing waits for it. Nothing was sent. (A failed run that a `recover`
+    /// carries on asks again, and is decided then.)
     #[error(
         "no call {call_id} waits for a decision on session {session}: its run has ended ({state})"
     )]

@@ -21,11 +21,11 @@ impl Runtime {
     /// before it suspended ([`Store::list_journal`](crate::runtime::Store::list_journal)):
     /// a sleep wakes and a wait times out when the original's do, and a `ctx.step` is not
     /// done twice. Not the signals the step's parked waits took once the original was
-    /// carried on: the fork's waits take the signals sent to it. (What such a node journaled
-    /// after its wait took the signal is filed with the step all the same, and the fork's
-    /// node replays it whatever signal it takes: a wait whose signal changes what the node
-    /// does next should be asked with `ctx.interrupt`, whose answers file the calls after
-    /// them apart.) Resume requests queued for `new_thread`
+    /// carried on: the fork's parked waits take the signals sent to it. (What such a node
+    /// journaled after its parked wait took the signal, a later wait's signal or a
+    /// `ctx.step` included, is filed with the step all the same, and the fork's node replays
+    /// it whatever signal it takes: a wait whose signal changes what the node does next
+    /// should be asked with `ctx.interrupt`, whose answers file the calls after them apart.) Resume requests queued for `new_thread`
     /// ([`request_resume`](Self::request_resume)) are dropped unapplied: they were for the
     /// questions of the run the fork replaces.
     ///

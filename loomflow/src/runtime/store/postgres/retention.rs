@@ -36,11 +36,12 @@ impl PostgresStore {
         let stmt = client
             .prepare_cached(
                 // Whether a row names the graph is read from its body, parsed only when its
-                // text holds the key (`position` passes over the others); as `json`, which
-                // takes any JSON text (`jsonb` refuses a `\u0000` in a string).
+                // text holds the key (`position` passes over the others). A `\u0000` in a
+                // string cannot be decoded to text: read as `\u0001`, which can (in an
+                // escaped backslash's text, `\\u0000`, it stays text).
                 "SELECT id, run, namespace, status,
                      namespace = '' AND position('\"graph_name\":' in body) > 0
-                         AND (body::json -> 'graph_name') IS NOT NULL
+                         AND (replace(body, E'\\\\u0000', E'\\\\u0001')::json -> 'graph_name') IS NOT NULL
                  FROM loomflow_checkpoints WHERE thread = $1 ORDER BY id",
             )
             .await?;

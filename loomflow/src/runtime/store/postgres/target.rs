@@ -72,7 +72,10 @@ impl Target {
             }
             _ => false,
         };
-        let name = self.config.get_dbname().unwrap_or_default();
+        // Without one named, the server takes the user's name for the database's.
+        let name = (self.config.get_dbname())
+            .or(self.config.get_user())
+            .unwrap_or_default();
         match (missing, migrate) {
             (true, false) => StoreError::NotAStore {
                 path: self.shown.clone(),
