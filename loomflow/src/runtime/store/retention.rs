@@ -13,11 +13,13 @@ pub(crate) trait RetainedRow {
     fn namespace(&self) -> &str;
     /// Where its run stood.
     fn status(&self) -> RunStatus;
-    /// Whether it keeps the graph's name and description (a run's first top-level row does).
+    /// Whether it keeps the graph's name and description (a run's first top-level row does,
+    /// and its first after a change of its graph).
     fn described(&self) -> bool;
 }
 
-/// A row of a durable store as retention reads it (its body is not read).
+/// A row of a durable store as retention reads it: its columns, and whether its body names
+/// the graph.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) struct StoredRow {
     id: u64,
@@ -170,7 +172,7 @@ struct Newest<'a> {
 }
 
 /// The rows of the thread's newest run kept whatever their age, besides interrupted ones
-/// and its first (see [`prune`]): its newest top-level row, and the newest row of each
+/// and its first (see [`kept_rows`]): its newest top-level row, and the newest row of each
 /// subgraph whose parent's step is not over (written after the newest step its parent
 /// finished): a resume or recover runs that step again and carries the subgraph on from
 /// there. A subgraph of a step that is over (one of a loop's earlier turns) is never read
