@@ -853,9 +853,11 @@ async fn approvals_are_decided_over_the_api() {
             .unwrap()
             .contains("refunded 700 cents on ord_42")
     );
-    // Carried on: nothing is pending under that id any more.
+    // Carried on to its end: nothing is pending under that id any more, and the reply says
+    // the run has ended.
     let (status, _, reply) = request(server.addr, "POST", approve, &[bearer()], b"").await;
-    assert_eq!((status, error_code(&reply).as_str()), (404, "not_found"));
+    assert_eq!((status, error_code(&reply).as_str()), (409, "conflict"));
+    assert!(reply.contains("its run has ended (completed)"), "{reply}");
 
     // The audit log, over the API: who decided, and what ran.
     let path = "/v1/threads/a1/audit?kind=decision";
